@@ -1,0 +1,253 @@
+//! Wiring and lifecycle: builds the parts from a validated [`Config`], starts the threads,
+//! and shuts down on the first SIGTERM/SIGINT within procd's 5 s (readiness fails at once,
+//! listeners close, in-flight requests get a few seconds, the cache writer drains its queue);
+//! a second signal exits 1 at once.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::cache::agents::CacheAgents;
+use crate::cache::store::Store;
+use crate::cache::{agents_watch, writer};
+use crate::config::{Config, WorkingMode};
+use crate::health::{self, Backends, Probe};
+use crate::offline::Offline;
+use crate::proxy::Hub;
+use crate::serve::{self, Readiness};
+use crate::server::{self, InFlightCount, Limits};
+use crate::upstream::Upstream;
+use crate::{SMALL_STACK, signals};
+
+/// Messages the cache writer queue holds; with 32 KiB reads that bounds it near 8 MiB.
+const WRITER_QUEUE: usize = 256;
+/// Time in-flight requests get to finish after the first signal.
+const DRAIN: Duration = Duration::from_secs(3);
+
+/// Why the hub could not start or run.
+#[derive(Debug)]
+pub struct AppError(String);
+
+impl fmt::Display for AppError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for AppError {}
+
+/// Runs the hub until a signal ends it.
+pub fn run(config: Config) -> Result<(), AppError> {
+    set_default_thread_stack();
+    let signals =
+        signals::listen().map_err(|e| AppError(format!("cannot set up signal handling: {e}")))?;
+    // Several crates may race to install a provider; the first one wins and all use ring.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+
+    log::info!(
+        "tinyhub {} starting node=\"{}\" mode={:?} servers={:?}",
+        env!("CARGO_PKG_VERSION"),
+        config.node_name,
+        config.working_mode,
+        config
+            .servers
+            .iter()
+            .map(|s| s.base.as_str())
+            .collect::<Vec<_>>()
+    );
+    log::debug!("effective configuration: {config:?}");
+    for flag in &config.ignored_flags {
+        log::warn!("--{flag} is a YurtHub flag tinyhub does not implement; ignored");
+    }
+    if config.enable_resource_filter {
+        log::debug!("response filters are not implemented yet; responses pass unchanged");
+    }
+
+    let readiness = Arc::new(Readiness::default());
+    readiness.certificates.store(true, Ordering::Release);
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let writer_stop = Arc::new(AtomicBool::new(false));
+
+    let proxy_listener = server::bind(config.proxy_addr).map_err(|e| {
+        AppError(format!(
+            "cannot listen on {} (--proxy-port): {e}",
+            config.proxy_addr
+        ))
+    })?;
+    let serve_listener = server::bind(config.serve_addr).map_err(|e| {
+        AppError(format!(
+            "cannot listen on {} (--serve-port): {e}",
+            config.serve_addr
+        ))
+    })?;
+    log::info!("listening role=proxy addr={}", proxy_listener.local_addr());
+    log::info!("listening role=serve addr={}", serve_listener.local_addr());
+
+    let backends = Arc::new(Backends::new(
+        config.servers.iter().map(|s| s.base.clone()).collect(),
+        config.lb_mode,
+    ));
+    let upstream = Arc::new(
+        Upstream::new(Arc::clone(&backends), &config.tls, config.token.clone())
+            .map_err(|e| AppError(format!("cannot set up TLS to the cloud: {e}")))?,
+    );
+
+    // The serve port answers health checks from the start, while the rest comes up.
+    let serve_thread = {
+        let readiness = Arc::clone(&readiness);
+        let backends = Arc::clone(&backends);
+        let shutdown = Arc::clone(&shutdown);
+        spawn("serve", move || {
+            server::serve_inline(
+                serve_listener,
+                &|ex| serve::handle(ex, &readiness, &backends),
+                shutdown,
+            )
+        })?
+    };
+
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    health::probe_all_once(&backends, upstream.as_ref(), config.heartbeat.timeout);
+    let probe: Arc<dyn Probe> = Arc::clone(&upstream) as Arc<dyn Probe>;
+    let _checkers = health::spawn_checkers(
+        Arc::clone(&backends),
+        probe,
+        config.heartbeat,
+        stop_rx.clone(),
+    );
+
+    let agents = Arc::new(CacheAgents::new(&config.cache_agents));
+    let mut writer_thread = None;
+    let (cache, offline) = if config.working_mode == WorkingMode::Edge {
+        let (store, report) = Store::open(&config.disk_cache_path).map_err(|e| {
+            AppError(format!(
+                "cannot open the cache at {}: {e}",
+                config.disk_cache_path.display()
+            ))
+        })?;
+        if report.rolled_forward + report.rolled_back + report.removed_temp_files > 0 {
+            log::info!(
+                "cache recovered after an interrupted write: rolled_forward={} rolled_back={} removed_temp_files={}",
+                report.rolled_forward,
+                report.rolled_back,
+                report.removed_temp_files
+            );
+        }
+        let store = Arc::new(store);
+        agents_watch::load_cached(&store, &agents);
+        let (cache_tx, cache_rx) = writer::channel(WRITER_QUEUE);
+        writer_thread = Some({
+            let store = Arc::clone(&store);
+            let stop = Arc::clone(&writer_stop);
+            spawn("cache-writer", move || writer::run(&store, cache_rx, &stop))?
+        });
+        {
+            let (upstream, agents, cache_tx) =
+                (Arc::clone(&upstream), Arc::clone(&agents), cache_tx.clone());
+            let retry = config.heartbeat.interval;
+            let stop = stop_rx.clone();
+            spawn("agents-watch", move || {
+                agents_watch::run(upstream, agents, cache_tx, retry, stop)
+            })?;
+        }
+        let offline = Offline {
+            store,
+            cache: cache_tx.clone(),
+            backends: Arc::clone(&backends),
+            shutdown: Arc::clone(&shutdown),
+        };
+        (Some(cache_tx), Some(offline))
+    } else {
+        (None, None)
+    };
+    readiness.cache_loaded.store(true, Ordering::Release);
+
+    let hub = Arc::new(Hub {
+        mode: config.working_mode,
+        upstream,
+        agents,
+        cache,
+        offline,
+    });
+    let in_flight = Arc::new(InFlightCount::default());
+    let proxy_thread = {
+        let handler: Arc<dyn Fn(server::Exchange) + Send + Sync> = {
+            let hub = Arc::clone(&hub);
+            Arc::new(move |ex| hub.handle(ex))
+        };
+        let limits = Limits {
+            max_in_flight: config.max_requests_in_flight,
+            stack_size: SMALL_STACK,
+        };
+        let (in_flight, shutdown) = (Arc::clone(&in_flight), Arc::clone(&shutdown));
+        spawn("proxy", move || {
+            server::serve_threaded(proxy_listener, handler, limits, in_flight, shutdown)
+        })?
+    };
+    drop(hub);
+    log::info!("tinyhub is ready");
+
+    // Wait for the first signal.
+    let first = signals
+        .recv()
+        .map_err(|_| AppError("the signal thread stopped".into()))?;
+    log::info!(
+        "{} received: shutting down (a second signal exits at once)",
+        signals::name(first)
+    );
+    readiness.shutting_down.store(true, Ordering::Release);
+    shutdown.store(true, Ordering::Release);
+    drop(stop_tx);
+    {
+        let signals = signals.clone();
+        spawn("second-signal", move || {
+            if let Ok(second) = signals.recv() {
+                log::warn!("{} received again: exiting now", signals::name(second));
+                std::process::exit(1);
+            }
+        })?;
+    }
+    let _ = proxy_thread.join();
+    let _ = serve_thread.join();
+    let deadline = Instant::now() + DRAIN;
+    while in_flight.get() > 0 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(50));
+    }
+    if in_flight.get() > 0 {
+        log::info!(
+            "{} requests still open at shutdown (watches); closing them",
+            in_flight.get()
+        );
+    }
+    writer_stop.store(true, Ordering::Release);
+    if let Some(writer) = writer_thread {
+        let _ = writer.join();
+    }
+    log::info!("tinyhub stopped");
+    Ok(())
+}
+
+fn spawn<F>(name: &str, f: F) -> Result<thread::JoinHandle<()>, AppError>
+where
+    F: FnOnce() + Send + 'static,
+{
+    thread::Builder::new()
+        .name(name.into())
+        .stack_size(SMALL_STACK)
+        .spawn(f)
+        .map_err(|e| AppError(format!("cannot start the {name} thread: {e}")))
+}
+
+/// Threads we do not spawn ourselves (tiny_http's connection pool) take their stack size
+/// from `RUST_MIN_STACK`; a small one keeps each idle connection cheap, which matters in a
+/// 32-bit address space. An explicit setting from the environment wins.
+#[allow(unsafe_code)]
+fn set_default_thread_stack() {
+    if std::env::var_os("RUST_MIN_STACK").is_none() {
+        // SAFETY: called at the start of `run`, before this process starts any other thread,
+        // so nothing can read the environment concurrently.
+        unsafe { std::env::set_var("RUST_MIN_STACK", SMALL_STACK.to_string()) };
+    }
+}

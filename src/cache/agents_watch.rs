@@ -1,0 +1,219 @@
+//! Keeps the cache-agent set in step with the ConfigMap `kube-system/yurt-hub-cfg`: a thread
+//! lists it and then watches it through the cloud (as component `tinyhub`, so its answers are
+//! cached like any other and the setting survives a restart while the cloud is down), and
+//! applies its `cache_agents` key at once, without a restart.
+
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+
+use super::agents::{CONFIG_NAME, CONFIG_NAMESPACE, CacheAgents, cache_agents_of};
+use super::decode::{BodyShape, JsonStream, Unit};
+use super::key::{CollectionKey, ObjectKey};
+use super::store::Store;
+use super::writer::CacheTx;
+use crate::config::WorkingMode;
+use crate::request;
+use crate::route;
+use crate::upstream::{Deadline, Identity, Outgoing, Upstream};
+
+/// How long one watch of the ConfigMap lasts before it is renewed.
+const WATCH_SECONDS: u64 = 300;
+/// Largest ConfigMap list the watcher reads.
+const MAX_LIST_BYTES: u64 = 4 * 1024 * 1024;
+
+fn user_agent() -> String {
+    format!("tinyhub/{}", env!("CARGO_PKG_VERSION"))
+}
+
+fn collection() -> CollectionKey {
+    CollectionKey {
+        component: "tinyhub".into(),
+        resource: "configmaps".into(),
+        version: "v1".into(),
+        group: String::new(),
+    }
+}
+
+/// Applies the copy cached by an earlier run, so the setting holds while the cloud is down.
+pub fn load_cached(store: &Store, agents: &CacheAgents) {
+    let key = ObjectKey {
+        collection: collection(),
+        namespace: Some(CONFIG_NAMESPACE.into()),
+        name: CONFIG_NAME.into(),
+    };
+    if let Ok(Some(bytes)) = store.get(&key) {
+        if let Ok(cm) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+            agents.set_from_config(cache_agents_of(&cm));
+        }
+    }
+}
+
+/// Runs the list-then-watch loop until `stop` fires or closes.
+pub fn run(
+    upstream: Arc<Upstream>,
+    agents: Arc<CacheAgents>,
+    cache: CacheTx,
+    retry: Duration,
+    stop: Receiver<()>,
+) {
+    let base = format!(
+        "/api/v1/namespaces/{CONFIG_NAMESPACE}/configmaps?fieldSelector=metadata.name%3D{CONFIG_NAME}"
+    );
+    loop {
+        if upstream.backends().any_healthy() {
+            match list(&upstream, &agents, &cache, &base) {
+                Ok(rv) => {
+                    if let Err(e) = watch(&upstream, &agents, &cache, &base, &rv, &stop) {
+                        log::debug!("watch of {CONFIG_NAMESPACE}/{CONFIG_NAME} ended: {e}");
+                    }
+                }
+                Err(e) => log::debug!("list of {CONFIG_NAMESPACE}/{CONFIG_NAME} failed: {e}"),
+            }
+        }
+        match stop.recv_timeout(retry) {
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+    }
+}
+
+/// The cache target of one of the watcher's own requests, as any request would get it.
+fn cache_target(path: &str) -> Option<route::CacheTarget> {
+    let headers = [("User-Agent".to_owned(), user_agent())];
+    let req = request::classify("GET", path, &headers).ok()?;
+    route::route(&req, true, WorkingMode::Edge).ok()?.cache.ok()
+}
+
+fn send<'a>(
+    upstream: &'a Upstream,
+    path: &'a str,
+    headers: &'a [(String, String)],
+    deadline: Deadline,
+) -> Result<crate::upstream::Answer, String> {
+    upstream
+        .send(Outgoing {
+            method: "GET",
+            path_and_query: path,
+            headers,
+            accept: Some("application/json"),
+            body: None,
+            deadline,
+            identity: Identity::Hub,
+        })
+        .map_err(|e| e.to_string())
+}
+
+/// Lists the ConfigMap, applies it, caches the answer; returns the list's resourceVersion.
+fn list(
+    upstream: &Upstream,
+    agents: &CacheAgents,
+    cache: &CacheTx,
+    path: &str,
+) -> Result<String, String> {
+    let headers = [("User-Agent".to_owned(), user_agent())];
+    let mut answer = send(
+        upstream,
+        path,
+        &headers,
+        Deadline::Bounded(Duration::from_secs(60)),
+    )?;
+    let mut body = Vec::new();
+    (&mut answer.body)
+        .take(MAX_LIST_BYTES)
+        .read_to_end(&mut body)
+        .map_err(|e| e.to_string())?;
+    if answer.status != 200 {
+        return Err(format!("the cloud answered {}", answer.status));
+    }
+    let list: serde_json::Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+    let item = list
+        .get("items")
+        .and_then(|i| i.as_array())
+        .and_then(|i| i.first());
+    agents.set_from_config(item.and_then(cache_agents_of));
+    if let Some(mut session) = cache_target(path).and_then(|t| cache.begin(t, 200, false)) {
+        session.chunk(&body);
+        session.finish(true);
+    }
+    list.pointer("/metadata/resourceVersion")
+        .and_then(|v| v.as_str())
+        .map(str::to_owned)
+        .ok_or_else(|| "the list has no resourceVersion".to_owned())
+}
+
+fn watch(
+    upstream: &Upstream,
+    agents: &CacheAgents,
+    cache: &CacheTx,
+    base: &str,
+    rv: &str,
+    stop: &Receiver<()>,
+) -> Result<(), String> {
+    let path = format!("{base}&watch=1&resourceVersion={rv}&timeoutSeconds={WATCH_SECONDS}");
+    let headers = [("User-Agent".to_owned(), user_agent())];
+    let deadline = Deadline::Stream(Duration::from_secs(WATCH_SECONDS) + route::WATCH_MARGIN);
+    let mut answer = send(upstream, &path, &headers, deadline)?;
+    if answer.status != 200 {
+        return Err(format!("the cloud answered {}", answer.status));
+    }
+    let mut session = cache_target(&path).and_then(|t| cache.begin(t, 200, false));
+    let mut events = JsonStream::new(BodyShape::WatchStream, super::writer::MAX_OBJECT_BYTES);
+    let mut buf = vec![0u8; 8192];
+    let mut ended_by_error = false;
+    loop {
+        if !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
+            return Ok(());
+        }
+        let n = answer.body.read(&mut buf).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        if let Some(s) = session.as_mut() {
+            if !s.chunk(&buf[..n]) {
+                session = None;
+            }
+        }
+        events
+            .feed(&buf[..n], &mut |unit| {
+                if let Unit::WatchEvent(bytes) = unit {
+                    match apply_event(agents, bytes) {
+                        EventOutcome::Applied => {}
+                        EventOutcome::Error => ended_by_error = true,
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        if ended_by_error {
+            return Err("the watch ended with an ERROR event".into());
+        }
+    }
+    if let Some(s) = session {
+        s.finish(true);
+    }
+    Ok(())
+}
+
+enum EventOutcome {
+    Applied,
+    Error,
+}
+
+fn apply_event(agents: &CacheAgents, bytes: &[u8]) -> EventOutcome {
+    let Ok(event) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+        return EventOutcome::Applied;
+    };
+    match event.get("type").and_then(|t| t.as_str()) {
+        Some("ADDED") | Some("MODIFIED") => {
+            if let Some(object) = event.get("object") {
+                agents.set_from_config(cache_agents_of(object));
+            }
+        }
+        Some("DELETED") => agents.set_from_config(None),
+        Some("ERROR") => return EventOutcome::Error,
+        _ => {}
+    }
+    EventOutcome::Applied
+}

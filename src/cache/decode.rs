@@ -1,0 +1,1493 @@
+//! Incremental decoding of apiserver JSON bodies into cacheable units.
+//!
+//! The cache writer receives a response body as whatever chunks the network delivered and
+//! must persist each object without holding a whole list: a 50 MB list is cut item by item.
+//! [`JsonStream`] is a byte-level JSON validator (a pushdown automaton: nesting, strings,
+//! escapes, numbers, literals) that cuts the body into [`Unit`]s by shape:
+//!
+//! ```text
+//!   Object       {.............................}          -> Object(whole document)
+//!   List         { "kind":"PodList", "items":[ {..}, {..} ], "metadata":{..} }
+//!                  `-- ListMember --'           `ListItem'  `---- ListMember ----'
+//!   WatchStream  {"type":..,"object":..}\n{"type":..}\n    -> WatchEvent per object
+//! ```
+//!
+//! Only the unit being assembled is buffered, and only when it spans chunks: a unit that lies
+//! within one chunk is handed out as a slice of that chunk. [`BodyDecoder`] puts an optional
+//! gzip decoder in front, inflating at most a few tens of KiB at a time.
+//!
+//! A unit is handed out as soon as it is complete, before the rest of the body is seen: the
+//! caller commits what it persisted only once `finish()` returns `Ok` (a body can still turn
+//! out truncated, corrupt, or followed by junk). Errors carry the byte offset and never panic.
+//!
+//! This module knows nothing of files, requests or Kubernetes kinds; units are raw JSON text,
+//! valid except that string contents are not checked for UTF-8 (their consumer parses them).
+
+use std::fmt;
+use std::io::Write;
+
+use flate2::write::GzDecoder;
+
+/// Deepest nesting accepted; deeper input is a syntax error. Kubernetes objects nest a few
+/// dozen levels at most, and serde_json refuses more than 128 anyway.
+pub const MAX_DEPTH: usize = 256;
+
+/// A unit buffer that grew past this is released after use rather than kept for the next one,
+/// so one huge object does not pin its memory for the rest of the stream.
+const KEEP_BUFFER_BYTES: usize = 1 << 20;
+
+/// What a response body is expected to hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyShape {
+    /// One JSON object: the answer to a get, create, update or patch.
+    Object,
+    /// One JSON object with an `items` array: the answer to a list.
+    List,
+    /// A sequence of JSON objects, one per watch event.
+    WatchStream,
+}
+
+/// A piece of a body, handed to the sink as soon as it is complete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit<'a> {
+    /// [`BodyShape::Object`]: the whole document.
+    Object(&'a [u8]),
+    /// A top-level member of a list other than `items` (`kind`, `apiVersion`, `metadata`):
+    /// its decoded name and its raw JSON value.
+    ListMember {
+        /// The member name.
+        key: &'a str,
+        /// The member's value, raw JSON.
+        value: &'a [u8],
+    },
+    /// One element of the list's `items` array, raw JSON.
+    ListItem(&'a [u8]),
+    /// One `{"type":..,"object":..}` of a watch stream, raw JSON.
+    WatchEvent(&'a [u8]),
+}
+
+/// Why a body could not be decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The body is not JSON of the expected shape.
+    Syntax {
+        /// Offset of the offending byte in the (decompressed) body.
+        offset: u64,
+        /// What was wrong there.
+        what: &'static str,
+    },
+    /// A unit (or a list member name) is longer than the decoder's limit.
+    UnitTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// The body ended inside a unit or before its document was complete.
+    Truncated,
+    /// The gzip framing or the compressed data is corrupt.
+    Gzip(String),
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Syntax { offset, what } => {
+                write!(f, "invalid JSON body at byte {offset}: {what}")
+            }
+            DecodeError::UnitTooLarge { limit } => {
+                write!(
+                    f,
+                    "an object in the body is larger than the {limit} byte limit"
+                )
+            }
+            DecodeError::Truncated => f.write_str("the body ended before its JSON was complete"),
+            DecodeError::Gzip(why) => write!(f, "invalid gzip body: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Where the automaton is, between two bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Before a top-level value (and, in a watch stream, between events).
+    Top,
+    /// After the one top-level value of an Object or List body: only whitespace may follow.
+    Trailing,
+    /// A value is required (after ':' or after ',' in an array).
+    Value,
+    /// After '[': a value or ']'.
+    ArrayStart,
+    /// After '{': a member name or '}'.
+    ObjectStart,
+    /// After ',' in an object: a member name.
+    Name,
+    /// After a member name: ':'.
+    Colon,
+    /// After a value inside a container: ',' or the closing bracket.
+    AfterValue,
+    Str {
+        name: bool,
+    },
+    Escape {
+        name: bool,
+    },
+    Hex {
+        name: bool,
+        left: u8,
+    },
+    Number(Num),
+    /// Inside `true`, `false` or `null`; the bytes still expected.
+    Literal(&'static [u8]),
+}
+
+/// Where a number is, following the JSON grammar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Num {
+    Minus,
+    Zero,
+    Int,
+    Dot,
+    Frac,
+    Exp,
+    ExpSign,
+    ExpInt,
+}
+
+impl Num {
+    fn can_end(self) -> bool {
+        matches!(self, Num::Zero | Num::Int | Num::Frac | Num::ExpInt)
+    }
+
+    fn step(self, b: u8) -> Option<Num> {
+        Some(match (self, b) {
+            (Num::Minus, b'0') => Num::Zero,
+            (Num::Minus, b'1'..=b'9') => Num::Int,
+            (Num::Int, b'0'..=b'9') => Num::Int,
+            (Num::Zero | Num::Int, b'.') => Num::Dot,
+            (Num::Dot | Num::Frac, b'0'..=b'9') => Num::Frac,
+            (Num::Zero | Num::Int | Num::Frac, b'e' | b'E') => Num::Exp,
+            (Num::Exp, b'+' | b'-') => Num::ExpSign,
+            (Num::Exp | Num::ExpSign | Num::ExpInt, b'0'..=b'9') => Num::ExpInt,
+            _ => return None,
+        })
+    }
+}
+
+/// What the bytes being captured will become.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Capture {
+    /// A top-level member name of a list.
+    Name,
+    Object,
+    Member,
+    Item,
+    Event,
+}
+
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+/// Cuts a JSON body, fed in arbitrary chunks, into [`Unit`]s.
+pub struct JsonStream {
+    shape: BodyShape,
+    max_unit: usize,
+    state: State,
+    /// Open containers.
+    depth: usize,
+    /// One bit per open container, set for an object, clear for an array.
+    objects: [u64; MAX_DEPTH / 64],
+    /// What is being captured, and the depth of the value being captured.
+    capture: Option<(Capture, usize)>,
+    /// Where the capture's bytes begin in the current chunk.
+    from: usize,
+    /// The capture's bytes from earlier chunks.
+    buf: Vec<u8>,
+    /// The current top-level member name of a list.
+    name: String,
+    /// Inside the list's `items` array.
+    in_items: bool,
+    /// Bytes consumed before the current chunk.
+    offset: u64,
+    failed: Option<DecodeError>,
+    finished: bool,
+}
+
+impl fmt::Debug for JsonStream {
+    // The buffer may hold megabytes: show its length, not its bytes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JsonStream")
+            .field("shape", &self.shape)
+            .field("state", &self.state)
+            .field("depth", &self.depth)
+            .field("offset", &self.offset)
+            .field("buffered", &self.buf.len())
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JsonStream {
+    /// A decoder for a body of `shape` whose units are at most `max_unit_bytes` long.
+    pub fn new(shape: BodyShape, max_unit_bytes: usize) -> Self {
+        JsonStream {
+            shape,
+            max_unit: max_unit_bytes,
+            state: State::Top,
+            depth: 0,
+            objects: [0; MAX_DEPTH / 64],
+            capture: None,
+            from: 0,
+            buf: Vec::new(),
+            name: String::new(),
+            in_items: false,
+            offset: 0,
+            failed: None,
+            finished: false,
+        }
+    }
+
+    /// Consumes the next chunk of the body, handing each unit it completes to `sink`.
+    ///
+    /// After an error the stream is dead: every later call returns the same error.
+    pub fn feed(
+        &mut self,
+        bytes: &[u8],
+        sink: &mut dyn FnMut(Unit<'_>),
+    ) -> Result<(), DecodeError> {
+        if let Some(err) = &self.failed {
+            return Err(err.clone());
+        }
+        if self.finished {
+            return Err(self.fail(DecodeError::Syntax {
+                offset: self.offset,
+                what: "data after the end of the body",
+            }));
+        }
+        match self.run(bytes, sink) {
+            Ok(()) => {
+                self.offset += bytes.len() as u64;
+                Ok(())
+            }
+            Err(err) => Err(self.fail(err)),
+        }
+    }
+
+    /// Declares the end of the body: `Err(Truncated)` unless it ended at a clean boundary
+    /// (after the document of an Object or List, between events of a watch stream).
+    pub fn finish(&mut self) -> Result<(), DecodeError> {
+        if let Some(err) = &self.failed {
+            return Err(err.clone());
+        }
+        self.finished = true;
+        let clean = match self.shape {
+            BodyShape::WatchStream => self.state == State::Top,
+            BodyShape::Object | BodyShape::List => self.state == State::Trailing,
+        };
+        if clean {
+            Ok(())
+        } else {
+            Err(self.fail(DecodeError::Truncated))
+        }
+    }
+
+    fn fail(&mut self, err: DecodeError) -> DecodeError {
+        self.failed = Some(err.clone());
+        self.capture = None;
+        self.buf = Vec::new();
+        err
+    }
+
+    fn syntax(&self, at: usize, what: &'static str) -> DecodeError {
+        DecodeError::Syntax {
+            offset: self.offset + at as u64,
+            what,
+        }
+    }
+
+    /// Fails once the capture, counted up to (not including) chunk index `at`, is too long.
+    fn check_size(&self, at: usize) -> Result<(), DecodeError> {
+        if self.capture.is_some() && self.buf.len() + (at - self.from) > self.max_unit {
+            return Err(DecodeError::UnitTooLarge {
+                limit: self.max_unit,
+            });
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, bytes: &[u8], sink: &mut dyn FnMut(Unit<'_>)) -> Result<(), DecodeError> {
+        self.from = 0;
+        let mut i = 0;
+        while i < bytes.len() {
+            self.check_size(i)?;
+            let b = bytes[i];
+            match self.state {
+                State::Str { name } => {
+                    // Most string bytes need no transition: skip to the next one that does.
+                    let skip = bytes[i..]
+                        .iter()
+                        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+                        .unwrap_or(bytes.len() - i);
+                    if skip > 0 {
+                        i += skip;
+                        continue;
+                    }
+                    i += 1;
+                    match b {
+                        b'"' if name => self.end_name(i, bytes)?,
+                        b'"' => self.end_value(i, bytes, sink)?,
+                        b'\\' => self.state = State::Escape { name },
+                        _ => return Err(self.syntax(i - 1, "control character in a string")),
+                    }
+                }
+                State::Escape { name } => {
+                    self.state = match b {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {
+                            State::Str { name }
+                        }
+                        b'u' => State::Hex { name, left: 4 },
+                        _ => return Err(self.syntax(i, "invalid escape in a string")),
+                    };
+                    i += 1;
+                }
+                State::Hex { name, left } => {
+                    if !b.is_ascii_hexdigit() {
+                        return Err(self.syntax(i, "invalid \\u escape in a string"));
+                    }
+                    self.state = if left == 1 {
+                        State::Str { name }
+                    } else {
+                        State::Hex {
+                            name,
+                            left: left - 1,
+                        }
+                    };
+                    i += 1;
+                }
+                State::Number(num) => match num.step(b) {
+                    Some(next) => {
+                        self.state = State::Number(next);
+                        i += 1;
+                    }
+                    // The number ended just before this byte, which is then read again.
+                    None if num.can_end() => self.end_value(i, bytes, sink)?,
+                    None => return Err(self.syntax(i, "invalid number")),
+                },
+                State::Literal(rest) => {
+                    if rest.first() != Some(&b) {
+                        return Err(self.syntax(i, "invalid literal"));
+                    }
+                    i += 1;
+                    if rest.len() == 1 {
+                        self.end_value(i, bytes, sink)?;
+                    } else {
+                        self.state = State::Literal(&rest[1..]);
+                    }
+                }
+                _ if is_space(b) => i += 1,
+                State::Top | State::Value => {
+                    self.start_value(b, i)?;
+                    i += 1;
+                }
+                State::ArrayStart => {
+                    if b == b']' {
+                        i += 1;
+                        self.close(false, i, bytes, sink)?;
+                    } else {
+                        self.start_value(b, i)?;
+                        i += 1;
+                    }
+                }
+                State::ObjectStart | State::Name => match b {
+                    b'"' => {
+                        if self.shape == BodyShape::List && self.depth == 1 {
+                            self.begin(Capture::Name, i);
+                        }
+                        self.state = State::Str { name: true };
+                        i += 1;
+                    }
+                    b'}' if self.state == State::ObjectStart => {
+                        i += 1;
+                        self.close(true, i, bytes, sink)?;
+                    }
+                    _ => return Err(self.syntax(i, "expected a member name")),
+                },
+                State::Colon => {
+                    if b != b':' {
+                        return Err(self.syntax(i, "expected ':' after a member name"));
+                    }
+                    self.state = State::Value;
+                    i += 1;
+                }
+                State::AfterValue => {
+                    let in_object = self.innermost_is_object();
+                    match b {
+                        b',' if in_object => self.state = State::Name,
+                        b',' => self.state = State::Value,
+                        b'}' | b']' => {
+                            if (b == b'}') != in_object {
+                                return Err(self.syntax(i, "mismatched closing bracket"));
+                            }
+                            self.close(in_object, i + 1, bytes, sink)?;
+                        }
+                        _ => return Err(self.syntax(i, "expected ',' or a closing bracket")),
+                    }
+                    i += 1;
+                }
+                State::Trailing => {
+                    return Err(self.syntax(i, "data after the end of the document"));
+                }
+            }
+        }
+        self.check_size(bytes.len())?;
+        if self.capture.is_some() {
+            self.buf.extend_from_slice(&bytes[self.from..]);
+        }
+        Ok(())
+    }
+
+    fn innermost_is_object(&self) -> bool {
+        let level = self.depth - 1;
+        self.objects[level / 64] & (1 << (level % 64)) != 0
+    }
+
+    fn begin(&mut self, what: Capture, at: usize) {
+        self.capture = Some((what, self.depth));
+        self.from = at;
+    }
+
+    /// Byte `b` at chunk index `at` starts a value at the current depth.
+    fn start_value(&mut self, b: u8, at: usize) -> Result<(), DecodeError> {
+        if self.capture.is_none() {
+            match (self.shape, self.depth) {
+                (_, 0) if b != b'{' => {
+                    return Err(self.syntax(at, "expected a JSON object"));
+                }
+                (BodyShape::Object, 0) => self.begin(Capture::Object, at),
+                (BodyShape::WatchStream, 0) => self.begin(Capture::Event, at),
+                (BodyShape::List, 1) if self.name == "items" => match b {
+                    b'[' => self.in_items = true,
+                    b'n' => {}
+                    _ => return Err(self.syntax(at, "`items` is neither an array nor null")),
+                },
+                (BodyShape::List, 1) => self.begin(Capture::Member, at),
+                (BodyShape::List, 2) if self.in_items => self.begin(Capture::Item, at),
+                // The list object itself, which is not captured.
+                _ => {}
+            }
+        }
+        self.state = match b {
+            b'{' | b'[' => {
+                if self.depth == MAX_DEPTH {
+                    return Err(self.syntax(at, "nested deeper than 256 levels"));
+                }
+                let bit = 1 << (self.depth % 64);
+                if b == b'{' {
+                    self.objects[self.depth / 64] |= bit;
+                } else {
+                    self.objects[self.depth / 64] &= !bit;
+                }
+                self.depth += 1;
+                if b == b'{' {
+                    State::ObjectStart
+                } else {
+                    State::ArrayStart
+                }
+            }
+            b'"' => State::Str { name: false },
+            b'-' => State::Number(Num::Minus),
+            b'0' => State::Number(Num::Zero),
+            b'1'..=b'9' => State::Number(Num::Int),
+            b't' => State::Literal(b"rue"),
+            b'f' => State::Literal(b"alse"),
+            b'n' => State::Literal(b"ull"),
+            _ => return Err(self.syntax(at, "expected a JSON value")),
+        };
+        Ok(())
+    }
+
+    /// Closes the innermost container, whose last byte ends before chunk index `end`.
+    fn close(
+        &mut self,
+        object: bool,
+        end: usize,
+        bytes: &[u8],
+        sink: &mut dyn FnMut(Unit<'_>),
+    ) -> Result<(), DecodeError> {
+        debug_assert_eq!(object, self.innermost_is_object());
+        self.depth -= 1;
+        self.end_value(end, bytes, sink)
+    }
+
+    /// A value at the current depth ended just before chunk index `end`.
+    fn end_value(
+        &mut self,
+        end: usize,
+        bytes: &[u8],
+        sink: &mut dyn FnMut(Unit<'_>),
+    ) -> Result<(), DecodeError> {
+        if let Some((what, depth)) = self.capture.filter(|&(_, d)| d == self.depth) {
+            debug_assert_eq!(depth, self.depth);
+            self.check_size(end)?;
+            let value: &[u8] = if self.buf.is_empty() {
+                &bytes[self.from..end]
+            } else {
+                self.buf.extend_from_slice(&bytes[self.from..end]);
+                &self.buf
+            };
+            sink(match what {
+                Capture::Object => Unit::Object(value),
+                Capture::Member => Unit::ListMember {
+                    key: &self.name,
+                    value,
+                },
+                Capture::Item => Unit::ListItem(value),
+                // Names end in `end_name`, never here.
+                Capture::Event | Capture::Name => Unit::WatchEvent(value),
+            });
+            self.release();
+        }
+        if self.shape == BodyShape::List && self.depth == 1 {
+            // Whatever ended at depth 1 was a member's value, the items array included.
+            self.in_items = false;
+        }
+        self.state = match (self.depth, self.shape) {
+            (0, BodyShape::WatchStream) => State::Top,
+            (0, _) => State::Trailing,
+            _ => State::AfterValue,
+        };
+        Ok(())
+    }
+
+    /// A member name ended just before chunk index `end`; decode it if it is captured.
+    fn end_name(&mut self, end: usize, bytes: &[u8]) -> Result<(), DecodeError> {
+        self.state = State::Colon;
+        if !matches!(self.capture, Some((Capture::Name, _))) {
+            return Ok(());
+        }
+        self.check_size(end)?;
+        if !self.buf.is_empty() {
+            self.buf.extend_from_slice(&bytes[self.from..end]);
+        }
+        let quoted: &[u8] = if self.buf.is_empty() {
+            &bytes[self.from..end]
+        } else {
+            &self.buf
+        };
+        self.name.clear();
+        let inner = &quoted[1..quoted.len() - 1];
+        if inner.contains(&b'\\') {
+            match serde_json::from_slice::<String>(quoted) {
+                Ok(name) => self.name = name,
+                Err(_) => return Err(self.syntax(end - 1, "invalid member name")),
+            }
+        } else {
+            match std::str::from_utf8(inner) {
+                Ok(name) => self.name.push_str(name),
+                Err(_) => return Err(self.syntax(end - 1, "member name is not UTF-8")),
+            }
+        }
+        self.release();
+        Ok(())
+    }
+
+    fn release(&mut self) {
+        self.capture = None;
+        if self.buf.capacity() > KEEP_BUFFER_BYTES {
+            self.buf = Vec::new();
+        } else {
+            self.buf.clear();
+        }
+    }
+}
+
+/// A [`JsonStream`] behind an optional gzip decoder.
+pub struct BodyDecoder {
+    json: JsonStream,
+    /// Inflates into its inner Vec, which is drained into `json` after every write.
+    gzip: Option<GzDecoder<Vec<u8>>>,
+    failed: Option<DecodeError>,
+    finished: bool,
+}
+
+impl fmt::Debug for BodyDecoder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BodyDecoder")
+            .field("json", &self.json)
+            .field("gzip", &self.gzip.is_some())
+            .field("failed", &self.failed)
+            .finish()
+    }
+}
+
+impl BodyDecoder {
+    /// A decoder for a body of `shape`, gzip-compressed if `gzip`, with units of at most
+    /// `max_unit_bytes` (after decompression).
+    pub fn new(shape: BodyShape, gzip: bool, max_unit_bytes: usize) -> Self {
+        BodyDecoder {
+            json: JsonStream::new(shape, max_unit_bytes),
+            gzip: gzip.then(|| GzDecoder::new(Vec::new())),
+            failed: None,
+            finished: false,
+        }
+    }
+
+    /// Consumes the next chunk of the body as received, handing completed units to `sink`.
+    pub fn feed(&mut self, raw: &[u8], sink: &mut dyn FnMut(Unit<'_>)) -> Result<(), DecodeError> {
+        if let Some(err) = &self.failed {
+            return Err(err.clone());
+        }
+        let result = match &mut self.gzip {
+            None => self.json.feed(raw, sink),
+            // Writing to the gzip decoder after `try_finish` may panic: refuse instead.
+            Some(_) if self.finished => Err(DecodeError::Syntax {
+                offset: self.json.offset,
+                what: "data after the end of the body",
+            }),
+            Some(gzip) => inflate(gzip, &mut self.json, raw, sink),
+        };
+        result.inspect_err(|err| self.failed = Some(err.clone()))
+    }
+
+    /// Declares the end of the body: checks that the gzip stream (if any) and the JSON both
+    /// ended cleanly, handing any last unit to `sink`.
+    pub fn finish(&mut self, sink: &mut dyn FnMut(Unit<'_>)) -> Result<(), DecodeError> {
+        if let Some(err) = &self.failed {
+            return Err(err.clone());
+        }
+        let mut result = Ok(());
+        match &mut self.gzip {
+            // `try_finish` twice would be harmless, but there is nothing left to inflate.
+            Some(gzip) if !self.finished => {
+                result = match gzip.try_finish() {
+                    Ok(()) => drain(gzip, &mut self.json, sink),
+                    Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => {
+                        Err(DecodeError::Truncated)
+                    }
+                    Err(err) => Err(DecodeError::Gzip(err.to_string())),
+                };
+            }
+            _ => {}
+        }
+        self.finished = true;
+        result = result.and_then(|()| self.json.finish());
+        result.inspect_err(|err| self.failed = Some(err.clone()))
+    }
+}
+
+fn inflate(
+    gzip: &mut GzDecoder<Vec<u8>>,
+    json: &mut JsonStream,
+    mut raw: &[u8],
+    sink: &mut dyn FnMut(Unit<'_>),
+) -> Result<(), DecodeError> {
+    let gzip_error = |err: std::io::Error| DecodeError::Gzip(err.to_string());
+    while !raw.is_empty() {
+        // One write inflates at most flate2's internal buffer (32 KiB), so a small compressed
+        // chunk cannot balloon into megabytes held at once.
+        let n = gzip.write(raw).map_err(gzip_error)?;
+        if n == 0 {
+            return Err(DecodeError::Gzip(
+                "data after the end of the gzip stream".into(),
+            ));
+        }
+        raw = &raw[n..];
+        drain(gzip, json, sink)?;
+    }
+    // Hand out what this chunk inflated now: a watch event must not wait for the next chunk.
+    gzip.flush().map_err(gzip_error)?;
+    drain(gzip, json, sink)
+}
+
+fn drain(
+    gzip: &mut GzDecoder<Vec<u8>>,
+    json: &mut JsonStream,
+    sink: &mut dyn FnMut(Unit<'_>),
+) -> Result<(), DecodeError> {
+    let out = gzip.get_mut();
+    if out.is_empty() {
+        return Ok(());
+    }
+    let result = json.feed(out, sink);
+    out.clear();
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A unit as an owned value, to compare what different feedings produce.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    enum Owned {
+        Object(String),
+        Member(String, String),
+        Item(String),
+        Event(String),
+    }
+
+    fn own(unit: Unit<'_>) -> Owned {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        match unit {
+            Unit::Object(b) => Owned::Object(text(b)),
+            Unit::ListMember { key, value } => Owned::Member(key.to_owned(), text(value)),
+            Unit::ListItem(b) => Owned::Item(text(b)),
+            Unit::WatchEvent(b) => Owned::Event(text(b)),
+        }
+    }
+
+    /// Feeds `chunks` in order, then finishes; returns the units and the first error.
+    fn decode_chunks<'a>(
+        shape: BodyShape,
+        max: usize,
+        chunks: impl IntoIterator<Item = &'a [u8]>,
+    ) -> (Vec<Owned>, Result<(), DecodeError>) {
+        let mut units = Vec::new();
+        let mut stream = JsonStream::new(shape, max);
+        let mut sink = |u: Unit<'_>| units.push(own(u));
+        let mut result = Ok(());
+        for chunk in chunks {
+            result = stream.feed(chunk, &mut sink);
+            if result.is_err() {
+                break;
+            }
+        }
+        if result.is_ok() {
+            result = stream.finish();
+        }
+        (units, result)
+    }
+
+    fn decode(shape: BodyShape, body: &str) -> (Vec<Owned>, Result<(), DecodeError>) {
+        decode_chunks(shape, 1 << 20, [body.as_bytes()])
+    }
+
+    /// Decodes `body` whole, byte by byte, and split at every point in two; all must agree.
+    fn check(shape: BodyShape, body: &str, expected: &[Owned], result: Result<(), DecodeError>) {
+        let bytes = body.as_bytes();
+        let whole = decode(shape, body);
+        assert_eq!(whole.0, expected, "units of {body:?}");
+        assert_eq!(whole.1, result, "result of {body:?}");
+        let singles = decode_chunks(shape, 1 << 20, bytes.chunks(1));
+        assert_eq!(singles, whole, "1-byte chunks of {body:?}");
+        for at in 0..=bytes.len() {
+            let (a, b) = bytes.split_at(at);
+            let split = decode_chunks(shape, 1 << 20, [a, b]);
+            assert_eq!(split, whole, "{body:?} split at {at}");
+        }
+    }
+
+    fn item(s: &str) -> Owned {
+        Owned::Item(s.to_owned())
+    }
+
+    fn member(k: &str, v: &str) -> Owned {
+        Owned::Member(k.to_owned(), v.to_owned())
+    }
+
+    fn event(s: &str) -> Owned {
+        Owned::Event(s.to_owned())
+    }
+
+    fn syntax(offset: u64, what: &'static str) -> Result<(), DecodeError> {
+        Err(DecodeError::Syntax { offset, what })
+    }
+
+    #[test]
+    fn object_body_is_one_unit() {
+        let body = r#"  {"kind":"Pod","metadata":{"name":"a"},"spec":{"x":[1,-2.5e3,true,null]}} "#;
+        check(
+            BodyShape::Object,
+            body,
+            &[Owned::Object(body.trim().to_owned())],
+            Ok(()),
+        );
+        check(
+            BodyShape::Object,
+            "{}",
+            &[Owned::Object("{}".into())],
+            Ok(()),
+        );
+        check(
+            BodyShape::Object,
+            "\n{ }\r\n",
+            &[Owned::Object("{ }".into())],
+            Ok(()),
+        );
+    }
+
+    #[test]
+    fn list_body_yields_members_and_items() {
+        let body = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"42"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}"#;
+        check(
+            BodyShape::List,
+            body,
+            &[
+                member("kind", r#""PodList""#),
+                member("apiVersion", r#""v1""#),
+                member("metadata", r#"{"resourceVersion":"42"}"#),
+                item(r#"{"metadata":{"name":"a"}}"#),
+                item(r#"{"metadata":{"name":"b"}}"#),
+            ],
+            Ok(()),
+        );
+    }
+
+    #[test]
+    fn list_items_before_kind_and_pretty_printed() {
+        let body = "{\n  \"items\" : [\n    {\"a\": [[1, 2], [3, [4]]]} ,\n    {\"b\": {}}\n  ],\n  \"kind\": \"List\",\n  \"metadata\": {}\n}\n";
+        check(
+            BodyShape::List,
+            body,
+            &[
+                item(r#"{"a": [[1, 2], [3, [4]]]}"#),
+                item(r#"{"b": {}}"#),
+                member("kind", r#""List""#),
+                member("metadata", "{}"),
+            ],
+            Ok(()),
+        );
+    }
+
+    #[test]
+    fn empty_and_null_items() {
+        for items in ["[]", "[ ]", "null"] {
+            let body = format!(r#"{{"kind":"PodList","items":{items},"metadata":{{}}}}"#);
+            check(
+                BodyShape::List,
+                &body,
+                &[member("kind", r#""PodList""#), member("metadata", "{}")],
+                Ok(()),
+            );
+        }
+        check(BodyShape::List, "{}", &[], Ok(()));
+    }
+
+    #[test]
+    fn list_items_of_any_json_value() {
+        check(
+            BodyShape::List,
+            r#"{"items":[1,"two",[3],null,false,-0.5E+2,{}],"n":7}"#,
+            &[
+                item("1"),
+                item(r#""two""#),
+                item("[3]"),
+                item("null"),
+                item("false"),
+                item("-0.5E+2"),
+                item("{}"),
+                member("n", "7"),
+            ],
+            Ok(()),
+        );
+    }
+
+    #[test]
+    fn escaped_member_names_are_decoded() {
+        // `it\u0065ms` is `items`; the value is the items array, not a member.
+        check(
+            BodyShape::List,
+            r#"{"it\u0065ms":[{}],"k\"ey":1,"é":2}"#,
+            &[item("{}"), member("k\"ey", "1"), member("é", "2")],
+            Ok(()),
+        );
+    }
+
+    #[test]
+    fn strings_with_brackets_quotes_and_escapes() {
+        let tricky =
+            r#"{"s":"{[}]\"\\","t":"\\\"]}","u":"\u00e9\uD83D\uDE00 é 😀","v":"\/\b\f\n\r\t"}"#;
+        check(
+            BodyShape::List,
+            &format!(r#"{{"items":[{tricky},"}}]\\"],"kind":"{{\"\\"}}"#),
+            &[
+                item(tricky),
+                item(r#""}]\\""#),
+                member("kind", r#""{\"\\""#),
+            ],
+            Ok(()),
+        );
+        check(
+            BodyShape::Object,
+            tricky,
+            &[Owned::Object(tricky.into())],
+            Ok(()),
+        );
+    }
+
+    #[test]
+    fn watch_stream_yields_each_event() {
+        let a = r#"{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a"}}}"#;
+        let b = r#"{"type":"MODIFIED","object":{"s":"}\n{"}}"#;
+        let body = format!("{a}\n{b}\n\n  {a}{b}");
+        check(
+            BodyShape::WatchStream,
+            &body,
+            &[event(a), event(b), event(a), event(b)],
+            Ok(()),
+        );
+        check(BodyShape::WatchStream, "", &[], Ok(()));
+        check(BodyShape::WatchStream, " \n", &[], Ok(()));
+    }
+
+    #[test]
+    fn truncated_bodies_keep_what_was_emitted() {
+        let a = r#"{"type":"ADDED","object":{}}"#;
+        check(
+            BodyShape::WatchStream,
+            &format!("{a}\n{{\"type\":\"DEL"),
+            &[event(a)],
+            Err(DecodeError::Truncated),
+        );
+        check(
+            BodyShape::List,
+            r#"{"kind":"PodList","items":[{"a":1},{"b":"#,
+            &[member("kind", r#""PodList""#), item(r#"{"a":1}"#)],
+            Err(DecodeError::Truncated),
+        );
+        check(
+            BodyShape::List,
+            r#"{"items":[{"a":1}]"#,
+            &[item(r#"{"a":1}"#)],
+            Err(DecodeError::Truncated),
+        );
+        check(BodyShape::List, "", &[], Err(DecodeError::Truncated));
+        check(BodyShape::Object, " ", &[], Err(DecodeError::Truncated));
+        check(
+            BodyShape::Object,
+            r#"{"a":"b\"#,
+            &[],
+            Err(DecodeError::Truncated),
+        );
+        check(
+            BodyShape::List,
+            r#"{"n":12"#,
+            &[],
+            Err(DecodeError::Truncated),
+        );
+        check(
+            BodyShape::List,
+            r#"{"n":tr"#,
+            &[],
+            Err(DecodeError::Truncated),
+        );
+    }
+
+    #[test]
+    fn malformed_bodies_are_syntax_errors_at_the_offending_byte() {
+        let cases: &[(BodyShape, &str, Result<(), DecodeError>)] = &[
+            (BodyShape::Object, "[]", syntax(0, "expected a JSON object")),
+            (
+                BodyShape::Object,
+                "  x",
+                syntax(2, "expected a JSON object"),
+            ),
+            (
+                BodyShape::Object,
+                r#"{"a":1]"#,
+                syntax(6, "mismatched closing bracket"),
+            ),
+            (
+                BodyShape::Object,
+                r#"{"a":[1}"#,
+                syntax(7, "mismatched closing bracket"),
+            ),
+            (
+                BodyShape::Object,
+                r#"{"a" 1}"#,
+                syntax(5, "expected ':' after a member name"),
+            ),
+            (
+                BodyShape::Object,
+                r#"{"a":1,}"#,
+                syntax(7, "expected a member name"),
+            ),
+            (
+                BodyShape::Object,
+                r#"{,}"#,
+                syntax(1, "expected a member name"),
+            ),
+            (
+                BodyShape::Object,
+                r#"{1:2}"#,
+                syntax(1, "expected a member name"),
+            ),
+            (
+                BodyShape::Object,
+                r#"{"a":[1,]}"#,
+                syntax(8, "expected a JSON value"),
+            ),
+            (
+                BodyShape::Object,
+                r#"{"a":[,]}"#,
+                syntax(6, "expected a JSON value"),
+            ),
+            (
+                BodyShape::Object,
+                r#"{"a":1 2}"#,
+                syntax(7, "expected ',' or a closing bracket"),
+            ),
+            (
+                BodyShape::Object,
+                r#"{"a":01}"#,
+                syntax(6, "expected ',' or a closing bracket"),
+            ),
+            (BodyShape::Object, r#"{"a":-}"#, syntax(6, "invalid number")),
+            (
+                BodyShape::Object,
+                r#"{"a":1.}"#,
+                syntax(7, "invalid number"),
+            ),
+            (
+                BodyShape::Object,
+                r#"{"a":1e}"#,
+                syntax(7, "invalid number"),
+            ),
+            (
+                BodyShape::Object,
+                r#"{"a":.5}"#,
+                syntax(5, "expected a JSON value"),
+            ),
+            (
+                BodyShape::Object,
+                r#"{"a":tru}"#,
+                syntax(8, "invalid literal"),
+            ),
+            (
+                BodyShape::Object,
+                r#"{"a":nul1}"#,
+                syntax(8, "invalid literal"),
+            ),
+            (
+                BodyShape::Object,
+                r#"{"a":"\x"}"#,
+                syntax(7, "invalid escape in a string"),
+            ),
+            (
+                BodyShape::Object,
+                r#"{"a":"\u12G4"}"#,
+                syntax(10, "invalid \\u escape in a string"),
+            ),
+            (
+                BodyShape::Object,
+                "{\"a\":\"\n\"}",
+                syntax(6, "control character in a string"),
+            ),
+            (
+                BodyShape::List,
+                r#"{"items":{}}"#,
+                syntax(9, "`items` is neither an array nor null"),
+            ),
+            (
+                BodyShape::List,
+                r#"{"items":"x"}"#,
+                syntax(9, "`items` is neither an array nor null"),
+            ),
+            (
+                BodyShape::List,
+                r#"[{"items":[]}]"#,
+                syntax(0, "expected a JSON object"),
+            ),
+        ];
+        for (shape, body, expected) in cases {
+            check(*shape, body, &[], expected.clone());
+        }
+        // Units before the error stay emitted: the document is out before the trailing junk.
+        check(
+            BodyShape::Object,
+            "{} {}",
+            &[Owned::Object("{}".into())],
+            syntax(3, "data after the end of the document"),
+        );
+        check(
+            BodyShape::WatchStream,
+            "{}\n[]",
+            &[event("{}")],
+            syntax(3, "expected a JSON object"),
+        );
+        check(
+            BodyShape::WatchStream,
+            "{}}",
+            &[event("{}")],
+            syntax(2, "expected a JSON object"),
+        );
+        check(
+            BodyShape::Object,
+            "{}x",
+            &[Owned::Object("{}".into())],
+            syntax(2, "data after the end of the document"),
+        );
+        check(
+            BodyShape::List,
+            r#"{"items":[{},{]}"#,
+            &[item("{}")],
+            syntax(14, "expected a member name"),
+        );
+        let err = DecodeError::Syntax {
+            offset: 7,
+            what: "invalid number",
+        };
+        assert_eq!(
+            err.to_string(),
+            "invalid JSON body at byte 7: invalid number"
+        );
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let ok = format!(
+            "{{\"a\":{}{}}}",
+            "[".repeat(MAX_DEPTH - 1),
+            "]".repeat(MAX_DEPTH - 1)
+        );
+        let (units, result) = decode(BodyShape::Object, &ok);
+        assert_eq!((units.len(), result), (1, Ok(())));
+        let deep = format!("{{\"a\":{}", "[".repeat(MAX_DEPTH));
+        let (units, result) = decode(BodyShape::Object, &deep);
+        assert!(units.is_empty());
+        assert_eq!(
+            result,
+            syntax(5 + MAX_DEPTH as u64 - 1, "nested deeper than 256 levels")
+        );
+    }
+
+    #[test]
+    fn errors_are_sticky() {
+        let mut stream = JsonStream::new(BodyShape::Object, 100);
+        let mut sink = |_: Unit<'_>| panic!("no unit expected");
+        let first = stream.feed(b"]", &mut sink);
+        assert_eq!(first, syntax(0, "expected a JSON object"));
+        assert_eq!(stream.feed(b"{}", &mut sink), first);
+        assert_eq!(stream.finish(), first);
+
+        let mut stream = JsonStream::new(BodyShape::Object, 100);
+        let mut units = 0;
+        let mut count = |_: Unit<'_>| units += 1;
+        stream.feed(b"{}", &mut count).unwrap();
+        stream.finish().unwrap();
+        assert_eq!(
+            stream.feed(b"{}", &mut count),
+            syntax(2, "data after the end of the body")
+        );
+        assert_eq!(units, 1);
+    }
+
+    #[test]
+    fn units_larger_than_the_limit_are_refused() {
+        let body = r#"{"items":[{"a":"123"},{"a":"1234"},{"b":1}]}"#;
+        // `{"a":"123"}` is 11 bytes: allowed at 11, refused at 10, whatever the chunking.
+        for max in [11, 10] {
+            let whole = decode_chunks(BodyShape::List, max, [body.as_bytes()]);
+            let singles = decode_chunks(BodyShape::List, max, body.as_bytes().chunks(1));
+            assert_eq!(whole, singles, "max {max}");
+            if max == 11 {
+                assert_eq!(whole.0, [item(r#"{"a":"123"}"#)]);
+            } else {
+                assert!(whole.0.is_empty());
+            }
+            assert_eq!(whole.1, Err(DecodeError::UnitTooLarge { limit: max }));
+        }
+        // Member names count against the limit too.
+        let long_name = format!(r#"{{"{}":1}}"#, "k".repeat(20));
+        let (_, result) = decode_chunks(BodyShape::List, 10, [long_name.as_bytes()]);
+        assert_eq!(result, Err(DecodeError::UnitTooLarge { limit: 10 }));
+        // A unit of exactly the limit passes, also as an Object.
+        let (units, result) = decode_chunks(BodyShape::Object, 2, [b"{}".as_slice()]);
+        assert_eq!((units.len(), result), (1, Ok(())));
+        let (_, result) = decode_chunks(BodyShape::Object, 1, [b"{}".as_slice()]);
+        assert_eq!(result, Err(DecodeError::UnitTooLarge { limit: 1 }));
+    }
+
+    #[test]
+    fn big_list_streams_with_bounded_buffer() {
+        // 2,000 items of ~1 KiB fed in 4 KiB chunks: the buffer only ever holds one item.
+        let item_text = format!(
+            r#"{{"metadata":{{"name":"x"}},"data":"{}"}}"#,
+            "z".repeat(1000)
+        );
+        let mut body = String::from(r#"{"kind":"ConfigMapList","items":["#);
+        for i in 0..2000 {
+            if i > 0 {
+                body.push(',');
+            }
+            body.push_str(&item_text);
+        }
+        body.push_str("]}");
+        let mut stream = JsonStream::new(BodyShape::List, 2048);
+        let mut items = 0;
+        let mut sink = |u: Unit<'_>| {
+            if let Unit::ListItem(b) = u {
+                assert_eq!(b, item_text.as_bytes());
+                items += 1;
+            }
+        };
+        for chunk in body.as_bytes().chunks(4096) {
+            stream.feed(chunk, &mut sink).unwrap();
+            assert!(stream.buf.len() <= 2048);
+        }
+        stream.finish().unwrap();
+        assert_eq!(items, 2000);
+    }
+
+    #[test]
+    fn huge_unit_buffer_is_released() {
+        let big = format!(r#"{{"items":[{{"a":"{}"}},{{}}]}}"#, "x".repeat(2 << 20));
+        let mut stream = JsonStream::new(BodyShape::List, 4 << 20);
+        let mut units = Vec::new();
+        let mut sink = |u: Unit<'_>| units.push(own(u));
+        for chunk in big.as_bytes().chunks(64 * 1024) {
+            stream.feed(chunk, &mut sink).unwrap();
+        }
+        stream.finish().unwrap();
+        assert_eq!(units.len(), 2);
+        assert!(stream.buf.capacity() <= KEEP_BUFFER_BYTES);
+    }
+
+    /// A deterministic xorshift generator, so failures replay.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_panic() {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        for round in 0..2000 {
+            let len = rng.below(64);
+            let body: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            for shape in [BodyShape::Object, BodyShape::List, BodyShape::WatchStream] {
+                let chunk = 1 + round % 7;
+                let _ = decode_chunks(shape, 32, body.chunks(chunk));
+                let mut gz = BodyDecoder::new(shape, true, 32);
+                let _ = gz.feed(&body, &mut |_| {});
+                let _ = gz.finish(&mut |_| {});
+            }
+        }
+        // Damaged gzip, fed in odd chunks: an error, or (a flip in an unchecked header field or
+        // in padding bits) exactly the undamaged units.
+        let compressed = gzip(sample_list(20).as_bytes());
+        let intact = decode_body(BodyShape::List, true, [compressed.clone()]);
+        let mut refused = 0;
+        for _ in 0..500 {
+            let mut damaged = compressed.clone();
+            for _ in 0..1 + rng.below(4) {
+                let at = rng.below(damaged.len());
+                damaged[at] ^= 1 << rng.below(8);
+            }
+            let chunk = 1 + rng.below(40);
+            let chunks = damaged.chunks(chunk).map(<[u8]>::to_vec);
+            let decoded = decode_body(BodyShape::List, true, chunks);
+            if decoded.1.is_ok() {
+                assert_eq!(decoded, intact, "damage passed the checksum");
+            } else {
+                refused += 1;
+            }
+        }
+        assert!(
+            refused > 400,
+            "only {refused} of 500 damaged bodies refused"
+        );
+    }
+
+    /// Whether serde_json reads `body` as a JSON object; None when it refuses a number that
+    /// is grammatical but out of f64 range (such as 1e999), which this decoder accepts.
+    fn serde_verdict(body: &[u8]) -> Option<bool> {
+        match serde_json::from_slice::<serde_json::Value>(body) {
+            Ok(value) => Some(value.is_object()),
+            Err(err) if err.to_string().contains("number out of range") => None,
+            Err(_) => Some(false),
+        }
+    }
+
+    /// Mutated valid JSON: our verdict on an Object body must be serde_json's, and every unit
+    /// we emit must parse.
+    #[test]
+    fn mutated_json_agrees_with_serde_json() {
+        let seed = br#"{"kind":"PodList","items":[{"a":[1,-2.5e+3,{"b":"c\"d\\"}],"t":true},null,"s"],"m":{"x":false,"y":0.5E1}}"#;
+        let alphabet = b"{}[]:,\"\\ 0123456789-+.eEtrufalsn\n";
+        let mut rng = Rng(42);
+        let mut agreed_ok = 0;
+        for _ in 0..20_000 {
+            let mut body = seed.to_vec();
+            for _ in 0..1 + rng.below(3) {
+                let at = rng.below(body.len() + 1);
+                match rng.below(3) {
+                    0 if at < body.len() => {
+                        body.remove(at);
+                    }
+                    1 if at < body.len() => body[at] = alphabet[rng.below(alphabet.len())],
+                    _ => body.insert(at, alphabet[rng.below(alphabet.len())]),
+                }
+            }
+            let ours = decode_chunks(BodyShape::Object, 1 << 20, [body.as_slice()]);
+            let Some(theirs_ok) = serde_verdict(&body) else {
+                continue;
+            };
+            assert_eq!(
+                ours.1.is_ok(),
+                theirs_ok,
+                "verdicts differ on {:?}: ours {:?}",
+                String::from_utf8_lossy(&body),
+                ours.1,
+            );
+            agreed_ok += usize::from(theirs_ok);
+            for shape in [BodyShape::List, BodyShape::WatchStream] {
+                for unit in decode_chunks(shape, 1 << 20, body.chunks(5)).0 {
+                    let raw = match &unit {
+                        Owned::Member(_, v) => v,
+                        Owned::Item(v) | Owned::Event(v) | Owned::Object(v) => v,
+                    };
+                    assert!(
+                        serde_verdict(raw.as_bytes()).is_some(),
+                        "unit {unit:?} of {:?} does not parse",
+                        String::from_utf8_lossy(&body)
+                    );
+                }
+            }
+        }
+        // The mutations must leave a fair share of valid documents, or the test proves little.
+        assert!(agreed_ok > 1000, "only {agreed_ok} valid mutants");
+    }
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(data).unwrap();
+        encoder.finish().unwrap()
+    }
+
+    fn decode_body(
+        shape: BodyShape,
+        gz: bool,
+        chunks: impl IntoIterator<Item = Vec<u8>>,
+    ) -> (Vec<Owned>, Result<(), DecodeError>) {
+        let mut units = Vec::new();
+        let mut decoder = BodyDecoder::new(shape, gz, 1 << 20);
+        let mut sink = |u: Unit<'_>| units.push(own(u));
+        let mut result = Ok(());
+        for chunk in chunks {
+            result = decoder.feed(&chunk, &mut sink);
+            if result.is_err() {
+                break;
+            }
+        }
+        if result.is_ok() {
+            result = decoder.finish(&mut sink);
+        }
+        (units, result)
+    }
+
+    fn sample_list(n: usize) -> String {
+        let items: Vec<String> = (0..n)
+            .map(|i| format!(r#"{{"metadata":{{"name":"pod-{i}","labels":{{"app":"web"}}}}}}"#))
+            .collect();
+        format!(
+            r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{"resourceVersion":"7"}},"items":[{}]}}"#,
+            items.join(",")
+        )
+    }
+
+    #[test]
+    fn gzip_body_in_small_chunks_decodes_to_the_same_units() {
+        let body = sample_list(500);
+        let plain = decode_body(BodyShape::List, false, [body.as_bytes().to_vec()]);
+        assert_eq!(plain.1, Ok(()));
+        assert_eq!(plain.0.len(), 503);
+        let compressed = gzip(body.as_bytes());
+        for size in [1, 3, 100, 4096, compressed.len()] {
+            let chunks = compressed.chunks(size).map(<[u8]>::to_vec);
+            assert_eq!(
+                decode_body(BodyShape::List, true, chunks),
+                plain,
+                "chunks of {size}"
+            );
+        }
+    }
+
+    #[test]
+    fn gzip_watch_events_come_out_without_waiting_for_the_next_chunk() {
+        let a = r#"{"type":"ADDED","object":{"metadata":{"name":"a"}}}"#;
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(format!("{a}\n").as_bytes()).unwrap();
+        encoder.flush().unwrap();
+        let first = encoder.get_ref().len();
+        encoder.write_all(format!("{a}\n").as_bytes()).unwrap();
+        let compressed = encoder.finish().unwrap();
+
+        let mut decoder = BodyDecoder::new(BodyShape::WatchStream, true, 1 << 20);
+        let mut units = Vec::new();
+        decoder
+            .feed(&compressed[..first], &mut |u| units.push(own(u)))
+            .unwrap();
+        assert_eq!(units, [event(a)]);
+        decoder
+            .feed(&compressed[first..], &mut |u| units.push(own(u)))
+            .unwrap();
+        decoder.finish(&mut |u| units.push(own(u))).unwrap();
+        assert_eq!(units, [event(a), event(a)]);
+    }
+
+    #[test]
+    fn gzip_damage_is_reported() {
+        let body = sample_list(50);
+        let compressed = gzip(body.as_bytes());
+
+        // Cut short: the units before the cut are out, then the body is truncated.
+        let cut = compressed[..compressed.len() / 2].to_vec();
+        let (units, result) = decode_body(BodyShape::List, true, [cut]);
+        assert!(!units.is_empty() && units.len() < 53);
+        assert_eq!(result, Err(DecodeError::Truncated));
+
+        // Not gzip at all.
+        let (_, result) = decode_body(BodyShape::List, true, [body.as_bytes().to_vec()]);
+        assert!(matches!(result, Err(DecodeError::Gzip(_))), "{result:?}");
+
+        // A flipped bit in the trailer's checksum.
+        let mut bad_crc = compressed.clone();
+        let at = bad_crc.len() - 6;
+        bad_crc[at] ^= 1;
+        let (units, result) = decode_body(BodyShape::List, true, [bad_crc]);
+        assert_eq!(units.len(), 53);
+        assert!(matches!(result, Err(DecodeError::Gzip(_))), "{result:?}");
+
+        // Bytes after the gzip stream.
+        let mut trailing = compressed.clone();
+        trailing.extend_from_slice(b"garbage!!");
+        let (_, result) = decode_body(BodyShape::List, true, [trailing]);
+        assert!(matches!(result, Err(DecodeError::Gzip(_))), "{result:?}");
+
+        // An empty body.
+        let (_, result) = decode_body(BodyShape::Object, true, Vec::<Vec<u8>>::new());
+        assert_eq!(result, Err(DecodeError::Truncated));
+
+        // Valid gzip around invalid JSON is a syntax error.
+        let (_, result) = decode_body(BodyShape::Object, true, [gzip(b"[1]")]);
+        assert_eq!(result, syntax(0, "expected a JSON object"));
+    }
+
+    #[test]
+    fn plain_body_decoder_passes_through() {
+        let body = r#"{"kind":"Pod"}"#;
+        let (units, result) = decode_body(
+            BodyShape::Object,
+            false,
+            body.as_bytes().chunks(2).map(<[u8]>::to_vec),
+        );
+        assert_eq!((units, result), (vec![Owned::Object(body.into())], Ok(())));
+        assert_eq!(
+            DecodeError::UnitTooLarge { limit: 5 }.to_string(),
+            "an object in the body is larger than the 5 byte limit"
+        );
+    }
+}

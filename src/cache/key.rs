@@ -1,0 +1,251 @@
+//! Cache keys: which file an object or a non-resource document lives in.
+//!
+//! Pure values and string checks, no I/O. A key names a path under the cache root in
+//! YurtHub's layout, `<component>/<resource>.<version>.<group>/[<namespace>/]<name>`, and
+//! [`is_safe_segment`] is the rule every piece of such a path must pass before the store
+//! touches the disk. The request parser validates names more strictly (DNS-1123); this
+//! module is the store's own last line of defence, not the place for Kubernetes naming rules.
+
+/// Longest segment accepted: a DNS-1123 subdomain, the longest Kubernetes object name.
+const MAX_SEGMENT_BYTES: usize = 253;
+
+/// One component's cache of one kind: the directory `<component>/<resource>.<version>.<group>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CollectionKey {
+    /// The caching component (User-Agent before the first `/`, lower-cased), e.g. `kubelet`.
+    pub component: String,
+    /// The plural resource name, e.g. `pods`.
+    pub resource: String,
+    /// The API version, e.g. `v1`.
+    pub version: String,
+    /// The API group; empty for the core group.
+    pub group: String,
+}
+
+impl CollectionKey {
+    /// Builds a key from borrowed parts.
+    pub fn new(component: &str, resource: &str, version: &str, group: &str) -> CollectionKey {
+        CollectionKey {
+            component: component.to_owned(),
+            resource: resource.to_owned(),
+            version: version.to_owned(),
+            group: group.to_owned(),
+        }
+    }
+
+    /// The kind directory's name: `pods.v1.core`, `deployments.v1.apps`.
+    pub fn dir_name(&self) -> String {
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
+        format!("{}.{}.{}", self.resource, self.version, group)
+    }
+
+    /// The first field that is not a safe path segment, as (field, value).
+    ///
+    /// The group may be empty (the core group); everything else must be a safe segment.
+    pub fn unsafe_field(&self) -> Option<(&'static str, &str)> {
+        [
+            ("component", self.component.as_str()),
+            ("resource", self.resource.as_str()),
+            ("version", self.version.as_str()),
+        ]
+        .into_iter()
+        .find(|(_, value)| !is_safe_segment(value))
+        .or_else(|| {
+            let group = self.group.as_str();
+            (!group.is_empty() && !is_safe_segment(group)).then_some(("group", group))
+        })
+    }
+}
+
+/// One cached object: a file in a collection's directory, or in a namespace directory below it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// The collection the object belongs to.
+    pub collection: CollectionKey,
+    /// The namespace; `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// The object's name.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// The first field that is not a safe path segment, as (field, value).
+    pub fn unsafe_field(&self) -> Option<(&'static str, &str)> {
+        self.collection.unsafe_field().or_else(|| {
+            match self.namespace.as_deref() {
+                Some(ns) if !is_safe_segment(ns) => Some(("namespace", ns)),
+                _ => None,
+            }
+            .or_else(|| (!is_safe_segment(&self.name)).then_some(("name", self.name.as_str())))
+        })
+    }
+}
+
+/// Whether `s` can be used as one path segment below the cache root.
+///
+/// Non-empty, at most 253 bytes, not `.` or `..`, no leading `.` (the store's own
+/// temporary and journal names start with one), and no `/`, `\`, `%`, NUL or other
+/// control character. Anything passing this names an entry directly inside its parent
+/// directory, so a key made of such segments cannot reach outside the root.
+pub fn is_safe_segment(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_SEGMENT_BYTES
+        && !s.starts_with('.')
+        && !s
+            .chars()
+            .any(|c| matches!(c, '/' | '\\' | '%') || c.is_control())
+}
+
+/// The file name a non-resource document is cached under, directly in the cache root.
+///
+/// `/version` is `version` (as YurtHub names it); any other path is its segments joined
+/// with `_` behind a leading `_`: `/api` → `_api`, `/apis/discovery.k8s.io/v1` →
+/// `_apis_discovery.k8s.io_v1`. `path` is the URL path without a query. `None` when the
+/// path is not absolute or a segment is unsafe (empty segments included, so `//` and a
+/// trailing `/` are refused).
+pub fn non_resource_file_name(path: &str) -> Option<String> {
+    let rest = path.strip_prefix('/')?;
+    if !rest.split('/').all(is_safe_segment) {
+        return None;
+    }
+    let name = if rest == "version" {
+        rest.to_owned()
+    } else {
+        format!("_{}", rest.replace('/', "_"))
+    };
+    is_safe_segment(&name).then_some(name)
+}
+
+/// Whether resourceVersion `candidate` is newer than `than`.
+///
+/// Kubernetes calls resourceVersions opaque, but every apiserver in use hands out
+/// integers. Both must parse as `u64` to be compared; anything else is "not newer", so
+/// an unreadable version never blocks an update.
+pub fn rv_newer(candidate: &str, than: &str) -> bool {
+    match (candidate.parse::<u64>(), than.parse::<u64>()) {
+        (Ok(candidate), Ok(than)) => candidate > than,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dir_names() {
+        let check = |group: &str, expected: &str| {
+            assert_eq!(
+                CollectionKey::new("kubelet", "pods", "v1", group).dir_name(),
+                expected
+            );
+        };
+        check("", "pods.v1.core");
+        check("apps", "pods.v1.apps");
+        check("discovery.k8s.io", "pods.v1.discovery.k8s.io");
+    }
+
+    #[test]
+    fn safe_segments() {
+        let check = |s: &str, expected: bool| assert_eq!(is_safe_segment(s), expected, "{s:?}");
+        check("kube-system", true);
+        check("coredns-5d78c9869d-abcde", true);
+        check("system:node:edge-1", true);
+        check("with space", true);
+        check(&"a".repeat(253), true);
+        check(&"a".repeat(254), false);
+        check("", false);
+        check(".", false);
+        check("..", false);
+        check(".hidden", false);
+        check(".staging", false);
+        check("a/b", false);
+        check("/", false);
+        check("a\\b", false);
+        check("a%2Fb", false);
+        check("a\0b", false);
+        check("a\nb", false);
+        check("a\tb", false);
+        check("a\u{7f}b", false);
+        check("a\u{85}b", false);
+        check("ü", true);
+    }
+
+    #[test]
+    fn unsafe_fields_are_named() {
+        let good = ObjectKey {
+            collection: CollectionKey::new("kubelet", "pods", "v1", ""),
+            namespace: Some("default".into()),
+            name: "web".into(),
+        };
+        assert_eq!(good.unsafe_field(), None);
+        let check = |edit: &dyn Fn(&mut ObjectKey), field: &str| {
+            let mut key = good.clone();
+            edit(&mut key);
+            assert_eq!(key.unsafe_field().map(|(f, _)| f), Some(field));
+        };
+        check(&|k| k.collection.component = "..".into(), "component");
+        check(&|k| k.collection.resource = "a/b".into(), "resource");
+        check(&|k| k.collection.version = String::new(), "version");
+        check(&|k| k.collection.group = ".apps".into(), "group");
+        check(&|k| k.namespace = Some("a\0".into()), "namespace");
+        check(&|k| k.namespace = Some(String::new()), "namespace");
+        check(&|k| k.name = "../../etc/passwd".into(), "name");
+        let mut cluster = good.clone();
+        cluster.namespace = None;
+        assert_eq!(cluster.unsafe_field(), None);
+    }
+
+    #[test]
+    fn non_resource_names() {
+        let check = |path: &str, expected: Option<&str>| {
+            assert_eq!(
+                non_resource_file_name(path).as_deref(),
+                expected,
+                "{path:?}"
+            );
+        };
+        check("/version", Some("version"));
+        check("/api", Some("_api"));
+        check("/apis", Some("_apis"));
+        check("/api/v1", Some("_api_v1"));
+        check(
+            "/apis/discovery.k8s.io/v1",
+            Some("_apis_discovery.k8s.io_v1"),
+        );
+        check("version", None);
+        check("/", None);
+        check("", None);
+        check("/api/", None);
+        check("//version", None);
+        check("/apis/../version", None);
+        check("/apis/./v1", None);
+        check("/apis/%2e%2e", None);
+        check("/api\0", None);
+        check(&format!("/{}", "a".repeat(253)), None);
+    }
+
+    #[test]
+    fn resource_versions() {
+        let check = |candidate: &str, than: &str, expected: bool| {
+            assert_eq!(
+                rv_newer(candidate, than),
+                expected,
+                "{candidate:?} > {than:?}"
+            );
+        };
+        check("10", "9", true);
+        check("9", "10", false);
+        check("10", "10", false);
+        check("18446744073709551615", "1", true);
+        check("", "1", false);
+        check("1", "", false);
+        check("abc", "1", false);
+        check("2", "abc", false);
+        check("-1", "0", false);
+    }
+}

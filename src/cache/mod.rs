@@ -1,0 +1,10 @@
+//! The disk cache: who is cached ([`agents`], [`agents_watch`]), how response bodies are
+//! decoded ([`decode`]), where objects live on disk ([`key`], [`store`]) and the writer thread
+//! that persists them ([`writer`]).
+
+pub mod agents;
+pub mod agents_watch;
+pub mod decode;
+pub mod key;
+pub mod store;
+pub mod writer;

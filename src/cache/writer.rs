@@ -1,0 +1,771 @@
+//! The cache write path: connection threads tee response bodies into a bounded channel
+//! ([`CacheTx`], [`Session`]) and one writer thread ([`run`]) decodes them incrementally and
+//! persists each object through the store. The writer is the only code that writes the cache.
+//!
+//! The client never waits for the disk: every send is a `try_send`. When the queue is full
+//! the response's session is abandoned (counted in `tinyhub_cache_sessions_abandoned_total`)
+//! and nothing half-received is committed: a list's staged objects are dropped, a watch keeps
+//! the events that arrived whole.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::decode::{BodyDecoder, BodyShape, Unit};
+use super::key::{CollectionKey, ObjectKey, rv_newer};
+use super::store::{PutOutcome, Replace, Store};
+use crate::metrics::{METRICS, Metrics};
+use crate::route::CacheTarget;
+
+/// Largest single object (or watch event) the writer assembles; etcd refuses objects above
+/// 1.5 MiB, so this leaves room for any real one.
+pub const MAX_OBJECT_BYTES: usize = 8 * 1024 * 1024;
+
+/// Messages from connection threads to the writer.
+pub enum CacheMsg {
+    /// A response to persist begins.
+    Begin {
+        /// Session id.
+        id: u64,
+        /// What to persist.
+        target: CacheTarget,
+        /// HTTP status of the answer.
+        status: u16,
+        /// The body is gzip-encoded.
+        gzip: bool,
+        /// Set by the connection thread when it gives the session up.
+        abandoned: Arc<AtomicBool>,
+    },
+    /// The next bytes of that response's body.
+    Chunk {
+        /// Session id.
+        id: u64,
+        /// Body bytes, in order.
+        data: Vec<u8>,
+    },
+    /// The body ended; `complete` is false when it broke off.
+    End {
+        /// Session id.
+        id: u64,
+        /// The body arrived whole.
+        complete: bool,
+    },
+    /// One whole object to store (an offline create).
+    Put {
+        /// Where it belongs.
+        collection: CollectionKey,
+        /// The object's JSON.
+        bytes: Vec<u8>,
+    },
+}
+
+/// The sending side, cloned into every connection thread.
+#[derive(Clone)]
+pub struct CacheTx {
+    tx: Sender<CacheMsg>,
+    next_id: Arc<AtomicU64>,
+}
+
+/// Creates the queue: `capacity` messages (each at most one read buffer of body bytes).
+pub fn channel(capacity: usize) -> (CacheTx, Receiver<CacheMsg>) {
+    let (tx, rx) = crossbeam_channel::bounded(capacity);
+    (
+        CacheTx {
+            tx,
+            next_id: Arc::new(AtomicU64::new(1)),
+        },
+        rx,
+    )
+}
+
+impl CacheTx {
+    /// Starts persisting a response, or None when the queue is full right now.
+    pub fn begin(&self, target: CacheTarget, status: u16, gzip: bool) -> Option<Session> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let msg = CacheMsg::Begin {
+            id,
+            target,
+            status,
+            gzip,
+            abandoned: Arc::clone(&abandoned),
+        };
+        if !send(&self.tx, msg) {
+            Metrics::inc(&METRICS.cache_sessions_abandoned);
+            return None;
+        }
+        Some(Session {
+            id,
+            tx: self.tx.clone(),
+            abandoned,
+            done: false,
+        })
+    }
+
+    /// Stores one whole object; false when the queue is full.
+    pub fn put(&self, collection: CollectionKey, bytes: Vec<u8>) -> bool {
+        send(&self.tx, CacheMsg::Put { collection, bytes })
+    }
+}
+
+fn send(tx: &Sender<CacheMsg>, msg: CacheMsg) -> bool {
+    match tx.try_send(msg) {
+        Ok(()) => {
+            METRICS
+                .cache_writer_queue_depth
+                .fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
+    }
+}
+
+/// One response being persisted, owned by the connection thread that forwards it.
+pub struct Session {
+    id: u64,
+    tx: Sender<CacheMsg>,
+    abandoned: Arc<AtomicBool>,
+    done: bool,
+}
+
+impl Session {
+    /// Copies `data` to the writer; false once the session is abandoned (queue full).
+    pub fn chunk(&mut self, data: &[u8]) -> bool {
+        if self.done {
+            return false;
+        }
+        if !send(
+            &self.tx,
+            CacheMsg::Chunk {
+                id: self.id,
+                data: data.to_vec(),
+            },
+        ) {
+            self.abandon();
+            return false;
+        }
+        true
+    }
+
+    /// The body is over: whole (`complete`) or broken off.
+    pub fn finish(mut self, complete: bool) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        if !send(
+            &self.tx,
+            CacheMsg::End {
+                id: self.id,
+                complete,
+            },
+        ) {
+            self.abandon();
+        }
+    }
+
+    fn abandon(&mut self) {
+        self.done = true;
+        if !self.abandoned.swap(true, Ordering::AcqRel) {
+            Metrics::inc(&METRICS.cache_sessions_abandoned);
+            log::debug!(
+                "cache session {} abandoned: the writer queue is full",
+                self.id
+            );
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if !self.done {
+            // The connection thread gave up (client gone, error) without finishing.
+            self.done = true;
+            if !send(
+                &self.tx,
+                CacheMsg::End {
+                    id: self.id,
+                    complete: false,
+                },
+            ) {
+                self.abandoned.store(true, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// Runs the writer until every [`CacheTx`] is dropped, or until `stop` is set and the queue
+/// has been drained (shutdown: what is queued is written, unfinished answers are not).
+pub fn run(store: &Store, rx: Receiver<CacheMsg>, stop: &AtomicBool) {
+    let mut sessions: HashMap<u64, Active<'_>> = HashMap::new();
+    loop {
+        let wait = if stop.load(Ordering::Acquire) {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(500)
+        };
+        match rx.recv_timeout(wait) {
+            Ok(msg) => {
+                METRICS
+                    .cache_writer_queue_depth
+                    .fetch_sub(1, Ordering::Relaxed);
+                handle(store, &mut sessions, msg);
+            }
+            Err(RecvTimeoutError::Timeout) if stop.load(Ordering::Acquire) => break,
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        // Sessions whose connection gave up: drop their staged state.
+        sessions.retain(|id, s| {
+            let keep = !s.abandoned.load(Ordering::Acquire);
+            if !keep {
+                log::debug!("cache session {id} dropped: abandoned");
+            }
+            keep
+        });
+    }
+    if !sessions.is_empty() {
+        log::info!(
+            "cache writer stopping with {} unfinished responses, not committed",
+            sessions.len()
+        );
+    }
+}
+
+/// A session the writer is working on.
+struct Active<'s> {
+    target: CacheTarget,
+    decoder: Option<BodyDecoder>,
+    abandoned: Arc<AtomicBool>,
+    list: Option<ListState<'s>>,
+    /// A unit failed in a way that spoils the whole answer (a list that cannot commit).
+    failed: bool,
+}
+
+/// What a list answer has told so far.
+struct ListState<'s> {
+    replace: Replace<'s>,
+    item_kind: Option<String>,
+    api_version: Option<String>,
+    resource_version: Option<String>,
+    continue_token: bool,
+}
+
+fn handle<'s>(store: &'s Store, sessions: &mut HashMap<u64, Active<'s>>, msg: CacheMsg) {
+    match msg {
+        CacheMsg::Begin {
+            id,
+            target,
+            status,
+            gzip,
+            abandoned,
+        } => {
+            if let Some(active) = begin(store, target, status, gzip, abandoned) {
+                sessions.insert(id, active);
+            }
+        }
+        CacheMsg::Chunk { id, data } => {
+            let Some(active) = sessions.get_mut(&id) else {
+                return;
+            };
+            if active.failed {
+                return;
+            }
+            let Some(decoder) = active.decoder.as_mut() else {
+                return;
+            };
+            let (target, list) = (&active.target, &mut active.list);
+            let mut failed = false;
+            let result = decoder.feed(&data, &mut |unit| {
+                if !apply_unit(store, target, list, unit) {
+                    failed = true;
+                }
+            });
+            if let Err(e) = result {
+                log::warn!(
+                    "cache: cannot decode the answer for {}: {e}",
+                    describe(target)
+                );
+                Metrics::inc(&METRICS.cache_errors);
+                failed = true;
+            }
+            active.failed |= failed;
+        }
+        CacheMsg::End { id, complete } => {
+            if let Some(active) = sessions.remove(&id) {
+                end(store, active, complete);
+            }
+        }
+        CacheMsg::Put { collection, bytes } => {
+            put_object(store, &collection, &bytes);
+        }
+    }
+}
+
+fn begin<'s>(
+    store: &'s Store,
+    target: CacheTarget,
+    status: u16,
+    gzip: bool,
+    abandoned: Arc<AtomicBool>,
+) -> Option<Active<'s>> {
+    let shape = match (&target, status) {
+        (CacheTarget::List { collection, .. }, 404) => {
+            // The kind is gone in the cloud (a deleted CRD): never serve it from cache again.
+            match store.delete_collection(collection) {
+                Ok(true) => log::info!(
+                    "cache: pruned {} after the cloud answered 404",
+                    describe(&target)
+                ),
+                Ok(false) => {}
+                Err(e) => error("prune", &target, &e),
+            }
+            return None;
+        }
+        (
+            CacheTarget::Object {
+                collection,
+                namespace,
+                name: Some(name),
+            },
+            404,
+        ) => {
+            let key = ObjectKey {
+                collection: collection.clone(),
+                namespace: namespace.clone(),
+                name: name.clone(),
+            };
+            match store.delete(&key) {
+                Ok(true) => Metrics::inc(&METRICS.cache_objects_deleted),
+                Ok(false) => {}
+                Err(e) => error("delete", &target, &e),
+            }
+            return None;
+        }
+        (_, 200 | 201) => match &target {
+            CacheTarget::List { .. } => BodyShape::List,
+            CacheTarget::Watch { .. } => BodyShape::WatchStream,
+            CacheTarget::Object { .. } | CacheTarget::NonResource { .. } => BodyShape::Object,
+        },
+        _ => return None,
+    };
+    let list = match &target {
+        CacheTarget::List {
+            collection,
+            namespace,
+            ..
+        } => match store.begin_replace(collection, namespace.as_deref()) {
+            Ok(replace) => Some(ListState {
+                replace,
+                item_kind: None,
+                api_version: None,
+                resource_version: None,
+                continue_token: false,
+            }),
+            Err(e) => {
+                error("begin list", &target, &e);
+                return None;
+            }
+        },
+        _ => None,
+    };
+    Some(Active {
+        decoder: Some(BodyDecoder::new(shape, gzip, MAX_OBJECT_BYTES)),
+        target,
+        abandoned,
+        list,
+        failed: false,
+    })
+}
+
+fn end(store: &Store, mut active: Active<'_>, complete: bool) {
+    let target = &active.target;
+    let mut ok = complete && !active.failed && !active.abandoned.load(Ordering::Acquire);
+    if ok {
+        if let Some(decoder) = active.decoder.as_mut() {
+            let (list, mut failed) = (&mut active.list, false);
+            if let Err(e) = decoder.finish(&mut |unit| {
+                if !apply_unit(store, target, list, unit) {
+                    failed = true;
+                }
+            }) {
+                log::warn!(
+                    "cache: the answer for {} ended inside a value: {e}",
+                    describe(target)
+                );
+                ok = false;
+            }
+            ok &= !failed;
+        }
+    }
+    let Some(list) = active.list.take() else {
+        if ok {
+            Metrics::inc(&METRICS.cache_sessions_committed);
+        }
+        return;
+    };
+    if !ok {
+        // Dropping the replacement removes what it staged: the cached list stays as it was.
+        log::info!(
+            "cache: list answer for {} incomplete, cache left unchanged",
+            describe(target)
+        );
+        Metrics::inc(&METRICS.cache_sessions_abandoned);
+        return;
+    }
+    let CacheTarget::List {
+        selectors, paged, ..
+    } = target
+    else {
+        return;
+    };
+    // Only a whole list says which objects are gone; one page of it says nothing.
+    let whole = !*paged && !list.continue_token;
+    let mut in_scope = |bytes: &[u8]| -> bool {
+        whole
+            && serde_json::from_slice::<serde_json::Value>(bytes)
+                // A file that is not JSON is garbage in scope: let the answer replace it.
+                .map_or(true, |v| selectors.matches(&v))
+    };
+    match list
+        .replace
+        .commit(&mut in_scope, list.resource_version.as_deref())
+    {
+        Ok(report) => {
+            Metrics::inc(&METRICS.cache_sessions_committed);
+            METRICS
+                .cache_objects_written
+                .fetch_add(report.written as u64, Ordering::Relaxed);
+            METRICS
+                .cache_bytes_written
+                .fetch_add(report.bytes, Ordering::Relaxed);
+            METRICS
+                .cache_writes_skipped_identical
+                .fetch_add(report.identical as u64, Ordering::Relaxed);
+            METRICS
+                .cache_writes_skipped_stale
+                .fetch_add(report.stale as u64, Ordering::Relaxed);
+            METRICS
+                .cache_objects_deleted
+                .fetch_add(report.deleted as u64, Ordering::Relaxed);
+            log::debug!(
+                "cache: list {} committed written={} identical={} deleted={} kept_newer={}",
+                describe(target),
+                report.written,
+                report.identical,
+                report.deleted,
+                report.kept_newer
+            );
+        }
+        Err(e) => error("commit list", target, &e),
+    }
+}
+
+/// Applies one decoded unit; false when the session can no longer commit.
+fn apply_unit(
+    store: &Store,
+    target: &CacheTarget,
+    list: &mut Option<ListState<'_>>,
+    unit: Unit<'_>,
+) -> bool {
+    match (unit, target) {
+        (Unit::Object(bytes), CacheTarget::NonResource { file }) => {
+            count_put(store.put_non_resource(file, bytes), "document", target);
+            true
+        }
+        (Unit::Object(bytes), CacheTarget::Object { collection, .. }) => {
+            put_object(store, collection, bytes);
+            true
+        }
+        (Unit::ListMember { key, value }, _) => {
+            if let Some(list) = list.as_mut() {
+                list_member(list, key, value);
+            }
+            true
+        }
+        (Unit::ListItem(bytes), CacheTarget::List { collection, .. }) => match list.as_mut() {
+            Some(list) => list_item(collection, list, bytes),
+            None => false,
+        },
+        (Unit::WatchEvent(bytes), CacheTarget::Watch { collection }) => {
+            watch_event(store, collection, bytes);
+            true
+        }
+        _ => true,
+    }
+}
+
+/// The few fields of an object the cache needs; borrowed, so parsing allocates nothing for
+/// ordinary names.
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    metadata: Option<Meta<'a>>,
+    #[serde(borrow, default)]
+    spec: Option<Spec<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Meta<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    namespace: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "resourceVersion")]
+    resource_version: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "continue")]
+    continue_token: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Spec<'a> {
+    #[serde(borrow, default, rename = "nodeName")]
+    node_name: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Event<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+/// Where an object goes, or why it is not stored.
+fn object_key(collection: &CollectionKey, head: &Head<'_>) -> Option<(ObjectKey, Option<String>)> {
+    if head.kind.as_deref() == Some("Status") {
+        return None;
+    }
+    let meta = head.metadata.as_ref()?;
+    let name = meta.name.as_deref().filter(|n| !n.is_empty())?;
+    // A pod not bound to a node is of no use to a node (as in YurtHub).
+    if collection.group.is_empty() && collection.resource == "pods" {
+        let bound = head
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        if !bound {
+            return None;
+        }
+    }
+    Some((
+        ObjectKey {
+            collection: collection.clone(),
+            namespace: meta
+                .namespace
+                .as_deref()
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned),
+            name: name.to_owned(),
+        },
+        meta.resource_version.as_deref().map(str::to_owned),
+    ))
+}
+
+fn put_object(store: &Store, collection: &CollectionKey, bytes: &[u8]) {
+    let head: Head<'_> = match serde_json::from_slice(bytes) {
+        Ok(h) => h,
+        Err(e) => {
+            log::warn!(
+                "cache: an answer for {} is not an object: {e}",
+                collection.dir_name()
+            );
+            Metrics::inc(&METRICS.cache_errors);
+            return;
+        }
+    };
+    if let Some((key, rv)) = object_key(collection, &head) {
+        count_put(store.put(&key, bytes, rv.as_deref()), "object", &key);
+    }
+}
+
+fn watch_event(store: &Store, collection: &CollectionKey, bytes: &[u8]) {
+    let event: Event<'_> = match serde_json::from_slice(bytes) {
+        Ok(e) => e,
+        Err(e) => {
+            log::warn!(
+                "cache: a watch event for {} does not parse: {e}",
+                collection.dir_name()
+            );
+            Metrics::inc(&METRICS.cache_errors);
+            return;
+        }
+    };
+    let object = event.object.get().as_bytes();
+    match event.kind.as_ref() {
+        "ADDED" | "MODIFIED" => put_object(store, collection, object),
+        "DELETED" => {
+            let Ok(head) = serde_json::from_slice::<Head<'_>>(object) else {
+                return;
+            };
+            let Some((key, rv)) = object_key(collection, &head) else {
+                return;
+            };
+            // A late DELETED from an older stream must not remove a newer object.
+            if let (Some(rv), Ok(Some(stored))) = (rv.as_deref(), store.get(&key)) {
+                let stored_rv = serde_json::from_slice::<Head<'_>>(&stored)
+                    .ok()
+                    .and_then(|h| {
+                        h.metadata
+                            .and_then(|m| m.resource_version.map(Cow::into_owned))
+                    });
+                if stored_rv.is_some_and(|s| rv_newer(&s, rv)) {
+                    return;
+                }
+            }
+            match store.delete(&key) {
+                Ok(true) => Metrics::inc(&METRICS.cache_objects_deleted),
+                Ok(false) => {}
+                Err(e) => error("delete", &key, &e),
+            }
+        }
+        // BOOKMARK carries no object change; ERROR ends the stream (the client re-lists).
+        _ => {}
+    }
+}
+
+fn list_member(list: &mut ListState<'_>, key: &str, value: &[u8]) {
+    match key {
+        "kind" => {
+            if let Ok(kind) = serde_json::from_slice::<String>(value) {
+                list.item_kind = Some(kind.strip_suffix("List").unwrap_or(&kind).to_owned());
+            }
+        }
+        "apiVersion" => list.api_version = serde_json::from_slice::<String>(value).ok(),
+        "metadata" => {
+            if let Ok(meta) = serde_json::from_slice::<Meta<'_>>(value) {
+                list.resource_version = meta.resource_version.map(Cow::into_owned);
+                list.continue_token = meta.continue_token.is_some_and(|c| !c.is_empty());
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Stages one list item with `kind` and `apiVersion` set from the list (the apiserver leaves
+/// them out of items). False when the list can no longer commit.
+fn list_item(collection: &CollectionKey, list: &mut ListState<'_>, bytes: &[u8]) -> bool {
+    let head: Head<'_> = match serde_json::from_slice(bytes) {
+        Ok(h) => h,
+        Err(e) => {
+            log::warn!(
+                "cache: an item of a {} list does not parse: {e}",
+                collection.dir_name()
+            );
+            Metrics::inc(&METRICS.cache_errors);
+            return false;
+        }
+    };
+    let Some((key, rv)) = object_key(collection, &head) else {
+        return true;
+    };
+    let owned;
+    let object: &[u8] = if head.kind.is_none() {
+        let (Some(kind), Some(api_version)) = (&list.item_kind, &list.api_version) else {
+            log::warn!(
+                "cache: a {} list gave items before its kind; not cached",
+                collection.dir_name()
+            );
+            return false;
+        };
+        owned = with_type_meta(bytes, kind, api_version);
+        &owned
+    } else {
+        bytes
+    };
+    let result = list
+        .replace
+        .put(key.namespace.as_deref(), &key.name, object, rv.as_deref());
+    match result {
+        Ok(_) => true,
+        Err(e) => {
+            error("stage", &key, &e);
+            false
+        }
+    }
+}
+
+/// `{...}` with `"kind":..,"apiVersion":..` inserted at the front.
+fn with_type_meta(object: &[u8], kind: &str, api_version: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(object.len() + kind.len() + api_version.len() + 32);
+    out.extend_from_slice(b"{\"kind\":");
+    // Kinds and versions are plain identifiers; serde_json escapes anything odd.
+    out.extend_from_slice(&serde_json::to_vec(kind).unwrap_or_default());
+    out.extend_from_slice(b",\"apiVersion\":");
+    out.extend_from_slice(&serde_json::to_vec(api_version).unwrap_or_default());
+    let start = object
+        .iter()
+        .position(|&b| b == b'{')
+        .map_or(object.len(), |i| i + 1);
+    let rest = &object[start..];
+    let empty = rest.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'}');
+    if !empty {
+        out.push(b',');
+    }
+    out.extend_from_slice(rest);
+    out
+}
+
+fn count_put(
+    result: Result<PutOutcome, super::store::StoreError>,
+    what: &str,
+    key: &dyn std::fmt::Debug,
+) {
+    match result {
+        Ok(PutOutcome::Written { bytes }) => {
+            Metrics::inc(&METRICS.cache_objects_written);
+            METRICS
+                .cache_bytes_written
+                .fetch_add(bytes, Ordering::Relaxed);
+        }
+        Ok(PutOutcome::Identical) => Metrics::inc(&METRICS.cache_writes_skipped_identical),
+        Ok(PutOutcome::Stale) => Metrics::inc(&METRICS.cache_writes_skipped_stale),
+        Err(e) => {
+            log::warn!("cache: cannot store {what} {key:?}: {e}");
+            Metrics::inc(&METRICS.cache_errors);
+        }
+    }
+}
+
+fn error(what: &str, subject: &dyn std::fmt::Debug, e: &dyn std::fmt::Display) {
+    log::warn!("cache: {what} failed for {subject:?}: {e}");
+    Metrics::inc(&METRICS.cache_errors);
+}
+
+fn describe(target: &CacheTarget) -> String {
+    match target {
+        CacheTarget::Object { collection, .. }
+        | CacheTarget::List { collection, .. }
+        | CacheTarget::Watch { collection } => {
+            format!("{}/{}", collection.component, collection.dir_name())
+        }
+        CacheTarget::NonResource { file } => file.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_meta_goes_in_front() {
+        let out = with_type_meta(br#"{"metadata":{"name":"a"}}"#, "Pod", "v1");
+        assert_eq!(
+            out,
+            br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a"}}"#
+        );
+        let out = with_type_meta(b" { } ", "Pod", "v1");
+        assert_eq!(out, br#"{"kind":"Pod","apiVersion":"v1" } "#);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["kind"], "Pod");
+    }
+}

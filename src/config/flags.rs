@@ -1,0 +1,458 @@
+//! Command-line parsing, stage one: turn `argv` into raw flag values with no I/O and no
+//! interpretation beyond syntax. One table ([`FLAGS`]) drives both parsing and `--help`, so
+//! the two cannot drift apart.
+//!
+//! Syntax follows Go's pflag, as YurtHub manifests and init scripts write it: `--flag=value`,
+//! `--flag value`, `--bool`, `--bool=false`, `--v=2`. Flags YurtHub has and tinyhub does not
+//! implement are accepted with a warning (see [`IGNORED_YURTHUB_FLAGS`]) so existing manifests
+//! keep working.
+
+use std::ffi::OsString;
+use std::fmt;
+
+/// The kind of value a flag takes, as the help text names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `--flag` alone means true.
+    Bool,
+    /// An integer.
+    Int,
+    /// Free text.
+    Str,
+    /// A comma-separated list.
+    Strings,
+}
+
+/// One supported flag.
+#[derive(Debug)]
+pub struct FlagSpec {
+    /// Name without the leading dashes.
+    pub name: &'static str,
+    /// What it takes.
+    pub kind: Kind,
+    /// Default as shown in `--help` ("" = none shown).
+    pub default: &'static str,
+    /// One-line description.
+    pub help: &'static str,
+}
+
+const fn flag(
+    name: &'static str,
+    kind: Kind,
+    default: &'static str,
+    help: &'static str,
+) -> FlagSpec {
+    FlagSpec {
+        name,
+        kind,
+        default,
+        help,
+    }
+}
+
+/// Every flag tinyhub implements (DESIGN.md §1, plus YurtHub's `--max-requests-in-flight`,
+/// `--bind-proxy-address` and `--v`).
+pub const FLAGS: &[FlagSpec] = &[
+    flag(
+        "server-addr",
+        Kind::Strings,
+        "",
+        "comma list of https://host:port cloud apiservers (default: the kubeconfig's server)",
+    ),
+    flag(
+        "kubeconfig",
+        Kind::Str,
+        "",
+        "the hub's own credentials for the cloud: CA, client certificate/key or token",
+    ),
+    flag(
+        "node-name",
+        Kind::Str,
+        "",
+        "the name of this node (default: the hostname)",
+    ),
+    flag(
+        "nodepool-name",
+        Kind::Str,
+        "",
+        "the name of this node's pool",
+    ),
+    flag(
+        "bind-address",
+        Kind::Str,
+        "127.0.0.1",
+        "the IP address on which the serve port (and, unless --bind-proxy-address is set, the proxy ports) listen",
+    ),
+    flag(
+        "bind-proxy-address",
+        Kind::Str,
+        "",
+        "the IP address on which the proxy ports listen (default: --bind-address)",
+    ),
+    flag(
+        "proxy-port",
+        Kind::Int,
+        "10261",
+        "the port of the plain HTTP proxy for node components",
+    ),
+    flag(
+        "proxy-secure-port",
+        Kind::Int,
+        "10268",
+        "the port of the HTTPS proxy (reserved: not served yet)",
+    ),
+    flag(
+        "serve-port",
+        Kind::Int,
+        "10267",
+        "the port serving /v1/healthz, /v1/readyz and /metrics",
+    ),
+    flag(
+        "multiplexer-port",
+        Kind::Int,
+        "10269",
+        "the port for pool-scope list/watch of follower hubs (reserved: not served yet)",
+    ),
+    flag(
+        "disk-cache-path",
+        Kind::Str,
+        "/etc/kubernetes/cache",
+        "the root of the on-disk cache",
+    ),
+    flag(
+        "cache-agents",
+        Kind::Strings,
+        "",
+        "extra components whose responses are cached, comma list; * caches every component",
+    ),
+    flag(
+        "lb-mode",
+        Kind::Str,
+        "rr",
+        "how requests spread over --server-addr: rr (round robin) or priority (first healthy)",
+    ),
+    flag(
+        "heartbeat-interval-seconds",
+        Kind::Int,
+        "10",
+        "seconds between health probes of each cloud apiserver",
+    ),
+    flag(
+        "heartbeat-timeout-seconds",
+        Kind::Int,
+        "2",
+        "seconds after which a health probe times out",
+    ),
+    flag(
+        "heartbeat-failed-retry",
+        Kind::Int,
+        "3",
+        "probe retries after a failure before a server is marked unhealthy",
+    ),
+    flag(
+        "heartbeat-healthy-threshold",
+        Kind::Int,
+        "2",
+        "consecutive successful probes before an unhealthy server is healthy again",
+    ),
+    flag(
+        "working-mode",
+        Kind::Str,
+        "edge",
+        "edge (cache and answer offline) or cloud (pure proxy)",
+    ),
+    flag(
+        "enable-resource-filter",
+        Kind::Bool,
+        "true",
+        "filter responses that come back from the cloud",
+    ),
+    flag(
+        "disabled-resource-filters",
+        Kind::Strings,
+        "",
+        "resource filters to turn off, comma list",
+    ),
+    flag(
+        "max-requests-in-flight",
+        Kind::Int,
+        "250",
+        "the maximum number of requests served at once; past it the hub answers 429",
+    ),
+    flag(
+        "v",
+        Kind::Int,
+        "0",
+        "log verbosity: 0-1 info, 2-3 debug, 4+ trace",
+    ),
+    flag("help", Kind::Bool, "", "print this help and exit"),
+    flag(
+        "version",
+        Kind::Bool,
+        "",
+        "print the version and the target it was built for, then exit",
+    ),
+];
+
+/// YurtHub flags accepted for compatibility and ignored with a warning: (name, takes a value).
+pub const IGNORED_YURTHUB_FLAGS: &[(&str, bool)] = &[
+    ("namespace", true),
+    ("hub-cert-organizations", true),
+    ("gc-frequency", true),
+    ("join-token", true),
+    ("bootstrap-mode", true),
+    ("bootstrap-file", true),
+    ("root-dir", true),
+    ("profiling", false),
+    ("enable-dummy-if", false),
+    ("enable-iptables", false),
+    ("dummy-if-ip", true),
+    ("dummy-if-name", true),
+    ("kubelet-health-grace-period", true),
+    ("enable-node-pool", false),
+    ("min-request-timeout", true),
+    ("discovery-token-ca-cert-hash", true),
+    ("discovery-token-unsafe-skip-ca-verification", false),
+    ("enable-coordinator", false),
+    ("coordinator-server-addr", true),
+    ("coordinator-storage-prefix", true),
+    ("coordinator-storage-addr", true),
+    ("leader-elect", false),
+    ("leader-elect-lease-duration", true),
+    ("leader-elect-renew-deadline", true),
+    ("leader-elect-retry-period", true),
+    ("leader-elect-resource-lock", true),
+    ("leader-elect-resource-name", true),
+    ("leader-elect-resource-namespace", true),
+    ("enable-pool-service-topology", false),
+];
+
+/// The flags as given, before validation: the last occurrence of a flag wins, as in pflag.
+#[derive(Debug, Default)]
+pub struct RawFlags {
+    values: Vec<(&'static str, String)>,
+    /// YurtHub flags that were given and are ignored.
+    pub ignored: Vec<String>,
+}
+
+impl RawFlags {
+    /// The value given for `name`, if any.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A command line that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlagError(pub String);
+
+impl fmt::Display for FlagError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for FlagError {}
+
+/// Parses the arguments after the program name.
+pub fn parse<I>(args: I) -> Result<RawFlags, FlagError>
+where
+    I: IntoIterator,
+    I::Item: Into<OsString>,
+{
+    use lexopt::Arg;
+
+    let mut parser = lexopt::Parser::from_args(args);
+    let mut raw = RawFlags::default();
+    loop {
+        let arg = parser.next().map_err(|e| FlagError(e.to_string()))?;
+        let Some(arg) = arg else { break };
+        let name = match arg {
+            Arg::Long(name) => name.to_owned(),
+            // Go's pflag also takes single-dash long names such as `-v=2`; lexopt splits a
+            // short cluster, so only the forms manifests use are supported here.
+            Arg::Short('h') => "help".to_owned(),
+            Arg::Short('v') => "v".to_owned(),
+            Arg::Short(c) => {
+                return Err(FlagError(format!("unknown shorthand flag: '{c}' in -{c}")));
+            }
+            Arg::Value(v) => {
+                return Err(FlagError(format!(
+                    "unexpected argument {:?}: tinyhub takes only flags",
+                    v.to_string_lossy()
+                )));
+            }
+        };
+        if let Some(spec) = FLAGS.iter().find(|s| s.name == name) {
+            let value = if spec.kind == Kind::Bool {
+                match parser.optional_value() {
+                    Some(v) => os_to_string(&name, v)?,
+                    None => "true".to_owned(),
+                }
+            } else {
+                let v = parser
+                    .value()
+                    .map_err(|_| FlagError(format!("flag needs an argument: --{name}")))?;
+                os_to_string(&name, v)?
+            };
+            raw.values.push((spec.name, value));
+        } else if let Some((ignored, takes_value)) =
+            IGNORED_YURTHUB_FLAGS.iter().find(|(n, _)| *n == name)
+        {
+            if *takes_value {
+                parser
+                    .value()
+                    .map_err(|_| FlagError(format!("flag needs an argument: --{name}")))?;
+            } else {
+                let _ = parser.optional_value();
+            }
+            raw.ignored.push((*ignored).to_owned());
+        } else {
+            return Err(FlagError(format!("unknown flag: --{name} (see --help)")));
+        }
+    }
+    Ok(raw)
+}
+
+fn os_to_string(name: &str, value: OsString) -> Result<String, FlagError> {
+    value
+        .into_string()
+        .map_err(|v| FlagError(format!("--{name}: value {v:?} is not valid UTF-8")))
+}
+
+/// The `--help` text, pflag style.
+pub fn help_text() -> String {
+    let mut out = String::from(
+        "tinyhub: a node-local Kubernetes API proxy that caches what node components read and\n\
+         answers from that cache while the cloud is unreachable.\n\nUsage:\n  tinyhub [flags]\n\nFlags:\n",
+    );
+    let column = FLAGS
+        .iter()
+        .map(|s| s.name.len() + type_name(s.kind).len())
+        .max()
+        .unwrap_or(0)
+        + 4;
+    for spec in FLAGS {
+        let ty = type_name(spec.kind);
+        let left = if ty.is_empty() {
+            format!("--{}", spec.name)
+        } else {
+            format!("--{} {ty}", spec.name)
+        };
+        out.push_str(&format!(
+            "      {left:<column$}  {}",
+            spec.help,
+            column = column + 2
+        ));
+        match (spec.kind, spec.default) {
+            (_, "") => {}
+            (Kind::Str, d) => out.push_str(&format!(" (default \"{d}\")")),
+            (_, d) => out.push_str(&format!(" (default {d})")),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn type_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Bool => "",
+        Kind::Int => "int",
+        Kind::Str => "string",
+        Kind::Strings => "strings",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_ok(args: &[&str]) -> RawFlags {
+        parse(args.iter().copied()).expect("flags should parse")
+    }
+
+    fn parse_err(args: &[&str]) -> String {
+        parse(args.iter().copied())
+            .expect_err("flags should not parse")
+            .0
+    }
+
+    #[test]
+    fn pflag_forms() {
+        let raw = parse_ok(&[
+            "--server-addr=https://a:6443,https://b:6443",
+            "--node-name",
+            "edge-1",
+            "--enable-resource-filter=false",
+            "--v=4",
+            "--help",
+        ]);
+        assert_eq!(
+            raw.get("server-addr"),
+            Some("https://a:6443,https://b:6443")
+        );
+        assert_eq!(raw.get("node-name"), Some("edge-1"));
+        assert_eq!(raw.get("enable-resource-filter"), Some("false"));
+        assert_eq!(raw.get("v"), Some("4"));
+        assert_eq!(raw.get("help"), Some("true"));
+        assert_eq!(raw.get("kubeconfig"), None);
+    }
+
+    #[test]
+    fn last_occurrence_wins() {
+        let raw = parse_ok(&["--proxy-port=1", "--proxy-port=2"]);
+        assert_eq!(raw.get("proxy-port"), Some("2"));
+    }
+
+    #[test]
+    fn yurthub_only_flags_are_ignored_not_fatal() {
+        let raw = parse_ok(&["--join-token=abc", "--profiling", "--node-name=n"]);
+        assert_eq!(raw.ignored, vec!["join-token", "profiling"]);
+        assert_eq!(raw.get("node-name"), Some("n"));
+    }
+
+    #[test]
+    fn bad_command_lines() {
+        assert!(parse_err(&["--no-such-flag"]).contains("unknown flag: --no-such-flag"));
+        assert!(parse_err(&["--node-name"]).contains("needs an argument"));
+        assert!(parse_err(&["stray"]).contains("takes only flags"));
+        assert!(parse_err(&["-x"]).contains("unknown shorthand"));
+    }
+
+    #[test]
+    fn help_lists_every_flag_of_the_design() {
+        let help = help_text();
+        for name in [
+            "server-addr",
+            "kubeconfig",
+            "node-name",
+            "nodepool-name",
+            "bind-address",
+            "proxy-port",
+            "proxy-secure-port",
+            "serve-port",
+            "multiplexer-port",
+            "disk-cache-path",
+            "cache-agents",
+            "lb-mode",
+            "heartbeat-interval-seconds",
+            "heartbeat-timeout-seconds",
+            "heartbeat-failed-retry",
+            "heartbeat-healthy-threshold",
+            "working-mode",
+            "enable-resource-filter",
+            "disabled-resource-filters",
+        ] {
+            assert!(
+                help.contains(&format!("--{name} ")),
+                "--help misses --{name}"
+            );
+        }
+        assert!(help.contains("(default 10261)"));
+        assert!(help.contains("(default \"/etc/kubernetes/cache\")"));
+    }
+}

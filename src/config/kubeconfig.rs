@@ -1,0 +1,355 @@
+//! Reads the hub's own kubeconfig: which cloud server, which CA to trust, and which client
+//! certificate or bearer token to present. Only the fields a proxy needs are mapped; the rest
+//! of the file is ignored, as kubectl ignores what it does not use.
+//!
+//! File references (`certificate-authority`, `client-certificate`, `client-key`, `tokenFile`)
+//! are resolved relative to the kubeconfig's directory, as client-go does. This module reads
+//! those files but does not interpret PEM; `tls.rs` does.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use yaml_rust2::{Yaml, YamlLoader};
+
+/// The credentials and server of the current context.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Kubeconfig {
+    /// `cluster.server` of the current context.
+    pub server: Option<String>,
+    /// PEM of the CA bundle to trust (`certificate-authority[-data]`).
+    pub ca_pem: Option<Vec<u8>>,
+    /// PEM of the client certificate chain.
+    pub client_cert_pem: Option<Vec<u8>>,
+    /// PEM of the client key.
+    pub client_key_pem: Option<Vec<u8>>,
+    /// Bearer token, inline or as a file to re-read.
+    pub token: Option<Token>,
+    /// `insecure-skip-tls-verify`, refused later: the hub must know its cloud.
+    pub insecure_skip_tls_verify: bool,
+}
+
+/// Where the bearer token comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Token {
+    /// `user.token`.
+    Inline(String),
+    /// `user.tokenFile`, re-read when it changes (projected tokens rotate).
+    File(PathBuf),
+}
+
+/// A kubeconfig that cannot be used, with what and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeconfigError {
+    /// The kubeconfig path.
+    pub path: PathBuf,
+    /// What is wrong.
+    pub what: String,
+}
+
+impl fmt::Display for KubeconfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "kubeconfig {}: {}", self.path.display(), self.what)
+    }
+}
+
+impl std::error::Error for KubeconfigError {}
+
+/// Reads and maps the kubeconfig at `path`.
+pub fn load(path: &Path) -> Result<Kubeconfig, KubeconfigError> {
+    let err = |what: String| KubeconfigError {
+        path: path.to_owned(),
+        what,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    parse(&text, base).map_err(err)
+}
+
+/// Maps kubeconfig YAML text; `base` resolves relative file references.
+pub fn parse(text: &str, base: &Path) -> Result<Kubeconfig, String> {
+    let docs = YamlLoader::load_from_str(text).map_err(|e| format!("not valid YAML: {e}"))?;
+    let doc = docs.first().ok_or("the file is empty")?;
+    if doc.as_hash().is_none() {
+        return Err("the top level is not a mapping".into());
+    }
+
+    let contexts = named_list(doc, "contexts", "context")?;
+    let clusters = named_list(doc, "clusters", "cluster")?;
+    let users = named_list(doc, "users", "user")?;
+
+    // client-go falls back to the only context when current-context is unset.
+    let context = match doc["current-context"].as_str().filter(|s| !s.is_empty()) {
+        Some(name) => contexts
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, c)| *c)
+            .ok_or_else(|| format!("current-context {name:?} is not among the contexts"))?,
+        None if contexts.len() == 1 => contexts[0].1,
+        None if contexts.is_empty() && clusters.len() == 1 => &Yaml::BadValue,
+        None => return Err("no current-context is set".into()),
+    };
+
+    let cluster = match context["cluster"].as_str() {
+        Some(name) => Some(
+            clusters
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, c)| *c)
+                .ok_or_else(|| format!("cluster {name:?} of the current context is not defined"))?,
+        ),
+        None if clusters.len() == 1 => Some(clusters[0].1),
+        None => None,
+    };
+    let user = match context["user"].as_str() {
+        Some(name) => Some(
+            users
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, u)| *u)
+                .ok_or_else(|| format!("user {name:?} of the current context is not defined"))?,
+        ),
+        None if users.len() == 1 => Some(users[0].1),
+        None => None,
+    };
+
+    let mut out = Kubeconfig::default();
+    if let Some(cluster) = cluster {
+        out.server = string_field(cluster, "server")?;
+        out.ca_pem = data_or_file(
+            cluster,
+            "certificate-authority-data",
+            "certificate-authority",
+            base,
+        )?;
+        out.insecure_skip_tls_verify = cluster["insecure-skip-tls-verify"]
+            .as_bool()
+            .unwrap_or(false);
+    }
+    if let Some(user) = user {
+        out.client_cert_pem =
+            data_or_file(user, "client-certificate-data", "client-certificate", base)?;
+        out.client_key_pem = data_or_file(user, "client-key-data", "client-key", base)?;
+        if let Some(token) = string_field(user, "token")?.filter(|t| !t.is_empty()) {
+            out.token = Some(Token::Inline(token));
+        } else if let Some(file) = string_field(user, "tokenFile")?.filter(|t| !t.is_empty()) {
+            out.token = Some(Token::File(base.join(file)));
+        }
+        if user["exec"].as_hash().is_some() || user["auth-provider"].as_hash().is_some() {
+            return Err("exec and auth-provider credentials are not supported: use a client certificate or a token".into());
+        }
+    }
+    if out.client_cert_pem.is_some() != out.client_key_pem.is_some() {
+        return Err("a client certificate needs both client-certificate and client-key".into());
+    }
+    Ok(out)
+}
+
+/// `(name, inner)` pairs of a kubeconfig list such as `clusters: [{name, cluster: {...}}]`.
+fn named_list<'a>(
+    doc: &'a Yaml,
+    list: &str,
+    inner: &str,
+) -> Result<Vec<(&'a str, &'a Yaml)>, String> {
+    match &doc[list] {
+        Yaml::BadValue | Yaml::Null => Ok(Vec::new()),
+        Yaml::Array(items) => items
+            .iter()
+            .map(|item| {
+                let name = item["name"]
+                    .as_str()
+                    .ok_or_else(|| format!("an entry of {list} has no name"))?;
+                Ok((name, &item[inner]))
+            })
+            .collect(),
+        _ => Err(format!("{list} is not a list")),
+    }
+}
+
+fn string_field(node: &Yaml, key: &str) -> Result<Option<String>, String> {
+    match &node[key] {
+        Yaml::BadValue | Yaml::Null => Ok(None),
+        Yaml::String(s) => Ok(Some(s.clone())),
+        _ => Err(format!("{key} is not a string")),
+    }
+}
+
+/// An inline `*-data` field (base64) or else the file a path field names.
+fn data_or_file(
+    node: &Yaml,
+    data_key: &str,
+    file_key: &str,
+    base: &Path,
+) -> Result<Option<Vec<u8>>, String> {
+    if let Some(data) = string_field(node, data_key)?.filter(|s| !s.is_empty()) {
+        return base64_decode(&data)
+            .map(Some)
+            .ok_or_else(|| format!("{data_key} is not valid base64"));
+    }
+    match string_field(node, file_key)?.filter(|s| !s.is_empty()) {
+        Some(file) => {
+            let path = base.join(&file);
+            std::fs::read(&path)
+                .map(Some)
+                .map_err(|e| format!("{file_key} {}: {e}", path.display()))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Standard base64 with optional padding; whitespace (line-wrapped data) is skipped.
+pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let mut acc = 0u32;
+    let mut bits = 0u32;
+    let mut padding = 0;
+    for byte in text.bytes() {
+        let value = match byte {
+            b'A'..=b'Z' => byte - b'A',
+            b'a'..=b'z' => byte - b'a' + 26,
+            b'0'..=b'9' => byte - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            b'=' => {
+                padding += 1;
+                continue;
+            }
+            b' ' | b'\n' | b'\r' | b'\t' => continue,
+            _ => return None,
+        };
+        if padding > 0 {
+            return None; // data after padding
+        }
+        acc = (acc << 6) | u32::from(value);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    // Leftover bits must be zero padding of the last symbol, at most 4 of them.
+    if bits >= 6 || padding > 2 || acc & ((1 << bits) - 1) != 0 {
+        return None;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> PathBuf {
+        std::env::temp_dir()
+    }
+
+    #[test]
+    fn base64_round_trips() {
+        assert_eq!(base64_decode("aGVsbG8=").unwrap(), b"hello");
+        assert_eq!(base64_decode("aGVsbG8").unwrap(), b"hello");
+        assert_eq!(base64_decode("aGVs\nbG8h").unwrap(), b"hello!");
+        assert_eq!(base64_decode("").unwrap(), b"");
+        assert!(base64_decode("a$==").is_none());
+        assert!(base64_decode("aGVsbG8=x").is_none());
+    }
+
+    const INLINE: &str = r#"
+apiVersion: v1
+kind: Config
+clusters:
+- name: other
+  cluster:
+    server: https://other:6443
+- name: edge
+  cluster:
+    server: https://10.0.0.1:6443
+    certificate-authority-data: Q0E=
+users:
+- name: hub
+  user:
+    client-certificate-data: Q0VSVA==
+    client-key-data: S0VZ
+contexts:
+- name: a
+  context: {cluster: other, user: hub}
+- name: b
+  context:
+    cluster: edge
+    user: hub
+current-context: b
+"#;
+
+    #[test]
+    fn inline_data_of_the_current_context() {
+        let k = parse(INLINE, &base()).unwrap();
+        assert_eq!(k.server.as_deref(), Some("https://10.0.0.1:6443"));
+        assert_eq!(k.ca_pem.as_deref(), Some(&b"CA"[..]));
+        assert_eq!(k.client_cert_pem.as_deref(), Some(&b"CERT"[..]));
+        assert_eq!(k.client_key_pem.as_deref(), Some(&b"KEY"[..]));
+        assert_eq!(k.token, None);
+    }
+
+    #[test]
+    fn files_resolve_relative_to_the_kubeconfig() {
+        let dir = std::env::temp_dir().join(format!("tinyhub-kc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ca.crt"), "CAFILE").unwrap();
+        let text = "clusters:\n- name: c\n  cluster:\n    server: https://s:1\n    certificate-authority: ca.crt\nusers:\n- name: u\n  user:\n    tokenFile: tok\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n";
+        let k = parse(text, &dir).unwrap();
+        assert_eq!(k.ca_pem.as_deref(), Some(&b"CAFILE"[..]));
+        assert_eq!(k.token, Some(Token::File(dir.join("tok"))));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn inline_token() {
+        let text = "clusters:\n- name: c\n  cluster: {server: 'https://s:1'}\nusers:\n- name: u\n  user: {token: abc}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n";
+        assert_eq!(
+            parse(text, &base()).unwrap().token,
+            Some(Token::Inline("abc".into()))
+        );
+    }
+
+    #[test]
+    fn bad_kubeconfigs_say_why() {
+        let cases: &[(&str, &str)] = &[
+            ("a: [", "not valid YAML"),
+            ("- 1", "not a mapping"),
+            (
+                "current-context: nope\ncontexts: []\n",
+                "\"nope\" is not among the contexts",
+            ),
+            (
+                "contexts:\n- name: x\n  context: {cluster: gone}\ncurrent-context: x\n",
+                "cluster \"gone\"",
+            ),
+            (
+                "clusters:\n- name: c\n  cluster: {certificate-authority-data: '!!'}\ncontexts:\n- name: x\n  context: {cluster: c}\ncurrent-context: x\n",
+                "not valid base64",
+            ),
+            (
+                "clusters:\n- name: c\n  cluster: {certificate-authority: /nonexistent/ca}\ncontexts:\n- name: x\n  context: {cluster: c}\ncurrent-context: x\n",
+                "/nonexistent/ca",
+            ),
+            (
+                "users:\n- name: u\n  user: {client-certificate-data: Q0E=}\ncontexts:\n- name: x\n  context: {user: u}\ncurrent-context: x\n",
+                "needs both",
+            ),
+            (
+                "users:\n- name: u\n  user: {exec: {command: aws}}\ncontexts:\n- name: x\n  context: {user: u}\ncurrent-context: x\n",
+                "exec",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = parse(text, &base()).expect_err(text);
+            assert!(
+                err.contains(want),
+                "{text:?}: {err:?} should mention {want:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn unreadable_file_names_the_path() {
+        let err = load(Path::new("/nonexistent/kubeconfig")).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/kubeconfig"));
+    }
+}

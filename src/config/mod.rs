@@ -1,0 +1,575 @@
+//! Configuration in two stages, as ripgrep does it: [`flags`] turns `argv` into raw values
+//! with no I/O, then [`from_args`] validates them, reads the kubeconfig and its files, and
+//! returns a [`Config`] every later part can trust. Nothing here opens a socket or spawns a
+//! thread; a bad flag, an unreadable file or a server that is not `https://` comes back as one
+//! clear [`ConfigError`] line.
+
+pub mod flags;
+pub mod kubeconfig;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::tls::{self, TlsMaterial};
+pub use kubeconfig::Token;
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Command {
+    /// Run the hub.
+    Run(Box<Config>),
+    /// Print this text (help) and exit 0.
+    Print(String),
+}
+
+/// A validated configuration.
+#[derive(Debug)]
+pub struct Config {
+    /// Cloud apiservers, in `--server-addr` order.
+    pub servers: Vec<ServerUrl>,
+    /// CA and client certificate for the cloud.
+    pub tls: TlsMaterial,
+    /// Bearer token for the cloud, when the kubeconfig has one.
+    pub token: Option<Token>,
+    /// This node.
+    pub node_name: String,
+    /// This node's pool.
+    pub nodepool_name: Option<String>,
+    /// Plain HTTP proxy listener.
+    pub proxy_addr: SocketAddr,
+    /// Health and metrics listener.
+    pub serve_addr: SocketAddr,
+    /// Reserved HTTPS proxy port (not served yet).
+    pub proxy_secure_port: u16,
+    /// Reserved multiplexer port (not served yet).
+    pub multiplexer_port: u16,
+    /// Cache root.
+    pub disk_cache_path: PathBuf,
+    /// Components cached besides the defaults (`*` = all).
+    pub cache_agents: Vec<String>,
+    /// How requests spread over the servers.
+    pub lb_mode: LbMode,
+    /// Health-probe settings.
+    pub heartbeat: Heartbeat,
+    /// Edge (cache and offline answers) or cloud (pure proxy).
+    pub working_mode: WorkingMode,
+    /// `--enable-resource-filter`.
+    pub enable_resource_filter: bool,
+    /// `--disabled-resource-filters`.
+    pub disabled_resource_filters: Vec<String>,
+    /// Concurrent requests served before answering 429.
+    pub max_requests_in_flight: usize,
+    /// `--v`.
+    pub verbosity: u8,
+    /// YurtHub flags given and ignored, to warn about once logging is up.
+    pub ignored_flags: Vec<String>,
+}
+
+/// One cloud apiserver, `https://host:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerUrl {
+    /// `https://host:port` with no trailing slash; request paths are appended to it.
+    pub base: String,
+}
+
+/// `--lb-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LbMode {
+    /// Round robin over healthy servers.
+    RoundRobin,
+    /// The first healthy server in `--server-addr` order.
+    Priority,
+}
+
+/// `--working-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkingMode {
+    /// Cache what components read and answer from the cache when the cloud is gone.
+    Edge,
+    /// Forward only.
+    Cloud,
+}
+
+/// Health-probe settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// Time between probe rounds.
+    pub interval: Duration,
+    /// Timeout of one probe.
+    pub timeout: Duration,
+    /// Retries after a failed probe before the server is unhealthy.
+    pub failed_retry: u32,
+    /// Consecutive successes before an unhealthy server is healthy again.
+    pub healthy_threshold: u32,
+}
+
+/// A configuration that cannot run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The text `--version` prints: version and the target triple this binary was built for.
+pub fn version_text() -> String {
+    format!(
+        "tinyhub {} ({})\n",
+        env!("CARGO_PKG_VERSION"),
+        env!("TINYHUB_TARGET")
+    )
+}
+
+/// Parses and validates the arguments after the program name.
+pub fn from_args<I>(args: I) -> Result<Command, ConfigError>
+where
+    I: IntoIterator,
+    I::Item: Into<OsString>,
+{
+    let raw = flags::parse(args).map_err(|e| ConfigError(e.0))?;
+    if raw.get("help").is_some_and(|v| v != "false") {
+        return Ok(Command::Print(flags::help_text()));
+    }
+    if raw.get("version").is_some_and(|v| v != "false") {
+        return Ok(Command::Print(version_text()));
+    }
+    validate(&raw).map(|c| Command::Run(Box::new(c)))
+}
+
+fn validate(raw: &flags::RawFlags) -> Result<Config, ConfigError> {
+    let get = |name: &str| -> &str {
+        raw.get(name).unwrap_or_else(|| {
+            flags::FLAGS
+                .iter()
+                .find(|s| s.name == name)
+                .map(|s| s.default)
+                .unwrap_or("")
+        })
+    };
+    let int = |name: &str, min: u64, max: u64| -> Result<u64, ConfigError> {
+        let text = get(name);
+        let value: u64 = text
+            .parse()
+            .map_err(|_| ConfigError(format!("--{name}: {text:?} is not a number")))?;
+        if !(min..=max).contains(&value) {
+            return Err(ConfigError(format!(
+                "--{name}: {value} is outside {min}..={max}"
+            )));
+        }
+        Ok(value)
+    };
+    let boolean = |name: &str| -> Result<bool, ConfigError> {
+        match get(name) {
+            "true" | "1" | "t" | "T" | "TRUE" | "True" => Ok(true),
+            "false" | "0" | "f" | "F" | "FALSE" | "False" => Ok(false),
+            other => Err(ConfigError(format!("--{name}: {other:?} is not a boolean"))),
+        }
+    };
+    let ip = |name: &str, text: &str| -> Result<IpAddr, ConfigError> {
+        text.parse()
+            .map_err(|_| ConfigError(format!("--{name}: {text:?} is not an IP address")))
+    };
+    let list = |name: &str| -> Vec<String> {
+        get(name)
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+
+    let kubeconfig_path = raw
+        .get("kubeconfig")
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| {
+            ConfigError(
+                "--kubeconfig is required: the hub needs the cloud's CA and its own credentials"
+                    .into(),
+            )
+        })?;
+    let kubeconfig =
+        kubeconfig::load(kubeconfig_path.as_ref()).map_err(|e| ConfigError(e.to_string()))?;
+    if kubeconfig.insecure_skip_tls_verify {
+        return Err(ConfigError(format!(
+            "kubeconfig {kubeconfig_path}: insecure-skip-tls-verify is not supported: give the cloud's CA"
+        )));
+    }
+
+    let server_list = match raw.get("server-addr").filter(|s| !s.trim().is_empty()) {
+        Some(_) => list("server-addr"),
+        None => kubeconfig.server.clone().into_iter().collect(),
+    };
+    if server_list.is_empty() {
+        return Err(ConfigError(
+            "no cloud server: give --server-addr or a kubeconfig with a cluster server".into(),
+        ));
+    }
+    let servers = server_list
+        .iter()
+        .map(|s| parse_server(s))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let ca = kubeconfig.ca_pem.as_deref().ok_or_else(|| {
+        ConfigError(format!(
+            "kubeconfig {kubeconfig_path}: no certificate-authority: the hub must verify its cloud"
+        ))
+    })?;
+    let client = kubeconfig
+        .client_cert_pem
+        .as_deref()
+        .zip(kubeconfig.client_key_pem.as_deref());
+    let tls = tls::load(ca, client)
+        .map_err(|e| ConfigError(format!("kubeconfig {kubeconfig_path}: {e}")))?;
+    if tls.client.is_none() && kubeconfig.token.is_none() {
+        return Err(ConfigError(format!(
+            "kubeconfig {kubeconfig_path}: the current user has neither a client certificate nor a token"
+        )));
+    }
+
+    let node_name = match raw.get("node-name").filter(|n| !n.is_empty()) {
+        Some(n) => n.to_owned(),
+        None => hostname().ok_or_else(|| {
+            ConfigError("--node-name is not set and the hostname cannot be read".into())
+        })?,
+    };
+    if !is_dns_subdomain(&node_name) {
+        return Err(ConfigError(format!(
+            "--node-name: {node_name:?} is not a valid node name"
+        )));
+    }
+
+    let bind = ip("bind-address", get("bind-address"))?;
+    let proxy_bind = match raw.get("bind-proxy-address").filter(|s| !s.is_empty()) {
+        Some(text) => ip("bind-proxy-address", text)?,
+        None => bind,
+    };
+    let port = |name: &str| int(name, 0, 65535).map(|p| p as u16);
+    let proxy_addr = SocketAddr::new(proxy_bind, port("proxy-port")?);
+    let serve_addr = SocketAddr::new(bind, port("serve-port")?);
+    if proxy_addr == serve_addr && proxy_addr.port() != 0 {
+        return Err(ConfigError(format!(
+            "--proxy-port and --serve-port are both {}",
+            proxy_addr.port()
+        )));
+    }
+
+    let lb_mode = match get("lb-mode") {
+        "rr" => LbMode::RoundRobin,
+        "priority" => LbMode::Priority,
+        other => {
+            return Err(ConfigError(format!(
+                "--lb-mode: {other:?} is not rr or priority"
+            )));
+        }
+    };
+    let working_mode = match get("working-mode") {
+        "edge" => WorkingMode::Edge,
+        "cloud" => WorkingMode::Cloud,
+        other => {
+            return Err(ConfigError(format!(
+                "--working-mode: {other:?} is not edge or cloud"
+            )));
+        }
+    };
+    let heartbeat = Heartbeat {
+        interval: Duration::from_secs(int("heartbeat-interval-seconds", 1, 3600)?),
+        timeout: Duration::from_secs(int("heartbeat-timeout-seconds", 1, 600)?),
+        failed_retry: int("heartbeat-failed-retry", 0, 100)? as u32,
+        healthy_threshold: int("heartbeat-healthy-threshold", 1, 100)? as u32,
+    };
+
+    let cache_agents = list("cache-agents")
+        .into_iter()
+        .map(|a| a.to_ascii_lowercase())
+        .collect();
+
+    Ok(Config {
+        servers,
+        tls,
+        token: kubeconfig.token,
+        node_name,
+        nodepool_name: raw
+            .get("nodepool-name")
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned),
+        proxy_addr,
+        serve_addr,
+        proxy_secure_port: port("proxy-secure-port")?,
+        multiplexer_port: port("multiplexer-port")?,
+        disk_cache_path: PathBuf::from(get("disk-cache-path")),
+        cache_agents,
+        lb_mode,
+        heartbeat,
+        working_mode,
+        enable_resource_filter: boolean("enable-resource-filter")?,
+        disabled_resource_filters: list("disabled-resource-filters"),
+        max_requests_in_flight: int("max-requests-in-flight", 1, 100_000)? as usize,
+        verbosity: int("v", 0, 10)? as u8,
+        ignored_flags: raw.ignored.clone(),
+    })
+}
+
+/// Checks one `--server-addr` entry: `https://host[:port]`, no path, query or user info.
+fn parse_server(text: &str) -> Result<ServerUrl, ConfigError> {
+    let bad = |why: &str| ConfigError(format!("--server-addr: {text:?} {why}"));
+    let rest = text
+        .strip_prefix("https://")
+        .ok_or_else(|| bad("is not an https:// URL (the hub talks TLS to its cloud)"))?;
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.is_empty() {
+        return Err(bad("has no host"));
+    }
+    if authority.contains(['/', '?', '#', '@', ' ']) {
+        return Err(bad("must be only https://host:port"));
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        // An IPv6 literal without a port ends in `]`.
+        Some((host, port)) if !port.contains(']') => (host, Some(port)),
+        _ => (authority, None),
+    };
+    if host.is_empty() {
+        return Err(bad("has no host"));
+    }
+    if let Some(port) = port {
+        match port.parse::<u16>() {
+            Ok(p) if p > 0 => {}
+            _ => return Err(bad("has a bad port")),
+        }
+    }
+    Ok(ServerUrl {
+        base: format!("https://{authority}"),
+    })
+}
+
+/// A DNS-1123 subdomain: what Kubernetes accepts as a node name.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+fn hostname() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .ok()?;
+    let name = text.trim().to_ascii_lowercase();
+    (!name.is_empty()).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixture {
+        dir: PathBuf,
+    }
+
+    impl Fixture {
+        fn new(tag: &str) -> Fixture {
+            let dir =
+                std::env::temp_dir().join(format!("tinyhub-cfg-{tag}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let ca_key = rcgen::KeyPair::generate().unwrap();
+            let ca = rcgen::CertificateParams::new(vec!["ca".to_owned()])
+                .unwrap()
+                .self_signed(&ca_key)
+                .unwrap();
+            std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
+            Fixture { dir }
+        }
+
+        fn kubeconfig(&self, server: &str, user: &str) -> String {
+            let path = self.dir.join("kubeconfig");
+            let text = format!(
+                "clusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority: ca.crt\nusers:\n- name: u\n  user:\n    {user}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"
+            );
+            std::fs::write(&path, text).unwrap();
+            path.display().to_string()
+        }
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn run(args: &[&str]) -> Result<Config, String> {
+        match from_args(args.iter().copied()) {
+            Ok(Command::Run(c)) => Ok(*c),
+            Ok(Command::Print(_)) => Err("printed".into()),
+            Err(e) => Err(e.0),
+        }
+    }
+
+    #[test]
+    fn defaults_follow_yurthub() {
+        let f = Fixture::new("defaults");
+        let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
+        let c = run(&["--kubeconfig", &kc, "--node-name=edge-1"]).unwrap();
+        assert_eq!(
+            c.servers,
+            vec![ServerUrl {
+                base: "https://10.0.0.1:6443".into()
+            }]
+        );
+        assert_eq!(c.proxy_addr, "127.0.0.1:10261".parse().unwrap());
+        assert_eq!(c.serve_addr, "127.0.0.1:10267".parse().unwrap());
+        assert_eq!(c.proxy_secure_port, 10268);
+        assert_eq!(c.multiplexer_port, 10269);
+        assert_eq!(c.disk_cache_path, PathBuf::from("/etc/kubernetes/cache"));
+        assert_eq!(c.lb_mode, LbMode::RoundRobin);
+        assert_eq!(c.working_mode, WorkingMode::Edge);
+        assert_eq!(c.heartbeat.interval, Duration::from_secs(10));
+        assert_eq!(c.heartbeat.timeout, Duration::from_secs(2));
+        assert_eq!(c.heartbeat.failed_retry, 3);
+        assert_eq!(c.heartbeat.healthy_threshold, 2);
+        assert!(c.enable_resource_filter);
+        assert_eq!(c.max_requests_in_flight, 250);
+        assert_eq!(c.token, Some(Token::Inline("abc".into())));
+    }
+
+    #[test]
+    fn server_addr_overrides_the_kubeconfig() {
+        let f = Fixture::new("override");
+        let kc = f.kubeconfig("https://ignored:6443", "token: abc");
+        let c = run(&[
+            "--kubeconfig",
+            &kc,
+            "--node-name=n",
+            "--server-addr=https://a:6443,https://[fd00::1]:6443/",
+            "--lb-mode=priority",
+            "--cache-agents=Foo,bar",
+            "--working-mode",
+            "cloud",
+            "--bind-address=0.0.0.0",
+            "--proxy-port=0",
+            "--serve-port=0",
+        ])
+        .unwrap();
+        let bases: Vec<_> = c.servers.iter().map(|s| s.base.as_str()).collect();
+        assert_eq!(bases, ["https://a:6443", "https://[fd00::1]:6443"]);
+        assert_eq!(c.lb_mode, LbMode::Priority);
+        assert_eq!(c.working_mode, WorkingMode::Cloud);
+        assert_eq!(c.cache_agents, ["foo", "bar"]);
+        assert_eq!(c.proxy_addr, "0.0.0.0:0".parse().unwrap());
+    }
+
+    #[test]
+    fn bad_configurations_say_one_clear_thing() {
+        let f = Fixture::new("bad");
+        let kc = f.kubeconfig("https://a:6443", "token: abc");
+        let no_user = f.dir.join("nouser");
+        std::fs::write(&no_user, "clusters:\n- name: c\n  cluster: {server: 'https://a:1', certificate-authority: ca.crt}\ncontexts:\n- name: x\n  context: {cluster: c}\ncurrent-context: x\n").unwrap();
+        let no_user = no_user.display().to_string();
+        let cases: Vec<(Vec<&str>, &str)> = vec![
+            (vec!["--node-name=n"], "--kubeconfig is required"),
+            (
+                vec!["--kubeconfig=/nonexistent", "--node-name=n"],
+                "/nonexistent",
+            ),
+            (
+                vec![
+                    "--kubeconfig",
+                    &kc,
+                    "--node-name=n",
+                    "--server-addr=http://a:6443",
+                ],
+                "not an https://",
+            ),
+            (
+                vec![
+                    "--kubeconfig",
+                    &kc,
+                    "--node-name=n",
+                    "--server-addr=https://a:99999",
+                ],
+                "bad port",
+            ),
+            (
+                vec![
+                    "--kubeconfig",
+                    &kc,
+                    "--node-name=n",
+                    "--server-addr=https://a/x",
+                ],
+                "only https://host:port",
+            ),
+            (
+                vec!["--kubeconfig", &kc, "--node-name=n", "--lb-mode=random"],
+                "--lb-mode",
+            ),
+            (
+                vec!["--kubeconfig", &kc, "--node-name=n", "--proxy-port=x"],
+                "not a number",
+            ),
+            (
+                vec![
+                    "--kubeconfig",
+                    &kc,
+                    "--node-name=n",
+                    "--heartbeat-interval-seconds=0",
+                ],
+                "outside",
+            ),
+            (
+                vec![
+                    "--kubeconfig",
+                    &kc,
+                    "--node-name=n",
+                    "--bind-address=localhost",
+                ],
+                "not an IP",
+            ),
+            (
+                vec!["--kubeconfig", &kc, "--node-name=Bad_Name"],
+                "not a valid node name",
+            ),
+            (
+                vec![
+                    "--kubeconfig",
+                    &kc,
+                    "--node-name=n",
+                    "--enable-resource-filter=maybe",
+                ],
+                "not a boolean",
+            ),
+            (
+                vec!["--kubeconfig", &no_user, "--node-name=n"],
+                "neither a client certificate nor a token",
+            ),
+        ];
+        for (args, want) in cases {
+            let err = run(&args).expect_err(&format!("{args:?} should fail"));
+            assert!(
+                err.contains(want),
+                "{args:?}: {err:?} should mention {want:?}"
+            );
+            assert!(!err.contains('\n'), "one line: {err:?}");
+        }
+    }
+
+    #[test]
+    fn help_and_version_print() {
+        assert!(
+            matches!(from_args(["--help"]), Ok(Command::Print(t)) if t.contains("--server-addr"))
+        );
+        assert!(
+            matches!(from_args(["--version"]), Ok(Command::Print(t)) if t.starts_with("tinyhub "))
+        );
+    }
+}

@@ -1,0 +1,25 @@
+//! The `tinyhub` binary: parse the command line, set up logging, run the hub.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let config = match tinyhub::config::from_args(std::env::args_os().skip(1)) {
+        Ok(tinyhub::config::Command::Run(config)) => config,
+        Ok(tinyhub::config::Command::Print(text)) => {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("tinyhub: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    tinyhub::logging::init(config.verbosity);
+    match tinyhub::app::run(*config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            log::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}

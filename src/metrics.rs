@@ -1,0 +1,342 @@
+//! Prometheus text metrics. YurtHub's `node_yurthub_*` names are kept where the meaning
+//! matches, so existing dashboards work; tinyhub's own are under `tinyhub_*`.
+//!
+//! Counters are process-wide atomics in [`METRICS`]; labelled series live in small maps
+//! behind a mutex taken once at the start and once at the end of a request. Rendering is
+//! hand-written (no client library): a few dozen lines keep the names exact.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// Labels YurtHub uses for per-request series: verb, resource, subresources, client.
+pub type RequestLabels = (&'static str, String, String, String);
+
+/// All of the hub's metrics.
+pub struct Metrics {
+    /// Objects written to disk by the cache writer.
+    pub cache_objects_written: AtomicU64,
+    /// Bytes written to disk by the cache writer.
+    pub cache_bytes_written: AtomicU64,
+    /// Writes skipped because the same bytes were already on disk.
+    pub cache_writes_skipped_identical: AtomicU64,
+    /// Writes refused because the cached object was newer.
+    pub cache_writes_skipped_stale: AtomicU64,
+    /// Objects removed from the cache (watch DELETED, list replacement, 404 prune).
+    pub cache_objects_deleted: AtomicU64,
+    /// Cache sessions abandoned because the writer queue was full or the body broke off.
+    pub cache_sessions_abandoned: AtomicU64,
+    /// Cache sessions committed.
+    pub cache_sessions_committed: AtomicU64,
+    /// Store or decode failures in the writer.
+    pub cache_errors: AtomicU64,
+    /// Messages waiting in the writer queue.
+    pub cache_writer_queue_depth: AtomicI64,
+    /// Requests answered from the cache because the cloud was unreachable.
+    pub offline_answers: AtomicU64,
+    /// Requests refused with 429 at the concurrency cap.
+    pub rejected_requests: AtomicU64,
+    /// Requests being served now.
+    pub in_flight_total: AtomicI64,
+    /// Transport failures talking to the cloud.
+    pub upstream_errors: AtomicU64,
+    /// Idempotent requests retried on another backend after a connect failure.
+    pub upstream_retries: AtomicU64,
+    in_flight: Mutex<BTreeMap<RequestLabels, i64>>,
+    traffic: Mutex<BTreeMap<RequestLabels, u64>>,
+}
+
+/// Most labelled series kept per metric; requests past it count only in the totals.
+const MAX_SERIES: usize = 512;
+
+/// The process-wide metrics.
+pub static METRICS: Metrics = Metrics::new();
+
+impl Metrics {
+    const fn new() -> Metrics {
+        Metrics {
+            cache_objects_written: AtomicU64::new(0),
+            cache_bytes_written: AtomicU64::new(0),
+            cache_writes_skipped_identical: AtomicU64::new(0),
+            cache_writes_skipped_stale: AtomicU64::new(0),
+            cache_objects_deleted: AtomicU64::new(0),
+            cache_sessions_abandoned: AtomicU64::new(0),
+            cache_sessions_committed: AtomicU64::new(0),
+            cache_errors: AtomicU64::new(0),
+            cache_writer_queue_depth: AtomicI64::new(0),
+            offline_answers: AtomicU64::new(0),
+            rejected_requests: AtomicU64::new(0),
+            in_flight_total: AtomicI64::new(0),
+            upstream_errors: AtomicU64::new(0),
+            upstream_retries: AtomicU64::new(0),
+            in_flight: Mutex::new(BTreeMap::new()),
+            traffic: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Adds one to a counter.
+    pub fn inc(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Marks a request as started; the guard marks it finished when dropped.
+    pub fn start_request(&'static self, labels: RequestLabels) -> InFlight {
+        self.in_flight_total.fetch_add(1, Ordering::Relaxed);
+        let mut map = lock(&self.in_flight);
+        // Labels come from clients (User-Agent): cap the number of series so a client that
+        // invents a new agent per request cannot grow the hub's memory without bound.
+        let labels = if map.len() < MAX_SERIES || map.contains_key(&labels) {
+            *map.entry(labels.clone()).or_insert(0) += 1;
+            Some(labels)
+        } else {
+            None
+        };
+        InFlight {
+            metrics: self,
+            labels,
+        }
+    }
+
+    /// Counts bytes the cloud sent for a request.
+    pub fn add_traffic(&self, labels: &RequestLabels, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let mut map = lock(&self.traffic);
+        let room = map.len() < MAX_SERIES;
+        match map.get_mut(labels) {
+            Some(total) => *total += bytes,
+            None if room => {
+                map.insert(labels.clone(), bytes);
+            }
+            None => {}
+        }
+    }
+
+    /// The Prometheus text exposition, with one health series per backend.
+    pub fn render(&self, backends: &[(String, bool)]) -> String {
+        let mut out = String::with_capacity(4096);
+        header(
+            &mut out,
+            "node_yurthub_server_healthy_status",
+            "gauge",
+            "healthy status of remote servers. 1: healthy, 0: unhealthy",
+        );
+        for (server, healthy) in backends {
+            let _ = writeln!(
+                out,
+                "node_yurthub_server_healthy_status{{server=\"{}\"}} {}",
+                escape(server),
+                u8::from(*healthy)
+            );
+        }
+        header(
+            &mut out,
+            "node_yurthub_in_flight_requests_collector",
+            "gauge",
+            "collector of in flight requests handling by hub agent",
+        );
+        for ((verb, resource, sub, client), n) in lock(&self.in_flight).iter() {
+            let _ = writeln!(
+                out,
+                "node_yurthub_in_flight_requests_collector{{verb=\"{verb}\",resource=\"{}\",subresources=\"{}\",client=\"{}\"}} {n}",
+                escape(resource),
+                escape(sub),
+                escape(client)
+            );
+        }
+        gauge(
+            &mut out,
+            "node_yurthub_in_flight_requests_total",
+            "total of in flight requests handling by hub agent",
+            self.in_flight_total.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "node_yurthub_rejected_requests_counter",
+            "counter of rejected requests for exceeding in flight limit in hub agent",
+            &self.rejected_requests,
+        );
+        header(
+            &mut out,
+            "node_yurthub_proxy_traffic_collector",
+            "counter",
+            "collector of proxy response traffic by hub agent(unit: byte)",
+        );
+        for ((verb, resource, sub, client), n) in lock(&self.traffic).iter() {
+            let _ = writeln!(
+                out,
+                "node_yurthub_proxy_traffic_collector{{client=\"{}\",verb=\"{verb}\",resource=\"{}\",subresources=\"{}\"}} {n}",
+                escape(client),
+                escape(resource),
+                escape(sub)
+            );
+        }
+        counter(
+            &mut out,
+            "tinyhub_cache_objects_written_total",
+            "objects written to the disk cache",
+            &self.cache_objects_written,
+        );
+        counter(
+            &mut out,
+            "tinyhub_cache_bytes_written_total",
+            "bytes written to the disk cache",
+            &self.cache_bytes_written,
+        );
+        counter(
+            &mut out,
+            "tinyhub_cache_writes_skipped_identical_total",
+            "object writes skipped because the same bytes were on disk",
+            &self.cache_writes_skipped_identical,
+        );
+        counter(
+            &mut out,
+            "tinyhub_cache_writes_skipped_stale_total",
+            "object writes refused because the cached object was newer",
+            &self.cache_writes_skipped_stale,
+        );
+        counter(
+            &mut out,
+            "tinyhub_cache_objects_deleted_total",
+            "objects removed from the disk cache",
+            &self.cache_objects_deleted,
+        );
+        counter(
+            &mut out,
+            "tinyhub_cache_sessions_committed_total",
+            "responses whose objects were persisted",
+            &self.cache_sessions_committed,
+        );
+        counter(
+            &mut out,
+            "tinyhub_cache_sessions_abandoned_total",
+            "responses not persisted because the writer queue was full or the body broke off",
+            &self.cache_sessions_abandoned,
+        );
+        counter(
+            &mut out,
+            "tinyhub_cache_errors_total",
+            "disk or decode failures in the cache writer",
+            &self.cache_errors,
+        );
+        gauge(
+            &mut out,
+            "tinyhub_cache_writer_queue_depth",
+            "messages waiting for the cache writer",
+            self.cache_writer_queue_depth.load(Ordering::Relaxed).max(0),
+        );
+        counter(
+            &mut out,
+            "tinyhub_offline_answers_total",
+            "requests answered from the cache while the cloud was unreachable",
+            &self.offline_answers,
+        );
+        counter(
+            &mut out,
+            "tinyhub_upstream_errors_total",
+            "transport failures talking to the cloud",
+            &self.upstream_errors,
+        );
+        counter(
+            &mut out,
+            "tinyhub_upstream_retries_total",
+            "idempotent requests retried on another backend",
+            &self.upstream_retries,
+        );
+        out
+    }
+}
+
+/// Marks the end of a request in the in-flight series when dropped.
+pub struct InFlight {
+    metrics: &'static Metrics,
+    labels: Option<RequestLabels>,
+}
+
+impl InFlight {
+    /// Counts bytes the cloud sent for this request under its labels.
+    pub fn add_traffic(&self, bytes: u64) {
+        if let Some(labels) = &self.labels {
+            self.metrics.add_traffic(labels, bytes);
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.metrics.in_flight_total.fetch_sub(1, Ordering::Relaxed);
+        if let Some(labels) = self.labels.take() {
+            // Finished series stay at 0, as YurtHub's do: "this request happened".
+            if let Some(n) = lock(&self.metrics.in_flight).get_mut(&labels) {
+                *n -= 1;
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding a metrics lock leaves plain numbers behind; keep serving them.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn counter(out: &mut String, name: &str, help: &str, value: &AtomicU64) {
+    header(out, name, "counter", help);
+    let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: i64) {
+    header(out, name, "gauge", help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
+/// Escapes a label value: backslash, double quote and newline.
+fn escape(value: &str) -> std::borrow::Cow<'_, str> {
+    if !value.contains(['\\', '"', '\n']) {
+        return std::borrow::Cow::Borrowed(value);
+    }
+    std::borrow::Cow::Owned(
+        value
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_flight_series_go_up_and_back_to_zero() {
+        static M: Metrics = Metrics::new();
+        let labels: RequestLabels = ("list", "pods".into(), "".into(), "kubelet".into());
+        let guard = M.start_request(labels.clone());
+        assert!(M.render(&[]).contains(
+            "node_yurthub_in_flight_requests_collector{verb=\"list\",resource=\"pods\",subresources=\"\",client=\"kubelet\"} 1"
+        ));
+        guard.add_traffic(100);
+        drop(guard);
+        let text = M.render(&[
+            ("https://a:6443".into(), true),
+            ("https://b:6443".into(), false),
+        ]);
+        assert!(text.contains("client=\"kubelet\"} 0"));
+        assert!(text.contains("node_yurthub_proxy_traffic_collector{client=\"kubelet\",verb=\"list\",resource=\"pods\",subresources=\"\"} 100"));
+        assert!(text.contains("node_yurthub_server_healthy_status{server=\"https://a:6443\"} 1"));
+        assert!(text.contains("node_yurthub_server_healthy_status{server=\"https://b:6443\"} 0"));
+        assert!(text.contains("node_yurthub_in_flight_requests_total 0"));
+    }
+
+    #[test]
+    fn hostile_label_values_are_escaped() {
+        static M: Metrics = Metrics::new();
+        let _g = M.start_request(("get", "pods".into(), "".into(), "evil\"}\n".into()));
+        assert!(M.render(&[]).contains("client=\"evil\\\"}\\n\"} 1"));
+    }
+}

@@ -1,0 +1,545 @@
+//! Offline answers: what the hub says from its disk cache while the cloud is unreachable
+//! (DESIGN.md §4). Gets return the cached object, lists the cached collection filtered by the
+//! request's label and field selectors (which YurtHub ignores), watches are held open without
+//! events, writes are answered as YurtHub does, and everything else gets a `Status`.
+//!
+//! Lists stream: objects are read from disk one at a time and written out as they pass the
+//! selectors, so an offline list of thousands of pods never sits whole in memory. Only the
+//! collection's own directory is read. Nothing here writes the cache directly: an offline
+//! create goes to the cache writer like any other object.
+
+use std::borrow::Cow;
+use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Deserialize;
+
+use crate::cache::key::{CollectionKey, ObjectKey, rv_newer};
+use crate::cache::store::Store;
+use crate::cache::writer::CacheTx;
+use crate::health::Backends;
+use crate::request::{ApiRequest, ResourcePath};
+use crate::route::{Local, Route, collection_key};
+use crate::server::{Exchange, Length};
+use crate::status::Status;
+
+/// Largest request body an offline create accepts (etcd's own limit is 1.5 MiB).
+const MAX_CREATE_BODY: u64 = 3 * 1024 * 1024;
+/// How often a held watch checks for the cloud, shutdown and a vanished client.
+const WATCH_TICK: Duration = Duration::from_secs(1);
+/// Bytes of list output gathered before a write.
+const LIST_FLUSH: usize = 32 * 1024;
+/// Prefix of the continue tokens the hub issues offline.
+const CONTINUE_PREFIX: &str = "tinyhub1.";
+
+/// The offline answerer.
+pub struct Offline {
+    /// The disk cache, read only here.
+    pub store: Arc<Store>,
+    /// Where offline creates go to be persisted.
+    pub cache: CacheTx,
+    /// To end held watches when the cloud is back.
+    pub backends: Arc<Backends>,
+    /// To end held watches on shutdown.
+    pub shutdown: Arc<AtomicBool>,
+}
+
+impl Offline {
+    /// Answers `req` from the cache; returns the HTTP status sent.
+    pub fn answer(&self, ex: Exchange, req: &ApiRequest, route: &Route) -> u16 {
+        let result = match (&route.local, req.resource()) {
+            (Local::NonResource(file), _) => self.document(ex, file),
+            (Local::Forbidden, _) => Err((
+                ex,
+                Status::forbidden(
+                    "the cloud apiserver is unreachable: deletes are refused until it is back",
+                ),
+            )),
+            (Local::Get, Some(path)) => self.get(ex, req, path),
+            (Local::Update, Some(path)) => self.get(ex, req, path),
+            (Local::List, Some(path)) => self.list(ex, req, path, route),
+            (Local::Watch, Some(path)) => self.watch(ex, req, path),
+            (Local::Create, Some(path)) => self.create(ex, req, path),
+            _ => Err((
+                ex,
+                Status::service_unavailable(format!(
+                    "the cloud apiserver is unreachable and the cache cannot answer this request (component {:?})",
+                    req.component
+                )),
+            )),
+        };
+        match result {
+            Ok(status) => status,
+            Err((ex, status)) => {
+                let _ = ex.send_status(&status);
+                status.code
+            }
+        }
+    }
+
+    fn document(&self, ex: Exchange, file: &str) -> Answered {
+        match self.store.get_non_resource(file) {
+            Ok(Some(bytes)) => send_json(ex, 200, &bytes),
+            Ok(None) => Err((
+                ex,
+                Status::not_found_message(format!("{file} is not cached")),
+            )),
+            Err(e) => Err((ex, Status::internal(format!("reading the cache: {e}")))),
+        }
+    }
+
+    fn get(&self, ex: Exchange, req: &ApiRequest, path: &ResourcePath) -> Answered {
+        let Some(name) = path.name.clone() else {
+            return Err((ex, Status::bad_request("no object name")));
+        };
+        let key = ObjectKey {
+            collection: collection_key(&req.component, path),
+            namespace: object_namespace(path),
+            name,
+        };
+        match self.store.get(&key) {
+            Ok(Some(bytes)) if is_json_object(&bytes) => send_json(ex, 200, &bytes),
+            Ok(Some(_)) => {
+                log::warn!("cache file of {key:?} is not valid JSON; not serving it");
+                Err((
+                    ex,
+                    Status::internal(format!("the cached copy of {} is damaged", key.name)),
+                ))
+            }
+            Ok(None) => Err((
+                ex,
+                Status::not_found(&path.group, &path.resource, &key.name),
+            )),
+            Err(e) => Err((ex, Status::internal(format!("reading the cache: {e}")))),
+        }
+    }
+
+    fn list(&self, ex: Exchange, req: &ApiRequest, path: &ResourcePath, route: &Route) -> Answered {
+        let collection = collection_key(&req.component, path);
+        let after = match req
+            .query
+            .continue_token
+            .as_deref()
+            .filter(|t| !t.is_empty())
+        {
+            None => None,
+            Some(token) => match decode_continue(token) {
+                Some(position) => Some(position),
+                None => {
+                    return Err((
+                        ex,
+                        Status::expired(
+                            "the continue token is not valid for the hub's cache; list again without it",
+                        ),
+                    ));
+                }
+            },
+        };
+        let namespace = path.namespace.as_deref();
+        let iter = match self.store.list(
+            &collection,
+            namespace,
+            after.as_ref().map(|(ns, n)| (ns.as_str(), n.as_str())),
+        ) {
+            Ok(Some(iter)) => iter,
+            Ok(None) => {
+                return Err((
+                    ex,
+                    Status::not_found_message(format!(
+                        "{} is not cached for {}",
+                        qualified(path),
+                        req.component
+                    )),
+                ));
+            }
+            Err(e) => return Err((ex, Status::internal(format!("reading the cache: {e}")))),
+        };
+        let api_version = if path.group.is_empty() {
+            path.version.clone()
+        } else {
+            format!("{}/{}", path.group, path.version)
+        };
+        let mut out = ex
+            .start(
+                200,
+                &[("Content-Type", "application/json")],
+                Length::Streamed,
+            )
+            .map_err(|_| ())
+            .ok();
+        let Some(writer) = out.as_mut() else {
+            return Ok(200);
+        };
+        let limit = req.query.limit.filter(|&l| l > 0).map(|l| l as usize);
+        let mut buf = Vec::with_capacity(LIST_FLUSH + 8192);
+        buf.extend_from_slice(b"{\"apiVersion\":");
+        push_json_str(&mut buf, &api_version);
+        buf.extend_from_slice(b",\"items\":[");
+        let mut count = 0usize;
+        let mut max_rv: Option<String> = None;
+        let mut kind: Option<String> = None;
+        let mut last: Option<(String, String)> = None;
+        let mut next_token = None;
+        for item in iter {
+            let object = match item {
+                Ok(object) => object,
+                Err(e) => {
+                    log::warn!(
+                        "offline list of {}: skipping an unreadable object: {e}",
+                        qualified(path)
+                    );
+                    continue;
+                }
+            };
+            let Some(head) = parse_head(&object.bytes, &route.selectors) else {
+                log::warn!(
+                    "offline list of {}: skipping damaged cache file {}/{}",
+                    qualified(path),
+                    object.namespace.as_deref().unwrap_or(""),
+                    object.name
+                );
+                continue;
+            };
+            if !head.selected {
+                continue;
+            }
+            if limit == Some(count) {
+                // One more matches: the client gets a token to continue after the last one.
+                next_token = last.as_ref().map(|(ns, name)| encode_continue(ns, name));
+                break;
+            }
+            if count > 0 {
+                buf.push(b',');
+            }
+            buf.extend_from_slice(&object.bytes);
+            count += 1;
+            if kind.is_none() {
+                kind = head.kind;
+            }
+            if let Some(rv) = head.resource_version {
+                if max_rv.as_deref().is_none_or(|m| rv_newer(&rv, m)) {
+                    max_rv = Some(rv);
+                }
+            }
+            last = Some((object.namespace.unwrap_or_default(), object.name));
+            if buf.len() >= LIST_FLUSH {
+                if writer.write(&buf).is_err() {
+                    return Ok(200); // the client went away
+                }
+                buf.clear();
+            }
+        }
+        let kind = kind.or_else(|| self.kind_from_discovery(path));
+        buf.extend_from_slice(b"]");
+        if let Some(kind) = kind {
+            buf.extend_from_slice(b",\"kind\":");
+            push_json_str(&mut buf, &format!("{kind}List"));
+        }
+        buf.extend_from_slice(b",\"metadata\":{\"resourceVersion\":");
+        push_json_str(&mut buf, max_rv.as_deref().unwrap_or("0"));
+        if let Some(token) = next_token {
+            buf.extend_from_slice(b",\"continue\":");
+            push_json_str(&mut buf, &token);
+        }
+        buf.extend_from_slice(b"}}");
+        if writer.write(&buf).is_ok() {
+            if let Some(writer) = out.take() {
+                let _ = writer.finish();
+            }
+        }
+        Ok(200)
+    }
+
+    /// The kind of `path`'s objects from a cached discovery document, for an empty list.
+    fn kind_from_discovery(&self, path: &ResourcePath) -> Option<String> {
+        let file = if path.group.is_empty() {
+            format!("_api_{}", path.version)
+        } else {
+            format!("_apis_{}_{}", path.group, path.version)
+        };
+        let bytes = self.store.get_non_resource(&file).ok()??;
+        let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+        doc.get("resources")?
+            .as_array()?
+            .iter()
+            .find(|r| r.get("name").and_then(|n| n.as_str()) == Some(path.resource.as_str()))?
+            .get("kind")?
+            .as_str()
+            .map(str::to_owned)
+    }
+
+    fn watch(&self, ex: Exchange, req: &ApiRequest, path: &ResourcePath) -> Answered {
+        let collection = collection_key(&req.component, path);
+        if !self.store.has_collection(&collection) {
+            return Err((
+                ex,
+                Status::not_found_message(format!(
+                    "{} is not cached for {}",
+                    qualified(path),
+                    req.component
+                )),
+            ));
+        }
+        let Ok(mut writer) = ex.start(
+            200,
+            &[("Content-Type", "application/json")],
+            Length::Streamed,
+        ) else {
+            return Ok(200);
+        };
+        let hold = req
+            .query
+            .timeout_seconds
+            .map(Duration::from_secs)
+            .unwrap_or_else(random_watch_duration);
+        let started = Instant::now();
+        let ended_cleanly = loop {
+            let left = hold.saturating_sub(started.elapsed());
+            if left.is_zero() || self.shutdown.load(Ordering::Relaxed) {
+                break true;
+            }
+            std::thread::sleep(left.min(WATCH_TICK));
+            if self.backends.any_healthy() {
+                // End now so the client re-lists and re-watches through the cloud.
+                break true;
+            }
+            // A lone newline between watch events is valid JSON framing; writing it finds a
+            // client that hung up, which frees this thread.
+            if writer.write(b"\n").is_err() {
+                break false;
+            }
+        };
+        if ended_cleanly {
+            let _ = writer.finish();
+        }
+        Ok(200)
+    }
+
+    fn create(&self, mut ex: Exchange, req: &ApiRequest, path: &ResourcePath) -> Answered {
+        if ex.body_length().is_some_and(|n| n > MAX_CREATE_BODY) {
+            return Err((ex, Status::bad_request("request body too large")));
+        }
+        let mut body = Vec::new();
+        let read = ex.body().take(MAX_CREATE_BODY + 1).read_to_end(&mut body);
+        if read.is_err() || body.len() as u64 > MAX_CREATE_BODY {
+            return Err((ex, Status::bad_request("cannot read the request body")));
+        }
+        let Ok(mut object) = serde_json::from_slice::<serde_json::Value>(&body) else {
+            return Err((
+                ex,
+                Status::bad_request("the request body is not a JSON object"),
+            ));
+        };
+        if !object.is_object() {
+            return Err((
+                ex,
+                Status::bad_request("the request body is not a JSON object"),
+            ));
+        }
+        // The object belongs where it was posted, as the apiserver would record it.
+        if let (Some(ns), Some(meta)) = (
+            path.namespace.as_deref(),
+            object.get_mut("metadata").and_then(|m| m.as_object_mut()),
+        ) {
+            meta.entry("namespace").or_insert_with(|| ns.into());
+        }
+        let has_name = object
+            .pointer("/metadata/name")
+            .and_then(|n| n.as_str())
+            .is_some_and(|n| !n.is_empty());
+        if has_name {
+            let collection: CollectionKey = collection_key(&req.component, path);
+            let queued =
+                serde_json::to_vec(&object).is_ok_and(|bytes| self.cache.put(collection, bytes));
+            if !queued {
+                log::info!(
+                    "offline create of {} answered but not cached (writer busy)",
+                    qualified(path)
+                );
+            }
+        }
+        send_json(ex, 201, &body)
+    }
+}
+
+type Answered = Result<u16, (Exchange, Status)>;
+
+fn send_json(ex: Exchange, status: u16, body: &[u8]) -> Answered {
+    let _ = ex.send(status, &[("Content-Type", "application/json")], body);
+    Ok(status)
+}
+
+/// The namespace an object of `path` is filed under: none for cluster-scoped requests and for
+/// Namespace objects themselves.
+fn object_namespace(path: &ResourcePath) -> Option<String> {
+    if path.group.is_empty() && path.resource == "namespaces" {
+        None
+    } else {
+        path.namespace.clone()
+    }
+}
+
+fn qualified(path: &ResourcePath) -> String {
+    if path.group.is_empty() {
+        path.resource.clone()
+    } else {
+        format!("{}.{}", path.resource, path.group)
+    }
+}
+
+fn is_json_object(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok()
+        && bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
+/// What an offline list needs of one cached object.
+struct ListHead {
+    selected: bool,
+    kind: Option<String>,
+    resource_version: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    metadata: Option<HeadMeta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct HeadMeta<'a> {
+    #[serde(borrow, default, rename = "resourceVersion")]
+    resource_version: Option<Cow<'a, str>>,
+}
+
+/// Parses what the list needs; selectors need the whole object, plain lists only the head.
+fn parse_head(bytes: &[u8], selectors: &crate::selector::Selectors) -> Option<ListHead> {
+    if selectors.is_everything() {
+        let head: Head<'_> = serde_json::from_slice(bytes).ok()?;
+        return Some(ListHead {
+            selected: true,
+            kind: head.kind.map(Cow::into_owned),
+            resource_version: head
+                .metadata
+                .and_then(|m| m.resource_version)
+                .map(Cow::into_owned),
+        });
+    }
+    let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    if !value.is_object() {
+        return None;
+    }
+    let text = |p: &str| value.pointer(p).and_then(|v| v.as_str()).map(str::to_owned);
+    Some(ListHead {
+        selected: selectors.matches(&value),
+        kind: text("/kind"),
+        resource_version: text("/metadata/resourceVersion"),
+    })
+}
+
+fn push_json_str(buf: &mut Vec<u8>, s: &str) {
+    let mut text = String::with_capacity(s.len() + 2);
+    crate::status::push_json_string(&mut text, s);
+    buf.extend_from_slice(text.as_bytes());
+}
+
+/// A continue token naming the last object sent: `tinyhub1.<hex ns>.<hex name>`.
+fn encode_continue(namespace: &str, name: &str) -> String {
+    let hex = |s: &str| s.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+    format!("{CONTINUE_PREFIX}{}.{}", hex(namespace), hex(name))
+}
+
+/// The position a token of ours names; None for anything else.
+fn decode_continue(token: &str) -> Option<(String, String)> {
+    let rest = token.strip_prefix(CONTINUE_PREFIX)?;
+    let (ns, name) = rest.split_once('.')?;
+    let unhex = |s: &str| -> Option<String> {
+        if s.len() % 2 != 0 || s.len() > 2 * 253 {
+            return None;
+        }
+        let bytes = (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+            .collect::<Option<Vec<u8>>>()?;
+        String::from_utf8(bytes).ok()
+    };
+    let (ns, name) = (unhex(ns)?, unhex(name)?);
+    (!name.is_empty()).then_some((ns, name))
+}
+
+/// A watch with no `timeoutSeconds` is held 30–60 minutes, as the apiserver does, so a node's
+/// watches do not all end at once.
+fn random_watch_duration() -> Duration {
+    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    // Mix in a sequence number so watches opened in the same instant differ too.
+    let mut x = u64::from(nanos)
+        ^ SEQUENCE
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    Duration::from_secs(1800 + x % 1800)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_tokens_round_trip_and_foreign_ones_are_refused() {
+        let token = encode_continue("kube-system", "coredns-1");
+        assert_eq!(
+            decode_continue(&token),
+            Some(("kube-system".into(), "coredns-1".into()))
+        );
+        assert_eq!(
+            decode_continue(&encode_continue("", "node-1")),
+            Some(("".into(), "node-1".into()))
+        );
+        for foreign in [
+            "",
+            "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTIzfQ",
+            "tinyhub1.zz.00",
+            "tinyhub1.6161",
+            "tinyhub1.61.",
+            "tinyhub1.6.61",
+        ] {
+            assert_eq!(decode_continue(foreign), None, "{foreign:?}");
+        }
+    }
+
+    #[test]
+    fn watch_hold_is_between_30_and_60_minutes() {
+        let d = random_watch_duration();
+        assert!(
+            d >= Duration::from_secs(1800) && d < Duration::from_secs(3600),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn list_heads_filter_by_selector() {
+        let pod = br#"{"kind":"Pod","metadata":{"name":"a","resourceVersion":"7","labels":{"app":"web"}},"spec":{"nodeName":"n1"}}"#;
+        let web =
+            crate::selector::Selectors::parse(Some("app=web"), Some("spec.nodeName=n1")).unwrap();
+        let db = crate::selector::Selectors::parse(Some("app=db"), None).unwrap();
+        let everything = crate::selector::Selectors::everything();
+        let head = parse_head(pod, &web).unwrap();
+        assert!(head.selected);
+        assert_eq!(head.resource_version.as_deref(), Some("7"));
+        assert!(!parse_head(pod, &db).unwrap().selected);
+        assert_eq!(
+            parse_head(pod, &everything).unwrap().kind.as_deref(),
+            Some("Pod")
+        );
+        assert!(parse_head(b"{not json", &everything).is_none());
+    }
+}

@@ -1,0 +1,428 @@
+//! The request path. [`Hub::handle`] reads top to bottom: classify the request, route it,
+//! then either forward it to the cloud — streaming the answer back while a copy goes to the
+//! cache writer — or answer it from the cache when the cloud is unreachable, and log it.
+//!
+//! Failures carry where they came from ([`Failure`]): an unreachable cloud is the one origin
+//! that turns into an offline answer; everything else becomes a `Status` in one place.
+
+use std::io::{self, Read};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::cache::agents::CacheAgents;
+use crate::cache::writer::CacheTx;
+use crate::config::WorkingMode;
+use crate::metrics::{InFlight, METRICS};
+use crate::offline::Offline;
+use crate::request::{self, ApiRequest};
+use crate::route::{self, CacheTarget, Local, NoCacheReason, Route};
+use crate::server::{Exchange, Length};
+use crate::status::Status;
+use crate::upstream::{Answer, BodySource, Deadline, Identity, Outgoing, Upstream, UpstreamError};
+
+/// Bodies up to this size with a known length are received whole before the client gets
+/// anything, so a cloud that breaks off mid-body can still be answered from the cache.
+const SMALL_BODY: u64 = 64 * 1024;
+/// Size of the relay buffer (one per streaming request).
+const RELAY_BUFFER: usize = 32 * 1024;
+
+/// Everything a request thread needs.
+pub struct Hub {
+    /// Edge or cloud.
+    pub mode: WorkingMode,
+    /// The cloud client.
+    pub upstream: Arc<Upstream>,
+    /// Who is cached.
+    pub agents: Arc<CacheAgents>,
+    /// The writer queue (edge mode).
+    pub cache: Option<CacheTx>,
+    /// Offline answers (edge mode).
+    pub offline: Option<Offline>,
+}
+
+/// Where the cache stood for a request, for the log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStatus {
+    /// Forwarded; the answer is being persisted.
+    Stored,
+    /// Forwarded; not cached, for this reason.
+    Bypass(NoCacheReason),
+    /// Forwarded; cacheable, but the writer queue was full.
+    Dropped,
+    /// Answered from the cache: the cloud was unreachable.
+    Offline,
+    /// Refused before anything else.
+    Rejected,
+}
+
+impl CacheStatus {
+    /// Short text for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheStatus::Stored => "stored",
+            CacheStatus::Bypass(reason) => reason.as_str(),
+            CacheStatus::Dropped => "dropped",
+            CacheStatus::Offline => "offline",
+            CacheStatus::Rejected => "rejected",
+        }
+    }
+}
+
+/// Why a forwarded request failed, by origin.
+enum Failure {
+    /// The cloud could not be reached or broke off before the client got anything: the cache
+    /// may answer.
+    Unreachable(UpstreamError),
+    /// The hub could not build or send the request.
+    Internal(String),
+    /// The client went away or its connection broke; nothing more to send.
+    Downstream(io::Error),
+}
+
+impl Hub {
+    /// Serves one request to the end.
+    pub fn handle(&self, ex: Exchange) {
+        let started = Instant::now();
+        let req = match request::classify(ex.method(), ex.url(), ex.headers()) {
+            Ok(req) => req,
+            Err(e) if self.mode == WorkingMode::Edge => {
+                log::info!(
+                    "refused method={} path=\"{}\" err=\"{e}\"",
+                    ex.method(),
+                    truncated(ex.url())
+                );
+                let _ = ex.send_status(&Status::bad_request(e.to_string()));
+                return;
+            }
+            // A pure proxy passes on what it does not understand; the cloud judges it.
+            Err(_) => {
+                let route = passthrough_route(ex.header("authorization").is_some());
+                self.forward_and_relay(ex, None, &route, None);
+                return;
+            }
+        };
+        let labels = (
+            req.verb.as_str(),
+            req.resource()
+                .map(|r| r.resource.clone())
+                .unwrap_or_default(),
+            req.resource()
+                .and_then(|r| r.subresource.clone())
+                .unwrap_or_default(),
+            req.component.clone(),
+        );
+        let in_flight = METRICS.start_request(labels);
+        let (status, cache) = self.serve(ex, &req, &in_flight);
+        let elapsed = started.elapsed();
+        let path = match &req.target {
+            request::Target::Resource(r) => r.resource.as_str(),
+            request::Target::NonResource(p) => p.as_str(),
+        };
+        if cache == CacheStatus::Offline || status >= 500 {
+            log::info!(
+                "verb={} resource=\"{}\" component=\"{}\" status={status} cache={} duration={elapsed:?}",
+                req.verb.as_str(),
+                path,
+                req.component,
+                cache.as_str()
+            );
+        } else {
+            log::debug!(
+                "verb={} resource=\"{}\" component=\"{}\" status={status} cache={} duration={elapsed:?}",
+                req.verb.as_str(),
+                path,
+                req.component,
+                cache.as_str()
+            );
+        }
+    }
+
+    fn serve(&self, ex: Exchange, req: &ApiRequest, in_flight: &InFlight) -> (u16, CacheStatus) {
+        if req.upgrade {
+            // exec, attach and port-forward need the raw connection; tiny_http cannot splice it.
+            let status = Status::not_implemented(
+                "tinyhub does not carry connection upgrades (exec, attach, port-forward): talk to the apiserver directly",
+            );
+            let _ = ex.send_status(&status);
+            return (501, CacheStatus::Rejected);
+        }
+        let is_agent = self.agents.is_agent(&req.component);
+        let route = match route::route(req, is_agent, self.mode) {
+            Ok(route) => route,
+            Err(status) => {
+                let _ = ex.send_status(&status);
+                return (status.code, CacheStatus::Rejected);
+            }
+        };
+        if self.mode == WorkingMode::Edge && !self.upstream.backends().any_healthy() {
+            return (self.answer_locally(ex, req, &route), CacheStatus::Offline);
+        }
+        self.forward_and_relay(ex, Some(req), &route, Some(in_flight))
+    }
+
+    fn forward_and_relay(
+        &self,
+        mut ex: Exchange,
+        req: Option<&ApiRequest>,
+        route: &Route,
+        in_flight: Option<&InFlight>,
+    ) -> (u16, CacheStatus) {
+        match self.forward(&mut ex, route) {
+            Ok(answer) => {
+                let status = answer.status;
+                match self.relay(ex, route, answer, in_flight) {
+                    Ok(cache) => (status, cache),
+                    Err((ex, Failure::Unreachable(e))) => self.fallback(ex, req, route, e),
+                    // The client hung up: nothing left to tell it.
+                    Err((_, Failure::Downstream(e))) => {
+                        log::debug!("the client went away mid-answer: {e}");
+                        (status, CacheStatus::Rejected)
+                    }
+                    Err((ex, Failure::Internal(e))) => {
+                        if let Some(ex) = ex {
+                            let _ = ex.send_status(&Status::internal(e));
+                        }
+                        (500, CacheStatus::Rejected)
+                    }
+                }
+            }
+            Err(Failure::Unreachable(e)) => self.fallback(Some(ex), req, route, e),
+            Err(Failure::Internal(e)) => {
+                let _ = ex.send_status(&Status::internal(e));
+                (500, CacheStatus::Rejected)
+            }
+            Err(Failure::Downstream(e)) => {
+                log::debug!("the client went away: {e}");
+                (499, CacheStatus::Rejected)
+            }
+        }
+    }
+
+    /// The cloud failed before the client got anything: answer from the cache when the
+    /// route allows it, else say the cloud is unreachable.
+    fn fallback(
+        &self,
+        ex: Option<Exchange>,
+        req: Option<&ApiRequest>,
+        route: &Route,
+        error: UpstreamError,
+    ) -> (u16, CacheStatus) {
+        let Some(ex) = ex else {
+            return (502, CacheStatus::Rejected);
+        };
+        if let Some(req) =
+            req.filter(|_| self.mode == WorkingMode::Edge && route.local != Local::Unavailable)
+        {
+            log::info!("cloud unreachable ({error}); answering from the cache");
+            return (self.answer_locally(ex, req, route), CacheStatus::Offline);
+        }
+        let status = match &error {
+            UpstreamError::Transport { timeout: true, .. } => {
+                Status::timeout(format!("the cloud did not answer in time: {error}"))
+            }
+            UpstreamError::Request(_) => Status::bad_gateway(error.to_string()),
+            _ => {
+                Status::service_unavailable(format!("the cloud apiserver is unreachable: {error}"))
+            }
+        };
+        let _ = ex.send_status(&status);
+        (status.code, CacheStatus::Rejected)
+    }
+
+    fn answer_locally(&self, ex: Exchange, req: &ApiRequest, route: &Route) -> u16 {
+        match &self.offline {
+            Some(offline) => {
+                METRICS
+                    .offline_answers
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                offline.answer(ex, req, route)
+            }
+            None => {
+                let status = Status::service_unavailable("the cloud apiserver is unreachable");
+                let _ = ex.send_status(&status);
+                status.code
+            }
+        }
+    }
+
+    /// Sends the request to the cloud and returns its answer's head.
+    fn forward(&self, ex: &mut Exchange, route: &Route) -> Result<Answer, Failure> {
+        let method = ex.method().to_owned();
+        let url = ex.url().to_owned();
+        let headers = ex.headers().to_vec();
+        let length = ex.body_length();
+        let has_body = ex.has_body();
+        let body = if has_body {
+            Some(BodySource {
+                reader: ex.body(),
+                length,
+            })
+        } else {
+            None
+        };
+        let outgoing = Outgoing {
+            method: &method,
+            path_and_query: &url,
+            headers: &headers,
+            accept: route.upstream_accept,
+            body,
+            deadline: route.deadline,
+            identity: route.identity,
+        };
+        self.upstream.send(outgoing).map_err(|e| match e {
+            UpstreamError::Request(detail) => Failure::Internal(detail),
+            e => Failure::Unreachable(e),
+        })
+    }
+
+    /// Streams the cloud's answer to the client, teeing it into the cache. On a failure before
+    /// the client got any byte, the exchange is handed back for a fallback answer.
+    fn relay(
+        &self,
+        ex: Exchange,
+        route: &Route,
+        mut answer: Answer,
+        in_flight: Option<&InFlight>,
+    ) -> Result<CacheStatus, (Option<Exchange>, Failure)> {
+        let mut session = None;
+        let cache_status = match (&route.cache, &self.cache) {
+            (Ok(target), Some(cache)) if wants_cache(target, &answer) => {
+                let gzip = answer
+                    .header("content-encoding")
+                    .is_some_and(|v| v.trim().eq_ignore_ascii_case("gzip"));
+                session = cache.begin(target.clone(), answer.status, gzip);
+                if session.is_some() {
+                    CacheStatus::Stored
+                } else {
+                    CacheStatus::Dropped
+                }
+            }
+            (Ok(_), _) => CacheStatus::Bypass(NoCacheReason::Verb),
+            (Err(reason), _) => CacheStatus::Bypass(*reason),
+        };
+        let headers: Vec<(&str, &str)> = answer
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        let count = |n: usize| {
+            if let Some(f) = in_flight {
+                f.add_traffic(n as u64);
+            }
+        };
+
+        if let Some(length) = answer.length.filter(|&l| l <= SMALL_BODY) {
+            let mut body = Vec::with_capacity(length as usize);
+            let read = (&mut answer.body).take(length).read_to_end(&mut body);
+            count(body.len());
+            if let Err(e) = read.and_then(|n| {
+                if n as u64 == length {
+                    Ok(())
+                } else {
+                    Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("body ended after {n} of {length} bytes"),
+                    ))
+                }
+            }) {
+                if let Some(s) = session {
+                    s.finish(false);
+                }
+                let error = UpstreamError::Transport {
+                    server: self.upstream.backends().get(answer.backend).base.clone(),
+                    detail: format!("the answer broke off: {e}"),
+                    timeout: e.kind() == io::ErrorKind::TimedOut,
+                };
+                return Err((Some(ex), Failure::Unreachable(error)));
+            }
+            if let Some(mut s) = session {
+                s.chunk(&body);
+                s.finish(true);
+            }
+            return ex
+                .send(answer.status, &headers, &body)
+                .map(|()| cache_status)
+                .map_err(|e| (None, Failure::Downstream(e)));
+        }
+
+        let mut writer = ex
+            .start(answer.status, &headers, Length::Streamed)
+            .map_err(|e| (None, Failure::Downstream(e)))?;
+        drop(headers);
+        let mut buf = vec![0u8; RELAY_BUFFER];
+        loop {
+            let n = match answer.body.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // The cloud broke off mid-body: tell the client its answer is incomplete and
+                    // commit nothing partial (a list is dropped, a watch keeps whole events).
+                    log::info!("the cloud's answer broke off mid-body: {e}");
+                    if let Some(s) = session.take() {
+                        s.finish(false);
+                    }
+                    writer.abort();
+                    return Ok(cache_status);
+                }
+            };
+            count(n);
+            if let Err(e) = writer.write(&buf[..n]) {
+                if let Some(s) = session.take() {
+                    s.finish(false);
+                }
+                return Err((None, Failure::Downstream(e)));
+            }
+            if let Some(s) = session.as_mut() {
+                if !s.chunk(&buf[..n]) {
+                    session = None;
+                }
+            }
+        }
+        if let Some(s) = session {
+            s.finish(true);
+        }
+        writer
+            .finish()
+            .map_err(|e| (None, Failure::Downstream(e)))?;
+        Ok(cache_status)
+    }
+}
+
+/// True when an answer with this status is worth a cache session.
+fn wants_cache(target: &CacheTarget, answer: &Answer) -> bool {
+    let json = answer
+        .header("content-type")
+        .is_some_and(|t| t.trim_start().starts_with("application/json"));
+    match answer.status {
+        200 | 201 => json,
+        // A 404 for a list prunes the kind; for a get it removes the object.
+        404 => matches!(
+            target,
+            CacheTarget::List { .. } | CacheTarget::Object { name: Some(_), .. }
+        ),
+        _ => false,
+    }
+}
+
+fn passthrough_route(has_authorization: bool) -> Route {
+    Route {
+        cache: Err(NoCacheReason::CloudMode),
+        local: Local::Unavailable,
+        upstream_accept: None,
+        deadline: Deadline::Bounded(route::REQUEST_DEADLINE),
+        identity: if has_authorization {
+            Identity::Client
+        } else {
+            Identity::Hub
+        },
+        selectors: crate::selector::Selectors::everything(),
+    }
+}
+
+fn truncated(s: &str) -> &str {
+    match s.char_indices().nth(200) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}

@@ -1,0 +1,860 @@
+//! Request information: what a request asks for, read from its method, path, query and a
+//! few headers, the way kube-apiserver's `RequestInfoFactory` reads it. Pure: no I/O, no
+//! knowledge of caching or routing.
+//!
+//! Every path segment that could become part of a cache path is percent-decoded and
+//! validated here (namespaces as DNS labels, names as Kubernetes path segment names, with no
+//! `/`, `..`, NUL or leading dot), so later stages never see a hostile segment.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// The HTTP method, as far as the hub cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// GET.
+    Get,
+    /// HEAD.
+    Head,
+    /// POST.
+    Post,
+    /// PUT.
+    Put,
+    /// PATCH.
+    Patch,
+    /// DELETE.
+    Delete,
+    /// Anything else (OPTIONS, CONNECT, ...): forwarded as is.
+    Other,
+}
+
+impl Method {
+    /// Reads an HTTP method name.
+    pub fn parse(text: &str) -> Method {
+        match text {
+            "GET" => Method::Get,
+            "HEAD" => Method::Head,
+            "POST" => Method::Post,
+            "PUT" => Method::Put,
+            "PATCH" => Method::Patch,
+            "DELETE" => Method::Delete,
+            _ => Method::Other,
+        }
+    }
+}
+
+/// The Kubernetes verb.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    /// Read one object.
+    Get,
+    /// Read a collection.
+    List,
+    /// Stream changes.
+    Watch,
+    /// POST to a collection.
+    Create,
+    /// PUT one object.
+    Update,
+    /// PATCH one object.
+    Patch,
+    /// DELETE one object.
+    Delete,
+    /// DELETE a collection.
+    DeleteCollection,
+    /// The `proxy` verb or subresource.
+    Proxy,
+    /// A non-resource request or a method the hub does not classify.
+    Other,
+}
+
+impl Verb {
+    /// The verb as Kubernetes and the metrics name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+            Verb::DeleteCollection => "deletecollection",
+            Verb::Proxy => "proxy",
+            Verb::Other => "other",
+        }
+    }
+}
+
+/// A resource URL, decoded and validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourcePath {
+    /// API group, "" for core.
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Resource (plural).
+    pub resource: String,
+    /// Subresource such as `status`.
+    pub subresource: Option<String>,
+    /// Namespace of a namespaced request.
+    pub namespace: Option<String>,
+    /// Object name.
+    pub name: Option<String>,
+}
+
+/// What the path names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A Kubernetes resource URL.
+    Resource(ResourcePath),
+    /// Any other path (`/version`, discovery, `/healthz`, ...), decoded.
+    NonResource(String),
+}
+
+/// The query parameters the hub acts on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Query {
+    /// `labelSelector`.
+    pub label_selector: Option<String>,
+    /// `fieldSelector`.
+    pub field_selector: Option<String>,
+    /// `resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `timeoutSeconds`.
+    pub timeout_seconds: Option<u64>,
+    /// `limit`.
+    pub limit: Option<u64>,
+    /// `continue`.
+    pub continue_token: Option<String>,
+    /// `watch=true|1`.
+    pub watch: bool,
+    /// `timeout` (a Go duration) on non-watch requests, in seconds when it parses.
+    pub timeout: Option<u64>,
+    /// `follow=true` (a followed log: a long stream).
+    pub follow: bool,
+}
+
+/// What the client will take as a response body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accept {
+    /// JSON (or anything: no header, `*/*`).
+    Json,
+    /// JSON or protobuf; the hub may ask the cloud for JSON.
+    JsonOrProtobuf,
+    /// Only protobuf: passes through uncached.
+    ProtobufOnly,
+    /// A transformed answer (`as=Table`, `as=PartialObjectMetadata`...); `plain_json_too` when
+    /// plain JSON is also listed as acceptable (kubectl lists it last).
+    Transformed {
+        /// Plain JSON is acceptable as a fallback.
+        plain_json_too: bool,
+    },
+    /// Something else (YAML, CBOR...).
+    Other,
+}
+
+/// One classified request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiRequest {
+    /// HTTP method.
+    pub method: Method,
+    /// Kubernetes verb.
+    pub verb: Verb,
+    /// Resource or not.
+    pub target: Target,
+    /// Parameters.
+    pub query: Query,
+    /// User-Agent up to the first `/`, lower-cased ("" when absent).
+    pub component: String,
+    /// Accept header, classified.
+    pub accept: Accept,
+    /// `Connection: Upgrade` (exec, attach, port-forward).
+    pub upgrade: bool,
+    /// The client sent its own `Authorization`.
+    pub has_authorization: bool,
+}
+
+impl ApiRequest {
+    /// The resource path, when the request names a resource.
+    pub fn resource(&self) -> Option<&ResourcePath> {
+        match &self.target {
+            Target::Resource(r) => Some(r),
+            Target::NonResource(_) => None,
+        }
+    }
+}
+
+/// A request whose path or query is unusable; the proxy answers 400.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestError(pub String);
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+/// Longest request target accepted for classification.
+pub const MAX_URL_BYTES: usize = 16 * 1024;
+
+/// Classifies one request. `headers` are (name, value) pairs as received.
+pub fn classify(
+    method: &str,
+    url: &str,
+    headers: &[(String, String)],
+) -> Result<ApiRequest, RequestError> {
+    if url.len() > MAX_URL_BYTES {
+        return Err(RequestError(format!(
+            "request URL is longer than {MAX_URL_BYTES} bytes"
+        )));
+    }
+    let method = Method::parse(method);
+    let (raw_path, raw_query) = url.split_once('?').unwrap_or((url, ""));
+    let query = parse_query(raw_query)?;
+
+    let mut component = String::new();
+    let mut accept_header: Option<&str> = None;
+    let mut upgrade = false;
+    let mut has_authorization = false;
+    for (name, value) in headers {
+        if name.eq_ignore_ascii_case("user-agent") {
+            let first = value.split('/').next().unwrap_or("").trim();
+            component = first.to_ascii_lowercase();
+        } else if name.eq_ignore_ascii_case("accept") {
+            accept_header = Some(value);
+        } else if name.eq_ignore_ascii_case("connection") {
+            upgrade |= value
+                .split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+        } else if name.eq_ignore_ascii_case("authorization") {
+            has_authorization = !value.trim().is_empty();
+        }
+    }
+
+    let target = parse_path(raw_path)?;
+    let verb = match &target {
+        Target::Resource(r) => resource_verb(method, r, &query, raw_path),
+        Target::NonResource(_) => Verb::Other,
+    };
+    Ok(ApiRequest {
+        method,
+        verb,
+        target,
+        query,
+        component,
+        accept: classify_accept(accept_header),
+        upgrade,
+        has_authorization,
+    })
+}
+
+fn resource_verb(method: Method, r: &ResourcePath, query: &Query, raw_path: &str) -> Verb {
+    let prefix = legacy_prefix(raw_path);
+    if r.subresource.as_deref() == Some("proxy") || prefix == Some("proxy") {
+        return Verb::Proxy;
+    }
+    let legacy_watch = prefix == Some("watch");
+    match method {
+        Method::Get | Method::Head => {
+            if legacy_watch || query.watch {
+                Verb::Watch
+            } else if r.name.is_some() {
+                Verb::Get
+            } else {
+                Verb::List
+            }
+        }
+        Method::Post => Verb::Create,
+        Method::Put => Verb::Update,
+        Method::Patch => Verb::Patch,
+        Method::Delete if r.name.is_some() => Verb::Delete,
+        Method::Delete => Verb::DeleteCollection,
+        Method::Other => Verb::Other,
+    }
+}
+
+/// The legacy `watch` or `proxy` prefix of `/api/v1/watch/...` or `/apis/g/v/proxy/...`.
+fn legacy_prefix(raw_path: &str) -> Option<&str> {
+    let mut parts = raw_path.trim_start_matches('/').split('/');
+    let segment = match parts.next() {
+        Some("api") => parts.nth(1),
+        Some("apis") => parts.nth(2),
+        _ => None,
+    };
+    // Only a prefix when something follows it.
+    segment.filter(|s| matches!(*s, "watch" | "proxy") && parts.next().is_some())
+}
+
+/// Splits and validates the path.
+fn parse_path(raw_path: &str) -> Result<Target, RequestError> {
+    let decoded = percent_decode(raw_path)
+        .ok_or_else(|| RequestError(format!("path {raw_path:?} has a bad percent-escape")))?;
+    let trimmed = raw_path.trim_start_matches('/');
+    let raw_segments: Vec<&str> = if trimmed.is_empty() {
+        Vec::new()
+    } else {
+        trimmed.trim_end_matches('/').split('/').collect()
+    };
+    let mut segments = Vec::with_capacity(raw_segments.len());
+    for raw in &raw_segments {
+        let seg = percent_decode(raw).ok_or_else(|| {
+            RequestError(format!("path segment {raw:?} has a bad percent-escape"))
+        })?;
+        if seg.contains(['/', '\0']) {
+            return Err(RequestError(format!(
+                "path segment {raw:?} decodes to a '/' or NUL"
+            )));
+        }
+        segments.push(seg);
+    }
+    let (group, version, rest) = match segments.first().map(|s| s.as_ref()) {
+        Some("api") if segments.len() >= 3 => (String::new(), &segments[1], &segments[2..]),
+        Some("apis") if segments.len() >= 4 => {
+            (segments[1].to_string(), &segments[2], &segments[3..])
+        }
+        Some("api") | Some("apis") => {
+            // Discovery documents: validate the group and version segments they name.
+            for (i, seg) in segments.iter().enumerate().skip(1) {
+                let ok = if segments[0] == "apis" && i == 1 {
+                    is_dns_subdomain(seg)
+                } else {
+                    is_version(seg)
+                };
+                if !ok {
+                    return Err(RequestError(format!(
+                        "invalid API group or version {seg:?}"
+                    )));
+                }
+            }
+            return Ok(Target::NonResource(decoded.into_owned()));
+        }
+        _ => {
+            if decoded.split('/').any(|s| s == "..") {
+                return Err(RequestError("path must not contain '..'".into()));
+            }
+            return Ok(Target::NonResource(decoded.into_owned()));
+        }
+    };
+    if !group.is_empty() && !is_dns_subdomain(&group) {
+        return Err(RequestError(format!("invalid API group {group:?}")));
+    }
+    if !is_version(version) {
+        return Err(RequestError(format!("invalid API version {version:?}")));
+    }
+
+    let mut rest: Vec<&str> = rest.iter().map(|s| s.as_ref()).collect();
+    // Legacy prefixes: `/api/v1/watch/...` and `/api/v1/proxy/...`; the verb notes them.
+    if matches!(rest.first(), Some(&"watch") | Some(&"proxy")) && rest.len() > 1 {
+        rest.remove(0);
+    }
+    let mut namespace = None;
+    if rest.first() == Some(&"namespaces") && rest.len() > 1 {
+        let ns = rest[1];
+        if !is_dns_label(ns) {
+            return Err(RequestError(format!("invalid namespace {ns:?}")));
+        }
+        // `/namespaces/{ns}` alone (or with status/finalize) is the Namespace object itself.
+        if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
+            namespace = Some(ns.to_owned());
+            rest.drain(..2);
+        }
+    }
+    let resource = rest.first().copied().unwrap_or("");
+    if !is_resource_name(resource) {
+        return Err(RequestError(format!("invalid resource {resource:?}")));
+    }
+    let name = match rest.get(1) {
+        Some(n) if is_object_name(n) => Some((*n).to_owned()),
+        Some(n) => {
+            return Err(RequestError(format!(
+                "invalid object name {:?}",
+                truncate(n)
+            )));
+        }
+        None => None,
+    };
+    let subresource = match rest.get(2) {
+        Some(s) if is_resource_name(s) => Some((*s).to_owned()),
+        Some(s) => {
+            return Err(RequestError(format!(
+                "invalid subresource {:?}",
+                truncate(s)
+            )));
+        }
+        None => None,
+    };
+    Ok(Target::Resource(ResourcePath {
+        group,
+        version: version.to_string(),
+        resource: resource.to_owned(),
+        subresource,
+        namespace,
+        name,
+    }))
+}
+
+fn truncate(s: &str) -> &str {
+    match s.char_indices().nth(64) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+fn parse_query(raw: &str) -> Result<Query, RequestError> {
+    let mut q = Query::default();
+    for pair in raw.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = || -> Result<String, RequestError> {
+            let plus = v.replace('+', " ");
+            percent_decode(&plus).map(Cow::into_owned).ok_or_else(|| {
+                RequestError(format!("query parameter {k} has a bad percent-escape"))
+            })
+        };
+        let number = |text: String| -> Result<u64, RequestError> {
+            text.parse()
+                .map_err(|_| RequestError(format!("query parameter {k}={text:?} is not a number")))
+        };
+        match k {
+            "labelSelector" => q.label_selector = Some(value()?),
+            "fieldSelector" => q.field_selector = Some(value()?),
+            "resourceVersion" => q.resource_version = Some(value()?),
+            "continue" => q.continue_token = Some(value()?),
+            "timeoutSeconds" => q.timeout_seconds = Some(number(value()?)?),
+            "limit" => q.limit = Some(number(value()?)?),
+            "watch" => q.watch = matches!(value()?.as_str(), "true" | "1"),
+            "follow" => q.follow = matches!(value()?.as_str(), "true" | "1"),
+            "timeout" => q.timeout = parse_go_duration_secs(&value()?),
+            _ => {}
+        }
+    }
+    Ok(q)
+}
+
+/// Seconds of a simple Go duration (`30s`, `1m`, `1m30s`); None when it does not parse.
+fn parse_go_duration_secs(text: &str) -> Option<u64> {
+    let mut total = 0f64;
+    let mut number = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() || c == '.' {
+            number.push(c);
+            continue;
+        }
+        let n: f64 = number.parse().ok()?;
+        number.clear();
+        let unit = match c {
+            'h' => 3600.0,
+            'm' if chars.peek() == Some(&'s') => {
+                chars.next();
+                0.001
+            }
+            'm' => 60.0,
+            's' => 1.0,
+            _ => return None,
+        };
+        total += n * unit;
+    }
+    if !number.is_empty() {
+        return None;
+    }
+    Some(total.ceil() as u64)
+}
+
+fn classify_accept(header: Option<&str>) -> Accept {
+    let Some(header) = header.filter(|h| !h.trim().is_empty()) else {
+        return Accept::Json;
+    };
+    let mut plain_json = false;
+    let mut protobuf = false;
+    let mut transformed = false;
+    for range in header.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("").to_ascii_lowercase();
+        let as_param = parts.any(|p| {
+            p.split_once('=')
+                .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("as"))
+        });
+        match media.as_str() {
+            "application/json" | "*/*" | "application/*" if as_param => transformed = true,
+            "application/json" | "*/*" | "application/*" => plain_json = true,
+            "application/vnd.kubernetes.protobuf" if as_param => transformed = true,
+            "application/vnd.kubernetes.protobuf" => protobuf = true,
+            _ => {}
+        }
+    }
+    match (transformed, plain_json, protobuf) {
+        (true, plain, _) => Accept::Transformed {
+            plain_json_too: plain,
+        },
+        (false, true, true) => Accept::JsonOrProtobuf,
+        (false, true, false) => Accept::Json,
+        (false, false, true) => Accept::ProtobufOnly,
+        (false, false, false) => Accept::Other,
+    }
+}
+
+/// Decodes `%XX` escapes; None for a malformed escape or invalid UTF-8.
+pub fn percent_decode(s: &str) -> Option<Cow<'_, str>> {
+    if !s.contains('%') {
+        return Some(Cow::Borrowed(s));
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            let hi = (hex[0] as char).to_digit(16)?;
+            let lo = (hex[1] as char).to_digit(16)?;
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok().map(Cow::Owned)
+}
+
+/// A DNS-1123 label (namespaces): lower-case alphanumerics and '-', at most 63.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A DNS-1123 subdomain (API groups).
+pub fn is_dns_subdomain(s: &str) -> bool {
+    crate::config::is_dns_subdomain(s)
+}
+
+/// An API version such as `v1` or `v1beta2`.
+fn is_version(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+/// A resource or subresource name: lower-case alphanumerics, '-' and '.'.
+fn is_resource_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && !s.starts_with('.')
+}
+
+/// An object name as the apiserver accepts it in a path (not `.`/`..`, no `/` or `%`), and
+/// safe as a file name: no leading dot (the store's temporary names), no control characters,
+/// no backslash, at most 253 bytes.
+pub fn is_object_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && !s.starts_with('.')
+        && !s
+            .chars()
+            .any(|c| c.is_control() || matches!(c, '/' | '\\' | '%'))
+}
+
+/// A component name usable as a cache directory.
+pub fn is_component_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && !s.starts_with(['.', '_', '-'])
+        && s != "version"
+        && s.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(ua: &str) -> Vec<(String, String)> {
+        vec![("User-Agent".into(), ua.into())]
+    }
+
+    /// (group, version, resource, namespace, name, subresource)
+    type Want<'a> = (
+        &'a str,
+        &'a str,
+        &'a str,
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<&'a str>,
+    );
+
+    fn check(method: &str, url: &str, verb: Verb, want: Option<Want<'_>>) {
+        let r = classify(method, url, &headers("kubelet/v1.30"))
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        assert_eq!(r.verb, verb, "{method} {url}");
+        match (r.target, want) {
+            (Target::Resource(p), Some((g, v, res, ns, name, sub))) => {
+                assert_eq!(
+                    (
+                        p.group.as_str(),
+                        p.version.as_str(),
+                        p.resource.as_str(),
+                        p.namespace.as_deref(),
+                        p.name.as_deref(),
+                        p.subresource.as_deref()
+                    ),
+                    (g, v, res, ns, name, sub),
+                    "{url}"
+                );
+            }
+            (Target::NonResource(_), None) => {}
+            (t, w) => panic!("{url}: got {t:?}, want {w:?}"),
+        }
+    }
+
+    #[test]
+    fn resource_urls() {
+        check(
+            "GET",
+            "/api/v1/namespaces/default/pods/web",
+            Verb::Get,
+            Some(("", "v1", "pods", Some("default"), Some("web"), None)),
+        );
+        check(
+            "GET",
+            "/api/v1/namespaces/default/pods",
+            Verb::List,
+            Some(("", "v1", "pods", Some("default"), None, None)),
+        );
+        check(
+            "GET",
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+            Verb::List,
+            Some(("", "v1", "pods", None, None, None)),
+        );
+        check(
+            "GET",
+            "/api/v1/pods?watch=true",
+            Verb::Watch,
+            Some(("", "v1", "pods", None, None, None)),
+        );
+        check(
+            "GET",
+            "/api/v1/watch/namespaces/kube-system/configmaps",
+            Verb::Watch,
+            Some(("", "v1", "configmaps", Some("kube-system"), None, None)),
+        );
+        check(
+            "GET",
+            "/apis/apps/v1/namespaces/a/deployments/d/scale",
+            Verb::Get,
+            Some((
+                "apps",
+                "v1",
+                "deployments",
+                Some("a"),
+                Some("d"),
+                Some("scale"),
+            )),
+        );
+        check(
+            "PUT",
+            "/api/v1/namespaces/a/pods/p/status",
+            Verb::Update,
+            Some(("", "v1", "pods", Some("a"), Some("p"), Some("status"))),
+        );
+        check(
+            "GET",
+            "/api/v1/nodes/edge-1",
+            Verb::Get,
+            Some(("", "v1", "nodes", None, Some("edge-1"), None)),
+        );
+        check(
+            "GET",
+            "/api/v1/namespaces/kube-system",
+            Verb::Get,
+            Some(("", "v1", "namespaces", None, Some("kube-system"), None)),
+        );
+        check(
+            "POST",
+            "/api/v1/namespaces/a/configmaps",
+            Verb::Create,
+            Some(("", "v1", "configmaps", Some("a"), None, None)),
+        );
+        check(
+            "PATCH",
+            "/api/v1/nodes/n/status",
+            Verb::Patch,
+            Some(("", "v1", "nodes", None, Some("n"), Some("status"))),
+        );
+        check(
+            "DELETE",
+            "/api/v1/namespaces/a/pods/p",
+            Verb::Delete,
+            Some(("", "v1", "pods", Some("a"), Some("p"), None)),
+        );
+        check(
+            "DELETE",
+            "/api/v1/namespaces/a/pods",
+            Verb::DeleteCollection,
+            Some(("", "v1", "pods", Some("a"), None, None)),
+        );
+        check(
+            "GET",
+            "/api/v1/namespaces/a/pods/p/proxy/x",
+            Verb::Proxy,
+            Some(("", "v1", "pods", Some("a"), Some("p"), Some("proxy"))),
+        );
+        check(
+            "GET",
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles/system:node",
+            Verb::Get,
+            Some((
+                "rbac.authorization.k8s.io",
+                "v1",
+                "clusterroles",
+                None,
+                Some("system:node"),
+                None,
+            )),
+        );
+    }
+
+    #[test]
+    fn non_resource_urls() {
+        for url in [
+            "/version",
+            "/api",
+            "/apis",
+            "/api/v1",
+            "/apis/apps",
+            "/apis/discovery.k8s.io/v1",
+            "/healthz",
+            "/openapi/v2",
+            "/",
+        ] {
+            check("GET", url, Verb::Other, None);
+        }
+    }
+
+    #[test]
+    fn hostile_paths_are_refused() {
+        for url in [
+            "/api/v1/namespaces/../pods",
+            "/api/v1/namespaces/default/pods/..",
+            "/api/v1/namespaces/default/pods/%2e%2e",
+            "/api/v1/namespaces/default/pods/a%2Fb",
+            "/api/v1/namespaces/%2e%2e%2fetc/pods",
+            "/api/v1/namespaces/default/pods/a%00b",
+            "/api/v1/namespaces/default/pods/.hidden",
+            "/api/v1/namespaces/Default/pods",
+            "/api/v1/namespaces/default/pods/a%zz",
+            "/apis/../v1/pods",
+            "/apis/apps/V1/deployments",
+            "/../../etc/passwd",
+        ] {
+            assert!(
+                classify("GET", url, &[]).is_err(),
+                "{url} should be refused"
+            );
+        }
+        let long = format!("/api/v1/namespaces/default/pods/{}", "a".repeat(300));
+        assert!(classify("GET", &long, &[]).is_err());
+        let huge = format!("/api/v1/pods?x={}", "a".repeat(MAX_URL_BYTES));
+        assert!(classify("GET", &huge, &[]).is_err());
+    }
+
+    #[test]
+    fn query_parameters() {
+        let r = classify(
+            "GET",
+            "/api/v1/pods?labelSelector=app+in+(a%2Cb)&fieldSelector=spec.nodeName%3Dn1&resourceVersion=42&timeoutSeconds=300&limit=500&continue=abc&watch=1",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(r.verb, Verb::Watch);
+        assert_eq!(r.query.label_selector.as_deref(), Some("app in (a,b)"));
+        assert_eq!(r.query.field_selector.as_deref(), Some("spec.nodeName=n1"));
+        assert_eq!(r.query.resource_version.as_deref(), Some("42"));
+        assert_eq!(r.query.timeout_seconds, Some(300));
+        assert_eq!(r.query.limit, Some(500));
+        assert_eq!(r.query.continue_token.as_deref(), Some("abc"));
+        assert!(classify("GET", "/api/v1/pods?limit=x", &[]).is_err());
+        assert_eq!(
+            classify("GET", "/api/v1/pods?timeout=1m30s", &[])
+                .unwrap()
+                .query
+                .timeout,
+            Some(90)
+        );
+    }
+
+    #[test]
+    fn component_accept_upgrade_and_auth() {
+        let hdrs = vec![
+            (
+                "user-agent".into(),
+                "Kubelet/v1.30.0 (linux/arm) kubernetes/abc".into(),
+            ),
+            (
+                "Accept".into(),
+                "application/vnd.kubernetes.protobuf,application/json".into(),
+            ),
+            ("Connection".into(), "Upgrade".into()),
+            ("Authorization".into(), "Bearer x".into()),
+        ];
+        let r = classify("GET", "/api/v1/pods", &hdrs).unwrap();
+        assert_eq!(r.component, "kubelet");
+        assert_eq!(r.accept, Accept::JsonOrProtobuf);
+        assert!(r.upgrade);
+        assert!(r.has_authorization);
+        assert_eq!(classify("GET", "/api", &[]).unwrap().component, "");
+    }
+
+    #[test]
+    fn accept_kinds() {
+        let cases: &[(Option<&str>, Accept)] = &[
+            (None, Accept::Json),
+            (Some("*/*"), Accept::Json),
+            (Some("application/json, */*"), Accept::Json),
+            (Some("application/json;stream=watch"), Accept::Json),
+            (
+                Some("application/vnd.kubernetes.protobuf"),
+                Accept::ProtobufOnly,
+            ),
+            (
+                Some(
+                    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json",
+                ),
+                Accept::Transformed {
+                    plain_json_too: true,
+                },
+            ),
+            (
+                Some("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"),
+                Accept::Transformed {
+                    plain_json_too: false,
+                },
+            ),
+            (Some("application/yaml"), Accept::Other),
+        ];
+        for (header, want) in cases {
+            assert_eq!(classify_accept(*header), *want, "{header:?}");
+        }
+    }
+
+    #[test]
+    fn names() {
+        assert!(is_component_name("kube-proxy"));
+        assert!(is_component_name("go-http-client"));
+        assert!(!is_component_name(".."));
+        assert!(!is_component_name("version"));
+        assert!(!is_component_name("a/b"));
+        assert!(is_object_name("system:node:edge-1"));
+        assert!(!is_object_name("a\u{7}b"));
+    }
+}

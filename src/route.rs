@@ -1,0 +1,627 @@
+//! Routing: for one classified request, decide what the hub will do with it before any I/O —
+//! whether its answer is cached (and how), how to answer it when the cloud is unreachable,
+//! what `Accept` to ask the cloud for, how long it may take and whose credentials it carries.
+//! Pure functions from values to decisions; `proxy.rs` carries them out.
+
+use std::time::Duration;
+
+use crate::cache::key::{CollectionKey, non_resource_file_name};
+use crate::config::WorkingMode;
+use crate::request::{Accept, ApiRequest, Method, ResourcePath, Target, Verb, is_component_name};
+use crate::selector::Selectors;
+use crate::status::Status;
+use crate::upstream::{Deadline, Identity};
+
+/// Why a response is not cached; logged with the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoCacheReason {
+    /// `--working-mode=cloud`.
+    CloudMode,
+    /// The component is not a cache agent.
+    NotAgent,
+    /// The User-Agent does not give a usable component name.
+    BadComponent,
+    /// The verb is not cached (delete, proxy, ...).
+    Verb,
+    /// The subresource is not cached (only `status` is).
+    Subresource,
+    /// The client asked for a Table or partial metadata.
+    Transformed,
+    /// The client does not accept JSON.
+    NotJson,
+    /// A non-resource path other than `/version` and discovery.
+    NonResource,
+}
+
+impl NoCacheReason {
+    /// Short name for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoCacheReason::CloudMode => "cloud-mode",
+            NoCacheReason::NotAgent => "not-agent",
+            NoCacheReason::BadComponent => "bad-component",
+            NoCacheReason::Verb => "verb",
+            NoCacheReason::Subresource => "subresource",
+            NoCacheReason::Transformed => "table-or-partial",
+            NoCacheReason::NotJson => "not-json",
+            NoCacheReason::NonResource => "non-resource",
+        }
+    }
+}
+
+/// What to persist from the answer.
+#[derive(Debug, Clone)]
+pub enum CacheTarget {
+    /// A get, create, update or patch answer: one object of the collection. The request's
+    /// namespace and name identify what a 404 removes; the stored key comes from the object.
+    Object {
+        /// Collection on disk.
+        collection: CollectionKey,
+        /// Namespace of the request.
+        namespace: Option<String>,
+        /// Name of the request (none for a create).
+        name: Option<String>,
+    },
+    /// A list answer: replaces what the component cached within this scope.
+    List {
+        /// Collection on disk.
+        collection: CollectionKey,
+        /// Namespace scope (None: all namespaces).
+        namespace: Option<String>,
+        /// Selector scope.
+        selectors: Selectors,
+        /// The request continues a paged list: upsert only, delete nothing. (A first page is
+        /// recognised by the `continue` in its answer, which the writer checks.)
+        paged: bool,
+    },
+    /// A watch stream: each event upserts or deletes one object.
+    Watch {
+        /// Collection on disk.
+        collection: CollectionKey,
+    },
+    /// `/version` or a discovery document.
+    NonResource {
+        /// File name under the cache root.
+        file: String,
+    },
+}
+
+impl CacheTarget {
+    /// The collection on disk, for resource targets.
+    pub fn collection(&self) -> Option<&CollectionKey> {
+        match self {
+            CacheTarget::Object { collection, .. }
+            | CacheTarget::List { collection, .. }
+            | CacheTarget::Watch { collection } => Some(collection),
+            CacheTarget::NonResource { .. } => None,
+        }
+    }
+}
+
+/// How to answer when the cloud cannot be reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Local {
+    /// The cached object.
+    Get,
+    /// The cached collection, filtered by the request's selectors.
+    List,
+    /// Hold the watch open with no events.
+    Watch,
+    /// Echo the body with 201 and cache it.
+    Create,
+    /// Answer with the cached object.
+    Update,
+    /// 403: deleting is refused offline.
+    Forbidden,
+    /// A cached non-resource document.
+    NonResource(String),
+    /// 503: the cache cannot answer this.
+    Unavailable,
+}
+
+/// The decisions for one request.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// What to cache, or why not.
+    pub cache: Result<CacheTarget, NoCacheReason>,
+    /// How to answer offline.
+    pub local: Local,
+    /// The `Accept` to send upstream instead of the client's.
+    pub upstream_accept: Option<&'static str>,
+    /// How long the exchange may take.
+    pub deadline: Deadline,
+    /// Whose credentials go upstream.
+    pub identity: Identity,
+    /// The request's selectors, parsed (lists and watches).
+    pub selectors: Selectors,
+}
+
+/// Extra time a watch may stream beyond its `timeoutSeconds`.
+pub const WATCH_MARGIN: Duration = Duration::from_secs(60);
+/// How long a watch without `timeoutSeconds` may last: the apiserver ends such a watch within
+/// 30–60 minutes.
+pub const WATCH_DEFAULT: Duration = Duration::from_secs(3600);
+/// Deadline of a get, list or write.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(600);
+/// Deadline of a followed log or other long stream.
+pub const STREAM_DEADLINE: Duration = Duration::from_secs(24 * 3600);
+
+/// Decides the route of `req`. `is_agent` tells whether its component is a cache agent.
+/// An invalid selector on a cacheable list or watch is a 400.
+pub fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Result<Route, Status> {
+    let selectors = match req.verb {
+        Verb::List | Verb::Watch | Verb::DeleteCollection if mode == WorkingMode::Edge => {
+            Selectors::parse(
+                req.query.label_selector.as_deref(),
+                req.query.field_selector.as_deref(),
+            )
+            .map_err(|e| Status::bad_request(format!("invalid selector: {e}")))?
+        }
+        _ => Selectors::everything(),
+    };
+    let cache = cache_target(req, is_agent, mode, &selectors);
+    let upstream_accept = match (&cache, req.accept) {
+        (Ok(_), Accept::JsonOrProtobuf) => Some("application/json"),
+        _ => None,
+    };
+    Ok(Route {
+        local: local_answer(req, is_agent, mode),
+        cache,
+        upstream_accept,
+        deadline: deadline(req),
+        identity: if req.has_authorization {
+            Identity::Client
+        } else {
+            Identity::Hub
+        },
+        selectors,
+    })
+}
+
+fn cache_target(
+    req: &ApiRequest,
+    is_agent: bool,
+    mode: WorkingMode,
+    selectors: &Selectors,
+) -> Result<CacheTarget, NoCacheReason> {
+    if mode == WorkingMode::Cloud {
+        return Err(NoCacheReason::CloudMode);
+    }
+    if !is_agent {
+        return Err(NoCacheReason::NotAgent);
+    }
+    if !is_component_name(&req.component) {
+        return Err(NoCacheReason::BadComponent);
+    }
+    match req.accept {
+        Accept::Json | Accept::JsonOrProtobuf => {}
+        Accept::Transformed { .. } => return Err(NoCacheReason::Transformed),
+        Accept::ProtobufOnly | Accept::Other => return Err(NoCacheReason::NotJson),
+    }
+    let path = match &req.target {
+        Target::Resource(path) => path,
+        Target::NonResource(path) => {
+            return match (req.method, non_resource_document(path)) {
+                (Method::Get, Some(file)) => Ok(CacheTarget::NonResource { file }),
+                _ => Err(NoCacheReason::NonResource),
+            };
+        }
+    };
+    let collection = collection_key(&req.component, path);
+    let status_or_none = matches!(path.subresource.as_deref(), None | Some("status"));
+    match req.verb {
+        Verb::Get | Verb::Update | Verb::Patch if req.method != Method::Head => {
+            if !status_or_none {
+                return Err(NoCacheReason::Subresource);
+            }
+            Ok(CacheTarget::Object {
+                collection,
+                namespace: path.namespace.clone(),
+                name: path.name.clone(),
+            })
+        }
+        Verb::Create if path.subresource.is_none() => Ok(CacheTarget::Object {
+            collection,
+            namespace: path.namespace.clone(),
+            name: None,
+        }),
+        Verb::List if req.method == Method::Get => Ok(CacheTarget::List {
+            collection,
+            namespace: path.namespace.clone(),
+            selectors: selectors.clone(),
+            paged: req
+                .query
+                .continue_token
+                .as_deref()
+                .is_some_and(|c| !c.is_empty()),
+        }),
+        Verb::Watch if req.method == Method::Get => Ok(CacheTarget::Watch { collection }),
+        Verb::Create => Err(NoCacheReason::Subresource),
+        _ => Err(NoCacheReason::Verb),
+    }
+}
+
+fn local_answer(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Local {
+    if mode == WorkingMode::Cloud || !is_agent || !is_component_name(&req.component) {
+        return Local::Unavailable;
+    }
+    // The cache holds JSON; a client that cannot read plain JSON cannot be answered from it.
+    let plain_json = match req.accept {
+        Accept::Json | Accept::JsonOrProtobuf => true,
+        Accept::Transformed { plain_json_too } => plain_json_too,
+        Accept::ProtobufOnly | Accept::Other => false,
+    };
+    let path = match &req.target {
+        Target::Resource(path) => path,
+        Target::NonResource(path) => {
+            return match non_resource_document(path) {
+                Some(file) if plain_json && req.method == Method::Get => Local::NonResource(file),
+                _ => Local::Unavailable,
+            };
+        }
+    };
+    let status_or_none = matches!(path.subresource.as_deref(), None | Some("status"));
+    match req.verb {
+        Verb::Delete | Verb::DeleteCollection => Local::Forbidden,
+        _ if !plain_json || !status_or_none => Local::Unavailable,
+        Verb::Get => Local::Get,
+        Verb::List => Local::List,
+        Verb::Watch => Local::Watch,
+        Verb::Create if path.subresource.is_none() => Local::Create,
+        Verb::Update | Verb::Patch => Local::Update,
+        _ => Local::Unavailable,
+    }
+}
+
+fn deadline(req: &ApiRequest) -> Deadline {
+    match req.verb {
+        Verb::Watch => Deadline::Stream(
+            req.query
+                .timeout_seconds
+                .map(Duration::from_secs)
+                .unwrap_or(WATCH_DEFAULT)
+                + WATCH_MARGIN,
+        ),
+        _ if req.query.follow => Deadline::Stream(STREAM_DEADLINE),
+        _ => Deadline::Bounded(
+            req.query
+                .timeout
+                .map(|s| Duration::from_secs(s) + Duration::from_secs(15))
+                .unwrap_or(REQUEST_DEADLINE)
+                .min(REQUEST_DEADLINE),
+        ),
+    }
+}
+
+/// The cache directory of `component`'s view of a resource.
+pub fn collection_key(component: &str, path: &ResourcePath) -> CollectionKey {
+    CollectionKey {
+        component: component.to_owned(),
+        resource: path.resource.clone(),
+        version: path.version.clone(),
+        group: path.group.clone(),
+    }
+}
+
+/// The cache file of a cacheable non-resource path: `/version` and discovery documents.
+pub fn non_resource_document(path: &str) -> Option<String> {
+    let trimmed = path.trim_end_matches('/');
+    let segments: Vec<&str> = trimmed.trim_start_matches('/').split('/').collect();
+    let discovery = matches!(
+        segments.as_slice(),
+        ["version"] | ["api"] | ["apis"] | ["api", _] | ["apis", _] | ["apis", _, _]
+    );
+    if discovery {
+        non_resource_file_name(trimmed)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::classify;
+
+    fn req(method: &str, url: &str, ua: &str, accept: Option<&str>) -> ApiRequest {
+        let mut headers = vec![("User-Agent".to_owned(), ua.to_owned())];
+        if let Some(a) = accept {
+            headers.push(("Accept".to_owned(), a.to_owned()));
+        }
+        classify(method, url, &headers).unwrap()
+    }
+
+    fn edge(r: &ApiRequest) -> Route {
+        route(r, true, WorkingMode::Edge).unwrap()
+    }
+
+    const KUBELET: &str = "kubelet/v1.30.0 (linux/arm) kubernetes/abc";
+    const PROTO_JSON: &str = "application/vnd.kubernetes.protobuf,application/json";
+
+    #[test]
+    fn kubelet_pod_list_is_cached_as_json_with_its_selector_scope() {
+        let r = req(
+            "GET",
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+            KUBELET,
+            Some(PROTO_JSON),
+        );
+        let route = edge(&r);
+        assert_eq!(route.upstream_accept, Some("application/json"));
+        match route.cache.unwrap() {
+            CacheTarget::List {
+                collection,
+                namespace,
+                paged,
+                ..
+            } => {
+                assert_eq!(collection.dir_name(), "pods.v1.core");
+                assert_eq!(collection.component, "kubelet");
+                assert_eq!(namespace, None);
+                assert!(!paged);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(route.local, Local::List);
+        assert_eq!(route.identity, Identity::Hub);
+    }
+
+    #[test]
+    fn what_is_not_cached_and_why() {
+        type Case<'a> = (
+            &'a str,
+            &'a str,
+            &'a str,
+            Option<&'a str>,
+            bool,
+            NoCacheReason,
+        );
+        let cases: &[Case<'_>] = &[
+            (
+                "GET",
+                "/api/v1/pods",
+                "curl/8",
+                None,
+                false,
+                NoCacheReason::NotAgent,
+            ),
+            (
+                "GET",
+                "/api/v1/pods",
+                "kubectl/v1.32",
+                Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"),
+                true,
+                NoCacheReason::Transformed,
+            ),
+            (
+                "GET",
+                "/api/v1/pods",
+                KUBELET,
+                Some("application/vnd.kubernetes.protobuf"),
+                true,
+                NoCacheReason::NotJson,
+            ),
+            (
+                "DELETE",
+                "/api/v1/namespaces/a/pods/p",
+                KUBELET,
+                None,
+                true,
+                NoCacheReason::Verb,
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/a/pods/p/log",
+                KUBELET,
+                None,
+                true,
+                NoCacheReason::Subresource,
+            ),
+            (
+                "GET",
+                "/healthz",
+                KUBELET,
+                None,
+                true,
+                NoCacheReason::NonResource,
+            ),
+            (
+                "GET",
+                "/api/v1/pods",
+                "",
+                None,
+                true,
+                NoCacheReason::BadComponent,
+            ),
+        ];
+        for (method, url, ua, accept, agent, want) in cases {
+            let r = req(method, url, ua, *accept);
+            let got = route(&r, *agent, WorkingMode::Edge)
+                .unwrap()
+                .cache
+                .unwrap_err();
+            assert_eq!(got, *want, "{method} {url} {ua}");
+        }
+        let r = req("GET", "/api/v1/pods", KUBELET, None);
+        assert_eq!(
+            route(&r, true, WorkingMode::Cloud)
+                .unwrap()
+                .cache
+                .unwrap_err(),
+            NoCacheReason::CloudMode
+        );
+        assert_eq!(
+            route(&r, true, WorkingMode::Cloud).unwrap().local,
+            Local::Unavailable
+        );
+    }
+
+    #[test]
+    fn writes_and_status_are_cached_as_objects() {
+        for (method, url) in [
+            ("PUT", "/api/v1/namespaces/a/pods/p/status"),
+            ("PATCH", "/api/v1/nodes/n/status"),
+            ("POST", "/api/v1/namespaces/a/events"),
+            ("GET", "/api/v1/namespaces/a/pods/p/status"),
+        ] {
+            let r = req(method, url, KUBELET, None);
+            assert!(
+                matches!(edge(&r).cache, Ok(CacheTarget::Object { .. })),
+                "{method} {url}"
+            );
+        }
+    }
+
+    #[test]
+    fn offline_answers_by_verb() {
+        let cases: &[(&str, &str, Option<&str>, Local)] = &[
+            ("GET", "/api/v1/namespaces/a/pods/p", None, Local::Get),
+            ("GET", "/api/v1/pods?watch=true", None, Local::Watch),
+            (
+                "POST",
+                "/api/v1/namespaces/a/configmaps",
+                None,
+                Local::Create,
+            ),
+            (
+                "PUT",
+                "/api/v1/namespaces/a/configmaps/c",
+                None,
+                Local::Update,
+            ),
+            (
+                "PATCH",
+                "/api/v1/namespaces/a/configmaps/c",
+                None,
+                Local::Update,
+            ),
+            (
+                "DELETE",
+                "/api/v1/namespaces/a/configmaps/c",
+                None,
+                Local::Forbidden,
+            ),
+            (
+                "DELETE",
+                "/api/v1/namespaces/a/configmaps",
+                None,
+                Local::Forbidden,
+            ),
+            (
+                "GET",
+                "/version",
+                None,
+                Local::NonResource("version".into()),
+            ),
+            (
+                "GET",
+                "/apis/discovery.k8s.io/v1",
+                None,
+                Local::NonResource("_apis_discovery.k8s.io_v1".into()),
+            ),
+            (
+                "GET",
+                "/api/v1/pods",
+                Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"),
+                Local::List,
+            ),
+            (
+                "GET",
+                "/api/v1/pods",
+                Some("application/vnd.kubernetes.protobuf"),
+                Local::Unavailable,
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/a/pods/p/log",
+                None,
+                Local::Unavailable,
+            ),
+            ("GET", "/openapi/v2", None, Local::Unavailable),
+        ];
+        for (method, url, accept, want) in cases {
+            let r = req(method, url, KUBELET, *accept);
+            assert_eq!(edge(&r).local, *want, "{method} {url}");
+        }
+        let r = req("GET", "/api/v1/pods", "curl/8", None);
+        assert_eq!(
+            route(&r, false, WorkingMode::Edge).unwrap().local,
+            Local::Unavailable
+        );
+    }
+
+    #[test]
+    fn deadlines_follow_the_request() {
+        let w = req(
+            "GET",
+            "/api/v1/pods?watch=1&timeoutSeconds=300",
+            KUBELET,
+            None,
+        );
+        assert_eq!(
+            edge(&w).deadline,
+            Deadline::Stream(Duration::from_secs(360))
+        );
+        let w = req("GET", "/api/v1/pods?watch=1", KUBELET, None);
+        assert_eq!(
+            edge(&w).deadline,
+            Deadline::Stream(WATCH_DEFAULT + WATCH_MARGIN)
+        );
+        let g = req("GET", "/api/v1/pods?timeout=30s", KUBELET, None);
+        assert_eq!(
+            edge(&g).deadline,
+            Deadline::Bounded(Duration::from_secs(45))
+        );
+        let g = req("GET", "/api/v1/pods", KUBELET, None);
+        assert_eq!(edge(&g).deadline, Deadline::Bounded(REQUEST_DEADLINE));
+        let f = req(
+            "GET",
+            "/api/v1/namespaces/a/pods/p/log?follow=true",
+            KUBELET,
+            None,
+        );
+        assert_eq!(edge(&f).deadline, Deadline::Stream(STREAM_DEADLINE));
+    }
+
+    #[test]
+    fn bearer_requests_keep_their_identity() {
+        let mut r = req("GET", "/api/v1/pods", KUBELET, None);
+        r.has_authorization = true;
+        assert_eq!(edge(&r).identity, Identity::Client);
+    }
+
+    #[test]
+    fn later_pages_delete_nothing() {
+        // kubelet asks for limit=500&resourceVersion=0 and gets the whole list: not paged.
+        let r = req(
+            "GET",
+            "/api/v1/pods?limit=500&resourceVersion=0",
+            KUBELET,
+            None,
+        );
+        assert!(matches!(
+            edge(&r).cache,
+            Ok(CacheTarget::List { paged: false, .. })
+        ));
+        let r = req("GET", "/api/v1/pods?limit=500&continue=abc", KUBELET, None);
+        assert!(matches!(
+            edge(&r).cache,
+            Ok(CacheTarget::List { paged: true, .. })
+        ));
+    }
+
+    #[test]
+    fn bad_selectors_are_refused() {
+        let r = req(
+            "GET",
+            "/api/v1/pods?labelSelector=a%20in%20(",
+            KUBELET,
+            None,
+        );
+        assert_eq!(route(&r, true, WorkingMode::Edge).unwrap_err().code, 400);
+        let mut r = req("GET", "/api/v1/pods", KUBELET, None);
+        let many: Vec<String> = (0..10_000).map(|i| format!("k{i}=v")).collect();
+        r.query.label_selector = Some(many.join(","));
+        assert_eq!(route(&r, true, WorkingMode::Edge).unwrap_err().code, 400);
+    }
+}

@@ -1,0 +1,1513 @@
+//! Kubernetes label and field selectors: parse the `labelSelector` and `fieldSelector` query
+//! parameters of a list or watch, and decide whether a cached JSON object matches them.
+//!
+//! The grammar and the matching rules are those of k8s.io/apimachinery (`labels.Parse` and
+//! `fields.ParseSelector`), so an offline list answers what the apiserver would have answered:
+//! `!=` and `notin` match objects without the label, `spec.nodeName=` selects unscheduled pods,
+//! `x in ()` means "x is the empty string". The few field labels whose value the apiserver
+//! computes rather than copies from the object (boolean fields defaulting to `false`, an event's
+//! `source`, a job's `status.successful`) are resolved the same way here.
+//!
+//! This module does no I/O and knows nothing of requests or of the cache layout. Parsing caps
+//! the text at [`MAX_SELECTOR_BYTES`] and the number of terms at [`MAX_TERMS`], failing fast on
+//! hostile input; matching borrows from the object and allocates nothing.
+
+use std::fmt;
+
+use serde_json::{Map, Number, Value};
+
+/// Longest selector text accepted, in bytes; longer ones are refused before parsing.
+pub const MAX_SELECTOR_BYTES: usize = 16 * 1024;
+
+/// Most terms accepted in one selector: label requirements plus the values of their sets, or
+/// field terms.
+pub const MAX_TERMS: usize = 256;
+
+/// Longest label name part and label value (Kubernetes' limit).
+const MAX_NAME_LEN: usize = 63;
+
+/// Longest label key prefix, a DNS subdomain (Kubernetes' limit).
+const MAX_PREFIX_LEN: usize = 253;
+
+/// Which of the two selectors an error is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelectorKind {
+    /// The `labelSelector` parameter.
+    Label,
+    /// The `fieldSelector` parameter.
+    Field,
+}
+
+impl SelectorKind {
+    /// The query parameter's name, for messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SelectorKind::Label => "labelSelector",
+            SelectorKind::Field => "fieldSelector",
+        }
+    }
+}
+
+/// Why a selector was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SelectorError {
+    /// The text is longer than [`MAX_SELECTOR_BYTES`].
+    TooLong {
+        /// Which selector.
+        kind: SelectorKind,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// The selector has more than [`MAX_TERMS`] terms.
+    TooManyTerms {
+        /// Which selector.
+        kind: SelectorKind,
+    },
+    /// One term is malformed.
+    Invalid {
+        /// Which selector.
+        kind: SelectorKind,
+        /// The offending term, as far as it was read.
+        term: String,
+        /// What is wrong with it.
+        problem: Problem,
+    },
+}
+
+/// What is wrong with a selector term.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Problem {
+    /// A token that the grammar does not allow here.
+    Unexpected {
+        /// The token found (empty at the end of the text).
+        found: String,
+        /// What the grammar allows.
+        expected: &'static str,
+    },
+    /// A label key that is not a qualified name.
+    InvalidKey {
+        /// The key.
+        key: String,
+        /// Which rule it breaks.
+        why: &'static str,
+    },
+    /// A label value that is not a valid label value.
+    InvalidValue {
+        /// The value.
+        value: String,
+        /// Which rule it breaks.
+        why: &'static str,
+    },
+    /// The value of `>` or `<` is not a 64-bit integer.
+    NotAnInteger(String),
+    /// A NUL byte, which Kubernetes would silently treat as the end of the text.
+    NulByte,
+    /// A field term without `=`, `==` or `!=`.
+    NoOperator,
+    /// A field path that is not dot-separated names (`metadata.name`, `spec.nodeName`).
+    InvalidPath(String),
+    /// A backslash in a field value that is not `\\`, `\,` or `\=`.
+    InvalidEscape(String),
+    /// A `,` or `=` in a field value that is not escaped with a backslash.
+    UnescapedChar(char),
+}
+
+impl fmt::Display for SelectorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SelectorError::TooLong { kind, len } => write!(
+                f,
+                "{} is {len} bytes long, more than the {MAX_SELECTOR_BYTES} accepted",
+                kind.as_str()
+            ),
+            SelectorError::TooManyTerms { kind } => write!(
+                f,
+                "{} has more than the {MAX_TERMS} terms accepted",
+                kind.as_str()
+            ),
+            SelectorError::Invalid {
+                kind,
+                term,
+                problem,
+            } => write!(f, "{} term {term:?}: {problem}", kind.as_str()),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::Unexpected { found, expected } if found.is_empty() => {
+                write!(f, "found the end of the text, expected {expected}")
+            }
+            Problem::Unexpected { found, expected } => {
+                write!(f, "found {found:?}, expected {expected}")
+            }
+            Problem::InvalidKey { key, why } => write!(f, "invalid label key {key:?}: {why}"),
+            Problem::InvalidValue { value, why } => {
+                write!(f, "invalid label value {value:?}: {why}")
+            }
+            Problem::NotAnInteger(value) => {
+                write!(f, "{value:?} is not an integer, as '>' and '<' require")
+            }
+            Problem::NulByte => f.write_str("contains a NUL byte"),
+            Problem::NoOperator => f.write_str("no operator: expected '=', '==' or '!='"),
+            Problem::InvalidPath(path) => write!(
+                f,
+                "{path:?} is not a field path (dot-separated names such as metadata.name)"
+            ),
+            Problem::InvalidEscape(seq) => write!(
+                f,
+                "invalid escape sequence {seq:?}: only \\\\, \\, and \\= are allowed"
+            ),
+            Problem::UnescapedChar(c) => {
+                write!(f, "unescaped {c:?} in the value: write \\{c} instead")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SelectorError {}
+
+/// A parsed `labelSelector`: every requirement must hold (logical AND).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LabelSelector {
+    requirements: Vec<Requirement>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Requirement {
+    key: String,
+    op: LabelOp,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum LabelOp {
+    Exists,
+    DoesNotExist,
+    /// `=` and `==`.
+    Equals(String),
+    NotEquals(String),
+    In(Vec<String>),
+    NotIn(Vec<String>),
+    GreaterThan(i64),
+    LessThan(i64),
+}
+
+impl LabelSelector {
+    /// The selector that matches every object (an absent or empty `labelSelector`).
+    pub fn everything() -> Self {
+        Self::default()
+    }
+
+    /// Parses `labelSelector` text as `labels.Parse` does; empty or blank text is everything.
+    pub fn parse(text: &str) -> Result<Self, SelectorError> {
+        check_size(SelectorKind::Label, text)?;
+        LabelParser::new(text).parse()
+    }
+
+    /// Whether this selector lets every object through.
+    pub fn is_everything(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    /// Whether the object's `metadata.labels` satisfy every requirement.
+    pub fn matches(&self, object: &Value) -> bool {
+        if self.requirements.is_empty() {
+            return true;
+        }
+        let labels = object
+            .get("metadata")
+            .and_then(|metadata| metadata.get("labels"))
+            .and_then(Value::as_object);
+        self.requirements.iter().all(|r| r.matches(labels))
+    }
+}
+
+impl Requirement {
+    fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
+        let present = labels.and_then(|labels| labels.get(&self.key));
+        // A label that is not a string cannot come from the apiserver; it equals no value.
+        let value = present.and_then(Value::as_str);
+        match &self.op {
+            LabelOp::Exists => present.is_some(),
+            LabelOp::DoesNotExist => present.is_none(),
+            LabelOp::Equals(want) => value == Some(want.as_str()),
+            LabelOp::NotEquals(want) => value != Some(want.as_str()),
+            LabelOp::In(set) => value.is_some_and(|v| set.iter().any(|s| s == v)),
+            LabelOp::NotIn(set) => !value.is_some_and(|v| set.iter().any(|s| s == v)),
+            LabelOp::GreaterThan(bound) => label_integer(value).is_some_and(|v| v > *bound),
+            LabelOp::LessThan(bound) => label_integer(value).is_some_and(|v| v < *bound),
+        }
+    }
+}
+
+/// A label value read as Go's `strconv.ParseInt(v, 10, 64)` reads it (sign allowed).
+fn label_integer(value: Option<&str>) -> Option<i64> {
+    value.and_then(|v| v.parse::<i64>().ok())
+}
+
+/// A parsed `fieldSelector`: every term must hold (logical AND).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldSelector {
+    terms: Vec<FieldTerm>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FieldTerm {
+    path: String,
+    equal: bool,
+    value: String,
+}
+
+impl FieldSelector {
+    /// The selector that matches every object (an absent or empty `fieldSelector`).
+    pub fn everything() -> Self {
+        Self::default()
+    }
+
+    /// Parses `fieldSelector` text as `fields.ParseSelector` does; empty text is everything.
+    pub fn parse(text: &str) -> Result<Self, SelectorError> {
+        check_size(SelectorKind::Field, text)?;
+        let mut terms = Vec::new();
+        for term in split_field_terms(text) {
+            // Kubernetes skips empty terms, so `a=b,,c=d` and a trailing comma are fine.
+            if term.is_empty() {
+                continue;
+            }
+            if terms.len() == MAX_TERMS {
+                return Err(SelectorError::TooManyTerms {
+                    kind: SelectorKind::Field,
+                });
+            }
+            terms.push(
+                parse_field_term(term).map_err(|problem| SelectorError::Invalid {
+                    kind: SelectorKind::Field,
+                    term: term.to_owned(),
+                    problem,
+                })?,
+            );
+        }
+        Ok(FieldSelector { terms })
+    }
+
+    /// Whether this selector lets every object through.
+    pub fn is_everything(&self) -> bool {
+        self.terms.is_empty()
+    }
+
+    /// Whether every term holds for the object.
+    pub fn matches(&self, object: &Value) -> bool {
+        self.terms
+            .iter()
+            .all(|t| field_equals(object, &t.path, &t.value) == t.equal)
+    }
+}
+
+/// Both selectors of a list or watch request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Selectors {
+    /// From `labelSelector`.
+    pub label: LabelSelector,
+    /// From `fieldSelector`.
+    pub field: FieldSelector,
+}
+
+impl Selectors {
+    /// Parses the two query parameters; an absent one selects everything.
+    pub fn parse(label: Option<&str>, field: Option<&str>) -> Result<Self, SelectorError> {
+        Ok(Selectors {
+            label: label.map_or_else(|| Ok(LabelSelector::everything()), LabelSelector::parse)?,
+            field: field.map_or_else(|| Ok(FieldSelector::everything()), FieldSelector::parse)?,
+        })
+    }
+
+    /// The selectors of a request that has neither parameter.
+    pub fn everything() -> Self {
+        Self::default()
+    }
+
+    /// Whether both selectors let every object through.
+    pub fn is_everything(&self) -> bool {
+        self.label.is_everything() && self.field.is_everything()
+    }
+
+    /// Whether the object satisfies both selectors.
+    pub fn matches(&self, object: &Value) -> bool {
+        self.label.matches(object) && self.field.matches(object)
+    }
+}
+
+fn check_size(kind: SelectorKind, text: &str) -> Result<(), SelectorError> {
+    if text.len() > MAX_SELECTOR_BYTES {
+        return Err(SelectorError::TooLong {
+            kind,
+            len: text.len(),
+        });
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Label selector parsing: a streaming lexer and a recursive-descent parser that follow the
+// structure of apimachinery's, so that every text it accepts or refuses is accepted or refused
+// by the apiserver too. The lexer does not tokenize ahead, so refusing early costs nothing.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Token<'a> {
+    End,
+    /// An identifier or a keyword: `in` and `notin` are operators only where an operator is
+    /// expected, and plain words (keys, values) everywhere else, as in Kubernetes.
+    Word(&'a str),
+    Not,
+    Equals,
+    DoubleEquals,
+    NotEquals,
+    GreaterThan,
+    LessThan,
+    OpenParen,
+    CloseParen,
+    Comma,
+    Nul,
+}
+
+impl Token<'_> {
+    fn text(self) -> &'static str {
+        match self {
+            Token::End | Token::Word(_) => "",
+            Token::Not => "!",
+            Token::Equals => "=",
+            Token::DoubleEquals => "==",
+            Token::NotEquals => "!=",
+            Token::GreaterThan => ">",
+            Token::LessThan => "<",
+            Token::OpenParen => "(",
+            Token::CloseParen => ")",
+            Token::Comma => ",",
+            Token::Nul => "\0",
+        }
+    }
+
+    fn found(self) -> String {
+        match self {
+            Token::Word(w) => w.to_owned(),
+            other => other.text().to_owned(),
+        }
+    }
+}
+
+fn is_label_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\r' | b'\n')
+}
+
+fn is_label_special(b: u8) -> bool {
+    matches!(b, b'=' | b'!' | b'(' | b')' | b',' | b'>' | b'<')
+}
+
+struct LabelParser<'a> {
+    text: &'a str,
+    pos: usize,
+    peeked: Option<(Token<'a>, usize)>,
+    /// Where the requirement being parsed starts, to quote it in errors.
+    term_start: usize,
+    terms: usize,
+}
+
+impl<'a> LabelParser<'a> {
+    fn new(text: &'a str) -> Self {
+        LabelParser {
+            text,
+            pos: 0,
+            peeked: None,
+            term_start: 0,
+            terms: 0,
+        }
+    }
+
+    /// Lexes the token at `from`; returns it and the position after it.
+    fn lex(&self, mut from: usize) -> (Token<'a>, usize) {
+        let bytes = self.text.as_bytes();
+        while from < bytes.len() && is_label_space(bytes[from]) {
+            from += 1;
+        }
+        let Some(&b) = bytes.get(from) else {
+            return (Token::End, from);
+        };
+        let next = bytes.get(from + 1).copied();
+        let token = match (b, next) {
+            (0, _) => Token::Nul,
+            (b'=', Some(b'=')) => return (Token::DoubleEquals, from + 2),
+            (b'!', Some(b'=')) => return (Token::NotEquals, from + 2),
+            (b'=', _) => Token::Equals,
+            (b'!', _) => Token::Not,
+            (b'>', _) => Token::GreaterThan,
+            (b'<', _) => Token::LessThan,
+            (b'(', _) => Token::OpenParen,
+            (b')', _) => Token::CloseParen,
+            (b',', _) => Token::Comma,
+            _ => {
+                let len = bytes[from..]
+                    .iter()
+                    .position(|&c| is_label_special(c) || is_label_space(c) || c == 0)
+                    .unwrap_or(bytes.len() - from);
+                // Word boundaries are ASCII bytes, so the slice is on character boundaries.
+                return (Token::Word(&self.text[from..from + len]), from + len);
+            }
+        };
+        (token, from + 1)
+    }
+
+    fn peek(&mut self) -> Token<'a> {
+        match self.peeked {
+            Some((token, _)) => token,
+            None => {
+                let (token, end) = self.lex(self.pos);
+                self.peeked = Some((token, end));
+                token
+            }
+        }
+    }
+
+    fn next(&mut self) -> Token<'a> {
+        let (token, end) = match self.peeked.take() {
+            Some(peeked) => peeked,
+            None => self.lex(self.pos),
+        };
+        self.pos = end;
+        token
+    }
+
+    fn error(&self, problem: Problem) -> SelectorError {
+        let end = self.peeked.map_or(self.pos, |(_, end)| end);
+        SelectorError::Invalid {
+            kind: SelectorKind::Label,
+            term: self.text[self.term_start..end].trim().to_owned(),
+            problem,
+        }
+    }
+
+    fn unexpected(&self, found: Token<'_>, expected: &'static str) -> SelectorError {
+        if found == Token::Nul {
+            return self.error(Problem::NulByte);
+        }
+        self.error(Problem::Unexpected {
+            found: found.found(),
+            expected,
+        })
+    }
+
+    fn count_term(&mut self) -> Result<(), SelectorError> {
+        self.terms += 1;
+        if self.terms > MAX_TERMS {
+            return Err(SelectorError::TooManyTerms {
+                kind: SelectorKind::Label,
+            });
+        }
+        Ok(())
+    }
+
+    fn parse(mut self) -> Result<LabelSelector, SelectorError> {
+        let mut requirements = Vec::new();
+        loop {
+            self.term_start = self.pos;
+            match self.peek() {
+                Token::Word(_) | Token::Not => {
+                    self.count_term()?;
+                    requirements.push(self.parse_requirement()?);
+                    match self.next() {
+                        Token::End => break,
+                        Token::Comma => match self.peek() {
+                            Token::Word(_) | Token::Not => {}
+                            other => {
+                                return Err(self.unexpected(other, "'!' or a label key after ','"));
+                            }
+                        },
+                        other => return Err(self.unexpected(other, "',' or the end")),
+                    }
+                }
+                Token::End => break,
+                other => return Err(self.unexpected(other, "'!', a label key or the end")),
+            }
+        }
+        Ok(LabelSelector { requirements })
+    }
+
+    fn parse_requirement(&mut self) -> Result<Requirement, SelectorError> {
+        let mut negated = false;
+        let mut token = self.next();
+        if token == Token::Not {
+            negated = true;
+            token = self.next();
+        }
+        let Token::Word(key) = token else {
+            return Err(self.unexpected(token, "a label key"));
+        };
+        if let Err(why) = validate_label_key(key) {
+            return Err(self.error(Problem::InvalidKey {
+                key: key.to_owned(),
+                why,
+            }));
+        }
+        let key = key.to_owned();
+        // `!key` takes no operator; whatever follows it is the caller's to refuse.
+        if negated {
+            return Ok(Requirement {
+                key,
+                op: LabelOp::DoesNotExist,
+            });
+        }
+        if matches!(self.peek(), Token::End | Token::Comma) {
+            return Ok(Requirement {
+                key,
+                op: LabelOp::Exists,
+            });
+        }
+        let op = match self.next() {
+            Token::Word("in") => LabelOp::In(self.parse_set()?),
+            Token::Word("notin") => LabelOp::NotIn(self.parse_set()?),
+            Token::Equals | Token::DoubleEquals => LabelOp::Equals(self.parse_exact_value()?),
+            Token::NotEquals => LabelOp::NotEquals(self.parse_exact_value()?),
+            Token::GreaterThan => LabelOp::GreaterThan(self.parse_integer_value()?),
+            Token::LessThan => LabelOp::LessThan(self.parse_integer_value()?),
+            other => {
+                return Err(self.unexpected(other, "one of in, notin, =, ==, !=, >, <"));
+            }
+        };
+        Ok(Requirement { key, op })
+    }
+
+    /// `( v1, v2, ... )`, where empty values are allowed and `()` is the set {""}.
+    fn parse_set(&mut self) -> Result<Vec<String>, SelectorError> {
+        let open = self.next();
+        if open != Token::OpenParen {
+            return Err(self.unexpected(open, "'('"));
+        }
+        let mut values: Vec<String> = Vec::new();
+        match self.peek() {
+            Token::CloseParen => {
+                self.next();
+                self.add_value(&mut values, "")?;
+                return Ok(values);
+            }
+            Token::Word(_) | Token::Comma => {}
+            other => return Err(self.unexpected(other, "',', ')' or a label value")),
+        }
+        loop {
+            match self.next() {
+                Token::Word(value) => {
+                    self.add_value(&mut values, value)?;
+                    match self.peek() {
+                        Token::Comma => {}
+                        Token::CloseParen => break,
+                        other => return Err(self.unexpected(other, "',' or ')'")),
+                    }
+                }
+                // A comma with nothing before or after it stands for the empty value.
+                Token::Comma => {
+                    if values.is_empty() {
+                        self.add_value(&mut values, "")?;
+                    }
+                    match self.peek() {
+                        Token::CloseParen => {
+                            self.add_value(&mut values, "")?;
+                            break;
+                        }
+                        Token::Comma => self.add_value(&mut values, "")?,
+                        _ => {}
+                    }
+                }
+                other => return Err(self.unexpected(other, "',' or a label value")),
+            }
+        }
+        // The loop stops only with ')' peeked.
+        self.next();
+        Ok(values)
+    }
+
+    fn add_value(&mut self, values: &mut Vec<String>, value: &str) -> Result<(), SelectorError> {
+        self.count_term()?;
+        self.check_value(value)?;
+        values.push(value.to_owned());
+        Ok(())
+    }
+
+    /// The value after `=`, `==` or `!=`; nothing before `,` or the end is the empty value.
+    fn parse_exact_value(&mut self) -> Result<String, SelectorError> {
+        if matches!(self.peek(), Token::End | Token::Comma) {
+            return Ok(String::new());
+        }
+        match self.next() {
+            Token::Word(value) => {
+                self.check_value(value)?;
+                Ok(value.to_owned())
+            }
+            other => Err(self.unexpected(other, "a label value")),
+        }
+    }
+
+    fn parse_integer_value(&mut self) -> Result<i64, SelectorError> {
+        let value = self.parse_exact_value()?;
+        value
+            .parse::<i64>()
+            .map_err(|_| self.error(Problem::NotAnInteger(value)))
+    }
+
+    fn check_value(&self, value: &str) -> Result<(), SelectorError> {
+        validate_label_value(value).map_err(|why| {
+            self.error(Problem::InvalidValue {
+                value: value.to_owned(),
+                why,
+            })
+        })
+    }
+}
+
+/// Kubernetes' qualified name: `[prefix/]name`, prefix a DNS-1123 subdomain of at most 253
+/// bytes, name at most 63 alphanumerics, `-`, `_`, `.`, starting and ending alphanumeric.
+fn validate_label_key(key: &str) -> Result<(), &'static str> {
+    let name = match key.split_once('/') {
+        None => key,
+        Some((prefix, name)) => {
+            if name.contains('/') {
+                return Err("at most one '/' (between a DNS subdomain prefix and a name)");
+            }
+            if prefix.is_empty() {
+                return Err("the prefix before '/' is empty");
+            }
+            if prefix.len() > MAX_PREFIX_LEN {
+                return Err("the prefix is longer than 253 bytes");
+            }
+            if !is_dns_subdomain(prefix) {
+                return Err(
+                    "the prefix must be a lowercase DNS subdomain (a-z, 0-9, '-', '.'; \
+                     starting and ending alphanumeric)",
+                );
+            }
+            name
+        }
+    };
+    if name.is_empty() {
+        return Err("the name part is empty");
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err("the name part is longer than 63 bytes");
+    }
+    if !is_label_name(name) {
+        return Err(
+            "the name part must consist of alphanumerics, '-', '_' or '.', \
+             starting and ending alphanumeric",
+        );
+    }
+    Ok(())
+}
+
+/// Kubernetes' label value: empty, or like a key's name part.
+fn validate_label_value(value: &str) -> Result<(), &'static str> {
+    if value.len() > MAX_NAME_LEN {
+        return Err("longer than 63 bytes");
+    }
+    if !value.is_empty() && !is_label_name(value) {
+        return Err(
+            "must be empty or consist of alphanumerics, '-', '_' or '.', \
+             starting and ending alphanumeric",
+        );
+    }
+    Ok(())
+}
+
+fn is_label_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    match (b.first(), b.last()) {
+        (Some(first), Some(last)) => {
+            first.is_ascii_alphanumeric()
+                && last.is_ascii_alphanumeric()
+                && b.iter()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        }
+        _ => false,
+    }
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    s.split('.').all(|label| {
+        let b = label.as_bytes();
+        let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+        match (b.first(), b.last()) {
+            (Some(first), Some(last)) => {
+                alnum(first) && alnum(last) && b.iter().all(|c| alnum(c) || *c == b'-')
+            }
+            _ => false,
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Field selector parsing.
+
+/// Splits at commas that are not escaped by a backslash, as Kubernetes' `splitTerms` does.
+fn split_field_terms(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let s = rest?;
+        let bytes = s.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'\\' => i += 2,
+                b',' => {
+                    rest = Some(&s[i + 1..]);
+                    return Some(&s[..i]);
+                }
+                _ => i += 1,
+            }
+        }
+        rest = None;
+        Some(s)
+    })
+}
+
+fn parse_field_term(term: &str) -> Result<FieldTerm, Problem> {
+    if term.as_bytes().contains(&0) {
+        return Err(Problem::NulByte);
+    }
+    // The first operator wins; `!=` and `==` are tried before `=` at each position so that no
+    // stray '=' is left at the start of the value.
+    let bytes = term.as_bytes();
+    let (at, len, equal) = (0..bytes.len())
+        .find_map(|i| match (bytes[i], bytes.get(i + 1)) {
+            (b'!', Some(b'=')) => Some((i, 2, false)),
+            (b'=', Some(b'=')) => Some((i, 2, true)),
+            (b'=', _) => Some((i, 1, true)),
+            _ => None,
+        })
+        .ok_or(Problem::NoOperator)?;
+    let path = &term[..at];
+    if !is_field_path(path) {
+        return Err(Problem::InvalidPath(path.to_owned()));
+    }
+    Ok(FieldTerm {
+        path: path.to_owned(),
+        equal,
+        value: unescape_field_value(&term[at + len..])?,
+    })
+}
+
+/// Dot-separated names of ASCII alphanumerics, `_` and `-`. The apiserver accepts only the
+/// field labels a kind declares, all of this form; anything else it refuses, and so do we.
+fn is_field_path(path: &str) -> bool {
+    path.split('.').all(|segment| {
+        !segment.is_empty()
+            && segment
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+    })
+}
+
+fn unescape_field_value(raw: &str) -> Result<String, Problem> {
+    let mut value = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(escaped @ ('\\' | ',' | '=')) => value.push(escaped),
+                Some(other) => return Err(Problem::InvalidEscape(format!("\\{other}"))),
+                None => return Err(Problem::InvalidEscape("\\".to_owned())),
+            },
+            ',' | '=' => return Err(Problem::UnescapedChar(c)),
+            other => value.push(other),
+        }
+    }
+    Ok(value)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Field matching.
+
+/// Whether the object's field `path` reads as `want`, the way the apiserver renders field
+/// labels: strings as they are, booleans and numbers as their JSON text, absent or null as "".
+fn field_equals(object: &Value, path: &str, want: &str) -> bool {
+    let found = match path {
+        // A core/v1 Event's `source` label is `source.component`, or `reportingComponent` when
+        // that is empty (Kubernetes' EventToSelectableFields).
+        "source" => match object.get("source") {
+            Some(Value::Object(source)) => match source.get("component").and_then(Value::as_str) {
+                Some(component) if !component.is_empty() => source.get("component"),
+                _ => object.get("reportingComponent"),
+            },
+            None | Some(Value::Null) => object.get("reportingComponent"),
+            other => other,
+        },
+        // A Job's label `status.successful` is its `status.succeeded` count.
+        "status.successful" => {
+            resolve(object, path).or_else(|| resolve(object, "status.succeeded"))
+        }
+        _ => resolve(object, path),
+    };
+    match found {
+        Some(Value::String(s)) => s == want,
+        Some(Value::Bool(b)) => want == if *b { "true" } else { "false" },
+        Some(Value::Number(n)) => number_text_is(n, want),
+        None | Some(Value::Null) => want == missing_field_text(path),
+        // No field label is a structure; it equals no value.
+        Some(Value::Object(_) | Value::Array(_)) => false,
+    }
+}
+
+fn resolve<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.')
+        .try_fold(object, |v, segment| v.get(segment))
+}
+
+/// What the apiserver reports for a field the JSON omits: Go's zero value, printed. Boolean
+/// and counter labels are printed from non-pointer fields, so they read `false` and `0`.
+fn missing_field_text(path: &str) -> &'static str {
+    match path {
+        // Pod `spec.hostNetwork`, Node `spec.unschedulable`: `omitempty` booleans.
+        "spec.hostNetwork" | "spec.unschedulable" => "false",
+        // Job `status.succeeded`: an `omitempty` counter.
+        "status.successful" => "0",
+        _ => "",
+    }
+}
+
+/// Compares a JSON number's text with `want` without allocating.
+fn number_text_is(n: &Number, want: &str) -> bool {
+    use std::fmt::Write;
+
+    struct StackText {
+        buf: [u8; 40],
+        len: usize,
+    }
+    impl Write for StackText {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            let end = self.len + s.len();
+            let dest = self.buf.get_mut(self.len..end).ok_or(fmt::Error)?;
+            dest.copy_from_slice(s.as_bytes());
+            self.len = end;
+            Ok(())
+        }
+    }
+
+    if want.len() > 40 {
+        return false;
+    }
+    let mut text = StackText {
+        buf: [0; 40],
+        len: 0,
+    };
+    // Every i64, u64 and shortest f64 text fits in 40 bytes; if one did not, it is not `want`.
+    write!(text, "{n}").is_ok() && &text.buf[..text.len] == want.as_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod() -> Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "web-0",
+                "namespace": "default",
+                "labels": {
+                    "app": "web",
+                    "tier": "frontend",
+                    "example.com/role": "primary",
+                    "empty": "",
+                    "weight": "10",
+                }
+            },
+            "spec": { "nodeName": "edge-1", "restartPolicy": "Always", "priority": 3 },
+            "status": { "phase": "Running", "podIP": "10.0.0.7" }
+        })
+    }
+
+    fn unscheduled_pod() -> Value {
+        json!({
+            "metadata": { "name": "pending-0", "namespace": "kube-system" },
+            "spec": { "hostNetwork": true, "nodeName": null },
+            "status": { "phase": "Pending" }
+        })
+    }
+
+    fn node(unschedulable: Option<bool>) -> Value {
+        let mut node = json!({ "metadata": { "name": "edge-1" }, "spec": {} });
+        if let Some(u) = unschedulable {
+            node["spec"]["unschedulable"] = json!(u);
+        }
+        node
+    }
+
+    fn check_label(selector: &str, object: &Value, expected: bool) {
+        let parsed = LabelSelector::parse(selector)
+            .unwrap_or_else(|e| panic!("{selector:?} should parse: {e}"));
+        assert_eq!(
+            parsed.matches(object),
+            expected,
+            "labelSelector {selector:?}"
+        );
+    }
+
+    fn check_field(selector: &str, object: &Value, expected: bool) {
+        let parsed = FieldSelector::parse(selector)
+            .unwrap_or_else(|e| panic!("{selector:?} should parse: {e}"));
+        assert_eq!(
+            parsed.matches(object),
+            expected,
+            "fieldSelector {selector:?}"
+        );
+    }
+
+    #[test]
+    fn label_selectors_match_as_kubernetes_does() {
+        let pod = pod();
+        let bare = unscheduled_pod();
+        let table: &[(&str, &Value, bool)] = &[
+            ("", &pod, true),
+            ("  \t ", &pod, true),
+            ("app", &pod, true),
+            ("app", &bare, false),
+            ("!app", &pod, false),
+            ("!app", &bare, true),
+            ("app=web", &pod, true),
+            ("app==web", &pod, true),
+            ("app=db", &pod, false),
+            ("app=web", &bare, false),
+            ("app!=db", &pod, true),
+            ("app!=web", &pod, false),
+            // `!=` and `notin` match objects that lack the label.
+            ("app!=web", &bare, true),
+            ("app notin (web)", &bare, true),
+            ("app in (db,web)", &pod, true),
+            ("app in (db)", &pod, false),
+            ("app in (web)", &bare, false),
+            ("app notin (db,web)", &pod, false),
+            ("app notin (db)", &pod, true),
+            ("example.com/role=primary", &pod, true),
+            ("example.com/role in (primary, secondary)", &pod, true),
+            // Empty values: `=` with nothing, `in ()`, and commas around nothing.
+            ("empty=", &pod, true),
+            ("empty=,app", &pod, true),
+            ("empty!=", &pod, false),
+            ("app=", &pod, false),
+            ("empty in ()", &pod, true),
+            ("app in ()", &pod, false),
+            ("app notin ()", &pod, true),
+            ("empty notin ()", &pod, false),
+            ("empty in (a,)", &pod, true),
+            ("empty in (,a)", &pod, true),
+            ("empty in (a,,b)", &pod, true),
+            ("app in (a,,b)", &pod, false),
+            ("empty in (,)", &pod, true),
+            // Numeric comparisons.
+            ("weight>9", &pod, true),
+            ("weight>10", &pod, false),
+            ("weight<11", &pod, true),
+            ("weight<010", &pod, false),
+            ("app>1", &pod, false),
+            ("weight>1", &bare, false),
+            // Conjunctions and whitespace.
+            ("app=web,tier=frontend", &pod, true),
+            ("app=web,tier=backend", &pod, false),
+            (" app = web ,\ttier\n!=\rbackend , !missing ", &pod, true),
+            ("app in(web),tier notin(backend)", &pod, true),
+            ("!missing,!app", &pod, false),
+            // `in` and `notin` are plain words where a key or value is expected.
+            ("in", &pod, false),
+            ("!notin", &pod, true),
+            ("app notin (in,notin)", &pod, true),
+        ];
+        for (selector, object, expected) in table {
+            check_label(selector, object, *expected);
+        }
+    }
+
+    #[test]
+    fn labels_of_odd_objects() {
+        check_label("app", &json!({}), false);
+        check_label("!app", &json!({}), true);
+        check_label("app!=web", &json!({"metadata": {"labels": null}}), true);
+        check_label("app", &json!([1, 2]), false);
+        // A non-string label cannot come from the apiserver: present, but equal to nothing.
+        let odd = json!({"metadata": {"labels": {"app": 5}}});
+        check_label("app", &odd, true);
+        check_label("app=5", &odd, false);
+        check_label("app!=5", &odd, true);
+    }
+
+    #[test]
+    fn field_selectors_match_as_kubernetes_does() {
+        let pod = pod();
+        let pending = unscheduled_pod();
+        let table: &[(&str, &Value, bool)] = &[
+            ("", &pod, true),
+            ("metadata.name=web-0", &pod, true),
+            ("metadata.name==web-0", &pod, true),
+            ("metadata.name!=web-0", &pod, false),
+            ("metadata.name=web-1", &pod, false),
+            (
+                "metadata.namespace=default,spec.nodeName=edge-1",
+                &pod,
+                true,
+            ),
+            (
+                "metadata.namespace=default,spec.nodeName=edge-2",
+                &pod,
+                false,
+            ),
+            ("status.phase!=Succeeded,status.phase!=Failed", &pod, true),
+            // Empty terms are skipped.
+            (",metadata.name=web-0,,", &pod, true),
+            // A missing or null field reads as "": `spec.nodeName=` finds unscheduled pods.
+            ("spec.nodeName=", &pending, true),
+            ("spec.nodeName=", &pod, false),
+            ("spec.nodeName!=", &pending, false),
+            ("spec.schedulerName=", &pod, true),
+            ("no.such.field=", &pod, true),
+            ("no.such.field!=x", &pod, true),
+            ("metadata.name.deeper=", &pod, true),
+            // Booleans and numbers by their JSON text.
+            ("spec.hostNetwork=true", &pending, true),
+            ("spec.hostNetwork=false", &pending, false),
+            ("spec.priority=3", &pod, true),
+            ("spec.priority=3.0", &pod, false),
+            ("spec.priority!=4", &pod, true),
+            // Omitted booleans read as `false`, as the apiserver prints Go's zero value.
+            ("spec.hostNetwork=false", &pod, true),
+            ("spec.hostNetwork=", &pod, false),
+            // Structures equal no value.
+            ("spec=", &pod, false),
+            ("spec!=x", &pod, true),
+            // Values are compared as is: spaces are data.
+            ("metadata.name= web-0", &pod, false),
+        ];
+        for (selector, object, expected) in table {
+            check_field(selector, object, *expected);
+        }
+    }
+
+    #[test]
+    fn field_values_unescape_backslash_sequences() {
+        let object = json!({"metadata": {"name": "a,b=c\\d"}});
+        check_field(r"metadata.name=a\,b\=c\\d", &object, true);
+        check_field(r"metadata.name=a\,b\=c\\d,metadata.name!=x", &object, true);
+        check_field(r"metadata.name!=a\,b\=c\\d", &object, false);
+        // `\\` then an unescaped ',' ends the term.
+        check_field(
+            r"metadata.name=x\\,metadata.name!=y",
+            &json!({"metadata": {"name": "x\\"}}),
+            true,
+        );
+    }
+
+    #[test]
+    fn computed_field_labels() {
+        check_field("spec.unschedulable=false", &node(None), true);
+        check_field("spec.unschedulable=false", &node(Some(false)), true);
+        check_field("spec.unschedulable=true", &node(Some(true)), true);
+        check_field("spec.unschedulable!=true", &node(None), true);
+        check_field("spec.unschedulable=", &node(None), false);
+
+        let event = json!({
+            "source": {"component": "kubelet", "host": "edge-1"},
+            "reportingComponent": "other",
+            "involvedObject": {"kind": "Pod", "name": "web-0"},
+            "type": "Warning"
+        });
+        check_field("source=kubelet", &event, true);
+        check_field("source=other", &event, false);
+        check_field("involvedObject.kind=Pod,type=Warning", &event, true);
+        let new_style = json!({"source": {}, "reportingComponent": "controller"});
+        check_field("source=controller", &new_style, true);
+        check_field(
+            "source=controller",
+            &json!({"reportingComponent": "controller"}),
+            true,
+        );
+        check_field("source=", &json!({}), true);
+
+        check_field("status.successful=0", &json!({"status": {}}), true);
+        check_field(
+            "status.successful=2",
+            &json!({"status": {"succeeded": 2}}),
+            true,
+        );
+        check_field(
+            "status.successful=1",
+            &json!({"status": {"succeeded": 2}}),
+            false,
+        );
+    }
+
+    #[test]
+    fn selectors_combine_both() {
+        let pod = pod();
+        let both = Selectors::parse(Some("app=web"), Some("spec.nodeName=edge-1")).unwrap();
+        assert!(both.matches(&pod));
+        assert!(!both.is_everything());
+        let wrong_node = Selectors::parse(Some("app=web"), Some("spec.nodeName=edge-2")).unwrap();
+        assert!(!wrong_node.matches(&pod));
+        let wrong_label = Selectors::parse(Some("app=db"), None).unwrap();
+        assert!(!wrong_label.matches(&pod));
+        assert!(Selectors::parse(None, None).unwrap().is_everything());
+        assert!(
+            Selectors::parse(Some(""), Some(""))
+                .unwrap()
+                .is_everything()
+        );
+        assert_eq!(
+            Selectors::parse(None, None).unwrap(),
+            Selectors::everything()
+        );
+        assert!(Selectors::everything().matches(&json!(null)));
+        let err = Selectors::parse(Some("app"), Some("nope")).unwrap_err();
+        assert!(matches!(
+            err,
+            SelectorError::Invalid {
+                kind: SelectorKind::Field,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn invalid_label_selectors_say_which_term_and_why() {
+        let long_name = "a".repeat(64);
+        let long_value = format!("app={}", "v".repeat(64));
+        let table: &[(&str, &str)] = &[
+            (
+                "app=web,",
+                r#"labelSelector term "app=web,": found the end of the text, expected '!' or a label key after ','"#,
+            ),
+            (
+                ",app",
+                r#"labelSelector term ",": found ",", expected '!', a label key or the end"#,
+            ),
+            (
+                "app,,tier",
+                r#"labelSelector term "app,,": found ",", expected '!' or a label key after ','"#,
+            ),
+            (
+                "app web",
+                r#"labelSelector term "app web": found "web", expected one of in, notin, =, ==, !=, >, <"#,
+            ),
+            (
+                "app in web",
+                r#"labelSelector term "app in web": found "web", expected '('"#,
+            ),
+            (
+                "app in (a b)",
+                r#"labelSelector term "app in (a b": found "b", expected ',' or ')'"#,
+            ),
+            (
+                "app in (a",
+                r#"labelSelector term "app in (a": found the end of the text, expected ',' or ')'"#,
+            ),
+            (
+                "app in (,",
+                r#"labelSelector term "app in (,": found the end of the text, expected ',' or a label value"#,
+            ),
+            (
+                "app in (=)",
+                r#"labelSelector term "app in (=": found "=", expected ',', ')' or a label value"#,
+            ),
+            (
+                "app notin",
+                r#"labelSelector term "app notin": found the end of the text, expected '('"#,
+            ),
+            (
+                "app=(x)",
+                r#"labelSelector term "app=(": found "(", expected a label value"#,
+            ),
+            (
+                "app=a=b",
+                r#"labelSelector term "app=a=": found "=", expected ',' or the end"#,
+            ),
+            (
+                "app===b",
+                r#"labelSelector term "app===": found "=", expected a label value"#,
+            ),
+            (
+                "app>=1",
+                r#"labelSelector term "app>=": found "=", expected a label value"#,
+            ),
+            (
+                "!app=web",
+                r#"labelSelector term "!app=": found "=", expected ',' or the end"#,
+            ),
+            (
+                "!!app",
+                r#"labelSelector term "!!": found "!", expected a label key"#,
+            ),
+            (
+                "!",
+                r#"labelSelector term "!": found the end of the text, expected a label key"#,
+            ),
+            (
+                "app!",
+                r#"labelSelector term "app!": found "!", expected one of in, notin, =, ==, !=, >, <"#,
+            ),
+            (
+                "=web",
+                r#"labelSelector term "=": found "=", expected '!', a label key or the end"#,
+            ),
+            (
+                "app>x",
+                r#"labelSelector term "app>x": "x" is not an integer, as '>' and '<' require"#,
+            ),
+            (
+                "app<",
+                r#"labelSelector term "app<": "" is not an integer, as '>' and '<' require"#,
+            ),
+            (
+                "app>99999999999999999999",
+                r#"labelSelector term "app>99999999999999999999": "99999999999999999999" is not an integer, as '>' and '<' require"#,
+            ),
+            (
+                "app>-1",
+                r#"labelSelector term "app>-1": invalid label value "-1": must be empty or consist of alphanumerics, '-', '_' or '.', starting and ending alphanumeric"#,
+            ),
+            (
+                "-app",
+                r#"labelSelector term "-app": invalid label key "-app": the name part must consist of alphanumerics, '-', '_' or '.', starting and ending alphanumeric"#,
+            ),
+            (
+                "a/b/c",
+                r#"labelSelector term "a/b/c": invalid label key "a/b/c": at most one '/' (between a DNS subdomain prefix and a name)"#,
+            ),
+            (
+                "/app",
+                r#"labelSelector term "/app": invalid label key "/app": the prefix before '/' is empty"#,
+            ),
+            (
+                "Example.com/app",
+                r#"labelSelector term "Example.com/app": invalid label key "Example.com/app": the prefix must be a lowercase DNS subdomain (a-z, 0-9, '-', '.'; starting and ending alphanumeric)"#,
+            ),
+            (
+                "example..com/app",
+                r#"labelSelector term "example..com/app": invalid label key "example..com/app": the prefix must be a lowercase DNS subdomain (a-z, 0-9, '-', '.'; starting and ending alphanumeric)"#,
+            ),
+            (
+                "example.com/",
+                r#"labelSelector term "example.com/": invalid label key "example.com/": the name part is empty"#,
+            ),
+            (
+                &long_name,
+                &format!(
+                    r#"labelSelector term "{long_name}": invalid label key "{long_name}": the name part is longer than 63 bytes"#
+                ),
+            ),
+            (
+                &long_value,
+                &format!(
+                    r#"labelSelector term "{long_value}": invalid label value "{}": longer than 63 bytes"#,
+                    "v".repeat(64)
+                ),
+            ),
+            (
+                "app=we b",
+                r#"labelSelector term "app=we b": found "b", expected ',' or the end"#,
+            ),
+            (
+                "app=wéb",
+                r#"labelSelector term "app=wéb": invalid label value "wéb": must be empty or consist of alphanumerics, '-', '_' or '.', starting and ending alphanumeric"#,
+            ),
+            (
+                "app in (ok,bad_)",
+                r#"labelSelector term "app in (ok,bad_": invalid label value "bad_": must be empty or consist of alphanumerics, '-', '_' or '.', starting and ending alphanumeric"#,
+            ),
+            (
+                "app,tier=x\0y",
+                r#"labelSelector term "tier=x\0": contains a NUL byte"#,
+            ),
+        ];
+        for (selector, expected) in table {
+            match LabelSelector::parse(selector) {
+                Ok(parsed) => panic!("{selector:?} parsed as {parsed:?}, expected an error"),
+                Err(err) => assert_eq!(err.to_string(), *expected, "labelSelector {selector:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn valid_label_keys_and_values_at_the_limits() {
+        let name = "a".repeat(63);
+        let prefix = format!("{}.example.com", "p".repeat(241));
+        assert_eq!(prefix.len(), 253);
+        for selector in [
+            format!("{name}={name}"),
+            format!("{prefix}/{name}"),
+            "A_b-c.D".to_owned(),
+            "1=2".to_owned(),
+            "x.y/Z".to_owned(),
+            "app=A_b.c-9".to_owned(),
+        ] {
+            assert!(
+                LabelSelector::parse(&selector).is_ok(),
+                "{selector:?} should parse"
+            );
+        }
+        let too_long_prefix = format!("p{prefix}/app");
+        assert!(LabelSelector::parse(&too_long_prefix).is_err());
+    }
+
+    #[test]
+    fn invalid_field_selectors_say_which_term_and_why() {
+        let table: &[(&str, &str)] = &[
+            (
+                "metadata.name",
+                r#"fieldSelector term "metadata.name": no operator: expected '=', '==' or '!='"#,
+            ),
+            (
+                "a=b,nope",
+                r#"fieldSelector term "nope": no operator: expected '=', '==' or '!='"#,
+            ),
+            (
+                "=x",
+                r#"fieldSelector term "=x": "" is not a field path (dot-separated names such as metadata.name)"#,
+            ),
+            (
+                "metadata..name=x",
+                r#"fieldSelector term "metadata..name=x": "metadata..name" is not a field path (dot-separated names such as metadata.name)"#,
+            ),
+            (
+                "metadata.name =x",
+                r#"fieldSelector term "metadata.name =x": "metadata.name " is not a field path (dot-separated names such as metadata.name)"#,
+            ),
+            (
+                "metadata.name<x",
+                r#"fieldSelector term "metadata.name<x": no operator: expected '=', '==' or '!='"#,
+            ),
+            (
+                "metadata.name=a=b",
+                r#"fieldSelector term "metadata.name=a=b": unescaped '=' in the value: write \= instead"#,
+            ),
+            (
+                "metadata.name===b",
+                r#"fieldSelector term "metadata.name===b": unescaped '=' in the value: write \= instead"#,
+            ),
+            (
+                r"metadata.name=a\b",
+                r#"fieldSelector term "metadata.name=a\\b": invalid escape sequence "\\b": only \\, \, and \= are allowed"#,
+            ),
+            (
+                r"metadata.name=a\",
+                r#"fieldSelector term "metadata.name=a\\": invalid escape sequence "\\": only \\, \, and \= are allowed"#,
+            ),
+            (
+                "metadata.name=a\0",
+                r#"fieldSelector term "metadata.name=a\0": contains a NUL byte"#,
+            ),
+        ];
+        for (selector, expected) in table {
+            match FieldSelector::parse(selector) {
+                Ok(parsed) => panic!("{selector:?} parsed as {parsed:?}, expected an error"),
+                Err(err) => assert_eq!(err.to_string(), *expected, "fieldSelector {selector:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn term_limits() {
+        let at_limit = vec!["a"; MAX_TERMS].join(",");
+        assert!(LabelSelector::parse(&at_limit).is_ok());
+        let over = vec!["a"; MAX_TERMS + 1].join(",");
+        assert_eq!(
+            LabelSelector::parse(&over),
+            Err(SelectorError::TooManyTerms {
+                kind: SelectorKind::Label
+            })
+        );
+        // Set values count as terms too.
+        let big_set = format!("a in ({})", vec!["v"; MAX_TERMS].join(","));
+        assert!(matches!(
+            LabelSelector::parse(&big_set),
+            Err(SelectorError::TooManyTerms { .. })
+        ));
+        let fields_over = vec!["a=b"; MAX_TERMS + 1].join(",");
+        assert_eq!(
+            FieldSelector::parse(&fields_over),
+            Err(SelectorError::TooManyTerms {
+                kind: SelectorKind::Field
+            })
+        );
+        let fields_at = vec!["a=b"; MAX_TERMS].join(",");
+        assert!(FieldSelector::parse(&fields_at).is_ok());
+        let too_long = "a".repeat(MAX_SELECTOR_BYTES + 1);
+        assert_eq!(
+            LabelSelector::parse(&too_long),
+            Err(SelectorError::TooLong {
+                kind: SelectorKind::Label,
+                len: MAX_SELECTOR_BYTES + 1
+            })
+        );
+        assert_eq!(
+            SelectorError::TooManyTerms {
+                kind: SelectorKind::Field
+            }
+            .to_string(),
+            "fieldSelector has more than the 256 terms accepted"
+        );
+    }
+
+    #[test]
+    fn ten_thousand_terms_are_refused_fast() {
+        let labels = vec!["app=web"; 10_000].join(",");
+        let fields = vec!["metadata.name=x"; 10_000].join(",");
+        // Under the byte limit, refusal must come from the term count, not from the length.
+        let short_labels = vec!["a"; 10_000].join(",")[..MAX_SELECTOR_BYTES - 1].to_owned();
+        let short_fields = vec!["a=b"; 10_000].join(",")[..MAX_SELECTOR_BYTES - 1].to_owned();
+        // The best of several rounds, so a preempted round on a busy machine does not count;
+        // a debug build needs about a tenth of a millisecond per round.
+        let mut best = Duration::MAX;
+        for _ in 0..10 {
+            let start = Instant::now();
+            assert!(LabelSelector::parse(&labels).is_err());
+            assert!(FieldSelector::parse(&fields).is_err());
+            assert!(matches!(
+                LabelSelector::parse(&short_labels),
+                Err(SelectorError::TooManyTerms { .. })
+            ));
+            assert!(matches!(
+                FieldSelector::parse(&short_fields),
+                Err(SelectorError::TooManyTerms { .. })
+            ));
+            best = best.min(start.elapsed());
+        }
+        assert!(
+            best < Duration::from_millis(1),
+            "four refusals took {best:?}"
+        );
+    }
+
+    #[test]
+    fn everything_matches_anything() {
+        assert!(LabelSelector::everything().is_everything());
+        assert!(FieldSelector::everything().is_everything());
+        assert!(LabelSelector::parse(" ").unwrap().is_everything());
+        assert!(FieldSelector::parse(",").unwrap().is_everything());
+        assert!(!LabelSelector::parse("a").unwrap().is_everything());
+        assert!(LabelSelector::everything().matches(&json!(42)));
+        assert!(FieldSelector::everything().matches(&json!(42)));
+    }
+
+    #[test]
+    fn number_text_comparison() {
+        assert!(number_text_is(&Number::from(-12), "-12"));
+        assert!(number_text_is(
+            &Number::from(u64::MAX),
+            "18446744073709551615"
+        ));
+        assert!(!number_text_is(&Number::from(1), "01"));
+        let float = Number::from_f64(-1.7976931348623157e308).unwrap();
+        assert!(number_text_is(&float, &float.to_string()));
+        assert!(!number_text_is(&Number::from(1), &"1".repeat(41)));
+    }
+}

@@ -1,0 +1,102 @@
+//! The serve port: `/v1/healthz`, `/v1/readyz` (YurtHub's paths), the standard `/healthz`,
+//! `/livez` and `/readyz`, and `/metrics`. Answers are computed on the accept thread: they
+//! are quick and must keep working when the proxy port is saturated.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::health::Backends;
+use crate::metrics::METRICS;
+use crate::server::Exchange;
+
+/// What readiness depends on.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    /// The cache is open and recovered (always true in cloud mode once started).
+    pub cache_loaded: AtomicBool,
+    /// The TLS material loaded and validated at start-up.
+    pub certificates: AtomicBool,
+    /// A shutdown has begun.
+    pub shutting_down: AtomicBool,
+}
+
+impl Readiness {
+    /// The readiness checks as (name, ok, reason when not ok).
+    fn checks(&self) -> [(&'static str, bool, &'static str); 3] {
+        [
+            (
+                "cache",
+                self.cache_loaded.load(Ordering::Acquire),
+                "the disk cache is not loaded yet",
+            ),
+            (
+                "certificates",
+                self.certificates.load(Ordering::Acquire),
+                "the hub's certificates are not usable",
+            ),
+            (
+                "shutdown",
+                !self.shutting_down.load(Ordering::Acquire),
+                "the hub is shutting down",
+            ),
+        ]
+    }
+}
+
+/// Answers one request on the serve port.
+pub fn handle(ex: Exchange, readiness: &Readiness, backends: &Backends) {
+    let url = ex.url().to_owned();
+    let (path, query) = url.split_once('?').unwrap_or((&url, ""));
+    let verbose = query
+        .split('&')
+        .any(|p| p == "verbose" || p.starts_with("verbose="));
+    let text = [("Content-Type", "text/plain; charset=utf-8")];
+    let _ = match path {
+        "/v1/healthz" | "/healthz" | "/livez" => {
+            let body: &[u8] = if verbose {
+                b"[+]ping ok\nhealthz check passed\n"
+            } else {
+                b"OK"
+            };
+            ex.send(200, &text, body)
+        }
+        "/v1/readyz" | "/readyz" => {
+            let checks = readiness.checks();
+            let ready = checks.iter().all(|(_, ok, _)| *ok);
+            let body = if verbose {
+                let mut out = String::new();
+                for (name, ok, why) in checks {
+                    if ok {
+                        out.push_str(&format!("[+]{name} ok\n"));
+                    } else {
+                        out.push_str(&format!("[-]{name} failed: {why}\n"));
+                    }
+                }
+                out.push_str(if ready {
+                    "readyz check passed\n"
+                } else {
+                    "readyz check failed\n"
+                });
+                out
+            } else if ready {
+                "OK".to_owned()
+            } else {
+                let reasons: Vec<&str> = checks
+                    .iter()
+                    .filter(|(_, ok, _)| !ok)
+                    .map(|(_, _, why)| *why)
+                    .collect();
+                format!("not ready: {}\n", reasons.join("; "))
+            };
+            ex.send(if ready { 200 } else { 503 }, &text, body.as_bytes())
+        }
+        "/metrics" => {
+            let body = METRICS.render(&backends.snapshot());
+            ex.send(
+                200,
+                &[("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
+                body.as_bytes(),
+            )
+        }
+        _ => ex.send(404, &text, b"404 page not found\n"),
+    };
+}

@@ -1,0 +1,50 @@
+//! Termination signals as messages: SIGTERM and SIGINT are blocked in every thread and one
+//! thread waits for them with `sigwait`, sending each on a channel. The first starts a
+//! graceful shutdown; `app.rs` exits 1 on the second, as Kubernetes components do.
+//!
+//! Must run before any other thread starts, so every thread inherits the blocked mask.
+
+use crossbeam_channel::Receiver;
+
+/// Blocks SIGTERM and SIGINT for the process and returns a channel of received signals.
+#[allow(unsafe_code)]
+pub fn listen() -> std::io::Result<Receiver<i32>> {
+    // SAFETY: `set` is a plain C struct initialised by sigemptyset before use; the calls only
+    // read and write that local and the calling thread's signal mask.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if rc != 0 {
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+        set
+    };
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .stack_size(crate::SMALL_STACK)
+        .spawn(move || {
+            loop {
+                let mut signal: libc::c_int = 0;
+                // SAFETY: `set` is a valid, initialised signal set owned by this closure and
+                // `signal` a valid place for the result.
+                let rc = unsafe { libc::sigwait(&set, &mut signal) };
+                if rc == 0 && tx.send(signal).is_err() {
+                    return;
+                }
+            }
+        })?;
+    Ok(rx)
+}
+
+/// The name of a signal number, for logs.
+pub fn name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        _ => "signal",
+    }
+}

@@ -1,0 +1,501 @@
+//! The cloud side: the only module that touches ureq. It turns a request the proxy wants to
+//! send into an HTTPS exchange with a healthy backend, with the hub's credentials (client
+//! certificate, bearer token) or the client's own bearer token, and hands back the status,
+//! headers and a streaming body reader. It also probes backends for the health checker.
+//!
+//! It does not decide what to send or what to do with the answer (that is `proxy.rs`), and
+//! never buffers a body: bodies stream in both directions.
+
+use std::fmt;
+use std::io::{self, Read};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use ureq::config::AutoHeaderValue;
+use ureq::http;
+use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
+use ureq::{Agent, SendBody};
+
+use crate::config::Token;
+use crate::health::{Backends, Probe};
+use crate::metrics::{METRICS, Metrics};
+use crate::tls::TlsMaterial;
+
+/// Headers that belong to one connection and never cross the proxy (RFC 9110 §7.6.1), plus
+/// the ones the transport sets itself.
+pub fn is_hop_by_hop(name: &str) -> bool {
+    const HOP: &[&str] = &[
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "expect",
+    ];
+    HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
+}
+
+/// How long an exchange may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deadline {
+    /// A get, list or write: bounded end to end.
+    Bounded(Duration),
+    /// A watch: may stream this long (its `timeoutSeconds` plus a margin), with no limit on
+    /// the silence between events.
+    Stream(Duration),
+}
+
+/// Whose identity the cloud sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Identity {
+    /// The hub's client certificate and token.
+    Hub,
+    /// The client's own `Authorization` header; no client certificate is presented.
+    Client,
+}
+
+/// A request body from the client.
+pub struct BodySource<'a> {
+    /// The bytes, read as they are sent.
+    pub reader: &'a mut dyn Read,
+    /// `Content-Length` when the client gave one (else the body goes out chunked).
+    pub length: Option<u64>,
+}
+
+/// One request to send to the cloud.
+pub struct Outgoing<'a> {
+    /// HTTP method.
+    pub method: &'a str,
+    /// Path and query, as received.
+    pub path_and_query: &'a str,
+    /// Client headers; hop-by-hop ones are dropped here.
+    pub headers: &'a [(String, String)],
+    /// Replaces the client's `Accept` (the hub asks for JSON when it will cache).
+    pub accept: Option<&'static str>,
+    /// The body, when the client sent one.
+    pub body: Option<BodySource<'a>>,
+    /// Time allowed.
+    pub deadline: Deadline,
+    /// Whose credentials.
+    pub identity: Identity,
+}
+
+/// The cloud's answer: status and headers now, the body as it arrives.
+pub struct Answer {
+    /// HTTP status.
+    pub status: u16,
+    /// Headers as received, hop-by-hop ones removed.
+    pub headers: Vec<(String, String)>,
+    /// `Content-Length` of the body, when the cloud gave one.
+    pub length: Option<u64>,
+    /// Streaming body.
+    pub body: AnswerBody,
+    /// Which backend answered.
+    pub backend: usize,
+}
+
+impl Answer {
+    /// The first header named `name`.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A streaming response body; reads return as soon as bytes arrive.
+pub struct AnswerBody(ureq::BodyReader<'static>);
+
+impl Read for AnswerBody {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+/// Why a request did not get an answer from the cloud.
+#[derive(Debug)]
+pub enum UpstreamError {
+    /// Every backend is unhealthy.
+    NoHealthyBackend,
+    /// Connecting, sending or waiting for the answer failed: the cloud is unreachable or slow.
+    Transport {
+        /// The backend tried last.
+        server: String,
+        /// What happened.
+        detail: String,
+        /// It was a timeout.
+        timeout: bool,
+    },
+    /// The hub could not build the request (a bug or a header ureq refuses).
+    Request(String),
+}
+
+impl UpstreamError {
+    /// True when the cloud could not be reached: the proxy may answer from the cache.
+    pub fn is_unreachable(&self) -> bool {
+        !matches!(self, UpstreamError::Request(_))
+    }
+}
+
+impl fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UpstreamError::NoHealthyBackend => f.write_str("no cloud server is healthy"),
+            UpstreamError::Transport { server, detail, .. } => write!(f, "{server}: {detail}"),
+            UpstreamError::Request(detail) => write!(f, "cannot build the request: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for UpstreamError {}
+
+/// The cloud client.
+pub struct Upstream {
+    backends: Arc<Backends>,
+    hub_agent: Agent,
+    client_agent: Agent,
+    token: Option<TokenSource>,
+}
+
+/// Time allowed to connect (TCP and TLS) to a backend.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed between two reads of a bounded answer.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Upstream {
+    /// Builds the two agents (with and without the hub's client certificate) over `backends`.
+    pub fn new(
+        backends: Arc<Backends>,
+        tls: &TlsMaterial,
+        token: Option<Token>,
+    ) -> Result<Upstream, String> {
+        let roots: Vec<Certificate<'static>> = tls
+            .roots
+            .iter()
+            .map(|c| Certificate::from_der(c.as_ref()).to_owned())
+            .collect();
+        let client_cert = match &tls.client {
+            Some(id) => {
+                let chain: Vec<Certificate<'static>> = id
+                    .chain
+                    .iter()
+                    .map(|c| Certificate::from_der(c.as_ref()).to_owned())
+                    .collect();
+                let key =
+                    PrivateKey::from_pem(&id.key_pem).map_err(|e| format!("client key: {e}"))?;
+                Some(ClientCert::new_with_certs(&chain, key))
+            }
+            None => None,
+        };
+        Ok(Upstream {
+            backends,
+            hub_agent: agent(&roots, client_cert),
+            client_agent: agent(&roots, None),
+            token: token.map(TokenSource::new),
+        })
+    }
+
+    /// The backends this client spreads over.
+    pub fn backends(&self) -> &Arc<Backends> {
+        &self.backends
+    }
+
+    /// Sends `req` to a healthy backend. An idempotent request without a body whose exchange
+    /// fails before an answer is retried once on another healthy backend (or the same one
+    /// when it is the only one: a pooled connection the cloud closed looks like this too).
+    pub fn send(&self, mut req: Outgoing<'_>) -> Result<Answer, UpstreamError> {
+        let first = self
+            .backends
+            .pick(None)
+            .ok_or(UpstreamError::NoHealthyBackend)?;
+        let retryable = req.body.is_none() && matches!(req.method, "GET" | "HEAD");
+        match self.send_to(first, &mut req) {
+            Err(err @ UpstreamError::Transport { .. }) if retryable => {
+                Metrics::inc(&METRICS.upstream_errors);
+                let second = self.backends.pick(Some(first)).unwrap_or(first);
+                log::info!("retrying on another cloud server after: {err}");
+                Metrics::inc(&METRICS.upstream_retries);
+                self.send_to(second, &mut req)
+                    .inspect_err(|_| Metrics::inc(&METRICS.upstream_errors))
+            }
+            Err(err) => {
+                Metrics::inc(&METRICS.upstream_errors);
+                Err(err)
+            }
+            ok => ok,
+        }
+    }
+
+    fn send_to(&self, backend: usize, req: &mut Outgoing<'_>) -> Result<Answer, UpstreamError> {
+        let server = &self.backends.get(backend).base;
+        let url = format!("{server}{}", req.path_and_query);
+        let mut builder = http::Request::builder().method(req.method).uri(&url);
+        for (name, value) in req.headers {
+            if is_hop_by_hop(name)
+                || (req.accept.is_some() && name.eq_ignore_ascii_case("accept"))
+                || (req.identity == Identity::Hub && name.eq_ignore_ascii_case("authorization"))
+            {
+                continue;
+            }
+            builder = builder.header(name.as_str(), value.as_str());
+        }
+        if let Some(accept) = req.accept {
+            builder = builder.header("accept", accept);
+        }
+        if req.identity == Identity::Hub {
+            if let Some(token) = self.token.as_ref().and_then(TokenSource::current) {
+                builder = builder.header("authorization", format!("Bearer {token}"));
+            }
+        }
+        if let Some(length) = req.body.as_ref().and_then(|b| b.length) {
+            builder = builder.header("content-length", length);
+        }
+        let agent = match req.identity {
+            Identity::Hub => &self.hub_agent,
+            Identity::Client => &self.client_agent,
+        };
+        let request_error = |e: http::Error| UpstreamError::Request(e.to_string());
+        let result = match req.body.as_mut() {
+            Some(body) => {
+                let request = builder
+                    .body(SendBody::from_reader(&mut body.reader))
+                    .map_err(request_error)?;
+                agent.run(configure(agent, request, req.deadline))
+            }
+            None => {
+                let request = builder.body(()).map_err(request_error)?;
+                agent.run(configure(agent, request, req.deadline))
+            }
+        };
+        let response = result.map_err(|e| transport_error(server, e))?;
+        let (parts, body) = response.into_parts();
+        let mut length = None;
+        let headers = parts
+            .headers
+            .iter()
+            .filter_map(|(name, value)| {
+                if name.as_str() == "content-length" {
+                    length = value.to_str().ok().and_then(|v| v.trim().parse().ok());
+                }
+                (!is_hop_by_hop(name.as_str())).then(|| {
+                    (
+                        name.as_str().to_owned(),
+                        String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                    )
+                })
+            })
+            .collect();
+        Ok(Answer {
+            status: parts.status.as_u16(),
+            headers,
+            length,
+            body: AnswerBody(body.into_reader()),
+            backend,
+        })
+    }
+}
+
+impl Probe for Upstream {
+    /// `GET /readyz` with the hub's credentials; a server without it (404) is asked
+    /// `/healthz` instead. 2xx is healthy.
+    fn probe(&self, base: &str, timeout: Duration) -> Result<(), String> {
+        let mut status = 0;
+        for path in ["/readyz", "/healthz"] {
+            let mut builder = http::Request::builder()
+                .method("GET")
+                .uri(format!("{base}{path}"));
+            if let Some(token) = self.token.as_ref().and_then(TokenSource::current) {
+                builder = builder.header("authorization", format!("Bearer {token}"));
+            }
+            let request = builder.body(()).map_err(|e| e.to_string())?;
+            let request = self
+                .hub_agent
+                .configure_request(request)
+                .timeout_global(Some(timeout))
+                .build();
+            let response = self.hub_agent.run(request).map_err(|e| e.to_string())?;
+            status = response.status().as_u16();
+            // Drain the small body so the connection goes back to the pool.
+            let _ = io::copy(
+                &mut response.into_body().into_reader().take(64 * 1024),
+                &mut io::sink(),
+            );
+            if status != 404 {
+                break;
+            }
+        }
+        if (200..300).contains(&status) {
+            Ok(())
+        } else {
+            Err(format!("health probe answered {status}"))
+        }
+    }
+}
+
+fn agent(roots: &[Certificate<'static>], client_cert: Option<ClientCert>) -> Agent {
+    let tls = TlsConfig::builder()
+        .provider(TlsProvider::Rustls)
+        .root_certs(RootCerts::new_with_certs(roots))
+        .client_cert(client_cert)
+        .build();
+    let config = Agent::config_builder()
+        // A proxy passes every status through with its body.
+        .http_status_as_error(false)
+        .max_redirects(0)
+        // Never pick up HTTPS_PROXY & co. from the environment: the hub talks to its cloud.
+        .proxy(None)
+        .user_agent(AutoHeaderValue::None)
+        .accept(AutoHeaderValue::None)
+        .accept_encoding(AutoHeaderValue::None)
+        .tls_config(tls)
+        .max_idle_connections_per_host(32)
+        .max_idle_connections(64)
+        .timeout_connect(Some(CONNECT_TIMEOUT))
+        .build();
+    Agent::new_with_config(config)
+}
+
+fn configure<S: ureq::AsSendBody>(
+    agent: &Agent,
+    request: http::Request<S>,
+    deadline: Deadline,
+) -> http::Request<S> {
+    let builder = agent.configure_request(request);
+    match deadline {
+        Deadline::Bounded(total) => builder
+            .timeout_global(Some(total))
+            .timeout_per_read(Some(READ_TIMEOUT))
+            .build(),
+        // A watch may be silent for minutes; only the stream's own lifetime bounds it.
+        Deadline::Stream(total) => builder
+            .timeout_global(Some(total))
+            .timeout_recv_response(Some(READ_TIMEOUT))
+            .build(),
+    }
+}
+
+fn transport_error(server: &str, error: ureq::Error) -> UpstreamError {
+    let timeout = matches!(error, ureq::Error::Timeout(_))
+        || matches!(&error, ureq::Error::Io(e) if e.kind() == io::ErrorKind::TimedOut);
+    UpstreamError::Transport {
+        server: server.to_owned(),
+        detail: error.to_string(),
+        timeout,
+    }
+}
+
+/// The hub's bearer token; a `tokenFile` is re-read when it changes (projected service
+/// account tokens rotate), checked at most every few seconds.
+struct TokenSource {
+    source: Token,
+    cache: Mutex<CachedToken>,
+}
+
+struct CachedToken {
+    value: Option<String>,
+    modified: Option<SystemTime>,
+    checked: Option<Instant>,
+}
+
+const TOKEN_RECHECK: Duration = Duration::from_secs(10);
+
+impl TokenSource {
+    fn new(source: Token) -> TokenSource {
+        TokenSource {
+            source,
+            cache: Mutex::new(CachedToken {
+                value: None,
+                modified: None,
+                checked: None,
+            }),
+        }
+    }
+
+    fn current(&self) -> Option<String> {
+        let path: &PathBuf = match &self.source {
+            Token::Inline(token) => return Some(token.clone()),
+            Token::File(path) => path,
+        };
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let due = cache.checked.is_none_or(|t| t.elapsed() >= TOKEN_RECHECK);
+        if due {
+            cache.checked = Some(Instant::now());
+            let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+            if modified != cache.modified || cache.value.is_none() {
+                match std::fs::read_to_string(path) {
+                    Ok(text) => {
+                        cache.value = Some(text.trim().to_owned());
+                        cache.modified = modified;
+                    }
+                    // Keep the last good token: a rotation writes a new file atomically.
+                    Err(e) => log::warn!("cannot read tokenFile {}: {e}", path.display()),
+                }
+            }
+        }
+        cache.value.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers() {
+        for h in [
+            "Connection",
+            "keep-alive",
+            "Transfer-Encoding",
+            "Upgrade",
+            "TE",
+            "Trailer",
+            "Proxy-Authorization",
+            "Host",
+            "Content-Length",
+        ] {
+            assert!(is_hop_by_hop(h), "{h}");
+        }
+        for h in [
+            "Accept",
+            "Authorization",
+            "User-Agent",
+            "Content-Type",
+            "Accept-Encoding",
+            "Content-Encoding",
+            "Audit-Id",
+        ] {
+            assert!(!is_hop_by_hop(h), "{h}");
+        }
+    }
+
+    #[test]
+    fn token_file_is_reread_when_it_changes() {
+        let path = std::env::temp_dir().join(format!("tinyhub-token-{}", std::process::id()));
+        std::fs::write(&path, "one\n").unwrap();
+        let source = TokenSource::new(Token::File(path.clone()));
+        assert_eq!(source.current().as_deref(), Some("one"));
+        std::fs::write(&path, "two").unwrap();
+        // Force the next call to look again, and make the change visible by mtime.
+        {
+            let mut c = source.cache.lock().unwrap();
+            c.checked = None;
+            c.modified = None;
+        }
+        assert_eq!(source.current().as_deref(), Some("two"));
+        std::fs::remove_file(&path).unwrap();
+        source.cache.lock().unwrap().checked = None;
+        assert_eq!(
+            source.current().as_deref(),
+            Some("two"),
+            "keeps the last good token"
+        );
+    }
+}

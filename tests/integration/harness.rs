@@ -1,0 +1,486 @@
+//! Test harness: runs the real `tinyhub` binary as a child process (or the binary named by
+//! `TINYHUB_TEST_BIN`, under the runner named by `TINYHUB_TEST_RUNNER`, e.g. qemu), learns its
+//! ports from its log, and talks to it over plain HTTP like a node component would.
+//! Synchronisation is by readiness and by polling for conditions with a deadline, never by
+//! fixed sleeps.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::support::{Auth, Cloud};
+
+/// A directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// A fresh empty directory named after `tag`.
+    pub fn new(tag: &str) -> TempDir {
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("tinyhub-it-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create a temp dir");
+        TempDir(dir)
+    }
+
+    /// The path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Polls `f` until it holds or `timeout` passes.
+pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// How to start a hub.
+#[derive(Clone)]
+pub struct HubSpec {
+    /// The hub's kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// Its cache root.
+    pub cache_dir: PathBuf,
+    /// Flags after the defaults below (later flags win).
+    pub args: Vec<String>,
+}
+
+impl HubSpec {
+    /// A hub for `cloud` with a client-certificate kubeconfig, caching under `dir/cache`.
+    pub fn for_cloud(cloud: &Cloud, dir: &Path) -> HubSpec {
+        let cert = cloud.issue_client("system:node:edge-1", &["system:nodes"]);
+        let kubeconfig = cloud.write_kubeconfig(dir, Auth::CertInline(cert));
+        HubSpec {
+            kubeconfig,
+            cache_dir: dir.join("cache"),
+            args: Vec::new(),
+        }
+    }
+
+    /// Adds flags.
+    pub fn with(mut self, args: &[&str]) -> HubSpec {
+        self.args.extend(args.iter().map(|s| (*s).to_owned()));
+        self
+    }
+}
+
+/// A running hub process.
+pub struct Hub {
+    child: Option<Child>,
+    /// Proxy address.
+    pub proxy: SocketAddr,
+    /// Serve-port address.
+    pub serve: SocketAddr,
+    logs: Arc<Mutex<Vec<String>>>,
+    /// How it was started (to restart it alike).
+    pub spec: HubSpec,
+}
+
+/// The binary under test and the runner prefix, from the environment or the build.
+pub fn hub_command() -> Command {
+    let bin = std::env::var("TINYHUB_TEST_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tinyhub").to_owned());
+    match std::env::var("TINYHUB_TEST_RUNNER")
+        .ok()
+        .filter(|r| !r.trim().is_empty())
+    {
+        Some(runner) => {
+            let mut parts = runner.split_whitespace();
+            let mut cmd = Command::new(parts.next().expect("non-empty runner"));
+            cmd.args(parts).arg(bin);
+            cmd
+        }
+        None => Command::new(bin),
+    }
+}
+
+/// True when the tests run an emulated binary (slower: allow more time).
+pub fn emulated() -> bool {
+    std::env::var("TINYHUB_TEST_RUNNER").is_ok_and(|r| !r.trim().is_empty())
+}
+
+/// Time allowed for the hub to come up.
+fn start_timeout() -> Duration {
+    if emulated() {
+        Duration::from_secs(60)
+    } else {
+        Duration::from_secs(20)
+    }
+}
+
+impl Hub {
+    /// Starts a hub and waits until it says it is ready.
+    pub fn start(spec: &HubSpec) -> Hub {
+        let mut cmd = hub_command();
+        cmd.arg(format!("--kubeconfig={}", spec.kubeconfig.display()))
+            .arg("--node-name=edge-1")
+            .arg("--proxy-port=0")
+            .arg("--serve-port=0")
+            .arg(format!("--disk-cache-path={}", spec.cache_dir.display()))
+            .arg("--heartbeat-interval-seconds=1")
+            .arg("--heartbeat-timeout-seconds=1")
+            .arg("--heartbeat-failed-retry=1")
+            .arg("--heartbeat-healthy-threshold=1")
+            .arg("--v=2")
+            .args(&spec.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("start the tinyhub binary");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let logs = Arc::clone(&logs);
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if std::env::var_os("TINYHUB_TEST_LOG").is_some() {
+                        eprintln!("hub: {line}");
+                    }
+                    let _ = tx.send(line.clone());
+                    logs.lock().unwrap().push(line);
+                }
+            });
+        }
+        let (mut proxy, mut serve) = (None, None);
+        let deadline = Instant::now() + start_timeout();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match rx.recv_timeout(left) {
+                Ok(line) => line,
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!(
+                        "the hub did not become ready; its log:\n{}",
+                        logs.lock().unwrap().join("\n")
+                    );
+                }
+            };
+            if let Some(addr) = line.split("role=proxy addr=").nth(1) {
+                proxy = addr.trim().parse().ok();
+            }
+            if let Some(addr) = line.split("role=serve addr=").nth(1) {
+                serve = addr.trim().parse().ok();
+            }
+            if line.contains("tinyhub is ready") {
+                break;
+            }
+        }
+        Hub {
+            child: Some(child),
+            proxy: proxy.expect("the hub logged its proxy address"),
+            serve: serve.expect("the hub logged its serve address"),
+            logs,
+            spec: spec.clone(),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT` of the proxy.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.proxy)
+    }
+
+    /// `http://127.0.0.1:PORT` of the serve port.
+    pub fn serve_url(&self) -> String {
+        format!("http://{}", self.serve)
+    }
+
+    /// The hub's log so far.
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+
+    /// Waits for a log line containing `needle`.
+    pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
+        eventually(timeout, || {
+            self.logs.lock().unwrap().iter().any(|l| l.contains(needle))
+        })
+    }
+
+    /// The value of a metric line that starts with `series` (name plus labels).
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let text = get(&format!("{}/metrics", self.serve_url()), "test").text();
+        text.lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        signal(child.id(), "TERM");
+        child.wait().expect("wait for the hub")
+    }
+
+    /// Kills the process at once (SIGKILL), like a power cut for the process.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Stops this hub (SIGKILL) and starts it again with the same flags and cache.
+    pub fn restart(mut self) -> Hub {
+        self.kill9();
+        Hub::start(&self.spec)
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!("--- hub log ---\n{}\n--- end of hub log ---", self.logs());
+        }
+    }
+}
+
+/// Sends a signal with kill(1).
+pub fn signal(pid: u32, name: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+/// An HTTP answer.
+#[derive(Debug)]
+pub struct Reply {
+    /// Status code.
+    pub status: u16,
+    /// Headers, names lower-cased.
+    pub headers: Vec<(String, String)>,
+    /// Body.
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    /// A header.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+fn agent(timeout: Option<Duration>) -> ureq::Agent {
+    let config = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .max_redirects(0)
+        .user_agent(ureq::config::AutoHeaderValue::None)
+        .accept_encoding(ureq::config::AutoHeaderValue::None)
+        .timeout_global(timeout)
+        .build();
+    ureq::Agent::new_with_config(config)
+}
+
+/// Sends one request and reads the whole answer.
+pub fn call(
+    method: &str,
+    url: &str,
+    ua: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Reply {
+    let timeout = if emulated() { 120 } else { 30 };
+    let agent = agent(Some(Duration::from_secs(timeout)));
+    let mut builder = ureq::http::Request::builder()
+        .method(method)
+        .uri(url)
+        .header("user-agent", ua);
+    for (n, v) in headers {
+        builder = builder.header(*n, *v);
+    }
+    let result = match body {
+        Some(b) => agent.run(builder.body(b.to_vec()).expect("request")),
+        None => agent.run(builder.body(()).expect("request")),
+    };
+    let response = result.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+        .collect();
+    let mut body = Vec::new();
+    response
+        .into_body()
+        .into_reader()
+        .read_to_end(&mut body)
+        .unwrap_or_else(|e| panic!("{method} {url}: reading the body: {e}"));
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// GET with a User-Agent.
+pub fn get(url: &str, ua: &str) -> Reply {
+    call("GET", url, ua, &[], None)
+}
+
+/// Opens a streaming GET (a watch); returns the status and a reader of the body.
+pub fn stream(url: &str, ua: &str) -> (u16, Box<dyn Read + Send>) {
+    let agent = agent(None);
+    let request = ureq::http::Request::builder()
+        .method("GET")
+        .uri(url)
+        .header("user-agent", ua)
+        .body(())
+        .expect("request");
+    let response = agent
+        .run(request)
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let status = response.status().as_u16();
+    (status, Box::new(response.into_body().into_reader()))
+}
+
+/// Reads watch events (one JSON object per line) from a stream, skipping blank lines.
+pub struct Events {
+    reader: BufReader<Box<dyn Read + Send>>,
+}
+
+impl Events {
+    /// Wraps a watch body.
+    pub fn new(body: Box<dyn Read + Send>) -> Events {
+        Events {
+            reader: BufReader::new(body),
+        }
+    }
+
+    /// The next event, or None at the end of the stream.
+    pub fn next_event(&mut self) -> Option<serde_json::Value> {
+        loop {
+            let mut line = String::new();
+            match self.reader.read_line(&mut line) {
+                Ok(0) => return None,
+                Err(e) => {
+                    eprintln!("watch stream ended with an error: {e}");
+                    return None;
+                }
+                Ok(_) if line.trim().is_empty() => continue,
+                Ok(_) => {
+                    return Some(
+                        serde_json::from_str(&line)
+                            .unwrap_or_else(|e| panic!("bad event {line:?}: {e}")),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Reads to the end; true when the stream ended cleanly.
+    pub fn drain(&mut self) -> bool {
+        let mut sink = Vec::new();
+        self.reader.read_to_end(&mut sink).is_ok()
+    }
+}
+
+/// Sends raw bytes as a request and returns the raw answer (for requests no client library
+/// would send).
+pub fn raw(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(request).expect("send");
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                out.extend_from_slice(&buf[..n]);
+                // One answer is enough: stop at the end of a Content-Length body.
+                if let Some(len) = complete_length(&out) {
+                    if out.len() >= len {
+                        break;
+                    }
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn complete_length(raw: &[u8]) -> Option<usize> {
+    let text = String::from_utf8_lossy(raw);
+    let head_end = text.find("\r\n\r\n")?;
+    let length = text[..head_end]
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().to_owned())
+        })?
+        .parse::<usize>()
+        .ok()?;
+    Some(head_end + 4 + length)
+}
+
+/// The status code of a raw answer.
+pub fn raw_status(answer: &str) -> u16 {
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Threads of a process, from /proc.
+pub fn threads(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Threads:"))
+                .and_then(|l| l[8..].trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Kubelet's User-Agent.
+pub const KUBELET: &str = "kubelet/v1.30.0 (linux/arm) kubernetes/abcdef0";

@@ -1,0 +1,14 @@
+//! tinyhub's integration tests: one binary that starts the stand-in cloud (tests/support) and
+//! the real `tinyhub` binary, and drives real HTTP (and kubectl) through the hub.
+//!
+//! `TINYHUB_TEST_BIN` and `TINYHUB_TEST_RUNNER` run the same tests against another build of the
+//! binary, e.g. the armv7 one under qemu (`make cross-test`). `TINYHUB_TEST_LOG=1` echoes the
+//! hub's log.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cache_write;
+mod cli;
+mod forward;
+mod harness;

@@ -1,0 +1,158 @@
+//! Writes real kubeconfig files (YAML) for clients of the stand-in cloud or of the hub:
+//! client certificate or token credentials, inline or as files, and a CA inline or as a
+//! file; plus a bare kubeconfig for a plain `http://` server.
+//!
+//! It only writes files; it does not read kubeconfigs back.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::pki::ClientCert;
+use super::util::base64_encode;
+
+/// The credentials a kubeconfig carries.
+#[derive(Clone, Debug)]
+pub enum Auth {
+    /// `client-certificate-data` / `client-key-data` (base64 PEM, inline).
+    CertInline(ClientCert),
+    /// `client-certificate` / `client-key`: paths to PEM files written beside the kubeconfig.
+    CertFiles(ClientCert),
+    /// `token: <token>` inline.
+    Token(String),
+    /// `tokenFile: <path>`: the token written to a file beside the kubeconfig.
+    TokenFile(String),
+    /// No user credentials.
+    None,
+}
+
+/// How the kubeconfig names the cluster CA.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CaRef {
+    /// `certificate-authority-data` (base64 PEM, inline).
+    #[default]
+    Inline,
+    /// `certificate-authority`: the path of a PEM file written beside the kubeconfig.
+    File,
+}
+
+/// Everything that varies between kubeconfigs written by `Cloud::write_kubeconfig`.
+#[derive(Clone, Debug)]
+pub struct KubeconfigOptions {
+    /// Credentials.
+    pub auth: Auth,
+    /// CA inline or as a file.
+    pub ca: CaRef,
+    /// File name of the kubeconfig in the directory; also the prefix of the files written
+    /// beside it (`<name>.ca.crt`, `<name>.client.crt`, `<name>.client.key`, `<name>.token`).
+    pub name: String,
+    /// Server URL to write instead of the cloud's own (for example the hub's HTTPS port).
+    pub server: Option<String>,
+}
+
+impl From<Auth> for KubeconfigOptions {
+    fn from(auth: Auth) -> Self {
+        KubeconfigOptions {
+            auth,
+            ca: CaRef::Inline,
+            name: "kubeconfig".to_string(),
+            server: None,
+        }
+    }
+}
+
+/// Writes `<dir>/<opts.name>` for `server` with CA `ca_pem` and returns its path.
+///
+/// # Panics
+/// When the directory cannot be written (a broken test environment).
+pub fn write_kubeconfig(
+    dir: &Path,
+    server: &str,
+    ca_pem: &str,
+    opts: &KubeconfigOptions,
+) -> PathBuf {
+    let file = |suffix: &str, content: &str| -> String {
+        let p = dir.join(format!("{}.{suffix}", opts.name));
+        write(&p, content);
+        p.to_string_lossy().into_owned()
+    };
+    let server = opts.server.as_deref().unwrap_or(server);
+    let mut y =
+        String::from("apiVersion: v1\nkind: Config\nclusters:\n- name: cloud\n  cluster:\n");
+    y += &format!("    server: {}\n", quote(server));
+    match opts.ca {
+        CaRef::Inline => {
+            y += &format!(
+                "    certificate-authority-data: {}\n",
+                base64_encode(ca_pem.as_bytes())
+            )
+        }
+        CaRef::File => {
+            y += &format!(
+                "    certificate-authority: {}\n",
+                quote(&file("ca.crt", ca_pem))
+            )
+        }
+    }
+    let user = match &opts.auth {
+        Auth::CertInline(c) => format!(
+            "    client-certificate-data: {}\n    client-key-data: {}\n",
+            base64_encode(c.pair.cert_pem.as_bytes()),
+            base64_encode(c.pair.key_pem.as_bytes())
+        ),
+        Auth::CertFiles(c) => format!(
+            "    client-certificate: {}\n    client-key: {}\n",
+            quote(&file("client.crt", &c.pair.cert_pem)),
+            quote(&file("client.key", &c.pair.key_pem))
+        ),
+        Auth::Token(t) => format!("    token: {}\n", quote(t)),
+        Auth::TokenFile(t) => format!("    tokenFile: {}\n", quote(&file("token", t))),
+        Auth::None => String::new(),
+    };
+    if user.is_empty() {
+        y += "users: []\ncontexts:\n- name: cloud\n  context:\n    cluster: cloud\n";
+    } else {
+        y += "users:\n- name: user\n  user:\n";
+        y += &user;
+        y += "contexts:\n- name: cloud\n  context:\n    cluster: cloud\n    user: user\n";
+    }
+    y += "current-context: cloud\n";
+    let path = dir.join(&opts.name);
+    write(&path, &y);
+    path
+}
+
+/// Writes `<dir>/<name>`: a kubeconfig for a plain `http://` server with no CA and no user
+/// (for kubectl pointed at the hub's proxy port), and returns its path.
+pub fn write_plain_kubeconfig(dir: &Path, name: &str, url: &str) -> PathBuf {
+    let y = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: {}\n\
+         users: []\ncontexts:\n- name: hub\n  context:\n    cluster: hub\n\
+         current-context: hub\n",
+        quote(url)
+    );
+    let path = dir.join(name);
+    write(&path, &y);
+    path
+}
+
+fn write(path: &Path, content: &str) {
+    if let Err(e) = fs::write(path, content) {
+        panic!("writing {}: {e}", path.display());
+    }
+}
+
+/// A YAML double-quoted scalar.
+fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}

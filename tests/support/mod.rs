@@ -1,0 +1,26 @@
+//! Test support shared by tinyhub's integration tests, examples and benchmarks: the
+//! stand-in cloud apiserver ([`Cloud`]), its test PKI ([`Pki`]) and kubeconfig writers.
+//!
+//! Included as a plain module (`#[path = "../support/mod.rs"] mod support;`), never built
+//! as a crate of its own; it does not touch tinyhub's code.
+
+// Several binaries include this module and each uses only a part of it.
+#![allow(dead_code)]
+
+mod cloud;
+mod kubeconfig;
+mod pki;
+mod util;
+
+// The re-exports are the module's API; each including binary imports only what it needs.
+#[allow(unused_imports)]
+pub use cloud::{
+    ApiError, AuthMethod, Cloud, FieldSelector, FieldTerm, Identity, LabelOp, LabelSelector,
+    PodFill, RecordedRequest, Requirement,
+};
+#[allow(unused_imports)]
+pub use kubeconfig::{Auth, CaRef, KubeconfigOptions, write_plain_kubeconfig};
+#[allow(unused_imports)]
+pub use pki::{CertKey, CertSubject, ClientCert, Pki};
+#[allow(unused_imports)]
+pub use util::{base64_decode, base64_encode};
