@@ -412,12 +412,6 @@ impl Events {
             }
         }
     }
-
-    /// Reads to the end; true when the stream ended cleanly.
-    pub fn drain(&mut self) -> bool {
-        let mut sink = Vec::new();
-        self.reader.read_to_end(&mut sink).is_ok()
-    }
 }
 
 /// Sends raw bytes as a request and returns the raw answer (for requests no client library

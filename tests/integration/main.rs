@@ -12,3 +12,4 @@ mod cache_write;
 mod cli;
 mod forward;
 mod harness;
+mod offline;

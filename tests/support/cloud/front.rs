@@ -213,6 +213,7 @@ impl Front {
         }
         conn.set_buffer_limit(None);
         let splice = Splice {
+            id,
             conn: Arc::new(Mutex::new(conn)),
             tx: Arc::new(Mutex::new(tcp.try_clone()?)),
             cut: cut.clone(),
@@ -336,6 +337,7 @@ impl Gate {
 /// Both halves of one spliced connection.
 #[derive(Clone)]
 struct Splice {
+    id: u64,
     conn: Arc<Mutex<ServerConnection>>,
     tx: Arc<Mutex<TcpStream>>,
     cut: Arc<AtomicBool>,
@@ -397,15 +399,16 @@ impl Splice {
                 self.send_tls(conn)?;
             }
             if !plain.is_empty() {
+                log::trace!("cloud splice {}: in {:?}", self.id, String::from_utf8_lossy(&plain[..plain.len().min(50)]));
                 internal.write_all(&plain)?;
             }
             if peer_closed {
-                log::trace!("cloud splice: client sent close_notify");
+                log::trace!("cloud splice {}: client sent close_notify", self.id);
                 return Ok(());
             }
             n = tcp.read(&mut buf)?;
             if n == 0 {
-                log::trace!("cloud splice: client closed TCP");
+                log::trace!("cloud splice {}: client closed TCP", self.id);
                 return Ok(());
             }
             self.gate.wait_open(&self.cut);
@@ -421,7 +424,7 @@ impl Splice {
         loop {
             let n = match internal.read(&mut buf) {
                 Ok(0) => {
-                    log::trace!("cloud splice: server side closed");
+                    log::trace!("cloud splice {}: server side closed", self.id);
                     break;
                 }
                 Err(e) => {
@@ -430,6 +433,7 @@ impl Splice {
                 }
                 Ok(n) => n,
             };
+            log::trace!("cloud splice {}: out {:?}", self.id, String::from_utf8_lossy(&buf[..n.min(40)]));
             self.gate.wait_open(&self.cut);
             let mut conn = lock(&self.conn);
             if conn.writer().write_all(&buf[..n]).is_err() || self.send_tls(conn).is_err() {

@@ -1,0 +1,382 @@
+//! Issue 4: answers from the cache while the cloud is gone (stopped, or blackholed): gets,
+//! selector-filtered lists with paging, held watches, writes, and refusals — also after a
+//! restart of the hub, and against hostile requests.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+use crate::support::{Cloud, PodFill};
+
+fn pod(ns: &str, name: &str, node: &str, labels: Value, phase: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+        "status": {"phase": phase}
+    })
+}
+
+/// A cloud with pods, configmaps and nodes, a hub, and a warm kubelet cache.
+struct Warm {
+    cloud: Cloud,
+    hub: Hub,
+    _dir: TempDir,
+}
+
+fn warm(extra_args: &[&str]) -> Warm {
+    let cloud = Cloud::start();
+    let pods = [
+        ("default", "web-1", json!({"app": "web", "tier": "front"}), "Running"),
+        ("default", "web-2", json!({"app": "web", "tier": "front", "env": "prod"}), "Running"),
+        ("default", "db-1", json!({"app": "db", "env": "prod"}), "Pending"),
+        ("kube-system", "proxy-1", json!({"app": "proxy"}), "Running"),
+    ];
+    for (ns, name, labels, phase) in pods {
+        cloud.create("pods", pod(ns, name, "edge-1", labels, phase));
+    }
+    cloud.create("pods", pod("default", "elsewhere", "edge-2", json!({"app": "web"}), "Running"));
+    cloud.create("configmaps", json!({"metadata": {"name": "settings", "namespace": "default"}, "data": {"a": "1"}}));
+    cloud.create("nodes", json!({"metadata": {"name": "edge-1", "labels": {"role": "edge"}}}));
+    cloud.create("nodes", json!({"metadata": {"name": "edge-2", "labels": {"role": "edge"}}}));
+    let dir = TempDir::new("offline");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(extra_args));
+    // What a kubelet reads: its pods, its node, a configmap, discovery and the version.
+    for path in [
+        "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+        "/api/v1/nodes",
+        "/api/v1/namespaces/default/configmaps/settings",
+        "/version",
+        "/api/v1",
+        "/api",
+    ] {
+        assert_eq!(get(&format!("{}{path}", hub.url()), KUBELET).status, 200, "{path}");
+    }
+    let cache = hub.spec.cache_dir.clone();
+    let expected = [
+        "kubelet/pods.v1.core/default/web-1",
+        "kubelet/pods.v1.core/default/web-2",
+        "kubelet/pods.v1.core/default/db-1",
+        "kubelet/pods.v1.core/kube-system/proxy-1",
+        "kubelet/nodes.v1.core/edge-2",
+        "kubelet/configmaps.v1.core/default/settings",
+        "version",
+        "_api_v1",
+    ];
+    assert!(
+        eventually(Duration::from_secs(10), || expected.iter().all(|p| cache.join(p).exists())),
+        "cache not warm: {}",
+        hub.logs()
+    );
+    Warm { cloud, hub, _dir: dir }
+}
+
+fn names(list: &Value) -> BTreeSet<String> {
+    list["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn set(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn wait_offline(hub: &Hub, cloud: &Cloud) {
+    let series = format!("node_yurthub_server_healthy_status{{server=\"{}\"}}", cloud.url());
+    assert!(eventually(Duration::from_secs(15), || hub.metric(&series) == Some(0.0)), "{}", hub.logs());
+}
+
+/// Every offline answer the design lists, checked on a hub whose cloud is gone.
+fn check_offline_answers(hub: &Hub) {
+    let url = |p: &str| format!("{}{p}", hub.url());
+
+    let web = get(&url("/api/v1/namespaces/default/pods/web-1"), KUBELET);
+    assert_eq!(web.status, 200);
+    assert_eq!(web.header("content-type"), Some("application/json"));
+    assert_eq!(web.json()["metadata"]["name"], "web-1");
+    assert_eq!(web.json()["kind"], "Pod");
+
+    let missing = get(&url("/api/v1/namespaces/default/pods/nope"), KUBELET);
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.json()["reason"], "NotFound");
+    assert_eq!(missing.json()["message"], "pods \"nope\" not found");
+
+    let cases: &[(&str, &[&str])] = &[
+        ("/api/v1/pods", &["web-1", "web-2", "db-1", "proxy-1"]),
+        ("/api/v1/namespaces/default/pods", &["web-1", "web-2", "db-1"]),
+        ("/api/v1/namespaces/kube-system/pods", &["proxy-1"]),
+        ("/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1", &["web-1", "web-2", "db-1", "proxy-1"]),
+        ("/api/v1/pods?labelSelector=app%3Dweb", &["web-1", "web-2"]),
+        ("/api/v1/pods?labelSelector=app+in+(web,db)", &["web-1", "web-2", "db-1"]),
+        ("/api/v1/pods?labelSelector=app%20notin%20(web)", &["db-1", "proxy-1"]),
+        ("/api/v1/pods?labelSelector=env", &["web-2", "db-1"]),
+        ("/api/v1/pods?labelSelector=!env", &["web-1", "proxy-1"]),
+        ("/api/v1/pods?labelSelector=app%3D%3Dweb,env!%3Dprod", &["web-1"]),
+        ("/api/v1/pods?fieldSelector=status.phase!%3DRunning", &["db-1"]),
+        ("/api/v1/pods?fieldSelector=metadata.name%3Dproxy-1", &["proxy-1"]),
+        ("/api/v1/pods?fieldSelector=metadata.namespace%3Ddefault,status.phase%3DRunning&labelSelector=tier%3Dfront", &["web-1", "web-2"]),
+        ("/api/v1/nodes?labelSelector=role%3Dedge", &["edge-1", "edge-2"]),
+        ("/api/v1/namespaces/empty/pods", &[]),
+    ];
+    for (path, want) in cases {
+        let r = get(&url(path), KUBELET);
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        let list = r.json();
+        assert_eq!(names(&list), set(want), "{path}");
+        assert_eq!(list["kind"], if path.contains("nodes") { "NodeList" } else { "PodList" }, "{path}");
+        assert_eq!(list["apiVersion"], "v1");
+    }
+
+    // metadata.resourceVersion is the highest of the items.
+    let list = get(&url("/api/v1/pods"), KUBELET).json();
+    let highest = list["items"].as_array().unwrap().iter()
+        .map(|i| i["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap()).max().unwrap();
+    assert_eq!(list["metadata"]["resourceVersion"], highest.to_string());
+
+    // limit and continue walk the whole list; a token the hub did not issue is 410.
+    let mut seen = BTreeSet::new();
+    let mut next = url("/api/v1/pods?limit=3");
+    let mut pages = 0;
+    loop {
+        let page = get(&next, KUBELET).json();
+        pages += 1;
+        assert!(page["items"].as_array().unwrap().len() <= 3);
+        seen.extend(names(&page));
+        match page["metadata"]["continue"].as_str() {
+            Some(token) if !token.is_empty() => next = url(&format!("/api/v1/pods?limit=3&continue={token}")),
+            _ => break,
+        }
+    }
+    assert_eq!((pages, seen), (2, set(&["web-1", "web-2", "db-1", "proxy-1"])));
+    let foreign = get(&url("/api/v1/pods?limit=3&continue=eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"), KUBELET);
+    assert_eq!(foreign.status, 410);
+    assert_eq!(foreign.json()["reason"], "Expired");
+
+    let unknown = get(&url("/apis/apps/v1/deployments"), KUBELET);
+    assert_eq!(unknown.status, 404);
+    assert_eq!(unknown.json()["kind"], "Status");
+
+    let version = get(&url("/version"), KUBELET);
+    assert_eq!(version.status, 200);
+    assert_eq!(version.header("content-type"), Some("application/json"));
+    assert!(version.json()["gitVersion"].is_string());
+    assert_eq!(get(&url("/api/v1"), KUBELET).json()["kind"], "APIResourceList");
+
+    // Writes: create echoes 201 and is cached; update returns the cached object; delete 403.
+    let body = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"made-offline"},"data":{"x":"y"}}"#;
+    let created = call("POST", &url("/api/v1/namespaces/default/configmaps"), KUBELET, &[("Content-Type", "application/json")], Some(body));
+    assert_eq!(created.status, 201);
+    assert_eq!(created.body, body, "echoes the request body");
+    assert!(eventually(Duration::from_secs(5), || get(&url("/api/v1/namespaces/default/configmaps/made-offline"), KUBELET).status == 200));
+    let updated = call(
+        "PUT",
+        &url("/api/v1/namespaces/default/configmaps/settings"),
+        KUBELET,
+        &[("Content-Type", "application/json")],
+        Some(br#"{"metadata":{"name":"settings","namespace":"default"},"data":{"a":"changed"}}"#),
+    );
+    assert_eq!(updated.status, 200);
+    assert_eq!(updated.json()["data"]["a"], "1", "the cached object, unchanged");
+    let patched = call("PATCH", &url("/api/v1/nodes/edge-1/status"), KUBELET, &[("Content-Type", "application/merge-patch+json")], Some(b"{}"));
+    assert_eq!(patched.status, 200);
+    assert_eq!(patched.json()["metadata"]["name"], "edge-1");
+    let deleted = call("DELETE", &url("/api/v1/namespaces/default/pods/web-1"), KUBELET, &[], None);
+    assert_eq!(deleted.status, 403);
+    assert_eq!(deleted.json()["reason"], "Forbidden");
+
+    // Components that are not cache agents get 503.
+    let stranger = get(&url("/api/v1/namespaces/default/pods/web-1"), "curl/8");
+    assert_eq!(stranger.status, 503);
+    assert_eq!(stranger.json()["reason"], "ServiceUnavailable");
+
+    // A watch is held open without events for its timeoutSeconds, then ends cleanly.
+    let started = Instant::now();
+    let (status, body) = stream(&url("/api/v1/pods?watch=1&timeoutSeconds=2"), KUBELET);
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    assert!(events.next_event().is_none(), "no events offline");
+    let held = started.elapsed();
+    assert!(held >= Duration::from_secs(2) && held < Duration::from_secs(10), "held {held:?}");
+}
+
+#[test]
+fn answers_from_the_cache_with_the_cloud_stopped_and_after_a_restart() {
+    let Warm { cloud, hub, _dir } = warm(&[]);
+    cloud.stop();
+    // Before the health checker notices, a failed connection falls back to the cache too.
+    let early = get(&format!("{}/api/v1/namespaces/default/pods/web-2", hub.url()), KUBELET);
+    assert_eq!(early.status, 200);
+    wait_offline(&hub, &cloud);
+    check_offline_answers(&hub);
+    assert!(hub.metric("tinyhub_offline_answers_total").unwrap() > 10.0);
+
+    // The hub restarts with the cloud still down: the same answers come from disk.
+    let hub = hub.restart();
+    check_offline_answers(&hub);
+}
+
+#[test]
+fn answers_from_the_cache_with_the_cloud_blackholed() {
+    let Warm { cloud, hub, _dir } = warm(&[]);
+    cloud.set_blackhole(true);
+    wait_offline(&hub, &cloud);
+    check_offline_answers(&hub);
+}
+
+#[test]
+fn a_held_watch_ends_when_the_cloud_comes_back() {
+    let Warm { cloud, hub, _dir } = warm(&[]);
+    cloud.stop();
+    wait_offline(&hub, &cloud);
+    let (status, body) = stream(&format!("{}/api/v1/pods?watch=1&timeoutSeconds=300", hub.url()), KUBELET);
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    let back = Instant::now();
+    cloud.restart();
+    assert!(events.next_event().is_none());
+    assert!(back.elapsed() < Duration::from_secs(15), "ended {:?} after the cloud came back", back.elapsed());
+    // And the next watch goes to the cloud again.
+    let rv = cloud.resource_version();
+    let (_, body) = stream(&format!("{}/api/v1/namespaces/default/pods?watch=1&resourceVersion={rv}&timeoutSeconds=30", hub.url()), KUBELET);
+    assert!(cloud.wait_for_watchers("pods", 1, Duration::from_secs(10)));
+    cloud.create("pods", pod("default", "after", "edge-1", json!({}), "Running"));
+    assert_eq!(Events::new(body).next_event().unwrap()["object"]["metadata"]["name"], "after");
+}
+
+#[test]
+fn a_client_hanging_up_frees_its_held_watch() {
+    let Warm { cloud, hub, _dir } = warm(&[]);
+    cloud.stop();
+    wait_offline(&hub, &cloud);
+    let before = threads(hub.pid());
+    let watches: Vec<_> = (0..5)
+        .map(|_| stream(&format!("{}/api/v1/pods?watch=1&timeoutSeconds=600", hub.url()), KUBELET))
+        .collect();
+    assert!(eventually(Duration::from_secs(5), || threads(hub.pid()) >= before + 5));
+    drop(watches);
+    assert!(
+        eventually(Duration::from_secs(10), || threads(hub.pid()) <= before + 1),
+        "threads {} (were {before})",
+        threads(hub.pid())
+    );
+    assert!(eventually(Duration::from_secs(5), || hub.metric("node_yurthub_in_flight_requests_total") == Some(0.0)));
+}
+
+#[test]
+fn hostile_requests_get_400_and_never_read_outside_the_cache() {
+    let Warm { cloud, hub, _dir } = warm(&[]);
+    // Something a path traversal from the cache root could reach.
+    let outside = hub.spec.cache_dir.parent().unwrap().join("secret");
+    std::fs::write(&outside, r#"{"kind":"Secret","metadata":{"name":"secret"},"data":{"leak":"TOPSECRET"}}"#).unwrap();
+    cloud.stop();
+    wait_offline(&hub, &cloud);
+    let long = "a".repeat(5000);
+    let terms = (0..10_000).map(|i| format!("k{i}")).collect::<Vec<_>>().join(",");
+    let requests = [
+        "/api/v1/namespaces/default/pods/..".to_owned(),
+        "/api/v1/namespaces/../pods/secret".to_owned(),
+        "/api/v1/namespaces/default/pods/..%2F..%2F..%2Fsecret".to_owned(),
+        "/api/v1/namespaces/..%2f..%2f/pods/secret".to_owned(),
+        "/api/v1/namespaces/default/pods/%2e%2e".to_owned(),
+        "/api/v1/namespaces/default/pods/web-1%00".to_owned(),
+        "/api/v1/namespaces/default/pods/.hidden".to_owned(),
+        "/apis/..%2F..%2F/v1/secret".to_owned(),
+        format!("/api/v1/namespaces/default/pods/{long}"),
+        format!("/api/v1/namespaces/{long}/pods"),
+        format!("/api/v1/pods?labelSelector={terms}"),
+    ];
+    for path in &requests {
+        let answer = raw(hub.proxy, format!("GET {path} HTTP/1.1\r\nHost: x\r\nUser-Agent: {KUBELET}\r\nConnection: close\r\n\r\n").as_bytes());
+        assert_eq!(raw_status(&answer), 400, "{}: {}", &path[..path.len().min(80)], &answer[..answer.len().min(300)]);
+        assert!(!answer.contains("TOPSECRET"));
+    }
+    // A selector with many terms in a URL that is not oversized is refused by its parser.
+    let many = (0..400).map(|i| format!("k{i}")).collect::<Vec<_>>().join(",");
+    let r = get(&format!("{}/api/v1/pods?labelSelector={many}", hub.url()), KUBELET);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.json()["message"].as_str().unwrap().contains("selector"));
+    // Headers that are not ASCII or absurd do not break the hub either.
+    let answer = raw(hub.proxy, format!("GET /api/v1/pods HTTP/1.1\r\nHost: x\r\nUser-Agent: {}\r\nX-Bin: \u{1}\u{2}\r\nConnection: close\r\n\r\n", "k".repeat(100_000)).as_bytes());
+    assert!(matches!(raw_status(&answer), 200 | 400 | 503), "{}", &answer[..answer.len().min(200)]);
+    assert_eq!(get(&format!("{}/api/v1/namespaces/default/pods/web-1", hub.url()), KUBELET).status, 200, "still serving");
+}
+
+#[test]
+fn a_corrupted_cache_file_is_reported_not_served() {
+    let Warm { cloud, hub, _dir } = warm(&[]);
+    let file = hub.spec.cache_dir.join("kubelet/pods.v1.core/default/web-2");
+    std::fs::write(&file, b"{\"kind\":\"Pod\",\"metadata\":{\"na").unwrap();
+    cloud.stop();
+    wait_offline(&hub, &cloud);
+    let r = get(&format!("{}/api/v1/namespaces/default/pods/web-2", hub.url()), KUBELET);
+    assert_eq!(r.status, 500);
+    assert_eq!(r.json()["reason"], "InternalError");
+    let list = get(&format!("{}/api/v1/namespaces/default/pods", hub.url()), KUBELET);
+    assert_eq!(list.status, 200);
+    assert_eq!(names(&list.json()), set(&["web-1", "db-1"]), "the damaged file is skipped");
+    assert!(hub.wait_log("damaged", Duration::from_secs(1)));
+    // Back online, the next list replaces the damaged file.
+    cloud.restart();
+    assert!(eventually(Duration::from_secs(15), || !get(&format!("{}/v1/readyz", hub.serve_url()), "t").text().is_empty()
+        && hub.metric(&format!("node_yurthub_server_healthy_status{{server=\"{}\"}}", cloud.url())) == Some(1.0)));
+    assert_eq!(get(&format!("{}/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1", hub.url()), KUBELET).status, 200);
+    assert!(eventually(Duration::from_secs(10), || std::fs::read(&file).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).is_some()));
+}
+
+fn vm(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap().lines()
+        .find(|l| l.starts_with(field)).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn an_offline_list_of_5000_pods_streams_from_disk() {
+    let cloud = Cloud::start();
+    cloud.populate_pods(&PodFill { count: 5_000, nodes: 1, namespaces: 5, body_bytes: 5_000, prefix: "many".into() });
+    let dir = TempDir::new("offline-5000");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    // Read at an edge link's pace so the writer keeps up (see cache_write.rs).
+    let (status, mut body) = stream(&format!("{}/api/v1/pods", hub.url()), KUBELET);
+    assert_eq!(status, 200);
+    let mut buf = vec![0u8; 16 * 1024];
+    while std::io::Read::read(&mut body, &mut buf).unwrap() > 0 {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let root = hub.spec.cache_dir.join("kubelet/pods.v1.core");
+    assert!(eventually(Duration::from_secs(120), || count_files(&root) == 5_000), "{}", hub.logs());
+    cloud.stop();
+    // Restart offline, so the peak measured is the offline list's alone.
+    let hub = hub.restart();
+    let before = vm(hub.pid(), "VmHWM:");
+    let r = get(&format!("{}/api/v1/pods", hub.url()), KUBELET);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["items"].as_array().unwrap().len(), 5_000);
+    assert!(r.body.len() > 25_000_000);
+    let after = vm(hub.pid(), "VmHWM:");
+    assert!(after - before < 8 * 1024, "an offline list of {} bytes raised the peak RSS from {before} to {after} KiB", r.body.len());
+    // Only the collection's own directory is read: a namespace list reads one namespace.
+    let one = get(&format!("{}/api/v1/namespaces/many-3/pods?labelSelector=app%3Dapp-3", hub.url()), KUBELET).json();
+    assert!(names(&one).iter().all(|n| n.starts_with("many-")));
+    assert!(!names(&one).is_empty());
+}
+
+fn count_files(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries.flatten().map(|e| if e.path().is_dir() { count_files(&e.path()) } else { 1 }).sum()
+}
+
+#[test]
+fn cloud_mode_never_answers_from_a_cache() {
+    let Warm { cloud, hub, _dir } = warm(&[]);
+    let spec = hub.spec.clone().with(&["--working-mode=cloud"]);
+    drop(hub);
+    let hub = Hub::start(&spec);
+    cloud.stop();
+    let r = get(&format!("{}/api/v1/namespaces/default/pods/web-1", hub.url()), KUBELET);
+    assert_eq!(r.status, 503);
+}
