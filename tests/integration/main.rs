@@ -12,4 +12,5 @@ mod cache_write;
 mod cli;
 mod forward;
 mod harness;
+mod kubectl;
 mod offline;

@@ -1,0 +1,127 @@
+//! Real clients nobody here wrote: `kubectl` through the hub, online against the stand-in
+//! cloud and offline from the hub's cache (`--cache-agents=kubectl`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::harness::*;
+use crate::support::{Cloud, write_plain_kubeconfig};
+
+struct Kubectl {
+    kubeconfig: PathBuf,
+    cache: PathBuf,
+}
+
+impl Kubectl {
+    fn new(dir: &Path, hub: &Hub) -> Kubectl {
+        Kubectl {
+            kubeconfig: write_plain_kubeconfig(dir, "kubectl.kubeconfig", &hub.url()),
+            cache: dir.join("kubectl-cache"),
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .arg(format!("--cache-dir={}", self.cache.display()))
+            .arg("--request-timeout=20s")
+            .args(args)
+            .env("HOME", self.cache.parent().unwrap())
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("kubectl is installed (Debian package kubectl; .ci/run installs it)")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+fn seed(cloud: &Cloud) {
+    cloud.create("pods", json!({"metadata": {"name": "web-1", "namespace": "default", "labels": {"app": "web"}}, "spec": {"nodeName": "edge-1", "containers": [{"name": "c", "image": "nginx"}]}}));
+    cloud.create("pods", json!({"metadata": {"name": "dns-1", "namespace": "kube-system"}, "spec": {"nodeName": "edge-1", "containers": [{"name": "c", "image": "coredns"}]}}));
+    cloud.create("configmaps", json!({"metadata": {"name": "settings", "namespace": "default"}, "data": {"greeting": "hello"}}));
+}
+
+#[test]
+fn kubectl_through_the_hub_online() {
+    let cloud = Cloud::start();
+    seed(&cloud);
+    let dir = TempDir::new("kubectl");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    let k = Kubectl::new(dir.path(), &hub);
+
+    let pods = k.ok(&["get", "pods", "-A"]);
+    assert!(pods.contains("web-1") && pods.contains("dns-1") && pods.contains("kube-system"), "{pods}");
+
+    let yaml = k.ok(&["get", "configmap", "settings", "-o", "yaml"]);
+    assert!(yaml.contains("greeting: hello") && yaml.contains("kind: ConfigMap"), "{yaml}");
+
+    let manifest = dir.path().join("cm.yaml");
+    std::fs::write(&manifest, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  namespace: default\ndata:\n  k: v1\n").unwrap();
+    k.ok(&["apply", "-f", manifest.to_str().unwrap()]);
+    assert_eq!(cloud.get("configmaps", "default", "applied").unwrap()["data"]["k"], "v1");
+    std::fs::write(&manifest, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  namespace: default\ndata:\n  k: v2\n").unwrap();
+    k.ok(&["apply", "-f", manifest.to_str().unwrap()]);
+    assert_eq!(cloud.get("configmaps", "default", "applied").unwrap()["data"]["k"], "v2");
+
+    k.ok(&["create", "configmap", "created", "--from-literal=a=b"]);
+    assert_eq!(cloud.get("configmaps", "default", "created").unwrap()["data"]["a"], "b");
+
+    k.ok(&["delete", "configmap", "created"]);
+    assert!(cloud.get("configmaps", "default", "created").is_none());
+
+    // get --watch prints the current objects, then changes as they happen, until the timeout.
+    let watcher = {
+        let kubeconfig = k.kubeconfig.clone();
+        let cache = k.cache.clone();
+        std::thread::spawn(move || {
+            Kubectl { kubeconfig, cache }.run(&["get", "configmaps", "--watch", "--request-timeout=6s"])
+        })
+    };
+    assert!(cloud.wait_for_watchers("configmaps", 2, Duration::from_secs(20)), "kubectl's watch reaches the cloud");
+    cloud.create("configmaps", json!({"metadata": {"name": "seen-by-watch", "namespace": "default"}}));
+    let out = watcher.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("settings") && text.contains("seen-by-watch"), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn kubectl_reads_from_the_cache_when_the_cloud_is_gone() {
+    let cloud = Cloud::start();
+    seed(&cloud);
+    let dir = TempDir::new("kubectl-offline");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(&["--cache-agents=kubectl"]));
+    let k = Kubectl::new(dir.path(), &hub);
+    // Online reads as JSON are cached for the kubectl component (tables are not).
+    let online = k.ok(&["get", "configmap", "settings", "-o", "json"]);
+    assert!(online.contains("hello"));
+    k.ok(&["get", "pods", "-A", "-o", "json"]);
+    let cached = hub.spec.cache_dir.join("kubectl/configmaps.v1.core/default/settings");
+    assert!(eventually(Duration::from_secs(10), || cached.exists()), "{}", hub.logs());
+    assert!(eventually(Duration::from_secs(10), || hub.spec.cache_dir.join("kubectl/pods.v1.core/kube-system/dns-1").exists()));
+
+    cloud.stop();
+    let series = format!("node_yurthub_server_healthy_status{{server=\"{}\"}}", cloud.url());
+    assert!(eventually(Duration::from_secs(15), || hub.metric(&series) == Some(0.0)));
+
+    let yaml = k.ok(&["get", "configmap", "settings", "-o", "yaml"]);
+    assert!(yaml.contains("greeting: hello"), "{yaml}");
+    let table = k.ok(&["get", "pods", "-A"]);
+    assert!(table.contains("web-1") && table.contains("dns-1"), "{table}");
+    let labelled = k.ok(&["get", "pods", "-A", "-l", "app=web", "-o", "name"]);
+    assert_eq!(labelled.trim(), "pod/web-1");
+    let missing = k.run(&["get", "configmap", "never-cached"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("not found"), "{}", String::from_utf8_lossy(&missing.stderr));
+}
