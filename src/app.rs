@@ -21,8 +21,11 @@ use crate::server::{self, InFlightCount, Limits};
 use crate::upstream::Upstream;
 use crate::{SMALL_STACK, signals};
 
-/// Messages the cache writer queue holds; with 32 KiB reads that bounds it near 8 MiB.
-const WRITER_QUEUE: usize = 256;
+/// Messages the cache writer queue holds.
+const WRITER_QUEUE: usize = 1024;
+/// Body bytes the cache writer queue holds: how far the disk may fall behind the network
+/// before a response's cache session is dropped.
+const WRITER_BUDGET: usize = 8 * 1024 * 1024;
 /// Time in-flight requests get to finish after the first signal.
 const DRAIN: Duration = Duration::from_secs(3);
 
@@ -137,7 +140,7 @@ pub fn run(config: Config) -> Result<(), AppError> {
         }
         let store = Arc::new(store);
         agents_watch::load_cached(&store, &agents);
-        let (cache_tx, cache_rx) = writer::channel(WRITER_QUEUE);
+        let (cache_tx, cache_rx) = writer::channel(WRITER_QUEUE, WRITER_BUDGET);
         writer_thread = Some({
             let store = Arc::clone(&store);
             let stop = Arc::clone(&writer_stop);

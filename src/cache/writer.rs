@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
@@ -65,30 +65,86 @@ pub enum CacheMsg {
     },
 }
 
+/// The byte budget shared by senders and the writer: body bytes waiting in the channel are
+/// bounded whatever the chunk sizes are.
+struct Queue {
+    queued_bytes: AtomicUsize,
+    budget: usize,
+}
+
+impl Queue {
+    /// Queues `msg` on `tx` unless the channel or the byte budget is full; never blocks.
+    fn send(&self, tx: &Sender<CacheMsg>, msg: CacheMsg) -> bool {
+        let len = msg.payload_len();
+        // Senders race, so the budget can be overshot by one chunk per sender: still bounded.
+        if self.queued_bytes.load(Ordering::Relaxed) + len > self.budget {
+            return false;
+        }
+        self.queued_bytes.fetch_add(len, Ordering::Relaxed);
+        match tx.try_send(msg) {
+            Ok(()) => {
+                METRICS.cache_writer_queue_depth.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.queued_bytes.fetch_sub(len, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+}
+
+impl CacheMsg {
+    fn payload_len(&self) -> usize {
+        match self {
+            CacheMsg::Chunk { data, .. } => data.len(),
+            CacheMsg::Put { bytes, .. } => bytes.len(),
+            CacheMsg::Begin { .. } | CacheMsg::End { .. } => 0,
+        }
+    }
+}
+
 /// The sending side, cloned into every connection thread.
 #[derive(Clone)]
 pub struct CacheTx {
     tx: Sender<CacheMsg>,
+    queue: Arc<Queue>,
     next_id: Arc<AtomicU64>,
 }
 
-/// Creates the queue: `capacity` messages (each at most one read buffer of body bytes).
-pub fn channel(capacity: usize) -> (CacheTx, Receiver<CacheMsg>) {
-    let (tx, rx) = crossbeam_channel::bounded(capacity);
+/// The writer's side of the queue.
+pub struct CacheRx {
+    rx: Receiver<CacheMsg>,
+    queue: Arc<Queue>,
+}
+
+/// Creates the queue: at most `messages` messages holding at most `budget` body bytes.
+pub fn channel(messages: usize, budget: usize) -> (CacheTx, CacheRx) {
+    let (tx, rx) = crossbeam_channel::bounded(messages);
+    let queue = Arc::new(Queue {
+        queued_bytes: AtomicUsize::new(0),
+        budget,
+    });
     (
         CacheTx {
             tx,
+            queue: Arc::clone(&queue),
             next_id: Arc::new(AtomicU64::new(1)),
         },
-        rx,
+        CacheRx { rx, queue },
     )
 }
+
+/// Bytes a list or get session gathers before handing them to the writer: fewer, larger
+/// messages. Watch sessions send each read at once, so an event is on disk promptly.
+const COALESCE: usize = 32 * 1024;
 
 impl CacheTx {
     /// Starts persisting a response, or None when the queue is full right now.
     pub fn begin(&self, target: CacheTarget, status: u16, gzip: bool) -> Option<Session> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let abandoned = Arc::new(AtomicBool::new(false));
+        let streaming = matches!(target, CacheTarget::Watch { .. });
         let msg = CacheMsg::Begin {
             id,
             target,
@@ -96,33 +152,24 @@ impl CacheTx {
             gzip,
             abandoned: Arc::clone(&abandoned),
         };
-        if !send(&self.tx, msg) {
+        if !self.queue.send(&self.tx, msg) {
             Metrics::inc(&METRICS.cache_sessions_abandoned);
             return None;
         }
         Some(Session {
             id,
             tx: self.tx.clone(),
+            queue: Arc::clone(&self.queue),
             abandoned,
             done: false,
+            streaming,
+            pending: Vec::new(),
         })
     }
 
     /// Stores one whole object; false when the queue is full.
     pub fn put(&self, collection: CollectionKey, bytes: Vec<u8>) -> bool {
-        send(&self.tx, CacheMsg::Put { collection, bytes })
-    }
-}
-
-fn send(tx: &Sender<CacheMsg>, msg: CacheMsg) -> bool {
-    match tx.try_send(msg) {
-        Ok(()) => {
-            METRICS
-                .cache_writer_queue_depth
-                .fetch_add(1, Ordering::Relaxed);
-            true
-        }
-        Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
+        self.queue.send(&self.tx, CacheMsg::Put { collection, bytes })
     }
 }
 
@@ -130,8 +177,11 @@ fn send(tx: &Sender<CacheMsg>, msg: CacheMsg) -> bool {
 pub struct Session {
     id: u64,
     tx: Sender<CacheMsg>,
+    queue: Arc<Queue>,
     abandoned: Arc<AtomicBool>,
     done: bool,
+    streaming: bool,
+    pending: Vec<u8>,
 }
 
 impl Session {
@@ -140,13 +190,22 @@ impl Session {
         if self.done {
             return false;
         }
-        if !send(
-            &self.tx,
-            CacheMsg::Chunk {
-                id: self.id,
-                data: data.to_vec(),
-            },
-        ) {
+        if self.streaming {
+            return self.send_data(data.to_vec());
+        }
+        if self.pending.capacity() == 0 {
+            self.pending.reserve_exact(COALESCE.max(data.len()));
+        }
+        self.pending.extend_from_slice(data);
+        if self.pending.len() >= COALESCE {
+            let data = std::mem::take(&mut self.pending);
+            return self.send_data(data);
+        }
+        true
+    }
+
+    fn send_data(&mut self, data: Vec<u8>) -> bool {
+        if !self.queue.send(&self.tx, CacheMsg::Chunk { id: self.id, data }) {
             self.abandon();
             return false;
         }
@@ -158,14 +217,17 @@ impl Session {
         if self.done {
             return;
         }
+        if complete && !self.pending.is_empty() {
+            let data = std::mem::take(&mut self.pending);
+            if !self.send_data(data) {
+                return;
+            }
+        }
         self.done = true;
-        if !send(
-            &self.tx,
-            CacheMsg::End {
-                id: self.id,
-                complete,
-            },
-        ) {
+        if !self.queue.send(&self.tx, CacheMsg::End {
+            id: self.id,
+            complete,
+        }) {
             self.abandon();
         }
     }
@@ -187,13 +249,10 @@ impl Drop for Session {
         if !self.done {
             // The connection thread gave up (client gone, error) without finishing.
             self.done = true;
-            if !send(
-                &self.tx,
-                CacheMsg::End {
-                    id: self.id,
-                    complete: false,
-                },
-            ) {
+            if !self.queue.send(&self.tx, CacheMsg::End {
+                id: self.id,
+                complete: false,
+            }) {
                 self.abandoned.store(true, Ordering::Release);
             }
         }
@@ -202,7 +261,7 @@ impl Drop for Session {
 
 /// Runs the writer until every [`CacheTx`] is dropped, or until `stop` is set and the queue
 /// has been drained (shutdown: what is queued is written, unfinished answers are not).
-pub fn run(store: &Store, rx: Receiver<CacheMsg>, stop: &AtomicBool) {
+pub fn run(store: &Store, rx: CacheRx, stop: &AtomicBool) {
     let mut sessions: HashMap<u64, Active<'_>> = HashMap::new();
     loop {
         let wait = if stop.load(Ordering::Acquire) {
@@ -210,8 +269,9 @@ pub fn run(store: &Store, rx: Receiver<CacheMsg>, stop: &AtomicBool) {
         } else {
             Duration::from_millis(500)
         };
-        match rx.recv_timeout(wait) {
+        match rx.rx.recv_timeout(wait) {
             Ok(msg) => {
+                rx.queue.queued_bytes.fetch_sub(msg.payload_len(), Ordering::Relaxed);
                 METRICS
                     .cache_writer_queue_depth
                     .fetch_sub(1, Ordering::Relaxed);
@@ -755,14 +815,127 @@ fn describe(target: &CacheTarget) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::selector::Selectors;
+
+    struct TempStore {
+        dir: std::path::PathBuf,
+        store: Store,
+    }
+
+    impl TempStore {
+        fn new(tag: &str) -> TempStore {
+            let dir = std::env::temp_dir().join(format!("tinyhub-writer-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let (store, _) = Store::open(&dir).unwrap();
+            TempStore { dir, store }
+        }
+
+        fn read(&self, rel: &str) -> Option<serde_json::Value> {
+            std::fs::read(self.dir.join(rel)).ok().map(|b| serde_json::from_slice(&b).unwrap())
+        }
+    }
+
+    impl Drop for TempStore {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn pods() -> CollectionKey {
+        CollectionKey::new("kubelet", "pods", "v1", "")
+    }
+
+    fn list_target() -> CacheTarget {
+        CacheTarget::List {
+            collection: pods(),
+            namespace: None,
+            selectors: Selectors::everything(),
+            paged: false,
+        }
+    }
+
+    /// Runs the writer over everything `send` queues, until the senders are gone.
+    fn write(store: &Store, budget: usize, send: impl FnOnce(&CacheTx)) {
+        let (tx, rx) = channel(64, budget);
+        send(&tx);
+        drop(tx);
+        run(store, rx, &AtomicBool::new(false));
+    }
+
+    const LIST: &str = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[
+        {"metadata":{"name":"a","namespace":"ns","resourceVersion":"5"},"spec":{"nodeName":"n1"}},
+        {"metadata":{"name":"pending","namespace":"ns","resourceVersion":"6"},"spec":{}},
+        {"metadata":{"name":"b","namespace":"ns","resourceVersion":"7"},"spec":{"nodeName":"n1"}}]}"#;
+
+    #[test]
+    fn a_list_in_small_chunks_becomes_files_with_type_meta() {
+        let t = TempStore::new("list");
+        write(&t.store, 1 << 20, |tx| {
+            let mut s = tx.begin(list_target(), 200, false).unwrap();
+            for piece in LIST.as_bytes().chunks(7) {
+                assert!(s.chunk(piece));
+            }
+            s.finish(true);
+        });
+        let a = t.read("kubelet/pods.v1.core/ns/a").unwrap();
+        assert_eq!((a["kind"].as_str(), a["apiVersion"].as_str()), (Some("Pod"), Some("v1")));
+        assert!(t.read("kubelet/pods.v1.core/ns/b").is_some());
+        assert!(t.read("kubelet/pods.v1.core/ns/pending").is_none(), "unbound pods are not stored");
+    }
+
+    #[test]
+    fn a_broken_off_list_commits_nothing() {
+        let t = TempStore::new("broken");
+        write(&t.store, 1 << 20, |tx| {
+            let mut s = tx.begin(list_target(), 200, false).unwrap();
+            s.chunk(&LIST.as_bytes()[..LIST.len() - 10]);
+            s.finish(false);
+        });
+        assert!(t.read("kubelet/pods.v1.core/ns/a").is_none());
+        assert!(!t.store.has_collection(&pods()));
+    }
+
+    #[test]
+    fn a_full_queue_abandons_the_session_without_blocking() {
+        let t = TempStore::new("full");
+        let before = METRICS.cache_sessions_abandoned.load(Ordering::Relaxed);
+        write(&t.store, 16, |tx| {
+            let mut s = tx.begin(list_target(), 200, false).unwrap();
+            // Coalesced until the end; then more than the budget at once.
+            assert!(s.chunk(LIST.as_bytes()));
+            s.finish(true);
+        });
+        assert!(METRICS.cache_sessions_abandoned.load(Ordering::Relaxed) > before);
+        assert!(t.read("kubelet/pods.v1.core/ns/a").is_none(), "nothing half-written");
+    }
+
+    #[test]
+    fn watch_events_apply_one_by_one_and_a_torn_last_event_does_not() {
+        let t = TempStore::new("watch");
+        let events = concat!(
+            r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"w","namespace":"ns","resourceVersion":"3"},"spec":{"nodeName":"n"}}}"#, "\n",
+            r#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"w","namespace":"ns","resourceVersion":"4","labels":{"v":"2"}},"spec":{"nodeName":"n"}}}"#, "\n",
+            r#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"5"}}}"#, "\n",
+            r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"x","namespace":"ns","resourceVersion":"6"},"spec":{"nodeName":"n"}}}"#, "\n",
+            r#"{"type":"DELETED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"x","namespace":"ns","resourceVersion":"7"},"spec":{"nodeName":"n"}}}"#, "\n",
+            r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"torn","names"#,
+        );
+        write(&t.store, 1 << 20, |tx| {
+            let mut s = tx.begin(CacheTarget::Watch { collection: pods() }, 200, false).unwrap();
+            for piece in events.as_bytes().chunks(13) {
+                s.chunk(piece);
+            }
+            s.finish(false);
+        });
+        assert_eq!(t.read("kubelet/pods.v1.core/ns/w").unwrap()["metadata"]["labels"]["v"], "2");
+        assert!(t.read("kubelet/pods.v1.core/ns/x").is_none(), "added then deleted");
+        assert!(t.read("kubelet/pods.v1.core/ns/torn").is_none());
+    }
 
     #[test]
     fn type_meta_goes_in_front() {
         let out = with_type_meta(br#"{"metadata":{"name":"a"}}"#, "Pod", "v1");
-        assert_eq!(
-            out,
-            br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a"}}"#
-        );
+        assert_eq!(out, br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a"}}"#);
         let out = with_type_meta(b" { } ", "Pod", "v1");
         assert_eq!(out, br#"{"kind":"Pod","apiVersion":"v1" } "#);
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();

@@ -1,12 +1,12 @@
 //! The TLS front of the stand-in cloud: accepts TCP on the public port, does the TLS
 //! handshake with rustls (client certificate optional, checked against the test CA), then
-//! splices the plaintext to the internal tiny_http port over a loopback connection.
+//! splices the plaintext to the internal HTTP port (`http1.rs`) over a loopback connection.
 //!
 //! It records, per internal connection (keyed by that connection's local address, which
-//! tiny_http reports as `remote_addr()`), who presented which certificate, and gives each
-//! connection a "closed" signal that watch handlers wait on. It also owns the faults that
-//! act on connections: stop/restart of the listener, blackhole, and cutting a connection.
-//! It knows nothing about HTTP.
+//! the internal server sees as the peer address), who presented which certificate, and
+//! gives each connection a "closed" signal that watch handlers wait on. It also owns the
+//! faults that act on connections: stop/restart of the listener, blackhole, and cutting a
+//! connection. It knows nothing about HTTP.
 //!
 //! Threads: one acceptor; per connection, one thread client→server (which also did the
 //! handshake) and one server→client. Lock order is `conn` (rustls state) before `tx` (the
@@ -157,13 +157,16 @@ impl Front {
         Some((id, cut, rx))
     }
 
+    /// Drops a connection's entry; its `closed` signal fires. Its view stays until the
+    /// internal side lets it go ([`Front::release_view`]), so a request that arrived just
+    /// before the client left is still attributed to the right identity.
     fn forget(&self, id: u64) {
-        let mut t = lock(&self.table);
-        if let Some(l) = t.live.remove(&id)
-            && let Some((a, _)) = l.internal
-        {
-            t.views.remove(&a);
-        }
+        lock(&self.table).live.remove(&id);
+    }
+
+    /// Forgets the view of an internal connection that has ended.
+    pub fn release_view(&self, internal_peer: &SocketAddr) {
+        lock(&self.table).views.remove(internal_peer);
     }
 
     fn serve(self: Arc<Self>, id: u64, tcp: TcpStream, cut: Arc<AtomicBool>, closed: Receiver<()>) {
@@ -232,7 +235,7 @@ impl Front {
         result
     }
 
-    /// Looks up the connection a tiny_http request arrived on.
+    /// Looks up the connection an internal request arrived on (by its peer address).
     pub fn view(&self, internal_peer: &SocketAddr) -> Option<ConnView> {
         lock(&self.table).views.get(internal_peer).cloned()
     }
@@ -360,7 +363,7 @@ impl Splice {
         tx.write_all(&out)
     }
 
-    /// Client → server: decrypts what the client sends and writes it to tiny_http.
+    /// Client → server: decrypts what the client sends and writes it to the internal side.
     fn pump_in(&self, mut tcp: TcpStream, internal: &TcpStream) -> io::Result<()> {
         let mut internal = internal;
         let mut buf = vec![0u8; 16 * 1024];
@@ -399,7 +402,11 @@ impl Splice {
                 self.send_tls(conn)?;
             }
             if !plain.is_empty() {
-                log::trace!("cloud splice {}: in {:?}", self.id, String::from_utf8_lossy(&plain[..plain.len().min(50)]));
+                log::trace!(
+                    "cloud splice {}: in {:?}",
+                    self.id,
+                    String::from_utf8_lossy(&plain[..plain.len().min(50)])
+                );
                 internal.write_all(&plain)?;
             }
             if peer_closed {
@@ -418,7 +425,7 @@ impl Splice {
         }
     }
 
-    /// Server → client: encrypts what tiny_http writes and sends it to the client.
+    /// Server → client: encrypts what the internal side writes and sends it to the client.
     fn pump_out(self, mut internal: TcpStream) {
         let mut buf = vec![0u8; 32 * 1024];
         loop {
@@ -433,7 +440,11 @@ impl Splice {
                 }
                 Ok(n) => n,
             };
-            log::trace!("cloud splice {}: out {:?}", self.id, String::from_utf8_lossy(&buf[..n.min(40)]));
+            log::trace!(
+                "cloud splice {}: out {:?}",
+                self.id,
+                String::from_utf8_lossy(&buf[..n.min(40)])
+            );
             self.gate.wait_open(&self.cut);
             let mut conn = lock(&self.conn);
             if conn.writer().write_all(&buf[..n]).is_err() || self.send_tls(conn).is_err() {
@@ -441,7 +452,7 @@ impl Splice {
             }
         }
         if !self.cut.load(Ordering::SeqCst) {
-            // tiny_http closed the connection: end TLS properly.
+            // The internal side closed the connection: end TLS properly.
             let mut conn = lock(&self.conn);
             conn.send_close_notify();
             let _ = self.send_tls(conn);

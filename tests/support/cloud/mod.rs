@@ -6,13 +6,15 @@
 //! (stop/restart, blackhole, delay, drop mid-body, readyz), the request log, and a Rust API
 //! over the objects (create/update/patch/delete emit watch events like HTTP writes do).
 //!
-//! Code map: `front.rs` TLS front and connection faults; `server.rs` HTTP routing and
-//! verbs; `respond.rs` response framing (chunks, gzip); `render.rs` lists, Tables, watch
+//! Code map: `front.rs` TLS front and connection faults; `http1.rs` the internal HTTP/1.1
+//! server (tiny_http 0.12 loses connections under bursts, see there); `server.rs` routing
+//! and verbs; `respond.rs` response framing (chunks, gzip); `render.rs` lists, Tables, watch
 //! lines; `store.rs` objects, resourceVersions, event log, watchers; `selector.rs` label and
 //! field selectors; `kinds.rs` the kind registry and discovery; `status.rs` errors;
 //! `observe.rs` the request log.
 
 mod front;
+mod http1;
 mod kinds;
 mod observe;
 mod render;
@@ -23,8 +25,9 @@ mod status;
 mod store;
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
@@ -106,7 +109,8 @@ impl Default for PodFill {
 /// A running stand-in apiserver. Dropping it stops everything.
 pub struct Cloud {
     inst: Arc<Instance>,
-    http: Arc<tiny_http::Server>,
+    internal: SocketAddr,
+    internal_stop: Arc<AtomicBool>,
     http_thread: Option<JoinHandle<()>>,
 }
 
@@ -159,8 +163,6 @@ impl Cloud {
         // Binding loopback port 0 only fails when the machine is out of ports or sockets.
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind internal port");
         let internal = listener.local_addr().expect("internal address");
-        let http =
-            Arc::new(tiny_http::Server::from_listener(listener, None).expect("tiny_http server"));
         let front = Arc::new(Front::new(
             tls_config(&shared.pki),
             internal,
@@ -179,18 +181,20 @@ impl Cloud {
                 record: true,
             }),
         });
+        let internal_stop = Arc::new(AtomicBool::new(false));
         let http_thread = {
-            let (http, inst) = (http.clone(), inst.clone());
+            let (inst, stop) = (inst.clone(), internal_stop.clone());
             thread::Builder::new()
                 .name("cloud-http".into())
-                .spawn(move || server::serve(http, inst))
+                .spawn(move || server::serve(listener, inst, stop))
                 .expect("spawn cloud-http")
         };
         let any: SocketAddr = "127.0.0.1:0".parse().expect("literal address");
         front.listen(any).expect("bind public port");
         Cloud {
             inst,
-            http,
+            internal,
+            internal_stop,
             http_thread: Some(http_thread),
         }
     }
@@ -533,7 +537,9 @@ impl Cloud {
 impl Drop for Cloud {
     fn drop(&mut self) {
         self.inst.front.stop();
-        self.http.unblock();
+        self.internal_stop.store(true, Ordering::SeqCst);
+        // Wakes the internal accept so it sees the stop flag.
+        let _ = TcpStream::connect(self.internal);
         if let Some(t) = self.http_thread.take() {
             let _ = t.join();
         }

@@ -204,20 +204,18 @@ pub fn visible(ev: &Event, matches: &dyn Fn(&Obj) -> bool) -> Option<(EventType,
             matches(&ev.obj).then(|| (ev.etype, ev.obj.clone()))
         }
         EventType::Modified => {
-            let now = matches(&ev.obj);
-            let before = ev.prev.as_deref().is_some_and(matches);
-            match (now, before) {
-                (true, true) => Some((EventType::Modified, ev.obj.clone())),
-                (true, false) => Some((EventType::Added, ev.obj.clone())),
-                (false, true) => {
-                    let prev = ev.prev.as_ref().expect("before is true only with a prev");
+            let before = ev.prev.as_deref().filter(|p| matches(p));
+            match (matches(&ev.obj), before) {
+                (true, Some(_)) => Some((EventType::Modified, ev.obj.clone())),
+                (true, None) => Some((EventType::Added, ev.obj.clone())),
+                (false, Some(prev)) => {
                     let mut v = prev.value();
                     v["metadata"]["resourceVersion"] = json!(ev.rv.to_string());
                     let mut o = Obj::from_value(v);
                     o.rv = ev.rv;
                     Some((EventType::Deleted, Arc::new(o)))
                 }
-                (false, false) => None,
+                (false, None) => None,
             }
         }
     }

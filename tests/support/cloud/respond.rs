@@ -1,5 +1,4 @@
-//! Writes HTTP/1.1 responses by hand on tiny_http's raw writer (`Request::into_writer`),
-//! because tiny_http's own chunked encoder holds back 8 KiB and watch events would stall.
+//! Writes HTTP/1.1 responses on the internal connection's raw stream.
 //!
 //! A body is buffered up to the gzip threshold: a small one goes out with Content-Length,
 //! a larger one chunked (gzip-compressed when the client accepts gzip, as the real
@@ -98,7 +97,7 @@ enum Framing {
 }
 
 impl Reply {
-    /// Wraps tiny_http's raw writer.
+    /// Wraps the connection's writer.
     pub fn new(w: Box<dyn Write + Send>, on_status: StatusHook, on_cut: CutHook) -> Reply {
         Reply {
             w,

@@ -1,14 +1,16 @@
-//! The HTTP side of the stand-in cloud, behind the TLS front: reads each tiny_http request,
+//! The HTTP side of the stand-in cloud, behind the TLS front: reads each request,
 //! authenticates it (client certificate from the front, or a registered bearer token),
 //! records it, applies the slow-cloud and mid-body faults, routes it (health, version,
 //! discovery, resources) and answers like the kube-apiserver: get, list (selectors,
 //! limit/continue, Table), watch, create, update, patch, delete, deletecollection.
 //!
-//! One thread per request. It does no TLS (see `front.rs`) and keeps no data (see
-//! `store.rs`).
+//! One thread per internal connection, requests in turn. It does no TLS (see `front.rs`),
+//! no HTTP parsing (see `http1.rs`) and keeps no data (see `store.rs`).
 
-use std::io;
+use std::io::{self, BufReader, BufWriter};
+use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
 
@@ -17,6 +19,7 @@ use serde_json::Value;
 
 use super::super::util::{lock, parse_query};
 use super::Instance;
+use super::http1::{self, Request};
 use super::kinds::{self, KINDS, Kind, KindId};
 use super::observe::{AuthMethod, Identity, RecordedRequest};
 use super::render::{self, Include, ListMeta, Shape};
@@ -25,17 +28,49 @@ use super::selector::{FieldSelector, LabelSelector};
 use super::status::ApiError;
 use super::store::{Obj, Target};
 
-/// Serves requests from tiny_http until the server is unblocked.
-pub fn serve(server: Arc<tiny_http::Server>, inst: Arc<Instance>) {
-    for req in server.incoming_requests() {
+/// Accepts internal connections (from the front) until `stop` is set and a connection
+/// wakes the accept; one thread per connection.
+pub fn serve(listener: TcpListener, inst: Arc<Instance>, stop: Arc<AtomicBool>) {
+    for s in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(stream) = s else { continue };
         let inst = inst.clone();
         let spawned = thread::Builder::new()
-            .name("cloud-req".into())
-            .spawn(move || handle(&inst, req));
+            .name("cloud-http-conn".into())
+            .spawn(move || connection(&inst, stream));
         if let Err(e) = spawned {
-            log::warn!("cloud: cannot spawn a request thread: {e}");
+            log::warn!("cloud: cannot spawn a connection thread: {e}");
         }
     }
+}
+
+fn connection(inst: &Arc<Instance>, stream: TcpStream) {
+    let (Ok(remote), Ok(read_half), Ok(mut w)) =
+        (stream.peer_addr(), stream.try_clone(), stream.try_clone())
+    else {
+        return;
+    };
+    let mut r = BufReader::new(read_half);
+    loop {
+        let req = match http1::read_request(&mut r, &mut w, remote) {
+            Ok(Some(req)) => req,
+            Ok(None) => break,
+            Err(e) => {
+                log::trace!("cloud: {remote}: {e}");
+                break;
+            }
+        };
+        let keep = req.keep_alive();
+        let Ok(out) = stream.try_clone() else { break };
+        let writer = Box::new(BufWriter::with_capacity(16 * 1024, out));
+        if !handle(inst, req, writer) || !keep {
+            break;
+        }
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    inst.front.release_view(&remote);
 }
 
 /// Decoded query parameters.
@@ -75,17 +110,12 @@ fn is_health(path: &str) -> bool {
     matches!(first, "healthz" | "livez" | "readyz")
 }
 
-fn handle(inst: &Arc<Instance>, mut req: tiny_http::Request) {
-    let method = req.method().as_str().to_ascii_uppercase();
-    let url = req.url().to_string();
+/// Answers one request; false when the connection cannot carry another one.
+fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>) -> bool {
+    let method = req.method.clone();
+    let url = req.url.clone();
     let (path, raw_query) = url.split_once('?').unwrap_or((url.as_str(), ""));
-    let header = |name: &'static str| {
-        req.headers()
-            .iter()
-            .find(|h| h.field.equiv(name))
-            .map(|h| h.value.as_str().to_string())
-            .unwrap_or_default()
-    };
+    let header = |name: &str| req.header(name).to_string();
     let (user_agent, accept, accept_encoding) = (
         header("User-Agent"),
         header("Accept"),
@@ -96,16 +126,12 @@ fn handle(inst: &Arc<Instance>, mut req: tiny_http::Request) {
         header("Authorization"),
         header("Connection"),
     );
-    let view = req.remote_addr().and_then(|a| inst.front.view(a));
+    let view = inst.front.view(&req.remote);
     log::trace!(
-        "cloud: {method} {url} from {:?} (conn {:?})",
-        req.remote_addr(),
+        "cloud: {method} {url} (conn {:?})",
         view.as_ref().map(|v| v.id)
     );
-    let mut body = Vec::new();
-    if method != "GET" && method != "HEAD" {
-        let _ = req.as_reader().read_to_end(&mut body);
-    }
+    let body = req.body;
     let bearer = authorization
         .strip_prefix("Bearer ")
         .map(|t| t.trim().to_string())
@@ -166,7 +192,6 @@ fn handle(inst: &Arc<Instance>, mut req: tiny_http::Request) {
         thread::sleep(delay);
     }
     let path = path.to_string();
-    let writer = req.into_writer();
     let rec = inst.clone();
     let front = inst.front.clone();
     let conn_id = view.as_ref().map(|v| v.id);
@@ -190,8 +215,7 @@ fn handle(inst: &Arc<Instance>, mut req: tiny_http::Request) {
     reply.gzip_threshold = threshold;
     reply.drop_mid = drop_mid;
     if identity.is_none() {
-        let _ = reply.error(&ApiError::unauthorized());
-        return;
+        return reply.error(&ApiError::unauthorized()).is_ok() && !drop_mid;
     }
     let ctx = Ctx {
         inst,
@@ -203,8 +227,15 @@ fn handle(inst: &Arc<Instance>, mut req: tiny_http::Request) {
         closed: view.map(|v| v.closed).unwrap_or_else(never),
     };
     match route(&ctx, &path, reply) {
-        Ok(()) => log::trace!("cloud: {path}: answered"),
-        Err(e) => log::trace!("cloud: {path}: {e}"),
+        Ok(()) => {
+            log::trace!("cloud: {path}: answered");
+            // A cut answer leaves the stream unusable; the front closes it.
+            !drop_mid
+        }
+        Err(e) => {
+            log::trace!("cloud: {path}: {e}");
+            false
+        }
     }
 }
 
@@ -617,7 +648,8 @@ fn watch(ctx: &Ctx<'_>, kind_id: KindId, filter: &Filter, reply: Reply) -> io::R
                     }
                     last_rv = ev.rv;
                     if let Some((etype, o)) = render::visible(&ev, &matches) {
-                        w.send(&render::event_line(kind, etype.as_str(), &o, shape, include), false)?;
+                        let line = render::event_line(kind, etype.as_str(), &o, shape, include);
+                        w.send(&line, false)?;
                         dirty = true;
                     }
                     // Events published together go out together; a lone one at once.
