@@ -218,10 +218,10 @@ impl Offline {
             if kind.is_none() {
                 kind = head.kind;
             }
-            if let Some(rv) = head.resource_version {
-                if max_rv.as_deref().is_none_or(|m| rv_newer(&rv, m)) {
-                    max_rv = Some(rv);
-                }
+            if let Some(rv) = head.resource_version
+                && max_rv.as_deref().is_none_or(|m| rv_newer(&rv, m))
+            {
+                max_rv = Some(rv);
             }
             last = Some((object.namespace.unwrap_or_default(), object.name));
             if buf.len() >= LIST_FLUSH {
@@ -244,10 +244,10 @@ impl Offline {
             push_json_str(&mut buf, &token);
         }
         buf.extend_from_slice(b"}}");
-        if writer.write(&buf).is_ok() {
-            if let Some(writer) = out.take() {
-                let _ = writer.finish();
-            }
+        if writer.write(&buf).is_ok()
+            && let Some(writer) = out.take()
+        {
+            let _ = writer.finish();
         }
         Ok(200)
     }
@@ -457,7 +457,7 @@ fn decode_continue(token: &str) -> Option<(String, String)> {
     let rest = token.strip_prefix(CONTINUE_PREFIX)?;
     let (ns, name) = rest.split_once('.')?;
     let unhex = |s: &str| -> Option<String> {
-        if s.len() % 2 != 0 || s.len() > 2 * 253 {
+        if !s.len().is_multiple_of(2) || s.len() > 2 * 253 {
             return None;
         }
         let bytes = (0..s.len())

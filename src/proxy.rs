@@ -373,10 +373,10 @@ impl Hub {
                 }
                 return Err((None, Failure::Downstream(e)));
             }
-            if let Some(s) = session.as_mut() {
-                if !s.chunk(&buf[..n]) {
-                    session = None;
-                }
+            if let Some(s) = session.as_mut()
+                && !s.chunk(&buf[..n])
+            {
+                session = None;
             }
         }
         if let Some(s) = session {

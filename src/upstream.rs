@@ -250,10 +250,10 @@ impl Upstream {
         if let Some(accept) = req.accept {
             builder = builder.header("accept", accept);
         }
-        if req.identity == Identity::Hub {
-            if let Some(token) = self.token.as_ref().and_then(TokenSource::current) {
-                builder = builder.header("authorization", format!("Bearer {token}"));
-            }
+        if req.identity == Identity::Hub
+            && let Some(token) = self.token.as_ref().and_then(TokenSource::current)
+        {
+            builder = builder.header("authorization", format!("Bearer {token}"));
         }
         if let Some(length) = req.body.as_ref().and_then(|b| b.length) {
             builder = builder.header("content-length", length);

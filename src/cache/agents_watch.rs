@@ -44,10 +44,10 @@ pub fn load_cached(store: &Store, agents: &CacheAgents) {
         namespace: Some(CONFIG_NAMESPACE.into()),
         name: CONFIG_NAME.into(),
     };
-    if let Ok(Some(bytes)) = store.get(&key) {
-        if let Ok(cm) = serde_json::from_slice::<serde_json::Value>(&bytes) {
-            agents.set_from_config(cache_agents_of(&cm));
-        }
+    if let Ok(Some(bytes)) = store.get(&key)
+        && let Ok(cm) = serde_json::from_slice::<serde_json::Value>(&bytes)
+    {
+        agents.set_from_config(cache_agents_of(&cm));
     }
 }
 
@@ -171,10 +171,10 @@ fn watch(
         if n == 0 {
             break;
         }
-        if let Some(s) = session.as_mut() {
-            if !s.chunk(&buf[..n]) {
-                session = None;
-            }
+        if let Some(s) = session.as_mut()
+            && !s.chunk(&buf[..n])
+        {
+            session = None;
         }
         events
             .feed(&buf[..n], &mut |unit| {

@@ -83,7 +83,9 @@ impl Queue {
         self.queued_bytes.fetch_add(len, Ordering::Relaxed);
         match tx.try_send(msg) {
             Ok(()) => {
-                METRICS.cache_writer_queue_depth.fetch_add(1, Ordering::Relaxed);
+                METRICS
+                    .cache_writer_queue_depth
+                    .fetch_add(1, Ordering::Relaxed);
                 true
             }
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
@@ -169,7 +171,8 @@ impl CacheTx {
 
     /// Stores one whole object; false when the queue is full.
     pub fn put(&self, collection: CollectionKey, bytes: Vec<u8>) -> bool {
-        self.queue.send(&self.tx, CacheMsg::Put { collection, bytes })
+        self.queue
+            .send(&self.tx, CacheMsg::Put { collection, bytes })
     }
 }
 
@@ -205,7 +208,10 @@ impl Session {
     }
 
     fn send_data(&mut self, data: Vec<u8>) -> bool {
-        if !self.queue.send(&self.tx, CacheMsg::Chunk { id: self.id, data }) {
+        if !self
+            .queue
+            .send(&self.tx, CacheMsg::Chunk { id: self.id, data })
+        {
             self.abandon();
             return false;
         }
@@ -224,10 +230,13 @@ impl Session {
             }
         }
         self.done = true;
-        if !self.queue.send(&self.tx, CacheMsg::End {
-            id: self.id,
-            complete,
-        }) {
+        if !self.queue.send(
+            &self.tx,
+            CacheMsg::End {
+                id: self.id,
+                complete,
+            },
+        ) {
             self.abandon();
         }
     }
@@ -249,10 +258,13 @@ impl Drop for Session {
         if !self.done {
             // The connection thread gave up (client gone, error) without finishing.
             self.done = true;
-            if !self.queue.send(&self.tx, CacheMsg::End {
-                id: self.id,
-                complete: false,
-            }) {
+            if !self.queue.send(
+                &self.tx,
+                CacheMsg::End {
+                    id: self.id,
+                    complete: false,
+                },
+            ) {
                 self.abandoned.store(true, Ordering::Release);
             }
         }
@@ -271,7 +283,9 @@ pub fn run(store: &Store, rx: CacheRx, stop: &AtomicBool) {
         };
         match rx.rx.recv_timeout(wait) {
             Ok(msg) => {
-                rx.queue.queued_bytes.fetch_sub(msg.payload_len(), Ordering::Relaxed);
+                rx.queue
+                    .queued_bytes
+                    .fetch_sub(msg.payload_len(), Ordering::Relaxed);
                 METRICS
                     .cache_writer_queue_depth
                     .fetch_sub(1, Ordering::Relaxed);
@@ -447,22 +461,20 @@ fn begin<'s>(
 fn end(store: &Store, mut active: Active<'_>, complete: bool) {
     let target = &active.target;
     let mut ok = complete && !active.failed && !active.abandoned.load(Ordering::Acquire);
-    if ok {
-        if let Some(decoder) = active.decoder.as_mut() {
-            let (list, mut failed) = (&mut active.list, false);
-            if let Err(e) = decoder.finish(&mut |unit| {
-                if !apply_unit(store, target, list, unit) {
-                    failed = true;
-                }
-            }) {
-                log::warn!(
-                    "cache: the answer for {} ended inside a value: {e}",
-                    describe(target)
-                );
-                ok = false;
+    if ok && let Some(decoder) = active.decoder.as_mut() {
+        let (list, mut failed) = (&mut active.list, false);
+        if let Err(e) = decoder.finish(&mut |unit| {
+            if !apply_unit(store, target, list, unit) {
+                failed = true;
             }
-            ok &= !failed;
+        }) {
+            log::warn!(
+                "cache: the answer for {} ended inside a value: {e}",
+                describe(target)
+            );
+            ok = false;
         }
+        ok &= !failed;
     }
     let Some(list) = active.list.take() else {
         if ok {
@@ -824,14 +836,17 @@ mod tests {
 
     impl TempStore {
         fn new(tag: &str) -> TempStore {
-            let dir = std::env::temp_dir().join(format!("tinyhub-writer-{tag}-{}", std::process::id()));
+            let dir =
+                std::env::temp_dir().join(format!("tinyhub-writer-{tag}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
             let (store, _) = Store::open(&dir).unwrap();
             TempStore { dir, store }
         }
 
         fn read(&self, rel: &str) -> Option<serde_json::Value> {
-            std::fs::read(self.dir.join(rel)).ok().map(|b| serde_json::from_slice(&b).unwrap())
+            std::fs::read(self.dir.join(rel))
+                .ok()
+                .map(|b| serde_json::from_slice(&b).unwrap())
         }
     }
 
@@ -878,9 +893,15 @@ mod tests {
             s.finish(true);
         });
         let a = t.read("kubelet/pods.v1.core/ns/a").unwrap();
-        assert_eq!((a["kind"].as_str(), a["apiVersion"].as_str()), (Some("Pod"), Some("v1")));
+        assert_eq!(
+            (a["kind"].as_str(), a["apiVersion"].as_str()),
+            (Some("Pod"), Some("v1"))
+        );
         assert!(t.read("kubelet/pods.v1.core/ns/b").is_some());
-        assert!(t.read("kubelet/pods.v1.core/ns/pending").is_none(), "unbound pods are not stored");
+        assert!(
+            t.read("kubelet/pods.v1.core/ns/pending").is_none(),
+            "unbound pods are not stored"
+        );
     }
 
     #[test]
@@ -906,36 +927,55 @@ mod tests {
             s.finish(true);
         });
         assert!(METRICS.cache_sessions_abandoned.load(Ordering::Relaxed) > before);
-        assert!(t.read("kubelet/pods.v1.core/ns/a").is_none(), "nothing half-written");
+        assert!(
+            t.read("kubelet/pods.v1.core/ns/a").is_none(),
+            "nothing half-written"
+        );
     }
 
     #[test]
     fn watch_events_apply_one_by_one_and_a_torn_last_event_does_not() {
         let t = TempStore::new("watch");
         let events = concat!(
-            r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"w","namespace":"ns","resourceVersion":"3"},"spec":{"nodeName":"n"}}}"#, "\n",
-            r#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"w","namespace":"ns","resourceVersion":"4","labels":{"v":"2"}},"spec":{"nodeName":"n"}}}"#, "\n",
-            r#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"5"}}}"#, "\n",
-            r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"x","namespace":"ns","resourceVersion":"6"},"spec":{"nodeName":"n"}}}"#, "\n",
-            r#"{"type":"DELETED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"x","namespace":"ns","resourceVersion":"7"},"spec":{"nodeName":"n"}}}"#, "\n",
+            r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"w","namespace":"ns","resourceVersion":"3"},"spec":{"nodeName":"n"}}}"#,
+            "\n",
+            r#"{"type":"MODIFIED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"w","namespace":"ns","resourceVersion":"4","labels":{"v":"2"}},"spec":{"nodeName":"n"}}}"#,
+            "\n",
+            r#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"5"}}}"#,
+            "\n",
+            r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"x","namespace":"ns","resourceVersion":"6"},"spec":{"nodeName":"n"}}}"#,
+            "\n",
+            r#"{"type":"DELETED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"x","namespace":"ns","resourceVersion":"7"},"spec":{"nodeName":"n"}}}"#,
+            "\n",
             r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"torn","names"#,
         );
         write(&t.store, 1 << 20, |tx| {
-            let mut s = tx.begin(CacheTarget::Watch { collection: pods() }, 200, false).unwrap();
+            let mut s = tx
+                .begin(CacheTarget::Watch { collection: pods() }, 200, false)
+                .unwrap();
             for piece in events.as_bytes().chunks(13) {
                 s.chunk(piece);
             }
             s.finish(false);
         });
-        assert_eq!(t.read("kubelet/pods.v1.core/ns/w").unwrap()["metadata"]["labels"]["v"], "2");
-        assert!(t.read("kubelet/pods.v1.core/ns/x").is_none(), "added then deleted");
+        assert_eq!(
+            t.read("kubelet/pods.v1.core/ns/w").unwrap()["metadata"]["labels"]["v"],
+            "2"
+        );
+        assert!(
+            t.read("kubelet/pods.v1.core/ns/x").is_none(),
+            "added then deleted"
+        );
         assert!(t.read("kubelet/pods.v1.core/ns/torn").is_none());
     }
 
     #[test]
     fn type_meta_goes_in_front() {
         let out = with_type_meta(br#"{"metadata":{"name":"a"}}"#, "Pod", "v1");
-        assert_eq!(out, br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a"}}"#);
+        assert_eq!(
+            out,
+            br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a"}}"#
+        );
         let out = with_type_meta(b" { } ", "Pod", "v1");
         assert_eq!(out, br#"{"kind":"Pod","apiVersion":"v1" } "#);
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();

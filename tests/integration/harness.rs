@@ -428,10 +428,10 @@ pub fn raw(addr: SocketAddr, request: &[u8]) -> String {
             Ok(n) => {
                 out.extend_from_slice(&buf[..n]);
                 // One answer is enough: stop at the end of a Content-Length body.
-                if let Some(len) = complete_length(&out) {
-                    if out.len() >= len {
-                        break;
-                    }
+                if let Some(len) = complete_length(&out)
+                    && out.len() >= len
+                {
+                    break;
                 }
             }
             Err(_) => break,

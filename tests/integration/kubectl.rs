@@ -62,21 +62,36 @@ fn kubectl_through_the_hub_online() {
     let k = Kubectl::new(dir.path(), &hub);
 
     let pods = k.ok(&["get", "pods", "-A"]);
-    assert!(pods.contains("web-1") && pods.contains("dns-1") && pods.contains("kube-system"), "{pods}");
+    assert!(
+        pods.contains("web-1") && pods.contains("dns-1") && pods.contains("kube-system"),
+        "{pods}"
+    );
 
     let yaml = k.ok(&["get", "configmap", "settings", "-o", "yaml"]);
-    assert!(yaml.contains("greeting: hello") && yaml.contains("kind: ConfigMap"), "{yaml}");
+    assert!(
+        yaml.contains("greeting: hello") && yaml.contains("kind: ConfigMap"),
+        "{yaml}"
+    );
 
     let manifest = dir.path().join("cm.yaml");
     std::fs::write(&manifest, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  namespace: default\ndata:\n  k: v1\n").unwrap();
     k.ok(&["apply", "-f", manifest.to_str().unwrap()]);
-    assert_eq!(cloud.get("configmaps", "default", "applied").unwrap()["data"]["k"], "v1");
+    assert_eq!(
+        cloud.get("configmaps", "default", "applied").unwrap()["data"]["k"],
+        "v1"
+    );
     std::fs::write(&manifest, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  namespace: default\ndata:\n  k: v2\n").unwrap();
     k.ok(&["apply", "-f", manifest.to_str().unwrap()]);
-    assert_eq!(cloud.get("configmaps", "default", "applied").unwrap()["data"]["k"], "v2");
+    assert_eq!(
+        cloud.get("configmaps", "default", "applied").unwrap()["data"]["k"],
+        "v2"
+    );
 
     k.ok(&["create", "configmap", "created", "--from-literal=a=b"]);
-    assert_eq!(cloud.get("configmaps", "default", "created").unwrap()["data"]["a"], "b");
+    assert_eq!(
+        cloud.get("configmaps", "default", "created").unwrap()["data"]["a"],
+        "b"
+    );
 
     k.ok(&["delete", "configmap", "created"]);
     assert!(cloud.get("configmaps", "default", "created").is_none());
@@ -86,14 +101,29 @@ fn kubectl_through_the_hub_online() {
         let kubeconfig = k.kubeconfig.clone();
         let cache = k.cache.clone();
         std::thread::spawn(move || {
-            Kubectl { kubeconfig, cache }.run(&["get", "configmaps", "--watch", "--request-timeout=6s"])
+            Kubectl { kubeconfig, cache }.run(&[
+                "get",
+                "configmaps",
+                "--watch",
+                "--request-timeout=6s",
+            ])
         })
     };
-    assert!(cloud.wait_for_watchers("configmaps", 2, Duration::from_secs(20)), "kubectl's watch reaches the cloud");
-    cloud.create("configmaps", json!({"metadata": {"name": "seen-by-watch", "namespace": "default"}}));
+    assert!(
+        cloud.wait_for_watchers("configmaps", 2, Duration::from_secs(20)),
+        "kubectl's watch reaches the cloud"
+    );
+    cloud.create(
+        "configmaps",
+        json!({"metadata": {"name": "seen-by-watch", "namespace": "default"}}),
+    );
     let out = watcher.join().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("settings") && text.contains("seen-by-watch"), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains("settings") && text.contains("seen-by-watch"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -107,21 +137,42 @@ fn kubectl_reads_from_the_cache_when_the_cloud_is_gone() {
     let online = k.ok(&["get", "configmap", "settings", "-o", "json"]);
     assert!(online.contains("hello"));
     k.ok(&["get", "pods", "-A", "-o", "json"]);
-    let cached = hub.spec.cache_dir.join("kubectl/configmaps.v1.core/default/settings");
-    assert!(eventually(Duration::from_secs(10), || cached.exists()), "{}", hub.logs());
-    assert!(eventually(Duration::from_secs(10), || hub.spec.cache_dir.join("kubectl/pods.v1.core/kube-system/dns-1").exists()));
+    let cached = hub
+        .spec
+        .cache_dir
+        .join("kubectl/configmaps.v1.core/default/settings");
+    assert!(
+        eventually(Duration::from_secs(10), || cached.exists()),
+        "{}",
+        hub.logs()
+    );
+    assert!(eventually(Duration::from_secs(10), || hub
+        .spec
+        .cache_dir
+        .join("kubectl/pods.v1.core/kube-system/dns-1")
+        .exists()));
 
     cloud.stop();
-    let series = format!("node_yurthub_server_healthy_status{{server=\"{}\"}}", cloud.url());
+    let series = format!(
+        "node_yurthub_server_healthy_status{{server=\"{}\"}}",
+        cloud.url()
+    );
     assert!(eventually(Duration::from_secs(15), || hub.metric(&series) == Some(0.0)));
 
     let yaml = k.ok(&["get", "configmap", "settings", "-o", "yaml"]);
     assert!(yaml.contains("greeting: hello"), "{yaml}");
     let table = k.ok(&["get", "pods", "-A"]);
-    assert!(table.contains("web-1") && table.contains("dns-1"), "{table}");
+    assert!(
+        table.contains("web-1") && table.contains("dns-1"),
+        "{table}"
+    );
     let labelled = k.ok(&["get", "pods", "-A", "-l", "app=web", "-o", "name"]);
     assert_eq!(labelled.trim(), "pod/web-1");
     let missing = k.run(&["get", "configmap", "never-cached"]);
     assert!(!missing.status.success());
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("not found"), "{}", String::from_utf8_lossy(&missing.stderr));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("not found"),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
 }

@@ -30,18 +30,51 @@ struct Warm {
 fn warm(extra_args: &[&str]) -> Warm {
     let cloud = Cloud::start();
     let pods = [
-        ("default", "web-1", json!({"app": "web", "tier": "front"}), "Running"),
-        ("default", "web-2", json!({"app": "web", "tier": "front", "env": "prod"}), "Running"),
-        ("default", "db-1", json!({"app": "db", "env": "prod"}), "Pending"),
+        (
+            "default",
+            "web-1",
+            json!({"app": "web", "tier": "front"}),
+            "Running",
+        ),
+        (
+            "default",
+            "web-2",
+            json!({"app": "web", "tier": "front", "env": "prod"}),
+            "Running",
+        ),
+        (
+            "default",
+            "db-1",
+            json!({"app": "db", "env": "prod"}),
+            "Pending",
+        ),
         ("kube-system", "proxy-1", json!({"app": "proxy"}), "Running"),
     ];
     for (ns, name, labels, phase) in pods {
         cloud.create("pods", pod(ns, name, "edge-1", labels, phase));
     }
-    cloud.create("pods", pod("default", "elsewhere", "edge-2", json!({"app": "web"}), "Running"));
-    cloud.create("configmaps", json!({"metadata": {"name": "settings", "namespace": "default"}, "data": {"a": "1"}}));
-    cloud.create("nodes", json!({"metadata": {"name": "edge-1", "labels": {"role": "edge"}}}));
-    cloud.create("nodes", json!({"metadata": {"name": "edge-2", "labels": {"role": "edge"}}}));
+    cloud.create(
+        "pods",
+        pod(
+            "default",
+            "elsewhere",
+            "edge-2",
+            json!({"app": "web"}),
+            "Running",
+        ),
+    );
+    cloud.create(
+        "configmaps",
+        json!({"metadata": {"name": "settings", "namespace": "default"}, "data": {"a": "1"}}),
+    );
+    cloud.create(
+        "nodes",
+        json!({"metadata": {"name": "edge-1", "labels": {"role": "edge"}}}),
+    );
+    cloud.create(
+        "nodes",
+        json!({"metadata": {"name": "edge-2", "labels": {"role": "edge"}}}),
+    );
     let dir = TempDir::new("offline");
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(extra_args));
     // What a kubelet reads: its pods, its node, a configmap, discovery and the version.
@@ -53,7 +86,11 @@ fn warm(extra_args: &[&str]) -> Warm {
         "/api/v1",
         "/api",
     ] {
-        assert_eq!(get(&format!("{}{path}", hub.url()), KUBELET).status, 200, "{path}");
+        assert_eq!(
+            get(&format!("{}{path}", hub.url()), KUBELET).status,
+            200,
+            "{path}"
+        );
     }
     let cache = hub.spec.cache_dir.clone();
     let expected = [
@@ -67,11 +104,17 @@ fn warm(extra_args: &[&str]) -> Warm {
         "_api_v1",
     ];
     assert!(
-        eventually(Duration::from_secs(10), || expected.iter().all(|p| cache.join(p).exists())),
+        eventually(Duration::from_secs(10), || expected
+            .iter()
+            .all(|p| cache.join(p).exists())),
         "cache not warm: {}",
         hub.logs()
     );
-    Warm { cloud, hub, _dir: dir }
+    Warm {
+        cloud,
+        hub,
+        _dir: dir,
+    }
 }
 
 fn names(list: &Value) -> BTreeSet<String> {
@@ -88,8 +131,15 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 }
 
 fn wait_offline(hub: &Hub, cloud: &Cloud) {
-    let series = format!("node_yurthub_server_healthy_status{{server=\"{}\"}}", cloud.url());
-    assert!(eventually(Duration::from_secs(15), || hub.metric(&series) == Some(0.0)), "{}", hub.logs());
+    let series = format!(
+        "node_yurthub_server_healthy_status{{server=\"{}\"}}",
+        cloud.url()
+    );
+    assert!(
+        eventually(Duration::from_secs(15), || hub.metric(&series) == Some(0.0)),
+        "{}",
+        hub.logs()
+    );
 }
 
 /// Every offline answer the design lists, checked on a hub whose cloud is gone.
@@ -109,19 +159,46 @@ fn check_offline_answers(hub: &Hub) {
 
     let cases: &[(&str, &[&str])] = &[
         ("/api/v1/pods", &["web-1", "web-2", "db-1", "proxy-1"]),
-        ("/api/v1/namespaces/default/pods", &["web-1", "web-2", "db-1"]),
+        (
+            "/api/v1/namespaces/default/pods",
+            &["web-1", "web-2", "db-1"],
+        ),
         ("/api/v1/namespaces/kube-system/pods", &["proxy-1"]),
-        ("/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1", &["web-1", "web-2", "db-1", "proxy-1"]),
+        (
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+            &["web-1", "web-2", "db-1", "proxy-1"],
+        ),
         ("/api/v1/pods?labelSelector=app%3Dweb", &["web-1", "web-2"]),
-        ("/api/v1/pods?labelSelector=app+in+(web,db)", &["web-1", "web-2", "db-1"]),
-        ("/api/v1/pods?labelSelector=app%20notin%20(web)", &["db-1", "proxy-1"]),
+        (
+            "/api/v1/pods?labelSelector=app+in+(web,db)",
+            &["web-1", "web-2", "db-1"],
+        ),
+        (
+            "/api/v1/pods?labelSelector=app%20notin%20(web)",
+            &["db-1", "proxy-1"],
+        ),
         ("/api/v1/pods?labelSelector=env", &["web-2", "db-1"]),
         ("/api/v1/pods?labelSelector=!env", &["web-1", "proxy-1"]),
-        ("/api/v1/pods?labelSelector=app%3D%3Dweb,env!%3Dprod", &["web-1"]),
-        ("/api/v1/pods?fieldSelector=status.phase!%3DRunning", &["db-1"]),
-        ("/api/v1/pods?fieldSelector=metadata.name%3Dproxy-1", &["proxy-1"]),
-        ("/api/v1/pods?fieldSelector=metadata.namespace%3Ddefault,status.phase%3DRunning&labelSelector=tier%3Dfront", &["web-1", "web-2"]),
-        ("/api/v1/nodes?labelSelector=role%3Dedge", &["edge-1", "edge-2"]),
+        (
+            "/api/v1/pods?labelSelector=app%3D%3Dweb,env!%3Dprod",
+            &["web-1"],
+        ),
+        (
+            "/api/v1/pods?fieldSelector=status.phase!%3DRunning",
+            &["db-1"],
+        ),
+        (
+            "/api/v1/pods?fieldSelector=metadata.name%3Dproxy-1",
+            &["proxy-1"],
+        ),
+        (
+            "/api/v1/pods?fieldSelector=metadata.namespace%3Ddefault,status.phase%3DRunning&labelSelector=tier%3Dfront",
+            &["web-1", "web-2"],
+        ),
+        (
+            "/api/v1/nodes?labelSelector=role%3Dedge",
+            &["edge-1", "edge-2"],
+        ),
         ("/api/v1/namespaces/empty/pods", &[]),
     ];
     for (path, want) in cases {
@@ -129,14 +206,33 @@ fn check_offline_answers(hub: &Hub) {
         assert_eq!(r.status, 200, "{path}: {}", r.text());
         let list = r.json();
         assert_eq!(names(&list), set(want), "{path}");
-        assert_eq!(list["kind"], if path.contains("nodes") { "NodeList" } else { "PodList" }, "{path}");
+        assert_eq!(
+            list["kind"],
+            if path.contains("nodes") {
+                "NodeList"
+            } else {
+                "PodList"
+            },
+            "{path}"
+        );
         assert_eq!(list["apiVersion"], "v1");
     }
 
     // metadata.resourceVersion is the highest of the items.
     let list = get(&url("/api/v1/pods"), KUBELET).json();
-    let highest = list["items"].as_array().unwrap().iter()
-        .map(|i| i["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap()).max().unwrap();
+    let highest = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            i["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .max()
+        .unwrap();
     assert_eq!(list["metadata"]["resourceVersion"], highest.to_string());
 
     // limit and continue walk the whole list; a token the hub did not issue is 410.
@@ -149,12 +245,20 @@ fn check_offline_answers(hub: &Hub) {
         assert!(page["items"].as_array().unwrap().len() <= 3);
         seen.extend(names(&page));
         match page["metadata"]["continue"].as_str() {
-            Some(token) if !token.is_empty() => next = url(&format!("/api/v1/pods?limit=3&continue={token}")),
+            Some(token) if !token.is_empty() => {
+                next = url(&format!("/api/v1/pods?limit=3&continue={token}"))
+            }
             _ => break,
         }
     }
-    assert_eq!((pages, seen), (2, set(&["web-1", "web-2", "db-1", "proxy-1"])));
-    let foreign = get(&url("/api/v1/pods?limit=3&continue=eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"), KUBELET);
+    assert_eq!(
+        (pages, seen),
+        (2, set(&["web-1", "web-2", "db-1", "proxy-1"]))
+    );
+    let foreign = get(
+        &url("/api/v1/pods?limit=3&continue=eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"),
+        KUBELET,
+    );
     assert_eq!(foreign.status, 410);
     assert_eq!(foreign.json()["reason"], "Expired");
 
@@ -166,14 +270,28 @@ fn check_offline_answers(hub: &Hub) {
     assert_eq!(version.status, 200);
     assert_eq!(version.header("content-type"), Some("application/json"));
     assert!(version.json()["gitVersion"].is_string());
-    assert_eq!(get(&url("/api/v1"), KUBELET).json()["kind"], "APIResourceList");
+    assert_eq!(
+        get(&url("/api/v1"), KUBELET).json()["kind"],
+        "APIResourceList"
+    );
 
     // Writes: create echoes 201 and is cached; update returns the cached object; delete 403.
     let body = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"made-offline"},"data":{"x":"y"}}"#;
-    let created = call("POST", &url("/api/v1/namespaces/default/configmaps"), KUBELET, &[("Content-Type", "application/json")], Some(body));
+    let created = call(
+        "POST",
+        &url("/api/v1/namespaces/default/configmaps"),
+        KUBELET,
+        &[("Content-Type", "application/json")],
+        Some(body),
+    );
     assert_eq!(created.status, 201);
     assert_eq!(created.body, body, "echoes the request body");
-    assert!(eventually(Duration::from_secs(5), || get(&url("/api/v1/namespaces/default/configmaps/made-offline"), KUBELET).status == 200));
+    assert!(eventually(Duration::from_secs(5), || get(
+        &url("/api/v1/namespaces/default/configmaps/made-offline"),
+        KUBELET
+    )
+    .status
+        == 200));
     let updated = call(
         "PUT",
         &url("/api/v1/namespaces/default/configmaps/settings"),
@@ -182,11 +300,27 @@ fn check_offline_answers(hub: &Hub) {
         Some(br#"{"metadata":{"name":"settings","namespace":"default"},"data":{"a":"changed"}}"#),
     );
     assert_eq!(updated.status, 200);
-    assert_eq!(updated.json()["data"]["a"], "1", "the cached object, unchanged");
-    let patched = call("PATCH", &url("/api/v1/nodes/edge-1/status"), KUBELET, &[("Content-Type", "application/merge-patch+json")], Some(b"{}"));
+    assert_eq!(
+        updated.json()["data"]["a"],
+        "1",
+        "the cached object, unchanged"
+    );
+    let patched = call(
+        "PATCH",
+        &url("/api/v1/nodes/edge-1/status"),
+        KUBELET,
+        &[("Content-Type", "application/merge-patch+json")],
+        Some(b"{}"),
+    );
     assert_eq!(patched.status, 200);
     assert_eq!(patched.json()["metadata"]["name"], "edge-1");
-    let deleted = call("DELETE", &url("/api/v1/namespaces/default/pods/web-1"), KUBELET, &[], None);
+    let deleted = call(
+        "DELETE",
+        &url("/api/v1/namespaces/default/pods/web-1"),
+        KUBELET,
+        &[],
+        None,
+    );
     assert_eq!(deleted.status, 403);
     assert_eq!(deleted.json()["reason"], "Forbidden");
 
@@ -202,7 +336,10 @@ fn check_offline_answers(hub: &Hub) {
     let mut events = Events::new(body);
     assert!(events.next_event().is_none(), "no events offline");
     let held = started.elapsed();
-    assert!(held >= Duration::from_secs(2) && held < Duration::from_secs(10), "held {held:?}");
+    assert!(
+        held >= Duration::from_secs(2) && held < Duration::from_secs(10),
+        "held {held:?}"
+    );
 }
 
 #[test]
@@ -210,7 +347,10 @@ fn answers_from_the_cache_with_the_cloud_stopped_and_after_a_restart() {
     let Warm { cloud, hub, _dir } = warm(&[]);
     cloud.stop();
     // Before the health checker notices, a failed connection falls back to the cache too.
-    let early = get(&format!("{}/api/v1/namespaces/default/pods/web-2", hub.url()), KUBELET);
+    let early = get(
+        &format!("{}/api/v1/namespaces/default/pods/web-2", hub.url()),
+        KUBELET,
+    );
     assert_eq!(early.status, 200);
     wait_offline(&hub, &cloud);
     check_offline_answers(&hub);
@@ -234,19 +374,38 @@ fn a_held_watch_ends_when_the_cloud_comes_back() {
     let Warm { cloud, hub, _dir } = warm(&[]);
     cloud.stop();
     wait_offline(&hub, &cloud);
-    let (status, body) = stream(&format!("{}/api/v1/pods?watch=1&timeoutSeconds=300", hub.url()), KUBELET);
+    let (status, body) = stream(
+        &format!("{}/api/v1/pods?watch=1&timeoutSeconds=300", hub.url()),
+        KUBELET,
+    );
     assert_eq!(status, 200);
     let mut events = Events::new(body);
     let back = Instant::now();
     cloud.restart();
     assert!(events.next_event().is_none());
-    assert!(back.elapsed() < Duration::from_secs(15), "ended {:?} after the cloud came back", back.elapsed());
+    assert!(
+        back.elapsed() < Duration::from_secs(15),
+        "ended {:?} after the cloud came back",
+        back.elapsed()
+    );
     // And the next watch goes to the cloud again.
     let rv = cloud.resource_version();
-    let (_, body) = stream(&format!("{}/api/v1/namespaces/default/pods?watch=1&resourceVersion={rv}&timeoutSeconds=30", hub.url()), KUBELET);
+    let (_, body) = stream(
+        &format!(
+            "{}/api/v1/namespaces/default/pods?watch=1&resourceVersion={rv}&timeoutSeconds=30",
+            hub.url()
+        ),
+        KUBELET,
+    );
     assert!(cloud.wait_for_watchers("pods", 1, Duration::from_secs(10)));
-    cloud.create("pods", pod("default", "after", "edge-1", json!({}), "Running"));
-    assert_eq!(Events::new(body).next_event().unwrap()["object"]["metadata"]["name"], "after");
+    cloud.create(
+        "pods",
+        pod("default", "after", "edge-1", json!({}), "Running"),
+    );
+    assert_eq!(
+        Events::new(body).next_event().unwrap()["object"]["metadata"]["name"],
+        "after"
+    );
 }
 
 #[test]
@@ -256,7 +415,12 @@ fn a_client_hanging_up_frees_its_held_watch() {
     wait_offline(&hub, &cloud);
     let before = threads(hub.pid());
     let watches: Vec<_> = (0..5)
-        .map(|_| stream(&format!("{}/api/v1/pods?watch=1&timeoutSeconds=600", hub.url()), KUBELET))
+        .map(|_| {
+            stream(
+                &format!("{}/api/v1/pods?watch=1&timeoutSeconds=600", hub.url()),
+                KUBELET,
+            )
+        })
         .collect();
     assert!(eventually(Duration::from_secs(5), || threads(hub.pid()) >= before + 5));
     drop(watches);
@@ -265,7 +429,9 @@ fn a_client_hanging_up_frees_its_held_watch() {
         "threads {} (were {before})",
         threads(hub.pid())
     );
-    assert!(eventually(Duration::from_secs(5), || hub.metric("node_yurthub_in_flight_requests_total") == Some(0.0)));
+    assert!(eventually(Duration::from_secs(5), || hub
+        .metric("node_yurthub_in_flight_requests_total")
+        == Some(0.0)));
 }
 
 #[test]
@@ -273,11 +439,18 @@ fn hostile_requests_get_400_and_never_read_outside_the_cache() {
     let Warm { cloud, hub, _dir } = warm(&[]);
     // Something a path traversal from the cache root could reach.
     let outside = hub.spec.cache_dir.parent().unwrap().join("secret");
-    std::fs::write(&outside, r#"{"kind":"Secret","metadata":{"name":"secret"},"data":{"leak":"TOPSECRET"}}"#).unwrap();
+    std::fs::write(
+        &outside,
+        r#"{"kind":"Secret","metadata":{"name":"secret"},"data":{"leak":"TOPSECRET"}}"#,
+    )
+    .unwrap();
     cloud.stop();
     wait_offline(&hub, &cloud);
     let long = "a".repeat(5000);
-    let terms = (0..10_000).map(|i| format!("k{i}")).collect::<Vec<_>>().join(",");
+    let terms = (0..10_000)
+        .map(|i| format!("k{i}"))
+        .collect::<Vec<_>>()
+        .join(",");
     let requests = [
         "/api/v1/namespaces/default/pods/..".to_owned(),
         "/api/v1/namespaces/../pods/secret".to_owned(),
@@ -293,51 +466,123 @@ fn hostile_requests_get_400_and_never_read_outside_the_cache() {
     ];
     for path in &requests {
         let answer = raw(hub.proxy, format!("GET {path} HTTP/1.1\r\nHost: x\r\nUser-Agent: {KUBELET}\r\nConnection: close\r\n\r\n").as_bytes());
-        assert_eq!(raw_status(&answer), 400, "{}: {}", &path[..path.len().min(80)], &answer[..answer.len().min(300)]);
+        assert_eq!(
+            raw_status(&answer),
+            400,
+            "{}: {}",
+            &path[..path.len().min(80)],
+            &answer[..answer.len().min(300)]
+        );
         assert!(!answer.contains("TOPSECRET"));
     }
     // A selector with many terms in a URL that is not oversized is refused by its parser.
-    let many = (0..400).map(|i| format!("k{i}")).collect::<Vec<_>>().join(",");
-    let r = get(&format!("{}/api/v1/pods?labelSelector={many}", hub.url()), KUBELET);
+    let many = (0..400)
+        .map(|i| format!("k{i}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let r = get(
+        &format!("{}/api/v1/pods?labelSelector={many}", hub.url()),
+        KUBELET,
+    );
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.json()["message"].as_str().unwrap().contains("selector"));
     // Headers that are not ASCII or absurd do not break the hub either.
     let answer = raw(hub.proxy, format!("GET /api/v1/pods HTTP/1.1\r\nHost: x\r\nUser-Agent: {}\r\nX-Bin: \u{1}\u{2}\r\nConnection: close\r\n\r\n", "k".repeat(100_000)).as_bytes());
-    assert!(matches!(raw_status(&answer), 200 | 400 | 503), "{}", &answer[..answer.len().min(200)]);
-    assert_eq!(get(&format!("{}/api/v1/namespaces/default/pods/web-1", hub.url()), KUBELET).status, 200, "still serving");
+    assert!(
+        matches!(raw_status(&answer), 200 | 400 | 503),
+        "{}",
+        &answer[..answer.len().min(200)]
+    );
+    assert_eq!(
+        get(
+            &format!("{}/api/v1/namespaces/default/pods/web-1", hub.url()),
+            KUBELET
+        )
+        .status,
+        200,
+        "still serving"
+    );
 }
 
 #[test]
 fn a_corrupted_cache_file_is_reported_not_served() {
     let Warm { cloud, hub, _dir } = warm(&[]);
-    let file = hub.spec.cache_dir.join("kubelet/pods.v1.core/default/web-2");
+    let file = hub
+        .spec
+        .cache_dir
+        .join("kubelet/pods.v1.core/default/web-2");
     std::fs::write(&file, b"{\"kind\":\"Pod\",\"metadata\":{\"na").unwrap();
     cloud.stop();
     wait_offline(&hub, &cloud);
-    let r = get(&format!("{}/api/v1/namespaces/default/pods/web-2", hub.url()), KUBELET);
+    let r = get(
+        &format!("{}/api/v1/namespaces/default/pods/web-2", hub.url()),
+        KUBELET,
+    );
     assert_eq!(r.status, 500);
     assert_eq!(r.json()["reason"], "InternalError");
-    let list = get(&format!("{}/api/v1/namespaces/default/pods", hub.url()), KUBELET);
+    let list = get(
+        &format!("{}/api/v1/namespaces/default/pods", hub.url()),
+        KUBELET,
+    );
     assert_eq!(list.status, 200);
-    assert_eq!(names(&list.json()), set(&["web-1", "db-1"]), "the damaged file is skipped");
+    assert_eq!(
+        names(&list.json()),
+        set(&["web-1", "db-1"]),
+        "the damaged file is skipped"
+    );
     assert!(hub.wait_log("damaged", Duration::from_secs(1)));
     // Back online, the next list replaces the damaged file.
     cloud.restart();
-    assert!(eventually(Duration::from_secs(15), || !get(&format!("{}/v1/readyz", hub.serve_url()), "t").text().is_empty()
-        && hub.metric(&format!("node_yurthub_server_healthy_status{{server=\"{}\"}}", cloud.url())) == Some(1.0)));
-    assert_eq!(get(&format!("{}/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1", hub.url()), KUBELET).status, 200);
-    assert!(eventually(Duration::from_secs(10), || std::fs::read(&file).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).is_some()));
+    assert!(eventually(Duration::from_secs(15), || !get(
+        &format!("{}/v1/readyz", hub.serve_url()),
+        "t"
+    )
+    .text()
+    .is_empty()
+        && hub.metric(&format!(
+            "node_yurthub_server_healthy_status{{server=\"{}\"}}",
+            cloud.url()
+        )) == Some(1.0)));
+    assert_eq!(
+        get(
+            &format!(
+                "{}/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+                hub.url()
+            ),
+            KUBELET
+        )
+        .status,
+        200
+    );
+    assert!(eventually(Duration::from_secs(10), || std::fs::read(&file)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .is_some()));
 }
 
 fn vm(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap().lines()
-        .find(|l| l.starts_with(field)).unwrap().split_whitespace().nth(1).unwrap().parse().unwrap()
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 #[test]
 fn an_offline_list_of_5000_pods_streams_from_disk() {
     let cloud = Cloud::start();
-    cloud.populate_pods(&PodFill { count: 5_000, nodes: 1, namespaces: 5, body_bytes: 5_000, prefix: "many".into() });
+    cloud.populate_pods(&PodFill {
+        count: 5_000,
+        nodes: 1,
+        namespaces: 5,
+        body_bytes: 5_000,
+        prefix: "many".into(),
+    });
     let dir = TempDir::new("offline-5000");
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
     // Read at an edge link's pace so the writer keeps up (see cache_write.rs).
@@ -348,7 +593,11 @@ fn an_offline_list_of_5000_pods_streams_from_disk() {
         std::thread::sleep(Duration::from_millis(2));
     }
     let root = hub.spec.cache_dir.join("kubelet/pods.v1.core");
-    assert!(eventually(Duration::from_secs(120), || count_files(&root) == 5_000), "{}", hub.logs());
+    assert!(
+        eventually(Duration::from_secs(120), || count_files(&root) == 5_000),
+        "{}",
+        hub.logs()
+    );
     cloud.stop();
     // Restart offline, so the peak measured is the offline list's alone.
     let hub = hub.restart();
@@ -358,16 +607,38 @@ fn an_offline_list_of_5000_pods_streams_from_disk() {
     assert_eq!(r.json()["items"].as_array().unwrap().len(), 5_000);
     assert!(r.body.len() > 25_000_000);
     let after = vm(hub.pid(), "VmHWM:");
-    assert!(after - before < 8 * 1024, "an offline list of {} bytes raised the peak RSS from {before} to {after} KiB", r.body.len());
+    assert!(
+        after - before < 8 * 1024,
+        "an offline list of {} bytes raised the peak RSS from {before} to {after} KiB",
+        r.body.len()
+    );
     // Only the collection's own directory is read: a namespace list reads one namespace.
-    let one = get(&format!("{}/api/v1/namespaces/many-3/pods?labelSelector=app%3Dapp-3", hub.url()), KUBELET).json();
+    let one = get(
+        &format!(
+            "{}/api/v1/namespaces/many-3/pods?labelSelector=app%3Dapp-3",
+            hub.url()
+        ),
+        KUBELET,
+    )
+    .json();
     assert!(names(&one).iter().all(|n| n.starts_with("many-")));
     assert!(!names(&one).is_empty());
 }
 
 fn count_files(dir: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries.flatten().map(|e| if e.path().is_dir() { count_files(&e.path()) } else { 1 }).sum()
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            if e.path().is_dir() {
+                count_files(&e.path())
+            } else {
+                1
+            }
+        })
+        .sum()
 }
 
 #[test]
@@ -377,6 +648,9 @@ fn cloud_mode_never_answers_from_a_cache() {
     drop(hub);
     let hub = Hub::start(&spec);
     cloud.stop();
-    let r = get(&format!("{}/api/v1/namespaces/default/pods/web-1", hub.url()), KUBELET);
+    let r = get(
+        &format!("{}/api/v1/namespaces/default/pods/web-1", hub.url()),
+        KUBELET,
+    );
     assert_eq!(r.status, 503);
 }
