@@ -17,7 +17,7 @@ use crate::health::{self, Backends, Probe};
 use crate::offline::Offline;
 use crate::proxy::Hub;
 use crate::serve::{self, Readiness};
-use crate::server::{self, InFlightCount, Limits};
+use crate::server::{self, Limits, Load};
 use crate::upstream::Upstream;
 use crate::{SMALL_STACK, signals};
 
@@ -26,6 +26,12 @@ const WRITER_QUEUE: usize = 1024;
 /// Body bytes the cache writer queue holds: how far the disk may fall behind the network
 /// before a response's cache session is dropped.
 const WRITER_BUDGET: usize = 8 * 1024 * 1024;
+/// The serve port answers health checks and metrics: a few connections are plenty.
+const SERVE_LIMITS: Limits = Limits {
+    max_connections: 16,
+    max_in_flight: 16,
+    stack_size: SMALL_STACK,
+};
 /// Time in-flight requests get to finish after the first signal.
 const DRAIN: Duration = Duration::from_secs(3);
 
@@ -98,14 +104,17 @@ pub fn run(config: Config) -> Result<(), AppError> {
     );
 
     // The serve port answers health checks from the start, while the rest comes up.
+    let serve_addr = serve_listener.local_addr();
     let serve_thread = {
-        let readiness = Arc::clone(&readiness);
-        let backends = Arc::clone(&backends);
+        let (readiness, backends) = (Arc::clone(&readiness), Arc::clone(&backends));
+        let handler: server::Handler = Arc::new(move |ex| serve::handle(ex, &readiness, &backends));
         let shutdown = Arc::clone(&shutdown);
         spawn("serve", move || {
-            server::serve_inline(
+            server::serve(
                 serve_listener,
-                &|ex| serve::handle(ex, &readiness, &backends),
+                handler,
+                SERVE_LIMITS,
+                Arc::new(Load::default()),
                 shutdown,
             )
         })?
@@ -174,19 +183,21 @@ pub fn run(config: Config) -> Result<(), AppError> {
         cache,
         offline,
     });
-    let in_flight = Arc::new(InFlightCount::default());
+    let load = Arc::new(Load::default());
+    let proxy_addr = proxy_listener.local_addr();
     let proxy_thread = {
-        let handler: Arc<dyn Fn(server::Exchange) + Send + Sync> = {
+        let handler: server::Handler = {
             let hub = Arc::clone(&hub);
             Arc::new(move |ex| hub.handle(ex))
         };
         let limits = Limits {
+            max_connections: config.max_requests_in_flight.saturating_mul(2).max(64),
             max_in_flight: config.max_requests_in_flight,
             stack_size: SMALL_STACK,
         };
-        let (in_flight, shutdown) = (Arc::clone(&in_flight), Arc::clone(&shutdown));
+        let (load, shutdown) = (Arc::clone(&load), Arc::clone(&shutdown));
         spawn("proxy", move || {
-            server::serve_threaded(proxy_listener, handler, limits, in_flight, shutdown)
+            server::serve(proxy_listener, handler, limits, load, shutdown)
         })?
     };
     drop(hub);
@@ -212,16 +223,18 @@ pub fn run(config: Config) -> Result<(), AppError> {
             }
         })?;
     }
+    server::wake(proxy_addr);
+    server::wake(serve_addr);
     let _ = proxy_thread.join();
     let _ = serve_thread.join();
     let deadline = Instant::now() + DRAIN;
-    while in_flight.get() > 0 && Instant::now() < deadline {
+    while load.in_flight() > 0 && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(50));
     }
-    if in_flight.get() > 0 {
+    if load.in_flight() > 0 {
         log::info!(
             "{} requests still open at shutdown (watches); closing them",
-            in_flight.get()
+            load.in_flight()
         );
     }
     writer_stop.store(true, Ordering::Release);

@@ -11,6 +11,7 @@ pub mod app;
 pub mod cache;
 pub mod config;
 pub mod health;
+pub mod http1;
 pub mod logging;
 pub mod metrics;
 pub mod offline;

@@ -27,7 +27,8 @@ use crate::status::Status;
 
 /// Largest request body an offline create accepts (etcd's own limit is 1.5 MiB).
 const MAX_CREATE_BODY: u64 = 3 * 1024 * 1024;
-/// How often a held watch checks for the cloud, shutdown and a vanished client.
+/// How often a held watch checks for the cloud and shutdown (a vanished client is noticed at
+/// once).
 const WATCH_TICK: Duration = Duration::from_secs(1);
 /// Bytes of list output gathered before a write.
 const LIST_FLUSH: usize = 32 * 1024;
@@ -48,7 +49,7 @@ pub struct Offline {
 
 impl Offline {
     /// Answers `req` from the cache; returns the HTTP status sent.
-    pub fn answer(&self, ex: Exchange, req: &ApiRequest, route: &Route) -> u16 {
+    pub fn answer(&self, ex: Exchange<'_>, req: &ApiRequest, route: &Route) -> u16 {
         let result = match (&route.local, req.resource()) {
             (Local::NonResource(file), _) => self.document(ex, file),
             (Local::Forbidden, _) => Err((
@@ -79,7 +80,7 @@ impl Offline {
         }
     }
 
-    fn document(&self, ex: Exchange, file: &str) -> Answered {
+    fn document<'c>(&self, ex: Exchange<'c>, file: &str) -> Answered<'c> {
         match self.store.get_non_resource(file) {
             Ok(Some(bytes)) => send_json(ex, 200, &bytes),
             Ok(None) => Err((
@@ -90,7 +91,7 @@ impl Offline {
         }
     }
 
-    fn get(&self, ex: Exchange, req: &ApiRequest, path: &ResourcePath) -> Answered {
+    fn get<'c>(&self, ex: Exchange<'c>, req: &ApiRequest, path: &ResourcePath) -> Answered<'c> {
         let Some(name) = path.name.clone() else {
             return Err((ex, Status::bad_request("no object name")));
         };
@@ -116,7 +117,13 @@ impl Offline {
         }
     }
 
-    fn list(&self, ex: Exchange, req: &ApiRequest, path: &ResourcePath, route: &Route) -> Answered {
+    fn list<'c>(
+        &self,
+        ex: Exchange<'c>,
+        req: &ApiRequest,
+        path: &ResourcePath,
+        route: &Route,
+    ) -> Answered<'c> {
         let collection = collection_key(&req.component, path);
         let after = match req
             .query
@@ -270,7 +277,7 @@ impl Offline {
             .map(str::to_owned)
     }
 
-    fn watch(&self, ex: Exchange, req: &ApiRequest, path: &ResourcePath) -> Answered {
+    fn watch<'c>(&self, ex: Exchange<'c>, req: &ApiRequest, path: &ResourcePath) -> Answered<'c> {
         let collection = collection_key(&req.component, path);
         if !self.store.has_collection(&collection) {
             return Err((
@@ -300,15 +307,13 @@ impl Offline {
             if left.is_zero() || self.shutdown.load(Ordering::Relaxed) {
                 break true;
             }
-            std::thread::sleep(left.min(WATCH_TICK));
+            // Waiting on the socket notices at once a client that hung up, freeing this thread.
+            if writer.client_gone(left.min(WATCH_TICK)) {
+                break false;
+            }
             if self.backends.any_healthy() {
                 // End now so the client re-lists and re-watches through the cloud.
                 break true;
-            }
-            // A lone newline between watch events is valid JSON framing; writing it finds a
-            // client that hung up, which frees this thread.
-            if writer.write(b"\n").is_err() {
-                break false;
             }
         };
         if ended_cleanly {
@@ -317,7 +322,12 @@ impl Offline {
         Ok(200)
     }
 
-    fn create(&self, mut ex: Exchange, req: &ApiRequest, path: &ResourcePath) -> Answered {
+    fn create<'c>(
+        &self,
+        mut ex: Exchange<'c>,
+        req: &ApiRequest,
+        path: &ResourcePath,
+    ) -> Answered<'c> {
         if ex.body_length().is_some_and(|n| n > MAX_CREATE_BODY) {
             return Err((ex, Status::bad_request("request body too large")));
         }
@@ -364,9 +374,10 @@ impl Offline {
     }
 }
 
-type Answered = Result<u16, (Exchange, Status)>;
+/// The status sent, or the exchange back with the `Status` to answer.
+type Answered<'c> = Result<u16, (Exchange<'c>, Status)>;
 
-fn send_json(ex: Exchange, status: u16, body: &[u8]) -> Answered {
+fn send_json<'c>(ex: Exchange<'c>, status: u16, body: &[u8]) -> Answered<'c> {
     let _ = ex.send(status, &[("Content-Type", "application/json")], body);
     Ok(status)
 }

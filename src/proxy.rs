@@ -81,7 +81,7 @@ enum Failure {
 
 impl Hub {
     /// Serves one request to the end.
-    pub fn handle(&self, ex: Exchange) {
+    pub fn handle(&self, ex: Exchange<'_>) {
         let started = Instant::now();
         let req = match request::classify(ex.method(), ex.url(), ex.headers()) {
             Ok(req) => req,
@@ -137,7 +137,12 @@ impl Hub {
         }
     }
 
-    fn serve(&self, ex: Exchange, req: &ApiRequest, in_flight: &InFlight) -> (u16, CacheStatus) {
+    fn serve(
+        &self,
+        ex: Exchange<'_>,
+        req: &ApiRequest,
+        in_flight: &InFlight,
+    ) -> (u16, CacheStatus) {
         if req.upgrade {
             // exec, attach and port-forward need the raw connection; tiny_http cannot splice it.
             let status = Status::not_implemented(
@@ -162,7 +167,7 @@ impl Hub {
 
     fn forward_and_relay(
         &self,
-        mut ex: Exchange,
+        mut ex: Exchange<'_>,
         req: Option<&ApiRequest>,
         route: &Route,
         in_flight: Option<&InFlight>,
@@ -202,7 +207,7 @@ impl Hub {
     /// route allows it, else say the cloud is unreachable.
     fn fallback(
         &self,
-        ex: Option<Exchange>,
+        ex: Option<Exchange<'_>>,
         req: Option<&ApiRequest>,
         route: &Route,
         error: UpstreamError,
@@ -229,7 +234,7 @@ impl Hub {
         (status.code, CacheStatus::Rejected)
     }
 
-    fn answer_locally(&self, ex: Exchange, req: &ApiRequest, route: &Route) -> u16 {
+    fn answer_locally(&self, ex: Exchange<'_>, req: &ApiRequest, route: &Route) -> u16 {
         match &self.offline {
             Some(offline) => {
                 METRICS
@@ -246,7 +251,7 @@ impl Hub {
     }
 
     /// Sends the request to the cloud and returns its answer's head.
-    fn forward(&self, ex: &mut Exchange, route: &Route) -> Result<Answer, Failure> {
+    fn forward(&self, ex: &mut Exchange<'_>, route: &Route) -> Result<Answer, Failure> {
         let method = ex.method().to_owned();
         let url = ex.url().to_owned();
         let headers = ex.headers().to_vec();
@@ -277,13 +282,13 @@ impl Hub {
 
     /// Streams the cloud's answer to the client, teeing it into the cache. On a failure before
     /// the client got any byte, the exchange is handed back for a fallback answer.
-    fn relay(
+    fn relay<'c>(
         &self,
-        ex: Exchange,
+        ex: Exchange<'c>,
         route: &Route,
         mut answer: Answer,
         in_flight: Option<&InFlight>,
-    ) -> Result<CacheStatus, (Option<Exchange>, Failure)> {
+    ) -> Result<CacheStatus, (Option<Exchange<'c>>, Failure)> {
         let mut session = None;
         let cache_status = match (&route.cache, &self.cache) {
             (Ok(target), Some(cache)) if wants_cache(target, &answer) => {

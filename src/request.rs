@@ -198,7 +198,7 @@ impl fmt::Display for RequestError {
 impl std::error::Error for RequestError {}
 
 /// Longest request target accepted for classification.
-pub const MAX_URL_BYTES: usize = 16 * 1024;
+pub const MAX_URL_BYTES: usize = 128 * 1024;
 
 /// Classifies one request. `headers` are (name, value) pairs as received.
 pub fn classify(

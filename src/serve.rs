@@ -43,7 +43,7 @@ impl Readiness {
 }
 
 /// Answers one request on the serve port.
-pub fn handle(ex: Exchange, readiness: &Readiness, backends: &Backends) {
+pub fn handle(ex: Exchange<'_>, readiness: &Readiness, backends: &Backends) {
     let url = ex.url().to_owned();
     let (path, query) = url.split_once('?').unwrap_or((&url, ""));
     let verbose = query

@@ -1,30 +1,40 @@
-//! The client side: the only module that touches tiny_http. It owns the listeners, caps how
-//! many requests are served at once (one thread with a small stack per request; past the cap
-//! a 429 with `Retry-After` is answered from the accept thread, so a flood never spawns
-//! threads without bound), and writes every response itself with explicit framing.
+//! The client side: the only module that touches client sockets. One thread with a small
+//! stack per connection, a cap on connections (past it the accept thread answers 429 and
+//! closes, so a flood never spawns threads without bound) and a cap on requests in flight
+//! (`--max-requests-in-flight`, 429 with `Retry-After`). Requests are framed by `http1.rs`;
+//! responses are written here with explicit framing (`Content-Length`, or chunks flushed one
+//! by one so watch events reach the client at once).
 //!
-//! Why write the framing by hand: tiny_http's own chunked encoder holds 8 KiB before sending,
-//! which would stall watch events, and `add_header` drops `Transfer-Encoding`. So a response
-//! takes the raw writer (`into_writer`), writes its status line and headers, then either a
-//! `Content-Length` body or chunks flushed one by one.
-//!
-//! Known limit of tiny_http 0.12 (measured in BENCHMARKS.md): its accept thread hands every
-//! connection to a pool thread of its own, without a cap and without read timeouts, so idle
-//! keep-alive connections each hold one such thread. The cap here bounds request threads.
+//! Why not tiny_http, which the project started with: its connection pool spawns a thread per
+//! connection without bound, sets no timeouts (an idle or silent connection holds a thread
+//! forever), and its pool can leave a new connection waiting until another one closes (a
+//! lost wake-up in `TaskPool::spawn`); and it gives no way to close a connection whose
+//! answer broke off. BENCHMARKS.md has the flood measurements.
 
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::io::{self, BufRead, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use crate::http1::{self, BodyState, HeadError, RequestHead};
 use crate::metrics::{METRICS, Metrics};
 use crate::status::Status;
 
-/// A bound listening socket served by tiny_http.
+/// Time an idle keep-alive connection is kept (Go clients keep idle connections 90 s).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Time a client has to send a whole request head once it started.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time one read of a request body, or one write of a response, may block.
+const IO_TIMEOUT: Duration = Duration::from_secs(60);
+/// Unread request body drained after an answer to keep the connection; more closes it.
+const MAX_DRAIN: u64 = 1024 * 1024;
+/// Read buffer of a connection: a request head fits; bodies bypass it.
+const READ_BUFFER: usize = 4 * 1024;
+
+/// A bound listening socket.
 pub struct Listener {
-    server: tiny_http::Server,
     socket: TcpListener,
     addr: SocketAddr,
 }
@@ -33,13 +43,7 @@ pub struct Listener {
 pub fn bind(addr: SocketAddr) -> io::Result<Listener> {
     let socket = TcpListener::bind(addr)?;
     let addr = socket.local_addr()?;
-    let server = tiny_http::Server::from_listener(socket.try_clone()?, None)
-        .map_err(|e| io::Error::other(e.to_string()))?;
-    Ok(Listener {
-        server,
-        socket,
-        addr,
-    })
+    Ok(Listener { socket, addr })
 }
 
 impl Listener {
@@ -47,156 +51,314 @@ impl Listener {
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }
-
-    /// Waits up to `timeout` for the next request. An `Err` means tiny_http's accept thread
-    /// died (it stops on any accept error, e.g. out of file descriptors): the listener is
-    /// rebuilt on the same socket and the old one keeps serving its open connections.
-    fn next(
-        &mut self,
-        timeout: Duration,
-        on_orphan: &dyn Fn(tiny_http::Server),
-    ) -> Option<tiny_http::Request> {
-        match self.server.recv_timeout(timeout) {
-            Ok(request) => request,
-            Err(e) => {
-                log::error!(
-                    "accepting connections failed on {}: {e}; restarting the listener",
-                    self.addr
-                );
-                // Give a transient condition (EMFILE) a moment instead of spinning.
-                thread::sleep(Duration::from_millis(200));
-                match self
-                    .socket
-                    .try_clone()
-                    .map_err(|e| e.to_string())
-                    .and_then(|s| {
-                        tiny_http::Server::from_listener(s, None).map_err(|e| e.to_string())
-                    }) {
-                    Ok(fresh) => {
-                        let old = std::mem::replace(&mut self.server, fresh);
-                        on_orphan(old);
-                    }
-                    Err(e) => log::error!("cannot restart the listener on {}: {e}", self.addr),
-                }
-                None
-            }
-        }
-    }
 }
 
-/// How request threads are run.
+/// Wakes a listener blocked in `accept` (after its shutdown flag is set).
+pub fn wake(addr: SocketAddr) {
+    let target = match addr {
+        SocketAddr::V4(a) if a.ip().is_unspecified() => {
+            SocketAddr::from(([127, 0, 0, 1], a.port()))
+        }
+        SocketAddr::V6(a) if a.ip().is_unspecified() => {
+            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, a.port()))
+        }
+        other => other,
+    };
+    let _ = TcpStream::connect_timeout(&target, Duration::from_millis(200));
+}
+
+/// The caps of one listener.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Requests served at once; past it, 429.
+    /// Open connections (one thread each); past it, 429 at accept.
+    pub max_connections: usize,
+    /// Requests being served; past it, 429.
     pub max_in_flight: usize,
-    /// Stack of each request thread.
+    /// Stack of each connection thread.
     pub stack_size: usize,
 }
 
-/// Requests being served, shared with whoever waits for them to drain.
+/// Connections and requests being served, shared with whoever waits for them to drain.
 #[derive(Debug, Default)]
-pub struct InFlightCount(AtomicUsize);
+pub struct Load {
+    connections: AtomicUsize,
+    in_flight: AtomicUsize,
+}
 
-impl InFlightCount {
+impl Load {
     /// Requests being served now.
-    pub fn get(&self) -> usize {
-        self.0.load(Ordering::Acquire)
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Connections open now.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Acquire)
     }
 }
 
-/// Serves `listener` until `shutdown` is set: each request runs `handler` on its own thread.
-pub fn serve_threaded(
-    mut listener: Listener,
-    handler: Arc<dyn Fn(Exchange) + Send + Sync>,
+/// A request handler; it must answer through the [`Exchange`].
+pub type Handler = Arc<dyn Fn(Exchange<'_>) + Send + Sync>;
+
+/// Accepts connections until `shutdown` is set (then [`wake`] the listener).
+pub fn serve(
+    listener: Listener,
+    handler: Handler,
     limits: Limits,
-    in_flight: Arc<InFlightCount>,
+    load: Arc<Load>,
     shutdown: Arc<AtomicBool>,
 ) {
-    let dispatch = |request: tiny_http::Request| {
-        let exchange = Exchange::new(request);
-        if shutdown.load(Ordering::Relaxed) {
-            let _ = exchange.send_status(&Status::service_unavailable("the hub is shutting down"));
-            return;
+    let mut last_error_log: Option<Instant> = None;
+    while !shutdown.load(Ordering::Acquire) {
+        let (stream, peer) = match listener.socket.accept() {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors and the like: keep the listener, slow down.
+                if last_error_log.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    log::error!("accepting a connection on {} failed: {e}", listener.addr);
+                    last_error_log = Some(Instant::now());
+                }
+                thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        if shutdown.load(Ordering::Acquire) {
+            break;
         }
-        // Reserve a slot before spawning so the cap holds even under a burst.
-        if in_flight.0.fetch_add(1, Ordering::AcqRel) >= limits.max_in_flight {
-            in_flight.0.fetch_sub(1, Ordering::AcqRel);
-            Metrics::inc(&METRICS.rejected_requests);
-            let status = Status::too_many_requests(
-                format!(
-                    "the hub is serving its maximum of {} requests; retry shortly",
-                    limits.max_in_flight
-                ),
-                1,
-            );
-            let _ = exchange.send_status(&status);
-            return;
+        if load.connections.fetch_add(1, Ordering::AcqRel) >= limits.max_connections {
+            load.connections.fetch_sub(1, Ordering::AcqRel);
+            refuse(stream, &too_busy(limits.max_connections, "connections"));
+            continue;
         }
-        let slot = Slot(Arc::clone(&in_flight));
-        let handler = Arc::clone(&handler);
+        let slot = ConnectionSlot(Arc::clone(&load));
+        let (handler, load, shutdown) = (
+            Arc::clone(&handler),
+            Arc::clone(&load),
+            Arc::clone(&shutdown),
+        );
+        // The stream moves into the thread; keep a handle to answer if the spawn fails.
+        let spare = stream.try_clone();
         let spawned = thread::Builder::new()
-            .name("request".into())
+            .name("conn".into())
             .stack_size(limits.stack_size)
             .spawn(move || {
                 let _slot = slot;
-                handler(exchange);
+                serve_connection(stream, peer, &handler, limits, &load, &shutdown);
             });
         if let Err(e) = spawned {
-            // The exchange went down with the closure; tiny_http answers 500 for a dropped request.
-            log::error!("cannot start a request thread: {e}");
-        }
-    };
-    serve_loop(&mut listener, &shutdown, &dispatch);
-}
-
-/// Serves `listener` on the calling thread (health and metrics: quick answers only).
-pub fn serve_inline(
-    mut listener: Listener,
-    handler: &(dyn Fn(Exchange) + Sync),
-    shutdown: Arc<AtomicBool>,
-) {
-    let dispatch = |request: tiny_http::Request| handler(Exchange::new(request));
-    serve_loop(&mut listener, &shutdown, &dispatch);
-}
-
-fn serve_loop(
-    listener: &mut Listener,
-    shutdown: &AtomicBool,
-    dispatch: &(dyn Fn(tiny_http::Request) + Sync),
-) {
-    thread::scope(|scope| {
-        let orphan = |old: tiny_http::Server| {
-            // The old server's open connections still send requests its way.
-            scope.spawn(move || {
-                while !shutdown.load(Ordering::Relaxed) {
-                    if let Ok(Some(request)) = old.recv_timeout(Duration::from_secs(1)) {
-                        dispatch(request);
-                    }
-                }
-            });
-        };
-        while !shutdown.load(Ordering::Relaxed) {
-            if let Some(request) = listener.next(Duration::from_millis(250), &orphan) {
-                dispatch(request);
+            log::error!("cannot start a connection thread: {e}");
+            if let Ok(stream) = spare {
+                refuse(
+                    stream,
+                    &Status::service_unavailable("the hub cannot start a thread right now"),
+                );
             }
         }
-    });
-}
-
-/// Frees an in-flight slot when the request thread ends, however it ends.
-struct Slot(Arc<InFlightCount>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
+fn too_busy(limit: usize, what: &str) -> Status {
+    Metrics::inc(&METRICS.rejected_requests);
+    Status::too_many_requests(
+        format!("the hub is serving its maximum of {limit} {what}; retry shortly"),
+        1,
+    )
+}
+
+/// Answers a connection the hub will not serve, without reading its request, and closes it.
+fn refuse(stream: TcpStream, status: &Status) {
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let body = status.to_json();
+    let head = format!(
+        "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nRetry-After: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        status.code,
+        reason_phrase(status.code),
+        status.retry_after.unwrap_or(1),
+        body.len()
+    );
+    let mut stream = stream;
+    let _ = stream
+        .write_all(head.as_bytes())
+        .and_then(|()| stream.write_all(&body));
+    let _ = stream.shutdown(Shutdown::Write);
+}
+
+/// Frees a connection slot when its thread ends, however it ends.
+struct ConnectionSlot(Arc<Load>);
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Frees a request slot when the request ends.
+struct RequestSlot<'a>(&'a Load);
+
+impl Drop for RequestSlot<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One client connection: the socket and what has been read from it.
+struct Conn {
+    stream: TcpStream,
+    buf: Box<[u8]>,
+    pos: usize,
+    len: usize,
+    peer: SocketAddr,
+    /// The response was written whole; the connection may serve another request.
+    response_complete: bool,
+    /// The response head went out.
+    response_started: bool,
+    /// Something went wrong on the connection: close it after this exchange.
+    broken: bool,
+}
+
+impl Read for Conn {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.pos == self.len && out.len() >= self.buf.len() {
+            // Large reads bypass the buffer.
+            return self.stream.read(out);
+        }
+        let available = self.fill_buf()?;
+        let n = available.len().min(out.len());
+        out[..n].copy_from_slice(&available[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl BufRead for Conn {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        if self.pos == self.len {
+            self.len = self.stream.read(&mut self.buf)?;
+            self.pos = 0;
+        }
+        Ok(&self.buf[self.pos..self.len])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.len);
+    }
+}
+
+fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    handler: &Handler,
+    limits: Limits,
+    load: &Load,
+    shutdown: &AtomicBool,
+) {
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+    let mut conn = Conn {
+        stream,
+        buf: vec![0u8; READ_BUFFER].into_boxed_slice(),
+        pos: 0,
+        len: 0,
+        peer,
+        response_complete: false,
+        response_started: false,
+        broken: false,
+    };
+    let mut first = true;
+    loop {
+        // Wait for the next request, then give the head a deadline. A new connection gets
+        // only the head's time to start talking, so silent connections do not pile up.
+        let wait = if first { HEAD_TIMEOUT } else { IDLE_TIMEOUT };
+        first = false;
+        let _ = conn.stream.set_read_timeout(Some(wait));
+        match conn.fill_buf() {
+            Ok([]) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let _ = conn.stream.set_read_timeout(Some(HEAD_TIMEOUT));
+        let head = match http1::read_head(&mut conn) {
+            Ok(head) => head,
+            Err(e) => {
+                if let Some(code) = e.status() {
+                    log::debug!("bad request from {peer}: {e}");
+                    let status = match e {
+                        HeadError::UriTooLong => {
+                            Status::new(code, "RequestURITooLong", e.to_string())
+                        }
+                        HeadError::TooLarge(_) => {
+                            Status::new(code, "RequestHeaderFieldsTooLarge", e.to_string())
+                        }
+                        HeadError::Io(_) => {
+                            Status::new(code, "Timeout", "the request head did not arrive in time")
+                        }
+                        _ => Status::new(code, "BadRequest", e.to_string()),
+                    };
+                    let _ = answer_and_close(&mut conn, &status, code);
+                }
+                return;
+            }
+        };
+        let framing = match head.framing() {
+            Ok(framing) => framing,
+            Err(e) => {
+                let _ = answer_and_close(&mut conn, &Status::bad_request(e.to_string()), 400);
+                return;
+            }
+        };
+        let _ = conn.stream.set_read_timeout(Some(IO_TIMEOUT));
+        let keep_alive = head.keep_alive() && !shutdown.load(Ordering::Acquire);
+        conn.response_complete = false;
+        conn.response_started = false;
+        let exchange = Exchange {
+            conn: &mut conn,
+            head: Box::new(head),
+            body: BodyState::new(framing),
+            continue_sent: false,
+        };
+        if load.in_flight.fetch_add(1, Ordering::AcqRel) >= limits.max_in_flight {
+            load.in_flight.fetch_sub(1, Ordering::AcqRel);
+            let _ = exchange.send_status(&too_busy(limits.max_in_flight, "requests in flight"));
+        } else {
+            let _slot = RequestSlot(load);
+            handler(exchange);
+        }
+        if !conn.response_started {
+            // A handler that forgot to answer: say so rather than leave the client waiting.
+            log::error!("a request from {peer} got no answer");
+            let _ = answer_and_close(
+                &mut conn,
+                &Status::internal("the hub did not answer this request"),
+                500,
+            );
+            return;
+        }
+        if !keep_alive || !conn.response_complete || conn.broken {
+            let _ = conn.stream.shutdown(Shutdown::Both);
+            return;
+        }
+    }
+}
+
+fn answer_and_close(conn: &mut Conn, status: &Status, code: u16) -> io::Result<()> {
+    let body = status.to_json();
+    let head = format!(
+        "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        reason_phrase(code),
+        body.len()
+    );
+    conn.response_started = true;
+    conn.stream.write_all(head.as_bytes())?;
+    conn.stream.write_all(&body)?;
+    conn.stream.shutdown(Shutdown::Both)
+}
+
 /// One request and the means to answer it.
-pub struct Exchange {
-    // Boxed: tiny_http's request is large and exchanges travel by value through results.
-    request: Box<tiny_http::Request>,
-    headers: Vec<(String, String)>,
+pub struct Exchange<'c> {
+    conn: &'c mut Conn,
+    // Boxed: exchanges travel by value through results, and the head is the bulk of one.
+    head: Box<RequestHead>,
+    body: BodyState,
+    continue_sent: bool,
 }
 
 /// How the body of a response is delimited.
@@ -208,85 +370,64 @@ pub enum Length {
     Streamed,
 }
 
-impl Exchange {
-    fn new(request: tiny_http::Request) -> Exchange {
-        let headers = request
-            .headers()
-            .iter()
-            .map(|h| {
-                (
-                    h.field.as_str().as_str().to_owned(),
-                    h.value.as_str().to_owned(),
-                )
-            })
-            .collect();
-        Exchange {
-            request: Box::new(request),
-            headers,
-        }
-    }
-
+impl<'c> Exchange<'c> {
     /// The request method.
     pub fn method(&self) -> &str {
-        self.request.method().as_str()
+        &self.head.method
     }
 
     /// The request target: path and query, as sent.
     pub fn url(&self) -> &str {
-        self.request.url()
+        &self.head.target
     }
 
     /// Request headers as (name, value).
     pub fn headers(&self) -> &[(String, String)] {
-        &self.headers
+        &self.head.headers
     }
 
     /// The first header named `name`.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.head.header(name)
     }
 
     /// `Content-Length` of the request body, when the client sent one.
     pub fn body_length(&self) -> Option<u64> {
-        self.request.body_length().map(|n| n as u64)
+        match self.body {
+            BodyState::Length(n) => Some(n),
+            BodyState::Done if self.header("content-length").is_some() => Some(0),
+            _ => None,
+        }
     }
 
-    /// True when the request carries a body (a length above zero, or chunked).
+    /// True when the request carries a body.
     pub fn has_body(&self) -> bool {
-        match self.request.body_length() {
-            Some(n) => n > 0,
-            None => self.header("transfer-encoding").is_some(),
-        }
+        self.body != BodyState::Done
     }
 
     /// The request body.
     pub fn body(&mut self) -> &mut dyn Read {
-        self.request.as_reader()
+        self
     }
 
     /// The peer address.
-    pub fn remote(&self) -> Option<SocketAddr> {
-        self.request.remote_addr().copied()
+    pub fn remote(&self) -> SocketAddr {
+        self.conn.peer
     }
 
     /// Sends the status line and headers; the body follows through the returned writer.
     /// `headers` must not contain framing headers (`Content-Length`, `Transfer-Encoding`,
     /// `Connection`): this function writes those.
     pub fn start(
-        self,
+        mut self,
         status: u16,
         headers: &[(&str, &str)],
         length: Length,
-    ) -> io::Result<BodyWriter> {
-        let http10 = self.request.http_version() == &tiny_http::HTTPVersion(1, 0);
-        let wants_close = self
-            .header("connection")
-            .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")));
-        let no_body =
-            self.request.method() == &tiny_http::Method::Head || status == 204 || status == 304;
+    ) -> io::Result<BodyWriter<'c>> {
+        self.finish_request_body();
+        let http10 = self.head.minor_version == 0;
+        let keep_alive = self.head.keep_alive();
+        let no_body = self.head.method == "HEAD" || status == 204 || status == 304;
         let framing = match length {
             Length::Known(n) => Framing::Known(n),
             Length::Streamed if no_body => Framing::Known(0),
@@ -298,8 +439,8 @@ impl Exchange {
             format!("HTTP/1.1 {status} {}\r\n", reason_phrase(status)).as_bytes(),
         );
         for (name, value) in headers {
-            if value.contains(['\r', '\n']) {
-                continue; // never let a header value split the response
+            if value.contains(['\r', '\n']) || name.contains(['\r', '\n', ':']) {
+                continue; // never let a header split the response
             }
             head.extend_from_slice(name.as_bytes());
             head.extend_from_slice(b": ");
@@ -313,16 +454,16 @@ impl Exchange {
             (_, Framing::Chunked) => head.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
             _ => {}
         }
-        if http10 || wants_close || framing == Framing::Close {
+        if !keep_alive || framing == Framing::Close {
             head.extend_from_slice(b"Connection: close\r\n");
         }
         head.extend_from_slice(b"\r\n");
-        let mut out = self.request.into_writer();
-        out.write_all(&head)?;
-        // Flush now: a watch client waits for the head before it reads any event.
-        out.flush()?;
+        let conn = self.conn;
+        conn.response_started = true;
+        // One write, and no waiting: a watch client needs the head before any event.
+        conn.stream.write_all(&head)?;
         Ok(BodyWriter {
-            out,
+            conn,
             framing: if no_body { Framing::Known(0) } else { framing },
             discard: no_body,
             frame: Vec::new(),
@@ -345,6 +486,54 @@ impl Exchange {
         }
         self.send(status.code, &headers, &status.to_json())
     }
+
+    /// Before answering: drain a small unread body so the connection can serve the next
+    /// request, or mark the connection for closing.
+    fn finish_request_body(&mut self) {
+        if self.body == BodyState::Done {
+            return;
+        }
+        if matches!(self.body, BodyState::Length(n) if n > MAX_DRAIN)
+            || (self.head.expects_continue() && !self.continue_sent)
+        {
+            self.conn.broken = true;
+            return;
+        }
+        let mut sink = [0u8; 4096];
+        let mut drained = 0u64;
+        loop {
+            match self.body.read(self.conn, &mut sink) {
+                Ok(0) => return,
+                Ok(n) => {
+                    drained += n as u64;
+                    if drained > MAX_DRAIN {
+                        self.conn.broken = true;
+                        return;
+                    }
+                }
+                Err(_) => {
+                    self.conn.broken = true;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Read for Exchange<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.head.expects_continue() && !self.continue_sent && self.body != BodyState::Done {
+            self.continue_sent = true;
+            self.conn
+                .stream
+                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+        }
+        let result = self.body.read(self.conn, out);
+        if result.is_err() {
+            self.conn.broken = true;
+        }
+        result
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -354,26 +543,23 @@ enum Framing {
     Close,
 }
 
-/// Writes a response body with the framing chosen in [`Exchange::start`]; every write is
-/// flushed so watch events reach the client at once.
-pub struct BodyWriter {
-    out: Box<dyn Write + Send>,
+/// Writes a response body with the framing chosen in [`Exchange::start`]; every write goes
+/// out at once so watch events reach the client without delay.
+pub struct BodyWriter<'c> {
+    conn: &'c mut Conn,
     framing: Framing,
     /// HEAD and bodiless statuses: bytes are counted, not sent.
     discard: bool,
     frame: Vec<u8>,
 }
 
-impl BodyWriter {
+impl BodyWriter<'_> {
     /// Sends `data` now.
     pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
-        if data.is_empty() {
+        if data.is_empty() || self.discard {
             return Ok(());
         }
-        if self.discard {
-            return Ok(());
-        }
-        match &mut self.framing {
+        let result = match &mut self.framing {
             Framing::Known(remaining) => {
                 if data.len() as u64 > *remaining {
                     return Err(io::Error::new(
@@ -382,9 +568,9 @@ impl BodyWriter {
                     ));
                 }
                 *remaining -= data.len() as u64;
-                self.out.write_all(data)?;
+                self.conn.stream.write_all(data)
             }
-            Framing::Close => self.out.write_all(data)?,
+            Framing::Close => self.conn.stream.write_all(data),
             Framing::Chunked => {
                 // One write per chunk: size line, data and CRLF together.
                 self.frame.clear();
@@ -392,35 +578,64 @@ impl BodyWriter {
                     .extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
                 self.frame.extend_from_slice(data);
                 self.frame.extend_from_slice(b"\r\n");
-                self.out.write_all(&self.frame)?;
+                self.conn.stream.write_all(&self.frame)
             }
+        };
+        if result.is_err() {
+            self.conn.broken = true;
         }
-        self.out.flush()
+        result
     }
 
     /// Ends the body cleanly (the terminal chunk for chunked framing).
-    pub fn finish(mut self) -> io::Result<()> {
-        match self.framing {
-            Framing::Chunked => {
-                self.out.write_all(b"0\r\n\r\n")?;
-                self.out.flush()
+    pub fn finish(self) -> io::Result<()> {
+        let result = match self.framing {
+            Framing::Chunked => self.conn.stream.write_all(b"0\r\n\r\n"),
+            Framing::Known(0) => Ok(()),
+            Framing::Close => {
+                self.conn.broken = true;
+                Ok(())
             }
-            Framing::Known(0) | Framing::Close => self.out.flush(),
             Framing::Known(n) => Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 format!("body ended {n} bytes short of its Content-Length"),
             )),
+        };
+        match &result {
+            Ok(()) => self.conn.response_complete = true,
+            Err(_) => self.conn.broken = true,
         }
+        result
     }
 
-    /// Ends the body so the client sees a failure rather than a short but valid answer: an
-    /// invalid chunk for chunked framing (the client drops the connection). tiny_http gives
-    /// no way to close the socket itself.
-    pub fn abort(mut self) {
-        if self.framing == Framing::Chunked && !self.discard {
-            let _ = self.out.write_all(b"xx\r\n");
-            let _ = self.out.flush();
+    /// Ends the body so the client sees a failure rather than a short but valid answer: the
+    /// connection is closed without the end of the body.
+    pub fn abort(self) {
+        self.conn.broken = true;
+        let _ = self.conn.stream.shutdown(Shutdown::Both);
+    }
+
+    /// Waits up to `wait` and tells whether the client has closed its side of the
+    /// connection (a held watch stops at once when it has).
+    pub fn client_gone(&mut self, wait: Duration) -> bool {
+        if self.conn.pos < self.conn.len {
+            return false; // the client already sent more (a pipelined request)
         }
+        let _ = self
+            .conn
+            .stream
+            .set_read_timeout(Some(wait.max(Duration::from_millis(1))));
+        let mut probe = [0u8; 1];
+        let gone = match self.conn.stream.peek(&mut probe) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+            ),
+        };
+        let _ = self.conn.stream.set_read_timeout(Some(IO_TIMEOUT));
+        gone
     }
 }
 
@@ -445,17 +660,21 @@ pub fn reason_phrase(status: u16) -> &'static str {
         404 => "Not Found",
         405 => "Method Not Allowed",
         406 => "Not Acceptable",
+        408 => "Request Timeout",
         409 => "Conflict",
         410 => "Gone",
         413 => "Payload Too Large",
+        414 => "URI Too Long",
         415 => "Unsupported Media Type",
         422 => "Unprocessable Entity",
         429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         501 => "Not Implemented",
         502 => "Bad Gateway",
         503 => "Service Unavailable",
         504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
         _ => "Status",
     }
 }

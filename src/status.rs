@@ -32,7 +32,8 @@ pub struct Details {
 }
 
 impl Status {
-    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Status {
+    /// A failure with any code and reason.
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Status {
         Status {
             code,
             reason,

@@ -470,3 +470,45 @@ fn graceful_shutdown_on_sigterm_even_with_open_watches() {
         "within procd's term_timeout"
     );
 }
+
+#[test]
+fn silent_connections_are_capped_and_then_dropped() {
+    use std::net::TcpStream;
+    let cloud = Cloud::start();
+    let dir = TempDir::new("silent");
+    // 10 requests in flight; connections are capped at max(2 × 10, 64) = 64.
+    let hub =
+        Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(&["--max-requests-in-flight=10"]));
+    let base = threads(hub.pid());
+    let mut silent: Vec<TcpStream> = (0..80)
+        .map(|_| TcpStream::connect(hub.proxy).unwrap())
+        .collect();
+    // Past the cap, the accept thread answers 429 at once and closes.
+    let mut refused = 0;
+    for s in &mut silent[64..] {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        if raw_status(&answer) == 429 {
+            refused += 1;
+            assert!(answer.contains("Retry-After: 1"), "{answer}");
+        }
+    }
+    assert_eq!(refused, 16);
+    assert!(
+        threads(hub.pid()) <= base + 64,
+        "one thread per served connection, no more"
+    );
+    // The served ones never sent a request: they are closed after the head timeout (10 s).
+    for s in &mut silent[..64] {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        assert!(answer.is_empty() || raw_status(&answer) == 408, "{answer}");
+    }
+    assert!(eventually(Duration::from_secs(5), || threads(hub.pid()) <= base + 1));
+    assert_eq!(
+        get(&format!("{}/api/v1/namespaces", hub.url()), "curl/8").status,
+        200
+    );
+}
