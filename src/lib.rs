@@ -7,6 +7,7 @@
 // with a SAFETY comment.
 #![deny(unsafe_code)]
 
+pub mod alloc;
 pub mod app;
 pub mod cache;
 pub mod config;

@@ -2,6 +2,9 @@
 
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOCATOR: tinyhub::alloc::Counting = tinyhub::alloc::Counting;
+
 fn main() -> ExitCode {
     let config = match tinyhub::config::from_args(std::env::args_os().skip(1)) {
         Ok(tinyhub::config::Command::Run(config)) => config,

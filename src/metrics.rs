@@ -33,6 +33,8 @@ pub struct Metrics {
     pub cache_errors: AtomicU64,
     /// Messages waiting in the writer queue.
     pub cache_writer_queue_depth: AtomicI64,
+    /// Microseconds the writer spent handling messages (its throughput is objects / this).
+    pub cache_writer_busy_micros: AtomicU64,
     /// Requests answered from the cache because the cloud was unreachable.
     pub offline_answers: AtomicU64,
     /// Requests refused with 429 at the concurrency cap.
@@ -65,6 +67,7 @@ impl Metrics {
             cache_sessions_committed: AtomicU64::new(0),
             cache_errors: AtomicU64::new(0),
             cache_writer_queue_depth: AtomicI64::new(0),
+            cache_writer_busy_micros: AtomicU64::new(0),
             offline_answers: AtomicU64::new(0),
             rejected_requests: AtomicU64::new(0),
             in_flight_total: AtomicI64::new(0),

@@ -283,6 +283,7 @@ pub fn run(store: &Store, rx: CacheRx, stop: &AtomicBool) {
         };
         match rx.rx.recv_timeout(wait) {
             Ok(msg) => {
+                let started = std::time::Instant::now();
                 rx.queue
                     .queued_bytes
                     .fetch_sub(msg.payload_len(), Ordering::Relaxed);
@@ -290,6 +291,9 @@ pub fn run(store: &Store, rx: CacheRx, stop: &AtomicBool) {
                     .cache_writer_queue_depth
                     .fetch_sub(1, Ordering::Relaxed);
                 handle(store, &mut sessions, msg);
+                METRICS
+                    .cache_writer_busy_micros
+                    .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
             }
             Err(RecvTimeoutError::Timeout) if stop.load(Ordering::Acquire) => break,
             Err(RecvTimeoutError::Timeout) => {}

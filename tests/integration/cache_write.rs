@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::*;
+use crate::support::hub::*;
 use crate::support::{Cloud, PodFill};
 
 fn pod(ns: &str, name: &str, node: &str, labels: serde_json::Value) -> serde_json::Value {
@@ -482,6 +482,7 @@ fn a_50_mb_cached_list_keeps_the_hub_small() {
     });
     let dir = TempDir::new("big-cached");
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    let before = proc_status(hub.pid(), "VmHWM:");
     assert!(read_like_an_edge_link(&format!("{}/api/v1/pods", hub.url())) > 50_000_000);
     let root = hub.spec.cache_dir.join("kubelet/pods.v1.core");
     assert!(
@@ -490,19 +491,11 @@ fn a_50_mb_cached_list_keeps_the_hub_small() {
         "{}",
         hub.logs()
     );
-    let status = std::fs::read_to_string(format!("/proc/{}/status", hub.pid())).unwrap();
-    let hwm: u64 = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
+    // Growth of the peak, so the figure holds under an emulator too (qemu has its own RSS).
+    let hwm = proc_status(hub.pid(), "VmHWM:");
     assert!(
-        hwm < 40 * 1024,
-        "hub peak RSS {hwm} KiB after caching a 50 MB list"
+        hwm - before < 24 * 1024,
+        "hub peak RSS grew from {before} to {hwm} KiB caching a 50 MB list"
     );
 
     // The same list again: nothing is rewritten.

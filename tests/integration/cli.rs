@@ -3,7 +3,7 @@
 
 use std::process::Output;
 
-use crate::harness::*;
+use crate::support::hub::*;
 use crate::support::{Auth, Cloud};
 
 fn run(args: &[&str]) -> Output {

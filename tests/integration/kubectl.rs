@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::*;
+use crate::support::hub::*;
 use crate::support::{Cloud, write_plain_kubeconfig};
 
 struct Kubectl {

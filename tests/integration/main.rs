@@ -10,7 +10,7 @@ mod support;
 
 mod cache_write;
 mod cli;
+mod cross;
 mod forward;
-mod harness;
 mod kubectl;
 mod offline;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::*;
+use crate::support::hub::*;
 use crate::support::{Cloud, PodFill};
 
 fn pod(ns: &str, name: &str, node: &str, labels: Value, phase: &str) -> Value {
@@ -578,19 +578,6 @@ fn a_corrupted_cache_file_is_reported_not_served() {
         .is_some()));
 }
 
-fn vm(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find(|l| l.starts_with(field))
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn an_offline_list_of_5000_pods_streams_from_disk() {
     let cloud = Cloud::start();
@@ -619,12 +606,12 @@ fn an_offline_list_of_5000_pods_streams_from_disk() {
     cloud.stop();
     // Restart offline, so the peak measured is the offline list's alone.
     let hub = hub.restart();
-    let before = vm(hub.pid(), "VmHWM:");
+    let before = proc_status(hub.pid(), "VmHWM:");
     let r = get(&format!("{}/api/v1/pods", hub.url()), KUBELET);
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["items"].as_array().unwrap().len(), 5_000);
     assert!(r.body.len() > 25_000_000);
-    let after = vm(hub.pid(), "VmHWM:");
+    let after = proc_status(hub.pid(), "VmHWM:");
     assert!(
         after - before < 8 * 1024,
         "an offline list of {} bytes raised the peak RSS from {before} to {after} KiB",

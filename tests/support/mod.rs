@@ -1,5 +1,6 @@
 //! Test support shared by tinyhub's integration tests, examples and benchmarks: the
-//! stand-in cloud apiserver ([`Cloud`]), its test PKI ([`Pki`]) and kubeconfig writers.
+//! stand-in cloud apiserver ([`Cloud`]), its test PKI ([`Pki`]), kubeconfig writers, and
+//! the launcher and client of a real hub process ([`hub`]).
 //!
 //! Included as a plain module (`#[path = "../support/mod.rs"] mod support;`), never built
 //! as a crate of its own; it does not touch tinyhub's code.
@@ -8,6 +9,7 @@
 #![allow(dead_code)]
 
 mod cloud;
+pub mod hub;
 mod kubeconfig;
 mod pki;
 mod util;

@@ -1,8 +1,9 @@
-//! Test harness: runs the real `tinyhub` binary as a child process (or the binary named by
-//! `TINYHUB_TEST_BIN`, under the runner named by `TINYHUB_TEST_RUNNER`, e.g. qemu), learns its
-//! ports from its log, and talks to it over plain HTTP like a node component would.
-//! Synchronisation is by readiness and by polling for conditions with a deadline, never by
-//! fixed sleeps.
+//! Runs the real `tinyhub` binary as a child process (the one built beside the running test,
+//! example or benchmark, or the one named by `TINYHUB_TEST_BIN`, under the runner named by
+//! `TINYHUB_TEST_RUNNER`, e.g. qemu), learns its ports from its log, and talks to it over plain
+//! HTTP like a node component would. Shared by the integration tests, the demo and the
+//! benchmarks. Synchronisation is by readiness and by polling for conditions with a deadline,
+//! never by fixed sleeps.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -11,7 +12,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::{Auth, Cloud};
+use super::{Auth, Cloud};
 
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);
@@ -95,10 +96,30 @@ pub struct Hub {
     pub spec: HubSpec,
 }
 
+/// The `tinyhub` binary: `TINYHUB_TEST_BIN`, or the one cargo built beside this program
+/// (tests and benchmarks run from `target/<profile>/deps/`, examples from
+/// `target/<profile>/examples/`).
+pub fn hub_binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("TINYHUB_TEST_BIN") {
+        return PathBuf::from(bin);
+    }
+    let exe = std::env::current_exe().expect("the path of this program");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/<kind>/<program>");
+    let bin = profile_dir.join("tinyhub");
+    assert!(
+        bin.exists(),
+        "{} is not built: run `cargo build` (or `make`) first",
+        bin.display()
+    );
+    bin
+}
+
 /// The binary under test and the runner prefix, from the environment or the build.
 pub fn hub_command() -> Command {
-    let bin = std::env::var("TINYHUB_TEST_BIN")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_tinyhub").to_owned());
+    let bin = hub_binary();
     match std::env::var("TINYHUB_TEST_RUNNER")
         .ok()
         .filter(|r| !r.trim().is_empty())
@@ -464,16 +485,22 @@ pub fn raw_status(answer: &str) -> u16 {
         .unwrap_or(0)
 }
 
-/// Threads of a process, from /proc.
-pub fn threads(pid: u32) -> usize {
+/// A number field of `/proc/<pid>/status` (`VmHWM:`, `VmRSS:` in KiB, `Threads:`); 0 when
+/// the process is gone.
+pub fn proc_status(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("Threads:"))
-                .and_then(|l| l[8..].trim().parse().ok())
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// Threads of a process.
+pub fn threads(pid: u32) -> usize {
+    proc_status(pid, "Threads:") as usize
 }
 
 /// Kubelet's User-Agent.

@@ -1,0 +1,78 @@
+#!/bin/sh
+# mkipk.sh <binary> <openwrt-arch> <version> <out-dir>: packs a static tinyhub binary with
+# the OpenWrt files under cross/openwrt/ into <out-dir>/tinyhub_<version>_<arch>.ipk.
+#
+# The layout is what OpenWrt's scripts/ipkg-build writes: a gzipped tar of ./debian-binary
+# ("2.0"), ./data.tar.gz and ./control.tar.gz. Reproducible: entries sorted, owned by 0:0,
+# every mtime at $SOURCE_DATE_EPOCH (default 0), gzip without name or time. Needs only
+# Debian's tar and gzip (no ar, no fakeroot). Installed-Size is, as in ipkg-build, the
+# byte size of the uncompressed data tar.
+set -eu
+
+if [ $# -ne 4 ]; then
+	echo "usage: $0 <binary> <openwrt-arch> <version> <out-dir>" >&2
+	exit 2
+fi
+bin=$1 arch=$2 version=$3 out=$4
+here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
+owrt=$here/openwrt
+epoch=${SOURCE_DATE_EPOCH:-0}
+maintainer=${TINYHUB_IPK_MAINTAINER:-tinyhub developers}
+description=$(awk -F'"' '/^\[/ { p = ($0 == "[package]") } p && /^description *=/ { print $2; exit }' \
+	"$here/../Cargo.toml")
+
+[ -f "$bin" ] || { echo "mkipk: no binary at $bin (run make armv7 / make aarch64)" >&2; exit 1; }
+case $arch in
+	*[!A-Za-z0-9_.+-]*|'') echo "mkipk: bad architecture name '$arch'" >&2; exit 1 ;;
+esac
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT INT TERM
+data=$stage/data
+ctrl=$stage/control
+pkg=$stage/pkg
+# mktemp -d makes 0700 directories; the "./" entry of data.tar must not carry that mode.
+install -d -m 0755 "$data" "$ctrl" "$pkg" \
+	"$data/usr" "$data/usr/bin" "$data/etc" "$data/etc/init.d" "$data/etc/config"
+install -m 0755 "$bin" "$data/usr/bin/tinyhub"
+install -m 0755 "$owrt/tinyhub.init" "$data/etc/init.d/tinyhub"
+# 0600 as OpenWrt's INSTALL_CONF installs every UCI file: root alone runs and configures
+# services, and extra_args may carry something private.
+install -m 0600 "$owrt/tinyhub.config" "$data/etc/config/tinyhub"
+
+tarball() { # <dir> <out.tar.gz> [members...]: reproducible gzipped tar of <dir>
+	dir=$1 dest=$2
+	shift 2
+	[ $# -gt 0 ] || set -- .
+	(cd "$dir" && tar --format=gnu --sort=name --numeric-owner --owner=0 --group=0 \
+		--mtime="@$epoch" -cf - "$@") | gzip -9n > "$dest"
+}
+
+tarball "$data" "$pkg/data.tar.gz"
+installed_size=$(gzip -dc "$pkg/data.tar.gz" | wc -c | tr -d ' ')
+
+cat > "$ctrl/control" <<EOF
+Package: tinyhub
+Version: $version
+Depends: procd
+License: Apache-2.0
+Section: net
+Architecture: $arch
+Installed-Size: $installed_size
+Maintainer: $maintainer
+Description: $description
+EOF
+echo /etc/config/tinyhub > "$ctrl/conffiles"
+chmod 0644 "$ctrl/control" "$ctrl/conffiles"
+install -m 0755 "$owrt/postinst" "$ctrl/postinst"
+install -m 0755 "$owrt/prerm" "$ctrl/prerm"
+tarball "$ctrl" "$pkg/control.tar.gz"
+
+echo 2.0 > "$pkg/debian-binary"
+chmod 0644 "$pkg/debian-binary" "$pkg/data.tar.gz" "$pkg/control.tar.gz"
+mkdir -p "$out"
+ipk=$out/tinyhub_${version}_${arch}.ipk
+# Member order as ipkg-build writes it.
+tarball "$pkg" "$ipk.tmp" ./debian-binary ./data.tar.gz ./control.tar.gz
+mv "$ipk.tmp" "$ipk"
+echo "mkipk: $ipk ($(wc -c < "$ipk" | tr -d ' ') bytes, installs $installed_size)"

@@ -1,0 +1,203 @@
+#!/bin/sh
+# init-test.sh: runs cross/openwrt/tinyhub.init against stand-ins of OpenWrt's rc.common and
+# its procd/UCI shell functions (cross/test/openwrt-stub/), once per shell found among
+# dash, bash and busybox ash (OpenWrt's own shell), and checks what a router would do:
+# UCI options become exactly the expected tinyhub command line, absent options take their
+# defaults, lists join with commas, and a missing kubeconfig or `enabled 0` stops with a
+# clear message and no procd instance. Exits non-zero when any check fails.
+set -u
+
+here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
+init=$here/../openwrt/tinyhub.init
+stub=$here/openwrt-stub
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT INT TERM
+
+passed=0
+failed=0
+skipped=0
+
+ok() { passed=$((passed + 1)); echo "  ok    $*"; }
+bad() { failed=$((failed + 1)); echo "  FAIL  $*"; }
+
+# Files in the working directory so that an unguarded glob of `*` would expand.
+mkdir -p "$work/cwd" "$work/uci"
+touch "$work/cwd/glob-bait-a" "$work/cwd/glob-bait-b"
+kc=$work/hub.kubeconfig
+echo "apiVersion: v1" > "$kc"
+host=$(tr 'A-Z' 'a-z' < /proc/sys/kernel/hostname)
+
+# run <uci file content> [action]: runs the init script; leaves its stdout, stderr and the
+# stand-ins' record in $work/out, $work/err, $work/log.
+run() {
+	printf '%s\n' "$1" > "$work/uci/tinyhub"
+	: > "$work/log"
+	(cd "$work/cwd" && STUB_UCI_DIR=$work/uci STUB_LOG=$work/log \
+		$sh "$stub/rc.common" "$init" "${2:-start}" > "$work/out" 2> "$work/err")
+}
+
+# expect_cmd <case> <expected quoted argv>: exactly one instance, with that command line.
+expect_cmd() {
+	got=$(sed -n 's/^command //p' "$work/log")
+	n=$(grep -c '^procd_open_instance' "$work/log")
+	if [ "$n" = 1 ] && [ "$got" = "$2" ]; then
+		ok "$1"
+	else
+		bad "$1: $n instance(s)"
+		echo "        expected: $2"
+		echo "        got:      $got"
+	fi
+}
+
+# expect_line <case> <exact line of the record>
+expect_line() {
+	if grep -qxF -- "$2" "$work/log"; then ok "$1"; else bad "$1: no line [$2] in:"; sed 's/^/        /' "$work/log"; fi
+}
+
+# expect_refusal <case> <text>: no instance; <text> on stderr and in a logger -t tinyhub call.
+expect_refusal() {
+	if grep -q '^procd_open_instance' "$work/log"; then
+		bad "$1: an instance was opened"
+	elif ! grep -qF -- "$2" "$work/err"; then
+		bad "$1: stderr lacks [$2]: $(cat "$work/err")"
+	elif ! grep -q "^logger '-t' 'tinyhub' .*$2" "$work/log"; then
+		bad "$1: no logger -t tinyhub call with [$2]"
+	else
+		ok "$1"
+	fi
+}
+
+P="'/usr/bin/tinyhub' '--kubeconfig=$kc'"
+
+check_shell() {
+	echo "init-test: tinyhub.init under $sh"
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option kubeconfig '$kc'
+	list server_addr 'https://10.0.0.1:6443'
+	list server_addr 'https://10.0.0.2:6443'
+	option node_name 'gw-01'
+	option disk_cache_path '/tmp/tinyhub-cache'
+	list cache_agents 'edge-agent'
+	list cache_agents 'my-operator'
+	option bind_address '127.0.0.2'
+	option proxy_port '10361'
+	option serve_port '10367'
+	option working_mode 'cloud'
+	option lb_mode 'priority'
+	option v '4'
+	option extra_args '--nodepool-name=pool-a  --heartbeat-interval-seconds=5'
+	list interface 'wan'
+	list interface 'wwan'"
+	expect_cmd "every option maps to its flag, in order" \
+		"$P '--server-addr=https://10.0.0.1:6443,https://10.0.0.2:6443' '--node-name=gw-01' '--disk-cache-path=/tmp/tinyhub-cache' '--cache-agents=edge-agent,my-operator' '--bind-address=127.0.0.2' '--proxy-port=10361' '--serve-port=10367' '--working-mode=cloud' '--lb-mode=priority' '--v=4' '--nodepool-name=pool-a' '--heartbeat-interval-seconds=5'"
+	expect_line "respawn with procd's defaults" "procd_set_param 'respawn'"
+	expect_line "stdout to syslog" "procd_set_param 'stdout' '1'"
+	expect_line "stderr to syslog" "procd_set_param 'stderr' '1'"
+	expect_line "restart on reload only when the config changed" "procd_set_param 'file' '/etc/config/tinyhub'"
+	expect_line "reload on uci commit tinyhub" "procd_add_reload_trigger 'tinyhub'"
+	expect_line "reload when wan comes up" "procd_add_reload_interface_trigger 'wan'"
+	expect_line "reload when wwan comes up" "procd_add_reload_interface_trigger 'wwan'"
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option kubeconfig '$kc'"
+	expect_cmd "defaults: hostname, /etc/kubernetes/cache, the rest left to the hub" \
+		"$P '--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache'"
+	if grep -q 'interface_trigger' "$work/log"; then bad "no interface trigger unless listed"; else ok "no interface trigger unless listed"; fi
+
+	run "config tinyhub 'main'
+	option enabled 'yes'
+	option kubeconfig '$kc'
+	option server_addr 'https://a.example:6443, https://b.example:6443,'
+	option cache_agents '*'"
+	expect_cmd "comma strings join, '*' is not globbed, 'yes' enables" \
+		"$P '--server-addr=https://a.example:6443,https://b.example:6443' '--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--cache-agents=*'"
+
+	run "config tinyhub 'main'
+	option enabled 'on'
+	option kubeconfig '$kc'
+	list cache_agents 'a,b'
+	list cache_agents 'c'
+	list server_addr 'https://only:6443'"
+	expect_cmd "list items that hold commas, and a one-item list" \
+		"$P '--server-addr=https://only:6443' '--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--cache-agents=a,b,c'"
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option server_addr 'https://10.0.0.1:6443'"
+	expect_refusal "missing kubeconfig: refused" "option kubeconfig is required"
+	expect_line "missing kubeconfig: triggers still registered" "procd_add_reload_trigger 'tinyhub'"
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option kubeconfig '$work/absent.kubeconfig'"
+	expect_refusal "kubeconfig file absent: refused" "kubeconfig $work/absent.kubeconfig"
+
+	run "config tinyhub 'main'
+	option enabled '0'
+	option kubeconfig '$kc'"
+	expect_refusal "enabled 0: refused" "disabled in /etc/config/tinyhub"
+	expect_line "enabled 0: reload trigger kept, so enabling + uci commit starts it" "procd_add_reload_trigger 'tinyhub'"
+
+	run "config tinyhub 'main'
+	option kubeconfig '$kc'"
+	expect_refusal "enabled absent: off by default" "disabled in /etc/config/tinyhub"
+
+	run "config tinyhub 'other'
+	option enabled '1'
+	option kubeconfig '$kc'"
+	expect_refusal "no 'main' section: off" "disabled in /etc/config/tinyhub"
+
+	shipped=$(cat "$here/../openwrt/tinyhub.config")
+	run "$shipped"
+	expect_refusal "the shipped config loads, and is off until configured" "disabled in /etc/config/tinyhub"
+	run "$(printf '%s\n' "$shipped" | sed -e "s/enabled '0'/enabled '1'/" \
+		-e "s#'/etc/kubernetes/tinyhub.kubeconfig'#'$kc'#")"
+	expect_cmd "the shipped config, enabled, with a kubeconfig" \
+		"$P '--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache'"
+
+	# Kubernetes' default node name is the lower-cased hostname: give this run its own one.
+	if unshare -u true 2>/dev/null; then
+		printf '%s\n' "config tinyhub 'main'
+	option enabled '1'
+	option kubeconfig '$kc'" > "$work/uci/tinyhub"
+		: > "$work/log"
+		(cd "$work/cwd" && STUB_UCI_DIR=$work/uci STUB_LOG=$work/log \
+			unshare -u $sh -c 'hostname GW-Test-01 && exec '"$sh"' "$0" "$@"' \
+			"$stub/rc.common" "$init" start > "$work/out" 2> "$work/err")
+		expect_cmd "an upper-case hostname becomes a lower-case node name" \
+			"$P '--node-name=gw-test-01' '--disk-cache-path=/etc/kubernetes/cache'"
+	else
+		skipped=$((skipped + 1))
+		echo "  skip  upper-case hostname (unshare -u not permitted here)"
+	fi
+
+	rm -rf "$work/root"
+	mkdir -p "$work/root/etc/init.d"
+	(cd "$work/cwd" && IPKG_INSTROOT=$work/root STUB_UCI_DIR=$work/uci STUB_LOG=$work/log \
+		$sh "$stub/rc.common" "$init" enable)
+	if [ "$(readlink "$work/root/etc/rc.d/S99tinyhub.init")" = ../init.d/tinyhub.init ]; then
+		ok "enable links rc.d/S99 (START=99, after the network's S20)"
+	else
+		bad "enable: no rc.d/S99 link: $(ls -l "$work/root/etc/rc.d" 2>&1)"
+	fi
+}
+
+found=0
+for sh in dash bash "busybox sh"; do
+	command -v "${sh%% *}" > /dev/null 2>&1 || continue
+	[ "$sh" = "busybox sh" ] && ! busybox sh -c true 2>/dev/null && continue
+	found=1
+	check_shell
+done
+if [ "$found" = 0 ]; then
+	sh=sh
+	check_shell
+fi
+command -v busybox > /dev/null 2>&1 ||
+	echo "init-test: note: busybox not installed, so OpenWrt's own shell (ash) was not tried"
+
+echo "init-test: $passed passed, $failed failed, $skipped skipped"
+[ "$failed" = 0 ]

@@ -1,0 +1,171 @@
+#!/bin/sh
+# ipk-test.sh <version> (<ipk> <openwrt-arch> <armv7|aarch64>)...: unpacks each OpenWrt
+# package with tar alone and checks it: the outer gzipped tar (ipkg-build's form, so no ar)
+# with debian-binary "2.0"; control fields; conffiles; every file's mode, owner 0:0 and
+# fixed mtime; that /usr/bin/tinyhub is the static binary for the named CPU (`file`, and its
+# --version under qemu when qemu-user is installed); that postinst/prerm are executable and
+# enable/disable the service under $IPKG_INSTROOT; and that packing the same contents again
+# gives the same bytes. Exits non-zero when any check fails.
+set -u
+# tar lists times in local time; the reproducibility check reads them back as UTC.
+TZ=UTC
+export TZ
+
+here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
+passed=0
+failed=0
+skipped=0
+ok() { passed=$((passed + 1)); echo "  ok    $*"; }
+bad() { failed=$((failed + 1)); echo "  FAIL  $*"; }
+skip() { skipped=$((skipped + 1)); echo "  skip  $*"; }
+check() { # <description> <command...>: ok when the command succeeds
+	desc=$1
+	shift
+	if "$@"; then ok "$desc"; else bad "$desc"; fi
+}
+
+if [ $# -lt 4 ] || [ $(($# % 3)) -ne 1 ]; then
+	echo "usage: $0 <version> (<ipk> <openwrt-arch> <armv7|aarch64>)..." >&2
+	exit 2
+fi
+version=$1
+shift
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT INT TERM
+
+# field <name>: the value of a control field.
+field() { sed -n "s/^$1: *//p" "$u/control/control"; }
+
+# gzip_is_reproducible <file>: header without file name (FLG 0) and with MTIME 0.
+gzip_is_reproducible() {
+	[ "$(od -An -tx1 -N8 "$1" | tr -d ' \n')" = "1f8b080000000000" ]
+}
+
+# listing <tar.gz>: "mode owner path" per entry, path without the leading "./".
+listing() {
+	tar --numeric-owner -tvzf "$1" | awk '{ p = $6; sub(/^\.\//, "", p); print $1, $2, p }'
+}
+
+check_ipk() {
+	ipk=$1 arch=$2 cpu=$3
+	echo "ipk-test: $ipk"
+	u=$work/$arch
+	rm -rf "$u"
+	mkdir -p "$u/outer" "$u/control" "$u/root"
+
+	if [ ! -f "$ipk" ]; then
+		bad "package exists (run make ipk)"
+		return
+	fi
+	check "named tinyhub_<version>_<arch>.ipk" \
+		[ "$(basename "$ipk")" = "tinyhub_${version}_${arch}.ipk" ]
+
+	# Outer container: a gzipped tar, as OpenWrt's ipkg-build writes it, so plain tar reads it
+	# (opkg also accepts Debian's ar form; this packaging never makes it).
+	check "outer container is gzip, not ar" [ "$(od -An -tx1 -N2 "$ipk" | tr -d ' ')" = 1f8b ]
+	check "outer gzip is reproducible (no name, no time)" gzip_is_reproducible "$ipk"
+	if tar -xzf "$ipk" -C "$u/outer"; then ok "outer tar.gz unpacks with tar alone (no ar needed)"; else
+		bad "outer tar.gz unpacks"; return; fi
+	members=$(tar -tzf "$ipk" | tr '\n' ' ')
+	check "outer entries owned by 0:0" sh -c "! tar --numeric-owner -tvzf '$ipk' | awk '\$2 != \"0/0\"' | grep -q ."
+	check "members in ipkg-build order: debian-binary data control ($members)" \
+		[ "$members" = "./debian-binary ./data.tar.gz ./control.tar.gz " ]
+	check "debian-binary says 2.0" [ "$(cat "$u/outer/debian-binary")" = 2.0 ]
+	check "control.tar.gz is reproducible gzip" gzip_is_reproducible "$u/outer/control.tar.gz"
+	check "data.tar.gz is reproducible gzip" gzip_is_reproducible "$u/outer/data.tar.gz"
+	tar -xzf "$u/outer/control.tar.gz" -C "$u/control" || bad "control.tar.gz unpacks"
+	tar -xzf "$u/outer/data.tar.gz" -C "$u/root" || bad "data.tar.gz unpacks"
+
+	# Control fields.
+	check "Package: tinyhub" [ "$(field Package)" = tinyhub ]
+	check "Version: $version" [ "$(field Version)" = "$version" ]
+	check "Architecture: $arch" [ "$(field Architecture)" = "$arch" ]
+	check "Depends: procd (static binary: no libraries)" [ "$(field Depends)" = procd ]
+	for f in Maintainer Section Description; do
+		check "$f is set" [ -n "$(field "$f")" ]
+	done
+	size=$(gzip -dc "$u/outer/data.tar.gz" | wc -c | tr -d ' ')
+	check "Installed-Size is the data tar's size ($size)" [ "$(field Installed-Size)" = "$size" ]
+	check "no control field is repeated" \
+		[ -z "$(sed -n 's/^\([A-Za-z-]*\):.*/\1/p' "$u/control/control" | sort | uniq -d)" ]
+	check "conffiles lists /etc/config/tinyhub" [ "$(cat "$u/control/conffiles")" = /etc/config/tinyhub ]
+
+	# Control scripts.
+	got=$(listing "$u/outer/control.tar.gz" | sort)
+	want=$(printf '%s\n' "drwxr-xr-x 0/0 " "-rw-r--r-- 0/0 conffiles" "-rw-r--r-- 0/0 control" \
+		"-rwxr-xr-x 0/0 postinst" "-rwxr-xr-x 0/0 prerm" | sort)
+	if [ "$got" = "$want" ]; then ok "control.tar: postinst/prerm 0755, control/conffiles 0644, all 0:0"; else
+		bad "control.tar modes/owners"; printf '        %s\n' "$got"; fi
+	check "postinst is a shell script" sh -n "$u/control/postinst"
+	check "prerm is a shell script" sh -n "$u/control/prerm"
+
+	# Data: exactly these entries, modes and owners.
+	got=$(listing "$u/outer/data.tar.gz" | sort)
+	want=$(printf '%s\n' "drwxr-xr-x 0/0 " "drwxr-xr-x 0/0 etc/" "drwxr-xr-x 0/0 etc/config/" \
+		"-rw------- 0/0 etc/config/tinyhub" "drwxr-xr-x 0/0 etc/init.d/" \
+		"-rwxr-xr-x 0/0 etc/init.d/tinyhub" "drwxr-xr-x 0/0 usr/" "drwxr-xr-x 0/0 usr/bin/" \
+		"-rwxr-xr-x 0/0 usr/bin/tinyhub" | sort)
+	if [ "$got" = "$want" ]; then ok "data.tar: bin and init 0755, config 0600, dirs 0755, all 0:0, nothing else"; else
+		bad "data.tar entries"; printf '        %s\n' "$got"; fi
+	mtimes=$(for t in "$ipk" "$u/outer/control.tar.gz" "$u/outer/data.tar.gz"; do
+		tar --full-time -tvzf "$t" | awk '{ print $4, $5 }'; done | sort -u)
+	check "every entry has one fixed mtime ($mtimes)" [ "$(printf '%s\n' "$mtimes" | wc -l)" = 1 ]
+	check "conffile /etc/config/tinyhub is in data" [ -f "$u/root/etc/config/tinyhub" ]
+	check "the init script is the procd one" grep -q '^USE_PROCD=1' "$u/root/etc/init.d/tinyhub"
+	check "init script is cross/openwrt/tinyhub.init" \
+		cmp -s "$u/root/etc/init.d/tinyhub" "$here/../openwrt/tinyhub.init"
+	check "config is cross/openwrt/tinyhub.config" \
+		cmp -s "$u/root/etc/config/tinyhub" "$here/../openwrt/tinyhub.config"
+
+	# The binary.
+	bin=$u/root/usr/bin/tinyhub
+	desc=$(file -b "$bin")
+	case $cpu in
+		armv7) pattern='ELF 32-bit LSB executable, ARM, EABI5*statically linked*'
+			triple=armv7-unknown-linux-musleabihf qemu=qemu-arm-static ;;
+		aarch64) pattern='ELF 64-bit LSB executable, ARM aarch64*statically linked*'
+			triple=aarch64-unknown-linux-musl qemu=qemu-aarch64-static ;;
+		*) bad "unknown cpu $cpu"; return ;;
+	esac
+	case $desc in
+		$pattern) ok "usr/bin/tinyhub is the static $cpu binary ($desc)" ;;
+		*) bad "usr/bin/tinyhub is not a static $cpu binary: $desc" ;;
+	esac
+	if command -v "$qemu" > /dev/null 2>&1; then
+		out=$("$qemu" "$bin" --version 2>&1)
+		case $out in
+			*"$triple"*) ok "$qemu usr/bin/tinyhub --version names $triple" ;;
+			*) bad "$qemu usr/bin/tinyhub --version: $out" ;;
+		esac
+	else
+		skip "--version under $qemu (not installed)"
+	fi
+
+	# postinst/prerm while an image is built: enable and disable through the image's rc.common.
+	cp "$here/openwrt-stub/rc.common" "$here/openwrt-stub/functions.sh" \
+		"$here/openwrt-stub/procd.sh" "$u/root/etc/"
+	IPKG_INSTROOT=$u/root sh "$u/control/postinst" > "$u/scripts.out" 2>&1
+	check "postinst under IPKG_INSTROOT enables: etc/rc.d/S99tinyhub -> ../init.d/tinyhub" \
+		[ "$(readlink "$u/root/etc/rc.d/S99tinyhub")" = ../init.d/tinyhub ]
+	IPKG_INSTROOT=$u/root sh "$u/control/prerm" >> "$u/scripts.out" 2>&1
+	check "prerm under IPKG_INSTROOT disables: no etc/rc.d/S99tinyhub" \
+		[ ! -e "$u/root/etc/rc.d/S99tinyhub" ]
+
+	# Same inputs, same bytes: pack the unpacked binary again at the package's own mtime.
+	epoch=$(tar --numeric-owner --full-time -tvzf "$ipk" | head -1 | awk '{ print $4 " " $5 }')
+	epoch=$(date -u -d "$epoch" +%s)
+	if SOURCE_DATE_EPOCH=$epoch sh "$here/../mkipk.sh" "$bin" "$arch" "$version" "$u/again" > /dev/null &&
+		cmp -s "$ipk" "$u/again/$(basename "$ipk")"; then
+		ok "rebuilt from the same binary, byte for byte identical"
+	else
+		bad "rebuilding from the same binary gives different bytes"
+	fi
+}
+
+while [ $# -ge 3 ]; do
+	check_ipk "$1" "$2" "$3"
+	shift 3
+done
+
+echo "ipk-test: $passed passed, $failed failed, $skipped skipped"
+[ "$failed" = 0 ]

@@ -1,0 +1,300 @@
+//! `make demo`: tinyhub's main job, end to end, on this machine. A stand-in cloud apiserver
+//! (TLS, client certificates) runs in this process; the real `tinyhub` binary runs beside it;
+//! a kubelet-like client and kubectl read through the hub; the cloud is stopped and the same
+//! reads are answered from the hub's disk cache; the cloud comes back and the hub forwards
+//! again. Each step is printed.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::hub::{Events, Hub, HubSpec, KUBELET, TempDir, eventually, get, stream};
+use support::{Cloud, write_plain_kubeconfig};
+
+fn step(n: u32, text: &str) {
+    println!("\n== {n}. {text}");
+}
+
+fn names(list: &Value) -> String {
+    let items: Vec<&str> = list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i["metadata"]["name"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    items.join(", ")
+}
+
+fn kubectl(kubeconfig: &Path, cache: &Path, args: &[&str]) {
+    println!("   $ kubectl {}", args.join(" "));
+    let out = Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--cache-dir={}", cache.display()))
+        .arg("--request-timeout=20s")
+        .args(args)
+        .env("HOME", cache)
+        .env_remove("KUBECONFIG")
+        .output();
+    match out {
+        Ok(out) => {
+            for line in String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .chain(String::from_utf8_lossy(&out.stderr).lines())
+            {
+                println!("     {line}");
+            }
+            assert!(out.status.success(), "kubectl failed");
+        }
+        Err(e) => {
+            panic!("kubectl cannot run ({e}): install it (Debian package kubectl; `make tools`)")
+        }
+    }
+}
+
+fn read_through(hub: &Hub, what: &str, path: &str) -> Value {
+    let reply = get(&format!("{}{path}", hub.url()), KUBELET);
+    let body = reply.json();
+    let summary = if body["items"].is_array() {
+        format!(
+            "{} items: {}",
+            body["items"].as_array().map_or(0, Vec::len),
+            names(&body)
+        )
+    } else {
+        format!(
+            "{} {}",
+            body["kind"].as_str().unwrap_or("?"),
+            body["metadata"]["name"].as_str().unwrap_or("")
+        )
+    };
+    println!(
+        "   {what:<34} GET {path}\n   {:<34} -> {} {summary}",
+        "", reply.status
+    );
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    body
+}
+
+fn pod(ns: &str, name: &str, node: &str, app: &str) -> Value {
+    json!({"metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+           "spec": {"nodeName": node, "containers": [{"name": "main", "image": format!("{app}:1")}]},
+           "status": {"phase": "Running"}})
+}
+
+fn main() {
+    let started = Instant::now();
+    let dir = TempDir::new("demo");
+
+    step(
+        1,
+        "Start a stand-in cloud apiserver (TLS, client-certificate auth) and seed it",
+    );
+    let cloud = Cloud::start();
+    cloud.create(
+        "nodes",
+        json!({"metadata": {"name": "edge-1", "labels": {"node-role.kubernetes.io/edge": ""}}}),
+    );
+    for (ns, name, node, app) in [
+        ("default", "web-1", "edge-1", "web"),
+        ("default", "web-2", "edge-1", "web"),
+        ("kube-system", "kube-proxy-edge-1", "edge-1", "kube-proxy"),
+        ("default", "web-3", "edge-2", "web"),
+        ("default", "db-1", "cloud-1", "db"),
+    ] {
+        cloud.create("pods", pod(ns, name, node, app));
+    }
+    cloud.create("configmaps", json!({"metadata": {"name": "settings", "namespace": "default"}, "data": {"greeting": "hello from the cloud"}}));
+    println!(
+        "   cloud at {} with node edge-1, 5 pods (3 on edge-1) and configmap default/settings",
+        cloud.url()
+    );
+
+    step(
+        2,
+        "Start tinyhub in front of it (kubectl is a cache agent too, for this demo)",
+    );
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(&["--cache-agents=kubectl"]));
+    println!(
+        "   tinyhub proxy at {}, health and metrics at {}",
+        hub.url(),
+        hub.serve_url()
+    );
+    println!("   cache at {}", hub.spec.cache_dir.display());
+    let kubeconfig = write_plain_kubeconfig(dir.path(), "kubectl.kubeconfig", &hub.url());
+    let kubectl_cache = dir.path().join("kubectl");
+    std::fs::create_dir_all(&kubectl_cache).expect("kubectl cache dir");
+
+    step(
+        3,
+        "Online: a kubelet and kubectl read through the hub, which forwards to the cloud",
+    );
+    read_through(
+        &hub,
+        "kubelet lists its pods",
+        "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+    );
+    read_through(&hub, "kubelet reads its node", "/api/v1/nodes/edge-1");
+    read_through(
+        &hub,
+        "kubelet reads a configmap",
+        "/api/v1/namespaces/default/configmaps/settings",
+    );
+    // Tables (plain `kubectl get`) are computed by the apiserver and not cached; these reads
+    // return objects, which the hub persists for the kubectl component.
+    kubectl(
+        &kubeconfig,
+        &kubectl_cache,
+        &["get", "pods", "-A", "-o", "name"],
+    );
+    kubectl(
+        &kubeconfig,
+        &kubectl_cache,
+        &["get", "configmap", "settings", "-o", "yaml"],
+    );
+    let cache = hub.spec.cache_dir.clone();
+    let expected = [
+        "kubelet/pods.v1.core/default/web-1",
+        "kubelet/nodes.v1.core/edge-1",
+        "kubectl/configmaps.v1.core/default/settings",
+        "kubectl/pods.v1.core/default/db-1",
+    ];
+    assert!(eventually(Duration::from_secs(10), || expected
+        .iter()
+        .all(|p| cache.join(p).exists())));
+
+    step(
+        4,
+        "What the hub persisted (YurtHub's layout: component/resource.version.group/namespace/name)",
+    );
+    let mut files = Vec::new();
+    collect(&cache, &cache, &mut files);
+    for f in &files {
+        println!("   {f}");
+    }
+
+    step(5, "Cut the cloud off");
+    cloud.stop();
+    let cut = Instant::now();
+    let series = format!(
+        "node_yurthub_server_healthy_status{{server=\"{}\"}}",
+        cloud.url()
+    );
+    assert!(eventually(Duration::from_secs(20), || hub.metric(&series) == Some(0.0)));
+    println!(
+        "   the cloud is stopped; the hub's health check marked it unhealthy after {:.1} s",
+        cut.elapsed().as_secs_f64()
+    );
+
+    step(6, "Offline: the same reads are answered from the cache");
+    read_through(
+        &hub,
+        "kubelet lists its pods",
+        "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+    );
+    read_through(&hub, "kubelet reads its node", "/api/v1/nodes/edge-1");
+    read_through(
+        &hub,
+        "kubelet reads a configmap",
+        "/api/v1/namespaces/default/configmaps/settings",
+    );
+    read_through(
+        &hub,
+        "with a label selector (offline too)",
+        "/api/v1/pods?labelSelector=app%3Dweb",
+    );
+    kubectl(&kubeconfig, &kubectl_cache, &["get", "pods", "-A"]);
+    kubectl(
+        &kubeconfig,
+        &kubectl_cache,
+        &[
+            "get",
+            "configmap",
+            "settings",
+            "-o",
+            "jsonpath={.data.greeting}{\"\\n\"}",
+        ],
+    );
+    let watch_started = Instant::now();
+    let (status, body) = stream(
+        &format!("{}/api/v1/pods?watch=1&timeoutSeconds=2", hub.url()),
+        KUBELET,
+    );
+    let event = Events::new(body).next_event();
+    println!(
+        "   a watch is held open without events and ends cleanly: status {status}, {} event(s), {:.1} s",
+        usize::from(event.is_some()),
+        watch_started.elapsed().as_secs_f64()
+    );
+    let delete = support::hub::call(
+        "DELETE",
+        &format!("{}/api/v1/namespaces/default/pods/web-1", hub.url()),
+        KUBELET,
+        &[],
+        None,
+    );
+    println!(
+        "   a delete while offline is refused: {} {}",
+        delete.status,
+        delete.json()["reason"].as_str().unwrap_or("")
+    );
+    println!(
+        "   answers served from the cache so far: {}",
+        hub.metric("tinyhub_offline_answers_total").unwrap_or(0.0)
+    );
+
+    step(7, "The cloud comes back: the hub forwards again");
+    cloud.restart();
+    let back = Instant::now();
+    assert!(eventually(Duration::from_secs(30), || hub.metric(&series) == Some(1.0)));
+    println!(
+        "   healthy again after {:.1} s",
+        back.elapsed().as_secs_f64()
+    );
+    cloud.reset_requests();
+    cloud.create("pods", pod("default", "web-4", "edge-1", "web"));
+    read_through(
+        &hub,
+        "kubelet lists its pods",
+        "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+    );
+    println!(
+        "   the cloud saw {} request(s) for it",
+        cloud.count(|r| r.path == "/api/v1/pods")
+    );
+
+    println!(
+        "\nDone in {:.1} s: the hub served the same reads online and offline.",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for path in entries {
+        let rel = path
+            .strip_prefix(root)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        if rel.starts_with('.') {
+            continue;
+        }
+        if path.is_dir() {
+            collect(root, &path, out);
+        } else {
+            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            out.push(format!("{rel:<52} {size:>6} bytes"));
+        }
+    }
+}
