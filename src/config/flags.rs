@@ -75,7 +75,7 @@ pub const FLAGS: &[FlagSpec] = &[
         "nodepool-name",
         Kind::Str,
         "",
-        "the name of this node's pool",
+        "the name of this node's pool (recorded; pool-scope features are not built yet)",
     ),
     flag(
         "bind-address",
@@ -165,13 +165,13 @@ pub const FLAGS: &[FlagSpec] = &[
         "enable-resource-filter",
         Kind::Bool,
         "true",
-        "filter responses that come back from the cloud",
+        "YurtHub's response filters (accepted; tinyhub has none yet: answers pass unchanged)",
     ),
     flag(
         "disabled-resource-filters",
         Kind::Strings,
         "",
-        "resource filters to turn off, comma list",
+        "resource filters to turn off, comma list (accepted; see --enable-resource-filter)",
     ),
     flag(
         "max-requests-in-flight",
