@@ -82,6 +82,23 @@ fn read_through(hub: &Hub, what: &str, path: &str) -> Value {
     body
 }
 
+/// What a kubelet reads at start: its pods, its node, a configmap.
+fn kubelet_reads(hub: &Hub) {
+    for (what, path) in [
+        (
+            "kubelet lists its pods",
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+        ),
+        ("kubelet reads its node", "/api/v1/nodes/edge-1"),
+        (
+            "kubelet reads a configmap",
+            "/api/v1/namespaces/default/configmaps/settings",
+        ),
+    ] {
+        read_through(hub, what, path);
+    }
+}
+
 fn pod(ns: &str, name: &str, node: &str, app: &str) -> Value {
     json!({"metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
            "spec": {"nodeName": node, "containers": [{"name": "main", "image": format!("{app}:1")}]},
@@ -135,17 +152,7 @@ fn main() {
         3,
         "Online: a kubelet and kubectl read through the hub, which forwards to the cloud",
     );
-    read_through(
-        &hub,
-        "kubelet lists its pods",
-        "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
-    );
-    read_through(&hub, "kubelet reads its node", "/api/v1/nodes/edge-1");
-    read_through(
-        &hub,
-        "kubelet reads a configmap",
-        "/api/v1/namespaces/default/configmaps/settings",
-    );
+    kubelet_reads(&hub);
     // Tables (plain `kubectl get`) are computed by the apiserver and not cached; these reads
     // return objects, which the hub persists for the kubectl component.
     kubectl(
@@ -193,17 +200,7 @@ fn main() {
     );
 
     step(6, "Offline: the same reads are answered from the cache");
-    read_through(
-        &hub,
-        "kubelet lists its pods",
-        "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
-    );
-    read_through(&hub, "kubelet reads its node", "/api/v1/nodes/edge-1");
-    read_through(
-        &hub,
-        "kubelet reads a configmap",
-        "/api/v1/namespaces/default/configmaps/settings",
-    );
+    kubelet_reads(&hub);
     read_through(
         &hub,
         "with a label selector (offline too)",

@@ -152,14 +152,7 @@ impl Offline {
         ) {
             Ok(Some(iter)) => iter,
             Ok(None) => {
-                return Err((
-                    ex,
-                    Status::not_found_message(format!(
-                        "{} is not cached for {}",
-                        qualified(path),
-                        req.component
-                    )),
-                ));
+                return Err((ex, not_cached(req, path)));
             }
             Err(e) => return Err((ex, Status::internal(format!("reading the cache: {e}")))),
         };
@@ -280,14 +273,7 @@ impl Offline {
     fn watch<'c>(&self, ex: Exchange<'c>, req: &ApiRequest, path: &ResourcePath) -> Answered<'c> {
         let collection = collection_key(&req.component, path);
         if !self.store.has_collection(&collection) {
-            return Err((
-                ex,
-                Status::not_found_message(format!(
-                    "{} is not cached for {}",
-                    qualified(path),
-                    req.component
-                )),
-            ));
+            return Err((ex, not_cached(req, path)));
         }
         let Ok(mut writer) = ex.start(
             200,
@@ -390,6 +376,15 @@ fn object_namespace(path: &ResourcePath) -> Option<String> {
     } else {
         path.namespace.clone()
     }
+}
+
+/// 404 for a collection the component never read.
+fn not_cached(req: &ApiRequest, path: &ResourcePath) -> Status {
+    Status::not_found_message(format!(
+        "{} is not cached for {}",
+        qualified(path),
+        req.component
+    ))
 }
 
 fn qualified(path: &ResourcePath) -> String {

@@ -1443,17 +1443,15 @@ fn check_segment(field: &'static str, value: &str) -> Result<(), StoreError> {
 }
 
 fn check_collection(c: &CollectionKey) -> Result<(), StoreError> {
-    match c.unsafe_field() {
-        None => Ok(()),
-        Some((field, value)) => Err(StoreError::UnsafeKey {
-            field,
-            value: value.to_owned(),
-        }),
-    }
+    unsafe_key(c.unsafe_field())
 }
 
 fn check_key(key: &ObjectKey) -> Result<(), StoreError> {
-    match key.unsafe_field() {
+    unsafe_key(key.unsafe_field())
+}
+
+fn unsafe_key(found: Option<(&'static str, &str)>) -> Result<(), StoreError> {
+    match found {
         None => Ok(()),
         Some((field, value)) => Err(StoreError::UnsafeKey {
             field,
