@@ -230,6 +230,26 @@ impl Metrics {
             "messages waiting for the cache writer",
             self.cache_writer_queue_depth.load(Ordering::Relaxed).max(0),
         );
+        let busy = self.cache_writer_busy_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        header(
+            &mut out,
+            "tinyhub_cache_writer_busy_seconds_total",
+            "counter",
+            "time the cache writer spent decoding and persisting",
+        );
+        let _ = writeln!(out, "tinyhub_cache_writer_busy_seconds_total {busy:.6}");
+        gauge(
+            &mut out,
+            "tinyhub_heap_bytes",
+            "heap bytes the hub holds now (its own accounting)",
+            crate::alloc::Counting::live() as i64,
+        );
+        gauge(
+            &mut out,
+            "tinyhub_heap_peak_bytes",
+            "the most heap bytes the hub has held",
+            crate::alloc::Counting::peak() as i64,
+        );
         counter(
             &mut out,
             "tinyhub_offline_answers_total",
@@ -334,6 +354,8 @@ mod tests {
         assert!(text.contains("node_yurthub_server_healthy_status{server=\"https://a:6443\"} 1"));
         assert!(text.contains("node_yurthub_server_healthy_status{server=\"https://b:6443\"} 0"));
         assert!(text.contains("node_yurthub_in_flight_requests_total 0"));
+        assert!(text.contains("tinyhub_heap_bytes "));
+        assert!(text.contains("tinyhub_cache_writer_busy_seconds_total "));
     }
 
     #[test]

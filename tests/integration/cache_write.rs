@@ -115,6 +115,14 @@ fn a_kubelet_pod_list_becomes_one_file_per_pod() {
     assert!(eventually(Duration::from_secs(5), || hub
         .metric("tinyhub_cache_objects_written_total")
         >= Some(2.0)));
+    // The writer's figures are on /metrics.
+    assert!(hub.metric("tinyhub_cache_bytes_written_total").unwrap() >= 600.0);
+    assert_eq!(hub.metric("tinyhub_cache_writer_queue_depth"), Some(0.0));
+    assert!(
+        hub.metric("tinyhub_cache_writer_busy_seconds_total")
+            .unwrap()
+            > 0.0
+    );
 }
 
 #[test]

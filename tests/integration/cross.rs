@@ -112,12 +112,19 @@ fn cross_online_then_offline_with_memory_report() {
     );
 
     let peak = proc_status(hub.pid(), "VmHWM:");
+    // The hub's own heap accounting is exact under an emulator too.
+    let heap = hub.metric("tinyhub_heap_bytes").unwrap_or(0.0) as u64 / 1024;
+    let heap_peak = hub.metric("tinyhub_heap_peak_bytes").unwrap_or(0.0) as u64 / 1024;
+    let threads = threads(hub.pid());
     match runner_baseline_kib() {
         Some(baseline) => eprintln!(
-            "MEASURED under {}: hub peak RSS {peak} KiB, idle {idle} KiB; the emulator alone {baseline} KiB; hub's own peak ≈ {} KiB",
+            "MEASURED under {}: process peak RSS {peak} KiB (idle {idle} KiB), the emulator alone {baseline} KiB, \
+             difference {} KiB (includes qemu's translated-code cache); the hub's own heap {heap} KiB, heap peak {heap_peak} KiB; {threads} threads",
             std::env::var("TINYHUB_TEST_RUNNER").unwrap_or_default(),
             peak.saturating_sub(baseline)
         ),
-        None => eprintln!("MEASURED: hub peak RSS {peak} KiB, idle {idle} KiB"),
+        None => eprintln!(
+            "MEASURED: peak RSS {peak} KiB (idle {idle} KiB); the hub's own heap {heap} KiB, heap peak {heap_peak} KiB; {threads} threads"
+        ),
     }
 }
