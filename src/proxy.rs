@@ -118,23 +118,19 @@ impl Hub {
             request::Target::Resource(r) => r.resource.as_str(),
             request::Target::NonResource(p) => p.as_str(),
         };
-        if cache == CacheStatus::Offline || status >= 500 {
-            log::info!(
-                "verb={} resource=\"{}\" component=\"{}\" status={status} cache={} duration={elapsed:?}",
-                req.verb.as_str(),
-                path,
-                req.component,
-                cache.as_str()
-            );
+        let level = if cache == CacheStatus::Offline || status >= 500 {
+            log::Level::Info
         } else {
-            log::debug!(
-                "verb={} resource=\"{}\" component=\"{}\" status={status} cache={} duration={elapsed:?}",
-                req.verb.as_str(),
-                path,
-                req.component,
-                cache.as_str()
-            );
-        }
+            log::Level::Debug
+        };
+        log::log!(
+            level,
+            "verb={} resource=\"{}\" component=\"{}\" status={status} cache={} duration={elapsed:?}",
+            req.verb.as_str(),
+            path,
+            req.component,
+            cache.as_str()
+        );
     }
 
     fn serve(
@@ -252,25 +248,18 @@ impl Hub {
 
     /// Sends the request to the cloud and returns its answer's head.
     fn forward(&self, ex: &mut Exchange<'_>, route: &Route) -> Result<Answer, Failure> {
-        let method = ex.method().to_owned();
-        let url = ex.url().to_owned();
-        let headers = ex.headers().to_vec();
         let length = ex.body_length();
         let has_body = ex.has_body();
-        let body = if has_body {
-            Some(BodySource {
-                reader: ex.body(),
-                length,
-            })
-        } else {
-            None
-        };
+        let (head, mut body) = ex.parts();
         let outgoing = Outgoing {
-            method: &method,
-            path_and_query: &url,
-            headers: &headers,
+            method: &head.method,
+            path_and_query: &head.target,
+            headers: &head.headers,
             accept: route.upstream_accept,
-            body,
+            body: has_body.then_some(BodySource {
+                reader: &mut body,
+                length,
+            }),
             deadline: route.deadline,
             identity: route.identity,
         };

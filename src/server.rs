@@ -522,17 +522,46 @@ impl<'c> Exchange<'c> {
 
 impl Read for Exchange<'_> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        if self.head.expects_continue() && !self.continue_sent && self.body != BodyState::Done {
-            self.continue_sent = true;
+        let (_, mut body) = self.parts();
+        body.read(out)
+    }
+}
+
+/// The request body, borrowed apart from the head so both can be used at once.
+pub struct RequestBody<'a> {
+    conn: &'a mut Conn,
+    state: &'a mut BodyState,
+    /// `Expect: 100-continue` not yet answered.
+    continue_pending: Option<&'a mut bool>,
+}
+
+impl Read for RequestBody<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if let Some(sent) = self.continue_pending.take() {
+            *sent = true;
             self.conn
                 .stream
                 .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
         }
-        let result = self.body.read(self.conn, out);
+        let result = self.state.read(self.conn, out);
         if result.is_err() {
             self.conn.broken = true;
         }
         result
+    }
+}
+
+impl Exchange<'_> {
+    /// The head and the body reader together (forwarding needs both at once).
+    pub fn parts(&mut self) -> (&RequestHead, RequestBody<'_>) {
+        let pending =
+            self.head.expects_continue() && !self.continue_sent && self.body != BodyState::Done;
+        let body = RequestBody {
+            conn: self.conn,
+            state: &mut self.body,
+            continue_pending: pending.then_some(&mut self.continue_sent),
+        };
+        (&self.head, body)
     }
 }
 

@@ -503,5 +503,62 @@ pub fn threads(pid: u32) -> usize {
     proc_status(pid, "Threads:") as usize
 }
 
+impl Hub {
+    /// Lists `path` as kubelet does, reading the answer at an edge link's pace (16 KiB reads
+    /// with `pause` between them), and waits until the hub committed it to its cache. The hub
+    /// drops a response's cache session rather than slow its client when the disk falls 8 MiB
+    /// behind; over loopback, on a loaded machine, that can happen even at this pace, so a
+    /// dropped session is retried, slower. Returns the bytes of the last answer.
+    pub fn cache_list_paced(&self, path: &str, pause: Duration) -> usize {
+        let mut pause = pause;
+        for _ in 0..4 {
+            let committed = self
+                .metric("tinyhub_cache_sessions_committed_total")
+                .unwrap_or(0.0);
+            let abandoned = self
+                .metric("tinyhub_cache_sessions_abandoned_total")
+                .unwrap_or(0.0);
+            let (status, mut body) = stream(&format!("{}{path}", self.url()), KUBELET);
+            assert_eq!(status, 200, "{path}");
+            let mut buf = vec![0u8; 16 * 1024];
+            let mut total = 0;
+            loop {
+                let n = body.read(&mut buf).expect("read the list");
+                if n == 0 {
+                    break;
+                }
+                total += n;
+                std::thread::sleep(pause);
+            }
+            let settled = eventually(Duration::from_secs(180), || {
+                self.metric("tinyhub_cache_sessions_committed_total")
+                    .unwrap_or(0.0)
+                    > committed
+                    || self
+                        .metric("tinyhub_cache_sessions_abandoned_total")
+                        .unwrap_or(0.0)
+                        > abandoned
+            });
+            assert!(
+                settled,
+                "the list of {path} was neither committed nor dropped:\n{}",
+                self.logs()
+            );
+            if self
+                .metric("tinyhub_cache_sessions_abandoned_total")
+                .unwrap_or(0.0)
+                == abandoned
+            {
+                return total;
+            }
+            pause *= 3;
+        }
+        panic!(
+            "the hub dropped every cache session of {path}:\n{}",
+            self.logs()
+        );
+    }
+}
+
 /// Kubelet's User-Agent.
 pub const KUBELET: &str = "kubelet/v1.30.0 (linux/arm) kubernetes/abcdef0";
