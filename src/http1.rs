@@ -124,7 +124,13 @@ pub fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadError> {
     if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase() || b == b'-') {
         return Err(HeadError::Malformed("method"));
     }
-    if target.is_empty() || target.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+    // Origin form only (`/path?query`): the hub appends the target to a backend's URL, so
+    // anything else (`@host/...`, `http://other/...`, `*`) could aim it elsewhere.
+    if !target.starts_with('/')
+        || target
+            .bytes()
+            .any(|b| b.is_ascii_control() || b == b' ' || b >= 0x80)
+    {
         return Err(HeadError::Malformed("request target"));
     }
     let minor_version = match version {
@@ -542,6 +548,19 @@ mod tests {
         assert_eq!(status("GET /\r\n\r\n"), Some(400));
         assert_eq!(status("GET / HTTP/2.0\r\n\r\n"), Some(505));
         assert_eq!(status("get / HTTP/1.1\r\n\r\n"), Some(400));
+        for target in [
+            "@127.0.0.1:1/steal",
+            "http://evil/x",
+            "*",
+            ".evil.com/x",
+            "x",
+        ] {
+            assert_eq!(
+                status(&format!("GET {target} HTTP/1.1\r\n\r\n")),
+                Some(400),
+                "{target}"
+            );
+        }
         assert_eq!(status("GET / HTTP/1.1\r\nBad Header: x\r\n\r\n"), Some(400));
         assert_eq!(
             status("GET / HTTP/1.1\r\nX: a\r\n  folded\r\n\r\n"),

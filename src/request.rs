@@ -197,6 +197,9 @@ impl fmt::Display for RequestError {
 
 impl std::error::Error for RequestError {}
 
+/// Longest timeout a request may ask for (a day); longer ones are clamped.
+pub const MAX_TIMEOUT_SECONDS: u64 = 86_400;
+
 /// Longest request target accepted for classification.
 pub const MAX_URL_BYTES: usize = 128 * 1024;
 
@@ -422,7 +425,13 @@ fn parse_query(raw: &str) -> Result<Query, RequestError> {
             "fieldSelector" => q.field_selector = Some(value()?),
             "resourceVersion" => q.resource_version = Some(value()?),
             "continue" => q.continue_token = Some(value()?),
-            "timeoutSeconds" => q.timeout_seconds = Some(number(value()?)?),
+            // 0 means "the server's default", as the apiserver reads it; absurd values are
+            // clamped so no deadline arithmetic can overflow.
+            "timeoutSeconds" => {
+                q.timeout_seconds = Some(number(value()?)?)
+                    .filter(|&t| t > 0)
+                    .map(|t| t.min(MAX_TIMEOUT_SECONDS))
+            }
             "limit" => q.limit = Some(number(value()?)?),
             "watch" => q.watch = matches!(value()?.as_str(), "true" | "1"),
             "follow" => q.follow = matches!(value()?.as_str(), "true" | "1"),
@@ -457,10 +466,10 @@ fn parse_go_duration_secs(text: &str) -> Option<u64> {
         };
         total += n * unit;
     }
-    if !number.is_empty() {
+    if !number.is_empty() || !total.is_finite() {
         return None;
     }
-    Some(total.ceil() as u64)
+    Some(total.ceil().min(MAX_TIMEOUT_SECONDS as f64) as u64)
 }
 
 fn classify_accept(header: Option<&str>) -> Accept {

@@ -280,13 +280,13 @@ fn deadline(req: &ApiRequest) -> Deadline {
                 .timeout_seconds
                 .map(Duration::from_secs)
                 .unwrap_or(WATCH_DEFAULT)
-                + WATCH_MARGIN,
+                .saturating_add(WATCH_MARGIN),
         ),
         _ if req.query.follow => Deadline::Stream(STREAM_DEADLINE),
         _ => Deadline::Bounded(
             req.query
                 .timeout
-                .map(|s| Duration::from_secs(s) + Duration::from_secs(15))
+                .map(|s| Duration::from_secs(s).saturating_add(Duration::from_secs(15)))
                 .unwrap_or(REQUEST_DEADLINE)
                 .min(REQUEST_DEADLINE),
         ),
@@ -574,6 +574,35 @@ mod tests {
         );
         let g = req("GET", "/api/v1/pods", KUBELET, None);
         assert_eq!(edge(&g).deadline, Deadline::Bounded(REQUEST_DEADLINE));
+        // Absurd timeouts are clamped (no overflow), and 0 means the default.
+        for url in [
+            "/api/v1/pods?watch=1&timeoutSeconds=18446744073709551615",
+            "/version?timeout=99999999999999999999h",
+            "/api/v1/pods?timeout=1e400s",
+        ] {
+            let r = req("GET", url, KUBELET, None);
+            let _ = edge(&r).deadline;
+        }
+        let w = req(
+            "GET",
+            "/api/v1/pods?watch=1&timeoutSeconds=18446744073709551615",
+            KUBELET,
+            None,
+        );
+        assert_eq!(
+            w.query.timeout_seconds,
+            Some(crate::request::MAX_TIMEOUT_SECONDS)
+        );
+        let w = req(
+            "GET",
+            "/api/v1/pods?watch=1&timeoutSeconds=0",
+            KUBELET,
+            None,
+        );
+        assert_eq!(
+            edge(&w).deadline,
+            Deadline::Stream(WATCH_DEFAULT + WATCH_MARGIN)
+        );
         let f = req(
             "GET",
             "/api/v1/namespaces/a/pods/p/log?follow=true",

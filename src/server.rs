@@ -214,6 +214,8 @@ struct Conn {
     response_started: bool,
     /// Something went wrong on the connection: close it after this exchange.
     broken: bool,
+    /// While a request head is read: when it must be complete.
+    deadline: Option<Instant>,
 }
 
 impl Read for Conn {
@@ -233,6 +235,18 @@ impl Read for Conn {
 impl BufRead for Conn {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         if self.pos == self.len {
+            if let Some(deadline) = self.deadline {
+                // A whole-head deadline, not a per-read one: a client dribbling a byte at a
+                // time cannot hold the connection longer.
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the request head took too long",
+                    ));
+                }
+                self.stream.set_read_timeout(Some(left))?;
+            }
             self.len = self.stream.read(&mut self.buf)?;
             self.pos = 0;
         }
@@ -263,6 +277,7 @@ fn serve_connection(
         response_complete: false,
         response_started: false,
         broken: false,
+        deadline: None,
     };
     let mut first = true;
     loop {
@@ -275,8 +290,10 @@ fn serve_connection(
             Ok([]) | Err(_) => return,
             Ok(_) => {}
         }
-        let _ = conn.stream.set_read_timeout(Some(HEAD_TIMEOUT));
-        let head = match http1::read_head(&mut conn) {
+        conn.deadline = Some(Instant::now() + HEAD_TIMEOUT);
+        let head = http1::read_head(&mut conn);
+        conn.deadline = None;
+        let head = match head {
             Ok(head) => head,
             Err(e) => {
                 if let Some(code) = e.status() {
@@ -454,7 +471,9 @@ impl<'c> Exchange<'c> {
             (_, Framing::Chunked) => head.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
             _ => {}
         }
-        if !keep_alive || framing == Framing::Close {
+        // Say so when the connection will not serve another request (an unread body, an
+        // unanswered Expect), so the client does not send one into a closing socket.
+        if !keep_alive || framing == Framing::Close || self.conn.broken {
             head.extend_from_slice(b"Connection: close\r\n");
         }
         head.extend_from_slice(b"\r\n");

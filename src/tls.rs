@@ -11,7 +11,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Parsed, validated TLS material.
-#[derive(Debug)]
 pub struct TlsMaterial {
     /// Every certificate of the CA bundle (not just the first, unlike `Certificate::from_pem`).
     pub roots: Vec<CertificateDer<'static>>,
@@ -20,7 +19,6 @@ pub struct TlsMaterial {
 }
 
 /// A client certificate chain with its private key.
-#[derive(Debug)]
 pub struct ClientIdentity {
     /// Leaf first.
     pub chain: Vec<CertificateDer<'static>>,
@@ -30,6 +28,16 @@ pub struct ClientIdentity {
     pub key_pem: Vec<u8>,
 }
 
+impl fmt::Debug for ClientIdentity {
+    // Never print the key: configurations are logged at high verbosity.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientIdentity")
+            .field("chain_len", &self.chain.len())
+            .field("key", &"<redacted>")
+            .finish()
+    }
+}
+
 impl Clone for ClientIdentity {
     fn clone(&self) -> Self {
         ClientIdentity {
@@ -37,6 +45,15 @@ impl Clone for ClientIdentity {
             key: self.key.clone_key(),
             key_pem: self.key_pem.clone(),
         }
+    }
+}
+
+impl fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsMaterial")
+            .field("roots", &self.roots.len())
+            .field("client", &self.client)
+            .finish()
     }
 }
 
@@ -126,6 +143,20 @@ mod tests {
         let (_, other_key) = issue("other");
         let err = load(ca.as_bytes(), Some((cert.as_bytes(), other_key.as_bytes()))).unwrap_err();
         assert!(err.0.contains("do not belong together"), "{err}");
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_key() {
+        let (ca, _) = issue("ca");
+        let (cert, key) = issue("client");
+        let m = load(ca.as_bytes(), Some((cert.as_bytes(), key.as_bytes()))).unwrap();
+        let text = format!("{m:?}");
+        let body = key.lines().nth(1).unwrap();
+        assert!(
+            !text.contains(body) && !text.contains("PRIVATE") && !text.contains("45, 45"),
+            "{text}"
+        );
+        assert!(text.contains("<redacted>"));
     }
 
     #[test]

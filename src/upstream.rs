@@ -238,8 +238,17 @@ impl Upstream {
         let server = &self.backends.get(backend).base;
         let url = format!("{server}{}", req.path_and_query);
         let mut builder = http::Request::builder().method(req.method).uri(&url);
+        // Headers the client named in `Connection` are hop-by-hop too (RFC 9110 §7.6.1).
+        let named_in_connection = |name: &str| {
+            req.headers
+                .iter()
+                .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
+                .flat_map(|(_, v)| v.split(','))
+                .any(|token| token.trim().eq_ignore_ascii_case(name))
+        };
         for (name, value) in req.headers {
             if is_hop_by_hop(name)
+                || named_in_connection(name)
                 || (req.accept.is_some() && name.eq_ignore_ascii_case("accept"))
                 || (req.identity == Identity::Hub && name.eq_ignore_ascii_case("authorization"))
             {

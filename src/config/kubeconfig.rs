@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use yaml_rust2::{Yaml, YamlLoader};
 
 /// The credentials and server of the current context.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Kubeconfig {
     /// `cluster.server` of the current context.
     pub server: Option<String>,
@@ -29,12 +29,42 @@ pub struct Kubeconfig {
 }
 
 /// Where the bearer token comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Token {
     /// `user.token`.
     Inline(String),
     /// `user.tokenFile`, re-read when it changes (projected tokens rotate).
     File(PathBuf),
+}
+
+impl fmt::Debug for Kubeconfig {
+    // Says which credentials are present, never what they are.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kubeconfig")
+            .field("server", &self.server)
+            .field("ca", &self.ca_pem.as_ref().map(|_| "present"))
+            .field(
+                "client_certificate",
+                &self.client_cert_pem.as_ref().map(|_| "present"),
+            )
+            .field(
+                "client_key",
+                &self.client_key_pem.as_ref().map(|_| "<redacted>"),
+            )
+            .field("token", &self.token)
+            .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
+            .finish()
+    }
+}
+
+impl fmt::Debug for Token {
+    // Never print an inline token: configurations are logged at high verbosity.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Token::Inline(_) => f.write_str("Inline(<redacted>)"),
+            Token::File(path) => f.debug_tuple("File").field(path).finish(),
+        }
+    }
 }
 
 /// A kubeconfig that cannot be used, with what and where.

@@ -105,3 +105,39 @@ fn a_port_in_use_is_a_clear_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen"));
 }
+
+#[test]
+fn secrets_never_reach_the_log_even_at_high_verbosity() {
+    let cloud = Cloud::start();
+    cloud.add_token("s3cr3t-hub-token", "tinyhub");
+    for auth in [
+        Auth::Token("s3cr3t-hub-token".into()),
+        Auth::CertInline(cloud.issue_client("system:node:edge-1", &["system:nodes"])),
+    ] {
+        let dir = TempDir::new("secrets");
+        let key_line = match &auth {
+            Auth::CertInline(c) => c.pair.key_pem.lines().nth(1).unwrap().to_owned(),
+            _ => "s3cr3t-hub-token".to_owned(),
+        };
+        let spec = HubSpec {
+            kubeconfig: cloud.write_kubeconfig(dir.path(), auth),
+            cache_dir: dir.path().join("cache"),
+            args: vec!["--v=6".into()],
+        };
+        let hub = Hub::start(&spec);
+        assert_eq!(
+            get(&format!("{}/api/v1/namespaces", hub.url()), KUBELET).status,
+            200
+        );
+        let logs = hub.logs();
+        assert!(
+            logs.contains("effective configuration"),
+            "the configuration is logged at this level"
+        );
+        assert!(!logs.contains(&key_line), "a secret reached the log");
+        assert!(
+            !logs.contains("PRIVATE KEY") && !logs.contains("45, 45, 45, 45, 45"),
+            "key material in the log"
+        );
+    }
+}

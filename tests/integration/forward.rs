@@ -2,7 +2,7 @@
 //! identities are right, backends are balanced, fail over and are health-checked, and the
 //! concurrency cap holds.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -131,6 +131,15 @@ fn hop_by_hop_headers_stay_on_their_hop() {
         )
         .unwrap();
     assert_eq!(seen.user_agent, "curl/8", "end-to-end headers pass");
+    for hop in [
+        "x-private",
+        "te",
+        "proxy-authorization",
+        "keep-alive",
+        "connection",
+    ] {
+        assert_eq!(seen.header(hop), None, "{hop} crossed the hub");
+    }
 }
 
 #[test]
@@ -491,6 +500,32 @@ fn silent_connections_are_capped_and_then_dropped() {
         threads(hub.pid()) <= base + 64,
         "one thread per served connection, no more"
     );
+    // A client dribbling its head a byte a second is cut off at the head deadline too.
+    let dribbler = {
+        let addr = hub.proxy;
+        std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(900)))
+                .unwrap();
+            let started = Instant::now();
+            let mut answer = Vec::new();
+            for byte in b"GET /api/v1/namespaces HTTP/1.1\r\nX-Slow: "
+                .iter()
+                .cycle()
+            {
+                if s.write_all(&[*byte]).is_err() || s.read_to_end(&mut answer).is_ok() {
+                    break;
+                }
+                if started.elapsed() > Duration::from_secs(40) {
+                    break;
+                }
+            }
+            (
+                started.elapsed(),
+                String::from_utf8_lossy(&answer).into_owned(),
+            )
+        })
+    };
     // The served ones never sent a request: they are closed after the head timeout (10 s).
     for s in &mut silent[..64] {
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();

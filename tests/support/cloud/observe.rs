@@ -59,9 +59,19 @@ pub struct RecordedRequest {
     pub status: Option<u16>,
     /// Request body as text (lossy), "" for none.
     pub body: String,
+    /// Every header as received (names as sent).
+    pub headers: Vec<(String, String)>,
 }
 
 impl RecordedRequest {
+    /// The first header named `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
     /// A decoded query parameter.
     pub fn param(&self, key: &str) -> Option<String> {
         parse_query(&self.query)

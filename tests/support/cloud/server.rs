@@ -178,6 +178,7 @@ fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>)
             identity: identity.clone(),
             status: None,
             body: String::from_utf8_lossy(&body).into_owned(),
+            headers: req.headers.clone(),
         })
     };
     let (delay, drop_mid, threshold) = {
