@@ -16,6 +16,7 @@ use crate::config::{Config, WorkingMode};
 use crate::health::{self, Backends, Probe};
 use crate::offline::Offline;
 use crate::proxy::Hub;
+use crate::reaper::Reaper;
 use crate::serve::{self, Readiness};
 use crate::server::{self, Limits, Load};
 use crate::upstream::Upstream;
@@ -104,11 +105,11 @@ pub fn run(config: Config) -> Result<(), AppError> {
     );
 
     // The serve port answers health checks from the start, while the rest comes up.
-    let serve_addr = serve_listener.local_addr();
-    let serve_thread = {
+    {
         let (readiness, backends) = (Arc::clone(&readiness), Arc::clone(&backends));
         let handler: server::Handler = Arc::new(move |ex| serve::handle(ex, &readiness, &backends));
-        let shutdown = Arc::clone(&shutdown);
+        // Never stopped: it answers readyz with 503 during the shutdown, until the process ends.
+        let shutdown = Arc::new(AtomicBool::new(false));
         spawn("serve", move || {
             server::serve(
                 serve_listener,
@@ -117,8 +118,8 @@ pub fn run(config: Config) -> Result<(), AppError> {
                 Arc::new(Load::default()),
                 shutdown,
             )
-        })?
-    };
+        })?;
+    }
 
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
     health::probe_all_once(&backends, upstream.as_ref(), config.heartbeat.timeout);
@@ -133,48 +134,56 @@ pub fn run(config: Config) -> Result<(), AppError> {
     let agents = Arc::new(CacheAgents::new(&config.cache_agents));
     let mut writer_thread = None;
     let (cache, offline) = if config.working_mode == WorkingMode::Edge {
-        let (store, report) = Store::open(&config.disk_cache_path).map_err(|e| {
-            AppError(format!(
-                "cannot open the cache at {}: {e}",
-                config.disk_cache_path.display()
-            ))
-        })?;
-        if report.rolled_forward + report.rolled_back + report.removed_temp_files > 0 {
-            log::info!(
-                "cache recovered after an interrupted write: rolled_forward={} rolled_back={} removed_temp_files={}",
-                report.rolled_forward,
-                report.rolled_back,
-                report.removed_temp_files
-            );
+        match Store::open(&config.disk_cache_path) {
+            Ok((store, report)) => {
+                if report.rolled_forward + report.rolled_back + report.removed_temp_files > 0 {
+                    log::info!(
+                        "cache recovered after an interrupted write: rolled_forward={} rolled_back={} removed_temp_files={}",
+                        report.rolled_forward,
+                        report.rolled_back,
+                        report.removed_temp_files
+                    );
+                }
+                let store = Arc::new(store);
+                agents_watch::load_cached(&store, &agents);
+                let (cache_tx, cache_rx) = writer::channel(WRITER_QUEUE, WRITER_BUDGET);
+                writer_thread = Some({
+                    let store = Arc::clone(&store);
+                    let stop = Arc::clone(&writer_stop);
+                    spawn("cache-writer", move || writer::run(&store, cache_rx, &stop))?
+                });
+                {
+                    let (upstream, agents, cache_tx) =
+                        (Arc::clone(&upstream), Arc::clone(&agents), cache_tx.clone());
+                    let retry = config.heartbeat.interval;
+                    let stop = stop_rx.clone();
+                    spawn("agents-watch", move || {
+                        agents_watch::run(upstream, agents, cache_tx, retry, stop)
+                    })?;
+                }
+                let offline = Offline {
+                    store,
+                    cache: cache_tx.clone(),
+                    backends: Arc::clone(&backends),
+                    shutdown: Arc::clone(&shutdown),
+                };
+                readiness.cache_loaded.store(true, Ordering::Release);
+                (Some(cache_tx), Some(offline))
+            }
+            // The node still needs its apiserver: forward without a cache, and say so in
+            // readyz and the log rather than leave the node with no proxy at all.
+            Err(e) => {
+                log::error!(
+                    "cannot open the cache at {}: {e}; forwarding without a cache (no offline answers)",
+                    config.disk_cache_path.display()
+                );
+                (None, None)
+            }
         }
-        let store = Arc::new(store);
-        agents_watch::load_cached(&store, &agents);
-        let (cache_tx, cache_rx) = writer::channel(WRITER_QUEUE, WRITER_BUDGET);
-        writer_thread = Some({
-            let store = Arc::clone(&store);
-            let stop = Arc::clone(&writer_stop);
-            spawn("cache-writer", move || writer::run(&store, cache_rx, &stop))?
-        });
-        {
-            let (upstream, agents, cache_tx) =
-                (Arc::clone(&upstream), Arc::clone(&agents), cache_tx.clone());
-            let retry = config.heartbeat.interval;
-            let stop = stop_rx.clone();
-            spawn("agents-watch", move || {
-                agents_watch::run(upstream, agents, cache_tx, retry, stop)
-            })?;
-        }
-        let offline = Offline {
-            store,
-            cache: cache_tx.clone(),
-            backends: Arc::clone(&backends),
-            shutdown: Arc::clone(&shutdown),
-        };
-        (Some(cache_tx), Some(offline))
     } else {
+        readiness.cache_loaded.store(true, Ordering::Release);
         (None, None)
     };
-    readiness.cache_loaded.store(true, Ordering::Release);
 
     let hub = Arc::new(Hub {
         mode: config.working_mode,
@@ -182,6 +191,7 @@ pub fn run(config: Config) -> Result<(), AppError> {
         agents,
         cache,
         offline,
+        reaper: Reaper::start(),
     });
     let load = Arc::new(Load::default());
     let proxy_addr = proxy_listener.local_addr();
@@ -224,9 +234,7 @@ pub fn run(config: Config) -> Result<(), AppError> {
         })?;
     }
     server::wake(proxy_addr);
-    server::wake(serve_addr);
     let _ = proxy_thread.join();
-    let _ = serve_thread.join();
     let deadline = Instant::now() + DRAIN;
     while load.in_flight() > 0 && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(50));

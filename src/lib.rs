@@ -17,6 +17,7 @@ pub mod logging;
 pub mod metrics;
 pub mod offline;
 pub mod proxy;
+pub mod reaper;
 pub mod request;
 pub mod route;
 pub mod selector;

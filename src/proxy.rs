@@ -14,6 +14,7 @@ use crate::cache::writer::CacheTx;
 use crate::config::WorkingMode;
 use crate::metrics::{InFlight, METRICS};
 use crate::offline::Offline;
+use crate::reaper::Reaper;
 use crate::request::{self, ApiRequest};
 use crate::route::{self, CacheTarget, Local, NoCacheReason, Route};
 use crate::server::{Exchange, Length};
@@ -23,8 +24,8 @@ use crate::upstream::{Answer, BodySource, Deadline, Identity, Outgoing, Upstream
 /// Bodies up to this size with a known length are received whole before the client gets
 /// anything, so a cloud that breaks off mid-body can still be answered from the cache.
 const SMALL_BODY: u64 = 64 * 1024;
-/// Size of the relay buffer (one per streaming request).
-const RELAY_BUFFER: usize = 32 * 1024;
+/// Size of the relay buffer (one per streaming request): a TLS record's worth.
+const RELAY_BUFFER: usize = 16 * 1024;
 
 /// Everything a request thread needs.
 pub struct Hub {
@@ -38,6 +39,8 @@ pub struct Hub {
     pub cache: Option<CacheTx>,
     /// Offline answers (edge mode).
     pub offline: Option<Offline>,
+    /// Ends streams whose client left.
+    pub reaper: Arc<Reaper>,
 }
 
 /// Where the cache stood for a request, for the log line.
@@ -211,9 +214,16 @@ impl Hub {
         let Some(ex) = ex else {
             return (502, CacheStatus::Rejected);
         };
-        if let Some(req) =
-            req.filter(|_| self.mode == WorkingMode::Edge && route.local != Local::Unavailable)
-        {
+        // A write that may have reached the cloud must not be answered as if it had not: the
+        // client would believe a create or delete that happened, or one that did not.
+        let write = matches!(
+            route.local,
+            Local::Create | Local::Update | Local::Forbidden
+        );
+        let answerable = self.mode == WorkingMode::Edge
+            && route.local != Local::Unavailable
+            && (!write || error.never_sent());
+        if let Some(req) = req.filter(|_| answerable) {
             log::info!("cloud unreachable ({error}); answering from the cache");
             return (self.answer_locally(ex, req, route), CacheStatus::Offline);
         }
@@ -299,16 +309,25 @@ impl Hub {
             .iter()
             .map(|(n, v)| (n.as_str(), v.as_str()))
             .collect();
-        let count = |n: usize| {
-            if let Some(f) = in_flight {
-                f.add_traffic(n as u64);
+        let mut traffic = Traffic(in_flight, 0);
+
+        // HEAD, 204 and 304 carry no body, whatever their Content-Length says.
+        if ex.method() == "HEAD" || matches!(answer.status, 100..=199 | 204 | 304) {
+            if let Some(s) = session {
+                s.finish(false);
             }
-        };
+            let length = Length::Known(answer.length.unwrap_or(0));
+            return ex
+                .start(answer.status, &headers, length)
+                .and_then(|w| w.finish())
+                .map(|()| cache_status)
+                .map_err(|e| (None, Failure::Downstream(e)));
+        }
 
         if let Some(length) = answer.length.filter(|&l| l <= SMALL_BODY) {
             let mut body = Vec::with_capacity(length as usize);
             let read = (&mut answer.body).take(length).read_to_end(&mut body);
-            count(body.len());
+            traffic.1 += body.len() as u64;
             if let Err(e) = read.and_then(|n| {
                 if n as u64 == length {
                     Ok(())
@@ -326,15 +345,17 @@ impl Hub {
                     server: self.upstream.backends().get(answer.backend).base.clone(),
                     detail: format!("the answer broke off: {e}"),
                     timeout: e.kind() == io::ErrorKind::TimedOut,
+                    maybe_sent: true,
                 };
                 return Err((Some(ex), Failure::Unreachable(error)));
             }
+            let sent = ex.send(answer.status, &headers, &body);
+            // The client has its answer; the body moves to the writer without a copy.
             if let Some(mut s) = session {
-                s.chunk(&body);
+                s.chunk_owned(body);
                 s.finish(true);
             }
-            return ex
-                .send(answer.status, &headers, &body)
+            return sent
                 .map(|()| cache_status)
                 .map_err(|e| (None, Failure::Downstream(e)));
         }
@@ -343,6 +364,11 @@ impl Hub {
             .start(answer.status, &headers, Length::Streamed)
             .map_err(|e| (None, Failure::Downstream(e)))?;
         drop(headers);
+        // A stream whose client hangs up while the cloud is silent is ended by the reaper.
+        let _watched = match (answer.cancel.take(), writer.probe()) {
+            (Some(cancel), Some(probe)) => Some(self.reaper.watch(probe, cancel)),
+            _ => None,
+        };
         let mut buf = vec![0u8; RELAY_BUFFER];
         loop {
             let n = match answer.body.read(&mut buf) {
@@ -350,8 +376,9 @@ impl Hub {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    // The cloud broke off mid-body: tell the client its answer is incomplete and
-                    // commit nothing partial (a list is dropped, a watch keeps whole events).
+                    // The cloud broke off mid-body (or the reaper cut a stream whose client
+                    // left): tell the client its answer is incomplete and commit nothing
+                    // partial (a list is dropped, a watch keeps whole events).
                     log::info!("the cloud's answer broke off mid-body: {e}");
                     if let Some(s) = session.take() {
                         s.finish(false);
@@ -360,7 +387,7 @@ impl Hub {
                     return Ok(cache_status);
                 }
             };
-            count(n);
+            traffic.1 += n as u64;
             if let Err(e) = writer.write(&buf[..n]) {
                 if let Some(s) = session.take() {
                     s.finish(false);
@@ -380,6 +407,18 @@ impl Hub {
             .finish()
             .map_err(|e| (None, Failure::Downstream(e)))?;
         Ok(cache_status)
+    }
+}
+
+/// Bytes the cloud sent for one request, counted once when the request ends (one metrics
+/// lock per request, not per chunk).
+struct Traffic<'a>(Option<&'a InFlight>, u64);
+
+impl Drop for Traffic<'_> {
+    fn drop(&mut self) {
+        if let Some(in_flight) = self.0 {
+            in_flight.add_traffic(self.1);
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The serve port: `/v1/healthz`, `/v1/readyz` (YurtHub's paths), the standard `/healthz`,
-//! `/livez` and `/readyz`, and `/metrics`. Answers are computed on the accept thread: they
-//! are quick and must keep working when the proxy port is saturated.
+//! `/livez` and `/readyz`, and `/metrics`. It has its own listener and caps, so it keeps
+//! answering when the proxy port is saturated, and stays open through a shutdown (readyz
+//! then says 503).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -26,7 +27,7 @@ impl Readiness {
             (
                 "cache",
                 self.cache_loaded.load(Ordering::Acquire),
-                "the disk cache is not loaded yet",
+                "the disk cache is not loaded (see the log)",
             ),
             (
                 "certificates",

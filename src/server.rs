@@ -663,27 +663,75 @@ impl BodyWriter<'_> {
         let _ = self.conn.stream.shutdown(Shutdown::Both);
     }
 
+    /// A handle that tells from another thread whether the client is gone.
+    pub fn probe(&self) -> Option<ClientProbe> {
+        self.conn.stream.try_clone().ok().map(ClientProbe)
+    }
+
     /// Waits up to `wait` and tells whether the client has closed its side of the
-    /// connection (a held watch stops at once when it has).
+    /// connection (a held watch stops at once when it has). Anything the client sends
+    /// meanwhile is read and dropped — a client does not send while it reads a stream — and
+    /// the connection is closed after this answer.
     pub fn client_gone(&mut self, wait: Duration) -> bool {
         if self.conn.pos < self.conn.len {
-            return false; // the client already sent more (a pipelined request)
+            self.conn.pos = self.conn.len;
+            self.conn.broken = true;
         }
-        let _ = self
-            .conn
-            .stream
-            .set_read_timeout(Some(wait.max(Duration::from_millis(1))));
+        let deadline = Instant::now() + wait;
+        let mut scratch = [0u8; 512];
+        let gone = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break false;
+            }
+            if self.conn.stream.set_read_timeout(Some(left)).is_err() {
+                break true;
+            }
+            match self.conn.stream.read(&mut scratch) {
+                Ok(0) => break true,
+                Ok(_) => self.conn.broken = true,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break false;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break true,
+            }
+        };
+        let _ = self.conn.stream.set_read_timeout(Some(IO_TIMEOUT));
+        gone
+    }
+}
+
+/// Looks at a client connection from another thread while its own thread writes a stream.
+pub struct ClientProbe(TcpStream);
+
+impl ClientProbe {
+    /// True when the client closed the connection or it broke. Bytes the client sent are
+    /// left where they are (a client does not send anything while it reads a stream).
+    pub fn gone(&self) -> bool {
+        // The read timeout is per socket, shared with the connection's thread; that thread
+        // does not read while it relays a stream, and re-arms its timeout before it reads.
+        if self
+            .0
+            .set_read_timeout(Some(Duration::from_millis(1)))
+            .is_err()
+        {
+            return true;
+        }
         let mut probe = [0u8; 1];
-        let gone = match self.conn.stream.peek(&mut probe) {
+        match self.0.peek(&mut probe) {
             Ok(0) => true,
             Ok(_) => false,
             Err(e) => !matches!(
                 e.kind(),
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
             ),
-        };
-        let _ = self.conn.stream.set_read_timeout(Some(IO_TIMEOUT));
-        gone
+        }
     }
 }
 

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 use ureq::config::AutoHeaderValue;
 use ureq::http;
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
 use ureq::{Agent, SendBody};
 
 use crate::config::Token;
@@ -99,6 +101,20 @@ pub struct Answer {
     pub body: AnswerBody,
     /// Which backend answered.
     pub backend: usize,
+    /// For a stream: ends it from another thread (its connection is its own).
+    pub cancel: Option<Cancel>,
+}
+
+/// Ends one streaming exchange from another thread: its blocked reads fail at once. Used to
+/// free a watch whose client hung up while the cloud was silent.
+#[derive(Clone)]
+pub struct Cancel(Agent);
+
+impl Cancel {
+    /// Shuts the stream's connection down.
+    pub fn cancel(self) {
+        self.0.shutdown();
+    }
 }
 
 impl Answer {
@@ -133,15 +149,22 @@ pub enum UpstreamError {
         detail: String,
         /// It was a timeout.
         timeout: bool,
+        /// The request may have reached the cloud (it failed after connecting), so a write
+        /// may have been applied.
+        maybe_sent: bool,
     },
     /// The hub could not build the request (a bug or a header ureq refuses).
     Request(String),
 }
 
 impl UpstreamError {
-    /// True when the cloud could not be reached: the proxy may answer from the cache.
-    pub fn is_unreachable(&self) -> bool {
-        !matches!(self, UpstreamError::Request(_))
+    /// True when the request certainly did not reach the cloud.
+    pub fn never_sent(&self) -> bool {
+        match self {
+            UpstreamError::NoHealthyBackend => true,
+            UpstreamError::Transport { maybe_sent, .. } => !maybe_sent,
+            UpstreamError::Request(_) => true,
+        }
     }
 }
 
@@ -162,6 +185,9 @@ pub struct Upstream {
     backends: Arc<Backends>,
     hub_agent: Agent,
     client_agent: Agent,
+    /// TLS settings of the two identities, for the per-stream agents.
+    hub_tls: TlsConfig,
+    client_tls: TlsConfig,
     token: Option<TokenSource>,
 }
 
@@ -195,10 +221,14 @@ impl Upstream {
             }
             None => None,
         };
+        let hub_tls = tls_config(&roots, client_cert);
+        let client_tls = tls_config(&roots, None);
         Ok(Upstream {
             backends,
-            hub_agent: agent(&roots, client_cert),
-            client_agent: agent(&roots, None),
+            hub_agent: agent(hub_tls.clone(), true),
+            client_agent: agent(client_tls.clone(), true),
+            hub_tls,
+            client_tls,
             token: token.map(TokenSource::new),
         })
     }
@@ -267,10 +297,22 @@ impl Upstream {
         if let Some(length) = req.body.as_ref().and_then(|b| b.length) {
             builder = builder.header("content-length", length);
         }
-        let agent = match req.identity {
-            Identity::Hub => &self.hub_agent,
-            Identity::Client => &self.client_agent,
+        // A stream gets an agent (and so a connection) of its own, which can be shut down
+        // from another thread when its client goes away; short exchanges share the pool.
+        let (agent, cancel) = match (req.deadline, req.identity) {
+            (Deadline::Stream(_), identity) => {
+                let tls = if identity == Identity::Hub {
+                    &self.hub_tls
+                } else {
+                    &self.client_tls
+                };
+                let agent = agent(tls.clone(), false);
+                (agent.clone(), Some(Cancel(agent)))
+            }
+            (Deadline::Bounded(_), Identity::Hub) => (self.hub_agent.clone(), None),
+            (Deadline::Bounded(_), Identity::Client) => (self.client_agent.clone(), None),
         };
+        let agent = &agent;
         let request_error = |e: http::Error| UpstreamError::Request(e.to_string());
         let result = match req.body.as_mut() {
             Some(body) => {
@@ -308,6 +350,7 @@ impl Upstream {
             length,
             body: AnswerBody(body.into_reader()),
             backend,
+            cancel,
         })
     }
 }
@@ -349,12 +392,21 @@ impl Probe for Upstream {
     }
 }
 
-fn agent(roots: &[Certificate<'static>], client_cert: Option<ClientCert>) -> Agent {
-    let tls = TlsConfig::builder()
+fn tls_config(roots: &[Certificate<'static>], client_cert: Option<ClientCert>) -> TlsConfig {
+    TlsConfig::builder()
         .provider(TlsProvider::Rustls)
         .root_certs(RootCerts::new_with_certs(roots))
         .client_cert(client_cert)
-        .build();
+        .build()
+}
+
+/// ureq's 128 KiB default input and output buffers per connection would make each open
+/// watch cost a quarter of a megabyte; a TLS record (16 KiB) and a response head fit here.
+const INPUT_BUFFER: usize = 24 * 1024;
+const OUTPUT_BUFFER: usize = 8 * 1024;
+const MAX_RESPONSE_HEAD: usize = 16 * 1024;
+
+fn agent(tls: TlsConfig, pooled: bool) -> Agent {
     let config = Agent::config_builder()
         // A proxy passes every status through with its body.
         .http_status_as_error(false)
@@ -365,11 +417,47 @@ fn agent(roots: &[Certificate<'static>], client_cert: Option<ClientCert>) -> Age
         .accept(AutoHeaderValue::None)
         .accept_encoding(AutoHeaderValue::None)
         .tls_config(tls)
-        .max_idle_connections_per_host(32)
-        .max_idle_connections(64)
+        .input_buffer_size(INPUT_BUFFER)
+        .output_buffer_size(OUTPUT_BUFFER)
+        .max_response_header_size(MAX_RESPONSE_HEAD)
+        .max_idle_connections_per_host(if pooled { 4 } else { 0 })
+        .max_idle_connections(if pooled { 8 } else { 0 })
         .timeout_connect(Some(CONNECT_TIMEOUT))
         .build();
-    Agent::new_with_config(config)
+    Agent::with_parts(
+        config,
+        DefaultConnector::default(),
+        LiteralFirst(DefaultResolver::default()),
+    )
+}
+
+/// Resolves IP literals (what `--server-addr` usually holds) directly: ureq's own resolver
+/// starts a thread for every lookup made under a timeout, literal or not.
+#[derive(Debug)]
+struct LiteralFirst(DefaultResolver);
+
+impl Resolver for LiteralFirst {
+    fn resolve(
+        &self,
+        uri: &http::Uri,
+        config: &ureq::config::Config,
+        timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let literal = uri.host().and_then(|host| {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let ip: std::net::IpAddr = host.parse().ok()?;
+            let port = uri.port_u16().unwrap_or(443);
+            Some(std::net::SocketAddr::new(ip, port))
+        });
+        match literal {
+            Some(addr) => {
+                let mut out = self.0.empty();
+                out.push(addr);
+                Ok(out)
+            }
+            None => self.0.resolve(uri, config, timeout),
+        }
+    }
 }
 
 fn configure<S: ureq::AsSendBody>(
@@ -394,10 +482,18 @@ fn configure<S: ureq::AsSendBody>(
 fn transport_error(server: &str, error: ureq::Error) -> UpstreamError {
     let timeout = matches!(error, ureq::Error::Timeout(_))
         || matches!(&error, ureq::Error::Io(e) if e.kind() == io::ErrorKind::TimedOut);
+    // Failures before a connection exists cannot have delivered the request.
+    let before_connecting = matches!(
+        error,
+        ureq::Error::ConnectionFailed
+            | ureq::Error::HostNotFound
+            | ureq::Error::Timeout(ureq::Timeout::Connect | ureq::Timeout::Resolve)
+    ) || matches!(&error, ureq::Error::Io(e) if matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::NotConnected));
     UpstreamError::Transport {
         server: server.to_owned(),
         detail: error.to_string(),
         timeout,
+        maybe_sent: !before_connecting,
     }
 }
 

@@ -207,6 +207,17 @@ impl Session {
         true
     }
 
+    /// Hands over a whole buffer (a small answer) without copying it.
+    pub fn chunk_owned(&mut self, data: Vec<u8>) -> bool {
+        if self.done {
+            return false;
+        }
+        if self.pending.is_empty() {
+            return self.send_data(data);
+        }
+        self.chunk(&data)
+    }
+
     fn send_data(&mut self, data: Vec<u8>) -> bool {
         if !self
             .queue

@@ -464,12 +464,38 @@ fn graceful_shutdown_on_sigterm_even_with_open_watches() {
     let ready = get(&format!("{}/v1/readyz", hub.serve_url()), "curl/8");
     assert_eq!((ready.status, ready.text().as_str()), (200, "OK"));
     let started = Instant::now();
-    let status = hub.terminate();
+    signal(hub.pid(), "TERM");
+    // While it drains (the watch holds it open), readiness says so.
+    assert!(eventually(Duration::from_secs(3), || {
+        let r = get(&format!("{}/v1/readyz?verbose", hub.serve_url()), "curl/8");
+        r.status == 503 && r.text().contains("shutting down")
+    }));
+    let status = hub.wait_exit();
     assert!(status.success(), "{status:?}");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "within procd's term_timeout"
     );
+}
+
+#[test]
+fn an_unusable_cache_leaves_a_forwarding_hub_that_is_not_ready() {
+    let cloud = Cloud::start();
+    let dir = TempDir::new("no-cache");
+    // The cache path is a file: nothing can be stored under it.
+    let blocked = dir.path().join("not-a-directory");
+    std::fs::write(&blocked, "x").unwrap();
+    let mut spec = HubSpec::for_cloud(&cloud, dir.path());
+    spec.cache_dir = blocked;
+    let hub = Hub::start(&spec);
+    assert_eq!(
+        get(&format!("{}/api/v1/namespaces", hub.url()), KUBELET).status,
+        200
+    );
+    let ready = get(&format!("{}/readyz?verbose", hub.serve_url()), "curl/8");
+    assert_eq!(ready.status, 503);
+    assert!(ready.text().contains("[-]cache"), "{}", ready.text());
+    assert!(hub.wait_log("forwarding without a cache", Duration::from_secs(1)));
 }
 
 #[test]
@@ -546,4 +572,99 @@ fn silent_connections_are_capped_and_then_dropped() {
         get(&format!("{}/api/v1/namespaces", hub.url()), "curl/8").status,
         200
     );
+}
+
+#[test]
+fn head_requests_get_the_head_only() {
+    let cloud = Cloud::start();
+    cloud.create("configmaps", configmap("default", "one", "1"));
+    let dir = TempDir::new("head");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    let path = "/api/v1/namespaces/default/configmaps/one";
+    // Online the cloud's answer to HEAD passes through, head only, and the connection goes on.
+    let answer = raw(
+        hub.proxy,
+        format!("HEAD {path} HTTP/1.1\r\nHost: x\r\nUser-Agent: curl/8\r\n\r\nGET {path} HTTP/1.1\r\nHost: x\r\nUser-Agent: curl/8\r\nConnection: close\r\n\r\n").as_bytes(),
+    );
+    let (first, rest) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(first.starts_with("HTTP/1.1 405"), "{first}");
+    assert!(
+        rest.starts_with("HTTP/1.1 200"),
+        "no body after a HEAD answer, then the next answer: {rest}"
+    );
+    assert!(!hub.logs().contains("broke off"), "{}", hub.logs());
+    // Offline, a HEAD of a cached object is the head of the GET.
+    let full = get(&format!("{}{path}", hub.url()), KUBELET);
+    assert!(eventually(Duration::from_secs(5), || hub
+        .spec
+        .cache_dir
+        .join("kubelet/configmaps.v1.core/default/one")
+        .exists()));
+    cloud.stop();
+    let head = call("HEAD", &format!("{}{path}", hub.url()), KUBELET, &[], None);
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty());
+    assert_eq!(
+        head.header("content-length"),
+        Some(full.body.len().to_string().as_str())
+    );
+}
+
+#[test]
+fn a_watch_whose_client_hangs_up_is_ended_even_while_the_cloud_is_silent() {
+    let cloud = Cloud::start();
+    let dir = TempDir::new("hangup");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    let base = cloud.watchers("secrets");
+    let watches: Vec<_> = (0..3)
+        .map(|_| {
+            stream(
+                &format!("{}/api/v1/secrets?watch=1&timeoutSeconds=600", hub.url()),
+                KUBELET,
+            )
+        })
+        .collect();
+    assert!(cloud.wait_for_watchers("secrets", base + 3, Duration::from_secs(10)));
+    assert!(eventually(Duration::from_secs(5), || hub
+        .metric("node_yurthub_in_flight_requests_total")
+        == Some(3.0)));
+    drop(watches);
+    // Nothing happens on secrets: only the reaper can notice.
+    assert!(
+        cloud.wait_for_watchers_at_most("secrets", base, Duration::from_secs(5)),
+        "the cloud streams were not closed"
+    );
+    assert!(eventually(Duration::from_secs(5), || hub
+        .metric("node_yurthub_in_flight_requests_total")
+        == Some(0.0)));
+}
+
+#[test]
+fn a_write_that_may_have_reached_the_cloud_is_not_answered_from_the_cache() {
+    let cloud = Cloud::start();
+    let dir = TempDir::new("write-sent");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    // The hub's own ConfigMap watch is up (its list would otherwise take the fault).
+    assert!(cloud.wait_for_watchers("configmaps", 1, Duration::from_secs(10)));
+    // The cloud applies the create, then its answer breaks off.
+    cloud.drop_mid_body(1);
+    let body = serde_json::to_vec(&configmap("default", "maybe", "1")).unwrap();
+    let r = call(
+        "POST",
+        &format!("{}/api/v1/namespaces/default/configmaps", hub.url()),
+        KUBELET,
+        &[("Content-Type", "application/json")],
+        Some(&body),
+    );
+    assert!(
+        cloud.get("configmaps", "default", "maybe").is_some(),
+        "the cloud did create it"
+    );
+    assert_ne!(
+        r.status,
+        201,
+        "a 201 from the cache would be a guess: {}",
+        r.text()
+    );
+    assert!(r.status >= 500, "{}", r.status);
 }

@@ -656,3 +656,36 @@ fn cloud_mode_never_answers_from_a_cache() {
     );
     assert_eq!(r.status, 503);
 }
+
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // utime and stime are fields 14 and 15, after the parenthesised command name.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn bytes_sent_behind_a_held_watch_do_not_make_it_spin() {
+    use std::io::Write;
+    let Warm { cloud, hub, _dir } = warm(&[]);
+    cloud.stop();
+    wait_offline(&hub, &cloud);
+    let mut s = std::net::TcpStream::connect(hub.proxy).unwrap();
+    write!(s, "GET /api/v1/pods?watch=1&timeoutSeconds=600 HTTP/1.1\r\nHost: x\r\nUser-Agent: {KUBELET}\r\n\r\nGARBAGE").unwrap();
+    assert!(eventually(Duration::from_secs(5), || hub
+        .metric("node_yurthub_in_flight_requests_total")
+        == Some(1.0)));
+    let before = cpu_ticks(hub.pid());
+    std::thread::sleep(Duration::from_secs(2));
+    let spent = cpu_ticks(hub.pid()) - before;
+    assert!(spent < 20, "the held watch used {spent} CPU ticks in 2 s");
+    drop(s);
+    assert!(eventually(Duration::from_secs(5), || hub
+        .metric("node_yurthub_in_flight_requests_total")
+        == Some(0.0)));
+}

@@ -248,8 +248,13 @@ impl Hub {
 
     /// Sends SIGTERM and waits for the exit.
     pub fn terminate(&mut self) -> ExitStatus {
+        signal(self.pid(), "TERM");
+        self.wait_exit()
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait_exit(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running");
-        signal(child.id(), "TERM");
         child.wait().expect("wait for the hub")
     }
 
