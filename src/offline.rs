@@ -172,7 +172,11 @@ impl Offline {
         let Some(writer) = out.as_mut() else {
             return Ok(200);
         };
-        let limit = req.query.limit.filter(|&l| l > 0).map(|l| l as usize);
+        let limit = req
+            .query
+            .limit
+            .filter(|&l| l > 0)
+            .map(|l| usize::try_from(l).unwrap_or(usize::MAX));
         let mut buf = Vec::with_capacity(LIST_FLUSH + 8192);
         buf.extend_from_slice(b"{\"apiVersion\":");
         push_json_str(&mut buf, &api_version);
@@ -314,13 +318,26 @@ impl Offline {
         req: &ApiRequest,
         path: &ResourcePath,
     ) -> Answered<'c> {
+        let too_large = || {
+            Status::new(
+                413,
+                "RequestEntityTooLarge",
+                format!("the request body is larger than {MAX_CREATE_BODY} bytes"),
+            )
+        };
         if ex.body_length().is_some_and(|n| n > MAX_CREATE_BODY) {
-            return Err((ex, Status::bad_request("request body too large")));
+            return Err((ex, too_large()));
         }
         let mut body = Vec::new();
-        let read = ex.body().take(MAX_CREATE_BODY + 1).read_to_end(&mut body);
-        if read.is_err() || body.len() as u64 > MAX_CREATE_BODY {
-            return Err((ex, Status::bad_request("cannot read the request body")));
+        match ex.body().take(MAX_CREATE_BODY + 1).read_to_end(&mut body) {
+            Ok(_) if body.len() as u64 > MAX_CREATE_BODY => return Err((ex, too_large())),
+            Ok(_) => {}
+            Err(e) => {
+                return Err((
+                    ex,
+                    Status::bad_request(format!("cannot read the request body: {e}")),
+                ));
+            }
         }
         let Ok(mut object) = serde_json::from_slice::<serde_json::Value>(&body) else {
             return Err((
@@ -334,12 +351,21 @@ impl Offline {
                 Status::bad_request("the request body is not a JSON object"),
             ));
         }
-        // The object belongs where it was posted, as the apiserver would record it.
+        // The object belongs where it was posted, as the apiserver would record it; one that
+        // names another namespace is refused as the apiserver refuses it.
         if let (Some(ns), Some(meta)) = (
             path.namespace.as_deref(),
             object.get_mut("metadata").and_then(|m| m.as_object_mut()),
         ) {
-            meta.entry("namespace").or_insert_with(|| ns.into());
+            let given = meta.entry("namespace").or_insert_with(|| ns.into());
+            if given.as_str().is_some_and(|g| !g.is_empty() && g != ns) {
+                return Err((
+                    ex,
+                    Status::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ),
+                ));
+            }
         }
         let has_name = object
             .pointer("/metadata/name")

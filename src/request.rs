@@ -101,6 +101,19 @@ pub struct ResourcePath {
     pub namespace: Option<String>,
     /// Object name.
     pub name: Option<String>,
+    /// The legacy `/watch/` or `/proxy/` prefix preceded the resource.
+    pub legacy_prefix: Option<LegacyPrefix>,
+    /// More path followed the subresource (`.../pods/p/proxy/x`, `.../log/extra`).
+    pub extra_path: bool,
+}
+
+/// The legacy prefixes of `/api/v1/watch/...` and `/api/v1/proxy/...`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LegacyPrefix {
+    /// `/watch/`: a watch.
+    Watch,
+    /// `/proxy/`: the proxy verb.
+    Proxy,
 }
 
 /// What the path names.
@@ -239,7 +252,7 @@ pub fn classify(
 
     let target = parse_path(raw_path)?;
     let verb = match &target {
-        Target::Resource(r) => resource_verb(method, r, &query, raw_path),
+        Target::Resource(r) => resource_verb(method, r, &query),
         Target::NonResource(_) => Verb::Other,
     };
     Ok(ApiRequest {
@@ -254,15 +267,13 @@ pub fn classify(
     })
 }
 
-fn resource_verb(method: Method, r: &ResourcePath, query: &Query, raw_path: &str) -> Verb {
-    let prefix = legacy_prefix(raw_path);
-    if r.subresource.as_deref() == Some("proxy") || prefix == Some("proxy") {
+fn resource_verb(method: Method, r: &ResourcePath, query: &Query) -> Verb {
+    if r.subresource.as_deref() == Some("proxy") || r.legacy_prefix == Some(LegacyPrefix::Proxy) {
         return Verb::Proxy;
     }
-    let legacy_watch = prefix == Some("watch");
     match method {
         Method::Get | Method::Head => {
-            if legacy_watch || query.watch {
+            if r.legacy_prefix == Some(LegacyPrefix::Watch) || query.watch {
                 Verb::Watch
             } else if r.name.is_some() {
                 Verb::Get
@@ -277,18 +288,6 @@ fn resource_verb(method: Method, r: &ResourcePath, query: &Query, raw_path: &str
         Method::Delete => Verb::DeleteCollection,
         Method::Other => Verb::Other,
     }
-}
-
-/// The legacy `watch` or `proxy` prefix of `/api/v1/watch/...` or `/apis/g/v/proxy/...`.
-fn legacy_prefix(raw_path: &str) -> Option<&str> {
-    let mut parts = raw_path.trim_start_matches('/').split('/');
-    let segment = match parts.next() {
-        Some("api") => parts.nth(1),
-        Some("apis") => parts.nth(2),
-        _ => None,
-    };
-    // Only a prefix when something follows it.
-    segment.filter(|s| matches!(*s, "watch" | "proxy") && parts.next().is_some())
 }
 
 /// Splits and validates the path.
@@ -349,8 +348,14 @@ fn parse_path(raw_path: &str) -> Result<Target, RequestError> {
     }
 
     let mut rest: Vec<&str> = rest.iter().map(|s| s.as_ref()).collect();
-    // Legacy prefixes: `/api/v1/watch/...` and `/api/v1/proxy/...`; the verb notes them.
-    if matches!(rest.first(), Some(&"watch") | Some(&"proxy")) && rest.len() > 1 {
+    // Legacy prefixes: `/api/v1/watch/...` and `/api/v1/proxy/...` (decoded, as the
+    // apiserver reads them); the verb notes them.
+    let legacy_prefix = match rest.first() {
+        Some(&"watch") if rest.len() > 1 => Some(LegacyPrefix::Watch),
+        Some(&"proxy") if rest.len() > 1 => Some(LegacyPrefix::Proxy),
+        _ => None,
+    };
+    if legacy_prefix.is_some() {
         rest.remove(0);
     }
     let mut namespace = None;
@@ -396,6 +401,8 @@ fn parse_path(raw_path: &str) -> Result<Target, RequestError> {
         subresource,
         namespace,
         name,
+        legacy_prefix,
+        extra_path: rest.len() > 3,
     }))
 }
 
@@ -408,11 +415,34 @@ fn truncate(s: &str) -> &str {
 
 fn parse_query(raw: &str) -> Result<Query, RequestError> {
     let mut q = Query::default();
+    // The apiserver takes the first of repeated parameters; so does the hub, so that what it
+    // caches is the scope the cloud answered.
+    let mut seen: u16 = 0;
     for pair in raw.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let bit = match k {
+            "labelSelector" => 1,
+            "fieldSelector" => 2,
+            "resourceVersion" => 4,
+            "continue" => 8,
+            "timeoutSeconds" => 16,
+            "limit" => 32,
+            "watch" => 64,
+            "follow" => 128,
+            "timeout" => 256,
+            _ => continue,
+        };
+        if seen & bit != 0 {
+            continue;
+        }
+        seen |= bit;
         let value = || -> Result<String, RequestError> {
-            let plus = v.replace('+', " ");
-            percent_decode(&plus).map(Cow::into_owned).ok_or_else(|| {
+            let decoded = if v.contains('+') {
+                percent_decode(&v.replace('+', " ")).map(Cow::into_owned)
+            } else {
+                percent_decode(v).map(Cow::into_owned)
+            };
+            decoded.ok_or_else(|| {
                 RequestError(format!("query parameter {k} has a bad percent-escape"))
             })
         };
@@ -435,8 +465,7 @@ fn parse_query(raw: &str) -> Result<Query, RequestError> {
             "limit" => q.limit = Some(number(value()?)?),
             "watch" => q.watch = matches!(value()?.as_str(), "true" | "1"),
             "follow" => q.follow = matches!(value()?.as_str(), "true" | "1"),
-            "timeout" => q.timeout = parse_go_duration_secs(&value()?),
-            _ => {}
+            _ => q.timeout = parse_go_duration_secs(&value()?),
         }
     }
     Ok(q)
@@ -657,6 +686,13 @@ mod tests {
             Verb::Watch,
             Some(("", "v1", "configmaps", Some("kube-system"), None, None)),
         );
+        // Decoded as the apiserver decodes it.
+        check(
+            "GET",
+            "/api/v1/%77atch/namespaces/kube-system/configmaps",
+            Verb::Watch,
+            Some(("", "v1", "configmaps", Some("kube-system"), None, None)),
+        );
         check(
             "GET",
             "/apis/apps/v1/namespaces/a/deployments/d/scale",
@@ -800,6 +836,15 @@ mod tests {
                 .timeout,
             Some(90)
         );
+        // Repeated parameters: the first counts, as in the apiserver.
+        let r = classify(
+            "GET",
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1&fieldSelector=&watch=1&watch=0",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(r.query.field_selector.as_deref(), Some("spec.nodeName=n1"));
+        assert!(r.query.watch);
     }
 
     #[test]

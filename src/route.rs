@@ -149,14 +149,14 @@ pub const STREAM_DEADLINE: Duration = Duration::from_secs(24 * 3600);
 /// Decides the route of `req`. `is_agent` tells whether its component is a cache agent.
 /// An invalid selector on a cacheable list or watch is a 400.
 pub fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Result<Route, Status> {
+    // Selectors matter only for what the hub caches or answers itself; anything else is the
+    // cloud's to judge.
     let selectors = match req.verb {
-        Verb::List | Verb::Watch | Verb::DeleteCollection if mode == WorkingMode::Edge => {
-            Selectors::parse(
-                req.query.label_selector.as_deref(),
-                req.query.field_selector.as_deref(),
-            )
-            .map_err(|e| Status::bad_request(format!("invalid selector: {e}")))?
-        }
+        Verb::List | Verb::Watch if mode == WorkingMode::Edge && is_agent => Selectors::parse(
+            req.query.label_selector.as_deref(),
+            req.query.field_selector.as_deref(),
+        )
+        .map_err(|e| Status::bad_request(format!("invalid selector: {e}")))?,
         _ => Selectors::everything(),
     };
     let cache = cache_target(req, is_agent, mode, &selectors);
@@ -208,7 +208,8 @@ fn cache_target(
         }
     };
     let collection = collection_key(&req.component, path);
-    let status_or_none = matches!(path.subresource.as_deref(), None | Some("status"));
+    let status_or_none =
+        matches!(path.subresource.as_deref(), None | Some("status")) && !path.extra_path;
     match req.verb {
         Verb::Get | Verb::Update | Verb::Patch if req.method != Method::Head => {
             if !status_or_none {
@@ -260,7 +261,8 @@ fn local_answer(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Local {
             };
         }
     };
-    let status_or_none = matches!(path.subresource.as_deref(), None | Some("status"));
+    let status_or_none =
+        matches!(path.subresource.as_deref(), None | Some("status")) && !path.extra_path;
     match req.verb {
         Verb::Delete | Verb::DeleteCollection => Local::Forbidden,
         _ if !plain_json || !status_or_none => Local::Unavailable,
@@ -424,6 +426,14 @@ mod tests {
                 None,
                 true,
                 NoCacheReason::NonResource,
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/a/pods/p/status/x",
+                KUBELET,
+                None,
+                true,
+                NoCacheReason::Subresource,
             ),
             (
                 "GET",

@@ -277,6 +277,8 @@ pub struct ReplaceReport {
     pub deleted: usize,
     /// Stored objects absent from the answer but newer than it, kept.
     pub kept_newer: usize,
+    /// Objects of the answer a watch deleted while the answer was staged, not brought back.
+    pub deleted_meanwhile: usize,
     /// Bytes written.
     pub bytes: u64,
 }
@@ -748,6 +750,9 @@ struct Staged {
     name_len: usize,
     /// The staged file's sequence number; `None` when nothing was written.
     temp: Option<usize>,
+    /// A stored copy existed when this was staged: if it is gone by the commit, a watch
+    /// deleted it meanwhile, and the (older) list must not bring it back.
+    existed: bool,
 }
 
 impl Staged {
@@ -802,6 +807,7 @@ impl Replace<'_> {
             namespace_len: namespace.map_or(0, str::len),
             name_len: name.len(),
             temp,
+            existed: existing.is_some(),
         });
         Ok(match outcome {
             Some(PutOutcome::Identical) => {
@@ -1011,6 +1017,12 @@ impl Replace<'_> {
                 name.to_owned(),
             );
             let Some(stored) = self.read_stored(namespace.as_deref(), &name)? else {
+                if entry.existed {
+                    remove_quietly(&self.temp_path(seq));
+                    self.entries[i].temp = None;
+                    self.report.written -= 1;
+                    self.report.deleted_meanwhile += 1;
+                }
                 continue;
             };
             let temp = self.temp_path(seq);
@@ -2339,6 +2351,7 @@ mod tests {
             deleted: 1,
             kept_newer: 1,
             bytes: v.len() as u64,
+            deleted_meanwhile: 0,
         };
         assert_eq!(report, expected);
         assert_eq!(
@@ -2503,6 +2516,30 @@ mod tests {
     }
 
     #[test]
+    fn replace_never_brings_back_an_object_a_watch_deleted_meanwhile() {
+        let dir = TempDir::new("replace-deleted");
+        let store = open(&dir);
+        put(&store, &pods(), Some("a"), "x", 5, "web");
+        let mut replace = store.begin_replace(&pods(), Some("a")).unwrap();
+        let x = object(Some("a"), "x", 6, "web");
+        assert!(matches!(
+            replace.put(Some("a"), "x", &x, Some("6")).unwrap(),
+            PutOutcome::Written { .. }
+        ));
+        // A watch's DELETED arrives while the (older) list is being staged.
+        let key = ObjectKey {
+            collection: pods(),
+            namespace: Some("a".into()),
+            name: "x".into(),
+        };
+        assert!(store.delete(&key).unwrap());
+        let report = replace.commit(&mut |_| true, Some("6")).unwrap();
+        assert_eq!((report.written, report.deleted_meanwhile), (0, 1));
+        assert_eq!(get(&store, &pods(), Some("a"), "x"), None);
+        assert!(staging_entries(&dir.root()).is_empty());
+    }
+
+    #[test]
     fn unchanged_relist_writes_nothing() {
         let dir = TempDir::new("replace-unchanged");
         let store = open(&dir);
@@ -2631,6 +2668,7 @@ mod tests {
             deleted: 1,
             kept_newer: 1,
             bytes: (x.len() + n.len()) as u64,
+            deleted_meanwhile: 0,
         };
         assert_eq!(report, expected);
         let new = snapshot(&dir.root());

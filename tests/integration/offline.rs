@@ -324,6 +324,24 @@ fn check_offline_answers(hub: &Hub) {
     assert_eq!(deleted.status, 403);
     assert_eq!(deleted.json()["reason"], "Forbidden");
 
+    let elsewhere = call(
+        "POST",
+        &url("/api/v1/namespaces/default/configmaps"),
+        KUBELET,
+        &[("Content-Type", "application/json")],
+        Some(br#"{"metadata":{"name":"x","namespace":"kube-system"}}"#),
+    );
+    assert_eq!(elsewhere.status, 400, "{}", elsewhere.text());
+    // A body announced larger than any object is refused before it is read.
+    let too_big = raw(
+        hub.proxy,
+        format!("POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nUser-Agent: {KUBELET}\r\nContent-Type: application/json\r\nContent-Length: 4194304\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(raw_status(&too_big), 413, "{too_big}");
+    // An unbound pod selector (spec.nodeName= empty) matches none of a kubelet's pods.
+    let unbound = get(&url("/api/v1/pods?fieldSelector=spec.nodeName%3D"), KUBELET);
+    assert_eq!(names(&unbound.json()), set(&[]));
+
     // Components that are not cache agents get 503.
     let stranger = get(&url("/api/v1/namespaces/default/pods/web-1"), "curl/8");
     assert_eq!(stranger.status, 503);
