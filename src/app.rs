@@ -10,6 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::cache::agents::CacheAgents;
+use crate::cache::refill::{self, Refills};
 use crate::cache::store::Store;
 use crate::cache::{agents_watch, writer};
 use crate::config::{Config, WorkingMode};
@@ -147,6 +148,15 @@ pub fn run(config: Config) -> Result<(), AppError> {
                 let store = Arc::new(store);
                 agents_watch::load_cached(&store, &agents);
                 let (cache_tx, cache_rx) = writer::channel(WRITER_QUEUE, WRITER_BUDGET);
+                let refills = Refills::new();
+                let cache_tx = cache_tx.with_refills(refills.sender());
+                {
+                    let (upstream, cache_tx, stop) =
+                        (Arc::clone(&upstream), cache_tx.clone(), stop_rx.clone());
+                    spawn("cache-refill", move || {
+                        refill::run(refills, upstream, cache_tx, stop)
+                    })?;
+                }
                 writer_thread = Some({
                     let store = Arc::clone(&store);
                     let stop = Arc::clone(&writer_stop);

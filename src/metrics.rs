@@ -29,6 +29,8 @@ pub struct Metrics {
     pub cache_sessions_abandoned: AtomicU64,
     /// Cache sessions committed.
     pub cache_sessions_committed: AtomicU64,
+    /// Dropped answers fetched again and committed by the refill thread.
+    pub cache_refills: AtomicU64,
     /// Store or decode failures in the writer.
     pub cache_errors: AtomicU64,
     /// Messages waiting in the writer queue.
@@ -65,6 +67,7 @@ impl Metrics {
             cache_objects_deleted: AtomicU64::new(0),
             cache_sessions_abandoned: AtomicU64::new(0),
             cache_sessions_committed: AtomicU64::new(0),
+            cache_refills: AtomicU64::new(0),
             cache_errors: AtomicU64::new(0),
             cache_writer_queue_depth: AtomicI64::new(0),
             cache_writer_busy_micros: AtomicU64::new(0),
@@ -249,6 +252,12 @@ impl Metrics {
             "tinyhub_heap_peak_bytes",
             "the most heap bytes the hub has held",
             crate::alloc::Counting::peak() as i64,
+        );
+        counter(
+            &mut out,
+            "tinyhub_cache_refills_total",
+            "answers dropped for a full writer queue, fetched again and persisted",
+            &self.cache_refills,
         );
         counter(
             &mut out,

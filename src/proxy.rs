@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::cache::agents::CacheAgents;
-use crate::cache::writer::CacheTx;
+use crate::cache::writer::{CacheTx, Refill};
 use crate::config::WorkingMode;
 use crate::metrics::{InFlight, METRICS};
 use crate::offline::Offline;
@@ -24,7 +24,8 @@ use crate::upstream::{Answer, BodySource, Deadline, Identity, Outgoing, Upstream
 /// Bodies up to this size with a known length are received whole before the client gets
 /// anything, so a cloud that breaks off mid-body can still be answered from the cache.
 const SMALL_BODY: u64 = 64 * 1024;
-/// Size of the relay buffer (one per streaming request): a TLS record's worth.
+/// Relay buffer of a streaming request at first, and at most (a TLS record's worth).
+const RELAY_BUFFER_START: usize = 4 * 1024;
 const RELAY_BUFFER: usize = 16 * 1024;
 
 /// Everything a request thread needs.
@@ -174,7 +175,13 @@ impl Hub {
         match self.forward(&mut ex, route) {
             Ok(answer) => {
                 let status = answer.status;
-                match self.relay(ex, route, answer, in_flight) {
+                match self.relay(
+                    ex,
+                    route,
+                    req.map(|r| r.component.as_str()),
+                    answer,
+                    in_flight,
+                ) {
                     Ok(cache) => (status, cache),
                     Err((ex, Failure::Unreachable(e))) => self.fallback(ex, req, route, e),
                     // The client hung up: nothing left to tell it.
@@ -285,6 +292,7 @@ impl Hub {
         &self,
         ex: Exchange<'c>,
         route: &Route,
+        component: Option<&str>,
         mut answer: Answer,
         in_flight: Option<&InFlight>,
     ) -> Result<CacheStatus, (Option<Exchange<'c>>, Failure)> {
@@ -294,7 +302,16 @@ impl Hub {
                 let gzip = answer
                     .header("content-encoding")
                     .is_some_and(|v| v.trim().eq_ignore_ascii_case("gzip"));
-                session = cache.begin(target.clone(), answer.status, gzip);
+                // Should the disk fall behind, the hub fetches the answer again itself: only
+                // on its own credentials, which the client's did not replace.
+                let refill =
+                    component
+                        .filter(|_| route.identity == Identity::Hub)
+                        .map(|component| Refill {
+                            path_and_query: ex.url().to_owned(),
+                            component: component.to_owned(),
+                        });
+                session = cache.begin(target.clone(), answer.status, gzip, refill);
                 if session.is_some() {
                     CacheStatus::Stored
                 } else {
@@ -326,7 +343,9 @@ impl Hub {
 
         if let Some(length) = answer.length.filter(|&l| l <= SMALL_BODY) {
             let mut body = Vec::with_capacity(length as usize);
-            let read = (&mut answer.body).take(length).read_to_end(&mut body);
+            // Read to the end, not just `length` bytes: only a read that sees the end returns
+            // the connection to ureq's pool (else every small answer costs a TLS handshake).
+            let read = (&mut answer.body).take(length + 1).read_to_end(&mut body);
             traffic.1 += body.len() as u64;
             if let Err(e) = read.and_then(|n| {
                 if n as u64 == length {
@@ -369,7 +388,9 @@ impl Hub {
             (Some(cancel), Some(probe)) => Some(self.reaper.watch(probe, cancel)),
             _ => None,
         };
-        let mut buf = vec![0u8; RELAY_BUFFER];
+        // Start small (a watch's events are small, and a thousand watches may be open) and
+        // grow to a TLS record's size when reads fill the buffer (a big list).
+        let mut buf = vec![0u8; RELAY_BUFFER_START];
         loop {
             let n = match answer.body.read(&mut buf) {
                 Ok(0) => break,
@@ -388,6 +409,7 @@ impl Hub {
                 }
             };
             traffic.1 += n as u64;
+            let full = n == buf.len();
             if let Err(e) = writer.write(&buf[..n]) {
                 if let Some(s) = session.take() {
                     s.finish(false);
@@ -398,6 +420,9 @@ impl Hub {
                 && !s.chunk(&buf[..n])
             {
                 session = None;
+            }
+            if full && buf.len() < RELAY_BUFFER {
+                buf.resize(RELAY_BUFFER, 0);
             }
         }
         if let Some(s) = session {

@@ -485,7 +485,6 @@ impl<'c> Exchange<'c> {
             conn,
             framing: if no_body { Framing::Known(0) } else { framing },
             discard: no_body,
-            frame: Vec::new(),
         })
     }
 
@@ -598,7 +597,39 @@ pub struct BodyWriter<'c> {
     framing: Framing,
     /// HEAD and bodiless statuses: bytes are counted, not sent.
     discard: bool,
-    frame: Vec<u8>,
+}
+
+/// Writes one chunk — size line, data, CRLF — in one vectored write where the socket takes
+/// it (no copy of the data into a frame buffer).
+fn write_chunk(stream: &mut TcpStream, data: &[u8]) -> io::Result<()> {
+    let mut size = [0u8; 18];
+    let head = {
+        use std::io::Write as _;
+        let mut cursor = &mut size[..];
+        write!(cursor, "{:x}\r\n", data.len())?;
+        let left = cursor.len();
+        &size[..18 - left]
+    };
+    let mut parts = [
+        io::IoSlice::new(head),
+        io::IoSlice::new(data),
+        io::IoSlice::new(b"\r\n"),
+    ];
+    let mut slices = &mut parts[..];
+    while !slices.is_empty() {
+        match stream.write_vectored(slices) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "the client stopped reading",
+                ));
+            }
+            Ok(n) => io::IoSlice::advance_slices(&mut slices, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 impl BodyWriter<'_> {
@@ -619,15 +650,7 @@ impl BodyWriter<'_> {
                 self.conn.stream.write_all(data)
             }
             Framing::Close => self.conn.stream.write_all(data),
-            Framing::Chunked => {
-                // One write per chunk: size line, data and CRLF together.
-                self.frame.clear();
-                self.frame
-                    .extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-                self.frame.extend_from_slice(data);
-                self.frame.extend_from_slice(b"\r\n");
-                self.conn.stream.write_all(&self.frame)
-            }
+            Framing::Chunked => write_chunk(&mut self.conn.stream, data),
         };
         if result.is_err() {
             self.conn.broken = true;

@@ -6,17 +6,20 @@
 //! It does not decide what to send or what to do with the answer (that is `proxy.rs`), and
 //! never buffers a body: bodies stream in both directions.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::io::{self, Read};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use ureq::config::AutoHeaderValue;
 use ureq::http;
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{DefaultConnector, NextTimeout};
+use ureq::unversioned::transport::{
+    ConnectionDetails, Connector, NextTimeout, RustlsConnector, ShutdownHandle, TcpConnector,
+};
 use ureq::{Agent, SendBody};
 
 use crate::config::Token;
@@ -105,15 +108,17 @@ pub struct Answer {
     pub cancel: Option<Cancel>,
 }
 
-/// Ends one streaming exchange from another thread: its blocked reads fail at once. Used to
+/// Ends one streaming exchange from another thread: its blocked reads end at once. Used to
 /// free a watch whose client hung up while the cloud was silent.
 #[derive(Clone)]
-pub struct Cancel(Agent);
+pub struct Cancel(Weak<dyn ShutdownHandle>);
 
 impl Cancel {
-    /// Shuts the stream's connection down.
+    /// Shuts the stream's connection down (nothing when it is already closed).
     pub fn cancel(self) {
-        self.0.shutdown();
+        if let Some(handle) = self.0.upgrade() {
+            handle.shutdown();
+        }
     }
 }
 
@@ -124,6 +129,46 @@ impl Answer {
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
+    }
+}
+
+thread_local! {
+    /// The shutdown handle of the last connection this thread opened (see [`Recording`]).
+    static LAST_CONNECTION: RefCell<Option<Weak<dyn ShutdownHandle>>> = const { RefCell::new(None) };
+}
+
+/// ureq's TCP connector, noting on the calling thread the shutdown handle of each new
+/// connection. Streams use an agent that never reuses connections, so the handle noted
+/// during a stream's request is its connection's.
+#[derive(Debug, Default)]
+struct Recording(TcpConnector);
+
+impl Connector<()> for Recording {
+    type Out = <TcpConnector as Connector<()>>::Out;
+
+    fn connect(
+        &self,
+        details: &ConnectionDetails,
+        chained: Option<()>,
+    ) -> Result<Option<Self::Out>, ureq::Error> {
+        let register = Arc::clone(&details.register_shutdown);
+        let noting = Arc::new(move |handle: Weak<dyn ShutdownHandle>| {
+            LAST_CONNECTION.with(|last| *last.borrow_mut() = Some(handle.clone()));
+            register(handle)
+        });
+        let details = ConnectionDetails {
+            uri: details.uri,
+            addrs: details.addrs.clone(),
+            config: details.config,
+            request_level: details.request_level,
+            resolver: details.resolver,
+            now: details.now,
+            timeout: details.timeout,
+            current_time: Arc::clone(&details.current_time),
+            run_connector: Arc::clone(&details.run_connector),
+            register_shutdown: noting,
+        };
+        self.0.connect(&details, chained)
     }
 }
 
@@ -185,9 +230,9 @@ pub struct Upstream {
     backends: Arc<Backends>,
     hub_agent: Agent,
     client_agent: Agent,
-    /// TLS settings of the two identities, for the per-stream agents.
-    hub_tls: TlsConfig,
-    client_tls: TlsConfig,
+    /// For streams: a connection each, never reused, so each can be cancelled.
+    hub_stream_agent: Agent,
+    client_stream_agent: Agent,
     token: Option<TokenSource>,
 }
 
@@ -227,8 +272,8 @@ impl Upstream {
             backends,
             hub_agent: agent(hub_tls.clone(), true),
             client_agent: agent(client_tls.clone(), true),
-            hub_tls,
-            client_tls,
+            hub_stream_agent: agent(hub_tls, false),
+            client_stream_agent: agent(client_tls, false),
             token: token.map(TokenSource::new),
         })
     }
@@ -297,22 +342,18 @@ impl Upstream {
         if let Some(length) = req.body.as_ref().and_then(|b| b.length) {
             builder = builder.header("content-length", length);
         }
-        // A stream gets an agent (and so a connection) of its own, which can be shut down
-        // from another thread when its client goes away; short exchanges share the pool.
-        let (agent, cancel) = match (req.deadline, req.identity) {
-            (Deadline::Stream(_), identity) => {
-                let tls = if identity == Identity::Hub {
-                    &self.hub_tls
-                } else {
-                    &self.client_tls
-                };
-                let agent = agent(tls.clone(), false);
-                (agent.clone(), Some(Cancel(agent)))
-            }
-            (Deadline::Bounded(_), Identity::Hub) => (self.hub_agent.clone(), None),
-            (Deadline::Bounded(_), Identity::Client) => (self.client_agent.clone(), None),
+        // A stream gets a connection of its own, which can be shut down from another thread
+        // when its client goes away; short exchanges share pooled connections.
+        let streaming = matches!(req.deadline, Deadline::Stream(_));
+        let agent = match (streaming, req.identity) {
+            (true, Identity::Hub) => &self.hub_stream_agent,
+            (true, Identity::Client) => &self.client_stream_agent,
+            (false, Identity::Hub) => &self.hub_agent,
+            (false, Identity::Client) => &self.client_agent,
         };
-        let agent = &agent;
+        if streaming {
+            LAST_CONNECTION.with(|last| last.borrow_mut().take());
+        }
         let request_error = |e: http::Error| UpstreamError::Request(e.to_string());
         let result = match req.body.as_mut() {
             Some(body) => {
@@ -327,6 +368,13 @@ impl Upstream {
             }
         };
         let response = result.map_err(|e| transport_error(server, e))?;
+        let cancel = if streaming {
+            LAST_CONNECTION
+                .with(|last| last.borrow_mut().take())
+                .map(Cancel)
+        } else {
+            None
+        };
         let (parts, body) = response.into_parts();
         let mut length = None;
         let headers = parts
@@ -400,11 +448,12 @@ fn tls_config(roots: &[Certificate<'static>], client_cert: Option<ClientCert>) -
         .build()
 }
 
-/// ureq's 128 KiB default input and output buffers per connection would make each open
-/// watch cost a quarter of a megabyte; a TLS record (16 KiB) and a response head fit here.
-const INPUT_BUFFER: usize = 24 * 1024;
-const OUTPUT_BUFFER: usize = 8 * 1024;
-const MAX_RESPONSE_HEAD: usize = 16 * 1024;
+/// ureq's 128 KiB default input and output buffers, at its TCP and again at its TLS layer,
+/// would make each open watch cost half a megabyte. A response head must fit the input
+/// buffer (an apiserver's is well under 1 KiB); bodies stream through in pieces.
+const INPUT_BUFFER: usize = 8 * 1024;
+const OUTPUT_BUFFER: usize = 4 * 1024;
+const MAX_RESPONSE_HEAD: usize = 8 * 1024;
 
 fn agent(tls: TlsConfig, pooled: bool) -> Agent {
     let config = Agent::config_builder()
@@ -424,11 +473,8 @@ fn agent(tls: TlsConfig, pooled: bool) -> Agent {
         .max_idle_connections(if pooled { 8 } else { 0 })
         .timeout_connect(Some(CONNECT_TIMEOUT))
         .build();
-    Agent::with_parts(
-        config,
-        DefaultConnector::default(),
-        LiteralFirst(DefaultResolver::default()),
-    )
+    let connector = ().chain(Recording::default()).chain(RustlsConnector::default());
+    Agent::with_parts(config, connector, LiteralFirst(DefaultResolver::default()))
 }
 
 /// Resolves IP literals (what `--server-addr` usually holds) directly: ureq's own resolver

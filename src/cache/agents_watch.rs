@@ -134,7 +134,7 @@ fn list(
         .and_then(|i| i.as_array())
         .and_then(|i| i.first());
     agents.set_from_config(item.and_then(cache_agents_of));
-    if let Some(mut session) = cache_target(path).and_then(|t| cache.begin(t, 200, false)) {
+    if let Some(mut session) = cache_target(path).and_then(|t| cache.begin(t, 200, false, None)) {
         session.chunk(&body);
         session.finish(true);
     }
@@ -159,7 +159,7 @@ fn watch(
     if answer.status != 200 {
         return Err(format!("the cloud answered {}", answer.status));
     }
-    let mut session = cache_target(&path).and_then(|t| cache.begin(t, 200, false));
+    let mut session = cache_target(&path).and_then(|t| cache.begin(t, 200, false, None));
     let mut events = JsonStream::new(BodyShape::WatchStream, super::writer::MAX_OBJECT_BYTES);
     let mut buf = vec![0u8; 8192];
     let mut ended_by_error = false;

@@ -72,7 +72,47 @@ struct Queue {
     budget: usize,
 }
 
+/// How a sender behaves when the queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pace {
+    /// Give up at once: a client is waiting (connection threads).
+    NeverWait,
+    /// Wait for room: nobody is waiting (the refill thread), so it goes at the disk's pace.
+    Wait,
+}
+
+/// The longest a paced sender waits for room before it gives up.
+const PACED_PATIENCE: Duration = Duration::from_secs(120);
+
 impl Queue {
+    /// Queues `msg`; with [`Pace::Wait`] waits for room (up to a bound), else never blocks.
+    fn send_paced(&self, tx: &Sender<CacheMsg>, msg: CacheMsg, pace: Pace) -> bool {
+        if pace == Pace::NeverWait {
+            return self.send(tx, msg);
+        }
+        let len = msg.payload_len();
+        let deadline = std::time::Instant::now() + PACED_PATIENCE;
+        while self.queued_bytes.load(Ordering::Relaxed) + len > self.budget {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.queued_bytes.fetch_add(len, Ordering::Relaxed);
+        match tx.send_timeout(msg, PACED_PATIENCE) {
+            Ok(()) => {
+                METRICS
+                    .cache_writer_queue_depth
+                    .fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Err(_) => {
+                self.queued_bytes.fetch_sub(len, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
     /// Queues `msg` on `tx` unless the channel or the byte budget is full; never blocks.
     fn send(&self, tx: &Sender<CacheMsg>, msg: CacheMsg) -> bool {
         let len = msg.payload_len();
@@ -112,6 +152,18 @@ pub struct CacheTx {
     tx: Sender<CacheMsg>,
     queue: Arc<Queue>,
     next_id: Arc<AtomicU64>,
+    /// Where responses dropped for a full queue are sent to be fetched again.
+    refills: Option<Sender<Refill>>,
+}
+
+/// A response whose cache session was dropped because the disk fell behind: the request to
+/// repeat, on the hub's own credentials, at the disk's pace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refill {
+    /// Path and query of the original request.
+    pub path_and_query: String,
+    /// The component whose cache it fills.
+    pub component: String,
 }
 
 /// The writer's side of the queue.
@@ -132,6 +184,7 @@ pub fn channel(messages: usize, budget: usize) -> (CacheTx, CacheRx) {
             tx,
             queue: Arc::clone(&queue),
             next_id: Arc::new(AtomicU64::new(1)),
+            refills: None,
         },
         CacheRx { rx, queue },
     )
@@ -142,8 +195,38 @@ pub fn channel(messages: usize, budget: usize) -> (CacheTx, CacheRx) {
 const COALESCE: usize = 32 * 1024;
 
 impl CacheTx {
-    /// Starts persisting a response, or None when the queue is full right now.
-    pub fn begin(&self, target: CacheTarget, status: u16, gzip: bool) -> Option<Session> {
+    /// Sends responses dropped for a full queue to `refills` from now on.
+    pub fn with_refills(mut self, refills: Sender<Refill>) -> CacheTx {
+        self.refills = Some(refills);
+        self
+    }
+
+    /// Starts persisting a response, or None when the queue is full right now. `refill`
+    /// says how to fetch it again should the session be dropped for a full queue.
+    pub fn begin(
+        &self,
+        target: CacheTarget,
+        status: u16,
+        gzip: bool,
+        refill: Option<Refill>,
+    ) -> Option<Session> {
+        let refill = refill.and_then(|r| Some((self.refills.clone()?, r)));
+        self.start(target, status, gzip, Pace::NeverWait, refill)
+    }
+
+    /// Starts persisting a response that no client waits for: every send waits for room.
+    pub fn begin_paced(&self, target: CacheTarget, status: u16, gzip: bool) -> Option<Session> {
+        self.start(target, status, gzip, Pace::Wait, None)
+    }
+
+    fn start(
+        &self,
+        target: CacheTarget,
+        status: u16,
+        gzip: bool,
+        pace: Pace,
+        refill: Option<(Sender<Refill>, Refill)>,
+    ) -> Option<Session> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let abandoned = Arc::new(AtomicBool::new(false));
         let streaming = matches!(target, CacheTarget::Watch { .. });
@@ -154,11 +237,7 @@ impl CacheTx {
             gzip,
             abandoned: Arc::clone(&abandoned),
         };
-        if !self.queue.send(&self.tx, msg) {
-            Metrics::inc(&METRICS.cache_sessions_abandoned);
-            return None;
-        }
-        Some(Session {
+        let mut session = Session {
             id,
             tx: self.tx.clone(),
             queue: Arc::clone(&self.queue),
@@ -166,7 +245,14 @@ impl CacheTx {
             done: false,
             streaming,
             pending: Vec::new(),
-        })
+            pace,
+            refill,
+        };
+        if !self.queue.send_paced(&self.tx, msg, pace) {
+            session.abandon();
+            return None;
+        }
+        Some(session)
     }
 
     /// Stores one whole object; false when the queue is full.
@@ -185,6 +271,8 @@ pub struct Session {
     done: bool,
     streaming: bool,
     pending: Vec<u8>,
+    pace: Pace,
+    refill: Option<(Sender<Refill>, Refill)>,
 }
 
 impl Session {
@@ -221,7 +309,7 @@ impl Session {
     fn send_data(&mut self, data: Vec<u8>) -> bool {
         if !self
             .queue
-            .send(&self.tx, CacheMsg::Chunk { id: self.id, data })
+            .send_paced(&self.tx, CacheMsg::Chunk { id: self.id, data }, self.pace)
         {
             self.abandon();
             return false;
@@ -241,12 +329,13 @@ impl Session {
             }
         }
         self.done = true;
-        if !self.queue.send(
+        if !self.queue.send_paced(
             &self.tx,
             CacheMsg::End {
                 id: self.id,
                 complete,
             },
+            self.pace,
         ) {
             self.abandon();
         }
@@ -256,9 +345,19 @@ impl Session {
         self.done = true;
         if !self.abandoned.swap(true, Ordering::AcqRel) {
             Metrics::inc(&METRICS.cache_sessions_abandoned);
+            // The answer is still wanted on disk: have it fetched again at the disk's pace.
+            let refilled = self
+                .refill
+                .take()
+                .is_some_and(|(tx, refill)| tx.try_send(refill).is_ok());
             log::debug!(
-                "cache session {} abandoned: the writer queue is full",
-                self.id
+                "cache session {} abandoned: the writer queue is full{}",
+                self.id,
+                if refilled {
+                    "; it will be fetched again"
+                } else {
+                    ""
+                }
             );
         }
     }
@@ -286,6 +385,12 @@ impl Drop for Session {
 /// has been drained (shutdown: what is queued is written, unfinished answers are not).
 pub fn run(store: &Store, rx: CacheRx, stop: &AtomicBool) {
     let mut sessions: HashMap<u64, Active<'_>> = HashMap::new();
+    // Test hook: a writer slowed down on purpose (a slow flash), to show that clients never
+    // wait for it. Not a flag: nobody should set it in production.
+    let test_delay = std::env::var("TINYHUB_TEST_WRITER_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis);
     loop {
         let wait = if stop.load(Ordering::Acquire) {
             Duration::ZERO
@@ -294,6 +399,9 @@ pub fn run(store: &Store, rx: CacheRx, stop: &AtomicBool) {
         };
         match rx.rx.recv_timeout(wait) {
             Ok(msg) => {
+                if let Some(delay) = test_delay {
+                    std::thread::sleep(delay);
+                }
                 let started = std::time::Instant::now();
                 rx.queue
                     .queued_bytes
@@ -901,7 +1009,7 @@ mod tests {
     fn a_list_in_small_chunks_becomes_files_with_type_meta() {
         let t = TempStore::new("list");
         write(&t.store, 1 << 20, |tx| {
-            let mut s = tx.begin(list_target(), 200, false).unwrap();
+            let mut s = tx.begin(list_target(), 200, false, None).unwrap();
             for piece in LIST.as_bytes().chunks(7) {
                 assert!(s.chunk(piece));
             }
@@ -923,7 +1031,7 @@ mod tests {
     fn a_broken_off_list_commits_nothing() {
         let t = TempStore::new("broken");
         write(&t.store, 1 << 20, |tx| {
-            let mut s = tx.begin(list_target(), 200, false).unwrap();
+            let mut s = tx.begin(list_target(), 200, false, None).unwrap();
             s.chunk(&LIST.as_bytes()[..LIST.len() - 10]);
             s.finish(false);
         });
@@ -936,7 +1044,7 @@ mod tests {
         let t = TempStore::new("full");
         let before = METRICS.cache_sessions_abandoned.load(Ordering::Relaxed);
         write(&t.store, 16, |tx| {
-            let mut s = tx.begin(list_target(), 200, false).unwrap();
+            let mut s = tx.begin(list_target(), 200, false, None).unwrap();
             // Coalesced until the end; then more than the budget at once.
             assert!(s.chunk(LIST.as_bytes()));
             s.finish(true);
@@ -966,7 +1074,7 @@ mod tests {
         );
         write(&t.store, 1 << 20, |tx| {
             let mut s = tx
-                .begin(CacheTarget::Watch { collection: pods() }, 200, false)
+                .begin(CacheTarget::Watch { collection: pods() }, 200, false, None)
                 .unwrap();
             for piece in events.as_bytes().chunks(13) {
                 s.chunk(piece);

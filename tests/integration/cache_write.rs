@@ -460,36 +460,44 @@ fn a_list_cut_off_mid_body_commits_nothing() {
 }
 
 #[test]
-fn a_50_mb_cached_list_keeps_the_hub_small() {
+fn a_20000_pod_list_is_cached_with_the_hub_small() {
     let cloud = Cloud::start();
     cloud.set_gzip_threshold(usize::MAX);
+    // Realistic pods of about 3.5 KB: a 70 MB list.
     cloud.populate_pods(&PodFill {
-        count: 10_000,
+        count: 20_000,
         nodes: 1,
-        body_bytes: 5_000,
+        body_bytes: 3_500,
         ..PodFill::default()
     });
     let dir = TempDir::new("big-cached");
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
-    let before = proc_status(hub.pid(), "VmHWM:");
-    assert!(hub.cache_list_paced("/api/v1/pods", Duration::from_millis(2)) > 50_000_000);
+    let idle = proc_status(hub.pid(), "VmHWM:");
+    // Read as fast as loopback goes: the disk falls behind, the hub drops the session rather
+    // than slow the client, and refills the list itself at the disk's pace.
+    let list = get(&format!("{}/api/v1/pods", hub.url()), KUBELET);
+    assert_eq!(list.status, 200);
+    assert!(list.body.len() > 70_000_000);
+    drop(list);
     let root = hub.spec.cache_dir.join("kubelet/pods.v1.core");
     assert!(
-        eventually(Duration::from_secs(120), || files_under(&root).len()
-            == 10_000),
+        eventually(Duration::from_secs(300), || files_under(&root).len()
+            == 20_000),
         "{}",
         hub.logs()
     );
-    // Growth of the peak, so the figure holds under an emulator too (qemu has its own RSS).
-    let hwm = proc_status(hub.pid(), "VmHWM:");
+    // Growth of the peak, so the figure holds under an emulator too (qemu has its own RSS);
+    // the absolute figure of a release build is in BENCHMARKS.md.
+    let peak = proc_status(hub.pid(), "VmHWM:");
+    eprintln!("MEASURED: caching 20,000 pods took the hub's peak RSS from {idle} to {peak} KiB");
     assert!(
-        hwm - before < 24 * 1024,
-        "hub peak RSS grew from {before} to {hwm} KiB caching a 50 MB list"
+        peak - idle < 24 * 1024,
+        "hub peak RSS grew from {idle} to {peak} KiB caching a 70 MB list"
     );
 
     // The same list again: nothing is rewritten.
     let written = hub.metric("tinyhub_cache_objects_written_total").unwrap();
-    hub.cache_list_paced("/api/v1/pods", Duration::from_millis(2));
+    hub.cache_list_paced("/api/v1/pods", Duration::from_millis(1));
     assert_eq!(
         hub.metric("tinyhub_cache_objects_written_total").unwrap(),
         written
@@ -497,8 +505,109 @@ fn a_50_mb_cached_list_keeps_the_hub_small() {
     assert!(
         hub.metric("tinyhub_cache_writes_skipped_identical_total")
             .unwrap()
-            >= 10_000.0
+            >= 20_000.0
     );
+}
+
+/// The generation label of every cached pod under `root` (None for a missing label).
+fn generations(root: &Path) -> std::collections::BTreeMap<Option<String>, usize> {
+    let mut seen = std::collections::BTreeMap::new();
+    for file in files_under(root) {
+        // A file renamed away between the listing and the read is skipped.
+        if let Some(v) = read_json(&file) {
+            *seen
+                .entry(v["metadata"]["labels"]["gen"].as_str().map(str::to_owned))
+                .or_insert(0) += 1;
+        }
+    }
+    seen
+}
+
+#[test]
+fn a_slow_writer_never_slows_the_client_and_commits_nothing_torn() {
+    let cloud = Cloud::start();
+    cloud.set_gzip_threshold(usize::MAX);
+    cloud.populate_pods(&PodFill {
+        count: 2_000,
+        nodes: 1,
+        namespaces: 1,
+        body_bytes: 2_000,
+        prefix: "slow".into(),
+    });
+    let dir = TempDir::new("slow-writer");
+    // Test hook: the writer sleeps 10 ms per message, like a slow flash (4 MB: over a second).
+    let spec = HubSpec::for_cloud(&cloud, dir.path()).env("TINYHUB_TEST_WRITER_DELAY_MS", "10");
+    let hub = Hub::start(&spec);
+    let url = format!("{}/api/v1/namespaces/slow-0/pods", hub.url());
+    let root = hub.spec.cache_dir.join("kubelet/pods.v1.core/slow-0");
+
+    // The client has its whole answer while the writer has not committed anything yet.
+    let first = get(&url, KUBELET);
+    assert_eq!(first.json()["items"].as_array().unwrap().len(), 2_000);
+    assert_eq!(
+        files_under(&root).len(),
+        0,
+        "the client got its answer before the writer caught up"
+    );
+    // Then all of it, each file whole.
+    assert!(eventually(Duration::from_secs(60), || files_under(&root)
+        .len()
+        == 2_000));
+    assert!(
+        files_under(&root).iter().all(|f| read_json(f).is_some()),
+        "a torn file"
+    );
+
+    // A new generation of every pod, listed again: the client again gets it at once, and the
+    // cache moves from all old to all new, never a mix.
+    for i in 0..2_000 {
+        cloud.patch(
+            "pods",
+            "slow-0",
+            &format!("slow-{i:06}"),
+            json!({"metadata": {"labels": {"gen": "2"}}}),
+        );
+    }
+    let second = get(&url, KUBELET);
+    assert!(second.text().contains("\"gen\":\"2\""));
+    assert_eq!(
+        generations(&root).get(&None),
+        Some(&2_000),
+        "still the old generation when the client is done"
+    );
+    // (While the writer renames the new files into place, a reader may see both generations
+    // for a moment; a crash then leaves one or the other: see kill_9_mid_write... below.)
+    assert!(eventually(Duration::from_secs(60), || generations(&root)
+        .get(&Some("2".into()))
+        == Some(&2_000)));
+
+    // A list bigger than the writer's queue (12 MB) is dropped from the cache, then fetched
+    // again by the hub at the disk's pace.
+    cloud.populate_pods(&PodFill {
+        count: 6_000,
+        nodes: 1,
+        namespaces: 1,
+        body_bytes: 2_000,
+        prefix: "big".into(),
+    });
+    let big = get(
+        &format!("{}/api/v1/namespaces/big-0/pods", hub.url()),
+        KUBELET,
+    );
+    assert_eq!(big.status, 200);
+    let big_root = hub.spec.cache_dir.join("kubelet/pods.v1.core/big-0");
+    assert!(
+        hub.metric("tinyhub_cache_sessions_abandoned_total")
+            .unwrap()
+            >= 1.0
+    );
+    assert!(
+        eventually(Duration::from_secs(120), || files_under(&big_root).len()
+            == 6_000),
+        "{}",
+        hub.logs()
+    );
+    assert!(hub.metric("tinyhub_cache_refills_total").unwrap() >= 1.0);
 }
 
 #[test]

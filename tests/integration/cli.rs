@@ -123,6 +123,7 @@ fn secrets_never_reach_the_log_even_at_high_verbosity() {
             kubeconfig: cloud.write_kubeconfig(dir.path(), auth),
             cache_dir: dir.path().join("cache"),
             args: vec!["--v=6".into()],
+            env: Vec::new(),
         };
         let hub = Hub::start(&spec);
         assert_eq!(

@@ -275,6 +275,7 @@ fn token_kubeconfigs_inline_and_as_file() {
             kubeconfig: cloud.write_kubeconfig(dir.path(), auth),
             cache_dir: dir.path().join("cache"),
             args: Vec::new(),
+            env: Vec::new(),
         };
         let hub = Hub::start(&spec);
         cloud.reset_requests();
@@ -667,4 +668,24 @@ fn a_write_that_may_have_reached_the_cloud_is_not_answered_from_the_cache() {
         r.text()
     );
     assert!(r.status >= 500, "{}", r.status);
+}
+
+#[test]
+fn small_answers_reuse_the_cloud_connection() {
+    let cloud = Cloud::start();
+    cloud.create("configmaps", configmap("default", "one", "1"));
+    let dir = TempDir::new("reuse");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    let url = format!("{}/api/v1/namespaces/default/configmaps/one", hub.url());
+    assert_eq!(get(&url, "curl/8").status, 200);
+    let before = cloud.accepted_connections();
+    for _ in 0..20 {
+        assert_eq!(get(&url, "curl/8").status, 200);
+    }
+    // Health probes share the pool too; none of the 20 gets needs a new TLS connection.
+    assert!(
+        cloud.accepted_connections() - before <= 1,
+        "{} new connections",
+        cloud.accepted_connections() - before
+    );
 }

@@ -63,6 +63,8 @@ pub struct HubSpec {
     pub cache_dir: PathBuf,
     /// Flags after the defaults below (later flags win).
     pub args: Vec<String>,
+    /// Extra environment of the hub process (test hooks).
+    pub env: Vec<(String, String)>,
 }
 
 impl HubSpec {
@@ -74,7 +76,14 @@ impl HubSpec {
             kubeconfig,
             cache_dir: dir.join("cache"),
             args: Vec::new(),
+            env: Vec::new(),
         }
+    }
+
+    /// Sets an environment variable of the hub process.
+    pub fn env(mut self, key: &str, value: &str) -> HubSpec {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
     }
 
     /// Adds flags.
@@ -163,6 +172,7 @@ impl Hub {
             .arg("--heartbeat-healthy-threshold=1")
             .arg("--v=2")
             .args(&spec.args)
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
