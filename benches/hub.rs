@@ -1,0 +1,516 @@
+//! `make bench`: tinyhub measured against going direct (tracker issue 6).
+//!
+//! Starts the stand-in cloud apiserver in this process and the real release `tinyhub` beside
+//! it, then measures each case two ways in the same run, alternating: a client talking to the
+//! cloud directly over TLS, and the same client through the hub over plain HTTP. Cases: a
+//! small get, a list of 1,000 pods (online and offline), watch delivery, the cache writer,
+//! memory, binary size. Prints a table per case as it goes and writes `BENCHMARKS.md` at the
+//! repository top with the machine, the date and every target of the issue, met or missed.
+//!
+//! `--quick` (CI, `make bench-quick`) runs every case small, in seconds, and writes
+//! `target/BENCHMARKS-quick.md`; its figures mean nothing, only that the program runs.
+//! Under `cargo test` (no `--bench` argument) it does nothing.
+//!
+//! It does not change the hub or the cloud, and it judges no timing by itself except against
+//! the issue's targets, which are reported, never asserted: a missed target is a finding, not
+//! a failure. A failure (a wrong answer, a wait past its deadline) names the case and exits 1.
+
+// The support module's inline unit tests compile here without their `#[test]` functions.
+#[allow(unused_imports)]
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+#[path = "hub/client.rs"]
+mod client;
+#[path = "hub/footprint.rs"]
+mod footprint;
+#[path = "hub/online.rs"]
+mod online;
+#[path = "hub/report.rs"]
+mod report;
+#[path = "hub/stats.rs"]
+mod stats;
+
+use std::fmt;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use client::{Client, DirectTls};
+use report::Report;
+use support::Cloud;
+use support::hub::{Hub, HubSpec, KUBELET, TempDir, hub_binary, proc_status};
+
+/// How big each case is.
+pub struct Scale {
+    /// `--quick`: a smoke run.
+    pub quick: bool,
+    /// Small gets timed per way.
+    pub get_samples: usize,
+    /// Rounds per way of each throughput run.
+    pub rounds: usize,
+    /// Length of one throughput round.
+    pub window: Duration,
+    /// Pods in the list of case 2.
+    pub list_pods: usize,
+    /// Lists timed per way (and offline).
+    pub list_samples: usize,
+    /// Watch events timed per way.
+    pub watch_events: usize,
+    /// Pods in the big cached list of case 4.
+    pub cached_pods: usize,
+    /// Watch events in the burst of case 4.
+    pub burst: usize,
+    /// Concurrent watches of case 5.
+    pub watches: usize,
+    /// An edge link's pace for reads the hub must cache, bytes per second.
+    pub edge_rate: f64,
+    /// Approximate JSON size of every synthetic pod.
+    pub pod_bytes: usize,
+}
+
+impl Scale {
+    fn full() -> Scale {
+        Scale {
+            quick: false,
+            get_samples: 5_000,
+            rounds: 3,
+            window: Duration::from_secs(2),
+            list_pods: 1_000,
+            list_samples: 30,
+            watch_events: 1_000,
+            cached_pods: 20_000,
+            burst: 10_000,
+            watches: 100,
+            edge_rate: 10e6,
+            pod_bytes: 5_000,
+        }
+    }
+
+    fn quick() -> Scale {
+        Scale {
+            quick: true,
+            get_samples: 200,
+            rounds: 1,
+            window: Duration::from_millis(250),
+            list_pods: 200,
+            list_samples: 5,
+            watch_events: 50,
+            cached_pods: 1_000,
+            burst: 500,
+            watches: 10,
+            edge_rate: 10e6,
+            pod_bytes: 5_000,
+        }
+    }
+}
+
+/// What the cases share: the cloud, how to reach it directly, and the scale.
+pub struct Bench<'a> {
+    /// The stand-in cloud.
+    pub cloud: &'a Cloud,
+    /// TLS for direct clients.
+    pub tls: DirectTls,
+    /// Case sizes.
+    pub scale: &'a Scale,
+}
+
+impl Bench<'_> {
+    /// A kubelet-like client straight to the cloud.
+    pub fn direct(&self) -> Client {
+        Client::direct(&self.cloud.url(), &self.tls, KUBELET)
+    }
+
+    /// The same client through `hub`.
+    pub fn via(&self, hub: &Hub) -> Client {
+        Client::plain(&hub.url(), KUBELET)
+    }
+
+    /// Starts a hub for the cloud with its cache under `dir`, logging at `--v=0`.
+    pub fn start_hub(&self, dir: &Path) -> Running {
+        let hub = Hub::start(&HubSpec::for_cloud(self.cloud, dir).with(&["--v=0"]));
+        lock(&HUBS).push(hub.pid());
+        Running(hub)
+    }
+}
+
+/// Hub processes running now, killed by the watchdog if the run overstays.
+static HUBS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+/// CPU time (USER_HZ ticks) used by the hubs that have exited, to tell the benchmark's own
+/// load from other work on the machine.
+static HUB_TICKS: AtomicU64 = AtomicU64::new(0);
+/// The case running now, for failure messages.
+static CASE: Mutex<&'static str> = Mutex::new("start-up");
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A hub started by the benchmark; registered for the watchdog while it lives.
+pub struct Running(Hub);
+
+impl Deref for Running {
+    type Target = Hub;
+    fn deref(&self) -> &Hub {
+        &self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let pid = self.0.pid();
+        let ticks = report::process_ticks(&pid.to_string()).unwrap_or(0);
+        HUB_TICKS.fetch_add(ticks, Ordering::Relaxed);
+        // Under a runner (a profiler such as valgrind, through TINYHUB_TEST_RUNNER) a graceful
+        // stop first, so the profile gets written; otherwise, and after it, the inner `Hub`
+        // kills the process when it drops, right after this.
+        if support::hub::emulated() && !std::thread::panicking() {
+            support::hub::signal(pid, "TERM");
+            let deadline = Instant::now() + Duration::from_secs(120);
+            // A process that has exited (a zombie until reaped) has no VmRSS line.
+            while proc_status(pid, "VmRSS:") > 0 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        lock(&HUBS).retain(|p| *p != pid);
+    }
+}
+
+/// A case run against the shared online hub.
+type OnlineCase = fn(&Bench, &Hub, &mut Report) -> Result<(), String>;
+
+/// A case that failed, and why.
+struct Failure {
+    case: &'static str,
+    why: String,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed: {}", self.case, self.why)
+    }
+}
+
+struct Options {
+    quick: bool,
+    under_bench: bool,
+    cases: Option<Vec<u8>>,
+}
+
+const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...]";
+
+fn options() -> Result<Options, String> {
+    let mut o = Options {
+        quick: false,
+        under_bench: false,
+        cases: None,
+    };
+    let mut unknown = Vec::new();
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--bench" => o.under_bench = true,
+            "--quick" => o.quick = true,
+            "--help" | "-h" => return Err(USAGE.into()),
+            _ => match arg.strip_prefix("--cases=") {
+                Some(list) => {
+                    let cases = list
+                        .split(',')
+                        .map(|c| c.trim().parse::<u8>().ok().filter(|n| (1..=6).contains(n)))
+                        .collect::<Option<Vec<u8>>>()
+                        .ok_or_else(|| format!("--cases takes numbers 1 to 6: {list:?}"))?;
+                    o.cases = Some(cases);
+                }
+                None => unknown.push(arg),
+            },
+        }
+    }
+    // `cargo test` passes its own arguments (--nocapture, filters) to every target; only
+    // under `cargo bench` is an unknown argument a mistake.
+    if o.under_bench && !unknown.is_empty() {
+        return Err(format!("unknown arguments {unknown:?}\n{USAGE}"));
+    }
+    Ok(o)
+}
+
+fn main() -> ExitCode {
+    let opts = match options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    if !opts.under_bench {
+        println!(
+            "benches/hub.rs runs under `cargo bench` (`make bench`, `make bench-quick`); nothing to do"
+        );
+        return ExitCode::SUCCESS;
+    }
+    let scale = if opts.quick {
+        Scale::quick()
+    } else {
+        Scale::full()
+    };
+    watchdog(if opts.quick {
+        Duration::from_secs(300)
+    } else {
+        Duration::from_secs(2400)
+    });
+    match run(&scale, opts.cases.as_deref()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("\nbenchmark failed: {f}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Ends the whole run (and the hubs it started) if it overstays `limit`: every wait has its
+/// own deadline, this catches a read that blocks where no deadline reaches.
+fn watchdog(limit: Duration) {
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        eprintln!(
+            "\nbenchmark failed: {} did not finish; the whole run exceeded {limit:?}",
+            lock(&CASE)
+        );
+        for pid in lock(&HUBS).iter() {
+            support::hub::signal(*pid, "KILL");
+        }
+        std::process::exit(1);
+    });
+}
+
+/// Runs `f` as step `name`: a panic (from the shared support code) becomes a failure too.
+fn case<T>(name: &'static str, f: impl FnOnce() -> Result<T, String>) -> Result<T, Failure> {
+    *lock(&CASE) = name;
+    println!("\n==> {name}");
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(t)) => Ok(t),
+        Ok(Err(why)) => Err(Failure { case: name, why }),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_else(|| "panicked".into());
+            Err(Failure { case: name, why })
+        }
+    }
+}
+
+fn run(scale: &Scale, only: Option<&[u8]>) -> Result<(), Failure> {
+    let wanted = |n: u8| only.is_none_or(|o| o.contains(&n));
+    let started = Instant::now();
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut report = Report::default();
+    // Several crates may race to install a provider; the first one wins and all use ring.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+
+    let (bin, version) = case("setup", || {
+        let bin = hub_binary();
+        let out = std::process::Command::new(&bin)
+            .arg("--version")
+            .output()
+            .map_err(|e| format!("running {} --version: {e}", bin.display()))?;
+        let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        Ok((bin, version))
+    })?;
+    let load_before = report::load_average();
+    let machine_before = report::machine_ticks();
+    let self_before = report::process_ticks("self");
+    report.preamble = vec![
+        ("Date".into(), report::utc_now()),
+        ("Machine".into(), report::machine()),
+        ("Commit".into(), report::commit(&manifest_dir)),
+        (
+            "Build".into(),
+            format!(
+                "{}; `{}` {}",
+                report::release_profile(&manifest_dir.join("Cargo.toml")),
+                bin.display(),
+                if version.is_empty() {
+                    String::new()
+                } else {
+                    format!("(`{version}`)")
+                }
+            ),
+        ),
+        (
+            "Mode".into(),
+            if scale.quick {
+                "`--quick` smoke run: small sizes, figures not meaningful".into()
+            } else {
+                "full".into()
+            },
+        ),
+    ];
+    println!(
+        "tinyhub benchmark ({})",
+        if scale.quick { "quick" } else { "full" }
+    );
+    for (k, v) in &report.preamble {
+        println!("  {k}: {v}");
+    }
+
+    let cloud = Cloud::start();
+    cloud.set_record_requests(false);
+    // The client asks for no compression, but make sure: gzip would shrink the padded pods
+    // to almost nothing and measure the compressor instead of the proxy.
+    cloud.set_gzip_threshold(usize::MAX);
+    let bench = Bench {
+        cloud: &cloud,
+        tls: DirectTls::for_cloud(&cloud).map_err(|why| Failure { case: "setup", why })?,
+        scale,
+    };
+
+    // Kept until the end: removing thousands of cache files just before the cache writer case
+    // would slow its file creation on filesystems that avoid reusing fresh inodes (ext4).
+    let online_dir = TempDir::new("bench-online");
+    if wanted(1) || wanted(2) || wanted(3) {
+        let hub = case("start the hub for cases 1 to 3", || {
+            Ok(bench.start_hub(online_dir.path()))
+        })?;
+        let online: [(u8, &'static str, OnlineCase); 3] = [
+            (1, "case 1 (small get)", online::small_get),
+            (2, "case 2 (list of 1,000 pods)", online::list),
+            (3, "case 3 (watch delivery)", online::watch),
+        ];
+        for (n, name, f) in online {
+            if wanted(n) {
+                case(name, || f(&bench, &hub, &mut report))?;
+                print_last(&report);
+            }
+        }
+    }
+    if wanted(4) || wanted(5) {
+        let dir = TempDir::new("bench-footprint");
+        case("cases 4 and 5 (cache writer, memory)", || {
+            footprint::writer_and_memory(&bench, dir.path(), &mut report)
+        })?;
+        let n = report.sections.len();
+        print!("{}", report.sections[n - 2].markdown());
+        print_last(&report);
+    }
+    if wanted(6) {
+        case("case 6 (binary size)", || {
+            footprint::binary_size(&bin, &target_dir(), &mut report)
+        })?;
+        print_last(&report);
+    }
+
+    drop(online_dir);
+    let load_after = report::load_average();
+    let elapsed = started.elapsed();
+    report.preamble.push((
+        "Load average".into(),
+        format!(
+            "{load_before} before, {load_after} after (1, 5, 15 min); the run took {:.0} s",
+            elapsed.as_secs_f64()
+        ),
+    ));
+    if let (Some((busy0, steal0)), Some((busy1, steal1)), Some(me0), Some(me1)) = (
+        machine_before,
+        report::machine_ticks(),
+        self_before,
+        report::process_ticks("self"),
+    ) {
+        // Ticks are USER_HZ, fixed at 100 per second.
+        let ours = (me1 - me0) + HUB_TICKS.load(Ordering::Relaxed);
+        let others = (busy1 - busy0).saturating_sub(ours) as f64 / 100.0;
+        let capacity = elapsed.as_secs_f64()
+            * std::thread::available_parallelism().map_or(1, usize::from) as f64;
+        report.preamble.push((
+            "Other activity".into(),
+            format!(
+                "other processes used {others:.0} CPU-seconds during the run ({:.0}% of the \
+                 machine); the hypervisor stole {:.1} s",
+                100.0 * others / capacity.max(1e-9),
+                (steal1 - steal0) as f64 / 100.0
+            ),
+        ));
+    }
+    report.method = method(scale);
+    println!("\n==> targets\n\n{}", report.targets_table().markdown());
+
+    if only.is_some() {
+        println!("(a partial run with --cases writes no file)");
+        return Ok(());
+    }
+    let (path, title) = if scale.quick {
+        (
+            target_dir().join("BENCHMARKS-quick.md"),
+            "tinyhub benchmarks (quick smoke run)",
+        )
+    } else {
+        (manifest_dir.join("BENCHMARKS.md"), "tinyhub benchmarks")
+    };
+    report.write(&path, title).map_err(|why| Failure {
+        case: "report",
+        why,
+    })?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// Cargo's target directory: this program runs as `<target>/<profile>/deps/hub-<hash>`.
+fn target_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"))
+}
+
+fn print_last(report: &Report) {
+    if let Some(s) = report.sections.last() {
+        print!("{}", s.markdown());
+    }
+}
+
+fn method(scale: &Scale) -> Vec<String> {
+    vec![
+        "One process runs the stand-in cloud (the test apiserver: a TLS front that splices to an \
+         in-memory HTTP/1.1 server, objects in memory) and the benchmark clients; `tinyhub` runs \
+         as a child process (`--v=0`, heartbeat every second). Everything shares this machine's \
+         cores, so the hub's own work competes with the cloud's and the clients'."
+            .into(),
+        "Both ways use the same client (ureq 3.5, one keep-alive connection per client thread, \
+         User-Agent of a kubelet, no compression): direct means TLS 1.3 with a client \
+         certificate to the cloud; through the hub means plain HTTP to the hub on loopback, which \
+         forwards over its own pooled TLS connections with its own certificate. As a kubelet, \
+         every cacheable answer through the hub is also handed to its cache writer."
+            .into(),
+        "Latency: the two ways alternate request by request (direct, hub, direct, hub, ...) after \
+         a warm-up; percentiles are nearest-rank over the sorted samples. Throughput: N client \
+         threads, each with its own connection, run back to back for a fixed window; the two ways \
+         alternate window by window; the rate is operations over the time from the common start \
+         to the last completed operation, summed over the rounds."
+            .into(),
+        format!(
+            "Reads the hub has to cache in full (the cache warm-up of case 2, the lists and the \
+             watch burst of case 4) are read at an edge link's pace, about {:.0} MB/s in 16 KiB \
+             reads: over loopback the cloud outruns the disk, and the hub then drops the response's \
+             cache session rather than slow the client (by design, counted in \
+             `tinyhub_cache_sessions_abandoned_total`). Other reads go as fast as the client reads.",
+            scale.edge_rate / 1e6
+        ),
+        "Watch delivery: two watches stay open (one direct, one through the hub) on two \
+         namespaces; the benchmark creates a ConfigMap in one, then the other, and times from \
+         just before the cloud's create call (which emits the event) to the line arriving at the \
+         client, one event in flight at a time."
+            .into(),
+        "Memory: VmRSS, VmHWM and Threads from `/proc/<hub pid>/status`; the peak is reset \
+         (`/proc/<pid>/clear_refs` = 5) when each state begins, so each state's peak is its own. \
+         `tinyhub_heap_bytes` / `tinyhub_heap_peak_bytes` are the hub's own heap accounting \
+         (lifetime peak). Cache writer throughput is objects (or bytes) over \
+         `tinyhub_cache_writer_busy_seconds_total`, the time the writer thread spent on them."
+            .into(),
+        format!(
+            "Synthetic pods are about {} bytes of JSON each (the stand-in cloud's `PodFill`).",
+            scale.pod_bytes
+        ),
+    ]
+}

@@ -1,0 +1,340 @@
+//! The benchmark's output: tables printed as each case finishes, the targets of issue 6 with
+//! their measured values, and the Markdown file (`BENCHMARKS.md`, or
+//! `target/BENCHMARKS-quick.md` for `--quick`) with the date, the machine and the build.
+//!
+//! It holds figures as text already formatted by the cases; it measures nothing.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A table: a header row and rows of cells.
+pub struct Table {
+    /// Optional caption printed above the table.
+    pub caption: String,
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with these column names.
+    pub fn new(caption: &str, header: &[&str]) -> Table {
+        Table {
+            caption: caption.to_owned(),
+            header: header.iter().map(|h| (*h).to_owned()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds a row (missing cells are left blank).
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    /// GitHub Markdown, columns padded so the source reads as a table too.
+    pub fn markdown(&self) -> String {
+        let cols = self.header.len();
+        let cell = |row: &[String], i: usize| row.get(i).cloned().unwrap_or_default();
+        let width = |i: usize| {
+            self.rows
+                .iter()
+                .map(|r| cell(r, i).chars().count())
+                .chain([self.header[i].chars().count(), 3])
+                .max()
+                .unwrap_or(3)
+        };
+        let widths: Vec<usize> = (0..cols).map(width).collect();
+        let line = |cells: Vec<String>| {
+            let mut out = String::from("|");
+            for (i, c) in cells.iter().enumerate() {
+                let pad = widths[i].saturating_sub(c.chars().count());
+                // Figures right-aligned, the first column (labels) left-aligned.
+                if i == 0 {
+                    let _ = write!(out, " {c}{} |", " ".repeat(pad));
+                } else {
+                    let _ = write!(out, " {}{c} |", " ".repeat(pad));
+                }
+            }
+            out.push('\n');
+            out
+        };
+        let mut out = String::new();
+        out.push_str(&line(self.header.clone()));
+        let rule: Vec<String> = widths
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                if i == 0 {
+                    "-".repeat(*w)
+                } else {
+                    format!("{}:", "-".repeat(w - 1))
+                }
+            })
+            .collect();
+        out.push_str(&line(rule));
+        for r in &self.rows {
+            out.push_str(&line((0..cols).map(|i| cell(r, i)).collect()));
+        }
+        out
+    }
+}
+
+/// One case's results.
+pub struct Section {
+    /// Heading, e.g. "1. Small get".
+    pub title: String,
+    /// What was measured, one paragraph.
+    pub intro: String,
+    /// Its tables.
+    pub tables: Vec<Table>,
+    /// Remarks under the tables.
+    pub notes: Vec<String>,
+}
+
+impl Section {
+    /// An empty section.
+    pub fn new(title: &str, intro: &str) -> Section {
+        Section {
+            title: title.to_owned(),
+            intro: intro.to_owned(),
+            tables: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// Markdown for the file (and the terminal).
+    pub fn markdown(&self) -> String {
+        let mut out = format!("## {}\n\n", self.title);
+        if !self.intro.is_empty() {
+            let _ = writeln!(out, "{}\n", self.intro);
+        }
+        for t in &self.tables {
+            if !t.caption.is_empty() {
+                let _ = writeln!(out, "{}\n", t.caption);
+            }
+            let _ = writeln!(out, "{}", t.markdown());
+        }
+        for n in &self.notes {
+            let _ = writeln!(out, "- {n}");
+        }
+        if !self.notes.is_empty() {
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// A target of the issue and how the run did against it.
+pub struct Target {
+    /// What is measured.
+    pub what: String,
+    /// The target, as the issue states it.
+    pub goal: String,
+    /// The measured value.
+    pub measured: String,
+    /// Met or missed.
+    pub met: bool,
+}
+
+/// Everything the run produced.
+#[derive(Default)]
+pub struct Report {
+    /// Lines describing the machine and the build.
+    pub preamble: Vec<(String, String)>,
+    /// Per-case results, in order.
+    pub sections: Vec<Section>,
+    /// The issue's targets.
+    pub targets: Vec<Target>,
+    /// Paragraphs of the "how measured" section.
+    pub method: Vec<String>,
+}
+
+impl Report {
+    /// Adds a target.
+    pub fn target(&mut self, what: &str, goal: &str, measured: String, met: bool) {
+        self.targets.push(Target {
+            what: what.to_owned(),
+            goal: goal.to_owned(),
+            measured,
+            met,
+        });
+    }
+
+    /// The targets as a table.
+    pub fn targets_table(&self) -> Table {
+        let mut t = Table::new("", &["target", "goal", "measured", "result"]);
+        for g in &self.targets {
+            t.row(vec![
+                g.what.clone(),
+                g.goal.clone(),
+                g.measured.clone(),
+                if g.met { "met" } else { "**missed**" }.into(),
+            ]);
+        }
+        t
+    }
+
+    /// The whole Markdown document.
+    pub fn markdown(&self, title: &str) -> String {
+        let mut out = format!("# {title}\n\n");
+        out.push_str(
+            "Generated by `make bench` (`cargo bench --bench hub`, source `benches/hub.rs`). \
+             Every case is measured two ways in the same run, alternating: a client talking to \
+             the stand-in cloud directly over TLS, and the same client through tinyhub over \
+             plain HTTP on loopback.\n\n",
+        );
+        for (k, v) in &self.preamble {
+            let _ = writeln!(out, "- **{k}**: {v}");
+        }
+        out.push('\n');
+        out.push_str("## Targets (issue 6)\n\n");
+        out.push_str(&self.targets_table().markdown());
+        out.push('\n');
+        for s in &self.sections {
+            out.push_str(&s.markdown());
+        }
+        out.push_str("## How measured\n\n");
+        for p in &self.method {
+            let _ = writeln!(out, "- {p}");
+        }
+        out
+    }
+
+    /// Writes the document to `path`.
+    pub fn write(&self, path: &Path, title: &str) -> Result<(), String> {
+        std::fs::write(path, self.markdown(title))
+            .map_err(|e| format!("writing {}: {e}", path.display()))
+    }
+}
+
+/// `YYYY-MM-DD HH:MM UTC` of now.
+pub fn utc_now() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    let rem = secs % 86_400;
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        rem / 3600,
+        rem / 60 % 60
+    )
+}
+
+// Howard Hinnant's days-to-civil algorithm.
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// `nproc`, the CPU model and the kernel, from the system.
+pub fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".into());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map(|kib| format!(", {:.1} GiB RAM", kib as f64 / 1024.0 / 1024.0))
+        .unwrap_or_default();
+    format!("nproc {cpus}, {model}{mem}, Linux {kernel}")
+}
+
+/// The 1-, 5- and 15-minute load averages.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The `[profile.release]` settings from the manifest, on one line.
+pub fn release_profile(manifest: &Path) -> String {
+    let Ok(text) = std::fs::read_to_string(manifest) else {
+        return "release".into();
+    };
+    let settings: Vec<String> = text
+        .lines()
+        .skip_while(|l| l.trim() != "[profile.release]")
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.replace(' ', ""))
+        .collect();
+    if settings.is_empty() {
+        "release".into()
+    } else {
+        format!("release ({})", settings.join(", "))
+    }
+}
+
+/// CPU time the whole machine has spent busy and stolen by the hypervisor, in USER_HZ ticks,
+/// from `/proc/stat`.
+pub fn machine_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = cpu
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal ...
+    let busy = v.first()? + v.get(1)? + v.get(2)? + v.get(5)? + v.get(6)?;
+    Some((busy, *v.get(7)?))
+}
+
+/// User plus system CPU time of a process (`self` or a pid), in USER_HZ ticks.
+pub fn process_ticks(pid: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+/// The commit of the repository at `dir`, and whether tracked files differ from it.
+pub fn commit(dir: &Path) -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    match git(&["log", "-1", "--format=%h %s"]) {
+        Some(head) => {
+            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+                .is_some_and(|s| !s.is_empty());
+            if dirty {
+                format!("`{head}`, with uncommitted changes to tracked files")
+            } else {
+                format!("`{head}`")
+            }
+        }
+        None => "unknown (not a git checkout)".into(),
+    }
+}
