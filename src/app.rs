@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cache::agents::CacheAgents;
 use crate::cache::refill::{self, Refills};
@@ -51,7 +51,6 @@ impl std::error::Error for AppError {}
 
 /// Runs the hub until a signal ends it.
 pub fn run(config: Config) -> Result<(), AppError> {
-    set_default_thread_stack();
     let signals =
         signals::listen().map_err(|e| AppError(format!("cannot set up signal handling: {e}")))?;
     // Several crates may race to install a provider; the first one wins and all use ring.
@@ -77,7 +76,26 @@ pub fn run(config: Config) -> Result<(), AppError> {
     }
 
     let readiness = Arc::new(Readiness::default());
-    readiness.certificates.store(true, Ordering::Release);
+    if let Some(not_after) = config.tls.client_not_after() {
+        let secs = not_after
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        readiness
+            .client_cert_not_after
+            .store(secs, Ordering::Release);
+        match not_after.duration_since(SystemTime::now()) {
+            Err(_) => {
+                log::error!("the hub's client certificate has expired: the cloud will refuse it")
+            }
+            Ok(left) if left < Duration::from_secs(30 * 86_400) => {
+                log::warn!(
+                    "the hub's client certificate expires in {} days",
+                    left.as_secs() / 86_400
+                )
+            }
+            Ok(_) => {}
+        }
+    }
     let shutdown = Arc::new(AtomicBool::new(false));
     let writer_stop = Arc::new(AtomicBool::new(false));
 
@@ -272,16 +290,4 @@ where
         .stack_size(SMALL_STACK)
         .spawn(f)
         .map_err(|e| AppError(format!("cannot start the {name} thread: {e}")))
-}
-
-/// Threads we do not spawn ourselves (tiny_http's connection pool) take their stack size
-/// from `RUST_MIN_STACK`; a small one keeps each idle connection cheap, which matters in a
-/// 32-bit address space. An explicit setting from the environment wins.
-#[allow(unsafe_code)]
-fn set_default_thread_stack() {
-    if std::env::var_os("RUST_MIN_STACK").is_none() {
-        // SAFETY: called at the start of `run`, before this process starts any other thread,
-        // so nothing can read the environment concurrently.
-        unsafe { std::env::set_var("RUST_MIN_STACK", SMALL_STACK.to_string()) };
-    }
 }

@@ -129,7 +129,7 @@ pub trait Probe: Send + Sync {
 pub fn probe_all_once(backends: &Backends, probe: &dyn Probe, timeout: Duration) {
     thread::scope(|scope| {
         for index in 0..backends.len() {
-            scope.spawn(move || {
+            let probe_one = move || {
                 let result = probe.probe(&backends.get(index).base, timeout);
                 if let Err(why) = &result {
                     log::warn!(
@@ -138,7 +138,14 @@ pub fn probe_all_once(backends: &Backends, probe: &dyn Probe, timeout: Duration)
                     );
                 }
                 backends.set_healthy(index, result.is_ok());
-            });
+            };
+            let spawned = thread::Builder::new()
+                .name(format!("probe-{index}"))
+                .stack_size(crate::SMALL_STACK)
+                .spawn_scoped(scope, probe_one);
+            if let Err(e) = spawned {
+                log::error!("cannot start a health probe: {e}");
+            }
         }
     });
 }

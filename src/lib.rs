@@ -2,9 +2,8 @@
 //! on loopback; it forwards to the cloud apiserver, persists what they read, and answers from
 //! that cache while the cloud is unreachable. See ARCHITECTURE.md for the code map.
 
-// Unsafe code is limited to the few libc calls that have no safe std equivalent (sigwait,
-// syncfs, setting the default thread stack before threads exist); each is allowed locally
-// with a SAFETY comment.
+// Unsafe code is limited to what has no safe std equivalent (sigwait, syncfs, the counting
+// global allocator); each is allowed locally with a SAFETY comment.
 #![deny(unsafe_code)]
 
 pub mod alloc;

@@ -18,7 +18,6 @@ pub fn init(verbosity: u8) {
         .filter_module("rustls", level.min(log::LevelFilter::Info))
         .filter_module("ureq", level.min(log::LevelFilter::Info))
         .filter_module("ureq_proto", level.min(log::LevelFilter::Info))
-        .filter_module("tiny_http", level.min(log::LevelFilter::Info))
         .format(move |buf, record| {
             let (month, day, hour, min, sec, micros) = utc_now();
             let letter = match record.level() {

@@ -45,7 +45,7 @@ pub struct Metrics {
     pub in_flight_total: AtomicI64,
     /// Transport failures talking to the cloud.
     pub upstream_errors: AtomicU64,
-    /// Idempotent requests retried on another backend after a connect failure.
+    /// Idempotent requests retried on another backend after a transport failure.
     pub upstream_retries: AtomicU64,
     in_flight: Mutex<BTreeMap<RequestLabels, i64>>,
     traffic: Mutex<BTreeMap<RequestLabels, u64>>,

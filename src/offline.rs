@@ -14,9 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde::Deserialize;
-
 use crate::cache::key::{CollectionKey, ObjectKey, rv_newer};
+use crate::cache::object::ObjectHead;
 use crate::cache::store::Store;
 use crate::cache::writer::CacheTx;
 use crate::health::Backends;
@@ -97,7 +96,7 @@ impl Offline {
         };
         let key = ObjectKey {
             collection: collection_key(&req.component, path),
-            namespace: object_namespace(path),
+            namespace: path.namespace.clone(),
             name,
         };
         match self.store.get(&key) {
@@ -394,16 +393,6 @@ fn send_json<'c>(ex: Exchange<'c>, status: u16, body: &[u8]) -> Answered<'c> {
     Ok(status)
 }
 
-/// The namespace an object of `path` is filed under: none for cluster-scoped requests and for
-/// Namespace objects themselves.
-fn object_namespace(path: &ResourcePath) -> Option<String> {
-    if path.group.is_empty() && path.resource == "namespaces" {
-        None
-    } else {
-        path.namespace.clone()
-    }
-}
-
 /// 404 for a collection the component never read.
 fn not_cached(req: &ApiRequest, path: &ResourcePath) -> Status {
     Status::not_found_message(format!(
@@ -414,11 +403,7 @@ fn not_cached(req: &ApiRequest, path: &ResourcePath) -> Status {
 }
 
 fn qualified(path: &ResourcePath) -> String {
-    if path.group.is_empty() {
-        path.resource.clone()
-    } else {
-        format!("{}.{}", path.resource, path.group)
-    }
+    crate::status::qualified(&path.group, &path.resource)
 }
 
 fn is_json_object(bytes: &[u8]) -> bool {
@@ -433,24 +418,10 @@ struct ListHead {
     resource_version: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct Head<'a> {
-    #[serde(borrow, default)]
-    kind: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    metadata: Option<HeadMeta<'a>>,
-}
-
-#[derive(Deserialize)]
-struct HeadMeta<'a> {
-    #[serde(borrow, default, rename = "resourceVersion")]
-    resource_version: Option<Cow<'a, str>>,
-}
-
 /// Parses what the list needs; selectors need the whole object, plain lists only the head.
 fn parse_head(bytes: &[u8], selectors: &crate::selector::Selectors) -> Option<ListHead> {
     if selectors.is_everything() {
-        let head: Head<'_> = serde_json::from_slice(bytes).ok()?;
+        let head = ObjectHead::parse(bytes)?;
         return Some(ListHead {
             selected: true,
             kind: head.kind.map(Cow::into_owned),

@@ -57,6 +57,8 @@ pub enum CacheStatus {
     Offline,
     /// Refused before anything else.
     Rejected,
+    /// The client went away before its answer was complete.
+    ClientGone,
 }
 
 impl CacheStatus {
@@ -68,6 +70,7 @@ impl CacheStatus {
             CacheStatus::Dropped => "dropped",
             CacheStatus::Offline => "offline",
             CacheStatus::Rejected => "rejected",
+            CacheStatus::ClientGone => "client-gone",
         }
     }
 }
@@ -93,7 +96,7 @@ impl Hub {
                 log::info!(
                     "refused method={} path=\"{}\" err=\"{e}\"",
                     ex.method(),
-                    truncated(ex.url())
+                    request::truncate(ex.url())
                 );
                 let _ = ex.send_status(&Status::bad_request(e.to_string()));
                 return;
@@ -144,7 +147,8 @@ impl Hub {
         in_flight: &InFlight,
     ) -> (u16, CacheStatus) {
         if req.upgrade {
-            // exec, attach and port-forward need the raw connection; tiny_http cannot splice it.
+            // exec, attach and port-forward need the raw connection spliced to the cloud's, which
+            // the hub does not do.
             let status = Status::not_implemented(
                 "tinyhub does not carry connection upgrades (exec, attach, port-forward): talk to the apiserver directly",
             );
@@ -187,7 +191,7 @@ impl Hub {
                     // The client hung up: nothing left to tell it.
                     Err((_, Failure::Downstream(e))) => {
                         log::debug!("the client went away mid-answer: {e}");
-                        (status, CacheStatus::Rejected)
+                        (status, CacheStatus::ClientGone)
                     }
                     Err((ex, Failure::Internal(e))) => {
                         if let Some(ex) = ex {
@@ -204,7 +208,7 @@ impl Hub {
             }
             Err(Failure::Downstream(e)) => {
                 log::debug!("the client went away: {e}");
-                (499, CacheStatus::Rejected)
+                (499, CacheStatus::ClientGone)
             }
         }
     }
@@ -318,7 +322,8 @@ impl Hub {
                     CacheStatus::Dropped
                 }
             }
-            (Ok(_), _) => CacheStatus::Bypass(NoCacheReason::Verb),
+            (Ok(_), Some(_)) => CacheStatus::Bypass(NoCacheReason::Answer),
+            (Ok(_), None) => CacheStatus::Bypass(NoCacheReason::CacheUnavailable),
             (Err(reason), _) => CacheStatus::Bypass(*reason),
         };
         let headers: Vec<(&str, &str)> = answer
@@ -475,12 +480,5 @@ fn passthrough_route(has_authorization: bool) -> Route {
             Identity::Hub
         },
         selectors: crate::selector::Selectors::everything(),
-    }
-}
-
-fn truncated(s: &str) -> &str {
-    match s.char_indices().nth(200) {
-        Some((i, _)) => &s[..i],
-        None => s,
     }
 }

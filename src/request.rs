@@ -406,7 +406,8 @@ fn parse_path(raw_path: &str) -> Result<Target, RequestError> {
     }))
 }
 
-fn truncate(s: &str) -> &str {
+/// At most the first 64 characters of `s`, for messages that quote client input.
+pub fn truncate(s: &str) -> &str {
     match s.char_indices().nth(64) {
         Some((i, _)) => &s[..i],
         None => s,
@@ -590,15 +591,10 @@ fn is_resource_name(s: &str) -> bool {
 }
 
 /// An object name as the apiserver accepts it in a path (not `.`/`..`, no `/` or `%`), and
-/// safe as a file name: no leading dot (the store's temporary names), no control characters,
-/// no backslash, at most 253 bytes.
+/// safe as a file name: the store's own segment rule (no leading dot, no control characters
+/// or backslash, at most 253 bytes).
 pub fn is_object_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && !s.starts_with('.')
-        && !s
-            .chars()
-            .any(|c| c.is_control() || matches!(c, '/' | '\\' | '%'))
+    crate::cache::key::is_safe_segment(s)
 }
 
 /// A component name usable as a cache directory.

@@ -31,6 +31,10 @@ pub enum NoCacheReason {
     NotJson,
     /// A non-resource path other than `/version` and discovery.
     NonResource,
+    /// The answer's status or content type is not one the cache keeps.
+    Answer,
+    /// The disk cache could not be opened at start-up.
+    CacheUnavailable,
 }
 
 impl NoCacheReason {
@@ -45,6 +49,8 @@ impl NoCacheReason {
             NoCacheReason::Transformed => "table-or-partial",
             NoCacheReason::NotJson => "not-json",
             NoCacheReason::NonResource => "non-resource",
+            NoCacheReason::Answer => "answer",
+            NoCacheReason::CacheUnavailable => "cache-unavailable",
         }
     }
 }

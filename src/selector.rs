@@ -679,7 +679,7 @@ fn validate_label_key(key: &str) -> Result<(), &'static str> {
             if prefix.len() > MAX_PREFIX_LEN {
                 return Err("the prefix is longer than 253 bytes");
             }
-            if !is_dns_subdomain(prefix) {
+            if !crate::config::is_dns_subdomain(prefix) {
                 return Err(
                     "the prefix must be a lowercase DNS subdomain (a-z, 0-9, '-', '.'; \
                      starting and ending alphanumeric)",
@@ -728,19 +728,6 @@ fn is_label_name(s: &str) -> bool {
         }
         _ => false,
     }
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    s.split('.').all(|label| {
-        let b = label.as_bytes();
-        let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-        match (b.first(), b.last()) {
-            (Some(first), Some(last)) => {
-                alnum(first) && alnum(last) && b.iter().all(|c| alnum(c) || *c == b'-')
-            }
-            _ => false,
-        }
-    })
 }
 
 // ---------------------------------------------------------------------------------------------

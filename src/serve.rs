@@ -3,7 +3,8 @@
 //! answering when the proxy port is saturated, and stays open through a shutdown (readyz
 //! then says 503).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::health::Backends;
 use crate::metrics::METRICS;
@@ -14,8 +15,8 @@ use crate::server::Exchange;
 pub struct Readiness {
     /// The cache is open and recovered (always true in cloud mode once started).
     pub cache_loaded: AtomicBool,
-    /// The TLS material loaded and validated at start-up.
-    pub certificates: AtomicBool,
+    /// Seconds since the epoch when the hub's client certificate expires; 0 for none.
+    pub client_cert_not_after: AtomicU64,
     /// A shutdown has begun.
     pub shutting_down: AtomicBool,
 }
@@ -23,6 +24,10 @@ pub struct Readiness {
 impl Readiness {
     /// The readiness checks as (name, ok, reason when not ok).
     fn checks(&self) -> [(&'static str, bool, &'static str); 3] {
+        let not_after = self.client_cert_not_after.load(Ordering::Acquire);
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         [
             (
                 "cache",
@@ -31,8 +36,8 @@ impl Readiness {
             ),
             (
                 "certificates",
-                self.certificates.load(Ordering::Acquire),
-                "the hub's certificates are not usable",
+                not_after == 0 || now < not_after,
+                "the hub's client certificate has expired",
             ),
             (
                 "shutdown",
@@ -100,4 +105,31 @@ pub fn handle(ex: Exchange<'_>, readiness: &Readiness, backends: &Backends) {
         }
         _ => ex.send(404, &text, b"404 page not found\n"),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_expired_client_certificate_makes_the_hub_unready() {
+        let r = Readiness::default();
+        r.cache_loaded.store(true, Ordering::Release);
+        let ok = |r: &Readiness| r.checks().iter().all(|(_, ok, _)| *ok);
+        assert!(ok(&r), "no client certificate: nothing to expire");
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        r.client_cert_not_after.store(now + 3600, Ordering::Release);
+        assert!(ok(&r));
+        r.client_cert_not_after.store(now - 1, Ordering::Release);
+        let failed: Vec<_> = r
+            .checks()
+            .iter()
+            .filter(|(_, ok, _)| !ok)
+            .map(|(n, _, _)| *n)
+            .collect();
+        assert_eq!(failed, ["certificates"]);
+    }
 }

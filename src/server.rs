@@ -90,11 +90,6 @@ impl Load {
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Acquire)
     }
-
-    /// Connections open now.
-    pub fn connections(&self) -> usize {
-        self.connections.load(Ordering::Acquire)
-    }
 }
 
 /// A request handler; it must answer through the [`Exchange`].
@@ -446,10 +441,10 @@ impl<'c> Exchange<'c> {
         let keep_alive = self.head.keep_alive();
         let no_body = self.head.method == "HEAD" || status == 204 || status == 304;
         let framing = match length {
-            Length::Known(n) => Framing::Known(n),
-            Length::Streamed if no_body => Framing::Known(0),
-            Length::Streamed if http10 => Framing::Close,
-            Length::Streamed => Framing::Chunked,
+            Length::Known(n) => ResponseFraming::Known(n),
+            Length::Streamed if no_body => ResponseFraming::Known(0),
+            Length::Streamed if http10 => ResponseFraming::Close,
+            Length::Streamed => ResponseFraming::Chunked,
         };
         let mut head = Vec::with_capacity(256);
         head.extend_from_slice(
@@ -468,12 +463,14 @@ impl<'c> Exchange<'c> {
             (Length::Known(n), _) => {
                 head.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes())
             }
-            (_, Framing::Chunked) => head.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+            (_, ResponseFraming::Chunked) => {
+                head.extend_from_slice(b"Transfer-Encoding: chunked\r\n")
+            }
             _ => {}
         }
         // Say so when the connection will not serve another request (an unread body, an
         // unanswered Expect), so the client does not send one into a closing socket.
-        if !keep_alive || framing == Framing::Close || self.conn.broken {
+        if !keep_alive || framing == ResponseFraming::Close || self.conn.broken {
             head.extend_from_slice(b"Connection: close\r\n");
         }
         head.extend_from_slice(b"\r\n");
@@ -483,7 +480,11 @@ impl<'c> Exchange<'c> {
         conn.stream.write_all(&head)?;
         Ok(BodyWriter {
             conn,
-            framing: if no_body { Framing::Known(0) } else { framing },
+            framing: if no_body {
+                ResponseFraming::Known(0)
+            } else {
+                framing
+            },
             discard: no_body,
         })
     }
@@ -584,7 +585,7 @@ impl Exchange<'_> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framing {
+enum ResponseFraming {
     Known(u64),
     Chunked,
     Close,
@@ -594,7 +595,7 @@ enum Framing {
 /// out at once so watch events reach the client without delay.
 pub struct BodyWriter<'c> {
     conn: &'c mut Conn,
-    framing: Framing,
+    framing: ResponseFraming,
     /// HEAD and bodiless statuses: bytes are counted, not sent.
     discard: bool,
 }
@@ -639,7 +640,7 @@ impl BodyWriter<'_> {
             return Ok(());
         }
         let result = match &mut self.framing {
-            Framing::Known(remaining) => {
+            ResponseFraming::Known(remaining) => {
                 if data.len() as u64 > *remaining {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
@@ -649,8 +650,8 @@ impl BodyWriter<'_> {
                 *remaining -= data.len() as u64;
                 self.conn.stream.write_all(data)
             }
-            Framing::Close => self.conn.stream.write_all(data),
-            Framing::Chunked => write_chunk(&mut self.conn.stream, data),
+            ResponseFraming::Close => self.conn.stream.write_all(data),
+            ResponseFraming::Chunked => write_chunk(&mut self.conn.stream, data),
         };
         if result.is_err() {
             self.conn.broken = true;
@@ -661,13 +662,13 @@ impl BodyWriter<'_> {
     /// Ends the body cleanly (the terminal chunk for chunked framing).
     pub fn finish(self) -> io::Result<()> {
         let result = match self.framing {
-            Framing::Chunked => self.conn.stream.write_all(b"0\r\n\r\n"),
-            Framing::Known(0) => Ok(()),
-            Framing::Close => {
+            ResponseFraming::Chunked => self.conn.stream.write_all(b"0\r\n\r\n"),
+            ResponseFraming::Known(0) => Ok(()),
+            ResponseFraming::Close => {
                 self.conn.broken = true;
                 Ok(())
             }
-            Framing::Known(n) => Err(io::Error::new(
+            ResponseFraming::Known(n) => Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 format!("body ended {n} bytes short of its Content-Length"),
             )),

@@ -55,11 +55,7 @@ impl Status {
 
     /// 404 in the Kubernetes form `<resource> "<name>" not found`.
     pub fn not_found(group: &str, resource: &str, name: &str) -> Status {
-        let qualified = if group.is_empty() {
-            resource.to_owned()
-        } else {
-            format!("{resource}.{group}")
-        };
+        let qualified = qualified(group, resource);
         let mut status = Status::new(404, "NotFound", format!("{qualified} \"{name}\" not found"));
         status.details = Some(Box::new(Details {
             name: name.to_owned(),
@@ -148,13 +144,14 @@ impl Status {
         let _ = write!(out, r#","code":{}}}"#, self.code);
         out.into_bytes()
     }
+}
 
-    /// The same failure as a watch `ERROR` event line.
-    pub fn to_watch_event(&self) -> Vec<u8> {
-        let mut out = br#"{"type":"ERROR","object":"#.to_vec();
-        out.extend_from_slice(&self.to_json());
-        out.extend_from_slice(b"}\n");
-        out
+/// `resource.group` as Kubernetes messages name a resource (`pods`, `deployments.apps`).
+pub fn qualified(group: &str, resource: &str) -> String {
+    if group.is_empty() {
+        resource.to_owned()
+    } else {
+        format!("{resource}.{group}")
     }
 }
 
@@ -211,14 +208,5 @@ mod tests {
         let v = parsed(&Status::too_many_requests("busy", 1));
         assert_eq!(v["code"], 429);
         assert_eq!(v["details"]["retryAfterSeconds"], 1);
-    }
-
-    #[test]
-    fn watch_error_event_wraps_status() {
-        let line = Status::expired("too old").to_watch_event();
-        assert!(line.ends_with(b"\n"));
-        let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
-        assert_eq!(v["type"], "ERROR");
-        assert_eq!(v["object"]["code"], 410);
     }
 }

@@ -6,6 +6,7 @@
 //! It builds no connections; `upstream.rs` turns this material into ureq's TLS configuration.
 
 use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -104,6 +105,102 @@ pub fn load(ca_pem: &[u8], client: Option<(&[u8], &[u8])>) -> Result<TlsMaterial
     Ok(TlsMaterial { roots, client })
 }
 
+impl TlsMaterial {
+    /// When the hub's client certificate stops being valid (None: no client certificate, or
+    /// its validity cannot be read).
+    pub fn client_not_after(&self) -> Option<SystemTime> {
+        not_after(self.client.as_ref()?.chain.first()?.as_ref())
+    }
+}
+
+/// `notAfter` of a DER certificate: `Certificate ::= SEQUENCE { tbsCertificate SEQUENCE {
+/// [0] version OPTIONAL, serialNumber, signature, issuer, validity SEQUENCE { notBefore,
+/// notAfter }, ... }, ... }` (RFC 5280 §4.1). None for anything else.
+pub fn not_after(der: &[u8]) -> Option<SystemTime> {
+    let (_, cert, _) = tlv(der, 0x30)?;
+    let (_, mut tbs, _) = tlv(cert, 0x30)?;
+    if tbs.first() == Some(&0xa0) {
+        tbs = tlv(tbs, 0xa0)?.2;
+    }
+    let (_, _, rest) = tlv(tbs, 0x02)?; // serial number
+    let (_, _, rest) = tlv(rest, 0x30)?; // signature algorithm
+    let (_, _, rest) = tlv(rest, 0x30)?; // issuer
+    let (_, validity, _) = tlv(rest, 0x30)?;
+    let (_, _, rest) = time_tlv(validity)?; // notBefore
+    let (tag, text, _) = time_tlv(rest)?;
+    der_time(tag, text)
+}
+
+/// One DER element with tag `want`: (tag, contents, what follows).
+fn tlv(input: &[u8], want: u8) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    if tag != want {
+        return None;
+    }
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
+        (len, &rest[n..])
+    };
+    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+}
+
+fn time_tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    tlv(input, 0x17).or_else(|| tlv(input, 0x18))
+}
+
+/// A UTCTime (`YYMMDDHHMMSSZ`) or GeneralizedTime (`YYYYMMDDHHMMSSZ`) as a point in time.
+fn der_time(tag: u8, text: &[u8]) -> Option<SystemTime> {
+    let text = std::str::from_utf8(text).ok()?.strip_suffix('Z')?;
+    let digits = |s: &str| -> Option<i64> {
+        s.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| s.parse().ok())?
+    };
+    let (year, rest) = match tag {
+        0x17 if text.len() == 12 => {
+            let yy = digits(&text[..2])?;
+            (if yy < 50 { 2000 + yy } else { 1900 + yy }, &text[2..])
+        }
+        0x18 if text.len() == 14 => (digits(&text[..4])?, &text[4..]),
+        _ => return None,
+    };
+    let field = |i: usize| digits(&rest[i..i + 2]);
+    let (month, day, hour, minute, second) =
+        (field(0)?, field(2)?, field(4)?, field(6)?, field(8)?);
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let days = days_from_civil(year, month as u32, day as u32);
+    let secs = days * 86_400 + hour * 3600 + minute * 60 + second;
+    let secs = u64::try_from(secs).ok()?;
+    UNIX_EPOCH.checked_add(Duration::from_secs(secs))
+}
+
+/// Days since 1970-01-01 of a civil date (Howard Hinnant's `days_from_civil`).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = i64::from(month);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
@@ -134,6 +231,29 @@ mod tests {
         let m = load(bundle.as_bytes(), Some((cert.as_bytes(), key.as_bytes()))).unwrap();
         assert_eq!(m.roots.len(), 2);
         assert!(m.client.is_some());
+    }
+
+    #[test]
+    fn reads_the_expiry_of_a_certificate() {
+        for (not_after, date) in [((2031, 4, 5), "2031-04-05"), ((2061, 1, 1), "2061-01-01")] {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::new(vec!["c".to_owned()]).unwrap();
+            params.not_after = rcgen::date_time_ymd(not_after.0, not_after.1, not_after.2);
+            let cert = params.self_signed(&key).unwrap();
+            let at = not_after_of(cert.der()).expect("readable");
+            let days = at.duration_since(UNIX_EPOCH).unwrap().as_secs() / 86_400;
+            assert_eq!(
+                crate::logging::civil_from_days(days as i64),
+                (not_after.0 as i64, not_after.1 as u32, not_after.2 as u32),
+                "{date}"
+            );
+        }
+        assert_eq!(not_after(b"\x30\x03\x02\x01\x00"), None);
+        assert_eq!(not_after(b""), None);
+    }
+
+    fn not_after_of(der: &[u8]) -> Option<SystemTime> {
+        not_after(der)
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! Pure values and string checks, no I/O. A key names a path under the cache root in
 //! YurtHub's layout, `<component>/<resource>.<version>.<group>/[<namespace>/]<name>`, and
 //! [`is_safe_segment`] is the rule every piece of such a path must pass before the store
-//! touches the disk. The request parser validates names more strictly (DNS-1123); this
-//! module is the store's own last line of defence, not the place for Kubernetes naming rules.
+//! touches the disk. The request parser applies it to names and Kubernetes' stricter rules to
+//! namespaces, groups and versions; here it is the store's own last line of defence.
 
 /// Longest segment accepted: a DNS-1123 subdomain, the longest Kubernetes object name.
 const MAX_SEGMENT_BYTES: usize = 253;

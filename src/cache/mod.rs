@@ -6,6 +6,7 @@ pub mod agents;
 pub mod agents_watch;
 pub mod decode;
 pub mod key;
+pub mod object;
 pub mod refill;
 pub mod store;
 pub mod writer;

@@ -92,9 +92,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use serde::Deserialize;
-
 use super::key::{CollectionKey, ObjectKey, is_safe_segment, rv_newer};
+use super::object::ObjectHead;
 
 /// Where everything not yet visible is written.
 const STAGING: &str = ".staging";
@@ -1427,20 +1426,7 @@ fn unchanged(existing: Option<&[u8]>, bytes: &[u8], rv: Option<&str>) -> Option<
 
 /// `metadata.resourceVersion` of a stored object, borrowed unless it holds escapes.
 fn stored_rv(bytes: &[u8]) -> Option<Cow<'_, str>> {
-    #[derive(Deserialize)]
-    struct Object<'a> {
-        #[serde(borrow)]
-        metadata: Option<Metadata<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct Metadata<'a> {
-        #[serde(borrow, rename = "resourceVersion")]
-        resource_version: Option<Cow<'a, str>>,
-    }
-    serde_json::from_slice::<Object<'_>>(bytes)
-        .ok()?
-        .metadata?
-        .resource_version
+    ObjectHead::parse(bytes)?.metadata?.resource_version
 }
 
 fn check_segment(field: &'static str, value: &str) -> Result<(), StoreError> {

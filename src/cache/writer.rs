@@ -19,6 +19,7 @@ use serde_json::value::RawValue;
 
 use super::decode::{BodyDecoder, BodyShape, Unit};
 use super::key::{CollectionKey, ObjectKey, rv_newer};
+use super::object::{ObjectHead, ObjectMeta};
 use super::store::{PutOutcome, Replace, Store};
 use crate::metrics::{METRICS, Metrics};
 use crate::route::CacheTarget;
@@ -696,36 +697,6 @@ fn apply_unit(
     }
 }
 
-/// The few fields of an object the cache needs; borrowed, so parsing allocates nothing for
-/// ordinary names.
-#[derive(Deserialize)]
-struct Head<'a> {
-    #[serde(borrow, default)]
-    kind: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    metadata: Option<Meta<'a>>,
-    #[serde(borrow, default)]
-    spec: Option<Spec<'a>>,
-}
-
-#[derive(Deserialize)]
-struct Meta<'a> {
-    #[serde(borrow, default)]
-    name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    namespace: Option<Cow<'a, str>>,
-    #[serde(borrow, default, rename = "resourceVersion")]
-    resource_version: Option<Cow<'a, str>>,
-    #[serde(borrow, default, rename = "continue")]
-    continue_token: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-struct Spec<'a> {
-    #[serde(borrow, default, rename = "nodeName")]
-    node_name: Option<Cow<'a, str>>,
-}
-
 #[derive(Deserialize)]
 struct Event<'a> {
     #[serde(borrow, rename = "type")]
@@ -735,7 +706,10 @@ struct Event<'a> {
 }
 
 /// Where an object goes, or why it is not stored.
-fn object_key(collection: &CollectionKey, head: &Head<'_>) -> Option<(ObjectKey, Option<String>)> {
+fn object_key(
+    collection: &CollectionKey,
+    head: &ObjectHead<'_>,
+) -> Option<(ObjectKey, Option<String>)> {
     if head.kind.as_deref() == Some("Status") {
         return None;
     }
@@ -767,7 +741,7 @@ fn object_key(collection: &CollectionKey, head: &Head<'_>) -> Option<(ObjectKey,
 }
 
 fn put_object(store: &Store, collection: &CollectionKey, bytes: &[u8]) {
-    let head: Head<'_> = match serde_json::from_slice(bytes) {
+    let head: ObjectHead<'_> = match serde_json::from_slice(bytes) {
         Ok(h) => h,
         Err(e) => {
             log::warn!(
@@ -799,7 +773,7 @@ fn watch_event(store: &Store, collection: &CollectionKey, bytes: &[u8]) {
     match event.kind.as_ref() {
         "ADDED" | "MODIFIED" => put_object(store, collection, object),
         "DELETED" => {
-            let Ok(head) = serde_json::from_slice::<Head<'_>>(object) else {
+            let Ok(head) = serde_json::from_slice::<ObjectHead<'_>>(object) else {
                 return;
             };
             let Some((key, rv)) = object_key(collection, &head) else {
@@ -807,7 +781,7 @@ fn watch_event(store: &Store, collection: &CollectionKey, bytes: &[u8]) {
             };
             // A late DELETED from an older stream must not remove a newer object.
             if let (Some(rv), Ok(Some(stored))) = (rv.as_deref(), store.get(&key)) {
-                let stored_rv = serde_json::from_slice::<Head<'_>>(&stored)
+                let stored_rv = serde_json::from_slice::<ObjectHead<'_>>(&stored)
                     .ok()
                     .and_then(|h| {
                         h.metadata
@@ -837,7 +811,7 @@ fn list_member(list: &mut ListState<'_>, key: &str, value: &[u8]) {
         }
         "apiVersion" => list.api_version = serde_json::from_slice::<String>(value).ok(),
         "metadata" => {
-            if let Ok(meta) = serde_json::from_slice::<Meta<'_>>(value) {
+            if let Ok(meta) = serde_json::from_slice::<ObjectMeta<'_>>(value) {
                 list.resource_version = meta.resource_version.map(Cow::into_owned);
                 list.continue_token = meta.continue_token.is_some_and(|c| !c.is_empty());
             }
@@ -849,7 +823,7 @@ fn list_member(list: &mut ListState<'_>, key: &str, value: &[u8]) {
 /// Stages one list item with `kind` and `apiVersion` set from the list (the apiserver leaves
 /// them out of items). False when the list can no longer commit.
 fn list_item(collection: &CollectionKey, list: &mut ListState<'_>, bytes: &[u8]) -> bool {
-    let head: Head<'_> = match serde_json::from_slice(bytes) {
+    let head: ObjectHead<'_> = match serde_json::from_slice(bytes) {
         Ok(h) => h,
         Err(e) => {
             log::warn!(

@@ -632,8 +632,12 @@ fn an_offline_list_of_5000_pods_streams_from_disk() {
         "an offline list of {} bytes raised the peak RSS from {before} to {after} KiB",
         r.body.len()
     );
-    // Only the collection's own directory is read: a namespace list reads one namespace.
-    let one = get(
+    // Only the collection's own directory is read: a file planted in another namespace's
+    // directory, which matches the selector, shows in a cluster-wide list and not in a
+    // namespaced one.
+    let planted = root.join("many-4/planted");
+    std::fs::write(&planted, br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"planted","namespace":"many-4","resourceVersion":"1","labels":{"app":"app-3"}},"spec":{"nodeName":"node-0"}}"#).unwrap();
+    let scoped = get(
         &format!(
             "{}/api/v1/namespaces/many-3/pods?labelSelector=app%3Dapp-3",
             hub.url()
@@ -641,8 +645,14 @@ fn an_offline_list_of_5000_pods_streams_from_disk() {
         KUBELET,
     )
     .json();
-    assert!(names(&one).iter().all(|n| n.starts_with("many-")));
-    assert!(!names(&one).is_empty());
+    assert!(!names(&scoped).is_empty());
+    assert!(!names(&scoped).contains("planted"));
+    let wide = get(
+        &format!("{}/api/v1/pods?labelSelector=app%3Dapp-3", hub.url()),
+        KUBELET,
+    )
+    .json();
+    assert!(names(&wide).contains("planted"));
 }
 
 fn count_files(dir: &Path) -> usize {

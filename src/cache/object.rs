@@ -1,0 +1,75 @@
+//! What the cache needs to know of an object, read straight from its JSON: kind, name,
+//! namespace, resourceVersion, a list's continue token and a pod's node. Borrowed from the
+//! bytes, so reading it allocates nothing for ordinary values; everything else in the
+//! object is skipped.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+
+/// The head of an object (or of a list, whose `metadata` has the same fields).
+#[derive(Deserialize, Default)]
+pub struct ObjectHead<'a> {
+    /// `kind`.
+    #[serde(borrow, default)]
+    pub kind: Option<Cow<'a, str>>,
+    /// `metadata`.
+    #[serde(borrow, default)]
+    pub metadata: Option<ObjectMeta<'a>>,
+    /// `spec`, for `spec.nodeName`.
+    #[serde(borrow, default)]
+    pub spec: Option<ObjectSpec<'a>>,
+}
+
+/// The fields of `metadata` the cache reads.
+#[derive(Deserialize, Default)]
+pub struct ObjectMeta<'a> {
+    /// `metadata.name`.
+    #[serde(borrow, default)]
+    pub name: Option<Cow<'a, str>>,
+    /// `metadata.namespace`.
+    #[serde(borrow, default)]
+    pub namespace: Option<Cow<'a, str>>,
+    /// `metadata.resourceVersion`.
+    #[serde(borrow, default, rename = "resourceVersion")]
+    pub resource_version: Option<Cow<'a, str>>,
+    /// `metadata.continue` (lists).
+    #[serde(borrow, default, rename = "continue")]
+    pub continue_token: Option<Cow<'a, str>>,
+}
+
+/// The field of `spec` the cache reads.
+#[derive(Deserialize, Default)]
+pub struct ObjectSpec<'a> {
+    /// `spec.nodeName` (pods).
+    #[serde(borrow, default, rename = "nodeName")]
+    pub node_name: Option<Cow<'a, str>>,
+}
+
+impl<'a> ObjectHead<'a> {
+    /// Reads the head of `bytes`; None when they are not a JSON object.
+    pub fn parse(bytes: &'a [u8]) -> Option<ObjectHead<'a>> {
+        serde_json::from_slice(bytes).ok()
+    }
+
+    /// `metadata.resourceVersion`.
+    pub fn resource_version(&self) -> Option<&str> {
+        self.metadata.as_ref()?.resource_version.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_head_and_skips_the_rest() {
+        let pod = br#"{"kind":"Pod","metadata":{"name":"a","namespace":"n","resourceVersion":"7","labels":{"x":"y"}},"spec":{"nodeName":"edge-1","containers":[]},"status":{}}"#;
+        let head = ObjectHead::parse(pod).unwrap();
+        assert_eq!(head.kind.as_deref(), Some("Pod"));
+        assert_eq!(head.resource_version(), Some("7"));
+        assert_eq!(head.spec.unwrap().node_name.as_deref(), Some("edge-1"));
+        assert!(ObjectHead::parse(b"[1]").is_none());
+        assert!(ObjectHead::parse(b"{\"metadata\":").is_none());
+    }
+}
