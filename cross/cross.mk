@@ -16,8 +16,17 @@ CROSS_STANDALONE := $(if $(filter 1,$(words $(MAKEFILE_LIST))),yes)
 CROSS_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 CARGO_TARGET_DIR ?= target
 CARGO ?= cargo
-# rustup toolchain name for armv7: its std is built from rust-src (-Zbuild-std).
+# rustup toolchain for armv7: its std is built from rust-src (-Zbuild-std), which needs
+# nightly cargo. A machine without a nightly toolchain (and none can be fetched on some)
+# builds with its stable one, allowing -Z with RUSTC_BOOTSTRAP=1.
+CROSS_HAVE_NIGHTLY := $(shell rustup toolchain list 2>/dev/null | grep -q '^nightly' && echo yes)
+ifeq ($(CROSS_HAVE_NIGHTLY),yes)
 CROSS_NIGHTLY ?= nightly
+CROSS_BOOTSTRAP ?=
+else
+CROSS_NIGHTLY ?= stable
+CROSS_BOOTSTRAP ?= RUSTC_BOOTSTRAP=1
+endif
 # Pinned: zig's CPU feature syntax used by cross/zig-cc-armv7 was checked with this version.
 CROSS_ZIGLANG ?= ziglang==0.17.1
 CROSS_VENV ?= .cross-venv
@@ -98,7 +107,7 @@ cross-test-tools:
 
 # Phony on purpose: cargo decides what is stale.
 armv7: cross-zig cross-rust-src
-	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR) $(CARGO) +$(CROSS_NIGHTLY) build --release \
+	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR) $(CROSS_BOOTSTRAP) $(CARGO) +$(CROSS_NIGHTLY) build --release \
 		--config $(CROSS_DIR)/cargo-config.toml --target $(CROSS_ARMV7) \
 		-Zbuild-std=std,panic_abort -Zbuild-std-features=optimize_for_size \
 		$(if $(filter 1,$(CROSS_IMMEDIATE_ABORT)),$(CROSS_IMMEDIATE_ABORT_CONFIG))
