@@ -306,15 +306,14 @@ impl Hub {
                 let gzip = answer
                     .header("content-encoding")
                     .is_some_and(|v| v.trim().eq_ignore_ascii_case("gzip"));
-                // Should the disk fall behind, the hub fetches the answer again itself: only
-                // on its own credentials, which the client's did not replace.
-                let refill =
-                    component
-                        .filter(|_| route.identity == Identity::Hub)
-                        .map(|component| Refill {
-                            path_and_query: ex.url().to_owned(),
-                            component: component.to_owned(),
-                        });
+                // Should the disk fall behind, the hub reads the answer again itself: reads
+                // only, and only on its own credentials, which the client's did not replace.
+                let refill = component
+                    .filter(|_| route.identity == Identity::Hub && ex.method() == "GET")
+                    .map(|component| Refill {
+                        path_and_query: ex.url().to_owned(),
+                        component: component.to_owned(),
+                    });
                 session = cache.begin(target.clone(), answer.status, gzip, refill);
                 if session.is_some() {
                     CacheStatus::Stored
