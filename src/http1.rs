@@ -101,7 +101,7 @@ impl std::error::Error for HeadError {}
 pub fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadError> {
     let mut budget = MAX_HEAD;
     let mut line = Vec::with_capacity(256);
-    let request_line = loop {
+    loop {
         line.clear();
         let n = read_line(input, &mut line, MAX_LINE.min(budget)).map_err(|e| match e {
             LineError::Eof if line.is_empty() => HeadError::Closed,
@@ -111,10 +111,11 @@ pub fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadError> {
         })?;
         budget -= n;
         if !trim_crlf(&line).is_empty() {
-            break String::from_utf8(trim_crlf(&line).to_vec())
-                .map_err(|_| HeadError::Malformed("request line is not UTF-8"))?;
+            break;
         }
-    };
+    }
+    let request_line = std::str::from_utf8(trim_crlf(&line))
+        .map_err(|_| HeadError::Malformed("request line is not UTF-8"))?;
     let mut parts = request_line.split(' ');
     let (Some(method), Some(target), Some(version), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -139,6 +140,8 @@ pub fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadError> {
         v if v.starts_with("HTTP/") => return Err(HeadError::Version),
         _ => return Err(HeadError::Malformed("version")),
     };
+    // Owned now: `line` is reused for the headers.
+    let (method, target) = (method.to_owned(), target.to_owned());
 
     let mut headers = Vec::with_capacity(16);
     loop {
@@ -180,28 +183,38 @@ pub fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadError> {
         ));
     }
     Ok(RequestHead {
-        method: method.to_owned(),
-        target: target.to_owned(),
+        method,
+        target,
         minor_version,
         headers,
     })
 }
 
+/// The first of `headers` named `name` (names compare case-insensitively).
+pub fn find_header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+/// True when a header named `name` lists `token` among its comma-separated values.
+pub fn has_token(headers: &[(String, String)], name: &str, token: &str) -> bool {
+    headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .flat_map(|(_, v)| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
 impl RequestHead {
     /// The first header named `name`.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        find_header(&self.headers, name)
     }
 
     fn has_token(&self, name: &str, token: &str) -> bool {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .flat_map(|(_, v)| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
+        has_token(&self.headers, name, token)
     }
 
     /// How the body is delimited. Both `Transfer-Encoding` and `Content-Length`, a transfer
@@ -351,14 +364,7 @@ impl BodyState {
             match *self {
                 BodyState::Done => return Ok(0),
                 BodyState::Length(left) => {
-                    let want = out.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-                    let n = input.read(&mut out[..want])?;
-                    if n == 0 && want > 0 {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "the body ended early",
-                        ));
-                    }
+                    let n = read_within(input, out, left, "the body ended early")?;
                     let left = left - n as u64;
                     *self = if left == 0 {
                         BodyState::Done
@@ -377,14 +383,7 @@ impl BodyState {
                     *self = BodyState::Chunk(size);
                 }
                 BodyState::Chunk(left) => {
-                    let want = out.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-                    let n = input.read(&mut out[..want])?;
-                    if n == 0 && want > 0 {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "the body ended inside a chunk",
-                        ));
-                    }
+                    let n = read_within(input, out, left, "the body ended inside a chunk")?;
                     let left = left - n as u64;
                     if left == 0 {
                         expect_crlf(input)?;
@@ -397,6 +396,21 @@ impl BodyState {
             }
         }
     }
+}
+
+/// Reads at most `left` body bytes into `out`; input ending first is an error saying `early`.
+fn read_within(
+    input: &mut dyn BufRead,
+    out: &mut [u8],
+    left: u64,
+    early: &'static str,
+) -> io::Result<usize> {
+    let want = out.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+    let n = input.read(&mut out[..want])?;
+    if n == 0 && want > 0 {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, early));
+    }
+    Ok(n)
 }
 
 fn bad(what: &str) -> io::Error {

@@ -303,9 +303,6 @@ impl Hub {
         let mut session = None;
         let cache_status = match (&route.cache, &self.cache) {
             (Ok(target), Some(cache)) if wants_cache(target, &answer) => {
-                let gzip = answer
-                    .header("content-encoding")
-                    .is_some_and(|v| v.trim().eq_ignore_ascii_case("gzip"));
                 // Should the disk fall behind, the hub reads the answer again itself: reads
                 // only, and only on its own credentials, which the client's did not replace.
                 let refill = component
@@ -314,7 +311,7 @@ impl Hub {
                         path_and_query: ex.url().to_owned(),
                         component: component.to_owned(),
                     });
-                session = cache.begin(target.clone(), answer.status, gzip, refill);
+                session = cache.begin(target.clone(), answer.status, answer.is_gzip(), refill);
                 if session.is_some() {
                     CacheStatus::Stored
                 } else {
@@ -325,11 +322,6 @@ impl Hub {
             (Ok(_), None) => CacheStatus::Bypass(NoCacheReason::CacheUnavailable),
             (Err(reason), _) => CacheStatus::Bypass(*reason),
         };
-        let headers: Vec<(&str, &str)> = answer
-            .headers
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
-            .collect();
         let mut traffic = Traffic(in_flight, 0);
 
         // HEAD, 204 and 304 carry no body, whatever their Content-Length says.
@@ -339,7 +331,7 @@ impl Hub {
             }
             let length = Length::Known(answer.length.unwrap_or(0));
             return ex
-                .start(answer.status, &headers, length)
+                .start(answer.status, &answer.headers, length)
                 .and_then(|w| w.finish())
                 .map(|()| cache_status)
                 .map_err(|e| (None, Failure::Downstream(e)));
@@ -372,7 +364,7 @@ impl Hub {
                 };
                 return Err((Some(ex), Failure::Unreachable(error)));
             }
-            let sent = ex.send(answer.status, &headers, &body);
+            let sent = ex.send(answer.status, &answer.headers, &body);
             // The client has its answer; the body moves to the writer without a copy.
             if let Some(mut s) = session {
                 s.chunk_owned(body);
@@ -384,9 +376,10 @@ impl Hub {
         }
 
         let mut writer = ex
-            .start(answer.status, &headers, Length::Streamed)
+            .start(answer.status, &answer.headers, Length::Streamed)
             .map_err(|e| (None, Failure::Downstream(e)))?;
-        drop(headers);
+        // A watch may stay open for hours: its answer's headers are not needed past here.
+        answer.headers = Vec::new();
         // A stream whose client hangs up while the cloud is silent is ended by the reaper.
         let _watched = match (answer.cancel.take(), writer.probe()) {
             (Some(cancel), Some(probe)) => Some(self.reaper.watch(probe, cancel)),
@@ -453,11 +446,8 @@ impl Drop for Traffic<'_> {
 
 /// True when an answer with this status is worth a cache session.
 fn wants_cache(target: &CacheTarget, answer: &Answer) -> bool {
-    let json = answer
-        .header("content-type")
-        .is_some_and(|t| t.trim_start().starts_with("application/json"));
     match answer.status {
-        200 | 201 => json,
+        200 | 201 => answer.is_json(),
         // A 404 for a list prunes the kind; for a get it removes the object.
         404 => matches!(
             target,

@@ -438,12 +438,13 @@ fn parse_query(raw: &str) -> Result<Query, RequestError> {
         }
         seen |= bit;
         let value = || -> Result<String, RequestError> {
-            let decoded = if v.contains('+') {
-                percent_decode(&v.replace('+', " ")).map(Cow::into_owned)
+            // `+` is a space in a query; most values have none, so no copy for them.
+            let spaced = if v.contains('+') {
+                Cow::Owned(v.replace('+', " "))
             } else {
-                percent_decode(v).map(Cow::into_owned)
+                Cow::Borrowed(v)
             };
-            decoded.ok_or_else(|| {
+            percent_decode(&spaced).map(Cow::into_owned).ok_or_else(|| {
                 RequestError(format!("query parameter {k} has a bad percent-escape"))
             })
         };
@@ -466,7 +467,8 @@ fn parse_query(raw: &str) -> Result<Query, RequestError> {
             "limit" => q.limit = Some(number(value()?)?),
             "watch" => q.watch = matches!(value()?.as_str(), "true" | "1"),
             "follow" => q.follow = matches!(value()?.as_str(), "true" | "1"),
-            _ => q.timeout = parse_go_duration_secs(&value()?),
+            "timeout" => q.timeout = parse_go_duration_secs(&value()?),
+            _ => {}
         }
     }
     Ok(q)

@@ -161,21 +161,27 @@ fn too_busy(limit: usize, what: &str) -> Status {
 }
 
 /// Answers a connection the hub will not serve, without reading its request, and closes it.
-fn refuse(stream: TcpStream, status: &Status) {
+fn refuse(mut stream: TcpStream, status: &Status) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let _ = write_status_and_close(&mut stream, status);
+}
+
+/// Writes `status` as a whole answer that says `Connection: close`, then closes the socket.
+fn write_status_and_close(stream: &mut TcpStream, status: &Status) -> io::Result<()> {
     let body = status.to_json();
+    let retry = status
+        .retry_after
+        .map(|s| format!("Retry-After: {s}\r\n"))
+        .unwrap_or_default();
     let head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nRetry-After: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\n{retry}Content-Length: {}\r\nConnection: close\r\n\r\n",
         status.code,
         reason_phrase(status.code),
-        status.retry_after.unwrap_or(1),
         body.len()
     );
-    let mut stream = stream;
-    let _ = stream
-        .write_all(head.as_bytes())
-        .and_then(|()| stream.write_all(&body));
-    let _ = stream.shutdown(Shutdown::Write);
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(&body)?;
+    stream.shutdown(Shutdown::Both)
 }
 
 /// Frees a connection slot when its thread ends, however it ends.
@@ -305,7 +311,7 @@ fn serve_connection(
                         }
                         _ => Status::new(code, "BadRequest", e.to_string()),
                     };
-                    let _ = answer_and_close(&mut conn, &status, code);
+                    let _ = answer_and_close(&mut conn, &status);
                 }
                 return;
             }
@@ -313,7 +319,7 @@ fn serve_connection(
         let framing = match head.framing() {
             Ok(framing) => framing,
             Err(e) => {
-                let _ = answer_and_close(&mut conn, &Status::bad_request(e.to_string()), 400);
+                let _ = answer_and_close(&mut conn, &Status::bad_request(e.to_string()));
                 return;
             }
         };
@@ -340,7 +346,6 @@ fn serve_connection(
             let _ = answer_and_close(
                 &mut conn,
                 &Status::internal("the hub did not answer this request"),
-                500,
             );
             return;
         }
@@ -351,17 +356,10 @@ fn serve_connection(
     }
 }
 
-fn answer_and_close(conn: &mut Conn, status: &Status, code: u16) -> io::Result<()> {
-    let body = status.to_json();
-    let head = format!(
-        "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        reason_phrase(code),
-        body.len()
-    );
+/// Answers a request whose connection cannot carry another, and closes it.
+fn answer_and_close(conn: &mut Conn, status: &Status) -> io::Result<()> {
     conn.response_started = true;
-    conn.stream.write_all(head.as_bytes())?;
-    conn.stream.write_all(&body)?;
-    conn.stream.shutdown(Shutdown::Both)
+    write_status_and_close(&mut conn.stream, status)
 }
 
 /// One request and the means to answer it.
@@ -430,10 +428,10 @@ impl<'c> Exchange<'c> {
     /// Sends the status line and headers; the body follows through the returned writer.
     /// `headers` must not contain framing headers (`Content-Length`, `Transfer-Encoding`,
     /// `Connection`): this function writes those.
-    pub fn start(
+    pub fn start<N: AsRef<str>, V: AsRef<str>>(
         mut self,
         status: u16,
-        headers: &[(&str, &str)],
+        headers: &[(N, V)],
         length: Length,
     ) -> io::Result<BodyWriter<'c>> {
         self.finish_request_body();
@@ -447,10 +445,10 @@ impl<'c> Exchange<'c> {
             Length::Streamed => ResponseFraming::Chunked,
         };
         let mut head = Vec::with_capacity(256);
-        head.extend_from_slice(
-            format!("HTTP/1.1 {status} {}\r\n", reason_phrase(status)).as_bytes(),
-        );
+        // Writing into a Vec cannot fail.
+        let _ = write!(head, "HTTP/1.1 {status} {}\r\n", reason_phrase(status));
         for (name, value) in headers {
+            let (name, value) = (name.as_ref(), value.as_ref());
             if value.contains(['\r', '\n']) || name.contains(['\r', '\n', ':']) {
                 continue; // never let a header split the response
             }
@@ -461,7 +459,7 @@ impl<'c> Exchange<'c> {
         }
         match (length, framing) {
             (Length::Known(n), _) => {
-                head.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes())
+                let _ = write!(head, "Content-Length: {n}\r\n");
             }
             (_, ResponseFraming::Chunked) => {
                 head.extend_from_slice(b"Transfer-Encoding: chunked\r\n")
@@ -490,7 +488,12 @@ impl<'c> Exchange<'c> {
     }
 
     /// Answers with a complete body.
-    pub fn send(self, status: u16, headers: &[(&str, &str)], body: &[u8]) -> io::Result<()> {
+    pub fn send<N: AsRef<str>, V: AsRef<str>>(
+        self,
+        status: u16,
+        headers: &[(N, V)],
+        body: &[u8],
+    ) -> io::Result<()> {
         let mut writer = self.start(status, headers, Length::Known(body.len() as u64))?;
         writer.write(body)?;
         writer.finish()
@@ -737,23 +740,32 @@ pub struct ClientProbe(TcpStream);
 impl ClientProbe {
     /// True when the client closed the connection or it broke. Bytes the client sent are
     /// left where they are (a client does not send anything while it reads a stream).
+    #[allow(
+        unsafe_code,
+        reason = "std has no non-blocking peek on a blocking socket"
+    )]
     pub fn gone(&self) -> bool {
-        // The read timeout is per socket, shared with the connection's thread; that thread
-        // does not read while it relays a stream, and re-arms its timeout before it reads.
-        if self
-            .0
-            .set_read_timeout(Some(Duration::from_millis(1)))
-            .is_err()
-        {
-            return true;
-        }
-        let mut probe = [0u8; 1];
-        match self.0.peek(&mut probe) {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => !matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+        use std::os::fd::AsRawFd;
+        let mut probe = 0u8;
+        // MSG_DONTWAIT: the probe never waits (a read timeout would hold the reaper one
+        // kernel tick per idle watch), and the socket's flags and timeouts, shared with the
+        // connection's thread, stay as they are.
+        // SAFETY: `self.0` keeps the descriptor open for the call; the buffer is one byte
+        // of ours, valid for writing.
+        let n = unsafe {
+            libc::recv(
+                self.0.as_raw_fd(),
+                (&raw mut probe).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        match n {
+            0 => true,
+            1.. => false,
+            _ => !matches!(
+                io::Error::last_os_error().kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
             ),
         }
     }

@@ -235,25 +235,21 @@ mod tests {
 
     #[test]
     fn reads_the_expiry_of_a_certificate() {
-        for (not_after, date) in [((2031, 4, 5), "2031-04-05"), ((2061, 1, 1), "2061-01-01")] {
+        for (expiry, date) in [((2031, 4, 5), "2031-04-05"), ((2061, 1, 1), "2061-01-01")] {
             let key = rcgen::KeyPair::generate().unwrap();
             let mut params = rcgen::CertificateParams::new(vec!["c".to_owned()]).unwrap();
-            params.not_after = rcgen::date_time_ymd(not_after.0, not_after.1, not_after.2);
+            params.not_after = rcgen::date_time_ymd(expiry.0, expiry.1, expiry.2);
             let cert = params.self_signed(&key).unwrap();
-            let at = not_after_of(cert.der()).expect("readable");
+            let at = not_after(cert.der()).expect("readable");
             let days = at.duration_since(UNIX_EPOCH).unwrap().as_secs() / 86_400;
             assert_eq!(
                 crate::logging::civil_from_days(days as i64),
-                (not_after.0 as i64, not_after.1 as u32, not_after.2 as u32),
+                (expiry.0 as i64, expiry.1 as u32, expiry.2 as u32),
                 "{date}"
             );
         }
         assert_eq!(not_after(b"\x30\x03\x02\x01\x00"), None);
         assert_eq!(not_after(b""), None);
-    }
-
-    fn not_after_of(der: &[u8]) -> Option<SystemTime> {
-        not_after(der)
     }
 
     #[test]

@@ -24,6 +24,7 @@ use ureq::{Agent, SendBody};
 
 use crate::config::Token;
 use crate::health::{Backends, Probe};
+use crate::http1;
 use crate::metrics::{METRICS, Metrics};
 use crate::tls::TlsMaterial;
 
@@ -125,10 +126,19 @@ impl Cancel {
 impl Answer {
     /// The first header named `name`.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        http1::find_header(&self.headers, name)
+    }
+
+    /// The body is JSON (what the cache can store).
+    pub fn is_json(&self) -> bool {
+        self.header("content-type")
+            .is_some_and(|t| t.trim_start().starts_with("application/json"))
+    }
+
+    /// The body is gzip-encoded.
+    pub fn is_gzip(&self) -> bool {
+        self.header("content-encoding")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("gzip"))
     }
 }
 
@@ -314,16 +324,14 @@ impl Upstream {
         let url = format!("{server}{}", req.path_and_query);
         let mut builder = http::Request::builder().method(req.method).uri(&url);
         // Headers the client named in `Connection` are hop-by-hop too (RFC 9110 §7.6.1).
-        let named_in_connection = |name: &str| {
-            req.headers
-                .iter()
-                .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
-                .flat_map(|(_, v)| v.split(','))
-                .any(|token| token.trim().eq_ignore_ascii_case(name))
-        };
+        // Most clients send no `Connection` header: then no header needs the second scan.
+        let has_connection = req
+            .headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("connection"));
         for (name, value) in req.headers {
             if is_hop_by_hop(name)
-                || named_in_connection(name)
+                || (has_connection && http1::has_token(req.headers, "connection", name))
                 || (req.accept.is_some() && name.eq_ignore_ascii_case("accept"))
                 || (req.identity == Identity::Hub && name.eq_ignore_ascii_case("authorization"))
             {
@@ -473,8 +481,15 @@ fn agent(tls: TlsConfig, pooled: bool) -> Agent {
         .max_idle_connections(if pooled { 8 } else { 0 })
         .timeout_connect(Some(CONNECT_TIMEOUT))
         .build();
-    let connector = ().chain(Recording::default()).chain(RustlsConnector::default());
-    Agent::with_parts(config, connector, LiteralFirst(DefaultResolver::default()))
+    let resolver = LiteralFirst(DefaultResolver::default());
+    // Only streams need their connection noted (see [`Recording`]).
+    if pooled {
+        let connector = ().chain(TcpConnector::default()).chain(RustlsConnector::default());
+        Agent::with_parts(config, connector, resolver)
+    } else {
+        let connector = ().chain(Recording::default()).chain(RustlsConnector::default());
+        Agent::with_parts(config, connector, resolver)
+    }
 }
 
 /// Resolves IP literals (what `--server-addr` usually holds) directly: ureq's own resolver

@@ -9,4 +9,6 @@ pub mod key;
 pub mod object;
 pub mod refill;
 pub mod store;
+#[cfg(test)]
+mod temp_dir;
 pub mod writer;

@@ -118,17 +118,11 @@ fn refill_one(upstream: &Upstream, cache: &CacheTx, refill: &Refill) -> Result<(
             identity: Identity::Hub,
         })
         .map_err(|e| e.to_string())?;
-    let json = answer
-        .header("content-type")
-        .is_some_and(|t| t.starts_with("application/json"));
-    if answer.status != 200 || !json {
+    if answer.status != 200 || !answer.is_json() {
         return Err(format!("the cloud answered {}", answer.status));
     }
-    let gzip = answer
-        .header("content-encoding")
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("gzip"));
     let mut session = cache
-        .begin_paced(target, 200, gzip)
+        .begin_paced(target, 200, answer.is_gzip())
         .ok_or("the writer queue stayed full")?;
     let mut buf = vec![0u8; READ_BUFFER];
     loop {

@@ -1641,6 +1641,7 @@ fn sync_filesystem(_dir: &File) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::super::key::non_resource_file_name;
+    use super::super::temp_dir::TempDir;
     use super::*;
     use std::collections::BTreeMap;
     use std::os::unix::fs::{MetadataExt, symlink};
@@ -1650,32 +1651,6 @@ mod tests {
 
     /// Everything stored under a root: path → bytes (`None` for a directory).
     type Snapshot = BTreeMap<String, Option<Vec<u8>>>;
-
-    /// A directory under the system temp dir, removed when dropped; the cache root is its
-    /// `cache` subdirectory.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(tag: &str) -> TempDir {
-            static N: AtomicUsize = AtomicUsize::new(0);
-            let n = N.fetch_add(1, Ordering::Relaxed);
-            let path = std::env::temp_dir()
-                .join(format!("tinyhub-store-{tag}-{}-{n}", std::process::id()));
-            let _ = fs::remove_dir_all(&path);
-            fs::create_dir_all(&path).unwrap();
-            TempDir(path)
-        }
-
-        fn root(&self) -> PathBuf {
-            self.0.join("cache")
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
 
     fn open(dir: &TempDir) -> Store {
         Store::open(&dir.root()).unwrap().0

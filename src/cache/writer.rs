@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -86,54 +86,35 @@ enum Pace {
 const PACED_PATIENCE: Duration = Duration::from_secs(120);
 
 impl Queue {
-    /// Queues `msg`; with [`Pace::Wait`] waits for room (up to a bound), else never blocks.
-    fn send_paced(&self, tx: &Sender<CacheMsg>, msg: CacheMsg, pace: Pace) -> bool {
-        if pace == Pace::NeverWait {
-            return self.send(tx, msg);
-        }
+    /// Queues `msg` on `tx`. With [`Pace::NeverWait`] it gives up at once when the channel
+    /// or the byte budget is full; with [`Pace::Wait`] it waits for room, up to a bound.
+    fn send(&self, tx: &Sender<CacheMsg>, msg: CacheMsg, pace: Pace) -> bool {
         let len = msg.payload_len();
-        let deadline = std::time::Instant::now() + PACED_PATIENCE;
+        let mut deadline = None;
+        // Senders race, so the budget can be overshot by one chunk per sender: still bounded.
         while self.queued_bytes.load(Ordering::Relaxed) + len > self.budget {
-            if std::time::Instant::now() >= deadline {
+            if pace == Pace::NeverWait {
+                return false;
+            }
+            let now = std::time::Instant::now();
+            if now >= *deadline.get_or_insert(now + PACED_PATIENCE) {
                 return false;
             }
             std::thread::sleep(Duration::from_millis(5));
         }
         self.queued_bytes.fetch_add(len, Ordering::Relaxed);
-        match tx.send_timeout(msg, PACED_PATIENCE) {
-            Ok(()) => {
-                METRICS
-                    .cache_writer_queue_depth
-                    .fetch_add(1, Ordering::Relaxed);
-                true
-            }
-            Err(_) => {
-                self.queued_bytes.fetch_sub(len, Ordering::Relaxed);
-                false
-            }
+        let sent = match pace {
+            Pace::NeverWait => tx.try_send(msg).is_ok(),
+            Pace::Wait => tx.send_timeout(msg, PACED_PATIENCE).is_ok(),
+        };
+        if sent {
+            METRICS
+                .cache_writer_queue_depth
+                .fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.queued_bytes.fetch_sub(len, Ordering::Relaxed);
         }
-    }
-
-    /// Queues `msg` on `tx` unless the channel or the byte budget is full; never blocks.
-    fn send(&self, tx: &Sender<CacheMsg>, msg: CacheMsg) -> bool {
-        let len = msg.payload_len();
-        // Senders race, so the budget can be overshot by one chunk per sender: still bounded.
-        if self.queued_bytes.load(Ordering::Relaxed) + len > self.budget {
-            return false;
-        }
-        self.queued_bytes.fetch_add(len, Ordering::Relaxed);
-        match tx.try_send(msg) {
-            Ok(()) => {
-                METRICS
-                    .cache_writer_queue_depth
-                    .fetch_add(1, Ordering::Relaxed);
-                true
-            }
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                self.queued_bytes.fetch_sub(len, Ordering::Relaxed);
-                false
-            }
-        }
+        sent
     }
 }
 
@@ -249,7 +230,7 @@ impl CacheTx {
             pace,
             refill,
         };
-        if !self.queue.send_paced(&self.tx, msg, pace) {
+        if !self.queue.send(&self.tx, msg, pace) {
             session.abandon();
             return None;
         }
@@ -258,8 +239,11 @@ impl CacheTx {
 
     /// Stores one whole object; false when the queue is full.
     pub fn put(&self, collection: CollectionKey, bytes: Vec<u8>) -> bool {
-        self.queue
-            .send(&self.tx, CacheMsg::Put { collection, bytes })
+        self.queue.send(
+            &self.tx,
+            CacheMsg::Put { collection, bytes },
+            Pace::NeverWait,
+        )
     }
 }
 
@@ -310,7 +294,7 @@ impl Session {
     fn send_data(&mut self, data: Vec<u8>) -> bool {
         if !self
             .queue
-            .send_paced(&self.tx, CacheMsg::Chunk { id: self.id, data }, self.pace)
+            .send(&self.tx, CacheMsg::Chunk { id: self.id, data }, self.pace)
         {
             self.abandon();
             return false;
@@ -330,7 +314,7 @@ impl Session {
             }
         }
         self.done = true;
-        if !self.queue.send_paced(
+        if !self.queue.send(
             &self.tx,
             CacheMsg::End {
                 id: self.id,
@@ -375,6 +359,7 @@ impl Drop for Session {
                     id: self.id,
                     complete: false,
                 },
+                Pace::NeverWait,
             ) {
                 self.abandoned.store(true, Ordering::Release);
             }
@@ -773,7 +758,7 @@ fn watch_event(store: &Store, collection: &CollectionKey, bytes: &[u8]) {
     match event.kind.as_ref() {
         "ADDED" | "MODIFIED" => put_object(store, collection, object),
         "DELETED" => {
-            let Ok(head) = serde_json::from_slice::<ObjectHead<'_>>(object) else {
+            let Some(head) = ObjectHead::parse(object) else {
                 return;
             };
             let Some((key, rv)) = object_key(collection, &head) else {
@@ -781,13 +766,9 @@ fn watch_event(store: &Store, collection: &CollectionKey, bytes: &[u8]) {
             };
             // A late DELETED from an older stream must not remove a newer object.
             if let (Some(rv), Ok(Some(stored))) = (rv.as_deref(), store.get(&key)) {
-                let stored_rv = serde_json::from_slice::<ObjectHead<'_>>(&stored)
-                    .ok()
-                    .and_then(|h| {
-                        h.metadata
-                            .and_then(|m| m.resource_version.map(Cow::into_owned))
-                    });
-                if stored_rv.is_some_and(|s| rv_newer(&s, rv)) {
+                let newer_stored = ObjectHead::parse(&stored)
+                    .is_some_and(|h| h.resource_version().is_some_and(|s| rv_newer(s, rv)));
+                if newer_stored {
                     return;
                 }
             }
@@ -924,32 +905,26 @@ fn describe(target: &CacheTarget) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::temp_dir::TempDir;
     use crate::selector::Selectors;
 
+    /// A store in a scratch directory, and its files.
     struct TempStore {
-        dir: std::path::PathBuf,
         store: Store,
+        dir: TempDir,
     }
 
     impl TempStore {
         fn new(tag: &str) -> TempStore {
-            let dir =
-                std::env::temp_dir().join(format!("tinyhub-writer-{tag}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            let (store, _) = Store::open(&dir).unwrap();
-            TempStore { dir, store }
+            let dir = TempDir::new(&format!("writer-{tag}"));
+            let (store, _) = Store::open(&dir.root()).unwrap();
+            TempStore { store, dir }
         }
 
         fn read(&self, rel: &str) -> Option<serde_json::Value> {
-            std::fs::read(self.dir.join(rel))
+            std::fs::read(self.dir.root().join(rel))
                 .ok()
                 .map(|b| serde_json::from_slice(&b).unwrap())
-        }
-    }
-
-    impl Drop for TempStore {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 
