@@ -504,13 +504,7 @@ impl Resolver for LiteralFirst {
         config: &ureq::config::Config,
         timeout: NextTimeout,
     ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        let literal = uri.host().and_then(|host| {
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            let ip: std::net::IpAddr = host.parse().ok()?;
-            let port = uri.port_u16().unwrap_or(443);
-            Some(std::net::SocketAddr::new(ip, port))
-        });
-        match literal {
+        match literal_addr(uri) {
             Some(addr) => {
                 let mut out = self.0.empty();
                 out.push(addr);
@@ -519,6 +513,22 @@ impl Resolver for LiteralFirst {
             None => self.0.resolve(uri, config, timeout),
         }
     }
+}
+
+/// The address of a URI whose host is an IP literal, with the scheme's port when it names
+/// none.
+fn literal_addr(uri: &http::Uri) -> Option<std::net::SocketAddr> {
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    let ip: std::net::IpAddr = host.parse().ok()?;
+    let default_port = if uri.scheme_str() == Some("http") {
+        80
+    } else {
+        443
+    };
+    Some(std::net::SocketAddr::new(
+        ip,
+        uri.port_u16().unwrap_or(default_port),
+    ))
 }
 
 fn configure<S: ureq::AsSendBody>(
@@ -613,6 +623,26 @@ impl TokenSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ip_literals_resolve_to_the_scheme_port_when_none_is_given() {
+        let addr = |uri: &str| literal_addr(&uri.parse().unwrap()).map(|a| a.to_string());
+        assert_eq!(addr("http://10.0.0.1/api").as_deref(), Some("10.0.0.1:80"));
+        assert_eq!(
+            addr("https://10.0.0.1/api").as_deref(),
+            Some("10.0.0.1:443")
+        );
+        assert_eq!(
+            addr("https://10.0.0.1:6443/").as_deref(),
+            Some("10.0.0.1:6443")
+        );
+        assert_eq!(addr("http://[::1]:8080/").as_deref(), Some("[::1]:8080"));
+        assert_eq!(
+            addr("https://apiserver.local/"),
+            None,
+            "names go to the resolver"
+        );
+    }
 
     #[test]
     fn hop_by_hop_headers() {
