@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 
 use client::{Client, DirectTls};
 use report::Report;
-use support::Cloud;
-use support::hub::{Hub, HubSpec, KUBELET, TempDir, hub_binary, proc_status};
+use support::hub::{Hub, HubSpec, KUBELET, TempDir, eventually, hub_binary, proc_status};
+use support::{Cloud, lock};
 
 /// How big each case is.
 pub struct Scale {
@@ -145,10 +145,6 @@ static HUB_TICKS: AtomicU64 = AtomicU64::new(0);
 /// The case running now, for failure messages.
 static CASE: Mutex<&'static str> = Mutex::new("start-up");
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// A hub started by the benchmark; registered for the watchdog while it lives.
 pub struct Running(Hub);
 
@@ -169,11 +165,8 @@ impl Drop for Running {
         // kills the process when it drops, right after this.
         if support::hub::emulated() && !std::thread::panicking() {
             support::hub::signal(pid, "TERM");
-            let deadline = Instant::now() + Duration::from_secs(120);
             // A process that has exited (a zombie until reaped) has no VmRSS line.
-            while proc_status(pid, "VmRSS:") > 0 && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            eventually(Duration::from_secs(120), || proc_status(pid, "VmRSS:") == 0);
         }
         lock(&HUBS).retain(|p| *p != pid);
     }

@@ -8,11 +8,13 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::hub::{Events, Hub, HubSpec, KUBELET, TempDir, eventually, get, stream};
+use support::hub::{
+    Events, Hub, HubSpec, KUBELET, TempDir, eventually, files_under, get, health_series,
+    kubectl_command, stream,
+};
 use support::{Cloud, write_plain_kubeconfig};
 
 fn step(n: u32, text: &str) {
@@ -34,13 +36,8 @@ fn names(list: &Value) -> String {
 
 fn kubectl(kubeconfig: &Path, cache: &Path, args: &[&str]) {
     println!("   $ kubectl {}", args.join(" "));
-    let out = Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--cache-dir={}", cache.display()))
-        .arg("--request-timeout=20s")
+    let out = kubectl_command(kubeconfig, cache, cache)
         .args(args)
-        .env("HOME", cache)
-        .env_remove("KUBECONFIG")
         .output();
     match out {
         Ok(out) => {
@@ -180,20 +177,24 @@ fn main() {
         4,
         "What the hub persisted (YurtHub's layout: component/resource.version.group/namespace/name)",
     );
-    let mut files = Vec::new();
-    collect(&cache, &cache, &mut files);
-    for f in &files {
-        println!("   {f}");
+    for path in files_under(&cache) {
+        let rel = path
+            .strip_prefix(&cache)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        if rel.starts_with('.') {
+            continue;
+        }
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        println!("   {rel:<52} {size:>6} bytes");
     }
 
     step(5, "Cut the cloud off");
     cloud.stop();
     let cut = Instant::now();
-    let series = format!(
-        "node_yurthub_server_healthy_status{{server=\"{}\"}}",
-        cloud.url()
-    );
-    assert!(eventually(Duration::from_secs(20), || hub.metric(&series) == Some(0.0)));
+    let series = health_series(&cloud);
+    assert!(hub.wait_metric(&series, 0.0, Duration::from_secs(20)));
     println!(
         "   the cloud is stopped; the hub's health check marked it unhealthy after {:.1} s",
         cut.elapsed().as_secs_f64()
@@ -249,7 +250,7 @@ fn main() {
     step(7, "The cloud comes back: the hub forwards again");
     cloud.restart();
     let back = Instant::now();
-    assert!(eventually(Duration::from_secs(30), || hub.metric(&series) == Some(1.0)));
+    assert!(hub.wait_metric(&series, 1.0, Duration::from_secs(30)));
     println!(
         "   healthy again after {:.1} s",
         back.elapsed().as_secs_f64()
@@ -270,28 +271,4 @@ fn main() {
         "\nDone in {:.1} s: the hub served the same reads online and offline.",
         started.elapsed().as_secs_f64()
     );
-}
-
-fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-    entries.sort();
-    for path in entries {
-        let rel = path
-            .strip_prefix(root)
-            .unwrap_or(&path)
-            .display()
-            .to_string();
-        if rel.starts_with('.') {
-            continue;
-        }
-        if path.is_dir() {
-            collect(root, &path, out);
-        } else {
-            let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-            out.push(format!("{rel:<52} {size:>6} bytes"));
-        }
-    }
 }

@@ -16,7 +16,7 @@ use ureq::config::AutoHeaderValue;
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
 
 use crate::support::Cloud;
-use crate::support::hub::{Hub, proc_status};
+use crate::support::hub::{Hub, health_series, proc_status, stat_ticks};
 
 /// Time allowed for one request (a 100 MB list read at an edge link's pace included).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -263,14 +263,6 @@ pub fn metrics(hub: &Hub) -> Result<MetricSnapshot, String> {
     Ok(MetricSnapshot(map))
 }
 
-/// The health series of the cloud in the hub's metrics.
-pub fn health_series(cloud: &Cloud) -> String {
-    format!(
-        "node_yurthub_server_healthy_status{{server=\"{}\"}}",
-        cloud.url()
-    )
-}
-
 /// Waits until the hub reports the cloud healthy (`up`) or not.
 pub fn wait_health(hub: &Hub, cloud: &Cloud, up: bool, timeout: Duration) -> Result<(), String> {
     let series = health_series(cloud);
@@ -360,15 +352,11 @@ pub fn thread_cpu(pid: u32, name: &str) -> Option<Cpu> {
         if comm.trim() != name {
             continue;
         }
-        let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
-        // Fields after the parenthesised command: state is field 3, utime 14, stime 15.
-        let rest = stat.rsplit_once(')')?.1;
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
+        let (user, system) = stat_ticks(task.path().join("stat"))?;
         // /proc counts in USER_HZ, which Linux fixes at 100 on every architecture.
         return Some(Cpu {
-            user: Duration::from_millis(ticks(11)? * 10),
-            system: Duration::from_millis(ticks(12)? * 10),
+            user: Duration::from_millis(user * 10),
+            system: Duration::from_millis(system * 10),
         });
     }
     None

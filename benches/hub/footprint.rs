@@ -17,15 +17,13 @@ use crate::client::{
     Cpu, MetricSnapshot, ProcMem, disk_usage, filesystem, metrics, paced_copy, proc_mem,
     reset_peak, thread_cpu, wait_health, wait_until,
 };
-use crate::online::Outage;
+use crate::online::{HEALTH_CHANGE, Outage};
 use crate::report::{Report, Section, Table};
 use crate::stats::{count, dur, size};
 use crate::support::PodFill;
 use crate::support::hub::Hub;
 use crate::{Bench, Running};
 
-/// How long the hub may take to notice the cloud going away or coming back.
-const HEALTH_CHANGE: Duration = Duration::from_secs(30);
 /// How long the writer may take to persist what it was sent.
 const PERSIST: Duration = Duration::from_secs(180);
 

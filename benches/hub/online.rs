@@ -24,7 +24,7 @@ const WARM_UP: usize = 50;
 /// The simulated distance to the cloud for the context figures of case 1.
 const CLOUD_AWAY: Duration = Duration::from_millis(5);
 /// How long the hub may take to notice the cloud going away or coming back.
-const HEALTH_CHANGE: Duration = Duration::from_secs(30);
+pub const HEALTH_CHANGE: Duration = Duration::from_secs(30);
 
 /// Times `a` and `b` alternately, `n` times each, after a warm-up.
 fn alternate_latency(
@@ -49,11 +49,18 @@ fn alternate_latency(
     Ok((sa, sb))
 }
 
-fn latency_table(caption: &str, what: &str, d: &Samples, h: &Samples) -> Table {
+/// A row of percentiles per labelled set of samples, then `ratio_label`'s row: the second
+/// set's figures over the first's.
+fn latency_table(
+    caption: &str,
+    what: &str,
+    rows: [(&str, &Samples); 2],
+    ratio_label: &str,
+) -> Table {
     let mut t = Table::new(caption, &[what, "p50", "p90", "p99", "mean", "samples"]);
-    for (way, s) in [("direct", d), ("through the hub", h)] {
+    for (label, s) in rows {
         t.row(vec![
-            way.into(),
+            label.into(),
             dur(s.p50()),
             dur(s.quantile(0.9)),
             dur(s.p99()),
@@ -61,9 +68,10 @@ fn latency_table(caption: &str, what: &str, d: &Samples, h: &Samples) -> Table {
             s.len().to_string(),
         ]);
     }
-    let r = |f: fn(&Samples) -> Duration| ratio(f(h).as_secs_f64(), f(d).as_secs_f64());
+    let [(_, a), (_, b)] = rows;
+    let r = |f: fn(&Samples) -> Duration| ratio(f(b).as_secs_f64(), f(a).as_secs_f64());
     t.row(vec![
-        "hub / direct".into(),
+        ratio_label.into(),
         r(Samples::p50),
         r(|s| s.quantile(0.9)),
         r(Samples::p99),
@@ -71,6 +79,16 @@ fn latency_table(caption: &str, what: &str, d: &Samples, h: &Samples) -> Table {
         String::new(),
     ]);
     t
+}
+
+/// [`latency_table`] of direct `d` against through-the-hub `h`.
+fn hub_latency_table(caption: &str, what: &str, d: &Samples, h: &Samples) -> Table {
+    latency_table(
+        caption,
+        what,
+        [("direct", d), ("through the hub", h)],
+        "hub / direct",
+    )
 }
 
 /// An operation for a throughput pool: GET `path` with `client`.
@@ -136,7 +154,7 @@ pub fn small_get(b: &Bench, hub: &Hub, report: &mut Report) -> Result<(), String
     );
     section
         .tables
-        .push(latency_table("Latency", "one client", &ld, &lh));
+        .push(hub_latency_table("Latency", "one client", &ld, &lh));
     section.notes.push(format!(
         "The cloud accepted {accepted} new TLS connections during these {} gets of each way \
          (warm-up included; with keep-alive both ways none are needed).",
@@ -176,7 +194,7 @@ pub fn small_get(b: &Bench, hub: &Hub, report: &mut Report) -> Result<(), String
     );
     b.cloud.set_delay(Duration::ZERO);
     let (fd, fh) = far?;
-    section.tables.push(latency_table(
+    section.tables.push(hub_latency_table(
         &format!(
             "Latency with the cloud {} ms away (the stand-in holds every answer {0} ms, like a \
              WAN round trip; context only)",
@@ -302,7 +320,7 @@ pub fn list(b: &Bench, hub: &Hub, report: &mut Report) -> Result<(), String> {
     );
     section
         .tables
-        .push(latency_table("Latency", "one client", &ld, &lh));
+        .push(hub_latency_table("Latency", "one client", &ld, &lh));
     let mut tput = Table::new(
         "Throughput",
         &[
@@ -374,32 +392,12 @@ pub fn list(b: &Bench, hub: &Hub, report: &mut Report) -> Result<(), String> {
     b.cloud.restart();
     drop(outage);
     wait_health(hub, b.cloud, true, HEALTH_CHANGE)?;
-    let mut off = Table::new(
+    section.tables.push(latency_table(
         "Offline (cloud stopped, answered from the cache) vs online, through the hub",
-        &["through the hub", "p50", "p90", "p99", "mean", "samples"],
-    );
-    for (state, s) in [("cloud up", &lh), ("cloud down (cache)", &lo)] {
-        off.row(vec![
-            state.into(),
-            dur(s.p50()),
-            dur(s.quantile(0.9)),
-            dur(s.p99()),
-            dur(s.mean()),
-            s.len().to_string(),
-        ]);
-    }
-    off.row(vec![
-        "offline / online".into(),
-        ratio(lo.p50().as_secs_f64(), lh.p50().as_secs_f64()),
-        ratio(
-            lo.quantile(0.9).as_secs_f64(),
-            lh.quantile(0.9).as_secs_f64(),
-        ),
-        ratio(lo.p99().as_secs_f64(), lh.p99().as_secs_f64()),
-        ratio(lo.mean().as_secs_f64(), lh.mean().as_secs_f64()),
-        String::new(),
-    ]);
-    section.tables.push(off);
+        "through the hub",
+        [("cloud up", &lh), ("cloud down (cache)", &lo)],
+        "offline / online",
+    ));
     if !warm.abandoned_at.is_empty() {
         section.notes.push(format!(
             "Warming the cache, the hub abandoned the list's cache session at {} (the writer fell \
@@ -527,7 +525,7 @@ pub fn watch(b: &Bench, hub: &Hub, report: &mut Report) -> Result<(), String> {
             scale.watch_events
         ),
     );
-    let mut t = latency_table("", "event delivery", &sd, &sh);
+    let mut t = hub_latency_table("", "event delivery", &sd, &sh);
     let added = |f: fn(&Samples) -> Duration| {
         let (h, d) = (f(&sh).as_secs_f64(), f(&sd).as_secs_f64());
         format!("{:+.0} µs", (h - d) * 1e6)

@@ -8,6 +8,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::support::hub::stat_ticks;
+
 /// A table: a header row and rows of cells.
 pub struct Table {
     /// Optional caption printed above the table.
@@ -294,10 +296,8 @@ pub fn machine_ticks() -> Option<(u64, u64)> {
 
 /// User plus system CPU time of a process (`self` or a pid), in USER_HZ ticks.
 pub fn process_ticks(pid: &str) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+    let (user, system) = stat_ticks(format!("/proc/{pid}/stat"))?;
+    Some(user + system)
 }
 
 /// The commit of the repository at `dir`, and whether tracked files differ from it.

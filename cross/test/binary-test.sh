@@ -10,19 +10,15 @@ set -u
 kind=$1
 bin=$2
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
-passed=0
-failed=0
-skipped=0
-ok() { passed=$((passed + 1)); echo "  ok    $*"; }
-bad() { failed=$((failed + 1)); echo "  FAIL  $*"; }
-skip() { skipped=$((skipped + 1)); echo "  skip  $*"; }
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+. "$here/lib.sh"
 # has <description> <text> <pattern>: ok when the text matches the shell pattern.
 has() { case $2 in $3) ok "$1" ;; *) bad "$1"; printf '%s\n' "$2" | sed 's/^/        /' ;; esac; }
 
 echo "binary-test: $kind $bin"
 if [ ! -f "$bin" ]; then
 	bad "binary exists"
-	echo "binary-test: $passed passed, $failed failed, $skipped skipped"
+	finish binary-test
 	exit 1
 fi
 
@@ -32,10 +28,12 @@ echo "  size  $size bytes ($mib MiB)"
 
 desc=$(file -b "$bin")
 header=$(readelf -h "$bin")
+if ! cpu_target "$kind"; then
+	echo "usage: $0 <armv7|aarch64> <binary>" >&2
+	exit 2
+fi
 case $kind in
 	armv7)
-		triple=armv7-unknown-linux-musleabihf
-		qemu='qemu-arm-static'
 		has "file: 32-bit ARM EABI5 executable, statically linked, stripped" "$desc" \
 			'ELF 32-bit LSB executable, ARM, EABI5 *statically linked*stripped*'
 		has "ELF header: ARM executable, EABI5, hard-float" "$header" \
@@ -54,15 +52,9 @@ case $kind in
 		if [ "$size" -le 3145728 ]; then ok "within the 3 MiB budget"; else bad "over the 3 MiB budget"; fi
 		;;
 	aarch64)
-		triple=aarch64-unknown-linux-musl
-		qemu='qemu-aarch64-static'
 		has "file: 64-bit ARM aarch64 executable, statically linked, stripped" "$desc" \
 			'ELF 64-bit LSB executable, ARM aarch64,*statically linked*stripped*'
 		has "ELF header: AArch64 executable" "$header" '*Type:*EXEC*Machine:*AArch64*'
-		;;
-	*)
-		echo "usage: $0 <armv7|aarch64> <binary>" >&2
-		exit 2
 		;;
 esac
 if readelf -l "$bin" | grep -q INTERP; then bad "has a PT_INTERP"; else ok "no PT_INTERP: needs no loader"; fi
@@ -101,5 +93,4 @@ EOF
 	fi
 fi
 
-echo "binary-test: $passed passed, $failed failed, $skipped skipped"
-[ "$failed" = 0 ]
+finish binary-test

@@ -11,11 +11,8 @@ feed=$here/../openwrt
 top=$(CDPATH='' cd -- "$here/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT INT TERM
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "  ok    $*"; }
-bad() { failed=$((failed + 1)); echo "  FAIL  $*"; }
-check() { desc=$1; shift; if "$@"; then ok "$desc"; else bad "$desc"; fi; }
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+. "$here/lib.sh"
 
 echo "feed-test: $feed/Makefile"
 
@@ -94,5 +91,4 @@ else
 	bad "Package/tinyhub/install: $(cat "$work/install.log")"
 fi
 
-echo "feed-test: $passed passed, $failed failed, 0 skipped"
-[ "$failed" = 0 ]
+finish feed-test

@@ -12,13 +12,8 @@ init=$here/../openwrt/tinyhub.init
 stub=$here/openwrt-stub
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT INT TERM
-
-passed=0
-failed=0
-skipped=0
-
-ok() { passed=$((passed + 1)); echo "  ok    $*"; }
-bad() { failed=$((failed + 1)); echo "  FAIL  $*"; }
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+. "$here/lib.sh"
 
 # Files in the working directory so that an unguarded glob of `*` would expand.
 mkdir -p "$work/cwd" "$work/uci"
@@ -170,8 +165,7 @@ check_shell() {
 		expect_cmd "an upper-case hostname becomes a lower-case node name" \
 			"$P '--node-name=gw-test-01' '--disk-cache-path=/etc/kubernetes/cache'"
 	else
-		skipped=$((skipped + 1))
-		echo "  skip  upper-case hostname (unshare -u not permitted here)"
+		skip "upper-case hostname (unshare -u not permitted here)"
 	fi
 
 	rm -rf "$work/root"
@@ -199,5 +193,4 @@ fi
 command -v busybox > /dev/null 2>&1 ||
 	echo "init-test: note: busybox not installed, so OpenWrt's own shell (ash) was not tried"
 
-echo "init-test: $passed passed, $failed failed, $skipped skipped"
-[ "$failed" = 0 ]
+finish init-test

@@ -12,17 +12,8 @@ TZ=UTC
 export TZ
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
-passed=0
-failed=0
-skipped=0
-ok() { passed=$((passed + 1)); echo "  ok    $*"; }
-bad() { failed=$((failed + 1)); echo "  FAIL  $*"; }
-skip() { skipped=$((skipped + 1)); echo "  skip  $*"; }
-check() { # <description> <command...>: ok when the command succeeds
-	desc=$1
-	shift
-	if "$@"; then ok "$desc"; else bad "$desc"; fi
-}
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+. "$here/lib.sh"
 
 if [ $# -lt 4 ] || [ $(($# % 3)) -ne 1 ]; then
 	echo "usage: $0 <version> (<ipk> <openwrt-arch> <armv7|aarch64>)..." >&2
@@ -120,12 +111,10 @@ check_ipk() {
 	# The binary.
 	bin=$u/root/usr/bin/tinyhub
 	desc=$(file -b "$bin")
+	cpu_target "$cpu" || { bad "unknown cpu $cpu"; return; }
 	case $cpu in
-		armv7) pattern='ELF 32-bit LSB executable, ARM, EABI5*statically linked*'
-			triple=armv7-unknown-linux-musleabihf qemu=qemu-arm-static ;;
-		aarch64) pattern='ELF 64-bit LSB executable, ARM aarch64*statically linked*'
-			triple=aarch64-unknown-linux-musl qemu=qemu-aarch64-static ;;
-		*) bad "unknown cpu $cpu"; return ;;
+		armv7) pattern='ELF 32-bit LSB executable, ARM, EABI5*statically linked*' ;;
+		aarch64) pattern='ELF 64-bit LSB executable, ARM aarch64*statically linked*' ;;
 	esac
 	case $desc in
 		$pattern) ok "usr/bin/tinyhub is the static $cpu binary ($desc)" ;;
@@ -167,5 +156,4 @@ while [ $# -ge 3 ]; do
 	shift 3
 done
 
-echo "ipk-test: $passed passed, $failed failed, $skipped skipped"
-[ "$failed" = 0 ]
+finish ipk-test

@@ -20,35 +20,12 @@ fn pod(ns: &str, name: &str, node: &str, labels: serde_json::Value) -> serde_jso
     })
 }
 
-fn read_json(path: &Path) -> Option<serde_json::Value> {
-    std::fs::read(path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-}
-
 fn pod_file(cache: &Path, component: &str, ns: &str, name: &str) -> PathBuf {
     cache
         .join(component)
         .join("pods.v1.core")
         .join(ns)
         .join(name)
-}
-
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(files_under(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out.sort();
-    out
 }
 
 const FIELD_EDGE1: &str = "fieldSelector=spec.nodeName%3Dedge-1";

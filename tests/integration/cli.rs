@@ -119,12 +119,7 @@ fn secrets_never_reach_the_log_even_at_high_verbosity() {
             Auth::CertInline(c) => c.pair.key_pem.lines().nth(1).unwrap().to_owned(),
             _ => "s3cr3t-hub-token".to_owned(),
         };
-        let spec = HubSpec {
-            kubeconfig: cloud.write_kubeconfig(dir.path(), auth),
-            cache_dir: dir.path().join("cache"),
-            args: vec!["--v=6".into()],
-            env: Vec::new(),
-        };
+        let spec = HubSpec::with_auth(&cloud, dir.path(), auth).with(&["--v=6"]);
         let hub = Hub::start(&spec);
         assert_eq!(
             get(&format!("{}/api/v1/namespaces", hub.url()), KUBELET).status,

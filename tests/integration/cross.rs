@@ -4,7 +4,7 @@
 //! cloud stopped, the same reads from the hub's cache, and the hub's peak memory, reported
 //! net of the emulator's own when `TINYHUB_QEMU_BASELINE_BIN` names a do-nothing program.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::json;
@@ -15,11 +15,7 @@ use crate::support::hub::*;
 /// Peak RSS of the runner alone running a program that sleeps a second.
 fn runner_baseline_kib() -> Option<u64> {
     let program = std::env::var("TINYHUB_QEMU_BASELINE_BIN").ok()?;
-    let runner = std::env::var("TINYHUB_TEST_RUNNER").ok()?;
-    let mut parts = runner.split_whitespace();
-    let mut child = Command::new(parts.next()?)
-        .args(parts)
-        .arg(program)
+    let mut child = runner_command(program)?
         .stdout(Stdio::null())
         .spawn()
         .ok()?;
@@ -93,11 +89,7 @@ fn cross_online_then_offline_with_memory_report() {
         .exists()));
 
     cloud.stop();
-    let series = format!(
-        "node_yurthub_server_healthy_status{{server=\"{}\"}}",
-        cloud.url()
-    );
-    assert!(eventually(Duration::from_secs(30), || hub.metric(&series) == Some(0.0)));
+    assert!(hub.wait_metric(&health_series(&cloud), 0.0, Duration::from_secs(30)));
     let offline = get(&url("/api/v1/pods?labelSelector=i+in+(3,4)"), KUBELET).json();
     let names: Vec<&str> = offline["items"]
         .as_array()

@@ -271,12 +271,7 @@ fn token_kubeconfigs_inline_and_as_file() {
         Auth::TokenFile("hub-token".into()),
     ] {
         let dir = TempDir::new("token");
-        let spec = HubSpec {
-            kubeconfig: cloud.write_kubeconfig(dir.path(), auth),
-            cache_dir: dir.path().join("cache"),
-            args: Vec::new(),
-            env: Vec::new(),
-        };
+        let spec = HubSpec::with_auth(&cloud, dir.path(), auth);
         let hub = Hub::start(&spec);
         cloud.reset_requests();
         assert_eq!(
@@ -347,13 +342,8 @@ fn failover_when_the_first_backend_stops() {
             200
         );
     }
-    let first_series = format!(
-        "node_yurthub_server_healthy_status{{server=\"{}\"}}",
-        first.url()
-    );
-    assert!(eventually(Duration::from_secs(10), || hub
-        .metric(&first_series)
-        == Some(0.0)));
+    let first_series = health_series(&first);
+    assert!(hub.wait_metric(&first_series, 0.0, Duration::from_secs(10)));
     // One heartbeat interval (1 s here) plus the probe's retry and timeout.
     assert!(
         stopped.elapsed() < Duration::from_secs(5),
@@ -372,9 +362,7 @@ fn failover_when_the_first_backend_stops() {
         "served by the second backend"
     );
     first.restart();
-    assert!(eventually(Duration::from_secs(10), || hub
-        .metric(&first_series)
-        == Some(1.0)));
+    assert!(hub.wait_metric(&first_series, 1.0, Duration::from_secs(10)));
 }
 
 #[test]
@@ -382,20 +370,17 @@ fn a_blackholed_backend_is_detected_by_the_health_checker() {
     let cloud = Cloud::start();
     let dir = TempDir::new("blackhole");
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
-    let series = format!(
-        "node_yurthub_server_healthy_status{{server=\"{}\"}}",
-        cloud.url()
-    );
+    let series = health_series(&cloud);
     assert_eq!(hub.metric(&series), Some(1.0));
     cloud.set_blackhole(true);
     // interval 1 s + (1 retry + 1) × 1 s timeout, plus slack.
     assert!(
-        eventually(Duration::from_secs(10), || hub.metric(&series) == Some(0.0)),
+        hub.wait_metric(&series, 0.0, Duration::from_secs(10)),
         "{}",
         hub.logs()
     );
     cloud.set_blackhole(false);
-    assert!(eventually(Duration::from_secs(10), || hub.metric(&series) == Some(1.0)));
+    assert!(hub.wait_metric(&series, 1.0, Duration::from_secs(10)));
 }
 
 #[test]
@@ -626,18 +611,14 @@ fn a_watch_whose_client_hangs_up_is_ended_even_while_the_cloud_is_silent() {
         })
         .collect();
     assert!(cloud.wait_for_watchers("secrets", base + 3, Duration::from_secs(10)));
-    assert!(eventually(Duration::from_secs(5), || hub
-        .metric("node_yurthub_in_flight_requests_total")
-        == Some(3.0)));
+    assert!(hub.wait_metric(IN_FLIGHT, 3.0, Duration::from_secs(5)));
     drop(watches);
     // Nothing happens on secrets: only the reaper can notice.
     assert!(
         cloud.wait_for_watchers_at_most("secrets", base, Duration::from_secs(5)),
         "the cloud streams were not closed"
     );
-    assert!(eventually(Duration::from_secs(5), || hub
-        .metric("node_yurthub_in_flight_requests_total")
-        == Some(0.0)));
+    assert!(hub.wait_metric(IN_FLIGHT, 0.0, Duration::from_secs(5)));
 }
 
 #[test]

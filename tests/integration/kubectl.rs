@@ -24,29 +24,10 @@ impl Kubectl {
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        Command::new("kubectl")
-            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-            .arg(format!("--cache-dir={}", self.cache.display()))
-            .arg("--request-timeout=20s")
+        kubectl_command(&self.kubeconfig, &self.cache, self.cache.parent().unwrap())
             .args(args)
-            .env("HOME", self.cache.parent().unwrap())
-            .env_remove("KUBECONFIG")
             .output()
             .expect("kubectl is installed (Debian package kubectl; .ci/run installs it)")
-    }
-
-    /// The client's minor version (the dispatcher kubectl reports the version it runs).
-    fn minor_version(&self) -> u32 {
-        let out = Command::new("kubectl")
-            .args(["version", "--client", "-o", "json"])
-            .output()
-            .expect("kubectl runs");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        v["clientVersion"]["minor"]
-            .as_str()
-            .map(|m| m.trim_end_matches('+'))
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(99)
     }
 
     fn ok(&self, args: &[&str]) -> String {
@@ -59,6 +40,20 @@ impl Kubectl {
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
+}
+
+/// The client's minor version (the dispatcher kubectl reports the version it runs).
+fn minor_version() -> u32 {
+    let out = Command::new("kubectl")
+        .args(["version", "--client", "-o", "json"])
+        .output()
+        .expect("kubectl runs");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v["clientVersion"]["minor"]
+        .as_str()
+        .map(|m| m.trim_end_matches('+'))
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(99)
 }
 
 fn seed(cloud: &Cloud) {
@@ -89,7 +84,7 @@ fn kubectl_through_the_hub_online() {
 
     // kubectl before 1.24 validates `apply` against /openapi/v2 in protobuf, which the
     // stand-in does not serve; Debian bookworm's own kubectl (the CI fallback) is 1.20.
-    let apply: &[&str] = if k.minor_version() < 24 {
+    let apply: &[&str] = if minor_version() < 24 {
         &["apply", "--validate=false", "-f"]
     } else {
         &["apply", "-f"]
@@ -174,11 +169,7 @@ fn kubectl_reads_from_the_cache_when_the_cloud_is_gone() {
         .exists()));
 
     cloud.stop();
-    let series = format!(
-        "node_yurthub_server_healthy_status{{server=\"{}\"}}",
-        cloud.url()
-    );
-    assert!(eventually(Duration::from_secs(15), || hub.metric(&series) == Some(0.0)));
+    assert!(hub.wait_metric(&health_series(&cloud), 0.0, Duration::from_secs(15)));
 
     let yaml = k.ok(&["get", "configmap", "settings", "-o", "yaml"]);
     assert!(yaml.contains("greeting: hello"), "{yaml}");

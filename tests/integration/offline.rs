@@ -3,7 +3,6 @@
 //! restart of the hub, and against hostile requests.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -27,7 +26,7 @@ struct Warm {
     _dir: TempDir,
 }
 
-fn warm(extra_args: &[&str]) -> Warm {
+fn warm() -> Warm {
     let cloud = Cloud::start();
     let pods = [
         (
@@ -76,7 +75,7 @@ fn warm(extra_args: &[&str]) -> Warm {
         json!({"metadata": {"name": "edge-2", "labels": {"role": "edge"}}}),
     );
     let dir = TempDir::new("offline");
-    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(extra_args));
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
     // What a kubelet reads: its pods, its node, a configmap, discovery and the version.
     for path in [
         "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
@@ -131,12 +130,8 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 }
 
 fn wait_offline(hub: &Hub, cloud: &Cloud) {
-    let series = format!(
-        "node_yurthub_server_healthy_status{{server=\"{}\"}}",
-        cloud.url()
-    );
     assert!(
-        eventually(Duration::from_secs(15), || hub.metric(&series) == Some(0.0)),
+        hub.wait_metric(&health_series(cloud), 0.0, Duration::from_secs(15)),
         "{}",
         hub.logs()
     );
@@ -362,7 +357,7 @@ fn check_offline_answers(hub: &Hub) {
 
 #[test]
 fn answers_from_the_cache_with_the_cloud_stopped_and_after_a_restart() {
-    let Warm { cloud, hub, _dir } = warm(&[]);
+    let Warm { cloud, hub, _dir } = warm();
     cloud.stop();
     // Before the health checker notices, a failed connection falls back to the cache too.
     let early = get(
@@ -381,7 +376,7 @@ fn answers_from_the_cache_with_the_cloud_stopped_and_after_a_restart() {
 
 #[test]
 fn answers_from_the_cache_with_the_cloud_blackholed() {
-    let Warm { cloud, hub, _dir } = warm(&[]);
+    let Warm { cloud, hub, _dir } = warm();
     cloud.set_blackhole(true);
     wait_offline(&hub, &cloud);
     check_offline_answers(&hub);
@@ -389,7 +384,7 @@ fn answers_from_the_cache_with_the_cloud_blackholed() {
 
 #[test]
 fn a_held_watch_ends_when_the_cloud_comes_back() {
-    let Warm { cloud, hub, _dir } = warm(&[]);
+    let Warm { cloud, hub, _dir } = warm();
     cloud.stop();
     wait_offline(&hub, &cloud);
     let (status, body) = stream(
@@ -428,11 +423,10 @@ fn a_held_watch_ends_when_the_cloud_comes_back() {
 
 #[test]
 fn a_client_hanging_up_frees_its_held_watch() {
-    let Warm { cloud, hub, _dir } = warm(&[]);
+    let Warm { cloud, hub, _dir } = warm();
     cloud.stop();
     wait_offline(&hub, &cloud);
     let before = threads(hub.pid());
-    let in_flight = "node_yurthub_in_flight_requests_total";
     let watches: Vec<_> = (0..5)
         .map(|_| {
             stream(
@@ -441,23 +435,19 @@ fn a_client_hanging_up_frees_its_held_watch() {
             )
         })
         .collect();
-    assert!(eventually(Duration::from_secs(10), || hub
-        .metric(in_flight)
-        == Some(5.0)));
+    assert!(hub.wait_metric(IN_FLIGHT, 5.0, Duration::from_secs(10)));
     drop(watches);
     assert!(
         eventually(Duration::from_secs(10), || threads(hub.pid()) <= before + 1),
         "threads {} (were {before})",
         threads(hub.pid())
     );
-    assert!(eventually(Duration::from_secs(5), || hub
-        .metric("node_yurthub_in_flight_requests_total")
-        == Some(0.0)));
+    assert!(hub.wait_metric(IN_FLIGHT, 0.0, Duration::from_secs(5)));
 }
 
 #[test]
 fn hostile_requests_get_400_and_never_read_outside_the_cache() {
-    let Warm { cloud, hub, _dir } = warm(&[]);
+    let Warm { cloud, hub, _dir } = warm();
     // Something a path traversal from the cache root could reach.
     let outside = hub.spec.cache_dir.parent().unwrap().join("secret");
     std::fs::write(
@@ -545,7 +535,7 @@ fn hostile_requests_get_400_and_never_read_outside_the_cache() {
 
 #[test]
 fn a_corrupted_cache_file_is_reported_not_served() {
-    let Warm { cloud, hub, _dir } = warm(&[]);
+    let Warm { cloud, hub, _dir } = warm();
     let file = hub
         .spec
         .cache_dir
@@ -572,16 +562,7 @@ fn a_corrupted_cache_file_is_reported_not_served() {
     assert!(hub.wait_log("damaged", Duration::from_secs(1)));
     // Back online, the next list replaces the damaged file.
     cloud.restart();
-    assert!(eventually(Duration::from_secs(15), || !get(
-        &format!("{}/v1/readyz", hub.serve_url()),
-        "t"
-    )
-    .text()
-    .is_empty()
-        && hub.metric(&format!(
-            "node_yurthub_server_healthy_status{{server=\"{}\"}}",
-            cloud.url()
-        )) == Some(1.0)));
+    assert!(hub.wait_metric(&health_series(&cloud), 1.0, Duration::from_secs(15)));
     assert_eq!(
         get(
             &format!(
@@ -593,10 +574,7 @@ fn a_corrupted_cache_file_is_reported_not_served() {
         .status,
         200
     );
-    assert!(eventually(Duration::from_secs(10), || std::fs::read(&file)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        .is_some()));
+    assert!(eventually(Duration::from_secs(10), || read_json(&file).is_some()));
 }
 
 #[test]
@@ -614,7 +592,8 @@ fn an_offline_list_of_5000_pods_streams_from_disk() {
     hub.cache_list_paced("/api/v1/pods", Duration::from_millis(2));
     let root = hub.spec.cache_dir.join("kubelet/pods.v1.core");
     assert!(
-        eventually(Duration::from_secs(120), || count_files(&root) == 5_000),
+        eventually(Duration::from_secs(120), || files_under(&root).len()
+            == 5_000),
         "{}",
         hub.logs()
     );
@@ -655,25 +634,9 @@ fn an_offline_list_of_5000_pods_streams_from_disk() {
     assert!(names(&wide).contains("planted"));
 }
 
-fn count_files(dir: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| {
-            if e.path().is_dir() {
-                count_files(&e.path())
-            } else {
-                1
-            }
-        })
-        .sum()
-}
-
 #[test]
 fn cloud_mode_never_answers_from_a_cache() {
-    let Warm { cloud, hub, _dir } = warm(&[]);
+    let Warm { cloud, hub, _dir } = warm();
     let spec = hub.spec.clone().with(&["--working-mode=cloud"]);
     drop(hub);
     let hub = Hub::start(&spec);
@@ -686,34 +649,23 @@ fn cloud_mode_never_answers_from_a_cache() {
 }
 
 fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // utime and stime are fields 14 and 15, after the parenthesised command name.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    let (user, system) = stat_ticks(format!("/proc/{pid}/stat")).unwrap();
+    user + system
 }
 
 #[test]
 fn bytes_sent_behind_a_held_watch_do_not_make_it_spin() {
     use std::io::Write;
-    let Warm { cloud, hub, _dir } = warm(&[]);
+    let Warm { cloud, hub, _dir } = warm();
     cloud.stop();
     wait_offline(&hub, &cloud);
     let mut s = std::net::TcpStream::connect(hub.proxy).unwrap();
     write!(s, "GET /api/v1/pods?watch=1&timeoutSeconds=600 HTTP/1.1\r\nHost: x\r\nUser-Agent: {KUBELET}\r\n\r\nGARBAGE").unwrap();
-    assert!(eventually(Duration::from_secs(5), || hub
-        .metric("node_yurthub_in_flight_requests_total")
-        == Some(1.0)));
+    assert!(hub.wait_metric(IN_FLIGHT, 1.0, Duration::from_secs(5)));
     let before = cpu_ticks(hub.pid());
     std::thread::sleep(Duration::from_secs(2));
     let spent = cpu_ticks(hub.pid()) - before;
     assert!(spent < 20, "the held watch used {spent} CPU ticks in 2 s");
     drop(s);
-    assert!(eventually(Duration::from_secs(5), || hub
-        .metric("node_yurthub_in_flight_requests_total")
-        == Some(0.0)));
+    assert!(hub.wait_metric(IN_FLIGHT, 0.0, Duration::from_secs(5)));
 }

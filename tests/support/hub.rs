@@ -5,6 +5,7 @@
 //! benchmarks. Synchronisation is by readiness and by polling for conditions with a deadline,
 //! never by fixed sleeps.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -71,9 +72,13 @@ impl HubSpec {
     /// A hub for `cloud` with a client-certificate kubeconfig, caching under `dir/cache`.
     pub fn for_cloud(cloud: &Cloud, dir: &Path) -> HubSpec {
         let cert = cloud.issue_client("system:node:edge-1", &["system:nodes"]);
-        let kubeconfig = cloud.write_kubeconfig(dir, Auth::CertInline(cert));
+        HubSpec::with_auth(cloud, dir, Auth::CertInline(cert))
+    }
+
+    /// A hub for `cloud` with a kubeconfig carrying `auth`, caching under `dir/cache`.
+    pub fn with_auth(cloud: &Cloud, dir: &Path, auth: Auth) -> HubSpec {
         HubSpec {
-            kubeconfig,
+            kubeconfig: cloud.write_kubeconfig(dir, auth),
             cache_dir: dir.join("cache"),
             args: Vec::new(),
             env: Vec::new(),
@@ -126,21 +131,32 @@ pub fn hub_binary() -> PathBuf {
     bin
 }
 
+/// `program` under the runner named by `TINYHUB_TEST_RUNNER` (its words, then `program`);
+/// None when no runner is set.
+pub fn runner_command(program: impl AsRef<OsStr>) -> Option<Command> {
+    let runner = std::env::var("TINYHUB_TEST_RUNNER").ok()?;
+    let mut parts = runner.split_whitespace();
+    let mut cmd = Command::new(parts.next()?);
+    cmd.args(parts).arg(program);
+    Some(cmd)
+}
+
 /// The binary under test and the runner prefix, from the environment or the build.
 pub fn hub_command() -> Command {
     let bin = hub_binary();
-    match std::env::var("TINYHUB_TEST_RUNNER")
-        .ok()
-        .filter(|r| !r.trim().is_empty())
-    {
-        Some(runner) => {
-            let mut parts = runner.split_whitespace();
-            let mut cmd = Command::new(parts.next().expect("non-empty runner"));
-            cmd.args(parts).arg(bin);
-            cmd
-        }
-        None => Command::new(bin),
-    }
+    runner_command(&bin).unwrap_or_else(|| Command::new(bin))
+}
+
+/// `kubectl` talking to the server of `kubeconfig`, with its discovery cache in `cache` and
+/// `HOME` at `home`, whatever `KUBECONFIG` says; the caller adds the command's arguments.
+pub fn kubectl_command(kubeconfig: &Path, cache: &Path, home: &Path) -> Command {
+    let mut cmd = Command::new("kubectl");
+    cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--cache-dir={}", cache.display()))
+        .arg("--request-timeout=20s")
+        .env("HOME", home)
+        .env_remove("KUBECONFIG");
+    cmd
 }
 
 /// True when the tests run an emulated binary (slower: allow more time).
@@ -256,10 +272,9 @@ impl Hub {
             .and_then(|v| v.parse().ok())
     }
 
-    /// Sends SIGTERM and waits for the exit.
-    pub fn terminate(&mut self) -> ExitStatus {
-        signal(self.pid(), "TERM");
-        self.wait_exit()
+    /// Waits until the metric `series` has the value `want`.
+    pub fn wait_metric(&self, series: &str, want: f64, timeout: Duration) -> bool {
+        eventually(timeout, || self.metric(series) == Some(want))
     }
 
     /// Waits for the process to exit.
@@ -513,6 +528,15 @@ pub fn proc_status(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// utime and stime, in USER_HZ ticks, from a `/proc/<pid>/stat` (or
+/// `/proc/<pid>/task/<tid>/stat`) file; None when it cannot be read.
+pub fn stat_ticks(path: impl AsRef<Path>) -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some((fields.get(11)?.parse().ok()?, fields.get(12)?.parse().ok()?))
+}
+
 /// Threads of a process.
 pub fn threads(pid: u32) -> usize {
     proc_status(pid, "Threads:") as usize
@@ -577,3 +601,39 @@ impl Hub {
 
 /// Kubelet's User-Agent.
 pub const KUBELET: &str = "kubelet/v1.30.0 (linux/arm) kubernetes/abcdef0";
+
+/// The hub's gauge of requests in flight.
+pub const IN_FLIGHT: &str = "node_yurthub_in_flight_requests_total";
+
+/// The series of the hub's metrics that says whether it holds `cloud` healthy (1) or not (0).
+pub fn health_series(cloud: &Cloud) -> String {
+    format!(
+        "node_yurthub_server_healthy_status{{server=\"{}\"}}",
+        cloud.url()
+    )
+}
+
+/// Every file under `dir`, recursively, sorted; empty when `dir` cannot be read.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A file's content as JSON; None when it cannot be read or is not JSON.
+pub fn read_json(path: &Path) -> Option<serde_json::Value> {
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+}
