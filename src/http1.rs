@@ -2,18 +2,20 @@
 //! how its body is delimited, and decode a chunked body. It reads from any `BufRead` and
 //! knows nothing about sockets, threads or what the request asks for.
 //!
-//! Limits exist because the head comes from a client: a request line or header longer than
-//! [`MAX_LINE`], a head larger than [`MAX_HEAD`], or more than [`MAX_HEADERS`] headers is
-//! refused (431) instead of growing memory.
+//! Limits exist because the head comes from a client: a request target longer than
+//! [`MAX_TARGET`] is refused with 414, headers larger than [`MAX_HEAD`] in all or more than
+//! [`MAX_HEADERS`] of them with 431, instead of growing memory.
 
 use std::fmt;
 use std::io::{self, BufRead};
 
-/// Longest request line or header line. Generous: a list with a long label selector is a
-/// long URL, and the selector parser refuses it with a clearer 400 than a 414.
-pub const MAX_LINE: usize = 128 * 1024;
+/// Longest request target (path and query). Kubernetes URLs are short; the longest real
+/// ones carry a label selector, and 8 KiB is what common proxies allow.
+pub const MAX_TARGET: usize = 8 * 1024;
 /// Largest request head (request line and headers).
-pub const MAX_HEAD: usize = 256 * 1024;
+pub const MAX_HEAD: usize = 64 * 1024;
+/// Longest request line: the target plus room for a method and the version.
+const MAX_REQUEST_LINE: usize = MAX_TARGET + 64;
 /// Most headers in one request.
 pub const MAX_HEADERS: usize = 128;
 /// Longest chunk-size line of a chunked body (with extensions).
@@ -103,13 +105,15 @@ pub fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadError> {
     let mut line = Vec::with_capacity(256);
     loop {
         line.clear();
-        let n = read_line(input, &mut line, MAX_LINE.min(budget)).map_err(|e| match e {
+        let n = read_line(input, &mut line, MAX_REQUEST_LINE).map_err(|e| match e {
             LineError::Eof if line.is_empty() => HeadError::Closed,
             LineError::Eof => HeadError::Malformed("the connection closed inside the head"),
             LineError::TooLong => HeadError::UriTooLong,
             LineError::Io(e) => HeadError::Io(e),
         })?;
-        budget -= n;
+        // Blank lines before the request count against the head, so they cannot go on
+        // for ever.
+        budget = budget.checked_sub(n).ok_or(HeadError::TooLarge("head"))?;
         if !trim_crlf(&line).is_empty() {
             break;
         }
@@ -122,6 +126,9 @@ pub fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadError> {
     else {
         return Err(HeadError::Malformed("request line"));
     };
+    if target.len() > MAX_TARGET {
+        return Err(HeadError::UriTooLong);
+    }
     if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase() || b == b'-') {
         return Err(HeadError::Malformed("method"));
     }
@@ -146,7 +153,7 @@ pub fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadError> {
     let mut headers = Vec::with_capacity(16);
     loop {
         line.clear();
-        let n = read_line(input, &mut line, MAX_LINE.min(budget)).map_err(|e| match e {
+        let n = read_line(input, &mut line, budget).map_err(|e| match e {
             LineError::Eof => HeadError::Malformed("the connection closed inside the head"),
             LineError::TooLong => HeadError::TooLarge("head"),
             LineError::Io(e) => HeadError::Io(e),
@@ -457,7 +464,7 @@ fn expect_crlf(input: &mut dyn BufRead) -> io::Result<()> {
 fn skip_trailers(input: &mut dyn BufRead) -> io::Result<()> {
     for _ in 0..MAX_HEADERS {
         let mut line = Vec::new();
-        read_line(input, &mut line, MAX_LINE).map_err(|_| bad("trailer"))?;
+        read_line(input, &mut line, MAX_HEAD).map_err(|_| bad("trailer"))?;
         if trim_crlf(&line).is_empty() {
             return Ok(());
         }
@@ -587,14 +594,25 @@ mod tests {
             "closed inside the head"
         );
         assert!(matches!(head(""), Err(HeadError::Closed)));
-        let long = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(MAX_LINE));
-        assert_eq!(status(&long), Some(414));
+        let target = |len: usize| format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(len - 1));
+        assert!(head(&target(MAX_TARGET)).is_ok(), "8 KiB is allowed");
+        assert_eq!(status(&target(MAX_TARGET + 1)), Some(414));
+        assert_eq!(status(&target(1 << 20)), Some(414));
+        let blank = "\r\n".repeat(MAX_HEAD);
+        assert_eq!(status(&format!("{blank}GET / HTTP/1.1\r\n\r\n")), Some(431));
         let many: String = (0..=MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
         assert_eq!(status(&format!("GET / HTTP/1.1\r\n{many}\r\n")), Some(431));
-        let big: String = (0..10)
-            .map(|i| format!("X-{i}: {}\r\n", "v".repeat(MAX_LINE - 100)))
-            .collect();
-        assert_eq!(status(&format!("GET / HTTP/1.1\r\n{big}\r\n")), Some(431));
+        // 64 KiB of headers in all, in one header or spread over several.
+        let headers = |count: usize, each: usize| -> String {
+            (0..count)
+                .map(|i| format!("X-{i:02}: {}\r\n", "v".repeat(each)))
+                .collect()
+        };
+        let fits = headers(4, MAX_HEAD / 4 - 200);
+        assert!(head(&format!("GET / HTTP/1.1\r\n{fits}\r\n")).is_ok());
+        for big in [headers(1, MAX_HEAD), headers(8, MAX_HEAD / 8)] {
+            assert_eq!(status(&format!("GET / HTTP/1.1\r\n{big}\r\n")), Some(431));
+        }
     }
 
     #[test]

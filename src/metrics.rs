@@ -33,6 +33,8 @@ pub struct Metrics {
     pub cache_refills: AtomicU64,
     /// Store or decode failures in the writer.
     pub cache_errors: AtomicU64,
+    /// Writes that failed because the cache's file system was full (ENOSPC, EDQUOT).
+    pub cache_disk_full: AtomicU64,
     /// Messages waiting in the writer queue.
     pub cache_writer_queue_depth: AtomicI64,
     /// Microseconds the writer spent handling messages (its throughput is objects / this).
@@ -41,6 +43,8 @@ pub struct Metrics {
     pub offline_answers: AtomicU64,
     /// Requests refused with 429 at the concurrency cap.
     pub rejected_requests: AtomicU64,
+    /// Connections closed before their request arrived, to make room at the connection cap.
+    pub evicted_connections: AtomicU64,
     /// Requests being served now.
     pub in_flight_total: AtomicI64,
     /// Transport failures talking to the cloud.
@@ -69,10 +73,12 @@ impl Metrics {
             cache_sessions_committed: AtomicU64::new(0),
             cache_refills: AtomicU64::new(0),
             cache_errors: AtomicU64::new(0),
+            cache_disk_full: AtomicU64::new(0),
             cache_writer_queue_depth: AtomicI64::new(0),
             cache_writer_busy_micros: AtomicU64::new(0),
             offline_answers: AtomicU64::new(0),
             rejected_requests: AtomicU64::new(0),
+            evicted_connections: AtomicU64::new(0),
             in_flight_total: AtomicI64::new(0),
             upstream_errors: AtomicU64::new(0),
             upstream_retries: AtomicU64::new(0),
@@ -164,6 +170,12 @@ impl Metrics {
             "counter of rejected requests for exceeding in flight limit in hub agent",
             &self.rejected_requests,
         );
+        counter(
+            &mut out,
+            "tinyhub_evicted_connections_total",
+            "connections closed before their request arrived, to make room at the connection cap",
+            &self.evicted_connections,
+        );
         header(
             &mut out,
             "node_yurthub_proxy_traffic_collector",
@@ -226,6 +238,12 @@ impl Metrics {
             "tinyhub_cache_errors_total",
             "disk or decode failures in the cache writer",
             &self.cache_errors,
+        );
+        counter(
+            &mut out,
+            "tinyhub_cache_disk_full_total",
+            "cache writes that failed because the disk was full",
+            &self.cache_disk_full,
         );
         gauge(
             &mut out,

@@ -9,7 +9,6 @@
 //! create goes to the cache writer like any other object.
 
 use std::borrow::Cow;
-use std::io::Read;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -21,11 +20,9 @@ use crate::cache::writer::CacheTx;
 use crate::health::Backends;
 use crate::request::{ApiRequest, ResourcePath};
 use crate::route::{Local, Route, collection_key};
-use crate::server::{Exchange, Length};
+use crate::server::{self, Exchange, Length};
 use crate::status::Status;
 
-/// Largest request body an offline create accepts (etcd's own limit is 1.5 MiB).
-const MAX_CREATE_BODY: u64 = 3 * 1024 * 1024;
 /// How often a held watch checks for the cloud and shutdown (a vanished client is noticed at
 /// once).
 const WATCH_TICK: Duration = Duration::from_secs(1);
@@ -317,26 +314,16 @@ impl Offline {
         req: &ApiRequest,
         path: &ResourcePath,
     ) -> Answered<'c> {
-        let too_large = || {
-            Status::new(
-                413,
-                "RequestEntityTooLarge",
-                format!("the request body is larger than {MAX_CREATE_BODY} bytes"),
-            )
-        };
-        if ex.body_length().is_some_and(|n| n > MAX_CREATE_BODY) {
-            return Err((ex, too_large()));
-        }
+        // The server refused a declared length past its limit; a chunked body is cut off
+        // there while it is read.
         let mut body = Vec::new();
-        match ex.body().take(MAX_CREATE_BODY + 1).read_to_end(&mut body) {
-            Ok(_) if body.len() as u64 > MAX_CREATE_BODY => return Err((ex, too_large())),
-            Ok(_) => {}
-            Err(e) => {
-                return Err((
-                    ex,
-                    Status::bad_request(format!("cannot read the request body: {e}")),
-                ));
-            }
+        if let Err(e) = ex.body().read_to_end(&mut body) {
+            let status = if ex.body_too_large() {
+                server::body_too_large()
+            } else {
+                Status::bad_request(format!("cannot read the request body: {e}"))
+            };
+            return Err((ex, status));
         }
         let Ok(mut object) = serde_json::from_slice::<serde_json::Value>(&body) else {
             return Err((

@@ -17,7 +17,7 @@ use crate::offline::Offline;
 use crate::reaper::Reaper;
 use crate::request::{self, ApiRequest};
 use crate::route::{self, CacheTarget, Local, NoCacheReason, Route};
-use crate::server::{Exchange, Length};
+use crate::server::{self, Exchange, Length};
 use crate::status::Status;
 use crate::upstream::{Answer, BodySource, Deadline, Identity, Outgoing, Upstream, UpstreamError};
 
@@ -80,8 +80,9 @@ enum Failure {
     /// The cloud could not be reached or broke off before the client got anything: the cache
     /// may answer.
     Unreachable(UpstreamError),
-    /// The hub could not build or send the request.
-    Internal(String),
+    /// The request cannot be forwarded (the hub could not build it, or the client's body
+    /// went past its limit): answer with this status.
+    Refused(Status),
     /// The client went away or its connection broke; nothing more to send.
     Downstream(io::Error),
 }
@@ -193,18 +194,18 @@ impl Hub {
                         log::debug!("the client went away mid-answer: {e}");
                         (status, CacheStatus::ClientGone)
                     }
-                    Err((ex, Failure::Internal(e))) => {
+                    Err((ex, Failure::Refused(status))) => {
                         if let Some(ex) = ex {
-                            let _ = ex.send_status(&Status::internal(e));
+                            let _ = ex.send_status(&status);
                         }
-                        (500, CacheStatus::Rejected)
+                        (status.code, CacheStatus::Rejected)
                     }
                 }
             }
             Err(Failure::Unreachable(e)) => self.fallback(Some(ex), req, route, e),
-            Err(Failure::Internal(e)) => {
-                let _ = ex.send_status(&Status::internal(e));
-                (500, CacheStatus::Rejected)
+            Err(Failure::Refused(status)) => {
+                let _ = ex.send_status(&status);
+                (status.code, CacheStatus::Rejected)
             }
             Err(Failure::Downstream(e)) => {
                 log::debug!("the client went away: {e}");
@@ -284,8 +285,11 @@ impl Hub {
             deadline: route.deadline,
             identity: route.identity,
         };
-        self.upstream.send(outgoing).map_err(|e| match e {
-            UpstreamError::Request(detail) => Failure::Internal(detail),
+        let sent = self.upstream.send(outgoing);
+        sent.map_err(|e| match e {
+            // Reading the client's body failed, not the cloud.
+            _ if ex.body_too_large() => Failure::Refused(server::body_too_large()),
+            UpstreamError::Request(detail) => Failure::Refused(Status::internal(detail)),
             e => Failure::Unreachable(e),
         })
     }

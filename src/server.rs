@@ -1,7 +1,10 @@
 //! The client side: the only module that touches client sockets. One thread with a small
-//! stack per connection, a cap on connections (past it the accept thread answers 429 and
-//! closes, so a flood never spawns threads without bound) and a cap on requests in flight
-//! (`--max-requests-in-flight`, 429 with `Retry-After`). Requests are framed by `http1.rs`;
+//! stack per connection, a cap on connections and a cap on requests in flight
+//! (`--max-requests-in-flight`, 429 with `Retry-After`). At the connection cap the accept
+//! thread closes the connection that has waited longest for its request head — one that
+//! never sent a request before an idle keep-alive one — so clients that never finish their
+//! headers cannot lock others out; only when every connection is serving a request does a
+//! new one get 429. Threads stay bounded either way. Requests are framed by `http1.rs`;
 //! responses are written here with explicit framing (`Content-Length`, or chunks flushed one
 //! by one so watch events reach the client at once).
 //!
@@ -13,8 +16,8 @@
 
 use std::io::{self, BufRead, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -32,6 +35,18 @@ const IO_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_DRAIN: u64 = 1024 * 1024;
 /// Read buffer of a connection: a request head fits; bodies bypass it.
 const READ_BUFFER: usize = 4 * 1024;
+/// Largest request body, the apiserver's own limit: a larger one is refused with 413 before
+/// it is read (a chunked one once it has grown past it).
+pub const MAX_BODY: u64 = 3 * 1024 * 1024;
+
+/// The answer to a request body larger than [`MAX_BODY`].
+pub fn body_too_large() -> Status {
+    Status::new(
+        413,
+        "RequestEntityTooLarge",
+        format!("the request body is larger than its limit of {MAX_BODY} bytes"),
+    )
+}
 
 /// A bound listening socket.
 pub struct Listener {
@@ -39,9 +54,25 @@ pub struct Listener {
     addr: SocketAddr,
 }
 
+/// Connections the kernel may hold completed for the accept thread. std listens with 128;
+/// a burst of connections past that has its handshakes dropped and retried a second or
+/// more later. Go servers, the apiserver among them, ask for the system maximum likewise.
+const BACKLOG: i32 = 4096;
+
 /// Binds `addr` (port 0 picks a free port).
+#[allow(unsafe_code, reason = "std has no way to set the listen backlog")]
 pub fn bind(addr: SocketAddr) -> io::Result<Listener> {
+    use std::os::fd::AsRawFd;
     let socket = TcpListener::bind(addr)?;
+    // Listening again on a listening socket only changes its backlog (the kernel caps it
+    // at net.core.somaxconn).
+    // SAFETY: the descriptor is the listener's own and open for the call.
+    if unsafe { libc::listen(socket.as_raw_fd(), BACKLOG) } != 0 {
+        log::warn!(
+            "cannot raise the listen backlog of {addr}: {}",
+            io::Error::last_os_error()
+        );
+    }
     let addr = socket.local_addr()?;
     Ok(Listener { socket, addr })
 }
@@ -79,16 +110,130 @@ pub struct Limits {
 }
 
 /// Connections and requests being served, shared with whoever waits for them to drain.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Load {
     connections: AtomicUsize,
     in_flight: AtomicUsize,
+    /// Every open connection, for the accept thread to pick one to evict at the cap.
+    open: Mutex<Vec<Arc<Tracked>>>,
+    /// Counts the times a connection started waiting for a head: the order to evict in.
+    waits: AtomicU64,
+}
+
+impl Default for Load {
+    fn default() -> Load {
+        Load {
+            connections: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
+            open: Mutex::new(Vec::new()),
+            waits: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Load {
     /// Requests being served now.
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Acquire)
+    }
+
+    fn open(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Tracked>>> {
+        // The list stays consistent whatever a panicking holder did: each step is one push,
+        // one swap_remove or one scan.
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Closes the open connection that has waited longest for a request head, preferring one
+    /// that never sent a request; false when every connection is serving a request.
+    fn evict_one(&self) -> bool {
+        let mut open = self.open();
+        let Some((index, _)) = open
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (i, t.rank.load(Ordering::Acquire)))
+            .filter(|&(_, rank)| rank != BUSY)
+            .min_by_key(|&(_, rank)| rank)
+        else {
+            return false;
+        };
+        let victim = open.swap_remove(index);
+        drop(open);
+        victim.rank.store(BUSY, Ordering::Release);
+        // Its thread, blocked reading a head, sees the end of the stream and exits.
+        let _ = victim.stream.shutdown(Shutdown::Both);
+        Metrics::inc(&METRICS.evicted_connections);
+        true
+    }
+
+    fn forget(&self, tracked: &Arc<Tracked>) {
+        let mut open = self.open();
+        if let Some(i) = open.iter().position(|t| Arc::ptr_eq(t, tracked)) {
+            open.swap_remove(i);
+        }
+    }
+}
+
+/// Rank of a connection serving a request: never evicted.
+const BUSY: u64 = u64::MAX;
+/// Added to the rank of a connection idle between requests, so connections that never sent
+/// a request (a slow-header flood) are evicted before a component's keep-alive connection.
+const IDLE_RANK: u64 = 1 << 62;
+
+/// What the accept thread knows of an open connection.
+#[derive(Debug)]
+struct Tracked {
+    /// A handle on the connection's socket: shutting it down ends the connection.
+    stream: TcpStream,
+    /// [`BUSY`], or the order to evict in while waiting for a head: when it started
+    /// waiting (a [`Load::waits`] count), plus [`IDLE_RANK`] after a first request.
+    rank: AtomicU64,
+}
+
+impl Tracked {
+    fn waiting(&self, load: &Load, served_before: bool) {
+        let since = load.waits.fetch_add(1, Ordering::Relaxed);
+        let rank = if served_before {
+            IDLE_RANK + since
+        } else {
+            since
+        };
+        self.rank.store(rank, Ordering::Release);
+    }
+
+    fn busy(&self) {
+        self.rank.store(BUSY, Ordering::Release);
+    }
+}
+
+/// Connections served past the cap while the ones evicted for them close: their threads
+/// exit as soon as they see the shutdown, so a small margin keeps threads bounded.
+fn eviction_margin(max_connections: usize) -> usize {
+    max_connections / 4 + 1
+}
+
+/// Longest the accept thread waits for evicted connections to close before it refuses one.
+const ADMIT_WAIT: Duration = Duration::from_millis(500);
+
+/// Takes a connection slot for a new connection: a free one, or one freed by evicting the
+/// connection that waited longest for a head. False when every connection is serving a
+/// request. Only the accept thread adds connections, so the count it reads cannot grow
+/// behind its back.
+fn admit(load: &Load, max_connections: usize) -> bool {
+    let ceiling = max_connections + eviction_margin(max_connections);
+    let deadline = Instant::now() + ADMIT_WAIT;
+    loop {
+        let open = load.connections.load(Ordering::Acquire);
+        if open < max_connections || (open < ceiling && load.evict_one()) {
+            load.connections.fetch_add(1, Ordering::AcqRel);
+            return true;
+        }
+        // Below the ceiling with nothing to evict: every connection is serving a request.
+        // At the ceiling, evicted threads are still on their way out (a flood of
+        // connections outruns them): wait for them, the kernel's backlog holds the rest.
+        if open < ceiling || Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -120,29 +265,46 @@ pub fn serve(
         if shutdown.load(Ordering::Acquire) {
             break;
         }
-        if load.connections.fetch_add(1, Ordering::AcqRel) >= limits.max_connections {
-            load.connections.fetch_sub(1, Ordering::AcqRel);
+        if !admit(&load, limits.max_connections) {
             refuse(stream, &too_busy(limits.max_connections, "connections"));
             continue;
         }
-        let slot = ConnectionSlot(Arc::clone(&load));
-        let (handler, load, shutdown) = (
-            Arc::clone(&handler),
-            Arc::clone(&load),
-            Arc::clone(&shutdown),
-        );
-        // The stream moves into the thread; keep a handle to answer if the spawn fails.
-        let spare = stream.try_clone();
+        let handle = match stream.try_clone() {
+            Ok(handle) => handle,
+            Err(e) => {
+                load.connections.fetch_sub(1, Ordering::AcqRel);
+                log::error!("cannot track a connection: {e}");
+                refuse(
+                    stream,
+                    &Status::service_unavailable("the hub is out of resources"),
+                );
+                continue;
+            }
+        };
+        let tracked = Arc::new(Tracked {
+            stream: handle,
+            rank: AtomicU64::new(BUSY),
+        });
+        tracked.waiting(&load, false);
+        load.open().push(Arc::clone(&tracked));
+        // From here the slot is released however the connection ends.
+        let slot = ConnectionSlot {
+            load: Arc::clone(&load),
+            tracked: Arc::clone(&tracked),
+        };
+        let (handler, shutdown) = (Arc::clone(&handler), Arc::clone(&shutdown));
         let spawned = thread::Builder::new()
             .name("conn".into())
             .stack_size(limits.stack_size)
             .spawn(move || {
-                let _slot = slot;
-                serve_connection(stream, peer, &handler, limits, &load, &shutdown);
+                let slot = slot;
+                serve_connection(stream, peer, &handler, limits, &slot, &shutdown);
             });
         if let Err(e) = spawned {
+            // The closure, and with it the slot and the stream, is dropped: answer through
+            // the tracking handle.
             log::error!("cannot start a connection thread: {e}");
-            if let Ok(stream) = spare {
+            if let Ok(stream) = tracked.stream.try_clone() {
                 refuse(
                     stream,
                     &Status::service_unavailable("the hub cannot start a thread right now"),
@@ -184,12 +346,16 @@ fn write_status_and_close(stream: &mut TcpStream, status: &Status) -> io::Result
     stream.shutdown(Shutdown::Both)
 }
 
-/// Frees a connection slot when its thread ends, however it ends.
-struct ConnectionSlot(Arc<Load>);
+/// Frees a connection slot, and forgets the connection, when its thread ends however it ends.
+struct ConnectionSlot {
+    load: Arc<Load>,
+    tracked: Arc<Tracked>,
+}
 
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
-        self.0.connections.fetch_sub(1, Ordering::AcqRel);
+        self.load.forget(&self.tracked);
+        self.load.connections.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -215,6 +381,9 @@ struct Conn {
     response_started: bool,
     /// Something went wrong on the connection: close it after this exchange.
     broken: bool,
+    /// Request body bytes read so far, and whether the body went past [`MAX_BODY`].
+    body_read: u64,
+    body_too_large: bool,
     /// While a request head is read: when it must be complete.
     deadline: Option<Instant>,
 }
@@ -264,9 +433,10 @@ fn serve_connection(
     peer: SocketAddr,
     handler: &Handler,
     limits: Limits,
-    load: &Load,
+    slot: &ConnectionSlot,
     shutdown: &AtomicBool,
 ) {
+    let (load, tracked) = (&*slot.load, &*slot.tracked);
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
     let mut conn = Conn {
@@ -278,13 +448,21 @@ fn serve_connection(
         response_complete: false,
         response_started: false,
         broken: false,
+        body_read: 0,
+        body_too_large: false,
         deadline: None,
     };
     let mut first = true;
     loop {
         // Wait for the next request, then give the head a deadline. A new connection gets
         // only the head's time to start talking, so silent connections do not pile up.
-        let wait = if first { HEAD_TIMEOUT } else { IDLE_TIMEOUT };
+        // The accept thread marked a new connection waiting, in the order they came.
+        let wait = if first {
+            HEAD_TIMEOUT
+        } else {
+            tracked.waiting(load, true);
+            IDLE_TIMEOUT
+        };
         first = false;
         let _ = conn.stream.set_read_timeout(Some(wait));
         match conn.fill_buf() {
@@ -294,6 +472,7 @@ fn serve_connection(
         conn.deadline = Some(Instant::now() + HEAD_TIMEOUT);
         let head = http1::read_head(&mut conn);
         conn.deadline = None;
+        tracked.busy();
         let head = match head {
             Ok(head) => head,
             Err(e) => {
@@ -317,6 +496,10 @@ fn serve_connection(
             }
         };
         let framing = match head.framing() {
+            Ok(http1::Framing::Length(n)) if n > MAX_BODY => {
+                let _ = answer_and_close(&mut conn, &body_too_large());
+                return;
+            }
             Ok(framing) => framing,
             Err(e) => {
                 let _ = answer_and_close(&mut conn, &Status::bad_request(e.to_string()));
@@ -327,6 +510,7 @@ fn serve_connection(
         let keep_alive = head.keep_alive() && !shutdown.load(Ordering::Acquire);
         conn.response_complete = false;
         conn.response_started = false;
+        conn.body_read = 0;
         let exchange = Exchange {
             conn: &mut conn,
             head: Box::new(head),
@@ -408,6 +592,12 @@ impl<'c> Exchange<'c> {
             BodyState::Done if self.header("content-length").is_some() => Some(0),
             _ => None,
         }
+    }
+
+    /// True when reading the body failed because it went past [`MAX_BODY`] (answer with
+    /// [`body_too_large`]).
+    pub fn body_too_large(&self) -> bool {
+        self.conn.body_too_large
     }
 
     /// True when the request carries a body.
@@ -566,8 +756,20 @@ impl Read for RequestBody<'_> {
                 .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
         }
         let result = self.state.read(self.conn, out);
-        if result.is_err() {
-            self.conn.broken = true;
+        match result {
+            Ok(n) => {
+                self.conn.body_read += n as u64;
+                if self.conn.body_read > MAX_BODY {
+                    // Only a chunked body gets here; a declared length was checked at once.
+                    self.conn.body_too_large = true;
+                    self.conn.broken = true;
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "the request body is larger than its limit",
+                    ));
+                }
+            }
+            Err(_) => self.conn.broken = true,
         }
         result
     }
@@ -808,5 +1010,60 @@ pub fn reason_phrase(status: u16) -> &'static str {
         504 => "Gateway Timeout",
         505 => "HTTP Version Not Supported",
         _ => "Status",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connected pair: the server side to track, the client side to watch.
+    fn pair(listener: &TcpListener) -> (TcpStream, TcpStream) {
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        (server, client)
+    }
+
+    fn closed(client: &mut TcpStream) -> bool {
+        client
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        matches!(client.read(&mut [0u8; 1]), Ok(0))
+    }
+
+    #[test]
+    fn eviction_takes_new_silent_connections_before_idle_ones_and_never_busy_ones() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let load = Load::default();
+        let mut clients = Vec::new();
+        let mut tracked = Vec::new();
+        for _ in 0..4 {
+            let (server, client) = pair(&listener);
+            let t = Arc::new(Tracked {
+                stream: server,
+                rank: AtomicU64::new(BUSY),
+            });
+            load.open().push(Arc::clone(&t));
+            clients.push(client);
+            tracked.push(t);
+        }
+        // 0: idle after a request, waiting longest; 1: busy; 2 and 3: never sent a request,
+        // 3 waiting longer than 2.
+        tracked[0].waiting(&load, true);
+        tracked[3].waiting(&load, false);
+        tracked[2].waiting(&load, false);
+
+        for expected in [3, 2, 0] {
+            assert!(load.evict_one());
+            assert!(
+                closed(&mut clients[expected]),
+                "connection {expected} evicted"
+            );
+        }
+        assert!(!load.evict_one(), "a busy connection is never evicted");
+        assert!(!closed(&mut clients[1]));
+        assert_eq!(load.open().len(), 1);
+        load.forget(&tracked[1]);
+        assert!(load.open().is_empty());
     }
 }

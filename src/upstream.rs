@@ -243,6 +243,10 @@ pub struct Upstream {
     /// For streams: a connection each, never reused, so each can be cancelled.
     hub_stream_agent: Agent,
     client_stream_agent: Agent,
+    /// For the rare request whose head outgrows the others' output buffer (long headers
+    /// or URLs): a large buffer, allocated for that connection only and never pooled.
+    hub_large_agent: Agent,
+    client_large_agent: Agent,
     token: Option<TokenSource>,
 }
 
@@ -252,7 +256,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Upstream {
-    /// Builds the two agents (with and without the hub's client certificate) over `backends`.
+    /// Builds the agents (with and without the hub's client certificate) over `backends`.
     pub fn new(
         backends: Arc<Backends>,
         tls: &TlsMaterial,
@@ -280,10 +284,12 @@ impl Upstream {
         let client_tls = tls_config(&roots, None);
         Ok(Upstream {
             backends,
-            hub_agent: agent(hub_tls.clone(), true),
-            client_agent: agent(client_tls.clone(), true),
-            hub_stream_agent: agent(hub_tls, false),
-            client_stream_agent: agent(client_tls, false),
+            hub_agent: agent(hub_tls.clone(), true, OUTPUT_BUFFER),
+            client_agent: agent(client_tls.clone(), true, OUTPUT_BUFFER),
+            hub_stream_agent: agent(hub_tls.clone(), false, OUTPUT_BUFFER),
+            client_stream_agent: agent(client_tls.clone(), false, OUTPUT_BUFFER),
+            hub_large_agent: agent(hub_tls, false, LARGE_OUTPUT_BUFFER),
+            client_large_agent: agent(client_tls, false, LARGE_OUTPUT_BUFFER),
             token: token.map(TokenSource::new),
         })
     }
@@ -323,6 +329,9 @@ impl Upstream {
         let server = &self.backends.get(backend).base;
         let url = format!("{server}{}", req.path_and_query);
         let mut builder = http::Request::builder().method(req.method).uri(&url);
+        // What the request head will take in ureq's output buffer (with room for the
+        // request line's and the headers' punctuation and for `Host`).
+        let mut head_bytes = req.method.len() + url.len() + 128;
         // Headers the client named in `Connection` are hop-by-hop too (RFC 9110 §7.6.1).
         // Most clients send no `Connection` header: then no header needs the second scan.
         let has_connection = req
@@ -337,6 +346,7 @@ impl Upstream {
             {
                 continue;
             }
+            head_bytes += name.len() + value.len() + 4;
             builder = builder.header(name.as_str(), value.as_str());
         }
         if let Some(accept) = req.accept {
@@ -345,6 +355,7 @@ impl Upstream {
         if req.identity == Identity::Hub
             && let Some(token) = self.token.as_ref().and_then(TokenSource::current)
         {
+            head_bytes += token.len() + 32;
             builder = builder.header("authorization", format!("Bearer {token}"));
         }
         if let Some(length) = req.body.as_ref().and_then(|b| b.length) {
@@ -353,11 +364,14 @@ impl Upstream {
         // A stream gets a connection of its own, which can be shut down from another thread
         // when its client goes away; short exchanges share pooled connections.
         let streaming = matches!(req.deadline, Deadline::Stream(_));
-        let agent = match (streaming, req.identity) {
-            (true, Identity::Hub) => &self.hub_stream_agent,
-            (true, Identity::Client) => &self.client_stream_agent,
-            (false, Identity::Hub) => &self.hub_agent,
-            (false, Identity::Client) => &self.client_agent,
+        let large = head_bytes > OUTPUT_BUFFER;
+        let agent = match (large, streaming, req.identity) {
+            (true, _, Identity::Hub) => &self.hub_large_agent,
+            (true, _, Identity::Client) => &self.client_large_agent,
+            (false, true, Identity::Hub) => &self.hub_stream_agent,
+            (false, true, Identity::Client) => &self.client_stream_agent,
+            (false, false, Identity::Hub) => &self.hub_agent,
+            (false, false, Identity::Client) => &self.client_agent,
         };
         if streaming {
             LAST_CONNECTION.with(|last| last.borrow_mut().take());
@@ -458,12 +472,15 @@ fn tls_config(roots: &[Certificate<'static>], client_cert: Option<ClientCert>) -
 
 /// ureq's 128 KiB default input and output buffers, at its TCP and again at its TLS layer,
 /// would make each open watch cost half a megabyte. A response head must fit the input
-/// buffer (an apiserver's is well under 1 KiB); bodies stream through in pieces.
+/// buffer (an apiserver's is well under 1 KiB), a request head the output buffer; bodies
+/// stream through in pieces.
 const INPUT_BUFFER: usize = 8 * 1024;
 const OUTPUT_BUFFER: usize = 4 * 1024;
 const MAX_RESPONSE_HEAD: usize = 8 * 1024;
+/// Output buffer for the largest head a client may send, with the hub's own headers added.
+const LARGE_OUTPUT_BUFFER: usize = http1::MAX_HEAD + 16 * 1024;
 
-fn agent(tls: TlsConfig, pooled: bool) -> Agent {
+fn agent(tls: TlsConfig, pooled: bool, output_buffer: usize) -> Agent {
     let config = Agent::config_builder()
         // A proxy passes every status through with its body.
         .http_status_as_error(false)
@@ -475,7 +492,7 @@ fn agent(tls: TlsConfig, pooled: bool) -> Agent {
         .accept_encoding(AutoHeaderValue::None)
         .tls_config(tls)
         .input_buffer_size(INPUT_BUFFER)
-        .output_buffer_size(OUTPUT_BUFFER)
+        .output_buffer_size(output_buffer)
         .max_response_header_size(MAX_RESPONSE_HEAD)
         .max_idle_connections_per_host(if pooled { 4 } else { 0 })
         .max_idle_connections(if pooled { 8 } else { 0 })

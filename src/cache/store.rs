@@ -186,6 +186,19 @@ pub enum StoreError {
     InjectedCrash,
 }
 
+impl StoreError {
+    /// True when the filesystem is out of space (or the quota is used up).
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            StoreError::Io { source, .. } => {
+                source.kind() == io::ErrorKind::StorageFull
+                    || matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+            }
+            _ => false,
+        }
+    }
+}
+
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -9,9 +9,9 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde::Deserialize;
@@ -20,9 +20,26 @@ use serde_json::value::RawValue;
 use super::decode::{BodyDecoder, BodyShape, Unit};
 use super::key::{CollectionKey, ObjectKey, rv_newer};
 use super::object::{ObjectHead, ObjectMeta};
-use super::store::{PutOutcome, Replace, Store};
+use super::store::{PutOutcome, Replace, Store, StoreError};
 use crate::metrics::{METRICS, Metrics};
 use crate::route::CacheTarget;
+
+/// A failing disk (full, read-only) fails every write: one log line per object would flood
+/// the log, on flash it may share. Failures are reported once per interval, with a count.
+const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Store failures not yet reported, and when the last report was made.
+struct FailureLog {
+    reported: Option<Instant>,
+    unreported: u64,
+}
+
+static FAILURE_LOG: Mutex<FailureLog> = Mutex::new(FailureLog {
+    reported: None,
+    unreported: 0,
+});
+/// Set by a failure, cleared by the next successful write: the write path checks only this.
+static FAILING: AtomicBool = AtomicBool::new(false);
 
 /// Largest single object (or watch event) the writer assembles; etcd refuses objects above
 /// 1.5 MiB, so this leaves room for any real one.
@@ -619,6 +636,9 @@ fn end(store: &Store, mut active: Active<'_>, complete: bool) {
         .commit(&mut in_scope, list.resource_version.as_deref())
     {
         Ok(report) => {
+            if report.written > 0 {
+                written_again();
+            }
             Metrics::inc(&METRICS.cache_sessions_committed);
             METRICS
                 .cache_objects_written
@@ -872,6 +892,7 @@ fn count_put(
 ) {
     match result {
         Ok(PutOutcome::Written { bytes }) => {
+            written_again();
             Metrics::inc(&METRICS.cache_objects_written);
             METRICS
                 .cache_bytes_written
@@ -879,16 +900,45 @@ fn count_put(
         }
         Ok(PutOutcome::Identical) => Metrics::inc(&METRICS.cache_writes_skipped_identical),
         Ok(PutOutcome::Stale) => Metrics::inc(&METRICS.cache_writes_skipped_stale),
-        Err(e) => {
-            log::warn!("cache: cannot store {what} {key:?}: {e}");
-            Metrics::inc(&METRICS.cache_errors);
-        }
+        Err(e) => error(what, key, &e),
     }
 }
 
-fn error(what: &str, subject: &dyn std::fmt::Debug, e: &dyn std::fmt::Display) {
-    log::warn!("cache: {what} failed for {subject:?}: {e}");
+/// Counts a store failure, and reports it unless one was reported within the interval.
+fn error(what: &str, subject: &dyn std::fmt::Debug, e: &StoreError) {
     Metrics::inc(&METRICS.cache_errors);
+    if e.is_disk_full() {
+        Metrics::inc(&METRICS.cache_disk_full);
+    }
+    FAILING.store(true, Ordering::Relaxed);
+    let mut log = FAILURE_LOG.lock().unwrap_or_else(PoisonError::into_inner);
+    if log
+        .reported
+        .is_some_and(|t| t.elapsed() < FAILURE_LOG_INTERVAL)
+    {
+        log.unreported += 1;
+        return;
+    }
+    let earlier = std::mem::take(&mut log.unreported);
+    log.reported = Some(Instant::now());
+    drop(log);
+    log::warn!(
+        "cache: storing {what} {subject:?} failed: {e} ({earlier} more failures since the \
+         last report; what is cached stays as it was; the next report comes in {} s at the \
+         earliest)",
+        FAILURE_LOG_INTERVAL.as_secs()
+    );
+}
+
+/// After failures, says once that writes succeed again.
+fn written_again() {
+    if !FAILING.swap(false, Ordering::Relaxed) {
+        return;
+    }
+    let mut log = FAILURE_LOG.lock().unwrap_or_else(PoisonError::into_inner);
+    let earlier = std::mem::take(&mut log.unreported);
+    drop(log);
+    log::info!("cache: writing again ({earlier} failures since the last report)");
 }
 
 fn describe(target: &CacheTarget) -> String {

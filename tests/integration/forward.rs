@@ -2,7 +2,7 @@
 //! identities are right, backends are balanced, fail over and are health-checked, and the
 //! concurrency cap holds.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -482,82 +482,6 @@ fn an_unusable_cache_leaves_a_forwarding_hub_that_is_not_ready() {
     assert_eq!(ready.status, 503);
     assert!(ready.text().contains("[-]cache"), "{}", ready.text());
     assert!(hub.wait_log("forwarding without a cache", Duration::from_secs(1)));
-}
-
-#[test]
-fn silent_connections_are_capped_and_then_dropped() {
-    use std::net::TcpStream;
-    let cloud = Cloud::start();
-    let dir = TempDir::new("silent");
-    // 10 requests in flight; connections are capped at max(2 × 10, 64) = 64.
-    let hub =
-        Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(&["--max-requests-in-flight=10"]));
-    let base = threads(hub.pid());
-    // A client dribbling its head a byte a second takes the first slot.
-    let mut dribble = TcpStream::connect(hub.proxy).unwrap();
-    dribble.write_all(b"G").unwrap();
-    let mut silent: Vec<TcpStream> = (0..79)
-        .map(|_| TcpStream::connect(hub.proxy).unwrap())
-        .collect();
-    // Past the cap, the accept thread answers 429 at once and closes.
-    let mut refused = 0;
-    for s in &mut silent[63..] {
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut answer = String::new();
-        let _ = s.read_to_string(&mut answer);
-        if raw_status(&answer) == 429 {
-            refused += 1;
-            assert!(answer.contains("Retry-After: 1"), "{answer}");
-        }
-    }
-    assert_eq!(refused, 16);
-    // One thread per served connection; the one spare is ureq's resolver thread, which a
-    // health probe may have running at that instant.
-    assert!(
-        threads(hub.pid()) <= base + 65,
-        "one thread per served connection, no more: {} vs {base}",
-        threads(hub.pid())
-    );
-    // The dribbling client is cut off at the head deadline, as the silent ones are.
-    let dribbler = {
-        std::thread::spawn(move || {
-            let mut s = dribble;
-            s.set_read_timeout(Some(Duration::from_millis(900)))
-                .unwrap();
-            let started = Instant::now();
-            let mut answer = Vec::new();
-            for byte in b"ET /api/v1/namespaces HTTP/1.1\r\nX-Slow: ".iter().cycle() {
-                if s.write_all(&[*byte]).is_err() || s.read_to_end(&mut answer).is_ok() {
-                    break;
-                }
-                if started.elapsed() > Duration::from_secs(40) {
-                    break;
-                }
-            }
-            (
-                started.elapsed(),
-                String::from_utf8_lossy(&answer).into_owned(),
-            )
-        })
-    };
-    // The served ones never sent a request: they are closed after the head timeout (10 s).
-    for s in &mut silent[..63] {
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let mut answer = String::new();
-        let _ = s.read_to_string(&mut answer);
-        assert!(answer.is_empty() || raw_status(&answer) == 408, "{answer}");
-    }
-    let (held, answer) = dribbler.join().unwrap();
-    assert!(
-        held < Duration::from_secs(15),
-        "a dribbling client was held {held:?}"
-    );
-    assert!(answer.is_empty() || raw_status(&answer) == 408, "{answer}");
-    assert!(eventually(Duration::from_secs(5), || threads(hub.pid()) <= base + 1));
-    assert_eq!(
-        get(&format!("{}/api/v1/namespaces", hub.url()), "curl/8").status,
-        200
-    );
 }
 
 #[test]

@@ -11,6 +11,8 @@ mod support;
 mod cache_write;
 mod cli;
 mod cross;
+mod faults;
 mod forward;
+mod hostile;
 mod kubectl;
 mod offline;

@@ -477,9 +477,11 @@ fn hostile_requests_get_400_and_never_read_outside_the_cache() {
     ];
     for path in &requests {
         let answer = raw(hub.proxy, format!("GET {path} HTTP/1.1\r\nHost: x\r\nUser-Agent: {KUBELET}\r\nConnection: close\r\n\r\n").as_bytes());
+        // A URL past 8 KiB is refused before it is parsed.
+        let want = if path.len() > 8 * 1024 { 414 } else { 400 };
         assert_eq!(
             raw_status(&answer),
-            400,
+            want,
             "{}: {}",
             &path[..path.len().min(80)],
             &answer[..answer.len().min(300)]

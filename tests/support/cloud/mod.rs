@@ -64,6 +64,9 @@ struct Knobs {
     ready: bool,
     bookmark_every: Option<Duration>,
     record: bool,
+    /// The next answers to paths under a prefix (not watches), replaced: the prefix, how
+    /// many, and the status and JSON body sent instead.
+    misanswer: Option<(String, usize, u16, Vec<u8>)>,
 }
 
 /// One apiserver instance: its front, its request log, its switches.
@@ -179,6 +182,7 @@ impl Cloud {
                 ready: true,
                 bookmark_every: None,
                 record: true,
+                misanswer: None,
             }),
         });
         let internal_stop = Arc::new(AtomicBool::new(false));
@@ -282,6 +286,13 @@ impl Cloud {
     /// headers (with the full Content-Length) and half the body, then the connection is cut.
     pub fn drop_mid_body(&self, n: usize) {
         lock(&self.inst.knobs).drop_mid = n;
+    }
+
+    /// The next `n` answers to paths starting with `path` (watches excepted) are `status`
+    /// with `body` (sent as `application/json` with its exact length) instead of the real
+    /// answer: a broken apiserver or a middlebox answering garbage.
+    pub fn misanswer(&self, path: &str, n: usize, status: u16, body: &[u8]) {
+        lock(&self.inst.knobs).misanswer = Some((path.to_owned(), n, status, body.to_vec()));
     }
 
     /// `/readyz` answers 200 `ok` (true, the default) or 500.

@@ -7,7 +7,7 @@
 //! One thread per internal connection, requests in turn. It does no TLS (see `front.rs`),
 //! no HTTP parsing (see `http1.rs`) and keeps no data (see `store.rs`).
 
-use std::io::{self, BufReader, BufWriter};
+use std::io::{self, BufReader, BufWriter, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -181,13 +181,21 @@ fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>)
             headers: req.headers.clone(),
         })
     };
-    let (delay, drop_mid, threshold) = {
+    let (delay, drop_mid, threshold, misanswer) = {
         let mut k = lock(&inst.knobs);
-        let drop_mid = !is_watch && !is_health(path) && k.drop_mid > 0;
+        let faulty = !is_watch && !is_health(path);
+        let drop_mid = faulty && k.drop_mid > 0;
         if drop_mid {
             k.drop_mid -= 1;
         }
-        (k.delay, drop_mid, k.gzip_threshold)
+        let misanswer = match &mut k.misanswer {
+            Some((prefix, n, status, body)) if faulty && *n > 0 && path.starts_with(&**prefix) => {
+                *n -= 1;
+                Some((*status, body.clone()))
+            }
+            _ => None,
+        };
+        (k.delay, drop_mid, k.gzip_threshold, misanswer)
     };
     if !delay.is_zero() {
         thread::sleep(delay);
@@ -217,6 +225,10 @@ fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>)
     reply.drop_mid = drop_mid;
     if identity.is_none() {
         return reply.error(&ApiError::unauthorized()).is_ok() && !drop_mid;
+    }
+    if let Some((status, body)) = misanswer {
+        let mut b = reply.body(status, "application/json");
+        return b.write_all(&body).and_then(|()| b.finish()).is_ok() && !drop_mid;
     }
     let ctx = Ctx {
         inst,

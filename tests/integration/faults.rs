@@ -1,0 +1,461 @@
+//! Faults of the disk and of the cloud: a full cache filesystem, and a cloud that breaks off,
+//! stalls, answers garbage or errors, or presents a certificate the hub must not trust. Each
+//! gives the client a correct answer, leaves a clear log line, and never a corrupted cache.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::hub::*;
+use crate::support::{Cloud, PodFill};
+
+/// A small tmpfs mounted for one test, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts `size` (e.g. `4m`) at `dir`; None, with the reason, where mounting is not
+    /// allowed (not root, no CAP_SYS_ADMIN, a container without mount rights).
+    fn mount(dir: &Path, size: &str) -> Result<Tmpfs, String> {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        let out = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
+        }
+        Ok(Tmpfs(dir.to_owned()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Fills the filesystem of `path` with one file until it is full; returns the file.
+fn fill(dir: &Path) -> PathBuf {
+    let filler = dir.join("filler");
+    let mut file = std::fs::File::create(&filler).expect("create the filler");
+    let block = vec![0x5a_u8; 64 * 1024];
+    loop {
+        match file.write(&block) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(e) => panic!("filling {}: {e}", dir.display()),
+        }
+    }
+    // Whatever part of a page is left: write byte by byte until refused.
+    while matches!(file.write(&[0x5a]), Ok(1)) {}
+    filler
+}
+
+fn pod(name: &str, node: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "disk-0", "labels": {"app": "web"}},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+    })
+}
+
+/// Names in a list answer.
+fn item_names(list: &Value) -> Vec<String> {
+    let mut names: Vec<String> = list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i["metadata"]["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Lines of the hub's log containing `needle`.
+fn log_lines(hub: &Hub, needle: &str) -> usize {
+    hub.logs().lines().filter(|l| l.contains(needle)).count()
+}
+
+/// The path of a hub URL (`http://host:port/path?query`).
+fn path_of(url: &str) -> &str {
+    let rest = url.split_once("//").map_or(url, |(_, r)| r);
+    let path = rest.find('/').map_or("/", |i| &rest[i..]);
+    path.split('?').next().unwrap_or(path)
+}
+
+/// Waits until the counter `series` reaches `want`.
+fn at_least(hub: &Hub, series: &str, want: f64) -> bool {
+    eventually(Duration::from_secs(10), || {
+        hub.metric(series).is_some_and(|v| v >= want)
+    })
+}
+
+/// The cache's files and their bytes.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    files_under(dir)
+        .into_iter()
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap_or_default();
+            (p, bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn a_full_disk_never_touches_answers_or_what_is_cached_and_caching_resumes() {
+    let dir = TempDir::new("diskfull");
+    let mount_point = dir.path().join("cache");
+    let tmpfs = match Tmpfs::mount(&mount_point, "2m") {
+        Ok(t) => t,
+        Err(why) => {
+            eprintln!("SKIP: cannot mount a tmpfs for the full-disk test (needs root): {why}");
+            return;
+        }
+    };
+    let cloud = Cloud::start();
+    cloud.set_gzip_threshold(usize::MAX);
+    cloud.populate_pods(&PodFill {
+        count: 20,
+        nodes: 1,
+        namespaces: 1,
+        body_bytes: 2000,
+        prefix: "disk".into(),
+    });
+    let mut spec = HubSpec::for_cloud(&cloud, dir.path());
+    spec.cache_dir = mount_point.join("hub");
+    let hub = Hub::start(&spec);
+    let list_url = format!(
+        "{}/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-0",
+        hub.url()
+    );
+    let pods_dir = spec.cache_dir.join("kubelet/pods.v1.core/disk-0");
+    assert_eq!(get(&list_url, KUBELET).status, 200);
+    assert!(eventually(Duration::from_secs(10), || files_under(
+        &pods_dir
+    )
+    .len()
+        == 20));
+    let before = snapshot(&pods_dir);
+
+    let filler = fill(&mount_point);
+    // The cloud changes: five pods relabelled, thirty new ones.
+    for i in 0..5 {
+        cloud.patch(
+            "pods",
+            "disk-0",
+            &format!("disk-{i:06}"),
+            json!({"metadata": {"labels": {"changed": "yes"}}}),
+        );
+    }
+    for i in 0..30 {
+        cloud.create("pods", pod(&format!("new-{i:02}"), "node-0"));
+    }
+    let want = item_names(&json!({ "items": cloud.list("pods", Some("disk-0")) }));
+    assert_eq!(want.len(), 50);
+
+    // Clients get every answer whole, as before the disk filled up.
+    for _ in 0..3 {
+        let reply = get(&list_url, KUBELET);
+        assert_eq!(reply.status, 200);
+        assert_eq!(item_names(&reply.json()), want);
+    }
+    let one = get(
+        &format!("{}/api/v1/namespaces/disk-0/pods/new-07", hub.url()),
+        KUBELET,
+    );
+    assert_eq!(one.status, 200);
+    assert_eq!(one.json()["metadata"]["name"], "new-07");
+    // Each of the four answers failed to be stored, counted as a full disk.
+    assert!(at_least(&hub, "tinyhub_cache_disk_full_total", 4.0));
+    assert!(at_least(&hub, "tinyhub_cache_errors_total", 4.0));
+    // Reported once for the interval, not once per failed write.
+    assert_eq!(
+        log_lines(&hub, "failed: "),
+        1,
+        "one report per interval:\n{}",
+        hub.logs()
+    );
+    assert!(hub.logs().contains("No space left on device"));
+
+    // What was cached is untouched, byte for byte, and still answers offline.
+    assert_eq!(snapshot(&pods_dir), before);
+    cloud.stop();
+    assert!(hub.wait_metric(&health_series(&cloud), 0.0, Duration::from_secs(10)));
+    let offline = get(&list_url, KUBELET);
+    assert_eq!(offline.status, 200);
+    assert_eq!(item_names(&offline.json()).len(), 20);
+    let old = get(
+        &format!("{}/api/v1/namespaces/disk-0/pods/disk-000003", hub.url()),
+        KUBELET,
+    );
+    assert_eq!(old.status, 200);
+    assert!(old.json()["metadata"]["labels"].get("changed").is_none());
+
+    // Space comes back: the next answers are cached again.
+    cloud.restart();
+    assert!(hub.wait_metric(&health_series(&cloud), 1.0, Duration::from_secs(10)));
+    std::fs::remove_file(&filler).unwrap();
+    assert_eq!(get(&list_url, KUBELET).status, 200);
+    assert!(
+        eventually(Duration::from_secs(10), || files_under(&pods_dir).len()
+            == 50),
+        "caching resumed: {} files",
+        files_under(&pods_dir).len()
+    );
+    let changed = read_json(&pods_dir.join("disk-000003")).expect("a whole object");
+    assert_eq!(changed["metadata"]["labels"]["changed"], "yes");
+    assert!(hub.wait_log("cache: writing again", Duration::from_secs(5)));
+    for path in files_under(&spec.cache_dir) {
+        assert!(
+            read_json(&path).is_some_and(|v| v.is_object()),
+            "{} is a whole object",
+            path.display()
+        );
+    }
+    drop(hub);
+    drop(tmpfs);
+}
+
+/// A hub that cached one pod and the list of its node's pods.
+struct Warm {
+    cloud: Cloud,
+    hub: Hub,
+    _dir: TempDir,
+    pod_url: String,
+    list_url: String,
+    cached: Vec<(PathBuf, Vec<u8>)>,
+    cache_dir: PathBuf,
+}
+
+fn warm(tag: &str) -> Warm {
+    let cloud = Cloud::start();
+    cloud.set_gzip_threshold(usize::MAX);
+    cloud.populate_pods(&PodFill {
+        count: 10,
+        nodes: 1,
+        namespaces: 1,
+        body_bytes: 1000,
+        prefix: tag.into(),
+    });
+    let dir = TempDir::new(tag);
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    let pod_url = format!("{}/api/v1/namespaces/{tag}-0/pods/{tag}-000001", hub.url());
+    let list_url = format!(
+        "{}/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-0",
+        hub.url()
+    );
+    assert_eq!(get(&list_url, KUBELET).status, 200);
+    assert_eq!(get(&pod_url, KUBELET).status, 200);
+    let cache_dir = hub.spec.cache_dir.clone();
+    let pods_dir = cache_dir.join(format!("kubelet/pods.v1.core/{tag}-0"));
+    assert!(eventually(Duration::from_secs(10), || files_under(
+        &pods_dir
+    )
+    .len()
+        == 10));
+    assert!(at_least(
+        &hub,
+        "tinyhub_cache_sessions_committed_total",
+        2.0
+    ));
+    let cached = snapshot(&cache_dir);
+    Warm {
+        cloud,
+        hub,
+        _dir: dir,
+        pod_url,
+        list_url,
+        cached,
+        cache_dir,
+    }
+}
+
+#[test]
+fn garbage_and_errors_from_the_cloud_pass_through_and_leave_the_cache_intact() {
+    let w = warm("garbage");
+    let decode_failures =
+        |hub: &Hub| log_lines(hub, "cache: cannot decode") + log_lines(hub, "ended inside a value");
+
+    // 200 with a body that breaks off inside the JSON, then 200 with no JSON at all: the
+    // client gets exactly what the cloud sent (the hub is a proxy, not a validator) and the
+    // cache keeps what it had.
+    let truncated = br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"garbage-000001","resourceVersion":"999999"#;
+    for (url, body) in [
+        (&w.pod_url, &truncated[..]),
+        (&w.list_url, b"<html>502 upstream gone</html>".as_slice()),
+        (&w.pod_url, b"{\"kind\":\"Pod\"} trailing junk".as_slice()),
+    ] {
+        let before = decode_failures(&w.hub);
+        w.cloud.misanswer(path_of(url), 1, 200, body);
+        let reply = get(url, KUBELET);
+        assert_eq!(reply.status, 200);
+        assert_eq!(reply.body, body);
+        assert!(
+            eventually(Duration::from_secs(5), || decode_failures(&w.hub) > before),
+            "a log line says the answer could not be cached:\n{}",
+            w.hub.logs()
+        );
+        assert_eq!(snapshot(&w.cache_dir), w.cached, "the cache is untouched");
+    }
+
+    // A 500 from the cloud reaches the client as the cloud's Status; nothing is cached or
+    // pruned for it.
+    let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
+    let body = serde_json::to_vec(&status).unwrap();
+    for url in [&w.pod_url, &w.list_url] {
+        w.cloud.misanswer(path_of(url), 1, 500, &body);
+        let reply = get(url, KUBELET);
+        assert_eq!(reply.status, 500);
+        assert_eq!(reply.json()["message"], "etcdserver: request timed out");
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || log_lines(&w.hub, "status=500")
+            >= 2),
+        "{}",
+        w.hub.logs()
+    );
+    // Let the writer see whatever it was sent before comparing.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(snapshot(&w.cache_dir), w.cached, "the cache is untouched");
+    // And the hub still caches the next good answer.
+    assert_eq!(get(&w.pod_url, KUBELET).status, 200);
+}
+
+#[test]
+fn a_watch_cut_mid_stream_keeps_every_whole_event_and_nothing_else() {
+    let w = warm("cutwatch");
+    let url = format!(
+        "{}/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3Dnode-0&resourceVersion={}",
+        w.hub.url(),
+        w.cloud.resource_version()
+    );
+    let (status, body) = stream(&url, KUBELET);
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    w.cloud.create("pods", {
+        let mut p = pod("late-1", "node-0");
+        p["metadata"]["namespace"] = json!("cutwatch-0");
+        p
+    });
+    let event = events.next_event().expect("the ADDED event");
+    assert_eq!(event["type"], "ADDED");
+    let late = w.cache_dir.join("kubelet/pods.v1.core/cutwatch-0/late-1");
+    assert!(eventually(Duration::from_secs(5), || late.exists()));
+
+    // The cloud dies with the stream open: the client's stream ends, the hub says why.
+    w.cloud.stop();
+    let started = Instant::now();
+    assert!(events.next_event().is_none(), "the stream ends");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        w.hub.wait_log("broke off", Duration::from_secs(5)),
+        "{}",
+        w.hub.logs()
+    );
+    // Every file is a whole object: the ten listed pods, the one get, and the event's pod.
+    let files = files_under(&w.cache_dir.join("kubelet/pods.v1.core/cutwatch-0"));
+    assert_eq!(files.len(), 11);
+    for f in files {
+        assert!(
+            read_json(&f).is_some_and(|v| v.is_object()),
+            "{}",
+            f.display()
+        );
+    }
+}
+
+#[test]
+fn a_slow_cloud_is_marked_unhealthy_and_reads_come_from_the_cache() {
+    let w = warm("slow");
+    w.cloud.set_delay(Duration::from_secs(3));
+    // The health probes (1 s timeout here) give up on it.
+    assert!(
+        w.hub
+            .wait_metric(&health_series(&w.cloud), 0.0, Duration::from_secs(15))
+    );
+    let started = Instant::now();
+    let reply = get(&w.pod_url, KUBELET);
+    assert_eq!(reply.status, 200, "kubelet's read comes from the cache");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "without waiting for the cloud"
+    );
+    assert_eq!(reply.json()["metadata"]["name"], "slow-000001");
+    let other = get(&w.pod_url, "curl/8.5");
+    assert_eq!(
+        other.status, 503,
+        "a component that is not cached is told the cloud is away"
+    );
+    assert!(
+        other.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("unreachable")
+    );
+    assert!(w.hub.logs().contains("unhealthy"), "{}", w.hub.logs());
+    // Back to speed: forwarded again.
+    w.cloud.set_delay(Duration::ZERO);
+    assert!(
+        w.hub
+            .wait_metric(&health_series(&w.cloud), 1.0, Duration::from_secs(15))
+    );
+    assert_eq!(get(&w.pod_url, "curl/8.5").status, 200);
+    let names = |s: &[(PathBuf, Vec<u8>)]| s.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&snapshot(&w.cache_dir)), names(&w.cached));
+}
+
+#[test]
+fn a_cloud_whose_certificate_the_ca_did_not_sign_is_never_trusted() {
+    let real = Cloud::start();
+    real.populate_pods(&PodFill {
+        count: 3,
+        nodes: 1,
+        namespaces: 1,
+        body_bytes: 100,
+        prefix: "mitm".into(),
+    });
+    // The hub trusts another cluster's CA, and is pointed at this apiserver.
+    let other = Cloud::start();
+    let dir = TempDir::new("wrongca");
+    let spec =
+        HubSpec::for_cloud(&other, dir.path()).with(&[&format!("--server-addr={}", real.url())]);
+    let hub = Hub::start(&spec);
+    assert!(
+        hub.wait_log("certificate", Duration::from_secs(10)),
+        "a log line names the certificate problem:\n{}",
+        hub.logs()
+    );
+    assert_eq!(
+        hub.metric(&health_series(&real)),
+        Some(0.0),
+        "never healthy"
+    );
+    let reply = get(
+        &format!("{}/api/v1/namespaces/mitm-0/pods/mitm-000000", hub.url()),
+        KUBELET,
+    );
+    assert_ne!(reply.status, 200);
+    assert_eq!(reply.json()["kind"], "Status");
+    assert!(!reply.text().contains("mitm-000000\",\"namespace"));
+    assert!(
+        files_under(&spec.cache_dir)
+            .iter()
+            .all(|p| !p.to_string_lossy().contains("pods.v1.core")),
+        "nothing from an untrusted server is cached"
+    );
+}
