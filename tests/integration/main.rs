@@ -14,3 +14,4 @@ mod cross;
 mod forward;
 mod kubectl;
 mod offline;
+mod power_loss;
