@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cache::key::{CollectionKey, ObjectKey, rv_newer};
 use crate::cache::object::ObjectHead;
-use crate::cache::store::Store;
+use crate::cache::store::{Store, StoreError};
 use crate::cache::writer::CacheTx;
 use crate::health::Backends;
 use crate::request::{ApiRequest, ResourcePath};
@@ -182,24 +182,17 @@ impl Offline {
         let mut kind: Option<String> = None;
         let mut last: Option<(String, String)> = None;
         let mut next_token = None;
+        let mut skipped = Skipped::new(path);
         for item in iter {
             let object = match item {
                 Ok(object) => object,
                 Err(e) => {
-                    log::warn!(
-                        "offline list of {}: skipping an unreadable object: {e}",
-                        qualified(path)
-                    );
+                    skipped.unreadable(e);
                     continue;
                 }
             };
             let Some(head) = parse_head(&object.bytes, &route.selectors) else {
-                log::warn!(
-                    "offline list of {}: skipping damaged cache file {}/{}",
-                    qualified(path),
-                    object.namespace.as_deref().unwrap_or(""),
-                    object.name
-                );
+                skipped.damaged(object.namespace.as_deref(), &object.name);
                 continue;
             };
             if !head.selected {
@@ -244,6 +237,8 @@ impl Offline {
             push_json_str(&mut buf, &token);
         }
         buf.extend_from_slice(b"}}");
+        // Before the answer ends, so a client that has it whole finds the warning logged.
+        skipped.report();
         if writer.write(&buf).is_ok()
             && let Some(writer) = out.take()
         {
@@ -389,6 +384,95 @@ fn not_cached(req: &ApiRequest, path: &ResourcePath) -> Status {
     ))
 }
 
+/// Cache files an offline list left out, reported in one warning per answer when it ends
+/// (also when the client hung up): a damaged collection that a component relists every
+/// few seconds must not flood the log with a line per file.
+struct Skipped<'p> {
+    path: &'p ResourcePath,
+    /// Files that are not a JSON object; the first few named `namespace/name` (`name` when
+    /// cluster-scoped).
+    damaged: usize,
+    named: Vec<String>,
+    /// Files that could not be read, and the first error (it names the file).
+    unreadable: usize,
+    first_error: Option<StoreError>,
+}
+
+/// How many damaged files a warning names.
+const SKIPPED_NAMED: usize = 5;
+
+impl<'p> Skipped<'p> {
+    fn new(path: &'p ResourcePath) -> Skipped<'p> {
+        Skipped {
+            path,
+            damaged: 0,
+            named: Vec::new(),
+            unreadable: 0,
+            first_error: None,
+        }
+    }
+
+    fn damaged(&mut self, namespace: Option<&str>, name: &str) {
+        self.damaged += 1;
+        if self.named.len() < SKIPPED_NAMED {
+            self.named.push(match namespace {
+                Some(ns) => format!("{ns}/{name}"),
+                None => name.to_owned(),
+            });
+        }
+    }
+
+    fn unreadable(&mut self, e: StoreError) {
+        self.unreadable += 1;
+        self.first_error.get_or_insert(e);
+    }
+
+    /// The warning, `None` when nothing was skipped.
+    fn message(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.damaged > 0 {
+            let mut part = format!(
+                "{} damaged cache file{}: {}",
+                self.damaged,
+                if self.damaged == 1 { "" } else { "s" },
+                self.named.join(", ")
+            );
+            if self.damaged > self.named.len() {
+                part.push_str(&format!(" and {} more", self.damaged - self.named.len()));
+            }
+            parts.push(part);
+        }
+        if let Some(e) = &self.first_error {
+            parts.push(format!("{} unreadable (first: {e})", self.unreadable));
+        }
+        if parts.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "offline list of {}: skipped {}",
+            qualified(self.path),
+            parts.join("; ")
+        ))
+    }
+
+    /// Logs the warning, once.
+    fn report(&mut self) {
+        if let Some(message) = self.message() {
+            log::warn!("{message}");
+        }
+        (self.damaged, self.unreadable) = (0, 0);
+        self.named.clear();
+        self.first_error = None;
+    }
+}
+
+impl Drop for Skipped<'_> {
+    /// An answer cut short (the client hung up) still reports what it skipped.
+    fn drop(&mut self) {
+        self.report();
+    }
+}
+
 fn qualified(path: &ResourcePath) -> String {
     crate::status::qualified(&path.group, &path.resource)
 }
@@ -504,6 +588,46 @@ mod tests {
         ] {
             assert_eq!(decode_continue(foreign), None, "{foreign:?}");
         }
+    }
+
+    #[test]
+    fn skipped_files_make_one_warning_per_list() {
+        let path = ResourcePath {
+            group: String::new(),
+            version: "v1".into(),
+            resource: "pods".into(),
+            subresource: None,
+            namespace: None,
+            name: None,
+            legacy_prefix: None,
+            extra_path: false,
+        };
+        let mut skipped = Skipped::new(&path);
+        assert_eq!(skipped.message(), None);
+        skipped.damaged(Some("default"), "web-1");
+        assert_eq!(
+            skipped.message().as_deref(),
+            Some("offline list of pods: skipped 1 damaged cache file: default/web-1")
+        );
+        for i in 0..6 {
+            skipped.damaged(None, &format!("n{i}"));
+        }
+        let error = |name: &str| StoreError::Io {
+            op: crate::cache::store::StoreOp::Read,
+            path: name.into(),
+            source: std::io::Error::from_raw_os_error(libc::EACCES),
+        };
+        skipped.unreadable(error("/cache/a"));
+        skipped.unreadable(error("/cache/b"));
+        let message = skipped.message().unwrap();
+        assert!(
+            message.starts_with(
+                "offline list of pods: skipped 7 damaged cache files: default/web-1, n0, n1, n2, n3 and 2 more; 2 unreadable (first: cache: cannot read /cache/a: "
+            ),
+            "{message}"
+        );
+        skipped.report();
+        assert_eq!(skipped.message(), None, "reported once");
     }
 
     #[test]

@@ -49,6 +49,15 @@ pub struct ObjectSpec<'a> {
 impl<'a> ObjectHead<'a> {
     /// Reads the head of `bytes`; None when they are not a JSON object.
     pub fn parse(bytes: &'a [u8]) -> Option<ObjectHead<'a>> {
+        // serde's derived structs also accept a JSON array, field by field: a garbage cache
+        // file `[null,{"resourceVersion":"9999"}]` would pass for an object (served in
+        // offline lists, and "newer" than any answer that could repair it).
+        let first = bytes
+            .iter()
+            .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+        if first != Some(&b'{') {
+            return None;
+        }
         serde_json::from_slice(bytes).ok()
     }
 
@@ -71,5 +80,30 @@ mod tests {
         assert_eq!(head.spec.unwrap().node_name.as_deref(), Some("edge-1"));
         assert!(ObjectHead::parse(b"[1]").is_none());
         assert!(ObjectHead::parse(b"{\"metadata\":").is_none());
+    }
+
+    #[test]
+    fn only_an_object_is_an_object() {
+        let pod = br#" {"kind":"Pod","metadata":{"resourceVersion":"7"}}"#;
+        assert_eq!(
+            ObjectHead::parse(pod).unwrap().resource_version(),
+            Some("7")
+        );
+        // Arrays fill a derived struct field by field; none of these is an object.
+        for garbage in [
+            &b"[]"[..],
+            b"[null]",
+            b"\n[\"Pod\",{\"name\":\"x\",\"resourceVersion\":\"9999\"}]",
+            b"\"Pod\"",
+            b"null",
+            b"",
+            b"\xff\xfe{}",
+        ] {
+            assert!(
+                ObjectHead::parse(garbage).is_none(),
+                "{}",
+                String::from_utf8_lossy(garbage)
+            );
+        }
     }
 }

@@ -2076,6 +2076,48 @@ mod tests {
     }
 
     #[test]
+    fn any_damaged_file_is_older_than_an_answer_single_or_listed() {
+        let dir = TempDir::new("damaged");
+        let store = open(&dir);
+        let path = dir.root().join("kubelet/pods.v1.core/a/web");
+        let damaged: [&[u8]; 4] = [
+            br#"{"metadata":{"resourceVersion":"99""#,
+            b"",
+            b"\x00\xff garbage",
+            // An array fills a derived struct field by field: it must not pass for an
+            // object whose resourceVersion is 99.
+            br#"[null,{"name":"web","resourceVersion":"99"}]"#,
+        ];
+        for (i, bad) in damaged.into_iter().enumerate() {
+            put(&store, &pods(), Some("a"), "web", 1, "web");
+            fs::write(&path, bad).unwrap();
+            assert!(
+                matches!(
+                    put(&store, &pods(), Some("a"), "web", 2, "web"),
+                    PutOutcome::Written { .. }
+                ),
+                "put over damaged file {i}"
+            );
+            assert_eq!(
+                get(&store, &pods(), Some("a"), "web"),
+                Some(object(Some("a"), "web", 2, "web"))
+            );
+            fs::write(&path, bad).unwrap();
+            let mut replace = store.begin_replace(&pods(), Some("a")).unwrap();
+            let listed = object(Some("a"), "web", 3, "web");
+            assert!(
+                matches!(
+                    replace.put(Some("a"), "web", &listed, Some("3")).unwrap(),
+                    PutOutcome::Written { .. }
+                ),
+                "list over damaged file {i}"
+            );
+            replace.commit(&mut |_| true, Some("3")).unwrap();
+            assert_eq!(get(&store, &pods(), Some("a"), "web"), Some(listed));
+        }
+    }
+
+    #[test]
     fn unsafe_keys_are_refused_without_touching_the_disk() {
         let dir = TempDir::new("unsafe");
         let store = open(&dir);

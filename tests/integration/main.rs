@@ -16,3 +16,4 @@ mod forward;
 mod hostile;
 mod kubectl;
 mod offline;
+mod power_loss;

@@ -535,36 +535,155 @@ fn hostile_requests_get_400_and_never_read_outside_the_cache() {
     );
 }
 
+/// Warnings the hub logged about what offline lists of `resource` skipped.
+fn skip_warnings(hub: &Hub, resource: &str) -> Vec<String> {
+    let needle = format!("offline list of {resource}: skipped");
+    hub.logs()
+        .lines()
+        .filter(|l| l.starts_with('W') && l.contains(&needle))
+        .map(str::to_owned)
+        .collect()
+}
+
 #[test]
-fn a_corrupted_cache_file_is_reported_not_served() {
+fn a_corrupted_cache_file_is_reported_not_served_then_repaired() {
     let Warm { cloud, hub, _dir } = warm();
-    let file = hub
-        .spec
-        .cache_dir
-        .join("kubelet/pods.v1.core/default/web-2");
-    std::fs::write(&file, b"{\"kind\":\"Pod\",\"metadata\":{\"na").unwrap();
+    let cache = hub.spec.cache_dir.clone();
+    let file = |rel: &str| cache.join(rel);
+    let web1 = file("kubelet/pods.v1.core/default/web-1");
+    let web2 = file("kubelet/pods.v1.core/default/web-2");
+    let proxy1 = file("kubelet/pods.v1.core/kube-system/proxy-1");
+    let settings = file("kubelet/configmaps.v1.core/default/settings");
+    // Torn by a tool that does not write atomically, flash garbage, a file emptied by a
+    // crash, and a JSON array, which fills the hub's object head field by field and
+    // claims a resourceVersion newer than anything the cloud has.
+    let whole = std::fs::read(&web2).unwrap();
+    let truncated = whole[..whole.len() / 2].to_vec();
+    let garbage = b"\x00\xff\xfe garbage {\"kind\":\"Pod\"".to_vec();
+    let array = br#"[null,{"name":"settings","namespace":"default","resourceVersion":"99999999"}]"#;
+    std::fs::write(&web2, &truncated).unwrap();
+    std::fs::write(&web1, &garbage).unwrap();
+    std::fs::write(&proxy1, b"").unwrap();
+    std::fs::write(&settings, array).unwrap();
     cloud.stop();
     wait_offline(&hub, &cloud);
-    let r = get(
-        &format!("{}/api/v1/namespaces/default/pods/web-2", hub.url()),
-        KUBELET,
-    );
-    assert_eq!(r.status, 500);
-    assert_eq!(r.json()["reason"], "InternalError");
-    let list = get(
-        &format!("{}/api/v1/namespaces/default/pods", hub.url()),
-        KUBELET,
-    );
-    assert_eq!(list.status, 200);
-    assert_eq!(
-        names(&list.json()),
-        set(&["web-1", "db-1"]),
-        "the damaged file is skipped"
-    );
-    assert!(hub.wait_log("damaged", Duration::from_secs(1)));
-    // Back online, the next list replaces the damaged file.
+
+    // Gets: a 500 Status, never the damaged bytes.
+    for url in [
+        "/api/v1/namespaces/default/pods/web-1",
+        "/api/v1/namespaces/default/pods/web-2",
+        "/api/v1/namespaces/kube-system/pods/proxy-1",
+        "/api/v1/namespaces/default/configmaps/settings",
+    ] {
+        let r = get(&format!("{}{url}", hub.url()), KUBELET);
+        assert_eq!(r.status, 500, "{url}: {}", r.text());
+        let status = r.json();
+        assert_eq!(status["kind"], "Status", "{url}");
+        assert_eq!(status["reason"], "InternalError", "{url}");
+        assert!(!r.text().contains("garbage") && !r.text().contains("99999999"));
+    }
+
+    // Lists: the damaged files are left out, with one warning per answer naming them.
+    let lists = [
+        (
+            "/api/v1/namespaces/default/pods",
+            "pods",
+            &["db-1"][..],
+            &["default/web-1", "default/web-2"][..],
+        ),
+        (
+            "/api/v1/pods",
+            "pods",
+            &["db-1"],
+            &["default/web-1", "default/web-2", "kube-system/proxy-1"],
+        ),
+        // With a selector, objects are read whole: the same files are skipped.
+        (
+            "/api/v1/pods?labelSelector=app%21%3Dproxy",
+            "pods",
+            &["db-1"],
+            &["default/web-1", "default/web-2", "kube-system/proxy-1"],
+        ),
+        (
+            "/api/v1/namespaces/default/configmaps",
+            "configmaps",
+            &[],
+            &["default/settings"],
+        ),
+    ];
+    for (round, (url, resource, served, skipped)) in lists.into_iter().enumerate() {
+        let before = skip_warnings(&hub, resource).len();
+        let r = get(&format!("{}{url}", hub.url()), KUBELET);
+        assert_eq!(r.status, 200, "{url}");
+        assert!(
+            !r.text().contains("garbage") && !r.text().contains("99999999"),
+            "{url}"
+        );
+        let list = r.json();
+        assert!(
+            list["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(Value::is_object),
+            "{url}: {list}"
+        );
+        assert_eq!(names(&list), set(served), "{url}");
+        // An offline get of a damaged file logs its own warning before answering: once it
+        // is in the log, so is everything the list logged (one pipe, in order).
+        let sentinel = get(
+            &format!("{}/api/v1/namespaces/default/pods/web-2", hub.url()),
+            KUBELET,
+        );
+        assert_eq!(sentinel.status, 500);
+        let gets = || {
+            hub.logs()
+                .matches("is not valid JSON; not serving it")
+                .count()
+        };
+        assert!(eventually(Duration::from_secs(10), || gets() == 4 + round + 1));
+        let warnings = skip_warnings(&hub, resource);
+        assert_eq!(
+            warnings.len(),
+            before + 1,
+            "{url}: one warning per list answer: {warnings:#?}"
+        );
+        let line = warnings.last().unwrap();
+        assert!(
+            line.contains(&format!("skipped {} damaged cache file", skipped.len())),
+            "{line}"
+        );
+        for name in skipped {
+            assert!(line.contains(name), "{url}: {line}");
+        }
+    }
+
+    // Back online, the next answer that carries the object repairs its file: a get for
+    // web-1 and for the configmap (whose array claimed a newer version), a list for the rest.
     cloud.restart();
     assert!(hub.wait_metric(&health_series(&cloud), 1.0, Duration::from_secs(15)));
+    let repaired = |path: &std::path::Path, resource: &str, ns: &str, name: &str| {
+        let want = cloud.get(resource, ns, name).unwrap();
+        eventually(Duration::from_secs(10), || {
+            read_json(path).as_ref() == Some(&want)
+        })
+    };
+    for url in [
+        "/api/v1/namespaces/default/pods/web-1",
+        "/api/v1/namespaces/default/configmaps/settings",
+    ] {
+        assert_eq!(get(&format!("{}{url}", hub.url()), KUBELET).status, 200);
+    }
+    assert!(
+        repaired(&web1, "pods", "default", "web-1"),
+        "{}",
+        hub.logs()
+    );
+    assert!(
+        repaired(&settings, "configmaps", "default", "settings"),
+        "{}",
+        hub.logs()
+    );
     assert_eq!(
         get(
             &format!(
@@ -576,7 +695,16 @@ fn a_corrupted_cache_file_is_reported_not_served() {
         .status,
         200
     );
-    assert!(eventually(Duration::from_secs(10), || read_json(&file).is_some()));
+    assert!(
+        repaired(&web2, "pods", "default", "web-2"),
+        "{}",
+        hub.logs()
+    );
+    assert!(
+        repaired(&proxy1, "pods", "kube-system", "proxy-1"),
+        "{}",
+        hub.logs()
+    );
 }
 
 #[test]
