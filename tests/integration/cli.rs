@@ -2,6 +2,7 @@
 //! with one clear line instead of a panic.
 
 use std::process::Output;
+use std::time::Duration;
 
 use crate::support::hub::*;
 use crate::support::{Auth, Cloud};
@@ -61,7 +62,39 @@ fn bad_configurations_exit_non_zero_with_one_line() {
     let garbage = dir.path().join("garbage");
     std::fs::write(&garbage, "clusters: [").unwrap();
     let garbage = format!("--kubeconfig={}", garbage.display());
+    // TLS verification of the cloud cannot be turned off, with or without a CA beside it.
+    let text = std::fs::read_to_string(&kubeconfig).unwrap();
+    let insecure = dir.path().join("insecure");
+    std::fs::write(
+        &insecure,
+        text.replace(
+            "    server:",
+            "    insecure-skip-tls-verify: true\n    server:",
+        ),
+    )
+    .unwrap();
+    let insecure = format!("--kubeconfig={}", insecure.display());
+    let insecure_only = dir.path().join("insecure-only");
+    let without_ca: String = text
+        .lines()
+        .filter(|l| !l.contains("certificate-authority"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(
+        &insecure_only,
+        without_ca.replace(
+            "    server:",
+            "    insecure-skip-tls-verify: true\n    server:",
+        ),
+    )
+    .unwrap();
+    let insecure_only = format!("--kubeconfig={}", insecure_only.display());
     let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec![&insecure], "insecure-skip-tls-verify is not supported"),
+        (
+            vec![&insecure_only],
+            "insecure-skip-tls-verify is not supported",
+        ),
         (vec!["--bogus"], "unknown flag"),
         (vec![&kc, "--server-addr=http://127.0.0.1:6443"], "https://"),
         (
@@ -107,30 +140,145 @@ fn a_port_in_use_is_a_clear_error() {
 }
 
 #[test]
+fn defaults_are_loopback_only_and_the_cache_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let cloud = Cloud::start();
+    cloud.create(
+        "configmaps",
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": "default"}, "data": {"k": "v"}}),
+    );
+    cloud.create(
+        "pods",
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"nodeName": "edge-1", "containers": [{"name": "c", "image": "busybox"}]}}),
+    );
+    let dir = TempDir::new("defaults");
+    // No bind address given: the hub chooses.
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    assert!(hub.proxy.ip().is_loopback(), "proxy on {}", hub.proxy);
+    assert!(hub.serve.ip().is_loopback(), "serve port on {}", hub.serve);
+    for path in [
+        "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+        "/api/v1/namespaces/default/configmaps",
+        "/version",
+    ] {
+        assert_eq!(get(&format!("{}{path}", hub.url()), KUBELET).status, 200);
+    }
+    assert!(eventually(Duration::from_secs(10), || files_under(
+        &hub.spec.cache_dir
+    )
+    .len()
+        >= 3));
+    let mut checked = (0, 0);
+    let mut pending = vec![hub.spec.cache_dir.clone()];
+    while let Some(dir) = pending.pop() {
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", dir.display());
+        checked.0 += 1;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else {
+                let mode = meta.permissions().mode() & 0o777;
+                assert_eq!(mode, 0o600, "{}", entry.path().display());
+                checked.1 += 1;
+            }
+        }
+    }
+    // The root, two components' trees of kind and namespace directories; three objects and
+    // the version document at least.
+    assert!(checked.0 >= 5 && checked.1 >= 3, "{checked:?}");
+}
+
+#[test]
 fn secrets_never_reach_the_log_even_at_high_verbosity() {
     let cloud = Cloud::start();
     cloud.add_token("s3cr3t-hub-token", "tinyhub");
-    for auth in [
+    cloud.add_token("s3cr3t-client-token", "someone");
+    cloud.create(
+        "secrets",
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "db", "namespace": "default"},
+            "data": {"password": "c3VwZXItc2VjcmV0"}}),
+    );
+    for (round, auth) in [
         Auth::Token("s3cr3t-hub-token".into()),
         Auth::CertInline(cloud.issue_client("system:node:edge-1", &["system:nodes"])),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let dir = TempDir::new("secrets");
         let key_line = match &auth {
             Auth::CertInline(c) => c.pair.key_pem.lines().nth(1).unwrap().to_owned(),
             _ => "s3cr3t-hub-token".to_owned(),
         };
         let spec = HubSpec::with_auth(&cloud, dir.path(), auth).with(&["--v=6"]);
+        // A full run: reads, a watch, a secret, a client with its own token, a write, the
+        // cloud going away, offline answers, a restart.
         let hub = Hub::start(&spec);
+        let url = hub.url();
+        for path in [
+            "/api/v1/namespaces",
+            "/api/v1/namespaces/default/secrets/db",
+            "/api/v1/namespaces/default/secrets",
+        ] {
+            assert_eq!(get(&format!("{url}{path}"), KUBELET).status, 200, "{path}");
+        }
+        let (status, watch) = stream(
+            &format!("{url}/api/v1/namespaces/default/secrets?watch=1&timeoutSeconds=1"),
+            KUBELET,
+        );
+        assert_eq!(status, 200);
+        drop(watch);
+        let own = call(
+            "GET",
+            &format!("{url}/api/v1/namespaces/default/configmaps"),
+            "curl/8",
+            &[("Authorization", "Bearer s3cr3t-client-token")],
+            None,
+        );
+        assert_eq!(own.status, 200);
+        let created = call(
+            "POST",
+            &format!("{url}/api/v1/namespaces/default/secrets"),
+            KUBELET,
+            &[("Content-Type", "application/json")],
+            Some(format!(r#"{{"apiVersion":"v1","kind":"Secret","metadata":{{"name":"new-{round}"}},"data":{{"pw":"czNjcjN0LW5ldy1kYXRh"}}}}"#).as_bytes()),
+        );
+        assert_eq!(created.status, 201);
+        cloud.stop();
+        assert!(hub.wait_metric(&health_series(&cloud), 0.0, Duration::from_secs(10)));
         assert_eq!(
-            get(&format!("{}/api/v1/namespaces", hub.url()), KUBELET).status,
+            get(
+                &format!("{url}/api/v1/namespaces/default/secrets/db"),
+                KUBELET
+            )
+            .status,
             200
         );
-        let logs = hub.logs();
+        let first_run = hub.logs();
+        let hub = hub.restart();
+        cloud.restart();
+        assert!(hub.wait_metric(&health_series(&cloud), 1.0, Duration::from_secs(10)));
+        let logs = format!("{first_run}\n{}", hub.logs());
         assert!(
             logs.contains("effective configuration"),
             "the configuration is logged at this level"
         );
-        assert!(!logs.contains(&key_line), "a secret reached the log");
+        for secret in [
+            key_line.as_str(),
+            "s3cr3t-hub-token",
+            "s3cr3t-client-token",
+            "czNjcjN0",
+            "c3VwZXI",
+        ] {
+            assert!(!logs.contains(secret), "{secret} reached the log");
+        }
         assert!(
             !logs.contains("PRIVATE KEY") && !logs.contains("45, 45, 45, 45, 45"),
             "key material in the log"
