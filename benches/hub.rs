@@ -70,6 +70,10 @@ pub struct Scale {
     pub edge_rate: f64,
     /// Approximate JSON size of every synthetic pod.
     pub pod_bytes: usize,
+    /// Connections that send the start of a request head and never finish it.
+    pub slow_heads: usize,
+    /// Connections opened at once and held (they send nothing).
+    pub flood: usize,
 }
 
 impl Scale {
@@ -87,6 +91,8 @@ impl Scale {
             watches: 100,
             edge_rate: 10e6,
             pod_bytes: 5_000,
+            slow_heads: 1_000,
+            flood: 10_000,
         }
     }
 
@@ -104,6 +110,8 @@ impl Scale {
             watches: 10,
             edge_rate: 10e6,
             pod_bytes: 5_000,
+            slow_heads: 100,
+            flood: 300,
         }
     }
 }
@@ -242,6 +250,8 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
+    // Case 5 opens thousands of connections at once.
+    support::hub::raise_file_limit();
     let scale = if opts.quick {
         Scale::quick()
     } else {

@@ -21,7 +21,7 @@ use crate::online::{HEALTH_CHANGE, Outage};
 use crate::report::{Report, Section, Table};
 use crate::stats::{count, dur, size};
 use crate::support::PodFill;
-use crate::support::hub::Hub;
+use crate::support::hub::{Hub, hold_connections, raw, raw_status};
 use crate::{Bench, Running};
 
 /// How long the writer may take to persist what it was sent.
@@ -527,6 +527,51 @@ pub fn writer_and_memory(b: &Bench, dir: &Path, report: &mut Report) -> Result<(
          through /proc/<pid>/clear_refs); the heap figures are the hub's own accounting of live heap \
          bytes (`tinyhub_heap_bytes`) and their lifetime peak (`tinyhub_heap_peak_bytes`).",
     );
+    // Hostile clients: request heads that never finish, then connections opened at once.
+    let proxy = hub.proxy;
+    wait_health(&hub, cloud, true, HEALTH_CHANGE)?;
+    reset_peak(pid)?;
+    let slow = hold_connections(
+        proxy,
+        scale.slow_heads,
+        b"GET /api/v1/pods HTTP/1.1\r\nX-Slow: ",
+    );
+    let t0 = Instant::now();
+    let health = raw(
+        hub.serve,
+        b"GET /v1/healthz HTTP/1.1\r\nHost: hub\r\nConnection: close\r\n\r\n",
+    );
+    let healthz_time = t0.elapsed();
+    if raw_status(&health) != 200 {
+        return Err(format!("/v1/healthz under slow heads: {health}"));
+    }
+    let t0 = Instant::now();
+    b.via(&hub).get_body("/api/v1/namespaces")?;
+    let get_time = t0.elapsed();
+    mems.push(measure(
+        &hub,
+        &format!(
+            "{} request heads that never finish ({} open)",
+            count(scale.slow_heads as u64),
+            slow.len()
+        ),
+    )?);
+    drop(slow);
+    reset_peak(pid)?;
+    let t0 = Instant::now();
+    let flood = hold_connections(proxy, scale.flood, b"");
+    let flood_time = t0.elapsed();
+    let connected = flood.len();
+    mems.push(measure(
+        &hub,
+        &format!(
+            "{} connections opened at once and held",
+            count(scale.flood as u64)
+        ),
+    )?);
+    drop(flood);
+    let evicted = metrics(&hub)?.get("tinyhub_evicted_connections_total");
+
     let mut t = Table::new(
         "",
         &[
@@ -557,6 +602,20 @@ pub fn writer_and_memory(b: &Bench, dir: &Path, report: &mut Report) -> Result<(
         offline_body.len() as f64 / 1e6,
         dur(offline_time),
         size(sampled.rss)
+    ));
+    section.notes.push(format!(
+        "Hostile clients, on the proxy port (its cap: 500 connections): with {} heads that \
+         never finish held open, `/v1/healthz` answered in {} and a kubelet get in {}; \
+         of {} connection attempts made at once, {} connected within {}; {} connections \
+         were evicted in all (past the cap the one waiting longest for its head is closed). \
+         Threads in the table are those of that moment, not the peak.",
+        count(scale.slow_heads as u64),
+        dur(healthz_time),
+        dur(get_time),
+        count(scale.flood as u64),
+        count(connected as u64),
+        dur(flood_time),
+        evicted
     ));
     if mems.iter().any(|m| m.heap.is_none()) {
         section.notes.push(

@@ -4,43 +4,14 @@
 //! status.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use crate::support::Cloud;
 use crate::support::hub::*;
 
-/// Opens `count` connections to `addr` that send the start of a head and never finish it.
-fn slow_heads(addr: SocketAddr, count: usize) -> Vec<TcpStream> {
-    (0..count)
-        .filter_map(|i| {
-            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
-            let _ = write!(
-                s,
-                "GET /api/v1/pods?i={i} HTTP/1.1\r\nHost: hub\r\nX-Slow: "
-            );
-            Some(s)
-        })
-        .collect()
-}
-
-/// Raises this process's open-file limit to its hard limit (the hub inherits it).
-#[allow(unsafe_code)]
-fn raise_file_limit() -> u64 {
-    // SAFETY: getrlimit/setrlimit with a valid, owned rlimit struct.
-    unsafe {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return 0;
-        }
-        limit.rlim_cur = limit.rlim_max;
-        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        limit.rlim_cur
-    }
-}
+/// The start of a request head that never finishes.
+const SLOW_HEAD: &[u8] = b"GET /api/v1/pods HTTP/1.1\r\nHost: hub\r\nX-Slow: ";
 
 /// Threads the hub may hold for `max_connections`: one per connection, the margin of
 /// connections whose eviction is under way, and its own few (accept, writer, health,
@@ -56,8 +27,8 @@ fn slow_headers_never_lock_out_health_checks_or_requests() {
     // The default cap: 250 requests in flight, 500 connections.
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
     let base = threads(hub.pid());
-    let proxy_flood = slow_heads(hub.proxy, 1000);
-    let serve_flood = slow_heads(hub.serve, 100);
+    let proxy_flood = hold_connections(hub.proxy, 1000, SLOW_HEAD);
+    let serve_flood = hold_connections(hub.serve, 100, SLOW_HEAD);
     assert!(proxy_flood.len() >= 990 && serve_flood.len() >= 99);
     let flooded = Instant::now();
 
@@ -340,28 +311,7 @@ fn ten_thousand_connection_attempts_keep_threads_and_memory_bounded() {
     };
     let flood_started = Instant::now();
     // Eight clients open 1,250 connections each, all at once, and hold them.
-    let clients: Vec<_> = (0..8)
-        .map(|_| {
-            std::thread::spawn(move || {
-                let mut held = Vec::with_capacity(1250);
-                let mut failed = 0;
-                for _ in 0..1250 {
-                    match TcpStream::connect_timeout(&addr, Duration::from_secs(10)) {
-                        Ok(s) => held.push(s),
-                        Err(_) => failed += 1,
-                    }
-                }
-                (held, failed)
-            })
-        })
-        .collect();
-    let mut held = Vec::new();
-    let mut failed = 0;
-    for c in clients {
-        let (h, f) = c.join().unwrap();
-        held.extend(h);
-        failed += f;
-    }
+    let held = hold_connections(addr, 10_000, b"");
     let flood_took = flood_started.elapsed();
     // A request in the middle of the flood is served.
     let reply = get(&format!("{}/api/v1/namespaces", hub.url()), "kubelet/v1.30");
@@ -370,10 +320,10 @@ fn ten_thousand_connection_attempts_keep_threads_and_memory_bounded() {
     let peak_threads = sampler.join().unwrap();
     let hwm = proc_status(pid, "VmHWM:");
     eprintln!(
-        "10,000 connection attempts in {flood_took:?}: {} connected, {failed} failed, peak {peak_threads} threads (at rest {base}), VmHWM {hwm} KiB",
+        "10,000 connection attempts in {flood_took:?}: {} connected, peak {peak_threads} threads (at rest {base}), VmHWM {hwm} KiB",
         held.len()
     );
-    assert!(held.len() + failed == 10_000);
+    assert!(held.len() >= 9_900, "{} connected", held.len());
     assert!(
         peak_threads <= thread_bound(base, 500),
         "threads grew with connections: {peak_threads}"

@@ -537,6 +537,51 @@ pub fn stat_ticks(path: impl AsRef<Path>) -> Option<(u64, u64)> {
     Some((fields.get(11)?.parse().ok()?, fields.get(12)?.parse().ok()?))
 }
 
+/// Raises this process's open-file limit to its hard limit (hubs it starts inherit it);
+/// returns the limit now in force (0 when it cannot be read).
+#[allow(unsafe_code, reason = "std has no rlimit API")]
+pub fn raise_file_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit with a valid rlimit of ours.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 0;
+        }
+        limit.rlim_cur = limit.rlim_max;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        }
+    }
+    limit.rlim_cur
+}
+
+/// Opens `count` connections to `addr` from eight threads at once and holds them, each
+/// having sent `prefix` (the start of a request that never finishes, or nothing).
+pub fn hold_connections(addr: SocketAddr, count: usize, prefix: &'static [u8]) -> Vec<TcpStream> {
+    let clients: Vec<_> = (0..8)
+        .map(|i| {
+            let share = count / 8 + usize::from(i < count % 8);
+            std::thread::spawn(move || {
+                (0..share)
+                    .filter_map(|_| {
+                        let mut s =
+                            TcpStream::connect_timeout(&addr, Duration::from_secs(10)).ok()?;
+                        let _ = s.write_all(prefix);
+                        Some(s)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    clients
+        .into_iter()
+        .flat_map(|c| c.join().unwrap_or_default())
+        .collect()
+}
+
 /// Threads of a process.
 pub fn threads(pid: u32) -> usize {
     proc_status(pid, "Threads:") as usize
