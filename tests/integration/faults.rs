@@ -436,7 +436,7 @@ fn a_cloud_whose_certificate_the_ca_did_not_sign_is_never_trusted() {
         HubSpec::for_cloud(&other, dir.path()).with(&[&format!("--server-addr={}", real.url())]);
     let hub = Hub::start(&spec);
     assert!(
-        hub.wait_log("certificate", Duration::from_secs(10)),
+        hub.wait_log("invalid peer certificate", Duration::from_secs(10)),
         "a log line names the certificate problem:\n{}",
         hub.logs()
     );
