@@ -329,8 +329,9 @@ fn ten_thousand_connection_attempts_keep_threads_and_memory_bounded() {
         "threads grew with connections: {peak_threads}"
     );
     // 500 connection threads with their small stacks and 4 KiB buffers: far below what 10,000
-    // would cost. Generous for a debug build; BENCHMARKS.md has the release figure.
-    assert!(hwm < 96 * 1024, "peak RSS {hwm} KiB");
+    // would cost. Generous for a debug build; BENCHMARKS.md has the release figure. (Under
+    // qemu the process's RSS is mostly qemu's own, per thread: reported, not bounded.)
+    assert!(emulated() || hwm < 96 * 1024, "peak RSS {hwm} KiB");
     drop(held);
     assert!(eventually(Duration::from_secs(15), || threads(pid) <= base + 1));
 }
