@@ -847,11 +847,23 @@ impl Replace<'_> {
     /// created after the list was taken). Objects outside the scope stay. The kind (and
     /// namespace) directory exists afterwards even for an empty answer.
     pub fn commit(
-        mut self,
+        self,
         in_scope: &mut dyn FnMut(&[u8]) -> bool,
         list_rv: Option<&str>,
     ) -> Result<ReplaceReport, StoreError> {
-        let result = self.run_commit(in_scope, list_rv);
+        self.commit_noting_deletes(in_scope, list_rv, &mut |_, _, _| {})
+    }
+
+    /// [`Replace::commit`], telling `deleted` the namespace (`""` when cluster-scoped), name
+    /// and stored resourceVersion of each object it decides to delete (before the journal
+    /// is applied: also when the commit then fails, the answer having left it out anyway).
+    pub fn commit_noting_deletes(
+        mut self,
+        in_scope: &mut dyn FnMut(&[u8]) -> bool,
+        list_rv: Option<&str>,
+        deleted: &mut dyn FnMut(&str, &str, Option<&str>),
+    ) -> Result<ReplaceReport, StoreError> {
+        let result = self.run_commit(in_scope, list_rv, deleted);
         // Success renamed every staged file into place: nothing is left to remove.
         if result.is_ok() {
             self.armed = false;
@@ -868,6 +880,7 @@ impl Replace<'_> {
         &mut self,
         in_scope: &mut dyn FnMut(&[u8]) -> bool,
         list_rv: Option<&str>,
+        deleted: &mut dyn FnMut(&str, &str, Option<&str>),
     ) -> Result<ReplaceReport, StoreError> {
         self.checkpoint(Step::Staged)?;
         let keys = &self.keys;
@@ -934,8 +947,9 @@ impl Replace<'_> {
                 if !in_scope(&bytes) {
                     continue;
                 }
-                if let (Some(list_rv), Some(rv)) = (list_rv, stored_rv(&bytes))
-                    && rv_newer(&rv, list_rv)
+                let rv = stored_rv(&bytes);
+                if let (Some(list_rv), Some(rv)) = (list_rv, rv.as_deref())
+                    && rv_newer(rv, list_rv)
                 {
                     self.report.kept_newer += 1;
                     continue;
@@ -946,6 +960,7 @@ impl Replace<'_> {
                     name: stored.1,
                 };
                 journal.line(format_args!("delete\t{target}"))?;
+                deleted(stored.0, stored.1, rv.as_deref());
                 self.report.deleted += 1;
             }
         }

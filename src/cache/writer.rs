@@ -8,7 +8,8 @@
 //! the events that arrived whole.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -44,6 +45,68 @@ static FAILING: AtomicBool = AtomicBool::new(false);
 /// Largest single object (or watch event) the writer assembles; etcd refuses objects above
 /// 1.5 MiB, so this leaves room for any real one.
 pub const MAX_OBJECT_BYTES: usize = 8 * 1024 * 1024;
+
+/// Deletions the writer remembers; past it the oldest is forgotten first. About 100 bytes
+/// each: deletions are rare on a node, and a replay reaches back minutes at most.
+const TOMBSTONES: usize = 1024;
+
+/// Objects the writer removed, each with the highest resourceVersion known to be stale.
+///
+/// Responses interleave in the writer, and a client resuming its watch from an old
+/// resourceVersion replays versions the cache has already replaced. While the file is there
+/// the store refuses them as older; once another watch's DELETED or a list removed it,
+/// nothing on disk says they are old, and the replay would write an older version back (one
+/// that stays if the hub is killed before the replay reaches the deletion).
+#[derive(Default)]
+struct Tombstones {
+    stale_up_to: HashMap<Rc<str>, u64>,
+    /// Oldest first, for forgetting.
+    order: VecDeque<Rc<str>>,
+}
+
+impl Tombstones {
+    fn id(collection: &CollectionKey, namespace: Option<&str>, name: &str) -> String {
+        // No segment holds a `/`: distinct keys give distinct ids.
+        format!(
+            "{}/{}/{}/{name}",
+            collection.component,
+            collection.dir_name(),
+            namespace.unwrap_or("")
+        )
+    }
+
+    /// Versions of the object up to `rv` may no longer be written.
+    fn bury(&mut self, collection: &CollectionKey, namespace: Option<&str>, name: &str, rv: u64) {
+        let id = Tombstones::id(collection, namespace, name);
+        if let Some(up_to) = self.stale_up_to.get_mut(id.as_str()) {
+            *up_to = (*up_to).max(rv);
+            return;
+        }
+        if self.order.len() >= TOMBSTONES
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.stale_up_to.remove(&oldest);
+        }
+        let id: Rc<str> = id.into();
+        self.order.push_back(Rc::clone(&id));
+        self.stale_up_to.insert(id, rv);
+    }
+
+    /// Whether version `rv` of `key` is at or below one the writer removed. An unreadable
+    /// version never counts as stale, as in [`rv_newer`].
+    fn buries(&self, key: &ObjectKey, rv: Option<&str>) -> bool {
+        if self.stale_up_to.is_empty() {
+            return false;
+        }
+        let Some(rv) = rv.and_then(|rv| rv.parse::<u64>().ok()) else {
+            return false;
+        };
+        let id = Tombstones::id(&key.collection, key.namespace.as_deref(), &key.name);
+        self.stale_up_to
+            .get(id.as_str())
+            .is_some_and(|&up_to| rv <= up_to)
+    }
+}
 
 /// Messages from connection threads to the writer.
 pub enum CacheMsg {
@@ -388,6 +451,7 @@ impl Drop for Session {
 /// has been drained (shutdown: what is queued is written, unfinished answers are not).
 pub fn run(store: &Store, rx: CacheRx, stop: &AtomicBool) {
     let mut sessions: HashMap<u64, Active<'_>> = HashMap::new();
+    let mut tombstones = Tombstones::default();
     // Test hook: a writer slowed down on purpose (a slow flash), to show that clients never
     // wait for it. Not a flag: nobody should set it in production.
     let test_delay = std::env::var("TINYHUB_TEST_WRITER_DELAY_MS")
@@ -412,7 +476,7 @@ pub fn run(store: &Store, rx: CacheRx, stop: &AtomicBool) {
                 METRICS
                     .cache_writer_queue_depth
                     .fetch_sub(1, Ordering::Relaxed);
-                handle(store, &mut sessions, msg);
+                handle(store, &mut sessions, &mut tombstones, msg);
                 METRICS
                     .cache_writer_busy_micros
                     .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -457,7 +521,12 @@ struct ListState<'s> {
     continue_token: bool,
 }
 
-fn handle<'s>(store: &'s Store, sessions: &mut HashMap<u64, Active<'s>>, msg: CacheMsg) {
+fn handle<'s>(
+    store: &'s Store,
+    sessions: &mut HashMap<u64, Active<'s>>,
+    tombstones: &mut Tombstones,
+    msg: CacheMsg,
+) {
     match msg {
         CacheMsg::Begin {
             id,
@@ -483,7 +552,7 @@ fn handle<'s>(store: &'s Store, sessions: &mut HashMap<u64, Active<'s>>, msg: Ca
             let (target, list) = (&active.target, &mut active.list);
             let mut failed = false;
             let result = decoder.feed(&data, &mut |unit| {
-                if !apply_unit(store, target, list, unit) {
+                if !apply_unit(store, tombstones, target, list, unit) {
                     failed = true;
                 }
             });
@@ -499,11 +568,11 @@ fn handle<'s>(store: &'s Store, sessions: &mut HashMap<u64, Active<'s>>, msg: Ca
         }
         CacheMsg::End { id, complete } => {
             if let Some(active) = sessions.remove(&id) {
-                end(store, active, complete);
+                end(store, tombstones, active, complete);
             }
         }
         CacheMsg::Put { collection, bytes } => {
-            put_object(store, &collection, &bytes);
+            put_object(store, tombstones, &collection, &bytes);
         }
     }
 }
@@ -584,13 +653,13 @@ fn begin<'s>(
     })
 }
 
-fn end(store: &Store, mut active: Active<'_>, complete: bool) {
+fn end(store: &Store, tombstones: &mut Tombstones, mut active: Active<'_>, complete: bool) {
     let target = &active.target;
     let mut ok = complete && !active.failed && !active.abandoned.load(Ordering::Acquire);
     if ok && let Some(decoder) = active.decoder.as_mut() {
         let (list, mut failed) = (&mut active.list, false);
         if let Err(e) = decoder.finish(&mut |unit| {
-            if !apply_unit(store, target, list, unit) {
+            if !apply_unit(store, tombstones, target, list, unit) {
                 failed = true;
             }
         }) {
@@ -618,7 +687,10 @@ fn end(store: &Store, mut active: Active<'_>, complete: bool) {
         return;
     }
     let CacheTarget::List {
-        selectors, paged, ..
+        collection,
+        selectors,
+        paged,
+        ..
     } = target
     else {
         return;
@@ -631,10 +703,18 @@ fn end(store: &Store, mut active: Active<'_>, complete: bool) {
                 // A file that is not JSON is garbage in scope: let the answer replace it.
                 .map_or(true, |v| selectors.matches(&v))
     };
-    match list
-        .replace
-        .commit(&mut in_scope, list.resource_version.as_deref())
-    {
+    // What the list removes is older than the list: a replay must not bring it back.
+    let mut deleted = |namespace: &str, name: &str, rv: Option<&str>| {
+        if let Some(rv) = rv.and_then(|rv| rv.parse().ok()) {
+            let namespace = (!namespace.is_empty()).then_some(namespace);
+            tombstones.bury(collection, namespace, name, rv);
+        }
+    };
+    match list.replace.commit_noting_deletes(
+        &mut in_scope,
+        list.resource_version.as_deref(),
+        &mut deleted,
+    ) {
         Ok(report) => {
             if report.written > 0 {
                 written_again();
@@ -671,6 +751,7 @@ fn end(store: &Store, mut active: Active<'_>, complete: bool) {
 /// Applies one decoded unit; false when the session can no longer commit.
 fn apply_unit(
     store: &Store,
+    tombstones: &mut Tombstones,
     target: &CacheTarget,
     list: &mut Option<ListState<'_>>,
     unit: Unit<'_>,
@@ -681,7 +762,7 @@ fn apply_unit(
             true
         }
         (Unit::Object(bytes), CacheTarget::Object { collection, .. }) => {
-            put_object(store, collection, bytes);
+            put_object(store, tombstones, collection, bytes);
             true
         }
         (Unit::ListMember { key, value }, _) => {
@@ -691,11 +772,11 @@ fn apply_unit(
             true
         }
         (Unit::ListItem(bytes), CacheTarget::List { collection, .. }) => match list.as_mut() {
-            Some(list) => list_item(collection, list, bytes),
+            Some(list) => list_item(tombstones, collection, list, bytes),
             None => false,
         },
         (Unit::WatchEvent(bytes), CacheTarget::Watch { collection }) => {
-            watch_event(store, collection, bytes);
+            watch_event(store, tombstones, collection, bytes);
             true
         }
         _ => true,
@@ -745,7 +826,7 @@ fn object_key(
     ))
 }
 
-fn put_object(store: &Store, collection: &CollectionKey, bytes: &[u8]) {
+fn put_object(store: &Store, tombstones: &Tombstones, collection: &CollectionKey, bytes: &[u8]) {
     let head: ObjectHead<'_> = match serde_json::from_slice(bytes) {
         Ok(h) => h,
         Err(e) => {
@@ -758,11 +839,20 @@ fn put_object(store: &Store, collection: &CollectionKey, bytes: &[u8]) {
         }
     };
     if let Some((key, rv)) = object_key(collection, &head) {
+        if tombstones.buries(&key, rv.as_deref()) {
+            Metrics::inc(&METRICS.cache_writes_skipped_stale);
+            return;
+        }
         count_put(store.put(&key, bytes, rv.as_deref()), "object", &key);
     }
 }
 
-fn watch_event(store: &Store, collection: &CollectionKey, bytes: &[u8]) {
+fn watch_event(
+    store: &Store,
+    tombstones: &mut Tombstones,
+    collection: &CollectionKey,
+    bytes: &[u8],
+) {
     let event: Event<'_> = match serde_json::from_slice(bytes) {
         Ok(e) => e,
         Err(e) => {
@@ -776,7 +866,7 @@ fn watch_event(store: &Store, collection: &CollectionKey, bytes: &[u8]) {
     };
     let object = event.object.get().as_bytes();
     match event.kind.as_ref() {
-        "ADDED" | "MODIFIED" => put_object(store, collection, object),
+        "ADDED" | "MODIFIED" => put_object(store, tombstones, collection, object),
         "DELETED" => {
             let Some(head) = ObjectHead::parse(object) else {
                 return;
@@ -791,6 +881,11 @@ fn watch_event(store: &Store, collection: &CollectionKey, bytes: &[u8]) {
                 if newer_stored {
                     return;
                 }
+            }
+            // Every version before the deletion is stale, stored or not.
+            if let Some(rv) = rv.as_deref().and_then(|rv| rv.parse::<u64>().ok()) {
+                let namespace = key.namespace.as_deref();
+                tombstones.bury(collection, namespace, &key.name, rv.saturating_sub(1));
             }
             match store.delete(&key) {
                 Ok(true) => Metrics::inc(&METRICS.cache_objects_deleted),
@@ -823,7 +918,12 @@ fn list_member(list: &mut ListState<'_>, key: &str, value: &[u8]) {
 
 /// Stages one list item with `kind` and `apiVersion` set from the list (the apiserver leaves
 /// them out of items). False when the list can no longer commit.
-fn list_item(collection: &CollectionKey, list: &mut ListState<'_>, bytes: &[u8]) -> bool {
+fn list_item(
+    tombstones: &Tombstones,
+    collection: &CollectionKey,
+    list: &mut ListState<'_>,
+    bytes: &[u8],
+) -> bool {
     let head: ObjectHead<'_> = match serde_json::from_slice(bytes) {
         Ok(h) => h,
         Err(e) => {
@@ -838,6 +938,11 @@ fn list_item(collection: &CollectionKey, list: &mut ListState<'_>, bytes: &[u8])
     let Some((key, rv)) = object_key(collection, &head) else {
         return true;
     };
+    // A list taken before a deletion the writer has applied: not brought back.
+    if tombstones.buries(&key, rv.as_deref()) {
+        Metrics::inc(&METRICS.cache_writes_skipped_stale);
+        return true;
+    }
     let owned;
     let object: &[u8] = if head.kind.is_none() {
         let (Some(kind), Some(api_version)) = (&list.item_kind, &list.api_version) else {
@@ -1089,6 +1194,115 @@ mod tests {
             "added then deleted"
         );
         assert!(t.read("kubelet/pods.v1.core/ns/torn").is_none());
+    }
+
+    /// A watch event line for pod `ns/w` at `rv`.
+    fn event(kind: &str, rv: u64) -> String {
+        format!(
+            r#"{{"type":"{kind}","object":{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"w","namespace":"ns","resourceVersion":"{rv}"}},"spec":{{"nodeName":"n"}}}}}}"#
+        ) + "\n"
+    }
+
+    fn watch(tx: &CacheTx) -> Session {
+        tx.begin(CacheTarget::Watch { collection: pods() }, 200, false, None)
+            .unwrap()
+    }
+
+    fn stored_rv_of(t: &TempStore, rel: &str) -> Option<String> {
+        t.read(rel).map(|v| {
+            v["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+    }
+
+    /// A client resuming its watch from an old resourceVersion replays versions the cache
+    /// has already replaced; when another stream deleted the object meanwhile, the replay
+    /// must not write an older version back (power_loss: "went back from 382 to 375").
+    #[test]
+    fn a_replayed_event_does_not_bring_back_an_object_a_deletion_removed() {
+        let t = TempStore::new("replay-after-delete");
+        let w = "kubelet/pods.v1.core/ns/w";
+        write(&t.store, 1 << 20, |tx| {
+            let mut now = watch(tx);
+            let mut resumed = watch(tx);
+            assert!(now.chunk(event("MODIFIED", 382).as_bytes()));
+            assert!(now.chunk(event("DELETED", 423).as_bytes()));
+            assert!(resumed.chunk(event("MODIFIED", 375).as_bytes()));
+            assert!(resumed.chunk(event("MODIFIED", 382).as_bytes()));
+            now.finish(false);
+            resumed.finish(false);
+        });
+        assert_eq!(stored_rv_of(&t, w), None, "older than the deletion");
+        // A version after the deletion (the name created again) is stored as usual.
+        write(&t.store, 1 << 20, |tx| {
+            let mut now = watch(tx);
+            assert!(now.chunk(event("MODIFIED", 382).as_bytes()));
+            assert!(now.chunk(event("DELETED", 423).as_bytes()));
+            assert!(now.chunk(event("ADDED", 430).as_bytes()));
+            now.finish(false);
+        });
+        assert_eq!(stored_rv_of(&t, w).as_deref(), Some("430"));
+    }
+
+    #[test]
+    fn tombstones_are_bounded_and_forget_the_oldest_first() {
+        let mut tombstones = Tombstones::default();
+        let key = |name: &str| ObjectKey {
+            collection: pods(),
+            namespace: Some("ns".into()),
+            name: name.into(),
+        };
+        assert!(!tombstones.buries(&key("p0"), Some("1")));
+        for i in 0..=TOMBSTONES {
+            tombstones.bury(&pods(), Some("ns"), &format!("p{i}"), 10);
+        }
+        assert_eq!(tombstones.order.len(), TOMBSTONES);
+        assert_eq!(tombstones.stale_up_to.len(), TOMBSTONES);
+        assert!(!tombstones.buries(&key("p0"), Some("5")), "forgotten");
+        let last = key(&format!("p{TOMBSTONES}"));
+        assert!(tombstones.buries(&last, Some("10")));
+        assert!(!tombstones.buries(&last, Some("11")));
+        assert!(
+            !tombstones.buries(&last, Some("x")),
+            "unreadable: never stale"
+        );
+        assert!(!tombstones.buries(&last, None));
+        // Cluster-scoped `p1` is another object than `ns/p1`.
+        let cluster = ObjectKey {
+            namespace: None,
+            ..key("p1")
+        };
+        assert!(!tombstones.buries(&cluster, Some("1")));
+    }
+
+    /// The same when a whole list removed the object: nothing at or below the version it
+    /// removed comes back.
+    #[test]
+    fn a_replayed_event_does_not_bring_back_an_object_a_list_removed() {
+        let t = TempStore::new("replay-after-list");
+        let w = "kubelet/pods.v1.core/ns/w";
+        let list = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"430"},"items":[
+            {"metadata":{"name":"other","namespace":"ns","resourceVersion":"420"},"spec":{"nodeName":"n"}}]}"#;
+        write(&t.store, 1 << 20, |tx| {
+            let mut now = watch(tx);
+            let mut resumed = watch(tx);
+            assert!(now.chunk(event("MODIFIED", 382).as_bytes()));
+            let mut relist = tx.begin(list_target(), 200, false, None).unwrap();
+            assert!(relist.chunk(list.as_bytes()));
+            relist.finish(true);
+            assert!(resumed.chunk(event("MODIFIED", 375).as_bytes()));
+            assert!(resumed.chunk(event("MODIFIED", 382).as_bytes()));
+            now.finish(false);
+            resumed.finish(false);
+        });
+        assert!(t.read("kubelet/pods.v1.core/ns/other").is_some());
+        assert_eq!(
+            stored_rv_of(&t, w),
+            None,
+            "at or below what the list removed"
+        );
     }
 
     #[test]

@@ -202,12 +202,14 @@ fn drive(addr: SocketAddr, path: &str, stop: &AtomicBool) -> bool {
 
 /// Kubelet-like traffic against one hub process until the hub dies or `stop` is set:
 /// relists of its pods and of a configmap namespace, a watch of its pods from now, and one
-/// resumed from `resume_rv`, as a client reconnecting after the restart does: it replays
-/// events the cache has already seen, which must not take any object back.
+/// resumed from `resume_rv` after `resume_late`, as a client reconnecting after the restart
+/// does: it replays events the cache has already seen, which must not take any object
+/// back, not even one the other watch or a relist has removed meanwhile.
 fn start_clients(
     hub: &Hub,
     cloud: &Cloud,
     resume_rv: u64,
+    resume_late: Duration,
     stop: &Arc<AtomicBool>,
 ) -> Vec<JoinHandle<()>> {
     let addr = hub.proxy;
@@ -223,14 +225,19 @@ fn start_clients(
             }
         })
     };
-    let watch = |rv: u64| {
+    let watch = |rv: u64, late: Duration| {
         let stop = Arc::clone(stop);
         let path = format!("{PODS_LIST}&watch=true&resourceVersion={rv}&timeoutSeconds=60");
         std::thread::spawn(move || {
+            std::thread::sleep(late);
             drive(addr, &path, &stop);
         })
     };
-    vec![lister, watch(cloud.resource_version()), watch(resume_rv)]
+    vec![
+        lister,
+        watch(cloud.resource_version(), Duration::ZERO),
+        watch(resume_rv, resume_late),
+    ]
 }
 
 /// What the checks remember from one round to the next.
@@ -244,6 +251,8 @@ struct Ledger {
     gone: HashSet<String>,
     /// The oldest resourceVersion a watch of the following rounds starts from.
     replay_floor: u64,
+    /// Where the resumed watch of the round being checked started.
+    resumed_from: u64,
     /// Content of every object file at the last check.
     last: BTreeMap<String, Value>,
 }
@@ -340,7 +349,22 @@ fn check_cache(root: &Path, history: &Mutex<History>, ledger: &mut Ledger, what:
         if let Some(&before) = ledger.max_rv.get(rel) {
             assert!(
                 rv >= before,
-                "{what}: {rel} went back from resourceVersion {before} to {rv}"
+                "{what}: {rel} went back from resourceVersion {before} to {rv} (served \
+                 {:?}, deleted at {:?}; the round's resumed watch from {}, its other \
+                 traffic from {})",
+                {
+                    let mut served: Vec<_> = h
+                        .versions
+                        .get(rel)
+                        .into_iter()
+                        .flat_map(|v| v.keys())
+                        .collect();
+                    served.sort();
+                    served
+                },
+                h.deleted.get(rel),
+                ledger.resumed_from,
+                ledger.replay_floor,
             );
         }
         ledger.max_rv.insert(rel.clone(), rv);
@@ -447,9 +471,18 @@ fn sigkill_at_random_moments_loses_nothing_and_leaves_no_leftovers() {
         let stop_clients = Arc::new(AtomicBool::new(false));
         // The next round's resumed watch starts where this round's traffic starts.
         ledger.replay_floor = cloud.resource_version();
-        let clients = start_clients(&hub, &cloud, resume_rv, &stop_clients);
-        resume_rv = ledger.replay_floor;
+        ledger.resumed_from = resume_rv;
         let run = Duration::from_millis(rng.range(20, 400));
+        // Every other round the resumed watch comes just before the kill, as on a slow
+        // (emulated) hub: its replay then meets deletions the other traffic applied first,
+        // and the kill lands before it reaches them.
+        let resume_late = if round % 2 == 0 {
+            run.saturating_sub(Duration::from_millis(10))
+        } else {
+            Duration::ZERO
+        };
+        let clients = start_clients(&hub, &cloud, resume_rv, resume_late, &stop_clients);
+        resume_rv = ledger.replay_floor;
         std::thread::sleep(run);
         hub.kill9();
         stop_clients.store(true, Ordering::Relaxed);
