@@ -5,13 +5,14 @@
 #   make demo         the main job on a bundled stand-in apiserver, step by step
 #   make bench        measure hub vs direct and write BENCHMARKS.md (`make bench-quick`: a smoke run)
 #   make lint         rustfmt and clippy, as CI runs them
+#   make fuzz         each cargo-fuzz target for FUZZ_SECONDS (nightly; see fuzz/README.md)
 #   make tools        install what the tests need (kubectl) when missing
 #   make armv7 | aarch64 | ipk | cross-test   gateways and OpenWrt: see cross/README.md
 
 CARGO ?= cargo
 
 .DEFAULT_GOAL := build
-.PHONY: build test demo bench bench-quick lint tools
+.PHONY: build test demo bench bench-quick lint tools fuzz fuzz-cmin
 
 build:
 	$(CARGO) build --release
@@ -31,6 +32,30 @@ bench-quick: build
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
+
+# Fuzzing needs nightly and cargo-fuzz; CI only replays the corpus (tests/fuzz_corpus.rs, part
+# of `make test`). One fuzzer process at a time: `make fuzz FUZZ_SECONDS=600 FUZZ_TARGETS=selectors`.
+FUZZ_SECONDS ?= 300
+FUZZ_TARGETS ?= request_head selectors body_decoder
+FUZZ_CARGO ?= $(CARGO) +nightly
+FUZZ = $(CURDIR)/fuzz
+# Longest input: a request head or a selector pair is short, a response body is not.
+FUZZ_MAX_LEN = case $$t in body_decoder) echo 65536;; *) echo 4096;; esac
+
+fuzz:
+	@command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install cargo-fuzz
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== fuzzing $$t for $(FUZZ_SECONDS) s"; \
+		$(FUZZ_CARGO) fuzz run $$t $(FUZZ)/corpus/$$t $(FUZZ)/seeds/$$t -- \
+			-max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=512 -max_len=$$($(FUZZ_MAX_LEN)) \
+			-dict=$(FUZZ)/dicts/$$t.dict -print_final_stats=1; \
+	done
+
+# Shrinks each corpus to a small set of inputs with the same coverage (run before committing).
+fuzz-cmin:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		$(FUZZ_CARGO) fuzz cmin $$t $(FUZZ)/corpus/$$t -- -set_cover_merge=1 -rss_limit_mb=512 -max_len=$$($(FUZZ_MAX_LEN)); \
+	done
 
 # kubectl: the Debian package `kubectl` where the machine's sources have it, else Debian
 # bookworm's `kubernetes-client` (an older kubectl, enough for the tests).

@@ -10,6 +10,8 @@ pub mod alloc;
 pub mod app;
 pub mod cache;
 pub mod config;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod health;
 pub mod http1;
 pub mod logging;
