@@ -615,7 +615,7 @@ pub fn writer_and_memory(b: &Bench, dir: &Path, report: &mut Report) -> Result<(
         count(scale.flood as u64),
         count(connected as u64),
         dur(flood_time),
-        evicted
+        count(evicted as u64)
     ));
     if mems.iter().any(|m| m.heap.is_none()) {
         section.notes.push(
