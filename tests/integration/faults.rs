@@ -16,7 +16,7 @@ use crate::support::{Cloud, PodFill};
 struct Tmpfs(PathBuf);
 
 impl Tmpfs {
-    /// Mounts `size` (e.g. `4m`) at `dir`; None, with the reason, where mounting is not
+    /// Mounts `size` (e.g. `4m`) at `dir`; the reason as an error where mounting is not
     /// allowed (not root, no CAP_SYS_ADMIN, a container without mount rights).
     fn mount(dir: &Path, size: &str) -> Result<Tmpfs, String> {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
@@ -44,7 +44,7 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Fills the filesystem of `path` with one file until it is full; returns the file.
+/// Fills the filesystem of `dir` with one file until it is full; returns the file.
 fn fill(dir: &Path) -> PathBuf {
     let filler = dir.join("filler");
     let mut file = std::fs::File::create(&filler).expect("create the filler");
