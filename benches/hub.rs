@@ -166,7 +166,7 @@ impl Deref for Running {
 impl Drop for Running {
     fn drop(&mut self) {
         let pid = self.0.pid();
-        let ticks = report::process_ticks(&pid.to_string()).unwrap_or(0);
+        let ticks = support::hub::cpu_ticks(&pid.to_string()).unwrap_or(0);
         HUB_TICKS.fetch_add(ticks, Ordering::Relaxed);
         // Under a runner (a profiler such as valgrind, through TINYHUB_TEST_RUNNER) a graceful
         // stop first, so the profile gets written; otherwise, and after it, the inner `Hub`
@@ -324,7 +324,7 @@ fn run(scale: &Scale, only: Option<&[u8]>) -> Result<(), Failure> {
     })?;
     let load_before = report::load_average();
     let machine_before = report::machine_ticks();
-    let self_before = report::process_ticks("self");
+    let self_before = support::hub::cpu_ticks("self");
     report.preamble = vec![
         ("Date".into(), report::utc_now()),
         ("Machine".into(), report::machine()),
@@ -419,7 +419,7 @@ fn run(scale: &Scale, only: Option<&[u8]>) -> Result<(), Failure> {
         machine_before,
         report::machine_ticks(),
         self_before,
-        report::process_ticks("self"),
+        support::hub::cpu_ticks("self"),
     ) {
         // Ticks are USER_HZ, fixed at 100 per second.
         let ours = (me1 - me0) + HUB_TICKS.load(Ordering::Relaxed);

@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::hub::{
-    Events, Hub, HubSpec, KUBELET, TempDir, eventually, files_under, get, health_series,
-    kubectl_command, stream,
+    Events, Hub, HubSpec, KUBELET, TempDir, files_under, get, kubectl_command, stream,
 };
 use support::{Cloud, write_plain_kubeconfig};
 
@@ -163,15 +162,15 @@ fn main() {
         &["get", "configmap", "settings", "-o", "yaml"],
     );
     let cache = hub.spec.cache_dir.clone();
-    let expected = [
-        "kubelet/pods.v1.core/default/web-1",
-        "kubelet/nodes.v1.core/edge-1",
-        "kubectl/configmaps.v1.core/default/settings",
-        "kubectl/pods.v1.core/default/db-1",
-    ];
-    assert!(eventually(Duration::from_secs(10), || expected
-        .iter()
-        .all(|p| cache.join(p).exists())));
+    assert!(hub.wait_cached(
+        &[
+            "kubelet/pods.v1.core/default/web-1",
+            "kubelet/nodes.v1.core/edge-1",
+            "kubectl/configmaps.v1.core/default/settings",
+            "kubectl/pods.v1.core/default/db-1",
+        ],
+        Duration::from_secs(10)
+    ));
 
     step(
         4,
@@ -193,8 +192,7 @@ fn main() {
     step(5, "Cut the cloud off");
     cloud.stop();
     let cut = Instant::now();
-    let series = health_series(&cloud);
-    assert!(hub.wait_metric(&series, 0.0, Duration::from_secs(20)));
+    assert!(hub.wait_healthy(&cloud, false, Duration::from_secs(20)));
     println!(
         "   the cloud is stopped; the hub's health check marked it unhealthy after {:.1} s",
         cut.elapsed().as_secs_f64()
@@ -250,7 +248,7 @@ fn main() {
     step(7, "The cloud comes back: the hub forwards again");
     cloud.restart();
     let back = Instant::now();
-    assert!(hub.wait_metric(&series, 1.0, Duration::from_secs(30)));
+    assert!(hub.wait_healthy(&cloud, true, Duration::from_secs(30)));
     println!(
         "   healthy again after {:.1} s",
         back.elapsed().as_secs_f64()

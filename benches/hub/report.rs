@@ -8,8 +8,6 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::support::hub::stat_ticks;
-
 /// A table: a header row and rows of cells.
 pub struct Table {
     /// Optional caption printed above the table.
@@ -292,12 +290,6 @@ pub fn machine_ticks() -> Option<(u64, u64)> {
     // user nice system idle iowait irq softirq steal ...
     let busy = v.first()? + v.get(1)? + v.get(2)? + v.get(5)? + v.get(6)?;
     Some((busy, *v.get(7)?))
-}
-
-/// User plus system CPU time of a process (`self` or a pid), in USER_HZ ticks.
-pub fn process_ticks(pid: &str) -> Option<u64> {
-    let (user, system) = stat_ticks(format!("/proc/{pid}/stat"))?;
-    Some(user + system)
 }
 
 /// The commit of the repository at `dir`, and whether tracked files differ from it.

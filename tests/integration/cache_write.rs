@@ -89,9 +89,11 @@ fn a_kubelet_pod_list_becomes_one_file_per_pod() {
     );
     let mode = std::fs::metadata(&web).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
-    assert!(eventually(Duration::from_secs(5), || hub
-        .metric("tinyhub_cache_objects_written_total")
-        >= Some(2.0)));
+    assert!(hub.wait_metric_at_least(
+        "tinyhub_cache_objects_written_total",
+        2.0,
+        Duration::from_secs(5)
+    ));
     // The writer's figures are on /metrics.
     assert!(hub.metric("tinyhub_cache_bytes_written_total").unwrap() >= 600.0);
     assert_eq!(hub.metric("tinyhub_cache_writer_queue_depth"), Some(0.0));
@@ -193,9 +195,11 @@ fn an_older_resource_version_never_overwrites_a_newer_file() {
     }
     assert_eq!(seen, ["1", "2", "3"]);
     assert!(
-        eventually(Duration::from_secs(10), || hub
-            .metric("tinyhub_cache_writes_skipped_stale_total")
-            >= Some(2.0)),
+        hub.wait_metric_at_least(
+            "tinyhub_cache_writes_skipped_stale_total",
+            2.0,
+            Duration::from_secs(10)
+        ),
         "{}",
         hub.logs()
     );
@@ -220,10 +224,10 @@ fn a_crd_list_answered_404_removes_that_kind() {
         .join("widgets.v1.example.com");
     let url = format!("{}/apis/example.com/v1/widgets", hub.url());
     assert_eq!(get(&url, KUBELET).status, 200);
-    assert!(eventually(Duration::from_secs(10), || kind_dir
-        .join("default")
-        .join("w1")
-        .exists()));
+    assert!(hub.wait_cached(
+        &["kubelet/widgets.v1.example.com/default/w1"],
+        Duration::from_secs(10)
+    ));
     cloud.remove_crd("widgets.example.com");
     assert_eq!(get(&url, KUBELET).status, 404);
     assert!(
@@ -247,8 +251,10 @@ fn other_components_are_not_cached_until_yurt_hub_cfg_says_so() {
     assert_eq!(get(&url, "curl/8.5").status, 200);
     // kubelet's answer is cached, curl's is not.
     assert_eq!(get(&url, KUBELET).status, 200);
-    let kubelet_file = cache.join("kubelet/configmaps.v1.core/default/app");
-    assert!(eventually(Duration::from_secs(10), || kubelet_file.exists()));
+    assert!(hub.wait_cached(
+        &["kubelet/configmaps.v1.core/default/app"],
+        Duration::from_secs(10)
+    ));
     assert!(!cache.join("curl").exists());
 
     // The hub watches yurt-hub-cfg: turning on "*" takes effect without a restart.
@@ -266,9 +272,10 @@ fn other_components_are_not_cached_until_yurt_hub_cfg_says_so() {
         hub.logs()
     );
     assert_eq!(get(&url, "curl/8.5").status, 200);
-    assert!(eventually(Duration::from_secs(10), || cache
-        .join("curl/configmaps.v1.core/default/app")
-        .exists()));
+    assert!(hub.wait_cached(
+        &["curl/configmaps.v1.core/default/app"],
+        Duration::from_secs(10)
+    ));
 
     // And off again.
     cloud.patch(
@@ -278,12 +285,10 @@ fn other_components_are_not_cached_until_yurt_hub_cfg_says_so() {
         json!({"data": {"cache_agents": ""}}),
     );
     // The line that turned "*" on starts alike ("...: [] and every component (*)").
-    assert!(eventually(Duration::from_secs(10), || hub
-        .logs()
-        .lines()
-        .any(|l| l.ends_with(
-            "cache agents from kube-system/yurt-hub-cfg: []"
-        ))));
+    assert!(hub.wait_log_line(
+        |l| l.ends_with("cache agents from kube-system/yurt-hub-cfg: []"),
+        Duration::from_secs(10)
+    ));
     let other = format!("{}/api/v1/namespaces/default/configmaps?limit=1", hub.url());
     assert_eq!(get(&other, "wget/1").status, 200);
     // The writer works in order: once kubelet's later answer is on disk, wget's would be too.
@@ -292,9 +297,10 @@ fn other_components_are_not_cached_until_yurt_hub_cfg_says_so() {
         hub.url()
     );
     assert_eq!(get(&later, KUBELET).status, 200);
-    assert!(eventually(Duration::from_secs(10), || cache
-        .join("kubelet/configmaps.v1.core/kube-system/yurt-hub-cfg")
-        .exists()));
+    assert!(hub.wait_cached(
+        &["kubelet/configmaps.v1.core/kube-system/yurt-hub-cfg"],
+        Duration::from_secs(10)
+    ));
     assert!(!cache.join("wget").exists());
 }
 
@@ -414,11 +420,7 @@ fn a_list_cut_off_mid_body_commits_nothing() {
     );
     assert_eq!(get(&url, KUBELET).status, 200);
     let kind_dir = hub.spec.cache_dir.join("kubelet/pods.v1.core/cut-0");
-    assert!(eventually(Duration::from_secs(10), || files_under(
-        &kind_dir
-    )
-    .len()
-        == 200));
+    assert!(wait_file_count(&kind_dir, 200, Duration::from_secs(10)));
     let before: Vec<_> = files_under(&kind_dir);
 
     // The cloud deletes half of them, then breaks off the next answer in the middle.
@@ -433,9 +435,11 @@ fn a_list_cut_off_mid_body_commits_nothing() {
         std::io::Read::read_to_end(&mut body, &mut sink).is_err(),
         "the client sees a broken answer"
     );
-    assert!(eventually(Duration::from_secs(5), || hub
-        .metric("tinyhub_cache_sessions_abandoned_total")
-        >= Some(1.0)));
+    assert!(hub.wait_metric_at_least(
+        "tinyhub_cache_sessions_abandoned_total",
+        1.0,
+        Duration::from_secs(5)
+    ));
     assert_eq!(
         files_under(&kind_dir),
         before,
@@ -473,8 +477,7 @@ fn a_20000_pod_list_is_cached_with_the_hub_small() {
     drop(list);
     let root = hub.spec.cache_dir.join("kubelet/pods.v1.core");
     assert!(
-        eventually(Duration::from_secs(300), || files_under(&root).len()
-            == 20_000),
+        wait_file_count(&root, 20_000, Duration::from_secs(300)),
         "{}",
         hub.logs()
     );
@@ -543,9 +546,7 @@ fn a_slow_writer_never_slows_the_client_and_commits_nothing_torn() {
         "the client got its answer before the writer caught up"
     );
     // Then all of it, each file whole.
-    assert!(eventually(Duration::from_secs(60), || files_under(&root)
-        .len()
-        == 2_000));
+    assert!(wait_file_count(&root, 2_000, Duration::from_secs(60)));
     assert!(
         files_under(&root).iter().all(|f| read_json(f).is_some()),
         "a torn file"
@@ -589,12 +590,13 @@ fn a_slow_writer_never_slows_the_client_and_commits_nothing_torn() {
     );
     assert_eq!(big.status, 200);
     let big_root = hub.spec.cache_dir.join("kubelet/pods.v1.core/big-0");
-    assert!(eventually(Duration::from_secs(5), || hub
-        .metric("tinyhub_cache_sessions_abandoned_total")
-        >= Some(1.0)));
+    assert!(hub.wait_metric_at_least(
+        "tinyhub_cache_sessions_abandoned_total",
+        1.0,
+        Duration::from_secs(5)
+    ));
     assert!(
-        eventually(Duration::from_secs(120), || files_under(&big_root).len()
-            == 6_000),
+        wait_file_count(&big_root, 6_000, Duration::from_secs(120)),
         "{}",
         hub.logs()
     );
@@ -624,9 +626,7 @@ fn kill_9_mid_write_leaves_each_list_all_old_or_all_new() {
     // around that moment, so some land before, some during and some after the commit.
     let started = std::time::Instant::now();
     assert_eq!(get(&url, KUBELET).status, 200);
-    assert!(eventually(Duration::from_secs(60), || files_under(&root)
-        .len()
-        == 3_000));
+    assert!(wait_file_count(&root, 3_000, Duration::from_secs(60)));
     let commit = started.elapsed();
     let mut outcomes = Vec::new();
     for (round, factor) in [0.2f64, 0.35, 0.45, 0.55, 0.65, 0.8, 1.2]

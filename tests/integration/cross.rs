@@ -73,23 +73,21 @@ fn cross_online_then_offline_with_memory_report() {
         Events::new(body).next_event().unwrap()["object"]["metadata"]["name"],
         "live"
     );
-    let file = hub
-        .spec
-        .cache_dir
-        .join("kubelet/configmaps.v1.core/default/live");
     assert!(
-        eventually(Duration::from_secs(30), || file.exists()),
+        hub.wait_cached(
+            &["kubelet/configmaps.v1.core/default/live"],
+            Duration::from_secs(30)
+        ),
         "{}",
         hub.logs()
     );
-    assert!(eventually(Duration::from_secs(30), || hub
-        .spec
-        .cache_dir
-        .join("kubelet/pods.v1.core/default/p19")
-        .exists()));
+    assert!(hub.wait_cached(
+        &["kubelet/pods.v1.core/default/p19"],
+        Duration::from_secs(30)
+    ));
 
     cloud.stop();
-    assert!(hub.wait_metric(&health_series(&cloud), 0.0, Duration::from_secs(30)));
+    assert!(hub.wait_healthy(&cloud, false, Duration::from_secs(30)));
     let offline = get(&url("/api/v1/pods?labelSelector=i+in+(3,4)"), KUBELET).json();
     let names: Vec<&str> = offline["items"]
         .as_array()

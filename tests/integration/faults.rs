@@ -85,23 +85,11 @@ fn item_names(list: &Value) -> Vec<String> {
     names
 }
 
-/// Lines of the hub's log containing `needle`.
-fn log_lines(hub: &Hub, needle: &str) -> usize {
-    hub.logs().lines().filter(|l| l.contains(needle)).count()
-}
-
 /// The path of a hub URL (`http://host:port/path?query`).
 fn path_of(url: &str) -> &str {
     let rest = url.split_once("//").map_or(url, |(_, r)| r);
     let path = rest.find('/').map_or("/", |i| &rest[i..]);
     path.split('?').next().unwrap_or(path)
-}
-
-/// Waits until the counter `series` reaches `want`.
-fn at_least(hub: &Hub, series: &str, want: f64) -> bool {
-    eventually(Duration::from_secs(10), || {
-        hub.metric(series).is_some_and(|v| v >= want)
-    })
 }
 
 /// The cache's files and their bytes.
@@ -144,11 +132,7 @@ fn a_full_disk_never_touches_answers_or_what_is_cached_and_caching_resumes() {
     );
     let pods_dir = spec.cache_dir.join("kubelet/pods.v1.core/disk-0");
     assert_eq!(get(&list_url, KUBELET).status, 200);
-    assert!(eventually(Duration::from_secs(10), || files_under(
-        &pods_dir
-    )
-    .len()
-        == 20));
+    assert!(wait_file_count(&pods_dir, 20, Duration::from_secs(10)));
     let before = snapshot(&pods_dir);
 
     let filler = fill(&mount_point);
@@ -180,11 +164,15 @@ fn a_full_disk_never_touches_answers_or_what_is_cached_and_caching_resumes() {
     assert_eq!(one.status, 200);
     assert_eq!(one.json()["metadata"]["name"], "new-07");
     // Each of the four answers failed to be stored, counted as a full disk.
-    assert!(at_least(&hub, "tinyhub_cache_disk_full_total", 4.0));
-    assert!(at_least(&hub, "tinyhub_cache_errors_total", 4.0));
+    assert!(hub.wait_metric_at_least(
+        "tinyhub_cache_disk_full_total",
+        4.0,
+        Duration::from_secs(10)
+    ));
+    assert!(hub.wait_metric_at_least("tinyhub_cache_errors_total", 4.0, Duration::from_secs(10)));
     // Reported once for the interval, not once per failed write.
     assert_eq!(
-        log_lines(&hub, "failed: "),
+        hub.log_lines(|l| l.contains("failed: ")),
         1,
         "one report per interval:\n{}",
         hub.logs()
@@ -194,7 +182,7 @@ fn a_full_disk_never_touches_answers_or_what_is_cached_and_caching_resumes() {
     // What was cached is untouched, byte for byte, and still answers offline.
     assert_eq!(snapshot(&pods_dir), before);
     cloud.stop();
-    assert!(hub.wait_metric(&health_series(&cloud), 0.0, Duration::from_secs(10)));
+    assert!(hub.wait_healthy(&cloud, false, Duration::from_secs(10)));
     let offline = get(&list_url, KUBELET);
     assert_eq!(offline.status, 200);
     assert_eq!(item_names(&offline.json()).len(), 20);
@@ -207,12 +195,11 @@ fn a_full_disk_never_touches_answers_or_what_is_cached_and_caching_resumes() {
 
     // Space comes back: the next answers are cached again.
     cloud.restart();
-    assert!(hub.wait_metric(&health_series(&cloud), 1.0, Duration::from_secs(10)));
+    assert!(hub.wait_healthy(&cloud, true, Duration::from_secs(10)));
     std::fs::remove_file(&filler).unwrap();
     assert_eq!(get(&list_url, KUBELET).status, 200);
     assert!(
-        eventually(Duration::from_secs(10), || files_under(&pods_dir).len()
-            == 50),
+        wait_file_count(&pods_dir, 50, Duration::from_secs(10)),
         "caching resumed: {} files",
         files_under(&pods_dir).len()
     );
@@ -262,15 +249,11 @@ fn warm(tag: &str) -> Warm {
     assert_eq!(get(&pod_url, KUBELET).status, 200);
     let cache_dir = hub.spec.cache_dir.clone();
     let pods_dir = cache_dir.join(format!("kubelet/pods.v1.core/{tag}-0"));
-    assert!(eventually(Duration::from_secs(10), || files_under(
-        &pods_dir
-    )
-    .len()
-        == 10));
-    assert!(at_least(
-        &hub,
+    assert!(wait_file_count(&pods_dir, 10, Duration::from_secs(10)));
+    assert!(hub.wait_metric_at_least(
         "tinyhub_cache_sessions_committed_total",
-        2.0
+        2.0,
+        Duration::from_secs(10)
     ));
     let cached = snapshot(&cache_dir);
     Warm {
@@ -287,8 +270,10 @@ fn warm(tag: &str) -> Warm {
 #[test]
 fn garbage_and_errors_from_the_cloud_pass_through_and_leave_the_cache_intact() {
     let w = warm("garbage");
-    let decode_failures =
-        |hub: &Hub| log_lines(hub, "cache: cannot decode") + log_lines(hub, "ended inside a value");
+    let decode_failures = |hub: &Hub| {
+        hub.log_lines(|l| l.contains("cache: cannot decode"))
+            + hub.log_lines(|l| l.contains("ended inside a value"))
+    };
 
     // 200 with a body that breaks off inside the JSON, then 200 with no JSON at all: the
     // client gets exactly what the cloud sent (the hub is a proxy, not a validator) and the
@@ -324,7 +309,9 @@ fn garbage_and_errors_from_the_cloud_pass_through_and_leave_the_cache_intact() {
         assert_eq!(reply.json()["message"], "etcdserver: request timed out");
     }
     assert!(
-        eventually(Duration::from_secs(5), || log_lines(&w.hub, "status=500")
+        eventually(Duration::from_secs(5), || w
+            .hub
+            .log_lines(|l| l.contains("status=500"))
             >= 2),
         "{}",
         w.hub.logs()
@@ -354,8 +341,10 @@ fn a_watch_cut_mid_stream_keeps_every_whole_event_and_nothing_else() {
     });
     let event = events.next_event().expect("the ADDED event");
     assert_eq!(event["type"], "ADDED");
-    let late = w.cache_dir.join("kubelet/pods.v1.core/cutwatch-0/late-1");
-    assert!(eventually(Duration::from_secs(5), || late.exists()));
+    assert!(w.hub.wait_cached(
+        &["kubelet/pods.v1.core/cutwatch-0/late-1"],
+        Duration::from_secs(5)
+    ));
 
     // The cloud dies with the stream open: the client's stream ends, the hub says why.
     w.cloud.stop();
@@ -384,10 +373,7 @@ fn a_slow_cloud_is_marked_unhealthy_and_reads_come_from_the_cache() {
     let w = warm("slow");
     w.cloud.set_delay(Duration::from_secs(3));
     // The health probes (1 s timeout here) give up on it.
-    assert!(
-        w.hub
-            .wait_metric(&health_series(&w.cloud), 0.0, Duration::from_secs(15))
-    );
+    assert!(w.hub.wait_healthy(&w.cloud, false, Duration::from_secs(15)));
     let started = Instant::now();
     let reply = get(&w.pod_url, KUBELET);
     assert_eq!(reply.status, 200, "kubelet's read comes from the cache");
@@ -410,10 +396,7 @@ fn a_slow_cloud_is_marked_unhealthy_and_reads_come_from_the_cache() {
     assert!(w.hub.logs().contains("unhealthy"), "{}", w.hub.logs());
     // Back to speed: forwarded again.
     w.cloud.set_delay(Duration::ZERO);
-    assert!(
-        w.hub
-            .wait_metric(&health_series(&w.cloud), 1.0, Duration::from_secs(15))
-    );
+    assert!(w.hub.wait_healthy(&w.cloud, true, Duration::from_secs(15)));
     assert_eq!(get(&w.pod_url, "curl/8.5").status, 200);
     let names = |s: &[(PathBuf, Vec<u8>)]| s.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>();
     assert_eq!(names(&snapshot(&w.cache_dir)), names(&w.cached));

@@ -342,8 +342,7 @@ fn failover_when_the_first_backend_stops() {
             200
         );
     }
-    let first_series = health_series(&first);
-    assert!(hub.wait_metric(&first_series, 0.0, Duration::from_secs(10)));
+    assert!(hub.wait_healthy(&first, false, Duration::from_secs(10)));
     // One heartbeat interval (1 s here) plus the probe's retry and timeout.
     assert!(
         stopped.elapsed() < Duration::from_secs(5),
@@ -362,7 +361,7 @@ fn failover_when_the_first_backend_stops() {
         "served by the second backend"
     );
     first.restart();
-    assert!(hub.wait_metric(&first_series, 1.0, Duration::from_secs(10)));
+    assert!(hub.wait_healthy(&first, true, Duration::from_secs(10)));
 }
 
 #[test]
@@ -505,11 +504,10 @@ fn head_requests_get_the_head_only() {
     assert!(!hub.logs().contains("broke off"), "{}", hub.logs());
     // Offline, a HEAD of a cached object is the head of the GET.
     let full = get(&format!("{}{path}", hub.url()), KUBELET);
-    assert!(eventually(Duration::from_secs(5), || hub
-        .spec
-        .cache_dir
-        .join("kubelet/configmaps.v1.core/default/one")
-        .exists()));
+    assert!(hub.wait_cached(
+        &["kubelet/configmaps.v1.core/default/one"],
+        Duration::from_secs(5)
+    ));
     cloud.stop();
     let head = call("HEAD", &format!("{}{path}", hub.url()), KUBELET, &[], None);
     assert_eq!(head.status, 200);

@@ -153,23 +153,21 @@ fn kubectl_reads_from_the_cache_when_the_cloud_is_gone() {
     let online = k.ok(&["get", "configmap", "settings", "-o", "json"]);
     assert!(online.contains("hello"));
     k.ok(&["get", "pods", "-A", "-o", "json"]);
-    let cached = hub
-        .spec
-        .cache_dir
-        .join("kubectl/configmaps.v1.core/default/settings");
     assert!(
-        eventually(Duration::from_secs(10), || cached.exists()),
+        hub.wait_cached(
+            &["kubectl/configmaps.v1.core/default/settings"],
+            Duration::from_secs(10)
+        ),
         "{}",
         hub.logs()
     );
-    assert!(eventually(Duration::from_secs(10), || hub
-        .spec
-        .cache_dir
-        .join("kubectl/pods.v1.core/kube-system/dns-1")
-        .exists()));
+    assert!(hub.wait_cached(
+        &["kubectl/pods.v1.core/kube-system/dns-1"],
+        Duration::from_secs(10)
+    ));
 
     cloud.stop();
-    assert!(hub.wait_metric(&health_series(&cloud), 0.0, Duration::from_secs(15)));
+    assert!(hub.wait_healthy(&cloud, false, Duration::from_secs(15)));
 
     let yaml = k.ok(&["get", "configmap", "settings", "-o", "yaml"]);
     assert!(yaml.contains("greeting: hello"), "{yaml}");

@@ -91,21 +91,20 @@ fn warm() -> Warm {
             "{path}"
         );
     }
-    let cache = hub.spec.cache_dir.clone();
-    let expected = [
-        "kubelet/pods.v1.core/default/web-1",
-        "kubelet/pods.v1.core/default/web-2",
-        "kubelet/pods.v1.core/default/db-1",
-        "kubelet/pods.v1.core/kube-system/proxy-1",
-        "kubelet/nodes.v1.core/edge-2",
-        "kubelet/configmaps.v1.core/default/settings",
-        "version",
-        "_api_v1",
-    ];
     assert!(
-        eventually(Duration::from_secs(10), || expected
-            .iter()
-            .all(|p| cache.join(p).exists())),
+        hub.wait_cached(
+            &[
+                "kubelet/pods.v1.core/default/web-1",
+                "kubelet/pods.v1.core/default/web-2",
+                "kubelet/pods.v1.core/default/db-1",
+                "kubelet/pods.v1.core/kube-system/proxy-1",
+                "kubelet/nodes.v1.core/edge-2",
+                "kubelet/configmaps.v1.core/default/settings",
+                "version",
+                "_api_v1",
+            ],
+            Duration::from_secs(10)
+        ),
         "cache not warm: {}",
         hub.logs()
     );
@@ -131,7 +130,7 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 
 fn wait_offline(hub: &Hub, cloud: &Cloud) {
     assert!(
-        hub.wait_metric(&health_series(cloud), 0.0, Duration::from_secs(15)),
+        hub.wait_healthy(cloud, false, Duration::from_secs(15)),
         "{}",
         hub.logs()
     );
@@ -661,7 +660,7 @@ fn a_corrupted_cache_file_is_reported_not_served_then_repaired() {
     // Back online, the next answer that carries the object repairs its file: a get for
     // web-1 and for the configmap (whose array claimed a newer version), a list for the rest.
     cloud.restart();
-    assert!(hub.wait_metric(&health_series(&cloud), 1.0, Duration::from_secs(15)));
+    assert!(hub.wait_healthy(&cloud, true, Duration::from_secs(15)));
     let repaired = |path: &std::path::Path, resource: &str, ns: &str, name: &str| {
         let want = cloud.get(resource, ns, name).unwrap();
         eventually(Duration::from_secs(10), || {
@@ -722,8 +721,7 @@ fn an_offline_list_of_5000_pods_streams_from_disk() {
     hub.cache_list_paced("/api/v1/pods", Duration::from_millis(2));
     let root = hub.spec.cache_dir.join("kubelet/pods.v1.core");
     assert!(
-        eventually(Duration::from_secs(120), || files_under(&root).len()
-            == 5_000),
+        wait_file_count(&root, 5_000, Duration::from_secs(120)),
         "{}",
         hub.logs()
     );
@@ -778,11 +776,6 @@ fn cloud_mode_never_answers_from_a_cache() {
     assert_eq!(r.status, 503);
 }
 
-fn cpu_ticks(pid: u32) -> u64 {
-    let (user, system) = stat_ticks(format!("/proc/{pid}/stat")).unwrap();
-    user + system
-}
-
 #[test]
 fn bytes_sent_behind_a_held_watch_do_not_make_it_spin() {
     use std::io::Write;
@@ -792,9 +785,9 @@ fn bytes_sent_behind_a_held_watch_do_not_make_it_spin() {
     let mut s = std::net::TcpStream::connect(hub.proxy).unwrap();
     write!(s, "GET /api/v1/pods?watch=1&timeoutSeconds=600 HTTP/1.1\r\nHost: x\r\nUser-Agent: {KUBELET}\r\n\r\nGARBAGE").unwrap();
     assert!(hub.wait_metric(IN_FLIGHT, 1.0, Duration::from_secs(5)));
-    let before = cpu_ticks(hub.pid());
+    let before = cpu_ticks(&hub.pid().to_string()).unwrap();
     std::thread::sleep(Duration::from_secs(2));
-    let spent = cpu_ticks(hub.pid()) - before;
+    let spent = cpu_ticks(&hub.pid().to_string()).unwrap() - before;
     assert!(spent < 20, "the held watch used {spent} CPU ticks in 2 s");
     drop(s);
     assert!(hub.wait_metric(IN_FLIGHT, 0.0, Duration::from_secs(5)));

@@ -524,7 +524,7 @@ fn sigkill_at_random_moments_loses_nothing_and_leaves_no_leftovers() {
         }
     }
     assert!(
-        hub.wait_metric(&health_series(&cloud), 0.0, Duration::from_secs(15)),
+        hub.wait_healthy(&cloud, false, Duration::from_secs(15)),
         "{}",
         hub.logs()
     );

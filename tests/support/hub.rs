@@ -258,8 +258,18 @@ impl Hub {
 
     /// Waits for a log line containing `needle`.
     pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
+        self.wait_log_line(|l| l.contains(needle), timeout)
+    }
+
+    /// How many lines of the hub's log so far satisfy `pred`.
+    pub fn log_lines(&self, pred: impl Fn(&str) -> bool) -> usize {
+        self.logs.lock().unwrap().iter().filter(|l| pred(l)).count()
+    }
+
+    /// Waits for a log line that satisfies `pred`.
+    pub fn wait_log_line(&self, pred: impl Fn(&str) -> bool, timeout: Duration) -> bool {
         eventually(timeout, || {
-            self.logs.lock().unwrap().iter().any(|l| l.contains(needle))
+            self.logs.lock().unwrap().iter().any(|l| pred(l))
         })
     }
 
@@ -275,6 +285,22 @@ impl Hub {
     /// Waits until the metric `series` has the value `want`.
     pub fn wait_metric(&self, series: &str, want: f64, timeout: Duration) -> bool {
         eventually(timeout, || self.metric(series) == Some(want))
+    }
+
+    /// Waits until the metric `series` (a counter) reaches at least `want`.
+    pub fn wait_metric_at_least(&self, series: &str, want: f64, timeout: Duration) -> bool {
+        eventually(timeout, || self.metric(series).is_some_and(|v| v >= want))
+    }
+
+    /// Waits until the hub holds `cloud` healthy (`up`) or unhealthy (not `up`).
+    pub fn wait_healthy(&self, cloud: &Cloud, up: bool, timeout: Duration) -> bool {
+        self.wait_metric(&health_series(cloud), if up { 1.0 } else { 0.0 }, timeout)
+    }
+
+    /// Waits until every one of `rels` (paths relative to the hub's cache root) exists.
+    pub fn wait_cached(&self, rels: &[&str], timeout: Duration) -> bool {
+        let cache = &self.spec.cache_dir;
+        eventually(timeout, || rels.iter().all(|rel| cache.join(rel).exists()))
     }
 
     /// Waits for the process to exit.
@@ -537,6 +563,13 @@ pub fn stat_ticks(path: impl AsRef<Path>) -> Option<(u64, u64)> {
     Some((fields.get(11)?.parse().ok()?, fields.get(12)?.parse().ok()?))
 }
 
+/// User plus system CPU time of a process (`self` or a pid), in USER_HZ ticks; None when
+/// its `/proc/<pid>/stat` cannot be read.
+pub fn cpu_ticks(pid: &str) -> Option<u64> {
+    let (user, system) = stat_ticks(format!("/proc/{pid}/stat"))?;
+    Some(user + system)
+}
+
 /// Raises this process's open-file limit to its hard limit (hubs it starts inherit it);
 /// returns the limit now in force (0 when it cannot be read).
 #[allow(unsafe_code, reason = "std has no rlimit API")]
@@ -592,8 +625,8 @@ impl Hub {
     /// with `pause` between them), and waits until the hub committed it to its cache. The hub
     /// drops a response's cache session rather than slow its client when the disk falls 8 MiB
     /// behind; over loopback, on a loaded machine, that can happen even at this pace, so a
-    /// dropped session is retried, slower. Returns the bytes of the last answer.
-    pub fn cache_list_paced(&self, path: &str, pause: Duration) -> usize {
+    /// dropped session is retried, slower.
+    pub fn cache_list_paced(&self, path: &str, pause: Duration) {
         let mut pause = pause;
         for _ in 0..4 {
             let committed = self
@@ -605,13 +638,11 @@ impl Hub {
             let (status, mut body) = stream(&format!("{}{path}", self.url()), KUBELET);
             assert_eq!(status, 200, "{path}");
             let mut buf = vec![0u8; 16 * 1024];
-            let mut total = 0;
             loop {
                 let n = body.read(&mut buf).expect("read the list");
                 if n == 0 {
                     break;
                 }
-                total += n;
                 std::thread::sleep(pause);
             }
             let settled = eventually(Duration::from_secs(180), || {
@@ -633,7 +664,7 @@ impl Hub {
                 .unwrap_or(0.0)
                 == abandoned
             {
-                return total;
+                return;
             }
             pause *= 3;
         }
@@ -674,6 +705,11 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+/// Waits until there are exactly `n` files under `dir` (see [`files_under`]).
+pub fn wait_file_count(dir: &Path, n: usize, timeout: Duration) -> bool {
+    eventually(timeout, || files_under(dir).len() == n)
 }
 
 /// A file's content as JSON; None when it cannot be read or is not JSON.
