@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cache::key::{CollectionKey, ObjectKey, rv_newer};
-use crate::cache::object::ObjectHead;
+use crate::cache::object::{ObjectHead, starts_object};
 use crate::cache::store::{Store, StoreError};
 use crate::cache::writer::CacheTx;
 use crate::health::Backends;
@@ -478,8 +478,9 @@ fn qualified(path: &ResourcePath) -> String {
 }
 
 fn is_json_object(bytes: &[u8]) -> bool {
-    serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok()
-        && bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+    // JSON whitespace is narrower than ASCII's (no form feed), but a leading form feed
+    // fails the parse anyway.
+    serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok() && starts_object(bytes)
 }
 
 /// What an offline list needs of one cached object.

@@ -52,10 +52,7 @@ impl<'a> ObjectHead<'a> {
         // serde's derived structs also accept a JSON array, field by field: a garbage cache
         // file `[null,{"resourceVersion":"9999"}]` would pass for an object (served in
         // offline lists, and "newer" than any answer that could repair it).
-        let first = bytes
-            .iter()
-            .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
-        if first != Some(&b'{') {
+        if !starts_object(bytes) {
             return None;
         }
         serde_json::from_slice(bytes).ok()
@@ -65,6 +62,15 @@ impl<'a> ObjectHead<'a> {
     pub fn resource_version(&self) -> Option<&str> {
         self.metadata.as_ref()?.resource_version.as_deref()
     }
+}
+
+/// Whether the first byte after JSON whitespace is `{`: the text can only be an object. A
+/// check of the first value's type only; the rest may still not parse.
+pub fn starts_object(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        == Some(&b'{')
 }
 
 #[cfg(test)]
@@ -80,6 +86,18 @@ mod tests {
         assert_eq!(head.spec.unwrap().node_name.as_deref(), Some("edge-1"));
         assert!(ObjectHead::parse(b"[1]").is_none());
         assert!(ObjectHead::parse(b"{\"metadata\":").is_none());
+    }
+
+    #[test]
+    fn starts_object_skips_json_whitespace_only() {
+        assert!(starts_object(b" \t\r\n{"));
+        assert!(starts_object(b"{}"));
+        assert!(
+            !starts_object(b"\x0c{}"),
+            "form feed is not JSON whitespace"
+        );
+        assert!(!starts_object(b"[{}]"));
+        assert!(!starts_object(b"  "));
     }
 
     #[test]

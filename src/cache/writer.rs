@@ -8,10 +8,9 @@
 //! the events that arrived whole.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, VecDeque};
-use std::rc::Rc;
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -19,7 +18,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::decode::{BodyDecoder, BodyShape, Unit};
-use super::key::{CollectionKey, ObjectKey, rv_newer};
+use super::key::{CollectionKey, ObjectKey};
 use super::object::{ObjectHead, ObjectMeta};
 use super::store::{PutOutcome, Replace, Store, StoreError};
 use crate::metrics::{METRICS, Metrics};
@@ -29,84 +28,19 @@ use crate::route::CacheTarget;
 /// the log, on flash it may share. Failures are reported once per interval, with a count.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(30);
 
-/// Store failures not yet reported, and when the last report was made.
+/// Store failures not yet reported, and when the last report was made. Owned by [`run`]:
+/// only the writer thread writes, so it needs no lock.
+#[derive(Default)]
 struct FailureLog {
     reported: Option<Instant>,
     unreported: u64,
+    /// Set by a failure, cleared by the next successful write.
+    failing: bool,
 }
-
-static FAILURE_LOG: Mutex<FailureLog> = Mutex::new(FailureLog {
-    reported: None,
-    unreported: 0,
-});
-/// Set by a failure, cleared by the next successful write: the write path checks only this.
-static FAILING: AtomicBool = AtomicBool::new(false);
 
 /// Largest single object (or watch event) the writer assembles; etcd refuses objects above
 /// 1.5 MiB, so this leaves room for any real one.
 pub const MAX_OBJECT_BYTES: usize = 8 * 1024 * 1024;
-
-/// Deletions the writer remembers; past it the oldest is forgotten first. About 100 bytes
-/// each: deletions are rare on a node, and a replay reaches back minutes at most.
-const TOMBSTONES: usize = 1024;
-
-/// Objects the writer removed, each with the highest resourceVersion known to be stale.
-///
-/// Responses interleave in the writer, and a client resuming its watch from an old
-/// resourceVersion replays versions the cache has already replaced. While the file is there
-/// the store refuses them as older; once another watch's DELETED or a list removed it,
-/// nothing on disk says they are old, and the replay would write an older version back (one
-/// that stays if the hub is killed before the replay reaches the deletion).
-#[derive(Default)]
-struct Tombstones {
-    stale_up_to: HashMap<Rc<str>, u64>,
-    /// Oldest first, for forgetting.
-    order: VecDeque<Rc<str>>,
-}
-
-impl Tombstones {
-    fn id(collection: &CollectionKey, namespace: Option<&str>, name: &str) -> String {
-        // No segment holds a `/`: distinct keys give distinct ids.
-        format!(
-            "{}/{}/{}/{name}",
-            collection.component,
-            collection.dir_name(),
-            namespace.unwrap_or("")
-        )
-    }
-
-    /// Versions of the object up to `rv` may no longer be written.
-    fn bury(&mut self, collection: &CollectionKey, namespace: Option<&str>, name: &str, rv: u64) {
-        let id = Tombstones::id(collection, namespace, name);
-        if let Some(up_to) = self.stale_up_to.get_mut(id.as_str()) {
-            *up_to = (*up_to).max(rv);
-            return;
-        }
-        if self.order.len() >= TOMBSTONES
-            && let Some(oldest) = self.order.pop_front()
-        {
-            self.stale_up_to.remove(&oldest);
-        }
-        let id: Rc<str> = id.into();
-        self.order.push_back(Rc::clone(&id));
-        self.stale_up_to.insert(id, rv);
-    }
-
-    /// Whether version `rv` of `key` is at or below one the writer removed. An unreadable
-    /// version never counts as stale, as in [`rv_newer`].
-    fn buries(&self, key: &ObjectKey, rv: Option<&str>) -> bool {
-        if self.stale_up_to.is_empty() {
-            return false;
-        }
-        let Some(rv) = rv.and_then(|rv| rv.parse::<u64>().ok()) else {
-            return false;
-        };
-        let id = Tombstones::id(&key.collection, key.namespace.as_deref(), &key.name);
-        self.stale_up_to
-            .get(id.as_str())
-            .is_some_and(|&up_to| rv <= up_to)
-    }
-}
 
 /// Messages from connection threads to the writer.
 pub enum CacheMsg {
@@ -451,7 +385,7 @@ impl Drop for Session {
 /// has been drained (shutdown: what is queued is written, unfinished answers are not).
 pub fn run(store: &Store, rx: CacheRx, stop: &AtomicBool) {
     let mut sessions: HashMap<u64, Active<'_>> = HashMap::new();
-    let mut tombstones = Tombstones::default();
+    let mut failures = FailureLog::default();
     // Test hook: a writer slowed down on purpose (a slow flash), to show that clients never
     // wait for it. Not a flag: nobody should set it in production.
     let test_delay = std::env::var("TINYHUB_TEST_WRITER_DELAY_MS")
@@ -476,7 +410,7 @@ pub fn run(store: &Store, rx: CacheRx, stop: &AtomicBool) {
                 METRICS
                     .cache_writer_queue_depth
                     .fetch_sub(1, Ordering::Relaxed);
-                handle(store, &mut sessions, &mut tombstones, msg);
+                handle(store, &mut sessions, &mut failures, msg);
                 METRICS
                     .cache_writer_busy_micros
                     .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -524,7 +458,7 @@ struct ListState<'s> {
 fn handle<'s>(
     store: &'s Store,
     sessions: &mut HashMap<u64, Active<'s>>,
-    tombstones: &mut Tombstones,
+    failures: &mut FailureLog,
     msg: CacheMsg,
 ) {
     match msg {
@@ -535,7 +469,7 @@ fn handle<'s>(
             gzip,
             abandoned,
         } => {
-            if let Some(active) = begin(store, target, status, gzip, abandoned) {
+            if let Some(active) = begin(store, failures, target, status, gzip, abandoned) {
                 sessions.insert(id, active);
             }
         }
@@ -552,7 +486,7 @@ fn handle<'s>(
             let (target, list) = (&active.target, &mut active.list);
             let mut failed = false;
             let result = decoder.feed(&data, &mut |unit| {
-                if !apply_unit(store, tombstones, target, list, unit) {
+                if !apply_unit(store, failures, target, list, unit) {
                     failed = true;
                 }
             });
@@ -568,17 +502,18 @@ fn handle<'s>(
         }
         CacheMsg::End { id, complete } => {
             if let Some(active) = sessions.remove(&id) {
-                end(store, tombstones, active, complete);
+                end(store, failures, active, complete);
             }
         }
         CacheMsg::Put { collection, bytes } => {
-            put_object(store, tombstones, &collection, &bytes);
+            put_object(store, failures, &collection, &bytes);
         }
     }
 }
 
 fn begin<'s>(
     store: &'s Store,
+    failures: &mut FailureLog,
     target: CacheTarget,
     status: u16,
     gzip: bool,
@@ -593,7 +528,7 @@ fn begin<'s>(
                     describe(&target)
                 ),
                 Ok(false) => {}
-                Err(e) => error("prune", &target, &e),
+                Err(e) => failures.error("prune", &target, &e),
             }
             return None;
         }
@@ -610,10 +545,10 @@ fn begin<'s>(
                 namespace: namespace.clone(),
                 name: name.clone(),
             };
-            match store.delete(&key) {
+            match store.delete(&key, None) {
                 Ok(true) => Metrics::inc(&METRICS.cache_objects_deleted),
                 Ok(false) => {}
-                Err(e) => error("delete", &target, &e),
+                Err(e) => failures.error("delete", &target, &e),
             }
             return None;
         }
@@ -638,7 +573,7 @@ fn begin<'s>(
                 continue_token: false,
             }),
             Err(e) => {
-                error("begin list", &target, &e);
+                failures.error("begin list", &target, &e);
                 return None;
             }
         },
@@ -653,13 +588,13 @@ fn begin<'s>(
     })
 }
 
-fn end(store: &Store, tombstones: &mut Tombstones, mut active: Active<'_>, complete: bool) {
+fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complete: bool) {
     let target = &active.target;
     let mut ok = complete && !active.failed && !active.abandoned.load(Ordering::Acquire);
     if ok && let Some(decoder) = active.decoder.as_mut() {
         let (list, mut failed) = (&mut active.list, false);
         if let Err(e) = decoder.finish(&mut |unit| {
-            if !apply_unit(store, tombstones, target, list, unit) {
+            if !apply_unit(store, failures, target, list, unit) {
                 failed = true;
             }
         }) {
@@ -687,10 +622,7 @@ fn end(store: &Store, tombstones: &mut Tombstones, mut active: Active<'_>, compl
         return;
     }
     let CacheTarget::List {
-        collection,
-        selectors,
-        paged,
-        ..
+        selectors, paged, ..
     } = target
     else {
         return;
@@ -703,21 +635,13 @@ fn end(store: &Store, tombstones: &mut Tombstones, mut active: Active<'_>, compl
                 // A file that is not JSON is garbage in scope: let the answer replace it.
                 .map_or(true, |v| selectors.matches(&v))
     };
-    // What the list removes is older than the list: a replay must not bring it back.
-    let mut deleted = |namespace: &str, name: &str, rv: Option<&str>| {
-        if let Some(rv) = rv.and_then(|rv| rv.parse().ok()) {
-            let namespace = (!namespace.is_empty()).then_some(namespace);
-            tombstones.bury(collection, namespace, name, rv);
-        }
-    };
-    match list.replace.commit_noting_deletes(
-        &mut in_scope,
-        list.resource_version.as_deref(),
-        &mut deleted,
-    ) {
+    match list
+        .replace
+        .commit(&mut in_scope, list.resource_version.as_deref())
+    {
         Ok(report) => {
             if report.written > 0 {
-                written_again();
+                failures.written_again();
             }
             Metrics::inc(&METRICS.cache_sessions_committed);
             METRICS
@@ -744,25 +668,30 @@ fn end(store: &Store, tombstones: &mut Tombstones, mut active: Active<'_>, compl
                 report.kept_newer
             );
         }
-        Err(e) => error("commit list", target, &e),
+        Err(e) => failures.error("commit list", target, &e),
     }
 }
 
 /// Applies one decoded unit; false when the session can no longer commit.
 fn apply_unit(
     store: &Store,
-    tombstones: &mut Tombstones,
+    failures: &mut FailureLog,
     target: &CacheTarget,
     list: &mut Option<ListState<'_>>,
     unit: Unit<'_>,
 ) -> bool {
     match (unit, target) {
         (Unit::Object(bytes), CacheTarget::NonResource { file }) => {
-            count_put(store.put_non_resource(file, bytes), "document", target);
+            count_put(
+                failures,
+                store.put_non_resource(file, bytes),
+                "document",
+                target,
+            );
             true
         }
         (Unit::Object(bytes), CacheTarget::Object { collection, .. }) => {
-            put_object(store, tombstones, collection, bytes);
+            put_object(store, failures, collection, bytes);
             true
         }
         (Unit::ListMember { key, value }, _) => {
@@ -772,11 +701,11 @@ fn apply_unit(
             true
         }
         (Unit::ListItem(bytes), CacheTarget::List { collection, .. }) => match list.as_mut() {
-            Some(list) => list_item(tombstones, collection, list, bytes),
+            Some(list) => list_item(failures, collection, list, bytes),
             None => false,
         },
         (Unit::WatchEvent(bytes), CacheTarget::Watch { collection }) => {
-            watch_event(store, tombstones, collection, bytes);
+            watch_event(store, failures, collection, bytes);
             true
         }
         _ => true,
@@ -826,7 +755,7 @@ fn object_key(
     ))
 }
 
-fn put_object(store: &Store, tombstones: &Tombstones, collection: &CollectionKey, bytes: &[u8]) {
+fn put_object(store: &Store, failures: &mut FailureLog, collection: &CollectionKey, bytes: &[u8]) {
     let head: ObjectHead<'_> = match serde_json::from_slice(bytes) {
         Ok(h) => h,
         Err(e) => {
@@ -839,20 +768,16 @@ fn put_object(store: &Store, tombstones: &Tombstones, collection: &CollectionKey
         }
     };
     if let Some((key, rv)) = object_key(collection, &head) {
-        if tombstones.buries(&key, rv.as_deref()) {
-            Metrics::inc(&METRICS.cache_writes_skipped_stale);
-            return;
-        }
-        count_put(store.put(&key, bytes, rv.as_deref()), "object", &key);
+        count_put(
+            failures,
+            store.put(&key, bytes, rv.as_deref()),
+            "object",
+            &key,
+        );
     }
 }
 
-fn watch_event(
-    store: &Store,
-    tombstones: &mut Tombstones,
-    collection: &CollectionKey,
-    bytes: &[u8],
-) {
+fn watch_event(store: &Store, failures: &mut FailureLog, collection: &CollectionKey, bytes: &[u8]) {
     let event: Event<'_> = match serde_json::from_slice(bytes) {
         Ok(e) => e,
         Err(e) => {
@@ -866,7 +791,7 @@ fn watch_event(
     };
     let object = event.object.get().as_bytes();
     match event.kind.as_ref() {
-        "ADDED" | "MODIFIED" => put_object(store, tombstones, collection, object),
+        "ADDED" | "MODIFIED" => put_object(store, failures, collection, object),
         "DELETED" => {
             let Some(head) = ObjectHead::parse(object) else {
                 return;
@@ -874,23 +799,12 @@ fn watch_event(
             let Some((key, rv)) = object_key(collection, &head) else {
                 return;
             };
-            // A late DELETED from an older stream must not remove a newer object.
-            if let (Some(rv), Ok(Some(stored))) = (rv.as_deref(), store.get(&key)) {
-                let newer_stored = ObjectHead::parse(&stored)
-                    .is_some_and(|h| h.resource_version().is_some_and(|s| rv_newer(s, rv)));
-                if newer_stored {
-                    return;
-                }
-            }
-            // Every version before the deletion is stale, stored or not.
-            if let Some(rv) = rv.as_deref().and_then(|rv| rv.parse::<u64>().ok()) {
-                let namespace = key.namespace.as_deref();
-                tombstones.bury(collection, namespace, &key.name, rv.saturating_sub(1));
-            }
-            match store.delete(&key) {
+            // The store keeps a newer object (a late DELETED from an older stream) and
+            // refuses every older version from now on.
+            match store.delete(&key, rv.as_deref()) {
                 Ok(true) => Metrics::inc(&METRICS.cache_objects_deleted),
                 Ok(false) => {}
-                Err(e) => error("delete", &key, &e),
+                Err(e) => failures.error("delete", &key, &e),
             }
         }
         // BOOKMARK carries no object change; ERROR ends the stream (the client re-lists).
@@ -919,7 +833,7 @@ fn list_member(list: &mut ListState<'_>, key: &str, value: &[u8]) {
 /// Stages one list item with `kind` and `apiVersion` set from the list (the apiserver leaves
 /// them out of items). False when the list can no longer commit.
 fn list_item(
-    tombstones: &Tombstones,
+    failures: &mut FailureLog,
     collection: &CollectionKey,
     list: &mut ListState<'_>,
     bytes: &[u8],
@@ -938,11 +852,6 @@ fn list_item(
     let Some((key, rv)) = object_key(collection, &head) else {
         return true;
     };
-    // A list taken before a deletion the writer has applied: not brought back.
-    if tombstones.buries(&key, rv.as_deref()) {
-        Metrics::inc(&METRICS.cache_writes_skipped_stale);
-        return true;
-    }
     let owned;
     let object: &[u8] = if head.kind.is_none() {
         let (Some(kind), Some(api_version)) = (&list.item_kind, &list.api_version) else {
@@ -963,7 +872,7 @@ fn list_item(
     match result {
         Ok(_) => true,
         Err(e) => {
-            error("stage", &key, &e);
+            failures.error("stage", &key, &e);
             false
         }
     }
@@ -991,13 +900,14 @@ fn with_type_meta(object: &[u8], kind: &str, api_version: &str) -> Vec<u8> {
 }
 
 fn count_put(
+    failures: &mut FailureLog,
     result: Result<PutOutcome, super::store::StoreError>,
     what: &str,
     key: &dyn std::fmt::Debug,
 ) {
     match result {
         Ok(PutOutcome::Written { bytes }) => {
-            written_again();
+            failures.written_again();
             Metrics::inc(&METRICS.cache_objects_written);
             METRICS
                 .cache_bytes_written
@@ -1005,45 +915,43 @@ fn count_put(
         }
         Ok(PutOutcome::Identical) => Metrics::inc(&METRICS.cache_writes_skipped_identical),
         Ok(PutOutcome::Stale) => Metrics::inc(&METRICS.cache_writes_skipped_stale),
-        Err(e) => error(what, key, &e),
+        Err(e) => failures.error(what, key, &e),
     }
 }
 
-/// Counts a store failure, and reports it unless one was reported within the interval.
-fn error(what: &str, subject: &dyn std::fmt::Debug, e: &StoreError) {
-    Metrics::inc(&METRICS.cache_errors);
-    if e.is_disk_full() {
-        Metrics::inc(&METRICS.cache_disk_full);
+impl FailureLog {
+    /// Counts a store failure, and reports it unless one was reported within the interval.
+    fn error(&mut self, what: &str, subject: &dyn std::fmt::Debug, e: &StoreError) {
+        Metrics::inc(&METRICS.cache_errors);
+        if e.is_disk_full() {
+            Metrics::inc(&METRICS.cache_disk_full);
+        }
+        self.failing = true;
+        if self
+            .reported
+            .is_some_and(|t| t.elapsed() < FAILURE_LOG_INTERVAL)
+        {
+            self.unreported += 1;
+            return;
+        }
+        let earlier = std::mem::take(&mut self.unreported);
+        self.reported = Some(Instant::now());
+        log::warn!(
+            "cache: storing {what} {subject:?} failed: {e} ({earlier} more failures since the \
+             last report; what is cached stays as it was; the next report comes in {} s at the \
+             earliest)",
+            FAILURE_LOG_INTERVAL.as_secs()
+        );
     }
-    FAILING.store(true, Ordering::Relaxed);
-    let mut log = FAILURE_LOG.lock().unwrap_or_else(PoisonError::into_inner);
-    if log
-        .reported
-        .is_some_and(|t| t.elapsed() < FAILURE_LOG_INTERVAL)
-    {
-        log.unreported += 1;
-        return;
-    }
-    let earlier = std::mem::take(&mut log.unreported);
-    log.reported = Some(Instant::now());
-    drop(log);
-    log::warn!(
-        "cache: storing {what} {subject:?} failed: {e} ({earlier} more failures since the \
-         last report; what is cached stays as it was; the next report comes in {} s at the \
-         earliest)",
-        FAILURE_LOG_INTERVAL.as_secs()
-    );
-}
 
-/// After failures, says once that writes succeed again.
-fn written_again() {
-    if !FAILING.swap(false, Ordering::Relaxed) {
-        return;
+    /// After failures, says once that writes succeed again.
+    fn written_again(&mut self) {
+        if !std::mem::take(&mut self.failing) {
+            return;
+        }
+        let earlier = std::mem::take(&mut self.unreported);
+        log::info!("cache: writing again ({earlier} failures since the last report)");
     }
-    let mut log = FAILURE_LOG.lock().unwrap_or_else(PoisonError::into_inner);
-    let earlier = std::mem::take(&mut log.unreported);
-    drop(log);
-    log::info!("cache: writing again ({earlier} failures since the last report)");
 }
 
 fn describe(target: &CacheTarget) -> String {
@@ -1096,6 +1004,17 @@ mod tests {
         }
     }
 
+    /// A session for a whole-list answer of every pod.
+    fn list(tx: &CacheTx) -> Session {
+        tx.begin(list_target(), 200, false, None).unwrap()
+    }
+
+    /// A session for a watch of every pod.
+    fn watch(tx: &CacheTx) -> Session {
+        tx.begin(CacheTarget::Watch { collection: pods() }, 200, false, None)
+            .unwrap()
+    }
+
     /// Runs the writer over everything `send` queues, until the senders are gone.
     fn write(store: &Store, budget: usize, send: impl FnOnce(&CacheTx)) {
         let (tx, rx) = channel(64, budget);
@@ -1113,7 +1032,7 @@ mod tests {
     fn a_list_in_small_chunks_becomes_files_with_type_meta() {
         let t = TempStore::new("list");
         write(&t.store, 1 << 20, |tx| {
-            let mut s = tx.begin(list_target(), 200, false, None).unwrap();
+            let mut s = list(tx);
             for piece in LIST.as_bytes().chunks(7) {
                 assert!(s.chunk(piece));
             }
@@ -1135,7 +1054,7 @@ mod tests {
     fn a_broken_off_list_commits_nothing() {
         let t = TempStore::new("broken");
         write(&t.store, 1 << 20, |tx| {
-            let mut s = tx.begin(list_target(), 200, false, None).unwrap();
+            let mut s = list(tx);
             s.chunk(&LIST.as_bytes()[..LIST.len() - 10]);
             s.finish(false);
         });
@@ -1148,7 +1067,7 @@ mod tests {
         let t = TempStore::new("full");
         let before = METRICS.cache_sessions_abandoned.load(Ordering::Relaxed);
         write(&t.store, 16, |tx| {
-            let mut s = tx.begin(list_target(), 200, false, None).unwrap();
+            let mut s = list(tx);
             // Coalesced until the end; then more than the budget at once.
             assert!(s.chunk(LIST.as_bytes()));
             s.finish(true);
@@ -1177,9 +1096,7 @@ mod tests {
             r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"torn","names"#,
         );
         write(&t.store, 1 << 20, |tx| {
-            let mut s = tx
-                .begin(CacheTarget::Watch { collection: pods() }, 200, false, None)
-                .unwrap();
+            let mut s = watch(tx);
             for piece in events.as_bytes().chunks(13) {
                 s.chunk(piece);
             }
@@ -1201,11 +1118,6 @@ mod tests {
         format!(
             r#"{{"type":"{kind}","object":{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"w","namespace":"ns","resourceVersion":"{rv}"}},"spec":{{"nodeName":"n"}}}}}}"#
         ) + "\n"
-    }
-
-    fn watch(tx: &CacheTx) -> Session {
-        tx.begin(CacheTarget::Watch { collection: pods() }, 200, false, None)
-            .unwrap()
     }
 
     fn stored_rv_of(t: &TempStore, rel: &str) -> Option<String> {
@@ -1246,51 +1158,20 @@ mod tests {
         assert_eq!(stored_rv_of(&t, w).as_deref(), Some("430"));
     }
 
-    #[test]
-    fn tombstones_are_bounded_and_forget_the_oldest_first() {
-        let mut tombstones = Tombstones::default();
-        let key = |name: &str| ObjectKey {
-            collection: pods(),
-            namespace: Some("ns".into()),
-            name: name.into(),
-        };
-        assert!(!tombstones.buries(&key("p0"), Some("1")));
-        for i in 0..=TOMBSTONES {
-            tombstones.bury(&pods(), Some("ns"), &format!("p{i}"), 10);
-        }
-        assert_eq!(tombstones.order.len(), TOMBSTONES);
-        assert_eq!(tombstones.stale_up_to.len(), TOMBSTONES);
-        assert!(!tombstones.buries(&key("p0"), Some("5")), "forgotten");
-        let last = key(&format!("p{TOMBSTONES}"));
-        assert!(tombstones.buries(&last, Some("10")));
-        assert!(!tombstones.buries(&last, Some("11")));
-        assert!(
-            !tombstones.buries(&last, Some("x")),
-            "unreadable: never stale"
-        );
-        assert!(!tombstones.buries(&last, None));
-        // Cluster-scoped `p1` is another object than `ns/p1`.
-        let cluster = ObjectKey {
-            namespace: None,
-            ..key("p1")
-        };
-        assert!(!tombstones.buries(&cluster, Some("1")));
-    }
-
     /// The same when a whole list removed the object: nothing at or below the version it
     /// removed comes back.
     #[test]
     fn a_replayed_event_does_not_bring_back_an_object_a_list_removed() {
         let t = TempStore::new("replay-after-list");
         let w = "kubelet/pods.v1.core/ns/w";
-        let list = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"430"},"items":[
+        let body = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"430"},"items":[
             {"metadata":{"name":"other","namespace":"ns","resourceVersion":"420"},"spec":{"nodeName":"n"}}]}"#;
         write(&t.store, 1 << 20, |tx| {
             let mut now = watch(tx);
             let mut resumed = watch(tx);
             assert!(now.chunk(event("MODIFIED", 382).as_bytes()));
-            let mut relist = tx.begin(list_target(), 200, false, None).unwrap();
-            assert!(relist.chunk(list.as_bytes()));
+            let mut relist = list(tx);
+            assert!(relist.chunk(body.as_bytes()));
             relist.finish(true);
             assert!(resumed.chunk(event("MODIFIED", 375).as_bytes()));
             assert!(resumed.chunk(event("MODIFIED", 382).as_bytes()));
