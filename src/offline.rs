@@ -338,8 +338,11 @@ impl Offline {
             path.namespace.as_deref(),
             object.get_mut("metadata").and_then(|m| m.as_object_mut()),
         ) {
-            let given = meta.entry("namespace").or_insert_with(|| ns.into());
-            if given.as_str().is_some_and(|g| !g.is_empty() && g != ns) {
+            // Missing, null or empty means "where it was posted", as the apiserver reads it.
+            let given = meta.entry("namespace").or_insert(serde_json::Value::Null);
+            if given.is_null() || given.as_str() == Some("") {
+                *given = ns.into();
+            } else if given.as_str() != Some(ns) {
                 return Err((
                     ex,
                     Status::bad_request(

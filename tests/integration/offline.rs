@@ -286,6 +286,26 @@ fn check_offline_answers(hub: &Hub) {
     )
     .status
         == 200));
+    // An empty or null namespace means the one posted to: filed and found there.
+    for (name, namespace) in [("empty-ns", "\"\""), ("null-ns", "null")] {
+        let body = format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":{namespace}}}}}"#
+        );
+        let created = call(
+            "POST",
+            &url("/api/v1/namespaces/default/configmaps"),
+            KUBELET,
+            &[("Content-Type", "application/json")],
+            Some(body.as_bytes()),
+        );
+        assert_eq!(created.status, 201);
+        assert!(eventually(Duration::from_secs(5), || get(
+            &url(&format!("/api/v1/namespaces/default/configmaps/{name}")),
+            KUBELET
+        )
+        .status
+            == 200));
+    }
     let updated = call(
         "PUT",
         &url("/api/v1/namespaces/default/configmaps/settings"),
