@@ -228,53 +228,44 @@ impl RequestHead {
     /// coding other than chunked, or conflicting lengths are refused: they are how requests
     /// get smuggled past proxies.
     pub fn framing(&self) -> Result<Framing, HeadError> {
-        let te: Vec<&str> = self
-            .headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case("transfer-encoding"))
-            .map(|(_, v)| v.as_str())
-            .collect();
-        let lengths: Vec<&str> = self
-            .headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-            .map(|(_, v)| v.trim())
-            .collect();
-        if !te.is_empty() {
-            if !lengths.is_empty() {
+        let values = |name: &'static str| {
+            self.headers
+                .iter()
+                .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.trim())
+        };
+        let mut te = values("transfer-encoding").peekable();
+        let mut lengths = values("content-length");
+        if te.peek().is_some() {
+            if lengths.next().is_some() {
                 return Err(HeadError::Malformed(
                     "both Transfer-Encoding and Content-Length",
                 ));
             }
-            let codings: Vec<&str> = te
-                .iter()
-                .flat_map(|v| v.split(','))
-                .map(str::trim)
-                .collect();
-            return match codings.as_slice() {
-                [c] if c.eq_ignore_ascii_case("chunked") => Ok(Framing::Chunked),
+            // One coding in all the headers, and it is chunked.
+            let mut codings = te.flat_map(|v| v.split(',')).map(str::trim);
+            return match (codings.next(), codings.next()) {
+                (Some(c), None) if c.eq_ignore_ascii_case("chunked") => Ok(Framing::Chunked),
                 _ => Err(HeadError::Malformed("unsupported Transfer-Encoding")),
             };
         }
-        match lengths.split_first() {
-            None => Ok(Framing::None),
-            Some((first, rest)) => {
-                if rest.iter().any(|l| l != first)
-                    || first.is_empty()
-                    || !first.bytes().all(|b| b.is_ascii_digit())
-                {
-                    return Err(HeadError::Malformed("Content-Length"));
-                }
-                let n: u64 = first
-                    .parse()
-                    .map_err(|_| HeadError::Malformed("Content-Length"))?;
-                Ok(if n == 0 {
-                    Framing::None
-                } else {
-                    Framing::Length(n)
-                })
-            }
+        let Some(first) = lengths.next() else {
+            return Ok(Framing::None);
+        };
+        if lengths.any(|l| l != first)
+            || first.is_empty()
+            || !first.bytes().all(|b| b.is_ascii_digit())
+        {
+            return Err(HeadError::Malformed("Content-Length"));
         }
+        let n: u64 = first
+            .parse()
+            .map_err(|_| HeadError::Malformed("Content-Length"))?;
+        Ok(if n == 0 {
+            Framing::None
+        } else {
+            Framing::Length(n)
+        })
     }
 
     /// True when the client keeps the connection open after this exchange.

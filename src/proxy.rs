@@ -329,10 +329,8 @@ impl Hub {
         let mut traffic = Traffic(in_flight, 0);
 
         // HEAD, 204 and 304 carry no body, whatever their Content-Length says.
+        // (Never cached: routes do not cache HEAD, `wants_cache` refuses these statuses.)
         if ex.method() == "HEAD" || matches!(answer.status, 100..=199 | 204 | 304) {
-            if let Some(s) = session {
-                s.finish(false);
-            }
             let length = Length::Known(answer.length.unwrap_or(0));
             return ex
                 .start(answer.status, &answer.headers, length)
@@ -385,10 +383,11 @@ impl Hub {
         // A watch may stay open for hours: its answer's headers are not needed past here.
         answer.headers = Vec::new();
         // A stream whose client hangs up while the cloud is silent is ended by the reaper.
-        let _watched = match (answer.cancel.take(), writer.probe()) {
-            (Some(cancel), Some(probe)) => Some(self.reaper.watch(probe, cancel)),
-            _ => None,
-        };
+        // (Only a stream has a cancel handle: no socket handle is taken for a plain answer.)
+        let _watched = answer
+            .cancel
+            .take()
+            .and_then(|cancel| Some(self.reaper.watch(writer.probe()?, cancel)));
         // Start small (a watch's events are small, and a thousand watches may be open) and
         // grow to a TLS record's size when reads fill the buffer (a big list).
         let mut buf = vec![0u8; RELAY_BUFFER_START];

@@ -213,8 +213,9 @@ impl std::error::Error for RequestError {}
 /// Longest timeout a request may ask for (a day); longer ones are clamped.
 pub const MAX_TIMEOUT_SECONDS: u64 = 86_400;
 
-/// Longest request target accepted for classification.
-pub const MAX_URL_BYTES: usize = 128 * 1024;
+/// Longest request target accepted for classification: what the server reads (a target
+/// the hub builds itself, for a refill or its ConfigMap watch, is far shorter).
+pub const MAX_URL_BYTES: usize = crate::http1::MAX_TARGET;
 
 /// Classifies one request. `headers` are (name, value) pairs as received.
 pub fn classify(

@@ -214,8 +214,7 @@ fn cache_target(
         }
     };
     let collection = collection_key(&req.component, path);
-    let status_or_none =
-        matches!(path.subresource.as_deref(), None | Some("status")) && !path.extra_path;
+    let status_or_none = object_or_status(path);
     match req.verb {
         Verb::Get | Verb::Update | Verb::Patch if req.method != Method::Head => {
             if !status_or_none {
@@ -267,8 +266,7 @@ fn local_answer(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Local {
             };
         }
     };
-    let status_or_none =
-        matches!(path.subresource.as_deref(), None | Some("status")) && !path.extra_path;
+    let status_or_none = object_or_status(path);
     match req.verb {
         Verb::Delete | Verb::DeleteCollection => Local::Forbidden,
         _ if !plain_json || !status_or_none => Local::Unavailable,
@@ -299,6 +297,12 @@ fn deadline(req: &ApiRequest) -> Deadline {
                 .min(REQUEST_DEADLINE),
         ),
     }
+}
+
+/// True when `path` names an object or its `status`, the only subresource cached and
+/// answered offline.
+fn object_or_status(path: &ResourcePath) -> bool {
+    matches!(path.subresource.as_deref(), None | Some("status")) && !path.extra_path
 }
 
 /// The cache directory of `component`'s view of a resource.

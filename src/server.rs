@@ -110,7 +110,7 @@ pub struct Limits {
 }
 
 /// Connections and requests being served, shared with whoever waits for them to drain.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Load {
     connections: AtomicUsize,
     in_flight: AtomicUsize,
@@ -118,17 +118,6 @@ pub struct Load {
     open: Mutex<Vec<Arc<Tracked>>>,
     /// Counts the times a connection started waiting for a head: the order to evict in.
     waits: AtomicU64,
-}
-
-impl Default for Load {
-    fn default() -> Load {
-        Load {
-            connections: AtomicUsize::new(0),
-            in_flight: AtomicUsize::new(0),
-            open: Mutex::new(Vec::new()),
-            waits: AtomicU64::new(0),
-        }
-    }
 }
 
 impl Load {
@@ -200,8 +189,10 @@ impl Tracked {
         self.rank.store(rank, Ordering::Release);
     }
 
-    fn busy(&self) {
-        self.rank.store(BUSY, Ordering::Release);
+    /// Marks the connection serving a request; false when the accept thread evicted it
+    /// meanwhile (its socket is shut down: the request must not be served).
+    fn busy(&self) -> bool {
+        self.rank.swap(BUSY, Ordering::AcqRel) != BUSY
     }
 }
 
@@ -472,7 +463,9 @@ fn serve_connection(
         conn.deadline = Some(Instant::now() + HEAD_TIMEOUT);
         let head = http1::read_head(&mut conn);
         conn.deadline = None;
-        tracked.busy();
+        if !tracked.busy() {
+            return;
+        }
         let head = match head {
             Ok(head) => head,
             Err(e) => {
@@ -506,16 +499,20 @@ fn serve_connection(
                 return;
             }
         };
-        let _ = conn.stream.set_read_timeout(Some(IO_TIMEOUT));
+        if framing != http1::Framing::None {
+            let _ = conn.stream.set_read_timeout(Some(IO_TIMEOUT));
+        }
         let keep_alive = head.keep_alive() && !shutdown.load(Ordering::Acquire);
         conn.response_complete = false;
         conn.response_started = false;
         conn.body_read = 0;
+        let continue_pending = framing != http1::Framing::None && head.expects_continue();
         let exchange = Exchange {
             conn: &mut conn,
             head: Box::new(head),
             body: BodyState::new(framing),
-            continue_sent: false,
+            keep_alive,
+            continue_pending,
         };
         if load.in_flight.fetch_add(1, Ordering::AcqRel) >= limits.max_in_flight {
             load.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -552,7 +549,11 @@ pub struct Exchange<'c> {
     // Boxed: exchanges travel by value through results, and the head is the bulk of one.
     head: Box<RequestHead>,
     body: BodyState,
-    continue_sent: bool,
+    /// The connection may serve another request after this one (the client asked for it
+    /// and the hub is not shutting down).
+    keep_alive: bool,
+    /// `Expect: 100-continue` with a body, not yet answered.
+    continue_pending: bool,
 }
 
 /// How the body of a response is delimited.
@@ -589,7 +590,6 @@ impl<'c> Exchange<'c> {
     pub fn body_length(&self) -> Option<u64> {
         match self.body {
             BodyState::Length(n) => Some(n),
-            BodyState::Done if self.header("content-length").is_some() => Some(0),
             _ => None,
         }
     }
@@ -626,7 +626,7 @@ impl<'c> Exchange<'c> {
     ) -> io::Result<BodyWriter<'c>> {
         self.finish_request_body();
         let http10 = self.head.minor_version == 0;
-        let keep_alive = self.head.keep_alive();
+        let keep_alive = self.keep_alive;
         let no_body = self.head.method == "HEAD" || status == 204 || status == 304;
         let framing = match length {
             Length::Known(n) => ResponseFraming::Known(n),
@@ -705,9 +705,7 @@ impl<'c> Exchange<'c> {
         if self.body == BodyState::Done {
             return;
         }
-        if matches!(self.body, BodyState::Length(n) if n > MAX_DRAIN)
-            || (self.head.expects_continue() && !self.continue_sent)
-        {
+        if matches!(self.body, BodyState::Length(n) if n > MAX_DRAIN) || self.continue_pending {
             self.conn.broken = true;
             return;
         }
@@ -743,14 +741,14 @@ impl Read for Exchange<'_> {
 pub struct RequestBody<'a> {
     conn: &'a mut Conn,
     state: &'a mut BodyState,
-    /// `Expect: 100-continue` not yet answered.
+    /// `Expect: 100-continue` not yet answered: cleared when it is.
     continue_pending: Option<&'a mut bool>,
 }
 
 impl Read for RequestBody<'_> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        if let Some(sent) = self.continue_pending.take() {
-            *sent = true;
+        if let Some(pending) = self.continue_pending.take() {
+            *pending = false;
             self.conn
                 .stream
                 .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
@@ -778,12 +776,11 @@ impl Read for RequestBody<'_> {
 impl Exchange<'_> {
     /// The head and the body reader together (forwarding needs both at once).
     pub fn parts(&mut self) -> (&RequestHead, RequestBody<'_>) {
-        let pending =
-            self.head.expects_continue() && !self.continue_sent && self.body != BodyState::Done;
+        let pending = self.continue_pending;
         let body = RequestBody {
             conn: self.conn,
             state: &mut self.body,
-            continue_pending: pending.then_some(&mut self.continue_sent),
+            continue_pending: pending.then_some(&mut self.continue_pending),
         };
         (&self.head, body)
     }

@@ -243,10 +243,6 @@ pub struct Upstream {
     /// For streams: a connection each, never reused, so each can be cancelled.
     hub_stream_agent: Agent,
     client_stream_agent: Agent,
-    /// For the rare request whose head outgrows the others' output buffer (long headers
-    /// or URLs): a large buffer, allocated for that connection only and never pooled.
-    hub_large_agent: Agent,
-    client_large_agent: Agent,
     token: Option<TokenSource>,
 }
 
@@ -284,12 +280,10 @@ impl Upstream {
         let client_tls = tls_config(&roots, None);
         Ok(Upstream {
             backends,
-            hub_agent: agent(hub_tls.clone(), true, OUTPUT_BUFFER),
-            client_agent: agent(client_tls.clone(), true, OUTPUT_BUFFER),
-            hub_stream_agent: agent(hub_tls.clone(), false, OUTPUT_BUFFER),
-            client_stream_agent: agent(client_tls.clone(), false, OUTPUT_BUFFER),
-            hub_large_agent: agent(hub_tls, false, LARGE_OUTPUT_BUFFER),
-            client_large_agent: agent(client_tls, false, LARGE_OUTPUT_BUFFER),
+            hub_agent: agent(hub_tls.clone(), true),
+            client_agent: agent(client_tls.clone(), true),
+            hub_stream_agent: agent(hub_tls, false),
+            client_stream_agent: agent(client_tls, false),
             token: token.map(TokenSource::new),
         })
     }
@@ -329,24 +323,29 @@ impl Upstream {
         let server = &self.backends.get(backend).base;
         let url = format!("{server}{}", req.path_and_query);
         let mut builder = http::Request::builder().method(req.method).uri(&url);
-        // What the request head will take in ureq's output buffer (with room for the
-        // request line's and the headers' punctuation and for `Host`).
-        let mut head_bytes = req.method.len() + url.len() + 128;
+        // ureq writes the request head a line at a time through its output buffer: the
+        // longest line must fit (the request line, with room for the version).
+        let mut longest_line = req.method.len() + url.len() + 12;
         // Headers the client named in `Connection` are hop-by-hop too (RFC 9110 §7.6.1).
-        // Most clients send no `Connection` header: then no header needs the second scan.
-        let has_connection = req
+        // Most clients send no `Connection` header: then nothing is collected.
+        let connection_tokens: Vec<&str> = req
             .headers
             .iter()
-            .any(|(n, _)| n.eq_ignore_ascii_case("connection"));
+            .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
+            .flat_map(|(_, v)| v.split(','))
+            .map(str::trim)
+            .collect();
         for (name, value) in req.headers {
             if is_hop_by_hop(name)
-                || (has_connection && http1::has_token(req.headers, "connection", name))
+                || connection_tokens
+                    .iter()
+                    .any(|t| t.eq_ignore_ascii_case(name))
                 || (req.accept.is_some() && name.eq_ignore_ascii_case("accept"))
                 || (req.identity == Identity::Hub && name.eq_ignore_ascii_case("authorization"))
             {
                 continue;
             }
-            head_bytes += name.len() + value.len() + 4;
+            longest_line = longest_line.max(name.len() + value.len() + 4);
             builder = builder.header(name.as_str(), value.as_str());
         }
         if let Some(accept) = req.accept {
@@ -355,7 +354,7 @@ impl Upstream {
         if req.identity == Identity::Hub
             && let Some(token) = self.token.as_ref().and_then(TokenSource::current)
         {
-            head_bytes += token.len() + 32;
+            longest_line = longest_line.max(token.len() + 24);
             builder = builder.header("authorization", format!("Bearer {token}"));
         }
         if let Some(length) = req.body.as_ref().and_then(|b| b.length) {
@@ -364,15 +363,15 @@ impl Upstream {
         // A stream gets a connection of its own, which can be shut down from another thread
         // when its client goes away; short exchanges share pooled connections.
         let streaming = matches!(req.deadline, Deadline::Stream(_));
-        let large = head_bytes > OUTPUT_BUFFER;
-        let agent = match (large, streaming, req.identity) {
-            (true, _, Identity::Hub) => &self.hub_large_agent,
-            (true, _, Identity::Client) => &self.client_large_agent,
-            (false, true, Identity::Hub) => &self.hub_stream_agent,
-            (false, true, Identity::Client) => &self.client_stream_agent,
-            (false, false, Identity::Hub) => &self.hub_agent,
-            (false, false, Identity::Client) => &self.client_agent,
+        let agent = match (streaming, req.identity) {
+            (true, Identity::Hub) => &self.hub_stream_agent,
+            (true, Identity::Client) => &self.client_stream_agent,
+            (false, Identity::Hub) => &self.hub_agent,
+            (false, Identity::Client) => &self.client_agent,
         };
+        // A line too long for the small buffer gets a large one for this request; ureq then
+        // gives it a connection of its own, never pooled, so the buffer goes with it.
+        let output_buffer = (longest_line > OUTPUT_BUFFER).then_some(LARGE_OUTPUT_BUFFER);
         if streaming {
             LAST_CONNECTION.with(|last| last.borrow_mut().take());
         }
@@ -382,11 +381,11 @@ impl Upstream {
                 let request = builder
                     .body(SendBody::from_reader(&mut body.reader))
                     .map_err(request_error)?;
-                agent.run(configure(agent, request, req.deadline))
+                agent.run(configure(agent, request, req.deadline, output_buffer))
             }
             None => {
                 let request = builder.body(()).map_err(request_error)?;
-                agent.run(configure(agent, request, req.deadline))
+                agent.run(configure(agent, request, req.deadline, output_buffer))
             }
         };
         let response = result.map_err(|e| transport_error(server, e))?;
@@ -477,10 +476,11 @@ fn tls_config(roots: &[Certificate<'static>], client_cert: Option<ClientCert>) -
 const INPUT_BUFFER: usize = 8 * 1024;
 const OUTPUT_BUFFER: usize = 4 * 1024;
 const MAX_RESPONSE_HEAD: usize = 8 * 1024;
-/// Output buffer for the largest head a client may send, with the hub's own headers added.
+/// Output buffer for a request with a header line longer than [`OUTPUT_BUFFER`]: the
+/// largest head a client may send, with room for the hub's own headers.
 const LARGE_OUTPUT_BUFFER: usize = http1::MAX_HEAD + 16 * 1024;
 
-fn agent(tls: TlsConfig, pooled: bool, output_buffer: usize) -> Agent {
+fn agent(tls: TlsConfig, pooled: bool) -> Agent {
     let config = Agent::config_builder()
         // A proxy passes every status through with its body.
         .http_status_as_error(false)
@@ -492,7 +492,7 @@ fn agent(tls: TlsConfig, pooled: bool, output_buffer: usize) -> Agent {
         .accept_encoding(AutoHeaderValue::None)
         .tls_config(tls)
         .input_buffer_size(INPUT_BUFFER)
-        .output_buffer_size(output_buffer)
+        .output_buffer_size(OUTPUT_BUFFER)
         .max_response_header_size(MAX_RESPONSE_HEAD)
         .max_idle_connections_per_host(if pooled { 4 } else { 0 })
         .max_idle_connections(if pooled { 8 } else { 0 })
@@ -552,8 +552,12 @@ fn configure<S: ureq::AsSendBody>(
     agent: &Agent,
     request: http::Request<S>,
     deadline: Deadline,
+    output_buffer: Option<usize>,
 ) -> http::Request<S> {
-    let builder = agent.configure_request(request);
+    let mut builder = agent.configure_request(request);
+    if let Some(size) = output_buffer {
+        builder = builder.output_buffer_size(size);
+    }
     match deadline {
         Deadline::Bounded(total) => builder
             .timeout_global(Some(total))
