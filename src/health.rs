@@ -2,16 +2,28 @@
 //! request picks one (`rr` or `priority`), and the checker threads that probe each backend
 //! every `--heartbeat-interval-seconds` with YurtHub's retry and healthy-threshold rules.
 //!
+//! A probe every 10 s leaves the flag stale for up to that long after a server dies. So a
+//! forwarded request that fails in transport reports it ([`Backends::report_failure`]): the
+//! server becomes *suspect* — requests no longer pick it and the hub counts as offline
+//! without it — and its checker is woken to probe at once instead of at its next tick. The
+//! woken round applies the same retry rule, back to back, so the flag settles within
+//! `(failed_retry + 1) × --heartbeat-timeout-seconds` (milliseconds when the connection is
+//! refused); its result clears the suspicion either way. A burst of failures wakes one round.
+//!
+//! [`Backends::recoveries`] counts the times a server became usable again (unhealthy or
+//! suspect before, healthy and trusted after): a held offline watch ends when it moves, never
+//! on a flag that merely has not been probed since the cloud died.
+//!
 //! The probe itself (an HTTP request) is given from outside through [`Probe`]: this module
-//! knows nothing about HTTP or TLS. "No backend is healthy" is how the rest of the hub knows
+//! knows nothing about HTTP or TLS. "No backend is usable" is how the rest of the hub knows
 //! it is offline.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::config::{Heartbeat, LbMode};
 
@@ -21,6 +33,17 @@ pub struct Backend {
     /// `https://host:port`.
     pub base: String,
     healthy: AtomicBool,
+    /// A forwarded request failed in transport and the woken probe has not ruled yet.
+    suspect: AtomicBool,
+    /// Wakes this backend's checker; one slot, so a burst of failures is one probe round.
+    wake: (Sender<()>, Receiver<()>),
+}
+
+impl Backend {
+    /// Healthy by its last probe and no request has failed on it since.
+    fn usable(&self) -> bool {
+        self.healthy.load(Ordering::Acquire) && !self.suspect.load(Ordering::Acquire)
+    }
 }
 
 /// The cloud apiservers and how requests spread over them.
@@ -29,6 +52,7 @@ pub struct Backends {
     list: Vec<Backend>,
     lb: LbMode,
     next: AtomicUsize,
+    recoveries: AtomicU64,
 }
 
 impl Backends {
@@ -40,10 +64,13 @@ impl Backends {
                 .map(|base| Backend {
                     base,
                     healthy: AtomicBool::new(true),
+                    suspect: AtomicBool::new(false),
+                    wake: crossbeam_channel::bounded(1),
                 })
                 .collect(),
             lb,
             next: AtomicUsize::new(0),
+            recoveries: AtomicU64::new(0),
         }
     }
 
@@ -62,10 +89,10 @@ impl Backends {
         self.list.is_empty()
     }
 
-    /// Picks a healthy backend other than `exclude`, by the load-balancing mode.
+    /// Picks a usable backend other than `exclude`, by the load-balancing mode.
     pub fn pick(&self, exclude: Option<usize>) -> Option<usize> {
         let n = self.list.len();
-        let usable = |i: usize| Some(i) != exclude && self.list[i].healthy.load(Ordering::Relaxed);
+        let usable = |i: usize| Some(i) != exclude && self.list[i].usable();
         match self.lb {
             LbMode::Priority => (0..n).find(|&i| usable(i)),
             LbMode::RoundRobin => {
@@ -75,20 +102,54 @@ impl Backends {
         }
     }
 
-    /// True when at least one backend is healthy: the hub is online.
+    /// True when at least one backend is usable: the hub is online.
     pub fn any_healthy(&self) -> bool {
-        self.list.iter().any(|b| b.healthy.load(Ordering::Relaxed))
+        self.list.iter().any(Backend::usable)
     }
 
-    /// Whether backend `index` is healthy.
+    /// Whether backend `index` is healthy by its last probe.
     pub fn is_healthy(&self, index: usize) -> bool {
-        self.list[index].healthy.load(Ordering::Relaxed)
+        self.list[index].healthy.load(Ordering::Acquire)
     }
 
-    /// Records a new health state, logging a change.
+    /// How many times a backend has become usable (healthy and not suspect) after it was not.
+    /// Compare two readings to learn whether the cloud came back in between.
+    pub fn recoveries(&self) -> u64 {
+        self.recoveries.load(Ordering::Acquire)
+    }
+
+    /// A forwarded request to backend `index` failed in transport: stop picking it and have
+    /// its checker probe it now. Only the first report before the probe rules wakes it.
+    pub fn report_failure(&self, index: usize) {
+        let backend = &self.list[index];
+        if !backend.healthy.load(Ordering::Acquire) || backend.suspect.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        log::info!(
+            "a request to the cloud server failed: probing it now server=\"{}\"",
+            backend.base
+        );
+        // Full means a wake is already pending: this failure joins that round.
+        let _ = backend.wake.0.try_send(());
+    }
+
+    /// Records a probe's verdict, logging a change; it settles any suspicion either way.
     pub fn set_healthy(&self, index: usize, healthy: bool) {
         let backend = &self.list[index];
-        let before = backend.healthy.swap(healthy, Ordering::Relaxed);
+        // The flag first, then the suspicion: a backend found dead is never usable between.
+        let before = backend.healthy.swap(healthy, Ordering::AcqRel);
+        let was_suspect = backend.suspect.swap(false, Ordering::AcqRel);
+        let was_usable = before && !was_suspect;
+        if healthy && !was_usable {
+            self.recoveries.fetch_add(1, Ordering::AcqRel);
+        }
+        if healthy && before && was_suspect {
+            log::info!(
+                "cloud server answered its probe after a failed request: still healthy server=\"{}\"",
+                backend.base
+            );
+        }
         if before != healthy {
             if healthy {
                 log::info!("cloud server is healthy server=\"{}\"", backend.base);
@@ -101,7 +162,7 @@ impl Backends {
                 && self
                     .list
                     .iter()
-                    .filter(|b| b.healthy.load(Ordering::Relaxed))
+                    .filter(|b| b.healthy.load(Ordering::Acquire))
                     .count()
                     == 1
             {
@@ -110,11 +171,11 @@ impl Backends {
         }
     }
 
-    /// (base, healthy) of every backend, for metrics.
+    /// (base, healthy by the last probe) of every backend, for metrics.
     pub fn snapshot(&self) -> Vec<(String, bool)> {
         self.list
             .iter()
-            .map(|b| (b.base.clone(), b.healthy.load(Ordering::Relaxed)))
+            .map(|b| (b.base.clone(), b.healthy.load(Ordering::Acquire)))
             .collect()
     }
 }
@@ -180,14 +241,18 @@ fn check_loop(
     stop: &Receiver<()>,
 ) {
     let base = backends.get(index).base.clone();
+    let wake = backends.get(index).wake.1.clone();
     let mut successes = 0u32;
     loop {
-        match stop.recv_timeout(hb.interval) {
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-            _ => return,
+        crossbeam_channel::select! {
+            recv(stop) -> _ => return,
+            recv(wake) -> _ => {}
+            default(hb.interval) => {}
         }
         if backends.is_healthy(index) {
             // A healthy server gets `failed_retry` more tries before it is declared unhealthy.
+            // They follow each other at once, also after a wake: a request has just failed,
+            // and requests answer locally until this round rules.
             let mut last_error = String::new();
             let ok = (0..=hb.failed_retry).any(|_| match probe.probe(&base, hb.timeout) {
                 Ok(()) => true,
@@ -202,8 +267,8 @@ fn check_loop(
                     hb.failed_retry
                 );
                 successes = 0;
-                backends.set_healthy(index, false);
             }
+            backends.set_healthy(index, ok);
         } else {
             match probe.probe(&base, hb.timeout) {
                 Ok(()) => {
@@ -254,6 +319,113 @@ mod tests {
         b.set_healthy(2, false);
         assert_eq!(b.pick(None), None);
         assert!(!b.any_healthy());
+    }
+
+    #[test]
+    fn recoveries_count_each_return_to_usable() {
+        let b = backends(1, LbMode::RoundRobin);
+        assert_eq!(b.recoveries(), 0);
+        b.set_healthy(0, true);
+        assert_eq!(b.recoveries(), 0, "healthy all along is no recovery");
+        b.set_healthy(0, false);
+        assert_eq!(b.recoveries(), 0);
+        b.set_healthy(0, true);
+        assert_eq!(b.recoveries(), 1);
+        // A failed request makes it unusable at once, with no probe yet; a probe that finds
+        // it healthy makes it usable again, which is a return too.
+        b.report_failure(0);
+        assert!(b.is_healthy(0) && !b.any_healthy() && b.pick(None).is_none());
+        b.set_healthy(0, true);
+        assert!(b.any_healthy());
+        assert_eq!(b.recoveries(), 2);
+        // Found dead: the suspicion gives way to the flag, and nothing returned.
+        b.report_failure(0);
+        b.set_healthy(0, false);
+        assert!(!b.any_healthy());
+        assert_eq!(b.recoveries(), 2);
+        // A request failing on a server already unhealthy changes nothing.
+        b.report_failure(0);
+        b.set_healthy(0, true);
+        assert_eq!(b.recoveries(), 3);
+        assert!(b.any_healthy());
+    }
+
+    /// A probe with one fixed answer that counts its calls.
+    struct Fixed {
+        ok: bool,
+        calls: AtomicUsize,
+    }
+
+    impl Probe for Fixed {
+        fn probe(&self, _: &str, _: Duration) -> Result<(), String> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            if self.ok {
+                Ok(())
+            } else {
+                Err("refused".into())
+            }
+        }
+    }
+
+    /// Runs a checker that would not probe for an hour on its own, reports `failures`
+    /// request failures at once, and waits until `done` holds.
+    fn woken(
+        ok: bool,
+        failures: usize,
+        done: impl Fn(&Backends) -> bool,
+    ) -> (Arc<Backends>, usize) {
+        let hb = Heartbeat {
+            interval: Duration::from_secs(3600),
+            timeout: Duration::from_millis(1),
+            failed_retry: 3,
+            healthy_threshold: 2,
+        };
+        let b = Arc::new(backends(1, LbMode::RoundRobin));
+        let probe = Arc::new(Fixed {
+            ok,
+            calls: AtomicUsize::new(0),
+        });
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let handles = spawn_checkers(Arc::clone(&b), probe.clone(), hb, stop_rx);
+        for _ in 0..failures {
+            b.report_failure(0);
+        }
+        assert!(
+            !b.any_healthy(),
+            "a failed request is not trusted until probed"
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !done(&b) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the checker never ruled"
+            );
+            thread::sleep(Duration::from_millis(1));
+        }
+        // A second round, if a burst had woken one, would have started by now.
+        thread::sleep(Duration::from_millis(50));
+        drop(stop_tx);
+        for h in handles {
+            h.join().unwrap();
+        }
+        let calls = probe.calls.load(Ordering::SeqCst);
+        (b, calls)
+    }
+
+    #[test]
+    fn a_failed_request_wakes_one_probe_round_that_finds_the_server_dead() {
+        let (b, calls) = woken(false, 20, |b| !b.is_healthy(0));
+        assert!(!b.any_healthy());
+        assert_eq!(calls, 4, "one round of 1 + failed_retry probes for a burst");
+        assert_eq!(b.recoveries(), 0);
+    }
+
+    #[test]
+    fn a_woken_probe_that_finds_the_server_up_trusts_it_again() {
+        let (b, calls) = woken(true, 5, Backends::any_healthy);
+        assert!(b.is_healthy(0));
+        assert_eq!(calls, 1);
+        assert_eq!(b.recoveries(), 1, "held watches end: the cloud is back");
     }
 
     /// A probe whose answers the test scripts; it records the backend's health at each call.

@@ -283,18 +283,24 @@ impl Offline {
             .map(Duration::from_secs)
             .unwrap_or_else(random_watch_duration);
         let started = Instant::now();
+        // The hold ends when a server becomes usable after it started, not whenever a flag
+        // says healthy: a flag not probed since the cloud died still does. A server usable
+        // already (it came back while this request was on its way, or another one is up)
+        // ends it at once: the client's next watch goes there.
+        let recoveries = self.backends.recoveries();
+        let usable_already = self.backends.any_healthy();
         let ended_cleanly = loop {
             let left = hold.saturating_sub(started.elapsed());
             if left.is_zero() || self.shutdown.load(Ordering::Relaxed) {
                 break true;
             }
+            if usable_already || self.backends.recoveries() != recoveries {
+                // End now so the client re-lists and re-watches through the cloud.
+                break true;
+            }
             // Waiting on the socket notices at once a client that hung up, freeing this thread.
             if writer.client_gone(left.min(WATCH_TICK)) {
                 break false;
-            }
-            if self.backends.any_healthy() {
-                // End now so the client re-lists and re-watches through the cloud.
-                break true;
             }
         };
         if ended_cleanly {

@@ -295,7 +295,12 @@ impl Upstream {
 
     /// Sends `req` to a healthy backend. An idempotent request without a body whose exchange
     /// fails before an answer is retried once on another healthy backend (or the same one
-    /// when it is the only one: a pooled connection the cloud closed looks like this too).
+    /// when it is the only one and the failure came after connecting: a pooled connection
+    /// the cloud closed looks like this too).
+    ///
+    /// A backend that refused the connection, timed out, or failed this request twice, is
+    /// reported to its health checker ([`Backends::report_failure`]): requests stop going
+    /// there until a probe, made at once, has ruled.
     pub fn send(&self, mut req: Outgoing<'_>) -> Result<Answer, UpstreamError> {
         let first = self
             .backends
@@ -303,13 +308,33 @@ impl Upstream {
             .ok_or(UpstreamError::NoHealthyBackend)?;
         let retryable = req.body.is_none() && matches!(req.method, "GET" | "HEAD");
         match self.send_to(first, &mut req) {
-            Err(err @ UpstreamError::Transport { .. }) if retryable => {
+            Err(err @ UpstreamError::Transport { .. }) => {
                 Metrics::inc(&METRICS.upstream_errors);
-                let second = self.backends.pick(Some(first)).unwrap_or(first);
+                // A connection that could not be made, or an answer that did not come in
+                // time, says the server may be down; a pooled connection that broke (the
+                // cloud closed it while idle) does not, until it happens twice.
+                let down = err.never_sent()
+                    || matches!(err, UpstreamError::Transport { timeout: true, .. });
+                if down {
+                    self.backends.report_failure(first);
+                }
+                if !retryable {
+                    return Err(err);
+                }
+                // The same server again only for a broken pooled connection.
+                let second = match self.backends.pick(Some(first)) {
+                    Some(other) => other,
+                    None if !down => first,
+                    None => return Err(err),
+                };
                 log::info!("retrying on another cloud server after: {err}");
                 Metrics::inc(&METRICS.upstream_retries);
-                self.send_to(second, &mut req)
-                    .inspect_err(|_| Metrics::inc(&METRICS.upstream_errors))
+                self.send_to(second, &mut req).inspect_err(|err| {
+                    Metrics::inc(&METRICS.upstream_errors);
+                    if matches!(err, UpstreamError::Transport { .. }) {
+                        self.backends.report_failure(second);
+                    }
+                })
             }
             Err(err) => {
                 Metrics::inc(&METRICS.upstream_errors);

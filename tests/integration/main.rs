@@ -16,4 +16,5 @@ mod forward;
 mod hostile;
 mod kubectl;
 mod offline;
+mod offline_hold;
 mod power_loss;

@@ -1,0 +1,224 @@
+//! Issue 11 item 1: an offline watch is held until the cloud has come back. The cloud dies
+//! just after a health probe, with the default `--heartbeat-interval-seconds=10`: kubelet's
+//! watch is held its full `timeoutSeconds` (not ended after a second because the health flag
+//! is stale), the hub dials the dead cloud a few times in all rather than once per request,
+//! and a held watch ends once the cloud is healthy again.
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::support::Cloud;
+use crate::support::hub::*;
+
+/// YurtHub's heartbeat defaults, written out so that they win over the fast ones the test
+/// launcher gives; the healthy threshold is 1 so the cloud's return is seen at one probe.
+const DEFAULT_HEARTBEAT: &[&str] = &[
+    "--heartbeat-interval-seconds=10",
+    "--heartbeat-timeout-seconds=2",
+    "--heartbeat-failed-retry=3",
+    "--heartbeat-healthy-threshold=1",
+];
+
+/// A cloud with kubelet's pods and node, and a hub (default heartbeat) whose kubelet cache is
+/// warm. The hub's start-up probe has just run when this returns; the next is ~10 s away.
+fn warm() -> (Cloud, Hub, TempDir) {
+    let cloud = Cloud::start();
+    for name in ["web-1", "web-2"] {
+        cloud.create(
+            "pods",
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"nodeName": "edge-1", "containers": [{"name": "c", "image": "busybox"}]}
+            }),
+        );
+    }
+    cloud.create("nodes", json!({"metadata": {"name": "edge-1"}}));
+    let dir = TempDir::new("offline-hold");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(DEFAULT_HEARTBEAT));
+    for path in [
+        "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+        "/api/v1/nodes/edge-1",
+    ] {
+        assert_eq!(get(&format!("{}{path}", hub.url()), KUBELET).status, 200);
+    }
+    assert!(
+        hub.wait_cached(
+            &[
+                "kubelet/pods.v1.core/default/web-1",
+                "kubelet/nodes.v1.core/edge-1"
+            ],
+            Duration::from_secs(10)
+        ),
+        "cache not warm: {}",
+        hub.logs()
+    );
+    (cloud, hub, dir)
+}
+
+/// One kubelet watch of pods: how long it lasted and whether its stream ended cleanly.
+fn watch(hub_url: &str, timeout_seconds: u64) -> (Duration, bool) {
+    let started = Instant::now();
+    let (status, mut body) = stream(
+        &format!("{hub_url}/api/v1/pods?watch=1&timeoutSeconds={timeout_seconds}"),
+        KUBELET,
+    );
+    assert_eq!(status, 200);
+    let mut rest = Vec::new();
+    let clean = body.read_to_end(&mut rest).is_ok();
+    (started.elapsed(), clean)
+}
+
+/// Polls the hub's health metric of `cloud` from now on; returns how long until it said
+/// unhealthy (None when it did not within `limit`).
+fn time_until_unhealthy(hub: &Hub, cloud: &Cloud, limit: Duration) -> JoinHandle<Option<Duration>> {
+    let (url, series) = (format!("{}/metrics", hub.serve_url()), health_series(cloud));
+    let since = Instant::now();
+    thread::spawn(move || {
+        let unhealthy = format!("{series} 0");
+        eventually(limit, || {
+            get(&url, "test").text().lines().any(|l| l == unhealthy)
+        })
+        .then(|| since.elapsed())
+    })
+}
+
+#[test]
+fn a_watch_is_held_its_full_timeout_when_the_cloud_dies_between_probes() {
+    let (cloud, hub, _dir) = warm();
+    cloud.stop();
+    let flag = time_until_unhealthy(&hub, &cloud, Duration::from_secs(30));
+    let (held, clean) = watch(&hub.url(), 3);
+    let flag = flag.join().unwrap();
+    eprintln!("connection refused: watch held {held:?}; health flag unhealthy after {flag:?}");
+    assert!(
+        held >= Duration::from_millis(2500) && held < Duration::from_secs(15),
+        "a 3 s watch was held {held:?}: {}",
+        hub.logs()
+    );
+    assert!(clean, "the held watch did not end cleanly");
+    assert!(
+        flag.is_some_and(|f| f <= held),
+        "the hub still held the dead cloud healthy when the watch ended ({flag:?})"
+    );
+
+    // Held while the cloud is away, ended once a probe finds it back.
+    let url = hub.url();
+    let long = thread::spawn(move || watch(&url, 60));
+    assert!(hub.wait_metric(IN_FLIGHT, 1.0, Duration::from_secs(10)));
+    cloud.restart();
+    let back = Instant::now();
+    let (held, clean) = long.join().unwrap();
+    assert!(clean, "the held watch did not end cleanly");
+    assert!(
+        back.elapsed() < Duration::from_secs(30) && held < Duration::from_secs(55),
+        "the held watch ended {:?} after the cloud came back",
+        back.elapsed()
+    );
+    assert!(hub.wait_healthy(&cloud, true, Duration::from_secs(5)));
+}
+
+/// A plain listener on a stopped cloud's port that accepts each connection and closes it at
+/// once, counting: the hub's dials at a dead cloud, made visible (a refused connection
+/// leaves no trace anywhere a test can read).
+struct DeadPort {
+    dials: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl DeadPort {
+    fn open(addr: SocketAddr) -> DeadPort {
+        let listener = TcpListener::bind(addr).expect("bind the stopped cloud's port");
+        listener
+            .set_nonblocking(true)
+            .expect("nonblocking listener");
+        let (dials, stop) = (
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let thread = {
+            let (dials, stop) = (Arc::clone(&dials), Arc::clone(&stop));
+            thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    match listener.accept() {
+                        Ok((conn, _)) => {
+                            dials.fetch_add(1, Ordering::SeqCst);
+                            drop(conn);
+                        }
+                        Err(_) => thread::sleep(Duration::from_millis(2)),
+                    }
+                }
+            })
+        };
+        DeadPort {
+            dials,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn dials(&self) -> u64 {
+        self.dials.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for DeadPort {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn a_dead_cloud_is_dialled_a_few_times_not_once_per_request() {
+    let (cloud, hub, _dir) = warm();
+    cloud.stop();
+    let dead = DeadPort::open(cloud.addr());
+    // Like kubelet: a 3 s watch, watched again whenever it ends early, while the node's
+    // status is read every 100 ms.
+    let url = hub.url();
+    let watches = thread::spawn(move || {
+        let started = Instant::now();
+        let mut runs = Vec::new();
+        while started.elapsed() < Duration::from_secs(3) {
+            runs.push(watch(&url, 3));
+        }
+        runs
+    });
+    let mut reads = 0;
+    while !watches.is_finished() {
+        let r = get(&format!("{}/api/v1/nodes/edge-1", hub.url()), KUBELET);
+        assert_eq!(r.status, 200, "{}", r.text());
+        reads += 1;
+        thread::sleep(Duration::from_millis(100));
+    }
+    let runs = watches.join().unwrap();
+    let dials = dead.dials();
+    eprintln!(
+        "accept-and-close: {dials} dials at the dead cloud during {} watch(es) {runs:?} and {reads} reads",
+        runs.len()
+    );
+    assert_eq!(
+        runs.len(),
+        1,
+        "kubelet had to watch again: {runs:?}\n{}",
+        hub.logs()
+    );
+    assert!(
+        runs[0].0 >= Duration::from_millis(2500) && runs[0].1,
+        "{runs:?}"
+    );
+    assert!(
+        dials <= 10,
+        "the hub dialled the dead cloud {dials} times for {reads} reads and one watch"
+    );
+}
