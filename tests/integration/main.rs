@@ -15,5 +15,6 @@ mod faults;
 mod forward;
 mod hostile;
 mod kubectl;
+mod list_scope;
 mod offline;
 mod power_loss;

@@ -67,6 +67,9 @@ struct Knobs {
     /// The next answers to paths under a prefix (not watches), replaced: the prefix, how
     /// many, and the status and JSON body sent instead.
     misanswer: Option<(String, usize, u16, Vec<u8>)>,
+    /// The next watches of paths under a prefix, answered with raw event lines instead: the
+    /// prefix, how many, and the lines (each sent as one chunk; then the stream ends).
+    misanswer_watch: Option<(String, usize, Vec<Vec<u8>>)>,
 }
 
 /// One apiserver instance: its front, its request log, its switches.
@@ -183,6 +186,7 @@ impl Cloud {
                 bookmark_every: None,
                 record: true,
                 misanswer: None,
+                misanswer_watch: None,
             }),
         });
         let internal_stop = Arc::new(AtomicBool::new(false));
@@ -293,6 +297,14 @@ impl Cloud {
     /// answer: a broken apiserver or a middlebox answering garbage.
     pub fn misanswer(&self, path: &str, n: usize, status: u16, body: &[u8]) {
         lock(&self.inst.knobs).misanswer = Some((path.to_owned(), n, status, body.to_vec()));
+    }
+
+    /// The next `n` watches of paths starting with `path` stream `lines` (raw bytes, one
+    /// chunk each) instead of the real events, then end: a broken apiserver sending events
+    /// the hub must not trust.
+    pub fn misanswer_watch(&self, path: &str, n: usize, lines: &[&[u8]]) {
+        let lines = lines.iter().map(|l| l.to_vec()).collect();
+        lock(&self.inst.knobs).misanswer_watch = Some((path.to_owned(), n, lines));
     }
 
     /// `/readyz` answers 200 `ok` (true, the default) or 500.
