@@ -123,7 +123,10 @@ fn a_plus_in_a_selector_value_is_a_space() {
     let r = list_and_commit(&hub, "labelSelector=app+in+(app-1,app-2)");
     assert_eq!((r.status, items(&r)), (200, 5));
     assert!(!pod_file(&hub, 1).exists(), "gone from the cloud, in scope");
-    assert!(pod_file(&hub, 3).exists(), "gone from the cloud, out of scope");
+    assert!(
+        pod_file(&hub, 3).exists(),
+        "gone from the cloud, out of scope"
+    );
     assert_eq!(cached(&hub), PODS - 1);
 }
 
@@ -169,7 +172,8 @@ fn item(ns: &str, name: &str, rv: u64) -> String {
 }
 
 /// An array that a derived serde struct would read as a pod head, field by field.
-const EVIL: &str = r#"["Pod",{"name":"evil","namespace":"ns","resourceVersion":"99"},{"nodeName":"node-0"}]"#;
+const EVIL: &str =
+    r#"["Pod",{"name":"evil","namespace":"ns","resourceVersion":"99"},{"nodeName":"node-0"}]"#;
 
 fn evil_file(cache: &Path) -> PathBuf {
     cache.join("kubelet/pods.v1.core/ns/evil")
@@ -219,9 +223,7 @@ fn watch_objects_that_are_not_objects_are_skipped_and_counted() {
     let cache = hub.spec.cache_dir.clone();
     let evil = format!(r#"{{"type":"ADDED","object":{EVIL}}}"#);
     let array_head = r#"{"type":"MODIFIED","object":{"kind":"Pod","metadata":["evil","ns","98"],"spec":{"nodeName":"node-0"}}}"#;
-    let good = format!(
-        r#"{{"type":"ADDED","object":{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"good","namespace":"ns","resourceVersion":"12"}},"spec":{{"nodeName":"node-0"}}}}}}"#
-    );
+    let good = r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"good","namespace":"ns","resourceVersion":"12"},"spec":{"nodeName":"node-0"}}}"#;
     cloud.misanswer_watch(
         "/api/v1/pods",
         1,

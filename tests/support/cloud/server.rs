@@ -205,7 +205,13 @@ fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>)
             }
             _ => None,
         };
-        (k.delay, drop_mid, k.gzip_threshold, misanswer, misanswer_watch)
+        (
+            k.delay,
+            drop_mid,
+            k.gzip_threshold,
+            misanswer,
+            misanswer_watch,
+        )
     };
     if !delay.is_zero() {
         thread::sleep(delay);
