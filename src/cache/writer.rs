@@ -1223,6 +1223,66 @@ mod tests {
         );
     }
 
+    /// Writes `body` as a whole-list answer of every pod.
+    fn list_answer(t: &TempStore, body: &str) {
+        write(&t.store, 1 << 20, |tx| {
+            let mut s = list(tx);
+            assert!(s.chunk(body.as_bytes()));
+            s.finish(true);
+        });
+    }
+
+    #[test]
+    fn items_that_are_not_objects_are_skipped_and_the_list_then_deletes_nothing() {
+        let t = TempStore::new("not-objects");
+        list_answer(&t, LIST);
+        let errors = METRICS.cache_errors.load(Ordering::Relaxed);
+        // `b` is left out, and two items cannot be read: one of them may be `b`.
+        let body = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"20"},"items":[
+            {"metadata":{"name":"a","namespace":"ns","resourceVersion":"15"},"spec":{"nodeName":"n1"}},
+            ["Pod",{"name":"evil","namespace":"ns","resourceVersion":"99"},{"nodeName":"n1"}],
+            {"metadata":["b","ns","16"],"spec":{"nodeName":"n1"}}]}"#;
+        list_answer(&t, body);
+        assert_eq!(
+            stored_rv_of(&t, "kubelet/pods.v1.core/ns/a").as_deref(),
+            Some("15")
+        );
+        assert!(t.read("kubelet/pods.v1.core/ns/evil").is_none());
+        assert_eq!(
+            stored_rv_of(&t, "kubelet/pods.v1.core/ns/b").as_deref(),
+            Some("7")
+        );
+        // Other tests count too: at least these two.
+        assert!(METRICS.cache_errors.load(Ordering::Relaxed) >= errors + 2);
+        // A watch event object that is an array is skipped the same.
+        write(&t.store, 1 << 20, |tx| {
+            let mut s = watch(tx);
+            let line = r#"{"type":"ADDED","object":["Pod",{"name":"evil","namespace":"ns","resourceVersion":"99"},{"nodeName":"n1"}]}"#;
+            assert!(s.chunk(format!("{line}\n").as_bytes()));
+            s.finish(false);
+        });
+        assert!(t.read("kubelet/pods.v1.core/ns/evil").is_none());
+    }
+
+    #[test]
+    fn an_answer_that_is_not_evidently_a_list_deletes_nothing() {
+        let t = TempStore::new("not-a-list");
+        list_answer(&t, LIST);
+        // A watch event read as a list: no kind, no items.
+        list_answer(
+            &t,
+            r#"{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"x"}}}"#,
+        );
+        assert!(t.read("kubelet/pods.v1.core/ns/a").is_some());
+        assert!(t.read("kubelet/pods.v1.core/ns/b").is_some());
+        // An empty list that says so replaces everything.
+        list_answer(
+            &t,
+            r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"30"},"items":[]}"#,
+        );
+        assert!(t.read("kubelet/pods.v1.core/ns/a").is_none());
+    }
+
     #[test]
     fn type_meta_goes_in_front() {
         let out = with_type_meta(br#"{"metadata":{"name":"a"}}"#, "Pod", "v1");
