@@ -164,6 +164,21 @@ fn a_correct_relist_after_a_misread_one_caches_everything() {
     assert_eq!(cached(&hub), PODS, "{}", hub.logs());
 }
 
+#[test]
+fn a_semicolon_the_cloud_may_read_as_a_separator_deletes_nothing() {
+    let (cloud, _dir, hub) = cached_pods("scope-semicolon");
+    // An apiserver built with Go before 1.17 reads `fieldSelector=spec.nodeName=nowhere`
+    // here; later ones drop the pair. The hub cannot know which, so it deletes nothing.
+    cloud.set_semicolon_separates(true);
+    let r = list_and_commit(&hub, "x=1;fieldSelector=spec.nodeName%3Dnowhere");
+    assert_eq!((r.status, items(&r)), (200, 0));
+    assert_eq!(cached(&hub), PODS, "{}", hub.logs());
+    cloud.set_semicolon_separates(false);
+    let r = list_and_commit(&hub, "x=1;fieldSelector=spec.nodeName%3Dnowhere");
+    assert_eq!((r.status, items(&r)), (200, PODS));
+    assert_eq!(cached(&hub), PODS);
+}
+
 /// A pod item as the apiserver lists it (no kind), on `node-0`.
 fn item(ns: &str, name: &str, rv: u64) -> String {
     format!(

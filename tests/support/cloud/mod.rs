@@ -70,6 +70,8 @@ struct Knobs {
     /// The next watches of paths under a prefix, answered with raw event lines instead: the
     /// prefix, how many, and the lines (each sent as one chunk; then the stream ends).
     misanswer_watch: Option<(String, usize, Vec<Vec<u8>>)>,
+    /// Queries are split on `;` as well as `&`, as Go before 1.17 did.
+    semicolon_separates: bool,
 }
 
 /// One apiserver instance: its front, its request log, its switches.
@@ -187,6 +189,7 @@ impl Cloud {
                 record: true,
                 misanswer: None,
                 misanswer_watch: None,
+                semicolon_separates: false,
             }),
         });
         let internal_stop = Arc::new(AtomicBool::new(false));
@@ -305,6 +308,12 @@ impl Cloud {
     pub fn misanswer_watch(&self, path: &str, n: usize, lines: &[&[u8]]) {
         let lines = lines.iter().map(|l| l.to_vec()).collect();
         lock(&self.inst.knobs).misanswer_watch = Some((path.to_owned(), n, lines));
+    }
+
+    /// Reads a `;` in a query as a separator, as apiservers built with Go before 1.17 did
+    /// (`true`), or drops the pair holding it, as later ones do (`false`, the default).
+    pub fn set_semicolon_separates(&self, on: bool) {
+        lock(&self.inst.knobs).semicolon_separates = on;
     }
 
     /// `/readyz` answers 200 `ok` (true, the default) or 500.

@@ -161,7 +161,11 @@ fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>)
     } else {
         None
     };
-    let query = Query(parse_query(raw_query));
+    let query = if lock(&inst.knobs).semicolon_separates {
+        Query(parse_query(&raw_query.replace(';', "&")))
+    } else {
+        Query(parse_query(raw_query))
+    };
     let is_watch = method == "GET" && (query.flag("watch") || path.contains("/watch/"));
     let record = lock(&inst.knobs).record;
     let seq = if !record {
