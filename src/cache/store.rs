@@ -913,7 +913,7 @@ impl Staged {
 impl Replace<'_> {
     /// The list answer's `metadata.resourceVersion`. Known before the items (the apiserver
     /// writes `metadata` first), it lets items that a tombstone wrongly refuses through:
-    /// a list at or after a removal is the cloud's truth (see [`Tombstone`]). Items staged
+    /// a list at or after a removal is the cloud's truth (see `Tombstone`). Items staged
     /// before it is known are judged without it.
     pub fn set_list_rv(&mut self, rv: Option<&str>) {
         self.list_rv = rv.and_then(|rv| rv.parse().ok());
