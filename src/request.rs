@@ -140,12 +140,16 @@ pub struct Query {
     pub limit: Option<u64>,
     /// `continue`.
     pub continue_token: Option<String>,
-    /// `watch=true|1`.
+    /// `watch`, read as the apiserver reads a boolean (see `go_bool`).
     pub watch: bool,
     /// `timeout` (a Go duration) on non-watch requests, in seconds when it parses.
     pub timeout: Option<u64>,
-    /// `follow=true` (a followed log: a long stream).
+    /// `follow`, read the same (a followed log: a long stream).
     pub follow: bool,
+    /// The query holds a `;`, which the cloud reads one way or another depending on its Go
+    /// version: what the hub read may not be what the cloud read, so a list answer to it
+    /// adds and updates but deletes nothing.
+    pub ambiguous: bool,
 }
 
 /// What the client will take as a response body.
@@ -415,14 +419,28 @@ pub fn truncate(s: &str) -> &str {
     }
 }
 
+/// Reads the query as the apiserver does: Go's `url.ParseQuery` (Go 1.17 and later), then
+/// its conversion to list options. Keys and values are unescaped (`%XX`, `+` as a space); a
+/// pair with a malformed escape is dropped, as Go drops it; of repeated keys the first pair
+/// Go keeps counts (`url.Values` conversion takes `values[0]`); unknown keys are ignored.
+///
+/// A pair holding a `;` is read the way Go 1.17 and later read it (dropped), but whether the
+/// cloud does depends on its Go version (before 1.17, `;` separated pairs), so the query is
+/// marked [`Query::ambiguous`] and a list answer to it deletes nothing.
 fn parse_query(raw: &str) -> Result<Query, RequestError> {
     let mut q = Query::default();
-    // The apiserver takes the first of repeated parameters; so does the hub, so that what it
-    // caches is the scope the cloud answered.
     let mut seen: u16 = 0;
     for pair in raw.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let bit = match k {
+        if pair.contains(';') {
+            q.ambiguous = true;
+            continue;
+        }
+        let (raw_key, raw_value) = pair.split_once('=').unwrap_or((pair, ""));
+        // A key that does not unescape, or not to UTF-8, is none the hub knows.
+        let Ok(k) = query_unescape(raw_key) else {
+            continue;
+        };
+        let bit = match k.as_ref() {
             "labelSelector" => 1,
             "fieldSelector" => 2,
             "resourceVersion" => 4,
@@ -437,42 +455,101 @@ fn parse_query(raw: &str) -> Result<Query, RequestError> {
         if seen & bit != 0 {
             continue;
         }
+        let v = match query_unescape(raw_value) {
+            Ok(v) => v.into_owned(),
+            // Go drops the pair: a later one with the same key may count.
+            Err(Unescape::BadEscape) => continue,
+            Err(Unescape::NotUtf8) => {
+                return Err(RequestError(format!(
+                    "query parameter {k} is not UTF-8 once unescaped"
+                )));
+            }
+        };
         seen |= bit;
-        let value = || -> Result<String, RequestError> {
-            // `+` is a space in a query; most values have none, so no copy for them.
-            let spaced = if v.contains('+') {
-                Cow::Owned(v.replace('+', " "))
-            } else {
-                Cow::Borrowed(v)
-            };
-            percent_decode(&spaced).map(Cow::into_owned).ok_or_else(|| {
-                RequestError(format!("query parameter {k} has a bad percent-escape"))
+        // Go's strconv.ParseInt(v, 10, 64), which the apiserver's conversion uses; beyond
+        // its range the hub clamps rather than refuses.
+        let number = |text: &str| -> Result<i64, RequestError> {
+            text.parse().or_else(|_| {
+                let digits = text.strip_prefix(['+', '-']).unwrap_or(text);
+                if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(RequestError(format!(
+                        "query parameter {k}={text:?} is not a number"
+                    )));
+                }
+                Ok(if text.starts_with('-') {
+                    i64::MIN
+                } else {
+                    i64::MAX
+                })
             })
         };
-        let number = |text: String| -> Result<u64, RequestError> {
-            text.parse()
-                .map_err(|_| RequestError(format!("query parameter {k}={text:?} is not a number")))
-        };
-        match k {
-            "labelSelector" => q.label_selector = Some(value()?),
-            "fieldSelector" => q.field_selector = Some(value()?),
-            "resourceVersion" => q.resource_version = Some(value()?),
-            "continue" => q.continue_token = Some(value()?),
-            // 0 means "the server's default", as the apiserver reads it; absurd values are
-            // clamped so no deadline arithmetic can overflow.
-            "timeoutSeconds" => {
-                q.timeout_seconds = Some(number(value()?)?)
+        match bit {
+            1 => q.label_selector = Some(v),
+            2 => q.field_selector = Some(v),
+            4 => q.resource_version = Some(v),
+            8 => q.continue_token = Some(v),
+            // 0 (or less) means "the server's default", as the apiserver reads it; absurd
+            // values are clamped so no deadline arithmetic can overflow.
+            16 => {
+                q.timeout_seconds = u64::try_from(number(&v)?)
+                    .ok()
                     .filter(|&t| t > 0)
                     .map(|t| t.min(MAX_TIMEOUT_SECONDS))
             }
-            "limit" => q.limit = Some(number(value()?)?),
-            "watch" => q.watch = matches!(value()?.as_str(), "true" | "1"),
-            "follow" => q.follow = matches!(value()?.as_str(), "true" | "1"),
-            "timeout" => q.timeout = parse_go_duration_secs(&value()?),
-            _ => {}
+            32 => q.limit = Some(u64::try_from(number(&v)?).unwrap_or(0)),
+            64 => q.watch = go_bool(&v),
+            128 => q.follow = go_bool(&v),
+            _ => q.timeout = parse_go_duration_secs(&v),
         }
     }
     Ok(q)
+}
+
+/// A boolean query parameter as the apiserver's conversion reads one that is present: only
+/// `0` and `false` (any case) are false; anything else, even empty, is true.
+fn go_bool(value: &str) -> bool {
+    !(value == "0" || value.eq_ignore_ascii_case("false"))
+}
+
+/// Why a query key or value does not unescape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unescape {
+    /// A `%` not followed by two hex digits: Go's `url.QueryUnescape` fails.
+    BadEscape,
+    /// Well formed, but the bytes are not UTF-8 (Go would keep them).
+    NotUtf8,
+}
+
+/// Go's `url.QueryUnescape`: `%XX` escapes and `+` as a space; borrowed when there is
+/// neither.
+fn query_unescape(s: &str) -> Result<Cow<'_, str>, Unescape> {
+    if !s.contains(['%', '+']) {
+        return Ok(Cow::Borrowed(s));
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = bytes.get(i + 1..i + 3).ok_or(Unescape::BadEscape)?;
+                let digit = |b: u8| (b as char).to_digit(16).ok_or(Unescape::BadEscape);
+                out.push((digit(hex[0])? * 16 + digit(hex[1])?) as u8);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out)
+        .map(Cow::Owned)
+        .map_err(|_| Unescape::NotUtf8)
 }
 
 /// Seconds of a simple Go duration (`30s`, `1m`, `1m30s`); None when it does not parse.
@@ -844,6 +921,89 @@ mod tests {
         .unwrap();
         assert_eq!(r.query.field_selector.as_deref(), Some("spec.nodeName=n1"));
         assert!(r.query.watch);
+    }
+
+    fn query(raw: &str) -> Query {
+        parse_query(raw).unwrap_or_else(|e| panic!("{raw}: {e}"))
+    }
+
+    #[test]
+    fn query_keys_and_values_are_unescaped_as_go_does() {
+        // Escaped keys are the keys the apiserver reads (issue 11, item 7).
+        let q = query("field%53elector=spec.nodeName%3Dnowhere&label%53elector=a%3Db&c%6Fntinue=x");
+        assert_eq!(q.field_selector.as_deref(), Some("spec.nodeName=nowhere"));
+        assert_eq!(q.label_selector.as_deref(), Some("a=b"));
+        assert_eq!(q.continue_token.as_deref(), Some("x"));
+        assert!(!q.ambiguous);
+        // `+` is a space in keys and values; `%2B` is a plus.
+        let q = query("labelSelector=app+in+(a,b)&resource%56ersion=1%2B2&field+Selector=x");
+        assert_eq!(q.label_selector.as_deref(), Some("app in (a,b)"));
+        assert_eq!(q.resource_version.as_deref(), Some("1+2"));
+        assert_eq!(q.field_selector, None, "`field Selector` is no known key");
+        // Keys are case-sensitive; unknown ones are ignored.
+        let q = query("FieldSelector=a%3Db&x=%zz&=v&&watch");
+        assert_eq!(q.field_selector, None);
+    }
+
+    #[test]
+    fn the_first_pair_go_keeps_counts() {
+        let q = query("field%53elector=a%3D1&fieldSelector=a%3D2&fieldSelector=");
+        assert_eq!(q.field_selector.as_deref(), Some("a=1"));
+        // A malformed escape drops its pair (Go's url.ParseQuery), so the next one counts.
+        let q = query("labelSelector=a%3D%zz&labelSelector=b%3D1&labelSelector=c");
+        assert_eq!(q.label_selector.as_deref(), Some("b=1"));
+        let q = query("limit=%&limit=5&continue=%4&continue=t");
+        assert_eq!((q.limit, q.continue_token.as_deref()), (Some(5), Some("t")));
+        // Not UTF-8 once unescaped: the hub cannot hold it, so it refuses the request.
+        assert!(parse_query("fieldSelector=a%3D%ff").is_err());
+        assert!(!query("x%ff=1").ambiguous, "an unknown key is ignored");
+    }
+
+    #[test]
+    fn a_semicolon_makes_the_query_ambiguous() {
+        // Go 1.17 and later drop the pair; earlier Go split on `;`. The hub reads it as the
+        // later do and marks the query so that no list answer to it deletes anything.
+        let q = query("labelSelector=a%3Db;fieldSelector=spec.nodeName%3Dx&limit=5");
+        assert!(q.ambiguous);
+        assert_eq!((q.label_selector, q.field_selector), (None, None));
+        assert_eq!(q.limit, Some(5));
+        assert!(!query("x=%3B").ambiguous, "an escaped `;` is just a byte");
+    }
+
+    #[test]
+    fn booleans_and_numbers_as_the_apiserver_converts_them() {
+        for (raw, want) in [
+            ("watch=true", true),
+            ("watch=1", true),
+            ("watch=True", true),
+            ("watch=yes", true),
+            ("watch=", true),
+            ("watch", true),
+            ("watch=0", false),
+            ("watch=false", false),
+            ("watch=FALSE", false),
+            ("", false),
+            ("watch=0&watch=1", false),
+        ] {
+            assert_eq!(query(raw).watch, want, "{raw}");
+        }
+        assert!(query("follow=t").follow);
+        assert_eq!(query("timeoutSeconds=%2B30").timeout_seconds, Some(30));
+        assert_eq!(query("timeoutSeconds=-1").timeout_seconds, None);
+        assert_eq!(query("limit=-1").limit, Some(0));
+        // `+` is a space, and Go's ParseInt takes no space.
+        for bad in [
+            "timeoutSeconds=",
+            "timeoutSeconds=+30",
+            "limit=x",
+            "limit=5_0",
+        ] {
+            assert!(parse_query(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            classify("GET", "/api/v1/pods?watch", &[]).unwrap().verb,
+            Verb::Watch
+        );
     }
 
     #[test]

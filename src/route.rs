@@ -76,8 +76,11 @@ pub enum CacheTarget {
         namespace: Option<String>,
         /// Selector scope.
         selectors: Selectors,
-        /// The request continues a paged list: upsert only, delete nothing. (A first page is
-        /// recognised by the `continue` in its answer, which the writer checks.)
+        /// Upsert only, delete nothing: the request continues a paged list, or its query is
+        /// one the cloud may read differently from the hub ([`Query::ambiguous`]). (A first
+        /// page is recognised by the `continue` in its answer, which the writer checks.)
+        ///
+        /// [`Query::ambiguous`]: crate::request::Query::ambiguous
         paged: bool,
     },
     /// A watch stream: each event upserts or deletes one object.
@@ -235,11 +238,12 @@ fn cache_target(
             collection,
             namespace: path.namespace.clone(),
             selectors: selectors.clone(),
-            paged: req
-                .query
-                .continue_token
-                .as_deref()
-                .is_some_and(|c| !c.is_empty()),
+            paged: req.query.ambiguous
+                || req
+                    .query
+                    .continue_token
+                    .as_deref()
+                    .is_some_and(|c| !c.is_empty()),
         }),
         Verb::Watch if req.method == Method::Get => Ok(CacheTarget::Watch { collection }),
         Verb::Create => Err(NoCacheReason::Subresource),
@@ -657,6 +661,49 @@ mod tests {
             edge(&r).cache,
             Ok(CacheTarget::List { paged: true, .. })
         ));
+        // The apiserver reads an escaped key as the key (issue 11, item 7).
+        let r = req(
+            "GET",
+            "/api/v1/pods?limit=500&c%6Fntinue=abc",
+            KUBELET,
+            None,
+        );
+        assert!(matches!(
+            edge(&r).cache,
+            Ok(CacheTarget::List { paged: true, .. })
+        ));
+    }
+
+    #[test]
+    fn a_list_the_cloud_may_read_otherwise_deletes_nothing() {
+        let r = req(
+            "GET",
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1;x=y",
+            KUBELET,
+            None,
+        );
+        assert!(matches!(
+            edge(&r).cache,
+            Ok(CacheTarget::List { paged: true, .. })
+        ));
+    }
+
+    #[test]
+    fn an_escaped_selector_key_is_the_list_scope() {
+        let r = req(
+            "GET",
+            "/api/v1/pods?field%53elector=spec.nodeName%3Dnowhere",
+            KUBELET,
+            None,
+        );
+        let Ok(CacheTarget::List { selectors, .. }) = edge(&r).cache else {
+            panic!("a cached list");
+        };
+        let pod = serde_json::json!({"metadata": {"name": "p"}, "spec": {"nodeName": "edge-1"}});
+        assert!(
+            !selectors.matches(&pod),
+            "edge-1 is outside spec.nodeName=nowhere"
+        );
     }
 
     #[test]

@@ -2,60 +2,140 @@
 //! namespace, resourceVersion, a list's continue token and a pod's node. Borrowed from the
 //! bytes, so reading it allocates nothing for ordinary values; everything else in the
 //! object is skipped.
+//!
+//! Only a JSON object is an object, at every level: serde's derived structs also accept a
+//! JSON array, field by field, so `["Pod",{"name":"evil","resourceVersion":"99"}]` would
+//! pass for a pod. The heads here deserialize from maps only, whoever parses them.
 
 use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
 
 use serde::Deserialize;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{Deserializer, MapAccess, Visitor};
 
 /// The head of an object (or of a list, whose `metadata` has the same fields).
-#[derive(Deserialize, Default)]
+#[derive(Default)]
 pub struct ObjectHead<'a> {
     /// `kind`.
-    #[serde(borrow, default)]
     pub kind: Option<Cow<'a, str>>,
     /// `metadata`.
-    #[serde(borrow, default)]
     pub metadata: Option<ObjectMeta<'a>>,
     /// `spec`, for `spec.nodeName`.
-    #[serde(borrow, default)]
     pub spec: Option<ObjectSpec<'a>>,
 }
 
 /// The fields of `metadata` the cache reads.
-#[derive(Deserialize, Default)]
+#[derive(Default)]
 pub struct ObjectMeta<'a> {
     /// `metadata.name`.
-    #[serde(borrow, default)]
     pub name: Option<Cow<'a, str>>,
     /// `metadata.namespace`.
-    #[serde(borrow, default)]
     pub namespace: Option<Cow<'a, str>>,
     /// `metadata.resourceVersion`.
-    #[serde(borrow, default, rename = "resourceVersion")]
     pub resource_version: Option<Cow<'a, str>>,
     /// `metadata.continue` (lists).
-    #[serde(borrow, default, rename = "continue")]
     pub continue_token: Option<Cow<'a, str>>,
 }
 
 /// The field of `spec` the cache reads.
-#[derive(Deserialize, Default)]
+#[derive(Default)]
 pub struct ObjectSpec<'a> {
     /// `spec.nodeName` (pods).
-    #[serde(borrow, default, rename = "nodeName")]
     pub node_name: Option<Cow<'a, str>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ObjectHead<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Fields<'a> {
+            #[serde(borrow, default)]
+            kind: Option<Cow<'a, str>>,
+            #[serde(borrow, default)]
+            metadata: Option<ObjectMeta<'a>>,
+            #[serde(borrow, default)]
+            spec: Option<ObjectSpec<'a>>,
+        }
+        let Fields {
+            kind,
+            metadata,
+            spec,
+        } = from_map(d)?;
+        Ok(ObjectHead {
+            kind,
+            metadata,
+            spec,
+        })
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ObjectMeta<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Fields<'a> {
+            #[serde(borrow, default)]
+            name: Option<Cow<'a, str>>,
+            #[serde(borrow, default)]
+            namespace: Option<Cow<'a, str>>,
+            #[serde(borrow, default, rename = "resourceVersion")]
+            resource_version: Option<Cow<'a, str>>,
+            #[serde(borrow, default, rename = "continue")]
+            continue_token: Option<Cow<'a, str>>,
+        }
+        let Fields {
+            name,
+            namespace,
+            resource_version,
+            continue_token,
+        } = from_map(d)?;
+        Ok(ObjectMeta {
+            name,
+            namespace,
+            resource_version,
+            continue_token,
+        })
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ObjectSpec<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Fields<'a> {
+            #[serde(borrow, default, rename = "nodeName")]
+            node_name: Option<Cow<'a, str>>,
+        }
+        let Fields { node_name } = from_map(d)?;
+        Ok(ObjectSpec { node_name })
+    }
+}
+
+/// Deserializes `T` from a JSON object and nothing else (an array is an error).
+fn from_map<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    struct MapOnly<T>(PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for MapOnly<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(MapAccessDeserializer::new(map))
+        }
+    }
+    d.deserialize_map(MapOnly(PhantomData))
 }
 
 impl<'a> ObjectHead<'a> {
     /// Reads the head of `bytes`; None when they are not a JSON object.
     pub fn parse(bytes: &'a [u8]) -> Option<ObjectHead<'a>> {
-        // serde's derived structs also accept a JSON array, field by field: a garbage cache
-        // file `[null,{"resourceVersion":"9999"}]` would pass for an object (served in
-        // offline lists, and "newer" than any answer that could repair it).
-        if !starts_object(bytes) {
-            return None;
-        }
-        serde_json::from_slice(bytes).ok()
+        Self::read(bytes).ok()
+    }
+
+    /// Reads the head of `bytes`, saying why it cannot. Any other way of deserializing an
+    /// [`ObjectHead`] is guarded the same: the type refuses anything but a JSON object, at
+    /// every level.
+    pub fn read(bytes: &'a [u8]) -> Result<ObjectHead<'a>, serde_json::Error> {
+        serde_json::from_slice(bytes)
     }
 
     /// `metadata.resourceVersion`.
@@ -89,6 +169,20 @@ mod tests {
     }
 
     #[test]
+    fn every_way_of_deserializing_a_head_refuses_an_array() {
+        let evil = br#"["Pod",{"name":"evil","namespace":"ns","resourceVersion":"99"}]"#;
+        assert!(serde_json::from_slice::<ObjectHead<'_>>(evil).is_err());
+        assert!(serde_json::from_slice::<ObjectMeta<'_>>(br#"["a","ns","9"]"#).is_err());
+        let err = ObjectHead::read(evil).err().unwrap();
+        assert!(err.to_string().contains("a JSON object"), "{err}");
+        let head =
+            ObjectHead::read(br#"{"metadata":{"name":"a\u0062","resourceVersion":"7"}}"#).unwrap();
+        let meta = head.metadata.unwrap();
+        assert_eq!(meta.name.as_deref(), Some("ab"));
+        assert_eq!(meta.resource_version.as_deref(), Some("7"));
+    }
+
+    #[test]
     fn starts_object_skips_json_whitespace_only() {
         assert!(starts_object(b" \t\r\n{"));
         assert!(starts_object(b"{}"));
@@ -116,6 +210,9 @@ mod tests {
             b"null",
             b"",
             b"\xff\xfe{}",
+            // Arrays one level down are refused the same.
+            br#"{"kind":"Pod","metadata":["evil","ns","99"]}"#,
+            br#"{"metadata":{"name":"a"},"spec":["edge-1"]}"#,
         ] {
             assert!(
                 ObjectHead::parse(garbage).is_none(),

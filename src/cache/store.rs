@@ -124,19 +124,40 @@ const TOMBSTONES: usize = 1024;
 /// says they are old, and the replay would write an older version back (one that stays if
 /// the hub is killed before the replay reaches the deletion). A list staged before the
 /// deletion would do the same at its commit.
+///
+/// A list taken at or after the moment the object was known gone is different: it is the
+/// cloud's whole truth at its resourceVersion, so an object it returns exists, and a
+/// tombstone that says otherwise is wrong (made by a DELETED that only meant "left this
+/// watch's selector", or by a replacement whose scope was not the cloud's). Such a list is
+/// never refused (see [`Tombstone`]).
 #[derive(Debug, Default)]
 struct Tombstones {
     /// `Arc`, not `Rc`: the store is shared with reader threads, so this must be `Send`.
-    stale_up_to: HashMap<Arc<ObjectKey>, u64>,
+    stale_up_to: HashMap<Arc<ObjectKey>, Tombstone>,
     /// Oldest first, for forgetting.
     order: VecDeque<Arc<ObjectKey>>,
 }
 
+/// What one removal says of an object's versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tombstone {
+    /// Versions up to this one are stale: watch events, gets and lists taken before
+    /// `gone_at` may not write them back.
+    up_to: u64,
+    /// The resourceVersion at which the cloud said the object was gone: the DELETED event's,
+    /// or that of the list that left it out. A list at or after it saw the cloud after the
+    /// removal; if it returns a version up to `up_to` (which exists from that version up to
+    /// the list's, so also at `gone_at`), the removal was not the cloud's, and the list wins.
+    gone_at: u64,
+}
+
 impl Tombstones {
-    /// Versions of the object up to `rv` may no longer be written.
-    fn bury(&mut self, key: &ObjectKey, rv: u64) {
-        if let Some(up_to) = self.stale_up_to.get_mut(key) {
-            *up_to = (*up_to).max(rv);
+    /// Versions of the object up to `rv` may no longer be written, unless by a list taken at
+    /// or after `gone_at`.
+    fn bury(&mut self, key: &ObjectKey, up_to: u64, gone_at: u64) {
+        if let Some(t) = self.stale_up_to.get_mut(key) {
+            t.up_to = t.up_to.max(up_to);
+            t.gone_at = t.gone_at.max(gone_at);
             return;
         }
         if self.order.len() >= TOMBSTONES
@@ -146,19 +167,23 @@ impl Tombstones {
         }
         let key = Arc::new(key.clone());
         self.order.push_back(Arc::clone(&key));
-        self.stale_up_to.insert(key, rv);
+        self.stale_up_to.insert(key, Tombstone { up_to, gone_at });
     }
 
     /// Whether version `rv` of `key` is at or below one the store removed. An unreadable
-    /// version never counts as stale, as in [`rv_newer`].
-    fn buries(&self, key: &ObjectKey, rv: Option<&str>) -> bool {
+    /// version never counts as stale, as in [`rv_newer`]. `list_rv` is the resourceVersion
+    /// of the list answer that returns `rv` (None for anything else): a list taken at or
+    /// after the removal is never refused.
+    fn buries(&self, key: &ObjectKey, rv: Option<&str>, list_rv: Option<u64>) -> bool {
         if self.stale_up_to.is_empty() {
             return false;
         }
         let Some(rv) = rv.and_then(|rv| rv.parse::<u64>().ok()) else {
             return false;
         };
-        self.stale_up_to.get(key).is_some_and(|&up_to| rv <= up_to)
+        self.stale_up_to
+            .get(key)
+            .is_some_and(|t| rv <= t.up_to && list_rv.is_none_or(|list_rv| list_rv < t.gone_at))
     }
 }
 
@@ -482,7 +507,7 @@ impl Store {
                 return Ok(false);
             }
             if let Ok(rv) = rv.parse::<u64>() {
-                self.bury(key, rv.saturating_sub(1));
+                self.bury(key, rv.saturating_sub(1), rv);
             }
         }
         if !real {
@@ -550,6 +575,7 @@ impl Store {
             entries: Vec::new(),
             report: ReplaceReport::default(),
             changes_at_begin: self.changes.load(Ordering::Relaxed),
+            list_rv: None,
             armed: true,
             collection_checked: false,
             namespace_checked: None,
@@ -579,20 +605,21 @@ impl Store {
         })
     }
 
-    /// Versions of `key` up to `rv` may no longer be written.
-    fn bury(&self, key: &ObjectKey, rv: u64) {
+    /// Versions of `key` up to `up_to` may no longer be written, but by a list taken at or
+    /// after `gone_at`.
+    fn bury(&self, key: &ObjectKey, up_to: u64, gone_at: u64) {
         self.tombstones
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .bury(key, rv);
+            .bury(key, up_to, gone_at);
     }
 
-    /// Whether version `rv` of `key` is at or below one this store removed.
+    /// Whether version `rv` of `key` (not from a list) is at or below one this store removed.
     fn buries(&self, key: &ObjectKey, rv: Option<&str>) -> bool {
         self.tombstones
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .buries(key, rv)
+            .buries(key, rv, None)
     }
 
     /// The directories from the root down to where the object's file lives.
@@ -846,6 +873,8 @@ pub struct Replace<'s> {
     entries: Vec<Staged>,
     report: ReplaceReport,
     changes_at_begin: usize,
+    /// The answer's resourceVersion, once known (see [`Replace::set_list_rv`]).
+    list_rv: Option<u64>,
     /// Whether dropping this must remove staged files.
     armed: bool,
     /// The component and kind directories were found to be real directories.
@@ -882,6 +911,14 @@ impl Staged {
 }
 
 impl Replace<'_> {
+    /// The list answer's `metadata.resourceVersion`. Known before the items (the apiserver
+    /// writes `metadata` first), it lets items that a tombstone wrongly refuses through:
+    /// a list at or after a removal is the cloud's truth (see `Tombstone`). Items staged
+    /// before it is known are judged without it.
+    pub fn set_list_rv(&mut self, rv: Option<&str>) {
+        self.list_rv = rv.and_then(|rv| rv.parse().ok());
+    }
+
     /// Stage one object of the list answer (written to a temporary file now, not yet
     /// visible). Identical objects, and objects older than the stored ones, are not written.
     pub fn put(
@@ -982,6 +1019,7 @@ impl Replace<'_> {
         list_rv: Option<&str>,
     ) -> Result<ReplaceReport, StoreError> {
         self.checkpoint(Step::Staged)?;
+        self.set_list_rv(list_rv);
         let keys = &self.keys;
         self.entries.sort_by(|a, b| a.key(keys).cmp(&b.key(keys)));
         if self.store.changes.load(Ordering::Relaxed) != self.changes_at_begin {
@@ -1059,14 +1097,15 @@ impl Replace<'_> {
                     name: stored.1,
                 };
                 journal.line(format_args!("delete\t{target}"))?;
-                // What the list removes is older than the list: a replay must not bring it back.
+                // What the list removes is older than the list: a replay must not bring it back,
+                // nor a list older than this one.
                 if let Some(rv) = rv.as_deref().and_then(|rv| rv.parse::<u64>().ok()) {
                     let key = ObjectKey {
                         collection: self.collection.clone(),
                         namespace: namespace.clone(),
                         name: name.clone(),
                     };
-                    store.bury(&key, rv);
+                    store.bury(&key, rv, self.list_rv.unwrap_or(rv));
                 }
                 self.report.deleted += 1;
             }
@@ -1206,7 +1245,7 @@ impl Replace<'_> {
             }
             None => probe.namespace = None,
         }
-        tombstones.buries(probe, rv)
+        tombstones.buries(probe, rv, self.list_rv)
     }
 
     /// The stored bytes of one object of this collection, checking each directory on the
@@ -2737,27 +2776,104 @@ mod tests {
             namespace: Some("ns".into()),
             name: name.into(),
         };
-        assert!(!tombstones.buries(&key("p0"), Some("1")));
+        assert!(!tombstones.buries(&key("p0"), Some("1"), None));
         for i in 0..=TOMBSTONES {
-            tombstones.bury(&key(&format!("p{i}")), 10);
+            tombstones.bury(&key(&format!("p{i}")), 10, 11);
         }
         assert_eq!(tombstones.order.len(), TOMBSTONES);
         assert_eq!(tombstones.stale_up_to.len(), TOMBSTONES);
-        assert!(!tombstones.buries(&key("p0"), Some("5")), "forgotten");
+        assert!(!tombstones.buries(&key("p0"), Some("5"), None), "forgotten");
         let last = key(&format!("p{TOMBSTONES}"));
-        assert!(tombstones.buries(&last, Some("10")));
-        assert!(!tombstones.buries(&last, Some("11")));
+        assert!(tombstones.buries(&last, Some("10"), None));
+        assert!(!tombstones.buries(&last, Some("11"), None));
         assert!(
-            !tombstones.buries(&last, Some("x")),
+            !tombstones.buries(&last, Some("x"), None),
             "unreadable: never stale"
         );
-        assert!(!tombstones.buries(&last, None));
+        assert!(!tombstones.buries(&last, None, None));
         // Cluster-scoped `p1` is another object than `ns/p1`.
         let cluster = ObjectKey {
             namespace: None,
             ..key("p1")
         };
-        assert!(!tombstones.buries(&cluster, Some("1")));
+        assert!(!tombstones.buries(&cluster, Some("1"), None));
+    }
+
+    #[test]
+    fn a_list_taken_after_the_removal_is_never_refused() {
+        let mut tombstones = Tombstones::default();
+        let key = ObjectKey {
+            collection: pods(),
+            namespace: Some("ns".into()),
+            name: "p".into(),
+        };
+        // Version 5 was left out by a list at 40.
+        tombstones.bury(&key, 5, 40);
+        assert!(tombstones.buries(&key, Some("5"), None), "a replayed event");
+        assert!(
+            tombstones.buries(&key, Some("5"), Some(39)),
+            "an older list"
+        );
+        assert!(
+            !tombstones.buries(&key, Some("5"), Some(40)),
+            "the cloud at 40"
+        );
+        assert!(!tombstones.buries(&key, Some("3"), Some(41)));
+        // Merged with a later removal, both bounds rise.
+        tombstones.bury(&key, 7, 50);
+        assert!(tombstones.buries(&key, Some("7"), Some(45)));
+        assert!(!tombstones.buries(&key, Some("7"), Some(50)));
+    }
+
+    /// Issue 11, item 7: a list whose scope the hub misread deleted objects the cloud still
+    /// has; the next whole list of them, at a later resourceVersion, must store them again.
+    #[test]
+    fn a_later_whole_list_restores_what_a_misread_list_removed() {
+        let dir = TempDir::new("replace-misread");
+        let store = open(&dir);
+        let mut first = store.begin_replace(&pods(), Some("a")).unwrap();
+        for (name, rv) in [("p", 5), ("q", 6)] {
+            let bytes = object(Some("a"), name, rv, "web");
+            first
+                .put(Some("a"), name, &bytes, Some(&rv.to_string()))
+                .unwrap();
+        }
+        first.commit(&mut |_| true, Some("10")).unwrap();
+        // Empty, as a list of another scope would be.
+        let misread = store.begin_replace(&pods(), Some("a")).unwrap();
+        let report = misread.commit(&mut |_| true, Some("10")).unwrap();
+        assert_eq!(report.deleted, 2);
+        // A replayed event and a list older than the removal are refused still.
+        let p = key(&pods(), Some("a"), "p");
+        assert_eq!(
+            store
+                .put(&p, &object(Some("a"), "p", 5, "web"), Some("5"))
+                .unwrap(),
+            PutOutcome::Stale
+        );
+        let mut older = store.begin_replace(&pods(), Some("a")).unwrap();
+        older.set_list_rv(Some("9"));
+        let bytes = object(Some("a"), "p", 5, "web");
+        assert_eq!(
+            older.put(Some("a"), "p", &bytes, Some("5")).unwrap(),
+            PutOutcome::Stale
+        );
+        drop(older);
+        // The cloud's whole list at (or after) the removal brings both back.
+        let mut relist = store.begin_replace(&pods(), Some("a")).unwrap();
+        relist.set_list_rv(Some("10"));
+        for (name, rv) in [("p", 5), ("q", 6)] {
+            let bytes = object(Some("a"), name, rv, "web");
+            assert!(matches!(
+                relist
+                    .put(Some("a"), name, &bytes, Some(&rv.to_string()))
+                    .unwrap(),
+                PutOutcome::Written { .. }
+            ));
+        }
+        relist.commit(&mut |_| true, Some("10")).unwrap();
+        assert!(get(&store, &pods(), Some("a"), "p").is_some());
+        assert!(get(&store, &pods(), Some("a"), "q").is_some());
     }
 
     /// Bug: a list staged an object while no file existed; a watch then stored and deleted

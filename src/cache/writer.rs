@@ -444,6 +444,8 @@ struct Active<'s> {
     list: Option<ListState<'s>>,
     /// A unit failed in a way that spoils the whole answer (a list that cannot commit).
     failed: bool,
+    /// Units of this answer skipped for not being a JSON object (see [`not_an_object`]).
+    not_objects: u64,
 }
 
 /// What a list answer has told so far.
@@ -453,6 +455,8 @@ struct ListState<'s> {
     api_version: Option<String>,
     resource_version: Option<String>,
     continue_token: bool,
+    /// The answer's `kind` says it is a list (`...List`).
+    is_list: bool,
 }
 
 fn handle<'s>(
@@ -484,9 +488,10 @@ fn handle<'s>(
                 return;
             };
             let (target, list) = (&active.target, &mut active.list);
+            let not_objects = &mut active.not_objects;
             let mut failed = false;
             let result = decoder.feed(&data, &mut |unit| {
-                if !apply_unit(store, failures, target, list, unit) {
+                if !apply_unit(store, failures, target, list, not_objects, unit) {
                     failed = true;
                 }
             });
@@ -506,7 +511,7 @@ fn handle<'s>(
             }
         }
         CacheMsg::Put { collection, bytes } => {
-            put_object(store, failures, &collection, &bytes);
+            put_object(store, failures, &collection, &bytes, &mut 0);
         }
     }
 }
@@ -571,6 +576,7 @@ fn begin<'s>(
                 api_version: None,
                 resource_version: None,
                 continue_token: false,
+                is_list: false,
             }),
             Err(e) => {
                 failures.error("begin list", &target, &e);
@@ -585,6 +591,7 @@ fn begin<'s>(
         abandoned,
         list,
         failed: false,
+        not_objects: 0,
     })
 }
 
@@ -593,8 +600,9 @@ fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complet
     let mut ok = complete && !active.failed && !active.abandoned.load(Ordering::Acquire);
     if ok && let Some(decoder) = active.decoder.as_mut() {
         let (list, mut failed) = (&mut active.list, false);
+        let not_objects = &mut active.not_objects;
         if let Err(e) = decoder.finish(&mut |unit| {
-            if !apply_unit(store, failures, target, list, unit) {
+            if !apply_unit(store, failures, target, list, not_objects, unit) {
                 failed = true;
             }
         }) {
@@ -627,8 +635,10 @@ fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complet
     else {
         return;
     };
-    // Only a whole list says which objects are gone; one page of it says nothing.
-    let whole = !*paged && !list.continue_token;
+    // Only a whole list says which objects are gone; one page of it says nothing, and
+    // neither does an answer that is not evidently a list or held items the hub could not
+    // read (an unreadable item may be an object the cloud still has).
+    let whole = !*paged && !list.continue_token && list.is_list && active.not_objects == 0;
     let mut in_scope = |bytes: &[u8]| -> bool {
         whole
             && serde_json::from_slice::<serde_json::Value>(bytes)
@@ -678,6 +688,7 @@ fn apply_unit(
     failures: &mut FailureLog,
     target: &CacheTarget,
     list: &mut Option<ListState<'_>>,
+    not_objects: &mut u64,
     unit: Unit<'_>,
 ) -> bool {
     match (unit, target) {
@@ -691,7 +702,7 @@ fn apply_unit(
             true
         }
         (Unit::Object(bytes), CacheTarget::Object { collection, .. }) => {
-            put_object(store, failures, collection, bytes);
+            put_object(store, failures, collection, bytes, not_objects);
             true
         }
         (Unit::ListMember { key, value }, _) => {
@@ -701,11 +712,11 @@ fn apply_unit(
             true
         }
         (Unit::ListItem(bytes), CacheTarget::List { collection, .. }) => match list.as_mut() {
-            Some(list) => list_item(failures, collection, list, bytes),
+            Some(list) => list_item(failures, collection, list, bytes, not_objects),
             None => false,
         },
         (Unit::WatchEvent(bytes), CacheTarget::Watch { collection }) => {
-            watch_event(store, failures, collection, bytes);
+            watch_event(store, failures, collection, bytes, not_objects);
             true
         }
         _ => true,
@@ -755,17 +766,36 @@ fn object_key(
     ))
 }
 
-fn put_object(store: &Store, failures: &mut FailureLog, collection: &CollectionKey, bytes: &[u8]) {
-    let head: ObjectHead<'_> = match serde_json::from_slice(bytes) {
+/// Counts a unit of an answer that is not a JSON object (it is skipped), and logs the first
+/// of each answer: a broken answer may hold thousands.
+fn not_an_object(
+    not_objects: &mut u64,
+    collection: &CollectionKey,
+    what: &str,
+    e: &serde_json::Error,
+) {
+    Metrics::inc(&METRICS.cache_errors);
+    *not_objects += 1;
+    if *not_objects == 1 {
+        log::warn!(
+            "cache: {what} in an answer for {}/{} is not a JSON object ({e}); skipped, as is \
+             any other in this answer (counted in tinyhub_cache_errors_total)",
+            collection.component,
+            collection.dir_name()
+        );
+    }
+}
+
+fn put_object(
+    store: &Store,
+    failures: &mut FailureLog,
+    collection: &CollectionKey,
+    bytes: &[u8],
+    not_objects: &mut u64,
+) {
+    let head = match ObjectHead::read(bytes) {
         Ok(h) => h,
-        Err(e) => {
-            log::warn!(
-                "cache: an answer for {} is not an object: {e}",
-                collection.dir_name()
-            );
-            Metrics::inc(&METRICS.cache_errors);
-            return;
-        }
+        Err(e) => return not_an_object(not_objects, collection, "an object", &e),
     };
     if let Some((key, rv)) = object_key(collection, &head) {
         count_put(
@@ -777,7 +807,13 @@ fn put_object(store: &Store, failures: &mut FailureLog, collection: &CollectionK
     }
 }
 
-fn watch_event(store: &Store, failures: &mut FailureLog, collection: &CollectionKey, bytes: &[u8]) {
+fn watch_event(
+    store: &Store,
+    failures: &mut FailureLog,
+    collection: &CollectionKey,
+    bytes: &[u8],
+    not_objects: &mut u64,
+) {
     let event: Event<'_> = match serde_json::from_slice(bytes) {
         Ok(e) => e,
         Err(e) => {
@@ -791,10 +827,11 @@ fn watch_event(store: &Store, failures: &mut FailureLog, collection: &Collection
     };
     let object = event.object.get().as_bytes();
     match event.kind.as_ref() {
-        "ADDED" | "MODIFIED" => put_object(store, failures, collection, object),
+        "ADDED" | "MODIFIED" => put_object(store, failures, collection, object, not_objects),
         "DELETED" => {
-            let Some(head) = ObjectHead::parse(object) else {
-                return;
+            let head = match ObjectHead::read(object) {
+                Ok(h) => h,
+                Err(e) => return not_an_object(not_objects, collection, "a watch object", &e),
             };
             let Some((key, rv)) = object_key(collection, &head) else {
                 return;
@@ -816,6 +853,7 @@ fn list_member(list: &mut ListState<'_>, key: &str, value: &[u8]) {
     match key {
         "kind" => {
             if let Ok(kind) = serde_json::from_slice::<String>(value) {
+                list.is_list = kind.ends_with("List");
                 list.item_kind = Some(kind.strip_suffix("List").unwrap_or(&kind).to_owned());
             }
         }
@@ -823,6 +861,7 @@ fn list_member(list: &mut ListState<'_>, key: &str, value: &[u8]) {
         "metadata" => {
             if let Ok(meta) = serde_json::from_slice::<ObjectMeta<'_>>(value) {
                 list.resource_version = meta.resource_version.map(Cow::into_owned);
+                list.replace.set_list_rv(list.resource_version.as_deref());
                 list.continue_token = meta.continue_token.is_some_and(|c| !c.is_empty());
             }
         }
@@ -837,16 +876,14 @@ fn list_item(
     collection: &CollectionKey,
     list: &mut ListState<'_>,
     bytes: &[u8],
+    not_objects: &mut u64,
 ) -> bool {
-    let head: ObjectHead<'_> = match serde_json::from_slice(bytes) {
+    let head = match ObjectHead::read(bytes) {
         Ok(h) => h,
+        // The rest of the list is still cached; the list then deletes nothing (see `end`).
         Err(e) => {
-            log::warn!(
-                "cache: an item of a {} list does not parse: {e}",
-                collection.dir_name()
-            );
-            Metrics::inc(&METRICS.cache_errors);
-            return false;
+            not_an_object(not_objects, collection, "a list item", &e);
+            return true;
         }
     };
     let Some((key, rv)) = object_key(collection, &head) else {
@@ -1184,6 +1221,66 @@ mod tests {
             None,
             "at or below what the list removed"
         );
+    }
+
+    /// Writes `body` as a whole-list answer of every pod.
+    fn list_answer(t: &TempStore, body: &str) {
+        write(&t.store, 1 << 20, |tx| {
+            let mut s = list(tx);
+            assert!(s.chunk(body.as_bytes()));
+            s.finish(true);
+        });
+    }
+
+    #[test]
+    fn items_that_are_not_objects_are_skipped_and_the_list_then_deletes_nothing() {
+        let t = TempStore::new("not-objects");
+        list_answer(&t, LIST);
+        let errors = METRICS.cache_errors.load(Ordering::Relaxed);
+        // `b` is left out, and two items cannot be read: one of them may be `b`.
+        let body = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"20"},"items":[
+            {"metadata":{"name":"a","namespace":"ns","resourceVersion":"15"},"spec":{"nodeName":"n1"}},
+            ["Pod",{"name":"evil","namespace":"ns","resourceVersion":"99"},{"nodeName":"n1"}],
+            {"metadata":["b","ns","16"],"spec":{"nodeName":"n1"}}]}"#;
+        list_answer(&t, body);
+        assert_eq!(
+            stored_rv_of(&t, "kubelet/pods.v1.core/ns/a").as_deref(),
+            Some("15")
+        );
+        assert!(t.read("kubelet/pods.v1.core/ns/evil").is_none());
+        assert_eq!(
+            stored_rv_of(&t, "kubelet/pods.v1.core/ns/b").as_deref(),
+            Some("7")
+        );
+        // Other tests count too: at least these two.
+        assert!(METRICS.cache_errors.load(Ordering::Relaxed) >= errors + 2);
+        // A watch event object that is an array is skipped the same.
+        write(&t.store, 1 << 20, |tx| {
+            let mut s = watch(tx);
+            let line = r#"{"type":"ADDED","object":["Pod",{"name":"evil","namespace":"ns","resourceVersion":"99"},{"nodeName":"n1"}]}"#;
+            assert!(s.chunk(format!("{line}\n").as_bytes()));
+            s.finish(false);
+        });
+        assert!(t.read("kubelet/pods.v1.core/ns/evil").is_none());
+    }
+
+    #[test]
+    fn an_answer_that_is_not_evidently_a_list_deletes_nothing() {
+        let t = TempStore::new("not-a-list");
+        list_answer(&t, LIST);
+        // A watch event read as a list: no kind, no items.
+        list_answer(
+            &t,
+            r#"{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"x"}}}"#,
+        );
+        assert!(t.read("kubelet/pods.v1.core/ns/a").is_some());
+        assert!(t.read("kubelet/pods.v1.core/ns/b").is_some());
+        // An empty list that says so replaces everything.
+        list_answer(
+            &t,
+            r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"30"},"items":[]}"#,
+        );
+        assert!(t.read("kubelet/pods.v1.core/ns/a").is_none());
     }
 
     #[test]

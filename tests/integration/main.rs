@@ -15,6 +15,7 @@ mod faults;
 mod forward;
 mod hostile;
 mod kubectl;
+mod list_scope;
 mod offline;
 mod offline_hold;
 mod power_loss;

@@ -218,15 +218,41 @@ pub fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Splits a raw query string into decoded `(key, value)` pairs, in order.
+/// Splits a raw query string into decoded `(key, value)` pairs, in order, as Go's
+/// `url.ParseQuery` (Go 1.17 and later) does, which is what the apiserver reads: a pair
+/// holding a `;` or a malformed `%` escape is dropped.
 pub fn parse_query(raw: &str) -> Vec<(String, String)> {
     raw.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (percent_decode(k), percent_decode(v)),
-            None => (percent_decode(p), String::new()),
+        .filter(|p| !p.is_empty() && !p.contains(';'))
+        .filter_map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            Some((query_unescape(k)?, query_unescape(v)?))
         })
         .collect()
+}
+
+/// Go's `url.QueryUnescape`: `%XX` (two hex digits, else None) and `+` as a space.
+fn query_unescape(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = b.get(i + 1..i + 3)?;
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return None;
+                }
+                let text = std::str::from_utf8(hex).ok()?;
+                out.push(u8::from_str_radix(text, 16).ok()?);
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    Some(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// Applies an RFC 7386 JSON merge patch to `target`.
@@ -288,5 +314,14 @@ mod tests {
         let q = parse_query("labelSelector=app%3Dweb%2Ctier+in+%28a%29&watch");
         assert_eq!(q[0], ("labelSelector".into(), "app=web,tier in (a)".into()));
         assert_eq!(q[1], ("watch".into(), "".into()));
+        // Encoded keys are decoded; pairs Go drops are dropped.
+        let q = parse_query("field%53elector=a%3Db&x=1;y=2&bad=%zz&c%6Fntinue=t");
+        assert_eq!(
+            q,
+            [
+                ("fieldSelector".into(), "a=b".into()),
+                ("continue".into(), "t".into())
+            ]
+        );
     }
 }

@@ -67,6 +67,11 @@ struct Knobs {
     /// The next answers to paths under a prefix (not watches), replaced: the prefix, how
     /// many, and the status and JSON body sent instead.
     misanswer: Option<(String, usize, u16, Vec<u8>)>,
+    /// The next watches of paths under a prefix, answered with raw event lines instead: the
+    /// prefix, how many, and the lines (each sent as one chunk; then the stream ends).
+    misanswer_watch: Option<(String, usize, Vec<Vec<u8>>)>,
+    /// Queries are split on `;` as well as `&`, as Go before 1.17 did.
+    semicolon_separates: bool,
 }
 
 /// One apiserver instance: its front, its request log, its switches.
@@ -183,6 +188,8 @@ impl Cloud {
                 bookmark_every: None,
                 record: true,
                 misanswer: None,
+                misanswer_watch: None,
+                semicolon_separates: false,
             }),
         });
         let internal_stop = Arc::new(AtomicBool::new(false));
@@ -293,6 +300,20 @@ impl Cloud {
     /// answer: a broken apiserver or a middlebox answering garbage.
     pub fn misanswer(&self, path: &str, n: usize, status: u16, body: &[u8]) {
         lock(&self.inst.knobs).misanswer = Some((path.to_owned(), n, status, body.to_vec()));
+    }
+
+    /// The next `n` watches of paths starting with `path` stream `lines` (raw bytes, one
+    /// chunk each) instead of the real events, then end: a broken apiserver sending events
+    /// the hub must not trust.
+    pub fn misanswer_watch(&self, path: &str, n: usize, lines: &[&[u8]]) {
+        let lines = lines.iter().map(|l| l.to_vec()).collect();
+        lock(&self.inst.knobs).misanswer_watch = Some((path.to_owned(), n, lines));
+    }
+
+    /// Reads a `;` in a query as a separator, as apiservers built with Go before 1.17 did
+    /// (`true`), or drops the pair holding it, as later ones do (`false`, the default).
+    pub fn set_semicolon_separates(&self, on: bool) {
+        lock(&self.inst.knobs).semicolon_separates = on;
     }
 
     /// `/readyz` answers 200 `ok` (true, the default) or 500.

@@ -84,8 +84,11 @@ impl Query {
             .map(|(_, v)| v.as_str())
     }
 
+    /// A boolean parameter as the apiserver reads one: present and neither `0` nor
+    /// `false` (any case) is true, even empty.
     fn flag(&self, key: &str) -> bool {
-        matches!(self.get(key), Some("true" | "1"))
+        self.get(key)
+            .is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
     }
 }
 
@@ -158,7 +161,11 @@ fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>)
     } else {
         None
     };
-    let query = Query(parse_query(raw_query));
+    let query = if lock(&inst.knobs).semicolon_separates {
+        Query(parse_query(&raw_query.replace(';', "&")))
+    } else {
+        Query(parse_query(raw_query))
+    };
     let is_watch = method == "GET" && (query.flag("watch") || path.contains("/watch/"));
     let record = lock(&inst.knobs).record;
     let seq = if !record {
@@ -181,7 +188,7 @@ fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>)
             headers: req.headers.clone(),
         })
     };
-    let (delay, drop_mid, threshold, misanswer) = {
+    let (delay, drop_mid, threshold, misanswer, misanswer_watch) = {
         let mut k = lock(&inst.knobs);
         let faulty = !is_watch && !is_health(path);
         let drop_mid = faulty && k.drop_mid > 0;
@@ -195,7 +202,20 @@ fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>)
             }
             _ => None,
         };
-        (k.delay, drop_mid, k.gzip_threshold, misanswer)
+        let misanswer_watch = match &mut k.misanswer_watch {
+            Some((prefix, n, lines)) if is_watch && *n > 0 && path.starts_with(&**prefix) => {
+                *n -= 1;
+                Some(lines.clone())
+            }
+            _ => None,
+        };
+        (
+            k.delay,
+            drop_mid,
+            k.gzip_threshold,
+            misanswer,
+            misanswer_watch,
+        )
     };
     if !delay.is_zero() {
         thread::sleep(delay);
@@ -229,6 +249,15 @@ fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>)
     if let Some((status, body)) = misanswer {
         let mut b = reply.body(status, "application/json");
         return b.write_all(&body).and_then(|()| b.finish()).is_ok() && !drop_mid;
+    }
+    if let Some(lines) = misanswer_watch {
+        let sent = reply.watch().and_then(|mut w| {
+            for line in &lines {
+                w.send(line, true)?;
+            }
+            w.end()
+        });
+        return sent.is_ok();
     }
     let ctx = Ctx {
         inst,
