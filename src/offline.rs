@@ -295,22 +295,56 @@ impl Offline {
         Ok(200)
     }
 
-    /// The kind of `path`'s objects from a cached discovery document, for an empty list.
+    /// The kind of `path`'s objects from a cached discovery document, for an empty list: the
+    /// group-version's own document, else aggregated `/api` or `/apis` (all that a client
+    /// with aggregated discovery, kubectl ≥ 1.26, ever reads).
     fn kind_from_discovery(&self, path: &ResourcePath) -> Option<String> {
+        let read = |file: &str| -> Option<serde_json::Value> {
+            let bytes = self.store.get_non_resource(file).ok()??;
+            serde_json::from_slice(&bytes).ok()
+        };
         let file = if path.group.is_empty() {
             format!("_api_{}", path.version)
         } else {
             format!("_apis_{}_{}", path.group, path.version)
         };
-        let bytes = self.store.get_non_resource(&file).ok()??;
-        let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-        doc.get("resources")?
-            .as_array()?
-            .iter()
-            .find(|r| r.get("name").and_then(|n| n.as_str()) == Some(path.resource.as_str()))?
-            .get("kind")?
-            .as_str()
-            .map(str::to_owned)
+        let legacy = read(&file).and_then(|doc| {
+            doc.get("resources")?
+                .as_array()?
+                .iter()
+                .find(|r| r["name"].as_str() == Some(path.resource.as_str()))?
+                .get("kind")?
+                .as_str()
+                .map(str::to_owned)
+        });
+        let root = if path.group.is_empty() {
+            "_api"
+        } else {
+            "_apis"
+        };
+        legacy.or_else(|| {
+            [DiscoveryForm::V2, DiscoveryForm::V2Beta1]
+                .into_iter()
+                .find_map(|form| {
+                    let doc = read(&document_file(root, form)?)?;
+                    // The core group's item has no name.
+                    let group = doc["items"]
+                        .as_array()?
+                        .iter()
+                        .find(|g| g["metadata"]["name"].as_str().unwrap_or("") == path.group)?;
+                    let version = group["versions"]
+                        .as_array()?
+                        .iter()
+                        .find(|v| v["version"].as_str() == Some(path.version.as_str()))?;
+                    version["resources"]
+                        .as_array()?
+                        .iter()
+                        .find(|r| r["resource"].as_str() == Some(path.resource.as_str()))?
+                        ["responseKind"]["kind"]
+                        .as_str()
+                        .map(str::to_owned)
+                })
+        })
     }
 
     fn watch<'c>(&self, ex: Exchange<'c>, req: &ApiRequest, path: &ResourcePath) -> Answered<'c> {

@@ -183,6 +183,9 @@ fn kubectl_with_a_cold_discovery_cache_works_offline() {
     assert!(pods.contains("web-1"), "{pods}");
     let cms = ok(&["get", "cm", "-o", "name"]);
     assert!(cms.contains("configmap/settings"), "{cms}");
+    // An empty list still says its kind (from the aggregated document: kubectl read no other).
+    let none = ok(&["get", "cm", "-n", "kube-system"]);
+    assert!(none.contains("No resources found"), "{none}");
     let cached = |name: &str| Path::new(&hub.spec.cache_dir).join(name).exists();
     assert!(cached("_api.aggregated.v2") && cached("_apis.aggregated.v2"));
 }
