@@ -83,6 +83,7 @@ fn each_discovery_form_is_cached_and_answered_offline_as_the_client_asks() {
         assert_eq!(a.status, 200, "{path}: {}", a.text());
         assert_eq!(a.header("content-type"), Some(V2), "{path}");
         assert_eq!(&a.json(), aggregated, "{path}");
+        assert_eq!(a.header("vary"), Some("Accept"), "{path}");
         for accept in ["application/json", "*/*"] {
             let l = get_accept(&url(path), accept);
             assert_eq!(l.status, 200, "{path} {accept}");
@@ -125,6 +126,23 @@ fn each_discovery_form_is_cached_and_answered_offline_as_the_client_asks() {
             && message.contains("application/json"),
         "{message}"
     );
+}
+
+#[test]
+fn discovery_never_read_is_unavailable_not_missing() {
+    let cloud = Cloud::start();
+    let dir = TempDir::new("discovery-cold");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    cloud.stop();
+    assert!(hub.wait_healthy(&cloud, false, Duration::from_secs(15)));
+    // A 404 for /api tells client-go the server has no core group; the hub does not know.
+    for path in ["/api", "/apis"] {
+        for accept in [KUBECTL_ACCEPT, V2, "application/json"] {
+            let r = get_accept(&format!("{}{path}", hub.url()), accept);
+            assert_eq!(r.status, 503, "{path} {accept}: {}", r.text());
+            assert_eq!(r.json()["reason"], "ServiceUnavailable");
+        }
+    }
 }
 
 #[test]
