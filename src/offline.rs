@@ -18,8 +18,8 @@ use crate::cache::object::{ObjectHead, starts_object};
 use crate::cache::store::{Store, StoreError};
 use crate::cache::writer::CacheTx;
 use crate::health::Backends;
-use crate::request::{ApiRequest, ResourcePath};
-use crate::route::{Local, Route, collection_key};
+use crate::request::{ApiRequest, DiscoveryForm, ResourcePath, Target};
+use crate::route::{Local, Route, collection_key, document_file};
 use crate::server::{self, Exchange, Length};
 use crate::status::Status;
 
@@ -47,7 +47,7 @@ impl Offline {
     /// Answers `req` from the cache; returns the HTTP status sent.
     pub fn answer(&self, ex: Exchange<'_>, req: &ApiRequest, route: &Route) -> u16 {
         let result = match (&route.local, req.resource()) {
-            (Local::NonResource(file), _) => self.document(ex, file),
+            (Local::NonResource(file), _) => self.document(ex, req, file),
             (Local::Forbidden, _) => Err((
                 ex,
                 Status::forbidden(
@@ -76,15 +76,63 @@ impl Offline {
         }
     }
 
-    fn document<'c>(&self, ex: Exchange<'c>, file: &str) -> Answered<'c> {
-        match self.store.get_non_resource(file) {
-            Ok(Some(bytes)) => send_json(ex, 200, &bytes),
-            Ok(None) => Err((
-                ex,
-                Status::not_found_message(format!("{file} is not cached")),
-            )),
-            Err(e) => Err((ex, Status::internal(format!("reading the cache: {e}")))),
+    /// A cached document in the first form the client takes that is cached, as the apiserver
+    /// picks from the `Accept` (`/api` and `/apis` are kept in legacy and aggregated forms).
+    /// A document cached only in forms the client does not take is a 406 naming them, as the
+    /// apiserver says it; `/api` or `/apis` not cached at all is a 503 (a 404 would tell
+    /// client-go that the server has no such API).
+    fn document<'c>(&self, ex: Exchange<'c>, req: &ApiRequest, file: &str) -> Answered<'c> {
+        let read = |form| -> Result<Option<Vec<u8>>, StoreError> {
+            match document_file(file, form) {
+                Some(name) => self.store.get_non_resource(&name),
+                None => Ok(None),
+            }
+        };
+        let accept = req.accept.discovery();
+        for form in accept.forms() {
+            match read(form) {
+                Ok(Some(bytes)) => {
+                    let _ = ex.send(
+                        200,
+                        &[("Content-Type", form.content_type()), ("Vary", "Accept")],
+                        &bytes,
+                    );
+                    return Ok(200);
+                }
+                Ok(None) => {}
+                Err(e) => return Err((ex, Status::internal(format!("reading the cache: {e}")))),
+            }
         }
+        let mut cached = Vec::new();
+        for form in DiscoveryForm::ALL {
+            match read(form) {
+                Ok(Some(_)) => cached.push(form.content_type()),
+                Ok(None) => {}
+                Err(e) => return Err((ex, Status::internal(format!("reading the cache: {e}")))),
+            }
+        }
+        let root = document_file(file, DiscoveryForm::V2).is_some();
+        let status = if !cached.is_empty() {
+            Status::new(
+                406,
+                "NotAcceptable",
+                format!(
+                    "only the following media types are accepted: {}",
+                    cached.join(", ")
+                ),
+            )
+        } else if root {
+            let path = match &req.target {
+                Target::NonResource(path) => path.as_str(),
+                Target::Resource(_) => file,
+            };
+            Status::service_unavailable(format!(
+                "the cloud apiserver is unreachable and {path} is not cached"
+            ))
+        } else {
+            Status::not_found_message(format!("{file} is not cached"))
+        };
+        Err((ex, status))
     }
 
     fn get<'c>(&self, ex: Exchange<'c>, req: &ApiRequest, path: &ResourcePath) -> Answered<'c> {
@@ -247,22 +295,56 @@ impl Offline {
         Ok(200)
     }
 
-    /// The kind of `path`'s objects from a cached discovery document, for an empty list.
+    /// The kind of `path`'s objects from a cached discovery document, for an empty list: the
+    /// group-version's own document, else aggregated `/api` or `/apis` (all that a client
+    /// with aggregated discovery, kubectl ≥ 1.26, ever reads).
     fn kind_from_discovery(&self, path: &ResourcePath) -> Option<String> {
+        let read = |file: &str| -> Option<serde_json::Value> {
+            let bytes = self.store.get_non_resource(file).ok()??;
+            serde_json::from_slice(&bytes).ok()
+        };
         let file = if path.group.is_empty() {
             format!("_api_{}", path.version)
         } else {
             format!("_apis_{}_{}", path.group, path.version)
         };
-        let bytes = self.store.get_non_resource(&file).ok()??;
-        let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-        doc.get("resources")?
-            .as_array()?
-            .iter()
-            .find(|r| r.get("name").and_then(|n| n.as_str()) == Some(path.resource.as_str()))?
-            .get("kind")?
-            .as_str()
-            .map(str::to_owned)
+        let legacy = read(&file).and_then(|doc| {
+            doc.get("resources")?
+                .as_array()?
+                .iter()
+                .find(|r| r["name"].as_str() == Some(path.resource.as_str()))?
+                .get("kind")?
+                .as_str()
+                .map(str::to_owned)
+        });
+        let root = if path.group.is_empty() {
+            "_api"
+        } else {
+            "_apis"
+        };
+        legacy.or_else(|| {
+            [DiscoveryForm::V2, DiscoveryForm::V2Beta1]
+                .into_iter()
+                .find_map(|form| {
+                    let doc = read(&document_file(root, form)?)?;
+                    // The core group's item has no name.
+                    let group = doc["items"]
+                        .as_array()?
+                        .iter()
+                        .find(|g| g["metadata"]["name"].as_str().unwrap_or("") == path.group)?;
+                    let version = group["versions"]
+                        .as_array()?
+                        .iter()
+                        .find(|v| v["version"].as_str() == Some(path.version.as_str()))?;
+                    version["resources"]
+                        .as_array()?
+                        .iter()
+                        .find(|r| r["resource"].as_str() == Some(path.resource.as_str()))?
+                        ["responseKind"]["kind"]
+                        .as_str()
+                        .map(str::to_owned)
+                })
+        })
     }
 
     fn watch<'c>(&self, ex: Exchange<'c>, req: &ApiRequest, path: &ResourcePath) -> Answered<'c> {

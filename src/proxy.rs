@@ -305,8 +305,13 @@ impl Hub {
         in_flight: Option<&InFlight>,
     ) -> Result<CacheStatus, (Option<Exchange<'c>>, Failure)> {
         let mut session = None;
-        let cache_status = match (&route.cache, &self.cache) {
-            (Ok(target), Some(cache)) if wants_cache(target, &answer) => {
+        let answer_target = route
+            .cache
+            .as_ref()
+            .ok()
+            .and_then(|t| wants_cache(t, &answer));
+        let cache_status = match (&route.cache, &self.cache, answer_target) {
+            (Ok(_), Some(cache), Some(target)) => {
                 // Should the disk fall behind, the hub reads the answer again itself: reads
                 // only, and only on its own credentials, which the client's did not replace.
                 let refill = component
@@ -315,16 +320,16 @@ impl Hub {
                         path_and_query: ex.url().to_owned(),
                         component: component.to_owned(),
                     });
-                session = cache.begin(target.clone(), answer.status, answer.is_gzip(), refill);
+                session = cache.begin(target, answer.status, answer.is_gzip(), refill);
                 if session.is_some() {
                     CacheStatus::Stored
                 } else {
                     CacheStatus::Dropped
                 }
             }
-            (Ok(_), Some(_)) => CacheStatus::Bypass(NoCacheReason::Answer),
-            (Ok(_), None) => CacheStatus::Bypass(NoCacheReason::CacheUnavailable),
-            (Err(reason), _) => CacheStatus::Bypass(*reason),
+            (Ok(_), Some(_), None) => CacheStatus::Bypass(NoCacheReason::Answer),
+            (Ok(_), None, _) => CacheStatus::Bypass(NoCacheReason::CacheUnavailable),
+            (Err(reason), _, _) => CacheStatus::Bypass(*reason),
         };
         let mut traffic = Traffic(in_flight, 0);
 
@@ -447,9 +452,10 @@ impl Drop for Traffic<'_> {
     }
 }
 
-/// True when an answer with this status is worth a cache session.
-fn wants_cache(target: &CacheTarget, answer: &Answer) -> bool {
-    match answer.status {
+/// What an answer is cached as, when its status is worth a cache session (a discovery
+/// document goes to the file of the form the cloud answered in).
+fn wants_cache(target: &CacheTarget, answer: &Answer) -> Option<CacheTarget> {
+    let worth = match answer.status {
         200 | 201 => answer.is_json(),
         // A 404 for a list prunes the kind; for a get it removes the object.
         404 => matches!(
@@ -457,7 +463,10 @@ fn wants_cache(target: &CacheTarget, answer: &Answer) -> bool {
             CacheTarget::List { .. } | CacheTarget::Object { name: Some(_), .. }
         ),
         _ => false,
-    }
+    };
+    worth
+        .then(|| target.for_answer(answer.header("content-type")))
+        .flatten()
 }
 
 fn passthrough_route(has_authorization: bool) -> Route {

@@ -3,11 +3,14 @@
 //! what `Accept` to ask the cloud for, how long it may take and whose credentials it carries.
 //! Pure functions from values to decisions; `proxy.rs` carries them out.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::cache::key::{CollectionKey, non_resource_file_name};
 use crate::config::WorkingMode;
-use crate::request::{Accept, ApiRequest, Method, ResourcePath, Target, Verb, is_component_name};
+use crate::request::{
+    Accept, ApiRequest, DiscoveryForm, Method, ResourcePath, Target, Verb, is_component_name,
+};
 use crate::selector::Selectors;
 use crate::status::Status;
 use crate::upstream::{Deadline, Identity};
@@ -90,7 +93,7 @@ pub enum CacheTarget {
     },
     /// `/version` or a discovery document.
     NonResource {
-        /// File name under the cache root.
+        /// File name under the cache root (of the legacy form: see [`CacheTarget::for_answer`]).
         file: String,
     },
 }
@@ -103,6 +106,20 @@ impl CacheTarget {
             | CacheTarget::List { collection, .. }
             | CacheTarget::Watch { collection } => Some(collection),
             CacheTarget::NonResource { .. } => None,
+        }
+    }
+
+    /// The target of an answer with this `Content-Type`: a document goes to the file of the
+    /// form the cloud answered in ([`document_file`]); None when the document has no such
+    /// form (an aggregated `/version`, a Table, protobuf).
+    pub fn for_answer(&self, content_type: Option<&str>) -> Option<CacheTarget> {
+        match self {
+            CacheTarget::NonResource { file } => {
+                let form = DiscoveryForm::of_content_type(content_type?)?;
+                let file = document_file(file, form)?.into_owned();
+                Some(CacheTarget::NonResource { file })
+            }
+            target => Some(target.clone()),
         }
     }
 }
@@ -204,7 +221,11 @@ fn cache_target(
     }
     match req.accept {
         Accept::Json | Accept::JsonOrProtobuf => {}
-        Accept::Transformed { .. } => return Err(NoCacheReason::Transformed),
+        // The cloud answers discovery in the form the client asks for; each form is kept.
+        Accept::Discovery(_) if matches!(req.target, Target::NonResource(_)) => {}
+        Accept::Transformed { .. } | Accept::Discovery(_) => {
+            return Err(NoCacheReason::Transformed);
+        }
         Accept::ProtobufOnly | Accept::Other => return Err(NoCacheReason::NotJson),
     }
     let path = match &req.target {
@@ -259,13 +280,17 @@ fn local_answer(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Local {
     let plain_json = match req.accept {
         Accept::Json | Accept::JsonOrProtobuf => true,
         Accept::Transformed { plain_json_too } => plain_json_too,
+        Accept::Discovery(forms) => forms.takes(DiscoveryForm::Legacy),
         Accept::ProtobufOnly | Accept::Other => false,
     };
     let path = match &req.target {
         Target::Resource(path) => path,
         Target::NonResource(path) => {
+            // An aggregated-discovery client is answered in a form it takes, or told which
+            // forms there are (406).
+            let answerable = plain_json || matches!(req.accept, Accept::Discovery(_));
             return match non_resource_document(path) {
-                Some(file) if plain_json && req.method == Method::Get => Local::NonResource(file),
+                Some(file) if answerable && req.method == Method::Get => Local::NonResource(file),
                 _ => Local::Unavailable,
             };
         }
@@ -332,6 +357,20 @@ pub fn non_resource_document(path: &str) -> Option<String> {
     } else {
         None
     }
+}
+
+/// The cache file of one form of a cached non-resource document named `file` (by
+/// [`non_resource_document`]): the legacy form is `file` itself (DESIGN.md §2's names);
+/// `/api` and `/apis` are also kept in each aggregated form apart, behind a suffix no legacy
+/// name has (`_apis.aggregated.v2`, `_apis.aggregated.v2beta1`). None for a form the document
+/// does not have.
+pub fn document_file(file: &str, form: DiscoveryForm) -> Option<Cow<'_, str>> {
+    let version = match form {
+        DiscoveryForm::Legacy => return Some(Cow::Borrowed(file)),
+        DiscoveryForm::V2 => "v2",
+        DiscoveryForm::V2Beta1 => "v2beta1",
+    };
+    matches!(file, "_api" | "_apis").then(|| Cow::Owned(format!("{file}.aggregated.{version}")))
 }
 
 #[cfg(test)]
@@ -572,6 +611,69 @@ mod tests {
             route(&r, false, WorkingMode::Edge).unwrap().local,
             Local::Unavailable
         );
+    }
+
+    #[test]
+    fn aggregated_discovery_is_forwarded_as_asked_and_kept_per_form() {
+        const KUBECTL: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        let v2 = DiscoveryForm::V2.content_type();
+        let beta = DiscoveryForm::V2Beta1.content_type();
+        let file_of = |target: &CacheTarget, content_type| match target.for_answer(content_type) {
+            Some(CacheTarget::NonResource { file }) => Some(file),
+            other => {
+                assert!(other.is_none(), "{other:?}");
+                None
+            }
+        };
+        for (url, file) in [("/api", "_api"), ("/apis/", "_apis")] {
+            let route = edge(&req("GET", url, KUBELET, Some(KUBECTL)));
+            // The client's Accept goes upstream as it is; the answer's form picks the file.
+            assert_eq!(route.upstream_accept, None);
+            assert_eq!(route.local, Local::NonResource(file.into()));
+            let target = route.cache.unwrap();
+            assert_eq!(
+                file_of(&target, Some(v2)).as_deref(),
+                Some(&*format!("{file}.aggregated.v2"))
+            );
+            assert_eq!(
+                file_of(&target, Some(beta)).as_deref(),
+                Some(&*format!("{file}.aggregated.v2beta1"))
+            );
+            assert_eq!(
+                file_of(&target, Some("application/json")).as_deref(),
+                Some(file)
+            );
+            assert_eq!(
+                file_of(&target, Some("application/vnd.kubernetes.protobuf")),
+                None
+            );
+            assert_eq!(file_of(&target, None), None);
+            // A client that takes only the aggregated form is answered offline (or told 406).
+            let only = edge(&req("GET", url, KUBELET, Some(v2)));
+            assert_eq!(only.local, Local::NonResource(file.into()));
+        }
+        // Other documents have only the legacy form.
+        let route = edge(&req("GET", "/api/v1", KUBELET, Some(KUBECTL)));
+        let target = route.cache.unwrap();
+        assert_eq!(file_of(&target, Some(v2)), None);
+        assert_eq!(
+            file_of(&target, Some("application/json")).as_deref(),
+            Some("_api_v1")
+        );
+        assert_eq!(document_file("version", DiscoveryForm::V2), None);
+        assert_eq!(document_file("_apis_apps", DiscoveryForm::V2Beta1), None);
+        // The same Accept on a resource is a transformation the cache does not keep.
+        let pods = edge(&req("GET", "/api/v1/pods", KUBELET, Some(KUBECTL)));
+        assert_eq!(pods.cache.unwrap_err(), NoCacheReason::Transformed);
+        assert_eq!(pods.local, Local::List);
+        // Resource answers are cached whatever their Content-Type says.
+        let list = edge(&req("GET", "/api/v1/pods", KUBELET, None))
+            .cache
+            .unwrap();
+        assert!(matches!(
+            list.for_answer(None),
+            Some(CacheTarget::List { .. })
+        ));
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod support;
 mod cache_write;
 mod cli;
 mod cross;
+mod discovery;
 mod faults;
 mod forward;
 mod hostile;

@@ -331,6 +331,64 @@ pub fn api_resource_list(
     }))
 }
 
+/// `/api` (`core`) or `/apis` in aggregated form: an `APIGroupDiscoveryList` of
+/// `apidiscovery.k8s.io/<discovery_version>` (`v2` or `v2beta1`), every served resource of
+/// each group inline, as an apiserver answers clients that ask for it (kubectl ≥ 1.26).
+pub fn aggregated_discovery(
+    core: bool,
+    discovery_version: &str,
+    present: &dyn Fn(KindId) -> bool,
+) -> Value {
+    let names: Vec<&str> = if core { vec![""] } else { groups(present) };
+    let items: Vec<Value> = names
+        .into_iter()
+        .map(|group| {
+            let mut resources = Vec::new();
+            for (id, k) in KINDS.iter().enumerate() {
+                if k.group != group || !present(id) {
+                    continue;
+                }
+                let response_kind = json!({"group": k.group, "version": k.version, "kind": k.kind});
+                let mut r = json!({
+                    "resource": k.resource,
+                    "responseKind": response_kind,
+                    "scope": if k.namespaced { "Namespaced" } else { "Cluster" },
+                    "singularResource": k.singular,
+                    "verbs": k.verbs(),
+                });
+                if !k.short_names.is_empty() {
+                    r["shortNames"] = json!(k.short_names);
+                }
+                if !k.categories.is_empty() {
+                    r["categories"] = json!(k.categories);
+                }
+                if k.has_status {
+                    r["subresources"] = json!([{
+                        "subresource": "status",
+                        "responseKind": response_kind,
+                        "verbs": ["get", "patch", "update"],
+                    }]);
+                }
+                resources.push(r);
+            }
+            let mut metadata = json!({"creationTimestamp": null});
+            if !group.is_empty() {
+                metadata["name"] = json!(group);
+            }
+            json!({
+                "metadata": metadata,
+                "versions": [{"version": "v1", "resources": resources, "freshness": "Current"}],
+            })
+        })
+        .collect();
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": format!("apidiscovery.k8s.io/{discovery_version}"),
+        "metadata": {},
+        "items": items,
+    })
+}
+
 /// `/version`.
 pub fn version() -> Value {
     json!({

@@ -76,6 +76,71 @@ pub fn negotiate(accept: &str) -> Result<Shape, ApiError> {
     Err(ApiError::not_acceptable())
 }
 
+/// The form of `/api` and `/apis` an Accept header gets from an apiserver: `Some("v2")` or
+/// `Some("v2beta1")` for aggregated discovery, `None` for the legacy document; 406 when no
+/// range is acceptable. Ranges are taken as the apiserver takes them: by `q` (a `q` that does
+/// not parse is 0), specific types before wildcards, else in the header's order.
+pub fn negotiate_discovery(accept: &str) -> Result<Option<&'static str>, ApiError> {
+    if accept.trim().is_empty() {
+        return Ok(None);
+    }
+    // (q, type is `*`, subtype is `*`, what the range gets)
+    let mut ranges: Vec<(f64, bool, bool, Option<Option<&'static str>>)> = Vec::new();
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("");
+        let (ty, sub) = match media.split_once('/') {
+            Some((t, s)) => (t.trim(), s.trim()),
+            None if media == "*" => ("*", "*"),
+            None => continue,
+        };
+        let (mut q, mut as_, mut g, mut v) = (1.0, None, None, None);
+        for p in parts {
+            match p.split_once('=').map(|(k, x)| (k.trim(), x.trim())) {
+                Some(("q", x)) => q = x.parse().unwrap_or(0.0),
+                Some(("as", x)) => as_ = Some(x),
+                Some(("g", x)) => g = Some(x),
+                Some(("v", x)) => v = Some(x),
+                _ => {}
+            }
+        }
+        let served = matches!(
+            (ty, sub),
+            (
+                "application",
+                "json" | "yaml" | "vnd.kubernetes.protobuf" | "*"
+            ) | ("*", "*")
+        );
+        let gets = match (as_, g, v) {
+            _ if !served => None,
+            (None, None, None) => Some(None),
+            (Some("APIGroupDiscoveryList"), Some("apidiscovery.k8s.io"), Some("v2")) => {
+                Some(Some("v2"))
+            }
+            (Some("APIGroupDiscoveryList"), Some("apidiscovery.k8s.io"), Some("v2beta1")) => {
+                Some(Some("v2beta1"))
+            }
+            _ => None,
+        };
+        ranges.push((q, ty == "*", sub == "*", gets));
+    }
+    // Go's sort.Sort over so few ranges is an insertion sort with this order.
+    let less = |a: &(f64, bool, bool, _), b: &(f64, bool, bool, _)| {
+        a.0 > b.0 || (!a.1 && b.1) || (!a.2 && b.2)
+    };
+    for i in 1..ranges.len() {
+        let mut j = i;
+        while j > 0 && less(&ranges[j], &ranges[j - 1]) {
+            ranges.swap(j, j - 1);
+            j -= 1;
+        }
+    }
+    ranges
+        .into_iter()
+        .find_map(|r| r.3)
+        .ok_or_else(ApiError::discovery_not_acceptable)
+}
+
 /// An opaque continue token for a list taken at `rv`, resuming after `key`.
 pub fn continue_token(rv: u64, key: &(String, String)) -> String {
     let doc = json!({"v": "meta.k8s.io/v1", "rv": rv, "ns": key.0, "name": key.1});
@@ -291,6 +356,26 @@ mod tests {
         check(
             "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
             Err(406),
+        );
+    }
+
+    #[test]
+    fn discovery_accept_picks_aggregated_or_legacy_as_an_apiserver_does() {
+        let v2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+        let v2beta1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
+        let pick = |h: &str| negotiate_discovery(h).map_err(|e| e.code);
+        assert_eq!(pick(""), Ok(None));
+        assert_eq!(pick("application/json"), Ok(None));
+        assert_eq!(
+            pick(&format!("{v2},{v2beta1},application/json")),
+            Ok(Some("v2"))
+        );
+        assert_eq!(pick(&format!("{v2beta1},{v2}")), Ok(Some("v2beta1")));
+        assert_eq!(pick(&format!("{v2};q=0.5,application/json")), Ok(None));
+        assert_eq!(pick(&format!("*/*,{v2}")), Ok(Some("v2")));
+        assert_eq!(
+            pick("application/json;g=apidiscovery.k8s.io;v=v3;as=APIGroupDiscoveryList"),
+            Err(406)
         );
     }
 

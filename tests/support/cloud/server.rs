@@ -296,6 +296,24 @@ fn route(ctx: &Ctx<'_>, path: &str, reply: Reply) -> io::Result<()> {
         return reply.text(200, "ok");
     }
     let is_get = ctx.method == "GET";
+    if is_get && matches!(segs.as_slice(), ["api"] | ["apis"]) {
+        // Aggregated discovery when the client asks for it, as an apiserver since 1.26.
+        match render::negotiate_discovery(&ctx.accept) {
+            Ok(Some(version)) => {
+                let doc = kinds::aggregated_discovery(segs[0] == "api", version, &present);
+                let content_type = if version == "v2" {
+                    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+                } else {
+                    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+                };
+                let mut b = reply.body(200, content_type);
+                serde_json::to_writer(&mut b, &doc)?;
+                return b.finish();
+            }
+            Ok(None) => {}
+            Err(e) => return reply.error(&e),
+        }
+    }
     let doc = match segs.as_slice() {
         ["version"] => Some(kinds::version()),
         ["api"] => {

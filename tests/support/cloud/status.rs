@@ -139,6 +139,17 @@ impl ApiError {
         )
     }
 
+    /// 406 NotAcceptable from a legacy discovery document (`/api`, `/apis`), as the
+    /// apiserver words it.
+    pub fn discovery_not_acceptable() -> ApiError {
+        Self::new(
+            406,
+            "NotAcceptable",
+            "only the following media types are accepted: application/json, \
+             application/yaml, application/vnd.kubernetes.protobuf",
+        )
+    }
+
     /// 415 UnsupportedMediaType.
     pub fn unsupported_media_type(content_type: &str) -> ApiError {
         Self::new(
