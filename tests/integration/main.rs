@@ -16,4 +16,5 @@ mod forward;
 mod hostile;
 mod kubectl;
 mod offline;
+mod offline_node;
 mod power_loss;
