@@ -1,7 +1,9 @@
 //! The on-disk cache: one JSON file per object in YurtHub's layout, written crash-safely.
 //!
 //! Layout: `<root>/<component>/<resource>.<version>.<group>/[<namespace>/]<name>`, files
-//! 0600, directories 0700; non-resource documents directly in the root. The store knows
+//! 0600, directories 0700; non-resource documents directly in the root; TokenRequest answers
+//! in `<root>/<component>/tokens/<namespace>/<service account>/<digest>` (a name without a
+//! dot, so never a kind directory). The store knows
 //! paths, bytes and `metadata.resourceVersion`, nothing else: it does not decode objects,
 //! evaluate selectors (a replacement asks the caller through `in_scope`), keep anything in
 //! memory between calls but the tombstones of recent deletions, or lock against a second
@@ -71,7 +73,8 @@
 //! Reads the root directory only for `.journal.*`: a complete journal (magic line, valid
 //! operations, matching `end`) is rolled forward, anything else is removed (rolled back:
 //! nothing was applied before the journal became complete and visible). Then everything
-//! in `.staging` is removed. The kind directories are never walked. A crash before the
+//! in `.staging` is removed, and so is every component's event directory (older versions
+//! cached events). The kind directories are never walked. A crash before the
 //! journal's rename leaves the collection fully old, after it fully new once recovered.
 //! Concurrent readers may see a mixture during the milliseconds a journal is being
 //! applied; each object is still whole.
@@ -689,7 +692,11 @@ impl Store {
             removed.map_err(io_err(StoreOp::Remove, &path))?;
             report.removed_temp_files += 1;
         }
-        report.removed_event_dirs = self.remove_event_dirs()?;
+        // Housekeeping, not recovery: a failure leaves the files, and the cache usable.
+        report.removed_event_dirs = self.remove_event_dirs().unwrap_or_else(|e| {
+            log::warn!("cache: cannot remove the cached events of an older version: {e}");
+            0
+        });
         if report != RecoveryReport::default() {
             log::info!(
                 "cache: recovered {}: replacements finished {}, undone {}; {} leftovers removed; {} cached event collections removed",
@@ -869,7 +876,10 @@ impl Store {
                 // a staging leftover, not a half-empty kind.
                 let trash = self.staging.join(format!("d.{}", next_id()));
                 fs::rename(kind.path(), &trash).map_err(io_err(StoreOp::Rename, &trash))?;
-                fs::remove_dir_all(&trash).map_err(io_err(StoreOp::Remove, &trash))?;
+                if let Err(e) = fs::remove_dir_all(&trash) {
+                    // Invisible already; the next start removes what is left.
+                    log::warn!("cache: cannot remove {}: {e}", trash.display());
+                }
                 touched = true;
                 removed += 1;
             }

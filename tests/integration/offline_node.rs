@@ -35,6 +35,43 @@ fn token_request(audiences: &[&str], seconds: u64, pod: &str) -> Value {
     })
 }
 
+/// The same as [`token_request`], as client-go encodes it in protobuf: the `k8s\0` magic,
+/// then `runtime.Unknown{typeMeta: 1, raw: 2}` holding `TokenRequest{spec: 2}`.
+fn protobuf_token_request(audiences: &[&str], seconds: u64, pod: &str) -> Vec<u8> {
+    fn field(number: u8, bytes: &[u8]) -> Vec<u8> {
+        let mut out = vec![number << 3 | 2, u8::try_from(bytes.len()).unwrap()];
+        out.extend_from_slice(bytes);
+        out
+    }
+    let uid = format!("uid-{pod}");
+    let bound = [
+        field(1, b"Pod"),
+        field(2, b"v1"),
+        field(3, pod.as_bytes()),
+        field(4, uid.as_bytes()),
+    ]
+    .concat();
+    let mut spec: Vec<u8> = audiences
+        .iter()
+        .flat_map(|a| field(1, a.as_bytes()))
+        .collect();
+    spec.extend(field(3, &bound));
+    spec.push(4 << 3); // expirationSeconds, a varint
+    let mut rest = seconds;
+    while rest >= 0x80 {
+        spec.push((rest as u8 & 0x7f) | 0x80);
+        rest >>= 7;
+    }
+    spec.push(rest as u8);
+    let type_meta = [
+        field(1, b"authentication.k8s.io/v1"),
+        field(2, b"TokenRequest"),
+    ]
+    .concat();
+    let request = field(2, &spec);
+    [b"k8s\0".to_vec(), field(1, &type_meta), field(2, &request)].concat()
+}
+
 fn token_path(account: &str) -> String {
     format!("/api/v1/namespaces/default/serviceaccounts/{account}/token")
 }
@@ -124,6 +161,20 @@ fn service_account_tokens_survive_an_offline_reboot() {
     let reply = post(&hub, &token_path("builder"), &same);
     assert_eq!(token_of(&reply), real);
     assert_eq!(reply.json()["kind"], "TokenRequest");
+
+    // kubelet sends protobuf by default (--kube-api-content-type): the same request so
+    // encoded gets the same cached token.
+    let reply = call(
+        "POST",
+        &format!("{}{}", hub.url(), token_path("builder")),
+        KUBELET,
+        &[
+            ("Content-Type", "application/vnd.kubernetes.protobuf"),
+            ("Accept", "application/vnd.kubernetes.protobuf, */*"),
+        ],
+        Some(&protobuf_token_request(&["api", "vault"], 3600, "web-0")),
+    );
+    assert_eq!(token_of(&reply), real);
 
     // A cached token that expires within a minute, another audience set, another pod, an
     // account never asked for: a minute's token made by the hub, never an empty one.
