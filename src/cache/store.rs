@@ -96,6 +96,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
 
 use super::key::{CollectionKey, ObjectKey, TokenKey, is_safe_segment, rv_newer};
 use super::object::ObjectHead;
@@ -819,11 +820,13 @@ impl Store {
         read_object(&dirs[dirs.len() - 1].join(&key.digest))
     }
 
-    /// Stores a TokenRequest answer (0600, like every file here), replacing the one before.
+    /// Stores a TokenRequest answer (0600, like every file here), replacing the one before,
+    /// and removes the service account's answers not renewed for [`TOKEN_STALE`].
     pub fn put_token(&self, key: &TokenKey, bytes: &[u8]) -> Result<PutOutcome, StoreError> {
         unsafe_key(key.unsafe_field())?;
         let dirs = self.token_dirs(key);
-        let target = dirs[dirs.len() - 1].join(&key.digest);
+        let account = &dirs[dirs.len() - 1];
+        let target = account.join(&key.digest);
         if all_real_dirs(&dirs)? && read_object(&target)?.as_deref() == Some(bytes) {
             return Ok(PutOutcome::Identical);
         }
@@ -831,9 +834,36 @@ impl Store {
             self.ensure_dir(dir)?;
         }
         self.write_file(&target, bytes)?;
+        self.prune_tokens(account, &key.digest);
         Ok(PutOutcome::Written {
             bytes: bytes.len() as u64,
         })
+    }
+
+    /// Removes the answers in a service account's directory, but `keep`, that were last
+    /// written more than [`TOKEN_STALE`] ago. Each pod's tokens are kept apart (the key
+    /// holds the pod), so without this every pod that ever ran would leave a file.
+    /// Best effort: what cannot be removed now is tried again at the next put.
+    fn prune_tokens(&self, account: &Path, keep: &str) {
+        let Ok(entries) = fs::read_dir(account) else {
+            return;
+        };
+        let now = SystemTime::now();
+        let mut removed = false;
+        for entry in entries.flatten() {
+            let stale = entry.file_name().to_str() != Some(keep)
+                && entry.file_type().is_ok_and(|t| t.is_file())
+                && entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|written| now.duration_since(written).ok())
+                    .is_some_and(|age| age > TOKEN_STALE);
+            removed |= stale && fs::remove_file(entry.path()).is_ok();
+        }
+        if removed && let Err(e) = sync_dir(account) {
+            log::debug!("{e}");
+        }
     }
 
     /// `<component>/tokens/<namespace>/<name>`, from the root down.
@@ -896,6 +926,11 @@ impl Store {
         Ok(removed)
     }
 }
+
+/// How long a TokenRequest answer may go without being renewed before it is removed: kubelet
+/// renews a live pod's token at least daily (within 80 % of its life, and after 24 h at the
+/// latest), so one this old belongs to a pod that is gone.
+pub const TOKEN_STALE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// `events.<version>.core` or `events.<version>.events.k8s.io`: a kind directory of events.
 fn is_event_dir_name(name: &str) -> bool {
@@ -3468,6 +3503,28 @@ mod tests {
         // A service account list does not see it.
         let accounts = CollectionKey::new("kubelet", "serviceaccounts", "v1", "");
         assert_eq!(names(&store, &accounts, None, None), None);
+        // Another pod's answer, not renewed for longer than TOKEN_STALE, goes at the next
+        // put; a recent one stays.
+        let account = dir.root().join("kubelet/tokens/default/builder");
+        let other = |digest: &str| TokenKey {
+            digest: digest.repeat(32),
+            ..key.clone()
+        };
+        store.put_token(&other("cd"), b"{}").unwrap();
+        store.put_token(&other("ef"), b"{}").unwrap();
+        let old = SystemTime::now() - TOKEN_STALE - Duration::from_secs(60);
+        File::options()
+            .write(true)
+            .open(account.join("cd".repeat(32)))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        store
+            .put_token(&key, b"{\"status\":{\"renewed\":1}}")
+            .unwrap();
+        assert_eq!(store.get_token(&other("cd")).unwrap(), None);
+        assert!(store.get_token(&other("ef")).unwrap().is_some());
+        assert!(store.get_token(&key).unwrap().is_some());
         let hostile = TokenKey {
             name: "../x".into(),
             ..key
