@@ -27,6 +27,7 @@ pub mod server;
 pub mod signals;
 pub mod status;
 pub mod tls;
+pub mod tokens;
 pub mod upstream;
 
 /// Stack of the hub's own threads (request threads, health checkers, the writer). Measured:

@@ -2,6 +2,9 @@
 //! (DESIGN.md §4). Gets return the cached object, lists the cached collection filtered by the
 //! request's label and field selectors (which YurtHub ignores), watches are held open without
 //! events, writes are answered as YurtHub does, and everything else gets a `Status`.
+//! Two answers keep a rebooted node's pods: a TokenRequest gets the cached token or a
+//! one-minute token made here (`tokens.rs`), and kubelet's pod list that finds nothing is a
+//! 404, never an empty list. Event creates are echoed and never stored.
 //!
 //! Lists stream: objects are read from disk one at a time and written out as they pass the
 //! selectors, so an offline list of thousands of pods never sits whole in memory. Only the
@@ -9,11 +12,12 @@
 //! create goes to the cache writer like any other object.
 
 use std::borrow::Cow;
+use std::io::Read;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::cache::key::{CollectionKey, ObjectKey, rv_newer};
+use crate::cache::key::{CollectionKey, ObjectKey, TokenKey, rv_newer};
 use crate::cache::object::{ObjectHead, starts_object};
 use crate::cache::store::{Store, StoreError};
 use crate::cache::writer::CacheTx;
@@ -22,6 +26,7 @@ use crate::request::{ApiRequest, DiscoveryForm, ResourcePath, Target};
 use crate::route::{Local, Route, collection_key, document_file};
 use crate::server::{self, Exchange, Length};
 use crate::status::Status;
+use crate::tokens::{self, TokenSpec};
 
 /// How often a held watch checks for the cloud and shutdown (a vanished client is noticed at
 /// once).
@@ -58,7 +63,9 @@ impl Offline {
             (Local::Update, Some(path)) => self.get(ex, req, path),
             (Local::List, Some(path)) => self.list(ex, req, path, route),
             (Local::Watch, Some(path)) => self.watch(ex, req, path),
-            (Local::Create, Some(path)) => self.create(ex, req, path),
+            (Local::Create, Some(path)) => self.create(ex, req, path, true),
+            (Local::Echo, Some(path)) => self.create(ex, req, path, false),
+            (Local::Token, Some(path)) => self.token(ex, req, path),
             _ => Err((
                 ex,
                 Status::service_unavailable(format!(
@@ -205,17 +212,9 @@ impl Offline {
         } else {
             format!("{}/{}", path.group, path.version)
         };
-        let mut out = ex
-            .start(
-                200,
-                &[("Content-Type", "application/json")],
-                Length::Streamed,
-            )
-            .map_err(|_| ())
-            .ok();
-        let Some(writer) = out.as_mut() else {
-            return Ok(200);
-        };
+        // The answer starts with the first bytes to send, so that a kubelet pod list that
+        // finds nothing can still be a 404.
+        let mut answer = ListOut::Pending(ex);
         let limit = req
             .query
             .limit
@@ -266,10 +265,24 @@ impl Offline {
             }
             last = Some((object.namespace.unwrap_or_default(), object.name));
             if buf.len() >= LIST_FLUSH {
-                if writer.write(&buf).is_err() {
+                if !answer.write(&buf) {
                     return Ok(200); // the client went away
                 }
                 buf.clear();
+            }
+        }
+        if count == 0 && after.is_none() && empty_is_not_found(req, path) {
+            // Only before anything was sent: an empty answer sends nothing before its end.
+            if let ListOut::Pending(ex) = answer {
+                skipped.report();
+                return Err((
+                    ex,
+                    Status::not_found_message(format!(
+                        "no pods are cached for {} that match the request; the node's pods are \
+                         not known while the cloud apiserver is unreachable",
+                        req.component
+                    )),
+                ));
             }
         }
         let kind = kind.or_else(|| self.kind_from_discovery(path));
@@ -287,8 +300,8 @@ impl Offline {
         buf.extend_from_slice(b"}}");
         // Before the answer ends, so a client that has it whole finds the warning logged.
         skipped.report();
-        if writer.write(&buf).is_ok()
-            && let Some(writer) = out.take()
+        if answer.write(&buf)
+            && let ListOut::Started(writer) = answer
         {
             let _ = writer.finish();
         }
@@ -391,11 +404,13 @@ impl Offline {
         Ok(200)
     }
 
+    /// Answers a create with its body; `persist` caches the object (events are not).
     fn create<'c>(
         &self,
         mut ex: Exchange<'c>,
         req: &ApiRequest,
         path: &ResourcePath,
+        persist: bool,
     ) -> Answered<'c> {
         // The server refused a declared length past its limit; a chunked body is cut off
         // there while it is read.
@@ -443,7 +458,7 @@ impl Offline {
             .pointer("/metadata/name")
             .and_then(|n| n.as_str())
             .is_some_and(|n| !n.is_empty());
-        if has_name {
+        if has_name && persist {
             let collection: CollectionKey = collection_key(&req.component, path);
             let queued =
                 serde_json::to_vec(&object).is_ok_and(|bytes| self.cache.put(collection, bytes));
@@ -456,6 +471,107 @@ impl Offline {
         }
         send_json(ex, 201, &body)
     }
+}
+
+impl Offline {
+    /// A TokenRequest: 201 with the cached answer while its token is valid for at least
+    /// [`tokens::MIN_VALIDITY`], else with a token made here that expires in a minute —
+    /// never an empty token (YURTHUB.md §5.1 a). Nothing is written.
+    fn token<'c>(
+        &self,
+        mut ex: Exchange<'c>,
+        req: &ApiRequest,
+        path: &ResourcePath,
+    ) -> Answered<'c> {
+        let (Some(namespace), Some(name)) = (path.namespace.as_deref(), path.name.as_deref())
+        else {
+            return Err((ex, Status::bad_request("no service account named")));
+        };
+        let mut body = Vec::new();
+        let limit = tokens::MAX_REQUEST_BYTES as u64 + 1;
+        if let Err(e) = Read::take(ex.body(), limit).read_to_end(&mut body) {
+            let status = Status::bad_request(format!("cannot read the request body: {e}"));
+            return Err((ex, status));
+        }
+        let spec = match TokenSpec::parse(&body) {
+            Some(spec) if body.len() <= tokens::MAX_REQUEST_BYTES => spec,
+            _ => {
+                return Err((
+                    ex,
+                    Status::bad_request("the request body is not a TokenRequest"),
+                ));
+            }
+        };
+        let key = TokenKey {
+            component: req.component.clone(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            digest: spec.digest(),
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let why = match self.store.get_token(&key) {
+            Ok(Some(cached)) if tokens::still_valid(&cached, now) => {
+                return send_json(ex, 201, &cached);
+            }
+            Ok(Some(_)) => "the cached token expires within a minute",
+            Ok(None) => "no token is cached for this audience set",
+            Err(e) => {
+                log::warn!("reading the cached token of {namespace}/{name}: {e}");
+                "the cached token cannot be read"
+            }
+        };
+        let Some(answer) = tokens::local_answer(namespace, name, &spec, now) else {
+            return Err((
+                ex,
+                Status::service_unavailable(
+                    "the cloud apiserver is unreachable and the hub cannot make a token (no random source)",
+                ),
+            ));
+        };
+        log::info!(
+            "offline TokenRequest for serviceaccount {namespace}/{name}: {why}; answering with a one-minute token made by the hub"
+        );
+        send_json(ex, 201, &answer)
+    }
+}
+
+/// An offline list answer: not started until there is something to send.
+enum ListOut<'c> {
+    /// Nothing sent yet.
+    Pending(Exchange<'c>),
+    /// The 200 head is out.
+    Started(server::BodyWriter<'c>),
+    /// The client went away.
+    Gone,
+}
+
+impl ListOut<'_> {
+    /// Sends `bytes`, starting the answer first if need be; false once the client is gone.
+    fn write(&mut self, bytes: &[u8]) -> bool {
+        if let ListOut::Pending(_) = self
+            && let ListOut::Pending(ex) = std::mem::replace(self, ListOut::Gone)
+            && let Ok(writer) = ex.start(
+                200,
+                &[("Content-Type", "application/json")],
+                Length::Streamed,
+            )
+        {
+            *self = ListOut::Started(writer);
+        }
+        match self {
+            ListOut::Started(writer) => writer.write(bytes).is_ok(),
+            _ => false,
+        }
+    }
+}
+
+/// An offline list of `pods` by kubelet that finds nothing is a 404, not an empty list: an
+/// empty list would tell kubelet that the node has no pods, and it would stop them all
+/// (YurtHub does the same, `cache_manager.go`).
+fn empty_is_not_found(req: &ApiRequest, path: &ResourcePath) -> bool {
+    req.component == "kubelet" && path.group.is_empty() && path.resource == "pods"
 }
 
 /// The status sent, or the exchange back with the `Status` to answer.

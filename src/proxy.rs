@@ -16,7 +16,7 @@ use crate::metrics::{InFlight, METRICS};
 use crate::offline::Offline;
 use crate::reaper::Reaper;
 use crate::request::{self, ApiRequest};
-use crate::route::{self, CacheTarget, Local, NoCacheReason, Route};
+use crate::route::{self, CacheTarget, Local, NoCacheReason, Route, TokenTarget};
 use crate::server::{self, Exchange, Length};
 use crate::status::Status;
 use crate::upstream::{Answer, BodySource, Deadline, Identity, Outgoing, Upstream, UpstreamError};
@@ -177,7 +177,9 @@ impl Hub {
         route: &Route,
         in_flight: Option<&InFlight>,
     ) -> (u16, CacheStatus) {
-        match self.forward(&mut ex, route) {
+        // A TokenRequest answer is kept under what was asked, which only its body says.
+        let mut request_copy = matches!(route.cache, Ok(CacheTarget::Token(_))).then(Vec::new);
+        match self.forward(&mut ex, route, request_copy.as_mut()) {
             Ok(answer) => {
                 let status = answer.status;
                 match self.relay(
@@ -186,6 +188,7 @@ impl Hub {
                     req.map(|r| r.component.as_str()),
                     answer,
                     in_flight,
+                    request_copy.as_deref(),
                 ) {
                     Ok(cache) => (status, cache),
                     Err((ex, Failure::Unreachable(e))) => self.fallback(ex, req, route, e),
@@ -230,7 +233,7 @@ impl Hub {
         // client would believe a create or delete that happened, or one that did not.
         let write = matches!(
             route.local,
-            Local::Create | Local::Update | Local::Forbidden
+            Local::Create | Local::Echo | Local::Token | Local::Update | Local::Forbidden
         );
         let answerable = self.mode == WorkingMode::Edge
             && route.local != Local::Unavailable
@@ -268,20 +271,34 @@ impl Hub {
         }
     }
 
-    /// Sends the request to the cloud and returns its answer's head.
-    fn forward(&self, ex: &mut Exchange<'_>, route: &Route) -> Result<Answer, Failure> {
+    /// Sends the request to the cloud and returns its answer's head. With `request_copy`,
+    /// the first bytes of the request body are copied there as they go.
+    fn forward(
+        &self,
+        ex: &mut Exchange<'_>,
+        route: &Route,
+        request_copy: Option<&mut Vec<u8>>,
+    ) -> Result<Answer, Failure> {
         let length = ex.body_length();
         let has_body = ex.has_body();
         let (head, mut body) = ex.parts();
+        let mut capture;
+        let reader: &mut dyn Read = match request_copy {
+            Some(copy) => {
+                capture = Capture {
+                    inner: &mut body,
+                    copy,
+                };
+                &mut capture
+            }
+            None => &mut body,
+        };
         let outgoing = Outgoing {
             method: &head.method,
             path_and_query: &head.target,
             headers: &head.headers,
             accept: route.upstream_accept,
-            body: has_body.then_some(BodySource {
-                reader: &mut body,
-                length,
-            }),
+            body: has_body.then_some(BodySource { reader, length }),
             deadline: route.deadline,
             identity: route.identity,
         };
@@ -303,6 +320,7 @@ impl Hub {
         component: Option<&str>,
         mut answer: Answer,
         in_flight: Option<&InFlight>,
+        request_body: Option<&[u8]>,
     ) -> Result<CacheStatus, (Option<Exchange<'c>>, Failure)> {
         let mut session = None;
         let answer_target = route
@@ -320,6 +338,7 @@ impl Hub {
                         path_and_query: ex.url().to_owned(),
                         component: component.to_owned(),
                     });
+                let target = keyed(target, request_body);
                 session = cache.begin(target, answer.status, answer.is_gzip(), refill);
                 if session.is_some() {
                     CacheStatus::Stored
@@ -437,6 +456,37 @@ impl Hub {
             .finish()
             .map_err(|e| (None, Failure::Downstream(e)))?;
         Ok(cache_status)
+    }
+}
+
+/// A request body reader that copies what passes, up to a TokenRequest's limit (past it the
+/// copy is useless: one byte more is kept so that the overflow shows).
+struct Capture<'r> {
+    inner: &'r mut dyn Read,
+    copy: &'r mut Vec<u8>,
+}
+
+impl Read for Capture<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let room = (crate::tokens::MAX_REQUEST_BYTES + 1).saturating_sub(self.copy.len());
+        self.copy.extend_from_slice(&buf[..n.min(room)]);
+        Ok(n)
+    }
+}
+
+/// The cache target with what only the request body tells: a TokenRequest's digest (none
+/// when the body is not a readable TokenRequest, and then nothing is kept).
+fn keyed(target: CacheTarget, request_body: Option<&[u8]>) -> CacheTarget {
+    match target {
+        CacheTarget::Token(token) => CacheTarget::Token(TokenTarget {
+            digest: request_body
+                .filter(|b| b.len() <= crate::tokens::MAX_REQUEST_BYTES)
+                .and_then(crate::tokens::TokenSpec::parse)
+                .map(|spec| spec.digest()),
+            ..token
+        }),
+        other => other,
     }
 }
 

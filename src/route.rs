@@ -38,6 +38,9 @@ pub enum NoCacheReason {
     Answer,
     /// The disk cache could not be opened at start-up.
     CacheUnavailable,
+    /// Events (core and `events.k8s.io`): written all the time, never read back; caching
+    /// them would only wear the flash.
+    Event,
 }
 
 impl NoCacheReason {
@@ -54,6 +57,7 @@ impl NoCacheReason {
             NoCacheReason::NonResource => "non-resource",
             NoCacheReason::Answer => "answer",
             NoCacheReason::CacheUnavailable => "cache-unavailable",
+            NoCacheReason::Event => "event",
         }
     }
 }
@@ -96,6 +100,23 @@ pub enum CacheTarget {
         /// File name under the cache root (of the legacy form: see [`CacheTarget::for_answer`]).
         file: String,
     },
+    /// A TokenRequest answer, kept for offline TokenRequests (`tokens.rs`).
+    Token(TokenTarget),
+}
+
+/// Where a TokenRequest answer is kept. The digest of what was asked comes from the request
+/// body, which only the forwarding reads: until then it is `None`, and an answer without one
+/// is not kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenTarget {
+    /// The component that asked.
+    pub component: String,
+    /// The service account's namespace.
+    pub namespace: String,
+    /// The service account.
+    pub name: String,
+    /// [`TokenSpec::digest`](crate::tokens::TokenSpec::digest) of the request.
+    pub digest: Option<String>,
 }
 
 impl CacheTarget {
@@ -105,7 +126,7 @@ impl CacheTarget {
             CacheTarget::Object { collection, .. }
             | CacheTarget::List { collection, .. }
             | CacheTarget::Watch { collection } => Some(collection),
-            CacheTarget::NonResource { .. } => None,
+            CacheTarget::NonResource { .. } | CacheTarget::Token(_) => None,
         }
     }
 
@@ -135,6 +156,10 @@ pub enum Local {
     Watch,
     /// Echo the body with 201 and cache it.
     Create,
+    /// Echo the body with 201 and cache nothing (events).
+    Echo,
+    /// 201 with the cached token, or a one-minute token made here (`tokens.rs`).
+    Token,
     /// Answer with the cached object.
     Update,
     /// 403: deleting is refused offline.
@@ -237,6 +262,12 @@ fn cache_target(
             };
         }
     };
+    if is_event(path) {
+        return Err(NoCacheReason::Event);
+    }
+    if let Some(target) = token_target(req, path) {
+        return Ok(CacheTarget::Token(target));
+    }
     let collection = collection_key(&req.component, path);
     let status_or_none = object_or_status(path);
     match req.verb {
@@ -298,10 +329,13 @@ fn local_answer(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Local {
     let status_or_none = object_or_status(path);
     match req.verb {
         Verb::Delete | Verb::DeleteCollection => Local::Forbidden,
-        _ if !plain_json || !status_or_none => Local::Unavailable,
+        _ if !plain_json => Local::Unavailable,
+        Verb::Create if token_target(req, path).is_some() => Local::Token,
+        _ if !status_or_none => Local::Unavailable,
         Verb::Get => Local::Get,
         Verb::List => Local::List,
         Verb::Watch => Local::Watch,
+        Verb::Create if path.subresource.is_none() && is_event(path) => Local::Echo,
         Verb::Create if path.subresource.is_none() => Local::Create,
         Verb::Update | Verb::Patch => Local::Update,
         _ => Local::Unavailable,
@@ -332,6 +366,31 @@ fn deadline(req: &ApiRequest) -> Deadline {
 /// answered offline.
 fn object_or_status(path: &ResourcePath) -> bool {
     matches!(path.subresource.as_deref(), None | Some("status")) && !path.extra_path
+}
+
+/// True for events, in the core group and in `events.k8s.io`.
+fn is_event(path: &ResourcePath) -> bool {
+    path.resource == "events" && matches!(path.group.as_str(), "" | "events.k8s.io")
+}
+
+/// The target of a TokenRequest (`POST /api/v1/namespaces/<ns>/serviceaccounts/<name>/token`),
+/// digest not yet known; `None` for anything else.
+fn token_target(req: &ApiRequest, path: &ResourcePath) -> Option<TokenTarget> {
+    let token_request = req.method == Method::Post
+        && path.group.is_empty()
+        && path.version == "v1"
+        && path.resource == "serviceaccounts"
+        && path.subresource.as_deref() == Some("token")
+        && !path.extra_path;
+    if !token_request {
+        return None;
+    }
+    Some(TokenTarget {
+        component: req.component.clone(),
+        namespace: path.namespace.clone()?,
+        name: path.name.clone()?,
+        digest: None,
+    })
 }
 
 /// The cache directory of `component`'s view of a resource.
@@ -524,7 +583,7 @@ mod tests {
         for (method, url) in [
             ("PUT", "/api/v1/namespaces/a/pods/p/status"),
             ("PATCH", "/api/v1/nodes/n/status"),
-            ("POST", "/api/v1/namespaces/a/events"),
+            ("POST", "/api/v1/namespaces/a/configmaps"),
             ("GET", "/api/v1/namespaces/a/pods/p/status"),
         ] {
             let r = req(method, url, KUBELET, None);
@@ -736,6 +795,96 @@ mod tests {
             None,
         );
         assert_eq!(edge(&f).deadline, Deadline::Stream(STREAM_DEADLINE));
+    }
+
+    #[test]
+    fn events_are_never_cached_and_created_offline_without_a_trace() {
+        for (method, url) in [
+            ("POST", "/api/v1/namespaces/a/events"),
+            ("PATCH", "/api/v1/namespaces/a/events/e"),
+            ("PUT", "/api/v1/namespaces/a/events/e"),
+            ("GET", "/api/v1/namespaces/a/events/e"),
+            ("GET", "/api/v1/events"),
+            ("POST", "/apis/events.k8s.io/v1/namespaces/a/events"),
+            ("PATCH", "/apis/events.k8s.io/v1/namespaces/a/events/e"),
+        ] {
+            let r = req(method, url, KUBELET, None);
+            assert_eq!(
+                edge(&r).cache.unwrap_err(),
+                NoCacheReason::Event,
+                "{method} {url}"
+            );
+        }
+        for url in [
+            "/api/v1/namespaces/a/events",
+            "/apis/events.k8s.io/v1/namespaces/a/events",
+        ] {
+            assert_eq!(edge(&req("POST", url, KUBELET, None)).local, Local::Echo);
+        }
+        // Another group's kind of the same name is an ordinary kind.
+        let r = req(
+            "POST",
+            "/apis/example.com/v1/namespaces/a/events",
+            KUBELET,
+            None,
+        );
+        assert!(matches!(edge(&r).cache, Ok(CacheTarget::Object { .. })));
+        assert_eq!(edge(&r).local, Local::Create);
+    }
+
+    #[test]
+    fn token_requests_are_kept_and_answered_offline() {
+        let url = "/api/v1/namespaces/a/serviceaccounts/builder/token";
+        let r = req(
+            "POST",
+            url,
+            KUBELET,
+            Some("application/vnd.kubernetes.protobuf, */*"),
+        );
+        let route = edge(&r);
+        match route.cache.unwrap() {
+            CacheTarget::Token(t) => assert_eq!(
+                t,
+                TokenTarget {
+                    component: "kubelet".into(),
+                    namespace: "a".into(),
+                    name: "builder".into(),
+                    digest: None
+                }
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(route.local, Local::Token);
+        assert_eq!(route.upstream_accept, Some("application/json"));
+        // Not a TokenRequest: other verbs and subresources of service accounts.
+        for (method, url) in [
+            ("GET", url),
+            ("POST", "/api/v1/namespaces/a/serviceaccounts/builder/other"),
+            ("POST", "/api/v1/namespaces/a/pods/p/token"),
+        ] {
+            let r = req(method, url, KUBELET, None);
+            assert!(
+                !matches!(edge(&r).cache, Ok(CacheTarget::Token(_))),
+                "{method} {url}"
+            );
+            assert_ne!(edge(&r).local, Local::Token, "{method} {url}");
+        }
+        let r = req(
+            "POST",
+            url,
+            KUBELET,
+            Some("application/vnd.kubernetes.protobuf"),
+        );
+        assert_eq!(edge(&r).local, Local::Unavailable, "cannot read JSON");
+        let r = req("POST", url, "curl/8", None);
+        assert_eq!(
+            route_for(&r, false).cache.unwrap_err(),
+            NoCacheReason::NotAgent
+        );
+    }
+
+    fn route_for(r: &ApiRequest, agent: bool) -> Route {
+        route(r, agent, WorkingMode::Edge).unwrap()
     }
 
     #[test]

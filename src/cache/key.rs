@@ -132,6 +132,40 @@ pub fn rv_newer(candidate: &str, than: &str) -> bool {
     }
 }
 
+/// One cached TokenRequest answer: the file
+/// `<component>/tokens/<namespace>/<service account>/<digest>`. `tokens` has no dot, so it can
+/// never be a collection's directory (`<resource>.<version>.<group>` always has two), and
+/// nothing that reads collections ever looks inside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenKey {
+    /// The component that asked, e.g. `kubelet`.
+    pub component: String,
+    /// The service account's namespace.
+    pub namespace: String,
+    /// The service account's name.
+    pub name: String,
+    /// Hex digest of what the token was asked for (audiences, bound object): see
+    /// `tokens::TokenSpec::digest`.
+    pub digest: String,
+}
+
+impl TokenKey {
+    /// The directory under a component's that holds every token answer.
+    pub const DIR: &'static str = "tokens";
+
+    /// The first field that is not a safe path segment, as (field, value).
+    pub fn unsafe_field(&self) -> Option<(&'static str, &str)> {
+        [
+            ("component", self.component.as_str()),
+            ("namespace", self.namespace.as_str()),
+            ("name", self.name.as_str()),
+            ("digest", self.digest.as_str()),
+        ]
+        .into_iter()
+        .find(|(_, value)| !is_safe_segment(value))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

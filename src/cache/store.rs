@@ -1,7 +1,9 @@
 //! The on-disk cache: one JSON file per object in YurtHub's layout, written crash-safely.
 //!
 //! Layout: `<root>/<component>/<resource>.<version>.<group>/[<namespace>/]<name>`, files
-//! 0600, directories 0700; non-resource documents directly in the root. The store knows
+//! 0600, directories 0700; non-resource documents directly in the root; TokenRequest answers
+//! in `<root>/<component>/tokens/<namespace>/<service account>/<digest>` (a name without a
+//! dot, so never a kind directory). The store knows
 //! paths, bytes and `metadata.resourceVersion`, nothing else: it does not decode objects,
 //! evaluate selectors (a replacement asks the caller through `in_scope`), keep anything in
 //! memory between calls but the tombstones of recent deletions, or lock against a second
@@ -71,7 +73,8 @@
 //! Reads the root directory only for `.journal.*`: a complete journal (magic line, valid
 //! operations, matching `end`) is rolled forward, anything else is removed (rolled back:
 //! nothing was applied before the journal became complete and visible). Then everything
-//! in `.staging` is removed. The kind directories are never walked. A crash before the
+//! in `.staging` is removed, and so is every component's event directory (older versions
+//! cached events). The kind directories are never walked. A crash before the
 //! journal's rename leaves the collection fully old, after it fully new once recovered.
 //! Concurrent readers may see a mixture during the milliseconds a journal is being
 //! applied; each object is still whole.
@@ -93,8 +96,9 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
 
-use super::key::{CollectionKey, ObjectKey, is_safe_segment, rv_newer};
+use super::key::{CollectionKey, ObjectKey, TokenKey, is_safe_segment, rv_newer};
 use super::object::ObjectHead;
 
 /// Where everything not yet visible is written.
@@ -352,6 +356,8 @@ pub struct RecoveryReport {
     pub rolled_back: usize,
     /// Entries removed from the staging directory.
     pub removed_temp_files: usize,
+    /// Event collections an older version cached, removed (events are no longer cached).
+    pub removed_event_dirs: usize,
 }
 
 /// What a committed replacement did.
@@ -714,13 +720,19 @@ impl Store {
             removed.map_err(io_err(StoreOp::Remove, &path))?;
             report.removed_temp_files += 1;
         }
+        // Housekeeping, not recovery: a failure leaves the files, and the cache usable.
+        report.removed_event_dirs = self.remove_event_dirs().unwrap_or_else(|e| {
+            log::warn!("cache: cannot remove the cached events of an older version: {e}");
+            0
+        });
         if report != RecoveryReport::default() {
             log::info!(
-                "cache: recovered {}: replacements finished {}, undone {}; {} leftovers removed",
+                "cache: recovered {}: replacements finished {}, undone {}; {} leftovers removed; {} cached event collections removed",
                 self.root.display(),
                 report.rolled_forward,
                 report.rolled_back,
-                report.removed_temp_files
+                report.removed_temp_files,
+                report.removed_event_dirs
             );
         }
         Ok(report)
@@ -821,6 +833,140 @@ impl Store {
             }
         }
     }
+}
+
+/// Token answers and the removal of event collections (see `tokens.rs`).
+impl Store {
+    /// A cached TokenRequest answer; `None` if there is none.
+    pub fn get_token(&self, key: &TokenKey) -> Result<Option<Vec<u8>>, StoreError> {
+        unsafe_key(key.unsafe_field())?;
+        let dirs = self.token_dirs(key);
+        if !all_real_dirs(&dirs)? {
+            return Ok(None);
+        }
+        read_object(&dirs[dirs.len() - 1].join(&key.digest))
+    }
+
+    /// Stores a TokenRequest answer (0600, like every file here), replacing the one before,
+    /// and removes the service account's answers not renewed for [`TOKEN_STALE`].
+    pub fn put_token(&self, key: &TokenKey, bytes: &[u8]) -> Result<PutOutcome, StoreError> {
+        unsafe_key(key.unsafe_field())?;
+        let dirs = self.token_dirs(key);
+        let account = &dirs[dirs.len() - 1];
+        let target = account.join(&key.digest);
+        if all_real_dirs(&dirs)? && read_object(&target)?.as_deref() == Some(bytes) {
+            return Ok(PutOutcome::Identical);
+        }
+        for dir in &dirs {
+            self.ensure_dir(dir)?;
+        }
+        self.write_file(&target, bytes)?;
+        self.prune_tokens(account, &key.digest);
+        Ok(PutOutcome::Written {
+            bytes: bytes.len() as u64,
+        })
+    }
+
+    /// Removes the answers in a service account's directory, but `keep`, that were last
+    /// written more than [`TOKEN_STALE`] ago. Each pod's tokens are kept apart (the key
+    /// holds the pod), so without this every pod that ever ran would leave a file.
+    /// Best effort: what cannot be removed now is tried again at the next put.
+    fn prune_tokens(&self, account: &Path, keep: &str) {
+        let Ok(entries) = fs::read_dir(account) else {
+            return;
+        };
+        let now = SystemTime::now();
+        let mut removed = false;
+        for entry in entries.flatten() {
+            let stale = entry.file_name().to_str() != Some(keep)
+                && entry.file_type().is_ok_and(|t| t.is_file())
+                && entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|written| now.duration_since(written).ok())
+                    .is_some_and(|age| age > TOKEN_STALE);
+            removed |= stale && fs::remove_file(entry.path()).is_ok();
+        }
+        if removed && let Err(e) = sync_dir(account) {
+            log::debug!("{e}");
+        }
+    }
+
+    /// `<component>/tokens/<namespace>/<name>`, from the root down.
+    fn token_dirs(&self, key: &TokenKey) -> Vec<PathBuf> {
+        let component = self.root.join(&key.component);
+        let tokens = component.join(TokenKey::DIR);
+        let namespace = tokens.join(&key.namespace);
+        let account = namespace.join(&key.name);
+        vec![component, tokens, namespace, account]
+    }
+
+    /// Removes every component's `events.<version>.core` and `events.<version>.events.k8s.io`
+    /// directory: older versions cached the answers to event writes, a file and an fsync
+    /// per event that nothing ever read back or removed. Reads the root and each component
+    /// directory only. Returns how many were removed.
+    fn remove_event_dirs(&self) -> Result<usize, StoreError> {
+        let mut removed = 0;
+        let entries = fs::read_dir(&self.root).map_err(io_err(StoreOp::ReadDir, &self.root))?;
+        for entry in entries {
+            let entry = entry.map_err(io_err(StoreOp::ReadDir, &self.root))?;
+            let component = entry.path();
+            let is_component = entry.file_type().is_ok_and(|t| t.is_dir())
+                && entry
+                    .file_name()
+                    .to_str()
+                    .is_some_and(|n| !n.starts_with('.'));
+            if !is_component {
+                continue;
+            }
+            let kinds = fs::read_dir(&component).map_err(io_err(StoreOp::ReadDir, &component))?;
+            let mut touched = false;
+            for kind in kinds {
+                let kind = kind.map_err(io_err(StoreOp::ReadDir, &component))?;
+                let is_events = kind.file_name().to_str().is_some_and(is_event_dir_name)
+                    && kind.file_type().is_ok_and(|t| t.is_dir());
+                if !is_events {
+                    continue;
+                }
+                // Out of sight first, like a pruned collection: a crash mid-removal leaves
+                // a staging leftover, not a half-empty kind.
+                let trash = self.staging.join(format!("d.{}", next_id()));
+                fs::rename(kind.path(), &trash).map_err(io_err(StoreOp::Rename, &trash))?;
+                if let Err(e) = fs::remove_dir_all(&trash) {
+                    // Invisible already; the next start removes what is left.
+                    log::warn!("cache: cannot remove {}: {e}", trash.display());
+                }
+                touched = true;
+                removed += 1;
+            }
+            if touched {
+                sync_dir(&component)?;
+            }
+        }
+        if removed > 0 {
+            log::info!(
+                "cache: removed {removed} cached event collection{} (events are no longer cached)",
+                if removed == 1 { "" } else { "s" }
+            );
+        }
+        Ok(removed)
+    }
+}
+
+/// How long a TokenRequest answer may go without being renewed before it is removed: kubelet
+/// renews a live pod's token at least daily (within 80 % of its life, and after 24 h at the
+/// latest), so one this old belongs to a pod that is gone.
+pub const TOKEN_STALE: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// `events.<version>.core` or `events.<version>.events.k8s.io`: a kind directory of events.
+fn is_event_dir_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("events.") else {
+        return false;
+    };
+    rest.split_once('.').is_some_and(|(version, group)| {
+        !version.is_empty() && matches!(group, "core" | "events.k8s.io")
+    })
 }
 
 /// The objects of one collection, read lazily; see [`Store::list`].
@@ -3109,6 +3255,7 @@ mod tests {
             rolled_forward,
             rolled_back: 0,
             removed_temp_files,
+            removed_event_dirs: 0,
         };
         // The journal's operations: delete a/d, rename a/x, rename c/n.
         let steps = [
@@ -3275,7 +3422,8 @@ mod tests {
             RecoveryReport {
                 rolled_forward: 0,
                 rolled_back: 0,
-                removed_temp_files: 4
+                removed_temp_files: 4,
+                removed_event_dirs: 0,
             }
         );
         assert!(staging_entries(&root).is_empty());
@@ -3441,5 +3589,100 @@ mod tests {
         assert!(staging_entries(&root).is_empty());
         assert_eq!(names(&store, &pods(), None, None).unwrap(), ["a/x"]);
         assert_eq!(get(&store, &pods(), Some("a"), "x"), Some(old));
+    }
+
+    #[test]
+    fn token_answers_live_outside_every_collection() {
+        let dir = TempDir::new("tokens");
+        let store = open(&dir);
+        let key = TokenKey {
+            component: "kubelet".into(),
+            namespace: "default".into(),
+            name: "builder".into(),
+            digest: "ab".repeat(32),
+        };
+        assert_eq!(store.get_token(&key).unwrap(), None);
+        store.put_token(&key, b"{\"status\":{}}").unwrap();
+        assert_eq!(
+            store.put_token(&key, b"{\"status\":{}}").unwrap(),
+            PutOutcome::Identical
+        );
+        assert_eq!(
+            store.get_token(&key).unwrap().as_deref(),
+            Some(&b"{\"status\":{}}"[..])
+        );
+        let file = dir
+            .root()
+            .join("kubelet/tokens/default/builder")
+            .join("ab".repeat(32));
+        assert_eq!(mode(&file), 0o600);
+        // A service account list does not see it.
+        let accounts = CollectionKey::new("kubelet", "serviceaccounts", "v1", "");
+        assert_eq!(names(&store, &accounts, None, None), None);
+        // Another pod's answer, not renewed for longer than TOKEN_STALE, goes at the next
+        // put; a recent one stays.
+        let account = dir.root().join("kubelet/tokens/default/builder");
+        let other = |digest: &str| TokenKey {
+            digest: digest.repeat(32),
+            ..key.clone()
+        };
+        store.put_token(&other("cd"), b"{}").unwrap();
+        store.put_token(&other("ef"), b"{}").unwrap();
+        let old = SystemTime::now() - TOKEN_STALE - Duration::from_secs(60);
+        File::options()
+            .write(true)
+            .open(account.join("cd".repeat(32)))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        store
+            .put_token(&key, b"{\"status\":{\"renewed\":1}}")
+            .unwrap();
+        assert_eq!(store.get_token(&other("cd")).unwrap(), None);
+        assert!(store.get_token(&other("ef")).unwrap().is_some());
+        assert!(store.get_token(&key).unwrap().is_some());
+        let hostile = TokenKey {
+            name: "../x".into(),
+            ..key
+        };
+        assert!(store.get_token(&hostile).is_err());
+        assert!(store.put_token(&hostile, b"{}").is_err());
+    }
+
+    #[test]
+    fn event_collections_of_older_versions_are_removed_at_start() {
+        let dir = TempDir::new("events");
+        let root = dir.root();
+        {
+            let store = open(&dir);
+            for component in ["kubelet", "kube-proxy"] {
+                let events = CollectionKey::new(component, "events", "v1", "");
+                put(&store, &events, Some("default"), "e1", 1, "x");
+            }
+            let new_events = CollectionKey::new("kubelet", "events", "v1", "events.k8s.io");
+            put(&store, &new_events, Some("default"), "e2", 1, "x");
+            put(&store, &pods(), Some("default"), "web", 1, "web");
+            // Not events: another group's kind that happens to be called so, and a pod
+            // named like an event directory.
+            let other = CollectionKey::new("kubelet", "events", "v1", "example.com");
+            put(&store, &other, Some("default"), "e3", 1, "x");
+            put(&store, &pods(), Some("default"), "events.v1.core", 1, "web");
+        }
+        let (store, report) = Store::open(&root).unwrap();
+        assert_eq!(report.removed_event_dirs, 3);
+        let paths: Vec<String> = snapshot(&root).into_keys().collect();
+        assert!(
+            !paths.iter().any(|p| p.contains("events.v1.core/")),
+            "{paths:?}"
+        );
+        assert!(
+            !paths.iter().any(|p| p.contains("events.k8s.io")),
+            "{paths:?}"
+        );
+        assert!(paths.contains(&"kubelet/events.v1.example.com/default/e3".to_owned()));
+        assert!(get(&store, &pods(), Some("default"), "events.v1.core").is_some());
+        assert!(staging_entries(&root).is_empty());
+        drop(store);
+        assert_eq!(Store::open(&root).unwrap().1, RecoveryReport::default());
     }
 }

@@ -18,11 +18,11 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::decode::{BodyDecoder, BodyShape, Unit};
-use super::key::{CollectionKey, ObjectKey};
+use super::key::{CollectionKey, ObjectKey, TokenKey};
 use super::object::{ObjectHead, ObjectMeta};
 use super::store::{PutOutcome, Replace, Store, StoreError};
 use crate::metrics::{METRICS, Metrics};
-use crate::route::CacheTarget;
+use crate::route::{CacheTarget, TokenTarget};
 
 /// A failing disk (full, read-only) fails every write: one log line per object would flood
 /// the log, on flash it may share. Failures are reported once per interval, with a count.
@@ -560,7 +560,11 @@ fn begin<'s>(
         (_, 200 | 201) => match &target {
             CacheTarget::List { .. } => BodyShape::List,
             CacheTarget::Watch { .. } => BodyShape::WatchStream,
-            CacheTarget::Object { .. } | CacheTarget::NonResource { .. } => BodyShape::Object,
+            // Nothing to key a token answer by without the request's digest.
+            CacheTarget::Token(TokenTarget { digest: None, .. }) => return None,
+            CacheTarget::Object { .. }
+            | CacheTarget::NonResource { .. }
+            | CacheTarget::Token(_) => BodyShape::Object,
         },
         _ => return None,
     };
@@ -705,6 +709,10 @@ fn apply_unit(
             put_object(store, failures, collection, bytes, not_objects);
             true
         }
+        (Unit::Object(bytes), CacheTarget::Token(token)) => {
+            put_token(store, failures, token, bytes);
+            true
+        }
         (Unit::ListMember { key, value }, _) => {
             if let Some(list) = list.as_mut() {
                 list_member(list, key, value);
@@ -805,6 +813,29 @@ fn put_object(
             &key,
         );
     }
+}
+
+/// Keeps a TokenRequest answer for offline TokenRequests; one without a token or a readable
+/// expiry could never be served, so it is not kept. (The token itself is never logged.)
+fn put_token(store: &Store, failures: &mut FailureLog, target: &TokenTarget, bytes: &[u8]) {
+    let Some(digest) = &target.digest else {
+        return;
+    };
+    if crate::tokens::expiry(bytes).is_none() {
+        log::debug!(
+            "cache: the TokenRequest answer for {}/{} has no token or expiry; not kept",
+            target.namespace,
+            target.name
+        );
+        return;
+    }
+    let key = TokenKey {
+        component: target.component.clone(),
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+        digest: digest.clone(),
+    };
+    count_put(failures, store.put_token(&key, bytes), "token answer", &key);
 }
 
 fn watch_event(
@@ -999,6 +1030,13 @@ fn describe(target: &CacheTarget) -> String {
             format!("{}/{}", collection.component, collection.dir_name())
         }
         CacheTarget::NonResource { file } => file.clone(),
+        CacheTarget::Token(t) => format!(
+            "{}/{}/{}/{}",
+            t.component,
+            TokenKey::DIR,
+            t.namespace,
+            t.name
+        ),
     }
 }
 

@@ -19,4 +19,5 @@ mod kubectl;
 mod list_scope;
 mod offline;
 mod offline_hold;
+mod offline_node;
 mod power_loss;

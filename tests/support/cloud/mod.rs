@@ -23,6 +23,7 @@ mod selector;
 mod server;
 mod status;
 mod store;
+mod tokens;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};

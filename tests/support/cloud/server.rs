@@ -333,6 +333,20 @@ fn route(ctx: &Ctx<'_>, path: &str, reply: Reply) -> io::Result<()> {
         ["openapi", "v3", "apis", g, v] => {
             kinds::openapi_v3_doc(g, v, &present).or(Some(Value::Null))
         }
+        [
+            "api",
+            "v1",
+            "namespaces",
+            ns,
+            "serviceaccounts",
+            name,
+            "token",
+        ] if ctx.method == "POST" => {
+            return match super::tokens::token_request(ns, name, &ctx.body) {
+                Ok(answer) => reply.json(201, &answer),
+                Err(e) => reply.error(&e),
+            };
+        }
         ["api", "v1", rest @ ..] => return resource(ctx, "", "v1", rest, reply),
         ["apis", g, v, rest @ ..] => return resource(ctx, g, v, rest, reply),
         _ => None,

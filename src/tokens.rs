@@ -1,0 +1,562 @@
+//! Service account tokens while the cloud is away (YURTHUB.md §5.1 a).
+//!
+//! Every pod with a projected service account volume needs a TokenRequest
+//! (`POST …/namespaces/<ns>/serviceaccounts/<name>/token`) answered before kubelet starts it.
+//! Online, the cloud's answers are cached (the writer stores them, keyed by what was asked:
+//! [`TokenSpec::digest`]); offline, the cached answer is served while its token is valid for
+//! at least [`MIN_VALIDITY`] more, else a token made here ([`local_answer`]) that expires in
+//! one minute, so kubelet asks again soon and gets a real one once the cloud is back.
+//!
+//! Pure functions but for the signing key, drawn once from the system's random source. A
+//! token is a credential: nothing here logs one, and no type holding one implements `Debug`
+//! with its contents.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ring::{digest, hmac, rand};
+use serde_json::{Value, json};
+
+/// A cached token is served only while it stays valid at least this long (seconds).
+pub const MIN_VALIDITY: i64 = 60;
+/// Lifetime of a token made here (seconds): kubelet refreshes a token past 80 % of its life,
+/// so it asks again within a minute.
+pub const LOCAL_LIFETIME: i64 = 60;
+/// Issuer of the tokens made here.
+pub const ISSUER: &str = "tinyhub";
+/// Longest request body read for a TokenRequest; a real one is a few hundred bytes.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// What a TokenRequest asks for, from its body (JSON, or the protobuf kubelet sends by
+/// default: `--kube-api-content-type=application/vnd.kubernetes.protobuf`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenSpec {
+    /// `spec.audiences`, as sent.
+    pub audiences: Vec<String>,
+    /// `spec.expirationSeconds`.
+    pub expiration_seconds: Option<i64>,
+    /// `spec.boundObjectRef`: (kind, apiVersion, name, uid).
+    pub bound: Option<[String; 4]>,
+}
+
+impl TokenSpec {
+    /// Reads a TokenRequest body; `None` when it is neither a JSON object nor a Kubernetes
+    /// protobuf envelope holding a TokenRequest.
+    pub fn parse(body: &[u8]) -> Option<TokenSpec> {
+        match body.strip_prefix(PROTOBUF_MAGIC) {
+            Some(envelope) => proto::token_spec(envelope),
+            None => from_json(body),
+        }
+    }
+
+    /// Hex SHA-256 of the sorted audience set and the bound object: the cache key's last
+    /// segment. The bound object is part of it because a token bound to one pod must not
+    /// be handed to another (it dies with the first, and names it).
+    pub fn digest(&self) -> String {
+        let mut audiences: Vec<&str> = self.audiences.iter().map(String::as_str).collect();
+        audiences.sort_unstable();
+        audiences.dedup();
+        // JSON: an unambiguous encoding of strings that may hold any character.
+        let canonical = json!([audiences, self.bound]).to_string();
+        let sum = digest::digest(&digest::SHA256, canonical.as_bytes());
+        sum.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The spec as JSON, to echo in an answer.
+    fn to_json(&self) -> Value {
+        let mut spec = json!({ "audiences": self.audiences });
+        if let Some(seconds) = self.expiration_seconds {
+            spec["expirationSeconds"] = seconds.into();
+        }
+        if let Some([kind, api_version, name, uid]) = &self.bound {
+            spec["boundObjectRef"] =
+                json!({"kind": kind, "apiVersion": api_version, "name": name, "uid": uid});
+        }
+        spec
+    }
+}
+
+fn from_json(body: &[u8]) -> Option<TokenSpec> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    let object = value.as_object()?;
+    let spec = match object.get("spec") {
+        None | Some(Value::Null) => return Some(empty_spec()),
+        Some(spec) => spec.as_object()?,
+    };
+    let audiences = match spec.get("audiences") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(list) => list
+            .as_array()?
+            .iter()
+            .map(|a| a.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()?,
+    };
+    let text = |v: &Value, field: &str| {
+        v.get(field)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let bound = spec
+        .get("boundObjectRef")
+        .filter(|b| b.is_object())
+        .map(|b| {
+            [
+                text(b, "kind"),
+                text(b, "apiVersion"),
+                text(b, "name"),
+                text(b, "uid"),
+            ]
+        });
+    Some(TokenSpec {
+        audiences,
+        expiration_seconds: spec.get("expirationSeconds").and_then(Value::as_i64),
+        bound,
+    })
+}
+
+fn empty_spec() -> TokenSpec {
+    TokenSpec {
+        audiences: Vec::new(),
+        expiration_seconds: None,
+        bound: None,
+    }
+}
+
+/// True when a cached answer holds a token valid for at least [`MIN_VALIDITY`] after `now`
+/// (Unix seconds).
+pub fn still_valid(answer: &[u8], now: i64) -> bool {
+    expiry(answer).is_some_and(|expires| expires >= now.saturating_add(MIN_VALIDITY))
+}
+
+/// The expiry (Unix seconds) of an answer's token; `None` when it has no token or no
+/// readable `status.expirationTimestamp` — such an answer is not worth keeping.
+pub fn expiry(answer: &[u8]) -> Option<i64> {
+    let value: Value = serde_json::from_slice(answer).ok()?;
+    let status = value.get("status")?;
+    status
+        .get("token")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())?;
+    parse_rfc3339(status.get("expirationTimestamp")?.as_str()?)
+}
+
+/// The signing key of the tokens made here: random, per process, in memory only.
+///
+/// Nobody verifies these tokens — the apiserver rejects them as it rejects any token it did
+/// not sign, and they live a minute — so the key need not be shared or kept; it is random
+/// so that a token made here can never pass for one made by another hub (YurtHub signs
+/// with the constant `"openyurt"`).
+struct Signer(hmac::Key);
+
+impl fmt::Debug for Signer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Signer(..)")
+    }
+}
+
+fn signer() -> Option<&'static Signer> {
+    static SIGNER: OnceLock<Option<Signer>> = OnceLock::new();
+    SIGNER
+        .get_or_init(|| {
+            // getrandom(2) through ring; fails only without a kernel random source.
+            hmac::Key::generate(hmac::HMAC_SHA256, &rand::SystemRandom::new())
+                .ok()
+                .map(Signer)
+        })
+        .as_ref()
+}
+
+/// A TokenRequest answer made here: the request's spec echoed, and a token for
+/// `system:serviceaccount:<namespace>:<name>` issued `now` (Unix seconds) that expires
+/// [`LOCAL_LIFETIME`] later. `None` only when the system has no random source.
+pub fn local_answer(namespace: &str, name: &str, spec: &TokenSpec, now: i64) -> Option<Vec<u8>> {
+    let expires = now.saturating_add(LOCAL_LIFETIME);
+    let token = local_token(namespace, name, now, expires)?;
+    let answer = json!({
+        "kind": "TokenRequest",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": rfc3339(now)},
+        "spec": spec.to_json(),
+        "status": {"token": token, "expirationTimestamp": rfc3339(expires)},
+    });
+    serde_json::to_vec(&answer).ok()
+}
+
+/// An HS256 JWT with the claims the apiserver's own tokens carry at the least.
+fn local_token(namespace: &str, name: &str, now: i64, expires: i64) -> Option<String> {
+    let signer = signer()?;
+    let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+    let claims = json!({
+        "iss": ISSUER,
+        "sub": format!("system:serviceaccount:{namespace}:{name}"),
+        "iat": now,
+        "exp": expires,
+    });
+    let claims = URL_SAFE_NO_PAD.encode(claims.to_string());
+    let signed = format!("{header}.{claims}");
+    let tag = hmac::sign(&signer.0, signed.as_bytes());
+    Some(format!("{signed}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref())))
+}
+
+/// `2026-12-02T01:02:03Z`, as Kubernetes writes timestamps.
+pub fn rfc3339(secs: i64) -> String {
+    let (year, month, day) = crate::logging::civil_from_days(secs.div_euclid(86_400));
+    let rem = secs.rem_euclid(86_400);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// Unix seconds of an RFC 3339 timestamp (`Z` or a `±hh:mm` offset, optional fraction).
+pub fn parse_rfc3339(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    let digits = |r: std::ops::Range<usize>| -> Option<i64> {
+        let part = b.get(r)?;
+        if !part.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(part).ok()?.parse().ok()
+    };
+    let separators = [(4, b'-'), (7, b'-'), (13, b':'), (16, b':')];
+    if separators.iter().any(|&(i, c)| b.get(i) != Some(&c))
+        || !matches!(b.get(10), Some(b'T' | b't'))
+    {
+        return None;
+    }
+    let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
+    let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    let mut rest = &b[19..];
+    if let Some(fraction) = rest.strip_prefix(b".") {
+        let n = fraction.iter().take_while(|c| c.is_ascii_digit()).count();
+        if n == 0 {
+            return None;
+        }
+        rest = &fraction[n..];
+    }
+    let offset = match rest {
+        [b'Z' | b'z'] => 0,
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            let two = |a: u8, b: u8| -> Option<i64> {
+                (a.is_ascii_digit() && b.is_ascii_digit())
+                    .then(|| i64::from(a - b'0') * 10 + i64::from(b - b'0'))
+            };
+            let minutes = two(*h1, *h2)? * 60 + two(*m1, *m2)?;
+            if *sign == b'+' { minutes } else { -minutes }
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(year, month, day);
+    Some(days * 86_400 + hour * 3600 + minute * 60 + second.min(60) - offset * 60)
+}
+
+/// Howard Hinnant's `days_from_civil`: days since 1970-01-01.
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// How a Kubernetes protobuf body starts: `k8s` and a NUL, then a `runtime.Unknown`.
+const PROTOBUF_MAGIC: &[u8] = b"k8s\0";
+
+/// Just enough protobuf to read a TokenRequest's spec from kubelet's body
+/// (k8s.io/api/authentication/v1/generated.proto).
+mod proto {
+    use super::TokenSpec;
+
+    /// One field's value.
+    enum Wire<'a> {
+        Varint(u64),
+        Bytes(&'a [u8]),
+        Fixed,
+    }
+
+    /// Calls `f` with each (field number, value) of a message; `None` if it is malformed.
+    fn fields<'a>(mut buf: &'a [u8], mut f: impl FnMut(u64, Wire<'a>)) -> Option<()> {
+        while !buf.is_empty() {
+            let tag = varint(&mut buf)?;
+            let value = match tag & 7 {
+                0 => Wire::Varint(varint(&mut buf)?),
+                1 => {
+                    buf = buf.get(8..)?;
+                    Wire::Fixed
+                }
+                2 => {
+                    let len = usize::try_from(varint(&mut buf)?).ok()?;
+                    let (bytes, rest) = (buf.get(..len)?, buf.get(len..)?);
+                    buf = rest;
+                    Wire::Bytes(bytes)
+                }
+                5 => {
+                    buf = buf.get(4..)?;
+                    Wire::Fixed
+                }
+                _ => return None,
+            };
+            f(tag >> 3, value);
+        }
+        Some(())
+    }
+
+    fn varint(buf: &mut &[u8]) -> Option<u64> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&byte, rest) = buf.split_first()?;
+            *buf = rest;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some(value);
+            }
+        }
+        None
+    }
+
+    /// The only field of `message` numbered `number` that holds bytes (the last wins, as in
+    /// protobuf).
+    fn bytes_field(message: &[u8], number: u64) -> Option<Option<&[u8]>> {
+        let mut found = None;
+        fields(message, |n, v| {
+            if let (true, Wire::Bytes(b)) = (n == number, v) {
+                found = Some(b);
+            }
+        })?;
+        Some(found)
+    }
+
+    fn text(bytes: &[u8]) -> Option<String> {
+        String::from_utf8(bytes.to_vec()).ok()
+    }
+
+    /// `runtime.Unknown{typeMeta 1, raw 2, contentEncoding 3}` → TokenRequest{spec 2}.
+    pub(super) fn token_spec(envelope: &[u8]) -> Option<TokenSpec> {
+        let mut kind_ok = true;
+        let mut encoded = false;
+        fields(envelope, |n, v| match (n, v) {
+            (1, Wire::Bytes(type_meta)) => {
+                kind_ok = bytes_field(type_meta, 2)
+                    .is_some_and(|kind| kind.is_none_or(|k| k == b"TokenRequest"));
+            }
+            (3, Wire::Bytes(encoding)) => encoded = !encoding.is_empty(),
+            _ => {}
+        })?;
+        if !kind_ok || encoded {
+            return None;
+        }
+        let raw = bytes_field(envelope, 2)??;
+        let Some(spec) = bytes_field(raw, 2)? else {
+            return Some(super::empty_spec());
+        };
+        let mut out = super::empty_spec();
+        let mut bound = None;
+        let mut ok = true;
+        fields(spec, |n, v| match (n, v) {
+            (1, Wire::Bytes(audience)) => match text(audience) {
+                Some(a) => out.audiences.push(a),
+                None => ok = false,
+            },
+            // int64: two's complement in a varint.
+            (4, Wire::Varint(seconds)) => out.expiration_seconds = Some(seconds as i64),
+            (3, Wire::Bytes(reference)) => bound = Some(reference),
+            _ => {}
+        })?;
+        if let Some(reference) = bound {
+            let mut parts: [String; 4] = Default::default();
+            fields(reference, |n, v| {
+                if let (1..=4, Wire::Bytes(b)) = (n, v) {
+                    match text(b) {
+                        Some(t) => parts[(n - 1) as usize] = t,
+                        None => ok = false,
+                    }
+                }
+            })?;
+            out.bound = Some(parts);
+        }
+        ok.then_some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claims(token: &str) -> Value {
+        let parts: Vec<&str> = token.split('.').collect();
+        assert_eq!(parts.len(), 3, "{token}");
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn json_requests_parse_and_key_by_audience_set_and_bound_object() {
+        let a = TokenSpec::parse(
+            br#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest",
+                "spec":{"audiences":["b","a"],"expirationSeconds":3607,
+                "boundObjectRef":{"kind":"Pod","apiVersion":"v1","name":"web-0","uid":"u1"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(a.audiences, ["b", "a"]);
+        assert_eq!(a.expiration_seconds, Some(3607));
+        let b = TokenSpec::parse(
+            br#"{"spec":{"audiences":["a","b","a"],
+                "boundObjectRef":{"kind":"Pod","apiVersion":"v1","name":"web-0","uid":"u1"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(a.digest(), b.digest(), "the audience set, not its order");
+        assert_eq!(a.digest().len(), 64);
+        let other_pod = TokenSpec::parse(
+            br#"{"spec":{"audiences":["a","b"],"boundObjectRef":{"kind":"Pod","name":"web-1","uid":"u2"}}}"#,
+        )
+        .unwrap();
+        assert_ne!(a.digest(), other_pod.digest());
+        let none = TokenSpec::parse(br#"{"spec":{}}"#).unwrap();
+        assert_eq!(none, TokenSpec::parse(b"{}").unwrap());
+        assert_ne!(none.digest(), a.digest());
+        for bad in [
+            &b"[]"[..],
+            b"",
+            b"{\"spec\":[]}",
+            b"{\"spec\":{\"audiences\":[1]}}",
+        ] {
+            assert_eq!(TokenSpec::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    /// Protobuf encoding helpers for the tests.
+    fn field(n: u8, bytes: &[u8]) -> Vec<u8> {
+        let mut out = vec![n << 3 | 2, bytes.len() as u8];
+        out.extend_from_slice(bytes);
+        out
+    }
+
+    #[test]
+    fn protobuf_requests_parse_like_json_ones() {
+        // What client-go sends for a TokenRequest with Content-Type protobuf.
+        let bound = [
+            field(1, b"Pod"),
+            field(2, b"v1"),
+            field(3, b"web-0"),
+            field(4, b"u1"),
+        ]
+        .concat();
+        let mut spec = [field(1, b"b"), field(1, b"a"), field(3, &bound)].concat();
+        spec.extend_from_slice(&[4 << 3, 0x8f, 0x1c]); // expirationSeconds 3599
+        let request = [field(1, &field(1, b"web")), field(2, &spec)].concat();
+        let type_meta = [
+            field(1, b"authentication.k8s.io/v1"),
+            field(2, b"TokenRequest"),
+        ]
+        .concat();
+        let envelope = [
+            PROTOBUF_MAGIC.to_vec(),
+            field(1, &type_meta),
+            field(2, &request),
+        ]
+        .concat();
+        let parsed = TokenSpec::parse(&envelope).unwrap();
+        assert_eq!(parsed.audiences, ["b", "a"]);
+        assert_eq!(parsed.expiration_seconds, Some(3599));
+        let json = TokenSpec::parse(
+            br#"{"spec":{"audiences":["a","b"],"expirationSeconds":3599,
+                "boundObjectRef":{"kind":"Pod","apiVersion":"v1","name":"web-0","uid":"u1"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(parsed.digest(), json.digest());
+        // Truncated, another kind, or an encoded payload: not read.
+        assert_eq!(TokenSpec::parse(&envelope[..envelope.len() - 3]), None);
+        let pod_meta = [field(1, b"v1"), field(2, b"Pod")].concat();
+        let pod = [
+            PROTOBUF_MAGIC.to_vec(),
+            field(1, &pod_meta),
+            field(2, &request),
+        ]
+        .concat();
+        assert_eq!(TokenSpec::parse(&pod), None);
+        let gzip = [envelope.clone(), field(3, b"gzip")].concat();
+        assert_eq!(TokenSpec::parse(&gzip), None);
+        assert_eq!(TokenSpec::parse(b"k8s\0\xff"), None);
+    }
+
+    #[test]
+    fn local_tokens_are_hs256_jwts_for_the_service_account_for_a_minute() {
+        let spec = TokenSpec::parse(br#"{"spec":{"audiences":["api"]}}"#).unwrap();
+        let now = 1_800_000_000;
+        let answer: Value =
+            serde_json::from_slice(&local_answer("default", "builder", &spec, now).unwrap())
+                .unwrap();
+        assert_eq!(answer["kind"], "TokenRequest");
+        assert_eq!(answer["spec"]["audiences"], json!(["api"]));
+        let token = answer["status"]["token"].as_str().unwrap();
+        let header: Value = serde_json::from_slice(
+            &URL_SAFE_NO_PAD
+                .decode(token.split('.').next().unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(header["alg"], "HS256");
+        assert_eq!(
+            claims(token),
+            json!({"iss": "tinyhub", "sub": "system:serviceaccount:default:builder",
+                   "iat": now, "exp": now + 60})
+        );
+        assert_eq!(
+            answer["status"]["expirationTimestamp"]
+                .as_str()
+                .map(parse_rfc3339),
+            Some(Some(now + 60))
+        );
+        let bytes = serde_json::to_vec(&answer).unwrap();
+        assert_eq!(expiry(&bytes), Some(now + 60));
+        assert!(still_valid(&bytes, now));
+        assert!(!still_valid(&bytes, now + 1));
+        assert!(format!("{:?}", signer().unwrap()).ends_with("(..)"));
+    }
+
+    #[test]
+    fn answers_without_a_token_or_expiry_are_not_valid() {
+        for bad in [
+            &br#"{"status":{"token":"","expirationTimestamp":"2099-01-01T00:00:00Z"}}"#[..],
+            br#"{"status":{"token":"t"}}"#,
+            br#"{"status":{"token":"t","expirationTimestamp":"soon"}}"#,
+            b"not json",
+        ] {
+            assert_eq!(expiry(bad), None);
+            assert!(!still_valid(bad, 0));
+        }
+    }
+
+    #[test]
+    fn timestamps_round_trip() {
+        for secs in [0, 951_782_400, 1_800_000_000, 4_102_444_800] {
+            assert_eq!(parse_rfc3339(&rfc3339(secs)), Some(secs), "{secs}");
+        }
+        assert_eq!(rfc3339(1_800_000_000), "2027-01-15T08:00:00Z");
+        assert_eq!(
+            parse_rfc3339("2027-01-15T09:30:00.123456+01:30"),
+            Some(1_800_000_000)
+        );
+        for bad in [
+            "",
+            "2027-01-15",
+            "2027-01-15T08:00:00",
+            "2027-13-15T08:00:00Z",
+            "2027-01-15T08:00:00.Z",
+            "2027-01-15T08:00:00+0100",
+            "2027-01-15 08:00:00Z",
+            "+027-01-15T08:00:00Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+}
