@@ -18,9 +18,9 @@ use crate::cache::object::{ObjectHead, starts_object};
 use crate::cache::store::{Store, StoreError};
 use crate::cache::writer::CacheTx;
 use crate::health::Backends;
-use crate::request::{ApiRequest, ResourcePath};
+use crate::request::{self, ApiRequest, ResourcePath};
 use crate::route::{Local, Route, collection_key};
-use crate::server::{self, Exchange, Length};
+use crate::server::{Exchange, Length};
 use crate::status::Status;
 
 /// How often a held watch checks for the cloud and shutdown (a vanished client is noticed at
@@ -313,11 +313,9 @@ impl Offline {
         // there while it is read.
         let mut body = Vec::new();
         if let Err(e) = ex.body().read_to_end(&mut body) {
-            let status = if ex.body_too_large() {
-                server::body_too_large()
-            } else {
+            let status = ex.body_failure().unwrap_or_else(|| {
                 Status::bad_request(format!("cannot read the request body: {e}"))
-            };
+            });
             return Err((ex, status));
         }
         let Ok(mut object) = serde_json::from_slice::<serde_json::Value>(&body) else {
@@ -351,6 +349,11 @@ impl Offline {
                 ));
             }
         }
+        // The name becomes a file name in the cache: one the apiserver would not accept, or
+        // the store would not write, is refused now rather than answered 201 and dropped.
+        if let Some(bad) = unusable_name(&object) {
+            return Err((ex, Status::bad_request(bad)));
+        }
         let has_name = object
             .pointer("/metadata/name")
             .and_then(|n| n.as_str())
@@ -368,6 +371,37 @@ impl Offline {
         }
         send_json(ex, 201, &body)
     }
+}
+
+/// Why the name an offline create gives its object (`metadata.name`, else the name
+/// `metadata.generateName` leads to) cannot be used: it must be a DNS subdomain, as the
+/// apiserver requires of the kinds node components create, and a safe cache path segment.
+fn unusable_name(object: &serde_json::Value) -> Option<String> {
+    let field = |name: &str| {
+        object
+            .get("metadata")
+            .and_then(|m| m.get(name))
+            .and_then(|v| v.as_str())
+            .filter(|v| !v.is_empty())
+    };
+    let usable = |name: &str| request::is_dns_subdomain(name) && request::is_object_name(name);
+    if let Some(name) = field("name") {
+        return (!usable(name)).then(|| {
+            format!(
+                "metadata.name {:?} is not a lowercase RFC 1123 subdomain",
+                request::truncate(name)
+            )
+        });
+    }
+    // The apiserver cuts the prefix to 58 bytes and appends five random characters.
+    let prefix = field("generateName")?;
+    let kept = prefix.get(..prefix.len().min(58)).unwrap_or(prefix);
+    (!usable(&format!("{kept}x0000"))).then(|| {
+        format!(
+            "metadata.generateName {:?} does not lead to a lowercase RFC 1123 subdomain",
+            request::truncate(prefix)
+        )
+    })
 }
 
 /// The status sent, or the exchange back with the `Status` to answer.
@@ -570,6 +604,34 @@ fn random_watch_duration() -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn offline_creates_need_a_name_the_apiserver_and_the_store_accept() {
+        let check =
+            |meta: serde_json::Value| unusable_name(&serde_json::json!({ "metadata": meta }));
+        for meta in [
+            serde_json::json!({"name": "web-1"}),
+            serde_json::json!({"name": "kubelet.17a8b2c3d4e5f6a7"}),
+            serde_json::json!({"generateName": "csr-"}),
+            serde_json::json!({"generateName": "a".repeat(100)}),
+            serde_json::json!({"name": "", "generateName": "web-"}),
+            serde_json::json!({}),
+        ] {
+            assert_eq!(check(meta.clone()), None, "{meta}");
+        }
+        for meta in [
+            serde_json::json!({"name": "../x"}),
+            serde_json::json!({"name": "a/b"}),
+            serde_json::json!({"name": "Upper"}),
+            serde_json::json!({"name": ".hidden"}),
+            serde_json::json!({"name": "a%2F"}),
+            serde_json::json!({"name": "x".repeat(254)}),
+            serde_json::json!({"generateName": "../"}),
+            serde_json::json!({"name": "", "generateName": "A-"}),
+        ] {
+            assert!(check(meta.clone()).is_some(), "{meta}");
+        }
+    }
 
     #[test]
     fn continue_tokens_round_trip_and_foreign_ones_are_refused() {
