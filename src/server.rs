@@ -713,6 +713,20 @@ impl<'c> Exchange<'c> {
         length: Length,
     ) -> io::Result<BodyWriter<'c>> {
         self.finish_request_body();
+        // A body found broken only now (its handler never read it: an answer from the cache)
+        // is still the client's error: it gets that, not the answer meant for a good request.
+        if let Some(failure) = self.conn.body_failure.take_if(|f| f.code != status) {
+            log::debug!(
+                "answering {} rather than {status}: {}",
+                failure.code,
+                failure.message
+            );
+            let _ = answer_and_close(self.conn, &failure);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the request body was broken: {}", failure.message),
+            ));
+        }
         let http10 = self.head.minor_version == 0;
         let keep_alive = self.keep_alive;
         let no_body = self.head.method == "HEAD" || status == 204 || status == 304;
@@ -814,8 +828,9 @@ impl<'c> Exchange<'c> {
                         return;
                     }
                 }
-                Err(_) => {
+                Err(e) => {
                     self.conn.broken = true;
+                    self.conn.body_failure = Some(body_error(&e));
                     return;
                 }
             }
