@@ -374,8 +374,9 @@ impl Offline {
 }
 
 /// Why the name an offline create gives its object (`metadata.name`, else the name
-/// `metadata.generateName` leads to) cannot be used: it must be a DNS subdomain, as the
-/// apiserver requires of the kinds node components create, and a safe cache path segment.
+/// `metadata.generateName` leads to) cannot be used: there must be one, a DNS subdomain as
+/// the apiserver requires of the kinds node components create, and a safe cache path
+/// segment.
 fn unusable_name(object: &serde_json::Value) -> Option<String> {
     let field = |name: &str| {
         object
@@ -394,7 +395,9 @@ fn unusable_name(object: &serde_json::Value) -> Option<String> {
         });
     }
     // The apiserver cuts the prefix to 58 bytes and appends five random characters.
-    let prefix = field("generateName")?;
+    let Some(prefix) = field("generateName") else {
+        return Some("metadata.name or metadata.generateName is required".to_owned());
+    };
     let kept = prefix.get(..prefix.len().min(58)).unwrap_or(prefix);
     (!usable(&format!("{kept}x0000"))).then(|| {
         format!(
@@ -615,7 +618,6 @@ mod tests {
             serde_json::json!({"generateName": "csr-"}),
             serde_json::json!({"generateName": "a".repeat(100)}),
             serde_json::json!({"name": "", "generateName": "web-"}),
-            serde_json::json!({}),
         ] {
             assert_eq!(check(meta.clone()), None, "{meta}");
         }
@@ -628,6 +630,8 @@ mod tests {
             serde_json::json!({"name": "x".repeat(254)}),
             serde_json::json!({"generateName": "../"}),
             serde_json::json!({"name": "", "generateName": "A-"}),
+            serde_json::json!({}),
+            serde_json::json!({"name": ""}),
         ] {
             assert!(check(meta.clone()).is_some(), "{meta}");
         }

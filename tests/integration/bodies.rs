@@ -341,6 +341,7 @@ fn an_offline_create_with_a_name_unsafe_as_a_path_is_a_400_that_stores_nothing()
         json!({"name": "x".repeat(254)}),
         json!({"generateName": "../"}),
         json!({"generateName": "a/"}),
+        json!({}),
     ] {
         let created = post(meta.clone());
         assert_eq!(created.status, 400, "{meta}: {}", created.text());
