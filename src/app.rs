@@ -33,6 +33,7 @@ const SERVE_LIMITS: Limits = Limits {
     max_connections: 16,
     max_in_flight: 16,
     stack_size: SMALL_STACK,
+    io_timeout: server::IO_TIMEOUT,
 };
 /// Time in-flight requests get to finish after the first signal.
 const DRAIN: Duration = Duration::from_secs(3);
@@ -232,6 +233,7 @@ pub fn run(config: Config) -> Result<(), AppError> {
             max_connections: config.max_requests_in_flight.saturating_mul(2).max(64),
             max_in_flight: config.max_requests_in_flight,
             stack_size: SMALL_STACK,
+            io_timeout: config.client_io_timeout,
         };
         let (load, shutdown) = (Arc::clone(&load), Arc::clone(&shutdown));
         spawn("proxy", move || {

@@ -418,47 +418,88 @@ fn bad(what: &str) -> io::Error {
     )
 }
 
-fn read_chunk_size(input: &mut dyn BufRead) -> io::Result<u64> {
-    let mut line = Vec::new();
-    read_line(input, &mut line, MAX_CHUNK_LINE).map_err(|e| match e {
-        LineError::Eof => io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "the body ended before a chunk size",
-        ),
-        LineError::TooLong => bad("chunk size line too long"),
+/// A line of chunked framing read with `read_line`, ending in CRLF as RFC 9112 §7.1 writes
+/// it: a bare LF is refused, since a peer that reads the framing otherwise is how bodies
+/// get smuggled. Input ending first is an error saying `early`; reading failing (a timeout)
+/// stays that error.
+fn framing_line(
+    input: &mut dyn BufRead,
+    line: &mut Vec<u8>,
+    limit: usize,
+    early: &'static str,
+    what: &str,
+) -> io::Result<()> {
+    read_line(input, line, limit).map_err(|e| match e {
+        LineError::Eof => io::Error::new(io::ErrorKind::UnexpectedEof, early),
+        LineError::TooLong => bad(what),
         LineError::Io(e) => e,
     })?;
+    if line.ends_with(b"\r\n") {
+        Ok(())
+    } else {
+        Err(bad(what))
+    }
+}
+
+fn read_chunk_size(input: &mut dyn BufRead) -> io::Result<u64> {
+    let mut line = Vec::new();
+    framing_line(
+        input,
+        &mut line,
+        MAX_CHUNK_LINE,
+        "the body ended before a chunk size",
+        "chunk size line",
+    )?;
     let text = trim_crlf(&line);
     let size = text
         .split(|&b| b == b';')
         .next()
         .map(trim_ows)
         .unwrap_or(b"");
-    if size.is_empty() || size.len() > 15 || !size.iter().all(u8::is_ascii_hexdigit) {
+    if size.is_empty() || !size.iter().all(u8::is_ascii_hexdigit) {
         return Err(bad("chunk size"));
     }
-    // At most 15 hex digits: fits in u64.
-    let text = std::str::from_utf8(size).map_err(|_| bad("chunk size"))?;
+    // Leading zeros say nothing; past them, at most 15 hex digits fit in u64 with room to
+    // add (a larger size is past any body limit anyway).
+    let digits = match size.iter().position(|&b| b != b'0') {
+        Some(first) => &size[first..],
+        None => return Ok(0),
+    };
+    if digits.len() > 15 {
+        return Err(bad("chunk size too large"));
+    }
+    // Hex digits only: ASCII.
+    let text = std::str::from_utf8(digits).map_err(|_| bad("chunk size"))?;
     u64::from_str_radix(text, 16).map_err(|_| bad("chunk size"))
 }
 
 fn expect_crlf(input: &mut dyn BufRead) -> io::Result<()> {
     let mut line = Vec::new();
-    read_line(input, &mut line, 2).map_err(|_| bad("missing CRLF after a chunk"))?;
-    if trim_crlf(&line).is_empty() {
-        Ok(())
-    } else {
-        Err(bad("missing CRLF after a chunk"))
-    }
+    framing_line(
+        input,
+        &mut line,
+        2,
+        "the body ended inside a chunk",
+        "missing CRLF after a chunk",
+    )
 }
 
 fn skip_trailers(input: &mut dyn BufRead) -> io::Result<()> {
-    for _ in 0..MAX_HEADERS {
-        let mut line = Vec::new();
-        read_line(input, &mut line, MAX_HEAD).map_err(|_| bad("trailer"))?;
-        if trim_crlf(&line).is_empty() {
+    let mut budget = MAX_HEAD;
+    let mut line = Vec::new();
+    for _ in 0..=MAX_HEADERS {
+        line.clear();
+        framing_line(
+            input,
+            &mut line,
+            budget,
+            "the body ended inside its trailers",
+            "trailer",
+        )?;
+        if line.len() == 2 {
             return Ok(());
         }
+        budget -= line.len();
     }
     Err(bad("too many trailers"))
 }
@@ -641,5 +682,74 @@ mod tests {
         }
         let mut state = BodyState::new(Framing::Length(10));
         assert!(read_body(&mut state, &mut &b"short"[..], 1 << 20).is_err());
+    }
+
+    #[test]
+    fn chunked_framing_is_read_strictly() {
+        let read = |wire: &[u8]| {
+            let mut state = BodyState::new(Framing::Chunked);
+            read_body(&mut state, &mut &wire[..], 1 << 20)
+        };
+        // Malformed framing is InvalidData; a body cut short is UnexpectedEof.
+        for (wire, kind) in [
+            (
+                &b"0x5\r\nhello\r\n0\r\n\r\n"[..],
+                io::ErrorKind::InvalidData,
+            ),
+            (b"\r\nhello\r\n0\r\n\r\n", io::ErrorKind::InvalidData),
+            (
+                b"10000000000000000\r\nx\r\n0\r\n\r\n",
+                io::ErrorKind::InvalidData,
+            ),
+            (b"5\nhello\r\n0\r\n\r\n", io::ErrorKind::InvalidData),
+            (b"5\r\nhello\n0\r\n\r\n", io::ErrorKind::InvalidData),
+            (b"5\r\nhello\r\n0\r\n\n", io::ErrorKind::InvalidData),
+            (b"5\r\nhello\r\n0\r\nX: 1\n\r\n", io::ErrorKind::InvalidData),
+            (b"3\r\nhello\r\n0\r\n\r\n", io::ErrorKind::InvalidData),
+            (b"5\r\nhello\r\n", io::ErrorKind::UnexpectedEof),
+            (b"5\r\nhello\r\n0\r\n", io::ErrorKind::UnexpectedEof),
+            (b"5\r\nhello", io::ErrorKind::UnexpectedEof),
+        ] {
+            let e = read(wire).unwrap_err();
+            assert_eq!(e.kind(), kind, "{:?}: {e}", String::from_utf8_lossy(wire));
+        }
+        // Leading zeros are only zeros.
+        assert_eq!(
+            read(b"000000000000000000005\r\nhello\r\n00\r\n\r\n").unwrap(),
+            b"hello"
+        );
+    }
+
+    #[test]
+    fn a_timeout_inside_the_framing_stays_a_timeout() {
+        /// Hands out `data`, then fails as a socket read past its timeout does.
+        struct Stalls<'a>(&'a [u8]);
+        impl Read for Stalls<'_> {
+            fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+                if self.0.is_empty() {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                let n = self.0.len().min(out.len());
+                out[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        for wire in [
+            &b"5"[..],
+            b"5\r\nhello",
+            b"5\r\nhello\r",
+            b"5\r\nhello\r\n0\r\nX: 1",
+        ] {
+            let mut input = io::BufReader::with_capacity(4, Stalls(wire));
+            let mut state = BodyState::new(Framing::Chunked);
+            let e = read_body(&mut state, &mut input, 1024).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                io::ErrorKind::WouldBlock,
+                "{:?}: {e}",
+                String::from_utf8_lossy(wire)
+            );
+        }
     }
 }

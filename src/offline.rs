@@ -22,7 +22,7 @@ use crate::cache::object::{ObjectHead, starts_object};
 use crate::cache::store::{Store, StoreError};
 use crate::cache::writer::CacheTx;
 use crate::health::Backends;
-use crate::request::{ApiRequest, DiscoveryForm, ResourcePath, Target};
+use crate::request::{self, ApiRequest, DiscoveryForm, ResourcePath, Target};
 use crate::route::{Local, Route, collection_key, document_file};
 use crate::server::{self, Exchange, Length};
 use crate::status::Status;
@@ -414,15 +414,10 @@ impl Offline {
     ) -> Answered<'c> {
         // The server refused a declared length past its limit; a chunked body is cut off
         // there while it is read.
-        let mut body = Vec::new();
-        if let Err(e) = ex.body().read_to_end(&mut body) {
-            let status = if ex.body_too_large() {
-                server::body_too_large()
-            } else {
-                Status::bad_request(format!("cannot read the request body: {e}"))
-            };
-            return Err((ex, status));
-        }
+        let body = match read_body(&mut ex, u64::MAX) {
+            Ok(body) => body,
+            Err(status) => return Err((ex, status)),
+        };
         let Ok(mut object) = serde_json::from_slice::<serde_json::Value>(&body) else {
             return Err((
                 ex,
@@ -453,6 +448,11 @@ impl Offline {
                     ),
                 ));
             }
+        }
+        // The name becomes a file name in the cache: one the apiserver would not accept, or
+        // the store would not write, is refused now rather than answered 201 and dropped.
+        if let Some(bad) = unusable_name(&object) {
+            return Err((ex, Status::bad_request(bad)));
         }
         let has_name = object
             .pointer("/metadata/name")
@@ -487,12 +487,10 @@ impl Offline {
         else {
             return Err((ex, Status::bad_request("no service account named")));
         };
-        let mut body = Vec::new();
-        let limit = tokens::MAX_REQUEST_BYTES as u64 + 1;
-        if let Err(e) = Read::take(ex.body(), limit).read_to_end(&mut body) {
-            let status = Status::bad_request(format!("cannot read the request body: {e}"));
-            return Err((ex, status));
-        }
+        let body = match read_body(&mut ex, tokens::MAX_REQUEST_BYTES as u64 + 1) {
+            Ok(body) => body,
+            Err(status) => return Err((ex, status)),
+        };
         let spec = match TokenSpec::parse(&body) {
             Some(spec) if body.len() <= tokens::MAX_REQUEST_BYTES => spec,
             _ => {
@@ -572,6 +570,52 @@ impl ListOut<'_> {
 /// (YurtHub does the same, `cache_manager.go`).
 fn empty_is_not_found(req: &ApiRequest, path: &ResourcePath) -> bool {
     req.component == "kubelet" && path.group.is_empty() && path.resource == "pods"
+}
+
+/// Reads up to `limit` bytes of the request body; a broken body is answered with the
+/// status its failure calls for (400 malformed, 408 stalled, 413 too large).
+fn read_body(ex: &mut Exchange<'_>, limit: u64) -> Result<Vec<u8>, Status> {
+    let mut body = Vec::new();
+    match ex.body().take(limit).read_to_end(&mut body) {
+        Ok(_) => Ok(body),
+        Err(e) => Err(ex.body_failure().unwrap_or_else(|| {
+            Status::bad_request(format!("cannot read the request body: {e}"))
+        })),
+    }
+}
+
+/// Why the name an offline create gives its object (`metadata.name`, else the name
+/// `metadata.generateName` leads to) cannot be used: there must be one, a DNS subdomain as
+/// the apiserver requires of the kinds node components create, and a safe cache path
+/// segment.
+fn unusable_name(object: &serde_json::Value) -> Option<String> {
+    let field = |name: &str| {
+        object
+            .get("metadata")
+            .and_then(|m| m.get(name))
+            .and_then(|v| v.as_str())
+            .filter(|v| !v.is_empty())
+    };
+    let usable = |name: &str| request::is_dns_subdomain(name) && request::is_object_name(name);
+    if let Some(name) = field("name") {
+        return (!usable(name)).then(|| {
+            format!(
+                "metadata.name {:?} is not a lowercase RFC 1123 subdomain",
+                request::truncate(name)
+            )
+        });
+    }
+    // The apiserver cuts the prefix to 58 bytes and appends five random characters.
+    let Some(prefix) = field("generateName") else {
+        return Some("metadata.name or metadata.generateName is required".to_owned());
+    };
+    let kept = prefix.get(..prefix.len().min(58)).unwrap_or(prefix);
+    (!usable(&format!("{kept}x0000"))).then(|| {
+        format!(
+            "metadata.generateName {:?} does not lead to a lowercase RFC 1123 subdomain",
+            request::truncate(prefix)
+        )
+    })
 }
 
 /// The status sent, or the exchange back with the `Status` to answer.
@@ -774,6 +818,35 @@ fn random_watch_duration() -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn offline_creates_need_a_name_the_apiserver_and_the_store_accept() {
+        let check =
+            |meta: serde_json::Value| unusable_name(&serde_json::json!({ "metadata": meta }));
+        for meta in [
+            serde_json::json!({"name": "web-1"}),
+            serde_json::json!({"name": "kubelet.17a8b2c3d4e5f6a7"}),
+            serde_json::json!({"generateName": "csr-"}),
+            serde_json::json!({"generateName": "a".repeat(100)}),
+            serde_json::json!({"name": "", "generateName": "web-"}),
+        ] {
+            assert_eq!(check(meta.clone()), None, "{meta}");
+        }
+        for meta in [
+            serde_json::json!({"name": "../x"}),
+            serde_json::json!({"name": "a/b"}),
+            serde_json::json!({"name": "Upper"}),
+            serde_json::json!({"name": ".hidden"}),
+            serde_json::json!({"name": "a%2F"}),
+            serde_json::json!({"name": "x".repeat(254)}),
+            serde_json::json!({"generateName": "../"}),
+            serde_json::json!({"name": "", "generateName": "A-"}),
+            serde_json::json!({}),
+            serde_json::json!({"name": ""}),
+        ] {
+            assert!(check(meta.clone()).is_some(), "{meta}");
+        }
+    }
 
     #[test]
     fn continue_tokens_round_trip_and_foreign_ones_are_refused() {

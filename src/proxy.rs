@@ -17,7 +17,7 @@ use crate::offline::Offline;
 use crate::reaper::Reaper;
 use crate::request::{self, ApiRequest};
 use crate::route::{self, CacheTarget, Local, NoCacheReason, Route, TokenTarget};
-use crate::server::{self, Exchange, Length};
+use crate::server::{Exchange, Length};
 use crate::status::Status;
 use crate::upstream::{Answer, BodySource, Deadline, Identity, Outgoing, Upstream, UpstreamError};
 
@@ -303,11 +303,15 @@ impl Hub {
             identity: route.identity,
         };
         let sent = self.upstream.send(outgoing);
-        sent.map_err(|e| match e {
-            // Reading the client's body failed, not the cloud.
-            _ if ex.body_too_large() => Failure::Refused(server::body_too_large()),
-            UpstreamError::Request(detail) => Failure::Refused(Status::internal(detail)),
-            e => Failure::Unreachable(e),
+        sent.map_err(|e| match (e, ex.body_failure()) {
+            // Reading the client's body failed, not the cloud: never a cloud failure nor an
+            // answer from the cache.
+            (_, Some(status)) => Failure::Refused(status),
+            (UpstreamError::ClientBody(detail), None) => {
+                Failure::Refused(Status::bad_request(detail))
+            }
+            (UpstreamError::Request(detail), None) => Failure::Refused(Status::internal(detail)),
+            (e, None) => Failure::Unreachable(e),
         })
     }
 

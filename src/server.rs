@@ -29,8 +29,10 @@ use crate::status::Status;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Time a client has to send a whole request head once it started.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
-/// Time one read of a request body, or one write of a response, may block.
-const IO_TIMEOUT: Duration = Duration::from_secs(60);
+/// Time one read of a request body, or one write of a response, may take (the default of
+/// [`Limits::io_timeout`]). It bounds the whole operation, not each system call: a client
+/// that takes a few bytes now and then does not restart it.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
 /// Unread request body drained after an answer to keep the connection; more closes it.
 const MAX_DRAIN: u64 = 1024 * 1024;
 /// Read buffer of a connection: a request head fits; bodies bypass it.
@@ -107,6 +109,8 @@ pub struct Limits {
     pub max_in_flight: usize,
     /// Stack of each connection thread.
     pub stack_size: usize,
+    /// Time one read of a request body, or one write of an answer, may take.
+    pub io_timeout: Duration,
 }
 
 /// Connections and requests being served, shared with whoever waits for them to drain.
@@ -321,20 +325,26 @@ fn refuse(mut stream: TcpStream, status: &Status) {
 
 /// Writes `status` as a whole answer that says `Connection: close`, then closes the socket.
 fn write_status_and_close(stream: &mut TcpStream, status: &Status) -> io::Result<()> {
+    stream.write_all(&closing_answer(status))?;
+    stream.shutdown(Shutdown::Both)
+}
+
+/// `status` as a whole answer, head and body, that says `Connection: close`.
+fn closing_answer(status: &Status) -> Vec<u8> {
     let body = status.to_json();
     let retry = status
         .retry_after
         .map(|s| format!("Retry-After: {s}\r\n"))
         .unwrap_or_default();
-    let head = format!(
+    let mut answer = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\n{retry}Content-Length: {}\r\nConnection: close\r\n\r\n",
         status.code,
         reason_phrase(status.code),
         body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(&body)?;
-    stream.shutdown(Shutdown::Both)
+    )
+    .into_bytes();
+    answer.extend_from_slice(&body);
+    answer
 }
 
 /// Frees a connection slot, and forgets the connection, when its thread ends however it ends.
@@ -372,17 +382,95 @@ struct Conn {
     response_started: bool,
     /// Something went wrong on the connection: close it after this exchange.
     broken: bool,
-    /// Request body bytes read so far, and whether the body went past [`MAX_BODY`].
+    /// Request body bytes read so far.
     body_read: u64,
-    body_too_large: bool,
-    /// While a request head is read: when it must be complete.
+    /// Reading the request body failed: the answer the client gets for it.
+    body_failure: Option<Status>,
+    /// While a request head, or one read of a body, is read: when it must be complete.
     deadline: Option<Instant>,
+    /// Time one body read or one answer write may take.
+    io_timeout: Duration,
+    /// The socket's send timeout as last set (`None`: not set yet).
+    send_timeout: Option<Duration>,
+}
+
+impl Conn {
+    /// Gives the next read of the socket what is left until the deadline, if one is set: a
+    /// whole-operation deadline, not a per-read one, so a client dribbling a byte at a time
+    /// cannot hold the connection longer.
+    fn arm_read(&mut self) -> io::Result<()> {
+        if let Some(deadline) = self.deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client sent nothing in time",
+                ));
+            }
+            self.stream.set_read_timeout(Some(left))?;
+        }
+        Ok(())
+    }
+
+    fn set_send_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        if self.send_timeout != Some(timeout) {
+            self.stream.set_write_timeout(Some(timeout))?;
+            self.send_timeout = Some(timeout);
+        }
+        Ok(())
+    }
+
+    /// Writes all of `parts` within one write timeout. The socket's own timeout bounds each
+    /// system call, and a client that takes a few bytes now and then would restart it with
+    /// every partial write (holding a thread and a full send buffer for minutes): after a
+    /// partial write the next call gets only what is left of the operation's time.
+    fn send(&mut self, mut parts: &mut [io::IoSlice<'_>]) -> io::Result<()> {
+        let deadline = Instant::now() + self.io_timeout;
+        self.set_send_timeout(self.io_timeout)?;
+        while !parts.is_empty() {
+            match self.stream.write_vectored(parts) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "the client stopped reading",
+                    ));
+                }
+                Ok(n) => io::IoSlice::advance_slices(&mut parts, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the client did not read its answer in time",
+                    ));
+                }
+                Err(e) => return Err(e),
+            }
+            if parts.is_empty() {
+                break;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client did not read its answer in time",
+                ));
+            }
+            self.set_send_timeout(left)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` within one write timeout (see [`Conn::send`]).
+    fn send_all(&mut self, data: &[u8]) -> io::Result<()> {
+        self.send(&mut [io::IoSlice::new(data)])
+    }
 }
 
 impl Read for Conn {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if self.pos == self.len && out.len() >= self.buf.len() {
             // Large reads bypass the buffer.
+            self.arm_read()?;
             return self.stream.read(out);
         }
         let available = self.fill_buf()?;
@@ -396,18 +484,7 @@ impl Read for Conn {
 impl BufRead for Conn {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         if self.pos == self.len {
-            if let Some(deadline) = self.deadline {
-                // A whole-head deadline, not a per-read one: a client dribbling a byte at a
-                // time cannot hold the connection longer.
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "the request head took too long",
-                    ));
-                }
-                self.stream.set_read_timeout(Some(left))?;
-            }
+            self.arm_read()?;
             self.len = self.stream.read(&mut self.buf)?;
             self.pos = 0;
         }
@@ -429,7 +506,6 @@ fn serve_connection(
 ) {
     let (load, tracked) = (&*slot.load, &*slot.tracked);
     let _ = stream.set_nodelay(true);
-    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
     let mut conn = Conn {
         stream,
         buf: vec![0u8; READ_BUFFER].into_boxed_slice(),
@@ -440,8 +516,10 @@ fn serve_connection(
         response_started: false,
         broken: false,
         body_read: 0,
-        body_too_large: false,
+        body_failure: None,
         deadline: None,
+        io_timeout: limits.io_timeout,
+        send_timeout: None,
     };
     let mut first = true;
     loop {
@@ -499,13 +577,11 @@ fn serve_connection(
                 return;
             }
         };
-        if framing != http1::Framing::None {
-            let _ = conn.stream.set_read_timeout(Some(IO_TIMEOUT));
-        }
         let keep_alive = head.keep_alive() && !shutdown.load(Ordering::Acquire);
         conn.response_complete = false;
         conn.response_started = false;
         conn.body_read = 0;
+        conn.body_failure = None;
         let continue_pending = framing != http1::Framing::None && head.expects_continue();
         let exchange = Exchange {
             conn: &mut conn,
@@ -540,7 +616,8 @@ fn serve_connection(
 /// Answers a request whose connection cannot carry another, and closes it.
 fn answer_and_close(conn: &mut Conn, status: &Status) -> io::Result<()> {
     conn.response_started = true;
-    write_status_and_close(&mut conn.stream, status)
+    conn.send_all(&closing_answer(status))?;
+    conn.stream.shutdown(Shutdown::Both)
 }
 
 /// One request and the means to answer it.
@@ -597,7 +674,18 @@ impl<'c> Exchange<'c> {
     /// True when reading the body failed because it went past [`MAX_BODY`] (answer with
     /// [`body_too_large`]).
     pub fn body_too_large(&self) -> bool {
-        self.conn.body_too_large
+        self.conn
+            .body_failure
+            .as_ref()
+            .is_some_and(|s| s.code == 413)
+    }
+
+    /// When reading the body failed, the answer for it: the client's error, never the
+    /// cloud's — 400 for a body that is malformed or ends early, 408 for one that stalls past
+    /// the read timeout, 413 past [`MAX_BODY`]. The connection closes after it (the framing
+    /// is lost).
+    pub fn body_failure(&self) -> Option<Status> {
+        self.conn.body_failure.clone()
     }
 
     /// True when the request carries a body.
@@ -625,6 +713,20 @@ impl<'c> Exchange<'c> {
         length: Length,
     ) -> io::Result<BodyWriter<'c>> {
         self.finish_request_body();
+        // A body found broken only now (its handler never read it: an answer from the cache)
+        // is still the client's error: it gets that, not the answer meant for a good request.
+        if let Some(failure) = self.conn.body_failure.take_if(|f| f.code != status) {
+            log::debug!(
+                "answering {} rather than {status}: {}",
+                failure.code,
+                failure.message
+            );
+            let _ = answer_and_close(self.conn, &failure);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the request body was broken: {}", failure.message),
+            ));
+        }
         let http10 = self.head.minor_version == 0;
         let keep_alive = self.keep_alive;
         let no_body = self.head.method == "HEAD" || status == 204 || status == 304;
@@ -665,7 +767,7 @@ impl<'c> Exchange<'c> {
         let conn = self.conn;
         conn.response_started = true;
         // One write, and no waiting: a watch client needs the head before any event.
-        conn.stream.write_all(&head)?;
+        conn.send_all(&head)?;
         Ok(BodyWriter {
             conn,
             framing: if no_body {
@@ -705,14 +807,19 @@ impl<'c> Exchange<'c> {
         if self.body == BodyState::Done {
             return;
         }
-        if matches!(self.body, BodyState::Length(n) if n > MAX_DRAIN) || self.continue_pending {
+        // A body that failed is not read again: its framing is lost, and one that stalled
+        // would hold the answer another read timeout.
+        if matches!(self.body, BodyState::Length(n) if n > MAX_DRAIN)
+            || self.continue_pending
+            || self.conn.body_failure.is_some()
+        {
             self.conn.broken = true;
             return;
         }
         let mut sink = [0u8; 4096];
         let mut drained = 0u64;
         loop {
-            match self.body.read(self.conn, &mut sink) {
+            match read_body(self.conn, &mut self.body, &mut sink) {
                 Ok(0) => return,
                 Ok(n) => {
                     drained += n as u64;
@@ -721,8 +828,9 @@ impl<'c> Exchange<'c> {
                         return;
                     }
                 }
-                Err(_) => {
+                Err(e) => {
                     self.conn.broken = true;
+                    self.conn.body_failure = Some(body_error(&e));
                     return;
                 }
             }
@@ -745,31 +853,60 @@ pub struct RequestBody<'a> {
     continue_pending: Option<&'a mut bool>,
 }
 
+/// One read of a request body, within one read timeout however many reads of the socket
+/// it takes (a size line, then data).
+fn read_body(conn: &mut Conn, state: &mut BodyState, out: &mut [u8]) -> io::Result<usize> {
+    conn.deadline = Some(Instant::now() + conn.io_timeout);
+    let result = state.read(conn, out);
+    conn.deadline = None;
+    result
+}
+
 impl Read for RequestBody<'_> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if let Some(status) = &self.conn.body_failure {
+            // Read again after it failed (a retry): the same failure, not a desynchronised
+            // read of the framing.
+            return Err(io::Error::other(status.message.clone()));
+        }
         if let Some(pending) = self.continue_pending.take() {
             *pending = false;
-            self.conn
-                .stream
-                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+            self.conn.send_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
         }
-        let result = self.state.read(self.conn, out);
-        match result {
-            Ok(n) => {
-                self.conn.body_read += n as u64;
-                if self.conn.body_read > MAX_BODY {
-                    // Only a chunked body gets here; a declared length was checked at once.
-                    self.conn.body_too_large = true;
-                    self.conn.broken = true;
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "the request body is larger than its limit",
-                    ));
-                }
+        let result = read_body(self.conn, self.state, out).and_then(|n| {
+            self.conn.body_read += n as u64;
+            // A declared length was checked at once; a chunked body is refused as soon as a
+            // chunk would take it past the limit.
+            let promised = match *self.state {
+                BodyState::Chunk(left) => left,
+                _ => 0,
+            };
+            if self.conn.body_read.saturating_add(promised) > MAX_BODY {
+                self.conn.body_failure = Some(body_too_large());
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the request body is larger than its limit",
+                ));
             }
-            Err(_) => self.conn.broken = true,
+            Ok(n)
+        });
+        if let Err(e) = &result {
+            self.conn.broken = true;
+            if self.conn.body_failure.is_none() {
+                self.conn.body_failure = Some(body_error(e));
+            }
         }
         result
+    }
+}
+
+/// The answer to a request whose body could not be read.
+fn body_error(e: &io::Error) -> Status {
+    match e.kind() {
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+            Status::request_timeout("the request body stalled: no bytes within the read timeout")
+        }
+        _ => Status::bad_request(format!("cannot read the request body: {e}")),
     }
 }
 
@@ -803,8 +940,8 @@ pub struct BodyWriter<'c> {
 }
 
 /// Writes one chunk — size line, data, CRLF — in one vectored write where the socket takes
-/// it (no copy of the data into a frame buffer).
-fn write_chunk(stream: &mut TcpStream, data: &[u8]) -> io::Result<()> {
+/// it (no copy of the data into a frame buffer), within one write timeout.
+fn write_chunk(conn: &mut Conn, data: &[u8]) -> io::Result<()> {
     let mut size = [0u8; 18];
     let head = {
         use std::io::Write as _;
@@ -813,26 +950,11 @@ fn write_chunk(stream: &mut TcpStream, data: &[u8]) -> io::Result<()> {
         let left = cursor.len();
         &size[..18 - left]
     };
-    let mut parts = [
+    conn.send(&mut [
         io::IoSlice::new(head),
         io::IoSlice::new(data),
         io::IoSlice::new(b"\r\n"),
-    ];
-    let mut slices = &mut parts[..];
-    while !slices.is_empty() {
-        match stream.write_vectored(slices) {
-            Ok(0) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    "the client stopped reading",
-                ));
-            }
-            Ok(n) => io::IoSlice::advance_slices(&mut slices, n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    ])
 }
 
 impl BodyWriter<'_> {
@@ -850,10 +972,10 @@ impl BodyWriter<'_> {
                     ));
                 }
                 *remaining -= data.len() as u64;
-                self.conn.stream.write_all(data)
+                self.conn.send_all(data)
             }
-            ResponseFraming::Close => self.conn.stream.write_all(data),
-            ResponseFraming::Chunked => write_chunk(&mut self.conn.stream, data),
+            ResponseFraming::Close => self.conn.send_all(data),
+            ResponseFraming::Chunked => write_chunk(self.conn, data),
         };
         if result.is_err() {
             self.conn.broken = true;
@@ -864,7 +986,7 @@ impl BodyWriter<'_> {
     /// Ends the body cleanly (the terminal chunk for chunked framing).
     pub fn finish(self) -> io::Result<()> {
         let result = match self.framing {
-            ResponseFraming::Chunked => self.conn.stream.write_all(b"0\r\n\r\n"),
+            ResponseFraming::Chunked => self.conn.send_all(b"0\r\n\r\n"),
             ResponseFraming::Known(0) => Ok(()),
             ResponseFraming::Close => {
                 self.conn.broken = true;
@@ -928,7 +1050,10 @@ impl BodyWriter<'_> {
                 Err(_) => break true,
             }
         };
-        let _ = self.conn.stream.set_read_timeout(Some(IO_TIMEOUT));
+        let _ = self
+            .conn
+            .stream
+            .set_read_timeout(Some(self.conn.io_timeout));
         gone
     }
 }

@@ -70,6 +70,11 @@ impl Status {
         Status::new(404, "NotFound", message)
     }
 
+    /// 408: the client did not send its request (its body) within the read timeout.
+    pub fn request_timeout(message: impl Into<String>) -> Status {
+        Status::new(408, "Timeout", message)
+    }
+
     /// 410: a continue token or resourceVersion that can no longer be served.
     pub fn expired(message: impl Into<String>) -> Status {
         Status::new(410, "Expired", message)

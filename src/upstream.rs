@@ -182,6 +182,21 @@ impl Connector<()> for Recording {
     }
 }
 
+/// The client's body as ureq reads it, noting a failed read: ureq's error then is the
+/// client's, not the cloud's.
+struct NotingBody<'r, 'b> {
+    reader: &'r mut &'b mut dyn Read,
+    failed: bool,
+}
+
+impl Read for NotingBody<'_, '_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let result = self.reader.read(buf);
+        self.failed |= matches!(&result, Err(e) if e.kind() != io::ErrorKind::Interrupted);
+        result
+    }
+}
+
 /// A streaming response body; reads return as soon as bytes arrive.
 pub struct AnswerBody(ureq::BodyReader<'static>);
 
@@ -210,6 +225,9 @@ pub enum UpstreamError {
     },
     /// The hub could not build the request (a bug or a header ureq refuses).
     Request(String),
+    /// Reading the client's request body failed (malformed, stalled, too large): the
+    /// client's error, not the cloud's. The cloud never got the request whole.
+    ClientBody(String),
 }
 
 impl UpstreamError {
@@ -218,7 +236,7 @@ impl UpstreamError {
         match self {
             UpstreamError::NoHealthyBackend => true,
             UpstreamError::Transport { maybe_sent, .. } => !maybe_sent,
-            UpstreamError::Request(_) => true,
+            UpstreamError::Request(_) | UpstreamError::ClientBody(_) => true,
         }
     }
 }
@@ -229,6 +247,9 @@ impl fmt::Display for UpstreamError {
             UpstreamError::NoHealthyBackend => f.write_str("no cloud server is healthy"),
             UpstreamError::Transport { server, detail, .. } => write!(f, "{server}: {detail}"),
             UpstreamError::Request(detail) => write!(f, "cannot build the request: {detail}"),
+            UpstreamError::ClientBody(detail) => {
+                write!(f, "reading the client's request body failed: {detail}")
+            }
         }
     }
 }
@@ -308,6 +329,8 @@ impl Upstream {
             .ok_or(UpstreamError::NoHealthyBackend)?;
         let retryable = req.body.is_none() && matches!(req.method, "GET" | "HEAD");
         match self.send_to(first, &mut req) {
+            // Not the cloud's failure: no error counted, no retry.
+            Err(err @ UpstreamError::ClientBody(_)) => Err(err),
             Err(err @ UpstreamError::Transport { .. }) => {
                 Metrics::inc(&METRICS.upstream_errors);
                 // A connection that could not be made, or an answer that did not come in
@@ -403,10 +426,21 @@ impl Upstream {
         let request_error = |e: http::Error| UpstreamError::Request(e.to_string());
         let result = match req.body.as_mut() {
             Some(body) => {
+                let mut reader = NotingBody {
+                    reader: &mut body.reader,
+                    failed: false,
+                };
                 let request = builder
-                    .body(SendBody::from_reader(&mut body.reader))
+                    .body(SendBody::from_reader(&mut reader))
                     .map_err(request_error)?;
-                agent.run(configure(agent, request, req.deadline, output_buffer))
+                let result = agent.run(configure(agent, request, req.deadline, output_buffer));
+                if reader.failed {
+                    // ureq stopped because the client's body did: its error says why.
+                    return Err(UpstreamError::ClientBody(
+                        result.err().map(|e| e.to_string()).unwrap_or_default(),
+                    ));
+                }
+                result
             }
             None => {
                 let request = builder.body(()).map_err(request_error)?;

@@ -194,6 +194,15 @@ pub const FLAGS: &[FlagSpec] = &[
     ),
 ];
 
+/// Flags for tests only, parsed like the others and left out of `--help`: nobody should
+/// set them in production.
+pub const TEST_FLAGS: &[FlagSpec] = &[flag(
+    "test-only-client-io-timeout-seconds",
+    Kind::Int,
+    "60",
+    "time one read of a client's request body, or one write of its answer, may take",
+)];
+
 /// YurtHub flags accepted for compatibility and ignored with a warning: (name, takes a value).
 pub const IGNORED_YURTHUB_FLAGS: &[(&str, bool)] = &[
     ("namespace", true),
@@ -287,7 +296,7 @@ where
                 )));
             }
         };
-        if let Some(spec) = FLAGS.iter().find(|s| s.name == name) {
+        if let Some(spec) = FLAGS.iter().chain(TEST_FLAGS).find(|s| s.name == name) {
             let value = if spec.kind == Kind::Bool {
                 match parser.optional_value() {
                     Some(v) => os_to_string(&name, v)?,
@@ -421,6 +430,13 @@ mod tests {
         assert!(parse_err(&["--node-name"]).contains("needs an argument"));
         assert!(parse_err(&["stray"]).contains("takes only flags"));
         assert!(parse_err(&["-x"]).contains("unknown shorthand"));
+    }
+
+    #[test]
+    fn test_flags_parse_but_stay_out_of_help() {
+        let raw = parse_ok(&["--test-only-client-io-timeout-seconds=3"]);
+        assert_eq!(raw.get("test-only-client-io-timeout-seconds"), Some("3"));
+        assert!(!help_text().contains("test-only"));
     }
 
     #[test]

@@ -66,6 +66,9 @@ pub struct Config {
     pub verbosity: u8,
     /// YurtHub flags given and ignored, to warn about once logging is up.
     pub ignored_flags: Vec<String>,
+    /// Time one read of a client's request body, or one write of its answer, may take
+    /// (60 s; shorter only through a test-only flag).
+    pub client_io_timeout: Duration,
 }
 
 /// One cloud apiserver, `https://host:port`.
@@ -148,6 +151,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, ConfigError> {
         raw.get(name).unwrap_or_else(|| {
             flags::FLAGS
                 .iter()
+                .chain(flags::TEST_FLAGS)
                 .find(|s| s.name == name)
                 .map(|s| s.default)
                 .unwrap_or("")
@@ -313,6 +317,11 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, ConfigError> {
         max_requests_in_flight: int("max-requests-in-flight", 1, 100_000)? as usize,
         verbosity: int("v", 0, 10)? as u8,
         ignored_flags: raw.ignored.clone(),
+        client_io_timeout: Duration::from_secs(int(
+            "test-only-client-io-timeout-seconds",
+            1,
+            3600,
+        )?),
     })
 }
 

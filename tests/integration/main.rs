@@ -8,6 +8,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bodies;
 mod cache_write;
 mod cli;
 mod cross;
