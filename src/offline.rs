@@ -578,9 +578,9 @@ fn read_body(ex: &mut Exchange<'_>, limit: u64) -> Result<Vec<u8>, Status> {
     let mut body = Vec::new();
     match ex.body().take(limit).read_to_end(&mut body) {
         Ok(_) => Ok(body),
-        Err(e) => Err(ex.body_failure().unwrap_or_else(|| {
-            Status::bad_request(format!("cannot read the request body: {e}"))
-        })),
+        Err(e) => Err(ex
+            .body_failure()
+            .unwrap_or_else(|| Status::bad_request(format!("cannot read the request body: {e}")))),
     }
 }
 
