@@ -184,21 +184,10 @@ fn der_time(tag: u8, text: &[u8]) -> Option<SystemTime> {
     {
         return None;
     }
-    let days = days_from_civil(year, month as u32, day as u32);
+    let days = crate::logging::days_from_civil(year, month as u32, day as u32);
     let secs = days * 86_400 + hour * 3600 + minute * 60 + second;
     let secs = u64::try_from(secs).ok()?;
     UNIX_EPOCH.checked_add(Duration::from_secs(secs))
-}
-
-/// Days since 1970-01-01 of a civil date (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = i64::from(month);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {

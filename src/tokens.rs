@@ -254,23 +254,13 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
         }
         _ => return None,
     };
-    let days = days_from_civil(year, month, day);
+    // Both checked above: 1..=12 and 1..=31.
+    let days = crate::logging::days_from_civil(year, month as u32, day as u32);
     Some(days * 86_400 + hour * 3600 + minute * 60 + second.min(60) - offset * 60)
 }
 
-/// Howard Hinnant's `days_from_civil`: days since 1970-01-01.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 /// How a Kubernetes protobuf body starts: `k8s` and a NUL, then a `runtime.Unknown`.
-const PROTOBUF_MAGIC: &[u8] = b"k8s\0";
+pub(crate) const PROTOBUF_MAGIC: &[u8] = b"k8s\0";
 
 /// Just enough protobuf to read a TokenRequest's spec from kubelet's body
 /// (k8s.io/api/authentication/v1/generated.proto).
