@@ -475,7 +475,8 @@ impl Offline {
 
 impl Offline {
     /// A TokenRequest: 201 with the cached answer while its token is valid for at least
-    /// [`tokens::MIN_VALIDITY`], else with a token made here that expires in a minute —
+    /// [`tokens::MIN_VALIDITY`] by its own `exp` (said to expire in a minute, so kubelet keeps
+    /// asking), else with a token made here that expires in a minute —
     /// never an empty token (YURTHUB.md §5.1 a). Nothing is written.
     fn token<'c>(
         &self,
@@ -510,10 +511,10 @@ impl Offline {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
         let why = match self.store.get_token(&key) {
-            Ok(Some(cached)) if tokens::still_valid(&cached, now) => {
-                return send_json(ex, 201, &cached);
-            }
-            Ok(Some(_)) => "the cached token expires within a minute",
+            Ok(Some(cached)) => match tokens::offline_answer(&cached, now) {
+                Some(answer) => return send_json(ex, 201, &answer),
+                None => "the cached token expires within a minute",
+            },
             Ok(None) => "no token is cached for this audience set",
             Err(e) => {
                 log::warn!("reading the cached token of {namespace}/{name}: {e}");

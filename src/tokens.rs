@@ -4,8 +4,9 @@
 //! (`POST …/namespaces/<ns>/serviceaccounts/<name>/token`) answered before kubelet starts it.
 //! Online, the cloud's answers are cached (the writer stores them, keyed by what was asked:
 //! [`TokenSpec::digest`]); offline, the cached answer is served while its token is valid for
-//! at least [`MIN_VALIDITY`] more, else a token made here ([`local_answer`]) that expires in
-//! one minute, so kubelet asks again soon and gets a real one once the cloud is back.
+//! at least [`MIN_VALIDITY`] more by its own `exp` ([`offline_answer`], saying it expires in
+//! a minute), else a token made here ([`local_answer`]) that expires in one minute, so
+//! kubelet asks again soon and gets a real one once the cloud is back.
 //!
 //! Pure functions but for the signing key, drawn once from the system's random source. A
 //! token is a credential: nothing here logs one, and no type holding one implements `Debug`
@@ -131,16 +132,48 @@ pub fn still_valid(answer: &[u8], now: i64) -> bool {
     expiry(answer).is_some_and(|expires| expires >= now.saturating_add(MIN_VALIDITY))
 }
 
-/// The expiry (Unix seconds) of an answer's token; `None` when it has no token or no
-/// readable `status.expirationTimestamp` — such an answer is not worth keeping.
+/// The expiry (Unix seconds) of an answer's token: the JWT's own `exp` claim when it has
+/// one, else `status.expirationTimestamp`; `None` when it has no token or no readable
+/// `status.expirationTimestamp` — such an answer is not worth keeping.
+///
+/// The claim wins: with `--service-account-extend-token-expiration` (the apiserver's
+/// default) kubelet's `kube-api-access` tokens are valid for a year while the answer says
+/// the hour asked for.
 pub fn expiry(answer: &[u8]) -> Option<i64> {
     let value: Value = serde_json::from_slice(answer).ok()?;
     let status = value.get("status")?;
-    status
+    let token = status
         .get("token")
         .and_then(Value::as_str)
         .filter(|t| !t.is_empty())?;
-    parse_rfc3339(status.get("expirationTimestamp")?.as_str()?)
+    let stated = parse_rfc3339(status.get("expirationTimestamp")?.as_str()?)?;
+    Some(jwt_exp(token).unwrap_or(stated))
+}
+
+/// The `exp` claim of a JWT, read without verifying it; `None` for anything else.
+fn jwt_exp(token: &str) -> Option<i64> {
+    let mut parts = token.split('.');
+    let (_, claims, _) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let claims: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(claims).ok()?).ok()?;
+    let exp = claims.get("exp")?;
+    // A NumericDate may have a fraction.
+    exp.as_i64().or_else(|| exp.as_f64().map(|f| f as i64))
+}
+
+/// A cached answer as served offline: `None` unless its token is [`still_valid`]; its
+/// `status.expirationTimestamp` says `now` + [`MIN_VALIDITY`], so that kubelet asks again
+/// soon — and gets a fresh token once the cloud is back. The token is left as it is.
+pub fn offline_answer(answer: &[u8], now: i64) -> Option<Vec<u8>> {
+    if !still_valid(answer, now) {
+        return None;
+    }
+    let mut value: Value = serde_json::from_slice(answer).ok()?;
+    let expires = value.get_mut("status")?.get_mut("expirationTimestamp")?;
+    *expires = rfc3339(now.saturating_add(MIN_VALIDITY)).into();
+    serde_json::to_vec(&value).ok()
 }
 
 /// The signing key of the tokens made here: random, per process, in memory only.
@@ -511,6 +544,65 @@ mod tests {
         assert!(still_valid(&bytes, now));
         assert!(!still_valid(&bytes, now + 1));
         assert!(format!("{:?}", signer().unwrap()).ends_with("(..)"));
+    }
+
+    #[test]
+    fn a_real_token_is_judged_by_its_own_exp_and_served_for_a_minute_at_a_time() {
+        let now = 1_800_000_000;
+        let b64 = |v: Value| URL_SAFE_NO_PAD.encode(v.to_string());
+        let jwt = |exp: Value| {
+            format!(
+                "{}.{}.c2ln",
+                b64(json!({"alg": "RS256", "kid": "k1"})),
+                b64(
+                    json!({"iss": "https://kubernetes.default.svc", "exp": exp, "iat": now - 3660})
+                )
+            )
+        };
+        let answer = |token: &str, stated: i64| {
+            serde_json::to_vec(&json!({
+                "kind": "TokenRequest",
+                "spec": {"audiences": ["api"], "expirationSeconds": 3607},
+                "status": {"token": token, "expirationTimestamp": rfc3339(stated)},
+            }))
+            .unwrap()
+        };
+        // kubelet's kube-api-access token with the apiserver's extended expiration: a year
+        // by its claim, an hour (past now) by the answer.
+        let year = now + 365 * 86_400;
+        let token = jwt(year.into());
+        let cached = answer(&token, now - 60);
+        assert_eq!(expiry(&cached), Some(year));
+        let served: Value = serde_json::from_slice(&offline_answer(&cached, now).unwrap()).unwrap();
+        assert_eq!(
+            served["status"]["token"],
+            token.as_str(),
+            "the token as it was"
+        );
+        assert_eq!(served["status"]["expirationTimestamp"], rfc3339(now + 60));
+        assert_eq!(served["spec"]["expirationSeconds"], 3607);
+        // A claim within a minute: not served, whatever the answer says.
+        assert_eq!(
+            offline_answer(&answer(&jwt((now + 59).into()), year), now),
+            None
+        );
+        assert_eq!(
+            expiry(&answer(&jwt(json!(1.8e9 + 30.5)), year)),
+            Some(now + 30)
+        );
+        // No readable claim (an opaque token, a broken JWT): the answer's expiry.
+        for opaque in ["cloud-token-1", "a.b.c", "a.!.c", "x.e30.y", "a.b.c.d"] {
+            assert_eq!(
+                expiry(&answer(opaque, now + 600)),
+                Some(now + 600),
+                "{opaque}"
+            );
+            let served: Value =
+                serde_json::from_slice(&offline_answer(&answer(opaque, now + 600), now).unwrap())
+                    .unwrap();
+            assert_eq!(served["status"]["expirationTimestamp"], rfc3339(now + 60));
+            assert_eq!(offline_answer(&answer(opaque, now + 30), now), None);
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 
 use crate::support::hub::*;
-use crate::support::{Cloud, base64_decode};
+use crate::support::{Cloud, base64_decode, base64_encode, parse_rfc3339, rfc3339};
 
 const WAIT: Duration = Duration::from_secs(10);
 const JSON: &[(&str, &str)] = &[("Content-Type", "application/json")];
@@ -141,8 +141,43 @@ fn service_account_tokens_survive_an_offline_reboot() {
     let short = token_request(&["api"], 30, "web-1");
     let real_short = token_of(&post(&hub, &token_path("short"), &short));
     assert!(real.starts_with("cloud-token-") && real_short.starts_with("cloud-token-"));
+    // kubelet's kube-api-access token as an apiserver gives it by default
+    // (--service-account-extend-token-expiration): the JWT is valid for a year, the answer
+    // says the hour asked for. That hour is over (the last renewal was an hour ago).
+    let b64url = |text: &str| {
+        base64_encode(text.as_bytes())
+            .trim_end_matches('=')
+            .replace('+', "-")
+            .replace('/', "_")
+    };
+    let now = unix_now();
+    let extended_jwt = format!(
+        "{}.{}.c2lnbmF0dXJl",
+        b64url(r#"{"alg":"RS256","kid":"k1"}"#),
+        b64url(
+            &json!({"iss": "https://kubernetes.default.svc.cluster.local",
+                    "sub": "system:serviceaccount:default:extended",
+                    "iat": now - 3660, "exp": now + 365 * 86_400})
+            .to_string()
+        )
+    );
+    let extended = token_request(&["api"], 3607, "web-3");
+    let answer = json!({
+        "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"name": "extended", "namespace": "default"},
+        "spec": extended["spec"],
+        "status": {"token": extended_jwt, "expirationTimestamp": rfc3339((now - 60) as u64)},
+    });
+    cloud.misanswer(
+        &token_path("extended"),
+        1,
+        201,
+        &serde_json::to_vec(&answer).unwrap(),
+    );
+    let reply = post(&hub, &token_path("extended"), &extended);
+    assert_eq!(token_of(&reply), extended_jwt);
     assert!(
-        eventually(WAIT, || token_files(&cache).len() == 2),
+        eventually(WAIT, || token_files(&cache).len() == 3),
         "token answers not kept: {:?}",
         files_under(&cache)
     );
@@ -176,6 +211,16 @@ fn service_account_tokens_survive_an_offline_reboot() {
     );
     assert_eq!(token_of(&reply), real);
 
+    // The extended token is still good by its own exp: served as cached, with an expiry a
+    // minute away so kubelet asks again (and gets a fresh one once the cloud is back).
+    let reply = post(&hub, &token_path("extended"), &extended);
+    assert_eq!(token_of(&reply), extended_jwt);
+    let expires = reply.json()["status"]["expirationTimestamp"]
+        .as_str()
+        .and_then(parse_rfc3339)
+        .expect("an expirationTimestamp") as i64;
+    assert!((expires - (unix_now() + 60)).abs() <= 5, "{}", reply.text());
+
     // A cached token that expires within a minute, another audience set, another pod, an
     // account never asked for: a minute's token made by the hub, never an empty one.
     let cases = [
@@ -201,9 +246,9 @@ fn service_account_tokens_survive_an_offline_reboot() {
     }
 
     // Offline answers write nothing; no token ever reaches the log.
-    assert_eq!(token_files(&cache).len(), 2);
+    assert_eq!(token_files(&cache).len(), 3);
     let logs = hub.logs();
-    for token in made.iter().chain([&real, &real_short]) {
+    for token in made.iter().chain([&real, &real_short, &extended_jwt]) {
         assert!(!logs.contains(token.as_str()), "a token is in the log");
     }
     assert!(

@@ -25,4 +25,4 @@ pub use kubeconfig::{Auth, CaRef, KubeconfigOptions, write_plain_kubeconfig};
 #[allow(unused_imports)]
 pub use pki::{CertKey, CertSubject, ClientCert, Pki};
 #[allow(unused_imports)]
-pub use util::{base64_decode, base64_encode, lock};
+pub use util::{base64_decode, base64_encode, lock, parse_rfc3339, rfc3339};
