@@ -404,7 +404,8 @@ impl Offline {
         Ok(200)
     }
 
-    /// Answers a create with its body; `persist` caches the object (events are not).
+    /// Answers a create with its body; `persist` caches the object (events are not, and a
+    /// protobuf event is echoed unread).
     fn create<'c>(
         &self,
         mut ex: Exchange<'c>,
@@ -418,6 +419,17 @@ impl Offline {
             Ok(body) => body,
             Err(status) => return Err((ex, status)),
         };
+        // kubelet and kube-proxy send events in protobuf by default, and take it back (their
+        // Accept). Nothing is stored, so the body goes back as it came: a 400 would make
+        // kubelet drop the event for good.
+        if !persist && body.starts_with(tokens::PROTOBUF_MAGIC) {
+            let content_type = ex
+                .header("Content-Type")
+                .unwrap_or("application/vnd.kubernetes.protobuf")
+                .to_owned();
+            let _ = ex.send(201, &[("Content-Type", content_type.as_str())], &body);
+            return Ok(201);
+        }
         let Ok(mut object) = serde_json::from_slice::<serde_json::Value>(&body) else {
             return Err((
                 ex,

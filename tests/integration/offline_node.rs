@@ -72,6 +72,29 @@ fn protobuf_token_request(audiences: &[&str], seconds: u64, pod: &str) -> Vec<u8
     [b"k8s\0".to_vec(), field(1, &type_meta), field(2, &request)].concat()
 }
 
+/// An event as client-go encodes it in protobuf: the `k8s\0` magic, then
+/// `runtime.Unknown{typeMeta: 1, raw: 2}` holding `Event{metadata: 1, involvedObject: 2,
+/// reason: 3, message: 4, type: 9}`.
+fn protobuf_event(name: &str) -> Vec<u8> {
+    fn field(number: u8, bytes: &[u8]) -> Vec<u8> {
+        let mut out = vec![number << 3 | 2, u8::try_from(bytes.len()).unwrap()];
+        out.extend_from_slice(bytes);
+        out
+    }
+    let meta = [field(1, name.as_bytes()), field(3, b"default")].concat();
+    let involved = [field(1, b"Pod"), field(2, b"default"), field(3, b"web-1")].concat();
+    let event = [
+        field(1, &meta),
+        field(2, &involved),
+        field(3, b"Started"),
+        field(4, b"Started container c"),
+        field(9, b"Normal"),
+    ]
+    .concat();
+    let type_meta = [field(1, b"v1"), field(2, b"Event")].concat();
+    [b"k8s\0".to_vec(), field(1, &type_meta), field(2, &event)].concat()
+}
+
 fn token_path(account: &str) -> String {
     format!("/api/v1/namespaces/default/serviceaccounts/{account}/token")
 }
@@ -391,6 +414,25 @@ fn events_are_never_written_to_the_cache() {
         .status,
         201
     );
+    // kubelet and kube-proxy send events in protobuf by default: the body comes back as
+    // it went, not a 400 that kubelet drops ("Server rejected event (will not retry!)").
+    let protobuf = protobuf_event("web-1.17a2b3c4d5e6f7aa");
+    let reply = call(
+        "POST",
+        &format!("{}/api/v1/namespaces/default/events", hub.url()),
+        KUBELET,
+        &[
+            ("Content-Type", "application/vnd.kubernetes.protobuf"),
+            ("Accept", "application/vnd.kubernetes.protobuf, */*"),
+        ],
+        Some(&protobuf),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/vnd.kubernetes.protobuf")
+    );
+    assert_eq!(reply.body, protobuf);
     assert!(hub.wait_cached(&["kubelet/configmaps.v1.core/default/marker-2"], WAIT));
     assert!(!events_dir.exists(), "{:?}", files_under(&cache));
 
