@@ -86,8 +86,9 @@ impl Offline {
     /// A cached document in the first form the client takes that is cached, as the apiserver
     /// picks from the `Accept` (`/api` and `/apis` are kept in legacy and aggregated forms).
     /// A document cached only in forms the client does not take is a 406 naming them, as the
-    /// apiserver says it; `/api` or `/apis` not cached at all is a 503 (a 404 would tell
-    /// client-go that the server has no such API).
+    /// apiserver says it, unless the client takes the legacy form (which an apiserver always
+    /// has); `/api` or `/apis` not cached in a form the client takes is then a 503 (a 404
+    /// would tell client-go that the server has no such API).
     fn document<'c>(&self, ex: Exchange<'c>, req: &ApiRequest, file: &str) -> Answered<'c> {
         let read = |form| -> Result<Option<Vec<u8>>, StoreError> {
             match document_file(file, form) {
@@ -119,7 +120,10 @@ impl Offline {
             }
         }
         let root = document_file(file, DiscoveryForm::V2).is_some();
-        let status = if !cached.is_empty() {
+        // An apiserver always has the legacy form: a client that takes it is never refused,
+        // the hub only lacks the document (below). One that takes only aggregated forms
+        // gets what an apiserver without them says, and client-go falls back.
+        let status = if !cached.is_empty() && !accept.takes(DiscoveryForm::Legacy) {
             Status::new(
                 406,
                 "NotAcceptable",

@@ -146,6 +146,44 @@ fn discovery_never_read_is_unavailable_not_missing() {
 }
 
 #[test]
+fn a_plain_json_client_is_never_refused_when_only_the_aggregated_form_is_cached() {
+    let cloud = Cloud::start();
+    let dir = TempDir::new("discovery-aggregated-only");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    let url = |p: &str| format!("{}{p}", hub.url());
+    // Only kubectl read discovery: only the v2 form is cached.
+    for path in ["/api", "/apis"] {
+        assert_eq!(get_accept(&url(path), V2).status, 200, "{path}");
+    }
+    assert!(hub.wait_cached(
+        &["_api.aggregated.v2", "_apis.aggregated.v2"],
+        Duration::from_secs(10)
+    ));
+    cloud.stop();
+    assert!(hub.wait_healthy(&cloud, false, Duration::from_secs(15)));
+    for path in ["/api", "/apis"] {
+        // An apiserver never says 406 to a client that takes plain JSON: the hub only
+        // lacks the document, as if it had never read it.
+        for accept in [
+            "application/json",
+            "*/*",
+            "application/vnd.kubernetes.protobuf, application/json",
+        ] {
+            let r = get_accept(&url(path), accept);
+            assert_eq!(r.status, 503, "{path} {accept}: {}", r.text());
+            assert_eq!(r.json()["reason"], "ServiceUnavailable");
+        }
+        // A client that takes only aggregated forms gets the one cached, or the 406 an
+        // apiserver without that form says (client-go then falls back).
+        let v2 = get_accept(&url(path), V2);
+        assert_eq!(v2.header("content-type"), Some(V2), "{path}");
+        let refused = get_accept(&url(path), V2BETA1);
+        assert_eq!(refused.status, 406, "{path}: {}", refused.text());
+        assert_eq!(refused.json()["reason"], "NotAcceptable");
+    }
+}
+
+#[test]
 fn kubectl_with_a_cold_discovery_cache_works_offline() {
     let cloud = Cloud::start();
     cloud.create("pods", json!({"metadata": {"name": "web-1", "namespace": "default"}, "spec": {"nodeName": "edge-1", "containers": [{"name": "c", "image": "nginx"}]}}));
