@@ -848,7 +848,8 @@ impl Store {
     }
 
     /// Stores a TokenRequest answer (0600, like every file here), replacing the one before,
-    /// and removes the service account's answers not renewed for [`TOKEN_STALE`].
+    /// and removes the service account's answers not renewed for [`TOKEN_STALE`] or beyond
+    /// [`TOKEN_CAP`].
     pub fn put_token(&self, key: &TokenKey, bytes: &[u8]) -> Result<PutOutcome, StoreError> {
         unsafe_key(key.unsafe_field())?;
         let dirs = self.token_dirs(key);
@@ -868,8 +869,9 @@ impl Store {
     }
 
     /// Removes the answers in a service account's directory, but `keep`, that were last
-    /// written more than [`TOKEN_STALE`] ago. Each pod's tokens are kept apart (the key
-    /// holds the pod), so without this every pod that ever ran would leave a file.
+    /// written more than [`TOKEN_STALE`] ago, and the oldest beyond [`TOKEN_CAP`]. Each
+    /// pod's tokens are kept apart (the key holds the pod), so without this every pod that
+    /// ever ran would leave a file.
     /// Best effort: what cannot be removed now is tried again at the next put.
     fn prune_tokens(&self, account: &Path, keep: &str) {
         let Ok(entries) = fs::read_dir(account) else {
@@ -877,16 +879,31 @@ impl Store {
         };
         let now = SystemTime::now();
         let mut removed = false;
+        // The answers kept, but `keep`, by when they were written; beyond TOKEN_CAP - 1 of
+        // them, the oldest go.
+        let mut kept = Vec::new();
         for entry in entries.flatten() {
-            let stale = entry.file_name().to_str() != Some(keep)
-                && entry.file_type().is_ok_and(|t| t.is_file())
-                && entry
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|written| now.duration_since(written).ok())
-                    .is_some_and(|age| age > TOKEN_STALE);
-            removed |= stale && fs::remove_file(entry.path()).is_ok();
+            if entry.file_name().to_str() == Some(keep)
+                || !entry.file_type().is_ok_and(|t| t.is_file())
+            {
+                continue;
+            }
+            let written = entry.metadata().and_then(|m| m.modified()).ok();
+            let stale = written
+                .and_then(|written| now.duration_since(written).ok())
+                .is_some_and(|age| age > TOKEN_STALE);
+            if stale {
+                removed |= fs::remove_file(entry.path()).is_ok();
+            } else {
+                kept.push((written, entry.path()));
+            }
+        }
+        if kept.len() >= TOKEN_CAP {
+            // An unreadable time sorts first: such a file goes before any other.
+            kept.sort_unstable();
+            for (_, path) in &kept[..=kept.len() - TOKEN_CAP] {
+                removed |= fs::remove_file(path).is_ok();
+            }
         }
         if removed && let Err(e) = sync_dir(account) {
             log::debug!("{e}");
@@ -957,7 +974,10 @@ impl Store {
 /// How long a TokenRequest answer may go without being renewed before it is removed: kubelet
 /// renews a live pod's token at least daily (within 80 % of its life, and after 24 h at the
 /// latest), so one this old belongs to a pod that is gone.
-pub const TOKEN_STALE: Duration = Duration::from_secs(7 * 24 * 3600);
+pub const TOKEN_STALE: Duration = Duration::from_secs(48 * 3600);
+/// Most answers kept per service account: each pod's are kept apart, so a CronJob started
+/// every minute would leave thousands within [`TOKEN_STALE`], each read at every put.
+pub const TOKEN_CAP: usize = 64;
 
 /// `events.<version>.core` or `events.<version>.events.k8s.io`: a kind directory of events.
 fn is_event_dir_name(name: &str) -> bool {
@@ -3647,6 +3667,45 @@ mod tests {
         };
         assert!(store.get_token(&hostile).is_err());
         assert!(store.put_token(&hostile, b"{}").is_err());
+    }
+
+    #[test]
+    fn a_service_accounts_token_answers_are_capped_oldest_first() {
+        let dir = TempDir::new("token-cap");
+        let store = open(&dir);
+        let account = dir.root().join("kubelet/tokens/default/cron");
+        let key = |i: usize| TokenKey {
+            component: "kubelet".into(),
+            namespace: "default".into(),
+            name: "cron".into(),
+            digest: format!("{i:064x}"),
+        };
+        // A CronJob's pods, one a minute, each with its own answer; none is stale yet.
+        let start = SystemTime::now() - Duration::from_secs(3600);
+        for i in 0..TOKEN_CAP + 10 {
+            store.put_token(&key(i), b"{}").unwrap();
+            File::options()
+                .write(true)
+                .open(account.join(&key(i).digest))
+                .unwrap()
+                .set_modified(start + Duration::from_secs(60 * i as u64))
+                .unwrap();
+        }
+        // A put keeps its own answer and the newest others.
+        store.put_token(&key(3), b"{\"renewed\":1}").unwrap();
+        let left = fs::read_dir(&account).unwrap().count();
+        assert_eq!(left, TOKEN_CAP);
+        assert!(store.get_token(&key(3)).unwrap().is_some(), "just written");
+        for i in [0, 1, 2, 4, 10] {
+            assert_eq!(
+                store.get_token(&key(i)).unwrap(),
+                None,
+                "{i} is among the oldest"
+            );
+        }
+        for i in 11..TOKEN_CAP + 10 {
+            assert!(store.get_token(&key(i)).unwrap().is_some(), "{i} is recent");
+        }
     }
 
     #[test]
