@@ -111,7 +111,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for ObjectSpec<'a> {
 }
 
 /// Deserializes `T` from a JSON object and nothing else (an array is an error).
-fn from_map<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+pub(crate) fn from_map<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<T, D::Error> {
     struct MapOnly<T>(PhantomData<T>);
     impl<'de, T: Deserialize<'de>> Visitor<'de> for MapOnly<T> {
         type Value = T;

@@ -19,7 +19,7 @@ use serde_json::value::RawValue;
 
 use super::decode::{BodyDecoder, BodyShape, Unit};
 use super::key::{CollectionKey, ObjectKey, TokenKey};
-use super::object::{ObjectHead, ObjectMeta};
+use super::object::{ObjectHead, ObjectMeta, from_map, starts_object};
 use super::store::{PutOutcome, Replace, Store, StoreError};
 use crate::metrics::{METRICS, Metrics};
 use crate::route::{CacheTarget, TokenTarget};
@@ -731,12 +731,25 @@ fn apply_unit(
     }
 }
 
-#[derive(Deserialize)]
+/// A watch event. Only a JSON object is one, as for object heads: a derived struct would
+/// also read `["ADDED",{…}]` field by field.
 struct Event<'a> {
-    #[serde(borrow, rename = "type")]
     kind: Cow<'a, str>,
-    #[serde(borrow)]
     object: &'a RawValue,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Event<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Fields<'a> {
+            #[serde(borrow, rename = "type")]
+            kind: Cow<'a, str>,
+            #[serde(borrow)]
+            object: &'a RawValue,
+        }
+        let Fields { kind, object } = from_map(d)?;
+        Ok(Event { kind, object })
+    }
 }
 
 /// Where an object goes, or why it is not stored.
@@ -847,6 +860,9 @@ fn watch_event(
 ) {
     let event: Event<'_> = match serde_json::from_slice(bytes) {
         Ok(e) => e,
+        Err(e) if !starts_object(bytes) => {
+            return not_an_object(not_objects, collection, "a watch event", &e);
+        }
         Err(e) => {
             log::warn!(
                 "cache: a watch event for {} does not parse: {e}",
@@ -1300,6 +1316,32 @@ mod tests {
             s.finish(false);
         });
         assert!(t.read("kubelet/pods.v1.core/ns/evil").is_none());
+    }
+
+    #[test]
+    fn a_watch_event_that_is_an_array_is_skipped_and_counted() {
+        let t = TempStore::new("array-events");
+        let mut failures = FailureLog::default();
+        let mut not_objects = 0;
+        // The stream decoder refuses it at the top level; the event parse refuses it too,
+        // whoever hands it over. A derived struct would read type and object field by field.
+        let evil = br#"["ADDED",{"kind":"Pod","apiVersion":"v1","metadata":{"name":"evil","namespace":"ns","resourceVersion":"99"},"spec":{"nodeName":"n1"}}]"#;
+        watch_event(&t.store, &mut failures, &pods(), evil, &mut not_objects);
+        assert!(t.read("kubelet/pods.v1.core/ns/evil").is_none());
+        assert_eq!(not_objects, 1, "counted as a non-object");
+        let good = event("ADDED", 5);
+        watch_event(
+            &t.store,
+            &mut failures,
+            &pods(),
+            good.trim_end().as_bytes(),
+            &mut not_objects,
+        );
+        assert_eq!(
+            stored_rv_of(&t, "kubelet/pods.v1.core/ns/w").as_deref(),
+            Some("5")
+        );
+        assert_eq!(not_objects, 1);
     }
 
     #[test]
