@@ -22,5 +22,11 @@ C
 echo "emulated-hub-test: the integration suite against $bin under qemu-arm-static (CPU ${QEMU_CPU:-the default})"
 TINYHUB_TEST_BIN=$bin TINYHUB_TEST_RUNNER=qemu-arm-static TINYHUB_QEMU_BASELINE_BIN=$work/idle \
 	"$cargo" test --release --test integration -- --nocapture 2>&1 | tee "$work/log" | grep -E '^test |^test result|MEASURED|panicked' || true
-grep -q '^test result: ok' "$work/log" || { echo "emulated-hub-test: FAIL"; tail -50 "$work/log"; exit 1; }
+grep -q '^test result: ok' "$work/log" || {
+	echo "emulated-hub-test: FAIL"
+	# Each failure's message (the hub's log follows it in the full output).
+	grep -A4 'panicked at' "$work/log" | grep -v '^[IWED][0-9]\{4\} ' | head -100
+	tail -50 "$work/log"
+	exit 1
+}
 echo "emulated-hub-test: PASS"
