@@ -5,6 +5,9 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
+#[cfg(doc)]
+use super::StoreOptions;
+
 /// The filesystem operation a [`StoreError::Io`] came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -72,8 +75,8 @@ pub enum StoreError {
         /// The operating system's error.
         source: io::Error,
     },
-    /// The fault-injection hook stopped a commit, as a crash would.
-    #[cfg(test)]
+    /// A commit stopped where [`StoreOptions::crash_at`] said, as a crash would; never with
+    /// the default options.
     InjectedCrash,
 }
 
@@ -117,7 +120,6 @@ impl fmt::Display for StoreError {
                     path.display()
                 )
             }
-            #[cfg(test)]
             StoreError::InjectedCrash => f.write_str("injected crash"),
         }
     }

@@ -125,6 +125,14 @@ pub struct StoredObject {
     pub bytes: Vec<u8>,
 }
 
+/// How a store behaves beyond its root; production uses the default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Fault injection: stop every replacement's commit at this step, as a crash would,
+    /// with [`StoreError::InjectedCrash`] and nothing cleaned up. `None` by default.
+    pub crash_at: Option<CommitStep>,
+}
+
 /// The cache directory. Cheap to share: `Send + Sync`, every method takes `&self`.
 #[derive(Debug)]
 pub struct Store {
@@ -137,11 +145,21 @@ pub struct Store {
     changes: AtomicUsize,
     /// Recently removed objects. Locked only by the one writer thread: never contended.
     tombstones: Mutex<Tombstones>,
+    /// Fault injection; the default in production.
+    options: StoreOptions,
 }
 
 impl Store {
     /// Opens the cache at `root`, creating it (0700) if missing, and recovers from a crash.
     pub fn open(root: &Path) -> Result<(Store, RecoveryReport), StoreError> {
+        Store::open_with(root, StoreOptions::default())
+    }
+
+    /// [`Store::open`] with `options` (tests inject faults through them).
+    pub fn open_with(
+        root: &Path,
+        options: StoreOptions,
+    ) -> Result<(Store, RecoveryReport), StoreError> {
         DirBuilder::new()
             .recursive(true)
             .mode(DIR_MODE)
@@ -154,6 +172,7 @@ impl Store {
             root_dir,
             changes: AtomicUsize::new(0),
             tombstones: Mutex::new(Tombstones::default()),
+            options,
         };
         let report = store.recover()?;
         Ok((store, report))

@@ -23,6 +23,8 @@ use std::path::PathBuf;
 use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 
+#[cfg(doc)]
+use super::StoreOptions;
 use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{
     all_real_dirs, parent_of, read_object, real_dir, remove_quietly, sync_dir, sync_filesystem,
@@ -82,8 +84,6 @@ impl Store {
             armed: true,
             collection_checked: false,
             namespace_checked: None,
-            #[cfg(test)]
-            crash_at: None,
         })
     }
 }
@@ -113,9 +113,6 @@ pub struct Replace<'s> {
     collection_checked: bool,
     /// The last namespace directory found to be a real directory.
     namespace_checked: Option<String>,
-    /// The fault-injection hook: stop the commit at this step, as a crash would.
-    #[cfg(test)]
-    pub(super) crash_at: Option<CommitStep>,
 }
 
 /// One object of the answer: where its key lies in `Replace::keys`, and its staged file.
@@ -237,8 +234,7 @@ impl Replace<'_> {
         if result.is_ok() {
             self.armed = false;
         }
-        // A crash cleans nothing up; recovery has to.
-        #[cfg(test)]
+        // An injected crash cleans nothing up, as a real one would: recovery has to.
         if matches!(result, Err(StoreError::InjectedCrash)) {
             self.armed = false;
         }
@@ -385,7 +381,6 @@ impl Replace<'_> {
                     }
                     first_error
                 }
-                #[cfg(test)]
                 Err(StoreError::InjectedCrash) => return Err(StoreError::InjectedCrash),
                 // A directory could not be made (nothing applied), or the journal not read
                 // back (some of it applied, each object whole): the journal goes either way.
@@ -522,13 +517,11 @@ impl Replace<'_> {
         self.store.staging.join(format!("j.{}", self.id))
     }
 
-    /// Where a crash can happen during a commit; the fault-injection hook stops there.
+    /// Where a crash can happen during a commit; [`StoreOptions::crash_at`] stops there.
     fn checkpoint(&self, step: CommitStep) -> Result<(), StoreError> {
-        #[cfg(test)]
-        if self.crash_at == Some(step) {
+        if self.store.options.crash_at == Some(step) {
             return Err(StoreError::InjectedCrash);
         }
-        let _ = step;
         Ok(())
     }
 }
@@ -548,7 +541,8 @@ impl Drop for Replace<'_> {
     }
 }
 
-/// The steps of a commit a crash can fall between.
+/// The steps of a commit a crash can fall between, where [`StoreOptions::crash_at`] can stop
+/// it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitStep {
     /// Every object staged, nothing else done.

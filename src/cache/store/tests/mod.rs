@@ -28,6 +28,14 @@ fn open(dir: &TempDir) -> Store {
     Store::open(&dir.root()).unwrap().0
 }
 
+/// A store whose replacements all stop at `step`, as a crash would.
+fn open_crashing_at(dir: &TempDir, step: CommitStep) -> Store {
+    let options = StoreOptions {
+        crash_at: Some(step),
+    };
+    Store::open_with(&dir.root(), options).unwrap().0
+}
+
 fn pods() -> CollectionKey {
     CollectionKey::new("kubelet", "pods", "v1", "")
 }

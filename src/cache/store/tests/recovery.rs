@@ -31,10 +31,9 @@ fn stage_crash(store: &Store) -> Replace<'_> {
 
 /// Runs the crash scenario, stopping the commit at `step`; returns the store's root.
 fn crash_at(dir: &TempDir, step: CommitStep) -> Result<ReplaceReport, StoreError> {
-    let store = open(dir);
+    let store = open_crashing_at(dir, step);
     seed_crash(&store);
-    let mut replace = stage_crash(&store);
-    replace.crash_at = Some(step);
+    let replace = stage_crash(&store);
     replace.commit(&mut app_web, Some(LIST_RV))
 }
 

@@ -343,7 +343,8 @@ fn a_deletion_keeps_a_newer_object_and_buries_older_versions() {
 #[test]
 fn unchanged_relist_writes_nothing() {
     let dir = TempDir::new("replace-unchanged");
-    let store = open(&dir);
+    // A journal would be written (and this option stop the commit) if anything changed.
+    let store = open_crashing_at(&dir, CommitStep::JournalWritten);
     seed_replace(&store);
     let mut replace = store.begin_replace(&pods(), Some("b")).unwrap();
     assert_eq!(
@@ -353,8 +354,6 @@ fn unchanged_relist_writes_nothing() {
         PutOutcome::Identical
     );
     assert!(staging_entries(&dir.root()).is_empty());
-    // A journal would be written (and this hook stop the commit) if anything changed.
-    replace.crash_at = Some(CommitStep::JournalWritten);
     let report = replace.commit(&mut |_| true, Some("5")).unwrap();
     assert_eq!(
         report,
