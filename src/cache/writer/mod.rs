@@ -18,7 +18,7 @@ mod tee;
 #[cfg(test)]
 mod tests;
 
-pub use run::run;
+pub use run::{WriterOptions, run};
 pub use tee::{CacheMsg, CacheRx, CacheTx, Refill, Session, channel};
 
 /// Largest single object (or watch event) the writer assembles; etcd refuses objects above

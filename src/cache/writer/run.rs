@@ -34,17 +34,19 @@ pub(super) struct FailureLog {
     failing: bool,
 }
 
+/// How the writer runs; production passes the default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterOptions {
+    /// Sleep this long before each message, as a slow flash would: tests show with it that
+    /// clients never wait for the writer. `None` in production (set only by a test-only flag).
+    pub delay_per_message: Option<Duration>,
+}
+
 /// Runs the writer until every [`CacheTx`] is dropped, or until `stop` is set and the queue
 /// has been drained (shutdown: what is queued is written, unfinished answers are not).
-pub fn run(store: &Store, rx: CacheRx, stop: &AtomicBool) {
+pub fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: WriterOptions) {
     let mut sessions: HashMap<u64, Active<'_>> = HashMap::new();
     let mut failures = FailureLog::default();
-    // Test hook: a writer slowed down on purpose (a slow flash), to show that clients never
-    // wait for it. Not a flag: nobody should set it in production.
-    let test_delay = std::env::var("TINYHUB_TEST_WRITER_DELAY_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_millis);
     loop {
         let wait = if stop.load(Ordering::Acquire) {
             Duration::ZERO
@@ -53,7 +55,7 @@ pub fn run(store: &Store, rx: CacheRx, stop: &AtomicBool) {
         };
         match rx.rx.recv_timeout(wait) {
             Ok(msg) => {
-                if let Some(delay) = test_delay {
+                if let Some(delay) = options.delay_per_message {
                     std::thread::sleep(delay);
                 }
                 let started = std::time::Instant::now();

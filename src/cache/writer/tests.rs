@@ -2,6 +2,7 @@
 //! files it leaves.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use super::*;
 use crate::cache::key::CollectionKey;
@@ -60,7 +61,7 @@ fn write(store: &Store, budget: usize, send: impl FnOnce(&CacheTx)) {
     let (tx, rx) = channel(64, budget);
     send(&tx);
     drop(tx);
-    run(store, rx, &AtomicBool::new(false));
+    run(store, rx, &AtomicBool::new(false), WriterOptions::default());
 }
 
 const LIST: &str = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[
@@ -284,4 +285,25 @@ fn an_answer_that_is_not_evidently_a_list_deletes_nothing() {
         r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"30"},"items":[]}"#,
     );
     assert!(t.read("kubelet/pods.v1.core/ns/a").is_none());
+}
+
+/// The delay option slows the writer down, as a slow flash would; what it writes is the same.
+#[test]
+fn a_delay_per_message_slows_the_writer_and_changes_nothing_else() {
+    let t = TempStore::new("delay");
+    let (tx, rx) = channel(64, 1 << 20);
+    let mut s = list(&tx);
+    assert!(s.chunk(LIST.as_bytes()));
+    s.finish(true);
+    drop(tx);
+    let delay = Duration::from_millis(20);
+    let options = WriterOptions {
+        delay_per_message: Some(delay),
+    };
+    let started = Instant::now();
+    run(&t.store, rx, &AtomicBool::new(false), options);
+    // Three messages: Begin, the coalesced body, End.
+    assert!(started.elapsed() >= 3 * delay);
+    assert!(t.read("kubelet/pods.v1.core/ns/a").is_some());
+    assert!(t.read("kubelet/pods.v1.core/ns/pending").is_none());
 }
