@@ -26,6 +26,16 @@ pub(super) struct ListState<'s> {
     pub(super) is_list: bool,
 }
 
+impl ListState<'_> {
+    /// Whether the answer says which objects are gone, so that its commit may delete what
+    /// it left out. Only a whole list does; one page of it says nothing, and neither does an
+    /// answer that is not evidently a list or held items the hub could not read (an
+    /// unreadable item may be an object the cloud still has).
+    pub(super) fn is_whole(&self, paged: bool, not_objects: u64) -> bool {
+        !paged && !self.continue_token && self.is_list && not_objects == 0
+    }
+}
+
 #[derive(Deserialize)]
 struct Event<'a> {
     #[serde(borrow, rename = "type")]

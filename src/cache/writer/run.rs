@@ -283,10 +283,7 @@ fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complet
     else {
         return;
     };
-    // Only a whole list says which objects are gone; one page of it says nothing, and
-    // neither does an answer that is not evidently a list or held items the hub could not
-    // read (an unreadable item may be an object the cloud still has).
-    let whole = !*paged && !list.continue_token && list.is_list && active.not_objects == 0;
+    let whole = list.is_whole(*paged, active.not_objects);
     let mut in_scope = |bytes: &[u8]| -> bool {
         whole
             && serde_json::from_slice::<serde_json::Value>(bytes)
