@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::cache::agents::CacheAgents;
 use crate::cache::refill::{self, Refills};
 use crate::cache::store::Store;
+use crate::cache::writer::WriterOptions;
 use crate::cache::{agents_watch, writer};
 use crate::config::{Config, WorkingMode};
 use crate::health::{self, Backends, Probe};
@@ -179,7 +180,12 @@ pub fn run(config: Config) -> Result<(), AppError> {
                 writer_thread = Some({
                     let store = Arc::clone(&store);
                     let stop = Arc::clone(&writer_stop);
-                    spawn("cache-writer", move || writer::run(&store, cache_rx, &stop))?
+                    let options = WriterOptions {
+                        delay_per_message: config.cache_writer_delay,
+                    };
+                    spawn("cache-writer", move || {
+                        writer::run(&store, cache_rx, &stop, options)
+                    })?
                 });
                 {
                     let (upstream, agents, cache_tx) =

@@ -196,12 +196,20 @@ pub const FLAGS: &[FlagSpec] = &[
 
 /// Flags for tests only, parsed like the others and left out of `--help`: nobody should
 /// set them in production.
-pub const TEST_FLAGS: &[FlagSpec] = &[flag(
-    "test-only-client-io-timeout-seconds",
-    Kind::Int,
-    "60",
-    "time one read of a client's request body, or one write of its answer, may take",
-)];
+pub const TEST_FLAGS: &[FlagSpec] = &[
+    flag(
+        "test-only-client-io-timeout-seconds",
+        Kind::Int,
+        "60",
+        "time one read of a client's request body, or one write of its answer, may take",
+    ),
+    flag(
+        "test-only-cache-writer-delay-ms",
+        Kind::Int,
+        "0",
+        "time the cache writer sleeps before each message, as a slow flash would (0: none)",
+    ),
+];
 
 /// YurtHub flags accepted for compatibility and ignored with a warning: (name, takes a value).
 pub const IGNORED_YURTHUB_FLAGS: &[(&str, bool)] = &[

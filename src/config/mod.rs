@@ -69,6 +69,9 @@ pub struct Config {
     /// Time one read of a client's request body, or one write of its answer, may take
     /// (60 s; shorter only through a test-only flag).
     pub client_io_timeout: Duration,
+    /// Time the cache writer sleeps before each message, as a slow flash would (tests only:
+    /// `None` unless a test-only flag sets it).
+    pub cache_writer_delay: Option<Duration>,
 }
 
 /// One cloud apiserver, `https://host:port`.
@@ -322,6 +325,9 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, ConfigError> {
             1,
             3600,
         )?),
+        cache_writer_delay: Some(int("test-only-cache-writer-delay-ms", 0, 60_000)?)
+            .filter(|&ms| ms > 0)
+            .map(Duration::from_millis),
     })
 }
 
@@ -450,6 +456,38 @@ mod tests {
         assert!(c.enable_resource_filter);
         assert_eq!(c.max_requests_in_flight, 250);
         assert_eq!(c.token, Some(Token::Inline("abc".into())));
+    }
+
+    #[test]
+    fn the_cache_writer_is_slowed_only_by_a_test_only_flag() {
+        let f = Fixture::new("writer-delay");
+        let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
+        let c = run(&["--kubeconfig", &kc, "--node-name=n"]).unwrap();
+        assert_eq!(c.cache_writer_delay, None);
+        let c = run(&[
+            "--kubeconfig",
+            &kc,
+            "--node-name=n",
+            "--test-only-cache-writer-delay-ms=0",
+        ]);
+        assert_eq!(c.unwrap().cache_writer_delay, None);
+        let c = run(&[
+            "--kubeconfig",
+            &kc,
+            "--node-name=n",
+            "--test-only-cache-writer-delay-ms=30",
+        ]);
+        assert_eq!(
+            c.unwrap().cache_writer_delay,
+            Some(Duration::from_millis(30))
+        );
+        let c = run(&[
+            "--kubeconfig",
+            &kc,
+            "--node-name=n",
+            "--test-only-cache-writer-delay-ms=x",
+        ]);
+        assert!(c.unwrap_err().contains("is not a number"));
     }
 
     #[test]

@@ -530,9 +530,10 @@ fn a_slow_writer_never_slows_the_client_and_commits_nothing_torn() {
         prefix: "slow".into(),
     });
     let dir = TempDir::new("slow-writer");
-    // Test hook: the writer sleeps 30 ms per message (32 KiB), like a slow flash: about
+    // Test-only flag: the writer sleeps 30 ms per message (32 KiB), like a slow flash: about
     // 1 MB/s, slower than any hub relays, emulated ones included (4 MB: 4 s).
-    let spec = HubSpec::for_cloud(&cloud, dir.path()).env("TINYHUB_TEST_WRITER_DELAY_MS", "30");
+    let spec =
+        HubSpec::for_cloud(&cloud, dir.path()).with(&["--test-only-cache-writer-delay-ms=30"]);
     let hub = Hub::start(&spec);
     let url = format!("{}/api/v1/namespaces/slow-0/pods", hub.url());
     let root = hub.spec.cache_dir.join("kubelet/pods.v1.core/slow-0");

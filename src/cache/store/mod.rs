@@ -1,0 +1,429 @@
+//! The on-disk cache: one JSON file per object in YurtHub's layout, written crash-safely.
+//!
+//! Layout: `<root>/<component>/<resource>.<version>.<group>/[<namespace>/]<name>`, files
+//! 0600, directories 0700; non-resource documents directly in the root; TokenRequest answers
+//! in `<root>/<component>/tokens/<namespace>/<service account>/<digest>` (a name without a
+//! dot, so never a kind directory). The store knows
+//! paths, bytes and `metadata.resourceVersion`, nothing else: it does not decode objects,
+//! evaluate selectors (a replacement asks the caller through `in_scope`), keep anything in
+//! memory between calls but the tombstones of recent deletions, or lock against a second
+//! process on the same root.
+//!
+//! Concurrency: one writer (the cache writer thread) and any number of readers. Every file
+//! appears by `rename`, so a reader sees an object whole, old or new, and needs no lock.
+//!
+//! # Temporary files: one staging directory
+//!
+//! Everything not yet visible is written to `<root>/.staging/` — single puts as `p.<n>`,
+//! staged list objects as `r.<replace>.<seq>`, journals being written as `j.<replace>`,
+//! and collections being deleted as `d.<n>` — and renamed into place from there. A
+//! dot-name beside each target would have made every rename stay within one directory,
+//! but then finding leftovers after a crash means walking the whole tree (20,000 files on
+//! slow flash at every boot), and readers and YurtHub-era tools would meet half-written
+//! files in kind directories. With one staging directory, recovery reads the root and
+//! `.staging` only, and a kind directory only ever holds whole objects. The price: the
+//! staging directory must be on the same filesystem as every kind directory (a mount
+//! point inside the root makes writes fail with `EXDEV`), and a rename touches two
+//! directories; only the target one is fsynced, since a source entry that survives a
+//! crash is just a leftover that recovery removes. Keys can never collide with these
+//! names: [`is_safe_segment`] refuses a leading `.`.
+//!
+//! # Single writes
+//!
+//! Write `.staging/p.<n>`, `fdatasync` it, rename it over the target, fsync the target
+//! directory. A crash leaves the old file or the new one; the temporary file is removed
+//! at the next start.
+//!
+//! # Replacements and recovery
+//!
+//! A list answer replaces what a collection holds all at once, through a journal
+//! (`replace.rs`; the journal's format and the recovery at start are in `journal.rs`).
+//! [`Store::open`] rolls an interrupted replacement forward or back.
+//!
+//! # What a failure leaves
+//!
+//! A failed write (ENOSPC, EACCES, EIO) returns a [`StoreError`] naming the path and the
+//! operation, leaves the stored file as it was and removes its temporary file. A failed
+//! replacement removes its staged files. If a rename or delete fails while a journal is
+//! being applied, the rest is still applied, the journal is removed and the first error
+//! is returned: each object is then old or new, but the collection may be mixed.
+//!
+//! # Files
+//!
+//! `mod.rs` the store API and layout; `replace.rs` list replacements; `journal.rs` the
+//! journal and recovery at start; `tombstones.rs` recent deletions; `list.rs` reading a
+//! collection in order; `tokens.rs` TokenRequest answers; `fs.rs` the no-follow, 0600/0700
+//! file primitives; `error.rs` [`StoreError`].
+
+mod error;
+mod fs;
+mod journal;
+mod list;
+mod replace;
+#[cfg(test)]
+mod tests;
+mod tokens;
+mod tombstones;
+
+use std::borrow::Cow;
+use std::fs::{DirBuilder, File};
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::key::{CollectionKey, ObjectKey, is_safe_segment, rv_newer};
+use super::object::ObjectHead;
+use error::io_err;
+use fs::{
+    DIR_MODE, all_real_dirs, make_dir, parent_of, read_object, real_dir, remove_quietly, sync_dir,
+    write_new_file,
+};
+use list::NameCursor;
+use tombstones::Tombstones;
+
+pub use error::{StoreError, StoreOp};
+pub use journal::RecoveryReport;
+pub use list::ObjectIter;
+pub use replace::{CommitStep, Replace, ReplaceReport};
+pub use tokens::{TOKEN_CAP, TOKEN_STALE};
+
+/// Where everything not yet visible is written.
+const STAGING: &str = ".staging";
+
+/// Source of unique temporary names within this process. `usize`, not `u64`: 64-bit
+/// atomics are missing on some 32-bit router CPUs.
+static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
+
+fn next_id() -> usize {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// What a put did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// The object was written (or, inside a replacement, staged to be).
+    Written {
+        /// Its size.
+        bytes: u64,
+    },
+    /// The same bytes are already stored; nothing was written (flash wears out).
+    Identical,
+    /// The stored object's resourceVersion is newer; nothing was written.
+    Stale,
+}
+
+/// One object read back from a collection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredObject {
+    /// Its namespace; `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+    /// The file's bytes, as stored (not necessarily valid JSON).
+    pub bytes: Vec<u8>,
+}
+
+/// How a store behaves beyond its root; production uses the default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Fault injection: stop every replacement's commit at this step, as a crash would,
+    /// with [`StoreError::InjectedCrash`] and nothing cleaned up. `None` by default.
+    pub crash_at: Option<CommitStep>,
+}
+
+/// The cache directory. Cheap to share: `Send + Sync`, every method takes `&self`.
+#[derive(Debug)]
+pub struct Store {
+    root: PathBuf,
+    staging: PathBuf,
+    /// The root, open: `syncfs` needs a descriptor on the cache filesystem.
+    root_dir: File,
+    /// Bumped by every change made outside a replacement, so a commit knows whether its
+    /// staging-time comparisons may be out of date.
+    changes: AtomicUsize,
+    /// Recently removed objects. Locked only by the one writer thread: never contended.
+    tombstones: Mutex<Tombstones>,
+    /// Fault injection; the default in production.
+    options: StoreOptions,
+}
+
+impl Store {
+    /// Opens the cache at `root`, creating it (0700) if missing, and recovers from a crash.
+    pub fn open(root: &Path) -> Result<(Store, RecoveryReport), StoreError> {
+        Store::open_with(root, StoreOptions::default())
+    }
+
+    /// [`Store::open`] with `options` (tests inject faults through them).
+    pub fn open_with(
+        root: &Path,
+        options: StoreOptions,
+    ) -> Result<(Store, RecoveryReport), StoreError> {
+        DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(root)
+            .map_err(io_err(StoreOp::CreateDir, root))?;
+        let root_dir = File::open(root).map_err(io_err(StoreOp::Read, root))?;
+        let store = Store {
+            root: root.to_owned(),
+            staging: root.join(STAGING),
+            root_dir,
+            changes: AtomicUsize::new(0),
+            tombstones: Mutex::new(Tombstones::default()),
+            options,
+        };
+        let report = store.recover()?;
+        Ok((store, report))
+    }
+
+    /// The cache root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The stored bytes of one object; `None` if it is not cached.
+    pub fn get(&self, key: &ObjectKey) -> Result<Option<Vec<u8>>, StoreError> {
+        check_key(key)?;
+        let dirs = self.object_dirs(key);
+        if !all_real_dirs(&dirs)? {
+            return Ok(None);
+        }
+        read_object(&dirs[dirs.len() - 1].join(&key.name))
+    }
+
+    /// Whether this collection was ever cached (a list answered empty counts).
+    pub fn has_collection(&self, c: &CollectionKey) -> bool {
+        matches!(self.collection_dir(c), Ok(Some(_)))
+    }
+
+    /// The objects of a collection, sorted by (namespace, name), read one file per `next()`.
+    ///
+    /// `None` when the collection is not cached. `namespace` limits the listing to one
+    /// namespace directory; without it, cluster-scoped objects come first (namespace
+    /// `""`), then every namespace. `after` = (namespace or `""`, name) resumes strictly
+    /// after that position. Names are read one namespace directory at a time.
+    pub fn list(
+        &self,
+        c: &CollectionKey,
+        namespace: Option<&str>,
+        after: Option<(&str, &str)>,
+    ) -> Result<Option<ObjectIter>, StoreError> {
+        if let Some(ns) = namespace {
+            check_segment("namespace", ns)?;
+        }
+        let Some(kind_dir) = self.collection_dir(c)? else {
+            return Ok(None);
+        };
+        let cursor = NameCursor::open(kind_dir, namespace, after)?;
+        Ok(Some(ObjectIter { cursor }))
+    }
+
+    /// Creates or updates one object.
+    ///
+    /// Nothing is written when the stored bytes are the same ([`PutOutcome::Identical`])
+    /// or the stored resourceVersion is newer than `rv`, or `rv` is at or below one this
+    /// store removed ([`PutOutcome::Stale`]). A stored file that is not valid JSON counts as
+    /// older and is replaced.
+    pub fn put(
+        &self,
+        key: &ObjectKey,
+        bytes: &[u8],
+        rv: Option<&str>,
+    ) -> Result<PutOutcome, StoreError> {
+        check_key(key)?;
+        // Before reading the file: a buried version needs no disk access to be refused.
+        if self.buries(key, rv) {
+            return Ok(PutOutcome::Stale);
+        }
+        let dirs = self.object_dirs(key);
+        let target = dirs[dirs.len() - 1].join(&key.name);
+        let existing = if all_real_dirs(&dirs)? {
+            read_object(&target)?
+        } else {
+            None
+        };
+        if let Some(outcome) = unchanged(existing.as_deref(), bytes, rv) {
+            return Ok(outcome);
+        }
+        for dir in &dirs {
+            self.ensure_dir(dir)?;
+        }
+        self.write_file(&target, bytes)?;
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        Ok(PutOutcome::Written {
+            bytes: bytes.len() as u64,
+        })
+    }
+
+    /// Removes one object; `false` if it was not cached.
+    ///
+    /// `rv` is the deletion's resourceVersion (a watch's DELETED event), `None` when unknown
+    /// (the cloud answered 404). A stored object newer than `rv` stays (a late DELETED from
+    /// an older stream; `false`); otherwise every version before `rv` is stale from now on,
+    /// stored or not, and [`Store::put`] and replacements refuse them.
+    pub fn delete(&self, key: &ObjectKey, rv: Option<&str>) -> Result<bool, StoreError> {
+        check_key(key)?;
+        let dirs = self.object_dirs(key);
+        let real = all_real_dirs(&dirs)?;
+        let dir = &dirs[dirs.len() - 1];
+        let path = dir.join(&key.name);
+        if let Some(rv) = rv {
+            // Unreadable: not known to be newer, so the deletion goes ahead.
+            if real
+                && let Ok(Some(stored)) = read_object(&path)
+                && stored_rv(&stored).is_some_and(|s| rv_newer(&s, rv))
+            {
+                return Ok(false);
+            }
+            if let Ok(rv) = rv.parse::<u64>() {
+                self.bury(key, rv.saturating_sub(1), rv);
+            }
+        }
+        if !real {
+            return Ok(false);
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io_err(StoreOp::Remove, &path)(e)),
+        }
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        sync_dir(dir)?;
+        Ok(true)
+    }
+
+    /// Removes a whole collection at once (the cloud answered a list with 404).
+    ///
+    /// The kind directory is renamed into the staging directory, which readers never
+    /// look at, and removed from there; `false` if it was not cached.
+    pub fn delete_collection(&self, c: &CollectionKey) -> Result<bool, StoreError> {
+        check_collection(c)?;
+        let component_dir = self.root.join(&c.component);
+        if !real_dir(&component_dir)? {
+            return Ok(false);
+        }
+        let kind_dir = component_dir.join(c.dir_name());
+        match std::fs::symlink_metadata(&kind_dir) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io_err(StoreOp::Stat, &kind_dir)(e)),
+        }
+        let trash = self.staging.join(format!("d.{}", next_id()));
+        std::fs::rename(&kind_dir, &trash).map_err(io_err(StoreOp::Rename, &trash))?;
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        sync_dir(&component_dir)?;
+        if let Err(e) = std::fs::remove_dir_all(&trash) {
+            // Invisible already; the next start removes what is left.
+            log::warn!("cache: cannot remove {}: {e}", trash.display());
+        }
+        Ok(true)
+    }
+    /// A cached non-resource document by its file name (see
+    /// [`non_resource_file_name`](super::key::non_resource_file_name)).
+    pub fn get_non_resource(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        check_segment("non-resource name", name)?;
+        read_object(&self.root.join(name))
+    }
+
+    /// Stores a non-resource document; [`PutOutcome::Identical`] if unchanged.
+    pub fn put_non_resource(&self, name: &str, bytes: &[u8]) -> Result<PutOutcome, StoreError> {
+        check_segment("non-resource name", name)?;
+        let target = self.root.join(name);
+        if read_object(&target)?.as_deref() == Some(bytes) {
+            return Ok(PutOutcome::Identical);
+        }
+        self.write_file(&target, bytes)?;
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        Ok(PutOutcome::Written {
+            bytes: bytes.len() as u64,
+        })
+    }
+    /// The directories from the root down to where the object's file lives.
+    fn object_dirs(&self, key: &ObjectKey) -> Vec<PathBuf> {
+        let component = self.root.join(&key.collection.component);
+        let kind = component.join(key.collection.dir_name());
+        let mut dirs = vec![component, kind];
+        if let Some(ns) = &key.namespace {
+            dirs.push(dirs[1].join(ns));
+        }
+        dirs
+    }
+
+    /// The kind directory if the collection is cached (component and kind are real
+    /// directories, not symlinks).
+    fn collection_dir(&self, c: &CollectionKey) -> Result<Option<PathBuf>, StoreError> {
+        check_collection(c)?;
+        let component = self.root.join(&c.component);
+        if !real_dir(&component)? {
+            return Ok(None);
+        }
+        let kind = component.join(c.dir_name());
+        Ok(real_dir(&kind)?.then_some(kind))
+    }
+
+    /// Makes `dir` (0700) unless it exists, and makes its entry durable.
+    fn ensure_dir(&self, dir: &Path) -> Result<(), StoreError> {
+        if make_dir(dir)? {
+            sync_dir(parent_of(dir))?;
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` to `target` durably and atomically through a staged file.
+    fn write_file(&self, target: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+        let temp = self.staging.join(format!("p.{}", next_id()));
+        write_new_file(&temp, bytes, true)?;
+        if let Err(e) = std::fs::rename(&temp, target) {
+            remove_quietly(&temp);
+            return Err(io_err(StoreOp::Rename, target)(e));
+        }
+        sync_dir(parent_of(target))
+    }
+}
+
+/// `Some` outcome when a put must not write: same bytes, or a newer stored version. A
+/// stored file without a readable resourceVersion (corrupt, say) is never newer.
+fn unchanged(existing: Option<&[u8]>, bytes: &[u8], rv: Option<&str>) -> Option<PutOutcome> {
+    let existing = existing?;
+    if existing == bytes {
+        return Some(PutOutcome::Identical);
+    }
+    let stored = stored_rv(existing)?;
+    rv_newer(&stored, rv?).then_some(PutOutcome::Stale)
+}
+
+/// `metadata.resourceVersion` of a stored object, borrowed unless it holds escapes.
+fn stored_rv(bytes: &[u8]) -> Option<Cow<'_, str>> {
+    ObjectHead::parse(bytes)?.metadata?.resource_version
+}
+
+fn check_segment(field: &'static str, value: &str) -> Result<(), StoreError> {
+    if is_safe_segment(value) {
+        Ok(())
+    } else {
+        Err(StoreError::UnsafeKey {
+            field,
+            value: value.to_owned(),
+        })
+    }
+}
+
+fn check_collection(c: &CollectionKey) -> Result<(), StoreError> {
+    unsafe_key(c.unsafe_field())
+}
+
+fn check_key(key: &ObjectKey) -> Result<(), StoreError> {
+    unsafe_key(key.unsafe_field())
+}
+
+fn unsafe_key(found: Option<(&'static str, &str)>) -> Result<(), StoreError> {
+    match found {
+        None => Ok(()),
+        Some((field, value)) => Err(StoreError::UnsafeKey {
+            field,
+            value: value.to_owned(),
+        }),
+    }
+}

@@ -1,0 +1,566 @@
+//! List answers: a [`Replace`] stages the answer's objects, and its commit makes them
+//! visible all at once through a journal, deleting what the answer left out.
+//!
+//! [`Replace::put`] writes each object that differs from the stored one to
+//! `.staging/r.<id>.<seq>` without an fsync. [`Replace::commit`] then:
+//!
+//! 1. walks the stored objects of the scope in (namespace, name) order, merging with the
+//!    staged names sorted the same way, and writes `.staging/j.<id>`: the directories to
+//!    make, the renames and the deletes;
+//! 2. `syncfs` once on the cache filesystem (staged objects and journal are durable), then
+//!    fsyncs the journal and renames it to `<root>/.journal.<id>`, and fsyncs the root:
+//!    this rename is the commit point;
+//! 3. applies the journal, fsyncs every directory it touched, removes the journal and
+//!    fsyncs the root again (so a stale journal can never be replayed over later writes).
+//!
+//! When nothing differs, no journal is written and nothing is synced: a relist of an
+//! unchanged collection costs reads only.
+//!
+//! The journal's format and how recovery applies it: `journal.rs`.
+
+use std::fs;
+use std::path::PathBuf;
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
+
+#[cfg(doc)]
+use super::StoreOptions;
+use super::error::{StoreError, StoreOp, io_err};
+use super::fs::{
+    all_real_dirs, parent_of, read_object, real_dir, remove_quietly, sync_dir, sync_filesystem,
+    write_new_file,
+};
+use super::journal::{JOURNAL_PREFIX, JournalWriter, RelPath};
+use super::list::NameCursor;
+use super::{PutOutcome, Store, check_collection, check_segment, next_id, stored_rv, unchanged};
+use crate::cache::key::{CollectionKey, ObjectKey, rv_newer};
+
+/// What a committed replacement did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplaceReport {
+    /// Objects written.
+    pub written: usize,
+    /// Objects already stored with the same bytes.
+    pub identical: usize,
+    /// Objects not written because the stored one is newer, or a deletion made them stale.
+    pub stale: usize,
+    /// Stored objects in scope but absent from the answer, removed.
+    pub deleted: usize,
+    /// Stored objects absent from the answer but newer than it, kept.
+    pub kept_newer: usize,
+    /// Objects of the answer a watch deleted while the answer was staged, not brought back.
+    pub deleted_meanwhile: usize,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+impl Store {
+    /// Starts replacing what this collection holds in `namespace` (every namespace and
+    /// the cluster-scoped objects when `None`) with a list answer.
+    pub fn begin_replace(
+        &self,
+        c: &CollectionKey,
+        namespace: Option<&str>,
+    ) -> Result<Replace<'_>, StoreError> {
+        check_collection(c)?;
+        if let Some(ns) = namespace {
+            check_segment("namespace", ns)?;
+        }
+        Ok(Replace {
+            store: self,
+            probe: ObjectKey {
+                collection: c.clone(),
+                namespace: None,
+                name: String::new(),
+            },
+            collection: c.clone(),
+            namespace: namespace.map(str::to_owned),
+            id: next_id(),
+            keys: String::new(),
+            entries: Vec::new(),
+            report: ReplaceReport::default(),
+            changes_at_begin: self.changes.load(Ordering::Relaxed),
+            list_rv: None,
+            armed: true,
+            collection_checked: false,
+            namespace_checked: None,
+        })
+    }
+}
+
+/// A list answer being staged; see [`Store::begin_replace`].
+///
+/// Holds the answer's names, not its objects: their bytes in one string, plus 20 bytes an
+/// object on a 32-bit target (40 on 64-bit).
+pub struct Replace<'s> {
+    store: &'s Store,
+    /// A key of this collection whose namespace and name are overwritten for each tombstone
+    /// lookup: once its buffers have grown, a lookup allocates nothing.
+    probe: ObjectKey,
+    collection: CollectionKey,
+    namespace: Option<String>,
+    id: usize,
+    /// Every staged (namespace, name), concatenated; `entries` point into it.
+    keys: String,
+    entries: Vec<Staged>,
+    report: ReplaceReport,
+    changes_at_begin: usize,
+    /// The answer's resourceVersion, once known (see [`Replace::set_list_rv`]).
+    list_rv: Option<u64>,
+    /// Whether dropping this must remove staged files.
+    armed: bool,
+    /// The component and kind directories were found to be real directories.
+    collection_checked: bool,
+    /// The last namespace directory found to be a real directory.
+    namespace_checked: Option<String>,
+}
+
+/// One object of the answer: where its key lies in `Replace::keys`, and its staged file.
+#[derive(Debug, Clone, Copy)]
+struct Staged {
+    start: usize,
+    namespace_len: usize,
+    name_len: usize,
+    /// The staged file's sequence number; `None` when nothing was written.
+    temp: Option<usize>,
+    /// A stored copy existed when this was staged: if it is gone by the commit, a watch
+    /// deleted it meanwhile, and the (older) list must not bring it back.
+    existed: bool,
+}
+
+impl Staged {
+    /// (namespace or `""`, name): the order of listings and of the merge.
+    fn key<'k>(&self, keys: &'k str) -> (&'k str, &'k str) {
+        let split = self.start + self.namespace_len;
+        (
+            &keys[self.start..split],
+            &keys[split..split + self.name_len],
+        )
+    }
+}
+
+impl Replace<'_> {
+    /// The list answer's `metadata.resourceVersion`. Known before the items (the apiserver
+    /// writes `metadata` first), it lets items that a tombstone wrongly refuses through:
+    /// a list at or after a removal is the cloud's truth (see `Tombstone`). Items staged
+    /// before it is known are judged without it.
+    pub fn set_list_rv(&mut self, rv: Option<&str>) {
+        self.list_rv = rv.and_then(|rv| rv.parse().ok());
+    }
+
+    /// Stage one object of the list answer (written to a temporary file now, not yet
+    /// visible). Identical objects, and objects older than the stored ones, are not written.
+    pub fn put(
+        &mut self,
+        namespace: Option<&str>,
+        name: &str,
+        bytes: &[u8],
+        rv: Option<&str>,
+    ) -> Result<PutOutcome, StoreError> {
+        check_segment("name", name)?;
+        if let Some(ns) = namespace {
+            check_segment("namespace", ns)?;
+        }
+        if let Some(scope) = &self.namespace
+            && namespace != Some(scope.as_str())
+        {
+            return Err(StoreError::OutsideScope {
+                namespace: namespace.map(str::to_owned),
+                name: name.to_owned(),
+                scope: scope.clone(),
+            });
+        }
+        // Before reading the file: a buried version needs no disk access to be refused.
+        let (existing, outcome) = if self.buried(namespace, name, rv) {
+            (None, Some(PutOutcome::Stale))
+        } else {
+            let existing = self.read_stored(namespace, name)?;
+            let outcome = unchanged(existing.as_deref(), bytes, rv);
+            (existing, outcome)
+        };
+        let temp = match outcome {
+            Some(_) => None,
+            None => {
+                let seq = self.entries.len();
+                write_new_file(&self.temp_path(seq), bytes, false)?;
+                Some(seq)
+            }
+        };
+        let start = self.keys.len();
+        self.keys.push_str(namespace.unwrap_or(""));
+        self.keys.push_str(name);
+        self.entries.push(Staged {
+            start,
+            namespace_len: namespace.map_or(0, str::len),
+            name_len: name.len(),
+            temp,
+            existed: existing.is_some(),
+        });
+        Ok(match outcome {
+            Some(PutOutcome::Identical) => {
+                self.report.identical += 1;
+                PutOutcome::Identical
+            }
+            Some(PutOutcome::Stale) => {
+                self.report.stale += 1;
+                PutOutcome::Stale
+            }
+            _ => {
+                self.report.written += 1;
+                self.report.bytes += bytes.len() as u64;
+                PutOutcome::Written {
+                    bytes: bytes.len() as u64,
+                }
+            }
+        })
+    }
+
+    /// Make the answer visible all at once: every staged object replaces its file, and
+    /// every cached object of this collection and namespace scope that was not in the
+    /// answer and for which `in_scope(bytes)` is true (the caller checks the request's
+    /// selectors) is deleted — unless its resourceVersion is newer than `list_rv` (it was
+    /// created after the list was taken). Objects outside the scope stay. The kind (and
+    /// namespace) directory exists afterwards even for an empty answer.
+    ///
+    /// Every version up to a deleted object's own is stale from then on (see
+    /// [`Store::delete`]), also when the commit then fails: the answer left it out anyway.
+    pub fn commit(
+        mut self,
+        in_scope: &mut dyn FnMut(&[u8]) -> bool,
+        list_rv: Option<&str>,
+    ) -> Result<ReplaceReport, StoreError> {
+        let result = self.run_commit(in_scope, list_rv);
+        // Success renamed every staged file into place: nothing is left to remove.
+        if result.is_ok() {
+            self.armed = false;
+        }
+        // An injected crash cleans nothing up, as a real one would: recovery has to.
+        if matches!(result, Err(StoreError::InjectedCrash)) {
+            self.armed = false;
+        }
+        result
+    }
+
+    fn run_commit(
+        &mut self,
+        in_scope: &mut dyn FnMut(&[u8]) -> bool,
+        list_rv: Option<&str>,
+    ) -> Result<ReplaceReport, StoreError> {
+        self.checkpoint(CommitStep::Staged)?;
+        self.set_list_rv(list_rv);
+        let keys = &self.keys;
+        self.entries.sort_by(|a, b| a.key(keys).cmp(&b.key(keys)));
+        if self.store.changes.load(Ordering::Relaxed) != self.changes_at_begin {
+            self.recheck()?;
+        }
+        let store = self.store;
+        let keys = &self.keys;
+        let component = self.collection.component.as_str();
+        let kind_rel = format!("{component}/{}", self.collection.dir_name());
+        let kind_dir = store.root.join(&kind_rel);
+        let journal_temp = self.journal_temp_path();
+
+        let mut journal = JournalWriter::new(&journal_temp);
+        journal.mkdir(component.to_owned());
+        journal.mkdir(kind_rel.clone());
+        let mut last_namespace = self.namespace.as_deref();
+        if let Some(ns) = last_namespace {
+            journal.mkdir(format!("{kind_rel}/{ns}"));
+        }
+        for entry in self.entries.iter().filter(|e| e.temp.is_some()) {
+            let (ns, _) = entry.key(keys);
+            if !ns.is_empty() && last_namespace != Some(ns) {
+                journal.mkdir(format!("{kind_rel}/{ns}"));
+                last_namespace = Some(ns);
+            }
+        }
+
+        // Merge the stored names with the answer's, both in (namespace, name) order.
+        let id = self.id;
+        let rename = |journal: &mut JournalWriter, entry: &Staged| match entry.temp {
+            Some(seq) => {
+                let (namespace, name) = entry.key(keys);
+                let target = RelPath {
+                    kind: &kind_rel,
+                    namespace,
+                    name,
+                };
+                journal.line(format_args!("rename\tr.{id}.{seq}\t{target}"))
+            }
+            None => Ok(()),
+        };
+        let mut next = 0;
+        if real_dir(&store.root.join(component))? && real_dir(&kind_dir)? {
+            let mut cursor = NameCursor::open(kind_dir.clone(), self.namespace.as_deref(), None)?;
+            while let Some(found) = cursor.next_name() {
+                let (namespace, name) = found?;
+                let stored = (namespace.as_deref().unwrap_or(""), name.as_str());
+                while let Some(entry) = self.entries.get(next).filter(|e| e.key(keys) < stored) {
+                    rename(&mut journal, entry)?;
+                    next += 1;
+                }
+                if self
+                    .entries
+                    .get(next)
+                    .is_some_and(|e| e.key(keys) == stored)
+                {
+                    continue;
+                }
+                let Some(bytes) = read_object(&cursor.path_of(namespace.as_deref(), &name))? else {
+                    continue;
+                };
+                if !in_scope(&bytes) {
+                    continue;
+                }
+                let rv = stored_rv(&bytes);
+                if let (Some(list_rv), Some(rv)) = (list_rv, rv.as_deref())
+                    && rv_newer(rv, list_rv)
+                {
+                    self.report.kept_newer += 1;
+                    continue;
+                }
+                let target = RelPath {
+                    kind: &kind_rel,
+                    namespace: stored.0,
+                    name: stored.1,
+                };
+                journal.line(format_args!("delete\t{target}"))?;
+                // What the list removes is older than the list: a replay must not bring it back,
+                // nor a list older than this one.
+                if let Some(rv) = rv.as_deref().and_then(|rv| rv.parse::<u64>().ok()) {
+                    let key = ObjectKey {
+                        collection: self.collection.clone(),
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                    };
+                    store.bury(&key, rv, self.list_rv.unwrap_or(rv));
+                }
+                self.report.deleted += 1;
+            }
+        }
+        for entry in &self.entries[next..] {
+            rename(&mut journal, entry)?;
+        }
+
+        let Some(journal_file) = journal.finish()? else {
+            // Nothing to rename or delete: no journal, no sync; the collection must exist.
+            store.ensure_dir(&store.root.join(component))?;
+            store.ensure_dir(&kind_dir)?;
+            if let Some(ns) = &self.namespace {
+                store.ensure_dir(&kind_dir.join(ns))?;
+            }
+            return Ok(self.report);
+        };
+        self.checkpoint(CommitStep::JournalWritten)?;
+        sync_filesystem(&store.root_dir).map_err(io_err(StoreOp::Sync, &store.root))?;
+        self.checkpoint(CommitStep::Synced)?;
+        journal_file
+            .sync_all()
+            .map_err(io_err(StoreOp::Sync, &journal_temp))?;
+        drop(journal_file);
+        let journal_path = store.root.join(format!("{JOURNAL_PREFIX}{id}"));
+        fs::rename(&journal_temp, &journal_path).map_err(io_err(StoreOp::Rename, &journal_path))?;
+        self.checkpoint(CommitStep::JournalVisible)?;
+        if let Err(e) = sync_dir(&store.root) {
+            // Whether the journal would survive a crash is unknown: take it back, so the
+            // replacement is fully undone rather than maybe replayed later.
+            remove_quietly(&journal_path);
+            return Err(e);
+        }
+        self.checkpoint(CommitStep::JournalDurable)?;
+
+        store.changes.fetch_add(1, Ordering::Relaxed);
+        let mut first_error =
+            match store.apply_journal(&journal_path, &mut |step| self.checkpoint(step)) {
+                Ok(applied) => {
+                    let mut first_error = applied.first_error;
+                    for dir in &applied.touched {
+                        if let Err(e) = sync_dir(dir) {
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                    first_error
+                }
+                Err(StoreError::InjectedCrash) => return Err(StoreError::InjectedCrash),
+                // A directory could not be made (nothing applied), or the journal not read
+                // back (some of it applied, each object whole): the journal goes either way.
+                Err(e) => Some(e),
+            };
+        self.checkpoint(CommitStep::DirsSynced)?;
+        match fs::remove_file(&journal_path) {
+            Ok(()) => {
+                if let Err(e) = sync_dir(&store.root) {
+                    first_error.get_or_insert(e);
+                }
+            }
+            Err(e) => {
+                first_error.get_or_insert(io_err(StoreOp::Remove, &journal_path)(e));
+            }
+        }
+        self.checkpoint(CommitStep::JournalRemoved)?;
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(self.report),
+        }
+    }
+
+    /// Compares again every staged object with its stored file and the tombstones, because
+    /// something else changed the cache since staging began (a watch event may have stored
+    /// a newer version, or deleted the object). Rare, so it reads the staged file back
+    /// instead of keeping versions in memory.
+    fn recheck(&mut self) -> Result<(), StoreError> {
+        for i in 0..self.entries.len() {
+            let entry = self.entries[i];
+            let Some(seq) = entry.temp else { continue };
+            let (namespace, name) = entry.key(&self.keys);
+            let (namespace, name) = (
+                (!namespace.is_empty()).then(|| namespace.to_owned()),
+                name.to_owned(),
+            );
+            let temp = self.temp_path(seq);
+            let staged = read_object(&temp)?.unwrap_or_default();
+            let staged_rv = stored_rv(&staged);
+            let outcome = match self.read_stored(namespace.as_deref(), &name)? {
+                // Deleted meanwhile: the (older) list must not bring it back.
+                None if entry.existed => None,
+                // Also when the list staged it before any file existed: a watch may have
+                // stored and then deleted it since.
+                None if self.buried(namespace.as_deref(), &name, staged_rv.as_deref()) => {
+                    Some(PutOutcome::Stale)
+                }
+                None => continue,
+                Some(_) if self.buried(namespace.as_deref(), &name, staged_rv.as_deref()) => {
+                    Some(PutOutcome::Stale)
+                }
+                Some(stored) => match unchanged(Some(&stored), &staged, staged_rv.as_deref()) {
+                    Some(outcome) => Some(outcome),
+                    None => continue,
+                },
+            };
+            remove_quietly(&temp);
+            self.entries[i].temp = None;
+            self.report.written -= 1;
+            self.report.bytes -= staged.len() as u64;
+            match outcome {
+                None => self.report.deleted_meanwhile += 1,
+                Some(PutOutcome::Stale) => self.report.stale += 1,
+                Some(_) => self.report.identical += 1,
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether version `rv` of this collection's `namespace/name` is buried in the store's
+    /// tombstones.
+    fn buried(&mut self, namespace: Option<&str>, name: &str, rv: Option<&str>) -> bool {
+        let store = self.store;
+        let tombstones = store
+            .tombstones
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if tombstones.is_empty() {
+            return false;
+        }
+        let probe = &mut self.probe;
+        probe.name.clear();
+        probe.name.push_str(name);
+        match namespace {
+            Some(ns) => {
+                let buf = probe.namespace.get_or_insert_with(String::new);
+                buf.clear();
+                buf.push_str(ns);
+            }
+            None => probe.namespace = None,
+        }
+        tombstones.buries(probe, rv, self.list_rv)
+    }
+
+    /// The stored bytes of one object of this collection, checking each directory on the
+    /// way is real (not a symlink) once.
+    fn read_stored(
+        &mut self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let kind_dir = self
+            .store
+            .root
+            .join(&self.collection.component)
+            .join(self.collection.dir_name());
+        if !self.collection_checked {
+            if !all_real_dirs(&[parent_of(&kind_dir).to_owned(), kind_dir.clone()])? {
+                return Ok(None);
+            }
+            self.collection_checked = true;
+        }
+        let dir = match namespace {
+            None => kind_dir,
+            Some(ns) => {
+                let dir = kind_dir.join(ns);
+                if self.namespace_checked.as_deref() != Some(ns) {
+                    if !real_dir(&dir)? {
+                        return Ok(None);
+                    }
+                    self.namespace_checked = Some(ns.to_owned());
+                }
+                dir
+            }
+        };
+        read_object(&dir.join(name))
+    }
+
+    fn temp_path(&self, seq: usize) -> PathBuf {
+        self.store.staging.join(format!("r.{}.{seq}", self.id))
+    }
+
+    fn journal_temp_path(&self) -> PathBuf {
+        self.store.staging.join(format!("j.{}", self.id))
+    }
+
+    /// Where a crash can happen during a commit; [`StoreOptions::crash_at`] stops there.
+    fn checkpoint(&self, step: CommitStep) -> Result<(), StoreError> {
+        if self.store.options.crash_at == Some(step) {
+            return Err(StoreError::InjectedCrash);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Replace<'_> {
+    /// Abandons an uncommitted (or failed) replacement: staged files go, nothing visible changes.
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        for entry in &self.entries {
+            if let Some(seq) = entry.temp {
+                remove_quietly(&self.temp_path(seq));
+            }
+        }
+        remove_quietly(&self.journal_temp_path());
+    }
+}
+
+/// The steps of a commit a crash can fall between, where [`StoreOptions::crash_at`] can stop
+/// it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitStep {
+    /// Every object staged, nothing else done.
+    Staged,
+    /// The journal is written to the staging directory.
+    JournalWritten,
+    /// `syncfs` returned.
+    Synced,
+    /// The journal has its final name.
+    JournalVisible,
+    /// The root is fsynced: the replacement is decided.
+    JournalDurable,
+    /// The journal's directories exist.
+    DirsMade,
+    /// The journal's rename or delete number `n` (from 0) is done.
+    Applied(usize),
+    /// Every touched directory is fsynced.
+    DirsSynced,
+    /// The journal is removed.
+    JournalRemoved,
+}

@@ -1,0 +1,26 @@
+//! The cache write path: connection threads tee response bodies into a bounded channel
+//! ([`CacheTx`], [`Session`]) and one writer thread ([`run()`]) decodes them incrementally
+//! and persists each object through the store. The writer is the only code that writes the
+//! cache.
+//!
+//! The client never waits for the disk: every send is a `try_send`. When the queue is full
+//! the response's session is abandoned (counted in `tinyhub_cache_sessions_abandoned_total`)
+//! and nothing half-received is committed: a list's staged objects are dropped, a watch keeps
+//! the events that arrived whole.
+//!
+//! Files: `tee.rs` the channel and the sessions connection threads feed; `run.rs` the writer
+//! loop, what each answer does to the store, and the failure log; `rules.rs` the Kubernetes
+//! rules for objects (what is stored and under which key, watch events, list items, tokens).
+
+mod rules;
+mod run;
+mod tee;
+#[cfg(test)]
+mod tests;
+
+pub use run::{WriterOptions, run};
+pub use tee::{CacheMsg, CacheRx, CacheTx, Refill, Session, channel};
+
+/// Largest single object (or watch event) the writer assembles; etcd refuses objects above
+/// 1.5 MiB, so this leaves room for any real one.
+pub const MAX_OBJECT_BYTES: usize = 8 * 1024 * 1024;

@@ -1,0 +1,297 @@
+//! The Kubernetes rules for objects the writer applies: what is stored and under which key
+//! (no `Status`, a name, a pod only once bound to a node), what a watch event does, the
+//! list's `kind` and `apiVersion` given to its items, units that are not JSON objects
+//! (skipped and counted), and which TokenRequest answers are kept.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::run::{FailureLog, count_put};
+use crate::cache::key::{CollectionKey, ObjectKey, TokenKey};
+use crate::cache::object::{ObjectHead, ObjectMeta, from_map, starts_object};
+use crate::cache::store::{Replace, Store};
+use crate::metrics::{METRICS, Metrics};
+use crate::route::TokenTarget;
+
+/// What a list answer has told so far.
+pub(super) struct ListState<'s> {
+    pub(super) replace: Replace<'s>,
+    pub(super) item_kind: Option<String>,
+    pub(super) api_version: Option<String>,
+    pub(super) resource_version: Option<String>,
+    pub(super) continue_token: bool,
+    /// The answer's `kind` says it is a list (`...List`).
+    pub(super) is_list: bool,
+}
+
+impl ListState<'_> {
+    /// Whether the answer says which objects are gone, so that its commit may delete what
+    /// it left out. Only a whole list does; one page of it says nothing, and neither does an
+    /// answer that is not evidently a list or held items the hub could not read (an
+    /// unreadable item may be an object the cloud still has).
+    pub(super) fn is_whole(&self, paged: bool, not_objects: u64) -> bool {
+        !paged && !self.continue_token && self.is_list && not_objects == 0
+    }
+}
+
+/// A watch event. Only a JSON object is one, as for object heads: a derived struct would
+/// also read `["ADDED",{…}]` field by field.
+struct Event<'a> {
+    kind: Cow<'a, str>,
+    object: &'a RawValue,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Event<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Fields<'a> {
+            #[serde(borrow, rename = "type")]
+            kind: Cow<'a, str>,
+            #[serde(borrow)]
+            object: &'a RawValue,
+        }
+        let Fields { kind, object } = from_map(d)?;
+        Ok(Event { kind, object })
+    }
+}
+
+/// Where an object goes, or why it is not stored.
+fn object_key(
+    collection: &CollectionKey,
+    head: &ObjectHead<'_>,
+) -> Option<(ObjectKey, Option<String>)> {
+    if head.kind.as_deref() == Some("Status") {
+        return None;
+    }
+    let meta = head.metadata.as_ref()?;
+    let name = meta.name.as_deref().filter(|n| !n.is_empty())?;
+    // A pod not bound to a node is of no use to a node (as in YurtHub).
+    if collection.group.is_empty() && collection.resource == "pods" {
+        let bound = head
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        if !bound {
+            return None;
+        }
+    }
+    Some((
+        ObjectKey {
+            collection: collection.clone(),
+            namespace: meta
+                .namespace
+                .as_deref()
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned),
+            name: name.to_owned(),
+        },
+        meta.resource_version.as_deref().map(str::to_owned),
+    ))
+}
+
+/// Counts a unit of an answer that is not a JSON object (it is skipped), and logs the first
+/// of each answer: a broken answer may hold thousands.
+fn not_an_object(
+    not_objects: &mut u64,
+    collection: &CollectionKey,
+    what: &str,
+    e: &serde_json::Error,
+) {
+    Metrics::inc(&METRICS.cache_errors);
+    *not_objects += 1;
+    if *not_objects == 1 {
+        log::warn!(
+            "cache: {what} in an answer for {}/{} is not a JSON object ({e}); skipped, as is \
+             any other in this answer (counted in tinyhub_cache_errors_total)",
+            collection.component,
+            collection.dir_name()
+        );
+    }
+}
+
+pub(super) fn put_object(
+    store: &Store,
+    failures: &mut FailureLog,
+    collection: &CollectionKey,
+    bytes: &[u8],
+    not_objects: &mut u64,
+) {
+    let head = match ObjectHead::read(bytes) {
+        Ok(h) => h,
+        Err(e) => return not_an_object(not_objects, collection, "an object", &e),
+    };
+    if let Some((key, rv)) = object_key(collection, &head) {
+        count_put(
+            failures,
+            store.put(&key, bytes, rv.as_deref()),
+            "object",
+            &key,
+        );
+    }
+}
+
+/// Keeps a TokenRequest answer for offline TokenRequests; one without a token or a readable
+/// expiry could never be served, so it is not kept. (The token itself is never logged.)
+pub(super) fn put_token(
+    store: &Store,
+    failures: &mut FailureLog,
+    target: &TokenTarget,
+    bytes: &[u8],
+) {
+    let Some(digest) = &target.digest else {
+        return;
+    };
+    if crate::tokens::expiry(bytes).is_none() {
+        log::debug!(
+            "cache: the TokenRequest answer for {}/{} has no token or expiry; not kept",
+            target.namespace,
+            target.name
+        );
+        return;
+    }
+    let key = TokenKey {
+        component: target.component.clone(),
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+        digest: digest.clone(),
+    };
+    count_put(failures, store.put_token(&key, bytes), "token answer", &key);
+}
+
+pub(super) fn watch_event(
+    store: &Store,
+    failures: &mut FailureLog,
+    collection: &CollectionKey,
+    bytes: &[u8],
+    not_objects: &mut u64,
+) {
+    let event: Event<'_> = match serde_json::from_slice(bytes) {
+        Ok(e) => e,
+        Err(e) if !starts_object(bytes) => {
+            return not_an_object(not_objects, collection, "a watch event", &e);
+        }
+        Err(e) => {
+            log::warn!(
+                "cache: a watch event for {} does not parse: {e}",
+                collection.dir_name()
+            );
+            Metrics::inc(&METRICS.cache_errors);
+            return;
+        }
+    };
+    let object = event.object.get().as_bytes();
+    match event.kind.as_ref() {
+        "ADDED" | "MODIFIED" => put_object(store, failures, collection, object, not_objects),
+        "DELETED" => {
+            let head = match ObjectHead::read(object) {
+                Ok(h) => h,
+                Err(e) => return not_an_object(not_objects, collection, "a watch object", &e),
+            };
+            let Some((key, rv)) = object_key(collection, &head) else {
+                return;
+            };
+            // The store keeps a newer object (a late DELETED from an older stream) and
+            // refuses every older version from now on.
+            match store.delete(&key, rv.as_deref()) {
+                Ok(true) => Metrics::inc(&METRICS.cache_objects_deleted),
+                Ok(false) => {}
+                Err(e) => failures.error("delete", &key, &e),
+            }
+        }
+        // BOOKMARK carries no object change; ERROR ends the stream (the client re-lists).
+        _ => {}
+    }
+}
+
+pub(super) fn list_member(list: &mut ListState<'_>, key: &str, value: &[u8]) {
+    match key {
+        "kind" => {
+            if let Ok(kind) = serde_json::from_slice::<String>(value) {
+                list.is_list = kind.ends_with("List");
+                list.item_kind = Some(kind.strip_suffix("List").unwrap_or(&kind).to_owned());
+            }
+        }
+        "apiVersion" => list.api_version = serde_json::from_slice::<String>(value).ok(),
+        "metadata" => {
+            if let Ok(meta) = serde_json::from_slice::<ObjectMeta<'_>>(value) {
+                list.resource_version = meta.resource_version.map(Cow::into_owned);
+                list.replace.set_list_rv(list.resource_version.as_deref());
+                list.continue_token = meta.continue_token.is_some_and(|c| !c.is_empty());
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Stages one list item with `kind` and `apiVersion` set from the list (the apiserver leaves
+/// them out of items). False when the list can no longer commit.
+pub(super) fn list_item(
+    failures: &mut FailureLog,
+    collection: &CollectionKey,
+    list: &mut ListState<'_>,
+    bytes: &[u8],
+    not_objects: &mut u64,
+) -> bool {
+    let head = match ObjectHead::read(bytes) {
+        Ok(h) => h,
+        // The rest of the list is still cached; the list then deletes nothing (see `end`).
+        Err(e) => {
+            not_an_object(not_objects, collection, "a list item", &e);
+            return true;
+        }
+    };
+    let Some((key, rv)) = object_key(collection, &head) else {
+        return true;
+    };
+    let owned;
+    let object: &[u8] = if head.kind.is_none() {
+        let (Some(kind), Some(api_version)) = (&list.item_kind, &list.api_version) else {
+            log::warn!(
+                "cache: a {} list gave items before its kind; not cached",
+                collection.dir_name()
+            );
+            return false;
+        };
+        owned = with_type_meta(bytes, kind, api_version);
+        &owned
+    } else {
+        bytes
+    };
+    let result = list
+        .replace
+        .put(key.namespace.as_deref(), &key.name, object, rv.as_deref());
+    match result {
+        Ok(_) => true,
+        Err(e) => {
+            failures.error("stage", &key, &e);
+            false
+        }
+    }
+}
+
+/// `{...}` with `"kind":..,"apiVersion":..` inserted at the front.
+fn with_type_meta(object: &[u8], kind: &str, api_version: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(object.len() + kind.len() + api_version.len() + 32);
+    out.extend_from_slice(b"{\"kind\":");
+    // Kinds and versions are plain identifiers; serde_json escapes anything odd.
+    out.extend_from_slice(&serde_json::to_vec(kind).unwrap_or_default());
+    out.extend_from_slice(b",\"apiVersion\":");
+    out.extend_from_slice(&serde_json::to_vec(api_version).unwrap_or_default());
+    let start = object
+        .iter()
+        .position(|&b| b == b'{')
+        .map_or(object.len(), |i| i + 1);
+    let rest = &object[start..];
+    let empty = rest.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'}');
+    if !empty {
+        out.push(b',');
+    }
+    out.extend_from_slice(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests;

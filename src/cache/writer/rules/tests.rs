@@ -1,0 +1,60 @@
+use super::*;
+
+fn head(json: &str) -> ObjectHead<'_> {
+    ObjectHead::read(json.as_bytes()).unwrap()
+}
+
+fn key_of(collection: &CollectionKey, json: &str) -> Option<(ObjectKey, Option<String>)> {
+    object_key(collection, &head(json))
+}
+
+#[test]
+fn type_meta_goes_in_front() {
+    let out = with_type_meta(br#"{"metadata":{"name":"a"}}"#, "Pod", "v1");
+    assert_eq!(
+        out,
+        br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a"}}"#
+    );
+    let out = with_type_meta(b" { } ", "Pod", "v1");
+    assert_eq!(out, br#"{"kind":"Pod","apiVersion":"v1" } "#);
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["kind"], "Pod");
+}
+
+#[test]
+fn objects_are_keyed_by_namespace_and_name_and_unbound_pods_are_not_stored() {
+    let pods = CollectionKey::new("kubelet", "pods", "v1", "");
+    let bound = r#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"5"},"spec":{"nodeName":"n1"}}"#;
+    let (key, rv) = key_of(&pods, bound).unwrap();
+    assert_eq!(
+        (key.namespace.as_deref(), key.name.as_str(), rv.as_deref()),
+        (Some("ns"), "a", Some("5"))
+    );
+    for unbound in [
+        r#"{"metadata":{"name":"a","namespace":"ns"},"spec":{}}"#,
+        r#"{"metadata":{"name":"a","namespace":"ns"},"spec":{"nodeName":""}}"#,
+        r#"{"metadata":{"name":"a","namespace":"ns"}}"#,
+    ] {
+        assert!(key_of(&pods, unbound).is_none(), "{unbound}");
+    }
+    // Another group's `pods` is not the core pod: no binding rule.
+    let metrics = CollectionKey::new("kubelet", "pods", "v1beta1", "metrics.k8s.io");
+    assert!(key_of(&metrics, r#"{"metadata":{"name":"a","namespace":"ns"}}"#).is_some());
+    // Cluster-scoped (or an empty namespace): no namespace directory.
+    let nodes = CollectionKey::new("kubelet", "nodes", "v1", "");
+    let (key, rv) = key_of(&nodes, r#"{"metadata":{"name":"n1","namespace":""}}"#).unwrap();
+    assert_eq!((key.namespace, rv), (None, None));
+}
+
+#[test]
+fn a_status_or_a_nameless_object_is_not_stored() {
+    let nodes = CollectionKey::new("kubelet", "nodes", "v1", "");
+    for json in [
+        r#"{"kind":"Status","metadata":{"name":"n1"}}"#,
+        r#"{"kind":"Node","metadata":{"name":""}}"#,
+        r#"{"kind":"Node","metadata":{}}"#,
+        r#"{"kind":"Node"}"#,
+    ] {
+        assert!(key_of(&nodes, json).is_none(), "{json}");
+    }
+}

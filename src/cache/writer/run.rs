@@ -1,0 +1,446 @@
+//! The writer thread: takes the tee's messages in order, decodes each answer incrementally
+//! and persists it through the store (an object, a list replacement, watch events, a
+//! document, a token answer); store failures are counted and logged at a bounded rate.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::RecvTimeoutError;
+
+use super::MAX_OBJECT_BYTES;
+use super::rules::{ListState, list_item, list_member, put_object, put_token, watch_event};
+#[cfg(doc)]
+use super::tee::CacheTx;
+use super::tee::{CacheMsg, CacheRx};
+use crate::cache::decode::{BodyDecoder, BodyShape, Unit};
+use crate::cache::key::{ObjectKey, TokenKey};
+use crate::cache::store::{PutOutcome, Store, StoreError};
+use crate::metrics::{METRICS, Metrics};
+use crate::route::{CacheTarget, TokenTarget};
+
+/// A failing disk (full, read-only) fails every write: one log line per object would flood
+/// the log, on flash it may share. Failures are reported once per interval, with a count.
+const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Store failures not yet reported, and when the last report was made. Owned by [`run`]:
+/// only the writer thread writes, so it needs no lock.
+#[derive(Default)]
+pub(super) struct FailureLog {
+    reported: Option<Instant>,
+    unreported: u64,
+    /// Set by a failure, cleared by the next successful write.
+    failing: bool,
+}
+
+/// How the writer runs; production passes the default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterOptions {
+    /// Sleep this long before each message, as a slow flash would: tests show with it that
+    /// clients never wait for the writer. `None` in production (set only by a test-only flag).
+    pub delay_per_message: Option<Duration>,
+}
+
+/// Runs the writer until every [`CacheTx`] is dropped, or until `stop` is set and the queue
+/// has been drained (shutdown: what is queued is written, unfinished answers are not).
+pub fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: WriterOptions) {
+    let mut sessions: HashMap<u64, Active<'_>> = HashMap::new();
+    let mut failures = FailureLog::default();
+    loop {
+        let wait = if stop.load(Ordering::Acquire) {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(500)
+        };
+        match rx.rx.recv_timeout(wait) {
+            Ok(msg) => {
+                if let Some(delay) = options.delay_per_message {
+                    std::thread::sleep(delay);
+                }
+                let started = std::time::Instant::now();
+                rx.queue
+                    .queued_bytes
+                    .fetch_sub(msg.payload_len(), Ordering::Relaxed);
+                METRICS
+                    .cache_writer_queue_depth
+                    .fetch_sub(1, Ordering::Relaxed);
+                handle(store, &mut sessions, &mut failures, msg);
+                METRICS
+                    .cache_writer_busy_micros
+                    .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+            }
+            Err(RecvTimeoutError::Timeout) if stop.load(Ordering::Acquire) => break,
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        // Sessions whose connection gave up: drop their staged state.
+        sessions.retain(|id, s| {
+            let keep = !s.abandoned.load(Ordering::Acquire);
+            if !keep {
+                log::debug!("cache session {id} dropped: abandoned");
+            }
+            keep
+        });
+    }
+    if !sessions.is_empty() {
+        log::info!(
+            "cache writer stopping with {} unfinished responses, not committed",
+            sessions.len()
+        );
+    }
+}
+
+/// A session the writer is working on.
+struct Active<'s> {
+    target: CacheTarget,
+    decoder: Option<BodyDecoder>,
+    abandoned: Arc<AtomicBool>,
+    list: Option<ListState<'s>>,
+    /// A unit failed in a way that spoils the whole answer (a list that cannot commit).
+    failed: bool,
+    /// Units of this answer skipped for not being a JSON object (see `rules::not_an_object`).
+    not_objects: u64,
+}
+
+fn handle<'s>(
+    store: &'s Store,
+    sessions: &mut HashMap<u64, Active<'s>>,
+    failures: &mut FailureLog,
+    msg: CacheMsg,
+) {
+    match msg {
+        CacheMsg::Begin {
+            id,
+            target,
+            status,
+            gzip,
+            abandoned,
+        } => {
+            if let Some(active) = begin(store, failures, target, status, gzip, abandoned) {
+                sessions.insert(id, active);
+            }
+        }
+        CacheMsg::Chunk { id, data } => {
+            let Some(active) = sessions.get_mut(&id) else {
+                return;
+            };
+            if active.failed {
+                return;
+            }
+            let Some(decoder) = active.decoder.as_mut() else {
+                return;
+            };
+            let (target, list) = (&active.target, &mut active.list);
+            let not_objects = &mut active.not_objects;
+            let mut failed = false;
+            let result = decoder.feed(&data, &mut |unit| {
+                if !apply_unit(store, failures, target, list, not_objects, unit) {
+                    failed = true;
+                }
+            });
+            if let Err(e) = result {
+                log::warn!(
+                    "cache: cannot decode the answer for {}: {e}",
+                    describe(target)
+                );
+                Metrics::inc(&METRICS.cache_errors);
+                failed = true;
+            }
+            active.failed |= failed;
+        }
+        CacheMsg::End { id, complete } => {
+            if let Some(active) = sessions.remove(&id) {
+                end(store, failures, active, complete);
+            }
+        }
+        CacheMsg::Put { collection, bytes } => {
+            put_object(store, failures, &collection, &bytes, &mut 0);
+        }
+    }
+}
+
+fn begin<'s>(
+    store: &'s Store,
+    failures: &mut FailureLog,
+    target: CacheTarget,
+    status: u16,
+    gzip: bool,
+    abandoned: Arc<AtomicBool>,
+) -> Option<Active<'s>> {
+    let shape = match (&target, status) {
+        (CacheTarget::List { collection, .. }, 404) => {
+            // The kind is gone in the cloud (a deleted CRD): never serve it from cache again.
+            match store.delete_collection(collection) {
+                Ok(true) => log::info!(
+                    "cache: pruned {} after the cloud answered 404",
+                    describe(&target)
+                ),
+                Ok(false) => {}
+                Err(e) => failures.error("prune", &target, &e),
+            }
+            return None;
+        }
+        (
+            CacheTarget::Object {
+                collection,
+                namespace,
+                name: Some(name),
+            },
+            404,
+        ) => {
+            let key = ObjectKey {
+                collection: collection.clone(),
+                namespace: namespace.clone(),
+                name: name.clone(),
+            };
+            match store.delete(&key, None) {
+                Ok(true) => Metrics::inc(&METRICS.cache_objects_deleted),
+                Ok(false) => {}
+                Err(e) => failures.error("delete", &target, &e),
+            }
+            return None;
+        }
+        (_, 200 | 201) => match &target {
+            CacheTarget::List { .. } => BodyShape::List,
+            CacheTarget::Watch { .. } => BodyShape::WatchStream,
+            // Nothing to key a token answer by without the request's digest.
+            CacheTarget::Token(TokenTarget { digest: None, .. }) => return None,
+            CacheTarget::Object { .. }
+            | CacheTarget::NonResource { .. }
+            | CacheTarget::Token(_) => BodyShape::Object,
+        },
+        _ => return None,
+    };
+    let list = match &target {
+        CacheTarget::List {
+            collection,
+            namespace,
+            ..
+        } => match store.begin_replace(collection, namespace.as_deref()) {
+            Ok(replace) => Some(ListState {
+                replace,
+                item_kind: None,
+                api_version: None,
+                resource_version: None,
+                continue_token: false,
+                is_list: false,
+            }),
+            Err(e) => {
+                failures.error("begin list", &target, &e);
+                return None;
+            }
+        },
+        _ => None,
+    };
+    Some(Active {
+        decoder: Some(BodyDecoder::new(shape, gzip, MAX_OBJECT_BYTES)),
+        target,
+        abandoned,
+        list,
+        failed: false,
+        not_objects: 0,
+    })
+}
+
+fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complete: bool) {
+    let target = &active.target;
+    let mut ok = complete && !active.failed && !active.abandoned.load(Ordering::Acquire);
+    if ok && let Some(decoder) = active.decoder.as_mut() {
+        let (list, mut failed) = (&mut active.list, false);
+        let not_objects = &mut active.not_objects;
+        if let Err(e) = decoder.finish(&mut |unit| {
+            if !apply_unit(store, failures, target, list, not_objects, unit) {
+                failed = true;
+            }
+        }) {
+            log::warn!(
+                "cache: the answer for {} ended inside a value: {e}",
+                describe(target)
+            );
+            ok = false;
+        }
+        ok &= !failed;
+    }
+    let Some(list) = active.list.take() else {
+        if ok {
+            Metrics::inc(&METRICS.cache_sessions_committed);
+        }
+        return;
+    };
+    if !ok {
+        // Dropping the replacement removes what it staged: the cached list stays as it was.
+        log::info!(
+            "cache: list answer for {} incomplete, cache left unchanged",
+            describe(target)
+        );
+        Metrics::inc(&METRICS.cache_sessions_abandoned);
+        return;
+    }
+    let CacheTarget::List {
+        selectors, paged, ..
+    } = target
+    else {
+        return;
+    };
+    let whole = list.is_whole(*paged, active.not_objects);
+    let mut in_scope = |bytes: &[u8]| -> bool {
+        whole
+            && serde_json::from_slice::<serde_json::Value>(bytes)
+                // A file that is not JSON is garbage in scope: let the answer replace it.
+                .map_or(true, |v| selectors.matches(&v))
+    };
+    match list
+        .replace
+        .commit(&mut in_scope, list.resource_version.as_deref())
+    {
+        Ok(report) => {
+            if report.written > 0 {
+                failures.written_again();
+            }
+            Metrics::inc(&METRICS.cache_sessions_committed);
+            METRICS
+                .cache_objects_written
+                .fetch_add(report.written as u64, Ordering::Relaxed);
+            METRICS
+                .cache_bytes_written
+                .fetch_add(report.bytes, Ordering::Relaxed);
+            METRICS
+                .cache_writes_skipped_identical
+                .fetch_add(report.identical as u64, Ordering::Relaxed);
+            METRICS
+                .cache_writes_skipped_stale
+                .fetch_add(report.stale as u64, Ordering::Relaxed);
+            METRICS
+                .cache_objects_deleted
+                .fetch_add(report.deleted as u64, Ordering::Relaxed);
+            log::debug!(
+                "cache: list {} committed written={} identical={} deleted={} kept_newer={}",
+                describe(target),
+                report.written,
+                report.identical,
+                report.deleted,
+                report.kept_newer
+            );
+        }
+        Err(e) => failures.error("commit list", target, &e),
+    }
+}
+
+/// Applies one decoded unit; false when the session can no longer commit.
+fn apply_unit(
+    store: &Store,
+    failures: &mut FailureLog,
+    target: &CacheTarget,
+    list: &mut Option<ListState<'_>>,
+    not_objects: &mut u64,
+    unit: Unit<'_>,
+) -> bool {
+    match (unit, target) {
+        (Unit::Object(bytes), CacheTarget::NonResource { file }) => {
+            count_put(
+                failures,
+                store.put_non_resource(file, bytes),
+                "document",
+                target,
+            );
+            true
+        }
+        (Unit::Object(bytes), CacheTarget::Object { collection, .. }) => {
+            put_object(store, failures, collection, bytes, not_objects);
+            true
+        }
+        (Unit::Object(bytes), CacheTarget::Token(token)) => {
+            put_token(store, failures, token, bytes);
+            true
+        }
+        (Unit::ListMember { key, value }, _) => {
+            if let Some(list) = list.as_mut() {
+                list_member(list, key, value);
+            }
+            true
+        }
+        (Unit::ListItem(bytes), CacheTarget::List { collection, .. }) => match list.as_mut() {
+            Some(list) => list_item(failures, collection, list, bytes, not_objects),
+            None => false,
+        },
+        (Unit::WatchEvent(bytes), CacheTarget::Watch { collection }) => {
+            watch_event(store, failures, collection, bytes, not_objects);
+            true
+        }
+        _ => true,
+    }
+}
+
+pub(super) fn count_put(
+    failures: &mut FailureLog,
+    result: Result<PutOutcome, StoreError>,
+    what: &str,
+    key: &dyn std::fmt::Debug,
+) {
+    match result {
+        Ok(PutOutcome::Written { bytes }) => {
+            failures.written_again();
+            Metrics::inc(&METRICS.cache_objects_written);
+            METRICS
+                .cache_bytes_written
+                .fetch_add(bytes, Ordering::Relaxed);
+        }
+        Ok(PutOutcome::Identical) => Metrics::inc(&METRICS.cache_writes_skipped_identical),
+        Ok(PutOutcome::Stale) => Metrics::inc(&METRICS.cache_writes_skipped_stale),
+        Err(e) => failures.error(what, key, &e),
+    }
+}
+
+impl FailureLog {
+    /// Counts a store failure, and reports it unless one was reported within the interval.
+    pub(super) fn error(&mut self, what: &str, subject: &dyn std::fmt::Debug, e: &StoreError) {
+        Metrics::inc(&METRICS.cache_errors);
+        if e.is_disk_full() {
+            Metrics::inc(&METRICS.cache_disk_full);
+        }
+        self.failing = true;
+        if self
+            .reported
+            .is_some_and(|t| t.elapsed() < FAILURE_LOG_INTERVAL)
+        {
+            self.unreported += 1;
+            return;
+        }
+        let earlier = std::mem::take(&mut self.unreported);
+        self.reported = Some(Instant::now());
+        log::warn!(
+            "cache: storing {what} {subject:?} failed: {e} ({earlier} more failures since the \
+             last report; what is cached stays as it was; the next report comes in {} s at the \
+             earliest)",
+            FAILURE_LOG_INTERVAL.as_secs()
+        );
+    }
+
+    /// After failures, says once that writes succeed again.
+    fn written_again(&mut self) {
+        if !std::mem::take(&mut self.failing) {
+            return;
+        }
+        let earlier = std::mem::take(&mut self.unreported);
+        log::info!("cache: writing again ({earlier} failures since the last report)");
+    }
+}
+
+fn describe(target: &CacheTarget) -> String {
+    match target {
+        CacheTarget::Object { collection, .. }
+        | CacheTarget::List { collection, .. }
+        | CacheTarget::Watch { collection } => {
+            format!("{}/{}", collection.component, collection.dir_name())
+        }
+        CacheTarget::NonResource { file } => file.clone(),
+        CacheTarget::Token(t) => format!(
+            "{}/{}/{}/{}",
+            t.component,
+            TokenKey::DIR,
+            t.namespace,
+            t.name
+        ),
+    }
+}

@@ -1,0 +1,352 @@
+//! The tee's side of the cache: connection threads copy response bodies into a bounded
+//! channel ([`CacheTx`], [`Session`]) and never wait for the disk; the refill thread sends
+//! at the disk's pace. Nothing here decodes or touches the store.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::cache::key::CollectionKey;
+use crate::metrics::{METRICS, Metrics};
+use crate::route::CacheTarget;
+
+/// Messages from connection threads to the writer.
+pub enum CacheMsg {
+    /// A response to persist begins.
+    Begin {
+        /// Session id.
+        id: u64,
+        /// What to persist.
+        target: CacheTarget,
+        /// HTTP status of the answer.
+        status: u16,
+        /// The body is gzip-encoded.
+        gzip: bool,
+        /// Set by the connection thread when it gives the session up.
+        abandoned: Arc<AtomicBool>,
+    },
+    /// The next bytes of that response's body.
+    Chunk {
+        /// Session id.
+        id: u64,
+        /// Body bytes, in order.
+        data: Vec<u8>,
+    },
+    /// The body ended; `complete` is false when it broke off.
+    End {
+        /// Session id.
+        id: u64,
+        /// The body arrived whole.
+        complete: bool,
+    },
+    /// One whole object to store (an offline create).
+    Put {
+        /// Where it belongs.
+        collection: CollectionKey,
+        /// The object's JSON.
+        bytes: Vec<u8>,
+    },
+}
+
+/// The byte budget shared by senders and the writer: body bytes waiting in the channel are
+/// bounded whatever the chunk sizes are.
+pub(super) struct Queue {
+    pub(super) queued_bytes: AtomicUsize,
+    budget: usize,
+}
+
+/// How a sender behaves when the queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pace {
+    /// Give up at once: a client is waiting (connection threads).
+    NeverWait,
+    /// Wait for room: nobody is waiting (the refill thread), so it goes at the disk's pace.
+    Wait,
+}
+
+/// The longest a paced sender waits for room before it gives up.
+const PACED_PATIENCE: Duration = Duration::from_secs(120);
+
+impl Queue {
+    /// Queues `msg` on `tx`. With [`Pace::NeverWait`] it gives up at once when the channel
+    /// or the byte budget is full; with [`Pace::Wait`] it waits for room, up to a bound.
+    fn send(&self, tx: &Sender<CacheMsg>, msg: CacheMsg, pace: Pace) -> bool {
+        let len = msg.payload_len();
+        let mut deadline = None;
+        // Senders race, so the budget can be overshot by one chunk per sender: still bounded.
+        while self.queued_bytes.load(Ordering::Relaxed) + len > self.budget {
+            if pace == Pace::NeverWait {
+                return false;
+            }
+            let now = std::time::Instant::now();
+            if now >= *deadline.get_or_insert(now + PACED_PATIENCE) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.queued_bytes.fetch_add(len, Ordering::Relaxed);
+        let sent = match pace {
+            Pace::NeverWait => tx.try_send(msg).is_ok(),
+            Pace::Wait => tx.send_timeout(msg, PACED_PATIENCE).is_ok(),
+        };
+        if sent {
+            METRICS
+                .cache_writer_queue_depth
+                .fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.queued_bytes.fetch_sub(len, Ordering::Relaxed);
+        }
+        sent
+    }
+}
+
+impl CacheMsg {
+    pub(super) fn payload_len(&self) -> usize {
+        match self {
+            CacheMsg::Chunk { data, .. } => data.len(),
+            CacheMsg::Put { bytes, .. } => bytes.len(),
+            CacheMsg::Begin { .. } | CacheMsg::End { .. } => 0,
+        }
+    }
+}
+
+/// The sending side, cloned into every connection thread.
+#[derive(Clone)]
+pub struct CacheTx {
+    tx: Sender<CacheMsg>,
+    queue: Arc<Queue>,
+    next_id: Arc<AtomicU64>,
+    /// Where responses dropped for a full queue are sent to be fetched again.
+    refills: Option<Sender<Refill>>,
+}
+
+/// A response whose cache session was dropped because the disk fell behind: the request to
+/// repeat, on the hub's own credentials, at the disk's pace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refill {
+    /// Path and query of the original request.
+    pub path_and_query: String,
+    /// The component whose cache it fills.
+    pub component: String,
+}
+
+/// The writer's side of the queue.
+pub struct CacheRx {
+    pub(super) rx: Receiver<CacheMsg>,
+    pub(super) queue: Arc<Queue>,
+}
+
+/// Creates the queue: at most `messages` messages holding at most `budget` body bytes.
+pub fn channel(messages: usize, budget: usize) -> (CacheTx, CacheRx) {
+    let (tx, rx) = crossbeam_channel::bounded(messages);
+    let queue = Arc::new(Queue {
+        queued_bytes: AtomicUsize::new(0),
+        budget,
+    });
+    (
+        CacheTx {
+            tx,
+            queue: Arc::clone(&queue),
+            next_id: Arc::new(AtomicU64::new(1)),
+            refills: None,
+        },
+        CacheRx { rx, queue },
+    )
+}
+
+/// Bytes a list or get session gathers before handing them to the writer: fewer, larger
+/// messages. Watch sessions send each read at once, so an event is on disk promptly.
+const COALESCE: usize = 32 * 1024;
+
+impl CacheTx {
+    /// Sends responses dropped for a full queue to `refills` from now on.
+    pub fn with_refills(mut self, refills: Sender<Refill>) -> CacheTx {
+        self.refills = Some(refills);
+        self
+    }
+
+    /// Starts persisting a response, or None when the queue is full right now. `refill`
+    /// says how to fetch it again should the session be dropped for a full queue.
+    pub fn begin(
+        &self,
+        target: CacheTarget,
+        status: u16,
+        gzip: bool,
+        refill: Option<Refill>,
+    ) -> Option<Session> {
+        let refill = refill.and_then(|r| Some((self.refills.clone()?, r)));
+        self.start(target, status, gzip, Pace::NeverWait, refill)
+    }
+
+    /// Starts persisting a response that no client waits for: every send waits for room.
+    pub fn begin_paced(&self, target: CacheTarget, status: u16, gzip: bool) -> Option<Session> {
+        self.start(target, status, gzip, Pace::Wait, None)
+    }
+
+    fn start(
+        &self,
+        target: CacheTarget,
+        status: u16,
+        gzip: bool,
+        pace: Pace,
+        refill: Option<(Sender<Refill>, Refill)>,
+    ) -> Option<Session> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let streaming = matches!(target, CacheTarget::Watch { .. });
+        let msg = CacheMsg::Begin {
+            id,
+            target,
+            status,
+            gzip,
+            abandoned: Arc::clone(&abandoned),
+        };
+        let mut session = Session {
+            id,
+            tx: self.tx.clone(),
+            queue: Arc::clone(&self.queue),
+            abandoned,
+            done: false,
+            streaming,
+            pending: Vec::new(),
+            pace,
+            refill,
+        };
+        if !self.queue.send(&self.tx, msg, pace) {
+            session.abandon();
+            return None;
+        }
+        Some(session)
+    }
+
+    /// Stores one whole object; false when the queue is full.
+    pub fn put(&self, collection: CollectionKey, bytes: Vec<u8>) -> bool {
+        self.queue.send(
+            &self.tx,
+            CacheMsg::Put { collection, bytes },
+            Pace::NeverWait,
+        )
+    }
+}
+
+/// One response being persisted, owned by the connection thread that forwards it.
+pub struct Session {
+    id: u64,
+    tx: Sender<CacheMsg>,
+    queue: Arc<Queue>,
+    abandoned: Arc<AtomicBool>,
+    done: bool,
+    streaming: bool,
+    pending: Vec<u8>,
+    pace: Pace,
+    refill: Option<(Sender<Refill>, Refill)>,
+}
+
+impl Session {
+    /// Copies `data` to the writer; false once the session is abandoned (queue full).
+    pub fn chunk(&mut self, data: &[u8]) -> bool {
+        if self.done {
+            return false;
+        }
+        if self.streaming {
+            return self.send_data(data.to_vec());
+        }
+        if self.pending.capacity() == 0 {
+            self.pending.reserve_exact(COALESCE.max(data.len()));
+        }
+        self.pending.extend_from_slice(data);
+        if self.pending.len() >= COALESCE {
+            let data = std::mem::take(&mut self.pending);
+            return self.send_data(data);
+        }
+        true
+    }
+
+    /// Hands over a whole buffer (a small answer) without copying it.
+    pub fn chunk_owned(&mut self, data: Vec<u8>) -> bool {
+        if self.done {
+            return false;
+        }
+        if self.pending.is_empty() {
+            return self.send_data(data);
+        }
+        self.chunk(&data)
+    }
+
+    fn send_data(&mut self, data: Vec<u8>) -> bool {
+        if !self
+            .queue
+            .send(&self.tx, CacheMsg::Chunk { id: self.id, data }, self.pace)
+        {
+            self.abandon();
+            return false;
+        }
+        true
+    }
+
+    /// The body is over: whole (`complete`) or broken off.
+    pub fn finish(mut self, complete: bool) {
+        if self.done {
+            return;
+        }
+        if complete && !self.pending.is_empty() {
+            let data = std::mem::take(&mut self.pending);
+            if !self.send_data(data) {
+                return;
+            }
+        }
+        self.done = true;
+        if !self.queue.send(
+            &self.tx,
+            CacheMsg::End {
+                id: self.id,
+                complete,
+            },
+            self.pace,
+        ) {
+            self.abandon();
+        }
+    }
+
+    fn abandon(&mut self) {
+        self.done = true;
+        if !self.abandoned.swap(true, Ordering::AcqRel) {
+            Metrics::inc(&METRICS.cache_sessions_abandoned);
+            // The answer is still wanted on disk: have it fetched again at the disk's pace.
+            let refilled = self
+                .refill
+                .take()
+                .is_some_and(|(tx, refill)| tx.try_send(refill).is_ok());
+            log::debug!(
+                "cache session {} abandoned: the writer queue is full{}",
+                self.id,
+                if refilled {
+                    "; it will be fetched again"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if !self.done {
+            // The connection thread gave up (client gone, error) without finishing.
+            self.done = true;
+            if !self.queue.send(
+                &self.tx,
+                CacheMsg::End {
+                    id: self.id,
+                    complete: false,
+                },
+                Pace::NeverWait,
+            ) {
+                self.abandoned.store(true, Ordering::Release);
+            }
+        }
+    }
+}
