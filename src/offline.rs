@@ -23,7 +23,7 @@ use crate::cache::store::{Store, StoreError};
 use crate::cache::writer::CacheTx;
 use crate::health::Backends;
 use crate::request::{self, ApiRequest, DiscoveryForm, ResourcePath, Target};
-use crate::route::{Local, Route, collection_key, document_file};
+use crate::route::{Local, Route, document_file};
 use crate::server::{self, Exchange, Length};
 use crate::status::Status;
 use crate::tokens::{self, TokenSpec};
@@ -49,23 +49,29 @@ pub struct Offline {
 }
 
 impl Offline {
-    /// Answers `req` from the cache; returns the HTTP status sent.
+    /// Answers `req` from the cache, in the collection `route` keyed; returns the HTTP
+    /// status sent.
     pub fn answer(&self, ex: Exchange<'_>, req: &ApiRequest, route: &Route) -> u16 {
-        let result = match (&route.local, req.resource()) {
-            (Local::NonResource(file), _) => self.document(ex, req, file),
-            (Local::Forbidden, _) => Err((
+        let result = match (&route.local, req.resource(), route.collection()) {
+            (Local::NonResource(file), _, _) => self.document(ex, req, file),
+            (Local::Forbidden, _, _) => Err((
                 ex,
                 Status::forbidden(
                     "the cloud apiserver is unreachable: deletes are refused until it is back",
                 ),
             )),
-            (Local::Get, Some(path)) => self.get(ex, req, path),
-            (Local::Update, Some(path)) => self.get(ex, req, path),
-            (Local::List, Some(path)) => self.list(ex, req, path, route),
-            (Local::Watch, Some(path)) => self.watch(ex, req, path),
-            (Local::Create, Some(path)) => self.create(ex, req, path, true),
-            (Local::Echo, Some(path)) => self.create(ex, req, path, false),
-            (Local::Token, Some(path)) => self.token(ex, req, path),
+            (Local::Get | Local::Update, Some(path), Some(collection)) => {
+                self.get(ex, path, collection)
+            }
+            (Local::List, Some(path), Some(collection)) => {
+                self.list(ex, req, path, collection, route)
+            }
+            (Local::Watch, Some(path), Some(collection)) => self.watch(ex, req, path, collection),
+            (Local::Create, Some(path), Some(collection)) => {
+                self.create(ex, path, Some(collection))
+            }
+            (Local::Echo, Some(path), _) => self.create(ex, path, None),
+            (Local::Token, Some(path), _) => self.token(ex, req, path),
             _ => Err((
                 ex,
                 Status::service_unavailable(format!(
@@ -142,12 +148,17 @@ impl Offline {
         Err((ex, status))
     }
 
-    fn get<'c>(&self, ex: Exchange<'c>, req: &ApiRequest, path: &ResourcePath) -> Answered<'c> {
+    fn get<'c>(
+        &self,
+        ex: Exchange<'c>,
+        path: &ResourcePath,
+        collection: &CollectionKey,
+    ) -> Answered<'c> {
         let Some(name) = path.name.clone() else {
             return Err((ex, Status::bad_request("no object name")));
         };
         let key = ObjectKey {
-            collection: collection_key(&req.component, path),
+            collection: collection.clone(),
             namespace: path.namespace.clone(),
             name,
         };
@@ -173,9 +184,9 @@ impl Offline {
         ex: Exchange<'c>,
         req: &ApiRequest,
         path: &ResourcePath,
+        collection: &CollectionKey,
         route: &Route,
     ) -> Answered<'c> {
-        let collection = collection_key(&req.component, path);
         let after = match req
             .query
             .continue_token
@@ -197,7 +208,7 @@ impl Offline {
         };
         let namespace = path.namespace.as_deref();
         let iter = match self.store.list(
-            &collection,
+            collection,
             namespace,
             after.as_ref().map(|(ns, n)| (ns.as_str(), n.as_str())),
         ) {
@@ -360,9 +371,14 @@ impl Offline {
         })
     }
 
-    fn watch<'c>(&self, ex: Exchange<'c>, req: &ApiRequest, path: &ResourcePath) -> Answered<'c> {
-        let collection = collection_key(&req.component, path);
-        if !self.store.has_collection(&collection) {
+    fn watch<'c>(
+        &self,
+        ex: Exchange<'c>,
+        req: &ApiRequest,
+        path: &ResourcePath,
+        collection: &CollectionKey,
+    ) -> Answered<'c> {
+        if !self.store.has_collection(collection) {
             return Err((ex, not_cached(req, path)));
         }
         let Ok(mut writer) = ex.start(
@@ -404,13 +420,13 @@ impl Offline {
         Ok(200)
     }
 
-    /// Answers a create with its body; `persist` caches the object (events are not).
+    /// Answers a create with its body; with `persist`, the object is cached there (events
+    /// are not).
     fn create<'c>(
         &self,
         mut ex: Exchange<'c>,
-        req: &ApiRequest,
         path: &ResourcePath,
-        persist: bool,
+        persist: Option<&CollectionKey>,
     ) -> Answered<'c> {
         // The server refused a declared length past its limit; a chunked body is cut off
         // there while it is read.
@@ -458,10 +474,9 @@ impl Offline {
             .pointer("/metadata/name")
             .and_then(|n| n.as_str())
             .is_some_and(|n| !n.is_empty());
-        if has_name && persist {
-            let collection: CollectionKey = collection_key(&req.component, path);
-            let queued =
-                serde_json::to_vec(&object).is_ok_and(|bytes| self.cache.put(collection, bytes));
+        if let Some(collection) = persist.filter(|_| has_name) {
+            let queued = serde_json::to_vec(&object)
+                .is_ok_and(|bytes| self.cache.put(collection.clone(), bytes));
             if !queued {
                 log::info!(
                     "offline create of {} answered but not cached (writer busy)",

@@ -19,7 +19,7 @@ use crate::request::{self, ApiRequest};
 use crate::route::{self, CacheTarget, Local, NoCacheReason, Route, TokenTarget};
 use crate::server::{Exchange, Length};
 use crate::status::Status;
-use crate::upstream::{Answer, BodySource, Deadline, Identity, Outgoing, Upstream, UpstreamError};
+use crate::upstream::{Answer, BodySource, Identity, Outgoing, Upstream, UpstreamError};
 
 /// Bodies up to this size with a known length are received whole before the client gets
 /// anything, so a cloud that breaks off mid-body can still be answered from the cache.
@@ -104,7 +104,7 @@ impl Hub {
             }
             // A pure proxy passes on what it does not understand; the cloud judges it.
             Err(_) => {
-                let route = passthrough_route(ex.header("authorization").is_some());
+                let route = Route::pass_on(ex.header("authorization").is_some());
                 self.forward_and_relay(ex, None, &route, None);
                 return;
             }
@@ -231,10 +231,7 @@ impl Hub {
         };
         // A write that may have reached the cloud must not be answered as if it had not: the
         // client would believe a create or delete that happened, or one that did not.
-        let write = matches!(
-            route.local,
-            Local::Create | Local::Echo | Local::Token | Local::Update | Local::Forbidden
-        );
+        let write = route.local.is_write();
         let answerable = self.mode == WorkingMode::Edge
             && route.local != Local::Unavailable
             && (!write || error.never_sent());
@@ -521,19 +518,4 @@ fn wants_cache(target: &CacheTarget, answer: &Answer) -> Option<CacheTarget> {
     worth
         .then(|| target.for_answer(answer.header("content-type")))
         .flatten()
-}
-
-fn passthrough_route(has_authorization: bool) -> Route {
-    Route {
-        cache: Err(NoCacheReason::CloudMode),
-        local: Local::Unavailable,
-        upstream_accept: None,
-        deadline: Deadline::Bounded(route::REQUEST_DEADLINE),
-        identity: if has_authorization {
-            Identity::Client
-        } else {
-            Identity::Hub
-        },
-        selectors: crate::selector::Selectors::everything(),
-    }
 }
