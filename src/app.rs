@@ -216,7 +216,7 @@ pub fn run(config: Config) -> Result<(), AppError> {
 
     let hub = Arc::new(Hub {
         mode: config.working_mode,
-        upstream,
+        cloud: upstream,
         agents,
         cache,
         offline,
