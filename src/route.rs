@@ -1,7 +1,7 @@
 //! Routing: for one classified request, decide what the hub will do with it before any I/O —
 //! whether its answer is cached (and how), how to answer it when the cloud is unreachable,
 //! what `Accept` to ask the cloud for, how long it may take and whose credentials it carries.
-//! Pure functions from values to decisions; `proxy.rs` carries them out.
+//! Pure functions from values to decisions; `proxy/` carries them out.
 
 use std::borrow::Cow;
 use std::time::Duration;

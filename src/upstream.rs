@@ -2,8 +2,9 @@
 //! send into an HTTPS exchange with a healthy backend, with the hub's credentials (client
 //! certificate, bearer token) or the client's own bearer token, and hands back the status,
 //! headers and a streaming body reader. It also probes backends for the health checker.
+//! The request path sees it through the [`Cloud`] trait, so its policy is tested without it.
 //!
-//! It does not decide what to send or what to do with the answer (that is `proxy.rs`), and
+//! It does not decide what to send or what to do with the answer (that is `proxy/`), and
 //! never buffers a body: bodies stream in both directions.
 
 use std::cell::RefCell;
