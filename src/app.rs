@@ -222,7 +222,7 @@ pub fn run(config: Config) -> Result<(), AppError> {
 
     let hub = Arc::new(Hub {
         mode: config.working_mode,
-        upstream,
+        cloud: upstream,
         agents,
         cache,
         offline,

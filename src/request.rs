@@ -461,6 +461,15 @@ pub fn classify(
     })
 }
 
+/// Classifies a request the hub makes itself on behalf of `component` (a cache refill):
+/// there are no client headers to read, so the component is given, not parsed from a
+/// User-Agent, and nothing else is asked (any `Accept`, no upgrade, the hub's credentials).
+pub fn on_behalf_of(component: &str, method: &str, url: &str) -> Result<ApiRequest, RequestError> {
+    let mut req = classify(method, url, &[])?;
+    req.component = component.to_owned();
+    Ok(req)
+}
+
 fn resource_verb(method: Method, r: &ResourcePath, query: &Query) -> Verb {
     if r.subresource.as_deref() == Some("proxy") || r.legacy_prefix == Some(LegacyPrefix::Proxy) {
         return Verb::Proxy;
@@ -1212,6 +1221,18 @@ mod tests {
         assert!(r.upgrade);
         assert!(r.has_authorization);
         assert_eq!(classify("GET", "/api", &[]).unwrap().component, "");
+    }
+
+    #[test]
+    fn the_hub_asks_on_behalf_of_a_component() {
+        // What a refill asked before: its User-Agent was `<component>/tinyhub-refill`.
+        let url = "/api/v1/namespaces/a/configmaps?labelSelector=x";
+        let ua = vec![("User-Agent".into(), "kubelet/tinyhub-refill".into())];
+        assert_eq!(
+            on_behalf_of("kubelet", "GET", url).unwrap(),
+            classify("GET", url, &ua).unwrap()
+        );
+        assert!(on_behalf_of("kubelet", "GET", "/api/v1/namespaces/../pods").is_err());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Routing: for one classified request, decide what the hub will do with it before any I/O —
 //! whether its answer is cached (and how), how to answer it when the cloud is unreachable,
 //! what `Accept` to ask the cloud for, how long it may take and whose credentials it carries.
-//! Pure functions from values to decisions; `proxy.rs` carries them out.
+//! Pure functions from values to decisions; `proxy/` carries them out.
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -170,6 +170,17 @@ pub enum Local {
     Unavailable,
 }
 
+impl Local {
+    /// The request writes (create, update, patch, delete, TokenRequest): one that may have
+    /// reached the cloud must never be answered as if it had not.
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            Local::Create | Local::Echo | Local::Token | Local::Update | Local::Forbidden
+        )
+    }
+}
+
 /// The decisions for one request.
 #[derive(Debug, Clone)]
 pub struct Route {
@@ -185,6 +196,39 @@ pub struct Route {
     pub identity: Identity,
     /// The request's selectors, parsed (lists and watches).
     pub selectors: Selectors,
+    /// The collection a local answer reads or writes when the cache target does not name it
+    /// (a Table list, an event read, a HEAD); read it through [`Route::collection`].
+    pub local_collection: Option<CollectionKey>,
+}
+
+impl Route {
+    /// The collection the local answer reads or writes (gets, lists, watches, creates,
+    /// updates), computed once here: the cache target's, else its own.
+    pub fn collection(&self) -> Option<&CollectionKey> {
+        self.cache
+            .as_ref()
+            .ok()
+            .and_then(CacheTarget::collection)
+            .or(self.local_collection.as_ref())
+    }
+
+    /// The route of a request the hub passes on unclassified (cloud mode): nothing cached,
+    /// nothing answered locally.
+    pub fn pass_on(has_authorization: bool) -> Route {
+        Route {
+            cache: Err(NoCacheReason::CloudMode),
+            local: Local::Unavailable,
+            upstream_accept: None,
+            deadline: Deadline::Bounded(REQUEST_DEADLINE),
+            identity: if has_authorization {
+                Identity::Client
+            } else {
+                Identity::Hub
+            },
+            selectors: Selectors::everything(),
+            local_collection: None,
+        }
+    }
 }
 
 /// Extra time a watch may stream beyond its `timeoutSeconds`.
@@ -215,8 +259,20 @@ pub fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Result<Rout
         (Ok(_), Accept::JsonOrProtobuf) => Some("application/json"),
         _ => None,
     };
+    let local = local_answer(req, is_agent, mode);
+    // The key is made once: the cache target carries it when there is one.
+    let keyed_by_cache = cache.as_ref().is_ok_and(|t| t.collection().is_some());
+    let local_collection = match (&local, req.resource()) {
+        (Local::Get | Local::List | Local::Watch | Local::Create | Local::Update, Some(path))
+            if !keyed_by_cache =>
+        {
+            Some(collection_key(&req.component, path))
+        }
+        _ => None,
+    };
     Ok(Route {
-        local: local_answer(req, is_agent, mode),
+        local,
+        local_collection,
         cache,
         upstream_accept,
         deadline: deadline(req),
@@ -885,6 +941,55 @@ mod tests {
 
     fn route_for(r: &ApiRequest, agent: bool) -> Route {
         route(r, agent, WorkingMode::Edge).unwrap()
+    }
+
+    #[test]
+    fn the_local_answer_reads_the_key_route_made_once() {
+        let key = |url: &str, accept: Option<&str>, method: &str| {
+            let route = edge(&req(method, url, KUBELET, accept));
+            let made_by_cache = route.cache.as_ref().is_ok_and(|t| t.collection().is_some());
+            let collection = route.collection().map(CollectionKey::dir_name);
+            (collection, made_by_cache, route.local_collection.is_some())
+        };
+        let table = Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json");
+        let pods = Some("pods.v1.core".to_owned());
+        // A cached answer's key is the cache target's; no second copy is made.
+        assert_eq!(
+            key("/api/v1/pods", None, "GET"),
+            (pods.clone(), true, false)
+        );
+        assert_eq!(
+            key("/api/v1/namespaces/a/pods/p", None, "PUT"),
+            (pods.clone(), true, false)
+        );
+        // An answer not cached but answered locally has its own.
+        assert_eq!(
+            key("/api/v1/pods", table, "GET"),
+            (pods.clone(), false, true)
+        );
+        assert_eq!(
+            key("/api/v1/namespaces/a/pods/p", None, "HEAD"),
+            (pods, false, true)
+        );
+        assert_eq!(
+            key("/api/v1/namespaces/a/events/e", None, "GET"),
+            (Some("events.v1.core".to_owned()), false, true)
+        );
+        // What needs no collection has none.
+        for (method, url) in [
+            ("POST", "/api/v1/namespaces/a/events"),
+            ("DELETE", "/api/v1/namespaces/a/pods/p"),
+            ("POST", "/api/v1/namespaces/a/serviceaccounts/s/token"),
+            ("GET", "/version"),
+            ("GET", "/api/v1/namespaces/a/pods/p/log"),
+        ] {
+            assert_eq!(key(url, None, method).0, None, "{method} {url}");
+        }
+        let r = req("GET", "/api/v1/pods", "curl/8", None);
+        assert_eq!(
+            route(&r, false, WorkingMode::Edge).unwrap().collection(),
+            None
+        );
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! send into an HTTPS exchange with a healthy backend, with the hub's credentials (client
 //! certificate, bearer token) or the client's own bearer token, and hands back the status,
 //! headers and a streaming body reader. It also probes backends for the health checker.
+//! The request path sees it through the [`Cloud`] trait, so its policy is tested without it.
 //!
-//! It does not decide what to send or what to do with the answer (that is `proxy.rs`), and
+//! It does not decide what to send or what to do with the answer (that is `proxy/`), and
 //! never buffers a body: bodies stream in both directions.
 
 use std::cell::RefCell;
@@ -255,6 +256,31 @@ impl fmt::Display for UpstreamError {
 }
 
 impl std::error::Error for UpstreamError {}
+
+/// The cloud as the request path sees it: send a request, tell whether any server is usable,
+/// name a server. [`Upstream`] is the real one; the proxy's fallback tests use a fake.
+pub trait Cloud: Send + Sync {
+    /// Sends `req` to a healthy server ([`Upstream::send`]).
+    fn send(&self, req: Outgoing<'_>) -> Result<Answer, UpstreamError>;
+    /// Some server is usable ([`Backends::any_healthy`]): else the hub answers offline.
+    fn any_healthy(&self) -> bool;
+    /// The base URL of server `backend` (the [`Answer::backend`] that answered).
+    fn server(&self, backend: usize) -> &str;
+}
+
+impl Cloud for Upstream {
+    fn send(&self, req: Outgoing<'_>) -> Result<Answer, UpstreamError> {
+        Upstream::send(self, req)
+    }
+
+    fn any_healthy(&self) -> bool {
+        self.backends.any_healthy()
+    }
+
+    fn server(&self, backend: usize) -> &str {
+        &self.backends.get(backend).base
+    }
+}
 
 /// The cloud client.
 pub struct Upstream {

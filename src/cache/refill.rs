@@ -95,18 +95,20 @@ pub fn run(refills: Refills, upstream: Arc<Upstream>, cache: CacheTx, stop: Rece
 
 fn refill_one(upstream: &Upstream, cache: &CacheTx, refill: &Refill) -> Result<(), String> {
     let path = list_of_watch(&refill.path_and_query);
+    // The request as a value: the component is known, not read back from a User-Agent.
+    let req = request::on_behalf_of(&refill.component, "GET", &path).map_err(|e| e.to_string())?;
+    if req.verb != Verb::List && req.verb != Verb::Get {
+        return Err(format!("not a read: {:?}", req.verb));
+    }
+    let route = route::route(&req, true, WorkingMode::Edge).map_err(|s| s.message)?;
+    let target = route
+        .cache
+        .map_err(|reason| format!("not cacheable: {}", reason.as_str()))?;
+    // The cloud's logs name who asked: the hub, for this component.
     let headers = [(
         "User-Agent".to_owned(),
         format!("{}/tinyhub-refill", refill.component),
     )];
-    let req = request::classify("GET", &path, &headers).map_err(|e| e.to_string())?;
-    if req.verb != Verb::List && req.verb != Verb::Get {
-        return Err(format!("not a read: {:?}", req.verb));
-    }
-    let target = route::route(&req, true, WorkingMode::Edge)
-        .map_err(|s| s.message)?
-        .cache
-        .map_err(|reason| format!("not cacheable: {}", reason.as_str()))?;
     let mut answer = upstream
         .send(Outgoing {
             method: "GET",

@@ -1,0 +1,405 @@
+//! Offline lists: the cached collection, filtered by the request's label and field
+//! selectors, streamed object by object (an offline list of thousands of pods never sits
+//! whole in memory), with the hub's own continue tokens for `limit`. Kubelet's pod list that
+//! finds nothing is a 404, never an empty list.
+
+use std::borrow::Cow;
+
+use super::{Answered, Offline, not_cached, qualified};
+use crate::cache::key::{CollectionKey, rv_newer};
+use crate::cache::object::ObjectHead;
+use crate::cache::store::StoreError;
+use crate::request::{ApiRequest, DiscoveryForm, ResourcePath};
+use crate::route::{Route, document_file};
+use crate::server::{self, Exchange, Length};
+use crate::status::Status;
+
+/// Bytes of list output gathered before a write.
+const LIST_FLUSH: usize = 32 * 1024;
+/// Prefix of the continue tokens the hub issues offline.
+const CONTINUE_PREFIX: &str = "tinyhub1.";
+
+impl Offline {
+    pub(super) fn list<'c>(
+        &self,
+        ex: Exchange<'c>,
+        req: &ApiRequest,
+        path: &ResourcePath,
+        collection: &CollectionKey,
+        route: &Route,
+    ) -> Answered<'c> {
+        let after = match req
+            .query
+            .continue_token
+            .as_deref()
+            .filter(|t| !t.is_empty())
+        {
+            None => None,
+            Some(token) => match decode_continue(token) {
+                Some(position) => Some(position),
+                None => {
+                    return Err((
+                        ex,
+                        Status::expired(
+                            "the continue token is not valid for the hub's cache; list again without it",
+                        ),
+                    ));
+                }
+            },
+        };
+        let namespace = path.namespace.as_deref();
+        let iter = match self.store.list(
+            collection,
+            namespace,
+            after.as_ref().map(|(ns, n)| (ns.as_str(), n.as_str())),
+        ) {
+            Ok(Some(iter)) => iter,
+            Ok(None) => {
+                return Err((ex, not_cached(req, path)));
+            }
+            Err(e) => return Err((ex, Status::internal(format!("reading the cache: {e}")))),
+        };
+        let api_version = if path.group.is_empty() {
+            path.version.clone()
+        } else {
+            format!("{}/{}", path.group, path.version)
+        };
+        // The answer starts with the first bytes to send, so that a kubelet pod list that
+        // finds nothing can still be a 404.
+        let mut answer = ListOut::Pending(ex);
+        let limit = req
+            .query
+            .limit
+            .filter(|&l| l > 0)
+            .map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+        let mut buf = Vec::with_capacity(LIST_FLUSH + 8192);
+        buf.extend_from_slice(b"{\"apiVersion\":");
+        push_json_str(&mut buf, &api_version);
+        buf.extend_from_slice(b",\"items\":[");
+        let mut count = 0usize;
+        let mut max_rv: Option<String> = None;
+        let mut kind: Option<String> = None;
+        let mut last: Option<(String, String)> = None;
+        let mut next_token = None;
+        let mut skipped = Skipped::new(path);
+        for item in iter {
+            let object = match item {
+                Ok(object) => object,
+                Err(e) => {
+                    skipped.unreadable(e);
+                    continue;
+                }
+            };
+            let Some(head) = parse_head(&object.bytes, &route.selectors) else {
+                skipped.damaged(object.namespace.as_deref(), &object.name);
+                continue;
+            };
+            if !head.selected {
+                continue;
+            }
+            if limit == Some(count) {
+                // One more matches: the client gets a token to continue after the last one.
+                next_token = last.as_ref().map(|(ns, name)| encode_continue(ns, name));
+                break;
+            }
+            if count > 0 {
+                buf.push(b',');
+            }
+            buf.extend_from_slice(&object.bytes);
+            count += 1;
+            if kind.is_none() {
+                kind = head.kind;
+            }
+            if let Some(rv) = head.resource_version
+                && max_rv.as_deref().is_none_or(|m| rv_newer(&rv, m))
+            {
+                max_rv = Some(rv);
+            }
+            last = Some((object.namespace.unwrap_or_default(), object.name));
+            if buf.len() >= LIST_FLUSH {
+                if !answer.write(&buf) {
+                    return Ok(200); // the client went away
+                }
+                buf.clear();
+            }
+        }
+        if count == 0 && after.is_none() && empty_is_not_found(req, path) {
+            // Only before anything was sent: an empty answer sends nothing before its end.
+            if let ListOut::Pending(ex) = answer {
+                skipped.report();
+                return Err((
+                    ex,
+                    Status::not_found_message(format!(
+                        "no pods are cached for {} that match the request; the node's pods are \
+                         not known while the cloud apiserver is unreachable",
+                        req.component
+                    )),
+                ));
+            }
+        }
+        let kind = kind.or_else(|| self.kind_from_discovery(path));
+        buf.extend_from_slice(b"]");
+        if let Some(kind) = kind {
+            buf.extend_from_slice(b",\"kind\":");
+            push_json_str(&mut buf, &format!("{kind}List"));
+        }
+        buf.extend_from_slice(b",\"metadata\":{\"resourceVersion\":");
+        push_json_str(&mut buf, max_rv.as_deref().unwrap_or("0"));
+        if let Some(token) = next_token {
+            buf.extend_from_slice(b",\"continue\":");
+            push_json_str(&mut buf, &token);
+        }
+        buf.extend_from_slice(b"}}");
+        // Before the answer ends, so a client that has it whole finds the warning logged.
+        skipped.report();
+        if answer.write(&buf)
+            && let ListOut::Started(writer) = answer
+        {
+            let _ = writer.finish();
+        }
+        Ok(200)
+    }
+
+    /// The kind of `path`'s objects from a cached discovery document, for an empty list: the
+    /// group-version's own document, else aggregated `/api` or `/apis` (all that a client
+    /// with aggregated discovery, kubectl ≥ 1.26, ever reads).
+    fn kind_from_discovery(&self, path: &ResourcePath) -> Option<String> {
+        let read = |file: &str| -> Option<serde_json::Value> {
+            let bytes = self.store.get_non_resource(file).ok()??;
+            serde_json::from_slice(&bytes).ok()
+        };
+        let file = if path.group.is_empty() {
+            format!("_api_{}", path.version)
+        } else {
+            format!("_apis_{}_{}", path.group, path.version)
+        };
+        let legacy = read(&file).and_then(|doc| {
+            doc.get("resources")?
+                .as_array()?
+                .iter()
+                .find(|r| r["name"].as_str() == Some(path.resource.as_str()))?
+                .get("kind")?
+                .as_str()
+                .map(str::to_owned)
+        });
+        let root = if path.group.is_empty() {
+            "_api"
+        } else {
+            "_apis"
+        };
+        legacy.or_else(|| {
+            [DiscoveryForm::V2, DiscoveryForm::V2Beta1]
+                .into_iter()
+                .find_map(|form| {
+                    let doc = read(&document_file(root, form)?)?;
+                    // The core group's item has no name.
+                    let group = doc["items"]
+                        .as_array()?
+                        .iter()
+                        .find(|g| g["metadata"]["name"].as_str().unwrap_or("") == path.group)?;
+                    let version = group["versions"]
+                        .as_array()?
+                        .iter()
+                        .find(|v| v["version"].as_str() == Some(path.version.as_str()))?;
+                    version["resources"]
+                        .as_array()?
+                        .iter()
+                        .find(|r| r["resource"].as_str() == Some(path.resource.as_str()))?
+                        ["responseKind"]["kind"]
+                        .as_str()
+                        .map(str::to_owned)
+                })
+        })
+    }
+}
+
+/// An offline list answer: not started until there is something to send.
+enum ListOut<'c> {
+    /// Nothing sent yet.
+    Pending(Exchange<'c>),
+    /// The 200 head is out.
+    Started(server::BodyWriter<'c>),
+    /// The client went away.
+    Gone,
+}
+
+impl ListOut<'_> {
+    /// Sends `bytes`, starting the answer first if need be; false once the client is gone.
+    fn write(&mut self, bytes: &[u8]) -> bool {
+        if let ListOut::Pending(_) = self
+            && let ListOut::Pending(ex) = std::mem::replace(self, ListOut::Gone)
+            && let Ok(writer) = ex.start(
+                200,
+                &[("Content-Type", "application/json")],
+                Length::Streamed,
+            )
+        {
+            *self = ListOut::Started(writer);
+        }
+        match self {
+            ListOut::Started(writer) => writer.write(bytes).is_ok(),
+            _ => false,
+        }
+    }
+}
+
+/// An offline list of `pods` by kubelet that finds nothing is a 404, not an empty list: an
+/// empty list would tell kubelet that the node has no pods, and it would stop them all
+/// (YurtHub does the same, `cache_manager.go`).
+fn empty_is_not_found(req: &ApiRequest, path: &ResourcePath) -> bool {
+    req.component == "kubelet" && path.group.is_empty() && path.resource == "pods"
+}
+
+/// Cache files an offline list left out, reported in one warning per answer when it ends
+/// (also when the client hung up): a damaged collection that a component relists every
+/// few seconds must not flood the log with a line per file.
+struct Skipped<'p> {
+    path: &'p ResourcePath,
+    /// Files that are not a JSON object; the first few named `namespace/name` (`name` when
+    /// cluster-scoped).
+    damaged: usize,
+    named: Vec<String>,
+    /// Files that could not be read, and the first error (it names the file).
+    unreadable: usize,
+    first_error: Option<StoreError>,
+}
+
+/// How many damaged files a warning names.
+const SKIPPED_NAMED: usize = 5;
+
+impl<'p> Skipped<'p> {
+    fn new(path: &'p ResourcePath) -> Skipped<'p> {
+        Skipped {
+            path,
+            damaged: 0,
+            named: Vec::new(),
+            unreadable: 0,
+            first_error: None,
+        }
+    }
+
+    fn damaged(&mut self, namespace: Option<&str>, name: &str) {
+        self.damaged += 1;
+        if self.named.len() < SKIPPED_NAMED {
+            self.named.push(match namespace {
+                Some(ns) => format!("{ns}/{name}"),
+                None => name.to_owned(),
+            });
+        }
+    }
+
+    fn unreadable(&mut self, e: StoreError) {
+        self.unreadable += 1;
+        self.first_error.get_or_insert(e);
+    }
+
+    /// The warning, `None` when nothing was skipped.
+    fn message(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.damaged > 0 {
+            let mut part = format!(
+                "{} damaged cache file{}: {}",
+                self.damaged,
+                if self.damaged == 1 { "" } else { "s" },
+                self.named.join(", ")
+            );
+            if self.damaged > self.named.len() {
+                part.push_str(&format!(" and {} more", self.damaged - self.named.len()));
+            }
+            parts.push(part);
+        }
+        if let Some(e) = &self.first_error {
+            parts.push(format!("{} unreadable (first: {e})", self.unreadable));
+        }
+        if parts.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "offline list of {}: skipped {}",
+            qualified(self.path),
+            parts.join("; ")
+        ))
+    }
+
+    /// Logs the warning, once.
+    fn report(&mut self) {
+        if let Some(message) = self.message() {
+            log::warn!("{message}");
+        }
+        (self.damaged, self.unreadable) = (0, 0);
+        self.named.clear();
+        self.first_error = None;
+    }
+}
+
+impl Drop for Skipped<'_> {
+    /// An answer cut short (the client hung up) still reports what it skipped.
+    fn drop(&mut self) {
+        self.report();
+    }
+}
+
+/// What an offline list needs of one cached object.
+struct ListHead {
+    selected: bool,
+    kind: Option<String>,
+    resource_version: Option<String>,
+}
+
+/// Parses what the list needs; selectors need the whole object, plain lists only the head.
+fn parse_head(bytes: &[u8], selectors: &crate::selector::Selectors) -> Option<ListHead> {
+    if selectors.is_everything() {
+        let head = ObjectHead::parse(bytes)?;
+        return Some(ListHead {
+            selected: true,
+            kind: head.kind.map(Cow::into_owned),
+            resource_version: head
+                .metadata
+                .and_then(|m| m.resource_version)
+                .map(Cow::into_owned),
+        });
+    }
+    let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    if !value.is_object() {
+        return None;
+    }
+    let text = |p: &str| value.pointer(p).and_then(|v| v.as_str()).map(str::to_owned);
+    Some(ListHead {
+        selected: selectors.matches(&value),
+        kind: text("/kind"),
+        resource_version: text("/metadata/resourceVersion"),
+    })
+}
+
+fn push_json_str(buf: &mut Vec<u8>, s: &str) {
+    let mut text = String::with_capacity(s.len() + 2);
+    crate::status::push_json_string(&mut text, s);
+    buf.extend_from_slice(text.as_bytes());
+}
+
+/// A continue token naming the last object sent: `tinyhub1.<hex ns>.<hex name>`.
+fn encode_continue(namespace: &str, name: &str) -> String {
+    let hex = |s: &str| s.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+    format!("{CONTINUE_PREFIX}{}.{}", hex(namespace), hex(name))
+}
+
+/// The position a token of ours names; None for anything else.
+fn decode_continue(token: &str) -> Option<(String, String)> {
+    let rest = token.strip_prefix(CONTINUE_PREFIX)?;
+    let (ns, name) = rest.split_once('.')?;
+    let unhex = |s: &str| -> Option<String> {
+        if !s.len().is_multiple_of(2) || s.len() > 2 * 253 {
+            return None;
+        }
+        let bytes = (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+            .collect::<Option<Vec<u8>>>()?;
+        String::from_utf8(bytes).ok()
+    };
+    let (ns, name) = (unhex(ns)?, unhex(name)?);
+    (!name.is_empty()).then_some((ns, name))
+}
+
+#[cfg(test)]
+mod tests;

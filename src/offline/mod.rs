@@ -1,0 +1,408 @@
+//! Offline answers: what the hub says from its disk cache while the cloud is unreachable
+//! (DESIGN.md §4). Gets return the cached object, lists the cached collection filtered by the
+//! request's label and field selectors (which YurtHub ignores), watches are held open without
+//! events, writes are answered as YurtHub does, and everything else gets a `Status`.
+//! Two answers keep a rebooted node's pods: a TokenRequest gets the cached token or a
+//! one-minute token made here (`tokens.rs`), and kubelet's pod list that finds nothing is a
+//! 404, never an empty list. Event creates are echoed and never stored.
+//!
+//! Lists stream: objects are read from disk one at a time and written out as they pass the
+//! selectors, so an offline list of thousands of pods never sits whole in memory. Only the
+//! collection's own directory is read. Nothing here writes the cache directly: an offline
+//! create goes to the cache writer like any other object.
+//!
+//! The keys come from the route (`Route::collection`), made once. `mod.rs` dispatches and
+//! answers gets, watches, writes and documents; `list.rs` streams lists; `token.rs` answers
+//! TokenRequests.
+
+mod list;
+mod token;
+
+use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::cache::key::{CollectionKey, ObjectKey};
+use crate::cache::object::starts_object;
+use crate::cache::store::{Store, StoreError};
+use crate::cache::writer::CacheTx;
+use crate::health::Backends;
+use crate::request::{self, ApiRequest, DiscoveryForm, ResourcePath, Target};
+use crate::route::{Local, Route, document_file};
+use crate::server::{Exchange, Length};
+use crate::status::Status;
+
+/// How often a held watch checks for the cloud and shutdown (a vanished client is noticed at
+/// once).
+const WATCH_TICK: Duration = Duration::from_secs(1);
+
+/// The offline answerer.
+pub struct Offline {
+    /// The disk cache, read only here.
+    pub store: Arc<Store>,
+    /// Where offline creates go to be persisted.
+    pub cache: CacheTx,
+    /// To end held watches when the cloud is back.
+    pub backends: Arc<Backends>,
+    /// To end held watches on shutdown.
+    pub shutdown: Arc<AtomicBool>,
+}
+
+impl Offline {
+    /// Answers `req` from the cache, in the collection `route` keyed; returns the HTTP
+    /// status sent.
+    pub fn answer(&self, ex: Exchange<'_>, req: &ApiRequest, route: &Route) -> u16 {
+        let result = match (&route.local, req.resource(), route.collection()) {
+            (Local::NonResource(file), _, _) => self.document(ex, req, file),
+            (Local::Forbidden, _, _) => Err((
+                ex,
+                Status::forbidden(
+                    "the cloud apiserver is unreachable: deletes are refused until it is back",
+                ),
+            )),
+            (Local::Get | Local::Update, Some(path), Some(collection)) => {
+                self.get(ex, path, collection)
+            }
+            (Local::List, Some(path), Some(collection)) => {
+                self.list(ex, req, path, collection, route)
+            }
+            (Local::Watch, Some(path), Some(collection)) => self.watch(ex, req, path, collection),
+            (Local::Create, Some(path), Some(collection)) => {
+                self.create(ex, path, Some(collection))
+            }
+            (Local::Echo, Some(path), _) => self.create(ex, path, None),
+            (Local::Token, Some(path), _) => self.token(ex, req, path),
+            _ => Err((
+                ex,
+                Status::service_unavailable(format!(
+                    "the cloud apiserver is unreachable and the cache cannot answer this request (component {:?})",
+                    req.component
+                )),
+            )),
+        };
+        match result {
+            Ok(status) => status,
+            Err((ex, status)) => {
+                let _ = ex.send_status(&status);
+                status.code
+            }
+        }
+    }
+
+    /// A cached document in the first form the client takes that is cached, as the apiserver
+    /// picks from the `Accept` (`/api` and `/apis` are kept in legacy and aggregated forms).
+    /// A document cached only in forms the client does not take is a 406 naming them, as the
+    /// apiserver says it, unless the client takes the legacy form (which an apiserver always
+    /// has); `/api` or `/apis` not cached in a form the client takes is then a 503 (a 404
+    /// would tell client-go that the server has no such API).
+    fn document<'c>(&self, ex: Exchange<'c>, req: &ApiRequest, file: &str) -> Answered<'c> {
+        let read = |form| -> Result<Option<Vec<u8>>, StoreError> {
+            match document_file(file, form) {
+                Some(name) => self.store.get_non_resource(&name),
+                None => Ok(None),
+            }
+        };
+        let accept = req.accept.discovery();
+        for form in accept.forms() {
+            match read(form) {
+                Ok(Some(bytes)) => {
+                    let _ = ex.send(
+                        200,
+                        &[("Content-Type", form.content_type()), ("Vary", "Accept")],
+                        &bytes,
+                    );
+                    return Ok(200);
+                }
+                Ok(None) => {}
+                Err(e) => return Err((ex, Status::internal(format!("reading the cache: {e}")))),
+            }
+        }
+        let mut cached = Vec::new();
+        for form in DiscoveryForm::ALL {
+            match read(form) {
+                Ok(Some(_)) => cached.push(form.content_type()),
+                Ok(None) => {}
+                Err(e) => return Err((ex, Status::internal(format!("reading the cache: {e}")))),
+            }
+        }
+        let root = document_file(file, DiscoveryForm::V2).is_some();
+        // An apiserver always has the legacy form: a client that takes it is never refused,
+        // the hub only lacks the document (below). One that takes only aggregated forms
+        // gets what an apiserver without them says, and client-go falls back.
+        let status = if !cached.is_empty() && !accept.takes(DiscoveryForm::Legacy) {
+            Status::new(
+                406,
+                "NotAcceptable",
+                format!(
+                    "only the following media types are accepted: {}",
+                    cached.join(", ")
+                ),
+            )
+        } else if root {
+            let path = match &req.target {
+                Target::NonResource(path) => path.as_str(),
+                Target::Resource(_) => file,
+            };
+            Status::service_unavailable(format!(
+                "the cloud apiserver is unreachable and {path} is not cached"
+            ))
+        } else {
+            Status::not_found_message(format!("{file} is not cached"))
+        };
+        Err((ex, status))
+    }
+
+    fn get<'c>(
+        &self,
+        ex: Exchange<'c>,
+        path: &ResourcePath,
+        collection: &CollectionKey,
+    ) -> Answered<'c> {
+        let Some(name) = path.name.clone() else {
+            return Err((ex, Status::bad_request("no object name")));
+        };
+        let key = ObjectKey {
+            collection: collection.clone(),
+            namespace: path.namespace.clone(),
+            name,
+        };
+        match self.store.get(&key) {
+            Ok(Some(bytes)) if is_json_object(&bytes) => send_json(ex, 200, &bytes),
+            Ok(Some(_)) => {
+                log::warn!("cache file of {key:?} is not valid JSON; not serving it");
+                Err((
+                    ex,
+                    Status::internal(format!("the cached copy of {} is damaged", key.name)),
+                ))
+            }
+            Ok(None) => Err((
+                ex,
+                Status::not_found(&path.group, &path.resource, &key.name),
+            )),
+            Err(e) => Err((ex, Status::internal(format!("reading the cache: {e}")))),
+        }
+    }
+
+    fn watch<'c>(
+        &self,
+        ex: Exchange<'c>,
+        req: &ApiRequest,
+        path: &ResourcePath,
+        collection: &CollectionKey,
+    ) -> Answered<'c> {
+        if !self.store.has_collection(collection) {
+            return Err((ex, not_cached(req, path)));
+        }
+        let Ok(mut writer) = ex.start(
+            200,
+            &[("Content-Type", "application/json")],
+            Length::Streamed,
+        ) else {
+            return Ok(200);
+        };
+        let hold = req
+            .query
+            .timeout_seconds
+            .map(Duration::from_secs)
+            .unwrap_or_else(random_watch_duration);
+        let started = Instant::now();
+        // The hold ends when a server becomes usable after it started, not whenever a flag
+        // says healthy: a flag not probed since the cloud died still does. A server usable
+        // already (it came back while this request was on its way, or another one is up)
+        // ends it at once: the client's next watch goes there.
+        let recoveries = self.backends.recoveries();
+        let usable_already = self.backends.any_healthy();
+        let ended_cleanly = loop {
+            let left = hold.saturating_sub(started.elapsed());
+            if left.is_zero() || self.shutdown.load(Ordering::Relaxed) {
+                break true;
+            }
+            if usable_already || self.backends.recoveries() != recoveries {
+                // End now so the client re-lists and re-watches through the cloud.
+                break true;
+            }
+            // Waiting on the socket notices at once a client that hung up, freeing this thread.
+            if writer.client_gone(left.min(WATCH_TICK)) {
+                break false;
+            }
+        };
+        if ended_cleanly {
+            let _ = writer.finish();
+        }
+        Ok(200)
+    }
+
+    /// Answers a create with its body; with `persist`, the object is cached there (events
+    /// are not, and a protobuf event is echoed unread).
+    fn create<'c>(
+        &self,
+        mut ex: Exchange<'c>,
+        path: &ResourcePath,
+        persist: Option<&CollectionKey>,
+    ) -> Answered<'c> {
+        // The server refused a declared length past its limit; a chunked body is cut off
+        // there while it is read.
+        let body = match read_body(&mut ex, u64::MAX) {
+            Ok(body) => body,
+            Err(status) => return Err((ex, status)),
+        };
+        // kubelet and kube-proxy send events in protobuf by default, and take it back (their
+        // Accept). Nothing is stored, so the body goes back as it came: a 400 would make
+        // kubelet drop the event for good.
+        if persist.is_none() && body.starts_with(crate::tokens::PROTOBUF_MAGIC) {
+            let content_type = ex
+                .header("Content-Type")
+                .unwrap_or("application/vnd.kubernetes.protobuf")
+                .to_owned();
+            let _ = ex.send(201, &[("Content-Type", content_type.as_str())], &body);
+            return Ok(201);
+        }
+        let Ok(mut object) = serde_json::from_slice::<serde_json::Value>(&body) else {
+            return Err((
+                ex,
+                Status::bad_request("the request body is not a JSON object"),
+            ));
+        };
+        if !object.is_object() {
+            return Err((
+                ex,
+                Status::bad_request("the request body is not a JSON object"),
+            ));
+        }
+        // The object belongs where it was posted, as the apiserver would record it; one that
+        // names another namespace is refused as the apiserver refuses it.
+        if let (Some(ns), Some(meta)) = (
+            path.namespace.as_deref(),
+            object.get_mut("metadata").and_then(|m| m.as_object_mut()),
+        ) {
+            // Missing, null or empty means "where it was posted", as the apiserver reads it.
+            let given = meta.entry("namespace").or_insert(serde_json::Value::Null);
+            if given.is_null() || given.as_str() == Some("") {
+                *given = ns.into();
+            } else if given.as_str() != Some(ns) {
+                return Err((
+                    ex,
+                    Status::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ),
+                ));
+            }
+        }
+        // The name becomes a file name in the cache: one the apiserver would not accept, or
+        // the store would not write, is refused now rather than answered 201 and dropped.
+        if let Some(bad) = unusable_name(&object) {
+            return Err((ex, Status::bad_request(bad)));
+        }
+        let has_name = object
+            .pointer("/metadata/name")
+            .and_then(|n| n.as_str())
+            .is_some_and(|n| !n.is_empty());
+        if let Some(collection) = persist.filter(|_| has_name) {
+            let queued = serde_json::to_vec(&object)
+                .is_ok_and(|bytes| self.cache.put(collection.clone(), bytes));
+            if !queued {
+                log::info!(
+                    "offline create of {} answered but not cached (writer busy)",
+                    qualified(path)
+                );
+            }
+        }
+        send_json(ex, 201, &body)
+    }
+}
+
+/// Reads up to `limit` bytes of the request body; a broken body is answered with the
+/// status its failure calls for (400 malformed, 408 stalled, 413 too large).
+fn read_body(ex: &mut Exchange<'_>, limit: u64) -> Result<Vec<u8>, Status> {
+    let mut body = Vec::new();
+    match ex.body().take(limit).read_to_end(&mut body) {
+        Ok(_) => Ok(body),
+        Err(e) => Err(ex
+            .body_failure()
+            .unwrap_or_else(|| Status::bad_request(format!("cannot read the request body: {e}")))),
+    }
+}
+
+/// Why the name an offline create gives its object (`metadata.name`, else the name
+/// `metadata.generateName` leads to) cannot be used: there must be one, a DNS subdomain as
+/// the apiserver requires of the kinds node components create, and a safe cache path
+/// segment.
+fn unusable_name(object: &serde_json::Value) -> Option<String> {
+    let field = |name: &str| {
+        object
+            .get("metadata")
+            .and_then(|m| m.get(name))
+            .and_then(|v| v.as_str())
+            .filter(|v| !v.is_empty())
+    };
+    let usable = |name: &str| request::is_dns_subdomain(name) && request::is_object_name(name);
+    if let Some(name) = field("name") {
+        return (!usable(name)).then(|| {
+            format!(
+                "metadata.name {:?} is not a lowercase RFC 1123 subdomain",
+                request::truncate(name)
+            )
+        });
+    }
+    // The apiserver cuts the prefix to 58 bytes and appends five random characters.
+    let Some(prefix) = field("generateName") else {
+        return Some("metadata.name or metadata.generateName is required".to_owned());
+    };
+    let kept = prefix.get(..prefix.len().min(58)).unwrap_or(prefix);
+    (!usable(&format!("{kept}x0000"))).then(|| {
+        format!(
+            "metadata.generateName {:?} does not lead to a lowercase RFC 1123 subdomain",
+            request::truncate(prefix)
+        )
+    })
+}
+
+/// The status sent, or the exchange back with the `Status` to answer.
+type Answered<'c> = Result<u16, (Exchange<'c>, Status)>;
+
+fn send_json<'c>(ex: Exchange<'c>, status: u16, body: &[u8]) -> Answered<'c> {
+    let _ = ex.send(status, &[("Content-Type", "application/json")], body);
+    Ok(status)
+}
+
+/// 404 for a collection the component never read.
+fn not_cached(req: &ApiRequest, path: &ResourcePath) -> Status {
+    Status::not_found_message(format!(
+        "{} is not cached for {}",
+        qualified(path),
+        req.component
+    ))
+}
+
+fn qualified(path: &ResourcePath) -> String {
+    crate::status::qualified(&path.group, &path.resource)
+}
+
+fn is_json_object(bytes: &[u8]) -> bool {
+    // JSON whitespace is narrower than ASCII's (no form feed), but a leading form feed
+    // fails the parse anyway.
+    serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok() && starts_object(bytes)
+}
+
+/// A watch with no `timeoutSeconds` is held 30–60 minutes, as the apiserver does, so a node's
+/// watches do not all end at once.
+fn random_watch_duration() -> Duration {
+    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    // Mix in a sequence number so watches opened in the same instant differ too.
+    let mut x = u64::from(nanos)
+        ^ SEQUENCE
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    Duration::from_secs(1800 + x % 1800)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,232 @@
+//! One request on its way through the hub: the [`Call`] carries the classified request, its
+//! route, its in-flight count and what the log line will say, and has a method per phase
+//! after routing — forward to the cloud, fall back, answer locally, log.
+//!
+//! The client's [`Exchange`] is not part of the context: it moves from phase to phase (a
+//! phase that answers consumes it), so an answer cannot be sent twice.
+
+use std::io::Read;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::fallback::{self, Failure, Fallback};
+use super::relay::Relayed;
+use super::{CacheStatus, Hub};
+use crate::metrics::{InFlight, METRICS, RequestLabels};
+use crate::request::{ApiRequest, Target};
+use crate::route::{CacheTarget, Route};
+use crate::server::Exchange;
+use crate::status::Status;
+use crate::upstream::{Answer, BodySource, Outgoing};
+
+/// One request's context.
+pub(super) struct Call<'h> {
+    /// The hub serving it.
+    pub(super) hub: &'h Hub,
+    /// The classified request; `None` for one passed on unclassified (cloud mode), which is
+    /// neither counted nor logged.
+    pub(super) req: Option<ApiRequest>,
+    /// What route decided for it.
+    pub(super) route: Route,
+    /// Its place in the in-flight metrics (`None` when passed on unclassified).
+    pub(super) in_flight: Option<InFlight>,
+    /// When it arrived.
+    started: Instant,
+    /// For the log line: the status sent and where the cache stood.
+    status: u16,
+    cache: CacheStatus,
+}
+
+impl<'h> Call<'h> {
+    /// A classified, routed request, counted in flight.
+    pub(super) fn new(
+        hub: &'h Hub,
+        req: ApiRequest,
+        route: Route,
+        in_flight: InFlight,
+        started: Instant,
+    ) -> Call<'h> {
+        Call {
+            hub,
+            req: Some(req),
+            route,
+            in_flight: Some(in_flight),
+            started,
+            status: 0,
+            cache: CacheStatus::Rejected,
+        }
+    }
+
+    /// A request passed on unclassified.
+    pub(super) fn pass_on(hub: &'h Hub, route: Route) -> Call<'h> {
+        Call {
+            hub,
+            req: None,
+            route,
+            in_flight: None,
+            started: Instant::now(),
+            status: 0,
+            cache: CacheStatus::Rejected,
+        }
+    }
+
+    /// The component that asked, when the request was classified.
+    pub(super) fn component(&self) -> Option<&str> {
+        self.req.as_ref().map(|r| r.component.as_str())
+    }
+
+    /// Forwards the request and relays the cloud's answer; falls back when the cloud fails
+    /// before the client got anything.
+    pub(super) fn forward(&mut self, mut ex: Exchange<'_>) {
+        // A TokenRequest answer is kept under what was asked, which only its body says.
+        let mut request_copy = matches!(self.route.cache, Ok(CacheTarget::Token(_))).then(Vec::new);
+        let answer = match self.send(&mut ex, request_copy.as_mut()) {
+            Ok(answer) => answer,
+            Err(failure) => return self.fall_back(ex, failure),
+        };
+        let status = answer.status;
+        match self.relay(ex, answer, request_copy.as_deref()) {
+            Relayed::Done(cache) => self.done(status, cache),
+            Relayed::CloudBrokeOff(ex, error) => self.fall_back(ex, Failure::Cloud(error)),
+            // The client hung up: nothing left to tell it.
+            Relayed::ClientGone(e) => {
+                log::debug!("the client went away mid-answer: {e}");
+                self.done(status, CacheStatus::ClientGone);
+            }
+        }
+    }
+
+    /// Sends the request to the cloud and returns its answer's head. With `request_copy`,
+    /// the first bytes of the request body are copied there as they go.
+    fn send(
+        &self,
+        ex: &mut Exchange<'_>,
+        request_copy: Option<&mut Vec<u8>>,
+    ) -> Result<Answer, Failure> {
+        let length = ex.body_length();
+        let has_body = ex.has_body();
+        let (head, mut body) = ex.parts();
+        let mut capture;
+        let reader: &mut dyn Read = match request_copy {
+            Some(copy) => {
+                capture = Capture {
+                    inner: &mut body,
+                    copy,
+                };
+                &mut capture
+            }
+            None => &mut body,
+        };
+        let outgoing = Outgoing {
+            method: &head.method,
+            path_and_query: &head.target,
+            headers: &head.headers,
+            accept: self.route.upstream_accept,
+            body: has_body.then_some(BodySource { reader, length }),
+            deadline: self.route.deadline,
+            identity: self.route.identity,
+        };
+        match self.hub.cloud.send(outgoing) {
+            Ok(answer) => Ok(answer),
+            Err(e) => Err(fallback::sort(e, ex.body_failure())),
+        }
+    }
+
+    /// The request failed before the client got anything: answer from the cache when the
+    /// policy allows it, else with the status the failure calls for.
+    fn fall_back(&mut self, ex: Exchange<'_>, failure: Failure) {
+        match fallback::after(self.hub.mode, &self.route.local, failure) {
+            Fallback::FromCache(error) if self.req.is_some() => {
+                log::info!("cloud unreachable ({error}); answering from the cache");
+                self.answer_locally(ex);
+            }
+            // (A request passed on unclassified has no local answer: its route says so.)
+            Fallback::FromCache(error) => self.refuse(ex, &fallback::status_of(&error)),
+            Fallback::Answer(status) => self.refuse(ex, &status),
+        }
+    }
+
+    /// Answers from the cache (edge mode), or says the cloud is unreachable.
+    pub(super) fn answer_locally(&mut self, ex: Exchange<'_>) {
+        let status = match (&self.hub.offline, &self.req) {
+            (Some(offline), Some(req)) => {
+                METRICS.offline_answers.fetch_add(1, Ordering::Relaxed);
+                offline.answer(ex, req, &self.route)
+            }
+            _ => {
+                let status = Status::service_unavailable("the cloud apiserver is unreachable");
+                let _ = ex.send_status(&status);
+                status.code
+            }
+        };
+        self.done(status, CacheStatus::Offline);
+    }
+
+    /// Answers with `status`, nothing else done.
+    fn refuse(&mut self, ex: Exchange<'_>, status: &Status) {
+        let _ = ex.send_status(status);
+        self.done(status.code, CacheStatus::Rejected);
+    }
+
+    fn done(&mut self, status: u16, cache: CacheStatus) {
+        (self.status, self.cache) = (status, cache);
+    }
+
+    /// Logs the request (a request passed on unclassified is not logged).
+    pub(super) fn log(&self) {
+        if let Some(req) = &self.req {
+            log(req, self.status, self.cache, self.started.elapsed());
+        }
+    }
+}
+
+/// The log line of a request: offline answers and 5xx at info, the rest at debug.
+pub(super) fn log(req: &ApiRequest, status: u16, cache: CacheStatus, elapsed: Duration) {
+    let path = match &req.target {
+        Target::Resource(r) => r.resource.as_str(),
+        Target::NonResource(p) => p.as_str(),
+    };
+    let level = if cache == CacheStatus::Offline || status >= 500 {
+        log::Level::Info
+    } else {
+        log::Level::Debug
+    };
+    log::log!(
+        level,
+        "verb={} resource=\"{}\" component=\"{}\" status={status} cache={} duration={elapsed:?}",
+        req.verb.as_str(),
+        path,
+        req.component,
+        cache.as_str()
+    );
+}
+
+/// The in-flight metric's labels of `req`.
+pub(super) fn labels(req: &ApiRequest) -> RequestLabels {
+    (
+        req.verb.as_str(),
+        req.resource()
+            .map(|r| r.resource.clone())
+            .unwrap_or_default(),
+        req.resource()
+            .and_then(|r| r.subresource.clone())
+            .unwrap_or_default(),
+        req.component.clone(),
+    )
+}
+
+/// A request body reader that copies what passes, up to a TokenRequest's limit (past it the
+/// copy is useless: one byte more is kept so that the overflow shows).
+struct Capture<'r> {
+    inner: &'r mut dyn Read,
+    copy: &'r mut Vec<u8>,
+}
+
+impl Read for Capture<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let room = (crate::tokens::MAX_REQUEST_BYTES + 1).saturating_sub(self.copy.len());
+        self.copy.extend_from_slice(&buf[..n.min(room)]);
+        Ok(n)
+    }
+}

@@ -1,0 +1,152 @@
+//! The request path. [`Hub::handle`] reads top to bottom as the phases a request passes:
+//! classify it, route it, then either forward it to the cloud — streaming the answer back
+//! while a copy goes to the cache writer — or answer it from the cache when the cloud is
+//! unreachable, and log it. One `Call` per request carries what the phases decided.
+//!
+//! - `call.rs`: the request's context and its phases (forward, fall back, answer locally, log);
+//! - `relay.rs`: the cloud's answer streamed to the client and teed into the cache;
+//! - `fallback.rs`: the policy on failures by origin — which one the cache may answer.
+//!
+//! The cloud is reached through the [`Cloud`] trait, so the policy is tested without one.
+//! This module knows nothing of sockets (`server.rs`) or of ureq (`upstream.rs`).
+
+mod call;
+mod fallback;
+mod relay;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use self::call::Call;
+use crate::cache::agents::CacheAgents;
+use crate::cache::writer::CacheTx;
+use crate::config::WorkingMode;
+use crate::metrics::METRICS;
+use crate::offline::Offline;
+use crate::reaper::Reaper;
+use crate::request::{self, ApiRequest};
+use crate::route::{self, NoCacheReason, Route};
+use crate::server::Exchange;
+use crate::status::Status;
+use crate::upstream::Cloud;
+
+/// Everything a request thread needs.
+pub struct Hub {
+    /// Edge or cloud.
+    pub mode: WorkingMode,
+    /// The cloud client ([`Upstream`](crate::upstream::Upstream)).
+    pub cloud: Arc<dyn Cloud>,
+    /// Who is cached.
+    pub agents: Arc<CacheAgents>,
+    /// The writer queue (edge mode).
+    pub cache: Option<CacheTx>,
+    /// Offline answers (edge mode).
+    pub offline: Option<Offline>,
+    /// Ends streams whose client left.
+    pub reaper: Arc<Reaper>,
+}
+
+/// Where the cache stood for a request, for the log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStatus {
+    /// Forwarded; the answer is being persisted.
+    Stored,
+    /// Forwarded; not cached, for this reason.
+    Bypass(NoCacheReason),
+    /// Forwarded; cacheable, but the writer queue was full.
+    Dropped,
+    /// Answered from the cache: the cloud was unreachable.
+    Offline,
+    /// Refused before anything else.
+    Rejected,
+    /// The client went away before its answer was complete.
+    ClientGone,
+}
+
+impl CacheStatus {
+    /// Short text for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheStatus::Stored => "stored",
+            CacheStatus::Bypass(reason) => reason.as_str(),
+            CacheStatus::Dropped => "dropped",
+            CacheStatus::Offline => "offline",
+            CacheStatus::Rejected => "rejected",
+            CacheStatus::ClientGone => "client-gone",
+        }
+    }
+}
+
+/// What classifying a request came to.
+enum Classified {
+    /// A request the hub understands.
+    Api(ApiRequest),
+    /// Refused with a 400 (edge mode: what the hub cannot read it cannot cache or answer).
+    Refused(Status),
+    /// Passed on as it is, with this route (cloud mode: the cloud judges it).
+    PassOn(Route),
+}
+
+impl Hub {
+    /// Serves one request to the end.
+    pub fn handle(&self, ex: Exchange<'_>) {
+        let started = Instant::now();
+        let req = match self.classify(&ex) {
+            Classified::Api(req) => req,
+            Classified::Refused(status) => {
+                let _ = ex.send_status(&status);
+                return;
+            }
+            Classified::PassOn(route) => {
+                Call::pass_on(self, route).forward(ex);
+                return;
+            }
+        };
+        let in_flight = METRICS.start_request(call::labels(&req));
+        let route = match self.route(&req) {
+            Ok(route) => route,
+            Err(status) => {
+                let _ = ex.send_status(&status);
+                call::log(&req, status.code, CacheStatus::Rejected, started.elapsed());
+                return;
+            }
+        };
+        let mut call = Call::new(self, req, route, in_flight, started);
+        if fallback::offline(self.mode, self.cloud.as_ref()) {
+            call.answer_locally(ex);
+        } else {
+            call.forward(ex);
+        }
+        call.log();
+    }
+
+    /// Classifies the request from its head.
+    fn classify(&self, ex: &Exchange<'_>) -> Classified {
+        match request::classify(ex.method(), ex.url(), ex.headers()) {
+            Ok(req) => Classified::Api(req),
+            Err(e) if self.mode == WorkingMode::Edge => {
+                log::info!(
+                    "refused method={} path=\"{}\" err=\"{e}\"",
+                    ex.method(),
+                    request::truncate(ex.url())
+                );
+                Classified::Refused(Status::bad_request(e.to_string()))
+            }
+            // A pure proxy passes on what it does not understand; the cloud judges it.
+            Err(_) => Classified::PassOn(Route::pass_on(ex.header("authorization").is_some())),
+        }
+    }
+
+    /// Decides what the hub does with `req` (pure), or the status that refuses it.
+    fn route(&self, req: &ApiRequest) -> Result<Route, Status> {
+        if req.upgrade {
+            // exec, attach and port-forward need the raw connection spliced to the cloud's,
+            // which the hub does not do.
+            return Err(Status::not_implemented(
+                "tinyhub does not carry connection upgrades (exec, attach, port-forward): talk to the apiserver directly",
+            ));
+        }
+        let is_agent = self.agents.is_agent(&req.component);
+        route::route(req, is_agent, self.mode)
+    }
+}

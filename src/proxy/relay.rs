@@ -1,0 +1,224 @@
+//! The relay: the cloud's answer streamed to the client while a copy goes to the cache
+//! writer (the tee only `try_send`s: the client never waits for the disk). A small answer of
+//! known length is read whole first, so a cloud that breaks off within it can still be
+//! answered from the cache; a larger one streams through a buffer that grows with the reads.
+
+use std::io::{self, Read};
+
+use super::CacheStatus;
+use super::call::Call;
+use crate::cache::writer::Refill;
+use crate::metrics::InFlight;
+use crate::route::{CacheTarget, NoCacheReason, TokenTarget};
+use crate::server::{Exchange, Length};
+use crate::upstream::{Answer, Identity, UpstreamError};
+
+/// Bodies up to this size with a known length are received whole before the client gets
+/// anything, so a cloud that breaks off mid-body can still be answered from the cache.
+const SMALL_BODY: u64 = 64 * 1024;
+/// Relay buffer of a streaming request at first, and at most (a TLS record's worth).
+const RELAY_BUFFER_START: usize = 4 * 1024;
+const RELAY_BUFFER: usize = 16 * 1024;
+
+/// How a relay ended.
+pub(super) enum Relayed<'c> {
+    /// The client has the answer (or, when the cloud broke off mid-stream, knows it is
+    /// incomplete); the cache stood so.
+    Done(CacheStatus),
+    /// The cloud broke off before the client got anything: the exchange comes back for a
+    /// fallback answer.
+    CloudBrokeOff(Exchange<'c>, UpstreamError),
+    /// The client went away or its connection broke; nothing more to send.
+    ClientGone(io::Error),
+}
+
+impl Call<'_> {
+    /// Streams the cloud's answer to the client, teeing it into the cache. `request_body` is
+    /// the copy of a TokenRequest's body, which names the cache key of its answer.
+    pub(super) fn relay<'c>(
+        &self,
+        ex: Exchange<'c>,
+        mut answer: Answer,
+        request_body: Option<&[u8]>,
+    ) -> Relayed<'c> {
+        let route = &self.route;
+        let mut session = None;
+        let answer_target = route
+            .cache
+            .as_ref()
+            .ok()
+            .and_then(|t| wants_cache(t, &answer));
+        let cache_status = match (&route.cache, &self.hub.cache, answer_target) {
+            (Ok(_), Some(cache), Some(target)) => {
+                // Should the disk fall behind, the hub reads the answer again itself: reads
+                // only, and only on its own credentials, which the client's did not replace.
+                let refill = self
+                    .component()
+                    .filter(|_| route.identity == Identity::Hub && ex.method() == "GET")
+                    .map(|component| Refill {
+                        path_and_query: ex.url().to_owned(),
+                        component: component.to_owned(),
+                    });
+                let target = keyed(target, request_body);
+                session = cache.begin(target, answer.status, answer.is_gzip(), refill);
+                if session.is_some() {
+                    CacheStatus::Stored
+                } else {
+                    CacheStatus::Dropped
+                }
+            }
+            (Ok(_), Some(_), None) => CacheStatus::Bypass(NoCacheReason::Answer),
+            (Ok(_), None, _) => CacheStatus::Bypass(NoCacheReason::CacheUnavailable),
+            (Err(reason), _, _) => CacheStatus::Bypass(*reason),
+        };
+        let mut traffic = Traffic(self.in_flight.as_ref(), 0);
+        let done = |sent: io::Result<()>| match sent {
+            Ok(()) => Relayed::Done(cache_status),
+            Err(e) => Relayed::ClientGone(e),
+        };
+
+        // HEAD, 204 and 304 carry no body, whatever their Content-Length says.
+        // (Never cached: routes do not cache HEAD, `wants_cache` refuses these statuses.)
+        if ex.method() == "HEAD" || matches!(answer.status, 100..=199 | 204 | 304) {
+            let length = Length::Known(answer.length.unwrap_or(0));
+            return done(
+                ex.start(answer.status, &answer.headers, length)
+                    .and_then(|w| w.finish()),
+            );
+        }
+
+        if let Some(length) = answer.length.filter(|&l| l <= SMALL_BODY) {
+            let mut body = Vec::with_capacity(length as usize);
+            // Read to the end, not just `length` bytes: only a read that sees the end returns
+            // the connection to ureq's pool (else every small answer costs a TLS handshake).
+            let read = (&mut answer.body).take(length + 1).read_to_end(&mut body);
+            traffic.1 += body.len() as u64;
+            if let Err(e) = read.and_then(|n| {
+                if n as u64 == length {
+                    Ok(())
+                } else {
+                    Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("body ended after {n} of {length} bytes"),
+                    ))
+                }
+            }) {
+                if let Some(s) = session {
+                    s.finish(false);
+                }
+                let error = UpstreamError::Transport {
+                    server: self.hub.cloud.server(answer.backend).to_owned(),
+                    detail: format!("the answer broke off: {e}"),
+                    timeout: e.kind() == io::ErrorKind::TimedOut,
+                    maybe_sent: true,
+                };
+                return Relayed::CloudBrokeOff(ex, error);
+            }
+            let sent = ex.send(answer.status, &answer.headers, &body);
+            // The client has its answer; the body moves to the writer without a copy.
+            if let Some(mut s) = session {
+                s.chunk_owned(body);
+                s.finish(true);
+            }
+            return done(sent);
+        }
+
+        let mut writer = match ex.start(answer.status, &answer.headers, Length::Streamed) {
+            Ok(writer) => writer,
+            Err(e) => return Relayed::ClientGone(e),
+        };
+        // A watch may stay open for hours: its answer's headers are not needed past here.
+        answer.headers = Vec::new();
+        // A stream whose client hangs up while the cloud is silent is ended by the reaper.
+        // (Only a stream has a cancel handle: no socket handle is taken for a plain answer.)
+        let _watched = answer
+            .cancel
+            .take()
+            .and_then(|cancel| Some(self.hub.reaper.watch(writer.probe()?, cancel)));
+        // Start small (a watch's events are small, and a thousand watches may be open) and
+        // grow to a TLS record's size when reads fill the buffer (a big list).
+        let mut buf = vec![0u8; RELAY_BUFFER_START];
+        loop {
+            let n = match answer.body.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // The cloud broke off mid-body (or the reaper cut a stream whose client
+                    // left): tell the client its answer is incomplete and commit nothing
+                    // partial (a list is dropped, a watch keeps whole events).
+                    log::info!("the cloud's answer broke off mid-body: {e}");
+                    if let Some(s) = session.take() {
+                        s.finish(false);
+                    }
+                    writer.abort();
+                    return Relayed::Done(cache_status);
+                }
+            };
+            traffic.1 += n as u64;
+            let full = n == buf.len();
+            if let Err(e) = writer.write(&buf[..n]) {
+                if let Some(s) = session.take() {
+                    s.finish(false);
+                }
+                return Relayed::ClientGone(e);
+            }
+            if let Some(s) = session.as_mut()
+                && !s.chunk(&buf[..n])
+            {
+                session = None;
+            }
+            if full && buf.len() < RELAY_BUFFER {
+                buf.resize(RELAY_BUFFER, 0);
+            }
+        }
+        if let Some(s) = session {
+            s.finish(true);
+        }
+        done(writer.finish())
+    }
+}
+
+/// The cache target with what only the request body tells: a TokenRequest's digest (none
+/// when the body is not a readable TokenRequest, and then nothing is kept).
+fn keyed(target: CacheTarget, request_body: Option<&[u8]>) -> CacheTarget {
+    match target {
+        CacheTarget::Token(token) => CacheTarget::Token(TokenTarget {
+            digest: request_body
+                .filter(|b| b.len() <= crate::tokens::MAX_REQUEST_BYTES)
+                .and_then(crate::tokens::TokenSpec::parse)
+                .map(|spec| spec.digest()),
+            ..token
+        }),
+        other => other,
+    }
+}
+
+/// Bytes the cloud sent for one request, counted once when the request ends (one metrics
+/// lock per request, not per chunk).
+struct Traffic<'a>(Option<&'a InFlight>, u64);
+
+impl Drop for Traffic<'_> {
+    fn drop(&mut self) {
+        if let Some(in_flight) = self.0 {
+            in_flight.add_traffic(self.1);
+        }
+    }
+}
+
+/// What an answer is cached as, when its status is worth a cache session (a discovery
+/// document goes to the file of the form the cloud answered in).
+fn wants_cache(target: &CacheTarget, answer: &Answer) -> Option<CacheTarget> {
+    let worth = match answer.status {
+        200 | 201 => answer.is_json(),
+        // A 404 for a list prunes the kind; for a get it removes the object.
+        404 => matches!(
+            target,
+            CacheTarget::List { .. } | CacheTarget::Object { name: Some(_), .. }
+        ),
+        _ => false,
+    };
+    worth
+        .then(|| target.for_answer(answer.header("content-type")))
+        .flatten()
+}
