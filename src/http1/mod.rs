@@ -8,7 +8,7 @@
 
 use std::fmt;
 mod body;
-mod response;
+pub mod response;
 
 use std::io::{self, BufRead};
 

@@ -3,12 +3,12 @@
 //! one that never sent a request before an idle keep-alive one, a busy one never), and the
 //! slots that give a count back however a connection or a request ends.
 
-use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::stream::ClientStream;
 use crate::metrics::{METRICS, Metrics};
 
 /// Connections and requests being served, shared with whoever waits for them to drain.
@@ -51,7 +51,7 @@ impl Load {
         drop(open);
         victim.rank.store(BUSY, Ordering::Release);
         // Its thread, blocked reading a head, sees the end of the stream and exits.
-        let _ = victim.stream.shutdown(Shutdown::Both);
+        let _ = victim.stream.shutdown();
         Metrics::inc(&METRICS.evicted_connections);
         true
     }
@@ -72,15 +72,16 @@ const IDLE_RANK: u64 = 1 << 62;
 
 /// What the accept thread knows of an open connection.
 #[derive(Debug)]
-pub(super) struct Tracked {
-    /// A handle on the connection's socket: shutting it down ends the connection.
-    pub(super) stream: TcpStream,
+pub(super) struct Tracked<S: ?Sized = dyn ClientStream> {
     /// [`BUSY`], or the order to evict in while waiting for a head: when it started
     /// waiting (a [`Load::waits`] count), plus [`IDLE_RANK`] after a first request.
     pub(super) rank: AtomicU64,
+    /// A handle on the connection's socket: shutting it down ends the connection. Last: the
+    /// type is erased behind the `Arc` (`Tracked<TcpStream>` becomes `Tracked`).
+    pub(super) stream: S,
 }
 
-impl Tracked {
+impl<S: ?Sized> Tracked<S> {
     pub(super) fn waiting(&self, load: &Load, served_before: bool) {
         let since = load.waits.fetch_add(1, Ordering::Relaxed);
         let rank = if served_before {

@@ -4,11 +4,12 @@
 //! [`Exchange`] and keeps the connection or closes it.
 
 use std::io::{self, BufRead, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::admission::{ConnectionSlot, RequestSlot};
+use super::admission::{Load, RequestSlot, Tracked};
+use super::stream::ClientStream;
 use super::{Exchange, Handler, Limits, MAX_BODY, body_too_large, closing_answer, too_busy};
 use crate::http1::{self, BodyState, HeadError};
 use crate::status::Status;
@@ -22,7 +23,8 @@ const READ_BUFFER: usize = 4 * 1024;
 
 /// One client connection: the socket and what has been read from it.
 pub(super) struct Conn {
-    pub(super) stream: TcpStream,
+    /// Boxed once per connection: every exchange sees the same type whatever the stream.
+    pub(super) stream: Box<dyn ClientStream>,
     pub(super) buf: Box<[u8]>,
     pub(super) pos: usize,
     pub(super) len: usize,
@@ -147,16 +149,16 @@ impl BufRead for Conn {
     }
 }
 
+/// Serves the requests of one connection until it closes, breaks, or stays silent too long.
+/// `tracked` is the connection as the accept thread sees it (marked waiting or busy here).
 pub(super) fn serve_connection(
-    stream: TcpStream,
+    stream: Box<dyn ClientStream>,
     peer: SocketAddr,
     handler: &Handler,
     limits: Limits,
-    slot: &ConnectionSlot,
+    (load, tracked): (&Load, &Tracked),
     shutdown: &AtomicBool,
 ) {
-    let (load, tracked) = (&*slot.load, &*slot.tracked);
-    let _ = stream.set_nodelay(true);
     let mut conn = Conn {
         stream,
         buf: vec![0u8; READ_BUFFER].into_boxed_slice(),
@@ -258,7 +260,7 @@ pub(super) fn serve_connection(
             return;
         }
         if !keep_alive || !conn.response_complete || conn.broken {
-            let _ = conn.stream.shutdown(Shutdown::Both);
+            let _ = conn.stream.shutdown();
             return;
         }
     }
@@ -268,5 +270,5 @@ pub(super) fn serve_connection(
 pub(super) fn answer_and_close(conn: &mut Conn, status: &Status) -> io::Result<()> {
     conn.response_started = true;
     conn.send_all(&closing_answer(status))?;
-    conn.stream.shutdown(Shutdown::Both)
+    conn.stream.shutdown()
 }

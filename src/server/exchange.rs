@@ -3,13 +3,14 @@
 //! as it comes), plus [`ClientProbe`], which tells from another thread whether the client
 //! hung up.
 
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::io::{self, Read};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use super::connection::{Conn, answer_and_close};
 use super::{MAX_BODY, body_too_large};
-use crate::http1::{BodyState, RequestHead, reason_phrase};
+use crate::http1::response::{self, CHUNK_SIZE_LINE, ResponseFraming};
+use crate::http1::{BodyState, RequestHead};
 use crate::status::Status;
 
 /// Unread request body drained after an answer to keep the connection; more closes it.
@@ -122,43 +123,17 @@ impl<'c> Exchange<'c> {
                 format!("the request body was broken: {}", failure.message),
             ));
         }
-        let http10 = self.head.minor_version == 0;
-        let keep_alive = self.keep_alive;
-        let no_body = self.head.method == "HEAD" || status == 204 || status == 304;
-        let framing = match length {
-            Length::Known(n) => ResponseFraming::Known(n),
-            Length::Streamed if no_body => ResponseFraming::Known(0),
-            Length::Streamed if http10 => ResponseFraming::Close,
-            Length::Streamed => ResponseFraming::Chunked,
+        let no_body = response::bodiless(&self.head.method, status);
+        let length = match length {
+            Length::Known(n) => Some(n),
+            Length::Streamed => None,
         };
+        let framing = response::framing(length, no_body, self.head.minor_version == 0);
         let mut head = Vec::with_capacity(256);
-        // Writing into a Vec cannot fail.
-        let _ = write!(head, "HTTP/1.1 {status} {}\r\n", reason_phrase(status));
-        for (name, value) in headers {
-            let (name, value) = (name.as_ref(), value.as_ref());
-            if value.contains(['\r', '\n']) || name.contains(['\r', '\n', ':']) {
-                continue; // never let a header split the response
-            }
-            head.extend_from_slice(name.as_bytes());
-            head.extend_from_slice(b": ");
-            head.extend_from_slice(value.as_bytes());
-            head.extend_from_slice(b"\r\n");
-        }
-        match (length, framing) {
-            (Length::Known(n), _) => {
-                let _ = write!(head, "Content-Length: {n}\r\n");
-            }
-            (_, ResponseFraming::Chunked) => {
-                head.extend_from_slice(b"Transfer-Encoding: chunked\r\n")
-            }
-            _ => {}
-        }
         // Say so when the connection will not serve another request (an unread body, an
         // unanswered Expect), so the client does not send one into a closing socket.
-        if !keep_alive || framing == ResponseFraming::Close || self.conn.broken {
-            head.extend_from_slice(b"Connection: close\r\n");
-        }
-        head.extend_from_slice(b"\r\n");
+        let close = !self.keep_alive || self.conn.broken;
+        response::write_head(&mut head, status, headers, length, framing, close);
         let conn = self.conn;
         conn.response_started = true;
         // One write, and no waiting: a watch client needs the head before any event.
@@ -266,7 +241,7 @@ impl Read for RequestBody<'_> {
         }
         if let Some(pending) = self.continue_pending.take() {
             *pending = false;
-            self.conn.send_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+            self.conn.send_all(response::CONTINUE)?;
         }
         let result = read_body(self.conn, self.state, out).and_then(|n| {
             self.conn.body_read += n as u64;
@@ -318,13 +293,6 @@ impl Exchange<'_> {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ResponseFraming {
-    Known(u64),
-    Chunked,
-    Close,
-}
-
 /// Writes a response body with the framing chosen in [`Exchange::start`]; every write goes
 /// out at once so watch events reach the client without delay.
 pub struct BodyWriter<'c> {
@@ -337,14 +305,8 @@ pub struct BodyWriter<'c> {
 /// Writes one chunk — size line, data, CRLF — in one vectored write where the socket takes
 /// it (no copy of the data into a frame buffer), within one write timeout.
 fn write_chunk(conn: &mut Conn, data: &[u8]) -> io::Result<()> {
-    let mut size = [0u8; 18];
-    let head = {
-        use std::io::Write as _;
-        let mut cursor = &mut size[..];
-        write!(cursor, "{:x}\r\n", data.len())?;
-        let left = cursor.len();
-        &size[..18 - left]
-    };
+    let mut size = [0u8; CHUNK_SIZE_LINE];
+    let head = response::chunk_size_line(data.len(), &mut size);
     conn.send(&mut [
         io::IoSlice::new(head),
         io::IoSlice::new(data),
@@ -381,7 +343,7 @@ impl BodyWriter<'_> {
     /// Ends the body cleanly (the terminal chunk for chunked framing).
     pub fn finish(self) -> io::Result<()> {
         let result = match self.framing {
-            ResponseFraming::Chunked => self.conn.send_all(b"0\r\n\r\n"),
+            ResponseFraming::Chunked => self.conn.send_all(response::LAST_CHUNK),
             ResponseFraming::Known(0) => Ok(()),
             ResponseFraming::Close => {
                 self.conn.broken = true;
@@ -403,12 +365,12 @@ impl BodyWriter<'_> {
     /// connection is closed without the end of the body.
     pub fn abort(self) {
         self.conn.broken = true;
-        let _ = self.conn.stream.shutdown(Shutdown::Both);
+        let _ = self.conn.stream.shutdown();
     }
 
     /// A handle that tells from another thread whether the client is gone.
     pub fn probe(&self) -> Option<ClientProbe> {
-        self.conn.stream.try_clone().ok().map(ClientProbe)
+        self.conn.stream.probe()
     }
 
     /// Waits up to `wait` and tells whether the client has closed its side of the
@@ -457,6 +419,10 @@ impl BodyWriter<'_> {
 pub struct ClientProbe(TcpStream);
 
 impl ClientProbe {
+    pub(super) fn new(stream: TcpStream) -> ClientProbe {
+        ClientProbe(stream)
+    }
+
     /// True when the client closed the connection or it broke. Bytes the client sent are
     /// left where they are (a client does not send anything while it reads a stream).
     #[allow(

@@ -18,6 +18,7 @@ mod admission;
 mod connection;
 mod exchange;
 mod listen;
+mod stream;
 
 use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
@@ -26,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::http1::reason_phrase;
+use crate::http1::response::{self, ResponseFraming};
 use crate::metrics::{METRICS, Metrics};
 use crate::status::Status;
 
@@ -115,11 +116,13 @@ pub fn serve(
             rank: AtomicU64::new(BUSY),
         });
         tracked.waiting(&load, false);
-        load.open().push(Arc::clone(&tracked));
+        // The same connection with its stream type erased, as the list and the slot hold it.
+        let erased: Arc<Tracked> = tracked.clone();
+        load.open().push(Arc::clone(&erased));
         // From here the slot is released however the connection ends.
         let slot = ConnectionSlot {
             load: Arc::clone(&load),
-            tracked: Arc::clone(&tracked),
+            tracked: erased,
         };
         let (handler, shutdown) = (Arc::clone(&handler), Arc::clone(&shutdown));
         let spawned = thread::Builder::new()
@@ -127,7 +130,9 @@ pub fn serve(
             .stack_size(limits.stack_size)
             .spawn(move || {
                 let slot = slot;
-                serve_connection(stream, peer, &handler, limits, &slot, &shutdown);
+                let _ = stream.set_nodelay(true);
+                let tracked = (&*slot.load, &*slot.tracked);
+                serve_connection(Box::new(stream), peer, &handler, limits, tracked, &shutdown);
             });
         if let Err(e) = spawned {
             // The closure, and with it the slot and the stream, is dropped: answer through
@@ -166,17 +171,25 @@ fn write_status_and_close(stream: &mut TcpStream, status: &Status) -> io::Result
 /// `status` as a whole answer, head and body, that says `Connection: close`.
 pub(super) fn closing_answer(status: &Status) -> Vec<u8> {
     let body = status.to_json();
-    let retry = status
-        .retry_after
-        .map(|s| format!("Retry-After: {s}\r\n"))
-        .unwrap_or_default();
-    let mut answer = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: application/json\r\n{retry}Content-Length: {}\r\nConnection: close\r\n\r\n",
+    let retry = status.retry_after.map(|s| s.to_string());
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(retry) = retry.as_deref() {
+        headers.push(("Retry-After", retry));
+    }
+    let length = body.len() as u64;
+    let mut answer = Vec::with_capacity(256 + body.len());
+    let framing = ResponseFraming::Known(length);
+    response::write_head(
+        &mut answer,
         status.code,
-        reason_phrase(status.code),
-        body.len()
-    )
-    .into_bytes();
+        &headers,
+        Some(length),
+        framing,
+        true,
+    );
     answer.extend_from_slice(&body);
     answer
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,7 @@
 //! Unit tests of admission: eviction order.
 
 use std::io::Read;
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 
 use super::*;
 
@@ -27,7 +27,7 @@ fn eviction_takes_new_silent_connections_before_idle_ones_and_never_busy_ones() 
     let mut tracked = Vec::new();
     for _ in 0..4 {
         let (server, client) = pair(&listener);
-        let t = Arc::new(Tracked {
+        let t: Arc<Tracked> = Arc::new(Tracked {
             stream: server,
             rank: AtomicU64::new(BUSY),
         });
