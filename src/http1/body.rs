@@ -4,7 +4,7 @@
 
 use std::io::{self, BufRead};
 
-use super::{Framing, LineError, MAX_HEAD, MAX_HEADERS, read_line, trim_crlf, trim_ows};
+use super::{Framing, LineError, MAX_HEAD, MAX_HEADERS, read_line};
 
 /// Longest chunk-size line of a chunked body (with extensions).
 const MAX_CHUNK_LINE: usize = 1024;
@@ -124,27 +124,37 @@ fn read_chunk_size(input: &mut dyn BufRead) -> io::Result<u64> {
         "the body ended before a chunk size",
         "chunk size line",
     )?;
-    let text = trim_crlf(&line);
-    let size = text
-        .split(|&b| b == b';')
-        .next()
-        .map(trim_ows)
-        .unwrap_or(b"");
-    if size.is_empty() || !size.iter().all(u8::is_ascii_hexdigit) {
+    // Extensions say nothing to the hub, whatever bytes they hold: cut off, with the CRLF
+    // put back, so that httparse reads the size alone.
+    if let Some(semicolon) = line.iter().position(|&b| b == b';') {
+        line.truncate(semicolon);
+        line.extend_from_slice(b"\r\n");
+    }
+    // Whitespace before the size is skipped, and so are leading zeros, which say nothing
+    // however many there are (httparse counts them as digits); one is kept for a size of 0.
+    let start = line
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .unwrap_or(line.len());
+    if !line.get(start).is_some_and(u8::is_ascii_hexdigit) {
         return Err(bad("chunk size"));
     }
-    // Leading zeros say nothing; past them, at most 15 hex digits fit in u64 with room to
-    // add (a larger size is past any body limit anyway).
-    let digits = match size.iter().position(|&b| b != b'0') {
-        Some(first) => &size[first..],
-        None => return Ok(0),
+    let zeros = line[start..].iter().take_while(|&&b| b == b'0').count();
+    let first = match line.get(start + zeros) {
+        Some(b) if b.is_ascii_hexdigit() => start + zeros,
+        _ => start + zeros - 1,
     };
-    if digits.len() > 15 {
-        return Err(bad("chunk size too large"));
+    let digits = line[first..]
+        .iter()
+        .take_while(|b| b.is_ascii_hexdigit())
+        .count();
+    match httparse::parse_chunk_size(&line[first..]) {
+        // At most 15 significant hex digits: a size that fits in u64 with room to add (a
+        // larger one is past any body limit anyway).
+        Ok(httparse::Status::Complete((_, size))) if digits <= 15 => Ok(size),
+        _ if digits > 15 => Err(bad("chunk size too large")),
+        _ => Err(bad("chunk size")),
     }
-    // Hex digits only: ASCII.
-    let text = std::str::from_utf8(digits).map_err(|_| bad("chunk size"))?;
-    u64::from_str_radix(text, 16).map_err(|_| bad("chunk size"))
 }
 
 fn expect_crlf(input: &mut dyn BufRead) -> io::Result<()> {

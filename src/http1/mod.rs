@@ -104,6 +104,13 @@ impl fmt::Display for HeadError {
 impl std::error::Error for HeadError {}
 
 /// Reads one request head. Empty lines before the request line are skipped (RFC 9112 §2.2).
+///
+/// The head is read a line at a time, so the limits hold whatever the client sends (a
+/// request line past [`MAX_TARGET`] is 414 before the headers are read; headers past
+/// [`MAX_HEAD`] or [`MAX_HEADERS`] are 431), and each line is parsed by httparse as it
+/// arrives, so the first bad line is answered at once. On top of httparse's grammar: only
+/// origin-form targets of visible ASCII, methods in upper case, 505 for an HTTP version
+/// other than 1.0 and 1.1, and obsolete line folding refused.
 pub fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadError> {
     let mut budget = MAX_HEAD;
     let mut line = Vec::with_capacity(256);
@@ -122,37 +129,7 @@ pub fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadError> {
             break;
         }
     }
-    let request_line = std::str::from_utf8(trim_crlf(&line))
-        .map_err(|_| HeadError::Malformed("request line is not UTF-8"))?;
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(HeadError::Malformed("request line"));
-    };
-    if target.len() > MAX_TARGET {
-        return Err(HeadError::UriTooLong);
-    }
-    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase() || b == b'-') {
-        return Err(HeadError::Malformed("method"));
-    }
-    // Origin form only (`/path?query`): the hub appends the target to a backend's URL, so
-    // anything else (`@host/...`, `http://other/...`, `*`) could aim it elsewhere.
-    if !target.starts_with('/')
-        || target
-            .bytes()
-            .any(|b| b.is_ascii_control() || b == b' ' || b >= 0x80)
-    {
-        return Err(HeadError::Malformed("request target"));
-    }
-    let minor_version = match version {
-        "HTTP/1.1" => 1,
-        "HTTP/1.0" => 0,
-        v if v.starts_with("HTTP/") => return Err(HeadError::Version),
-        _ => return Err(HeadError::Malformed("version")),
-    };
-    // Owned now: `line` is reused for the headers.
-    let (method, target) = (method.to_owned(), target.to_owned());
+    let (method, target, minor_version) = parse_request_line(&mut line)?;
 
     let mut headers = Vec::with_capacity(16);
     loop {
@@ -174,24 +151,7 @@ pub fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadError> {
         if text[0] == b' ' || text[0] == b'\t' {
             return Err(HeadError::Malformed("folded header"));
         }
-        let colon = text
-            .iter()
-            .position(|&b| b == b':')
-            .ok_or(HeadError::Malformed("header without ':'"))?;
-        let name = &text[..colon];
-        if name.is_empty() || !name.iter().all(|&b| is_token_char(b)) {
-            return Err(HeadError::Malformed("header name"));
-        }
-        let value = trim_ows(&text[colon + 1..]);
-        if value.iter().any(|&b| b < 0x20 && b != b'\t' || b == 0x7f) {
-            return Err(HeadError::Malformed("control character in a header value"));
-        }
-        // Names are tokens (ASCII); values may carry obs-text, read as Latin-1 would lose
-        // nothing we use, so keep them lossless as UTF-8 where they are.
-        headers.push((
-            String::from_utf8_lossy(name).into_owned(),
-            String::from_utf8_lossy(value).into_owned(),
-        ));
+        headers.push(parse_header_line(&mut line)?);
     }
     Ok(RequestHead {
         method,
@@ -199,6 +159,94 @@ pub fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadError> {
         minor_version,
         headers,
     })
+}
+
+/// The method, target and minor version of a request line (`line`, through its `\n`).
+fn parse_request_line(line: &mut Vec<u8>) -> Result<(String, String, u8), HeadError> {
+    let end = line.len();
+    // An empty header section after it makes a whole head of the line alone.
+    line.extend_from_slice(b"\r\n");
+    let mut no_headers = [];
+    let mut request = httparse::Request::new(&mut no_headers);
+    let parsed = request.parse(line);
+    let (Ok(httparse::Status::Complete(_)), Some(method), Some(target), Some(version)) =
+        (parsed, request.method, request.path, request.version)
+    else {
+        return Err(request_line_refusal(&line[..end]));
+    };
+    if target.len() > MAX_TARGET {
+        return Err(HeadError::UriTooLong);
+    }
+    if !is_method(method) {
+        return Err(HeadError::Malformed("method"));
+    }
+    if !is_origin_target(target) {
+        return Err(HeadError::Malformed("request target"));
+    }
+    Ok((method.to_owned(), target.to_owned(), version))
+}
+
+/// Why httparse refused a request line, told apart as the hub always has: 414 for a target
+/// past [`MAX_TARGET`] before anything else is looked at, 505 for an HTTP version other
+/// than 1.0 and 1.1, and 400 naming the part at fault.
+fn request_line_refusal(line: &[u8]) -> HeadError {
+    let Ok(text) = std::str::from_utf8(trim_crlf(line)) else {
+        return HeadError::Malformed("request line is not UTF-8");
+    };
+    let mut parts = text.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return HeadError::Malformed("request line");
+    };
+    if target.len() > MAX_TARGET {
+        HeadError::UriTooLong
+    } else if !is_method(method) {
+        HeadError::Malformed("method")
+    } else if !is_origin_target(target) {
+        HeadError::Malformed("request target")
+    } else if version == "HTTP/1.1" || version == "HTTP/1.0" {
+        HeadError::Malformed("request line")
+    } else if version.starts_with("HTTP/") {
+        HeadError::Version
+    } else {
+        HeadError::Malformed("version")
+    }
+}
+
+/// Methods as Kubernetes clients send them: upper-case letters and `-`.
+fn is_method(method: &str) -> bool {
+    !method.is_empty() && method.bytes().all(|b| b.is_ascii_uppercase() || b == b'-')
+}
+
+/// Origin form only (`/path?query`) in visible ASCII: the hub appends the target to a
+/// backend's URL, so anything else (`@host/...`, `http://other/...`, `*`) could aim it
+/// elsewhere.
+fn is_origin_target(target: &str) -> bool {
+    target.starts_with('/')
+        && !target
+            .bytes()
+            .any(|b| b.is_ascii_control() || b == b' ' || b >= 0x80)
+}
+
+/// One header line (`line`, through its `\n`, not folded) as (name, value), the value
+/// without surrounding whitespace.
+fn parse_header_line(line: &mut Vec<u8>) -> Result<(String, String), HeadError> {
+    // An empty line after it ends the header section: httparse sees a whole one.
+    line.extend_from_slice(b"\r\n");
+    let mut one = [httparse::EMPTY_HEADER; 1];
+    match httparse::parse_headers(line, &mut one) {
+        Ok(httparse::Status::Complete((_, [header]))) => Ok((
+            header.name.to_owned(),
+            // Values may carry obs-text; kept as UTF-8 where they are, lossily elsewhere.
+            String::from_utf8_lossy(header.value).into_owned(),
+        )),
+        Err(httparse::Error::HeaderValue) => {
+            Err(HeadError::Malformed("control character in a header value"))
+        }
+        _ if !line.contains(&b':') => Err(HeadError::Malformed("header without ':'")),
+        _ => Err(HeadError::Malformed("header name")),
+    }
 }
 
 /// The first of `headers` named `name` (names compare case-insensitively).
@@ -323,20 +371,6 @@ fn read_line(input: &mut dyn BufRead, out: &mut Vec<u8>, limit: usize) -> Result
 fn trim_crlf(line: &[u8]) -> &[u8] {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     line.strip_suffix(b"\r").unwrap_or(line)
-}
-
-fn trim_ows(mut v: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = v {
-        v = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = v {
-        v = rest;
-    }
-    v
-}
-
-fn is_token_char(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[cfg(test)]

@@ -119,3 +119,48 @@ fn bad_heads_map_to_statuses() {
         assert_eq!(status(&format!("GET / HTTP/1.1\r\n{big}\r\n")), Some(431));
     }
 }
+
+#[test]
+fn refusals_on_top_of_httparse_keep_their_order_and_names() {
+    let error = |h: &str| head(h).unwrap_err().to_string();
+    let long = "a".repeat(MAX_TARGET);
+    // A target past the limit is 414 whatever else is wrong with the line.
+    for line in [
+        format!("get /{long} HTTP/1.1"),
+        format!("GET /{long}\u{1} HTTP/2.0"),
+    ] {
+        assert!(matches!(
+            head(&format!("{line}\r\n\r\n")),
+            Err(HeadError::UriTooLong)
+        ));
+    }
+    for (line, what) in [
+        ("G@T / HTTP/1.1", "malformed request: method"),
+        (
+            "GET /a\u{7f}b HTTP/1.1",
+            "malformed request: request target",
+        ),
+        ("GET /a\u{e9} HTTP/1.1", "malformed request: request target"),
+        ("GET / HTTP/1.1 x", "malformed request: request line"),
+        ("GET  / HTTP/1.1", "malformed request: request line"),
+        ("GET / FTP/1.1", "malformed request: version"),
+        ("GET / HTTP/1.2", "unsupported HTTP version"),
+    ] {
+        assert_eq!(error(&format!("{line}\r\n\r\n")), what, "{line:?}");
+    }
+    for (header, what) in [
+        ("X-A b: v", "malformed request: header name"),
+        ("X-A", "malformed request: header without ':'"),
+        (
+            "X-A: a\u{7f}",
+            "malformed request: control character in a header value",
+        ),
+    ] {
+        let h = format!("GET / HTTP/1.1\r\n{header}\r\n\r\n");
+        assert_eq!(error(&h), what, "{header:?}");
+    }
+    // Values lose their surrounding whitespace, and keep obs-text.
+    let h = head("GET / HTTP/1.1\r\nX:  \tv \u{e9}\t \r\nY:\r\n\r\n").unwrap();
+    assert_eq!(h.header("x"), Some("v \u{e9}"));
+    assert_eq!(h.header("y"), Some(""));
+}

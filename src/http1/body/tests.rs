@@ -110,3 +110,34 @@ fn a_timeout_inside_the_framing_stays_a_timeout() {
         );
     }
 }
+
+#[test]
+fn chunk_size_lines_read_by_httparse_keep_the_rules_on_top() {
+    let read = |wire: &[u8]| {
+        let mut state = BodyState::new(Framing::Chunked);
+        read_body(&mut state, &mut &wire[..], 1 << 20)
+    };
+    // Whitespace around the size, extensions holding any bytes, upper-case hex.
+    for wire in [
+        &b" \t5 \t;a=\"b\"\r\nhello\r\n0\r\n\r\n"[..],
+        b"5;\x01\xff\r\nhello\r\n0;x\r\n\r\n",
+        b"00000000000000000000000000000000005\r\nhello\r\n0\r\n\r\n",
+    ] {
+        assert_eq!(read(wire).unwrap(), b"hello", "{wire:?}");
+    }
+    assert_eq!(
+        read(b"A\r\n0123456789\r\n0\r\n\r\n").unwrap(),
+        b"0123456789"
+    );
+    // 15 significant hex digits are a size (past any body: the data ends first); 16 are not.
+    let e = read(b"00fffffffffffffff\r\nx").unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");
+    for wire in [&b"ffffffffffffffff\r\nx"[..], b"1000000000000000\r\nx"] {
+        let e = read(wire).unwrap_err();
+        assert_eq!(e.to_string(), "bad chunked body: chunk size too large");
+    }
+    for wire in [&b";ext\r\nx"[..], b"5 5\r\nhello", b"5\rx\r\nhello"] {
+        let e = read(wire).unwrap_err();
+        assert_eq!(e.to_string(), "bad chunked body: chunk size", "{wire:?}");
+    }
+}
