@@ -1,6 +1,8 @@
-//! HTTP/1.1 request framing, as a proxy needs it: read a request head within limits, know
-//! how its body is delimited, and decode a chunked body. It reads from any `BufRead` and
-//! knows nothing about sockets, threads or what the request asks for.
+//! HTTP/1.1 framing, as a proxy needs it: read a request head within limits, know how its
+//! body is delimited, decode a chunked body (`body.rs`), and render response heads
+//! (`response.rs`). It reads from any `BufRead`, writes into buffers, and knows nothing
+//! about sockets, threads or what the request asks for. httparse parses the lines; the
+//! hub's own rules stand on top of it.
 //!
 //! Limits exist because the head comes from a client: a request target longer than
 //! [`MAX_TARGET`] is refused with 414, headers larger than [`MAX_HEAD`] in all or more than

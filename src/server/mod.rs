@@ -4,9 +4,15 @@
 //! thread closes the connection that has waited longest for its request head — one that
 //! never sent a request before an idle keep-alive one — so clients that never finish their
 //! headers cannot lock others out; only when every connection is serving a request does a
-//! new one get 429. Threads stay bounded either way. Requests are framed by `http1.rs`;
-//! responses are written here with explicit framing (`Content-Length`, or chunks flushed one
-//! by one so watch events reach the client at once).
+//! new one get 429. Threads stay bounded either way. Requests are framed by `http1`, and so
+//! are response heads (`http1::response`); this module only does the I/O: explicit framing
+//! (`Content-Length`, or chunks flushed one by one so watch events reach the client at once),
+//! deadlines, and closing a connection whose framing is lost.
+//!
+//! Files: `listen.rs` (bind, backlog, wake), `admission.rs` (caps, eviction, slots),
+//! `connection.rs` (one connection's loop and deadlines), `exchange.rs` (`Exchange`, the
+//! request body, `BodyWriter`, `ClientProbe`), `stream.rs` (the `ClientStream` seam that
+//! lets `tests.rs` run whole exchanges in memory).
 //!
 //! Why not tiny_http, which the project started with: its connection pool spawns a thread per
 //! connection without bound, sets no timeouts (an idle or silent connection holds a thread
