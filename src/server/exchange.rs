@@ -1,14 +1,13 @@
 //! One request and its answer: [`Exchange`] (the head, the body reader with its
 //! body-failure record, the choice of response framing) and [`BodyWriter`] (the body, sent
-//! as it comes), plus [`ClientProbe`], which tells from another thread whether the client
-//! hung up.
+//! as it comes).
 
 use std::io::{self, Read};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::connection::{Conn, answer_and_close};
-use super::{MAX_BODY, body_too_large};
+use super::{ClientProbe, MAX_BODY, body_too_large};
 use crate::http1::response::{self, CHUNK_SIZE_LINE, ResponseFraming};
 use crate::http1::{BodyState, RequestHead};
 use crate::status::Status;
@@ -412,46 +411,5 @@ impl BodyWriter<'_> {
             .stream
             .set_read_timeout(Some(self.conn.io_timeout));
         gone
-    }
-}
-
-/// Looks at a client connection from another thread while its own thread writes a stream.
-pub struct ClientProbe(TcpStream);
-
-impl ClientProbe {
-    pub(super) fn new(stream: TcpStream) -> ClientProbe {
-        ClientProbe(stream)
-    }
-
-    /// True when the client closed the connection or it broke. Bytes the client sent are
-    /// left where they are (a client does not send anything while it reads a stream).
-    #[allow(
-        unsafe_code,
-        reason = "std has no non-blocking peek on a blocking socket"
-    )]
-    pub fn gone(&self) -> bool {
-        use std::os::fd::AsRawFd;
-        let mut probe = 0u8;
-        // MSG_DONTWAIT: the probe never waits (a read timeout would hold the reaper one
-        // kernel tick per idle watch), and the socket's flags and timeouts, shared with the
-        // connection's thread, stay as they are.
-        // SAFETY: `self.0` keeps the descriptor open for the call; the buffer is one byte
-        // of ours, valid for writing.
-        let n = unsafe {
-            libc::recv(
-                self.0.as_raw_fd(),
-                (&raw mut probe).cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        match n {
-            0 => true,
-            1.. => false,
-            _ => !matches!(
-                io::Error::last_os_error().kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-            ),
-        }
     }
 }

@@ -11,8 +11,8 @@
 //!
 //! Files: `listen.rs` (bind, backlog, wake), `admission.rs` (caps, eviction, slots),
 //! `connection.rs` (one connection's loop and deadlines), `exchange.rs` (`Exchange`, the
-//! request body, `BodyWriter`, `ClientProbe`), `stream.rs` (the `ClientStream` seam that
-//! lets `tests.rs` run whole exchanges in memory).
+//! request body, `BodyWriter`), `stream.rs` (the `ClientStream` seam that lets `tests.rs`
+//! run whole exchanges in memory, and `ClientProbe`).
 //!
 //! Why not tiny_http, which the project started with: its connection pool spawns a thread per
 //! connection without bound, sets no timeouts (an idle or silent connection holds a thread
@@ -40,8 +40,9 @@ use crate::status::Status;
 pub use admission::Load;
 use admission::{BUSY, ConnectionSlot, Tracked, admit};
 use connection::serve_connection;
-pub use exchange::{BodyWriter, ClientProbe, Exchange, Length, RequestBody};
+pub use exchange::{BodyWriter, Exchange, Length, RequestBody};
 pub use listen::{Listener, bind, wake};
+pub use stream::ClientProbe;
 
 /// Time one read of a request body, or one write of a response, may take (the default of
 /// [`Limits::io_timeout`]). It bounds the whole operation, not each system call: a client
