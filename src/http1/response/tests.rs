@@ -1,0 +1,109 @@
+//! Unit tests of response heads: framing headers, bodiless answers, chunk lines, reasons.
+
+use super::*;
+
+fn head(
+    status: u16,
+    headers: &[(&str, &str)],
+    length: Option<u64>,
+    framing: ResponseFraming,
+    close: bool,
+) -> String {
+    let mut out = Vec::new();
+    write_head(&mut out, status, headers, length, framing, close);
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn a_known_length_answer() {
+    assert_eq!(
+        head(
+            200,
+            &[("Content-Type", "application/json")],
+            Some(12),
+            ResponseFraming::Known(12),
+            false
+        ),
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n"
+    );
+}
+
+#[test]
+fn a_streamed_answer_is_chunked_or_close_delimited() {
+    assert_eq!(framing(None, false, false), ResponseFraming::Chunked);
+    assert_eq!(framing(None, false, true), ResponseFraming::Close);
+    assert_eq!(
+        head(200, &[], None, ResponseFraming::Chunked, false),
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    assert_eq!(
+        head(200, &[], None, ResponseFraming::Close, false),
+        "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"
+    );
+}
+
+#[test]
+fn bodiless_answers_declare_what_they_would_have_sent() {
+    assert!(bodiless("HEAD", 200));
+    assert!(bodiless("GET", 204));
+    assert!(bodiless("GET", 304));
+    assert!(!bodiless("GET", 200));
+    // A streamed bodiless answer sends nothing and declares no framing.
+    assert_eq!(framing(None, true, false), ResponseFraming::Known(0));
+    assert_eq!(
+        head(204, &[], None, ResponseFraming::Known(0), false),
+        "HTTP/1.1 204 No Content\r\n\r\n"
+    );
+    // A HEAD answer of known length says the length of the GET answer.
+    assert_eq!(framing(Some(7), true, false), ResponseFraming::Known(7));
+    assert_eq!(
+        head(200, &[], Some(7), ResponseFraming::Known(7), false),
+        "HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n"
+    );
+}
+
+#[test]
+fn closing_and_splitting_headers() {
+    assert_eq!(
+        head(
+            429,
+            &[
+                ("Retry-After", "1"),
+                ("X-Bad", "a\r\nSet-Cookie: x"),
+                ("X:Y", "v")
+            ],
+            Some(0),
+            ResponseFraming::Known(0),
+            true
+        ),
+        "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+}
+
+#[test]
+fn chunk_size_lines() {
+    let mut buf = [0u8; CHUNK_SIZE_LINE];
+    assert_eq!(chunk_size_line(5, &mut buf), b"5\r\n");
+    assert_eq!(chunk_size_line(0x1f00, &mut buf), b"1f00\r\n");
+    assert_eq!(
+        chunk_size_line(usize::MAX, &mut buf).len(),
+        2 * size_of::<usize>() + 2
+    );
+}
+
+#[test]
+fn reason_phrases_come_from_the_standard_table() {
+    for (code, reason) in [
+        (200, "OK"),
+        (404, "Not Found"),
+        (413, "Payload Too Large"),
+        (414, "URI Too Long"),
+        (429, "Too Many Requests"),
+        (431, "Request Header Fields Too Large"),
+        (505, "HTTP Version Not Supported"),
+        (299, "Status"),
+        (42, "Status"),
+    ] {
+        assert_eq!(reason_phrase(code), reason, "{code}");
+    }
+}

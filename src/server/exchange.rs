@@ -1,0 +1,415 @@
+//! One request and its answer: [`Exchange`] (the head, the body reader with its
+//! body-failure record, the choice of response framing) and [`BodyWriter`] (the body, sent
+//! as it comes).
+
+use std::io::{self, Read};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use super::connection::{Conn, answer_and_close};
+use super::{ClientProbe, MAX_BODY, body_too_large};
+use crate::http1::response::{self, CHUNK_SIZE_LINE, ResponseFraming};
+use crate::http1::{BodyState, RequestHead};
+use crate::status::Status;
+
+/// Unread request body drained after an answer to keep the connection; more closes it.
+const MAX_DRAIN: u64 = 1024 * 1024;
+
+/// One request and the means to answer it.
+pub struct Exchange<'c> {
+    pub(super) conn: &'c mut Conn,
+    // Boxed: exchanges travel by value through results, and the head is the bulk of one.
+    pub(super) head: Box<RequestHead>,
+    pub(super) body: BodyState,
+    /// The connection may serve another request after this one (the client asked for it
+    /// and the hub is not shutting down).
+    pub(super) keep_alive: bool,
+    /// `Expect: 100-continue` with a body, not yet answered.
+    pub(super) continue_pending: bool,
+}
+
+/// How the body of a response is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Length {
+    /// Exactly this many bytes follow (`Content-Length`).
+    Known(u64),
+    /// Bytes follow as they come (chunked; close-delimited for HTTP/1.0 clients).
+    Streamed,
+}
+
+impl<'c> Exchange<'c> {
+    /// The request method.
+    pub fn method(&self) -> &str {
+        &self.head.method
+    }
+
+    /// The request target: path and query, as sent.
+    pub fn url(&self) -> &str {
+        &self.head.target
+    }
+
+    /// Request headers as (name, value).
+    pub fn headers(&self) -> &[(String, String)] {
+        &self.head.headers
+    }
+
+    /// The first header named `name`.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.head.header(name)
+    }
+
+    /// `Content-Length` of the request body, when the client sent one.
+    pub fn body_length(&self) -> Option<u64> {
+        match self.body {
+            BodyState::Length(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// True when reading the body failed because it went past [`MAX_BODY`] (answer with
+    /// [`body_too_large`]).
+    pub fn body_too_large(&self) -> bool {
+        self.conn
+            .body_failure
+            .as_ref()
+            .is_some_and(|s| s.code == 413)
+    }
+
+    /// When reading the body failed, the answer for it: the client's error, never the
+    /// cloud's — 400 for a body that is malformed or ends early, 408 for one that stalls past
+    /// the read timeout, 413 past [`MAX_BODY`]. The connection closes after it (the framing
+    /// is lost).
+    pub fn body_failure(&self) -> Option<Status> {
+        self.conn.body_failure.clone()
+    }
+
+    /// True when the request carries a body.
+    pub fn has_body(&self) -> bool {
+        self.body != BodyState::Done
+    }
+
+    /// The request body.
+    pub fn body(&mut self) -> &mut dyn Read {
+        self
+    }
+
+    /// The peer address.
+    pub fn remote(&self) -> SocketAddr {
+        self.conn.peer
+    }
+
+    /// Sends the status line and headers; the body follows through the returned writer.
+    /// `headers` must not contain framing headers (`Content-Length`, `Transfer-Encoding`,
+    /// `Connection`): this function writes those.
+    pub fn start<N: AsRef<str>, V: AsRef<str>>(
+        mut self,
+        status: u16,
+        headers: &[(N, V)],
+        length: Length,
+    ) -> io::Result<BodyWriter<'c>> {
+        self.finish_request_body();
+        // A body found broken only now (its handler never read it: an answer from the cache)
+        // is still the client's error: it gets that, not the answer meant for a good request.
+        if let Some(failure) = self.conn.body_failure.take_if(|f| f.code != status) {
+            log::debug!(
+                "answering {} rather than {status}: {}",
+                failure.code,
+                failure.message
+            );
+            let _ = answer_and_close(self.conn, &failure);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the request body was broken: {}", failure.message),
+            ));
+        }
+        let no_body = response::bodiless(&self.head.method, status);
+        let length = match length {
+            Length::Known(n) => Some(n),
+            Length::Streamed => None,
+        };
+        let framing = response::framing(length, no_body, self.head.minor_version == 0);
+        let mut head = Vec::with_capacity(256);
+        // Say so when the connection will not serve another request (an unread body, an
+        // unanswered Expect), so the client does not send one into a closing socket.
+        let close = !self.keep_alive || self.conn.broken;
+        response::write_head(&mut head, status, headers, length, framing, close);
+        let conn = self.conn;
+        conn.response_started = true;
+        // One write, and no waiting: a watch client needs the head before any event.
+        conn.send_all(&head)?;
+        Ok(BodyWriter {
+            conn,
+            framing: if no_body {
+                ResponseFraming::Known(0)
+            } else {
+                framing
+            },
+            discard: no_body,
+        })
+    }
+
+    /// Answers with a complete body.
+    pub fn send<N: AsRef<str>, V: AsRef<str>>(
+        self,
+        status: u16,
+        headers: &[(N, V)],
+        body: &[u8],
+    ) -> io::Result<()> {
+        let mut writer = self.start(status, headers, Length::Known(body.len() as u64))?;
+        writer.write(body)?;
+        writer.finish()
+    }
+
+    /// Answers with a Kubernetes `Status`.
+    pub fn send_status(self, status: &Status) -> io::Result<()> {
+        let retry = status.retry_after.map(|s| s.to_string());
+        let mut headers = vec![("Content-Type", "application/json")];
+        if let Some(retry) = retry.as_deref() {
+            headers.push(("Retry-After", retry));
+        }
+        self.send(status.code, &headers, &status.to_json())
+    }
+
+    /// Before answering: drain a small unread body so the connection can serve the next
+    /// request, or mark the connection for closing.
+    fn finish_request_body(&mut self) {
+        if self.body == BodyState::Done {
+            return;
+        }
+        // A body that failed is not read again: its framing is lost, and one that stalled
+        // would hold the answer another read timeout.
+        if matches!(self.body, BodyState::Length(n) if n > MAX_DRAIN)
+            || self.continue_pending
+            || self.conn.body_failure.is_some()
+        {
+            self.conn.broken = true;
+            return;
+        }
+        let mut sink = [0u8; 4096];
+        let mut drained = 0u64;
+        loop {
+            match read_body(self.conn, &mut self.body, &mut sink) {
+                Ok(0) => return,
+                Ok(n) => {
+                    drained += n as u64;
+                    if drained > MAX_DRAIN {
+                        self.conn.broken = true;
+                        return;
+                    }
+                }
+                Err(e) => {
+                    self.conn.broken = true;
+                    self.conn.body_failure = Some(body_error(&e));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Read for Exchange<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let (_, mut body) = self.parts();
+        body.read(out)
+    }
+}
+
+/// The request body, borrowed apart from the head so both can be used at once.
+pub struct RequestBody<'a> {
+    conn: &'a mut Conn,
+    state: &'a mut BodyState,
+    /// `Expect: 100-continue` not yet answered: cleared when it is.
+    continue_pending: Option<&'a mut bool>,
+}
+
+/// One read of a request body, within one read timeout however many reads of the socket
+/// it takes (a size line, then data).
+fn read_body(conn: &mut Conn, state: &mut BodyState, out: &mut [u8]) -> io::Result<usize> {
+    conn.deadline = Some(Instant::now() + conn.io_timeout);
+    let result = state.read(conn, out);
+    conn.deadline = None;
+    result
+}
+
+impl Read for RequestBody<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if let Some(status) = &self.conn.body_failure {
+            // Read again after it failed (a retry): the same failure, not a desynchronised
+            // read of the framing.
+            return Err(io::Error::other(status.message.clone()));
+        }
+        if let Some(pending) = self.continue_pending.take() {
+            *pending = false;
+            self.conn.send_all(response::CONTINUE)?;
+        }
+        let result = read_body(self.conn, self.state, out).and_then(|n| {
+            self.conn.body_read += n as u64;
+            // A declared length was checked at once; a chunked body is refused as soon as a
+            // chunk would take it past the limit.
+            let promised = match *self.state {
+                BodyState::Chunk(left) => left,
+                _ => 0,
+            };
+            if self.conn.body_read.saturating_add(promised) > MAX_BODY {
+                self.conn.body_failure = Some(body_too_large());
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the request body is larger than its limit",
+                ));
+            }
+            Ok(n)
+        });
+        if let Err(e) = &result {
+            self.conn.broken = true;
+            if self.conn.body_failure.is_none() {
+                self.conn.body_failure = Some(body_error(e));
+            }
+        }
+        result
+    }
+}
+
+/// The answer to a request whose body could not be read.
+fn body_error(e: &io::Error) -> Status {
+    match e.kind() {
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+            Status::request_timeout("the request body stalled: no bytes within the read timeout")
+        }
+        _ => Status::bad_request(format!("cannot read the request body: {e}")),
+    }
+}
+
+impl Exchange<'_> {
+    /// The head and the body reader together (forwarding needs both at once).
+    pub fn parts(&mut self) -> (&RequestHead, RequestBody<'_>) {
+        let pending = self.continue_pending;
+        let body = RequestBody {
+            conn: self.conn,
+            state: &mut self.body,
+            continue_pending: pending.then_some(&mut self.continue_pending),
+        };
+        (&self.head, body)
+    }
+}
+
+/// Writes a response body with the framing chosen in [`Exchange::start`]; every write goes
+/// out at once so watch events reach the client without delay.
+pub struct BodyWriter<'c> {
+    conn: &'c mut Conn,
+    framing: ResponseFraming,
+    /// HEAD and bodiless statuses: bytes are counted, not sent.
+    discard: bool,
+}
+
+/// Writes one chunk — size line, data, CRLF — in one vectored write where the socket takes
+/// it (no copy of the data into a frame buffer), within one write timeout.
+fn write_chunk(conn: &mut Conn, data: &[u8]) -> io::Result<()> {
+    let mut size = [0u8; CHUNK_SIZE_LINE];
+    let head = response::chunk_size_line(data.len(), &mut size);
+    conn.send(&mut [
+        io::IoSlice::new(head),
+        io::IoSlice::new(data),
+        io::IoSlice::new(b"\r\n"),
+    ])
+}
+
+impl BodyWriter<'_> {
+    /// Sends `data` now.
+    pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        if data.is_empty() || self.discard {
+            return Ok(());
+        }
+        let result = match &mut self.framing {
+            ResponseFraming::Known(remaining) => {
+                if data.len() as u64 > *remaining {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "body longer than its Content-Length",
+                    ));
+                }
+                *remaining -= data.len() as u64;
+                self.conn.send_all(data)
+            }
+            ResponseFraming::Close => self.conn.send_all(data),
+            ResponseFraming::Chunked => write_chunk(self.conn, data),
+        };
+        if result.is_err() {
+            self.conn.broken = true;
+        }
+        result
+    }
+
+    /// Ends the body cleanly (the terminal chunk for chunked framing).
+    pub fn finish(self) -> io::Result<()> {
+        let result = match self.framing {
+            ResponseFraming::Chunked => self.conn.send_all(response::LAST_CHUNK),
+            ResponseFraming::Known(0) => Ok(()),
+            ResponseFraming::Close => {
+                self.conn.broken = true;
+                Ok(())
+            }
+            ResponseFraming::Known(n) => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("body ended {n} bytes short of its Content-Length"),
+            )),
+        };
+        match &result {
+            Ok(()) => self.conn.response_complete = true,
+            Err(_) => self.conn.broken = true,
+        }
+        result
+    }
+
+    /// Ends the body so the client sees a failure rather than a short but valid answer: the
+    /// connection is closed without the end of the body.
+    pub fn abort(self) {
+        self.conn.broken = true;
+        let _ = self.conn.stream.shutdown();
+    }
+
+    /// A handle that tells from another thread whether the client is gone.
+    pub fn probe(&self) -> Option<ClientProbe> {
+        self.conn.stream.probe()
+    }
+
+    /// Waits up to `wait` and tells whether the client has closed its side of the
+    /// connection (a held watch stops at once when it has). Anything the client sends
+    /// meanwhile is read and dropped — a client does not send while it reads a stream — and
+    /// the connection is closed after this answer.
+    pub fn client_gone(&mut self, wait: Duration) -> bool {
+        if self.conn.pos < self.conn.len {
+            self.conn.pos = self.conn.len;
+            self.conn.broken = true;
+        }
+        let deadline = Instant::now() + wait;
+        let mut scratch = [0u8; 512];
+        let gone = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break false;
+            }
+            if self.conn.stream.set_read_timeout(Some(left)).is_err() {
+                break true;
+            }
+            match self.conn.stream.read(&mut scratch) {
+                Ok(0) => break true,
+                Ok(_) => self.conn.broken = true,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break false;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break true,
+            }
+        };
+        let _ = self
+            .conn
+            .stream
+            .set_read_timeout(Some(self.conn.io_timeout));
+        gone
+    }
+}

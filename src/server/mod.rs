@@ -1,0 +1,202 @@
+//! The client side: the only module that touches client sockets. One thread with a small
+//! stack per connection, a cap on connections and a cap on requests in flight
+//! (`--max-requests-in-flight`, 429 with `Retry-After`). At the connection cap the accept
+//! thread closes the connection that has waited longest for its request head — one that
+//! never sent a request before an idle keep-alive one — so clients that never finish their
+//! headers cannot lock others out; only when every connection is serving a request does a
+//! new one get 429. Threads stay bounded either way. Requests are framed by `http1`, and so
+//! are response heads (`http1::response`); this module only does the I/O: explicit framing
+//! (`Content-Length`, or chunks flushed one by one so watch events reach the client at once),
+//! deadlines, and closing a connection whose framing is lost.
+//!
+//! Files: `listen.rs` (bind, backlog, wake), `admission.rs` (caps, eviction, slots),
+//! `connection.rs` (one connection's loop and deadlines), `exchange.rs` (`Exchange`, the
+//! request body, `BodyWriter`), `stream.rs` (the `ClientStream` seam that lets `tests.rs`
+//! run whole exchanges in memory, and `ClientProbe`).
+//!
+//! Why not tiny_http, which the project started with: its connection pool spawns a thread per
+//! connection without bound, sets no timeouts (an idle or silent connection holds a thread
+//! forever), and its pool can leave a new connection waiting until another one closes (a
+//! lost wake-up in `TaskPool::spawn`); and it gives no way to close a connection whose
+//! answer broke off. BENCHMARKS.md has the flood measurements.
+
+mod admission;
+mod connection;
+mod exchange;
+mod listen;
+mod stream;
+
+use std::io::{self, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::http1::response::{self, ResponseFraming};
+use crate::metrics::{METRICS, Metrics};
+use crate::status::Status;
+
+pub use admission::Load;
+use admission::{BUSY, ConnectionSlot, Tracked, admit};
+use connection::serve_connection;
+pub use exchange::{BodyWriter, Exchange, Length, RequestBody};
+pub use listen::{Listener, bind, wake};
+pub use stream::ClientProbe;
+
+/// Time one read of a request body, or one write of a response, may take (the default of
+/// [`Limits::io_timeout`]). It bounds the whole operation, not each system call: a client
+/// that takes a few bytes now and then does not restart it.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
+/// Largest request body, the apiserver's own limit: a larger one is refused with 413 before
+/// it is read (a chunked one once it has grown past it).
+pub const MAX_BODY: u64 = 3 * 1024 * 1024;
+
+/// The answer to a request body larger than [`MAX_BODY`].
+pub fn body_too_large() -> Status {
+    Status::new(
+        413,
+        "RequestEntityTooLarge",
+        format!("the request body is larger than its limit of {MAX_BODY} bytes"),
+    )
+}
+
+/// The caps of one listener.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Open connections (one thread each); past it, 429 at accept.
+    pub max_connections: usize,
+    /// Requests being served; past it, 429.
+    pub max_in_flight: usize,
+    /// Stack of each connection thread.
+    pub stack_size: usize,
+    /// Time one read of a request body, or one write of an answer, may take.
+    pub io_timeout: Duration,
+}
+
+/// A request handler; it must answer through the [`Exchange`].
+pub type Handler = Arc<dyn Fn(Exchange<'_>) + Send + Sync>;
+
+/// Accepts connections until `shutdown` is set (then [`wake`] the listener).
+pub fn serve(
+    listener: Listener,
+    handler: Handler,
+    limits: Limits,
+    load: Arc<Load>,
+    shutdown: Arc<AtomicBool>,
+) {
+    let mut last_error_log: Option<Instant> = None;
+    while !shutdown.load(Ordering::Acquire) {
+        let (stream, peer) = match listener.socket.accept() {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors and the like: keep the listener, slow down.
+                if last_error_log.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    log::error!("accepting a connection on {} failed: {e}", listener.addr);
+                    last_error_log = Some(Instant::now());
+                }
+                thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        if shutdown.load(Ordering::Acquire) {
+            break;
+        }
+        if !admit(&load, limits.max_connections) {
+            refuse(stream, &too_busy(limits.max_connections, "connections"));
+            continue;
+        }
+        let handle = match stream.try_clone() {
+            Ok(handle) => handle,
+            Err(e) => {
+                load.connections.fetch_sub(1, Ordering::AcqRel);
+                log::error!("cannot track a connection: {e}");
+                refuse(
+                    stream,
+                    &Status::service_unavailable("the hub is out of resources"),
+                );
+                continue;
+            }
+        };
+        let tracked = Arc::new(Tracked {
+            stream: handle,
+            rank: AtomicU64::new(BUSY),
+        });
+        tracked.waiting(&load, false);
+        // The same connection with its stream type erased, as the list and the slot hold it.
+        let erased: Arc<Tracked> = tracked.clone();
+        load.open().push(Arc::clone(&erased));
+        // From here the slot is released however the connection ends.
+        let slot = ConnectionSlot {
+            load: Arc::clone(&load),
+            tracked: erased,
+        };
+        let (handler, shutdown) = (Arc::clone(&handler), Arc::clone(&shutdown));
+        let spawned = thread::Builder::new()
+            .name("conn".into())
+            .stack_size(limits.stack_size)
+            .spawn(move || {
+                let slot = slot;
+                let _ = stream.set_nodelay(true);
+                let tracked = (&*slot.load, &*slot.tracked);
+                serve_connection(Box::new(stream), peer, &handler, limits, tracked, &shutdown);
+            });
+        if let Err(e) = spawned {
+            // The closure, and with it the slot and the stream, is dropped: answer through
+            // the tracking handle.
+            log::error!("cannot start a connection thread: {e}");
+            if let Ok(stream) = tracked.stream.try_clone() {
+                refuse(
+                    stream,
+                    &Status::service_unavailable("the hub cannot start a thread right now"),
+                );
+            }
+        }
+    }
+}
+
+pub(super) fn too_busy(limit: usize, what: &str) -> Status {
+    Metrics::inc(&METRICS.rejected_requests);
+    Status::too_many_requests(
+        format!("the hub is serving its maximum of {limit} {what}; retry shortly"),
+        1,
+    )
+}
+
+/// Answers a connection the hub will not serve, without reading its request, and closes it.
+fn refuse(mut stream: TcpStream, status: &Status) {
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let _ = write_status_and_close(&mut stream, status);
+}
+
+/// Writes `status` as a whole answer that says `Connection: close`, then closes the socket.
+fn write_status_and_close(stream: &mut TcpStream, status: &Status) -> io::Result<()> {
+    stream.write_all(&closing_answer(status))?;
+    stream.shutdown(Shutdown::Both)
+}
+
+/// `status` as a whole answer, head and body, that says `Connection: close`.
+pub(super) fn closing_answer(status: &Status) -> Vec<u8> {
+    let body = status.to_json();
+    let retry = status.retry_after.map(|s| s.to_string());
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(retry) = retry.as_deref() {
+        headers.push(("Retry-After", retry));
+    }
+    let length = body.len() as u64;
+    let mut answer = Vec::with_capacity(256 + body.len());
+    let framing = ResponseFraming::Known(length);
+    response::write_head(
+        &mut answer,
+        status.code,
+        &headers,
+        Some(length),
+        framing,
+        true,
+    );
+    answer.extend_from_slice(&body);
+    answer
+}
+
+#[cfg(test)]
+mod tests;
