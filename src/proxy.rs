@@ -75,6 +75,15 @@ impl CacheStatus {
     }
 }
 
+/// True for a route whose offline answer stands in for a write (create, update, delete,
+/// token): one the cloud must get whenever it may be up.
+fn is_write(local: &Local) -> bool {
+    matches!(
+        local,
+        Local::Create | Local::Echo | Local::Token | Local::Update | Local::Forbidden
+    )
+}
+
 /// Why a forwarded request failed, by origin.
 enum Failure {
     /// The cloud could not be reached or broke off before the client got anything: the cache
@@ -164,7 +173,15 @@ impl Hub {
                 return (status.code, CacheStatus::Rejected);
             }
         };
-        if self.mode == WorkingMode::Edge && !self.upstream.backends().any_healthy() {
+        // A write still goes to a server healthy by its last probe, even one suspect since a
+        // request failed: a write is never answered here while the cloud may take it.
+        let backends = self.upstream.backends();
+        let online = if is_write(&route.local) {
+            backends.any_probed_healthy()
+        } else {
+            backends.any_healthy()
+        };
+        if self.mode == WorkingMode::Edge && !online {
             return (self.answer_locally(ex, req, &route), CacheStatus::Offline);
         }
         self.forward_and_relay(ex, Some(req), &route, Some(in_flight))
@@ -231,10 +248,7 @@ impl Hub {
         };
         // A write that may have reached the cloud must not be answered as if it had not: the
         // client would believe a create or delete that happened, or one that did not.
-        let write = matches!(
-            route.local,
-            Local::Create | Local::Echo | Local::Token | Local::Update | Local::Forbidden
-        );
+        let write = is_write(&route.local);
         let answerable = self.mode == WorkingMode::Edge
             && route.local != Local::Unavailable
             && (!write || error.never_sent());
@@ -303,6 +317,11 @@ impl Hub {
             identity: route.identity,
         };
         let sent = self.upstream.send(outgoing);
+        if let Err(UpstreamError::ClientTooSlow(detail)) = &sent {
+            ex.fail_body(Status::request_timeout(format!(
+                "the request body was not sent whole within the request's time: {detail}"
+            )));
+        }
         sent.map_err(|e| match (e, ex.body_failure()) {
             // Reading the client's body failed, not the cloud: never a cloud failure nor an
             // answer from the cache.

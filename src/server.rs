@@ -688,6 +688,14 @@ impl<'c> Exchange<'c> {
         self.conn.body_failure.clone()
     }
 
+    /// Records that the body cannot be read to its end in time (the request's own time ran
+    /// out while it trickled in): the answer is `status`, and the rest of the body is not
+    /// read — the connection closes after the answer.
+    pub fn fail_body(&mut self, status: Status) {
+        self.conn.broken = true;
+        self.conn.body_failure = Some(status);
+    }
+
     /// True when the request carries a body.
     pub fn has_body(&self) -> bool {
         self.body != BodyState::Done

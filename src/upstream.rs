@@ -182,17 +182,20 @@ impl Connector<()> for Recording {
     }
 }
 
-/// The client's body as ureq reads it, noting a failed read: ureq's error then is the
-/// client's, not the cloud's.
+/// The client's body as ureq reads it, noting a failed read and the body's end: ureq's
+/// error is the client's, not the cloud's, when a read failed, and when the request ran out
+/// of time before the body was all read (a client trickling it in).
 struct NotingBody<'r, 'b> {
     reader: &'r mut &'b mut dyn Read,
     failed: bool,
+    ended: bool,
 }
 
 impl Read for NotingBody<'_, '_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let result = self.reader.read(buf);
         self.failed |= matches!(&result, Err(e) if e.kind() != io::ErrorKind::Interrupted);
+        self.ended |= matches!(result, Ok(0)) && !buf.is_empty();
         result
     }
 }
@@ -228,6 +231,9 @@ pub enum UpstreamError {
     /// Reading the client's request body failed (malformed, stalled, too large): the
     /// client's error, not the cloud's. The cloud never got the request whole.
     ClientBody(String),
+    /// The request's time ran out while the client's body was still arriving: the client's
+    /// delay, not the cloud's. The cloud never got the request whole.
+    ClientTooSlow(String),
 }
 
 impl UpstreamError {
@@ -236,7 +242,9 @@ impl UpstreamError {
         match self {
             UpstreamError::NoHealthyBackend => true,
             UpstreamError::Transport { maybe_sent, .. } => !maybe_sent,
-            UpstreamError::Request(_) | UpstreamError::ClientBody(_) => true,
+            UpstreamError::Request(_)
+            | UpstreamError::ClientBody(_)
+            | UpstreamError::ClientTooSlow(_) => true,
         }
     }
 }
@@ -250,6 +258,10 @@ impl fmt::Display for UpstreamError {
             UpstreamError::ClientBody(detail) => {
                 write!(f, "reading the client's request body failed: {detail}")
             }
+            UpstreamError::ClientTooSlow(detail) => write!(
+                f,
+                "the client's request body did not arrive within the request's time: {detail}"
+            ),
         }
     }
 }
@@ -319,25 +331,29 @@ impl Upstream {
     /// when it is the only one and the failure came after connecting: a pooled connection
     /// the cloud closed looks like this too).
     ///
-    /// A backend that refused the connection, timed out, or failed this request twice, is
-    /// reported to its health checker ([`Backends::report_failure`]): requests stop going
-    /// there until a probe, made at once, has ruled.
+    /// A backend that could not be connected to (refused, or timed out connecting), or failed
+    /// this request twice, is reported to its health checker ([`Backends::report_failure`]):
+    /// reads stop going there until a probe, made at once, has ruled. Writes still go to a
+    /// suspect server: none is answered from the cache while the cloud may take it.
     pub fn send(&self, mut req: Outgoing<'_>) -> Result<Answer, UpstreamError> {
+        let write = !matches!(req.method, "GET" | "HEAD");
         let first = self
             .backends
-            .pick(None)
+            .pick(None, write)
             .ok_or(UpstreamError::NoHealthyBackend)?;
-        let retryable = req.body.is_none() && matches!(req.method, "GET" | "HEAD");
+        let retryable = req.body.is_none() && !write;
         match self.send_to(first, &mut req) {
             // Not the cloud's failure: no error counted, no retry.
-            Err(err @ UpstreamError::ClientBody(_)) => Err(err),
+            Err(err @ (UpstreamError::ClientBody(_) | UpstreamError::ClientTooSlow(_))) => {
+                Err(err)
+            }
             Err(err @ UpstreamError::Transport { .. }) => {
                 Metrics::inc(&METRICS.upstream_errors);
-                // A connection that could not be made, or an answer that did not come in
-                // time, says the server may be down; a pooled connection that broke (the
-                // cloud closed it while idle) does not, until it happens twice.
-                let down = err.never_sent()
-                    || matches!(err, UpstreamError::Transport { timeout: true, .. });
+                // A connection that could not be made says the server may be down. An answer
+                // slow to come does not (a live apiserver may take long over a big list: the
+                // periodic probe judges), nor does a pooled connection that broke (the cloud
+                // closed it while idle), until it happens twice.
+                let down = err.never_sent();
                 if down {
                     self.backends.report_failure(first);
                 }
@@ -345,7 +361,7 @@ impl Upstream {
                     return Err(err);
                 }
                 // The same server again only for a broken pooled connection.
-                let second = match self.backends.pick(Some(first)) {
+                let second = match self.backends.pick(Some(first), false) {
                     Some(other) => other,
                     None if !down => first,
                     None => return Err(err),
@@ -429,6 +445,7 @@ impl Upstream {
                 let mut reader = NotingBody {
                     reader: &mut body.reader,
                     failed: false,
+                    ended: false,
                 };
                 let request = builder
                     .body(SendBody::from_reader(&mut reader))
@@ -440,7 +457,19 @@ impl Upstream {
                         result.err().map(|e| e.to_string()).unwrap_or_default(),
                     ));
                 }
-                result
+                // The request's time ran out before the client had sent its whole body.
+                let whole_request = matches!(
+                    result,
+                    Err(ureq::Error::Timeout(
+                        ureq::Timeout::Global | ureq::Timeout::PerCall | ureq::Timeout::SendBody
+                    ))
+                );
+                match result {
+                    Err(ureq::Error::Timeout(t)) if whole_request && !reader.ended => {
+                        return Err(UpstreamError::ClientTooSlow(t.to_string()));
+                    }
+                    result => result,
+                }
             }
             None => {
                 let request = builder.body(()).map_err(request_error)?;
