@@ -358,6 +358,17 @@ impl BodyState {
 
     /// Reads body bytes from `input` into `out`; 0 at the end of the body.
     pub fn read(&mut self, input: &mut dyn BufRead, out: &mut [u8]) -> io::Result<usize> {
+        self.read_limited(input, out, u64::MAX)
+    }
+
+    /// [`BodyState::read`], refusing a chunk that announces more than `limit` bytes as soon
+    /// as its size line is read ([`io::ErrorKind::FileTooLarge`]), not once its data came.
+    pub fn read_limited(
+        &mut self,
+        input: &mut dyn BufRead,
+        out: &mut [u8],
+        limit: u64,
+    ) -> io::Result<usize> {
         loop {
             match *self {
                 BodyState::Done => return Ok(0),
@@ -377,6 +388,12 @@ impl BodyState {
                         skip_trailers(input)?;
                         *self = BodyState::Done;
                         return Ok(0);
+                    }
+                    if size > limit {
+                        return Err(io::Error::new(
+                            io::ErrorKind::FileTooLarge,
+                            "a chunk is larger than the body's limit",
+                        ));
                     }
                     *self = BodyState::Chunk(size);
                 }
@@ -682,6 +699,22 @@ mod tests {
         }
         let mut state = BodyState::new(Framing::Length(10));
         assert!(read_body(&mut state, &mut &b"short"[..], 1 << 20).is_err());
+    }
+
+    #[test]
+    fn a_chunk_past_the_limit_is_refused_at_its_size_line() {
+        // 17 bytes announced, none sent yet: refused without waiting for them.
+        let mut input: &[u8] = b"11\r\n";
+        let mut state = BodyState::new(Framing::Chunked);
+        let e = state
+            .read_limited(&mut input, &mut [0u8; 64], 16)
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::FileTooLarge);
+        let mut input: &[u8] = b"10\r\n0123456789abcdef\r\n0\r\n\r\n";
+        let mut state = BodyState::new(Framing::Chunked);
+        let mut out = [0u8; 64];
+        assert_eq!(state.read_limited(&mut input, &mut out, 16).unwrap(), 16);
+        assert_eq!(state.read_limited(&mut input, &mut out, 0).unwrap(), 0);
     }
 
     #[test]

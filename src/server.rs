@@ -392,7 +392,13 @@ struct Conn {
     io_timeout: Duration,
     /// The socket's send timeout as last set (`None`: not set yet).
     send_timeout: Option<Duration>,
+    /// The socket's read timeout as last set by [`Conn::arm_read`] (`None`: unknown).
+    read_timeout: Option<Duration>,
 }
+
+/// A read timeout this close to what is left of a deadline is kept, not set again: each
+/// body read arms a fresh deadline of one read timeout, microseconds after the last.
+const REARM_SLACK: Duration = Duration::from_millis(1);
 
 impl Conn {
     /// Gives the next read of the socket what is left until the deadline, if one is set: a
@@ -407,7 +413,13 @@ impl Conn {
                     "the client sent nothing in time",
                 ));
             }
-            self.stream.set_read_timeout(Some(left))?;
+            if self
+                .read_timeout
+                .is_none_or(|t| t.abs_diff(left) > REARM_SLACK)
+            {
+                self.stream.set_read_timeout(Some(left))?;
+                self.read_timeout = Some(left);
+            }
         }
         Ok(())
     }
@@ -520,6 +532,7 @@ fn serve_connection(
         deadline: None,
         io_timeout: limits.io_timeout,
         send_timeout: None,
+        read_timeout: None,
     };
     let mut first = true;
     loop {
@@ -534,6 +547,7 @@ fn serve_connection(
         };
         first = false;
         let _ = conn.stream.set_read_timeout(Some(wait));
+        conn.read_timeout = None;
         match conn.fill_buf() {
             Ok([]) | Err(_) => return,
             Ok(_) => {}
@@ -827,7 +841,7 @@ impl<'c> Exchange<'c> {
         let mut sink = [0u8; 4096];
         let mut drained = 0u64;
         loop {
-            match read_body(self.conn, &mut self.body, &mut sink) {
+            match read_body(self.conn, &mut self.body, &mut sink, u64::MAX) {
                 Ok(0) => return,
                 Ok(n) => {
                     drained += n as u64;
@@ -862,10 +876,16 @@ pub struct RequestBody<'a> {
 }
 
 /// One read of a request body, within one read timeout however many reads of the socket
-/// it takes (a size line, then data).
-fn read_body(conn: &mut Conn, state: &mut BodyState, out: &mut [u8]) -> io::Result<usize> {
+/// it takes (a size line, then data); a chunk announcing more than `limit` bytes is refused
+/// at its size line.
+fn read_body(
+    conn: &mut Conn,
+    state: &mut BodyState,
+    out: &mut [u8],
+    limit: u64,
+) -> io::Result<usize> {
     conn.deadline = Some(Instant::now() + conn.io_timeout);
-    let result = state.read(conn, out);
+    let result = state.read_limited(conn, out, limit);
     conn.deadline = None;
     result
 }
@@ -881,7 +901,8 @@ impl Read for RequestBody<'_> {
             *pending = false;
             self.conn.send_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
         }
-        let result = read_body(self.conn, self.state, out).and_then(|n| {
+        let limit = MAX_BODY.saturating_sub(self.conn.body_read);
+        let result = read_body(self.conn, self.state, out, limit).and_then(|n| {
             self.conn.body_read += n as u64;
             // A declared length was checked at once; a chunked body is refused as soon as a
             // chunk would take it past the limit.
@@ -914,6 +935,7 @@ fn body_error(e: &io::Error) -> Status {
         io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
             Status::request_timeout("the request body stalled: no bytes within the read timeout")
         }
+        io::ErrorKind::FileTooLarge => body_too_large(),
         _ => Status::bad_request(format!("cannot read the request body: {e}")),
     }
 }
@@ -1035,6 +1057,7 @@ impl BodyWriter<'_> {
         }
         let deadline = Instant::now() + wait;
         let mut scratch = [0u8; 512];
+        self.conn.read_timeout = None;
         let gone = loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -1159,6 +1182,46 @@ mod tests {
             .set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();
         matches!(client.read(&mut [0u8; 1]), Ok(0))
+    }
+
+    #[test]
+    fn body_reads_one_after_another_keep_the_read_timeout_already_set() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (server, mut client) = pair(&listener);
+        let io_timeout = Duration::from_secs(60);
+        let mut conn = Conn {
+            stream: server,
+            buf: vec![0u8; 64].into_boxed_slice(),
+            pos: 0,
+            len: 0,
+            peer: client.local_addr().unwrap(),
+            response_complete: false,
+            response_started: false,
+            broken: false,
+            body_read: 0,
+            body_failure: None,
+            deadline: None,
+            io_timeout,
+            send_timeout: None,
+            read_timeout: None,
+        };
+        client.write_all(b"5\r\nhello\r\n").unwrap();
+        let mut state = BodyState::Chunk(0);
+        let mut out = [0u8; 5];
+        assert_eq!(read_body(&mut conn, &mut state, &mut out, MAX_BODY).unwrap(), 5);
+        // Seen through another handle of the socket: a timeout no body read would set.
+        let marker = Duration::from_secs(7);
+        conn.stream
+            .try_clone()
+            .unwrap()
+            .set_read_timeout(Some(marker))
+            .unwrap();
+        // The next read's deadline is one read timeout away again: the socket keeps its
+        // timeout (no system call to set it again).
+        client.write_all(b"5\r\nworld\r\n0\r\n\r\n").unwrap();
+        assert_eq!(read_body(&mut conn, &mut state, &mut out, MAX_BODY).unwrap(), 5);
+        assert_eq!(&out, b"world");
+        assert_eq!(conn.stream.read_timeout().unwrap(), Some(marker));
     }
 
     #[test]
