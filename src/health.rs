@@ -184,9 +184,7 @@ impl Backends {
         let before = backend.healthy.swap(healthy, Ordering::AcqRel);
         let was_usable = before && !was_suspect;
         // One checker per backend rules, in order: `settled` only grows.
-        backend
-            .settled
-            .fetch_max(reports_before, Ordering::AcqRel);
+        backend.settled.fetch_max(reports_before, Ordering::AcqRel);
         let settled = !backend.suspect();
         if healthy && settled && !was_usable {
             self.recoveries.fetch_add(1, Ordering::AcqRel);
@@ -504,7 +502,11 @@ mod tests {
         assert_eq!(b.pick(Some(0), true), Some(1));
         b.set_healthy(0, false);
         b.set_healthy(1, false);
-        assert_eq!(b.pick(None, true), None, "a server found dead takes nothing");
+        assert_eq!(
+            b.pick(None, true),
+            None,
+            "a server found dead takes nothing"
+        );
         assert!(!b.any_probed_healthy());
     }
 

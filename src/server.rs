@@ -1208,7 +1208,10 @@ mod tests {
         client.write_all(b"5\r\nhello\r\n").unwrap();
         let mut state = BodyState::Chunk(0);
         let mut out = [0u8; 5];
-        assert_eq!(read_body(&mut conn, &mut state, &mut out, MAX_BODY).unwrap(), 5);
+        assert_eq!(
+            read_body(&mut conn, &mut state, &mut out, MAX_BODY).unwrap(),
+            5
+        );
         // Seen through another handle of the socket: a timeout no body read would set.
         let marker = Duration::from_secs(7);
         conn.stream
@@ -1219,7 +1222,10 @@ mod tests {
         // The next read's deadline is one read timeout away again: the socket keeps its
         // timeout (no system call to set it again).
         client.write_all(b"5\r\nworld\r\n0\r\n\r\n").unwrap();
-        assert_eq!(read_body(&mut conn, &mut state, &mut out, MAX_BODY).unwrap(), 5);
+        assert_eq!(
+            read_body(&mut conn, &mut state, &mut out, MAX_BODY).unwrap(),
+            5
+        );
         assert_eq!(&out, b"world");
         assert_eq!(conn.stream.read_timeout().unwrap(), Some(marker));
     }

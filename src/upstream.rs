@@ -344,9 +344,7 @@ impl Upstream {
         let retryable = req.body.is_none() && !write;
         match self.send_to(first, &mut req) {
             // Not the cloud's failure: no error counted, no retry.
-            Err(err @ (UpstreamError::ClientBody(_) | UpstreamError::ClientTooSlow(_))) => {
-                Err(err)
-            }
+            Err(err @ (UpstreamError::ClientBody(_) | UpstreamError::ClientTooSlow(_))) => Err(err),
             Err(err @ UpstreamError::Transport { .. }) => {
                 Metrics::inc(&METRICS.upstream_errors);
                 // A connection that could not be made says the server may be down. An answer
