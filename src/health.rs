@@ -4,8 +4,8 @@
 //!
 //! A probe every 10 s leaves the flag stale for up to that long after a server dies. So a
 //! forwarded request that fails in transport reports it ([`Backends::report_failure`]): the
-//! server becomes *suspect* — requests no longer pick it and the hub counts as offline
-//! without it — and its checker is woken to probe at once instead of at its next tick. The
+//! server becomes *suspect* — reads no longer pick it and count the hub offline without
+//! it — and its checker is woken to probe at once instead of at its next tick. The
 //! woken round applies the same retry rule, back to back, so the flag settles within
 //! `(failed_retry + 1) × --heartbeat-timeout-seconds` (milliseconds when the connection is
 //! refused); its result clears the suspicion either way — unless a failure was reported while

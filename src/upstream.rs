@@ -188,14 +188,20 @@ impl Connector<()> for Recording {
 struct NotingBody<'r, 'b> {
     reader: &'r mut &'b mut dyn Read,
     failed: bool,
+    /// The end was read (a chunked body), or `length` bytes were (ureq reads no further).
     ended: bool,
+    length: Option<u64>,
+    sent: u64,
 }
 
 impl Read for NotingBody<'_, '_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let result = self.reader.read(buf);
         self.failed |= matches!(&result, Err(e) if e.kind() != io::ErrorKind::Interrupted);
-        self.ended |= matches!(result, Ok(0)) && !buf.is_empty();
+        if let Ok(n) = result {
+            self.sent += n as u64;
+            self.ended |= (n == 0 && !buf.is_empty()) || self.length == Some(self.sent);
+        }
         result
     }
 }
@@ -443,7 +449,9 @@ impl Upstream {
                 let mut reader = NotingBody {
                     reader: &mut body.reader,
                     failed: false,
-                    ended: false,
+                    ended: body.length == Some(0),
+                    length: body.length,
+                    sent: 0,
                 };
                 let request = builder
                     .body(SendBody::from_reader(&mut reader))
@@ -749,6 +757,39 @@ mod tests {
             None,
             "names go to the resolver"
         );
+    }
+
+    #[test]
+    fn a_body_read_whole_is_ended_with_or_without_a_last_empty_read() {
+        let mut buf = [0u8; 8];
+        // A declared length: ureq stops reading once it has that many bytes.
+        let mut source: &[u8] = b"hello";
+        let mut reader: &mut dyn Read = &mut source;
+        let mut body = NotingBody {
+            reader: &mut reader,
+            failed: false,
+            ended: false,
+            length: Some(5),
+            sent: 0,
+        };
+        assert_eq!(body.read(&mut buf[..3]).unwrap(), 3);
+        assert!(!body.ended, "2 bytes still to come");
+        assert_eq!(body.read(&mut buf).unwrap(), 2);
+        assert!(body.ended);
+        // Chunked: the end is the empty read.
+        let mut source: &[u8] = b"hello";
+        let mut reader: &mut dyn Read = &mut source;
+        let mut body = NotingBody {
+            reader: &mut reader,
+            failed: false,
+            ended: false,
+            length: None,
+            sent: 0,
+        };
+        assert_eq!(body.read(&mut buf).unwrap(), 5);
+        assert!(!body.ended);
+        assert_eq!(body.read(&mut buf).unwrap(), 0);
+        assert!(body.ended && !body.failed);
     }
 
     #[test]
