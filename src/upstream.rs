@@ -358,6 +358,7 @@ impl Upstream {
                 // periodic probe judges), nor does a pooled connection that broke (the cloud
                 // closed it while idle), until it happens twice.
                 let down = err.never_sent();
+                let slow = matches!(err, UpstreamError::Transport { timeout: true, .. });
                 if down {
                     self.backends.report_failure(first);
                 }
@@ -367,14 +368,16 @@ impl Upstream {
                 // The same server again only for a broken pooled connection.
                 let second = match self.backends.pick(Some(first), false) {
                     Some(other) => other,
-                    None if !down => first,
+                    None if !down && !slow => first,
                     None => return Err(err),
                 };
                 log::info!("retrying on another cloud server after: {err}");
                 Metrics::inc(&METRICS.upstream_retries);
                 self.send_to(second, &mut req).inspect_err(|err| {
                     Metrics::inc(&METRICS.upstream_errors);
-                    if matches!(err, UpstreamError::Transport { .. }) {
+                    let slow = matches!(err, UpstreamError::Transport { timeout: true, .. });
+                    if matches!(err, UpstreamError::Transport { .. }) && (err.never_sent() || !slow)
+                    {
                         self.backends.report_failure(second);
                     }
                 })

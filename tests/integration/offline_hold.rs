@@ -327,3 +327,32 @@ fn a_write_goes_to_a_suspect_server_not_to_the_cache() {
         hub.logs()
     );
 }
+
+#[test]
+fn an_answer_slower_than_the_request_time_does_not_make_the_server_suspect() {
+    let cloud = Cloud::start();
+    let dir = TempDir::new("slow-answer");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(&[
+        "--heartbeat-interval-seconds=60",
+        "--heartbeat-timeout-seconds=30",
+    ]));
+    // A live cloud slow over one request: `timeout=1s` gives it 16 s, it takes 20.
+    cloud.set_delay(Duration::from_secs(20));
+    let slow = get(
+        &format!(
+            "{}/api/v1/namespaces/default/configmaps?timeout=1s",
+            hub.url()
+        ),
+        "curl/8",
+    );
+    cloud.set_delay(Duration::ZERO);
+    assert!(slow.status >= 500, "{}", slow.text());
+    // Connected, then slow: left to the periodic probe, not a failure to probe at once.
+    assert_eq!(
+        hub.log_lines(|l| l.contains("probing it now")),
+        0,
+        "{}",
+        hub.logs()
+    );
+    assert_eq!(hub.metric("tinyhub_upstream_retries_total"), Some(0.0));
+}
