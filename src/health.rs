@@ -4,11 +4,15 @@
 //!
 //! A probe every 10 s leaves the flag stale for up to that long after a server dies. So a
 //! forwarded request that fails in transport reports it ([`Backends::report_failure`]): the
-//! server becomes *suspect* — requests no longer pick it and the hub counts as offline
-//! without it — and its checker is woken to probe at once instead of at its next tick. The
+//! server becomes *suspect* — reads no longer pick it and count the hub offline without
+//! it — and its checker is woken to probe at once instead of at its next tick. The
 //! woken round applies the same retry rule, back to back, so the flag settles within
 //! `(failed_retry + 1) × --heartbeat-timeout-seconds` (milliseconds when the connection is
-//! refused); its result clears the suspicion either way. A burst of failures wakes one round.
+//! refused); its result clears the suspicion either way — unless a failure was reported while
+//! the round was under way: then its success may predate that failure, and the next round,
+//! started at once, rules. A burst of failures wakes one round. Writes still go to a suspect
+//! server ([`Backends::pick`]): a write must not be answered from the cache while a server
+//! that may be up could take it.
 //!
 //! [`Backends::recoveries`] counts the times a server became usable again (unhealthy or
 //! suspect before, healthy and trusted after): a held offline watch ends when it moves, never
@@ -33,8 +37,12 @@ pub struct Backend {
     /// `https://host:port`.
     pub base: String,
     healthy: AtomicBool,
-    /// A forwarded request failed in transport and the woken probe has not ruled yet.
-    suspect: AtomicBool,
+    /// Failures reported by forwarded requests, ever.
+    reports: AtomicU64,
+    /// `reports` as read before the last probe round that ruled: when they differ, a request
+    /// failed in transport since, and the server is *suspect* until a round started after
+    /// that failure rules.
+    settled: AtomicU64,
     /// Wakes this backend's checker; one slot, so a burst of failures is one probe round.
     wake: (Sender<()>, Receiver<()>),
 }
@@ -42,7 +50,12 @@ pub struct Backend {
 impl Backend {
     /// Healthy by its last probe and no request has failed on it since.
     fn usable(&self) -> bool {
-        self.healthy.load(Ordering::Acquire) && !self.suspect.load(Ordering::Acquire)
+        self.healthy.load(Ordering::Acquire) && !self.suspect()
+    }
+
+    /// A request failed in transport since the last probe round that ruled began.
+    fn suspect(&self) -> bool {
+        self.reports.load(Ordering::Acquire) != self.settled.load(Ordering::Acquire)
     }
 }
 
@@ -64,7 +77,8 @@ impl Backends {
                 .map(|base| Backend {
                     base,
                     healthy: AtomicBool::new(true),
-                    suspect: AtomicBool::new(false),
+                    reports: AtomicU64::new(0),
+                    settled: AtomicU64::new(0),
                     wake: crossbeam_channel::bounded(1),
                 })
                 .collect(),
@@ -89,10 +103,19 @@ impl Backends {
         self.list.is_empty()
     }
 
-    /// Picks a usable backend other than `exclude`, by the load-balancing mode.
-    pub fn pick(&self, exclude: Option<usize>) -> Option<usize> {
+    /// Picks a usable backend other than `exclude`, by the load-balancing mode; with
+    /// `allow_suspect` (writes), one healthy by its last probe will do.
+    pub fn pick(&self, exclude: Option<usize>, allow_suspect: bool) -> Option<usize> {
         let n = self.list.len();
-        let usable = |i: usize| Some(i) != exclude && self.list[i].usable();
+        let usable = |i: usize| {
+            let b = &self.list[i];
+            Some(i) != exclude
+                && if allow_suspect {
+                    b.healthy.load(Ordering::Acquire)
+                } else {
+                    b.usable()
+                }
+        };
         match self.lb {
             LbMode::Priority => (0..n).find(|&i| usable(i)),
             LbMode::RoundRobin => {
@@ -105,6 +128,12 @@ impl Backends {
     /// True when at least one backend is usable: the hub is online.
     pub fn any_healthy(&self) -> bool {
         self.list.iter().any(Backend::usable)
+    }
+
+    /// True when at least one backend is healthy by its last probe, suspect or not: a write
+    /// is still sent there.
+    pub fn any_probed_healthy(&self) -> bool {
+        self.list.iter().any(|b| b.healthy.load(Ordering::Acquire))
     }
 
     /// Whether backend `index` is healthy by its last probe.
@@ -122,8 +151,12 @@ impl Backends {
     /// its checker probe it now. Only the first report before the probe rules wakes it.
     pub fn report_failure(&self, index: usize) {
         let backend = &self.list[index];
-        if !backend.healthy.load(Ordering::Acquire) || backend.suspect.swap(true, Ordering::AcqRel)
-        {
+        if !backend.healthy.load(Ordering::Acquire) {
+            return;
+        }
+        let settled = backend.settled.load(Ordering::Acquire);
+        // Counted even when already suspect: a round under way must not clear this failure.
+        if backend.reports.fetch_add(1, Ordering::AcqRel) != settled {
             return;
         }
         log::info!(
@@ -136,15 +169,27 @@ impl Backends {
 
     /// Records a probe's verdict, logging a change; it settles any suspicion either way.
     pub fn set_healthy(&self, index: usize, healthy: bool) {
+        let reports = self.list[index].reports.load(Ordering::Acquire);
+        self.rule(index, healthy, reports);
+    }
+
+    /// Records the verdict of a probe round that began when the failure count
+    /// ([`Backends::reports`]) was `reports_before`. It settles the suspicions raised before
+    /// then; a failure reported during the round keeps the server suspect (the round's success
+    /// may predate it). False when such a failure is left for the next round to rule.
+    pub fn rule(&self, index: usize, healthy: bool, reports_before: u64) -> bool {
         let backend = &self.list[index];
+        let was_suspect = backend.suspect();
         // The flag first, then the suspicion: a backend found dead is never usable between.
         let before = backend.healthy.swap(healthy, Ordering::AcqRel);
-        let was_suspect = backend.suspect.swap(false, Ordering::AcqRel);
         let was_usable = before && !was_suspect;
-        if healthy && !was_usable {
+        // One checker per backend rules, in order: `settled` only grows.
+        backend.settled.fetch_max(reports_before, Ordering::AcqRel);
+        let settled = !backend.suspect();
+        if healthy && settled && !was_usable {
             self.recoveries.fetch_add(1, Ordering::AcqRel);
         }
-        if healthy && before && was_suspect {
+        if healthy && before && was_suspect && settled {
             log::info!(
                 "cloud server answered its probe after a failed request: still healthy server=\"{}\"",
                 backend.base
@@ -169,6 +214,13 @@ impl Backends {
                 log::info!("a cloud server is reachable again: forwarding");
             }
         }
+        !healthy || settled
+    }
+
+    /// How many request failures backend `index` has had reported: read before a probe round,
+    /// handed to [`Backends::rule`] with its verdict.
+    pub fn reports(&self, index: usize) -> u64 {
+        self.list[index].reports.load(Ordering::Acquire)
     }
 
     /// (base, healthy by the last probe) of every backend, for metrics.
@@ -249,7 +301,8 @@ fn check_loop(
             recv(wake) -> _ => {}
             default(hb.interval) => {}
         }
-        if backends.is_healthy(index) {
+        let reports = backends.reports(index);
+        let ruled = if backends.is_healthy(index) {
             // A healthy server gets `failed_retry` more tries before it is declared unhealthy.
             // They follow each other at once, also after a wake: a request has just failed,
             // and requests answer locally until this round rules.
@@ -268,21 +321,28 @@ fn check_loop(
                 );
                 successes = 0;
             }
-            backends.set_healthy(index, ok);
+            backends.rule(index, ok, reports)
         } else {
             match probe.probe(&base, hb.timeout) {
                 Ok(()) => {
                     successes += 1;
                     if successes >= hb.healthy_threshold {
                         successes = 0;
-                        backends.set_healthy(index, true);
+                        backends.rule(index, true, reports)
+                    } else {
+                        true
                     }
                 }
                 Err(e) => {
                     log::debug!("cloud server still unhealthy server=\"{base}\" err=\"{e}\"");
                     successes = 0;
+                    true
                 }
             }
+        };
+        if !ruled {
+            // A request failed while this round was under way: the next round rules, now.
+            let _ = backends.get(index).wake.0.try_send(());
         }
     }
 }
@@ -299,10 +359,10 @@ mod tests {
     #[test]
     fn round_robin_skips_unhealthy() {
         let b = backends(3, LbMode::RoundRobin);
-        let picks: Vec<_> = (0..6).map(|_| b.pick(None).unwrap()).collect();
+        let picks: Vec<_> = (0..6).map(|_| b.pick(None, false).unwrap()).collect();
         assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
         b.set_healthy(1, false);
-        let picks: Vec<_> = (0..4).map(|_| b.pick(None).unwrap()).collect();
+        let picks: Vec<_> = (0..4).map(|_| b.pick(None, false).unwrap()).collect();
         assert!(!picks.contains(&1), "{picks:?}");
         assert!(picks.contains(&0) && picks.contains(&2));
     }
@@ -310,14 +370,14 @@ mod tests {
     #[test]
     fn priority_takes_the_first_healthy() {
         let b = backends(3, LbMode::Priority);
-        assert_eq!(b.pick(None), Some(0));
-        assert_eq!(b.pick(None), Some(0));
-        assert_eq!(b.pick(Some(0)), Some(1));
+        assert_eq!(b.pick(None, false), Some(0));
+        assert_eq!(b.pick(None, false), Some(0));
+        assert_eq!(b.pick(Some(0), false), Some(1));
         b.set_healthy(0, false);
-        assert_eq!(b.pick(None), Some(1));
+        assert_eq!(b.pick(None, false), Some(1));
         b.set_healthy(1, false);
         b.set_healthy(2, false);
-        assert_eq!(b.pick(None), None);
+        assert_eq!(b.pick(None, false), None);
         assert!(!b.any_healthy());
     }
 
@@ -334,7 +394,7 @@ mod tests {
         // A failed request makes it unusable at once, with no probe yet; a probe that finds
         // it healthy makes it usable again, which is a return too.
         b.report_failure(0);
-        assert!(b.is_healthy(0) && !b.any_healthy() && b.pick(None).is_none());
+        assert!(b.is_healthy(0) && !b.any_healthy() && b.pick(None, false).is_none());
         b.set_healthy(0, true);
         assert!(b.any_healthy());
         assert_eq!(b.recoveries(), 2);
@@ -424,8 +484,88 @@ mod tests {
     fn a_woken_probe_that_finds_the_server_up_trusts_it_again() {
         let (b, calls) = woken(true, 5, Backends::any_healthy);
         assert!(b.is_healthy(0));
-        assert_eq!(calls, 1);
+        // A second round when a report came after the first round began (a loaded machine).
+        assert!((1..=2).contains(&calls), "{calls} probes");
         assert_eq!(b.recoveries(), 1, "held watches end: the cloud is back");
+    }
+
+    #[test]
+    fn writes_may_go_to_a_suspect_server_reads_may_not() {
+        let b = backends(2, LbMode::Priority);
+        b.report_failure(0);
+        assert_eq!(b.pick(None, false), Some(1));
+        b.report_failure(1);
+        assert_eq!(b.pick(None, false), None);
+        assert!(!b.any_healthy());
+        assert!(b.any_probed_healthy(), "healthy by the last probe");
+        assert_eq!(b.pick(None, true), Some(0));
+        assert_eq!(b.pick(Some(0), true), Some(1));
+        b.set_healthy(0, false);
+        b.set_healthy(1, false);
+        assert_eq!(
+            b.pick(None, true),
+            None,
+            "a server found dead takes nothing"
+        );
+        assert!(!b.any_probed_healthy());
+    }
+
+    /// A probe that succeeds; during its first call a request fails on the server, as if
+    /// the failure came while the probe's answer was on its way.
+    struct FailureDuringProbe {
+        backends: Arc<Backends>,
+        /// (usable, recoveries) as each call began.
+        seen: Mutex<Vec<(bool, u64)>>,
+    }
+
+    impl Probe for FailureDuringProbe {
+        fn probe(&self, _: &str, _: Duration) -> Result<(), String> {
+            let b = &self.backends;
+            let mut seen = self.seen.lock().unwrap();
+            seen.push((b.any_healthy(), b.recoveries()));
+            if seen.len() == 1 {
+                b.report_failure(0);
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_round_that_began_before_a_failure_does_not_clear_it() {
+        let hb = Heartbeat {
+            interval: Duration::from_secs(3600),
+            timeout: Duration::from_millis(1),
+            failed_retry: 3,
+            healthy_threshold: 1,
+        };
+        let b = Arc::new(backends(1, LbMode::RoundRobin));
+        let probe = Arc::new(FailureDuringProbe {
+            backends: Arc::clone(&b),
+            seen: Mutex::new(Vec::new()),
+        });
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let handles = spawn_checkers(Arc::clone(&b), probe.clone(), hb, stop_rx);
+        b.report_failure(0);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !(b.any_healthy() && probe.seen.lock().unwrap().len() >= 2) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no second round ruled: {:?}",
+                probe.seen.lock().unwrap()
+            );
+            thread::sleep(Duration::from_millis(1));
+        }
+        thread::sleep(Duration::from_millis(50));
+        drop(stop_tx);
+        for h in handles {
+            h.join().unwrap();
+        }
+        let seen = probe.seen.lock().unwrap();
+        // The second round began with the server still suspect and nothing recovered; it
+        // found the server up: one recovery, and no third round.
+        assert_eq!(*seen, [(false, 0), (false, 0)]);
+        assert!(b.any_healthy());
+        assert_eq!(b.recoveries(), 1);
     }
 
     /// A probe whose answers the test scripts; it records the backend's health at each call.

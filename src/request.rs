@@ -495,8 +495,8 @@ fn resource_verb(method: Method, r: &ResourcePath, query: &Query) -> Verb {
 
 /// Splits and validates the path.
 fn parse_path(raw_path: &str) -> Result<Target, RequestError> {
-    let decoded = percent_decode(raw_path)
-        .ok_or_else(|| RequestError(format!("path {raw_path:?} has a bad percent-escape")))?;
+    let decoded = unescape(raw_path, false)
+        .map_err(|_| RequestError(format!("path {raw_path:?} has a bad percent-escape")))?;
     let trimmed = raw_path.trim_start_matches('/');
     let raw_segments: Vec<&str> = if trimmed.is_empty() {
         Vec::new()
@@ -505,9 +505,8 @@ fn parse_path(raw_path: &str) -> Result<Target, RequestError> {
     };
     let mut segments = Vec::with_capacity(raw_segments.len());
     for raw in &raw_segments {
-        let seg = percent_decode(raw).ok_or_else(|| {
-            RequestError(format!("path segment {raw:?} has a bad percent-escape"))
-        })?;
+        let seg = unescape(raw, false)
+            .map_err(|_| RequestError(format!("path segment {raw:?} has a bad percent-escape")))?;
         if seg.contains(['/', '\0']) {
             return Err(RequestError(format!(
                 "path segment {raw:?} decodes to a '/' or NUL"
@@ -635,7 +634,7 @@ fn parse_query(raw: &str) -> Result<Query, RequestError> {
         }
         let (raw_key, raw_value) = pair.split_once('=').unwrap_or((pair, ""));
         // A key that does not unescape, or not to UTF-8, is none the hub knows.
-        let Ok(k) = query_unescape(raw_key) else {
+        let Ok(k) = unescape(raw_key, true) else {
             continue;
         };
         let bit = match k.as_ref() {
@@ -653,7 +652,7 @@ fn parse_query(raw: &str) -> Result<Query, RequestError> {
         if seen & bit != 0 {
             continue;
         }
-        let v = match query_unescape(raw_value) {
+        let v = match unescape(raw_value, true) {
             Ok(v) => v.into_owned(),
             // Go drops the pair: a later one with the same key may count.
             Err(Unescape::BadEscape) => continue,
@@ -718,10 +717,10 @@ enum Unescape {
     NotUtf8,
 }
 
-/// Go's `url.QueryUnescape`: `%XX` escapes and `+` as a space; borrowed when there is
-/// neither.
-fn query_unescape(s: &str) -> Result<Cow<'_, str>, Unescape> {
-    if !s.contains(['%', '+']) {
+/// Decodes `%XX` escapes, and `+` as a space when `plus_is_space` (a query: Go's
+/// `url.QueryUnescape`; a path keeps its `+`); borrowed when there is nothing to decode.
+fn unescape(s: &str, plus_is_space: bool) -> Result<Cow<'_, str>, Unescape> {
+    if !(s.contains('%') || (plus_is_space && s.contains('+'))) {
         return Ok(Cow::Borrowed(s));
     }
     let bytes = s.as_bytes();
@@ -735,7 +734,7 @@ fn query_unescape(s: &str) -> Result<Cow<'_, str>, Unescape> {
                 out.push((digit(hex[0])? * 16 + digit(hex[1])?) as u8);
                 i += 3;
             }
-            b'+' => {
+            b'+' if plus_is_space => {
                 out.push(b' ');
                 i += 1;
             }
@@ -808,29 +807,6 @@ fn classify_accept(header: Option<&str>) -> Accept {
         (false, false, false, true) => Accept::ProtobufOnly,
         (false, false, false, false) => Accept::Other,
     }
-}
-
-/// Decodes `%XX` escapes; None for a malformed escape or invalid UTF-8.
-pub fn percent_decode(s: &str) -> Option<Cow<'_, str>> {
-    if !s.contains('%') {
-        return Some(Cow::Borrowed(s));
-    }
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3)?;
-            let hi = (hex[0] as char).to_digit(16)?;
-            let lo = (hex[1] as char).to_digit(16)?;
-            out.push((hi * 16 + lo) as u8);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok().map(Cow::Owned)
 }
 
 /// A DNS-1123 label (namespaces): lower-case alphanumerics and '-', at most 63.
@@ -1120,6 +1096,15 @@ mod tests {
 
     fn query(raw: &str) -> Query {
         parse_query(raw).unwrap_or_else(|e| panic!("{raw}: {e}"))
+    }
+
+    #[test]
+    fn a_plus_is_a_space_in_a_query_and_itself_in_a_path() {
+        assert_eq!(unescape("a+b%2Fc", true).as_deref(), Ok("a b/c"));
+        assert_eq!(unescape("a+b%2Fc", false).as_deref(), Ok("a+b/c"));
+        assert!(matches!(unescape("a+b", false), Ok(Cow::Borrowed("a+b"))));
+        assert_eq!(unescape("%zz", false), Err(Unescape::BadEscape));
+        assert_eq!(unescape("%ff", true), Err(Unescape::NotUtf8));
     }
 
     #[test]

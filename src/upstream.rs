@@ -183,17 +183,26 @@ impl Connector<()> for Recording {
     }
 }
 
-/// The client's body as ureq reads it, noting a failed read: ureq's error then is the
-/// client's, not the cloud's.
+/// The client's body as ureq reads it, noting a failed read and the body's end: ureq's
+/// error is the client's, not the cloud's, when a read failed, and when the request ran out
+/// of time before the body was all read (a client trickling it in).
 struct NotingBody<'r, 'b> {
     reader: &'r mut &'b mut dyn Read,
     failed: bool,
+    /// The end was read (a chunked body), or `length` bytes were (ureq reads no further).
+    ended: bool,
+    length: Option<u64>,
+    sent: u64,
 }
 
 impl Read for NotingBody<'_, '_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let result = self.reader.read(buf);
         self.failed |= matches!(&result, Err(e) if e.kind() != io::ErrorKind::Interrupted);
+        if let Ok(n) = result {
+            self.sent += n as u64;
+            self.ended |= (n == 0 && !buf.is_empty()) || self.length == Some(self.sent);
+        }
         result
     }
 }
@@ -229,6 +238,9 @@ pub enum UpstreamError {
     /// Reading the client's request body failed (malformed, stalled, too large): the
     /// client's error, not the cloud's. The cloud never got the request whole.
     ClientBody(String),
+    /// The request's time ran out while the client's body was still arriving: the client's
+    /// delay, not the cloud's. The cloud never got the request whole.
+    ClientTooSlow(String),
 }
 
 impl UpstreamError {
@@ -237,7 +249,9 @@ impl UpstreamError {
         match self {
             UpstreamError::NoHealthyBackend => true,
             UpstreamError::Transport { maybe_sent, .. } => !maybe_sent,
-            UpstreamError::Request(_) | UpstreamError::ClientBody(_) => true,
+            UpstreamError::Request(_)
+            | UpstreamError::ClientBody(_)
+            | UpstreamError::ClientTooSlow(_) => true,
         }
     }
 }
@@ -251,6 +265,10 @@ impl fmt::Display for UpstreamError {
             UpstreamError::ClientBody(detail) => {
                 write!(f, "reading the client's request body failed: {detail}")
             }
+            UpstreamError::ClientTooSlow(detail) => write!(
+                f,
+                "the client's request body did not arrive within the request's time: {detail}"
+            ),
         }
     }
 }
@@ -264,6 +282,9 @@ pub trait Cloud: Send + Sync {
     fn send(&self, req: Outgoing<'_>) -> Result<Answer, UpstreamError>;
     /// Some server is usable ([`Backends::any_healthy`]): else the hub answers offline.
     fn any_healthy(&self) -> bool;
+    /// Some server is healthy by its last probe, suspect since a failed request or not:
+    /// writes still go there ([`Backends::any_probed_healthy`]).
+    fn any_probed_healthy(&self) -> bool;
     /// The base URL of server `backend` (the [`Answer::backend`] that answered).
     fn server(&self, backend: usize) -> &str;
 }
@@ -275,6 +296,10 @@ impl Cloud for Upstream {
 
     fn any_healthy(&self) -> bool {
         self.backends.any_healthy()
+    }
+
+    fn any_probed_healthy(&self) -> bool {
+        self.backends.any_probed_healthy()
     }
 
     fn server(&self, backend: usize) -> &str {
@@ -345,25 +370,28 @@ impl Upstream {
     /// when it is the only one and the failure came after connecting: a pooled connection
     /// the cloud closed looks like this too).
     ///
-    /// A backend that refused the connection, timed out, or failed this request twice, is
-    /// reported to its health checker ([`Backends::report_failure`]): requests stop going
-    /// there until a probe, made at once, has ruled.
+    /// A backend that could not be connected to (refused, or timed out connecting), or failed
+    /// this request twice, is reported to its health checker ([`Backends::report_failure`]):
+    /// reads stop going there until a probe, made at once, has ruled. Writes still go to a
+    /// suspect server: none is answered from the cache while the cloud may take it.
     pub fn send(&self, mut req: Outgoing<'_>) -> Result<Answer, UpstreamError> {
+        let write = !matches!(req.method, "GET" | "HEAD");
         let first = self
             .backends
-            .pick(None)
+            .pick(None, write)
             .ok_or(UpstreamError::NoHealthyBackend)?;
-        let retryable = req.body.is_none() && matches!(req.method, "GET" | "HEAD");
+        let retryable = req.body.is_none() && !write;
         match self.send_to(first, &mut req) {
             // Not the cloud's failure: no error counted, no retry.
-            Err(err @ UpstreamError::ClientBody(_)) => Err(err),
+            Err(err @ (UpstreamError::ClientBody(_) | UpstreamError::ClientTooSlow(_))) => Err(err),
             Err(err @ UpstreamError::Transport { .. }) => {
                 Metrics::inc(&METRICS.upstream_errors);
-                // A connection that could not be made, or an answer that did not come in
-                // time, says the server may be down; a pooled connection that broke (the
-                // cloud closed it while idle) does not, until it happens twice.
-                let down = err.never_sent()
-                    || matches!(err, UpstreamError::Transport { timeout: true, .. });
+                // A connection that could not be made says the server may be down. An answer
+                // slow to come does not (a live apiserver may take long over a big list: the
+                // periodic probe judges), nor does a pooled connection that broke (the cloud
+                // closed it while idle), until it happens twice.
+                let down = err.never_sent();
+                let slow = matches!(err, UpstreamError::Transport { timeout: true, .. });
                 if down {
                     self.backends.report_failure(first);
                 }
@@ -371,16 +399,18 @@ impl Upstream {
                     return Err(err);
                 }
                 // The same server again only for a broken pooled connection.
-                let second = match self.backends.pick(Some(first)) {
+                let second = match self.backends.pick(Some(first), false) {
                     Some(other) => other,
-                    None if !down => first,
+                    None if !down && !slow => first,
                     None => return Err(err),
                 };
                 log::info!("retrying on another cloud server after: {err}");
                 Metrics::inc(&METRICS.upstream_retries);
                 self.send_to(second, &mut req).inspect_err(|err| {
                     Metrics::inc(&METRICS.upstream_errors);
-                    if matches!(err, UpstreamError::Transport { .. }) {
+                    let slow = matches!(err, UpstreamError::Transport { timeout: true, .. });
+                    if matches!(err, UpstreamError::Transport { .. }) && (err.never_sent() || !slow)
+                    {
                         self.backends.report_failure(second);
                     }
                 })
@@ -455,6 +485,9 @@ impl Upstream {
                 let mut reader = NotingBody {
                     reader: &mut body.reader,
                     failed: false,
+                    ended: body.length == Some(0),
+                    length: body.length,
+                    sent: 0,
                 };
                 let request = builder
                     .body(SendBody::from_reader(&mut reader))
@@ -466,7 +499,19 @@ impl Upstream {
                         result.err().map(|e| e.to_string()).unwrap_or_default(),
                     ));
                 }
-                result
+                // The request's time ran out before the client had sent its whole body.
+                let whole_request = matches!(
+                    result,
+                    Err(ureq::Error::Timeout(
+                        ureq::Timeout::Global | ureq::Timeout::PerCall | ureq::Timeout::SendBody
+                    ))
+                );
+                match result {
+                    Err(ureq::Error::Timeout(t)) if whole_request && !reader.ended => {
+                        return Err(UpstreamError::ClientTooSlow(t.to_string()));
+                    }
+                    result => result,
+                }
             }
             None => {
                 let request = builder.body(()).map_err(request_error)?;
@@ -748,6 +793,39 @@ mod tests {
             None,
             "names go to the resolver"
         );
+    }
+
+    #[test]
+    fn a_body_read_whole_is_ended_with_or_without_a_last_empty_read() {
+        let mut buf = [0u8; 8];
+        // A declared length: ureq stops reading once it has that many bytes.
+        let mut source: &[u8] = b"hello";
+        let mut reader: &mut dyn Read = &mut source;
+        let mut body = NotingBody {
+            reader: &mut reader,
+            failed: false,
+            ended: false,
+            length: Some(5),
+            sent: 0,
+        };
+        assert_eq!(body.read(&mut buf[..3]).unwrap(), 3);
+        assert!(!body.ended, "2 bytes still to come");
+        assert_eq!(body.read(&mut buf).unwrap(), 2);
+        assert!(body.ended);
+        // Chunked: the end is the empty read.
+        let mut source: &[u8] = b"hello";
+        let mut reader: &mut dyn Read = &mut source;
+        let mut body = NotingBody {
+            reader: &mut reader,
+            failed: false,
+            ended: false,
+            length: None,
+            sent: 0,
+        };
+        assert_eq!(body.read(&mut buf).unwrap(), 5);
+        assert!(!body.ended);
+        assert_eq!(body.read(&mut buf).unwrap(), 0);
+        assert!(body.ended && !body.failed);
     }
 
     #[test]

@@ -32,6 +32,17 @@ impl BodyState {
 
     /// Reads body bytes from `input` into `out`; 0 at the end of the body.
     pub fn read(&mut self, input: &mut dyn BufRead, out: &mut [u8]) -> io::Result<usize> {
+        self.read_limited(input, out, u64::MAX)
+    }
+
+    /// [`BodyState::read`], refusing a chunk that announces more than `limit` bytes as soon
+    /// as its size line is read ([`io::ErrorKind::FileTooLarge`]), not once its data came.
+    pub fn read_limited(
+        &mut self,
+        input: &mut dyn BufRead,
+        out: &mut [u8],
+        limit: u64,
+    ) -> io::Result<usize> {
         loop {
             match *self {
                 BodyState::Done => return Ok(0),
@@ -51,6 +62,12 @@ impl BodyState {
                         skip_trailers(input)?;
                         *self = BodyState::Done;
                         return Ok(0);
+                    }
+                    if size > limit {
+                        return Err(io::Error::new(
+                            io::ErrorKind::FileTooLarge,
+                            "a chunk is larger than the body's limit",
+                        ));
                     }
                     *self = BodyState::Chunk(size);
                 }

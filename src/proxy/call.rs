@@ -17,7 +17,7 @@ use crate::request::{ApiRequest, Target};
 use crate::route::{CacheTarget, Route};
 use crate::server::Exchange;
 use crate::status::Status;
-use crate::upstream::{Answer, BodySource, Outgoing};
+use crate::upstream::{Answer, BodySource, Outgoing, UpstreamError};
 
 /// One request's context.
 pub(super) struct Call<'h> {
@@ -128,7 +128,14 @@ impl<'h> Call<'h> {
         };
         match self.hub.cloud.send(outgoing) {
             Ok(answer) => Ok(answer),
-            Err(e) => Err(fallback::sort(e, ex.body_failure())),
+            Err(e) => {
+                if let UpstreamError::ClientTooSlow(detail) = &e {
+                    ex.fail_body(Status::request_timeout(format!(
+                        "the request body was not sent whole within the request's time: {detail}"
+                    )));
+                }
+                Err(fallback::sort(e, ex.body_failure()))
+            }
         }
     }
 

@@ -3,7 +3,8 @@
 //! from ([`Failure`]); the cloud's health comes through the [`Cloud`] trait.
 //!
 //! - Only edge mode answers from the cache, and only a request route gave a local answer.
-//! - No server usable before sending: answered from the cache at once.
+//! - No server usable before sending: answered from the cache at once (a write still goes to
+//!   a server suspect since a request failed, until its probe rules).
 //! - A read answers from the cache whatever the cloud did (refused, timed out, broke off).
 //! - A write (create, update, patch, delete, TokenRequest) only when it never left the hub:
 //!   one that may have reached the cloud must not be answered as if it had not.
@@ -37,8 +38,15 @@ pub(super) enum Fallback {
 }
 
 /// The hub answers from the cache without trying the cloud: edge mode, and no server usable.
-pub(super) fn offline(mode: WorkingMode, cloud: &dyn Cloud) -> bool {
-    mode == WorkingMode::Edge && !cloud.any_healthy()
+/// A write still goes to a server healthy by its last probe, even one suspect since a request
+/// failed: a write is never answered here while the cloud may take it.
+pub(super) fn offline(mode: WorkingMode, local: &Local, cloud: &dyn Cloud) -> bool {
+    let online = if local.is_write() {
+        cloud.any_probed_healthy()
+    } else {
+        cloud.any_healthy()
+    };
+    mode == WorkingMode::Edge && !online
 }
 
 /// Where a failed send came from. `body_failure` is the server's reading of the client's

@@ -111,8 +111,9 @@ impl Hub {
                 return;
             }
         };
+        let offline = fallback::offline(self.mode, &route.local, self.cloud.as_ref());
         let mut call = Call::new(self, req, route, in_flight, started);
-        if fallback::offline(self.mode, self.cloud.as_ref()) {
+        if offline {
             call.answer_locally(ex);
         } else {
             call.forward(ex);

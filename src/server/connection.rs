@@ -45,7 +45,13 @@ pub(super) struct Conn {
     pub(super) io_timeout: Duration,
     /// The socket's send timeout as last set (`None`: not set yet).
     pub(super) send_timeout: Option<Duration>,
+    /// The socket's read timeout as last set by [`Conn::arm_read`] (`None`: unknown).
+    pub(super) read_timeout: Option<Duration>,
 }
+
+/// A read timeout this close to what is left of a deadline is kept, not set again: each
+/// body read arms a fresh deadline of one read timeout, microseconds after the last.
+const REARM_SLACK: Duration = Duration::from_millis(1);
 
 impl Conn {
     /// Gives the next read of the socket what is left until the deadline, if one is set: a
@@ -60,7 +66,13 @@ impl Conn {
                     "the client sent nothing in time",
                 ));
             }
-            self.stream.set_read_timeout(Some(left))?;
+            if self
+                .read_timeout
+                .is_none_or(|t| t.abs_diff(left) > REARM_SLACK)
+            {
+                self.stream.set_read_timeout(Some(left))?;
+                self.read_timeout = Some(left);
+            }
         }
         Ok(())
     }
@@ -173,6 +185,7 @@ pub(super) fn serve_connection(
         deadline: None,
         io_timeout: limits.io_timeout,
         send_timeout: None,
+        read_timeout: None,
     };
     let mut first = true;
     loop {
@@ -187,6 +200,7 @@ pub(super) fn serve_connection(
         };
         first = false;
         let _ = conn.stream.set_read_timeout(Some(wait));
+        conn.read_timeout = None;
         match conn.fill_buf() {
             Ok([]) | Err(_) => return,
             Ok(_) => {}

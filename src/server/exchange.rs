@@ -83,6 +83,14 @@ impl<'c> Exchange<'c> {
         self.conn.body_failure.clone()
     }
 
+    /// Records that the body cannot be read to its end in time (the request's own time ran
+    /// out while it trickled in): the answer is `status`, and the rest of the body is not
+    /// read — the connection closes after the answer.
+    pub fn fail_body(&mut self, status: Status) {
+        self.conn.broken = true;
+        self.conn.body_failure = Some(status);
+    }
+
     /// True when the request carries a body.
     pub fn has_body(&self) -> bool {
         self.body != BodyState::Done
@@ -188,7 +196,7 @@ impl<'c> Exchange<'c> {
         let mut sink = [0u8; 4096];
         let mut drained = 0u64;
         loop {
-            match read_body(self.conn, &mut self.body, &mut sink) {
+            match read_body(self.conn, &mut self.body, &mut sink, u64::MAX) {
                 Ok(0) => return,
                 Ok(n) => {
                     drained += n as u64;
@@ -223,10 +231,16 @@ pub struct RequestBody<'a> {
 }
 
 /// One read of a request body, within one read timeout however many reads of the socket
-/// it takes (a size line, then data).
-fn read_body(conn: &mut Conn, state: &mut BodyState, out: &mut [u8]) -> io::Result<usize> {
+/// it takes (a size line, then data); a chunk announcing more than `limit` bytes is refused
+/// at its size line.
+fn read_body(
+    conn: &mut Conn,
+    state: &mut BodyState,
+    out: &mut [u8],
+    limit: u64,
+) -> io::Result<usize> {
     conn.deadline = Some(Instant::now() + conn.io_timeout);
-    let result = state.read(conn, out);
+    let result = state.read_limited(conn, out, limit);
     conn.deadline = None;
     result
 }
@@ -242,7 +256,8 @@ impl Read for RequestBody<'_> {
             *pending = false;
             self.conn.send_all(response::CONTINUE)?;
         }
-        let result = read_body(self.conn, self.state, out).and_then(|n| {
+        let limit = MAX_BODY.saturating_sub(self.conn.body_read);
+        let result = read_body(self.conn, self.state, out, limit).and_then(|n| {
             self.conn.body_read += n as u64;
             // A declared length was checked at once; a chunked body is refused as soon as a
             // chunk would take it past the limit.
@@ -275,6 +290,7 @@ fn body_error(e: &io::Error) -> Status {
         io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
             Status::request_timeout("the request body stalled: no bytes within the read timeout")
         }
+        io::ErrorKind::FileTooLarge => body_too_large(),
         _ => Status::bad_request(format!("cannot read the request body: {e}")),
     }
 }
@@ -383,6 +399,7 @@ impl BodyWriter<'_> {
         }
         let deadline = Instant::now() + wait;
         let mut scratch = [0u8; 512];
+        self.conn.read_timeout = None;
         let gone = loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {

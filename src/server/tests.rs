@@ -21,6 +21,8 @@ struct Wire {
     step: usize,
     output: Vec<u8>,
     shut: bool,
+    /// Calls that set the read timeout (each a system call on a socket).
+    read_timeouts_set: usize,
 }
 
 /// A client connection in memory: reads hand out the client's bytes, then the end of the
@@ -72,6 +74,7 @@ impl Write for MemoryStream {
 
 impl ClientStream for MemoryStream {
     fn set_read_timeout(&self, _: Option<Duration>) -> io::Result<()> {
+        self.wire().read_timeouts_set += 1;
         Ok(())
     }
 
@@ -100,6 +103,7 @@ const LIMITS: Limits = Limits {
 struct Seen {
     output: String,
     closed: bool,
+    read_timeouts_set: usize,
 }
 
 impl Seen {
@@ -135,6 +139,7 @@ fn serve(input: &str, step: usize, handler: impl Fn(Exchange<'_>) + Send + Sync 
     Seen {
         output: String::from_utf8_lossy(&wire.output).into_owned(),
         closed: wire.shut,
+        read_timeouts_set: wire.read_timeouts_set,
     }
 }
 
@@ -397,4 +402,28 @@ fn a_request_left_unanswered_gets_500() {
     assert_eq!(answers.len(), 1, "{answers:?}");
     assert!(answers[0].starts_with("HTTP/1.1 500 Internal Server Error\r\n"));
     assert!(seen.closed);
+}
+
+#[test]
+fn body_reads_one_after_another_keep_the_read_timeout_already_set() {
+    // The same body in one chunk and in 200: each body read arms a fresh deadline, but the
+    // socket's timeout is set again only when it differs, not once per read.
+    let request = |chunks: usize| {
+        let mut input = String::from("POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+        let piece = "a".repeat(1000 / chunks);
+        for _ in 0..chunks {
+            input.push_str(&format!("{:x}\r\n{piece}\r\n", piece.len()));
+        }
+        input.push_str("0\r\n\r\n");
+        input
+    };
+    let one = serve(&request(1), 16, echo);
+    let many = serve(&request(200), 16, echo);
+    assert!(one.output.starts_with("HTTP/1.1 200 OK"), "{}", one.output);
+    assert!(
+        many.output.starts_with("HTTP/1.1 200 OK"),
+        "{}",
+        many.output
+    );
+    assert_eq!(many.read_timeouts_set, one.read_timeouts_set);
 }

@@ -120,18 +120,21 @@ fn malformed_chunked_bodies_are_a_400_never_a_cloud_failure_or_a_cached_answer()
     assert_eq!(hub.metric("tinyhub_offline_answers_total"), Some(0.0));
     assert_eq!(hub.metric(&health_series(&cloud)), Some(1.0));
 
-    // A chunk larger than any body is refused at its size line, not waited for.
-    let (answer, took) = exchange(
-        hub.proxy,
-        &chunked_head("POST", "/api/v1/namespaces/default/configmaps"),
-        b"fffffffffffffff\r\nhello",
-        false,
-    );
-    assert_eq!(raw_status(&answer), 413, "{answer}");
-    assert!(
-        took < Duration::from_secs(30),
-        "the 413 came after {took:?}"
-    );
+    // A chunk larger than any body is refused at its size line, not waited for: also when
+    // no data follows the size line (the hub's read timeout is 60 s here).
+    for body in [&b"fffffffffffffff\r\nhello"[..], b"fffffffffffffff\r\n"] {
+        let (answer, took) = exchange(
+            hub.proxy,
+            &chunked_head("POST", "/api/v1/namespaces/default/configmaps"),
+            body,
+            false,
+        );
+        assert_eq!(raw_status(&answer), 413, "{answer}");
+        assert!(
+            took < Duration::from_secs(30),
+            "the 413 came after {took:?}"
+        );
+    }
 
     // Well-formed bodies still go through: chunk sizes with leading zeros and extensions.
     let good = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"good"}}"#;
@@ -249,6 +252,10 @@ fn small_window_connect(addr: SocketAddr) -> TcpStream {
     }
 }
 
+/// The write timeout of the cut-off test: long enough that the bound of two of them leaves
+/// room for a slow machine (the suite also runs under qemu).
+const WRITE_TIMEOUT_SECS: u64 = 6;
+
 #[test]
 fn a_client_that_stops_reading_is_cut_off_at_the_write_timeout() {
     let cloud = Cloud::start();
@@ -258,7 +265,8 @@ fn a_client_that_stops_reading_is_cut_off_at_the_write_timeout() {
         ..PodFill::default()
     });
     let dir = TempDir::new("bodies-write");
-    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(&[&short_io()]));
+    let io = format!("--test-only-client-io-timeout-seconds={WRITE_TIMEOUT_SECS}");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(&[&io]));
     assert_eq!(hub.metric(IN_FLIGHT), Some(0.0));
 
     let mut s = small_window_connect(hub.proxy);
@@ -282,12 +290,12 @@ fn a_client_that_stops_reading_is_cut_off_at_the_write_timeout() {
         "the hub still writes to a client that stopped reading"
     );
     eprintln!(
-        "a client that stopped reading was cut off after {took:?} (write timeout {IO_TIMEOUT_SECS} s; asked {:?} before)",
+        "a client that stopped reading was cut off after {took:?} (write timeout {WRITE_TIMEOUT_SECS} s; asked {:?} before)",
         stopped - asked
     );
     assert!(
-        took < Duration::from_secs(IO_TIMEOUT_SECS * 2),
-        "cut off after {took:?}, with a write timeout of {IO_TIMEOUT_SECS} s"
+        took < Duration::from_secs(WRITE_TIMEOUT_SECS * 2),
+        "cut off after {took:?}, with a write timeout of {WRITE_TIMEOUT_SECS} s"
     );
     // The client sees the answer end without its last chunk: the connection is closed.
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -361,4 +369,40 @@ fn an_offline_create_with_a_name_unsafe_as_a_path_is_a_400_that_stores_nothing()
         files + 1,
         "only the safe name was stored: {after:#?}"
     );
+}
+
+#[test]
+fn a_body_slower_than_the_request_time_is_the_clients_408() {
+    let cloud = Cloud::start();
+    let dir = TempDir::new("bodies-slow");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(&[&short_io()]));
+    // `timeout=1s` gives the request 16 s in all; the body comes 8 bytes every 2 s, each
+    // within the read timeout, and would take 26 s.
+    let mut s = TcpStream::connect(hub.proxy).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    s.write_all(
+        format!(
+            "POST /api/v1/namespaces/default/configmaps?timeout=1s HTTP/1.1\r\nHost: hub\r\nUser-Agent: {KUBELET}\r\nContent-Type: application/json\r\nContent-Length: 104\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut writer = s.try_clone().unwrap();
+    let trickle = std::thread::spawn(move || {
+        for _ in 0..13 {
+            if writer.write_all(b"        ").is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    });
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert_eq!(raw_status(&answer), 408, "{answer}");
+    assert!(answer.contains("\"reason\":\"Timeout\""), "{answer}");
+    assert!(answer.contains("Connection: close"), "{answer}");
+    assert_eq!(hub.metric("tinyhub_upstream_errors_total"), Some(0.0));
+    assert_eq!(cloud.count(|r| r.method == "POST"), 0);
+    let _ = trickle.join();
 }

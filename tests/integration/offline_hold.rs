@@ -217,8 +217,142 @@ fn a_dead_cloud_is_dialled_a_few_times_not_once_per_request() {
         runs[0].0 >= Duration::from_millis(2500) && runs[0].1,
         "{runs:?}"
     );
+    // The bound is structural, not a measure of speed: each of the two clients (the watch,
+    // the reads) dials twice (a try and its retry: a connection closed at once may be a
+    // stale pooled one) before its failure makes the server suspect; the probe round that
+    // wakes dials 1 + failed_retry times back to back; a periodic round that overlaps, once.
+    let failed_retry: u64 = DEFAULT_HEARTBEAT
+        .iter()
+        .find_map(|f| f.strip_prefix("--heartbeat-failed-retry=")?.parse().ok())
+        .expect("the test gives --heartbeat-failed-retry");
+    let bound = 2 * 2 + (1 + failed_retry) + 1;
     assert!(
-        dials <= 10,
-        "the hub dialled the dead cloud {dials} times for {reads} reads and one watch"
+        dials <= bound,
+        "the hub dialled the dead cloud {dials} times (at most {bound}) for {reads} reads and one watch"
     );
+}
+
+/// A TCP relay in front of the cloud that can accept and close the next few connections:
+/// requests that fail in transport, while the cloud behind it is alive and answers the
+/// probe (on a connection the hub already has).
+struct Relay {
+    addr: SocketAddr,
+    /// Connections still to close at once.
+    refuse: Arc<AtomicU64>,
+}
+
+impl Relay {
+    fn start(cloud: SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the relay");
+        let addr = listener.local_addr().unwrap();
+        let refuse = Arc::new(AtomicU64::new(0));
+        let refuse2 = Arc::clone(&refuse);
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { return };
+                let take = |n: u64| n.checked_sub(1);
+                if refuse2
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, take)
+                    .is_ok()
+                {
+                    drop(conn);
+                    continue;
+                }
+                let Ok(up) = std::net::TcpStream::connect(cloud) else {
+                    continue;
+                };
+                for (mut from, mut to) in [
+                    (conn.try_clone().unwrap(), up.try_clone().unwrap()),
+                    (up, conn),
+                ] {
+                    thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Relay { addr, refuse }
+    }
+
+    /// Accepts and closes the next `n` connections.
+    fn fail_next(&self, n: u64) {
+        self.refuse.store(n, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_write_goes_to_a_suspect_server_not_to_the_cache() {
+    let cloud = Cloud::start();
+    let relay = Relay::start(cloud.addr());
+    let dir = TempDir::new("suspect-write");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(&[
+        &format!("--server-addr=https://{}", relay.addr),
+        "--heartbeat-interval-seconds=60",
+        "--heartbeat-timeout-seconds=20",
+        "--heartbeat-failed-retry=3",
+    ]));
+    // The cloud answers everything, its probe too, after 3 s: a suspect server stays suspect
+    // that long. A read fails in transport twice (its retry too): the server is suspect. Its
+    // header line is too long for a pooled connection: each try dials the relay.
+    cloud.set_delay(Duration::from_secs(3));
+    relay.fail_next(2);
+    let pad = "x".repeat(6000);
+    let read = call(
+        "GET",
+        &format!("{}/api/v1/namespaces/default/configmaps/absent", hub.url()),
+        "curl/8",
+        &[("X-Pad", pad.as_str())],
+        None,
+    );
+    assert_ne!(
+        read.status,
+        404,
+        "the read reached the cloud: {}",
+        read.text()
+    );
+    // A write while the probe is under way goes to the cloud, which takes it.
+    let created = call(
+        "POST",
+        &format!("{}/api/v1/namespaces/default/configmaps", hub.url()),
+        KUBELET,
+        &[("Content-Type", "application/json")],
+        Some(br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"written"}}"#),
+    );
+    assert_eq!(created.status, 201, "{}", created.text());
+    assert_eq!(
+        cloud.count(|r| r.method == "POST"),
+        1,
+        "the write was answered from the cache while the cloud was up: {}",
+        hub.logs()
+    );
+}
+
+#[test]
+fn an_answer_slower_than_the_request_time_does_not_make_the_server_suspect() {
+    let cloud = Cloud::start();
+    let dir = TempDir::new("slow-answer");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(&[
+        "--heartbeat-interval-seconds=60",
+        "--heartbeat-timeout-seconds=30",
+    ]));
+    // A live cloud slow over one request: `timeout=1s` gives it 16 s, it takes 20.
+    cloud.set_delay(Duration::from_secs(20));
+    let slow = get(
+        &format!(
+            "{}/api/v1/namespaces/default/configmaps?timeout=1s",
+            hub.url()
+        ),
+        "curl/8",
+    );
+    cloud.set_delay(Duration::ZERO);
+    assert!(slow.status >= 500, "{}", slow.text());
+    // Connected, then slow: left to the periodic probe, not a failure to probe at once.
+    assert_eq!(
+        hub.log_lines(|l| l.contains("probing it now")),
+        0,
+        "{}",
+        hub.logs()
+    );
+    assert_eq!(hub.metric("tinyhub_upstream_retries_total"), Some(0.0));
 }

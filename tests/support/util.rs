@@ -193,31 +193,6 @@ pub fn name_suffix() -> String {
         .collect()
 }
 
-/// Decodes `%XX` escapes (and `+` as a space, as Go's `url.ParseQuery` does).
-pub fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(v) => {
-                        out.push(v);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// Splits a raw query string into decoded `(key, value)` pairs, in order, as Go's
 /// `url.ParseQuery` (Go 1.17 and later) does, which is what the apiserver reads: a pair
 /// holding a `;` or a malformed `%` escape is dropped.

@@ -43,6 +43,22 @@ fn broken_bodies_are_errors() {
 }
 
 #[test]
+fn a_chunk_past_the_limit_is_refused_at_its_size_line() {
+    // 17 bytes announced, none sent yet: refused without waiting for them.
+    let mut input: &[u8] = b"11\r\n";
+    let mut state = BodyState::new(Framing::Chunked);
+    let e = state
+        .read_limited(&mut input, &mut [0u8; 64], 16)
+        .unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::FileTooLarge);
+    let mut input: &[u8] = b"10\r\n0123456789abcdef\r\n0\r\n\r\n";
+    let mut state = BodyState::new(Framing::Chunked);
+    let mut out = [0u8; 64];
+    assert_eq!(state.read_limited(&mut input, &mut out, 16).unwrap(), 16);
+    assert_eq!(state.read_limited(&mut input, &mut out, 0).unwrap(), 0);
+}
+
+#[test]
 fn chunked_framing_is_read_strictly() {
     let read = |wire: &[u8]| {
         let mut state = BodyState::new(Framing::Chunked);

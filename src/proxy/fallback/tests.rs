@@ -8,6 +8,8 @@ use crate::upstream::{Answer, Deadline, Identity, Outgoing};
 /// A cloud whose every send fails with `error()`.
 struct FakeCloud {
     healthy: bool,
+    /// Healthy by the last probe, though maybe suspect (`healthy` false).
+    probed: bool,
     error: Error,
 }
 
@@ -18,6 +20,10 @@ impl Cloud for FakeCloud {
 
     fn any_healthy(&self) -> bool {
         self.healthy
+    }
+
+    fn any_probed_healthy(&self) -> bool {
+        self.healthy || self.probed
     }
 
     fn server(&self, _: usize) -> &str {
@@ -77,6 +83,7 @@ use Want::{Cache, Status as Code};
 fn outcome(mode: WorkingMode, local: &Local, error: Error, body_failure: Option<u16>) -> Want {
     let cloud = FakeCloud {
         healthy: true,
+        probed: true,
         error,
     };
     let outgoing = Outgoing {
@@ -216,10 +223,35 @@ fn a_request_the_hub_cannot_build_is_its_own_error() {
 fn no_usable_server_answers_offline_in_edge_mode_only() {
     let cloud = |healthy| FakeCloud {
         healthy,
+        probed: healthy,
         error: refused,
     };
-    assert!(offline(EDGE, &cloud(false)));
-    assert!(!offline(EDGE, &cloud(true)));
-    assert!(!offline(CLOUD, &cloud(false)));
-    assert!(!offline(CLOUD, &cloud(true)));
+    for local in [Local::Get, Local::Create] {
+        assert!(offline(EDGE, &local, &cloud(false)));
+        assert!(!offline(EDGE, &local, &cloud(true)));
+        assert!(!offline(CLOUD, &local, &cloud(false)));
+        assert!(!offline(CLOUD, &local, &cloud(true)));
+    }
+}
+
+#[test]
+fn a_suspect_server_still_takes_writes_not_reads() {
+    // Healthy by its last probe, suspect since a request failed: the probe has not ruled.
+    let suspect = FakeCloud {
+        healthy: false,
+        probed: true,
+        error: refused,
+    };
+    for read in [Local::Get, Local::List, Local::Watch] {
+        assert!(offline(EDGE, &read, &suspect), "{read:?}");
+    }
+    for write in [
+        Local::Create,
+        Local::Echo,
+        Local::Token,
+        Local::Update,
+        Local::Forbidden,
+    ] {
+        assert!(!offline(EDGE, &write, &suspect), "{write:?}");
+    }
 }
