@@ -16,6 +16,7 @@ pub mod health;
 pub mod http1;
 pub mod logging;
 pub mod metrics;
+pub mod names;
 pub mod offline;
 pub mod proxy;
 pub mod reaper;

@@ -9,6 +9,8 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use crate::names::{is_dns_label, is_dns_subdomain, is_object_name, is_resource_name, is_version};
+
 /// The HTTP method, as far as the hub cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
@@ -809,56 +811,6 @@ fn classify_accept(header: Option<&str>) -> Accept {
     }
 }
 
-/// A DNS-1123 label (namespaces): lower-case alphanumerics and '-', at most 63.
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// A DNS-1123 subdomain (API groups).
-pub fn is_dns_subdomain(s: &str) -> bool {
-    crate::config::is_dns_subdomain(s)
-}
-
-/// An API version such as `v1` or `v1beta2`.
-fn is_version(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-}
-
-/// A resource or subresource name: lower-case alphanumerics, '-' and '.'.
-fn is_resource_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && !s.starts_with('.')
-}
-
-/// An object name as the apiserver accepts it in a path (not `.`/`..`, no `/` or `%`), and
-/// safe as a file name: the store's own segment rule (no leading dot, no control characters
-/// or backslash, at most 253 bytes).
-pub fn is_object_name(s: &str) -> bool {
-    crate::cache::key::is_safe_segment(s)
-}
-
-/// A component name usable as a cache directory.
-pub fn is_component_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && !s.starts_with(['.', '_', '-'])
-        && s != "version"
-        && s.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1332,16 +1284,5 @@ mod tests {
                 "{content_type:?}"
             );
         }
-    }
-
-    #[test]
-    fn names() {
-        assert!(is_component_name("kube-proxy"));
-        assert!(is_component_name("go-http-client"));
-        assert!(!is_component_name(".."));
-        assert!(!is_component_name("version"));
-        assert!(!is_component_name("a/b"));
-        assert!(is_object_name("system:node:edge-1"));
-        assert!(!is_object_name("a\u{7}b"));
     }
 }

@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use crate::cache::key::{CollectionKey, non_resource_file_name};
 use crate::config::WorkingMode;
-use crate::request::{
-    Accept, ApiRequest, DiscoveryForm, Method, ResourcePath, Target, Verb, is_component_name,
-};
+use crate::names::is_component_name;
+use crate::request::{Accept, ApiRequest, DiscoveryForm, Method, ResourcePath, Target, Verb};
 use crate::selector::Selectors;
 use crate::status::Status;
 use crate::upstream::{Deadline, Identity};

@@ -16,6 +16,8 @@ use std::fmt;
 
 use serde_json::{Map, Number, Value};
 
+use crate::names::{is_dns_subdomain, is_label_name};
+
 /// Longest selector text accepted, in bytes; longer ones are refused before parsing.
 pub const MAX_SELECTOR_BYTES: usize = 16 * 1024;
 
@@ -679,7 +681,7 @@ fn validate_label_key(key: &str) -> Result<(), &'static str> {
             if prefix.len() > MAX_PREFIX_LEN {
                 return Err("the prefix is longer than 253 bytes");
             }
-            if !crate::config::is_dns_subdomain(prefix) {
+            if !is_dns_subdomain(prefix) {
                 return Err(
                     "the prefix must be a lowercase DNS subdomain (a-z, 0-9, '-', '.'; \
                      starting and ending alphanumeric)",
@@ -715,19 +717,6 @@ fn validate_label_value(value: &str) -> Result<(), &'static str> {
         );
     }
     Ok(())
-}
-
-fn is_label_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    match (b.first(), b.last()) {
-        (Some(first), Some(last)) => {
-            first.is_ascii_alphanumeric()
-                && last.is_ascii_alphanumeric()
-                && b.iter()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-        }
-        _ => false,
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::names::is_dns_subdomain;
 use crate::tls::{self, TlsMaterial};
 pub use kubeconfig::Token;
 
@@ -361,20 +362,6 @@ fn parse_server(text: &str) -> Result<ServerUrl, ConfigError> {
     Ok(ServerUrl {
         base: format!("https://{authority}"),
     })
-}
-
-/// A DNS-1123 subdomain: what Kubernetes accepts as a node name.
-pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|label| {
-            !label.is_empty()
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
 }
 
 fn hostname() -> Option<String> {

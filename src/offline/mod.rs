@@ -28,6 +28,7 @@ use crate::cache::object::starts_object;
 use crate::cache::store::{Store, StoreError};
 use crate::cache::writer::CacheTx;
 use crate::health::Backends;
+use crate::names;
 use crate::request::{self, ApiRequest, DiscoveryForm, ResourcePath, Target};
 use crate::route::{Local, Route, document_file};
 use crate::server::{Exchange, Length};
@@ -336,7 +337,7 @@ fn unusable_name(object: &serde_json::Value) -> Option<String> {
             .and_then(|v| v.as_str())
             .filter(|v| !v.is_empty())
     };
-    let usable = |name: &str| request::is_dns_subdomain(name) && request::is_object_name(name);
+    let usable = |name: &str| names::is_dns_subdomain(name) && names::is_object_name(name);
     if let Some(name) = field("name") {
         return (!usable(name)).then(|| {
             format!(

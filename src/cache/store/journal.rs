@@ -42,7 +42,7 @@ use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{create_new_file, exists_no_follow, make_dir, open_no_follow, parent_of, sync_dir};
 use super::replace::CommitStep;
 use super::{Store, next_id};
-use crate::cache::key::is_safe_segment;
+use crate::names::is_safe_segment;
 
 /// Name prefix of a complete journal in the root; a sequence number follows.
 pub(super) const JOURNAL_PREFIX: &str = ".journal.";

@@ -10,7 +10,7 @@ use super::Store;
 use super::StoredObject;
 use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{read_object, real_dir};
-use crate::cache::key::is_safe_segment;
+use crate::names::is_safe_segment;
 
 /// The objects of one collection, read lazily; see [`Store::list`].
 ///

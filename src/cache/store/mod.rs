@@ -73,8 +73,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::key::{CollectionKey, ObjectKey, is_safe_segment, rv_newer};
+use super::key::{CollectionKey, ObjectKey, rv_newer};
 use super::object::ObjectHead;
+use crate::names::is_safe_segment;
 use error::io_err;
 use fs::{
     DIR_MODE, all_real_dirs, make_dir, parent_of, read_object, real_dir, remove_quietly, sync_dir,
