@@ -14,12 +14,13 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::cache::decode::{BodyDecoder, BodyShape, DecodeError, MAX_DEPTH, Unit};
+use crate::cache::target::CacheTarget;
 use crate::config::WorkingMode;
 use crate::http1::{self, BodyState, RequestHead};
 use crate::names;
 use crate::names::is_safe_segment;
 use crate::request::{self, ApiRequest, Target};
-use crate::route::{self, CacheTarget};
+use crate::route;
 use crate::selector::{FieldSelector, LabelSelector, SelectorError, Selectors};
 
 /// Largest request body read after a head; the fuzzer's inputs are smaller anyway.

@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::cache::key::{CollectionKey, non_resource_file_name};
+use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::config::WorkingMode;
 use crate::names::is_component_name;
 use crate::request::{Accept, ApiRequest, DiscoveryForm, Method, ResourcePath, Target, Verb};
@@ -57,89 +58,6 @@ impl NoCacheReason {
             NoCacheReason::Answer => "answer",
             NoCacheReason::CacheUnavailable => "cache-unavailable",
             NoCacheReason::Event => "event",
-        }
-    }
-}
-
-/// What to persist from the answer.
-#[derive(Debug, Clone)]
-pub enum CacheTarget {
-    /// A get, create, update or patch answer: one object of the collection. The request's
-    /// namespace and name identify what a 404 removes; the stored key comes from the object.
-    Object {
-        /// Collection on disk.
-        collection: CollectionKey,
-        /// Namespace of the request.
-        namespace: Option<String>,
-        /// Name of the request (none for a create).
-        name: Option<String>,
-    },
-    /// A list answer: replaces what the component cached within this scope.
-    List {
-        /// Collection on disk.
-        collection: CollectionKey,
-        /// Namespace scope (None: all namespaces).
-        namespace: Option<String>,
-        /// Selector scope.
-        selectors: Selectors,
-        /// Upsert only, delete nothing: the request continues a paged list, or its query is
-        /// one the cloud may read differently from the hub ([`Query::ambiguous`]). (A first
-        /// page is recognised by the `continue` in its answer, which the writer checks.)
-        ///
-        /// [`Query::ambiguous`]: crate::request::Query::ambiguous
-        paged: bool,
-    },
-    /// A watch stream: each event upserts or deletes one object.
-    Watch {
-        /// Collection on disk.
-        collection: CollectionKey,
-    },
-    /// `/version` or a discovery document.
-    NonResource {
-        /// File name under the cache root (of the legacy form: see [`CacheTarget::for_answer`]).
-        file: String,
-    },
-    /// A TokenRequest answer, kept for offline TokenRequests (`tokens.rs`).
-    Token(TokenTarget),
-}
-
-/// Where a TokenRequest answer is kept. The digest of what was asked comes from the request
-/// body, which only the forwarding reads: until then it is `None`, and an answer without one
-/// is not kept.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenTarget {
-    /// The component that asked.
-    pub component: String,
-    /// The service account's namespace.
-    pub namespace: String,
-    /// The service account.
-    pub name: String,
-    /// [`TokenSpec::digest`](crate::tokens::TokenSpec::digest) of the request.
-    pub digest: Option<String>,
-}
-
-impl CacheTarget {
-    /// The collection on disk, for resource targets.
-    pub fn collection(&self) -> Option<&CollectionKey> {
-        match self {
-            CacheTarget::Object { collection, .. }
-            | CacheTarget::List { collection, .. }
-            | CacheTarget::Watch { collection } => Some(collection),
-            CacheTarget::NonResource { .. } | CacheTarget::Token(_) => None,
-        }
-    }
-
-    /// The target of an answer with this `Content-Type`: a document goes to the file of the
-    /// form the cloud answered in ([`document_file`]); None when the document has no such
-    /// form (an aggregated `/version`, a Table, protobuf).
-    pub fn for_answer(&self, content_type: Option<&str>) -> Option<CacheTarget> {
-        match self {
-            CacheTarget::NonResource { file } => {
-                let form = DiscoveryForm::of_content_type(content_type?)?;
-                let file = document_file(file, form)?.into_owned();
-                Some(CacheTarget::NonResource { file })
-            }
-            target => Some(target.clone()),
         }
     }
 }
@@ -487,6 +405,20 @@ pub fn document_file(file: &str, form: DiscoveryForm) -> Option<Cow<'_, str>> {
     matches!(file, "_api" | "_apis").then(|| Cow::Owned(format!("{file}.aggregated.{version}")))
 }
 
+/// The target of an answer with this `Content-Type`: a document goes to the file of the
+/// form the cloud answered in ([`document_file`]); None when the document has no such
+/// form (an aggregated `/version`, a Table, protobuf).
+pub fn target_for_answer(target: &CacheTarget, content_type: Option<&str>) -> Option<CacheTarget> {
+    match target {
+        CacheTarget::NonResource { file } => {
+            let form = DiscoveryForm::of_content_type(content_type?)?;
+            let file = document_file(file, form)?.into_owned();
+            Some(CacheTarget::NonResource { file })
+        }
+        target => Some(target.clone()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -732,13 +664,14 @@ mod tests {
         const KUBECTL: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
         let v2 = DiscoveryForm::V2.content_type();
         let beta = DiscoveryForm::V2Beta1.content_type();
-        let file_of = |target: &CacheTarget, content_type| match target.for_answer(content_type) {
-            Some(CacheTarget::NonResource { file }) => Some(file),
-            other => {
-                assert!(other.is_none(), "{other:?}");
-                None
-            }
-        };
+        let file_of =
+            |target: &CacheTarget, content_type| match target_for_answer(target, content_type) {
+                Some(CacheTarget::NonResource { file }) => Some(file),
+                other => {
+                    assert!(other.is_none(), "{other:?}");
+                    None
+                }
+            };
         for (url, file) in [("/api", "_api"), ("/apis/", "_apis")] {
             let route = edge(&req("GET", url, KUBELET, Some(KUBECTL)));
             // The client's Accept goes upstream as it is; the answer's form picks the file.
@@ -785,7 +718,7 @@ mod tests {
             .cache
             .unwrap();
         assert!(matches!(
-            list.for_answer(None),
+            target_for_answer(&list, None),
             Some(CacheTarget::List { .. })
         ));
     }

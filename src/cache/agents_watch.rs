@@ -81,7 +81,7 @@ pub fn run(
 }
 
 /// The cache target of one of the watcher's own requests, as any request would get it.
-fn cache_target(path: &str) -> Option<route::CacheTarget> {
+fn cache_target(path: &str) -> Option<super::target::CacheTarget> {
     let headers = [("User-Agent".to_owned(), user_agent())];
     let req = request::classify("GET", path, &headers).ok()?;
     route::route(&req, true, WorkingMode::Edge).ok()?.cache.ok()

@@ -9,6 +9,7 @@ pub mod key;
 pub mod object;
 pub mod refill;
 pub mod store;
+pub mod target;
 #[cfg(test)]
 mod temp_dir;
 pub mod writer;

@@ -123,8 +123,7 @@ fn refill_one(upstream: &Upstream, cache: &CacheTx, refill: &Refill) -> Result<(
     if answer.status != 200 || !answer.is_json() {
         return Err(format!("the cloud answered {}", answer.status));
     }
-    let target = target
-        .for_answer(answer.header("content-type"))
+    let target = route::target_for_answer(&target, answer.header("content-type"))
         .ok_or("the answer is in a form the cache does not keep")?;
     let mut session = cache
         .begin_paced(target, 200, answer.is_gzip())

@@ -7,9 +7,10 @@ use std::io::{self, Read};
 
 use super::CacheStatus;
 use super::call::Call;
+use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::cache::writer::Refill;
 use crate::metrics::InFlight;
-use crate::route::{CacheTarget, NoCacheReason, TokenTarget};
+use crate::route::{self, NoCacheReason};
 use crate::server::{Exchange, Length};
 use crate::upstream::{Answer, Identity, UpstreamError};
 
@@ -219,6 +220,6 @@ fn wants_cache(target: &CacheTarget, answer: &Answer) -> Option<CacheTarget> {
         _ => false,
     };
     worth
-        .then(|| target.for_answer(answer.header("content-type")))
+        .then(|| route::target_for_answer(target, answer.header("content-type")))
         .flatten()
 }

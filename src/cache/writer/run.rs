@@ -17,8 +17,8 @@ use super::tee::{CacheMsg, CacheRx};
 use crate::cache::decode::{BodyDecoder, BodyShape, Unit};
 use crate::cache::key::{ObjectKey, TokenKey};
 use crate::cache::store::{PutOutcome, Store, StoreError};
+use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::metrics::{METRICS, Metrics};
-use crate::route::{CacheTarget, TokenTarget};
 
 /// A failing disk (full, read-only) fails every write: one log line per object would flood
 /// the log, on flash it may share. Failures are reported once per interval, with a count.

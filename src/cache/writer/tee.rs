@@ -9,8 +9,8 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::cache::key::CollectionKey;
+use crate::cache::target::CacheTarget;
 use crate::metrics::{METRICS, Metrics};
-use crate::route::CacheTarget;
 
 /// Messages from connection threads to the writer.
 pub enum CacheMsg {
