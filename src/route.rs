@@ -1,7 +1,9 @@
 //! Routing: for one classified request, decide what the hub will do with it before any I/O —
 //! whether its answer is cached (and how), how to answer it when the cloud is unreachable,
 //! what `Accept` to ask the cloud for, how long it may take and whose credentials it carries.
-//! Pure functions from values to decisions; `proxy/` carries them out.
+//! Pure functions from values to decisions; `proxy/` carries them out. The decisions' value
+//! types are defined here ([`Deadline`], [`Identity`]; the cache's [`CacheTarget`] comes from
+//! `cache/target.rs`), so routing imports nothing from `upstream` or `proxy`.
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -13,7 +15,6 @@ use crate::names::is_component_name;
 use crate::request::{Accept, ApiRequest, DiscoveryForm, Method, ResourcePath, Target, Verb};
 use crate::selector::Selectors;
 use crate::status::Status;
-use crate::upstream::{Deadline, Identity};
 
 /// Why a response is not cached; logged with the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +61,25 @@ impl NoCacheReason {
             NoCacheReason::Event => "event",
         }
     }
+}
+
+/// How long an exchange may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deadline {
+    /// A get, list or write: bounded end to end.
+    Bounded(Duration),
+    /// A watch: may stream this long (its `timeoutSeconds` plus a margin), with no limit on
+    /// the silence between events.
+    Stream(Duration),
+}
+
+/// Whose identity the cloud sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Identity {
+    /// The hub's client certificate and token.
+    Hub,
+    /// The client's own `Authorization` header; no client certificate is presented.
+    Client,
 }
 
 /// How to answer when the cloud cannot be reached.

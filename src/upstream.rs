@@ -27,6 +27,7 @@ use crate::config::Token;
 use crate::health::{Backends, Probe};
 use crate::http1;
 use crate::metrics::{METRICS, Metrics};
+use crate::route::{Deadline, Identity};
 use crate::tls::TlsMaterial;
 
 /// Headers that belong to one connection and never cross the proxy (RFC 9110 §7.6.1), plus
@@ -47,25 +48,6 @@ pub fn is_hop_by_hop(name: &str) -> bool {
         "expect",
     ];
     HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
-}
-
-/// How long an exchange may take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Deadline {
-    /// A get, list or write: bounded end to end.
-    Bounded(Duration),
-    /// A watch: may stream this long (its `timeoutSeconds` plus a margin), with no limit on
-    /// the silence between events.
-    Stream(Duration),
-}
-
-/// Whose identity the cloud sees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Identity {
-    /// The hub's client certificate and token.
-    Hub,
-    /// The client's own `Authorization` header; no client certificate is presented.
-    Client,
 }
 
 /// A request body from the client.

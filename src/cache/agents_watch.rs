@@ -16,8 +16,8 @@ use super::store::Store;
 use super::writer::CacheTx;
 use crate::config::WorkingMode;
 use crate::request;
-use crate::route;
-use crate::upstream::{Deadline, Identity, Outgoing, Upstream};
+use crate::route::{self, Deadline, Identity};
+use crate::upstream::{Outgoing, Upstream};
 
 /// How long one watch of the ConfigMap lasts before it is renewed.
 const WATCH_SECONDS: u64 = 300;

@@ -15,8 +15,8 @@ use super::writer::{CacheTx, Refill};
 use crate::config::WorkingMode;
 use crate::metrics::{METRICS, Metrics};
 use crate::request::{self, Verb};
-use crate::route;
-use crate::upstream::{Deadline, Identity, Outgoing, Upstream};
+use crate::route::{self, Deadline, Identity};
+use crate::upstream::{Outgoing, Upstream};
 
 /// Refills waiting at most; past it new ones are dropped (the next list refills anyway).
 const QUEUE: usize = 32;

@@ -10,9 +10,9 @@ use super::call::Call;
 use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::cache::writer::Refill;
 use crate::metrics::InFlight;
-use crate::route::{self, NoCacheReason};
+use crate::route::{self, Identity, NoCacheReason};
 use crate::server::{Exchange, Length};
-use crate::upstream::{Answer, Identity, UpstreamError};
+use crate::upstream::{Answer, UpstreamError};
 
 /// Bodies up to this size with a known length are received whole before the client gets
 /// anything, so a cloud that breaks off mid-body can still be answered from the cache.
