@@ -9,6 +9,7 @@
 pub mod alloc;
 pub mod app;
 pub mod cache;
+pub mod clients;
 pub mod config;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -1,8 +1,8 @@
 //! Which components are cache agents: YurtHub's defaults, `--cache-agents`, and the
 //! `cache_agents` key of the ConfigMap `kube-system/yurt-hub-cfg`, applied at run time.
 //!
-//! This module holds the set and parses the ConfigMap; `agents_watch.rs` keeps it in step with
-//! the cloud.
+//! This module holds the set and parses the ConfigMap; `clients/agents_watch.rs` keeps it in
+//! step with the cloud.
 
 use std::sync::{Arc, RwLock};
 

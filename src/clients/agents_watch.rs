@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 
-use super::agents::{CONFIG_NAME, CONFIG_NAMESPACE, CacheAgents, cache_agents_of};
-use super::decode::{BodyShape, JsonStream, Unit};
-use super::key::{CollectionKey, ObjectKey};
-use super::store::Store;
-use super::writer::CacheTx;
+use crate::cache::agents::{CONFIG_NAME, CONFIG_NAMESPACE, CacheAgents, cache_agents_of};
+use crate::cache::decode::{BodyShape, JsonStream, Unit};
+use crate::cache::key::{CollectionKey, ObjectKey};
+use crate::cache::store::Store;
+use crate::cache::target::CacheTarget;
+use crate::cache::writer::{self, CacheTx};
 use crate::config::WorkingMode;
 use crate::request;
 use crate::route::{self, Deadline, Identity};
@@ -81,7 +82,7 @@ pub fn run(
 }
 
 /// The cache target of one of the watcher's own requests, as any request would get it.
-fn cache_target(path: &str) -> Option<super::target::CacheTarget> {
+fn cache_target(path: &str) -> Option<CacheTarget> {
     let headers = [("User-Agent".to_owned(), user_agent())];
     let req = request::classify("GET", path, &headers).ok()?;
     route::route(&req, true, WorkingMode::Edge).ok()?.cache.ok()
@@ -160,7 +161,7 @@ fn watch(
         return Err(format!("the cloud answered {}", answer.status));
     }
     let mut session = cache_target(&path).and_then(|t| cache.begin(t, 200, false, None));
-    let mut events = JsonStream::new(BodyShape::WatchStream, super::writer::MAX_OBJECT_BYTES);
+    let mut events = JsonStream::new(BodyShape::WatchStream, writer::MAX_OBJECT_BYTES);
     let mut buf = vec![0u8; 8192];
     let mut ended_by_error = false;
     loop {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::writer::{CacheTx, Refill};
+use crate::cache::writer::{CacheTx, Refill};
 use crate::config::WorkingMode;
 use crate::metrics::{METRICS, Metrics};
 use crate::request::{self, Verb};
