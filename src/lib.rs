@@ -11,6 +11,8 @@ pub mod app;
 pub mod cache;
 pub mod clients;
 pub mod config;
+// Only for tests and the fuzz crate (the `fuzzing` feature): not in the library the binary links.
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod health;
