@@ -6,7 +6,7 @@
 const MAX_SEGMENT_BYTES: usize = 253;
 
 /// A DNS-1123 label (namespaces): lower-case alphanumerics and '-', at most 63.
-pub fn is_dns_label(s: &str) -> bool {
+pub(crate) fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.bytes()
@@ -16,7 +16,7 @@ pub fn is_dns_label(s: &str) -> bool {
 }
 
 /// A DNS-1123 subdomain: API groups, and what Kubernetes accepts as a node name.
-pub fn is_dns_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.split('.').all(|label| {
@@ -30,7 +30,7 @@ pub fn is_dns_subdomain(s: &str) -> bool {
 }
 
 /// An API version such as `v1` or `v1beta2`.
-pub fn is_version(s: &str) -> bool {
+pub(crate) fn is_version(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.bytes()
@@ -38,7 +38,7 @@ pub fn is_version(s: &str) -> bool {
 }
 
 /// A resource or subresource name: lower-case alphanumerics, '-' and '.'.
-pub fn is_resource_name(s: &str) -> bool {
+pub(crate) fn is_resource_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.bytes()
@@ -53,7 +53,7 @@ pub fn is_resource_name(s: &str) -> bool {
 /// temporary and journal names start with one), and no `/`, `\`, `%`, NUL or other
 /// control character. Anything passing this names an entry directly inside its parent
 /// directory, so a key made of such segments cannot reach outside the root.
-pub fn is_safe_segment(s: &str) -> bool {
+pub(crate) fn is_safe_segment(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= MAX_SEGMENT_BYTES
         && !s.starts_with('.')
@@ -64,12 +64,12 @@ pub fn is_safe_segment(s: &str) -> bool {
 
 /// An object name as the apiserver accepts it in a path, and safe as a file name: the
 /// store's own segment rule ([`is_safe_segment`]).
-pub fn is_object_name(s: &str) -> bool {
+pub(crate) fn is_object_name(s: &str) -> bool {
     is_safe_segment(s)
 }
 
 /// A component name usable as a cache directory.
-pub fn is_component_name(s: &str) -> bool {
+pub(crate) fn is_component_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && !s.starts_with(['.', '_', '-'])
@@ -81,7 +81,7 @@ pub fn is_component_name(s: &str) -> bool {
 
 /// A label key's name part or a non-empty label value: alphanumerics, '-', '_' or '.',
 /// starting and ending alphanumeric (the length limit is the caller's).
-pub fn is_label_name(s: &str) -> bool {
+pub(crate) fn is_label_name(s: &str) -> bool {
     let b = s.as_bytes();
     match (b.first(), b.last()) {
         (Some(first), Some(last)) => {

@@ -18,7 +18,7 @@ use crate::status::Status;
 
 /// Why a response is not cached; logged with the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoCacheReason {
+pub(crate) enum NoCacheReason {
     /// `--working-mode=cloud`.
     CloudMode,
     /// The component is not a cache agent.
@@ -46,7 +46,7 @@ pub enum NoCacheReason {
 
 impl NoCacheReason {
     /// Short name for logs.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             NoCacheReason::CloudMode => "cloud-mode",
             NoCacheReason::NotAgent => "not-agent",
@@ -65,7 +65,7 @@ impl NoCacheReason {
 
 /// How long an exchange may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Deadline {
+pub(crate) enum Deadline {
     /// A get, list or write: bounded end to end.
     Bounded(Duration),
     /// A watch: may stream this long (its `timeoutSeconds` plus a margin), with no limit on
@@ -75,7 +75,7 @@ pub enum Deadline {
 
 /// Whose identity the cloud sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Identity {
+pub(crate) enum Identity {
     /// The hub's client certificate and token.
     Hub,
     /// The client's own `Authorization` header; no client certificate is presented.
@@ -84,7 +84,7 @@ pub enum Identity {
 
 /// How to answer when the cloud cannot be reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Local {
+pub(crate) enum Local {
     /// The cached object.
     Get,
     /// The cached collection, filtered by the request's selectors.
@@ -110,7 +110,7 @@ pub enum Local {
 impl Local {
     /// The request writes (create, update, patch, delete, TokenRequest): one that may have
     /// reached the cloud must never be answered as if it had not.
-    pub fn is_write(&self) -> bool {
+    pub(crate) fn is_write(&self) -> bool {
         matches!(
             self,
             Local::Create | Local::Echo | Local::Token | Local::Update | Local::Forbidden
@@ -120,7 +120,7 @@ impl Local {
 
 /// The decisions for one request.
 #[derive(Debug, Clone)]
-pub struct Route {
+pub(crate) struct Route {
     /// What to cache, or why not.
     pub cache: Result<CacheTarget, NoCacheReason>,
     /// How to answer offline.
@@ -141,7 +141,7 @@ pub struct Route {
 impl Route {
     /// The collection the local answer reads or writes (gets, lists, watches, creates,
     /// updates), computed once here: the cache target's, else its own.
-    pub fn collection(&self) -> Option<&CollectionKey> {
+    pub(crate) fn collection(&self) -> Option<&CollectionKey> {
         self.cache
             .as_ref()
             .ok()
@@ -151,7 +151,7 @@ impl Route {
 
     /// The route of a request the hub passes on unclassified (cloud mode): nothing cached,
     /// nothing answered locally.
-    pub fn pass_on(has_authorization: bool) -> Route {
+    pub(crate) fn pass_on(has_authorization: bool) -> Route {
         Route {
             cache: Err(NoCacheReason::CloudMode),
             local: Local::Unavailable,
@@ -169,18 +169,18 @@ impl Route {
 }
 
 /// Extra time a watch may stream beyond its `timeoutSeconds`.
-pub const WATCH_MARGIN: Duration = Duration::from_secs(60);
+pub(crate) const WATCH_MARGIN: Duration = Duration::from_secs(60);
 /// How long a watch without `timeoutSeconds` may last: the apiserver ends such a watch within
 /// 30–60 minutes.
-pub const WATCH_DEFAULT: Duration = Duration::from_secs(3600);
+pub(crate) const WATCH_DEFAULT: Duration = Duration::from_secs(3600);
 /// Deadline of a get, list or write.
-pub const REQUEST_DEADLINE: Duration = Duration::from_secs(600);
+pub(crate) const REQUEST_DEADLINE: Duration = Duration::from_secs(600);
 /// Deadline of a followed log or other long stream.
-pub const STREAM_DEADLINE: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const STREAM_DEADLINE: Duration = Duration::from_secs(24 * 3600);
 
 /// Decides the route of `req`. `is_agent` tells whether its component is a cache agent.
 /// An invalid selector on a cacheable list or watch is a 400.
-pub fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Result<Route, Status> {
+pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Result<Route, Status> {
     // Selectors matter only for what the hub caches or answers itself; anything else is the
     // cloud's to judge.
     let selectors = match req.verb {
@@ -387,7 +387,7 @@ fn token_target(req: &ApiRequest, path: &ResourcePath) -> Option<TokenTarget> {
 }
 
 /// The cache directory of `component`'s view of a resource.
-pub fn collection_key(component: &str, path: &ResourcePath) -> CollectionKey {
+pub(crate) fn collection_key(component: &str, path: &ResourcePath) -> CollectionKey {
     CollectionKey {
         component: component.to_owned(),
         resource: path.resource.clone(),
@@ -397,7 +397,7 @@ pub fn collection_key(component: &str, path: &ResourcePath) -> CollectionKey {
 }
 
 /// The cache file of a cacheable non-resource path: `/version` and discovery documents.
-pub fn non_resource_document(path: &str) -> Option<String> {
+pub(crate) fn non_resource_document(path: &str) -> Option<String> {
     let trimmed = path.trim_end_matches('/');
     let segments: Vec<&str> = trimmed.trim_start_matches('/').split('/').collect();
     let discovery = matches!(
@@ -416,7 +416,7 @@ pub fn non_resource_document(path: &str) -> Option<String> {
 /// `/api` and `/apis` are also kept in each aggregated form apart, behind a suffix no legacy
 /// name has (`_apis.aggregated.v2`, `_apis.aggregated.v2beta1`). None for a form the document
 /// does not have.
-pub fn document_file(file: &str, form: DiscoveryForm) -> Option<Cow<'_, str>> {
+pub(crate) fn document_file(file: &str, form: DiscoveryForm) -> Option<Cow<'_, str>> {
     let version = match form {
         DiscoveryForm::Legacy => return Some(Cow::Borrowed(file)),
         DiscoveryForm::V2 => "v2",
@@ -428,7 +428,10 @@ pub fn document_file(file: &str, form: DiscoveryForm) -> Option<Cow<'_, str>> {
 /// The target of an answer with this `Content-Type`: a document goes to the file of the
 /// form the cloud answered in ([`document_file`]); None when the document has no such
 /// form (an aggregated `/version`, a Table, protobuf).
-pub fn target_for_answer(target: &CacheTarget, content_type: Option<&str>) -> Option<CacheTarget> {
+pub(crate) fn target_for_answer(
+    target: &CacheTarget,
+    content_type: Option<&str>,
+) -> Option<CacheTarget> {
     match target {
         CacheTarget::NonResource { file } => {
             let form = DiscoveryForm::of_content_type(content_type?)?;

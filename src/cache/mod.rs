@@ -6,12 +6,12 @@
 //! `request`, `upstream` or `proxy`. The hub's own requests that feed it (the refill, the
 //! `yurt-hub-cfg` watch) are in `clients/`.
 
-pub mod agents;
-pub mod decode;
-pub mod key;
-pub mod object;
-pub mod store;
-pub mod target;
+pub(crate) mod agents;
+pub(crate) mod decode;
+pub(crate) mod key;
+pub(crate) mod object;
+pub(crate) mod store;
+pub(crate) mod target;
 #[cfg(test)]
 mod temp_dir;
-pub mod writer;
+pub(crate) mod writer;

@@ -6,7 +6,7 @@ use crate::selector::Selectors;
 
 /// What to persist from the answer.
 #[derive(Debug, Clone)]
-pub enum CacheTarget {
+pub(crate) enum CacheTarget {
     /// A get, create, update or patch answer: one object of the collection. The request's
     /// namespace and name identify what a 404 removes; the stored key comes from the object.
     Object {
@@ -49,7 +49,7 @@ pub enum CacheTarget {
 /// body, which only the forwarding reads: until then it is `None`, and an answer without one
 /// is not kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenTarget {
+pub(crate) struct TokenTarget {
     /// The component that asked.
     pub component: String,
     /// The service account's namespace.
@@ -62,7 +62,7 @@ pub struct TokenTarget {
 
 impl CacheTarget {
     /// The collection on disk, for resource targets.
-    pub fn collection(&self) -> Option<&CollectionKey> {
+    pub(crate) fn collection(&self) -> Option<&CollectionKey> {
         match self {
             CacheTarget::Object { collection, .. }
             | CacheTarget::List { collection, .. }

@@ -40,7 +40,7 @@ fn collection() -> CollectionKey {
 }
 
 /// Applies the copy cached by an earlier run, so the setting holds while the cloud is down.
-pub fn load_cached(store: &Store, agents: &CacheAgents) {
+pub(crate) fn load_cached(store: &Store, agents: &CacheAgents) {
     let key = ObjectKey {
         collection: collection(),
         namespace: Some(CONFIG_NAMESPACE.into()),
@@ -54,7 +54,7 @@ pub fn load_cached(store: &Store, agents: &CacheAgents) {
 }
 
 /// Runs the list-then-watch loop until `stop` fires or closes.
-pub fn run(
+pub(crate) fn run(
     upstream: Arc<Upstream>,
     agents: Arc<CacheAgents>,
     cache: CacheTx,

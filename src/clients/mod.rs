@@ -5,8 +5,8 @@
 //! - [`refill`]: fetches again the answers whose cache session the writer had to drop.
 //! - [`agents_watch`]: keeps the cache-agent set in step with the `yurt-hub-cfg` ConfigMap.
 
-pub mod agents_watch;
-pub mod refill;
+pub(crate) mod agents_watch;
+pub(crate) mod refill;
 
 use std::fmt;
 use std::io;
@@ -18,7 +18,7 @@ use crate::upstream::UpstreamError;
 /// Why one request of a background client came to nothing; the job logs it and tries again
 /// later (the next refill, the next list-then-watch round).
 #[derive(Debug)]
-pub enum ClientError {
+pub(crate) enum ClientError {
     /// The hub's own rules refuse the request the job built (the text says which rule).
     Refused(String),
     /// Routing would not cache the answer, so there is nothing to fetch it for.

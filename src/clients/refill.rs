@@ -25,20 +25,20 @@ const QUEUE: usize = 32;
 const READ_BUFFER: usize = 16 * 1024;
 
 /// The sending side, given to the cache writer queue, and the pending set.
-pub struct Refills {
+pub(crate) struct Refills {
     tx: Sender<Refill>,
     rx: Receiver<Refill>,
 }
 
 impl Refills {
     /// A refill queue.
-    pub fn new() -> Refills {
+    pub(crate) fn new() -> Refills {
         let (tx, rx) = crossbeam_channel::bounded(QUEUE);
         Refills { tx, rx }
     }
 
     /// Where dropped sessions send their refill.
-    pub fn sender(&self) -> Sender<Refill> {
+    pub(crate) fn sender(&self) -> Sender<Refill> {
         self.tx.clone()
     }
 }
@@ -50,7 +50,7 @@ impl Default for Refills {
 }
 
 /// Runs refills until `stop` fires or closes.
-pub fn run(refills: Refills, upstream: Arc<Upstream>, cache: CacheTx, stop: Receiver<()>) {
+pub(crate) fn run(refills: Refills, upstream: Arc<Upstream>, cache: CacheTx, stop: Receiver<()>) {
     loop {
         let first = crossbeam_channel::select! {
             recv(stop) -> _ => return,
@@ -144,7 +144,7 @@ fn refill_one(upstream: &Upstream, cache: &CacheTx, refill: &Refill) -> Result<(
 
 /// The list of the same scope as a watch (or the request itself when it is not one): the
 /// watch-only parameters and the legacy `/watch/` prefix are dropped.
-pub fn list_of_watch(path_and_query: &str) -> String {
+pub(crate) fn list_of_watch(path_and_query: &str) -> String {
     let (path, query) = path_and_query
         .split_once('?')
         .unwrap_or((path_and_query, ""));

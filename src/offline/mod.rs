@@ -39,7 +39,7 @@ use crate::status::Status;
 const WATCH_TICK: Duration = Duration::from_secs(1);
 
 /// The offline answerer.
-pub struct Offline {
+pub(crate) struct Offline {
     /// The disk cache, read only here.
     pub store: Arc<Store>,
     /// Where offline creates go to be persisted.
@@ -53,7 +53,7 @@ pub struct Offline {
 impl Offline {
     /// Answers `req` from the cache, in the collection `route` keyed; returns the HTTP
     /// status sent.
-    pub fn answer(&self, ex: Exchange<'_>, req: &ApiRequest, route: &Route) -> u16 {
+    pub(crate) fn answer(&self, ex: Exchange<'_>, req: &ApiRequest, route: &Route) -> u16 {
         let result = match (&route.local, req.resource(), route.collection()) {
             (Local::NonResource(file), _, _) => self.document(ex, req, file),
             (Local::Forbidden, _, _) => Err((

@@ -51,7 +51,7 @@ const JOURNAL_MAGIC: &str = "tinyhub-journal 1";
 
 /// What [`Store::open`] found and repaired.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RecoveryReport {
+pub(crate) struct RecoveryReport {
     /// Complete journals applied (replacements finished).
     pub rolled_forward: usize,
     /// Incomplete or invalid journals discarded (replacements undone).

@@ -17,7 +17,7 @@ use crate::names::is_safe_segment;
 /// A file that vanishes between listing its directory and reading it is skipped, and so
 /// are symlinks, dot-names and anything that is not a regular file.
 #[derive(Debug)]
-pub struct ObjectIter {
+pub(crate) struct ObjectIter {
     pub(super) cursor: NameCursor,
 }
 
