@@ -17,8 +17,9 @@ CARGO ?= cargo
 build:
 	$(CARGO) build --release
 
+# `fuzzing`: tests/fuzz_corpus.rs replays the fuzz corpus through src/fuzzing.rs.
 test: tools
-	$(CARGO) test --all-targets
+	$(CARGO) test --all-targets --features fuzzing
 
 demo: tools build
 	$(CARGO) run --release --example demo
@@ -31,7 +32,7 @@ bench-quick: build
 
 lint:
 	$(CARGO) fmt --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --all-targets --features fuzzing -- -D warnings
 
 # Fuzzing needs nightly and cargo-fuzz; CI only replays the corpus (tests/fuzz_corpus.rs, part
 # of `make test`). One fuzzer process at a time: `make fuzz FUZZ_SECONDS=600 FUZZ_TARGETS=selectors`.

@@ -14,12 +14,12 @@ static PEAK: AtomicUsize = AtomicUsize::new(0);
 
 impl Counting {
     /// Heap bytes allocated and not yet freed.
-    pub fn live() -> usize {
+    pub(crate) fn live() -> usize {
         LIVE.load(Ordering::Relaxed)
     }
 
     /// The highest `live` seen.
-    pub fn peak() -> usize {
+    pub(crate) fn peak() -> usize {
         PEAK.load(Ordering::Relaxed)
     }
 

@@ -10,10 +10,11 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cache::agents::CacheAgents;
-use crate::cache::refill::{self, Refills};
 use crate::cache::store::Store;
+use crate::cache::writer;
 use crate::cache::writer::WriterOptions;
-use crate::cache::{agents_watch, writer};
+use crate::clients::agents_watch;
+use crate::clients::refill::{self, Refills};
 use crate::config::{Config, WorkingMode};
 use crate::health::{self, Backends, Probe};
 use crate::offline::Offline;

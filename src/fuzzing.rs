@@ -14,11 +14,13 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::cache::decode::{BodyDecoder, BodyShape, DecodeError, MAX_DEPTH, Unit};
-use crate::cache::key::is_safe_segment;
+use crate::cache::target::CacheTarget;
 use crate::config::WorkingMode;
 use crate::http1::{self, BodyState, RequestHead};
+use crate::names;
+use crate::names::is_safe_segment;
 use crate::request::{self, ApiRequest, Target};
-use crate::route::{self, CacheTarget};
+use crate::route;
 use crate::selector::{FieldSelector, LabelSelector, SelectorError, Selectors};
 
 /// Largest request body read after a head; the fuzzer's inputs are smaller anyway.
@@ -60,14 +62,14 @@ fn check_request(head: &RequestHead, req: &ApiRequest) {
     match &req.target {
         Target::Resource(r) => {
             assert!(
-                r.group.is_empty() || request::is_dns_subdomain(&r.group),
+                r.group.is_empty() || names::is_dns_subdomain(&r.group),
                 "{r:?}"
             );
             for segment in [&r.version, &r.resource] {
                 assert!(is_safe_segment(segment), "{r:?} from {:?}", head.target);
             }
             if let Some(ns) = &r.namespace {
-                assert!(request::is_dns_label(ns), "{r:?}");
+                assert!(names::is_dns_label(ns), "{r:?}");
             }
             // The store's own rule: no '/', NUL or control character, no leading dot.
             for segment in [&r.name, &r.subresource].into_iter().flatten() {

@@ -33,7 +33,7 @@ use crate::config::{Heartbeat, LbMode};
 
 /// One cloud apiserver.
 #[derive(Debug)]
-pub struct Backend {
+pub(crate) struct Backend {
     /// `https://host:port`.
     pub base: String,
     healthy: AtomicBool,
@@ -61,7 +61,7 @@ impl Backend {
 
 /// The cloud apiservers and how requests spread over them.
 #[derive(Debug)]
-pub struct Backends {
+pub(crate) struct Backends {
     list: Vec<Backend>,
     lb: LbMode,
     next: AtomicUsize,
@@ -70,7 +70,7 @@ pub struct Backends {
 
 impl Backends {
     /// Backends in `--server-addr` order, all presumed healthy until probed.
-    pub fn new(bases: Vec<String>, lb: LbMode) -> Backends {
+    pub(crate) fn new(bases: Vec<String>, lb: LbMode) -> Backends {
         Backends {
             list: bases
                 .into_iter()
@@ -89,23 +89,18 @@ impl Backends {
     }
 
     /// The backend at `index`.
-    pub fn get(&self, index: usize) -> &Backend {
+    pub(crate) fn get(&self, index: usize) -> &Backend {
         &self.list[index]
     }
 
     /// How many backends there are.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.list.len()
-    }
-
-    /// True when there are none (never, after configuration).
-    pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
     }
 
     /// Picks a usable backend other than `exclude`, by the load-balancing mode; with
     /// `allow_suspect` (writes), one healthy by its last probe will do.
-    pub fn pick(&self, exclude: Option<usize>, allow_suspect: bool) -> Option<usize> {
+    pub(crate) fn pick(&self, exclude: Option<usize>, allow_suspect: bool) -> Option<usize> {
         let n = self.list.len();
         let usable = |i: usize| {
             let b = &self.list[i];
@@ -126,30 +121,30 @@ impl Backends {
     }
 
     /// True when at least one backend is usable: the hub is online.
-    pub fn any_healthy(&self) -> bool {
+    pub(crate) fn any_healthy(&self) -> bool {
         self.list.iter().any(Backend::usable)
     }
 
     /// True when at least one backend is healthy by its last probe, suspect or not: a write
     /// is still sent there.
-    pub fn any_probed_healthy(&self) -> bool {
+    pub(crate) fn any_probed_healthy(&self) -> bool {
         self.list.iter().any(|b| b.healthy.load(Ordering::Acquire))
     }
 
     /// Whether backend `index` is healthy by its last probe.
-    pub fn is_healthy(&self, index: usize) -> bool {
+    pub(crate) fn is_healthy(&self, index: usize) -> bool {
         self.list[index].healthy.load(Ordering::Acquire)
     }
 
     /// How many times a backend has become usable (healthy and not suspect) after it was not.
     /// Compare two readings to learn whether the cloud came back in between.
-    pub fn recoveries(&self) -> u64 {
+    pub(crate) fn recoveries(&self) -> u64 {
         self.recoveries.load(Ordering::Acquire)
     }
 
     /// A forwarded request to backend `index` failed in transport: stop picking it and have
     /// its checker probe it now. Only the first report before the probe rules wakes it.
-    pub fn report_failure(&self, index: usize) {
+    pub(crate) fn report_failure(&self, index: usize) {
         let backend = &self.list[index];
         if !backend.healthy.load(Ordering::Acquire) {
             return;
@@ -168,7 +163,7 @@ impl Backends {
     }
 
     /// Records a probe's verdict, logging a change; it settles any suspicion either way.
-    pub fn set_healthy(&self, index: usize, healthy: bool) {
+    pub(crate) fn set_healthy(&self, index: usize, healthy: bool) {
         let reports = self.list[index].reports.load(Ordering::Acquire);
         self.rule(index, healthy, reports);
     }
@@ -177,7 +172,7 @@ impl Backends {
     /// ([`Backends::reports`]) was `reports_before`. It settles the suspicions raised before
     /// then; a failure reported during the round keeps the server suspect (the round's success
     /// may predate it). False when such a failure is left for the next round to rule.
-    pub fn rule(&self, index: usize, healthy: bool, reports_before: u64) -> bool {
+    pub(crate) fn rule(&self, index: usize, healthy: bool, reports_before: u64) -> bool {
         let backend = &self.list[index];
         let was_suspect = backend.suspect();
         // The flag first, then the suspicion: a backend found dead is never usable between.
@@ -219,12 +214,12 @@ impl Backends {
 
     /// How many request failures backend `index` has had reported: read before a probe round,
     /// handed to [`Backends::rule`] with its verdict.
-    pub fn reports(&self, index: usize) -> u64 {
+    pub(crate) fn reports(&self, index: usize) -> u64 {
         self.list[index].reports.load(Ordering::Acquire)
     }
 
     /// (base, healthy by the last probe) of every backend, for metrics.
-    pub fn snapshot(&self) -> Vec<(String, bool)> {
+    pub(crate) fn snapshot(&self) -> Vec<(String, bool)> {
         self.list
             .iter()
             .map(|b| (b.base.clone(), b.healthy.load(Ordering::Acquire)))
@@ -233,13 +228,13 @@ impl Backends {
 }
 
 /// Probes one backend once; `Err` says why it is not healthy.
-pub trait Probe: Send + Sync {
+pub(crate) trait Probe: Send + Sync {
     /// One probe of `base` bounded by `timeout`.
     fn probe(&self, base: &str, timeout: Duration) -> Result<(), String>;
 }
 
 /// Probes every backend once, in parallel, and records the results: the state at start-up.
-pub fn probe_all_once(backends: &Backends, probe: &dyn Probe, timeout: Duration) {
+pub(crate) fn probe_all_once(backends: &Backends, probe: &dyn Probe, timeout: Duration) {
     thread::scope(|scope| {
         for index in 0..backends.len() {
             let probe_one = move || {
@@ -264,7 +259,7 @@ pub fn probe_all_once(backends: &Backends, probe: &dyn Probe, timeout: Duration)
 }
 
 /// Starts one checker thread per backend; they stop when `stop` is closed or sends.
-pub fn spawn_checkers(
+pub(crate) fn spawn_checkers(
     backends: Arc<Backends>,
     probe: Arc<dyn Probe>,
     heartbeat: Heartbeat,

@@ -5,31 +5,38 @@
 // Unsafe code is limited to what has no safe std equivalent (sigwait, syncfs, the counting
 // global allocator); each is allowed locally with a SAFETY comment.
 #![deny(unsafe_code)]
+// The library serves the binary, the benches and the fuzz targets: what they do not use is
+// crate-private, and a `pub` that nothing outside can reach is flagged.
+#![warn(unreachable_pub)]
 
 pub mod alloc;
 pub mod app;
-pub mod cache;
+mod cache;
+mod clients;
 pub mod config;
+// Only for tests and the fuzz crate (the `fuzzing` feature): not in the library the binary links.
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod health;
-pub mod http1;
+mod health;
+mod http1;
 pub mod logging;
-pub mod metrics;
-pub mod offline;
-pub mod proxy;
-pub mod reaper;
-pub mod request;
-pub mod route;
-pub mod selector;
-pub mod serve;
-pub mod server;
-pub mod signals;
-pub mod status;
-pub mod tls;
-pub mod tokens;
-pub mod upstream;
+mod metrics;
+mod names;
+mod offline;
+mod proxy;
+mod reaper;
+mod request;
+mod route;
+mod selector;
+mod serve;
+mod server;
+mod signals;
+mod status;
+mod tls;
+mod tokens;
+mod upstream;
 
 /// Stack of the hub's own threads (request threads, health checkers, the writer). Measured:
 /// a TLS handshake with ring plus JSON decoding stays well under it; see BENCHMARKS.md.
-pub const SMALL_STACK: usize = 256 * 1024;
+pub(crate) const SMALL_STACK: usize = 256 * 1024;

@@ -41,7 +41,7 @@ pub fn init(verbosity: u8) {
 }
 
 /// The log level a klog verbosity stands for.
-pub fn level_for(verbosity: u8) -> log::LevelFilter {
+pub(crate) fn level_for(verbosity: u8) -> log::LevelFilter {
     match verbosity {
         0 | 1 => log::LevelFilter::Info,
         2 | 3 => log::LevelFilter::Debug,
@@ -83,7 +83,7 @@ pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 /// Days since 1970-01-01 of a civil date: Howard Hinnant's `days_from_civil`, the inverse
 /// of [`civil_from_days`].
-pub fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
     let era = y.div_euclid(400);
     let yoe = y.rem_euclid(400);

@@ -11,10 +11,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// Labels YurtHub uses for per-request series: verb, resource, subresources, client.
-pub type RequestLabels = (&'static str, String, String, String);
+pub(crate) type RequestLabels = (&'static str, String, String, String);
 
 /// All of the hub's metrics.
-pub struct Metrics {
+pub(crate) struct Metrics {
     /// Objects written to disk by the cache writer.
     pub cache_objects_written: AtomicU64,
     /// Bytes written to disk by the cache writer.
@@ -59,7 +59,7 @@ pub struct Metrics {
 const MAX_SERIES: usize = 512;
 
 /// The process-wide metrics.
-pub static METRICS: Metrics = Metrics::new();
+pub(crate) static METRICS: Metrics = Metrics::new();
 
 impl Metrics {
     const fn new() -> Metrics {
@@ -88,12 +88,12 @@ impl Metrics {
     }
 
     /// Adds one to a counter.
-    pub fn inc(counter: &AtomicU64) {
+    pub(crate) fn inc(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Marks a request as started; the guard marks it finished when dropped.
-    pub fn start_request(&'static self, labels: RequestLabels) -> InFlight {
+    pub(crate) fn start_request(&'static self, labels: RequestLabels) -> InFlight {
         self.in_flight_total.fetch_add(1, Ordering::Relaxed);
         let mut map = lock(&self.in_flight);
         // Labels come from clients (User-Agent): cap the number of series so a client that
@@ -111,7 +111,7 @@ impl Metrics {
     }
 
     /// Counts bytes the cloud sent for a request.
-    pub fn add_traffic(&self, labels: &RequestLabels, bytes: u64) {
+    pub(crate) fn add_traffic(&self, labels: &RequestLabels, bytes: u64) {
         if bytes == 0 {
             return;
         }
@@ -127,7 +127,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition, with one health series per backend.
-    pub fn render(&self, backends: &[(String, bool)]) -> String {
+    pub(crate) fn render(&self, backends: &[(String, bool)]) -> String {
         let mut out = String::with_capacity(4096);
         header(
             &mut out,
@@ -300,14 +300,14 @@ impl Metrics {
 }
 
 /// Marks the end of a request in the in-flight series when dropped.
-pub struct InFlight {
+pub(crate) struct InFlight {
     metrics: &'static Metrics,
     labels: Option<RequestLabels>,
 }
 
 impl InFlight {
     /// Counts bytes the cloud sent for this request under its labels.
-    pub fn add_traffic(&self, bytes: u64) {
+    pub(crate) fn add_traffic(&self, bytes: u64) {
         if let Some(labels) = &self.labels {
             self.metrics.add_traffic(labels, bytes);
         }

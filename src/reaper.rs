@@ -19,7 +19,7 @@ use crate::upstream::Cancel;
 const TICK: Duration = Duration::from_secs(1);
 
 /// The streams being watched over.
-pub struct Reaper {
+pub(crate) struct Reaper {
     entries: Mutex<Vec<Entry>>,
     next_id: AtomicU64,
 }
@@ -31,14 +31,14 @@ struct Entry {
 }
 
 /// Keeps a stream under watch; dropping it (the relay ended) forgets the stream.
-pub struct Watched {
+pub(crate) struct Watched {
     reaper: Arc<Reaper>,
     id: u64,
 }
 
 impl Reaper {
     /// Starts the reaper thread; it ends when the last `Arc` is dropped.
-    pub fn start() -> Arc<Reaper> {
+    pub(crate) fn start() -> Arc<Reaper> {
         let reaper = Arc::new(Reaper {
             entries: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
@@ -56,7 +56,7 @@ impl Reaper {
     }
 
     /// Watches over one stream until the returned guard is dropped.
-    pub fn watch(self: &Arc<Self>, probe: ClientProbe, cancel: Cancel) -> Watched {
+    pub(crate) fn watch(self: &Arc<Self>, probe: ClientProbe, cancel: Cancel) -> Watched {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.lock().push(Entry { id, probe, cancel });
         Watched {

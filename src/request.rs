@@ -9,9 +9,11 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use crate::names::{is_dns_label, is_dns_subdomain, is_object_name, is_resource_name, is_version};
+
 /// The HTTP method, as far as the hub cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
+pub(crate) enum Method {
     /// GET.
     Get,
     /// HEAD.
@@ -30,7 +32,7 @@ pub enum Method {
 
 impl Method {
     /// Reads an HTTP method name.
-    pub fn parse(text: &str) -> Method {
+    pub(crate) fn parse(text: &str) -> Method {
         match text {
             "GET" => Method::Get,
             "HEAD" => Method::Head,
@@ -45,7 +47,7 @@ impl Method {
 
 /// The Kubernetes verb.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verb {
+pub(crate) enum Verb {
     /// Read one object.
     Get,
     /// Read a collection.
@@ -70,7 +72,7 @@ pub enum Verb {
 
 impl Verb {
     /// The verb as Kubernetes and the metrics name it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Verb::Get => "get",
             Verb::List => "list",
@@ -88,7 +90,7 @@ impl Verb {
 
 /// A resource URL, decoded and validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResourcePath {
+pub(crate) struct ResourcePath {
     /// API group, "" for core.
     pub group: String,
     /// API version.
@@ -109,7 +111,7 @@ pub struct ResourcePath {
 
 /// The legacy prefixes of `/api/v1/watch/...` and `/api/v1/proxy/...`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LegacyPrefix {
+pub(crate) enum LegacyPrefix {
     /// `/watch/`: a watch.
     Watch,
     /// `/proxy/`: the proxy verb.
@@ -118,7 +120,7 @@ pub enum LegacyPrefix {
 
 /// What the path names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// A Kubernetes resource URL.
     Resource(ResourcePath),
     /// Any other path (`/version`, discovery, `/healthz`, ...), decoded.
@@ -127,7 +129,7 @@ pub enum Target {
 
 /// The query parameters the hub acts on.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Query {
+pub(crate) struct Query {
     /// `labelSelector`.
     pub label_selector: Option<String>,
     /// `fieldSelector`.
@@ -154,7 +156,7 @@ pub struct Query {
 
 /// What the client will take as a response body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Accept {
+pub(crate) enum Accept {
     /// JSON (or anything: no header, `*/*`).
     Json,
     /// JSON or protobuf; the hub may ask the cloud for JSON.
@@ -177,7 +179,7 @@ pub enum Accept {
 impl Accept {
     /// The forms of a discovery document this client takes, best first: the legacy (plain
     /// JSON) form alone unless it asks for aggregated discovery.
-    pub fn discovery(self) -> DiscoveryAccept {
+    pub(crate) fn discovery(self) -> DiscoveryAccept {
         match self {
             Accept::Discovery(forms) => forms,
             Accept::Json | Accept::JsonOrProtobuf => DiscoveryAccept::LEGACY,
@@ -193,7 +195,7 @@ impl Accept {
 
 /// A form of the discovery documents `/api` and `/apis`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DiscoveryForm {
+pub(crate) enum DiscoveryForm {
     /// `APIVersions` or `APIGroupList` as plain JSON (every other document has only this form).
     Legacy,
     /// Aggregated: an `apidiscovery.k8s.io/v2` `APIGroupDiscoveryList`.
@@ -204,14 +206,14 @@ pub enum DiscoveryForm {
 
 impl DiscoveryForm {
     /// Every form.
-    pub const ALL: [DiscoveryForm; 3] = [
+    pub(crate) const ALL: [DiscoveryForm; 3] = [
         DiscoveryForm::Legacy,
         DiscoveryForm::V2,
         DiscoveryForm::V2Beta1,
     ];
 
     /// The `Content-Type` of a document in this form, as the apiserver writes it.
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             DiscoveryForm::Legacy => "application/json",
             DiscoveryForm::V2 => {
@@ -225,7 +227,7 @@ impl DiscoveryForm {
 
     /// The form of an answer with this `Content-Type` (its parameters in any order, unknown
     /// ones ignored); None when it is none of them (not JSON, a Table...).
-    pub fn of_content_type(content_type: &str) -> Option<DiscoveryForm> {
+    pub(crate) fn of_content_type(content_type: &str) -> Option<DiscoveryForm> {
         MediaRange::parse(content_type)
             .filter(|m| {
                 m.ty.eq_ignore_ascii_case("application") && m.sub.eq_ignore_ascii_case("json")
@@ -237,25 +239,25 @@ impl DiscoveryForm {
 /// The discovery forms a client takes, in the order the apiserver picks from its `Accept`:
 /// by `q`, specific types before wildcards, then as listed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DiscoveryAccept {
+pub(crate) struct DiscoveryAccept {
     forms: [Option<DiscoveryForm>; 3],
 }
 
 impl DiscoveryAccept {
     /// Only the legacy form.
-    pub const LEGACY: DiscoveryAccept = DiscoveryAccept {
+    pub(crate) const LEGACY: DiscoveryAccept = DiscoveryAccept {
         forms: [Some(DiscoveryForm::Legacy), None, None],
     };
     /// No form at all.
-    pub const NONE: DiscoveryAccept = DiscoveryAccept { forms: [None; 3] };
+    pub(crate) const NONE: DiscoveryAccept = DiscoveryAccept { forms: [None; 3] };
 
     /// The forms taken, best first.
-    pub fn forms(self) -> impl Iterator<Item = DiscoveryForm> {
+    pub(crate) fn forms(self) -> impl Iterator<Item = DiscoveryForm> {
         self.forms.into_iter().flatten()
     }
 
     /// Whether `form` is taken.
-    pub fn takes(self, form: DiscoveryForm) -> bool {
+    pub(crate) fn takes(self, form: DiscoveryForm) -> bool {
         self.forms.contains(&Some(form))
     }
 
@@ -362,7 +364,7 @@ impl<'a> MediaRange<'a> {
 
 /// One classified request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiRequest {
+pub(crate) struct ApiRequest {
     /// HTTP method.
     pub method: Method,
     /// Kubernetes verb.
@@ -383,7 +385,7 @@ pub struct ApiRequest {
 
 impl ApiRequest {
     /// The resource path, when the request names a resource.
-    pub fn resource(&self) -> Option<&ResourcePath> {
+    pub(crate) fn resource(&self) -> Option<&ResourcePath> {
         match &self.target {
             Target::Resource(r) => Some(r),
             Target::NonResource(_) => None,
@@ -393,7 +395,7 @@ impl ApiRequest {
 
 /// A request whose path or query is unusable; the proxy answers 400.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestError(pub String);
+pub(crate) struct RequestError(pub String);
 
 impl fmt::Display for RequestError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -404,14 +406,14 @@ impl fmt::Display for RequestError {
 impl std::error::Error for RequestError {}
 
 /// Longest timeout a request may ask for (a day); longer ones are clamped.
-pub const MAX_TIMEOUT_SECONDS: u64 = 86_400;
+pub(crate) const MAX_TIMEOUT_SECONDS: u64 = 86_400;
 
 /// Longest request target accepted for classification: what the server reads (a target
 /// the hub builds itself, for a refill or its ConfigMap watch, is far shorter).
-pub const MAX_URL_BYTES: usize = crate::http1::MAX_TARGET;
+pub(crate) const MAX_URL_BYTES: usize = crate::http1::MAX_TARGET;
 
 /// Classifies one request. `headers` are (name, value) pairs as received.
-pub fn classify(
+pub(crate) fn classify(
     method: &str,
     url: &str,
     headers: &[(String, String)],
@@ -464,7 +466,11 @@ pub fn classify(
 /// Classifies a request the hub makes itself on behalf of `component` (a cache refill):
 /// there are no client headers to read, so the component is given, not parsed from a
 /// User-Agent, and nothing else is asked (any `Accept`, no upgrade, the hub's credentials).
-pub fn on_behalf_of(component: &str, method: &str, url: &str) -> Result<ApiRequest, RequestError> {
+pub(crate) fn on_behalf_of(
+    component: &str,
+    method: &str,
+    url: &str,
+) -> Result<ApiRequest, RequestError> {
     let mut req = classify(method, url, &[])?;
     req.component = component.to_owned();
     Ok(req)
@@ -609,7 +615,7 @@ fn parse_path(raw_path: &str) -> Result<Target, RequestError> {
 }
 
 /// At most the first 64 characters of `s`, for messages that quote client input.
-pub fn truncate(s: &str) -> &str {
+pub(crate) fn truncate(s: &str) -> &str {
     match s.char_indices().nth(64) {
         Some((i, _)) => &s[..i],
         None => s,
@@ -807,56 +813,6 @@ fn classify_accept(header: Option<&str>) -> Accept {
         (false, false, false, true) => Accept::ProtobufOnly,
         (false, false, false, false) => Accept::Other,
     }
-}
-
-/// A DNS-1123 label (namespaces): lower-case alphanumerics and '-', at most 63.
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// A DNS-1123 subdomain (API groups).
-pub fn is_dns_subdomain(s: &str) -> bool {
-    crate::config::is_dns_subdomain(s)
-}
-
-/// An API version such as `v1` or `v1beta2`.
-fn is_version(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-}
-
-/// A resource or subresource name: lower-case alphanumerics, '-' and '.'.
-fn is_resource_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && !s.starts_with('.')
-}
-
-/// An object name as the apiserver accepts it in a path (not `.`/`..`, no `/` or `%`), and
-/// safe as a file name: the store's own segment rule (no leading dot, no control characters
-/// or backslash, at most 253 bytes).
-pub fn is_object_name(s: &str) -> bool {
-    crate::cache::key::is_safe_segment(s)
-}
-
-/// A component name usable as a cache directory.
-pub fn is_component_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && !s.starts_with(['.', '_', '-'])
-        && s != "version"
-        && s.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
-        })
 }
 
 #[cfg(test)]
@@ -1332,16 +1288,5 @@ mod tests {
                 "{content_type:?}"
             );
         }
-    }
-
-    #[test]
-    fn names() {
-        assert!(is_component_name("kube-proxy"));
-        assert!(is_component_name("go-http-client"));
-        assert!(!is_component_name(".."));
-        assert!(!is_component_name("version"));
-        assert!(!is_component_name("a/b"));
-        assert!(is_object_name("system:node:edge-1"));
-        assert!(!is_object_name("a\u{7}b"));
     }
 }

@@ -1,23 +1,24 @@
 //! Routing: for one classified request, decide what the hub will do with it before any I/O —
 //! whether its answer is cached (and how), how to answer it when the cloud is unreachable,
 //! what `Accept` to ask the cloud for, how long it may take and whose credentials it carries.
-//! Pure functions from values to decisions; `proxy/` carries them out.
+//! Pure functions from values to decisions; `proxy/` carries them out. The decisions' value
+//! types are defined here ([`Deadline`], [`Identity`]; the cache's [`CacheTarget`] comes from
+//! `cache/target.rs`), so routing imports nothing from `upstream` or `proxy`.
 
 use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::cache::key::{CollectionKey, non_resource_file_name};
+use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::config::WorkingMode;
-use crate::request::{
-    Accept, ApiRequest, DiscoveryForm, Method, ResourcePath, Target, Verb, is_component_name,
-};
+use crate::names::is_component_name;
+use crate::request::{Accept, ApiRequest, DiscoveryForm, Method, ResourcePath, Target, Verb};
 use crate::selector::Selectors;
 use crate::status::Status;
-use crate::upstream::{Deadline, Identity};
 
 /// Why a response is not cached; logged with the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoCacheReason {
+pub(crate) enum NoCacheReason {
     /// `--working-mode=cloud`.
     CloudMode,
     /// The component is not a cache agent.
@@ -45,7 +46,7 @@ pub enum NoCacheReason {
 
 impl NoCacheReason {
     /// Short name for logs.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             NoCacheReason::CloudMode => "cloud-mode",
             NoCacheReason::NotAgent => "not-agent",
@@ -62,92 +63,28 @@ impl NoCacheReason {
     }
 }
 
-/// What to persist from the answer.
-#[derive(Debug, Clone)]
-pub enum CacheTarget {
-    /// A get, create, update or patch answer: one object of the collection. The request's
-    /// namespace and name identify what a 404 removes; the stored key comes from the object.
-    Object {
-        /// Collection on disk.
-        collection: CollectionKey,
-        /// Namespace of the request.
-        namespace: Option<String>,
-        /// Name of the request (none for a create).
-        name: Option<String>,
-    },
-    /// A list answer: replaces what the component cached within this scope.
-    List {
-        /// Collection on disk.
-        collection: CollectionKey,
-        /// Namespace scope (None: all namespaces).
-        namespace: Option<String>,
-        /// Selector scope.
-        selectors: Selectors,
-        /// Upsert only, delete nothing: the request continues a paged list, or its query is
-        /// one the cloud may read differently from the hub ([`Query::ambiguous`]). (A first
-        /// page is recognised by the `continue` in its answer, which the writer checks.)
-        ///
-        /// [`Query::ambiguous`]: crate::request::Query::ambiguous
-        paged: bool,
-    },
-    /// A watch stream: each event upserts or deletes one object.
-    Watch {
-        /// Collection on disk.
-        collection: CollectionKey,
-    },
-    /// `/version` or a discovery document.
-    NonResource {
-        /// File name under the cache root (of the legacy form: see [`CacheTarget::for_answer`]).
-        file: String,
-    },
-    /// A TokenRequest answer, kept for offline TokenRequests (`tokens.rs`).
-    Token(TokenTarget),
+/// How long an exchange may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Deadline {
+    /// A get, list or write: bounded end to end.
+    Bounded(Duration),
+    /// A watch: may stream this long (its `timeoutSeconds` plus a margin), with no limit on
+    /// the silence between events.
+    Stream(Duration),
 }
 
-/// Where a TokenRequest answer is kept. The digest of what was asked comes from the request
-/// body, which only the forwarding reads: until then it is `None`, and an answer without one
-/// is not kept.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenTarget {
-    /// The component that asked.
-    pub component: String,
-    /// The service account's namespace.
-    pub namespace: String,
-    /// The service account.
-    pub name: String,
-    /// [`TokenSpec::digest`](crate::tokens::TokenSpec::digest) of the request.
-    pub digest: Option<String>,
-}
-
-impl CacheTarget {
-    /// The collection on disk, for resource targets.
-    pub fn collection(&self) -> Option<&CollectionKey> {
-        match self {
-            CacheTarget::Object { collection, .. }
-            | CacheTarget::List { collection, .. }
-            | CacheTarget::Watch { collection } => Some(collection),
-            CacheTarget::NonResource { .. } | CacheTarget::Token(_) => None,
-        }
-    }
-
-    /// The target of an answer with this `Content-Type`: a document goes to the file of the
-    /// form the cloud answered in ([`document_file`]); None when the document has no such
-    /// form (an aggregated `/version`, a Table, protobuf).
-    pub fn for_answer(&self, content_type: Option<&str>) -> Option<CacheTarget> {
-        match self {
-            CacheTarget::NonResource { file } => {
-                let form = DiscoveryForm::of_content_type(content_type?)?;
-                let file = document_file(file, form)?.into_owned();
-                Some(CacheTarget::NonResource { file })
-            }
-            target => Some(target.clone()),
-        }
-    }
+/// Whose identity the cloud sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Identity {
+    /// The hub's client certificate and token.
+    Hub,
+    /// The client's own `Authorization` header; no client certificate is presented.
+    Client,
 }
 
 /// How to answer when the cloud cannot be reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Local {
+pub(crate) enum Local {
     /// The cached object.
     Get,
     /// The cached collection, filtered by the request's selectors.
@@ -173,7 +110,7 @@ pub enum Local {
 impl Local {
     /// The request writes (create, update, patch, delete, TokenRequest): one that may have
     /// reached the cloud must never be answered as if it had not.
-    pub fn is_write(&self) -> bool {
+    pub(crate) fn is_write(&self) -> bool {
         matches!(
             self,
             Local::Create | Local::Echo | Local::Token | Local::Update | Local::Forbidden
@@ -183,7 +120,7 @@ impl Local {
 
 /// The decisions for one request.
 #[derive(Debug, Clone)]
-pub struct Route {
+pub(crate) struct Route {
     /// What to cache, or why not.
     pub cache: Result<CacheTarget, NoCacheReason>,
     /// How to answer offline.
@@ -204,7 +141,7 @@ pub struct Route {
 impl Route {
     /// The collection the local answer reads or writes (gets, lists, watches, creates,
     /// updates), computed once here: the cache target's, else its own.
-    pub fn collection(&self) -> Option<&CollectionKey> {
+    pub(crate) fn collection(&self) -> Option<&CollectionKey> {
         self.cache
             .as_ref()
             .ok()
@@ -214,7 +151,7 @@ impl Route {
 
     /// The route of a request the hub passes on unclassified (cloud mode): nothing cached,
     /// nothing answered locally.
-    pub fn pass_on(has_authorization: bool) -> Route {
+    pub(crate) fn pass_on(has_authorization: bool) -> Route {
         Route {
             cache: Err(NoCacheReason::CloudMode),
             local: Local::Unavailable,
@@ -232,18 +169,18 @@ impl Route {
 }
 
 /// Extra time a watch may stream beyond its `timeoutSeconds`.
-pub const WATCH_MARGIN: Duration = Duration::from_secs(60);
+pub(crate) const WATCH_MARGIN: Duration = Duration::from_secs(60);
 /// How long a watch without `timeoutSeconds` may last: the apiserver ends such a watch within
 /// 30–60 minutes.
-pub const WATCH_DEFAULT: Duration = Duration::from_secs(3600);
+pub(crate) const WATCH_DEFAULT: Duration = Duration::from_secs(3600);
 /// Deadline of a get, list or write.
-pub const REQUEST_DEADLINE: Duration = Duration::from_secs(600);
+pub(crate) const REQUEST_DEADLINE: Duration = Duration::from_secs(600);
 /// Deadline of a followed log or other long stream.
-pub const STREAM_DEADLINE: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const STREAM_DEADLINE: Duration = Duration::from_secs(24 * 3600);
 
 /// Decides the route of `req`. `is_agent` tells whether its component is a cache agent.
 /// An invalid selector on a cacheable list or watch is a 400.
-pub fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Result<Route, Status> {
+pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Result<Route, Status> {
     // Selectors matter only for what the hub caches or answers itself; anything else is the
     // cloud's to judge.
     let selectors = match req.verb {
@@ -450,7 +387,7 @@ fn token_target(req: &ApiRequest, path: &ResourcePath) -> Option<TokenTarget> {
 }
 
 /// The cache directory of `component`'s view of a resource.
-pub fn collection_key(component: &str, path: &ResourcePath) -> CollectionKey {
+pub(crate) fn collection_key(component: &str, path: &ResourcePath) -> CollectionKey {
     CollectionKey {
         component: component.to_owned(),
         resource: path.resource.clone(),
@@ -460,7 +397,7 @@ pub fn collection_key(component: &str, path: &ResourcePath) -> CollectionKey {
 }
 
 /// The cache file of a cacheable non-resource path: `/version` and discovery documents.
-pub fn non_resource_document(path: &str) -> Option<String> {
+pub(crate) fn non_resource_document(path: &str) -> Option<String> {
     let trimmed = path.trim_end_matches('/');
     let segments: Vec<&str> = trimmed.trim_start_matches('/').split('/').collect();
     let discovery = matches!(
@@ -479,13 +416,30 @@ pub fn non_resource_document(path: &str) -> Option<String> {
 /// `/api` and `/apis` are also kept in each aggregated form apart, behind a suffix no legacy
 /// name has (`_apis.aggregated.v2`, `_apis.aggregated.v2beta1`). None for a form the document
 /// does not have.
-pub fn document_file(file: &str, form: DiscoveryForm) -> Option<Cow<'_, str>> {
+pub(crate) fn document_file(file: &str, form: DiscoveryForm) -> Option<Cow<'_, str>> {
     let version = match form {
         DiscoveryForm::Legacy => return Some(Cow::Borrowed(file)),
         DiscoveryForm::V2 => "v2",
         DiscoveryForm::V2Beta1 => "v2beta1",
     };
     matches!(file, "_api" | "_apis").then(|| Cow::Owned(format!("{file}.aggregated.{version}")))
+}
+
+/// The target of an answer with this `Content-Type`: a document goes to the file of the
+/// form the cloud answered in ([`document_file`]); None when the document has no such
+/// form (an aggregated `/version`, a Table, protobuf).
+pub(crate) fn target_for_answer(
+    target: &CacheTarget,
+    content_type: Option<&str>,
+) -> Option<CacheTarget> {
+    match target {
+        CacheTarget::NonResource { file } => {
+            let form = DiscoveryForm::of_content_type(content_type?)?;
+            let file = document_file(file, form)?.into_owned();
+            Some(CacheTarget::NonResource { file })
+        }
+        target => Some(target.clone()),
+    }
 }
 
 #[cfg(test)]
@@ -733,13 +687,14 @@ mod tests {
         const KUBECTL: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
         let v2 = DiscoveryForm::V2.content_type();
         let beta = DiscoveryForm::V2Beta1.content_type();
-        let file_of = |target: &CacheTarget, content_type| match target.for_answer(content_type) {
-            Some(CacheTarget::NonResource { file }) => Some(file),
-            other => {
-                assert!(other.is_none(), "{other:?}");
-                None
-            }
-        };
+        let file_of =
+            |target: &CacheTarget, content_type| match target_for_answer(target, content_type) {
+                Some(CacheTarget::NonResource { file }) => Some(file),
+                other => {
+                    assert!(other.is_none(), "{other:?}");
+                    None
+                }
+            };
         for (url, file) in [("/api", "_api"), ("/apis/", "_apis")] {
             let route = edge(&req("GET", url, KUBELET, Some(KUBECTL)));
             // The client's Accept goes upstream as it is; the answer's form picks the file.
@@ -786,7 +741,7 @@ mod tests {
             .cache
             .unwrap();
         assert!(matches!(
-            list.for_answer(None),
+            target_for_answer(&list, None),
             Some(CacheTarget::List { .. })
         ));
     }

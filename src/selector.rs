@@ -16,12 +16,14 @@ use std::fmt;
 
 use serde_json::{Map, Number, Value};
 
+use crate::names::{is_dns_subdomain, is_label_name};
+
 /// Longest selector text accepted, in bytes; longer ones are refused before parsing.
-pub const MAX_SELECTOR_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_SELECTOR_BYTES: usize = 16 * 1024;
 
 /// Most terms accepted in one selector: label requirements plus the values of their sets, or
 /// field terms.
-pub const MAX_TERMS: usize = 256;
+pub(crate) const MAX_TERMS: usize = 256;
 
 /// Longest label name part and label value (Kubernetes' limit).
 const MAX_NAME_LEN: usize = 63;
@@ -31,7 +33,7 @@ const MAX_PREFIX_LEN: usize = 253;
 
 /// Which of the two selectors an error is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SelectorKind {
+pub(crate) enum SelectorKind {
     /// The `labelSelector` parameter.
     Label,
     /// The `fieldSelector` parameter.
@@ -40,7 +42,7 @@ pub enum SelectorKind {
 
 impl SelectorKind {
     /// The query parameter's name, for messages.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SelectorKind::Label => "labelSelector",
             SelectorKind::Field => "fieldSelector",
@@ -51,7 +53,7 @@ impl SelectorKind {
 /// Why a selector was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum SelectorError {
+pub(crate) enum SelectorError {
     /// The text is longer than [`MAX_SELECTOR_BYTES`].
     TooLong {
         /// Which selector.
@@ -78,7 +80,7 @@ pub enum SelectorError {
 /// What is wrong with a selector term.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Problem {
+pub(crate) enum Problem {
     /// A token that the grammar does not allow here.
     Unexpected {
         /// The token found (empty at the end of the text).
@@ -173,7 +175,7 @@ impl std::error::Error for SelectorError {}
 
 /// A parsed `labelSelector`: every requirement must hold (logical AND).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LabelSelector {
+pub(crate) struct LabelSelector {
     requirements: Vec<Requirement>,
 }
 
@@ -198,23 +200,23 @@ enum LabelOp {
 
 impl LabelSelector {
     /// The selector that matches every object (an absent or empty `labelSelector`).
-    pub fn everything() -> Self {
+    pub(crate) fn everything() -> Self {
         Self::default()
     }
 
     /// Parses `labelSelector` text as `labels.Parse` does; empty or blank text is everything.
-    pub fn parse(text: &str) -> Result<Self, SelectorError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, SelectorError> {
         check_size(SelectorKind::Label, text)?;
         LabelParser::new(text).parse()
     }
 
     /// Whether this selector lets every object through.
-    pub fn is_everything(&self) -> bool {
+    pub(crate) fn is_everything(&self) -> bool {
         self.requirements.is_empty()
     }
 
     /// Whether the object's `metadata.labels` satisfy every requirement.
-    pub fn matches(&self, object: &Value) -> bool {
+    pub(crate) fn matches(&self, object: &Value) -> bool {
         if self.requirements.is_empty() {
             return true;
         }
@@ -251,7 +253,7 @@ fn label_integer(value: Option<&str>) -> Option<i64> {
 
 /// A parsed `fieldSelector`: every term must hold (logical AND).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FieldSelector {
+pub(crate) struct FieldSelector {
     terms: Vec<FieldTerm>,
 }
 
@@ -264,12 +266,12 @@ struct FieldTerm {
 
 impl FieldSelector {
     /// The selector that matches every object (an absent or empty `fieldSelector`).
-    pub fn everything() -> Self {
+    pub(crate) fn everything() -> Self {
         Self::default()
     }
 
     /// Parses `fieldSelector` text as `fields.ParseSelector` does; empty text is everything.
-    pub fn parse(text: &str) -> Result<Self, SelectorError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, SelectorError> {
         check_size(SelectorKind::Field, text)?;
         let mut terms = Vec::new();
         for term in split_field_terms(text) {
@@ -294,12 +296,12 @@ impl FieldSelector {
     }
 
     /// Whether this selector lets every object through.
-    pub fn is_everything(&self) -> bool {
+    pub(crate) fn is_everything(&self) -> bool {
         self.terms.is_empty()
     }
 
     /// Whether every term holds for the object.
-    pub fn matches(&self, object: &Value) -> bool {
+    pub(crate) fn matches(&self, object: &Value) -> bool {
         self.terms
             .iter()
             .all(|t| field_equals(object, &t.path, &t.value) == t.equal)
@@ -308,7 +310,7 @@ impl FieldSelector {
 
 /// Both selectors of a list or watch request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Selectors {
+pub(crate) struct Selectors {
     /// From `labelSelector`.
     pub label: LabelSelector,
     /// From `fieldSelector`.
@@ -317,7 +319,7 @@ pub struct Selectors {
 
 impl Selectors {
     /// Parses the two query parameters; an absent one selects everything.
-    pub fn parse(label: Option<&str>, field: Option<&str>) -> Result<Self, SelectorError> {
+    pub(crate) fn parse(label: Option<&str>, field: Option<&str>) -> Result<Self, SelectorError> {
         Ok(Selectors {
             label: label.map_or_else(|| Ok(LabelSelector::everything()), LabelSelector::parse)?,
             field: field.map_or_else(|| Ok(FieldSelector::everything()), FieldSelector::parse)?,
@@ -325,17 +327,17 @@ impl Selectors {
     }
 
     /// The selectors of a request that has neither parameter.
-    pub fn everything() -> Self {
+    pub(crate) fn everything() -> Self {
         Self::default()
     }
 
     /// Whether both selectors let every object through.
-    pub fn is_everything(&self) -> bool {
+    pub(crate) fn is_everything(&self) -> bool {
         self.label.is_everything() && self.field.is_everything()
     }
 
     /// Whether the object satisfies both selectors.
-    pub fn matches(&self, object: &Value) -> bool {
+    pub(crate) fn matches(&self, object: &Value) -> bool {
         self.label.matches(object) && self.field.matches(object)
     }
 }
@@ -679,7 +681,7 @@ fn validate_label_key(key: &str) -> Result<(), &'static str> {
             if prefix.len() > MAX_PREFIX_LEN {
                 return Err("the prefix is longer than 253 bytes");
             }
-            if !crate::config::is_dns_subdomain(prefix) {
+            if !is_dns_subdomain(prefix) {
                 return Err(
                     "the prefix must be a lowercase DNS subdomain (a-z, 0-9, '-', '.'; \
                      starting and ending alphanumeric)",
@@ -715,19 +717,6 @@ fn validate_label_value(value: &str) -> Result<(), &'static str> {
         );
     }
     Ok(())
-}
-
-fn is_label_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    match (b.first(), b.last()) {
-        (Some(first), Some(last)) => {
-            first.is_ascii_alphanumeric()
-                && last.is_ascii_alphanumeric()
-                && b.iter()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-        }
-        _ => false,
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

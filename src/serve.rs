@@ -12,7 +12,7 @@ use crate::server::Exchange;
 
 /// What readiness depends on.
 #[derive(Debug, Default)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     /// The cache is open and recovered (always true in cloud mode once started).
     pub cache_loaded: AtomicBool,
     /// Seconds since the epoch when the hub's client certificate expires; 0 for none.
@@ -49,7 +49,7 @@ impl Readiness {
 }
 
 /// Answers one request on the serve port.
-pub fn handle(ex: Exchange<'_>, readiness: &Readiness, backends: &Backends) {
+pub(crate) fn handle(ex: Exchange<'_>, readiness: &Readiness, backends: &Backends) {
     let url = ex.url().to_owned();
     let (path, query) = url.split_once('?').unwrap_or((&url, ""));
     let verbose = query

@@ -8,7 +8,7 @@ use crossbeam_channel::Receiver;
 
 /// Blocks SIGTERM and SIGINT for the process and returns a channel of received signals.
 #[allow(unsafe_code)]
-pub fn listen() -> std::io::Result<Receiver<i32>> {
+pub(crate) fn listen() -> std::io::Result<Receiver<i32>> {
     // SAFETY: `set` is a plain C struct initialised by sigemptyset before use; the calls only
     // read and write that local and the calling thread's signal mask.
     let set = unsafe {
@@ -41,7 +41,7 @@ pub fn listen() -> std::io::Result<Receiver<i32>> {
 }
 
 /// The name of a signal number, for logs.
-pub fn name(signal: i32) -> &'static str {
+pub(crate) fn name(signal: i32) -> &'static str {
     match signal {
         libc::SIGTERM => "SIGTERM",
         libc::SIGINT => "SIGINT",

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 /// A `metav1.Status` failure answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Status {
+pub(crate) struct Status {
     /// HTTP status code, also `code` in the body.
     pub code: u16,
     /// Machine-readable reason (`NotFound`, `ServiceUnavailable`, ...).
@@ -22,7 +22,7 @@ pub struct Status {
 
 /// The object a [`Status`] is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Details {
+pub(crate) struct Details {
     /// Object name.
     pub name: String,
     /// API group ("" for core).
@@ -33,7 +33,7 @@ pub struct Details {
 
 impl Status {
     /// A failure with any code and reason.
-    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Status {
+    pub(crate) fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Status {
         Status {
             code,
             reason,
@@ -44,17 +44,17 @@ impl Status {
     }
 
     /// 400: the request cannot be served as written (bad path, selector, parameter).
-    pub fn bad_request(message: impl Into<String>) -> Status {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Status {
         Status::new(400, "BadRequest", message)
     }
 
     /// 403: refused by policy (deletes while offline).
-    pub fn forbidden(message: impl Into<String>) -> Status {
+    pub(crate) fn forbidden(message: impl Into<String>) -> Status {
         Status::new(403, "Forbidden", message)
     }
 
     /// 404 in the Kubernetes form `<resource> "<name>" not found`.
-    pub fn not_found(group: &str, resource: &str, name: &str) -> Status {
+    pub(crate) fn not_found(group: &str, resource: &str, name: &str) -> Status {
         let qualified = qualified(group, resource);
         let mut status = Status::new(404, "NotFound", format!("{qualified} \"{name}\" not found"));
         status.details = Some(Box::new(Details {
@@ -66,56 +66,56 @@ impl Status {
     }
 
     /// 404 for something that is not one named object (a collection, a document).
-    pub fn not_found_message(message: impl Into<String>) -> Status {
+    pub(crate) fn not_found_message(message: impl Into<String>) -> Status {
         Status::new(404, "NotFound", message)
     }
 
     /// 408: the client did not send its request (its body) within the read timeout.
-    pub fn request_timeout(message: impl Into<String>) -> Status {
+    pub(crate) fn request_timeout(message: impl Into<String>) -> Status {
         Status::new(408, "Timeout", message)
     }
 
     /// 410: a continue token or resourceVersion that can no longer be served.
-    pub fn expired(message: impl Into<String>) -> Status {
+    pub(crate) fn expired(message: impl Into<String>) -> Status {
         Status::new(410, "Expired", message)
     }
 
     /// 429 with a retry hint: the hub is at its concurrency cap.
-    pub fn too_many_requests(message: impl Into<String>, retry_after: u32) -> Status {
+    pub(crate) fn too_many_requests(message: impl Into<String>, retry_after: u32) -> Status {
         let mut status = Status::new(429, "TooManyRequests", message);
         status.retry_after = Some(retry_after);
         status
     }
 
     /// 500: the hub itself failed.
-    pub fn internal(message: impl Into<String>) -> Status {
+    pub(crate) fn internal(message: impl Into<String>) -> Status {
         Status::new(500, "InternalError", message)
     }
 
     /// 501: a request kind the hub does not carry (connection upgrades).
-    pub fn not_implemented(message: impl Into<String>) -> Status {
+    pub(crate) fn not_implemented(message: impl Into<String>) -> Status {
         Status::new(501, "NotImplemented", message)
     }
 
     /// 502: the cloud answered something the hub could not pass on.
-    pub fn bad_gateway(message: impl Into<String>) -> Status {
+    pub(crate) fn bad_gateway(message: impl Into<String>) -> Status {
         Status::new(502, "InternalError", message)
     }
 
     /// 503: the cloud cannot be reached and the cache cannot answer.
-    pub fn service_unavailable(message: impl Into<String>) -> Status {
+    pub(crate) fn service_unavailable(message: impl Into<String>) -> Status {
         let mut status = Status::new(503, "ServiceUnavailable", message);
         status.retry_after = Some(1);
         status
     }
 
     /// 504: the cloud did not answer in time.
-    pub fn timeout(message: impl Into<String>) -> Status {
+    pub(crate) fn timeout(message: impl Into<String>) -> Status {
         Status::new(504, "Timeout", message)
     }
 
     /// The JSON body, as the apiserver writes it.
-    pub fn to_json(&self) -> Vec<u8> {
+    pub(crate) fn to_json(&self) -> Vec<u8> {
         let mut out = String::with_capacity(160 + self.message.len());
         out.push_str(
             r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"#,
@@ -152,7 +152,7 @@ impl Status {
 }
 
 /// `resource.group` as Kubernetes messages name a resource (`pods`, `deployments.apps`).
-pub fn qualified(group: &str, resource: &str) -> String {
+pub(crate) fn qualified(group: &str, resource: &str) -> String {
     if group.is_empty() {
         resource.to_owned()
     } else {
@@ -161,7 +161,7 @@ pub fn qualified(group: &str, resource: &str) -> String {
 }
 
 /// Appends `s` as a JSON string literal.
-pub fn push_json_string(out: &mut String, s: &str) {
+pub(crate) fn push_json_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {

@@ -12,7 +12,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Parsed, validated TLS material.
-pub struct TlsMaterial {
+pub(crate) struct TlsMaterial {
     /// Every certificate of the CA bundle (not just the first, unlike `Certificate::from_pem`).
     pub roots: Vec<CertificateDer<'static>>,
     /// The hub's client certificate chain and key, when the kubeconfig has one.
@@ -20,7 +20,7 @@ pub struct TlsMaterial {
 }
 
 /// A client certificate chain with its private key.
-pub struct ClientIdentity {
+pub(crate) struct ClientIdentity {
     /// Leaf first.
     pub chain: Vec<CertificateDer<'static>>,
     /// The key of the leaf.
@@ -60,7 +60,7 @@ impl fmt::Debug for TlsMaterial {
 
 /// Why TLS material is unusable.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsError(pub String);
+pub(crate) struct TlsError(pub String);
 
 impl fmt::Display for TlsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -71,7 +71,7 @@ impl fmt::Display for TlsError {
 impl std::error::Error for TlsError {}
 
 /// Parses and cross-checks the CA bundle and the optional client certificate and key.
-pub fn load(ca_pem: &[u8], client: Option<(&[u8], &[u8])>) -> Result<TlsMaterial, TlsError> {
+pub(crate) fn load(ca_pem: &[u8], client: Option<(&[u8], &[u8])>) -> Result<TlsMaterial, TlsError> {
     let roots = certificates(ca_pem, "certificate authority")?;
     // rustls accepts a root it cannot parse only to fail later; check each now.
     let mut store = rustls::RootCertStore::empty();
@@ -108,7 +108,7 @@ pub fn load(ca_pem: &[u8], client: Option<(&[u8], &[u8])>) -> Result<TlsMaterial
 impl TlsMaterial {
     /// When the hub's client certificate stops being valid (None: no client certificate, or
     /// its validity cannot be read).
-    pub fn client_not_after(&self) -> Option<SystemTime> {
+    pub(crate) fn client_not_after(&self) -> Option<SystemTime> {
         not_after(self.client.as_ref()?.chain.first()?.as_ref())
     }
 }
@@ -116,7 +116,7 @@ impl TlsMaterial {
 /// `notAfter` of a DER certificate: `Certificate ::= SEQUENCE { tbsCertificate SEQUENCE {
 /// [0] version OPTIONAL, serialNumber, signature, issuer, validity SEQUENCE { notBefore,
 /// notAfter }, ... }, ... }` (RFC 5280 §4.1). None for anything else.
-pub fn not_after(der: &[u8]) -> Option<SystemTime> {
+pub(crate) fn not_after(der: &[u8]) -> Option<SystemTime> {
     let (_, cert, _) = tlv(der, 0x30)?;
     let (_, mut tbs, _) = tlv(cert, 0x30)?;
     if tbs.first() == Some(&0xa0) {

@@ -21,19 +21,19 @@ use ring::{digest, hmac, rand};
 use serde_json::{Value, json};
 
 /// A cached token is served only while it stays valid at least this long (seconds).
-pub const MIN_VALIDITY: i64 = 60;
+pub(crate) const MIN_VALIDITY: i64 = 60;
 /// Lifetime of a token made here (seconds): kubelet refreshes a token past 80 % of its life,
 /// so it asks again within a minute.
-pub const LOCAL_LIFETIME: i64 = 60;
+pub(crate) const LOCAL_LIFETIME: i64 = 60;
 /// Issuer of the tokens made here.
-pub const ISSUER: &str = "tinyhub";
+pub(crate) const ISSUER: &str = "tinyhub";
 /// Longest request body read for a TokenRequest; a real one is a few hundred bytes.
-pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_REQUEST_BYTES: usize = 64 * 1024;
 
 /// What a TokenRequest asks for, from its body (JSON, or the protobuf kubelet sends by
 /// default: `--kube-api-content-type=application/vnd.kubernetes.protobuf`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenSpec {
+pub(crate) struct TokenSpec {
     /// `spec.audiences`, as sent.
     pub audiences: Vec<String>,
     /// `spec.expirationSeconds`.
@@ -45,7 +45,7 @@ pub struct TokenSpec {
 impl TokenSpec {
     /// Reads a TokenRequest body; `None` when it is neither a JSON object nor a Kubernetes
     /// protobuf envelope holding a TokenRequest.
-    pub fn parse(body: &[u8]) -> Option<TokenSpec> {
+    pub(crate) fn parse(body: &[u8]) -> Option<TokenSpec> {
         match body.strip_prefix(PROTOBUF_MAGIC) {
             Some(envelope) => proto::token_spec(envelope),
             None => from_json(body),
@@ -55,7 +55,7 @@ impl TokenSpec {
     /// Hex SHA-256 of the sorted audience set and the bound object: the cache key's last
     /// segment. The bound object is part of it because a token bound to one pod must not
     /// be handed to another (it dies with the first, and names it).
-    pub fn digest(&self) -> String {
+    pub(crate) fn digest(&self) -> String {
         let mut audiences: Vec<&str> = self.audiences.iter().map(String::as_str).collect();
         audiences.sort_unstable();
         audiences.dedup();
@@ -128,7 +128,7 @@ fn empty_spec() -> TokenSpec {
 
 /// True when a cached answer holds a token valid for at least [`MIN_VALIDITY`] after `now`
 /// (Unix seconds).
-pub fn still_valid(answer: &[u8], now: i64) -> bool {
+pub(crate) fn still_valid(answer: &[u8], now: i64) -> bool {
     expiry(answer).is_some_and(|expires| expires >= now.saturating_add(MIN_VALIDITY))
 }
 
@@ -139,7 +139,7 @@ pub fn still_valid(answer: &[u8], now: i64) -> bool {
 /// The claim wins: with `--service-account-extend-token-expiration` (the apiserver's
 /// default) kubelet's `kube-api-access` tokens are valid for a year while the answer says
 /// the hour asked for.
-pub fn expiry(answer: &[u8]) -> Option<i64> {
+pub(crate) fn expiry(answer: &[u8]) -> Option<i64> {
     let value: Value = serde_json::from_slice(answer).ok()?;
     let status = value.get("status")?;
     let token = status
@@ -166,7 +166,7 @@ fn jwt_exp(token: &str) -> Option<i64> {
 /// A cached answer as served offline: `None` unless its token is [`still_valid`]; its
 /// `status.expirationTimestamp` says `now` + [`MIN_VALIDITY`], so that kubelet asks again
 /// soon — and gets a fresh token once the cloud is back. The token is left as it is.
-pub fn offline_answer(answer: &[u8], now: i64) -> Option<Vec<u8>> {
+pub(crate) fn offline_answer(answer: &[u8], now: i64) -> Option<Vec<u8>> {
     if !still_valid(answer, now) {
         return None;
     }
@@ -205,7 +205,12 @@ fn signer() -> Option<&'static Signer> {
 /// A TokenRequest answer made here: the request's spec echoed, and a token for
 /// `system:serviceaccount:<namespace>:<name>` issued `now` (Unix seconds) that expires
 /// [`LOCAL_LIFETIME`] later. `None` only when the system has no random source.
-pub fn local_answer(namespace: &str, name: &str, spec: &TokenSpec, now: i64) -> Option<Vec<u8>> {
+pub(crate) fn local_answer(
+    namespace: &str,
+    name: &str,
+    spec: &TokenSpec,
+    now: i64,
+) -> Option<Vec<u8>> {
     let expires = now.saturating_add(LOCAL_LIFETIME);
     let token = local_token(namespace, name, now, expires)?;
     let answer = json!({
@@ -235,7 +240,7 @@ fn local_token(namespace: &str, name: &str, now: i64, expires: i64) -> Option<St
 }
 
 /// `2026-12-02T01:02:03Z`, as Kubernetes writes timestamps.
-pub fn rfc3339(secs: i64) -> String {
+pub(crate) fn rfc3339(secs: i64) -> String {
     let (year, month, day) = crate::logging::civil_from_days(secs.div_euclid(86_400));
     let rem = secs.rem_euclid(86_400);
     format!(
@@ -247,7 +252,7 @@ pub fn rfc3339(secs: i64) -> String {
 }
 
 /// Unix seconds of an RFC 3339 timestamp (`Z` or a `±hh:mm` offset, optional fraction).
-pub fn parse_rfc3339(s: &str) -> Option<i64> {
+pub(crate) fn parse_rfc3339(s: &str) -> Option<i64> {
     let b = s.as_bytes();
     let digits = |r: std::ops::Range<usize>| -> Option<i64> {
         let part = b.get(r)?;

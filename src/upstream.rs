@@ -27,11 +27,12 @@ use crate::config::Token;
 use crate::health::{Backends, Probe};
 use crate::http1;
 use crate::metrics::{METRICS, Metrics};
+use crate::route::{Deadline, Identity};
 use crate::tls::TlsMaterial;
 
 /// Headers that belong to one connection and never cross the proxy (RFC 9110 §7.6.1), plus
 /// the ones the transport sets itself.
-pub fn is_hop_by_hop(name: &str) -> bool {
+pub(crate) fn is_hop_by_hop(name: &str) -> bool {
     const HOP: &[&str] = &[
         "connection",
         "keep-alive",
@@ -49,27 +50,8 @@ pub fn is_hop_by_hop(name: &str) -> bool {
     HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
 }
 
-/// How long an exchange may take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Deadline {
-    /// A get, list or write: bounded end to end.
-    Bounded(Duration),
-    /// A watch: may stream this long (its `timeoutSeconds` plus a margin), with no limit on
-    /// the silence between events.
-    Stream(Duration),
-}
-
-/// Whose identity the cloud sees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Identity {
-    /// The hub's client certificate and token.
-    Hub,
-    /// The client's own `Authorization` header; no client certificate is presented.
-    Client,
-}
-
 /// A request body from the client.
-pub struct BodySource<'a> {
+pub(crate) struct BodySource<'a> {
     /// The bytes, read as they are sent.
     pub reader: &'a mut dyn Read,
     /// `Content-Length` when the client gave one (else the body goes out chunked).
@@ -77,7 +59,7 @@ pub struct BodySource<'a> {
 }
 
 /// One request to send to the cloud.
-pub struct Outgoing<'a> {
+pub(crate) struct Outgoing<'a> {
     /// HTTP method.
     pub method: &'a str,
     /// Path and query, as received.
@@ -95,7 +77,7 @@ pub struct Outgoing<'a> {
 }
 
 /// The cloud's answer: status and headers now, the body as it arrives.
-pub struct Answer {
+pub(crate) struct Answer {
     /// HTTP status.
     pub status: u16,
     /// Headers as received, hop-by-hop ones removed.
@@ -113,11 +95,11 @@ pub struct Answer {
 /// Ends one streaming exchange from another thread: its blocked reads end at once. Used to
 /// free a watch whose client hung up while the cloud was silent.
 #[derive(Clone)]
-pub struct Cancel(Weak<dyn ShutdownHandle>);
+pub(crate) struct Cancel(Weak<dyn ShutdownHandle>);
 
 impl Cancel {
     /// Shuts the stream's connection down (nothing when it is already closed).
-    pub fn cancel(self) {
+    pub(crate) fn cancel(self) {
         if let Some(handle) = self.0.upgrade() {
             handle.shutdown();
         }
@@ -126,18 +108,18 @@ impl Cancel {
 
 impl Answer {
     /// The first header named `name`.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         http1::find_header(&self.headers, name)
     }
 
     /// The body is JSON (what the cache can store).
-    pub fn is_json(&self) -> bool {
+    pub(crate) fn is_json(&self) -> bool {
         self.header("content-type")
             .is_some_and(|t| t.trim_start().starts_with("application/json"))
     }
 
     /// The body is gzip-encoded.
-    pub fn is_gzip(&self) -> bool {
+    pub(crate) fn is_gzip(&self) -> bool {
         self.header("content-encoding")
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("gzip"))
     }
@@ -208,7 +190,7 @@ impl Read for NotingBody<'_, '_> {
 }
 
 /// A streaming response body; reads return as soon as bytes arrive.
-pub struct AnswerBody(ureq::BodyReader<'static>);
+pub(crate) struct AnswerBody(ureq::BodyReader<'static>);
 
 impl Read for AnswerBody {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
@@ -218,7 +200,7 @@ impl Read for AnswerBody {
 
 /// Why a request did not get an answer from the cloud.
 #[derive(Debug)]
-pub enum UpstreamError {
+pub(crate) enum UpstreamError {
     /// Every backend is unhealthy.
     NoHealthyBackend,
     /// Connecting, sending or waiting for the answer failed: the cloud is unreachable or slow.
@@ -245,7 +227,7 @@ pub enum UpstreamError {
 
 impl UpstreamError {
     /// True when the request certainly did not reach the cloud.
-    pub fn never_sent(&self) -> bool {
+    pub(crate) fn never_sent(&self) -> bool {
         match self {
             UpstreamError::NoHealthyBackend => true,
             UpstreamError::Transport { maybe_sent, .. } => !maybe_sent,
@@ -277,7 +259,7 @@ impl std::error::Error for UpstreamError {}
 
 /// The cloud as the request path sees it: send a request, tell whether any server is usable,
 /// name a server. [`Upstream`] is the real one; the proxy's fallback tests use a fake.
-pub trait Cloud: Send + Sync {
+pub(crate) trait Cloud: Send + Sync {
     /// Sends `req` to a healthy server ([`Upstream::send`]).
     fn send(&self, req: Outgoing<'_>) -> Result<Answer, UpstreamError>;
     /// Some server is usable ([`Backends::any_healthy`]): else the hub answers offline.
@@ -308,7 +290,7 @@ impl Cloud for Upstream {
 }
 
 /// The cloud client.
-pub struct Upstream {
+pub(crate) struct Upstream {
     backends: Arc<Backends>,
     hub_agent: Agent,
     client_agent: Agent,
@@ -325,7 +307,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Upstream {
     /// Builds the agents (with and without the hub's client certificate) over `backends`.
-    pub fn new(
+    pub(crate) fn new(
         backends: Arc<Backends>,
         tls: &TlsMaterial,
         token: Option<Token>,
@@ -361,7 +343,7 @@ impl Upstream {
     }
 
     /// The backends this client spreads over.
-    pub fn backends(&self) -> &Arc<Backends> {
+    pub(crate) fn backends(&self) -> &Arc<Backends> {
         &self.backends
     }
 
@@ -374,7 +356,7 @@ impl Upstream {
     /// this request twice, is reported to its health checker ([`Backends::report_failure`]):
     /// reads stop going there until a probe, made at once, has ruled. Writes still go to a
     /// suspect server: none is answered from the cache while the cloud may take it.
-    pub fn send(&self, mut req: Outgoing<'_>) -> Result<Answer, UpstreamError> {
+    pub(crate) fn send(&self, mut req: Outgoing<'_>) -> Result<Answer, UpstreamError> {
         let write = !matches!(req.method, "GET" | "HEAD");
         let first = self
             .backends

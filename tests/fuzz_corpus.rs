@@ -1,7 +1,8 @@
 //! Replays the fuzz corpus: every input under `fuzz/seeds/<target>`, `fuzz/corpus/<target>`
 //! and `fuzz/regressions/<target>` goes through the same `tinyhub::fuzzing` function as the
 //! `cargo fuzz` target, so what the fuzzer found (and the bugs it found) stay tested without
-//! nightly or libFuzzer. See fuzz/README.md.
+//! nightly or libFuzzer. Built only with the `fuzzing` feature (`make test` enables it: `cargo
+//! test --all-targets --features fuzzing`). See fuzz/README.md.
 
 use std::fs;
 use std::panic;

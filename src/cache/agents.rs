@@ -1,13 +1,13 @@
 //! Which components are cache agents: YurtHub's defaults, `--cache-agents`, and the
 //! `cache_agents` key of the ConfigMap `kube-system/yurt-hub-cfg`, applied at run time.
 //!
-//! This module holds the set and parses the ConfigMap; `agents_watch.rs` keeps it in step with
-//! the cloud.
+//! This module holds the set and parses the ConfigMap; `clients/agents_watch.rs` keeps it in
+//! step with the cloud.
 
 use std::sync::{Arc, RwLock};
 
 /// Components cached by default (DESIGN.md §1).
-pub const DEFAULT_AGENTS: &[&str] = &[
+pub(crate) const DEFAULT_AGENTS: &[&str] = &[
     "kubelet",
     "kube-proxy",
     "flanneld",
@@ -19,11 +19,11 @@ pub const DEFAULT_AGENTS: &[&str] = &[
 ];
 
 /// The ConfigMap whose `cache_agents` key adds agents at run time.
-pub const CONFIG_NAMESPACE: &str = "kube-system";
+pub(crate) const CONFIG_NAMESPACE: &str = "kube-system";
 /// Name of that ConfigMap.
-pub const CONFIG_NAME: &str = "yurt-hub-cfg";
+pub(crate) const CONFIG_NAME: &str = "yurt-hub-cfg";
 /// The key read from it.
-pub const CONFIG_KEY: &str = "cache_agents";
+pub(crate) const CONFIG_KEY: &str = "cache_agents";
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct AgentList {
@@ -51,14 +51,14 @@ impl AgentList {
 
 /// The current set of cache agents.
 #[derive(Debug)]
-pub struct CacheAgents {
+pub(crate) struct CacheAgents {
     fixed: AgentList,
     dynamic: RwLock<Arc<AgentList>>,
 }
 
 impl CacheAgents {
     /// The defaults plus `--cache-agents`.
-    pub fn new(extra: &[String]) -> CacheAgents {
+    pub(crate) fn new(extra: &[String]) -> CacheAgents {
         let mut fixed = AgentList::parse(&extra.join(","));
         fixed
             .names
@@ -70,7 +70,7 @@ impl CacheAgents {
     }
 
     /// True when `component`'s responses are cached.
-    pub fn is_agent(&self, component: &str) -> bool {
+    pub(crate) fn is_agent(&self, component: &str) -> bool {
         if self.fixed.contains(component) {
             return true;
         }
@@ -79,7 +79,7 @@ impl CacheAgents {
     }
 
     /// Applies the `cache_agents` value of `yurt-hub-cfg` (None: the ConfigMap or key is gone).
-    pub fn set_from_config(&self, value: Option<&str>) {
+    pub(crate) fn set_from_config(&self, value: Option<&str>) {
         let list = AgentList::parse(value.unwrap_or(""));
         let mut current = self.dynamic.write().unwrap_or_else(|p| p.into_inner());
         if **current != list {
@@ -98,7 +98,7 @@ impl CacheAgents {
 }
 
 /// The `cache_agents` value of a ConfigMap object, when it has one.
-pub fn cache_agents_of(configmap: &serde_json::Value) -> Option<&str> {
+pub(crate) fn cache_agents_of(configmap: &serde_json::Value) -> Option<&str> {
     configmap.get("data")?.get(CONFIG_KEY)?.as_str()
 }
 

@@ -30,7 +30,7 @@ use flate2::write::GzDecoder;
 
 /// Deepest nesting accepted; deeper input is a syntax error. Kubernetes objects nest a few
 /// dozen levels at most, and serde_json refuses more than 128 anyway.
-pub const MAX_DEPTH: usize = 256;
+pub(crate) const MAX_DEPTH: usize = 256;
 
 /// A unit buffer that grew past this is released after use rather than kept for the next one,
 /// so one huge object does not pin its memory for the rest of the stream.
@@ -38,7 +38,7 @@ const KEEP_BUFFER_BYTES: usize = 1 << 20;
 
 /// What a response body is expected to hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BodyShape {
+pub(crate) enum BodyShape {
     /// One JSON object: the answer to a get, create, update or patch.
     Object,
     /// One JSON object with an `items` array: the answer to a list.
@@ -49,7 +49,7 @@ pub enum BodyShape {
 
 /// A piece of a body, handed to the sink as soon as it is complete.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unit<'a> {
+pub(crate) enum Unit<'a> {
     /// [`BodyShape::Object`]: the whole document.
     Object(&'a [u8]),
     /// A top-level member of a list other than `items` (`kind`, `apiVersion`, `metadata`):
@@ -69,7 +69,7 @@ pub enum Unit<'a> {
 /// Why a body could not be decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum DecodeError {
+pub(crate) enum DecodeError {
     /// The body is not JSON of the expected shape.
     Syntax {
         /// Offset of the offending byte in the (decompressed) body.
@@ -191,7 +191,7 @@ fn is_space(b: u8) -> bool {
 }
 
 /// Cuts a JSON body, fed in arbitrary chunks, into [`Unit`]s.
-pub struct JsonStream {
+pub(crate) struct JsonStream {
     shape: BodyShape,
     max_unit: usize,
     state: State,
@@ -231,7 +231,7 @@ impl fmt::Debug for JsonStream {
 
 impl JsonStream {
     /// A decoder for a body of `shape` whose units are at most `max_unit_bytes` long.
-    pub fn new(shape: BodyShape, max_unit_bytes: usize) -> Self {
+    pub(crate) fn new(shape: BodyShape, max_unit_bytes: usize) -> Self {
         JsonStream {
             shape,
             max_unit: max_unit_bytes,
@@ -252,7 +252,7 @@ impl JsonStream {
     /// Consumes the next chunk of the body, handing each unit it completes to `sink`.
     ///
     /// After an error the stream is dead: every later call returns the same error.
-    pub fn feed(
+    pub(crate) fn feed(
         &mut self,
         bytes: &[u8],
         sink: &mut dyn FnMut(Unit<'_>),
@@ -277,7 +277,7 @@ impl JsonStream {
 
     /// Declares the end of the body: `Err(Truncated)` unless it ended at a clean boundary
     /// (after the document of an Object or List, between events of a watch stream).
-    pub fn finish(&mut self) -> Result<(), DecodeError> {
+    pub(crate) fn finish(&mut self) -> Result<(), DecodeError> {
         if let Some(err) = &self.failed {
             return Err(err.clone());
         }
@@ -604,7 +604,7 @@ impl JsonStream {
 }
 
 /// A [`JsonStream`] behind an optional gzip decoder.
-pub struct BodyDecoder {
+pub(crate) struct BodyDecoder {
     json: JsonStream,
     /// Inflates into its inner Vec, which is drained into `json` after every write.
     gzip: Option<GzDecoder<Vec<u8>>>,
@@ -625,7 +625,7 @@ impl fmt::Debug for BodyDecoder {
 impl BodyDecoder {
     /// A decoder for a body of `shape`, gzip-compressed if `gzip`, with units of at most
     /// `max_unit_bytes` (after decompression).
-    pub fn new(shape: BodyShape, gzip: bool, max_unit_bytes: usize) -> Self {
+    pub(crate) fn new(shape: BodyShape, gzip: bool, max_unit_bytes: usize) -> Self {
         BodyDecoder {
             json: JsonStream::new(shape, max_unit_bytes),
             gzip: gzip.then(|| GzDecoder::new(Vec::new())),
@@ -635,7 +635,11 @@ impl BodyDecoder {
     }
 
     /// Consumes the next chunk of the body as received, handing completed units to `sink`.
-    pub fn feed(&mut self, raw: &[u8], sink: &mut dyn FnMut(Unit<'_>)) -> Result<(), DecodeError> {
+    pub(crate) fn feed(
+        &mut self,
+        raw: &[u8],
+        sink: &mut dyn FnMut(Unit<'_>),
+    ) -> Result<(), DecodeError> {
         if let Some(err) = &self.failed {
             return Err(err.clone());
         }
@@ -653,7 +657,7 @@ impl BodyDecoder {
 
     /// Declares the end of the body: checks that the gzip stream (if any) and the JSON both
     /// ended cleanly, handing any last unit to `sink`.
-    pub fn finish(&mut self, sink: &mut dyn FnMut(Unit<'_>)) -> Result<(), DecodeError> {
+    pub(crate) fn finish(&mut self, sink: &mut dyn FnMut(Unit<'_>)) -> Result<(), DecodeError> {
         if let Some(err) = &self.failed {
             return Err(err.clone());
         }

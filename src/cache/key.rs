@@ -6,12 +6,11 @@
 //! touches the disk. The request parser applies it to names and Kubernetes' stricter rules to
 //! namespaces, groups and versions; here it is the store's own last line of defence.
 
-/// Longest segment accepted: a DNS-1123 subdomain, the longest Kubernetes object name.
-const MAX_SEGMENT_BYTES: usize = 253;
+use crate::names::is_safe_segment;
 
 /// One component's cache of one kind: the directory `<component>/<resource>.<version>.<group>`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CollectionKey {
+pub(crate) struct CollectionKey {
     /// The caching component (User-Agent before the first `/`, lower-cased), e.g. `kubelet`.
     pub component: String,
     /// The plural resource name, e.g. `pods`.
@@ -24,7 +23,13 @@ pub struct CollectionKey {
 
 impl CollectionKey {
     /// Builds a key from borrowed parts.
-    pub fn new(component: &str, resource: &str, version: &str, group: &str) -> CollectionKey {
+    #[cfg(test)]
+    pub(crate) fn new(
+        component: &str,
+        resource: &str,
+        version: &str,
+        group: &str,
+    ) -> CollectionKey {
         CollectionKey {
             component: component.to_owned(),
             resource: resource.to_owned(),
@@ -34,7 +39,7 @@ impl CollectionKey {
     }
 
     /// The kind directory's name: `pods.v1.core`, `deployments.v1.apps`.
-    pub fn dir_name(&self) -> String {
+    pub(crate) fn dir_name(&self) -> String {
         let group = if self.group.is_empty() {
             "core"
         } else {
@@ -46,7 +51,7 @@ impl CollectionKey {
     /// The first field that is not a safe path segment, as (field, value).
     ///
     /// The group may be empty (the core group); everything else must be a safe segment.
-    pub fn unsafe_field(&self) -> Option<(&'static str, &str)> {
+    pub(crate) fn unsafe_field(&self) -> Option<(&'static str, &str)> {
         [
             ("component", self.component.as_str()),
             ("resource", self.resource.as_str()),
@@ -63,7 +68,7 @@ impl CollectionKey {
 
 /// One cached object: a file in a collection's directory, or in a namespace directory below it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
+pub(crate) struct ObjectKey {
     /// The collection the object belongs to.
     pub collection: CollectionKey,
     /// The namespace; `None` for cluster-scoped objects.
@@ -74,7 +79,7 @@ pub struct ObjectKey {
 
 impl ObjectKey {
     /// The first field that is not a safe path segment, as (field, value).
-    pub fn unsafe_field(&self) -> Option<(&'static str, &str)> {
+    pub(crate) fn unsafe_field(&self) -> Option<(&'static str, &str)> {
         self.collection.unsafe_field().or_else(|| {
             match self.namespace.as_deref() {
                 Some(ns) if !is_safe_segment(ns) => Some(("namespace", ns)),
@@ -85,21 +90,6 @@ impl ObjectKey {
     }
 }
 
-/// Whether `s` can be used as one path segment below the cache root.
-///
-/// Non-empty, at most 253 bytes, not `.` or `..`, no leading `.` (the store's own
-/// temporary and journal names start with one), and no `/`, `\`, `%`, NUL or other
-/// control character. Anything passing this names an entry directly inside its parent
-/// directory, so a key made of such segments cannot reach outside the root.
-pub fn is_safe_segment(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= MAX_SEGMENT_BYTES
-        && !s.starts_with('.')
-        && !s
-            .chars()
-            .any(|c| matches!(c, '/' | '\\' | '%') || c.is_control())
-}
-
 /// The file name a non-resource document is cached under, directly in the cache root.
 ///
 /// `/version` is `version` (as YurtHub names it); any other path is its segments joined
@@ -107,7 +97,7 @@ pub fn is_safe_segment(s: &str) -> bool {
 /// `_apis_discovery.k8s.io_v1`. `path` is the URL path without a query. `None` when the
 /// path is not absolute or a segment is unsafe (empty segments included, so `//` and a
 /// trailing `/` are refused).
-pub fn non_resource_file_name(path: &str) -> Option<String> {
+pub(crate) fn non_resource_file_name(path: &str) -> Option<String> {
     let rest = path.strip_prefix('/')?;
     if !rest.split('/').all(is_safe_segment) {
         return None;
@@ -125,7 +115,7 @@ pub fn non_resource_file_name(path: &str) -> Option<String> {
 /// Kubernetes calls resourceVersions opaque, but every apiserver in use hands out
 /// integers. Both must parse as `u64` to be compared; anything else is "not newer", so
 /// an unreadable version never blocks an update.
-pub fn rv_newer(candidate: &str, than: &str) -> bool {
+pub(crate) fn rv_newer(candidate: &str, than: &str) -> bool {
     match (candidate.parse::<u64>(), than.parse::<u64>()) {
         (Ok(candidate), Ok(than)) => candidate > than,
         _ => false,
@@ -137,7 +127,7 @@ pub fn rv_newer(candidate: &str, than: &str) -> bool {
 /// never be a collection's directory (`<resource>.<version>.<group>` always has two), and
 /// nothing that reads collections ever looks inside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenKey {
+pub(crate) struct TokenKey {
     /// The component that asked, e.g. `kubelet`.
     pub component: String,
     /// The service account's namespace.
@@ -151,10 +141,10 @@ pub struct TokenKey {
 
 impl TokenKey {
     /// The directory under a component's that holds every token answer.
-    pub const DIR: &'static str = "tokens";
+    pub(crate) const DIR: &'static str = "tokens";
 
     /// The first field that is not a safe path segment, as (field, value).
-    pub fn unsafe_field(&self) -> Option<(&'static str, &str)> {
+    pub(crate) fn unsafe_field(&self) -> Option<(&'static str, &str)> {
         [
             ("component", self.component.as_str()),
             ("namespace", self.namespace.as_str()),
@@ -181,32 +171,6 @@ mod tests {
         check("", "pods.v1.core");
         check("apps", "pods.v1.apps");
         check("discovery.k8s.io", "pods.v1.discovery.k8s.io");
-    }
-
-    #[test]
-    fn safe_segments() {
-        let check = |s: &str, expected: bool| assert_eq!(is_safe_segment(s), expected, "{s:?}");
-        check("kube-system", true);
-        check("coredns-5d78c9869d-abcde", true);
-        check("system:node:edge-1", true);
-        check("with space", true);
-        check(&"a".repeat(253), true);
-        check(&"a".repeat(254), false);
-        check("", false);
-        check(".", false);
-        check("..", false);
-        check(".hidden", false);
-        check(".staging", false);
-        check("a/b", false);
-        check("/", false);
-        check("a\\b", false);
-        check("a%2Fb", false);
-        check("a\0b", false);
-        check("a\nb", false);
-        check("a\tb", false);
-        check("a\u{7f}b", false);
-        check("a\u{85}b", false);
-        check("ü", true);
     }
 
     #[test]

@@ -1,14 +1,17 @@
-//! The disk cache: who is cached ([`agents`], [`agents_watch`]), how response bodies are
-//! decoded ([`decode`]), where objects live on disk ([`key`], [`store`]) the writer thread
-//! that persists them ([`writer`]), and the refill of answers the writer had to drop ([`refill`]).
+//! The disk cache: who is cached ([`agents`]), what to keep of an answer ([`target`]), how
+//! response bodies are decoded ([`decode`]), where objects live on disk ([`key`], [`store`])
+//! and the writer thread that persists them ([`writer`]).
+//!
+//! The cache sits below routing and the cloud client: nothing here imports `route`,
+//! `request`, `upstream` or `proxy`. The hub's own requests that feed it (the refill, the
+//! `yurt-hub-cfg` watch) are in `clients/`.
 
-pub mod agents;
-pub mod agents_watch;
-pub mod decode;
-pub mod key;
-pub mod object;
-pub mod refill;
-pub mod store;
+pub(crate) mod agents;
+pub(crate) mod decode;
+pub(crate) mod key;
+pub(crate) mod object;
+pub(crate) mod store;
+pub(crate) mod target;
 #[cfg(test)]
 mod temp_dir;
-pub mod writer;
+pub(crate) mod writer;

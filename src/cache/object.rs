@@ -17,7 +17,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 
 /// The head of an object (or of a list, whose `metadata` has the same fields).
 #[derive(Default)]
-pub struct ObjectHead<'a> {
+pub(crate) struct ObjectHead<'a> {
     /// `kind`.
     pub kind: Option<Cow<'a, str>>,
     /// `metadata`.
@@ -28,7 +28,7 @@ pub struct ObjectHead<'a> {
 
 /// The fields of `metadata` the cache reads.
 #[derive(Default)]
-pub struct ObjectMeta<'a> {
+pub(crate) struct ObjectMeta<'a> {
     /// `metadata.name`.
     pub name: Option<Cow<'a, str>>,
     /// `metadata.namespace`.
@@ -41,7 +41,7 @@ pub struct ObjectMeta<'a> {
 
 /// The field of `spec` the cache reads.
 #[derive(Default)]
-pub struct ObjectSpec<'a> {
+pub(crate) struct ObjectSpec<'a> {
     /// `spec.nodeName` (pods).
     pub node_name: Option<Cow<'a, str>>,
 }
@@ -129,26 +129,27 @@ pub(crate) fn from_map<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
 
 impl<'a> ObjectHead<'a> {
     /// Reads the head of `bytes`; None when they are not a JSON object.
-    pub fn parse(bytes: &'a [u8]) -> Option<ObjectHead<'a>> {
+    pub(crate) fn parse(bytes: &'a [u8]) -> Option<ObjectHead<'a>> {
         Self::read(bytes).ok()
     }
 
     /// Reads the head of `bytes`, saying why it cannot. Any other way of deserializing an
     /// [`ObjectHead`] is guarded the same: the type refuses anything but a JSON object, at
     /// every level.
-    pub fn read(bytes: &'a [u8]) -> Result<ObjectHead<'a>, serde_json::Error> {
+    pub(crate) fn read(bytes: &'a [u8]) -> Result<ObjectHead<'a>, serde_json::Error> {
         serde_json::from_slice(bytes)
     }
 
     /// `metadata.resourceVersion`.
-    pub fn resource_version(&self) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn resource_version(&self) -> Option<&str> {
         self.metadata.as_ref()?.resource_version.as_deref()
     }
 }
 
 /// Whether the first byte after JSON whitespace is `{`: the text can only be an object. A
 /// check of the first value's type only; the rest may still not parse.
-pub fn starts_object(bytes: &[u8]) -> bool {
+pub(crate) fn starts_object(bytes: &[u8]) -> bool {
     bytes
         .iter()
         .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A directory under the system temp dir, removed when dropped; the cache root is its
 /// `cache` subdirectory.
-pub struct TempDir(pub PathBuf);
+pub(super) struct TempDir(pub PathBuf);
 
 impl TempDir {
     /// A fresh, empty directory named after `tag`.
-    pub fn new(tag: &str) -> TempDir {
+    pub(super) fn new(tag: &str) -> TempDir {
         static N: AtomicUsize = AtomicUsize::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         let path =
@@ -21,7 +21,7 @@ impl TempDir {
     }
 
     /// Where a store under test keeps its cache.
-    pub fn root(&self) -> PathBuf {
+    pub(super) fn root(&self) -> PathBuf {
         self.0.join("cache")
     }
 }

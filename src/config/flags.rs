@@ -12,7 +12,7 @@ use std::fmt;
 
 /// The kind of value a flag takes, as the help text names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// `--flag` alone means true.
     Bool,
     /// An integer.
@@ -25,7 +25,7 @@ pub enum Kind {
 
 /// One supported flag.
 #[derive(Debug)]
-pub struct FlagSpec {
+pub(crate) struct FlagSpec {
     /// Name without the leading dashes.
     pub name: &'static str,
     /// What it takes.
@@ -52,7 +52,7 @@ const fn flag(
 
 /// Every flag tinyhub implements (DESIGN.md §1, plus YurtHub's `--max-requests-in-flight`,
 /// `--bind-proxy-address` and `--v`).
-pub const FLAGS: &[FlagSpec] = &[
+pub(crate) const FLAGS: &[FlagSpec] = &[
     flag(
         "server-addr",
         Kind::Strings,
@@ -196,7 +196,7 @@ pub const FLAGS: &[FlagSpec] = &[
 
 /// Flags for tests only, parsed like the others and left out of `--help`: nobody should
 /// set them in production.
-pub const TEST_FLAGS: &[FlagSpec] = &[
+pub(crate) const TEST_FLAGS: &[FlagSpec] = &[
     flag(
         "test-only-client-io-timeout-seconds",
         Kind::Int,
@@ -212,7 +212,7 @@ pub const TEST_FLAGS: &[FlagSpec] = &[
 ];
 
 /// YurtHub flags accepted for compatibility and ignored with a warning: (name, takes a value).
-pub const IGNORED_YURTHUB_FLAGS: &[(&str, bool)] = &[
+pub(crate) const IGNORED_YURTHUB_FLAGS: &[(&str, bool)] = &[
     ("namespace", true),
     ("hub-cert-organizations", true),
     ("gc-frequency", true),
@@ -246,7 +246,7 @@ pub const IGNORED_YURTHUB_FLAGS: &[(&str, bool)] = &[
 
 /// The flags as given, before validation: the last occurrence of a flag wins, as in pflag.
 #[derive(Debug, Default)]
-pub struct RawFlags {
+pub(crate) struct RawFlags {
     values: Vec<(&'static str, String)>,
     /// YurtHub flags that were given and are ignored.
     pub ignored: Vec<String>,
@@ -254,7 +254,7 @@ pub struct RawFlags {
 
 impl RawFlags {
     /// The value given for `name`, if any.
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.values
             .iter()
             .rev()
@@ -265,7 +265,7 @@ impl RawFlags {
 
 /// A command line that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FlagError(pub String);
+pub(crate) struct FlagError(pub String);
 
 impl fmt::Display for FlagError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -276,7 +276,7 @@ impl fmt::Display for FlagError {
 impl std::error::Error for FlagError {}
 
 /// Parses the arguments after the program name.
-pub fn parse<I>(args: I) -> Result<RawFlags, FlagError>
+pub(crate) fn parse<I>(args: I) -> Result<RawFlags, FlagError>
 where
     I: IntoIterator,
     I::Item: Into<OsString>,
@@ -342,7 +342,7 @@ fn os_to_string(name: &str, value: OsString) -> Result<String, FlagError> {
 }
 
 /// The `--help` text, pflag style.
-pub fn help_text() -> String {
+pub(crate) fn help_text() -> String {
     let mut out = String::from(
         "tinyhub: a node-local Kubernetes API proxy that caches what node components read and\n\
          answers from that cache while the cloud is unreachable.\n\nUsage:\n  tinyhub [flags]\n\nFlags:\n",

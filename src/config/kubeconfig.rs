@@ -13,7 +13,7 @@ use yaml_rust2::{Yaml, YamlLoader};
 
 /// The credentials and server of the current context.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Kubeconfig {
+pub(crate) struct Kubeconfig {
     /// `cluster.server` of the current context.
     pub server: Option<String>,
     /// PEM of the CA bundle to trust (`certificate-authority[-data]`).
@@ -30,7 +30,7 @@ pub struct Kubeconfig {
 
 /// Where the bearer token comes from.
 #[derive(Clone, PartialEq, Eq)]
-pub enum Token {
+pub(crate) enum Token {
     /// `user.token`.
     Inline(String),
     /// `user.tokenFile`, re-read when it changes (projected tokens rotate).
@@ -69,7 +69,7 @@ impl fmt::Debug for Token {
 
 /// A kubeconfig that cannot be used, with what and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubeconfigError {
+pub(crate) struct KubeconfigError {
     /// The kubeconfig path.
     pub path: PathBuf,
     /// What is wrong.
@@ -85,7 +85,7 @@ impl fmt::Display for KubeconfigError {
 impl std::error::Error for KubeconfigError {}
 
 /// Reads and maps the kubeconfig at `path`.
-pub fn load(path: &Path) -> Result<Kubeconfig, KubeconfigError> {
+pub(crate) fn load(path: &Path) -> Result<Kubeconfig, KubeconfigError> {
     let err = |what: String| KubeconfigError {
         path: path.to_owned(),
         what,
@@ -96,7 +96,7 @@ pub fn load(path: &Path) -> Result<Kubeconfig, KubeconfigError> {
 }
 
 /// Maps kubeconfig YAML text; `base` resolves relative file references.
-pub fn parse(text: &str, base: &Path) -> Result<Kubeconfig, String> {
+pub(crate) fn parse(text: &str, base: &Path) -> Result<Kubeconfig, String> {
     let docs = YamlLoader::load_from_str(text).map_err(|e| format!("not valid YAML: {e}"))?;
     let doc = docs.first().ok_or("the file is empty")?;
     if doc.as_hash().is_none() {
@@ -227,7 +227,7 @@ fn data_or_file(
 }
 
 /// Standard base64 with optional padding; whitespace (line-wrapped data) is skipped.
-pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
+pub(crate) fn base64_decode(text: &str) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(text.len() * 3 / 4);
     let mut acc = 0u32;
     let mut bits = 0u32;

@@ -4,8 +4,8 @@
 //! thread; a bad flag, an unreadable file or a server that is not `https://` comes back as one
 //! clear [`ConfigError`] line.
 
-pub mod flags;
-pub mod kubeconfig;
+pub(crate) mod flags;
+pub(crate) mod kubeconfig;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -13,8 +13,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::names::is_dns_subdomain;
 use crate::tls::{self, TlsMaterial};
-pub use kubeconfig::Token;
+pub(crate) use kubeconfig::Token;
 
 /// What the command line asks for.
 #[derive(Debug)]
@@ -29,61 +30,61 @@ pub enum Command {
 #[derive(Debug)]
 pub struct Config {
     /// Cloud apiservers, in `--server-addr` order.
-    pub servers: Vec<ServerUrl>,
+    pub(crate) servers: Vec<ServerUrl>,
     /// CA and client certificate for the cloud.
-    pub tls: TlsMaterial,
+    pub(crate) tls: TlsMaterial,
     /// Bearer token for the cloud, when the kubeconfig has one.
-    pub token: Option<Token>,
+    pub(crate) token: Option<Token>,
     /// This node.
-    pub node_name: String,
+    pub(crate) node_name: String,
     /// This node's pool.
     pub nodepool_name: Option<String>,
     /// Plain HTTP proxy listener.
-    pub proxy_addr: SocketAddr,
+    pub(crate) proxy_addr: SocketAddr,
     /// Health and metrics listener.
-    pub serve_addr: SocketAddr,
+    pub(crate) serve_addr: SocketAddr,
     /// Reserved HTTPS proxy port (not served yet).
     pub proxy_secure_port: u16,
     /// Reserved multiplexer port (not served yet).
     pub multiplexer_port: u16,
     /// Cache root.
-    pub disk_cache_path: PathBuf,
+    pub(crate) disk_cache_path: PathBuf,
     /// Components cached besides the defaults (`*` = all).
-    pub cache_agents: Vec<String>,
+    pub(crate) cache_agents: Vec<String>,
     /// How requests spread over the servers.
-    pub lb_mode: LbMode,
+    pub(crate) lb_mode: LbMode,
     /// Health-probe settings.
-    pub heartbeat: Heartbeat,
+    pub(crate) heartbeat: Heartbeat,
     /// Edge (cache and offline answers) or cloud (pure proxy).
-    pub working_mode: WorkingMode,
+    pub(crate) working_mode: WorkingMode,
     /// `--enable-resource-filter`.
-    pub enable_resource_filter: bool,
+    pub(crate) enable_resource_filter: bool,
     /// `--disabled-resource-filters`.
     pub disabled_resource_filters: Vec<String>,
     /// Concurrent requests served before answering 429.
-    pub max_requests_in_flight: usize,
+    pub(crate) max_requests_in_flight: usize,
     /// `--v`.
     pub verbosity: u8,
     /// YurtHub flags given and ignored, to warn about once logging is up.
-    pub ignored_flags: Vec<String>,
+    pub(crate) ignored_flags: Vec<String>,
     /// Time one read of a client's request body, or one write of its answer, may take
     /// (60 s; shorter only through a test-only flag).
-    pub client_io_timeout: Duration,
+    pub(crate) client_io_timeout: Duration,
     /// Time the cache writer sleeps before each message, as a slow flash would (tests only:
     /// `None` unless a test-only flag sets it).
-    pub cache_writer_delay: Option<Duration>,
+    pub(crate) cache_writer_delay: Option<Duration>,
 }
 
 /// One cloud apiserver, `https://host:port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerUrl {
+pub(crate) struct ServerUrl {
     /// `https://host:port` with no trailing slash; request paths are appended to it.
     pub base: String,
 }
 
 /// `--lb-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LbMode {
+pub(crate) enum LbMode {
     /// Round robin over healthy servers.
     RoundRobin,
     /// The first healthy server in `--server-addr` order.
@@ -92,7 +93,7 @@ pub enum LbMode {
 
 /// `--working-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WorkingMode {
+pub(crate) enum WorkingMode {
     /// Cache what components read and answer from the cache when the cloud is gone.
     Edge,
     /// Forward only.
@@ -101,7 +102,7 @@ pub enum WorkingMode {
 
 /// Health-probe settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Heartbeat {
+pub(crate) struct Heartbeat {
     /// Time between probe rounds.
     pub interval: Duration,
     /// Timeout of one probe.
@@ -114,7 +115,7 @@ pub struct Heartbeat {
 
 /// A configuration that cannot run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError(pub String);
+pub struct ConfigError(pub(crate) String);
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -125,7 +126,7 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// The text `--version` prints: version and the target triple this binary was built for.
-pub fn version_text() -> String {
+pub(crate) fn version_text() -> String {
     format!(
         "tinyhub {} ({})\n",
         env!("CARGO_PKG_VERSION"),
@@ -361,20 +362,6 @@ fn parse_server(text: &str) -> Result<ServerUrl, ConfigError> {
     Ok(ServerUrl {
         base: format!("https://{authority}"),
     })
-}
-
-/// A DNS-1123 subdomain: what Kubernetes accepts as a node name.
-pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|label| {
-            !label.is_empty()
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
 }
 
 fn hostname() -> Option<String> {

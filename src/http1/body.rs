@@ -11,7 +11,7 @@ const MAX_CHUNK_LINE: usize = 1024;
 
 /// Where a request body reader stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyState {
+pub(crate) enum BodyState {
     /// Nothing (more) to read.
     Done,
     /// This many bytes of a `Content-Length` body are left.
@@ -22,7 +22,7 @@ pub enum BodyState {
 
 impl BodyState {
     /// The state at the start of a body with `framing`.
-    pub fn new(framing: Framing) -> BodyState {
+    pub(crate) fn new(framing: Framing) -> BodyState {
         match framing {
             Framing::None => BodyState::Done,
             Framing::Length(n) => BodyState::Length(n),
@@ -31,13 +31,14 @@ impl BodyState {
     }
 
     /// Reads body bytes from `input` into `out`; 0 at the end of the body.
-    pub fn read(&mut self, input: &mut dyn BufRead, out: &mut [u8]) -> io::Result<usize> {
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn read(&mut self, input: &mut dyn BufRead, out: &mut [u8]) -> io::Result<usize> {
         self.read_limited(input, out, u64::MAX)
     }
 
     /// [`BodyState::read`], refusing a chunk that announces more than `limit` bytes as soon
     /// as its size line is read ([`io::ErrorKind::FileTooLarge`]), not once its data came.
-    pub fn read_limited(
+    pub(crate) fn read_limited(
         &mut self,
         input: &mut dyn BufRead,
         out: &mut [u8],
@@ -205,8 +206,9 @@ fn skip_trailers(input: &mut dyn BufRead) -> io::Result<()> {
     Err(bad("too many trailers"))
 }
 
-/// Reads a whole body with `state` (tests and small bodies).
-pub fn read_body(
+/// Reads a whole body with `state` (tests and the fuzz bodies).
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn read_body(
     state: &mut BodyState,
     input: &mut dyn BufRead,
     limit: usize,

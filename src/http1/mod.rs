@@ -10,26 +10,27 @@
 
 use std::fmt;
 mod body;
-pub mod response;
+pub(crate) mod response;
 
 use std::io::{self, BufRead};
 
-pub use body::{BodyState, read_body};
-pub use response::reason_phrase;
+pub(crate) use body::BodyState;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use body::read_body;
 
 /// Longest request target (path and query). Kubernetes URLs are short; the longest real
 /// ones carry a label selector, and 8 KiB is what common proxies allow.
-pub const MAX_TARGET: usize = 8 * 1024;
+pub(crate) const MAX_TARGET: usize = 8 * 1024;
 /// Largest request head (request line and headers).
-pub const MAX_HEAD: usize = 64 * 1024;
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
 /// Longest request line: the target plus room for a method and the version.
 const MAX_REQUEST_LINE: usize = MAX_TARGET + 64;
 /// Most headers in one request.
-pub const MAX_HEADERS: usize = 128;
+pub(crate) const MAX_HEADERS: usize = 128;
 
 /// A parsed request head.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestHead {
+pub(crate) struct RequestHead {
     /// Method, as sent.
     pub method: String,
     /// Request target (path and query), as sent.
@@ -42,7 +43,7 @@ pub struct RequestHead {
 
 /// How a request body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
+pub(crate) enum Framing {
     /// No body.
     None,
     /// `Content-Length`.
@@ -53,7 +54,7 @@ pub enum Framing {
 
 /// Why a head is refused; each maps to a status code.
 #[derive(Debug)]
-pub enum HeadError {
+pub(crate) enum HeadError {
     /// The connection closed before a request began (not an error to answer).
     Closed,
     /// Reading failed or timed out.
@@ -70,7 +71,7 @@ pub enum HeadError {
 
 impl HeadError {
     /// The status to answer with, if any.
-    pub fn status(&self) -> Option<u16> {
+    pub(crate) fn status(&self) -> Option<u16> {
         match self {
             HeadError::Closed => None,
             HeadError::Io(e)
@@ -113,7 +114,7 @@ impl std::error::Error for HeadError {}
 /// arrives, so the first bad line is answered at once. On top of httparse's grammar: only
 /// origin-form targets of visible ASCII, methods in upper case, 505 for an HTTP version
 /// other than 1.0 and 1.1, and obsolete line folding refused.
-pub fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadError> {
+pub(crate) fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadError> {
     let mut budget = MAX_HEAD;
     let mut line = Vec::with_capacity(256);
     loop {
@@ -252,7 +253,7 @@ fn parse_header_line(line: &mut Vec<u8>) -> Result<(String, String), HeadError> 
 }
 
 /// The first of `headers` named `name` (names compare case-insensitively).
-pub fn find_header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
+pub(crate) fn find_header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
     headers
         .iter()
         .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -260,7 +261,7 @@ pub fn find_header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'
 }
 
 /// True when a header named `name` lists `token` among its comma-separated values.
-pub fn has_token(headers: &[(String, String)], name: &str, token: &str) -> bool {
+pub(crate) fn has_token(headers: &[(String, String)], name: &str, token: &str) -> bool {
     headers
         .iter()
         .filter(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -270,7 +271,7 @@ pub fn has_token(headers: &[(String, String)], name: &str, token: &str) -> bool 
 
 impl RequestHead {
     /// The first header named `name`.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         find_header(&self.headers, name)
     }
 
@@ -281,7 +282,7 @@ impl RequestHead {
     /// How the body is delimited. Both `Transfer-Encoding` and `Content-Length`, a transfer
     /// coding other than chunked, or conflicting lengths are refused: they are how requests
     /// get smuggled past proxies.
-    pub fn framing(&self) -> Result<Framing, HeadError> {
+    pub(crate) fn framing(&self) -> Result<Framing, HeadError> {
         let values = |name: &'static str| {
             self.headers
                 .iter()
@@ -323,7 +324,7 @@ impl RequestHead {
     }
 
     /// True when the client keeps the connection open after this exchange.
-    pub fn keep_alive(&self) -> bool {
+    pub(crate) fn keep_alive(&self) -> bool {
         if self.has_token("connection", "close") {
             return false;
         }
@@ -331,7 +332,7 @@ impl RequestHead {
     }
 
     /// True when the client waits for `100 Continue` before sending its body.
-    pub fn expects_continue(&self) -> bool {
+    pub(crate) fn expects_continue(&self) -> bool {
         self.has_token("expect", "100-continue")
     }
 }

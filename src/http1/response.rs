@@ -5,15 +5,15 @@
 use std::io::Write as _;
 
 /// The interim answer to `Expect: 100-continue`, sent before the body is read.
-pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+pub(crate) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 /// The end of a chunked body: the last chunk and an empty trailer section.
-pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+pub(crate) const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 /// The longest chunk-size line [`chunk_size_line`] writes: 16 hex digits and CRLF.
-pub const CHUNK_SIZE_LINE: usize = 18;
+pub(crate) const CHUNK_SIZE_LINE: usize = 18;
 
 /// How the body of an answer is delimited on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResponseFraming {
+pub(crate) enum ResponseFraming {
     /// Exactly this many bytes follow.
     Known(u64),
     /// Chunks, each flushed as it comes.
@@ -24,13 +24,13 @@ pub enum ResponseFraming {
 
 /// True when an answer carries no body whatever its headers say: an answer to HEAD, and
 /// 204 and 304 (RFC 9110 §6.4.1).
-pub fn bodiless(method: &str, status: u16) -> bool {
+pub(crate) fn bodiless(method: &str, status: u16) -> bool {
     method == "HEAD" || status == 204 || status == 304
 }
 
 /// The framing of an answer: `length` when it is known; a streamed one is chunked, or
 /// close-delimited for an HTTP/1.0 client, and has no bytes at all when `bodiless`.
-pub fn framing(length: Option<u64>, bodiless: bool, http10: bool) -> ResponseFraming {
+pub(crate) fn framing(length: Option<u64>, bodiless: bool, http10: bool) -> ResponseFraming {
     match length {
         Some(n) => ResponseFraming::Known(n),
         None if bodiless => ResponseFraming::Known(0),
@@ -43,7 +43,7 @@ pub fn framing(length: Option<u64>, bodiless: bool, http10: bool) -> ResponseFra
 /// value could split the head is left out), `Content-Length` when `length` is given, else
 /// `Transfer-Encoding: chunked` for chunked framing, and `Connection: close` when `close`
 /// or when the body is close-delimited.
-pub fn write_head<N: AsRef<str>, V: AsRef<str>>(
+pub(crate) fn write_head<N: AsRef<str>, V: AsRef<str>>(
     out: &mut Vec<u8>,
     status: u16,
     headers: &[(N, V)],
@@ -79,7 +79,7 @@ pub fn write_head<N: AsRef<str>, V: AsRef<str>>(
 }
 
 /// The size line of a chunk of `len` bytes, written into `buf`.
-pub fn chunk_size_line(len: usize, buf: &mut [u8; CHUNK_SIZE_LINE]) -> &[u8] {
+pub(crate) fn chunk_size_line(len: usize, buf: &mut [u8; CHUNK_SIZE_LINE]) -> &[u8] {
     let mut cursor = &mut buf[..];
     // At most 16 hex digits and CRLF: always fits.
     let _ = write!(cursor, "{len:x}\r\n");
@@ -89,7 +89,7 @@ pub fn chunk_size_line(len: usize, buf: &mut [u8; CHUNK_SIZE_LINE]) -> &[u8] {
 
 /// The standard reason phrase of a status code (`http`'s table), or "Status" for a code
 /// it does not name.
-pub fn reason_phrase(status: u16) -> &'static str {
+pub(crate) fn reason_phrase(status: u16) -> &'static str {
     http::StatusCode::from_u16(status)
         .ok()
         .and_then(|code| code.canonical_reason())

@@ -28,6 +28,7 @@ use crate::cache::object::starts_object;
 use crate::cache::store::{Store, StoreError};
 use crate::cache::writer::CacheTx;
 use crate::health::Backends;
+use crate::names;
 use crate::request::{self, ApiRequest, DiscoveryForm, ResourcePath, Target};
 use crate::route::{Local, Route, document_file};
 use crate::server::{Exchange, Length};
@@ -38,7 +39,7 @@ use crate::status::Status;
 const WATCH_TICK: Duration = Duration::from_secs(1);
 
 /// The offline answerer.
-pub struct Offline {
+pub(crate) struct Offline {
     /// The disk cache, read only here.
     pub store: Arc<Store>,
     /// Where offline creates go to be persisted.
@@ -52,7 +53,7 @@ pub struct Offline {
 impl Offline {
     /// Answers `req` from the cache, in the collection `route` keyed; returns the HTTP
     /// status sent.
-    pub fn answer(&self, ex: Exchange<'_>, req: &ApiRequest, route: &Route) -> u16 {
+    pub(crate) fn answer(&self, ex: Exchange<'_>, req: &ApiRequest, route: &Route) -> u16 {
         let result = match (&route.local, req.resource(), route.collection()) {
             (Local::NonResource(file), _, _) => self.document(ex, req, file),
             (Local::Forbidden, _, _) => Err((
@@ -336,7 +337,7 @@ fn unusable_name(object: &serde_json::Value) -> Option<String> {
             .and_then(|v| v.as_str())
             .filter(|v| !v.is_empty())
     };
-    let usable = |name: &str| request::is_dns_subdomain(name) && request::is_object_name(name);
+    let usable = |name: &str| names::is_dns_subdomain(name) && names::is_object_name(name);
     if let Some(name) = field("name") {
         return (!usable(name)).then(|| {
             format!(

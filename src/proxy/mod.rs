@@ -31,7 +31,7 @@ use crate::status::Status;
 use crate::upstream::Cloud;
 
 /// Everything a request thread needs.
-pub struct Hub {
+pub(crate) struct Hub {
     /// Edge or cloud.
     pub mode: WorkingMode,
     /// The cloud client ([`Upstream`](crate::upstream::Upstream)).
@@ -48,7 +48,7 @@ pub struct Hub {
 
 /// Where the cache stood for a request, for the log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheStatus {
+pub(crate) enum CacheStatus {
     /// Forwarded; the answer is being persisted.
     Stored,
     /// Forwarded; not cached, for this reason.
@@ -65,7 +65,7 @@ pub enum CacheStatus {
 
 impl CacheStatus {
     /// Short text for logs.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CacheStatus::Stored => "stored",
             CacheStatus::Bypass(reason) => reason.as_str(),
@@ -89,7 +89,7 @@ enum Classified {
 
 impl Hub {
     /// Serves one request to the end.
-    pub fn handle(&self, ex: Exchange<'_>) {
+    pub(crate) fn handle(&self, ex: Exchange<'_>) {
         let started = Instant::now();
         let req = match self.classify(&ex) {
             Classified::Api(req) => req,

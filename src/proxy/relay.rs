@@ -7,11 +7,12 @@ use std::io::{self, Read};
 
 use super::CacheStatus;
 use super::call::Call;
+use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::cache::writer::Refill;
 use crate::metrics::InFlight;
-use crate::route::{CacheTarget, NoCacheReason, TokenTarget};
+use crate::route::{self, Identity, NoCacheReason};
 use crate::server::{Exchange, Length};
-use crate::upstream::{Answer, Identity, UpstreamError};
+use crate::upstream::{Answer, UpstreamError};
 
 /// Bodies up to this size with a known length are received whole before the client gets
 /// anything, so a cloud that breaks off mid-body can still be answered from the cache.
@@ -219,6 +220,6 @@ fn wants_cache(target: &CacheTarget, answer: &Answer) -> Option<CacheTarget> {
         _ => false,
     };
     worth
-        .then(|| target.for_answer(answer.header("content-type")))
+        .then(|| route::target_for_answer(target, answer.header("content-type")))
         .flatten()
 }

@@ -13,7 +13,7 @@ use crate::metrics::{METRICS, Metrics};
 
 /// Connections and requests being served, shared with whoever waits for them to drain.
 #[derive(Debug, Default)]
-pub struct Load {
+pub(crate) struct Load {
     pub(super) connections: AtomicUsize,
     pub(super) in_flight: AtomicUsize,
     /// Every open connection, for the accept thread to pick one to evict at the cap.
@@ -24,7 +24,7 @@ pub struct Load {
 
 impl Load {
     /// Requests being served now.
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Acquire)
     }
 

@@ -16,7 +16,7 @@ use crate::status::Status;
 const MAX_DRAIN: u64 = 1024 * 1024;
 
 /// One request and the means to answer it.
-pub struct Exchange<'c> {
+pub(crate) struct Exchange<'c> {
     pub(super) conn: &'c mut Conn,
     // Boxed: exchanges travel by value through results, and the head is the bulk of one.
     pub(super) head: Box<RequestHead>,
@@ -30,7 +30,7 @@ pub struct Exchange<'c> {
 
 /// How the body of a response is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Length {
+pub(crate) enum Length {
     /// Exactly this many bytes follow (`Content-Length`).
     Known(u64),
     /// Bytes follow as they come (chunked; close-delimited for HTTP/1.0 clients).
@@ -39,77 +39,69 @@ pub enum Length {
 
 impl<'c> Exchange<'c> {
     /// The request method.
-    pub fn method(&self) -> &str {
+    pub(crate) fn method(&self) -> &str {
         &self.head.method
     }
 
     /// The request target: path and query, as sent.
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.head.target
     }
 
     /// Request headers as (name, value).
-    pub fn headers(&self) -> &[(String, String)] {
+    pub(crate) fn headers(&self) -> &[(String, String)] {
         &self.head.headers
     }
 
     /// The first header named `name`.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.head.header(name)
     }
 
     /// `Content-Length` of the request body, when the client sent one.
-    pub fn body_length(&self) -> Option<u64> {
+    pub(crate) fn body_length(&self) -> Option<u64> {
         match self.body {
             BodyState::Length(n) => Some(n),
             _ => None,
         }
     }
 
-    /// True when reading the body failed because it went past [`MAX_BODY`] (answer with
-    /// [`body_too_large`]).
-    pub fn body_too_large(&self) -> bool {
-        self.conn
-            .body_failure
-            .as_ref()
-            .is_some_and(|s| s.code == 413)
-    }
-
     /// When reading the body failed, the answer for it: the client's error, never the
     /// cloud's — 400 for a body that is malformed or ends early, 408 for one that stalls past
     /// the read timeout, 413 past [`MAX_BODY`]. The connection closes after it (the framing
     /// is lost).
-    pub fn body_failure(&self) -> Option<Status> {
+    pub(crate) fn body_failure(&self) -> Option<Status> {
         self.conn.body_failure.clone()
     }
 
     /// Records that the body cannot be read to its end in time (the request's own time ran
     /// out while it trickled in): the answer is `status`, and the rest of the body is not
     /// read — the connection closes after the answer.
-    pub fn fail_body(&mut self, status: Status) {
+    pub(crate) fn fail_body(&mut self, status: Status) {
         self.conn.broken = true;
         self.conn.body_failure = Some(status);
     }
 
     /// True when the request carries a body.
-    pub fn has_body(&self) -> bool {
+    pub(crate) fn has_body(&self) -> bool {
         self.body != BodyState::Done
     }
 
     /// The request body.
-    pub fn body(&mut self) -> &mut dyn Read {
+    pub(crate) fn body(&mut self) -> &mut dyn Read {
         self
     }
 
     /// The peer address.
-    pub fn remote(&self) -> SocketAddr {
+    #[allow(dead_code, reason = "nothing in the crate reads it; was public API")]
+    pub(crate) fn remote(&self) -> SocketAddr {
         self.conn.peer
     }
 
     /// Sends the status line and headers; the body follows through the returned writer.
     /// `headers` must not contain framing headers (`Content-Length`, `Transfer-Encoding`,
     /// `Connection`): this function writes those.
-    pub fn start<N: AsRef<str>, V: AsRef<str>>(
+    pub(crate) fn start<N: AsRef<str>, V: AsRef<str>>(
         mut self,
         status: u16,
         headers: &[(N, V)],
@@ -157,7 +149,7 @@ impl<'c> Exchange<'c> {
     }
 
     /// Answers with a complete body.
-    pub fn send<N: AsRef<str>, V: AsRef<str>>(
+    pub(crate) fn send<N: AsRef<str>, V: AsRef<str>>(
         self,
         status: u16,
         headers: &[(N, V)],
@@ -169,7 +161,7 @@ impl<'c> Exchange<'c> {
     }
 
     /// Answers with a Kubernetes `Status`.
-    pub fn send_status(self, status: &Status) -> io::Result<()> {
+    pub(crate) fn send_status(self, status: &Status) -> io::Result<()> {
         let retry = status.retry_after.map(|s| s.to_string());
         let mut headers = vec![("Content-Type", "application/json")];
         if let Some(retry) = retry.as_deref() {
@@ -223,7 +215,7 @@ impl Read for Exchange<'_> {
 }
 
 /// The request body, borrowed apart from the head so both can be used at once.
-pub struct RequestBody<'a> {
+pub(crate) struct RequestBody<'a> {
     conn: &'a mut Conn,
     state: &'a mut BodyState,
     /// `Expect: 100-continue` not yet answered: cleared when it is.
@@ -297,7 +289,7 @@ fn body_error(e: &io::Error) -> Status {
 
 impl Exchange<'_> {
     /// The head and the body reader together (forwarding needs both at once).
-    pub fn parts(&mut self) -> (&RequestHead, RequestBody<'_>) {
+    pub(crate) fn parts(&mut self) -> (&RequestHead, RequestBody<'_>) {
         let pending = self.continue_pending;
         let body = RequestBody {
             conn: self.conn,
@@ -310,7 +302,7 @@ impl Exchange<'_> {
 
 /// Writes a response body with the framing chosen in [`Exchange::start`]; every write goes
 /// out at once so watch events reach the client without delay.
-pub struct BodyWriter<'c> {
+pub(crate) struct BodyWriter<'c> {
     conn: &'c mut Conn,
     framing: ResponseFraming,
     /// HEAD and bodiless statuses: bytes are counted, not sent.
@@ -331,7 +323,7 @@ fn write_chunk(conn: &mut Conn, data: &[u8]) -> io::Result<()> {
 
 impl BodyWriter<'_> {
     /// Sends `data` now.
-    pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
+    pub(crate) fn write(&mut self, data: &[u8]) -> io::Result<()> {
         if data.is_empty() || self.discard {
             return Ok(());
         }
@@ -356,7 +348,7 @@ impl BodyWriter<'_> {
     }
 
     /// Ends the body cleanly (the terminal chunk for chunked framing).
-    pub fn finish(self) -> io::Result<()> {
+    pub(crate) fn finish(self) -> io::Result<()> {
         let result = match self.framing {
             ResponseFraming::Chunked => self.conn.send_all(response::LAST_CHUNK),
             ResponseFraming::Known(0) => Ok(()),
@@ -378,13 +370,13 @@ impl BodyWriter<'_> {
 
     /// Ends the body so the client sees a failure rather than a short but valid answer: the
     /// connection is closed without the end of the body.
-    pub fn abort(self) {
+    pub(crate) fn abort(self) {
         self.conn.broken = true;
         let _ = self.conn.stream.shutdown();
     }
 
     /// A handle that tells from another thread whether the client is gone.
-    pub fn probe(&self) -> Option<ClientProbe> {
+    pub(crate) fn probe(&self) -> Option<ClientProbe> {
         self.conn.stream.probe()
     }
 
@@ -392,7 +384,7 @@ impl BodyWriter<'_> {
     /// connection (a held watch stops at once when it has). Anything the client sends
     /// meanwhile is read and dropped — a client does not send while it reads a stream — and
     /// the connection is closed after this answer.
-    pub fn client_gone(&mut self, wait: Duration) -> bool {
+    pub(crate) fn client_gone(&mut self, wait: Duration) -> bool {
         if self.conn.pos < self.conn.len {
             self.conn.pos = self.conn.len;
             self.conn.broken = true;

@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 /// A bound listening socket.
-pub struct Listener {
+pub(crate) struct Listener {
     pub(super) socket: TcpListener,
     pub(super) addr: SocketAddr,
 }
@@ -18,7 +18,7 @@ const BACKLOG: i32 = 4096;
 
 /// Binds `addr` (port 0 picks a free port).
 #[allow(unsafe_code, reason = "std has no way to set the listen backlog")]
-pub fn bind(addr: SocketAddr) -> io::Result<Listener> {
+pub(crate) fn bind(addr: SocketAddr) -> io::Result<Listener> {
     use std::os::fd::AsRawFd;
     let socket = TcpListener::bind(addr)?;
     // Listening again on a listening socket only changes its backlog (the kernel caps it
@@ -36,13 +36,13 @@ pub fn bind(addr: SocketAddr) -> io::Result<Listener> {
 
 impl Listener {
     /// The address actually bound.
-    pub fn local_addr(&self) -> SocketAddr {
+    pub(crate) fn local_addr(&self) -> SocketAddr {
         self.addr
     }
 }
 
 /// Wakes a listener blocked in `accept` (after its shutdown flag is set).
-pub fn wake(addr: SocketAddr) {
+pub(crate) fn wake(addr: SocketAddr) {
     let target = match addr {
         SocketAddr::V4(a) if a.ip().is_unspecified() => {
             SocketAddr::from(([127, 0, 0, 1], a.port()))

@@ -37,23 +37,23 @@ use crate::http1::response::{self, ResponseFraming};
 use crate::metrics::{METRICS, Metrics};
 use crate::status::Status;
 
-pub use admission::Load;
+pub(crate) use admission::Load;
 use admission::{BUSY, ConnectionSlot, Tracked, admit};
 use connection::serve_connection;
-pub use exchange::{BodyWriter, Exchange, Length, RequestBody};
-pub use listen::{Listener, bind, wake};
-pub use stream::ClientProbe;
+pub(crate) use exchange::{BodyWriter, Exchange, Length};
+pub(crate) use listen::{Listener, bind, wake};
+pub(crate) use stream::ClientProbe;
 
 /// Time one read of a request body, or one write of a response, may take (the default of
 /// [`Limits::io_timeout`]). It bounds the whole operation, not each system call: a client
 /// that takes a few bytes now and then does not restart it.
-pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest request body, the apiserver's own limit: a larger one is refused with 413 before
 /// it is read (a chunked one once it has grown past it).
-pub const MAX_BODY: u64 = 3 * 1024 * 1024;
+pub(crate) const MAX_BODY: u64 = 3 * 1024 * 1024;
 
 /// The answer to a request body larger than [`MAX_BODY`].
-pub fn body_too_large() -> Status {
+pub(crate) fn body_too_large() -> Status {
     Status::new(
         413,
         "RequestEntityTooLarge",
@@ -63,7 +63,7 @@ pub fn body_too_large() -> Status {
 
 /// The caps of one listener.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Open connections (one thread each); past it, 429 at accept.
     pub max_connections: usize,
     /// Requests being served; past it, 429.
@@ -75,10 +75,10 @@ pub struct Limits {
 }
 
 /// A request handler; it must answer through the [`Exchange`].
-pub type Handler = Arc<dyn Fn(Exchange<'_>) + Send + Sync>;
+pub(crate) type Handler = Arc<dyn Fn(Exchange<'_>) + Send + Sync>;
 
 /// Accepts connections until `shutdown` is set (then [`wake`] the listener).
-pub fn serve(
+pub(crate) fn serve(
     listener: Listener,
     handler: Handler,
     limits: Limits,

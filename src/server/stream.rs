@@ -43,7 +43,7 @@ impl ClientStream for TcpStream {
 }
 
 /// Looks at a client connection from another thread while its own thread writes a stream.
-pub struct ClientProbe(TcpStream);
+pub(crate) struct ClientProbe(TcpStream);
 
 impl ClientProbe {
     /// True when the client closed the connection or it broke. Bytes the client sent are
@@ -52,7 +52,7 @@ impl ClientProbe {
         unsafe_code,
         reason = "std has no non-blocking peek on a blocking socket"
     )]
-    pub fn gone(&self) -> bool {
+    pub(crate) fn gone(&self) -> bool {
         use std::os::fd::AsRawFd;
         let mut probe = 0u8;
         // MSG_DONTWAIT: the probe never waits (a read timeout would hold the reaper one

@@ -11,7 +11,7 @@ use super::StoreOptions;
 /// The filesystem operation a [`StoreError::Io`] came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum StoreOp {
+pub(crate) enum StoreOp {
     /// Creating a directory.
     CreateDir,
     /// Listing a directory.
@@ -32,7 +32,7 @@ pub enum StoreOp {
 
 impl StoreOp {
     /// The operation as a verb phrase for messages and logs.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             StoreOp::CreateDir => "create directory",
             StoreOp::ReadDir => "list directory",
@@ -49,7 +49,7 @@ impl StoreOp {
 /// Why a store operation failed.
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum StoreError {
+pub(crate) enum StoreError {
     /// A key field is not a safe path segment; nothing was read or written.
     UnsafeKey {
         /// Which field: `component`, `namespace`, `name`, ...
@@ -82,7 +82,7 @@ pub enum StoreError {
 
 impl StoreError {
     /// True when the filesystem is out of space (or the quota is used up).
-    pub fn is_disk_full(&self) -> bool {
+    pub(crate) fn is_disk_full(&self) -> bool {
         match self {
             // std maps ENOSPC to `StorageFull` and EDQUOT to `QuotaExceeded`.
             StoreError::Io { source, .. } => matches!(

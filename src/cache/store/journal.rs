@@ -42,7 +42,7 @@ use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{create_new_file, exists_no_follow, make_dir, open_no_follow, parent_of, sync_dir};
 use super::replace::CommitStep;
 use super::{Store, next_id};
-use crate::cache::key::is_safe_segment;
+use crate::names::is_safe_segment;
 
 /// Name prefix of a complete journal in the root; a sequence number follows.
 pub(super) const JOURNAL_PREFIX: &str = ".journal.";
@@ -51,7 +51,7 @@ const JOURNAL_MAGIC: &str = "tinyhub-journal 1";
 
 /// What [`Store::open`] found and repaired.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RecoveryReport {
+pub(crate) struct RecoveryReport {
     /// Complete journals applied (replacements finished).
     pub rolled_forward: usize,
     /// Incomplete or invalid journals discarded (replacements undone).

@@ -10,14 +10,14 @@ use super::Store;
 use super::StoredObject;
 use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{read_object, real_dir};
-use crate::cache::key::is_safe_segment;
+use crate::names::is_safe_segment;
 
 /// The objects of one collection, read lazily; see [`Store::list`].
 ///
 /// A file that vanishes between listing its directory and reading it is skipped, and so
 /// are symlinks, dot-names and anything that is not a regular file.
 #[derive(Debug)]
-pub struct ObjectIter {
+pub(crate) struct ObjectIter {
     pub(super) cursor: NameCursor,
 }
 

@@ -73,8 +73,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::key::{CollectionKey, ObjectKey, is_safe_segment, rv_newer};
+use super::key::{CollectionKey, ObjectKey, rv_newer};
 use super::object::ObjectHead;
+use crate::names::is_safe_segment;
 use error::io_err;
 use fs::{
     DIR_MODE, all_real_dirs, make_dir, parent_of, read_object, real_dir, remove_quietly, sync_dir,
@@ -83,11 +84,14 @@ use fs::{
 use list::NameCursor;
 use tombstones::Tombstones;
 
-pub use error::{StoreError, StoreOp};
-pub use journal::RecoveryReport;
-pub use list::ObjectIter;
-pub use replace::{CommitStep, Replace, ReplaceReport};
-pub use tokens::{TOKEN_CAP, TOKEN_STALE};
+pub(crate) use error::{StoreError, StoreOp};
+pub(crate) use journal::RecoveryReport;
+pub(crate) use list::ObjectIter;
+#[cfg(test)]
+pub(crate) use replace::ReplaceReport;
+pub(crate) use replace::{CommitStep, Replace};
+#[cfg(test)]
+pub(crate) use tokens::{TOKEN_CAP, TOKEN_STALE};
 
 /// Where everything not yet visible is written.
 const STAGING: &str = ".staging";
@@ -102,7 +106,7 @@ fn next_id() -> usize {
 
 /// What a put did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PutOutcome {
+pub(crate) enum PutOutcome {
     /// The object was written (or, inside a replacement, staged to be).
     Written {
         /// Its size.
@@ -116,7 +120,7 @@ pub enum PutOutcome {
 
 /// One object read back from a collection.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredObject {
+pub(crate) struct StoredObject {
     /// Its namespace; `None` for cluster-scoped objects.
     pub namespace: Option<String>,
     /// Its name.
@@ -127,7 +131,7 @@ pub struct StoredObject {
 
 /// How a store behaves beyond its root; production uses the default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StoreOptions {
+pub(crate) struct StoreOptions {
     /// Fault injection: stop every replacement's commit at this step, as a crash would,
     /// with [`StoreError::InjectedCrash`] and nothing cleaned up. `None` by default.
     pub crash_at: Option<CommitStep>,
@@ -135,7 +139,7 @@ pub struct StoreOptions {
 
 /// The cache directory. Cheap to share: `Send + Sync`, every method takes `&self`.
 #[derive(Debug)]
-pub struct Store {
+pub(crate) struct Store {
     root: PathBuf,
     staging: PathBuf,
     /// The root, open: `syncfs` needs a descriptor on the cache filesystem.
@@ -151,12 +155,12 @@ pub struct Store {
 
 impl Store {
     /// Opens the cache at `root`, creating it (0700) if missing, and recovers from a crash.
-    pub fn open(root: &Path) -> Result<(Store, RecoveryReport), StoreError> {
+    pub(crate) fn open(root: &Path) -> Result<(Store, RecoveryReport), StoreError> {
         Store::open_with(root, StoreOptions::default())
     }
 
     /// [`Store::open`] with `options` (tests inject faults through them).
-    pub fn open_with(
+    pub(crate) fn open_with(
         root: &Path,
         options: StoreOptions,
     ) -> Result<(Store, RecoveryReport), StoreError> {
@@ -179,12 +183,13 @@ impl Store {
     }
 
     /// The cache root.
-    pub fn root(&self) -> &Path {
+    #[cfg(test)]
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// The stored bytes of one object; `None` if it is not cached.
-    pub fn get(&self, key: &ObjectKey) -> Result<Option<Vec<u8>>, StoreError> {
+    pub(crate) fn get(&self, key: &ObjectKey) -> Result<Option<Vec<u8>>, StoreError> {
         check_key(key)?;
         let dirs = self.object_dirs(key);
         if !all_real_dirs(&dirs)? {
@@ -194,7 +199,7 @@ impl Store {
     }
 
     /// Whether this collection was ever cached (a list answered empty counts).
-    pub fn has_collection(&self, c: &CollectionKey) -> bool {
+    pub(crate) fn has_collection(&self, c: &CollectionKey) -> bool {
         matches!(self.collection_dir(c), Ok(Some(_)))
     }
 
@@ -204,7 +209,7 @@ impl Store {
     /// namespace directory; without it, cluster-scoped objects come first (namespace
     /// `""`), then every namespace. `after` = (namespace or `""`, name) resumes strictly
     /// after that position. Names are read one namespace directory at a time.
-    pub fn list(
+    pub(crate) fn list(
         &self,
         c: &CollectionKey,
         namespace: Option<&str>,
@@ -226,7 +231,7 @@ impl Store {
     /// or the stored resourceVersion is newer than `rv`, or `rv` is at or below one this
     /// store removed ([`PutOutcome::Stale`]). A stored file that is not valid JSON counts as
     /// older and is replaced.
-    pub fn put(
+    pub(crate) fn put(
         &self,
         key: &ObjectKey,
         bytes: &[u8],
@@ -263,7 +268,7 @@ impl Store {
     /// (the cloud answered 404). A stored object newer than `rv` stays (a late DELETED from
     /// an older stream; `false`); otherwise every version before `rv` is stale from now on,
     /// stored or not, and [`Store::put`] and replacements refuse them.
-    pub fn delete(&self, key: &ObjectKey, rv: Option<&str>) -> Result<bool, StoreError> {
+    pub(crate) fn delete(&self, key: &ObjectKey, rv: Option<&str>) -> Result<bool, StoreError> {
         check_key(key)?;
         let dirs = self.object_dirs(key);
         let real = all_real_dirs(&dirs)?;
@@ -298,7 +303,7 @@ impl Store {
     ///
     /// The kind directory is renamed into the staging directory, which readers never
     /// look at, and removed from there; `false` if it was not cached.
-    pub fn delete_collection(&self, c: &CollectionKey) -> Result<bool, StoreError> {
+    pub(crate) fn delete_collection(&self, c: &CollectionKey) -> Result<bool, StoreError> {
         check_collection(c)?;
         let component_dir = self.root.join(&c.component);
         if !real_dir(&component_dir)? {
@@ -322,13 +327,17 @@ impl Store {
     }
     /// A cached non-resource document by its file name (see
     /// [`non_resource_file_name`](super::key::non_resource_file_name)).
-    pub fn get_non_resource(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    pub(crate) fn get_non_resource(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
         check_segment("non-resource name", name)?;
         read_object(&self.root.join(name))
     }
 
     /// Stores a non-resource document; [`PutOutcome::Identical`] if unchanged.
-    pub fn put_non_resource(&self, name: &str, bytes: &[u8]) -> Result<PutOutcome, StoreError> {
+    pub(crate) fn put_non_resource(
+        &self,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<PutOutcome, StoreError> {
         check_segment("non-resource name", name)?;
         let target = self.root.join(name);
         if read_object(&target)?.as_deref() == Some(bytes) {

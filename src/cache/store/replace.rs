@@ -37,7 +37,7 @@ use crate::cache::key::{CollectionKey, ObjectKey, rv_newer};
 
 /// What a committed replacement did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ReplaceReport {
+pub(crate) struct ReplaceReport {
     /// Objects written.
     pub written: usize,
     /// Objects already stored with the same bytes.
@@ -57,7 +57,7 @@ pub struct ReplaceReport {
 impl Store {
     /// Starts replacing what this collection holds in `namespace` (every namespace and
     /// the cluster-scoped objects when `None`) with a list answer.
-    pub fn begin_replace(
+    pub(crate) fn begin_replace(
         &self,
         c: &CollectionKey,
         namespace: Option<&str>,
@@ -92,7 +92,7 @@ impl Store {
 ///
 /// Holds the answer's names, not its objects: their bytes in one string, plus 20 bytes an
 /// object on a 32-bit target (40 on 64-bit).
-pub struct Replace<'s> {
+pub(crate) struct Replace<'s> {
     store: &'s Store,
     /// A key of this collection whose namespace and name are overwritten for each tombstone
     /// lookup: once its buffers have grown, a lookup allocates nothing.
@@ -144,13 +144,13 @@ impl Replace<'_> {
     /// writes `metadata` first), it lets items that a tombstone wrongly refuses through:
     /// a list at or after a removal is the cloud's truth (see `Tombstone`). Items staged
     /// before it is known are judged without it.
-    pub fn set_list_rv(&mut self, rv: Option<&str>) {
+    pub(crate) fn set_list_rv(&mut self, rv: Option<&str>) {
         self.list_rv = rv.and_then(|rv| rv.parse().ok());
     }
 
     /// Stage one object of the list answer (written to a temporary file now, not yet
     /// visible). Identical objects, and objects older than the stored ones, are not written.
-    pub fn put(
+    pub(crate) fn put(
         &mut self,
         namespace: Option<&str>,
         name: &str,
@@ -224,7 +224,7 @@ impl Replace<'_> {
     ///
     /// Every version up to a deleted object's own is stale from then on (see
     /// [`Store::delete`]), also when the commit then fails: the answer left it out anyway.
-    pub fn commit(
+    pub(crate) fn commit(
         mut self,
         in_scope: &mut dyn FnMut(&[u8]) -> bool,
         list_rv: Option<&str>,
@@ -544,7 +544,7 @@ impl Drop for Replace<'_> {
 /// The steps of a commit a crash can fall between, where [`StoreOptions::crash_at`] can stop
 /// it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CommitStep {
+pub(crate) enum CommitStep {
     /// Every object staged, nothing else done.
     Staged,
     /// The journal is written to the staging directory.

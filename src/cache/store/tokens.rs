@@ -13,7 +13,7 @@ use crate::cache::key::TokenKey;
 /// Token answers (see `src/tokens.rs`).
 impl Store {
     /// A cached TokenRequest answer; `None` if there is none.
-    pub fn get_token(&self, key: &TokenKey) -> Result<Option<Vec<u8>>, StoreError> {
+    pub(crate) fn get_token(&self, key: &TokenKey) -> Result<Option<Vec<u8>>, StoreError> {
         unsafe_key(key.unsafe_field())?;
         let dirs = self.token_dirs(key);
         if !all_real_dirs(&dirs)? {
@@ -25,7 +25,7 @@ impl Store {
     /// Stores a TokenRequest answer (0600, like every file here), replacing the one before,
     /// and removes the service account's answers not renewed for [`TOKEN_STALE`] or beyond
     /// [`TOKEN_CAP`].
-    pub fn put_token(&self, key: &TokenKey, bytes: &[u8]) -> Result<PutOutcome, StoreError> {
+    pub(crate) fn put_token(&self, key: &TokenKey, bytes: &[u8]) -> Result<PutOutcome, StoreError> {
         unsafe_key(key.unsafe_field())?;
         let dirs = self.token_dirs(key);
         let account = &dirs[dirs.len() - 1];
@@ -98,7 +98,7 @@ impl Store {
 /// How long a TokenRequest answer may go without being renewed before it is removed: kubelet
 /// renews a live pod's token at least daily (within 80 % of its life, and after 24 h at the
 /// latest), so one this old belongs to a pod that is gone.
-pub const TOKEN_STALE: Duration = Duration::from_secs(48 * 3600);
+pub(crate) const TOKEN_STALE: Duration = Duration::from_secs(48 * 3600);
 /// Most answers kept per service account: each pod's are kept apart, so a CronJob started
 /// every minute would leave thousands within [`TOKEN_STALE`], each read at every put.
-pub const TOKEN_CAP: usize = 64;
+pub(crate) const TOKEN_CAP: usize = 64;

@@ -18,9 +18,11 @@ mod tee;
 #[cfg(test)]
 mod tests;
 
-pub use run::{WriterOptions, run};
-pub use tee::{CacheMsg, CacheRx, CacheTx, Refill, Session, channel};
+pub(crate) use run::{WriterOptions, run};
+#[cfg(test)]
+pub(crate) use tee::Session;
+pub(crate) use tee::{CacheTx, Refill, channel};
 
 /// Largest single object (or watch event) the writer assembles; etcd refuses objects above
 /// 1.5 MiB, so this leaves room for any real one.
-pub const MAX_OBJECT_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const MAX_OBJECT_BYTES: usize = 8 * 1024 * 1024;

@@ -12,8 +12,8 @@ use super::run::{FailureLog, count_put};
 use crate::cache::key::{CollectionKey, ObjectKey, TokenKey};
 use crate::cache::object::{ObjectHead, ObjectMeta, from_map, starts_object};
 use crate::cache::store::{Replace, Store};
+use crate::cache::target::TokenTarget;
 use crate::metrics::{METRICS, Metrics};
-use crate::route::TokenTarget;
 
 /// What a list answer has told so far.
 pub(super) struct ListState<'s> {

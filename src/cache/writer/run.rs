@@ -17,8 +17,8 @@ use super::tee::{CacheMsg, CacheRx};
 use crate::cache::decode::{BodyDecoder, BodyShape, Unit};
 use crate::cache::key::{ObjectKey, TokenKey};
 use crate::cache::store::{PutOutcome, Store, StoreError};
+use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::metrics::{METRICS, Metrics};
-use crate::route::{CacheTarget, TokenTarget};
 
 /// A failing disk (full, read-only) fails every write: one log line per object would flood
 /// the log, on flash it may share. Failures are reported once per interval, with a count.
@@ -36,7 +36,7 @@ pub(super) struct FailureLog {
 
 /// How the writer runs; production passes the default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WriterOptions {
+pub(crate) struct WriterOptions {
     /// Sleep this long before each message, as a slow flash would: tests show with it that
     /// clients never wait for the writer. `None` in production (set only by a test-only flag).
     pub delay_per_message: Option<Duration>,
@@ -44,7 +44,7 @@ pub struct WriterOptions {
 
 /// Runs the writer until every [`CacheTx`] is dropped, or until `stop` is set and the queue
 /// has been drained (shutdown: what is queued is written, unfinished answers are not).
-pub fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: WriterOptions) {
+pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: WriterOptions) {
     let mut sessions: HashMap<u64, Active<'_>> = HashMap::new();
     let mut failures = FailureLog::default();
     loop {

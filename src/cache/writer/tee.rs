@@ -9,11 +9,11 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::cache::key::CollectionKey;
+use crate::cache::target::CacheTarget;
 use crate::metrics::{METRICS, Metrics};
-use crate::route::CacheTarget;
 
 /// Messages from connection threads to the writer.
-pub enum CacheMsg {
+pub(crate) enum CacheMsg {
     /// A response to persist begins.
     Begin {
         /// Session id.
@@ -114,7 +114,7 @@ impl CacheMsg {
 
 /// The sending side, cloned into every connection thread.
 #[derive(Clone)]
-pub struct CacheTx {
+pub(crate) struct CacheTx {
     tx: Sender<CacheMsg>,
     queue: Arc<Queue>,
     next_id: Arc<AtomicU64>,
@@ -125,7 +125,7 @@ pub struct CacheTx {
 /// A response whose cache session was dropped because the disk fell behind: the request to
 /// repeat, on the hub's own credentials, at the disk's pace.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refill {
+pub(crate) struct Refill {
     /// Path and query of the original request.
     pub path_and_query: String,
     /// The component whose cache it fills.
@@ -133,13 +133,13 @@ pub struct Refill {
 }
 
 /// The writer's side of the queue.
-pub struct CacheRx {
+pub(crate) struct CacheRx {
     pub(super) rx: Receiver<CacheMsg>,
     pub(super) queue: Arc<Queue>,
 }
 
 /// Creates the queue: at most `messages` messages holding at most `budget` body bytes.
-pub fn channel(messages: usize, budget: usize) -> (CacheTx, CacheRx) {
+pub(crate) fn channel(messages: usize, budget: usize) -> (CacheTx, CacheRx) {
     let (tx, rx) = crossbeam_channel::bounded(messages);
     let queue = Arc::new(Queue {
         queued_bytes: AtomicUsize::new(0),
@@ -162,14 +162,14 @@ const COALESCE: usize = 32 * 1024;
 
 impl CacheTx {
     /// Sends responses dropped for a full queue to `refills` from now on.
-    pub fn with_refills(mut self, refills: Sender<Refill>) -> CacheTx {
+    pub(crate) fn with_refills(mut self, refills: Sender<Refill>) -> CacheTx {
         self.refills = Some(refills);
         self
     }
 
     /// Starts persisting a response, or None when the queue is full right now. `refill`
     /// says how to fetch it again should the session be dropped for a full queue.
-    pub fn begin(
+    pub(crate) fn begin(
         &self,
         target: CacheTarget,
         status: u16,
@@ -181,7 +181,12 @@ impl CacheTx {
     }
 
     /// Starts persisting a response that no client waits for: every send waits for room.
-    pub fn begin_paced(&self, target: CacheTarget, status: u16, gzip: bool) -> Option<Session> {
+    pub(crate) fn begin_paced(
+        &self,
+        target: CacheTarget,
+        status: u16,
+        gzip: bool,
+    ) -> Option<Session> {
         self.start(target, status, gzip, Pace::Wait, None)
     }
 
@@ -222,7 +227,7 @@ impl CacheTx {
     }
 
     /// Stores one whole object; false when the queue is full.
-    pub fn put(&self, collection: CollectionKey, bytes: Vec<u8>) -> bool {
+    pub(crate) fn put(&self, collection: CollectionKey, bytes: Vec<u8>) -> bool {
         self.queue.send(
             &self.tx,
             CacheMsg::Put { collection, bytes },
@@ -232,7 +237,7 @@ impl CacheTx {
 }
 
 /// One response being persisted, owned by the connection thread that forwards it.
-pub struct Session {
+pub(crate) struct Session {
     id: u64,
     tx: Sender<CacheMsg>,
     queue: Arc<Queue>,
@@ -246,7 +251,7 @@ pub struct Session {
 
 impl Session {
     /// Copies `data` to the writer; false once the session is abandoned (queue full).
-    pub fn chunk(&mut self, data: &[u8]) -> bool {
+    pub(crate) fn chunk(&mut self, data: &[u8]) -> bool {
         if self.done {
             return false;
         }
@@ -265,7 +270,7 @@ impl Session {
     }
 
     /// Hands over a whole buffer (a small answer) without copying it.
-    pub fn chunk_owned(&mut self, data: Vec<u8>) -> bool {
+    pub(crate) fn chunk_owned(&mut self, data: Vec<u8>) -> bool {
         if self.done {
             return false;
         }
@@ -287,7 +292,7 @@ impl Session {
     }
 
     /// The body is over: whole (`complete`) or broken off.
-    pub fn finish(mut self, complete: bool) {
+    pub(crate) fn finish(mut self, complete: bool) {
         if self.done {
             return;
         }

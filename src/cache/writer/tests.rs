@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::cache::key::CollectionKey;
 use crate::cache::store::Store;
+use crate::cache::target::CacheTarget;
 use crate::cache::temp_dir::TempDir;
 use crate::metrics::METRICS;
-use crate::route::CacheTarget;
 use crate::selector::Selectors;
 
 /// A store in a scratch directory, and its files.

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use super::*;
-use crate::upstream::{Answer, Deadline, Identity, Outgoing};
+use crate::route::{Deadline, Identity};
+use crate::upstream::{Answer, Outgoing};
 
 /// A cloud whose every send fails with `error()`.
 struct FakeCloud {

@@ -11,12 +11,13 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::writer::{CacheTx, Refill};
+use super::ClientError;
+use crate::cache::writer::{CacheTx, Refill};
 use crate::config::WorkingMode;
 use crate::metrics::{METRICS, Metrics};
 use crate::request::{self, Verb};
-use crate::route;
-use crate::upstream::{Deadline, Identity, Outgoing, Upstream};
+use crate::route::{self, Deadline, Identity};
+use crate::upstream::{Outgoing, Upstream};
 
 /// Refills waiting at most; past it new ones are dropped (the next list refills anyway).
 const QUEUE: usize = 32;
@@ -24,20 +25,20 @@ const QUEUE: usize = 32;
 const READ_BUFFER: usize = 16 * 1024;
 
 /// The sending side, given to the cache writer queue, and the pending set.
-pub struct Refills {
+pub(crate) struct Refills {
     tx: Sender<Refill>,
     rx: Receiver<Refill>,
 }
 
 impl Refills {
     /// A refill queue.
-    pub fn new() -> Refills {
+    pub(crate) fn new() -> Refills {
         let (tx, rx) = crossbeam_channel::bounded(QUEUE);
         Refills { tx, rx }
     }
 
     /// Where dropped sessions send their refill.
-    pub fn sender(&self) -> Sender<Refill> {
+    pub(crate) fn sender(&self) -> Sender<Refill> {
         self.tx.clone()
     }
 }
@@ -49,7 +50,7 @@ impl Default for Refills {
 }
 
 /// Runs refills until `stop` fires or closes.
-pub fn run(refills: Refills, upstream: Arc<Upstream>, cache: CacheTx, stop: Receiver<()>) {
+pub(crate) fn run(refills: Refills, upstream: Arc<Upstream>, cache: CacheTx, stop: Receiver<()>) {
     loop {
         let first = crossbeam_channel::select! {
             recv(stop) -> _ => return,
@@ -93,50 +94,48 @@ pub fn run(refills: Refills, upstream: Arc<Upstream>, cache: CacheTx, stop: Rece
     }
 }
 
-fn refill_one(upstream: &Upstream, cache: &CacheTx, refill: &Refill) -> Result<(), String> {
+fn refill_one(upstream: &Upstream, cache: &CacheTx, refill: &Refill) -> Result<(), ClientError> {
     let path = list_of_watch(&refill.path_and_query);
     // The request as a value: the component is known, not read back from a User-Agent.
-    let req = request::on_behalf_of(&refill.component, "GET", &path).map_err(|e| e.to_string())?;
+    let req = request::on_behalf_of(&refill.component, "GET", &path)
+        .map_err(|e| ClientError::Refused(e.to_string()))?;
     if req.verb != Verb::List && req.verb != Verb::Get {
-        return Err(format!("not a read: {:?}", req.verb));
+        return Err(ClientError::Refused(format!("not a read: {:?}", req.verb)));
     }
-    let route = route::route(&req, true, WorkingMode::Edge).map_err(|s| s.message)?;
-    let target = route
-        .cache
-        .map_err(|reason| format!("not cacheable: {}", reason.as_str()))?;
+    let route =
+        route::route(&req, true, WorkingMode::Edge).map_err(|s| ClientError::Refused(s.message))?;
+    let target = route.cache.map_err(ClientError::NotCacheable)?;
     // The cloud's logs name who asked: the hub, for this component.
     let headers = [(
         "User-Agent".to_owned(),
         format!("{}/tinyhub-refill", refill.component),
     )];
-    let mut answer = upstream
-        .send(Outgoing {
-            method: "GET",
-            path_and_query: &path,
-            headers: &headers,
-            accept: Some("application/json"),
-            body: None,
-            deadline: Deadline::Bounded(route::REQUEST_DEADLINE),
-            identity: Identity::Hub,
-        })
-        .map_err(|e| e.to_string())?;
+    let mut answer = upstream.send(Outgoing {
+        method: "GET",
+        path_and_query: &path,
+        headers: &headers,
+        accept: Some("application/json"),
+        body: None,
+        deadline: Deadline::Bounded(route::REQUEST_DEADLINE),
+        identity: Identity::Hub,
+    })?;
     if answer.status != 200 || !answer.is_json() {
-        return Err(format!("the cloud answered {}", answer.status));
+        return Err(ClientError::Status(answer.status));
     }
-    let target = target
-        .for_answer(answer.header("content-type"))
-        .ok_or("the answer is in a form the cache does not keep")?;
+    let target = route::target_for_answer(&target, answer.header("content-type")).ok_or(
+        ClientError::Answer("the answer is in a form the cache does not keep"),
+    )?;
     let mut session = cache
         .begin_paced(target, 200, answer.is_gzip())
-        .ok_or("the writer queue stayed full")?;
+        .ok_or(ClientError::QueueFull)?;
     let mut buf = vec![0u8; READ_BUFFER];
     loop {
-        let n = answer.body.read(&mut buf).map_err(|e| e.to_string())?;
+        let n = answer.body.read(&mut buf)?;
         if n == 0 {
             break;
         }
         if !session.chunk(&buf[..n]) {
-            return Err("the writer queue stayed full".into());
+            return Err(ClientError::QueueFull);
         }
     }
     session.finish(true);
@@ -145,7 +144,7 @@ fn refill_one(upstream: &Upstream, cache: &CacheTx, refill: &Refill) -> Result<(
 
 /// The list of the same scope as a watch (or the request itself when it is not one): the
 /// watch-only parameters and the legacy `/watch/` prefix are dropped.
-pub fn list_of_watch(path_and_query: &str) -> String {
+pub(crate) fn list_of_watch(path_and_query: &str) -> String {
     let (path, query) = path_and_query
         .split_once('?')
         .unwrap_or((path_and_query, ""));

@@ -9,15 +9,17 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 
-use super::agents::{CONFIG_NAME, CONFIG_NAMESPACE, CacheAgents, cache_agents_of};
-use super::decode::{BodyShape, JsonStream, Unit};
-use super::key::{CollectionKey, ObjectKey};
-use super::store::Store;
-use super::writer::CacheTx;
+use super::ClientError;
+use crate::cache::agents::{CONFIG_NAME, CONFIG_NAMESPACE, CacheAgents, cache_agents_of};
+use crate::cache::decode::{BodyShape, JsonStream, Unit};
+use crate::cache::key::{CollectionKey, ObjectKey};
+use crate::cache::store::Store;
+use crate::cache::target::CacheTarget;
+use crate::cache::writer::{self, CacheTx};
 use crate::config::WorkingMode;
 use crate::request;
-use crate::route;
-use crate::upstream::{Deadline, Identity, Outgoing, Upstream};
+use crate::route::{self, Deadline, Identity};
+use crate::upstream::{Answer, Outgoing, Upstream};
 
 /// How long one watch of the ConfigMap lasts before it is renewed.
 const WATCH_SECONDS: u64 = 300;
@@ -38,7 +40,7 @@ fn collection() -> CollectionKey {
 }
 
 /// Applies the copy cached by an earlier run, so the setting holds while the cloud is down.
-pub fn load_cached(store: &Store, agents: &CacheAgents) {
+pub(crate) fn load_cached(store: &Store, agents: &CacheAgents) {
     let key = ObjectKey {
         collection: collection(),
         namespace: Some(CONFIG_NAMESPACE.into()),
@@ -52,7 +54,7 @@ pub fn load_cached(store: &Store, agents: &CacheAgents) {
 }
 
 /// Runs the list-then-watch loop until `stop` fires or closes.
-pub fn run(
+pub(crate) fn run(
     upstream: Arc<Upstream>,
     agents: Arc<CacheAgents>,
     cache: CacheTx,
@@ -81,7 +83,7 @@ pub fn run(
 }
 
 /// The cache target of one of the watcher's own requests, as any request would get it.
-fn cache_target(path: &str) -> Option<route::CacheTarget> {
+fn cache_target(path: &str) -> Option<CacheTarget> {
     let headers = [("User-Agent".to_owned(), user_agent())];
     let req = request::classify("GET", path, &headers).ok()?;
     route::route(&req, true, WorkingMode::Edge).ok()?.cache.ok()
@@ -92,7 +94,7 @@ fn send<'a>(
     path: &'a str,
     headers: &'a [(String, String)],
     deadline: Deadline,
-) -> Result<crate::upstream::Answer, String> {
+) -> Result<Answer, ClientError> {
     upstream
         .send(Outgoing {
             method: "GET",
@@ -103,7 +105,7 @@ fn send<'a>(
             deadline,
             identity: Identity::Hub,
         })
-        .map_err(|e| e.to_string())
+        .map_err(ClientError::Upstream)
 }
 
 /// Lists the ConfigMap, applies it, caches the answer; returns the list's resourceVersion.
@@ -112,7 +114,7 @@ fn list(
     agents: &CacheAgents,
     cache: &CacheTx,
     path: &str,
-) -> Result<String, String> {
+) -> Result<String, ClientError> {
     let headers = [("User-Agent".to_owned(), user_agent())];
     let mut answer = send(
         upstream,
@@ -123,12 +125,11 @@ fn list(
     let mut body = Vec::new();
     (&mut answer.body)
         .take(MAX_LIST_BYTES)
-        .read_to_end(&mut body)
-        .map_err(|e| e.to_string())?;
+        .read_to_end(&mut body)?;
     if answer.status != 200 {
-        return Err(format!("the cloud answered {}", answer.status));
+        return Err(ClientError::Status(answer.status));
     }
-    let list: serde_json::Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+    let list: serde_json::Value = serde_json::from_slice(&body).map_err(ClientError::Json)?;
     let item = list
         .get("items")
         .and_then(|i| i.as_array())
@@ -141,7 +142,7 @@ fn list(
     list.pointer("/metadata/resourceVersion")
         .and_then(|v| v.as_str())
         .map(str::to_owned)
-        .ok_or_else(|| "the list has no resourceVersion".to_owned())
+        .ok_or(ClientError::Answer("the list has no resourceVersion"))
 }
 
 fn watch(
@@ -151,23 +152,23 @@ fn watch(
     base: &str,
     rv: &str,
     stop: &Receiver<()>,
-) -> Result<(), String> {
+) -> Result<(), ClientError> {
     let path = format!("{base}&watch=1&resourceVersion={rv}&timeoutSeconds={WATCH_SECONDS}");
     let headers = [("User-Agent".to_owned(), user_agent())];
     let deadline = Deadline::Stream(Duration::from_secs(WATCH_SECONDS) + route::WATCH_MARGIN);
     let mut answer = send(upstream, &path, &headers, deadline)?;
     if answer.status != 200 {
-        return Err(format!("the cloud answered {}", answer.status));
+        return Err(ClientError::Status(answer.status));
     }
     let mut session = cache_target(&path).and_then(|t| cache.begin(t, 200, false, None));
-    let mut events = JsonStream::new(BodyShape::WatchStream, super::writer::MAX_OBJECT_BYTES);
+    let mut events = JsonStream::new(BodyShape::WatchStream, writer::MAX_OBJECT_BYTES);
     let mut buf = vec![0u8; 8192];
     let mut ended_by_error = false;
     loop {
         if !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
             return Ok(());
         }
-        let n = answer.body.read(&mut buf).map_err(|e| e.to_string())?;
+        let n = answer.body.read(&mut buf)?;
         if n == 0 {
             break;
         }
@@ -185,9 +186,9 @@ fn watch(
                     }
                 }
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(ClientError::Decode)?;
         if ended_by_error {
-            return Err("the watch ended with an ERROR event".into());
+            return Err(ClientError::Answer("the watch ended with an ERROR event"));
         }
     }
     if let Some(s) = session {

@@ -1,0 +1,98 @@
+//! Kubernetes' name rules, and the cache's rule for one path segment: pure string checks, no
+//! imports. The one place each rule is written; the request parser, the configuration, the
+//! cache keys, the selector parser and the offline create's name check all use these.
+
+/// Longest object name: a DNS-1123 subdomain, the longest Kubernetes object name.
+const MAX_SEGMENT_BYTES: usize = 253;
+
+/// A DNS-1123 label (namespaces): lower-case alphanumerics and '-', at most 63.
+pub(crate) fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A DNS-1123 subdomain: API groups, and what Kubernetes accepts as a node name.
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// An API version such as `v1` or `v1beta2`.
+pub(crate) fn is_version(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+/// A resource or subresource name: lower-case alphanumerics, '-' and '.'.
+pub(crate) fn is_resource_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && !s.starts_with('.')
+}
+
+/// Whether `s` can be used as one path segment below the cache root; also the rule for an
+/// object name in a request path (the apiserver refuses `.`, `..`, `/` and `%` there).
+///
+/// Non-empty, at most 253 bytes, not `.` or `..`, no leading `.` (the store's own
+/// temporary and journal names start with one), and no `/`, `\`, `%`, NUL or other
+/// control character. Anything passing this names an entry directly inside its parent
+/// directory, so a key made of such segments cannot reach outside the root.
+pub(crate) fn is_safe_segment(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_SEGMENT_BYTES
+        && !s.starts_with('.')
+        && !s
+            .chars()
+            .any(|c| matches!(c, '/' | '\\' | '%') || c.is_control())
+}
+
+/// An object name as the apiserver accepts it in a path, and safe as a file name: the
+/// store's own segment rule ([`is_safe_segment`]).
+pub(crate) fn is_object_name(s: &str) -> bool {
+    is_safe_segment(s)
+}
+
+/// A component name usable as a cache directory.
+pub(crate) fn is_component_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && !s.starts_with(['.', '_', '-'])
+        && s != "version"
+        && s.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
+        })
+}
+
+/// A label key's name part or a non-empty label value: alphanumerics, '-', '_' or '.',
+/// starting and ending alphanumeric (the length limit is the caller's).
+pub(crate) fn is_label_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    match (b.first(), b.last()) {
+        (Some(first), Some(last)) => {
+            first.is_ascii_alphanumeric()
+                && last.is_ascii_alphanumeric()
+                && b.iter()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;

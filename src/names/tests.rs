@@ -1,0 +1,38 @@
+use super::*;
+
+#[test]
+fn names() {
+    assert!(is_component_name("kube-proxy"));
+    assert!(is_component_name("go-http-client"));
+    assert!(!is_component_name(".."));
+    assert!(!is_component_name("version"));
+    assert!(!is_component_name("a/b"));
+    assert!(is_object_name("system:node:edge-1"));
+    assert!(!is_object_name("a\u{7}b"));
+}
+
+#[test]
+fn safe_segments() {
+    let check = |s: &str, expected: bool| assert_eq!(is_safe_segment(s), expected, "{s:?}");
+    check("kube-system", true);
+    check("coredns-5d78c9869d-abcde", true);
+    check("system:node:edge-1", true);
+    check("with space", true);
+    check(&"a".repeat(253), true);
+    check(&"a".repeat(254), false);
+    check("", false);
+    check(".", false);
+    check("..", false);
+    check(".hidden", false);
+    check(".staging", false);
+    check("a/b", false);
+    check("/", false);
+    check("a\\b", false);
+    check("a%2Fb", false);
+    check("a\0b", false);
+    check("a\nb", false);
+    check("a\tb", false);
+    check("a\u{7f}b", false);
+    check("a\u{85}b", false);
+    check("ü", true);
+}
