@@ -328,6 +328,7 @@ fn an_offline_create_with_a_name_unsafe_as_a_path_is_a_400_that_stores_nothing()
     ));
     cloud.stop();
     assert!(hub.wait_healthy(&cloud, false, Duration::from_secs(15)));
+    hub.wait_cache_quiet();
     let files = files_under(&hub.spec.cache_dir).len();
 
     let post = |meta: serde_json::Value| {
@@ -363,6 +364,7 @@ fn an_offline_create_with_a_name_unsafe_as_a_path_is_a_400_that_stores_nothing()
     )
     .status
         == 200));
+    hub.wait_cache_quiet();
     let after = files_under(&hub.spec.cache_dir);
     assert_eq!(
         after.len(),

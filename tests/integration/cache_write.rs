@@ -440,6 +440,8 @@ fn a_list_cut_off_mid_body_commits_nothing() {
         1.0,
         Duration::from_secs(5)
     ));
+    // The writer counts the session abandoned before it removes what the session staged.
+    hub.wait_cache_quiet();
     assert_eq!(
         files_under(&kind_dir),
         before,
@@ -657,6 +659,9 @@ fn kill_9_mid_write_leaves_each_list_all_old_or_all_new() {
         hub.kill9();
         let _ = client.join();
         hub = hub.restart();
+        // Recovery ran before the hub said it was ready; what it writes at start (its own
+        // `yurt-hub-cfg` list) is staged for a moment: look once that settled.
+        hub.wait_cache_quiet();
         // After recovery every object is of one generation: the old one or the new one.
         let gens: std::collections::BTreeSet<Option<String>> =
             files_under(&root).iter().map(|p| generation(p)).collect();

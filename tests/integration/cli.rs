@@ -166,11 +166,14 @@ fn defaults_are_loopback_only_and_the_cache_is_private() {
     ] {
         assert_eq!(get(&format!("{}{path}", hub.url()), KUBELET).status, 200);
     }
-    assert!(eventually(Duration::from_secs(10), || files_under(
+    assert!(eventually(Duration::from_secs(60), || files_under(
         &hub.spec.cache_dir
     )
     .len()
         >= 3));
+    // Walk the cache once the writer is done: while it commits, staged files are renamed
+    // away between reading a directory and looking at an entry.
+    hub.wait_cache_quiet();
     let mut checked = (0, 0);
     let mut pending = vec![hub.spec.cache_dir.clone()];
     while let Some(dir) = pending.pop() {
@@ -179,7 +182,14 @@ fn defaults_are_loopback_only_and_the_cache_is_private() {
         checked.0 += 1;
         for entry in std::fs::read_dir(&dir).unwrap() {
             let entry = entry.unwrap();
-            let meta = entry.metadata().unwrap();
+            let meta = match entry.metadata() {
+                Ok(meta) => meta,
+                // A staged file (never visible to readers) committed after all.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir.ends_with(".staging") => {
+                    continue;
+                }
+                Err(e) => panic!("{}: {e}", entry.path().display()),
+            };
             if meta.is_dir() {
                 pending.push(entry.path());
             } else {

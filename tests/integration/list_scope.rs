@@ -234,6 +234,7 @@ fn list_items_that_are_not_objects_are_skipped_and_counted() {
         "the rest of the list is cached\n{}",
         hub.logs()
     );
+    hub.wait_cache_quiet();
     assert!(!evil_file(&cache).exists(), "an array is never stored");
     assert_eq!(files_under(&cache.join("kubelet")).len(), 2);
     assert!(hub.wait_metric_at_least(ERRORS, errors + 3.0, Duration::from_secs(5)));
@@ -275,6 +276,7 @@ fn watch_objects_that_are_not_objects_are_skipped_and_counted() {
         "{}",
         hub.logs()
     );
+    hub.wait_cache_quiet();
     assert!(!evil_file(&cache).exists(), "an array is never stored");
     assert_eq!(files_under(&cache.join("kubelet")).len(), 1);
     assert!(hub.wait_metric_at_least(ERRORS, errors + 3.0, Duration::from_secs(5)));

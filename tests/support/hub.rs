@@ -675,6 +675,78 @@ impl Hub {
     }
 }
 
+impl Hub {
+    /// Waits until the hub's cache writer is quiet: nothing queued, nothing in flight in
+    /// `<cache>/.staging`, and neither its `tinyhub_cache_*` series nor the requests in
+    /// flight changed over several samples in a row. A client can have its whole answer
+    /// before the writer has stored it (the tee's copy and the writer's renames come after),
+    /// and background sessions (the `yurt-hub-cfg` list, refills) commit at their own time:
+    /// walk or snapshot the cache only after this. Panics with the hub's log when the cache
+    /// does not settle within a generous deadline (longer under emulation).
+    pub fn wait_cache_quiet(&self) {
+        let (interval, deadline) = if emulated() {
+            (Duration::from_millis(400), Duration::from_secs(300))
+        } else {
+            (Duration::from_millis(100), Duration::from_secs(60))
+        };
+        // Identical quiet samples in a row needed, `interval` apart.
+        const STABLE: usize = 4;
+        let staging = self.spec.cache_dir.join(".staging");
+        let mut last: Option<Vec<String>> = None;
+        let mut stable = 0;
+        let settled = eventually(deadline, || {
+            let text = get(&format!("{}/metrics", self.serve_url()), "test").text();
+            let activity: Vec<String> = text
+                .lines()
+                .filter(|l| l.starts_with("tinyhub_cache_") || l.starts_with(IN_FLIGHT))
+                .map(str::to_owned)
+                .collect();
+            let idle = activity
+                .iter()
+                .any(|l| l == "tinyhub_cache_writer_queue_depth 0")
+                && files_under(&staging).is_empty();
+            if idle && last.as_ref() == Some(&activity) {
+                stable += 1;
+            } else {
+                stable = usize::from(idle);
+            }
+            last = Some(activity);
+            if stable >= STABLE {
+                return true;
+            }
+            std::thread::sleep(interval);
+            false
+        });
+        assert!(
+            settled,
+            "the cache writer did not settle within {deadline:?} (staged: {:?}):\n{}",
+            files_under(&staging),
+            self.logs()
+        );
+    }
+
+    /// Every file under the cache root with its bytes, sorted, taken once the writer is
+    /// quiet (see [`Hub::wait_cache_quiet`]); `.staging` is included, so a staged file left
+    /// behind is caught, not one caught mid-commit.
+    pub fn snapshot_settled(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        self.wait_cache_quiet();
+        snapshot(&self.spec.cache_dir)
+    }
+}
+
+/// Every file under `dir` with its bytes, sorted (a file that cannot be read has none).
+/// Taken while the hub writes, it may catch a commit half-way: see
+/// [`Hub::snapshot_settled`].
+pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    files_under(dir)
+        .into_iter()
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap_or_default();
+            (p, bytes)
+        })
+        .collect()
+}
+
 /// Kubelet's User-Agent.
 pub const KUBELET: &str = "kubelet/v1.30.0 (linux/arm) kubernetes/abcdef0";
 
