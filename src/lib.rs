@@ -10,6 +10,7 @@ pub mod alloc;
 pub mod app;
 pub mod cache;
 pub mod config;
+pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod health;

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use yaml_rust2::{Yaml, YamlLoader};
 
+use crate::error::StartupError;
+
 /// The credentials and server of the current context.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Kubeconfig {
@@ -67,29 +69,10 @@ impl fmt::Debug for Token {
     }
 }
 
-/// A kubeconfig that cannot be used, with what and where.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubeconfigError {
-    /// The kubeconfig path.
-    pub path: PathBuf,
-    /// What is wrong.
-    pub what: String,
-}
-
-impl fmt::Display for KubeconfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "kubeconfig {}: {}", self.path.display(), self.what)
-    }
-}
-
-impl std::error::Error for KubeconfigError {}
-
-/// Reads and maps the kubeconfig at `path`.
-pub fn load(path: &Path) -> Result<Kubeconfig, KubeconfigError> {
-    let err = |what: String| KubeconfigError {
-        path: path.to_owned(),
-        what,
-    };
+/// Reads and maps the kubeconfig at `path`; an error names the path.
+pub fn load(path: &Path) -> Result<Kubeconfig, StartupError> {
+    let err =
+        |what: String| StartupError::new(what).context(format!("kubeconfig {}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
     let base = path.parent().unwrap_or(Path::new("."));
     parse(&text, base).map_err(err)
