@@ -1,9 +1,14 @@
 //! Kubernetes `Status` errors: the one place where a failure becomes an HTTP status code, a
 //! `reason` and the JSON body clients such as client-go and kubectl decode.
 //!
-//! It knows nothing about where the failure came from; callers pick the constructor.
+//! It knows nothing about where the failure came from; callers pick the constructor. The
+//! one failure type it maps itself is the HTTP layer's [`HeadError`] (400, 408, 414, 431,
+//! 505), so the server only asks for the answer.
 
 use std::fmt::Write as _;
+use std::io;
+
+use crate::http1::HeadError;
 
 /// A `metav1.Status` failure answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +119,41 @@ impl Status {
         Status::new(504, "Timeout", message)
     }
 
+    /// The answer to a request head (or its body framing) that is refused, or `None` when
+    /// there is no one to answer: the connection closed, or reading failed other than by
+    /// timing out.
+    pub fn for_head(e: &HeadError) -> Option<Status> {
+        let status = match e {
+            HeadError::Closed => return None,
+            HeadError::Io(io)
+                if matches!(
+                    io.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Status::request_timeout("the request head did not arrive in time")
+            }
+            HeadError::Io(_) => return None,
+            HeadError::UriTooLong => Status::new(414, "RequestURITooLong", e.to_string()),
+            HeadError::TooLarge(_) => {
+                Status::new(431, "RequestHeaderFieldsTooLarge", e.to_string())
+            }
+            HeadError::Malformed(_) => Status::bad_request(e.to_string()),
+            // The apiserver has no reason of its own for it; clients read the code.
+            HeadError::Version => Status::new(505, "BadRequest", e.to_string()),
+        };
+        Some(status)
+    }
+
+    /// 413: a request body larger than `limit` bytes.
+    pub fn body_too_large(limit: u64) -> Status {
+        Status::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("the request body is larger than its limit of {limit} bytes"),
+        )
+    }
+
     /// The JSON body, as the apiserver writes it.
     pub fn to_json(&self) -> Vec<u8> {
         let mut out = String::with_capacity(160 + self.message.len());
@@ -206,6 +246,33 @@ mod tests {
     fn hostile_text_stays_valid_json() {
         let v = parsed(&Status::bad_request("bad \"name\" \\ \n\u{1} x"));
         assert_eq!(v["message"], "bad \"name\" \\ \n\u{1} x");
+    }
+
+    #[test]
+    fn head_errors_map_to_code_and_reason() {
+        let check = |e: HeadError, want: Option<(u16, &str)>| {
+            let got = Status::for_head(&e);
+            assert_eq!(got.as_ref().map(|s| (s.code, s.reason)), want, "{e}");
+        };
+        check(HeadError::Closed, None);
+        check(HeadError::Io(io::ErrorKind::ConnectionReset.into()), None);
+        check(
+            HeadError::Io(io::ErrorKind::WouldBlock.into()),
+            Some((408, "Timeout")),
+        );
+        check(
+            HeadError::Io(io::ErrorKind::TimedOut.into()),
+            Some((408, "Timeout")),
+        );
+        check(HeadError::UriTooLong, Some((414, "RequestURITooLong")));
+        check(
+            HeadError::TooLarge("head"),
+            Some((431, "RequestHeaderFieldsTooLarge")),
+        );
+        check(HeadError::Malformed("x"), Some((400, "BadRequest")));
+        check(HeadError::Version, Some((505, "BadRequest")));
+        let malformed = Status::for_head(&HeadError::Malformed("Content-Length")).unwrap();
+        assert_eq!(malformed.message, "malformed request: Content-Length");
     }
 
     #[test]
