@@ -8,6 +8,8 @@
 use std::fmt::Write as _;
 use std::io;
 
+use serde::Serialize;
+
 use crate::http1::HeadError;
 
 /// A `metav1.Status` failure answer.
@@ -156,39 +158,68 @@ impl Status {
 
     /// The JSON body, as the apiserver writes it.
     pub fn to_json(&self) -> Vec<u8> {
-        let mut out = String::with_capacity(160 + self.message.len());
-        out.push_str(
-            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"#,
-        );
-        push_json_string(&mut out, &self.message);
-        out.push_str(r#","reason":"#);
-        push_json_string(&mut out, self.reason);
-        let has_details = self.details.is_some() || self.retry_after.is_some();
-        if has_details {
-            out.push_str(r#","details":{"#);
-            let mut first = true;
-            if let Some(details) = &self.details {
-                out.push_str(r#""name":"#);
-                push_json_string(&mut out, &details.name);
-                if !details.group.is_empty() {
-                    out.push_str(r#","group":"#);
-                    push_json_string(&mut out, &details.group);
-                }
-                out.push_str(r#","kind":"#);
-                push_json_string(&mut out, &details.kind);
-                first = false;
-            }
-            if let Some(seconds) = self.retry_after {
-                if !first {
-                    out.push(',');
-                }
-                let _ = write!(out, r#""retryAfterSeconds":{seconds}"#);
-            }
-            out.push('}');
-        }
-        let _ = write!(out, r#","code":{}}}"#, self.code);
-        out.into_bytes()
+        let details = match (&self.details, self.retry_after) {
+            (None, None) => None,
+            (details, retry_after_seconds) => Some(WireDetails {
+                name: details.as_ref().map(|d| d.name.as_str()),
+                group: details
+                    .as_ref()
+                    .map(|d| d.group.as_str())
+                    .filter(|g| !g.is_empty()),
+                kind: details.as_ref().map(|d| d.kind.as_str()),
+                retry_after_seconds,
+            }),
+        };
+        let wire = Wire {
+            kind: "Status",
+            api_version: "v1",
+            metadata: Metadata {},
+            status: "Failure",
+            message: &self.message,
+            reason: self.reason,
+            details,
+            code: self.code,
+        };
+        let mut out = Vec::with_capacity(160 + self.message.len());
+        // Writing plain strings and numbers into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut out, &wire);
+        out
     }
+}
+
+/// A `metav1.Status` as it goes on the wire: the apiserver's field names and order, which
+/// clients do not depend on but tests and captures compare. Only for writing bodies.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Wire<'a> {
+    kind: &'static str,
+    api_version: &'static str,
+    metadata: Metadata,
+    status: &'static str,
+    message: &'a str,
+    reason: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<WireDetails<'a>>,
+    code: u16,
+}
+
+/// The empty `metadata: {}` of a `Status`.
+#[derive(Serialize)]
+struct Metadata {}
+
+/// `details` of a `Status`: the object it is about and the retry hint; absent fields are
+/// left out, as the apiserver leaves them out.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireDetails<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    group: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_seconds: Option<u32>,
 }
 
 /// `resource.group` as Kubernetes messages name a resource (`pods`, `deployments.apps`).
@@ -240,6 +271,35 @@ mod tests {
         let grouped = parsed(&Status::not_found("apps", "deployments", "d"));
         assert_eq!(grouped["message"], r#"deployments.apps "d" not found"#);
         assert_eq!(grouped["details"]["group"], "apps");
+    }
+
+    #[test]
+    fn bodies_are_byte_for_byte_the_apiservers() {
+        let check = |status: Status, want: &str| {
+            assert_eq!(String::from_utf8(status.to_json()).unwrap(), want);
+        };
+        check(
+            Status::bad_request("bad \"name\" \\ \n\r\t\u{1}\u{1f} é"),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"bad \"name\" \\ \n\r\t\u0001\u001f é","reason":"BadRequest","code":400}"#,
+        );
+        check(
+            Status::not_found("", "pods", "web-1"),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"web-1\" not found","reason":"NotFound","details":{"name":"web-1","kind":"pods"},"code":404}"#,
+        );
+        check(
+            Status::not_found("apps", "deployments", "d"),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"deployments.apps \"d\" not found","reason":"NotFound","details":{"name":"d","group":"apps","kind":"deployments"},"code":404}"#,
+        );
+        check(
+            Status::service_unavailable("down"),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"down","reason":"ServiceUnavailable","details":{"retryAfterSeconds":1},"code":503}"#,
+        );
+        let mut both = Status::not_found("", "pods", "p");
+        both.retry_after = Some(7);
+        check(
+            both,
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"p\" not found","reason":"NotFound","details":{"name":"p","kind":"pods","retryAfterSeconds":7},"code":404}"#,
+        );
     }
 
     #[test]
