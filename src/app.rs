@@ -3,7 +3,6 @@
 //! listeners close, in-flight requests get a few seconds, the cache writer drains its queue);
 //! a second signal exits 1 at once.
 
-use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -16,6 +15,7 @@ use crate::cache::writer::WriterOptions;
 use crate::clients::agents_watch;
 use crate::clients::refill::{self, Refills};
 use crate::config::{Config, WorkingMode};
+use crate::error::StartupError;
 use crate::health::{self, Backends, Probe};
 use crate::offline::Offline;
 use crate::proxy::Hub;
@@ -40,22 +40,10 @@ const SERVE_LIMITS: Limits = Limits {
 /// Time in-flight requests get to finish after the first signal.
 const DRAIN: Duration = Duration::from_secs(3);
 
-/// Why the hub could not start or run.
-#[derive(Debug)]
-pub struct AppError(String);
-
-impl fmt::Display for AppError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for AppError {}
-
 /// Runs the hub until a signal ends it.
-pub fn run(config: Config) -> Result<(), AppError> {
-    let signals =
-        signals::listen().map_err(|e| AppError(format!("cannot set up signal handling: {e}")))?;
+pub fn run(config: Config) -> Result<(), StartupError> {
+    let signals = signals::listen()
+        .map_err(|e| StartupError::new(e.to_string()).context("cannot set up signal handling"))?;
     // Several crates may race to install a provider; the first one wins and all use ring.
     let _ = rustls::crypto::ring::default_provider().install_default();
 
@@ -103,14 +91,14 @@ pub fn run(config: Config) -> Result<(), AppError> {
     let writer_stop = Arc::new(AtomicBool::new(false));
 
     let proxy_listener = server::bind(config.proxy_addr).map_err(|e| {
-        AppError(format!(
-            "cannot listen on {} (--proxy-port): {e}",
+        StartupError::new(e.to_string()).context(format!(
+            "cannot listen on {} (--proxy-port)",
             config.proxy_addr
         ))
     })?;
     let serve_listener = server::bind(config.serve_addr).map_err(|e| {
-        AppError(format!(
-            "cannot listen on {} (--serve-port): {e}",
+        StartupError::new(e.to_string()).context(format!(
+            "cannot listen on {} (--serve-port)",
             config.serve_addr
         ))
     })?;
@@ -122,8 +110,9 @@ pub fn run(config: Config) -> Result<(), AppError> {
         config.lb_mode,
     ));
     let upstream = Arc::new(
-        Upstream::new(Arc::clone(&backends), &config.tls, config.token.clone())
-            .map_err(|e| AppError(format!("cannot set up TLS to the cloud: {e}")))?,
+        Upstream::new(Arc::clone(&backends), &config.tls, config.token.clone()).map_err(|e| {
+            StartupError::new(e.to_string()).context("cannot set up TLS to the cloud")
+        })?,
     );
 
     // The serve port answers health checks from the start, while the rest comes up.
@@ -253,7 +242,7 @@ pub fn run(config: Config) -> Result<(), AppError> {
     // Wait for the first signal.
     let first = signals
         .recv()
-        .map_err(|_| AppError("the signal thread stopped".into()))?;
+        .map_err(|_| StartupError::new("the signal thread stopped"))?;
     log::info!(
         "{} received: shutting down (a second signal exits at once)",
         signals::name(first)
@@ -290,7 +279,7 @@ pub fn run(config: Config) -> Result<(), AppError> {
     Ok(())
 }
 
-fn spawn<F>(name: &str, f: F) -> Result<thread::JoinHandle<()>, AppError>
+fn spawn<F>(name: &str, f: F) -> Result<thread::JoinHandle<()>, StartupError>
 where
     F: FnOnce() + Send + 'static,
 {
@@ -298,5 +287,7 @@ where
         .name(name.into())
         .stack_size(SMALL_STACK)
         .spawn(f)
-        .map_err(|e| AppError(format!("cannot start the {name} thread: {e}")))
+        .map_err(|e| {
+            StartupError::new(e.to_string()).context(format!("cannot start the {name} thread"))
+        })
 }

@@ -14,6 +14,7 @@ pub mod app;
 mod cache;
 mod clients;
 pub mod config;
+pub mod error;
 // Only for tests and the fuzz crate (the `fuzzing` feature): not in the library the binary links.
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]

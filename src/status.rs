@@ -1,9 +1,16 @@
 //! Kubernetes `Status` errors: the one place where a failure becomes an HTTP status code, a
 //! `reason` and the JSON body clients such as client-go and kubectl decode.
 //!
-//! It knows nothing about where the failure came from; callers pick the constructor.
+//! It knows nothing about where the failure came from; callers pick the constructor. The
+//! one failure type it maps itself is the HTTP layer's [`HeadError`] (400, 408, 414, 431,
+//! 505), so the server only asks for the answer.
 
 use std::fmt::Write as _;
+use std::io;
+
+use serde::Serialize;
+
+use crate::http1::HeadError;
 
 /// A `metav1.Status` failure answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,41 +121,105 @@ impl Status {
         Status::new(504, "Timeout", message)
     }
 
+    /// The answer to a request head (or its body framing) that is refused, or `None` when
+    /// there is no one to answer: the connection closed, or reading failed other than by
+    /// timing out.
+    pub(crate) fn for_head(e: &HeadError) -> Option<Status> {
+        let status = match e {
+            HeadError::Closed => return None,
+            HeadError::Io(io)
+                if matches!(
+                    io.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Status::request_timeout("the request head did not arrive in time")
+            }
+            HeadError::Io(_) => return None,
+            HeadError::UriTooLong => Status::new(414, "RequestURITooLong", e.to_string()),
+            HeadError::TooLarge(_) => {
+                Status::new(431, "RequestHeaderFieldsTooLarge", e.to_string())
+            }
+            HeadError::Malformed(_) => Status::bad_request(e.to_string()),
+            // The apiserver has no reason of its own for it; clients read the code.
+            HeadError::Version => Status::new(505, "BadRequest", e.to_string()),
+        };
+        Some(status)
+    }
+
+    /// 413: a request body larger than `limit` bytes.
+    pub(crate) fn body_too_large(limit: u64) -> Status {
+        Status::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("the request body is larger than its limit of {limit} bytes"),
+        )
+    }
+
     /// The JSON body, as the apiserver writes it.
     pub(crate) fn to_json(&self) -> Vec<u8> {
-        let mut out = String::with_capacity(160 + self.message.len());
-        out.push_str(
-            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"#,
-        );
-        push_json_string(&mut out, &self.message);
-        out.push_str(r#","reason":"#);
-        push_json_string(&mut out, self.reason);
-        let has_details = self.details.is_some() || self.retry_after.is_some();
-        if has_details {
-            out.push_str(r#","details":{"#);
-            let mut first = true;
-            if let Some(details) = &self.details {
-                out.push_str(r#""name":"#);
-                push_json_string(&mut out, &details.name);
-                if !details.group.is_empty() {
-                    out.push_str(r#","group":"#);
-                    push_json_string(&mut out, &details.group);
-                }
-                out.push_str(r#","kind":"#);
-                push_json_string(&mut out, &details.kind);
-                first = false;
-            }
-            if let Some(seconds) = self.retry_after {
-                if !first {
-                    out.push(',');
-                }
-                let _ = write!(out, r#""retryAfterSeconds":{seconds}"#);
-            }
-            out.push('}');
-        }
-        let _ = write!(out, r#","code":{}}}"#, self.code);
-        out.into_bytes()
+        let details = match (&self.details, self.retry_after) {
+            (None, None) => None,
+            (details, retry_after_seconds) => Some(WireDetails {
+                name: details.as_ref().map(|d| d.name.as_str()),
+                group: details
+                    .as_ref()
+                    .map(|d| d.group.as_str())
+                    .filter(|g| !g.is_empty()),
+                kind: details.as_ref().map(|d| d.kind.as_str()),
+                retry_after_seconds,
+            }),
+        };
+        let wire = Wire {
+            kind: "Status",
+            api_version: "v1",
+            metadata: Metadata {},
+            status: "Failure",
+            message: &self.message,
+            reason: self.reason,
+            details,
+            code: self.code,
+        };
+        let mut out = Vec::with_capacity(160 + self.message.len());
+        // Writing plain strings and numbers into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut out, &wire);
+        out
     }
+}
+
+/// A `metav1.Status` as it goes on the wire: the apiserver's field names and order, which
+/// clients do not depend on but tests and captures compare. Only for writing bodies.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Wire<'a> {
+    kind: &'static str,
+    api_version: &'static str,
+    metadata: Metadata,
+    status: &'static str,
+    message: &'a str,
+    reason: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<WireDetails<'a>>,
+    code: u16,
+}
+
+/// The empty `metadata: {}` of a `Status`.
+#[derive(Serialize)]
+struct Metadata {}
+
+/// `details` of a `Status`: the object it is about and the retry hint; absent fields are
+/// left out, as the apiserver leaves them out.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireDetails<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    group: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_seconds: Option<u32>,
 }
 
 /// `resource.group` as Kubernetes messages name a resource (`pods`, `deployments.apps`).
@@ -203,9 +274,65 @@ mod tests {
     }
 
     #[test]
+    fn bodies_are_byte_for_byte_the_apiservers() {
+        let check = |status: Status, want: &str| {
+            assert_eq!(String::from_utf8(status.to_json()).unwrap(), want);
+        };
+        check(
+            Status::bad_request("bad \"name\" \\ \n\r\t\u{1}\u{1f} é"),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"bad \"name\" \\ \n\r\t\u0001\u001f é","reason":"BadRequest","code":400}"#,
+        );
+        check(
+            Status::not_found("", "pods", "web-1"),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"web-1\" not found","reason":"NotFound","details":{"name":"web-1","kind":"pods"},"code":404}"#,
+        );
+        check(
+            Status::not_found("apps", "deployments", "d"),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"deployments.apps \"d\" not found","reason":"NotFound","details":{"name":"d","group":"apps","kind":"deployments"},"code":404}"#,
+        );
+        check(
+            Status::service_unavailable("down"),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"down","reason":"ServiceUnavailable","details":{"retryAfterSeconds":1},"code":503}"#,
+        );
+        let mut both = Status::not_found("", "pods", "p");
+        both.retry_after = Some(7);
+        check(
+            both,
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"p\" not found","reason":"NotFound","details":{"name":"p","kind":"pods","retryAfterSeconds":7},"code":404}"#,
+        );
+    }
+
+    #[test]
     fn hostile_text_stays_valid_json() {
         let v = parsed(&Status::bad_request("bad \"name\" \\ \n\u{1} x"));
         assert_eq!(v["message"], "bad \"name\" \\ \n\u{1} x");
+    }
+
+    #[test]
+    fn head_errors_map_to_code_and_reason() {
+        let check = |e: HeadError, want: Option<(u16, &str)>| {
+            let got = Status::for_head(&e);
+            assert_eq!(got.as_ref().map(|s| (s.code, s.reason)), want, "{e}");
+        };
+        check(HeadError::Closed, None);
+        check(HeadError::Io(io::ErrorKind::ConnectionReset.into()), None);
+        check(
+            HeadError::Io(io::ErrorKind::WouldBlock.into()),
+            Some((408, "Timeout")),
+        );
+        check(
+            HeadError::Io(io::ErrorKind::TimedOut.into()),
+            Some((408, "Timeout")),
+        );
+        check(HeadError::UriTooLong, Some((414, "RequestURITooLong")));
+        check(
+            HeadError::TooLarge("head"),
+            Some((431, "RequestHeaderFieldsTooLarge")),
+        );
+        check(HeadError::Malformed("x"), Some((400, "BadRequest")));
+        check(HeadError::Version, Some((505, "BadRequest")));
+        let malformed = Status::for_head(&HeadError::Malformed("Content-Length")).unwrap();
+        assert_eq!(malformed.message, "malformed request: Content-Length");
     }
 
     #[test]

@@ -11,6 +11,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+use crate::error::StartupError;
+
 /// Parsed, validated TLS material.
 pub(crate) struct TlsMaterial {
     /// Every certificate of the CA bundle (not just the first, unlike `Certificate::from_pem`).
@@ -58,39 +60,33 @@ impl fmt::Debug for TlsMaterial {
     }
 }
 
-/// Why TLS material is unusable.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TlsError(pub String);
-
-impl fmt::Display for TlsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for TlsError {}
-
 /// Parses and cross-checks the CA bundle and the optional client certificate and key.
-pub(crate) fn load(ca_pem: &[u8], client: Option<(&[u8], &[u8])>) -> Result<TlsMaterial, TlsError> {
+pub(crate) fn load(
+    ca_pem: &[u8],
+    client: Option<(&[u8], &[u8])>,
+) -> Result<TlsMaterial, StartupError> {
     let roots = certificates(ca_pem, "certificate authority")?;
     // rustls accepts a root it cannot parse only to fail later; check each now.
     let mut store = rustls::RootCertStore::empty();
     let (added, ignored) = store.add_parsable_certificates(roots.iter().cloned());
     if ignored > 0 || added == 0 {
-        return Err(TlsError(format!(
-            "certificate authority: {ignored} of {} certificates cannot be used as roots",
+        return Err(StartupError::new(format!(
+            "{ignored} of {} certificates cannot be used as roots",
             roots.len()
-        )));
+        ))
+        .context("certificate authority"));
     }
     let client = match client {
         Some((cert_pem, key_pem)) => {
             let chain = certificates(cert_pem, "client certificate")?;
-            let key = PrivateKeyDer::from_pem_slice(key_pem)
-                .map_err(|e| TlsError(format!("client key: no usable private key in PEM ({e})")))?;
+            let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| {
+                StartupError::new(format!("no usable private key in PEM ({e})"))
+                    .context("client key")
+            })?;
             let provider = rustls::crypto::ring::default_provider();
             rustls::sign::CertifiedKey::from_der(chain.clone(), key.clone_key(), &provider)
                 .map_err(|e| {
-                    TlsError(format!(
+                    StartupError::new(format!(
                         "client certificate and key do not belong together: {e}"
                     ))
                 })?;
@@ -190,12 +186,12 @@ fn der_time(tag: u8, text: &[u8]) -> Option<SystemTime> {
     UNIX_EPOCH.checked_add(Duration::from_secs(secs))
 }
 
-fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, StartupError> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError(format!("{what}: bad PEM ({e})")))?;
+        .map_err(|e| StartupError::new(format!("bad PEM ({e})")).context(what))?;
     if certs.is_empty() {
-        return Err(TlsError(format!("{what}: no certificate found in PEM")));
+        return Err(StartupError::new("no certificate found in PEM").context(what));
     }
     Ok(certs)
 }
@@ -247,7 +243,7 @@ mod tests {
         let (cert, _) = issue("client");
         let (_, other_key) = issue("other");
         let err = load(ca.as_bytes(), Some((cert.as_bytes(), other_key.as_bytes()))).unwrap_err();
-        assert!(err.0.contains("do not belong together"), "{err}");
+        assert!(err.to_string().contains("do not belong together"), "{err}");
     }
 
     #[test]
@@ -269,12 +265,12 @@ mod tests {
         assert!(
             load(b"not pem", None)
                 .unwrap_err()
-                .0
+                .to_string()
                 .contains("certificate authority")
         );
         let (ca, _) = issue("ca");
         let err = load(ca.as_bytes(), Some((ca.as_bytes(), b"nope"))).unwrap_err();
-        assert!(err.0.contains("client key"), "{err}");
+        assert!(err.to_string().contains("client key"), "{err}");
         let bad_root = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
         assert!(load(bad_root.as_bytes(), None).is_err());
     }

@@ -8,7 +8,8 @@
 //! keep working.
 
 use std::ffi::OsString;
-use std::fmt;
+
+use crate::error::StartupError;
 
 /// The kind of value a flag takes, as the help text names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -263,20 +264,8 @@ impl RawFlags {
     }
 }
 
-/// A command line that does not parse.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct FlagError(pub String);
-
-impl fmt::Display for FlagError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for FlagError {}
-
 /// Parses the arguments after the program name.
-pub(crate) fn parse<I>(args: I) -> Result<RawFlags, FlagError>
+pub(crate) fn parse<I>(args: I) -> Result<RawFlags, StartupError>
 where
     I: IntoIterator,
     I::Item: Into<OsString>,
@@ -286,7 +275,9 @@ where
     let mut parser = lexopt::Parser::from_args(args);
     let mut raw = RawFlags::default();
     loop {
-        let arg = parser.next().map_err(|e| FlagError(e.to_string()))?;
+        let arg = parser
+            .next()
+            .map_err(|e| StartupError::new(e.to_string()))?;
         let Some(arg) = arg else { break };
         let name = match arg {
             Arg::Long(name) => name.to_owned(),
@@ -295,10 +286,12 @@ where
             Arg::Short('h') => "help".to_owned(),
             Arg::Short('v') => "v".to_owned(),
             Arg::Short(c) => {
-                return Err(FlagError(format!("unknown shorthand flag: '{c}' in -{c}")));
+                return Err(StartupError::new(format!(
+                    "unknown shorthand flag: '{c}' in -{c}"
+                )));
             }
             Arg::Value(v) => {
-                return Err(FlagError(format!(
+                return Err(StartupError::new(format!(
                     "unexpected argument {:?}: tinyhub takes only flags",
                     v.to_string_lossy()
                 )));
@@ -313,7 +306,7 @@ where
             } else {
                 let v = parser
                     .value()
-                    .map_err(|_| FlagError(format!("flag needs an argument: --{name}")))?;
+                    .map_err(|_| StartupError::new(format!("flag needs an argument: --{name}")))?;
                 os_to_string(&name, v)?
             };
             raw.values.push((spec.name, value));
@@ -323,22 +316,24 @@ where
             if *takes_value {
                 parser
                     .value()
-                    .map_err(|_| FlagError(format!("flag needs an argument: --{name}")))?;
+                    .map_err(|_| StartupError::new(format!("flag needs an argument: --{name}")))?;
             } else {
                 let _ = parser.optional_value();
             }
             raw.ignored.push((*ignored).to_owned());
         } else {
-            return Err(FlagError(format!("unknown flag: --{name} (see --help)")));
+            return Err(StartupError::new(format!(
+                "unknown flag: --{name} (see --help)"
+            )));
         }
     }
     Ok(raw)
 }
 
-fn os_to_string(name: &str, value: OsString) -> Result<String, FlagError> {
+fn os_to_string(name: &str, value: OsString) -> Result<String, StartupError> {
     value
         .into_string()
-        .map_err(|v| FlagError(format!("--{name}: value {v:?} is not valid UTF-8")))
+        .map_err(|v| StartupError::flag(name, format!("value {v:?} is not valid UTF-8")))
 }
 
 /// The `--help` text, pflag style.
@@ -395,7 +390,7 @@ mod tests {
     fn parse_err(args: &[&str]) -> String {
         parse(args.iter().copied())
             .expect_err("flags should not parse")
-            .0
+            .to_string()
     }
 
     #[test]

@@ -9,7 +9,11 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD_NO_PAD;
 use yaml_rust2::{Yaml, YamlLoader};
+
+use crate::error::StartupError;
 
 /// The credentials and server of the current context.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -67,29 +71,10 @@ impl fmt::Debug for Token {
     }
 }
 
-/// A kubeconfig that cannot be used, with what and where.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KubeconfigError {
-    /// The kubeconfig path.
-    pub path: PathBuf,
-    /// What is wrong.
-    pub what: String,
-}
-
-impl fmt::Display for KubeconfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "kubeconfig {}: {}", self.path.display(), self.what)
-    }
-}
-
-impl std::error::Error for KubeconfigError {}
-
-/// Reads and maps the kubeconfig at `path`.
-pub(crate) fn load(path: &Path) -> Result<Kubeconfig, KubeconfigError> {
-    let err = |what: String| KubeconfigError {
-        path: path.to_owned(),
-        what,
-    };
+/// Reads and maps the kubeconfig at `path`; an error names the path.
+pub(crate) fn load(path: &Path) -> Result<Kubeconfig, StartupError> {
+    let err =
+        |what: String| StartupError::new(what).context(format!("kubeconfig {}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
     let base = path.parent().unwrap_or(Path::new("."));
     parse(&text, base).map_err(err)
@@ -227,40 +212,22 @@ fn data_or_file(
 }
 
 /// Standard base64 with optional padding; whitespace (line-wrapped data) is skipped.
+///
+/// The `base64` crate decodes; around it stay the rules this reader always had and Go's
+/// decoder does not share: spaces and tabs are skipped as well as line ends, and up to two
+/// `=` may end the data whatever its length (the engine refuses one anywhere else).
 pub(crate) fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let mut acc = 0u32;
-    let mut bits = 0u32;
-    let mut padding = 0;
-    for byte in text.bytes() {
-        let value = match byte {
-            b'A'..=b'Z' => byte - b'A',
-            b'a'..=b'z' => byte - b'a' + 26,
-            b'0'..=b'9' => byte - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            b'=' => {
-                padding += 1;
-                continue;
-            }
-            b' ' | b'\n' | b'\r' | b'\t' => continue,
-            _ => return None,
-        };
-        if padding > 0 {
-            return None; // data after padding
-        }
-        acc = (acc << 6) | u32::from(value);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    // Leftover bits must be zero padding of the last symbol, at most 4 of them.
-    if bits >= 6 || padding > 2 || acc & ((1 << bits) - 1) != 0 {
+    let symbols: String = text
+        .chars()
+        .filter(|c| !matches!(c, ' ' | '\n' | '\r' | '\t'))
+        .collect();
+    let data = symbols.trim_end_matches('=');
+    if symbols.len() - data.len() > 2 {
         return None;
     }
-    Some(out)
+    // No padding left to check; trailing bits of the last symbol must be zero (the default).
+    // A `&str`, as tokens.rs decodes: one copy of the generic decoder serves both.
+    STANDARD_NO_PAD.decode(data).ok()
 }
 
 #[cfg(test)]
@@ -279,6 +246,23 @@ mod tests {
         assert_eq!(base64_decode("").unwrap(), b"");
         assert!(base64_decode("a$==").is_none());
         assert!(base64_decode("aGVsbG8=x").is_none());
+    }
+
+    #[test]
+    fn base64_edges_stay_as_they_were() {
+        let check = |text: &str, want: Option<&[u8]>| {
+            assert_eq!(base64_decode(text).as_deref(), want, "{text:?}");
+        };
+        check(" aGVs\r\n\tbG8=\n", Some(b"hello"));
+        check("aGVsbG8==", Some(b"hello"));
+        check("aGVsbA=", Some(b"hell"));
+        check("==", Some(b""));
+        check("aGVsbG8===", None);
+        check("a", None);
+        check("aGVsbG9=", None);
+        check("aGVs=bG8=", None);
+        check("aGVs\x0bbG8=", None);
+        check("aGVsbG8-", None);
     }
 
     const INLINE: &str = r#"

@@ -2,17 +2,17 @@
 //! with no I/O, then [`from_args`] validates them, reads the kubeconfig and its files, and
 //! returns a [`Config`] every later part can trust. Nothing here opens a socket or spawns a
 //! thread; a bad flag, an unreadable file or a server that is not `https://` comes back as one
-//! clear [`ConfigError`] line.
+//! clear [`StartupError`] line.
 
 pub(crate) mod flags;
 pub(crate) mod kubeconfig;
 
 use std::ffi::OsString;
-use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::error::StartupError;
 use crate::names::is_dns_subdomain;
 use crate::tls::{self, TlsMaterial};
 pub(crate) use kubeconfig::Token;
@@ -113,18 +113,6 @@ pub(crate) struct Heartbeat {
     pub healthy_threshold: u32,
 }
 
-/// A configuration that cannot run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError(pub(crate) String);
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
 /// The text `--version` prints: version and the target triple this binary was built for.
 pub(crate) fn version_text() -> String {
     format!(
@@ -135,12 +123,12 @@ pub(crate) fn version_text() -> String {
 }
 
 /// Parses and validates the arguments after the program name.
-pub fn from_args<I>(args: I) -> Result<Command, ConfigError>
+pub fn from_args<I>(args: I) -> Result<Command, StartupError>
 where
     I: IntoIterator,
     I::Item: Into<OsString>,
 {
-    let raw = flags::parse(args).map_err(|e| ConfigError(e.0))?;
+    let raw = flags::parse(args)?;
     if raw.get("help").is_some_and(|v| v != "false") {
         return Ok(Command::Print(flags::help_text()));
     }
@@ -150,7 +138,7 @@ where
     validate(&raw).map(|c| Command::Run(Box::new(c)))
 }
 
-fn validate(raw: &flags::RawFlags) -> Result<Config, ConfigError> {
+fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
     let get = |name: &str| -> &str {
         raw.get(name).unwrap_or_else(|| {
             flags::FLAGS
@@ -161,28 +149,32 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, ConfigError> {
                 .unwrap_or("")
         })
     };
-    let int = |name: &str, min: u64, max: u64| -> Result<u64, ConfigError> {
+    let int = |name: &str, min: u64, max: u64| -> Result<u64, StartupError> {
         let text = get(name);
         let value: u64 = text
             .parse()
-            .map_err(|_| ConfigError(format!("--{name}: {text:?} is not a number")))?;
+            .map_err(|_| StartupError::flag(name, format!("{text:?} is not a number")))?;
         if !(min..=max).contains(&value) {
-            return Err(ConfigError(format!(
-                "--{name}: {value} is outside {min}..={max}"
-            )));
+            return Err(StartupError::flag(
+                name,
+                format!("{value} is outside {min}..={max}"),
+            ));
         }
         Ok(value)
     };
-    let boolean = |name: &str| -> Result<bool, ConfigError> {
+    let boolean = |name: &str| -> Result<bool, StartupError> {
         match get(name) {
             "true" | "1" | "t" | "T" | "TRUE" | "True" => Ok(true),
             "false" | "0" | "f" | "F" | "FALSE" | "False" => Ok(false),
-            other => Err(ConfigError(format!("--{name}: {other:?} is not a boolean"))),
+            other => Err(StartupError::flag(
+                name,
+                format!("{other:?} is not a boolean"),
+            )),
         }
     };
-    let ip = |name: &str, text: &str| -> Result<IpAddr, ConfigError> {
+    let ip = |name: &str, text: &str| -> Result<IpAddr, StartupError> {
         text.parse()
-            .map_err(|_| ConfigError(format!("--{name}: {text:?} is not an IP address")))
+            .map_err(|_| StartupError::flag(name, format!("{text:?} is not an IP address")))
     };
     let list = |name: &str| -> Vec<String> {
         get(name)
@@ -197,17 +189,18 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, ConfigError> {
         .get("kubeconfig")
         .filter(|p| !p.is_empty())
         .ok_or_else(|| {
-            ConfigError(
-                "--kubeconfig is required: the hub needs the cloud's CA and its own credentials"
-                    .into(),
+            StartupError::new(
+                "--kubeconfig is required: the hub needs the cloud's CA and its own credentials",
             )
         })?;
-    let kubeconfig =
-        kubeconfig::load(kubeconfig_path.as_ref()).map_err(|e| ConfigError(e.to_string()))?;
+    let kubeconfig = kubeconfig::load(kubeconfig_path.as_ref())?;
+    // Later refusals of what the kubeconfig holds name it, as its own errors do.
+    let in_kubeconfig =
+        |message: &str| StartupError::new(message).context(format!("kubeconfig {kubeconfig_path}"));
     if kubeconfig.insecure_skip_tls_verify {
-        return Err(ConfigError(format!(
-            "kubeconfig {kubeconfig_path}: insecure-skip-tls-verify is not supported: give the cloud's CA"
-        )));
+        return Err(in_kubeconfig(
+            "insecure-skip-tls-verify is not supported: give the cloud's CA",
+        ));
     }
 
     let server_list = match raw.get("server-addr").filter(|s| !s.trim().is_empty()) {
@@ -215,8 +208,8 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, ConfigError> {
         None => kubeconfig.server.clone().into_iter().collect(),
     };
     if server_list.is_empty() {
-        return Err(ConfigError(
-            "no cloud server: give --server-addr or a kubeconfig with a cluster server".into(),
+        return Err(StartupError::new(
+            "no cloud server: give --server-addr or a kubeconfig with a cluster server",
         ));
     }
     let servers = server_list
@@ -224,33 +217,33 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, ConfigError> {
         .map(|s| parse_server(s))
         .collect::<Result<Vec<_>, _>>()?;
 
-    let ca = kubeconfig.ca_pem.as_deref().ok_or_else(|| {
-        ConfigError(format!(
-            "kubeconfig {kubeconfig_path}: no certificate-authority: the hub must verify its cloud"
-        ))
-    })?;
+    let ca = kubeconfig
+        .ca_pem
+        .as_deref()
+        .ok_or_else(|| in_kubeconfig("no certificate-authority: the hub must verify its cloud"))?;
     let client = kubeconfig
         .client_cert_pem
         .as_deref()
         .zip(kubeconfig.client_key_pem.as_deref());
-    let tls = tls::load(ca, client)
-        .map_err(|e| ConfigError(format!("kubeconfig {kubeconfig_path}: {e}")))?;
+    let tls =
+        tls::load(ca, client).map_err(|e| e.context(format!("kubeconfig {kubeconfig_path}")))?;
     if tls.client.is_none() && kubeconfig.token.is_none() {
-        return Err(ConfigError(format!(
-            "kubeconfig {kubeconfig_path}: the current user has neither a client certificate nor a token"
-        )));
+        return Err(in_kubeconfig(
+            "the current user has neither a client certificate nor a token",
+        ));
     }
 
     let node_name = match raw.get("node-name").filter(|n| !n.is_empty()) {
         Some(n) => n.to_owned(),
         None => hostname().ok_or_else(|| {
-            ConfigError("--node-name is not set and the hostname cannot be read".into())
+            StartupError::new("--node-name is not set and the hostname cannot be read")
         })?,
     };
     if !is_dns_subdomain(&node_name) {
-        return Err(ConfigError(format!(
-            "--node-name: {node_name:?} is not a valid node name"
-        )));
+        return Err(StartupError::flag(
+            "node-name",
+            format!("{node_name:?} is not a valid node name"),
+        ));
     }
 
     let bind = ip("bind-address", get("bind-address"))?;
@@ -262,7 +255,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, ConfigError> {
     let proxy_addr = SocketAddr::new(proxy_bind, port("proxy-port")?);
     let serve_addr = SocketAddr::new(bind, port("serve-port")?);
     if proxy_addr == serve_addr && proxy_addr.port() != 0 {
-        return Err(ConfigError(format!(
+        return Err(StartupError::new(format!(
             "--proxy-port and --serve-port are both {}",
             proxy_addr.port()
         )));
@@ -272,18 +265,20 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, ConfigError> {
         "rr" => LbMode::RoundRobin,
         "priority" => LbMode::Priority,
         other => {
-            return Err(ConfigError(format!(
-                "--lb-mode: {other:?} is not rr or priority"
-            )));
+            return Err(StartupError::flag(
+                "lb-mode",
+                format!("{other:?} is not rr or priority"),
+            ));
         }
     };
     let working_mode = match get("working-mode") {
         "edge" => WorkingMode::Edge,
         "cloud" => WorkingMode::Cloud,
         other => {
-            return Err(ConfigError(format!(
-                "--working-mode: {other:?} is not edge or cloud"
-            )));
+            return Err(StartupError::flag(
+                "working-mode",
+                format!("{other:?} is not edge or cloud"),
+            ));
         }
     };
     let heartbeat = Heartbeat {
@@ -333,8 +328,8 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, ConfigError> {
 }
 
 /// Checks one `--server-addr` entry: `https://host[:port]`, no path, query or user info.
-fn parse_server(text: &str) -> Result<ServerUrl, ConfigError> {
-    let bad = |why: &str| ConfigError(format!("--server-addr: {text:?} {why}"));
+fn parse_server(text: &str) -> Result<ServerUrl, StartupError> {
+    let bad = |why: &str| StartupError::flag("server-addr", format!("{text:?} {why}"));
     let rest = text
         .strip_prefix("https://")
         .ok_or_else(|| bad("is not an https:// URL (the hub talks TLS to its cloud)"))?;
@@ -414,7 +409,7 @@ mod tests {
         match from_args(args.iter().copied()) {
             Ok(Command::Run(c)) => Ok(*c),
             Ok(Command::Print(_)) => Err("printed".into()),
-            Err(e) => Err(e.0),
+            Err(e) => Err(e.to_string()),
         }
     }
 

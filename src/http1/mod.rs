@@ -52,7 +52,7 @@ pub(crate) enum Framing {
     Chunked,
 }
 
-/// Why a head is refused; each maps to a status code.
+/// Why a head is refused; `Status::for_head` (status.rs) maps each to its answer.
 #[derive(Debug)]
 pub(crate) enum HeadError {
     /// The connection closed before a request began (not an error to answer).
@@ -67,28 +67,6 @@ pub(crate) enum HeadError {
     Malformed(&'static str),
     /// Not HTTP/1.0 or 1.1 (505).
     Version,
-}
-
-impl HeadError {
-    /// The status to answer with, if any.
-    pub(crate) fn status(&self) -> Option<u16> {
-        match self {
-            HeadError::Closed => None,
-            HeadError::Io(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                Some(408)
-            }
-            HeadError::Io(_) => None,
-            HeadError::UriTooLong => Some(414),
-            HeadError::TooLarge(_) => Some(431),
-            HeadError::Malformed(_) => Some(400),
-            HeadError::Version => Some(505),
-        }
-    }
 }
 
 impl fmt::Display for HeadError {

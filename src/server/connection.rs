@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::admission::{Load, RequestSlot, Tracked};
 use super::stream::ClientStream;
 use super::{Exchange, Handler, Limits, MAX_BODY, body_too_large, closing_answer, too_busy};
-use crate::http1::{self, BodyState, HeadError};
+use crate::http1::{self, BodyState};
 use crate::status::Status;
 
 /// Time an idle keep-alive connection is kept (Go clients keep idle connections 90 s).
@@ -214,20 +214,8 @@ pub(super) fn serve_connection(
         let head = match head {
             Ok(head) => head,
             Err(e) => {
-                if let Some(code) = e.status() {
+                if let Some(status) = Status::for_head(&e) {
                     log::debug!("bad request from {peer}: {e}");
-                    let status = match e {
-                        HeadError::UriTooLong => {
-                            Status::new(code, "RequestURITooLong", e.to_string())
-                        }
-                        HeadError::TooLarge(_) => {
-                            Status::new(code, "RequestHeaderFieldsTooLarge", e.to_string())
-                        }
-                        HeadError::Io(_) => {
-                            Status::new(code, "Timeout", "the request head did not arrive in time")
-                        }
-                        _ => Status::new(code, "BadRequest", e.to_string()),
-                    };
                     let _ = answer_and_close(&mut conn, &status);
                 }
                 return;
@@ -240,7 +228,10 @@ pub(super) fn serve_connection(
             }
             Ok(framing) => framing,
             Err(e) => {
-                let _ = answer_and_close(&mut conn, &Status::bad_request(e.to_string()));
+                // Framing refusals are all malformed heads: always answered (400).
+                if let Some(status) = Status::for_head(&e) {
+                    let _ = answer_and_close(&mut conn, &status);
+                }
                 return;
             }
         };

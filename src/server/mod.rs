@@ -54,11 +54,7 @@ pub(crate) const MAX_BODY: u64 = 3 * 1024 * 1024;
 
 /// The answer to a request body larger than [`MAX_BODY`].
 pub(crate) fn body_too_large() -> Status {
-    Status::new(
-        413,
-        "RequestEntityTooLarge",
-        format!("the request body is larger than its limit of {MAX_BODY} bytes"),
-    )
+    Status::body_too_large(MAX_BODY)
 }
 
 /// The caps of one listener.
