@@ -295,6 +295,18 @@ fn a_write_goes_to_a_suspect_server_not_to_the_cache() {
     // The cloud answers everything, its probe too, after 3 s: a suspect server stays suspect
     // that long. A read fails in transport twice (its retry too): the server is suspect. Its
     // header line is too long for a pooled connection: each try dials the relay.
+    // The hub's own watch of yurt-hub-cfg goes through the relay too: once it is open, the
+    // two failures are the read's (under emulation it can start later than the test).
+    assert!(
+        cloud
+            .wait_for_request(
+                |r| r.path.ends_with("/configmaps") && r.query.contains("watch="),
+                Duration::from_secs(60),
+            )
+            .is_some(),
+        "the hub never watched yurt-hub-cfg: {}",
+        hub.logs()
+    );
     cloud.set_delay(Duration::from_secs(3));
     relay.fail_next(2);
     let pad = "x".repeat(6000);
