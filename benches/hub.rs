@@ -137,10 +137,13 @@ impl Bench<'_> {
         Client::plain(&hub.url(), KUBELET)
     }
 
-    /// Starts a hub for the cloud with its cache under `dir`, logging at `--v=0`.
+    /// Starts a hub for the cloud with its cache under `dir`, logging at `--v=0`, and waits
+    /// until its own start-up session (the `yurt-hub-cfg` list) has committed: a case that
+    /// counts committed sessions must count only its own.
     pub fn start_hub(&self, dir: &Path) -> Running {
         let hub = Hub::start(&HubSpec::for_cloud(self.cloud, dir).with(&["--v=0"]));
         lock(&HUBS).push(hub.pid());
+        hub.wait_cache_quiet();
         Running(hub)
     }
 }
