@@ -20,6 +20,8 @@ const LIST_FLUSH: usize = 32 * 1024;
 const CONTINUE_PREFIX: &str = "tinyhub1.";
 
 impl Offline {
+    /// A list from the cache: the collection's files in name order, filtered by the
+    /// request's selectors and paged by `limit`/`continue`, streamed without holding them all.
     pub(super) fn list<'c>(
         &self,
         ex: Exchange<'c>,

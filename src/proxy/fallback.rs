@@ -39,9 +39,11 @@ pub(super) enum Fallback {
 
 /// The hub answers from the cache without trying the cloud: edge mode, and no server usable.
 /// A write still goes to a server healthy by its last probe, even one suspect since a request
-/// failed: a write is never answered here while the cloud may take it.
+/// failed: a write is never answered here while the cloud may take it. A request with no
+/// local answer gains nothing from deciding early either: the cloud's own server choice
+/// (writes to a suspect server, reads not) says whether it can go.
 pub(super) fn offline(mode: WorkingMode, local: &Local, cloud: &dyn Cloud) -> bool {
-    let online = if local.is_write() {
+    let online = if local.is_write() || *local == Local::Unavailable {
         cloud.any_probed_healthy()
     } else {
         cloud.any_healthy()

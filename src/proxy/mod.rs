@@ -8,7 +8,7 @@
 //! - `fallback.rs`: the policy on failures by origin — which one the cache may answer.
 //!
 //! The cloud is reached through the [`Cloud`] trait, so the policy is tested without one.
-//! This module knows nothing of sockets (`server.rs`) or of ureq (`upstream.rs`).
+//! This module knows nothing of sockets (`server/`) or of ureq (`upstream.rs`).
 
 mod call;
 mod fallback;

@@ -112,6 +112,8 @@ fn not_an_object(
     }
 }
 
+/// Stores one object an answer carried (a get, or a write's answer): only a JSON object,
+/// only where `object_key` files it, never over a newer resourceVersion.
 pub(super) fn put_object(
     store: &Store,
     failures: &mut FailureLog,
@@ -161,6 +163,8 @@ pub(super) fn put_token(
     count_put(failures, store.put_token(&key, bytes), "token answer", &key);
 }
 
+/// Applies one watch event: ADDED and MODIFIED store the object, DELETED removes it (and
+/// leaves a tombstone); BOOKMARK and ERROR change nothing; a non-object is counted.
 pub(super) fn watch_event(
     store: &Store,
     failures: &mut FailureLog,
@@ -206,6 +210,9 @@ pub(super) fn watch_event(
     }
 }
 
+/// Notes a list's own members as they stream past: its kind (is it a `…List`?), apiVersion,
+/// resourceVersion and continue token, which decide how its items are filed and whether it
+/// may delete.
 pub(super) fn list_member(list: &mut ListState<'_>, key: &str, value: &[u8]) {
     match key {
         "kind" => {

@@ -246,6 +246,8 @@ fn a_suspect_server_still_takes_writes_not_reads() {
     for read in [Local::Get, Local::List, Local::Watch] {
         assert!(offline(EDGE, &read, &suspect), "{read:?}");
     }
+    // No local answer (an eviction, a non-agent's create): the cloud's server choice decides.
+    assert!(!offline(EDGE, &Local::Unavailable, &suspect));
     for write in [
         Local::Create,
         Local::Echo,
