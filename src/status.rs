@@ -5,7 +5,6 @@
 //! one failure type it maps itself is the HTTP layer's [`HeadError`] (400, 408, 414, 431,
 //! 505), so the server only asks for the answer.
 
-use std::fmt::Write as _;
 use std::io;
 
 use serde::Serialize;
@@ -229,25 +228,6 @@ pub(crate) fn qualified(group: &str, resource: &str) -> String {
     } else {
         format!("{resource}.{group}")
     }
-}
-
-/// Appends `s` as a JSON string literal.
-pub(crate) fn push_json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 #[cfg(test)]

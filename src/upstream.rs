@@ -177,6 +177,19 @@ struct NotingBody<'r, 'b> {
     sent: u64,
 }
 
+impl<'r, 'b> NotingBody<'r, 'b> {
+    /// Wraps a body of `length` bytes (`None`: chunked); an empty one has ended already.
+    fn new(reader: &'r mut &'b mut dyn Read, length: Option<u64>) -> Self {
+        NotingBody {
+            reader,
+            failed: false,
+            ended: length == Some(0),
+            length,
+            sent: 0,
+        }
+    }
+}
+
 impl Read for NotingBody<'_, '_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let result = self.reader.read(buf);
@@ -464,13 +477,7 @@ impl Upstream {
         let request_error = |e: http::Error| UpstreamError::Request(e.to_string());
         let result = match req.body.as_mut() {
             Some(body) => {
-                let mut reader = NotingBody {
-                    reader: &mut body.reader,
-                    failed: false,
-                    ended: body.length == Some(0),
-                    length: body.length,
-                    sent: 0,
-                };
+                let mut reader = NotingBody::new(&mut body.reader, body.length);
                 let request = builder
                     .body(SendBody::from_reader(&mut reader))
                     .map_err(request_error)?;
@@ -783,13 +790,7 @@ mod tests {
         // A declared length: ureq stops reading once it has that many bytes.
         let mut source: &[u8] = b"hello";
         let mut reader: &mut dyn Read = &mut source;
-        let mut body = NotingBody {
-            reader: &mut reader,
-            failed: false,
-            ended: false,
-            length: Some(5),
-            sent: 0,
-        };
+        let mut body = NotingBody::new(&mut reader, Some(5));
         assert_eq!(body.read(&mut buf[..3]).unwrap(), 3);
         assert!(!body.ended, "2 bytes still to come");
         assert_eq!(body.read(&mut buf).unwrap(), 2);
@@ -797,13 +798,7 @@ mod tests {
         // Chunked: the end is the empty read.
         let mut source: &[u8] = b"hello";
         let mut reader: &mut dyn Read = &mut source;
-        let mut body = NotingBody {
-            reader: &mut reader,
-            failed: false,
-            ended: false,
-            length: None,
-            sent: 0,
-        };
+        let mut body = NotingBody::new(&mut reader, None);
         assert_eq!(body.read(&mut buf).unwrap(), 5);
         assert!(!body.ended);
         assert_eq!(body.read(&mut buf).unwrap(), 0);

@@ -373,10 +373,10 @@ fn parse_head(bytes: &[u8], selectors: &crate::selector::Selectors) -> Option<Li
     })
 }
 
+/// Appends `s` as a JSON string literal, escaped as `Status` bodies are (serde_json).
 fn push_json_str(buf: &mut Vec<u8>, s: &str) {
-    let mut text = String::with_capacity(s.len() + 2);
-    crate::status::push_json_string(&mut text, s);
-    buf.extend_from_slice(text.as_bytes());
+    // Writing to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *buf, s);
 }
 
 /// A continue token naming the last object sent: `tinyhub1.<hex ns>.<hex name>`.
