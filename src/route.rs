@@ -967,36 +967,23 @@ mod tests {
             edge(&r).cache,
             Ok(CacheTarget::List { paged: false, .. })
         ));
-        let r = req("GET", "/api/v1/pods?limit=500&continue=abc", KUBELET, None);
-        assert!(matches!(
-            edge(&r).cache,
-            Ok(CacheTarget::List { paged: true, .. })
-        ));
+        assert_paged("/api/v1/pods?limit=500&continue=abc");
         // The apiserver reads an escaped key as the key (issue 11, item 7).
-        let r = req(
-            "GET",
-            "/api/v1/pods?limit=500&c%6Fntinue=abc",
-            KUBELET,
-            None,
+        assert_paged("/api/v1/pods?limit=500&c%6Fntinue=abc");
+    }
+
+    /// A kubelet list of `url` is cached as one that deletes nothing.
+    fn assert_paged(url: &str) {
+        let r = req("GET", url, KUBELET, None);
+        assert!(
+            matches!(edge(&r).cache, Ok(CacheTarget::List { paged: true, .. })),
+            "{url}"
         );
-        assert!(matches!(
-            edge(&r).cache,
-            Ok(CacheTarget::List { paged: true, .. })
-        ));
     }
 
     #[test]
     fn a_list_the_cloud_may_read_otherwise_deletes_nothing() {
-        let r = req(
-            "GET",
-            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1;x=y",
-            KUBELET,
-            None,
-        );
-        assert!(matches!(
-            edge(&r).cache,
-            Ok(CacheTarget::List { paged: true, .. })
-        ));
+        assert_paged("/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1;x=y");
     }
 
     #[test]

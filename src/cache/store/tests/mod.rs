@@ -142,6 +142,24 @@ fn mode(path: &Path) -> u32 {
 
 /// Stored before each replacement test: a/x, a/y, a/z (newer than the list), a/w (out
 /// of the selector's scope) and b/q.
+/// A replacement of `pods()` that has staged a change (a/x at 9) and a new object (c/new),
+/// not committed.
+fn stage_two(store: &Store) -> Replace<'_> {
+    let mut replace = store.begin_replace(&pods(), None).unwrap();
+    replace
+        .put(Some("a"), "x", &object(Some("a"), "x", 9, "web"), Some("9"))
+        .unwrap();
+    replace
+        .put(
+            Some("c"),
+            "new",
+            &object(Some("c"), "new", 9, "web"),
+            Some("9"),
+        )
+        .unwrap();
+    replace
+}
+
 fn seed_replace(store: &Store) {
     put(store, &pods(), Some("a"), "x", 5, "web");
     put(store, &pods(), Some("a"), "y", 5, "web");

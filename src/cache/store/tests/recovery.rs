@@ -219,18 +219,7 @@ fn recovery_removes_leftovers() {
     {
         let store = open(&dir);
         seed_replace(&store);
-        let mut replace = store.begin_replace(&pods(), None).unwrap();
-        replace
-            .put(Some("a"), "x", &object(Some("a"), "x", 9, "web"), Some("9"))
-            .unwrap();
-        replace
-            .put(
-                Some("c"),
-                "new",
-                &object(Some("c"), "new", 9, "web"),
-                Some("9"),
-            )
-            .unwrap();
+        let replace = stage_two(&store);
         // The process dies: nothing is cleaned up.
         std::mem::forget(replace);
     }

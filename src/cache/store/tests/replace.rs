@@ -386,18 +386,7 @@ fn abandoned_replace_changes_nothing() {
     let store = open(&dir);
     seed_replace(&store);
     let before = snapshot(&dir.root());
-    let mut replace = store.begin_replace(&pods(), None).unwrap();
-    replace
-        .put(Some("a"), "x", &object(Some("a"), "x", 9, "web"), Some("9"))
-        .unwrap();
-    replace
-        .put(
-            Some("c"),
-            "new",
-            &object(Some("c"), "new", 9, "web"),
-            Some("9"),
-        )
-        .unwrap();
+    let replace = stage_two(&store);
     assert_eq!(staging_entries(&dir.root()).len(), 2);
     drop(replace);
     let mut replace = store.begin_replace(&nodes(), None).unwrap();
