@@ -25,6 +25,7 @@ pub mod logging;
 mod metrics;
 mod names;
 mod offline;
+mod pki;
 mod proxy;
 mod reaper;
 mod request;

@@ -1,0 +1,1 @@
+//! (issue 13: being written)
