@@ -3,10 +3,11 @@
 //! listeners close, in-flight requests get a few seconds, the cache writer drains its queue);
 //! a second signal exits 1 at once.
 
-use std::sync::Arc;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::cache::agents::CacheAgents;
 use crate::cache::store::Store;
@@ -18,10 +19,11 @@ use crate::config::{Config, WorkingMode};
 use crate::error::StartupError;
 use crate::health::{self, Backends, Probe};
 use crate::offline::Offline;
+use crate::pki::{self, IdentityState};
 use crate::proxy::Hub;
 use crate::reaper::Reaper;
 use crate::serve::{self, Readiness};
-use crate::server::{self, Limits, Load};
+use crate::server::{self, Limits, Load, ServingCert};
 use crate::upstream::Upstream;
 use crate::{SMALL_STACK, signals};
 
@@ -66,14 +68,13 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         log::debug!("response filters are not implemented yet; responses pass unchanged");
     }
 
-    let readiness = Arc::new(Readiness::default());
-    if let Some(not_after) = config.tls.client_not_after() {
-        let secs = not_after
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        readiness
-            .client_cert_not_after
-            .store(secs, Ordering::Release);
+    let identity = Arc::new(IdentityState::default());
+    let readiness = Arc::new(Readiness {
+        identity: Arc::clone(&identity),
+        ..Readiness::default()
+    });
+    let (initial_tls, token) = pki::initial_credentials(&config);
+    if let Some(not_after) = initial_tls.as_ref().and_then(|t| t.client_not_after()) {
         match not_after.duration_since(SystemTime::now()) {
             Err(_) => {
                 log::error!("the hub's client certificate has expired: the cloud will refuse it")
@@ -110,7 +111,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         config.lb_mode,
     ));
     let upstream = Arc::new(
-        Upstream::new(Arc::clone(&backends), &config.tls, config.token.clone()).map_err(|e| {
+        Upstream::new(Arc::clone(&backends), initial_tls.as_ref(), token).map_err(|e| {
             StartupError::new(e.to_string()).context("cannot set up TLS to the cloud")
         })?,
     );
@@ -128,6 +129,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
                 SERVE_LIMITS,
                 Arc::new(Load::default()),
                 shutdown,
+                None,
             )
         })?;
     }
@@ -210,6 +212,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         (None, None)
     };
 
+    let upstream_for_identity = Arc::clone(&upstream);
     let hub = Arc::new(Hub {
         mode: config.working_mode,
         cloud: upstream,
@@ -220,23 +223,67 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     });
     let load = Arc::new(Load::default());
     let proxy_addr = proxy_listener.local_addr();
+    let handler: server::Handler = {
+        let hub = Arc::clone(&hub);
+        Arc::new(move |ex| hub.handle(ex))
+    };
+    // Both proxy ports share the caps: the HTTPS one is the same hub behind TLS.
+    let limits = Limits {
+        max_connections: config.max_requests_in_flight.saturating_mul(2).max(64),
+        max_in_flight: config.max_requests_in_flight,
+        stack_size: SMALL_STACK,
+        io_timeout: config.client_io_timeout,
+    };
     let proxy_thread = {
-        let handler: server::Handler = {
-            let hub = Arc::clone(&hub);
-            Arc::new(move |ex| hub.handle(ex))
-        };
-        let limits = Limits {
-            max_connections: config.max_requests_in_flight.saturating_mul(2).max(64),
-            max_in_flight: config.max_requests_in_flight,
-            stack_size: SMALL_STACK,
-            io_timeout: config.client_io_timeout,
-        };
-        let (load, shutdown) = (Arc::clone(&load), Arc::clone(&shutdown));
+        let (handler, load, shutdown) = (
+            Arc::clone(&handler),
+            Arc::clone(&load),
+            Arc::clone(&shutdown),
+        );
         spawn("proxy", move || {
-            server::serve(proxy_listener, handler, limits, load, shutdown)
+            server::serve(proxy_listener, handler, limits, load, shutdown, None)
         })?
     };
     drop(hub);
+
+    // The HTTPS port opens when the first serving certificate is installed.
+    let secure_addr: Arc<OnceLock<SocketAddr>> = Arc::new(OnceLock::new());
+    let serving = Arc::new(ServingCert::new());
+    let open_https: Box<dyn FnOnce() + Send> = {
+        let (bind, serving, secure_addr) = (
+            config.proxy_secure_addr,
+            Arc::clone(&serving),
+            Arc::clone(&secure_addr),
+        );
+        let (load, shutdown) = (Arc::clone(&load), Arc::clone(&shutdown));
+        Box::new(move || match server::bind(bind) {
+            Ok(listener) => {
+                let addr = listener.local_addr();
+                log::info!("listening role=https-proxy addr={addr}");
+                let _ = secure_addr.set(addr);
+                let tls = Some(server::tls_server_config(serving));
+                let started = spawn("https-proxy", move || {
+                    server::serve(listener, handler, limits, load, shutdown, tls)
+                });
+                if let Err(e) = started {
+                    log::error!("{e}");
+                }
+            }
+            Err(e) => log::error!(
+                "cannot listen on {bind} (--proxy-secure-port): {e}; the HTTPS proxy is not served"
+            ),
+        })
+    };
+    pki::start(
+        &config,
+        pki::Parts {
+            upstream: Arc::clone(&upstream_for_identity),
+            serving,
+            state: identity,
+            on_first_serving_cert: open_https,
+        },
+        &stop_rx,
+    )?;
     log::info!("tinyhub is ready");
 
     // Wait for the first signal.
@@ -260,6 +307,9 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         })?;
     }
     server::wake(proxy_addr);
+    if let Some(addr) = secure_addr.get() {
+        server::wake(*addr);
+    }
     let _ = proxy_thread.join();
     let deadline = Instant::now() + DRAIN;
     while load.in_flight() > 0 && Instant::now() < deadline {

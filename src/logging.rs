@@ -81,6 +81,21 @@ pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
+/// A point in time as `YYYY-MM-DDTHH:MM:SSZ` (UTC), for log lines about certificates.
+pub(crate) fn rfc3339(at: std::time::SystemTime) -> String {
+    let secs = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let (year, month, day) = civil_from_days(secs.div_euclid(86_400));
+    let rem = secs.rem_euclid(86_400);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
 /// Days since 1970-01-01 of a civil date: Howard Hinnant's `days_from_civil`, the inverse
 /// of [`civil_from_days`].
 pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
@@ -96,6 +111,13 @@ pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_of_known_instants() {
+        let at = |s: u64| rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(s));
+        assert_eq!(at(0), "1970-01-01T00:00:00Z");
+        assert_eq!(at(1_796_170_000), "2026-12-02T00:06:40Z");
+    }
 
     #[test]
     fn civil_dates() {

@@ -51,6 +51,10 @@ pub(crate) struct Metrics {
     pub upstream_errors: AtomicU64,
     /// Idempotent requests retried on another backend after a transport failure.
     pub upstream_retries: AtomicU64,
+    /// Client certificates put to use, the first one too (issued by CSR, or kubelet's).
+    pub client_certificate_rotations: AtomicU64,
+    /// Serving certificates issued and installed.
+    pub serving_certificate_rotations: AtomicU64,
     in_flight: Mutex<BTreeMap<RequestLabels, i64>>,
     traffic: Mutex<BTreeMap<RequestLabels, u64>>,
 }
@@ -82,6 +86,8 @@ impl Metrics {
             in_flight_total: AtomicI64::new(0),
             upstream_errors: AtomicU64::new(0),
             upstream_retries: AtomicU64::new(0),
+            client_certificate_rotations: AtomicU64::new(0),
+            serving_certificate_rotations: AtomicU64::new(0),
             in_flight: Mutex::new(BTreeMap::new()),
             traffic: Mutex::new(BTreeMap::new()),
         }
@@ -169,6 +175,18 @@ impl Metrics {
             "node_yurthub_rejected_requests_counter",
             "counter of rejected requests for exceeding in flight limit in hub agent",
             &self.rejected_requests,
+        );
+        counter(
+            &mut out,
+            "tinyhub_client_certificate_rotations_total",
+            "client certificates put to use: issued to the hub, or kubelet's (the first one too)",
+            &self.client_certificate_rotations,
+        );
+        counter(
+            &mut out,
+            "tinyhub_serving_certificate_rotations_total",
+            "serving certificates issued to the hub for its HTTPS port",
+            &self.serving_certificate_rotations,
         );
         counter(
             &mut out,

@@ -3,53 +3,49 @@
 //! answering when the proxy port is saturated, and stays open through a shutdown (readyz
 //! then says 503).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::health::Backends;
 use crate::metrics::METRICS;
+use crate::pki::IdentityState;
 use crate::server::Exchange;
+use crate::status::Status;
+
+/// Largest `/v1/token` body: a join token in a small JSON object.
+const MAX_TOKEN_BODY: u64 = 4096;
 
 /// What readiness depends on.
 #[derive(Debug, Default)]
 pub(crate) struct Readiness {
     /// The cache is open and recovered (always true in cloud mode once started).
     pub cache_loaded: AtomicBool,
-    /// Seconds since the epoch when the hub's client certificate expires; 0 for none.
-    pub client_cert_not_after: AtomicU64,
+    /// The hub's certificates.
+    pub identity: std::sync::Arc<IdentityState>,
     /// A shutdown has begun.
     pub shutting_down: AtomicBool,
 }
 
 impl Readiness {
     /// The readiness checks as (name, ok, reason when not ok).
-    fn checks(&self) -> [(&'static str, bool, &'static str); 3] {
-        let not_after = self.client_cert_not_after.load(Ordering::Acquire);
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        [
-            (
-                "cache",
-                self.cache_loaded.load(Ordering::Acquire),
-                "the disk cache is not loaded (see the log)",
-            ),
-            (
-                "certificates",
-                not_after == 0 || now < not_after,
-                "the hub's client certificate has expired",
-            ),
-            (
-                "shutdown",
-                !self.shutting_down.load(Ordering::Acquire),
-                "the hub is shutting down",
-            ),
-        ]
+    fn checks(&self) -> Vec<(&'static str, bool, String)> {
+        let mut checks = vec![(
+            "cache",
+            self.cache_loaded.load(Ordering::Acquire),
+            "the disk cache is not loaded (see the log)".to_owned(),
+        )];
+        checks.extend(self.identity.checks());
+        checks.push((
+            "shutdown",
+            !self.shutting_down.load(Ordering::Acquire),
+            "the hub is shutting down".to_owned(),
+        ));
+        checks
     }
 }
 
 /// Answers one request on the serve port.
-pub(crate) fn handle(ex: Exchange<'_>, readiness: &Readiness, backends: &Backends) {
+pub(crate) fn handle(mut ex: Exchange<'_>, readiness: &Readiness, backends: &Backends) {
     let url = ex.url().to_owned();
     let (path, query) = url.split_once('?').unwrap_or((&url, ""));
     let verbose = query
@@ -70,7 +66,7 @@ pub(crate) fn handle(ex: Exchange<'_>, readiness: &Readiness, backends: &Backend
             let ready = checks.iter().all(|(_, ok, _)| *ok);
             let body = if verbose {
                 let mut out = String::new();
-                for (name, ok, why) in checks {
+                for (name, ok, why) in &checks {
                     if ok {
                         out.push_str(&format!("[+]{name} ok\n"));
                     } else {
@@ -89,7 +85,7 @@ pub(crate) fn handle(ex: Exchange<'_>, readiness: &Readiness, backends: &Backend
                 let reasons: Vec<&str> = checks
                     .iter()
                     .filter(|(_, ok, _)| !ok)
-                    .map(|(_, _, why)| *why)
+                    .map(|(_, _, why)| why.as_str())
                     .collect();
                 format!("not ready: {}\n", reasons.join("; "))
             };
@@ -103,33 +99,83 @@ pub(crate) fn handle(ex: Exchange<'_>, readiness: &Readiness, backends: &Backend
                 body.as_bytes(),
             )
         }
+        "/v1/token" if matches!(ex.method(), "POST" | "PUT") => {
+            let (code, message) = match read_join_token(&mut ex) {
+                Ok(token) => match readiness.identity.update_token(&token) {
+                    Ok(message) => (200, message.to_owned()),
+                    Err(failed) => failed,
+                },
+                Err(failed) => failed,
+            };
+            if code == 200 {
+                ex.send(200, &text, message.as_bytes())
+            } else {
+                log::warn!("/v1/token: {message}");
+                let status = if code == 400 {
+                    Status::bad_request(message)
+                } else {
+                    Status::internal(message)
+                };
+                ex.send_status(&status)
+            }
+        }
         _ => ex.send(404, &text, b"404 page not found\n"),
     };
+}
+
+/// The `jointoken` of a `/v1/token` body (`{"jointoken": "..."}`), or (400, why).
+fn read_join_token(ex: &mut Exchange<'_>) -> Result<String, (u16, String)> {
+    let bad = |why: String| (400, why);
+    if ex.body_length().is_some_and(|n| n > MAX_TOKEN_BODY) {
+        return Err(bad(format!(
+            "the body is larger than {MAX_TOKEN_BODY} bytes"
+        )));
+    }
+    let mut body = Vec::new();
+    ex.body()
+        .take(MAX_TOKEN_BODY + 1)
+        .read_to_end(&mut body)
+        .map_err(|e| bad(format!("cannot read the body: {e}")))?;
+    if body.len() as u64 > MAX_TOKEN_BODY {
+        return Err(bad(format!(
+            "the body is larger than {MAX_TOKEN_BODY} bytes"
+        )));
+    }
+    #[derive(serde::Deserialize)]
+    struct Body {
+        jointoken: String,
+    }
+    let parsed: Body = serde_json::from_slice(&body)
+        .map_err(|e| bad(format!("the body is not {{\"jointoken\": \"...\"}}: {e}")))?;
+    if parsed.jointoken.trim().is_empty() {
+        return Err(bad("jointoken is empty".to_owned()));
+    }
+    Ok(parsed.jointoken)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, SystemTime};
 
     #[test]
-    fn an_expired_client_certificate_makes_the_hub_unready() {
+    fn readiness_lists_the_certificates_and_fails_without_them() {
         let r = Readiness::default();
         r.cache_loaded.store(true, Ordering::Release);
-        let ok = |r: &Readiness| r.checks().iter().all(|(_, ok, _)| *ok);
-        assert!(ok(&r), "no client certificate: nothing to expire");
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
-        r.client_cert_not_after.store(now + 3600, Ordering::Release);
-        assert!(ok(&r));
-        r.client_cert_not_after.store(now - 1, Ordering::Release);
-        let failed: Vec<_> = r
-            .checks()
-            .iter()
-            .filter(|(_, ok, _)| !ok)
-            .map(|(n, _, _)| *n)
-            .collect();
-        assert_eq!(failed, ["certificates"]);
+        let failed = |r: &Readiness| -> Vec<&'static str> {
+            r.checks()
+                .into_iter()
+                .filter(|(_, ok, _)| !ok)
+                .map(|(n, _, _)| n)
+                .collect()
+        };
+        assert_eq!(failed(&r), ["certificates", "serving-certificate"]);
+        let later = SystemTime::now() + Duration::from_secs(3600);
+        r.identity.client_installed(Some(later));
+        r.identity.serving_installed(later);
+        assert!(failed(&r).is_empty());
+        r.identity
+            .client_installed(Some(SystemTime::now() - Duration::from_secs(1)));
+        assert_eq!(failed(&r), ["certificates"]);
     }
 }

@@ -64,7 +64,79 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "kubeconfig",
         Kind::Str,
         "",
-        "the hub's own credentials for the cloud: CA, client certificate/key or token",
+        "the hub's own credentials for the cloud: CA, client certificate/key or token (when set, it wins over --bootstrap-mode)",
+    ),
+    flag(
+        "bootstrap-mode",
+        Kind::Str,
+        "token",
+        "where the hub's identity comes from without --kubeconfig: token (its own certificates, by CSR) or kubeletcertificate (kubelet's client certificate)",
+    ),
+    flag(
+        "bootstrap-file",
+        Kind::Str,
+        "",
+        "token mode: the bootstrap kubeconfig (server, CA data, bootstrap token) that yurtadm join writes",
+    ),
+    flag(
+        "join-token",
+        Kind::Str,
+        "",
+        "token mode: a bootstrap token (abcdef.0123456789abcdef) to discover the cluster through kube-public/cluster-info",
+    ),
+    flag(
+        "discovery-token-ca-cert-hash",
+        Kind::Strings,
+        "",
+        "sha256:<hex> pins of the cluster CA's public key for --join-token discovery; repeatable",
+    ),
+    flag(
+        "discovery-token-unsafe-skip-ca-verification",
+        Kind::Bool,
+        "false",
+        "allow --join-token discovery without a CA pin",
+    ),
+    flag(
+        "hub-cert-organizations",
+        Kind::Strings,
+        "",
+        "extra organizations (O) in the hub's client certificate; repeatable",
+    ),
+    flag(
+        "hub-cert-signer",
+        Kind::Str,
+        "kube-apiserver-client",
+        "signer of the hub's client certificate: kube-apiserver-client (approved by yurt-manager) or kube-apiserver-client-kubelet (approved by kube-controller-manager, O system:nodes only)",
+    ),
+    flag(
+        "root-dir",
+        Kind::Str,
+        "/var/lib/yurthub",
+        "where the hub keeps its kubeconfigs and certificates (pki/)",
+    ),
+    flag(
+        "node-ip",
+        Kind::Str,
+        "",
+        "this node's IP, put in the serving certificate (default: the address of the default route)",
+    ),
+    flag(
+        "kubelet-kubeconfig",
+        Kind::Str,
+        "/etc/kubernetes/kubelet.conf",
+        "kubeletcertificate mode: kubelet's kubeconfig (its server)",
+    ),
+    flag(
+        "kubelet-ca-file",
+        Kind::Str,
+        "/etc/kubernetes/pki/ca.crt",
+        "kubeletcertificate mode: the cluster CA",
+    ),
+    flag(
+        "kubelet-client-certificate",
+        Kind::Str,
+        "/var/lib/kubelet/pki/kubelet-client-current.pem",
+        "kubeletcertificate mode: kubelet's client certificate and key, re-read when kubelet rotates it",
     ),
     flag(
         "node-name",
@@ -100,7 +172,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "proxy-secure-port",
         Kind::Int,
         "10268",
-        "the port of the HTTPS proxy (reserved: not served yet)",
+        "the port of the HTTPS proxy, served once the hub has a serving certificate (0: any free port)",
     ),
     flag(
         "serve-port",
@@ -215,12 +287,7 @@ pub(crate) const TEST_FLAGS: &[FlagSpec] = &[
 /// YurtHub flags accepted for compatibility and ignored with a warning: (name, takes a value).
 pub(crate) const IGNORED_YURTHUB_FLAGS: &[(&str, bool)] = &[
     ("namespace", true),
-    ("hub-cert-organizations", true),
     ("gc-frequency", true),
-    ("join-token", true),
-    ("bootstrap-mode", true),
-    ("bootstrap-file", true),
-    ("root-dir", true),
     ("profiling", false),
     ("enable-dummy-if", false),
     ("enable-iptables", false),
@@ -229,8 +296,6 @@ pub(crate) const IGNORED_YURTHUB_FLAGS: &[(&str, bool)] = &[
     ("kubelet-health-grace-period", true),
     ("enable-node-pool", false),
     ("min-request-timeout", true),
-    ("discovery-token-ca-cert-hash", true),
-    ("discovery-token-unsafe-skip-ca-verification", false),
     ("enable-coordinator", false),
     ("coordinator-server-addr", true),
     ("coordinator-storage-prefix", true),
@@ -254,6 +319,14 @@ pub(crate) struct RawFlags {
 }
 
 impl RawFlags {
+    /// Every value given for `name`, in order (pflag's repeatable string slices).
+    pub(crate) fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> {
+        self.values
+            .iter()
+            .filter(move |(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
     /// The value given for `name`, if any.
     pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.values
@@ -421,9 +494,20 @@ mod tests {
     }
 
     #[test]
+    fn repeated_slice_flags_keep_every_value() {
+        let raw = parse_ok(&[
+            "--discovery-token-ca-cert-hash=sha256:aa",
+            "--discovery-token-ca-cert-hash",
+            "sha256:bb,sha256:cc",
+        ]);
+        let all: Vec<_> = raw.all("discovery-token-ca-cert-hash").collect();
+        assert_eq!(all, ["sha256:aa", "sha256:bb,sha256:cc"]);
+    }
+
+    #[test]
     fn yurthub_only_flags_are_ignored_not_fatal() {
-        let raw = parse_ok(&["--join-token=abc", "--profiling", "--node-name=n"]);
-        assert_eq!(raw.ignored, vec!["join-token", "profiling"]);
+        let raw = parse_ok(&["--gc-frequency=3", "--profiling", "--node-name=n"]);
+        assert_eq!(raw.ignored, vec!["gc-frequency", "profiling"]);
         assert_eq!(raw.get("node-name"), Some("n"));
     }
 

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::error::StartupError;
 use crate::names::is_dns_subdomain;
+use crate::pki::discovery::{CaPin, JoinToken};
 use crate::tls::{self, TlsMaterial};
 pub(crate) use kubeconfig::Token;
 
@@ -31,10 +32,14 @@ pub enum Command {
 pub struct Config {
     /// Cloud apiservers, in `--server-addr` order.
     pub(crate) servers: Vec<ServerUrl>,
-    /// CA and client certificate for the cloud.
-    pub(crate) tls: TlsMaterial,
-    /// Bearer token for the cloud, when the kubeconfig has one.
-    pub(crate) token: Option<Token>,
+    /// Where the hub's credentials for the cloud come from.
+    pub(crate) identity: IdentitySource,
+    /// `--root-dir`: the hub's kubeconfigs and certificates.
+    pub(crate) root_dir: PathBuf,
+    /// `--hub-cert-organizations`, duplicates removed.
+    pub(crate) hub_cert_organizations: Vec<String>,
+    /// `--node-ip`, else the address of the default route (None when there is none).
+    pub(crate) node_ip: Option<IpAddr>,
     /// This node.
     pub(crate) node_name: String,
     /// This node's pool.
@@ -43,8 +48,8 @@ pub struct Config {
     pub(crate) proxy_addr: SocketAddr,
     /// Health and metrics listener.
     pub(crate) serve_addr: SocketAddr,
-    /// Reserved HTTPS proxy port (not served yet).
-    pub proxy_secure_port: u16,
+    /// HTTPS proxy listener, opened once a serving certificate exists.
+    pub(crate) proxy_secure_addr: SocketAddr,
     /// Reserved multiplexer port (not served yet).
     pub multiplexer_port: u16,
     /// Cache root.
@@ -73,6 +78,58 @@ pub struct Config {
     /// Time the cache writer sleeps before each message, as a slow flash would (tests only:
     /// `None` unless a test-only flag sets it).
     pub(crate) cache_writer_delay: Option<Duration>,
+}
+
+/// Where the hub's identity for the cloud comes from (`--kubeconfig`, else `--bootstrap-mode`).
+#[derive(Debug)]
+pub(crate) enum IdentitySource {
+    /// A kubeconfig the user made: fixed material, as before bootstrap modes existed.
+    Kubeconfig {
+        /// CA and client certificate.
+        tls: TlsMaterial,
+        /// Bearer token, when the kubeconfig has one.
+        token: Option<Token>,
+    },
+    /// `--bootstrap-mode=token`: the hub's own certificates, requested by CSR.
+    Token(TokenMode),
+    /// `--bootstrap-mode=kubeletcertificate`: kubelet's client certificate, re-read when it
+    /// changes.
+    Kubelet(KubeletFiles),
+}
+
+/// Token mode's inputs.
+#[derive(Debug, Clone)]
+pub(crate) struct TokenMode {
+    /// `--bootstrap-file`: a bootstrap kubeconfig to read (and to rewrite on `/v1/token`).
+    pub bootstrap_file: Option<PathBuf>,
+    /// `--join-token`, for `cluster-info` discovery when no bootstrap kubeconfig exists.
+    pub join_token: Option<JoinToken>,
+    /// `--discovery-token-ca-cert-hash`.
+    pub pins: Vec<CaPin>,
+    /// Which signer the client certificate is requested from.
+    pub signer: ClientSigner,
+}
+
+/// `--hub-cert-signer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClientSigner {
+    /// `kubernetes.io/kube-apiserver-client`, O `openyurt:yurthub` and `system:nodes` (plus
+    /// `--hub-cert-organizations`): YurtHub's, approved by yurt-manager.
+    ApiserverClient,
+    /// `kubernetes.io/kube-apiserver-client-kubelet`, O exactly `system:nodes`: approved by a
+    /// plain kube-controller-manager, for clusters without yurt-manager.
+    ApiserverClientKubelet,
+}
+
+/// kubelet's files that kubeletcertificate mode reads.
+#[derive(Debug, Clone)]
+pub(crate) struct KubeletFiles {
+    /// kubelet's kubeconfig (its server).
+    pub kubeconfig: PathBuf,
+    /// The cluster CA.
+    pub ca: PathBuf,
+    /// kubelet's client certificate and key in one file (usually a symlink kubelet swaps).
+    pub cert: PathBuf,
 }
 
 /// One cloud apiserver, `https://host:port`.
@@ -176,36 +233,41 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         text.parse()
             .map_err(|_| StartupError::flag(name, format!("{text:?} is not an IP address")))
     };
-    let list = |name: &str| -> Vec<String> {
-        get(name)
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .collect()
-    };
+    let list = |name: &str| -> Vec<String> { split_list(get(name)) };
+    // A repeatable slice flag: every occurrence, each a comma list, as pflag reads them.
+    let all = |name: &str| -> Vec<String> { raw.all(name).flat_map(split_list).collect() };
 
-    let kubeconfig_path = raw
-        .get("kubeconfig")
-        .filter(|p| !p.is_empty())
-        .ok_or_else(|| {
-            StartupError::new(
-                "--kubeconfig is required: the hub needs the cloud's CA and its own credentials",
-            )
-        })?;
-    let kubeconfig = kubeconfig::load(kubeconfig_path.as_ref())?;
-    // Later refusals of what the kubeconfig holds name it, as its own errors do.
-    let in_kubeconfig =
-        |message: &str| StartupError::new(message).context(format!("kubeconfig {kubeconfig_path}"));
-    if kubeconfig.insecure_skip_tls_verify {
-        return Err(in_kubeconfig(
-            "insecure-skip-tls-verify is not supported: give the cloud's CA",
-        ));
-    }
+    // A kubeconfig the user gives wins over bootstrap (YurtHub has no such flag; tinyhub's
+    // users had only this until bootstrap modes came).
+    let (identity, kubeconfig_server) = match raw.get("kubeconfig").filter(|p| !p.is_empty()) {
+        Some(path) => given_kubeconfig(path)?,
+        None => match get("bootstrap-mode") {
+            "token" => token_mode(raw, &boolean)?,
+            "kubeletcertificate" => {
+                let files = KubeletFiles {
+                    kubeconfig: PathBuf::from(get("kubelet-kubeconfig")),
+                    ca: PathBuf::from(get("kubelet-ca-file")),
+                    cert: PathBuf::from(get("kubelet-client-certificate")),
+                };
+                // Only the server is needed now; the certificate is read (and re-read) by
+                // the identity manager, which says clearly when it is missing.
+                let server = kubeconfig::load(&files.kubeconfig)
+                    .map_err(|e| e.context("--bootstrap-mode=kubeletcertificate"))?
+                    .server;
+                (IdentitySource::Kubelet(files), server)
+            }
+            other => {
+                return Err(StartupError::flag(
+                    "bootstrap-mode",
+                    format!("{other:?} is not token or kubeletcertificate"),
+                ));
+            }
+        },
+    };
 
     let server_list = match raw.get("server-addr").filter(|s| !s.trim().is_empty()) {
         Some(_) => list("server-addr"),
-        None => kubeconfig.server.clone().into_iter().collect(),
+        None => kubeconfig_server.into_iter().collect(),
     };
     if server_list.is_empty() {
         return Err(StartupError::new(
@@ -216,22 +278,6 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         .iter()
         .map(|s| parse_server(s))
         .collect::<Result<Vec<_>, _>>()?;
-
-    let ca = kubeconfig
-        .ca_pem
-        .as_deref()
-        .ok_or_else(|| in_kubeconfig("no certificate-authority: the hub must verify its cloud"))?;
-    let client = kubeconfig
-        .client_cert_pem
-        .as_deref()
-        .zip(kubeconfig.client_key_pem.as_deref());
-    let tls =
-        tls::load(ca, client).map_err(|e| e.context(format!("kubeconfig {kubeconfig_path}")))?;
-    if tls.client.is_none() && kubeconfig.token.is_none() {
-        return Err(in_kubeconfig(
-            "the current user has neither a client certificate nor a token",
-        ));
-    }
 
     let node_name = match raw.get("node-name").filter(|n| !n.is_empty()) {
         Some(n) => n.to_owned(),
@@ -253,6 +299,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
     };
     let port = |name: &str| int(name, 0, 65535).map(|p| p as u16);
     let proxy_addr = SocketAddr::new(proxy_bind, port("proxy-port")?);
+    let proxy_secure_addr = SocketAddr::new(proxy_bind, port("proxy-secure-port")?);
     let serve_addr = SocketAddr::new(bind, port("serve-port")?);
     if proxy_addr == serve_addr && proxy_addr.port() != 0 {
         return Err(StartupError::new(format!(
@@ -293,10 +340,23 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         .map(|a| a.to_ascii_lowercase())
         .collect();
 
+    let node_ip = match raw.get("node-ip").filter(|s| !s.is_empty()) {
+        Some(text) => Some(ip("node-ip", text)?),
+        None => default_route_ip(),
+    };
+    let mut hub_cert_organizations: Vec<String> = Vec::new();
+    for org in all("hub-cert-organizations") {
+        if !hub_cert_organizations.contains(&org) {
+            hub_cert_organizations.push(org);
+        }
+    }
+
     Ok(Config {
         servers,
-        tls,
-        token: kubeconfig.token,
+        identity,
+        root_dir: PathBuf::from(get("root-dir")),
+        hub_cert_organizations,
+        node_ip,
         node_name,
         nodepool_name: raw
             .get("nodepool-name")
@@ -304,7 +364,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             .map(str::to_owned),
         proxy_addr,
         serve_addr,
-        proxy_secure_port: port("proxy-secure-port")?,
+        proxy_secure_addr,
         multiplexer_port: port("multiplexer-port")?,
         disk_cache_path: PathBuf::from(get("disk-cache-path")),
         cache_agents,
@@ -325,6 +385,123 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             .filter(|&ms| ms > 0)
             .map(Duration::from_millis),
     })
+}
+
+/// A comma list, blanks dropped.
+fn split_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `--kubeconfig`: the user's own credentials, checked now. Also its server.
+fn given_kubeconfig(path: &str) -> Result<(IdentitySource, Option<String>), StartupError> {
+    let kubeconfig = kubeconfig::load(path.as_ref())?;
+    // Later refusals of what the kubeconfig holds name it, as its own errors do.
+    let in_kubeconfig =
+        |message: &str| StartupError::new(message).context(format!("kubeconfig {path}"));
+    if kubeconfig.insecure_skip_tls_verify {
+        return Err(in_kubeconfig(
+            "insecure-skip-tls-verify is not supported: give the cloud's CA",
+        ));
+    }
+    let ca = kubeconfig
+        .ca_pem
+        .as_deref()
+        .ok_or_else(|| in_kubeconfig("no certificate-authority: the hub must verify its cloud"))?;
+    let client = kubeconfig
+        .client_cert_pem
+        .as_deref()
+        .zip(kubeconfig.client_key_pem.as_deref());
+    let tls = tls::load(ca, client).map_err(|e| e.context(format!("kubeconfig {path}")))?;
+    if tls.client.is_none() && kubeconfig.token.is_none() {
+        return Err(in_kubeconfig(
+            "the current user has neither a client certificate nor a token",
+        ));
+    }
+    let identity = IdentitySource::Kubeconfig {
+        tls,
+        token: kubeconfig.token,
+    };
+    Ok((identity, kubeconfig.server))
+}
+
+/// `--bootstrap-mode=token`: a bootstrap file or a join token, and the pins discovery needs.
+/// Also the bootstrap file's server, the default of `--server-addr`.
+fn token_mode(
+    raw: &flags::RawFlags,
+    boolean: &dyn Fn(&str) -> Result<bool, StartupError>,
+) -> Result<(IdentitySource, Option<String>), StartupError> {
+    let bootstrap_file = raw
+        .get("bootstrap-file")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from);
+    let join_token = match raw.get("join-token").filter(|t| !t.is_empty()) {
+        Some(text) => {
+            Some(JoinToken::parse(text).map_err(|e| StartupError::flag("join-token", e))?)
+        }
+        None => None,
+    };
+    if bootstrap_file.is_none() && join_token.is_none() {
+        return Err(StartupError::new(
+            "the hub needs credentials for the cloud: give --kubeconfig, or --bootstrap-file or --join-token (--bootstrap-mode=token), or --bootstrap-mode=kubeletcertificate",
+        ));
+    }
+    let pins = raw
+        .all("discovery-token-ca-cert-hash")
+        .flat_map(split_list)
+        .map(|p| {
+            CaPin::parse(&p).map_err(|e| StartupError::flag("discovery-token-ca-cert-hash", e))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // A pin guards discovery only: a bootstrap file already carries the CA (YurtHub asks
+    // for pins even then, which its own static-pod templates do not pass).
+    if join_token.is_some()
+        && bootstrap_file.is_none()
+        && pins.is_empty()
+        && !boolean("discovery-token-unsafe-skip-ca-verification")?
+    {
+        return Err(StartupError::new(
+            "--join-token discovery needs --discovery-token-ca-cert-hash=sha256:<hex> (or --discovery-token-unsafe-skip-ca-verification)",
+        ));
+    }
+    let signer = match raw
+        .get("hub-cert-signer")
+        .unwrap_or("kube-apiserver-client")
+    {
+        "kube-apiserver-client" => ClientSigner::ApiserverClient,
+        "kube-apiserver-client-kubelet" => ClientSigner::ApiserverClientKubelet,
+        other => {
+            return Err(StartupError::flag(
+                "hub-cert-signer",
+                format!("{other:?} is not kube-apiserver-client or kube-apiserver-client-kubelet"),
+            ));
+        }
+    };
+    // The bootstrap file is read now only for its server; an unreadable one is the identity
+    // manager's to report (yurtadm may write it after the hub's unit starts).
+    let server = bootstrap_file
+        .as_deref()
+        .and_then(|p| kubeconfig::load(p).ok())
+        .and_then(|k| k.server);
+    let mode = TokenMode {
+        bootstrap_file,
+        join_token,
+        pins,
+        signer,
+    };
+    Ok((IdentitySource::Token(mode), server))
+}
+
+/// The local address of the default route, as YurtHub's `--node-ip` default: a UDP socket
+/// "connected" to a documentation address sends nothing and learns the source address.
+fn default_route_ip() -> Option<IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_unspecified()).then_some(ip)
 }
 
 /// Checks one `--server-addr` entry: `https://host[:port]`, no path, query or user info.

@@ -1,11 +1,17 @@
-//! The hub's own identity for the cloud (issue 13): its client certificate, obtained with a
-//! bootstrap token or taken from kubelet, and its serving certificate for the HTTPS port,
-//! both renewed before they expire.
+//! The hub's own identity for the cloud: its client certificate, obtained with a bootstrap
+//! token (token mode) or taken from kubelet (kubeletcertificate mode) or from the user's
+//! `--kubeconfig`, and its serving certificate for the HTTPS proxy port. Both are renewed
+//! before they expire, as YurtHub renews them (`../shared/YURTHUB.md` §3), with its faults
+//! fixed: a missing or expired certificate never stops answers from the cache, the HTTPS
+//! port comes up when its certificate arrives instead of holding back the whole hub, and
+//! kubelet's certificate is re-read when kubelet rotates it, not after it expired.
 //!
 //! Files: `der.rs` (DER reading and writing), `x509.rs` (the certificate fields the hub
 //! reads), `csr.rs` (P-256 keys and PKCS#10 requests), `discovery.rs` (join token and
 //! `cluster-info`), `csr_api.rs` (the CSR API and the small cloud client it needs),
-//! `files.rs` (what lives under `--root-dir`).
+//! `files.rs` (what lives under `--root-dir`), `bootstrap.rs` (token mode's bootstrap
+//! kubeconfig), `renew.rs` (the renewal loop both certificates share), `kubelet.rs`
+//! (kubeletcertificate mode), `state.rs` (what readyz, `/v1/token` and the metrics see).
 
 pub(crate) mod csr;
 pub(crate) mod csr_api;
@@ -13,3 +19,298 @@ pub(crate) mod der;
 pub(crate) mod discovery;
 pub(crate) mod files;
 pub(crate) mod x509;
+
+mod bootstrap;
+mod kubelet;
+mod renew;
+mod state;
+
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+
+use crate::config::{ClientSigner, Config, IdentitySource, Token};
+use crate::error::StartupError;
+use crate::server::ServingCert;
+use crate::tls::{self, TlsMaterial};
+use crate::upstream::Upstream;
+use csr::CsrTemplate;
+use csr_api::{ApiClient, Auth};
+use files::{CertKind, RootDir};
+pub(crate) use state::IdentityState;
+
+/// The organizations YurtHub puts in its client certificate before `--hub-cert-organizations`.
+const HUB_ORGANIZATIONS: [&str; 2] = ["openyurt:yurthub", "system:nodes"];
+/// The serving certificate's DNS names: the `kubernetes` Service's, as YurtHub's (pods that
+/// reach the apiserver through the hub check these).
+const SERVING_DNS_NAMES: [&str; 4] = [
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+];
+/// Time to wait for a TCP connection when choosing the server the identity calls go to.
+const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The credentials the hub can present now, read from files only (no network): the user's
+/// kubeconfig, the certificate token mode stored last time, or kubelet's. `None` when there
+/// is none yet; the cloud is then unusable until the identity threads get one, and reads
+/// are answered from the cache.
+pub(crate) fn initial_credentials(config: &Config) -> (Option<TlsMaterial>, Option<Token>) {
+    match &config.identity {
+        IdentitySource::Kubeconfig { tls, token } => (
+            Some(TlsMaterial {
+                roots: tls.roots.clone(),
+                client: tls.client.clone(),
+            }),
+            token.clone(),
+        ),
+        IdentitySource::Token(mode) => {
+            let root = RootDir::new(config.root_dir.clone());
+            // YurtHub empties the whole root when the cloud changed; only what the hub made
+            // goes here, never the user's bootstrap file.
+            let servers: Vec<String> = config.servers.iter().map(|s| s.base.clone()).collect();
+            let user_file = mode.bootstrap_file.as_deref();
+            let bootstrap_ca = user_file
+                .and_then(|p| crate::config::kubeconfig::load(p).ok())
+                .and_then(|k| k.ca_pem);
+            match root.forget_stale(&servers, bootstrap_ca.as_deref(), user_file) {
+                Ok(removed) if !removed.is_empty() => log::info!(
+                    "the cloud changed since the hub last joined: removed {removed:?} from {}",
+                    config.root_dir.display()
+                ),
+                Ok(_) => {}
+                Err(e) => log::warn!("cannot clean {}: {e}", config.root_dir.display()),
+            }
+            let material = root.read_ca().and_then(|ca| {
+                let stored = root.load_cert(CertKind::Client)?;
+                material(&ca, &stored.chain_pem, &stored.identity.key_pem)
+                    .map_err(|e| log::warn!("the stored client certificate is unusable: {e}"))
+                    .ok()
+            });
+            (material, None)
+        }
+        IdentitySource::Kubelet(files) => match kubelet::read(files) {
+            Ok((material, _)) => (Some(material), None),
+            Err(e) => {
+                log::error!("{e}");
+                (None, None)
+            }
+        },
+    }
+}
+
+/// What the identity threads act on.
+pub(crate) struct Parts {
+    /// The cloud client whose TLS material they replace.
+    pub upstream: Arc<Upstream>,
+    /// The HTTPS port's certificate.
+    pub serving: Arc<ServingCert>,
+    /// What readyz and `/v1/token` see.
+    pub state: Arc<IdentityState>,
+    /// Called once, when the first serving certificate is installed: opens the HTTPS port.
+    pub on_first_serving_cert: Box<dyn FnOnce() + Send>,
+}
+
+/// Starts the threads that keep the hub's certificates: the client certificate's (token and
+/// kubeletcertificate modes) and the serving certificate's. They end when `stop` closes.
+pub(crate) fn start(
+    config: &Config,
+    parts: Parts,
+    stop: &Receiver<()>,
+) -> Result<(), StartupError> {
+    let root = Arc::new(RootDir::new(config.root_dir.clone()));
+    let servers: Arc<[String]> = config.servers.iter().map(|s| s.base.clone()).collect();
+    let Parts {
+        upstream,
+        serving,
+        state,
+        on_first_serving_cert,
+    } = parts;
+
+    // Who the serving certificate's CSR is sent as: the client identity of the moment.
+    let api: Arc<dyn Fn() -> Result<ApiClient, String> + Send + Sync> = match &config.identity {
+        IdentitySource::Kubeconfig { tls, token } => {
+            state.client_installed(tls.client_not_after());
+            let ca = pem_of(&tls.roots);
+            let auth = match (&tls.client, token) {
+                (Some(id), _) => Auth::Certificate(id.clone()),
+                (None, Some(token)) => Auth::Token(token_text(token)?),
+                // Refused by config validation.
+                (None, None) => return Err(StartupError::new("the kubeconfig has no user")),
+            };
+            let servers = Arc::clone(&servers);
+            let auth = Arc::new(auth);
+            Arc::new(move || ApiClient::new(&reachable(&servers)?, &ca, (*auth).clone()))
+        }
+        IdentitySource::Token(mode) => {
+            let ctx = bootstrap::TokenContext {
+                root: Arc::clone(&root),
+                servers: Arc::clone(&servers),
+                upstream: Arc::clone(&upstream),
+                state: Arc::clone(&state),
+                template: client_template(config, mode.signer),
+                signer: mode.signer,
+            };
+            let api = ctx.api_as_hub();
+            let wake = state.enable_token_updates(bootstrap::TokenUpdates::new(
+                Arc::clone(&root),
+                Arc::clone(&servers),
+                mode,
+            ));
+            let (mode, stop) = (mode.clone(), stop.clone());
+            spawn("client-certificate", move || ctx.run(mode, &wake, &stop))?;
+            api
+        }
+        IdentitySource::Kubelet(files) => {
+            let watch =
+                kubelet::Watch::new(files.clone(), Arc::clone(&upstream), Arc::clone(&state));
+            let api = watch.api(Arc::clone(&servers));
+            let stop = stop.clone();
+            spawn("kubelet-certificate", move || watch.run(&stop))?;
+            api
+        }
+    };
+
+    let template = serving_template(config);
+    let stop = stop.clone();
+    spawn("serving-certificate", move || {
+        renew::serving(
+            &root,
+            &api,
+            template,
+            &serving,
+            &state,
+            on_first_serving_cert,
+            &stop,
+        )
+    })?;
+    Ok(())
+}
+
+/// The client certificate's subject: YurtHub's, or the kubelet signer's.
+fn client_template(config: &Config, signer: ClientSigner) -> CsrTemplate {
+    let mut organizations: Vec<String> = match signer {
+        ClientSigner::ApiserverClient => {
+            HUB_ORGANIZATIONS.iter().map(|o| (*o).to_owned()).collect()
+        }
+        // kube-controller-manager approves this signer only for O exactly system:nodes.
+        ClientSigner::ApiserverClientKubelet => vec!["system:nodes".to_owned()],
+    };
+    if signer == ClientSigner::ApiserverClient {
+        for org in &config.hub_cert_organizations {
+            if !organizations.contains(org) {
+                organizations.push(org.clone());
+            }
+        }
+    }
+    CsrTemplate {
+        common_name: format!("system:node:{}", config.node_name),
+        organizations,
+        dns_names: Vec::new(),
+        ip_addresses: Vec::new(),
+    }
+}
+
+/// The serving certificate's subject and the names it must hold but the `kubernetes`
+/// Service's cluster IP, which is asked of the cloud when the request is made.
+fn serving_template(config: &Config) -> CsrTemplate {
+    let mut ips: Vec<IpAddr> = Vec::new();
+    let candidates = [
+        config.node_ip,
+        Some(config.proxy_addr.ip()),
+        Some(config.serve_addr.ip()),
+        Some(config.proxy_secure_addr.ip()),
+    ];
+    // 0.0.0.0 names no address a client could check.
+    for ip in candidates.into_iter().flatten() {
+        if !ip.is_unspecified() && !ips.contains(&ip) {
+            ips.push(ip);
+        }
+    }
+    CsrTemplate {
+        common_name: format!("system:node:{}", config.node_name),
+        organizations: vec!["system:nodes".to_owned()],
+        dns_names: SERVING_DNS_NAMES.iter().map(|n| (*n).to_owned()).collect(),
+        ip_addresses: ips,
+    }
+}
+
+/// TLS material from PEM: the CA bundle and a certificate chain with its key.
+fn material(ca_pem: &[u8], chain_pem: &[u8], key_pem: &[u8]) -> Result<TlsMaterial, String> {
+    tls::load(ca_pem, Some((chain_pem, key_pem))).map_err(|e| e.to_string())
+}
+
+/// Certificates back to PEM, for the identity client's CA.
+fn pem_of(certs: &[rustls::pki_types::CertificateDer<'static>]) -> Vec<u8> {
+    use base64::Engine;
+    let mut out = Vec::new();
+    for cert in certs {
+        out.extend_from_slice(b"-----BEGIN CERTIFICATE-----\n");
+        let text = base64::engine::general_purpose::STANDARD.encode(cert.as_ref());
+        for line in text.as_bytes().chunks(64) {
+            out.extend_from_slice(line);
+            out.push(b'\n');
+        }
+        out.extend_from_slice(b"-----END CERTIFICATE-----\n");
+    }
+    out
+}
+
+/// The bearer token of a kubeconfig, read now when it is a file.
+fn token_text(token: &Token) -> Result<String, StartupError> {
+    match token {
+        Token::Inline(text) => Ok(text.clone()),
+        Token::File(path) => std::fs::read_to_string(path)
+            .map(|t| t.trim().to_owned())
+            .map_err(|e| {
+                StartupError::new(e.to_string()).context(format!("tokenFile {}", path.display()))
+            }),
+    }
+}
+
+/// The first server that accepts a TCP connection within [`DIAL_TIMEOUT`], as YurtHub picks
+/// the server for its CSRs; with one server, that one without a dial.
+pub(crate) fn reachable(servers: &[String]) -> Result<String, String> {
+    if let [only] = servers {
+        return Ok(only.clone());
+    }
+    let mut last = String::from("no server");
+    for server in servers {
+        let authority = server.strip_prefix("https://").unwrap_or(server);
+        let addrs: Vec<SocketAddr> = match authority.to_socket_addrs() {
+            Ok(addrs) => addrs.collect(),
+            Err(_) => match format!("{authority}:443").to_socket_addrs() {
+                Ok(addrs) => addrs.collect(),
+                Err(e) => {
+                    last = format!("{server}: {e}");
+                    continue;
+                }
+            },
+        };
+        for addr in addrs {
+            match TcpStream::connect_timeout(&addr, DIAL_TIMEOUT) {
+                Ok(_) => return Ok(server.clone()),
+                Err(e) => last = format!("{server}: {e}"),
+            }
+        }
+    }
+    Err(format!("no cloud server accepts connections ({last})"))
+}
+
+fn spawn<F>(name: &str, f: F) -> Result<(), StartupError>
+where
+    F: FnOnce() + Send + 'static,
+{
+    thread::Builder::new()
+        .name(name.into())
+        .stack_size(crate::SMALL_STACK)
+        .spawn(f)
+        .map(drop)
+        .map_err(|e| {
+            StartupError::new(e.to_string()).context(format!("cannot start the {name} thread"))
+        })
+}

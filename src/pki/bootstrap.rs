@@ -1,0 +1,264 @@
+//! Token mode (YURTHUB.md §3.2–§3.5): the bootstrap kubeconfig comes from `--bootstrap-file`,
+//! or from `<root>/bootstrap-hub.conf`, or from `cluster-info` discovery with the join token
+//! (which then writes that file); `pki/ca.crt` and `yurthub.conf` are written from it once,
+//! as YurtHub writes them. The client certificate is requested with the bootstrap token
+//! while the hub has no valid certificate, and with its own certificate to renew it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crossbeam_channel::Receiver;
+
+use super::csr::CsrTemplate;
+use super::csr_api::{ApiClient, Auth};
+use super::discovery::{self, CaPin, DiscoveryTiming, JoinToken};
+use super::files::{CertKind, RootDir, StoredCert};
+use super::renew::{self, CLIENT_USAGES, Hooks, Renewal};
+use super::state::IdentityState;
+use super::x509::{self, CertInfo};
+use super::{material, reachable};
+use crate::config::{ClientSigner, Token, TokenMode, kubeconfig};
+use crate::upstream::Upstream;
+
+/// What a bootstrap kubeconfig gives: where to send the first CSR, the CA, the token.
+struct Bootstrap {
+    server: String,
+    ca_pem: Vec<u8>,
+    token: String,
+}
+
+/// Token mode's client certificate thread.
+pub(super) struct TokenContext {
+    /// `--root-dir`.
+    pub root: Arc<RootDir>,
+    /// `--server-addr`.
+    pub servers: Arc<[String]>,
+    /// Gets each new certificate.
+    pub upstream: Arc<Upstream>,
+    /// readyz's view.
+    pub state: Arc<IdentityState>,
+    /// The client certificate's subject.
+    pub template: CsrTemplate,
+    /// Which signer it is requested from.
+    pub signer: ClientSigner,
+}
+
+impl TokenContext {
+    /// The CSR API as the hub itself, with its stored client certificate (for the serving
+    /// certificate, which a bootstrap token may not request).
+    pub(super) fn api_as_hub(&self) -> Arc<dyn Fn() -> Result<ApiClient, String> + Send + Sync> {
+        let (root, servers) = (Arc::clone(&self.root), Arc::clone(&self.servers));
+        Arc::new(move || {
+            let ca = root.read_ca().ok_or("the cluster CA is not known yet")?;
+            let stored = root
+                .load_cert(CertKind::Client)
+                .ok_or("the hub has no client certificate yet")?;
+            ApiClient::new(
+                &reachable(&servers)?,
+                &ca,
+                Auth::Certificate(stored.identity),
+            )
+        })
+    }
+
+    /// Keeps the client certificate until `stop` closes; `wake` says `/v1/token` gave a new
+    /// bootstrap token.
+    pub(super) fn run(self, mode: TokenMode, wake: &Receiver<()>, stop: &Receiver<()>) {
+        let renewal = Renewal {
+            kind: CertKind::Client,
+            signer: match self.signer {
+                ClientSigner::ApiserverClient => "kubernetes.io/kube-apiserver-client",
+                ClientSigner::ApiserverClientKubelet => {
+                    "kubernetes.io/kube-apiserver-client-kubelet"
+                }
+            },
+            usages: CLIENT_USAGES,
+            what: "client certificate",
+        };
+        let fixed = self.template.clone();
+        let mut template = || Ok(fixed.clone());
+        let api = || self.client_api(&mode, stop);
+        let mut install = |stored: &StoredCert, info: &CertInfo| -> Result<(), String> {
+            let ca = self.root.read_ca().ok_or("the cluster CA file is gone")?;
+            let tls = material(&ca, &stored.chain_pem, &stored.identity.key_pem)?;
+            self.upstream.set_tls(&tls)?;
+            self.state.client_installed(Some(info.not_after));
+            Ok(())
+        };
+        let problem = |why: String| self.state.client_problem(why);
+        renew::run(
+            &self.root,
+            &renewal,
+            Hooks {
+                template: &mut template,
+                fixed: &self.template,
+                api: &api,
+                install: &mut install,
+                problem: &problem,
+            },
+            wake,
+            stop,
+        );
+    }
+
+    /// Who the client CSR is sent as: the hub's own certificate while it is valid, else the
+    /// bootstrap token (writing `pki/ca.crt` and `yurthub.conf` the first time).
+    fn client_api(&self, mode: &TokenMode, stop: &Receiver<()>) -> Result<ApiClient, String> {
+        let now = SystemTime::now();
+        if let (Some(ca), Some(stored)) =
+            (self.root.read_ca(), self.root.load_cert(CertKind::Client))
+            && renew::info(&stored).is_some_and(|i| now < i.not_after)
+        {
+            return ApiClient::new(
+                &reachable(&self.servers)?,
+                &ca,
+                Auth::Certificate(stored.identity),
+            );
+        }
+        let boot = self.bootstrap(mode, stop)?;
+        let ca = match self.root.read_ca() {
+            Some(ca) => ca,
+            None => {
+                self.root
+                    .write_ca(&boot.ca_pem)
+                    .map_err(|e| format!("cannot write {}: {e}", self.root.ca_file().display()))?;
+                boot.ca_pem.clone()
+            }
+        };
+        if !self.root.hub_conf().exists() {
+            self.root
+                .write_hub_conf(&boot.server, &ca)
+                .map_err(|e| format!("cannot write {}: {e}", self.root.hub_conf().display()))?;
+        }
+        ApiClient::new(&reachable(&self.servers)?, &ca, Auth::Token(boot.token))
+    }
+
+    /// The bootstrap kubeconfig: the user's file, the one written before, or discovery.
+    fn bootstrap(&self, mode: &TokenMode, stop: &Receiver<()>) -> Result<Bootstrap, String> {
+        let path = bootstrap_path(&self.root, mode.bootstrap_file.as_ref());
+        if mode.bootstrap_file.is_some() || path.exists() {
+            let k = kubeconfig::load(&path).map_err(|e| e.to_string())?;
+            let in_file =
+                |what: &str| format!("bootstrap kubeconfig {}: no {what}", path.display());
+            let token = match k.token.ok_or_else(|| in_file("token"))? {
+                Token::Inline(token) => token,
+                Token::File(file) => std::fs::read_to_string(&file)
+                    .map(|t| t.trim().to_owned())
+                    .map_err(|e| format!("tokenFile {}: {e}", file.display()))?,
+            };
+            return Ok(Bootstrap {
+                server: k
+                    .server
+                    .or_else(|| self.servers.first().cloned())
+                    .ok_or_else(|| in_file("server"))?,
+                ca_pem: k
+                    .ca_pem
+                    .ok_or_else(|| in_file("certificate-authority-data"))?,
+                token,
+            });
+        }
+        // Config validation makes sure one of the two is there.
+        let token = mode
+            .join_token
+            .as_ref()
+            .ok_or("neither a bootstrap kubeconfig nor a join token")?;
+        self.state.client_problem(format!(
+            "discovering the cluster with join token {}",
+            token.id()
+        ));
+        let found = discovery::discover(
+            &self.servers,
+            token,
+            &mode.pins,
+            &DiscoveryTiming::default(),
+            stop,
+        )
+        .map_err(|e| e.to_string())?;
+        self.root
+            .write_bootstrap_conf(&path, &found.server, &found.ca_pem, &token.bearer())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        log::info!(
+            "cluster discovered through cluster-info with join token {} at {}; wrote {}",
+            token.id(),
+            found.server,
+            path.display()
+        );
+        Ok(Bootstrap {
+            server: found.server,
+            ca_pem: found.ca_pem,
+            token: token.bearer(),
+        })
+    }
+}
+
+/// Where the bootstrap kubeconfig is: the user's `--bootstrap-file`, else the hub's own.
+fn bootstrap_path(root: &RootDir, user_file: Option<&PathBuf>) -> PathBuf {
+    user_file.cloned().unwrap_or_else(|| root.bootstrap_conf())
+}
+
+/// `POST /v1/token`: a new join token replaces the bootstrap token after discovery with it
+/// succeeds (a node whose certificate and token both expired while it was offline).
+#[derive(Debug)]
+pub(crate) struct TokenUpdates {
+    root: Arc<RootDir>,
+    servers: Arc<[String]>,
+    bootstrap_file: Option<PathBuf>,
+    pins: Vec<CaPin>,
+}
+
+impl TokenUpdates {
+    /// Updates for token mode's files.
+    pub(super) fn new(
+        root: Arc<RootDir>,
+        servers: Arc<[String]>,
+        mode: &TokenMode,
+    ) -> TokenUpdates {
+        TokenUpdates {
+            root,
+            servers,
+            bootstrap_file: mode.bootstrap_file.clone(),
+            pins: mode.pins.clone(),
+        }
+    }
+
+    /// Discovery with `join_token`, then the bootstrap kubeconfig rewritten with it:
+    /// `Err((400, why))` for a token that is not one, `Err((500, why))` when discovery or the
+    /// write fails. Without `--discovery-token-ca-cert-hash` the CA the hub already trusts
+    /// is the pin: a new token must not bring a new cluster.
+    pub(super) fn replace(&self, join_token: &str) -> Result<(), (u16, String)> {
+        let token = JoinToken::parse(join_token.trim()).map_err(|e| (400, e))?;
+        let mut pins = self.pins.clone();
+        if pins.is_empty()
+            && let Some(pin) = self.root.read_ca().as_deref().and_then(ca_pin)
+        {
+            pins.push(pin);
+        }
+        let found = discovery::discover(
+            &self.servers,
+            &token,
+            &pins,
+            &DiscoveryTiming::default(),
+            &crossbeam_channel::never(),
+        )
+        .map_err(|e| (500, e.to_string()))?;
+        let path = bootstrap_path(&self.root, self.bootstrap_file.as_ref());
+        self.root
+            .write_bootstrap_conf(&path, &found.server, &found.ca_pem, &token.bearer())
+            .map_err(|e| (500, format!("cannot write {}: {e}", path.display())))?;
+        log::info!(
+            "bootstrap token replaced through /v1/token: token id {}, {} rewritten",
+            token.id(),
+            path.display()
+        );
+        Ok(())
+    }
+}
+
+/// The pin of the first certificate of a CA bundle.
+fn ca_pin(ca_pem: &[u8]) -> Option<CaPin> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let first = CertificateDer::pem_slice_iter(ca_pem).next()?.ok()?;
+    CaPin::parse(&x509::pin(first.as_ref())?).ok()
+}

@@ -1,0 +1,156 @@
+//! kubeletcertificate mode (YURTHUB.md §3.7): the hub presents kubelet's client certificate.
+//! YurtHub re-reads it only after it expired, although kubelet rotates it at 70–90 % of its
+//! lifetime; here the file is looked at every few seconds and a change (kubelet swaps the
+//! `kubelet-client-current.pem` symlink) is put to use at once.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crossbeam_channel::Receiver;
+
+use super::csr_api::{ApiClient, Auth};
+use super::reachable;
+use super::renew::{Waited, wait};
+use super::state::IdentityState;
+use crate::config::KubeletFiles;
+use crate::metrics::{METRICS, Metrics};
+use crate::tls::TlsMaterial;
+use crate::upstream::Upstream;
+
+/// Time between two looks at kubelet's certificate file.
+const RECHECK: Duration = Duration::from_secs(2);
+
+/// What identifies one version of the certificate file: the symlink's target and the
+/// file's modification time and length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Version {
+    target: Option<PathBuf>,
+    modified: Option<SystemTime>,
+    len: u64,
+}
+
+fn version(files: &KubeletFiles) -> Option<Version> {
+    let meta = std::fs::metadata(&files.cert).ok()?;
+    Some(Version {
+        target: std::fs::read_link(&files.cert).ok(),
+        modified: meta.modified().ok(),
+        len: meta.len(),
+    })
+}
+
+/// Reads the CA and kubelet's certificate and key (one PEM file, as kubelet writes it):
+/// the material and the certificate's expiry.
+pub(super) fn read(files: &KubeletFiles) -> Result<(TlsMaterial, Option<SystemTime>), String> {
+    let ca = std::fs::read(&files.ca).map_err(|e| {
+        format!(
+            "kubeletcertificate mode: the cluster CA {}: {e}",
+            files.ca.display()
+        )
+    })?;
+    let pem = std::fs::read(&files.cert).map_err(|e| {
+        format!(
+            "kubeletcertificate mode: kubelet's client certificate {}: {e}",
+            files.cert.display()
+        )
+    })?;
+    let material = super::material(&ca, &pem, &pem)
+        .map_err(|e| format!("kubeletcertificate mode: {}: {e}", files.cert.display()))?;
+    let not_after = material.client_not_after();
+    Ok((material, not_after))
+}
+
+/// Follows kubelet's certificate file.
+pub(super) struct Watch {
+    files: KubeletFiles,
+    upstream: Arc<Upstream>,
+    state: Arc<IdentityState>,
+}
+
+impl Watch {
+    /// A watch that gives `upstream` each new version of the certificate.
+    pub(super) fn new(
+        files: KubeletFiles,
+        upstream: Arc<Upstream>,
+        state: Arc<IdentityState>,
+    ) -> Watch {
+        Watch {
+            files,
+            upstream,
+            state,
+        }
+    }
+
+    /// The CSR API as kubelet's identity (for the serving certificate), read fresh each time.
+    pub(super) fn api(
+        &self,
+        servers: Arc<[String]>,
+    ) -> Arc<dyn Fn() -> Result<ApiClient, String> + Send + Sync> {
+        let files = self.files.clone();
+        Arc::new(move || {
+            let (material, _) = read(&files)?;
+            let identity = material.client.ok_or("no client certificate")?;
+            let ca =
+                std::fs::read(&files.ca).map_err(|e| format!("{}: {e}", files.ca.display()))?;
+            ApiClient::new(&reachable(&servers)?, &ca, Auth::Certificate(identity))
+        })
+    }
+
+    /// Installs the certificate now, then again whenever the file changes, until `stop`.
+    pub(super) fn run(self, stop: &Receiver<()>) {
+        let never = crossbeam_channel::never();
+        let mut seen: Option<Version> = None;
+        let mut first = true;
+        let mut last_problem: Option<String> = None;
+        let mut report = |why: String| {
+            // Once per new problem: the file is looked at every few seconds.
+            if last_problem.as_ref() != Some(&why) {
+                log::warn!("{why}");
+                last_problem = Some(why.clone());
+            }
+            self.state.client_problem(why);
+        };
+        loop {
+            let now = version(&self.files);
+            if now.is_some() && now != seen {
+                match read(&self.files) {
+                    Ok((material, not_after)) => match self.upstream.set_tls(&material) {
+                        Ok(()) => {
+                            self.state.client_installed(not_after);
+                            Metrics::inc(&METRICS.client_certificate_rotations);
+                            log::info!(
+                                "{} kubelet's client certificate {}{}",
+                                if first {
+                                    "using"
+                                } else {
+                                    "kubelet rotated its certificate: now using"
+                                },
+                                self.files.cert.display(),
+                                not_after
+                                    .map(|t| format!(
+                                        ", valid until {}",
+                                        crate::logging::rfc3339(t)
+                                    ))
+                                    .unwrap_or_default()
+                            );
+                            first = false;
+                            seen = now;
+                            last_problem = None;
+                        }
+                        Err(e) => report(e),
+                    },
+                    // A half-written file is read again next time.
+                    Err(e) => report(e),
+                }
+            } else if now.is_none() {
+                report(format!(
+                    "kubeletcertificate mode: kubelet's client certificate {} cannot be read",
+                    self.files.cert.display()
+                ));
+            }
+            if wait(RECHECK, &never, stop) == Waited::Stopped {
+                return;
+            }
+        }
+    }
+}

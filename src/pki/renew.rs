@@ -1,0 +1,402 @@
+//! The renewal loop both of the hub's certificates share, with client-go's certificate
+//! manager rules as YurtHub uses them: renew at a uniformly random 70–90 % of the lifetime,
+//! at once when there is no certificate or it no longer fits its template; after a failure
+//! wait 2 s doubling (±10 %) for five attempts, then every 32 s. A request is a new P-256
+//! key and a CSR, waited for up to 15 minutes; the issued certificate is stored under
+//! `--root-dir` before it is used, so a restart picks it up.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError, select};
+use ring::rand::{SecureRandom, SystemRandom};
+
+use super::csr::{self, CsrTemplate, KeyPair};
+use super::csr_api::{self, ApiClient, CsrSpec};
+use super::files::{CertKind, RootDir, StoredCert};
+use super::state::IdentityState;
+use super::x509::{self, CertInfo};
+use crate::metrics::{METRICS, Metrics};
+use crate::server::ServingCert;
+
+/// How long one CSR may wait for its certificate (client-go's).
+const CSR_WAIT: Duration = Duration::from_secs(15 * 60);
+/// Longest single sleep: the wall clock is looked at again after it, since a router without
+/// a real-time clock may jump by years when NTP first answers.
+const MAX_SLEEP: Duration = Duration::from_secs(60);
+
+/// Which certificate a loop keeps, and how it is requested.
+pub(super) struct Renewal {
+    /// Where it is stored.
+    pub kind: CertKind,
+    /// `spec.signerName`.
+    pub signer: &'static str,
+    /// `spec.usages`.
+    pub usages: &'static [&'static str],
+    /// For log lines: "client certificate", "serving certificate".
+    pub what: &'static str,
+}
+
+/// The client certificate's usages (YurtHub's; yurt-manager approves exactly these).
+pub(super) const CLIENT_USAGES: &[&str] = &["key encipherment", "digital signature", "client auth"];
+/// The serving certificate's usages.
+const SERVING_USAGES: &[&str] = &["key encipherment", "digital signature", "server auth"];
+
+/// How a wait ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Waited {
+    /// Its time passed.
+    Elapsed,
+    /// Something asked for a new attempt now (a new bootstrap token).
+    Woken,
+    /// The hub is shutting down.
+    Stopped,
+}
+
+/// Waits up to `d` (at most [`MAX_SLEEP`]), for `wake` or for `stop` to close.
+pub(super) fn wait(d: Duration, wake: &Receiver<()>, stop: &Receiver<()>) -> Waited {
+    select! {
+        recv(stop) -> _ => Waited::Stopped,
+        recv(wake) -> msg => if msg.is_ok() { Waited::Woken } else { sleep(d, stop) },
+        default(d.min(MAX_SLEEP)) => Waited::Elapsed,
+    }
+}
+
+/// Waits up to `d` for `stop` only.
+fn sleep(d: Duration, stop: &Receiver<()>) -> Waited {
+    match stop.recv_timeout(d.min(MAX_SLEEP)) {
+        Err(RecvTimeoutError::Timeout) => Waited::Elapsed,
+        _ => Waited::Stopped,
+    }
+}
+
+/// A uniform random fraction in [0, 1).
+fn random_fraction() -> f64 {
+    let mut bytes = [0u8; 4];
+    // ring's system random reads getrandom(2); if even that fails, a fixed midpoint keeps
+    // the schedule sane.
+    if SystemRandom::new().fill(&mut bytes).is_err() {
+        return 0.5;
+    }
+    f64::from(u32::from_le_bytes(bytes)) / (f64::from(u32::MAX) + 1.0)
+}
+
+/// When to renew a certificate valid from `not_before` to `not_after`: at `0.7 + 0.2 × r`
+/// of its lifetime (`r` in [0, 1)).
+pub(super) fn renew_at(not_before: SystemTime, not_after: SystemTime, r: f64) -> SystemTime {
+    let lifetime = not_after.duration_since(not_before).unwrap_or_default();
+    not_before + lifetime.mul_f64(0.7 + 0.2 * r.clamp(0.0, 1.0))
+}
+
+/// The wait after `failures` failed attempts (1 = the first): 2 s, 4 s, 8 s, 16 s, 32 s,
+/// then 32 s for ever; `r` in [0, 1) spreads each by ±10 %.
+pub(super) fn backoff(failures: u32, r: f64) -> Duration {
+    let base = 2u64 << failures.saturating_sub(1).min(4);
+    Duration::from_secs(base).mul_f64(0.9 + 0.2 * r.clamp(0.0, 1.0))
+}
+
+/// The certificate still fits what the hub would ask for now: the same CN and
+/// organizations, and every name the template wants (a new `--node-ip` asks for a new
+/// serving certificate).
+pub(super) fn satisfies(info: &CertInfo, template: &CsrTemplate) -> bool {
+    let same_orgs = info.organizations.len() == template.organizations.len()
+        && template
+            .organizations
+            .iter()
+            .all(|o| info.organizations.contains(o));
+    info.common_name.as_deref() == Some(template.common_name.as_str())
+        && same_orgs
+        && template
+            .dns_names
+            .iter()
+            .all(|n| info.dns_names.contains(n))
+        && template
+            .ip_addresses
+            .iter()
+            .all(|ip| info.ip_addresses.contains(ip))
+}
+
+/// The fields of a stored certificate's leaf.
+pub(super) fn info(stored: &StoredCert) -> Option<CertInfo> {
+    x509::parse(stored.identity.chain.first()?.as_ref())
+}
+
+/// One request: a new key, a CSR, the wait for its certificate, and the stored result.
+fn request(
+    root: &RootDir,
+    renewal: &Renewal,
+    template: &CsrTemplate,
+    api: &ApiClient,
+    stop: &Receiver<()>,
+) -> Result<StoredCert, String> {
+    let key = KeyPair::generate()?;
+    let request_pem = csr::request_pem(&key, template)?;
+    let spec = CsrSpec {
+        request_pem: &request_pem,
+        signer: renewal.signer,
+        usages: renewal.usages,
+    };
+    let chain =
+        csr_api::request_certificate(api, &spec, CSR_WAIT, stop).map_err(|e| e.to_string())?;
+    root.store_cert(
+        renewal.kind,
+        &chain,
+        &key.private_key_pem(),
+        SystemTime::now(),
+    )
+    .map_err(|e| format!("cannot store the new {}: {e}", renewal.what))?;
+    root.load_cert(renewal.kind).ok_or_else(|| {
+        format!(
+            "the new {} was stored but cannot be read back",
+            renewal.what
+        )
+    })
+}
+
+/// What a renewal loop is given.
+pub(super) struct Hooks<'a> {
+    /// The template to request with now (the serving one asks the cloud for an address).
+    pub template: &'a mut dyn FnMut() -> Result<CsrTemplate, String>,
+    /// The template's fixed part, to judge a stored certificate by without the cloud.
+    pub fixed: &'a CsrTemplate,
+    /// Who to send the CSR as, and where.
+    pub api: &'a dyn Fn() -> Result<ApiClient, String>,
+    /// Puts a new certificate to use.
+    pub install: &'a mut dyn FnMut(&StoredCert, &CertInfo) -> Result<(), String>,
+    /// Records why getting one failed (readyz shows it).
+    pub problem: &'a dyn Fn(String),
+}
+
+/// Keeps one certificate until `stop` closes; `wake` asks for an attempt now.
+pub(super) fn run(
+    root: &RootDir,
+    renewal: &Renewal,
+    hooks: Hooks<'_>,
+    wake: &Receiver<()>,
+    stop: &Receiver<()>,
+) {
+    let mut failures = 0u32;
+    loop {
+        let current = root.load_cert(renewal.kind).and_then(|s| info(&s));
+        let now = SystemTime::now();
+        let due = match &current {
+            Some(i) if satisfies(i, hooks.fixed) && now < i.not_after => {
+                renew_at(i.not_before, i.not_after, random_fraction())
+            }
+            _ => now,
+        };
+        if let Ok(left) = due.duration_since(now) {
+            if !left.is_zero() {
+                match wait(left, wake, stop) {
+                    Waited::Stopped => return,
+                    // Elapsed at most MAX_SLEEP: look at the clock again.
+                    Waited::Elapsed | Waited::Woken => continue,
+                }
+            }
+        }
+        let attempt = (hooks.template)().and_then(|template| {
+            let api = (hooks.api)()?;
+            let stored = request(root, renewal, &template, &api, stop)?;
+            let info = info(&stored)
+                .ok_or_else(|| format!("the issued {} cannot be parsed", renewal.what))?;
+            (hooks.install)(&stored, &info)?;
+            Ok(info)
+        });
+        match attempt {
+            Ok(info) => {
+                failures = 0;
+                let counter = match renewal.kind {
+                    CertKind::Client => &METRICS.client_certificate_rotations,
+                    CertKind::Serving => &METRICS.serving_certificate_rotations,
+                };
+                Metrics::inc(counter);
+                log::info!(
+                    "new {} installed: valid {} to {}",
+                    renewal.what,
+                    crate::logging::rfc3339(info.not_before),
+                    crate::logging::rfc3339(info.not_after),
+                );
+            }
+            Err(why) => {
+                // A request the shutdown cut short is no failure to report.
+                if matches!(stop.try_recv(), Err(TryRecvError::Disconnected)) {
+                    return;
+                }
+                failures = failures.saturating_add(1);
+                let pause = backoff(failures, random_fraction());
+                log::warn!(
+                    "cannot get a {}: {why}; next attempt in {:.0?}",
+                    renewal.what,
+                    pause
+                );
+                (hooks.problem)(why);
+                if wait(pause, wake, stop) == Waited::Stopped {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The serving certificate's loop: waits until the hub has a client credential, installs a
+/// stored serving certificate that is still valid, then keeps it renewed. The first one
+/// installed opens the HTTPS port.
+pub(super) fn serving(
+    root: &RootDir,
+    api: &Arc<dyn Fn() -> Result<ApiClient, String> + Send + Sync>,
+    fixed: CsrTemplate,
+    serving: &ServingCert,
+    state: &IdentityState,
+    on_first: Box<dyn FnOnce() + Send>,
+    stop: &Receiver<()>,
+) {
+    let mut on_first = Some(on_first);
+    let mut install = |stored: &StoredCert, info: &CertInfo| -> Result<(), String> {
+        serving.set(
+            stored.identity.chain.clone(),
+            stored.identity.key.clone_key(),
+        )?;
+        state.serving_installed(info.not_after);
+        if let Some(open) = on_first.take() {
+            open();
+        }
+        Ok(())
+    };
+    if let Some(stored) = root.load_cert(CertKind::Serving)
+        && let Some(info) = info(&stored)
+        && SystemTime::now() < info.not_after
+    {
+        if let Err(e) = install(&stored, &info) {
+            log::warn!("the stored serving certificate is unusable: {e}");
+        }
+    }
+    let never = crossbeam_channel::never();
+    while !state.has_client() {
+        state.serving_problem("waiting for the hub's client certificate".into());
+        if sleep(Duration::from_secs(1), stop) == Waited::Stopped {
+            return;
+        }
+    }
+    // The `kubernetes` Service's cluster IP, asked once: pods reach the hub by it.
+    let mut cluster_ip: Option<IpAddr> = None;
+    let mut template = || -> Result<CsrTemplate, String> {
+        let ip = match cluster_ip {
+            Some(ip) => ip,
+            None => {
+                let service = (api)()?
+                    .get_json(
+                        "/api/v1/namespaces/default/services/kubernetes",
+                        Duration::from_secs(10),
+                    )
+                    .map_err(|e| {
+                        format!(
+                            "cannot read the kubernetes Service for the serving certificate: {e}"
+                        )
+                    })?;
+                let ip = service["spec"]["clusterIP"]
+                    .as_str()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or("the kubernetes Service has no cluster IP")?;
+                *cluster_ip.insert(ip)
+            }
+        };
+        let mut t = CsrTemplate {
+            common_name: fixed.common_name.clone(),
+            organizations: fixed.organizations.clone(),
+            dns_names: fixed.dns_names.clone(),
+            ip_addresses: vec![ip],
+        };
+        for other in &fixed.ip_addresses {
+            if !t.ip_addresses.contains(other) {
+                t.ip_addresses.push(*other);
+            }
+        }
+        Ok(t)
+    };
+    let api_call = || (api)();
+    let renewal = Renewal {
+        kind: CertKind::Serving,
+        signer: "kubernetes.io/kubelet-serving",
+        usages: SERVING_USAGES,
+        what: "serving certificate",
+    };
+    let problem = |why: String| state.serving_problem(why);
+    run(
+        root,
+        &renewal,
+        Hooks {
+            template: &mut template,
+            fixed: &fixed,
+            api: &api_call,
+            install: &mut install,
+            problem: &problem,
+        },
+        &never,
+        stop,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewal_falls_in_70_to_90_percent_of_the_lifetime() {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let end = start + Duration::from_secs(1000);
+        assert_eq!(renew_at(start, end, 0.0), start + Duration::from_secs(700));
+        assert_eq!(renew_at(start, end, 0.5), start + Duration::from_secs(800));
+        let late = renew_at(start, end, 0.999_999);
+        assert!(late < start + Duration::from_secs(900) && late > start + Duration::from_secs(899));
+        // A certificate that ends before it begins is due at once.
+        assert_eq!(renew_at(end, start, 0.5), end);
+        for _ in 0..100 {
+            let at = renew_at(start, end, random_fraction());
+            assert!(
+                at >= start + Duration::from_secs(700) && at < start + Duration::from_secs(900)
+            );
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_from_two_seconds_to_thirty_two() {
+        let secs: Vec<u64> = (1..=7).map(|n| backoff(n, 0.5).as_secs()).collect();
+        assert_eq!(secs, [2, 4, 8, 16, 32, 32, 32]);
+        assert_eq!(backoff(1, 0.0), Duration::from_millis(1800));
+        assert!(backoff(5, 0.999) < Duration::from_millis(35_200));
+    }
+
+    #[test]
+    fn a_certificate_that_no_longer_fits_is_renewed() {
+        let t = CsrTemplate {
+            common_name: "system:node:a".into(),
+            organizations: vec!["openyurt:yurthub".into(), "system:nodes".into()],
+            dns_names: vec!["kubernetes".into()],
+            ip_addresses: vec!["10.0.0.5".parse().unwrap()],
+        };
+        let now = SystemTime::now();
+        let fits = CertInfo {
+            not_before: now,
+            not_after: now,
+            common_name: Some("system:node:a".into()),
+            organizations: vec!["system:nodes".into(), "openyurt:yurthub".into()],
+            dns_names: vec!["kubernetes".into(), "kubernetes.default".into()],
+            ip_addresses: vec!["10.96.0.1".parse().unwrap(), "10.0.0.5".parse().unwrap()],
+            spki_sha256: [0; 32],
+        };
+        assert!(satisfies(&fits, &t));
+        let mut other = fits.clone();
+        other.organizations.push("openyurt:tenant:x".into());
+        assert!(
+            !satisfies(&other, &t),
+            "an organization was removed from the flags"
+        );
+        let mut other = fits.clone();
+        other.common_name = Some("system:node:b".into());
+        assert!(!satisfies(&other, &t), "the node was renamed");
+        let mut other = fits;
+        other.ip_addresses.pop();
+        assert!(!satisfies(&other, &t), "a new node IP");
+    }
+}
