@@ -67,5 +67,13 @@ tools:
 		$$SUDO apt-get update -qq && \
 		{ $$SUDO apt-get install -y -qq kubectl || $$SUDO apt-get install -y -qq kubernetes-client; }; \
 	}
+	@# openssl checks the hub's CSRs and keys; python3 is a client of its HTTPS port.
+	@for tool in openssl python3; do \
+		command -v $$tool >/dev/null 2>&1 || { \
+			echo "installing $$tool"; \
+			SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+			$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$tool; \
+		}; \
+	done
 
 include cross/cross.mk

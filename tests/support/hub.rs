@@ -58,10 +58,12 @@ pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// How to start a hub.
 #[derive(Clone)]
 pub struct HubSpec {
-    /// The hub's kubeconfig.
-    pub kubeconfig: PathBuf,
+    /// The hub's kubeconfig (`None`: a bootstrap mode, given in `args`).
+    pub kubeconfig: Option<PathBuf>,
     /// Its cache root.
     pub cache_dir: PathBuf,
+    /// Its `--root-dir` (certificates and kubeconfigs it writes).
+    pub root_dir: PathBuf,
     /// Flags after the defaults below (later flags win).
     pub args: Vec<String>,
     /// Extra environment of the hub process (test hooks).
@@ -78,9 +80,19 @@ impl HubSpec {
     /// A hub for `cloud` with a kubeconfig carrying `auth`, caching under `dir/cache`.
     pub fn with_auth(cloud: &Cloud, dir: &Path, auth: Auth) -> HubSpec {
         HubSpec {
-            kubeconfig: cloud.write_kubeconfig(dir, auth),
+            kubeconfig: Some(cloud.write_kubeconfig(dir, auth)),
+            ..HubSpec::bootstrap(dir, &[])
+        }
+    }
+
+    /// A hub with no kubeconfig: its identity comes from `args` (`--bootstrap-file`,
+    /// `--join-token`, `--bootstrap-mode=kubeletcertificate`), its root is `dir/root`.
+    pub fn bootstrap(dir: &Path, args: &[&str]) -> HubSpec {
+        HubSpec {
+            kubeconfig: None,
             cache_dir: dir.join("cache"),
-            args: Vec::new(),
+            root_dir: dir.join("root"),
+            args: args.iter().map(|s| (*s).to_owned()).collect(),
             env: Vec::new(),
         }
     }
@@ -177,10 +189,14 @@ impl Hub {
     /// Starts a hub and waits until it says it is ready.
     pub fn start(spec: &HubSpec) -> Hub {
         let mut cmd = hub_command();
-        cmd.arg(format!("--kubeconfig={}", spec.kubeconfig.display()))
-            .arg("--node-name=edge-1")
+        if let Some(kubeconfig) = &spec.kubeconfig {
+            cmd.arg(format!("--kubeconfig={}", kubeconfig.display()));
+        }
+        cmd.arg("--node-name=edge-1")
             .arg("--proxy-port=0")
             .arg("--serve-port=0")
+            .arg("--proxy-secure-port=0")
+            .arg(format!("--root-dir={}", spec.root_dir.display()))
             .arg(format!("--disk-cache-path={}", spec.cache_dir.display()))
             .arg("--heartbeat-interval-seconds=1")
             .arg("--heartbeat-timeout-seconds=1")
@@ -239,6 +255,22 @@ impl Hub {
             logs,
             spec: spec.clone(),
         }
+    }
+
+    /// The HTTPS proxy's address, once the hub has logged it (it opens when the first
+    /// serving certificate is installed).
+    pub fn wait_https(&self, timeout: Duration) -> Option<SocketAddr> {
+        let mut found = None;
+        eventually(timeout, || {
+            found = self
+                .logs
+                .lock()
+                .unwrap()
+                .iter()
+                .find_map(|l| l.split("role=https-proxy addr=").nth(1)?.trim().parse().ok());
+            found.is_some()
+        });
+        found
     }
 
     /// `http://127.0.0.1:PORT` of the proxy.
