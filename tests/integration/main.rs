@@ -16,6 +16,7 @@ mod discovery;
 mod faults;
 mod forward;
 mod hostile;
+mod identity;
 mod kubectl;
 mod list_scope;
 mod offline;

@@ -1,0 +1,452 @@
+//! The hub's own identity (issue 13), end to end with the real binary against the stand-in
+//! cloud, which discovers, approves and signs like kube-apiserver, kube-controller-manager
+//! and yurt-manager: joining by join token (pin right, pin wrong, no pin), by bootstrap
+//! file, with kubelet's certificate; rotation while a watch and a list loop run through the
+//! hub; the HTTPS port answering kubectl and Python; a denied CSR and an unreachable cloud
+//! at first start, with cached reads still answered; `POST /v1/token`.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::support::cloud::CsrMode;
+use crate::support::hub::*;
+use crate::support::{AuthMethod, Cloud};
+
+const TOKEN_ID: &str = "abcdef";
+const TOKEN_SECRET: &str = "0123456789abcdef";
+const NODE_USER: &str = "system:node:edge-1";
+
+fn join_token() -> String {
+    format!("{TOKEN_ID}.{TOKEN_SECRET}")
+}
+
+fn configmap(name: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"}, "data": {"k": name}})
+}
+
+/// A cloud with the test bootstrap token.
+fn cloud_with_token() -> Cloud {
+    let cloud = Cloud::start();
+    cloud.add_bootstrap_token(TOKEN_ID, TOKEN_SECRET);
+    cloud
+}
+
+/// Token-mode flags for `cloud` with the given extra flags.
+fn join_flags(cloud: &Cloud, extra: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        format!("--server-addr={}", cloud.url()),
+        format!("--join-token={}", join_token()),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+fn spec(dir: &Path, args: &[String]) -> HubSpec {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    HubSpec::bootstrap(dir, &args)
+}
+
+fn readyz(hub: &Hub) -> Reply {
+    get(&format!("{}/readyz?verbose", hub.serve_url()), "curl/8")
+}
+
+/// Waits until the hub has put a client certificate to use (the metric counts them).
+fn wait_client_certs(hub: &Hub, n: f64, timeout: Duration) -> bool {
+    hub.wait_metric_at_least("tinyhub_client_certificate_rotations_total", n, timeout)
+}
+
+/// A GET of a configmap through the hub made it to the cloud as the node, by certificate.
+fn reads_as_the_node(cloud: &Cloud, hub: &Hub, name: &str) {
+    let path = format!("/api/v1/namespaces/default/configmaps/{name}");
+    let r = get(&format!("{}{path}", hub.url()), KUBELET);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let seen = cloud
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|q| q.path == path)
+        .expect("the cloud saw the read");
+    let id = seen.identity.expect("authenticated");
+    assert_eq!(id.user, NODE_USER);
+    assert_eq!(id.method, AuthMethod::ClientCert);
+}
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn joins_by_join_token_with_the_right_pin() {
+    let cloud = cloud_with_token();
+    cloud.create("configmaps", configmap("settings"));
+    let dir = TempDir::new("join-pin");
+    let started = Instant::now();
+    let pin = format!("--discovery-token-ca-cert-hash={}", cloud.ca_pin());
+    let hub = Hub::start(&spec(dir.path(), &join_flags(&cloud, &[&pin])));
+    assert!(
+        wait_client_certs(&hub, 1.0, Duration::from_secs(30)),
+        "no client certificate: {}",
+        hub.logs()
+    );
+    eprintln!("time from start to the first client certificate: {:?}", started.elapsed());
+    reads_as_the_node(&cloud, &hub, "settings");
+
+    // The files YurtHub writes, private.
+    let root = dir.path().join("root");
+    for file in [
+        "bootstrap-hub.conf",
+        "yurthub.conf",
+        "pki/ca.crt",
+        "pki/yurthub-current.pem",
+    ] {
+        let path = root.join(file);
+        assert!(path.exists(), "{file} missing");
+        assert_eq!(mode_of(&path), 0o600, "{file}");
+    }
+    let boot = std::fs::read_to_string(root.join("bootstrap-hub.conf")).unwrap();
+    assert!(boot.contains(&join_token()) && boot.contains("token-bootstrap-client"));
+    let conf = std::fs::read_to_string(root.join("yurthub.conf")).unwrap();
+    assert!(conf.contains(&root.join("pki/yurthub-current.pem").display().to_string()));
+    // kubectl reads the kubeconfig the hub wrote for itself.
+    let out = Command::new("kubectl")
+        .args(["--kubeconfig", &root.join("yurthub.conf").display().to_string()])
+        .args(["get", "configmap", "settings", "-n", "default", "-o", "name"])
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "configmap/settings");
+
+    // The CSR: YurtHub's signer, subject and usages, approved.
+    let csrs = cloud.csrs();
+    let client = csrs
+        .iter()
+        .find(|c| c["spec"]["signerName"] == "kubernetes.io/kube-apiserver-client")
+        .expect("a client CSR");
+    assert_eq!(client["spec"]["username"], "system:bootstrap:abcdef");
+
+    // The serving certificate followed, and readyz is happy.
+    assert!(hub.wait_https(Duration::from_secs(30)).is_some(), "{}", hub.logs());
+    assert!(eventually(Duration::from_secs(10), || readyz(&hub).status == 200));
+}
+
+#[test]
+fn a_wrong_pin_refuses_the_cluster_and_says_why() {
+    let cloud = cloud_with_token();
+    let dir = TempDir::new("join-wrong-pin");
+    let wrong = format!("--discovery-token-ca-cert-hash=sha256:{}", "ab".repeat(32));
+    let hub = Hub::start(&spec(dir.path(), &join_flags(&cloud, &[&wrong])));
+    assert!(
+        hub.wait_log_line(|l| l.contains("pin"), Duration::from_secs(30)),
+        "{}",
+        hub.logs()
+    );
+    let r = readyz(&hub);
+    assert_eq!(r.status, 503);
+    assert!(r.text().contains("[-]certificates"), "{}", r.text());
+    assert!(cloud.csrs().is_empty(), "no CSR from a cluster it does not trust");
+    assert!(!dir.path().join("root/bootstrap-hub.conf").exists());
+}
+
+#[test]
+fn a_join_token_without_a_pin_needs_the_unsafe_flag() {
+    let cloud = cloud_with_token();
+    let dir = TempDir::new("join-no-pin");
+    let out = hub_command()
+        .args(join_flags(&cloud, &[]))
+        .arg("--node-name=edge-1")
+        .arg(format!("--root-dir={}", dir.path().join("root").display()))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--discovery-token-ca-cert-hash"), "{err}");
+
+    let flags = join_flags(&cloud, &["--discovery-token-unsafe-skip-ca-verification"]);
+    let hub = Hub::start(&spec(dir.path(), &flags));
+    assert!(wait_client_certs(&hub, 1.0, Duration::from_secs(30)), "{}", hub.logs());
+}
+
+#[test]
+fn joins_by_bootstrap_file() {
+    let cloud = cloud_with_token();
+    cloud.create("configmaps", configmap("settings"));
+    let dir = TempDir::new("join-file");
+    let file = dir.path().join("bootstrap-hub.conf");
+    cloud.write_bootstrap_kubeconfig(&file, &join_token());
+    let hub = Hub::start(&spec(
+        dir.path(),
+        &[format!("--bootstrap-file={}", file.display())],
+    ));
+    assert!(wait_client_certs(&hub, 1.0, Duration::from_secs(30)), "{}", hub.logs());
+    reads_as_the_node(&cloud, &hub, "settings");
+    assert!(dir.path().join("root/pki/ca.crt").exists());
+}
+
+#[test]
+fn kubelet_certificate_mode_follows_kubelets_rotation() {
+    let cloud = Cloud::start();
+    cloud.create("configmaps", configmap("settings"));
+    let dir = TempDir::new("kubelet-mode");
+    let kubelet = dir.path().join("kubelet");
+    // The first certificate lives only a few seconds: the hub must move on before it ends.
+    let files = cloud.write_kubelet_credentials(&kubelet, "edge-1", Duration::from_secs(4));
+    let hub = Hub::start(&spec(
+        dir.path(),
+        &[
+            "--bootstrap-mode=kubeletcertificate".to_owned(),
+            format!("--kubelet-kubeconfig={}", files.kubeconfig.display()),
+            format!("--kubelet-ca-file={}", files.ca.display()),
+            format!("--kubelet-client-certificate={}", files.cert.display()),
+        ],
+    ));
+    reads_as_the_node(&cloud, &hub, "settings");
+    cloud.write_kubelet_credentials(&kubelet, "edge-1", Duration::from_secs(3600));
+    assert!(wait_client_certs(&hub, 2.0, Duration::from_secs(20)), "{}", hub.logs());
+    std::thread::sleep(Duration::from_secs(5));
+    // The first certificate has expired: only the new one opens connections now.
+    reads_as_the_node(&cloud, &hub, "settings");
+    assert!(hub.wait_log("kubelet rotated its certificate", Duration::from_secs(1)));
+}
+
+#[test]
+fn rotation_under_a_watch_and_a_list_loop_fails_no_request() {
+    let cloud = cloud_with_token();
+    cloud.set_csr_lifetime(Duration::from_secs(6));
+    let dir = TempDir::new("rotation");
+    let pin = format!("--discovery-token-ca-cert-hash={}", cloud.ca_pin());
+    let hub = Hub::start(&spec(dir.path(), &join_flags(&cloud, &[&pin])));
+    assert!(wait_client_certs(&hub, 1.0, Duration::from_secs(30)), "{}", hub.logs());
+
+    let (status, body) = stream(
+        &format!(
+            "{}/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=60",
+            hub.url()
+        ),
+        KUBELET,
+    );
+    assert_eq!(status, 200);
+    let seen = Arc::new(AtomicUsize::new(0));
+    {
+        let seen = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            for line in BufReader::new(body).lines().map_while(Result::ok) {
+                if line.contains("\"ADDED\"") {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let (lists, failures) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let looper = {
+        let (stop, lists, failures, url) = (
+            Arc::clone(&stop),
+            Arc::clone(&lists),
+            Arc::clone(&failures),
+            format!("{}/api/v1/namespaces/default/configmaps", hub.url()),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let r = get(&url, KUBELET);
+                lists.fetch_add(1, Ordering::SeqCst);
+                if r.status != 200 || r.header("x-tinyhub-offline").is_some() {
+                    failures.fetch_add(1, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    // Three lifetimes: at least two renewals at 70–90 % of six seconds.
+    let mut created = 0;
+    let until = Instant::now() + Duration::from_secs(18);
+    while Instant::now() < until {
+        created += 1;
+        cloud.create("configmaps", configmap(&format!("c{created}")));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    stop.store(true, Ordering::SeqCst);
+    looper.join().unwrap();
+    let rotations = hub
+        .metric("tinyhub_client_certificate_rotations_total")
+        .unwrap_or(0.0);
+    eprintln!(
+        "rotation test: {} lists, {} failed, {created} configmaps created, {} watch events, {rotations} client certificates",
+        lists.load(Ordering::SeqCst),
+        failures.load(Ordering::SeqCst),
+        seen.load(Ordering::SeqCst)
+    );
+    assert!(rotations >= 3.0, "first certificate and two renewals: {rotations}");
+    assert_eq!(failures.load(Ordering::SeqCst), 0, "{}", hub.logs());
+    assert!(
+        eventually(Duration::from_secs(5), || seen.load(Ordering::SeqCst) >= created),
+        "the watch kept delivering: {} of {created}",
+        seen.load(Ordering::SeqCst)
+    );
+}
+
+/// The cloud CA as a file, for kubectl and Python.
+fn ca_file(cloud: &Cloud, dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("cluster-ca.crt");
+    std::fs::write(&path, cloud.ca_pem()).unwrap();
+    path
+}
+
+#[test]
+fn the_https_port_answers_kubectl_and_python() {
+    let cloud = Cloud::start();
+    cloud.create("configmaps", configmap("settings"));
+    let dir = TempDir::new("https");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    let addr = hub
+        .wait_https(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("no HTTPS port: {}", hub.logs()));
+    let ca = ca_file(&cloud, dir.path());
+    let server = format!("https://{addr}");
+
+    let out = Command::new("kubectl")
+        .args(["--server", &server, "--certificate-authority"])
+        .arg(&ca)
+        .args(["get", "configmap", "settings", "-n", "default", "-o", "jsonpath={.data.k}"])
+        .env("HOME", dir.path())
+        .env("KUBECONFIG", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "settings");
+
+    // A client's own bearer token goes upstream, as on the plain port.
+    cloud.add_token("pod-token", "system:serviceaccount:default:app");
+    let out = Command::new("kubectl")
+        .args(["--server", &server, "--certificate-authority"])
+        .arg(&ca)
+        .args(["--token", "pod-token", "get", "configmaps", "-n", "default", "-o", "name"])
+        .env("HOME", dir.path())
+        .env("KUBECONFIG", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(cloud.requests().iter().any(|q| q.bearer_token.as_deref() == Some("pod-token")));
+
+    let script = format!(
+        "import http.client, json, ssl\n\
+         ctx = ssl.create_default_context(cafile={ca:?})\n\
+         c = http.client.HTTPSConnection('{}', {}, context=ctx)\n\
+         c.request('GET', '/api/v1/namespaces/default/configmaps/settings')\n\
+         r = c.getresponse()\n\
+         print(r.status, json.loads(r.read())['data']['k'])\n",
+        addr.ip(),
+        addr.port(),
+        ca = ca.display().to_string(),
+    );
+    let out = Command::new("python3").arg("-c").arg(&script).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "200 settings");
+}
+
+#[test]
+fn a_denied_csr_is_said_and_cached_reads_go_on() {
+    let cloud = cloud_with_token();
+    cloud.create("configmaps", configmap("settings"));
+    cloud.set_csr_lifetime(Duration::from_secs(5));
+    let dir = TempDir::new("denied");
+    let pin = format!("--discovery-token-ca-cert-hash={}", cloud.ca_pin());
+    let hub = Hub::start(&spec(dir.path(), &join_flags(&cloud, &[&pin])));
+    assert!(wait_client_certs(&hub, 1.0, Duration::from_secs(30)), "{}", hub.logs());
+    let path = "/api/v1/namespaces/default/configmaps/settings";
+    assert_eq!(get(&format!("{}{path}", hub.url()), KUBELET).status, 200);
+    hub.wait_cache_quiet();
+    cloud.set_csr_mode(CsrMode::Deny);
+    assert!(
+        hub.wait_log_line(|l| l.to_lowercase().contains("denied"), Duration::from_secs(30)),
+        "{}",
+        hub.logs()
+    );
+    // The certificate runs out; the cloud refuses the hub; the cache still answers.
+    assert!(eventually(Duration::from_secs(20), || {
+        let r = readyz(&hub);
+        r.status == 503 && r.text().to_lowercase().contains("denied")
+    }));
+    let r = get(&format!("{}{path}", hub.url()), KUBELET);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["data"]["k"], "settings");
+}
+
+#[test]
+fn an_unreachable_cloud_at_first_start_leaves_cached_reads() {
+    let cloud = cloud_with_token();
+    cloud.create("configmaps", configmap("settings"));
+    let dir = TempDir::new("first-start-offline");
+    // An earlier hub (a kubeconfig one) filled the cache.
+    {
+        let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+        let path = "/api/v1/namespaces/default/configmaps/settings";
+        assert_eq!(get(&format!("{}{path}", hub.url()), KUBELET).status, 200);
+        hub.wait_cache_quiet();
+    }
+    cloud.stop();
+    let pin = format!("--discovery-token-ca-cert-hash={}", cloud.ca_pin());
+    let hub = Hub::start(&spec(dir.path(), &join_flags(&cloud, &[&pin])));
+    assert!(
+        hub.wait_log_line(|l| l.contains("cluster-info") || l.contains("discover"), Duration::from_secs(30)),
+        "{}",
+        hub.logs()
+    );
+    let r = readyz(&hub);
+    assert_eq!(r.status, 503);
+    assert!(r.text().contains("[-]certificates"), "{}", r.text());
+    let r = get(
+        &format!("{}/api/v1/namespaces/default/configmaps/settings", hub.url()),
+        KUBELET,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["data"]["k"], "settings");
+}
+
+#[test]
+fn post_v1_token_brings_back_a_node_whose_certificate_and_token_expired() {
+    let cloud = cloud_with_token();
+    cloud.set_csr_lifetime(Duration::from_secs(4));
+    let dir = TempDir::new("v1-token");
+    let pin = format!("--discovery-token-ca-cert-hash={}", cloud.ca_pin());
+    let hub = Hub::start(&spec(dir.path(), &join_flags(&cloud, &[&pin])));
+    assert!(wait_client_certs(&hub, 1.0, Duration::from_secs(30)), "{}", hub.logs());
+    // Renewals are refused until the certificate has run out, and the old token is gone.
+    cloud.set_csr_mode(CsrMode::Deny);
+    assert!(eventually(Duration::from_secs(15), || readyz(&hub)
+        .text()
+        .contains("has expired")));
+    cloud.remove_bootstrap_token(TOKEN_ID);
+
+    let url = format!("{}/v1/token", hub.serve_url());
+    let post = |body: &str| call("POST", &url, "curl/8", &[], Some(body.as_bytes()));
+    assert_eq!(post("not json").status, 400);
+    assert_eq!(post(r#"{"jointoken": ""}"#).status, 400);
+    // A token the cluster does not know: discovery finds no signature for it.
+    assert_eq!(post(r#"{"jointoken": "zzzzzz.zzzzzzzzzzzzzzzz"}"#).status, 500);
+
+    cloud.add_bootstrap_token("fedcba", "fedcba9876543210");
+    cloud.set_csr_mode(CsrMode::Rules);
+    let r = post(r#"{"jointoken": "fedcba.fedcba9876543210"}"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let boot = std::fs::read_to_string(dir.path().join("root/bootstrap-hub.conf")).unwrap();
+    assert!(boot.contains("fedcba.fedcba9876543210"), "{boot}");
+    // The hub asks at once with the new token, and is ready again.
+    assert!(
+        eventually(Duration::from_secs(15), || cloud
+            .csrs()
+            .iter()
+            .any(|c| c["spec"]["username"] == "system:bootstrap:fedcba")),
+        "{}",
+        hub.logs()
+    );
+    assert!(eventually(Duration::from_secs(15), || readyz(&hub).status == 200), "{}", readyz(&hub).text());
+}
