@@ -359,17 +359,22 @@ impl RootDir {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(with_path(&conf, "read")(e)),
         };
+        // The files it names may be gone (`rm pki/*` is the classic fix): then its sole
+        // cluster still says which server and CA it was for.
         let old = match kubeconfig::parse(&text, &self.root) {
-            Ok(old) => old,
-            Err(e) => {
+            Ok(old) => Some((old.server, old.ca_pem)),
+            Err(e) => sole_cluster(&text).or_else(|| {
                 log::warn!(
                     "{}: {e}; cannot tell whether it is for this cluster, keeping it",
                     conf.display()
                 );
-                return Ok(Vec::new());
-            }
+                None
+            }),
         };
-        let server_changed = match old.server.as_deref().and_then(host_of) {
+        let Some((old_server, old_ca)) = old else {
+            return Ok(Vec::new());
+        };
+        let server_changed = match old_server.as_deref().and_then(host_of) {
             Some(old_host) => {
                 !servers.is_empty()
                     && !servers
@@ -378,7 +383,7 @@ impl RootDir {
             }
             None => false,
         };
-        let ca_changed = ca_pem.is_some_and(|want| !same_ca(old.ca_pem.as_deref(), want));
+        let ca_changed = ca_pem.is_some_and(|want| !same_ca(old_ca.as_deref(), want));
         if !server_changed && !ca_changed {
             return Ok(Vec::new());
         }
@@ -442,6 +447,22 @@ fn generated_files(
         }
     }
     Ok(())
+}
+
+/// Server and inline CA of a kubeconfig's only cluster, read without the files it names.
+fn sole_cluster(text: &str) -> Option<(Option<String>, Option<Vec<u8>>)> {
+    let docs = yaml_rust2::YamlLoader::load_from_str(text).ok()?;
+    let clusters = docs.first()?["clusters"].as_vec()?;
+    let [only] = clusters.as_slice() else {
+        return None;
+    };
+    let cluster = &only["cluster"];
+    let server = cluster["server"].as_str().map(str::to_owned);
+    let ca = match cluster["certificate-authority-data"].as_str() {
+        Some(data) => Some(kubeconfig::base64_decode(data)?),
+        None => None,
+    };
+    Some((server, ca))
 }
 
 /// The YAML of the bootstrap kubeconfig, in clientcmd's layout (keys sorted), every value
@@ -1214,6 +1235,33 @@ WV9WW4BpTCGAUIZKhS+R9lEajtuhRANCAATq+FIrfvmSbDO5zY7uenGgP53Sn103
         assert!(tmp.0.join("cache/kubelet/pods").exists());
         assert!(root.load_cert(CertKind::Client).is_none());
         assert!(root.read_ca().is_none());
+    }
+
+    #[test]
+    fn forget_stale_reads_the_server_even_when_the_pair_files_are_gone() {
+        let tmp = TempDir::new("rmpki");
+        let (ca, _) = pair("ca");
+        let root = set_up(&tmp, "https://old:6443", &ca);
+        fs::remove_file(root.current_cert(CertKind::Client)).unwrap();
+        assert!(
+            root.forget_stale(&["https://old:1".to_owned()], Some(ca.as_bytes()), None)
+                .unwrap()
+                .is_empty()
+        );
+        let removed = root
+            .forget_stale(&["https://new:6443".to_owned()], None, None)
+            .unwrap();
+        assert!(removed.contains(&root.hub_conf()), "{removed:?}");
+        assert_eq!(names(&tmp.0), ["cache", "pki"]);
+        // Not a kubeconfig at all: kept, nothing else touched.
+        let tmp = TempDir::new("notyaml");
+        let root = set_up(&tmp, "https://old:6443", &ca);
+        fs::write(root.hub_conf(), "clusters: [").unwrap();
+        let removed = root
+            .forget_stale(&["https://new:6443".to_owned()], None, None)
+            .unwrap();
+        assert!(removed.is_empty(), "{removed:?}");
+        assert!(root.load_cert(CertKind::Client).is_some());
     }
 
     #[test]
