@@ -181,7 +181,8 @@ impl RootDir {
     /// grow a router's flash for ever.
     ///
     /// A pair whose key does not belong to its certificate is refused before anything is
-    /// written. One writer per kind at a time (the rotation manager).
+    /// written. A plain file at `-current.pem` (a pair copied in by hand) is replaced, where
+    /// client-go refuses to rotate. One writer per kind at a time (the rotation manager).
     pub(crate) fn store_cert(
         &self,
         kind: CertKind,
@@ -208,7 +209,7 @@ impl RootDir {
             .unwrap_or(0);
         let dated = (secs..secs + 3600)
             .map(|s| pki.join(format!("{prefix}-{}.pem", timestamp(s))))
-            .find(|p| fs::symlink_metadata(p).is_err())
+            .find(|p| matches!(fs::symlink_metadata(p), Err(e) if e.kind() == io::ErrorKind::NotFound))
             .ok_or_else(|| {
                 io::Error::new(
                     io::ErrorKind::AlreadyExists,
