@@ -77,28 +77,31 @@ pub(crate) fn load(
         .context("certificate authority"));
     }
     let client = match client {
-        Some((cert_pem, key_pem)) => {
-            let chain = certificates(cert_pem, "client certificate")?;
-            let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| {
-                StartupError::new(format!("no usable private key in PEM ({e})"))
-                    .context("client key")
-            })?;
-            let provider = rustls::crypto::ring::default_provider();
-            rustls::sign::CertifiedKey::from_der(chain.clone(), key.clone_key(), &provider)
-                .map_err(|e| {
-                    StartupError::new(format!(
-                        "client certificate and key do not belong together: {e}"
-                    ))
-                })?;
-            Some(ClientIdentity {
-                chain,
-                key,
-                key_pem: key_pem.to_vec(),
-            })
-        }
+        Some((cert_pem, key_pem)) => Some(identity(cert_pem, key_pem)?),
         None => None,
     };
     Ok(TlsMaterial { roots, client })
+}
+
+/// Parses a client certificate chain and its key, and checks that they belong together.
+pub(crate) fn identity(cert_pem: &[u8], key_pem: &[u8]) -> Result<ClientIdentity, StartupError> {
+    let chain = certificates(cert_pem, "client certificate")?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| {
+        StartupError::new(format!("no usable private key in PEM ({e})")).context("client key")
+    })?;
+    let provider = rustls::crypto::ring::default_provider();
+    rustls::sign::CertifiedKey::from_der(chain.clone(), key.clone_key(), &provider).map_err(
+        |e| {
+            StartupError::new(format!(
+                "client certificate and key do not belong together: {e}"
+            ))
+        },
+    )?;
+    Ok(ClientIdentity {
+        chain,
+        key,
+        key_pem: key_pem.to_vec(),
+    })
 }
 
 impl TlsMaterial {
