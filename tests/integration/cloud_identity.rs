@@ -309,7 +309,11 @@ fn csrs_outside_the_approval_rules_stay_pending_and_deny_and_fail_modes_decide()
         &[],
     );
     let wrong_usages = create(&serving, "kubernetes.io/kubelet-serving", CLIENT_USAGES);
+    // A serving CSR as the hub sends one: approved by yurt-manager's serving rule.
+    let server_usages = ["key encipherment", "digital signature", "server auth"];
+    let serving_ok = create(&serving, "kubernetes.io/kubelet-serving", &server_usages);
     assert!(wait_csr(&cloud, &approved, |c| issued_cert(c).is_some()).is_some());
+    assert!(wait_csr(&cloud, &serving_ok, |c| issued_cert(c).is_some()).is_some());
     std::thread::sleep(Duration::from_millis(500));
     for name in [&pending, &wrong_usages] {
         let c = cloud.get("certificatesigningrequests", "", name).unwrap();
@@ -318,7 +322,7 @@ fn csrs_outside_the_approval_rules_stay_pending_and_deny_and_fail_modes_decide()
             "{c}"
         );
     }
-    assert_eq!(cloud.issued_certificates(), 1);
+    assert_eq!(cloud.issued_certificates(), 2);
 
     cloud.set_csr_mode(CsrMode::Deny);
     let denied = create(&tenant, client, CLIENT_USAGES);
@@ -333,7 +337,7 @@ fn csrs_outside_the_approval_rules_stay_pending_and_deny_and_fail_modes_decide()
     let garbage = create("not a certificate request", client, CLIENT_USAGES);
     let c = wait_csr(&cloud, &garbage, |c| !condition_types(c).is_empty()).unwrap();
     assert_eq!(condition_types(&c), ["Failed"]);
-    assert_eq!(cloud.issued_certificates(), 1);
+    assert_eq!(cloud.issued_certificates(), 2);
 }
 
 #[test]
@@ -362,6 +366,29 @@ fn a_bootstrap_token_may_only_request_certificates_and_stops_working_once_remove
             .unwrap()
             .status,
         401
+    );
+    // What `yurtadm join` leaves for the hub names this token and this cloud.
+    let dir = TempDir::new("bootstrap-conf");
+    let path = dir.path().join("bootstrap-hub.conf");
+    cloud.write_bootstrap_kubeconfig(&path, &token());
+    let text = std::fs::read_to_string(&path).unwrap();
+    let doc = &yaml_rust2::YamlLoader::load_from_str(&text).unwrap()[0];
+    assert_eq!(
+        doc["current-context"].as_str(),
+        Some("token-bootstrap-client@kubernetes")
+    );
+    assert_eq!(
+        doc["users"][0]["name"].as_str(),
+        Some("token-bootstrap-client")
+    );
+    assert_eq!(
+        doc["users"][0]["user"]["token"].as_str(),
+        Some(token().as_str())
+    );
+    assert_eq!(doc["clusters"][0]["name"].as_str(), Some("kubernetes"));
+    assert_eq!(
+        doc["clusters"][0]["cluster"]["server"].as_str(),
+        Some(cloud.url().as_str())
     );
     cloud.remove_bootstrap_token(TOKEN_ID);
     assert_eq!(

@@ -269,10 +269,10 @@ fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>)
     let Some(identity) = identity else {
         return reply.error(&ApiError::unauthorized()).is_ok() && !drop_mid;
     };
-    if identity.groups.iter().any(|g| g == csr::BOOTSTRAPPERS) {
-        if let Err(e) = csr::bootstrapper_may(&identity.user, &method, &path, is_watch) {
-            return reply.error(&e).is_ok() && !drop_mid;
-        }
+    if identity.groups.iter().any(|g| g == csr::BOOTSTRAPPERS)
+        && let Err(e) = csr::bootstrapper_may(&identity.user, &method, &path, is_watch)
+    {
+        return reply.error(&e).is_ok() && !drop_mid;
     }
     if let Some((status, body)) = misanswer {
         let mut b = reply.body(status, "application/json");
