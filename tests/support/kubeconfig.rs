@@ -2,13 +2,17 @@
 //! client certificate or token credentials, inline or as files, and a CA inline or as a
 //! file; plus a bare kubeconfig for a plain `http://` server.
 //!
+//! Also the files other tools leave for a node agent: `yurtadm join`'s bootstrap kubeconfig
+//! and kubelet's credentials (kubeconfig, CA, rotating certificate symlink).
+//!
 //! It only writes files; it does not read kubeconfigs back.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::pki::ClientCert;
-use super::util::base64_encode;
+use super::pki::{CertKey, ClientCert};
+use super::util::{base64_encode, rfc3339, unix_now};
 
 /// The credentials a kubeconfig carries.
 #[derive(Clone, Debug)]
@@ -155,4 +159,97 @@ fn quote(s: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// Writes at `path` the bootstrap kubeconfig `yurtadm join` writes (`bootstrap-hub.conf`):
+/// cluster `kubernetes` with the CA inline, user `token-bootstrap-client` with `token`,
+/// context `token-bootstrap-client@kubernetes`.
+pub fn write_bootstrap_kubeconfig(path: &Path, server: &str, ca_pem: &str, token: &str) {
+    let y = format!(
+        "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: {}\n    server: {}\n  name: kubernetes\n\
+         contexts:\n- context:\n    cluster: kubernetes\n    user: token-bootstrap-client\n  name: token-bootstrap-client@kubernetes\n\
+         current-context: token-bootstrap-client@kubernetes\nkind: Config\npreferences: {{}}\n\
+         users:\n- name: token-bootstrap-client\n  user:\n    token: {}\n",
+        base64_encode(ca_pem.as_bytes()),
+        quote(server),
+        quote(token)
+    );
+    write(path, &y);
+}
+
+/// The files kubelet's credentials live in (`--bootstrap-mode=kubeletcertificate`).
+#[derive(Clone, Debug)]
+pub struct KubeletFiles {
+    /// `<dir>/kubelet.conf`: the cloud's server and CA, the client certificate and key both
+    /// in the `cert` file.
+    pub kubeconfig: PathBuf,
+    /// `<dir>/pki/ca.crt`.
+    pub ca: PathBuf,
+    /// `<dir>/kubelet-client-current.pem`: a symlink to the dated file holding the
+    /// certificate then the key.
+    pub cert: PathBuf,
+}
+
+/// Writes kubelet's credentials in `dir` as kubeadm and kubelet's certificate store do:
+/// `kubelet-client-<YYYY-MM-DD-HH-MM-SS>.pem` (mode 0600) for `now`, then the
+/// `kubelet-client-current.pem` symlink swapped to it through `kubelet-client-updated.pem`
+/// and a rename. A dated name already taken waits for the next second, so each rotation has
+/// a file of its own.
+pub fn write_kubelet_files(
+    dir: &Path,
+    server: &str,
+    ca_pem: &str,
+    pair: &CertKey,
+    now: SystemTime,
+) -> KubeletFiles {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    let pki = dir.join("pki");
+    if let Err(e) = fs::create_dir_all(&pki) {
+        panic!("creating {}: {e}", pki.display());
+    }
+    let ca = pki.join("ca.crt");
+    write(&ca, ca_pem);
+    let current = dir.join("kubelet-client-current.pem");
+    let mut secs = now
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let dated = loop {
+        let stamp = rfc3339(secs).replace(['T', ':'], "-").replace('Z', "");
+        let p = dir.join(format!("kubelet-client-{stamp}.pem"));
+        if !p.exists() {
+            break p;
+        }
+        secs += 1;
+        while unix_now() < secs {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    write(&dated, &format!("{}{}", pair.cert_pem, pair.key_pem));
+    if let Err(e) = fs::set_permissions(&dated, fs::Permissions::from_mode(0o600)) {
+        panic!("chmod {}: {e}", dated.display());
+    }
+    let updated = dir.join("kubelet-client-updated.pem");
+    let _ = fs::remove_file(&updated);
+    if let Err(e) = symlink(&dated, &updated).and_then(|()| fs::rename(&updated, &current)) {
+        panic!("swapping {}: {e}", current.display());
+    }
+    let cert = current.to_string_lossy().into_owned();
+    let y = format!(
+        "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: {}\n    server: {}\n  name: default-cluster\n\
+         contexts:\n- context:\n    cluster: default-cluster\n    namespace: default\n    user: default-auth\n  name: default-context\n\
+         current-context: default-context\nkind: Config\npreferences: {{}}\n\
+         users:\n- name: default-auth\n  user:\n    client-certificate: {}\n    client-key: {}\n",
+        base64_encode(ca_pem.as_bytes()),
+        quote(server),
+        quote(&cert),
+        quote(&cert)
+    );
+    let kubeconfig = dir.join("kubelet.conf");
+    write(&kubeconfig, &y);
+    KubeletFiles {
+        kubeconfig,
+        ca,
+        cert: current,
+    }
 }

@@ -17,12 +17,12 @@ mod util;
 // The re-exports are the module's API; each including binary imports only what it needs.
 #[allow(unused_imports)]
 pub use cloud::{
-    ApiError, AuthMethod, Cloud, FieldSelector, FieldTerm, Identity, LabelOp, LabelSelector,
-    PodFill, RecordedRequest, Requirement,
+    ApiError, AuthMethod, Cloud, CsrMode, FieldSelector, FieldTerm, Identity, LabelOp,
+    LabelSelector, PodFill, RecordedRequest, Requirement,
 };
 #[allow(unused_imports)]
-pub use kubeconfig::{Auth, CaRef, KubeconfigOptions, write_plain_kubeconfig};
+pub use kubeconfig::{Auth, CaRef, KubeconfigOptions, KubeletFiles, write_plain_kubeconfig};
 #[allow(unused_imports)]
-pub use pki::{CertKey, CertSubject, ClientCert, Pki};
+pub use pki::{CertKey, CertSpec, CertSubject, ClientCert, ParsedCsr, Pki, csr_pem, parse_csr};
 #[allow(unused_imports)]
 pub use util::{base64_decode, base64_encode, lock, parse_rfc3339, rfc3339};

@@ -129,6 +129,15 @@ pub static KINDS: &[Kind] = &[
         &[],
         false,
     ),
+    k(
+        "certificates.k8s.io",
+        "certificatesigningrequests",
+        "certificatesigningrequest",
+        "CertificateSigningRequest",
+        false,
+        &["csr"],
+        true,
+    ),
     Kind {
         crd: true,
         ..k(

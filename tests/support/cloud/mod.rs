@@ -11,8 +11,10 @@
 //! and verbs; `respond.rs` response framing (chunks, gzip); `render.rs` lists, Tables, watch
 //! lines; `store.rs` objects, resourceVersions, event log, watchers; `selector.rs` label and
 //! field selectors; `kinds.rs` the kind registry and discovery; `status.rs` errors;
-//! `observe.rs` the request log.
+//! `observe.rs` the request log; `csr.rs` the certificate controllers, bootstrap tokens and
+//! `cluster-info`.
 
+mod csr;
 mod front;
 mod http1;
 mod kinds;
@@ -25,25 +27,29 @@ mod status;
 mod store;
 mod tokens;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use rustls::RootCertStore;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::{ServerConfig, WebPkiClientVerifier};
-use serde_json::Value;
+use serde_json::{Value, json};
 
+pub use csr::CsrMode;
 pub use observe::{AuthMethod, Identity, RecordedRequest};
 pub use selector::{FieldSelector, FieldTerm, LabelOp, LabelSelector, Requirement};
 pub use status::ApiError;
 
-use super::kubeconfig::{KubeconfigOptions, write_kubeconfig};
-use super::pki::{ClientCert, Pki};
+use super::kubeconfig::{
+    KubeconfigOptions, KubeletFiles, write_bootstrap_kubeconfig, write_kubeconfig,
+    write_kubelet_files,
+};
+use super::pki::{CertSpec, ClientCert, Pki};
 use super::util::{lock, rfc3339, unix_now};
 use front::Front;
 use kinds::{KINDS, KindId};
@@ -55,6 +61,12 @@ struct Shared {
     store: Arc<Store>,
     pki: Pki,
     tokens: Mutex<HashMap<String, String>>,
+    /// Bootstrap tokens: id → secret.
+    bootstrap: Mutex<BTreeMap<String, String>>,
+    /// The server `cluster-info` names (the first instance's URL unless overridden).
+    cluster_info_server: Mutex<String>,
+    /// The CSR controllers' settings and counters.
+    csr: Mutex<csr::CsrState>,
 }
 
 /// Per-instance switches.
@@ -121,6 +133,8 @@ pub struct Cloud {
     internal: SocketAddr,
     internal_stop: Arc<AtomicBool>,
     http_thread: Option<JoinHandle<()>>,
+    /// The CSR controllers (the first instance of a cloud runs them, not its peers).
+    controller: Option<csr::Controller>,
 }
 
 fn tls_config(pki: &Pki) -> Arc<ServerConfig> {
@@ -158,8 +172,45 @@ impl Cloud {
             store: Arc::new(Store::new()),
             pki,
             tokens: Mutex::new(HashMap::new()),
+            bootstrap: Mutex::new(BTreeMap::new()),
+            cluster_info_server: Mutex::new(String::new()),
+            csr: Mutex::new(csr::CsrState::default()),
         });
-        Self::launch(shared)
+        let mut cloud = Self::launch(shared.clone());
+        *lock(&shared.cluster_info_server) = cloud.url();
+        cloud.seed();
+        cloud.controller = Some(csr::start(shared));
+        cloud
+    }
+
+    /// The objects a kubeadm cluster has from the start besides namespaces: the
+    /// `default/kubernetes` Service and `kube-public/cluster-info`.
+    fn seed(&self) {
+        self.create(
+            "services",
+            json!({
+                "metadata": {"name": "kubernetes", "namespace": "default",
+                             "labels": {"component": "apiserver", "provider": "kubernetes"}},
+                "spec": {"clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"],
+                         "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+                         "ports": [{"name": "https", "port": 443, "protocol": "TCP",
+                                    "targetPort": 6443}],
+                         "sessionAffinity": "None", "type": "ClusterIP"},
+                "status": {"loadBalancer": {}},
+            }),
+        );
+        self.create("configmaps", self.cluster_info());
+    }
+
+    fn cluster_info(&self) -> Value {
+        let shared = &self.inst.shared;
+        let server = lock(&shared.cluster_info_server).clone();
+        csr::cluster_info(&server, self.ca_pem(), &lock(&shared.bootstrap))
+    }
+
+    /// Rewrites `cluster-info` after a change of tokens or server (the bootstrap signer).
+    fn refresh_cluster_info(&self) {
+        self.apply("configmaps", self.cluster_info());
     }
 
     /// Starts a second apiserver on its own port that shares this one's data, PKI and
@@ -208,6 +259,7 @@ impl Cloud {
             internal,
             internal_stop,
             http_thread: Some(http_thread),
+            controller: None,
         }
     }
 
@@ -255,6 +307,83 @@ impl Cloud {
     /// [`super::Auth`] (CA inline, file `kubeconfig`) or full [`KubeconfigOptions`].
     pub fn write_kubeconfig(&self, dir: &Path, opts: impl Into<KubeconfigOptions>) -> PathBuf {
         write_kubeconfig(dir, &self.url(), self.ca_pem(), &opts.into())
+    }
+
+    // ---- identity: bootstrap tokens, cluster-info, CSRs (kubeadm, kube-controller-manager,
+    // yurt-manager) ----
+
+    /// Accepts the bootstrap token `<id>.<secret>` as user `system:bootstrap:<id>` in
+    /// `system:bootstrappers` (RBAC: CSRs create/get/list/watch and discovery only) and
+    /// signs `cluster-info` with it.
+    pub fn add_bootstrap_token(&self, id: &str, secret: &str) {
+        lock(&self.inst.shared.bootstrap).insert(id.into(), secret.into());
+        self.refresh_cluster_info();
+    }
+
+    /// Forgets a bootstrap token (it then gets 401; its `cluster-info` signature goes).
+    pub fn remove_bootstrap_token(&self, id: &str) {
+        lock(&self.inst.shared.bootstrap).remove(id);
+        self.refresh_cluster_info();
+    }
+
+    /// The server URL `cluster-info`'s kubeconfig names (default: this cloud's URL).
+    pub fn set_cluster_info_server(&self, url: &str) {
+        *lock(&self.inst.shared.cluster_info_server) = url.into();
+        self.refresh_cluster_info();
+    }
+
+    /// What the CSR controllers do with new requests (default [`CsrMode::Rules`]).
+    pub fn set_csr_mode(&self, mode: CsrMode) {
+        lock(&self.inst.shared.csr).mode = mode;
+    }
+
+    /// Lifetime of the certificates the signer issues from now on (default 1 h; a CSR's
+    /// smaller `spec.expirationSeconds` wins).
+    pub fn set_csr_lifetime(&self, lifetime: Duration) {
+        lock(&self.inst.shared.csr).lifetime = lifetime;
+    }
+
+    /// The CertificateSigningRequests now stored.
+    pub fn csrs(&self) -> Vec<Value> {
+        self.list("certificatesigningrequests", None)
+    }
+
+    /// How many certificates the signer has issued.
+    pub fn issued_certificates(&self) -> usize {
+        lock(&self.inst.shared.csr).issued
+    }
+
+    /// `sha256:<hex>` of the CA's SubjectPublicKeyInfo (`--discovery-token-ca-cert-hash`).
+    pub fn ca_pin(&self) -> String {
+        self.inst.shared.pki.ca_pin()
+    }
+
+    /// Writes at `path` the bootstrap kubeconfig `yurtadm join` writes for `token`: cluster
+    /// `kubernetes` (this cloud, CA inline), user `token-bootstrap-client`.
+    pub fn write_bootstrap_kubeconfig(&self, path: &Path, token: &str) {
+        write_bootstrap_kubeconfig(path, &self.url(), self.ca_pem(), token);
+    }
+
+    /// Writes kubelet's credentials in `dir` as kubeadm and kubelet do (`kubelet.conf`,
+    /// `pki/ca.crt`, `kubelet-client-<date>.pem` behind the `kubelet-client-current.pem`
+    /// symlink) with a new certificate for `system:node:<node>` in `system:nodes` valid for
+    /// `lifetime` from now. Called again, it rotates: a new dated file, the symlink swapped
+    /// atomically.
+    pub fn write_kubelet_credentials(
+        &self,
+        dir: &Path,
+        node: &str,
+        lifetime: Duration,
+    ) -> KubeletFiles {
+        let not_before = unix_now();
+        let pair = self.inst.shared.pki.issue_with_key(&CertSpec {
+            cn: format!("system:node:{node}"),
+            orgs: vec!["system:nodes".into()],
+            not_before,
+            not_after: not_before + lifetime.as_secs().max(1),
+            ..CertSpec::default()
+        });
+        write_kubelet_files(dir, &self.url(), self.ca_pem(), &pair, SystemTime::now())
     }
 
     // ---- faults ----
@@ -569,6 +698,7 @@ impl Cloud {
 
 impl Drop for Cloud {
     fn drop(&mut self) {
+        self.controller.take();
         self.inst.front.stop();
         self.internal_stop.store(true, Ordering::SeqCst);
         // Wakes the internal accept so it sees the stop flag.

@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use super::super::util::{lock, parse_query};
 use super::Instance;
+use super::csr;
 use super::http1::{self, Request};
 use super::kinds::{self, KINDS, Kind, KindId};
 use super::observe::{AuthMethod, Identity, RecordedRequest};
@@ -95,6 +96,8 @@ impl Query {
 /// Everything a handler needs about the request.
 struct Ctx<'a> {
     inst: &'a Arc<Instance>,
+    /// Who is asking (the apiserver records it in CSRs).
+    identity: Identity,
     method: String,
     query: Query,
     accept: String,
@@ -106,6 +109,25 @@ struct Ctx<'a> {
 fn is_public(path: &str) -> bool {
     let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
     matches!(first, "healthz" | "livez" | "readyz" | "version")
+}
+
+/// kubeadm's RBAC lets anyone get `kube-public/cluster-info` (token discovery).
+fn is_anonymous_cluster_info(method: &str, path: &str, raw_query: &str) -> bool {
+    let watch = parse_query(raw_query)
+        .iter()
+        .any(|(k, v)| k == "watch" && v != "0" && !v.eq_ignore_ascii_case("false"));
+    method == "GET" && path == "/api/v1/namespaces/kube-public/configmaps/cluster-info" && !watch
+}
+
+/// The user a bootstrap token `<id>.<secret>` stands for, if it is registered.
+fn bootstrap_identity(inst: &Instance, token: &str) -> Option<Identity> {
+    let (id, secret) = token.split_once('.')?;
+    let tokens = lock(&inst.shared.bootstrap);
+    (tokens.get(id)? == secret).then(|| Identity {
+        user: format!("system:bootstrap:{id}"),
+        groups: csr::bootstrap_groups(),
+        method: AuthMethod::Token,
+    })
 }
 
 fn is_health(path: &str) -> bool {
@@ -147,12 +169,13 @@ fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>)
             method: AuthMethod::ClientCert,
         })
     } else if let Some(t) = &bearer {
-        lock(&inst.shared.tokens).get(t).map(|user| Identity {
+        let known = lock(&inst.shared.tokens).get(t).map(|user| Identity {
             user: user.clone(),
             groups: vec![],
             method: AuthMethod::Token,
-        })
-    } else if is_public(path) {
+        });
+        known.or_else(|| bootstrap_identity(inst, t))
+    } else if is_public(path) || is_anonymous_cluster_info(&method, path, raw_query) {
         Some(Identity {
             user: "system:anonymous".into(),
             groups: vec!["system:unauthenticated".into()],
@@ -243,8 +266,13 @@ fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>)
     });
     reply.gzip_threshold = threshold;
     reply.drop_mid = drop_mid;
-    if identity.is_none() {
+    let Some(identity) = identity else {
         return reply.error(&ApiError::unauthorized()).is_ok() && !drop_mid;
+    };
+    if identity.groups.iter().any(|g| g == csr::BOOTSTRAPPERS)
+        && let Err(e) = csr::bootstrapper_may(&identity.user, &method, &path, is_watch)
+    {
+        return reply.error(&e).is_ok() && !drop_mid;
     }
     if let Some((status, body)) = misanswer {
         let mut b = reply.body(status, "application/json");
@@ -261,6 +289,7 @@ fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>)
     }
     let ctx = Ctx {
         inst,
+        identity,
         method,
         query,
         accept,
@@ -463,7 +492,12 @@ fn resource(
         }
         ("GET", None) => return list(ctx, kind_id, &filter, reply),
         ("POST", None) => match json_body(ctx, kind, false) {
-            Ok(v) => store.create(kind_id, ns_s, v, dry_run).map(|o| (201, o)),
+            Ok(mut v) => {
+                if csr::is_csr(kind_id) {
+                    csr::stamp_requester(&mut v, &ctx.identity.user, &ctx.identity.groups);
+                }
+                store.create(kind_id, ns_s, v, dry_run).map(|o| (201, o))
+            }
             Err(e) => Err(e),
         },
         ("PUT", Some(name)) => match json_body(ctx, kind, false) {

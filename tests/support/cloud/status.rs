@@ -120,6 +120,21 @@ impl ApiError {
         Self::new(401, "Unauthorized", "Unauthorized")
     }
 
+    /// 403 Forbidden, as RBAC words it; `details` names the resource (and group, name).
+    pub fn forbidden(message: String, resource: &str, group: &str, name: &str) -> ApiError {
+        let mut d = json!({"kind": resource});
+        if !group.is_empty() {
+            d["group"] = json!(group);
+        }
+        if !name.is_empty() {
+            d["name"] = json!(name);
+        }
+        ApiError {
+            details: Some(d),
+            ..Self::new(403, "Forbidden", message)
+        }
+    }
+
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed(method: &str) -> ApiError {
         Self::new(

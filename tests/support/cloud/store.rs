@@ -214,6 +214,8 @@ struct State {
     log: VecDeque<Arc<Event>>,
     watchers: Vec<Watcher>,
     next_watcher: u64,
+    /// In-process observers (the cloud's own controllers): fed like watchers, not counted.
+    taps: Vec<(KindId, Sender<Arc<Event>>)>,
 }
 
 /// The object store. Shared (`Arc`) by every apiserver instance of one cloud.
@@ -279,6 +281,9 @@ impl State {
         for w in self.watchers.iter().filter(|w| w.kind == kind) {
             // A watcher whose handler has gone unregisters itself through its guard.
             let _ = w.tx.send(ev.clone());
+        }
+        for (_, tx) in self.taps.iter().filter(|(k, _)| *k == kind) {
+            let _ = tx.send(ev.clone());
         }
     }
 
@@ -399,6 +404,7 @@ impl Store {
                 log: VecDeque::new(),
                 watchers: Vec::new(),
                 next_watcher: 0,
+                taps: Vec::new(),
             }),
             watchers_changed: Condvar::new(),
         };
@@ -686,6 +692,14 @@ impl Store {
                 id,
             },
         })
+    }
+
+    /// Every later event of `kind`, for the cloud's own controllers (not a watcher: it is
+    /// not counted, has no replay and lives as long as the store).
+    pub fn tap(&self, kind: KindId) -> Receiver<Arc<Event>> {
+        let (tx, rx) = unbounded();
+        lock(&self.state).taps.push((kind, tx));
+        rx
     }
 
     /// How many watchers are registered, for one kind or all.
