@@ -6,7 +6,7 @@
 //! It builds no connections; `upstream.rs` turns this material into ureq's TLS configuration.
 
 use std::fmt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -112,81 +112,9 @@ impl TlsMaterial {
     }
 }
 
-/// `notAfter` of a DER certificate: `Certificate ::= SEQUENCE { tbsCertificate SEQUENCE {
-/// [0] version OPTIONAL, serialNumber, signature, issuer, validity SEQUENCE { notBefore,
-/// notAfter }, ... }, ... }` (RFC 5280 §4.1). None for anything else.
+/// `notAfter` of a DER certificate (RFC 5280 §4.1); None for anything else.
 pub(crate) fn not_after(der: &[u8]) -> Option<SystemTime> {
-    let (_, cert, _) = tlv(der, 0x30)?;
-    let (_, mut tbs, _) = tlv(cert, 0x30)?;
-    if tbs.first() == Some(&0xa0) {
-        tbs = tlv(tbs, 0xa0)?.2;
-    }
-    let (_, _, rest) = tlv(tbs, 0x02)?; // serial number
-    let (_, _, rest) = tlv(rest, 0x30)?; // signature algorithm
-    let (_, _, rest) = tlv(rest, 0x30)?; // issuer
-    let (_, validity, _) = tlv(rest, 0x30)?;
-    let (_, _, rest) = time_tlv(validity)?; // notBefore
-    let (tag, text, _) = time_tlv(rest)?;
-    der_time(tag, text)
-}
-
-/// One DER element with tag `want`: (tag, contents, what follows).
-fn tlv(input: &[u8], want: u8) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    if tag != want {
-        return None;
-    }
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n]
-            .iter()
-            .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
-        (len, &rest[n..])
-    };
-    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
-}
-
-fn time_tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    tlv(input, 0x17).or_else(|| tlv(input, 0x18))
-}
-
-/// A UTCTime (`YYMMDDHHMMSSZ`) or GeneralizedTime (`YYYYMMDDHHMMSSZ`) as a point in time.
-fn der_time(tag: u8, text: &[u8]) -> Option<SystemTime> {
-    let text = std::str::from_utf8(text).ok()?.strip_suffix('Z')?;
-    let digits = |s: &str| -> Option<i64> {
-        s.bytes()
-            .all(|b| b.is_ascii_digit())
-            .then(|| s.parse().ok())?
-    };
-    let (year, rest) = match tag {
-        0x17 if text.len() == 12 => {
-            let yy = digits(&text[..2])?;
-            (if yy < 50 { 2000 + yy } else { 1900 + yy }, &text[2..])
-        }
-        0x18 if text.len() == 14 => (digits(&text[..4])?, &text[4..]),
-        _ => return None,
-    };
-    let field = |i: usize| digits(&rest[i..i + 2]);
-    let (month, day, hour, minute, second) =
-        (field(0)?, field(2)?, field(4)?, field(6)?, field(8)?);
-    if !(1..=12).contains(&month)
-        || !(1..=31).contains(&day)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return None;
-    }
-    let days = crate::logging::days_from_civil(year, month as u32, day as u32);
-    let secs = days * 86_400 + hour * 3600 + minute * 60 + second;
-    let secs = u64::try_from(secs).ok()?;
-    UNIX_EPOCH.checked_add(Duration::from_secs(secs))
+    crate::pki::x509::parse(der).map(|cert| cert.not_after)
 }
 
 fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, StartupError> {
@@ -202,6 +130,7 @@ fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
 
     fn issue(cn: &str) -> (String, String) {
         let key = rcgen::KeyPair::generate().unwrap();
