@@ -15,9 +15,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::support::cloud::CsrMode;
 use crate::support::hub::*;
-use crate::support::{AuthMethod, Cloud};
+use crate::support::{AuthMethod, Cloud, CsrMode};
 
 const TOKEN_ID: &str = "abcdef";
 const TOKEN_SECRET: &str = "0123456789abcdef";
