@@ -416,16 +416,14 @@ fn decision(object: &Value) -> Option<Decision> {
             }
         }
     }
-    match status["certificate"].as_str().filter(|c| !c.is_empty()) {
-        Some(b64) => Some(match STANDARD.decode(b64) {
-            Ok(pem) => Decision::Issued(pem),
-            Err(e) => Decision::Failed {
-                reason: "InvalidCertificate".into(),
-                message: format!("status.certificate is not base64: {e}"),
-            },
-        }),
-        None => None,
-    }
+    let b64 = status["certificate"].as_str().filter(|c| !c.is_empty())?;
+    Some(match STANDARD.decode(b64) {
+        Ok(pem) => Decision::Issued(pem),
+        Err(e) => Decision::Failed {
+            reason: "InvalidCertificate".into(),
+            message: format!("status.certificate is not base64: {e}"),
+        },
+    })
 }
 
 /// How one watch ended.
@@ -650,10 +648,13 @@ pub(crate) mod test_cloud {
     /// A request the cloud received.
     #[derive(Debug, Clone)]
     pub(crate) struct Seen {
+        /// `GET`, `POST`.
         pub method: String,
+        /// Path and query, as sent.
         pub target: String,
         /// The request head, lower-cased.
         pub head: String,
+        /// The request body.
         pub body: Vec<u8>,
     }
 
@@ -736,6 +737,7 @@ pub(crate) mod test_cloud {
         }
     }
 
+    /// Answers the requests of one connection.
     fn serve(
         stream: TcpStream,
         config: Arc<rustls::ServerConfig>,
