@@ -104,7 +104,7 @@ pub(crate) struct CsrSpec<'a> {
 /// Why no certificate came back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CsrError {
-    /// The server refused to create the request (401, 403 or another non-2xx).
+    /// The server refused to create the request (401, 403 or another 4xx).
     Refused {
         /// The HTTP status code.
         status: u16,
@@ -117,7 +117,7 @@ pub(crate) enum CsrError {
     Failed(String),
     /// No answer within the wait.
     TimedOut,
-    /// The server could not be reached or answered nonsense.
+    /// The server could not be reached, answered 5xx or answered nonsense.
     Transport(String),
     /// The hub is shutting down.
     Stopped,
@@ -155,8 +155,6 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const WATCH_SPAN: Duration = Duration::from_secs(300);
 /// Pause before watching again after a watch that broke quickly.
 const REWATCH_PAUSE: Duration = Duration::from_secs(1);
-/// How often a helper thread's caller looks at `stop`.
-const STOP_POLL: Duration = Duration::from_millis(200);
 /// The CSR collection.
 const CSR_PATH: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 
@@ -207,8 +205,8 @@ pub(super) enum Waited<T> {
     Stopped,
     /// `deadline` passed first.
     TimedOut,
-    /// No helper thread could be started (memory is short).
-    NoThread(String),
+    /// The helper thread could not start (memory is short) or ended without an answer.
+    Lost(String),
 }
 
 /// Runs `work` on a helper thread and waits for it, for `stop` or for `deadline`. An
@@ -226,22 +224,16 @@ pub(super) fn interruptible<T: Send + 'static>(
             let _ = tx.send(work());
         });
     if let Err(e) = spawned {
-        return Waited::NoThread(e.to_string());
+        return Waited::Lost(e.to_string());
     }
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            return Waited::TimedOut;
-        }
-        crossbeam_channel::select! {
-            recv(rx) -> got => return match got {
-                Ok(value) => Waited::Done(value),
-                // The thread panicked: treat as a stop rather than wait forever.
-                Err(_) => Waited::Stopped,
-            },
-            recv(stop) -> _ => return Waited::Stopped,
-            default(STOP_POLL.min(deadline - now)) => {}
-        }
+    crossbeam_channel::select! {
+        recv(rx) -> got => match got {
+            Ok(value) => Waited::Done(value),
+            Err(_) => Waited::Lost("the helper thread ended without an answer".into()),
+        },
+        // A message or the channel's closing.
+        recv(stop) -> _ => Waited::Stopped,
+        default(deadline.saturating_duration_since(Instant::now())) => Waited::TimedOut,
     }
 }
 
@@ -503,13 +495,14 @@ pub(crate) fn request_certificate(
             client.post_json(CSR_PATH, &body, CALL_TIMEOUT)
         }) {
             Waited::Done(Ok(object)) => object,
-            Waited::Done(Err(ApiError::Status { status, message })) => {
+            // 5xx is the server's trouble, not a refusal: a transport error, tried again later.
+            Waited::Done(Err(ApiError::Status { status, message })) if status < 500 => {
                 return Err(CsrError::Refused { status, message });
             }
             Waited::Done(Err(e)) => return Err(CsrError::Transport(e.to_string())),
             Waited::Stopped => return Err(CsrError::Stopped),
             Waited::TimedOut => return Err(CsrError::TimedOut),
-            Waited::NoThread(e) => return Err(CsrError::Transport(format!("no thread: {e}"))),
+            Waited::Lost(e) => return Err(CsrError::Transport(format!("helper thread: {e}"))),
         }
     };
     let name = created["metadata"]["name"]
@@ -563,7 +556,7 @@ pub(crate) fn request_certificate(
             Waited::Done(WatchEnd::Broken(why)) => why,
             Waited::Stopped => return Err(CsrError::Stopped),
             Waited::TimedOut => return Err(CsrError::TimedOut),
-            Waited::NoThread(e) => return Err(CsrError::Transport(format!("no thread: {e}"))),
+            Waited::Lost(e) => return Err(CsrError::Transport(format!("helper thread: {e}"))),
         };
         log::debug!("watch of certificate signing request {name}: {ended}; looking again");
         if started.elapsed() < REWATCH_PAUSE
@@ -597,7 +590,7 @@ pub(crate) fn request_certificate(
             }
             Waited::Stopped => return Err(CsrError::Stopped),
             Waited::TimedOut => return Err(CsrError::TimedOut),
-            Waited::NoThread(e) => return Err(CsrError::Transport(format!("no thread: {e}"))),
+            Waited::Lost(e) => return Err(CsrError::Transport(format!("helper thread: {e}"))),
         }
         if Instant::now() >= deadline {
             return Err(CsrError::TimedOut);
@@ -656,6 +649,8 @@ pub(crate) mod test_cloud {
         pub head: String,
         /// The request body.
         pub body: Vec<u8>,
+        /// The client presented a certificate (verified against the client CA).
+        pub client_cert: bool,
     }
 
     /// How to answer.
@@ -708,16 +703,35 @@ pub(crate) mod test_cloud {
 
     /// Starts the cloud; `reply` decides each answer.
     pub(crate) fn start(reply: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> TestCloud {
+        start_with(None, reply)
+    }
+
+    /// Starts the cloud requiring a client certificate signed by `client_ca` (DER).
+    pub(crate) fn start_with(
+        client_ca: Option<CertificateDer<'static>>,
+        reply: impl Fn(&Seen) -> Reply + Send + Sync + 'static,
+    ) -> TestCloud {
         let (ca_pem, ca_spki_sha256, chain, key) = ca_and_leaf();
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .expect("server config");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .expect("versions");
+        let builder = match client_ca {
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                roots.add(ca).expect("client ca");
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .expect("verifier");
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let config = builder.with_single_cert(chain, key).expect("server config");
         let config = Arc::new(config);
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let url = format!("https://{}", listener.local_addr().expect("addr"));
@@ -776,6 +790,7 @@ pub(crate) mod test_cloud {
                 target,
                 head,
                 body,
+                client_cert: tls.conn.peer_certificates().is_some(),
             };
             let answer = reply(&seen);
             let _ = tx.send(seen);
@@ -1035,6 +1050,57 @@ mod tests {
     }
 
     #[test]
+    fn certificate_auth_presents_the_client_certificate_and_no_token() {
+        // A client CA and a client certificate signed by it.
+        let (client_ca_pem, _, chain, key) = test_cloud::ca_and_leaf();
+        let client_ca = CertificateDer::from_pem_slice(client_ca_pem.as_bytes()).expect("ca");
+        let cert_pem = format!(
+            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+            STANDARD.encode(chain[0].as_ref())
+        );
+        let material = crate::tls::load(
+            client_ca_pem.as_bytes(),
+            Some((cert_pem.as_bytes(), key.serialize_pem().as_bytes())),
+        )
+        .expect("material");
+        let identity = material.client.expect("identity");
+        let cloud = test_cloud::start_with(Some(client_ca), |_| {
+            Reply::Json(
+                200,
+                r#"{"kind":"Service","spec":{"clusterIP":"10.96.0.1"}}"#.into(),
+            )
+        });
+        let client = ApiClient::new(
+            &cloud.url,
+            cloud.ca_pem.as_bytes(),
+            Auth::Certificate(identity),
+        )
+        .expect("client");
+        let answer = client
+            .get_json(
+                "/api/v1/namespaces/default/services/kubernetes",
+                Duration::from_secs(10),
+            )
+            .expect("answer");
+        assert_eq!(answer["spec"]["clusterIP"], "10.96.0.1");
+        let seen = cloud.seen.try_recv().expect("request");
+        assert!(seen.client_cert);
+        assert!(!seen.head.contains("authorization"), "{}", seen.head);
+
+        // Without a certificate, the handshake fails: a transport error.
+        let anonymous = ApiClient::new(
+            &cloud.url,
+            cloud.ca_pem.as_bytes(),
+            Auth::Token("abcdef.0123456789abcdef".into()),
+        )
+        .expect("client");
+        assert!(matches!(
+            anonymous.get_json("/api", Duration::from_secs(10)),
+            Err(ApiError::Transport(_))
+        ));
+    }
+
+    #[test]
     fn a_client_needs_a_ca_certificate() {
         let err = ApiClient::new("https://127.0.0.1:1", b"not pem", Auth::Token("t".into()))
             .expect_err("no CA");
@@ -1137,6 +1203,19 @@ mod tests {
             }
         );
         assert!(err.to_string().contains("403"), "{err}");
+
+        // A 5xx is the server's trouble, to be tried again: not a refusal.
+        let broken = test_cloud::start(|_| Reply::Json(503, r#"{"message":"etcd down"}"#.into()));
+        let client = ApiClient::new(
+            &broken.url,
+            broken.ca_pem.as_bytes(),
+            Auth::Token("abcdef.0123456789abcdef".into()),
+        )
+        .expect("client");
+        match request_certificate(&client, &spec(), Duration::from_secs(30), &stop) {
+            Err(CsrError::Transport(why)) => assert!(why.contains("etcd down"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     /// A cloud that creates but never decides (the watch stays silent).

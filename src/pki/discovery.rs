@@ -299,10 +299,10 @@ fn fetch(
             }
             Waited::Stopped => return Err(DiscoveryError::Stopped),
             Waited::TimedOut => return Err(last),
-            Waited::NoThread(e) => {
+            Waited::Lost(e) => {
                 return Err(DiscoveryError::Unreachable {
                     server: servers.join(", "),
-                    error: format!("no thread: {e}"),
+                    error: format!("helper thread: {e}"),
                 });
             }
         }
