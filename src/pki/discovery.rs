@@ -695,7 +695,7 @@ mod tests {
     /// may change the nth answer's (0-based) kubeconfig.
     fn discovery_cloud(
         signer_secret: &'static str,
-        tweak: fn(usize, String) -> String,
+        tweak: impl Fn(usize, String) -> String + Send + Sync + 'static,
     ) -> test_cloud::TestCloud {
         let (ca_tx, ca_rx) = crossbeam_channel::bounded::<String>(1);
         let count = AtomicUsize::new(0);
@@ -812,6 +812,29 @@ mod tests {
         )
         .expect_err("differs");
         assert_eq!(err, DiscoveryError::SecondFetchDiffers);
+    }
+
+    #[test]
+    fn the_second_fetch_verifies_tls_with_the_pinned_ca() {
+        // cluster-info names a CA (pinned) that did not sign the serving certificate: only
+        // the verified fetch can notice.
+        let (other_ca, other_pin, ..) = test_cloud::ca_and_leaf();
+        let cloud = discovery_cloud("0123456789abcdef", move |_, _| {
+            kubeconfig(&other_ca, "https://x:6443")
+        });
+        let (_keep, stop) = no_stop();
+        let err = discover(
+            std::slice::from_ref(&cloud.url),
+            &token(),
+            &[pin(other_pin)],
+            &fast(),
+            &stop,
+        )
+        .expect_err("unverifiable");
+        assert!(
+            matches!(&err, DiscoveryError::Unreachable { server, .. } if *server == cloud.url),
+            "{err}"
+        );
     }
 
     #[test]
