@@ -67,7 +67,7 @@ pub(crate) fn handle(mut ex: Exchange<'_>, readiness: &Readiness, backends: &Bac
             let body = if verbose {
                 let mut out = String::new();
                 for (name, ok, why) in &checks {
-                    if ok {
+                    if *ok {
                         out.push_str(&format!("[+]{name} ok\n"));
                     } else {
                         out.push_str(&format!("[-]{name} failed: {why}\n"));

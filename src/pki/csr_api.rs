@@ -27,6 +27,7 @@ use ureq::http;
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
 
 /// How the hub proves who it is.
+#[derive(Clone)]
 pub(crate) enum Auth {
     /// A bootstrap (join) token, sent as `Authorization: Bearer`.
     Token(String),

@@ -326,8 +326,9 @@ fn jittered(d: Duration) -> Duration {
     d.mul_f64(0.7 + 0.6 * r)
 }
 
-/// The first server accepting a TCP connection within `dial` (one server: no dial).
-fn endpoint(servers: &[String], dial: Duration) -> Result<String, (String, String)> {
+/// The first server accepting a TCP connection within `dial` (one server: no dial):
+/// `Err((server, why))` names the last one tried.
+pub(crate) fn endpoint(servers: &[String], dial: Duration) -> Result<String, (String, String)> {
     if let [only] = servers {
         return Ok(only.clone());
     }
@@ -337,7 +338,12 @@ fn endpoint(servers: &[String], dial: Duration) -> Result<String, (String, Strin
             .strip_prefix("https://")
             .unwrap_or(server)
             .trim_end_matches('/');
-        let addrs = match authority.to_socket_addrs() {
+        // `https://host` without a port means 443.
+        let with_port = match authority.rsplit_once(':') {
+            Some((_, port)) if !port.contains(']') => authority.to_owned(),
+            _ => format!("{authority}:443"),
+        };
+        let addrs = match with_port.to_socket_addrs() {
             Ok(addrs) => addrs,
             Err(e) => {
                 last = (server.clone(), format!("cannot resolve: {e}"));

@@ -25,7 +25,7 @@ mod kubelet;
 mod renew;
 mod state;
 
-use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
@@ -275,30 +275,8 @@ fn token_text(token: &Token) -> Result<String, StartupError> {
 /// The first server that accepts a TCP connection within [`DIAL_TIMEOUT`], as YurtHub picks
 /// the server for its CSRs; with one server, that one without a dial.
 pub(crate) fn reachable(servers: &[String]) -> Result<String, String> {
-    if let [only] = servers {
-        return Ok(only.clone());
-    }
-    let mut last = String::from("no server");
-    for server in servers {
-        let authority = server.strip_prefix("https://").unwrap_or(server);
-        let addrs: Vec<SocketAddr> = match authority.to_socket_addrs() {
-            Ok(addrs) => addrs.collect(),
-            Err(_) => match format!("{authority}:443").to_socket_addrs() {
-                Ok(addrs) => addrs.collect(),
-                Err(e) => {
-                    last = format!("{server}: {e}");
-                    continue;
-                }
-            },
-        };
-        for addr in addrs {
-            match TcpStream::connect_timeout(&addr, DIAL_TIMEOUT) {
-                Ok(_) => return Ok(server.clone()),
-                Err(e) => last = format!("{server}: {e}"),
-            }
-        }
-    }
-    Err(format!("no cloud server accepts connections ({last})"))
+    discovery::endpoint(servers, DIAL_TIMEOUT)
+        .map_err(|(server, why)| format!("no cloud server accepts connections ({server}: {why})"))
 }
 
 fn spawn<F>(name: &str, f: F) -> Result<(), StartupError>
