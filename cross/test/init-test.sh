@@ -3,8 +3,10 @@
 # its procd/UCI shell functions (cross/test/openwrt-stub/), once per shell found among
 # dash, bash and busybox ash (OpenWrt's own shell), and checks what a router would do:
 # UCI options become exactly the expected tinyhub command line, absent options take their
-# defaults, lists join with commas, and a missing kubeconfig or `enabled 0` stops with a
-# clear message and no procd instance. Exits non-zero when any check fails.
+# defaults, lists join with commas or repeat a flag, each way to join (kubeconfig, token
+# with a bootstrap file or a join token and pins, kubeletcertificate) passes its flags, and
+# a config that cannot work (no credentials, a join token without a pin, `enabled 0`) stops
+# with a clear message and no procd instance. Exits non-zero when any check fails.
 set -u
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
@@ -20,6 +22,11 @@ mkdir -p "$work/cwd" "$work/uci"
 touch "$work/cwd/glob-bait-a" "$work/cwd/glob-bait-b"
 kc=$work/hub.kubeconfig
 echo "apiVersion: v1" > "$kc"
+bf=$work/bootstrap-hub.conf
+echo "apiVersion: v1" > "$bf"
+tok=abcdef.0123456789abcdef
+pin1=sha256:$(printf '%064d' 1)
+pin2=sha256:$(printf '%064d' 2)
 host=$(tr 'A-Z' 'a-z' < /proc/sys/kernel/hostname)
 
 # run <uci file content> [action]: runs the init script; leaves its stdout, stderr and the
@@ -62,7 +69,18 @@ expect_refusal() {
 	fi
 }
 
+# expect_secret_kept <case>: the join token's secret is in no message and no logger call.
+expect_secret_kept() {
+	if grep -qF "${tok#*.}" "$work/err" "$work/out" || grep '^logger' "$work/log" | grep -qF "${tok#*.}"; then
+		bad "$1: the token's secret was printed or logged"
+	else
+		ok "$1"
+	fi
+}
+
 P="'/usr/bin/tinyhub' '--kubeconfig=$kc'"
+# The defaults that follow the identity and server flags.
+D="'--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=/etc/kubernetes/yurthub'"
 
 check_shell() {
 	echo "init-test: tinyhub.init under $sh"
@@ -74,11 +92,14 @@ check_shell() {
 	list server_addr 'https://10.0.0.2:6443'
 	option node_name 'gw-01'
 	option disk_cache_path '/tmp/tinyhub-cache'
+	option root_dir '/mnt/data/yurthub'
 	list cache_agents 'edge-agent'
 	list cache_agents 'my-operator'
 	option bind_address '127.0.0.2'
 	option proxy_port '10361'
+	option proxy_secure_port '10368'
 	option serve_port '10367'
+	option node_ip '192.0.2.50'
 	option working_mode 'cloud'
 	option lb_mode 'priority'
 	option v '4'
@@ -86,7 +107,7 @@ check_shell() {
 	list interface 'wan'
 	list interface 'wwan'"
 	expect_cmd "every option maps to its flag, in order" \
-		"$P '--server-addr=https://10.0.0.1:6443,https://10.0.0.2:6443' '--node-name=gw-01' '--disk-cache-path=/tmp/tinyhub-cache' '--cache-agents=edge-agent,my-operator' '--bind-address=127.0.0.2' '--proxy-port=10361' '--serve-port=10367' '--working-mode=cloud' '--lb-mode=priority' '--v=4' '--nodepool-name=pool-a' '--heartbeat-interval-seconds=5'"
+		"$P '--server-addr=https://10.0.0.1:6443,https://10.0.0.2:6443' '--node-name=gw-01' '--disk-cache-path=/tmp/tinyhub-cache' '--root-dir=/mnt/data/yurthub' '--cache-agents=edge-agent,my-operator' '--bind-address=127.0.0.2' '--proxy-port=10361' '--proxy-secure-port=10368' '--serve-port=10367' '--node-ip=192.0.2.50' '--working-mode=cloud' '--lb-mode=priority' '--v=4' '--nodepool-name=pool-a' '--heartbeat-interval-seconds=5'"
 	expect_line "respawn with procd's defaults" "procd_set_param 'respawn'"
 	expect_line "stdout to syslog" "procd_set_param 'stdout' '1'"
 	expect_line "stderr to syslog" "procd_set_param 'stderr' '1'"
@@ -98,8 +119,8 @@ check_shell() {
 	run "config tinyhub 'main'
 	option enabled '1'
 	option kubeconfig '$kc'"
-	expect_cmd "defaults: hostname, /etc/kubernetes/cache, the rest left to the hub" \
-		"$P '--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache'"
+	expect_cmd "defaults: hostname, /etc/kubernetes/cache, root dir on flash, the rest left to the hub" \
+		"$P '--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=/etc/kubernetes/yurthub'"
 	if grep -q 'interface_trigger' "$work/log"; then bad "no interface trigger unless listed"; else ok "no interface trigger unless listed"; fi
 
 	run "config tinyhub 'main'
@@ -108,7 +129,7 @@ check_shell() {
 	option server_addr 'https://a.example:6443, https://b.example:6443,'
 	option cache_agents '*'"
 	expect_cmd "comma strings join, '*' is not globbed, 'yes' enables" \
-		"$P '--server-addr=https://a.example:6443,https://b.example:6443' '--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--cache-agents=*'"
+		"$P '--server-addr=https://a.example:6443,https://b.example:6443' $D '--cache-agents=*'"
 
 	run "config tinyhub 'main'
 	option enabled 'on'
@@ -117,18 +138,131 @@ check_shell() {
 	list cache_agents 'c'
 	list server_addr 'https://only:6443'"
 	expect_cmd "list items that hold commas, and a one-item list" \
-		"$P '--server-addr=https://only:6443' '--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--cache-agents=a,b,c'"
+		"$P '--server-addr=https://only:6443' $D '--cache-agents=a,b,c'"
 
 	run "config tinyhub 'main'
 	option enabled '1'
 	option server_addr 'https://10.0.0.1:6443'"
-	expect_refusal "missing kubeconfig: refused" "option kubeconfig is required"
-	expect_line "missing kubeconfig: triggers still registered" "procd_add_reload_trigger 'tinyhub'"
+	expect_refusal "no kubeconfig, no bootstrap: refused" "no credentials for the cloud"
+	expect_line "no credentials: triggers still registered" "procd_add_reload_trigger 'tinyhub'"
 
 	run "config tinyhub 'main'
 	option enabled '1'
-	option kubeconfig '$work/absent.kubeconfig'"
-	expect_refusal "kubeconfig file absent: refused" "kubeconfig $work/absent.kubeconfig"
+	option kubeconfig '$work/absent.kubeconfig'
+	option bootstrap_file '$bf'"
+	expect_refusal "kubeconfig file absent: refused, no fallback to bootstrap" "kubeconfig $work/absent.kubeconfig"
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option kubeconfig '$kc'
+	option bootstrap_mode 'kubeletcertificate'
+	option bootstrap_file '$bf'
+	option join_token '$tok'
+	list ca_cert_hash '$pin1'
+	option unsafe_skip_ca_verification '1'
+	list hub_cert_organizations 'openyurt:tenant:edge'
+	option hub_cert_signer 'kube-apiserver-client-kubelet'
+	option kubelet_client_certificate '$work/kubelet.pem'"
+	expect_cmd "a kubeconfig wins: no bootstrap flags, so no token on the command line" "$P $D"
+	expect_line "a kubeconfig wins: no bootstrap file to watch" "procd_set_param 'file' '/etc/config/tinyhub'"
+	if grep -q "^procd_append_param 'file'" "$work/log"; then bad "a kubeconfig wins: the bootstrap file is not watched"; else ok "a kubeconfig wins: the bootstrap file is not watched"; fi
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option bootstrap_file '$bf'"
+	expect_cmd "token mode, the default, with a bootstrap file" \
+		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--bootstrap-file=$bf' $D"
+	expect_line "a reload restarts the hub when the bootstrap file changed" "procd_append_param 'file' '$bf'"
+	if [ -s "$work/err" ]; then bad "bootstrap file present: no warning: $(cat "$work/err")"; else ok "bootstrap file present: no warning"; fi
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option bootstrap_mode 'token'
+	option bootstrap_file '$work/absent.conf'
+	list hub_cert_organizations 'openyurt:tenant:edge'
+	list hub_cert_organizations 'extra-a,extra-b'
+	option hub_cert_signer 'kube-apiserver-client-kubelet'"
+	expect_cmd "organizations repeat the flag per item; the signer passes" \
+		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--bootstrap-file=$work/absent.conf' '--hub-cert-organizations=openyurt:tenant:edge' '--hub-cert-organizations=extra-a' '--hub-cert-organizations=extra-b' '--hub-cert-signer=kube-apiserver-client-kubelet' $D"
+	if grep -qF "bootstrap file $work/absent.conf" "$work/err" &&
+		grep -q "^logger '-t' 'tinyhub' '-p' 'daemon.warn' 'bootstrap file $work/absent.conf" "$work/log"; then
+		ok "bootstrap file absent: started, with a warning in syslog"
+	else
+		bad "bootstrap file absent: no warning on stderr and in syslog: $(cat "$work/err")"
+	fi
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option join_token '$tok'
+	list ca_cert_hash '$pin1'
+	list ca_cert_hash '$pin2'
+	list server_addr 'https://10.0.0.1:6443'"
+	expect_cmd "join token with two pins: one flag per pin" \
+		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--join-token=$tok' '--discovery-token-ca-cert-hash=$pin1' '--discovery-token-ca-cert-hash=$pin2' '--server-addr=https://10.0.0.1:6443' $D"
+	if grep -q "^procd_append_param 'file'" "$work/log"; then bad "join token: no file to watch but the config"; else ok "join token: no file to watch but the config"; fi
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option join_token '$tok'
+	option ca_cert_hash '$pin1, $pin2'
+	option server_addr 'https://10.0.0.1:6443'"
+	expect_cmd "pins as one comma string: still one flag each" \
+		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--join-token=$tok' '--discovery-token-ca-cert-hash=$pin1' '--discovery-token-ca-cert-hash=$pin2' '--server-addr=https://10.0.0.1:6443' $D"
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option join_token '$tok'
+	option unsafe_skip_ca_verification '0'
+	list server_addr 'https://10.0.0.1:6443'"
+	expect_refusal "join token without a pin: refused" "option join_token needs list ca_cert_hash"
+	expect_secret_kept "join token without a pin: the token is not in the message"
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option join_token '$tok'
+	list ca_cert_hash '$pin1'"
+	expect_refusal "join token without server_addr: refused" "option join_token needs server_addr"
+	expect_secret_kept "join token without server_addr: the token is not in the message"
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option join_token '$tok'
+	option unsafe_skip_ca_verification 'yes'
+	list server_addr 'https://10.0.0.1:6443'"
+	expect_cmd "join token with unsafe_skip_ca_verification and no pin" \
+		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--join-token=$tok' '--discovery-token-unsafe-skip-ca-verification' '--server-addr=https://10.0.0.1:6443' $D"
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option bootstrap_file '$bf'
+	option join_token '$tok'"
+	expect_cmd "join token beside a bootstrap file: no pin, no server_addr needed (no discovery)" \
+		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--bootstrap-file=$bf' '--join-token=$tok' $D"
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option bootstrap_mode 'kubeletcertificate'"
+	expect_cmd "kubeletcertificate: kubelet's paths left to the hub" \
+		"'/usr/bin/tinyhub' '--bootstrap-mode=kubeletcertificate' $D"
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option bootstrap_mode 'kubeletcertificate'
+	option bootstrap_file '$bf'
+	option join_token '$tok'
+	list hub_cert_organizations 'openyurt:tenant:edge'
+	option kubelet_kubeconfig '$work/kubelet.conf'
+	option kubelet_ca_file '$work/ca.crt'
+	option kubelet_client_certificate '$work/absent-kubelet-client-current.pem'
+	option root_dir '/overlay/yurthub'"
+	expect_cmd "kubeletcertificate: its paths pass, an absent certificate is no refusal, token options unused" \
+		"'/usr/bin/tinyhub' '--bootstrap-mode=kubeletcertificate' '--kubelet-kubeconfig=$work/kubelet.conf' '--kubelet-ca-file=$work/ca.crt' '--kubelet-client-certificate=$work/absent-kubelet-client-current.pem' '--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=/overlay/yurthub'"
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option bootstrap_mode 'kubelet'
+	option bootstrap_file '$bf'"
+	expect_refusal "unknown bootstrap_mode: refused" "option bootstrap_mode in /etc/config/tinyhub is kubelet, not token or kubeletcertificate"
 
 	run "config tinyhub 'main'
 	option enabled '0'
@@ -148,10 +282,15 @@ check_shell() {
 	shipped=$(cat "$here/../openwrt/tinyhub.config")
 	run "$shipped"
 	expect_refusal "the shipped config loads, and is off until configured" "disabled in /etc/config/tinyhub"
+	run "$(printf '%s\n' "$shipped" | sed -e "s/enabled '0'/enabled '1'/")"
+	expect_refusal "the shipped config, enabled as it is: no credentials" "no credentials for the cloud"
 	run "$(printf '%s\n' "$shipped" | sed -e "s/enabled '0'/enabled '1'/" \
-		-e "s#'/etc/kubernetes/tinyhub.kubeconfig'#'$kc'#")"
-	expect_cmd "the shipped config, enabled, with a kubeconfig" \
-		"$P '--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache'"
+		-e "s#^	\#option kubeconfig '/etc/kubernetes/tinyhub.kubeconfig'#	option kubeconfig '$kc'#")"
+	expect_cmd "the shipped config, enabled, with a kubeconfig" "$P $D"
+	run "$(printf '%s\n' "$shipped" | sed -e "s/enabled '0'/enabled '1'/" \
+		-e "s#^	\#option bootstrap_file '/etc/kubernetes/yurthub/bootstrap-hub.conf'#	option bootstrap_file '$bf'#")"
+	expect_cmd "the shipped config, enabled, with its bootstrap_file line" \
+		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--bootstrap-file=$bf' $D"
 
 	# Kubernetes' default node name is the lower-cased hostname: give this run its own one.
 	if unshare -u true 2>/dev/null; then
@@ -163,7 +302,7 @@ check_shell() {
 			unshare -u $sh -c 'hostname GW-Test-01 && exec '"$sh"' "$0" "$@"' \
 			"$stub/rc.common" "$init" start > "$work/out" 2> "$work/err")
 		expect_cmd "an upper-case hostname becomes a lower-case node name" \
-			"$P '--node-name=gw-test-01' '--disk-cache-path=/etc/kubernetes/cache'"
+			"$P '--node-name=gw-test-01' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=/etc/kubernetes/yurthub'"
 	else
 		skip "upper-case hostname (unshare -u not permitted here)"
 	fi
