@@ -195,6 +195,11 @@ pub(super) fn run(
                 }
             }
         }
+        // Said while the CSR waits for approval, which may take minutes.
+        (hooks.problem)(format!(
+            "a {} was requested from signer {} and is not issued yet",
+            renewal.what, renewal.signer
+        ));
         let attempt = (hooks.template)().and_then(|template| {
             let api = (hooks.api)()?;
             let stored = request(root, renewal, &template, &api, stop)?;
