@@ -25,6 +25,7 @@ mod connection;
 mod exchange;
 mod listen;
 mod stream;
+pub(crate) mod tls;
 
 use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
@@ -43,6 +44,7 @@ use connection::serve_connection;
 pub(crate) use exchange::{BodyWriter, Exchange, Length};
 pub(crate) use listen::{Listener, bind, wake};
 pub(crate) use stream::ClientProbe;
+use stream::{ClientStream, TlsStream};
 
 /// Time one read of a request body, or one write of a response, may take (the default of
 /// [`Limits::io_timeout`]). It bounds the whole operation, not each system call: a client
@@ -76,6 +78,33 @@ pub(crate) type Handler = Arc<dyn Fn(Exchange<'_>) + Send + Sync>;
 /// Accepts connections until `shutdown` is set (then [`wake`] the listener).
 pub(crate) fn serve(
     listener: Listener,
+    handler: Handler,
+    limits: Limits,
+    load: Arc<Load>,
+    shutdown: Arc<AtomicBool>,
+) {
+    accept_loop(listener, None, handler, limits, load, shutdown);
+}
+
+/// [`serve`] over TLS (the HTTPS proxy port, [`tls::server_config`]): the same caps,
+/// eviction and 429s. Each connection's handshake runs on its own thread within the time a
+/// plain connection has to start its request; a failed one (plain HTTP, a client that
+/// does not trust the certificate, no certificate yet) is a debug line and closes it.
+#[allow(dead_code)] // wired by the lead in src/app.rs
+pub(crate) fn serve_tls(
+    listener: Listener,
+    tls: Arc<rustls::ServerConfig>,
+    handler: Handler,
+    limits: Limits,
+    load: Arc<Load>,
+    shutdown: Arc<AtomicBool>,
+) {
+    accept_loop(listener, Some(tls), handler, limits, load, shutdown);
+}
+
+fn accept_loop(
+    listener: Listener,
+    tls: Option<Arc<rustls::ServerConfig>>,
     handler: Handler,
     limits: Limits,
     load: Arc<Load>,
@@ -127,15 +156,31 @@ pub(crate) fn serve(
             load: Arc::clone(&load),
             tracked: erased,
         };
-        let (handler, shutdown) = (Arc::clone(&handler), Arc::clone(&shutdown));
+        let (handler, shutdown, tls) = (Arc::clone(&handler), Arc::clone(&shutdown), tls.clone());
         let spawned = thread::Builder::new()
             .name("conn".into())
             .stack_size(limits.stack_size)
             .spawn(move || {
                 let slot = slot;
                 let _ = stream.set_nodelay(true);
+                let stream: Box<dyn ClientStream> = match tls {
+                    None => Box::new(stream),
+                    // The handshake is the client's first words: it gets the time a plain
+                    // connection has to start its request. Eviction shuts the socket down
+                    // meanwhile as it would a silent plain connection.
+                    Some(config) => {
+                        let time = limits.io_timeout.min(connection::HEAD_TIMEOUT);
+                        match TlsStream::accept(stream, config, time) {
+                            Ok(stream) => Box::new(stream),
+                            Err(e) => {
+                                log::debug!("TLS handshake with {peer} failed: {e}");
+                                return;
+                            }
+                        }
+                    }
+                };
                 let tracked = (&*slot.load, &*slot.tracked);
-                serve_connection(Box::new(stream), peer, &handler, limits, tracked, &shutdown);
+                serve_connection(stream, peer, &handler, limits, tracked, &shutdown);
             });
         if let Err(e) = spawned {
             // The closure, and with it the slot and the stream, is dropped: answer through

@@ -1,0 +1,303 @@
+//! The HTTPS port over loopback: answers through `serve_tls`, certificate reloads, and the
+//! connections it refuses. `TestCa` is shared with the upstream tests.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+
+use super::*;
+use crate::server::{Exchange, Handler, Length, Limits, Load, bind, serve_tls, wake};
+
+/// A certificate authority for tests, issuing leaves signed by it.
+pub(crate) struct TestCa {
+    issuer: Issuer<'static, KeyPair>,
+    /// The CA certificate.
+    pub(crate) der: CertificateDer<'static>,
+}
+
+impl TestCa {
+    /// A fresh CA (rcgen cannot fail on these fixed parameters).
+    pub(crate) fn new() -> TestCa {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "test-ca");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let der = params.self_signed(&key).unwrap().der().clone();
+        TestCa {
+            issuer: Issuer::new(params, key),
+            der,
+        }
+    }
+
+    /// A leaf named `cn` for `sans` (DNS names or IPs): its chain and key.
+    pub(crate) fn issue(
+        &self,
+        cn: &str,
+        sans: &[&str],
+    ) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+        let key = KeyPair::generate().unwrap();
+        let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
+        let mut params = CertificateParams::new(sans).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        (vec![cert.der().clone()], key)
+    }
+
+    /// A rustls client trusting this CA, offering `alpn`.
+    pub(crate) fn client(&self, alpn: &[&[u8]]) -> Arc<ClientConfig> {
+        let mut roots = RootCertStore::empty();
+        roots.add(self.der.clone()).unwrap();
+        let mut config = ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Arc::new(config)
+    }
+}
+
+/// `serve_tls` on a loopback port, stopped when dropped.
+struct Running {
+    addr: SocketAddr,
+    load: Arc<Load>,
+    shutdown: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Running {
+    fn start(cert: Arc<ServingCert>, io_timeout: Duration) -> Running {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr();
+        let load = Arc::new(Load::default());
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let limits = Limits {
+            max_connections: 8,
+            max_in_flight: 8,
+            stack_size: 256 * 1024,
+            io_timeout,
+        };
+        let handler: Handler = Arc::new(answer);
+        let (l, s) = (Arc::clone(&load), Arc::clone(&shutdown));
+        let config = server_config(cert);
+        let thread = thread::spawn(move || serve_tls(listener, config, handler, limits, l, s));
+        Running {
+            addr,
+            load,
+            shutdown,
+            thread: Some(thread),
+        }
+    }
+
+    /// Waits (a few seconds at most) until no connection thread is left.
+    fn drained(&self) -> bool {
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            if self.load.connections.load(Ordering::Acquire) == 0 {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.shutdown.store(true, Ordering::Release);
+        wake(self.addr);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `/plain`: "hello" with a length; anything else: "ab" then "cde", streamed (chunked).
+fn answer(ex: Exchange<'_>) {
+    let none: &[(&str, &str)] = &[];
+    let _ = if ex.url() == "/plain" {
+        ex.send(200, none, b"hello")
+    } else {
+        ex.start(200, none, Length::Streamed).and_then(|mut w| {
+            w.write(b"ab")?;
+            w.write(b"cde")?;
+            w.finish()
+        })
+    };
+}
+
+type Client = StreamOwned<ClientConnection, TcpStream>;
+
+fn connect(addr: SocketAddr, config: Arc<ClientConfig>) -> Client {
+    let name = "localhost".try_into().unwrap();
+    let conn = ClientConnection::new(config, name).unwrap();
+    let sock = TcpStream::connect(addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    StreamOwned::new(conn, sock)
+}
+
+/// `GET /plain` on a keep-alive connection: the whole answer.
+fn get_plain(client: &mut Client) -> std::io::Result<String> {
+    client.write_all(b"GET /plain HTTP/1.1\r\nHost: localhost\r\n\r\n")?;
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 512];
+    while !answer.ends_with(b"hello") {
+        let n = client.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+    }
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+fn leaf(client: &Client) -> Vec<u8> {
+    client.conn.peer_certificates().unwrap()[0].to_vec()
+}
+
+fn serving(ca: &TestCa) -> Arc<ServingCert> {
+    let cert = Arc::new(ServingCert::new());
+    let (chain, key) = ca.issue("hub", &["localhost", "127.0.0.1"]);
+    cert.set(chain, key).unwrap();
+    cert
+}
+
+#[test]
+fn https_answers_whole_and_streamed_through_ureq() {
+    let ca = TestCa::new();
+    let server = Running::start(serving(&ca), Duration::from_secs(5));
+    let tls = ureq::tls::TlsConfig::builder()
+        .provider(ureq::tls::TlsProvider::Rustls)
+        .root_certs(ureq::tls::RootCerts::new_with_certs(&[
+            ureq::tls::Certificate::from_der(&ca.der).to_owned(),
+        ]))
+        .build();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .tls_config(tls)
+        .proxy(None)
+        .build()
+        .into();
+    let base = format!("https://localhost:{}", server.addr.port());
+    let mut plain = agent.get(format!("{base}/plain")).call().unwrap();
+    assert_eq!(plain.body_mut().read_to_string().unwrap(), "hello");
+    let mut streamed = agent.get(format!("{base}/stream")).call().unwrap();
+    assert_eq!(
+        streamed
+            .headers()
+            .get("transfer-encoding")
+            .map(|v| v.as_bytes()),
+        Some(&b"chunked"[..])
+    );
+    assert_eq!(streamed.body_mut().read_to_string().unwrap(), "abcde");
+}
+
+#[test]
+fn a_new_certificate_serves_new_handshakes_and_leaves_open_connections_alone() {
+    let ca = TestCa::new();
+    let cert = serving(&ca);
+    let server = Running::start(Arc::clone(&cert), Duration::from_secs(5));
+    let config = ca.client(&[b"http/1.1"]);
+    let mut old = connect(server.addr, config);
+    assert!(get_plain(&mut old).unwrap().ends_with("hello"));
+    let first = leaf(&old);
+
+    let (chain, key) = ca.issue("hub-renewed", &["localhost"]);
+    let renewed = chain[0].to_vec();
+    cert.set(chain, key).unwrap();
+
+    // A client of its own: one that resumes a session keeps the certificate it was made on.
+    let mut new = connect(server.addr, ca.client(&[b"http/1.1"]));
+    assert!(get_plain(&mut new).unwrap().ends_with("hello"));
+    assert_eq!(leaf(&new), renewed);
+    // The keep-alive connection made before keeps its certificate and keeps working.
+    let again = get_plain(&mut old).unwrap();
+    assert!(
+        again.starts_with("HTTP/1.1 200 OK") && again.ends_with("hello"),
+        "{again}"
+    );
+    assert_eq!(leaf(&old), first);
+    assert_ne!(first, renewed);
+}
+
+#[test]
+fn a_key_that_is_not_the_leafs_is_refused_and_the_old_certificate_stays() {
+    let ca = TestCa::new();
+    let cert = ServingCert::new();
+    assert!(!cert.is_set());
+    let (chain, _) = ca.issue("hub", &["localhost"]);
+    let (_, other) = ca.issue("other", &["localhost"]);
+    let err = cert.set(chain.clone(), other).unwrap_err();
+    assert!(err.contains("do not belong together"), "{err}");
+    assert!(!cert.is_set());
+    assert!(cert.set(Vec::new(), ca.issue("x", &["x"]).1).is_err());
+    assert!(!format!("{cert:?}").contains("PRIVATE"));
+}
+
+#[test]
+fn plain_http_to_the_tls_port_gets_no_answer_and_the_thread_ends() {
+    let ca = TestCa::new();
+    let server = Running::start(serving(&ca), Duration::from_secs(5));
+    let mut sock = TcpStream::connect(server.addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    sock.write_all(b"GET /plain HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = sock.read_to_end(&mut got);
+    assert!(
+        !String::from_utf8_lossy(&got).contains("HTTP/1.1"),
+        "{got:?}"
+    );
+    assert!(server.drained(), "the connection thread ended");
+}
+
+#[test]
+fn a_client_offering_only_h2_is_refused_in_the_handshake() {
+    let ca = TestCa::new();
+    let server = Running::start(serving(&ca), Duration::from_secs(5));
+    let mut h2 = connect(server.addr, ca.client(&[b"h2"]));
+    let err = get_plain(&mut h2).unwrap_err();
+    assert!(err.to_string().contains("NoApplicationProtocol"), "{err}");
+    // Offering both gets HTTP/1.1.
+    let mut both = connect(server.addr, ca.client(&[b"h2", b"http/1.1"]));
+    assert!(get_plain(&mut both).unwrap().ends_with("hello"));
+    assert_eq!(both.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+    drop(both);
+    assert!(server.drained());
+}
+
+#[test]
+fn no_certificate_yet_fails_the_handshake_until_one_is_set() {
+    let ca = TestCa::new();
+    let cert = Arc::new(ServingCert::new());
+    let server = Running::start(Arc::clone(&cert), Duration::from_secs(5));
+    let config = ca.client(&[]);
+    assert!(get_plain(&mut connect(server.addr, Arc::clone(&config))).is_err());
+    assert!(server.drained());
+    let (chain, key) = ca.issue("hub", &["localhost"]);
+    cert.set(chain, key).unwrap();
+    assert!(cert.is_set());
+    assert!(
+        get_plain(&mut connect(server.addr, config))
+            .unwrap()
+            .ends_with("hello")
+    );
+}
+
+#[test]
+fn a_silent_client_is_dropped_after_the_io_timeout() {
+    let ca = TestCa::new();
+    let server = Running::start(serving(&ca), Duration::from_millis(300));
+    let mut sock = TcpStream::connect(server.addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // The server closes: the end of the stream, not this read's own timeout.
+    assert_eq!(sock.read(&mut [0u8; 16]).unwrap(), 0);
+    assert!(server.drained());
+}
