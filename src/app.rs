@@ -110,9 +110,12 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         config.lb_mode,
     ));
     let upstream = Arc::new(
-        Upstream::new(Arc::clone(&backends), &config.tls, config.token.clone()).map_err(|e| {
-            StartupError::new(e.to_string()).context("cannot set up TLS to the cloud")
-        })?,
+        Upstream::new(
+            Arc::clone(&backends),
+            Some(&config.tls),
+            config.token.clone(),
+        )
+        .map_err(|e| StartupError::new(e.to_string()).context("cannot set up TLS to the cloud"))?,
     );
 
     // The serve port answers health checks from the start, while the rest comes up.

@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::io::{self, Read};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use ureq::config::AutoHeaderValue;
@@ -236,13 +236,16 @@ pub(crate) enum UpstreamError {
     /// The request's time ran out while the client's body was still arriving: the client's
     /// delay, not the cloud's. The cloud never got the request whole.
     ClientTooSlow(String),
+    /// The hub has no TLS material for the cloud yet (token mode before discovery or the
+    /// first certificate): nothing is sent, under any identity.
+    NoCredentials(String),
 }
 
 impl UpstreamError {
     /// True when the request certainly did not reach the cloud.
     pub(crate) fn never_sent(&self) -> bool {
         match self {
-            UpstreamError::NoHealthyBackend => true,
+            UpstreamError::NoHealthyBackend | UpstreamError::NoCredentials(_) => true,
             UpstreamError::Transport { maybe_sent, .. } => !maybe_sent,
             UpstreamError::Request(_)
             | UpstreamError::ClientBody(_)
@@ -264,6 +267,9 @@ impl fmt::Display for UpstreamError {
                 f,
                 "the client's request body did not arrive within the request's time: {detail}"
             ),
+            UpstreamError::NoCredentials(why) => {
+                write!(f, "the hub has no credentials for the cloud yet: {why}")
+            }
         }
     }
 }
@@ -305,26 +311,26 @@ impl Cloud for Upstream {
 /// The cloud client.
 pub(crate) struct Upstream {
     backends: Arc<Backends>,
-    hub_agent: Agent,
-    client_agent: Agent,
-    /// For streams: a connection each, never reused, so each can be cancelled.
-    hub_stream_agent: Agent,
-    client_stream_agent: Agent,
+    /// The agents of the current TLS material (`None`: none yet), replaced whole by
+    /// [`Upstream::set_tls`]. A request takes a snapshot for as long as it waits for its
+    /// answer's head; see [`Upstream::set_tls`] for what happens to the old connections.
+    agents: RwLock<Option<Arc<Agents>>>,
     token: Option<TokenSource>,
 }
 
-/// Time allowed to connect (TCP and TLS) to a backend.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Time allowed between two reads of a bounded answer.
-const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// ureq agents over one set of TLS material: with and without the hub's client certificate,
+/// pooled for short exchanges and unpooled for streams.
+struct Agents {
+    hub: Agent,
+    client: Agent,
+    /// For streams: a connection each, never reused, so each can be cancelled.
+    hub_stream: Agent,
+    client_stream: Agent,
+}
 
-impl Upstream {
-    /// Builds the agents (with and without the hub's client certificate) over `backends`.
-    pub(crate) fn new(
-        backends: Arc<Backends>,
-        tls: &TlsMaterial,
-        token: Option<Token>,
-    ) -> Result<Upstream, String> {
+impl Agents {
+    /// Agents trusting `tls.roots`, the hub's ones presenting `tls.client` when there is one.
+    fn new(tls: &TlsMaterial) -> Result<Agents, String> {
         let roots: Vec<Certificate<'static>> = tls
             .roots
             .iter()
@@ -345,14 +351,78 @@ impl Upstream {
         };
         let hub_tls = tls_config(&roots, client_cert);
         let client_tls = tls_config(&roots, None);
+        Ok(Agents {
+            hub: agent(hub_tls.clone(), true),
+            client: agent(client_tls.clone(), true),
+            hub_stream: agent(hub_tls, false),
+            client_stream: agent(client_tls, false),
+        })
+    }
+}
+
+/// Why nothing can be sent before [`Upstream::set_tls`].
+const NO_TLS_YET: &str = "the cluster CA and the hub's certificate are not known yet";
+
+/// Time allowed to connect (TCP and TLS) to a backend.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed between two reads of a bounded answer.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Upstream {
+    /// The cloud client over `backends`, with the agents of `tls` (with and without the
+    /// hub's client certificate). Without TLS material (token mode before discovery or the
+    /// first certificate) every send fails with [`UpstreamError::NoCredentials`] until
+    /// [`Upstream::set_tls`].
+    pub(crate) fn new(
+        backends: Arc<Backends>,
+        tls: Option<&TlsMaterial>,
+        token: Option<Token>,
+    ) -> Result<Upstream, String> {
+        let agents = tls.map(Agents::new).transpose()?.map(Arc::new);
         Ok(Upstream {
             backends,
-            hub_agent: agent(hub_tls.clone(), true),
-            client_agent: agent(client_tls.clone(), true),
-            hub_stream_agent: agent(hub_tls, false),
-            client_stream_agent: agent(client_tls, false),
+            agents: RwLock::new(agents),
             token: token.map(TokenSource::new),
         })
+    }
+
+    /// Replaces the TLS material (a rotated client certificate, a CA learnt by discovery):
+    /// new agents, swapped in at once, so the next request uses them. A request already
+    /// sent, and an open stream (a watch), keeps its connection to its end. The old pooled
+    /// agents go when the last request that took them has its answer's head (at once when
+    /// none is waiting for one): their idle connections close then, and a connection still
+    /// carrying a body closes when the body ends instead of going back to a pool (ureq
+    /// returns a connection to its pool only while that pool's agent lives).
+    #[allow(dead_code)] // wired by the lead in src/app.rs
+    pub(crate) fn set_tls(&self, tls: &TlsMaterial) -> Result<(), String> {
+        let agents = Arc::new(Agents::new(tls)?);
+        let old = self
+            .agents
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(agents);
+        // Dropped outside the lock: closing idle connections makes system calls.
+        drop(old);
+        Ok(())
+    }
+
+    /// The hub has TLS material for the cloud.
+    #[allow(dead_code)] // wired by the lead in src/app.rs
+    pub(crate) fn has_tls(&self) -> bool {
+        self.agents
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// The current agents, or why there are none.
+    fn current(&self) -> Result<Arc<Agents>, UpstreamError> {
+        // The lock guards one `Option<Arc>`: a panicking holder cannot leave it torn.
+        self.agents
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| UpstreamError::NoCredentials(NO_TLS_YET.into()))
     }
 
     /// The backends this client spreads over.
@@ -370,13 +440,14 @@ impl Upstream {
     /// reads stop going there until a probe, made at once, has ruled. Writes still go to a
     /// suspect server: none is answered from the cache while the cloud may take it.
     pub(crate) fn send(&self, mut req: Outgoing<'_>) -> Result<Answer, UpstreamError> {
+        let agents = self.current()?;
         let write = !matches!(req.method, "GET" | "HEAD");
         let first = self
             .backends
             .pick(None, write)
             .ok_or(UpstreamError::NoHealthyBackend)?;
         let retryable = req.body.is_none() && !write;
-        match self.send_to(first, &mut req) {
+        match self.send_to(&agents, first, &mut req) {
             // Not the cloud's failure: no error counted, no retry.
             Err(err @ (UpstreamError::ClientBody(_) | UpstreamError::ClientTooSlow(_))) => Err(err),
             Err(err @ UpstreamError::Transport { .. }) => {
@@ -401,7 +472,7 @@ impl Upstream {
                 };
                 log::info!("retrying on another cloud server after: {err}");
                 Metrics::inc(&METRICS.upstream_retries);
-                self.send_to(second, &mut req).inspect_err(|err| {
+                self.send_to(&agents, second, &mut req).inspect_err(|err| {
                     Metrics::inc(&METRICS.upstream_errors);
                     let slow = matches!(err, UpstreamError::Transport { timeout: true, .. });
                     if matches!(err, UpstreamError::Transport { .. }) && (err.never_sent() || !slow)
@@ -418,7 +489,12 @@ impl Upstream {
         }
     }
 
-    fn send_to(&self, backend: usize, req: &mut Outgoing<'_>) -> Result<Answer, UpstreamError> {
+    fn send_to(
+        &self,
+        agents: &Agents,
+        backend: usize,
+        req: &mut Outgoing<'_>,
+    ) -> Result<Answer, UpstreamError> {
         let server = &self.backends.get(backend).base;
         let url = format!("{server}{}", req.path_and_query);
         let mut builder = http::Request::builder().method(req.method).uri(&url);
@@ -463,10 +539,10 @@ impl Upstream {
         // when its client goes away; short exchanges share pooled connections.
         let streaming = matches!(req.deadline, Deadline::Stream(_));
         let agent = match (streaming, req.identity) {
-            (true, Identity::Hub) => &self.hub_stream_agent,
-            (true, Identity::Client) => &self.client_stream_agent,
-            (false, Identity::Hub) => &self.hub_agent,
-            (false, Identity::Client) => &self.client_agent,
+            (true, Identity::Hub) => &agents.hub_stream,
+            (true, Identity::Client) => &agents.client_stream,
+            (false, Identity::Hub) => &agents.hub,
+            (false, Identity::Client) => &agents.client,
         };
         // A line too long for the small buffer gets a large one for this request; ureq then
         // gives it a connection of its own, never pooled, so the buffer goes with it.
@@ -547,6 +623,8 @@ impl Probe for Upstream {
     /// `GET /readyz` with the hub's credentials; a server without it (404) is asked
     /// `/healthz` instead. 2xx is healthy.
     fn probe(&self, base: &str, timeout: Duration) -> Result<(), String> {
+        // No material yet: the server counts as down, and reads are answered from the cache.
+        let agents = self.current().map_err(|e| e.to_string())?;
         let mut status = 0;
         for path in ["/readyz", "/healthz"] {
             let mut builder = http::Request::builder()
@@ -556,12 +634,12 @@ impl Probe for Upstream {
                 builder = builder.header("authorization", format!("Bearer {token}"));
             }
             let request = builder.body(()).map_err(|e| e.to_string())?;
-            let request = self
-                .hub_agent
+            let request = agents
+                .hub
                 .configure_request(request)
                 .timeout_global(Some(timeout))
                 .build();
-            let response = self.hub_agent.run(request).map_err(|e| e.to_string())?;
+            let response = agents.hub.run(request).map_err(|e| e.to_string())?;
             status = response.status().as_u16();
             // Drain the small body so the connection goes back to the pool.
             let _ = io::copy(
@@ -856,3 +934,6 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod tls_tests;

@@ -19,6 +19,8 @@ pub(crate) struct TestCa {
     issuer: Issuer<'static, KeyPair>,
     /// The CA certificate.
     pub(crate) der: CertificateDer<'static>,
+    /// The same, PEM.
+    pub(crate) pem: String,
 }
 
 impl TestCa {
@@ -31,10 +33,11 @@ impl TestCa {
             .distinguished_name
             .push(DnType::CommonName, "test-ca");
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let der = params.self_signed(&key).unwrap().der().clone();
+        let cert = params.self_signed(&key).unwrap();
         TestCa {
             issuer: Issuer::new(params, key),
-            der,
+            der: cert.der().clone(),
+            pem: cert.pem(),
         }
     }
 
@@ -44,13 +47,23 @@ impl TestCa {
         cn: &str,
         sans: &[&str],
     ) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+        let (cert, key) = self.sign(cn, sans);
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        (vec![cert.der().clone()], key)
+    }
+
+    /// Like [`TestCa::issue`], as PEM: the certificate and its key.
+    pub(crate) fn issue_pem(&self, cn: &str, sans: &[&str]) -> (String, String) {
+        let (cert, key) = self.sign(cn, sans);
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn sign(&self, cn: &str, sans: &[&str]) -> (rcgen::Certificate, KeyPair) {
         let key = KeyPair::generate().unwrap();
         let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
         let mut params = CertificateParams::new(sans).unwrap();
         params.distinguished_name.push(DnType::CommonName, cn);
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        (vec![cert.der().clone()], key)
+        (params.signed_by(&key, &self.issuer).unwrap(), key)
     }
 
     /// A rustls client trusting this CA, offering `alpn`.
