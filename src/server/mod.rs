@@ -12,7 +12,9 @@
 //! Files: `listen.rs` (bind, backlog, wake), `admission.rs` (caps, eviction, slots),
 //! `connection.rs` (one connection's loop and deadlines), `exchange.rs` (`Exchange`, the
 //! request body, `BodyWriter`), `stream.rs` (the `ClientStream` seam that lets `tests.rs`
-//! run whole exchanges in memory, and `ClientProbe`).
+//! run whole exchanges in memory, `TlsStream` for the HTTPS port, and `ClientProbe`),
+//! `tls.rs` (the HTTPS port's reloadable serving certificate and rustls configuration;
+//! [`serve_tls`] is the same accept loop with a handshake on each connection's thread).
 //!
 //! Why not tiny_http, which the project started with: its connection pool spawns a thread per
 //! connection without bound, sets no timeouts (an idle or silent connection holds a thread
@@ -128,7 +130,11 @@ fn accept_loop(
             break;
         }
         if !admit(&load, limits.max_connections) {
-            refuse(stream, &too_busy(limits.max_connections, "connections"));
+            refuse(
+                stream,
+                tls.is_some(),
+                &too_busy(limits.max_connections, "connections"),
+            );
             continue;
         }
         let handle = match stream.try_clone() {
@@ -138,6 +144,7 @@ fn accept_loop(
                 log::error!("cannot track a connection: {e}");
                 refuse(
                     stream,
+                    tls.is_some(),
                     &Status::service_unavailable("the hub is out of resources"),
                 );
                 continue;
@@ -156,14 +163,15 @@ fn accept_loop(
             load: Arc::clone(&load),
             tracked: erased,
         };
-        let (handler, shutdown, tls) = (Arc::clone(&handler), Arc::clone(&shutdown), tls.clone());
+        let (handler, shutdown) = (Arc::clone(&handler), Arc::clone(&shutdown));
+        let handshake = tls.clone();
         let spawned = thread::Builder::new()
             .name("conn".into())
             .stack_size(limits.stack_size)
             .spawn(move || {
                 let slot = slot;
                 let _ = stream.set_nodelay(true);
-                let stream: Box<dyn ClientStream> = match tls {
+                let stream: Box<dyn ClientStream> = match handshake {
                     None => Box::new(stream),
                     // The handshake is the client's first words: it gets the time a plain
                     // connection has to start its request. Eviction shuts the socket down
@@ -189,6 +197,7 @@ fn accept_loop(
             if let Ok(stream) = tracked.stream.try_clone() {
                 refuse(
                     stream,
+                    tls.is_some(),
                     &Status::service_unavailable("the hub cannot start a thread right now"),
                 );
             }
@@ -205,7 +214,13 @@ pub(super) fn too_busy(limit: usize, what: &str) -> Status {
 }
 
 /// Answers a connection the hub will not serve, without reading its request, and closes it.
-fn refuse(mut stream: TcpStream, status: &Status) {
+/// A TLS connection is only closed: the answer would need a handshake on the accept
+/// thread, and plain bytes are no answer to a TLS client.
+fn refuse(mut stream: TcpStream, tls: bool, status: &Status) {
+    if tls {
+        let _ = stream.shutdown(Shutdown::Both);
+        return;
+    }
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
     let _ = write_status_and_close(&mut stream, status);
 }

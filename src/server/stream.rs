@@ -1,9 +1,10 @@
 //! The seam between the server and a client socket: what the connection loop needs beyond
 //! `Read + Write` (timeouts, shutdown, a probe for another thread), implemented for
-//! `TcpStream`, and in the unit tests for an in-memory stream, so the framing of whole
-//! exchanges is tested without sockets. [`ClientProbe`], the socket's side of a held stream
-//! watched by the reaper, lives here too. Connections use it as `dyn ClientStream` behind a
-//! reference: no allocation, and one indirect call per system call.
+//! `TcpStream`, for [`TlsStream`] (the HTTPS port), and in the unit tests for an in-memory
+//! stream, so the framing of whole exchanges is tested without sockets. [`ClientProbe`], the
+//! socket's side of a held stream watched by the reaper, lives here too. Connections use it
+//! as `dyn ClientStream` behind a reference: no allocation, and one indirect call per system
+//! call.
 
 use std::fmt::Debug;
 use std::io::{self, Read, Write};

@@ -83,22 +83,43 @@ struct Running {
     addr: SocketAddr,
     load: Arc<Load>,
     shutdown: Arc<AtomicBool>,
+    /// While set, `/hold` does not answer.
+    hold: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Running {
     fn start(cert: Arc<ServingCert>, io_timeout: Duration) -> Running {
+        Running::with_caps(cert, io_timeout, 8, 8)
+    }
+
+    fn with_caps(
+        cert: Arc<ServingCert>,
+        io_timeout: Duration,
+        max_connections: usize,
+        max_in_flight: usize,
+    ) -> Running {
         let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr();
         let load = Arc::new(Load::default());
         let shutdown = Arc::new(AtomicBool::new(false));
+        let hold = Arc::new(AtomicBool::new(true));
         let limits = Limits {
-            max_connections: 8,
-            max_in_flight: 8,
+            max_connections,
+            max_in_flight,
             stack_size: 256 * 1024,
             io_timeout,
         };
-        let handler: Handler = Arc::new(answer);
+        let held = Arc::clone(&hold);
+        let handler: Handler = Arc::new(move |ex: Exchange<'_>| {
+            if ex.url() == "/hold" {
+                let until = Instant::now() + Duration::from_secs(10);
+                while held.load(Ordering::Acquire) && Instant::now() < until {
+                    thread::sleep(Duration::from_millis(5));
+                }
+            }
+            answer(ex);
+        });
         let (l, s) = (Arc::clone(&load), Arc::clone(&shutdown));
         let config = server_config(cert);
         let thread = thread::spawn(move || serve_tls(listener, config, handler, limits, l, s));
@@ -106,6 +127,7 @@ impl Running {
             addr,
             load,
             shutdown,
+            hold,
             thread: Some(thread),
         }
     }
@@ -133,10 +155,11 @@ impl Drop for Running {
     }
 }
 
-/// `/plain`: "hello" with a length; anything else: "ab" then "cde", streamed (chunked).
+/// `/plain` and `/hold`: "hello" with a length; anything else: "ab" then "cde", streamed
+/// (chunked).
 fn answer(ex: Exchange<'_>) {
     let none: &[(&str, &str)] = &[];
-    let _ = if ex.url() == "/plain" {
+    let _ = if matches!(ex.url(), "/plain" | "/hold") {
         ex.send(200, none, b"hello")
     } else {
         ex.start(200, none, Length::Streamed).and_then(|mut w| {
@@ -159,17 +182,31 @@ fn connect(addr: SocketAddr, config: Arc<ClientConfig>) -> Client {
 
 /// `GET /plain` on a keep-alive connection: the whole answer.
 fn get_plain(client: &mut Client) -> std::io::Result<String> {
-    client.write_all(b"GET /plain HTTP/1.1\r\nHost: localhost\r\n\r\n")?;
+    get(client, "/plain")
+}
+
+/// `GET path` on a keep-alive connection: the answer, whole by its `Content-Length`.
+fn get(client: &mut Client, path: &str) -> std::io::Result<String> {
+    write!(client, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n")?;
     let mut answer = Vec::new();
     let mut buf = [0u8; 512];
-    while !answer.ends_with(b"hello") {
+    loop {
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .and_then(|n| n.trim().parse::<usize>().ok());
+            if length.is_some_and(|n| answer.len() >= end + 4 + n) {
+                return Ok(text);
+            }
+        }
         let n = client.read(&mut buf)?;
         if n == 0 {
-            break;
+            return Ok(text);
         }
         answer.extend_from_slice(&buf[..n]);
     }
-    Ok(String::from_utf8_lossy(&answer).into_owned())
 }
 
 fn leaf(client: &Client) -> Vec<u8> {
@@ -313,4 +350,103 @@ fn a_silent_client_is_dropped_after_the_io_timeout() {
     // The server closes: the end of the stream, not this read's own timeout.
     assert_eq!(sock.read(&mut [0u8; 16]).unwrap(), 0);
     assert!(server.drained());
+}
+
+/// Starts `GET /hold` on a connection of its own, and waits until it is in flight.
+fn hold(server: &Running, config: &Arc<ClientConfig>) -> JoinHandle<std::io::Result<String>> {
+    let (addr, config) = (server.addr, Arc::clone(config));
+    let before = server.load.in_flight();
+    let held = thread::spawn(move || get(&mut connect(addr, config), "/hold"));
+    let until = Instant::now() + Duration::from_secs(5);
+    while server.load.in_flight() == before && Instant::now() < until {
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(server.load.in_flight(), before + 1);
+    held
+}
+
+#[test]
+fn the_in_flight_cap_and_eviction_apply_over_tls() {
+    let ca = TestCa::new();
+    let server = Running::with_caps(serving(&ca), Duration::from_secs(5), 2, 1);
+    let config = ca.client(&[]);
+    let held = hold(&server, &config);
+    // A second request is past the in-flight cap: 429 over TLS, and the connection stays.
+    let mut second = connect(server.addr, Arc::clone(&config));
+    let busy = get(&mut second, "/plain").unwrap();
+    assert!(busy.starts_with("HTTP/1.1 429 "), "{busy}");
+    assert!(busy.contains("Retry-After: 1"), "{busy}");
+    // At the connection cap, a new connection evicts the idle one.
+    let mut third = connect(server.addr, Arc::clone(&config));
+    assert!(
+        get(&mut third, "/plain")
+            .unwrap()
+            .starts_with("HTTP/1.1 429 ")
+    );
+    assert!(matches!(
+        get(&mut second, "/plain").as_deref(),
+        Ok("") | Err(_)
+    ));
+    server.hold.store(false, Ordering::Release);
+    assert!(held.join().unwrap().unwrap().ends_with("hello"));
+    assert!(get_plain(&mut third).unwrap().ends_with("hello"));
+}
+
+#[test]
+fn past_the_connection_cap_a_tls_client_is_closed_without_a_plain_text_answer() {
+    let ca = TestCa::new();
+    let server = Running::with_caps(serving(&ca), Duration::from_secs(5), 2, 2);
+    let config = ca.client(&[]);
+    let held = [hold(&server, &config), hold(&server, &config)];
+    // Both connections serve a request: nothing to evict, and a plain 429 would only be
+    // garbage in place of a handshake.
+    let mut raw = TcpStream::connect(server.addr).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    let _ = raw.read_to_end(&mut got);
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    server.hold.store(false, Ordering::Release);
+    for held in held {
+        assert!(held.join().unwrap().unwrap().ends_with("hello"));
+    }
+    assert!(server.drained());
+}
+
+#[test]
+fn a_body_dribbled_inside_one_tls_record_times_out_like_on_the_plain_port() {
+    let ca = TestCa::new();
+    let server = Running::start(serving(&ca), Duration::from_millis(300));
+    let name = "localhost".try_into().unwrap();
+    let mut conn = ClientConnection::new(ca.client(&[]), name).unwrap();
+    let mut sock = TcpStream::connect(server.addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).unwrap();
+    }
+    conn.writer()
+        .write_all(b"POST /plain HTTP/1.1\r\nHost: localhost\r\nContent-Length: 60\r\n\r\n")
+        .unwrap();
+    conn.complete_io(&mut sock).unwrap();
+    // The whole body in one record, sent a byte every 25 ms: each socket read gets bytes
+    // well within the read timeout, the record (and the body read) takes seconds.
+    conn.writer().write_all(&[b'a'; 60]).unwrap();
+    let mut record = Vec::new();
+    conn.write_tls(&mut record).unwrap();
+    for byte in record {
+        if sock.write_all(&[byte]).is_err() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(25));
+    }
+    let mut answer = Vec::new();
+    let mut tls = StreamOwned::new(conn, sock);
+    let mut buf = [0u8; 512];
+    while let Ok(n) = tls.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
 }
