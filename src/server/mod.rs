@@ -104,6 +104,8 @@ pub(crate) fn serve_tls(
     accept_loop(listener, Some(tls), handler, limits, load, shutdown);
 }
 
+/// The accept loop of [`serve`] and [`serve_tls`]: with `tls`, each connection's thread
+/// runs the handshake first.
 fn accept_loop(
     listener: Listener,
     tls: Option<Arc<rustls::ServerConfig>>,

@@ -86,7 +86,9 @@ impl ClientProbe {
 /// state, driven by hand rather than through `rustls::StreamOwned` so each read and write
 /// keeps the connection loop's deadlines however many system calls a TLS record takes.
 pub(crate) struct TlsStream {
+    /// rustls's state of the connection.
     tls: rustls::ServerConnection,
+    /// The socket under it.
     sock: TcpStream,
     /// The timeout last asked for reads (nanoseconds, 0 for none): the whole of one read,
     /// not of each system call under it.
@@ -97,13 +99,16 @@ pub(crate) struct TlsStream {
 
 /// One read or write of the stream as it goes: its deadline and the socket calls made.
 struct Op {
+    /// When the operation must be done (`None`: no timeout).
     deadline: Option<Instant>,
+    /// Socket calls made so far.
     calls: u32,
     /// The socket's read or write timeout was shortened and must be set back.
     shortened: (bool, bool),
 }
 
 impl Op {
+    /// An operation bounded by `timeout` (nanoseconds, 0 for none), starting now.
     fn new(timeout: &AtomicU64) -> Op {
         Op {
             deadline: from_nanos(timeout.load(Ordering::Relaxed)).map(|t| Instant::now() + t),
@@ -218,10 +223,12 @@ impl TlsStream {
     }
 }
 
+/// A timeout as stored (nanoseconds, 0 for none).
 fn from_nanos(nanos: u64) -> Option<Duration> {
     (nanos != 0).then(|| Duration::from_nanos(nanos))
 }
 
+/// A timeout to store (see [`from_nanos`]).
 fn to_nanos(timeout: Option<Duration>) -> u64 {
     // A zero timeout cannot be set on a socket (std refuses it): 0 stands for none.
     timeout.map_or(0, |t| {

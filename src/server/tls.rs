@@ -21,6 +21,7 @@ use rustls::sign::CertifiedKey;
 /// The hub's serving certificate, as the HTTPS port presents it; empty until the first one
 /// is set (a handshake then fails: the client sees an alert, the hub a debug line).
 pub(crate) struct ServingCert {
+    /// Replaced whole by [`ServingCert::set`]; each handshake takes a clone of the `Arc`.
     current: RwLock<Option<Arc<CertifiedKey>>>,
 }
 
@@ -54,6 +55,7 @@ impl ServingCert {
         self.current().is_some()
     }
 
+    /// The certificate in use, if any.
     fn current(&self) -> Option<Arc<CertifiedKey>> {
         // A plain swap of an Arc: a panicking writer cannot leave it half-written.
         self.current

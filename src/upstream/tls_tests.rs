@@ -85,6 +85,7 @@ struct Cloud {
 }
 
 impl Cloud {
+    /// Serves with a certificate of `ca` for 127.0.0.1, asking for client certificates.
     fn start(ca: &TestCa) -> Cloud {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let (chain, key) = ca.issue("cloud", &["127.0.0.1"]);
@@ -128,10 +129,12 @@ impl Cloud {
         cloud
     }
 
+    /// Its URL.
     fn base(&self) -> String {
         format!("https://{}", self.addr)
     }
 
+    /// Connections open now.
     fn live(&self) -> usize {
         self.live.load(Ordering::SeqCst)
     }
@@ -148,13 +151,16 @@ impl Cloud {
         false
     }
 
+    /// The client leaf of the newest connection.
     fn last_leaf(&self) -> Option<Vec<u8>> {
         self.leaves.lock().unwrap().last().cloned().flatten()
     }
 }
 
+/// The cloud's side of one connection.
 type ServerTls = rustls::StreamOwned<ServerConnection, std::net::TcpStream>;
 
+/// Serves requests on one connection until the client closes it, noting its leaf.
 fn serve(
     tls: &mut ServerTls,
     leaves: &Mutex<Vec<Option<Vec<u8>>>>,
@@ -204,6 +210,7 @@ fn material(ca: &TestCa, cn: &str) -> (TlsMaterial, Vec<u8>) {
     (tls, leaf)
 }
 
+/// A GET of `path` with the hub's identity.
 fn get(path: &str, deadline: Deadline) -> Outgoing<'_> {
     Outgoing {
         method: "GET",
@@ -216,6 +223,7 @@ fn get(path: &str, deadline: Deadline) -> Outgoing<'_> {
     }
 }
 
+/// The whole body of `answer`.
 fn read_all(mut answer: Answer) -> String {
     let mut text = String::new();
     answer.body.read_to_string(&mut text).unwrap();
@@ -243,6 +251,10 @@ fn a_new_certificate_is_presented_at_once_and_idle_connections_close_while_a_wat
         cloud.live_becomes(2),
         "a pooled idle connection and the watch"
     );
+    // The first connection is idle in the pool: the next request reuses it.
+    assert_eq!(read_all(upstream.send(get("/a", bounded)).unwrap()), "ok");
+    assert_eq!(cloud.leaves.lock().unwrap().len(), 2, "no new connection");
+    assert_eq!(cloud.live(), 2);
 
     let (second, second_leaf) = material(&ca, "hub-2");
     upstream.set_tls(&second).unwrap();
