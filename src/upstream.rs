@@ -11,6 +11,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::io::{self, Read};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -19,7 +20,8 @@ use ureq::http;
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{
-    ConnectionDetails, Connector, NextTimeout, RustlsConnector, ShutdownHandle, TcpConnector,
+    Buffers, ConnectionDetails, Connector, NextTimeout, RustlsConnector, ShutdownHandle,
+    TcpConnector, Transport,
 };
 use ureq::{Agent, SendBody};
 
@@ -326,6 +328,8 @@ struct Agents {
     /// For streams: a connection each, never reused, so each can be cancelled.
     hub_stream: Agent,
     client_stream: Agent,
+    /// The connections of the two pooled agents, for [`Upstream::set_tls`] to retire.
+    pooled: Arc<Generation>,
 }
 
 impl Agents {
@@ -351,11 +355,13 @@ impl Agents {
         };
         let hub_tls = tls_config(&roots, client_cert);
         let client_tls = tls_config(&roots, None);
+        let pooled = Arc::new(Generation::default());
         Ok(Agents {
-            hub: agent(hub_tls.clone(), true),
-            client: agent(client_tls.clone(), true),
-            hub_stream: agent(hub_tls, false),
-            client_stream: agent(client_tls, false),
+            hub: agent(hub_tls.clone(), Some(&pooled)),
+            client: agent(client_tls.clone(), Some(&pooled)),
+            hub_stream: agent(hub_tls, None),
+            client_stream: agent(client_tls, None),
+            pooled,
         })
     }
 }
@@ -389,10 +395,8 @@ impl Upstream {
     /// Replaces the TLS material (a rotated client certificate, a CA learnt by discovery):
     /// new agents, swapped in at once, so the next request uses them. A request already
     /// sent, and an open stream (a watch), keeps its connection to its end. The old pooled
-    /// agents go when the last request that took them has its answer's head (at once when
-    /// none is waiting for one): their idle connections close then, and a connection still
-    /// carrying a body closes when the body ends instead of going back to a pool (ureq
-    /// returns a connection to its pool only while that pool's agent lives).
+    /// connections close at once when idle, and when their answer ends otherwise — never
+    /// reused (YurtHub closes every connection within 10 s of a rotation, in use or not).
     #[allow(dead_code)] // wired by the lead in src/app.rs
     pub(crate) fn set_tls(&self, tls: &TlsMaterial) -> Result<(), String> {
         let agents = Arc::new(Agents::new(tls)?);
@@ -401,8 +405,12 @@ impl Upstream {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .replace(agents);
-        // Dropped outside the lock: closing idle connections makes system calls.
-        drop(old);
+        // Outside the lock: closing connections makes system calls. ureq's pool closes its
+        // idle connections only when its agent goes, and a request waiting for its answer
+        // may hold the old agents for minutes: the generation closes them now.
+        if let Some(old) = old {
+            old.pooled.retire();
+        }
         Ok(())
     }
 
@@ -472,6 +480,8 @@ impl Upstream {
                 };
                 log::info!("retrying on another cloud server after: {err}");
                 Metrics::inc(&METRICS.upstream_retries);
+                // The agents of now: TLS material may have changed meanwhile.
+                let agents = self.current().unwrap_or(agents);
                 self.send_to(&agents, second, &mut req).inspect_err(|err| {
                     Metrics::inc(&METRICS.upstream_errors);
                     let slow = matches!(err, UpstreamError::Transport { timeout: true, .. });
@@ -677,7 +687,9 @@ const MAX_RESPONSE_HEAD: usize = 8 * 1024;
 /// largest head a client may send, with room for the hub's own headers.
 const LARGE_OUTPUT_BUFFER: usize = http1::MAX_HEAD + 16 * 1024;
 
-fn agent(tls: TlsConfig, pooled: bool) -> Agent {
+/// An agent over `tls`: pooled, with its connections in the generation `pooled`, or one
+/// connection per request (streams, see [`Recording`]).
+fn agent(tls: TlsConfig, pooled: Option<&Arc<Generation>>) -> Agent {
     let config = Agent::config_builder()
         // A proxy passes every status through with its body.
         .http_status_as_error(false)
@@ -691,18 +703,137 @@ fn agent(tls: TlsConfig, pooled: bool) -> Agent {
         .input_buffer_size(INPUT_BUFFER)
         .output_buffer_size(OUTPUT_BUFFER)
         .max_response_header_size(MAX_RESPONSE_HEAD)
-        .max_idle_connections_per_host(if pooled { 4 } else { 0 })
-        .max_idle_connections(if pooled { 8 } else { 0 })
+        .max_idle_connections_per_host(if pooled.is_some() { 4 } else { 0 })
+        .max_idle_connections(if pooled.is_some() { 8 } else { 0 })
         .timeout_connect(Some(CONNECT_TIMEOUT))
         .build();
     let resolver = LiteralFirst(DefaultResolver::default());
-    // Only streams need their connection noted (see [`Recording`]).
-    if pooled {
-        let connector = ().chain(TcpConnector::default()).chain(RustlsConnector::default());
+    // Every connection's socket is noted (see [`Recording`]): a stream's for its cancel
+    // handle, a pooled one's for its generation to close it when idle.
+    if let Some(generation) = pooled {
+        let connector =
+            ().chain(Recording::default())
+                .chain(RustlsConnector::default())
+                .chain(Retirable(Arc::clone(generation)));
         Agent::with_parts(config, connector, resolver)
     } else {
         let connector = ().chain(Recording::default()).chain(RustlsConnector::default());
         Agent::with_parts(config, connector, resolver)
+    }
+}
+
+/// The pooled connections of one set of agents. Retired when the TLS material changes: its
+/// idle connections are shut down at once, and one in use is not pooled again when its
+/// answer ends (it says it is closed), so none outlives the material it was made with.
+#[derive(Debug, Default)]
+struct Generation {
+    retired: AtomicBool,
+    conns: Mutex<Vec<Weak<PooledConn>>>,
+}
+
+impl Generation {
+    /// Shuts down every idle connection, and keeps the others from being pooled again.
+    fn retire(&self) {
+        // Set before looking at `idle`, which a connection sets before looking at this: one
+        // of the two sides sees the other (SeqCst).
+        self.retired.store(true, Ordering::SeqCst);
+        let conns = std::mem::take(&mut *self.conns.lock().unwrap_or_else(PoisonError::into_inner));
+        for conn in conns.iter().filter_map(Weak::upgrade) {
+            if conn.idle.load(Ordering::SeqCst)
+                && let Some(socket) = conn.socket.as_ref().and_then(Weak::upgrade)
+            {
+                socket.shutdown();
+            }
+        }
+    }
+}
+
+/// What a generation knows of one pooled connection.
+struct PooledConn {
+    /// Back in the pool (ureq asked whether it is open), not yet used again.
+    idle: AtomicBool,
+    /// Its socket, as ureq's TCP connector registered it.
+    socket: Option<Weak<dyn ShutdownHandle>>,
+}
+
+/// The last link of a pooled agent's connector chain: wraps each connection into its
+/// generation.
+#[derive(Debug)]
+struct Retirable(Arc<Generation>);
+
+impl<In: Transport> Connector<In> for Retirable {
+    type Out = RetirableTransport<In>;
+
+    fn connect(
+        &self,
+        _: &ConnectionDetails,
+        chained: Option<In>,
+    ) -> Result<Option<Self::Out>, ureq::Error> {
+        let Some(inner) = chained else {
+            return Ok(None);
+        };
+        let conn = Arc::new(PooledConn {
+            idle: AtomicBool::new(false),
+            // Noted by `Recording` in this same call, on this thread.
+            socket: LAST_CONNECTION.with(|last| last.borrow_mut().take()),
+        });
+        let mut conns = self.0.conns.lock().unwrap_or_else(PoisonError::into_inner);
+        conns.retain(|c| c.strong_count() > 0);
+        conns.push(Arc::downgrade(&conn));
+        Ok(Some(RetirableTransport {
+            inner,
+            conn,
+            generation: Arc::clone(&self.0),
+        }))
+    }
+}
+
+/// A pooled connection: in use while ureq sends or reads through it, idle once ureq asks
+/// whether it is open (before pooling it, or taking it from the pool: a swap in the moment
+/// between that and the first write closes a connection just taken, and that request
+/// fails as over a connection the cloud closed — a GET is retried).
+struct RetirableTransport<T> {
+    inner: T,
+    conn: Arc<PooledConn>,
+    generation: Arc<Generation>,
+}
+
+impl<T> fmt::Debug for RetirableTransport<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetirableTransport")
+            .field("idle", &self.conn.idle)
+            .finish()
+    }
+}
+
+impl<T: Transport> Transport for RetirableTransport<T> {
+    fn buffers(&mut self) -> &mut dyn Buffers {
+        self.conn.idle.store(false, Ordering::SeqCst);
+        self.inner.buffers()
+    }
+
+    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
+        self.conn.idle.store(false, Ordering::SeqCst);
+        self.inner.transmit_output(amount, timeout)
+    }
+
+    fn maybe_await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        self.conn.idle.store(false, Ordering::SeqCst);
+        self.inner.maybe_await_input(timeout)
+    }
+
+    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        self.conn.idle.store(false, Ordering::SeqCst);
+        self.inner.await_input(timeout)
+    }
+
+    fn is_open(&mut self) -> bool {
+        self.conn.idle.store(true, Ordering::SeqCst);
+        !self.generation.retired.load(Ordering::SeqCst) && self.inner.is_open()
+    }
+
+    fn is_tls(&self) -> bool {
+        self.inner.is_tls()
     }
 }
 

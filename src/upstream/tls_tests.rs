@@ -74,8 +74,9 @@ impl ClientCertVerifier for AnyClient {
     }
 }
 
-/// A TLS cloud: `/watch` sends "one", then "two" once released, then ends; anything else
-/// is a short "ok". Connections live until the client closes them.
+/// A TLS cloud: `/watch` sends "one", then "two" once released, then ends; `/slow` is a
+/// short "ok" once released; anything else is "ok" at once. Connections live until the
+/// client closes them.
 struct Cloud {
     addr: SocketAddr,
     /// The client leaf each connection presented, in the order they came.
@@ -187,7 +188,13 @@ fn serve(
             let leaf = tls.conn.peer_certificates().map(|c| c[0].to_vec());
             leaves.lock().unwrap().push(leaf);
         }
-        if head[0].starts_with("GET /watch ") {
+        if head[0].starts_with("GET /slow ") {
+            let until = Instant::now() + Duration::from_secs(20);
+            while !release.load(Ordering::SeqCst) && Instant::now() < until {
+                thread::sleep(Duration::from_millis(10));
+            }
+            tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")?;
+        } else if head[0].starts_with("GET /watch ") {
             tls.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\none\r\n")?;
             tls.flush()?;
             let until = Instant::now() + Duration::from_secs(20);
@@ -305,4 +312,38 @@ fn without_tls_material_nothing_is_sent_until_some_is_set() {
     let answer = upstream.send(get("/a", Deadline::Bounded(Duration::from_secs(10))));
     assert_eq!(read_all(answer.unwrap()), "ok");
     assert_eq!(cloud.last_leaf().as_deref(), Some(&leaf[..]));
+}
+
+#[test]
+fn idle_connections_close_at_a_swap_while_a_request_on_the_old_agents_waits_for_its_answer() {
+    let ca = TestCa::new();
+    let cloud = Cloud::start(&ca);
+    let backends = Arc::new(Backends::new(vec![cloud.base()], LbMode::RoundRobin));
+    let (first, _) = material(&ca, "hub-1");
+    let upstream = Arc::new(Upstream::new(backends, Some(&first), None).unwrap());
+    let bounded = Deadline::Bounded(Duration::from_secs(30));
+
+    // A request that waits for its answer holds the old agents (and ureq's old pool) ...
+    let slow = {
+        let upstream = Arc::clone(&upstream);
+        thread::spawn(move || upstream.send(get("/slow", bounded)).map(read_all))
+    };
+    assert!(cloud.live_becomes(1));
+    // ... while another connection of theirs is idle in the pool.
+    assert_eq!(read_all(upstream.send(get("/a", bounded)).unwrap()), "ok");
+    assert_eq!(cloud.live(), 2);
+
+    let (second, second_leaf) = material(&ca, "hub-2");
+    upstream.set_tls(&second).unwrap();
+    assert!(
+        cloud.live_becomes(1),
+        "the idle connection closes at once; {} live",
+        cloud.live()
+    );
+    // The waiting request is answered on its connection, which then closes, not pooled.
+    cloud.release.store(true, Ordering::SeqCst);
+    assert_eq!(slow.join().unwrap().unwrap(), "ok");
+    assert!(cloud.live_becomes(0), "{} live", cloud.live());
+    assert_eq!(read_all(upstream.send(get("/a", bounded)).unwrap()), "ok");
+    assert_eq!(cloud.last_leaf().as_deref(), Some(&second_leaf[..]));
 }
