@@ -23,7 +23,8 @@ use crate::pki::{self, IdentityState};
 use crate::proxy::Hub;
 use crate::reaper::Reaper;
 use crate::serve::{self, Readiness};
-use crate::server::{self, Limits, Load, ServingCert};
+use crate::server::tls::ServingCert;
+use crate::server::{self, Limits, Load};
 use crate::upstream::Upstream;
 use crate::{SMALL_STACK, signals};
 
@@ -129,7 +130,6 @@ pub fn run(config: Config) -> Result<(), StartupError> {
                 SERVE_LIMITS,
                 Arc::new(Load::default()),
                 shutdown,
-                None,
             )
         })?;
     }
@@ -241,7 +241,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
             Arc::clone(&shutdown),
         );
         spawn("proxy", move || {
-            server::serve(proxy_listener, handler, limits, load, shutdown, None)
+            server::serve(proxy_listener, handler, limits, load, shutdown)
         })?
     };
     drop(hub);
@@ -261,9 +261,9 @@ pub fn run(config: Config) -> Result<(), StartupError> {
                 let addr = listener.local_addr();
                 log::info!("listening role=https-proxy addr={addr}");
                 let _ = secure_addr.set(addr);
-                let tls = Some(server::tls_server_config(serving));
+                let tls = server::tls::server_config(serving);
                 let started = spawn("https-proxy", move || {
-                    server::serve(listener, handler, limits, load, shutdown, tls)
+                    server::serve_tls(listener, tls, handler, limits, load, shutdown)
                 });
                 if let Err(e) = started {
                     log::error!("{e}");

@@ -11,7 +11,8 @@ use std::cell::RefCell;
 use std::fmt;
 use std::io::{self, Read};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use ureq::config::AutoHeaderValue;
@@ -19,7 +20,8 @@ use ureq::http;
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{
-    ConnectionDetails, Connector, NextTimeout, RustlsConnector, ShutdownHandle, TcpConnector,
+    Buffers, ConnectionDetails, Connector, NextTimeout, RustlsConnector, ShutdownHandle,
+    TcpConnector, Transport,
 };
 use ureq::{Agent, SendBody};
 
@@ -236,13 +238,16 @@ pub(crate) enum UpstreamError {
     /// The request's time ran out while the client's body was still arriving: the client's
     /// delay, not the cloud's. The cloud never got the request whole.
     ClientTooSlow(String),
+    /// The hub has no TLS material for the cloud yet (token mode before discovery or the
+    /// first certificate): nothing is sent, under any identity.
+    NoCredentials(String),
 }
 
 impl UpstreamError {
     /// True when the request certainly did not reach the cloud.
     pub(crate) fn never_sent(&self) -> bool {
         match self {
-            UpstreamError::NoHealthyBackend => true,
+            UpstreamError::NoHealthyBackend | UpstreamError::NoCredentials(_) => true,
             UpstreamError::Transport { maybe_sent, .. } => !maybe_sent,
             UpstreamError::Request(_)
             | UpstreamError::ClientBody(_)
@@ -264,6 +269,9 @@ impl fmt::Display for UpstreamError {
                 f,
                 "the client's request body did not arrive within the request's time: {detail}"
             ),
+            UpstreamError::NoCredentials(why) => {
+                write!(f, "the hub has no credentials for the cloud yet: {why}")
+            }
         }
     }
 }
@@ -305,26 +313,28 @@ impl Cloud for Upstream {
 /// The cloud client.
 pub(crate) struct Upstream {
     backends: Arc<Backends>,
-    hub_agent: Agent,
-    client_agent: Agent,
-    /// For streams: a connection each, never reused, so each can be cancelled.
-    hub_stream_agent: Agent,
-    client_stream_agent: Agent,
+    /// The agents of the current TLS material (`None`: none yet), replaced whole by
+    /// [`Upstream::set_tls`]. A request takes a snapshot for as long as it waits for its
+    /// answer's head; see [`Upstream::set_tls`] for what happens to the old connections.
+    agents: RwLock<Option<Arc<Agents>>>,
     token: Option<TokenSource>,
 }
 
-/// Time allowed to connect (TCP and TLS) to a backend.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Time allowed between two reads of a bounded answer.
-const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// ureq agents over one set of TLS material: with and without the hub's client certificate,
+/// pooled for short exchanges and unpooled for streams.
+struct Agents {
+    hub: Agent,
+    client: Agent,
+    /// For streams: a connection each, never reused, so each can be cancelled.
+    hub_stream: Agent,
+    client_stream: Agent,
+    /// The connections of the two pooled agents, for [`Upstream::set_tls`] to retire.
+    pooled: Arc<Generation>,
+}
 
-impl Upstream {
-    /// Builds the agents (with and without the hub's client certificate) over `backends`.
-    pub(crate) fn new(
-        backends: Arc<Backends>,
-        tls: &TlsMaterial,
-        token: Option<Token>,
-    ) -> Result<Upstream, String> {
+impl Agents {
+    /// Agents trusting `tls.roots`, the hub's ones presenting `tls.client` when there is one.
+    fn new(tls: &TlsMaterial) -> Result<Agents, String> {
         let roots: Vec<Certificate<'static>> = tls
             .roots
             .iter()
@@ -345,14 +355,72 @@ impl Upstream {
         };
         let hub_tls = tls_config(&roots, client_cert);
         let client_tls = tls_config(&roots, None);
+        let pooled = Arc::new(Generation::default());
+        Ok(Agents {
+            hub: agent(hub_tls.clone(), Some(&pooled)),
+            client: agent(client_tls.clone(), Some(&pooled)),
+            hub_stream: agent(hub_tls, None),
+            client_stream: agent(client_tls, None),
+            pooled,
+        })
+    }
+}
+
+/// Why nothing can be sent before [`Upstream::set_tls`].
+const NO_TLS_YET: &str = "the cluster CA and the hub's certificate are not known yet";
+
+/// Time allowed to connect (TCP and TLS) to a backend.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed between two reads of a bounded answer.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Upstream {
+    /// The cloud client over `backends`, with the agents of `tls` (with and without the
+    /// hub's client certificate). Without TLS material (token mode before discovery or the
+    /// first certificate) every send fails with [`UpstreamError::NoCredentials`] until
+    /// [`Upstream::set_tls`].
+    pub(crate) fn new(
+        backends: Arc<Backends>,
+        tls: Option<&TlsMaterial>,
+        token: Option<Token>,
+    ) -> Result<Upstream, String> {
+        let agents = tls.map(Agents::new).transpose()?.map(Arc::new);
         Ok(Upstream {
             backends,
-            hub_agent: agent(hub_tls.clone(), true),
-            client_agent: agent(client_tls.clone(), true),
-            hub_stream_agent: agent(hub_tls, false),
-            client_stream_agent: agent(client_tls, false),
+            agents: RwLock::new(agents),
             token: token.map(TokenSource::new),
         })
+    }
+
+    /// Replaces the TLS material (a rotated client certificate, a CA learnt by discovery):
+    /// new agents, swapped in at once, so the next request uses them. A request already
+    /// sent, and an open stream (a watch), keeps its connection to its end. The old pooled
+    /// connections close at once when idle, and when their answer ends otherwise — never
+    /// reused (YurtHub closes every connection within 10 s of a rotation, in use or not).
+    pub(crate) fn set_tls(&self, tls: &TlsMaterial) -> Result<(), String> {
+        let agents = Arc::new(Agents::new(tls)?);
+        let old = self
+            .agents
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(agents);
+        // Outside the lock: closing connections makes system calls. ureq's pool closes its
+        // idle connections only when its agent goes, and a request waiting for its answer
+        // may hold the old agents for minutes: the generation closes them now.
+        if let Some(old) = old {
+            old.pooled.retire();
+        }
+        Ok(())
+    }
+
+    /// The current agents, or why there are none.
+    fn current(&self) -> Result<Arc<Agents>, UpstreamError> {
+        // The lock guards one `Option<Arc>`: a panicking holder cannot leave it torn.
+        self.agents
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| UpstreamError::NoCredentials(NO_TLS_YET.into()))
     }
 
     /// The backends this client spreads over.
@@ -370,13 +438,14 @@ impl Upstream {
     /// reads stop going there until a probe, made at once, has ruled. Writes still go to a
     /// suspect server: none is answered from the cache while the cloud may take it.
     pub(crate) fn send(&self, mut req: Outgoing<'_>) -> Result<Answer, UpstreamError> {
+        let agents = self.current()?;
         let write = !matches!(req.method, "GET" | "HEAD");
         let first = self
             .backends
             .pick(None, write)
             .ok_or(UpstreamError::NoHealthyBackend)?;
         let retryable = req.body.is_none() && !write;
-        match self.send_to(first, &mut req) {
+        match self.send_to(&agents, first, &mut req) {
             // Not the cloud's failure: no error counted, no retry.
             Err(err @ (UpstreamError::ClientBody(_) | UpstreamError::ClientTooSlow(_))) => Err(err),
             Err(err @ UpstreamError::Transport { .. }) => {
@@ -401,7 +470,9 @@ impl Upstream {
                 };
                 log::info!("retrying on another cloud server after: {err}");
                 Metrics::inc(&METRICS.upstream_retries);
-                self.send_to(second, &mut req).inspect_err(|err| {
+                // The agents of now: TLS material may have changed meanwhile.
+                let agents = self.current().unwrap_or(agents);
+                self.send_to(&agents, second, &mut req).inspect_err(|err| {
                     Metrics::inc(&METRICS.upstream_errors);
                     let slow = matches!(err, UpstreamError::Transport { timeout: true, .. });
                     if matches!(err, UpstreamError::Transport { .. }) && (err.never_sent() || !slow)
@@ -418,7 +489,12 @@ impl Upstream {
         }
     }
 
-    fn send_to(&self, backend: usize, req: &mut Outgoing<'_>) -> Result<Answer, UpstreamError> {
+    fn send_to(
+        &self,
+        agents: &Agents,
+        backend: usize,
+        req: &mut Outgoing<'_>,
+    ) -> Result<Answer, UpstreamError> {
         let server = &self.backends.get(backend).base;
         let url = format!("{server}{}", req.path_and_query);
         let mut builder = http::Request::builder().method(req.method).uri(&url);
@@ -463,10 +539,10 @@ impl Upstream {
         // when its client goes away; short exchanges share pooled connections.
         let streaming = matches!(req.deadline, Deadline::Stream(_));
         let agent = match (streaming, req.identity) {
-            (true, Identity::Hub) => &self.hub_stream_agent,
-            (true, Identity::Client) => &self.client_stream_agent,
-            (false, Identity::Hub) => &self.hub_agent,
-            (false, Identity::Client) => &self.client_agent,
+            (true, Identity::Hub) => &agents.hub_stream,
+            (true, Identity::Client) => &agents.client_stream,
+            (false, Identity::Hub) => &agents.hub,
+            (false, Identity::Client) => &agents.client,
         };
         // A line too long for the small buffer gets a large one for this request; ureq then
         // gives it a connection of its own, never pooled, so the buffer goes with it.
@@ -547,6 +623,8 @@ impl Probe for Upstream {
     /// `GET /readyz` with the hub's credentials; a server without it (404) is asked
     /// `/healthz` instead. 2xx is healthy.
     fn probe(&self, base: &str, timeout: Duration) -> Result<(), String> {
+        // No material yet: the server counts as down, and reads are answered from the cache.
+        let agents = self.current().map_err(|e| e.to_string())?;
         let mut status = 0;
         for path in ["/readyz", "/healthz"] {
             let mut builder = http::Request::builder()
@@ -556,12 +634,12 @@ impl Probe for Upstream {
                 builder = builder.header("authorization", format!("Bearer {token}"));
             }
             let request = builder.body(()).map_err(|e| e.to_string())?;
-            let request = self
-                .hub_agent
+            let request = agents
+                .hub
                 .configure_request(request)
                 .timeout_global(Some(timeout))
                 .build();
-            let response = self.hub_agent.run(request).map_err(|e| e.to_string())?;
+            let response = agents.hub.run(request).map_err(|e| e.to_string())?;
             status = response.status().as_u16();
             // Drain the small body so the connection goes back to the pool.
             let _ = io::copy(
@@ -599,7 +677,9 @@ const MAX_RESPONSE_HEAD: usize = 8 * 1024;
 /// largest head a client may send, with room for the hub's own headers.
 const LARGE_OUTPUT_BUFFER: usize = http1::MAX_HEAD + 16 * 1024;
 
-fn agent(tls: TlsConfig, pooled: bool) -> Agent {
+/// An agent over `tls`: pooled, with its connections in the generation `pooled`, or one
+/// connection per request (streams, see [`Recording`]).
+fn agent(tls: TlsConfig, pooled: Option<&Arc<Generation>>) -> Agent {
     let config = Agent::config_builder()
         // A proxy passes every status through with its body.
         .http_status_as_error(false)
@@ -613,18 +693,137 @@ fn agent(tls: TlsConfig, pooled: bool) -> Agent {
         .input_buffer_size(INPUT_BUFFER)
         .output_buffer_size(OUTPUT_BUFFER)
         .max_response_header_size(MAX_RESPONSE_HEAD)
-        .max_idle_connections_per_host(if pooled { 4 } else { 0 })
-        .max_idle_connections(if pooled { 8 } else { 0 })
+        .max_idle_connections_per_host(if pooled.is_some() { 4 } else { 0 })
+        .max_idle_connections(if pooled.is_some() { 8 } else { 0 })
         .timeout_connect(Some(CONNECT_TIMEOUT))
         .build();
     let resolver = LiteralFirst(DefaultResolver::default());
-    // Only streams need their connection noted (see [`Recording`]).
-    if pooled {
-        let connector = ().chain(TcpConnector::default()).chain(RustlsConnector::default());
+    // Every connection's socket is noted (see [`Recording`]): a stream's for its cancel
+    // handle, a pooled one's for its generation to close it when idle.
+    if let Some(generation) = pooled {
+        let connector =
+            ().chain(Recording::default())
+                .chain(RustlsConnector::default())
+                .chain(Retirable(Arc::clone(generation)));
         Agent::with_parts(config, connector, resolver)
     } else {
         let connector = ().chain(Recording::default()).chain(RustlsConnector::default());
         Agent::with_parts(config, connector, resolver)
+    }
+}
+
+/// The pooled connections of one set of agents. Retired when the TLS material changes: its
+/// idle connections are shut down at once, and one in use is not pooled again when its
+/// answer ends (it says it is closed), so none outlives the material it was made with.
+#[derive(Debug, Default)]
+struct Generation {
+    retired: AtomicBool,
+    conns: Mutex<Vec<Weak<PooledConn>>>,
+}
+
+impl Generation {
+    /// Shuts down every idle connection, and keeps the others from being pooled again.
+    fn retire(&self) {
+        // Set before looking at `idle`, which a connection sets before looking at this: one
+        // of the two sides sees the other (SeqCst).
+        self.retired.store(true, Ordering::SeqCst);
+        let conns = std::mem::take(&mut *self.conns.lock().unwrap_or_else(PoisonError::into_inner));
+        for conn in conns.iter().filter_map(Weak::upgrade) {
+            if conn.idle.load(Ordering::SeqCst)
+                && let Some(socket) = conn.socket.as_ref().and_then(Weak::upgrade)
+            {
+                socket.shutdown();
+            }
+        }
+    }
+}
+
+/// What a generation knows of one pooled connection.
+struct PooledConn {
+    /// Back in the pool (ureq asked whether it is open), not yet used again.
+    idle: AtomicBool,
+    /// Its socket, as ureq's TCP connector registered it.
+    socket: Option<Weak<dyn ShutdownHandle>>,
+}
+
+/// The last link of a pooled agent's connector chain: wraps each connection into its
+/// generation.
+#[derive(Debug)]
+struct Retirable(Arc<Generation>);
+
+impl<In: Transport> Connector<In> for Retirable {
+    type Out = RetirableTransport<In>;
+
+    fn connect(
+        &self,
+        _: &ConnectionDetails,
+        chained: Option<In>,
+    ) -> Result<Option<Self::Out>, ureq::Error> {
+        let Some(inner) = chained else {
+            return Ok(None);
+        };
+        let conn = Arc::new(PooledConn {
+            idle: AtomicBool::new(false),
+            // Noted by `Recording` in this same call, on this thread.
+            socket: LAST_CONNECTION.with(|last| last.borrow_mut().take()),
+        });
+        let mut conns = self.0.conns.lock().unwrap_or_else(PoisonError::into_inner);
+        conns.retain(|c| c.strong_count() > 0);
+        conns.push(Arc::downgrade(&conn));
+        Ok(Some(RetirableTransport {
+            inner,
+            conn,
+            generation: Arc::clone(&self.0),
+        }))
+    }
+}
+
+/// A pooled connection: in use while ureq sends or reads through it, idle once ureq asks
+/// whether it is open (before pooling it, or taking it from the pool: a swap in the moment
+/// between that and the first write closes a connection just taken, and that request
+/// fails as over a connection the cloud closed — a GET is retried).
+struct RetirableTransport<T> {
+    inner: T,
+    conn: Arc<PooledConn>,
+    generation: Arc<Generation>,
+}
+
+impl<T> fmt::Debug for RetirableTransport<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetirableTransport")
+            .field("idle", &self.conn.idle)
+            .finish()
+    }
+}
+
+impl<T: Transport> Transport for RetirableTransport<T> {
+    fn buffers(&mut self) -> &mut dyn Buffers {
+        self.conn.idle.store(false, Ordering::SeqCst);
+        self.inner.buffers()
+    }
+
+    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
+        self.conn.idle.store(false, Ordering::SeqCst);
+        self.inner.transmit_output(amount, timeout)
+    }
+
+    fn maybe_await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        self.conn.idle.store(false, Ordering::SeqCst);
+        self.inner.maybe_await_input(timeout)
+    }
+
+    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        self.conn.idle.store(false, Ordering::SeqCst);
+        self.inner.await_input(timeout)
+    }
+
+    fn is_open(&mut self) -> bool {
+        self.conn.idle.store(true, Ordering::SeqCst);
+        !self.generation.retired.load(Ordering::SeqCst) && self.inner.is_open()
+    }
+
+    fn is_tls(&self) -> bool {
+        self.inner.is_tls()
     }
 }
 
@@ -856,3 +1055,6 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod tls_tests;

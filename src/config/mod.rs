@@ -603,7 +603,7 @@ mod tests {
         );
         assert_eq!(c.proxy_addr, "127.0.0.1:10261".parse().unwrap());
         assert_eq!(c.serve_addr, "127.0.0.1:10267".parse().unwrap());
-        assert_eq!(c.proxy_secure_port, 10268);
+        assert_eq!(c.proxy_secure_addr, "127.0.0.1:10268".parse().unwrap());
         assert_eq!(c.multiplexer_port, 10269);
         assert_eq!(c.disk_cache_path, PathBuf::from("/etc/kubernetes/cache"));
         assert_eq!(c.lb_mode, LbMode::RoundRobin);
@@ -614,7 +614,10 @@ mod tests {
         assert_eq!(c.heartbeat.healthy_threshold, 2);
         assert!(c.enable_resource_filter);
         assert_eq!(c.max_requests_in_flight, 250);
-        assert_eq!(c.token, Some(Token::Inline("abc".into())));
+        assert!(
+            matches!(&c.identity, IdentitySource::Kubeconfig { token: Some(Token::Inline(t)), .. } if t == "abc")
+        );
+        assert_eq!(c.root_dir, PathBuf::from("/var/lib/yurthub"));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::Receiver;
 
@@ -17,7 +17,7 @@ use super::files::{CertKind, RootDir, StoredCert};
 use super::renew::{self, CLIENT_USAGES, Hooks, Renewal};
 use super::state::IdentityState;
 use super::x509::{self, CertInfo};
-use super::{material, reachable};
+use super::{install_tls, material, reachable};
 use crate::config::{ClientSigner, Token, TokenMode, kubeconfig};
 use crate::upstream::Upstream;
 
@@ -42,6 +42,8 @@ pub(super) struct TokenContext {
     pub template: CsrTemplate,
     /// Which signer it is requested from.
     pub signer: ClientSigner,
+    /// `--heartbeat-timeout-seconds`, for the probe after a new certificate.
+    pub probe_timeout: Duration,
 }
 
 impl TokenContext {
@@ -82,7 +84,7 @@ impl TokenContext {
         let mut install = |stored: &StoredCert, info: &CertInfo| -> Result<(), String> {
             let ca = self.root.read_ca().ok_or("the cluster CA file is gone")?;
             let tls = material(&ca, &stored.chain_pem, &stored.identity.key_pem)?;
-            self.upstream.set_tls(&tls)?;
+            install_tls(&self.upstream, &tls, self.probe_timeout)?;
             self.state.client_installed(Some(info.not_after));
             Ok(())
         };

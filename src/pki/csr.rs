@@ -6,8 +6,6 @@
 //! Hand-written instead of rcgen: the format is small and stable and rcgen adds about 50 KiB
 //! to the binary (ECOSYSTEM.md). It talks to nobody: sending the request is `csr_api.rs`.
 
-#![allow(dead_code)] // wired by the lead in src/app.rs
-
 use std::fmt;
 use std::net::IpAddr;
 

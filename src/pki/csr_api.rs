@@ -8,8 +8,6 @@
 //! a fraction of a second, even while a read blocks; the abandoned thread ends at its own
 //! timeout.
 
-#![allow(dead_code)] // wired by the lead in src/app.rs
-
 use std::fmt;
 use std::io::Read;
 use std::sync::Arc;

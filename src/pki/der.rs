@@ -5,8 +5,6 @@
 //! understand. Writing builds one `Vec` per element; the hub writes a few small requests a
 //! year, so clarity wins over avoiding copies. Nothing here knows what the elements mean.
 
-#![allow(dead_code)] // wired by the lead in src/app.rs
-
 /// Universal tag of BOOLEAN.
 pub(crate) const BOOLEAN: u8 = 0x01;
 /// Universal tag of INTEGER.

@@ -6,8 +6,6 @@
 //! It does not write the bootstrap kubeconfig (`files.rs`) nor decide whether pins are
 //! required (the configuration layer does).
 
-#![allow(dead_code)] // wired by the lead in src/app.rs
-
 use std::fmt;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::Path;

@@ -11,8 +11,6 @@
 //! directory fsynced): a kill at any point leaves the old file or the new one. Files are
 //! 0600, directories this module creates 0700.
 
-#![allow(dead_code)] // wired by the lead in src/app.rs
-
 use std::fmt::{self, Write as _};
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Read, Write};

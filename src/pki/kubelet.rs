@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime};
 use crossbeam_channel::Receiver;
 
 use super::csr_api::{ApiClient, Auth};
-use super::reachable;
 use super::renew::{Waited, wait};
 use super::state::IdentityState;
+use super::{install_tls, reachable};
 use crate::config::KubeletFiles;
 use crate::metrics::{METRICS, Metrics};
 use crate::tls::TlsMaterial;
@@ -65,6 +65,7 @@ pub(super) struct Watch {
     files: KubeletFiles,
     upstream: Arc<Upstream>,
     state: Arc<IdentityState>,
+    probe_timeout: Duration,
 }
 
 impl Watch {
@@ -73,11 +74,13 @@ impl Watch {
         files: KubeletFiles,
         upstream: Arc<Upstream>,
         state: Arc<IdentityState>,
+        probe_timeout: Duration,
     ) -> Watch {
         Watch {
             files,
             upstream,
             state,
+            probe_timeout,
         }
     }
 
@@ -102,55 +105,62 @@ impl Watch {
         let mut seen: Option<Version> = None;
         let mut first = true;
         let mut last_problem: Option<String> = None;
-        let mut report = |why: String| {
-            // Once per new problem: the file is looked at every few seconds.
-            if last_problem.as_ref() != Some(&why) {
-                log::warn!("{why}");
-                last_problem = Some(why.clone());
-            }
-            self.state.client_problem(why);
-        };
         loop {
             let now = version(&self.files);
             if now.is_some() && now != seen {
                 match read(&self.files) {
-                    Ok((material, not_after)) => match self.upstream.set_tls(&material) {
-                        Ok(()) => {
-                            self.state.client_installed(not_after);
-                            Metrics::inc(&METRICS.client_certificate_rotations);
-                            log::info!(
-                                "{} kubelet's client certificate {}{}",
-                                if first {
-                                    "using"
-                                } else {
-                                    "kubelet rotated its certificate: now using"
-                                },
-                                self.files.cert.display(),
-                                not_after
-                                    .map(|t| format!(
-                                        ", valid until {}",
-                                        crate::logging::rfc3339(t)
-                                    ))
-                                    .unwrap_or_default()
-                            );
-                            first = false;
-                            seen = now;
-                            last_problem = None;
+                    Ok((material, not_after)) => {
+                        match install_tls(&self.upstream, &material, self.probe_timeout) {
+                            Ok(()) => {
+                                self.state.client_installed(not_after);
+                                Metrics::inc(&METRICS.client_certificate_rotations);
+                                log::info!(
+                                    "{} kubelet's client certificate {}{}",
+                                    if first {
+                                        "using"
+                                    } else {
+                                        "kubelet rotated its certificate: now using"
+                                    },
+                                    self.files.cert.display(),
+                                    not_after
+                                        .map(|t| format!(
+                                            ", valid until {}",
+                                            crate::logging::rfc3339(t)
+                                        ))
+                                        .unwrap_or_default()
+                                );
+                                first = false;
+                                seen = now;
+                                last_problem = None;
+                            }
+                            Err(e) => self.report(&mut last_problem, e),
                         }
-                        Err(e) => report(e),
-                    },
+                    }
                     // A half-written file is read again next time.
-                    Err(e) => report(e),
+                    Err(e) => self.report(&mut last_problem, e),
                 }
             } else if now.is_none() {
-                report(format!(
-                    "kubeletcertificate mode: kubelet's client certificate {} cannot be read",
-                    self.files.cert.display()
-                ));
+                self.report(
+                    &mut last_problem,
+                    format!(
+                        "kubeletcertificate mode: kubelet's client certificate {} cannot be read",
+                        self.files.cert.display()
+                    ),
+                );
             }
             if wait(RECHECK, &never, stop) == Waited::Stopped {
                 return;
             }
         }
+    }
+
+    /// Says what is wrong in readyz, and in the log once per new problem: the file is
+    /// looked at every few seconds.
+    fn report(&self, last: &mut Option<String>, why: String) {
+        if last.as_ref() != Some(&why) {
+            log::warn!("{why}");
+            *last = Some(why.clone());
+        }
+        self.state.client_problem(why);
     }
 }

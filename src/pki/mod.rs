@@ -34,7 +34,7 @@ use crossbeam_channel::Receiver;
 
 use crate::config::{ClientSigner, Config, IdentitySource, Token};
 use crate::error::StartupError;
-use crate::server::ServingCert;
+use crate::server::tls::ServingCert;
 use crate::tls::{self, TlsMaterial};
 use crate::upstream::Upstream;
 use csr::CsrTemplate;
@@ -154,6 +154,7 @@ pub(crate) fn start(
                 state: Arc::clone(&state),
                 template: client_template(config, mode.signer),
                 signer: mode.signer,
+                probe_timeout: config.heartbeat.timeout,
             };
             let api = ctx.api_as_hub();
             let wake = state.enable_token_updates(bootstrap::TokenUpdates::new(
@@ -166,8 +167,12 @@ pub(crate) fn start(
             api
         }
         IdentitySource::Kubelet(files) => {
-            let watch =
-                kubelet::Watch::new(files.clone(), Arc::clone(&upstream), Arc::clone(&state));
+            let watch = kubelet::Watch::new(
+                files.clone(),
+                Arc::clone(&upstream),
+                Arc::clone(&state),
+                config.heartbeat.timeout,
+            );
             let api = watch.api(Arc::clone(&servers));
             let stop = stop.clone();
             spawn("kubelet-certificate", move || watch.run(&stop))?;
@@ -237,6 +242,21 @@ fn serving_template(config: &Config) -> CsrTemplate {
         dns_names: SERVING_DNS_NAMES.iter().map(|n| (*n).to_owned()).collect(),
         ip_addresses: ips,
     }
+}
+
+/// Puts new TLS material to use. When no server is healthy (no credentials until now, or an
+/// expired certificate the cloud refused), they are probed at once rather than after the
+/// checkers' next rounds, so the hub goes online as soon as it can.
+fn install_tls(
+    upstream: &Upstream,
+    tls: &TlsMaterial,
+    probe_timeout: Duration,
+) -> Result<(), String> {
+    upstream.set_tls(tls)?;
+    if !upstream.backends().any_healthy() {
+        crate::health::probe_all_once(upstream.backends(), upstream, probe_timeout);
+    }
+    Ok(())
 }
 
 /// TLS material from PEM: the CA bundle and a certificate chain with its key.

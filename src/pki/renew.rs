@@ -18,7 +18,7 @@ use super::files::{CertKind, RootDir, StoredCert};
 use super::state::IdentityState;
 use super::x509::{self, CertInfo};
 use crate::metrics::{METRICS, Metrics};
-use crate::server::ServingCert;
+use crate::server::tls::ServingCert;
 
 /// How long one CSR may wait for its certificate (client-go's).
 const CSR_WAIT: Duration = Duration::from_secs(15 * 60);
@@ -186,13 +186,13 @@ pub(super) fn run(
             }
             _ => now,
         };
-        if let Ok(left) = due.duration_since(now) {
-            if !left.is_zero() {
-                match wait(left, wake, stop) {
-                    Waited::Stopped => return,
-                    // Elapsed at most MAX_SLEEP: look at the clock again.
-                    Waited::Elapsed | Waited::Woken => continue,
-                }
+        if let Ok(left) = due.duration_since(now)
+            && !left.is_zero()
+        {
+            match wait(left, wake, stop) {
+                Waited::Stopped => return,
+                // Elapsed at most MAX_SLEEP: look at the clock again.
+                Waited::Elapsed | Waited::Woken => continue,
             }
         }
         // Said while the CSR waits for approval, which may take minutes.
@@ -271,10 +271,9 @@ pub(super) fn serving(
     if let Some(stored) = root.load_cert(CertKind::Serving)
         && let Some(info) = info(&stored)
         && SystemTime::now() < info.not_after
+        && let Err(e) = install(&stored, &info)
     {
-        if let Err(e) = install(&stored, &info) {
-            log::warn!("the stored serving certificate is unusable: {e}");
-        }
+        log::warn!("the stored serving certificate is unusable: {e}");
     }
     let never = crossbeam_channel::never();
     while !state.has_client() {

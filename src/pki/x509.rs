@@ -5,8 +5,6 @@
 //! It verifies nothing: signatures and chains are rustls's job. It never panics, whatever the
 //! bytes; anything it cannot read as a certificate is None.
 
-#![allow(dead_code)] // wired by the lead in src/app.rs
-
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -81,13 +81,16 @@ pub(super) fn after(mode: WorkingMode, local: &Local, failure: Failure) -> Fallb
 }
 
 /// The status of a cloud failure the cache does not answer: 504 for a timeout, else 503
-/// (502 for a request the hub could not build).
+/// (502 for a request the hub could not build; the 503 of a hub without credentials for
+/// the cloud says so).
 pub(super) fn status_of(error: &UpstreamError) -> Status {
     match error {
         UpstreamError::Transport { timeout: true, .. } => {
             Status::timeout(format!("the cloud did not answer in time: {error}"))
         }
         UpstreamError::Request(_) => Status::bad_gateway(error.to_string()),
+        // Not that the cloud is down: the hub cannot talk to it yet, and says why.
+        UpstreamError::NoCredentials(_) => Status::service_unavailable(error.to_string()),
         _ => Status::service_unavailable(format!("the cloud apiserver is unreachable: {error}")),
     }
 }

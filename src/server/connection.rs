@@ -17,7 +17,7 @@ use crate::status::Status;
 /// Time an idle keep-alive connection is kept (Go clients keep idle connections 90 s).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Time a client has to send a whole request head once it started.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Read buffer of a connection: a request head fits; bodies bypass it.
 const READ_BUFFER: usize = 4 * 1024;
 

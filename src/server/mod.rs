@@ -12,7 +12,9 @@
 //! Files: `listen.rs` (bind, backlog, wake), `admission.rs` (caps, eviction, slots),
 //! `connection.rs` (one connection's loop and deadlines), `exchange.rs` (`Exchange`, the
 //! request body, `BodyWriter`), `stream.rs` (the `ClientStream` seam that lets `tests.rs`
-//! run whole exchanges in memory, and `ClientProbe`).
+//! run whole exchanges in memory, `TlsStream` for the HTTPS port, and `ClientProbe`),
+//! `tls.rs` (the HTTPS port's reloadable serving certificate and rustls configuration;
+//! [`serve_tls`] is the same accept loop with a handshake on each connection's thread).
 //!
 //! Why not tiny_http, which the project started with: its connection pool spawns a thread per
 //! connection without bound, sets no timeouts (an idle or silent connection holds a thread
@@ -25,6 +27,7 @@ mod connection;
 mod exchange;
 mod listen;
 mod stream;
+pub(crate) mod tls;
 
 use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
@@ -43,6 +46,7 @@ use connection::serve_connection;
 pub(crate) use exchange::{BodyWriter, Exchange, Length};
 pub(crate) use listen::{Listener, bind, wake};
 pub(crate) use stream::ClientProbe;
+use stream::{ClientStream, TlsStream};
 
 /// Time one read of a request body, or one write of a response, may take (the default of
 /// [`Limits::io_timeout`]). It bounds the whole operation, not each system call: a client
@@ -81,6 +85,34 @@ pub(crate) fn serve(
     load: Arc<Load>,
     shutdown: Arc<AtomicBool>,
 ) {
+    accept_loop(listener, None, handler, limits, load, shutdown);
+}
+
+/// [`serve`] over TLS (the HTTPS proxy port, [`tls::server_config`]): the same caps,
+/// eviction and 429s. Each connection's handshake runs on its own thread within the time a
+/// plain connection has to start its request; a failed one (plain HTTP, a client that
+/// does not trust the certificate, no certificate yet) is a debug line and closes it.
+pub(crate) fn serve_tls(
+    listener: Listener,
+    tls: Arc<rustls::ServerConfig>,
+    handler: Handler,
+    limits: Limits,
+    load: Arc<Load>,
+    shutdown: Arc<AtomicBool>,
+) {
+    accept_loop(listener, Some(tls), handler, limits, load, shutdown);
+}
+
+/// The accept loop of [`serve`] and [`serve_tls`]: with `tls`, each connection's thread
+/// runs the handshake first.
+fn accept_loop(
+    listener: Listener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    handler: Handler,
+    limits: Limits,
+    load: Arc<Load>,
+    shutdown: Arc<AtomicBool>,
+) {
     let mut last_error_log: Option<Instant> = None;
     while !shutdown.load(Ordering::Acquire) {
         let (stream, peer) = match listener.socket.accept() {
@@ -99,7 +131,11 @@ pub(crate) fn serve(
             break;
         }
         if !admit(&load, limits.max_connections) {
-            refuse(stream, &too_busy(limits.max_connections, "connections"));
+            refuse(
+                stream,
+                tls.is_some(),
+                &too_busy(limits.max_connections, "connections"),
+            );
             continue;
         }
         let handle = match stream.try_clone() {
@@ -109,6 +145,7 @@ pub(crate) fn serve(
                 log::error!("cannot track a connection: {e}");
                 refuse(
                     stream,
+                    tls.is_some(),
                     &Status::service_unavailable("the hub is out of resources"),
                 );
                 continue;
@@ -128,14 +165,31 @@ pub(crate) fn serve(
             tracked: erased,
         };
         let (handler, shutdown) = (Arc::clone(&handler), Arc::clone(&shutdown));
+        let handshake = tls.clone();
         let spawned = thread::Builder::new()
             .name("conn".into())
             .stack_size(limits.stack_size)
             .spawn(move || {
                 let slot = slot;
                 let _ = stream.set_nodelay(true);
+                let stream: Box<dyn ClientStream> = match handshake {
+                    None => Box::new(stream),
+                    // The handshake is the client's first words: it gets the time a plain
+                    // connection has to start its request. Eviction shuts the socket down
+                    // meanwhile as it would a silent plain connection.
+                    Some(config) => {
+                        let time = limits.io_timeout.min(connection::HEAD_TIMEOUT);
+                        match TlsStream::accept(stream, config, time) {
+                            Ok(stream) => Box::new(stream),
+                            Err(e) => {
+                                log::debug!("TLS handshake with {peer} failed: {e}");
+                                return;
+                            }
+                        }
+                    }
+                };
                 let tracked = (&*slot.load, &*slot.tracked);
-                serve_connection(Box::new(stream), peer, &handler, limits, tracked, &shutdown);
+                serve_connection(stream, peer, &handler, limits, tracked, &shutdown);
             });
         if let Err(e) = spawned {
             // The closure, and with it the slot and the stream, is dropped: answer through
@@ -144,6 +198,7 @@ pub(crate) fn serve(
             if let Ok(stream) = tracked.stream.try_clone() {
                 refuse(
                     stream,
+                    tls.is_some(),
                     &Status::service_unavailable("the hub cannot start a thread right now"),
                 );
             }
@@ -160,7 +215,13 @@ pub(super) fn too_busy(limit: usize, what: &str) -> Status {
 }
 
 /// Answers a connection the hub will not serve, without reading its request, and closes it.
-fn refuse(mut stream: TcpStream, status: &Status) {
+/// A TLS connection is only closed: the answer would need a handshake on the accept
+/// thread, and plain bytes are no answer to a TLS client.
+fn refuse(mut stream: TcpStream, tls: bool, status: &Status) {
+    if tls {
+        let _ = stream.shutdown(Shutdown::Both);
+        return;
+    }
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
     let _ = write_status_and_close(&mut stream, status);
 }

@@ -1,14 +1,17 @@
 //! The seam between the server and a client socket: what the connection loop needs beyond
 //! `Read + Write` (timeouts, shutdown, a probe for another thread), implemented for
-//! `TcpStream`, and in the unit tests for an in-memory stream, so the framing of whole
-//! exchanges is tested without sockets. [`ClientProbe`], the socket's side of a held stream
-//! watched by the reaper, lives here too. Connections use it as `dyn ClientStream` behind a
-//! reference: no allocation, and one indirect call per system call.
+//! `TcpStream`, for [`TlsStream`] (the HTTPS port), and in the unit tests for an in-memory
+//! stream, so the framing of whole exchanges is tested without sockets. [`ClientProbe`], the
+//! socket's side of a held stream watched by the reaper, lives here too. Connections use it
+//! as `dyn ClientStream` behind a reference: no allocation, and one indirect call per system
+//! call.
 
 use std::fmt::Debug;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// A client connection as the server uses it.
 pub(crate) trait ClientStream: Read + Write + Send + Sync + Debug {
@@ -76,5 +79,245 @@ impl ClientProbe {
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
             ),
         }
+    }
+}
+
+/// A client connection over TLS (the HTTPS proxy port): the socket and rustls's server
+/// state, driven by hand rather than through `rustls::StreamOwned` so each read and write
+/// keeps the connection loop's deadlines however many system calls a TLS record takes.
+pub(crate) struct TlsStream {
+    /// rustls's state of the connection.
+    tls: rustls::ServerConnection,
+    /// The socket under it.
+    sock: TcpStream,
+    /// The timeout last asked for reads (nanoseconds, 0 for none): the whole of one read,
+    /// not of each system call under it.
+    read_timeout: AtomicU64,
+    /// Likewise for writes.
+    write_timeout: AtomicU64,
+}
+
+/// One read or write of the stream as it goes: its deadline and the socket calls made.
+struct Op {
+    /// When the operation must be done (`None`: no timeout).
+    deadline: Option<Instant>,
+    /// Socket calls made so far.
+    calls: u32,
+    /// The socket's read or write timeout was shortened and must be set back.
+    shortened: (bool, bool),
+}
+
+impl Op {
+    /// An operation bounded by `timeout` (nanoseconds, 0 for none), starting now.
+    fn new(timeout: &AtomicU64) -> Op {
+        Op {
+            deadline: from_nanos(timeout.load(Ordering::Relaxed)).map(|t| Instant::now() + t),
+            calls: 0,
+            shortened: (false, false),
+        }
+    }
+}
+
+impl TlsStream {
+    /// Runs the server side of the TLS handshake on `sock`, within `timeout` as a whole: a
+    /// client that connects and says nothing, or dribbles its hello, is dropped after it.
+    pub(crate) fn accept(
+        sock: TcpStream,
+        config: Arc<rustls::ServerConfig>,
+        timeout: Duration,
+    ) -> io::Result<TlsStream> {
+        let tls = rustls::ServerConnection::new(config).map_err(io::Error::other)?;
+        let stream = TlsStream {
+            tls,
+            sock,
+            read_timeout: AtomicU64::new(0),
+            write_timeout: AtomicU64::new(0),
+        };
+        ClientStream::set_read_timeout(&stream, Some(timeout))?;
+        ClientStream::set_write_timeout(&stream, Some(timeout))?;
+        let mut stream = stream;
+        let mut op = Op::new(&stream.read_timeout);
+        let result = (|| {
+            while stream.tls.is_handshaking() {
+                stream.flush_tls(&mut op)?;
+                if stream.tls.is_handshaking() && stream.tls.wants_read() {
+                    stream.read_tls(&mut op)?;
+                }
+            }
+            // The server's last flight (TLS 1.2 Finished, TLS 1.3 session tickets).
+            stream.flush_tls(&mut op)
+        })();
+        stream.restore(&op)?;
+        result.map(|()| stream)
+    }
+
+    /// Before each socket call of `op` after its first: the socket gets what is left until
+    /// the deadline (a timeout when nothing is left), so a client that moves a few bytes
+    /// at a time cannot stretch one operation.
+    fn arm(&self, reading: bool, op: &mut Op) -> io::Result<()> {
+        op.calls += 1;
+        let Some(deadline) = op.deadline.filter(|_| op.calls > 1) else {
+            return Ok(());
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client did not keep up in time",
+            ));
+        }
+        if reading {
+            op.shortened.0 = true;
+            self.sock.set_read_timeout(Some(left))
+        } else {
+            op.shortened.1 = true;
+            self.sock.set_write_timeout(Some(left))
+        }
+    }
+
+    /// Gives the socket back the timeouts asked for, after `op` shortened them.
+    fn restore(&self, op: &Op) -> io::Result<()> {
+        if op.shortened.0 {
+            self.sock
+                .set_read_timeout(from_nanos(self.read_timeout.load(Ordering::Relaxed)))?;
+        }
+        if op.shortened.1 {
+            self.sock
+                .set_write_timeout(from_nanos(self.write_timeout.load(Ordering::Relaxed)))?;
+        }
+        Ok(())
+    }
+
+    /// Reads TLS records from the socket (one system call) and processes them; a fatal
+    /// TLS error is sent to the client as an alert and returned.
+    fn read_tls(&mut self, op: &mut Op) -> io::Result<()> {
+        let n = loop {
+            self.arm(true, op)?;
+            match self.tls.read_tls(&mut self.sock) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => break other?,
+            }
+        };
+        if let Err(e) = self.tls.process_new_packets() {
+            let _ = self.flush_tls(op);
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+        if n == 0 && self.tls.is_handshaking() {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(())
+    }
+
+    /// Sends every TLS byte rustls holds.
+    fn flush_tls(&mut self, op: &mut Op) -> io::Result<()> {
+        while self.tls.wants_write() {
+            self.arm(false, op)?;
+            match self.tls.write_tls(&mut self.sock) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A timeout as stored (nanoseconds, 0 for none).
+fn from_nanos(nanos: u64) -> Option<Duration> {
+    (nanos != 0).then(|| Duration::from_nanos(nanos))
+}
+
+/// A timeout to store (see [`from_nanos`]).
+fn to_nanos(timeout: Option<Duration>) -> u64 {
+    // A zero timeout cannot be set on a socket (std refuses it): 0 stands for none.
+    timeout.map_or(0, |t| {
+        u64::try_from(t.as_nanos()).unwrap_or(u64::MAX).max(1)
+    })
+}
+
+impl Read for TlsStream {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let mut op = Op::new(&self.read_timeout);
+        let result = loop {
+            match self.tls.reader().read(out) {
+                // No whole record yet: read more from the socket.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                other => break other,
+            }
+            // TLS 1.3 may have to answer a key update while reading.
+            if let Err(e) = self
+                .read_tls(&mut op)
+                .and_then(|()| self.flush_tls(&mut op))
+            {
+                break Err(e);
+            }
+        };
+        self.restore(&op)?;
+        result
+    }
+}
+
+impl Write for TlsStream {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[io::IoSlice::new(data)])
+    }
+
+    /// All of `parts` go into one TLS record where they fit (a chunk's size line, data and
+    /// end travel together), then out to the socket before the call returns.
+    fn write_vectored(&mut self, parts: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let mut op = Op::new(&self.write_timeout);
+        let result = self.flush_tls(&mut op).and_then(|()| {
+            let n = self.tls.writer().write_vectored(parts)?;
+            self.flush_tls(&mut op)?;
+            Ok(n)
+        });
+        self.restore(&op)?;
+        result
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let mut op = Op::new(&self.write_timeout);
+        let result = self.flush_tls(&mut op);
+        self.restore(&op)?;
+        result
+    }
+}
+
+impl Debug for TlsStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsStream")
+            .field("peer", &self.sock.peer_addr().ok())
+            .field("version", &self.tls.protocol_version())
+            .finish()
+    }
+}
+
+impl ClientStream for TlsStream {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.sock.set_read_timeout(timeout)?;
+        self.read_timeout
+            .store(to_nanos(timeout), Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.sock.set_write_timeout(timeout)?;
+        self.write_timeout
+            .store(to_nanos(timeout), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Ends the socket without a TLS `close_notify` (that needs the connection's own
+    /// thread): HTTP framing, not the TLS close, tells a client where an answer ends.
+    fn shutdown(&self) -> io::Result<()> {
+        self.sock.shutdown(Shutdown::Both)
+    }
+
+    /// The socket as on the plain port. A client's TLS `close_notify` shows as bytes, not as
+    /// the end of the stream, so the probe says gone only at the TCP FIN that follows it
+    /// (clients close the socket right after).
+    fn probe(&self) -> Option<ClientProbe> {
+        self.sock.try_clone().ok().map(ClientProbe)
     }
 }

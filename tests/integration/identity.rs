@@ -95,7 +95,10 @@ fn joins_by_join_token_with_the_right_pin() {
         "no client certificate: {}",
         hub.logs()
     );
-    eprintln!("time from start to the first client certificate: {:?}", started.elapsed());
+    eprintln!(
+        "time from start to the first client certificate: {:?}",
+        started.elapsed()
+    );
     reads_as_the_node(&cloud, &hub, "settings");
 
     // The files YurtHub writes, private.
@@ -116,13 +119,31 @@ fn joins_by_join_token_with_the_right_pin() {
     assert!(conf.contains(&root.join("pki/yurthub-current.pem").display().to_string()));
     // kubectl reads the kubeconfig the hub wrote for itself.
     let out = Command::new("kubectl")
-        .args(["--kubeconfig", &root.join("yurthub.conf").display().to_string()])
-        .args(["get", "configmap", "settings", "-n", "default", "-o", "name"])
+        .args([
+            "--kubeconfig",
+            &root.join("yurthub.conf").display().to_string(),
+        ])
+        .args([
+            "get",
+            "configmap",
+            "settings",
+            "-n",
+            "default",
+            "-o",
+            "name",
+        ])
         .env("HOME", dir.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "configmap/settings");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "configmap/settings"
+    );
 
     // The CSR: YurtHub's signer, subject and usages, approved.
     let csrs = cloud.csrs();
@@ -133,7 +154,11 @@ fn joins_by_join_token_with_the_right_pin() {
     assert_eq!(client["spec"]["username"], "system:bootstrap:abcdef");
 
     // The serving certificate followed, and readyz is happy.
-    assert!(hub.wait_https(Duration::from_secs(30)).is_some(), "{}", hub.logs());
+    assert!(
+        hub.wait_https(Duration::from_secs(30)).is_some(),
+        "{}",
+        hub.logs()
+    );
     assert!(eventually(Duration::from_secs(10), || readyz(&hub).status == 200));
 }
 
@@ -151,7 +176,10 @@ fn a_wrong_pin_refuses_the_cluster_and_says_why() {
     let r = readyz(&hub);
     assert_eq!(r.status, 503);
     assert!(r.text().contains("[-]certificates"), "{}", r.text());
-    assert!(cloud.csrs().is_empty(), "no CSR from a cluster it does not trust");
+    assert!(
+        cloud.csrs().is_empty(),
+        "no CSR from a cluster it does not trust"
+    );
     assert!(!dir.path().join("root/bootstrap-hub.conf").exists());
 }
 
@@ -171,7 +199,11 @@ fn a_join_token_without_a_pin_needs_the_unsafe_flag() {
 
     let flags = join_flags(&cloud, &["--discovery-token-unsafe-skip-ca-verification"]);
     let hub = Hub::start(&spec(dir.path(), &flags));
-    assert!(wait_client_certs(&hub, 1.0, Duration::from_secs(30)), "{}", hub.logs());
+    assert!(
+        wait_client_certs(&hub, 1.0, Duration::from_secs(30)),
+        "{}",
+        hub.logs()
+    );
 }
 
 #[test]
@@ -185,7 +217,11 @@ fn joins_by_bootstrap_file() {
         dir.path(),
         &[format!("--bootstrap-file={}", file.display())],
     ));
-    assert!(wait_client_certs(&hub, 1.0, Duration::from_secs(30)), "{}", hub.logs());
+    assert!(
+        wait_client_certs(&hub, 1.0, Duration::from_secs(30)),
+        "{}",
+        hub.logs()
+    );
     reads_as_the_node(&cloud, &hub, "settings");
     assert!(dir.path().join("root/pki/ca.crt").exists());
 }
@@ -209,7 +245,11 @@ fn kubelet_certificate_mode_follows_kubelets_rotation() {
     ));
     reads_as_the_node(&cloud, &hub, "settings");
     cloud.write_kubelet_credentials(&kubelet, "edge-1", Duration::from_secs(3600));
-    assert!(wait_client_certs(&hub, 2.0, Duration::from_secs(20)), "{}", hub.logs());
+    assert!(
+        wait_client_certs(&hub, 2.0, Duration::from_secs(20)),
+        "{}",
+        hub.logs()
+    );
     std::thread::sleep(Duration::from_secs(5));
     // The first certificate has expired: only the new one opens connections now.
     reads_as_the_node(&cloud, &hub, "settings");
@@ -223,7 +263,11 @@ fn rotation_under_a_watch_and_a_list_loop_fails_no_request() {
     let dir = TempDir::new("rotation");
     let pin = format!("--discovery-token-ca-cert-hash={}", cloud.ca_pin());
     let hub = Hub::start(&spec(dir.path(), &join_flags(&cloud, &[&pin])));
-    assert!(wait_client_certs(&hub, 1.0, Duration::from_secs(30)), "{}", hub.logs());
+    assert!(
+        wait_client_certs(&hub, 1.0, Duration::from_secs(30)),
+        "{}",
+        hub.logs()
+    );
 
     let (status, body) = stream(
         &format!(
@@ -283,10 +327,14 @@ fn rotation_under_a_watch_and_a_list_loop_fails_no_request() {
         failures.load(Ordering::SeqCst),
         seen.load(Ordering::SeqCst)
     );
-    assert!(rotations >= 3.0, "first certificate and two renewals: {rotations}");
+    assert!(
+        rotations >= 3.0,
+        "first certificate and two renewals: {rotations}"
+    );
     assert_eq!(failures.load(Ordering::SeqCst), 0, "{}", hub.logs());
     assert!(
-        eventually(Duration::from_secs(5), || seen.load(Ordering::SeqCst) >= created),
+        eventually(Duration::from_secs(5), || seen.load(Ordering::SeqCst)
+            >= created),
         "the watch kept delivering: {} of {created}",
         seen.load(Ordering::SeqCst)
     );
@@ -314,12 +362,24 @@ fn the_https_port_answers_kubectl_and_python() {
     let out = Command::new("kubectl")
         .args(["--server", &server, "--certificate-authority"])
         .arg(&ca)
-        .args(["get", "configmap", "settings", "-n", "default", "-o", "jsonpath={.data.k}"])
+        .args([
+            "get",
+            "configmap",
+            "settings",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.data.k}",
+        ])
         .env("HOME", dir.path())
         .env("KUBECONFIG", "/dev/null")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "settings");
 
     // A client's own bearer token goes upstream, as on the plain port.
@@ -327,13 +387,31 @@ fn the_https_port_answers_kubectl_and_python() {
     let out = Command::new("kubectl")
         .args(["--server", &server, "--certificate-authority"])
         .arg(&ca)
-        .args(["--token", "pod-token", "get", "configmaps", "-n", "default", "-o", "name"])
+        .args([
+            "--token",
+            "pod-token",
+            "get",
+            "configmaps",
+            "-n",
+            "default",
+            "-o",
+            "name",
+        ])
         .env("HOME", dir.path())
         .env("KUBECONFIG", "/dev/null")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(cloud.requests().iter().any(|q| q.bearer_token.as_deref() == Some("pod-token")));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        cloud
+            .requests()
+            .iter()
+            .any(|q| q.bearer_token.as_deref() == Some("pod-token"))
+    );
 
     let script = format!(
         "import http.client, json, ssl\n\
@@ -346,8 +424,16 @@ fn the_https_port_answers_kubectl_and_python() {
         addr.port(),
         ca = ca.display().to_string(),
     );
-    let out = Command::new("python3").arg("-c").arg(&script).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "200 settings");
 }
 
@@ -359,13 +445,20 @@ fn a_denied_csr_is_said_and_cached_reads_go_on() {
     let dir = TempDir::new("denied");
     let pin = format!("--discovery-token-ca-cert-hash={}", cloud.ca_pin());
     let hub = Hub::start(&spec(dir.path(), &join_flags(&cloud, &[&pin])));
-    assert!(wait_client_certs(&hub, 1.0, Duration::from_secs(30)), "{}", hub.logs());
+    assert!(
+        wait_client_certs(&hub, 1.0, Duration::from_secs(30)),
+        "{}",
+        hub.logs()
+    );
     let path = "/api/v1/namespaces/default/configmaps/settings";
     assert_eq!(get(&format!("{}{path}", hub.url()), KUBELET).status, 200);
     hub.wait_cache_quiet();
     cloud.set_csr_mode(CsrMode::Deny);
     assert!(
-        hub.wait_log_line(|l| l.to_lowercase().contains("denied"), Duration::from_secs(30)),
+        hub.wait_log_line(
+            |l| l.to_lowercase().contains("denied"),
+            Duration::from_secs(30)
+        ),
         "{}",
         hub.logs()
     );
@@ -395,7 +488,10 @@ fn an_unreachable_cloud_at_first_start_leaves_cached_reads() {
     let pin = format!("--discovery-token-ca-cert-hash={}", cloud.ca_pin());
     let hub = Hub::start(&spec(dir.path(), &join_flags(&cloud, &[&pin])));
     assert!(
-        hub.wait_log_line(|l| l.contains("cluster-info") || l.contains("discover"), Duration::from_secs(30)),
+        hub.wait_log_line(
+            |l| l.contains("cluster-info") || l.contains("discover"),
+            Duration::from_secs(30)
+        ),
         "{}",
         hub.logs()
     );
@@ -403,7 +499,10 @@ fn an_unreachable_cloud_at_first_start_leaves_cached_reads() {
     assert_eq!(r.status, 503);
     assert!(r.text().contains("[-]certificates"), "{}", r.text());
     let r = get(
-        &format!("{}/api/v1/namespaces/default/configmaps/settings", hub.url()),
+        &format!(
+            "{}/api/v1/namespaces/default/configmaps/settings",
+            hub.url()
+        ),
         KUBELET,
     );
     assert_eq!(r.status, 200, "{}", r.text());
@@ -417,7 +516,11 @@ fn post_v1_token_brings_back_a_node_whose_certificate_and_token_expired() {
     let dir = TempDir::new("v1-token");
     let pin = format!("--discovery-token-ca-cert-hash={}", cloud.ca_pin());
     let hub = Hub::start(&spec(dir.path(), &join_flags(&cloud, &[&pin])));
-    assert!(wait_client_certs(&hub, 1.0, Duration::from_secs(30)), "{}", hub.logs());
+    assert!(
+        wait_client_certs(&hub, 1.0, Duration::from_secs(30)),
+        "{}",
+        hub.logs()
+    );
     // Renewals are refused until the certificate has run out, and the old token is gone.
     cloud.set_csr_mode(CsrMode::Deny);
     assert!(eventually(Duration::from_secs(15), || readyz(&hub)
@@ -430,7 +533,10 @@ fn post_v1_token_brings_back_a_node_whose_certificate_and_token_expired() {
     assert_eq!(post("not json").status, 400);
     assert_eq!(post(r#"{"jointoken": ""}"#).status, 400);
     // A token the cluster does not know: discovery finds no signature for it.
-    assert_eq!(post(r#"{"jointoken": "zzzzzz.zzzzzzzzzzzzzzzz"}"#).status, 500);
+    assert_eq!(
+        post(r#"{"jointoken": "zzzzzz.zzzzzzzzzzzzzzzz"}"#).status,
+        500
+    );
 
     cloud.add_bootstrap_token("fedcba", "fedcba9876543210");
     cloud.set_csr_mode(CsrMode::Rules);
@@ -447,5 +553,9 @@ fn post_v1_token_brings_back_a_node_whose_certificate_and_token_expired() {
         "{}",
         hub.logs()
     );
-    assert!(eventually(Duration::from_secs(15), || readyz(&hub).status == 200), "{}", readyz(&hub).text());
+    assert!(
+        eventually(Duration::from_secs(15), || readyz(&hub).status == 200),
+        "{}",
+        readyz(&hub).text()
+    );
 }

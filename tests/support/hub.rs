@@ -262,12 +262,13 @@ impl Hub {
     pub fn wait_https(&self, timeout: Duration) -> Option<SocketAddr> {
         let mut found = None;
         eventually(timeout, || {
-            found = self
-                .logs
-                .lock()
-                .unwrap()
-                .iter()
-                .find_map(|l| l.split("role=https-proxy addr=").nth(1)?.trim().parse().ok());
+            found = self.logs.lock().unwrap().iter().find_map(|l| {
+                l.split("role=https-proxy addr=")
+                    .nth(1)?
+                    .trim()
+                    .parse()
+                    .ok()
+            });
             found.is_some()
         });
         found

@@ -63,6 +63,10 @@ type Error = fn() -> UpstreamError;
 fn no_backend() -> UpstreamError {
     UpstreamError::NoHealthyBackend
 }
+/// No TLS material for the cloud yet: nothing was sent.
+fn no_credentials() -> UpstreamError {
+    UpstreamError::NoCredentials("the cluster CA is not known yet".into())
+}
 fn client_body() -> UpstreamError {
     UpstreamError::ClientBody("unexpected end of chunked body".into())
 }
@@ -125,6 +129,7 @@ fn reads_are_answered_from_the_cache_whatever_the_cloud_did() {
             answer_timeout,
             broke_off,
             no_backend,
+            no_credentials,
         ] {
             assert_eq!(outcome(EDGE, local, error, None), Cache, "{local:?}");
         }
@@ -144,6 +149,7 @@ fn writes_are_answered_from_the_cache_only_when_never_sent() {
         (refused, Cache),
         (connect_timeout, Cache),
         (no_backend, Cache),
+        (no_credentials, Cache),
         (broke_off, Code(503)),
         (answer_timeout, Code(504)),
     ];
@@ -177,6 +183,9 @@ fn what_the_cache_cannot_answer_says_the_cloud_is_unreachable() {
         (CLOUD, Local::Get, answer_timeout, Code(504)),
         (CLOUD, Local::Create, refused, Code(503)),
         (CLOUD, Local::Unavailable, connect_timeout, Code(504)),
+        (EDGE, Local::Unavailable, no_credentials, Code(503)),
+        (CLOUD, Local::Get, no_credentials, Code(503)),
+        (CLOUD, Local::Create, no_credentials, Code(503)),
     ];
     for (mode, local, error, want) in cases {
         assert_eq!(
@@ -257,4 +266,18 @@ fn a_suspect_server_still_takes_writes_not_reads() {
     ] {
         assert!(!offline(EDGE, &write, &suspect), "{write:?}");
     }
+}
+
+#[test]
+fn no_credentials_says_so_in_its_503() {
+    let status = status_of(&no_credentials());
+    assert_eq!(status.code, 503);
+    let body = String::from_utf8(status.to_json()).unwrap();
+    assert!(
+        body.contains(
+            "the hub has no credentials for the cloud yet: the cluster CA is not known yet"
+        ),
+        "{body}"
+    );
+    assert!(!body.contains("unreachable"), "{body}");
 }

@@ -1,0 +1,347 @@
+//! The TLS material swapped while the hub runs, against a small TLS cloud on loopback that
+//! records the client certificate each connection presented and counts live connections.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, ServerConnection, SignatureScheme};
+
+use super::*;
+use crate::config::LbMode;
+use crate::server::tls::tests::TestCa;
+
+/// Takes any client certificate and records nothing itself (the connection does).
+#[derive(Debug)]
+struct AnyClient(Arc<rustls::crypto::CryptoProvider>);
+
+impl ClientCertVerifier for AnyClient {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A TLS cloud: `/watch` sends "one", then "two" once released, then ends; `/slow` is a
+/// short "ok" once released; anything else is "ok" at once. Connections live until the
+/// client closes them.
+struct Cloud {
+    addr: SocketAddr,
+    /// The client leaf each connection presented, in the order they came.
+    leaves: Arc<Mutex<Vec<Option<Vec<u8>>>>>,
+    live: Arc<AtomicUsize>,
+    release: Arc<AtomicBool>,
+}
+
+impl Cloud {
+    /// Serves with a certificate of `ca` for 127.0.0.1, asking for client certificates.
+    fn start(ca: &TestCa) -> Cloud {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let (chain, key) = ca.issue("cloud", &["127.0.0.1"]);
+        let config = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(Arc::new(AnyClient(provider)))
+            .with_single_cert(chain, key)
+            .unwrap();
+        let config = Arc::new(config);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let cloud = Cloud {
+            addr: listener.local_addr().unwrap(),
+            leaves: Arc::default(),
+            live: Arc::default(),
+            release: Arc::default(),
+        };
+        let (leaves, live, release) = (
+            Arc::clone(&cloud.leaves),
+            Arc::clone(&cloud.live),
+            Arc::clone(&cloud.release),
+        );
+        thread::spawn(move || {
+            for sock in listener.incoming().flatten() {
+                let (config, leaves, live, release) = (
+                    Arc::clone(&config),
+                    Arc::clone(&leaves),
+                    Arc::clone(&live),
+                    Arc::clone(&release),
+                );
+                live.fetch_add(1, Ordering::SeqCst);
+                thread::spawn(move || {
+                    let _ = sock.set_read_timeout(Some(Duration::from_secs(30)));
+                    let conn = ServerConnection::new(config).unwrap();
+                    let mut tls = rustls::StreamOwned::new(conn, sock);
+                    let _ = serve(&mut tls, &leaves, &release);
+                    live.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        cloud
+    }
+
+    /// Its URL.
+    fn base(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    /// Connections open now.
+    fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+
+    /// Waits up to 10 s (YurtHub's bound after a rotation) for `n` live connections.
+    fn live_becomes(&self, n: usize) -> bool {
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            if self.live() == n {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// The client leaf of the newest connection.
+    fn last_leaf(&self) -> Option<Vec<u8>> {
+        self.leaves.lock().unwrap().last().cloned().flatten()
+    }
+}
+
+/// The cloud's side of one connection.
+type ServerTls = rustls::StreamOwned<ServerConnection, std::net::TcpStream>;
+
+/// Serves requests on one connection until the client closes it, noting its leaf.
+fn serve(
+    tls: &mut ServerTls,
+    leaves: &Mutex<Vec<Option<Vec<u8>>>>,
+    release: &AtomicBool,
+) -> io::Result<()> {
+    let mut recorded = false;
+    loop {
+        let mut head = Vec::new();
+        let mut reader = BufReader::new(&mut *tls);
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line)? == 0 {
+                return Ok(());
+            }
+            let end = line == "\r\n";
+            head.push(line);
+            if end {
+                break;
+            }
+        }
+        drop(reader);
+        if !recorded {
+            recorded = true;
+            let leaf = tls.conn.peer_certificates().map(|c| c[0].to_vec());
+            leaves.lock().unwrap().push(leaf);
+        }
+        if head[0].starts_with("GET /slow ") {
+            let until = Instant::now() + Duration::from_secs(20);
+            while !release.load(Ordering::SeqCst) && Instant::now() < until {
+                thread::sleep(Duration::from_millis(10));
+            }
+            tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")?;
+        } else if head[0].starts_with("GET /watch ") {
+            tls.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\none\r\n")?;
+            tls.flush()?;
+            let until = Instant::now() + Duration::from_secs(20);
+            while !release.load(Ordering::SeqCst) && Instant::now() < until {
+                thread::sleep(Duration::from_millis(10));
+            }
+            tls.write_all(b"3\r\ntwo\r\n0\r\n\r\n")?;
+        } else {
+            tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")?;
+        }
+        tls.flush()?;
+    }
+}
+
+/// The material of `ca` with a new client certificate named `cn`.
+fn material(ca: &TestCa, cn: &str) -> (TlsMaterial, Vec<u8>) {
+    let (cert, key) = ca.issue_pem(cn, &[]);
+    let tls = crate::tls::load(ca.pem.as_bytes(), Some((cert.as_bytes(), key.as_bytes()))).unwrap();
+    let leaf = tls.client.as_ref().unwrap().chain[0].to_vec();
+    (tls, leaf)
+}
+
+/// A GET of `path` with the hub's identity.
+fn get(path: &str, deadline: Deadline) -> Outgoing<'_> {
+    Outgoing {
+        method: "GET",
+        path_and_query: path,
+        headers: &[],
+        accept: None,
+        body: None,
+        deadline,
+        identity: Identity::Hub,
+    }
+}
+
+/// The whole body of `answer`.
+fn read_all(mut answer: Answer) -> String {
+    let mut text = String::new();
+    answer.body.read_to_string(&mut text).unwrap();
+    text
+}
+
+#[test]
+fn a_new_certificate_is_presented_at_once_and_idle_connections_close_while_a_watch_lives() {
+    let ca = TestCa::new();
+    let cloud = Cloud::start(&ca);
+    let backends = Arc::new(Backends::new(vec![cloud.base()], LbMode::RoundRobin));
+    let (first, first_leaf) = material(&ca, "hub-1");
+    let upstream = Upstream::new(backends, Some(&first), None).unwrap();
+
+    let bounded = Deadline::Bounded(Duration::from_secs(10));
+    assert_eq!(read_all(upstream.send(get("/a", bounded)).unwrap()), "ok");
+    let mut watch = upstream
+        .send(get("/watch", Deadline::Stream(Duration::from_secs(60))))
+        .unwrap();
+    let mut got = [0u8; 3];
+    watch.body.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"one");
+    assert_eq!(cloud.last_leaf().as_deref(), Some(&first_leaf[..]));
+    assert!(
+        cloud.live_becomes(2),
+        "a pooled idle connection and the watch"
+    );
+    // The first connection is idle in the pool: the next request reuses it.
+    assert_eq!(read_all(upstream.send(get("/a", bounded)).unwrap()), "ok");
+    assert_eq!(cloud.leaves.lock().unwrap().len(), 2, "no new connection");
+    assert_eq!(cloud.live(), 2);
+
+    let (second, second_leaf) = material(&ca, "hub-2");
+    upstream.set_tls(&second).unwrap();
+    assert!(
+        cloud.live_becomes(1),
+        "the old pool's idle connection closes; {} live",
+        cloud.live()
+    );
+    assert_eq!(read_all(upstream.send(get("/b", bounded)).unwrap()), "ok");
+    assert_eq!(cloud.last_leaf().as_deref(), Some(&second_leaf[..]));
+    assert_eq!(cloud.leaves.lock().unwrap().len(), 3, "one new connection");
+
+    // The watch opened before the swap goes on to its end on its own connection.
+    cloud.release.store(true, Ordering::SeqCst);
+    assert_eq!(read_all(watch), "two");
+}
+
+#[test]
+fn without_tls_material_nothing_is_sent_until_some_is_set() {
+    let ca = TestCa::new();
+    let cloud = Cloud::start(&ca);
+    let backends = Arc::new(Backends::new(vec![cloud.base()], LbMode::RoundRobin));
+    let upstream = Upstream::new(backends, None, None).unwrap();
+    for identity in [Identity::Hub, Identity::Client] {
+        let mut req = get("/a", Deadline::Bounded(Duration::from_secs(10)));
+        req.identity = identity;
+        let err = upstream.send(req).err().unwrap();
+        assert!(matches!(err, UpstreamError::NoCredentials(_)), "{err}");
+        assert!(err.never_sent());
+        assert!(
+            err.to_string()
+                .starts_with("the hub has no credentials for the cloud yet: "),
+            "{err}"
+        );
+    }
+    let probed = upstream.probe(&cloud.base(), Duration::from_secs(5));
+    assert!(
+        probed
+            .unwrap_err()
+            .starts_with("the hub has no credentials for the cloud yet"),
+    );
+    assert_eq!(cloud.leaves.lock().unwrap().len(), 0, "no connection made");
+
+    let (tls, leaf) = material(&ca, "hub");
+    upstream.set_tls(&tls).unwrap();
+    let answer = upstream.send(get("/a", Deadline::Bounded(Duration::from_secs(10))));
+    assert_eq!(read_all(answer.unwrap()), "ok");
+    assert_eq!(cloud.last_leaf().as_deref(), Some(&leaf[..]));
+}
+
+#[test]
+fn idle_connections_close_at_a_swap_while_a_request_on_the_old_agents_waits_for_its_answer() {
+    let ca = TestCa::new();
+    let cloud = Cloud::start(&ca);
+    let backends = Arc::new(Backends::new(vec![cloud.base()], LbMode::RoundRobin));
+    let (first, _) = material(&ca, "hub-1");
+    let upstream = Arc::new(Upstream::new(backends, Some(&first), None).unwrap());
+    let bounded = Deadline::Bounded(Duration::from_secs(30));
+
+    // A request that waits for its answer holds the old agents (and ureq's old pool) ...
+    let slow = {
+        let upstream = Arc::clone(&upstream);
+        thread::spawn(move || upstream.send(get("/slow", bounded)).map(read_all))
+    };
+    assert!(cloud.live_becomes(1));
+    // ... while another connection of theirs is idle in the pool.
+    assert_eq!(read_all(upstream.send(get("/a", bounded)).unwrap()), "ok");
+    assert_eq!(cloud.live(), 2);
+
+    let (second, second_leaf) = material(&ca, "hub-2");
+    upstream.set_tls(&second).unwrap();
+    assert!(
+        cloud.live_becomes(1),
+        "the idle connection closes at once; {} live",
+        cloud.live()
+    );
+    // The waiting request is answered on its connection, which then closes, not pooled.
+    cloud.release.store(true, Ordering::SeqCst);
+    assert_eq!(slow.join().unwrap().unwrap(), "ok");
+    assert!(cloud.live_becomes(0), "{} live", cloud.live());
+    assert_eq!(read_all(upstream.send(get("/a", bounded)).unwrap()), "ok");
+    assert_eq!(cloud.last_leaf().as_deref(), Some(&second_leaf[..]));
+}
