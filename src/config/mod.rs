@@ -686,7 +686,58 @@ mod tests {
         std::fs::write(&no_user, "clusters:\n- name: c\n  cluster: {server: 'https://a:1', certificate-authority: ca.crt}\ncontexts:\n- name: x\n  context: {cluster: c}\ncurrent-context: x\n").unwrap();
         let no_user = no_user.display().to_string();
         let cases: Vec<(Vec<&str>, &str)> = vec![
-            (vec!["--node-name=n"], "--kubeconfig is required"),
+            (
+                vec!["--node-name=n"],
+                "the hub needs credentials for the cloud",
+            ),
+            (
+                vec![
+                    "--node-name=n",
+                    "--join-token=abcdef.0123456789abcdef",
+                    "--server-addr=https://a:1",
+                ],
+                "--discovery-token-ca-cert-hash",
+            ),
+            (
+                vec![
+                    "--node-name=n",
+                    "--join-token=abcdef.0123456789abcdef",
+                    "--discovery-token-ca-cert-hash=md5:00",
+                ],
+                "sha256:",
+            ),
+            (
+                vec![
+                    "--node-name=n",
+                    "--join-token=nope",
+                    "--discovery-token-unsafe-skip-ca-verification",
+                ],
+                "--join-token",
+            ),
+            (
+                vec!["--node-name=n", "--bootstrap-mode=magic"],
+                "--bootstrap-mode",
+            ),
+            (
+                vec![
+                    "--node-name=n",
+                    "--bootstrap-file=/x",
+                    "--hub-cert-signer=any",
+                ],
+                "--hub-cert-signer",
+            ),
+            (
+                vec![
+                    "--node-name=n",
+                    "--bootstrap-mode=kubeletcertificate",
+                    "--kubelet-kubeconfig=/nonexistent/kubelet.conf",
+                ],
+                "/nonexistent/kubelet.conf",
+            ),
+            (
+                vec!["--node-name=n", "--bootstrap-file=/nonexistent/boot.conf"],
+                "no cloud server",
+            ),
             (
                 vec!["--kubeconfig=/nonexistent", "--node-name=n"],
                 "/nonexistent",
@@ -770,6 +821,46 @@ mod tests {
             );
             assert!(!err.contains('\n'), "one line: {err:?}");
         }
+    }
+
+    #[test]
+    fn token_mode_reads_pins_organizations_and_the_bootstrap_server() {
+        let f = Fixture::new("token-mode");
+        let boot = f.kubeconfig("https://10.0.0.9:6443", "token: abcdef.0123456789abcdef");
+        let pin = format!("sha256:{}", "AB".repeat(32));
+        let c = run(&[
+            "--node-name=n",
+            &format!("--bootstrap-file={boot}"),
+            &format!(
+                "--discovery-token-ca-cert-hash={pin},sha256:{}",
+                "0".repeat(64)
+            ),
+            "--hub-cert-organizations=a,b",
+            "--hub-cert-organizations=a",
+            "--hub-cert-signer=kube-apiserver-client-kubelet",
+            "--root-dir=/tmp/hub-root",
+            "--node-ip=10.1.2.3",
+        ])
+        .unwrap();
+        let bases: Vec<_> = c.servers.iter().map(|s| s.base.as_str()).collect();
+        assert_eq!(
+            bases,
+            ["https://10.0.0.9:6443"],
+            "the bootstrap file's server"
+        );
+        let IdentitySource::Token(mode) = &c.identity else {
+            panic!("token mode: {:?}", c.identity)
+        };
+        assert_eq!(mode.pins.len(), 2);
+        assert!(mode.join_token.is_none());
+        assert_eq!(mode.signer, ClientSigner::ApiserverClientKubelet);
+        assert_eq!(c.hub_cert_organizations, ["a", "b"]);
+        assert_eq!(c.root_dir, PathBuf::from("/tmp/hub-root"));
+        assert_eq!(c.node_ip, Some("10.1.2.3".parse().unwrap()));
+        // A kubeconfig wins over the bootstrap flags.
+        let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
+        let c = run(&["--node-name=n", "--kubeconfig", &kc, "--join-token=bad"]).unwrap();
+        assert!(matches!(c.identity, IdentitySource::Kubeconfig { .. }));
     }
 
     #[test]

@@ -21,6 +21,9 @@ use super::{install_tls, material, reachable};
 use crate::config::{ClientSigner, Token, TokenMode, kubeconfig};
 use crate::upstream::Upstream;
 
+/// How long `POST /v1/token` tries discovery with the new token.
+const TOKEN_UPDATE_WAIT: Duration = Duration::from_secs(15);
+
 /// What a bootstrap kubeconfig gives: where to send the first CSR, the CA, the token.
 struct Bootstrap {
     server: String,
@@ -236,11 +239,17 @@ impl TokenUpdates {
         {
             pins.push(pin);
         }
+        // Someone waits for the answer: a token the cluster has not signed within a few
+        // retries is refused rather than after YurtHub's two minutes.
+        let timing = DiscoveryTiming {
+            give_up_after: TOKEN_UPDATE_WAIT,
+            ..DiscoveryTiming::default()
+        };
         let found = discovery::discover(
             &self.servers,
             &token,
             &pins,
-            &DiscoveryTiming::default(),
+            &timing,
             &crossbeam_channel::never(),
         )
         .map_err(|e| (500, e.to_string()))?;

@@ -266,7 +266,7 @@ impl RootDir {
         }
     }
 
-    /// The current pair, or None (with a warning naming the file and why) when missing,
+    /// The current pair, or None when missing, or (with a warning naming the file and why)
     /// unreadable, not PEM, or the key does not belong to the certificate: YurtHub then
     /// requests a new one (§3.4). Like client-go, it first finishes a store that a kill left
     /// with only `-updated.pem`.
@@ -280,8 +280,9 @@ impl RootDir {
             Ok(target) => parent_of(&current).join(target),
             // Not a symlink: a pair copied in by hand.
             Err(e) if e.kind() == io::ErrorKind::InvalidInput => current.clone(),
+            // The normal state before the first certificate: not worth a warning.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                why("missing".into());
+                log::debug!("{}: none yet", current.display());
                 return None;
             }
             Err(e) => {

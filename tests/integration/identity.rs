@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::support::hub::*;
-use crate::support::{AuthMethod, Cloud, CsrMode};
+use crate::support::{AuthMethod, Cloud, CsrMode, base64_encode};
 
 const TOKEN_ID: &str = "abcdef";
 const TOKEN_SECRET: &str = "0123456789abcdef";
@@ -358,21 +358,27 @@ fn the_https_port_answers_kubectl_and_python() {
         .unwrap_or_else(|| panic!("no HTTPS port: {}", hub.logs()));
     let ca = ca_file(&cloud, dir.path());
     let server = format!("https://{addr}");
+    // kubelet's kind of kubeconfig: the cluster CA and its own client certificate, which
+    // the hub's port does not ask for (it goes upstream with the hub's identity).
+    let kubelet = cloud.issue_client(NODE_USER, &["system:nodes"]);
+    let kubeconfig = dir.path().join("https.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: kubelet\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: hub\n  context: {{cluster: hub, user: kubelet}}\ncurrent-context: hub\n",
+            ca.display(),
+            base64_encode(kubelet.pair.cert_pem.as_bytes()),
+            base64_encode(kubelet.pair.key_pem.as_bytes()),
+        ),
+    )
+    .unwrap();
 
     let out = Command::new("kubectl")
-        .args(["--server", &server, "--certificate-authority"])
-        .arg(&ca)
-        .args([
-            "get",
-            "configmap",
-            "settings",
-            "-n",
-            "default",
-            "-o",
-            "jsonpath={.data.k}",
-        ])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["get", "configmap", "settings", "-n", "default"])
+        .args(["-o", "jsonpath={.data.k}"])
         .env("HOME", dir.path())
-        .env("KUBECONFIG", "/dev/null")
         .output()
         .unwrap();
     assert!(
@@ -398,7 +404,7 @@ fn the_https_port_answers_kubectl_and_python() {
             "name",
         ])
         .env("HOME", dir.path())
-        .env("KUBECONFIG", "/dev/null")
+        .env_remove("KUBECONFIG")
         .output()
         .unwrap();
     assert!(
