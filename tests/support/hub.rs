@@ -248,6 +248,18 @@ impl Hub {
                 break;
             }
         }
+        // With a kubeconfig the hub asks for its serving certificate at once; tests that
+        // count the cloud's requests or dials start after that, as after the cache's start.
+        if spec.kubeconfig.is_some() {
+            let settled = |l: &str| {
+                l.contains("role=https-proxy addr=")
+                    || l.contains("cannot get a serving certificate")
+            };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !logs.lock().unwrap().iter().any(|l| settled(l)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         Hub {
             child: Some(child),
             proxy: proxy.expect("the hub logged its proxy address"),

@@ -64,6 +64,11 @@ pub struct RecordedRequest {
 }
 
 impl RecordedRequest {
+    /// A request of the hub's certificate bootstrap (its CSRs), not one a client made.
+    pub fn is_csr(&self) -> bool {
+        self.path.starts_with("/apis/certificates.k8s.io/")
+    }
+
     /// The first header named `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
