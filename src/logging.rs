@@ -82,10 +82,15 @@ pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
 }
 
 /// A point in time as `YYYY-MM-DDTHH:MM:SSZ` (UTC), for log lines about certificates.
-pub(crate) fn rfc3339(at: std::time::SystemTime) -> String {
-    let secs = at
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs()) as i64;
+pub(crate) fn time_rfc3339(at: std::time::SystemTime) -> String {
+    rfc3339(
+        at.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()) as i64,
+    )
+}
+
+/// Seconds since the epoch as `2026-12-02T01:02:03Z`, as Kubernetes writes timestamps.
+pub(crate) fn rfc3339(secs: i64) -> String {
     let (year, month, day) = civil_from_days(secs.div_euclid(86_400));
     let rem = secs.rem_euclid(86_400);
     format!(
@@ -114,7 +119,7 @@ mod tests {
 
     #[test]
     fn rfc3339_of_known_instants() {
-        let at = |s: u64| rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(s));
+        let at = |s: u64| time_rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(s));
         assert_eq!(at(0), "1970-01-01T00:00:00Z");
         assert_eq!(at(1_796_170_000), "2026-12-02T00:06:40Z");
     }

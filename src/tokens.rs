@@ -15,6 +15,7 @@
 use std::fmt;
 use std::sync::OnceLock;
 
+use crate::logging::rfc3339;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::{digest, hmac, rand};
@@ -237,18 +238,6 @@ fn local_token(namespace: &str, name: &str, now: i64, expires: i64) -> Option<St
     let signed = format!("{header}.{claims}");
     let tag = hmac::sign(&signer.0, signed.as_bytes());
     Some(format!("{signed}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref())))
-}
-
-/// `2026-12-02T01:02:03Z`, as Kubernetes writes timestamps.
-pub(crate) fn rfc3339(secs: i64) -> String {
-    let (year, month, day) = crate::logging::civil_from_days(secs.div_euclid(86_400));
-    let rem = secs.rem_euclid(86_400);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
 }
 
 /// Unix seconds of an RFC 3339 timestamp (`Z` or a `±hh:mm` offset, optional fraction).

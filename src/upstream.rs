@@ -30,7 +30,7 @@ use crate::health::{Backends, Probe};
 use crate::http1;
 use crate::metrics::{METRICS, Metrics};
 use crate::route::{Deadline, Identity};
-use crate::tls::TlsMaterial;
+use crate::tls::{ClientIdentity, TlsMaterial};
 
 /// Headers that belong to one connection and never cross the proxy (RFC 9110 §7.6.1), plus
 /// the ones the transport sets itself.
@@ -340,19 +340,7 @@ impl Agents {
             .iter()
             .map(|c| Certificate::from_der(c.as_ref()).to_owned())
             .collect();
-        let client_cert = match &tls.client {
-            Some(id) => {
-                let chain: Vec<Certificate<'static>> = id
-                    .chain
-                    .iter()
-                    .map(|c| Certificate::from_der(c.as_ref()).to_owned())
-                    .collect();
-                let key =
-                    PrivateKey::from_pem(&id.key_pem).map_err(|e| format!("client key: {e}"))?;
-                Some(ClientCert::new_with_certs(&chain, key))
-            }
-            None => None,
-        };
+        let client_cert = tls.client.as_ref().map(client_cert).transpose()?;
         let hub_tls = tls_config(&roots, client_cert);
         let client_tls = tls_config(&roots, None);
         let pooled = Arc::new(Generation::default());
@@ -656,6 +644,17 @@ impl Probe for Upstream {
             Err(format!("health probe answered {status}"))
         }
     }
+}
+
+/// A client certificate chain and key as ureq takes them.
+pub(crate) fn client_cert(id: &ClientIdentity) -> Result<ClientCert, String> {
+    let chain: Vec<Certificate<'static>> = id
+        .chain
+        .iter()
+        .map(|c| Certificate::from_der(c.as_ref()).to_owned())
+        .collect();
+    let key = PrivateKey::from_pem(&id.key_pem).map_err(|e| format!("client key: {e}"))?;
+    Ok(ClientCert::new_with_certs(&chain, key))
 }
 
 fn tls_config(roots: &[Certificate<'static>], client_cert: Option<ClientCert>) -> TlsConfig {

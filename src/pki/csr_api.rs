@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use ureq::Agent;
 use ureq::config::AutoHeaderValue;
 use ureq::http;
-use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
+use ureq::tls::{Certificate, RootCerts, TlsConfig, TlsProvider};
 
 /// How the hub proves who it is.
 #[derive(Clone)]
@@ -250,16 +250,7 @@ impl ApiClient {
         let roots = roots(ca_pem)?;
         let (client_cert, bearer) = match auth {
             Auth::Token(token) => (None, Some(Arc::from(format!("Bearer {token}")))),
-            Auth::Certificate(id) => {
-                let chain: Vec<Certificate<'static>> = id
-                    .chain
-                    .iter()
-                    .map(|c| Certificate::from_der(c.as_ref()).to_owned())
-                    .collect();
-                let key =
-                    PrivateKey::from_pem(&id.key_pem).map_err(|e| format!("client key: {e}"))?;
-                (Some(ClientCert::new_with_certs(&chain, key)), None)
-            }
+            Auth::Certificate(id) => (Some(crate::upstream::client_cert(&id)?), None),
         };
         let tls = tls_builder()
             .root_certs(RootCerts::new_with_certs(&roots))

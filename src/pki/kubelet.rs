@@ -125,7 +125,7 @@ impl Watch {
                                     not_after
                                         .map(|t| format!(
                                             ", valid until {}",
-                                            crate::logging::rfc3339(t)
+                                            crate::logging::time_rfc3339(t)
                                         ))
                                         .unwrap_or_default()
                                 );

@@ -219,8 +219,8 @@ pub(super) fn run(
                 log::info!(
                     "new {} installed: valid {} to {}",
                     renewal.what,
-                    crate::logging::rfc3339(info.not_before),
-                    crate::logging::rfc3339(info.not_after),
+                    crate::logging::time_rfc3339(info.not_before),
+                    crate::logging::time_rfc3339(info.not_after),
                 );
             }
             Err(why) => {

@@ -53,6 +53,28 @@ fn spec(dir: &Path, args: &[String]) -> HubSpec {
     HubSpec::bootstrap(dir, &args)
 }
 
+/// The pin of `cloud`'s CA as the flag.
+fn pin_flag(cloud: &Cloud) -> String {
+    format!("--discovery-token-ca-cert-hash={}", cloud.ca_pin())
+}
+
+/// A hub that joins `cloud` with the join token and the right pin, once it holds its first
+/// client certificate.
+fn joined(cloud: &Cloud, dir: &Path) -> Hub {
+    let hub = Hub::start(&spec(dir, &join_flags(cloud, &[&pin_flag(cloud)])));
+    assert_first_certificate(&hub);
+    hub
+}
+
+/// The hub got its first client certificate.
+fn assert_first_certificate(hub: &Hub) {
+    assert!(
+        wait_client_certs(hub, 1.0, Duration::from_secs(30)),
+        "no client certificate: {}",
+        hub.logs()
+    );
+}
+
 fn readyz(hub: &Hub) -> Reply {
     get(&format!("{}/readyz?verbose", hub.serve_url()), "curl/8")
 }
@@ -88,13 +110,7 @@ fn joins_by_join_token_with_the_right_pin() {
     cloud.create("configmaps", configmap("settings"));
     let dir = TempDir::new("join-pin");
     let started = Instant::now();
-    let pin = format!("--discovery-token-ca-cert-hash={}", cloud.ca_pin());
-    let hub = Hub::start(&spec(dir.path(), &join_flags(&cloud, &[&pin])));
-    assert!(
-        wait_client_certs(&hub, 1.0, Duration::from_secs(30)),
-        "no client certificate: {}",
-        hub.logs()
-    );
+    let hub = joined(&cloud, dir.path());
     eprintln!(
         "time from start to the first client certificate: {:?}",
         started.elapsed()
@@ -199,11 +215,7 @@ fn a_join_token_without_a_pin_needs_the_unsafe_flag() {
 
     let flags = join_flags(&cloud, &["--discovery-token-unsafe-skip-ca-verification"]);
     let hub = Hub::start(&spec(dir.path(), &flags));
-    assert!(
-        wait_client_certs(&hub, 1.0, Duration::from_secs(30)),
-        "{}",
-        hub.logs()
-    );
+    assert_first_certificate(&hub);
 }
 
 #[test]
@@ -217,11 +229,7 @@ fn joins_by_bootstrap_file() {
         dir.path(),
         &[format!("--bootstrap-file={}", file.display())],
     ));
-    assert!(
-        wait_client_certs(&hub, 1.0, Duration::from_secs(30)),
-        "{}",
-        hub.logs()
-    );
+    assert_first_certificate(&hub);
     reads_as_the_node(&cloud, &hub, "settings");
     assert!(dir.path().join("root/pki/ca.crt").exists());
 }
@@ -261,13 +269,7 @@ fn rotation_under_a_watch_and_a_list_loop_fails_no_request() {
     let cloud = cloud_with_token();
     cloud.set_csr_lifetime(Duration::from_secs(6));
     let dir = TempDir::new("rotation");
-    let pin = format!("--discovery-token-ca-cert-hash={}", cloud.ca_pin());
-    let hub = Hub::start(&spec(dir.path(), &join_flags(&cloud, &[&pin])));
-    assert!(
-        wait_client_certs(&hub, 1.0, Duration::from_secs(30)),
-        "{}",
-        hub.logs()
-    );
+    let hub = joined(&cloud, dir.path());
 
     let (status, body) = stream(
         &format!(
@@ -449,13 +451,7 @@ fn a_denied_csr_is_said_and_cached_reads_go_on() {
     cloud.create("configmaps", configmap("settings"));
     cloud.set_csr_lifetime(Duration::from_secs(5));
     let dir = TempDir::new("denied");
-    let pin = format!("--discovery-token-ca-cert-hash={}", cloud.ca_pin());
-    let hub = Hub::start(&spec(dir.path(), &join_flags(&cloud, &[&pin])));
-    assert!(
-        wait_client_certs(&hub, 1.0, Duration::from_secs(30)),
-        "{}",
-        hub.logs()
-    );
+    let hub = joined(&cloud, dir.path());
     let path = "/api/v1/namespaces/default/configmaps/settings";
     assert_eq!(get(&format!("{}{path}", hub.url()), KUBELET).status, 200);
     hub.wait_cache_quiet();
@@ -491,8 +487,7 @@ fn an_unreachable_cloud_at_first_start_leaves_cached_reads() {
         hub.wait_cache_quiet();
     }
     cloud.stop();
-    let pin = format!("--discovery-token-ca-cert-hash={}", cloud.ca_pin());
-    let hub = Hub::start(&spec(dir.path(), &join_flags(&cloud, &[&pin])));
+    let hub = Hub::start(&spec(dir.path(), &join_flags(&cloud, &[&pin_flag(&cloud)])));
     assert!(
         hub.wait_log_line(
             |l| l.contains("cluster-info") || l.contains("discover"),
@@ -520,13 +515,7 @@ fn post_v1_token_brings_back_a_node_whose_certificate_and_token_expired() {
     let cloud = cloud_with_token();
     cloud.set_csr_lifetime(Duration::from_secs(4));
     let dir = TempDir::new("v1-token");
-    let pin = format!("--discovery-token-ca-cert-hash={}", cloud.ca_pin());
-    let hub = Hub::start(&spec(dir.path(), &join_flags(&cloud, &[&pin])));
-    assert!(
-        wait_client_certs(&hub, 1.0, Duration::from_secs(30)),
-        "{}",
-        hub.logs()
-    );
+    let hub = joined(&cloud, dir.path());
     // Renewals are refused until the certificate has run out, and the old token is gone.
     cloud.set_csr_mode(CsrMode::Deny);
     assert!(eventually(Duration::from_secs(15), || readyz(&hub)
