@@ -100,6 +100,24 @@ fn reads_as_the_node(cloud: &Cloud, hub: &Hub, name: &str) {
     assert_eq!(id.method, AuthMethod::ClientCert);
 }
 
+/// Runs kubectl with `args` in namespace default, a fresh home and no ambient kubeconfig:
+/// its output, once it succeeded.
+fn kubectl(home: &Path, args: &[&str]) -> String {
+    let out = Command::new("kubectl")
+        .args(args)
+        .args(["-n", "default"])
+        .env("HOME", home)
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn mode_of(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
@@ -134,32 +152,20 @@ fn joins_by_join_token_with_the_right_pin() {
     let conf = std::fs::read_to_string(root.join("yurthub.conf")).unwrap();
     assert!(conf.contains(&root.join("pki/yurthub-current.pem").display().to_string()));
     // kubectl reads the kubeconfig the hub wrote for itself.
-    let out = Command::new("kubectl")
-        .args([
+    let kubeconfig = root.join("yurthub.conf").display().to_string();
+    let out = kubectl(
+        dir.path(),
+        &[
             "--kubeconfig",
-            &root.join("yurthub.conf").display().to_string(),
-        ])
-        .args([
+            &kubeconfig,
             "get",
             "configmap",
             "settings",
-            "-n",
-            "default",
             "-o",
             "name",
-        ])
-        .env("HOME", dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "configmap/settings"
-    );
+    assert_eq!(out.trim(), "configmap/settings");
 
     // The CSR: YurtHub's signer, subject and usages, approved.
     let csrs = cloud.csrs();
@@ -375,44 +381,28 @@ fn the_https_port_answers_kubectl_and_python() {
     )
     .unwrap();
 
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["get", "configmap", "settings", "-n", "default"])
-        .args(["-o", "jsonpath={.data.k}"])
-        .env("HOME", dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let kubeconfig = kubeconfig.display().to_string();
+    let get = ["get", "configmap", "settings", "-o", "jsonpath={.data.k}"];
+    let out = kubectl(
+        dir.path(),
+        &[&["--kubeconfig", &kubeconfig][..], &get].concat(),
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "settings");
+    assert_eq!(out, "settings");
 
     // A client's own bearer token goes upstream, as on the plain port.
     cloud.add_token("pod-token", "system:serviceaccount:default:app");
-    let out = Command::new("kubectl")
-        .args(["--server", &server, "--certificate-authority"])
-        .arg(&ca)
-        .args([
-            "--token",
-            "pod-token",
-            "get",
-            "configmaps",
-            "-n",
-            "default",
-            "-o",
-            "name",
-        ])
-        .env("HOME", dir.path())
-        .env_remove("KUBECONFIG")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let ca_path = ca.display().to_string();
+    let with_token = [
+        "--server",
+        &server,
+        "--certificate-authority",
+        &ca_path,
+        "--token",
+        "pod-token",
+    ];
+    kubectl(
+        dir.path(),
+        &[&with_token[..], &["get", "configmaps", "-o", "name"]].concat(),
     );
     assert!(
         cloud
