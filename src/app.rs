@@ -26,7 +26,7 @@ use crate::serve::{self, Readiness};
 use crate::server::tls::ServingCert;
 use crate::server::{self, Limits, Load};
 use crate::upstream::Upstream;
-use crate::{SMALL_STACK, signals};
+use crate::{SMALL_STACK, signals, spawn};
 
 /// Messages the cache writer queue holds.
 const WRITER_QUEUE: usize = 1024;
@@ -64,6 +64,9 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     log::debug!("effective configuration: {config:?}");
     for flag in &config.ignored_flags {
         log::warn!("--{flag} is a YurtHub flag tinyhub does not implement; ignored");
+    }
+    for warning in &config.warnings {
+        log::warn!("{warning}");
     }
     if config.enable_resource_filter {
         log::debug!("response filters are not implemented yet; responses pass unchanged");
@@ -327,17 +330,4 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     }
     log::info!("tinyhub stopped");
     Ok(())
-}
-
-fn spawn<F>(name: &str, f: F) -> Result<thread::JoinHandle<()>, StartupError>
-where
-    F: FnOnce() + Send + 'static,
-{
-    thread::Builder::new()
-        .name(name.into())
-        .stack_size(SMALL_STACK)
-        .spawn(f)
-        .map_err(|e| {
-            StartupError::new(e.to_string()).context(format!("cannot start the {name} thread"))
-        })
 }

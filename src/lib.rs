@@ -42,3 +42,18 @@ mod upstream;
 /// Stack of the hub's own threads (request threads, health checkers, the writer). Measured:
 /// a TLS handshake with ring plus JSON decoding stays well under it; see BENCHMARKS.md.
 pub(crate) const SMALL_STACK: usize = 256 * 1024;
+
+/// Starts a named thread with [`SMALL_STACK`]; a failure says which thread.
+pub(crate) fn spawn<F>(name: &str, f: F) -> Result<std::thread::JoinHandle<()>, error::StartupError>
+where
+    F: FnOnce() + Send + 'static,
+{
+    std::thread::Builder::new()
+        .name(name.into())
+        .stack_size(SMALL_STACK)
+        .spawn(f)
+        .map_err(|e| {
+            error::StartupError::new(e.to_string())
+                .context(format!("cannot start the {name} thread"))
+        })
+}

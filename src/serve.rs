@@ -26,21 +26,45 @@ pub(crate) struct Readiness {
     pub shutting_down: AtomicBool,
 }
 
+/// One readiness check.
+struct Check {
+    name: &'static str,
+    ok: bool,
+    /// Why not, when not ok.
+    why: String,
+    /// Readiness waits for it. The serving certificate does not: the hub does its job on
+    /// the plain port, and a cluster without yurt-manager may never approve it.
+    required: bool,
+}
+
 impl Readiness {
-    /// The readiness checks as (name, ok, reason when not ok).
-    fn checks(&self) -> Vec<(&'static str, bool, String)> {
-        let mut checks = vec![(
-            "cache",
-            self.cache_loaded.load(Ordering::Acquire),
-            "the disk cache is not loaded (see the log)".to_owned(),
-        )];
-        checks.extend(self.identity.checks());
-        checks.push((
-            "shutdown",
-            !self.shutting_down.load(Ordering::Acquire),
-            "the hub is shutting down".to_owned(),
-        ));
-        checks
+    /// The readiness checks.
+    fn checks(&self) -> Vec<Check> {
+        let (client_ok, client_why) = self.identity.client_check();
+        let (serving_ok, serving_why) = self.identity.serving_check();
+        let check = |name, ok, why: &str| Check {
+            name,
+            ok,
+            why: why.to_owned(),
+            required: true,
+        };
+        vec![
+            check(
+                "cache",
+                self.cache_loaded.load(Ordering::Acquire),
+                "the disk cache is not loaded (see the log)",
+            ),
+            check("certificates", client_ok, &client_why),
+            Check {
+                required: false,
+                ..check("serving-certificate", serving_ok, &serving_why)
+            },
+            check(
+                "shutdown",
+                !self.shutting_down.load(Ordering::Acquire),
+                "the hub is shutting down",
+            ),
+        ]
     }
 }
 
@@ -63,14 +87,19 @@ pub(crate) fn handle(mut ex: Exchange<'_>, readiness: &Readiness, backends: &Bac
         }
         "/v1/readyz" | "/readyz" => {
             let checks = readiness.checks();
-            let ready = checks.iter().all(|(_, ok, _)| *ok);
+            let ready = checks.iter().all(|c| c.ok || !c.required);
             let body = if verbose {
                 let mut out = String::new();
-                for (name, ok, why) in &checks {
-                    if *ok {
+                for c in &checks {
+                    let (name, why) = (c.name, &c.why);
+                    if c.ok {
                         out.push_str(&format!("[+]{name} ok\n"));
-                    } else {
+                    } else if c.required {
                         out.push_str(&format!("[-]{name} failed: {why}\n"));
+                    } else {
+                        out.push_str(&format!(
+                            "[-]{name} failed (not required for readiness): {why}\n"
+                        ));
                     }
                 }
                 out.push_str(if ready {
@@ -84,8 +113,8 @@ pub(crate) fn handle(mut ex: Exchange<'_>, readiness: &Readiness, backends: &Bac
             } else {
                 let reasons: Vec<&str> = checks
                     .iter()
-                    .filter(|(_, ok, _)| !ok)
-                    .map(|(_, _, why)| why.as_str())
+                    .filter(|c| !c.ok && c.required)
+                    .map(|c| c.why.as_str())
                     .collect();
                 format!("not ready: {}\n", reasons.join("; "))
             };
@@ -111,10 +140,10 @@ pub(crate) fn handle(mut ex: Exchange<'_>, readiness: &Readiness, backends: &Bac
                 ex.send(200, &text, message.as_bytes())
             } else {
                 log::warn!("/v1/token: {message}");
-                let status = if code == 400 {
-                    Status::bad_request(message)
-                } else {
-                    Status::internal(message)
+                let status = match code {
+                    400 => Status::bad_request(message),
+                    409 => Status::conflict(message),
+                    _ => Status::internal(message),
                 };
                 ex.send_status(&status)
             }
@@ -165,15 +194,27 @@ mod tests {
         let failed = |r: &Readiness| -> Vec<&'static str> {
             r.checks()
                 .into_iter()
-                .filter(|(_, ok, _)| !ok)
-                .map(|(n, _, _)| n)
+                .filter(|c| !c.ok && c.required)
+                .map(|c| c.name)
                 .collect()
         };
-        assert_eq!(failed(&r), ["certificates", "serving-certificate"]);
+        assert_eq!(
+            failed(&r),
+            ["certificates"],
+            "a serving certificate is not required"
+        );
         let later = SystemTime::now() + Duration::from_secs(3600);
         r.identity.client_installed(Some(later));
-        r.identity.serving_installed(later);
         assert!(failed(&r).is_empty());
+        let serving = |r: &Readiness| {
+            r.checks()
+                .into_iter()
+                .find(|c| c.name == "serving-certificate")
+                .unwrap()
+        };
+        assert!(!serving(&r).ok && serving(&r).why.contains("no serving certificate"));
+        r.identity.serving_installed(later);
+        assert!(serving(&r).ok);
         r.identity
             .client_installed(Some(SystemTime::now() - Duration::from_secs(1)));
         assert_eq!(failed(&r), ["certificates"]);

@@ -54,6 +54,11 @@ impl Status {
         Status::new(400, "BadRequest", message)
     }
 
+    /// 409: the operation collides with one under way (a `/v1/token` update).
+    pub(crate) fn conflict(message: impl Into<String>) -> Status {
+        Status::new(409, "Conflict", message)
+    }
+
     /// 403: refused by policy (deletes while offline).
     pub(crate) fn forbidden(message: impl Into<String>) -> Status {
         Status::new(403, "Forbidden", message)

@@ -72,6 +72,8 @@ pub struct Config {
     pub verbosity: u8,
     /// YurtHub flags given and ignored, to warn about once logging is up.
     pub(crate) ignored_flags: Vec<String>,
+    /// Other things to warn about once logging is up.
+    pub(crate) warnings: Vec<String>,
     /// Time one read of a client's request body, or one write of its answer, may take
     /// (60 s; shorter only through a test-only flag).
     pub(crate) client_io_timeout: Duration,
@@ -106,6 +108,8 @@ pub(crate) struct TokenMode {
     pub join_token: Option<JoinToken>,
     /// `--discovery-token-ca-cert-hash`.
     pub pins: Vec<CaPin>,
+    /// `--discovery-token-unsafe-skip-ca-verification`.
+    pub unsafe_skip: bool,
     /// Which signer the client certificate is requested from.
     pub signer: ClientSigner,
 }
@@ -340,10 +344,26 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         .map(|a| a.to_ascii_lowercase())
         .collect();
 
+    let root_dir = PathBuf::from(get("root-dir"));
+    let mut warnings = Vec::new();
     let node_ip = match raw.get("node-ip").filter(|s| !s.is_empty()) {
         Some(text) => Some(ip("node-ip", text)?),
         None => default_route_ip(),
     };
+    if node_ip.is_none() {
+        warnings.push("no --node-ip and no default route: the serving certificate names only the bind addresses and the kubernetes Service".to_owned());
+    }
+    // The hub's own kubeconfig from token mode, given back as --kubeconfig, would never
+    // be renewed: that flag means "the user's credentials".
+    if let Some(path) = raw.get("kubeconfig").filter(|p| !p.is_empty())
+        && std::fs::canonicalize(path).ok()
+            == std::fs::canonicalize(root_dir.join("yurthub.conf")).ok()
+        && std::fs::canonicalize(path).is_ok()
+    {
+        warnings.push(format!(
+            "--kubeconfig={path} is the hub's own kubeconfig: with --kubeconfig its certificate is never renewed; leave the flag out to let token mode renew it"
+        ));
+    }
     let mut hub_cert_organizations: Vec<String> = Vec::new();
     for org in all("hub-cert-organizations") {
         if !hub_cert_organizations.contains(&org) {
@@ -354,7 +374,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
     Ok(Config {
         servers,
         identity,
-        root_dir: PathBuf::from(get("root-dir")),
+        root_dir,
         hub_cert_organizations,
         node_ip,
         node_name,
@@ -376,6 +396,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         max_requests_in_flight: int("max-requests-in-flight", 1, 100_000)? as usize,
         verbosity: int("v", 0, 10)? as u8,
         ignored_flags: raw.ignored.clone(),
+        warnings,
         client_io_timeout: Duration::from_secs(int(
             "test-only-client-io-timeout-seconds",
             1,
@@ -458,11 +479,8 @@ fn token_mode(
         .collect::<Result<Vec<_>, _>>()?;
     // A pin guards discovery only: a bootstrap file already carries the CA (YurtHub asks
     // for pins even then, which its own static-pod templates do not pass).
-    if join_token.is_some()
-        && bootstrap_file.is_none()
-        && pins.is_empty()
-        && !boolean("discovery-token-unsafe-skip-ca-verification")?
-    {
+    let unsafe_skip = boolean("discovery-token-unsafe-skip-ca-verification")?;
+    if join_token.is_some() && bootstrap_file.is_none() && pins.is_empty() && !unsafe_skip {
         return Err(StartupError::new(
             "--join-token discovery needs --discovery-token-ca-cert-hash=sha256:<hex> (or --discovery-token-unsafe-skip-ca-verification)",
         ));
@@ -490,6 +508,7 @@ fn token_mode(
         bootstrap_file,
         join_token,
         pins,
+        unsafe_skip,
         signer,
     };
     Ok((IdentitySource::Token(mode), server))

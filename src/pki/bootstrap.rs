@@ -17,12 +17,12 @@ use super::files::{CertKind, RootDir, StoredCert};
 use super::renew::{self, CLIENT_USAGES, Hooks, Renewal};
 use super::state::IdentityState;
 use super::x509::{self, CertInfo};
-use super::{install_tls, material, reachable};
-use crate::config::{ClientSigner, Token, TokenMode, kubeconfig};
+use super::{install_tls, material, reachable, token_text};
+use crate::config::{ClientSigner, TokenMode, kubeconfig};
 use crate::upstream::Upstream;
 
-/// How long `POST /v1/token` tries discovery with the new token.
-const TOKEN_UPDATE_WAIT: Duration = Duration::from_secs(15);
+/// How long `POST /v1/token` tries each of discovery's fetches with the new token.
+const TOKEN_UPDATE_WAIT: Duration = Duration::from_secs(10);
 
 /// What a bootstrap kubeconfig gives: where to send the first CSR, the CA, the token.
 struct Bootstrap {
@@ -96,6 +96,7 @@ impl TokenContext {
             &self.root,
             &renewal,
             Hooks {
+                ready: &|| Ok(()),
                 template: &mut template,
                 fixed: &self.template,
                 api: &api,
@@ -146,12 +147,7 @@ impl TokenContext {
             let k = kubeconfig::load(&path).map_err(|e| e.to_string())?;
             let in_file =
                 |what: &str| format!("bootstrap kubeconfig {}: no {what}", path.display());
-            let token = match k.token.ok_or_else(|| in_file("token"))? {
-                Token::Inline(token) => token,
-                Token::File(file) => std::fs::read_to_string(&file)
-                    .map(|t| t.trim().to_owned())
-                    .map_err(|e| format!("tokenFile {}: {e}", file.display()))?,
-            };
+            let token = token_text(&k.token.ok_or_else(|| in_file("token"))?)?;
             return Ok(Bootstrap {
                 server: k
                     .server
@@ -210,6 +206,7 @@ pub(crate) struct TokenUpdates {
     servers: Arc<[String]>,
     bootstrap_file: Option<PathBuf>,
     pins: Vec<CaPin>,
+    unsafe_skip: bool,
 }
 
 impl TokenUpdates {
@@ -224,20 +221,32 @@ impl TokenUpdates {
             servers,
             bootstrap_file: mode.bootstrap_file.clone(),
             pins: mode.pins.clone(),
+            unsafe_skip: mode.unsafe_skip,
         }
     }
 
     /// Discovery with `join_token`, then the bootstrap kubeconfig rewritten with it:
     /// `Err((400, why))` for a token that is not one, `Err((500, why))` when discovery or the
     /// write fails. Without `--discovery-token-ca-cert-hash` the CA the hub already trusts
-    /// is the pin: a new token must not bring a new cluster.
+    /// (`pki/ca.crt`, else the bootstrap kubeconfig's) is the pin: a new token must not bring
+    /// a new cluster. With no pin at all, only `--discovery-token-unsafe-skip-ca-verification`
+    /// lets discovery go unpinned, as at start.
     pub(super) fn replace(&self, join_token: &str) -> Result<(), (u16, String)> {
         let token = JoinToken::parse(join_token.trim()).map_err(|e| (400, e))?;
+        let path = bootstrap_path(&self.root, self.bootstrap_file.as_ref());
         let mut pins = self.pins.clone();
-        if pins.is_empty()
-            && let Some(pin) = self.root.read_ca().as_deref().and_then(ca_pin)
-        {
-            pins.push(pin);
+        if pins.is_empty() {
+            let known_ca = self
+                .root
+                .read_ca()
+                .or_else(|| kubeconfig::load(&path).ok()?.ca_pem);
+            pins.extend(known_ca.as_deref().and_then(ca_pin));
+        }
+        if pins.is_empty() && !self.unsafe_skip {
+            return Err((
+                500,
+                "no CA to pin discovery to: give --discovery-token-ca-cert-hash (or --discovery-token-unsafe-skip-ca-verification)".into(),
+            ));
         }
         // Someone waits for the answer: a token the cluster has not signed within a few
         // retries is refused rather than after YurtHub's two minutes.
@@ -253,7 +262,6 @@ impl TokenUpdates {
             &crossbeam_channel::never(),
         )
         .map_err(|e| (500, e.to_string()))?;
-        let path = bootstrap_path(&self.root, self.bootstrap_file.as_ref());
         self.root
             .write_bootstrap_conf(&path, &found.server, &found.ca_pem, &token.bearer())
             .map_err(|e| (500, format!("cannot write {}: {e}", path.display())))?;

@@ -588,7 +588,8 @@ pub(crate) fn request_certificate(
     }
 }
 
-/// The result for a decided CSR, logging a refusal with the request's name and signer.
+/// The result for a decided CSR; a refusal names the request and its signer (the caller
+/// logs it, with what it does next).
 fn finish(name: &str, signer: &str, decision: Decision) -> Result<Vec<u8>, CsrError> {
     match decision {
         Decision::Issued(pem) => {
@@ -597,17 +598,17 @@ fn finish(name: &str, signer: &str, decision: Decision) -> Result<Vec<u8>, CsrEr
         }
         Decision::Denied { reason, message } => {
             let why = format!("{name} (signer {signer}): reason {reason:?}, message {message:?}");
-            log::warn!("certificate signing request denied: {why}");
+            log::debug!("certificate signing request denied: {why}");
             Err(CsrError::Denied(why))
         }
         Decision::Failed { reason, message } => {
             let why = format!("{name} (signer {signer}): reason {reason:?}, message {message:?}");
-            log::warn!("certificate signing request failed: {why}");
+            log::debug!("certificate signing request failed: {why}");
             Err(CsrError::Failed(why))
         }
         Decision::Deleted => {
             let why = format!("{name} (signer {signer}) was deleted before it was issued");
-            log::warn!("certificate signing request failed: {why}");
+            log::debug!("certificate signing request failed: {why}");
             Err(CsrError::Failed(why))
         }
     }

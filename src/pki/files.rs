@@ -127,6 +127,15 @@ impl RootDir {
     pub(crate) fn read_ca(&self) -> Option<Vec<u8>> {
         let path = self.ca_file();
         match read_limited(&path) {
+            // An empty or torn file (a power cut, a hand edit) is as good as none: it is
+            // written again from the bootstrap kubeconfig.
+            Ok(bytes) if crate::tls::load(&bytes, None).is_err() => {
+                log::warn!(
+                    "{} holds no usable CA certificate; it will be written again",
+                    path.display()
+                );
+                None
+            }
             Ok(bytes) => Some(bytes),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => {

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use crossbeam_channel::Receiver;
 
 use super::csr_api::{ApiClient, Auth};
-use super::renew::{Waited, wait};
+use super::renew::{WaitEnd, wait};
 use super::state::IdentityState;
 use super::{install_tls, reachable};
 use crate::config::KubeletFiles;
@@ -148,7 +148,7 @@ impl Watch {
                     ),
                 );
             }
-            if wait(RECHECK, &never, stop) == Waited::Stopped {
+            if wait(RECHECK, &never, stop) == WaitEnd::Stopped {
                 return;
             }
         }

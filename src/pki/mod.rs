@@ -27,7 +27,6 @@ mod state;
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::thread;
 use std::time::Duration;
 
 use crossbeam_channel::Receiver;
@@ -35,6 +34,7 @@ use crossbeam_channel::Receiver;
 use crate::config::{ClientSigner, Config, IdentitySource, Token};
 use crate::error::StartupError;
 use crate::server::tls::ServingCert;
+use crate::spawn;
 use crate::tls::{self, TlsMaterial};
 use crate::upstream::Upstream;
 use csr::CsrTemplate;
@@ -135,16 +135,23 @@ pub(crate) fn start(
     let api: Arc<dyn Fn() -> Result<ApiClient, String> + Send + Sync> = match &config.identity {
         IdentitySource::Kubeconfig { tls, token } => {
             state.client_installed(tls.client_not_after());
-            let ca = pem_of(&tls.roots);
-            let auth = match (&tls.client, token) {
-                (Some(id), _) => Auth::Certificate(id.clone()),
-                (None, Some(token)) => Auth::Token(token_text(token)?),
-                // Refused by config validation.
-                (None, None) => return Err(StartupError::new("the kubeconfig has no user")),
-            };
-            let servers = Arc::clone(&servers);
-            let auth = Arc::new(auth);
-            Arc::new(move || ApiClient::new(&reachable(&servers)?, &ca, (*auth).clone()))
+            let ca: Vec<u8> = tls
+                .roots
+                .iter()
+                .flat_map(|c| csr::pem("CERTIFICATE", c.as_ref()).into_bytes())
+                .collect();
+            let (servers, client, token) =
+                (Arc::clone(&servers), tls.client.clone(), token.clone());
+            Arc::new(move || {
+                // A tokenFile is read at each use: projected tokens rotate.
+                let auth = match (&client, &token) {
+                    (Some(id), _) => Auth::Certificate(id.clone()),
+                    (None, Some(token)) => Auth::Token(token_text(token)?),
+                    // Refused by config validation.
+                    (None, None) => return Err("the kubeconfig has no user".to_owned()),
+                };
+                ApiClient::new(&reachable(&servers)?, &ca, auth)
+            })
         }
         IdentitySource::Token(mode) => {
             let ctx = bootstrap::TokenContext {
@@ -264,31 +271,13 @@ fn material(ca_pem: &[u8], chain_pem: &[u8], key_pem: &[u8]) -> Result<TlsMateri
     tls::load(ca_pem, Some((chain_pem, key_pem))).map_err(|e| e.to_string())
 }
 
-/// Certificates back to PEM, for the identity client's CA.
-fn pem_of(certs: &[rustls::pki_types::CertificateDer<'static>]) -> Vec<u8> {
-    use base64::Engine;
-    let mut out = Vec::new();
-    for cert in certs {
-        out.extend_from_slice(b"-----BEGIN CERTIFICATE-----\n");
-        let text = base64::engine::general_purpose::STANDARD.encode(cert.as_ref());
-        for line in text.as_bytes().chunks(64) {
-            out.extend_from_slice(line);
-            out.push(b'\n');
-        }
-        out.extend_from_slice(b"-----END CERTIFICATE-----\n");
-    }
-    out
-}
-
 /// The bearer token of a kubeconfig, read now when it is a file.
-fn token_text(token: &Token) -> Result<String, StartupError> {
+fn token_text(token: &Token) -> Result<String, String> {
     match token {
         Token::Inline(text) => Ok(text.clone()),
         Token::File(path) => std::fs::read_to_string(path)
             .map(|t| t.trim().to_owned())
-            .map_err(|e| {
-                StartupError::new(e.to_string()).context(format!("tokenFile {}", path.display()))
-            }),
+            .map_err(|e| format!("tokenFile {}: {e}", path.display())),
     }
 }
 
@@ -297,18 +286,4 @@ fn token_text(token: &Token) -> Result<String, StartupError> {
 pub(crate) fn reachable(servers: &[String]) -> Result<String, String> {
     discovery::endpoint(servers, DIAL_TIMEOUT)
         .map_err(|(server, why)| format!("no cloud server accepts connections ({server}: {why})"))
-}
-
-fn spawn<F>(name: &str, f: F) -> Result<(), StartupError>
-where
-    F: FnOnce() + Send + 'static,
-{
-    thread::Builder::new()
-        .name(name.into())
-        .stack_size(crate::SMALL_STACK)
-        .spawn(f)
-        .map(drop)
-        .map_err(|e| {
-            StartupError::new(e.to_string()).context(format!("cannot start the {name} thread"))
-        })
 }

@@ -2,14 +2,15 @@
 //! manager rules as YurtHub uses them: renew at a uniformly random 70–90 % of the lifetime,
 //! at once when there is no certificate or it no longer fits its template; after a failure
 //! wait 2 s doubling (±10 %) for five attempts, then every 32 s. A request is a new P-256
-//! key and a CSR, waited for up to 15 minutes; the issued certificate is stored under
-//! `--root-dir` before it is used, so a restart picks it up.
+//! key and a CSR, waited for while it is pending (see [`CSR_WAIT`]); the issued certificate
+//! is stored under `--root-dir` before it is used, so a restart picks it up.
 
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError, select};
+use crossbeam_channel::{Receiver, TryRecvError, select};
 use ring::rand::{SecureRandom, SystemRandom};
 
 use super::csr::{self, CsrTemplate, KeyPair};
@@ -19,9 +20,13 @@ use super::state::IdentityState;
 use super::x509::{self, CertInfo};
 use crate::metrics::{METRICS, Metrics};
 use crate::server::tls::ServingCert;
+use crate::tls;
 
-/// How long one CSR may wait for its certificate (client-go's).
-const CSR_WAIT: Duration = Duration::from_secs(15 * 60);
+/// How long one CSR may wait for its certificate. client-go gives up after 15 minutes and
+/// sends a new CSR; a CSR nobody approves (a cluster without yurt-manager, for the serving
+/// certificate) would then pile up ~100 objects a day per node. A pending one is waited for
+/// until kube-controller-manager's cleaner removes it (24 h), then sent again.
+const CSR_WAIT: Duration = Duration::from_secs(24 * 3600);
 /// Longest single sleep: the wall clock is looked at again after it, since a router without
 /// a real-time clock may jump by years when NTP first answers.
 const MAX_SLEEP: Duration = Duration::from_secs(60);
@@ -45,7 +50,7 @@ const SERVING_USAGES: &[&str] = &["key encipherment", "digital signature", "serv
 
 /// How a wait ended.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Waited {
+pub(super) enum WaitEnd {
     /// Its time passed.
     Elapsed,
     /// Something asked for a new attempt now (a new bootstrap token).
@@ -55,19 +60,16 @@ pub(super) enum Waited {
 }
 
 /// Waits up to `d` (at most [`MAX_SLEEP`]), for `wake` or for `stop` to close.
-pub(super) fn wait(d: Duration, wake: &Receiver<()>, stop: &Receiver<()>) -> Waited {
+pub(super) fn wait(d: Duration, wake: &Receiver<()>, stop: &Receiver<()>) -> WaitEnd {
     select! {
-        recv(stop) -> _ => Waited::Stopped,
-        recv(wake) -> msg => if msg.is_ok() { Waited::Woken } else { sleep(d, stop) },
-        default(d.min(MAX_SLEEP)) => Waited::Elapsed,
-    }
-}
-
-/// Waits up to `d` for `stop` only.
-fn sleep(d: Duration, stop: &Receiver<()>) -> Waited {
-    match stop.recv_timeout(d.min(MAX_SLEEP)) {
-        Err(RecvTimeoutError::Timeout) => Waited::Elapsed,
-        _ => Waited::Stopped,
+        recv(stop) -> _ => WaitEnd::Stopped,
+        recv(wake) -> msg => match msg {
+            Ok(()) => WaitEnd::Woken,
+            // Nobody can wake this loop any more: wait for the time or the stop alone.
+            Err(_) if csr_api::pause(stop, d.min(MAX_SLEEP)) => WaitEnd::Stopped,
+            Err(_) => WaitEnd::Elapsed,
+        },
+        default(d.min(MAX_SLEEP)) => WaitEnd::Elapsed,
     }
 }
 
@@ -122,14 +124,22 @@ pub(super) fn info(stored: &StoredCert) -> Option<CertInfo> {
     x509::parse(stored.identity.chain.first()?.as_ref())
 }
 
-/// One request: a new key, a CSR, the wait for its certificate, and the stored result.
+/// A certificate the hub got: its chain and key, and where it is stored (`None`: the store
+/// failed, as on a full disk; it is used from memory and stored again later).
+struct Issued {
+    stored: StoredCert,
+    info: CertInfo,
+    unsaved: Option<(Vec<u8>, String)>,
+}
+
+/// One request: a new key, a CSR, the wait for its certificate, and its storing.
 fn request(
     root: &RootDir,
     renewal: &Renewal,
     template: &CsrTemplate,
     api: &ApiClient,
     stop: &Receiver<()>,
-) -> Result<StoredCert, String> {
+) -> Result<Issued, String> {
     let key = KeyPair::generate()?;
     let request_pem = csr::request_pem(&key, template)?;
     let spec = CsrSpec {
@@ -139,36 +149,80 @@ fn request(
     };
     let chain =
         csr_api::request_certificate(api, &spec, CSR_WAIT, stop).map_err(|e| e.to_string())?;
-    root.store_cert(
-        renewal.kind,
-        &chain,
-        &key.private_key_pem(),
-        SystemTime::now(),
-    )
-    .map_err(|e| format!("cannot store the new {}: {e}", renewal.what))?;
-    root.load_cert(renewal.kind).ok_or_else(|| {
-        format!(
-            "the new {} was stored but cannot be read back",
-            renewal.what
-        )
+    let key_pem = key.private_key_pem();
+    let identity = tls::identity(&chain, key_pem.as_bytes())
+        .map_err(|e| format!("the issued {} is unusable: {e}", renewal.what))?;
+    let info = x509::parse(identity.chain[0].as_ref())
+        .ok_or_else(|| format!("the issued {} cannot be parsed", renewal.what))?;
+    if SystemTime::now() >= info.not_after {
+        return Err(format!(
+            "the issued {} expired at {} already: is this node's clock right?",
+            renewal.what,
+            crate::logging::time_rfc3339(info.not_after)
+        ));
+    }
+    let (path, unsaved) = match root.store_cert(renewal.kind, &chain, &key_pem, SystemTime::now()) {
+        Ok(path) => (path, None),
+        Err(e) => {
+            log::warn!(
+                "cannot store the new {}: {e}; using it from memory and storing it again later",
+                renewal.what
+            );
+            (PathBuf::new(), Some((chain.clone(), key_pem)))
+        }
+    };
+    Ok(Issued {
+        stored: StoredCert {
+            chain_pem: chain,
+            identity,
+            path,
+        },
+        info,
+        unsaved,
     })
 }
 
 /// What a renewal loop is given.
 pub(super) struct Hooks<'a> {
+    /// Whether a request may be made now, or why not (the serving certificate waits for a
+    /// client certificate); not a failure.
+    pub ready: &'a dyn Fn() -> Result<(), String>,
     /// The template to request with now (the serving one asks the cloud for an address).
     pub template: &'a mut dyn FnMut() -> Result<CsrTemplate, String>,
     /// The template's fixed part, to judge a stored certificate by without the cloud.
     pub fixed: &'a CsrTemplate,
     /// Who to send the CSR as, and where.
     pub api: &'a dyn Fn() -> Result<ApiClient, String>,
-    /// Puts a new certificate to use.
+    /// Puts a certificate to use.
     pub install: &'a mut dyn FnMut(&StoredCert, &CertInfo) -> Result<(), String>,
     /// Records why getting one failed (readyz shows it).
     pub problem: &'a dyn Fn(String),
 }
 
-/// Keeps one certificate until `stop` closes; `wake` asks for an attempt now.
+/// The certificate a loop has put to use, and when to renew it (drawn once per
+/// certificate, so a fleet spreads its renewals over the whole 70–90 % window).
+struct InUse {
+    leaf: Vec<u8>,
+    not_after: SystemTime,
+    due: SystemTime,
+}
+
+impl InUse {
+    fn new(stored: &StoredCert, info: &CertInfo, renew_now: bool) -> InUse {
+        InUse {
+            leaf: stored.identity.chain[0].as_ref().to_vec(),
+            not_after: info.not_after,
+            due: if renew_now {
+                SystemTime::now()
+            } else {
+                renew_at(info.not_before, info.not_after, random_fraction())
+            },
+        }
+    }
+}
+
+/// Keeps one certificate until `stop` closes; `wake` asks for an attempt now. A stored
+/// certificate newer than the one in use (at start, after a restart) is put to use first.
 pub(super) fn run(
     root: &RootDir,
     renewal: &Renewal,
@@ -176,24 +230,73 @@ pub(super) fn run(
     wake: &Receiver<()>,
     stop: &Receiver<()>,
 ) {
+    let counter = match renewal.kind {
+        CertKind::Client => &METRICS.client_certificate_rotations,
+        CertKind::Serving => &METRICS.serving_certificate_rotations,
+    };
+    let mut in_use: Option<InUse> = None;
+    // A stored certificate that could not be put to use, said once.
+    let mut refused: Option<Vec<u8>> = None;
+    let mut unsaved: Option<(Vec<u8>, String)> = None;
     let mut failures = 0u32;
     loop {
-        let current = root.load_cert(renewal.kind).and_then(|s| info(&s));
-        let now = SystemTime::now();
-        let due = match &current {
-            Some(i) if satisfies(i, hooks.fixed) && now < i.not_after => {
-                renew_at(i.not_before, i.not_after, random_fraction())
+        if let Some((chain, key_pem)) = &unsaved {
+            match root.store_cert(renewal.kind, chain, key_pem, SystemTime::now()) {
+                Ok(_) => unsaved = None,
+                Err(e) => (hooks.problem)(format!("cannot store the {}: {e}", renewal.what)),
             }
+        }
+        if let Some(stored) = root.load_cert(renewal.kind)
+            && let Some(info) = info(&stored)
+            && SystemTime::now() < info.not_after
+            && in_use.as_ref().is_none_or(|u| {
+                u.leaf != stored.identity.chain[0].as_ref() && info.not_after > u.not_after
+            })
+            && refused.as_deref() != Some(stored.identity.chain[0].as_ref())
+        {
+            match (hooks.install)(&stored, &info) {
+                Ok(()) => {
+                    // One that no longer fits (other organizations, a new node IP) is used
+                    // while a new one is requested.
+                    in_use = Some(InUse::new(&stored, &info, !satisfies(&info, hooks.fixed)));
+                    Metrics::inc(counter);
+                    log::info!(
+                        "using the stored {} {}, valid until {}",
+                        renewal.what,
+                        stored.path.display(),
+                        crate::logging::time_rfc3339(info.not_after)
+                    );
+                }
+                Err(e) => {
+                    log::warn!(
+                        "the stored {} {} cannot be used: {e}; requesting a new one",
+                        renewal.what,
+                        stored.path.display()
+                    );
+                    refused = Some(stored.identity.chain[0].as_ref().to_vec());
+                }
+            }
+        }
+        let now = SystemTime::now();
+        let due = match &in_use {
+            Some(u) if now < u.not_after => u.due,
             _ => now,
         };
         if let Ok(left) = due.duration_since(now)
             && !left.is_zero()
         {
             match wait(left, wake, stop) {
-                Waited::Stopped => return,
+                WaitEnd::Stopped => return,
                 // Elapsed at most MAX_SLEEP: look at the clock again.
-                Waited::Elapsed | Waited::Woken => continue,
+                WaitEnd::Elapsed | WaitEnd::Woken => continue,
             }
+        }
+        if let Err(why) = (hooks.ready)() {
+            (hooks.problem)(why);
+            if wait(Duration::from_secs(1), wake, stop) == WaitEnd::Stopped {
+                return;
+            }
+            continue;
         }
         // Said while the CSR waits for approval, which may take minutes.
         (hooks.problem)(format!(
@@ -202,25 +305,33 @@ pub(super) fn run(
         ));
         let attempt = (hooks.template)().and_then(|template| {
             let api = (hooks.api)()?;
-            let stored = request(root, renewal, &template, &api, stop)?;
-            let info = info(&stored)
-                .ok_or_else(|| format!("the issued {} cannot be parsed", renewal.what))?;
-            (hooks.install)(&stored, &info)?;
-            Ok(info)
+            let issued = request(root, renewal, &template, &api, stop)?;
+            (hooks.install)(&issued.stored, &issued.info)?;
+            if !satisfies(&issued.info, &template) {
+                log::warn!(
+                    "the issued {} differs from the request (subject or names changed by the signer); it is used until its renewal",
+                    renewal.what
+                );
+            }
+            Ok(issued)
         });
         match attempt {
-            Ok(info) => {
+            Ok(issued) => {
                 failures = 0;
-                let counter = match renewal.kind {
-                    CertKind::Client => &METRICS.client_certificate_rotations,
-                    CertKind::Serving => &METRICS.serving_certificate_rotations,
-                };
+                in_use = Some(InUse::new(&issued.stored, &issued.info, false));
+                if issued.unsaved.is_some() {
+                    unsaved = issued.unsaved;
+                    (hooks.problem)(format!(
+                        "the {} could not be stored under --root-dir (see the log)",
+                        renewal.what
+                    ));
+                }
                 Metrics::inc(counter);
                 log::info!(
                     "new {} installed: valid {} to {}",
                     renewal.what,
-                    crate::logging::time_rfc3339(info.not_before),
-                    crate::logging::time_rfc3339(info.not_after),
+                    crate::logging::time_rfc3339(issued.info.not_before),
+                    crate::logging::time_rfc3339(issued.info.not_after),
                 );
             }
             Err(why) => {
@@ -236,7 +347,7 @@ pub(super) fn run(
                     pause
                 );
                 (hooks.problem)(why);
-                if wait(pause, wake, stop) == Waited::Stopped {
+                if wait(pause, wake, stop) == WaitEnd::Stopped {
                     return;
                 }
             }
@@ -244,9 +355,9 @@ pub(super) fn run(
     }
 }
 
-/// The serving certificate's loop: waits until the hub has a client credential, installs a
-/// stored serving certificate that is still valid, then keeps it renewed. The first one
-/// installed opens the HTTPS port.
+/// The serving certificate's loop: a stored one that is still valid is used at once (the
+/// HTTPS port serves after an offline restart); a new one is requested once the hub has a
+/// client credential. The first one installed opens the HTTPS port.
 pub(super) fn serving(
     root: &RootDir,
     api: &Arc<dyn Fn() -> Result<ApiClient, String> + Send + Sync>,
@@ -268,20 +379,14 @@ pub(super) fn serving(
         }
         Ok(())
     };
-    if let Some(stored) = root.load_cert(CertKind::Serving)
-        && let Some(info) = info(&stored)
-        && SystemTime::now() < info.not_after
-        && let Err(e) = install(&stored, &info)
-    {
-        log::warn!("the stored serving certificate is unusable: {e}");
-    }
     let never = crossbeam_channel::never();
-    while !state.has_client() {
-        state.serving_problem("waiting for the hub's client certificate".into());
-        if sleep(Duration::from_secs(1), stop) == Waited::Stopped {
-            return;
+    let ready = || {
+        if state.has_client() {
+            Ok(())
+        } else {
+            Err("waiting for the hub's client certificate".to_owned())
         }
-    }
+    };
     // The `kubernetes` Service's cluster IP, asked once: pods reach the hub by it.
     let mut cluster_ip: Option<IpAddr> = None;
     let mut template = || -> Result<CsrTemplate, String> {
@@ -330,6 +435,7 @@ pub(super) fn serving(
         root,
         &renewal,
         Hooks {
+            ready: &ready,
             template: &mut template,
             fixed: &fixed,
             api: &api_call,

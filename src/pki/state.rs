@@ -2,7 +2,7 @@
 //! certificate are installed and until when, why not when they are not (readyz says it),
 //! and the door `POST /v1/token` knocks on.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, TryLockError};
 use std::time::SystemTime;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -30,6 +30,7 @@ struct Slot {
 }
 
 impl Slot {
+    /// Installed and not expired at `now`.
     fn usable(&self, now: SystemTime) -> bool {
         self.installed && self.not_after.is_none_or(|t| now < t)
     }
@@ -52,6 +53,7 @@ impl Slot {
     }
 }
 
+/// A lock that outlives a panic elsewhere: the state stays readable.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -90,14 +92,14 @@ impl IdentityState {
         lock(&self.client).usable(SystemTime::now())
     }
 
-    /// readyz's checks: (name, ok, why not).
-    pub(crate) fn checks(&self) -> [(&'static str, bool, String); 2] {
-        let (client_ok, client_why) = lock(&self.client).check("client certificate");
-        let (serving_ok, serving_why) = lock(&self.serving).check("serving certificate");
-        [
-            ("certificates", client_ok, client_why),
-            ("serving-certificate", serving_ok, serving_why),
-        ]
+    /// The client certificate is usable, or why not.
+    pub(crate) fn client_check(&self) -> (bool, String) {
+        lock(&self.client).check("client certificate")
+    }
+
+    /// The serving certificate is usable, or why not.
+    pub(crate) fn serving_check(&self) -> (bool, String) {
+        lock(&self.serving).check("serving certificate")
     }
 
     /// Token mode: `POST /v1/token` may replace the bootstrap token. The receiver wakes the
@@ -109,10 +111,18 @@ impl IdentityState {
     }
 
     /// `POST /v1/token` with the body's join token: `Err((status, message))` as YurtHub
-    /// answers (400 for a bad token, 500 when discovery fails). Outside token mode there is
+    /// answers (400 for a bad token, 500 when discovery fails; 409 while another runs). Outside token mode there is
     /// no bootstrap token to replace and nothing changes, as in YurtHub.
     pub(crate) fn update_token(&self, join_token: &str) -> Result<&'static str, (u16, String)> {
-        let guard = lock(&self.updates);
+        // Discovery takes seconds: a second update waits for none of it (the serve port has
+        // few connections to spare).
+        let guard = match self.updates.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::WouldBlock) => {
+                return Err((409, "a bootstrap token update is already under way".into()));
+            }
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        };
         let Some((updates, wake)) = guard.as_ref() else {
             return Ok("the hub does not use a bootstrap token in this mode: nothing changed");
         };
@@ -131,24 +141,25 @@ mod tests {
     #[test]
     fn readyz_says_why_a_certificate_is_missing_or_expired() {
         let s = IdentityState::default();
-        let [(_, ok, why), (_, serving_ok, serving_why)] = s.checks();
+        let (ok, why) = s.client_check();
         assert!(
             !ok && why == "the hub has no client certificate yet",
             "{why}"
         );
+        let (serving_ok, serving_why) = s.serving_check();
         assert!(!serving_ok && serving_why.contains("no serving certificate"));
         s.client_problem("CSR csr-x was denied".into());
-        assert!(s.checks()[0].2.ends_with(": CSR csr-x was denied"));
+        assert!(s.client_check().1.ends_with(": CSR csr-x was denied"));
         s.client_installed(Some(SystemTime::now() + Duration::from_secs(60)));
-        assert!(s.checks()[0].1 && s.has_client());
+        assert!(s.client_check().0 && s.has_client());
         s.client_installed(Some(SystemTime::now() - Duration::from_secs(1)));
         assert!(!s.has_client());
-        assert!(s.checks()[0].2.contains("has expired"));
+        assert!(s.client_check().1.contains("has expired"));
         // A token-only kubeconfig never expires.
         s.client_installed(None);
         assert!(s.has_client());
         s.serving_installed(SystemTime::now() + Duration::from_secs(60));
-        assert!(s.checks()[1].1);
+        assert!(s.serving_check().0);
     }
 
     #[test]

@@ -118,6 +118,33 @@ fn kubectl(home: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Python's own HTTPS client reads configmap `default/settings` from `addr`, trusting only
+/// `ca`, as the component `ua` names: its status and `data.k`.
+fn python_get_setting(addr: std::net::SocketAddr, ca: &Path, ua: &str) -> String {
+    let script = format!(
+        "import http.client, json, ssl\n\
+         ctx = ssl.create_default_context(cafile={ca:?})\n\
+         c = http.client.HTTPSConnection('{}', {}, context=ctx)\n\
+         c.request('GET', '/api/v1/namespaces/default/configmaps/settings', headers={{'User-Agent': {ua:?}}})\n\
+         r = c.getresponse()\n\
+         print(r.status, json.loads(r.read())['data']['k'])\n",
+        addr.ip(),
+        addr.port(),
+        ca = ca.display().to_string(),
+    );
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 fn mode_of(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
@@ -411,28 +438,53 @@ fn the_https_port_answers_kubectl_and_python() {
             .any(|q| q.bearer_token.as_deref() == Some("pod-token"))
     );
 
-    let script = format!(
-        "import http.client, json, ssl\n\
-         ctx = ssl.create_default_context(cafile={ca:?})\n\
-         c = http.client.HTTPSConnection('{}', {}, context=ctx)\n\
-         c.request('GET', '/api/v1/namespaces/default/configmaps/settings')\n\
-         r = c.getresponse()\n\
-         print(r.status, json.loads(r.read())['data']['k'])\n",
-        addr.ip(),
-        addr.port(),
-        ca = ca.display().to_string(),
+    assert_eq!(
+        python_get_setting(addr, &ca, "python-urllib"),
+        "200 settings"
     );
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(&script)
-        .output()
-        .unwrap();
+}
+
+#[test]
+fn a_restart_uses_the_stored_certificates_even_offline() {
+    let cloud = cloud_with_token();
+    cloud.create("configmaps", configmap("settings"));
+    let dir = TempDir::new("restart");
+    let hub = joined(&cloud, dir.path());
     assert!(
-        out.status.success(),
+        hub.wait_https(Duration::from_secs(30)).is_some(),
         "{}",
-        String::from_utf8_lossy(&out.stderr)
+        hub.logs()
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "200 settings");
+    reads_as_the_node(&cloud, &hub, "settings");
+    hub.wait_cache_quiet();
+    let csrs = cloud.csrs().len();
+
+    cloud.stop();
+    let hub = hub.restart();
+    // Ready on the stored client certificate; the HTTPS port open on the stored serving
+    // one, answering from the cache.
+    assert!(
+        eventually(Duration::from_secs(10), || readyz(&hub).status == 200),
+        "{}",
+        readyz(&hub).text()
+    );
+    let addr = hub
+        .wait_https(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("no HTTPS port: {}", hub.logs()));
+    assert_eq!(
+        python_get_setting(addr, &ca_file(&cloud, dir.path()), KUBELET),
+        "200 settings"
+    );
+
+    // Back online as the node, with no new CSR.
+    cloud.restart();
+    assert!(hub.wait_healthy(&cloud, true, Duration::from_secs(20)));
+    reads_as_the_node(&cloud, &hub, "settings");
+    assert_eq!(
+        cloud.csrs().len(),
+        csrs,
+        "no certificate was requested again"
+    );
 }
 
 #[test]
