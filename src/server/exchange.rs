@@ -382,8 +382,9 @@ impl BodyWriter<'_> {
 
     /// Waits up to `wait` and tells whether the client has closed its side of the
     /// connection (a held watch stops at once when it has). Anything the client sends
-    /// meanwhile is read and dropped — a client does not send while it reads a stream — and
-    /// the connection is closed after this answer.
+    /// meanwhile is read and dropped — a client sends nothing while it reads a stream, but
+    /// over TLS its `close_notify`, which reads as the end — and the connection is closed
+    /// after this answer.
     pub(crate) fn client_gone(&mut self, wait: Duration) -> bool {
         if self.conn.pos < self.conn.len {
             self.conn.pos = self.conn.len;

@@ -2,9 +2,9 @@
 //! `Read + Write` (timeouts, shutdown, a probe for another thread), implemented for
 //! `TcpStream`, for [`TlsStream`] (the HTTPS port), and in the unit tests for an in-memory
 //! stream, so the framing of whole exchanges is tested without sockets. [`ClientProbe`], the
-//! socket's side of a held stream watched by the reaper, lives here too. Connections use it
-//! as `dyn ClientStream` behind a reference: no allocation, and one indirect call per system
-//! call.
+//! socket's side of a held stream watched by the reaper, lives here too. A connection holds
+//! its stream as a `Box<dyn ClientStream>`: one allocation per connection, and one indirect
+//! call per system call.
 
 use std::fmt::Debug;
 use std::io::{self, Read, Write};
@@ -50,7 +50,8 @@ pub(crate) struct ClientProbe(TcpStream);
 
 impl ClientProbe {
     /// True when the client closed the connection or it broke. Bytes the client sent are
-    /// left where they are (a client does not send anything while it reads a stream).
+    /// left where they are: over TLS a client that hangs up sends a `close_notify` before
+    /// its FIN, and those unread bytes must not hide the FIN behind them.
     #[allow(
         unsafe_code,
         reason = "std has no non-blocking peek on a blocking socket"
@@ -73,12 +74,27 @@ impl ClientProbe {
         };
         match n {
             0 => true,
-            1.. => false,
+            1.. => self.hung_up(),
             _ => !matches!(
                 io::Error::last_os_error().kind(),
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
             ),
         }
+    }
+
+    /// With bytes waiting unread: whether the client's FIN (or an error) came after them.
+    #[allow(unsafe_code, reason = "std has no poll")]
+    fn hung_up(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut fd = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // Timeout 0: the probe never waits.
+        // SAFETY: `fd` is one valid pollfd of ours; `self.0` keeps the descriptor open.
+        let n = unsafe { libc::poll(&raw mut fd, 1, 0) };
+        n > 0 && fd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
     }
 }
 
@@ -103,8 +119,10 @@ struct Op {
     deadline: Option<Instant>,
     /// Socket calls made so far.
     calls: u32,
-    /// The socket's read or write timeout was shortened and must be set back.
-    shortened: (bool, bool),
+    /// The socket's read timeout was shortened and must be set back.
+    read_shortened: bool,
+    /// Likewise its write timeout.
+    write_shortened: bool,
 }
 
 impl Op {
@@ -113,7 +131,8 @@ impl Op {
         Op {
             deadline: from_nanos(timeout.load(Ordering::Relaxed)).map(|t| Instant::now() + t),
             calls: 0,
-            shortened: (false, false),
+            read_shortened: false,
+            write_shortened: false,
         }
     }
 }
@@ -127,7 +146,7 @@ impl TlsStream {
         timeout: Duration,
     ) -> io::Result<TlsStream> {
         let tls = rustls::ServerConnection::new(config).map_err(io::Error::other)?;
-        let stream = TlsStream {
+        let mut stream = TlsStream {
             tls,
             sock,
             read_timeout: AtomicU64::new(0),
@@ -135,14 +154,18 @@ impl TlsStream {
         };
         ClientStream::set_read_timeout(&stream, Some(timeout))?;
         ClientStream::set_write_timeout(&stream, Some(timeout))?;
-        let mut stream = stream;
         let mut op = Op::new(&stream.read_timeout);
         let result = (|| {
             while stream.tls.is_handshaking() {
                 stream.flush_tls(&mut op)?;
-                if stream.tls.is_handshaking() && stream.tls.wants_read() {
-                    stream.read_tls(&mut op)?;
+                if !stream.tls.is_handshaking() {
+                    break;
                 }
+                if !stream.tls.wants_read() {
+                    // Nothing to send and nothing wanted: looping would spin for ever.
+                    return Err(io::Error::other("the TLS handshake stalled"));
+                }
+                stream.read_tls(&mut op)?;
             }
             // The server's last flight (TLS 1.2 Finished, TLS 1.3 session tickets).
             stream.flush_tls(&mut op)
@@ -167,21 +190,21 @@ impl TlsStream {
             ));
         }
         if reading {
-            op.shortened.0 = true;
+            op.read_shortened = true;
             self.sock.set_read_timeout(Some(left))
         } else {
-            op.shortened.1 = true;
+            op.write_shortened = true;
             self.sock.set_write_timeout(Some(left))
         }
     }
 
     /// Gives the socket back the timeouts asked for, after `op` shortened them.
     fn restore(&self, op: &Op) -> io::Result<()> {
-        if op.shortened.0 {
+        if op.read_shortened {
             self.sock
                 .set_read_timeout(from_nanos(self.read_timeout.load(Ordering::Relaxed)))?;
         }
-        if op.shortened.1 {
+        if op.write_shortened {
             self.sock
                 .set_write_timeout(from_nanos(self.write_timeout.load(Ordering::Relaxed)))?;
         }
@@ -315,8 +338,8 @@ impl ClientStream for TlsStream {
     }
 
     /// The socket as on the plain port. A client's TLS `close_notify` shows as bytes, not as
-    /// the end of the stream, so the probe says gone only at the TCP FIN that follows it
-    /// (clients close the socket right after).
+    /// the end of the stream: the probe says gone at the TCP FIN that follows it (clients
+    /// close the socket right after), seen behind the unread bytes.
     fn probe(&self) -> Option<ClientProbe> {
         self.sock.try_clone().ok().map(ClientProbe)
     }

@@ -90,6 +90,9 @@ pub(crate) fn server_config(cert: Arc<ServingCert>) -> Arc<rustls::ServerConfig>
         .with_no_client_auth()
         .with_cert_resolver(cert);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // No session tickets: client-go never resumes, and each would cost a router two records
+    // and a cache entry per connection.
+    config.send_tls13_tickets = 0;
     Arc::new(config)
 }
 

@@ -4,6 +4,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -86,6 +87,8 @@ struct Running {
     shutdown: Arc<AtomicBool>,
     /// While set, `/hold` does not answer.
     hold: Arc<AtomicBool>,
+    /// For each `/watch`: whether its probe saw the client go (within 10 s).
+    watched: mpsc::Receiver<bool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -114,7 +117,12 @@ impl Running {
             io_timeout,
         };
         let held = Arc::clone(&hold);
+        let (watch, watched) = mpsc::channel();
         let handler: Handler = Arc::new(move |ex: Exchange<'_>| {
+            if ex.url() == "/watch" {
+                let _ = watch.send(watch_until_gone(ex));
+                return;
+            }
             if ex.url() == "/hold" {
                 let until = Instant::now() + Duration::from_secs(10);
                 while held.load(Ordering::Acquire) && Instant::now() < until {
@@ -131,6 +139,7 @@ impl Running {
             load,
             shutdown,
             hold,
+            watched,
             thread: Some(thread),
         }
     }
@@ -171,6 +180,29 @@ fn answer(ex: Exchange<'_>) {
             w.finish()
         })
     };
+}
+
+/// Starts a streamed answer with "ab", then asks the client's probe, as the reaper does,
+/// until it says the client is gone (true) or 10 s pass (false).
+fn watch_until_gone(ex: Exchange<'_>) -> bool {
+    let none: &[(&str, &str)] = &[];
+    let Ok(mut w) = ex.start(200, none, Length::Streamed) else {
+        return false;
+    };
+    let Some(probe) = w.probe() else {
+        return false;
+    };
+    if w.write(b"ab").is_err() {
+        return false;
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        if probe.gone() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    false
 }
 
 /// A TLS client connection.
@@ -460,4 +492,50 @@ fn a_body_dribbled_inside_one_tls_record_times_out_like_on_the_plain_port() {
     }
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+}
+
+/// Opens `/watch` and reads its answer up to the first chunk, leaving nothing unread in the
+/// socket (unread bytes would make the client's close a reset, which any probe sees).
+fn open_watch(server: &Running, ca: &TestCa) -> Client {
+    let mut client = connect(server.addr, ca.client(&[]));
+    write!(client, "GET /watch HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 512];
+    while !String::from_utf8_lossy(&got).contains("\r\nab\r\n") {
+        let n = client.read(&mut buf).unwrap();
+        assert_ne!(n, 0, "{}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    // Whatever TLS records are left (none expected) are read too.
+    client.sock.set_nonblocking(true).unwrap();
+    while client.conn.read_tls(&mut client.sock).is_ok_and(|n| n > 0) {}
+    client.conn.process_new_packets().unwrap();
+    client
+}
+
+#[test]
+fn a_watch_client_that_sends_close_notify_and_hangs_up_is_seen_gone() {
+    let ca = TestCa::new();
+    let server = Running::start(serving(&ca), Duration::from_secs(5));
+    let mut client = open_watch(&server, &ca);
+    // What Go's tls.Conn.Close() does: close_notify, then close the socket.
+    client.conn.send_close_notify();
+    client.sock.set_nonblocking(false).unwrap();
+    while client.conn.wants_write() {
+        client.conn.write_tls(&mut client.sock).unwrap();
+    }
+    drop(client);
+    let gone = server.watched.recv_timeout(Duration::from_secs(15));
+    assert_eq!(gone, Ok(true), "the probe saw the client go");
+    assert!(server.drained());
+}
+
+#[test]
+fn a_watch_client_that_hangs_up_without_close_notify_is_seen_gone() {
+    let ca = TestCa::new();
+    let server = Running::start(serving(&ca), Duration::from_secs(5));
+    drop(open_watch(&server, &ca));
+    let gone = server.watched.recv_timeout(Duration::from_secs(15));
+    assert_eq!(gone, Ok(true), "the probe saw the client go");
+    assert!(server.drained());
 }
