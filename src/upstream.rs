@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::io::{self, Read};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -723,12 +723,16 @@ struct Generation {
 impl Generation {
     /// Shuts down every idle connection, and keeps the others from being pooled again.
     fn retire(&self) {
-        // Set before looking at `idle`, which a connection sets before looking at this: one
-        // of the two sides sees the other (SeqCst).
+        // Set before looking at the state, which a connection going back to the pool sets
+        // before looking at this: one of the two sides sees the other (SeqCst).
         self.retired.store(true, Ordering::SeqCst);
         let conns = std::mem::take(&mut *self.conns.lock().unwrap_or_else(PoisonError::into_inner));
         for conn in conns.iter().filter_map(Weak::upgrade) {
-            if conn.idle.load(Ordering::SeqCst)
+            // Only a connection still in the pool: one a request has just taken is its.
+            if conn
+                .state
+                .compare_exchange(IDLE, CLOSED, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
                 && let Some(socket) = conn.socket.as_ref().and_then(Weak::upgrade)
             {
                 socket.shutdown();
@@ -737,12 +741,29 @@ impl Generation {
     }
 }
 
+/// A pooled connection in use: made, or taken from the pool, for a request.
+const BUSY: u8 = 0;
+/// A pooled connection in the pool.
+const IDLE: u8 = 1;
+/// A pooled connection shut down by [`Generation::retire`] while in the pool.
+const CLOSED: u8 = 2;
+
 /// What a generation knows of one pooled connection.
 struct PooledConn {
-    /// Back in the pool (ureq asked whether it is open), not yet used again.
-    idle: AtomicBool,
+    /// [`BUSY`], [`IDLE`] or [`CLOSED`]: who may close it, the request or the swap.
+    state: AtomicU8,
     /// Its socket, as ureq's TCP connector registered it.
     socket: Option<Weak<dyn ShutdownHandle>>,
+}
+
+impl PooledConn {
+    /// A connection just made for a request, with its socket.
+    fn new(socket: Option<Weak<dyn ShutdownHandle>>) -> PooledConn {
+        PooledConn {
+            state: AtomicU8::new(BUSY),
+            socket,
+        }
+    }
 }
 
 /// The last link of a pooled agent's connector chain: wraps each connection into its
@@ -761,11 +782,10 @@ impl<In: Transport> Connector<In> for Retirable {
         let Some(inner) = chained else {
             return Ok(None);
         };
-        let conn = Arc::new(PooledConn {
-            idle: AtomicBool::new(false),
-            // Noted by `Recording` in this same call, on this thread.
-            socket: LAST_CONNECTION.with(|last| last.borrow_mut().take()),
-        });
+        // Noted by `Recording` in this same call, on this thread.
+        let conn = Arc::new(PooledConn::new(
+            LAST_CONNECTION.with(|last| last.borrow_mut().take()),
+        ));
         let mut conns = self.0.conns.lock().unwrap_or_else(PoisonError::into_inner);
         conns.retain(|c| c.strong_count() > 0);
         conns.push(Arc::downgrade(&conn));
@@ -777,10 +797,10 @@ impl<In: Transport> Connector<In> for Retirable {
     }
 }
 
-/// A pooled connection: in use while ureq sends or reads through it, idle once ureq asks
-/// whether it is open (before pooling it, or taking it from the pool: a swap in the moment
-/// between that and the first write closes a connection just taken, and that request
-/// fails as over a connection the cloud closed — a GET is retried).
+/// A pooled connection. ureq 3.5 asks whether it is open at two moments only (pool.rs):
+/// when its answer ended, before putting it back in the pool (it becomes idle), and when a
+/// request takes it from the pool (it becomes busy again, unless a swap closed it first).
+/// A swap closes only an idle one, so never one a request has just taken.
 struct RetirableTransport<T> {
     inner: T,
     conn: Arc<PooledConn>,
@@ -790,34 +810,45 @@ struct RetirableTransport<T> {
 impl<T> fmt::Debug for RetirableTransport<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RetirableTransport")
-            .field("idle", &self.conn.idle)
+            .field("state", &self.conn.state)
             .finish()
     }
 }
 
 impl<T: Transport> Transport for RetirableTransport<T> {
     fn buffers(&mut self) -> &mut dyn Buffers {
-        self.conn.idle.store(false, Ordering::SeqCst);
         self.inner.buffers()
     }
 
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        self.conn.idle.store(false, Ordering::SeqCst);
         self.inner.transmit_output(amount, timeout)
     }
 
     fn maybe_await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        self.conn.idle.store(false, Ordering::SeqCst);
         self.inner.maybe_await_input(timeout)
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        self.conn.idle.store(false, Ordering::SeqCst);
         self.inner.await_input(timeout)
     }
 
     fn is_open(&mut self) -> bool {
-        self.conn.idle.store(true, Ordering::SeqCst);
+        let state = &self.conn.state;
+        match state.load(Ordering::SeqCst) {
+            // Its answer ended: into the pool, unless retired (see `Generation::retire`). Only
+            // this thread changes a busy connection's state.
+            BUSY => state.store(IDLE, Ordering::SeqCst),
+            // Being taken from the pool: the request's, unless a swap closed it first.
+            IDLE => {
+                if state
+                    .compare_exchange(IDLE, BUSY, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_err()
+                {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
         !self.generation.retired.load(Ordering::SeqCst) && self.inner.is_open()
     }
 
@@ -1057,3 +1088,6 @@ mod tests {
 
 #[cfg(test)]
 mod tls_tests;
+
+#[cfg(test)]
+mod pool_tests;
