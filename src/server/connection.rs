@@ -264,8 +264,13 @@ pub(super) fn serve_connection(
             );
             return;
         }
-        if !keep_alive || !conn.response_complete || conn.broken {
+        if !conn.response_complete {
+            // Cut short: no TLS close_notify, so a client sees the answer is not whole.
             let _ = conn.stream.shutdown();
+            return;
+        }
+        if !keep_alive || conn.broken {
+            let _ = conn.stream.close();
             return;
         }
     }
@@ -275,5 +280,5 @@ pub(super) fn serve_connection(
 pub(super) fn answer_and_close(conn: &mut Conn, status: &Status) -> io::Result<()> {
     conn.response_started = true;
     conn.send_all(&closing_answer(status))?;
-    conn.stream.shutdown()
+    conn.stream.close()
 }

@@ -22,6 +22,12 @@ pub(crate) trait ClientStream: Read + Write + Send + Sync + Debug {
     /// Ends the connection both ways; a thread blocked reading it sees the end of the
     /// stream.
     fn shutdown(&self) -> io::Result<()>;
+    /// Ends the connection after a whole answer, on its own thread: like
+    /// [`ClientStream::shutdown`], after a TLS `close_notify` on the HTTPS port (a TLS client
+    /// takes an end without one for a cut).
+    fn close(&mut self) -> io::Result<()> {
+        self.shutdown()
+    }
     /// A handle that tells another thread whether the client hung up; `None` when there is
     /// no such handle.
     fn probe(&self) -> Option<ClientProbe>;
@@ -335,6 +341,14 @@ impl ClientStream for TlsStream {
     /// thread): HTTP framing, not the TLS close, tells a client where an answer ends.
     fn shutdown(&self) -> io::Result<()> {
         self.sock.shutdown(Shutdown::Both)
+    }
+
+    fn close(&mut self) -> io::Result<()> {
+        self.tls.send_close_notify();
+        // Within one write timeout; the socket goes after it, so its timeout stays short.
+        let sent = self.flush_tls(&mut Op::new(&self.write_timeout));
+        let closed = self.sock.shutdown(Shutdown::Both);
+        sent.and(closed)
     }
 
     /// The socket as on the plain port. A client's TLS `close_notify` shows as bytes, not as

@@ -167,10 +167,18 @@ impl Drop for Running {
     }
 }
 
-/// `/plain` and `/hold`: "hello" with a length; anything else: "ab" then "cde", streamed
-/// (chunked).
+/// `/plain` and `/hold`: "hello" with a length; `/abort`: "ab" streamed, then aborted;
+/// anything else: "ab" then "cde", streamed (chunked).
 fn answer(ex: Exchange<'_>) {
     let none: &[(&str, &str)] = &[];
+    if ex.url() == "/abort" {
+        if let Ok(mut w) = ex.start(200, none, Length::Streamed)
+            && w.write(b"ab").is_ok()
+        {
+            w.abort();
+        }
+        return;
+    }
     let _ = if matches!(ex.url(), "/plain" | "/hold") {
         ex.send(200, none, b"hello")
     } else {
@@ -538,4 +546,40 @@ fn a_watch_client_that_hangs_up_without_close_notify_is_seen_gone() {
     let gone = server.watched.recv_timeout(Duration::from_secs(15));
     assert_eq!(gone, Ok(true), "the probe saw the client go");
     assert!(server.drained());
+}
+
+/// `GET path` with `Connection: close`: the bytes read until the end, and how it ended.
+fn get_closing(server: &Running, ca: &TestCa, path: &str) -> (String, std::io::Result<usize>) {
+    let mut client = connect(server.addr, ca.client(&[]));
+    write!(
+        client,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let end = client.read_to_end(&mut got);
+    (String::from_utf8_lossy(&got).into_owned(), end)
+}
+
+#[test]
+fn a_whole_answer_on_a_closing_connection_ends_with_close_notify() {
+    let ca = TestCa::new();
+    let server = Running::start(serving(&ca), Duration::from_secs(5));
+    // A TLS client tells a clean end from a cut one: only close_notify is clean.
+    let (answer, end) = get_closing(&server, &ca, "/plain");
+    assert!(answer.ends_with("hello"), "{answer}");
+    assert!(end.is_ok(), "{end:?}");
+    let (answer, end) = get_closing(&server, &ca, "/stream");
+    assert!(answer.ends_with("0\r\n\r\n"), "{answer}");
+    assert!(end.is_ok(), "{end:?}");
+}
+
+#[test]
+fn an_aborted_answer_ends_without_close_notify() {
+    let ca = TestCa::new();
+    let server = Running::start(serving(&ca), Duration::from_secs(5));
+    let (answer, end) = get_closing(&server, &ca, "/abort");
+    assert!(answer.ends_with("ab\r\n"), "{answer}");
+    let err = end.unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof, "{err}");
 }
