@@ -583,3 +583,64 @@ fn an_aborted_answer_ends_without_close_notify() {
     let err = end.unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof, "{err}");
 }
+
+/// A client's session cache that counts the TLS 1.3 tickets it was given.
+#[derive(Debug, Default)]
+struct Tickets {
+    given: std::sync::atomic::AtomicUsize,
+}
+
+impl rustls::client::ClientSessionStore for Tickets {
+    fn set_kx_hint(&self, _: rustls::pki_types::ServerName<'static>, _: rustls::NamedGroup) {}
+
+    fn kx_hint(&self, _: &rustls::pki_types::ServerName<'_>) -> Option<rustls::NamedGroup> {
+        None
+    }
+
+    fn set_tls12_session(
+        &self,
+        _: rustls::pki_types::ServerName<'static>,
+        _: rustls::client::Tls12ClientSessionValue,
+    ) {
+    }
+
+    fn tls12_session(
+        &self,
+        _: &rustls::pki_types::ServerName<'_>,
+    ) -> Option<rustls::client::Tls12ClientSessionValue> {
+        None
+    }
+
+    fn remove_tls12_session(&self, _: &rustls::pki_types::ServerName<'static>) {}
+
+    fn insert_tls13_ticket(
+        &self,
+        _: rustls::pki_types::ServerName<'static>,
+        _: rustls::client::Tls13ClientSessionValue,
+    ) {
+        self.given.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn take_tls13_ticket(
+        &self,
+        _: &rustls::pki_types::ServerName<'static>,
+    ) -> Option<rustls::client::Tls13ClientSessionValue> {
+        None
+    }
+}
+
+#[test]
+fn no_session_tickets_are_sent() {
+    let ca = TestCa::new();
+    let server = Running::start(serving(&ca), Duration::from_secs(5));
+    let tickets = Arc::new(Tickets::default());
+    let mut config = Arc::unwrap_or_clone(ca.client(&[]));
+    config.resumption = rustls::client::Resumption::store(tickets.clone());
+    let mut client = connect(server.addr, Arc::new(config));
+    assert!(get_plain(&mut client).unwrap().ends_with("hello"));
+    assert_eq!(
+        client.conn.protocol_version(),
+        Some(rustls::ProtocolVersion::TLSv1_3)
+    );
+    assert_eq!(tickets.given.load(Ordering::SeqCst), 0);
+}
