@@ -173,7 +173,7 @@ impl TlsStream {
                 }
                 stream.read_tls(&mut op)?;
             }
-            // The server's last flight (TLS 1.2 Finished, TLS 1.3 session tickets).
+            // The server's last flight (TLS 1.2 Finished).
             stream.flush_tls(&mut op)
         })();
         stream.restore(&op)?;
@@ -345,7 +345,7 @@ impl ClientStream for TlsStream {
 
     fn close(&mut self) -> io::Result<()> {
         self.tls.send_close_notify();
-        // Within one write timeout; the socket goes after it, so its timeout stays short.
+        // Within one write timeout; no restore of a shortened timeout: the socket goes next.
         let sent = self.flush_tls(&mut Op::new(&self.write_timeout));
         let closed = self.sock.shutdown(Shutdown::Both);
         sent.and(closed)
