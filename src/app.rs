@@ -280,7 +280,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     pki::start(
         &config,
         pki::Parts {
-            upstream: Arc::clone(&upstream_for_identity),
+            upstream: upstream_for_identity,
             serving,
             state: identity,
             on_first_serving_cert: open_https,
