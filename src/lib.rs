@@ -15,6 +15,7 @@ mod cache;
 mod clients;
 pub mod config;
 pub mod error;
+mod filters;
 // Only for tests and the fuzz crate (the `fuzzing` feature): not in the library the binary links.
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]

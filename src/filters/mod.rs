@@ -1,0 +1,455 @@
+//! Response filters (YURTHUB.md §2): which filters apply to a request, and the pure functions
+//! that rewrite or drop one decoded object on its way from the cloud to a node component.
+//!
+//! This module does no I/O. What a filter needs from the cloud (a Service's topology
+//! annotation, the node's pool, a pool's members) comes through [`Lookups`], implemented by
+//! the caller; turning an [`Outcome`] into a response (a dropped watch object becomes
+//! `DELETED` with the original, a dropped get sends the original, a dropped list item is
+//! omitted) is the relay's job. Filters never mutate their input: the input may be shared.
+#![allow(dead_code)] // wired in issue 14's relay stage
+
+mod discardcloudservice;
+mod forwardkubesvctraffic;
+mod inclusterconfig;
+mod masterservice;
+mod nodeportisolation;
+mod serviceenvupdater;
+mod servicetopology;
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::Value;
+
+/// A response filter, in YurtHub's registration order (`cmd/yurthub/app/options/filters.go`),
+/// which is the order a chain applies them in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum FilterName {
+    /// Keeps only the endpoints of this node or pool (§2.8).
+    ServiceTopology,
+    /// Points kubelet's `default/kubernetes` Service at the hub (§2.2).
+    MasterService,
+    /// Hides cloud-only Services from kube-proxy (§2.5).
+    DiscardCloudService,
+    /// Comments out kube-proxy's kubeconfig in kubelet's view of its ConfigMap (§2.4).
+    InClusterConfig,
+    /// Hides NodePort Services not meant for this node's pool (§2.6).
+    NodePortIsolation,
+    /// Points kube-proxy's `default/kubernetes` EndpointSlice at the hub (§2.3).
+    ForwardKubeSvcTraffic,
+    /// Points explicit `KUBERNETES_SERVICE_*` env vars of pods at the hub (§2.7).
+    ServiceEnvUpdater,
+}
+
+impl FilterName {
+    /// Every filter, in registration order.
+    pub(crate) const ALL: [FilterName; 7] = [
+        FilterName::ServiceTopology,
+        FilterName::MasterService,
+        FilterName::DiscardCloudService,
+        FilterName::InClusterConfig,
+        FilterName::NodePortIsolation,
+        FilterName::ForwardKubeSvcTraffic,
+        FilterName::ServiceEnvUpdater,
+    ];
+
+    /// The name YurtHub's flags and `yurt-hub-cfg` use.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            FilterName::ServiceTopology => "servicetopology",
+            FilterName::MasterService => "masterservice",
+            FilterName::DiscardCloudService => "discardcloudservice",
+            FilterName::InClusterConfig => "inclusterconfig",
+            FilterName::NodePortIsolation => "nodeportisolation",
+            FilterName::ForwardKubeSvcTraffic => "forwardkubesvctraffic",
+            FilterName::ServiceEnvUpdater => "serviceenvupdater",
+        }
+    }
+
+    /// Reads a YurtHub filter name (exact, as YurtHub compares it).
+    pub(crate) fn parse(text: &str) -> Option<FilterName> {
+        FilterName::ALL.into_iter().find(|f| f.name() == text)
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Disabled by `--working-mode=cloud` (`filters.go:32`): they only make sense on an edge node.
+    fn edge_only(self) -> bool {
+        matches!(
+            self,
+            FilterName::DiscardCloudService
+                | FilterName::ForwardKubeSvcTraffic
+                | FilterName::ServiceEnvUpdater
+        )
+    }
+
+    /// The default table (§2.1, `filters.go:36-85`).
+    fn defaults(self) -> Defaults {
+        const LIST_WATCH: &[&str] = &["list", "watch"];
+        match self {
+            FilterName::ServiceTopology => Defaults {
+                components: &["kube-proxy", "coredns", "nginx-ingress-controller"],
+                resources: &["endpoints", "endpointslices"],
+                verbs: LIST_WATCH,
+            },
+            FilterName::MasterService => Defaults {
+                components: &["kubelet"],
+                resources: &["services"],
+                verbs: LIST_WATCH,
+            },
+            FilterName::DiscardCloudService | FilterName::NodePortIsolation => Defaults {
+                components: &["kube-proxy"],
+                resources: &["services"],
+                verbs: LIST_WATCH,
+            },
+            FilterName::InClusterConfig => Defaults {
+                components: &["kubelet"],
+                resources: &["configmaps"],
+                verbs: &["get", "list", "watch"],
+            },
+            FilterName::ForwardKubeSvcTraffic => Defaults {
+                components: &["kube-proxy"],
+                resources: &["endpointslices"],
+                verbs: LIST_WATCH,
+            },
+            // `patch` covers kubelet's `pods/status` PATCH: YurtHub matches the resource only.
+            FilterName::ServiceEnvUpdater => Defaults {
+                components: &["kubelet"],
+                resources: &["pods"],
+                verbs: &["list", "watch", "get", "patch"],
+            },
+        }
+    }
+}
+
+/// One row of the default table.
+struct Defaults {
+    components: &'static [&'static str],
+    resources: &'static [&'static str],
+    verbs: &'static [&'static str],
+}
+
+/// The filters that apply to one request, in registration order. A bit set: building and
+/// copying one never allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Chain(u8);
+
+impl Chain {
+    /// No filter.
+    pub(crate) const EMPTY: Chain = Chain(0);
+
+    /// True when no filter applies: the response passes untouched.
+    pub(crate) fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// True when `filter` is in the chain.
+    pub(crate) fn contains(self, filter: FilterName) -> bool {
+        self.0 & (1 << filter.index()) != 0
+    }
+
+    /// The chain with `filter` added.
+    pub(crate) fn with(self, filter: FilterName) -> Chain {
+        Chain(self.0 | (1 << filter.index()))
+    }
+
+    /// The filters, in registration order.
+    pub(crate) fn iter(self) -> impl Iterator<Item = FilterName> {
+        FilterName::ALL
+            .into_iter()
+            .filter(move |f| self.contains(*f))
+    }
+}
+
+/// The start-up switches: `--enable-resource-filter`, `--disabled-resource-filters` and
+/// `--working-mode`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Switches {
+    enabled: [bool; 7],
+    /// Names in `--disabled-resource-filters` that are no filter, for a start-up warning
+    /// (YurtHub ignores them too).
+    pub unknown: Vec<String>,
+}
+
+impl Switches {
+    /// `enable`: `--enable-resource-filter`; `disabled`: the names of
+    /// `--disabled-resource-filters` (`*` disables all); `cloud`: `--working-mode=cloud`.
+    pub(crate) fn new(enable: bool, disabled: &[String], cloud: bool) -> Switches {
+        let mut enabled = [enable; 7];
+        let mut unknown = Vec::new();
+        for name in disabled.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+            if name == "*" {
+                enabled = [false; 7];
+            } else if let Some(f) = FilterName::parse(name) {
+                enabled[f.index()] = false;
+            } else {
+                unknown.push(name.to_owned());
+            }
+        }
+        if cloud {
+            for f in FilterName::ALL.into_iter().filter(|f| f.edge_only()) {
+                enabled[f.index()] = false;
+            }
+        }
+        Switches { enabled, unknown }
+    }
+
+    /// True when `filter` may run at all.
+    pub(crate) fn is_enabled(&self, filter: FilterName) -> bool {
+        self.enabled[filter.index()]
+    }
+}
+
+/// Which filters apply to which requests: the switches, the default table and the
+/// components `yurt-hub-cfg` adds. A value: rebuild it when the ConfigMap changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FilterConfig {
+    switches: Switches,
+    /// Components added per filter by `yurt-hub-cfg`, lower-cased, without `/…` suffix.
+    added: [Vec<String>; 7],
+}
+
+impl FilterConfig {
+    /// The defaults under `switches`, with no ConfigMap.
+    pub(crate) fn new(switches: Switches) -> FilterConfig {
+        FilterConfig {
+            switches,
+            added: Default::default(),
+        }
+    }
+
+    /// The defaults plus what the `data` of `yurt-hub-cfg` adds (None: the ConfigMap is gone
+    /// or has no data). A key is a filter name or `filter_<name>` (the form YurtHub read before
+    /// #2275); its value is a comma list of components, each trimmed and cut at the first `/`.
+    /// Additions only: a default component cannot be removed this way.
+    pub(crate) fn with_config_data(
+        switches: Switches,
+        data: Option<&serde_json::Map<String, Value>>,
+    ) -> FilterConfig {
+        let mut config = FilterConfig::new(switches);
+        for (key, value) in data.into_iter().flatten() {
+            let name = key.strip_prefix("filter_").unwrap_or(key);
+            let (Some(filter), Some(value)) = (FilterName::parse(name), value.as_str()) else {
+                continue;
+            };
+            let added = &mut config.added[filter.index()];
+            for component in value.split(',') {
+                let component = component.split('/').next().unwrap_or("").trim();
+                if component.is_empty() {
+                    continue;
+                }
+                // tinyhub lower-cases the User-Agent's component; compare like with like.
+                let component = component.to_ascii_lowercase();
+                if !added.contains(&component) {
+                    added.push(component);
+                }
+            }
+        }
+        config
+    }
+
+    /// The components that get `filter` (defaults, then additions), for logs.
+    pub(crate) fn components(&self, filter: FilterName) -> Vec<&str> {
+        let mut all: Vec<&str> = filter.defaults().components.to_vec();
+        all.extend(self.added[filter.index()].iter().map(String::as_str));
+        all
+    }
+
+    /// The filters for a request by `component` (as request.rs reads it from the User-Agent),
+    /// `verb` (request.rs's `Verb::as_str`) and `resource` (plural, no group or subresource).
+    /// Allocation-free: most requests get an empty chain at the cost of a few comparisons.
+    pub(crate) fn chain_for(&self, component: &str, verb: &str, resource: &str) -> Chain {
+        if never_filtered(component) {
+            return Chain::EMPTY;
+        }
+        let mut chain = Chain::EMPTY;
+        for filter in FilterName::ALL {
+            if !self.switches.is_enabled(filter) {
+                continue;
+            }
+            let row = filter.defaults();
+            if row.resources.contains(&resource)
+                && row.verbs.contains(&verb)
+                && (row.components.contains(&component)
+                    || self.added[filter.index()].iter().any(|c| c == component))
+            {
+                chain = chain.with(filter);
+            }
+        }
+        chain
+    }
+}
+
+/// The hub's own requests and a leader hub's multiplexer are never filtered
+/// (`filter/approver/approver.go:36-60`); `tinyhub` is the hub's own name for itself.
+fn never_filtered(component: &str) -> bool {
+    component == "yurthub" || component == "tinyhub" || component.starts_with("multiplexer-proxy-")
+}
+
+/// What the filters know about this hub.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FilterContext {
+    /// The address pods reach the hub at: the dummy interface's IP, else the bind-proxy address.
+    pub host: IpAddr,
+    /// The hub's HTTPS proxy port (`--proxy-secure-port`).
+    pub secure_port: u16,
+    /// This node's name.
+    pub node_name: String,
+    /// `--nodepool-name`, when set.
+    pub pool_name: Option<String>,
+}
+
+/// What a filter needs from the cloud, answered by the caller (cached GETs through the hub).
+pub(crate) trait Lookups {
+    /// The `openyurt.io/topologyKeys` annotation of Service `namespace/service`: None when the
+    /// Service is not found, Some(None) when it has no such annotation.
+    fn service_topology(&self, namespace: &str, service: &str) -> Option<Option<String>>;
+    /// This node's `apps.openyurt.io/nodepool` label (used when `--nodepool-name` is not set);
+    /// None when unknown.
+    fn node_pool(&self) -> Option<String>;
+    /// The node names of NodePool `pool` (its `status.nodes`, looked up by name); None when
+    /// unavailable.
+    fn pool_members(&self, pool: &str) -> Option<Vec<String>>;
+}
+
+/// What the filters made of one object.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Outcome {
+    /// Pass the object as it came.
+    Unchanged,
+    /// Pass this copy instead.
+    Changed(Value),
+    /// Hide the object from the client.
+    Dropped,
+}
+
+/// Applies `chain` to `obj`: filters in registration order, each seeing the previous one's
+/// result, stopping at the first drop. `obj` is never modified; a copy is made only when a
+/// filter changes something.
+pub(crate) fn apply(
+    chain: &Chain,
+    obj: &Value,
+    ctx: &FilterContext,
+    lookups: &dyn Lookups,
+) -> Outcome {
+    let mut current: Option<Value> = None;
+    for filter in chain.iter() {
+        let input = current.as_ref().unwrap_or(obj);
+        let outcome = run(filter, input, ctx, lookups);
+        let counter = &FILTER_STATS.per_filter[filter.index()];
+        counter.seen.fetch_add(1, Ordering::Relaxed);
+        match outcome {
+            Outcome::Unchanged => {}
+            Outcome::Changed(v) => {
+                counter.changed.fetch_add(1, Ordering::Relaxed);
+                current = Some(v);
+            }
+            Outcome::Dropped => {
+                counter.dropped.fetch_add(1, Ordering::Relaxed);
+                return Outcome::Dropped;
+            }
+        }
+    }
+    match current {
+        Some(v) => Outcome::Changed(v),
+        None => Outcome::Unchanged,
+    }
+}
+
+fn run(filter: FilterName, obj: &Value, ctx: &FilterContext, lookups: &dyn Lookups) -> Outcome {
+    match filter {
+        FilterName::ServiceTopology => servicetopology::filter(obj, ctx, lookups),
+        FilterName::MasterService => masterservice::filter(obj, ctx),
+        FilterName::DiscardCloudService => discardcloudservice::filter(obj),
+        FilterName::InClusterConfig => inclusterconfig::filter(obj),
+        FilterName::NodePortIsolation => nodeportisolation::filter(obj, ctx, lookups),
+        FilterName::ForwardKubeSvcTraffic => forwardkubesvctraffic::filter(obj, ctx),
+        FilterName::ServiceEnvUpdater => serviceenvupdater::filter(obj, ctx),
+    }
+}
+
+/// Counters of one filter.
+#[derive(Debug)]
+pub(crate) struct FilterCounter {
+    /// Objects the filter saw.
+    pub seen: AtomicU64,
+    /// Objects it changed.
+    pub changed: AtomicU64,
+    /// Objects it dropped.
+    pub dropped: AtomicU64,
+}
+
+impl FilterCounter {
+    const fn new() -> FilterCounter {
+        FilterCounter {
+            seen: AtomicU64::new(0),
+            changed: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Counters of every filter, indexed like [`FilterName::ALL`], for the metrics page.
+#[derive(Debug)]
+pub(crate) struct FilterStats {
+    per_filter: [FilterCounter; 7],
+}
+
+impl FilterStats {
+    const fn new() -> FilterStats {
+        FilterStats {
+            per_filter: [const { FilterCounter::new() }; 7],
+        }
+    }
+
+    /// The counters of `filter`.
+    pub(crate) fn of(&self, filter: FilterName) -> &FilterCounter {
+        &self.per_filter[filter.index()]
+    }
+}
+
+/// The process's filter counters.
+pub(crate) static FILTER_STATS: FilterStats = FilterStats::new();
+
+/// Sets `port` of the entry named `https` in a `ports` array (its `targetPort` is left alone).
+fn set_https_port(ports: Option<&mut Value>, secure_port: u16) {
+    for port in ports.and_then(Value::as_array_mut).into_iter().flatten() {
+        if port.get("name").and_then(Value::as_str) == Some("https")
+            && let Some(port) = port.as_object_mut()
+        {
+            port.insert("port".into(), Value::from(secure_port));
+        }
+    }
+}
+
+/// `metadata.namespace` and `metadata.name` of an object ("" when absent).
+fn namespace_name(obj: &Value) -> (&str, &str) {
+    let meta = obj.get("metadata");
+    let field = |k: &str| {
+        meta.and_then(|m| m.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    };
+    (field("namespace"), field("name"))
+}
+
+/// `metadata.annotations[key]` when it is a string.
+fn annotation<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
+    obj.get("metadata")?.get("annotations")?.get(key)?.as_str()
+}
+
+/// The pool of this node: `--nodepool-name`, else the node's label; None when unknown or empty.
+fn node_pool(ctx: &FilterContext, lookups: &dyn Lookups) -> Option<String> {
+    ctx.pool_name
+        .clone()
+        .or_else(|| lookups.node_pool())
+        .filter(|p| !p.is_empty())
+}
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+#[cfg(test)]
+mod tests;
