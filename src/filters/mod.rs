@@ -21,6 +21,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
 
+use crate::config::{Config, WorkingMode};
+use crate::request::ApiRequest;
+
 /// A response filter, in YurtHub's registration order (`cmd/yurthub/app/options/filters.go`),
 /// which is the order a chain applies them in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -179,7 +182,8 @@ impl Switches {
     pub(crate) fn new(enable: bool, disabled: &[String], cloud: bool) -> Switches {
         let mut enabled = [enable; 7];
         let mut unknown = Vec::new();
-        for name in disabled.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        let names = disabled.iter().flat_map(|s| s.split(','));
+        for name in names.map(str::trim).filter(|s| !s.is_empty()) {
             if name == "*" {
                 enabled = [false; 7];
             } else if let Some(f) = FilterName::parse(name) {
@@ -194,6 +198,15 @@ impl Switches {
             }
         }
         Switches { enabled, unknown }
+    }
+
+    /// The switches of the hub's flags.
+    pub(crate) fn from_config(config: &Config) -> Switches {
+        Switches::new(
+            config.enable_resource_filter,
+            &config.disabled_resource_filters,
+            config.working_mode == WorkingMode::Cloud,
+        )
     }
 
     /// True when `filter` may run at all.
@@ -280,6 +293,28 @@ impl FilterConfig {
         }
         chain
     }
+
+    /// [`FilterConfig::chain_for`] of a classified request; empty for a non-resource request.
+    /// YurtHub matches the resource only, so `status` counts as its resource (kubelet's
+    /// `PATCH pods/<name>/status` gets serviceenvupdater). Other subresources (`log`, `exec`,
+    /// `eviction`, ...) answer with something other than the resource's object, which
+    /// YurtHub's filters fail to decode and pass unchanged: they get no chain here, so the
+    /// relay never buffers a log stream for nothing.
+    pub(crate) fn chain_for_request(&self, request: &ApiRequest) -> Chain {
+        match request.resource() {
+            Some(r)
+                if matches!(r.subresource.as_deref(), None | Some("status")) && !r.extra_path =>
+            {
+                self.chain_for(&request.component, request.verb.as_str(), &r.resource)
+            }
+            _ => Chain::EMPTY,
+        }
+    }
+}
+
+/// The `data` of a `yurt-hub-cfg` ConfigMap object, for [`FilterConfig::with_config_data`].
+pub(crate) fn config_data_of(configmap: &Value) -> Option<&serde_json::Map<String, Value>> {
+    configmap.get("data")?.as_object()
 }
 
 /// The hub's own requests and a leader hub's multiplexer are never filtered

@@ -35,15 +35,16 @@ pub(super) fn filter(obj: &Value, ctx: &FilterContext, lookups: &dyn Lookups) ->
 
 /// Whether pool `pool` listens, per the annotation value (`filter.go:125-155`): entries
 /// `name`, `-name` or `*`, comma-separated and trimmed, de-duplicated on the name without
-/// its `-` (first occurrence wins). `pool` listens if named, not if excluded, else if `*` is
+/// its `-` (first occurrence wins), empty names skipped. `pool` listens if named, not if excluded, else if `*` is
 /// there; otherwise (an empty annotation too) it does not.
 fn listens(annotation: &str, pool: &str) -> bool {
     let mut entries: Vec<&str> = Vec::new();
     for entry in annotation.split(',').map(str::trim) {
         let name = entry.strip_prefix('-').unwrap_or(entry);
-        if !entries
-            .iter()
-            .any(|e| e.strip_prefix('-').unwrap_or(e) == name)
+        if !name.is_empty()
+            && !entries
+                .iter()
+                .any(|e| e.strip_prefix('-').unwrap_or(e) == name)
         {
             entries.push(entry);
         }
@@ -102,6 +103,9 @@ mod tests {
             ("hangzhou,-hangzhou", true),
             ("-hangzhou,hangzhou", false),
             ("hangzhou-x", false),
+            (",-,", false),
+            ("-, hangzhou", true),
+            ("--hangzhou", false),
         ] {
             assert_eq!(listens(listen, "hangzhou"), kept, "{listen:?}");
         }

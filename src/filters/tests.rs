@@ -98,6 +98,91 @@ fn the_default_table() {
 }
 
 #[test]
+fn classified_requests_map_to_the_table() {
+    let c = defaults();
+    let check = |ua: &str, method: &str, url: &str, want: &[&str]| {
+        let headers = [("User-Agent".to_owned(), ua.to_owned())];
+        let req = crate::request::classify(method, url, &headers).expect("valid request");
+        assert_eq!(
+            names(c.chain_for_request(&req)),
+            want,
+            "{ua} {method} {url}"
+        );
+    };
+    let kubelet = "kubelet/v1.28.2 (linux/arm) kubernetes/abc";
+    check(
+        kubelet,
+        "GET",
+        "/api/v1/services?limit=500",
+        &["masterservice"],
+    );
+    check(
+        kubelet,
+        "GET",
+        "/api/v1/services?watch=true",
+        &["masterservice"],
+    );
+    check(kubelet, "GET", "/api/v1/watch/services", &["masterservice"]);
+    check(
+        kubelet,
+        "GET",
+        "/api/v1/namespaces/default/services/kubernetes",
+        &[],
+    );
+    check(
+        kubelet,
+        "GET",
+        "/api/v1/namespaces/kube-system/configmaps/kube-proxy",
+        &["inclusterconfig"],
+    );
+    check(
+        kubelet,
+        "PATCH",
+        "/api/v1/namespaces/default/pods/p/status",
+        &["serviceenvupdater"],
+    );
+    check(
+        kubelet,
+        "GET",
+        "/api/v1/pods?fieldSelector=spec.nodeName%3Dn",
+        &["serviceenvupdater"],
+    );
+    check(kubelet, "PUT", "/api/v1/namespaces/default/pods/p", &[]);
+    check(
+        kubelet,
+        "GET",
+        "/api/v1/namespaces/default/pods/p/status",
+        &["serviceenvupdater"],
+    );
+    check(kubelet, "GET", "/api/v1/namespaces/default/pods/p/log", &[]);
+    check(
+        kubelet,
+        "POST",
+        "/api/v1/namespaces/default/pods/p/eviction",
+        &[],
+    );
+    check(
+        "kube-proxy/v1.28.2",
+        "GET",
+        "/apis/discovery.k8s.io/v1/endpointslices?watch=1",
+        &["servicetopology", "forwardkubesvctraffic"],
+    );
+    check(
+        "Kube-Proxy/v1.28.2",
+        "GET",
+        "/api/v1/endpoints",
+        &["servicetopology"],
+    );
+    check(
+        "kube-proxy/v1.28.2",
+        "GET",
+        "/api/v1/services/x/proxy/y",
+        &[],
+    );
+    check(kubelet, "GET", "/version", &[]);
+}
+
+#[test]
 fn the_hub_and_the_multiplexer_are_never_filtered() {
     let c = FilterConfig::with_config_data(
         Switches::new(true, &[], false),
@@ -136,7 +221,7 @@ fn switches_turn_filters_off() {
 
     let some = Switches::new(
         true,
-        &strings(&["masterservice", " nodeportisolation ", "bogus"]),
+        &strings(&["masterservice", " nodeportisolation ,", "bogus"]),
         false,
     );
     assert_eq!(some.unknown, ["bogus"]);
@@ -168,6 +253,26 @@ fn cloud_mode_keeps_only_the_filters_a_cloud_node_needs() {
         names(cloud.chain_for("kubelet", "get", "configmaps")),
         ["inclusterconfig"]
     );
+}
+
+#[test]
+fn a_comma_list_in_one_flag_value_is_read_too() {
+    let s = Switches::new(true, &strings(&["masterservice, serviceenvupdater"]), false);
+    assert!(!s.is_enabled(FilterName::MasterService));
+    assert!(!s.is_enabled(FilterName::ServiceEnvUpdater));
+    assert!(s.is_enabled(FilterName::ServiceTopology));
+    assert!(s.unknown.is_empty());
+}
+
+#[test]
+fn reads_the_configmap_data() {
+    let cm = json!({"metadata": {"name": "yurt-hub-cfg"}, "data": {"masterservice": "a"}});
+    let c = FilterConfig::with_config_data(Switches::new(true, &[], false), config_data_of(&cm));
+    assert_eq!(
+        names(c.chain_for("a", "list", "services")),
+        ["masterservice"]
+    );
+    assert_eq!(config_data_of(&json!({"metadata": {}})), None);
 }
 
 #[test]
