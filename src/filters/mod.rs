@@ -362,17 +362,32 @@ pub(crate) enum Outcome {
 
 /// Applies `chain` to `obj`: filters in registration order, each seeing the previous one's
 /// result, stopping at the first drop. `obj` is never modified; a copy is made only when a
-/// filter changes something.
+/// filter changes something. For an object that carries its `apiVersion` (a get, a watch
+/// event's object); list items use [`apply_item`].
 pub(crate) fn apply(
     chain: &Chain,
     obj: &Value,
     ctx: &FilterContext,
     lookups: &dyn Lookups,
 ) -> Outcome {
+    apply_item(chain, obj, None, ctx, lookups)
+}
+
+/// [`apply`] for an item of a list, which the apiserver sends without `apiVersion`:
+/// `list_api_version` is the list's (`discovery.k8s.io/v1beta1` for a v1beta1
+/// EndpointSliceList), so servicetopology reads the right field of each endpoint. Without it
+/// an endpoint's `nodeName` is read, else its v1beta1 hostname topology.
+pub(crate) fn apply_item(
+    chain: &Chain,
+    obj: &Value,
+    list_api_version: Option<&str>,
+    ctx: &FilterContext,
+    lookups: &dyn Lookups,
+) -> Outcome {
     let mut current: Option<Value> = None;
     for filter in chain.iter() {
         let input = current.as_ref().unwrap_or(obj);
-        let outcome = run(filter, input, ctx, lookups);
+        let outcome = run(filter, input, list_api_version, ctx, lookups);
         let counter = &FILTER_STATS.per_filter[filter.index()];
         counter.seen.fetch_add(1, Ordering::Relaxed);
         match outcome {
@@ -393,9 +408,15 @@ pub(crate) fn apply(
     }
 }
 
-fn run(filter: FilterName, obj: &Value, ctx: &FilterContext, lookups: &dyn Lookups) -> Outcome {
+fn run(
+    filter: FilterName,
+    obj: &Value,
+    api_version: Option<&str>,
+    ctx: &FilterContext,
+    lookups: &dyn Lookups,
+) -> Outcome {
     match filter {
-        FilterName::ServiceTopology => servicetopology::filter(obj, ctx, lookups),
+        FilterName::ServiceTopology => servicetopology::filter(obj, api_version, ctx, lookups),
         FilterName::MasterService => masterservice::filter(obj, ctx),
         FilterName::DiscardCloudService => discardcloudservice::filter(obj),
         FilterName::InClusterConfig => inclusterconfig::filter(obj),

@@ -36,8 +36,10 @@ enum Form {
 }
 
 impl Form {
-    fn of(obj: &Value) -> Option<Form> {
-        match obj.get("apiVersion").and_then(Value::as_str) {
+    /// The form of `obj`, by its `apiVersion`, else `api_version` (its list's), else its shape.
+    fn of(obj: &Value, api_version: Option<&str>) -> Option<Form> {
+        let own = obj.get("apiVersion").and_then(Value::as_str);
+        match own.or(api_version) {
             Some("discovery.k8s.io/v1") => return Some(Form::SliceV1),
             Some("discovery.k8s.io/v1beta1") => return Some(Form::SliceV1beta1),
             _ => {}
@@ -56,9 +58,14 @@ impl Form {
     }
 }
 
-/// Filters one EndpointSlice or Endpoints object.
-pub(super) fn filter(obj: &Value, ctx: &FilterContext, lookups: &dyn Lookups) -> Outcome {
-    let Some(form) = Form::of(obj) else {
+/// Filters one EndpointSlice or Endpoints object; `api_version` is its list's, for a list item.
+pub(super) fn filter(
+    obj: &Value,
+    api_version: Option<&str>,
+    ctx: &FilterContext,
+    lookups: &dyn Lookups,
+) -> Outcome {
+    let Some(form) = Form::of(obj, api_version) else {
         return Outcome::Unchanged;
     };
     let (namespace, name) = namespace_name(obj);
@@ -261,7 +268,7 @@ mod tests {
     fn node_topology_keeps_this_nodes_v1_endpoints() {
         let l = lookups(Some("kubernetes.io/hostname"));
         let s = slice_v1();
-        let out = changed(run_pure(&s, |o| filter(o, &ctx(), &l)));
+        let out = changed(run_pure(&s, |o| filter(o, None, &ctx(), &l)));
         assert_eq!(addresses(&out), ["10.0.0.1"], "nil nodeName is dropped too");
         assert_eq!(out["metadata"], s["metadata"]);
         assert_eq!(out["ports"], s["ports"]);
@@ -271,7 +278,7 @@ mod tests {
     fn node_topology_reads_v1beta1_topology() {
         let l = lookups(Some("kubernetes.io/hostname"));
         let s = slice_v1beta1();
-        let out = changed(run_pure(&s, |o| filter(o, &ctx(), &l)));
+        let out = changed(run_pure(&s, |o| filter(o, None, &ctx(), &l)));
         assert_eq!(addresses(&out), ["10.0.0.1"]);
     }
 
@@ -281,14 +288,39 @@ mod tests {
         let mut s = slice_v1();
         s.as_object_mut().expect("object").remove("apiVersion");
         s.as_object_mut().expect("object").remove("kind");
-        assert_eq!(addresses(&changed(filter(&s, &ctx(), &l))), ["10.0.0.1"]);
+        assert_eq!(
+            addresses(&changed(filter(&s, None, &ctx(), &l))),
+            ["10.0.0.1"]
+        );
         let mut s = slice_v1beta1();
         s.as_object_mut().expect("object").remove("apiVersion");
         s["endpoints"][1]
             .as_object_mut()
             .expect("object")
             .remove("nodeName");
-        assert_eq!(addresses(&changed(filter(&s, &ctx(), &l))), ["10.0.0.1"]);
+        assert_eq!(
+            addresses(&changed(filter(&s, None, &ctx(), &l))),
+            ["10.0.0.1"]
+        );
+    }
+
+    #[test]
+    fn a_list_item_reads_the_field_of_its_lists_version() {
+        let l = lookups(Some("kubernetes.io/hostname"));
+        let mut s = slice_v1beta1();
+        s.as_object_mut().expect("object").remove("apiVersion");
+        // The second endpoint's nodeName says node-a, its topology node-b: v1beta1 reads the
+        // topology only.
+        let out = changed(run_pure(&s, |o| {
+            filter(o, Some("discovery.k8s.io/v1beta1"), &ctx(), &l)
+        }));
+        assert_eq!(addresses(&out), ["10.0.0.1"]);
+        let out = changed(filter(&s, Some("discovery.k8s.io/v1"), &ctx(), &l));
+        assert_eq!(addresses(&out), ["10.0.0.2"], "v1 reads nodeName only");
+        // The object's own apiVersion wins over the list's.
+        let s = slice_v1beta1();
+        let out = changed(filter(&s, Some("discovery.k8s.io/v1"), &ctx(), &l));
+        assert_eq!(addresses(&out), ["10.0.0.1"]);
     }
 
     #[test]
@@ -296,7 +328,7 @@ mod tests {
         let l = lookups(Some("kubernetes.io/hostname"));
         let mut s = slice_v1();
         s["endpoints"] = json!([{"addresses": ["10.0.0.2"], "nodeName": "node-b"}]);
-        let out = changed(run_pure(&s, |o| filter(o, &ctx(), &l)));
+        let out = changed(run_pure(&s, |o| filter(o, None, &ctx(), &l)));
         assert_eq!(out["endpoints"], json!([]));
     }
 
@@ -305,17 +337,20 @@ mod tests {
         let l = lookups(Some("kubernetes.io/hostname"));
         let mut s = slice_v1();
         s["endpoints"] = json!([{"addresses": ["10.0.0.1"], "nodeName": "node-a"}]);
-        assert_eq!(run_pure(&s, |o| filter(o, &ctx(), &l)), Outcome::Unchanged);
+        assert_eq!(
+            run_pure(&s, |o| filter(o, None, &ctx(), &l)),
+            Outcome::Unchanged
+        );
         let mut s = slice_v1();
         s["endpoints"] = json!([]);
-        assert_eq!(filter(&s, &ctx(), &l), Outcome::Unchanged);
+        assert_eq!(filter(&s, None, &ctx(), &l), Outcome::Unchanged);
     }
 
     #[test]
     fn core_endpoints_are_filtered_too() {
         let l = lookups(Some("kubernetes.io/hostname"));
         let e = endpoints();
-        let out = changed(run_pure(&e, |o| filter(o, &ctx(), &l)));
+        let out = changed(run_pure(&e, |o| filter(o, None, &ctx(), &l)));
         assert_eq!(
             out["subsets"],
             json!([{"addresses": [{"ip": "10.0.0.1", "nodeName": "node-a"}], "ports": [{"port": 80}]}]),
@@ -325,7 +360,7 @@ mod tests {
         e["kind"] = json!("Endpoints");
         e["apiVersion"] = json!("v1");
         e["subsets"] = json!([{"addresses": [{"ip": "10.0.0.1", "nodeName": "node-a"}]}]);
-        assert_eq!(filter(&e, &ctx(), &l), Outcome::Unchanged);
+        assert_eq!(filter(&e, None, &ctx(), &l), Outcome::Unchanged);
     }
 
     #[test]
@@ -336,10 +371,10 @@ mod tests {
             l.pools
                 .insert("hangzhou".into(), vec!["node-a".into(), "node-b".into()]);
             let s = slice_v1();
-            let out = changed(run_pure(&s, |o| filter(o, &ctx(), &l)));
+            let out = changed(run_pure(&s, |o| filter(o, None, &ctx(), &l)));
             assert_eq!(addresses(&out), ["10.0.0.1", "10.0.0.2"], "{key}");
             let e = endpoints();
-            let out = changed(run_pure(&e, |o| filter(o, &ctx(), &l)));
+            let out = changed(run_pure(&e, |o| filter(o, None, &ctx(), &l)));
             assert_eq!(out["subsets"][0], e["subsets"][0], "{key}");
             assert_eq!(out["subsets"].as_array().map(Vec::len), Some(1), "{key}");
         }
@@ -356,7 +391,7 @@ mod tests {
             ..ctx()
         };
         assert_eq!(
-            addresses(&changed(filter(&slice_v1(), &c, &l))),
+            addresses(&changed(filter(&slice_v1(), None, &c, &l))),
             ["10.0.0.3"]
         );
     }
@@ -365,7 +400,7 @@ mod tests {
     fn pool_topology_without_a_pool_is_node_topology() {
         let l = lookups(Some("openyurt.io/nodepool"));
         assert_eq!(
-            addresses(&changed(filter(&slice_v1(), &ctx(), &l))),
+            addresses(&changed(filter(&slice_v1(), None, &ctx(), &l))),
             ["10.0.0.1"]
         );
     }
@@ -374,7 +409,7 @@ mod tests {
     fn unknown_members_leave_the_slice_unchanged() {
         let mut l = lookups(Some("openyurt.io/nodepool"));
         l.node_pool = Some("hangzhou".into());
-        assert_eq!(filter(&slice_v1(), &ctx(), &l), Outcome::Unchanged);
+        assert_eq!(filter(&slice_v1(), None, &ctx(), &l), Outcome::Unchanged);
     }
 
     #[test]
@@ -386,22 +421,22 @@ mod tests {
             lookups(Some("kubernetes.io/hostname,openyurt.io/nodepool")),
         ] {
             assert_eq!(
-                run_pure(&slice_v1(), |o| filter(o, &ctx(), &l)),
+                run_pure(&slice_v1(), |o| filter(o, None, &ctx(), &l)),
                 Outcome::Unchanged
             );
             assert_eq!(
-                run_pure(&endpoints(), |o| filter(o, &ctx(), &l)),
+                run_pure(&endpoints(), |o| filter(o, None, &ctx(), &l)),
                 Outcome::Unchanged
             );
         }
         let l = lookups(Some("kubernetes.io/hostname"));
         let mut unlabelled = slice_v1();
         unlabelled["metadata"]["labels"] = json!({});
-        assert_eq!(filter(&unlabelled, &ctx(), &l), Outcome::Unchanged);
+        assert_eq!(filter(&unlabelled, None, &ctx(), &l), Outcome::Unchanged);
         assert_eq!(
-            filter(&json!({"metadata": {}}), &ctx(), &l),
+            filter(&json!({"metadata": {}}), None, &ctx(), &l),
             Outcome::Unchanged
         );
-        assert_eq!(filter(&json!(7), &ctx(), &l), Outcome::Unchanged);
+        assert_eq!(filter(&json!(7), None, &ctx(), &l), Outcome::Unchanged);
     }
 }

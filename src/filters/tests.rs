@@ -377,6 +377,35 @@ fn a_chain_applies_its_filters_in_order_without_touching_the_input() {
 }
 
 #[test]
+fn a_list_item_is_filtered_per_its_lists_version() {
+    let item = json!({
+        "metadata": {"namespace": "default", "name": "kubernetes-x",
+                     "labels": {"kubernetes.io/service-name": "kubernetes"}},
+        "addressType": "IPv4",
+        "endpoints": [
+            {"addresses": ["10.0.0.1"], "nodeName": "node-a",
+             "topology": {"kubernetes.io/hostname": "node-b"}},
+            {"addresses": ["10.0.0.2"], "topology": {"kubernetes.io/hostname": "node-a"}}
+        ]
+    });
+    let chain = defaults().chain_for("coredns", "list", "endpointslices");
+    let l = acting_lookups();
+    let beta = changed(run_pure(&item, |o| {
+        apply_item(&chain, o, Some("discovery.k8s.io/v1beta1"), &ctx(), &l)
+    }));
+    assert_eq!(beta["endpoints"][0]["addresses"], json!(["10.0.0.2"]));
+    let v1 = changed(apply_item(
+        &chain,
+        &item,
+        Some("discovery.k8s.io/v1"),
+        &ctx(),
+        &l,
+    ));
+    assert_eq!(v1["endpoints"][0]["addresses"], json!(["10.0.0.1"]));
+    assert_eq!(v1["endpoints"].as_array().map(Vec::len), Some(1));
+}
+
+#[test]
 fn a_drop_stops_the_chain() {
     let svc = json!({
         "metadata": {"namespace": "default", "name": "lb",
