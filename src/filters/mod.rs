@@ -336,6 +336,20 @@ pub(crate) struct FilterContext {
     pub pool_name: Option<String>,
 }
 
+impl FilterContext {
+    /// The context of the hub's flags: node, `--nodepool-name`, the port of
+    /// `--proxy-secure-port`, and `host`, which the caller picks (YurtHub's dummy-interface IP
+    /// 169.254.2.1, or `fd00::2:1` when the bind address is IPv6; else the bind-proxy address).
+    pub(crate) fn from_config(config: &Config, host: IpAddr) -> FilterContext {
+        FilterContext {
+            host,
+            secure_port: config.proxy_secure_addr.port(),
+            node_name: config.node_name.clone(),
+            pool_name: config.nodepool_name.clone().filter(|p| !p.is_empty()),
+        }
+    }
+}
+
 /// What a filter needs from the cloud, answered by the caller (cached GETs through the hub).
 pub(crate) trait Lookups {
     /// The `openyurt.io/topologyKeys` annotation of Service `namespace/service`: None when the
