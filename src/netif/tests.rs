@@ -573,3 +573,18 @@ fn netns_child() {
         })
     );
 }
+
+/// The kernel never answers a socket that sent nothing: the receive gives up at its timeout
+/// instead of blocking the checking thread forever.
+#[test]
+fn a_receive_without_an_answer_times_out() {
+    let socket = sys::Socket::open(Duration::from_millis(50)).unwrap();
+    let start = std::time::Instant::now();
+    let err = socket.recv(&mut [0u8; 64]).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EAGAIN));
+    assert!(
+        start.elapsed() >= Duration::from_millis(40),
+        "{:?}",
+        start.elapsed()
+    );
+}
