@@ -11,9 +11,11 @@
 //! and verbs; `respond.rs` response framing (chunks, gzip); `render.rs` lists, Tables, watch
 //! lines; `store.rs` objects, resourceVersions, event log, watchers; `selector.rs` label and
 //! field selectors; `kinds.rs` the kind registry and discovery; `status.rs` errors;
-//! `observe.rs` the request log; `csr.rs` the certificate controllers, bootstrap tokens and
+//! `convert.rs` serving an older version (v1beta1 EndpointSlices) from the stored one;
+//! `observe.rs` the request log; `fixtures.rs` the objects OpenYurt's filters read; `csr.rs` the certificate controllers, bootstrap tokens and
 //! `cluster-info`.
 
+mod convert;
 mod csr;
 mod front;
 mod http1;
