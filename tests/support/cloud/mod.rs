@@ -17,6 +17,7 @@
 
 mod convert;
 mod csr;
+mod fixtures;
 mod front;
 mod http1;
 mod kinds;
@@ -43,6 +44,10 @@ use rustls::server::{ServerConfig, WebPkiClientVerifier};
 use serde_json::{Value, json};
 
 pub use csr::CsrMode;
+pub use fixtures::{
+    APISERVER_ADDRESSES, APISERVER_PORT, DISCARD_ANNOTATION, KUBE_PROXY_CONFIG_CONF,
+    NODEPOOL_LABEL, NODEPORT_LISTEN_ANNOTATION, TOPOLOGY_ANNOTATION,
+};
 pub use observe::{AuthMethod, Identity, RecordedRequest};
 pub use selector::{FieldSelector, FieldTerm, LabelOp, LabelSelector, Requirement};
 pub use status::ApiError;
