@@ -12,7 +12,8 @@
 //! lines; `store.rs` objects, resourceVersions, event log, watchers; `selector.rs` label and
 //! field selectors; `kinds.rs` the kind registry and discovery; `status.rs` errors;
 //! `convert.rs` serving an older version (v1beta1 EndpointSlices) from the stored one;
-//! `observe.rs` the request log; `fixtures.rs` the objects OpenYurt's filters read; `csr.rs` the certificate controllers, bootstrap tokens and
+//! `observe.rs` the request log; `fixtures.rs` the objects OpenYurt's filters read and bulk
+//! Services/EndpointSlices; `csr.rs` the certificate controllers, bootstrap tokens and
 //! `cluster-info`.
 
 mod convert;
