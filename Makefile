@@ -6,7 +6,7 @@
 #   make bench        measure hub vs direct and write BENCHMARKS.md (`make bench-quick`: a smoke run)
 #   make lint         rustfmt and clippy, as CI runs them
 #   make fuzz         each cargo-fuzz target for FUZZ_SECONDS (nightly; see fuzz/README.md)
-#   make tools        install what the tests need (kubectl) when missing
+#   make tools        install what the tests need (kubectl, iproute2) when missing
 #   make armv7 | aarch64 | ipk | cross-test   gateways and OpenWrt: see cross/README.md
 
 CARGO ?= cargo
@@ -67,12 +67,14 @@ tools:
 		$$SUDO apt-get update -qq && \
 		{ $$SUDO apt-get install -y -qq kubectl || $$SUDO apt-get install -y -qq kubernetes-client; }; \
 	}
-	@# openssl checks the hub's CSRs and keys; python3 is a client of its HTTPS port.
-	@for tool in openssl python3; do \
+	@# openssl checks the hub's CSRs and keys; python3 is a client of its HTTPS port; iproute2's
+	@# `ip` checks the dummy interface the netif tests make (command:package).
+	@for pair in openssl:openssl python3:python3 ip:iproute2; do \
+		tool=$${pair%%:*}; package=$${pair#*:}; \
 		command -v $$tool >/dev/null 2>&1 || { \
-			echo "installing $$tool"; \
+			echo "installing $$package"; \
 			SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-			$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$tool; \
+			$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$package; \
 		}; \
 	done
 

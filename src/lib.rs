@@ -3,7 +3,7 @@
 //! that cache while the cloud is unreachable. See ARCHITECTURE.md for the code map.
 
 // Unsafe code is limited to what has no safe std equivalent (sigwait, syncfs, the counting
-// global allocator); each is allowed locally with a SAFETY comment.
+// global allocator, the netlink socket of the dummy interface); each is allowed locally with a SAFETY comment.
 #![deny(unsafe_code)]
 // The library serves the binary, the benches and the fuzz targets: what they do not use is
 // crate-private, and a `pub` that nothing outside can reach is flagged.
@@ -25,6 +25,7 @@ mod http1;
 pub mod logging;
 mod metrics;
 mod names;
+mod netif;
 mod offline;
 mod pki;
 mod proxy;

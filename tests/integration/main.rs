@@ -11,6 +11,7 @@ mod support;
 mod bodies;
 mod cache_write;
 mod cli;
+mod cloud_filters;
 mod cloud_identity;
 mod cross;
 mod discovery;

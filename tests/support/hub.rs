@@ -835,3 +835,128 @@ pub fn read_json(path: &Path) -> Option<serde_json::Value> {
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
 }
+
+/// A client of the stand-in cloud itself (not through a hub), over HTTPS with the cloud's CA
+/// and a bearer token: what a component sees when it talks to the apiserver directly.
+pub struct CloudClient {
+    agent: ureq::Agent,
+    base: String,
+    token: String,
+}
+
+impl CloudClient {
+    /// A client registered on `cloud` as user `user` (a new bearer token).
+    pub fn new(cloud: &Cloud, user: &str) -> CloudClient {
+        let token = format!("cloud-client-{}", super::util::name_suffix());
+        cloud.add_token(&token, user);
+        let tls = ureq::tls::TlsConfig::builder()
+            .provider(ureq::tls::TlsProvider::Rustls)
+            .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .root_certs(ureq::tls::RootCerts::new_with_certs(&[
+                ureq::tls::Certificate::from_der(cloud.pki().ca_der()).to_owned(),
+            ]))
+            .build();
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .proxy(None)
+            .max_redirects(0)
+            .user_agent(ureq::config::AutoHeaderValue::None)
+            .accept_encoding(ureq::config::AutoHeaderValue::None)
+            .tls_config(tls)
+            .build()
+            .new_agent();
+        CloudClient {
+            agent,
+            base: cloud.url(),
+            token,
+        }
+    }
+
+    fn request(&self, method: &str, path: &str, ua: &str) -> ureq::http::request::Builder {
+        ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
+            .header("user-agent", ua)
+            .header("authorization", format!("Bearer {}", self.token))
+    }
+
+    /// Sends one request with `headers` (`Accept: application/json` unless given) and reads
+    /// the whole answer.
+    pub fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Reply {
+        let mut builder = self.request(
+            method,
+            path,
+            "kubectl/v1.30.0 (linux/amd64) kubernetes/7c48c2b",
+        );
+        if !headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("accept"))
+        {
+            builder = builder.header("accept", "application/json");
+        }
+        for (n, v) in headers {
+            builder = builder.header(*n, *v);
+        }
+        let result = match body {
+            Some(b) => self.agent.run(builder.body(b.to_vec()).expect("request")),
+            None => self.agent.run(builder.body(()).expect("request")),
+        };
+        let response = result.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+            .collect();
+        let mut body = Vec::new();
+        response
+            .into_body()
+            .into_reader()
+            .read_to_end(&mut body)
+            .unwrap_or_else(|e| panic!("{method} {path}: reading the body: {e}"));
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// Sends a request whose body has `content_type` (`application/json`, or
+    /// `application/merge-patch+json` for PATCH).
+    pub fn call(&self, method: &str, path: &str, content_type: &str, body: Option<&[u8]>) -> Reply {
+        self.send(method, path, &[("content-type", content_type)], body)
+    }
+
+    /// GET `path` (with its query).
+    pub fn get(&self, path: &str) -> Reply {
+        self.send("GET", path, &[], None)
+    }
+
+    /// Opens a watch (`path` carries `watch=true` or is under `/watch/`); the status and
+    /// its events.
+    pub fn watch(&self, path: &str) -> (u16, Events) {
+        let request = self
+            .request(
+                "GET",
+                path,
+                "kube-proxy/v1.30.0 (linux/arm) kubernetes/7c48c2b",
+            )
+            .body(())
+            .expect("request");
+        let response = self
+            .agent
+            .run(request)
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        let status = response.status().as_u16();
+        (
+            status,
+            Events::new(Box::new(response.into_body().into_reader())),
+        )
+    }
+}

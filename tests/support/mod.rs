@@ -17,8 +17,10 @@ mod util;
 // The re-exports are the module's API; each including binary imports only what it needs.
 #[allow(unused_imports)]
 pub use cloud::{
-    ApiError, AuthMethod, Cloud, CsrMode, FieldSelector, FieldTerm, Identity, LabelOp,
-    LabelSelector, PodFill, RecordedRequest, Requirement,
+    APISERVER_ADDRESSES, APISERVER_PORT, ApiError, AuthMethod, Cloud, CsrMode, DISCARD_ANNOTATION,
+    FieldSelector, FieldTerm, Identity, KUBE_PROXY_CONFIG_CONF, LabelOp, LabelSelector,
+    NODEPOOL_LABEL, NODEPORT_LISTEN_ANNOTATION, PodFill, RecordedRequest, Requirement,
+    TOPOLOGY_ANNOTATION,
 };
 #[allow(unused_imports)]
 pub use kubeconfig::{Auth, CaRef, KubeconfigOptions, KubeletFiles, write_plain_kubeconfig};

@@ -30,6 +30,9 @@ pub struct Kind {
     pub crd: bool,
     /// Discovery categories (`all`).
     pub categories: &'static [&'static str],
+    /// Served by converting the objects of the group's first-listed version of the same
+    /// resource (its storage version), as the apiserver serves older versions.
+    pub converted: bool,
 }
 
 /// Index of a kind in [`KINDS`].
@@ -56,6 +59,7 @@ const fn k(
         has_status,
         crd: false,
         categories: &[],
+        converted: false,
     }
 }
 
@@ -120,6 +124,20 @@ pub static KINDS: &[Kind] = &[
         &[],
         false,
     ),
+    // Removed from real apiservers in 1.25; OpenYurt's servicetopology still reads it.
+    Kind {
+        version: "v1beta1",
+        converted: true,
+        ..k(
+            "discovery.k8s.io",
+            "endpointslices",
+            "endpointslice",
+            "EndpointSlice",
+            true,
+            &[],
+            false,
+        )
+    },
     k(
         "coordination.k8s.io",
         "leases",
@@ -147,6 +165,21 @@ pub static KINDS: &[Kind] = &[
             "Widget",
             true,
             &["wd"],
+            true,
+        )
+    },
+    // OpenYurt's NodePool CRD (yurt-manager serves v1alpha1/v1beta1 too; the hub reads
+    // v1beta2 only).
+    Kind {
+        version: "v1beta2",
+        crd: true,
+        ..k(
+            "apps.openyurt.io",
+            "nodepools",
+            "nodepool",
+            "NodePool",
+            false,
+            &["np"],
             true,
         )
     },
@@ -233,6 +266,19 @@ impl Kind {
     }
 }
 
+/// The kind whose store holds `id`'s objects: itself, or for a [`Kind::converted`] kind
+/// the first-listed version of its group and resource.
+pub fn storage(id: KindId) -> KindId {
+    let k = &KINDS[id];
+    if !k.converted {
+        return id;
+    }
+    KINDS
+        .iter()
+        .position(|s| !s.converted && s.group == k.group && s.resource == k.resource)
+        .unwrap_or(id)
+}
+
 /// Finds a kind by group, version and plural resource.
 pub fn find(group: &str, version: &str, resource: &str) -> Option<KindId> {
     KINDS
@@ -267,14 +313,32 @@ fn groups(present: &dyn Fn(KindId) -> bool) -> Vec<&'static str> {
     out
 }
 
-fn group_doc(group: &str) -> Value {
-    let gv = json!({"groupVersion": format!("{group}/v1"), "version": "v1"});
-    json!({"name": group, "versions": [gv.clone()], "preferredVersion": gv})
+/// The versions served in `group`, preferred (first registered) first.
+fn group_versions(group: &str, present: &dyn Fn(KindId) -> bool) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for (id, k) in KINDS.iter().enumerate() {
+        if k.group == group && present(id) && !out.contains(&k.version) {
+            out.push(k.version);
+        }
+    }
+    out
+}
+
+fn group_doc(group: &str, present: &dyn Fn(KindId) -> bool) -> Value {
+    let versions: Vec<Value> = group_versions(group, present)
+        .into_iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
+    let preferred = versions.first().cloned().unwrap_or(Value::Null);
+    json!({"name": group, "versions": versions, "preferredVersion": preferred})
 }
 
 /// `/apis`: every group with at least one served kind.
 pub fn api_group_list(present: &dyn Fn(KindId) -> bool) -> Value {
-    let groups: Vec<Value> = groups(present).into_iter().map(group_doc).collect();
+    let groups: Vec<Value> = groups(present)
+        .into_iter()
+        .map(|g| group_doc(g, present))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
@@ -283,7 +347,7 @@ pub fn api_group(group: &str, present: &dyn Fn(KindId) -> bool) -> Option<Value>
     if !groups(present).contains(&group) {
         return None;
     }
-    let mut doc = group_doc(group);
+    let mut doc = group_doc(group, present);
     doc["kind"] = json!("APIGroup");
     doc["apiVersion"] = json!("v1");
     Some(doc)
@@ -352,42 +416,18 @@ pub fn aggregated_discovery(
     let items: Vec<Value> = names
         .into_iter()
         .map(|group| {
-            let mut resources = Vec::new();
-            for (id, k) in KINDS.iter().enumerate() {
-                if k.group != group || !present(id) {
-                    continue;
-                }
-                let response_kind = json!({"group": k.group, "version": k.version, "kind": k.kind});
-                let mut r = json!({
-                    "resource": k.resource,
-                    "responseKind": response_kind,
-                    "scope": if k.namespaced { "Namespaced" } else { "Cluster" },
-                    "singularResource": k.singular,
-                    "verbs": k.verbs(),
-                });
-                if !k.short_names.is_empty() {
-                    r["shortNames"] = json!(k.short_names);
-                }
-                if !k.categories.is_empty() {
-                    r["categories"] = json!(k.categories);
-                }
-                if k.has_status {
-                    r["subresources"] = json!([{
-                        "subresource": "status",
-                        "responseKind": response_kind,
-                        "verbs": ["get", "patch", "update"],
-                    }]);
-                }
-                resources.push(r);
-            }
+            let versions: Vec<Value> = group_versions(group, present)
+                .into_iter()
+                .map(|version| {
+                    let resources = discovery_resources(group, version, present);
+                    json!({"version": version, "resources": resources, "freshness": "Current"})
+                })
+                .collect();
             let mut metadata = json!({"creationTimestamp": null});
             if !group.is_empty() {
                 metadata["name"] = json!(group);
             }
-            json!({
-                "metadata": metadata,
-                "versions": [{"version": "v1", "resources": resources, "freshness": "Current"}],
-            })
+            json!({"metadata": metadata, "versions": versions})
         })
         .collect();
     json!({
@@ -396,6 +436,39 @@ pub fn aggregated_discovery(
         "metadata": {},
         "items": items,
     })
+}
+
+/// The aggregated-discovery resources of one group-version.
+fn discovery_resources(group: &str, version: &str, present: &dyn Fn(KindId) -> bool) -> Vec<Value> {
+    let mut resources = Vec::new();
+    for (id, k) in KINDS.iter().enumerate() {
+        if k.group != group || k.version != version || !present(id) {
+            continue;
+        }
+        let response_kind = json!({"group": k.group, "version": k.version, "kind": k.kind});
+        let mut r = json!({
+            "resource": k.resource,
+            "responseKind": response_kind,
+            "scope": if k.namespaced { "Namespaced" } else { "Cluster" },
+            "singularResource": k.singular,
+            "verbs": k.verbs(),
+        });
+        if !k.short_names.is_empty() {
+            r["shortNames"] = json!(k.short_names);
+        }
+        if !k.categories.is_empty() {
+            r["categories"] = json!(k.categories);
+        }
+        if k.has_status {
+            r["subresources"] = json!([{
+                "subresource": "status",
+                "responseKind": response_kind,
+                "verbs": ["get", "patch", "update"],
+            }]);
+        }
+        resources.push(r);
+    }
+    resources
 }
 
 /// `/version`.

@@ -11,10 +11,14 @@
 //! and verbs; `respond.rs` response framing (chunks, gzip); `render.rs` lists, Tables, watch
 //! lines; `store.rs` objects, resourceVersions, event log, watchers; `selector.rs` label and
 //! field selectors; `kinds.rs` the kind registry and discovery; `status.rs` errors;
-//! `observe.rs` the request log; `csr.rs` the certificate controllers, bootstrap tokens and
+//! `convert.rs` serving an older version (v1beta1 EndpointSlices) from the stored one;
+//! `observe.rs` the request log; `fixtures.rs` the objects OpenYurt's filters read and bulk
+//! Services/EndpointSlices; `csr.rs` the certificate controllers, bootstrap tokens and
 //! `cluster-info`.
 
+mod convert;
 mod csr;
+mod fixtures;
 mod front;
 mod http1;
 mod kinds;
@@ -41,6 +45,10 @@ use rustls::server::{ServerConfig, WebPkiClientVerifier};
 use serde_json::{Value, json};
 
 pub use csr::CsrMode;
+pub use fixtures::{
+    APISERVER_ADDRESSES, APISERVER_PORT, DISCARD_ANNOTATION, KUBE_PROXY_CONFIG_CONF,
+    NODEPOOL_LABEL, NODEPORT_LISTEN_ANNOTATION, TOPOLOGY_ANNOTATION,
+};
 pub use observe::{AuthMethod, Identity, RecordedRequest};
 pub use selector::{FieldSelector, FieldTerm, LabelOp, LabelSelector, Requirement};
 pub use status::ApiError;

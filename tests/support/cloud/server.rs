@@ -17,8 +17,9 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, after, never, select, tick};
 use serde_json::Value;
 
-use super::super::util::{lock, parse_query};
+use super::super::util::{lock, merge_patch, parse_query};
 use super::Instance;
+use super::convert;
 use super::csr;
 use super::http1::{self, Request};
 use super::kinds::{self, KINDS, Kind, KindId};
@@ -451,10 +452,14 @@ fn resource(
         [] => return reply.error(&ApiError::no_route()),
     };
     let store = &ctx.inst.shared.store;
-    let Some(kind_id) = kinds::find(group, version, res).filter(|&id| store.present(id)) else {
+    let Some(served_id) =
+        kinds::find(group, version, res).filter(|&id| store.present(kinds::storage(id)))
+    else {
         return reply.error(&ApiError::no_route());
     };
-    let kind = &KINDS[kind_id];
+    // The store holds the storage version; bodies are converted to and from the served one.
+    let kind_id = kinds::storage(served_id);
+    let kind = &KINDS[served_id];
     let (name, sub) = (tail.first().copied(), tail.get(1).copied());
     let bad_shape = tail.len() > 2
         || (ns.is_some() && !kind.namespaced)
@@ -478,7 +483,7 @@ fn resource(
     let ns_s = ns.unwrap_or("");
     let result = match (ctx.method.as_str(), name) {
         ("GET", _) if legacy_watch || q.flag("watch") => {
-            return watch(ctx, kind_id, &filter, reply);
+            return watch(ctx, served_id, &filter, reply);
         }
         ("GET", Some(name)) => {
             let shape = match render::negotiate(&ctx.accept) {
@@ -486,13 +491,14 @@ fn resource(
                 Err(e) => return reply.error(&e),
             };
             match store.get(kind_id, ns_s, name) {
-                Ok(o) => return single(ctx, kind, &o, shape, reply),
+                Ok(o) => return single(ctx, kind, &convert::to_served(kind, &o), shape, reply),
                 Err(e) => Err(e),
             }
         }
-        ("GET", None) => return list(ctx, kind_id, &filter, reply),
+        ("GET", None) => return list(ctx, served_id, &filter, reply),
         ("POST", None) => match json_body(ctx, kind, false) {
-            Ok(mut v) => {
+            Ok(v) => {
+                let mut v = convert::to_storage(kind, v);
                 if csr::is_csr(kind_id) {
                     csr::stamp_requester(&mut v, &ctx.identity.user, &ctx.identity.groups);
                 }
@@ -502,11 +508,29 @@ fn resource(
         },
         ("PUT", Some(name)) => match json_body(ctx, kind, false) {
             Ok(v) => store
-                .update(kind_id, ns_s, name, v, target, dry_run)
+                .update(
+                    kind_id,
+                    ns_s,
+                    name,
+                    convert::to_storage(kind, v),
+                    target,
+                    dry_run,
+                )
                 .map(|o| (200, o)),
             Err(e) => Err(e),
         },
         ("PATCH", Some(name)) => match json_body(ctx, kind, true) {
+            Ok(p) if kind.converted => {
+                // The patch is written against the served version: apply it there.
+                store.get(kind_id, ns_s, name).and_then(|o| {
+                    let mut v = convert::to_served(kind, &o).value();
+                    merge_patch(&mut v, &p);
+                    let v = convert::to_storage(kind, v);
+                    store
+                        .update(kind_id, ns_s, name, v, target, dry_run)
+                        .map(|o| (200, o))
+                })
+            }
             Ok(p) => store
                 .patch(kind_id, ns_s, name, &p, target, dry_run)
                 .map(|o| (200, o)),
@@ -516,12 +540,12 @@ fn resource(
             store.delete(kind_id, ns_s, name, dry_run).map(|o| (200, o))
         }
         ("DELETE", None) if kind.resource != "namespaces" => {
-            return delete_collection(ctx, kind_id, &filter, dry_run, reply);
+            return delete_collection(ctx, served_id, &filter, dry_run, reply);
         }
         (m, _) => Err(ApiError::method_not_allowed(m)),
     };
     match result {
-        Ok((code, o)) => reply.json(code, &o.value_with_kind(kind)),
+        Ok((code, o)) => reply.json(code, &convert::to_served(kind, &o).value_with_kind(kind)),
         Err(e) => reply.error(&e),
     }
 }
@@ -590,8 +614,8 @@ fn single(ctx: &Ctx<'_>, kind: &Kind, o: &Arc<Obj>, shape: Shape, reply: Reply) 
     body.finish()
 }
 
-fn list(ctx: &Ctx<'_>, kind_id: KindId, filter: &Filter, reply: Reply) -> io::Result<()> {
-    let kind = &KINDS[kind_id];
+fn list(ctx: &Ctx<'_>, served_id: KindId, filter: &Filter, reply: Reply) -> io::Result<()> {
+    let (kind, kind_id) = (&KINDS[served_id], kinds::storage(served_id));
     let q = &ctx.query;
     let store = &ctx.inst.shared.store;
     let shape = match render::negotiate(&ctx.accept) {
@@ -640,12 +664,17 @@ fn list(ctx: &Ctx<'_>, kind_id: KindId, filter: &Filter, reply: Reply) -> io::Re
         cont: page.next.as_ref().map(|k| render::continue_token(rv, k)),
         remaining: (page.next.is_some() && !filter.has_selectors()).then_some(page.remaining),
     };
+    let items: Vec<Arc<Obj>> = page
+        .items
+        .iter()
+        .map(|o| convert::to_served(kind, o))
+        .collect();
     let mut body = reply.body(200, "application/json");
     match shape {
-        Shape::Json => render::write_list(&mut body, kind, &meta, &page.items)?,
+        Shape::Json => render::write_list(&mut body, kind, &meta, &items)?,
         Shape::Table(version) => {
             let include = Include::parse(q.get("includeObject"));
-            render::write_table(&mut body, kind, version, &meta, &page.items, include)?
+            render::write_table(&mut body, kind, version, &meta, &items, include)?
         }
     }
     body.finish()
@@ -653,12 +682,12 @@ fn list(ctx: &Ctx<'_>, kind_id: KindId, filter: &Filter, reply: Reply) -> io::Re
 
 fn delete_collection(
     ctx: &Ctx<'_>,
-    kind_id: KindId,
+    served_id: KindId,
     filter: &Filter,
     dry_run: bool,
     reply: Reply,
 ) -> io::Result<()> {
-    let kind = &KINDS[kind_id];
+    let (kind, kind_id) = (&KINDS[served_id], kinds::storage(served_id));
     let store = &ctx.inst.shared.store;
     let page = match store.list(
         kind_id,
@@ -673,7 +702,7 @@ fn delete_collection(
     let mut gone = Vec::new();
     for o in &page.items {
         if let Ok(d) = store.delete(kind_id, &o.namespace, &o.name, dry_run) {
-            gone.push(d);
+            gone.push(convert::to_served(kind, &d));
         }
     }
     let meta = ListMeta {
@@ -686,8 +715,8 @@ fn delete_collection(
     body.finish()
 }
 
-fn watch(ctx: &Ctx<'_>, kind_id: KindId, filter: &Filter, reply: Reply) -> io::Result<()> {
-    let kind = &KINDS[kind_id];
+fn watch(ctx: &Ctx<'_>, served_id: KindId, filter: &Filter, reply: Reply) -> io::Result<()> {
+    let (kind, kind_id) = (&KINDS[served_id], kinds::storage(served_id));
     let q = &ctx.query;
     let inst = ctx.inst;
     let shape = match render::negotiate(&ctx.accept) {
@@ -735,6 +764,7 @@ fn watch(ctx: &Ctx<'_>, kind_id: KindId, filter: &Filter, reply: Reply) -> io::R
     let mut last_rv = sub.from;
     for ev in &sub.initial {
         if let Some((etype, o)) = render::visible(ev, &matches) {
+            let o = convert::to_served(kind, &o);
             w.send(
                 &render::event_line(kind, etype.as_str(), &o, shape, include),
                 false,
@@ -756,6 +786,7 @@ fn watch(ctx: &Ctx<'_>, kind_id: KindId, filter: &Filter, reply: Reply) -> io::R
                     }
                     last_rv = ev.rv;
                     if let Some((etype, o)) = render::visible(&ev, &matches) {
+                        let o = convert::to_served(kind, &o);
                         let line = render::event_line(kind, etype.as_str(), &o, shape, include);
                         w.send(&line, false)?;
                         dirty = true;
