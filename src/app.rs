@@ -17,10 +17,12 @@ use crate::clients::agents_watch;
 use crate::clients::refill::{self, Refills};
 use crate::config::{Config, WorkingMode};
 use crate::error::StartupError;
+use crate::filters::lookups::CloudLookups;
+use crate::filters::{FilterConfig, FilterContext, FilterReload, Switches};
 use crate::health::{self, Backends, Probe};
 use crate::offline::Offline;
 use crate::pki::{self, IdentityState};
-use crate::proxy::Hub;
+use crate::proxy::{Filters, Hub};
 use crate::reaper::Reaper;
 use crate::serve::{self, Readiness};
 use crate::server::tls::ServingCert;
@@ -148,6 +150,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     );
 
     let agents = Arc::new(CacheAgents::new(&config.cache_agents));
+    let (filters, filter_reload) = response_filters(&config, &upstream);
     let mut writer_thread = None;
     let (cache, offline) = if config.working_mode == WorkingMode::Edge {
         match Store::open(&config.disk_cache_path) {
@@ -161,7 +164,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
                     );
                 }
                 let store = Arc::new(store);
-                agents_watch::load_cached(&store, &agents);
+                agents_watch::load_cached(&store, &agents, filter_reload.as_ref());
                 let (cache_tx, cache_rx) = writer::channel(WRITER_QUEUE, WRITER_BUDGET);
                 let refills = Refills::new();
                 let cache_tx = cache_tx.with_refills(refills.sender());
@@ -187,8 +190,9 @@ pub fn run(config: Config) -> Result<(), StartupError> {
                         (Arc::clone(&upstream), Arc::clone(&agents), cache_tx.clone());
                     let retry = config.heartbeat.interval;
                     let stop = stop_rx.clone();
+                    let filter_reload = filter_reload.clone();
                     spawn("agents-watch", move || {
-                        agents_watch::run(upstream, agents, cache_tx, retry, stop)
+                        agents_watch::run(upstream, agents, filter_reload, cache_tx, retry, stop)
                     })?;
                 }
                 let offline = Offline {
@@ -223,6 +227,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         cache,
         offline,
         reaper: Reaper::start(),
+        filters,
     });
     let load = Arc::new(Load::default());
     let proxy_addr = proxy_listener.local_addr();
@@ -330,4 +335,46 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     }
     log::info!("tinyhub stopped");
     Ok(())
+}
+
+/// The response filters of the flags (None when `--enable-resource-filter=false`), and their
+/// live configuration for the `yurt-hub-cfg` watch.
+fn response_filters(
+    config: &Config,
+    upstream: &Arc<Upstream>,
+) -> (Option<Filters>, Option<FilterReload>) {
+    if !config.enable_resource_filter {
+        return (None, None);
+    }
+    let switches = Switches::from_config(config);
+    for name in &switches.unknown {
+        log::warn!("--disabled-resource-filters names no filter: {name}");
+    }
+    let live = Arc::new(std::sync::RwLock::new(Arc::new(FilterConfig::new(
+        switches.clone(),
+    ))));
+    // Pods reach the hub at its bind-proxy address (the dummy interface comes later); an
+    // unspecified bind address is no address a pod can use: loopback stands in.
+    let bind = config.proxy_addr.ip();
+    let host = if bind.is_unspecified() {
+        std::net::IpAddr::from([127, 0, 0, 1])
+    } else {
+        bind
+    };
+    let lookups = CloudLookups::new(
+        Arc::clone(upstream) as Arc<dyn crate::filters::lookups::FetchObject>,
+        config.node_name.clone(),
+    );
+    let filters = Filters {
+        config: Arc::clone(&live),
+        ctx: FilterContext::from_config(config, host),
+        lookups: Arc::new(lookups),
+    };
+    (
+        Some(filters),
+        Some(FilterReload {
+            config: live,
+            switches,
+        }),
+    )
 }

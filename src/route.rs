@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::cache::key::{CollectionKey, non_resource_file_name};
 use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::config::WorkingMode;
+use crate::filters::Chain;
 use crate::names::is_component_name;
 use crate::request::{Accept, ApiRequest, DiscoveryForm, Method, ResourcePath, Target, Verb};
 use crate::selector::Selectors;
@@ -136,6 +137,8 @@ pub(crate) struct Route {
     /// The collection a local answer reads or writes when the cache target does not name it
     /// (a Table list, an event read, a HEAD); read it through [`Route::collection`].
     pub local_collection: Option<CollectionKey>,
+    /// The response filters the answer passes (YURTHUB.md §2); empty for most requests.
+    pub filters: Chain,
 }
 
 impl Route {
@@ -147,6 +150,24 @@ impl Route {
             .ok()
             .and_then(CacheTarget::collection)
             .or(self.local_collection.as_ref())
+    }
+
+    /// The route with the response filters of `chain` for a client that accepts `accept`.
+    /// Filters read JSON: the cloud is asked for JSON as for a cacheable request; a client
+    /// that takes no plain JSON (protobuf only, a Table) gets no filter, as YurtHub's filters
+    /// pass what they cannot decode.
+    pub(crate) fn with_filters(mut self, chain: Chain, accept: Accept) -> Route {
+        match accept {
+            Accept::Json => self.filters = chain,
+            Accept::JsonOrProtobuf => {
+                self.filters = chain;
+                if !chain.is_empty() {
+                    self.upstream_accept = Some("application/json");
+                }
+            }
+            _ => {}
+        }
+        self
     }
 
     /// The route of a request the hub passes on unclassified (cloud mode): nothing cached,
@@ -164,6 +185,7 @@ impl Route {
             },
             selectors: Selectors::everything(),
             local_collection: None,
+            filters: Chain::EMPTY,
         }
     }
 }
@@ -219,6 +241,7 @@ pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Resu
             Identity::Hub
         },
         selectors,
+        filters: Chain::EMPTY,
     })
 }
 

@@ -17,6 +17,7 @@ use crate::cache::store::Store;
 use crate::cache::target::CacheTarget;
 use crate::cache::writer::{self, CacheTx};
 use crate::config::WorkingMode;
+use crate::filters::FilterReload;
 use crate::request;
 use crate::route::{self, Deadline, Identity};
 use crate::upstream::{Answer, Outgoing, Upstream};
@@ -40,7 +41,7 @@ fn collection() -> CollectionKey {
 }
 
 /// Applies the copy cached by an earlier run, so the setting holds while the cloud is down.
-pub(crate) fn load_cached(store: &Store, agents: &CacheAgents) {
+pub(crate) fn load_cached(store: &Store, agents: &CacheAgents, filters: Option<&FilterReload>) {
     let key = ObjectKey {
         collection: collection(),
         namespace: Some(CONFIG_NAMESPACE.into()),
@@ -50,6 +51,9 @@ pub(crate) fn load_cached(store: &Store, agents: &CacheAgents) {
         && let Ok(cm) = serde_json::from_slice::<serde_json::Value>(&bytes)
     {
         agents.set_from_config(cache_agents_of(&cm));
+        if let Some(filters) = filters {
+            filters.apply(Some(&cm));
+        }
     }
 }
 
@@ -57,18 +61,20 @@ pub(crate) fn load_cached(store: &Store, agents: &CacheAgents) {
 pub(crate) fn run(
     upstream: Arc<Upstream>,
     agents: Arc<CacheAgents>,
+    filters: Option<FilterReload>,
     cache: CacheTx,
     retry: Duration,
     stop: Receiver<()>,
 ) {
+    let filters = filters.as_ref();
     let base = format!(
         "/api/v1/namespaces/{CONFIG_NAMESPACE}/configmaps?fieldSelector=metadata.name%3D{CONFIG_NAME}"
     );
     loop {
         if upstream.backends().any_healthy() {
-            match list(&upstream, &agents, &cache, &base) {
+            match list(&upstream, &agents, filters, &cache, &base) {
                 Ok(rv) => {
-                    if let Err(e) = watch(&upstream, &agents, &cache, &base, &rv, &stop) {
+                    if let Err(e) = watch(&upstream, &agents, filters, &cache, &base, &rv, &stop) {
                         log::debug!("watch of {CONFIG_NAMESPACE}/{CONFIG_NAME} ended: {e}");
                     }
                 }
@@ -112,6 +118,7 @@ fn send<'a>(
 fn list(
     upstream: &Upstream,
     agents: &CacheAgents,
+    filters: Option<&FilterReload>,
     cache: &CacheTx,
     path: &str,
 ) -> Result<String, ClientError> {
@@ -135,6 +142,9 @@ fn list(
         .and_then(|i| i.as_array())
         .and_then(|i| i.first());
     agents.set_from_config(item.and_then(cache_agents_of));
+    if let Some(filters) = filters {
+        filters.apply(item);
+    }
     if let Some(mut session) = cache_target(path).and_then(|t| cache.begin(t, 200, false, None)) {
         session.chunk(&body);
         session.finish(true);
@@ -148,6 +158,7 @@ fn list(
 fn watch(
     upstream: &Upstream,
     agents: &CacheAgents,
+    filters: Option<&FilterReload>,
     cache: &CacheTx,
     base: &str,
     rv: &str,
@@ -180,7 +191,7 @@ fn watch(
         events
             .feed(&buf[..n], &mut |unit| {
                 if let Unit::WatchEvent(bytes) = unit {
-                    match apply_event(agents, bytes) {
+                    match apply_event(agents, filters, bytes) {
                         EventOutcome::Applied => {}
                         EventOutcome::Error => ended_by_error = true,
                     }
@@ -202,7 +213,7 @@ enum EventOutcome {
     Error,
 }
 
-fn apply_event(agents: &CacheAgents, bytes: &[u8]) -> EventOutcome {
+fn apply_event(agents: &CacheAgents, filters: Option<&FilterReload>, bytes: &[u8]) -> EventOutcome {
     let Ok(event) = serde_json::from_slice::<serde_json::Value>(bytes) else {
         return EventOutcome::Applied;
     };
@@ -210,9 +221,17 @@ fn apply_event(agents: &CacheAgents, bytes: &[u8]) -> EventOutcome {
         Some("ADDED") | Some("MODIFIED") => {
             if let Some(object) = event.get("object") {
                 agents.set_from_config(cache_agents_of(object));
+                if let Some(filters) = filters {
+                    filters.apply(Some(object));
+                }
             }
         }
-        Some("DELETED") => agents.set_from_config(None),
+        Some("DELETED") => {
+            agents.set_from_config(None);
+            if let Some(filters) = filters {
+                filters.apply(None);
+            }
+        }
         Some("ERROR") => return EventOutcome::Error,
         _ => {}
     }

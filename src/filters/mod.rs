@@ -11,6 +11,7 @@
 mod discardcloudservice;
 mod forwardkubesvctraffic;
 mod inclusterconfig;
+pub(crate) mod lookups;
 mod masterservice;
 mod nodeportisolation;
 mod serviceenvupdater;
@@ -308,6 +309,31 @@ impl FilterConfig {
                 self.chain_for(&request.component, request.verb.as_str(), &r.resource)
             }
             _ => Chain::EMPTY,
+        }
+    }
+}
+
+/// The live [`FilterConfig`] and the start-up switches it is rebuilt under when
+/// `yurt-hub-cfg` changes.
+#[derive(Clone)]
+pub(crate) struct FilterReload {
+    /// The configuration the relay reads.
+    pub config: std::sync::Arc<std::sync::RwLock<std::sync::Arc<FilterConfig>>>,
+    /// The flags' switches.
+    pub switches: Switches,
+}
+
+impl FilterReload {
+    /// Rebuilds the configuration from `configmap` (None: the ConfigMap is gone).
+    pub(crate) fn apply(&self, configmap: Option<&Value>) {
+        let config = FilterConfig::with_config_data(
+            self.switches.clone(),
+            configmap.and_then(config_data_of),
+        );
+        let mut current = self.config.write().unwrap_or_else(|p| p.into_inner());
+        if **current != config {
+            log::info!("response filter configuration changed by yurt-hub-cfg");
+            *current = std::sync::Arc::new(config);
         }
     }
 }

@@ -12,15 +12,17 @@
 
 mod call;
 mod fallback;
+mod filter_body;
 mod relay;
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use self::call::Call;
 use crate::cache::agents::CacheAgents;
 use crate::cache::writer::CacheTx;
 use crate::config::WorkingMode;
+use crate::filters::{Chain, FilterConfig, FilterContext, Lookups};
 use crate::metrics::METRICS;
 use crate::offline::Offline;
 use crate::reaper::Reaper;
@@ -44,6 +46,29 @@ pub(crate) struct Hub {
     pub offline: Option<Offline>,
     /// Ends streams whose client left.
     pub reaper: Arc<Reaper>,
+    /// The response filters (YURTHUB.md §2); None when filtering is off.
+    pub filters: Option<Filters>,
+}
+
+/// What the relay's filter stage needs.
+pub(crate) struct Filters {
+    /// Which filters apply to which requests; replaced when `yurt-hub-cfg` changes.
+    pub config: Arc<RwLock<Arc<FilterConfig>>>,
+    /// What the filters know about this hub.
+    pub ctx: FilterContext,
+    /// What the filters look up in the cloud.
+    pub lookups: Arc<dyn Lookups + Send + Sync>,
+}
+
+impl Filters {
+    /// The filters for `req` under the current configuration (no allocation).
+    fn chain_for(&self, req: &ApiRequest) -> Chain {
+        // A poisoned lock still holds a whole Arc: the swap cannot be half done.
+        match self.config.read() {
+            Ok(config) => config.chain_for_request(req),
+            Err(poisoned) => poisoned.into_inner().chain_for_request(req),
+        }
+    }
 }
 
 /// Where the cache stood for a request, for the log line.
@@ -148,6 +173,10 @@ impl Hub {
             ));
         }
         let is_agent = self.agents.is_agent(&req.component);
-        route::route(req, is_agent, self.mode)
+        let route = route::route(req, is_agent, self.mode)?;
+        Ok(match &self.filters {
+            Some(filters) => route.with_filters(filters.chain_for(req), req.accept),
+            None => route,
+        })
     }
 }

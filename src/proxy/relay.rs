@@ -5,13 +5,16 @@
 
 use std::io::{self, Read};
 
-use super::CacheStatus;
 use super::call::Call;
+use super::filter_body::{self, BodyFilter};
+use super::{CacheStatus, Filters};
+use crate::cache::decode::{BodyShape, DecodeError};
 use crate::cache::target::{CacheTarget, TokenTarget};
-use crate::cache::writer::Refill;
+use crate::cache::writer::{MAX_OBJECT_BYTES, Refill, Session};
 use crate::metrics::InFlight;
+use crate::request::Verb;
 use crate::route::{self, Identity, NoCacheReason};
-use crate::server::{Exchange, Length};
+use crate::server::{BodyWriter, Exchange, Length};
 use crate::upstream::{Answer, UpstreamError};
 
 /// Bodies up to this size with a known length are received whole before the client gets
@@ -20,6 +23,11 @@ const SMALL_BODY: u64 = 64 * 1024;
 /// Relay buffer of a streaming request at first, and at most (a TLS record's worth).
 const RELAY_BUFFER_START: usize = 4 * 1024;
 const RELAY_BUFFER: usize = 16 * 1024;
+/// A streamed filtered body is kept raw until its first filtered output, up to this much, so
+/// a body found undecodable at its start can still pass unchanged.
+const HOLD_RAW: usize = 64 * 1024;
+/// A filter output buffer that grew past this (a huge item) is released rather than kept.
+const KEEP_OUT: usize = 1 << 20;
 
 /// How a relay ended.
 pub(super) enum Relayed<'c> {
@@ -44,6 +52,8 @@ impl Call<'_> {
     ) -> Relayed<'c> {
         let route = &self.route;
         let mut session = None;
+        // Filtered answers are decoded, so they are cached as the plain JSON the client gets.
+        let filtering = self.filtering(&answer);
         let answer_target = route
             .cache
             .as_ref()
@@ -53,15 +63,18 @@ impl Call<'_> {
             (Ok(_), Some(cache), Some(target)) => {
                 // Should the disk fall behind, the hub reads the answer again itself: reads
                 // only, and only on its own credentials, which the client's did not replace.
+                // (A refill reads unfiltered: a filtered answer has none.)
                 let refill = self
                     .component()
                     .filter(|_| route.identity == Identity::Hub && ex.method() == "GET")
+                    .filter(|_| filtering.is_none())
                     .map(|component| Refill {
                         path_and_query: ex.url().to_owned(),
                         component: component.to_owned(),
                     });
                 let target = keyed(target, request_body);
-                session = cache.begin(target, answer.status, answer.is_gzip(), refill);
+                let gzip = answer.is_gzip() && filtering.is_none();
+                session = cache.begin(target, answer.status, gzip, refill);
                 if session.is_some() {
                     CacheStatus::Stored
                 } else {
@@ -86,6 +99,10 @@ impl Call<'_> {
                 ex.start(answer.status, &answer.headers, length)
                     .and_then(|w| w.finish()),
             );
+        }
+
+        if let Some((filters, shape)) = filtering {
+            return self.relay_filtered(ex, answer, session, cache_status, filters, shape);
         }
 
         if let Some(length) = answer.length.filter(|&l| l <= SMALL_BODY) {
@@ -178,6 +195,272 @@ impl Call<'_> {
         }
         done(writer.finish())
     }
+}
+
+impl Call<'_> {
+    /// The filters and body shape when the answer passes the filter stage: a request with a
+    /// chain, answered 200 in JSON, plain or gzip.
+    fn filtering(&self, answer: &Answer) -> Option<(&Filters, BodyShape)> {
+        let filters = self.hub.filters.as_ref()?;
+        if self.route.filters.is_empty() || answer.status != 200 || !answer.is_json() {
+            return None;
+        }
+        if answer.header("content-encoding").is_some() && !answer.is_gzip() {
+            return None;
+        }
+        let shape = match self.req.as_ref()?.verb {
+            Verb::List => BodyShape::List,
+            Verb::Watch => BodyShape::WatchStream,
+            _ => BodyShape::Object,
+        };
+        Some((filters, shape))
+    }
+
+    /// The relay of a filtered answer (YURTHUB.md §2.1): filtered before the tee, so the
+    /// cache holds what the client got. A get or a small answer is filtered whole and sent
+    /// with its new length; a larger list or a watch is filtered as it streams, chunked.
+    /// An answer that cannot be decoded passes unchanged, with one log line, and is not
+    /// cached.
+    fn relay_filtered<'c>(
+        &self,
+        ex: Exchange<'c>,
+        mut answer: Answer,
+        mut session: Option<Session>,
+        mut cache_status: CacheStatus,
+        filters: &Filters,
+        shape: BodyShape,
+    ) -> Relayed<'c> {
+        let chain = self.route.filters;
+        let gzip = answer.is_gzip();
+        let headers: Vec<(String, String)> = answer
+            .headers
+            .iter()
+            .filter(|(name, _)| {
+                let length = name.eq_ignore_ascii_case("content-length");
+                let encoding = gzip && name.eq_ignore_ascii_case("content-encoding");
+                !(length || encoding)
+            })
+            .cloned()
+            .collect();
+        let mut traffic = Traffic(self.in_flight.as_ref(), 0);
+        let done = |sent: io::Result<()>, status| match sent {
+            Ok(()) => Relayed::Done(status),
+            Err(e) => Relayed::ClientGone(e),
+        };
+        let not_cached = CacheStatus::Bypass(NoCacheReason::Answer);
+        // For the log line of an undecodable answer (the exchange is gone by then).
+        let path = crate::request::truncate(ex.url()).to_string();
+        let undecodable = |e: &DecodeError| {
+            log::info!("passing an answer unfiltered: {e} path=\"{path}\"");
+        };
+
+        let whole = shape == BodyShape::Object || answer.length.is_some_and(|l| l <= SMALL_BODY);
+        if whole {
+            let limit = answer
+                .length
+                .unwrap_or(u64::MAX)
+                .min(MAX_OBJECT_BYTES as u64);
+            let mut body = Vec::with_capacity(limit.min(SMALL_BODY) as usize);
+            let read = (&mut answer.body).take(limit + 1).read_to_end(&mut body);
+            traffic.1 += body.len() as u64;
+            let n = body.len() as u64;
+            let short = answer.length.is_some_and(|l| l <= limit && n != l);
+            if let Err(e) = read.and_then(|_| {
+                if short {
+                    Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("body ended after {n} of {limit} bytes"),
+                    ))
+                } else {
+                    Ok(())
+                }
+            }) {
+                if let Some(s) = session {
+                    s.finish(false);
+                }
+                let error = UpstreamError::Transport {
+                    server: self.hub.cloud.server(answer.backend).to_owned(),
+                    detail: format!("the answer broke off: {e}"),
+                    timeout: e.kind() == io::ErrorKind::TimedOut,
+                    maybe_sent: true,
+                };
+                return Relayed::CloudBrokeOff(ex, error);
+            }
+            if n > limit || answer.length.is_some_and(|l| l > limit) {
+                // Larger than any object the filters (and the cache) take: passed unchanged.
+                log::info!(
+                    "passing an answer unfiltered: larger than {MAX_OBJECT_BYTES} bytes path=\"{}\"",
+                    crate::request::truncate(ex.url())
+                );
+                if let Some(s) = session {
+                    s.finish(false);
+                }
+                let writer = match ex.start(answer.status, &answer.headers, Length::Streamed) {
+                    Ok(writer) => writer,
+                    Err(e) => return Relayed::ClientGone(e),
+                };
+                return done(
+                    pass_rest(writer, &body, &mut answer, &mut traffic),
+                    not_cached,
+                );
+            }
+            let filtered = filter_body::filter_whole(
+                &body,
+                shape,
+                gzip,
+                chain,
+                &filters.ctx,
+                &*filters.lookups,
+            );
+            return match filtered {
+                Ok(out) => {
+                    let sent = ex.send(answer.status, &headers, &out);
+                    if let Some(mut s) = session {
+                        s.chunk_owned(out);
+                        s.finish(true);
+                    }
+                    done(sent, cache_status)
+                }
+                Err(e) => {
+                    undecodable(&e);
+                    if let Some(s) = session {
+                        s.finish(false);
+                    }
+                    done(ex.send(answer.status, &answer.headers, &body), not_cached)
+                }
+            };
+        }
+
+        let mut writer = match ex.start(answer.status, &headers, Length::Streamed) {
+            Ok(writer) => writer,
+            Err(e) => return Relayed::ClientGone(e),
+        };
+        answer.headers = Vec::new();
+        let _watched = answer
+            .cancel
+            .take()
+            .and_then(|cancel| Some(self.hub.reaper.watch(writer.probe()?, cancel)));
+        let mut filter = BodyFilter::new(shape, gzip, chain, &filters.ctx, &*filters.lookups);
+        let mut buf = vec![0u8; RELAY_BUFFER_START];
+        let mut out = Vec::new();
+        // Raw bytes until the first output: a body undecodable from its start passes as it
+        // came. (Not for gzip: its header is already gone, the raw bytes would not read.)
+        let mut held = (!gzip).then(Vec::new);
+        loop {
+            let n = match answer.body.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    log::info!("the cloud's answer broke off mid-body: {e}");
+                    if let Some(s) = session.take() {
+                        s.finish(false);
+                    }
+                    writer.abort();
+                    return Relayed::Done(cache_status);
+                }
+            };
+            traffic.1 += n as u64;
+            let full = n == buf.len();
+            let chunk = &buf[..n];
+            if let Some(raw) = held.as_mut() {
+                raw.extend_from_slice(chunk);
+                if raw.len() > HOLD_RAW {
+                    held = None;
+                }
+            }
+            if let Err(e) = filter.feed(chunk, &mut out) {
+                undecodable(&e);
+                if let Some(s) = session.take() {
+                    s.finish(false);
+                }
+                return match held {
+                    Some(raw) => done(
+                        pass_rest(writer, &raw, &mut answer, &mut traffic),
+                        not_cached,
+                    ),
+                    None => {
+                        writer.abort();
+                        Relayed::Done(not_cached)
+                    }
+                };
+            }
+            if !out.is_empty() {
+                held = None;
+                if let Err(e) = writer.write(&out) {
+                    if let Some(s) = session.take() {
+                        s.finish(false);
+                    }
+                    return Relayed::ClientGone(e);
+                }
+                if let Some(s) = session.as_mut()
+                    && !s.chunk(&out)
+                {
+                    session = None;
+                }
+                out.clear();
+                if out.capacity() > KEEP_OUT {
+                    out = Vec::new();
+                }
+            }
+            if full && buf.len() < RELAY_BUFFER {
+                buf.resize(RELAY_BUFFER, 0);
+            }
+        }
+        if let Err(e) = filter.finish(&mut out) {
+            undecodable(&e);
+            if let Some(s) = session.take() {
+                s.finish(false);
+            }
+            cache_status = not_cached;
+            match held {
+                Some(raw) => {
+                    if let Err(e) = writer.write(&raw) {
+                        return Relayed::ClientGone(e);
+                    }
+                }
+                None => {
+                    writer.abort();
+                    return Relayed::Done(not_cached);
+                }
+            }
+        } else if let Err(e) = writer.write(&out) {
+            if let Some(s) = session.take() {
+                s.finish(false);
+            }
+            return Relayed::ClientGone(e);
+        } else if let Some(mut s) = session {
+            s.chunk(&out);
+            s.finish(true);
+        }
+        done(writer.finish(), cache_status)
+    }
+}
+
+/// Sends `prefix` and then the rest of the cloud's body as it comes, unchanged.
+fn pass_rest(
+    mut writer: BodyWriter<'_>,
+    prefix: &[u8],
+    answer: &mut Answer,
+    traffic: &mut Traffic<'_>,
+) -> io::Result<()> {
+    writer.write(prefix)?;
+    let mut buf = vec![0u8; RELAY_BUFFER];
+    loop {
+        let n = match answer.body.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                log::info!("the cloud's answer broke off mid-body: {e}");
+                writer.abort();
+                return Ok(());
+            }
+        };
+        traffic.1 += n as u64;
+        writer.write(&buf[..n])?;
+    }
+    writer.finish()
 }
 
 /// The cache target with what only the request body tells: a TokenRequest's digest (none

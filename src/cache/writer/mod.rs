@@ -19,7 +19,6 @@ mod tee;
 mod tests;
 
 pub(crate) use run::{WriterOptions, run};
-#[cfg(test)]
 pub(crate) use tee::Session;
 pub(crate) use tee::{CacheTx, Refill, channel};
 

@@ -1,0 +1,403 @@
+//! The filter stage of the relay (YURTHUB.md §2.1 "Body handling"): a body from the cloud,
+//! fed in whatever chunks the network delivered, comes out filtered as it goes. A list is cut
+//! item by item by the cache's own scanner ([`BodyDecoder`]), so only one item is held at a
+//! time; a watch event whose object a filter drops becomes `DELETED` with the original; a get
+//! whose object is dropped keeps its original body. gzip is inflated on the way in; what comes
+//! out is plain JSON.
+
+use serde_json::Value;
+
+use crate::cache::decode::{BodyDecoder, BodyShape, DecodeError, Unit};
+use crate::cache::writer::MAX_OBJECT_BYTES;
+use crate::filters::{self, Chain, FilterContext, Lookups, Outcome};
+
+/// Where the output of a list stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ListState {
+    /// Nothing written yet (not even `{`).
+    Empty,
+    /// Members written, `items` not begun.
+    Members,
+    /// Inside `"items":[`; `true` once an item was written (the next needs a comma).
+    Items(bool),
+    /// `items` closed.
+    AfterItems,
+}
+
+/// What the sink needs besides the decoder (split so the decoder can call it).
+struct Rewriter<'f> {
+    shape: BodyShape,
+    chain: Chain,
+    ctx: &'f FilterContext,
+    lookups: &'f dyn Lookups,
+    list: ListState,
+    /// The list's `apiVersion`, when it came before the items.
+    list_api_version: Option<String>,
+}
+
+/// A body being filtered.
+pub(crate) struct BodyFilter<'f> {
+    decoder: BodyDecoder,
+    rewriter: Rewriter<'f>,
+}
+
+impl<'f> BodyFilter<'f> {
+    /// A filter for a body of `shape` (gzip-compressed if `gzip`) under `chain`.
+    pub(crate) fn new(
+        shape: BodyShape,
+        gzip: bool,
+        chain: Chain,
+        ctx: &'f FilterContext,
+        lookups: &'f dyn Lookups,
+    ) -> Self {
+        BodyFilter {
+            decoder: BodyDecoder::new(shape, gzip, MAX_OBJECT_BYTES),
+            rewriter: Rewriter {
+                shape,
+                chain,
+                ctx,
+                lookups,
+                list: ListState::Empty,
+                list_api_version: None,
+            },
+        }
+    }
+
+    /// Consumes the next chunk as received, appending the filtered output it completes to `out`.
+    pub(crate) fn feed(&mut self, raw: &[u8], out: &mut Vec<u8>) -> Result<(), DecodeError> {
+        let rewriter = &mut self.rewriter;
+        self.decoder.feed(raw, &mut |unit| rewriter.unit(unit, out))
+    }
+
+    /// Declares the end of the body, appending the rest of the output to `out`.
+    pub(crate) fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), DecodeError> {
+        let rewriter = &mut self.rewriter;
+        self.decoder.finish(&mut |unit| rewriter.unit(unit, out))?;
+        if rewriter.shape == BodyShape::List {
+            match rewriter.list {
+                ListState::Empty => out.extend_from_slice(br#"{"items":[]"#),
+                ListState::Members => out.extend_from_slice(br#","items":[]"#),
+                ListState::Items(_) => out.push(b']'),
+                ListState::AfterItems => {}
+            }
+            out.push(b'}');
+        }
+        Ok(())
+    }
+}
+
+/// Filters a whole body at once: the filtered body, or why it could not be read.
+pub(crate) fn filter_whole(
+    body: &[u8],
+    shape: BodyShape,
+    gzip: bool,
+    chain: Chain,
+    ctx: &FilterContext,
+    lookups: &dyn Lookups,
+) -> Result<Vec<u8>, DecodeError> {
+    let mut filter = BodyFilter::new(shape, gzip, chain, ctx, lookups);
+    let mut out = Vec::with_capacity(body.len());
+    filter.feed(body, &mut out)?;
+    filter.finish(&mut out)?;
+    Ok(out)
+}
+
+impl Rewriter<'_> {
+    fn unit(&mut self, unit: Unit<'_>, out: &mut Vec<u8>) {
+        match unit {
+            Unit::Object(raw) => self.object(raw, out),
+            Unit::ListMember { key, value } => self.member(key, value, out),
+            Unit::ListItem(raw) => self.item(raw, out),
+            Unit::WatchEvent(raw) => self.event(raw, out),
+        }
+    }
+
+    /// A get: a dropped object keeps its original body (§2.1).
+    fn object(&mut self, raw: &[u8], out: &mut Vec<u8>) {
+        let changed = serde_json::from_slice::<Value>(raw)
+            .ok()
+            .map(|obj| filters::apply(&self.chain, &obj, self.ctx, self.lookups));
+        match changed {
+            Some(Outcome::Changed(obj)) => write_value(out, &obj, raw),
+            _ => out.extend_from_slice(raw),
+        }
+    }
+
+    fn member(&mut self, key: &str, value: &[u8], out: &mut Vec<u8>) {
+        match self.list {
+            ListState::Empty => out.push(b'{'),
+            ListState::Items(_) => {
+                out.extend_from_slice(b"],");
+                self.list = ListState::AfterItems;
+            }
+            ListState::Members | ListState::AfterItems => out.push(b','),
+        }
+        if self.list == ListState::Empty {
+            self.list = ListState::Members;
+        }
+        if key == "apiVersion" {
+            self.list_api_version = serde_json::from_slice::<String>(value).ok();
+        }
+        // A decoded name re-encoded: serializing a &str cannot fail.
+        let _ = serde_json::to_writer(&mut *out, key);
+        out.push(b':');
+        out.extend_from_slice(value);
+    }
+
+    fn item(&mut self, raw: &[u8], out: &mut Vec<u8>) {
+        let outcome = match serde_json::from_slice::<Value>(raw) {
+            Ok(obj) => filters::apply_item(
+                &self.chain,
+                &obj,
+                self.list_api_version.as_deref(),
+                self.ctx,
+                self.lookups,
+            ),
+            // An item serde cannot read (not UTF-8) is passed as it came, like YurtHub would
+            // pass a list it cannot decode.
+            Err(_) => Outcome::Unchanged,
+        };
+        if outcome == Outcome::Dropped {
+            return;
+        }
+        match self.list {
+            ListState::Empty => out.extend_from_slice(br#"{"items":["#),
+            ListState::Members | ListState::AfterItems => out.extend_from_slice(br#","items":["#),
+            ListState::Items(true) => out.push(b','),
+            ListState::Items(false) => {}
+        }
+        self.list = ListState::Items(true);
+        match outcome {
+            Outcome::Changed(obj) => write_value(out, &obj, raw),
+            _ => out.extend_from_slice(raw),
+        }
+    }
+
+    /// A watch event: BOOKMARK and ERROR pass unchanged; a dropped object becomes DELETED.
+    fn event(&mut self, raw: &[u8], out: &mut Vec<u8>) {
+        let event = serde_json::from_slice::<Value>(raw).ok();
+        let filterable = event.as_ref().and_then(|e| {
+            let kind = e.get("type")?.as_str()?;
+            matches!(kind, "ADDED" | "MODIFIED" | "DELETED")
+                .then_some(())
+                .and_then(|()| Some((kind, e.get("object")?)))
+        });
+        match filterable {
+            Some((kind, obj)) => match filters::apply(&self.chain, obj, self.ctx, self.lookups) {
+                Outcome::Unchanged => out.extend_from_slice(raw),
+                Outcome::Changed(new) => write_event(out, kind, &new, raw),
+                Outcome::Dropped => write_event(out, "DELETED", obj, raw),
+            },
+            None => out.extend_from_slice(raw),
+        }
+        out.push(b'\n');
+    }
+}
+
+/// `obj` serialized; the original bytes should it fail (it cannot: a Value has string keys).
+fn write_value(out: &mut Vec<u8>, obj: &Value, raw: &[u8]) {
+    let start = out.len();
+    if serde_json::to_writer(&mut *out, obj).is_err() {
+        out.truncate(start);
+        out.extend_from_slice(raw);
+    }
+}
+
+/// `{"type":kind,"object":obj}`; `kind` is one of the event types, which need no escaping.
+fn write_event(out: &mut Vec<u8>, kind: &str, obj: &Value, raw: &[u8]) {
+    let start = out.len();
+    out.extend_from_slice(br#"{"type":""#);
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(br#"","object":"#);
+    if serde_json::to_writer(&mut *out, obj).is_ok() {
+        out.push(b'}');
+    } else {
+        out.truncate(start);
+        out.extend_from_slice(raw);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use flate2::Compression;
+    use flate2::write::GzEncoder;
+    use serde_json::json;
+
+    use super::*;
+    use crate::filters::FilterName;
+    use crate::filters::testing::{FakeLookups, ctx};
+
+    fn services_list() -> Vec<u8> {
+        json!({
+            "kind": "ServiceList", "apiVersion": "v1",
+            "metadata": {"resourceVersion": "7"},
+            "items": [
+                {"metadata": {"namespace": "default", "name": "kubernetes"},
+                 "spec": {"clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"],
+                          "ports": [{"name": "https", "port": 443}]}},
+                {"metadata": {"namespace": "kube-system", "name": "x-cloud",
+                              "annotations": {"openyurt.io/skip-discard": "false"}},
+                 "spec": {"clusterIP": "10.96.0.9"}},
+                {"metadata": {"namespace": "default", "name": "web"},
+                 "spec": {"clusterIP": "10.96.0.5"}}
+            ]
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    /// A LoadBalancer Service discardcloudservice drops.
+    fn lb(name: &str) -> Value {
+        json!({"kind": "Service", "metadata": {"name": name,
+            "annotations": {"svc.openyurt.io/discard": "true"}},
+            "spec": {"type": "LoadBalancer"}})
+    }
+
+    fn chain(filters: &[FilterName]) -> Chain {
+        filters.iter().fold(Chain::EMPTY, |c, f| c.with(*f))
+    }
+
+    fn run_chunks(body: &[u8], shape: BodyShape, gzip: bool, chain: Chain, cut: usize) -> Vec<u8> {
+        let lookups = FakeLookups::default();
+        let ctx = ctx();
+        let mut filter = BodyFilter::new(shape, gzip, chain, &ctx, &lookups);
+        let mut out = Vec::new();
+        for piece in body.chunks(cut.max(1)) {
+            filter.feed(piece, &mut out).expect("valid body");
+        }
+        filter.finish(&mut out).expect("valid body");
+        out
+    }
+
+    #[test]
+    fn masterservice_list_is_rewritten_at_every_chunk_size() {
+        let body = services_list();
+        let c = chain(&[FilterName::MasterService]);
+        let whole = run_chunks(&body, BodyShape::List, false, c, body.len());
+        let list: Value = serde_json::from_slice(&whole).expect("output is JSON");
+        assert_eq!(list["kind"], "ServiceList");
+        assert_eq!(list["metadata"]["resourceVersion"], "7");
+        let items = list["items"].as_array().expect("items");
+        assert_eq!(items.len(), 3);
+        assert_eq!(items[0]["spec"]["clusterIP"], "169.254.2.1");
+        assert_eq!(items[0]["spec"]["clusterIPs"], json!(["169.254.2.1"]));
+        assert_eq!(items[0]["spec"]["ports"][0]["port"], 10268);
+        assert_eq!(items[2]["spec"]["clusterIP"], "10.96.0.5");
+        for cut in 1..40 {
+            assert_eq!(
+                run_chunks(&body, BodyShape::List, false, c, cut),
+                whole,
+                "cut {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn dropped_list_items_are_omitted_and_commas_stay_valid() {
+        let lookups = FakeLookups::default();
+        let body = json!({"kind": "ServiceList", "apiVersion": "v1", "metadata": {},
+        "items": [
+            lb("a"), {"metadata": {"name": "b"}}, lb("c")
+        ]})
+        .to_string();
+        let out = filter_whole(
+            body.as_bytes(),
+            BodyShape::List,
+            false,
+            chain(&[FilterName::DiscardCloudService]),
+            &ctx(),
+            &lookups,
+        )
+        .expect("valid list");
+        let list: Value = serde_json::from_slice(&out).expect("output is JSON");
+        let names: Vec<&str> = list["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .filter_map(|i| i["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(names, ["b"]);
+    }
+
+    #[test]
+    fn gzip_list_is_inflated_and_filtered() {
+        let body = services_list();
+        let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+        gz.write_all(&body).expect("in memory");
+        let compressed = gz.finish().expect("in memory");
+        let c = chain(&[FilterName::MasterService]);
+        let plain = run_chunks(&body, BodyShape::List, false, c, body.len());
+        for cut in [1, 7, 64, compressed.len()] {
+            assert_eq!(
+                run_chunks(&compressed, BodyShape::List, true, c, cut),
+                plain
+            );
+        }
+    }
+
+    #[test]
+    fn undecodable_bodies_are_errors_not_output() {
+        let lookups = FakeLookups::default();
+        let c = chain(&[FilterName::MasterService]);
+        for (body, gzip) in [
+            (&b"\x0a\x0bk8s\x00protobuf"[..], false),
+            (b"{\"items\":[{", false),
+            (b"not gzip", true),
+        ] {
+            assert!(
+                filter_whole(body, BodyShape::List, gzip, c, &ctx(), &lookups).is_err(),
+                "{body:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn empty_and_member_after_items_lists_stay_lists() {
+        let c = chain(&[FilterName::MasterService]);
+        for body in [
+            r#"{"kind":"ServiceList","items":[],"metadata":{}}"#,
+            r#"{"kind":"ServiceList","items":null}"#,
+            r#"{"items":[{"metadata":{"name":"a"}}],"kind":"ServiceList"}"#,
+        ] {
+            let out = run_chunks(body.as_bytes(), BodyShape::List, false, c, 3);
+            let list: Value = serde_json::from_slice(&out).expect("output is JSON");
+            assert_eq!(list["kind"], "ServiceList", "{body}");
+            assert!(list["items"].is_array(), "{body}");
+        }
+    }
+
+    #[test]
+    fn watch_drop_becomes_deleted_and_bookmarks_pass() {
+        let events = [
+            json!({"type": "ADDED", "object": lb("a")}),
+            json!({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}),
+            json!({"type": "MODIFIED", "object": {"metadata": {"name": "b"}}}),
+        ];
+        let body: String = events.iter().map(|e| format!("{e}\n")).collect();
+        let c = chain(&[FilterName::DiscardCloudService]);
+        for cut in [1, 5, body.len()] {
+            let out = run_chunks(body.as_bytes(), BodyShape::WatchStream, false, c, cut);
+            let got: Vec<Value> = serde_json::Deserializer::from_slice(&out)
+                .into_iter()
+                .collect::<Result<_, _>>()
+                .expect("events are JSON");
+            assert_eq!(got[0]["type"], "DELETED");
+            assert_eq!(got[0]["object"], events[0]["object"]);
+            assert_eq!(got[1], events[1]);
+            assert_eq!(got[2], events[2]);
+        }
+    }
+
+    #[test]
+    fn dropped_get_keeps_its_original_body() {
+        let lookups = FakeLookups::default();
+        let body = lb("a").to_string();
+        let body = body.as_bytes();
+        let c = chain(&[FilterName::DiscardCloudService]);
+        let out = filter_whole(body, BodyShape::Object, false, c, &ctx(), &lookups)
+            .expect("valid object");
+        assert_eq!(out, body);
+    }
+}
