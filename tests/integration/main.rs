@@ -16,6 +16,7 @@ mod cloud_identity;
 mod cross;
 mod discovery;
 mod faults;
+mod filters;
 mod forward;
 mod hostile;
 mod identity;

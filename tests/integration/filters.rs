@@ -1,0 +1,244 @@
+//! Issue 14: the relay's response filters (YURTHUB.md §2), through the real binary against
+//! the stand-in cloud's fixtures: what kubelet and kube-proxy read is filtered online (lists,
+//! watches, gets, gzip), a request needing no filter passes byte for byte, and the same reads
+//! answered from the cache while the cloud is gone are filtered too.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::Cloud;
+use crate::support::hub::*;
+
+const KUBE_PROXY: &str = "kube-proxy/v1.30.0 (linux/arm) kubernetes/abcdef0";
+/// The HTTPS proxy port masterservice writes (the hub need not manage to bind it).
+const SECURE_PORT: u16 = 10268;
+const HOSTNAME: &str = "kubernetes.io/hostname";
+
+fn start_hub(cloud: &Cloud, tag: &str) -> (Hub, TempDir) {
+    let dir = TempDir::new(tag);
+    let spec = HubSpec::for_cloud(cloud, dir.path()).with(&[
+        "--bind-proxy-address=127.0.0.1",
+        &format!("--proxy-secure-port={SECURE_PORT}"),
+    ]);
+    (Hub::start(&spec), dir)
+}
+
+fn item<'a>(list: &'a Value, ns: &str, name: &str) -> Option<&'a Value> {
+    list["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter()
+        .find(|i| i["metadata"]["namespace"] == ns && i["metadata"]["name"] == name)
+}
+
+fn assert_points_at_hub(svc: &Value) {
+    assert_eq!(svc["spec"]["clusterIP"], "127.0.0.1", "{svc}");
+    assert_eq!(svc["spec"]["clusterIPs"], json!(["127.0.0.1"]), "{svc}");
+    let https = svc["spec"]["ports"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == "https"))
+        .unwrap_or_else(|| panic!("no https port: {svc}"));
+    assert_eq!(https["port"], SECURE_PORT, "{svc}");
+}
+
+/// Endpoint addresses of the slice of Service `web`.
+fn web_addresses(list: &Value) -> Vec<String> {
+    let slice = list["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter()
+        .find(|s| s["metadata"]["labels"]["kubernetes.io/service-name"] == "web")
+        .unwrap_or_else(|| panic!("no slice of web: {list}"));
+    slice["endpoints"]
+        .as_array()
+        .expect("endpoints")
+        .iter()
+        .map(|e| e["addresses"][0].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+/// A cloud with everything the filters act on: the seeded `default/kubernetes` Service, a
+/// plain Service, a cloud-only LoadBalancer, kube-proxy's ConfigMap, and Service `web` with
+/// node-level topology and endpoints on edge-1 and edge-2.
+fn filtered_cloud() -> Cloud {
+    let cloud = Cloud::start();
+    cloud.node("edge-1", Some("pool-a"), &[]);
+    cloud.topology_service(
+        "shop",
+        "web",
+        Some(HOSTNAME),
+        &[("10.244.1.5", "edge-1"), ("10.244.2.5", "edge-2")],
+    );
+    cloud.lb_service_discard("shop", "cloud-lb", Some("true"));
+    cloud.kube_proxy_configmap();
+    cloud
+}
+
+/// The reads the filters act on, checked as filtered (online or offline).
+fn check_filtered_reads(hub: &Hub) {
+    let url = |p: &str| format!("{}{p}", hub.url());
+
+    let services = get(&url("/api/v1/services"), KUBELET);
+    assert_eq!(services.status, 200, "{}", services.text());
+    let services = services.json();
+    assert_points_at_hub(item(&services, "default", "kubernetes").expect("kubernetes"));
+    let web = item(&services, "shop", "web").expect("web");
+    assert_ne!(
+        web["spec"]["clusterIP"], "127.0.0.1",
+        "only default/kubernetes moves"
+    );
+    // kubelet gets no discardcloudservice.
+    assert!(item(&services, "shop", "cloud-lb").is_some());
+
+    let services = get(&url("/api/v1/services"), KUBE_PROXY);
+    assert_eq!(services.status, 200, "{}", services.text());
+    let services = services.json();
+    assert!(item(&services, "shop", "cloud-lb").is_none(), "{services}");
+    assert!(item(&services, "shop", "web").is_some());
+    // kube-proxy gets no masterservice.
+    let kubernetes = item(&services, "default", "kubernetes").expect("kubernetes");
+    assert_ne!(kubernetes["spec"]["clusterIP"], "127.0.0.1");
+
+    let cm = get(
+        &url("/api/v1/namespaces/kube-system/configmaps/kube-proxy"),
+        KUBELET,
+    );
+    assert_eq!(cm.status, 200, "{}", cm.text());
+    let length: usize = cm
+        .header("content-length")
+        .expect("a get has a Content-Length")
+        .parse()
+        .expect("a number");
+    assert_eq!(length, cm.body.len());
+    let conf = cm.json()["data"]["config.conf"]
+        .as_str()
+        .expect("config.conf")
+        .to_owned();
+    assert!(
+        conf.contains("#kubeconfig: /var/lib/kube-proxy/kubeconfig.conf"),
+        "{conf}"
+    );
+
+    let slices = get(&url("/apis/discovery.k8s.io/v1/endpointslices"), KUBE_PROXY);
+    assert_eq!(slices.status, 200, "{}", slices.text());
+    assert_eq!(web_addresses(&slices.json()), ["10.244.1.5"]);
+}
+
+#[test]
+fn kubelet_and_kube_proxy_reads_are_filtered_online_and_offline() {
+    let cloud = filtered_cloud();
+    let (hub, _dir) = start_hub(&cloud, "filters-reads");
+    check_filtered_reads(&hub);
+    assert!(
+        hub.wait_cached(
+            &[
+                "kubelet/services.v1.core/default/kubernetes",
+                "kube-proxy/services.v1.core/shop/web",
+                "kubelet/configmaps.v1.core/kube-system/kube-proxy",
+            ],
+            Duration::from_secs(10)
+        ),
+        "cache not warm: {}",
+        hub.logs()
+    );
+    hub.wait_cache_quiet();
+
+    cloud.stop();
+    assert!(
+        hub.wait_healthy(&cloud, false, Duration::from_secs(15)),
+        "{}",
+        hub.logs()
+    );
+    check_filtered_reads(&hub);
+}
+
+#[test]
+fn kubelet_services_watch_points_kubernetes_at_the_hub() {
+    let cloud = Cloud::start();
+    let (hub, _dir) = start_hub(&cloud, "filters-ms-watch");
+    let (status, body) = stream(
+        &format!("{}/api/v1/services?watch=true&timeoutSeconds=10", hub.url()),
+        KUBELET,
+    );
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    let added = events.next_event().expect("an ADDED event");
+    assert_eq!(added["type"], "ADDED");
+    assert_eq!(added["object"]["metadata"]["name"], "kubernetes");
+    assert_points_at_hub(&added["object"]);
+
+    let mut svc = added["object"].clone();
+    svc["metadata"]["labels"] = json!({"touched": "yes"});
+    svc["spec"]["clusterIP"] = json!("10.96.0.1");
+    svc["spec"]["clusterIPs"] = json!(["10.96.0.1"]);
+    svc["spec"]["ports"][0]["port"] = json!(443);
+    assert!(cloud.wait_for_watchers("services", 1, Duration::from_secs(5)));
+    cloud.update("services", svc);
+    let modified = events.next_event().expect("a MODIFIED event");
+    assert_eq!(modified["type"], "MODIFIED");
+    assert_eq!(modified["object"]["metadata"]["labels"]["touched"], "yes");
+    assert_points_at_hub(&modified["object"]);
+}
+
+#[test]
+fn kube_proxy_watch_sees_a_discarded_service_as_deleted() {
+    let cloud = Cloud::start();
+    let (hub, _dir) = start_hub(&cloud, "filters-discard-watch");
+    let (status, body) = stream(
+        &format!(
+            "{}/api/v1/namespaces/shop/services?watch=true&timeoutSeconds=10",
+            hub.url()
+        ),
+        KUBE_PROXY,
+    );
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    assert!(cloud.wait_for_watchers("services", 1, Duration::from_secs(5)));
+    let lb = cloud.lb_service_discard("shop", "cloud-lb", Some("true"));
+    cloud.topology_service("shop", "web", None, &[]);
+
+    let dropped = events.next_event().expect("an event for cloud-lb");
+    assert_eq!(dropped["type"], "DELETED", "{dropped}");
+    assert_eq!(dropped["object"]["metadata"]["name"], "cloud-lb");
+    assert_eq!(dropped["object"]["spec"], lb["spec"], "the original object");
+    let kept = events.next_event().expect("an event for web");
+    assert_eq!(kept["type"], "ADDED");
+    assert_eq!(kept["object"]["metadata"]["name"], "web");
+}
+
+#[test]
+fn gzip_from_the_cloud_is_filtered_and_sent_plain() {
+    let cloud = filtered_cloud();
+    cloud.set_gzip_threshold(0);
+    let (hub, _dir) = start_hub(&cloud, "filters-gzip");
+    let reply = call(
+        "GET",
+        &format!("{}/api/v1/services", hub.url()),
+        KUBELET,
+        &[("accept-encoding", "gzip")],
+        None,
+    );
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("content-encoding"), None);
+    let services = reply.json();
+    assert_points_at_hub(item(&services, "default", "kubernetes").expect("kubernetes"));
+}
+
+#[test]
+fn a_request_needing_no_filter_passes_byte_for_byte() {
+    let cloud = Cloud::start();
+    cloud.node("edge-1", Some("pool-a"), &[]);
+    let (hub, _dir) = start_hub(&cloud, "filters-none");
+    let direct = CloudClient::new(&cloud, "kubernetes-admin");
+    // masterservice covers kubelet's lists and watches of services, not its gets.
+    for path in [
+        "/api/v1/namespaces/default/services/kubernetes",
+        "/api/v1/nodes/edge-1",
+    ] {
+        let want = direct.get(path);
+        let got = get(&format!("{}{path}", hub.url()), KUBELET);
+        assert_eq!(got.status, 200, "{path}");
+        assert_eq!(got.text(), want.text(), "{path}");
+    }
+}
