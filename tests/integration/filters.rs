@@ -242,3 +242,64 @@ fn a_request_needing_no_filter_passes_byte_for_byte() {
         assert_eq!(got.text(), want.text(), "{path}");
     }
 }
+
+#[test]
+fn a_large_list_is_filtered_as_it_streams_and_cached_filtered() {
+    let cloud = Cloud::start();
+    cloud.populate_services(1500);
+    cloud.lb_service_discard("svc-3", "cloud-lb", Some("true"));
+    let (hub, _dir) = start_hub(&cloud, "filters-stream");
+    let url = format!("{}/api/v1/services", hub.url());
+    let check = |reply: Reply| {
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let list = reply.json();
+        assert_eq!(list["kind"], "ServiceList");
+        assert!(
+            list["metadata"]["resourceVersion"].is_string(),
+            "{}",
+            list["metadata"]
+        );
+        let items = list["items"].as_array().expect("items");
+        // 1500 populated + default/kubernetes; cloud-lb dropped.
+        assert_eq!(items.len(), 1501);
+        assert!(item(&list, "svc-3", "cloud-lb").is_none());
+        assert!(item(&list, "svc-3", "svc-000003").is_some());
+    };
+    let online = get(&url, KUBE_PROXY);
+    assert!(
+        online.body.len() > 128 * 1024,
+        "the cloud streams it chunked"
+    );
+    assert_eq!(
+        online.header("content-length"),
+        None,
+        "chunked to the client"
+    );
+    check(online);
+    hub.wait_cache_quiet();
+
+    cloud.stop();
+    assert!(
+        hub.wait_healthy(&cloud, false, Duration::from_secs(15)),
+        "{}",
+        hub.logs()
+    );
+    check(get(&url, KUBE_PROXY));
+}
+
+#[test]
+fn an_undecodable_answer_passes_unchanged_with_a_log_line() {
+    let cloud = Cloud::start();
+    let (hub, _dir) = start_hub(&cloud, "filters-garbage");
+    let path = "/api/v1/namespaces/kube-system/configmaps/kube-proxy";
+    let garbage = b"{\"kind\":\"ConfigMap\",\"data\":{\"config.conf\":\"kubeconfig: x\"";
+    cloud.misanswer(path, 1, 200, garbage);
+    let reply = get(&format!("{}{path}", hub.url()), KUBELET);
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.body, garbage, "passed as it came");
+    assert!(
+        hub.wait_log("passing an answer unfiltered", Duration::from_secs(5)),
+        "{}",
+        hub.logs()
+    );
+}
