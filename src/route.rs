@@ -486,6 +486,37 @@ mod tests {
     const PROTO_JSON: &str = "application/vnd.kubernetes.protobuf,application/json";
 
     #[test]
+    fn a_filtered_request_asks_the_cloud_for_json() {
+        use crate::filters::FilterName;
+        let chain = Chain::EMPTY.with(FilterName::MasterService);
+        // A non-agent's list is not cached: only its filters make the hub ask for JSON.
+        let r = req("GET", "/api/v1/services", "custom/1.0", Some(PROTO_JSON));
+        let plain = route(&r, false, WorkingMode::Edge).unwrap();
+        assert_eq!(plain.upstream_accept, None);
+        let filtered = plain.with_filters(chain, r.accept);
+        assert_eq!(filtered.upstream_accept, Some("application/json"));
+        assert_eq!(filtered.filters, chain);
+
+        // A client that takes protobuf only (or a Table) gets what it asked, unfiltered.
+        let r = req(
+            "GET",
+            "/api/v1/services",
+            "custom/1.0",
+            Some("application/vnd.kubernetes.protobuf"),
+        );
+        let route = route(&r, false, WorkingMode::Edge)
+            .unwrap()
+            .with_filters(chain, r.accept);
+        assert_eq!(route.upstream_accept, None);
+        assert!(route.filters.is_empty());
+
+        // An empty chain changes nothing.
+        let r = req("GET", "/api/v1/services", "custom/1.0", Some(PROTO_JSON));
+        let route = edge(&r).with_filters(Chain::EMPTY, r.accept);
+        assert!(route.filters.is_empty());
+    }
+
+    #[test]
     fn kubelet_pod_list_is_cached_as_json_with_its_selector_scope() {
         let r = req(
             "GET",

@@ -519,3 +519,25 @@ fn switches_and_context_from_the_flags() {
         Switches::new(false, &[], false)
     );
 }
+
+#[test]
+fn a_reload_swaps_in_what_yurt_hub_cfg_adds_and_drops_it_when_gone() {
+    let switches = Switches::new(true, &[], false);
+    let reload = FilterReload {
+        config: std::sync::Arc::new(std::sync::RwLock::new(std::sync::Arc::new(
+            FilterConfig::new(switches.clone()),
+        ))),
+        switches,
+    };
+    let chain = |r: &FilterReload| {
+        r.config
+            .read()
+            .expect("not poisoned")
+            .chain_for("custom", "list", "services")
+    };
+    assert!(chain(&reload).is_empty());
+    reload.apply(Some(&json!({"data": {"masterservice": "custom/v1"}})));
+    assert!(chain(&reload).contains(FilterName::MasterService));
+    reload.apply(None);
+    assert!(chain(&reload).is_empty());
+}

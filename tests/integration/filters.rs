@@ -303,3 +303,33 @@ fn an_undecodable_answer_passes_unchanged_with_a_log_line() {
         hub.logs()
     );
 }
+
+#[test]
+fn yurt_hub_cfg_adds_a_component_to_a_filter_without_a_restart() {
+    let cloud = Cloud::start();
+    let (hub, _dir) = start_hub(&cloud, "filters-reload");
+    let custom = "custom-agent/1.0";
+    let url = format!("{}/api/v1/services", hub.url());
+    let kubernetes_ip = |reply: Reply| {
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        item(&reply.json(), "default", "kubernetes").expect("kubernetes")["spec"]["clusterIP"]
+            .clone()
+    };
+    assert_ne!(kubernetes_ip(get(&url, custom)), "127.0.0.1");
+
+    cloud.create(
+        "configmaps",
+        json!({"metadata": {"name": "yurt-hub-cfg", "namespace": "kube-system"},
+               "data": {"masterservice": "custom-agent"}}),
+    );
+    assert!(
+        eventually(Duration::from_secs(15), || kubernetes_ip(get(&url, custom))
+            == "127.0.0.1"),
+        "yurt-hub-cfg not applied: {}",
+        hub.logs()
+    );
+    assert!(hub.wait_log(
+        "response filter configuration changed",
+        Duration::from_secs(1)
+    ));
+}
