@@ -171,8 +171,9 @@ pub fn run(config: Config) -> Result<(), StartupError> {
                 {
                     let (upstream, cache_tx, stop) =
                         (Arc::clone(&upstream), cache_tx.clone(), stop_rx.clone());
+                    let filters = filters.clone();
                     spawn("cache-refill", move || {
-                        refill::run(refills, upstream, cache_tx, stop)
+                        refill::run(refills, upstream, cache_tx, filters, stop)
                     })?;
                 }
                 writer_thread = Some({

@@ -12,9 +12,12 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::ClientError;
+use crate::cache::decode::BodyShape;
 use crate::cache::writer::{CacheTx, Refill};
 use crate::config::WorkingMode;
 use crate::metrics::{METRICS, Metrics};
+use crate::proxy::Filters;
+use crate::proxy::filter_body::BodyFilter;
 use crate::request::{self, Verb};
 use crate::route::{self, Deadline, Identity};
 use crate::upstream::{Outgoing, Upstream};
@@ -50,7 +53,13 @@ impl Default for Refills {
 }
 
 /// Runs refills until `stop` fires or closes.
-pub(crate) fn run(refills: Refills, upstream: Arc<Upstream>, cache: CacheTx, stop: Receiver<()>) {
+pub(crate) fn run(
+    refills: Refills,
+    upstream: Arc<Upstream>,
+    cache: CacheTx,
+    filters: Option<Filters>,
+    stop: Receiver<()>,
+) {
     loop {
         let first = crossbeam_channel::select! {
             recv(stop) -> _ => return,
@@ -75,7 +84,7 @@ pub(crate) fn run(refills: Refills, upstream: Arc<Upstream>, cache: CacheTx, sto
                 );
                 continue;
             }
-            match refill_one(&upstream, &cache, &refill) {
+            match refill_one(&upstream, &cache, filters.as_ref(), &refill) {
                 Ok(()) => {
                     Metrics::inc(&METRICS.cache_refills);
                     log::info!(
@@ -94,7 +103,14 @@ pub(crate) fn run(refills: Refills, upstream: Arc<Upstream>, cache: CacheTx, sto
     }
 }
 
-fn refill_one(upstream: &Upstream, cache: &CacheTx, refill: &Refill) -> Result<(), ClientError> {
+/// Reads the request again and feeds its answer to the writer, through the response filters
+/// the component's request had (the cache holds what the component was given).
+fn refill_one(
+    upstream: &Upstream,
+    cache: &CacheTx,
+    filters: Option<&Filters>,
+    refill: &Refill,
+) -> Result<(), ClientError> {
     let path = list_of_watch(&refill.path_and_query);
     // The request as a value: the component is known, not read back from a User-Agent.
     let req = request::on_behalf_of(&refill.component, "GET", &path)
@@ -125,16 +141,43 @@ fn refill_one(upstream: &Upstream, cache: &CacheTx, refill: &Refill) -> Result<(
     let target = route::target_for_answer(&target, answer.header("content-type")).ok_or(
         ClientError::Answer("the answer is in a form the cache does not keep"),
     )?;
+    let shape = if req.verb == Verb::List {
+        BodyShape::List
+    } else {
+        BodyShape::Object
+    };
+    let mut filter = filters.and_then(|f| {
+        let chain = f.chain_for(&req);
+        (!chain.is_empty())
+            .then(|| BodyFilter::new(shape, answer.is_gzip(), chain, &f.ctx, &*f.lookups))
+    });
+    let gzip = answer.is_gzip() && filter.is_none();
     let mut session = cache
-        .begin_paced(target, 200, answer.is_gzip())
+        .begin_paced(target, 200, gzip)
         .ok_or(ClientError::QueueFull)?;
     let mut buf = vec![0u8; READ_BUFFER];
+    let mut out = Vec::new();
     loop {
         let n = answer.body.read(&mut buf)?;
         if n == 0 {
             break;
         }
-        if !session.chunk(&buf[..n]) {
+        let data = match filter.as_mut() {
+            Some(f) => {
+                out.clear();
+                f.feed(&buf[..n], &mut out).map_err(ClientError::Decode)?;
+                &out[..]
+            }
+            None => &buf[..n],
+        };
+        if !session.chunk(data) {
+            return Err(ClientError::QueueFull);
+        }
+    }
+    if let Some(f) = filter.as_mut() {
+        out.clear();
+        f.finish(&mut out).map_err(ClientError::Decode)?;
+        if !session.chunk(&out) {
             return Err(ClientError::QueueFull);
         }
     }

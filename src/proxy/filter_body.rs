@@ -3,7 +3,8 @@
 //! item by item by the cache's own scanner ([`BodyDecoder`]), so only one item is held at a
 //! time; a watch event whose object a filter drops becomes `DELETED` with the original; a get
 //! whose object is dropped keeps its original body. gzip is inflated on the way in; what comes
-//! out is plain JSON.
+//! out is plain JSON. The refill thread filters through it too, so a refilled cache holds
+//! what the client was given.
 
 use serde_json::Value;
 

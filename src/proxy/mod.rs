@@ -12,7 +12,7 @@
 
 mod call;
 mod fallback;
-mod filter_body;
+pub(crate) mod filter_body;
 mod relay;
 
 use std::sync::{Arc, RwLock};
@@ -50,7 +50,8 @@ pub(crate) struct Hub {
     pub filters: Option<Filters>,
 }
 
-/// What the relay's filter stage needs.
+/// What the relay's filter stage needs (cheap to clone: the refill thread filters too).
+#[derive(Clone)]
 pub(crate) struct Filters {
     /// Which filters apply to which requests; replaced when `yurt-hub-cfg` changes.
     pub config: Arc<RwLock<Arc<FilterConfig>>>,
@@ -62,7 +63,7 @@ pub(crate) struct Filters {
 
 impl Filters {
     /// The filters for `req` under the current configuration (no allocation).
-    fn chain_for(&self, req: &ApiRequest) -> Chain {
+    pub(crate) fn chain_for(&self, req: &ApiRequest) -> Chain {
         // A poisoned lock still holds a whole Arc: the swap cannot be half done.
         match self.config.read() {
             Ok(config) => config.chain_for_request(req),

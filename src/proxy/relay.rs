@@ -63,11 +63,10 @@ impl Call<'_> {
             (Ok(_), Some(cache), Some(target)) => {
                 // Should the disk fall behind, the hub reads the answer again itself: reads
                 // only, and only on its own credentials, which the client's did not replace.
-                // (A refill reads unfiltered: a filtered answer has none.)
+                // (A refill filters like the relay: it computes the same chain.)
                 let refill = self
                     .component()
                     .filter(|_| route.identity == Identity::Hub && ex.method() == "GET")
-                    .filter(|_| filtering.is_none())
                     .map(|component| Refill {
                         path_and_query: ex.url().to_owned(),
                         component: component.to_owned(),
