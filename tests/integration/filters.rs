@@ -223,6 +223,17 @@ fn gzip_from_the_cloud_is_filtered_and_sent_plain() {
     assert_eq!(reply.header("content-encoding"), None);
     let services = reply.json();
     assert_points_at_hub(item(&services, "default", "kubernetes").expect("kubernetes"));
+    // Cached as the plain JSON the client got.
+    let file = hub
+        .spec
+        .cache_dir
+        .join("kubelet/services.v1.core/default/kubernetes");
+    assert!(
+        eventually(Duration::from_secs(10), || read_json(&file)
+            .is_some_and(|s| s["spec"]["clusterIP"] == "127.0.0.1")),
+        "{}",
+        hub.logs()
+    );
 }
 
 #[test]
