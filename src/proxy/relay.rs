@@ -250,7 +250,9 @@ impl Call<'_> {
         // For the log line of an undecodable answer (the exchange is gone by then).
         let path = crate::request::truncate(ex.url()).to_string();
         let undecodable = |e: &DecodeError| {
-            log::info!("passing an answer unfiltered: {e} path=\"{path}\"");
+            log::info!(
+                "cannot decode the answer for the response filters: {e}; passed unchanged and not cached path=\"{path}\""
+            );
         };
 
         let whole = shape == BodyShape::Object || answer.length.is_some_and(|l| l <= SMALL_BODY);
@@ -288,7 +290,7 @@ impl Call<'_> {
             if n > limit || answer.length.is_some_and(|l| l > limit) {
                 // Larger than any object the filters (and the cache) take: passed unchanged.
                 log::info!(
-                    "passing an answer unfiltered: larger than {MAX_OBJECT_BYTES} bytes path=\"{}\"",
+                    "an answer larger than {MAX_OBJECT_BYTES} bytes is passed unchanged and not cached path=\"{}\"",
                     crate::request::truncate(ex.url())
                 );
                 if let Some(s) = session {

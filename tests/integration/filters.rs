@@ -309,7 +309,7 @@ fn an_undecodable_answer_passes_unchanged_with_a_log_line() {
     assert_eq!(reply.status, 200);
     assert_eq!(reply.body, garbage, "passed as it came");
     assert!(
-        hub.wait_log("passing an answer unfiltered", Duration::from_secs(5)),
+        hub.wait_log("passed unchanged and not cached", Duration::from_secs(5)),
         "{}",
         hub.logs()
     );
