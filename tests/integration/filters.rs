@@ -3,6 +3,7 @@
 //! watches, gets, gzip), a request needing no filter passes byte for byte, and the same reads
 //! answered from the cache while the cloud is gone are filtered too.
 
+use std::io::Read;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -343,4 +344,37 @@ fn yurt_hub_cfg_adds_a_component_to_a_filter_without_a_restart() {
         "response filter configuration changed",
         Duration::from_secs(1)
     ));
+}
+
+#[test]
+fn a_watch_undecodable_from_its_start_passes_unchanged_and_one_broken_later_is_cut() {
+    let cloud = Cloud::start();
+    let (hub, _dir) = start_hub(&cloud, "filters-bad-watch");
+    let url = format!(
+        "{}/api/v1/namespaces/shop/services?watch=true&timeoutSeconds=10",
+        hub.url()
+    );
+    let garbage: &[u8] = b"<html>502 upstream gone</html>\n";
+    cloud.misanswer_watch("/api/v1/namespaces/shop/services", 1, &[garbage]);
+    let (status, mut body) = stream(&url, KUBE_PROXY);
+    assert_eq!(status, 200);
+    let mut got = Vec::new();
+    body.read_to_end(&mut got).expect("a whole answer");
+    assert_eq!(got, garbage, "passed as it came");
+
+    // Once filtered events went out, raw bytes cannot follow them: the stream is cut.
+    let lb = json!({"type": "ADDED", "object": {"kind": "Service", "apiVersion": "v1",
+        "metadata": {"namespace": "shop", "name": "cloud-lb",
+                     "annotations": {"svc.openyurt.io/discard": "true"}},
+        "spec": {"type": "LoadBalancer"}}})
+    .to_string()
+        + "\n";
+    let lines: [&[u8]; 2] = [lb.as_bytes(), b"{\"type\":\"ADDED\",\"object\":{\n"];
+    cloud.misanswer_watch("/api/v1/namespaces/shop/services", 1, &lines);
+    let (status, body) = stream(&url, KUBE_PROXY);
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    let first = events.next_event().expect("the first event");
+    assert_eq!(first["type"], "DELETED", "filtered: {first}");
+    assert_eq!(events.next_event(), None, "then the stream ends");
 }
