@@ -392,6 +392,46 @@ mod tests {
     }
 
     #[test]
+    fn a_deeply_nested_item_is_filtered_on_a_connection_threads_stack() {
+        // serde_json stops at 128 levels; what it takes must fit a request thread's stack.
+        let deep = format!("{}1{}", "[".repeat(120), "]".repeat(120));
+        let body = format!(
+            r#"{{"kind":"ServiceList","items":[{{"metadata":{{"namespace":"default","name":"kubernetes"}},"spec":{{"clusterIP":"10.96.0.1","deep":{deep}}}}}]}}"#
+        );
+        let too_deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        let beyond = format!(r#"{{"kind":"ServiceList","items":[{too_deep}]}}"#);
+        let run = move || {
+            let lookups = FakeLookups::default();
+            let c = chain(&[FilterName::MasterService, FilterName::DiscardCloudService]);
+            let out = filter_whole(body.as_bytes(), BodyShape::List, false, c, &ctx(), &lookups)
+                .expect("valid list");
+            let list: Value = serde_json::from_slice(&out).expect("output is JSON");
+            // Changed: cloned, rewritten and serialized again at that depth.
+            assert_eq!(list["items"][0]["spec"]["clusterIP"], "169.254.2.1");
+            // Deeper than serde reads: passed as it came.
+            let out = filter_whole(
+                beyond.as_bytes(),
+                BodyShape::List,
+                false,
+                c,
+                &ctx(),
+                &lookups,
+            )
+            .expect("valid list");
+            assert!(
+                out.windows(too_deep.len())
+                    .any(|w| w == too_deep.as_bytes())
+            );
+        };
+        std::thread::Builder::new()
+            .stack_size(crate::SMALL_STACK)
+            .spawn(run)
+            .expect("spawn")
+            .join()
+            .expect("no stack overflow");
+    }
+
+    #[test]
     fn dropped_get_keeps_its_original_body() {
         let lookups = FakeLookups::default();
         let body = lb("a").to_string();
