@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::thread;
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::cache::agents::CacheAgents;
@@ -18,6 +18,7 @@ use crate::clients::refill::{self, Refills};
 use crate::config::{Config, WorkingMode};
 use crate::error::StartupError;
 use crate::health::{self, Backends, Probe};
+use crate::netif::LocalAddress;
 use crate::offline::Offline;
 use crate::pki::{self, IdentityState};
 use crate::proxy::Hub;
@@ -248,15 +249,34 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         })?
     };
     drop(hub);
+    // The local address (issue 14 item 1): the proxy ports also listen on the dummy IP, and
+    // `local.filter_host` is the host the response filters inject.
+    let local = LocalAddress::start(config.dummy_if.as_ref(), config.proxy_addr.ip());
+    let dummy_ip = local.extra_listen_ip(config.proxy_addr.ip());
+    log::info!(
+        "in-cluster clients are pointed at host={}",
+        local.filter_host
+    );
+    let dummy_proxy = dummy_ip.and_then(|ip| {
+        listen_also(
+            SocketAddr::new(ip, proxy_addr.port()),
+            "proxy-dummy",
+            None,
+            (&handler, limits, &load, &shutdown),
+        )
+    });
+    let _dummy_check = local.spawn_recheck(stop_rx.clone())?;
+    let dummy_secure: Arc<OnceLock<SocketAddr>> = Arc::new(OnceLock::new());
 
     // The HTTPS port opens when the first serving certificate is installed.
     let secure_addr: Arc<OnceLock<SocketAddr>> = Arc::new(OnceLock::new());
     let serving = Arc::new(ServingCert::new());
     let open_https: Box<dyn FnOnce() + Send> = {
-        let (bind, serving, secure_addr) = (
+        let (bind, serving, secure_addr, dummy_secure) = (
             config.proxy_secure_addr,
             Arc::clone(&serving),
             Arc::clone(&secure_addr),
+            Arc::clone(&dummy_secure),
         );
         let (load, shutdown) = (Arc::clone(&load), Arc::clone(&shutdown));
         Box::new(move || match server::bind(bind) {
@@ -265,6 +285,15 @@ pub fn run(config: Config) -> Result<(), StartupError> {
                 log::info!("listening role=https-proxy addr={addr}");
                 let _ = secure_addr.set(addr);
                 let tls = server::tls::server_config(serving);
+                if let Some(ip) = dummy_ip {
+                    let also = SocketAddr::new(ip, addr.port());
+                    let parts = (&handler, limits, &load, &shutdown);
+                    if listen_also(also, "https-proxy-dummy", Some(Arc::clone(&tls)), parts)
+                        .is_some()
+                    {
+                        let _ = dummy_secure.set(also);
+                    }
+                }
                 let started = spawn("https-proxy", move || {
                     server::serve_tls(listener, tls, handler, limits, load, shutdown)
                 });
@@ -310,8 +339,15 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         })?;
     }
     server::wake(proxy_addr);
-    if let Some(addr) = secure_addr.get() {
+    for addr in [secure_addr.get(), dummy_secure.get()]
+        .into_iter()
+        .flatten()
+    {
         server::wake(*addr);
+    }
+    if let Some((addr, thread)) = dummy_proxy {
+        server::wake(addr);
+        let _ = thread.join();
     }
     let _ = proxy_thread.join();
     let deadline = Instant::now() + DRAIN;
@@ -328,6 +364,40 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     if let Some(writer) = writer_thread {
         let _ = writer.join();
     }
+    // After the listeners closed: nothing answers on the address any more.
+    local.remove();
     log::info!("tinyhub stopped");
     Ok(())
+}
+
+/// A proxy port's second address (the dummy interface's): bound and served on its own accept
+/// thread with the same handler, caps and load, plain or (with `tls`) HTTPS. A failure is
+/// one error line: the port still serves on its main address.
+fn listen_also(
+    addr: SocketAddr,
+    role: &str,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    (handler, limits, load, shutdown): (&server::Handler, Limits, &Arc<Load>, &Arc<AtomicBool>),
+) -> Option<(SocketAddr, JoinHandle<()>)> {
+    let listener = match server::bind(addr) {
+        Ok(listener) => listener,
+        Err(e) => {
+            log::error!("cannot listen on {addr} (the dummy interface's address): {e}");
+            return None;
+        }
+    };
+    let addr = listener.local_addr();
+    log::info!("listening role={role} addr={addr}");
+    let (handler, load, shutdown) = (Arc::clone(handler), Arc::clone(load), Arc::clone(shutdown));
+    let started = spawn(role, move || match tls {
+        Some(tls) => server::serve_tls(listener, tls, handler, limits, load, shutdown),
+        None => server::serve(listener, handler, limits, load, shutdown),
+    });
+    match started {
+        Ok(thread) => Some((addr, thread)),
+        Err(e) => {
+            log::error!("{e}");
+            None
+        }
+    }
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::error::StartupError;
 use crate::names::is_dns_subdomain;
+use crate::netif::{self, DummyInterface};
 use crate::pki::discovery::{CaPin, JoinToken};
 use crate::tls::{self, TlsMaterial};
 pub(crate) use kubeconfig::Token;
@@ -50,6 +51,9 @@ pub struct Config {
     pub(crate) serve_addr: SocketAddr,
     /// HTTPS proxy listener, opened once a serving certificate exists.
     pub(crate) proxy_secure_addr: SocketAddr,
+    /// The dummy interface to make (`--enable-dummy-if`, `--dummy-if-name`, `--dummy-if-ip`):
+    /// None when disabled or in cloud mode. Both proxy ports also listen on its address.
+    pub(crate) dummy_if: Option<DummyInterface>,
     /// Reserved multiplexer port (not served yet).
     pub multiplexer_port: u16,
     /// Cache root.
@@ -332,6 +336,8 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             ));
         }
     };
+    let dummy_if = dummy_interface(raw, bind, working_mode, boolean("enable-dummy-if")?)?;
+
     let heartbeat = Heartbeat {
         interval: Duration::from_secs(int("heartbeat-interval-seconds", 1, 3600)?),
         timeout: Duration::from_secs(int("heartbeat-timeout-seconds", 1, 600)?),
@@ -385,6 +391,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         proxy_addr,
         serve_addr,
         proxy_secure_addr,
+        dummy_if,
         multiplexer_port: port("multiplexer-port")?,
         disk_cache_path: PathBuf::from(get("disk-cache-path")),
         cache_agents,
@@ -406,6 +413,46 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             .filter(|&ms| ms > 0)
             .map(Duration::from_millis),
     })
+}
+
+/// `--dummy-if-ip` (by YurtHub's rules, default by `--bind-address`'s family) and
+/// `--dummy-if-name`, checked whether or not the interface is enabled, as YurtHub checks the
+/// address. YurtHub makes the interface in edge mode only (openyurt
+/// cmd/yurthub/app/options/options.go:149-170): cloud mode gives None, like `enable` false.
+fn dummy_interface(
+    raw: &flags::RawFlags,
+    bind: IpAddr,
+    mode: WorkingMode,
+    enable: bool,
+) -> Result<Option<DummyInterface>, StartupError> {
+    let ip = match raw.get("dummy-if-ip").filter(|s| !s.is_empty()) {
+        Some(text) => {
+            let ip: IpAddr = text.parse().map_err(|_| {
+                StartupError::flag("dummy-if-ip", format!("{text:?} is not an IP address"))
+            })?;
+            netif::validate_dummy_ip(ip).map_err(StartupError::new)?;
+            ip
+        }
+        None => netif::default_dummy_ip(bind),
+    };
+    let name = raw.get("dummy-if-name").unwrap_or(netif::DEFAULT_NAME);
+    let kind = match raw.get("test-only-dummy-if-kind").unwrap_or("dummy") {
+        "dummy" => "dummy",
+        "bridge" => "bridge",
+        other => {
+            return Err(StartupError::flag(
+                "test-only-dummy-if-kind",
+                format!("{other:?} is not dummy or bridge"),
+            ));
+        }
+    };
+    let interface = if kind == "dummy" {
+        DummyInterface::new(name, ip)
+    } else {
+        DummyInterface::with_kind(name, ip, kind)
+    }
+    .map_err(|e| StartupError::flag("dummy-if-name", e.to_string()))?;
+    Ok((enable && mode == WorkingMode::Edge).then_some(interface))
 }
 
 /// A comma list, blanks dropped.

@@ -233,6 +233,7 @@ fn serving_template(config: &Config) -> CsrTemplate {
     let mut ips: Vec<IpAddr> = Vec::new();
     let candidates = [
         config.node_ip,
+        config.dummy_if.as_ref().map(|d| d.ip),
         Some(config.proxy_addr.ip()),
         Some(config.serve_addr.ip()),
         Some(config.proxy_secure_addr.ip()),
