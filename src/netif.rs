@@ -337,7 +337,13 @@ impl DummyInterface {
     }
 
     /// [`DummyInterface::ensure`] for the periodic check: whether anything was repaired.
-    #[cfg_attr(not(test), allow(dead_code, reason = "the tests' probe"))]
+    #[cfg_attr(
+        not(test),
+        allow(
+            dead_code,
+            reason = "the hub's check calls ensure, to log what it repaired"
+        )
+    )]
     pub(crate) fn recheck(&self) -> Result<bool, NetifError> {
         Ok(self.ensure()?.changed())
     }
@@ -533,12 +539,13 @@ impl LocalAddress {
     }
 
     /// The address the proxy ports also listen on: the dummy IP when the interface is up,
-    /// unless `bind_proxy` already covers it (the same address, or the unspecified one of its
-    /// family, which a second bind of the port would collide with).
+    /// unless `bind_proxy` already covers it (the same address, or an unspecified one that
+    /// takes it, which a second bind of the port would collide with).
     pub(crate) fn extra_listen_ip(&self, bind_proxy: IpAddr) -> Option<IpAddr> {
         let ip = self.interface.as_ref()?.ip;
+        // `::` takes IPv4 too: std leaves IPV6_V6ONLY at Linux's default (off).
         let covered = bind_proxy == ip
-            || (bind_proxy.is_unspecified() && bind_proxy.is_ipv4() == ip.is_ipv4());
+            || (bind_proxy.is_unspecified() && (bind_proxy.is_ipv6() || ip.is_ipv4()));
         (!covered).then_some(ip)
     }
 

@@ -930,6 +930,69 @@ mod tests {
     }
 
     #[test]
+    fn the_dummy_interface_follows_yurthub() {
+        let f = Fixture::new("dummy-if");
+        let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
+        let base = ["--kubeconfig", kc.as_str(), "--node-name=n"];
+        let with = |extra: &[&str]| run(&[&base[..], extra].concat());
+        let dummy = |c: Config| c.dummy_if.map(|d| (d.name, d.ip.to_string()));
+
+        let c = with(&[]).unwrap();
+        assert_eq!(dummy(c), Some(("hub-dummy0".into(), "169.254.2.1".into())));
+        // No longer an ignored YurtHub flag: a bare `--enable-dummy-if` means true.
+        let c = with(&["--enable-dummy-if", "--dummy-if-ip=169.254.3.3"]).unwrap();
+        assert!(c.ignored_flags.is_empty(), "{:?}", c.ignored_flags);
+        assert_eq!(dummy(c).unwrap().1, "169.254.3.3");
+        // An IPv6 bind address makes the default IPv6, as YurtHub does.
+        let c = with(&["--bind-address=::1"]).unwrap();
+        assert_eq!(dummy(c), Some(("hub-dummy0".into(), "fd00::2:1".into())));
+        let c = with(&["--dummy-if-ip=169.254.9.9", "--dummy-if-name=pods0"]).unwrap();
+        assert_eq!(dummy(c), Some(("pods0".into(), "169.254.9.9".into())));
+        let c = with(&["--dummy-if-ip=fd00::53"]).unwrap();
+        assert_eq!(dummy(c).unwrap().1, "fd00::53");
+        // Off by the flag, and in cloud mode (the serving certificate then leaves it out).
+        assert_eq!(dummy(with(&["--enable-dummy-if=false"]).unwrap()), None);
+        assert_eq!(dummy(with(&["--working-mode=cloud"]).unwrap()), None);
+        assert!(
+            !serving_ips(&with(&["--enable-dummy-if=false"]).unwrap())
+                .contains(&"169.254.2.1".parse().unwrap())
+        );
+        assert!(serving_ips(&with(&[]).unwrap()).contains(&"169.254.2.1".parse().unwrap()));
+
+        let cases: &[(&str, &str)] = &[
+            ("--dummy-if-ip=10.0.0.1", "is not in 169.254.0.0/16"),
+            ("--dummy-if-ip=169.254.31.7", "reserved 169.254.31.0/24"),
+            ("--dummy-if-ip=169.254.1.1", "169.254.1.1 is reserved"),
+            (
+                "--dummy-if-ip=hub",
+                "--dummy-if-ip: \"hub\" is not an IP address",
+            ),
+            (
+                "--dummy-if-name=a-very-long-name0",
+                "--dummy-if-name: invalid interface name",
+            ),
+            ("--dummy-if-name=a/b", "contains `/`"),
+            ("--enable-dummy-if=maybe", "--enable-dummy-if"),
+            ("--test-only-dummy-if-kind=vlan", "is not dummy or bridge"),
+        ];
+        for (flag, want) in cases {
+            let err = with(&[flag]).expect_err(flag);
+            assert!(
+                err.contains(want),
+                "{flag}: {err:?} should mention {want:?}"
+            );
+            assert!(!err.contains('\n'), "one line: {err:?}");
+        }
+        // A bad address is refused even with the interface off, as YurtHub validates it.
+        assert!(with(&["--enable-dummy-if=false", "--dummy-if-ip=10.0.0.1"]).is_err());
+    }
+
+    /// The IP SANs the hub asks for in its serving certificate.
+    fn serving_ips(c: &Config) -> Vec<IpAddr> {
+        crate::pki::serving_template(c).ip_addresses
+    }
+
+    #[test]
     fn help_and_version_print() {
         assert!(
             matches!(from_args(["--help"]), Ok(Command::Print(t)) if t.contains("--server-addr"))
