@@ -597,11 +597,10 @@ fn the_local_address_falls_back_and_avoids_a_second_bind_of_the_same_address() {
     let off = LocalAddress::start(None, ip("127.0.0.1"));
     assert_eq!(off.filter_host, ip("127.0.0.1"));
     assert_eq!(off.extra_listen_ip(ip("127.0.0.1")), None);
-    assert_eq!(
+    assert!(
         off.spawn_recheck(crossbeam_channel::never())
             .unwrap()
-            .is_none(),
-        true
+            .is_none()
     );
     off.remove(); // nothing to remove: no netlink call, no panic
 
