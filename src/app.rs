@@ -265,7 +265,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
             (&handler, limits, &load, &shutdown),
         )
     });
-    let _dummy_check = local.spawn_recheck(stop_rx.clone())?;
+    let dummy_check = local.spawn_recheck(stop_rx.clone())?;
     let dummy_secure: Arc<OnceLock<SocketAddr>> = Arc::new(OnceLock::new());
 
     // The HTTPS port opens when the first serving certificate is installed.
@@ -364,7 +364,11 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     if let Some(writer) = writer_thread {
         let _ = writer.join();
     }
-    // After the listeners closed: nothing answers on the address any more.
+    // After the listeners closed, and with the check stopped (dropping `stop_tx` ended it),
+    // so that it cannot make the interface again.
+    if let Some(check) = dummy_check {
+        let _ = check.join();
+    }
     local.remove();
     log::info!("tinyhub stopped");
     Ok(())
