@@ -539,6 +539,25 @@ fn netns_child() {
     );
     assert_eq!(hub.recheck(), Ok(false));
 
+    // The hub's check thread puts a flushed address back at its next round, and stops
+    // when the hub drops its end of the channel.
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let checker = {
+        let hub = hub.clone();
+        std::thread::spawn(move || recheck_loop(&hub, &stop_rx, Duration::from_millis(50)))
+    };
+    ip(&["addr", "flush", "dev", name]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !ip(&["-o", "addr", "show", "dev", name]).contains("inet 169.254.2.1/32") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the check did not repair the address"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(stop_tx);
+    checker.join().unwrap();
+
     // IPv6: a /128.
     let hub6 = DummyInterface::with_kind("hub-test6", IpAddr::V6(DEFAULT_IP6), hub.kind).unwrap();
     assert_eq!(hub6.recheck(), Ok(true));
