@@ -417,8 +417,8 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
 
 /// `--dummy-if-ip` (by YurtHub's rules, default by `--bind-address`'s family) and
 /// `--dummy-if-name`, checked whether or not the interface is enabled, as YurtHub checks the
-/// address. YurtHub makes the interface in edge mode only (openyurt
-/// cmd/yurthub/app/options/options.go:149-170): cloud mode gives None, like `enable` false.
+/// address. Cloud mode gives None, like `enable` false: a cloud node's pods reach the
+/// apiserver directly (as the issue reads openyurt cmd/yurthub/app/options/options.go:149-170).
 fn dummy_interface(
     raw: &flags::RawFlags,
     bind: IpAddr,
