@@ -54,7 +54,7 @@ installed_size=$(gzip -dc "$pkg/data.tar.gz" | wc -c | tr -d ' ')
 cat > "$ctrl/control" <<EOF
 Package: tinyhub
 Version: $version
-Depends: procd
+Depends: procd, kmod-dummy
 License: Apache-2.0
 Section: net
 Architecture: $arch

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::thread;
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::cache::agents::CacheAgents;
@@ -20,6 +20,7 @@ use crate::error::StartupError;
 use crate::filters::lookups::CloudLookups;
 use crate::filters::{FilterConfig, FilterContext, FilterReload, Switches};
 use crate::health::{self, Backends, Probe};
+use crate::netif::LocalAddress;
 use crate::offline::Offline;
 use crate::pki::{self, IdentityState};
 use crate::proxy::{Filters, Hub};
@@ -150,7 +151,10 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     );
 
     let agents = Arc::new(CacheAgents::new(&config.cache_agents));
-    let (filters, filter_reload) = response_filters(&config, &upstream);
+    // The local address (issue 14 item 1): the proxy ports also listen on the dummy IP, and
+    // `local.filter_host` is the host the response filters inject.
+    let local = LocalAddress::start(config.dummy_if.as_ref(), config.proxy_addr.ip());
+    let (filters, filter_reload) = response_filters(&config, &upstream, local.filter_host);
     let mut writer_thread = None;
     let (cache, offline) = if config.working_mode == WorkingMode::Edge {
         match Store::open(&config.disk_cache_path) {
@@ -254,15 +258,31 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         })?
     };
     drop(hub);
+    let dummy_ip = local.extra_listen_ip(config.proxy_addr.ip());
+    log::info!(
+        "in-cluster clients are pointed at host={}",
+        local.filter_host
+    );
+    let dummy_proxy = dummy_ip.and_then(|ip| {
+        listen_also(
+            SocketAddr::new(ip, proxy_addr.port()),
+            "proxy-dummy",
+            None,
+            (&handler, limits, &load, &shutdown),
+        )
+    });
+    let dummy_check = local.spawn_recheck(stop_rx.clone())?;
+    let dummy_secure: Arc<OnceLock<SocketAddr>> = Arc::new(OnceLock::new());
 
     // The HTTPS port opens when the first serving certificate is installed.
     let secure_addr: Arc<OnceLock<SocketAddr>> = Arc::new(OnceLock::new());
     let serving = Arc::new(ServingCert::new());
     let open_https: Box<dyn FnOnce() + Send> = {
-        let (bind, serving, secure_addr) = (
+        let (bind, serving, secure_addr, dummy_secure) = (
             config.proxy_secure_addr,
             Arc::clone(&serving),
             Arc::clone(&secure_addr),
+            Arc::clone(&dummy_secure),
         );
         let (load, shutdown) = (Arc::clone(&load), Arc::clone(&shutdown));
         Box::new(move || match server::bind(bind) {
@@ -271,6 +291,15 @@ pub fn run(config: Config) -> Result<(), StartupError> {
                 log::info!("listening role=https-proxy addr={addr}");
                 let _ = secure_addr.set(addr);
                 let tls = server::tls::server_config(serving);
+                if let Some(ip) = dummy_ip {
+                    let also = SocketAddr::new(ip, addr.port());
+                    let parts = (&handler, limits, &load, &shutdown);
+                    if listen_also(also, "https-proxy-dummy", Some(Arc::clone(&tls)), parts)
+                        .is_some()
+                    {
+                        let _ = dummy_secure.set(also);
+                    }
+                }
                 let started = spawn("https-proxy", move || {
                     server::serve_tls(listener, tls, handler, limits, load, shutdown)
                 });
@@ -316,8 +345,15 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         })?;
     }
     server::wake(proxy_addr);
-    if let Some(addr) = secure_addr.get() {
+    for addr in [secure_addr.get(), dummy_secure.get()]
+        .into_iter()
+        .flatten()
+    {
         server::wake(*addr);
+    }
+    if let Some((addr, thread)) = dummy_proxy {
+        server::wake(addr);
+        let _ = thread.join();
     }
     let _ = proxy_thread.join();
     let deadline = Instant::now() + DRAIN;
@@ -334,6 +370,12 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     if let Some(writer) = writer_thread {
         let _ = writer.join();
     }
+    // After the listeners closed, and with the check stopped (dropping `stop_tx` ended it),
+    // so that it cannot make the interface again.
+    if let Some(check) = dummy_check {
+        let _ = check.join();
+    }
+    local.remove();
     log::info!("tinyhub stopped");
     Ok(())
 }
@@ -343,6 +385,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
 fn response_filters(
     config: &Config,
     upstream: &Arc<Upstream>,
+    host: std::net::IpAddr,
 ) -> (Option<Filters>, Option<FilterReload>) {
     if !config.enable_resource_filter {
         return (None, None);
@@ -354,13 +397,12 @@ fn response_filters(
     let live = Arc::new(std::sync::RwLock::new(Arc::new(FilterConfig::new(
         switches.clone(),
     ))));
-    // Pods reach the hub at its bind-proxy address (the dummy interface comes later); an
-    // unspecified bind address is no address a pod can use: loopback stands in.
-    let bind = config.proxy_addr.ip();
-    let host = if bind.is_unspecified() {
+    // Pods reach the hub at the dummy interface's address, else the bind-proxy address; an
+    // unspecified one is no address a pod can use: loopback stands in.
+    let host = if host.is_unspecified() {
         std::net::IpAddr::from([127, 0, 0, 1])
     } else {
-        bind
+        host
     };
     let lookups = CloudLookups::new(
         Arc::clone(upstream) as Arc<dyn crate::filters::lookups::FetchObject>,
@@ -378,4 +420,36 @@ fn response_filters(
             switches,
         }),
     )
+}
+
+/// A proxy port's second address (the dummy interface's): bound and served on its own accept
+/// thread with the same handler, caps and load, plain or (with `tls`) HTTPS. A failure is
+/// one error line: the port still serves on its main address.
+fn listen_also(
+    addr: SocketAddr,
+    role: &str,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    (handler, limits, load, shutdown): (&server::Handler, Limits, &Arc<Load>, &Arc<AtomicBool>),
+) -> Option<(SocketAddr, JoinHandle<()>)> {
+    let listener = match server::bind(addr) {
+        Ok(listener) => listener,
+        Err(e) => {
+            log::error!("cannot listen on {addr} (the dummy interface's address): {e}");
+            return None;
+        }
+    };
+    let addr = listener.local_addr();
+    log::info!("listening role={role} addr={addr}");
+    let (handler, load, shutdown) = (Arc::clone(handler), Arc::clone(load), Arc::clone(shutdown));
+    let started = spawn(role, move || match tls {
+        Some(tls) => server::serve_tls(listener, tls, handler, limits, load, shutdown),
+        None => server::serve(listener, handler, limits, load, shutdown),
+    });
+    match started {
+        Ok(thread) => Some((addr, thread)),
+        Err(e) => {
+            log::error!("{e}");
+            None
+        }
+    }
 }

@@ -6,10 +6,9 @@
 //!
 //! Two layers: netlink messages are built and answers parsed by pure functions over byte
 //! buffers (the `wire` part, tested byte for byte); [`DummyInterface`] drives them over one
-//! NETLINK_ROUTE socket per operation, each with a receive timeout. This module knows nothing
-//! of the proxy ports or the filters; it does not re-check on its own (the caller calls
-//! [`DummyInterface::recheck`] every [`RECHECK_PERIOD`]).
-#![allow(dead_code)] // wired in issue 14's relay stage
+//! NETLINK_ROUTE socket per operation, each with a receive timeout. [`LocalAddress`] is the
+//! hub's use of it at run time: made at start (or a warning and the fallback host), re-checked
+//! every [`RECHECK_PERIOD`] on its own thread, removed at exit; the proxy ports are app.rs's.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -278,8 +277,13 @@ impl DummyInterface {
         Self::with_kind(name, ip, "dummy")
     }
 
-    /// [`DummyInterface::new`] with another link kind, for tests on kernels without dummy.
-    fn with_kind(name: &str, ip: IpAddr, kind: &'static str) -> Result<Self, NetifError> {
+    /// [`DummyInterface::new`] with another link kind, for tests on kernels without dummy
+    /// (`--test-only-dummy-if-kind`).
+    pub(crate) fn with_kind(
+        name: &str,
+        ip: IpAddr,
+        kind: &'static str,
+    ) -> Result<Self, NetifError> {
         validate_dummy_name(name).map_err(|reason| NetifError::InvalidName {
             name: name.to_owned(),
             reason,
@@ -333,6 +337,13 @@ impl DummyInterface {
     }
 
     /// [`DummyInterface::ensure`] for the periodic check: whether anything was repaired.
+    #[cfg_attr(
+        not(test),
+        allow(
+            dead_code,
+            reason = "the hub's check calls ensure, to log what it repaired"
+        )
+    )]
     pub(crate) fn recheck(&self) -> Result<bool, NetifError> {
         Ok(self.ensure()?.changed())
     }
@@ -351,6 +362,7 @@ impl DummyInterface {
 
     /// Whether the dummy interface exists (its address and state aside); a link of that name
     /// and another kind is `NotDummy`, as for the other calls.
+    #[cfg_attr(not(test), allow(dead_code, reason = "the tests' probe"))]
     pub(crate) fn exists(&self) -> Result<bool, NetifError> {
         Ok(self.link()?.is_some())
     }
@@ -467,6 +479,138 @@ impl DummyInterface {
             op,
             name: self.name.clone(),
             what,
+        }
+    }
+}
+
+/// The hub's local address at run time: the interface when it is up, and the host the
+/// response filters inject into what pods read (YURTHUB.md §2.1 "Host/port injected").
+#[derive(Debug)]
+pub(crate) struct LocalAddress {
+    /// The interface, when it was made (or found in place) at start; None when disabled, in
+    /// cloud mode, or when it could not be made.
+    pub(crate) interface: Option<DummyInterface>,
+    /// The dummy IP when the interface is up, else `--bind-proxy-address`: where in-cluster
+    /// clients are pointed (with `--proxy-secure-port`).
+    pub(crate) filter_host: IpAddr,
+}
+
+impl LocalAddress {
+    /// Makes the configured interface. A failure is one log line and the hub runs on with
+    /// `bind_proxy` as the filters' host, as YurtHub does without CAP_NET_ADMIN; a missing
+    /// permission or kernel module is a warning, anything else an error (the hub still serves
+    /// the node on its other addresses).
+    pub(crate) fn start(wanted: Option<&DummyInterface>, bind_proxy: IpAddr) -> LocalAddress {
+        let fallback = LocalAddress {
+            interface: None,
+            filter_host: bind_proxy,
+        };
+        let Some(wanted) = wanted else {
+            return fallback;
+        };
+        match wanted.ensure() {
+            Ok(done) => {
+                log::info!(
+                    "dummy interface {} carries {}{}",
+                    wanted.name,
+                    wanted.ip,
+                    if done.created { " (created)" } else { "" }
+                );
+                LocalAddress {
+                    interface: Some(wanted.clone()),
+                    filter_host: wanted.ip,
+                }
+            }
+            Err(e) => {
+                let line = format!(
+                    "{e}; the hub runs without its local address {}: in-cluster clients are \
+                     pointed at --bind-proxy-address {bind_proxy}",
+                    wanted.ip
+                );
+                match e {
+                    NetifError::NoPermission { .. } | NetifError::KindMissing { .. } => {
+                        log::warn!("{line}")
+                    }
+                    _ => log::error!("{line}"),
+                }
+                fallback
+            }
+        }
+    }
+
+    /// The address the proxy ports also listen on: the dummy IP when the interface is up,
+    /// unless `bind_proxy` already covers it (the same address, or an unspecified one that
+    /// takes it, which a second bind of the port would collide with).
+    pub(crate) fn extra_listen_ip(&self, bind_proxy: IpAddr) -> Option<IpAddr> {
+        let ip = self.interface.as_ref()?.ip;
+        // `::` takes IPv4 too: std leaves IPV6_V6ONLY at Linux's default (off).
+        let covered = bind_proxy == ip
+            || (bind_proxy.is_unspecified() && (bind_proxy.is_ipv6() || ip.is_ipv4()));
+        (!covered).then_some(ip)
+    }
+
+    /// Re-checks the interface every [`RECHECK_PERIOD`] until `stop` is disconnected; a repair
+    /// is one info line, a failure one warning until it changes or ends.
+    pub(crate) fn spawn_recheck(
+        &self,
+        stop: crossbeam_channel::Receiver<()>,
+    ) -> Result<Option<std::thread::JoinHandle<()>>, crate::error::StartupError> {
+        let Some(interface) = self.interface.clone() else {
+            return Ok(None);
+        };
+        crate::spawn("dummy-if-check", move || {
+            recheck_loop(&interface, &stop, RECHECK_PERIOD)
+        })
+        .map(Some)
+    }
+
+    /// Deletes the interface at exit; a failure is logged (the next start re-uses it).
+    pub(crate) fn remove(&self) {
+        let Some(interface) = &self.interface else {
+            return;
+        };
+        match interface.remove() {
+            Ok(()) => log::info!("dummy interface {} removed", interface.name),
+            Err(e) => log::warn!("{e}; the dummy interface stays until the next start re-uses it"),
+        }
+    }
+}
+
+/// The re-check thread's body: one [`DummyInterface::recheck`] per `period` until `stop` is
+/// disconnected (a message on it also ends the loop).
+fn recheck_loop(
+    interface: &DummyInterface,
+    stop: &crossbeam_channel::Receiver<()>,
+    period: Duration,
+) {
+    let mut failing: Option<String> = None;
+    while let Err(crossbeam_channel::RecvTimeoutError::Timeout) = stop.recv_timeout(period) {
+        match interface.ensure() {
+            Ok(done) => {
+                if done.changed() {
+                    log::info!(
+                        "dummy interface {} repaired:{}{}{}",
+                        interface.name,
+                        if done.created { " created" } else { "" },
+                        if done.brought_up { " brought up" } else { "" },
+                        if done.address_added {
+                            " address re-added"
+                        } else {
+                            ""
+                        },
+                    );
+                } else if failing.is_some() {
+                    log::info!("dummy interface {} is in place again", interface.name);
+                }
+                failing = None;
+            }
+            Err(e) => {
+                let text = e.to_string();
+                if failing.as_deref() != Some(text.as_str()) {
+                    log::warn!("re-checking the dummy interface: {text}");
+                }
+                failing = Some(text);
+            }
         }
     }
 }

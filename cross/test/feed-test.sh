@@ -62,6 +62,7 @@ check "PKG_BUILD_DEPENDS:=rust/host" [ "$(var PKG_BUILD_DEPENDS)" = rust/host ]
 check "RustBinPackage is called for tinyhub" [ "$(var RUST_BIN_PACKAGE)" = tinyhub ]
 check "conffiles: /etc/config/tinyhub" [ "$(var CONFFILES)" = /etc/config/tinyhub ]
 check "DEPENDS uses \$(RUST_ARCH_DEPENDS)" grep -q 'DEPENDS:=$(RUST_ARCH_DEPENDS)' "$feed/Makefile"
+check "DEPENDS pulls kmod-dummy (the dummy interface)" grep -q 'DEPENDS:=.* +kmod-dummy$' "$feed/Makefile"
 check "includes the packages feed's rust-package.mk" grep -q '^include .*lang/rust/rust-package.mk' "$feed/Makefile"
 
 # Build/Prepare copies the crate of this checkout.

@@ -102,12 +102,15 @@ check_shell() {
 	option node_ip '192.0.2.50'
 	option working_mode 'cloud'
 	option lb_mode 'priority'
+	option enable_dummy_if '1'
+	option dummy_if_ip '169.254.9.9'
+	option dummy_if_name 'pods0'
 	option v '4'
 	option extra_args '--nodepool-name=pool-a  --heartbeat-interval-seconds=5'
 	list interface 'wan'
 	list interface 'wwan'"
 	expect_cmd "every option maps to its flag, in order" \
-		"$P '--server-addr=https://10.0.0.1:6443,https://10.0.0.2:6443' '--node-name=gw-01' '--disk-cache-path=/tmp/tinyhub-cache' '--root-dir=/mnt/data/yurthub' '--cache-agents=edge-agent,my-operator' '--bind-address=127.0.0.2' '--proxy-port=10361' '--proxy-secure-port=10368' '--serve-port=10367' '--node-ip=192.0.2.50' '--working-mode=cloud' '--lb-mode=priority' '--v=4' '--nodepool-name=pool-a' '--heartbeat-interval-seconds=5'"
+		"$P '--server-addr=https://10.0.0.1:6443,https://10.0.0.2:6443' '--node-name=gw-01' '--disk-cache-path=/tmp/tinyhub-cache' '--root-dir=/mnt/data/yurthub' '--cache-agents=edge-agent,my-operator' '--bind-address=127.0.0.2' '--proxy-port=10361' '--proxy-secure-port=10368' '--serve-port=10367' '--node-ip=192.0.2.50' '--working-mode=cloud' '--lb-mode=priority' '--enable-dummy-if=true' '--dummy-if-ip=169.254.9.9' '--dummy-if-name=pods0' '--v=4' '--nodepool-name=pool-a' '--heartbeat-interval-seconds=5'"
 	expect_line "respawn with procd's defaults" "procd_set_param 'respawn'"
 	expect_line "stdout to syslog" "procd_set_param 'stdout' '1'"
 	expect_line "stderr to syslog" "procd_set_param 'stderr' '1'"
@@ -130,6 +133,13 @@ check_shell() {
 	option cache_agents '*'"
 	expect_cmd "comma strings join, '*' is not globbed, 'yes' enables" \
 		"$P '--server-addr=https://a.example:6443,https://b.example:6443' $D '--cache-agents=*'"
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option kubeconfig '$kc'
+	option enable_dummy_if 'off'"
+	expect_cmd "enable_dummy_if 'off' turns the dummy interface off" \
+		"$P $D '--enable-dummy-if=false'"
 
 	run "config tinyhub 'main'
 	option enabled 'on'

@@ -71,7 +71,8 @@ check_ipk() {
 	check "Package: tinyhub" [ "$(field Package)" = tinyhub ]
 	check "Version: $version" [ "$(field Version)" = "$version" ]
 	check "Architecture: $arch" [ "$(field Architecture)" = "$arch" ]
-	check "Depends: procd (static binary: no libraries)" [ "$(field Depends)" = procd ]
+	check "Depends: procd, kmod-dummy (static binary: no libraries; the dummy interface)" \
+		[ "$(field Depends)" = "procd, kmod-dummy" ]
 	for f in Maintainer Section Description; do
 		check "$f is set" [ -n "$(field "$f")" ]
 	done

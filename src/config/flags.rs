@@ -163,6 +163,24 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "the IP address on which the proxy ports listen (default: --bind-address)",
     ),
     flag(
+        "enable-dummy-if",
+        Kind::Bool,
+        "true",
+        "make the dummy interface --dummy-if-name with --dummy-if-ip, on which the proxy ports also listen, so pods reach the hub at one address on every node (needs CAP_NET_ADMIN; not in --working-mode=cloud)",
+    ),
+    flag(
+        "dummy-if-ip",
+        Kind::Str,
+        "",
+        "the address of the dummy interface: IPv4 in 169.254.0.0/16 except 169.254.31.0/24 and 169.254.1.1, or IPv6 (default 169.254.2.1, or fd00::2:1 when --bind-address is IPv6)",
+    ),
+    flag(
+        "dummy-if-name",
+        Kind::Str,
+        "hub-dummy0",
+        "the name of the dummy interface (at most 15 bytes)",
+    ),
+    flag(
         "proxy-port",
         Kind::Int,
         "10261",
@@ -282,6 +300,12 @@ pub(crate) const TEST_FLAGS: &[FlagSpec] = &[
         "0",
         "time the cache writer sleeps before each message, as a slow flash would (0: none)",
     ),
+    flag(
+        "test-only-dummy-if-kind",
+        Kind::Str,
+        "dummy",
+        "the link kind the dummy interface is made with: dummy, or bridge on test kernels without the dummy driver",
+    ),
 ];
 
 /// YurtHub flags accepted for compatibility and ignored with a warning: (name, takes a value).
@@ -289,10 +313,7 @@ pub(crate) const IGNORED_YURTHUB_FLAGS: &[(&str, bool)] = &[
     ("namespace", true),
     ("gc-frequency", true),
     ("profiling", false),
-    ("enable-dummy-if", false),
     ("enable-iptables", false),
-    ("dummy-if-ip", true),
-    ("dummy-if-name", true),
     ("kubelet-health-grace-period", true),
     ("enable-node-pool", false),
     ("min-request-timeout", true),

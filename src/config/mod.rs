@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::error::StartupError;
 use crate::names::is_dns_subdomain;
+use crate::netif::{self, DummyInterface};
 use crate::pki::discovery::{CaPin, JoinToken};
 use crate::tls::{self, TlsMaterial};
 pub(crate) use kubeconfig::Token;
@@ -50,6 +51,9 @@ pub struct Config {
     pub(crate) serve_addr: SocketAddr,
     /// HTTPS proxy listener, opened once a serving certificate exists.
     pub(crate) proxy_secure_addr: SocketAddr,
+    /// The dummy interface to make (`--enable-dummy-if`, `--dummy-if-name`, `--dummy-if-ip`):
+    /// None when disabled or in cloud mode. Both proxy ports also listen on its address.
+    pub(crate) dummy_if: Option<DummyInterface>,
     /// Reserved multiplexer port (not served yet).
     pub multiplexer_port: u16,
     /// Cache root.
@@ -332,6 +336,8 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             ));
         }
     };
+    let dummy_if = dummy_interface(raw, bind, working_mode, boolean("enable-dummy-if")?)?;
+
     let heartbeat = Heartbeat {
         interval: Duration::from_secs(int("heartbeat-interval-seconds", 1, 3600)?),
         timeout: Duration::from_secs(int("heartbeat-timeout-seconds", 1, 600)?),
@@ -385,6 +391,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         proxy_addr,
         serve_addr,
         proxy_secure_addr,
+        dummy_if,
         multiplexer_port: port("multiplexer-port")?,
         disk_cache_path: PathBuf::from(get("disk-cache-path")),
         cache_agents,
@@ -406,6 +413,46 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             .filter(|&ms| ms > 0)
             .map(Duration::from_millis),
     })
+}
+
+/// `--dummy-if-ip` (by YurtHub's rules, default by `--bind-address`'s family) and
+/// `--dummy-if-name`, checked whether or not the interface is enabled, as YurtHub checks the
+/// address. Cloud mode gives None, like `enable` false: a cloud node's pods reach the
+/// apiserver directly (as the issue reads openyurt cmd/yurthub/app/options/options.go:149-170).
+fn dummy_interface(
+    raw: &flags::RawFlags,
+    bind: IpAddr,
+    mode: WorkingMode,
+    enable: bool,
+) -> Result<Option<DummyInterface>, StartupError> {
+    let ip = match raw.get("dummy-if-ip").filter(|s| !s.is_empty()) {
+        Some(text) => {
+            let ip: IpAddr = text.parse().map_err(|_| {
+                StartupError::flag("dummy-if-ip", format!("{text:?} is not an IP address"))
+            })?;
+            netif::validate_dummy_ip(ip).map_err(StartupError::new)?;
+            ip
+        }
+        None => netif::default_dummy_ip(bind),
+    };
+    let name = raw.get("dummy-if-name").unwrap_or(netif::DEFAULT_NAME);
+    let kind = match raw.get("test-only-dummy-if-kind").unwrap_or("dummy") {
+        "dummy" => "dummy",
+        "bridge" => "bridge",
+        other => {
+            return Err(StartupError::flag(
+                "test-only-dummy-if-kind",
+                format!("{other:?} is not dummy or bridge"),
+            ));
+        }
+    };
+    let interface = if kind == "dummy" {
+        DummyInterface::new(name, ip)
+    } else {
+        DummyInterface::with_kind(name, ip, kind)
+    }
+    .map_err(|e| StartupError::flag("dummy-if-name", e.to_string()))?;
+    Ok((enable && mode == WorkingMode::Edge).then_some(interface))
 }
 
 /// A comma list, blanks dropped.
@@ -880,6 +927,69 @@ mod tests {
         let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
         let c = run(&["--node-name=n", "--kubeconfig", &kc, "--join-token=bad"]).unwrap();
         assert!(matches!(c.identity, IdentitySource::Kubeconfig { .. }));
+    }
+
+    #[test]
+    fn the_dummy_interface_follows_yurthub() {
+        let f = Fixture::new("dummy-if");
+        let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
+        let base = ["--kubeconfig", kc.as_str(), "--node-name=n"];
+        let with = |extra: &[&str]| run(&[&base[..], extra].concat());
+        let dummy = |c: Config| c.dummy_if.map(|d| (d.name, d.ip.to_string()));
+
+        let c = with(&[]).unwrap();
+        assert_eq!(dummy(c), Some(("hub-dummy0".into(), "169.254.2.1".into())));
+        // No longer an ignored YurtHub flag: a bare `--enable-dummy-if` means true.
+        let c = with(&["--enable-dummy-if", "--dummy-if-ip=169.254.3.3"]).unwrap();
+        assert!(c.ignored_flags.is_empty(), "{:?}", c.ignored_flags);
+        assert_eq!(dummy(c).unwrap().1, "169.254.3.3");
+        // An IPv6 bind address makes the default IPv6, as YurtHub does.
+        let c = with(&["--bind-address=::1"]).unwrap();
+        assert_eq!(dummy(c), Some(("hub-dummy0".into(), "fd00::2:1".into())));
+        let c = with(&["--dummy-if-ip=169.254.9.9", "--dummy-if-name=pods0"]).unwrap();
+        assert_eq!(dummy(c), Some(("pods0".into(), "169.254.9.9".into())));
+        let c = with(&["--dummy-if-ip=fd00::53"]).unwrap();
+        assert_eq!(dummy(c).unwrap().1, "fd00::53");
+        // Off by the flag, and in cloud mode (the serving certificate then leaves it out).
+        assert_eq!(dummy(with(&["--enable-dummy-if=false"]).unwrap()), None);
+        assert_eq!(dummy(with(&["--working-mode=cloud"]).unwrap()), None);
+        assert!(
+            !serving_ips(&with(&["--enable-dummy-if=false"]).unwrap())
+                .contains(&"169.254.2.1".parse().unwrap())
+        );
+        assert!(serving_ips(&with(&[]).unwrap()).contains(&"169.254.2.1".parse().unwrap()));
+
+        let cases: &[(&str, &str)] = &[
+            ("--dummy-if-ip=10.0.0.1", "is not in 169.254.0.0/16"),
+            ("--dummy-if-ip=169.254.31.7", "reserved 169.254.31.0/24"),
+            ("--dummy-if-ip=169.254.1.1", "169.254.1.1 is reserved"),
+            (
+                "--dummy-if-ip=hub",
+                "--dummy-if-ip: \"hub\" is not an IP address",
+            ),
+            (
+                "--dummy-if-name=a-very-long-name0",
+                "--dummy-if-name: invalid interface name",
+            ),
+            ("--dummy-if-name=a/b", "contains `/`"),
+            ("--enable-dummy-if=maybe", "--enable-dummy-if"),
+            ("--test-only-dummy-if-kind=vlan", "is not dummy or bridge"),
+        ];
+        for (flag, want) in cases {
+            let err = with(&[flag]).expect_err(flag);
+            assert!(
+                err.contains(want),
+                "{flag}: {err:?} should mention {want:?}"
+            );
+            assert!(!err.contains('\n'), "one line: {err:?}");
+        }
+        // A bad address is refused even with the interface off, as YurtHub validates it.
+        assert!(with(&["--enable-dummy-if=false", "--dummy-if-ip=10.0.0.1"]).is_err());
+    }
+
+    /// The IP SANs the hub asks for in its serving certificate.
+    fn serving_ips(c: &Config) -> Vec<IpAddr> {
+        crate::pki::serving_template(c).ip_addresses
     }
 
     #[test]

@@ -539,6 +539,25 @@ fn netns_child() {
     );
     assert_eq!(hub.recheck(), Ok(false));
 
+    // The hub's check thread puts a flushed address back at its next round, and stops
+    // when the hub drops its end of the channel.
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let checker = {
+        let hub = hub.clone();
+        std::thread::spawn(move || recheck_loop(&hub, &stop_rx, Duration::from_millis(50)))
+    };
+    ip(&["addr", "flush", "dev", name]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !ip(&["-o", "addr", "show", "dev", name]).contains("inet 169.254.2.1/32") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the check did not repair the address"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(stop_tx);
+    checker.join().unwrap();
+
     // IPv6: a /128.
     let hub6 = DummyInterface::with_kind("hub-test6", IpAddr::V6(DEFAULT_IP6), hub.kind).unwrap();
     assert_eq!(hub6.recheck(), Ok(true));
@@ -587,4 +606,50 @@ fn a_receive_without_an_answer_times_out() {
         "{:?}",
         start.elapsed()
     );
+}
+
+/// The proxy ports bind the dummy address a second time only where the main bind does not
+/// already cover it; without an interface the filters get the bind-proxy address.
+#[test]
+fn the_local_address_falls_back_and_avoids_a_second_bind_of_the_same_address() {
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let off = LocalAddress::start(None, ip("127.0.0.1"));
+    assert_eq!(off.filter_host, ip("127.0.0.1"));
+    assert_eq!(off.extra_listen_ip(ip("127.0.0.1")), None);
+    assert!(
+        off.spawn_recheck(crossbeam_channel::never())
+            .unwrap()
+            .is_none()
+    );
+    off.remove(); // nothing to remove: no netlink call, no panic
+
+    let up = LocalAddress {
+        interface: Some(DummyInterface::new("hub-dummy0", IpAddr::V4(DEFAULT_IP4)).unwrap()),
+        filter_host: IpAddr::V4(DEFAULT_IP4),
+    };
+    assert_eq!(up.extra_listen_ip(ip("127.0.0.1")), Some(ip("169.254.2.1")));
+    assert_eq!(up.extra_listen_ip(ip("::1")), Some(ip("169.254.2.1")));
+    assert_eq!(up.extra_listen_ip(ip("169.254.2.1")), None);
+    assert_eq!(up.extra_listen_ip(ip("0.0.0.0")), None);
+    // `::` takes IPv4 too (std leaves IPV6_V6ONLY at Linux's default, off).
+    assert_eq!(up.extra_listen_ip(ip("::")), None);
+    assert_eq!(
+        LocalAddress {
+            interface: Some(DummyInterface::new("hub-dummy0", IpAddr::V6(DEFAULT_IP6)).unwrap()),
+            filter_host: IpAddr::V6(DEFAULT_IP6),
+        }
+        .extra_listen_ip(ip("0.0.0.0")),
+        Some(ip("fd00::2:1"))
+    );
+}
+
+/// The check loop ends as soon as its stop channel is dropped, before any netlink call.
+#[test]
+fn the_check_loop_ends_when_the_hub_stops() {
+    let hub = DummyInterface::new("hub-test-stop", IpAddr::V4(DEFAULT_IP4)).unwrap();
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    drop(stop_tx);
+    let started = std::time::Instant::now();
+    recheck_loop(&hub, &stop_rx, Duration::from_secs(3600));
+    assert!(started.elapsed() < Duration::from_secs(5));
 }

@@ -229,10 +229,11 @@ fn client_template(config: &Config, signer: ClientSigner) -> CsrTemplate {
 
 /// The serving certificate's subject and the names it must hold but the `kubernetes`
 /// Service's cluster IP, which is asked of the cloud when the request is made.
-fn serving_template(config: &Config) -> CsrTemplate {
+pub(crate) fn serving_template(config: &Config) -> CsrTemplate {
     let mut ips: Vec<IpAddr> = Vec::new();
     let candidates = [
         config.node_ip,
+        config.dummy_if.as_ref().map(|d| d.ip),
         Some(config.proxy_addr.ip()),
         Some(config.serve_addr.ip()),
         Some(config.proxy_secure_addr.ip()),

@@ -15,6 +15,7 @@ mod cloud_filters;
 mod cloud_identity;
 mod cross;
 mod discovery;
+mod dummy_if;
 mod faults;
 mod filters;
 mod forward;

@@ -68,6 +68,9 @@ pub struct HubSpec {
     pub args: Vec<String>,
     /// Extra environment of the hub process (test hooks).
     pub env: Vec<(String, String)>,
+    /// A command the hub runs under (its words, then the binary), e.g. `setpriv ...`;
+    /// empty: the runner of `TINYHUB_TEST_RUNNER`, if any.
+    pub prefix: Vec<String>,
 }
 
 impl HubSpec {
@@ -94,6 +97,7 @@ impl HubSpec {
             root_dir: dir.join("root"),
             args: args.iter().map(|s| (*s).to_owned()).collect(),
             env: Vec::new(),
+            prefix: Vec::new(),
         }
     }
 
@@ -188,7 +192,14 @@ fn start_timeout() -> Duration {
 impl Hub {
     /// Starts a hub and waits until it says it is ready.
     pub fn start(spec: &HubSpec) -> Hub {
-        let mut cmd = hub_command();
+        let mut cmd = match spec.prefix.split_first() {
+            Some((program, words)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(words).arg(hub_binary());
+                cmd
+            }
+            None => hub_command(),
+        };
         if let Some(kubeconfig) = &spec.kubeconfig {
             cmd.arg(format!("--kubeconfig={}", kubeconfig.display()));
         }
@@ -203,6 +214,9 @@ impl Hub {
             .arg("--heartbeat-failed-retry=1")
             .arg("--heartbeat-healthy-threshold=1")
             .arg("--v=2")
+            // Hubs of parallel tests must not make (and delete) one interface of the host;
+            // tests/integration/dummy_if.rs turns it on inside its own network namespace.
+            .arg("--enable-dummy-if=false")
             .args(&spec.args)
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
