@@ -155,6 +155,8 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     // `local.filter_host` is the host the response filters inject.
     let local = LocalAddress::start(config.dummy_if.as_ref(), config.proxy_addr.ip());
     let (filters, filter_reload) = response_filters(&config, &upstream, local.filter_host);
+    // The filters inject the HTTPS port really bound (`--proxy-secure-port` may be 0).
+    let filter_port = filters.as_ref().map(|f| f.ctx.secure_port.clone());
     let mut writer_thread = None;
     let (cache, offline) = if config.working_mode == WorkingMode::Edge {
         match Store::open(&config.disk_cache_path) {
@@ -290,6 +292,9 @@ pub fn run(config: Config) -> Result<(), StartupError> {
                 let addr = listener.local_addr();
                 log::info!("listening role=https-proxy addr={addr}");
                 let _ = secure_addr.set(addr);
+                if let Some(port) = &filter_port {
+                    port.set(addr.port());
+                }
                 let tls = server::tls::server_config(serving);
                 if let Some(ip) = dummy_ip {
                     let also = SocketAddr::new(ip, addr.port());

@@ -23,7 +23,7 @@ pub(super) fn filter(obj: &Value, ctx: &FilterContext) -> Outcome {
         return Outcome::Unchanged;
     };
     let mut new = fields.clone();
-    set_https_port(new.get_mut("ports"), ctx.secure_port);
+    set_https_port(new.get_mut("ports"), ctx.secure_port.get());
     new.insert(
         "endpoints".into(),
         json!([{"addresses": [ctx.host.to_string()], "conditions": {"ready": true}}]),

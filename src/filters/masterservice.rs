@@ -20,7 +20,7 @@ pub(super) fn filter(obj: &Value, ctx: &FilterContext) -> Outcome {
     let mut new_spec = spec.clone();
     new_spec.insert("clusterIP".into(), Value::String(host.clone()));
     new_spec.insert("clusterIPs".into(), Value::Array(vec![Value::String(host)]));
-    set_https_port(new_spec.get_mut("ports"), ctx.secure_port);
+    set_https_port(new_spec.get_mut("ports"), ctx.secure_port.get());
     if new_spec == *spec {
         return Outcome::Unchanged;
     }

@@ -18,7 +18,8 @@ mod serviceenvupdater;
 mod servicetopology;
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
 use serde_json::Value;
 
@@ -354,8 +355,9 @@ fn never_filtered(component: &str) -> bool {
 pub(crate) struct FilterContext {
     /// The address pods reach the hub at: the dummy interface's IP, else the bind-proxy address.
     pub host: IpAddr,
-    /// The hub's HTTPS proxy port (`--proxy-secure-port`).
-    pub secure_port: u16,
+    /// The hub's HTTPS proxy port: `--proxy-secure-port` until the listener binds, then the
+    /// port it really bound (they differ for port 0).
+    pub secure_port: SecurePort,
     /// This node's name.
     pub node_name: String,
     /// `--nodepool-name`, when set.
@@ -369,12 +371,43 @@ impl FilterContext {
     pub(crate) fn from_config(config: &Config, host: IpAddr) -> FilterContext {
         FilterContext {
             host,
-            secure_port: config.proxy_secure_addr.port(),
+            secure_port: SecurePort::new(config.proxy_secure_addr.port()),
             node_name: config.node_name.clone(),
             pool_name: config.nodepool_name.clone().filter(|p| !p.is_empty()),
         }
     }
 }
+
+/// The HTTPS proxy port the filters inject, shared between every clone of a context so the
+/// HTTPS listener can publish the port it bound; one relaxed load per read on the request path.
+#[derive(Debug, Clone)]
+pub(crate) struct SecurePort(Arc<AtomicU16>);
+
+impl SecurePort {
+    /// A port holding `port` until [`SecurePort::set`].
+    pub(crate) fn new(port: u16) -> SecurePort {
+        SecurePort(Arc::new(AtomicU16::new(port)))
+    }
+
+    /// The current port.
+    pub(crate) fn get(&self) -> u16 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Publishes the port the listener bound, seen by every clone.
+    pub(crate) fn set(&self, port: u16) {
+        self.0.store(port, Ordering::Relaxed);
+    }
+}
+
+/// Two ports are equal when they hold the same value now (tests compare contexts).
+impl PartialEq for SecurePort {
+    fn eq(&self, other: &SecurePort) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for SecurePort {}
 
 /// What a filter needs from the cloud, answered by the caller (cached GETs through the hub).
 pub(crate) trait Lookups {

@@ -18,7 +18,7 @@ pub(super) fn filter(obj: &Value, ctx: &FilterContext) -> Outcome {
         return Outcome::Unchanged;
     };
     let host = ctx.host.to_string();
-    let port = ctx.secure_port.to_string();
+    let port = ctx.secure_port.get().to_string();
     let wanted = |name: Option<&str>| match name {
         Some("KUBERNETES_SERVICE_HOST") => Some(host.as_str()),
         Some("KUBERNETES_SERVICE_PORT") => Some(port.as_str()),

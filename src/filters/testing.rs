@@ -13,7 +13,7 @@ use super::{FilterContext, Lookups, Outcome};
 pub(crate) fn ctx() -> FilterContext {
     FilterContext {
         host: "169.254.2.1".parse().expect("literal IP"),
-        secure_port: 10268,
+        secure_port: super::SecurePort::new(10268),
         node_name: "node-a".into(),
         pool_name: None,
     }

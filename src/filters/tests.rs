@@ -489,7 +489,7 @@ fn switches_and_context_from_the_flags() {
         context,
         FilterContext {
             host,
-            secure_port: 10268,
+            secure_port: SecurePort::new(10268),
             node_name: "edge-1".into(),
             pool_name: None
         }
@@ -509,7 +509,11 @@ fn switches_and_context_from_the_flags() {
     assert!(s.is_enabled(FilterName::ServiceTopology));
     assert_eq!(s.unknown, ["bogus"]);
     let context = FilterContext::from_config(&c, host);
-    assert_eq!(context.secure_port, 10443);
+    assert_eq!(context.secure_port.get(), 10443);
+    // A clone shares the port the HTTPS listener publishes.
+    let copy = context.clone();
+    context.secure_port.set(40001);
+    assert_eq!(copy.secure_port.get(), 40001);
     assert_eq!(context.pool_name.as_deref(), Some("hangzhou"));
 
     let mut args = base.to_vec();
