@@ -378,3 +378,328 @@ fn a_watch_undecodable_from_its_start_passes_unchanged_and_one_broken_later_is_c
     assert_eq!(first["type"], "DELETED", "filtered: {first}");
     assert_eq!(events.next_event(), None, "then the stream ends");
 }
+
+/// A hub for `cloud` with `--proxy-secure-port=0` plus `args`, once its HTTPS port is open
+/// (the filters inject the port it really bound); returns that port too.
+fn start_hub_https(cloud: &Cloud, tag: &str, args: &[&str]) -> (Hub, TempDir, u16) {
+    let dir = TempDir::new(tag);
+    let spec = HubSpec::for_cloud(cloud, dir.path())
+        .with(&["--bind-proxy-address=127.0.0.1"])
+        .with(args);
+    let hub = Hub::start(&spec);
+    let https = hub
+        .wait_https(Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("no HTTPS port: {}", hub.logs()));
+    assert_ne!(https.port(), 0);
+    (hub, dir, https.port())
+}
+
+/// Lets the cache settle, stops the cloud and waits until the hub answers from the cache.
+fn go_offline(cloud: &Cloud, hub: &Hub) {
+    hub.wait_cache_quiet();
+    cloud.stop();
+    assert!(
+        hub.wait_healthy(cloud, false, Duration::from_secs(15)),
+        "{}",
+        hub.logs()
+    );
+}
+
+/// The port named `https` of a Service or EndpointSlice.
+fn https_port(obj: &Value) -> Value {
+    obj["spec"]["ports"]
+        .as_array()
+        .or_else(|| obj["ports"].as_array())
+        .and_then(|p| p.iter().find(|p| p["name"] == "https"))
+        .unwrap_or_else(|| panic!("no https port: {obj}"))["port"]
+        .clone()
+}
+
+/// kube-proxy's services as `(namespace/name)` for namespace `shop`.
+fn shop_services(hub: &Hub) -> Vec<String> {
+    let reply = get(
+        &format!("{}/api/v1/namespaces/shop/services", hub.url()),
+        KUBE_PROXY,
+    );
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let mut names: Vec<String> = reply.json()["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap_or("").to_owned())
+        .collect();
+    names.sort_unstable();
+    names
+}
+
+/// nodeportisolation for a hub whose pool is `pool-a`, from `args` or the node's label
+/// `node_pool`: a watch sees the Service for another pool as DELETED, a list omits it, online
+/// and from the cache.
+fn check_nodeport_isolation(tag: &str, args: &[&str], node_pool: &str) {
+    let cloud = Cloud::start();
+    cloud.node("edge-1", Some(node_pool), &[]);
+    let (hub, _dir, _) = start_hub_https(&cloud, tag, args);
+    let (status, body) = stream(
+        &format!(
+            "{}/api/v1/namespaces/shop/services?watch=true&timeoutSeconds=10",
+            hub.url()
+        ),
+        KUBE_PROXY,
+    );
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    assert!(cloud.wait_for_watchers("services", 1, Duration::from_secs(5)));
+    let theirs = cloud.nodeport_service("shop", "theirs", Some("pool-b, -pool-a"), "NodePort");
+    cloud.nodeport_service("shop", "ours", Some("-pool-c,pool-a"), "NodePort");
+    cloud.nodeport_service("shop", "plain", None, "NodePort");
+    cloud.nodeport_service("shop", "everyone", Some("*"), "LoadBalancer");
+
+    let dropped = events.next_event().expect("an event for theirs");
+    assert_eq!(dropped["type"], "DELETED", "{dropped}");
+    assert_eq!(dropped["object"]["metadata"]["name"], "theirs");
+    assert_eq!(
+        dropped["object"]["spec"], theirs["spec"],
+        "the original object"
+    );
+    for name in ["ours", "plain", "everyone"] {
+        let kept = events.next_event().expect("an event");
+        assert_eq!(kept["type"], "ADDED", "{kept}");
+        assert_eq!(kept["object"]["metadata"]["name"], name);
+    }
+    drop(events);
+
+    let want = ["everyone", "ours", "plain"];
+    assert_eq!(shop_services(&hub), want);
+    // kubelet is not nodeportisolation's client: it sees every Service.
+    let all = get(
+        &format!("{}/api/v1/namespaces/shop/services", hub.url()),
+        KUBELET,
+    );
+    assert!(item(&all.json(), "shop", "theirs").is_some());
+    go_offline(&cloud, &hub);
+    assert_eq!(shop_services(&hub), want);
+}
+
+#[test]
+fn nodeportisolation_uses_the_nodepool_flag_online_and_offline() {
+    // The flag wins over the node's label.
+    check_nodeport_isolation("filters-npi-flag", &["--nodepool-name=pool-a"], "pool-b");
+}
+
+#[test]
+fn nodeportisolation_uses_the_nodes_pool_label_online_and_offline() {
+    check_nodeport_isolation("filters-npi-label", &[], "pool-a");
+}
+
+#[test]
+fn kube_proxy_sends_kubernetes_traffic_to_the_bound_https_port_online_and_offline() {
+    let cloud = Cloud::start();
+    cloud.kubernetes_service_fixtures();
+    cloud.topology_service("shop", "web", None, &[("10.244.1.5", "edge-1")]);
+    let (hub, _dir, port) = start_hub_https(&cloud, "filters-fkst", &[]);
+    let check = || {
+        let slices = get(
+            &format!("{}/apis/discovery.k8s.io/v1/endpointslices", hub.url()),
+            KUBE_PROXY,
+        );
+        assert_eq!(slices.status, 200, "{}", slices.text());
+        let slices = slices.json();
+        let kubernetes = item(&slices, "default", "kubernetes").expect("default/kubernetes");
+        assert_eq!(
+            kubernetes["endpoints"],
+            json!([{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}]),
+            "{kubernetes}"
+        );
+        assert_eq!(https_port(kubernetes), port, "the port the hub bound");
+        // Other slices are not touched.
+        assert_eq!(web_addresses(&slices), ["10.244.1.5"]);
+
+        // masterservice injects the same bound port into kubelet's view.
+        let services = get(&format!("{}/api/v1/services", hub.url()), KUBELET).json();
+        let svc = item(&services, "default", "kubernetes").expect("kubernetes");
+        assert_eq!(svc["spec"]["clusterIP"], "127.0.0.1", "{svc}");
+        assert_eq!(https_port(svc), port, "the port the hub bound");
+    };
+    check();
+    go_offline(&cloud, &hub);
+    check();
+}
+
+#[test]
+fn kubelet_pods_point_explicit_service_env_at_the_hub_online_and_offline() {
+    let cloud = Cloud::start();
+    cloud.node("edge-1", Some("pool-a"), &[]);
+    cloud.pod_with_service_env("shop", "operator", "edge-1", "api.example.com", "443");
+    let (hub, _dir, port) = start_hub_https(&cloud, "filters-senv", &[]);
+    let env = |pod: &Value, field: &str, container: &str| -> Vec<(String, Value)> {
+        pod["spec"][field]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["name"] == container))
+            .unwrap_or_else(|| panic!("no {field} {container}: {pod}"))["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .filter(|v| {
+                v["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("KUBERNETES_SERVICE_"))
+            })
+            .map(|v| {
+                (
+                    v["name"].as_str().unwrap_or("").to_owned(),
+                    v["value"].clone(),
+                )
+            })
+            .collect()
+    };
+    let check_pod = |pod: &Value| {
+        let (host, port) = (json!("127.0.0.1"), json!(port.to_string()));
+        assert_eq!(
+            env(pod, "containers", "app"),
+            [
+                ("KUBERNETES_SERVICE_HOST".to_owned(), host.clone()),
+                ("KUBERNETES_SERVICE_PORT".to_owned(), port)
+            ]
+        );
+        // Set beside valueFrom; no port added.
+        assert_eq!(
+            env(pod, "containers", "sidecar"),
+            [("KUBERNETES_SERVICE_HOST".to_owned(), host)]
+        );
+        assert_eq!(
+            env(pod, "initContainers", "init"),
+            [
+                (
+                    "KUBERNETES_SERVICE_HOST".to_owned(),
+                    json!("api.example.com")
+                ),
+                ("KUBERNETES_SERVICE_PORT".to_owned(), json!("443"))
+            ],
+            "init containers are left alone"
+        );
+    };
+    let check = || {
+        let one = get(
+            &format!("{}/api/v1/namespaces/shop/pods/operator", hub.url()),
+            KUBELET,
+        );
+        assert_eq!(one.status, 200, "{}", one.text());
+        check_pod(&one.json());
+        let list = get(
+            &format!(
+                "{}/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+                hub.url()
+            ),
+            KUBELET,
+        );
+        assert_eq!(list.status, 200, "{}", list.text());
+        check_pod(item(&list.json(), "shop", "operator").expect("the pod"));
+    };
+    check();
+    // Another client's view is not changed.
+    let raw = get(
+        &format!("{}/api/v1/namespaces/shop/pods/operator", hub.url()),
+        KUBE_PROXY,
+    );
+    assert_eq!(
+        env(&raw.json(), "containers", "app")[0].1,
+        "api.example.com"
+    );
+    go_offline(&cloud, &hub);
+    check();
+}
+
+#[test]
+fn servicetopology_keeps_the_endpoints_of_this_nodes_pool_online_and_offline() {
+    let cloud = Cloud::start();
+    cloud.node("edge-1", Some("pool-a"), &[]);
+    cloud.nodepool("pool-a", &["edge-1", "edge-3"]);
+    cloud.nodepool("pool-b", &["edge-2"]);
+    cloud.topology_service(
+        "shop",
+        "web",
+        Some("openyurt.io/nodepool"),
+        &[
+            ("10.244.1.5", "edge-1"),
+            ("10.244.2.5", "edge-2"),
+            ("10.244.3.5", "edge-3"),
+        ],
+    );
+    let (hub, _dir, _) = start_hub_https(&cloud, "filters-pool-topology", &[]);
+    let url = format!(
+        "{}/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices",
+        hub.url()
+    );
+    let check = || {
+        let slices = get(&url, KUBE_PROXY);
+        assert_eq!(slices.status, 200, "{}", slices.text());
+        assert_eq!(web_addresses(&slices.json()), ["10.244.1.5", "10.244.3.5"]);
+    };
+    check();
+    go_offline(&cloud, &hub);
+    check();
+}
+
+/// The reads of [`check_filtered_reads`] with masterservice, or every filter (`*`), disabled.
+/// `want` is the cloud's own `default/kubernetes` Service.
+fn check_disabled(hub: &Hub, want: &Value, all: bool) {
+    let url = |p: &str| format!("{}{p}", hub.url());
+    let services = get(&url("/api/v1/services"), KUBELET);
+    assert_eq!(services.status, 200, "{}", services.text());
+    let services = services.json();
+    let kubernetes = item(&services, "default", "kubernetes").expect("kubernetes");
+    assert_eq!(kubernetes["spec"], want["spec"], "masterservice is off");
+
+    let services = get(&url("/api/v1/services"), KUBE_PROXY).json();
+    assert_eq!(
+        item(&services, "shop", "cloud-lb").is_some(),
+        all,
+        "discardcloudservice is on unless all are off: {services}"
+    );
+    let path = "/api/v1/namespaces/kube-system/configmaps/kube-proxy";
+    let cm = get(&url(path), KUBELET);
+    assert_eq!(cm.status, 200, "{}", cm.text());
+    let conf = cm.json()["data"]["config.conf"]
+        .as_str()
+        .expect("config.conf")
+        .to_owned();
+    assert_eq!(
+        conf.contains("#kubeconfig:"),
+        !all,
+        "inclusterconfig is on unless all are off: {conf}"
+    );
+}
+
+fn check_disabling(tag: &str, flag: &str, all: bool) {
+    let cloud = Cloud::start();
+    cloud.node("edge-1", Some("pool-a"), &[]);
+    cloud.lb_service_discard("shop", "cloud-lb", Some("true"));
+    cloud.kube_proxy_configmap();
+    let direct = CloudClient::new(&cloud, "kubernetes-admin");
+    let want = direct
+        .get("/api/v1/namespaces/default/services/kubernetes")
+        .json();
+    let (hub, _dir, _) = start_hub_https(&cloud, tag, &[flag]);
+    check_disabled(&hub, &want, all);
+    if all {
+        let path = "/api/v1/namespaces/kube-system/configmaps/kube-proxy";
+        let got = get(&format!("{}{path}", hub.url()), KUBELET);
+        assert_eq!(got.text(), direct.get(path).text(), "byte for byte");
+    }
+    go_offline(&cloud, &hub);
+    check_disabled(&hub, &want, all);
+}
+
+#[test]
+fn disabled_masterservice_leaves_kubernetes_alone_online_and_offline() {
+    check_disabling(
+        "filters-disable-ms",
+        "--disabled-resource-filters=masterservice",
+        false,
+    );
+}
+
+#[test]
+fn disabling_every_filter_leaves_answers_unchanged_online_and_offline() {
+    check_disabling("filters-disable-all", "--disabled-resource-filters=*", true);
+}
