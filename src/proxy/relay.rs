@@ -441,6 +441,8 @@ impl Call<'_> {
             s.chunk(&out);
             s.finish(true);
         }
+        // Recorded before the last chunk: a client that read the answer sees it counted.
+        drop(stage);
         done(writer.finish(), cache_status)
     }
 }
