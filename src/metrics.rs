@@ -313,7 +313,50 @@ impl Metrics {
             "idempotent requests retried on another backend",
             &self.upstream_retries,
         );
+        render_filters(&mut out, &crate::filters::FILTER_STATS);
         out
+    }
+}
+
+/// The response filters' series: objects per filter and outcome, and the filter stage's
+/// time per answer as a summary (sum and count) per chain.
+fn render_filters(out: &mut String, stats: &crate::filters::FilterStats) {
+    use crate::filters::FilterName;
+    header(
+        out,
+        "tinyhub_filter_objects_total",
+        "counter",
+        "objects a response filter saw, changed or dropped",
+    );
+    for filter in FilterName::ALL {
+        let c = stats.of(filter);
+        for (outcome, value) in [
+            ("seen", &c.seen),
+            ("changed", &c.changed),
+            ("dropped", &c.dropped),
+        ] {
+            let _ = writeln!(
+                out,
+                "tinyhub_filter_objects_total{{filter=\"{}\",outcome=\"{outcome}\"}} {}",
+                filter.name(),
+                value.load(Ordering::Relaxed)
+            );
+        }
+    }
+    header(
+        out,
+        "tinyhub_filter_seconds",
+        "summary",
+        "time the filter stage spent on an answer (decode, filters, encode), by chain; a watch counts once, when it ends",
+    );
+    for (chain, answers, nanos) in stats.answer_times() {
+        let names: Vec<&str> = chain.iter().map(FilterName::name).collect();
+        let label = names.join(",");
+        let seconds = nanos as f64 / 1e9;
+        let _ = writeln!(
+            out,
+            "tinyhub_filter_seconds_sum{{filter_chain=\"{label}\"}} {seconds:.9}\ntinyhub_filter_seconds_count{{filter_chain=\"{label}\"}} {answers}"
+        );
     }
 }
 
@@ -401,6 +444,52 @@ mod tests {
         assert!(text.contains("node_yurthub_in_flight_requests_total 0"));
         assert!(text.contains("tinyhub_heap_bytes "));
         assert!(text.contains("tinyhub_cache_writer_busy_seconds_total "));
+    }
+
+    #[test]
+    fn filter_series_show_each_filter_and_the_time_per_chain() {
+        use crate::filters::{Chain, FilterName, FilterStats};
+        static S: FilterStats = FilterStats::new();
+        let master = S.of(FilterName::MasterService);
+        master.seen.fetch_add(5, Ordering::Relaxed);
+        master.changed.fetch_add(1, Ordering::Relaxed);
+        S.of(FilterName::DiscardCloudService)
+            .dropped
+            .fetch_add(2, Ordering::Relaxed);
+        let proxy = Chain::EMPTY
+            .with(FilterName::NodePortIsolation)
+            .with(FilterName::DiscardCloudService);
+        S.record_answer(proxy, std::time::Duration::from_millis(3));
+        S.record_answer(proxy, std::time::Duration::from_millis(1));
+        let mut text = String::new();
+        render_filters(&mut text, &S);
+        assert!(text.contains("# TYPE tinyhub_filter_objects_total counter\n"));
+        for line in [
+            "tinyhub_filter_objects_total{filter=\"masterservice\",outcome=\"seen\"} 5",
+            "tinyhub_filter_objects_total{filter=\"masterservice\",outcome=\"changed\"} 1",
+            "tinyhub_filter_objects_total{filter=\"masterservice\",outcome=\"dropped\"} 0",
+            "tinyhub_filter_objects_total{filter=\"discardcloudservice\",outcome=\"dropped\"} 2",
+            "tinyhub_filter_objects_total{filter=\"serviceenvupdater\",outcome=\"seen\"} 0",
+            "# TYPE tinyhub_filter_seconds summary",
+            // Registration order, whatever order the chain was built in.
+            "tinyhub_filter_seconds_sum{filter_chain=\"discardcloudservice,nodeportisolation\"} 0.004000000",
+            "tinyhub_filter_seconds_count{filter_chain=\"discardcloudservice,nodeportisolation\"} 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        assert_eq!(text.matches("tinyhub_filter_objects_total{").count(), 21);
+        // A chain that filtered nothing has no series.
+        assert_eq!(text.matches("tinyhub_filter_seconds_count{").count(), 1);
+    }
+
+    #[test]
+    fn the_page_carries_the_filter_series() {
+        static M: Metrics = Metrics::new();
+        let text = M.render(&[]);
+        assert!(text.contains(
+            "tinyhub_filter_objects_total{filter=\"servicetopology\",outcome=\"seen\"} "
+        ));
+        assert!(text.contains("# TYPE tinyhub_filter_seconds summary"));
     }
 
     #[test]

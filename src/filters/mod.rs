@@ -520,22 +520,71 @@ impl FilterCounter {
     }
 }
 
-/// Counters of every filter, indexed like [`FilterName::ALL`], for the metrics page.
+/// The filter stage's time spent on the answers of one chain.
+#[derive(Debug)]
+struct ChainTime {
+    /// Answers filtered.
+    answers: AtomicU64,
+    /// Nanoseconds spent filtering them (decode, filters, encode; not the network).
+    nanos: AtomicU64,
+}
+
+/// Chains there can be: one bit per filter.
+const CHAINS: usize = 1 << FilterName::ALL.len();
+
+/// Counters of every filter, indexed like [`FilterName::ALL`], and the filter stage's time
+/// per chain, for the metrics page.
 #[derive(Debug)]
 pub(crate) struct FilterStats {
     per_filter: [FilterCounter; 7],
+    // Indexed by the chain's bits: a fixed array of atomics, so recording takes no lock and
+    // never allocates.
+    per_chain: [ChainTime; CHAINS],
 }
 
 impl FilterStats {
-    const fn new() -> FilterStats {
+    /// All counters at zero.
+    pub(crate) const fn new() -> FilterStats {
         FilterStats {
             per_filter: [const { FilterCounter::new() }; 7],
+            per_chain: [const {
+                ChainTime {
+                    answers: AtomicU64::new(0),
+                    nanos: AtomicU64::new(0),
+                }
+            }; CHAINS],
         }
     }
 
     /// The counters of `filter`.
     pub(crate) fn of(&self, filter: FilterName) -> &FilterCounter {
         &self.per_filter[filter.index()]
+    }
+
+    /// Counts one answer filtered by `chain`, which took `spent` in the filter stage.
+    pub(crate) fn record_answer(&self, chain: Chain, spent: std::time::Duration) {
+        let time = &self.per_chain[usize::from(chain.0) % CHAINS];
+        time.answers.fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
+        time.nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Every chain that filtered an answer: (chain, answers, nanoseconds spent).
+    pub(crate) fn answer_times(&self) -> impl Iterator<Item = (Chain, u64, u64)> + '_ {
+        self.per_chain
+            .iter()
+            .enumerate()
+            .filter_map(|(bits, time)| {
+                let answers = time.answers.load(Ordering::Relaxed);
+                // `bits` < CHAINS = 128 fits a u8.
+                (answers > 0).then(|| {
+                    (
+                        Chain(bits as u8),
+                        answers,
+                        time.nanos.load(Ordering::Relaxed),
+                    )
+                })
+            })
     }
 }
 

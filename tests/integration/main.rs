@@ -17,6 +17,7 @@ mod cross;
 mod discovery;
 mod dummy_if;
 mod faults;
+mod filter_metrics;
 mod filters;
 mod forward;
 mod hostile;

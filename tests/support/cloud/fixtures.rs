@@ -518,10 +518,18 @@ users:
     /// `app=svc-<i:06>`; its `openyurt.io/topologyKeys` annotation is `kubernetes.io/hostname`
     /// when `i % 4 == 0`, `openyurt.io/nodepool` when `i % 4 == 1`, absent otherwise.
     pub fn populate_services(&self, count: usize) -> u64 {
+        self.populate_services_from(0, count)
+    }
+
+    /// [`Cloud::populate_services`] of Services `first` to `first + count - 1`: the rest of a
+    /// set begun by an earlier call (the slices of [`Cloud::populate_endpointslices`] need
+    /// Services `0..count`).
+    pub fn populate_services_from(&self, first: usize, count: usize) -> u64 {
         let id = kind_id("services");
         let now = rfc3339(unix_now());
         let store = &self.inst.shared.store;
         store.insert_many(id, count, &mut |i, rv| {
+            let i = first + i;
             let name = format!("svc-{i:06}");
             let ns = format!("svc-{}", i % 10);
             let uid = new_uid();
