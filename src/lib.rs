@@ -45,6 +45,12 @@ mod upstream;
 /// a TLS handshake with ring plus JSON decoding stays well under it; see BENCHMARKS.md.
 pub(crate) const SMALL_STACK: usize = 256 * 1024;
 
+/// Locks `m`, also after a panic elsewhere poisoned it: the hub's shared state is plain values
+/// that stay usable, and one failed thread must not stop the others.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Starts a named thread with [`SMALL_STACK`]; a failure says which thread.
 pub(crate) fn spawn<F>(name: &str, f: F) -> Result<std::thread::JoinHandle<()>, error::StartupError>
 where

@@ -8,6 +8,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
+
+use crate::lock;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// Labels YurtHub uses for per-request series: verb, resource, subresources, client.
@@ -385,11 +387,6 @@ impl Drop for InFlight {
             }
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding a metrics lock leaves plain numbers behind; keep serving them.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {

@@ -14,6 +14,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use crate::error::StartupError;
 
 /// Parsed, validated TLS material.
+#[derive(Clone)]
 pub(crate) struct TlsMaterial {
     /// Every certificate of the CA bundle (not just the first, unlike `Certificate::from_pem`).
     pub roots: Vec<CertificateDer<'static>>,

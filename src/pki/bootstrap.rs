@@ -86,7 +86,7 @@ impl TokenContext {
         let api = || self.client_api(&mode, stop);
         let mut install = |stored: &StoredCert, info: &CertInfo| -> Result<(), String> {
             let ca = self.root.read_ca().ok_or("the cluster CA file is gone")?;
-            let tls = material(&ca, &stored.chain_pem, &stored.identity.key_pem)?;
+            let tls = material(&ca, &stored.identity)?;
             install_tls(&self.upstream, &tls, self.probe_timeout)?;
             self.state.client_installed(Some(info.not_after));
             Ok(())

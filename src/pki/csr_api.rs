@@ -1079,12 +1079,7 @@ mod tests {
         assert!(!seen.head.contains("authorization"), "{}", seen.head);
 
         // Without a certificate, the handshake fails: a transport error.
-        let anonymous = ApiClient::new(
-            &cloud.url,
-            cloud.ca_pem.as_bytes(),
-            Auth::Token("abcdef.0123456789abcdef".into()),
-        )
-        .expect("client");
+        let anonymous = token_client(&cloud);
         assert!(matches!(
             anonymous.get_json("/api", Duration::from_secs(10)),
             Err(ApiError::Transport(_))
@@ -1100,6 +1095,16 @@ mod tests {
 
     /// The stand-in for `request_certificate`: create answers rv 5, the first watch breaks
     /// after a pending event, the get answers rv 7, the second watch issues.
+    /// A client of `cloud` with the test bootstrap token.
+    fn token_client(cloud: &test_cloud::TestCloud) -> ApiClient {
+        ApiClient::new(
+            &cloud.url,
+            cloud.ca_pem.as_bytes(),
+            Auth::Token("abcdef.0123456789abcdef".into()),
+        )
+        .expect("client")
+    }
+
     fn issuing_cloud() -> test_cloud::TestCloud {
         let watches = std::sync::atomic::AtomicUsize::new(0);
         test_cloud::start(
@@ -1131,12 +1136,7 @@ mod tests {
     #[test]
     fn request_certificate_creates_watches_rereads_and_returns_the_chain() {
         let cloud = issuing_cloud();
-        let client = ApiClient::new(
-            &cloud.url,
-            cloud.ca_pem.as_bytes(),
-            Auth::Token("abcdef.0123456789abcdef".into()),
-        )
-        .expect("client");
+        let client = token_client(&cloud);
         let (_stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
         let pem =
             request_certificate(&client, &spec(), Duration::from_secs(30), &stop).expect("issued");
@@ -1177,12 +1177,7 @@ mod tests {
                 r#"{"kind":"Status","code":403,"message":"forbidden: token expired"}"#.into(),
             )
         });
-        let client = ApiClient::new(
-            &cloud.url,
-            cloud.ca_pem.as_bytes(),
-            Auth::Token("abcdef.0123456789abcdef".into()),
-        )
-        .expect("client");
+        let client = token_client(&cloud);
         let (_stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
         let err = request_certificate(&client, &spec(), Duration::from_secs(30), &stop)
             .expect_err("refused");
@@ -1197,12 +1192,7 @@ mod tests {
 
         // A 5xx is the server's trouble, to be tried again: not a refusal.
         let broken = test_cloud::start(|_| Reply::Json(503, r#"{"message":"etcd down"}"#.into()));
-        let client = ApiClient::new(
-            &broken.url,
-            broken.ca_pem.as_bytes(),
-            Auth::Token("abcdef.0123456789abcdef".into()),
-        )
-        .expect("client");
+        let client = token_client(&broken);
         match request_certificate(&client, &spec(), Duration::from_secs(30), &stop) {
             Err(CsrError::Transport(why)) => assert!(why.contains("etcd down"), "{why}"),
             other => panic!("{other:?}"),
@@ -1220,12 +1210,7 @@ mod tests {
     #[test]
     fn closing_stop_abandons_a_silent_watch() {
         let cloud = silent_cloud();
-        let client = ApiClient::new(
-            &cloud.url,
-            cloud.ca_pem.as_bytes(),
-            Auth::Token("abcdef.0123456789abcdef".into()),
-        )
-        .expect("client");
+        let client = token_client(&cloud);
         let (stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
         let seen = cloud.seen.clone();
         std::thread::spawn(move || {
@@ -1246,12 +1231,7 @@ mod tests {
     #[test]
     fn a_silent_watch_times_out_after_the_wait() {
         let cloud = silent_cloud();
-        let client = ApiClient::new(
-            &cloud.url,
-            cloud.ca_pem.as_bytes(),
-            Auth::Token("abcdef.0123456789abcdef".into()),
-        )
-        .expect("client");
+        let client = token_client(&cloud);
         let (_stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
         let err = request_certificate(&client, &spec(), Duration::from_secs(2), &stop)
             .expect_err("timed out");

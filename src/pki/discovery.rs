@@ -484,6 +484,15 @@ mod tests {
         }
     }
 
+    /// Discovery at one server with the test token and [`fast`] timing.
+    fn discover_at(
+        url: &str,
+        pins: &[CaPin],
+        stop: &crossbeam_channel::Receiver<()>,
+    ) -> Result<Discovered, DiscoveryError> {
+        discover(&[url.to_owned()], &token(), pins, &fast(), stop)
+    }
+
     fn no_stop() -> (crossbeam_channel::Sender<()>, Receiver<()>) {
         crossbeam_channel::bounded(0)
     }
@@ -732,14 +741,8 @@ mod tests {
     fn discovery_with_a_pin_fetches_twice_and_returns_the_endpoint_and_ca() {
         let cloud = discovery_cloud("0123456789abcdef", same);
         let (_keep, stop) = no_stop();
-        let found = discover(
-            std::slice::from_ref(&cloud.url),
-            &token(),
-            &[pin(cloud.ca_spki_sha256)],
-            &fast(),
-            &stop,
-        )
-        .expect("discovered");
+        let found =
+            discover_at(&cloud.url, &[pin(cloud.ca_spki_sha256)], &stop).expect("discovered");
         assert_eq!(
             found,
             Discovered {
@@ -756,14 +759,7 @@ mod tests {
     fn discovery_without_pins_trusts_the_signature_alone() {
         let cloud = discovery_cloud("0123456789abcdef", same);
         let (_keep, stop) = no_stop();
-        let found = discover(
-            std::slice::from_ref(&cloud.url),
-            &token(),
-            &[],
-            &fast(),
-            &stop,
-        )
-        .expect("discovered");
+        let found = discover_at(&cloud.url, &[], &stop).expect("discovered");
         assert_eq!(found.ca_pem, cloud.ca_pem.as_bytes());
         assert_eq!(cloud.seen.try_iter().count(), 1);
     }
@@ -773,14 +769,7 @@ mod tests {
         let (_keep, stop) = no_stop();
         let cloud = discovery_cloud("0123456789abcdef", same);
         let (_, other_pin, ..) = test_cloud::ca_and_leaf();
-        let err = discover(
-            std::slice::from_ref(&cloud.url),
-            &token(),
-            &[pin(other_pin)],
-            &fast(),
-            &stop,
-        )
-        .expect_err("pin mismatch");
+        let err = discover_at(&cloud.url, &[pin(other_pin)], &stop).expect_err("pin mismatch");
         assert_eq!(
             err,
             DiscoveryError::PinMismatch {
@@ -789,14 +778,7 @@ mod tests {
         );
 
         let forged = discovery_cloud("ffffffffffffffff", same);
-        let err = discover(
-            std::slice::from_ref(&forged.url),
-            &token(),
-            &[],
-            &fast(),
-            &stop,
-        )
-        .expect_err("bad signature");
+        let err = discover_at(&forged.url, &[], &stop).expect_err("bad signature");
         assert!(matches!(err, DiscoveryError::BadSignature(_)), "{err}");
 
         fn changed(n: usize, config: String) -> String {
@@ -807,14 +789,8 @@ mod tests {
             }
         }
         let fickle = discovery_cloud("0123456789abcdef", changed);
-        let err = discover(
-            std::slice::from_ref(&fickle.url),
-            &token(),
-            &[pin(fickle.ca_spki_sha256)],
-            &fast(),
-            &stop,
-        )
-        .expect_err("differs");
+        let err =
+            discover_at(&fickle.url, &[pin(fickle.ca_spki_sha256)], &stop).expect_err("differs");
         assert_eq!(err, DiscoveryError::SecondFetchDiffers);
     }
 
@@ -827,14 +803,7 @@ mod tests {
             kubeconfig(&other_ca, "https://x:6443")
         });
         let (_keep, stop) = no_stop();
-        let err = discover(
-            std::slice::from_ref(&cloud.url),
-            &token(),
-            &[pin(other_pin)],
-            &fast(),
-            &stop,
-        )
-        .expect_err("unverifiable");
+        let err = discover_at(&cloud.url, &[pin(other_pin)], &stop).expect_err("unverifiable");
         assert!(
             matches!(&err, DiscoveryError::Unreachable { server, .. } if *server == cloud.url),
             "{err}"
@@ -852,14 +821,7 @@ mod tests {
         );
         let cloud = test_cloud::start(move |_| Reply::Json(200, body.clone()));
         let (_keep, stop) = no_stop();
-        let err = discover(
-            std::slice::from_ref(&cloud.url),
-            &token(),
-            &[],
-            &fast(),
-            &stop,
-        )
-        .expect_err("no signature");
+        let err = discover_at(&cloud.url, &[], &stop).expect_err("no signature");
         assert_eq!(
             err,
             DiscoveryError::NoSignature {

@@ -62,8 +62,6 @@ impl CertKind {
 
 /// A certificate pair read back from `pki/`.
 pub(crate) struct StoredCert {
-    /// The certificate chain as PEM, leaf first (no key).
-    pub chain_pem: Vec<u8>,
     /// Chain DER and key, checked to belong together.
     pub identity: ClientIdentity,
     /// The dated file `-current.pem` resolves to (itself when it is a plain file).
@@ -314,17 +312,14 @@ impl RootDir {
             why("not PEM".into());
             return None;
         };
+        // The key alone: ureq takes the client key as PEM.
         let (chain_pem, key_pem) = split_pair(text);
         if chain_pem.is_empty() || key_pem.is_empty() {
             why("not a certificate and key in PEM".into());
             return None;
         }
         match crate::tls::identity(chain_pem.as_bytes(), key_pem.as_bytes()) {
-            Ok(identity) => Some(StoredCert {
-                chain_pem: chain_pem.into_bytes(),
-                identity,
-                path,
-            }),
+            Ok(identity) => Some(StoredCert { identity, path }),
             Err(e) => {
                 why(e.to_string());
                 None
@@ -802,6 +797,14 @@ mod tests {
         (cert.pem(), key.serialize_pem())
     }
 
+    /// The certificates of a PEM text, as a loaded pair's chain holds them.
+    fn ders(pem: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+        use rustls::pki_types::pem::PemObject;
+        rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
     fn mode(path: &Path) -> u32 {
         fs::symlink_metadata(path).unwrap().permissions().mode() & 0o777
     }
@@ -994,7 +997,7 @@ users:
         assert!(first.exists(), "KEEP keeps the previous pair");
         let loaded = root.load_cert(CertKind::Client).unwrap();
         assert_eq!(loaded.path, second);
-        assert_eq!(loaded.chain_pem, c2.as_bytes());
+        assert_eq!(loaded.identity.chain, ders(&c2));
         let file = fs::read_to_string(&second).unwrap();
         assert_eq!(file, format!("{c2}{k2}"));
         assert_eq!(mode(&second), 0o600);
@@ -1017,8 +1020,8 @@ users:
             ]
         );
         assert_eq!(
-            root.load_cert(CertKind::Serving).unwrap().chain_pem,
-            s1.as_bytes()
+            root.load_cert(CertKind::Serving).unwrap().identity.chain,
+            ders(&s1)
         );
 
         // A pair that does not belong together is refused and changes nothing.
@@ -1099,8 +1102,8 @@ WV9WW4BpTCGAUIZKhS+R9lEajtuhRANCAATq+FIrfvmSbDO5zY7uenGgP53Sn103
         assert_eq!(loaded.path, dated);
         assert_eq!(loaded.identity.chain.len(), 2);
         assert_eq!(
-            loaded.chain_pem,
-            format!("{}{}", cert.pem(), ca_cert.pem()).as_bytes()
+            loaded.identity.chain,
+            ders(&format!("{}{}", cert.pem(), ca_cert.pem()))
         );
         let key_pem = String::from_utf8(loaded.identity.key_pem.clone()).unwrap();
         assert!(

@@ -15,7 +15,7 @@ use super::state::IdentityState;
 use super::{install_tls, reachable};
 use crate::config::KubeletFiles;
 use crate::metrics::{METRICS, Metrics};
-use crate::tls::TlsMaterial;
+use crate::tls::{self, ClientIdentity, TlsMaterial};
 use crate::upstream::Upstream;
 
 /// Time between two looks at kubelet's certificate file.
@@ -39,9 +39,15 @@ fn version(files: &KubeletFiles) -> Option<Version> {
     })
 }
 
-/// Reads the CA and kubelet's certificate and key (one PEM file, as kubelet writes it):
-/// the material and the certificate's expiry.
-pub(super) fn read(files: &KubeletFiles) -> Result<(TlsMaterial, Option<SystemTime>), String> {
+/// Reads the CA and kubelet's certificate and key (one PEM file, as kubelet writes it).
+pub(super) fn read(files: &KubeletFiles) -> Result<TlsMaterial, String> {
+    let (ca, identity) = read_files(files)?;
+    super::material(&ca, &identity)
+        .map_err(|e| format!("kubeletcertificate mode: {}: {e}", files.ca.display()))
+}
+
+/// The CA's PEM and kubelet's client identity, each file read once.
+fn read_files(files: &KubeletFiles) -> Result<(Vec<u8>, ClientIdentity), String> {
     let ca = std::fs::read(&files.ca).map_err(|e| {
         format!(
             "kubeletcertificate mode: the cluster CA {}: {e}",
@@ -54,10 +60,9 @@ pub(super) fn read(files: &KubeletFiles) -> Result<(TlsMaterial, Option<SystemTi
             files.cert.display()
         )
     })?;
-    let material = super::material(&ca, &pem, &pem)
+    let identity = tls::identity(&pem, &pem)
         .map_err(|e| format!("kubeletcertificate mode: {}: {e}", files.cert.display()))?;
-    let not_after = material.client_not_after();
-    Ok((material, not_after))
+    Ok((ca, identity))
 }
 
 /// Follows kubelet's certificate file.
@@ -91,10 +96,7 @@ impl Watch {
     ) -> Arc<dyn Fn() -> Result<ApiClient, String> + Send + Sync> {
         let files = self.files.clone();
         Arc::new(move || {
-            let (material, _) = read(&files)?;
-            let identity = material.client.ok_or("no client certificate")?;
-            let ca =
-                std::fs::read(&files.ca).map_err(|e| format!("{}: {e}", files.ca.display()))?;
+            let (ca, identity) = read_files(&files)?;
             ApiClient::new(&reachable(&servers)?, &ca, Auth::Certificate(identity))
         })
     }
@@ -109,7 +111,8 @@ impl Watch {
             let now = version(&self.files);
             if now.is_some() && now != seen {
                 match read(&self.files) {
-                    Ok((material, not_after)) => {
+                    Ok(material) => {
+                        let not_after = material.client_not_after();
                         match install_tls(&self.upstream, &material, self.probe_timeout) {
                             Ok(()) => {
                                 self.state.client_installed(not_after);

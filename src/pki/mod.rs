@@ -35,7 +35,7 @@ use crate::config::{ClientSigner, Config, IdentitySource, Token};
 use crate::error::StartupError;
 use crate::server::tls::ServingCert;
 use crate::spawn;
-use crate::tls::{self, TlsMaterial};
+use crate::tls::{self, ClientIdentity, TlsMaterial};
 use crate::upstream::Upstream;
 use csr::CsrTemplate;
 use csr_api::{ApiClient, Auth};
@@ -61,13 +61,7 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// are answered from the cache.
 pub(crate) fn initial_credentials(config: &Config) -> (Option<TlsMaterial>, Option<Token>) {
     match &config.identity {
-        IdentitySource::Kubeconfig { tls, token } => (
-            Some(TlsMaterial {
-                roots: tls.roots.clone(),
-                client: tls.client.clone(),
-            }),
-            token.clone(),
-        ),
+        IdentitySource::Kubeconfig { tls, token } => (Some(tls.clone()), token.clone()),
         IdentitySource::Token(mode) => {
             let root = RootDir::new(config.root_dir.clone());
             // YurtHub empties the whole root when the cloud changed; only what the hub made
@@ -87,14 +81,14 @@ pub(crate) fn initial_credentials(config: &Config) -> (Option<TlsMaterial>, Opti
             }
             let material = root.read_ca().and_then(|ca| {
                 let stored = root.load_cert(CertKind::Client)?;
-                material(&ca, &stored.chain_pem, &stored.identity.key_pem)
+                material(&ca, &stored.identity)
                     .map_err(|e| log::warn!("the stored client certificate is unusable: {e}"))
                     .ok()
             });
             (material, None)
         }
         IdentitySource::Kubelet(files) => match kubelet::read(files) {
-            Ok((material, _)) => (Some(material), None),
+            Ok(material) => (Some(material), None),
             Err(e) => {
                 log::error!("{e}");
                 (None, None)
@@ -267,9 +261,12 @@ fn install_tls(
     Ok(())
 }
 
-/// TLS material from PEM: the CA bundle and a certificate chain with its key.
-fn material(ca_pem: &[u8], chain_pem: &[u8], key_pem: &[u8]) -> Result<TlsMaterial, String> {
-    tls::load(ca_pem, Some((chain_pem, key_pem))).map_err(|e| e.to_string())
+/// TLS material from the CA bundle's PEM and a client identity already checked when it was
+/// read (`tls::identity`): only the CA is parsed here.
+fn material(ca_pem: &[u8], identity: &ClientIdentity) -> Result<TlsMaterial, String> {
+    let mut material = tls::load(ca_pem, None).map_err(|e| e.to_string())?;
+    material.client = Some(identity.clone());
+    Ok(material)
 }
 
 /// The bearer token of a kubeconfig, read now when it is a file.

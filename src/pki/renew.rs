@@ -168,15 +168,11 @@ fn request(
                 "cannot store the new {}: {e}; using it from memory and storing it again later",
                 renewal.what
             );
-            (PathBuf::new(), Some((chain.clone(), key_pem)))
+            (PathBuf::new(), Some((chain, key_pem)))
         }
     };
     Ok(Issued {
-        stored: StoredCert {
-            chain_pem: chain,
-            identity,
-            path,
-        },
+        stored: StoredCert { identity, path },
         info,
         unsaved,
     })

@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::bootstrap::TokenUpdates;
+use crate::lock;
 
 /// The hub's certificates as readyz reports them. Shared by the identity threads (writers)
 /// and the serve port (reader).
@@ -51,11 +52,6 @@ impl Slot {
             None => (false, state),
         }
     }
-}
-
-/// A lock that outlives a panic elsewhere: the state stays readable.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl IdentityState {
