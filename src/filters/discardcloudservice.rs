@@ -1,7 +1,6 @@
 //! discardcloudservice (YURTHUB.md §2.5): hides from kube-proxy the Services only the cloud
 //! can serve: LoadBalancers annotated `svc.openyurt.io/discard: "true"` and the tunnel
 //! server's internal Service.
-#![allow(dead_code)] // wired in issue 14's relay stage
 
 use serde_json::Value;
 

@@ -2,7 +2,6 @@
 //! `default/kubernetes` has one endpoint, the hub's HTTPS listener, so pods' traffic to the
 //! `kubernetes` ClusterIP is DNAT-ed to the hub. A slice of the other address family than
 //! the hub's address is left alone.
-#![allow(dead_code)] // wired in issue 14's relay stage
 
 use serde_json::{Value, json};
 

@@ -2,7 +2,6 @@
 //! the `kubeconfig:` line of `config.conf` is commented out, so the kube-proxy pod falls back
 //! to in-cluster config and reaches the cloud through the hub (with masterservice). Master
 //! nodes without a hub, which read the ConfigMap directly, keep their kubeconfig.
-#![allow(dead_code)] // wired in issue 14's relay stage
 
 use serde_json::Value;
 

@@ -130,7 +130,7 @@ impl Lookups for CloudLookups {
         let svc = self.get(&format!(
             "/api/v1/namespaces/{namespace}/services/{service}"
         ))?;
-        Some(super::annotation(&svc, "openyurt.io/topologyKeys").map(str::to_owned))
+        Some(super::annotation(&svc, super::servicetopology::TOPOLOGY_ANNOTATION).map(str::to_owned))
     }
 
     fn node_pool(&self) -> Option<String> {

@@ -2,7 +2,6 @@
 //! the hub's HTTPS listener, so the `KUBERNETES_SERVICE_*` env vars kubelet gives every pod
 //! lead in-cluster clients to the hub. Sets `clusterIP` and `clusterIPs` (CoreDNS reads the
 //! latter, #2173) and the port named `https`; `targetPort` is left alone.
-#![allow(dead_code)] // wired in issue 14's relay stage
 
 use serde_json::Value;
 

@@ -6,7 +6,6 @@
 //! the caller; turning an [`Outcome`] into a response (a dropped watch object becomes
 //! `DELETED` with the original, a dropped get sends the original, a dropped list item is
 //! omitted) is the relay's job. Filters never mutate their input: the input may be shared.
-#![allow(dead_code)] // wired in issue 14's relay stage
 
 mod discardcloudservice;
 mod forwardkubesvctraffic;
@@ -265,7 +264,7 @@ impl FilterConfig {
         config
     }
 
-    /// The components that get `filter` (defaults, then additions), for logs.
+    /// The components that get `filter` (defaults, then additions).
     pub(crate) fn components(&self, filter: FilterName) -> Vec<&str> {
         let mut all: Vec<&str> = filter.defaults().components.to_vec();
         all.extend(self.added[filter.index()].iter().map(String::as_str));
@@ -333,7 +332,15 @@ impl FilterReload {
         );
         let mut current = self.config.write().unwrap_or_else(|p| p.into_inner());
         if **current != config {
-            log::info!("response filter configuration changed by yurt-hub-cfg");
+            let summary: Vec<String> = FilterName::ALL
+                .into_iter()
+                .filter(|f| config.switches.is_enabled(*f))
+                .map(|f| format!("{}={}", f.name(), config.components(f).join(",")))
+                .collect();
+            log::info!(
+                "response filter configuration changed by yurt-hub-cfg: {}",
+                summary.join(" ")
+            );
             *current = std::sync::Arc::new(config);
         }
     }

@@ -1,7 +1,6 @@
 //! nodeportisolation (YURTHUB.md §2.6): hides from kube-proxy the NodePort and LoadBalancer
 //! Services whose `nodeport.openyurt.io/listen` annotation does not name this node's pool,
 //! so their node ports are not opened here. Services without the annotation pass.
-#![allow(dead_code)] // wired in issue 14's relay stage
 
 use serde_json::Value;
 

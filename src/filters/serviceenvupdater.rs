@@ -2,7 +2,6 @@
 //! `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT` env vars of `spec.containers` point at
 //! the hub (#2158: a cloud webhook may inject a public FQDN). Variables are never added, and
 //! init and ephemeral containers are left alone, as in YurtHub.
-#![allow(dead_code)] // wired in issue 14's relay stage
 
 use serde_json::Value;
 

@@ -7,14 +7,13 @@
 //! which YurtHub leaves unfiltered (#2613). The object is never dropped: a slice may end with
 //! no endpoints (#1028). Pool members come through [`Lookups`], the NodePool looked up by name
 //! (YurtHub's label-selected informer finds none, see §2.8).
-#![allow(dead_code)] // wired in issue 14's relay stage
 
 use serde_json::Value;
 
 use super::{FilterContext, Lookups, Outcome, namespace_name, node_pool};
 
 /// The Service annotation naming the topology.
-const TOPOLOGY_ANNOTATION: &str = "openyurt.io/topologyKeys";
+pub(super) const TOPOLOGY_ANNOTATION: &str = "openyurt.io/topologyKeys";
 /// The label of an EndpointSlice naming its Service.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// The v1beta1 topology key of the endpoint's node.
