@@ -148,7 +148,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "nodepool-name",
         Kind::Str,
         "",
-        "the name of this node's pool (recorded; pool-scope features are not built yet)",
+        "the name of this node's pool, for the servicetopology and nodeportisolation filters (default: the node's apps.openyurt.io/nodepool label)",
     ),
     flag(
         "bind-address",
@@ -256,13 +256,13 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "enable-resource-filter",
         Kind::Bool,
         "true",
-        "YurtHub's response filters (accepted; tinyhub has none yet: answers pass unchanged)",
+        "YurtHub's response filters, which point pods' in-cluster clients at the hub and keep Services and endpoints local (--working-mode=cloud turns off discardcloudservice, forwardkubesvctraffic and serviceenvupdater)",
     ),
     flag(
         "disabled-resource-filters",
         Kind::Strings,
         "",
-        "resource filters to turn off, comma list (accepted; see --enable-resource-filter)",
+        "response filters to turn off, comma list of names, or * for all",
     ),
     flag(
         "max-requests-in-flight",
