@@ -15,10 +15,12 @@ use crate::cache::writer;
 use crate::cache::writer::WriterOptions;
 use crate::clients::agents_watch;
 use crate::clients::refill::{self, Refills};
+use crate::clients::services_watch;
 use crate::config::{Config, WorkingMode};
 use crate::error::StartupError;
 use crate::filters::lookups::CloudLookups;
-use crate::filters::{FilterConfig, FilterContext, FilterReload, Switches};
+use crate::filters::topology_index::TopologyIndex;
+use crate::filters::{FilterConfig, FilterContext, FilterName, FilterReload, Switches};
 use crate::health::{self, Backends, Probe};
 use crate::netif::LocalAddress;
 use crate::offline::Offline;
@@ -45,6 +47,9 @@ const SERVE_LIMITS: Limits = Limits {
 };
 /// Time in-flight requests get to finish after the first signal.
 const DRAIN: Duration = Duration::from_secs(3);
+/// How long after start servicetopology waits for the first list of Services before it looks
+/// Services up one by one (a list read as the hub starts would otherwise go unfiltered).
+const FIRST_SERVICES_LIST_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Runs the hub until a signal ends it.
 pub fn run(config: Config) -> Result<(), StartupError> {
@@ -154,7 +159,8 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     // The local address (issue 14 item 1): the proxy ports also listen on the dummy IP, and
     // `local.filter_host` is the host the response filters inject.
     let local = LocalAddress::start(config.dummy_if.as_ref(), config.proxy_addr.ip());
-    let (filters, filter_reload) = response_filters(&config, &upstream, local.filter_host);
+    let (filters, filter_reload) =
+        response_filters(&config, &upstream, local.filter_host, &stop_rx)?;
     // The filters inject the HTTPS port really bound (`--proxy-secure-port` may be 0).
     let filter_port = filters.as_ref().map(|f| f.ctx.secure_port.clone());
     let mut writer_thread = None;
@@ -199,7 +205,14 @@ pub fn run(config: Config) -> Result<(), StartupError> {
                     let stop = stop_rx.clone();
                     let filter_reload = filter_reload.clone();
                     spawn("agents-watch", move || {
-                        agents_watch::run(upstream, agents, filter_reload, cache_tx, retry, stop)
+                        agents_watch::run(
+                            upstream,
+                            agents,
+                            filter_reload,
+                            Some(cache_tx),
+                            retry,
+                            stop,
+                        )
                     })?;
                 }
                 let offline = Offline {
@@ -222,6 +235,15 @@ pub fn run(config: Config) -> Result<(), StartupError> {
             }
         }
     } else {
+        // No cache in cloud mode, but yurt-hub-cfg still adds components to the filters.
+        if let Some(filter_reload) = filter_reload.clone() {
+            let (upstream, agents) = (Arc::clone(&upstream), Arc::clone(&agents));
+            let retry = config.heartbeat.interval;
+            let stop = stop_rx.clone();
+            spawn("agents-watch", move || {
+                agents_watch::run(upstream, agents, Some(filter_reload), None, retry, stop)
+            })?;
+        }
         readiness.cache_loaded.store(true, Ordering::Release);
         (None, None)
     };
@@ -386,14 +408,16 @@ pub fn run(config: Config) -> Result<(), StartupError> {
 }
 
 /// The response filters of the flags (None when `--enable-resource-filter=false`), and their
-/// live configuration for the `yurt-hub-cfg` watch.
+/// live configuration for the `yurt-hub-cfg` watch; with servicetopology on, the thread that
+/// watches Services for it.
 fn response_filters(
     config: &Config,
     upstream: &Arc<Upstream>,
     host: std::net::IpAddr,
-) -> (Option<Filters>, Option<FilterReload>) {
+    stop: &crossbeam_channel::Receiver<()>,
+) -> Result<(Option<Filters>, Option<FilterReload>), StartupError> {
     if !config.enable_resource_filter {
-        return (None, None);
+        return Ok((None, None));
     }
     let switches = Switches::from_config(config);
     for name in &switches.unknown {
@@ -402,29 +426,35 @@ fn response_filters(
     let live = Arc::new(std::sync::RwLock::new(Arc::new(FilterConfig::new(
         switches.clone(),
     ))));
-    // Pods reach the hub at the dummy interface's address, else the bind-proxy address; an
-    // unspecified one is no address a pod can use: loopback stands in.
-    let host = if host.is_unspecified() {
-        std::net::IpAddr::from([127, 0, 0, 1])
+    // A filter the switches turn off stays off: yurt-hub-cfg only adds components.
+    let services = if switches.is_enabled(FilterName::ServiceTopology) {
+        let index = Arc::new(TopologyIndex::new(FIRST_SERVICES_LIST_PATIENCE));
+        let (upstream, watched, stop) = (Arc::clone(upstream), Arc::clone(&index), stop.clone());
+        let retry = config.heartbeat.interval;
+        spawn("services-watch", move || {
+            services_watch::run(upstream, watched, retry, stop)
+        })?;
+        Some(index)
     } else {
-        host
+        None
     };
     let lookups = CloudLookups::new(
         Arc::clone(upstream) as Arc<dyn crate::filters::lookups::FetchObject>,
         config.node_name.clone(),
+        services,
     );
     let filters = Filters {
         config: Arc::clone(&live),
         ctx: FilterContext::from_config(config, host),
         lookups: Arc::new(lookups),
     };
-    (
+    Ok((
         Some(filters),
         Some(FilterReload {
             config: live,
             switches,
         }),
-    )
+    ))
 }
 
 /// A proxy port's second address (the dummy interface's): bound and served on its own accept

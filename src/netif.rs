@@ -336,18 +336,6 @@ impl DummyInterface {
         Ok(done)
     }
 
-    /// [`DummyInterface::ensure`] for the periodic check: whether anything was repaired.
-    #[cfg_attr(
-        not(test),
-        allow(
-            dead_code,
-            reason = "the hub's check calls ensure, to log what it repaired"
-        )
-    )]
-    pub(crate) fn recheck(&self) -> Result<bool, NetifError> {
-        Ok(self.ensure()?.changed())
-    }
-
     /// Deletes the interface (and so its addresses); a missing one is fine. A link of that
     /// name that is not a dummy is refused, never deleted.
     pub(crate) fn remove(&self) -> Result<(), NetifError> {
@@ -358,13 +346,6 @@ impl DummyInterface {
             Err(NetifError::Os { errno, .. }) if errno == libc::ENODEV => Ok(()),
             other => other,
         }
-    }
-
-    /// Whether the dummy interface exists (its address and state aside); a link of that name
-    /// and another kind is `NotDummy`, as for the other calls.
-    #[cfg_attr(not(test), allow(dead_code, reason = "the tests' probe"))]
-    pub(crate) fn exists(&self) -> Result<bool, NetifError> {
-        Ok(self.link()?.is_some())
     }
 
     /// The link of that name; `NotDummy` when it has another kind.

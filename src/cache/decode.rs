@@ -86,6 +86,9 @@ pub(crate) enum DecodeError {
     Truncated,
     /// The gzip framing or the compressed data is corrupt.
     Gzip(String),
+    /// A unit the scanner took that serde_json cannot read (a lone surrogate escape, a number
+    /// past f64, nesting past serde's 128): the response filters cannot see into it.
+    Unreadable(String),
 }
 
 impl fmt::Display for DecodeError {
@@ -102,6 +105,9 @@ impl fmt::Display for DecodeError {
             }
             DecodeError::Truncated => f.write_str("the body ended before its JSON was complete"),
             DecodeError::Gzip(why) => write!(f, "invalid gzip body: {why}"),
+            DecodeError::Unreadable(why) => {
+                write!(f, "an object in the body cannot be read: {why}")
+            }
         }
     }
 }

@@ -1,7 +1,8 @@
-//! Keeps the cache-agent set in step with the ConfigMap `kube-system/yurt-hub-cfg`: a thread
-//! lists it and then watches it through the cloud (as component `tinyhub`, so its answers are
-//! cached like any other and the setting survives a restart while the cloud is down), and
-//! applies its `cache_agents` key at once, without a restart.
+//! Keeps the cache-agent set and the response filters' components in step with the ConfigMap
+//! `kube-system/yurt-hub-cfg`: a thread lists it and then watches it through the cloud (as
+//! component `tinyhub`, so in edge mode its answers are cached like any other and the setting
+//! survives a restart while the cloud is down), and applies its `cache_agents` and filter keys
+//! at once, without a restart. In cloud mode there is no cache; it runs for the filters only.
 
 use std::io::Read;
 use std::sync::Arc;
@@ -9,27 +10,23 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 
-use super::ClientError;
+use super::{ClientError, get_as_hub, read_units, watch_deadline};
 use crate::cache::agents::{CONFIG_NAME, CONFIG_NAMESPACE, CacheAgents, cache_agents_of};
-use crate::cache::decode::{BodyShape, JsonStream, Unit};
+use crate::cache::decode::{BodyShape, Unit};
 use crate::cache::key::{CollectionKey, ObjectKey};
 use crate::cache::store::Store;
 use crate::cache::target::CacheTarget;
-use crate::cache::writer::{self, CacheTx};
+use crate::cache::writer::CacheTx;
 use crate::config::WorkingMode;
 use crate::filters::FilterReload;
 use crate::request;
-use crate::route::{self, Deadline, Identity};
-use crate::upstream::{Answer, Outgoing, Upstream};
+use crate::route::{self, Deadline};
+use crate::upstream::Upstream;
 
 /// How long one watch of the ConfigMap lasts before it is renewed.
 const WATCH_SECONDS: u64 = 300;
 /// Largest ConfigMap list the watcher reads.
 const MAX_LIST_BYTES: u64 = 4 * 1024 * 1024;
-
-fn user_agent() -> String {
-    format!("tinyhub/{}", env!("CARGO_PKG_VERSION"))
-}
 
 fn collection() -> CollectionKey {
     CollectionKey {
@@ -57,24 +54,24 @@ pub(crate) fn load_cached(store: &Store, agents: &CacheAgents, filters: Option<&
     }
 }
 
-/// Runs the list-then-watch loop until `stop` fires or closes.
+/// Runs the list-then-watch loop until `stop` fires or closes; `cache`: None in cloud mode.
 pub(crate) fn run(
     upstream: Arc<Upstream>,
     agents: Arc<CacheAgents>,
     filters: Option<FilterReload>,
-    cache: CacheTx,
+    cache: Option<CacheTx>,
     retry: Duration,
     stop: Receiver<()>,
 ) {
-    let filters = filters.as_ref();
+    let (filters, cache) = (filters.as_ref(), cache.as_ref());
     let base = format!(
         "/api/v1/namespaces/{CONFIG_NAMESPACE}/configmaps?fieldSelector=metadata.name%3D{CONFIG_NAME}"
     );
     loop {
         if upstream.backends().any_healthy() {
-            match list(&upstream, &agents, filters, &cache, &base) {
+            match list(&upstream, &agents, filters, cache, &base) {
                 Ok(rv) => {
-                    if let Err(e) = watch(&upstream, &agents, filters, &cache, &base, &rv, &stop) {
+                    if let Err(e) = watch(&upstream, &agents, filters, cache, &base, &rv, &stop) {
                         log::debug!("watch of {CONFIG_NAMESPACE}/{CONFIG_NAME} ended: {e}");
                     }
                 }
@@ -90,28 +87,9 @@ pub(crate) fn run(
 
 /// The cache target of one of the watcher's own requests, as any request would get it.
 fn cache_target(path: &str) -> Option<CacheTarget> {
-    let headers = [("User-Agent".to_owned(), user_agent())];
+    let headers = [("User-Agent".to_owned(), super::user_agent())];
     let req = request::classify("GET", path, &headers).ok()?;
     route::route(&req, true, WorkingMode::Edge).ok()?.cache.ok()
-}
-
-fn send<'a>(
-    upstream: &'a Upstream,
-    path: &'a str,
-    headers: &'a [(String, String)],
-    deadline: Deadline,
-) -> Result<Answer, ClientError> {
-    upstream
-        .send(Outgoing {
-            method: "GET",
-            path_and_query: path,
-            headers,
-            accept: Some("application/json"),
-            body: None,
-            deadline,
-            identity: Identity::Hub,
-        })
-        .map_err(ClientError::Upstream)
 }
 
 /// Lists the ConfigMap, applies it, caches the answer; returns the list's resourceVersion.
@@ -119,23 +97,14 @@ fn list(
     upstream: &Upstream,
     agents: &CacheAgents,
     filters: Option<&FilterReload>,
-    cache: &CacheTx,
+    cache: Option<&CacheTx>,
     path: &str,
 ) -> Result<String, ClientError> {
-    let headers = [("User-Agent".to_owned(), user_agent())];
-    let mut answer = send(
-        upstream,
-        path,
-        &headers,
-        Deadline::Bounded(Duration::from_secs(60)),
-    )?;
+    let mut answer = get_as_hub(upstream, path, Deadline::Bounded(Duration::from_secs(60)))?;
     let mut body = Vec::new();
     (&mut answer.body)
         .take(MAX_LIST_BYTES)
         .read_to_end(&mut body)?;
-    if answer.status != 200 {
-        return Err(ClientError::Status(answer.status));
-    }
     let list: serde_json::Value = serde_json::from_slice(&body).map_err(ClientError::Json)?;
     let item = list
         .get("items")
@@ -145,7 +114,10 @@ fn list(
     if let Some(filters) = filters {
         filters.apply(item);
     }
-    if let Some(mut session) = cache_target(path).and_then(|t| cache.begin(t, 200, false, None)) {
+    if let Some(mut session) = cache
+        .zip(cache_target(path))
+        .and_then(|(c, t)| c.begin(t, 200, false, None))
+    {
         session.chunk(&body);
         session.finish(true);
     }
@@ -159,50 +131,38 @@ fn watch(
     upstream: &Upstream,
     agents: &CacheAgents,
     filters: Option<&FilterReload>,
-    cache: &CacheTx,
+    cache: Option<&CacheTx>,
     base: &str,
     rv: &str,
     stop: &Receiver<()>,
 ) -> Result<(), ClientError> {
     let path = format!("{base}&watch=1&resourceVersion={rv}&timeoutSeconds={WATCH_SECONDS}");
-    let headers = [("User-Agent".to_owned(), user_agent())];
-    let deadline = Deadline::Stream(Duration::from_secs(WATCH_SECONDS) + route::WATCH_MARGIN);
-    let mut answer = send(upstream, &path, &headers, deadline)?;
-    if answer.status != 200 {
-        return Err(ClientError::Status(answer.status));
-    }
-    let mut session = cache_target(&path).and_then(|t| cache.begin(t, 200, false, None));
-    let mut events = JsonStream::new(BodyShape::WatchStream, writer::MAX_OBJECT_BYTES);
-    let mut buf = vec![0u8; 8192];
-    let mut ended_by_error = false;
-    loop {
-        if !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
-            return Ok(());
-        }
-        let n = answer.body.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        if let Some(s) = session.as_mut()
-            && !s.chunk(&buf[..n])
-        {
-            session = None;
-        }
-        events
-            .feed(&buf[..n], &mut |unit| {
-                if let Unit::WatchEvent(bytes) = unit {
-                    match apply_event(agents, filters, bytes) {
-                        EventOutcome::Applied => {}
-                        EventOutcome::Error => ended_by_error = true,
-                    }
+    let mut answer = get_as_hub(upstream, &path, watch_deadline(WATCH_SECONDS))?;
+    let mut session = cache
+        .zip(cache_target(&path))
+        .and_then(|(c, t)| c.begin(t, 200, false, None));
+    let ended = read_units(
+        &mut answer,
+        BodyShape::WatchStream,
+        stop,
+        &mut |chunk| {
+            if let Some(s) = session.as_mut()
+                && !s.chunk(chunk)
+            {
+                session = None;
+            }
+        },
+        &mut |unit| match unit {
+            Unit::WatchEvent(bytes) => match apply_event(agents, filters, bytes) {
+                EventOutcome::Applied => Ok(()),
+                EventOutcome::Error => {
+                    Err(ClientError::Answer("the watch ended with an ERROR event"))
                 }
-            })
-            .map_err(ClientError::Decode)?;
-        if ended_by_error {
-            return Err(ClientError::Answer("the watch ended with an ERROR event"));
-        }
-    }
-    if let Some(s) = session {
+            },
+            _ => Ok(()),
+        },
+    )?;
+    if ended && let Some(s) = session {
         s.finish(true);
     }
     Ok(())

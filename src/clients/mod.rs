@@ -4,16 +4,85 @@
 //!
 //! - [`refill`]: fetches again the answers whose cache session the writer had to drop.
 //! - [`agents_watch`]: keeps the cache-agent set in step with the `yurt-hub-cfg` ConfigMap.
+//! - [`services_watch`]: keeps the topology annotations of all Services for servicetopology.
 
 pub(crate) mod agents_watch;
 pub(crate) mod refill;
+pub(crate) mod services_watch;
 
 use std::fmt;
-use std::io;
+use std::io::{self, Read};
+use std::time::Duration;
 
-use crate::cache::decode::DecodeError;
-use crate::route::NoCacheReason;
-use crate::upstream::UpstreamError;
+use crossbeam_channel::Receiver;
+
+use crate::cache::decode::{BodyShape, DecodeError, JsonStream, Unit};
+use crate::cache::writer::MAX_OBJECT_BYTES;
+use crate::route::{self, Deadline, Identity, NoCacheReason};
+use crate::upstream::{Answer, Outgoing, Upstream, UpstreamError};
+
+/// The User-Agent of the hub's own requests: component `tinyhub`, never filtered.
+pub(crate) fn user_agent() -> String {
+    format!("tinyhub/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// A GET of `path` as the hub (its credentials and User-Agent), asking for JSON; a status
+/// other than 200 is an error.
+fn get_as_hub(upstream: &Upstream, path: &str, deadline: Deadline) -> Result<Answer, ClientError> {
+    let headers = [("User-Agent".to_owned(), user_agent())];
+    let answer = upstream.send(Outgoing {
+        method: "GET",
+        path_and_query: path,
+        headers: &headers,
+        accept: Some("application/json"),
+        body: None,
+        deadline,
+        identity: Identity::Hub,
+    })?;
+    match answer.status {
+        200 => Ok(answer),
+        status => Err(ClientError::Status(status)),
+    }
+}
+
+/// The deadline of a watch of `seconds`.
+fn watch_deadline(seconds: u64) -> Deadline {
+    Deadline::Stream(Duration::from_secs(seconds) + route::WATCH_MARGIN)
+}
+
+/// Reads `answer`'s body to its end: each chunk as read to `on_chunk`, each unit of `shape`
+/// to `on_unit`, whose first error ends the read. Ok(false) when `stop` fired first.
+fn read_units(
+    answer: &mut Answer,
+    shape: BodyShape,
+    stop: &Receiver<()>,
+    on_chunk: &mut dyn FnMut(&[u8]),
+    on_unit: &mut dyn FnMut(Unit<'_>) -> Result<(), ClientError>,
+) -> Result<bool, ClientError> {
+    let mut units = JsonStream::new(shape, MAX_OBJECT_BYTES);
+    let mut buf = vec![0u8; 8192];
+    let mut failed = None;
+    loop {
+        if !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
+            return Ok(false);
+        }
+        let n = answer.body.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        on_chunk(&buf[..n]);
+        units.feed(&buf[..n], &mut |unit| {
+            if failed.is_none() {
+                failed = on_unit(unit).err();
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+    }
+    units.finish()?;
+    Ok(true)
+}
 
 /// Why one request of a background client came to nothing; the job logs it and tries again
 /// later (the next refill, the next list-then-watch round).
@@ -60,6 +129,18 @@ impl std::error::Error for ClientError {}
 impl From<UpstreamError> for ClientError {
     fn from(e: UpstreamError) -> ClientError {
         ClientError::Upstream(e)
+    }
+}
+
+impl From<serde_json::Error> for ClientError {
+    fn from(e: serde_json::Error) -> ClientError {
+        ClientError::Json(e)
+    }
+}
+
+impl From<DecodeError> for ClientError {
+    fn from(e: DecodeError) -> ClientError {
+        ClientError::Decode(e)
     }
 }
 

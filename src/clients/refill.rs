@@ -166,6 +166,10 @@ fn refill_one(
             Some(f) => {
                 out.clear();
                 f.feed(&buf[..n], &mut out).map_err(ClientError::Decode)?;
+                // A unit the filters could not read went out unfiltered: not for the cache.
+                if let Some(e) = f.take_unreadable() {
+                    return Err(ClientError::Decode(e));
+                }
                 &out[..]
             }
             None => &buf[..n],
@@ -177,6 +181,9 @@ fn refill_one(
     if let Some(f) = filter.as_mut() {
         out.clear();
         f.finish(&mut out).map_err(ClientError::Decode)?;
+        if let Some(e) = f.take_unreadable() {
+            return Err(ClientError::Decode(e));
+        }
         if !session.chunk(&out) {
             return Err(ClientError::QueueFull);
         }

@@ -166,7 +166,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "enable-dummy-if",
         Kind::Bool,
         "true",
-        "make the dummy interface --dummy-if-name with --dummy-if-ip, on which the proxy ports also listen, so pods reach the hub at one address on every node (needs CAP_NET_ADMIN; not in --working-mode=cloud)",
+        "make the dummy interface --dummy-if-name with --dummy-if-ip, on which the proxy ports also listen, so pods reach the hub at one address on every node (needs CAP_NET_ADMIN)",
     ),
     flag(
         "dummy-if-ip",

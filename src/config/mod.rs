@@ -336,7 +336,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             ));
         }
     };
-    let dummy_if = dummy_interface(raw, bind, working_mode, boolean("enable-dummy-if")?)?;
+    let dummy_if = dummy_interface(raw, bind, boolean("enable-dummy-if")?)?;
 
     let heartbeat = Heartbeat {
         interval: Duration::from_secs(int("heartbeat-interval-seconds", 1, 3600)?),
@@ -417,12 +417,11 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
 
 /// `--dummy-if-ip` (by YurtHub's rules, default by `--bind-address`'s family) and
 /// `--dummy-if-name`, checked whether or not the interface is enabled, as YurtHub checks the
-/// address. Cloud mode gives None, like `enable` false: a cloud node's pods reach the
-/// apiserver directly (as the issue reads openyurt cmd/yurthub/app/options/options.go:149-170).
+/// address. Made in cloud mode too, as YurtHub does (openyurt cmd/yurthub/app/config/
+/// config.go:237): masterservice and inclusterconfig still point the node's pods at the hub.
 fn dummy_interface(
     raw: &flags::RawFlags,
     bind: IpAddr,
-    mode: WorkingMode,
     enable: bool,
 ) -> Result<Option<DummyInterface>, StartupError> {
     let ip = match raw.get("dummy-if-ip").filter(|s| !s.is_empty()) {
@@ -452,7 +451,7 @@ fn dummy_interface(
         DummyInterface::with_kind(name, ip, kind)
     }
     .map_err(|e| StartupError::flag("dummy-if-name", e.to_string()))?;
-    Ok((enable && mode == WorkingMode::Edge).then_some(interface))
+    Ok(enable.then_some(interface))
 }
 
 /// A comma list, blanks dropped.
@@ -950,9 +949,13 @@ mod tests {
         assert_eq!(dummy(c), Some(("pods0".into(), "169.254.9.9".into())));
         let c = with(&["--dummy-if-ip=fd00::53"]).unwrap();
         assert_eq!(dummy(c).unwrap().1, "fd00::53");
-        // Off by the flag, and in cloud mode (the serving certificate then leaves it out).
+        // Off by the flag only (the serving certificate then leaves it out); cloud mode has
+        // it too, since its filters still point pods at it.
         assert_eq!(dummy(with(&["--enable-dummy-if=false"]).unwrap()), None);
-        assert_eq!(dummy(with(&["--working-mode=cloud"]).unwrap()), None);
+        assert_eq!(
+            dummy(with(&["--working-mode=cloud"]).unwrap()),
+            Some(("hub-dummy0".into(), "169.254.2.1".into()))
+        );
         assert!(
             !serving_ips(&with(&["--enable-dummy-if=false"]).unwrap())
                 .contains(&"169.254.2.1".parse().unwrap())

@@ -29,14 +29,15 @@ pub(super) fn filter(obj: &Value) -> Outcome {
 }
 
 /// The text with each `kubeconfig: <value>` line commented out, None when there is none. A
-/// line qualifies when, trimmed and split on `:`, it has exactly two parts and the first is
-/// `kubeconfig`; so a value with a `:` in it (`C:\…`) is left alone, as YurtHub does.
+/// line qualifies when, with spaces trimmed and split on `:`, it has exactly two parts and the
+/// first is `kubeconfig`; so a value with a `:` in it (`C:\…`) is left alone, as YurtHub does
+/// (`strings.Trim(line, " ")`: a tab-indented line, which YAML refuses anyway, is left too).
 fn comment_kubeconfig(conf: &str) -> Option<String> {
     let mut changed = false;
     let lines: Vec<String> = conf
         .split('\n')
         .map(|line| {
-            let mut parts = line.trim().split(':');
+            let mut parts = line.trim_matches(' ').split(':');
             let is_kubeconfig = parts.next() == Some("kubeconfig")
                 && parts.next().is_some()
                 && parts.next().is_none();
@@ -95,8 +96,10 @@ mod tests {
         }
         let out = changed(filter(&configmap("kubeconfig:")));
         assert_eq!(out["data"]["config.conf"], "#kubeconfig:");
-        let out = changed(filter(&configmap("\tkubeconfig: /x\r\nqps: 5")));
-        assert_eq!(out["data"]["config.conf"], "\t#kubeconfig: /x\r\nqps: 5");
+        let out = changed(filter(&configmap("  kubeconfig: /x\r\nqps: 5")));
+        assert_eq!(out["data"]["config.conf"], "  #kubeconfig: /x\r\nqps: 5");
+        let tabbed = configmap("\tkubeconfig: /x\nqps: 5");
+        assert_eq!(run_pure(&tabbed, filter), Outcome::Unchanged);
     }
 
     #[test]

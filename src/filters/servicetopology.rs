@@ -14,6 +14,10 @@ use super::{FilterContext, Lookups, Outcome, namespace_name, node_pool};
 
 /// The Service annotation naming the topology.
 pub(super) const TOPOLOGY_ANNOTATION: &str = "openyurt.io/topologyKeys";
+/// What yurt-manager's servicetopology controllers patch, with the unix time, on a Service's
+/// EndpointSlices and Endpoints when its topology or its pool's members changed, so node
+/// proxies filter them again (openyurt pkg/yurtmanager/controller/servicetopology/adapter).
+const UPDATE_TRIGGER: &str = "openyurt.io/update-trigger";
 /// The label of an EndpointSlice naming its Service.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// The v1beta1 topology key of the endpoint's node.
@@ -79,6 +83,9 @@ pub(super) fn filter(
     };
     if service.is_empty() {
         return Outcome::Unchanged;
+    }
+    if let Some(trigger) = super::annotation(obj, UPDATE_TRIGGER) {
+        lookups.saw_update_trigger(namespace, service, trigger);
     }
     let Some(Some(topology)) = lookups.service_topology(namespace, service) else {
         return Outcome::Unchanged;
@@ -261,6 +268,21 @@ mod tests {
             .iter()
             .map(|e| e["addresses"][0].as_str().expect("address"))
             .collect()
+    }
+
+    #[test]
+    fn an_update_trigger_on_a_slice_is_reported() {
+        let l = lookups(Some("kubernetes.io/hostname"));
+        let mut slice = slice_v1();
+        slice["metadata"]["annotations"] = json!({UPDATE_TRIGGER: "1700000000"});
+        run_pure(&slice, |s| filter(s, None, &ctx(), &l));
+        assert_eq!(*l.triggers.borrow(), ["default/web@1700000000"]);
+        run_pure(&slice_v1(), |s| filter(s, None, &ctx(), &l));
+        assert_eq!(
+            l.triggers.borrow().len(),
+            1,
+            "no annotation, nothing reported"
+        );
     }
 
     #[test]

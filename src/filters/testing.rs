@@ -38,6 +38,8 @@ pub(crate) struct FakeLookups {
     pub pools: HashMap<String, Vec<String>>,
     /// Calls made.
     pub calls: Cell<u32>,
+    /// The update triggers reported, in order.
+    pub triggers: std::cell::RefCell<Vec<String>>,
 }
 
 impl Lookups for FakeLookups {
@@ -56,6 +58,12 @@ impl Lookups for FakeLookups {
     fn pool_members(&self, pool: &str) -> Option<Vec<String>> {
         self.calls.set(self.calls.get() + 1);
         self.pools.get(pool).cloned()
+    }
+
+    fn saw_update_trigger(&self, namespace: &str, service: &str, trigger: &str) {
+        self.triggers
+            .borrow_mut()
+            .push(format!("{namespace}/{service}@{trigger}"));
     }
 }
 

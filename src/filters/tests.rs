@@ -516,6 +516,16 @@ fn switches_and_context_from_the_flags() {
     assert_eq!(copy.secure_port.get(), 40001);
     assert_eq!(context.pool_name.as_deref(), Some("hangzhou"));
 
+    // Bound to every address, the hub tells pods the node's.
+    let mut args = base.to_vec();
+    args.push("--node-ip=10.1.2.3");
+    let any: IpAddr = "0.0.0.0".parse().expect("literal IP");
+    let context = FilterContext::from_config(&config(&args), any);
+    assert_eq!(
+        context.host,
+        "10.1.2.3".parse::<IpAddr>().expect("literal IP")
+    );
+
     let mut args = base.to_vec();
     args.push("--enable-resource-filter=false");
     assert_eq!(

@@ -34,6 +34,10 @@ struct Rewriter<'f> {
     list: ListState,
     /// The list's `apiVersion`, when it came before the items.
     list_api_version: Option<String>,
+    /// Why the first unit serde could not read was passed unfiltered, until taken.
+    unreadable: Option<String>,
+    /// `unreadable` was taken: later ones are not reported again.
+    unreadable_taken: bool,
 }
 
 /// A body being filtered.
@@ -60,6 +64,8 @@ impl<'f> BodyFilter<'f> {
                 lookups,
                 list: ListState::Empty,
                 list_api_version: None,
+                unreadable: None,
+                unreadable_taken: false,
             },
         }
     }
@@ -68,6 +74,14 @@ impl<'f> BodyFilter<'f> {
     pub(crate) fn feed(&mut self, raw: &[u8], out: &mut Vec<u8>) -> Result<(), DecodeError> {
         let rewriter = &mut self.rewriter;
         self.decoder.feed(raw, &mut |unit| rewriter.unit(unit, out))
+    }
+
+    /// Whether a unit went out unfiltered because serde could not read it (the scanner took
+    /// it): the answer then reaches the client but must not be cached. Reported once.
+    pub(crate) fn take_unreadable(&mut self) -> Option<DecodeError> {
+        let taken = self.rewriter.unreadable.take()?;
+        self.rewriter.unreadable_taken = true;
+        Some(DecodeError::Unreadable(taken))
     }
 
     /// Declares the end of the body, appending the rest of the output to `out`.
@@ -100,7 +114,10 @@ pub(crate) fn filter_whole(
     let mut out = Vec::with_capacity(body.len());
     filter.feed(body, &mut out)?;
     filter.finish(&mut out)?;
-    Ok(out)
+    match filter.take_unreadable() {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
 }
 
 impl Rewriter<'_> {
@@ -113,10 +130,24 @@ impl Rewriter<'_> {
         }
     }
 
+    /// `raw` as a Value; None, noted in `unreadable`, when serde cannot read what the
+    /// scanner took.
+    fn read(&mut self, raw: &[u8]) -> Option<Value> {
+        match serde_json::from_slice::<Value>(raw) {
+            Ok(value) => Some(value),
+            Err(e) => {
+                if !self.unreadable_taken {
+                    self.unreadable.get_or_insert_with(|| e.to_string());
+                }
+                None
+            }
+        }
+    }
+
     /// A get: a dropped object keeps its original body (§2.1).
     fn object(&mut self, raw: &[u8], out: &mut Vec<u8>) {
-        let changed = serde_json::from_slice::<Value>(raw)
-            .ok()
+        let changed = self
+            .read(raw)
             .map(|obj| filters::apply(&self.chain, &obj, self.ctx, self.lookups));
         match changed {
             Some(Outcome::Changed(obj)) => write_value(out, &obj, raw),
@@ -146,17 +177,17 @@ impl Rewriter<'_> {
     }
 
     fn item(&mut self, raw: &[u8], out: &mut Vec<u8>) {
-        let outcome = match serde_json::from_slice::<Value>(raw) {
-            Ok(obj) => filters::apply_item(
+        // An item serde cannot read passes as it came (YurtHub passes a list it cannot
+        // decode); `unreadable` keeps the answer out of the cache.
+        let outcome = match self.read(raw) {
+            Some(obj) => filters::apply_item(
                 &self.chain,
                 &obj,
                 self.list_api_version.as_deref(),
                 self.ctx,
                 self.lookups,
             ),
-            // An item serde cannot read (not UTF-8) is passed as it came, like YurtHub would
-            // pass a list it cannot decode.
-            Err(_) => Outcome::Unchanged,
+            None => Outcome::Unchanged,
         };
         if outcome == Outcome::Dropped {
             return;
@@ -176,7 +207,7 @@ impl Rewriter<'_> {
 
     /// A watch event: BOOKMARK and ERROR pass unchanged; a dropped object becomes DELETED.
     fn event(&mut self, raw: &[u8], out: &mut Vec<u8>) {
-        let event = serde_json::from_slice::<Value>(raw).ok();
+        let event = self.read(raw);
         let filterable = event.as_ref().and_then(|e| {
             let kind = e.get("type")?.as_str()?;
             matches!(kind, "ADDED" | "MODIFIED" | "DELETED")
@@ -339,6 +370,39 @@ mod tests {
     }
 
     #[test]
+    fn an_item_serde_cannot_read_passes_unfiltered_and_is_reported_once() {
+        let lookups = FakeLookups::default();
+        let c = chain(&[FilterName::DiscardCloudService]);
+        // The scanner takes a lone surrogate escape; serde_json refuses it.
+        let body = format!(
+            r#"{{"kind":"ServiceList","items":[{},{{"metadata":{{"name":"odd\ud800"}}}},{},{{"metadata":{{"name":"\udc00"}}}}]}}"#,
+            lb("a"),
+            lb("b")
+        );
+        let err = filter_whole(body.as_bytes(), BodyShape::List, false, c, &ctx(), &lookups)
+            .expect_err("a whole answer with an unreadable item is not filtered");
+        assert!(matches!(err, DecodeError::Unreadable(_)), "{err}");
+        // Streamed: the rest is filtered, the odd item goes as it came, reported once.
+        let context = ctx();
+        let mut filter = BodyFilter::new(BodyShape::List, false, c, &context, &lookups);
+        let mut out = Vec::new();
+        filter
+            .feed(body.as_bytes(), &mut out)
+            .expect("the scanner takes it");
+        filter.finish(&mut out).expect("the scanner takes it");
+        assert!(matches!(
+            filter.take_unreadable(),
+            Some(DecodeError::Unreadable(_))
+        ));
+        assert!(filter.take_unreadable().is_none(), "reported once");
+        let text = String::from_utf8(out).expect("UTF-8");
+        assert_eq!(
+            text,
+            r#"{"kind":"ServiceList","items":[{"metadata":{"name":"odd\ud800"}},{"metadata":{"name":"\udc00"}}]}"#
+        );
+    }
+
+    #[test]
     fn undecodable_bodies_are_errors_not_output() {
         let lookups = FakeLookups::default();
         let c = chain(&[FilterName::MasterService]);
@@ -408,8 +472,8 @@ mod tests {
             let list: Value = serde_json::from_slice(&out).expect("output is JSON");
             // Changed: cloned, rewritten and serialized again at that depth.
             assert_eq!(list["items"][0]["spec"]["clusterIP"], "169.254.2.1");
-            // Deeper than serde reads: passed as it came.
-            let out = filter_whole(
+            // Deeper than serde reads: unreadable, so the relay passes the answer as it came.
+            let err = filter_whole(
                 beyond.as_bytes(),
                 BodyShape::List,
                 false,
@@ -417,11 +481,8 @@ mod tests {
                 &ctx(),
                 &lookups,
             )
-            .expect("valid list");
-            assert!(
-                out.windows(too_deep.len())
-                    .any(|w| w == too_deep.as_bytes())
-            );
+            .expect_err("serde stops at 128 levels");
+            assert!(matches!(err, DecodeError::Unreadable(_)), "{err}");
         };
         std::thread::Builder::new()
             .stack_size(crate::SMALL_STACK)

@@ -15,14 +15,14 @@ mod fallback;
 pub(crate) mod filter_body;
 mod relay;
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use self::call::Call;
 use crate::cache::agents::CacheAgents;
 use crate::cache::writer::CacheTx;
 use crate::config::WorkingMode;
-use crate::filters::{Chain, FilterConfig, FilterContext, Lookups};
+use crate::filters::{Chain, FilterContext, Lookups};
 use crate::metrics::METRICS;
 use crate::offline::Offline;
 use crate::reaper::Reaper;
@@ -54,7 +54,7 @@ pub(crate) struct Hub {
 #[derive(Clone)]
 pub(crate) struct Filters {
     /// Which filters apply to which requests; replaced when `yurt-hub-cfg` changes.
-    pub config: Arc<RwLock<Arc<FilterConfig>>>,
+    pub config: crate::filters::LiveFilterConfig,
     /// What the filters know about this hub.
     pub ctx: FilterContext,
     /// What the filters look up in the cloud.

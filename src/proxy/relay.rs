@@ -255,15 +255,32 @@ impl Call<'_> {
                 "cannot decode the answer for the response filters: {e}; passed unchanged and not cached path=\"{path}\""
             );
         };
+        // An object serde cannot read inside a streamed answer: it went out unfiltered, the
+        // rest is still filtered, and none of it is cached.
+        let unreadable = |e: DecodeError, session: &mut Option<Session>| {
+            log::info!("{e}; passed unfiltered and the answer is not cached path=\"{path}\"");
+            if let Some(s) = session.take() {
+                s.finish(false);
+            }
+            not_cached
+        };
 
-        let whole = shape == BodyShape::Object || answer.length.is_some_and(|l| l <= SMALL_BODY);
+        // A small gzip list may inflate a thousandfold: lists in gzip always stream.
+        let small = !gzip && answer.length.is_some_and(|l| l <= SMALL_BODY);
+        let whole = shape == BodyShape::Object || small;
         if whole {
             let limit = answer
                 .length
                 .unwrap_or(u64::MAX)
                 .min(MAX_OBJECT_BYTES as u64);
             let mut body = Vec::with_capacity(limit.min(SMALL_BODY) as usize);
-            let read = (&mut answer.body).take(limit + 1).read_to_end(&mut body);
+            // One declared larger than any object is passed without reading it first.
+            let declared_too_large = answer.length.is_some_and(|l| l > limit);
+            let read = if declared_too_large {
+                Ok(0)
+            } else {
+                (&mut answer.body).take(limit + 1).read_to_end(&mut body)
+            };
             traffic.1 += body.len() as u64;
             let n = body.len() as u64;
             let short = answer.length.is_some_and(|l| l <= limit && n != l);
@@ -393,6 +410,9 @@ impl Call<'_> {
                     }
                 };
             }
+            if let Some(e) = filter.take_unreadable() {
+                cache_status = unreadable(e, &mut session);
+            }
             if !out.is_empty() {
                 held = None;
                 if let Err(e) = writer.write(&out) {
@@ -415,7 +435,11 @@ impl Call<'_> {
                 buf.resize(RELAY_BUFFER, 0);
             }
         }
-        if let Err(e) = stage.time(|| filter.finish(&mut out)) {
+        let finished = stage.time(|| filter.finish(&mut out));
+        if let Some(e) = filter.take_unreadable() {
+            cache_status = unreadable(e, &mut session);
+        }
+        if let Err(e) = finished {
             undecodable(&e);
             if let Some(s) = session.take() {
                 s.finish(false);

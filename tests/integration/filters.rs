@@ -17,11 +17,18 @@ const SECURE_PORT: u16 = 10268;
 const HOSTNAME: &str = "kubernetes.io/hostname";
 
 fn start_hub(cloud: &Cloud, tag: &str) -> (Hub, TempDir) {
+    start_hub_with(cloud, tag, &[])
+}
+
+/// A hub whose filters inject 127.0.0.1 and [`SECURE_PORT`], with `args` besides.
+fn start_hub_with(cloud: &Cloud, tag: &str, args: &[&str]) -> (Hub, TempDir) {
     let dir = TempDir::new(tag);
-    let spec = HubSpec::for_cloud(cloud, dir.path()).with(&[
-        "--bind-proxy-address=127.0.0.1",
-        &format!("--proxy-secure-port={SECURE_PORT}"),
-    ]);
+    let spec = HubSpec::for_cloud(cloud, dir.path())
+        .with(&[
+            "--bind-proxy-address=127.0.0.1",
+            &format!("--proxy-secure-port={SECURE_PORT}"),
+        ])
+        .with(args);
     (Hub::start(&spec), dir)
 }
 
@@ -314,12 +321,96 @@ fn an_undecodable_answer_passes_unchanged_with_a_log_line() {
         "{}",
         hub.logs()
     );
+    // Nothing of it was cached: offline, the object is not there.
+    go_offline(&cloud, &hub);
+    let offline = get(&format!("{}{path}", hub.url()), KUBELET);
+    assert_eq!(offline.status, 404, "{}", offline.text());
+}
+
+#[test]
+fn servicetopology_filters_core_endpoints_and_v1beta1_slices_and_heeds_an_update_trigger() {
+    let cloud = Cloud::start();
+    let (_, slice, _) = cloud.topology_service(
+        "shop",
+        "web",
+        Some(HOSTNAME),
+        &[("10.244.1.5", "edge-1"), ("10.244.2.5", "edge-2")],
+    );
+    let (hub, _dir) = start_hub(&cloud, "filters-topology-forms");
+    // Core Endpoints, which YurtHub leaves unfiltered (#2613); lists and watches only.
+    let eps = get(
+        &format!("{}/api/v1/namespaces/shop/endpoints", hub.url()),
+        KUBE_PROXY,
+    );
+    assert_eq!(eps.status, 200, "{}", eps.text());
+    let eps = eps.json();
+    let ips: Vec<Value> = item(&eps, "shop", "web").expect("web")["subsets"]
+        .as_array()
+        .expect("subsets")
+        .iter()
+        .flat_map(|s| s["addresses"].as_array().cloned().unwrap_or_default())
+        .map(|a| a["ip"].clone())
+        .collect();
+    assert_eq!(ips, [json!("10.244.1.5")]);
+    // The v1beta1 form, the hostname read from its topology.
+    let beta = get(
+        &format!(
+            "{}/apis/discovery.k8s.io/v1beta1/namespaces/shop/endpointslices",
+            hub.url()
+        ),
+        "coredns/1.11.1",
+    );
+    assert_eq!(beta.status, 200, "{}", beta.text());
+    assert_eq!(web_addresses(&beta.json()), ["10.244.1.5"]);
+
+    // A watch; the Service loses its topology and yurt-manager marks the slice: the event
+    // that carries the mark is filtered with the new Service, not a remembered one.
+    let (status, body) = stream(
+        &format!(
+            "{}/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices?watch=true&timeoutSeconds=10",
+            hub.url()
+        ),
+        KUBE_PROXY,
+    );
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    let added = events.next_event().expect("an ADDED event");
+    assert_eq!(
+        web_addresses(&json!({"items": [added["object"]]})),
+        ["10.244.1.5"]
+    );
+    let mut svc = cloud.get("services", "shop", "web").expect("web");
+    svc["metadata"]["annotations"] = json!({});
+    cloud.update("services", svc);
+    let mut marked = slice.clone();
+    let trigger = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    marked["metadata"]["annotations"]["openyurt.io/update-trigger"] = json!(trigger.to_string());
+    cloud.update("endpointslices", marked);
+    let modified = events.next_event().expect("a MODIFIED event");
+    assert_eq!(modified["type"], "MODIFIED", "{modified}");
+    assert_eq!(
+        web_addresses(&json!({"items": [modified["object"]]})),
+        ["10.244.1.5", "10.244.2.5"]
+    );
 }
 
 #[test]
 fn yurt_hub_cfg_adds_a_component_to_a_filter_without_a_restart() {
+    check_yurt_hub_cfg_reload("filters-reload", &[]);
+}
+
+#[test]
+fn yurt_hub_cfg_adds_a_component_to_a_filter_in_cloud_mode_too() {
+    // No cache in cloud mode, but the filters still follow the ConfigMap, as YurtHub's do.
+    check_yurt_hub_cfg_reload("filters-reload-cloud", &["--working-mode=cloud"]);
+}
+
+fn check_yurt_hub_cfg_reload(tag: &str, args: &[&str]) {
     let cloud = Cloud::start();
-    let (hub, _dir) = start_hub(&cloud, "filters-reload");
+    let (hub, _dir) = start_hub_with(&cloud, tag, args);
     let custom = "custom-agent/1.0";
     let url = format!("{}/api/v1/services", hub.url());
     let kubernetes_ip = |reply: Reply| {

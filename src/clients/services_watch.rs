@@ -1,0 +1,162 @@
+//! Keeps [`TopologyIndex`] current: one list of all Services, streamed item by item, then a
+//! watch from its resourceVersion, renewed from the last one seen; a list again when the
+//! watch cannot resume (410 Gone, an ERROR event). YurtHub keeps an informer of every Service
+//! for servicetopology (YURTHUB.md §2.8); this keeps only the annotated ones, and spares the
+//! filter a round trip to the cloud per EndpointSlice.
+//!
+//! The hub's own requests (component `tinyhub`): never filtered and not cached. Offline the
+//! index keeps what it knew; nothing is filtered then anyway (offline answers come from the
+//! cache, filtered when they were stored).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+use serde_json::Value;
+
+use super::{ClientError, get_as_hub, read_units, watch_deadline};
+use crate::cache::decode::{BodyShape, Unit};
+use crate::filters::topology_index::{self, TopologyIndex};
+use crate::route::Deadline;
+use crate::upstream::Upstream;
+
+/// The collection watched: every Service of the cluster.
+const SERVICES: &str = "/api/v1/services";
+/// How long one watch lasts before it is renewed from the last resourceVersion.
+const WATCH_SECONDS: u64 = 300;
+/// A list of all Services: time for a large cluster over a slow link.
+const LIST_DEADLINE: Duration = Duration::from_secs(300);
+
+/// Lists and watches the Services until `stop` fires or closes; `retry` apart after a failure.
+pub(crate) fn run(
+    upstream: Arc<Upstream>,
+    index: Arc<TopologyIndex>,
+    retry: Duration,
+    stop: Receiver<()>,
+) {
+    let mut resume: Option<String> = None;
+    loop {
+        if upstream.backends().any_healthy() {
+            let rv = match resume.take() {
+                Some(rv) => Ok(Some(rv)),
+                None => list(&upstream, &index, &stop),
+            };
+            match rv {
+                Ok(None) => return,
+                Ok(Some(rv)) => match watch(&upstream, &index, &rv, &stop) {
+                    Ok(Some(last)) => {
+                        // A watch that ended by its time resumes at once.
+                        resume = Some(last);
+                        continue;
+                    }
+                    Ok(None) => return,
+                    Err(e) => log::debug!("watch of Services ended: {e}"),
+                },
+                Err(e) => {
+                    index.list_failed();
+                    log::info!(
+                        "list of Services for servicetopology failed: {e}; the filter looks \
+                         Services up one by one until it succeeds"
+                    );
+                }
+            }
+        } else {
+            // Offline at start: the lookups need not wait for a list that cannot come.
+            index.list_failed();
+        }
+        match stop.recv_timeout(retry) {
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+    }
+}
+
+/// Lists every Service into a new index; its resourceVersion, None when `stop` fired.
+fn list(
+    upstream: &Upstream,
+    index: &TopologyIndex,
+    stop: &Receiver<()>,
+) -> Result<Option<String>, ClientError> {
+    let mut answer = get_as_hub(upstream, SERVICES, Deadline::Bounded(LIST_DEADLINE))?;
+    let mut annotated = HashMap::new();
+    let mut rv = None;
+    let whole = read_units(
+        &mut answer,
+        BodyShape::List,
+        stop,
+        &mut |_| {},
+        &mut |unit| {
+            match unit {
+                Unit::ListItem(raw) => {
+                    let service: Value = serde_json::from_slice(raw)?;
+                    if let Some((key, Some(keys))) = topology_index::entry(&service) {
+                        annotated.insert(key, keys);
+                    }
+                }
+                Unit::ListMember {
+                    key: "metadata",
+                    value,
+                } => {
+                    let metadata: Value = serde_json::from_slice(value)?;
+                    rv = metadata
+                        .get("resourceVersion")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                }
+                _ => {}
+            }
+            Ok(())
+        },
+    )?;
+    if !whole {
+        return Ok(None);
+    }
+    let rv = rv.ok_or(ClientError::Answer("the list has no resourceVersion"))?;
+    log::debug!("{} Services carry a topology annotation", annotated.len());
+    index.replace(annotated);
+    Ok(Some(rv))
+}
+
+/// Watches from `rv`, applying each event: the last resourceVersion seen when the watch
+/// ended by its time, None when `stop` fired.
+fn watch(
+    upstream: &Upstream,
+    index: &TopologyIndex,
+    rv: &str,
+    stop: &Receiver<()>,
+) -> Result<Option<String>, ClientError> {
+    let path = format!(
+        "{SERVICES}?watch=1&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds={WATCH_SECONDS}"
+    );
+    let mut answer = get_as_hub(upstream, &path, watch_deadline(WATCH_SECONDS))?;
+    let mut last = rv.to_owned();
+    let ended = read_units(
+        &mut answer,
+        BodyShape::WatchStream,
+        stop,
+        &mut |_| {},
+        &mut |unit| {
+            let Unit::WatchEvent(raw) = unit else {
+                return Ok(());
+            };
+            let event: Value = serde_json::from_slice(raw)?;
+            let object = event.get("object").unwrap_or(&Value::Null);
+            match event.get("type").and_then(Value::as_str) {
+                Some("ADDED" | "MODIFIED") => index.apply(object, false),
+                Some("DELETED") => index.apply(object, true),
+                Some("BOOKMARK") => {}
+                // 410 Gone and the like: the next round lists again.
+                _ => return Err(ClientError::Answer("the watch ended with an ERROR event")),
+            }
+            if let Some(rv) = object
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+            {
+                last = rv.to_owned();
+            }
+            Ok(())
+        },
+    )?;
+    Ok(ended.then_some(last))
+}
