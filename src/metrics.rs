@@ -320,8 +320,9 @@ impl Metrics {
     }
 }
 
-/// The response filters' series: objects per filter and outcome, and the filter stage's
-/// time per answer as a summary (sum and count) per chain.
+/// The response filters' series: objects per filter and outcome, each filter's own time per
+/// answer, and the whole filter stage's time per answer per chain (summaries: sum and
+/// count).
 fn render_filters(out: &mut String, stats: &crate::filters::FilterStats) {
     use crate::filters::FilterName;
     header(
@@ -344,6 +345,25 @@ fn render_filters(out: &mut String, stats: &crate::filters::FilterStats) {
                 value.load(Ordering::Relaxed)
             );
         }
+    }
+    header(
+        out,
+        "tinyhub_filter_answer_seconds",
+        "summary",
+        "time one response filter itself spent on an answer (its lookups included), by filter; a watch counts once, when it ends",
+    );
+    for filter in FilterName::ALL {
+        let c = stats.of(filter);
+        let answers = c.answers.load(Ordering::Relaxed);
+        if answers == 0 {
+            continue;
+        }
+        let seconds = c.nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let name = filter.name();
+        let _ = writeln!(
+            out,
+            "tinyhub_filter_answer_seconds_sum{{filter=\"{name}\"}} {seconds:.9}\ntinyhub_filter_answer_seconds_count{{filter=\"{name}\"}} {answers}"
+        );
     }
     header(
         out,
@@ -450,6 +470,9 @@ mod tests {
         let master = S.of(FilterName::MasterService);
         master.seen.fetch_add(5, Ordering::Relaxed);
         master.changed.fetch_add(1, Ordering::Relaxed);
+        S.of(FilterName::NodePortIsolation)
+            .nanos
+            .fetch_add(1_500_000, Ordering::Relaxed);
         S.of(FilterName::DiscardCloudService)
             .dropped
             .fetch_add(2, Ordering::Relaxed);
@@ -471,12 +494,17 @@ mod tests {
             // Registration order, whatever order the chain was built in.
             "tinyhub_filter_seconds_sum{filter_chain=\"discardcloudservice,nodeportisolation\"} 0.004000000",
             "tinyhub_filter_seconds_count{filter_chain=\"discardcloudservice,nodeportisolation\"} 2",
+            "# TYPE tinyhub_filter_answer_seconds summary",
+            "tinyhub_filter_answer_seconds_sum{filter=\"nodeportisolation\"} 0.001500000",
+            "tinyhub_filter_answer_seconds_count{filter=\"nodeportisolation\"} 2",
+            "tinyhub_filter_answer_seconds_count{filter=\"discardcloudservice\"} 2",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
         assert_eq!(text.matches("tinyhub_filter_objects_total{").count(), 21);
-        // A chain that filtered nothing has no series.
+        // A chain or filter that filtered nothing has no series.
         assert_eq!(text.matches("tinyhub_filter_seconds_count{").count(), 1);
+        assert_eq!(text.matches("tinyhub_filter_answer_seconds_count{").count(), 2);
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub(crate) mod topology_index;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::time::Instant;
 
 use serde_json::Value;
 
@@ -484,8 +485,10 @@ pub(crate) fn apply_item(
     let mut current: Option<Value> = None;
     for filter in chain.iter() {
         let input = current.as_ref().unwrap_or(obj);
+        let started = Instant::now();
         let outcome = run(filter, input, list_api_version, ctx, lookups);
         let counter = &FILTER_STATS.per_filter[filter.index()];
+        counter.nanos.fetch_add(nanos(started.elapsed()), Ordering::Relaxed);
         counter.seen.fetch_add(1, Ordering::Relaxed);
         match outcome {
             Outcome::Unchanged => {}
@@ -532,6 +535,11 @@ pub(crate) struct FilterCounter {
     pub changed: AtomicU64,
     /// Objects it dropped.
     pub dropped: AtomicU64,
+    /// Nanoseconds spent in the filter itself (its lookups included; decoding and encoding
+    /// the answer are the stage's, counted per chain).
+    pub nanos: AtomicU64,
+    /// Answers it was applied to.
+    pub answers: AtomicU64,
 }
 
 impl FilterCounter {
@@ -540,8 +548,15 @@ impl FilterCounter {
             seen: AtomicU64::new(0),
             changed: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            nanos: AtomicU64::new(0),
+            answers: AtomicU64::new(0),
         }
     }
+}
+
+/// `spent` in nanoseconds, saturated.
+fn nanos(spent: std::time::Duration) -> u64 {
+    u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The filter stage's time spent on the answers of one chain.
@@ -590,8 +605,12 @@ impl FilterStats {
     pub(crate) fn record_answer(&self, chain: Chain, spent: std::time::Duration) {
         let time = &self.per_chain[usize::from(chain.0) % CHAINS];
         time.answers.fetch_add(1, Ordering::Relaxed);
-        let nanos = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
-        time.nanos.fetch_add(nanos, Ordering::Relaxed);
+        time.nanos.fetch_add(nanos(spent), Ordering::Relaxed);
+        for filter in chain.iter() {
+            self.per_filter[filter.index()]
+                .answers
+                .fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Every chain that filtered an answer: (chain, answers, nanoseconds spent).

@@ -459,10 +459,10 @@ fn counters_count_what_filters_did() {
     let chain = defaults().chain_for("kubelet", "get", "configmaps");
     let out = changed(apply(&chain, &cm, &ctx(), &FakeLookups::default()));
     assert_eq!(out["data"]["config.conf"], "#kubeconfig: /x");
-    // Only this test runs inclusterconfig, so the counts are exact.
-    assert_eq!(stats.seen.load(Ordering::Relaxed), seen + 1);
-    assert_eq!(stats.changed.load(Ordering::Relaxed), changed_before + 1);
-    assert_eq!(stats.dropped.load(Ordering::Relaxed), 0);
+    // At least this call's: another test running a filter at the same time adds its own.
+    assert!(stats.seen.load(Ordering::Relaxed) > seen);
+    assert!(stats.changed.load(Ordering::Relaxed) > changed_before);
+    assert_eq!(stats.dropped.load(Ordering::Relaxed), 0, "inclusterconfig never drops");
 }
 
 fn config(args: &[&str]) -> crate::config::Config {

@@ -153,19 +153,14 @@ impl Call<'_> {
             .cancel
             .take()
             .and_then(|cancel| Some(self.hub.reaper.watch(writer.probe()?, cancel)));
-        // Start small (a watch's events are small, and a thousand watches may be open) and
-        // grow to a TLS record's size when reads fill the buffer (a big list).
-        let mut buf = vec![0u8; RELAY_BUFFER_START];
+        let mut reads = BodyReads::new(RELAY_BUFFER_START);
         loop {
-            let n = match answer.body.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // The cloud broke off mid-body (or the reaper cut a stream whose client
-                    // left): tell the client its answer is incomplete and commit nothing
-                    // partial (a list is dropped, a watch keeps whole events).
-                    log::info!("the cloud's answer broke off mid-body: {e}");
+            let chunk = match reads.next(&mut answer.body, &mut traffic.1) {
+                Chunk::Data(chunk) => chunk,
+                Chunk::End => break,
+                Chunk::BrokeOff => {
+                    // Tell the client its answer is incomplete and commit nothing partial (a
+                    // list is dropped, a watch keeps whole events).
                     if let Some(s) = session.take() {
                         s.finish(false);
                     }
@@ -173,21 +168,16 @@ impl Call<'_> {
                     return Relayed::Done(cache_status);
                 }
             };
-            traffic.1 += n as u64;
-            let full = n == buf.len();
-            if let Err(e) = writer.write(&buf[..n]) {
+            if let Err(e) = writer.write(chunk) {
                 if let Some(s) = session.take() {
                     s.finish(false);
                 }
                 return Relayed::ClientGone(e);
             }
             if let Some(s) = session.as_mut()
-                && !s.chunk(&buf[..n])
+                && !s.chunk(chunk)
             {
                 session = None;
-            }
-            if full && buf.len() < RELAY_BUFFER {
-                buf.resize(RELAY_BUFFER, 0);
             }
         }
         if let Some(s) = session {
@@ -366,18 +356,16 @@ impl Call<'_> {
         let mut filter = BodyFilter::new(shape, gzip, chain, &filters.ctx, &*filters.lookups);
         // Recorded once, whichever way the relay ends (a watch: when it ends).
         let mut stage = StageTime::new(chain);
-        let mut buf = vec![0u8; RELAY_BUFFER_START];
+        let mut reads = BodyReads::new(RELAY_BUFFER_START);
         let mut out = Vec::new();
         // Raw bytes until the first output: a body undecodable from its start passes as it
         // came. (Not for gzip: its header is already gone, the raw bytes would not read.)
         let mut held = (!gzip).then(Vec::new);
         loop {
-            let n = match answer.body.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    log::info!("the cloud's answer broke off mid-body: {e}");
+            let chunk = match reads.next(&mut answer.body, &mut traffic.1) {
+                Chunk::Data(chunk) => chunk,
+                Chunk::End => break,
+                Chunk::BrokeOff => {
                     if let Some(s) = session.take() {
                         s.finish(false);
                     }
@@ -385,9 +373,6 @@ impl Call<'_> {
                     return Relayed::Done(cache_status);
                 }
             };
-            traffic.1 += n as u64;
-            let full = n == buf.len();
-            let chunk = &buf[..n];
             if let Some(raw) = held.as_mut() {
                 raw.extend_from_slice(chunk);
                 if raw.len() > HOLD_RAW {
@@ -430,9 +415,6 @@ impl Call<'_> {
                 if out.capacity() > KEEP_OUT {
                     out = Vec::new();
                 }
-            }
-            if full && buf.len() < RELAY_BUFFER {
-                buf.resize(RELAY_BUFFER, 0);
             }
         }
         let finished = stage.time(|| filter.finish(&mut out));
@@ -479,22 +461,67 @@ fn pass_rest(
     traffic: &mut Traffic<'_>,
 ) -> io::Result<()> {
     writer.write(prefix)?;
-    let mut buf = vec![0u8; RELAY_BUFFER];
+    let mut reads = BodyReads::new(RELAY_BUFFER);
     loop {
-        let n = match answer.body.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                log::info!("the cloud's answer broke off mid-body: {e}");
+        match reads.next(&mut answer.body, &mut traffic.1) {
+            Chunk::Data(chunk) => writer.write(chunk)?,
+            Chunk::End => return writer.finish(),
+            Chunk::BrokeOff => {
                 writer.abort();
                 return Ok(());
             }
-        };
-        traffic.1 += n as u64;
-        writer.write(&buf[..n])?;
+        }
     }
-    writer.finish()
+}
+
+/// The relay's reads of the cloud's body. The buffer starts small (a watch's events are
+/// small, and a thousand watches may be open) and grows to a TLS record's size once a read
+/// fills it (a big list); every byte is counted for the traffic metric.
+struct BodyReads {
+    buf: Vec<u8>,
+    /// The last read filled the buffer.
+    filled: bool,
+}
+
+/// What one read of the cloud's body gave.
+enum Chunk<'b> {
+    /// Bytes of the body.
+    Data(&'b [u8]),
+    /// The body ended.
+    End,
+    /// The cloud broke off mid-body, or the reaper cut a stream whose client left (logged).
+    BrokeOff,
+}
+
+impl BodyReads {
+    fn new(start: usize) -> BodyReads {
+        BodyReads {
+            buf: vec![0u8; start],
+            filled: false,
+        }
+    }
+
+    /// The next chunk of `body`; its length is added to `traffic`.
+    fn next(&mut self, body: &mut impl Read, traffic: &mut u64) -> Chunk<'_> {
+        if self.filled && self.buf.len() < RELAY_BUFFER {
+            self.buf.resize(RELAY_BUFFER, 0);
+        }
+        loop {
+            match body.read(&mut self.buf) {
+                Ok(0) => return Chunk::End,
+                Ok(n) => {
+                    *traffic += n as u64;
+                    self.filled = n == self.buf.len();
+                    return Chunk::Data(&self.buf[..n]);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    log::info!("the cloud's answer broke off mid-body: {e}");
+                    return Chunk::BrokeOff;
+                }
+            }
+        }
+    }
 }
 
 /// The cache target with what only the request body tells: a TokenRequest's digest (none
