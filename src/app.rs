@@ -448,6 +448,14 @@ fn response_filters(
         ctx: FilterContext::from_config(config, host),
         lookups: Arc::new(lookups),
     };
+    // (A dummy interface that could not be made has said so in its own line.)
+    if config.dummy_if.is_none() && filters.ctx.host.is_loopback() {
+        log::warn!(
+            "the response filters point in-cluster clients at {}, which pods cannot reach: \
+             enable the dummy interface or set --bind-proxy-address to an address pods reach",
+            filters.ctx.host
+        );
+    }
     Ok((
         Some(filters),
         Some(FilterReload {

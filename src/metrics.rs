@@ -504,7 +504,10 @@ mod tests {
         assert_eq!(text.matches("tinyhub_filter_objects_total{").count(), 21);
         // A chain or filter that filtered nothing has no series.
         assert_eq!(text.matches("tinyhub_filter_seconds_count{").count(), 1);
-        assert_eq!(text.matches("tinyhub_filter_answer_seconds_count{").count(), 2);
+        assert_eq!(
+            text.matches("tinyhub_filter_answer_seconds_count{").count(),
+            2
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::cache::writer::{CacheTx, Refill};
 use crate::config::WorkingMode;
 use crate::metrics::{METRICS, Metrics};
 use crate::proxy::Filters;
-use crate::proxy::filter_body::BodyFilter;
+use crate::proxy::filter_body::{BodyFilter, StageTime};
 use crate::request::{self, Verb};
 use crate::route::{self, Deadline, Identity};
 use crate::upstream::{Outgoing, Upstream};
@@ -146,10 +146,13 @@ fn refill_one(
     } else {
         BodyShape::Object
     };
+    // The filter stage, timed as the relay's is.
     let mut filter = filters.and_then(|f| {
         let chain = f.chain_for(&req);
-        (!chain.is_empty())
-            .then(|| BodyFilter::new(shape, answer.is_gzip(), chain, &f.ctx, &*f.lookups))
+        (!chain.is_empty()).then(|| {
+            let body = BodyFilter::new(shape, answer.is_gzip(), chain, &f.ctx, &*f.lookups);
+            (body, StageTime::new(chain))
+        })
     });
     let gzip = answer.is_gzip() && filter.is_none();
     let mut session = cache
@@ -163,13 +166,10 @@ fn refill_one(
             break;
         }
         let data = match filter.as_mut() {
-            Some(f) => {
+            Some((f, stage)) => {
                 out.clear();
-                f.feed(&buf[..n], &mut out).map_err(ClientError::Decode)?;
-                // A unit the filters could not read went out unfiltered: not for the cache.
-                if let Some(e) = f.take_unreadable() {
-                    return Err(ClientError::Decode(e));
-                }
+                stage.time(|| f.feed(&buf[..n], &mut out))?;
+                readable(f)?;
                 &out[..]
             }
             None => &buf[..n],
@@ -178,18 +178,25 @@ fn refill_one(
             return Err(ClientError::QueueFull);
         }
     }
-    if let Some(f) = filter.as_mut() {
+    if let Some((f, stage)) = filter.as_mut() {
         out.clear();
-        f.finish(&mut out).map_err(ClientError::Decode)?;
-        if let Some(e) = f.take_unreadable() {
-            return Err(ClientError::Decode(e));
-        }
+        stage.time(|| f.finish(&mut out))?;
+        readable(f)?;
         if !session.chunk(&out) {
             return Err(ClientError::QueueFull);
         }
     }
     session.finish(true);
     Ok(())
+}
+
+/// An error when a unit went out unfiltered because the filters could not read it: such an
+/// answer is not for the cache.
+fn readable(filter: &mut BodyFilter<'_>) -> Result<(), ClientError> {
+    match filter.take_unreadable() {
+        Some(e) => Err(ClientError::Decode(e)),
+        None => Ok(()),
+    }
 }
 
 /// The list of the same scope as a watch (or the request itself when it is not one): the

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use serde_json::Value;
@@ -27,6 +27,8 @@ const SERVICES: &str = "/api/v1/services";
 const WATCH_SECONDS: u64 = 300;
 /// A list of all Services: time for a large cluster over a slow link.
 const LIST_DEADLINE: Duration = Duration::from_secs(300);
+/// A watch that ends sooner than this is resumed only after the retry pause.
+const MIN_WATCH: Duration = Duration::from_secs(1);
 
 /// Lists and watches the Services until `stop` fires or closes; `retry` apart after a failure.
 pub(crate) fn run(
@@ -36,7 +38,9 @@ pub(crate) fn run(
     stop: Receiver<()>,
 ) {
     let mut resume: Option<String> = None;
+    let mut failed_lists = 0u32;
     loop {
+        let mut pause = true;
         if upstream.backends().any_healthy() {
             let rv = match resume.take() {
                 Some(rv) => Ok(Some(rv)),
@@ -44,28 +48,42 @@ pub(crate) fn run(
             };
             match rv {
                 Ok(None) => return,
-                Ok(Some(rv)) => match watch(&upstream, &index, &rv, &stop) {
-                    Ok(Some(last)) => {
-                        // A watch that ended by its time resumes at once.
-                        resume = Some(last);
-                        continue;
+                Ok(Some(rv)) => {
+                    failed_lists = 0;
+                    let began = Instant::now();
+                    match watch(&upstream, &index, &rv, &stop) {
+                        Watched::Stopped => return,
+                        Watched::Ended(last) => {
+                            resume = Some(last);
+                            // A server that ends watches at once must not make a busy loop.
+                            pause = began.elapsed() < MIN_WATCH;
+                        }
+                        Watched::Broke(last, e) => {
+                            // A dropped connection: resume where it was, as an informer does.
+                            log::debug!("watch of Services broke off: {e}");
+                            resume = Some(last);
+                        }
+                        Watched::Expired(e) => log::debug!("watch of Services ended: {e}"),
                     }
-                    Ok(None) => return,
-                    Err(e) => log::debug!("watch of Services ended: {e}"),
-                },
+                }
                 Err(e) => {
                     index.list_failed();
-                    log::info!(
-                        "list of Services for servicetopology failed: {e}; the filter looks \
-                         Services up one by one until it succeeds"
-                    );
+                    failed_lists += 1;
+                    let line = format!("list of Services for servicetopology failed: {e}");
+                    // The first failure is news; the retries every `retry` are not.
+                    if failed_lists == 1 {
+                        log::info!("{line}");
+                    } else {
+                        log::debug!("{line} ({failed_lists} times)");
+                    }
                 }
             }
         } else {
             // Offline at start: the lookups need not wait for a list that cannot come.
             index.list_failed();
         }
-        match stop.recv_timeout(retry) {
+        let wait = if pause { retry } else { Duration::ZERO };
+        match stop.recv_timeout(wait) {
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             _ => return,
         }
@@ -88,12 +106,15 @@ fn list(
         &mut |_| {},
         &mut |unit| {
             match unit {
-                Unit::ListItem(raw) => {
-                    let service: Value = serde_json::from_slice(raw)?;
-                    if let Some((key, Some(keys))) = topology_index::entry(&service) {
-                        annotated.insert(key, keys);
+                Unit::ListItem(raw) => match serde_json::from_slice::<Value>(raw) {
+                    Ok(service) => {
+                        if let Some((key, Some(keys))) = topology_index::entry(&service) {
+                            annotated.insert(key, keys);
+                        }
                     }
-                }
+                    // One odd Service does not cost the others their topology.
+                    Err(e) => log::debug!("a Service in the list cannot be read: {e}"),
+                },
                 Unit::ListMember {
                     key: "metadata",
                     value,
@@ -118,18 +139,29 @@ fn list(
     Ok(Some(rv))
 }
 
-/// Watches from `rv`, applying each event: the last resourceVersion seen when the watch
-/// ended by its time, None when `stop` fired.
-fn watch(
-    upstream: &Upstream,
-    index: &TopologyIndex,
-    rv: &str,
-    stop: &Receiver<()>,
-) -> Result<Option<String>, ClientError> {
+/// How one watch ended.
+enum Watched {
+    /// `stop` fired.
+    Stopped,
+    /// By its time: resume from this resourceVersion.
+    Ended(String),
+    /// The connection failed: resume from this resourceVersion.
+    Broke(String, ClientError),
+    /// An ERROR event (410 Gone: the resourceVersion is too old), an unreadable stream or
+    /// a status the watch cannot resume from: list again.
+    Expired(ClientError),
+}
+
+/// Watches from `rv`, applying each event.
+fn watch(upstream: &Upstream, index: &TopologyIndex, rv: &str, stop: &Receiver<()>) -> Watched {
     let path = format!(
         "{SERVICES}?watch=1&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds={WATCH_SECONDS}"
     );
-    let mut answer = get_as_hub(upstream, &path, watch_deadline(WATCH_SECONDS))?;
+    let mut answer = match get_as_hub(upstream, &path, watch_deadline(WATCH_SECONDS)) {
+        Ok(answer) => answer,
+        Err(e @ ClientError::Status(410)) => return Watched::Expired(e),
+        Err(e) => return Watched::Broke(rv.to_owned(), e),
+    };
     let mut last = rv.to_owned();
     let ended = read_units(
         &mut answer,
@@ -157,6 +189,11 @@ fn watch(
             }
             Ok(())
         },
-    )?;
-    Ok(ended.then_some(last))
+    );
+    match ended {
+        Ok(true) => Watched::Ended(last),
+        Ok(false) => Watched::Stopped,
+        Err(e @ (ClientError::Upstream(_) | ClientError::Read(_))) => Watched::Broke(last, e),
+        Err(e) => Watched::Expired(e),
+    }
 }

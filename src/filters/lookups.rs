@@ -95,7 +95,9 @@ struct Memo {
     entries: HashMap<String, Entry>,
     /// The newest update trigger seen (unix seconds).
     newest_trigger: i64,
-    /// When it was first seen: entries fetched before it are stale.
+    /// The Services read again for `newest_trigger` (several may change within a second).
+    refreshed: std::collections::HashSet<String>,
+    /// When the last new trigger was seen: entries fetched before it are stale.
     stale_before: Option<Instant>,
     /// The next entry's `seq`.
     next_seq: u64,
@@ -114,10 +116,10 @@ impl Memo {
     fn insert(&mut self, path: &str, mut entry: Entry, now: Instant) {
         entry.seq = self.next_seq;
         self.next_seq += 1;
-        if self.entries.len() >= MAX_ENTRIES {
+        if self.entries.len() >= MAX_ENTRIES && !self.entries.contains_key(path) {
             self.entries.retain(|_, e| now.duration_since(e.at) < TTL);
         }
-        if self.entries.len() >= MAX_ENTRIES {
+        if self.entries.len() >= MAX_ENTRIES && !self.entries.contains_key(path) {
             // Only when a 30 s window held over a thousand distinct keys: one scan is cheap
             // next to the cloud round trip that brought this entry.
             let oldest = self
@@ -206,24 +208,32 @@ impl Lookups for CloudLookups {
         let Ok(trigger) = trigger.trim().parse::<i64>() else {
             return;
         };
+        let key = format!("{namespace}/{service}");
         {
             let mut memo = self.lock();
-            if trigger <= memo.newest_trigger {
+            let seen = trigger < memo.newest_trigger
+                || (trigger == memo.newest_trigger && memo.refreshed.contains(&key));
+            if seen {
                 return;
             }
-            memo.newest_trigger = trigger;
             memo.stale_before = Some(Instant::now());
         }
         // The services watch may not have brought the change yet: read this Service now.
         if let Some(index) = &self.services {
             let path = service_path(namespace, service);
             match self.fetcher.fetch(&path) {
-                Ok(svc) => index.set(
-                    format!("{namespace}/{service}"),
-                    svc.as_ref().and_then(topology_of),
-                ),
+                Ok(svc) => index.set(key.clone(), svc.as_ref().and_then(topology_of)),
                 Err(e) => log::info!("filter lookup of {path} failed: {e}"),
             }
+        }
+        // Recorded once read, so a client that meets the same mark meanwhile reads too.
+        let mut memo = self.lock();
+        if trigger > memo.newest_trigger {
+            memo.newest_trigger = trigger;
+            memo.refreshed.clear();
+        }
+        if trigger == memo.newest_trigger {
+            memo.refreshed.insert(key);
         }
     }
 
@@ -363,9 +373,17 @@ mod tests {
             l.service_topology("default", "web");
         }
         assert_eq!(calls(), 2);
+        // Another Service changed within the same second: read again as well, once.
+        l.service_topology("default", "plain");
+        assert_eq!(calls(), 3);
+        l.saw_update_trigger("default", "plain", "1700000000");
+        l.saw_update_trigger("default", "plain", "1700000000");
+        l.service_topology("default", "plain");
+        l.service_topology("default", "plain");
+        assert_eq!(calls(), 4);
         l.saw_update_trigger("default", "web", " 1700000001 ");
         l.service_topology("default", "web");
-        assert_eq!(calls(), 3);
+        assert_eq!(calls(), 5);
     }
 
     #[test]

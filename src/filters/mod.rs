@@ -384,8 +384,12 @@ impl FilterContext {
     /// An unspecified `host` (`0.0.0.0`, `::`) is no address a pod can dial; the hub listens
     /// on the node's address then, so that is injected (`--node-ip`, else loopback).
     pub(crate) fn from_config(config: &Config, host: IpAddr) -> FilterContext {
+        let loopback = match host {
+            IpAddr::V4(_) => IpAddr::from([127, 0, 0, 1]),
+            IpAddr::V6(_) => IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+        };
         let host = if host.is_unspecified() {
-            config.node_ip.unwrap_or(IpAddr::from([127, 0, 0, 1]))
+            config.node_ip.unwrap_or(loopback)
         } else {
             host
         };
@@ -488,7 +492,9 @@ pub(crate) fn apply_item(
         let started = Instant::now();
         let outcome = run(filter, input, list_api_version, ctx, lookups);
         let counter = &FILTER_STATS.per_filter[filter.index()];
-        counter.nanos.fetch_add(nanos(started.elapsed()), Ordering::Relaxed);
+        counter
+            .nanos
+            .fetch_add(nanos(started.elapsed()), Ordering::Relaxed);
         counter.seen.fetch_add(1, Ordering::Relaxed);
         match outcome {
             Outcome::Unchanged => {}

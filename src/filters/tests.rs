@@ -462,7 +462,11 @@ fn counters_count_what_filters_did() {
     // At least this call's: another test running a filter at the same time adds its own.
     assert!(stats.seen.load(Ordering::Relaxed) > seen);
     assert!(stats.changed.load(Ordering::Relaxed) > changed_before);
-    assert_eq!(stats.dropped.load(Ordering::Relaxed), 0, "inclusterconfig never drops");
+    assert_eq!(
+        stats.dropped.load(Ordering::Relaxed),
+        0,
+        "inclusterconfig never drops"
+    );
 }
 
 fn config(args: &[&str]) -> crate::config::Config {

@@ -6,6 +6,8 @@
 //! out is plain JSON. The refill thread filters through it too, so a refilled cache holds
 //! what the client was given.
 
+use std::time::{Duration, Instant};
+
 use serde_json::Value;
 
 use crate::cache::decode::{BodyDecoder, BodyShape, DecodeError, Unit};
@@ -101,7 +103,16 @@ impl<'f> BodyFilter<'f> {
     }
 }
 
-/// Filters a whole body at once: the filtered body, or why it could not be read.
+/// A whole body filtered.
+#[derive(Debug)]
+pub(crate) struct Filtered {
+    /// What the client gets.
+    pub body: Vec<u8>,
+    /// Why an object in it went out unfiltered: then the answer must not be cached.
+    pub unreadable: Option<DecodeError>,
+}
+
+/// Filters a whole body at once: the filtered body, or why it could not be decoded.
 pub(crate) fn filter_whole(
     body: &[u8],
     shape: BodyShape,
@@ -109,14 +120,45 @@ pub(crate) fn filter_whole(
     chain: Chain,
     ctx: &FilterContext,
     lookups: &dyn Lookups,
-) -> Result<Vec<u8>, DecodeError> {
+) -> Result<Filtered, DecodeError> {
     let mut filter = BodyFilter::new(shape, gzip, chain, ctx, lookups);
     let mut out = Vec::with_capacity(body.len());
     filter.feed(body, &mut out)?;
     filter.finish(&mut out)?;
-    match filter.take_unreadable() {
-        Some(e) => Err(e),
-        None => Ok(out),
+    Ok(Filtered {
+        body: out,
+        unreadable: filter.take_unreadable(),
+    })
+}
+
+/// The filter stage's time on one answer: only the filter calls are timed (one clock read
+/// per call, per chunk, not per object), and the total is recorded once, when dropped.
+pub(crate) struct StageTime {
+    chain: crate::filters::Chain,
+    spent: Duration,
+}
+
+impl StageTime {
+    /// A timer for one answer filtered by `chain`.
+    pub(crate) fn new(chain: crate::filters::Chain) -> StageTime {
+        StageTime {
+            chain,
+            spent: Duration::ZERO,
+        }
+    }
+
+    /// Runs `f`, adding its time to the answer's.
+    pub(crate) fn time<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        let start = Instant::now();
+        let result = f();
+        self.spent += start.elapsed();
+        result
+    }
+}
+
+impl Drop for StageTime {
+    fn drop(&mut self) {
+        crate::filters::FILTER_STATS.record_answer(self.chain, self.spent);
     }
 }
 
@@ -342,7 +384,8 @@ mod tests {
             &ctx(),
             &lookups,
         )
-        .expect("valid list");
+        .expect("valid list")
+        .body;
         let list: Value = serde_json::from_slice(&out).expect("output is JSON");
         let names: Vec<&str> = list["items"]
             .as_array()
@@ -379,10 +422,13 @@ mod tests {
             lb("a"),
             lb("b")
         );
-        let err = filter_whole(body.as_bytes(), BodyShape::List, false, c, &ctx(), &lookups)
-            .expect_err("a whole answer with an unreadable item is not filtered");
-        assert!(matches!(err, DecodeError::Unreadable(_)), "{err}");
-        // Streamed: the rest is filtered, the odd item goes as it came, reported once.
+        let expected = r#"{"kind":"ServiceList","items":[{"metadata":{"name":"odd\ud800"}},{"metadata":{"name":"\udc00"}}]}"#;
+        // Whole: the rest is filtered, the odd item goes as it came, and it is reported.
+        let whole = filter_whole(body.as_bytes(), BodyShape::List, false, c, &ctx(), &lookups)
+            .expect("the scanner takes it");
+        assert!(matches!(whole.unreadable, Some(DecodeError::Unreadable(_))));
+        assert_eq!(whole.body, expected.as_bytes());
+        // Streamed: the same, reported once.
         let context = ctx();
         let mut filter = BodyFilter::new(BodyShape::List, false, c, &context, &lookups);
         let mut out = Vec::new();
@@ -395,11 +441,7 @@ mod tests {
             Some(DecodeError::Unreadable(_))
         ));
         assert!(filter.take_unreadable().is_none(), "reported once");
-        let text = String::from_utf8(out).expect("UTF-8");
-        assert_eq!(
-            text,
-            r#"{"kind":"ServiceList","items":[{"metadata":{"name":"odd\ud800"}},{"metadata":{"name":"\udc00"}}]}"#
-        );
+        assert_eq!(out, expected.as_bytes());
     }
 
     #[test]
@@ -468,12 +510,13 @@ mod tests {
             let lookups = FakeLookups::default();
             let c = chain(&[FilterName::MasterService, FilterName::DiscardCloudService]);
             let out = filter_whole(body.as_bytes(), BodyShape::List, false, c, &ctx(), &lookups)
-                .expect("valid list");
+                .expect("valid list")
+                .body;
             let list: Value = serde_json::from_slice(&out).expect("output is JSON");
             // Changed: cloned, rewritten and serialized again at that depth.
             assert_eq!(list["items"][0]["spec"]["clusterIP"], "169.254.2.1");
-            // Deeper than serde reads: unreadable, so the relay passes the answer as it came.
-            let err = filter_whole(
+            // Deeper than serde reads: passed as it came, and reported (not cached).
+            let out = filter_whole(
                 beyond.as_bytes(),
                 BodyShape::List,
                 false,
@@ -481,8 +524,13 @@ mod tests {
                 &ctx(),
                 &lookups,
             )
-            .expect_err("serde stops at 128 levels");
-            assert!(matches!(err, DecodeError::Unreadable(_)), "{err}");
+            .expect("the scanner takes it");
+            assert!(matches!(out.unreadable, Some(DecodeError::Unreadable(_))));
+            assert!(
+                out.body
+                    .windows(too_deep.len())
+                    .any(|w| w == too_deep.as_bytes())
+            );
         };
         std::thread::Builder::new()
             .stack_size(crate::SMALL_STACK)
@@ -499,7 +547,8 @@ mod tests {
         let body = body.as_bytes();
         let c = chain(&[FilterName::DiscardCloudService]);
         let out = filter_whole(body, BodyShape::Object, false, c, &ctx(), &lookups)
-            .expect("valid object");
+            .expect("valid object")
+            .body;
         assert_eq!(out, body);
     }
 }

@@ -4,10 +4,9 @@
 //! answered from the cache; a larger one streams through a buffer that grows with the reads.
 
 use std::io::{self, Read};
-use std::time::{Duration, Instant};
 
 use super::call::Call;
-use super::filter_body::{self, BodyFilter};
+use super::filter_body::{self, BodyFilter, Filtered, StageTime};
 use super::{CacheStatus, Filters};
 use crate::cache::decode::{BodyShape, DecodeError};
 use crate::cache::target::{CacheTarget, TokenTarget};
@@ -326,8 +325,14 @@ impl Call<'_> {
             });
             drop(stage);
             return match filtered {
-                Ok(out) => {
+                Ok(Filtered {
+                    body: out,
+                    unreadable: odd,
+                }) => {
                     let sent = ex.send(answer.status, &headers, &out);
+                    if let Some(e) = odd {
+                        cache_status = unreadable(e, &mut session);
+                    }
                     if let Some(mut s) = session {
                         s.chunk_owned(out);
                         s.finish(true);
@@ -566,34 +571,4 @@ fn wants_cache(target: &CacheTarget, answer: &Answer) -> Option<CacheTarget> {
     worth
         .then(|| route::target_for_answer(target, answer.header("content-type")))
         .flatten()
-}
-
-/// The filter stage's time on one answer: only the filter calls are timed (one clock read
-/// per call, per chunk, not per object), and the total is recorded once, when dropped.
-struct StageTime {
-    chain: crate::filters::Chain,
-    spent: Duration,
-}
-
-impl StageTime {
-    fn new(chain: crate::filters::Chain) -> StageTime {
-        StageTime {
-            chain,
-            spent: Duration::ZERO,
-        }
-    }
-
-    /// Runs `f`, adding its time to the answer's.
-    fn time<T>(&mut self, f: impl FnOnce() -> T) -> T {
-        let start = Instant::now();
-        let result = f();
-        self.spent += start.elapsed();
-        result
-    }
-}
-
-impl Drop for StageTime {
-    fn drop(&mut self) {
-        crate::filters::FILTER_STATS.record_answer(self.chain, self.spent);
-    }
 }

@@ -328,6 +328,38 @@ fn an_undecodable_answer_passes_unchanged_with_a_log_line() {
 }
 
 #[test]
+fn an_object_the_filters_cannot_read_goes_out_unfiltered_and_nothing_is_cached() {
+    let cloud = Cloud::start();
+    let (hub, _dir) = start_hub(&cloud, "filters-unreadable");
+    let path = "/api/v1/namespaces/shop/services";
+    // A lone surrogate escape: valid to the hub's scanner, refused by serde_json.
+    let body = br#"{"kind":"ServiceList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"namespace":"default","name":"kubernetes"},"spec":{"clusterIP":"10.96.0.1","clusterIPs":["10.96.0.1"],"ports":[{"name":"https","port":443}]}},{"metadata":{"namespace":"shop","name":"odd","annotations":{"note":"\ud800"}}}]}"#;
+    cloud.misanswer(path, 1, 200, body);
+    let reply = get(&format!("{}{path}", hub.url()), KUBELET);
+    assert_eq!(reply.status, 200);
+    let text = reply.text();
+    assert!(
+        text.contains(r#""clusterIP":"127.0.0.1""#),
+        "the rest is filtered: {text}"
+    );
+    assert!(
+        text.contains(
+            r#"{"metadata":{"namespace":"shop","name":"odd","annotations":{"note":"\ud800"}}}"#
+        ),
+        "the odd item as it came: {text}"
+    );
+    assert!(
+        hub.wait_log("cannot be read", Duration::from_secs(5)),
+        "{}",
+        hub.logs()
+    );
+    assert_eq!(hub.log_lines(|l| l.contains("cannot be read")), 1);
+    go_offline(&cloud, &hub);
+    let offline = get(&format!("{}{path}", hub.url()), KUBELET);
+    assert_eq!(offline.status, 404, "never cached: {}", offline.text());
+}
+
+#[test]
 fn servicetopology_filters_core_endpoints_and_v1beta1_slices_and_heeds_an_update_trigger() {
     let cloud = Cloud::start();
     let (_, slice, _) = cloud.topology_service(
