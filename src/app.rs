@@ -47,9 +47,11 @@ const SERVE_LIMITS: Limits = Limits {
 };
 /// Time in-flight requests get to finish after the first signal.
 const DRAIN: Duration = Duration::from_secs(3);
-/// How long after start servicetopology waits for the first list of Services before it looks
-/// Services up one by one (a list read as the hub starts would otherwise go unfiltered).
-const FIRST_SERVICES_LIST_PATIENCE: Duration = Duration::from_secs(10);
+/// How long after start servicetopology may wait for the first list of Services to end before
+/// it looks Services up one by one: a big list over a slow link takes a while, and a kube-proxy
+/// list filtered by one round trip per Service would take far longer. A failed list ends the
+/// wait at once.
+const FIRST_SERVICES_LIST_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Runs the hub until a signal ends it.
 pub fn run(config: Config) -> Result<(), StartupError> {
@@ -198,23 +200,6 @@ pub fn run(config: Config) -> Result<(), StartupError> {
                         writer::run(&store, cache_rx, &stop, options)
                     })?
                 });
-                {
-                    let (upstream, agents, cache_tx) =
-                        (Arc::clone(&upstream), Arc::clone(&agents), cache_tx.clone());
-                    let retry = config.heartbeat.interval;
-                    let stop = stop_rx.clone();
-                    let filter_reload = filter_reload.clone();
-                    spawn("agents-watch", move || {
-                        agents_watch::run(
-                            upstream,
-                            agents,
-                            filter_reload,
-                            Some(cache_tx),
-                            retry,
-                            stop,
-                        )
-                    })?;
-                }
                 let offline = Offline {
                     store,
                     cache: cache_tx.clone(),
@@ -235,18 +220,21 @@ pub fn run(config: Config) -> Result<(), StartupError> {
             }
         }
     } else {
-        // No cache in cloud mode, but yurt-hub-cfg still adds components to the filters.
-        if let Some(filter_reload) = filter_reload.clone() {
-            let (upstream, agents) = (Arc::clone(&upstream), Arc::clone(&agents));
-            let retry = config.heartbeat.interval;
-            let stop = stop_rx.clone();
-            spawn("agents-watch", move || {
-                agents_watch::run(upstream, agents, Some(filter_reload), None, retry, stop)
-            })?;
-        }
         readiness.cache_loaded.store(true, Ordering::Release);
         (None, None)
     };
+    // yurt-hub-cfg: who is cached (with a cache) and whom the filters serve (with filters, in
+    // cloud mode or without a cache too).
+    if cache.is_some() || filter_reload.is_some() {
+        let (upstream, agents, cache_tx) =
+            (Arc::clone(&upstream), Arc::clone(&agents), cache.clone());
+        let retry = config.heartbeat.interval;
+        let stop = stop_rx.clone();
+        let filter_reload = filter_reload.clone();
+        spawn("agents-watch", move || {
+            agents_watch::run(upstream, agents, filter_reload, cache_tx, retry, stop)
+        })?;
+    }
 
     let upstream_for_identity = Arc::clone(&upstream);
     let hub = Arc::new(Hub {
