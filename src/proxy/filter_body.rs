@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::cache::decode::{BodyDecoder, BodyShape, DecodeError, Unit};
 use crate::cache::writer::MAX_OBJECT_BYTES;
-use crate::filters::{self, Chain, FilterContext, Lookups, Outcome};
+use crate::filters::{self, Chain, FilterContext, Lookups, Needles, Outcome};
 
 /// Where the output of a list stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +40,8 @@ struct Rewriter<'f> {
     unreadable: Option<String>,
     /// `unreadable` was taken: later ones are not reported again.
     unreadable_taken: bool,
+    /// What an object must hold for the chain to touch it: the others pass unparsed.
+    needles: Needles,
 }
 
 /// A body being filtered.
@@ -68,6 +70,7 @@ impl<'f> BodyFilter<'f> {
                 list_api_version: None,
                 unreadable: None,
                 unreadable_taken: false,
+                needles: Needles::of(chain),
             },
         }
     }
@@ -188,9 +191,12 @@ impl Rewriter<'_> {
 
     /// A get: a dropped object keeps its original body (§2.1).
     fn object(&mut self, raw: &[u8], out: &mut Vec<u8>) {
-        let changed = self
-            .read(raw)
-            .map(|obj| filters::apply(&self.chain, &obj, self.ctx, self.lookups));
+        let changed = if self.needles.may_touch(raw) {
+            self.read(raw)
+                .map(|obj| filters::apply(&self.chain, &obj, self.ctx, self.lookups))
+        } else {
+            None
+        };
         match changed {
             Some(Outcome::Changed(obj)) => write_value(out, &obj, raw),
             _ => out.extend_from_slice(raw),
@@ -221,7 +227,8 @@ impl Rewriter<'_> {
     fn item(&mut self, raw: &[u8], out: &mut Vec<u8>) {
         // An item serde cannot read passes as it came (YurtHub passes a list it cannot
         // decode); `unreadable` keeps the answer out of the cache.
-        let outcome = match self.read(raw) {
+        let touched = self.needles.may_touch(raw);
+        let outcome = match touched.then(|| self.read(raw)).flatten() {
             Some(obj) => filters::apply_item(
                 &self.chain,
                 &obj,
@@ -249,7 +256,11 @@ impl Rewriter<'_> {
 
     /// A watch event: BOOKMARK and ERROR pass unchanged; a dropped object becomes DELETED.
     fn event(&mut self, raw: &[u8], out: &mut Vec<u8>) {
-        let event = self.read(raw);
+        let event = if self.needles.may_touch(raw) {
+            self.read(raw)
+        } else {
+            None
+        };
         let filterable = event.as_ref().and_then(|e| {
             let kind = e.get("type")?.as_str()?;
             matches!(kind, "ADDED" | "MODIFIED" | "DELETED")
@@ -413,16 +424,54 @@ mod tests {
     }
 
     #[test]
+    fn objects_no_filter_of_the_chain_can_touch_pass_unparsed_and_count_as_seen() {
+        let lookups = FakeLookups::default();
+        let c = chain(&[FilterName::MasterService]);
+        let seen = || {
+            crate::filters::FILTER_STATS
+                .of(FilterName::MasterService)
+                .seen
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let before = seen();
+        // No "kubernetes" in it: not parsed, so even JSON serde would refuse passes as is,
+        // and nothing is reported (the cache writer judges it on its own).
+        let odd = r#"{"metadata":{"name":"web\ud800"},"spec":{"clusterIP":"10.96.0.5"}}"#;
+        let body = format!(r#"{{"kind":"ServiceList","items":[{odd}]}}"#);
+        let out = filter_whole(body.as_bytes(), BodyShape::List, false, c, &ctx(), &lookups)
+            .expect("the scanner takes it");
+        assert_eq!(out.body, body.as_bytes());
+        assert!(out.unreadable.is_none());
+        assert!(seen() > before, "counted as seen");
+        // A watch event and a get likewise.
+        let event = format!(r#"{{"type":"ADDED","object":{odd}}}"#);
+        let out = filter_whole(
+            event.as_bytes(),
+            BodyShape::WatchStream,
+            false,
+            c,
+            &ctx(),
+            &lookups,
+        )
+        .expect("the scanner takes it");
+        assert_eq!(out.body, format!("{event}\n").as_bytes());
+        let out = filter_whole(odd.as_bytes(), BodyShape::Object, false, c, &ctx(), &lookups)
+            .expect("the scanner takes it");
+        assert_eq!(out.body, odd.as_bytes());
+    }
+
+    #[test]
     fn an_item_serde_cannot_read_passes_unfiltered_and_is_reported_once() {
         let lookups = FakeLookups::default();
         let c = chain(&[FilterName::DiscardCloudService]);
-        // The scanner takes a lone surrogate escape; serde_json refuses it.
+        // The scanner takes a lone surrogate escape; serde_json refuses it. (Both odd items
+        // hold a needle of discardcloudservice, so they are parsed.)
         let body = format!(
-            r#"{{"kind":"ServiceList","items":[{},{{"metadata":{{"name":"odd\ud800"}}}},{},{{"metadata":{{"name":"\udc00"}}}}]}}"#,
+            r#"{{"kind":"ServiceList","items":[{},{{"metadata":{{"name":"odd\ud800"}},"spec":{{"type":"LoadBalancer"}}}},{},{{"metadata":{{"name":"\udc00"}},"spec":{{"type":"LoadBalancer"}}}}]}}"#,
             lb("a"),
             lb("b")
         );
-        let expected = r#"{"kind":"ServiceList","items":[{"metadata":{"name":"odd\ud800"}},{"metadata":{"name":"\udc00"}}]}"#;
+        let expected = r#"{"kind":"ServiceList","items":[{"metadata":{"name":"odd\ud800"},"spec":{"type":"LoadBalancer"}},{"metadata":{"name":"\udc00"},"spec":{"type":"LoadBalancer"}}]}"#;
         // Whole: the rest is filtered, the odd item goes as it came, and it is reported.
         let whole = filter_whole(body.as_bytes(), BodyShape::List, false, c, &ctx(), &lookups)
             .expect("the scanner takes it");
@@ -505,7 +554,9 @@ mod tests {
             r#"{{"kind":"ServiceList","items":[{{"metadata":{{"namespace":"default","name":"kubernetes"}},"spec":{{"clusterIP":"10.96.0.1","deep":{deep}}}}}]}}"#
         );
         let too_deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
-        let beyond = format!(r#"{{"kind":"ServiceList","items":[{too_deep}]}}"#);
+        let beyond = format!(
+            r#"{{"kind":"ServiceList","items":[{{"metadata":{{"name":"kubernetes"}},"deep":{too_deep}}}]}}"#
+        );
         let run = move || {
             let lookups = FakeLookups::default();
             let c = chain(&[FilterName::MasterService, FilterName::DiscardCloudService]);
