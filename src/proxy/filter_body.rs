@@ -455,8 +455,15 @@ mod tests {
         )
         .expect("the scanner takes it");
         assert_eq!(out.body, format!("{event}\n").as_bytes());
-        let out = filter_whole(odd.as_bytes(), BodyShape::Object, false, c, &ctx(), &lookups)
-            .expect("the scanner takes it");
+        let out = filter_whole(
+            odd.as_bytes(),
+            BodyShape::Object,
+            false,
+            c,
+            &ctx(),
+            &lookups,
+        )
+        .expect("the scanner takes it");
         assert_eq!(out.body, odd.as_bytes());
     }
 
