@@ -982,9 +982,11 @@ mod sys {
             }
             // SAFETY: `fd` was just returned by socket() and is owned by nothing else.
             let socket = Socket(unsafe { OwnedFd::from_raw_fd(fd) });
+            // `as _`: musl deprecates naming time_t and suseconds_t (they grow to 64 bits);
+            // the timeout is seconds, far inside either width.
             let tv = libc::timeval {
-                tv_sec: timeout.as_secs() as libc::time_t,
-                tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+                tv_sec: timeout.as_secs() as _,
+                tv_usec: timeout.subsec_micros() as _,
             };
             // SAFETY: `tv` is a valid timeval for the length passed; the fd is open.
             let rc = unsafe {

@@ -105,32 +105,10 @@ impl Call<'_> {
         }
 
         if let Some(length) = answer.length.filter(|&l| l <= SMALL_BODY) {
-            let mut body = Vec::with_capacity(length as usize);
-            // Read to the end, not just `length` bytes: only a read that sees the end returns
-            // the connection to ureq's pool (else every small answer costs a TLS handshake).
-            let read = (&mut answer.body).take(length + 1).read_to_end(&mut body);
-            traffic.1 += body.len() as u64;
-            if let Err(e) = read.and_then(|n| {
-                if n as u64 == length {
-                    Ok(())
-                } else {
-                    Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("body ended after {n} of {length} bytes"),
-                    ))
-                }
-            }) {
-                if let Some(s) = session {
-                    s.finish(false);
-                }
-                let error = UpstreamError::Transport {
-                    server: self.hub.cloud.server(answer.backend).to_owned(),
-                    detail: format!("the answer broke off: {e}"),
-                    timeout: e.kind() == io::ErrorKind::TimedOut,
-                    maybe_sent: true,
-                };
-                return Relayed::CloudBrokeOff(ex, error);
-            }
+            let body = match read_small(&mut answer.body, Some(length), length, &mut traffic.1) {
+                Ok(body) => body,
+                Err(e) => return self.broke_off(ex, &answer, e, session),
+            };
             let sent = ex.send(answer.status, &answer.headers, &body);
             // The client has its answer; the body moves to the writer without a copy.
             if let Some(mut s) = session {
@@ -187,6 +165,27 @@ impl Call<'_> {
 }
 
 impl Call<'_> {
+    /// The cloud broke off within a small answer read whole: nothing was sent yet, so the
+    /// caller may still answer the client from the cache; nothing of it is committed.
+    fn broke_off<'c>(
+        &self,
+        ex: Exchange<'c>,
+        answer: &Answer,
+        e: io::Error,
+        session: Option<Session>,
+    ) -> Relayed<'c> {
+        if let Some(s) = session {
+            s.finish(false);
+        }
+        let error = UpstreamError::Transport {
+            server: self.hub.cloud.server(answer.backend).to_owned(),
+            detail: format!("the answer broke off: {e}"),
+            timeout: e.kind() == io::ErrorKind::TimedOut,
+            maybe_sent: true,
+        };
+        Relayed::CloudBrokeOff(ex, error)
+    }
+
     /// The filters and body shape when the answer passes the filter stage: a request with a
     /// chain, answered 200 in JSON, plain or gzip.
     fn filtering(&self, answer: &Answer) -> Option<(&Filters, BodyShape)> {
@@ -262,39 +261,17 @@ impl Call<'_> {
                 .length
                 .unwrap_or(u64::MAX)
                 .min(MAX_OBJECT_BYTES as u64);
-            let mut body = Vec::with_capacity(limit.min(SMALL_BODY) as usize);
             // One declared larger than any object is passed without reading it first.
             let declared_too_large = answer.length.is_some_and(|l| l > limit);
-            let read = if declared_too_large {
-                Ok(0)
+            let body = if declared_too_large {
+                Vec::new()
             } else {
-                (&mut answer.body).take(limit + 1).read_to_end(&mut body)
+                match read_small(&mut answer.body, answer.length, limit, &mut traffic.1) {
+                    Ok(body) => body,
+                    Err(e) => return self.broke_off(ex, &answer, e, session),
+                }
             };
-            traffic.1 += body.len() as u64;
-            let n = body.len() as u64;
-            let short = answer.length.is_some_and(|l| l <= limit && n != l);
-            if let Err(e) = read.and_then(|_| {
-                if short {
-                    Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!("body ended after {n} of {limit} bytes"),
-                    ))
-                } else {
-                    Ok(())
-                }
-            }) {
-                if let Some(s) = session {
-                    s.finish(false);
-                }
-                let error = UpstreamError::Transport {
-                    server: self.hub.cloud.server(answer.backend).to_owned(),
-                    detail: format!("the answer broke off: {e}"),
-                    timeout: e.kind() == io::ErrorKind::TimedOut,
-                    maybe_sent: true,
-                };
-                return Relayed::CloudBrokeOff(ex, error);
-            }
-            if n > limit || answer.length.is_some_and(|l| l > limit) {
+            if declared_too_large || body.len() as u64 > limit {
                 // Larger than any object the filters (and the cache) take: passed unchanged.
                 log::info!(
                     "an answer larger than {MAX_OBJECT_BYTES} bytes is passed unchanged and not cached path=\"{}\"",
@@ -455,6 +432,31 @@ impl Call<'_> {
         // Recorded before the last chunk: a client that read the answer sees it counted.
         drop(stage);
         done(writer.finish(), cache_status)
+    }
+}
+
+/// A body of `length` bytes when known, read whole up to `limit` + 1 bytes (so one longer
+/// than `limit` shows by its size). Read to the end, not just `length` bytes: only a read that
+/// sees the end returns the connection to ureq's pool (else every small answer costs a TLS
+/// handshake). One shorter than it said is an error: the cloud broke off.
+fn read_small(
+    body: &mut impl Read,
+    length: Option<u64>,
+    limit: u64,
+    traffic: &mut u64,
+) -> io::Result<Vec<u8>> {
+    let mut buf =
+        Vec::with_capacity(length.unwrap_or(SMALL_BODY).min(limit).min(SMALL_BODY) as usize);
+    let read = body.take(limit + 1).read_to_end(&mut buf);
+    *traffic += buf.len() as u64;
+    read?;
+    let n = buf.len() as u64;
+    match length {
+        Some(length) if length <= limit && n != length => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("body ended after {n} of {length} bytes"),
+        )),
+        _ => Ok(buf),
     }
 }
 
