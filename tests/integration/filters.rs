@@ -32,6 +32,14 @@ fn start_hub_with(cloud: &Cloud, tag: &str, args: &[&str]) -> (Hub, TempDir) {
     (Hub::start(&spec), dir)
 }
 
+/// A watch of `path` through the hub as `agent` (10 s), open.
+fn watch(hub: &Hub, path: &str, agent: &str) -> Events {
+    let url = format!("{}{path}?watch=true&timeoutSeconds=10", hub.url());
+    let (status, body) = stream(&url, agent);
+    assert_eq!(status, 200, "{url}");
+    Events::new(body)
+}
+
 fn item<'a>(list: &'a Value, ns: &str, name: &str) -> Option<&'a Value> {
     list["items"]
         .as_array()
@@ -165,12 +173,7 @@ fn kubelet_and_kube_proxy_reads_are_filtered_online_and_offline() {
 fn kubelet_services_watch_points_kubernetes_at_the_hub() {
     let cloud = Cloud::start();
     let (hub, _dir) = start_hub(&cloud, "filters-ms-watch");
-    let (status, body) = stream(
-        &format!("{}/api/v1/services?watch=true&timeoutSeconds=10", hub.url()),
-        KUBELET,
-    );
-    assert_eq!(status, 200);
-    let mut events = Events::new(body);
+    let mut events = watch(&hub, "/api/v1/services", KUBELET);
     let added = events.next_event().expect("an ADDED event");
     assert_eq!(added["type"], "ADDED");
     assert_eq!(added["object"]["metadata"]["name"], "kubernetes");
@@ -193,15 +196,7 @@ fn kubelet_services_watch_points_kubernetes_at_the_hub() {
 fn kube_proxy_watch_sees_a_discarded_service_as_deleted() {
     let cloud = Cloud::start();
     let (hub, _dir) = start_hub(&cloud, "filters-discard-watch");
-    let (status, body) = stream(
-        &format!(
-            "{}/api/v1/namespaces/shop/services?watch=true&timeoutSeconds=10",
-            hub.url()
-        ),
-        KUBE_PROXY,
-    );
-    assert_eq!(status, 200);
-    let mut events = Events::new(body);
+    let mut events = watch(&hub, "/api/v1/namespaces/shop/services", KUBE_PROXY);
     assert!(cloud.wait_for_watchers("services", 1, Duration::from_secs(5)));
     let lb = cloud.lb_service_discard("shop", "cloud-lb", Some("true"));
     cloud.topology_service("shop", "web", None, &[]);
@@ -398,15 +393,8 @@ fn servicetopology_filters_core_endpoints_and_v1beta1_slices_and_heeds_an_update
 
     // A watch; the Service loses its topology and yurt-manager marks the slice: the event
     // that carries the mark is filtered with the new Service, not a remembered one.
-    let (status, body) = stream(
-        &format!(
-            "{}/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices?watch=true&timeoutSeconds=10",
-            hub.url()
-        ),
-        KUBE_PROXY,
-    );
-    assert_eq!(status, 200);
-    let mut events = Events::new(body);
+    let slices = "/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices";
+    let mut events = watch(&hub, slices, KUBE_PROXY);
     let added = events.next_event().expect("an ADDED event");
     assert_eq!(
         web_addresses(&json!({"items": [added["object"]]})),
@@ -563,15 +551,7 @@ fn check_nodeport_isolation(tag: &str, args: &[&str], node_pool: &str) {
     let cloud = Cloud::start();
     cloud.node("edge-1", Some(node_pool), &[]);
     let (hub, _dir, _) = start_hub_https(&cloud, tag, args);
-    let (status, body) = stream(
-        &format!(
-            "{}/api/v1/namespaces/shop/services?watch=true&timeoutSeconds=10",
-            hub.url()
-        ),
-        KUBE_PROXY,
-    );
-    assert_eq!(status, 200);
-    let mut events = Events::new(body);
+    let mut events = watch(&hub, "/api/v1/namespaces/shop/services", KUBE_PROXY);
     assert!(cloud.wait_for_watchers("services", 1, Duration::from_secs(5)));
     let theirs = cloud.nodeport_service("shop", "theirs", Some("pool-b, -pool-a"), "NodePort");
     cloud.nodeport_service("shop", "ours", Some("-pool-c,pool-a"), "NodePort");
