@@ -21,6 +21,7 @@ mod filters;
 #[doc(hidden)]
 pub mod fuzzing;
 mod health;
+pub(crate) mod heartbeat;
 mod http1;
 pub mod logging;
 mod metrics;
