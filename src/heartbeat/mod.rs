@@ -53,3 +53,4 @@
 
 pub(crate) mod kubelet;
 pub(crate) mod lease;
+pub(crate) mod renew;
