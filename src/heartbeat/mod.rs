@@ -53,4 +53,5 @@
 
 pub(crate) mod kubelet;
 pub(crate) mod lease;
+pub(crate) mod local;
 pub(crate) mod renew;
