@@ -22,6 +22,8 @@ pub(crate) enum Kind {
     Str,
     /// A comma-separated list.
     Strings,
+    /// A Go duration (`40s`, `1m30s`).
+    Duration,
 }
 
 /// One supported flag.
@@ -247,6 +249,18 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "consecutive successful probes before an unhealthy server is healthy again",
     ),
     flag(
+        "kubelet-health-grace-period",
+        Kind::Duration,
+        "40s",
+        "edge mode: kubelet counts as stopped after this long without a lease request (then the hub stops renewing the node lease); also the leaseDurationSeconds of a lease the hub creates",
+    ),
+    flag(
+        "heartbeat-mode",
+        Kind::Str,
+        "lease",
+        "edge mode: how cloud servers are probed: lease (renew the node lease through them, as YurtHub) or readyz (GET /readyz, for an identity that may not write leases)",
+    ),
+    flag(
         "working-mode",
         Kind::Str,
         "edge",
@@ -314,7 +328,6 @@ pub(crate) const IGNORED_YURTHUB_FLAGS: &[(&str, bool)] = &[
     ("gc-frequency", true),
     ("profiling", false),
     ("enable-iptables", false),
-    ("kubelet-health-grace-period", true),
     ("enable-node-pool", false),
     ("min-request-timeout", true),
     ("enable-coordinator", false),
@@ -470,6 +483,7 @@ fn type_name(kind: Kind) -> &'static str {
         Kind::Int => "int",
         Kind::Str => "string",
         Kind::Strings => "strings",
+        Kind::Duration => "duration",
     }
 }
 
@@ -567,6 +581,8 @@ mod tests {
             "heartbeat-timeout-seconds",
             "heartbeat-failed-retry",
             "heartbeat-healthy-threshold",
+            "kubelet-health-grace-period",
+            "heartbeat-mode",
             "working-mode",
             "enable-resource-filter",
             "disabled-resource-filters",
@@ -577,6 +593,9 @@ mod tests {
             );
         }
         assert!(help.contains("(default 10261)"));
+        assert!(help.contains("--kubelet-health-grace-period duration "));
+        assert!(help.contains("(default 40s)"));
+        assert!(help.contains("(default \"lease\")"));
         assert!(help.contains("(default \"/etc/kubernetes/cache\")"));
     }
 }

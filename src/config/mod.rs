@@ -64,6 +64,13 @@ pub struct Config {
     pub(crate) lb_mode: LbMode,
     /// Health-probe settings.
     pub(crate) heartbeat: Heartbeat,
+    /// How cloud servers are probed: always [`HeartbeatMode::Readyz`] in cloud mode.
+    #[allow(dead_code)] // wired in issue 15
+    pub(crate) heartbeat_mode: HeartbeatMode,
+    /// `--kubelet-health-grace-period`: kubelet is stopped after this long without a lease
+    /// request; whole seconds of it are the `leaseDurationSeconds` of a lease the hub creates.
+    #[allow(dead_code)] // wired in issue 15
+    pub(crate) kubelet_health_grace_period: Duration,
     /// Edge (cache and offline answers) or cloud (pure proxy).
     pub(crate) working_mode: WorkingMode,
     /// `--enable-resource-filter`.
@@ -163,6 +170,16 @@ pub(crate) enum WorkingMode {
     Edge,
     /// Forward only.
     Cloud,
+}
+
+/// `--heartbeat-mode`: what a health probe of a cloud server is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeartbeatMode {
+    /// Renew the node lease through the server (YurtHub's edge mode); kubelet's lease
+    /// requests are answered by the hub.
+    Lease,
+    /// `GET /readyz`: for cloud mode, and for an identity that may not write the node lease.
+    Readyz,
 }
 
 /// Health-probe settings.
@@ -345,13 +362,45 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         healthy_threshold: int("heartbeat-healthy-threshold", 1, 100)? as u32,
     };
 
+    let kubelet_health_grace_period = {
+        let text = get("kubelet-health-grace-period");
+        let grace = parse_go_duration(text)
+            .map_err(|e| StartupError::flag("kubelet-health-grace-period", e))?;
+        if !(Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(&grace) {
+            return Err(StartupError::flag(
+                "kubelet-health-grace-period",
+                format!("{text:?} is outside 1s..=24h"),
+            ));
+        }
+        grace
+    };
+    let mut warnings = Vec::new();
+    let heartbeat_mode = match (get("heartbeat-mode"), working_mode) {
+        ("lease", WorkingMode::Edge) => HeartbeatMode::Lease,
+        ("readyz", _) => HeartbeatMode::Readyz,
+        ("lease", WorkingMode::Cloud) => {
+            // Cloud mode forwards kubelet's lease requests: kubelet renews its own lease.
+            if raw.get("heartbeat-mode").is_some() {
+                warnings.push(
+                    "--heartbeat-mode=lease has no effect with --working-mode=cloud: servers are probed with /readyz".to_owned(),
+                );
+            }
+            HeartbeatMode::Readyz
+        }
+        (other, _) => {
+            return Err(StartupError::flag(
+                "heartbeat-mode",
+                format!("{other:?} is not lease or readyz"),
+            ));
+        }
+    };
+
     let cache_agents = list("cache-agents")
         .into_iter()
         .map(|a| a.to_ascii_lowercase())
         .collect();
 
     let root_dir = PathBuf::from(get("root-dir"));
-    let mut warnings = Vec::new();
     let node_ip = match raw.get("node-ip").filter(|s| !s.is_empty()) {
         Some(text) => Some(ip("node-ip", text)?),
         None => default_route_ip(),
@@ -397,6 +446,8 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         cache_agents,
         lb_mode,
         heartbeat,
+        heartbeat_mode,
+        kubelet_health_grace_period,
         working_mode,
         enable_resource_filter: boolean("enable-resource-filter")?,
         disabled_resource_filters: list("disabled-resource-filters"),
@@ -455,6 +506,64 @@ fn dummy_interface(
 }
 
 /// A comma list, blanks dropped.
+/// A Go duration as `time.ParseDuration` reads it (`40s`, `1m30s`, `1.5h`, `300ms`, `0`),
+/// without a sign: a negative duration means nothing for the flags that take one.
+pub(crate) fn parse_go_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration (such as 40s, 1m30s, 1.5h)");
+    let rest = text.strip_prefix('+').unwrap_or(text);
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut nanos: u128 = 0;
+    let mut rest = rest;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .ok_or_else(bad)?;
+        let (number, tail) = rest.split_at(number_len);
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let per_unit: u128 = match unit {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            _ => return Err(bad()),
+        };
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        if (whole.is_empty() && fraction.is_empty()) || fraction.contains('.') {
+            return Err(bad());
+        }
+        let whole: u128 = if whole.is_empty() {
+            0
+        } else {
+            whole.parse().map_err(|_| bad())?
+        };
+        let mut part = whole.checked_mul(per_unit).ok_or_else(bad)?;
+        // Digits past nanosecond precision cannot matter; 30 keeps 10^len within u128.
+        let mut scale = per_unit;
+        for digit in fraction.bytes().take(30) {
+            scale /= 10;
+            part += u128::from(digit - b'0') * scale;
+        }
+        nanos = nanos.checked_add(part).ok_or_else(bad)?;
+        rest = tail;
+    }
+    // Go's limit: what fits an int64 of nanoseconds (~292 years).
+    let nanos = u64::try_from(nanos)
+        .ok()
+        .filter(|&n| n <= i64::MAX as u64)
+        .ok_or_else(bad)?;
+    Ok(Duration::from_nanos(nanos))
+}
+
 fn split_list(text: &str) -> Vec<String> {
     text.split(',')
         .map(str::trim)
@@ -677,12 +786,92 @@ mod tests {
         assert_eq!(c.heartbeat.timeout, Duration::from_secs(2));
         assert_eq!(c.heartbeat.failed_retry, 3);
         assert_eq!(c.heartbeat.healthy_threshold, 2);
+        assert_eq!(c.heartbeat_mode, HeartbeatMode::Lease);
+        assert_eq!(c.kubelet_health_grace_period, Duration::from_secs(40));
         assert!(c.enable_resource_filter);
         assert_eq!(c.max_requests_in_flight, 250);
         assert!(
             matches!(&c.identity, IdentitySource::Kubeconfig { token: Some(Token::Inline(t)), .. } if t == "abc")
         );
         assert_eq!(c.root_dir, PathBuf::from("/var/lib/yurthub"));
+    }
+
+    #[test]
+    fn go_durations() {
+        let secs = Duration::from_secs;
+        for (text, want) in [
+            ("40s", secs(40)),
+            ("0", Duration::ZERO),
+            ("+5s", secs(5)),
+            ("1m30s", secs(90)),
+            ("1.5h", secs(5400)),
+            ("2h0m0.5s", Duration::from_millis(7_200_500)),
+            ("300ms", Duration::from_millis(300)),
+            (".5s", Duration::from_millis(500)),
+            ("1.s", secs(1)),
+            ("10us", Duration::from_micros(10)),
+            ("10\u{b5}s", Duration::from_micros(10)),
+            ("7ns", Duration::from_nanos(7)),
+        ] {
+            assert_eq!(parse_go_duration(text), Ok(want), "{text}");
+        }
+        for text in [
+            "",
+            "40",
+            "-40s",
+            "4 0s",
+            "40x",
+            "s",
+            ".s",
+            "1..5s",
+            "1.2.3s",
+            "9999999999h",
+        ] {
+            assert!(parse_go_duration(text).is_err(), "{text:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn the_kubelet_grace_period_is_a_go_duration_of_at_least_a_second() {
+        let f = Fixture::new("grace");
+        let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
+        let with = |grace: &str| {
+            let flag = format!("--kubelet-health-grace-period={grace}");
+            run(&["--kubeconfig", &kc, "--node-name=n", &flag])
+        };
+        let c = with("1m30s").unwrap();
+        assert_eq!(c.kubelet_health_grace_period, Duration::from_secs(90));
+        assert!(c.ignored_flags.is_empty(), "the flag is no longer ignored");
+        assert!(with("40").unwrap_err().contains("is not a duration"));
+        assert!(with("500ms").unwrap_err().contains("outside 1s..=24h"));
+        assert!(with("25h").unwrap_err().contains("outside 1s..=24h"));
+    }
+
+    #[test]
+    fn the_heartbeat_mode_is_lease_or_readyz_and_readyz_in_cloud_mode() {
+        let f = Fixture::new("hb-mode");
+        let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
+        let with = |extra: &[&str]| {
+            let mut args = vec!["--kubeconfig", kc.as_str(), "--node-name=n"];
+            args.extend_from_slice(extra);
+            run(&args)
+        };
+        let c = with(&["--heartbeat-mode=readyz"]).unwrap();
+        assert_eq!(c.heartbeat_mode, HeartbeatMode::Readyz);
+        let c = with(&["--heartbeat-mode", "lease"]).unwrap();
+        assert_eq!(c.heartbeat_mode, HeartbeatMode::Lease);
+        let c = with(&["--working-mode=cloud"]).unwrap();
+        assert_eq!(c.heartbeat_mode, HeartbeatMode::Readyz);
+        assert!(
+            !c.warnings.iter().any(|w| w.contains("heartbeat-mode")),
+            "{:?}",
+            c.warnings
+        );
+        let c = with(&["--working-mode=cloud", "--heartbeat-mode=lease"]).unwrap();
+        assert_eq!(c.heartbeat_mode, HeartbeatMode::Readyz);
+        assert!(c.warnings.iter().any(|w| w.contains("no effect")));
+        let e = with(&["--heartbeat-mode=healthz"]).unwrap_err();
+        assert!(e.contains("not lease or readyz"), "{e}");
     }
 
     #[test]
