@@ -15,7 +15,8 @@
 //! `Readyz` in cloud mode). Shared state, made once in `app.rs`: a [`local::LocalLease`]
 //! (loaded from the disk key `kubelet/leases.v1.coordination.k8s.io/kube-node-lease/<node>`
 //! at start, then `PersistPolicy::persisted` with it), a [`kubelet::KubeletLiveness`], and
-//! one `Mutex<renew::Renewer>` for all servers (the Node's state is cluster-wide).
+//! one `Mutex<renew::Renewer>` for all servers (the Node's state is cluster-wide), with
+//! `node_gone_after: renew::NODE_GONE_AFTER` and `Config::kubelet_health_grace_period`.
 //!
 //! Request path (`proxy`): before forwarding, a request from component `kubelet` for
 //! resource `leases` (any namespace, name, verb) calls `KubeletLiveness::record(now)` and is
@@ -41,7 +42,8 @@
 //!      `persist.after_renewal(&lease, now)` send it to the cache writer under component
 //!      `kubelet` (on a failed write, `persist.forget()`).
 //!    - `Failed(e)` → unhealthy; log `e` (a `Forbidden` suggests `--heartbeat-mode=readyz`).
-//!    - `NodeGone` → the server answered: judge it by `/readyz` like case 1; log once.
+//!    - `NodeMissing` / `NodeGone` → the server answered but the Node is deleted: judge the
+//!      server by `/readyz` like case 1 (the renewer logs the transition to gone).
 //!
 //!    Rotation as YurtHub: start at the next server each tick, stop at the first renewal, so
 //!    the lease is renewed at most once per tick; servers not probed keep their state.

@@ -81,8 +81,12 @@ pub(crate) enum Renewal {
     Renewed(Value),
     /// The server could not renew the lease: the last error.
     Failed(LeaseError),
+    /// The Node, seen before, answered 404 and the lease was gone too: the lease was not
+    /// re-created (it would outlive the Node without an owner). The server did answer.
+    NodeMissing,
     /// The Node was deleted (404 for [`RenewSettings::node_gone_after`] probes in a row after
-    /// it had been seen): nothing was written. The server did answer.
+    /// it had been seen): nothing was written, and until it is back a probe only asks for
+    /// it. The server did answer.
     NodeGone,
 }
 
@@ -351,10 +355,7 @@ impl Probe<'_> {
             }
         }
         if creating && self.lookup == Lookup::Missing && self.node_seen {
-            return Err(Abort::Stop(Renewal::Failed(LeaseError::NotFound(format!(
-                "node {} not found: its lease is not re-created",
-                self.settings.node
-            )))));
+            return Err(Abort::Stop(Renewal::NodeMissing));
         }
         let uid = match (&self.lookup, needs_owner) {
             (Lookup::Found(uid), true) => uid.as_deref(),
@@ -698,11 +699,7 @@ mod tests {
         ];
         for _ in 0..2 {
             let api = gone();
-            let result = r.probe(&api, Some(&base));
-            assert!(
-                matches!(result, Renewal::Failed(LeaseError::NotFound(_))),
-                "{result:?}"
-            );
+            assert_eq!(r.probe(&api, Some(&base)), Renewal::NodeMissing);
             assert_eq!(api.take_calls(), probe_calls, "no POST for a deleted Node");
             assert!(!r.node_gone());
         }
