@@ -3,8 +3,9 @@
 //! and benchmarks.
 //!
 //! [`Cloud`] is the handle tests hold: addresses and credentials, fault switches
-//! (stop/restart, blackhole, delay, drop mid-body, readyz), the request log, and a Rust API
-//! over the objects (create/update/patch/delete emit watch events like HTTP writes do).
+//! (stop/restart, blackhole, delay, drop mid-body, readyz, lease refusals and conflicts),
+//! the request log, and a Rust API over the objects (create/update/patch/delete emit watch
+//! events like HTTP writes do).
 //!
 //! Code map: `front.rs` TLS front and connection faults; `http1.rs` the internal HTTP/1.1
 //! server (tiny_http 0.12 loses connections under bursts, see there); `server.rs` routing
@@ -12,6 +13,7 @@
 //! lines; `store.rs` objects, resourceVersions, event log, watchers; `selector.rs` label and
 //! field selectors; `kinds.rs` the kind registry and discovery; `status.rs` errors;
 //! `convert.rs` serving an older version (v1beta1 EndpointSlices) from the stored one;
+//! `leases.rs` Leases' PUT rules and the lease fault switches;
 //! `observe.rs` the request log; `fixtures.rs` the objects OpenYurt's filters read and bulk
 //! Services/EndpointSlices; `csr.rs` the certificate controllers, bootstrap tokens and
 //! `cluster-info`.

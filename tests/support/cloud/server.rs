@@ -331,12 +331,10 @@ fn lease_fault(
     {
         let status = r.status;
         match &mut r.left {
+            // Used up: gone, and this request is served.
             Some(0) => faults.refusal = None,
             Some(n) => {
                 *n -= 1;
-                if *n == 0 {
-                    faults.refusal = None;
-                }
                 return Some(leases::refusal_error(status, user, method, watch, &t));
             }
             None => return Some(leases::refusal_error(status, user, method, watch, &t)),
