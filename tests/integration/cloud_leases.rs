@@ -210,7 +210,10 @@ fn a_lease_is_created_read_and_renewed_under_optimistic_concurrency() {
     );
 
     // Creating it again is AlreadyExists, not a Conflict.
-    let (code, status) = w.post(LEASES, &new_lease("edge-1", &uid, "2026-08-18T10:00:30.0Z"));
+    let (code, status) = w.post(
+        LEASES,
+        &new_lease("edge-1", &uid, "2026-08-18T10:00:30.000000Z"),
+    );
     assert_eq!(code, 409);
     assert_status(&status, 409, "AlreadyExists");
     assert_eq!(
@@ -342,7 +345,8 @@ fn lease_writes_can_be_refused_for_a_while_then_pass_again() {
         assert_eq!(code, 500);
         assert_status(&status, 500, "InternalError");
         assert_eq!(
-            w.put(&path, &renewed(&after, "2026-08-18T10:00:20.0Z")).0,
+            w.put(&path, &renewed(&after, "2026-08-18T10:00:20.000000Z"))
+                .0,
             500
         );
     }
@@ -488,11 +492,11 @@ fn kube_node_lease_is_listed_and_lease_writes_are_counted_by_user_agent() {
     let lease = node_with_lease(&cloud, &hub, "edge-1");
     let (_, second) = hub.put(
         &lease_path("edge-1"),
-        &renewed(&lease, "2026-08-18T10:00:10.0Z"),
+        &renewed(&lease, "2026-08-18T10:00:10.000000Z"),
     );
     let (_, third) = kubelet.put(
         &lease_path("edge-1"),
-        &renewed(&second, "2026-08-18T10:00:20.0Z"),
+        &renewed(&second, "2026-08-18T10:00:20.000000Z"),
     );
     cloud.refuse_lease_writes(403, Some(1));
     assert_eq!(kubelet.put(&lease_path("edge-1"), &third).0, 403);
@@ -515,4 +519,63 @@ fn kube_node_lease_is_listed_and_lease_writes_are_counted_by_user_agent() {
         "refused writes are counted with their status; reads are not"
     );
     assert_eq!(cloud.lease_writes("").len(), 4);
+}
+
+#[test]
+fn lease_bodies_are_decoded_and_validated_as_the_apiserver_does() {
+    let cloud = Cloud::start();
+    let w = Writer::new(&cloud, "system:node:edge-1", HUB_UA);
+    // MicroTime needs exactly six fractional digits.
+    for bad in [
+        "2026-08-18T10:00:00Z",
+        "2026-08-18T10:00:00.123Z",
+        "2026-08-18T10:00:00.123456789Z",
+        "2026-08-18 10:00:00.123456Z",
+        "2026-13-18T10:00:00.123456Z",
+    ] {
+        let (code, status) = w.post(LEASES, &new_lease("edge-1", "uid-1", bad));
+        assert_eq!(code, 400, "{bad}: {status}");
+        assert_status(&status, 400, "BadRequest");
+        assert!(
+            status["message"].as_str().is_some_and(|m| m.contains(bad)),
+            "{status}"
+        );
+    }
+    assert!(cloud.lease("edge-1").is_none());
+
+    let mut zero = new_lease("edge-1", "uid-1", "2026-08-18T10:00:00.123456Z");
+    zero["spec"]["leaseDurationSeconds"] = json!(0);
+    let (code, status) = w.post(LEASES, &zero);
+    assert_eq!(code, 422);
+    assert_status(&status, 422, "Invalid");
+    assert_eq!(
+        status["message"],
+        "Lease.coordination.k8s.io \"edge-1\" is invalid: spec.leaseDurationSeconds: Invalid \
+         value: 0: must be greater than 0"
+    );
+    assert_eq!(status["details"]["kind"], "Lease");
+
+    // An offset is a valid MicroTime too; it is kept as sent.
+    let (code, lease) = w.post(
+        LEASES,
+        &new_lease("edge-1", "uid-1", "2026-08-18T12:00:00.123456+02:00"),
+    );
+    assert_eq!(code, 201, "{lease}");
+    assert_eq!(
+        lease["spec"]["renewTime"],
+        "2026-08-18T12:00:00.123456+02:00"
+    );
+
+    // Updates and patches are checked the same way, and nothing is written.
+    let (code, _) = w.put(&lease_path("edge-1"), &renewed(&lease, "yesterday"));
+    assert_eq!(code, 400);
+    let patch = json!({"spec": {"renewTime": "2026-08-18T10:00:10Z"}});
+    let (code, _) = w.call(
+        "PATCH",
+        &lease_path("edge-1"),
+        "application/merge-patch+json",
+        Some(&patch),
+    );
+    assert_eq!(code, 400);
+    assert_eq!(cloud.lease("edge-1"), Some(lease));
 }

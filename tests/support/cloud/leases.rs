@@ -5,7 +5,10 @@
 //! only PUT differs, because the lease strategy allows create-on-update and forbids
 //! unconditional updates (`pkg/registry/coordination/lease/strategy.go`): a PUT of a missing
 //! lease creates it (201), a PUT without `metadata.resourceVersion` of an existing one is
-//! 422 Invalid, a stale one 409 Conflict (the generic store check).
+//! 422 Invalid, a stale one 409 Conflict (the generic store check). Bodies (and merge
+//! patches) are checked as decoding and validation would: MicroTimes with exactly six
+//! fractional digits, a positive `leaseDurationSeconds`. They are stored as sent (the real
+//! one re-renders MicroTimes in UTC; the two agree for the `Z` form clients send).
 
 use std::sync::Arc;
 
@@ -206,4 +209,95 @@ pub fn forced_conflict(store: &Store, t: &LeaseTarget) -> ApiError {
     let id = lease_kind();
     let _ = store.touch(id, ns, name);
     ApiError::conflict(&KINDS[id], name)
+}
+
+/// Go's `RFC3339Micro` layout, as decoding errors name it.
+const MICRO_LAYOUT: &str = "2006-01-02T15:04:05.000000Z07:00";
+
+/// Whether `s` parses with [`MICRO_LAYOUT`] as Go's `time.Parse` does: exactly six
+/// fractional digits, then `Z` or a `±hh:mm` offset, fields in range.
+fn is_micro_time(s: &str) -> bool {
+    let b = s.as_bytes();
+    let num = |from: usize, len: usize| -> Option<u32> {
+        let part = b.get(from..from + len)?;
+        part.iter()
+            .all(u8::is_ascii_digit)
+            .then(|| part.iter().fold(0, |n, d| n * 10 + u32::from(d - b'0')))
+    };
+    let at = |i: usize, c: u8| b.get(i) == Some(&c);
+    let date_time = at(4, b'-')
+        && at(7, b'-')
+        && at(10, b'T')
+        && at(13, b':')
+        && at(16, b':')
+        && at(19, b'.')
+        && num(0, 4).is_some()
+        && num(5, 2).is_some_and(|m| (1..=12).contains(&m))
+        && num(8, 2).is_some_and(|d| (1..=31).contains(&d))
+        && num(11, 2).is_some_and(|h| h < 24)
+        && num(14, 2).is_some_and(|m| m < 60)
+        && num(17, 2).is_some_and(|s| s < 60)
+        && num(20, 6).is_some();
+    let zone = match b.get(26..) {
+        Some(b"Z") => true,
+        Some(z) if z.len() == 6 && matches!(z[0], b'+' | b'-') && z[3] == b':' => {
+            num(27, 2).is_some_and(|h| h < 24) && num(30, 2).is_some_and(|m| m < 60)
+        }
+        _ => false,
+    };
+    date_time && zone
+}
+
+/// The checks a Lease body (or a merge patch of one) passes before it is stored: its
+/// MicroTimes decode (400 BadRequest, as a decoding error), `spec.leaseDurationSeconds` is
+/// positive and `spec.leaseTransitions` not negative (422 Invalid, as validation words it).
+pub fn validate(v: &Value) -> Result<(), ApiError> {
+    let spec = &v["spec"];
+    for field in ["renewTime", "acquireTime"] {
+        match &spec[field] {
+            Value::Null => {}
+            Value::String(s) if is_micro_time(s) => {}
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "Lease in version \"v1\" cannot be handled as a Lease: parsing time {other} \
+                     as \"{MICRO_LAYOUT}\": cannot parse {other} as \"{MICRO_LAYOUT}\""
+                )));
+            }
+        }
+    }
+    let name = v["metadata"]["name"].as_str().unwrap_or("");
+    let invalid = |field: &str, value: i64, why: &str| {
+        let cause = format!("Invalid value: {value}: {why}");
+        let mut e = ApiError::invalid(
+            &KINDS[lease_kind()],
+            name,
+            format!("Lease.{GROUP} \"{name}\" is invalid: {field}: {cause}"),
+        );
+        if let Some(d) = e.details.as_mut() {
+            // Validation names the kind, not the resource.
+            d["kind"] = json!("Lease");
+            d["causes"] =
+                json!([{"reason": "FieldValueInvalid", "message": cause, "field": field}]);
+        }
+        e
+    };
+    if let Some(d) = spec["leaseDurationSeconds"].as_i64()
+        && d <= 0
+    {
+        return Err(invalid(
+            "spec.leaseDurationSeconds",
+            d,
+            "must be greater than 0",
+        ));
+    }
+    if let Some(t) = spec["leaseTransitions"].as_i64()
+        && t < 0
+    {
+        return Err(invalid(
+            "spec.leaseTransitions",
+            t,
+            "must be greater than or equal to 0",
+        ));
+    }
+    Ok(())
 }

@@ -626,6 +626,9 @@ fn json_body(ctx: &Ctx<'_>, kind: &Kind, patch: bool) -> Result<Value, ApiError>
             )));
         }
     }
+    if kind.group == "coordination.k8s.io" && kind.resource == "leases" {
+        leases::validate(&v)?;
+    }
     Ok(v)
 }
 
