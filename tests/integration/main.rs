@@ -13,6 +13,7 @@ mod cache_write;
 mod cli;
 mod cloud_filters;
 mod cloud_identity;
+mod cloud_leases;
 mod cross;
 mod discovery;
 mod dummy_if;

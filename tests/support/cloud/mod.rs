@@ -3,8 +3,9 @@
 //! and benchmarks.
 //!
 //! [`Cloud`] is the handle tests hold: addresses and credentials, fault switches
-//! (stop/restart, blackhole, delay, drop mid-body, readyz), the request log, and a Rust API
-//! over the objects (create/update/patch/delete emit watch events like HTTP writes do).
+//! (stop/restart, blackhole, delay, drop mid-body, readyz, lease refusals and conflicts),
+//! the request log, and a Rust API over the objects (create/update/patch/delete emit watch
+//! events like HTTP writes do).
 //!
 //! Code map: `front.rs` TLS front and connection faults; `http1.rs` the internal HTTP/1.1
 //! server (tiny_http 0.12 loses connections under bursts, see there); `server.rs` routing
@@ -12,6 +13,7 @@
 //! lines; `store.rs` objects, resourceVersions, event log, watchers; `selector.rs` label and
 //! field selectors; `kinds.rs` the kind registry and discovery; `status.rs` errors;
 //! `convert.rs` serving an older version (v1beta1 EndpointSlices) from the stored one;
+//! `leases.rs` Leases' PUT rules and the lease fault switches;
 //! `observe.rs` the request log; `fixtures.rs` the objects OpenYurt's filters read and bulk
 //! Services/EndpointSlices; `csr.rs` the certificate controllers, bootstrap tokens and
 //! `cluster-info`.
@@ -22,6 +24,7 @@ mod fixtures;
 mod front;
 mod http1;
 mod kinds;
+mod leases;
 mod observe;
 mod render;
 mod respond;
@@ -93,6 +96,8 @@ struct Knobs {
     misanswer_watch: Option<(String, usize, Vec<Vec<u8>>)>,
     /// Queries are split on `;` as well as `&`, as Go before 1.17 did.
     semicolon_separates: bool,
+    /// Lease refusals and forced conflicts.
+    leases: leases::LeaseFaults,
 }
 
 /// One apiserver instance: its front, its request log, its switches.
@@ -250,6 +255,7 @@ impl Cloud {
                 misanswer: None,
                 misanswer_watch: None,
                 semicolon_separates: false,
+                leases: leases::LeaseFaults::default(),
             }),
         });
         let internal_stop = Arc::new(AtomicBool::new(false));
@@ -468,6 +474,69 @@ impl Cloud {
     /// Watches with `allowWatchBookmarks=true` get a BOOKMARK this often (default: never).
     pub fn set_bookmark_interval(&self, every: Option<Duration>) {
         lock(&self.inst.knobs).bookmark_every = every;
+    }
+
+    // ---- node leases (kube-node-lease) ----
+
+    /// The next `n` requests on Leases (any verb, watches included; `None`: every one until
+    /// [`Cloud::clear_lease_refusals`]) on this instance are answered `status` with a
+    /// `Status` body: 403 Forbidden worded as the Node authorizer denies a lease
+    /// (`... cannot update resource "leases" ... can only access node lease with the same
+    /// name as the requesting node`), 429 TooManyRequests, 500 InternalError (etcd timed
+    /// out), 503 ServiceUnavailable; other codes with an empty reason. Replaces an earlier
+    /// refusal; `n == Some(0)` clears.
+    pub fn refuse_leases(&self, status: u16, n: Option<usize>) {
+        self.set_lease_refusal(status, n, false);
+    }
+
+    /// Like [`Cloud::refuse_leases`] for lease writes only (POST, PUT, PATCH, DELETE); gets,
+    /// lists and watches are served.
+    pub fn refuse_lease_writes(&self, status: u16, n: Option<usize>) {
+        self.set_lease_refusal(status, n, true);
+    }
+
+    fn set_lease_refusal(&self, status: u16, n: Option<usize>, writes_only: bool) {
+        lock(&self.inst.knobs).leases.refusal = (n != Some(0)).then_some(leases::Refusal {
+            status,
+            writes_only,
+            left: n,
+        });
+    }
+
+    /// Ends a lease refusal.
+    pub fn clear_lease_refusals(&self) {
+        lock(&self.inst.knobs).leases.refusal = None;
+    }
+
+    /// The next `n` PUTs of a named Lease on this instance answer 409 Conflict as if another
+    /// writer had updated it first: the lease, if it exists, gets a new resourceVersion (same
+    /// content, a MODIFIED event), so a fresh GET and a PUT with its resourceVersion succeed.
+    pub fn conflict_leases(&self, n: usize) {
+        lock(&self.inst.knobs).leases.conflicts = n;
+    }
+
+    /// Node `node`'s Lease (`kube-node-lease/<node>`) as the cloud holds it, if any.
+    pub fn lease(&self, node: &str) -> Option<Value> {
+        self.get("leases", "kube-node-lease", node)
+    }
+
+    /// `metadata.uid` of Node `node`, if it exists (what a lease's ownerReference names).
+    pub fn node_uid(&self, node: &str) -> Option<String> {
+        let n = self.get("nodes", "", node)?;
+        n["metadata"]["uid"].as_str().map(str::to_string)
+    }
+
+    /// The recorded lease writes (POST, PUT, PATCH, DELETE on any Lease, answered or
+    /// refused) whose User-Agent starts with `ua_prefix` ("" for all), oldest first.
+    pub fn lease_writes(&self, ua_prefix: &str) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| {
+                leases::is_write(&r.method)
+                    && r.user_agent.starts_with(ua_prefix)
+                    && leases::target(&r.path).is_some()
+            })
+            .collect()
     }
 
     // ---- observation ----

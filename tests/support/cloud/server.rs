@@ -23,6 +23,7 @@ use super::convert;
 use super::csr;
 use super::http1::{self, Request};
 use super::kinds::{self, KINDS, Kind, KindId};
+use super::leases;
 use super::observe::{AuthMethod, Identity, RecordedRequest};
 use super::render::{self, Include, ListMeta, Shape};
 use super::respond::Reply;
@@ -275,6 +276,9 @@ fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>)
     {
         return reply.error(&e).is_ok() && !drop_mid;
     }
+    if let Some(e) = lease_fault(inst, &identity.user, &method, &path, is_watch) {
+        return reply.error(&e).is_ok() && !drop_mid;
+    }
     if let Some((status, body)) = misanswer {
         let mut b = reply.body(status, "application/json");
         return b.write_all(&body).and_then(|()| b.finish()).is_ok() && !drop_mid;
@@ -309,6 +313,39 @@ fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>)
             false
         }
     }
+}
+
+/// The answer a lease fault switch gives instead of the real one, if any (and counts it).
+fn lease_fault(
+    inst: &Instance,
+    user: &str,
+    method: &str,
+    path: &str,
+    watch: bool,
+) -> Option<ApiError> {
+    let t = leases::target(path)?;
+    let mut k = lock(&inst.knobs);
+    let faults = &mut k.leases;
+    if let Some(r) = &mut faults.refusal
+        && (!r.writes_only || leases::is_write(method))
+    {
+        let status = r.status;
+        match &mut r.left {
+            // Used up: gone, and this request is served.
+            Some(0) => faults.refusal = None,
+            Some(n) => {
+                *n -= 1;
+                return Some(leases::refusal_error(status, user, method, watch, &t));
+            }
+            None => return Some(leases::refusal_error(status, user, method, watch, &t)),
+        }
+    }
+    if method == "PUT" && t.name.is_some() && faults.conflicts > 0 {
+        faults.conflicts -= 1;
+        drop(k);
+        return Some(leases::forced_conflict(&inst.shared.store, &t));
+    }
+    None
 }
 
 fn route(ctx: &Ctx<'_>, path: &str, reply: Reply) -> io::Result<()> {
@@ -506,6 +543,12 @@ fn resource(
             }
             Err(e) => Err(e),
         },
+        ("PUT", Some(name)) if kind_id == leases::lease_kind() && target == Target::Main => {
+            match json_body(ctx, kind, false) {
+                Ok(v) => leases::put(store, ns_s, name, v, dry_run),
+                Err(e) => Err(e),
+            }
+        }
         ("PUT", Some(name)) => match json_body(ctx, kind, false) {
             Ok(v) => store
                 .update(
@@ -582,6 +625,9 @@ fn json_body(ctx: &Ctx<'_>, kind: &Kind, patch: bool) -> Result<Value, ApiError>
                 kind.kind
             )));
         }
+    }
+    if kind.group == "coordination.k8s.io" && kind.resource == "leases" {
+        leases::validate(&v)?;
     }
     Ok(v)
 }

@@ -48,6 +48,11 @@ impl ApiError {
         }
     }
 
+    /// Any code with a reason and message (fault switches answering 429, 503, ...).
+    pub fn with_code(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
+        Self::new(code, reason, message)
+    }
+
     /// 404 `pods "x" not found`.
     pub fn not_found(kind: &Kind, name: &str) -> ApiError {
         ApiError {
@@ -212,6 +217,7 @@ pub fn reason_phrase(code: u16) -> &'static str {
         410 => "Gone",
         415 => "Unsupported Media Type",
         422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
         _ => "Unknown",

@@ -392,6 +392,39 @@ impl State {
     }
 }
 
+impl State {
+    /// The garbage collector's part on a Node's deletion: the Leases it owns (an
+    /// ownerReference to its uid) go too. The real collector does it a moment later; here
+    /// it is at once, each with its own DELETED event.
+    fn collect_node_leases(&mut self, node: &Obj) {
+        let uid = node.value()["metadata"]["uid"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let Some(leases) = super::kinds::find("coordination.k8s.io", "v1", "leases") else {
+            return;
+        };
+        if uid.is_empty() || self.removed[leases] {
+            return;
+        }
+        let owned: Vec<(Key, Arc<Obj>)> = self.objects[leases]
+            .iter()
+            .filter(|(_, o)| {
+                o.value()["metadata"]["ownerReferences"]
+                    .as_array()
+                    .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid.as_str()))
+            })
+            .map(|(k, o)| (k.clone(), o.clone()))
+            .collect();
+        for (key, old) in owned {
+            self.rv += 1;
+            let gone = Arc::new(old.with_rv(self.rv));
+            self.objects[leases].remove(&key);
+            self.publish(leases, EventType::Deleted, gone, Some(old));
+        }
+    }
+}
+
 impl Store {
     /// An empty store with the namespaces a fresh cluster has.
     pub fn new() -> Store {
@@ -618,8 +651,23 @@ impl Store {
         }
         st.rv += 1;
         st.objects[kind_id].remove(&key);
-        st.publish(kind_id, EventType::Deleted, gone.clone(), Some(old));
+        st.publish(kind_id, EventType::Deleted, gone.clone(), Some(old.clone()));
+        if kind.resource == "nodes" {
+            st.collect_node_leases(&old);
+        }
         Ok(gone)
+    }
+
+    /// Rewrites an object unchanged under a new resourceVersion (a MODIFIED event): what
+    /// another writer's update looks like to a client holding the old resourceVersion.
+    pub fn touch(&self, kind_id: KindId, ns: &str, name: &str) -> Result<Arc<Obj>, ApiError> {
+        let mut st = lock(&self.state);
+        let kind = st.check_kind(kind_id)?;
+        let key = State::key(kind, ns, name);
+        let Some(old) = st.objects[kind_id].get(&key).cloned() else {
+            return Err(ApiError::not_found(kind, name));
+        };
+        Ok(st.commit(kind_id, key, old.value(), false))
     }
 
     /// Inserts `count` ready-made objects quickly (synthetic bulk data); `make(i, rv)`
