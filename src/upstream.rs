@@ -607,33 +607,72 @@ impl Upstream {
     }
 }
 
+/// One short exchange with one server, whatever its health: the health probe's and the
+/// lease heartbeat's requests, on the hub's own credentials.
+pub(crate) struct Exchanged {
+    /// HTTP status.
+    pub status: u16,
+    /// The body, at most [`MAX_EXCHANGE_BODY`] bytes.
+    pub body: Vec<u8>,
+}
+
+/// Largest body a [`Upstream::exchange_with`] keeps (a Lease, a Node, a Status).
+pub(crate) const MAX_EXCHANGE_BODY: u64 = 1024 * 1024;
+
+impl Upstream {
+    /// `method path` against `base` (one server) with the hub's credentials, a JSON body when
+    /// given, bounded by `timeout` as a whole; `Err` when there is no answer.
+    pub(crate) fn exchange_with(
+        &self,
+        base: &str,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Result<Exchanged, String> {
+        // No material yet: the server cannot be reached as the hub.
+        let agents = self.current().map_err(|e| e.to_string())?;
+        let mut builder = http::Request::builder()
+            .method(method)
+            .uri(format!("{base}{path}"))
+            .header("accept", "application/json");
+        if body.is_some() {
+            builder = builder.header("content-type", "application/json");
+        }
+        if let Some(token) = self.token.as_ref().and_then(TokenSource::current) {
+            builder = builder.header("authorization", format!("Bearer {token}"));
+        }
+        let request = builder
+            .body(body.unwrap_or_default().to_vec())
+            .map_err(|e| e.to_string())?;
+        let request = agents
+            .hub
+            .configure_request(request)
+            .timeout_global(Some(timeout))
+            // A 4xx or 5xx is an answer here, not an error.
+            .http_status_as_error(false)
+            .build();
+        let response = agents.hub.run(request).map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let mut kept = Vec::new();
+        // Read to the end (within the cap) so the connection goes back to the pool.
+        response
+            .into_body()
+            .into_reader()
+            .take(MAX_EXCHANGE_BODY)
+            .read_to_end(&mut kept)
+            .map_err(|e| e.to_string())?;
+        Ok(Exchanged { status, body: kept })
+    }
+}
+
 impl Probe for Upstream {
     /// `GET /readyz` with the hub's credentials; a server without it (404) is asked
     /// `/healthz` instead. 2xx is healthy.
     fn probe(&self, base: &str, timeout: Duration) -> Result<(), String> {
-        // No material yet: the server counts as down, and reads are answered from the cache.
-        let agents = self.current().map_err(|e| e.to_string())?;
         let mut status = 0;
         for path in ["/readyz", "/healthz"] {
-            let mut builder = http::Request::builder()
-                .method("GET")
-                .uri(format!("{base}{path}"));
-            if let Some(token) = self.token.as_ref().and_then(TokenSource::current) {
-                builder = builder.header("authorization", format!("Bearer {token}"));
-            }
-            let request = builder.body(()).map_err(|e| e.to_string())?;
-            let request = agents
-                .hub
-                .configure_request(request)
-                .timeout_global(Some(timeout))
-                .build();
-            let response = agents.hub.run(request).map_err(|e| e.to_string())?;
-            status = response.status().as_u16();
-            // Drain the small body so the connection goes back to the pool.
-            let _ = io::copy(
-                &mut response.into_body().into_reader().take(64 * 1024),
-                &mut io::sink(),
-            );
+            status = self.exchange_with(base, "GET", path, None, timeout)?.status;
             if status != 404 {
                 break;
             }

@@ -8,6 +8,8 @@
 //!   retry, 404 → POST, backoff), and the deleted-Node rule ([`renew::Renewal::NodeGone`]).
 //! - [`kubelet`]: "is kubelet alive", from the time of its last lease request.
 //! - [`local`]: the current lease answering kubelet, and when it is written to disk.
+//! - [`api`]: [`renew::LeaseApi`] over one server, on `Upstream::exchange_with` (the same
+//!   per-server exchange the /readyz probe now uses).
 //!
 //! # Wiring (the next session)
 //!
@@ -53,6 +55,7 @@
 //! Timings with the defaults: a black-holed server fails one probe after 3 PUTs × 2 s +
 //! 4 GETs × 2 s + 1.4 s of backoff ≈ 15.4 s (the tick is late, not doubled).
 
+pub(crate) mod api;
 pub(crate) mod kubelet;
 pub(crate) mod lease;
 pub(crate) mod local;
