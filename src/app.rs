@@ -411,9 +411,6 @@ fn response_filters(
     for name in &switches.unknown {
         log::warn!("--disabled-resource-filters names no filter: {name}");
     }
-    let live = Arc::new(std::sync::RwLock::new(Arc::new(FilterConfig::new(
-        switches.clone(),
-    ))));
     // A filter the switches turn off stays off: yurt-hub-cfg only adds components.
     let services = if switches.is_enabled(FilterName::ServiceTopology) {
         let index = Arc::new(TopologyIndex::new(FIRST_SERVICES_LIST_PATIENCE));
@@ -431,6 +428,9 @@ fn response_filters(
         config.node_name.clone(),
         services,
     );
+    let live = Arc::new(std::sync::RwLock::new(Arc::new(FilterConfig::new(
+        switches,
+    ))));
     let filters = Filters {
         config: Arc::clone(&live),
         ctx: FilterContext::from_config(config, host),
@@ -444,13 +444,7 @@ fn response_filters(
             filters.ctx.host
         );
     }
-    Ok((
-        Some(filters),
-        Some(FilterReload {
-            config: live,
-            switches,
-        }),
-    ))
+    Ok((Some(filters), Some(FilterReload { config: live })))
 }
 
 /// A proxy port's second address (the dummy interface's): bound and served on its own accept

@@ -12,6 +12,8 @@
 pub mod alloc;
 pub mod app;
 mod cache;
+#[cfg(test)]
+mod child_test;
 mod clients;
 pub mod config;
 pub mod error;

@@ -8,9 +8,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use crate::lock;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// Labels YurtHub uses for per-request series: verb, resource, subresources, client.
 pub(crate) type RequestLabels = (&'static str, String, String, String);
@@ -358,12 +358,9 @@ fn render_filters(out: &mut String, stats: &crate::filters::FilterStats) {
         if answers == 0 {
             continue;
         }
-        let seconds = c.nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let name = filter.name();
-        let _ = writeln!(
-            out,
-            "tinyhub_filter_answer_seconds_sum{{filter=\"{name}\"}} {seconds:.9}\ntinyhub_filter_answer_seconds_count{{filter=\"{name}\"}} {answers}"
-        );
+        let label = format!("filter=\"{}\"", filter.name());
+        let nanos = c.nanos.load(Ordering::Relaxed);
+        summary(out, "tinyhub_filter_answer_seconds", &label, nanos, answers);
     }
     header(
         out,
@@ -373,13 +370,18 @@ fn render_filters(out: &mut String, stats: &crate::filters::FilterStats) {
     );
     for (chain, answers, nanos) in stats.answer_times() {
         let names: Vec<&str> = chain.iter().map(FilterName::name).collect();
-        let label = names.join(",");
-        let seconds = nanos as f64 / 1e9;
-        let _ = writeln!(
-            out,
-            "tinyhub_filter_seconds_sum{{filter_chain=\"{label}\"}} {seconds:.9}\ntinyhub_filter_seconds_count{{filter_chain=\"{label}\"}} {answers}"
-        );
+        let label = format!("filter_chain=\"{}\"", names.join(","));
+        summary(out, "tinyhub_filter_seconds", &label, nanos, answers);
     }
+}
+
+/// The `_sum` (seconds, from `nanos`) and `_count` lines of summary `name` under `label`.
+fn summary(out: &mut String, name: &str, label: &str, nanos: u64, count: u64) {
+    let seconds = nanos as f64 / 1e9;
+    let _ = writeln!(
+        out,
+        "{name}_sum{{{label}}} {seconds:.9}\n{name}_count{{{label}}} {count}"
+    );
 }
 
 /// Marks the end of a request in the in-flight series when dropped.

@@ -57,10 +57,21 @@ fn latency_table(
     rows: [(&str, &Samples); 2],
     ratio_label: &str,
 ) -> Table {
+    latency_ratios(caption, what, &rows, &[(ratio_label, 0, 1)])
+}
+
+/// A row of percentiles per labelled set of samples, then one row per `(label, a, b)` of
+/// `ratios`: the figures of `rows[b]` over those of `rows[a]`.
+fn latency_ratios(
+    caption: &str,
+    what: &str,
+    rows: &[(&str, &Samples)],
+    ratios: &[(&str, usize, usize)],
+) -> Table {
     let mut t = Table::new(caption, &[what, "p50", "p90", "p99", "mean", "samples"]);
     for (label, s) in rows {
         t.row(vec![
-            label.into(),
+            (*label).into(),
             dur(s.p50()),
             dur(s.quantile(0.9)),
             dur(s.p99()),
@@ -68,16 +79,18 @@ fn latency_table(
             s.len().to_string(),
         ]);
     }
-    let [(_, a), (_, b)] = rows;
-    let r = |f: fn(&Samples) -> Duration| ratio(f(b).as_secs_f64(), f(a).as_secs_f64());
-    t.row(vec![
-        ratio_label.into(),
-        r(Samples::p50),
-        r(|s| s.quantile(0.9)),
-        r(Samples::p99),
-        r(Samples::mean),
-        String::new(),
-    ]);
+    for &(label, a, b) in ratios {
+        let (a, b) = (rows[a].1, rows[b].1);
+        let r = |f: fn(&Samples) -> Duration| ratio(f(b).as_secs_f64(), f(a).as_secs_f64());
+        t.row(vec![
+            label.into(),
+            r(Samples::p50),
+            r(|s| s.quantile(0.9)),
+            r(Samples::p99),
+            r(Samples::mean),
+            String::new(),
+        ]);
+    }
     t
 }
 
@@ -669,40 +682,20 @@ pub fn filtered_list(b: &Bench, hub: &Hub, report: &mut Report) -> Result<(), St
             size as f64 / 1e6
         ),
     );
-    let mut t = Table::new(
+    section.tables.push(latency_ratios(
         "Latency",
-        &["one client", "p50", "p90", "p99", "mean", "samples"],
-    );
-    for (label, s) in [
-        ("direct", &sd),
-        ("hub, no filter (coredns)", &sp),
-        ("hub, filtered (kubelet: masterservice)", &sf),
-    ] {
-        t.row(vec![
-            label.into(),
-            dur(s.p50()),
-            dur(s.quantile(0.9)),
-            dur(s.p99()),
-            dur(s.mean()),
-            s.len().to_string(),
-        ]);
-    }
-    for (label, a, b) in [
-        ("hub no filter / direct", &sd, &sp),
-        ("hub filtered / direct", &sd, &sf),
-        ("filtered / no filter (the filter's cost)", &sp, &sf),
-    ] {
-        let r = |f: fn(&Samples) -> Duration| ratio(f(b).as_secs_f64(), f(a).as_secs_f64());
-        t.row(vec![
-            label.into(),
-            r(Samples::p50),
-            r(|s| s.quantile(0.9)),
-            r(Samples::p99),
-            r(Samples::mean),
-            String::new(),
-        ]);
-    }
-    section.tables.push(t);
+        "one client",
+        &[
+            ("direct", &sd),
+            ("hub, no filter (coredns)", &sp),
+            ("hub, filtered (kubelet: masterservice)", &sf),
+        ],
+        &[
+            ("hub no filter / direct", 0, 1),
+            ("hub filtered / direct", 0, 2),
+            ("filtered / no filter (the filter's cost)", 1, 2),
+        ],
+    ));
     let per_answer = seconds / answers.max(1.0);
     let added = sf.p50().as_secs_f64() - sp.p50().as_secs_f64();
     let mut stage = Table::new("The filter's cost", &["figure", "value"]);

@@ -5,6 +5,8 @@
 //! - [`refill`]: fetches again the answers whose cache session the writer had to drop.
 //! - [`agents_watch`]: keeps the cache-agent set in step with the `yurt-hub-cfg` ConfigMap.
 //! - [`services_watch`]: keeps the topology annotations of all Services for servicetopology.
+//!
+//! The response filters' cloud lookups ([`FetchObject`]) are GETs as the hub, made here too.
 
 pub(crate) mod agents_watch;
 pub(crate) mod refill;
@@ -15,9 +17,11 @@ use std::io::{self, Read};
 use std::time::Duration;
 
 use crossbeam_channel::Receiver;
+use serde_json::Value;
 
 use crate::cache::decode::{BodyShape, DecodeError, JsonStream, Unit};
 use crate::cache::writer::MAX_OBJECT_BYTES;
+use crate::filters::lookups::{FetchObject, LOOKUP_DEADLINE, MAX_OBJECT};
 use crate::route::{self, Deadline, Identity, NoCacheReason};
 use crate::upstream::{Answer, Outgoing, Upstream, UpstreamError};
 
@@ -42,6 +46,25 @@ fn get_as_hub(upstream: &Upstream, path: &str, deadline: Deadline) -> Result<Ans
     match answer.status {
         200 => Ok(answer),
         status => Err(ClientError::Status(status)),
+    }
+}
+
+/// The response filters' lookups (a Service, this Node, a NodePool) as the hub's own GETs.
+impl FetchObject for Upstream {
+    fn fetch(&self, path: &str) -> Result<Option<Value>, String> {
+        let mut answer = match get_as_hub(self, path, Deadline::Bounded(LOOKUP_DEADLINE)) {
+            Ok(answer) => answer,
+            Err(ClientError::Status(404)) => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+        };
+        let mut body = Vec::new();
+        (&mut answer.body)
+            .take(MAX_OBJECT)
+            .read_to_end(&mut body)
+            .map_err(|e| e.to_string())?;
+        serde_json::from_slice(&body)
+            .map(Some)
+            .map_err(|e| e.to_string())
     }
 }
 

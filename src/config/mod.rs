@@ -52,7 +52,7 @@ pub struct Config {
     /// HTTPS proxy listener, opened once a serving certificate exists.
     pub(crate) proxy_secure_addr: SocketAddr,
     /// The dummy interface to make (`--enable-dummy-if`, `--dummy-if-name`, `--dummy-if-ip`):
-    /// None when disabled or in cloud mode. Both proxy ports also listen on its address.
+    /// None when disabled. Both proxy ports also listen on its address.
     pub(crate) dummy_if: Option<DummyInterface>,
     /// Reserved multiplexer port (not served yet).
     pub multiplexer_port: u16,

@@ -7,7 +7,6 @@
 //! annotation or members.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,15 +14,13 @@ use serde_json::Value;
 
 use super::Lookups;
 use super::topology_index::{TopologyIndex, topology_of};
-use crate::route::{Deadline, Identity};
-use crate::upstream::{Outgoing, Upstream};
 
 /// How long an answer is reused.
 const TTL: Duration = Duration::from_secs(30);
 /// Time allowed for one lookup: the client's answer waits for it.
-const LOOKUP_DEADLINE: Duration = Duration::from_secs(5);
-/// Largest object read.
-const MAX_OBJECT: u64 = 1024 * 1024;
+pub(crate) const LOOKUP_DEADLINE: Duration = Duration::from_secs(5);
+/// Largest object a lookup reads.
+pub(crate) const MAX_OBJECT: u64 = 1024 * 1024;
 /// Memoised entries kept at most; the oldest are forgotten first past this.
 const MAX_ENTRIES: usize = 1024;
 
@@ -33,41 +30,10 @@ fn service_path(namespace: &str, service: &str) -> String {
 }
 
 /// Fetches one object by path: Ok(None) on 404, Err on anything else that is not a 200.
+/// The cloud's is `clients`' (a GET as the hub, like the hub's other own requests).
 pub(crate) trait FetchObject: Send + Sync {
     /// GET `path` as the hub.
     fn fetch(&self, path: &str) -> Result<Option<Value>, String>;
-}
-
-impl FetchObject for Upstream {
-    fn fetch(&self, path: &str) -> Result<Option<Value>, String> {
-        let headers = [(
-            "User-Agent".to_owned(),
-            format!("tinyhub/{}", env!("CARGO_PKG_VERSION")),
-        )];
-        let mut answer = self
-            .send(Outgoing {
-                method: "GET",
-                path_and_query: path,
-                headers: &headers,
-                accept: Some("application/json"),
-                body: None,
-                deadline: Deadline::Bounded(LOOKUP_DEADLINE),
-                identity: Identity::Hub,
-            })
-            .map_err(|e| e.to_string())?;
-        let mut body = Vec::new();
-        (&mut answer.body)
-            .take(MAX_OBJECT)
-            .read_to_end(&mut body)
-            .map_err(|e| e.to_string())?;
-        match answer.status {
-            200 => serde_json::from_slice(&body)
-                .map(Some)
-                .map_err(|e| e.to_string()),
-            404 => Ok(None),
-            status => Err(format!("status {status}")),
-        }
-    }
 }
 
 /// A memoised answer.
@@ -136,7 +102,7 @@ impl Memo {
 }
 
 impl CloudLookups {
-    /// Lookups for node `node_name` through `fetcher` (the [`Upstream`]), Services' topology
+    /// Lookups for node `node_name` through `fetcher` (the cloud), Services' topology
     /// from `services` when it has been listed.
     pub(crate) fn new(
         fetcher: Arc<dyn FetchObject>,

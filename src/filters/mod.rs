@@ -18,8 +18,8 @@ mod servicetopology;
 pub(crate) mod topology_index;
 
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use serde_json::Value;
@@ -186,39 +186,39 @@ impl Chain {
             .into_iter()
             .filter(move |f| self.contains(*f))
     }
-}
 
-/// The needles of a chain's filters ([`FilterName::needles`]), searched for in each object's
-/// raw JSON before it is parsed.
-pub(crate) struct Needles {
-    chain: Chain,
-    finders: Vec<memchr::memmem::Finder<'static>>,
-}
-
-impl Needles {
-    /// The needles of `chain`'s filters.
-    pub(crate) fn of(chain: Chain) -> Needles {
-        let finders = chain
+    /// Whether a filter of the chain may change or drop the object whose JSON is `raw`, by
+    /// the needles of [`FilterName::needles`]. When not, the object counts as seen (unchanged)
+    /// by each filter of the chain.
+    pub(crate) fn may_touch(self, raw: &[u8]) -> bool {
+        let needles = finders();
+        if self
             .iter()
-            .flat_map(|f| f.needles().iter())
-            .map(|needle| memchr::memmem::Finder::new(needle.as_bytes()))
-            .collect();
-        Needles { chain, finders }
-    }
-
-    /// Whether a filter of the chain may change or drop the object whose JSON is `raw`. When
-    /// not, the object counts as seen (unchanged) by each filter of the chain.
-    pub(crate) fn may_touch(&self, raw: &[u8]) -> bool {
-        if self.finders.iter().any(|f| f.find(raw).is_some()) {
+            .any(|f| needles[f.index()].iter().any(|n| n.find(raw).is_some()))
+        {
             return true;
         }
-        for filter in self.chain.iter() {
+        for filter in self.iter() {
             FILTER_STATS.per_filter[filter.index()]
                 .seen
                 .fetch_add(1, Ordering::Relaxed);
         }
         false
     }
+}
+
+/// The searchers of each filter's needles, indexed like [`FilterName::ALL`]: built once, so
+/// an answer's filter stage allocates none.
+fn finders() -> &'static [Vec<memchr::memmem::Finder<'static>>; 7] {
+    static FINDERS: OnceLock<[Vec<memchr::memmem::Finder<'static>>; 7]> = OnceLock::new();
+    FINDERS.get_or_init(|| {
+        FilterName::ALL.map(|f| {
+            f.needles()
+                .iter()
+                .map(|needle| memchr::memmem::Finder::new(needle.as_bytes()))
+                .collect()
+        })
+    })
 }
 
 /// The start-up switches: `--enable-resource-filter`, `--disabled-resource-filters` and
@@ -367,28 +367,26 @@ impl FilterConfig {
     }
 }
 
-/// The configuration the relay reads, swapped whole when `yurt-hub-cfg` changes: readers
-/// clone the inner `Arc` and never hold the lock while filtering.
+/// The configuration the relay reads, swapped whole when `yurt-hub-cfg` changes: a request
+/// holds the read lock only to compute its chain, never while filtering.
 pub(crate) type LiveFilterConfig = Arc<std::sync::RwLock<Arc<FilterConfig>>>;
 
-/// The live [`FilterConfig`] and the start-up switches it is rebuilt under when
-/// `yurt-hub-cfg` changes.
+/// The live [`FilterConfig`], rebuilt when `yurt-hub-cfg` changes (under the flags'
+/// switches it already holds).
 #[derive(Clone)]
 pub(crate) struct FilterReload {
     /// The configuration the relay reads.
     pub config: LiveFilterConfig,
-    /// The flags' switches.
-    pub switches: Switches,
 }
 
 impl FilterReload {
     /// Rebuilds the configuration from `configmap` (None: the ConfigMap is gone).
     pub(crate) fn apply(&self, configmap: Option<&Value>) {
+        let mut current = self.config.write().unwrap_or_else(|p| p.into_inner());
         let config = FilterConfig::with_config_data(
-            self.switches.clone(),
+            current.switches.clone(),
             configmap.and_then(config_data_of),
         );
-        let mut current = self.config.write().unwrap_or_else(|p| p.into_inner());
         if **current != config {
             let summary: Vec<String> = FilterName::ALL
                 .into_iter()

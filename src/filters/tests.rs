@@ -545,7 +545,6 @@ fn a_reload_swaps_in_what_yurt_hub_cfg_adds_and_drops_it_when_gone() {
         config: std::sync::Arc::new(std::sync::RwLock::new(std::sync::Arc::new(
             FilterConfig::new(switches.clone()),
         ))),
-        switches,
     };
     let chain = |r: &FilterReload| {
         r.config

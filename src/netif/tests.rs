@@ -428,26 +428,11 @@ const NO_NETNS: &str = "netif test: unshare(CLONE_NEWNET) refused with EPERM";
 /// moves into a new network namespace, so the machine's interfaces are never touched.
 #[test]
 fn dummy_interface_in_a_new_network_namespace() {
-    let test = format!(
-        "{}::netns_child",
-        module_path!().split_once("::").unwrap().1
-    );
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            &test,
-            "--ignored",
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        .env(NETNS_CHILD, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "{stdout}\n{stderr}"
+    let stderr = crate::child_test::run(
+        module_path!(),
+        "netns_child",
+        &[],
+        (NETNS_CHILD, std::ffi::OsStr::new("1")),
     );
     if stderr.contains(NO_NETNS) {
         eprintln!(

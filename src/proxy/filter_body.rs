@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::cache::decode::{BodyDecoder, BodyShape, DecodeError, Unit};
 use crate::cache::writer::MAX_OBJECT_BYTES;
-use crate::filters::{self, Chain, FilterContext, Lookups, Needles, Outcome};
+use crate::filters::{self, Chain, FilterContext, Lookups, Outcome};
 
 /// Where the output of a list stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,8 +40,6 @@ struct Rewriter<'f> {
     unreadable: Option<String>,
     /// `unreadable` was taken: later ones are not reported again.
     unreadable_taken: bool,
-    /// What an object must hold for the chain to touch it: the others pass unparsed.
-    needles: Needles,
 }
 
 /// A body being filtered.
@@ -70,7 +68,6 @@ impl<'f> BodyFilter<'f> {
                 list_api_version: None,
                 unreadable: None,
                 unreadable_taken: false,
-                needles: Needles::of(chain),
             },
         }
     }
@@ -137,13 +134,13 @@ pub(crate) fn filter_whole(
 /// The filter stage's time on one answer: only the filter calls are timed (one clock read
 /// per call, per chunk, not per object), and the total is recorded once, when dropped.
 pub(crate) struct StageTime {
-    chain: crate::filters::Chain,
+    chain: Chain,
     spent: Duration,
 }
 
 impl StageTime {
     /// A timer for one answer filtered by `chain`.
-    pub(crate) fn new(chain: crate::filters::Chain) -> StageTime {
+    pub(crate) fn new(chain: Chain) -> StageTime {
         StageTime {
             chain,
             spent: Duration::ZERO,
@@ -191,7 +188,7 @@ impl Rewriter<'_> {
 
     /// A get: a dropped object keeps its original body (§2.1).
     fn object(&mut self, raw: &[u8], out: &mut Vec<u8>) {
-        let changed = if self.needles.may_touch(raw) {
+        let changed = if self.chain.may_touch(raw) {
             self.read(raw)
                 .map(|obj| filters::apply(&self.chain, &obj, self.ctx, self.lookups))
         } else {
@@ -227,7 +224,7 @@ impl Rewriter<'_> {
     fn item(&mut self, raw: &[u8], out: &mut Vec<u8>) {
         // An item serde cannot read passes as it came (YurtHub passes a list it cannot
         // decode); `unreadable` keeps the answer out of the cache.
-        let touched = self.needles.may_touch(raw);
+        let touched = self.chain.may_touch(raw);
         let outcome = match touched.then(|| self.read(raw)).flatten() {
             Some(obj) => filters::apply_item(
                 &self.chain,
@@ -256,16 +253,15 @@ impl Rewriter<'_> {
 
     /// A watch event: BOOKMARK and ERROR pass unchanged; a dropped object becomes DELETED.
     fn event(&mut self, raw: &[u8], out: &mut Vec<u8>) {
-        let event = if self.needles.may_touch(raw) {
+        let event = if self.chain.may_touch(raw) {
             self.read(raw)
         } else {
             None
         };
         let filterable = event.as_ref().and_then(|e| {
             let kind = e.get("type")?.as_str()?;
-            matches!(kind, "ADDED" | "MODIFIED" | "DELETED")
-                .then_some(())
-                .and_then(|()| Some((kind, e.get("object")?)))
+            let object = e.get("object")?;
+            matches!(kind, "ADDED" | "MODIFIED" | "DELETED").then_some((kind, object))
         });
         match filterable {
             Some((kind, obj)) => match filters::apply(&self.chain, obj, self.ctx, self.lookups) {

@@ -12,6 +12,7 @@ use crate::cache::decode::{BodyShape, DecodeError};
 use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::cache::writer::{MAX_OBJECT_BYTES, Refill, Session};
 use crate::metrics::InFlight;
+use crate::reaper::Watched;
 use crate::request::Verb;
 use crate::route::{self, Identity, NoCacheReason};
 use crate::server::{BodyWriter, Exchange, Length};
@@ -118,18 +119,12 @@ impl Call<'_> {
             return done(sent);
         }
 
-        let mut writer = match ex.start(answer.status, &answer.headers, Length::Streamed) {
-            Ok(writer) => writer,
+        let headers = std::mem::take(&mut answer.headers);
+        let (mut writer, _watched) = match self.start_stream(ex, &headers, &mut answer) {
+            Ok(started) => started,
             Err(e) => return Relayed::ClientGone(e),
         };
-        // A watch may stay open for hours: its answer's headers are not needed past here.
-        answer.headers = Vec::new();
-        // A stream whose client hangs up while the cloud is silent is ended by the reaper.
-        // (Only a stream has a cancel handle: no socket handle is taken for a plain answer.)
-        let _watched = answer
-            .cancel
-            .take()
-            .and_then(|cancel| Some(self.hub.reaper.watch(writer.probe()?, cancel)));
+        drop(headers);
         let mut reads = BodyReads::new(RELAY_BUFFER_START);
         loop {
             let chunk = match reads.next(&mut answer.body, &mut traffic.1) {
@@ -138,17 +133,13 @@ impl Call<'_> {
                 Chunk::BrokeOff => {
                     // Tell the client its answer is incomplete and commit nothing partial (a
                     // list is dropped, a watch keeps whole events).
-                    if let Some(s) = session.take() {
-                        s.finish(false);
-                    }
+                    uncommitted(session.take());
                     writer.abort();
                     return Relayed::Done(cache_status);
                 }
             };
             if let Err(e) = writer.write(chunk) {
-                if let Some(s) = session.take() {
-                    s.finish(false);
-                }
+                uncommitted(session.take());
                 return Relayed::ClientGone(e);
             }
             if let Some(s) = session.as_mut()
@@ -165,6 +156,24 @@ impl Call<'_> {
 }
 
 impl Call<'_> {
+    /// Starts a streamed answer to the client with `headers`. A watch may stay open for hours:
+    /// the caller has already dropped the cloud's headers. A stream whose client hangs up
+    /// while the cloud is silent is ended by the reaper as long as the guard lives (only a
+    /// stream has a cancel handle: no socket handle is taken for a plain answer).
+    fn start_stream<'c>(
+        &self,
+        ex: Exchange<'c>,
+        headers: &[(String, String)],
+        answer: &mut Answer,
+    ) -> io::Result<(BodyWriter<'c>, Option<Watched>)> {
+        let writer = ex.start(answer.status, headers, Length::Streamed)?;
+        let watched = answer
+            .cancel
+            .take()
+            .and_then(|cancel| Some(self.hub.reaper.watch(writer.probe()?, cancel)));
+        Ok((writer, watched))
+    }
+
     /// The cloud broke off within a small answer read whole: nothing was sent yet, so the
     /// caller may still answer the client from the cache; nothing of it is committed.
     fn broke_off<'c>(
@@ -174,9 +183,7 @@ impl Call<'_> {
         e: io::Error,
         session: Option<Session>,
     ) -> Relayed<'c> {
-        if let Some(s) = session {
-            s.finish(false);
-        }
+        uncommitted(session);
         let error = UpstreamError::Transport {
             server: self.hub.cloud.server(answer.backend).to_owned(),
             detail: format!("the answer broke off: {e}"),
@@ -247,9 +254,7 @@ impl Call<'_> {
         // rest is still filtered, and none of it is cached.
         let unreadable = |e: DecodeError, session: &mut Option<Session>| {
             log::info!("{e}; passed unfiltered and the answer is not cached path=\"{path}\"");
-            if let Some(s) = session.take() {
-                s.finish(false);
-            }
+            uncommitted(session.take());
             not_cached
         };
 
@@ -274,12 +279,9 @@ impl Call<'_> {
             if declared_too_large || body.len() as u64 > limit {
                 // Larger than any object the filters (and the cache) take: passed unchanged.
                 log::info!(
-                    "an answer larger than {MAX_OBJECT_BYTES} bytes is passed unchanged and not cached path=\"{}\"",
-                    crate::request::truncate(ex.url())
+                    "an answer larger than {MAX_OBJECT_BYTES} bytes is passed unchanged and not cached path=\"{path}\""
                 );
-                if let Some(s) = session {
-                    s.finish(false);
-                }
+                uncommitted(session);
                 let writer = match ex.start(answer.status, &answer.headers, Length::Streamed) {
                     Ok(writer) => writer,
                     Err(e) => return Relayed::ClientGone(e),
@@ -318,23 +320,18 @@ impl Call<'_> {
                 }
                 Err(e) => {
                     undecodable(&e);
-                    if let Some(s) = session {
-                        s.finish(false);
-                    }
+                    uncommitted(session);
                     done(ex.send(answer.status, &answer.headers, &body), not_cached)
                 }
             };
         }
 
-        let mut writer = match ex.start(answer.status, &headers, Length::Streamed) {
-            Ok(writer) => writer,
+        answer.headers = Vec::new();
+        let (mut writer, _watched) = match self.start_stream(ex, &headers, &mut answer) {
+            Ok(started) => started,
             Err(e) => return Relayed::ClientGone(e),
         };
-        answer.headers = Vec::new();
-        let _watched = answer
-            .cancel
-            .take()
-            .and_then(|cancel| Some(self.hub.reaper.watch(writer.probe()?, cancel)));
+        drop(headers);
         let mut filter = BodyFilter::new(shape, gzip, chain, &filters.ctx, &*filters.lookups);
         // Recorded once, whichever way the relay ends (a watch: when it ends).
         let mut stage = StageTime::new(chain);
@@ -348,9 +345,7 @@ impl Call<'_> {
                 Chunk::Data(chunk) => chunk,
                 Chunk::End => break,
                 Chunk::BrokeOff => {
-                    if let Some(s) = session.take() {
-                        s.finish(false);
-                    }
+                    uncommitted(session.take());
                     writer.abort();
                     return Relayed::Done(cache_status);
                 }
@@ -363,9 +358,7 @@ impl Call<'_> {
             }
             if let Err(e) = stage.time(|| filter.feed(chunk, &mut out)) {
                 undecodable(&e);
-                if let Some(s) = session.take() {
-                    s.finish(false);
-                }
+                uncommitted(session.take());
                 return match held {
                     Some(raw) => done(
                         pass_rest(writer, &raw, &mut answer, &mut traffic),
@@ -383,9 +376,7 @@ impl Call<'_> {
             if !out.is_empty() {
                 held = None;
                 if let Err(e) = writer.write(&out) {
-                    if let Some(s) = session.take() {
-                        s.finish(false);
-                    }
+                    uncommitted(session.take());
                     return Relayed::ClientGone(e);
                 }
                 if let Some(s) = session.as_mut()
@@ -405,9 +396,7 @@ impl Call<'_> {
         }
         if let Err(e) = finished {
             undecodable(&e);
-            if let Some(s) = session.take() {
-                s.finish(false);
-            }
+            uncommitted(session.take());
             cache_status = not_cached;
             match held {
                 Some(raw) => {
@@ -421,9 +410,7 @@ impl Call<'_> {
                 }
             }
         } else if let Err(e) = writer.write(&out) {
-            if let Some(s) = session.take() {
-                s.finish(false);
-            }
+            uncommitted(session.take());
             return Relayed::ClientGone(e);
         } else if let Some(mut s) = session {
             s.chunk(&out);
@@ -528,6 +515,13 @@ impl BodyReads {
                 }
             }
         }
+    }
+}
+
+/// Ends `session`, if any, as incomplete: nothing of the answer is committed.
+fn uncommitted(session: Option<Session>) {
+    if let Some(s) = session {
+        s.finish(false);
     }
 }
 

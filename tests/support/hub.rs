@@ -463,10 +463,22 @@ pub fn call(
 ) -> Reply {
     let timeout = if emulated() { 120 } else { 30 };
     let agent = agent(Some(Duration::from_secs(timeout)));
-    let mut builder = ureq::http::Request::builder()
+    let builder = ureq::http::Request::builder()
         .method(method)
         .uri(url)
         .header("user-agent", ua);
+    exchange(&agent, builder, headers, body, &format!("{method} {url}"))
+}
+
+/// Sends `builder`'s request with `headers` and `body` through `agent` and reads the whole
+/// answer; `what` names the request in a panic.
+fn exchange(
+    agent: &ureq::Agent,
+    mut builder: ureq::http::request::Builder,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+    what: &str,
+) -> Reply {
     for (n, v) in headers {
         builder = builder.header(*n, *v);
     }
@@ -474,7 +486,7 @@ pub fn call(
         Some(b) => agent.run(builder.body(b.to_vec()).expect("request")),
         None => agent.run(builder.body(()).expect("request")),
     };
-    let response = result.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+    let response = result.unwrap_or_else(|e| panic!("{what}: {e}"));
     let status = response.status().as_u16();
     let headers = response
         .headers()
@@ -486,7 +498,7 @@ pub fn call(
         .into_body()
         .into_reader()
         .read_to_end(&mut body)
-        .unwrap_or_else(|e| panic!("{method} {url}: reading the body: {e}"));
+        .unwrap_or_else(|e| panic!("{what}: reading the body: {e}"));
     Reply {
         status,
         headers,
@@ -914,31 +926,13 @@ impl CloudClient {
         {
             builder = builder.header("accept", "application/json");
         }
-        for (n, v) in headers {
-            builder = builder.header(*n, *v);
-        }
-        let result = match body {
-            Some(b) => self.agent.run(builder.body(b.to_vec()).expect("request")),
-            None => self.agent.run(builder.body(()).expect("request")),
-        };
-        let response = result.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-        let status = response.status().as_u16();
-        let headers = response
-            .headers()
-            .iter()
-            .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
-            .collect();
-        let mut body = Vec::new();
-        response
-            .into_body()
-            .into_reader()
-            .read_to_end(&mut body)
-            .unwrap_or_else(|e| panic!("{method} {path}: reading the body: {e}"));
-        Reply {
-            status,
+        exchange(
+            &self.agent,
+            builder,
             headers,
             body,
-        }
+            &format!("{method} {path}"),
+        )
     }
 
     /// Sends a request whose body has `content_type` (`application/json`, or

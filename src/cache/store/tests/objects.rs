@@ -663,29 +663,15 @@ fn failed_writes_keep_the_old_files() {
         store.put_non_resource("version", b"{}").unwrap();
     }
     let before = snapshot(&root);
-    let test = format!(
-        "{}::full_disk_child",
-        module_path!().split_once("::").unwrap().1
-    );
-    let out = Command::new("/bin/sh")
-        .arg("-c")
-        .arg(r#"trap '' XFSZ; ulimit -f 8 && exec "$0" "$@""#)
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            &test,
-            "--ignored",
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        .env(FULL_DISK_ROOT, &root)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "{stdout}\n{stderr}"
+    crate::child_test::run(
+        module_path!(),
+        "full_disk_child",
+        &[
+            "/bin/sh",
+            "-c",
+            r#"trap '' XFSZ; ulimit -f 8 && exec "$0" "$@""#,
+        ],
+        (FULL_DISK_ROOT, root.as_os_str()),
     );
     // Checked before any recovery could hide leftovers.
     assert!(staging_entries(&root).is_empty());
