@@ -12,16 +12,21 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::cache::agents::CacheAgents;
 use crate::cache::store::Store;
 use crate::cache::writer;
+use crate::cache::writer::CacheTx;
 use crate::cache::writer::WriterOptions;
 use crate::clients::agents_watch;
 use crate::clients::refill::{self, Refills};
 use crate::clients::services_watch;
-use crate::config::{Config, WorkingMode};
+use crate::config::{Config, HeartbeatMode, WorkingMode};
 use crate::error::StartupError;
 use crate::filters::lookups::CloudLookups;
 use crate::filters::topology_index::TopologyIndex;
 use crate::filters::{FilterConfig, FilterContext, FilterName, FilterReload, Switches};
 use crate::health::{self, Backends, Probe};
+use crate::heartbeat::api::ServerLeaseApi;
+use crate::heartbeat::checker::{LeaseChecker, LeaseSink};
+use crate::heartbeat::renew::{self, LeaseApi, RenewSettings, Renewer};
+use crate::heartbeat::{self, NodeHeartbeat};
 use crate::netif::LocalAddress;
 use crate::offline::Offline;
 use crate::pki::{self, IdentityState};
@@ -148,14 +153,6 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     }
 
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
-    health::probe_all_once(&backends, upstream.as_ref(), config.heartbeat.timeout);
-    let probe: Arc<dyn Probe> = Arc::clone(&upstream) as Arc<dyn Probe>;
-    let _checkers = health::spawn_checkers(
-        Arc::clone(&backends),
-        probe,
-        config.heartbeat,
-        stop_rx.clone(),
-    );
 
     let agents = Arc::new(CacheAgents::new(&config.cache_agents));
     // The local address (issue 14 item 1): the proxy ports also listen on the dummy IP, and
@@ -166,6 +163,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     // The filters inject the HTTPS port really bound (`--proxy-secure-port` may be 0).
     let filter_port = filters.as_ref().map(|f| f.ctx.secure_port.clone());
     let mut writer_thread = None;
+    let mut store_for_lease = None;
     let (cache, offline) = if config.working_mode == WorkingMode::Edge {
         match Store::open(&config.disk_cache_path) {
             Ok((store, report)) => {
@@ -178,6 +176,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
                     );
                 }
                 let store = Arc::new(store);
+                store_for_lease = Some(Arc::clone(&store));
                 agents_watch::load_cached(&store, &agents, filter_reload.as_ref());
                 let (cache_tx, cache_rx) = writer::channel(WRITER_QUEUE, WRITER_BUDGET);
                 let refills = Refills::new();
@@ -236,6 +235,15 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         })?;
     }
 
+    let node_heartbeat = start_health(
+        &config,
+        &backends,
+        &upstream,
+        store_for_lease.as_deref(),
+        cache.clone(),
+        &stop_rx,
+    )?;
+
     let upstream_for_identity = Arc::clone(&upstream);
     let hub = Arc::new(Hub {
         mode: config.working_mode,
@@ -245,6 +253,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         offline,
         reaper: Reaper::start(),
         filters,
+        heartbeat: node_heartbeat,
     });
     let load = Arc::new(Load::default());
     let proxy_addr = proxy_listener.local_addr();
@@ -393,6 +402,86 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     local.remove();
     log::info!("tinyhub stopped");
     Ok(())
+}
+
+/// Probes every server once and starts the health checker: the node lease renewal in lease
+/// mode (YURTHUB.md §1; the lease restored from the cache first, so that kubelet is answered
+/// after an offline reboot), `/readyz` otherwise. In lease mode, the heartbeat that answers
+/// kubelet's lease requests.
+fn start_health(
+    config: &Config,
+    backends: &Arc<Backends>,
+    upstream: &Arc<Upstream>,
+    store: Option<&Store>,
+    cache: Option<CacheTx>,
+    stop: &crossbeam_channel::Receiver<()>,
+) -> Result<Option<Arc<NodeHeartbeat>>, StartupError> {
+    let readyz: Arc<dyn Probe> = Arc::clone(upstream) as Arc<dyn Probe>;
+    if config.heartbeat_mode == HeartbeatMode::Readyz {
+        health::probe_all_once(backends, upstream.as_ref(), config.heartbeat.timeout);
+        health::spawn_checkers(Arc::clone(backends), readyz, config.heartbeat, stop.clone());
+        return Ok(None);
+    }
+    let node = &config.node_name;
+    let grace = config.kubelet_health_grace_period;
+    let heartbeat = Arc::new(NodeHeartbeat::new(node, grace));
+    let servers: Vec<Box<dyn LeaseApi + Send>> = config
+        .servers
+        .iter()
+        .map(|server| {
+            Box::new(ServerLeaseApi::new(
+                Arc::clone(upstream),
+                server.base.clone(),
+                node.clone(),
+                config.heartbeat.timeout,
+            )) as Box<dyn LeaseApi + Send>
+        })
+        .collect();
+    let renewer = Renewer::new(RenewSettings {
+        node: node.clone(),
+        grace,
+        failed_retry: config.heartbeat.failed_retry,
+        node_gone_after: renew::NODE_GONE_AFTER,
+    });
+    let sink = cache.map(|tx| Box::new(tx) as Box<dyn LeaseSink>);
+    let mut checker = LeaseChecker::new(
+        Arc::clone(backends),
+        Arc::clone(&heartbeat),
+        servers,
+        readyz,
+        renewer,
+        config.heartbeat,
+        sink,
+    );
+    if let Some(stored) = store.and_then(|store| stored_lease(store, node)) {
+        checker.restore(stored, Instant::now());
+    }
+    checker.first_round(Instant::now());
+    checker
+        .spawn(stop.clone())
+        .map_err(|e| StartupError::new(e.to_string()).context("cannot start the heartbeat"))?;
+    Ok(Some(heartbeat))
+}
+
+/// The node lease kept in the cache by an earlier run, if it is readable and this node's.
+fn stored_lease(store: &Store, node: &str) -> Option<serde_json::Value> {
+    let key = heartbeat::lease_key(node);
+    let bytes = match store.get(&key) {
+        Ok(found) => found?,
+        Err(e) => {
+            log::warn!("cannot read the node lease kept in the cache: {e}");
+            return None;
+        }
+    };
+    match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(lease) if lease.pointer("/metadata/name").and_then(|n| n.as_str()) == Some(node) => {
+            Some(lease)
+        }
+        _ => {
+            log::warn!("the node lease kept in the cache is not this node's Lease; not used");
+            None
+        }
+    }
 }
 
 /// The response filters of the flags (None when `--enable-resource-filter=false`), and their

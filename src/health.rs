@@ -218,6 +218,16 @@ impl Backends {
         self.list[index].reports.load(Ordering::Acquire)
     }
 
+    /// The channel that wakes backend `index`'s checker ([`Backends::report_failure`]).
+    pub(crate) fn wake_receiver(&self, index: usize) -> Receiver<()> {
+        self.list[index].wake.1.clone()
+    }
+
+    /// Wakes backend `index`'s checker (a pending wake already covers it).
+    pub(crate) fn wake(&self, index: usize) {
+        let _ = self.list[index].wake.0.try_send(());
+    }
+
     /// (base, healthy by the last probe) of every backend, for metrics.
     pub(crate) fn snapshot(&self) -> Vec<(String, bool)> {
         self.list
@@ -288,7 +298,7 @@ fn check_loop(
     stop: &Receiver<()>,
 ) {
     let base = backends.get(index).base.clone();
-    let wake = backends.get(index).wake.1.clone();
+    let wake = backends.wake_receiver(index);
     let mut successes = 0u32;
     loop {
         crossbeam_channel::select! {
@@ -337,7 +347,7 @@ fn check_loop(
         };
         if !ruled {
             // A request failed while this round was under way: the next round rules, now.
-            let _ = backends.get(index).wake.0.try_send(());
+            backends.wake(index);
         }
     }
 }

@@ -65,11 +65,9 @@ pub struct Config {
     /// Health-probe settings.
     pub(crate) heartbeat: Heartbeat,
     /// How cloud servers are probed: always [`HeartbeatMode::Readyz`] in cloud mode.
-    #[allow(dead_code)] // wired in issue 15
     pub(crate) heartbeat_mode: HeartbeatMode,
     /// `--kubelet-health-grace-period`: kubelet is stopped after this long without a lease
     /// request; whole seconds of it are the `leaseDurationSeconds` of a lease the hub creates.
-    #[allow(dead_code)] // wired in issue 15
     pub(crate) kubelet_health_grace_period: Duration,
     /// Edge (cache and offline answers) or cloud (pure proxy).
     pub(crate) working_mode: WorkingMode,

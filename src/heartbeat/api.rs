@@ -1,8 +1,6 @@
 //! [`LeaseApi`] over one cloud server, with the hub's credentials ([`Upstream::exchange_with`]):
 //! what a renewal asks of the server it probes, each request bounded by the heartbeat timeout
 //! and telling the apiserver the same through `?timeout=`, as client-go does.
-#![allow(dead_code)] // wired in issue 15
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -2,8 +2,6 @@
 //! them itself, so it records the time of each, and kubelet counts as stopped once a grace
 //! period passed without one. Two atomics: cheap enough for the request path.
 
-#![allow(dead_code)] // wired in issue 15
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 

@@ -3,8 +3,6 @@
 //! Works on `serde_json::Value` so that fields the hub does not know (kubelet's, a newer
 //! API's) survive a renewal untouched; the caller's object is never changed.
 
-#![allow(dead_code)] // wired in issue 15
-
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};

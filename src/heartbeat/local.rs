@@ -7,8 +7,6 @@
 //! start: it is written when something other than the renewal stamp changed, or every
 //! [`PERSIST_EVERY`], not on every renewal.
 
-#![allow(dead_code)] // wired in issue 15
-
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,16 +34,13 @@ pub(crate) enum KubeletVerb {
     Watch,
 }
 
-/// The hub's answer to a kubelet lease request; the caller writes it (JSON content type).
+/// The hub's answer to a kubelet lease request; the caller writes it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum LocalAnswer {
-    /// A lease: 200, or 201 for a create.
-    Object {
-        /// HTTP status code.
-        code: u16,
-        /// JSON body.
-        body: Vec<u8>,
-    },
+    /// 200 with this lease (JSON).
+    Lease(Vec<u8>),
+    /// 201 echoing the request body as it came, with its content type (JSON or protobuf).
+    Created,
     /// A failure (404 nothing known, 403 delete).
     Status(Status),
     /// A watch: hold it open with no events, as the offline watches are held (ends at its
@@ -96,11 +91,10 @@ impl LocalLease {
             KubeletVerb::Get | KubeletVerb::Update | KubeletVerb::Patch => {
                 let ours = namespace == lease::LEASE_NAMESPACE && name == self.node;
                 match self.current().filter(|_| ours) {
-                    Some(current) => LocalAnswer::Object {
-                        code: 200,
-                        // Serializing a Value cannot fail: its keys are strings.
-                        body: serde_json::to_vec(&*current).unwrap_or_default(),
-                    },
+                    // Serializing a Value cannot fail: its keys are strings.
+                    Some(current) => {
+                        LocalAnswer::Lease(serde_json::to_vec(&*current).unwrap_or_default())
+                    }
                     None => LocalAnswer::Status(Status::not_found(
                         "coordination.k8s.io",
                         "leases",
@@ -110,10 +104,7 @@ impl LocalLease {
             }
             KubeletVerb::Create => {
                 self.keep_created(namespace, body);
-                LocalAnswer::Object {
-                    code: 201,
-                    body: body.to_vec(),
-                }
+                LocalAnswer::Created
             }
             KubeletVerb::Delete | KubeletVerb::DeleteCollection => LocalAnswer::Status(
                 Status::forbidden("delete request is not supported in local cache"),
@@ -122,9 +113,15 @@ impl LocalLease {
         }
     }
 
-    /// Keeps kubelet's new lease as the current one when none is known and it is this node's.
+    /// Keeps kubelet's new lease as the current one when none is known and it is this node's
+    /// (JSON, or the protobuf kubelet sends by default).
     fn keep_created(&self, namespace: &str, body: &[u8]) {
-        let Ok(created) = serde_json::from_slice::<Value>(body) else {
+        let created = if body.starts_with(crate::protobuf::PROTOBUF_MAGIC) {
+            lease::lease_from_protobuf(body)
+        } else {
+            serde_json::from_slice::<Value>(body).ok()
+        };
+        let Some(created) = created else {
             return;
         };
         let name = created.pointer("/metadata/name").and_then(Value::as_str);
@@ -228,10 +225,11 @@ mod tests {
 
     fn body(answer: &LocalAnswer) -> (u16, Value) {
         match answer {
-            LocalAnswer::Object { code, body } => (
-                *code,
+            LocalAnswer::Lease(body) => (
+                200,
                 serde_json::from_slice(body).expect("the answer is JSON"),
             ),
+            LocalAnswer::Created => (201, Value::Null),
             LocalAnswer::Status(s) => (s.code, Value::Null),
             LocalAnswer::Held => (0, Value::Null),
         }
@@ -270,13 +268,7 @@ mod tests {
         let local = LocalLease::new("edge-1");
         let sent = br#"{"metadata":{"name":"edge-1","namespace":"kube-node-lease"},"spec":{"holderIdentity":"edge-1","leaseDurationSeconds":40}}"#;
         let answer = local.answer(KubeletVerb::Create, NS, "", sent);
-        assert_eq!(
-            answer,
-            LocalAnswer::Object {
-                code: 201,
-                body: sent.to_vec()
-            }
-        );
+        assert_eq!(answer, LocalAnswer::Created);
         let (code, lease) = body(&local.answer(KubeletVerb::Update, NS, "edge-1", b"{}"));
         assert_eq!(code, 200);
         assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);
@@ -297,7 +289,7 @@ mod tests {
             br#"{"metadata":{"name":"edge-1","namespace":"default"}}"#,
         ] {
             let answer = local.answer(KubeletVerb::Create, NS, "", sent);
-            assert!(matches!(answer, LocalAnswer::Object { code: 201, .. }));
+            assert_eq!(answer, LocalAnswer::Created);
         }
         assert!(local.current().is_none());
     }

@@ -1,62 +1,204 @@
-//! The node heartbeat in edge mode (issue 15, YURTHUB.md §1): the hub answers kubelet's
-//! lease requests itself and renews `kube-node-lease/<node>` in the cloud, and that renewal
-//! is its health probe of each server.
+//! The node heartbeat in edge mode (YURTHUB.md §1): the hub answers kubelet's lease requests
+//! itself and renews `kube-node-lease/<node>` in the cloud, and that renewal is its health
+//! probe of each server (`--heartbeat-mode=lease`, the default in edge mode).
 //!
-//! The parts, each without I/O of its own:
-//! - [`lease`]: the Lease object the hub sends (`newLease`), MicroTime stamps, paths.
+//! - [`lease`]: the Lease object the hub sends (`newLease`), MicroTime stamps, paths, and a
+//!   protobuf Lease read as JSON.
 //! - [`renew`]: one probe against one server over [`renew::LeaseApi`] (PUT, 409 → GET and
 //!   retry, 404 → POST, backoff), and the deleted-Node rule ([`renew::Renewal::NodeGone`]).
+//! - [`api`]: [`renew::LeaseApi`] over one server (`Upstream::exchange_with`).
 //! - [`kubelet`]: "is kubelet alive", from the time of its last lease request.
 //! - [`local`]: the current lease answering kubelet, and when it is written to disk.
-//! - [`api`]: [`renew::LeaseApi`] over one server, on `Upstream::exchange_with` (the same
-//!   per-server exchange the /readyz probe now uses).
+//! - [`checker`]: the health checker of lease mode: a rotating renewal per tick, and what
+//!   replaces it while kubelet is silent or the Node is deleted.
 //!
-//! # Wiring (the next session)
-//!
-//! Only in edge mode with `--heartbeat-mode=lease` (`Config::heartbeat_mode`, already
-//! `Readyz` in cloud mode). Shared state, made once in `app.rs`: a [`local::LocalLease`]
-//! (loaded from the disk key `kubelet/leases.v1.coordination.k8s.io/kube-node-lease/<node>`
-//! at start, then `PersistPolicy::persisted` with it), a [`kubelet::KubeletLiveness`], and
-//! one `Mutex<renew::Renewer>` for all servers (the Node's state is cluster-wide), with
-//! `node_gone_after: renew::NODE_GONE_AFTER` and `Config::kubelet_health_grace_period`.
-//!
-//! Request path (`proxy`): before forwarding, a request from component `kubelet` for
-//! resource `leases` (any namespace, name, verb) calls `KubeletLiveness::record(now)` and is
-//! answered by `LocalLease::answer`, online and offline; never forwarded. Map
-//! `LocalAnswer::Object` to its code with `application/json`, `Status` with
-//! `Status::to_json`, `Held` to the existing held-watch path (no events, ends at
-//! `timeoutSeconds` or when the cloud is healthy). List and other verbs: 404 or forward,
-//! kubelet does not use them. The response must not go through the cache writer
-//! (the hub's renewal owns that key).
-//!
-//! Health checker (`health.rs`): in lease mode the probe of a server is, instead of
-//! `GET /readyz`:
-//! 1. `kubelet.stopped(now, grace)` → do NOT renew, and judge the server by `/readyz` as
-//!    today, so kube-proxy and the others stay online (YurtHub marks every server unhealthy
-//!    here, #420 — tinyhub deliberately does not). The node goes NotReady because the lease
-//!    expires.
-//! 2. else `renewer.probe(&api, local.current().as_deref())` with a `LeaseApi` over that
-//!    server's direct client (hub identity, `--heartbeat-timeout-seconds` per request, also
-//!    as `?timeout=`): map 404 on GET to `Ok(None)`, 409 → `Conflict`, 404 on PUT/POST →
-//!    `NotFound`, 403 → `Forbidden`, other statuses → `Status`, no answer → `Transport`.
-//!    - `Renewed(lease)` → healthy (same thresholds as today: one failure → unhealthy,
-//!      `--heartbeat-healthy-threshold` successes → healthy); `local.set(lease)`; when
-//!      `persist.after_renewal(&lease, now)` send it to the cache writer under component
-//!      `kubelet` (on a failed write, `persist.forget()`).
-//!    - `Failed(e)` → unhealthy; log `e` (a `Forbidden` suggests `--heartbeat-mode=readyz`).
-//!    - `NodeMissing` / `NodeGone` → the server answered but the Node is deleted: judge the
-//!      server by `/readyz` like case 1 (the renewer logs the transition to gone).
-//!
-//!    Rotation as YurtHub: start at the next server each tick, stop at the first renewal, so
-//!    the lease is renewed at most once per tick; servers not probed keep their state.
-//! 3. The init probe at start-up is the same probe (a renewal through the first server that
-//!    works); a server whose init renewal fails is unhealthy until it passes the threshold.
-//!
-//! Timings with the defaults: a black-holed server fails one probe after 3 PUTs × 2 s +
-//! 4 GETs × 2 s + 1.4 s of backoff ≈ 15.4 s (the tick is late, not doubled).
+//! Where tinyhub departs from YurtHub (§1.5): kubelet's lease requests get the newest renewed
+//! lease; a lease kubelet creates while none is known is kept; a silent kubelet stops the
+//! renewals but not the hub's trust in the servers (YurtHub #420 marks them all unhealthy and
+//! pushes every component offline); the lease reaches the disk when more than its renewal
+//! stamp changed or every 10 minutes; a deleted Node's lease is not renewed or re-created.
 
 pub(crate) mod api;
+pub(crate) mod checker;
 pub(crate) mod kubelet;
 pub(crate) mod lease;
 pub(crate) mod local;
 pub(crate) mod renew;
+
+use std::time::{Duration, Instant};
+
+use crate::cache::key::{CollectionKey, ObjectKey};
+use crate::request::{ApiRequest, Verb};
+
+use self::kubelet::KubeletLiveness;
+use self::local::{KubeletVerb, LocalAnswer, LocalLease};
+
+/// The component whose lease requests the hub answers.
+const KUBELET: &str = "kubelet";
+/// The API group of leases.
+const LEASE_GROUP: &str = "coordination.k8s.io";
+
+/// What kubelet's request path and the checker share.
+#[derive(Debug)]
+pub(crate) struct NodeHeartbeat {
+    /// The newest lease: the renewals' base and kubelet's answers.
+    pub lease: LocalLease,
+    /// When kubelet last asked for its lease.
+    pub kubelet: KubeletLiveness,
+    /// `--kubelet-health-grace-period`.
+    pub grace: Duration,
+}
+
+impl NodeHeartbeat {
+    /// Nothing known yet about `node`'s lease or kubelet.
+    pub(crate) fn new(node: &str, grace: Duration) -> NodeHeartbeat {
+        NodeHeartbeat {
+            lease: LocalLease::new(node),
+            kubelet: KubeletLiveness::new(Instant::now()),
+            grace,
+        }
+    }
+
+    /// How the hub answers `req` itself: a kubelet request for leases (any namespace and name,
+    /// as YurtHub), by verb. `None` for the rest, and for verbs kubelet never sends to leases
+    /// (list, subresources), which go the common way.
+    pub(crate) fn intercepts(req: &ApiRequest) -> Option<KubeletVerb> {
+        let path = req.resource()?;
+        if req.component != KUBELET
+            || path.resource != "leases"
+            || path.group != LEASE_GROUP
+            || path.subresource.is_some()
+        {
+            return None;
+        }
+        Some(match req.verb {
+            Verb::Get => KubeletVerb::Get,
+            Verb::Update => KubeletVerb::Update,
+            Verb::Patch => KubeletVerb::Patch,
+            Verb::Create => KubeletVerb::Create,
+            Verb::Delete => KubeletVerb::Delete,
+            Verb::DeleteCollection => KubeletVerb::DeleteCollection,
+            Verb::Watch => KubeletVerb::Watch,
+            Verb::List | Verb::Proxy | Verb::Other => return None,
+        })
+    }
+
+    /// Answers kubelet's `verb` on `namespace/name` (body: a create's), and notes that kubelet
+    /// is alive.
+    pub(crate) fn answer(
+        &self,
+        verb: KubeletVerb,
+        namespace: &str,
+        name: &str,
+        body: &[u8],
+    ) -> LocalAnswer {
+        self.kubelet.record(Instant::now());
+        self.lease.answer(verb, namespace, name, body)
+    }
+}
+
+/// Where the node's lease is kept on disk, under kubelet as YurtHub keeps it:
+/// `kubelet/leases.v1.coordination.k8s.io/kube-node-lease/<node>`.
+pub(crate) fn lease_key(node: &str) -> ObjectKey {
+    ObjectKey {
+        collection: lease_collection(),
+        namespace: Some(lease::LEASE_NAMESPACE.to_owned()),
+        name: node.to_owned(),
+    }
+}
+
+/// The collection of [`lease_key`].
+pub(crate) fn lease_collection() -> CollectionKey {
+    CollectionKey {
+        component: KUBELET.to_owned(),
+        resource: "leases".to_owned(),
+        version: "v1".to_owned(),
+        group: LEASE_GROUP.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request;
+
+    fn classify(method: &str, path: &str, agent: &str) -> ApiRequest {
+        let headers = vec![("User-Agent".to_owned(), agent.to_owned())];
+        request::classify(method, path, &headers).expect("a valid request")
+    }
+
+    const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/edge-1";
+    const KUBELET_UA: &str = "kubelet/v1.31.0 (linux/arm) kubernetes/abc";
+
+    #[test]
+    fn kubelet_lease_requests_are_answered_by_verb() {
+        let cases = [
+            ("GET", LEASE, KubeletVerb::Get),
+            ("PUT", LEASE, KubeletVerb::Update),
+            ("PATCH", LEASE, KubeletVerb::Patch),
+            ("DELETE", LEASE, KubeletVerb::Delete),
+            (
+                "POST",
+                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                KubeletVerb::Create,
+            ),
+            (
+                "GET",
+                "/apis/coordination.k8s.io/v1/namespaces/other/leases?watch=true",
+                KubeletVerb::Watch,
+            ),
+        ];
+        for (method, path, verb) in cases {
+            let req = classify(method, path, KUBELET_UA);
+            assert_eq!(
+                NodeHeartbeat::intercepts(&req),
+                Some(verb),
+                "{method} {path}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_components_lists_and_other_kinds_go_the_common_way() {
+        let cases = [
+            ("GET", LEASE, "kube-proxy/v1.31.0"),
+            ("PUT", LEASE, "kubectl/v1.31.0"),
+            (
+                "GET",
+                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                KUBELET_UA,
+            ),
+            ("GET", "/api/v1/nodes/edge-1", KUBELET_UA),
+            (
+                "GET",
+                "/apis/example.com/v1/namespaces/a/leases/x",
+                KUBELET_UA,
+            ),
+        ];
+        for (method, path, agent) in cases {
+            let req = classify(method, path, agent);
+            assert_eq!(
+                NodeHeartbeat::intercepts(&req),
+                None,
+                "{method} {path} {agent}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_answer_notes_that_kubelet_is_alive() {
+        let hb = NodeHeartbeat::new("edge-1", Duration::from_secs(40));
+        assert!(hb.kubelet.last_seen().is_none());
+        hb.answer(KubeletVerb::Get, lease::LEASE_NAMESPACE, "edge-1", b"");
+        assert!(hb.kubelet.last_seen().is_some());
+    }
+
+    #[test]
+    fn the_lease_is_kept_where_yurthub_keeps_it() {
+        let key = lease_key("edge-1");
+        assert_eq!(key.collection.component, "kubelet");
+        assert_eq!(key.collection.dir_name(), "leases.v1.coordination.k8s.io");
+        assert_eq!(key.namespace.as_deref(), Some("kube-node-lease"));
+        assert_eq!(key.name, "edge-1");
+    }
+}

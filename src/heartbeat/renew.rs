@@ -19,8 +19,6 @@
 //! the ~15 s a probe lasts at worst, and on a black-holed server each extra GET costs the
 //! full timeout).
 
-#![allow(dead_code)] // wired in issue 15
-
 use std::fmt;
 use std::time::{Duration, SystemTime};
 

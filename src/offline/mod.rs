@@ -195,12 +195,19 @@ impl Offline {
         if !self.store.has_collection(collection) {
             return Err((ex, not_cached(req, path)));
         }
+        Ok(self.hold(ex, req))
+    }
+
+    /// Holds a watch open with no events (status 200): until its `timeoutSeconds` (else a
+    /// random 30–60 minutes), shutdown, or a server usable again; at once when one is usable
+    /// already. kubelet's lease watches are held so online and offline (YurtHub's local watch).
+    pub(crate) fn hold(&self, ex: Exchange<'_>, req: &ApiRequest) -> u16 {
         let Ok(mut writer) = ex.start(
             200,
             &[("Content-Type", "application/json")],
             Length::Streamed,
         ) else {
-            return Ok(200);
+            return 200;
         };
         let hold = req
             .query
@@ -231,7 +238,7 @@ impl Offline {
         if ended_cleanly {
             let _ = writer.finish();
         }
-        Ok(200)
+        200
     }
 
     /// Answers a create with its body; with `persist`, the object is cached there (events
@@ -315,7 +322,7 @@ impl Offline {
 
 /// Reads up to `limit` bytes of the request body; a broken body is answered with the
 /// status its failure calls for (400 malformed, 408 stalled, 413 too large).
-fn read_body(ex: &mut Exchange<'_>, limit: u64) -> Result<Vec<u8>, Status> {
+pub(crate) fn read_body(ex: &mut Exchange<'_>, limit: u64) -> Result<Vec<u8>, Status> {
     let mut body = Vec::new();
     match ex.body().take(limit).read_to_end(&mut body) {
         Ok(_) => Ok(body),

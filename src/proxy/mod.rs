@@ -5,7 +5,9 @@
 //!
 //! - `call.rs`: the request's context and its phases (forward, fall back, answer locally, log);
 //! - `relay.rs`: the cloud's answer streamed to the client and teed into the cache;
-//! - `fallback.rs`: the policy on failures by origin — which one the cache may answer.
+//! - `fallback.rs`: the policy on failures by origin — which one the cache may answer;
+//! - `kubelet_lease.rs`: kubelet's lease requests, answered by the hub (edge mode, lease
+//!   heartbeat).
 //!
 //! The cloud is reached through the [`Cloud`] trait, so the policy is tested without one.
 //! This module knows nothing of sockets (`server/`) or of ureq (`upstream.rs`).
@@ -13,6 +15,7 @@
 mod call;
 mod fallback;
 pub(crate) mod filter_body;
+mod kubelet_lease;
 mod relay;
 
 use std::sync::Arc;
@@ -23,6 +26,7 @@ use crate::cache::agents::CacheAgents;
 use crate::cache::writer::CacheTx;
 use crate::config::WorkingMode;
 use crate::filters::{Chain, FilterContext, Lookups};
+use crate::heartbeat::NodeHeartbeat;
 use crate::metrics::METRICS;
 use crate::offline::Offline;
 use crate::reaper::Reaper;
@@ -48,6 +52,9 @@ pub(crate) struct Hub {
     pub reaper: Arc<Reaper>,
     /// The response filters (YURTHUB.md §2); None when filtering is off.
     pub filters: Option<Filters>,
+    /// The node heartbeat, which answers kubelet's lease requests (edge mode with
+    /// `--heartbeat-mode=lease`).
+    pub heartbeat: Option<Arc<NodeHeartbeat>>,
 }
 
 /// What the relay's filter stage needs (cheap to clone: the refill thread filters too).
@@ -83,6 +90,8 @@ pub(crate) enum CacheStatus {
     Dropped,
     /// Answered from the cache: the cloud was unreachable.
     Offline,
+    /// kubelet's lease request, answered by the hub's heartbeat.
+    LocalLease,
     /// Refused before anything else.
     Rejected,
     /// The client went away before its answer was complete.
@@ -97,6 +106,7 @@ impl CacheStatus {
             CacheStatus::Bypass(reason) => reason.as_str(),
             CacheStatus::Dropped => "dropped",
             CacheStatus::Offline => "offline",
+            CacheStatus::LocalLease => "local-lease",
             CacheStatus::Rejected => "rejected",
             CacheStatus::ClientGone => "client-gone",
         }
@@ -129,6 +139,13 @@ impl Hub {
             }
         };
         let in_flight = METRICS.start_request(call::labels(&req));
+        let lease = self.heartbeat.as_ref().zip(NodeHeartbeat::intercepts(&req));
+        if let Some((heartbeat, verb)) = lease {
+            let status = kubelet_lease::answer(heartbeat, self.offline.as_ref(), ex, &req, verb);
+            call::log(&req, status, CacheStatus::LocalLease, started.elapsed());
+            drop(in_flight);
+            return;
+        }
         let route = match self.route(&req) {
             Ok(route) => route,
             Err(status) => {

@@ -1,0 +1,600 @@
+//! The health checker of lease mode (YURTHUB.md §1.3): a server is healthy when the hub can
+//! renew the node lease through it.
+//!
+//! One thread for all servers, since the lease is one object of the cluster. Every
+//! `--heartbeat-interval-seconds` a round starts at the server after the one that began the
+//! last round and stops at the first renewal, so the lease is renewed at most once per tick;
+//! a server not probed keeps its state. One failed probe (its `--heartbeat-failed-retry` PUTs
+//! are inside it) makes a server unhealthy; `--heartbeat-healthy-threshold` successes in a row
+//! make it healthy again. A request that fails in transport wakes a probe of its server at
+//! once, as in `/readyz` mode ([`Backends::report_failure`]).
+//!
+//! While kubelet is silent past `--kubelet-health-grace-period`, and while the Node is
+//! deleted, nothing is renewed: the lease must expire so the node goes NotReady. Servers are
+//! then judged by `/readyz` (a deleted Node's 404 is an answer too), so kube-proxy and the
+//! rest keep the cloud (YurtHub marks every server unhealthy, #420).
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Select};
+use serde_json::Value;
+
+use super::NodeHeartbeat;
+use super::local::{PERSIST_EVERY, PersistPolicy};
+use super::renew::{LeaseApi, LeaseError, Renewal, Renewer};
+use crate::cache::writer::CacheTx;
+use crate::config::Heartbeat;
+use crate::health::{Backends, Probe};
+
+/// Where renewed leases go to reach the disk.
+pub(crate) trait LeaseSink: Send {
+    /// Queues `lease` (JSON) for the disk; false when it could not be queued.
+    fn write(&self, lease: Vec<u8>) -> bool;
+}
+
+impl LeaseSink for CacheTx {
+    fn write(&self, lease: Vec<u8>) -> bool {
+        self.put(super::lease_collection(), lease)
+    }
+}
+
+/// The lease-mode checker; [`LeaseChecker::spawn`] runs it.
+pub(crate) struct LeaseChecker {
+    backends: Arc<Backends>,
+    node: Arc<NodeHeartbeat>,
+    /// The lease requests through each server, in `--server-addr` order.
+    servers: Vec<Box<dyn LeaseApi + Send>>,
+    /// `/readyz`, while nothing is renewed.
+    readyz: Arc<dyn Probe>,
+    renewer: Renewer,
+    settings: Heartbeat,
+    persist: PersistPolicy,
+    sink: Option<Box<dyn LeaseSink>>,
+    /// The server that starts the next round.
+    next: usize,
+    /// Successful probes in a row, per server.
+    successes: Vec<u32>,
+    /// Kubelet was silent at the last probe (its transitions are logged).
+    kubelet_silent: bool,
+    /// A 403 was explained once.
+    forbidden_explained: bool,
+}
+
+impl LeaseChecker {
+    /// A checker of `backends`, renewing through `servers` (one per backend, same order);
+    /// renewed leases go to `sink` (none without a cache).
+    pub(crate) fn new(
+        backends: Arc<Backends>,
+        node: Arc<NodeHeartbeat>,
+        servers: Vec<Box<dyn LeaseApi + Send>>,
+        readyz: Arc<dyn Probe>,
+        renewer: Renewer,
+        settings: Heartbeat,
+        sink: Option<Box<dyn LeaseSink>>,
+    ) -> LeaseChecker {
+        let successes = vec![0; servers.len()];
+        LeaseChecker {
+            backends,
+            node,
+            servers,
+            readyz,
+            renewer,
+            settings,
+            persist: PersistPolicy::new(PERSIST_EVERY),
+            sink,
+            next: 0,
+            successes,
+            kubelet_silent: false,
+            forbidden_explained: false,
+        }
+    }
+
+    /// Starts from the lease kept on disk (read at start-up): kubelet gets it until the first
+    /// renewal, and it counts as written.
+    pub(crate) fn restore(&mut self, stored: Value, now: Instant) {
+        self.persist.persisted(&stored, now);
+        self.node.lease.set(stored);
+    }
+
+    /// The probe at start-up: servers in order until one renews, and `/readyz` for the rest,
+    /// so that each has a state and the lease is renewed once. A verdict counts at once.
+    pub(crate) fn first_round(&mut self, now: Instant) {
+        let mut renewed = false;
+        for index in 0..self.servers.len() {
+            let result = if renewed {
+                self.readyz
+                    .probe(&self.backends.get(index).base, self.settings.timeout)
+            } else {
+                self.probe(index, now)
+            };
+            if let Err(why) = &result {
+                log::warn!(
+                    "cloud server probe failed server=\"{}\" err=\"{why}\"",
+                    self.backends.get(index).base
+                );
+            }
+            renewed |= result.is_ok();
+            self.successes[index] = u32::from(result.is_ok());
+            self.backends.set_healthy(index, result.is_ok());
+        }
+    }
+
+    /// One tick: a round from the next server in rotation, ending at the first success.
+    pub(crate) fn tick(&mut self, now: Instant) {
+        let n = self.servers.len();
+        for _ in 0..n {
+            let index = self.next;
+            self.next = (index + 1) % n;
+            if self.probe_and_judge(index, now) {
+                break;
+            }
+        }
+    }
+
+    /// A request to server `index` failed in transport: probe it now.
+    pub(crate) fn woken(&mut self, index: usize, now: Instant) {
+        self.probe_and_judge(index, now);
+    }
+
+    /// Runs the checker on its own thread until `stop` sends or closes.
+    pub(crate) fn spawn(mut self, stop: Receiver<()>) -> std::io::Result<thread::JoinHandle<()>> {
+        thread::Builder::new()
+            .name("heartbeat".into())
+            .stack_size(crate::SMALL_STACK)
+            .spawn(move || self.run(&stop))
+    }
+
+    fn run(&mut self, stop: &Receiver<()>) {
+        let wakes: Vec<Receiver<()>> = (0..self.servers.len())
+            .map(|index| self.backends.wake_receiver(index))
+            .collect();
+        let interval = self.settings.interval;
+        let mut next_tick = Instant::now() + interval;
+        loop {
+            let mut select = Select::new();
+            select.recv(stop);
+            for wake in &wakes {
+                select.recv(wake);
+            }
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match select.select_timeout(wait) {
+                Err(_) => {
+                    let now = Instant::now();
+                    self.tick(now);
+                    // A tick is late after a long round, never doubled (Go's ticker).
+                    next_tick = (next_tick + interval).max(now);
+                }
+                Ok(op) if op.index() == 0 => {
+                    let _ = op.recv(stop);
+                    return;
+                }
+                Ok(op) => {
+                    let index = op.index() - 1;
+                    let _ = op.recv(&wakes[index]);
+                    self.woken(index, Instant::now());
+                }
+            }
+        }
+    }
+
+    /// Probes server `index` and records the verdict; true when the probe succeeded.
+    fn probe_and_judge(&mut self, index: usize, now: Instant) -> bool {
+        let reports = self.backends.reports(index);
+        let result = self.probe(index, now);
+        let base = &self.backends.get(index).base;
+        let ok = result.is_ok();
+        let ruled = match result {
+            Ok(()) => {
+                self.successes[index] = self.successes[index].saturating_add(1);
+                if self.backends.is_healthy(index)
+                    || self.successes[index] >= self.settings.healthy_threshold
+                {
+                    self.backends.rule(index, true, reports)
+                } else {
+                    true
+                }
+            }
+            Err(why) => {
+                if self.backends.is_healthy(index) {
+                    log::warn!("cloud server probe failed server=\"{base}\" err=\"{why}\"");
+                } else {
+                    log::debug!("cloud server still unhealthy server=\"{base}\" err=\"{why}\"");
+                }
+                self.successes[index] = 0;
+                self.backends.rule(index, false, reports)
+            }
+        };
+        if !ruled {
+            // A request failed while this probe was under way: the next probe rules, now.
+            self.backends.wake(index);
+        }
+        ok
+    }
+
+    /// One probe of server `index`: a renewal, or `/readyz` while nothing is renewed.
+    fn probe(&mut self, index: usize, now: Instant) -> Result<(), String> {
+        let silent = self.node.kubelet.stopped(now, self.node.grace);
+        if silent != self.kubelet_silent {
+            self.kubelet_silent = silent;
+            if silent {
+                log::warn!(
+                    "kubelet has not asked for its lease in {:?}: the hub stops renewing it (the node goes NotReady) and judges servers by /readyz",
+                    self.node.grace
+                );
+            } else {
+                log::info!("kubelet asks for its lease again: the hub renews it");
+            }
+        }
+        let base = &self.backends.get(index).base;
+        if silent {
+            return self.readyz.probe(base, self.settings.timeout);
+        }
+        let current = self.node.lease.current();
+        match self
+            .renewer
+            .probe(self.servers[index].as_ref(), current.as_deref())
+        {
+            Renewal::Renewed(lease) => {
+                self.keep(lease, now);
+                Ok(())
+            }
+            Renewal::Failed(e) => {
+                if matches!(e, LeaseError::Forbidden(_)) && !self.forbidden_explained {
+                    self.forbidden_explained = true;
+                    log::warn!(
+                        "the cloud refuses the hub's renewal of the node lease (403): an identity that may not write it needs --heartbeat-mode=readyz"
+                    );
+                }
+                Err(format!("renewing the node lease: {e}"))
+            }
+            // The server answered (the Node is deleted): nothing to renew.
+            Renewal::NodeMissing | Renewal::NodeGone => Ok(()),
+        }
+    }
+
+    /// Makes `lease` the current one and sends it to disk when the policy says so.
+    fn keep(&mut self, lease: Value, now: Instant) {
+        let write = self.sink.is_some() && self.persist.after_renewal(&lease, now);
+        let bytes = write.then(|| lease.to_string().into_bytes());
+        self.node.lease.set(lease);
+        if let (Some(bytes), Some(sink)) = (bytes, &self.sink)
+            && !sink.write(bytes)
+        {
+            log::debug!("the renewed node lease was not queued for the disk (writer busy)");
+            self.persist.forget();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::SystemTime;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::LbMode;
+    use crate::heartbeat::renew::{NODE_GONE_AFTER, RenewSettings};
+
+    /// The cluster's lease and Node, as every server sees them.
+    #[derive(Default)]
+    struct Cluster {
+        lease: Mutex<Option<Value>>,
+        rv: AtomicUsize,
+        node_deleted: AtomicBool,
+        /// Every request, as "server verb".
+        calls: Mutex<Vec<String>>,
+    }
+
+    /// One apiserver of the cluster; `up` false refuses every request.
+    struct Server {
+        name: &'static str,
+        up: Arc<AtomicBool>,
+        cluster: Arc<Cluster>,
+    }
+
+    impl Server {
+        fn call(&self, verb: &str) -> Result<(), LeaseError> {
+            let mut calls = self.cluster.calls.lock().unwrap();
+            calls.push(format!("{} {verb}", self.name));
+            if self.up.load(Ordering::SeqCst) {
+                Ok(())
+            } else {
+                Err(LeaseError::Transport("connection refused".into()))
+            }
+        }
+
+        fn store(&self, lease: &Value) -> Value {
+            let mut stored = lease.clone();
+            let rv = self.cluster.rv.fetch_add(1, Ordering::SeqCst) + 1;
+            stored["metadata"]["resourceVersion"] = json!(rv.to_string());
+            *self.cluster.lease.lock().unwrap() = Some(stored.clone());
+            stored
+        }
+    }
+
+    impl LeaseApi for Server {
+        fn get_lease(&self) -> Result<Option<Value>, LeaseError> {
+            self.call("get-lease")?;
+            Ok(self.cluster.lease.lock().unwrap().clone())
+        }
+        fn create_lease(&self, lease: &Value) -> Result<Value, LeaseError> {
+            self.call("create")?;
+            Ok(self.store(lease))
+        }
+        fn update_lease(&self, lease: &Value) -> Result<Value, LeaseError> {
+            self.call("put")?;
+            let current = self.cluster.lease.lock().unwrap().clone();
+            match current {
+                None => Err(LeaseError::NotFound("gone".into())),
+                Some(c)
+                    if c["metadata"]["resourceVersion"] != lease["metadata"]["resourceVersion"] =>
+                {
+                    Err(LeaseError::Conflict("stale".into()))
+                }
+                Some(_) => Ok(self.store(lease)),
+            }
+        }
+        fn get_node(&self) -> Result<Option<Value>, LeaseError> {
+            self.call("get-node")?;
+            Ok((!self.cluster.node_deleted.load(Ordering::SeqCst))
+                .then(|| json!({"metadata":{"name":"edge-1","uid":"node-uid"}})))
+        }
+    }
+
+    /// `/readyz` of every server: up or not by the same flags, counting its calls.
+    struct Readyz {
+        up: Vec<Arc<AtomicBool>>,
+        calls: AtomicUsize,
+    }
+
+    impl Probe for Readyz {
+        fn probe(&self, base: &str, _: Duration) -> Result<(), String> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let index = if base.contains("b1") { 1 } else { 0 };
+            if self.up[index].load(Ordering::SeqCst) {
+                Ok(())
+            } else {
+                Err("refused".into())
+            }
+        }
+    }
+
+    /// Counts the leases sent to disk.
+    struct Disk(Arc<Mutex<Vec<Value>>>);
+
+    impl LeaseSink for Disk {
+        fn write(&self, lease: Vec<u8>) -> bool {
+            let value = serde_json::from_slice(&lease).expect("JSON");
+            self.0.lock().unwrap().push(value);
+            true
+        }
+    }
+
+    struct Rig {
+        checker: LeaseChecker,
+        backends: Arc<Backends>,
+        node: Arc<NodeHeartbeat>,
+        cluster: Arc<Cluster>,
+        up: Vec<Arc<AtomicBool>>,
+        readyz: Arc<Readyz>,
+        disk: Arc<Mutex<Vec<Value>>>,
+    }
+
+    impl Rig {
+        fn calls(&self) -> Vec<String> {
+            std::mem::take(&mut *self.cluster.calls.lock().unwrap())
+        }
+    }
+
+    fn rig(servers: usize) -> Rig {
+        let backends = Arc::new(Backends::new(
+            (0..servers).map(|i| format!("https://b{i}:6443")).collect(),
+            LbMode::RoundRobin,
+        ));
+        let node = Arc::new(NodeHeartbeat::new("edge-1", Duration::from_secs(40)));
+        let cluster = Arc::new(Cluster::default());
+        let names = ["s0", "s1"];
+        let up: Vec<_> = (0..servers)
+            .map(|_| Arc::new(AtomicBool::new(true)))
+            .collect();
+        let apis: Vec<Box<dyn LeaseApi + Send>> = (0..servers)
+            .map(|i| {
+                Box::new(Server {
+                    name: names[i],
+                    up: Arc::clone(&up[i]),
+                    cluster: Arc::clone(&cluster),
+                }) as Box<dyn LeaseApi + Send>
+            })
+            .collect();
+        let readyz = Arc::new(Readyz {
+            up: up.clone(),
+            calls: AtomicUsize::new(0),
+        });
+        let renewer = Renewer::with_clock(
+            RenewSettings {
+                node: "edge-1".into(),
+                grace: Duration::from_secs(40),
+                failed_retry: 3,
+                node_gone_after: NODE_GONE_AFTER,
+            },
+            Box::new(|_| {}),
+            Box::new(SystemTime::now),
+        );
+        let disk = Arc::new(Mutex::new(Vec::new()));
+        let settings = Heartbeat {
+            interval: Duration::from_secs(10),
+            timeout: Duration::from_secs(2),
+            failed_retry: 3,
+            healthy_threshold: 2,
+        };
+        let checker = LeaseChecker::new(
+            Arc::clone(&backends),
+            Arc::clone(&node),
+            apis,
+            Arc::clone(&readyz) as Arc<dyn Probe>,
+            renewer,
+            settings,
+            Some(Box::new(Disk(Arc::clone(&disk)))),
+        );
+        Rig {
+            checker,
+            backends,
+            node,
+            cluster,
+            up,
+            readyz,
+            disk,
+        }
+    }
+
+    fn secs(t0: Instant, s: u64) -> Instant {
+        t0 + Duration::from_secs(s)
+    }
+
+    #[test]
+    fn each_tick_renews_once_through_the_next_server_in_rotation() {
+        let mut r = rig(2);
+        let t0 = Instant::now();
+        r.checker.first_round(t0);
+        // A fresh cluster: GET finds nothing, the Node is looked up, the lease created; the
+        // second server is asked /readyz only.
+        assert_eq!(r.calls(), ["s0 get-lease", "s0 get-node", "s0 create"]);
+        assert_eq!(r.readyz.calls.load(Ordering::SeqCst), 1);
+        let created = r
+            .node
+            .lease
+            .current()
+            .expect("the created lease is current");
+        assert_eq!(created["spec"]["leaseDurationSeconds"], 40);
+        assert_eq!(created["metadata"]["ownerReferences"][0]["uid"], "node-uid");
+        r.checker.tick(secs(t0, 10));
+        assert_eq!(r.calls(), ["s0 put"]);
+        r.checker.tick(secs(t0, 20));
+        assert_eq!(r.calls(), ["s1 put"]);
+        r.checker.tick(secs(t0, 30));
+        assert_eq!(r.calls(), ["s0 put"]);
+        let current = r.node.lease.current().expect("renewed");
+        assert_eq!(current["metadata"]["resourceVersion"], "4");
+        assert!(r.backends.is_healthy(0) && r.backends.is_healthy(1));
+    }
+
+    #[test]
+    fn one_failed_probe_is_unhealthy_and_the_threshold_brings_it_back() {
+        let mut r = rig(2);
+        let t0 = Instant::now();
+        r.checker.first_round(t0);
+        r.calls();
+        r.up[0].store(false, Ordering::SeqCst);
+        // The round fails on s0 (3 PUTs, 4 GETs) and renews through s1 in the same tick.
+        r.checker.tick(secs(t0, 10));
+        let calls = r.calls();
+        assert_eq!(calls.iter().filter(|c| c.starts_with("s0")).count(), 7);
+        assert_eq!(calls.last().map(String::as_str), Some("s1 put"));
+        assert!(!r.backends.is_healthy(0), "one failed probe is enough");
+        assert!(r.backends.any_healthy());
+        r.up[0].store(true, Ordering::SeqCst);
+        // Each probe moves the rotation on: s0 starts the next round. Two successes in a
+        // row make it healthy again.
+        r.checker.tick(secs(t0, 20)); // s0: 1 of 2
+        assert!(!r.backends.is_healthy(0));
+        assert_eq!(r.calls(), ["s0 put"]);
+        r.checker.tick(secs(t0, 30)); // s1
+        r.checker.tick(secs(t0, 40)); // s0: 2 of 2
+        assert!(r.backends.is_healthy(0));
+    }
+
+    #[test]
+    fn a_silent_kubelet_stops_the_renewals_but_not_the_cloud() {
+        let mut r = rig(1);
+        let t0 = Instant::now();
+        r.checker.first_round(t0);
+        r.node.kubelet.record(t0);
+        r.checker.tick(secs(t0, 10));
+        assert_eq!(
+            r.calls(),
+            ["s0 get-lease", "s0 get-node", "s0 create", "s0 put"]
+        );
+        // Past the 40 s grace period: /readyz only, and the server stays healthy.
+        r.checker.tick(secs(t0, 50));
+        assert!(r.calls().is_empty(), "nothing renewed");
+        assert_eq!(r.readyz.calls.load(Ordering::SeqCst), 1);
+        assert!(r.backends.any_healthy(), "kube-proxy keeps the cloud");
+        // A dead cloud still shows through /readyz.
+        r.up[0].store(false, Ordering::SeqCst);
+        r.checker.tick(secs(t0, 60));
+        assert!(!r.backends.any_healthy());
+        r.up[0].store(true, Ordering::SeqCst);
+        // kubelet back: renewals again.
+        r.node.kubelet.record(secs(t0, 65));
+        r.checker.tick(secs(t0, 70));
+        assert_eq!(r.calls(), ["s0 put"]);
+    }
+
+    #[test]
+    fn a_deleted_node_is_not_renewed_and_its_server_stays_healthy() {
+        let mut r = rig(1);
+        let t0 = Instant::now();
+        r.checker.first_round(t0);
+        r.calls();
+        r.cluster.node_deleted.store(true, Ordering::SeqCst);
+        *r.cluster.lease.lock().unwrap() = None; // garbage-collected with its owner
+        for tick in 1..=10 {
+            r.checker.tick(secs(t0, 10 * tick));
+            assert!(r.backends.any_healthy(), "tick {tick}");
+        }
+        let calls = r.calls();
+        assert!(!calls.iter().any(|c| c.ends_with("create")), "{calls:?}");
+        // Once counted gone, a probe only asks for the Node.
+        assert_eq!(calls.last().map(String::as_str), Some("s0 get-node"));
+    }
+
+    /// The figure of the closing note: with the default 10 s interval, ten minutes of
+    /// renewals write the lease file twice (at start and after 10 minutes), an hour 6 times;
+    /// YurtHub writes on every renewal (61 and 360).
+    #[test]
+    fn ten_minutes_of_renewals_write_the_lease_twice() {
+        let mut r = rig(1);
+        let t0 = Instant::now();
+        r.checker.first_round(t0);
+        for tick in 1..=60 {
+            r.checker.tick(secs(t0, 10 * tick));
+        }
+        let renewals = r.cluster.rv.load(Ordering::SeqCst);
+        assert_eq!(renewals, 61, "one renewal per tick");
+        let written: Vec<_> = r.disk.lock().unwrap().clone();
+        assert_eq!(written.len(), 2, "writes in 10 minutes");
+        assert_eq!(written[1]["metadata"]["resourceVersion"], "61");
+        for tick in 61..360 {
+            r.checker.tick(secs(t0, 10 * tick));
+        }
+        assert_eq!(r.disk.lock().unwrap().len(), 6, "writes in an hour");
+        // The disk copy is a whole lease kubelet can be answered with after a reboot.
+        assert_eq!(written[0]["kind"], "Lease");
+    }
+
+    #[test]
+    fn a_lease_restored_from_disk_answers_at_once_and_is_not_written_again() {
+        let mut r = rig(1);
+        let t0 = Instant::now();
+        let stored = json!({"apiVersion":"coordination.k8s.io/v1","kind":"Lease",
+            "metadata":{"name":"edge-1","namespace":"kube-node-lease","resourceVersion":"0",
+                "ownerReferences":[{"apiVersion":"v1","kind":"Node","name":"edge-1","uid":"node-uid"}]},
+            "spec":{"holderIdentity":"edge-1","leaseDurationSeconds":40,
+                "renewTime":"2026-12-01T00:00:00.000000Z"}});
+        r.checker.restore(stored.clone(), t0);
+        assert_eq!(r.node.lease.current().as_deref(), Some(&stored));
+        // The cloud holds the same lease: the PUT from the restored copy works at once.
+        *r.cluster.lease.lock().unwrap() = Some(stored);
+        r.checker.first_round(t0);
+        assert_eq!(r.calls(), ["s0 put"]);
+        assert!(
+            r.disk.lock().unwrap().is_empty(),
+            "only the renewal stamp changed"
+        );
+    }
+}
