@@ -47,9 +47,10 @@ impl TokenSpec {
     /// Reads a TokenRequest body; `None` when it is neither a JSON object nor a Kubernetes
     /// protobuf envelope holding a TokenRequest.
     pub(crate) fn parse(body: &[u8]) -> Option<TokenSpec> {
-        match body.strip_prefix(PROTOBUF_MAGIC) {
-            Some(envelope) => proto::token_spec(envelope),
-            None => from_json(body),
+        if body.starts_with(PROTOBUF_MAGIC) {
+            proto::token_spec(body)
+        } else {
+            from_json(body)
         }
     }
 
@@ -286,93 +287,18 @@ pub(crate) fn parse_rfc3339(s: &str) -> Option<i64> {
     Some(days * 86_400 + hour * 3600 + minute * 60 + second.min(60) - offset * 60)
 }
 
-/// How a Kubernetes protobuf body starts: `k8s` and a NUL, then a `runtime.Unknown`.
-pub(crate) const PROTOBUF_MAGIC: &[u8] = b"k8s\0";
+/// Kept here for the callers that know it as `tokens::PROTOBUF_MAGIC`.
+pub(crate) use crate::protobuf::PROTOBUF_MAGIC;
 
-/// Just enough protobuf to read a TokenRequest's spec from kubelet's body
-/// (k8s.io/api/authentication/v1/generated.proto).
+/// Reads a TokenRequest's spec from kubelet's protobuf body
+/// (k8s.io/api/authentication/v1/generated.proto) with the crate's protobuf reader.
 mod proto {
     use super::TokenSpec;
+    use crate::protobuf::{Wire, bytes_field, fields, open_envelope, text};
 
-    /// One field's value.
-    enum Wire<'a> {
-        Varint(u64),
-        Bytes(&'a [u8]),
-        Fixed,
-    }
-
-    /// Calls `f` with each (field number, value) of a message; `None` if it is malformed.
-    fn fields<'a>(mut buf: &'a [u8], mut f: impl FnMut(u64, Wire<'a>)) -> Option<()> {
-        while !buf.is_empty() {
-            let tag = varint(&mut buf)?;
-            let value = match tag & 7 {
-                0 => Wire::Varint(varint(&mut buf)?),
-                1 => {
-                    buf = buf.get(8..)?;
-                    Wire::Fixed
-                }
-                2 => {
-                    let len = usize::try_from(varint(&mut buf)?).ok()?;
-                    let (bytes, rest) = (buf.get(..len)?, buf.get(len..)?);
-                    buf = rest;
-                    Wire::Bytes(bytes)
-                }
-                5 => {
-                    buf = buf.get(4..)?;
-                    Wire::Fixed
-                }
-                _ => return None,
-            };
-            f(tag >> 3, value);
-        }
-        Some(())
-    }
-
-    fn varint(buf: &mut &[u8]) -> Option<u64> {
-        let mut value = 0u64;
-        for shift in (0..64).step_by(7) {
-            let (&byte, rest) = buf.split_first()?;
-            *buf = rest;
-            value |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Some(value);
-            }
-        }
-        None
-    }
-
-    /// The only field of `message` numbered `number` that holds bytes (the last wins, as in
-    /// protobuf).
-    fn bytes_field(message: &[u8], number: u64) -> Option<Option<&[u8]>> {
-        let mut found = None;
-        fields(message, |n, v| {
-            if let (true, Wire::Bytes(b)) = (n == number, v) {
-                found = Some(b);
-            }
-        })?;
-        Some(found)
-    }
-
-    fn text(bytes: &[u8]) -> Option<String> {
-        String::from_utf8(bytes.to_vec()).ok()
-    }
-
-    /// `runtime.Unknown{typeMeta 1, raw 2, contentEncoding 3}` → TokenRequest{spec 2}.
-    pub(super) fn token_spec(envelope: &[u8]) -> Option<TokenSpec> {
-        let mut kind_ok = true;
-        let mut encoded = false;
-        fields(envelope, |n, v| match (n, v) {
-            (1, Wire::Bytes(type_meta)) => {
-                kind_ok = bytes_field(type_meta, 2)
-                    .is_some_and(|kind| kind.is_none_or(|k| k == b"TokenRequest"));
-            }
-            (3, Wire::Bytes(encoding)) => encoded = !encoding.is_empty(),
-            _ => {}
-        })?;
-        if !kind_ok || encoded {
-            return None;
-        }
-        let raw = bytes_field(envelope, 2)??;
+    /// A whole body (`PROTOBUF_MAGIC` + `runtime.Unknown`) → TokenRequest{spec 2}.
+    pub(super) fn token_spec(body: &[u8]) -> Option<TokenSpec> {
+        let raw = open_envelope(body, "TokenRequest")?;
         let Some(spec) = bytes_field(raw, 2)? else {
             return Some(super::empty_spec());
         };

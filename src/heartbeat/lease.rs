@@ -218,3 +218,449 @@ mod tests {
         assert_eq!(node_path("n1"), "/api/v1/nodes/n1");
     }
 }
+
+use crate::protobuf::{Wire, open_envelope, text, try_fields};
+
+// kubelet creates its lease in protobuf by default; the hub answers that create itself and
+// keeps the lease as JSON. Field numbers, read from the sources, not from memory:
+// k8s.io/api coordination/v1/generated.proto (Lease {metadata 1, spec 2}, LeaseSpec),
+// k8s.io/apimachinery pkg/apis/meta/v1/generated.proto (ObjectMeta, OwnerReference,
+// MicroTime {seconds 1 int64, nanos 2 int32}; a map field's entries are {key 1, value 2}),
+// and pkg/runtime/generated.proto (Unknown, in `crate::protobuf::open_envelope`).
+
+/// Latest second RFC 3339 can write (9999-12-31T23:59:59Z); Go refuses to marshal later ones.
+const LAST_RFC3339_SECOND: u64 = 253_402_300_799;
+
+/// A coordination.k8s.io/v1 Lease in a Kubernetes protobuf body (`k8s\0` + runtime.Unknown
+/// of kind Lease or none) as the JSON the apiserver would give for it: apiVersion, kind,
+/// metadata {name, namespace, uid, resourceVersion, labels, annotations, ownerReferences},
+/// spec {holderIdentity, leaseDurationSeconds, acquireTime, renewTime, leaseTransitions,
+/// strategy, preferredHolder}, each only when present (metadata's strings and collections
+/// only when not empty, as their `omitempty` says). Other fields are skipped. `None` for
+/// another kind, an encoded payload, or a malformed message: a known field of the wrong wire
+/// type, a string that is not UTF-8, a time before 1970 or after 9999.
+pub(crate) fn lease_from_protobuf(body: &[u8]) -> Option<Value> {
+    let raw = open_envelope(body, "Lease")?;
+    let mut metadata = Map::new();
+    let mut spec = Map::new();
+    // A message field given twice merges, as protobuf does.
+    try_fields(raw, |n, v| match n {
+        1 => proto_object_meta(as_bytes(v)?, &mut metadata),
+        2 => proto_lease_spec(as_bytes(v)?, &mut spec),
+        _ => Some(()),
+    })?;
+    Some(json!({
+        "apiVersion": LEASE_API_VERSION,
+        "kind": "Lease",
+        "metadata": metadata,
+        "spec": spec,
+    }))
+}
+
+/// The ObjectMeta fields a lease needs, into `metadata`.
+fn proto_object_meta(message: &[u8], metadata: &mut Map<String, Value>) -> Option<()> {
+    try_fields(message, |n, v| {
+        match n {
+            1 | 3 | 5 | 6 => {
+                let key = match n {
+                    1 => "name",
+                    3 => "namespace",
+                    5 => "uid",
+                    _ => "resourceVersion",
+                };
+                // Go writes these strings even when empty; JSON leaves empty ones out.
+                let value = as_string(v)?;
+                if value.is_empty() {
+                    metadata.remove(key);
+                } else {
+                    metadata.insert(key.into(), value.into());
+                }
+            }
+            11 | 12 => {
+                let (key, value) = proto_map_entry(as_bytes(v)?)?;
+                let map = if n == 11 { "labels" } else { "annotations" };
+                object_field(metadata, map).insert(key, value.into());
+            }
+            13 => {
+                let owner = proto_owner_reference(as_bytes(v)?)?;
+                match metadata.get_mut("ownerReferences") {
+                    Some(Value::Array(owners)) => owners.push(owner),
+                    _ => {
+                        metadata.insert("ownerReferences".into(), json!([owner]));
+                    }
+                }
+            }
+            _ => {}
+        }
+        Some(())
+    })
+}
+
+/// One entry of a `map<string, string>`: {key 1, value 2}, either may be absent (empty).
+fn proto_map_entry(message: &[u8]) -> Option<(String, String)> {
+    let (mut key, mut value) = (String::new(), String::new());
+    try_fields(message, |n, v| {
+        match n {
+            1 => key = as_string(v)?,
+            2 => value = as_string(v)?,
+            _ => {}
+        }
+        Some(())
+    })?;
+    Some((key, value))
+}
+
+/// An OwnerReference as JSON: its four strings always (they have no `omitempty`), the two
+/// flags when present.
+fn proto_owner_reference(message: &[u8]) -> Option<Value> {
+    let mut owner = Map::new();
+    for key in ["apiVersion", "kind", "name", "uid"] {
+        owner.insert(key.into(), Value::from(""));
+    }
+    try_fields(message, |n, v| {
+        let (key, value) = match n {
+            5 => ("apiVersion", Value::from(as_string(v)?)),
+            1 => ("kind", Value::from(as_string(v)?)),
+            3 => ("name", Value::from(as_string(v)?)),
+            4 => ("uid", Value::from(as_string(v)?)),
+            6 => ("controller", Value::from(as_varint(v)? != 0)),
+            7 => ("blockOwnerDeletion", Value::from(as_varint(v)? != 0)),
+            _ => return Some(()),
+        };
+        owner.insert(key.into(), value);
+        Some(())
+    })?;
+    Some(Value::Object(owner))
+}
+
+/// The LeaseSpec fields, into `spec`; all are pointers in Go, so present means set.
+fn proto_lease_spec(message: &[u8], spec: &mut Map<String, Value>) -> Option<()> {
+    try_fields(message, |n, v| {
+        let (key, value) = match n {
+            1 => ("holderIdentity", Value::from(as_string(v)?)),
+            2 => ("leaseDurationSeconds", Value::from(as_int32(v)?)),
+            3 => ("acquireTime", proto_micro_time(as_bytes(v)?)?),
+            4 => ("renewTime", proto_micro_time(as_bytes(v)?)?),
+            5 => ("leaseTransitions", Value::from(as_int32(v)?)),
+            6 => ("strategy", Value::from(as_string(v)?)),
+            7 => ("preferredHolder", Value::from(as_string(v)?)),
+            _ => return Some(()),
+        };
+        spec.insert(key.into(), value);
+        Some(())
+    })
+}
+
+/// A MicroTime {seconds 1, nanos 2} as [`micro_time`] writes it. An empty message is Go's
+/// zero time, which its JSON writes as `null`. Times before 1970 (which `micro_time` cannot
+/// write and no lease holds), after 9999, or with nanos outside a second are malformed.
+fn proto_micro_time(message: &[u8]) -> Option<Value> {
+    if message.is_empty() {
+        return Some(Value::Null);
+    }
+    let (mut seconds, mut nanos) = (0u64, 0u64);
+    try_fields(message, |n, v| {
+        match n {
+            1 => seconds = as_varint(v)?,
+            2 => nanos = as_varint(v)?,
+            _ => {}
+        }
+        Some(())
+    })?;
+    // int64 as is; a negative one reads as a huge u64 and is refused with it.
+    let seconds = Some(seconds).filter(|s| *s <= LAST_RFC3339_SECOND)?;
+    let nanos = u32::try_from(nanos).ok().filter(|n| *n < 1_000_000_000)?;
+    let at = UNIX_EPOCH.checked_add(Duration::new(seconds, nanos))?;
+    Some(Value::from(micro_time(at)))
+}
+
+/// A length-delimited value, else `None` (a known field of the wrong wire type).
+fn as_bytes(v: Wire<'_>) -> Option<&[u8]> {
+    match v {
+        Wire::Bytes(bytes) => Some(bytes),
+        _ => None,
+    }
+}
+
+/// A string value: length-delimited UTF-8.
+fn as_string(v: Wire<'_>) -> Option<String> {
+    text(as_bytes(v)?)
+}
+
+/// A varint value, else `None`.
+fn as_varint(v: Wire<'_>) -> Option<u64> {
+    match v {
+        Wire::Varint(x) => Some(x),
+        _ => None,
+    }
+}
+
+/// An int32 value: sent sign-extended to 64 bits; Go keeps the low 32.
+fn as_int32(v: Wire<'_>) -> Option<i32> {
+    Some(as_varint(v)? as u32 as i32)
+}
+
+// The integration tests' encoder, checked here against the decoder it feeds.
+#[cfg(test)]
+#[allow(unreachable_pub)]
+#[path = "../../tests/support/proto_lease.rs"]
+mod proto_lease;
+
+#[cfg(test)]
+mod protobuf_tests {
+    use super::*;
+
+    /// A base-128 varint.
+    fn varint(mut value: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        while value >= 0x80 {
+            out.push(value as u8 | 0x80);
+            value >>= 7;
+        }
+        out.push(value as u8);
+        out
+    }
+
+    /// A varint field.
+    fn num(field: u64, value: u64) -> Vec<u8> {
+        [varint(field << 3), varint(value)].concat()
+    }
+
+    /// A length-delimited field.
+    fn b(field: u64, value: &[u8]) -> Vec<u8> {
+        [
+            varint(field << 3 | 2),
+            varint(value.len() as u64),
+            value.to_vec(),
+        ]
+        .concat()
+    }
+
+    /// A string field.
+    fn s(field: u64, value: &str) -> Vec<u8> {
+        b(field, value.as_bytes())
+    }
+
+    /// A MicroTime message.
+    fn time(seconds: i64, nanos: i32) -> Vec<u8> {
+        [num(1, seconds as u64), num(2, i64::from(nanos) as u64)].concat()
+    }
+
+    /// The whole body around a Lease message: as Go writes runtime.Unknown, with empty
+    /// contentEncoding and contentType last.
+    fn body(kind: Option<&str>, lease: &[u8], encoding: &str) -> Vec<u8> {
+        let mut type_meta = s(1, "coordination.k8s.io/v1");
+        if let Some(kind) = kind {
+            type_meta.extend(s(2, kind));
+        }
+        [
+            b"k8s\0".to_vec(),
+            b(1, &type_meta),
+            b(2, lease),
+            s(3, encoding),
+            s(4, ""),
+        ]
+        .concat()
+    }
+
+    /// Every field the decoder reads, and some it skips, as Go writes them.
+    fn full_lease() -> Vec<u8> {
+        let metadata = [
+            s(1, "edge-1"),
+            s(2, ""),
+            s(3, "kube-node-lease"),
+            s(4, ""),
+            s(5, "lease-uid"),
+            s(6, "4242"),
+            num(7, 3),
+            b(8, &time(1_700_000_000, 0)),
+            num(10, 30),
+            b(11, &[s(1, "team"), s(2, "edge")].concat()),
+            b(11, &s(1, "empty-value")),
+            b(12, &[s(1, "note"), s(2, "hi")].concat()),
+            b(
+                13,
+                &[s(1, "Node"), s(3, "edge-1"), s(4, "node-uid"), s(5, "v1")].concat(),
+            ),
+            b(
+                13,
+                &[
+                    s(5, "apps/v1"),
+                    s(1, "Thing"),
+                    s(3, "t"),
+                    s(4, "t-uid"),
+                    num(6, 1),
+                    num(7, 0),
+                ]
+                .concat(),
+            ),
+            s(14, "a-finalizer"),
+            b(17, &s(1, "kubelet")),
+        ]
+        .concat();
+        let spec = [
+            s(1, "edge-1"),
+            num(2, 40),
+            b(3, &time(1_787_047_000, 5_000)),
+            b(4, &time(1_787_047_200, 123_456_789)),
+            num(5, -1i64 as u64),
+            s(6, "OldestEmulationVersion"),
+            s(7, "edge-2"),
+            s(99, "from a newer API"),
+        ]
+        .concat();
+        [b(1, &metadata), b(2, &spec), s(3, "status from the future")].concat()
+    }
+
+    #[test]
+    fn every_field_reads_as_the_apiserver_writes_it() {
+        let lease = lease_from_protobuf(&body(Some("Lease"), &full_lease(), "")).unwrap();
+        assert_eq!(
+            lease,
+            json!({"apiVersion":"coordination.k8s.io/v1","kind":"Lease",
+                "metadata":{"name":"edge-1","namespace":"kube-node-lease","uid":"lease-uid",
+                    "resourceVersion":"4242",
+                    "labels":{"team":"edge","empty-value":""},
+                    "annotations":{"note":"hi"},
+                    "ownerReferences":[
+                        {"apiVersion":"v1","kind":"Node","name":"edge-1","uid":"node-uid"},
+                        {"apiVersion":"apps/v1","kind":"Thing","name":"t","uid":"t-uid",
+                            "controller":true,"blockOwnerDeletion":false}]},
+                "spec":{"holderIdentity":"edge-1","leaseDurationSeconds":40,
+                    "acquireTime":"2026-08-18T09:56:40.000005Z",
+                    "renewTime":"2026-08-18T10:00:00.123456Z",
+                    "leaseTransitions":-1,"strategy":"OldestEmulationVersion",
+                    "preferredHolder":"edge-2"}})
+        );
+        // What new_lease needs of it: a base to renew, its owner already named.
+        assert!(has_owner_references(&lease));
+    }
+
+    #[test]
+    fn a_bare_lease_has_only_what_was_sent() {
+        let empty_strings = [s(1, ""), s(3, ""), s(5, ""), s(6, "")].concat();
+        let lease = [b(1, &empty_strings), b(2, &b(4, b""))].concat();
+        assert_eq!(
+            lease_from_protobuf(&body(None, &lease, "")),
+            Some(json!({"apiVersion":"coordination.k8s.io/v1","kind":"Lease",
+                "metadata":{},"spec":{"renewTime":null}}))
+        );
+        assert_eq!(
+            lease_from_protobuf(&body(Some("Lease"), b"", "")),
+            Some(json!({"apiVersion":"coordination.k8s.io/v1","kind":"Lease",
+                "metadata":{},"spec":{}}))
+        );
+        // A message field given twice merges.
+        let twice = [b(1, &s(1, "n")), b(1, &s(3, "ns")), b(2, &num(2, 9))].concat();
+        let lease = lease_from_protobuf(&body(Some("Lease"), &twice, "")).unwrap();
+        assert_eq!(lease["metadata"], json!({"name":"n","namespace":"ns"}));
+        assert_eq!(lease["spec"], json!({"leaseDurationSeconds":9}));
+    }
+
+    #[test]
+    fn other_kinds_and_encoded_payloads_are_not_leases() {
+        let lease = full_lease();
+        assert!(lease_from_protobuf(&body(Some("Lease"), &lease, "")).is_some());
+        assert_eq!(lease_from_protobuf(&body(Some("Event"), &lease, "")), None);
+        assert_eq!(
+            lease_from_protobuf(&body(Some("Lease"), &lease, "gzip")),
+            None
+        );
+        // JSON is not this function's business.
+        assert_eq!(
+            lease_from_protobuf(br#"{"kind":"Lease","metadata":{"name":"n"}}"#),
+            None
+        );
+    }
+
+    #[test]
+    fn malformed_fields_refuse_the_whole_lease() {
+        let spec = |fields: Vec<u8>| body(Some("Lease"), &b(2, &fields), "");
+        let meta = |fields: Vec<u8>| body(Some("Lease"), &b(1, &fields), "");
+        for bad in [
+            spec(num(1, 7)),                                  // holderIdentity as a varint
+            spec(s(2, "40")),                                 // leaseDurationSeconds as bytes
+            spec(num(4, 1)),                                  // renewTime as a varint
+            spec(b(4, &time(-1, 0))),                         // before 1970
+            spec(b(4, &time(253_402_300_800, 0))),            // after 9999
+            spec(b(4, &time(0, 1_000_000_000))),              // nanos past a second
+            spec(b(4, &time(0, -1))),                         // negative nanos
+            spec(b(1, b"\xff\xfe")),                          // not UTF-8
+            meta(num(1, 1)),                                  // name as a varint
+            meta(b(11, &num(1, 1))),                          // a label's key as a varint
+            meta(b(13, &[s(1, "Node"), s(6, "x")].concat())), // controller as bytes
+            body(Some("Lease"), &num(1, 5), ""),              // metadata as a varint
+        ] {
+            assert_eq!(lease_from_protobuf(&bad), None, "{bad:?}");
+        }
+        // The edges of what a MicroTime holds.
+        let at = |seconds, nanos| {
+            lease_from_protobuf(&spec(b(4, &time(seconds, nanos)))).unwrap()["spec"]["renewTime"]
+                .clone()
+        };
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(
+            at(253_402_300_799, 999_999_999),
+            "9999-12-31T23:59:59.999999Z"
+        );
+    }
+
+    #[test]
+    fn cut_or_garbled_bodies_never_panic() {
+        let whole = body(Some("Lease"), &full_lease(), "");
+        let n = whole.len();
+        for cut in 0..=n {
+            // Only a cut between the envelope's fields after raw leaves a readable body.
+            let read = lease_from_protobuf(&whole[..cut]).is_some();
+            assert_eq!(read, [n - 4, n - 2, n].contains(&cut), "cut at {cut}");
+        }
+        // Every byte changed every way: decoded or refused, never a panic.
+        let mut read = 0;
+        for i in 4..n {
+            for byte in [0x00, 0x01, 0x7f, 0x80, 0xff, whole[i] ^ 0x08] {
+                let mut garbled = whole.clone();
+                garbled[i] = byte;
+                read += usize::from(lease_from_protobuf(&garbled).is_some());
+            }
+        }
+        assert!(read > 0, "some changes (inside strings) still read");
+        // Noise after the magic.
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        for len in 0..2000 {
+            let mut noise = b"k8s\0".to_vec();
+            for _ in 0..len % 97 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                noise.push(state as u8);
+            }
+            let _ = lease_from_protobuf(&noise);
+        }
+    }
+
+    #[test]
+    fn the_integration_tests_encoder_gives_kubelets_lease() {
+        let body = super::proto_lease::encode_lease(
+            "edge-1",
+            "kube-node-lease",
+            "edge-1",
+            40,
+            1_787_047_200,
+            123_456_000,
+            Some("node-uid"),
+        );
+        assert_eq!(
+            lease_from_protobuf(&body),
+            Some(json!({"apiVersion":"coordination.k8s.io/v1","kind":"Lease",
+                "metadata":{"name":"edge-1","namespace":"kube-node-lease",
+                    "ownerReferences":[{"apiVersion":"v1","kind":"Node","name":"edge-1",
+                        "uid":"node-uid"}]},
+                "spec":{"holderIdentity":"edge-1","leaseDurationSeconds":40,
+                    "renewTime":"2026-08-18T10:00:00.123456Z"}}))
+        );
+        let unowned = super::proto_lease::encode_lease("n", "kube-node-lease", "n", 40, 0, 0, None);
+        let lease = lease_from_protobuf(&unowned).unwrap();
+        assert!(!has_owner_references(&lease));
+        assert_eq!(lease["spec"]["renewTime"], "1970-01-01T00:00:00.000000Z");
+    }
+}

@@ -12,6 +12,7 @@ mod cloud;
 pub mod hub;
 mod kubeconfig;
 mod pki;
+pub mod proto_lease;
 mod util;
 
 // The re-exports are the module's API; each including binary imports only what it needs.
