@@ -616,6 +616,9 @@ pub(crate) struct Exchanged {
     pub body: Vec<u8>,
 }
 
+/// The User-Agent of the hub's own requests (probes, lease renewals, its clients).
+pub(crate) const HUB_USER_AGENT: &str = concat!("tinyhub/", env!("CARGO_PKG_VERSION"));
+
 /// Largest body a [`Upstream::exchange_with`] keeps (a Lease, a Node, a Status).
 pub(crate) const MAX_EXCHANGE_BODY: u64 = 1024 * 1024;
 
@@ -635,6 +638,7 @@ impl Upstream {
         let mut builder = http::Request::builder()
             .method(method)
             .uri(format!("{base}{path}"))
+            .header("user-agent", HUB_USER_AGENT)
             .header("accept", "application/json");
         if body.is_some() {
             builder = builder.header("content-type", "application/json");

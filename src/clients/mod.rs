@@ -27,7 +27,7 @@ use crate::upstream::{Answer, Outgoing, Upstream, UpstreamError};
 
 /// The User-Agent of the hub's own requests: component `tinyhub`, never filtered.
 pub(crate) fn user_agent() -> String {
-    format!("tinyhub/{}", env!("CARGO_PKG_VERSION"))
+    crate::upstream::HUB_USER_AGENT.to_owned()
 }
 
 /// A GET of `path` as the hub (its credentials and User-Agent), asking for JSON; a status

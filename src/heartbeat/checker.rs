@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Select};
 use serde_json::Value;
@@ -272,7 +272,7 @@ impl LeaseChecker {
 mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    use std::time::SystemTime;
+    use std::time::{Duration, SystemTime};
 
     use serde_json::json;
 

@@ -404,7 +404,7 @@ fn as_int32(v: Wire<'_>) -> Option<i32> {
 #[cfg(test)]
 #[allow(unreachable_pub)]
 #[path = "../../tests/support/proto_lease.rs"]
-mod proto_lease;
+pub(super) mod proto_lease;
 
 #[cfg(test)]
 mod protobuf_tests {

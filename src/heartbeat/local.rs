@@ -281,6 +281,31 @@ mod tests {
     }
 
     #[test]
+    fn a_protobuf_create_from_kubelet_is_kept_as_json() {
+        let local = LocalLease::new("edge-1");
+        let sent = super::super::lease::proto_lease::encode_lease(
+            "edge-1",
+            NS,
+            "edge-1",
+            40,
+            1_800_000_000,
+            123_456_000,
+            Some("node-uid"),
+        );
+        assert_eq!(
+            local.answer(KubeletVerb::Create, NS, "", &sent),
+            LocalAnswer::Created
+        );
+        let (code, lease) = body(&local.answer(KubeletVerb::Update, NS, "edge-1", b""));
+        assert_eq!(code, 200);
+        assert_eq!(lease["kind"], "Lease");
+        assert_eq!(lease["spec"]["holderIdentity"], "edge-1");
+        assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);
+        assert_eq!(lease["spec"]["renewTime"], "2027-01-15T08:00:00.123456Z");
+        assert_eq!(lease["metadata"]["ownerReferences"][0]["uid"], "node-uid");
+    }
+
+    #[test]
     fn a_create_that_is_not_this_nodes_lease_is_echoed_but_not_kept() {
         let local = LocalLease::new("edge-1");
         for sent in [

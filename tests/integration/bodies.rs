@@ -115,7 +115,7 @@ fn malformed_chunked_bodies_are_a_400_never_a_cloud_failure_or_a_cached_answer()
         }
     }
     // Nothing broken reached the cloud as a request, and none of it is the cloud's failure.
-    assert_eq!(cloud.count(|r| r.method == "POST" && !r.is_csr()), 0);
+    assert_eq!(cloud.count(|r| r.method == "POST" && !r.is_hubs_own()), 0);
     assert_eq!(hub.metric("tinyhub_upstream_errors_total"), Some(0.0));
     assert_eq!(hub.metric("tinyhub_offline_answers_total"), Some(0.0));
     assert_eq!(hub.metric(&health_series(&cloud)), Some(1.0));
@@ -148,7 +148,7 @@ fn malformed_chunked_bodies_are_a_400_never_a_cloud_failure_or_a_cached_answer()
         true,
     );
     assert_eq!(raw_status(&answer), 201, "{answer}");
-    assert_eq!(cloud.count(|r| r.method == "POST" && !r.is_csr()), 1);
+    assert_eq!(cloud.count(|r| r.method == "POST" && !r.is_hubs_own()), 1);
 
     // Offline too, a request with a broken body gets the body's error, not a cached answer.
     cloud.stop();
@@ -195,7 +195,7 @@ fn a_body_that_stalls_is_a_408_within_the_read_timeout() {
             "{what}: answered after {took:?}"
         );
     }
-    assert_eq!(cloud.count(|r| r.method == "POST" && !r.is_csr()), 0);
+    assert_eq!(cloud.count(|r| r.method == "POST" && !r.is_hubs_own()), 0);
     assert_eq!(hub.metric("tinyhub_upstream_errors_total"), Some(0.0));
     assert_eq!(hub.metric(&health_series(&cloud)), Some(1.0));
 
@@ -405,6 +405,6 @@ fn a_body_slower_than_the_request_time_is_the_clients_408() {
     assert!(answer.contains("\"reason\":\"Timeout\""), "{answer}");
     assert!(answer.contains("Connection: close"), "{answer}");
     assert_eq!(hub.metric("tinyhub_upstream_errors_total"), Some(0.0));
-    assert_eq!(cloud.count(|r| r.method == "POST" && !r.is_csr()), 0);
+    assert_eq!(cloud.count(|r| r.method == "POST" && !r.is_hubs_own()), 0);
     let _ = trickle.join();
 }

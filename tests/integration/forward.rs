@@ -58,7 +58,7 @@ fn reads_writes_and_errors_pass_through_unchanged() {
     );
     let seen = cloud
         .wait_for_request(
-            |r| r.method == "POST" && !r.is_csr(),
+            |r| r.method == "POST" && !r.is_hubs_own(),
             Duration::from_secs(5),
         )
         .unwrap();

@@ -236,7 +236,7 @@ fn list_items_that_are_not_objects_are_skipped_and_counted() {
     );
     hub.wait_cache_quiet();
     assert!(!evil_file(&cache).exists(), "an array is never stored");
-    assert_eq!(files_under(&cache.join("kubelet")).len(), 2);
+    assert_eq!(files_under(&cache.join("kubelet/pods.v1.core")).len(), 2);
     assert!(hub.wait_metric_at_least(ERRORS, errors + 3.0, Duration::from_secs(5)));
     assert_eq!(warnings_about_non_objects(&hub), 1, "{}", hub.logs());
 }
@@ -278,7 +278,7 @@ fn watch_objects_that_are_not_objects_are_skipped_and_counted() {
     );
     hub.wait_cache_quiet();
     assert!(!evil_file(&cache).exists(), "an array is never stored");
-    assert_eq!(files_under(&cache.join("kubelet")).len(), 1);
+    assert_eq!(files_under(&cache.join("kubelet/pods.v1.core")).len(), 1);
     assert!(hub.wait_metric_at_least(ERRORS, errors + 3.0, Duration::from_secs(5)));
     assert_eq!(warnings_about_non_objects(&hub), 1, "{}", hub.logs());
 }

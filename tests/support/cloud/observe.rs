@@ -69,6 +69,24 @@ impl RecordedRequest {
         self.path.starts_with("/apis/certificates.k8s.io/")
     }
 
+    /// A request of the hub's node heartbeat: its lease renewal, and the Node it reads for
+    /// the lease's owner (User-Agent `tinyhub/…`).
+    pub fn is_heartbeat(&self) -> bool {
+        let by_hub = self
+            .header("user-agent")
+            .is_some_and(|ua| ua.starts_with("tinyhub/"));
+        by_hub
+            && (self
+                .path
+                .starts_with("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/")
+                || self.path.starts_with("/api/v1/nodes/"))
+    }
+
+    /// A request the hub made on its own account (certificates, heartbeat), not a client's.
+    pub fn is_hubs_own(&self) -> bool {
+        self.is_csr() || self.is_heartbeat()
+    }
+
     /// The first header named `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
