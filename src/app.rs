@@ -404,10 +404,10 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     Ok(())
 }
 
-/// Probes every server once and starts the health checker: the node lease renewal in lease
-/// mode (YURTHUB.md §1; the lease restored from the cache first, so that kubelet is answered
-/// after an offline reboot), `/readyz` otherwise. In lease mode, the heartbeat that answers
-/// kubelet's lease requests.
+/// Probes every server once (`/readyz`, within one timeout) and starts the health checker:
+/// the node lease renewal in lease mode (YURTHUB.md §1; its first round at once, from the
+/// lease kept in the cache, which also answers kubelet after an offline reboot), `/readyz`
+/// otherwise. In lease mode, the heartbeat that answers kubelet's lease requests.
 fn start_health(
     config: &Config,
     backends: &Arc<Backends>,
@@ -417,8 +417,8 @@ fn start_health(
     stop: &crossbeam_channel::Receiver<()>,
 ) -> Result<Option<Arc<NodeHeartbeat>>, StartupError> {
     let readyz: Arc<dyn Probe> = Arc::clone(upstream) as Arc<dyn Probe>;
+    health::probe_all_once(backends, upstream.as_ref(), config.heartbeat.timeout);
     if config.heartbeat_mode == HeartbeatMode::Readyz {
-        health::probe_all_once(backends, upstream.as_ref(), config.heartbeat.timeout);
         health::spawn_checkers(Arc::clone(backends), readyz, config.heartbeat, stop.clone());
         return Ok(None);
     }
@@ -456,7 +456,6 @@ fn start_health(
     if let Some(stored) = store.and_then(|store| stored_lease(store, node)) {
         checker.restore(stored, Instant::now());
     }
-    checker.first_round(Instant::now());
     checker
         .spawn(stop.clone())
         .map_err(|e| StartupError::new(e.to_string()).context("cannot start the heartbeat"))?;

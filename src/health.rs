@@ -1,6 +1,8 @@
 //! Cloud backends and their health: which `--server-addr` entries are usable now, how a
-//! request picks one (`rr` or `priority`), and the checker threads that probe each backend
-//! every `--heartbeat-interval-seconds` with YurtHub's retry and healthy-threshold rules.
+//! request picks one (`rr` or `priority`), and the `/readyz` checker threads that probe each
+//! backend every `--heartbeat-interval-seconds` with YurtHub's retry and healthy-threshold
+//! rules (`--heartbeat-mode=readyz`, and cloud mode). In lease mode (edge) the node lease
+//! renewal is the probe, and `heartbeat::checker` rules through the same [`Backends`].
 //!
 //! A probe every 10 s leaves the flag stale for up to that long after a server dies. So a
 //! forwarded request that fails in transport reports it ([`Backends::report_failure`]): the

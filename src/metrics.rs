@@ -57,6 +57,12 @@ pub(crate) struct Metrics {
     pub client_certificate_rotations: AtomicU64,
     /// Serving certificates issued and installed.
     pub serving_certificate_rotations: AtomicU64,
+    /// Node lease renewals the cloud took (lease mode).
+    pub lease_renewals: AtomicU64,
+    /// Node lease probes that failed (lease mode).
+    pub lease_renewal_failures: AtomicU64,
+    /// Renewed node leases sent to the disk cache.
+    pub lease_disk_writes: AtomicU64,
     in_flight: Mutex<BTreeMap<RequestLabels, i64>>,
     traffic: Mutex<BTreeMap<RequestLabels, u64>>,
 }
@@ -90,6 +96,9 @@ impl Metrics {
             upstream_retries: AtomicU64::new(0),
             client_certificate_rotations: AtomicU64::new(0),
             serving_certificate_rotations: AtomicU64::new(0),
+            lease_renewals: AtomicU64::new(0),
+            lease_renewal_failures: AtomicU64::new(0),
+            lease_disk_writes: AtomicU64::new(0),
             in_flight: Mutex::new(BTreeMap::new()),
             traffic: Mutex::new(BTreeMap::new()),
         }
@@ -189,6 +198,24 @@ impl Metrics {
             "tinyhub_serving_certificate_rotations_total",
             "serving certificates issued to the hub for its HTTPS port",
             &self.serving_certificate_rotations,
+        );
+        counter(
+            &mut out,
+            "tinyhub_node_lease_renewals_total",
+            "renewals of the node lease the cloud took (edge mode, lease heartbeat)",
+            &self.lease_renewals,
+        );
+        counter(
+            &mut out,
+            "tinyhub_node_lease_renewal_failures_total",
+            "node lease renewals that failed (each makes its server unhealthy)",
+            &self.lease_renewal_failures,
+        );
+        counter(
+            &mut out,
+            "tinyhub_node_lease_disk_writes_total",
+            "renewed node leases written to the cache (a change other than the renewal, or every 10 minutes)",
+            &self.lease_disk_writes,
         );
         counter(
             &mut out,

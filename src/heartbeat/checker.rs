@@ -27,6 +27,7 @@ use super::renew::{LeaseApi, LeaseError, Renewal, Renewer};
 use crate::cache::writer::CacheTx;
 use crate::config::Heartbeat;
 use crate::health::{Backends, Probe};
+use crate::metrics::{METRICS, Metrics};
 
 /// Where renewed leases go to reach the disk.
 pub(crate) trait LeaseSink: Send {
@@ -98,29 +99,6 @@ impl LeaseChecker {
         self.node.lease.set(stored);
     }
 
-    /// The probe at start-up: servers in order until one renews, and `/readyz` for the rest,
-    /// so that each has a state and the lease is renewed once. A verdict counts at once.
-    pub(crate) fn first_round(&mut self, now: Instant) {
-        let mut renewed = false;
-        for index in 0..self.servers.len() {
-            let result = if renewed {
-                self.readyz
-                    .probe(&self.backends.get(index).base, self.settings.timeout)
-            } else {
-                self.probe(index, now)
-            };
-            if let Err(why) = &result {
-                log::warn!(
-                    "cloud server probe failed server=\"{}\" err=\"{why}\"",
-                    self.backends.get(index).base
-                );
-            }
-            renewed |= result.is_ok();
-            self.successes[index] = u32::from(result.is_ok());
-            self.backends.set_healthy(index, result.is_ok());
-        }
-    }
-
     /// One tick: a round from the next server in rotation, ending at the first success.
     pub(crate) fn tick(&mut self, now: Instant) {
         let n = self.servers.len();
@@ -138,7 +116,10 @@ impl LeaseChecker {
         self.probe_and_judge(index, now);
     }
 
-    /// Runs the checker on its own thread until `stop` sends or closes.
+    /// Runs the checker on its own thread until `stop` sends or closes. Its first round
+    /// starts at once: the servers' state at start-up comes from `/readyz`
+    /// ([`crate::health::probe_all_once`]), which a black-holed server answers within one
+    /// timeout, where a renewal would keep the hub from serving for ~15 s.
     pub(crate) fn spawn(mut self, stop: Receiver<()>) -> std::io::Result<thread::JoinHandle<()>> {
         thread::Builder::new()
             .name("heartbeat".into())
@@ -151,7 +132,7 @@ impl LeaseChecker {
             .map(|index| self.backends.wake_receiver(index))
             .collect();
         let interval = self.settings.interval;
-        let mut next_tick = Instant::now() + interval;
+        let mut next_tick = Instant::now();
         loop {
             let mut select = Select::new();
             select.recv(stop);
@@ -237,10 +218,12 @@ impl LeaseChecker {
             .probe(self.servers[index].as_ref(), current.as_deref())
         {
             Renewal::Renewed(lease) => {
+                Metrics::inc(&METRICS.lease_renewals);
                 self.keep(lease, now);
                 Ok(())
             }
             Renewal::Failed(e) => {
+                Metrics::inc(&METRICS.lease_renewal_failures);
                 if matches!(e, LeaseError::Forbidden(_)) && !self.forbidden_explained {
                     self.forbidden_explained = true;
                     log::warn!(
@@ -259,11 +242,13 @@ impl LeaseChecker {
         let write = self.sink.is_some() && self.persist.after_renewal(&lease, now);
         let bytes = write.then(|| lease.to_string().into_bytes());
         self.node.lease.set(lease);
-        if let (Some(bytes), Some(sink)) = (bytes, &self.sink)
-            && !sink.write(bytes)
-        {
-            log::debug!("the renewed node lease was not queued for the disk (writer busy)");
-            self.persist.forget();
+        if let (Some(bytes), Some(sink)) = (bytes, &self.sink) {
+            if sink.write(bytes) {
+                Metrics::inc(&METRICS.lease_disk_writes);
+            } else {
+                log::debug!("the renewed node lease was not queued for the disk (writer busy)");
+                self.persist.forget();
+            }
         }
     }
 }
@@ -460,11 +445,9 @@ mod tests {
     fn each_tick_renews_once_through_the_next_server_in_rotation() {
         let mut r = rig(2);
         let t0 = Instant::now();
-        r.checker.first_round(t0);
-        // A fresh cluster: GET finds nothing, the Node is looked up, the lease created; the
-        // second server is asked /readyz only.
+        r.checker.tick(t0);
+        // A fresh cluster: GET finds nothing, the Node is looked up, the lease created.
         assert_eq!(r.calls(), ["s0 get-lease", "s0 get-node", "s0 create"]);
-        assert_eq!(r.readyz.calls.load(Ordering::SeqCst), 1);
         let created = r
             .node
             .lease
@@ -473,11 +456,11 @@ mod tests {
         assert_eq!(created["spec"]["leaseDurationSeconds"], 40);
         assert_eq!(created["metadata"]["ownerReferences"][0]["uid"], "node-uid");
         r.checker.tick(secs(t0, 10));
-        assert_eq!(r.calls(), ["s0 put"]);
-        r.checker.tick(secs(t0, 20));
         assert_eq!(r.calls(), ["s1 put"]);
-        r.checker.tick(secs(t0, 30));
+        r.checker.tick(secs(t0, 20));
         assert_eq!(r.calls(), ["s0 put"]);
+        r.checker.tick(secs(t0, 30));
+        assert_eq!(r.calls(), ["s1 put"]);
         let current = r.node.lease.current().expect("renewed");
         assert_eq!(current["metadata"]["resourceVersion"], "4");
         assert!(r.backends.is_healthy(0) && r.backends.is_healthy(1));
@@ -487,7 +470,8 @@ mod tests {
     fn one_failed_probe_is_unhealthy_and_the_threshold_brings_it_back() {
         let mut r = rig(2);
         let t0 = Instant::now();
-        r.checker.first_round(t0);
+        r.checker.tick(t0); // s0
+        r.checker.tick(secs(t0, 5)); // s1
         r.calls();
         r.up[0].store(false, Ordering::SeqCst);
         // The round fails on s0 (3 PUTs, 4 GETs) and renews through s1 in the same tick.
@@ -512,7 +496,7 @@ mod tests {
     fn a_silent_kubelet_stops_the_renewals_but_not_the_cloud() {
         let mut r = rig(1);
         let t0 = Instant::now();
-        r.checker.first_round(t0);
+        r.checker.tick(t0);
         r.node.kubelet.record(t0);
         r.checker.tick(secs(t0, 10));
         assert_eq!(
@@ -539,7 +523,7 @@ mod tests {
     fn a_deleted_node_is_not_renewed_and_its_server_stays_healthy() {
         let mut r = rig(1);
         let t0 = Instant::now();
-        r.checker.first_round(t0);
+        r.checker.tick(t0);
         r.calls();
         r.cluster.node_deleted.store(true, Ordering::SeqCst);
         *r.cluster.lease.lock().unwrap() = None; // garbage-collected with its owner
@@ -560,7 +544,7 @@ mod tests {
     fn ten_minutes_of_renewals_write_the_lease_twice() {
         let mut r = rig(1);
         let t0 = Instant::now();
-        r.checker.first_round(t0);
+        r.checker.tick(t0);
         for tick in 1..=60 {
             r.checker.tick(secs(t0, 10 * tick));
         }
@@ -590,7 +574,7 @@ mod tests {
         assert_eq!(r.node.lease.current().as_deref(), Some(&stored));
         // The cloud holds the same lease: the PUT from the restored copy works at once.
         *r.cluster.lease.lock().unwrap() = Some(stored);
-        r.checker.first_round(t0);
+        r.checker.tick(t0);
         assert_eq!(r.calls(), ["s0 put"]);
         assert!(
             r.disk.lock().unwrap().is_empty(),

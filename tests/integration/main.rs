@@ -21,6 +21,7 @@ mod faults;
 mod filter_metrics;
 mod filters;
 mod forward;
+mod heartbeat;
 mod hostile;
 mod identity;
 mod kubectl;
