@@ -31,6 +31,7 @@ mod names;
 mod netif;
 mod offline;
 mod pki;
+mod pool;
 mod protobuf;
 mod proxy;
 mod reaper;

@@ -59,6 +59,32 @@ impl TestCa {
         (cert.pem(), key.serialize_pem())
     }
 
+    /// Like [`TestCa::issue`], with the subject's O values `organizations`, two at most (a
+    /// node's certificate has `system:nodes`).
+    pub(crate) fn issue_in(
+        &self,
+        cn: &str,
+        organizations: &[&str],
+        sans: &[&str],
+    ) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+        let key = KeyPair::generate().unwrap();
+        let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
+        let mut params = CertificateParams::new(sans).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        // rcgen keeps one value per type: a second O needs the OID spelt out, so two at most.
+        assert!(organizations.len() <= 2, "at most two organizations");
+        let types = [
+            DnType::OrganizationName,
+            DnType::CustomDnType(vec![2, 5, 4, 10]),
+        ];
+        for (ty, org) in types.into_iter().zip(organizations) {
+            params.distinguished_name.push(ty, *org);
+        }
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        (vec![cert.der().clone()], key)
+    }
+
     /// A leaf and its key pair.
     fn sign(&self, cn: &str, sans: &[&str]) -> (rcgen::Certificate, KeyPair) {
         let key = KeyPair::generate().unwrap();

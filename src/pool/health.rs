@@ -1,0 +1,421 @@
+//! Leader hub health and the follower's fallback order (YURTHUB.md §4.6): a leader is
+//! healthy when a TCP connection to its multiplexer port opens within 2 s, checked every
+//! 20 s and at once when the leader list changes; requests go round-robin over healthy
+//! leaders; and a pool-scope request tries the leader, then the cloud, then the cache.
+//!
+//! Design decisions:
+//! - The probe goes through the [`Dialer`] trait, so rounds are tested without sockets;
+//!   [`TcpDialer`] is the real one. A round dials the leaders one after another: a pool has
+//!   one to a few leaders, so a black-holed round costs n × 2 s on the checker's thread,
+//!   not a thread per leader.
+//! - Per-leader flags are atomics in an `Arc<[Slot]>` replaced whole when the list
+//!   changes: request threads read them without a lock held across anything; a round on a
+//!   list just replaced writes to slots nobody reads any more, which is harmless. A new
+//!   list is probed before it is published (as YurtHub's `UpdateBackends`), so a follower
+//!   never sends to a leader it has not seen answer.
+//! - A forwarded request that cannot connect marks its leader unhealthy until the next
+//!   round ([`LeaderHealth::mark_unreachable`]): the next request goes to the cloud at once
+//!   instead of waiting up to 20 s.
+//! - Memory: one slot is a [`Leader`], its socket address and a flag (about 64 bytes on a
+//!   32-bit router, plus the node name).
+
+// wired in issue 16: built ahead of the request path that will call it.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+use super::leader::{Leader, Source};
+
+/// Time between health rounds.
+pub(crate) const CHECK_INTERVAL: Duration = Duration::from_secs(20);
+/// Time one TCP connect may take.
+pub(crate) const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Opens (and closes) a connection, to tell whether something listens.
+pub(crate) trait Dialer: Send + Sync {
+    /// Whether a TCP connection to `addr` opened within `timeout`.
+    fn reachable(&self, addr: SocketAddr, timeout: Duration) -> bool;
+}
+
+/// The real dialer: a TCP connect, closed at once.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TcpDialer;
+
+impl Dialer for TcpDialer {
+    fn reachable(&self, addr: SocketAddr, timeout: Duration) -> bool {
+        // Dropped at once: the leader sees a connection that closes before its handshake.
+        TcpStream::connect_timeout(&addr, timeout).is_ok()
+    }
+}
+
+/// One leader and whether it answered its last probe.
+#[derive(Debug)]
+struct Slot {
+    leader: Leader,
+    addr: SocketAddr,
+    healthy: AtomicBool,
+}
+
+/// The leaders' health, shared by the checker, the ConfigMap watcher and request threads.
+#[derive(Debug)]
+pub(crate) struct LeaderHealth {
+    /// The multiplexer port the leaders serve on (this hub's own `--multiplexer-port`, as in
+    /// YurtHub).
+    port: u16,
+    slots: RwLock<Arc<[Slot]>>,
+    /// Round-robin position.
+    next: AtomicUsize,
+}
+
+/// Probes every slot once, in order, and stores the outcomes.
+fn round(slots: &[Slot], dialer: &dyn Dialer) {
+    for slot in slots {
+        let up = dialer.reachable(slot.addr, DIAL_TIMEOUT);
+        let was = slot.healthy.swap(up, Ordering::AcqRel);
+        if was != up {
+            let state = if up { "healthy" } else { "unhealthy" };
+            log::info!("leader hub {} ({}) is {state}", slot.leader.node, slot.addr);
+        }
+    }
+}
+
+impl LeaderHealth {
+    /// No leader yet; leaders serve on `port`.
+    pub(crate) fn new(port: u16) -> LeaderHealth {
+        LeaderHealth {
+            port,
+            slots: RwLock::new(Arc::from(Vec::new())),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    fn slots(&self) -> Arc<[Slot]> {
+        // A plain swap of an Arc: a panicking writer cannot leave it half-written.
+        Arc::clone(&self.slots.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Replaces the leaders with `leaders`, probed first (synchronously, as YurtHub does
+    /// when the list changes); then they are the ones picked from.
+    pub(crate) fn set_leaders(&self, leaders: &[Leader], dialer: &dyn Dialer) {
+        let slots: Vec<Slot> = leaders
+            .iter()
+            .map(|leader| Slot {
+                leader: leader.clone(),
+                addr: leader.addr(self.port),
+                healthy: AtomicBool::new(false),
+            })
+            .collect();
+        round(&slots, dialer);
+        *self.slots.write().unwrap_or_else(PoisonError::into_inner) = Arc::from(slots);
+    }
+
+    /// One health round over the current leaders (the checker's tick).
+    pub(crate) fn check(&self, dialer: &dyn Dialer) {
+        round(&self.slots(), dialer);
+    }
+
+    /// At least one leader answered its last probe.
+    pub(crate) fn any_healthy(&self) -> bool {
+        self.slots()
+            .iter()
+            .any(|s| s.healthy.load(Ordering::Acquire))
+    }
+
+    /// The next healthy leader's address, round-robin; None when none is healthy.
+    pub(crate) fn pick(&self) -> Option<SocketAddr> {
+        let slots = self.slots();
+        let n = slots.len();
+        if n == 0 {
+            return None;
+        }
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..n)
+            .map(|i| &slots[start.wrapping_add(i) % n])
+            .find(|s| s.healthy.load(Ordering::Acquire))
+            .map(|s| s.addr)
+    }
+
+    /// A request to `addr` could not connect: unhealthy until a round sees it answer.
+    pub(crate) fn mark_unreachable(&self, addr: SocketAddr) {
+        for slot in self.slots().iter().filter(|s| s.addr == addr) {
+            if slot.healthy.swap(false, Ordering::AcqRel) {
+                log::info!("leader hub {} ({addr}) is unreachable", slot.leader.node);
+            }
+        }
+    }
+
+    /// The leaders and their health, for logs and metrics.
+    pub(crate) fn snapshot(&self) -> Vec<(Leader, bool)> {
+        self.slots()
+            .iter()
+            .map(|s| (s.leader.clone(), s.healthy.load(Ordering::Acquire)))
+            .collect()
+    }
+}
+
+/// `https://<addr>` for a picked leader (an IPv6 address in brackets).
+pub(crate) fn leader_url(addr: SocketAddr) -> String {
+    format!("https://{addr}")
+}
+
+/// The checker's loop: a round every `interval` until `stop` fires or closes.
+pub(crate) fn run_checker(
+    health: &LeaderHealth,
+    dialer: &dyn Dialer,
+    interval: Duration,
+    stop: &Receiver<()>,
+) {
+    loop {
+        match stop.recv_timeout(interval) {
+            Err(RecvTimeoutError::Timeout) => health.check(dialer),
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// Where one try of a pool-scope request goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hop {
+    /// A healthy leader hub (picked by [`LeaderHealth::pick`]).
+    Leader,
+    /// A healthy cloud server.
+    Cloud,
+    /// The local cache (edge mode only: the caller's policy).
+    Cache,
+}
+
+/// The order in which a pool-scope request tries its sources: the first is where it goes,
+/// the next ones where it goes when that fails before answering. 3 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Plan {
+    hops: [Option<Hop>; 3],
+}
+
+impl Plan {
+    /// The hops, in order.
+    pub(crate) fn iter(self) -> impl Iterator<Item = Hop> {
+        self.hops.into_iter().flatten()
+    }
+
+    /// Where the request goes first.
+    pub(crate) fn first(self) -> Hop {
+        // `plan` always ends in the cache: never empty.
+        self.hops[0].unwrap_or(Hop::Cache)
+    }
+
+    /// Where it goes after `hop` failed; None after the last.
+    pub(crate) fn after(self, hop: Hop) -> Option<Hop> {
+        self.iter().skip_while(|&h| h != hop).nth(1)
+    }
+}
+
+/// The fallback order leader → cloud → cache, each only when it can answer: a leader only
+/// when the source is the pool and a leader is healthy, the cloud only when a server is
+/// healthy, the cache always last.
+pub(crate) fn plan(source: Source, leader_healthy: bool, cloud_healthy: bool) -> Plan {
+    let mut hops = [None; 3];
+    let mut n = 0;
+    let mut push = |hop| {
+        hops[n] = Some(hop);
+        n += 1;
+    };
+    if source == Source::Pool && leader_healthy {
+        push(Hop::Leader);
+    }
+    if cloud_healthy {
+        push(Hop::Cloud);
+    }
+    push(Hop::Cache);
+    Plan { hops }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::net::TcpListener;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Answers from a set of reachable addresses, recording every dial.
+    #[derive(Default)]
+    struct FakeDialer {
+        up: Mutex<HashSet<SocketAddr>>,
+        dials: Mutex<Vec<SocketAddr>>,
+        timeouts: Mutex<Vec<Duration>>,
+    }
+
+    impl FakeDialer {
+        fn set_up(&self, addrs: &[SocketAddr]) {
+            *self.up.lock().unwrap() = addrs.iter().copied().collect();
+        }
+        fn dials(&self) -> usize {
+            self.dials.lock().unwrap().len()
+        }
+    }
+
+    impl Dialer for FakeDialer {
+        fn reachable(&self, addr: SocketAddr, timeout: Duration) -> bool {
+            self.dials.lock().unwrap().push(addr);
+            self.timeouts.lock().unwrap().push(timeout);
+            self.up.lock().unwrap().contains(&addr)
+        }
+    }
+
+    fn leader(node: &str, ip: &str) -> Leader {
+        Leader {
+            node: node.into(),
+            ip: ip.parse().unwrap(),
+        }
+    }
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn a_new_leader_list_is_probed_before_it_is_used() {
+        let health = LeaderHealth::new(10269);
+        let dialer = FakeDialer::default();
+        assert_eq!(health.pick(), None);
+        assert!(!health.any_healthy());
+        dialer.set_up(&[addr("10.0.0.1:10269")]);
+        health.set_leaders(&[leader("a", "10.0.0.1"), leader("b", "fd00::2")], &dialer);
+        assert_eq!(
+            *dialer.dials.lock().unwrap(),
+            [addr("10.0.0.1:10269"), addr("[fd00::2]:10269")]
+        );
+        assert!(
+            dialer
+                .timeouts
+                .lock()
+                .unwrap()
+                .iter()
+                .all(|&t| t == DIAL_TIMEOUT)
+        );
+        assert!(health.any_healthy());
+        for _ in 0..4 {
+            assert_eq!(
+                health.pick(),
+                Some(addr("10.0.0.1:10269")),
+                "only the healthy one"
+            );
+        }
+        let snapshot = health.snapshot();
+        assert_eq!(snapshot.len(), 2);
+        assert!(snapshot[0].1 && !snapshot[1].1);
+    }
+
+    #[test]
+    fn picks_go_round_robin_over_healthy_leaders_and_follow_each_round() {
+        let health = LeaderHealth::new(1);
+        let dialer = FakeDialer::default();
+        let (a, b, c) = (addr("10.0.0.1:1"), addr("10.0.0.2:1"), addr("10.0.0.3:1"));
+        dialer.set_up(&[a, b, c]);
+        health.set_leaders(
+            &[
+                leader("a", "10.0.0.1"),
+                leader("b", "10.0.0.2"),
+                leader("c", "10.0.0.3"),
+            ],
+            &dialer,
+        );
+        let picks: HashSet<_> = (0..3).filter_map(|_| health.pick()).collect();
+        assert_eq!(picks, [a, b, c].into_iter().collect());
+
+        dialer.set_up(&[c]);
+        health.check(&dialer);
+        assert!((0..5).all(|_| health.pick() == Some(c)));
+        dialer.set_up(&[]);
+        health.check(&dialer);
+        assert_eq!(health.pick(), None);
+        assert!(!health.any_healthy());
+        dialer.set_up(&[a]);
+        health.check(&dialer);
+        assert_eq!(health.pick(), Some(a), "back after one good round");
+    }
+
+    #[test]
+    fn an_unreachable_leader_is_avoided_until_the_next_round() {
+        let health = LeaderHealth::new(1);
+        let dialer = FakeDialer::default();
+        let (a, b) = (addr("10.0.0.1:1"), addr("10.0.0.2:1"));
+        dialer.set_up(&[a, b]);
+        health.set_leaders(&[leader("a", "10.0.0.1"), leader("b", "10.0.0.2")], &dialer);
+        health.mark_unreachable(a);
+        assert!((0..4).all(|_| health.pick() == Some(b)));
+        health.check(&dialer);
+        assert!((0..4).any(|_| health.pick() == Some(a)));
+    }
+
+    #[test]
+    fn the_checker_runs_rounds_until_stopped() {
+        let health = LeaderHealth::new(1);
+        let dialer = FakeDialer::default();
+        health.set_leaders(&[leader("a", "10.0.0.1")], &dialer);
+        assert_eq!(dialer.dials(), 1);
+        let (stop_tx, stop) = crossbeam_channel::bounded(1);
+        std::thread::scope(|s| {
+            s.spawn(|| run_checker(&health, &dialer, Duration::from_millis(1), &stop));
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            while dialer.dials() < 4 && std::time::Instant::now() < until {
+                std::thread::yield_now();
+            }
+            stop_tx.send(()).unwrap();
+        });
+        assert!(dialer.dials() >= 4, "rounds ran: {}", dialer.dials());
+        let after = dialer.dials();
+        // Stopped: a closed channel ends it too, without a round.
+        drop(stop_tx);
+        run_checker(&health, &dialer, Duration::from_secs(60), &stop);
+        assert_eq!(dialer.dials(), after);
+    }
+
+    #[test]
+    fn the_tcp_dialer_tells_a_listener_from_a_closed_port() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let open = listener.local_addr().unwrap();
+        assert!(TcpDialer.reachable(open, DIAL_TIMEOUT));
+        drop(listener);
+        assert!(!TcpDialer.reachable(open, DIAL_TIMEOUT));
+    }
+
+    #[test]
+    fn leader_urls_of_picked_addresses_bracket_ipv6() {
+        assert_eq!(leader_url(addr("10.0.0.5:10269")), "https://10.0.0.5:10269");
+        assert_eq!(
+            leader_url(addr("[fd00::5]:10269")),
+            "https://[fd00::5]:10269"
+        );
+    }
+
+    #[test]
+    fn the_fallback_order_is_leader_then_cloud_then_cache() {
+        use Hop::*;
+        let order = |source, leader, cloud| plan(source, leader, cloud).iter().collect::<Vec<_>>();
+        assert_eq!(order(Source::Pool, true, true), [Leader, Cloud, Cache]);
+        assert_eq!(order(Source::Pool, true, false), [Leader, Cache]);
+        assert_eq!(order(Source::Pool, false, true), [Cloud, Cache]);
+        assert_eq!(order(Source::Pool, false, false), [Cache]);
+        assert_eq!(
+            order(Source::Cloud, true, true),
+            [Cloud, Cache],
+            "a leader itself"
+        );
+        assert_eq!(order(Source::Cloud, false, false), [Cache]);
+
+        let p = plan(Source::Pool, true, true);
+        assert_eq!(p.first(), Leader);
+        assert_eq!(p.after(Leader), Some(Cloud));
+        assert_eq!(p.after(Cloud), Some(Cache));
+        assert_eq!(p.after(Cache), None);
+        let p = plan(Source::Pool, true, false);
+        assert_eq!(p.after(Leader), Some(Cache), "a dead cloud is skipped");
+        assert_eq!(plan(Source::Cloud, false, false).first(), Cache);
+    }
+}

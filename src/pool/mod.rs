@@ -1,0 +1,24 @@
+//! Pool-scope resources and the pool's leader hubs (YURTHUB.md §4, issue 16): the decisions
+//! a follower and a leader make, without the request path's wiring.
+//!
+//! - [`resources`]: the pool-scope set (flags, then the ConfigMap) and which requests are
+//!   pool-scope list/watch; the hub's own multiplexer requests are forwarded, never served
+//!   locally.
+//! - [`leader`]: the `leader-hub-<pool>` ConfigMap read into leaders, the set and the
+//!   [`leader::Source`] (pool or cloud); leader URLs; state kept across watch events.
+//! - [`health`]: leader health by TCP connect, round-robin picks, the fallback order
+//!   leader → cloud → cache.
+//! - [`identity`]: the multiplexer's User-Agent; the leader's TLS configuration requiring a
+//!   client certificate from the cluster CA, and the O `system:nodes` check after it.
+//!
+//! What is not here: the ConfigMap's watch thread, the watch cache, the multiplexer
+//! listener and the forwarding to a leader (they need `clients/`, `server/` and
+//! `upstream`); this module does no I/O but the health probe's TCP connect.
+
+// wired in issue 16: built ahead of the request path that will call it.
+#![allow(dead_code)]
+
+pub(crate) mod health;
+pub(crate) mod identity;
+pub(crate) mod leader;
+pub(crate) mod resources;
