@@ -150,7 +150,19 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "nodepool-name",
         Kind::Str,
         "",
-        "the name of this node's pool, for the servicetopology and nodeportisolation filters (default: the node's apps.openyurt.io/nodepool label)",
+        "the name of this node's pool: for the servicetopology and nodeportisolation filters (default: the node's apps.openyurt.io/nodepool label), and the pool's leader hubs (ConfigMap leader-hub-<pool>)",
+    ),
+    flag(
+        "namespace",
+        Kind::Str,
+        "kube-system",
+        "the namespace of the pool's ConfigMap leader-hub-<pool> (yurt-manager's --working-namespace)",
+    ),
+    flag(
+        "pool-scope-resources",
+        Kind::Strings,
+        "",
+        "resources each node lists and watches once for all its components (and through the pool's leader hub), as group/version/resource with the core group empty (/v1/nodes); added to /v1/services and discovery.k8s.io/v1/endpointslices, which are always in; the pool's ConfigMap replaces the set once seen; repeatable",
     ),
     flag(
         "bind-address",
@@ -204,7 +216,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "multiplexer-port",
         Kind::Int,
         "10269",
-        "the port for pool-scope list/watch of follower hubs (reserved: not served yet)",
+        "the port on which a leader hub serves pool-scope list/watch to the pool's other hubs, and on which followers reach their leaders (reserved: not served yet)",
     ),
     flag(
         "disk-cache-path",
@@ -324,7 +336,6 @@ pub(crate) const TEST_FLAGS: &[FlagSpec] = &[
 
 /// YurtHub flags accepted for compatibility and ignored with a warning: (name, takes a value).
 pub(crate) const IGNORED_YURTHUB_FLAGS: &[(&str, bool)] = &[
-    ("namespace", true),
     ("gc-frequency", true),
     ("profiling", false),
     ("enable-iptables", false),
@@ -537,6 +548,24 @@ mod tests {
         ]);
         let all: Vec<_> = raw.all("discovery-token-ca-cert-hash").collect();
         assert_eq!(all, ["sha256:aa", "sha256:bb,sha256:cc"]);
+    }
+
+    #[test]
+    fn pool_flags_are_flags_now() {
+        let raw = parse_ok(&[
+            "--namespace=yurt",
+            "--pool-scope-resources=/v1/nodes",
+            "--pool-scope-resources",
+            "apps/v1/deployments,/v1/pods",
+        ]);
+        assert!(raw.ignored.is_empty(), "{:?}", raw.ignored);
+        assert_eq!(raw.get("namespace"), Some("yurt"));
+        let all: Vec<_> = raw.all("pool-scope-resources").collect();
+        assert_eq!(all, ["/v1/nodes", "apps/v1/deployments,/v1/pods"]);
+        let help = help_text();
+        assert!(help.contains("--namespace string "), "{help}");
+        assert!(help.contains("(default \"kube-system\")"));
+        assert!(help.contains("--pool-scope-resources strings "));
     }
 
     #[test]

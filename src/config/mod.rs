@@ -13,9 +13,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::StartupError;
-use crate::names::is_dns_subdomain;
+use crate::names::{is_dns_label, is_dns_subdomain};
 use crate::netif::{self, DummyInterface};
 use crate::pki::discovery::{CaPin, JoinToken};
+use crate::pool::leader;
+use crate::pool::resources::PoolScope;
 use crate::tls::{self, TlsMaterial};
 pub(crate) use kubeconfig::Token;
 
@@ -43,8 +45,18 @@ pub struct Config {
     pub(crate) node_ip: Option<IpAddr>,
     /// This node.
     pub(crate) node_name: String,
-    /// This node's pool.
+    /// This node's pool (`--nodepool-name`, a valid NodePool name whose `leader-hub-<pool>`
+    /// is a valid ConfigMap name).
     pub nodepool_name: Option<String>,
+    /// `--namespace`: where the pool's `leader-hub-<pool>` ConfigMap lives (a DNS label).
+    // wired in issue 16: read by the leader ConfigMap's watcher.
+    #[allow(dead_code)]
+    pub(crate) namespace: String,
+    /// The pool-scope resources at start: YurtHub's defaults plus `--pool-scope-resources`,
+    /// sorted, each once; the pool's ConfigMap replaces them at run time once seen.
+    // wired in issue 16: the start-up set of `pool::leader::PoolState`.
+    #[allow(dead_code)]
+    pub(crate) pool_scope: PoolScope,
     /// Plain HTTP proxy listener.
     pub(crate) proxy_addr: SocketAddr,
     /// Health and metrics listener.
@@ -54,7 +66,8 @@ pub struct Config {
     /// The dummy interface to make (`--enable-dummy-if`, `--dummy-if-name`, `--dummy-if-ip`):
     /// None when disabled. Both proxy ports also listen on its address.
     pub(crate) dummy_if: Option<DummyInterface>,
-    /// Reserved multiplexer port (not served yet).
+    /// `--multiplexer-port`: where a leader hub serves its pool, and where followers reach
+    /// their leaders (reserved: not served yet).
     pub multiplexer_port: u16,
     /// Cache root.
     pub(crate) disk_cache_path: PathBuf,
@@ -417,6 +430,30 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             "--kubeconfig={path} is the hub's own kubeconfig: with --kubeconfig its certificate is never renewed; leave the flag out to let token mode renew it"
         ));
     }
+    let nodepool_name = raw
+        .get("nodepool-name")
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned);
+    if let Some(pool) = &nodepool_name
+        && (!is_dns_subdomain(pool) || leader::config_name(pool).is_err())
+    {
+        return Err(StartupError::flag(
+            "nodepool-name",
+            format!(
+                "{pool:?} is not a valid NodePool name (lower-case, at most 242 bytes for leader-hub-<pool>)"
+            ),
+        ));
+    }
+    let namespace = get("namespace").to_owned();
+    if !is_dns_label(&namespace) {
+        return Err(StartupError::flag(
+            "namespace",
+            format!("{namespace:?} is not a valid namespace"),
+        ));
+    }
+    let pool_scope = PoolScope::parse_flag_values(raw.all("pool-scope-resources"))
+        .map(PoolScope::with_defaults)
+        .map_err(|e| StartupError::flag("pool-scope-resources", e))?;
     let mut hub_cert_organizations: Vec<String> = Vec::new();
     for org in all("hub-cert-organizations") {
         if !hub_cert_organizations.contains(&org) {
@@ -431,10 +468,9 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         hub_cert_organizations,
         node_ip,
         node_name,
-        nodepool_name: raw
-            .get("nodepool-name")
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned),
+        nodepool_name,
+        namespace,
+        pool_scope,
         proxy_addr,
         serve_addr,
         proxy_secure_addr,
@@ -792,6 +828,72 @@ mod tests {
             matches!(&c.identity, IdentitySource::Kubeconfig { token: Some(Token::Inline(t)), .. } if t == "abc")
         );
         assert_eq!(c.root_dir, PathBuf::from("/var/lib/yurthub"));
+    }
+
+    #[test]
+    fn pool_flags_default_to_yurthubs_and_the_resources_add_to_the_defaults() {
+        let f = Fixture::new("pool");
+        let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
+        let with = |extra: &[&str]| {
+            let mut args = vec!["--kubeconfig", kc.as_str(), "--node-name=n"];
+            args.extend_from_slice(extra);
+            run(&args)
+        };
+        let c = with(&[]).unwrap();
+        assert_eq!(c.namespace, "kube-system");
+        assert_eq!(c.nodepool_name, None);
+        assert_eq!(
+            c.pool_scope.to_metadata(),
+            "/v1/services,discovery.k8s.io/v1/endpointslices"
+        );
+        let c = with(&[
+            "--namespace=yurt-system",
+            "--nodepool-name=hangzhou.edge",
+            "--pool-scope-resources=apps/v1/deployments,/v1/services",
+            "--pool-scope-resources",
+            " /v1/nodes ",
+        ])
+        .unwrap();
+        assert_eq!(c.namespace, "yurt-system");
+        assert_eq!(c.nodepool_name.as_deref(), Some("hangzhou.edge"));
+        assert_eq!(
+            c.pool_scope.to_metadata(),
+            "/v1/nodes,/v1/services,apps/v1/deployments,discovery.k8s.io/v1/endpointslices"
+        );
+        assert!(c.ignored_flags.is_empty(), "{:?}", c.ignored_flags);
+        // Given empty: the defaults alone.
+        let c = with(&["--pool-scope-resources="]).unwrap();
+        assert_eq!(c.pool_scope.iter().count(), 2);
+
+        let long_pool = format!("--nodepool-name={}", "p".repeat(243));
+        for (flag, want) in [
+            (
+                "--pool-scope-resources=/v1/services,apps/deployments",
+                "--pool-scope-resources: \"apps/deployments\" is not group/version/resource",
+            ),
+            (
+                "--pool-scope-resources=/v1/Services",
+                "\"Services\" is not a resource name",
+            ),
+            (
+                "--namespace=Kube_System",
+                "--namespace: \"Kube_System\" is not a valid namespace",
+            ),
+            ("--namespace=", "--namespace: \"\" is not a valid namespace"),
+            (
+                "--nodepool-name=Pool A",
+                "--nodepool-name: \"Pool A\" is not a valid NodePool name",
+            ),
+            (long_pool.as_str(), "--nodepool-name"),
+        ] {
+            let err = with(&[flag]).expect_err(flag);
+            assert!(
+                err.contains(want),
+                "{flag}: {err:?} should mention {want:?}"
+            );
+            assert!(!err.contains('\n'), "one line: {err:?}");
+        }
+        assert!(with(&[&format!("--nodepool-name={}", "p".repeat(242))]).is_ok());
     }
 
     #[test]
