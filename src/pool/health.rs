@@ -100,7 +100,8 @@ impl LeaderHealth {
     }
 
     /// Replaces the leaders with `leaders`, probed first (synchronously, as YurtHub does
-    /// when the list changes); then they are the ones picked from.
+    /// when the list changes: up to 2 s per leader on the caller's thread); then they are the
+    /// ones picked from.
     pub(crate) fn set_leaders(&self, leaders: &[Leader], dialer: &dyn Dialer) {
         let slots: Vec<Slot> = leaders
             .iter()

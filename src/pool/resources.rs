@@ -66,11 +66,6 @@ impl Gvr {
             resource: resource.into(),
         })
     }
-
-    /// Whether this is the GVR of (group, version, resource).
-    fn is(&self, group: &str, version: &str, resource: &str) -> bool {
-        &*self.group == group && &*self.version == version && &*self.resource == resource
-    }
 }
 
 impl fmt::Display for Gvr {
@@ -171,11 +166,17 @@ impl PoolScope {
 
     /// Whether (group, version, resource) is a member.
     pub(crate) fn contains(&self, group: &str, version: &str, resource: &str) -> bool {
+        self.find(group, version, resource).is_some()
+    }
+
+    /// The member (group, version, resource), by binary search.
+    fn find(&self, group: &str, version: &str, resource: &str) -> Option<&Gvr> {
         self.gvrs
             .binary_search_by(|g| {
                 (&*g.group, &*g.version, &*g.resource).cmp(&(group, version, resource))
             })
-            .is_ok()
+            .ok()
+            .map(|i| &self.gvrs[i])
     }
 
     /// Members of `self` that `next` no longer has: their watch caches are to be dropped.
@@ -197,9 +198,7 @@ impl PoolScope {
         if r.subresource.is_some() || r.extra_path {
             return None;
         }
-        self.gvrs
-            .iter()
-            .find(|g| g.is(&r.group, &r.version, &r.resource))
+        self.find(&r.group, &r.version, &r.resource)
     }
 
     /// Whether `req` is a list or watch of a pool-scope resource, whoever sent it.
@@ -346,6 +345,10 @@ mod tests {
             (
                 "GET",
                 "/api/v1/namespaces/default/services/kubernetes/status",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/services/kubernetes/status?watch=true",
             ),
             (
                 "GET",
