@@ -274,6 +274,8 @@ pub(crate) struct Change {
 #[derive(Debug, Clone)]
 pub(crate) struct PoolState {
     node: Box<str>,
+    /// `leader-hub-<pool>`: an object of another name is not this pool's.
+    config_name: Box<str>,
     pool_scope: PoolScope,
     leaders: Vec<Leader>,
     source: Source,
@@ -282,24 +284,39 @@ pub(crate) struct PoolState {
 }
 
 impl PoolState {
-    /// Before any ConfigMap: `flags` (defaults plus `--pool-scope-resources`), the cloud.
-    pub(crate) fn new(node: &str, flags: PoolScope) -> PoolState {
-        PoolState {
+    /// Before any ConfigMap of `node`'s `pool`: `flags` (defaults plus
+    /// `--pool-scope-resources`), the cloud. An error when the pool makes no valid
+    /// ConfigMap name.
+    pub(crate) fn new(node: &str, pool: &str, flags: PoolScope) -> Result<PoolState, String> {
+        Ok(PoolState {
             node: node.into(),
+            config_name: config_name(pool)?.into(),
             pool_scope: flags,
             leaders: Vec::new(),
             source: Source::Cloud,
             seen: false,
-        }
+        })
     }
 
-    /// Applies one event. An object that cannot be read changes nothing (its reason is in
+    /// Applies one event. An object that cannot be read, or that names another ConfigMap
+    /// (YurtHub's informer filters by name too), changes nothing (the reason is in
     /// `skipped`), like a delete.
     pub(crate) fn apply(&mut self, event: ConfigEvent<'_>) -> Change {
         let cm = match event {
             ConfigEvent::Deleted => return Change::default(),
             ConfigEvent::Seen(cm) => cm,
         };
+        if let Some(name) = cm.pointer("/metadata/name").and_then(Value::as_str)
+            && name != &*self.config_name
+        {
+            return Change {
+                skipped: vec![format!(
+                    "ConfigMap {name:?} ignored: this pool's is {:?}",
+                    self.config_name
+                )],
+                ..Change::default()
+            };
+        }
         let config = match LeaderConfig::from_configmap(cm) {
             Ok(config) => config,
             Err(why) => {
@@ -500,7 +517,8 @@ mod tests {
 
     #[test]
     fn the_state_follows_add_and_update_and_keeps_itself_on_delete() {
-        let mut state = PoolState::new("n3", PoolScope::with_defaults([]));
+        assert!(PoolState::new("n3", "Pool A", PoolScope::default()).is_err());
+        let mut state = PoolState::new("n3", "pool-a", PoolScope::with_defaults([])).unwrap();
         assert_eq!(state.source(), Source::Cloud);
         assert!(!state.seen());
         assert!(
@@ -550,6 +568,13 @@ mod tests {
         // An unreadable object changes nothing and says why.
         let change = state.apply(ConfigEvent::Seen(&json!("x")));
         assert!(!change.leaders && change.skipped[0].contains("not a JSON object"));
+        assert_eq!(state.leaders(), [leader("n3", "10.0.0.3")]);
+
+        // Another pool's ConfigMap changes nothing.
+        let mut other = cm(json!({"leaders": "n9/10.0.0.9", "enable-leader-election": "true"}));
+        other["metadata"]["name"] = json!("leader-hub-pool-b");
+        let change = state.apply(ConfigEvent::Seen(&other));
+        assert!(!change.leaders && change.skipped[0].contains("\"leader-hub-pool-b\" ignored"));
         assert_eq!(state.leaders(), [leader("n3", "10.0.0.3")]);
 
         // An empty pool-scoped-metadata: nothing is multiplexed any more.
