@@ -232,11 +232,14 @@ impl WatchCache {
             .objects
             .partition_point(|o| o.cmp_key(start.as_bytes()).is_lt());
         let current = state.objects.get(first..).unwrap_or_default();
-        let rv = match position {
-            // A token at the cache's resourceVersion, or an inconsistent one (rv ≤ 0, as the
-            // apiserver hands out with a 410), continues in the current objects.
-            Some((rv, _)) if rv > 0 && u64::try_from(rv).is_ok_and(|rv| rv != state.rv) => {
-                let rv = u64::try_from(rv).unwrap_or(0);
+        // A token at the cache's resourceVersion, or an inconsistent one (rv ≤ 0, as the
+        // apiserver hands out with a 410), continues in the current objects.
+        let older = position
+            .as_ref()
+            .and_then(|(rv, _)| u64::try_from(*rv).ok())
+            .filter(|&rv| rv > 0 && rv != state.rv);
+        let rv = match older {
+            Some(rv) => {
                 if rv > state.rv || rv < state.start_rv {
                     return Err(Status::expired(CONTINUE_EXPIRED));
                 }
@@ -248,7 +251,7 @@ impl WatchCache {
                 }
                 rv
             }
-            _ => {
+            None => {
                 for object in current {
                     if !page.offer(object) {
                         break;

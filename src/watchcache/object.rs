@@ -353,8 +353,12 @@ impl Object {
         }
         let n_fields =
             u16::try_from(resource.extra_fields().len()).map_err(|_| ObjectError::TooLarge)?;
-        let flags =
-            u8::from(head.has_kind) * HAS_KIND | u8::from(head.has_api_version) * HAS_API_VERSION;
+        let flags = (if head.has_kind { HAS_KIND } else { 0 })
+            | (if head.has_api_version {
+                HAS_API_VERSION
+            } else {
+                0
+            });
         Self::lay_out(&b, rv, n_fields, n_labels, flags)
     }
 

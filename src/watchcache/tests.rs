@@ -683,6 +683,12 @@ fn bookmarks_carry_the_resource_version_a_watcher_has_reached() {
         &cache,
         &service("a", "db-1", 11, &[("app", "db")], "NodePort"),
     );
+    // Nothing for this watcher, but it has reached 11.
+    assert!(matches!(
+        w.next(Duration::from_millis(20)).unwrap(),
+        WatchNext::Idle
+    ));
+    assert_eq!(w.bookmark().unwrap().rv(), 11);
     cache.apply_event_json(br#"{"type":"BOOKMARK","object":{"kind":"Service","apiVersion":"v1","metadata":{"resourceVersion":"30"}}}"#).unwrap();
     assert!(matches!(
         w.next(Duration::from_millis(20)).unwrap(),
