@@ -1505,6 +1505,57 @@ mod tests {
     }
 
     #[test]
+    fn matching_extracted_parts_agrees_with_matching_the_object() {
+        let mut pod = pod();
+        pod["metadata"]["labels"]["count"] = json!(3);
+        pod["spec"]["hostNetwork"] = json!(true);
+        let labels = pod["metadata"]["labels"].as_object().cloned();
+        let field = |path: &str| field_text(&pod, path);
+        for label in [
+            "app=web",
+            "app!=web",
+            "count",
+            "count=3",
+            "!count",
+            "missing notin (a)",
+            "weight>9,tier in (frontend)",
+        ] {
+            let s = LabelSelector::parse(label).unwrap();
+            let extracted = s.matches_with(|key| label_in(labels.as_ref(), key));
+            assert_eq!(extracted, s.matches(&pod), "{label}");
+        }
+        for text in [
+            "spec.nodeName=edge-1",
+            "spec.nodeName!=edge-1",
+            "spec.priority=3",
+            "spec.hostNetwork=true",
+            "spec.missing=",
+            "spec=x",
+            "spec!=x",
+            "status.phase=Running,metadata.name=web-0",
+        ] {
+            let s = FieldSelector::parse(text).unwrap();
+            let texts: Vec<Option<String>> = s.paths().map(field).collect();
+            let paths: Vec<&str> = s.paths().collect();
+            let extracted = s.matches_with(|path| {
+                let i = paths.iter().position(|p| *p == path)?;
+                texts[i].as_deref()
+            });
+            assert_eq!(extracted, s.matches(&pod), "{text}");
+        }
+        assert_eq!(
+            field_text(&pod, "spec.unschedulable").as_deref(),
+            Some("false")
+        );
+        assert_eq!(field_text(&pod, "spec.schedulerName").as_deref(), Some(""));
+        assert_eq!(
+            field_text(&pod, "spec.hostNetwork").as_deref(),
+            Some("true")
+        );
+        assert_eq!(field_text(&pod, "spec").as_deref(), None);
+    }
+
+    #[test]
     fn everything_matches_anything() {
         assert!(LabelSelector::everything().is_everything());
         assert!(FieldSelector::everything().is_everything());

@@ -521,6 +521,19 @@ fn a_watch_from_now_starts_with_every_object_added() {
             (EventType::Added, "b/zz".to_owned(), 11),
         ]
     );
+    // Every watcher gets the cache's own bytes, never a copy.
+    let mut w2 = cache.watch(None, None, Selectors::everything()).unwrap();
+    let listed = cache.list(&req(&Selectors::everything())).unwrap();
+    let WatchNext::Events(events) = w2.next(Duration::ZERO).unwrap() else {
+        panic!("initial events")
+    };
+    assert_eq!(events.len(), listed.items().len());
+    for (e, o) in events.iter().zip(listed.items()) {
+        let WatchEvent::Object { object, .. } = e else {
+            panic!("{e:?}")
+        };
+        assert!(object.same(o), "{object:?} shares {o:?}");
+    }
     let mut all = cache
         .watch(None, Some("a"), Selectors::everything())
         .unwrap();
