@@ -33,7 +33,7 @@ pub(crate) const CONTINUE_EXPIRED: &str = "The provided continue parameter is to
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ListRequest<'a> {
     /// `resourceVersion`: unset, "" and "0" mean "what the cache holds"; a number not
-    /// newer than the cache's too (the apiserver's NotOlderThan).
+    /// newer than the cache's too (the apiserver's NotOlderThan), unless `exact`.
     pub resource_version: Option<&'a str>,
     /// The request's namespace; `None` for all.
     pub namespace: Option<&'a str>,
@@ -43,6 +43,9 @@ pub(crate) struct ListRequest<'a> {
     pub limit: Option<u64>,
     /// `continue`.
     pub continue_token: Option<&'a str>,
+    /// `resourceVersionMatch=Exact`: the list as it was at `resource_version`, rebuilt from
+    /// the history (410 when older than it).
+    pub exact: bool,
 }
 
 /// One page of a list: the objects chosen (shared, not copied) and the list's metadata.
@@ -205,6 +208,11 @@ impl WatchCache {
         } else {
             requested_rv(req.resource_version)?
         };
+        if req.exact && wanted.is_none() && position.is_none() {
+            return Err(Status::bad_request(
+                "resourceVersionMatch \"Exact\" is forbidden unless resourceVersion is provided and is not 0",
+            ));
+        }
         let state = self.fresh_state(wanted, self.inner.options.fresh_wait)?;
         let ns_prefix = req
             .namespace
@@ -232,16 +240,25 @@ impl WatchCache {
             .objects
             .partition_point(|o| o.cmp_key(start.as_bytes()).is_lt());
         let current = state.objects.get(first..).unwrap_or_default();
-        // A token at the cache's resourceVersion, or an inconsistent one (rv ≤ 0, as the
-        // apiserver hands out with a 410), continues in the current objects.
-        let older = position
-            .as_ref()
-            .and_then(|(rv, _)| u64::try_from(*rv).ok())
-            .filter(|&rv| rv > 0 && rv != state.rv);
+        // An older state is served for a continue token of an older list, and for an exact
+        // resourceVersion. A token at the cache's resourceVersion, or an inconsistent one
+        // (rv ≤ 0, as the apiserver hands out with a 410), continues in the current objects.
+        let older = match (&position, wanted) {
+            (Some((rv, _)), _) => u64::try_from(*rv).ok().filter(|&rv| rv > 0),
+            (None, Some(rv)) if req.exact => Some(rv),
+            (None, _) => None,
+        }
+        .filter(|&rv| rv != state.rv);
         let rv = match older {
             Some(rv) => {
                 if rv > state.rv || rv < state.start_rv {
-                    return Err(Status::expired(CONTINUE_EXPIRED));
+                    return Err(match position {
+                        Some(_) => Status::expired(CONTINUE_EXPIRED),
+                        None => Status::expired(format!(
+                            "too old resource version: {rv} ({})",
+                            state.start_rv
+                        )),
+                    });
                 }
                 let before = states_before(&state, rv, start);
                 for object in merge(current, &before) {

@@ -17,9 +17,10 @@
 //! carry an object with another resourceVersion by splicing, without a copy. `Arc` clones
 //! share the bytes between the cache, its history and every watcher.
 //!
-//! Per object on 64-bit, beyond the JSON: the `Arc` counts 16, header 24, 8 per span (3 +
-//! fields + 2 per label), the 16-byte fat pointer where it is held, plus the allocator's
-//! rounding. An EndpointSlice with two labels: 16 + 24 + 56 + 16 ≈ 112 bytes plus rounding.
+//! Per object, beyond the JSON: the `Arc` counts (2 words), header 24, 8 per span (3 +
+//! fields + 2 per label), the fat pointer where the cache holds it (2 words), and the
+//! allocator's header and rounding (about 2 words). An EndpointSlice with two labels: 128
+//! bytes on 64-bit (measured by `memory_of_5000_endpointslices`), about 104 on 32-bit.
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
@@ -328,6 +329,7 @@ impl Object {
         b.push_str(&meta.name)?;
         b.push_str(&meta.resource_version)?;
         // The resourceVersion must lie in the JSON so that events can splice another one in.
+        // Index 2 exists: three spans were just pushed.
         if b.spans[2].0 & SIDE != 0 {
             return Err(ObjectError::BadResourceVersion(rv_text.to_owned()));
         }

@@ -74,6 +74,7 @@ fn req<'a>(selectors: &'a Selectors) -> ListRequest<'a> {
         selectors,
         limit: None,
         continue_token: None,
+        exact: false,
     }
 }
 
@@ -1023,4 +1024,75 @@ fn memory_of_5000_endpointslices() {
         churned.total_bytes - m.total_bytes
             <= CacheOptions::default().max_history_bytes + 1000 * 128
     );
+}
+
+#[test]
+fn an_exact_resource_version_lists_the_state_then() {
+    let cache = services_with(CacheOptions {
+        max_events: 2,
+        ..options()
+    });
+    modify(
+        &cache,
+        &service("a", "web-1", 11, &[("app", "api")], "ClusterIP"),
+    );
+    let db = obj(
+        &cache,
+        &service("a", "db-1", 12, &[("app", "db")], "NodePort"),
+    );
+    cache.apply(EventType::Deleted, db).unwrap();
+    let everything = Selectors::everything();
+    let at = |rv: &'static str| ListRequest {
+        resource_version: Some(rv),
+        exact: true,
+        ..req(&everything)
+    };
+    let page = cache.list(&at("10")).unwrap();
+    let seen: Vec<(String, u64)> = page.items().iter().map(|o| (o.key(), o.rv())).collect();
+    assert_eq!(
+        seen,
+        [
+            ("a/db-1".to_owned(), 4),
+            ("a/web-1".to_owned(), 3),
+            ("b/web-2".to_owned(), 5),
+            ("b/zz".to_owned(), 6)
+        ]
+    );
+    assert_eq!(page.resource_version(), 10);
+    let web = sel(Some("app=web"), None);
+    let web_at_11 = ListRequest {
+        resource_version: Some("11"),
+        exact: true,
+        ..req(&web)
+    };
+    assert_eq!(
+        list(&cache, web_at_11).unwrap(),
+        (vec!["b/web-2".to_owned()], 11, None)
+    );
+    assert_eq!(
+        list(&cache, at("12")).unwrap().0,
+        ["a/web-1", "b/web-2", "b/zz"]
+    );
+    // Paging an exact list continues at its resourceVersion.
+    let paged = ListRequest {
+        limit: Some(3),
+        ..at("10")
+    };
+    let (_, _, token) = list(&cache, paged).unwrap();
+    let rest = ListRequest {
+        continue_token: token.as_deref(),
+        ..req(&everything)
+    };
+    assert_eq!(
+        list(&cache, rest).unwrap(),
+        (vec!["b/zz".to_owned()], 10, None)
+    );
+    modify(&cache, &service("b", "zz", 13, &[], "ClusterIP"));
+    let e = cache.list(&at("10")).unwrap_err();
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (410, "too old resource version: 10 (11)")
+    );
+    assert_eq!(cache.list(&at("0")).unwrap_err().code, 400);
+    assert_eq!(cache.list(&at("14")).unwrap_err().code, 504);
 }
