@@ -253,7 +253,7 @@ impl State {
         self.objects.binary_search_by(|o| o.cmp_key(key))
     }
 
-    /// Records an event, drops what the bounds no longer allow, and returns its type.
+    /// Records an event and drops what the bounds no longer allow.
     fn record(&mut self, event: Event, options: &CacheOptions) {
         self.history_bytes += event.cost();
         self.history.push_back(event);
