@@ -45,6 +45,7 @@ mod status;
 mod tls;
 mod tokens;
 mod upstream;
+mod watchcache;
 
 /// Stack of the hub's own threads (request threads, health checkers, the writer). Measured:
 /// a TLS handshake with ring plus JSON decoding stays well under it; see BENCHMARKS.md.

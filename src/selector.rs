@@ -224,15 +224,27 @@ impl LabelSelector {
             .get("metadata")
             .and_then(|metadata| metadata.get("labels"))
             .and_then(Value::as_object);
-        self.requirements.iter().all(|r| r.matches(labels))
+        self.matches_with(|key| label_in(labels, key))
+    }
+
+    /// Whether labels read through `label` satisfy every requirement, for objects whose
+    /// labels were extracted once (the watch cache): `label(key)` is `None` when the object
+    /// has no such label and `Some(None)` when its value is not a string.
+    pub(crate) fn matches_with<'v>(&self, label: impl Fn(&str) -> Option<Option<&'v str>>) -> bool {
+        self.requirements.iter().all(|r| r.matches(label(&r.key)))
     }
 }
 
+/// A label of a JSON `metadata.labels` map as [`LabelSelector::matches_with`] reads it.
+fn label_in<'v>(labels: Option<&'v Map<String, Value>>, key: &str) -> Option<Option<&'v str>> {
+    labels.and_then(|labels| labels.get(key)).map(Value::as_str)
+}
+
 impl Requirement {
-    fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
-        let present = labels.and_then(|labels| labels.get(&self.key));
+    /// `present` is the label: absent, or present with a string value or another value.
+    fn matches(&self, present: Option<Option<&str>>) -> bool {
         // A label that is not a string cannot come from the apiserver; it equals no value.
-        let value = present.and_then(Value::as_str);
+        let value = present.flatten();
         match &self.op {
             LabelOp::Exists => present.is_some(),
             LabelOp::DoesNotExist => present.is_none(),
@@ -305,6 +317,35 @@ impl FieldSelector {
         self.terms
             .iter()
             .all(|t| field_equals(object, &t.path, &t.value) == t.equal)
+    }
+
+    /// The field paths the terms name, in order (with repeats), for a caller that accepts
+    /// only the field labels its resource declares.
+    pub(crate) fn paths(&self) -> impl Iterator<Item = &str> {
+        self.terms.iter().map(|t| t.path.as_str())
+    }
+
+    /// Whether every term holds for fields read through `field`, for objects whose fields
+    /// were extracted once (the watch cache): `field(path)` is the field rendered as
+    /// [`field_text`] renders it, `None` for a structure, which equals no value.
+    pub(crate) fn matches_with<'v>(&self, field: impl Fn(&str) -> Option<&'v str>) -> bool {
+        self.terms
+            .iter()
+            .all(|t| (field(&t.path) == Some(t.value.as_str())) == t.equal)
+    }
+}
+
+/// The text of field `path` of `object` as the apiserver renders field labels (strings as
+/// they are, booleans and numbers as their JSON text, absent or null as the Go zero value);
+/// `None` for a structure, which equals no value. What [`FieldSelector::matches`] compares for
+/// a plain path (not the computed labels, an event's `source` or a job's `status.successful`).
+pub(crate) fn field_text(object: &Value, path: &str) -> Option<String> {
+    match resolve(object, path) {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Bool(b)) => Some(b.to_string()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        None | Some(Value::Null) => Some(missing_field_text(path).to_owned()),
+        Some(Value::Object(_) | Value::Array(_)) => None,
     }
 }
 
@@ -1461,6 +1502,57 @@ mod tests {
             best < Duration::from_millis(1),
             "four refusals took {best:?}"
         );
+    }
+
+    #[test]
+    fn matching_extracted_parts_agrees_with_matching_the_object() {
+        let mut pod = pod();
+        pod["metadata"]["labels"]["count"] = json!(3);
+        pod["spec"]["hostNetwork"] = json!(true);
+        let labels = pod["metadata"]["labels"].as_object().cloned();
+        let field = |path: &str| field_text(&pod, path);
+        for label in [
+            "app=web",
+            "app!=web",
+            "count",
+            "count=3",
+            "!count",
+            "missing notin (a)",
+            "weight>9,tier in (frontend)",
+        ] {
+            let s = LabelSelector::parse(label).unwrap();
+            let extracted = s.matches_with(|key| label_in(labels.as_ref(), key));
+            assert_eq!(extracted, s.matches(&pod), "{label}");
+        }
+        for text in [
+            "spec.nodeName=edge-1",
+            "spec.nodeName!=edge-1",
+            "spec.priority=3",
+            "spec.hostNetwork=true",
+            "spec.missing=",
+            "spec=x",
+            "spec!=x",
+            "status.phase=Running,metadata.name=web-0",
+        ] {
+            let s = FieldSelector::parse(text).unwrap();
+            let texts: Vec<Option<String>> = s.paths().map(field).collect();
+            let paths: Vec<&str> = s.paths().collect();
+            let extracted = s.matches_with(|path| {
+                let i = paths.iter().position(|p| *p == path)?;
+                texts[i].as_deref()
+            });
+            assert_eq!(extracted, s.matches(&pod), "{text}");
+        }
+        assert_eq!(
+            field_text(&pod, "spec.unschedulable").as_deref(),
+            Some("false")
+        );
+        assert_eq!(field_text(&pod, "spec.schedulerName").as_deref(), Some(""));
+        assert_eq!(
+            field_text(&pod, "spec.hostNetwork").as_deref(),
+            Some("true")
+        );
+        assert_eq!(field_text(&pod, "spec").as_deref(), None);
     }
 
     #[test]
