@@ -129,8 +129,13 @@ impl LeaseChecker {
         }
     }
 
-    /// A request to server `index` failed in transport: `/readyz` now.
+    /// A request to server `index` failed in transport: `/readyz` now. A wake left over from
+    /// before the server was found unhealthy is dropped: its next tick judges it, and a
+    /// success here would count towards the threshold within milliseconds of another.
     pub(crate) fn woken(&mut self, index: usize) {
+        if !self.backends.is_healthy(index) {
+            return;
+        }
         let reports = self.backends.reports(index);
         let result = self.readyz(index);
         self.judge(index, result, reports);
@@ -155,10 +160,14 @@ impl LeaseChecker {
         let mut next_tick = Instant::now();
         loop {
             if Instant::now() >= next_tick {
-                let now = Instant::now();
-                self.tick(now);
-                // A tick is late after a long round, never doubled (Go's ticker).
-                next_tick = (next_tick + interval).max(now);
+                self.tick(Instant::now());
+                // After a round longer than the interval, the next comes an interval after
+                // it ends: never back to back.
+                let after = Instant::now();
+                next_tick += interval;
+                if next_tick <= after {
+                    next_tick = after + interval;
+                }
                 continue;
             }
             let mut select = Select::new();
@@ -635,6 +644,11 @@ mod tests {
             r.backends.any_healthy(),
             "its /readyz cleared the suspicion"
         );
+        // A wake left over once the server was found dead counts for nothing.
+        r.backends.set_healthy(0, false);
+        r.checker.woken(0);
+        assert_eq!(r.readyz.calls.load(Ordering::SeqCst), 1);
+        assert!(!r.backends.is_healthy(0));
     }
 
     #[test]

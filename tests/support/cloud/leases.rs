@@ -175,6 +175,18 @@ pub fn put(
     let has_rv = v["metadata"]["resourceVersion"]
         .as_str()
         .is_some_and(|s| !s.is_empty());
+    if !v.is_object() || !v["metadata"].is_object() {
+        return Err(ApiError::bad_request(
+            "the object must be a JSON object with metadata",
+        ));
+    }
+    // The handler compares names before the storage layer looks at anything.
+    let body_name = v["metadata"]["name"].as_str().unwrap_or("");
+    if !body_name.is_empty() && body_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
     let stored = store.get(id, ns, name).ok();
     if let Some(uid) = v["metadata"]["uid"].as_str().filter(|u| !u.is_empty()) {
         let held = stored
@@ -192,17 +204,6 @@ pub fn put(
         }
     }
     if stored.is_none() {
-        if !v.is_object() || !v["metadata"].is_object() {
-            return Err(ApiError::bad_request(
-                "the object must be a JSON object with metadata",
-            ));
-        }
-        let body_name = v["metadata"]["name"].as_str().unwrap_or("");
-        if !body_name.is_empty() && body_name != name {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({body_name}) does not match the name on the URL ({name})"
-            )));
-        }
         v["metadata"]["name"] = json!(name);
         // The storage layer clears a resourceVersion the body carries before it creates.
         if let Some(m) = v["metadata"].as_object_mut() {
