@@ -82,6 +82,12 @@ impl Beat {
         self.timeout * (self.retry + BACKOFF_GETS) + BACKOFF
     }
 
+    /// The `/readyz` probe a failed request wakes, against a black hole: a healthy server
+    /// gets 1 + `--heartbeat-failed-retry` tries (a refused cloud fails them at once).
+    fn woken_blackholed(&self) -> Duration {
+        self.timeout * (1 + self.retry)
+    }
+
     /// The threshold's successes, one per tick, the first at the next tick.
     fn recovery(&self) -> Duration {
         self.interval * self.threshold
@@ -114,7 +120,8 @@ impl Way {
         match self {
             Way::Refused => beat.interval + beat.refused_probe(),
             Way::Blackholed => beat.interval + beat.blackholed_probe(),
-            Way::RefusedWithRequest => beat.refused_probe(),
+            // The woken `/readyz` tries are refused at once.
+            Way::RefusedWithRequest => Duration::ZERO,
         }
     }
 }
@@ -398,7 +405,8 @@ fn write_section(m: &Measured, beat: &Beat, rounds: usize, report: &mut Report) 
              runs until the hub's `node_yurthub_server_healthy_status` reads 0 (read every \
              10 ms), then from the cloud's return until it reads 1. Last, one round where \
              kubelet reads its Node through the hub right after the cloud stops: the request \
-             fails in transport and wakes the probe.",
+             fails in transport and wakes a `/readyz` probe (a lease write per failed request \
+             would load etcd for nothing).",
             beat.interval.as_secs(),
             beat.timeout.as_secs(),
             beat.retry,
@@ -448,8 +456,8 @@ fn write_section(m: &Measured, beat: &Beat, rounds: usize, report: &mut Report) 
     section.notes.push(format!(
         "Expected from the flags: idle, up to one interval until the next tick plus the probe: \
          ≤ {} refused ({} s + the GET backoff's {}), ≤ {} black-holed (+ {} PUTs and {} GETs \
-         of {} s each + {}); with a request the probe starts at once: ≈ {} refused, ≈ {} \
-         black-holed. Back to healthy: {} successful probes one tick apart, the first at the \
+         of {} s each + {}); with a request a `/readyz` probe starts at once (1 + {} tries): \
+         ≈ 0 s refused, ≤ {} black-holed. Back to healthy: {} successful probes one tick apart, the first at the \
          next tick: ≤ {} after the cloud answers again.",
         bound(Way::Refused.expected(beat)),
         beat.interval.as_secs(),
@@ -459,8 +467,8 @@ fn write_section(m: &Measured, beat: &Beat, rounds: usize, report: &mut Report) 
         BACKOFF_GETS,
         beat.timeout.as_secs(),
         bound(BACKOFF),
-        bound(beat.refused_probe()),
-        bound(beat.blackholed_probe()),
+        beat.retry,
+        bound(beat.woken_blackholed()),
         beat.threshold,
         bound(beat.recovery())
     ));
@@ -528,7 +536,7 @@ fn write_section(m: &Measured, beat: &Beat, rounds: usize, report: &mut Report) 
         report.target(
             &format!("Heartbeat: cloud {} → unhealthy", way.label()),
             &if *way == Way::RefusedWithRequest {
-                format!("≈ {} (the probe at once)", bound(expected))
+                format!("≈ {} (a woken `/readyz`)", bound(expected))
             } else {
                 format!("≤ {} (one interval + the probe)", bound(expected))
             },
