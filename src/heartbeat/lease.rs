@@ -325,31 +325,7 @@ pub(super) mod proto_lease;
 mod protobuf_tests {
     use super::*;
 
-    /// A base-128 varint.
-    fn varint(mut value: u64) -> Vec<u8> {
-        let mut out = Vec::new();
-        while value >= 0x80 {
-            out.push(value as u8 | 0x80);
-            value >>= 7;
-        }
-        out.push(value as u8);
-        out
-    }
-
-    /// A varint field.
-    fn num(field: u64, value: u64) -> Vec<u8> {
-        [varint(field << 3), varint(value)].concat()
-    }
-
-    /// A length-delimited field.
-    fn b(field: u64, value: &[u8]) -> Vec<u8> {
-        [
-            varint(field << 3 | 2),
-            varint(value.len() as u64),
-            value.to_vec(),
-        ]
-        .concat()
-    }
+    use super::proto_lease::{bytes as b, number as num};
 
     /// A string field.
     fn s(field: u64, value: &str) -> Vec<u8> {
