@@ -4,7 +4,9 @@
 //! it, then measures each case two ways in the same run, alternating: a client talking to the
 //! cloud directly over TLS, and the same client through the hub over plain HTTP. Cases: a
 //! small get, a list of 1,000 pods (online and offline), watch delivery, the cache writer,
-//! memory, binary size, and a list of 1,000 Services with and without a response filter. Prints a table per case as it goes and writes `BENCHMARKS.md` at the
+//! memory, binary size, and a list of 1,000 Services with and without a response filter; and,
+//! through the hub alone, the time its lease-renewal health check takes to call a dead cloud
+//! unhealthy (issue 15). Prints a table per case as it goes and writes `BENCHMARKS.md` at the
 //! repository top with the machine, the date and every target of the issue, met or missed.
 //!
 //! `--quick` (CI, `make bench-quick`) runs every case small, in seconds, and writes
@@ -24,6 +26,8 @@ mod support;
 mod client;
 #[path = "hub/footprint.rs"]
 mod footprint;
+#[path = "hub/heartbeat.rs"]
+mod heartbeat;
 #[path = "hub/online.rs"]
 mod online;
 #[path = "hub/report.rs"]
@@ -78,6 +82,8 @@ pub struct Scale {
     pub filtered_services: usize,
     /// EndpointSlices in kube-proxy's filtered list of case 5.
     pub filtered_slices: usize,
+    /// Rounds of each idle way (cloud refused, cloud black-holed) of case 8.
+    pub heartbeat_rounds: usize,
 }
 
 impl Scale {
@@ -99,6 +105,7 @@ impl Scale {
             flood: 10_000,
             filtered_services: 1_000,
             filtered_slices: 20_000,
+            heartbeat_rounds: 3,
         }
     }
 
@@ -120,6 +127,7 @@ impl Scale {
             flood: 300,
             filtered_services: 200,
             filtered_slices: 1_000,
+            heartbeat_rounds: 1,
         }
     }
 }
@@ -149,7 +157,12 @@ impl Bench<'_> {
     /// until its own start-up session (the `yurt-hub-cfg` list) has committed: a case that
     /// counts committed sessions must count only its own.
     pub fn start_hub(&self, dir: &Path) -> Running {
-        let hub = Hub::start(&HubSpec::for_cloud(self.cloud, dir).with(&["--v=0"]));
+        self.start_hub_with(dir, &["--v=0"])
+    }
+
+    /// [`Bench::start_hub`] with `args` after the launcher's defaults instead of `--v=0`.
+    pub fn start_hub_with(&self, dir: &Path, args: &[&str]) -> Running {
+        let hub = Hub::start(&HubSpec::for_cloud(self.cloud, dir).with(args));
         lock(&HUBS).push(hub.pid());
         hub.wait_cache_quiet();
         Running(hub)
@@ -226,7 +239,7 @@ struct Options {
     cases: Option<Vec<u8>>,
 }
 
-const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,7]";
+const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,8]";
 
 fn options() -> Result<Options, String> {
     let mut o = Options {
@@ -244,9 +257,9 @@ fn options() -> Result<Options, String> {
                 Some(list) => {
                     let cases = list
                         .split(',')
-                        .map(|c| c.trim().parse::<u8>().ok().filter(|n| (1..=7).contains(n)))
+                        .map(|c| c.trim().parse::<u8>().ok().filter(|n| (1..=8).contains(n)))
                         .collect::<Option<Vec<u8>>>()
-                        .ok_or_else(|| format!("--cases takes numbers 1 to 7: {list:?}"))?;
+                        .ok_or_else(|| format!("--cases takes numbers 1 to 8: {list:?}"))?;
                     o.cases = Some(cases);
                 }
                 None => unknown.push(arg),
@@ -441,6 +454,15 @@ fn run(scale: &Scale, only: Option<&[u8]>) -> Result<(), Failure> {
         print_last(&report);
     }
     report.sections.extend(late);
+    // Last: it runs no other hub beside its own, and its section follows case 7's.
+    if wanted(8) {
+        let dir = TempDir::new("bench-heartbeat");
+        case(
+            "case 8 (heartbeat: from the cloud's death to unhealthy)",
+            || heartbeat::death_to_unhealthy(&bench, dir.path(), &mut report),
+        )?;
+        print_last(&report);
+    }
 
     drop(online_dir);
     let load_after = report::load_average();
@@ -514,7 +536,8 @@ fn method(scale: &Scale) -> Vec<String> {
     vec![
         "One process runs the stand-in cloud (the test apiserver: a TLS front that splices to an \
          in-memory HTTP/1.1 server, objects in memory) and the benchmark clients; `tinyhub` runs \
-         as a child process (`--v=0`, heartbeat every second). Everything shares this machine's \
+         as a child process (`--v=0`, heartbeat every second; case 8's hub logs at `--v=2` and \
+         keeps YurtHub's default heartbeat, every 10 s). Everything shares this machine's \
          cores, so the hub's own work competes with the cloud's and the clients'."
             .into(),
         "Both ways use the same client (ureq 3.5, one keep-alive connection per client thread, \

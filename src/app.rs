@@ -153,6 +153,8 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     }
 
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    // Before the hub's own clients start: they skip servers found unhealthy.
+    health::probe_all_once(&backends, upstream.as_ref(), config.heartbeat.timeout);
 
     let agents = Arc::new(CacheAgents::new(&config.cache_agents));
     // The local address (issue 14 item 1): the proxy ports also listen on the dummy IP, and
@@ -404,10 +406,10 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     Ok(())
 }
 
-/// Probes every server once (`/readyz`, within one timeout) and starts the health checker:
-/// the node lease renewal in lease mode (YURTHUB.md §1; its first round at once, from the
-/// lease kept in the cache, which also answers kubelet after an offline reboot), `/readyz`
-/// otherwise. In lease mode, the heartbeat that answers kubelet's lease requests.
+/// Starts the health checker, after the start-up `/readyz` probe of every server: the node
+/// lease renewal in lease mode (YURTHUB.md §1; its first round at once, from the lease kept
+/// in the cache, which also answers kubelet after an offline reboot), `/readyz` otherwise.
+/// In lease mode, the heartbeat that answers kubelet's lease requests.
 fn start_health(
     config: &Config,
     backends: &Arc<Backends>,
@@ -417,7 +419,6 @@ fn start_health(
     stop: &crossbeam_channel::Receiver<()>,
 ) -> Result<Option<Arc<NodeHeartbeat>>, StartupError> {
     let readyz: Arc<dyn Probe> = Arc::clone(upstream) as Arc<dyn Probe>;
-    health::probe_all_once(backends, upstream.as_ref(), config.heartbeat.timeout);
     if config.heartbeat_mode == HeartbeatMode::Readyz {
         health::spawn_checkers(Arc::clone(backends), readyz, config.heartbeat, stop.clone());
         return Ok(None);

@@ -245,6 +245,27 @@ pub(crate) trait Probe: Send + Sync {
     fn probe(&self, base: &str, timeout: Duration) -> Result<(), String>;
 }
 
+/// One probe of `base` by the `/readyz` rule: a server healthy by its last probe gets
+/// `failed_retry` more tries before it counts as failed, back to back (also after a wake: a
+/// request has just failed, and requests answer locally until this round rules); an
+/// unhealthy one, one try.
+pub(crate) fn readyz_round(
+    probe: &dyn Probe,
+    base: &str,
+    hb: &Heartbeat,
+    healthy: bool,
+) -> Result<(), String> {
+    let tries = if healthy { 1 + hb.failed_retry } else { 1 };
+    let mut last = String::new();
+    for _ in 0..tries {
+        match probe.probe(base, hb.timeout) {
+            Ok(()) => return Ok(()),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 /// Probes every backend once, in parallel, and records the results: the state at start-up.
 pub(crate) fn probe_all_once(backends: &Backends, probe: &dyn Probe, timeout: Duration) {
     thread::scope(|scope| {
@@ -310,25 +331,15 @@ fn check_loop(
         }
         let reports = backends.reports(index);
         let ruled = if backends.is_healthy(index) {
-            // A healthy server gets `failed_retry` more tries before it is declared unhealthy.
-            // They follow each other at once, also after a wake: a request has just failed,
-            // and requests answer locally until this round rules.
-            let mut last_error = String::new();
-            let ok = (0..=hb.failed_retry).any(|_| match probe.probe(&base, hb.timeout) {
-                Ok(()) => true,
-                Err(e) => {
-                    last_error = e;
-                    false
-                }
-            });
-            if !ok {
+            let result = readyz_round(probe, &base, &hb, true);
+            if let Err(e) = &result {
                 log::warn!(
-                    "cloud server probe failed server=\"{base}\" retries={} err=\"{last_error}\"",
+                    "cloud server probe failed server=\"{base}\" retries={} err=\"{e}\"",
                     hb.failed_retry
                 );
                 successes = 0;
             }
-            backends.rule(index, ok, reports)
+            backends.rule(index, result.is_ok(), reports)
         } else {
             match probe.probe(&base, hb.timeout) {
                 Ok(()) => {

@@ -539,7 +539,6 @@ fn dummy_interface(
     Ok(enable.then_some(interface))
 }
 
-/// A comma list, blanks dropped.
 /// A Go duration as `time.ParseDuration` reads it (`40s`, `1m30s`, `1.5h`, `300ms`, `0`),
 /// without a sign: a negative duration means nothing for the flags that take one.
 pub(crate) fn parse_go_duration(text: &str) -> Result<Duration, String> {
@@ -598,6 +597,7 @@ pub(crate) fn parse_go_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_nanos(nanos))
 }
 
+/// A comma list, blanks dropped.
 fn split_list(text: &str) -> Vec<String> {
     text.split(',')
         .map(str::trim)

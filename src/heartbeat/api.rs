@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::lease::{LEASE_NAMESPACE, lease_path, node_path};
+use super::lease::{LEASE_NAMESPACE, is_node_lease, lease_path, node_path};
 use super::renew::{LeaseApi, LeaseError};
 use crate::upstream::{Exchanged, Upstream};
 
@@ -47,21 +47,45 @@ impl ServerLeaseApi {
             .exchange_with(&self.base, method, &path, body.as_deref(), self.timeout)
             .map_err(LeaseError::Transport)
     }
+
+    /// `answer` when it is this node's Lease: anything else would become the base of the
+    /// next renewal, kubelet's answers and the disk copy.
+    fn checked(&self, answer: Value) -> Result<Value, LeaseError> {
+        if is_node_lease(&answer, &self.node) {
+            Ok(answer)
+        } else {
+            Err(LeaseError::Status {
+                code: 200,
+                message: format!(
+                    "the answer is not the Lease of node {}: {}",
+                    self.node,
+                    answer.to_string().chars().take(200).collect::<String>()
+                ),
+            })
+        }
+    }
 }
 
 impl LeaseApi for ServerLeaseApi {
     fn get_lease(&self) -> Result<Option<Value>, LeaseError> {
-        found(self.send("GET", &lease_path(&self.node), None)?)
+        match found(self.send("GET", &lease_path(&self.node), None)?)? {
+            Some(lease) => self.checked(lease).map(Some),
+            None => Ok(None),
+        }
     }
 
     fn create_lease(&self, lease: &Value) -> Result<Value, LeaseError> {
         let collection =
             format!("/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases");
-        stored(self.send("POST", &collection, Some(lease))?)
+        self.checked(stored(self.send("POST", &collection, Some(lease))?)?)
     }
 
     fn update_lease(&self, lease: &Value) -> Result<Value, LeaseError> {
-        stored(self.send("PUT", &lease_path(&self.node), Some(lease))?)
+        self.checked(stored(self.send(
+            "PUT",
+            &lease_path(&self.node),
+            Some(lease),
+        )?)?)
     }
 
     fn get_node(&self) -> Result<Option<Value>, LeaseError> {

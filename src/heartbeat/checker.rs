@@ -6,17 +6,24 @@
 //! last round and stops at the first renewal, so the lease is renewed at most once per tick;
 //! a server not probed keeps its state. One failed probe (its `--heartbeat-failed-retry` PUTs
 //! are inside it) makes a server unhealthy; `--heartbeat-healthy-threshold` successes in a row
-//! make it healthy again. A request that fails in transport wakes a probe of its server at
-//! once, as in `/readyz` mode ([`Backends::report_failure`]).
+//! make it healthy again. A server already unhealthy answers `/readyz` before it is asked to
+//! renew, so a dead one costs a round one request timeout, not a whole renewal (~15 s with
+//! the defaults): the rounds stay well within the lease's 40 s.
 //!
-//! While kubelet is silent past `--kubelet-health-grace-period`, and while the Node is
-//! deleted, nothing is renewed: the lease must expire so the node goes NotReady. Servers are
-//! then judged by `/readyz` (a deleted Node's 404 is an answer too), so kube-proxy and the
-//! rest keep the cloud (YurtHub marks every server unhealthy, #420).
+//! A request that fails in transport wakes a probe of its server at once, as in `/readyz`
+//! mode ([`Backends::report_failure`]); that probe is `/readyz` (a lease write per failed
+//! request would load etcd for nothing), and an overdue tick goes first.
+//!
+//! While kubelet is silent past `--kubelet-health-grace-period` (or has not asked at all
+//! within [`FIRST_REQUEST_GRACE`] of the start), nothing is renewed: the lease must expire so
+//! the node goes NotReady. Servers are then judged by `/readyz` with its retry rule, so
+//! kube-proxy and the rest keep the cloud (YurtHub marks every server unhealthy, #420). So
+//! are servers that refuse the renewal (403: an identity that may not write the lease). A
+//! deleted Node's 404 is an answer of the server: healthy, nothing renewed.
 
 use std::sync::Arc;
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select};
 use serde_json::Value;
@@ -26,8 +33,15 @@ use super::local::{PERSIST_EVERY, PersistPolicy};
 use super::renew::{LeaseApi, LeaseError, Renewal, Renewer};
 use crate::cache::writer::CacheTx;
 use crate::config::Heartbeat;
-use crate::health::{Backends, Probe};
+use crate::health::{self, Backends, Probe};
 use crate::metrics::{METRICS, Metrics};
+
+/// How long kubelet may take to send its first lease request after the hub starts before it
+/// counts as stopped (a kubelet that crash-loops after a reboot must not be kept Ready).
+pub(crate) const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(300);
+
+/// How often a refused renewal (403) is logged again.
+const FORBIDDEN_LOG_EVERY: Duration = Duration::from_secs(600);
 
 /// Where renewed leases go to reach the disk.
 pub(crate) trait LeaseSink: Send {
@@ -59,8 +73,8 @@ pub(crate) struct LeaseChecker {
     successes: Vec<u32>,
     /// Kubelet was silent at the last probe (its transitions are logged).
     kubelet_silent: bool,
-    /// A 403 was explained once.
-    forbidden_explained: bool,
+    /// When a refused renewal (403) was last logged.
+    forbidden_logged: Option<Instant>,
 }
 
 impl LeaseChecker {
@@ -88,7 +102,7 @@ impl LeaseChecker {
             next: 0,
             successes,
             kubelet_silent: false,
-            forbidden_explained: false,
+            forbidden_logged: None,
         }
     }
 
@@ -105,15 +119,26 @@ impl LeaseChecker {
         for _ in 0..n {
             let index = self.next;
             self.next = (index + 1) % n;
-            if self.probe_and_judge(index, now) {
+            let reports = self.backends.reports(index);
+            let result = self.probe(index, now);
+            let ok = result.is_ok();
+            self.judge(index, result, reports);
+            if ok {
                 break;
             }
         }
     }
 
-    /// A request to server `index` failed in transport: probe it now.
-    pub(crate) fn woken(&mut self, index: usize, now: Instant) {
-        self.probe_and_judge(index, now);
+    /// A request to server `index` failed in transport: `/readyz` now. A wake left over from
+    /// before the server was found unhealthy is dropped: its next tick judges it, and a
+    /// success here would count towards the threshold within milliseconds of another.
+    pub(crate) fn woken(&mut self, index: usize) {
+        if !self.backends.is_healthy(index) {
+            return;
+        }
+        let reports = self.backends.reports(index);
+        let result = self.readyz(index);
+        self.judge(index, result, reports);
     }
 
     /// Runs the checker on its own thread until `stop` sends or closes. Its first round
@@ -134,6 +159,17 @@ impl LeaseChecker {
         let interval = self.settings.interval;
         let mut next_tick = Instant::now();
         loop {
+            if Instant::now() >= next_tick {
+                self.tick(Instant::now());
+                // After a round longer than the interval, the next comes an interval after
+                // it ends: never back to back.
+                let after = Instant::now();
+                next_tick += interval;
+                if next_tick <= after {
+                    next_tick = after + interval;
+                }
+                continue;
+            }
             let mut select = Select::new();
             select.recv(stop);
             for wake in &wakes {
@@ -141,12 +177,8 @@ impl LeaseChecker {
             }
             let wait = next_tick.saturating_duration_since(Instant::now());
             match select.select_timeout(wait) {
-                Err(_) => {
-                    let now = Instant::now();
-                    self.tick(now);
-                    // A tick is late after a long round, never doubled (Go's ticker).
-                    next_tick = (next_tick + interval).max(now);
-                }
+                // The tick is due: the loop's top runs it.
+                Err(_) => {}
                 Ok(op) if op.index() == 0 => {
                     let _ = op.recv(stop);
                     return;
@@ -154,18 +186,16 @@ impl LeaseChecker {
                 Ok(op) => {
                     let index = op.index() - 1;
                     let _ = op.recv(&wakes[index]);
-                    self.woken(index, Instant::now());
+                    self.woken(index);
                 }
             }
         }
     }
 
-    /// Probes server `index` and records the verdict; true when the probe succeeded.
-    fn probe_and_judge(&mut self, index: usize, now: Instant) -> bool {
-        let reports = self.backends.reports(index);
-        let result = self.probe(index, now);
+    /// Records the verdict `result` of a probe of server `index` that began when its failure
+    /// count was `reports`: one failure unhealthy, the threshold of successes healthy.
+    fn judge(&mut self, index: usize, result: Result<(), String>, reports: u64) {
         let base = &self.backends.get(index).base;
-        let ok = result.is_ok();
         let ruled = match result {
             Ok(()) => {
                 self.successes[index] = self.successes[index].saturating_add(1);
@@ -191,26 +221,40 @@ impl LeaseChecker {
             // A request failed while this probe was under way: the next probe rules, now.
             self.backends.wake(index);
         }
-        ok
+    }
+
+    /// `/readyz` of server `index` by its own retry rule.
+    fn readyz(&self, index: usize) -> Result<(), String> {
+        let healthy = self.backends.is_healthy(index);
+        let base = &self.backends.get(index).base;
+        health::readyz_round(self.readyz.as_ref(), base, &self.settings, healthy)
     }
 
     /// One probe of server `index`: a renewal, or `/readyz` while nothing is renewed.
     fn probe(&mut self, index: usize, now: Instant) -> Result<(), String> {
-        let silent = self.node.kubelet.stopped(now, self.node.grace);
+        let silent = self
+            .node
+            .kubelet
+            .stopped(now, self.node.grace, FIRST_REQUEST_GRACE);
         if silent != self.kubelet_silent {
             self.kubelet_silent = silent;
             if silent {
+                let since = match self.node.kubelet.last_seen() {
+                    Some(_) => format!("in {:?}", self.node.grace),
+                    None => format!("since the hub started {FIRST_REQUEST_GRACE:?} ago"),
+                };
                 log::warn!(
-                    "kubelet has not asked for its lease in {:?}: the hub stops renewing it (the node goes NotReady) and judges servers by /readyz",
-                    self.node.grace
+                    "kubelet has not asked for its lease {since}: the hub stops renewing it (the node goes NotReady) and judges servers by /readyz"
                 );
             } else {
                 log::info!("kubelet asks for its lease again: the hub renews it");
             }
         }
-        let base = &self.backends.get(index).base;
         if silent {
-            return self.readyz.probe(base, self.settings.timeout);
+            return self.readyz(index);
+        }
+        if !self.backends.is_healthy(index) {
+            self.readyz(index)?;
         }
         let current = self.node.lease.current();
         match self
@@ -222,14 +266,21 @@ impl LeaseChecker {
                 self.keep(lease, now);
                 Ok(())
             }
-            Renewal::Failed(e) => {
+            Renewal::Failed(LeaseError::Forbidden(why)) => {
                 Metrics::inc(&METRICS.lease_renewal_failures);
-                if matches!(e, LeaseError::Forbidden(_)) && !self.forbidden_explained {
-                    self.forbidden_explained = true;
-                    log::warn!(
-                        "the cloud refuses the hub's renewal of the node lease (403): an identity that may not write it needs --heartbeat-mode=readyz"
+                let due = self
+                    .forbidden_logged
+                    .is_none_or(|at| now.saturating_duration_since(at) >= FORBIDDEN_LOG_EVERY);
+                if due {
+                    self.forbidden_logged = Some(now);
+                    log::error!(
+                        "the cloud refuses the hub's renewal of the node lease (403: {why}): servers are judged by /readyz and the node's lease is not renewed; an identity that may not write it needs --heartbeat-mode=readyz"
                     );
                 }
+                self.readyz(index)
+            }
+            Renewal::Failed(e) => {
+                Metrics::inc(&METRICS.lease_renewal_failures);
                 Err(format!("renewing the node lease: {e}"))
             }
             // The server answered (the Node is deleted): nothing to renew.
@@ -271,6 +322,8 @@ mod tests {
         lease: Mutex<Option<Value>>,
         rv: AtomicUsize,
         node_deleted: AtomicBool,
+        /// Every lease and Node request is refused with 403.
+        refuse: AtomicBool,
         /// Every request, as "server verb".
         calls: Mutex<Vec<String>>,
     }
@@ -286,6 +339,9 @@ mod tests {
         fn call(&self, verb: &str) -> Result<(), LeaseError> {
             let mut calls = self.cluster.calls.lock().unwrap();
             calls.push(format!("{} {verb}", self.name));
+            if self.cluster.refuse.load(Ordering::SeqCst) {
+                return Err(LeaseError::Forbidden("leases are not yours".into()));
+            }
             if self.up.load(Ordering::SeqCst) {
                 Ok(())
             } else {
@@ -297,6 +353,9 @@ mod tests {
             let mut stored = lease.clone();
             let rv = self.cluster.rv.fetch_add(1, Ordering::SeqCst) + 1;
             stored["metadata"]["resourceVersion"] = json!(rv.to_string());
+            if stored["metadata"]["uid"].is_null() {
+                stored["metadata"]["uid"] = json!(format!("lease-{rv}"));
+            }
             *self.cluster.lease.lock().unwrap() = Some(stored.clone());
             stored
         }
@@ -315,7 +374,11 @@ mod tests {
             self.call("put")?;
             let current = self.cluster.lease.lock().unwrap().clone();
             match current {
-                None => Err(LeaseError::NotFound("gone".into())),
+                // The apiserver creates on update, but the body's uid is a precondition.
+                None if !lease["metadata"]["uid"].is_null() => Err(LeaseError::Conflict(
+                    "Precondition failed: UID in precondition".into(),
+                )),
+                None => Ok(self.store(lease)),
                 Some(c)
                     if c["metadata"]["resourceVersion"] != lease["metadata"]["resourceVersion"] =>
                 {
@@ -373,6 +436,12 @@ mod tests {
     impl Rig {
         fn calls(&self) -> Vec<String> {
             std::mem::take(&mut *self.cluster.calls.lock().unwrap())
+        }
+
+        /// A tick with kubelet asking for its lease just before, as every 10 s.
+        fn tick(&mut self, now: Instant) {
+            self.node.kubelet.record(now);
+            self.checker.tick(now);
         }
     }
 
@@ -445,7 +514,7 @@ mod tests {
     fn each_tick_renews_once_through_the_next_server_in_rotation() {
         let mut r = rig(2);
         let t0 = Instant::now();
-        r.checker.tick(t0);
+        r.tick(t0);
         // A fresh cluster: GET finds nothing, the Node is looked up, the lease created.
         assert_eq!(r.calls(), ["s0 get-lease", "s0 get-node", "s0 create"]);
         let created = r
@@ -455,11 +524,11 @@ mod tests {
             .expect("the created lease is current");
         assert_eq!(created["spec"]["leaseDurationSeconds"], 40);
         assert_eq!(created["metadata"]["ownerReferences"][0]["uid"], "node-uid");
-        r.checker.tick(secs(t0, 10));
+        r.tick(secs(t0, 10));
         assert_eq!(r.calls(), ["s1 put"]);
-        r.checker.tick(secs(t0, 20));
+        r.tick(secs(t0, 20));
         assert_eq!(r.calls(), ["s0 put"]);
-        r.checker.tick(secs(t0, 30));
+        r.tick(secs(t0, 30));
         assert_eq!(r.calls(), ["s1 put"]);
         let current = r.node.lease.current().expect("renewed");
         assert_eq!(current["metadata"]["resourceVersion"], "4");
@@ -470,12 +539,12 @@ mod tests {
     fn one_failed_probe_is_unhealthy_and_the_threshold_brings_it_back() {
         let mut r = rig(2);
         let t0 = Instant::now();
-        r.checker.tick(t0); // s0
-        r.checker.tick(secs(t0, 5)); // s1
+        r.tick(t0); // s0
+        r.tick(secs(t0, 5)); // s1
         r.calls();
         r.up[0].store(false, Ordering::SeqCst);
         // The round fails on s0 (3 PUTs, 4 GETs) and renews through s1 in the same tick.
-        r.checker.tick(secs(t0, 10));
+        r.tick(secs(t0, 10));
         let calls = r.calls();
         assert_eq!(calls.iter().filter(|c| c.starts_with("s0")).count(), 7);
         assert_eq!(calls.last().map(String::as_str), Some("s1 put"));
@@ -484,11 +553,11 @@ mod tests {
         r.up[0].store(true, Ordering::SeqCst);
         // Each probe moves the rotation on: s0 starts the next round. Two successes in a
         // row make it healthy again.
-        r.checker.tick(secs(t0, 20)); // s0: 1 of 2
+        r.tick(secs(t0, 20)); // s0: 1 of 2
         assert!(!r.backends.is_healthy(0));
         assert_eq!(r.calls(), ["s0 put"]);
-        r.checker.tick(secs(t0, 30)); // s1
-        r.checker.tick(secs(t0, 40)); // s0: 2 of 2
+        r.tick(secs(t0, 30)); // s1
+        r.tick(secs(t0, 40)); // s0: 2 of 2
         assert!(r.backends.is_healthy(0));
     }
 
@@ -496,39 +565,102 @@ mod tests {
     fn a_silent_kubelet_stops_the_renewals_but_not_the_cloud() {
         let mut r = rig(1);
         let t0 = Instant::now();
-        r.checker.tick(t0);
-        r.node.kubelet.record(t0);
-        r.checker.tick(secs(t0, 10));
+        r.tick(t0);
+        r.tick(secs(t0, 10));
         assert_eq!(
             r.calls(),
             ["s0 get-lease", "s0 get-node", "s0 create", "s0 put"]
         );
-        // Past the 40 s grace period: /readyz only, and the server stays healthy.
-        r.checker.tick(secs(t0, 50));
+        // kubelet's last request was at 10 s; past the 40 s grace period: /readyz only, and
+        // the server stays healthy.
+        r.checker.tick(secs(t0, 51));
         assert!(r.calls().is_empty(), "nothing renewed");
         assert_eq!(r.readyz.calls.load(Ordering::SeqCst), 1);
         assert!(r.backends.any_healthy(), "kube-proxy keeps the cloud");
-        // A dead cloud still shows through /readyz.
+        // A dead cloud still shows through /readyz, after its retries.
         r.up[0].store(false, Ordering::SeqCst);
         r.checker.tick(secs(t0, 60));
         assert!(!r.backends.any_healthy());
+        assert_eq!(r.readyz.calls.load(Ordering::SeqCst), 1 + 4);
         r.up[0].store(true, Ordering::SeqCst);
         // kubelet back: renewals again.
-        r.node.kubelet.record(secs(t0, 65));
-        r.checker.tick(secs(t0, 70));
+        r.tick(secs(t0, 70));
         assert_eq!(r.calls(), ["s0 put"]);
+    }
+
+    #[test]
+    fn a_kubelet_that_never_asks_stops_the_renewals_after_the_first_grace() {
+        let mut r = rig(1);
+        let t0 = Instant::now();
+        r.checker.tick(t0);
+        assert_eq!(r.calls(), ["s0 get-lease", "s0 get-node", "s0 create"]);
+        r.checker
+            .tick(t0 + FIRST_REQUEST_GRACE + Duration::from_secs(10));
+        assert!(r.calls().is_empty(), "nothing renewed");
+        assert!(r.backends.any_healthy());
+    }
+
+    #[test]
+    fn a_refused_renewal_is_judged_by_readyz_and_asked_once() {
+        let mut r = rig(1);
+        let t0 = Instant::now();
+        r.tick(t0);
+        r.calls();
+        r.cluster.refuse.store(true, Ordering::SeqCst);
+        r.tick(secs(t0, 10));
+        assert_eq!(r.calls(), ["s0 put"], "a 403 is not asked again");
+        assert!(r.backends.any_healthy(), "the server answers /readyz");
+        assert_eq!(r.readyz.calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_dead_unhealthy_server_costs_a_round_one_readyz() {
+        let mut r = rig(2);
+        let t0 = Instant::now();
+        r.tick(t0); // s0
+        r.up[0].store(false, Ordering::SeqCst);
+        r.tick(secs(t0, 10)); // s1
+        r.tick(secs(t0, 20)); // s0 fails its renewal, s1 renews
+        assert!(!r.backends.is_healthy(0));
+        r.calls();
+        r.tick(secs(t0, 30)); // s1
+        r.tick(secs(t0, 40)); // s0: /readyz only, then s1
+        assert_eq!(r.calls(), ["s1 put", "s1 put"]);
+        assert!(!r.backends.is_healthy(0));
+    }
+
+    #[test]
+    fn a_wake_asks_readyz_and_writes_no_lease() {
+        let mut r = rig(1);
+        let t0 = Instant::now();
+        r.tick(t0);
+        r.calls();
+        r.backends.report_failure(0);
+        assert!(!r.backends.any_healthy(), "suspect");
+        r.checker.woken(0);
+        assert!(r.calls().is_empty());
+        assert_eq!(r.readyz.calls.load(Ordering::SeqCst), 1);
+        assert!(
+            r.backends.any_healthy(),
+            "its /readyz cleared the suspicion"
+        );
+        // A wake left over once the server was found dead counts for nothing.
+        r.backends.set_healthy(0, false);
+        r.checker.woken(0);
+        assert_eq!(r.readyz.calls.load(Ordering::SeqCst), 1);
+        assert!(!r.backends.is_healthy(0));
     }
 
     #[test]
     fn a_deleted_node_is_not_renewed_and_its_server_stays_healthy() {
         let mut r = rig(1);
         let t0 = Instant::now();
-        r.checker.tick(t0);
+        r.tick(t0);
         r.calls();
         r.cluster.node_deleted.store(true, Ordering::SeqCst);
         *r.cluster.lease.lock().unwrap() = None; // garbage-collected with its owner
         for tick in 1..=10 {
-            r.checker.tick(secs(t0, 10 * tick));
+            r.tick(secs(t0, 10 * tick));
             assert!(r.backends.any_healthy(), "tick {tick}");
         }
         let calls = r.calls();
@@ -544,9 +676,9 @@ mod tests {
     fn ten_minutes_of_renewals_write_the_lease_twice() {
         let mut r = rig(1);
         let t0 = Instant::now();
-        r.checker.tick(t0);
+        r.tick(t0);
         for tick in 1..=60 {
-            r.checker.tick(secs(t0, 10 * tick));
+            r.tick(secs(t0, 10 * tick));
         }
         let renewals = r.cluster.rv.load(Ordering::SeqCst);
         assert_eq!(renewals, 61, "one renewal per tick");
@@ -554,7 +686,7 @@ mod tests {
         assert_eq!(written.len(), 2, "writes in 10 minutes");
         assert_eq!(written[1]["metadata"]["resourceVersion"], "61");
         for tick in 61..360 {
-            r.checker.tick(secs(t0, 10 * tick));
+            r.tick(secs(t0, 10 * tick));
         }
         assert_eq!(r.disk.lock().unwrap().len(), 6, "writes in an hour");
         // The disk copy is a whole lease kubelet can be answered with after a reboot.
@@ -566,7 +698,7 @@ mod tests {
         let mut r = rig(1);
         let t0 = Instant::now();
         let stored = json!({"apiVersion":"coordination.k8s.io/v1","kind":"Lease",
-            "metadata":{"name":"edge-1","namespace":"kube-node-lease","resourceVersion":"0",
+            "metadata":{"name":"edge-1","namespace":"kube-node-lease","resourceVersion":"0","uid":"l1",
                 "ownerReferences":[{"apiVersion":"v1","kind":"Node","name":"edge-1","uid":"node-uid"}]},
             "spec":{"holderIdentity":"edge-1","leaseDurationSeconds":40,
                 "renewTime":"2026-12-01T00:00:00.000000Z"}});
@@ -574,7 +706,7 @@ mod tests {
         assert_eq!(r.node.lease.current().as_deref(), Some(&stored));
         // The cloud holds the same lease: the PUT from the restored copy works at once.
         *r.cluster.lease.lock().unwrap() = Some(stored);
-        r.checker.tick(t0);
+        r.tick(t0);
         assert_eq!(r.calls(), ["s0 put"]);
         assert!(
             r.disk.lock().unwrap().is_empty(),

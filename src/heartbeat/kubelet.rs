@@ -42,11 +42,14 @@ impl KubeletLiveness {
         Some(self.origin + Duration::from_micros(micros))
     }
 
-    /// Whether kubelet is stopped at `now`: a request was seen and more than `grace` passed
-    /// since the last one (YurtHub: `now > last + grace`).
-    pub(crate) fn stopped(&self, now: Instant, grace: Duration) -> bool {
-        self.last_seen()
-            .is_some_and(|last| now.saturating_duration_since(last) > grace)
+    /// Whether kubelet is stopped at `now`: more than `grace` passed since its last request
+    /// (YurtHub: `now > last + grace`), or none came within `first` of the origin (the hub's
+    /// start; YurtHub waits for the first request forever).
+    pub(crate) fn stopped(&self, now: Instant, grace: Duration, first: Duration) -> bool {
+        match self.last_seen() {
+            Some(last) => now.saturating_duration_since(last) > grace,
+            None => now.saturating_duration_since(self.origin) > first,
+        }
     }
 }
 
@@ -55,13 +58,18 @@ mod tests {
     use super::*;
 
     const GRACE: Duration = Duration::from_secs(40);
+    const FIRST: Duration = Duration::from_secs(300);
 
     #[test]
-    fn never_stopped_before_the_first_request() {
+    fn before_the_first_request_stopped_only_past_the_first_grace() {
         let t0 = Instant::now();
         let k = KubeletLiveness::new(t0);
-        assert!(!k.stopped(t0 + Duration::from_secs(3600), GRACE));
+        assert!(!k.stopped(t0 + Duration::from_secs(300), GRACE, FIRST));
+        assert!(k.stopped(t0 + Duration::from_secs(301), GRACE, FIRST));
         assert_eq!(k.last_seen(), None);
+        // A request, however late, starts the usual rule.
+        k.record(t0 + Duration::from_secs(400));
+        assert!(!k.stopped(t0 + Duration::from_secs(420), GRACE, FIRST));
     }
 
     #[test]
@@ -70,13 +78,13 @@ mod tests {
         let k = KubeletLiveness::new(t0);
         k.record(t0 + Duration::from_secs(5));
         assert!(
-            !k.stopped(t0 + Duration::from_secs(45), GRACE),
+            !k.stopped(t0 + Duration::from_secs(45), GRACE, FIRST),
             "exactly the grace"
         );
-        assert!(k.stopped(t0 + Duration::from_millis(45_001), GRACE));
+        assert!(k.stopped(t0 + Duration::from_millis(45_001), GRACE, FIRST));
         // A new request brings it back.
         k.record(t0 + Duration::from_secs(50));
-        assert!(!k.stopped(t0 + Duration::from_secs(60), GRACE));
+        assert!(!k.stopped(t0 + Duration::from_secs(60), GRACE, FIRST));
     }
 
     #[test]
@@ -86,7 +94,7 @@ mod tests {
         k.record(t0 + Duration::from_secs(30));
         k.record(t0 + Duration::from_secs(10));
         assert_eq!(k.last_seen(), Some(t0 + Duration::from_secs(30)));
-        assert!(!k.stopped(t0 + Duration::from_secs(60), GRACE));
+        assert!(!k.stopped(t0 + Duration::from_secs(60), GRACE, FIRST));
     }
 
     #[test]

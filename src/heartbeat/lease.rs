@@ -7,6 +7,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
+use crate::protobuf::{Wire, open_envelope, text, try_fields};
+
 /// Namespace of node leases.
 pub(crate) const LEASE_NAMESPACE: &str = "kube-node-lease";
 
@@ -76,10 +78,9 @@ pub(crate) fn new_lease(
             "spec": {"holderIdentity": node, "leaseDurationSeconds": grace.as_secs()},
         }),
     };
+    stamp_type(&mut lease);
     // Invariant: both arms above give an object.
     let object = lease.as_object_mut().expect("a lease is an object");
-    object.insert("apiVersion".into(), Value::from(LEASE_API_VERSION));
-    object.insert("kind".into(), Value::from("Lease"));
 
     let metadata = object_field(object, "metadata");
     if let Some(annotations) = metadata
@@ -103,6 +104,26 @@ pub(crate) fn new_lease(
     lease
 }
 
+/// Sets a lease's `apiVersion` and `kind` (an answer of the apiserver may leave them out, and
+/// kubelet's answers and the disk copy need them); nothing for a non-object.
+pub(crate) fn stamp_type(lease: &mut Value) {
+    if let Some(object) = lease.as_object_mut() {
+        object.insert("apiVersion".into(), Value::from(LEASE_API_VERSION));
+        object.insert("kind".into(), Value::from("Lease"));
+    }
+}
+
+/// Whether `answer` is a Lease of `node` in the node-lease namespace with a spec: what an
+/// apiserver answers a renewal with (a proxy or portal on the way may answer 200 otherwise).
+pub(crate) fn is_node_lease(answer: &Value, node: &str) -> bool {
+    answer.pointer("/metadata/name").and_then(Value::as_str) == Some(node)
+        && answer
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            == Some(LEASE_NAMESPACE)
+        && answer.get("spec").is_some_and(Value::is_object)
+}
+
 /// The object under `key`, made (or replacing a non-object) when needed.
 fn object_field<'a>(object: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
     let slot = object
@@ -114,112 +135,6 @@ fn object_field<'a>(object: &'a mut Map<String, Value>, key: &str) -> &'a mut Ma
     // Invariant: made an object just above.
     slot.as_object_mut().expect("made an object")
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(secs: u64, micros: u32) -> SystemTime {
-        UNIX_EPOCH + Duration::new(secs, micros * 1000)
-    }
-
-    #[test]
-    fn micro_time_has_six_digits_and_utc() {
-        assert_eq!(micro_time(at(0, 0)), "1970-01-01T00:00:00.000000Z");
-        assert_eq!(
-            micro_time(at(1_787_047_200, 123_456)),
-            "2026-08-18T10:00:00.123456Z"
-        );
-        assert_eq!(micro_time(at(59, 7)), "1970-01-01T00:00:59.000007Z");
-    }
-
-    #[test]
-    fn a_fresh_lease_is_the_object_yurthub_creates() {
-        let lease = new_lease(
-            None,
-            "edge-1",
-            Duration::from_secs(40),
-            at(1_787_047_200, 123_456),
-            Some("uid-1"),
-        );
-        assert_eq!(
-            lease,
-            json!({"apiVersion":"coordination.k8s.io/v1","kind":"Lease",
-                "metadata":{"name":"edge-1","namespace":"kube-node-lease",
-                    "ownerReferences":[{"apiVersion":"v1","kind":"Node","name":"edge-1","uid":"uid-1"}]},
-                "spec":{"holderIdentity":"edge-1","leaseDurationSeconds":40,
-                    "renewTime":"2026-08-18T10:00:00.123456Z"}})
-        );
-        let unowned = new_lease(None, "edge-1", Duration::from_secs(90), at(0, 0), None);
-        assert!(!has_owner_references(&unowned));
-        assert_eq!(unowned["spec"]["leaseDurationSeconds"], 90);
-    }
-
-    #[test]
-    fn a_copy_keeps_the_base_and_drops_the_delegate_annotation() {
-        let base = json!({"metadata":{"name":"edge-1","namespace":"kube-node-lease",
-                "resourceVersion":"42","uid":"l-1",
-                "annotations":{"openyurt.io/delegate-heartbeat":"true","keep":"me"},
-                "ownerReferences":[{"apiVersion":"v1","kind":"Node","name":"edge-1","uid":"old"}]},
-            "spec":{"holderIdentity":"kubelet-id","leaseDurationSeconds":55,
-                "renewTime":"2020-01-01T00:00:00.000000Z"}});
-        let before = base.clone();
-        let lease = new_lease(
-            Some(&base),
-            "edge-1",
-            Duration::from_secs(40),
-            at(60, 1),
-            Some("new"),
-        );
-        assert_eq!(base, before, "the caller's lease must not change");
-        assert_eq!(lease["metadata"]["resourceVersion"], "42");
-        assert_eq!(lease["metadata"]["annotations"], json!({"keep": "me"}));
-        assert_eq!(lease["spec"]["holderIdentity"], "kubelet-id");
-        assert_eq!(lease["spec"]["leaseDurationSeconds"], 55);
-        assert_eq!(lease["spec"]["renewTime"], "1970-01-01T00:01:00.000001Z");
-        // An owner already named stays, even when the uid given differs.
-        assert_eq!(lease["metadata"]["ownerReferences"][0]["uid"], "old");
-        assert_eq!(lease["kind"], "Lease");
-        assert_eq!(lease["apiVersion"], "coordination.k8s.io/v1");
-    }
-
-    #[test]
-    fn an_empty_owner_list_gets_the_node() {
-        let base = json!({"metadata":{"name":"n","ownerReferences":[]},"spec":{}});
-        let lease = new_lease(
-            Some(&base),
-            "n",
-            Duration::from_secs(40),
-            at(0, 0),
-            Some("u"),
-        );
-        assert_eq!(lease["metadata"]["ownerReferences"][0]["uid"], "u");
-        assert!(has_owner_references(&lease));
-    }
-
-    #[test]
-    fn odd_bases_do_not_panic() {
-        for base in [json!(null), json!([1]), json!({"metadata": 3, "spec": "x"})] {
-            let lease = new_lease(Some(&base), "n", Duration::from_secs(40), at(0, 0), None);
-            assert_eq!(lease["spec"]["renewTime"], "1970-01-01T00:00:00.000000Z");
-            assert_eq!(lease["kind"], "Lease");
-        }
-    }
-
-    #[test]
-    fn node_uid_and_paths() {
-        assert_eq!(node_uid(&json!({"metadata":{"uid":"abc"}})), Some("abc"));
-        assert_eq!(node_uid(&json!({"metadata":{"uid":""}})), None);
-        assert_eq!(node_uid(&json!({})), None);
-        assert_eq!(
-            lease_path("n1"),
-            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1"
-        );
-        assert_eq!(node_path("n1"), "/api/v1/nodes/n1");
-    }
-}
-
-use crate::protobuf::{Wire, open_envelope, text, try_fields};
 
 // kubelet creates its lease in protobuf by default; the hub answers that create itself and
 // keeps the lease as JSON. Field numbers, read from the sources, not from memory:
@@ -410,31 +325,7 @@ pub(super) mod proto_lease;
 mod protobuf_tests {
     use super::*;
 
-    /// A base-128 varint.
-    fn varint(mut value: u64) -> Vec<u8> {
-        let mut out = Vec::new();
-        while value >= 0x80 {
-            out.push(value as u8 | 0x80);
-            value >>= 7;
-        }
-        out.push(value as u8);
-        out
-    }
-
-    /// A varint field.
-    fn num(field: u64, value: u64) -> Vec<u8> {
-        [varint(field << 3), varint(value)].concat()
-    }
-
-    /// A length-delimited field.
-    fn b(field: u64, value: &[u8]) -> Vec<u8> {
-        [
-            varint(field << 3 | 2),
-            varint(value.len() as u64),
-            value.to_vec(),
-        ]
-        .concat()
-    }
+    use super::proto_lease::{bytes as b, number as num};
 
     /// A string field.
     fn s(field: u64, value: &str) -> Vec<u8> {
@@ -662,5 +553,109 @@ mod protobuf_tests {
         let lease = lease_from_protobuf(&unowned).unwrap();
         assert!(!has_owner_references(&lease));
         assert_eq!(lease["spec"]["renewTime"], "1970-01-01T00:00:00.000000Z");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64, micros: u32) -> SystemTime {
+        UNIX_EPOCH + Duration::new(secs, micros * 1000)
+    }
+
+    #[test]
+    fn micro_time_has_six_digits_and_utc() {
+        assert_eq!(micro_time(at(0, 0)), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(
+            micro_time(at(1_787_047_200, 123_456)),
+            "2026-08-18T10:00:00.123456Z"
+        );
+        assert_eq!(micro_time(at(59, 7)), "1970-01-01T00:00:59.000007Z");
+    }
+
+    #[test]
+    fn a_fresh_lease_is_the_object_yurthub_creates() {
+        let lease = new_lease(
+            None,
+            "edge-1",
+            Duration::from_secs(40),
+            at(1_787_047_200, 123_456),
+            Some("uid-1"),
+        );
+        assert_eq!(
+            lease,
+            json!({"apiVersion":"coordination.k8s.io/v1","kind":"Lease",
+                "metadata":{"name":"edge-1","namespace":"kube-node-lease",
+                    "ownerReferences":[{"apiVersion":"v1","kind":"Node","name":"edge-1","uid":"uid-1"}]},
+                "spec":{"holderIdentity":"edge-1","leaseDurationSeconds":40,
+                    "renewTime":"2026-08-18T10:00:00.123456Z"}})
+        );
+        let unowned = new_lease(None, "edge-1", Duration::from_secs(90), at(0, 0), None);
+        assert!(!has_owner_references(&unowned));
+        assert_eq!(unowned["spec"]["leaseDurationSeconds"], 90);
+    }
+
+    #[test]
+    fn a_copy_keeps_the_base_and_drops_the_delegate_annotation() {
+        let base = json!({"metadata":{"name":"edge-1","namespace":"kube-node-lease",
+                "resourceVersion":"42","uid":"l-1",
+                "annotations":{"openyurt.io/delegate-heartbeat":"true","keep":"me"},
+                "ownerReferences":[{"apiVersion":"v1","kind":"Node","name":"edge-1","uid":"old"}]},
+            "spec":{"holderIdentity":"kubelet-id","leaseDurationSeconds":55,
+                "renewTime":"2020-01-01T00:00:00.000000Z"}});
+        let before = base.clone();
+        let lease = new_lease(
+            Some(&base),
+            "edge-1",
+            Duration::from_secs(40),
+            at(60, 1),
+            Some("new"),
+        );
+        assert_eq!(base, before, "the caller's lease must not change");
+        assert_eq!(lease["metadata"]["resourceVersion"], "42");
+        assert_eq!(lease["metadata"]["annotations"], json!({"keep": "me"}));
+        assert_eq!(lease["spec"]["holderIdentity"], "kubelet-id");
+        assert_eq!(lease["spec"]["leaseDurationSeconds"], 55);
+        assert_eq!(lease["spec"]["renewTime"], "1970-01-01T00:01:00.000001Z");
+        // An owner already named stays, even when the uid given differs.
+        assert_eq!(lease["metadata"]["ownerReferences"][0]["uid"], "old");
+        assert_eq!(lease["kind"], "Lease");
+        assert_eq!(lease["apiVersion"], "coordination.k8s.io/v1");
+    }
+
+    #[test]
+    fn an_empty_owner_list_gets_the_node() {
+        let base = json!({"metadata":{"name":"n","ownerReferences":[]},"spec":{}});
+        let lease = new_lease(
+            Some(&base),
+            "n",
+            Duration::from_secs(40),
+            at(0, 0),
+            Some("u"),
+        );
+        assert_eq!(lease["metadata"]["ownerReferences"][0]["uid"], "u");
+        assert!(has_owner_references(&lease));
+    }
+
+    #[test]
+    fn odd_bases_do_not_panic() {
+        for base in [json!(null), json!([1]), json!({"metadata": 3, "spec": "x"})] {
+            let lease = new_lease(Some(&base), "n", Duration::from_secs(40), at(0, 0), None);
+            assert_eq!(lease["spec"]["renewTime"], "1970-01-01T00:00:00.000000Z");
+            assert_eq!(lease["kind"], "Lease");
+        }
+    }
+
+    #[test]
+    fn node_uid_and_paths() {
+        assert_eq!(node_uid(&json!({"metadata":{"uid":"abc"}})), Some("abc"));
+        assert_eq!(node_uid(&json!({"metadata":{"uid":""}})), None);
+        assert_eq!(node_uid(&json!({})), None);
+        assert_eq!(
+            lease_path("n1"),
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1"
+        );
+        assert_eq!(node_path("n1"), "/api/v1/nodes/n1");
     }
 }

@@ -66,10 +66,7 @@ impl LocalLease {
 
     /// Makes `lease` the current one: each renewed lease, or the disk copy at start-up.
     pub(crate) fn set(&self, mut lease: Value) {
-        if let Some(object) = lease.as_object_mut() {
-            object.insert("apiVersion".into(), lease::LEASE_API_VERSION.into());
-            object.insert("kind".into(), "Lease".into());
-        }
+        lease::stamp_type(&mut lease);
         *crate::lock(&self.current) = Some(Arc::new(lease));
     }
 
@@ -135,10 +132,7 @@ impl LocalLease {
         let mut current = crate::lock(&self.current);
         if current.is_none() {
             let mut created = created;
-            if let Some(object) = created.as_object_mut() {
-                object.insert("apiVersion".into(), lease::LEASE_API_VERSION.into());
-                object.insert("kind".into(), "Lease".into());
-            }
+            lease::stamp_type(&mut created);
             *current = Some(Arc::new(created));
         }
     }

@@ -116,9 +116,6 @@ pub(crate) struct Renewer {
     clock: Box<dyn Fn() -> SystemTime + Send>,
     /// Consecutive probes in which `GET node` answered 404.
     node_missing: u32,
-    /// Whether the Node was ever seen (found, or named as owner of a lease): only a Node
-    /// that existed can be "deleted"; a fresh node's lease may come before its Node.
-    node_seen: bool,
 }
 
 impl fmt::Debug for Renewer {
@@ -126,7 +123,6 @@ impl fmt::Debug for Renewer {
         f.debug_struct("Renewer")
             .field("settings", &self.settings)
             .field("node_missing", &self.node_missing)
-            .field("node_seen", &self.node_seen)
             .finish_non_exhaustive()
     }
 }
@@ -138,6 +134,14 @@ enum Lookup {
     Found(Option<String>),
     Missing,
     Failed,
+}
+
+/// A failed request as a step of a probe: a 403 ends it, the rest may be tried again.
+fn abort(e: LeaseError) -> Abort {
+    match e {
+        LeaseError::Forbidden(_) => Abort::Stop(Renewal::Failed(e)),
+        e => Abort::Retryable(e),
+    }
 }
 
 /// How a step of a probe ends early.
@@ -169,20 +173,16 @@ impl Renewer {
             sleep,
             clock,
             node_missing: 0,
-            node_seen: false,
         }
     }
 
     /// Whether the Node counts as deleted: probes only ask for it until it comes back.
     pub(crate) fn node_gone(&self) -> bool {
-        self.node_seen && self.node_missing >= self.settings.node_gone_after.max(1)
+        self.node_missing >= self.settings.node_gone_after.max(1)
     }
 
     /// One probe through `api`, starting from `base` (the hub's current lease, if any).
     pub(crate) fn probe(&mut self, api: &dyn LeaseApi, base: Option<&Value>) -> Renewal {
-        if base.is_some_and(lease::has_owner_references) {
-            self.node_seen = true;
-        }
         let mut lookup = Lookup::NotAsked;
         if self.node_gone() {
             match api.get_node() {
@@ -203,25 +203,17 @@ impl Renewer {
             settings: &self.settings,
             sleep: &*self.sleep,
             clock: &*self.clock,
-            node_seen: self.node_seen,
             node_missing: self.node_missing,
             lookup,
         };
         let result = match run.update(base) {
             Ok(mut renewed) => {
-                if let Some(object) = renewed.as_object_mut() {
-                    object.insert("apiVersion".into(), lease::LEASE_API_VERSION.into());
-                    object.insert("kind".into(), "Lease".into());
-                }
-                if lease::has_owner_references(&renewed) {
-                    run.node_seen = true;
-                }
+                lease::stamp_type(&mut renewed);
                 Renewal::Renewed(renewed)
             }
             Err(Abort::Retryable(e)) => Renewal::Failed(e),
             Err(Abort::Stop(r)) => r,
         };
-        self.node_seen = run.node_seen;
         match run.lookup {
             Lookup::Missing => self.node_missing = self.node_missing.saturating_add(1),
             Lookup::Found(_) => self.node_missing = 0,
@@ -244,16 +236,22 @@ struct Probe<'a> {
     settings: &'a RenewSettings,
     sleep: &'a dyn Fn(Duration),
     clock: &'a dyn Fn() -> SystemTime,
-    node_seen: bool,
     /// Consecutive earlier probes with the Node missing.
     node_missing: u32,
     lookup: Lookup,
 }
 
 impl Probe<'_> {
-    /// YurtHub's `nodeLease.Update(base)`.
+    /// YurtHub's `nodeLease.Update(base)`. A base without a resourceVersion (a lease
+    /// kubelet created while the hub knew none) is read again first: a PUT of it would be
+    /// refused.
     fn update(&mut self, base: Option<&Value>) -> Result<Value, Abort> {
-        if let Some(base) = base {
+        let versioned = base.filter(|b| {
+            b.pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .is_some_and(|rv| !rv.is_empty())
+        });
+        if let Some(base) = versioned {
             match self.retry_update(base.clone()) {
                 Ok(renewed) => return Ok(renewed),
                 Err(Abort::Stop(r)) => return Err(Abort::Stop(r)),
@@ -280,6 +278,8 @@ impl Probe<'_> {
                     base = self.backoff_ensure()?.0;
                     last = Some(e);
                 }
+                // Asking again is refused again: one request per probe is enough.
+                Err(e @ LeaseError::Forbidden(_)) => return Err(Abort::Stop(Renewal::Failed(e))),
                 Err(e) => last = Some(e),
             }
         }
@@ -308,34 +308,27 @@ impl Probe<'_> {
     /// GET the lease, or POST a new one when there is none: (lease, created).
     fn ensure(&mut self) -> Result<(Value, bool), Abort> {
         match self.api.get_lease() {
-            Ok(Some(found)) => {
-                if lease::has_owner_references(&found) {
-                    self.node_seen = true;
-                }
-                Ok((found, false))
-            }
+            Ok(Some(found)) => Ok((found, false)),
             Ok(None) => {
                 let fresh = self.new_lease(None, true)?;
                 self.api
                     .create_lease(&fresh)
                     .map(|created| (created, true))
-                    .map_err(Abort::Retryable)
+                    .map_err(abort)
             }
-            Err(e) => Err(Abort::Retryable(e)),
+            Err(e) => Err(abort(e)),
         }
     }
 
-    /// [`lease::new_lease`] with the owner reference looked up when missing. A deleted Node
-    /// stops the probe: its lease is not re-created, and after `node_gone_after` probes it
-    /// is not renewed either.
+    /// [`lease::new_lease`] with the owner reference looked up when missing. A missing Node
+    /// stops the probe: no lease is created without its Node (one would outlive it with no
+    /// owner to collect it: kubernetes #109777), and after `node_gone_after` probes in a row
+    /// an existing one is not renewed either.
     fn new_lease(&mut self, base: Option<&Value>, creating: bool) -> Result<Value, Abort> {
         let needs_owner = !base.is_some_and(lease::has_owner_references);
         if needs_owner && self.lookup == Lookup::NotAsked {
             self.lookup = match self.api.get_node() {
-                Ok(Some(node)) => {
-                    self.node_seen = true;
-                    Lookup::Found(lease::node_uid(&node).map(str::to_owned))
-                }
+                Ok(Some(node)) => Lookup::Found(lease::node_uid(&node).map(str::to_owned)),
                 Ok(None) => Lookup::Missing,
                 Err(e) => {
                     log::debug!(
@@ -346,13 +339,12 @@ impl Probe<'_> {
                 }
             };
             if self.lookup == Lookup::Missing
-                && self.node_seen
                 && self.node_missing.saturating_add(1) >= self.settings.node_gone_after.max(1)
             {
                 return Err(Abort::Stop(Renewal::NodeGone));
             }
         }
-        if creating && self.lookup == Lookup::Missing && self.node_seen {
+        if creating && self.lookup == Lookup::Missing {
             return Err(Abort::Stop(Renewal::NodeMissing));
         }
         let uid = match (&self.lookup, needs_owner) {
@@ -655,22 +647,55 @@ mod tests {
     }
 
     #[test]
-    fn a_node_not_registered_yet_still_gets_a_lease_without_owner() {
+    fn no_lease_is_created_before_the_node_registers() {
         let (mut r, _) = renewer(3);
-        for _ in 0..5 {
-            let api = FakeLeaseApi {
-                gets: queue(vec![Ok(None)]),
-                nodes: queue(vec![Ok(None)]),
-                creates: queue(vec![Ok(stored("1", None))]),
-                ..Default::default()
-            };
-            assert!(matches!(r.probe(&api, None), Renewal::Renewed(_)));
-            assert_eq!(
-                api.take_calls(),
-                ["GET lease", "GET node", "POST rv=- owner=-"]
-            );
+        let absent = || FakeLeaseApi {
+            gets: queue(vec![Ok(None)]),
+            nodes: queue(vec![Ok(None)]),
+            ..Default::default()
+        };
+        for _ in 0..2 {
+            let api = absent();
+            assert_eq!(r.probe(&api, None), Renewal::NodeMissing);
+            assert_eq!(api.take_calls(), ["GET lease", "GET node"], "no POST");
         }
-        assert!(!r.node_gone(), "a Node never seen is not deleted");
+        let api = absent();
+        assert_eq!(r.probe(&api, None), Renewal::NodeGone);
+        let api = absent();
+        assert_eq!(r.probe(&api, None), Renewal::NodeGone);
+        assert_eq!(api.take_calls(), ["GET node"]);
+        // kubelet registers the Node: the lease comes, owned by it.
+        let api = FakeLeaseApi {
+            nodes: queue(vec![Ok(Some(node("u1")))]),
+            gets: queue(vec![Ok(None)]),
+            creates: queue(vec![Ok(stored("1", Some("u1")))]),
+            ..Default::default()
+        };
+        assert!(matches!(r.probe(&api, None), Renewal::Renewed(_)));
+        assert_eq!(
+            api.take_calls(),
+            ["GET node", "GET lease", "POST rv=- owner=u1"]
+        );
+    }
+
+    #[test]
+    fn a_base_without_resource_version_is_read_again_before_the_put() {
+        let (mut r, _) = renewer(3);
+        let mut created_by_kubelet = stored("5", Some("u1"));
+        created_by_kubelet["metadata"]
+            .as_object_mut()
+            .expect("metadata")
+            .remove("resourceVersion");
+        let api = FakeLeaseApi {
+            gets: queue(vec![Ok(Some(stored("9", Some("u1"))))]),
+            updates: queue(vec![Ok(stored("10", Some("u1")))]),
+            ..Default::default()
+        };
+        assert!(matches!(
+            r.probe(&api, Some(&created_by_kubelet)),
+            Renewal::Renewed(_)
+        ));
+        assert_eq!(api.take_calls(), ["GET lease", "PUT rv=9 owner=u1"]);
     }
 
     #[test]
@@ -729,7 +754,6 @@ mod tests {
     fn a_node_missing_once_between_successes_does_not_count_as_gone() {
         let (mut r, _) = renewer(1);
         let base = stored("5", None);
-        r.node_seen = true;
         for found in [false, false, true, false, false, true] {
             let api = FakeLeaseApi {
                 nodes: queue(vec![Ok(found.then(|| node("u1")))]),
@@ -742,21 +766,28 @@ mod tests {
     }
 
     #[test]
-    fn a_forbidden_put_is_reported_as_such() {
-        let (mut r, _) = renewer(1);
+    fn a_forbidden_request_ends_the_probe_at_once() {
+        let (mut r, _) = renewer(3);
         let api = FakeLeaseApi {
-            updates: queue(vec![
-                Err(LeaseError::Forbidden("no".into())),
-                Err(LeaseError::Forbidden("no".into())),
-            ]),
-            gets: queue(vec![Ok(Some(stored("6", Some("u1"))))]),
+            updates: queue(vec![Err(LeaseError::Forbidden("no".into()))]),
             ..Default::default()
         };
         let result = r.probe(&api, Some(&stored("5", Some("u1"))));
         assert!(matches!(result, Renewal::Failed(LeaseError::Forbidden(_))));
         assert_eq!(
             api.take_calls(),
-            ["PUT rv=5 owner=u1", "GET lease", "PUT rv=6 owner=u1"]
+            ["PUT rv=5 owner=u1"],
+            "asking again is refused again"
         );
+        // Without a base: the GET refused, no backoff, no retry.
+        let api = FakeLeaseApi {
+            gets: queue(vec![Err(LeaseError::Forbidden("no".into()))]),
+            ..Default::default()
+        };
+        assert!(matches!(
+            r.probe(&api, None),
+            Renewal::Failed(LeaseError::Forbidden(_))
+        ));
+        assert_eq!(api.take_calls(), ["GET lease"]);
     }
 }

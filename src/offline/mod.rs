@@ -195,13 +195,14 @@ impl Offline {
         if !self.store.has_collection(collection) {
             return Err((ex, not_cached(req, path)));
         }
-        Ok(self.hold(ex, req))
+        Ok(self.hold(ex, req, Duration::ZERO))
     }
 
     /// Holds a watch open with no events (status 200): until its `timeoutSeconds` (else a
     /// random 30–60 minutes), shutdown, or a server usable again; at once when one is usable
-    /// already. kubelet's lease watches are held so online and offline (YurtHub's local watch).
-    pub(crate) fn hold(&self, ex: Exchange<'_>, req: &ApiRequest) -> u16 {
+    /// already — but not before `at_least` (a client that watches again at once must not
+    /// spin). kubelet's lease watches are held so online and offline (YurtHub's local watch).
+    pub(crate) fn hold(&self, ex: Exchange<'_>, req: &ApiRequest, at_least: Duration) -> u16 {
         let Ok(mut writer) = ex.start(
             200,
             &[("Content-Type", "application/json")],
@@ -226,7 +227,8 @@ impl Offline {
             if left.is_zero() || self.shutdown.load(Ordering::Relaxed) {
                 break true;
             }
-            if usable_already || self.backends.recoveries() != recoveries {
+            let cloud_back = usable_already || self.backends.recoveries() != recoveries;
+            if cloud_back && started.elapsed() >= at_least {
                 // End now so the client re-lists and re-watches through the cloud.
                 break true;
             }

@@ -3,6 +3,8 @@
 //! cached. The hub's renewal is the only writer of the node lease: two writers conflict
 //! (YurtHub #1986), and kubelet's PUTs would cost the link a round trip every 10 s.
 
+use std::time::Duration;
+
 use crate::heartbeat::NodeHeartbeat;
 use crate::heartbeat::local::{KubeletVerb, LocalAnswer};
 use crate::offline::{self, Offline};
@@ -12,6 +14,9 @@ use crate::status::Status;
 
 /// Largest lease create read: a Lease is a few hundred bytes.
 const MAX_LEASE_BODY: u64 = 64 * 1024;
+/// Shortest hold of a lease watch: YurtHub ends one within ~2 s once the cloud is healthy
+/// (it checks every 2 s); a watch ended at once would let its client spin.
+const LEASE_WATCH_AT_LEAST: Duration = Duration::from_secs(2);
 
 /// Answers kubelet's `verb` on a lease; `offline` holds a watch (none without a cache).
 /// Returns the HTTP status sent.
@@ -59,7 +64,7 @@ pub(super) fn answer(
         }
         LocalAnswer::Status(status) => refuse(ex, &status),
         LocalAnswer::Held => match offline {
-            Some(offline) => offline.hold(ex, req),
+            Some(offline) => offline.hold(ex, req, LEASE_WATCH_AT_LEAST),
             None => refuse(
                 ex,
                 &Status::service_unavailable("lease watches are not served without a cache"),

@@ -3,9 +3,6 @@
 //! §1.3): resourceVersions and conflicts, create-on-update, the refusal and conflict
 //! switches, a Node's deletion, watches of leases.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use serde_json::{Value, json};
 
 use crate::support::Cloud;
@@ -16,38 +13,11 @@ const HUB_UA: &str = "tinyhub/v0.1.0 (linux/arm) leases";
 const KUBELET_UA: &str = "kubelet/v1.30.0 (linux/arm) kubernetes/7c48c2b";
 
 /// A client of the cloud with its own User-Agent, answering status and JSON body.
-struct Writer {
-    agent: ureq::Agent,
-    base: String,
-    token: String,
-    ua: &'static str,
-}
+struct Writer(CloudClient);
 
 impl Writer {
     fn new(cloud: &Cloud, user: &str, ua: &'static str) -> Writer {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let token = format!("lease-writer-{}", NEXT.fetch_add(1, Ordering::Relaxed));
-        cloud.add_token(&token, user);
-        let tls = ureq::tls::TlsConfig::builder()
-            .provider(ureq::tls::TlsProvider::Rustls)
-            .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .root_certs(ureq::tls::RootCerts::new_with_certs(&[
-                ureq::tls::Certificate::from_der(cloud.pki().ca_der()).to_owned(),
-            ]))
-            .build();
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .proxy(None)
-            .user_agent(ureq::config::AutoHeaderValue::None)
-            .tls_config(tls)
-            .build()
-            .new_agent();
-        Writer {
-            agent,
-            base: cloud.url(),
-            token,
-            ua,
-        }
+        Writer(CloudClient::new(cloud, user).with_user_agent(ua))
     }
 
     /// One request with a JSON body of `content_type`; the status and the body as JSON.
@@ -58,28 +28,11 @@ impl Writer {
         content_type: &str,
         body: Option<&Value>,
     ) -> (u16, Value) {
-        let builder = ureq::http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base))
-            .header("user-agent", self.ua)
-            .header("accept", "application/json")
-            .header("content-type", content_type)
-            .header("authorization", format!("Bearer {}", self.token));
-        let result = match body {
-            Some(b) => self
-                .agent
-                .run(builder.body(b.to_string().into_bytes()).expect("request")),
-            None => self.agent.run(builder.body(()).expect("request")),
-        };
-        let response = result.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-        let status = response.status().as_u16();
-        let text = response
-            .into_body()
-            .read_to_string()
-            .unwrap_or_else(|e| panic!("{method} {path}: reading the body: {e}"));
-        let v = serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {text}"));
-        (status, v)
+        let body = body.map(|b| b.to_string().into_bytes());
+        let reply = self.0.call(method, path, content_type, body.as_deref());
+        let v = serde_json::from_slice(&reply.body)
+            .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {}", reply.text()));
+        (reply.status, v)
     }
 
     fn get(&self, path: &str) -> (u16, Value) {

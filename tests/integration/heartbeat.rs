@@ -107,15 +107,17 @@ fn kubelet_lease_requests_never_reach_the_cloud_which_sees_a_renewal_every_inter
     let started = Instant::now();
     let mut seen = Vec::new();
     while started.elapsed() < Duration::from_secs(5) {
+        // The cloud stores a renewal a moment before the hub has its answer.
         let newest = rv(&cloud.lease("edge-1").expect("the lease"));
+        assert!(
+            eventually(Duration::from_secs(5), || rv(&kubelet_get(&hub).json())
+                >= newest),
+            "kubelet gets the newest renewed lease, not a stale copy"
+        );
         let got = kubelet_get(&hub);
         assert_eq!(got.status, 200, "{}", got.text());
         assert_eq!(got.header("content-type"), Some("application/json"));
         let mut lease = got.json();
-        assert!(
-            rv(&lease) >= newest,
-            "kubelet gets the newest renewed lease, not a stale copy: {lease}"
-        );
         lease["spec"]["renewTime"] = json!("2020-01-01T00:00:00.000000Z");
         let put = kubelet_put(&hub, &lease);
         assert_eq!(put.status, 200, "{}", put.text());
@@ -378,5 +380,87 @@ fn renewals_write_the_lease_file_once_not_each_time() {
                     .expect("JSON")
             ),
         "the cloud's lease moved on; the file kept the first"
+    );
+}
+
+#[test]
+fn a_deleted_node_gets_no_new_lease_until_it_registers_again() {
+    let (cloud, hub, _dir) = renewing(&[]);
+    assert!(eventually(Duration::from_secs(10), || renewals(&cloud) >= 2));
+    // The stand-in, like the garbage collector, removes the lease the Node owned.
+    cloud.delete("nodes", "", "edge-1");
+    assert!(cloud.lease("edge-1").is_none());
+    let hub_creates = || {
+        cloud
+            .lease_writes("tinyhub/")
+            .iter()
+            .filter(|r| r.method == "POST" || r.status == Some(201))
+            .count()
+    };
+    let created_before = hub_creates();
+    assert!(
+        hub.wait_log("stops renewing its lease", Duration::from_secs(20)),
+        "{}",
+        hub.logs()
+    );
+    assert!(
+        cloud.lease("edge-1").is_none(),
+        "the deleted Node's lease was re-created"
+    );
+    assert_eq!(hub_creates(), created_before);
+    assert_eq!(hub.metric(&health_series(&cloud)), Some(1.0));
+    // kubelet registers the Node again: a new lease, owned by the new Node.
+    cloud.node("edge-1", None, &[]);
+    let uid = cloud.node_uid("edge-1").expect("a uid");
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            cloud
+                .lease("edge-1")
+                .is_some_and(|l| l["metadata"]["ownerReferences"][0]["uid"] == uid.as_str())
+        }),
+        "{}",
+        hub.logs()
+    );
+    assert!(hub.wait_log("is back: renewing its lease again", Duration::from_secs(1)));
+}
+
+#[test]
+fn a_renewal_the_cloud_refuses_leaves_the_servers_to_readyz_and_says_why() {
+    let (cloud, hub, _dir) = renewing(&["--heartbeat-failed-retry=3"]);
+    cloud.refuse_lease_writes(403, None);
+    assert!(
+        hub.wait_log(
+            "refuses the hub's renewal of the node lease (403",
+            Duration::from_secs(10)
+        ),
+        "{}",
+        hub.logs()
+    );
+    let refused = || {
+        cloud
+            .lease_writes("tinyhub/")
+            .iter()
+            .filter(|r| r.status == Some(403))
+            .count()
+    };
+    let from = refused();
+    assert!(eventually(Duration::from_secs(10), || refused() >= from + 2));
+    assert_eq!(hub.metric(&health_series(&cloud)), Some(1.0));
+    let services = get(&format!("{}/api/v1/services", hub.url()), KUBE_PROXY);
+    assert_eq!(services.status, 200, "{}", services.text());
+    assert!(
+        !hub.logs().contains("cloud server is unhealthy"),
+        "{}",
+        hub.logs()
+    );
+    // Asked once per tick, not retried within it (3 PUTs a tick if it were): writes refused
+    // ≈ ticks.
+    let window = Instant::now();
+    let start = refused();
+    thread::sleep(Duration::from_secs(3));
+    let per_tick = (refused() - start) as f64 / window.elapsed().as_secs_f64();
+    assert!(
+        per_tick <= 2.0,
+        "{per_tick} refused writes per second at a 1 s tick"
     );
 }

@@ -868,6 +868,8 @@ pub struct CloudClient {
     agent: ureq::Agent,
     base: String,
     token: String,
+    /// The User-Agent of `send` (kubectl's unless [`CloudClient::with_user_agent`]).
+    ua: String,
 }
 
 impl CloudClient {
@@ -895,7 +897,14 @@ impl CloudClient {
             agent,
             base: cloud.url(),
             token,
+            ua: "kubectl/v1.30.0 (linux/amd64) kubernetes/7c48c2b".to_owned(),
         }
+    }
+
+    /// The same client sending `ua` as its User-Agent.
+    pub fn with_user_agent(mut self, ua: &str) -> CloudClient {
+        self.ua = ua.to_owned();
+        self
     }
 
     fn request(&self, method: &str, path: &str, ua: &str) -> ureq::http::request::Builder {
@@ -915,11 +924,7 @@ impl CloudClient {
         headers: &[(&str, &str)],
         body: Option<&[u8]>,
     ) -> Reply {
-        let mut builder = self.request(
-            method,
-            path,
-            "kubectl/v1.30.0 (linux/amd64) kubernetes/7c48c2b",
-        );
+        let mut builder = self.request(method, path, &self.ua);
         if !headers
             .iter()
             .any(|(n, _)| n.eq_ignore_ascii_case("accept"))

@@ -54,7 +54,7 @@ pub fn encode_lease(
 }
 
 /// A base-128 varint.
-fn varint(mut value: u64) -> Vec<u8> {
+pub fn varint(mut value: u64) -> Vec<u8> {
     let mut out = Vec::new();
     while value >= 0x80 {
         out.push(value as u8 | 0x80);
@@ -65,12 +65,12 @@ fn varint(mut value: u64) -> Vec<u8> {
 }
 
 /// A varint field (wire type 0).
-fn number(field: u64, value: u64) -> Vec<u8> {
+pub fn number(field: u64, value: u64) -> Vec<u8> {
     [varint(field << 3), varint(value)].concat()
 }
 
 /// A length-delimited field (wire type 2): a string, bytes or a message.
-fn bytes(field: u64, value: &[u8]) -> Vec<u8> {
+pub fn bytes(field: u64, value: &[u8]) -> Vec<u8> {
     [
         varint(field << 3 | 2),
         varint(value.len() as u64),

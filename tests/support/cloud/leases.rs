@@ -160,7 +160,10 @@ fn rv_required(name: &str) -> ApiError {
 }
 
 /// A PUT of lease `ns/name` with body `v`: create-on-update (201) when it is missing, 422
-/// without a resourceVersion, 409 with a stale one, else the update (200).
+/// without a resourceVersion, 409 with a stale one, else the update (200). A `metadata.uid`
+/// in the body is a precondition, as the apiserver makes it (`DefaultUpdatedObjectInfo`):
+/// 409 when the stored lease has another uid, or none because it is missing (a lease whose
+/// Node was deleted is not re-created by a renewal of the old one).
 pub fn put(
     store: &Store,
     ns: &str,
@@ -172,18 +175,35 @@ pub fn put(
     let has_rv = v["metadata"]["resourceVersion"]
         .as_str()
         .is_some_and(|s| !s.is_empty());
-    if store.get(id, ns, name).is_err() {
-        if !v.is_object() || !v["metadata"].is_object() {
-            return Err(ApiError::bad_request(
-                "the object must be a JSON object with metadata",
+    if !v.is_object() || !v["metadata"].is_object() {
+        return Err(ApiError::bad_request(
+            "the object must be a JSON object with metadata",
+        ));
+    }
+    // The handler compares names before the storage layer looks at anything.
+    let body_name = v["metadata"]["name"].as_str().unwrap_or("");
+    if !body_name.is_empty() && body_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    let stored = store.get(id, ns, name).ok();
+    if let Some(uid) = v["metadata"]["uid"].as_str().filter(|u| !u.is_empty()) {
+        let held = stored
+            .as_ref()
+            .and_then(|o| o.value()["metadata"]["uid"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        if held != uid {
+            return Err(ApiError::conflict_because(
+                &KINDS[id],
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {held}"
+                ),
             ));
         }
-        let body_name = v["metadata"]["name"].as_str().unwrap_or("");
-        if !body_name.is_empty() && body_name != name {
-            return Err(ApiError::bad_request(format!(
-                "the name of the object ({body_name}) does not match the name on the URL ({name})"
-            )));
-        }
+    }
+    if stored.is_none() {
         v["metadata"]["name"] = json!(name);
         // The storage layer clears a resourceVersion the body carries before it creates.
         if let Some(m) = v["metadata"].as_object_mut() {

@@ -69,13 +69,13 @@ impl RecordedRequest {
         self.path.starts_with("/apis/certificates.k8s.io/")
     }
 
-    /// A request of the hub's node heartbeat: its lease renewal, and the Node it reads for
-    /// the lease's owner (User-Agent `tinyhub/…`).
+    /// A request of the hub's node heartbeat (User-Agent `tinyhub/…`, `?timeout=` as
+    /// client-go adds): its lease renewal, and the Node it reads for the lease's owner (the
+    /// response filters' Node reads carry no `timeout`).
     pub fn is_heartbeat(&self) -> bool {
-        let by_hub = self
-            .header("user-agent")
-            .is_some_and(|ua| ua.starts_with("tinyhub/"));
+        let by_hub = self.user_agent.starts_with("tinyhub/");
         by_hub
+            && self.query.starts_with("timeout=")
             && (self
                 .path
                 .starts_with("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/")

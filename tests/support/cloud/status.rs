@@ -88,14 +88,22 @@ impl ApiError {
 
     /// 409 for a stale `metadata.resourceVersion` on update.
     pub fn conflict(kind: &Kind, name: &str) -> ApiError {
+        ApiError::conflict_because(
+            kind,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+
+    /// 409 Conflict for `why` (a failed precondition, as the storage layer says it).
+    pub fn conflict_because(kind: &Kind, name: &str, why: &str) -> ApiError {
         ApiError {
             details: Some(details(kind, name)),
             ..Self::new(
                 409,
                 "Conflict",
                 format!(
-                    "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; \
-                     please apply your changes to the latest version and try again",
+                    "Operation cannot be fulfilled on {} \"{name}\": {why}",
                     kind.group_resource()
                 ),
             )
