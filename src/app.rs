@@ -15,6 +15,7 @@ use crate::cache::writer;
 use crate::cache::writer::CacheTx;
 use crate::cache::writer::WriterOptions;
 use crate::clients::agents_watch;
+use crate::clients::pool_watch::Feeder;
 use crate::clients::refill::{self, Refills};
 use crate::clients::services_watch;
 use crate::config::{Config, HeartbeatMode, WorkingMode};
@@ -30,12 +31,14 @@ use crate::heartbeat::{self, NodeHeartbeat};
 use crate::netif::LocalAddress;
 use crate::offline::Offline;
 use crate::pki::{self, IdentityState};
+use crate::proxy::pool_local::PoolCaches;
 use crate::proxy::{Filters, Hub};
 use crate::reaper::Reaper;
 use crate::serve::{self, Readiness};
 use crate::server::tls::ServingCert;
 use crate::server::{self, Limits, Load};
 use crate::upstream::Upstream;
+use crate::watchcache::CacheOptions;
 use crate::{SMALL_STACK, signals, spawn};
 
 /// Messages the cache writer queue holds.
@@ -57,6 +60,42 @@ const DRAIN: Duration = Duration::from_secs(3);
 /// list filtered by one round trip per Service would take far longer. A failed list ends the
 /// wait at once.
 const FIRST_SERVICES_LIST_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Edge mode: the node-local watch caches of the pool-scope resources (YURTHUB.md §4.5),
+/// each with its feeder thread, started now so that the cache is warm when kube-proxy and
+/// coredns first ask (see `clients::pool_watch`); the feeders end when `stop` closes. None
+/// in cloud mode, or when the pool-scope set is empty.
+fn start_pool_caches(
+    config: &Config,
+    upstream: &Arc<Upstream>,
+    stop: &crossbeam_channel::Receiver<()>,
+) -> Result<Option<Arc<PoolCaches>>, StartupError> {
+    if config.working_mode != WorkingMode::Edge || config.pool_scope.is_empty() {
+        return Ok(None);
+    }
+    let (pool, unknown) = PoolCaches::new(
+        config.pool_scope.clone(),
+        &config.node_name,
+        &CacheOptions::default(),
+    );
+    for gvr in unknown {
+        log::warn!(
+            "pool-scope resource {gvr} is not served from a node-local cache (its kind is not known to tinyhub); its lists and watches are forwarded"
+        );
+    }
+    for cache in pool.caches() {
+        let feeder = Feeder {
+            upstream: Arc::clone(upstream),
+            cache: cache.clone(),
+            user_agent: pool.own_agent().to_owned(),
+            retry: config.heartbeat.interval,
+        };
+        let name = format!("pool-{}", cache.resource().resource);
+        let stop = stop.clone();
+        spawn(&name, move || feeder.run(stop))?;
+    }
+    Ok(Some(Arc::new(pool)))
+}
 
 /// Runs the hub until a signal ends it.
 pub fn run(config: Config) -> Result<(), StartupError> {
@@ -246,6 +285,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         &stop_rx,
     )?;
 
+    let pool = start_pool_caches(&config, &upstream, &stop_rx)?;
     let upstream_for_identity = Arc::clone(&upstream);
     let hub = Arc::new(Hub {
         mode: config.working_mode,
@@ -256,6 +296,8 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         reaper: Reaper::start(),
         filters,
         heartbeat: node_heartbeat,
+        pool,
+        shutdown: Arc::clone(&shutdown),
     });
     let load = Arc::new(Load::default());
     let proxy_addr = proxy_listener.local_addr();

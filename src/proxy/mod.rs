@@ -8,6 +8,8 @@
 //! - `fallback.rs`: the policy on failures by origin — which one the cache may answer;
 //! - `kubelet_lease.rs`: kubelet's lease requests, answered by the hub (edge mode, lease
 //!   heartbeat).
+//! - `pool_local.rs`: lists and watches of pool-scope resources answered from the node's
+//!   shared watch cache (edge mode).
 //!
 //! The cloud is reached through the [`Cloud`] trait, so the policy is tested without one.
 //! This module knows nothing of sockets (`server/`) or of ureq (`upstream.rs`).
@@ -16,9 +18,11 @@ mod call;
 mod fallback;
 pub(crate) mod filter_body;
 mod kubelet_lease;
+pub(crate) mod pool_local;
 mod relay;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use self::call::Call;
@@ -55,6 +59,11 @@ pub(crate) struct Hub {
     /// The node heartbeat, which answers kubelet's lease requests (edge mode with
     /// `--heartbeat-mode=lease`).
     pub heartbeat: Option<Arc<NodeHeartbeat>>,
+    /// The node-local watch caches of the pool-scope resources (edge mode), which answer
+    /// every local client's list and watch of them.
+    pub pool: Option<Arc<pool_local::PoolCaches>>,
+    /// Set at shutdown: ends the watches served from `pool`.
+    pub shutdown: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What the relay's filter stage needs (cheap to clone: the refill thread filters too).
@@ -92,6 +101,8 @@ pub(crate) enum CacheStatus {
     Offline,
     /// kubelet's lease request, answered by the hub's heartbeat.
     LocalLease,
+    /// A pool-scope list or watch, answered from the node's shared watch cache.
+    PoolLocal,
     /// Refused before anything else.
     Rejected,
     /// The client went away before its answer was complete.
@@ -107,6 +118,7 @@ impl CacheStatus {
             CacheStatus::Dropped => "dropped",
             CacheStatus::Offline => "offline",
             CacheStatus::LocalLease => "local-lease",
+            CacheStatus::PoolLocal => "pool-local",
             CacheStatus::Rejected => "rejected",
             CacheStatus::ClientGone => "client-gone",
         }
@@ -145,6 +157,27 @@ impl Hub {
             call::log(&req, status, CacheStatus::LocalLease, started.elapsed());
             drop(in_flight);
             return;
+        }
+        let pooled = self
+            .pool
+            .as_ref()
+            .and_then(|pool| pool.cache_for(&req, ex.header("user-agent").unwrap_or("")));
+        if let Some(cache) = pooled {
+            // Never filled and the cloud unreachable: the ordinary path answers from disk.
+            // Filled once, the cache serves what it holds, online or not.
+            if cache.is_ready() || self.cloud.any_healthy() {
+                let status = if cache.is_ready() {
+                    let shutdown = || self.shutdown.load(Ordering::Relaxed);
+                    pool_local::answer(cache, self.filters.as_ref(), ex, &req, &shutdown)
+                } else {
+                    let status = cache.initializing();
+                    let _ = ex.send_status(&status);
+                    status.code
+                };
+                call::log(&req, status, CacheStatus::PoolLocal, started.elapsed());
+                drop(in_flight);
+                return;
+            }
         }
         let route = match self.route(&req) {
             Ok(route) => route,

@@ -1,0 +1,508 @@
+//! Node-level traffic reuse (YURTHUB.md §4.2, §4.5; edge mode): every list and watch of a
+//! pool-scope resource from a local client is answered from the one watch cache of that
+//! resource (`watchcache/`, fed by `clients::pool_watch`), not forwarded to the cloud per
+//! client.
+//!
+//! Design decisions:
+//!
+//! - **Who is served**: what `pool::PoolScope::resolve` calls `Local` — a list or watch of
+//!   a pool-scope collection (or a watch of one of its objects) from any client but this
+//!   hub's own multiplexer, whose requests go on to the cloud. Only JSON is served: a
+//!   client that takes only protobuf, or asks for a Table, is forwarded as before.
+//! - **Warming**: until the first list, YurtHub's 429 with `Retry-After: 1`; but when the
+//!   cloud is unreachable and the cache was never filled, the request takes the ordinary
+//!   path, which answers from the disk cache (`Hub::handle`).
+//! - **Offline, once filled**: the cache keeps serving what it holds; the feeder resumes
+//!   when the cloud is back. The objects are at most as old as the last event received,
+//!   which is what the disk cache would answer too.
+//! - **Filters per client, shared objects untouched**: the answer is written as the
+//!   apiserver would send it and, when `Filters` has a chain for this client, passed through
+//!   the relay's own filter stage (`filter_body::BodyFilter`), which decodes its own copy of
+//!   each object: the cache's bytes are never changed, and each client gets what a
+//!   forwarded answer would have given it.
+//! - **Streaming**: a list page is chosen under the cache's lock as shared objects and
+//!   written in writes of about 32 KiB (chunked); a watch writes each batch of events as one
+//!   chunk, ends at `timeoutSeconds` (else a random 300–600 s), and notices a client that
+//!   hung up within a second while idle (a busy one by its failed writes).
+//!
+//! Memory: one `Vec` of object handles per list page (a pointer and a length per object)
+//! and one batch buffer per watch (its events' bytes); the objects themselves are shared.
+
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::Filters;
+use super::filter_body::BodyFilter;
+use crate::cache::decode::BodyShape;
+use crate::filters::Chain;
+use crate::pool::identity;
+use crate::pool::resources::{Gvr, PoolScope, Resolution};
+use crate::request::{Accept, ApiRequest, Verb};
+use crate::selector::Selectors;
+use crate::server::{BodyWriter, Exchange, Length};
+use crate::status::Status;
+use crate::watchcache::{
+    CacheOptions, ListRequest, Resource, WatchCache, WatchNext, Watcher, error_event_line,
+};
+
+/// How long a watch waits for events before it looks whether its client hung up.
+const WATCH_TICK: Duration = Duration::from_secs(1);
+/// A watch that asked for bookmarks gets one after this long without one (the apiserver's
+/// cacher sends them about every minute).
+const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
+/// Watches without `timeoutSeconds` last a random time in this range (seconds), as the
+/// apiserver picks for its default (`MinRequestTimeout` 1800 s is YurtHub's upstream; the
+/// multiplexer's own cacher serves 300–600).
+const WATCH_SECONDS: (u64, u64) = (300, 600);
+
+/// The node-local caches of the pool-scope resources, and who they serve.
+pub(crate) struct PoolCaches {
+    scope: PoolScope,
+    /// This hub's multiplexer's User-Agent, whose requests are never served from here.
+    own_agent: String,
+    /// One cache per member of `scope` the hub knows the kind of, in `scope`'s order.
+    caches: Vec<(Gvr, WatchCache)>,
+}
+
+impl PoolCaches {
+    /// The caches of `scope` for node `node`. A member whose kind and scope the hub does not
+    /// know (an extra `--pool-scope-resources` entry: it reads no discovery) gets no cache
+    /// and stays forwarded; the caller logs the names returned.
+    pub(crate) fn new(
+        scope: PoolScope,
+        node: &str,
+        options: &CacheOptions,
+    ) -> (PoolCaches, Vec<String>) {
+        let mut caches = Vec::new();
+        let mut unknown = Vec::new();
+        for gvr in scope.iter() {
+            match known_resource(gvr) {
+                Some(resource) => {
+                    caches.push((gvr.clone(), WatchCache::new(resource, options.clone())))
+                }
+                None => unknown.push(gvr.to_string()),
+            }
+        }
+        let pool = PoolCaches {
+            scope,
+            own_agent: identity::user_agent(node),
+            caches,
+        };
+        (pool, unknown)
+    }
+
+    /// The caches, for their feeders.
+    pub(crate) fn caches(&self) -> impl Iterator<Item = &WatchCache> {
+        self.caches.iter().map(|(_, cache)| cache)
+    }
+
+    /// The multiplexer's User-Agent, which the feeders send.
+    pub(crate) fn own_agent(&self) -> &str {
+        &self.own_agent
+    }
+
+    /// The cache that serves `req` (whose User-Agent header is `user_agent`), if it is one
+    /// to serve locally.
+    pub(super) fn cache_for(&self, req: &ApiRequest, user_agent: &str) -> Option<&WatchCache> {
+        if self.scope.resolve(req, user_agent, &self.own_agent) != Resolution::Local {
+            return None;
+        }
+        // JSON only: the cache holds JSON, and the hub converts to nothing else.
+        if !matches!(req.accept, Accept::Json | Accept::JsonOrProtobuf) {
+            return None;
+        }
+        let r = req.resource()?;
+        self.caches
+            .iter()
+            .find(|(g, _)| {
+                *g.group == r.group && *g.version == r.version && *g.resource == r.resource
+            })
+            .map(|(_, cache)| cache)
+    }
+}
+
+/// The resources the hub can cache without discovery.
+fn known_resource(gvr: &Gvr) -> Option<Resource> {
+    match (&*gvr.group, &*gvr.version, &*gvr.resource) {
+        ("", "v1", "services") => Some(Resource::services()),
+        ("discovery.k8s.io", "v1", "endpointslices") => Some(Resource::endpointslices()),
+        _ => None,
+    }
+}
+
+/// Answers the list or watch `req` from `cache` (ready); the HTTP status sent. `shutdown`
+/// ends a watch when the hub stops.
+pub(super) fn answer(
+    cache: &WatchCache,
+    filters: Option<&Filters>,
+    ex: Exchange<'_>,
+    req: &ApiRequest,
+    shutdown: &dyn Fn() -> bool,
+) -> u16 {
+    let params = Params::read(ex.url());
+    let chain = filters.map_or(Chain::EMPTY, |f| f.chain_for(req));
+    let filter = filters.filter(|_| !chain.is_empty()).map(|f| (f, chain));
+    let selectors = match selectors_of(req) {
+        Ok(selectors) => selectors,
+        Err(status) => return refuse(ex, &status),
+    };
+    let r = req.resource();
+    let namespace = r.and_then(|r| r.namespace.as_deref());
+    match req.verb {
+        Verb::Watch => {
+            let rv = req.query.resource_version.as_deref();
+            match cache.watch(rv, namespace, selectors) {
+                Ok(watcher) => {
+                    let timeout = req.query.timeout_seconds.map_or_else(
+                        || Duration::from_secs(random_between(WATCH_SECONDS.0, WATCH_SECONDS.1)),
+                        Duration::from_secs,
+                    );
+                    stream_watch(
+                        cache,
+                        watcher,
+                        ex,
+                        filter,
+                        params.bookmarks,
+                        timeout,
+                        shutdown,
+                    )
+                }
+                // Before the 200, the apiserver's own status (a 410 included).
+                Err(status) => refuse(ex, &status),
+            }
+        }
+        _ => {
+            // YurtHub reads an absent or empty resourceVersion as "0": from the cache.
+            let rv = match req.query.resource_version.as_deref() {
+                None | Some("") => "0",
+                Some(rv) => rv,
+            };
+            let list = ListRequest {
+                resource_version: Some(rv),
+                namespace,
+                selectors: &selectors,
+                limit: req.query.limit,
+                continue_token: req.query.continue_token.as_deref(),
+                exact: params.exact,
+            };
+            match cache.list(&list) {
+                Ok(page) => {
+                    let Ok(mut writer) = ex.start(200, &JSON, Length::Streamed) else {
+                        return 200;
+                    };
+                    let mut out = ToClient::new(&mut writer, filter, BodyShape::List);
+                    let sent = page.write_to(&mut out).and_then(|()| out.finish());
+                    match sent {
+                        Ok(()) => {
+                            let _ = writer.finish();
+                        }
+                        // The client sees a broken answer rather than a short valid one.
+                        Err(e) => {
+                            log::debug!("a pool-cache list was not sent whole: {e}");
+                            writer.abort();
+                        }
+                    }
+                    200
+                }
+                Err(status) => refuse(ex, &status),
+            }
+        }
+    }
+}
+
+const JSON: [(&str, &str); 1] = [("Content-Type", "application/json")];
+
+/// Streams a watch until its time, the client's leaving, shutdown, or the cache ending it.
+fn stream_watch(
+    cache: &WatchCache,
+    mut watcher: Watcher,
+    ex: Exchange<'_>,
+    filter: Option<(&Filters, Chain)>,
+    bookmarks: bool,
+    timeout: Duration,
+    shutdown: &dyn Fn() -> bool,
+) -> u16 {
+    let Ok(mut writer) = ex.start(200, &JSON, Length::Streamed) else {
+        return 200;
+    };
+    let started = Instant::now();
+    let mut last_bookmark = started;
+    let mut batch = Vec::new();
+    let ended_cleanly = {
+        let mut out = ToClient::new(&mut writer, filter, BodyShape::WatchStream);
+        loop {
+            let left = timeout.saturating_sub(started.elapsed());
+            if left.is_zero() || shutdown() {
+                break true;
+            }
+            batch.clear();
+            match watcher.next(left.min(WATCH_TICK)) {
+                Ok(WatchNext::Events(events)) => {
+                    for event in &events {
+                        // Writing to a Vec cannot fail.
+                        let _ = event.write_line(&mut batch, cache);
+                    }
+                }
+                Ok(WatchNext::Idle) => {
+                    let due = bookmarks && last_bookmark.elapsed() >= BOOKMARK_EVERY;
+                    if let Some(bookmark) = watcher.bookmark().filter(|_| due) {
+                        let _ = bookmark.write_line(&mut batch, cache);
+                        last_bookmark = Instant::now();
+                    }
+                    if batch.is_empty() {
+                        if out.client_gone() {
+                            break false;
+                        }
+                        continue;
+                    }
+                }
+                // After the 200, as the apiserver does: an ERROR event, then the end.
+                Err(status) => {
+                    let _ = out.write_all(&error_event_line(&status));
+                    break true;
+                }
+            }
+            if let Err(e) = out.write_all(&batch) {
+                log::debug!("a pool-cache watch client went away: {e}");
+                break false;
+            }
+            // A burst of events can leave a large buffer behind: give it back.
+            if batch.capacity() > 1 << 20 {
+                batch = Vec::new();
+            }
+        }
+    };
+    if ended_cleanly {
+        let _ = writer.finish();
+    }
+    200
+}
+
+/// Writes an answer to the client, through the client's filters when it has any.
+struct ToClient<'w, 'c> {
+    writer: &'w mut BodyWriter<'c>,
+    filter: Option<BodyFilter<'w>>,
+    out: Vec<u8>,
+}
+
+impl<'w, 'c> ToClient<'w, 'c> {
+    fn new(
+        writer: &'w mut BodyWriter<'c>,
+        filter: Option<(&'w Filters, Chain)>,
+        shape: BodyShape,
+    ) -> ToClient<'w, 'c> {
+        let filter = filter.map(|(filters, chain)| {
+            BodyFilter::new(shape, false, chain, &filters.ctx, filters.lookups.as_ref())
+        });
+        ToClient {
+            writer,
+            filter,
+            out: Vec::new(),
+        }
+    }
+
+    /// Ends the body's filtering (a list's closing brackets come from the filter).
+    fn finish(&mut self) -> io::Result<()> {
+        if let Some(filter) = &mut self.filter {
+            filter.finish(&mut self.out).map_err(io::Error::other)?;
+            self.send_out()?;
+        }
+        Ok(())
+    }
+
+    fn send_out(&mut self) -> io::Result<()> {
+        if !self.out.is_empty() {
+            self.writer.write(&self.out)?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    /// Whether the client hung up (waits a millisecond).
+    fn client_gone(&mut self) -> bool {
+        self.writer.client_gone(Duration::from_millis(1))
+    }
+}
+
+impl Write for ToClient<'_, '_> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        match &mut self.filter {
+            Some(filter) => {
+                // The bytes are the cache's own JSON: one that does not decode is a bug, and
+                // the answer is cut rather than sent unfiltered.
+                filter.feed(data, &mut self.out).map_err(io::Error::other)?;
+                self.send_out()?;
+            }
+            None => self.writer.write(data)?,
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The query parameters `request::Query` does not keep.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Params {
+    /// `allowWatchBookmarks`, read as Go's `strconv.ParseBool`.
+    bookmarks: bool,
+    /// `resourceVersionMatch=Exact`.
+    exact: bool,
+}
+
+impl Params {
+    fn read(url: &str) -> Params {
+        let mut params = Params::default();
+        let query = url.split_once('?').map_or("", |(_, q)| q);
+        for pair in query.split('&') {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "allowWatchBookmarks" => {
+                    params.bookmarks = matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True")
+                }
+                "resourceVersionMatch" => params.exact = value == "Exact",
+                _ => {}
+            }
+        }
+        params
+    }
+}
+
+/// The request's selectors; a watch of one object selects it by name.
+fn selectors_of(req: &ApiRequest) -> Result<Selectors, Status> {
+    let name = req.resource().and_then(|r| r.name.as_deref());
+    let field = match (req.query.field_selector.as_deref(), name) {
+        (Some(f), Some(n)) if !f.trim().is_empty() => Some(format!("{f},metadata.name={n}")),
+        (_, Some(n)) => Some(format!("metadata.name={n}")),
+        (f, None) => f.map(str::to_owned),
+    };
+    Selectors::parse(req.query.label_selector.as_deref(), field.as_deref())
+        .map_err(|e| Status::bad_request(e.to_string()))
+}
+
+/// A number in `low..=high`, different for calls in the same instant (no crate for this:
+/// spreading watch lengths needs no quality). The feeder uses it too.
+pub(crate) fn random_between(low: u64, high: u64) -> u64 {
+    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let mut x = u64::from(nanos)
+        ^ SEQUENCE
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    // splitmix64's finaliser.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    low + x % (high.saturating_sub(low) + 1)
+}
+
+fn refuse(ex: Exchange<'_>, status: &Status) -> u16 {
+    let _ = ex.send_status(status);
+    status.code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::resources::Gvr;
+    use crate::request::classify;
+
+    fn req(url: &str, ua: &str, accept: &str) -> ApiRequest {
+        let headers = [
+            ("User-Agent".to_owned(), ua.to_owned()),
+            ("Accept".to_owned(), accept.to_owned()),
+        ];
+        classify("GET", url, &headers).unwrap()
+    }
+
+    fn pool() -> PoolCaches {
+        let scope = PoolScope::with_defaults([Gvr::parse("apps/v1/deployments").unwrap()]);
+        let (pool, unknown) = PoolCaches::new(scope, "edge-1", &CacheOptions::default());
+        assert_eq!(unknown, ["apps/v1/deployments"]);
+        pool
+    }
+
+    #[test]
+    fn local_clients_are_served_and_the_multiplexer_and_protobuf_only_clients_are_not() {
+        let pool = pool();
+        let json = "application/json";
+        let kp = "kube-proxy/v1.30.0";
+        let found = |url: &str, ua: &str, accept: &str| {
+            pool.cache_for(&req(url, ua, accept), ua)
+                .map(|c| c.resource().resource.clone())
+        };
+        assert_eq!(
+            found("/api/v1/services", kp, json).as_deref(),
+            Some("services")
+        );
+        assert_eq!(
+            found(
+                "/apis/discovery.k8s.io/v1/namespaces/a/endpointslices?watch=1",
+                "coredns",
+                "application/vnd.kubernetes.protobuf, application/json"
+            )
+            .as_deref(),
+            Some("endpointslices")
+        );
+        assert_eq!(
+            found("/api/v1/services", "multiplexer-proxy-edge-1", json),
+            None
+        );
+        assert_eq!(
+            found(
+                "/api/v1/services",
+                kp,
+                "application/vnd.kubernetes.protobuf"
+            ),
+            None
+        );
+        assert_eq!(found("/api/v1/namespaces/a/services/b", kp, json), None);
+        assert_eq!(found("/apis/apps/v1/deployments", kp, json), None);
+        assert_eq!(found("/api/v1/pods", kp, json), None);
+    }
+
+    #[test]
+    fn watch_lengths_stay_within_their_range_and_vary() {
+        let picks: Vec<u64> = (0..200).map(|_| random_between(300, 600)).collect();
+        assert!(picks.iter().all(|s| (300..=600).contains(s)), "{picks:?}");
+        let distinct: std::collections::HashSet<_> = picks.iter().collect();
+        assert!(distinct.len() > 50, "{distinct:?}");
+    }
+
+    #[test]
+    fn query_parameters_the_request_does_not_keep_are_read() {
+        assert_eq!(
+            Params::read("/api/v1/services?watch=1&allowWatchBookmarks=true"),
+            Params {
+                bookmarks: true,
+                exact: false
+            }
+        );
+        assert_eq!(
+            Params::read("/api/v1/services?allowWatchBookmarks=false&resourceVersionMatch=Exact"),
+            Params {
+                bookmarks: false,
+                exact: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_watch_of_one_object_selects_it_by_name() {
+        let r = req(
+            "/api/v1/namespaces/a/services/web?watch=1&fieldSelector=spec.type%3DClusterIP",
+            "x",
+            "application/json",
+        );
+        let s = selectors_of(&r).unwrap();
+        let expected =
+            Selectors::parse(None, Some("spec.type=ClusterIP,metadata.name=web")).unwrap();
+        assert_eq!(s, expected);
+    }
+}
