@@ -29,4 +29,5 @@ mod list_scope;
 mod offline;
 mod offline_hold;
 mod offline_node;
+mod pool_local;
 mod power_loss;

@@ -1,0 +1,255 @@
+//! Issue 16 item 1, node-level traffic reuse (YURTHUB.md §4.2, §4.5): in edge mode every
+//! list and watch of a pool-scope resource from a local client is served from one shared
+//! watch cache per resource, which the hub fills with one list and one watch of its own
+//! (User-Agent `multiplexer-proxy-<node>`); the cloud never sees the clients' requests.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{Cloud, RecordedRequest};
+use crate::support::hub::*;
+
+const KUBE_PROXY: &str = "kube-proxy/v1.30.0 (linux/arm) kubernetes/abcdef0";
+const COREDNS: &str = "coredns/1.11.1 (linux/arm)";
+const KUBELET: &str = "kubelet/v1.30.0 (linux/arm) kubernetes/abcdef0";
+const MULTIPLEXER: &str = "multiplexer-proxy-edge-1";
+const SECURE_PORT: u16 = 10268;
+
+fn start_hub(cloud: &Cloud, tag: &str) -> (Hub, TempDir) {
+    let dir = TempDir::new(tag);
+    let spec = HubSpec::for_cloud(cloud, dir.path()).with(&[
+        "--bind-proxy-address=127.0.0.1",
+        &format!("--proxy-secure-port={SECURE_PORT}"),
+    ]);
+    (Hub::start(&spec), dir)
+}
+
+fn service(ns: &str, name: &str, ip: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": name}},
+        "spec": {"clusterIP": ip, "clusterIPs": [ip], "type": "ClusterIP",
+                 "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}]},
+    })
+}
+
+fn is_services(r: &RecordedRequest) -> bool {
+    r.path == "/api/v1/services"
+}
+
+fn is_watch(r: &RecordedRequest) -> bool {
+    r.query
+        .split('&')
+        .any(|p| p == "watch=true" || p == "watch=1")
+}
+
+/// A list through the hub as `ua`, waiting out the 429s of a warming cache.
+fn list_when_warm(hub: &Hub, path: &str, ua: &str) -> Value {
+    let url = format!("{}{path}", hub.url());
+    let mut last = None;
+    let warm = eventually(Duration::from_secs(20), || {
+        let reply = get(&url, ua);
+        let ok = reply.status == 200;
+        last = Some(reply);
+        ok
+    });
+    let reply = last.expect("one reply");
+    assert!(warm, "{path} as {ua}: {} {}", reply.status, reply.text());
+    reply.json()
+}
+
+/// (namespace/name, resourceVersion) of each item, in order.
+fn keys(list: &[Value]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|o| {
+            (
+                format!(
+                    "{}/{}",
+                    o["metadata"]["namespace"].as_str().unwrap_or(""),
+                    o["metadata"]["name"].as_str().unwrap_or("")
+                ),
+                o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn items(list: &Value) -> &[Value] {
+    list["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+}
+
+#[test]
+fn local_components_share_one_list_and_one_watch_of_services() {
+    let cloud = Cloud::start();
+    cloud.create("services", service("shop", "web", "10.96.0.10"));
+    cloud.create("services", service("shop", "db", "10.96.0.11"));
+    let (hub, _dir) = start_hub(&cloud, "pool-local-share");
+
+    let direct = cloud.list("services", None);
+    let mut lists = Vec::new();
+    for ua in [KUBE_PROXY, COREDNS] {
+        let list = list_when_warm(&hub, "/api/v1/services", ua);
+        assert_eq!(list["kind"], "ServiceList", "{list}");
+        assert_eq!(keys(items(&list)), keys(&direct), "{ua}");
+        lists.push(list);
+    }
+    // A namespace and a label selector are served from the same cache.
+    let shop = list_when_warm(
+        &hub,
+        "/api/v1/namespaces/shop/services?labelSelector=app%3Dweb",
+        KUBE_PROXY,
+    );
+    assert_eq!(
+        keys(items(&shop))
+            .into_iter()
+            .map(|k| k.0)
+            .collect::<Vec<_>>(),
+        ["shop/web"]
+    );
+
+    // Both watch from their list's resourceVersion; a new Service reaches both.
+    let mut watches = Vec::new();
+    for (ua, list) in [KUBE_PROXY, COREDNS].into_iter().zip(&lists) {
+        let rv = list["metadata"]["resourceVersion"].as_str().expect("rv");
+        let url = format!(
+            "{}/api/v1/services?watch=true&resourceVersion={rv}&timeoutSeconds=30",
+            hub.url()
+        );
+        let (status, body) = stream(&url, ua);
+        assert_eq!(status, 200, "{ua}");
+        watches.push(Events::new(body));
+    }
+    let created = cloud.create("services", service("shop", "cache", "10.96.0.12"));
+    for events in &mut watches {
+        let event = events.next_event().expect("an event");
+        assert_eq!(event["type"], "ADDED", "{event}");
+        assert_eq!(event["object"]["metadata"]["name"], "cache", "{event}");
+        assert_eq!(
+            event["object"]["metadata"]["resourceVersion"],
+            created["metadata"]["resourceVersion"]
+        );
+        assert_eq!(event["object"]["kind"], "Service", "{event}");
+    }
+
+    // The cloud saw one list and one watch of Services from the hub's multiplexer, and
+    // nothing of Services from the components.
+    let requests = cloud.requests();
+    let from = |ua: &str, watch: bool| {
+        requests
+            .iter()
+            .filter(|r| is_services(r) && r.user_agent == ua && is_watch(r) == watch)
+            .count()
+    };
+    assert_eq!(from(MULTIPLEXER, false), 1, "lists by the multiplexer");
+    assert_eq!(from(MULTIPLEXER, true), 1, "watches by the multiplexer");
+    let by_components = requests
+        .iter()
+        .filter(|r| {
+            r.path.contains("services") && (r.user_agent == KUBE_PROXY || r.user_agent == COREDNS)
+        })
+        .count();
+    assert_eq!(by_components, 0, "{requests:#?}");
+    let watch = requests
+        .iter()
+        .find(|r| is_services(r) && r.user_agent == MULTIPLEXER && is_watch(r))
+        .expect("the multiplexer's watch");
+    assert!(
+        watch.query.contains("allowWatchBookmarks=true"),
+        "{}",
+        watch.query
+    );
+    let seconds: u64 = watch
+        .query
+        .split('&')
+        .find_map(|p| p.strip_prefix("timeoutSeconds="))
+        .and_then(|s| s.parse().ok())
+        .expect("timeoutSeconds");
+    assert!((300..=600).contains(&seconds), "{seconds}");
+}
+
+#[test]
+fn filters_apply_per_client_and_leave_the_shared_objects_unchanged() {
+    let cloud = Cloud::start();
+    let (hub, _dir) = start_hub(&cloud, "pool-local-filters");
+    let kubernetes = |ua: &str| {
+        let list = list_when_warm(&hub, "/api/v1/services", ua);
+        items(&list)
+            .iter()
+            .find(|s| {
+                s["metadata"]["namespace"] == "default" && s["metadata"]["name"] == "kubernetes"
+            })
+            .cloned()
+            .unwrap_or_else(|| panic!("no default/kubernetes: {list}"))
+    };
+    // masterservice points kubelet at the hub; kube-proxy gets the object as stored, also
+    // after kubelet's filtered answer (the shared object was not changed).
+    assert_eq!(kubernetes(KUBELET)["spec"]["clusterIP"], "127.0.0.1");
+    assert_eq!(kubernetes(KUBE_PROXY)["spec"]["clusterIP"], "10.96.0.1");
+    assert_eq!(kubernetes(KUBELET)["spec"]["clusterIP"], "127.0.0.1");
+    assert_eq!(
+        cloud.count(|r| is_services(r) && r.user_agent.starts_with("kube")),
+        0
+    );
+}
+
+#[test]
+fn a_warming_cache_answers_429_and_serves_once_listed() {
+    let cloud = Cloud::start();
+    // The hub's lists of Services fail until this is lifted; the cloud stays healthy.
+    cloud.misanswer(
+        "/api/v1/services",
+        1_000_000,
+        500,
+        br#"{"kind":"Status","code":500}"#,
+    );
+    let (hub, _dir) = start_hub(&cloud, "pool-local-warming");
+    assert!(
+        cloud
+            .wait_for_request(
+                |r| is_services(r) && r.user_agent == MULTIPLEXER,
+                Duration::from_secs(10)
+            )
+            .is_some(),
+        "the multiplexer lists Services at start"
+    );
+    let reply = get(&format!("{}/api/v1/services", hub.url()), KUBE_PROXY);
+    assert_eq!(reply.status, 429, "{}", reply.text());
+    assert_eq!(reply.header("retry-after"), Some("1"));
+    assert_eq!(
+        reply.json()["message"],
+        "cacher for gvr(/v1, Resource=services) is initializing, please try again later."
+    );
+    let watch = get(
+        &format!("{}/api/v1/services?watch=true&timeoutSeconds=5", hub.url()),
+        COREDNS,
+    );
+    assert_eq!(watch.status, 429, "{}", watch.text());
+
+    cloud.misanswer("/api/v1/services", 0, 500, b"");
+    let list = list_when_warm(&hub, "/api/v1/services", KUBE_PROXY);
+    assert_eq!(keys(items(&list)), keys(&cloud.list("services", None)));
+}
+
+#[test]
+fn the_cloud_gone_before_the_first_list_falls_back_to_the_disk_cache() {
+    let cloud = Cloud::start();
+    cloud.stop();
+    let (hub, _dir) = start_hub(&cloud, "pool-local-offline");
+    // Never filled, the cloud unreachable: the ordinary offline path answers (nothing
+    // cached for this component: 404 from the disk cache, not a 429 that never ends).
+    let reply = get(&format!("{}/api/v1/services", hub.url()), KUBE_PROXY);
+    assert_ne!(reply.status, 429, "{}", reply.text());
+    assert!(
+        hub.wait_log_line(
+            |l| l.contains("resource=\"services\"") && l.contains("cache=offline"),
+            Duration::from_secs(5)
+        ),
+        "{}",
+        hub.logs()
+    );
+}
