@@ -168,7 +168,9 @@ impl Hub {
             if cache.is_ready() || self.cloud.any_healthy() {
                 let status = if cache.is_ready() {
                     let shutdown = || self.shutdown.load(Ordering::Relaxed);
-                    pool_local::answer(cache, self.filters.as_ref(), ex, &req, &shutdown)
+                    let session = self.pool_session(&req);
+                    let filters = self.filters.as_ref();
+                    pool_local::answer(cache, filters, ex, &req, &shutdown, session)
                 } else {
                     let status = cache.initializing();
                     let _ = ex.send_status(&status);
@@ -212,6 +214,16 @@ impl Hub {
             // A pure proxy passes on what it does not understand; the cloud judges it.
             Err(_) => Classified::PassOn(Route::pass_on(ex.header("authorization").is_some())),
         }
+    }
+
+    /// The cache writer's session for a pool-scope answer to `req`, when its route caches it
+    /// (a cache agent's list or watch): what the client gets from the shared cache is kept
+    /// on disk as a forwarded answer would be, for offline answers after a restart.
+    fn pool_session(&self, req: &ApiRequest) -> Option<crate::cache::writer::Session> {
+        let route = self.route(req).ok()?;
+        let target = route.cache.ok()?;
+        let target = route::target_for_answer(&target, Some("application/json"))?;
+        self.cache.as_ref()?.begin(target, 200, false, None)
     }
 
     /// Decides what the hub does with `req` (pure), or the status that refuses it.

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::Filters;
 use super::filter_body::BodyFilter;
 use crate::cache::decode::BodyShape;
+use crate::cache::writer::Session;
 use crate::filters::Chain;
 use crate::pool::identity;
 use crate::pool::resources::{Gvr, PoolScope, Resolution};
@@ -132,13 +133,16 @@ fn known_resource(gvr: &Gvr) -> Option<Resource> {
 }
 
 /// Answers the list or watch `req` from `cache` (ready); the HTTP status sent. `shutdown`
-/// ends a watch when the hub stops.
+/// ends a watch when the hub stops. `session`, when the route caches the answer for this
+/// client, gets what the client gets, as the relay's tee gives it a forwarded answer: the
+/// disk cache keeps serving this client offline after a restart.
 pub(super) fn answer(
     cache: &WatchCache,
     filters: Option<&Filters>,
     ex: Exchange<'_>,
     req: &ApiRequest,
     shutdown: &dyn Fn() -> bool,
+    session: Option<Session>,
 ) -> u16 {
     let params = Params::read(ex.url());
     let chain = filters.map_or(Chain::EMPTY, |f| f.chain_for(req));
@@ -158,15 +162,12 @@ pub(super) fn answer(
                         || Duration::from_secs(random_between(WATCH_SECONDS.0, WATCH_SECONDS.1)),
                         Duration::from_secs,
                     );
-                    stream_watch(
-                        cache,
-                        watcher,
-                        ex,
-                        filter,
-                        params.bookmarks,
+                    let how = WatchHow {
+                        bookmarks: params.bookmarks,
                         timeout,
                         shutdown,
-                    )
+                    };
+                    stream_watch(cache, watcher, ex, filter, &how, session)
                 }
                 // Before the 200, the apiserver's own status (a 410 included).
                 Err(status) => refuse(ex, &status),
@@ -191,15 +192,23 @@ pub(super) fn answer(
                     let Ok(mut writer) = ex.start(200, &JSON, Length::Streamed) else {
                         return 200;
                     };
-                    let mut out = ToClient::new(&mut writer, filter, BodyShape::List);
+                    let mut out = ToClient::new(&mut writer, filter, BodyShape::List, session);
                     let sent = page.write_to(&mut out).and_then(|()| out.finish());
+                    let session = out.session.take();
                     match sent {
                         Ok(()) => {
+                            if let Some(s) = session {
+                                s.finish(true);
+                            }
                             let _ = writer.finish();
                         }
-                        // The client sees a broken answer rather than a short valid one.
+                        // The client sees a broken answer rather than a short valid one, and
+                        // nothing partial is cached.
                         Err(e) => {
                             log::debug!("a pool-cache list was not sent whole: {e}");
+                            if let Some(s) = session {
+                                s.finish(false);
+                            }
                             writer.abort();
                         }
                     }
@@ -213,16 +222,30 @@ pub(super) fn answer(
 
 const JSON: [(&str, &str); 1] = [("Content-Type", "application/json")];
 
+/// How a watch is served.
+struct WatchHow<'s> {
+    /// The client asked for bookmarks.
+    bookmarks: bool,
+    /// When it ends.
+    timeout: Duration,
+    /// True once the hub is stopping.
+    shutdown: &'s dyn Fn() -> bool,
+}
+
 /// Streams a watch until its time, the client's leaving, shutdown, or the cache ending it.
 fn stream_watch(
     cache: &WatchCache,
     mut watcher: Watcher,
     ex: Exchange<'_>,
     filter: Option<(&Filters, Chain)>,
-    bookmarks: bool,
-    timeout: Duration,
-    shutdown: &dyn Fn() -> bool,
+    how: &WatchHow<'_>,
+    session: Option<Session>,
 ) -> u16 {
+    let WatchHow {
+        bookmarks,
+        timeout,
+        shutdown,
+    } = *how;
     let Ok(mut writer) = ex.start(200, &JSON, Length::Streamed) else {
         return 200;
     };
@@ -230,8 +253,8 @@ fn stream_watch(
     let mut last_bookmark = started;
     let mut batch = Vec::new();
     let ended_cleanly = {
-        let mut out = ToClient::new(&mut writer, filter, BodyShape::WatchStream);
-        loop {
+        let mut out = ToClient::new(&mut writer, filter, BodyShape::WatchStream, session);
+        let ended = loop {
             let left = timeout.saturating_sub(started.elapsed());
             if left.is_zero() || shutdown() {
                 break true;
@@ -271,7 +294,12 @@ fn stream_watch(
             if batch.capacity() > 1 << 20 {
                 batch = Vec::new();
             }
+        };
+        // The cache keeps whole events either way.
+        if let Some(s) = out.session.take() {
+            s.finish(ended);
         }
+        ended
     };
     if ended_cleanly {
         let _ = writer.finish();
@@ -279,11 +307,13 @@ fn stream_watch(
     200
 }
 
-/// Writes an answer to the client, through the client's filters when it has any.
+/// Writes an answer to the client, through the client's filters when it has any, and what
+/// the client gets to the cache writer's session, if any.
 struct ToClient<'w, 'c> {
     writer: &'w mut BodyWriter<'c>,
     filter: Option<BodyFilter<'w>>,
     out: Vec<u8>,
+    session: Option<Session>,
 }
 
 impl<'w, 'c> ToClient<'w, 'c> {
@@ -291,6 +321,7 @@ impl<'w, 'c> ToClient<'w, 'c> {
         writer: &'w mut BodyWriter<'c>,
         filter: Option<(&'w Filters, Chain)>,
         shape: BodyShape,
+        session: Option<Session>,
     ) -> ToClient<'w, 'c> {
         let filter = filter.map(|(filters, chain)| {
             BodyFilter::new(shape, false, chain, &filters.ctx, filters.lookups.as_ref())
@@ -299,6 +330,7 @@ impl<'w, 'c> ToClient<'w, 'c> {
             writer,
             filter,
             out: Vec::new(),
+            session,
         }
     }
 
@@ -314,9 +346,25 @@ impl<'w, 'c> ToClient<'w, 'c> {
     fn send_out(&mut self) -> io::Result<()> {
         if !self.out.is_empty() {
             self.writer.write(&self.out)?;
+            self.tee_out();
             self.out.clear();
         }
         Ok(())
+    }
+
+    /// Gives the session what the client got: `out` when filtered, else `data`. A full
+    /// queue abandons the session (the writer drops it), as for a forwarded answer.
+    fn tee_data(&mut self, data: &[u8]) {
+        if self.session.as_mut().is_some_and(|s| !s.chunk(data)) {
+            self.session = None;
+        }
+    }
+
+    /// Gives the session the filtered output.
+    fn tee_out(&mut self) {
+        let out = std::mem::take(&mut self.out);
+        self.tee_data(&out);
+        self.out = out;
     }
 
     /// Whether the client hung up (waits a millisecond).
@@ -334,7 +382,10 @@ impl Write for ToClient<'_, '_> {
                 filter.feed(data, &mut self.out).map_err(io::Error::other)?;
                 self.send_out()?;
             }
-            None => self.writer.write(data)?,
+            None => {
+                self.writer.write(data)?;
+                self.tee_data(data);
+            }
         }
         Ok(data.len())
     }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{Cloud, RecordedRequest};
 use crate::support::hub::*;
+use crate::support::{Cloud, RecordedRequest};
 
 const KUBE_PROXY: &str = "kube-proxy/v1.30.0 (linux/arm) kubernetes/abcdef0";
 const COREDNS: &str = "coredns/1.11.1 (linux/arm)";
