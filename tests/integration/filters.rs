@@ -279,11 +279,14 @@ fn a_large_list_is_filtered_as_it_streams_and_cached_filtered() {
         assert!(item(&list, "svc-3", "cloud-lb").is_none());
         assert!(item(&list, "svc-3", "svc-000003").is_some());
     };
-    let online = get(&url, KUBE_PROXY);
-    assert!(
-        online.body.len() > 128 * 1024,
-        "the cloud streams it chunked"
-    );
+    // kube-proxy's lists of Services are served from the node's shared watch cache (issue
+    // 16), 429 until it is warm; filtered as they stream all the same.
+    let mut online = get(&url, KUBE_PROXY);
+    assert!(eventually(Duration::from_secs(20), || {
+        online = get(&url, KUBE_PROXY);
+        online.status == 200
+    }));
+    assert!(online.body.len() > 128 * 1024, "a large list");
     assert_eq!(
         online.header("content-length"),
         None,
@@ -325,7 +328,10 @@ fn an_undecodable_answer_passes_unchanged_with_a_log_line() {
 #[test]
 fn an_object_the_filters_cannot_read_goes_out_unfiltered_and_nothing_is_cached() {
     let cloud = Cloud::start();
-    let (hub, _dir) = start_hub(&cloud, "filters-unreadable");
+    // Since issue 16 an edge hub serves every client's list of Services from the node's
+    // shared watch cache: a cloud's answer to one reaches a filtered client through the
+    // relay in cloud mode only (where nothing is cached).
+    let (hub, _dir) = start_hub_with(&cloud, "filters-unreadable", &["--working-mode=cloud"]);
     let path = "/api/v1/namespaces/shop/services";
     // A lone surrogate escape: valid to the hub's scanner, refused by serde_json (in an item
     // masterservice must parse: it is named `kubernetes`).
@@ -350,9 +356,6 @@ fn an_object_the_filters_cannot_read_goes_out_unfiltered_and_nothing_is_cached()
         hub.logs()
     );
     assert_eq!(hub.log_lines(|l| l.contains("cannot be read")), 1);
-    go_offline(&cloud, &hub);
-    let offline = get(&format!("{}{path}", hub.url()), KUBELET);
-    assert_eq!(offline.status, 404, "never cached: {}", offline.text());
 }
 
 #[test]
@@ -461,14 +464,17 @@ fn check_yurt_hub_cfg_reload(tag: &str, args: &[&str]) {
 #[test]
 fn a_watch_undecodable_from_its_start_passes_unchanged_and_one_broken_later_is_cut() {
     let cloud = Cloud::start();
-    let (hub, _dir) = start_hub(&cloud, "filters-bad-watch");
+    // Cloud mode: an edge hub serves every client's watches of Services from the node's
+    // shared watch cache since issue 16, so a cloud's broken watch reaches a filtered client
+    // only in cloud mode (kubelet's, with masterservice).
+    let (hub, _dir) = start_hub_with(&cloud, "filters-bad-watch", &["--working-mode=cloud"]);
     let url = format!(
-        "{}/api/v1/namespaces/shop/services?watch=true&timeoutSeconds=10",
+        "{}/api/v1/namespaces/default/services?watch=true&timeoutSeconds=10",
         hub.url()
     );
     let garbage: &[u8] = b"<html>502 upstream gone</html>\n";
-    cloud.misanswer_watch("/api/v1/namespaces/shop/services", 1, &[garbage]);
-    let (status, mut body) = stream(&url, KUBE_PROXY);
+    cloud.misanswer_watch("/api/v1/namespaces/default/services", 1, &[garbage]);
+    let (status, mut body) = stream(&url, KUBELET);
     assert_eq!(status, 200);
     let mut got = Vec::new();
     body.read_to_end(&mut got).expect("a whole answer");
@@ -476,18 +482,19 @@ fn a_watch_undecodable_from_its_start_passes_unchanged_and_one_broken_later_is_c
 
     // Once filtered events went out, raw bytes cannot follow them: the stream is cut.
     let lb = json!({"type": "ADDED", "object": {"kind": "Service", "apiVersion": "v1",
-        "metadata": {"namespace": "shop", "name": "cloud-lb",
-                     "annotations": {"svc.openyurt.io/discard": "true"}},
-        "spec": {"type": "LoadBalancer"}}})
+        "metadata": {"namespace": "default", "name": "kubernetes"},
+        "spec": {"clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"],
+                 "ports": [{"name": "https", "port": 443}]}}})
     .to_string()
         + "\n";
     let lines: [&[u8]; 2] = [lb.as_bytes(), b"{\"type\":\"ADDED\",\"object\":{\n"];
-    cloud.misanswer_watch("/api/v1/namespaces/shop/services", 1, &lines);
-    let (status, body) = stream(&url, KUBE_PROXY);
+    cloud.misanswer_watch("/api/v1/namespaces/default/services", 1, &lines);
+    let (status, body) = stream(&url, KUBELET);
     assert_eq!(status, 200);
     let mut events = Events::new(body);
     let first = events.next_event().expect("the first event");
-    assert_eq!(first["type"], "DELETED", "filtered: {first}");
+    assert_eq!(first["type"], "ADDED", "{first}");
+    assert_points_at_hub(&first["object"]);
     assert_eq!(events.next_event(), None, "then the stream ends");
 }
 
