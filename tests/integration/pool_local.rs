@@ -253,3 +253,72 @@ fn the_cloud_gone_before_the_first_list_falls_back_to_the_disk_cache() {
         hub.logs()
     );
 }
+
+#[test]
+fn the_feeder_lists_again_after_an_error_event_and_local_watches_carry_on() {
+    let cloud = Cloud::start();
+    // The first two watches of Services (the multiplexer's and servicetopology's) end with
+    // the 410 an apiserver sends for a resourceVersion it no longer has.
+    let expired: &[u8] = br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (5)","reason":"Expired","code":410}}
+"#;
+    cloud.misanswer_watch("/api/v1/services", 2, &[expired]);
+    let (hub, _dir) = start_hub(&cloud, "pool-local-relist");
+    let lists = |cloud: &Cloud| {
+        cloud.count(|r| is_services(r) && r.user_agent == MULTIPLEXER && !is_watch(r))
+    };
+    assert!(
+        eventually(Duration::from_secs(15), || lists(&cloud) >= 2),
+        "listed again: {}",
+        hub.logs()
+    );
+    assert!(
+        hub.wait_log("listing again", Duration::from_secs(1)),
+        "{}",
+        hub.logs()
+    );
+    let list = list_when_warm(&hub, "/api/v1/services", KUBE_PROXY);
+    let rv = list["metadata"]["resourceVersion"].as_str().expect("rv");
+    let url = format!(
+        "{}/api/v1/services?watch=true&resourceVersion={rv}&timeoutSeconds=30",
+        hub.url()
+    );
+    let (status, body) = stream(&url, COREDNS);
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    // Once the feeder watches again, new objects reach the local watch.
+    assert!(cloud.wait_for_watchers("services", 2, Duration::from_secs(15)));
+    cloud.create("services", service("shop", "late", "10.96.0.20"));
+    let event = events.next_event().expect("an event");
+    assert_eq!(event["type"], "ADDED", "{event}");
+    assert_eq!(event["object"]["metadata"]["name"], "late", "{event}");
+    assert_eq!(lists(&cloud), 2, "one list per ERROR, no more");
+}
+
+#[test]
+fn what_a_cache_agent_got_from_the_shared_cache_is_answered_offline_after_a_restart() {
+    let cloud = Cloud::start();
+    cloud.create("services", service("shop", "web", "10.96.0.10"));
+    let (hub, _dir) = start_hub(&cloud, "pool-local-restart");
+    let online = list_when_warm(&hub, "/api/v1/services", KUBE_PROXY);
+    assert!(
+        hub.wait_cached(
+            &[
+                "kube-proxy/services.v1.core/shop/web",
+                "kube-proxy/services.v1.core/default/kubernetes"
+            ],
+            Duration::from_secs(10)
+        ),
+        "{}",
+        hub.logs()
+    );
+    cloud.stop();
+    let hub = hub.restart();
+    let offline = get(&format!("{}/api/v1/services", hub.url()), KUBE_PROXY);
+    assert_eq!(offline.status, 200, "{}", offline.text());
+    let names = |list: &Value| {
+        let mut names: Vec<String> = keys(items(list)).into_iter().map(|k| k.0).collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names(&offline.json()), names(&online));
+}
