@@ -322,3 +322,45 @@ fn what_a_cache_agent_got_from_the_shared_cache_is_answered_offline_after_a_rest
     };
     assert_eq!(names(&offline.json()), names(&online));
 }
+
+#[test]
+fn a_local_watch_ends_when_its_client_hangs_up_and_at_its_timeout() {
+    let cloud = Cloud::start();
+    let (hub, _dir) = start_hub(&cloud, "pool-local-hangup");
+    list_when_warm(&hub, "/api/v1/services", KUBE_PROXY);
+    let series = "node_yurthub_in_flight_requests_collector{verb=\"watch\",resource=\"services\",subresources=\"\",client=\"kube-proxy\"}";
+    let url = format!(
+        "{}/api/v1/services?watch=true&timeoutSeconds=300",
+        hub.url()
+    );
+    let (status, body) = stream(&url, KUBE_PROXY);
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    // From "now": the current objects as ADDED first.
+    let first = events.next_event().expect("an ADDED event");
+    assert_eq!(first["type"], "ADDED", "{first}");
+    assert!(
+        hub.wait_metric(series, 1.0, Duration::from_secs(5)),
+        "{}",
+        hub.logs()
+    );
+    drop(events);
+    assert!(
+        hub.wait_metric(series, 0.0, Duration::from_secs(5)),
+        "the watch outlived its client: {}",
+        hub.logs()
+    );
+
+    // timeoutSeconds ends it cleanly: the stream ends, no error.
+    let url = format!("{}/api/v1/services?watch=true&timeoutSeconds=1", hub.url());
+    let started = std::time::Instant::now();
+    let (status, body) = stream(&url, COREDNS);
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    while events.next_event().is_some() {}
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+}
