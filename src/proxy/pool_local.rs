@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::Filters;
-use super::filter_body::BodyFilter;
+use super::filter_body::{BodyFilter, StageTime};
 use crate::cache::decode::BodyShape;
 use crate::cache::writer::Session;
 use crate::filters::Chain;
@@ -311,7 +311,8 @@ fn stream_watch(
 /// the client gets to the cache writer's session, if any.
 struct ToClient<'w, 'c> {
     writer: &'w mut BodyWriter<'c>,
-    filter: Option<BodyFilter<'w>>,
+    /// The filter, and its time on this answer (recorded once, when dropped, as the relay's).
+    filter: Option<(BodyFilter<'w>, StageTime)>,
     out: Vec<u8>,
     session: Option<Session>,
 }
@@ -324,7 +325,9 @@ impl<'w, 'c> ToClient<'w, 'c> {
         session: Option<Session>,
     ) -> ToClient<'w, 'c> {
         let filter = filter.map(|(filters, chain)| {
-            BodyFilter::new(shape, false, chain, &filters.ctx, filters.lookups.as_ref())
+            let filter =
+                BodyFilter::new(shape, false, chain, &filters.ctx, filters.lookups.as_ref());
+            (filter, StageTime::new(chain))
         });
         ToClient {
             writer,
@@ -336,8 +339,11 @@ impl<'w, 'c> ToClient<'w, 'c> {
 
     /// Ends the body's filtering (a list's closing brackets come from the filter).
     fn finish(&mut self) -> io::Result<()> {
-        if let Some(filter) = &mut self.filter {
-            filter.finish(&mut self.out).map_err(io::Error::other)?;
+        if let Some((filter, stage)) = &mut self.filter {
+            let out = &mut self.out;
+            stage
+                .time(|| filter.finish(out))
+                .map_err(io::Error::other)?;
             self.send_out()?;
         }
         Ok(())
@@ -376,10 +382,13 @@ impl<'w, 'c> ToClient<'w, 'c> {
 impl Write for ToClient<'_, '_> {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         match &mut self.filter {
-            Some(filter) => {
+            Some((filter, stage)) => {
                 // The bytes are the cache's own JSON: one that does not decode is a bug, and
                 // the answer is cut rather than sent unfiltered.
-                filter.feed(data, &mut self.out).map_err(io::Error::other)?;
+                let out = &mut self.out;
+                stage
+                    .time(|| filter.feed(data, out))
+                    .map_err(io::Error::other)?;
                 self.send_out()?;
             }
             None => {
