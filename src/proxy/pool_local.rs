@@ -510,6 +510,16 @@ mod tests {
             .as_deref(),
             Some("endpointslices")
         );
+        // client-go's protobuf content type (kube-proxy's default) takes JSON too.
+        assert_eq!(
+            found(
+                "/api/v1/services?watch=1",
+                kp,
+                "application/vnd.kubernetes.protobuf, */*"
+            )
+            .as_deref(),
+            Some("services")
+        );
         assert_eq!(
             found("/api/v1/services", "multiplexer-proxy-edge-1", json),
             None
