@@ -364,3 +364,54 @@ fn a_local_watch_ends_when_its_client_hangs_up_and_at_its_timeout() {
         "{took:?}"
     );
 }
+
+#[test]
+fn offline_the_filled_cache_keeps_serving_and_the_feeder_resumes_its_watch_after() {
+    let cloud = Cloud::start();
+    cloud.create("services", service("shop", "web", "10.96.0.10"));
+    let (hub, _dir) = start_hub(&cloud, "pool-local-resume");
+    // An application of the node's, which is no cache agent: nothing of its is on disk.
+    let app = "edge-app/1.0";
+    let online = list_when_warm(&hub, "/api/v1/services", app);
+    assert!(cloud.wait_for_watchers("services", 2, Duration::from_secs(10)));
+    cloud.stop();
+    assert!(
+        hub.wait_healthy(&cloud, false, Duration::from_secs(15)),
+        "{}",
+        hub.logs()
+    );
+    // Only the shared cache can answer it now.
+    let offline = get(&format!("{}/api/v1/services", hub.url()), app);
+    assert_eq!(offline.status, 200, "{}", offline.text());
+    assert_eq!(keys(items(&offline.json())), keys(items(&online)));
+
+    cloud.restart();
+    assert!(
+        hub.wait_healthy(&cloud, true, Duration::from_secs(15)),
+        "{}",
+        hub.logs()
+    );
+    let rv = online["metadata"]["resourceVersion"].as_str().expect("rv");
+    let url = format!(
+        "{}/api/v1/services?watch=true&resourceVersion={rv}&timeoutSeconds=30",
+        hub.url()
+    );
+    let (status, body) = stream(&url, app);
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    let multiplexer_watches =
+        || cloud.count(|r| is_services(r) && r.user_agent == MULTIPLEXER && is_watch(r));
+    assert!(
+        eventually(Duration::from_secs(15), || multiplexer_watches() >= 2),
+        "the feeder watches again: {}",
+        hub.logs()
+    );
+    cloud.create("services", service("shop", "after", "10.96.0.21"));
+    let event = events.next_event().expect("an event");
+    assert_eq!(event["object"]["metadata"]["name"], "after", "{event}");
+    // Resumed from its resourceVersion: no second list.
+    assert_eq!(
+        cloud.count(|r| is_services(r) && r.user_agent == MULTIPLEXER && !is_watch(r)),
+        1
+    );
+}
