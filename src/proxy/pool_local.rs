@@ -20,6 +20,10 @@
 //!   the relay's own filter stage (`filter_body::BodyFilter`), which decodes its own copy of
 //!   each object: the cache's bytes are never changed, and each client gets what a
 //!   forwarded answer would have given it.
+//! - **The disk cache still gets the client's answer**: when the route caches the request
+//!   (a cache agent's list or watch), what the client got is teed to the writer as the
+//!   relay's tee would, so offline answers after a restart (the memory cache is empty then)
+//!   still have it.
 //! - **Streaming**: a list page is chosen under the cache's lock as shared objects and
 //!   written in writes of about 32 KiB (chunked); a watch writes each batch of events as one
 //!   chunk, ends at `timeoutSeconds` (else a random 300–600 s), and notices a client that
