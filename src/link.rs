@@ -334,6 +334,30 @@ impl Link {
     }
 }
 
+/// A response body that counts its bytes on a [`Link`] as they are read (a watch's while it
+/// streams): what an upstream client wraps its body reader in.
+pub(crate) struct Counted<R> {
+    inner: R,
+    link: Link,
+    /// The body is gzip-encoded: its bytes count as such too.
+    gzip: bool,
+}
+
+impl<R> Counted<R> {
+    /// `inner`'s bytes counted on `link`, as gzip-encoded when `gzip`.
+    pub(crate) fn new(inner: R, link: Link, gzip: bool) -> Counted<R> {
+        Counted { inner, link, gzip }
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.link.received(n as u64, self.gzip);
+        Ok(n)
+    }
+}
+
 /// The component label of a request: the User-Agent's first word (before `/`), trimmed; the
 /// map lowercases it. Empty without a User-Agent.
 pub(crate) fn component_of(headers: &[(String, String)]) -> &str {
@@ -575,6 +599,31 @@ mod tests {
         assert_eq!(
             value(&text, "tinyhub_cloud_all_received_bytes_total"),
             Some(8)
+        );
+    }
+
+    #[test]
+    fn a_counted_body_counts_each_read_as_it_happens() {
+        use std::io::Read;
+        static S: LinkStats = LinkStats::new();
+        let link = S.link("leader", "kube-proxy", "endpointslices");
+        link.request(0);
+        let mut body = Counted::new(&b"0123456789"[..], link, true);
+        let mut buf = [0u8; 4];
+        let received = "tinyhub_cloud_received_bytes_total{server=\"leader\",component=\"kube-proxy\",resource=\"endpointslices\"}";
+        assert_eq!(body.read(&mut buf).unwrap(), 4);
+        assert_eq!(
+            value(&page(&S), received),
+            Some(4),
+            "counted before the end"
+        );
+        let mut rest = Vec::new();
+        body.read_to_end(&mut rest).unwrap();
+        let text = page(&S);
+        assert_eq!(value(&text, received), Some(10));
+        assert_eq!(
+            value(&text, "tinyhub_cloud_all_received_gzip_bytes_total"),
+            Some(10)
         );
     }
 

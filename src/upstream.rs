@@ -28,7 +28,7 @@ use ureq::{Agent, SendBody};
 use crate::config::Token;
 use crate::health::{Backends, Probe};
 use crate::http1;
-use crate::link::{self, LINK, Link};
+use crate::link::{self, Counted, LINK};
 use crate::metrics::{METRICS, Metrics};
 use crate::route::{Deadline, Identity};
 use crate::tls::{ClientIdentity, TlsMaterial};
@@ -207,18 +207,11 @@ impl Read for NotingBody<'_, '_> {
 
 /// A streaming response body; reads return as soon as bytes arrive. Each read's bytes are
 /// counted on the link at once (a watch's too, while it lasts): one relaxed atomic add.
-pub(crate) struct AnswerBody {
-    reader: ureq::BodyReader<'static>,
-    link: Link,
-    /// The body is gzip-encoded (counted as such).
-    gzip: bool,
-}
+pub(crate) struct AnswerBody(Counted<ureq::BodyReader<'static>>);
 
 impl Read for AnswerBody {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.reader.read(buf)?;
-        self.link.received(n as u64, self.gzip);
-        Ok(n)
+        self.0.read(buf)
     }
 }
 
@@ -627,11 +620,7 @@ impl Upstream {
             status: parts.status.as_u16(),
             headers,
             length,
-            body: AnswerBody {
-                reader: body.into_reader(),
-                link,
-                gzip,
-            },
+            body: AnswerBody(Counted::new(body.into_reader(), link, gzip)),
             backend,
             cancel,
         })
