@@ -25,6 +25,7 @@ pub mod fuzzing;
 mod health;
 pub(crate) mod heartbeat;
 mod http1;
+mod link;
 pub mod logging;
 mod metrics;
 mod names;

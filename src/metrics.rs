@@ -67,8 +67,9 @@ pub(crate) struct Metrics {
     traffic: Mutex<BTreeMap<RequestLabels, u64>>,
 }
 
-/// Most labelled series kept per metric; requests past it count only in the totals.
-const MAX_SERIES: usize = 512;
+/// Most labelled series kept per metric; requests past it count only in the totals. The
+/// link series (`crate::link`) share the figure.
+const MAX_SERIES: usize = crate::link::MAX_SERIES;
 
 /// The process-wide metrics.
 pub(crate) static METRICS: Metrics = Metrics::new();
@@ -343,6 +344,8 @@ impl Metrics {
             &self.upstream_retries,
         );
         render_filters(&mut out, &crate::filters::FILTER_STATS);
+        // The upstream link's requests and bytes (`tinyhub_cloud_*`, see `link`).
+        crate::link::LINK.render(&mut out);
         out
     }
 }

@@ -28,6 +28,7 @@ use ureq::{Agent, SendBody};
 use crate::config::Token;
 use crate::health::{Backends, Probe};
 use crate::http1;
+use crate::link::{self, Counted, LINK};
 use crate::metrics::{METRICS, Metrics};
 use crate::route::{Deadline, Identity};
 use crate::tls::{ClientIdentity, TlsMaterial};
@@ -204,8 +205,9 @@ impl Read for NotingBody<'_, '_> {
     }
 }
 
-/// A streaming response body; reads return as soon as bytes arrive.
-pub(crate) struct AnswerBody(ureq::BodyReader<'static>);
+/// A streaming response body; reads return as soon as bytes arrive. Each read's bytes are
+/// counted on the link at once (a watch's too, while it lasts): one relaxed atomic add.
+pub(crate) struct AnswerBody(Counted<ureq::BodyReader<'static>>);
 
 impl Read for AnswerBody {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
@@ -484,6 +486,12 @@ impl Upstream {
         req: &mut Outgoing<'_>,
     ) -> Result<Answer, UpstreamError> {
         let server = &self.backends.get(backend).base;
+        // The series is resolved once, before sending: the body reader only adds to it.
+        let link = LINK.link(
+            server,
+            link::component_of(req.headers),
+            link::resource_of(req.path_and_query),
+        );
         let url = format!("{server}{}", req.path_and_query);
         let mut builder = http::Request::builder().method(req.method).uri(&url);
         // ureq writes the request head a line at a time through its output buffer: the
@@ -546,6 +554,9 @@ impl Upstream {
                     .body(SendBody::from_reader(&mut reader))
                     .map_err(request_error)?;
                 let result = agent.run(configure(agent, request, req.deadline, output_buffer));
+                if on_the_link(&result) {
+                    link.request(reader.sent);
+                }
                 if reader.failed {
                     // ureq stopped because the client's body did: its error says why.
                     return Err(UpstreamError::ClientBody(
@@ -568,7 +579,11 @@ impl Upstream {
             }
             None => {
                 let request = builder.body(()).map_err(request_error)?;
-                agent.run(configure(agent, request, req.deadline, output_buffer))
+                let result = agent.run(configure(agent, request, req.deadline, output_buffer));
+                if on_the_link(&result) {
+                    link.request(0);
+                }
+                result
             }
         };
         let response = result.map_err(|e| transport_error(server, e))?;
@@ -580,6 +595,11 @@ impl Upstream {
             None
         };
         let (parts, body) = response.into_parts();
+        let gzip = parts
+            .headers
+            .get("content-encoding")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("gzip"));
         let mut length = None;
         let headers = parts
             .headers
@@ -600,7 +620,7 @@ impl Upstream {
             status: parts.status.as_u16(),
             headers,
             length,
-            body: AnswerBody(body.into_reader()),
+            body: AnswerBody(Counted::new(body.into_reader(), link, gzip)),
             backend,
             cancel,
         })
@@ -635,6 +655,8 @@ impl Upstream {
     ) -> Result<Exchanged, String> {
         // No material yet: the server cannot be reached as the hub.
         let agents = self.current().map_err(|e| e.to_string())?;
+        let link = LINK.link(base, link::HUB_COMPONENT, link::resource_of(path));
+        let sent = body.map_or(0, |b| b.len() as u64);
         let mut builder = http::Request::builder()
             .method(method)
             .uri(format!("{base}{path}"))
@@ -656,16 +678,25 @@ impl Upstream {
             // A 4xx or 5xx is an answer here, not an error.
             .http_status_as_error(false)
             .build();
-        let response = agents.hub.run(request).map_err(|e| e.to_string())?;
+        let result = agents.hub.run(request);
+        if on_the_link(&result) {
+            link.request(sent);
+        }
+        let response = result.map_err(|e| e.to_string())?;
         let status = response.status().as_u16();
+        let gzip = response
+            .headers()
+            .get("content-encoding")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
         let mut kept = Vec::new();
         // Read to the end (within the cap) so the connection goes back to the pool.
-        response
+        let read = response
             .into_body()
             .into_reader()
             .take(MAX_EXCHANGE_BODY)
-            .read_to_end(&mut kept)
-            .map_err(|e| e.to_string())?;
+            .read_to_end(&mut kept);
+        link.received(kept.len() as u64, gzip);
+        read.map_err(|e| e.to_string())?;
         Ok(Exchanged { status, body: kept })
     }
 }
@@ -962,16 +993,30 @@ fn configure<S: ureq::AsSendBody>(
     }
 }
 
-fn transport_error(server: &str, error: ureq::Error) -> UpstreamError {
-    let timeout = matches!(error, ureq::Error::Timeout(_))
-        || matches!(&error, ureq::Error::Io(e) if e.kind() == io::ErrorKind::TimedOut);
-    // Failures before a connection exists cannot have delivered the request.
-    let before_connecting = matches!(
+/// The request went on the link: it was answered, or failed after connecting (it may have
+/// been sent whole or in part). A failure to connect sent nothing.
+fn on_the_link<T>(result: &Result<T, ureq::Error>) -> bool {
+    match result {
+        Ok(_) => true,
+        Err(e) => !never_connected(e),
+    }
+}
+
+/// The failure came before a connection existed: the request cannot have been delivered.
+fn never_connected(error: &ureq::Error) -> bool {
+    matches!(
         error,
         ureq::Error::ConnectionFailed
             | ureq::Error::HostNotFound
             | ureq::Error::Timeout(ureq::Timeout::Connect | ureq::Timeout::Resolve)
-    ) || matches!(&error, ureq::Error::Io(e) if matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::NotConnected));
+    ) || matches!(error, ureq::Error::Io(e) if matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::NotConnected))
+}
+
+fn transport_error(server: &str, error: ureq::Error) -> UpstreamError {
+    let timeout = matches!(error, ureq::Error::Timeout(_))
+        || matches!(&error, ureq::Error::Io(e) if e.kind() == io::ErrorKind::TimedOut);
+    // Failures before a connection exists cannot have delivered the request.
+    let before_connecting = never_connected(&error);
     UpstreamError::Transport {
         server: server.to_owned(),
         detail: error.to_string(),

@@ -25,6 +25,7 @@ mod heartbeat;
 mod hostile;
 mod identity;
 mod kubectl;
+mod link_metrics;
 mod list_scope;
 mod offline;
 mod offline_hold;
