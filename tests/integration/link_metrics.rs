@@ -28,54 +28,60 @@ fn labelled(cloud: &Cloud, name: &str, component: &str, resource: &str) -> Strin
     )
 }
 
-fn start(cloud: &Cloud, tag: &str) -> (TempDir, Hub) {
+fn start(cloud: &Cloud, tag: &str, flags: &[&str]) -> (TempDir, Hub) {
     let dir = TempDir::new(tag);
-    let hub = Hub::start(&HubSpec::for_cloud(cloud, dir.path()));
+    let hub = Hub::start(&HubSpec::for_cloud(cloud, dir.path()).with(flags));
     (dir, hub)
 }
 
 #[test]
 fn lists_writes_and_probes_move_their_series_by_their_body_bytes() {
     let cloud = Cloud::start();
-    cloud.populate_services(300);
+    // Not a pool-scope resource (those are served from the hub's watch cache), and past the
+    // 128 KiB over which the cloud compresses.
+    for i in 0..300 {
+        cloud.create(
+            "configmaps",
+            json!({"metadata": {"name": format!("pad-{i}"), "namespace": "default"},
+                   "data": {"pad": "x".repeat(500)}}),
+        );
+    }
     // The hub's node: its lease renewals (the health probes of lease mode) go on the link.
     cloud.node("edge-1", None, &[]);
-    let (_dir, hub) = start(&cloud, "link-metrics");
+    let (_dir, hub) = start(&cloud, "link-metrics", &[]);
+    let list = format!("{}/api/v1/namespaces/default/configmaps", hub.url());
 
     // A plain list: one request, every body byte the client got.
-    let plain = get(&format!("{}/api/v1/services", hub.url()), CURL);
+    let plain = get(&list, CURL);
     assert_eq!(plain.status, 200, "{}", plain.text());
     assert_eq!(plain.header("content-encoding"), None);
-    assert_eq!(series(&hub, &cloud, "requests", "curl", "services"), 1.0);
+    assert_eq!(series(&hub, &cloud, "requests", "curl", "configmaps"), 1.0);
     assert_eq!(
-        series(&hub, &cloud, "received_bytes", "curl", "services"),
+        series(&hub, &cloud, "received_bytes", "curl", "configmaps"),
         plain.body.len() as f64
     );
-    assert_eq!(series(&hub, &cloud, "sent_bytes", "curl", "services"), 0.0);
     assert_eq!(
-        series(&hub, &cloud, "received_gzip_bytes", "curl", "services"),
+        series(&hub, &cloud, "sent_bytes", "curl", "configmaps"),
+        0.0
+    );
+    assert_eq!(
+        series(&hub, &cloud, "received_gzip_bytes", "curl", "configmaps"),
         0.0
     );
 
     // The same list asking for gzip: the link carried the compressed body, which the hub
     // passes through (the client got those very bytes).
-    let zipped = call(
-        "GET",
-        &format!("{}/api/v1/services", hub.url()),
-        CURL,
-        &[("accept-encoding", "gzip")],
-        None,
-    );
+    let zipped = call("GET", &list, CURL, &[("accept-encoding", "gzip")], None);
     assert_eq!(zipped.status, 200);
     assert_eq!(zipped.header("content-encoding"), Some("gzip"));
     assert!(zipped.body.len() * 4 < plain.body.len(), "gzip saves");
-    assert_eq!(series(&hub, &cloud, "requests", "curl", "services"), 2.0);
+    assert_eq!(series(&hub, &cloud, "requests", "curl", "configmaps"), 2.0);
     assert_eq!(
-        series(&hub, &cloud, "received_bytes", "curl", "services"),
+        series(&hub, &cloud, "received_bytes", "curl", "configmaps"),
         (plain.body.len() + zipped.body.len()) as f64
     );
     assert_eq!(
-        series(&hub, &cloud, "received_gzip_bytes", "curl", "services"),
+        series(&hub, &cloud, "received_gzip_bytes", "curl", "configmaps"),
         zipped.body.len() as f64
     );
 
@@ -122,7 +128,7 @@ fn lists_writes_and_probes_move_their_series_by_their_body_bytes() {
 #[test]
 fn a_watch_counts_its_bytes_as_they_stream() {
     let cloud = Cloud::start();
-    let (_dir, hub) = start(&cloud, "link-metrics-watch");
+    let (_dir, hub) = start(&cloud, "link-metrics-watch", &[]);
     let rv = cloud.resource_version();
     // The hub watches ConfigMaps of its own (its leader ConfigMap): one more than those.
     let before = cloud.watchers("configmaps");
@@ -190,7 +196,8 @@ fn gzip_shrinks_the_pool_scope_lists_on_the_link() {
     let cloud = Cloud::start();
     cloud.populate_services(1000);
     cloud.populate_endpointslices(1000, 10);
-    let (_dir, hub) = start(&cloud, "link-metrics-gzip");
+    // Cloud mode forwards them (edge mode serves them from its watch cache).
+    let (_dir, hub) = start(&cloud, "link-metrics-gzip", &["--working-mode=cloud"]);
     let mut figures = Vec::new();
     for (path, resource) in [
         ("/api/v1/services", "services"),
