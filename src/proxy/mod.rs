@@ -158,14 +158,15 @@ impl Hub {
             drop(in_flight);
             return;
         }
-        let pooled = self
-            .pool
-            .as_ref()
-            .and_then(|pool| pool.cache_for(&req, ex.header("user-agent").unwrap_or("")));
-        if let Some(cache) = pooled {
-            // Never filled and the cloud unreachable: the ordinary path answers from disk.
-            // Filled once, the cache serves what it holds, online or not.
-            if cache.is_ready() || self.cloud.any_healthy() {
+        let pooled = self.pool.as_ref().and_then(|pool| {
+            let cache = pool.cache_for(&req, ex.header("user-agent").unwrap_or(""))?;
+            Some((cache, pool.warming()))
+        });
+        if let Some((cache, warming)) = pooled {
+            // Never filled and the cloud unreachable: the ordinary path answers from disk;
+            // never filled past the warming time: forwarded as before. Filled once, the cache
+            // serves what it holds, online or not.
+            if cache.is_ready() || (warming && self.cloud.any_healthy()) {
                 let status = if cache.is_ready() {
                     let shutdown = || self.shutdown.load(Ordering::Relaxed);
                     let session = self.pool_session(&req);

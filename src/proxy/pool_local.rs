@@ -60,6 +60,9 @@ const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 /// apiserver picks for its default (`MinRequestTimeout` 1800 s is YurtHub's upstream; the
 /// multiplexer's own cacher serves 300–600).
 const WATCH_SECONDS: (u64, u64) = (300, 600);
+/// How long after start a cache not yet filled answers 429 (its feeder lists at once and
+/// retries every heartbeat interval); past it, its kind is forwarded until the cache fills.
+const WARMING: Duration = Duration::from_secs(60);
 
 /// The node-local caches of the pool-scope resources, and who they serve.
 pub(crate) struct PoolCaches {
@@ -68,6 +71,10 @@ pub(crate) struct PoolCaches {
     own_agent: String,
     /// One cache per member of `scope` the hub knows the kind of, in `scope`'s order.
     caches: Vec<(Gvr, WatchCache)>,
+    /// Until when a cache not filled yet answers 429 (warming); after it, its requests are
+    /// forwarded as before (a feeder that cannot list, e.g. 403 for the hub's identity, must
+    /// not leave kube-proxy at 429 for ever).
+    warm_by: Instant,
 }
 
 impl PoolCaches {
@@ -93,8 +100,15 @@ impl PoolCaches {
             scope,
             own_agent: identity::user_agent(node),
             caches,
+            warm_by: Instant::now() + WARMING,
         };
         (pool, unknown)
+    }
+
+    /// Whether a cache not filled yet still counts as warming (429) rather than failed
+    /// (forwarded).
+    pub(crate) fn warming(&self) -> bool {
+        Instant::now() < self.warm_by
     }
 
     /// The caches, for their feeders.
@@ -162,7 +176,8 @@ pub(super) fn answer(
             let rv = req.query.resource_version.as_deref();
             match cache.watch(rv, namespace, selectors) {
                 Ok(watcher) => {
-                    let timeout = req.query.timeout_seconds.map_or_else(
+                    // 0 means unset, as the apiserver reads it (an instant end would spin).
+                    let timeout = req.query.timeout_seconds.filter(|&t| t > 0).map_or_else(
                         || Duration::from_secs(random_between(WATCH_SECONDS.0, WATCH_SECONDS.1)),
                         Duration::from_secs,
                     );

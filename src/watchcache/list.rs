@@ -224,9 +224,13 @@ impl WatchCache {
             (None, Some(prefix)) => prefix.as_str(),
             (None, None) => "",
         };
+        // The apiserver's watch cache answers a list at resourceVersion ""/"0" whole, whatever
+        // its limit: client-go's reflectors ask `limit=500&resourceVersion=0` and expect it,
+        // and the hub's disk cache prunes only from whole lists (`route.rs`).
+        let from_cache = position.is_none() && !req.exact && wanted.is_none();
         let limit = req
             .limit
-            .filter(|&l| l > 0)
+            .filter(|&l| l > 0 && !from_cache)
             .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         let mut page = Page {
             namespace: req.namespace.filter(|ns| !ns.is_empty()),

@@ -259,6 +259,8 @@ fn a_list_is_written_as_the_apiserver_writes_it() {
     let page = cache
         .list(&ListRequest {
             limit: Some(3),
+            // A resourceVersion pages (at ""/"0" the cache answers whole).
+            resource_version: Some("1"),
             ..req(&everything)
         })
         .unwrap();
@@ -299,6 +301,8 @@ fn limit_and_continue_page_through_a_consistent_snapshot() {
     let everything = Selectors::everything();
     let first = ListRequest {
         limit: Some(2),
+        // A resourceVersion pages (at ""/"0" the cache answers whole).
+        resource_version: Some("1"),
         ..req(&everything)
     };
     let (keys, rv, token) = list(&cache, first).unwrap();
@@ -386,6 +390,8 @@ fn a_continue_older_than_the_history_is_expired() {
         &cache,
         ListRequest {
             limit: Some(1),
+            // A resourceVersion pages (at ""/"0" the cache answers whole).
+            resource_version: Some("1"),
             ..req(&everything)
         },
     )
@@ -1095,4 +1101,23 @@ fn an_exact_resource_version_lists_the_state_then() {
     );
     assert_eq!(cache.list(&at("0")).unwrap_err().code, 400);
     assert_eq!(cache.list(&at("14")).unwrap_err().code, 504);
+}
+
+#[test]
+fn a_list_from_the_cache_at_rv_0_is_whole_whatever_its_limit() {
+    let cache = services();
+    let everything = Selectors::everything();
+    for rv in [None, Some(""), Some("0")] {
+        let (keys, _, token) = list(
+            &cache,
+            ListRequest {
+                limit: Some(1),
+                resource_version: rv,
+                ..req(&everything)
+            },
+        )
+        .unwrap();
+        assert_eq!(keys.len(), 4, "{rv:?}");
+        assert_eq!(token, None, "{rv:?}");
+    }
 }
