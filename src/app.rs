@@ -24,9 +24,6 @@ use crate::filters::lookups::CloudLookups;
 use crate::filters::topology_index::TopologyIndex;
 use crate::filters::{FilterConfig, FilterContext, FilterName, FilterReload, Switches};
 use crate::health::{self, Backends, Probe};
-use crate::heartbeat::api::ServerLeaseApi;
-use crate::heartbeat::checker::{LeaseChecker, LeaseSink};
-use crate::heartbeat::renew::{self, LeaseApi, RenewSettings, Renewer};
 use crate::heartbeat::{self, NodeHeartbeat};
 use crate::netif::LocalAddress;
 use crate::offline::Offline;
@@ -465,65 +462,9 @@ fn start_health(
         health::spawn_checkers(Arc::clone(backends), readyz, config.heartbeat, stop.clone());
         return Ok(None);
     }
-    let node = &config.node_name;
-    let grace = config.kubelet_health_grace_period;
-    let heartbeat = Arc::new(NodeHeartbeat::new(node, grace));
-    let servers: Vec<Box<dyn LeaseApi + Send>> = config
-        .servers
-        .iter()
-        .map(|server| {
-            Box::new(ServerLeaseApi::new(
-                Arc::clone(upstream),
-                server.base.clone(),
-                node.clone(),
-                config.heartbeat.timeout,
-            )) as Box<dyn LeaseApi + Send>
-        })
-        .collect();
-    let renewer = Renewer::new(RenewSettings {
-        node: node.clone(),
-        grace,
-        failed_retry: config.heartbeat.failed_retry,
-        node_gone_after: renew::NODE_GONE_AFTER,
-    });
-    let sink = cache.map(|tx| Box::new(tx) as Box<dyn LeaseSink>);
-    let mut checker = LeaseChecker::new(
-        Arc::clone(backends),
-        Arc::clone(&heartbeat),
-        servers,
-        readyz,
-        renewer,
-        config.heartbeat,
-        sink,
-    );
-    if let Some(stored) = store.and_then(|store| stored_lease(store, node)) {
-        checker.restore(stored, Instant::now());
-    }
-    checker
-        .spawn(stop.clone())
-        .map_err(|e| StartupError::new(e.to_string()).context("cannot start the heartbeat"))?;
-    Ok(Some(heartbeat))
-}
-
-/// The node lease kept in the cache by an earlier run, if it is readable and this node's.
-fn stored_lease(store: &Store, node: &str) -> Option<serde_json::Value> {
-    let key = heartbeat::lease_key(node);
-    let bytes = match store.get(&key) {
-        Ok(found) => found?,
-        Err(e) => {
-            log::warn!("cannot read the node lease kept in the cache: {e}");
-            return None;
-        }
-    };
-    match serde_json::from_slice::<serde_json::Value>(&bytes) {
-        Ok(lease) if lease.pointer("/metadata/name").and_then(|n| n.as_str()) == Some(node) => {
-            Some(lease)
-        }
-        _ => {
-            log::warn!("the node lease kept in the cache is not this node's Lease; not used");
-            None
-        }
-    }
+    heartbeat::start(config, backends, upstream, store, cache, readyz, stop)
+        .map(Some)
+        .map_err(|e| StartupError::new(e.to_string()).context("cannot start the heartbeat"))
 }
 
 /// The response filters of the flags (None when `--enable-resource-filter=false`), and their

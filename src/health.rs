@@ -226,8 +226,36 @@ impl Backends {
     }
 
     /// Wakes backend `index`'s checker (a pending wake already covers it).
-    pub(crate) fn wake(&self, index: usize) {
+    fn wake(&self, index: usize) {
         let _ = self.list[index].wake.0.try_send(());
+    }
+
+    /// Records one probe's verdict on backend `index` by YurtHub's thresholds: one failure
+    /// makes it unhealthy, `threshold` successes in a row (`streak`, the checker's count)
+    /// make an unhealthy one healthy again. The probe began when the failure count was
+    /// `reports`; a request that failed while it was under way wakes the next probe now.
+    pub(crate) fn judge(
+        &self,
+        index: usize,
+        ok: bool,
+        reports: u64,
+        streak: &mut u32,
+        threshold: u32,
+    ) {
+        let ruled = if ok {
+            *streak = streak.saturating_add(1);
+            if self.is_healthy(index) || *streak >= threshold {
+                self.rule(index, true, reports)
+            } else {
+                true
+            }
+        } else {
+            *streak = 0;
+            self.rule(index, false, reports)
+        };
+        if !ruled {
+            self.wake(index);
+        }
     }
 
     /// (base, healthy by the last probe) of every backend, for metrics.
@@ -330,38 +358,23 @@ fn check_loop(
             default(hb.interval) => {}
         }
         let reports = backends.reports(index);
-        let ruled = if backends.is_healthy(index) {
-            let result = readyz_round(probe, &base, &hb, true);
-            if let Err(e) = &result {
-                log::warn!(
-                    "cloud server probe failed server=\"{base}\" retries={} err=\"{e}\"",
-                    hb.failed_retry
-                );
-                successes = 0;
-            }
-            backends.rule(index, result.is_ok(), reports)
-        } else {
-            match probe.probe(&base, hb.timeout) {
-                Ok(()) => {
-                    successes += 1;
-                    if successes >= hb.healthy_threshold {
-                        successes = 0;
-                        backends.rule(index, true, reports)
-                    } else {
-                        true
-                    }
-                }
-                Err(e) => {
-                    log::debug!("cloud server still unhealthy server=\"{base}\" err=\"{e}\"");
-                    successes = 0;
-                    true
-                }
-            }
-        };
-        if !ruled {
-            // A request failed while this round was under way: the next round rules, now.
-            backends.wake(index);
+        let healthy = backends.is_healthy(index);
+        let result = readyz_round(probe, &base, &hb, healthy);
+        match &result {
+            Err(e) if healthy => log::warn!(
+                "cloud server probe failed server=\"{base}\" retries={} err=\"{e}\"",
+                hb.failed_retry
+            ),
+            Err(e) => log::debug!("cloud server still unhealthy server=\"{base}\" err=\"{e}\""),
+            Ok(()) => {}
         }
+        backends.judge(
+            index,
+            result.is_ok(),
+            reports,
+            &mut successes,
+            hb.healthy_threshold,
+        );
     }
 }
 

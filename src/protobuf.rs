@@ -19,6 +19,34 @@ pub(crate) enum Wire<'a> {
     Fixed,
 }
 
+impl<'a> Wire<'a> {
+    /// A length-delimited value, else `None` (a known field of the wrong wire type).
+    pub(crate) fn bytes(self) -> Option<&'a [u8]> {
+        match self {
+            Wire::Bytes(bytes) => Some(bytes),
+            _ => None,
+        }
+    }
+
+    /// A string value: length-delimited UTF-8.
+    pub(crate) fn string(self) -> Option<String> {
+        text(self.bytes()?)
+    }
+
+    /// A varint value, else `None`.
+    pub(crate) fn number(self) -> Option<u64> {
+        match self {
+            Wire::Varint(x) => Some(x),
+            _ => None,
+        }
+    }
+
+    /// An int32 value: sent sign-extended to 64 bits; Go keeps the low 32.
+    pub(crate) fn int32(self) -> Option<i32> {
+        Some(self.number()? as u32 as i32)
+    }
+}
+
 /// Calls `f` with each (field number, value) of a message; `None` if it is malformed.
 pub(crate) fn fields<'a>(buf: &'a [u8], mut f: impl FnMut(u64, Wire<'a>)) -> Option<()> {
     try_fields(buf, |n, v| {

@@ -16,6 +16,7 @@ use std::fmt;
 use std::sync::OnceLock;
 
 use crate::logging::rfc3339;
+use crate::protobuf::PROTOBUF_MAGIC;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::{digest, hmac, rand};
@@ -286,9 +287,6 @@ pub(crate) fn parse_rfc3339(s: &str) -> Option<i64> {
     let days = crate::logging::days_from_civil(year, month as u32, day as u32);
     Some(days * 86_400 + hour * 3600 + minute * 60 + second.min(60) - offset * 60)
 }
-
-/// Kept here for the callers that know it as `tokens::PROTOBUF_MAGIC`.
-pub(crate) use crate::protobuf::PROTOBUF_MAGIC;
 
 /// Reads a TokenRequest's spec from kubelet's protobuf body
 /// (k8s.io/api/authentication/v1/generated.proto) with the crate's protobuf reader.

@@ -650,7 +650,7 @@ impl Upstream {
         base: &str,
         method: &str,
         path: &str,
-        body: Option<&[u8]>,
+        body: Option<Vec<u8>>,
         timeout: Duration,
     ) -> Result<Exchanged, String> {
         // No material yet: the server cannot be reached as the hub.
@@ -669,7 +669,7 @@ impl Upstream {
             builder = builder.header("authorization", format!("Bearer {token}"));
         }
         let request = builder
-            .body(body.unwrap_or_default().to_vec())
+            .body(body.unwrap_or_default())
             .map_err(|e| e.to_string())?;
         let request = agents
             .hub

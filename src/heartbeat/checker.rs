@@ -193,34 +193,20 @@ impl LeaseChecker {
     }
 
     /// Records the verdict `result` of a probe of server `index` that began when its failure
-    /// count was `reports`: one failure unhealthy, the threshold of successes healthy.
+    /// count was `reports` ([`Backends::judge`]: the thresholds of `/readyz` mode too).
     fn judge(&mut self, index: usize, result: Result<(), String>, reports: u64) {
-        let base = &self.backends.get(index).base;
-        let ruled = match result {
-            Ok(()) => {
-                self.successes[index] = self.successes[index].saturating_add(1);
-                if self.backends.is_healthy(index)
-                    || self.successes[index] >= self.settings.healthy_threshold
-                {
-                    self.backends.rule(index, true, reports)
-                } else {
-                    true
-                }
+        if let Err(why) = &result {
+            let base = &self.backends.get(index).base;
+            if self.backends.is_healthy(index) {
+                log::warn!("cloud server probe failed server=\"{base}\" err=\"{why}\"");
+            } else {
+                log::debug!("cloud server still unhealthy server=\"{base}\" err=\"{why}\"");
             }
-            Err(why) => {
-                if self.backends.is_healthy(index) {
-                    log::warn!("cloud server probe failed server=\"{base}\" err=\"{why}\"");
-                } else {
-                    log::debug!("cloud server still unhealthy server=\"{base}\" err=\"{why}\"");
-                }
-                self.successes[index] = 0;
-                self.backends.rule(index, false, reports)
-            }
-        };
-        if !ruled {
-            // A request failed while this probe was under way: the next probe rules, now.
-            self.backends.wake(index);
         }
+        let threshold = self.settings.healthy_threshold;
+        let streak = &mut self.successes[index];
+        self.backends
+            .judge(index, result.is_ok(), reports, streak, threshold);
     }
 
     /// `/readyz` of server `index` by its own retry rule.

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
-use crate::protobuf::{Wire, open_envelope, text, try_fields};
+use crate::protobuf::{open_envelope, try_fields};
 
 /// Namespace of node leases.
 pub(crate) const LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -160,8 +160,8 @@ pub(crate) fn lease_from_protobuf(body: &[u8]) -> Option<Value> {
     let mut spec = Map::new();
     // A message field given twice merges, as protobuf does.
     try_fields(raw, |n, v| match n {
-        1 => proto_object_meta(as_bytes(v)?, &mut metadata),
-        2 => proto_lease_spec(as_bytes(v)?, &mut spec),
+        1 => proto_object_meta(v.bytes()?, &mut metadata),
+        2 => proto_lease_spec(v.bytes()?, &mut spec),
         _ => Some(()),
     })?;
     Some(json!({
@@ -184,7 +184,7 @@ fn proto_object_meta(message: &[u8], metadata: &mut Map<String, Value>) -> Optio
                     _ => "resourceVersion",
                 };
                 // Go writes these strings even when empty; JSON leaves empty ones out.
-                let value = as_string(v)?;
+                let value = v.string()?;
                 if value.is_empty() {
                     metadata.remove(key);
                 } else {
@@ -192,12 +192,12 @@ fn proto_object_meta(message: &[u8], metadata: &mut Map<String, Value>) -> Optio
                 }
             }
             11 | 12 => {
-                let (key, value) = proto_map_entry(as_bytes(v)?)?;
+                let (key, value) = proto_map_entry(v.bytes()?)?;
                 let map = if n == 11 { "labels" } else { "annotations" };
                 object_field(metadata, map).insert(key, value.into());
             }
             13 => {
-                let owner = proto_owner_reference(as_bytes(v)?)?;
+                let owner = proto_owner_reference(v.bytes()?)?;
                 match metadata.get_mut("ownerReferences") {
                     Some(Value::Array(owners)) => owners.push(owner),
                     _ => {
@@ -216,8 +216,8 @@ fn proto_map_entry(message: &[u8]) -> Option<(String, String)> {
     let (mut key, mut value) = (String::new(), String::new());
     try_fields(message, |n, v| {
         match n {
-            1 => key = as_string(v)?,
-            2 => value = as_string(v)?,
+            1 => key = v.string()?,
+            2 => value = v.string()?,
             _ => {}
         }
         Some(())
@@ -234,12 +234,12 @@ fn proto_owner_reference(message: &[u8]) -> Option<Value> {
     }
     try_fields(message, |n, v| {
         let (key, value) = match n {
-            5 => ("apiVersion", Value::from(as_string(v)?)),
-            1 => ("kind", Value::from(as_string(v)?)),
-            3 => ("name", Value::from(as_string(v)?)),
-            4 => ("uid", Value::from(as_string(v)?)),
-            6 => ("controller", Value::from(as_varint(v)? != 0)),
-            7 => ("blockOwnerDeletion", Value::from(as_varint(v)? != 0)),
+            5 => ("apiVersion", Value::from(v.string()?)),
+            1 => ("kind", Value::from(v.string()?)),
+            3 => ("name", Value::from(v.string()?)),
+            4 => ("uid", Value::from(v.string()?)),
+            6 => ("controller", Value::from(v.number()? != 0)),
+            7 => ("blockOwnerDeletion", Value::from(v.number()? != 0)),
             _ => return Some(()),
         };
         owner.insert(key.into(), value);
@@ -252,13 +252,13 @@ fn proto_owner_reference(message: &[u8]) -> Option<Value> {
 fn proto_lease_spec(message: &[u8], spec: &mut Map<String, Value>) -> Option<()> {
     try_fields(message, |n, v| {
         let (key, value) = match n {
-            1 => ("holderIdentity", Value::from(as_string(v)?)),
-            2 => ("leaseDurationSeconds", Value::from(as_int32(v)?)),
-            3 => ("acquireTime", proto_micro_time(as_bytes(v)?)?),
-            4 => ("renewTime", proto_micro_time(as_bytes(v)?)?),
-            5 => ("leaseTransitions", Value::from(as_int32(v)?)),
-            6 => ("strategy", Value::from(as_string(v)?)),
-            7 => ("preferredHolder", Value::from(as_string(v)?)),
+            1 => ("holderIdentity", Value::from(v.string()?)),
+            2 => ("leaseDurationSeconds", Value::from(v.int32()?)),
+            3 => ("acquireTime", proto_micro_time(v.bytes()?)?),
+            4 => ("renewTime", proto_micro_time(v.bytes()?)?),
+            5 => ("leaseTransitions", Value::from(v.int32()?)),
+            6 => ("strategy", Value::from(v.string()?)),
+            7 => ("preferredHolder", Value::from(v.string()?)),
             _ => return Some(()),
         };
         spec.insert(key.into(), value);
@@ -276,8 +276,8 @@ fn proto_micro_time(message: &[u8]) -> Option<Value> {
     let (mut seconds, mut nanos) = (0u64, 0u64);
     try_fields(message, |n, v| {
         match n {
-            1 => seconds = as_varint(v)?,
-            2 => nanos = as_varint(v)?,
+            1 => seconds = v.number()?,
+            2 => nanos = v.number()?,
             _ => {}
         }
         Some(())
@@ -287,32 +287,6 @@ fn proto_micro_time(message: &[u8]) -> Option<Value> {
     let nanos = u32::try_from(nanos).ok().filter(|n| *n < 1_000_000_000)?;
     let at = UNIX_EPOCH.checked_add(Duration::new(seconds, nanos))?;
     Some(Value::from(micro_time(at)))
-}
-
-/// A length-delimited value, else `None` (a known field of the wrong wire type).
-fn as_bytes(v: Wire<'_>) -> Option<&[u8]> {
-    match v {
-        Wire::Bytes(bytes) => Some(bytes),
-        _ => None,
-    }
-}
-
-/// A string value: length-delimited UTF-8.
-fn as_string(v: Wire<'_>) -> Option<String> {
-    text(as_bytes(v)?)
-}
-
-/// A varint value, else `None`.
-fn as_varint(v: Wire<'_>) -> Option<u64> {
-    match v {
-        Wire::Varint(x) => Some(x),
-        _ => None,
-    }
-}
-
-/// An int32 value: sent sign-extended to 64 bits; Go keeps the low 32.
-fn as_int32(v: Wire<'_>) -> Option<i32> {
-    Some(as_varint(v)? as u32 as i32)
 }
 
 // The integration tests' encoder, checked here against the decoder it feeds.

@@ -10,7 +10,11 @@
 //! - [`kubelet`]: "is kubelet alive", from the time of its last lease request.
 //! - [`local`]: the current lease answering kubelet, and when it is written to disk.
 //! - [`checker`]: the health checker of lease mode: a rotating renewal per tick, and what
-//!   replaces it while kubelet is silent or the Node is deleted.
+//!   replaces it while kubelet is silent or the renewal is refused; its verdicts go through
+//!   the same thresholds as `/readyz` mode ([`crate::health::Backends::judge`]).
+//!
+//! [`start`] builds them for the hub and starts the checker; the request path asks
+//! [`NodeHeartbeat::intercepts`] and [`NodeHeartbeat::answer`].
 //!
 //! Where tinyhub departs from YurtHub (§1.5): kubelet's lease requests get the newest renewed
 //! lease; a lease kubelet creates while none is known is kept; a silent kubelet stops the
@@ -25,13 +29,25 @@ pub(crate) mod lease;
 pub(crate) mod local;
 pub(crate) mod renew;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cache::key::{CollectionKey, ObjectKey};
-use crate::request::{ApiRequest, Verb};
+use crossbeam_channel::Receiver;
+use serde_json::Value;
 
+use crate::cache::key::{CollectionKey, ObjectKey};
+use crate::cache::store::Store;
+use crate::cache::writer::CacheTx;
+use crate::config::Config;
+use crate::health::{Backends, Probe};
+use crate::request::{ApiRequest, Verb};
+use crate::upstream::Upstream;
+
+use self::api::ServerLeaseApi;
+use self::checker::{LeaseChecker, LeaseSink};
 use self::kubelet::KubeletLiveness;
 use self::local::{KubeletVerb, LocalAnswer, LocalLease};
+use self::renew::{LeaseApi, NODE_GONE_AFTER, RenewSettings, Renewer};
 
 /// The component whose lease requests the hub answers.
 const KUBELET: &str = "kubelet";
@@ -94,6 +110,76 @@ impl NodeHeartbeat {
     ) -> LocalAnswer {
         self.kubelet.record(Instant::now());
         self.lease.answer(verb, namespace, name, body)
+    }
+}
+
+/// Starts the lease-mode heartbeat of `config`'s node over `backends`: the checker thread
+/// (until `stop` closes), its first round at once from the lease kept in `store` by an
+/// earlier run, renewed leases to `cache`, `readyz` while nothing is renewed. The heartbeat
+/// it returns answers kubelet's lease requests.
+pub(crate) fn start(
+    config: &Config,
+    backends: &Arc<Backends>,
+    upstream: &Arc<Upstream>,
+    store: Option<&Store>,
+    cache: Option<CacheTx>,
+    readyz: Arc<dyn Probe>,
+    stop: &Receiver<()>,
+) -> std::io::Result<Arc<NodeHeartbeat>> {
+    let node = &config.node_name;
+    let grace = config.kubelet_health_grace_period;
+    let heartbeat = Arc::new(NodeHeartbeat::new(node, grace));
+    let servers: Vec<Box<dyn LeaseApi + Send>> = config
+        .servers
+        .iter()
+        .map(|server| {
+            Box::new(ServerLeaseApi::new(
+                Arc::clone(upstream),
+                server.base.clone(),
+                node.clone(),
+                config.heartbeat.timeout,
+            )) as Box<dyn LeaseApi + Send>
+        })
+        .collect();
+    let renewer = Renewer::new(RenewSettings {
+        node: node.clone(),
+        grace,
+        failed_retry: config.heartbeat.failed_retry,
+        node_gone_after: NODE_GONE_AFTER,
+    });
+    let sink = cache.map(|tx| Box::new(tx) as Box<dyn LeaseSink>);
+    let mut checker = LeaseChecker::new(
+        Arc::clone(backends),
+        Arc::clone(&heartbeat),
+        servers,
+        readyz,
+        renewer,
+        config.heartbeat,
+        sink,
+    );
+    if let Some(stored) = store.and_then(|store| stored_lease(store, node)) {
+        checker.restore(stored, Instant::now());
+    }
+    checker.spawn(stop.clone())?;
+    Ok(heartbeat)
+}
+
+/// The node lease kept in the cache by an earlier run, if it is readable and this node's
+/// Lease (the check a renewal's answer passes).
+fn stored_lease(store: &Store, node: &str) -> Option<Value> {
+    let bytes = match store.get(&lease_key(node)) {
+        Ok(found) => found?,
+        Err(e) => {
+            log::warn!("cannot read the node lease kept in the cache: {e}");
+            return None;
+        }
+    };
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(stored) if lease::is_node_lease(&stored, node) => Some(stored),
+        _ => {
+            log::warn!("the node lease kept in the cache is not this node's Lease; not used");
+            None
+        }
     }
 }
 

@@ -260,7 +260,7 @@ impl Offline {
         // kubelet and kube-proxy send events in protobuf by default, and take it back (their
         // Accept). Nothing is stored, so the body goes back as it came: a 400 would make
         // kubelet drop the event for good.
-        if persist.is_none() && body.starts_with(crate::tokens::PROTOBUF_MAGIC) {
+        if persist.is_none() && body.starts_with(crate::protobuf::PROTOBUF_MAGIC) {
             let content_type = ex
                 .header("Content-Type")
                 .unwrap_or("application/vnd.kubernetes.protobuf")
