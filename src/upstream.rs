@@ -656,7 +656,7 @@ impl Upstream {
         // No material yet: the server cannot be reached as the hub.
         let agents = self.current().map_err(|e| e.to_string())?;
         let link = LINK.link(base, link::HUB_COMPONENT, link::resource_of(path));
-        let sent = body.map_or(0, |b| b.len() as u64);
+        let sent = body.as_ref().map_or(0, |b| b.len() as u64);
         let mut builder = http::Request::builder()
             .method(method)
             .uri(format!("{base}{path}"))
