@@ -35,6 +35,22 @@ pub(crate) struct Details {
     pub group: String,
     /// Resource (plural), which Kubernetes puts in `details.kind`.
     pub kind: String,
+    /// `details.causes`: what client-go looks for by type (`ResourceVersionTooLarge`) or
+    /// shows per field (`Invalid`).
+    pub causes: Vec<Cause>,
+}
+
+/// One `metav1.StatusCause`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct Cause {
+    /// The cause's type, which the wire names `reason`.
+    #[serde(rename = "reason")]
+    pub kind: &'static str,
+    /// Human-readable text.
+    pub message: String,
+    /// The field concerned, if any.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub field: String,
 }
 
 impl Status {
@@ -72,6 +88,60 @@ impl Status {
             name: name.to_owned(),
             group: group.to_owned(),
             kind: resource.to_owned(),
+            causes: Vec::new(),
+        }));
+        status
+    }
+
+    /// 504 with the cause client-go's reflector looks for to fall back to a list from
+    /// "any" resourceVersion: the apiserver's `storage.NewTooLargeResourceVersionError`
+    /// (the watch cache asks for a retry after 1 s).
+    pub(crate) fn too_large_resource_version(wanted: u64, current: u64) -> Status {
+        let mut status = Status::timeout(format!(
+            "Timeout: Too large resource version: {wanted}, current: {current}"
+        ));
+        status.retry_after = Some(1);
+        status.details = Some(Box::new(Details {
+            name: String::new(),
+            group: String::new(),
+            kind: String::new(),
+            causes: vec![Cause {
+                kind: "ResourceVersionTooLarge",
+                message: "Too large resource version".to_owned(),
+                field: String::new(),
+            }],
+        }));
+        status
+    }
+
+    /// 422 for list options the apiserver's validation forbids (`errors.NewInvalid` of
+    /// `ListOptions.meta.k8s.io`): each `(field, detail)` a `FieldValueForbidden` cause.
+    pub(crate) fn invalid_list_options(forbidden: &[(&str, &str)]) -> Status {
+        let errors: Vec<String> = forbidden
+            .iter()
+            .map(|(field, detail)| format!("{field}: Forbidden: {detail}"))
+            .collect();
+        let aggregate = match errors.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let mut status = Status::new(
+            422,
+            "Invalid",
+            format!("ListOptions.meta.k8s.io \"\" is invalid: {aggregate}"),
+        );
+        status.details = Some(Box::new(Details {
+            name: String::new(),
+            group: "meta.k8s.io".to_owned(),
+            kind: "ListOptions".to_owned(),
+            causes: forbidden
+                .iter()
+                .map(|(field, detail)| Cause {
+                    kind: "FieldValueForbidden",
+                    message: format!("Forbidden: {detail}"),
+                    field: (*field).to_owned(),
+                })
+                .collect(),
         }));
         status
     }
@@ -165,12 +235,19 @@ impl Status {
         let details = match (&self.details, self.retry_after) {
             (None, None) => None,
             (details, retry_after_seconds) => Some(WireDetails {
-                name: details.as_ref().map(|d| d.name.as_str()),
+                name: details
+                    .as_ref()
+                    .map(|d| d.name.as_str())
+                    .filter(|n| !n.is_empty()),
                 group: details
                     .as_ref()
                     .map(|d| d.group.as_str())
                     .filter(|g| !g.is_empty()),
-                kind: details.as_ref().map(|d| d.kind.as_str()),
+                kind: details
+                    .as_ref()
+                    .map(|d| d.kind.as_str())
+                    .filter(|k| !k.is_empty()),
+                causes: details.as_ref().map_or(&[][..], |d| d.causes.as_slice()),
                 retry_after_seconds,
             }),
         };
@@ -222,6 +299,8 @@ struct WireDetails<'a> {
     group: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     kind: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[Cause]>::is_empty")]
+    causes: &'a [Cause],
     #[serde(skip_serializing_if = "Option::is_none")]
     retry_after_seconds: Option<u32>,
 }

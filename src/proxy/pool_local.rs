@@ -169,12 +169,15 @@ pub(super) fn answer(
         Ok(selectors) => selectors,
         Err(status) => return refuse(ex, &status),
     };
+    if let Err(status) = params.validate(req.verb == Verb::Watch) {
+        return refuse(ex, &status);
+    }
     let r = req.resource();
     let namespace = r.and_then(|r| r.namespace.as_deref());
     match req.verb {
         Verb::Watch => {
             let rv = req.query.resource_version.as_deref();
-            match cache.watch(rv, namespace, selectors) {
+            match cache.watch_from(rv, params.send_initial_events, namespace, selectors) {
                 Ok(watcher) => {
                     // 0 means unset, as the apiserver reads it (an instant end would spin).
                     let timeout = req.query.timeout_seconds.filter(|&t| t > 0).map_or_else(
@@ -188,7 +191,9 @@ pub(super) fn answer(
                     };
                     stream_watch(cache, watcher, ex, filter, &how, session)
                 }
-                // Before the 200, the apiserver's own status (a 410 included).
+                // Before the 200, with the apiserver's own status. The cacher sends a 410 as
+                // an ERROR event after a 200 instead (`newErrWatcher`); client-go's reflector
+                // relists on either.
                 Err(status) => refuse(ex, &status),
             }
         }
@@ -430,7 +435,16 @@ struct Params {
     bookmarks: bool,
     /// `resourceVersionMatch=Exact`.
     exact: bool,
+    /// `resourceVersionMatch`, when given.
+    rv_match: Option<String>,
+    /// `sendInitialEvents`, when given as a boolean.
+    send_initial_events: Option<bool>,
+    /// `sendInitialEvents` was given but is not a boolean: its text.
+    bad_send_initial_events: Option<String>,
 }
+
+/// `metav1.ResourceVersionMatchNotOlderThan`.
+const NOT_OLDER_THAN: &str = "NotOlderThan";
 
 impl Params {
     fn read(url: &str) -> Params {
@@ -439,14 +453,75 @@ impl Params {
         for pair in query.split('&') {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             match key {
-                "allowWatchBookmarks" => {
-                    params.bookmarks = matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True")
+                "allowWatchBookmarks" => params.bookmarks = parse_bool(value) == Some(true),
+                "resourceVersionMatch" => {
+                    params.exact = value == "Exact";
+                    params.rv_match = Some(value.to_owned()).filter(|v| !v.is_empty());
                 }
-                "resourceVersionMatch" => params.exact = value == "Exact",
+                "sendInitialEvents" => match parse_bool(value) {
+                    Some(b) => params.send_initial_events = Some(b),
+                    None => params.bad_send_initial_events = Some(value.to_owned()),
+                },
                 _ => {}
             }
         }
         params
+    }
+
+    /// The apiserver's validation of these options (`ValidateListOptions`, with the
+    /// WatchList feature on): a watch with `sendInitialEvents` needs bookmarks and
+    /// `resourceVersionMatch=NotOlderThan`, which a watch may carry only with it; a list may
+    /// not carry `sendInitialEvents`. 400 for a value that is not a boolean.
+    fn validate(&self, watch: bool) -> Result<(), Status> {
+        if let Some(text) = &self.bad_send_initial_events {
+            return Err(Status::bad_request(format!(
+                "sendInitialEvents: invalid boolean value {text:?}"
+            )));
+        }
+        let mut forbidden: Vec<(&str, String)> = Vec::new();
+        if !watch {
+            if self.send_initial_events.is_some() {
+                forbidden.push((
+                    "sendInitialEvents",
+                    "sendInitialEvents is forbidden for list".to_owned(),
+                ));
+            }
+        } else {
+            let match_ok = self.rv_match.as_deref() == Some(NOT_OLDER_THAN);
+            if self.send_initial_events.is_some() {
+                if !match_ok {
+                    forbidden.push((
+                        "resourceVersionMatch",
+                        format!("sendInitialEvents requires setting resourceVersionMatch to {NOT_OLDER_THAN}"),
+                    ));
+                }
+                if !self.bookmarks {
+                    forbidden.push((
+                        "allowWatchBookmarks",
+                        "sendInitialEvents requires setting allowWatchBookmarks to true".to_owned(),
+                    ));
+                }
+            } else if self.rv_match.is_some() {
+                forbidden.push((
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided".to_owned(),
+                ));
+            }
+        }
+        if forbidden.is_empty() {
+            return Ok(());
+        }
+        let pairs: Vec<(&str, &str)> = forbidden.iter().map(|(f, d)| (*f, d.as_str())).collect();
+        Err(Status::invalid_list_options(&pairs))
+    }
+}
+
+/// Go's `strconv.ParseBool`.
+fn parse_bool(text: &str) -> Option<bool> {
+    match text {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
     }
 }
 
@@ -570,15 +645,78 @@ mod tests {
             Params::read("/api/v1/services?watch=1&allowWatchBookmarks=true"),
             Params {
                 bookmarks: true,
-                exact: false
+                ..Params::default()
             }
         );
         assert_eq!(
             Params::read("/api/v1/services?allowWatchBookmarks=false&resourceVersionMatch=Exact"),
             Params {
-                bookmarks: false,
-                exact: true
+                exact: true,
+                rv_match: Some("Exact".to_owned()),
+                ..Params::default()
             }
+        );
+        assert_eq!(
+            Params::read("/api/v1/services?sendInitialEvents=f").send_initial_events,
+            Some(false)
+        );
+    }
+
+    #[test]
+    fn send_initial_events_is_validated_as_the_apiserver_does() {
+        let check = |url: &str, watch: bool| Params::read(url).validate(watch);
+        let q = "/api/v1/services?watch=1&sendInitialEvents=true";
+        assert!(
+            check(
+                &format!("{q}&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"),
+                true
+            )
+            .is_ok()
+        );
+        let e = check(q, true).unwrap_err();
+        assert_eq!((e.code, e.reason), (422, "Invalid"));
+        assert_eq!(
+            e.message,
+            "ListOptions.meta.k8s.io \"\" is invalid: [resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan, allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true]"
+        );
+        let v: serde_json::Value = serde_json::from_slice(&e.to_json()).unwrap();
+        assert_eq!(v["details"]["kind"], "ListOptions");
+        assert_eq!(v["details"]["group"], "meta.k8s.io");
+        assert_eq!(v["details"]["causes"][1]["field"], "allowWatchBookmarks");
+        assert_eq!(v["details"]["causes"][1]["reason"], "FieldValueForbidden");
+        let e = check(&format!("{q}&allowWatchBookmarks=1"), true).unwrap_err();
+        assert_eq!(
+            e.message,
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+        );
+        assert_eq!(
+            check(
+                "/api/v1/services?watch=1&resourceVersionMatch=NotOlderThan",
+                true
+            )
+            .unwrap_err()
+            .code,
+            422
+        );
+        assert_eq!(
+            check("/api/v1/services?sendInitialEvents=false", false)
+                .unwrap_err()
+                .code,
+            422
+        );
+        assert_eq!(
+            check("/api/v1/services?watch=1&sendInitialEvents=yes", true)
+                .unwrap_err()
+                .code,
+            400
+        );
+        // A list may carry resourceVersionMatch.
+        assert!(
+            check(
+                "/api/v1/services?resourceVersionMatch=NotOlderThan&resourceVersion=5",
+                false
+            )
+            .is_ok()
         );
     }
 

@@ -313,10 +313,7 @@ impl WatchCache {
         self.wait_fresh(wanted, wait);
         let state = lock(&self.inner.state);
         if wanted > state.rv {
-            return Err(Status::timeout(format!(
-                "Too large resource version: {wanted}, current: {}",
-                state.rv
-            )));
+            return Err(Status::too_large_resource_version(wanted, state.rv));
         }
         Ok(state)
     }

@@ -88,7 +88,7 @@ fn drain(w: &mut Watcher) -> Vec<(EventType, String, u64)> {
                 out.extend(events.iter().map(|e| {
                     let key = match e {
                         WatchEvent::Object { object, .. } => object.key(),
-                        WatchEvent::Bookmark(_) => String::new(),
+                        WatchEvent::Bookmark(_) | WatchEvent::InitialEventsEnd(_) => String::new(),
                     };
                     (e.kind(), key, e.rv())
                 }));
@@ -247,8 +247,20 @@ fn lists_filter_by_namespace_and_selectors() {
     };
     let e = list(&cache, newer).unwrap_err();
     assert_eq!(
-        (e.code, e.message.as_str()),
-        (504, "Too large resource version: 11, current: 10")
+        (e.code, e.message.as_str(), e.retry_after),
+        (
+            504,
+            "Timeout: Too large resource version: 11, current: 10",
+            Some(1)
+        )
+    );
+    // The cause client-go's reflector looks for before it falls back to a list at "".
+    let v: Value = serde_json::from_slice(&e.to_json()).unwrap();
+    assert_eq!(
+        v["details"],
+        json!({"causes": [{"reason": "ResourceVersionTooLarge",
+                           "message": "Too large resource version"}],
+               "retryAfterSeconds": 1})
     );
 }
 
@@ -1120,4 +1132,145 @@ fn a_list_from_the_cache_at_rv_0_is_whole_whatever_its_limit() {
         assert_eq!(keys.len(), 4, "{rv:?}");
         assert_eq!(token, None, "{rv:?}");
     }
+}
+
+/// Every event line a watcher has now, as the client reads them.
+fn drain_lines(cache: &WatchCache, w: &mut Watcher) -> Vec<Value> {
+    let mut out = Vec::new();
+    while let WatchNext::Events(events) = w.next(Duration::from_millis(30)).unwrap() {
+        out.extend(events.iter().map(|e| line(cache, e)));
+    }
+    out
+}
+
+#[test]
+fn send_initial_events_follows_the_apiservers_table() {
+    let cache = services();
+    modify(
+        &cache,
+        &service("a", "web-1", 11, &[("app", "web")], "ClusterIP"),
+    );
+    let summary = |lines: &[Value]| -> Vec<(String, String, bool)> {
+        lines
+            .iter()
+            .map(|l| {
+                let m = &l["object"]["metadata"];
+                (
+                    l["type"].as_str().unwrap().to_owned(),
+                    format!(
+                        "{}/{}",
+                        m["namespace"].as_str().unwrap_or(""),
+                        m["name"].as_str().unwrap_or("")
+                    ),
+                    m["annotations"]["k8s.io/initial-events-end"] == "true",
+                )
+            })
+            .collect()
+    };
+    let web = || sel(Some("app=web"), None);
+    // true, at "" or at an RV not newer than the cache: the state, then the annotated bookmark.
+    for rv in [None, Some(""), Some("0"), Some("10"), Some("11")] {
+        let mut w = cache.watch_from(rv, Some(true), None, web()).unwrap();
+        assert!(w.bookmark().is_none(), "no bookmark before the end marker");
+        let lines = drain_lines(&cache, &mut w);
+        assert_eq!(
+            summary(&lines),
+            [
+                ("ADDED".to_owned(), "a/web-1".to_owned(), false),
+                ("ADDED".to_owned(), "b/web-2".to_owned(), false),
+                ("BOOKMARK".to_owned(), "/".to_owned(), true),
+            ],
+            "{rv:?}"
+        );
+        assert_eq!(lines[2]["object"]["metadata"]["resourceVersion"], "11");
+        assert_eq!(lines[2]["object"]["kind"], "Service");
+        assert!(w.bookmark().is_some());
+    }
+    // Then live events follow.
+    let mut w = cache
+        .watch_from(Some("0"), Some(true), None, web())
+        .unwrap();
+    drain_lines(&cache, &mut w);
+    modify(
+        &cache,
+        &service("b", "web-2", 12, &[("app", "web")], "ClusterIP"),
+    );
+    assert_eq!(
+        drain(&mut w),
+        [(EventType::Modified, "b/web-2".to_owned(), 12)]
+    );
+    // false at "": from now, nothing of the current state.
+    let mut w = cache
+        .watch_from(Some(""), Some(false), None, web())
+        .unwrap();
+    assert!(drain(&mut w).is_empty());
+    modify(
+        &cache,
+        &service("a", "web-1", 13, &[("app", "web")], "ClusterIP"),
+    );
+    assert_eq!(
+        drain(&mut w),
+        [(EventType::Modified, "a/web-1".to_owned(), 13)]
+    );
+    // false (or unset) at N: the events after N.
+    for initial in [Some(false), None] {
+        let mut w = cache.watch_from(Some("11"), initial, None, web()).unwrap();
+        assert_eq!(
+            drain(&mut w),
+            [
+                (EventType::Modified, "b/web-2".to_owned(), 12),
+                (EventType::Modified, "a/web-1".to_owned(), 13)
+            ]
+        );
+    }
+    // true at an RV the cache does not reach: the 504 a reflector falls back from.
+    let e = cache
+        .watch_from(Some("99"), Some(true), None, web())
+        .err()
+        .unwrap();
+    assert_eq!(e.code, 504);
+}
+
+#[test]
+fn a_watch_never_resumes_in_the_middle_of_events_sharing_a_resource_version() {
+    let cache = services_with(CacheOptions {
+        max_batch: 2,
+        ..options()
+    });
+    let mut w = cache
+        .watch(Some("10"), None, Selectors::everything())
+        .unwrap();
+    // A relist at 20 without three of the four: three DELETED events, all at 20.
+    let kept = [service("b", "zz", 6, &[], "ClusterIP")];
+    cache
+        .replace("20", kept.iter().map(|b| obj(&cache, b)).collect())
+        .unwrap();
+    // The batch is not cut inside the run, though max_batch is 2.
+    let WatchNext::Events(events) = w.next(Duration::ZERO).unwrap() else {
+        panic!("events")
+    };
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert!(
+        events
+            .iter()
+            .all(|e| e.rv() == 20 && e.kind() == EventType::Deleted)
+    );
+    // A client that saw one of them (its connection broke) resumes at 20: it must relist,
+    // not miss the other two.
+    let e = cache
+        .watch(Some("20"), None, Selectors::everything())
+        .err()
+        .unwrap();
+    assert_eq!((e.code, e.reason), (410, "Expired"));
+    // From before the run, every event of it comes.
+    let mut w = cache
+        .watch(Some("19"), None, Selectors::everything())
+        .unwrap();
+    assert_eq!(drain(&mut w).len(), 3);
+    // Once a later event moves past the run, resuming after it is fine.
+    modify(&cache, &service("b", "zz", 21, &[], "ClusterIP"));
+    let mut w = cache
+        .watch(Some("21"), None, Selectors::everything())
+        .unwrap();
+    assert!(drain(&mut w).is_empty());
 }

@@ -29,6 +29,9 @@ pub(crate) enum WatchEvent {
     },
     /// BOOKMARK at this resourceVersion.
     Bookmark(u64),
+    /// The BOOKMARK that ends the initial state of a `sendInitialEvents=true` watch:
+    /// annotated `k8s.io/initial-events-end: "true"`, at the state's resourceVersion.
+    InitialEventsEnd(u64),
 }
 
 impl WatchEvent {
@@ -36,7 +39,7 @@ impl WatchEvent {
     pub(crate) fn kind(&self) -> EventType {
         match self {
             WatchEvent::Object { kind, .. } => *kind,
-            WatchEvent::Bookmark(_) => EventType::Bookmark,
+            WatchEvent::Bookmark(_) | WatchEvent::InitialEventsEnd(_) => EventType::Bookmark,
         }
     }
 
@@ -44,7 +47,7 @@ impl WatchEvent {
     pub(crate) fn rv(&self) -> u64 {
         match self {
             WatchEvent::Object { object, rv, .. } => rv.unwrap_or_else(|| object.rv()),
-            WatchEvent::Bookmark(rv) => *rv,
+            WatchEvent::Bookmark(rv) | WatchEvent::InitialEventsEnd(rv) => *rv,
         }
     }
 
@@ -55,15 +58,19 @@ impl WatchEvent {
         write!(w, "{{\"type\":\"{}\",\"object\":", self.kind().as_str())?;
         match self {
             WatchEvent::Object { object, rv, .. } => object.write_typed(w, resource, *rv)?,
-            WatchEvent::Bookmark(rv) => {
+            WatchEvent::Bookmark(rv) | WatchEvent::InitialEventsEnd(rv) => {
                 w.write_all(b"{\"kind\":")?;
                 super::object::write_json_str(w, &resource.kind)?;
                 w.write_all(b",\"apiVersion\":")?;
                 super::object::write_json_str(w, &resource.api_version())?;
                 write!(
                     w,
-                    ",\"metadata\":{{\"resourceVersion\":\"{rv}\",\"creationTimestamp\":null}}}}"
+                    ",\"metadata\":{{\"resourceVersion\":\"{rv}\",\"creationTimestamp\":null"
                 )?;
+                if matches!(self, WatchEvent::InitialEventsEnd(_)) {
+                    w.write_all(b",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}")?;
+                }
+                w.write_all(b"}}")?;
             }
         }
         w.write_all(b"}\n")
@@ -101,18 +108,46 @@ pub(crate) struct Watcher {
     rv: u64,
     /// Synthetic ADDED events still to hand out (a watch from "now").
     initial: VecDeque<Object>,
+    /// `sendInitialEvents=true`: the resourceVersion of the annotated BOOKMARK still to send
+    /// after `initial`.
+    initial_end: Option<u64>,
 }
 
 impl WatchCache {
-    /// Starts a watch at `resource_version` (unset, "" or "0": the current objects as
-    /// ADDED events, then what follows; a number: the events after it, from the history).
-    /// Refusals: 429 while warming, 400 for a bad selector or resourceVersion, 410 (the
-    /// apiserver's "too old resource version: X (Y)") before the history, 504 when the
-    /// cache does not reach a newer one within [`super::CacheOptions::fresh_wait`]. The
-    /// apiserver sends the 410 as an ERROR event after a 200: see [`error_event_line`].
+    /// Starts a watch at `resource_version` without `sendInitialEvents`: see
+    /// [`WatchCache::watch_from`].
     pub(crate) fn watch(
         &self,
         resource_version: Option<&str>,
+        namespace: Option<&str>,
+        selectors: Selectors,
+    ) -> Result<Watcher, Status> {
+        self.watch_from(resource_version, None, namespace, selectors)
+    }
+
+    /// Starts a watch at `resource_version` with `sendInitialEvents` as given (the caller
+    /// validated it with `allowWatchBookmarks` and `resourceVersionMatch`). What the
+    /// apiserver's cacher (`watchCache.getAllEventsSinceLocked`) sends, and so this:
+    ///
+    /// | sendInitialEvents | resourceVersion | sent |
+    /// |---|---|---|
+    /// | unset | unset, "", "0" | the current objects as ADDED, then what follows |
+    /// | unset or false | N | the events after N (410 before the history) |
+    /// | false | unset, "", "0" | what follows from now, no initial state |
+    /// | true | unset, "", "0", N | once the cache is at N (NotOlderThan), the current objects as ADDED, a BOOKMARK annotated `k8s.io/initial-events-end: "true"` at their resourceVersion, then what follows |
+    ///
+    /// (With RV unset and `true` the apiserver first reads etcd's current revision, a
+    /// consistent read; the cache serves what it holds, as it does for a list at "0".)
+    /// Refusals: 429 while warming, 400 for a bad selector or resourceVersion, 410 (the
+    /// apiserver's "too old resource version: X (Y)") before the history or at a
+    /// resourceVersion several history events share (a relist's deletions: a client
+    /// resuming there may have seen only some of them, and skipping the rest would leave it
+    /// ghosts), 504 with the `ResourceVersionTooLarge` cause when the cache does not reach a
+    /// newer one within [`super::CacheOptions::fresh_wait`].
+    pub(crate) fn watch_from(
+        &self,
+        resource_version: Option<&str>,
+        send_initial_events: Option<bool>,
         namespace: Option<&str>,
         selectors: Selectors,
     ) -> Result<Watcher, Status> {
@@ -133,9 +168,10 @@ impl WatchCache {
             generation: state.generation,
             rv: state.rv,
             initial: VecDeque::new(),
+            initial_end: None,
         };
-        match from {
-            None => {
+        match (send_initial_events, from) {
+            (Some(true), _) | (None, None) => {
                 let resource = &self.inner.resource;
                 watcher.initial = state
                     .objects
@@ -150,12 +186,22 @@ impl WatchCache {
                     })
                     .cloned()
                     .collect();
+                if send_initial_events == Some(true) {
+                    watcher.initial_end = Some(state.rv);
+                }
             }
-            Some(rv) => {
+            // From now: the cursor is at the history's end.
+            (Some(false), None) => {}
+            (_, Some(rv)) => {
                 if rv < state.start_rv {
                     return Err(too_old(rv, state.start_rv));
                 }
                 let skip = state.history.partition_point(|e| e.rv <= rv);
+                if skip >= 2 && state.history.get(skip - 2).is_some_and(|e| e.rv == rv) {
+                    return Err(Status::expired(format!(
+                        "too old resource version: {rv} ({rv}): several events share it"
+                    )));
+                }
                 watcher.cursor = state.first_seq + skip as u64;
                 if skip < state.history.len() {
                     watcher.rv = rv;
@@ -177,9 +223,9 @@ impl Watcher {
     /// reset): the client relists, as after the apiserver ends a watch.
     pub(crate) fn next(&mut self, timeout: Duration) -> Result<WatchNext, Status> {
         let options = &self.cache.inner.options;
-        if !self.initial.is_empty() {
+        if !self.initial.is_empty() || self.initial_end.is_some() {
             let n = self.initial.len().min(options.max_batch);
-            let events = self
+            let mut events: Vec<WatchEvent> = self
                 .initial
                 .drain(..n)
                 .map(|object| WatchEvent::Object {
@@ -188,6 +234,11 @@ impl Watcher {
                     rv: None,
                 })
                 .collect();
+            if self.initial.is_empty()
+                && let Some(rv) = self.initial_end.take()
+            {
+                events.push(WatchEvent::InitialEventsEnd(rv));
+            }
             return Ok(WatchNext::Events(events));
         }
         let deadline = Instant::now() + timeout;
@@ -215,12 +266,17 @@ impl Watcher {
                 }
                 // The cursor lies within the history (checked above).
                 let from = usize::try_from(self.cursor - state.first_seq).unwrap_or(usize::MAX);
-                let batch: Vec<Event> = state
-                    .history
-                    .range(from..)
-                    .take(options.max_batch)
-                    .cloned()
-                    .collect();
+                // A run of events sharing one resourceVersion (a relist's deletions) is never
+                // cut: a client resuming from it would skip the rest (see `watch_from`).
+                let mut to = from.saturating_add(options.max_batch.max(1));
+                while to < state.history.len()
+                    && state.history.get(to).map(|e| e.rv)
+                        == state.history.get(to - 1).map(|e| e.rv)
+                {
+                    to += 1;
+                }
+                let to = to.min(state.history.len());
+                let batch: Vec<Event> = state.history.range(from..to).cloned().collect();
                 self.cursor += batch.len() as u64;
                 self.rv = if self.cursor == state.end_seq() {
                     state.rv
@@ -244,8 +300,7 @@ impl Watcher {
     /// once the events [`Watcher::next`] returned are written; `None` while synthetic ADDED
     /// events are still to come (the bookmark would claim them).
     pub(crate) fn bookmark(&self) -> Option<WatchEvent> {
-        self.initial
-            .is_empty()
+        (self.initial.is_empty() && self.initial_end.is_none())
             .then_some(WatchEvent::Bookmark(self.rv))
     }
 
