@@ -65,6 +65,8 @@ pub(crate) struct Metrics {
     pub lease_disk_writes: AtomicU64,
     in_flight: Mutex<BTreeMap<RequestLabels, i64>>,
     traffic: Mutex<BTreeMap<RequestLabels, u64>>,
+    /// The node-local watch caches (`tinyhub_pool_cache_*`), measured at each scrape.
+    pool_caches: Mutex<Vec<crate::watchcache::WatchCache>>,
 }
 
 /// Most labelled series kept per metric; requests past it count only in the totals. The
@@ -102,7 +104,13 @@ impl Metrics {
             lease_disk_writes: AtomicU64::new(0),
             in_flight: Mutex::new(BTreeMap::new()),
             traffic: Mutex::new(BTreeMap::new()),
+            pool_caches: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Exports `cache`'s size as `tinyhub_pool_cache_*{resource}` from now on.
+    pub(crate) fn add_pool_cache(&self, cache: &crate::watchcache::WatchCache) {
+        crate::lock(&self.pool_caches).push(cache.clone());
     }
 
     /// Adds one to a counter.
@@ -344,9 +352,66 @@ impl Metrics {
             &self.upstream_retries,
         );
         render_filters(&mut out, &crate::filters::FILTER_STATS);
+        render_pool_caches(&mut out, &crate::lock(&self.pool_caches));
         // The upstream link's requests and bytes (`tinyhub_cloud_*`, see `link`).
         crate::link::LINK.render(&mut out);
         out
+    }
+}
+
+/// The node-local watch caches' series, one per resource: what each holds (objects, the
+/// bytes `WatchCache::memory` counts, events in the history) and the objects left out as
+/// unreadable. Walks each cache under its lock: a scrape's cost, not a request's.
+fn render_pool_caches(out: &mut String, caches: &[crate::watchcache::WatchCache]) {
+    if caches.is_empty() {
+        return;
+    }
+    let sizes: Vec<(&str, crate::watchcache::Memory, u64)> = caches
+        .iter()
+        .map(|c| {
+            (
+                c.resource().resource.as_str(),
+                c.memory(),
+                c.skipped_objects(),
+            )
+        })
+        .collect();
+    let series: [(&str, &str, &str, fn(&crate::watchcache::Memory, u64) -> u64); 4] = [
+        (
+            "tinyhub_pool_cache_objects",
+            "gauge",
+            "objects held by the node-local watch cache of a pool-scope resource",
+            |m, _| m.objects as u64,
+        ),
+        (
+            "tinyhub_pool_cache_bytes",
+            "gauge",
+            "bytes the node-local watch cache holds: objects, their index, the event history (its own accounting)",
+            |m, _| m.total_bytes as u64,
+        ),
+        (
+            "tinyhub_pool_cache_events",
+            "gauge",
+            "events in the node-local watch cache's history",
+            |m, _| m.events as u64,
+        ),
+        (
+            "tinyhub_pool_cache_skipped_objects_total",
+            "counter",
+            "objects from the cloud the node-local watch cache could not index and left out",
+            |_, skipped| skipped,
+        ),
+    ];
+    for (name, kind, help, value) in series {
+        header(out, name, kind, help);
+        for (resource, memory, skipped) in &sizes {
+            let _ = writeln!(
+                out,
+                "{name}{{resource=\"{}\"}} {}",
+                escape(resource),
+                value(memory, *skipped)
+            );
+        }
     }
 }
 

@@ -22,7 +22,7 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 use serde_json::Value;
 
-use crate::cache::decode::{BodyShape, DecodeError, JsonStream, Unit};
+use crate::cache::decode::{BodyDecoder, BodyShape, DecodeError, Unit};
 use crate::cache::writer::MAX_OBJECT_BYTES;
 use crate::filters::lookups::{FetchObject, LOOKUP_DEADLINE, MAX_OBJECT};
 use crate::route::{self, Deadline, Identity, NoCacheReason};
@@ -76,8 +76,10 @@ fn watch_deadline(seconds: u64) -> Deadline {
     Deadline::Stream(Duration::from_secs(seconds) + route::WATCH_MARGIN)
 }
 
-/// Reads `answer`'s body to its end: each chunk as read to `on_chunk`, each unit of `shape`
-/// to `on_unit`, whose first error ends the read. Ok(false) when `stop` fired first.
+/// Reads `answer`'s body to its end: each chunk as read (as the link carried it, gzip
+/// included) to `on_chunk`, each unit of `shape` to `on_unit`, whose first error ends the
+/// read. A gzip-encoded body is inflated on the way (the cache's own decoder). Ok(false)
+/// when `stop` fired first.
 fn read_units(
     answer: &mut Answer,
     shape: BodyShape,
@@ -85,7 +87,7 @@ fn read_units(
     on_chunk: &mut dyn FnMut(&[u8]),
     on_unit: &mut dyn FnMut(Unit<'_>) -> Result<(), ClientError>,
 ) -> Result<bool, ClientError> {
-    let mut units = JsonStream::new(shape, MAX_OBJECT_BYTES);
+    let mut units = BodyDecoder::new(shape, answer.is_gzip(), MAX_OBJECT_BYTES);
     let mut buf = vec![0u8; 8192];
     let mut failed = None;
     loop {
@@ -106,8 +108,15 @@ fn read_units(
             return Err(e);
         }
     }
-    units.finish()?;
-    Ok(true)
+    units.finish(&mut |unit| {
+        if failed.is_none() {
+            failed = on_unit(unit).err();
+        }
+    })?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(true),
+    }
 }
 
 /// Why one request of a background client came to nothing; the job logs it and tries again

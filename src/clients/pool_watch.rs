@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use super::{ClientError, read_units, watch_deadline};
-use crate::cache::decode::{BodyShape, Unit};
+use crate::cache::decode::{BodyShape, DecodeError, Unit};
 use crate::proxy::pool_local::random_between;
 use crate::route::{Deadline, Identity};
 use crate::upstream::{Answer, Outgoing, Upstream};
@@ -139,7 +139,10 @@ impl Feeder {
 
     /// A GET of `path` with the multiplexer's User-Agent; a status other than 200 is an error.
     fn get(&self, path: &str, deadline: Deadline) -> Result<Answer, ClientError> {
-        let headers = [("User-Agent".to_owned(), self.user_agent.clone())];
+        let headers = [
+            ("User-Agent".to_owned(), self.user_agent.clone()),
+            ("Accept-Encoding".to_owned(), "gzip".to_owned()),
+        ];
         let answer = self.upstream.send(Outgoing {
             method: "GET",
             path_and_query: path,
@@ -173,6 +176,7 @@ impl Feeder {
                         // One odd object does not cost every client the rest.
                         Err(e) => {
                             skipped += 1;
+                            self.cache.note_skipped();
                             log::info!("an object of {path} cannot be cached and is left out: {e}");
                         }
                     },
@@ -237,7 +241,16 @@ impl Feeder {
                 let Unit::WatchEvent(raw) = unit else {
                     return Ok(());
                 };
-                match self.cache.apply_event_json(raw) {
+                // An object the index cannot read is left out and the watch goes on past it:
+                // a relist would leave it out again, once per update of that object.
+                let applied = match self.cache.apply_event_json(raw) {
+                    Err(ApplyError::Object(e)) => {
+                        log::info!("an object of {path} cannot be cached and is left out: {e}");
+                        self.cache.skip_unreadable(raw)
+                    }
+                    other => other,
+                };
+                match applied {
                     Ok(_) => Ok(()),
                     Err(e) => {
                         refused = Some(e);
@@ -250,9 +263,16 @@ impl Feeder {
             (_, Some(e)) => Watched::Relist(e.to_string()),
             (Ok(true), None) => Watched::Resume { broke: None },
             (Ok(false), None) => Watched::Stopped,
-            (Err(e @ (ClientError::Upstream(_) | ClientError::Read(_))), None) => {
-                Watched::Resume { broke: Some(e) }
-            }
+            // A stream that ends inside an event (a clean EOF from a proxy, a cut line) lost
+            // nothing applied: every whole event before it moved the cache's resourceVersion.
+            (
+                Err(
+                    e @ (ClientError::Upstream(_)
+                    | ClientError::Read(_)
+                    | ClientError::Decode(DecodeError::Truncated)),
+                ),
+                None,
+            ) => Watched::Resume { broke: Some(e) },
             (Err(e), None) => Watched::Relist(e.to_string()),
         }
     }

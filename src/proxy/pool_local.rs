@@ -91,7 +91,9 @@ impl PoolCaches {
         for gvr in scope.iter() {
             match known_resource(gvr) {
                 Some(resource) => {
-                    caches.push((gvr.clone(), WatchCache::new(resource, options.clone())))
+                    let cache = WatchCache::new(resource, options.clone());
+                    crate::metrics::METRICS.add_pool_cache(&cache);
+                    caches.push((gvr.clone(), cache));
                 }
                 None => unknown.push(gvr.to_string()),
             }

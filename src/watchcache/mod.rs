@@ -175,6 +175,9 @@ pub(crate) enum Applied {
     Advanced,
     /// Not newer than the cache: ignored.
     Stale,
+    /// An object the cache cannot index: left out (counted in
+    /// [`WatchCache::skipped_objects`]), the cache's resourceVersion moved past it.
+    Skipped,
 }
 
 /// What a full list changed.
@@ -285,6 +288,8 @@ struct Inner {
     state: Mutex<State>,
     /// Notified after every change of `state`.
     changed: Condvar,
+    /// Objects of the feeder's lists and watches the cache could not index and left out.
+    skipped: std::sync::atomic::AtomicU64,
 }
 
 /// The watch cache of one resource; clones share it.
@@ -325,6 +330,7 @@ impl WatchCache {
                     generation: 0,
                 }),
                 changed: Condvar::new(),
+                skipped: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
@@ -518,6 +524,46 @@ impl WatchCache {
         }
         let object = self.parse(wire.object.get().as_bytes())?;
         self.apply(kind, object)
+    }
+
+    /// Counts one object of a list the cache could not index and left out.
+    pub(crate) fn note_skipped(&self) {
+        self.inner
+            .skipped
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Objects the cache could not index and left out since it was made.
+    pub(crate) fn skipped_objects(&self) -> u64 {
+        self.inner
+            .skipped
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Leaves out the object of a watch event [`WatchCache::apply_event_json`] refused with
+    /// [`ApplyError::Object`]: counts it and moves the cache's resourceVersion to the
+    /// object's, when that much can be read, so the feeder resumes after it instead of
+    /// relisting (a relist would skip it again, once per update of that object). The last
+    /// state held of its key, if any, stays: the cache cannot tell which key it was.
+    pub(crate) fn skip_unreadable(&self, event: &[u8]) -> Result<Applied, ApplyError> {
+        #[derive(serde::Deserialize)]
+        struct Wire<'a> {
+            #[serde(borrow)]
+            object: &'a serde_json::value::RawValue,
+        }
+        let wire: Wire<'_> =
+            serde_json::from_slice(event).map_err(|e| ApplyError::BadEvent(e.to_string()))?;
+        let head = crate::cache::object::ObjectHead::read(wire.object.get().as_bytes())
+            .map_err(|e| ApplyError::BadEvent(e.to_string()))?;
+        let text = head
+            .metadata
+            .and_then(|m| m.resource_version)
+            .unwrap_or_default();
+        let rv =
+            parse_rv(&text).ok_or_else(|| ApplyError::BadResourceVersion(text.into_owned()))?;
+        self.note_skipped();
+        self.apply_bookmark(rv)?;
+        Ok(Applied::Skipped)
     }
 
     /// Waits until the cache's resourceVersion is at least `rv`, for at most `timeout`;

@@ -415,3 +415,135 @@ fn offline_the_filled_cache_keeps_serving_and_the_feeder_resumes_its_watch_after
         1
     );
 }
+
+const SLICES: &str = "/apis/discovery.k8s.io/v1/endpointslices";
+
+fn is_slices(r: &RecordedRequest) -> bool {
+    r.path == SLICES
+}
+
+/// `tinyhub_pool_cache_<name>{resource="<resource>"}`.
+fn cache_series(name: &str, resource: &str) -> String {
+    format!("tinyhub_pool_cache_{name}{{resource=\"{resource}\"}}")
+}
+
+#[test]
+fn a_watch_cut_inside_an_event_is_resumed_not_relisted() {
+    let cloud = Cloud::start();
+    // The feeder's first watch of EndpointSlices ends inside an event, as a proxy's clean
+    // EOF or a cut line leaves it.
+    cloud.misanswer_watch(
+        SLICES,
+        1,
+        &[br#"{"type":"ADDED","object":{"kind":"Endpoint"#],
+    );
+    let (hub, _dir) = start_hub(&cloud, "pool-local-cut");
+    let watches = || cloud.count(|r| is_slices(r) && r.user_agent == MULTIPLEXER && is_watch(r));
+    assert!(
+        eventually(Duration::from_secs(15), || watches() >= 2),
+        "watched again: {}",
+        hub.logs()
+    );
+    assert_eq!(
+        cloud.count(|r| is_slices(r) && r.user_agent == MULTIPLEXER && !is_watch(r)),
+        1,
+        "resumed from its resourceVersion, no second list: {}",
+        hub.logs()
+    );
+    assert!(!hub.logs().contains("listing again"), "{}", hub.logs());
+}
+
+#[test]
+fn an_object_the_cache_cannot_read_is_counted_and_skipped_without_a_relist() {
+    let cloud = Cloud::start();
+    let rv = cloud.resource_version();
+    // A MODIFIED whose object has no name: the cache cannot index it.
+    let nameless = format!(
+        r#"{{"type":"MODIFIED","object":{{"kind":"EndpointSlice","apiVersion":"discovery.k8s.io/v1","metadata":{{"namespace":"shop","resourceVersion":"{rv}"}},"endpoints":[]}}}}
+"#
+    );
+    cloud.misanswer_watch(SLICES, 3, &[nameless.as_bytes()]);
+    let (hub, _dir) = start_hub(&cloud, "pool-local-unreadable");
+    let watches = || cloud.count(|r| is_slices(r) && r.user_agent == MULTIPLEXER && is_watch(r));
+    assert!(
+        eventually(Duration::from_secs(20), || watches() >= 4),
+        "every misanswered watch seen: {}",
+        hub.logs()
+    );
+    assert!(
+        hub.wait_metric(
+            &cache_series("skipped_objects_total", "endpointslices"),
+            3.0,
+            Duration::from_secs(5)
+        ),
+        "{}",
+        hub.logs()
+    );
+    assert_eq!(
+        cloud.count(|r| is_slices(r) && r.user_agent == MULTIPLEXER && !is_watch(r)),
+        1,
+        "no relist per unreadable update: {}",
+        hub.logs()
+    );
+}
+
+/// Issue 16 item 4: the feeder asks gzip for its lists. The figures of a 1,000-EndpointSlice
+/// list on the link, plain (a cloud that never compresses) and gzip, from the hub's own link
+/// series of its multiplexer.
+#[test]
+fn the_feeder_lists_with_gzip_and_the_link_counts_the_compressed_bytes() {
+    let mut figures = Vec::new();
+    for gzip in [false, true] {
+        let cloud = Cloud::start();
+        cloud.populate_endpointslices(1000, 10);
+        if !gzip {
+            cloud.set_gzip_threshold(usize::MAX);
+        }
+        let (hub, _dir) = start_hub(&cloud, "pool-local-gzip");
+        assert!(
+            hub.wait_metric(
+                &cache_series("objects", "endpointslices"),
+                1000.0,
+                Duration::from_secs(20)
+            ),
+            "{}",
+            hub.logs()
+        );
+        let list = cloud
+            .requests()
+            .into_iter()
+            .find(|r| is_slices(r) && r.user_agent == MULTIPLEXER && !is_watch(r))
+            .expect("the feeder's list");
+        assert!(list.accept_encoding.contains("gzip"), "{list:?}");
+        let series = |name: &str| {
+            hub.metric(&format!(
+                "tinyhub_cloud_{name}_total{{server=\"{}\",component=\"{}\",resource=\"endpointslices\"}}",
+                cloud.url(),
+                MULTIPLEXER
+            ))
+            .unwrap_or(0.0)
+        };
+        let (received, zipped) = (series("received_bytes"), series("received_gzip_bytes"));
+        if gzip {
+            assert!(zipped > 0.0 && zipped <= received, "{zipped} of {received}");
+        } else {
+            assert_eq!(zipped, 0.0);
+        }
+        // The cache holds every slice either way; the pool cache's own figures are exported.
+        let bytes = hub
+            .metric(&cache_series("bytes", "endpointslices"))
+            .unwrap_or(0.0);
+        assert!(bytes > 1000.0 * 200.0, "{bytes}");
+        figures.push(received);
+    }
+    assert!(
+        figures[1] * 5.0 < figures[0],
+        "gzip saves the link: {figures:?}"
+    );
+    eprintln!(
+        "feeder's list of 1,000 EndpointSlices on the link: {} bytes plain, {} gzip ({:.1}x)",
+        figures[0],
+        figures[1],
+        figures[0] / figures[1]
+    );
+}
