@@ -196,8 +196,15 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     // The local address (issue 14 item 1): the proxy ports also listen on the dummy IP, and
     // `local.filter_host` is the host the response filters inject.
     let local = LocalAddress::start(config.dummy_if.as_ref(), config.proxy_addr.ip());
-    let (filters, filter_reload) =
-        response_filters(&config, &upstream, local.filter_host, &stop_rx)?;
+    // Before the filters: servicetopology's index reads the Services cache when there is one.
+    let pool = start_pool_caches(&config, &upstream, &stop_rx)?;
+    let (filters, filter_reload) = response_filters(
+        &config,
+        &upstream,
+        local.filter_host,
+        pool.as_deref(),
+        &stop_rx,
+    )?;
     // The filters inject the HTTPS port really bound (`--proxy-secure-port` may be 0).
     let filter_port = filters.as_ref().map(|f| f.ctx.secure_port.clone());
     let mut writer_thread = None;
@@ -282,7 +289,6 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         &stop_rx,
     )?;
 
-    let pool = start_pool_caches(&config, &upstream, &stop_rx)?;
     let upstream_for_identity = Arc::clone(&upstream);
     let hub = Arc::new(Hub {
         mode: config.working_mode,
@@ -474,6 +480,7 @@ fn response_filters(
     config: &Config,
     upstream: &Arc<Upstream>,
     host: std::net::IpAddr,
+    pool: Option<&PoolCaches>,
     stop: &crossbeam_channel::Receiver<()>,
 ) -> Result<(Option<Filters>, Option<FilterReload>), StartupError> {
     if !config.enable_resource_filter {
@@ -488,8 +495,11 @@ fn response_filters(
         let index = Arc::new(TopologyIndex::new(FIRST_SERVICES_LIST_PATIENCE));
         let (upstream, watched, stop) = (Arc::clone(upstream), Arc::clone(&index), stop.clone());
         let retry = config.heartbeat.interval;
-        spawn("services-watch", move || {
-            services_watch::run(upstream, watched, retry, stop)
+        // One list and watch of Services per node: the pool cache's when it has Services.
+        let cached = pool.and_then(PoolCaches::services).cloned();
+        spawn("services-watch", move || match cached {
+            Some(cache) => services_watch::run_from_cache(cache, watched, stop),
+            None => services_watch::run(upstream, watched, retry, stop),
         })?;
         Some(index)
     } else {

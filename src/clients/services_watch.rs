@@ -7,6 +7,11 @@
 //! The hub's own requests (component `tinyhub`): never filtered and not cached. Offline the
 //! index keeps what it knew; nothing is filtered then anyway (offline answers come from the
 //! cache, filtered when they were stored).
+//!
+//! In edge mode, when Services are a pool-scope resource, the node already keeps one list
+//! and watch of every Service for its watch cache (`pool_watch`): [`run_from_cache`] then
+//! feeds the index from that cache (a local watcher with no selector) instead of a second
+//! list and watch over the link. [`run`] is for cloud mode, or a pool scope without Services.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,7 +24,9 @@ use super::{ClientError, get_as_hub, read_units, watch_deadline};
 use crate::cache::decode::{BodyShape, Unit};
 use crate::filters::topology_index::{self, TopologyIndex};
 use crate::route::Deadline;
+use crate::selector::Selectors;
 use crate::upstream::Upstream;
+use crate::watchcache::{EventType, WatchCache, WatchEvent, WatchNext};
 
 /// The collection watched: every Service of the cluster.
 const SERVICES: &str = "/api/v1/services";
@@ -86,6 +93,77 @@ pub(crate) fn run(
         match stop.recv_timeout(wait) {
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             _ => return,
+        }
+    }
+}
+
+/// How often [`run_from_cache`] looks at `stop` and, before the cache is filled, at the cache.
+const CACHE_TICK: Duration = Duration::from_secs(1);
+
+/// Keeps `index` from the node-local Services watch cache until `stop` fires or closes: once
+/// the cache is filled, a watch of it with `sendInitialEvents` (every Service, then the end
+/// marker) replaces the index whole, and each later event updates it. A watch the cache ends
+/// (410: this thread fell behind the history, or the cache was reset) starts over the same
+/// way. Nothing goes over the link. Each event's Service is decoded once here, as [`run`]
+/// decodes what it reads; only the annotated ones are kept.
+pub(crate) fn run_from_cache(cache: WatchCache, index: Arc<TopologyIndex>, stop: Receiver<()>) {
+    let stopped = || !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty));
+    loop {
+        if stopped() {
+            return;
+        }
+        let mut watcher = match cache.watch_from(None, Some(true), None, Selectors::everything()) {
+            Ok(watcher) => watcher,
+            // Not filled yet (429): its feeder lists at start; the lookups wait for the index
+            // within their patience, then look Services up one by one.
+            Err(_) => match stop.recv_timeout(CACHE_TICK) {
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                _ => return,
+            },
+        };
+        let mut initial: Option<HashMap<String, String>> = Some(HashMap::new());
+        loop {
+            if stopped() {
+                return;
+            }
+            let events = match watcher.next(CACHE_TICK) {
+                Ok(WatchNext::Events(events)) => events,
+                Ok(WatchNext::Idle) => continue,
+                Err(status) => {
+                    log::debug!(
+                        "servicetopology's watch of the Services cache ended ({}); starting over",
+                        status.message
+                    );
+                    break;
+                }
+            };
+            for event in events {
+                match (&event, initial.as_mut()) {
+                    (WatchEvent::InitialEventsEnd(_), Some(annotated)) => {
+                        log::debug!("{} Services carry a topology annotation", annotated.len());
+                        index.replace(std::mem::take(annotated));
+                        initial = None;
+                    }
+                    (WatchEvent::Object { kind, object, .. }, annotated) => {
+                        let service = match serde_json::from_slice::<Value>(object.json()) {
+                            Ok(service) => service,
+                            Err(e) => {
+                                log::debug!("a Service in the cache cannot be read: {e}");
+                                continue;
+                            }
+                        };
+                        match annotated {
+                            Some(annotated) => {
+                                if let Some((key, Some(keys))) = topology_index::entry(&service) {
+                                    annotated.insert(key, keys);
+                                }
+                            }
+                            None => index.apply(&service, *kind == EventType::Deleted),
+                        }
+                    }
+                    _ => {}
+                }
+            }
         }
     }
 }
@@ -195,5 +273,64 @@ fn watch(upstream: &Upstream, index: &TopologyIndex, rv: &str, stop: &Receiver<(
         Ok(false) => Watched::Stopped,
         Err(e @ (ClientError::Upstream(_) | ClientError::Read(_))) => Watched::Broke(last, e),
         Err(e) => Watched::Expired(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watchcache::{CacheOptions, Resource};
+
+    fn service(name: &str, rv: u64, keys: Option<&str>) -> Vec<u8> {
+        let mut svc = serde_json::json!({"metadata": {"namespace": "shop", "name": name,
+                                         "resourceVersion": rv.to_string()}});
+        if let Some(keys) = keys {
+            svc["metadata"]["annotations"] = serde_json::json!({"openyurt.io/topologyKeys": keys});
+        }
+        serde_json::to_vec(&svc).unwrap()
+    }
+
+    #[test]
+    fn the_index_follows_the_services_cache_without_a_watch_of_its_own() {
+        let cache = WatchCache::new(Resource::services(), CacheOptions::default());
+        let index = Arc::new(TopologyIndex::new(Duration::from_secs(5)));
+        let (stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
+        let thread = {
+            let (cache, index) = (cache.clone(), Arc::clone(&index));
+            std::thread::spawn(move || run_from_cache(cache, index, stop))
+        };
+        // Filled after the thread started: it waits for the cache, then reads it whole.
+        let objects = [
+            service("web", 3, Some("kubernetes.io/hostname")),
+            service("db", 4, None),
+        ]
+        .iter()
+        .map(|b| cache.parse(b).unwrap())
+        .collect();
+        cache.replace("10", objects).unwrap();
+        assert_eq!(
+            index.get("shop", "web"),
+            Some(Some("kubernetes.io/hostname".to_owned()))
+        );
+        assert_eq!(index.get("shop", "db"), Some(None));
+        // Later events reach it.
+        let annotated = cache
+            .parse(&service("db", 11, Some("openyurt.io/nodepool")))
+            .unwrap();
+        cache.apply(EventType::Modified, annotated).unwrap();
+        let gone = cache.parse(&service("web", 12, None)).unwrap();
+        cache.apply(EventType::Deleted, gone).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while index.get("shop", "db") != Some(Some("openyurt.io/nodepool".to_owned()))
+            || index.get("shop", "web") != Some(None)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the index did not follow"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(stop_tx);
+        thread.join().unwrap();
     }
 }

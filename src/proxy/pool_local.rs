@@ -118,6 +118,15 @@ impl PoolCaches {
         self.caches.iter().map(|(_, cache)| cache)
     }
 
+    /// The Services cache, when Services are in the pool scope (servicetopology's index
+    /// reads it instead of a watch of its own).
+    pub(crate) fn services(&self) -> Option<&WatchCache> {
+        self.caches
+            .iter()
+            .find(|(g, _)| g.group.is_empty() && &*g.version == "v1" && &*g.resource == "services")
+            .map(|(_, cache)| cache)
+    }
+
     /// The multiplexer's User-Agent, which the feeders send.
     pub(crate) fn own_agent(&self) -> &str {
         &self.own_agent

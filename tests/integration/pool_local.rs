@@ -136,17 +136,23 @@ fn local_components_share_one_list_and_one_watch_of_services() {
         assert_eq!(event["object"]["kind"], "Service", "{event}");
     }
 
-    // The cloud saw one list and one watch of Services from the hub's multiplexer, and
-    // nothing of Services from the components.
+    // The cloud saw one list and one watch of Services and of EndpointSlices from the hub,
+    // whatever the User-Agent (servicetopology's index reads the Services cache), all from
+    // its multiplexer, and nothing of Services from the components.
     let requests = cloud.requests();
-    let from = |ua: &str, watch: bool| {
-        requests
-            .iter()
-            .filter(|r| is_services(r) && r.user_agent == ua && is_watch(r) == watch)
-            .count()
-    };
-    assert_eq!(from(MULTIPLEXER, false), 1, "lists by the multiplexer");
-    assert_eq!(from(MULTIPLEXER, true), 1, "watches by the multiplexer");
+    for (what, is) in [
+        ("services", is_services as fn(&RecordedRequest) -> bool),
+        ("endpointslices", is_slices),
+    ] {
+        for watch in [false, true] {
+            let seen: Vec<&RecordedRequest> = requests
+                .iter()
+                .filter(|r| is(r) && is_watch(r) == watch)
+                .collect();
+            assert_eq!(seen.len(), 1, "{what} watch={watch}: {seen:#?}");
+            assert_eq!(seen[0].user_agent, MULTIPLEXER, "{what}");
+        }
+    }
     let by_components = requests
         .iter()
         .filter(|r| {
@@ -257,17 +263,35 @@ fn the_cloud_gone_before_the_first_list_falls_back_to_the_disk_cache() {
 #[test]
 fn the_feeder_lists_again_after_an_error_event_and_local_watches_carry_on() {
     let cloud = Cloud::start();
-    // The first two watches of Services (the multiplexer's and servicetopology's) end with
-    // the 410 an apiserver sends for a resourceVersion it no longer has.
-    let expired: &[u8] = br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (5)","reason":"Expired","code":410}}
-"#;
-    cloud.misanswer_watch("/api/v1/services", 2, &[expired]);
+    cloud.create("services", service("shop", "doomed", "10.96.0.19"));
+    // Until told otherwise, the feeder's watches of Services end at once with no event (it
+    // resumes them every retry pause): what changes meanwhile only a relist can find.
+    cloud.misanswer_watch("/api/v1/services", 1_000_000, &[]);
     let (hub, _dir) = start_hub(&cloud, "pool-local-relist");
     let lists = |cloud: &Cloud| {
         cloud.count(|r| is_services(r) && r.user_agent == MULTIPLEXER && !is_watch(r))
     };
+    // A local watch opened before the relist, from the first list's resourceVersion.
+    let list = list_when_warm(&hub, "/api/v1/services", KUBE_PROXY);
+    assert_eq!(lists(&cloud), 1, "{}", hub.logs());
+    let rv = list["metadata"]["resourceVersion"].as_str().expect("rv");
+    let url = format!(
+        "{}/api/v1/services?watch=true&resourceVersion={rv}&timeoutSeconds=60",
+        hub.url()
+    );
+    let (status, body) = stream(&url, COREDNS);
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    // Changes the feeder does not see by watch: only the relist finds them.
+    cloud.create("services", service("shop", "late", "10.96.0.20"));
+    cloud.delete("services", "shop", "doomed");
+    // The next watch ends with the 410 an apiserver sends for a resourceVersion it no
+    // longer has; the one after is the real watch.
+    let expired: &[u8] = br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (5)","reason":"Expired","code":410}}
+"#;
+    cloud.misanswer_watch("/api/v1/services", 1, &[expired]);
     assert!(
-        eventually(Duration::from_secs(15), || lists(&cloud) >= 2),
+        eventually(Duration::from_secs(30), || lists(&cloud) >= 2),
         "listed again: {}",
         hub.logs()
     );
@@ -276,22 +300,102 @@ fn the_feeder_lists_again_after_an_error_event_and_local_watches_carry_on() {
         "{}",
         hub.logs()
     );
-    let list = list_when_warm(&hub, "/api/v1/services", KUBE_PROXY);
-    let rv = list["metadata"]["resourceVersion"].as_str().expect("rv");
-    let url = format!(
-        "{}/api/v1/services?watch=true&resourceVersion={rv}&timeoutSeconds=30",
-        hub.url()
+    // The relist's diff reaches the open watch, with no 410.
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let event = events.next_event().expect("an event");
+        assert_ne!(event["type"], "ERROR", "{event}");
+        let name = event["object"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        seen.push((event["type"].as_str().unwrap_or("").to_owned(), name));
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("ADDED".to_owned(), "late".to_owned()),
+            ("DELETED".to_owned(), "doomed".to_owned())
+        ]
     );
-    let (status, body) = stream(&url, COREDNS);
-    assert_eq!(status, 200);
-    let mut events = Events::new(body);
-    // Once the feeder watches again, new objects reach the local watch.
-    assert!(cloud.wait_for_watchers("services", 2, Duration::from_secs(15)));
-    cloud.create("services", service("shop", "late", "10.96.0.20"));
+    // Once the feeder watches again, new objects reach the same local watch.
+    assert!(cloud.wait_for_watchers("services", 1, Duration::from_secs(15)));
+    cloud.create("services", service("shop", "later", "10.96.0.21"));
     let event = events.next_event().expect("an event");
-    assert_eq!(event["type"], "ADDED", "{event}");
-    assert_eq!(event["object"]["metadata"]["name"], "late", "{event}");
+    assert_eq!(
+        (
+            event["type"].as_str(),
+            event["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("later")),
+        "{event}"
+    );
     assert_eq!(lists(&cloud), 2, "one list per ERROR, no more");
+}
+
+#[test]
+fn an_unreadable_services_list_leaves_the_cache_warming_and_an_unreadable_item_is_left_out() {
+    let cloud = Cloud::start();
+    // A 200 whose body is not a list: the feeder cannot fill the cache, and clients are not
+    // served garbage from it.
+    cloud.misanswer(
+        "/api/v1/services",
+        1_000_000,
+        200,
+        b"{\"kind\":\"ServiceList\",\"items\":[{\"meta",
+    );
+    let (hub, _dir) = start_hub(&cloud, "pool-local-garbage-list");
+    assert!(
+        hub.wait_log(
+            "list of /api/v1/services for the pool cache failed",
+            Duration::from_secs(10)
+        ),
+        "{}",
+        hub.logs()
+    );
+    let reply = get(&format!("{}/api/v1/services", hub.url()), KUBE_PROXY);
+    assert_eq!(reply.status, 429, "{}", reply.text());
+    // A list with one item the cache cannot index (no name): left out and counted, the
+    // rest served.
+    let rv = cloud.resource_version();
+    let list = format!(
+        r#"{{"kind":"ServiceList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}"}},"items":[{{"metadata":{{"namespace":"shop","resourceVersion":"{rv}"}}}},{}]}}"#,
+        json!({"metadata": {"name": "web", "namespace": "shop", "resourceVersion": rv.to_string()},
+               "spec": {"clusterIP": "10.96.0.10", "type": "ClusterIP"}})
+    );
+    cloud.misanswer("/api/v1/services", 1, 200, list.as_bytes());
+    let served = list_when_warm(&hub, "/api/v1/services", KUBE_PROXY);
+    assert_eq!(
+        keys(items(&served)),
+        [("shop/web".to_owned(), rv.to_string())]
+    );
+    assert_eq!(
+        hub.metric(&cache_series("skipped_objects_total", "services")),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn garbage_in_the_feeders_watch_lists_again_and_the_cache_keeps_serving() {
+    let cloud = Cloud::start();
+    cloud.create("services", service("shop", "web", "10.96.0.10"));
+    cloud.misanswer_watch(
+        "/api/v1/services",
+        1,
+        &[b"{\"type\":\"ADDED\",\"object\":[1,2}\n"],
+    );
+    let (hub, _dir) = start_hub(&cloud, "pool-local-garbage-watch");
+    let lists = || cloud.count(|r| is_services(r) && r.user_agent == MULTIPLEXER && !is_watch(r));
+    assert!(
+        eventually(Duration::from_secs(30), || lists() >= 2),
+        "listed again: {}",
+        hub.logs()
+    );
+    let served = list_when_warm(&hub, "/api/v1/services", KUBE_PROXY);
+    assert_eq!(keys(items(&served)), keys(&cloud.list("services", None)));
+    assert!(cloud.wait_for_watchers("services", 1, Duration::from_secs(15)));
+    assert_eq!(lists(), 2, "{}", hub.logs());
 }
 
 #[test]
@@ -373,7 +477,7 @@ fn offline_the_filled_cache_keeps_serving_and_the_feeder_resumes_its_watch_after
     // An application of the node's, which is no cache agent: nothing of its is on disk.
     let app = "edge-app/1.0";
     let online = list_when_warm(&hub, "/api/v1/services", app);
-    assert!(cloud.wait_for_watchers("services", 2, Duration::from_secs(10)));
+    assert!(cloud.wait_for_watchers("services", 1, Duration::from_secs(10)));
     cloud.stop();
     assert!(
         hub.wait_healthy(&cloud, false, Duration::from_secs(15)),
