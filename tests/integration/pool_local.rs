@@ -651,3 +651,57 @@ fn the_feeder_lists_with_gzip_and_the_link_counts_the_compressed_bytes() {
         figures[0] / figures[1]
     );
 }
+
+/// The watch cache's real cost (review 16): the hub's own heap (`tinyhub_heap_bytes`, the
+/// counting allocator) with 5,000 EndpointSlices cached, less that of a hub with none, per
+/// object, against the cache's own estimate (`tinyhub_pool_cache_bytes`).
+#[test]
+fn the_heap_holds_5000_endpointslices_at_the_bytes_the_cache_reports() {
+    const N: usize = 5000;
+    let mut heaps = Vec::new();
+    let mut reported = 0.0;
+    for count in [0, N] {
+        let cloud = Cloud::start();
+        if count > 0 {
+            cloud.populate_endpointslices(count, 50);
+        }
+        let (hub, _dir) = start_hub(&cloud, "pool-local-heap");
+        assert!(
+            hub.wait_metric(
+                &cache_series("objects", "endpointslices"),
+                count as f64,
+                Duration::from_secs(30)
+            ),
+            "{}",
+            hub.logs()
+        );
+        assert!(cloud.wait_for_watchers("endpointslices", 1, Duration::from_secs(10)));
+        // Settled: the list's buffers are given back; the least of a few scrapes.
+        std::thread::sleep(Duration::from_millis(500));
+        let heap = (0..5)
+            .filter_map(|_| {
+                std::thread::sleep(Duration::from_millis(100));
+                hub.metric("tinyhub_heap_bytes")
+            })
+            .fold(f64::MAX, f64::min);
+        heaps.push(heap);
+        if count > 0 {
+            reported = hub
+                .metric(&cache_series("bytes", "endpointslices"))
+                .expect("the cache's bytes");
+        }
+    }
+    let delta = heaps[1] - heaps[0];
+    let per_object = delta / N as f64;
+    eprintln!(
+        "heap with {N} EndpointSlices cached: +{delta} bytes, {per_object:.0} bytes per object \
+         ({} bytes per object by the cache's own count; {}-bit)",
+        reported / N as f64,
+        usize::BITS
+    );
+    // The cache's own count is within 15 % of what the allocator saw.
+    assert!(
+        (delta - reported).abs() < 0.15 * reported,
+        "heap delta {delta}, cache reports {reported}"
+    );
+}
