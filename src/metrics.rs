@@ -359,6 +359,9 @@ impl Metrics {
     }
 }
 
+/// One figure of a pool cache from its memory and its skipped objects.
+type CacheFigure = fn(&crate::watchcache::Memory, u64) -> u64;
+
 /// The node-local watch caches' series, one per resource: what each holds (objects, the
 /// bytes `WatchCache::memory` counts, events in the history) and the objects left out as
 /// unreadable. Walks each cache under its lock: a scrape's cost, not a request's.
@@ -376,7 +379,7 @@ fn render_pool_caches(out: &mut String, caches: &[crate::watchcache::WatchCache]
             )
         })
         .collect();
-    let series: [(&str, &str, &str, fn(&crate::watchcache::Memory, u64) -> u64); 4] = [
+    let series: [(&str, &str, &str, CacheFigure); 4] = [
         (
             "tinyhub_pool_cache_objects",
             "gauge",

@@ -24,6 +24,10 @@
 //!   (a cache agent's list or watch), what the client got is teed to the writer as the
 //!   relay's tee would, so offline answers after a restart (the memory cache is empty then)
 //!   still have it.
+//! - **Watch-list** (`sendInitialEvents`, client-go's WatchListClient): validated as the
+//!   apiserver does (422 unless `allowWatchBookmarks=true` and
+//!   `resourceVersionMatch=NotOlderThan`), then served as its cacher serves it: the table is
+//!   at `WatchCache::watch_from`.
 //! - **Streaming**: a list page is chosen under the cache's lock as shared objects and
 //!   written in writes of about 32 KiB (chunked); a watch writes each batch of events as one
 //!   chunk, ends at `timeoutSeconds` (else a random 300–600 s), and notices a client that
