@@ -167,8 +167,27 @@ impl Feeder {
         }
     }
 
-    /// Lists the whole resource into the cache; Ok(false) when `stop` fired.
+    /// Lists the whole resource into the cache; Ok(false) when `stop` fired. Tells the cache
+    /// whether the cloud's answer was usable ([`WatchCache::feeder_failing`]).
     fn list(&self, path: &str, stop: &Receiver<()>) -> Result<bool, ClientError> {
+        let listed = self.list_once(path, stop);
+        match &listed {
+            Ok(_) => self.cache.feeder_ok(),
+            Err(e) => self.note_failure(e),
+        }
+        listed
+    }
+
+    /// Counts an unusable answer of the cloud against the cache's feed; a connection that
+    /// failed (offline, or a server going down) does not count.
+    fn note_failure(&self, e: &ClientError) {
+        if !matches!(e, ClientError::Upstream(_) | ClientError::Read(_)) {
+            self.cache.feeder_failed();
+        }
+    }
+
+    /// [`Feeder::list`] itself.
+    fn list_once(&self, path: &str, stop: &Receiver<()>) -> Result<bool, ClientError> {
         let mut answer = self.get(path, Deadline::Bounded(LIST_DEADLINE))?;
         let mut objects = Vec::new();
         let mut rv: Option<String> = None;
@@ -238,8 +257,12 @@ impl Feeder {
         let mut answer = match self.get(&url, watch_deadline(seconds)) {
             Ok(answer) => answer,
             Err(ClientError::Status(410)) => return Watched::Relist("410 Gone".to_owned()),
-            Err(e) => return Watched::Resume { broke: Some(e) },
+            Err(e) => {
+                self.note_failure(&e);
+                return Watched::Resume { broke: Some(e) };
+            }
         };
+        self.cache.feeder_ok();
         let mut refused: Option<ApplyError> = None;
         let ended = read_units(
             &mut answer,

@@ -134,7 +134,11 @@ pub(crate) fn run_from_cache(cache: WatchCache, index: Arc<TopologyIndex>, stop:
                         "servicetopology's watch of the Services cache ended ({}); starting over",
                         status.message
                     );
-                    break;
+                    // Not at once: a cache whose feed fails ends every watch at once.
+                    match stop.recv_timeout(CACHE_TICK) {
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => break,
+                        _ => return,
+                    }
                 }
             };
             for event in events {

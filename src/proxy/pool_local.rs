@@ -153,6 +153,10 @@ impl PoolCaches {
                 *g.group == r.group && *g.version == r.version && *g.resource == r.resource
             })
             .map(|(_, cache)| cache)
+            // A filled cache whose feed fails while the cloud answers holds frozen data:
+            // forwarded (live, with the client's own credentials) until the feeder recovers.
+            // One never filled follows the warming rule (`Hub::handle`).
+            .filter(|cache| !(cache.feeder_failing() && cache.is_ready()))
     }
 }
 

@@ -290,7 +290,14 @@ struct Inner {
     changed: Condvar,
     /// Objects of the feeder's lists and watches the cache could not index and left out.
     skipped: std::sync::atomic::AtomicU64,
+    /// The feeder's requests the cloud answered unusably in a row (see
+    /// [`WatchCache::feeder_failing`]).
+    feeder_failures: std::sync::atomic::AtomicU32,
 }
+
+/// Unusable answers in a row after which the cache's feed counts as failing: with the
+/// feeder's retry pause (the heartbeat interval), about three intervals.
+const FEEDER_FAILURES: u32 = 3;
 
 /// The watch cache of one resource; clones share it.
 #[derive(Clone)]
@@ -331,6 +338,7 @@ impl WatchCache {
                 }),
                 changed: Condvar::new(),
                 skipped: std::sync::atomic::AtomicU64::new(0),
+                feeder_failures: std::sync::atomic::AtomicU32::new(0),
             }),
         }
     }
@@ -524,6 +532,32 @@ impl WatchCache {
         }
         let object = self.parse(wire.object.get().as_bytes())?;
         self.apply(kind, object)
+    }
+
+    /// The feeder got a usable answer from the cloud (a whole list, a watch's 200).
+    pub(crate) fn feeder_ok(&self) {
+        self.inner
+            .feeder_failures
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The cloud answered the feeder, but unusably (a refusal, a 5xx, garbage); a
+    /// connection that failed is no such answer (offline, the cache keeps serving).
+    pub(crate) fn feeder_failed(&self) {
+        self.inner
+            .feeder_failures
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.changed.notify_all();
+    }
+
+    /// The cloud is answering but the feeder has had no usable answer for a few retries:
+    /// what the cache holds is frozen while the cloud moves on, so its watches end (410)
+    /// and its lists and watches are forwarded until the feeder recovers.
+    pub(crate) fn feeder_failing(&self) -> bool {
+        self.inner
+            .feeder_failures
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= FEEDER_FAILURES
     }
 
     /// Counts one object of a list the cache could not index and left out.

@@ -250,6 +250,11 @@ impl Watcher {
                     if state.generation != self.generation || self.cursor < state.first_seq {
                         return Err(too_old(self.rv, state.start_rv));
                     }
+                    if self.cache.feeder_failing() {
+                        return Err(Status::expired(
+                            "the node-local cache has lost its feed from the cloud; list again",
+                        ));
+                    }
                     if self.cursor < state.end_seq() {
                         break;
                     }

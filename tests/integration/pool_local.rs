@@ -705,3 +705,57 @@ fn the_heap_holds_5000_endpointslices_at_the_bytes_the_cache_reports() {
         "heap delta {delta}, cache reports {reported}"
     );
 }
+
+#[test]
+fn a_cache_whose_feed_fails_while_the_cloud_answers_is_forwarded_until_it_recovers() {
+    let cloud = Cloud::start();
+    cloud.create("services", service("shop", "web", "10.96.0.10"));
+    // The feeder's watches end at once, empty: it resumes them every retry pause.
+    cloud.misanswer_watch("/api/v1/services", 1_000_000, &[]);
+    let (hub, _dir) = start_hub(&cloud, "pool-local-frozen");
+    let list = list_when_warm(&hub, "/api/v1/services", KUBE_PROXY);
+    let rv = list["metadata"]["resourceVersion"].as_str().expect("rv");
+    let url = format!(
+        "{}/api/v1/services?watch=true&resourceVersion={rv}&timeoutSeconds=60",
+        hub.url()
+    );
+    let (status, body) = stream(&url, COREDNS);
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    // Now the cloud, healthy, refuses the feeder: its next watch ends with a 410 and every
+    // list after it is a 500.
+    let expired: &[u8] = br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (5)","reason":"Expired","code":410}}
+"#;
+    cloud.misanswer(
+        "/api/v1/services",
+        1_000_000,
+        500,
+        br#"{"kind":"Status","code":500}"#,
+    );
+    cloud.misanswer_watch("/api/v1/services", 1, &[expired]);
+    // The local watch ends with a 410 once the feed counts as failing...
+    let event = events.next_event().expect("an ERROR event");
+    assert_eq!(
+        (event["type"].as_str(), event["object"]["code"].as_u64()),
+        (Some("ERROR"), Some(410)),
+        "{event}"
+    );
+    // ... and the clients' requests go to the cloud, not to the frozen cache.
+    let forwarded = || cloud.count(|r| is_services(r) && r.user_agent == KUBE_PROXY);
+    let reply = get(&format!("{}/api/v1/services", hub.url()), KUBE_PROXY);
+    assert_eq!(reply.status, 500, "{}", reply.text());
+    assert_eq!(forwarded(), 1);
+    // The cloud answers the feeder again: once it has listed, the cache serves again.
+    cloud.misanswer("/api/v1/services", 0, 500, b"");
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            let before = forwarded();
+            let reply = get(&format!("{}/api/v1/services", hub.url()), KUBE_PROXY);
+            reply.status == 200 && forwarded() == before
+        }),
+        "served locally again: {}",
+        hub.logs()
+    );
+    let served = list_when_warm(&hub, "/api/v1/services", KUBE_PROXY);
+    assert_eq!(keys(items(&served)), keys(&cloud.list("services", None)));
+}
