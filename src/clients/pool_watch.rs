@@ -55,6 +55,9 @@ const WATCH_SECONDS: (u64, u64) = (300, 600);
 /// A watch that ends sooner than this is resumed only after the retry pause.
 const MIN_WATCH: Duration = Duration::from_secs(1);
 
+/// Why a list was cut: larger than [`crate::watchcache::CacheOptions::max_list_bytes`].
+const TOO_LARGE: &str = "the list is larger than the node-local cache takes";
+
 /// What one feeder needs.
 pub(crate) struct Feeder {
     /// The cloud.
@@ -170,7 +173,21 @@ impl Feeder {
     /// Lists the whole resource into the cache; Ok(false) when `stop` fired. Tells the cache
     /// whether the cloud's answer was usable ([`WatchCache::feeder_failing`]).
     fn list(&self, path: &str, stop: &Receiver<()>) -> Result<bool, ClientError> {
+        if self.cache.list_paused() {
+            return Err(ClientError::Answer(
+                "the last list was larger than the cache takes; its requests are forwarded",
+            ));
+        }
         let listed = self.list_once(path, stop);
+        if let Err(ClientError::Answer(TOO_LARGE)) = listed {
+            log::warn!(
+                "the list of {path} is larger than the {} bytes the node-local cache takes: its lists and watches are forwarded, listed again in {} s",
+                self.cache.max_list_bytes(),
+                crate::watchcache::LIST_TOO_LARGE_PAUSE.as_secs()
+            );
+            self.cache.list_too_large();
+            return listed;
+        }
         match &listed {
             Ok(_) => self.cache.feeder_ok(),
             Err(e) => self.note_failure(e),
@@ -192,6 +209,7 @@ impl Feeder {
         let mut objects = Vec::new();
         let mut rv: Option<String> = None;
         let mut skipped = 0usize;
+        let (mut bytes, cap) = (0usize, self.cache.max_list_bytes());
         let whole = read_units(
             &mut answer,
             BodyShape::List,
@@ -199,8 +217,15 @@ impl Feeder {
             &mut |_| {},
             &mut |unit| {
                 match unit {
+                    // Past the cap the read stops: nothing more is gathered or downloaded.
+                    Unit::ListItem(raw) if bytes.saturating_add(raw.len()) > cap => {
+                        return Err(ClientError::Answer(TOO_LARGE));
+                    }
                     Unit::ListItem(raw) => match self.cache.parse(raw) {
-                        Ok(object) => objects.push(object),
+                        Ok(object) => {
+                            bytes += raw.len();
+                            objects.push(object);
+                        }
                         // One odd object does not cost every client the rest.
                         Err(e) => {
                             skipped += 1;

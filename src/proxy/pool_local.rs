@@ -155,8 +155,9 @@ impl PoolCaches {
             .map(|(_, cache)| cache)
             // A filled cache whose feed fails while the cloud answers holds frozen data:
             // forwarded (live, with the client's own credentials) until the feeder recovers.
-            // One never filled follows the warming rule (`Hub::handle`).
-            .filter(|cache| !(cache.feeder_failing() && cache.is_ready()))
+            // One never filled follows the warming rule (`Hub::handle`), unless its list was
+            // too large for it: that one is not tried again for minutes.
+            .filter(|cache| !(cache.list_paused() || (cache.feeder_failing() && cache.is_ready())))
     }
 }
 

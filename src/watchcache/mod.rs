@@ -80,7 +80,15 @@ pub(crate) struct CacheOptions {
     /// How long a list or watch at a resourceVersion newer than the cache's waits for the
     /// cache to catch up before `504` (the apiserver waits 3 s).
     pub fresh_wait: Duration,
+    /// Most JSON bytes of objects a full list may bring: past it the resource is not cached
+    /// (its requests are forwarded) and the list is not tried again for a while. A relist
+    /// holds the new objects beside the old ones, so the peak is about twice this.
+    pub max_list_bytes: usize,
 }
+
+/// How long the feeder waits before it lists again a resource whose list was past
+/// [`CacheOptions::max_list_bytes`] (each try costs the whole list over the link).
+pub(crate) const LIST_TOO_LARGE_PAUSE: Duration = Duration::from_secs(600);
 
 impl Default for CacheOptions {
     fn default() -> CacheOptions {
@@ -90,6 +98,8 @@ impl Default for CacheOptions {
             max_age: Duration::from_secs(180),
             max_batch: 256,
             fresh_wait: Duration::from_secs(3),
+            // 16 MiB: about 16,000 EndpointSlices of 1 KB, a 32 MiB peak on a relist.
+            max_list_bytes: 16 << 20,
         }
     }
 }
@@ -293,6 +303,8 @@ struct Inner {
     /// The feeder's requests the cloud answered unusably in a row (see
     /// [`WatchCache::feeder_failing`]).
     feeder_failures: std::sync::atomic::AtomicU32,
+    /// A list was past `max_list_bytes`: no list before this.
+    list_paused_until: Mutex<Option<Instant>>,
 }
 
 /// Unusable answers in a row after which the cache's feed counts as failing: with the
@@ -339,6 +351,7 @@ impl WatchCache {
                 changed: Condvar::new(),
                 skipped: std::sync::atomic::AtomicU64::new(0),
                 feeder_failures: std::sync::atomic::AtomicU32::new(0),
+                list_paused_until: Mutex::new(None),
             }),
         }
     }
@@ -558,6 +571,26 @@ impl WatchCache {
             .feeder_failures
             .load(std::sync::atomic::Ordering::Relaxed)
             >= FEEDER_FAILURES
+    }
+
+    /// Most JSON bytes a full list may bring ([`CacheOptions::max_list_bytes`]).
+    pub(crate) fn max_list_bytes(&self) -> usize {
+        self.inner.options.max_list_bytes
+    }
+
+    /// A list was past [`CacheOptions::max_list_bytes`]: the feeder lists again only after
+    /// [`LIST_TOO_LARGE_PAUSE`], and a filled cache stops serving (its feed fails).
+    pub(crate) fn list_too_large(&self) {
+        *lock(&self.inner.list_paused_until) = Some(Instant::now() + LIST_TOO_LARGE_PAUSE);
+        self.inner
+            .feeder_failures
+            .store(FEEDER_FAILURES, std::sync::atomic::Ordering::Relaxed);
+        self.inner.changed.notify_all();
+    }
+
+    /// Whether the feeder must not list yet (after a list too large).
+    pub(crate) fn list_paused(&self) -> bool {
+        lock(&self.inner.list_paused_until).is_some_and(|until| Instant::now() < until)
     }
 
     /// Counts one object of a list the cache could not index and left out.

@@ -759,3 +759,33 @@ fn a_cache_whose_feed_fails_while_the_cloud_answers_is_forwarded_until_it_recove
     let served = list_when_warm(&hub, "/api/v1/services", KUBE_PROXY);
     assert_eq!(keys(items(&served)), keys(&cloud.list("services", None)));
 }
+
+#[test]
+fn a_list_larger_than_the_cache_takes_is_not_cached_and_its_kind_is_forwarded() {
+    let cloud = Cloud::start();
+    // About 17 MB of EndpointSlices, past the cache's 16 MiB.
+    cloud.populate_endpointslices(18_000, 50);
+    let (hub, _dir) = start_hub(&cloud, "pool-local-too-large");
+    assert!(
+        hub.wait_log("larger than the", Duration::from_secs(60)),
+        "{}",
+        hub.logs()
+    );
+    let reply = get(&format!("{}{SLICES}?limit=10", hub.url()), KUBE_PROXY);
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(
+        cloud.count(|r| is_slices(r) && r.user_agent == KUBE_PROXY),
+        1,
+        "forwarded"
+    );
+    assert_eq!(
+        hub.metric(&cache_series("objects", "endpointslices")),
+        Some(0.0)
+    );
+    // Not listed again at every retry pause.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        cloud.count(|r| is_slices(r) && r.user_agent == MULTIPLEXER && !is_watch(r)),
+        1
+    );
+}
