@@ -339,7 +339,9 @@ fn stream_watch(
                 batch = Vec::new();
             }
         };
-        // The cache keeps whole events either way.
+        // The cache keeps whole events either way. `ToClient::finish` is not called: it
+        // only checks that the stream did not end inside an event, and every event is
+        // written whole.
         if let Some(s) = out.session.take() {
             s.finish(ended);
         }
@@ -427,12 +429,20 @@ impl Write for ToClient<'_, '_> {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         match &mut self.filter {
             Some((filter, stage)) => {
-                // The bytes are the cache's own JSON: one that does not decode is a bug, and
-                // the answer is cut rather than sent unfiltered.
+                // The bytes are the cache's own JSON: one the scanner cannot decode is a bug,
+                // and the answer is cut rather than sent unfiltered.
                 let out = &mut self.out;
                 stage
                     .time(|| filter.feed(data, out))
                     .map_err(io::Error::other)?;
+                // An object serde cannot read (the index could) went out unfiltered, as the
+                // relay sends it: the client gets it, the disk cache does not.
+                if let Some(e) = filter.take_unreadable()
+                    && let Some(session) = self.session.take()
+                {
+                    log::info!("a pool-cache answer is not cached: {e}");
+                    session.finish(false);
+                }
                 self.send_out()?;
             }
             None => {
