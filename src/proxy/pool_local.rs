@@ -15,6 +15,10 @@
 //! - **Offline, once filled**: the cache keeps serving what it holds; the feeder resumes
 //!   when the cloud is back. The objects are at most as old as the last event received,
 //!   which is what the disk cache would answer too.
+//! - **Frozen or too large**: a filled cache whose feeder gets only unusable answers from a
+//!   cloud that does answer (3 in a row: a 403, a 5xx, garbage) ends its watches with 410
+//!   and is forwarded until the feeder recovers (`WatchCache::feeder_failing`); a resource
+//!   whose list is past `CacheOptions::max_list_bytes` is forwarded (`list_paused`).
 //! - **Filters per client, shared objects untouched**: the answer is written as the
 //!   apiserver would send it and, when `Filters` has a chain for this client, passed through
 //!   the relay's own filter stage (`filter_body::BodyFilter`), which decodes its own copy of
