@@ -789,3 +789,52 @@ fn a_list_larger_than_the_cache_takes_is_not_cached_and_its_kind_is_forwarded() 
         1
     );
 }
+
+#[test]
+fn a_watch_list_gets_the_state_and_the_initial_events_end_bookmark() {
+    let cloud = Cloud::start();
+    cloud.create("services", service("shop", "web", "10.96.0.10"));
+    let (hub, _dir) = start_hub(&cloud, "pool-local-watch-list");
+    let list = list_when_warm(&hub, "/api/v1/namespaces/shop/services", KUBE_PROXY);
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("rv")
+        .to_owned();
+    // client-go's WatchListClient: no list, a watch that starts with the state.
+    let url = format!(
+        "{}/api/v1/namespaces/shop/services?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=30",
+        hub.url()
+    );
+    let (status, body) = stream(&url, KUBE_PROXY);
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    let first = events.next_event().expect("ADDED");
+    assert_eq!(
+        (
+            first["type"].as_str(),
+            first["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("web")),
+        "{first}"
+    );
+    let end = events.next_event().expect("the end bookmark");
+    assert_eq!(end["type"], "BOOKMARK", "{end}");
+    assert_eq!(
+        end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true",
+        "{end}"
+    );
+    assert_eq!(end["object"]["metadata"]["resourceVersion"], rv.as_str());
+    cloud.create("services", service("shop", "next", "10.96.0.11"));
+    let next = events.next_event().expect("a live event");
+    assert_eq!(next["object"]["metadata"]["name"], "next", "{next}");
+    // Without the options the apiserver requires: its 422.
+    let reply = get(
+        &format!(
+            "{}/api/v1/services?watch=1&sendInitialEvents=true",
+            hub.url()
+        ),
+        KUBE_PROXY,
+    );
+    assert_eq!(reply.status, 422, "{}", reply.text());
+    assert_eq!(reply.json()["reason"], "Invalid");
+}
