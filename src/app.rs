@@ -15,6 +15,7 @@ use crate::cache::writer;
 use crate::cache::writer::CacheTx;
 use crate::cache::writer::WriterOptions;
 use crate::clients::agents_watch;
+use crate::clients::leader_config::LeaderWatch;
 use crate::clients::pool_watch::Feeder;
 use crate::clients::refill::{self, Refills};
 use crate::clients::services_watch;
@@ -28,12 +29,16 @@ use crate::heartbeat::{self, NodeHeartbeat};
 use crate::netif::LocalAddress;
 use crate::offline::Offline;
 use crate::pki::{self, IdentityState};
+use crate::pool::health::TcpDialer;
+use crate::pool::leader::PoolState;
+use crate::pool::route::PoolRoute;
 use crate::proxy::pool_local::PoolCaches;
 use crate::proxy::{Filters, Hub};
 use crate::reaper::Reaper;
 use crate::serve::{self, Readiness};
 use crate::server::tls::ServingCert;
 use crate::server::{self, Limits, Load};
+use crate::tls::TlsMaterial;
 use crate::upstream::Upstream;
 use crate::watchcache::CacheOptions;
 use crate::{SMALL_STACK, signals, spawn};
@@ -60,11 +65,13 @@ const FIRST_SERVICES_LIST_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Edge mode: the node-local watch caches of the pool-scope resources (YURTHUB.md §4.5),
 /// each with its feeder thread, started now so that the cache is warm when kube-proxy and
-/// coredns first ask (see `clients::pool_watch`); the feeders end when `stop` closes. None
-/// in cloud mode, or when the pool-scope set is empty.
+/// coredns first ask (see `clients::pool_watch`); the feeders read through the pool's leader
+/// when `route` says so, and end when `stop` closes. None in cloud mode, or when the
+/// pool-scope set is empty.
 fn start_pool_caches(
     config: &Config,
     upstream: &Arc<Upstream>,
+    route: Option<&Arc<PoolRoute>>,
     stop: &crossbeam_channel::Receiver<()>,
 ) -> Result<Option<Arc<PoolCaches>>, StartupError> {
     if config.working_mode != WorkingMode::Edge || config.pool_scope.is_empty() {
@@ -81,17 +88,70 @@ fn start_pool_caches(
         );
     }
     for cache in pool.caches() {
-        let feeder = Feeder {
-            upstream: Arc::clone(upstream),
-            cache: cache.clone(),
-            user_agent: pool.own_agent().to_owned(),
-            retry: config.heartbeat.interval,
-        };
+        let feeder = Feeder::new(
+            Arc::clone(upstream),
+            cache.clone(),
+            pool.own_agent().to_owned(),
+            config.heartbeat.interval,
+            route.cloned(),
+        );
         let name = format!("pool-{}", cache.resource().resource);
         let stop = stop.clone();
         spawn(&name, move || feeder.run(stop))?;
     }
     Ok(Some(Arc::new(pool)))
+}
+
+/// Edge mode with `--nodepool-name`: where pool-scope reads go, followed by the
+/// `leader-hub-<pool>` ConfigMap's watcher and the leaders' health checker (every 20 s),
+/// both started here. None otherwise (the cloud, always).
+fn start_pool_route(
+    config: &Config,
+    stop: &crossbeam_channel::Receiver<()>,
+) -> Result<Option<Arc<PoolRoute>>, StartupError> {
+    if config.working_mode != WorkingMode::Edge || config.nodepool_name.is_none() {
+        return Ok(None);
+    }
+    let route = Arc::new(PoolRoute::new(config.multiplexer_port, Box::new(TcpDialer)));
+    let (checked, stop) = (Arc::clone(&route), stop.clone());
+    spawn("leader-health", move || checked.run_checker(&stop))?;
+    Ok(Some(route))
+}
+
+/// Starts the watcher of the pool's `leader-hub-<pool>` ConfigMap into `route`; the first
+/// time it names this node a leader, `on_leader` runs (the multiplexer port opens).
+fn start_leader_watch(
+    config: &Config,
+    upstream: &Arc<Upstream>,
+    route: &Arc<PoolRoute>,
+    on_leader: Box<dyn FnOnce() + Send>,
+    stop: &crossbeam_channel::Receiver<()>,
+) -> Result<(), StartupError> {
+    let Some(pool) = config.nodepool_name.clone() else {
+        return Ok(());
+    };
+    let state = PoolState::new(&config.node_name, &pool, config.pool_scope.clone())
+        .map_err(|e| StartupError::new(e).context("--nodepool-name"))?;
+    let start_set = config.pool_scope.to_metadata();
+    let watch = LeaderWatch {
+        upstream: Arc::clone(upstream),
+        route: Arc::clone(route),
+        state,
+        namespace: config.namespace.clone(),
+        pool,
+        retry: config.heartbeat.interval,
+        on_leader: Some(on_leader),
+        on_scope: Box::new(move |scope| {
+            log::warn!(
+                "the leader ConfigMap sets the pool-scope resources to {:?}: not applied (tinyhub keeps the start-up set: {:?})",
+                scope.to_metadata(),
+                start_set
+            );
+        }),
+    };
+    let stop = stop.clone();
+    spawn("leader-config", move || watch.run(stop))?;
+    Ok(())
 }
 
 /// Runs the hub until a signal ends it.
@@ -282,7 +342,21 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         &stop_rx,
     )?;
 
-    let pool = start_pool_caches(&config, &upstream, &stop_rx)?;
+    let route = start_pool_route(&config, &stop_rx)?;
+    let pool = start_pool_caches(&config, &upstream, route.as_ref(), &stop_rx)?;
+    // The serving certificate, for the HTTPS port and a leader's multiplexer port.
+    let serving = Arc::new(ServingCert::new());
+    let multiplexer: Arc<OnceLock<MultiplexerPort>> = Arc::new(OnceLock::new());
+    if let Some(route) = &route {
+        let on_leader = open_multiplexer(
+            &config,
+            initial_tls.as_ref(),
+            pool.clone(),
+            &serving,
+            (&multiplexer, &shutdown),
+        );
+        start_leader_watch(&config, &upstream, route, on_leader, &stop_rx)?;
+    }
     let upstream_for_identity = Arc::clone(&upstream);
     let hub = Arc::new(Hub {
         mode: config.working_mode,
@@ -338,7 +412,6 @@ pub fn run(config: Config) -> Result<(), StartupError> {
 
     // The HTTPS port opens when the first serving certificate is installed.
     let secure_addr: Arc<OnceLock<SocketAddr>> = Arc::new(OnceLock::new());
-    let serving = Arc::new(ServingCert::new());
     let open_https: Box<dyn FnOnce() + Send> = {
         let (bind, serving, secure_addr, dummy_secure) = (
             config.proxy_secure_addr,
@@ -419,6 +492,9 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     if let Some((addr, thread)) = dummy_proxy {
         server::wake(addr);
         let _ = thread.join();
+    }
+    if let Some(port) = multiplexer.get() {
+        port.wake();
     }
     let _ = proxy_thread.join();
     let deadline = Instant::now() + DRAIN;
@@ -519,6 +595,47 @@ fn response_filters(
     Ok((Some(filters), Some(FilterReload { config: live })))
 }
 
+/// What runs the first time the leader ConfigMap names this node a leader: the multiplexer
+/// port opens on `<--node-ip>:<--multiplexer-port>` with the serving certificate, followers
+/// verified against the cluster CA (YURTHUB.md §4.4), kept in `port` for the shutdown. A
+/// failure is one error line: the followers' dials fail and they read from the cloud.
+fn open_multiplexer(
+    config: &Config,
+    tls: Option<&TlsMaterial>,
+    caches: Option<Arc<PoolCaches>>,
+    serving: &Arc<ServingCert>,
+    (port, shutdown): (&Arc<OnceLock<MultiplexerPort>>, &Arc<AtomicBool>),
+) -> Box<dyn FnOnce() + Send> {
+    let bind = config
+        .node_ip
+        .map(|ip| SocketAddr::new(ip, config.multiplexer_port));
+    let cluster_ca = tls.map(|t| t.roots.clone()).unwrap_or_default();
+    let (serving, port, shutdown) = (Arc::clone(serving), Arc::clone(port), Arc::clone(shutdown));
+    Box::new(move || {
+        let Some(bind) = bind else {
+            log::error!(
+                "this node is a leader of its pool, but has no --node-ip to serve the multiplexer port on"
+            );
+            return;
+        };
+        let Some(caches) = caches else {
+            log::error!("this node is a leader of its pool, but has no pool-scope cache to serve");
+            return;
+        };
+        let opened = multiplexer::server_config(serving, &cluster_ca)
+            .map_err(std::io::Error::other)
+            .and_then(|tls| multiplexer::start(bind, tls, caches, shutdown));
+        match opened {
+            Ok(opened) => {
+                let _ = port.set(opened);
+            }
+            Err(e) => log::error!(
+                "cannot serve the multiplexer port on {bind} (--node-ip, --multiplexer-port): {e}"
+            ),
+        }
+    })
+}
+
 /// A proxy port's second address (the dummy interface's): bound and served on its own accept
 /// thread with the same handler, caps and load, plain or (with `tls`) HTTPS. A failure is
 /// one error line: the port still serves on its main address.
@@ -550,3 +667,27 @@ fn listen_also(
         }
     }
 }
+
+// TEMPORARY until h16-leader is merged.
+mod multiplexer {
+    pub(super) use crate::pool::identity::server_config;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+    /// Stand-in.
+    #[derive(Debug)]
+    pub(crate) struct MultiplexerPort;
+    impl MultiplexerPort {
+        /// Stand-in.
+        pub(crate) fn wake(&self) {}
+    }
+    /// Stand-in.
+    pub(crate) fn start(
+        _: std::net::SocketAddr,
+        _: Arc<rustls::ServerConfig>,
+        _: Arc<crate::proxy::pool_local::PoolCaches>,
+        _: Arc<AtomicBool>,
+    ) -> std::io::Result<MultiplexerPort> {
+        Err(std::io::Error::other("not built yet"))
+    }
+}
+use multiplexer::MultiplexerPort;

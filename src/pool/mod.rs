@@ -8,6 +8,8 @@
 //!   [`leader::Source`] (pool or cloud); leader URLs; state kept across watch events.
 //! - [`health`]: leader health by TCP connect, round-robin picks, the fallback order
 //!   leader → cloud → cache.
+//! - [`route`]: where pool-scope reads go now ([`route::PoolRoute`]), shared by the
+//!   ConfigMap's watcher, the leader checker and the feeders.
 //! - [`identity`]: the multiplexer's User-Agent; the leader's TLS configuration requiring a
 //!   client certificate from the cluster CA, and the O `system:nodes` check after it.
 //!
@@ -15,10 +17,8 @@
 //! listener and the forwarding to a leader (they need `clients/`, `server/` and
 //! `upstream`); this module does no I/O but the health probe's TCP connect.
 
-// wired in issue 16: built ahead of the request path that will call it.
-#![allow(dead_code)]
-
 pub(crate) mod health;
 pub(crate) mod identity;
 pub(crate) mod leader;
 pub(crate) mod resources;
+pub(crate) mod route;
