@@ -33,6 +33,9 @@ use crate::upstream::Upstream;
 
 /// Largest list of the ConfigMap the watcher reads.
 const MAX_LIST_BYTES: u64 = 1024 * 1024;
+/// How long the feeders' first lists wait for the ConfigMap's first list when the cloud
+/// cannot be asked (they go to the cloud after it).
+const FIRST_LIST_PATIENCE: Duration = Duration::from_secs(5);
 /// A watch that ends sooner than this is resumed only after the retry pause.
 const MIN_WATCH: Duration = Duration::from_secs(1);
 
@@ -83,6 +86,7 @@ impl LeaderWatch {
         };
         let mut resume: Option<String> = None;
         let mut failed = 0u32;
+        let started = Instant::now();
         loop {
             let mut pause = true;
             if self.upstream.backends().any_healthy() {
@@ -90,6 +94,7 @@ impl LeaderWatch {
                     Some(rv) => Ok(rv),
                     None => self.list(&list_path),
                 };
+                self.route.settle();
                 match rv {
                     Ok(rv) => {
                         failed = 0;
@@ -115,6 +120,9 @@ impl LeaderWatch {
                         }
                     }
                 }
+            }
+            if !self.route.settled() && started.elapsed() >= FIRST_LIST_PATIENCE {
+                self.route.settle();
             }
             let wait = if pause { self.retry } else { Duration::ZERO };
             match stop.recv_timeout(wait) {

@@ -49,6 +49,8 @@ const LIST_DEADLINE: Duration = Duration::from_secs(300);
 /// Watches last a random time in this range (seconds), as client-go's reflector picks
 /// them, so the watches of many nodes do not all renew at once.
 const WATCH_SECONDS: (u64, u64) = (300, 600);
+/// The longest the first list waits for the leader ConfigMap's first list.
+const FIRST_LIST_PATIENCE: Duration = Duration::from_secs(10);
 /// A watch that ends sooner than this is resumed only after the retry pause.
 const MIN_WATCH: Duration = Duration::from_secs(1);
 
@@ -204,6 +206,17 @@ impl Feeder {
         let mut failed_lists = 0u32;
         // A leader refused the last request: the cloud for the next one.
         let mut avoid_leader = false;
+        // The first list waits for the ConfigMap's (a few seconds at most): a follower that
+        // started a moment before learning its leader would list everything from the cloud.
+        if let Some(route) = &self.route {
+            let until = Instant::now() + FIRST_LIST_PATIENCE;
+            while !route.settled() && Instant::now() < until {
+                match stop.recv_timeout(Duration::from_millis(50)) {
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+            }
+        }
         loop {
             let mut pause = true;
             let generation = self.route.as_ref().map(|r| r.generation());

@@ -41,6 +41,8 @@ pub(crate) struct PoolRoute {
     pool: AtomicBool,
     health: LeaderHealth,
     generation: AtomicU64,
+    /// The ConfigMap was listed once (or that failed): the feeders' first list waits for it.
+    settled: AtomicBool,
     dialer: Box<dyn Dialer>,
     wakers: Mutex<Vec<Weak<dyn Wake>>>,
 }
@@ -52,6 +54,7 @@ impl PoolRoute {
             pool: AtomicBool::new(false),
             health: LeaderHealth::new(port),
             generation: AtomicU64::new(0),
+            settled: AtomicBool::new(false),
             dialer,
             wakers: Mutex::new(Vec::new()),
         }
@@ -102,6 +105,16 @@ impl PoolRoute {
         }
         self.pool.store(source == Source::Pool, Ordering::Release);
         self.bump();
+    }
+
+    /// The ConfigMap's first list ended (applied, or failed): the source is known.
+    pub(crate) fn settle(&self) {
+        self.settled.store(true, Ordering::Release);
+    }
+
+    /// Whether the ConfigMap's first list has ended.
+    pub(crate) fn settled(&self) -> bool {
+        self.settled.load(Ordering::Acquire)
     }
 
     /// A request to the leader at `addr` could not connect or broke off: the cloud until the
