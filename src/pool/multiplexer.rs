@@ -92,6 +92,9 @@ impl MultiplexerPort {
 /// Binds `bind` at once and serves `caches` to the pool's followers over `tls` (from
 /// `identity::server_config`: the hub's serving certificate, followers verified against the
 /// cluster CA) on its own thread until `shutdown` is set (then [`MultiplexerPort::wake`]).
+/// Called once, when the hub first learns it is a leader; the port then stays open for the
+/// hub's life (see the module docs). An error is the bind's (the port taken, the address
+/// not this node's) or the thread's.
 pub(crate) fn start(
     bind: SocketAddr,
     tls: Arc<rustls::ServerConfig>,
