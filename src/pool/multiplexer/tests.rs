@@ -434,3 +434,26 @@ fn plain_connections_carry_no_peer_certificates() {
     server::wake(addr);
     thread.join().unwrap();
 }
+
+#[test]
+fn shutdown_closes_the_port_and_ends_open_watches() {
+    let mut leader = Leader::start(&[]);
+    leader.fill();
+    let mut conn = connect(&leader, leader.node("edge-2"));
+    send(
+        &mut conn,
+        "GET",
+        "/api/v1/services?watch=1&resourceVersion=10",
+        "application/json",
+    )
+    .unwrap();
+    assert_eq!(read_head(&mut conn).unwrap().0, 200);
+    let addr = leader.addr();
+    let stopped = Instant::now();
+    leader.shutdown.store(true, Ordering::Release);
+    leader.port.take().unwrap().stop();
+    // The watch ends whole (its last chunk), within about a second of the flag.
+    assert_eq!(read_chunk(&mut conn).unwrap(), b"");
+    assert!(stopped.elapsed() < Duration::from_secs(3));
+    assert!(TcpStream::connect(addr).is_err(), "the port still listens");
+}
