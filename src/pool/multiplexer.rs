@@ -125,7 +125,7 @@ fn handle(caches: &PoolCaches, shutdown: &AtomicBool, ex: Exchange<'_>) {
         Err(status) => {
             let cn = common_name(ex.peer_certificates());
             log::info!(
-                "multiplexer refused peer={peer} cn=\"{cn}\" method={} path=\"{}\" status={} reason=\"{}\"",
+                "multiplexer refused peer={peer} cn={cn:?} method={} path=\"{}\" status={} reason=\"{}\"",
                 ex.method(),
                 request::truncate(ex.url()),
                 status.code,
@@ -142,7 +142,7 @@ fn handle(caches: &PoolCaches, shutdown: &AtomicBool, ex: Exchange<'_>) {
         Err(e) => {
             let status = Status::bad_request(e.to_string());
             log::info!(
-                "multiplexer refused follower=\"{name}\" peer={peer} method={} path=\"{}\" status=400 err=\"{e}\"",
+                "multiplexer refused follower={name:?} peer={peer} method={} path=\"{}\" status=400 err=\"{e}\"",
                 ex.method(),
                 request::truncate(ex.url())
             );
@@ -159,7 +159,7 @@ fn handle(caches: &PoolCaches, shutdown: &AtomicBool, ex: Exchange<'_>) {
         }
         Err(status) if status.code == 403 => {
             log::info!(
-                "multiplexer refused follower=\"{name}\" cn=\"{}\" peer={peer} verb={} path=\"{}\" status=403",
+                "multiplexer refused follower={name:?} cn={:?} peer={peer} verb={} path=\"{}\" status=403",
                 follower.common_name.as_deref().unwrap_or(""),
                 req.verb.as_str(),
                 request::truncate(ex.url())
@@ -230,7 +230,8 @@ fn common_name(peer: Option<&[rustls::pki_types::CertificateDer<'_>]>) -> String
 }
 
 /// The log line of a follower's request, in the proxy's style (`proxy::call::log`): 5xx at
-/// info, the rest at debug.
+/// info, the rest at debug. Names from certificates are quoted with escapes (`{:?}`): a CN
+/// cannot break the line.
 fn log_request(follower: &str, peer: SocketAddr, req: &ApiRequest, status: u16, took: Duration) {
     let resource = match &req.target {
         Target::Resource(r) => r.resource.as_str(),
@@ -243,7 +244,7 @@ fn log_request(follower: &str, peer: SocketAddr, req: &ApiRequest, status: u16, 
     };
     log::log!(
         level,
-        "multiplexer follower=\"{follower}\" peer={peer} verb={} resource=\"{resource}\" status={status} duration={took:?}",
+        "multiplexer follower={follower:?} peer={peer} verb={} resource=\"{resource}\" status={status} duration={took:?}",
         req.verb.as_str(),
     );
 }
