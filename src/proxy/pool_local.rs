@@ -121,6 +121,16 @@ impl PoolCaches {
         &self.own_agent
     }
 
+    /// The pool-scope set these caches serve (what a leader's multiplexer port admits).
+    pub(crate) fn scope(&self) -> &PoolScope {
+        &self.scope
+    }
+
+    /// The cache of `gvr`, if the hub keeps one (a member of unknown kind has none).
+    pub(crate) fn cache_of(&self, gvr: &Gvr) -> Option<&WatchCache> {
+        self.caches.iter().find(|(g, _)| g == gvr).map(|(_, c)| c)
+    }
+
     /// The cache that serves `req` (whose User-Agent header is `user_agent`), if it is one
     /// to serve locally.
     pub(super) fn cache_for(&self, req: &ApiRequest, user_agent: &str) -> Option<&WatchCache> {
@@ -153,8 +163,9 @@ fn known_resource(gvr: &Gvr) -> Option<Resource> {
 /// Answers the list or watch `req` from `cache` (ready); the HTTP status sent. `shutdown`
 /// ends a watch when the hub stops. `session`, when the route caches the answer for this
 /// client, gets what the client gets, as the relay's tee gives it a forwarded answer: the
-/// disk cache keeps serving this client offline after a restart.
-pub(super) fn answer(
+/// disk cache keeps serving this client offline after a restart. A leader's multiplexer
+/// port calls it too, with neither filters nor session.
+pub(crate) fn answer(
     cache: &WatchCache,
     filters: Option<&Filters>,
     ex: Exchange<'_>,
