@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -30,7 +30,9 @@ use crate::netif::LocalAddress;
 use crate::offline::Offline;
 use crate::pki::{self, IdentityState};
 use crate::pool::health::TcpDialer;
+use crate::pool::identity;
 use crate::pool::leader::PoolState;
+use crate::pool::multiplexer::{self, MultiplexerPort};
 use crate::pool::route::PoolRoute;
 use crate::proxy::pool_local::PoolCaches;
 use crate::proxy::{Filters, Hub};
@@ -346,7 +348,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     let pool = start_pool_caches(&config, &upstream, route.as_ref(), &stop_rx)?;
     // The serving certificate, for the HTTPS port and a leader's multiplexer port.
     let serving = Arc::new(ServingCert::new());
-    let multiplexer: Arc<OnceLock<MultiplexerPort>> = Arc::new(OnceLock::new());
+    let multiplexer: Arc<Mutex<Option<MultiplexerPort>>> = Arc::new(Mutex::new(None));
     if let Some(route) = &route {
         let on_leader = open_multiplexer(
             &config,
@@ -493,8 +495,13 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         server::wake(addr);
         let _ = thread.join();
     }
-    if let Some(port) = multiplexer.get() {
-        port.wake();
+    // The lock guards one Option: a panicking holder cannot leave it torn.
+    let port = multiplexer
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    if let Some(port) = port {
+        port.stop();
     }
     let _ = proxy_thread.join();
     let deadline = Instant::now() + DRAIN;
@@ -604,7 +611,7 @@ fn open_multiplexer(
     tls: Option<&TlsMaterial>,
     caches: Option<Arc<PoolCaches>>,
     serving: &Arc<ServingCert>,
-    (port, shutdown): (&Arc<OnceLock<MultiplexerPort>>, &Arc<AtomicBool>),
+    (port, shutdown): (&Arc<Mutex<Option<MultiplexerPort>>>, &Arc<AtomicBool>),
 ) -> Box<dyn FnOnce() + Send> {
     let bind = config
         .node_ip
@@ -622,12 +629,12 @@ fn open_multiplexer(
             log::error!("this node is a leader of its pool, but has no pool-scope cache to serve");
             return;
         };
-        let opened = multiplexer::server_config(serving, &cluster_ca)
+        let opened = identity::server_config(serving, &cluster_ca)
             .map_err(std::io::Error::other)
             .and_then(|tls| multiplexer::start(bind, tls, caches, shutdown));
         match opened {
             Ok(opened) => {
-                let _ = port.set(opened);
+                *port.lock().unwrap_or_else(PoisonError::into_inner) = Some(opened);
             }
             Err(e) => log::error!(
                 "cannot serve the multiplexer port on {bind} (--node-ip, --multiplexer-port): {e}"
@@ -668,26 +675,3 @@ fn listen_also(
     }
 }
 
-// TEMPORARY until h16-leader is merged.
-mod multiplexer {
-    pub(super) use crate::pool::identity::server_config;
-    use std::sync::Arc;
-    use std::sync::atomic::AtomicBool;
-    /// Stand-in.
-    #[derive(Debug)]
-    pub(crate) struct MultiplexerPort;
-    impl MultiplexerPort {
-        /// Stand-in.
-        pub(crate) fn wake(&self) {}
-    }
-    /// Stand-in.
-    pub(crate) fn start(
-        _: std::net::SocketAddr,
-        _: Arc<rustls::ServerConfig>,
-        _: Arc<crate::proxy::pool_local::PoolCaches>,
-        _: Arc<AtomicBool>,
-    ) -> std::io::Result<MultiplexerPort> {
-        Err(std::io::Error::other("not built yet"))
-    }
-}
-use multiplexer::MultiplexerPort;
