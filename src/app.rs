@@ -674,4 +674,3 @@ fn listen_also(
         }
     }
 }
-
