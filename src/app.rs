@@ -89,13 +89,14 @@ fn start_pool_caches(
             "pool-scope resource {gvr} is not served from a node-local cache (its kind is not known to tinyhub); its lists and watches are forwarded"
         );
     }
-    for cache in pool.caches() {
+    for (i, cache) in pool.caches().enumerate() {
         let feeder = Feeder::new(
             Arc::clone(upstream),
             cache.clone(),
             pool.own_agent().to_owned(),
             config.heartbeat.interval,
             route.cloned(),
+            pool.active_flag(i),
         );
         let name = format!("pool-{}", cache.resource().resource);
         let stop = stop.clone();
@@ -121,11 +122,13 @@ fn start_pool_route(
 }
 
 /// Starts the watcher of the pool's `leader-hub-<pool>` ConfigMap into `route`; the first
-/// time it names this node a leader, `on_leader` runs (the multiplexer port opens).
+/// time it names this node a leader, `on_leader` runs (the multiplexer port opens); its
+/// pool-scope set replaces the start-up one in `pool`.
 fn start_leader_watch(
     config: &Config,
     upstream: &Arc<Upstream>,
     route: &Arc<PoolRoute>,
+    caches: Option<Arc<PoolCaches>>,
     on_leader: Box<dyn FnOnce() + Send>,
     stop: &crossbeam_channel::Receiver<()>,
 ) -> Result<(), StartupError> {
@@ -134,7 +137,7 @@ fn start_leader_watch(
     };
     let state = PoolState::new(&config.node_name, &pool, config.pool_scope.clone())
         .map_err(|e| StartupError::new(e).context("--nodepool-name"))?;
-    let start_set = config.pool_scope.to_metadata();
+    let scoped = Arc::clone(route);
     let watch = LeaderWatch {
         upstream: Arc::clone(upstream),
         route: Arc::clone(route),
@@ -144,11 +147,18 @@ fn start_leader_watch(
         retry: config.heartbeat.interval,
         on_leader: Some(on_leader),
         on_scope: Box::new(move |scope| {
-            log::warn!(
-                "the leader ConfigMap sets the pool-scope resources to {:?}: not applied (tinyhub keeps the start-up set: {:?})",
-                scope.to_metadata(),
-                start_set
+            log::info!(
+                "the leader ConfigMap sets the pool-scope resources to {:?}",
+                scope.to_metadata()
             );
+            let Some(caches) = &caches else { return };
+            for gvr in caches.set_scope(scope) {
+                log::warn!(
+                    "pool-scope resource {gvr} is not served from a node-local cache (its kind is not known to tinyhub); its lists and watches are forwarded"
+                );
+            }
+            // A feeder whose resource left the set ends its watch now.
+            scoped.nudge();
         }),
     };
     let stop = stop.clone();
@@ -357,7 +367,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
             &serving,
             (&multiplexer, &shutdown),
         );
-        start_leader_watch(&config, &upstream, route, on_leader, &stop_rx)?;
+        start_leader_watch(&config, &upstream, route, pool.clone(), on_leader, &stop_rx)?;
     }
     let upstream_for_identity = Arc::clone(&upstream);
     let hub = Arc::new(Hub {

@@ -74,6 +74,8 @@ pub(crate) struct Feeder {
     leader_outcome: Cell<LeaderOutcome>,
     /// The open watch's cancel handle, for the route to end it.
     slot: Arc<WatchSlot>,
+    /// The resource is pool-scope now (the leader ConfigMap may take it out and back).
+    active: Arc<AtomicBool>,
 }
 
 /// Where one request of a feeder goes.
@@ -98,9 +100,10 @@ enum LeaderOutcome {
 
 /// The open watch of a feeder, as the route sees it: where it goes and how to end it. A
 /// mutex taken once per watch and once per route change.
-#[derive(Default)]
 struct WatchSlot {
     open: Mutex<Option<(Via, Cancel)>>,
+    /// The feeder's resource is pool-scope (see [`Feeder::active`]).
+    active: Arc<AtomicBool>,
     /// The route ended the watch: resume at once.
     woken: AtomicBool,
 }
@@ -123,6 +126,7 @@ impl Wake for WatchSlot {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let stale = match open.as_ref() {
             None => false,
+            Some(_) if !self.active.load(Ordering::Acquire) => true,
             Some((Via::Cloud, _)) => route.wants_leader(),
             Some((Via::Leader(addr), _)) => !route.leader_usable(*addr),
         };
@@ -162,8 +166,13 @@ impl Feeder {
         user_agent: String,
         retry: Duration,
         route: Option<Arc<PoolRoute>>,
+        active: Arc<AtomicBool>,
     ) -> Feeder {
-        let slot = Arc::new(WatchSlot::default());
+        let slot = Arc::new(WatchSlot {
+            open: Mutex::new(None),
+            active: Arc::clone(&active),
+            woken: AtomicBool::new(false),
+        });
         if let Some(route) = &route {
             let waker: Arc<dyn Wake> = Arc::clone(&slot) as Arc<dyn Wake>;
             route.register(Arc::downgrade(&waker));
@@ -178,6 +187,7 @@ impl Feeder {
             chosen_at: Cell::new(0),
             leader_outcome: Cell::new(LeaderOutcome::Fine),
             slot,
+            active,
         }
     }
 
@@ -218,6 +228,21 @@ impl Feeder {
             }
         }
         loop {
+            if !self.active.load(Ordering::Acquire) {
+                // Out of the pool-scope set: no requests, no objects held; the proxy forwards
+                // the resource's lists and watches. Listed again when it is back.
+                if listed || self.cache.is_ready() {
+                    self.cache.clear();
+                    listed = false;
+                    log::info!(
+                        "{path} is no longer pool-scope: its node-local cache is dropped, its lists and watches forwarded"
+                    );
+                }
+                match stop.recv_timeout(self.retry) {
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                    _ => return,
+                }
+            }
             let mut pause = true;
             let generation = self.route.as_ref().map(|r| r.generation());
             if let Some(via) = self.choose(avoid_leader) {

@@ -162,7 +162,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "pool-scope-resources",
         Kind::Strings,
         "",
-        "resources each node lists and watches once for all its components (and through the pool's leader hub), as group/version/resource with the core group empty (/v1/nodes); added to /v1/services and discovery.k8s.io/v1/endpointslices, which are always in; a different set in the pool's ConfigMap is logged, not applied yet; a kind tinyhub does not know is forwarded, with a warning; repeatable",
+        "resources each node lists and watches once for all its components (and through the pool's leader hub), as group/version/resource with the core group empty (/v1/nodes); added to /v1/services and discovery.k8s.io/v1/endpointslices, which are always in; the pool's ConfigMap replaces the set once seen; a kind tinyhub does not know is forwarded, with a warning; repeatable",
     ),
     flag(
         "bind-address",

@@ -166,6 +166,11 @@ impl PoolRoute {
         self.wake_all();
     }
 
+    /// Tells the feeders to look at the route again (the pool-scope set changed).
+    pub(crate) fn nudge(&self) {
+        self.wake_all();
+    }
+
     fn wake_all(&self) {
         // Upgraded under the lock, woken outside it: a wake shuts a socket down.
         let live: Vec<_> = {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::hub::*;
-use crate::support::pool::{self, Pool, node_ip, set_leader_config};
+use crate::support::pool::{self, Pool, node_ip, set_leader_config, set_leader_config_scoped};
 use crate::support::{Cloud, RecordedRequest};
 
 const KUBE_PROXY: &str = "kube-proxy/v1.30.0 (linux/arm) kubernetes/abcdef0";
@@ -510,5 +510,51 @@ fn a_follower_refuses_a_leader_whose_certificate_names_another_address() {
     assert!(
         cloud.count(|r| of(r, "services") && r.user_agent == "multiplexer-proxy-edge-2") >= 1,
         "the cloud served the follower"
+    );
+}
+
+#[test]
+fn the_configmaps_pool_scope_set_replaces_the_start_up_one_at_run_time() {
+    let cloud = cloud_with_objects();
+    set_leader_config(&cloud, &[], false);
+    let pool = Pool::start(&cloud, "pool-leader-scope", 1, &[]);
+    let hub = pool.hub(1);
+    list_when_warm(hub, SLICES, KUBE_PROXY);
+    assert!(cloud.wait_for_watchers("endpointslices", 1, Duration::from_secs(10)));
+    let direct = |ua: &str| cloud.count(|r| of(r, "endpointslices") && r.user_agent == ua);
+    assert_eq!(direct(KUBE_PROXY), 0, "served from the node's cache");
+
+    // EndpointSlices leave the set (and an unknown kind joins it): the feeder's watch ends,
+    // kube-proxy's lists go to the cloud, Services stay local.
+    set_leader_config_scoped(&cloud, &[], false, "/v1/services,apps/v1/deployments");
+    assert!(
+        cloud.wait_for_watchers_at_most("endpointslices", 0, Duration::from_secs(10)),
+        "the feeder stopped watching"
+    );
+    assert!(hub.wait_log(
+        "apps/v1/deployments is not served from a node-local cache",
+        Duration::from_secs(5)
+    ));
+    let before = direct(KUBE_PROXY);
+    let list = list_when_warm(hub, SLICES, KUBE_PROXY);
+    assert_eq!(
+        keys(items(&list)),
+        keys(&cloud.list("endpointslices", None))
+    );
+    assert_eq!(direct(KUBE_PROXY), before + 1, "forwarded to the cloud");
+    list_when_warm(hub, SERVICES, KUBE_PROXY);
+    assert_eq!(
+        cloud.count(|r| of(r, "services") && r.user_agent == KUBE_PROXY),
+        0
+    );
+
+    // Back in the set: listed and watched again, served locally again.
+    set_leader_config(&cloud, &[], false);
+    assert!(cloud.wait_for_watchers("endpointslices", 1, Duration::from_secs(10)));
+    list_when_warm(hub, SLICES, KUBE_PROXY);
+    assert_eq!(
+        direct(KUBE_PROXY),
+        before + 1,
+        "served from the node's cache again"
     );
 }

@@ -56,8 +56,14 @@ pub fn leaders_value(leaders: &[usize]) -> String {
         .join(",")
 }
 
-/// The pool's ConfigMap as yurt-manager writes it, naming `leaders` with election `election`.
+/// The pool's ConfigMap as yurt-manager writes it, naming `leaders` with election `election`
+/// and the default pool-scope resources.
 pub fn leader_config(leaders: &[usize], election: bool) -> Value {
+    leader_config_scoped(leaders, election, POOL_SCOPED)
+}
+
+/// The pool's ConfigMap with `scoped` as its `pool-scoped-metadata`.
+pub fn leader_config_scoped(leaders: &[usize], election: bool, scoped: &str) -> Value {
     json!({
         "metadata": {
             "name": CONFIG_NAME,
@@ -66,7 +72,7 @@ pub fn leader_config(leaders: &[usize], election: bool) -> Value {
         },
         "data": {
             "leaders": leaders_value(leaders),
-            "pool-scoped-metadata": POOL_SCOPED,
+            "pool-scoped-metadata": scoped,
             "interconnectivity": "true",
             "enable-leader-election": if election { "true" } else { "false" },
         },
@@ -75,7 +81,12 @@ pub fn leader_config(leaders: &[usize], election: bool) -> Value {
 
 /// Creates or replaces the pool's ConfigMap.
 pub fn set_leader_config(cloud: &Cloud, leaders: &[usize], election: bool) {
-    let config = leader_config(leaders, election);
+    set_leader_config_scoped(cloud, leaders, election, POOL_SCOPED);
+}
+
+/// Creates or replaces the pool's ConfigMap, with `scoped` as its `pool-scoped-metadata`.
+pub fn set_leader_config_scoped(cloud: &Cloud, leaders: &[usize], election: bool, scoped: &str) {
+    let config = leader_config_scoped(leaders, election, scoped);
     if cloud
         .get("configmaps", "kube-system", CONFIG_NAME)
         .is_some()
