@@ -15,7 +15,8 @@
 //! - **The multiplexer's identity**: the hub's credentials with the User-Agent
 //!   `multiplexer-proxy-<node>`, as YurtHub's multiplexer sends (`pool::identity`). It
 //!   talks to `Upstream` directly, never through the proxy, so it cannot loop into its own
-//!   cache; the component is not a cache agent, so nothing is written to disk.
+//!   cache; the component is not a cache agent, so nothing is written to disk. Memory per
+//!   feeder beyond the cache: a [`WatchSlot`] (a mutex, a cancel handle) and a few cells.
 //! - **Bounded memory**: the list is cut by the cache's incremental decoder (one object at
 //!   a time, at most `MAX_OBJECT_BYTES`); only the indexed objects (what the cache keeps
 //!   anyway) are gathered until the list ends, never the body.
@@ -24,6 +25,22 @@
 //!   a 410, an ERROR event or an event the cache cannot apply lists again (the relist is a
 //!   diff, so local watchers carry on); a failed list waits `retry` (the heartbeat interval)
 //!   before the next try; nothing is asked of a cloud whose servers are all unhealthy.
+//! - **Through the pool's leader** (YURTHUB.md §4.6; `pool::route::PoolRoute`, with
+//!   `--nodepool-name`): when the leader ConfigMap makes the pool the source and a leader
+//!   answers its health dial, the list and the watches go to
+//!   `https://<leader ip>:<--multiplexer-port>` with the same User-Agent and the hub's client
+//!   certificate (`Upstream::send_to_base`; the leader's certificate checked against the
+//!   cluster CA and its IP). Fallback leader → cloud → cache (`pool::health::plan`): a leader
+//!   that cannot be reached or breaks off mid-stream is marked unreachable and the feeder goes
+//!   on at once from the cloud, resuming from the cache's resourceVersion (the leader passes
+//!   the cloud's through); one that answers another status (429 warming, 503, 403) costs a
+//!   round on the cloud. A watch that no longer goes where the route says (the cloud while a
+//!   leader is usable, a leader no longer usable, a resource no longer pool-scope) is ended
+//!   by the route (its [`Wake`] shuts the stream's connection) and resumed at once; local
+//!   watches carry on throughout. The first list waits (up to 10 s) for the ConfigMap's first
+//!   list, so that a follower does not start by listing everything from the cloud.
+//! - **The run-time set**: a resource the leader ConfigMap takes out of the pool-scope set
+//!   idles its feeder and drops its cache; put back, it is listed again.
 //! - Offline, the cache keeps what it holds and keeps serving it (see `proxy::pool_local`).
 
 use std::cell::Cell;
