@@ -245,3 +245,99 @@ impl LeaderWatch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::LbMode;
+    use crate::health::Backends;
+    use crate::pool::health::Dialer;
+    use crate::pool::leader::Source;
+
+    /// Every leader answers its dial.
+    struct AllUp;
+
+    impl Dialer for AllUp {
+        fn reachable(&self, _: SocketAddr, _: Duration) -> bool {
+            true
+        }
+    }
+
+    fn cm(leaders: &str, election: &str, scoped: &str) -> Value {
+        json!({
+            "metadata": {"name": "leader-hub-pool-a", "namespace": "kube-system"},
+            "data": {
+                "leaders": leaders,
+                "enable-leader-election": election,
+                "pool-scoped-metadata": scoped,
+            }
+        })
+    }
+
+    #[test]
+    fn configmap_versions_reach_the_route_and_the_callbacks() {
+        let upstream = Upstream::new(
+            Arc::new(Backends::new(Vec::new(), LbMode::RoundRobin)),
+            None,
+            None,
+        )
+        .unwrap();
+        let route = Arc::new(PoolRoute::new(10269, Box::new(AllUp)));
+        let leads = Arc::new(AtomicUsize::new(0));
+        let scopes = Arc::new(Mutex::new(Vec::new()));
+        let (l, s) = (Arc::clone(&leads), Arc::clone(&scopes));
+        let mut watch = LeaderWatch {
+            upstream: Arc::new(upstream),
+            route: Arc::clone(&route),
+            state: PoolState::new("n2", "pool-a", PoolScope::with_defaults([])).unwrap(),
+            namespace: "kube-system".into(),
+            pool: "pool-a".into(),
+            retry: Duration::from_secs(1),
+            on_leader: Some(Box::new(move || {
+                l.fetch_add(1, Ordering::Relaxed);
+            })),
+            on_scope: Box::new(move |scope| s.lock().unwrap().push(scope.to_metadata())),
+        };
+        let both = "/v1/services,discovery.k8s.io/v1/endpointslices";
+
+        // A follower of n1: the pool, through n1.
+        watch.apply(ConfigEvent::Seen(&cm("n1/10.0.0.1", "true", both)));
+        assert_eq!(route.source(), Source::Pool);
+        assert_eq!(route.leader(), Some("10.0.0.1:10269".parse().unwrap()));
+        assert_eq!(leads.load(Ordering::Relaxed), 0);
+        assert!(scopes.lock().unwrap().is_empty(), "the same set");
+
+        // Deleted: nothing changes.
+        let generation = route.generation();
+        watch.apply(ConfigEvent::Deleted);
+        assert_eq!(route.generation(), generation);
+        assert_eq!(route.source(), Source::Pool);
+
+        // Elected itself, with a smaller set: the cloud, the multiplexer opens once.
+        watch.apply(ConfigEvent::Seen(&cm(
+            "n1/10.0.0.1,n2/10.0.0.2",
+            "true",
+            "/v1/services",
+        )));
+        watch.apply(ConfigEvent::Seen(&cm(
+            "n2/10.0.0.2",
+            "true",
+            "/v1/services",
+        )));
+        assert_eq!(route.source(), Source::Cloud);
+        assert_eq!(route.leader(), None);
+        assert_eq!(leads.load(Ordering::Relaxed), 1, "once");
+        assert_eq!(*scopes.lock().unwrap(), ["/v1/services"]);
+
+        // Election off: the cloud.
+        watch.apply(ConfigEvent::Seen(&cm("n1/10.0.0.1", "false", both)));
+        assert_eq!(route.source(), Source::Cloud);
+        assert_eq!(scopes.lock().unwrap().len(), 2);
+    }
+}
