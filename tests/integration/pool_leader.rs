@@ -15,7 +15,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::hub::*;
-use crate::support::pool::{self, Pool, node_ip, set_leader_config, set_leader_config_scoped};
+use crate::support::pool::{
+    self, Pool, node_ip, patience, set_leader_config, set_leader_config_scoped,
+};
 use crate::support::{Cloud, RecordedRequest};
 
 const KUBE_PROXY: &str = "kube-proxy/v1.30.0 (linux/arm) kubernetes/abcdef0";
@@ -67,7 +69,7 @@ fn of(r: &RecordedRequest, resource: &str) -> bool {
 fn list_when_warm(hub: &Hub, path: &str, ua: &str) -> Value {
     let url = format!("{}{path}", hub.url());
     let mut last = None;
-    let warm = eventually(Duration::from_secs(20), || {
+    let warm = eventually(patience(20), || {
         let reply = get(&url, ua);
         let ok = reply.status == 200;
         last = Some(reply);
@@ -194,7 +196,7 @@ fn every_node_sees_the_clouds_services_and_slices_through_one_leader() {
         let series =
             format!("tinyhub_multiplexer_requests_total{{follower=\"{follower}\",code=\"200\"}}");
         assert!(
-            leader.wait_metric_at_least(&series, 2.0, Duration::from_secs(5)),
+            leader.wait_metric_at_least(&series, 2.0, patience(5)),
             "{series}: {:?}",
             leader.metric(&series)
         );
@@ -210,7 +212,7 @@ fn followers_read_from_the_cloud_while_the_leader_is_down_and_come_back() {
         let services = list_when_warm(pool.hub(n), SERVICES, KUBE_PROXY);
         watches.push((n, watch_from(pool.hub(n), SERVICES, KUBE_PROXY, &services)));
     }
-    assert!(cloud.wait_for_watchers("services", 1, Duration::from_secs(10)));
+    assert!(cloud.wait_for_watchers("services", 1, patience(10)));
     assert_eq!(cloud.watchers("services"), 1, "the leader's alone");
 
     // The leader dies: each follower's feeder goes on from the cloud (within one health
@@ -218,7 +220,7 @@ fn followers_read_from_the_cloud_while_the_leader_is_down_and_come_back() {
     // never reopened, get what the cloud gets.
     pool.stop_node(1);
     assert!(
-        cloud.wait_for_watchers("services", 2, Duration::from_secs(25)),
+        cloud.wait_for_watchers("services", 2, patience(25)),
         "the followers watch the cloud: {}",
         cloud.watchers("services")
     );
@@ -231,7 +233,7 @@ fn followers_read_from_the_cloud_while_the_leader_is_down_and_come_back() {
     // resumes through the leader; the cloud is down to the leader's watch again.
     pool.start_node(&cloud, 1);
     assert!(
-        cloud.wait_for_watchers_at_most("services", 1, Duration::from_secs(50)),
+        cloud.wait_for_watchers_at_most("services", 1, patience(50)),
         "the followers left the cloud: {} watches",
         cloud.watchers("services")
     );
@@ -254,7 +256,7 @@ fn followers_read_from_the_cloud_without_election_or_leaders() {
     }
     // Election off: every hub watches the cloud itself.
     assert!(
-        cloud.wait_for_watchers("services", 3, Duration::from_secs(10)),
+        cloud.wait_for_watchers("services", 3, patience(10)),
         "{}",
         cloud.watchers("services")
     );
@@ -263,7 +265,7 @@ fn followers_read_from_the_cloud_without_election_or_leaders() {
     // Election on: the followers move to the leader at once.
     set_leader_config(&cloud, &[1], true);
     assert!(
-        cloud.wait_for_watchers_at_most("services", 1, Duration::from_secs(15)),
+        cloud.wait_for_watchers_at_most("services", 1, patience(15)),
         "{}",
         cloud.watchers("services")
     );
@@ -271,7 +273,7 @@ fn followers_read_from_the_cloud_without_election_or_leaders() {
     // No leader named: back to the cloud.
     set_leader_config(&cloud, &[], true);
     assert!(
-        cloud.wait_for_watchers("services", 3, Duration::from_secs(15)),
+        cloud.wait_for_watchers("services", 3, patience(15)),
         "{}",
         cloud.watchers("services")
     );
@@ -494,7 +496,7 @@ fn a_follower_refuses_a_leader_whose_certificate_names_another_address() {
     assert!(
         hub.wait_log_line(
             |l| l.contains("from the leader hub") && l.contains("invalid peer certificate"),
-            Duration::from_secs(10)
+            patience(10)
         ),
         "the leader was tried, and its certificate refused"
     );
@@ -520,7 +522,7 @@ fn the_configmaps_pool_scope_set_replaces_the_start_up_one_at_run_time() {
     let pool = Pool::start(&cloud, "pool-leader-scope", 1, &[]);
     let hub = pool.hub(1);
     list_when_warm(hub, SLICES, KUBE_PROXY);
-    assert!(cloud.wait_for_watchers("endpointslices", 1, Duration::from_secs(10)));
+    assert!(cloud.wait_for_watchers("endpointslices", 1, patience(10)));
     let direct = |ua: &str| cloud.count(|r| of(r, "endpointslices") && r.user_agent == ua);
     assert_eq!(direct(KUBE_PROXY), 0, "served from the node's cache");
 
@@ -528,12 +530,12 @@ fn the_configmaps_pool_scope_set_replaces_the_start_up_one_at_run_time() {
     // kube-proxy's lists go to the cloud, Services stay local.
     set_leader_config_scoped(&cloud, &[], false, "/v1/services,apps/v1/deployments");
     assert!(
-        cloud.wait_for_watchers_at_most("endpointslices", 0, Duration::from_secs(10)),
+        cloud.wait_for_watchers_at_most("endpointslices", 0, patience(10)),
         "the feeder stopped watching"
     );
     assert!(hub.wait_log(
         "apps/v1/deployments is not served from a node-local cache",
-        Duration::from_secs(5)
+        patience(5)
     ));
     let before = direct(KUBE_PROXY);
     let list = list_when_warm(hub, SLICES, KUBE_PROXY);
@@ -550,7 +552,7 @@ fn the_configmaps_pool_scope_set_replaces_the_start_up_one_at_run_time() {
 
     // Back in the set: listed and watched again, served locally again.
     set_leader_config(&cloud, &[], false);
-    assert!(cloud.wait_for_watchers("endpointslices", 1, Duration::from_secs(10)));
+    assert!(cloud.wait_for_watchers("endpointslices", 1, patience(10)));
     list_when_warm(hub, SLICES, KUBE_PROXY);
     assert_eq!(
         direct(KUBE_PROXY),

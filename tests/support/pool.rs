@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::Auth;
 use super::cloud::Cloud;
-use super::hub::{Hub, HubSpec, TempDir, eventually, get};
+use super::hub::{Hub, HubSpec, TempDir, emulated, eventually, get};
 
 /// The pool's name.
 pub const POOL: &str = "pool-a";
@@ -19,6 +19,11 @@ pub const POOL: &str = "pool-a";
 pub const CONFIG_NAME: &str = "leader-hub-pool-a";
 /// The pool-scope resources the ConfigMap names (YurtHub's defaults).
 pub const POOL_SCOPED: &str = "/v1/services,discovery.k8s.io/v1/endpointslices";
+
+/// `secs` seconds, three times that for an emulated binary: the pool tests' waits.
+pub fn patience(secs: u64) -> Duration {
+    Duration::from_secs(if emulated() { secs * 3 } else { secs })
+}
 
 /// Node `n`'s name (`edge-<n>`, from 1).
 pub fn node_name(n: usize) -> String {
@@ -140,7 +145,7 @@ impl Pool {
             pool.start_node(cloud, l);
             let hub = pool.hub(l);
             assert!(
-                hub.wait_log("role=multiplexer addr=", Duration::from_secs(20)),
+                hub.wait_log("role=multiplexer addr=", patience(20)),
                 "{} does not serve the multiplexer port",
                 node_name(l)
             );
@@ -150,8 +155,7 @@ impl Pool {
             ] {
                 let url = format!("{}{path}", hub.url());
                 assert!(
-                    eventually(Duration::from_secs(20), || get(&url, "warm-up").status
-                        == 200),
+                    eventually(patience(20), || get(&url, "warm-up").status == 200),
                     "{}'s cache of {path} is not warm",
                     node_name(l)
                 );
