@@ -40,7 +40,6 @@ use crate::reaper::Reaper;
 use crate::serve::{self, Readiness};
 use crate::server::tls::ServingCert;
 use crate::server::{self, Limits, Load};
-use crate::tls::TlsMaterial;
 use crate::upstream::Upstream;
 use crate::watchcache::CacheOptions;
 use crate::{SMALL_STACK, signals, spawn};
@@ -362,7 +361,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     if let Some(route) = &route {
         let on_leader = open_multiplexer(
             &config,
-            initial_tls.as_ref(),
+            &upstream,
             pool.clone(),
             &serving,
             (&multiplexer, &shutdown),
@@ -614,11 +613,11 @@ fn response_filters(
 
 /// What runs the first time the leader ConfigMap names this node a leader: the multiplexer
 /// port opens on `<--node-ip>:<--multiplexer-port>` with the serving certificate, followers
-/// verified against the cluster CA (YURTHUB.md §4.4), kept in `port` for the shutdown. A
+/// verified against the cluster CA the upstream trusts then (YURTHUB.md §4.4), kept in `port` for the shutdown. A
 /// failure is one error line: the followers' dials fail and they read from the cloud.
 fn open_multiplexer(
     config: &Config,
-    tls: Option<&TlsMaterial>,
+    upstream: &Arc<Upstream>,
     caches: Option<Arc<PoolCaches>>,
     serving: &Arc<ServingCert>,
     (port, shutdown): (&Arc<Mutex<Option<MultiplexerPort>>>, &Arc<AtomicBool>),
@@ -626,8 +625,8 @@ fn open_multiplexer(
     let bind = config
         .node_ip
         .map(|ip| SocketAddr::new(ip, config.multiplexer_port));
-    let cluster_ca = tls.map(|t| t.roots.clone()).unwrap_or_default();
     let (serving, port, shutdown) = (Arc::clone(serving), Arc::clone(port), Arc::clone(shutdown));
+    let upstream = Arc::clone(upstream);
     Box::new(move || {
         let Some(bind) = bind else {
             log::error!(
@@ -639,7 +638,9 @@ fn open_multiplexer(
             log::error!("this node is a leader of its pool, but has no pool-scope cache to serve");
             return;
         };
-        let opened = identity::server_config(serving, &cluster_ca)
+        // The CA of now: in token mode it is learnt after start (the ConfigMap that names
+        // this node a leader came through it).
+        let opened = identity::server_config(serving, &upstream.cluster_ca())
             .map_err(std::io::Error::other)
             .and_then(|tls| multiplexer::start(bind, tls, caches, shutdown));
         match opened {

@@ -332,6 +332,8 @@ struct Agents {
     client_stream: Agent,
     /// The connections of the two pooled agents, for [`Upstream::set_tls`] to retire.
     pooled: Arc<Generation>,
+    /// The cluster CA these agents trust (a leader verifies its followers with it).
+    roots: Vec<rustls::pki_types::CertificateDer<'static>>,
 }
 
 impl Agents {
@@ -352,6 +354,7 @@ impl Agents {
             hub_stream: agent(hub_tls, None),
             client_stream: agent(client_tls, None),
             pooled,
+            roots: tls.roots.clone(),
         })
     }
 }
@@ -411,6 +414,12 @@ impl Upstream {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
             .ok_or_else(|| UpstreamError::NoCredentials(NO_TLS_YET.into()))
+    }
+
+    /// The cluster CA of the current TLS material (empty before there is any): what a
+    /// leader's multiplexer port verifies its followers against.
+    pub(crate) fn cluster_ca(&self) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+        self.current().map(|a| a.roots.clone()).unwrap_or_default()
     }
 
     /// The backends this client spreads over.
