@@ -8,8 +8,8 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::process::Command;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -398,29 +398,42 @@ fn the_leader_admits_only_pool_hubs_and_only_pool_scope_reads() {
     );
 }
 
-/// A fake leader on `addr` presenting `cert` (of the cluster CA): counts TLS handshakes
-/// begun (a ClientHello read) and HTTP requests read after one.
+/// A fake leader on `addr` presenting `cert` (of the cluster CA), asking for a client
+/// certificate of the CA `ca_der`: counts TLS handshakes begun (a ClientHello read), and
+/// keeps the head of each HTTP request read after one, with whether the client presented a
+/// certificate; it answers each with a 500.
 struct FakeLeader {
     hellos: Arc<AtomicUsize>,
-    requests: Arc<AtomicUsize>,
+    requests: Arc<Mutex<Vec<(String, bool)>>>,
 }
 
 impl FakeLeader {
-    fn start(addr: SocketAddr, cert: &crate::support::CertKey) -> FakeLeader {
+    fn start(addr: SocketAddr, cert: &crate::support::CertKey, ca_der: &[u8]) -> FakeLeader {
         use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key_der.clone()));
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from(ca_der.to_vec()))
+            .expect("the test CA");
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .allow_unauthenticated()
+        .build()
+        .expect("verifier");
         let config = Arc::new(
             rustls::ServerConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()
                 .expect("versions")
-                .with_no_client_auth()
+                .with_client_cert_verifier(verifier)
                 .with_single_cert(vec![CertificateDer::from(cert.cert_der.clone())], key)
                 .expect("cert and key"),
         );
         let listener = TcpListener::bind(addr).expect("bind the fake leader");
         let hellos = Arc::new(AtomicUsize::new(0));
-        let requests = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(Mutex::new(Vec::new()));
         let (h, r) = (Arc::clone(&hellos), Arc::clone(&requests));
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
@@ -437,7 +450,9 @@ impl FakeLeader {
                     if let Ok(n) = tls.read(&mut buf)
                         && n > 0
                     {
-                        r.fetch_add(1, Ordering::Relaxed);
+                        let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                        let certified = tls.conn.peer_certificates().is_some();
+                        r.lock().unwrap().push((head, certified));
                         let _ = tls.write_all(
                             b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n",
                         );
@@ -485,7 +500,7 @@ fn a_follower_refuses_a_leader_whose_certificate_names_another_address() {
     let port = pool::free_port(9);
     let fake_addr = SocketAddr::new(node_ip(9).into(), port);
     let wrong = cloud.pki().issue_server(&["127.0.0.99"]);
-    let fake = FakeLeader::start(fake_addr, &wrong);
+    let fake = FakeLeader::start(fake_addr, &wrong, cloud.pki().ca_der());
     set_leader_config(&cloud, &[9], true);
     let dir = TempDir::new("pool-leader-wrong-ip");
     let hub = Hub::start(&pool::node_spec(&cloud, dir.path(), 2, port));
@@ -504,9 +519,8 @@ fn a_follower_refuses_a_leader_whose_certificate_names_another_address() {
         fake.hellos.load(Ordering::Relaxed) >= 1,
         "a handshake began"
     );
-    assert_eq!(
-        fake.requests.load(Ordering::Relaxed),
-        0,
+    assert!(
+        fake.requests.lock().unwrap().is_empty(),
         "no request was sent to it"
     );
     assert!(
@@ -558,5 +572,44 @@ fn the_configmaps_pool_scope_set_replaces_the_start_up_one_at_run_time() {
         direct(KUBE_PROXY),
         before + 1,
         "served from the node's cache again"
+    );
+}
+
+#[test]
+fn a_follower_reads_from_the_cloud_for_a_round_when_its_leader_answers_an_error() {
+    let cloud = cloud_with_objects();
+    // A leader at 127.0.0.10 with a good certificate that answers every request with 500.
+    let port = pool::free_port(9);
+    let fake_addr = SocketAddr::new(node_ip(9).into(), port);
+    let good = cloud.pki().issue_server(&["127.0.0.10"]);
+    let fake = FakeLeader::start(fake_addr, &good, cloud.pki().ca_der());
+    set_leader_config(&cloud, &[9], true);
+    let dir = TempDir::new("pool-leader-refusing");
+    let hub = Hub::start(&pool::node_spec(&cloud, dir.path(), 2, port));
+
+    // Each feeder asked the leader first, as the multiplexer with the hub's certificate,
+    // then read from the cloud; the leader stays healthy (it answered).
+    let list = list_when_warm(&hub, SERVICES, KUBE_PROXY);
+    assert_eq!(keys(items(&list)), keys(&cloud.list("services", None)));
+    let asked = fake.requests.lock().unwrap().clone();
+    assert!(
+        asked.iter().any(
+            |(head, certified)| head.starts_with(&format!("GET {SERVICES} "))
+                && head
+                    .to_ascii_lowercase()
+                    .contains("user-agent: multiplexer-proxy-edge-2")
+                && *certified
+        ),
+        "{asked:?}"
+    );
+    assert!(
+        cloud.count(|r| of(r, "services") && r.user_agent == "multiplexer-proxy-edge-2") >= 1,
+        "the cloud served the follower"
+    );
+    assert_eq!(
+        hub.log_lines(|l| l.contains("is unreachable")),
+        0,
+        "{}",
+        hub.logs()
     );
 }
