@@ -124,6 +124,8 @@ pub struct Pool {
     pub hubs: Vec<Option<Hub>>,
     /// The multiplexer port they share.
     pub port: u16,
+    /// Flags every hub gets after [`node_spec`]'s (later flags win).
+    extra: Vec<String>,
     dirs: Vec<TempDir>,
 }
 
@@ -132,6 +134,17 @@ impl Pool {
     /// hubs named in `leaders` start first, and the others once each leader serves warm
     /// caches, so that no follower starts by reading from the cloud.
     pub fn start(cloud: &Cloud, tag: &str, n: usize, leaders: &[usize]) -> Pool {
+        Pool::start_with(cloud, tag, n, leaders, &[])
+    }
+
+    /// [`Pool::start`] with `extra` flags for every hub (e.g. `--enable-resource-filter=true`).
+    pub fn start_with(
+        cloud: &Cloud,
+        tag: &str,
+        n: usize,
+        leaders: &[usize],
+        extra: &[&str],
+    ) -> Pool {
         let port = free_port(n);
         let dirs: Vec<TempDir> = (1..=n)
             .map(|i| TempDir::new(&format!("{tag}-{i}")))
@@ -139,6 +152,7 @@ impl Pool {
         let mut pool = Pool {
             hubs: (0..n).map(|_| None).collect(),
             port,
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
             dirs,
         };
         for &l in leaders {
@@ -169,7 +183,8 @@ impl Pool {
 
     /// Starts node `n`'s hub (again, with its cache).
     pub fn start_node(&mut self, cloud: &Cloud, n: usize) {
-        let spec = node_spec(cloud, self.dirs[n - 1].path(), n, self.port);
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        let spec = node_spec(cloud, self.dirs[n - 1].path(), n, self.port).with(&extra);
         self.hubs[n - 1] = Some(Hub::start(&spec));
     }
 
