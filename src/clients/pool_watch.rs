@@ -278,7 +278,7 @@ impl Feeder {
                             failed_lists += 1;
                             let line = format!(
                                 "list of {path} for the pool cache failed{}: {e}",
-                                self.from()
+                                self.via_note()
                             );
                             // The first failure is news; the retries every `retry` are not.
                             if failed_lists == 1 {
@@ -312,13 +312,13 @@ impl Feeder {
                             }
                             log::debug!(
                                 "watch of {path} for the pool cache broke off{}: {e}",
-                                self.from()
+                                self.via_note()
                             );
                         }
                         Watched::Relist(why) => {
                             log::info!(
                                 "watch of {path} for the pool cache ended{} ({why}); listing again",
-                                self.from()
+                                self.via_note()
                             );
                             listed = false;
                             // At once, unless the cloud ends every watch at once.
@@ -352,7 +352,7 @@ impl Feeder {
     }
 
     /// " from the leader hub <addr>" when the current request went to a leader, for logs.
-    fn from(&self) -> String {
+    fn via_note(&self) -> String {
         match self.via.get() {
             Via::Cloud => String::new(),
             Via::Leader(addr) => format!(" from the leader hub {addr}"),
