@@ -104,9 +104,9 @@ fn start_pool_caches(
     Ok(Some(Arc::new(pool)))
 }
 
-/// Edge mode with `--nodepool-name`: where pool-scope reads go, followed by the
-/// `leader-hub-<pool>` ConfigMap's watcher and the leaders' health checker (every 20 s),
-/// both started here. None otherwise (the cloud, always).
+/// Edge mode with `--nodepool-name`: where pool-scope reads go (set by the
+/// `leader-hub-<pool>` ConfigMap's watcher, [`start_leader_watch`]), with the leaders' health
+/// checker (a round every 20 s) started here. None otherwise (the cloud, always).
 fn start_pool_route(
     config: &Config,
     stop: &crossbeam_channel::Receiver<()>,
