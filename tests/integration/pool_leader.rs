@@ -189,6 +189,17 @@ fn every_node_sees_the_clouds_services_and_slices_through_one_leader() {
         );
         assert_eq!(cloud.watchers(resource), 1, "{resource}");
     }
+    // Each follower's link series name the leader as the server of its feeders' list and
+    // watch.
+    for n in [2, 3] {
+        for resource in ["services", "endpointslices"] {
+            let series = format!(
+                "tinyhub_cloud_requests_total{{server=\"https://{}\",component=\"multiplexer-proxy-edge-{n}\",resource=\"{resource}\"}}",
+                pool.multiplexer(1)
+            );
+            assert_eq!(pool.hub(n).metric(&series), Some(2.0), "{series}");
+        }
+    }
     // The followers' feeders were served by the leader: a list of each resource (their
     // watches, still open, are counted when they end).
     let leader = pool.hub(1);
