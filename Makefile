@@ -67,11 +67,12 @@ tools:
 		$$SUDO apt-get update -qq && \
 		{ $$SUDO apt-get install -y -qq kubectl || $$SUDO apt-get install -y -qq kubernetes-client; }; \
 	}
-	@# openssl checks the hub's CSRs and keys; python3 is a client of its HTTPS port; iproute2's
+	@# openssl checks the hub's CSRs and keys; python3 is a client of its HTTPS port; curl of a
+	@# leader's multiplexer port (tests/integration/pool_leader.rs); iproute2's
 	@# `ip` checks the dummy interface the netif tests make; util-linux's `unshare` and `setpriv`
 	@# run tests/integration/dummy_if.rs's hub in a network namespace, with and without
 	@# CAP_NET_ADMIN (command:package).
-	@for pair in openssl:openssl python3:python3 ip:iproute2 unshare:util-linux setpriv:util-linux; do \
+	@for pair in openssl:openssl python3:python3 curl:curl ip:iproute2 unshare:util-linux setpriv:util-linux; do \
 		tool=$${pair%%:*}; package=$${pair#*:}; \
 		command -v $$tool >/dev/null 2>&1 || { \
 			echo "installing $$package"; \

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -15,6 +15,7 @@ use crate::cache::writer;
 use crate::cache::writer::CacheTx;
 use crate::cache::writer::WriterOptions;
 use crate::clients::agents_watch;
+use crate::clients::leader_config::LeaderWatch;
 use crate::clients::pool_watch::Feeder;
 use crate::clients::refill::{self, Refills};
 use crate::clients::services_watch;
@@ -28,6 +29,11 @@ use crate::heartbeat::{self, NodeHeartbeat};
 use crate::netif::LocalAddress;
 use crate::offline::Offline;
 use crate::pki::{self, IdentityState};
+use crate::pool::health::TcpDialer;
+use crate::pool::identity;
+use crate::pool::leader::PoolState;
+use crate::pool::multiplexer::{self, MultiplexerPort};
+use crate::pool::route::PoolRoute;
 use crate::proxy::pool_local::PoolCaches;
 use crate::proxy::{Filters, Hub};
 use crate::reaper::Reaper;
@@ -60,11 +66,13 @@ const FIRST_SERVICES_LIST_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Edge mode: the node-local watch caches of the pool-scope resources (YURTHUB.md §4.5),
 /// each with its feeder thread, started now so that the cache is warm when kube-proxy and
-/// coredns first ask (see `clients::pool_watch`); the feeders end when `stop` closes. None
-/// in cloud mode, or when the pool-scope set is empty.
+/// coredns first ask (see `clients::pool_watch`); the feeders read through the pool's leader
+/// when `route` says so, and end when `stop` closes. None in cloud mode, or when the
+/// pool-scope set is empty.
 fn start_pool_caches(
     config: &Config,
     upstream: &Arc<Upstream>,
+    route: Option<&Arc<PoolRoute>>,
     stop: &crossbeam_channel::Receiver<()>,
 ) -> Result<Option<Arc<PoolCaches>>, StartupError> {
     if config.working_mode != WorkingMode::Edge || config.pool_scope.is_empty() {
@@ -80,18 +88,81 @@ fn start_pool_caches(
             "pool-scope resource {gvr} is not served from a node-local cache (its kind is not known to tinyhub); its lists and watches are forwarded"
         );
     }
-    for cache in pool.caches() {
-        let feeder = Feeder {
-            upstream: Arc::clone(upstream),
-            cache: cache.clone(),
-            user_agent: pool.own_agent().to_owned(),
-            retry: config.heartbeat.interval,
-        };
+    for (i, cache) in pool.caches().enumerate() {
+        let feeder = Feeder::new(
+            Arc::clone(upstream),
+            cache.clone(),
+            pool.own_agent().to_owned(),
+            config.heartbeat.interval,
+            route.cloned(),
+            pool.active_flag(i),
+        );
         let name = format!("pool-{}", cache.resource().resource);
         let stop = stop.clone();
         spawn(&name, move || feeder.run(stop))?;
     }
     Ok(Some(Arc::new(pool)))
+}
+
+/// Edge mode with `--nodepool-name`: where pool-scope reads go (set by the
+/// `leader-hub-<pool>` ConfigMap's watcher, [`start_leader_watch`]), with the leaders' health
+/// checker (a round every 20 s) started here. None otherwise (the cloud, always).
+fn start_pool_route(
+    config: &Config,
+    stop: &crossbeam_channel::Receiver<()>,
+) -> Result<Option<Arc<PoolRoute>>, StartupError> {
+    if config.working_mode != WorkingMode::Edge || config.nodepool_name.is_none() {
+        return Ok(None);
+    }
+    let route = Arc::new(PoolRoute::new(config.multiplexer_port, Box::new(TcpDialer)));
+    let (checked, stop) = (Arc::clone(&route), stop.clone());
+    spawn("leader-health", move || checked.run_checker(&stop))?;
+    Ok(Some(route))
+}
+
+/// Starts the watcher of the pool's `leader-hub-<pool>` ConfigMap into `route`; the first
+/// time it names this node a leader, `on_leader` runs (the multiplexer port opens); its
+/// pool-scope set replaces the start-up one in `pool`.
+fn start_leader_watch(
+    config: &Config,
+    upstream: &Arc<Upstream>,
+    route: &Arc<PoolRoute>,
+    caches: Option<Arc<PoolCaches>>,
+    on_leader: Box<dyn FnOnce() + Send>,
+    stop: &crossbeam_channel::Receiver<()>,
+) -> Result<(), StartupError> {
+    let Some(pool) = config.nodepool_name.clone() else {
+        return Ok(());
+    };
+    let state = PoolState::new(&config.node_name, &pool, config.pool_scope.clone())
+        .map_err(|e| StartupError::new(e).context("--nodepool-name"))?;
+    let scoped = Arc::clone(route);
+    let watch = LeaderWatch {
+        upstream: Arc::clone(upstream),
+        route: Arc::clone(route),
+        state,
+        namespace: config.namespace.clone(),
+        pool,
+        retry: config.heartbeat.interval,
+        on_leader: Some(on_leader),
+        on_scope: Box::new(move |scope| {
+            log::info!(
+                "the leader ConfigMap sets the pool-scope resources to {:?}",
+                scope.to_metadata()
+            );
+            let Some(caches) = &caches else { return };
+            for gvr in caches.set_scope(scope) {
+                log::warn!(
+                    "pool-scope resource {gvr} is not served from a node-local cache (its kind is not known to tinyhub); its lists and watches are forwarded"
+                );
+            }
+            // A feeder whose resource left the set ends its watch now.
+            scoped.nudge();
+        }),
+    };
+    let stop = stop.clone();
+    spawn("leader-config", move || watch.run(stop))?;
+    Ok(())
 }
 
 /// Runs the hub until a signal ends it.
@@ -197,7 +268,8 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     // `local.filter_host` is the host the response filters inject.
     let local = LocalAddress::start(config.dummy_if.as_ref(), config.proxy_addr.ip());
     // Before the filters: servicetopology's index reads the Services cache when there is one.
-    let pool = start_pool_caches(&config, &upstream, &stop_rx)?;
+    let route = start_pool_route(&config, &stop_rx)?;
+    let pool = start_pool_caches(&config, &upstream, route.as_ref(), &stop_rx)?;
     let (filters, filter_reload) = response_filters(
         &config,
         &upstream,
@@ -289,6 +361,19 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         &stop_rx,
     )?;
 
+    // The serving certificate, for the HTTPS port and a leader's multiplexer port.
+    let serving = Arc::new(ServingCert::new());
+    let multiplexer: Arc<Mutex<Option<MultiplexerPort>>> = Arc::new(Mutex::new(None));
+    if let Some(route) = &route {
+        let on_leader = open_multiplexer(
+            &config,
+            &upstream,
+            pool.clone(),
+            &serving,
+            (&multiplexer, &shutdown),
+        );
+        start_leader_watch(&config, &upstream, route, pool.clone(), on_leader, &stop_rx)?;
+    }
     let upstream_for_identity = Arc::clone(&upstream);
     let hub = Arc::new(Hub {
         mode: config.working_mode,
@@ -344,7 +429,6 @@ pub fn run(config: Config) -> Result<(), StartupError> {
 
     // The HTTPS port opens when the first serving certificate is installed.
     let secure_addr: Arc<OnceLock<SocketAddr>> = Arc::new(OnceLock::new());
-    let serving = Arc::new(ServingCert::new());
     let open_https: Box<dyn FnOnce() + Send> = {
         let (bind, serving, secure_addr, dummy_secure) = (
             config.proxy_secure_addr,
@@ -425,6 +509,14 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     if let Some((addr, thread)) = dummy_proxy {
         server::wake(addr);
         let _ = thread.join();
+    }
+    // The lock guards one Option: a panicking holder cannot leave it torn.
+    let port = multiplexer
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    if let Some(port) = port {
+        port.stop();
     }
     let _ = proxy_thread.join();
     let deadline = Instant::now() + DRAIN;
@@ -527,6 +619,49 @@ fn response_filters(
         );
     }
     Ok((Some(filters), Some(FilterReload { config: live })))
+}
+
+/// What runs the first time the leader ConfigMap names this node a leader: the multiplexer
+/// port opens on `<--node-ip>:<--multiplexer-port>` with the serving certificate, followers
+/// verified against the cluster CA the upstream trusts then (YURTHUB.md §4.4), kept in `port` for the shutdown. A
+/// failure is one error line: the followers' dials fail and they read from the cloud.
+fn open_multiplexer(
+    config: &Config,
+    upstream: &Arc<Upstream>,
+    caches: Option<Arc<PoolCaches>>,
+    serving: &Arc<ServingCert>,
+    (port, shutdown): (&Arc<Mutex<Option<MultiplexerPort>>>, &Arc<AtomicBool>),
+) -> Box<dyn FnOnce() + Send> {
+    let bind = config
+        .node_ip
+        .map(|ip| SocketAddr::new(ip, config.multiplexer_port));
+    let (serving, port, shutdown) = (Arc::clone(serving), Arc::clone(port), Arc::clone(shutdown));
+    let upstream = Arc::clone(upstream);
+    Box::new(move || {
+        let Some(bind) = bind else {
+            log::error!(
+                "this node is a leader of its pool, but has no --node-ip to serve the multiplexer port on"
+            );
+            return;
+        };
+        let Some(caches) = caches else {
+            log::error!("this node is a leader of its pool, but has no pool-scope cache to serve");
+            return;
+        };
+        // The CA of now: in token mode it is learnt after start (the ConfigMap that names
+        // this node a leader came through it).
+        let opened = identity::server_config(serving, &upstream.cluster_ca())
+            .map_err(std::io::Error::other)
+            .and_then(|tls| multiplexer::start(bind, tls, caches, shutdown));
+        match opened {
+            Ok(opened) => {
+                *port.lock().unwrap_or_else(PoisonError::into_inner) = Some(opened);
+            }
+            Err(e) => log::error!(
+                "cannot serve the multiplexer port on {bind} (--node-ip, --multiplexer-port): {e}"
+            ),
+        }
+    })
 }
 
 /// A proxy port's second address (the dummy interface's): bound and served on its own accept

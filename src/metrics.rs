@@ -67,7 +67,14 @@ pub(crate) struct Metrics {
     traffic: Mutex<BTreeMap<RequestLabels, u64>>,
     /// The node-local watch caches (`tinyhub_pool_cache_*`), measured at each scrape.
     pool_caches: Mutex<Vec<crate::watchcache::WatchCache>>,
+    /// A leader's multiplexer port: requests by follower node and status code (an entry is
+    /// the node's name, a code and a count: under 100 bytes; [`MAX_SERIES`] at most).
+    multiplexer: Mutex<BTreeMap<(String, u16), u64>>,
 }
+
+/// The follower label of requests past the series cap; never a node's name (no `(` in DNS
+/// names).
+const OTHER_FOLLOWERS: &str = "(other)";
 
 /// Most labelled series kept per metric; requests past it count only in the totals. The
 /// link series (`crate::link`) share the figure.
@@ -105,6 +112,7 @@ impl Metrics {
             in_flight: Mutex::new(BTreeMap::new()),
             traffic: Mutex::new(BTreeMap::new()),
             pool_caches: Mutex::new(Vec::new()),
+            multiplexer: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -150,6 +158,16 @@ impl Metrics {
             }
             None => {}
         }
+    }
+
+    /// Counts a request on the multiplexer port from `follower` (its node's name, "" for a
+    /// peer refused before it was known) answered with `code`. Past the series cap a new
+    /// follower counts as `(other)`.
+    pub(crate) fn count_multiplexer(&self, follower: &str, code: u16) {
+        let mut map = lock(&self.multiplexer);
+        let known = map.len() < MAX_SERIES || map.contains_key(&(follower.to_owned(), code));
+        let follower = if known { follower } else { OTHER_FOLLOWERS };
+        *map.entry((follower.to_owned(), code)).or_insert(0) += 1;
     }
 
     /// The Prometheus text exposition, with one health series per backend.
@@ -351,6 +369,19 @@ impl Metrics {
             "idempotent requests retried on another backend",
             &self.upstream_retries,
         );
+        header(
+            &mut out,
+            "tinyhub_multiplexer_requests_total",
+            "counter",
+            "requests of the pool's follower hubs on this leader's multiplexer port, by follower node and status (200 served, 403 refused, 429 and 503 cache not ready)",
+        );
+        for ((follower, code), n) in lock(&self.multiplexer).iter() {
+            let _ = writeln!(
+                out,
+                "tinyhub_multiplexer_requests_total{{follower=\"{}\",code=\"{code}\"}} {n}",
+                escape(follower)
+            );
+        }
         render_filters(&mut out, &crate::filters::FILTER_STATS);
         render_pool_caches(&mut out, &crate::lock(&self.pool_caches));
         // The upstream link's requests and bytes (`tinyhub_cloud_*`, see `link`).
@@ -618,6 +649,40 @@ mod tests {
             "tinyhub_filter_objects_total{filter=\"servicetopology\",outcome=\"seen\"} "
         ));
         assert!(text.contains("# TYPE tinyhub_filter_seconds summary"));
+    }
+
+    #[test]
+    fn multiplexer_requests_count_per_follower_and_code_within_the_cap() {
+        static M: Metrics = Metrics::new();
+        M.count_multiplexer("edge-2", 200);
+        M.count_multiplexer("edge-2", 200);
+        M.count_multiplexer("", 403);
+        let text = M.render(&[]);
+        assert!(text.contains("# TYPE tinyhub_multiplexer_requests_total counter\n"));
+        assert!(
+            text.contains(
+                "tinyhub_multiplexer_requests_total{follower=\"edge-2\",code=\"200\"} 2\n"
+            )
+        );
+        assert!(
+            text.contains("tinyhub_multiplexer_requests_total{follower=\"\",code=\"403\"} 1\n")
+        );
+        for i in 0..MAX_SERIES {
+            M.count_multiplexer(&format!("node-{i}"), 200);
+        }
+        // Known series keep counting; new followers past the cap share one series.
+        M.count_multiplexer("edge-2", 200);
+        M.count_multiplexer("late-node", 200);
+        let text = M.render(&[]);
+        assert!(
+            text.contains(
+                "tinyhub_multiplexer_requests_total{follower=\"edge-2\",code=\"200\"} 3\n"
+            )
+        );
+        assert!(!text.contains("late-node"));
+        assert!(
+            text.contains("tinyhub_multiplexer_requests_total{follower=\"(other)\",code=\"200\"} ")
+        );
     }
 
     #[test]

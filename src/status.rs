@@ -151,6 +151,11 @@ impl Status {
         Status::new(404, "NotFound", message)
     }
 
+    /// 406: the answer exists only in a form the client does not take.
+    pub(crate) fn not_acceptable(message: impl Into<String>) -> Status {
+        Status::new(406, "NotAcceptable", message)
+    }
+
     /// 408: the client did not send its request (its body) within the read timeout.
     pub(crate) fn request_timeout(message: impl Into<String>) -> Status {
         Status::new(408, "Timeout", message)

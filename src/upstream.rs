@@ -332,6 +332,8 @@ struct Agents {
     client_stream: Agent,
     /// The connections of the two pooled agents, for [`Upstream::set_tls`] to retire.
     pooled: Arc<Generation>,
+    /// The cluster CA these agents trust (a leader verifies its followers with it).
+    roots: Vec<rustls::pki_types::CertificateDer<'static>>,
 }
 
 impl Agents {
@@ -352,6 +354,7 @@ impl Agents {
             hub_stream: agent(hub_tls, None),
             client_stream: agent(client_tls, None),
             pooled,
+            roots: tls.roots.clone(),
         })
     }
 }
@@ -411,6 +414,12 @@ impl Upstream {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
             .ok_or_else(|| UpstreamError::NoCredentials(NO_TLS_YET.into()))
+    }
+
+    /// The cluster CA of the current TLS material (empty before there is any): what a
+    /// leader's multiplexer port verifies its followers against.
+    pub(crate) fn cluster_ca(&self) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+        self.current().map(|a| a.roots.clone()).unwrap_or_default()
     }
 
     /// The backends this client spreads over.
@@ -479,13 +488,38 @@ impl Upstream {
         }
     }
 
+    /// Sends `req` to the pool's leader hub at `base` (`https://<ip>:<port>`), whatever the
+    /// cloud's health, with the hub's agents (its client certificate; the leader's
+    /// certificate verified against the cluster CA and the IP in `base`), counted on the
+    /// link with `base` as the server. No retry, no health report: the caller (a feeder)
+    /// marks the leader and goes on from the cloud. [`Answer::backend`] is
+    /// [`LEADER_BACKEND`].
+    pub(crate) fn send_to_base(
+        &self,
+        base: &str,
+        mut req: Outgoing<'_>,
+    ) -> Result<Answer, UpstreamError> {
+        let agents = self.current()?;
+        self.send_via(&agents, base, LEADER_BACKEND, &mut req)
+    }
+
     fn send_to(
         &self,
         agents: &Agents,
         backend: usize,
         req: &mut Outgoing<'_>,
     ) -> Result<Answer, UpstreamError> {
-        let server = &self.backends.get(backend).base;
+        self.send_via(agents, &self.backends.get(backend).base, backend, req)
+    }
+
+    /// Sends `req` to `server`, reporting `backend` in the answer.
+    fn send_via(
+        &self,
+        agents: &Agents,
+        server: &str,
+        backend: usize,
+        req: &mut Outgoing<'_>,
+    ) -> Result<Answer, UpstreamError> {
         // The series is resolved once, before sending: the body reader only adds to it.
         let link = LINK.link(
             server,
@@ -635,6 +669,10 @@ pub(crate) struct Exchanged {
     /// The body, at most [`MAX_EXCHANGE_BODY`] bytes.
     pub body: Vec<u8>,
 }
+
+/// [`Answer::backend`] of an answer from a leader hub ([`Upstream::send_to_base`]): no
+/// cloud server.
+pub(crate) const LEADER_BACKEND: usize = usize::MAX;
 
 /// The User-Agent of the hub's own requests (probes, lease renewals, its clients).
 pub(crate) const HUB_USER_AGENT: &str = concat!("tinyhub/", env!("CARGO_PKG_VERSION"));

@@ -5,12 +5,15 @@
 //! - [`refill`]: fetches again the answers whose cache session the writer had to drop.
 //! - [`agents_watch`]: keeps the cache-agent set in step with the `yurt-hub-cfg` ConfigMap.
 //! - [`services_watch`]: keeps the topology annotations of all Services for servicetopology.
+//! - [`leader_config`]: follows the pool's `leader-hub-<pool>` ConfigMap into the shared
+//!   `pool::route::PoolRoute` (the source, the leaders and their health).
 //! - [`pool_watch`]: feeds each pool-scope resource's node-local watch cache (one list and
 //!   watch per resource, as the multiplexer).
 //!
 //! The response filters' cloud lookups ([`FetchObject`]) are GETs as the hub, made here too.
 
 pub(crate) mod agents_watch;
+pub(crate) mod leader_config;
 pub(crate) mod pool_watch;
 pub(crate) mod refill;
 pub(crate) mod services_watch;

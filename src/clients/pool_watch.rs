@@ -15,7 +15,8 @@
 //! - **The multiplexer's identity**: the hub's credentials with the User-Agent
 //!   `multiplexer-proxy-<node>`, as YurtHub's multiplexer sends (`pool::identity`). It
 //!   talks to `Upstream` directly, never through the proxy, so it cannot loop into its own
-//!   cache; the component is not a cache agent, so nothing is written to disk.
+//!   cache; the component is not a cache agent, so nothing is written to disk. Memory per
+//!   feeder beyond the cache: a [`WatchSlot`] (a mutex, a cancel handle) and a few cells.
 //! - **Bounded memory**: the list is cut by the cache's incremental decoder (one object at
 //!   a time, at most `MAX_OBJECT_BYTES`); only the indexed objects (what the cache keeps
 //!   anyway) are gathered until the list ends, never the body.
@@ -33,18 +34,40 @@
 //!   every whole event before it was applied; an object the index cannot read is left out,
 //!   counted (`tinyhub_pool_cache_skipped_objects_total`), and its resourceVersion applied,
 //!   since a relist would leave it out again, once per update of that object.
+//! - **Through the pool's leader** (YURTHUB.md §4.6; `pool::route::PoolRoute`, with
+//!   `--nodepool-name`): when the leader ConfigMap makes the pool the source and a leader
+//!   answers its health dial, the list and the watches go to
+//!   `https://<leader ip>:<--multiplexer-port>` with the same User-Agent and the hub's client
+//!   certificate (`Upstream::send_to_base`; the leader's certificate checked against the
+//!   cluster CA and its IP). Fallback leader → cloud → cache (`pool::health::plan`): a leader
+//!   that cannot be reached or breaks off mid-stream is marked unreachable and the feeder goes
+//!   on at once from the cloud, resuming from the cache's resourceVersion (the leader passes
+//!   the cloud's through); one that answers another status (429 warming, 503, 403) costs a
+//!   round on the cloud. A watch that no longer goes where the route says (the cloud while a
+//!   leader is usable, a leader no longer usable, a resource no longer pool-scope) is ended
+//!   by the route (its [`Wake`] shuts the stream's connection) and resumed at once; local
+//!   watches carry on throughout. The first list waits (up to 10 s) for the ConfigMap's first
+//!   list, so that a follower does not start by listing everything from the cloud.
+//! - **The run-time set**: a resource the leader ConfigMap takes out of the pool-scope set
+//!   idles its feeder and drops its cache; put back, it is listed again.
 //! - Offline, the cache keeps what it holds and keeps serving it (see `proxy::pool_local`).
 
-use std::sync::Arc;
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
 use super::{ClientError, read_units, watch_deadline};
 use crate::cache::decode::{BodyShape, DecodeError, Unit};
+use crate::pool::health::{Hop, leader_url, plan};
+use crate::pool::leader::Source;
+use crate::pool::route::{PoolRoute, Wake};
 use crate::proxy::pool_local::random_between;
 use crate::route::{Deadline, Identity};
-use crate::upstream::{Answer, Outgoing, Upstream};
+use crate::upstream::{Answer, Cancel, Outgoing, Upstream};
 use crate::watchcache::{ApplyError, WatchCache};
 
 /// A list of a whole resource: time for a large cluster over a slow link.
@@ -52,6 +75,8 @@ const LIST_DEADLINE: Duration = Duration::from_secs(300);
 /// Watches last a random time in this range (seconds), as client-go's reflector picks
 /// them, so the watches of many nodes do not all renew at once.
 const WATCH_SECONDS: (u64, u64) = (300, 600);
+/// The longest the first list waits for the leader ConfigMap's first list.
+const FIRST_LIST_PATIENCE: Duration = Duration::from_secs(10);
 /// A watch that ends sooner than this is resumed only after the retry pause.
 const MIN_WATCH: Duration = Duration::from_secs(1);
 
@@ -68,6 +93,77 @@ pub(crate) struct Feeder {
     pub user_agent: String,
     /// The pause after a failure (`--heartbeat-interval-seconds`).
     pub retry: Duration,
+    /// Where to read from (a leader hub or the cloud); None: the cloud always.
+    route: Option<Arc<PoolRoute>>,
+    /// Where the current request goes; set by `run` before each list and watch.
+    via: Cell<Via>,
+    /// The route's generation when `via` was chosen.
+    chosen_at: Cell<u64>,
+    /// What the last request to a leader came to, for `run`.
+    leader_outcome: Cell<LeaderOutcome>,
+    /// The open watch's cancel handle, for the route to end it.
+    slot: Arc<WatchSlot>,
+    /// The resource is pool-scope now (the leader ConfigMap may take it out and back).
+    active: Arc<AtomicBool>,
+}
+
+/// Where one request of a feeder goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// The cloud (its healthy servers).
+    Cloud,
+    /// The leader hub at this address.
+    Leader(SocketAddr),
+}
+
+/// What the last request to a leader came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaderOutcome {
+    /// No trouble (or no leader asked).
+    Fine,
+    /// It answered another status than 200 (429 warming, 503, 403): the cloud this round.
+    Refused,
+    /// It could not be reached or broke off: marked unreachable, the cloud at once.
+    Failed,
+}
+
+/// The open watch of a feeder, as the route sees it: where it goes and how to end it. A
+/// mutex taken once per watch and once per route change.
+struct WatchSlot {
+    open: Mutex<Option<(Via, Cancel)>>,
+    /// The feeder's resource is pool-scope (see [`Feeder::active`]).
+    active: Arc<AtomicBool>,
+    /// The route ended the watch: resume at once.
+    woken: AtomicBool,
+}
+
+impl WatchSlot {
+    fn hold(&self, via: Via, cancel: Option<Cancel>) {
+        *self.open.lock().unwrap_or_else(PoisonError::into_inner) = cancel.map(|c| (via, c));
+    }
+
+    fn release(&self) {
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+    }
+}
+
+impl Wake for WatchSlot {
+    fn wake(&self, route: &PoolRoute) {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let stale = match open.as_ref() {
+            None => false,
+            Some(_) if !self.active.load(Ordering::Acquire) => true,
+            Some((Via::Cloud, _)) => route.wants_leader(),
+            Some((Via::Leader(addr), _)) => !route.leader_usable(*addr),
+        };
+        if stale && let Some((_, cancel)) = open.take() {
+            self.woken.store(true, Ordering::Release);
+            cancel.cancel();
+        }
+    }
 }
 
 /// The collection path of the cache's resource: `/api/v1/services`,
@@ -92,14 +188,97 @@ enum Watched {
 }
 
 impl Feeder {
+    /// The feeder of `cache`, reading through the pool's leaders when `route` says so.
+    pub(crate) fn new(
+        upstream: Arc<Upstream>,
+        cache: WatchCache,
+        user_agent: String,
+        retry: Duration,
+        route: Option<Arc<PoolRoute>>,
+        active: Arc<AtomicBool>,
+    ) -> Feeder {
+        let slot = Arc::new(WatchSlot {
+            open: Mutex::new(None),
+            active: Arc::clone(&active),
+            woken: AtomicBool::new(false),
+        });
+        if let Some(route) = &route {
+            let waker: Arc<dyn Wake> = Arc::clone(&slot) as Arc<dyn Wake>;
+            route.register(Arc::downgrade(&waker));
+        }
+        Feeder {
+            upstream,
+            cache,
+            user_agent,
+            retry,
+            route,
+            via: Cell::new(Via::Cloud),
+            chosen_at: Cell::new(0),
+            leader_outcome: Cell::new(LeaderOutcome::Fine),
+            slot,
+            active,
+        }
+    }
+
+    /// Where the next request goes: a healthy leader when the source is the pool (unless
+    /// one refused this round), else the cloud (fallback order leader → cloud → cache,
+    /// `pool::health::plan`; the cache keeps serving on its own).
+    fn choose(&self, avoid_leader: bool) -> Option<Via> {
+        let source = self.route.as_ref().map_or(Source::Cloud, |r| r.source());
+        let leader = self
+            .route
+            .as_ref()
+            .filter(|_| !avoid_leader)
+            .and_then(|r| r.leader());
+        let cloud = self.upstream.backends().any_healthy();
+        match plan(source, leader.is_some(), cloud).first() {
+            Hop::Leader => leader.map(Via::Leader),
+            Hop::Cloud => Some(Via::Cloud),
+            Hop::Cache => None,
+        }
+    }
+
     /// Lists and watches until `stop` fires or closes.
     pub(crate) fn run(self, stop: Receiver<()>) {
         let path = collection_path(&self.cache);
         let mut listed = false;
         let mut failed_lists = 0u32;
+        // A leader refused the last request: the cloud for the next one.
+        let mut avoid_leader = false;
+        // The first list waits for the ConfigMap's (a few seconds at most): a follower that
+        // started a moment before learning its leader would list everything from the cloud.
+        if let Some(route) = &self.route {
+            let until = Instant::now() + FIRST_LIST_PATIENCE;
+            while !route.settled() && Instant::now() < until {
+                match stop.recv_timeout(Duration::from_millis(50)) {
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+            }
+        }
         loop {
+            if !self.active.load(Ordering::Acquire) {
+                // Out of the pool-scope set: no requests, no objects held; the proxy forwards
+                // the resource's lists and watches. Listed again when it is back.
+                if listed || self.cache.is_ready() {
+                    self.cache.clear();
+                    listed = false;
+                    log::info!(
+                        "{path} is no longer pool-scope: its node-local cache is dropped, its lists and watches forwarded"
+                    );
+                }
+                match stop.recv_timeout(self.retry) {
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                    _ => return,
+                }
+            }
             let mut pause = true;
-            if self.upstream.backends().any_healthy() {
+            let generation = self.route.as_ref().map(|r| r.generation());
+            if let Some(via) = self.choose(avoid_leader) {
+                avoid_leader = false;
+                self.via.set(via);
+                self.chosen_at.set(generation.unwrap_or(0));
+                self.leader_outcome.set(LeaderOutcome::Fine);
                 if !listed {
                     match self.list(&path, &stop) {
                         Ok(false) => return,
@@ -109,7 +288,10 @@ impl Feeder {
                         }
                         Err(e) => {
                             failed_lists += 1;
-                            let line = format!("list of {path} for the pool cache failed: {e}");
+                            let line = format!(
+                                "list of {path} for the pool cache failed{}: {e}",
+                                self.via_note()
+                            );
                             // The first failure is news; the retries every `retry` are not.
                             if failed_lists == 1 {
                                 log::info!("{line}");
@@ -119,20 +301,36 @@ impl Feeder {
                         }
                     }
                 }
-                if listed {
+                if listed && self.leader_outcome.get() == LeaderOutcome::Fine {
                     let began = Instant::now();
-                    match self.watch(&path, &stop) {
+                    let watched = self.watch(&path, &stop);
+                    self.slot.release();
+                    match watched {
                         Watched::Stopped => return,
                         Watched::Resume { broke: None } => {
                             // A server that ends watches at once must not make a busy loop.
                             pause = began.elapsed() < MIN_WATCH;
                         }
                         Watched::Resume { broke: Some(e) } => {
-                            log::debug!("watch of {path} for the pool cache broke off: {e}");
+                            if let Via::Leader(addr) = self.via.get()
+                                && self.leader_outcome.get() == LeaderOutcome::Fine
+                                && !self.slot.woken.load(Ordering::Acquire)
+                            {
+                                // Broke off mid-stream: the cloud until a round sees it.
+                                self.leader_outcome.set(LeaderOutcome::Failed);
+                                if let Some(route) = &self.route {
+                                    route.leader_failed(addr);
+                                }
+                            }
+                            log::debug!(
+                                "watch of {path} for the pool cache broke off{}: {e}",
+                                self.via_note()
+                            );
                         }
                         Watched::Relist(why) => {
                             log::info!(
-                                "watch of {path} for the pool cache ended ({why}); listing again"
+                                "watch of {path} for the pool cache ended{} ({why}); listing again",
+                                self.via_note()
                             );
                             listed = false;
                             // At once, unless the cloud ends every watch at once.
@@ -140,6 +338,22 @@ impl Feeder {
                         }
                     }
                 }
+                match self.leader_outcome.get() {
+                    LeaderOutcome::Fine => {}
+                    LeaderOutcome::Refused => {
+                        avoid_leader = true;
+                        pause = false;
+                    }
+                    // Marked unreachable: the cloud next, at once, from the cache's
+                    // resourceVersion (the same RV space), local watches carrying on.
+                    LeaderOutcome::Failed => pause = false,
+                }
+            }
+            // Ended by a change of route: resume at once where the route says.
+            if self.slot.woken.swap(false, Ordering::AcqRel)
+                || generation != self.route.as_ref().map(|r| r.generation())
+            {
+                pause = false;
             }
             let wait = if pause { self.retry } else { Duration::ZERO };
             match stop.recv_timeout(wait) {
@@ -149,13 +363,23 @@ impl Feeder {
         }
     }
 
-    /// A GET of `path` with the multiplexer's User-Agent; a status other than 200 is an error.
+    /// " from the leader hub <addr>" when the current request went to a leader, for logs.
+    fn via_note(&self) -> String {
+        match self.via.get() {
+            Via::Cloud => String::new(),
+            Via::Leader(addr) => format!(" from the leader hub {addr}"),
+        }
+    }
+
+    /// A GET of `path` with the multiplexer's User-Agent, where `run` chose (a leader or the
+    /// cloud); a status other than 200 is an error. A leader that cannot be reached is
+    /// marked so; one that answers another status is noted ([`LeaderOutcome`]).
     fn get(&self, path: &str, deadline: Deadline) -> Result<Answer, ClientError> {
         let headers = [
             ("User-Agent".to_owned(), self.user_agent.clone()),
             ("Accept-Encoding".to_owned(), "gzip".to_owned()),
         ];
-        let answer = self.upstream.send(Outgoing {
+        let outgoing = Outgoing {
             method: "GET",
             path_and_query: path,
             headers: &headers,
@@ -163,10 +387,39 @@ impl Feeder {
             body: None,
             deadline,
             identity: Identity::Hub,
-        })?;
+        };
+        let via = self.via.get();
+        let answer = match via {
+            Via::Cloud => self.upstream.send(outgoing)?,
+            Via::Leader(addr) => match self.upstream.send_to_base(&leader_url(addr), outgoing) {
+                Ok(answer) => answer,
+                Err(e) => {
+                    self.leader_outcome.set(LeaderOutcome::Failed);
+                    if let Some(route) = &self.route {
+                        route.leader_failed(addr);
+                    }
+                    return Err(e.into());
+                }
+            },
+        };
         match answer.status {
-            200 => Ok(answer),
-            status => Err(ClientError::Status(status)),
+            200 => {
+                // A stream can be ended by the route when it no longer goes where it should.
+                self.slot.hold(via, answer.cancel.clone());
+                // The route changed between the choice and now: it may have to end at once.
+                if let Some(route) = &self.route
+                    && route.generation() != self.chosen_at.get()
+                {
+                    self.slot.wake(route);
+                }
+                Ok(answer)
+            }
+            status => {
+                if matches!(via, Via::Leader(_)) && status != 410 {
+                    self.leader_outcome.set(LeaderOutcome::Refused);
+                }
+                Err(ClientError::Status(status))
+            }
         }
     }
 

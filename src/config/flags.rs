@@ -120,7 +120,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "node-ip",
         Kind::Str,
         "",
-        "this node's IP, put in the serving certificate (default: the address of the default route)",
+        "this node's IP, put in the serving certificate, and where a leader hub serves --multiplexer-port (yurt-manager publishes the node's InternalIP: they must match) (default: the address of the default route)",
     ),
     flag(
         "kubelet-kubeconfig",
@@ -162,7 +162,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "pool-scope-resources",
         Kind::Strings,
         "",
-        "resources each node lists and watches once for all its components (and through the pool's leader hub), as group/version/resource with the core group empty (/v1/nodes); added to /v1/services and discovery.k8s.io/v1/endpointslices, which are always in; the pool's ConfigMap replaces the set once seen; repeatable (reserved: sharing is not built yet)",
+        "resources each node lists and watches once for all its components (and through the pool's leader hub), as group/version/resource with the core group empty (/v1/nodes); added to /v1/services and discovery.k8s.io/v1/endpointslices, which are always in; the pool's ConfigMap replaces the set once seen; a kind tinyhub does not know is forwarded, with a warning; repeatable",
     ),
     flag(
         "bind-address",
@@ -216,7 +216,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "multiplexer-port",
         Kind::Int,
         "10269",
-        "the port on which a leader hub serves pool-scope list/watch to the pool's other hubs, and on which followers reach their leaders (reserved: not served yet)",
+        "the port on which a leader hub serves pool-scope list/watch to the pool's other hubs (on --node-ip, TLS, a client certificate of the cluster CA required), and on which followers reach their leaders",
     ),
     flag(
         "disk-cache-path",

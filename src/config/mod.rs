@@ -49,13 +49,9 @@ pub struct Config {
     /// is a valid ConfigMap name).
     pub nodepool_name: Option<String>,
     /// `--namespace`: where the pool's `leader-hub-<pool>` ConfigMap lives (a DNS label).
-    // wired in issue 16: read by the leader ConfigMap's watcher.
-    #[allow(dead_code)]
     pub(crate) namespace: String,
     /// The pool-scope resources at start: YurtHub's defaults plus `--pool-scope-resources`,
     /// sorted, each once; the pool's ConfigMap replaces them at run time once seen.
-    // wired in issue 16: the start-up set of `pool::leader::PoolState`.
-    #[allow(dead_code)]
     pub(crate) pool_scope: PoolScope,
     /// Plain HTTP proxy listener.
     pub(crate) proxy_addr: SocketAddr,
@@ -66,8 +62,8 @@ pub struct Config {
     /// The dummy interface to make (`--enable-dummy-if`, `--dummy-if-name`, `--dummy-if-ip`):
     /// None when disabled. Both proxy ports also listen on its address.
     pub(crate) dummy_if: Option<DummyInterface>,
-    /// `--multiplexer-port`: where a leader hub serves its pool, and where followers reach
-    /// their leaders (reserved: not served yet).
+    /// `--multiplexer-port`: where a leader hub serves its pool (on `node_ip`), and where
+    /// followers reach their leaders.
     pub multiplexer_port: u16,
     /// Cache root.
     pub(crate) disk_cache_path: PathBuf,

@@ -19,9 +19,6 @@
 //! - Memory: one slot is a [`Leader`], its socket address and a flag (about 64 bytes on a
 //!   32-bit router, plus the node name).
 
-// wired in issue 16: built ahead of the request path that will call it.
-#![allow(dead_code)]
-
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -72,16 +69,19 @@ pub(crate) struct LeaderHealth {
     next: AtomicUsize,
 }
 
-/// Probes every slot once, in order, and stores the outcomes.
-fn round(slots: &[Slot], dialer: &dyn Dialer) {
+/// Probes every slot once, in order, and stores the outcomes; true when one changed.
+fn round(slots: &[Slot], dialer: &dyn Dialer) -> bool {
+    let mut changed = false;
     for slot in slots {
         let up = dialer.reachable(slot.addr, DIAL_TIMEOUT);
         let was = slot.healthy.swap(up, Ordering::AcqRel);
         if was != up {
+            changed = true;
             let state = if up { "healthy" } else { "unhealthy" };
             log::info!("leader hub {} ({}) is {state}", slot.leader.node, slot.addr);
         }
     }
+    changed
 }
 
 impl LeaderHealth {
@@ -115,9 +115,10 @@ impl LeaderHealth {
         *self.slots.write().unwrap_or_else(PoisonError::into_inner) = Arc::from(slots);
     }
 
-    /// One health round over the current leaders (the checker's tick).
-    pub(crate) fn check(&self, dialer: &dyn Dialer) {
-        round(&self.slots(), dialer);
+    /// One health round over the current leaders (the checker's tick); true when a
+    /// leader's health changed.
+    pub(crate) fn check(&self, dialer: &dyn Dialer) -> bool {
+        round(&self.slots(), dialer)
     }
 
     /// At least one leader answered its last probe.
@@ -141,13 +142,17 @@ impl LeaderHealth {
             .map(|s| s.addr)
     }
 
-    /// A request to `addr` could not connect: unhealthy until a round sees it answer.
-    pub(crate) fn mark_unreachable(&self, addr: SocketAddr) {
+    /// A request to `addr` could not connect: unhealthy until a round sees it answer. True
+    /// when it was healthy until now.
+    pub(crate) fn mark_unreachable(&self, addr: SocketAddr) -> bool {
+        let mut changed = false;
         for slot in self.slots().iter().filter(|s| s.addr == addr) {
             if slot.healthy.swap(false, Ordering::AcqRel) {
+                changed = true;
                 log::info!("leader hub {} ({addr}) is unreachable", slot.leader.node);
             }
         }
+        changed
     }
 
     /// The leaders and their health, for logs and metrics.
@@ -164,16 +169,18 @@ pub(crate) fn leader_url(addr: SocketAddr) -> String {
     format!("https://{addr}")
 }
 
-/// The checker's loop: a round every `interval` until `stop` fires or closes.
+/// The checker's loop: a round every `interval` until `stop` fires or closes; `after` is
+/// told after each round whether a leader's health changed.
 pub(crate) fn run_checker(
     health: &LeaderHealth,
     dialer: &dyn Dialer,
     interval: Duration,
     stop: &Receiver<()>,
+    after: &mut dyn FnMut(bool),
 ) {
     loop {
         match stop.recv_timeout(interval) {
-            Err(RecvTimeoutError::Timeout) => health.check(dialer),
+            Err(RecvTimeoutError::Timeout) => after(health.check(dialer)),
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
         }
     }
@@ -198,7 +205,8 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// The hops, in order.
+    /// The hops, in order (tests only: the feeders take the first).
+    #[cfg(test)]
     pub(crate) fn iter(self) -> impl Iterator<Item = Hop> {
         self.hops.into_iter().flatten()
     }
@@ -209,7 +217,9 @@ impl Plan {
         self.hops[0].unwrap_or(Hop::Cache)
     }
 
-    /// Where it goes after `hop` failed; None after the last.
+    /// Where it goes after `hop` failed; None after the last (tests only: a feeder asks
+    /// [`plan`] again after a failure, which then excludes the failed hop).
+    #[cfg(test)]
     pub(crate) fn after(self, hop: Hop) -> Option<Hop> {
         self.iter().skip_while(|&h| h != hop).nth(1)
     }
@@ -330,14 +340,15 @@ mod tests {
         assert_eq!(picks, [a, b, c].into_iter().collect());
 
         dialer.set_up(&[c]);
-        health.check(&dialer);
+        assert!(health.check(&dialer), "two leaders went down");
         assert!((0..5).all(|_| health.pick() == Some(c)));
         dialer.set_up(&[]);
         health.check(&dialer);
         assert_eq!(health.pick(), None);
         assert!(!health.any_healthy());
         dialer.set_up(&[a]);
-        health.check(&dialer);
+        assert!(health.check(&dialer));
+        assert!(!health.check(&dialer), "the same outcome is no change");
         assert_eq!(health.pick(), Some(a), "back after one good round");
     }
 
@@ -348,7 +359,8 @@ mod tests {
         let (a, b) = (addr("10.0.0.1:1"), addr("10.0.0.2:1"));
         dialer.set_up(&[a, b]);
         health.set_leaders(&[leader("a", "10.0.0.1"), leader("b", "10.0.0.2")], &dialer);
-        health.mark_unreachable(a);
+        assert!(health.mark_unreachable(a), "it was healthy");
+        assert!(!health.mark_unreachable(a), "no change the second time");
         assert!((0..4).all(|_| health.pick() == Some(b)));
         health.check(&dialer);
         assert!((0..4).any(|_| health.pick() == Some(a)));
@@ -362,7 +374,15 @@ mod tests {
         assert_eq!(dialer.dials(), 1);
         let (stop_tx, stop) = crossbeam_channel::bounded(1);
         std::thread::scope(|s| {
-            s.spawn(|| run_checker(&health, &dialer, Duration::from_millis(1), &stop));
+            s.spawn(|| {
+                run_checker(
+                    &health,
+                    &dialer,
+                    Duration::from_millis(1),
+                    &stop,
+                    &mut |_| {},
+                )
+            });
             let until = std::time::Instant::now() + Duration::from_secs(10);
             while dialer.dials() < 4 && std::time::Instant::now() < until {
                 std::thread::yield_now();
@@ -373,7 +393,13 @@ mod tests {
         let after = dialer.dials();
         // Stopped: a closed channel ends it too, without a round.
         drop(stop_tx);
-        run_checker(&health, &dialer, Duration::from_secs(60), &stop);
+        run_checker(
+            &health,
+            &dialer,
+            Duration::from_secs(60),
+            &stop,
+            &mut |_| {},
+        );
         assert_eq!(dialer.dials(), after);
     }
 

@@ -17,9 +17,6 @@
 //! - The rest of the TLS setup is the HTTPS port's (`server::tls`): ring, TLS 1.2 and 1.3,
 //!   ALPN `http/1.1`, no session tickets, the serving certificate reloaded in place.
 
-// wired in issue 16: built ahead of the request path that will call it.
-#![allow(dead_code)]
-
 use std::sync::Arc;
 
 use rustls::RootCertStore;

@@ -18,9 +18,6 @@
 //! - Memory: one [`Leader`] is a boxed node name and an address (28 bytes on a 32-bit
 //!   router, plus the name); a pool has one to a few leaders.
 
-// wired in issue 16: built ahead of the request path that will call it.
-#![allow(dead_code)]
-
 use std::net::{IpAddr, SocketAddr};
 
 use serde_json::Value;
@@ -30,7 +27,9 @@ use crate::names::{is_dns_label, is_dns_subdomain};
 
 /// The ConfigMap names start with this, then the pool's name.
 pub(crate) const CONFIG_NAME_PREFIX: &str = "leader-hub-";
-/// The label yurt-manager puts on the ConfigMap; its value is the ConfigMap's name.
+/// The label yurt-manager puts on the ConfigMap; its value is the ConfigMap's name (tests
+/// only: the watcher selects the ConfigMap by name).
+#[cfg(test)]
 pub(crate) const CONFIG_LABEL: &str = "openyurt.io/configmap-name";
 /// Data key: the leaders, `<node>/<address>` comma-separated.
 pub(crate) const KEY_LEADERS: &str = "leaders";
@@ -55,7 +54,8 @@ pub(crate) fn config_name(pool: &str) -> Result<String, String> {
 }
 
 /// The label selector of `pool`'s ConfigMap, `openyurt.io/configmap-name=leader-hub-<pool>`
-/// (what YurtHub's informer selects by).
+/// (what YurtHub's informer selects by; tests only).
+#[cfg(test)]
 pub(crate) fn label_selector(pool: &str) -> Result<String, String> {
     Ok(format!("{CONFIG_LABEL}={}", config_name(pool)?))
 }
@@ -107,7 +107,9 @@ pub(crate) struct Leader {
 }
 
 impl Leader {
-    /// `https://<ip>:<port>`, an IPv6 address in brackets.
+    /// `https://<ip>:<port>`, an IPv6 address in brackets (tests only: a follower uses
+    /// `health::leader_url` of the picked address).
+    #[cfg(test)]
     pub(crate) fn url(&self, port: u16) -> String {
         format!("https://{}", self.addr(port))
     }
@@ -355,9 +357,15 @@ impl PoolState {
         self.source
     }
 
-    /// A ConfigMap has been seen since start.
+    /// A ConfigMap has been seen since start (tests only).
+    #[cfg(test)]
     pub(crate) fn seen(&self) -> bool {
         self.seen
+    }
+
+    /// The ConfigMap names this node a leader.
+    pub(crate) fn is_leader(&self) -> bool {
+        self.leaders.iter().any(|l| l.node == self.node)
     }
 }
 
@@ -540,7 +548,7 @@ mod tests {
         );
         assert_eq!(state.source(), Source::Pool);
         assert_eq!(state.leaders(), [leader("n1", "10.0.0.1")]);
-        assert!(state.seen());
+        assert!(state.seen() && !state.is_leader());
 
         assert_eq!(
             state.apply(ConfigEvent::Seen(&first)),
@@ -564,6 +572,7 @@ mod tests {
         let change = state.apply(ConfigEvent::Seen(&second));
         assert!(change.leaders && change.source && change.removed.is_empty());
         assert_eq!(state.source(), Source::Cloud);
+        assert!(state.is_leader());
 
         // An unreadable object changes nothing and says why.
         let change = state.apply(ConfigEvent::Seen(&json!("x")));

@@ -8,17 +8,21 @@
 //!   [`leader::Source`] (pool or cloud); leader URLs; state kept across watch events.
 //! - [`health`]: leader health by TCP connect, round-robin picks, the fallback order
 //!   leader → cloud → cache.
+//! - [`route`]: where pool-scope reads go now ([`route::PoolRoute`]), shared by the
+//!   ConfigMap's watcher, the leader checker and the feeders.
 //! - [`identity`]: the multiplexer's User-Agent; the leader's TLS configuration requiring a
 //!   client certificate from the cluster CA, and the O `system:nodes` check after it.
+//! - [`multiplexer`]: a leader's multiplexer port, serving the node's watch caches
+//!   (`proxy::pool_local`) to the followers through `server::serve_tls`.
 //!
-//! What is not here: the ConfigMap's watch thread, the watch cache, the multiplexer
-//! listener and the forwarding to a leader (they need `clients/`, `server/` and
-//! `upstream`); this module does no I/O but the health probe's TCP connect.
-
-// wired in issue 16: built ahead of the request path that will call it.
-#![allow(dead_code)]
+//! What is not here: the ConfigMap's watch thread, the watch cache and the forwarding to a
+//! leader (they need `clients/` and `upstream`). Apart from [`multiplexer`], which sits on
+//! top of `server/` and `proxy::pool_local`, this module does no I/O but the health
+//! probe's TCP connect.
 
 pub(crate) mod health;
 pub(crate) mod identity;
 pub(crate) mod leader;
+pub(crate) mod multiplexer;
 pub(crate) mod resources;
+pub(crate) mod route;

@@ -16,9 +16,6 @@
 //!   set in both memory and time. One [`Gvr`] costs three boxed strings (24 bytes on a
 //!   32-bit router, 48 on 64-bit) plus its text, about 40 bytes.
 
-// wired in issue 16: built ahead of the request path that will call it.
-#![allow(dead_code)]
-
 use std::fmt;
 
 use crate::names::{is_dns_subdomain, is_resource_name, is_version};

@@ -41,7 +41,8 @@
 //! and one batch buffer per watch (its events' bytes); the objects themselves are shared.
 
 use std::io::{self, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::Filters;
@@ -79,6 +80,12 @@ pub(crate) struct PoolCaches {
     own_agent: String,
     /// One cache per member of `scope` the hub knows the kind of, in `scope`'s order.
     caches: Vec<(Gvr, WatchCache)>,
+    /// Per cache (same order): whether its resource is pool-scope now (the leader
+    /// ConfigMap's `pool-scoped-metadata` replaces the start-up set at run time). An
+    /// inactive cache serves nothing and its feeder idles; shared with the feeders.
+    active: Box<[Arc<AtomicBool>]>,
+    /// The members of the run-time set of a kind the hub cannot cache, already warned about.
+    warned: Mutex<Vec<Gvr>>,
     /// Until when a cache not filled yet answers 429 (warming); after it, its requests are
     /// forwarded as before (a feeder that cannot list, e.g. 403 for the hub's identity, must
     /// not leave kube-proxy at 429 for ever).
@@ -106,10 +113,16 @@ impl PoolCaches {
                 None => unknown.push(gvr.to_string()),
             }
         }
+        let active = caches
+            .iter()
+            .map(|_| Arc::new(AtomicBool::new(true)))
+            .collect();
         let pool = PoolCaches {
             scope,
             own_agent: identity::user_agent(node),
             caches,
+            active,
+            warned: Mutex::new(Vec::new()),
             warm_by: Instant::now() + WARMING,
         };
         (pool, unknown)
@@ -140,6 +153,51 @@ impl PoolCaches {
         &self.own_agent
     }
 
+    /// The pool-scope set these caches serve (what a leader's multiplexer port admits).
+    pub(crate) fn scope(&self) -> &PoolScope {
+        &self.scope
+    }
+
+    /// The cache of `gvr`, if the hub keeps one (a member of unknown kind has none, nor one
+    /// the run-time set left out).
+    pub(crate) fn cache_of(&self, gvr: &Gvr) -> Option<&WatchCache> {
+        self.caches
+            .iter()
+            .zip(&self.active)
+            .find(|((g, _), on)| g == gvr && on.load(Ordering::Acquire))
+            .map(|((_, c), _)| c)
+    }
+
+    /// Whether the cache at position `i` of [`PoolCaches::caches`] is in the run-time set,
+    /// shared with its feeder (which idles while it is not).
+    pub(crate) fn active_flag(&self, i: usize) -> Arc<AtomicBool> {
+        self.active.get(i).cloned().unwrap_or_default()
+    }
+
+    /// The leader ConfigMap's set replaces the start-up one: a cache whose resource left it
+    /// serves nothing more (its lists and watches are forwarded; its feeder drops its
+    /// objects), one that is back serves again once its feeder has listed. Members the hub
+    /// cannot cache are forwarded; each is returned once, for the caller to warn about.
+    /// (Kinds the hub can cache are always in the start-up set: the defaults.)
+    pub(crate) fn set_scope(&self, scope: &PoolScope) -> Vec<String> {
+        for ((gvr, _), on) in self.caches.iter().zip(&self.active) {
+            on.store(
+                scope.contains(&gvr.group, &gvr.version, &gvr.resource),
+                Ordering::Release,
+            );
+        }
+        // A plain Vec of names: a panicking holder cannot leave it torn.
+        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut news = Vec::new();
+        for gvr in scope.iter() {
+            if known_resource(gvr).is_none() && !warned.contains(gvr) {
+                warned.push(gvr.clone());
+                news.push(gvr.to_string());
+            }
+        }
+        news
+    }
+
     /// The cache that serves `req` (whose User-Agent header is `user_agent`), if it is one
     /// to serve locally.
     pub(super) fn cache_for(&self, req: &ApiRequest, user_agent: &str) -> Option<&WatchCache> {
@@ -153,10 +211,14 @@ impl PoolCaches {
         let r = req.resource()?;
         self.caches
             .iter()
-            .find(|(g, _)| {
-                *g.group == r.group && *g.version == r.version && *g.resource == r.resource
+            .zip(&self.active)
+            .find(|((g, _), on)| {
+                *g.group == r.group
+                    && *g.version == r.version
+                    && *g.resource == r.resource
+                    && on.load(Ordering::Acquire)
             })
-            .map(|(_, cache)| cache)
+            .map(|((_, cache), _)| cache)
             // A filled cache whose feed fails while the cloud answers holds frozen data:
             // forwarded (live, with the client's own credentials) until the feeder recovers.
             // One never filled follows the warming rule (`Hub::handle`), unless its list was
@@ -177,8 +239,9 @@ fn known_resource(gvr: &Gvr) -> Option<Resource> {
 /// Answers the list or watch `req` from `cache` (ready); the HTTP status sent. `shutdown`
 /// ends a watch when the hub stops. `session`, when the route caches the answer for this
 /// client, gets what the client gets, as the relay's tee gives it a forwarded answer: the
-/// disk cache keeps serving this client offline after a restart.
-pub(super) fn answer(
+/// disk cache keeps serving this client offline after a restart. A leader's multiplexer
+/// port calls it too, with neither filters nor session.
+pub(crate) fn answer(
     cache: &WatchCache,
     filters: Option<&Filters>,
     ex: Exchange<'_>,

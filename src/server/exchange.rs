@@ -6,6 +6,8 @@ use std::io::{self, Read};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use rustls::pki_types::CertificateDer;
+
 use super::connection::{Conn, answer_and_close};
 use super::{ClientProbe, MAX_BODY, body_too_large};
 use crate::http1::response::{self, CHUNK_SIZE_LINE, ResponseFraming};
@@ -93,9 +95,15 @@ impl<'c> Exchange<'c> {
     }
 
     /// The peer address.
-    #[allow(dead_code, reason = "nothing in the crate reads it; was public API")]
     pub(crate) fn remote(&self) -> SocketAddr {
         self.conn.peer
+    }
+
+    /// The client certificates of a TLS connection, leaf first, already verified by the
+    /// listener's rustls configuration (the multiplexer port requires them); `None` on a
+    /// plain connection, or a TLS one whose client sent none.
+    pub(crate) fn peer_certificates(&self) -> Option<&[CertificateDer<'static>]> {
+        self.conn.stream.peer_certificates()
     }
 
     /// Sends the status line and headers; the body follows through the returned writer.

@@ -1,6 +1,7 @@
 //! The seam between the server and a client socket: what the connection loop needs beyond
-//! `Read + Write` (timeouts, shutdown, a probe for another thread), implemented for
-//! `TcpStream`, for [`TlsStream`] (the HTTPS port), and in the unit tests for an in-memory
+//! `Read + Write` (timeouts, shutdown, a probe for another thread, a TLS client's
+//! certificates for the multiplexer port), implemented for `TcpStream`, for [`TlsStream`]
+//! (the HTTPS and multiplexer ports), and in the unit tests for an in-memory
 //! stream, so the framing of whole exchanges is tested without sockets. [`ClientProbe`], the
 //! socket's side of a held stream watched by the reaper, lives here too. A connection holds
 //! its stream as a `Box<dyn ClientStream>`: one allocation per connection, and one indirect
@@ -12,6 +13,8 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use rustls::pki_types::CertificateDer;
 
 /// A client connection as the server uses it.
 pub(crate) trait ClientStream: Read + Write + Send + Sync + Debug {
@@ -31,6 +34,12 @@ pub(crate) trait ClientStream: Read + Write + Send + Sync + Debug {
     /// A handle that tells another thread whether the client hung up; `None` when there is
     /// no such handle.
     fn probe(&self) -> Option<ClientProbe>;
+    /// The certificates the client presented in the TLS handshake, leaf first, as the
+    /// listener's rustls configuration verified them; `None` on a plain connection or when
+    /// the client sent none.
+    fn peer_certificates(&self) -> Option<&[CertificateDer<'static>]> {
+        None
+    }
 }
 
 impl ClientStream for TcpStream {
@@ -356,5 +365,10 @@ impl ClientStream for TlsStream {
     /// close the socket right after), seen behind the unread bytes.
     fn probe(&self) -> Option<ClientProbe> {
         self.sock.try_clone().ok().map(ClientProbe)
+    }
+
+    /// rustls keeps them after the handshake: no copy.
+    fn peer_certificates(&self) -> Option<&[CertificateDer<'static>]> {
+        self.tls.peer_certificates()
     }
 }

@@ -432,6 +432,21 @@ impl WatchCache {
         Ok(summary)
     }
 
+    /// Drops every object and event and ends every watch (the resource is no longer
+    /// pool-scope): not ready again until the next full list.
+    pub(crate) fn clear(&self) {
+        let mut state = lock(&self.inner.state);
+        state.ready = false;
+        state.rv = 0;
+        state.objects = Vec::new();
+        state.first_seq = state.end_seq();
+        state.history = VecDeque::new();
+        state.history_bytes = 0;
+        state.generation += 1;
+        drop(state);
+        self.inner.changed.notify_all();
+    }
+
     /// Applies one upstream watch event. An event not newer than the cache is ignored.
     pub(crate) fn apply(&self, kind: EventType, object: Object) -> Result<Applied, ApplyError> {
         if kind == EventType::Bookmark {

@@ -30,5 +30,6 @@ mod list_scope;
 mod offline;
 mod offline_hold;
 mod offline_node;
+mod pool_leader;
 mod pool_local;
 mod power_loss;

@@ -12,6 +12,7 @@ mod cloud;
 pub mod hub;
 mod kubeconfig;
 mod pki;
+pub mod pool;
 pub mod proto_lease;
 mod util;
 

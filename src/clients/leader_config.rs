@@ -1,0 +1,343 @@
+//! Watches the pool's `<namespace>/leader-hub-<pool>` ConfigMap (YURTHUB.md §4.3; edge mode
+//! with `--nodepool-name`): a thread lists it by name, then watches it from the list's
+//! resourceVersion, feeding each version to [`PoolState::apply`] and publishing the outcome
+//! in the shared [`PoolRoute`] (the source, the leaders, dialled at once), where the feeders
+//! read it. The hub's own requests (component `tinyhub`), never cached: offline or after a
+//! restart, until the ConfigMap is seen again, the source is the cloud.
+//!
+//! Design decisions:
+//! - As the other watches of `clients/`: a watch that ends by its time or breaks off
+//!   resumes from the last resourceVersion seen; a 410 or an ERROR event lists again; a
+//!   failure waits `retry` (the heartbeat interval); nothing is asked of a cloud whose
+//!   servers are all unhealthy.
+//! - A deleted ConfigMap changes nothing (YurtHub ignores deletes).
+//! - What the ConfigMap changes beyond the route goes to the caller's callbacks: the first
+//!   time it names this node a leader (the multiplexer port opens), and a new pool-scope set.
+//! - Memory: the list's body (at most [`MAX_LIST_BYTES`], one small ConfigMap in practice)
+//!   while it is read, one watch event at a time after.
+
+use std::io::Read;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use serde_json::Value;
+
+use super::{ClientError, get_as_hub, read_units, watch_deadline};
+use crate::cache::decode::{BodyShape, Unit};
+use crate::pool::leader::{self, ConfigEvent, PoolState, WATCH_SECONDS};
+use crate::pool::resources::PoolScope;
+use crate::pool::route::PoolRoute;
+use crate::route::Deadline;
+use crate::upstream::Upstream;
+
+/// Largest list of the ConfigMap the watcher reads.
+const MAX_LIST_BYTES: u64 = 1024 * 1024;
+/// How long the feeders' first lists wait for the ConfigMap's first list when the cloud
+/// cannot be asked (they go to the cloud after it).
+const FIRST_LIST_PATIENCE: Duration = Duration::from_secs(5);
+/// A watch that ends sooner than this is resumed only after the retry pause.
+const MIN_WATCH: Duration = Duration::from_secs(1);
+
+/// What the ConfigMap's watcher needs.
+pub(crate) struct LeaderWatch {
+    /// The cloud.
+    pub upstream: Arc<Upstream>,
+    /// Where the outcome is published.
+    pub route: Arc<PoolRoute>,
+    /// The state before any ConfigMap (the flags' set, the cloud).
+    pub state: PoolState,
+    /// `--namespace`.
+    pub namespace: String,
+    /// `--nodepool-name`.
+    pub pool: String,
+    /// The pause after a failure (`--heartbeat-interval-seconds`).
+    pub retry: Duration,
+    /// Called once, the first time the ConfigMap names this node a leader.
+    pub on_leader: Option<Box<dyn FnOnce() + Send>>,
+    /// Called with the pool-scope set each time the ConfigMap changes it.
+    pub on_scope: Box<dyn FnMut(&PoolScope) + Send>,
+}
+
+/// How one watch ended.
+enum Watched {
+    /// `stop` fired.
+    Stopped,
+    /// By its time (true when it lasted) or a broken connection: resume from this
+    /// resourceVersion.
+    Resume(String, bool),
+    /// A 410, an ERROR event or an unreadable stream: list again.
+    Relist(ClientError),
+}
+
+impl LeaderWatch {
+    /// Lists and watches until `stop` fires or closes.
+    pub(crate) fn run(mut self, stop: Receiver<()>) {
+        let (list_path, name) = match (
+            leader::list_path(&self.namespace, &self.pool),
+            leader::config_name(&self.pool),
+        ) {
+            (Ok(path), Ok(name)) => (path, name),
+            // The flags were validated: a bad name cannot come here.
+            (Err(e), _) | (_, Err(e)) => {
+                log::error!("the pool's leader ConfigMap is not watched: {e}");
+                return;
+            }
+        };
+        let mut resume: Option<String> = None;
+        let mut failed = 0u32;
+        let started = Instant::now();
+        loop {
+            let mut pause = true;
+            if self.upstream.backends().any_healthy() {
+                let rv = match resume.take() {
+                    Some(rv) => Ok(rv),
+                    None => self.list(&list_path),
+                };
+                self.route.settle();
+                match rv {
+                    Ok(rv) => {
+                        failed = 0;
+                        match self.watch(&rv, &stop) {
+                            Watched::Stopped => return,
+                            Watched::Resume(last, lasted) => {
+                                resume = Some(last);
+                                pause = !lasted;
+                            }
+                            Watched::Relist(e) => {
+                                log::debug!("watch of {}/{name} ended: {e}", self.namespace);
+                                pause = false;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        failed += 1;
+                        let line = format!("list of {}/{name} failed: {e}", self.namespace);
+                        if failed == 1 {
+                            log::info!("{line}");
+                        } else {
+                            log::debug!("{line} ({failed} times)");
+                        }
+                    }
+                }
+            }
+            if !self.route.settled() && started.elapsed() >= FIRST_LIST_PATIENCE {
+                self.route.settle();
+            }
+            let wait = if pause { self.retry } else { Duration::ZERO };
+            match stop.recv_timeout(wait) {
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                _ => return,
+            }
+        }
+    }
+
+    /// Lists the ConfigMap and applies it; the list's resourceVersion.
+    fn list(&mut self, path: &str) -> Result<String, ClientError> {
+        let mut answer = get_as_hub(
+            &self.upstream,
+            path,
+            Deadline::Bounded(Duration::from_secs(60)),
+        )?;
+        let mut body = Vec::new();
+        (&mut answer.body)
+            .take(MAX_LIST_BYTES)
+            .read_to_end(&mut body)?;
+        let list: Value = serde_json::from_slice(&body)?;
+        // None listed: nothing changes (as a delete), the last state holds.
+        for item in list
+            .get("items")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            self.apply(ConfigEvent::Seen(item));
+        }
+        list.pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or(ClientError::Answer("the list has no resourceVersion"))
+    }
+
+    /// Watches from `rv`, applying each event.
+    fn watch(&mut self, rv: &str, stop: &Receiver<()>) -> Watched {
+        let path = match leader::watch_path(&self.namespace, &self.pool, rv) {
+            Ok(path) => path,
+            Err(e) => return Watched::Relist(ClientError::Refused(e)),
+        };
+        let began = Instant::now();
+        let mut answer = match get_as_hub(&self.upstream, &path, watch_deadline(WATCH_SECONDS)) {
+            Ok(answer) => answer,
+            Err(e @ ClientError::Status(410)) => return Watched::Relist(e),
+            Err(e) => {
+                log::debug!("watch of the pool's leader ConfigMap failed: {e}");
+                return Watched::Resume(rv.to_owned(), false);
+            }
+        };
+        let mut last = rv.to_owned();
+        let ended = read_units(
+            &mut answer,
+            BodyShape::WatchStream,
+            stop,
+            &mut |_| {},
+            &mut |unit| {
+                let Unit::WatchEvent(raw) = unit else {
+                    return Ok(());
+                };
+                let event: Value = serde_json::from_slice(raw)?;
+                let object = event.get("object").unwrap_or(&Value::Null);
+                match event.get("type").and_then(Value::as_str) {
+                    Some("ADDED" | "MODIFIED") => self.apply(ConfigEvent::Seen(object)),
+                    Some("DELETED") => self.apply(ConfigEvent::Deleted),
+                    Some("BOOKMARK") => {}
+                    _ => return Err(ClientError::Answer("the watch ended with an ERROR event")),
+                }
+                if let Some(rv) = object
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                {
+                    last = rv.to_owned();
+                }
+                Ok(())
+            },
+        );
+        match ended {
+            Ok(true) => Watched::Resume(last, began.elapsed() >= MIN_WATCH),
+            Ok(false) => Watched::Stopped,
+            Err(e @ (ClientError::Upstream(_) | ClientError::Read(_))) => {
+                log::debug!("watch of the pool's leader ConfigMap broke off: {e}");
+                Watched::Resume(last, false)
+            }
+            Err(e) => Watched::Relist(e),
+        }
+    }
+
+    /// Applies one version of the ConfigMap and publishes what changed.
+    fn apply(&mut self, event: ConfigEvent<'_>) {
+        let before = self.state.pool_scope().to_metadata();
+        let change = self.state.apply(event);
+        for why in &change.skipped {
+            log::warn!("{why}");
+        }
+        if change.leaders || change.source {
+            let leaders: Vec<String> = self
+                .state
+                .leaders()
+                .iter()
+                .map(|l| format!("{}/{}", l.node, l.ip))
+                .collect();
+            log::info!(
+                "pool {} leaders=[{}] source={}",
+                self.pool,
+                leaders.join(","),
+                self.state.source().as_str()
+            );
+            let leaders = change.leaders.then(|| self.state.leaders());
+            self.route.set(self.state.source(), leaders);
+        }
+        if self.state.is_leader()
+            && let Some(on_leader) = self.on_leader.take()
+        {
+            on_leader();
+        }
+        if self.state.pool_scope().to_metadata() != before {
+            (self.on_scope)(self.state.pool_scope());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::LbMode;
+    use crate::health::Backends;
+    use crate::pool::health::Dialer;
+    use crate::pool::leader::Source;
+
+    /// Every leader answers its dial.
+    struct AllUp;
+
+    impl Dialer for AllUp {
+        fn reachable(&self, _: SocketAddr, _: Duration) -> bool {
+            true
+        }
+    }
+
+    fn cm(leaders: &str, election: &str, scoped: &str) -> Value {
+        json!({
+            "metadata": {"name": "leader-hub-pool-a", "namespace": "kube-system"},
+            "data": {
+                "leaders": leaders,
+                "enable-leader-election": election,
+                "pool-scoped-metadata": scoped,
+            }
+        })
+    }
+
+    #[test]
+    fn configmap_versions_reach_the_route_and_the_callbacks() {
+        let upstream = Upstream::new(
+            Arc::new(Backends::new(Vec::new(), LbMode::RoundRobin)),
+            None,
+            None,
+        )
+        .unwrap();
+        let route = Arc::new(PoolRoute::new(10269, Box::new(AllUp)));
+        let leads = Arc::new(AtomicUsize::new(0));
+        let scopes = Arc::new(Mutex::new(Vec::new()));
+        let (l, s) = (Arc::clone(&leads), Arc::clone(&scopes));
+        let mut watch = LeaderWatch {
+            upstream: Arc::new(upstream),
+            route: Arc::clone(&route),
+            state: PoolState::new("n2", "pool-a", PoolScope::with_defaults([])).unwrap(),
+            namespace: "kube-system".into(),
+            pool: "pool-a".into(),
+            retry: Duration::from_secs(1),
+            on_leader: Some(Box::new(move || {
+                l.fetch_add(1, Ordering::Relaxed);
+            })),
+            on_scope: Box::new(move |scope| s.lock().unwrap().push(scope.to_metadata())),
+        };
+        let both = "/v1/services,discovery.k8s.io/v1/endpointslices";
+
+        // A follower of n1: the pool, through n1.
+        watch.apply(ConfigEvent::Seen(&cm("n1/10.0.0.1", "true", both)));
+        assert_eq!(route.source(), Source::Pool);
+        assert_eq!(route.leader(), Some("10.0.0.1:10269".parse().unwrap()));
+        assert_eq!(leads.load(Ordering::Relaxed), 0);
+        assert!(scopes.lock().unwrap().is_empty(), "the same set");
+
+        // Deleted: nothing changes.
+        let generation = route.generation();
+        watch.apply(ConfigEvent::Deleted);
+        assert_eq!(route.generation(), generation);
+        assert_eq!(route.source(), Source::Pool);
+
+        // Elected itself, with a smaller set: the cloud, the multiplexer opens once.
+        watch.apply(ConfigEvent::Seen(&cm(
+            "n1/10.0.0.1,n2/10.0.0.2",
+            "true",
+            "/v1/services",
+        )));
+        watch.apply(ConfigEvent::Seen(&cm(
+            "n2/10.0.0.2",
+            "true",
+            "/v1/services",
+        )));
+        assert_eq!(route.source(), Source::Cloud);
+        assert_eq!(route.leader(), None);
+        assert_eq!(leads.load(Ordering::Relaxed), 1, "once");
+        assert_eq!(*scopes.lock().unwrap(), ["/v1/services"]);
+
+        // Election off: the cloud.
+        watch.apply(ConfigEvent::Seen(&cm("n1/10.0.0.1", "false", both)));
+        assert_eq!(route.source(), Source::Cloud);
+        assert_eq!(scopes.lock().unwrap().len(), 2);
+    }
+}

@@ -1,0 +1,253 @@
+//! A leader hub's multiplexer port (YURTHUB.md §4.4; issue 16 item 3): the pool's follower
+//! hubs list and watch the pool-scope resources from this node's watch caches
+//! (`proxy::pool_local::PoolCaches`) on `<node-ip>:<--multiplexer-port>` (10269) over TLS,
+//! instead of each asking the cloud.
+//!
+//! Design decisions:
+//! - **Who is admitted**: the TLS configuration (`identity::server_config`) requires a
+//!   client certificate chained to the cluster CA, so a peer without one, or with one from
+//!   another CA, never gets past the handshake. After it each request is checked
+//!   (`identity::check_follower`: O `system:nodes`; `identity::check_request`: a list or
+//!   watch of a pool-scope resource) and refused with a 403 `Status` otherwise, with an
+//!   info line naming the peer's CN and address. YurtHub forwards anything sent to 10269
+//!   with the leader's identity; this port serves nothing else.
+//! - **What a follower gets**: exactly what `pool_local::answer` gives a local client, but
+//!   with no filters (a follower filters for its own node: the leader's servicetopology
+//!   would be wrong there) and no disk-cache session (the leader's disk cache is fed by its
+//!   own clients). JSON only, as locally: a follower that takes only another form gets 406.
+//! - **Not ready**: while the caches warm (`PoolCaches::warming`), YurtHub's 429 with
+//!   `Retry-After: 1`; past that, a cache not filled is a 503 saying so, and the follower
+//!   reads from the cloud. A member of the set whose kind the hub cannot cache is a 503 too.
+//! - **The server is the proxy ports' own** (`server::serve_tls`: caps, eviction, one thread
+//!   per connection), with its own small [`LIMITS`] and `Load`: followers cannot take the
+//!   local clients' slots, nor the reverse. The peer's certificates reach the handler
+//!   through `Exchange::peer_certificates`.
+//! - **Lifetime** (for the wiring): the port is opened when the hub first learns it is a
+//!   leader and stays open for the hub's life: a follower whose copy of the leader ConfigMap
+//!   is stale still reads a warm cache, and a node elected again needs no new listener. It
+//!   stops at shutdown like the HTTPS port: the shared flag, then [`MultiplexerPort::wake`];
+//!   its watches end within a second of the flag.
+//! - **The cluster CA is taken when the port opens** (it is in the `rustls::ServerConfig`
+//!   `start` is given): after a CA rotation, followers with certificates of the new CA fail
+//!   the handshake and read from the cloud until the hub restarts. The serving certificate
+//!   is reloaded in place (`ServingCert`), as on the HTTPS port.
+//! - **Observability**: `tinyhub_multiplexer_requests_total{follower,code}` (the follower's
+//!   node name, under the labelled-series cap) and one log line per request in the proxy's
+//!   style with the follower's node: refusals and 5xx at info, the rest at debug.
+//!
+//! Memory: per follower connection one thread (a small stack) and the server's 4 KiB read
+//! buffer; per request the `ApiRequest` and what `pool_local::answer` holds (a page of
+//! object handles, or one batch of watch events). The objects are the caches' own.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::identity::{self, Follower};
+use crate::metrics::METRICS;
+use crate::proxy::pool_local::{self, PoolCaches};
+use crate::request::{self, Accept, ApiRequest, Target};
+use crate::server::{self, Exchange, Handler, Limits, Load};
+use crate::status::Status;
+use crate::watchcache::WatchCache;
+use crate::{SMALL_STACK, spawn};
+
+/// The multiplexer port's caps: a follower hub holds about two watches (services and
+/// endpointslices) and lists now and then, so 64 serve a pool of some thirty nodes; past
+/// them a new connection is closed (a TLS port cannot answer 429 at accept) and a request
+/// gets 429.
+pub(crate) const LIMITS: Limits = Limits {
+    max_connections: 64,
+    max_in_flight: 64,
+    stack_size: SMALL_STACK,
+    io_timeout: server::IO_TIMEOUT,
+};
+
+/// A running multiplexer port.
+#[derive(Debug)]
+pub(crate) struct MultiplexerPort {
+    /// The address bound (port 0 resolved).
+    pub addr: SocketAddr,
+    /// The accept thread.
+    thread: JoinHandle<()>,
+}
+
+impl MultiplexerPort {
+    /// After the shutdown flag is set: wakes the accept thread, which then ends.
+    pub(crate) fn wake(&self) {
+        server::wake(self.addr);
+    }
+
+    /// After the shutdown flag is set: wakes the accept thread and waits for it to end
+    /// (connection threads end on their own: watches within a second of the flag).
+    pub(crate) fn stop(self) {
+        self.wake();
+        let _ = self.thread.join();
+    }
+}
+
+/// Binds `bind` at once and serves `caches` to the pool's followers over `tls` (from
+/// `identity::server_config`: the hub's serving certificate, followers verified against the
+/// cluster CA) on its own thread until `shutdown` is set (then [`MultiplexerPort::wake`]).
+/// Called once, when the hub first learns it is a leader; the port then stays open for the
+/// hub's life (see the module docs). An error is the bind's (the port taken, the address
+/// not this node's) or the thread's.
+pub(crate) fn start(
+    bind: SocketAddr,
+    tls: Arc<rustls::ServerConfig>,
+    caches: Arc<PoolCaches>,
+    shutdown: Arc<AtomicBool>,
+) -> io::Result<MultiplexerPort> {
+    let listener = server::bind(bind)?;
+    let addr = listener.local_addr();
+    let handler: Handler = {
+        let shutdown = Arc::clone(&shutdown);
+        Arc::new(move |ex| handle(&caches, &shutdown, ex))
+    };
+    let load = Arc::new(Load::default());
+    let thread = spawn("multiplexer", move || {
+        server::serve_tls(listener, tls, handler, LIMITS, load, shutdown)
+    })
+    .map_err(|e| io::Error::other(e.to_string()))?;
+    log::info!("listening role=multiplexer addr={addr}");
+    Ok(MultiplexerPort { addr, thread })
+}
+
+/// Serves one follower request to the end, counted and logged.
+fn handle(caches: &PoolCaches, shutdown: &AtomicBool, ex: Exchange<'_>) {
+    let started = Instant::now();
+    let peer = ex.remote();
+    let follower = match identity::check_follower(ex.peer_certificates()) {
+        Ok(follower) => follower,
+        Err(status) => {
+            let cn = common_name(ex.peer_certificates());
+            log::info!(
+                "multiplexer refused peer={peer} cn={cn:?} method={} path=\"{}\" status={} reason=\"{}\"",
+                ex.method(),
+                request::truncate(ex.url()),
+                status.code,
+                status.message
+            );
+            let _ = ex.send_status(&status);
+            METRICS.count_multiplexer("", status.code);
+            return;
+        }
+    };
+    let name = follower_name(&follower);
+    let req = match request::classify(ex.method(), ex.url(), ex.headers()) {
+        Ok(req) => req,
+        Err(e) => {
+            let status = Status::bad_request(e.to_string());
+            log::info!(
+                "multiplexer refused follower={name:?} peer={peer} method={} path=\"{}\" status=400 err=\"{e}\"",
+                ex.method(),
+                request::truncate(ex.url())
+            );
+            let _ = ex.send_status(&status);
+            METRICS.count_multiplexer(name, status.code);
+            return;
+        }
+    };
+    let code = match admit(caches, &req) {
+        Ok(cache) => {
+            let stopping = || shutdown.load(Ordering::Relaxed);
+            // No filters, no disk-cache session: see the module docs.
+            pool_local::answer(cache, None, ex, &req, &stopping, None)
+        }
+        Err(status) if status.code == 403 => {
+            log::info!(
+                "multiplexer refused follower={name:?} cn={:?} peer={peer} verb={} path=\"{}\" status=403",
+                follower.common_name.as_deref().unwrap_or(""),
+                req.verb.as_str(),
+                request::truncate(ex.url())
+            );
+            let _ = ex.send_status(&status);
+            METRICS.count_multiplexer(name, status.code);
+            return;
+        }
+        Err(status) => {
+            let _ = ex.send_status(&status);
+            status.code
+        }
+    };
+    METRICS.count_multiplexer(name, code);
+    log_request(name, peer, &req, code, started.elapsed());
+}
+
+/// The cache that answers `req`, or the refusal: 403 for anything but a pool-scope list or
+/// watch, 406 for a client that takes no JSON, 429 while warming, 503 when not filled.
+fn admit<'c>(caches: &'c PoolCaches, req: &ApiRequest) -> Result<&'c WatchCache, Status> {
+    let gvr = identity::check_request(caches.scope(), req)?;
+    // The cache holds JSON and the hub converts to nothing else (as `PoolCaches::cache_for`).
+    if !matches!(req.accept, Accept::Json | Accept::JsonOrProtobuf) {
+        return Err(Status::not_acceptable(
+            "the leader's multiplexer serves only application/json",
+        ));
+    }
+    let cache = caches.cache_of(gvr).ok_or_else(|| {
+        Status::service_unavailable(format!(
+            "the leader keeps no cache of {gvr}: read it from the cloud"
+        ))
+    })?;
+    if cache.is_ready() {
+        Ok(cache)
+    } else {
+        Err(not_ready(cache, caches.warming()))
+    }
+}
+
+/// The answer of a cache not filled yet: YurtHub's 429 while `warming`, else a 503 that
+/// sends the follower to the cloud.
+fn not_ready(cache: &WatchCache, warming: bool) -> Status {
+    if warming {
+        cache.initializing()
+    } else {
+        Status::service_unavailable(format!(
+            "the leader's cache of {} is not filled: read it from the cloud",
+            cache.resource().gvr_string()
+        ))
+    }
+}
+
+/// The follower's label and log name: its node, else its certificate's CN.
+fn follower_name(follower: &Follower) -> &str {
+    follower
+        .node
+        .as_deref()
+        .or(follower.common_name.as_deref())
+        .unwrap_or("")
+}
+
+/// The CN of the peer's certificate, for the log ("" when there is none to read).
+fn common_name(peer: Option<&[rustls::pki_types::CertificateDer<'_>]>) -> String {
+    peer.and_then(<[_]>::first)
+        .and_then(|der| crate::pki::x509::parse(der))
+        .and_then(|info| info.common_name)
+        .unwrap_or_default()
+}
+
+/// The log line of a follower's request, in the proxy's style (`proxy::call::log`): 5xx at
+/// info, the rest at debug. Names from certificates are quoted with escapes (`{:?}`): a CN
+/// cannot break the line.
+fn log_request(follower: &str, peer: SocketAddr, req: &ApiRequest, status: u16, took: Duration) {
+    let resource = match &req.target {
+        Target::Resource(r) => r.resource.as_str(),
+        Target::NonResource(p) => p.as_str(),
+    };
+    let level = if status >= 500 {
+        log::Level::Info
+    } else {
+        log::Level::Debug
+    };
+    log::log!(
+        level,
+        "multiplexer follower={follower:?} peer={peer} verb={} resource=\"{resource}\" status={status} duration={took:?}",
+        req.verb.as_str(),
+    );
+}
+
+#[cfg(test)]
+mod tests;

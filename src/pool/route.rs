@@ -1,0 +1,262 @@
+//! Where this node's pool-scope reads go now (YURTHUB.md §4.3, §4.6): one object, built in
+//! app.rs and shared by the `leader-hub-<pool>` watcher (which sets the source and the
+//! leaders), the leader health checker (every 20 s) and the feeders of the pool caches
+//! (which ask it where to list and watch, and report a leader that failed them).
+//!
+//! Design decisions:
+//! - **No lock on the hot path**: the source is an atomic, the leaders' health is
+//!   [`LeaderHealth`] (an `Arc` snapshot and atomics), the generation an atomic counter. The
+//!   only mutex guards the list of feeders to wake, taken when something changed.
+//! - **The generation** is bumped whenever the answer to "where do pool-scope reads go now"
+//!   may have changed: the source, the leader list, a leader's health. A feeder compares it
+//!   across a watch to know the watch ended because of a change (resume at once).
+//! - **Waking a blocked watch**: a feeder blocked in a read of a watch that no longer goes
+//!   where it should (the cloud while a leader is usable; a leader no longer usable) is woken
+//!   through its [`Wake`] handle, which ends the stream (the feeder's local watches carry on:
+//!   it resumes from its cache's resourceVersion). Every health round nudges the feeders too,
+//!   so one that fell back to the cloud because a leader refused it (429 while the leader
+//!   warms) tries the leader again within one health interval.
+//! - Offline or before any ConfigMap: the source is the cloud, no leader.
+//! - Memory: two atomics, the leaders' slots (see [`LeaderHealth`]), a weak pointer per
+//!   feeder (one per pool-scope resource).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError, Weak};
+
+use crossbeam_channel::Receiver;
+
+use super::health::{CHECK_INTERVAL, Dialer, LeaderHealth, run_checker};
+use super::leader::{Leader, Source};
+
+/// A feeder that can be told that the route may have changed.
+pub(crate) trait Wake: Send + Sync {
+    /// The route may have changed: end a watch that no longer goes where `route` says.
+    fn wake(&self, route: &PoolRoute);
+}
+
+/// Where pool-scope reads go, shared by the ConfigMap watcher, the checker and the feeders.
+pub(crate) struct PoolRoute {
+    /// The source is the pool (else the cloud).
+    pool: AtomicBool,
+    health: LeaderHealth,
+    generation: AtomicU64,
+    /// The ConfigMap was listed once (or that failed): the feeders' first list waits for it.
+    settled: AtomicBool,
+    dialer: Box<dyn Dialer>,
+    wakers: Mutex<Vec<Weak<dyn Wake>>>,
+}
+
+impl PoolRoute {
+    /// The cloud as source, no leader; leaders serve on `port`, probed by `dialer`.
+    pub(crate) fn new(port: u16, dialer: Box<dyn Dialer>) -> PoolRoute {
+        PoolRoute {
+            pool: AtomicBool::new(false),
+            health: LeaderHealth::new(port),
+            generation: AtomicU64::new(0),
+            settled: AtomicBool::new(false),
+            dialer,
+            wakers: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Where pool-scope reads go by the ConfigMap.
+    pub(crate) fn source(&self) -> Source {
+        if self.pool.load(Ordering::Acquire) {
+            Source::Pool
+        } else {
+            Source::Cloud
+        }
+    }
+
+    /// Bumped whenever where reads go may have changed.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The leader to read from now (round-robin over healthy ones); None when the source is
+    /// the cloud or no leader is healthy.
+    pub(crate) fn leader(&self) -> Option<SocketAddr> {
+        (self.source() == Source::Pool)
+            .then(|| self.health.pick())
+            .flatten()
+    }
+
+    /// Reads should go to a leader now.
+    pub(crate) fn wants_leader(&self) -> bool {
+        self.source() == Source::Pool && self.health.any_healthy()
+    }
+
+    /// Reads may go to the leader at `addr` now.
+    pub(crate) fn leader_usable(&self, addr: SocketAddr) -> bool {
+        self.source() == Source::Pool
+            && self
+                .health
+                .snapshot()
+                .iter()
+                .any(|(l, up)| *up && l.addr(addr.port()) == addr)
+    }
+
+    /// The ConfigMap says `source`, and (when they changed) `leaders`, which are dialled at
+    /// once, before they are used (up to 2 s each, on the caller's thread).
+    pub(crate) fn set(&self, source: Source, leaders: Option<&[Leader]>) {
+        if let Some(leaders) = leaders {
+            self.health.set_leaders(leaders, self.dialer.as_ref());
+        }
+        self.pool.store(source == Source::Pool, Ordering::Release);
+        self.bump();
+    }
+
+    /// The ConfigMap's first list ended (applied, or failed): the source is known.
+    pub(crate) fn settle(&self) {
+        self.settled.store(true, Ordering::Release);
+    }
+
+    /// Whether the ConfigMap's first list has ended.
+    pub(crate) fn settled(&self) -> bool {
+        self.settled.load(Ordering::Acquire)
+    }
+
+    /// A request to the leader at `addr` could not connect or broke off: the cloud until the
+    /// next health round sees it answer.
+    pub(crate) fn leader_failed(&self, addr: SocketAddr) {
+        if self.health.mark_unreachable(addr) {
+            self.bump();
+        }
+    }
+
+    /// A feeder to wake when the route may have changed (kept weakly: a feeder that ended is
+    /// forgotten at the next change).
+    pub(crate) fn register(&self, waker: Weak<dyn Wake>) {
+        self.wakers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(waker);
+    }
+
+    /// One health round, as the checker's tick (tests).
+    #[cfg(test)]
+    pub(crate) fn check(&self) {
+        self.after_round(self.health.check(self.dialer.as_ref()));
+    }
+
+    /// The leader checker's loop: a round every 20 s until `stop` fires or closes.
+    pub(crate) fn run_checker(&self, stop: &Receiver<()>) {
+        run_checker(
+            &self.health,
+            self.dialer.as_ref(),
+            CHECK_INTERVAL,
+            stop,
+            &mut |changed| self.after_round(changed),
+        );
+    }
+
+    /// After a health round: a change bumps the generation; either way the feeders are
+    /// nudged (one on the cloud while a leader is usable moves back to it).
+    fn after_round(&self, changed: bool) {
+        if changed {
+            self.bump();
+        } else {
+            self.wake_all();
+        }
+    }
+
+    fn bump(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.wake_all();
+    }
+
+    /// Tells the feeders to look at the route again (the pool-scope set changed).
+    pub(crate) fn nudge(&self) {
+        self.wake_all();
+    }
+
+    fn wake_all(&self) {
+        // Upgraded under the lock, woken outside it: a wake shuts a socket down.
+        let live: Vec<_> = {
+            let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+            wakers.retain(|w| w.strong_count() > 0);
+            wakers.iter().filter_map(Weak::upgrade).collect()
+        };
+        for waker in live {
+            waker.wake(self);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Up(Mutex<HashSet<SocketAddr>>);
+
+    impl Dialer for Arc<Up> {
+        fn reachable(&self, addr: SocketAddr, _: Duration) -> bool {
+            self.0.lock().unwrap().contains(&addr)
+        }
+    }
+
+    #[derive(Default)]
+    struct Counter(AtomicUsize);
+
+    impl Wake for Counter {
+        fn wake(&self, _: &PoolRoute) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn leader(node: &str, ip: &str) -> Leader {
+        Leader {
+            node: node.into(),
+            ip: ip.parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn the_route_follows_the_configmap_and_the_leaders_health() {
+        let up = Arc::new(Up::default());
+        let route = PoolRoute::new(10269, Box::new(Arc::clone(&up)));
+        let counter = Arc::new(Counter::default());
+        let weak: Weak<dyn Wake> = Arc::downgrade(&(Arc::clone(&counter) as Arc<dyn Wake>));
+        route.register(weak);
+        assert_eq!(route.source(), Source::Cloud);
+        assert_eq!(route.leader(), None);
+        let a: SocketAddr = "10.0.0.1:10269".parse().unwrap();
+
+        up.0.lock().unwrap().insert(a);
+        route.set(Source::Pool, Some(&[leader("a", "10.0.0.1")]));
+        assert_eq!(route.generation(), 1);
+        assert_eq!(route.leader(), Some(a));
+        assert!(route.wants_leader() && route.leader_usable(a));
+        assert_eq!(counter.0.load(Ordering::Relaxed), 1);
+
+        route.leader_failed(a);
+        assert_eq!(route.generation(), 2);
+        assert_eq!(route.leader(), None, "the cloud until the next round");
+        route.leader_failed(a);
+        assert_eq!(route.generation(), 2, "no change, no bump");
+
+        route.check();
+        assert_eq!(route.generation(), 3, "healthy again");
+        assert_eq!(route.leader(), Some(a));
+        route.check();
+        assert_eq!(route.generation(), 3);
+        assert_eq!(counter.0.load(Ordering::Relaxed), 4, "every round nudges");
+
+        // This node becomes a leader: the cloud, whatever the leaders' health.
+        route.set(Source::Cloud, None);
+        assert_eq!(route.leader(), None);
+        assert!(!route.wants_leader() && !route.leader_usable(a));
+
+        // A feeder that ended is forgotten.
+        drop(counter);
+        route.check();
+        assert!(route.wakers.lock().unwrap().is_empty());
+    }
+}
