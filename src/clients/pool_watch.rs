@@ -77,6 +77,11 @@ const LIST_DEADLINE: Duration = Duration::from_secs(300);
 const WATCH_SECONDS: (u64, u64) = (300, 600);
 /// The longest the first list waits for the leader ConfigMap's first list.
 const FIRST_LIST_PATIENCE: Duration = Duration::from_secs(10);
+/// A leader answering 429 is asked again after this (its `Retry-After`).
+const LEADER_RETRY_AFTER: Duration = Duration::from_secs(1);
+/// How long a leader answering 429 is waited for before the cloud is asked: a little more
+/// than its warming time (`pool_local::WARMING`), after which it answers 503.
+const LEADER_WARMING: Duration = Duration::from_secs(70);
 /// A watch that ends sooner than this is resumed only after the retry pause.
 const MIN_WATCH: Duration = Duration::from_secs(1);
 
@@ -121,7 +126,12 @@ enum Via {
 enum LeaderOutcome {
     /// No trouble (or no leader asked).
     Fine,
-    /// It answered another status than 200 (429 warming, 503, 403): the cloud this round.
+    /// It answered 429: its cache is warming (seconds after its start). Asked again after
+    /// its `Retry-After` rather than the cloud: a pool whose hubs all restart at once (a
+    /// power cut) would otherwise send every follower's list to the cloud, and keep its
+    /// watches there until the next health round.
+    Warming,
+    /// It answered another status than 200 (503 not filled, 403): the cloud this round.
     Refused,
     /// It could not be reached or broke off: marked unreachable, the cloud at once.
     Failed,
@@ -245,6 +255,8 @@ impl Feeder {
         let mut failed_lists = 0u32;
         // A leader refused the last request: the cloud for the next one.
         let mut avoid_leader = false;
+        // Since when the leader has answered 429 (warming) in a row.
+        let mut leader_busy_since: Option<Instant> = None;
         // The first list waits for the ConfigMap's (a few seconds at most): a follower that
         // started a moment before learning its leader would list everything from the cloud.
         if let Some(route) = &self.route {
@@ -273,6 +285,7 @@ impl Feeder {
                 }
             }
             let mut pause = true;
+            let mut wait_override = None;
             let generation = self.route.as_ref().map(|r| r.generation());
             if let Some(via) = self.choose(avoid_leader) {
                 avoid_leader = false;
@@ -340,6 +353,18 @@ impl Feeder {
                 }
                 match self.leader_outcome.get() {
                     LeaderOutcome::Fine => {}
+                    LeaderOutcome::Warming => {
+                        leader_busy_since.get_or_insert_with(Instant::now);
+                        // Past the leader's own warming time it answers 503, not 429; the
+                        // bound only guards against a leader that says 429 for ever.
+                        if leader_busy_since.is_some_and(|t| t.elapsed() > LEADER_WARMING) {
+                            avoid_leader = true;
+                            leader_busy_since = None;
+                            pause = false;
+                        } else {
+                            wait_override = Some(LEADER_RETRY_AFTER);
+                        }
+                    }
                     LeaderOutcome::Refused => {
                         avoid_leader = true;
                         pause = false;
@@ -355,7 +380,14 @@ impl Feeder {
             {
                 pause = false;
             }
-            let wait = if pause { self.retry } else { Duration::ZERO };
+            if !matches!(self.leader_outcome.get(), LeaderOutcome::Warming) {
+                leader_busy_since = None;
+            }
+            let wait = match (wait_override, pause) {
+                (Some(wait), _) => wait,
+                (None, true) => self.retry,
+                (None, false) => Duration::ZERO,
+            };
             match stop.recv_timeout(wait) {
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                 _ => return,
@@ -415,8 +447,10 @@ impl Feeder {
                 Ok(answer)
             }
             status => {
-                if matches!(via, Via::Leader(_)) && status != 410 {
-                    self.leader_outcome.set(LeaderOutcome::Refused);
+                match (via, status) {
+                    (Via::Leader(_), 429) => self.leader_outcome.set(LeaderOutcome::Warming),
+                    (Via::Leader(_), 410) | (Via::Cloud, _) => {}
+                    (Via::Leader(_), _) => self.leader_outcome.set(LeaderOutcome::Refused),
                 }
                 Err(ClientError::Status(status))
             }

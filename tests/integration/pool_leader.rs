@@ -215,6 +215,51 @@ fn every_node_sees_the_clouds_services_and_slices_through_one_leader() {
 }
 
 #[test]
+fn followers_wait_for_a_warming_leader_instead_of_listing_from_the_cloud() {
+    let cloud = cloud_with_objects();
+    // The leader's first list of slices fails: it warms for a retry interval (3 s), answering
+    // its followers 429 meanwhile.
+    cloud.misanswer(SLICES, 1, 500, b"{}");
+    // Every hub starts at once, as after a power cut.
+    let pool = Pool::start_together(
+        &cloud,
+        "pool-leader-warming",
+        3,
+        &["--heartbeat-interval-seconds=3"],
+    );
+    for n in 1..=3 {
+        let slices = list_when_warm(pool.hub(n), SLICES, KUBE_PROXY);
+        assert_eq!(items(&slices).len(), 2, "edge-{n}");
+    }
+    let leader = pool.hub(1);
+    for follower in ["edge-2", "edge-3"] {
+        // Turned away while the leader warmed, and served by it once it was warm.
+        for code in ["429", "200"] {
+            let series = format!(
+                "tinyhub_multiplexer_requests_total{{follower=\"{follower}\",code=\"{code}\"}}"
+            );
+            assert!(
+                leader.wait_metric_at_least(&series, 1.0, patience(5)),
+                "{series}: {:?}",
+                leader.metric(&series)
+            );
+        }
+    }
+    // The cloud saw the leader's failed list and its second one, none from a follower.
+    assert_eq!(
+        lists_and_watches(&cloud, "endpointslices"),
+        (2, 1),
+        "{:#?}",
+        cloud
+            .requests()
+            .iter()
+            .filter(|r| of(r, "endpointslices"))
+            .map(|r| format!("{} {}?{}", r.user_agent, r.path, r.query))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
 fn followers_read_from_the_cloud_while_the_leader_is_down_and_come_back() {
     let cloud = cloud_with_objects();
     let mut pool = Pool::start(&cloud, "pool-leader-down", 3, &[1]);

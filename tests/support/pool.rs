@@ -145,16 +145,7 @@ impl Pool {
         leaders: &[usize],
         extra: &[&str],
     ) -> Pool {
-        let port = free_port(n);
-        let dirs: Vec<TempDir> = (1..=n)
-            .map(|i| TempDir::new(&format!("{tag}-{i}")))
-            .collect();
-        let mut pool = Pool {
-            hubs: (0..n).map(|_| None).collect(),
-            port,
-            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
-            dirs,
-        };
+        let mut pool = Pool::stopped(tag, n, extra);
         for &l in leaders {
             pool.start_node(cloud, l);
             let hub = pool.hub(l);
@@ -179,6 +170,28 @@ impl Pool {
             pool.start_node(cloud, i);
         }
         pool
+    }
+
+    /// Starts all `n` hubs at once, as after a power cut: followers may find their leader
+    /// still warming.
+    pub fn start_together(cloud: &Cloud, tag: &str, n: usize, extra: &[&str]) -> Pool {
+        let mut pool = Pool::stopped(tag, n, extra);
+        for i in 1..=n {
+            pool.start_node(cloud, i);
+        }
+        pool
+    }
+
+    /// A pool of `n` hubs none of which runs yet.
+    fn stopped(tag: &str, n: usize, extra: &[&str]) -> Pool {
+        Pool {
+            hubs: (0..n).map(|_| None).collect(),
+            port: free_port(n),
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            dirs: (1..=n)
+                .map(|i| TempDir::new(&format!("{tag}-{i}")))
+                .collect(),
+        }
     }
 
     /// Starts node `n`'s hub (again, with its cache).
