@@ -32,7 +32,7 @@ use crate::pki::{self, IdentityState};
 use crate::pool::health::TcpDialer;
 use crate::pool::identity;
 use crate::pool::leader::PoolState;
-use crate::pool::multiplexer::{self, MultiplexerPort};
+use crate::proxy::multiplexer::{self, MultiplexerPort};
 use crate::pool::route::PoolRoute;
 use crate::proxy::pool_local::PoolCaches;
 use crate::proxy::{Filters, Hub};

@@ -12,17 +12,14 @@
 //!   ConfigMap's watcher, the leader checker and the feeders.
 //! - [`identity`]: the multiplexer's User-Agent; the leader's TLS configuration requiring a
 //!   client certificate from the cluster CA, and the O `system:nodes` check after it.
-//! - [`multiplexer`]: a leader's multiplexer port, serving the node's watch caches
-//!   (`proxy::pool_local`) to the followers through `server::serve_tls`.
 //!
-//! What is not here: the ConfigMap's watch thread, the watch cache and the forwarding to a
-//! leader (they need `clients/` and `upstream`). Apart from [`multiplexer`], which sits on
-//! top of `server/` and `proxy::pool_local`, this module does no I/O but the health
-//! probe's TCP connect.
+//! What is not here: the ConfigMap's watch thread and the forwarding to a leader
+//! (`clients::leader_config`, `clients::pool_watch`), the watch cache (`watchcache`), and
+//! what serves it to local clients and to followers (`proxy::pool_local`,
+//! `proxy::multiplexer`): this module does no I/O but the health probe's TCP connect.
 
 pub(crate) mod health;
 pub(crate) mod identity;
 pub(crate) mod leader;
-pub(crate) mod multiplexer;
 pub(crate) mod resources;
 pub(crate) mod route;

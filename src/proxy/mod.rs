@@ -10,6 +10,7 @@
 //!   heartbeat).
 //! - `pool_local.rs`: lists and watches of pool-scope resources answered from the node's
 //!   shared watch cache (edge mode).
+//! - `multiplexer.rs`: a leader hub's port, serving those caches to the pool's followers.
 //!
 //! The cloud is reached through the [`Cloud`] trait, so the policy is tested without one.
 //! This module knows nothing of sockets (`server/`) or of ureq (`upstream.rs`).
@@ -18,6 +19,7 @@ mod call;
 mod fallback;
 pub(crate) mod filter_body;
 mod kubelet_lease;
+pub(crate) mod multiplexer;
 pub(crate) mod pool_local;
 mod relay;
 

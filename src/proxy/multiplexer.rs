@@ -1,6 +1,6 @@
 //! A leader hub's multiplexer port (YURTHUB.md §4.4; issue 16 item 3): the pool's follower
 //! hubs list and watch the pool-scope resources from this node's watch caches
-//! (`proxy::pool_local::PoolCaches`) on `<node-ip>:<--multiplexer-port>` (10269) over TLS,
+//! (`pool_local::PoolCaches`) on `<node-ip>:<--multiplexer-port>` (10269) over TLS,
 //! instead of each asking the cloud.
 //!
 //! Design decisions:
@@ -46,9 +46,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::identity::{self, Follower};
 use crate::metrics::METRICS;
-use crate::proxy::pool_local::{self, PoolCaches};
+use super::pool_local::{self, PoolCaches};
+use crate::pool::identity::{self, Follower};
 use crate::request::{self, Accept, ApiRequest, Target};
 use crate::server::{self, Exchange, Handler, Limits, Load};
 use crate::status::Status;
