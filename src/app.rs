@@ -30,10 +30,9 @@ use crate::netif::LocalAddress;
 use crate::offline::Offline;
 use crate::pki::{self, IdentityState};
 use crate::pool::health::TcpDialer;
-use crate::pool::identity;
 use crate::pool::leader::PoolState;
-use crate::proxy::multiplexer::{self, MultiplexerPort};
 use crate::pool::route::PoolRoute;
+use crate::proxy::multiplexer::{self, MultiplexerPort};
 use crate::proxy::pool_local::PoolCaches;
 use crate::proxy::{Filters, Hub};
 use crate::reaper::Reaper;
@@ -650,7 +649,7 @@ fn open_multiplexer(
         };
         // The CA of now: in token mode it is learnt after start (the ConfigMap that names
         // this node a leader came through it).
-        let opened = identity::server_config(serving, &upstream.cluster_ca())
+        let opened = multiplexer::identity::server_config(serving, &upstream.cluster_ca())
             .map_err(std::io::Error::other)
             .and_then(|tls| multiplexer::start(bind, tls, caches, shutdown));
         match opened {

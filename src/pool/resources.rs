@@ -21,6 +21,15 @@ use std::fmt;
 use crate::names::{is_dns_subdomain, is_resource_name, is_version};
 use crate::request::{ApiRequest, Verb};
 
+/// A hub's multiplexer's User-Agent starts with this, then its node's name.
+pub(crate) const USER_AGENT_PREFIX: &str = "multiplexer-proxy-";
+
+/// The User-Agent of `node`'s multiplexer, `multiplexer-proxy-<node>`: what its requests to
+/// a leader (and through its own proxy) carry, and also its cache component on disk.
+pub(crate) fn user_agent(node: &str) -> String {
+    format!("{USER_AGENT_PREFIX}{node}")
+}
+
 /// YurtHub's default pool-scope resources (`options.go`), in the flag format.
 pub(crate) const DEFAULT_POOL_SCOPE: [&str; 2] =
     ["/v1/services", "discovery.k8s.io/v1/endpointslices"];
@@ -204,7 +213,7 @@ impl PoolScope {
     }
 
     /// What to do with `req`, whose `User-Agent` header is `user_agent` ("" when absent):
-    /// `own_agent` is this hub's multiplexer's (`identity::user_agent`). The comparison is
+    /// `own_agent` is this hub's multiplexer's ([`user_agent`]). The comparison is
     /// of the whole header, exactly, as YurtHub compares it (`req.UserAgent() ==`): another
     /// node's multiplexer, or ours with a version suffix, is a client like any other.
     pub(crate) fn resolve(
@@ -226,6 +235,13 @@ impl PoolScope {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_user_agent_names_the_node() {
+        assert_eq!(user_agent("edge-1"), "multiplexer-proxy-edge-1");
+        // The filters never touch what a multiplexer reads (filters::is_unfiltered).
+        assert!(user_agent("edge-1").starts_with(USER_AGENT_PREFIX));
+    }
     use crate::request::classify;
 
     fn gvr(entry: &str) -> Gvr {

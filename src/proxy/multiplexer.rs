@@ -46,14 +46,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::metrics::METRICS;
 use super::pool_local::{self, PoolCaches};
-use crate::pool::identity::{self, Follower};
+use crate::metrics::METRICS;
 use crate::request::{self, Accept, ApiRequest, Target};
 use crate::server::{self, Exchange, Handler, Limits, Load};
 use crate::status::Status;
 use crate::watchcache::WatchCache;
 use crate::{SMALL_STACK, spawn};
+use identity::Follower;
 
 /// The multiplexer port's caps: a follower hub holds about two watches (services and
 /// endpointslices) and lists now and then, so 64 serve a pool of some thirty nodes; past
@@ -249,5 +249,6 @@ fn log_request(follower: &str, peer: SocketAddr, req: &ApiRequest, status: u16, 
     );
 }
 
+pub(crate) mod identity;
 #[cfg(test)]
 mod tests;

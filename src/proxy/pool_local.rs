@@ -50,8 +50,7 @@ use super::filter_body::{BodyFilter, StageTime};
 use crate::cache::decode::BodyShape;
 use crate::cache::writer::Session;
 use crate::filters::Chain;
-use crate::pool::identity;
-use crate::pool::resources::{Gvr, PoolScope, Resolution};
+use crate::pool::resources::{self, Gvr, PoolScope, Resolution};
 use crate::request::{Accept, ApiRequest, Verb};
 use crate::selector::Selectors;
 use crate::server::{BodyWriter, Exchange, Length};
@@ -119,7 +118,7 @@ impl PoolCaches {
             .collect();
         let pool = PoolCaches {
             scope,
-            own_agent: identity::user_agent(node),
+            own_agent: resources::user_agent(node),
             caches,
             active,
             warned: Mutex::new(Vec::new()),

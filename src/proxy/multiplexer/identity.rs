@@ -1,5 +1,4 @@
-//! Who is who between the hubs of a pool: the User-Agent a follower's multiplexer sends,
-//! and what a leader admits on its multiplexer port (YURTHUB.md §4.4): a TLS client
+//! Who a leader admits on its multiplexer port (YURTHUB.md §4.4): a TLS client
 //! certificate chained to the cluster CA (rustls and webpki check the chain in the
 //! handshake), whose subject has O `system:nodes` (checked here after the handshake), and
 //! only list or watch of pool-scope resources. Every refusal is a 403 `Status`.
@@ -23,24 +22,16 @@ use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
 use rustls::server::WebPkiClientVerifier;
 
-use super::resources::{Gvr, PoolScope};
 use crate::pki::x509;
+use crate::pool::resources::{Gvr, PoolScope};
 use crate::request::ApiRequest;
 use crate::server::tls::ServingCert;
 use crate::status::Status;
 
-/// A hub's multiplexer's User-Agent starts with this, then its node's name.
-pub(crate) const USER_AGENT_PREFIX: &str = "multiplexer-proxy-";
 /// The subject organization (group) a follower's certificate must have.
 pub(crate) const FOLLOWER_ORGANIZATION: &str = "system:nodes";
 /// The CN prefix of a node's certificate, before the node's name.
 const NODE_CN_PREFIX: &str = "system:node:";
-
-/// The User-Agent of `node`'s multiplexer, `multiplexer-proxy-<node>`: what its requests to
-/// a leader (and through its own proxy) carry, and also its cache component on disk.
-pub(crate) fn user_agent(node: &str) -> String {
-    format!("{USER_AGENT_PREFIX}{node}")
-}
 
 /// The multiplexer port's rustls configuration: the serving certificate `cert`, and a client
 /// certificate required and verified against `cluster_ca` (an error when none of those is
@@ -198,13 +189,6 @@ mod tests {
             }
         }
         panic!("the handshake did not end");
-    }
-
-    #[test]
-    fn the_user_agent_names_the_node() {
-        assert_eq!(user_agent("edge-1"), "multiplexer-proxy-edge-1");
-        // The filters never touch what a multiplexer reads (filters::is_unfiltered).
-        assert!(user_agent("edge-1").starts_with(USER_AGENT_PREFIX));
     }
 
     #[test]
