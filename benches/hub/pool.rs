@@ -112,30 +112,63 @@ fn pool_cloud(nodes: usize, services: usize, slices: usize) -> Cloud {
 }
 
 /// A pool of hubs on this machine: node `edge-<i>` listening on `127.0.0.<i + 1>`, all with
-/// the same `--multiplexer-port`, edge-1 the leader (by the cloud's ConfigMap).
+/// the same `--multiplexer-port`, edge-1 the leader (by the cloud's ConfigMap). The leader
+/// starts first ([`PoolHubs::start_leader`]), the followers when the caller has made sure
+/// the leader's caches are filled ([`PoolHubs::start_followers`]): a follower turned away by a
+/// leader still filling its cache reads from the cloud until its watch ends (minutes), which
+/// is not the pool's steady state.
 ///
-/// A minimal builder of the benchmark's own; the integration tests' pool builder is to
-/// replace it.
+/// A minimal builder of the benchmark's own; the integration tests' pool builder
+/// (tests/support) is to replace it.
 pub struct PoolHubs {
     /// The hubs, edge-1 first.
     pub hubs: Vec<Running>,
     /// The multiplexer port of every hub.
     pub port: u16,
-    _dirs: Vec<TempDir>,
+    /// Nodes in the pool (hubs started or to start).
+    nodes: usize,
+    /// The leader's multiplexer port accepted connections after its start.
+    pub leader_serves: bool,
+    dirs: Vec<TempDir>,
+    tag: String,
 }
 
 impl PoolHubs {
-    /// Starts `nodes` hubs for `cloud` at once, each with its node's client certificate, and
-    /// waits until each holds the cloud healthy.
-    pub fn start(cloud: &Cloud, nodes: usize, tag: &str) -> Result<PoolHubs, String> {
-        let port = multiplexer_port(nodes)?;
-        let dirs: Vec<TempDir> = (1..=nodes)
-            .map(|i| TempDir::new(&format!("{tag}-{}", node(i))))
-            .collect();
-        let specs: Vec<HubSpec> = dirs
-            .iter()
-            .enumerate()
-            .map(|(k, dir)| hub_spec(cloud, k + 1, port, dir.path()))
+    /// Starts the hub of edge-1, the leader of a pool of `nodes`, and waits until it holds
+    /// the cloud healthy and (10 s at most: a build without the port) accepts connections on
+    /// its multiplexer port.
+    pub fn start_leader(cloud: &Cloud, nodes: usize, tag: &str) -> Result<PoolHubs, String> {
+        let mut pool = PoolHubs {
+            hubs: Vec::new(),
+            port: multiplexer_port(nodes)?,
+            nodes,
+            leader_serves: false,
+            dirs: Vec::new(),
+            tag: tag.to_owned(),
+        };
+        pool.start_nodes(cloud, 1..=1)?;
+        let addr = SocketAddr::from((node_ip(1), pool.port));
+        pool.leader_serves = port_open(addr, Duration::from_secs(10));
+        Ok(pool)
+    }
+
+    /// Starts the other nodes' hubs at once, and waits until each holds the cloud healthy.
+    pub fn start_followers(&mut self, cloud: &Cloud) -> Result<(), String> {
+        self.start_nodes(cloud, 2..=self.nodes)
+    }
+
+    fn start_nodes(
+        &mut self,
+        cloud: &Cloud,
+        nodes: std::ops::RangeInclusive<usize>,
+    ) -> Result<(), String> {
+        let first = *nodes.start();
+        for i in nodes.clone() {
+            self.dirs
+                .push(TempDir::new(&format!("{}-{}", self.tag, node(i))));
+        }
+        let specs: Vec<HubSpec> = nodes
+            .map(|i| hub_spec(cloud, i, self.port, self.dirs[i - 1].path()))
             .collect();
         // In parallel: a hub's start (its serving certificate by CSR) is mostly waiting.
         let started: Vec<Result<Hub, String>> = thread::scope(|s| {
@@ -145,7 +178,7 @@ impl PoolHubs {
                 .collect();
             handles
                 .into_iter()
-                .zip(1..)
+                .zip(first..)
                 .map(|(h, i)| {
                     h.join()
                         .map_err(|_| format!("{} did not start (see its log above)", node(i)))
@@ -153,26 +186,20 @@ impl PoolHubs {
                 .collect()
         });
         // Registered before any error returns, so every started hub is stopped with the pool.
-        let mut hubs = Vec::new();
         let mut failed = None;
         for hub in started {
             match hub {
-                Ok(h) => hubs.push(Running::register(h)),
+                Ok(h) => self.hubs.push(Running::register(h)),
                 Err(e) => failed = failed.or(Some(e)),
             }
         }
-        let pool = PoolHubs {
-            hubs,
-            port,
-            _dirs: dirs,
-        };
         if let Some(e) = failed {
             return Err(e);
         }
-        for hub in &pool.hubs {
+        for hub in &self.hubs[first - 1..] {
             wait_health(hub, cloud, true, START)?;
         }
-        Ok(pool)
+        Ok(())
     }
 }
 
@@ -684,8 +711,8 @@ impl Setup {
 struct Run {
     setup: Setup,
     round: usize,
-    /// The hubs' own start-up, before any client (pool only): bytes, requests.
-    boot: (u64, usize),
+    /// The leader accepted connections on its multiplexer port (pool only).
+    leader_serves: bool,
     /// Until every client watches, settled (in the pool from the hubs' start: their feeders
     /// list at start): bytes, requests.
     startup: (u64, usize),
@@ -716,14 +743,20 @@ fn run_setup(b: &Bench, setup: Setup, round: usize) -> Result<Run, String> {
     let tls = DirectTls::for_cloud(&cloud)?;
     // The fixtures went in without HTTP: nothing sent yet, but read it rather than assume.
     let start = (cloud.bytes_sent(), cloud.count(|_| true));
-    let pool = match setup {
-        Setup::Pool => Some(PoolHubs::start(&cloud, nodes, "bench-pool")?),
+    let mut pool = match setup {
+        Setup::Pool => Some(PoolHubs::start_leader(&cloud, nodes, "bench-pool")?),
         Setup::Direct => None,
     };
-    let boot = (settled_bytes(&cloud), cloud.count(|_| true));
 
     let mut clients = Reflectors::default();
     for i in 1..=nodes {
+        if i == 2
+            && let Some(p) = pool.as_mut()
+        {
+            // The leader's caches are filled (its own clients' lists were answered), and
+            // the hubs so far have started: the followers now.
+            p.start_followers(&cloud)?;
+        }
         for ua in [KUBE_PROXY, COREDNS] {
             for path in [SERVICES, SLICES] {
                 let e = match &pool {
@@ -733,9 +766,7 @@ fn run_setup(b: &Bench, setup: Setup, round: usize) -> Result<Run, String> {
                 clients.start(format!("{} on {}", component(ua), node(i)), e, path)?;
             }
         }
-        // The leader's node first: a follower turned away by a leader still filling its
-        // cache reads from the cloud until its watch ends, which is not the steady state.
-        if i == 1 && pool.is_some() {
+        if i == 1 {
             clients.wait_watching(START)?;
         }
     }
@@ -775,6 +806,7 @@ fn run_setup(b: &Bench, setup: Setup, round: usize) -> Result<Run, String> {
         _ => None,
     };
 
+    let leader_serves = pool.as_ref().is_some_and(|p| p.leader_serves);
     clients.stop();
     // The clients' streams end with their servers.
     drop(pool);
@@ -783,11 +815,8 @@ fn run_setup(b: &Bench, setup: Setup, round: usize) -> Result<Run, String> {
     Ok(Run {
         setup,
         round,
-        boot: (boot.0 - start.0, boot.1 - start.1),
-        startup: match setup {
-            Setup::Pool => (startup.0 - start.0, startup.1 - start.1),
-            Setup::Direct => (startup.0 - boot.0, startup.1 - boot.1),
-        },
+        leader_serves,
+        startup: (startup.0 - start.0, startup.1 - start.1),
         hub_scope_startup,
         churn: (churned.0 - startup.0, churned.1 - startup.1),
         slice_watches: watches0.max(watches1),
@@ -849,7 +878,7 @@ fn leader_memory(b: &Bench) -> Result<Leader, String> {
     let s = b.scale;
     let nodes = s.leader_followers + 1;
     let cloud = pool_cloud(nodes, s.pool_services, s.leader_slices);
-    let pool = PoolHubs::start(&cloud, 1, "bench-leader")?;
+    let pool = PoolHubs::start_leader(&cloud, nodes, "bench-leader")?;
     let leader = &pool.hubs[0];
     settled_bytes(&cloud);
     let mut mems = vec![measure(
@@ -870,7 +899,7 @@ fn leader_memory(b: &Bench) -> Result<Leader, String> {
     // A follower hub's feeders: one list and one watch of each resource on the leader's
     // multiplexer port, as `multiplexer-proxy-<node>` with the node's certificate.
     let addr = SocketAddr::from((node_ip(1), pool.port));
-    let followers = if port_open(addr, Duration::from_secs(10)) {
+    let followers = if pool.leader_serves {
         let base = format!("https://{addr}");
         for i in 2..=nodes {
             let name = node(i);
@@ -889,8 +918,8 @@ fn leader_memory(b: &Bench) -> Result<Leader, String> {
         Ok(nodes - 1)
     } else {
         Err(format!(
-            "the leader did not open its multiplexer port ({addr}) within 10 s: this build does \
-             not serve followers"
+            "the leader did not open its multiplexer port ({addr}) within 10 s of its start: \
+             this build does not serve followers"
         ))
     };
     let last_rv = churn(&cloud, s.leader_slices, s.leader_updates, "leader")?;
@@ -977,9 +1006,10 @@ fn section(s: &crate::Scale, runs: &[Run], leader: &Leader) -> Section {
              each node's clients going through its own hub. Bytes are what the cloud sent: \
              response heads and bodies as it wrote them, before TLS. Start-up runs until every \
              client watches: directly, from the first list; in the pool, from the hubs' start \
-             (their feeders list at start, so the hubs' own start-up traffic is in it: \
-             certificates, `yurt-hub-cfg`, the leader ConfigMap, the Services index, Nodes, \
-             leases). The churn runs from the first update to the last client seeing the last. \
+             (the leader's and its node's clients first, then the followers', as a pool runs \
+             once its leader is up; the feeders list at start, so the hubs' own start-up \
+             traffic is in it: certificates, `yurt-hub-cfg`, the leader ConfigMap, the \
+             Services index, Nodes, leases). The churn runs from the first update to the last client seeing the last. \
              A fresh cloud per run, the setups alternating.",
             s.pool_nodes,
             count(s.pool_services as u64),
@@ -1047,8 +1077,8 @@ fn section(s: &crate::Scale, runs: &[Run], leader: &Leader) -> Section {
     for r in &pool_runs {
         let scope = r.hub_scope_startup.map_or(String::new(), |b| {
             format!(
-                " (of the start-up, {} were Service and EndpointSlice bodies by the hubs' own \
-                 link accounting)",
+                "; of the start-up's bytes, {} were Service and EndpointSlice bodies by the \
+                 hubs' own link accounting",
                 bytes(b)
             )
         });
@@ -1059,12 +1089,14 @@ fn section(s: &crate::Scale, runs: &[Run], leader: &Leader) -> Section {
             )
         });
         section.notes.push(format!(
-            "Pool, round {}: {} in {} requests of the start-up came before any client \
-             did{scope}{churned}. The churn took {:.0} ms from the first update to the last \
-             client's view of the last.",
+            "Pool, round {}: the leader {} its multiplexer port{scope}{churned}. The churn \
+             took {:.0} ms from the first update to the last client's view of the last.",
             r.round,
-            bytes(r.boot.0),
-            count(r.boot.1 as u64),
+            if r.leader_serves {
+                "opened"
+            } else {
+                "did not open"
+            },
             r.churn_time.as_secs_f64() * 1e3
         ));
     }
