@@ -307,11 +307,13 @@ fn body_reader(response: ureq::http::Response<ureq::Body>) -> Box<dyn Read + Sen
     }
 }
 
-/// `metadata.resourceVersion` of a list or an object.
+/// `metadata.resourceVersion` of a list or an object, and a list's `continue`.
 #[derive(Deserialize, Default)]
 struct Meta {
     #[serde(rename = "resourceVersion", default)]
     resource_version: String,
+    #[serde(rename = "continue", default)]
+    next: String,
 }
 
 /// A list answer: its resourceVersion and its items, which are counted, not kept.
@@ -422,35 +424,51 @@ fn attempt(
     Err(format!("{last} ({ATTEMPTS} attempts, {RETRY:?} apart)"))
 }
 
-/// Lists `path` at resourceVersion 0 (a reflector's first page; the watch cache and the
-/// apiserver answer it whole); returns the list's resourceVersion, or None once stopped.
+/// Lists `path` at resourceVersion 0 as a reflector's pager does: pages of 500 while the
+/// answer carries `continue` (the apiserver's watch cache answers resourceVersion 0 whole;
+/// the stand-in pages it); returns the list's resourceVersion, or None once stopped.
 fn list(e: &Endpoint, path: &str, p: &Progress, stop: &AtomicBool) -> Result<Option<u64>, String> {
-    let query = format!("{path}?limit=500&resourceVersion=0");
-    let Some(response) = attempt(e, &query, false, stop)? else {
-        return Ok(None);
-    };
-    let status = response.status().as_u16();
-    let mut body = Vec::new();
-    body_reader(response)
-        .read_to_end(&mut body)
-        .map_err(|err| format!("GET {}{query}: reading the body: {err}", e.base))?;
-    if status != 200 {
-        return Err(format!(
-            "GET {}{query}: status {status}: {}",
-            e.base,
-            String::from_utf8_lossy(&body[..body.len().min(300)])
-        ));
+    let mut query = format!("{path}?limit=500&resourceVersion=0");
+    let mut items = 0;
+    loop {
+        let Some(response) = attempt(e, &query, false, stop)? else {
+            return Ok(None);
+        };
+        let status = response.status().as_u16();
+        let mut body = Vec::new();
+        body_reader(response)
+            .read_to_end(&mut body)
+            .map_err(|err| format!("GET {}{query}: reading the body: {err}", e.base))?;
+        if status != 200 {
+            return Err(format!(
+                "GET {}{query}: status {status}: {}",
+                e.base,
+                String::from_utf8_lossy(&body[..body.len().min(300)])
+            ));
+        }
+        let head: ListHead = serde_json::from_slice(&body)
+            .map_err(|err| format!("GET {}{query}: not a list: {err}", e.base))?;
+        items += head.items.len() as u64;
+        if !head.metadata.next.is_empty() {
+            // The token is base64: its '+', '/' and '=' escaped for the query.
+            let token = head
+                .metadata
+                .next
+                .replace('+', "%2B")
+                .replace('/', "%2F")
+                .replace('=', "%3D");
+            query = format!("{path}?continue={token}&limit=500");
+            continue;
+        }
+        let rv = head
+            .metadata
+            .resource_version
+            .parse::<u64>()
+            .map_err(|_| format!("GET {}{query}: the list has no resourceVersion", e.base))?;
+        p.items.store(items, Ordering::Relaxed);
+        p.seen.fetch_max(rv, Ordering::Relaxed);
+        return Ok(Some(rv));
     }
-    let head: ListHead = serde_json::from_slice(&body)
-        .map_err(|err| format!("GET {}{query}: not a list: {err}", e.base))?;
-    let rv = head
-        .metadata
-        .resource_version
-        .parse::<u64>()
-        .map_err(|_| format!("GET {}{query}: the list has no resourceVersion", e.base))?;
-    p.items.store(head.items.len() as u64, Ordering::Relaxed);
-    p.seen.fetch_max(rv, Ordering::Relaxed);
-    Ok(Some(rv))
 }
 
 /// Watches `path` from `rv` with bookmarks until the stream ends, recording each event's
