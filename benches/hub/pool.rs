@@ -48,7 +48,7 @@ use crate::online::{COREDNS, KUBE_PROXY};
 use crate::report::{Report, Section, Table};
 use crate::stats::{count, ratio, size};
 use crate::support::hub::{Hub, HubSpec, TempDir};
-use crate::support::{Auth, Cloud, lock};
+use crate::support::{Auth, Cloud, RecordedRequest, lock};
 use crate::{Bench, Running};
 
 /// The pool's name.
@@ -745,6 +745,8 @@ struct Run {
     last_seen: Duration,
     /// From the first update to the last client seeing the last one.
     churn_time: Duration,
+    /// Lists of Services and EndpointSlices the cloud answered: (asking for gzip, all).
+    lists_gzip: (usize, usize),
     /// Re-lists and re-watches of the clients.
     relists: u64,
     rewatches: u64,
@@ -825,6 +827,18 @@ fn run_setup(b: &Bench, setup: Setup, round: usize) -> Result<Run, String> {
     };
 
     let leader_serves = pool.as_ref().is_some_and(|p| p.leader_serves);
+    let is_list = |r: &RecordedRequest| {
+        r.method == "GET"
+            && (r.path == SERVICES || r.path == SLICES)
+            && !r
+                .query
+                .split('&')
+                .any(|q| q == "watch=true" || q == "watch=1")
+    };
+    let lists_gzip = (
+        cloud.count(|r| is_list(r) && r.accept_encoding.contains("gzip")),
+        cloud.count(is_list),
+    );
     clients.stop();
     // The clients' streams end with their servers.
     drop(pool);
@@ -834,6 +848,7 @@ fn run_setup(b: &Bench, setup: Setup, round: usize) -> Result<Run, String> {
         setup,
         round,
         leader_serves,
+        lists_gzip,
         startup: (startup.0 - start.0, startup.1 - start.1),
         hub_scope_startup,
         churn: (churned.0 - startup.0, churned.1 - startup.1),
@@ -1124,6 +1139,20 @@ fn section(s: &crate::Scale, runs: &[Run], leader: &Leader) -> Section {
              client's view of the last.",
             r.round,
             r.churn_time.as_secs_f64() * 1e3
+        ));
+    }
+    for setup in [Setup::Direct, Setup::Pool] {
+        let (gzip, all) = runs
+            .iter()
+            .filter(|r| r.setup == setup)
+            .fold((0, 0), |(g, a), r| (g + r.lists_gzip.0, a + r.lists_gzip.1));
+        section.notes.push(format!(
+            "{}: {gzip} of the {all} lists of Services and EndpointSlices the cloud answered \
+             asked for gzip (the cloud compresses answers over 128 KiB, as the apiserver does).",
+            match setup {
+                Setup::Direct => "Direct",
+                Setup::Pool => "Pool",
+            }
         ));
     }
     let (relists, rewatches) = runs
