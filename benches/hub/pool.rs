@@ -21,9 +21,17 @@
 //! with a node's certificate and the User-Agent `multiplexer-proxy-edge-N`, listing and
 //! watching both resources on the leader's multiplexer port as a follower hub's feeders do;
 //! cheaper on a two-core machine than as many hub processes, and the leader sees the same
-//! requests) and a churn; beside the same hub idle (ready, before any client). When the
-//! leader does not open its multiplexer port (a build without it), the followers are left
-//! out and the section says so.
+//! requests) and a churn; beside the same hub idle (ready, its caches filled at start, before
+//! any client). When the leader does not open its multiplexer port (a build without it), the
+//! followers are left out and the section says so.
+//!
+//! Design decisions: a fresh cloud per run (the other cases' cloud holds 20,000
+//! EndpointSlices by then, and a run's bytes must be its own); the leader starts first and
+//! its node's clients fill its caches before the followers start (a follower turned away by
+//! a warming leader reads the cloud until its watch ends, minutes later: not the pool's
+//! steady state); the hubs keep their response filters and YurtHub's 10 s heartbeat (what a
+//! node runs), and the clients ask for gzip as client-go does (the cloud compresses big
+//! lists, never watches).
 //!
 //! The pool is built here by a minimal builder of its own ([`PoolHubs`]); the integration
 //! tests' pool builder (tests/support) is meant to replace it. Clients are threads of this
@@ -129,7 +137,9 @@ pub struct PoolHubs {
     nodes: usize,
     /// The leader's multiplexer port accepted connections after its start.
     pub leader_serves: bool,
+    /// Each hub's directory (cache, root), removed with the pool.
     dirs: Vec<TempDir>,
+    /// Names the directories.
     tag: String,
 }
 
@@ -157,6 +167,7 @@ impl PoolHubs {
         self.start_nodes(cloud, 2..=self.nodes)
     }
 
+    /// Starts the hubs of `nodes` in parallel and waits until each holds the cloud healthy.
     fn start_nodes(
         &mut self,
         cloud: &Cloud,
@@ -242,8 +253,11 @@ fn multiplexer_port(nodes: usize) -> Result<u16, String> {
 
 /// One client of a pool-scope resource: where it sends its requests, and as whom.
 struct Endpoint {
+    /// Its own connections, as a component has.
     agent: Agent,
+    /// `http://<hub>`, `https://<cloud>` or `https://<leader>:<port>`.
     base: String,
+    /// The component's User-Agent.
     ua: String,
 }
 
@@ -580,6 +594,7 @@ impl Reflectors {
         )
     }
 
+    /// Polls every client with `done` until all hold, a client fails, or `timeout`.
     fn wait(
         &self,
         timeout: Duration,
@@ -712,11 +727,14 @@ fn hubs_body_bytes(pool: &PoolHubs, cloud: &Cloud, resources: &[&str]) -> Option
 /// The two setups.
 #[derive(Clone, Copy, PartialEq)]
 enum Setup {
+    /// Every client to the cloud.
     Direct,
+    /// Every client through its node's hub.
     Pool,
 }
 
 impl Setup {
+    /// Its name in the table.
     fn label(self) -> &'static str {
         match self {
             Setup::Direct => "direct",
@@ -747,8 +765,9 @@ struct Run {
     churn_time: Duration,
     /// Lists of Services and EndpointSlices the cloud answered: (asking for gzip, all).
     lists_gzip: (usize, usize),
-    /// Re-lists and re-watches of the clients.
+    /// Re-lists of the clients (410s).
     relists: u64,
+    /// Re-watches of the clients (streams that ended).
     rewatches: u64,
     /// EndpointSlice body bytes the hubs received from the cloud during the churn, by their
     /// own link accounting (pool only).
@@ -865,12 +884,17 @@ fn run_setup(b: &Bench, setup: Setup, round: usize) -> Result<Run, String> {
 
 /// The leader's memory in one state.
 struct Mem {
+    /// The state, as the table names it.
     state: String,
+    /// From /proc.
     proc: ProcMem,
+    /// `tinyhub_heap_bytes`.
     heap: Option<f64>,
+    /// `tinyhub_pool_cache_bytes`, summed over its series (resources).
     pool_cache: Option<f64>,
 }
 
+/// The hub's memory now, from /proc and its metrics.
 fn measure(hub: &Hub, state: &str) -> Result<Mem, String> {
     let proc = proc_mem(hub.pid())?;
     let m = metrics(hub)?;
@@ -1024,6 +1048,7 @@ fn measured_what(watches: usize, nodes: usize) -> String {
     }
 }
 
+/// The case's section: the link economy table and the leader's memory, with their notes.
 fn section(s: &crate::Scale, runs: &[Run], leader: &Leader) -> Section {
     let mut section = Section::new(
         "9. A pool of hubs: link economy and the leader's memory",
