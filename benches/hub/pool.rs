@@ -1067,8 +1067,11 @@ fn section(s: &crate::Scale, runs: &[Run], leader: &Leader) -> Section {
              (the leader's and its node's clients first, then the followers', as a pool runs \
              once its leader is up; the feeders list at start, so the hubs' own start-up \
              traffic is in it: certificates, `yurt-hub-cfg`, the leader ConfigMap, the \
-             Services index, Nodes, leases). The churn runs from the first update to the last client seeing the last. \
-             A fresh cloud per run, the setups alternating.",
+             Services index, Nodes, leases). The churn runs from the first update to the \
+             last client seeing the last. A fresh cloud per run, the setups alternating. The \
+             stand-in pages a list at resourceVersion 0 by its `limit` (500), where the \
+             apiserver's watch cache answers it whole: a direct client's list of more than 500 \
+             EndpointSlices is more than one request here.",
             s.pool_nodes,
             count(s.pool_services as u64),
             count(s.pool_slices as u64),
