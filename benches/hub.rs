@@ -8,8 +8,9 @@
 //! through the hub alone, the time its lease-renewal health check takes to call a dead cloud
 //! unhealthy (issue 15); and, on clouds of its own, a pool of hubs (issue 16): the bytes the
 //! cloud sends kube-proxy and coredns of every node directly and through the pool, and the
-//! memory of the pool's leader hub. Prints a table per case as it goes and writes `BENCHMARKS.md` at the
-//! repository top with the machine, the date and every target of the issue, met or missed.
+//! memory of the pool's leader hub. Prints a table per case as it goes and writes
+//! `BENCHMARKS.md` at the repository top with the machine, the date and every target of the
+//! issue, met or missed.
 //!
 //! `--quick` (CI, `make bench-quick`) runs every case small, in seconds, and writes
 //! `target/BENCHMARKS-quick.md`; its figures mean nothing, only that the program runs.
