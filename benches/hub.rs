@@ -6,11 +6,16 @@
 //! small get, a list of 1,000 pods (online and offline), watch delivery, the cache writer,
 //! memory, binary size, and a list of 1,000 Services with and without a response filter; and,
 //! through the hub alone, the time its lease-renewal health check takes to call a dead cloud
-//! unhealthy (issue 15). Prints a table per case as it goes and writes `BENCHMARKS.md` at the
-//! repository top with the machine, the date and every target of the issue, met or missed.
+//! unhealthy (issue 15); and, on clouds of its own, a pool of hubs (issue 16): the bytes the
+//! cloud sends kube-proxy and coredns of every node directly and through the pool, and the
+//! memory of the pool's leader hub. Prints a table per case as it goes and writes
+//! `BENCHMARKS.md` at the repository top with the machine, the date and every target of the
+//! issue, met or missed.
 //!
 //! `--quick` (CI, `make bench-quick`) runs every case small, in seconds, and writes
 //! `target/BENCHMARKS-quick.md`; its figures mean nothing, only that the program runs.
+//! `--cases=9` runs some cases only and writes nothing, unless `--update`: their sections
+//! then replace theirs in the existing file, each marked as from a partial run.
 //! Under `cargo test` (no `--bench` argument) it does nothing.
 //!
 //! It does not change the hub or the cloud, and it judges no timing by itself except against
@@ -30,6 +35,8 @@ mod footprint;
 mod heartbeat;
 #[path = "hub/online.rs"]
 mod online;
+#[path = "hub/pool.rs"]
+mod pool;
 #[path = "hub/report.rs"]
 mod report;
 #[path = "hub/stats.rs"]
@@ -84,6 +91,22 @@ pub struct Scale {
     pub filtered_slices: usize,
     /// Rounds of each idle way (cloud refused, cloud black-holed) of case 8.
     pub heartbeat_rounds: usize,
+    /// Nodes (hubs, each with kube-proxy and coredns) of case 9's pool.
+    pub pool_nodes: usize,
+    /// Services in case 9's cloud.
+    pub pool_services: usize,
+    /// EndpointSlices in case 9's cloud.
+    pub pool_slices: usize,
+    /// EndpointSlice updates of case 9's churn.
+    pub pool_updates: usize,
+    /// Rounds of case 9's two setups (direct, pool), alternating.
+    pub pool_rounds: usize,
+    /// EndpointSlices in the cloud of case 9's leader.
+    pub leader_slices: usize,
+    /// Followers case 9's leader serves.
+    pub leader_followers: usize,
+    /// EndpointSlice updates of the leader's churn.
+    pub leader_updates: usize,
 }
 
 impl Scale {
@@ -106,6 +129,14 @@ impl Scale {
             filtered_services: 1_000,
             filtered_slices: 20_000,
             heartbeat_rounds: 3,
+            pool_nodes: 10,
+            pool_services: 100,
+            pool_slices: 1_000,
+            pool_updates: 1_000,
+            pool_rounds: 2,
+            leader_slices: 5_000,
+            leader_followers: 10,
+            leader_updates: 200,
         }
     }
 
@@ -128,6 +159,14 @@ impl Scale {
             filtered_services: 200,
             filtered_slices: 1_000,
             heartbeat_rounds: 1,
+            pool_nodes: 3,
+            pool_services: 20,
+            pool_slices: 100,
+            pool_updates: 100,
+            pool_rounds: 1,
+            leader_slices: 500,
+            leader_followers: 3,
+            leader_updates: 50,
         }
     }
 }
@@ -162,10 +201,9 @@ impl Bench<'_> {
 
     /// [`Bench::start_hub`] with `args` after the launcher's defaults instead of `--v=0`.
     pub fn start_hub_with(&self, dir: &Path, args: &[&str]) -> Running {
-        let hub = Hub::start(&HubSpec::for_cloud(self.cloud, dir).with(args));
-        lock(&HUBS).push(hub.pid());
+        let hub = Running::register(Hub::start(&HubSpec::for_cloud(self.cloud, dir).with(args)));
         hub.wait_cache_quiet();
-        Running(hub)
+        hub
     }
 }
 
@@ -193,6 +231,14 @@ static CASE: Mutex<&'static str> = Mutex::new("start-up");
 
 /// A hub started by the benchmark; registered for the watchdog while it lives.
 pub struct Running(Hub);
+
+impl Running {
+    /// Registers `hub` for the watchdog (and its CPU time for the report) until dropped.
+    pub fn register(hub: Hub) -> Running {
+        lock(&HUBS).push(hub.pid());
+        Running(hub)
+    }
+}
 
 impl Deref for Running {
     type Target = Hub;
@@ -237,29 +283,44 @@ struct Options {
     quick: bool,
     under_bench: bool,
     cases: Option<Vec<u8>>,
+    update: bool,
 }
 
-const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,8]";
+/// The highest case number.
+const LAST_CASE: u8 = 9;
+
+const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,9 [--update]]\n\
+                     --update: write the sections of the cases run into the existing report \
+                     (BENCHMARKS.md, or the quick one), replacing theirs, keeping the rest";
 
 fn options() -> Result<Options, String> {
     let mut o = Options {
         quick: false,
         under_bench: false,
         cases: None,
+        update: false,
     };
     let mut unknown = Vec::new();
     for arg in std::env::args().skip(1) {
         match arg.as_str() {
             "--bench" => o.under_bench = true,
             "--quick" => o.quick = true,
+            "--update" => o.update = true,
             "--help" | "-h" => return Err(USAGE.into()),
             _ => match arg.strip_prefix("--cases=") {
                 Some(list) => {
                     let cases = list
                         .split(',')
-                        .map(|c| c.trim().parse::<u8>().ok().filter(|n| (1..=8).contains(n)))
+                        .map(|c| {
+                            c.trim()
+                                .parse::<u8>()
+                                .ok()
+                                .filter(|n| (1..=LAST_CASE).contains(n))
+                        })
                         .collect::<Option<Vec<u8>>>()
-                        .ok_or_else(|| format!("--cases takes numbers 1 to 8: {list:?}"))?;
+                        .ok_or_else(|| {
+                            format!("--cases takes numbers 1 to {LAST_CASE}: {list:?}")
+                        })?;
                     o.cases = Some(cases);
                 }
                 None => unknown.push(arg),
@@ -270,6 +331,9 @@ fn options() -> Result<Options, String> {
     // under `cargo bench` is an unknown argument a mistake.
     if o.under_bench && !unknown.is_empty() {
         return Err(format!("unknown arguments {unknown:?}\n{USAGE}"));
+    }
+    if o.update && o.cases.is_none() {
+        return Err(format!("--update goes with --cases\n{USAGE}"));
     }
     Ok(o)
 }
@@ -300,7 +364,7 @@ fn main() -> ExitCode {
     } else {
         Duration::from_secs(2400)
     });
-    match run(&scale, opts.cases.as_deref()) {
+    match run(&scale, opts.cases.as_deref(), opts.update) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
             eprintln!("\nbenchmark failed: {f}");
@@ -343,7 +407,7 @@ fn case<T>(name: &'static str, f: impl FnOnce() -> Result<T, String>) -> Result<
     }
 }
 
-fn run(scale: &Scale, only: Option<&[u8]>) -> Result<(), Failure> {
+fn run(scale: &Scale, only: Option<&[u8]>, update: bool) -> Result<(), Failure> {
     let wanted = |n: u8| only.is_none_or(|o| o.contains(&n));
     let started = Instant::now();
     let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -463,6 +527,14 @@ fn run(scale: &Scale, only: Option<&[u8]>) -> Result<(), Failure> {
         )?;
         print_last(&report);
     }
+    // Its own clouds and hubs, nothing shared with the cases above.
+    if wanted(9) {
+        case(
+            "case 9 (a pool of hubs: link economy, the leader's memory)",
+            || pool::pool(&bench, &mut report),
+        )?;
+        print_last(&report);
+    }
 
     drop(online_dir);
     let load_after = report::load_average();
@@ -498,10 +570,6 @@ fn run(scale: &Scale, only: Option<&[u8]>) -> Result<(), Failure> {
     report.method = method(scale);
     println!("\n==> targets\n\n{}", report.targets_table().markdown());
 
-    if only.is_some() {
-        println!("(a partial run with --cases writes no file)");
-        return Ok(());
-    }
     let (path, title) = if scale.quick {
         (
             target_dir().join("BENCHMARKS-quick.md"),
@@ -510,7 +578,16 @@ fn run(scale: &Scale, only: Option<&[u8]>) -> Result<(), Failure> {
     } else {
         (manifest_dir.join("BENCHMARKS.md"), "tinyhub benchmarks")
     };
-    report.write(&path, title).map_err(|why| Failure {
+    if only.is_some() && !update {
+        println!("(a partial run with --cases writes no file; --update writes its sections)");
+        return Ok(());
+    }
+    let written = if update {
+        report.update(&path)
+    } else {
+        report.write(&path, title)
+    };
+    written.map_err(|why| Failure {
         case: "report",
         why,
     })?;

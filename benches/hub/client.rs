@@ -32,7 +32,14 @@ pub struct DirectTls(TlsConfig);
 impl DirectTls {
     /// A client certificate from the cloud's CA, and that CA as the only root.
     pub fn for_cloud(cloud: &Cloud) -> Result<DirectTls, String> {
-        let cert = cloud.issue_client("bench", &["system:masters"]);
+        DirectTls::for_identity(cloud, "bench", &["system:masters"])
+    }
+
+    /// Like [`DirectTls::for_cloud`] for user `cn` in `groups` (a node: `system:node:<name>`
+    /// in `system:nodes`). The cloud's CA is also what a leader hub's serving certificate
+    /// chains to, so the same settings reach a leader's multiplexer port.
+    pub fn for_identity(cloud: &Cloud, cn: &str, groups: &[&str]) -> Result<DirectTls, String> {
+        let cert = cloud.issue_client(cn, groups);
         let key = PrivateKey::from_pem(cert.pair.key_pem.as_bytes())
             .map_err(|e| format!("the bench client key: {e}"))?;
         let chain = vec![Certificate::from_der(&cert.pair.cert_der).to_owned()];
@@ -55,7 +62,9 @@ pub struct Client {
     buf: Vec<u8>,
 }
 
-fn agent(tls: Option<&DirectTls>) -> Agent {
+/// A ureq agent as every benchmark client uses it (no automatic headers, statuses as
+/// answers, [`REQUEST_TIMEOUT`] per request), with `tls` for HTTPS.
+pub fn agent(tls: Option<&DirectTls>) -> Agent {
     let mut config = Agent::config_builder()
         .http_status_as_error(false)
         .proxy(None)
@@ -239,6 +248,25 @@ impl MetricSnapshot {
     /// A series, or None when the hub does not expose it.
     pub fn find(&self, series: &str) -> Option<f64> {
         self.0.get(series).copied()
+    }
+
+    /// The sum of metric `name`'s series whose labels (the text between the braces) satisfy
+    /// `labels`; None when the hub exposes no series of `name` at all.
+    pub fn sum(&self, name: &str, labels: impl Fn(&str) -> bool) -> Option<f64> {
+        let mut found = None;
+        for (series, value) in &self.0 {
+            let (n, l) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.strip_suffix('}').unwrap_or(rest)),
+                None => (series.as_str(), ""),
+            };
+            if n == name {
+                let total = found.get_or_insert(0.0);
+                if labels(l) {
+                    *total += value;
+                }
+            }
+        }
+        found
     }
 }
 

@@ -572,7 +572,7 @@ pub fn watch(b: &Bench, hub: &Hub, report: &mut Report) -> Result<(), String> {
 pub const KUBE_PROXY: &str = "kube-proxy/v1.30.0 (linux/arm) kubernetes/abcdef0";
 /// A component whose answers the hub caches like kubelet's, but whose Services no filter
 /// touches (servicetopology takes only its Endpoints and EndpointSlices).
-const COREDNS: &str = "coredns/v1.11.1 (linux/arm) kubernetes/abcdef0";
+pub const COREDNS: &str = "coredns/v1.11.1 (linux/arm) kubernetes/abcdef0";
 
 /// The filter stage's figures of one chain in a metrics snapshot: (answers, seconds).
 pub fn filter_stage(m: &crate::client::MetricSnapshot, chain: &str) -> (f64, f64) {

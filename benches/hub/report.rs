@@ -205,6 +205,79 @@ impl Report {
         std::fs::write(path, self.markdown(title))
             .map_err(|e| format!("writing {}: {e}", path.display()))
     }
+
+    /// Writes this (partial) run's sections into the document at `path`: each replaces the
+    /// section of the same number ("9." of "## 9. ..."), or goes before "How measured" when
+    /// the document has none; the rest stays as the last full run wrote it. Each section
+    /// says it came from a partial run, with this run's date, machine and commit (the
+    /// document's preamble is the full run's).
+    pub fn update(&self, path: &Path) -> Result<(), String> {
+        let old = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading {} to update it: {e}", path.display()))?;
+        let provenance: Vec<String> = self
+            .preamble
+            .iter()
+            .filter(|(k, _)| k != "Mode")
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
+        let sections: Vec<(String, String)> = self
+            .sections
+            .iter()
+            .map(|s| {
+                let mut text = s.markdown();
+                let _ = writeln!(
+                    text,
+                    "_From a partial run (`--cases`); {}._\n",
+                    provenance.join("; ")
+                );
+                (number(&s.title).to_owned(), text)
+            })
+            .collect();
+        std::fs::write(path, merge_sections(&old, &sections))
+            .map_err(|e| format!("writing {}: {e}", path.display()))
+    }
+}
+
+/// The number of a section title: "9" of "9. A pool"; "" when it has none.
+fn number(title: &str) -> &str {
+    title.split_once(". ").map_or("", |(n, _)| n).trim()
+}
+
+/// `doc` with each of `sections` (number, Markdown from its `## ` heading on) in place of
+/// the section of that number, or before "## How measured" (at the end without one).
+fn merge_sections(doc: &str, sections: &[(String, String)]) -> String {
+    // The document as chunks, each from a `## ` heading to the next (the first: the title
+    // and preamble).
+    let mut chunks: Vec<String> = Vec::new();
+    for line in doc.split_inclusive('\n') {
+        if line.starts_with("## ") || chunks.is_empty() {
+            chunks.push(String::new());
+        }
+        if let Some(c) = chunks.last_mut() {
+            c.push_str(line);
+        }
+    }
+    let heading_number = |chunk: &str| -> String {
+        chunk
+            .strip_prefix("## ")
+            .map(|rest| number(rest.lines().next().unwrap_or("")).to_owned())
+            .unwrap_or_default()
+    };
+    for (n, text) in sections {
+        if let Some(c) = chunks
+            .iter_mut()
+            .find(|c| !n.is_empty() && heading_number(c) == *n)
+        {
+            *c = text.clone();
+        } else {
+            let at = chunks
+                .iter()
+                .position(|c| c.starts_with("## How measured"))
+                .unwrap_or(chunks.len());
+            chunks.insert(at, text.clone());
+        }
+    }
+    chunks.concat()
 }
 
 /// `YYYY-MM-DD HH:MM UTC` of now.

@@ -8,6 +8,9 @@
 //! faults that act on connections: stop/restart of the listener, blackhole, and cutting a
 //! connection. It knows nothing about HTTP.
 //!
+//! It counts the plaintext bytes the internal server writes towards clients (response heads
+//! and bodies as the stand-in writes them, before TLS), for the benchmark's link economy.
+//!
 //! Threads: one acceptor; per connection, one thread client→server (which also did the
 //! handshake) and one server→client. Lock order is `conn` (rustls state) before `tx` (the
 //! TCP write half), so TLS records leave in the order they were sealed.
@@ -67,6 +70,8 @@ pub struct Front {
     acceptor: Mutex<Option<Acceptor>>,
     next_id: AtomicU64,
     accepted: AtomicU64,
+    /// Plaintext bytes forwarded from the internal server to clients, all connections.
+    sent: Arc<AtomicU64>,
 }
 
 impl Front {
@@ -83,6 +88,7 @@ impl Front {
             acceptor: Mutex::new(None),
             next_id: AtomicU64::new(1),
             accepted: AtomicU64::new(0),
+            sent: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -221,6 +227,7 @@ impl Front {
             tx: Arc::new(Mutex::new(tcp.try_clone()?)),
             cut: cut.clone(),
             gate: self.gate.clone(),
+            sent: self.sent.clone(),
         };
         let out = {
             let (splice, internal) = (splice.clone(), internal.try_clone()?);
@@ -309,6 +316,12 @@ impl Front {
     pub fn accepted_connections(&self) -> u64 {
         self.accepted.load(Ordering::Relaxed)
     }
+
+    /// Plaintext bytes sent to clients since start: response heads and bodies (chunk framing
+    /// included) as the internal server wrote them, without TLS records.
+    pub fn bytes_sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
 }
 
 /// The blackhole switch; splice pumps wait on it while it is on.
@@ -345,6 +358,8 @@ struct Splice {
     tx: Arc<Mutex<TcpStream>>,
     cut: Arc<AtomicBool>,
     gate: Arc<Gate>,
+    /// The front's count of bytes sent to clients.
+    sent: Arc<AtomicU64>,
 }
 
 impl Splice {
@@ -450,6 +465,7 @@ impl Splice {
             if conn.writer().write_all(&buf[..n]).is_err() || self.send_tls(conn).is_err() {
                 break;
             }
+            self.sent.fetch_add(n as u64, Ordering::Relaxed);
         }
         if !self.cut.load(Ordering::SeqCst) {
             // The internal side closed the connection: end TLS properly.
@@ -458,5 +474,53 @@ impl Splice {
             let _ = self.send_tls(conn);
         }
         let _ = lock(&self.tx).shutdown(Shutdown::Both);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use serde_json::json;
+
+    use super::super::super::hub::CloudClient;
+    use super::super::Cloud;
+
+    #[test]
+    fn bytes_sent_counts_heads_and_bodies_and_watch_events_as_they_go() {
+        let cloud = Cloud::start();
+        let client = CloudClient::new(&cloud, "admin");
+        let before = cloud.bytes_sent();
+        let reply = client.get("/api/v1/namespaces/default/services/kubernetes");
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        // The body and a head (status line, Content-Type, Content-Length: well under 1 KiB).
+        let sent = cloud.bytes_sent() - before;
+        assert!(
+            sent > reply.body.len() as u64 + 40 && sent < reply.body.len() as u64 + 1024,
+            "{sent} bytes for a body of {}",
+            reply.body.len()
+        );
+
+        let (status, mut events) = client.watch("/api/v1/namespaces/shop/configmaps?watch=true");
+        assert_eq!(status, 200);
+        let before = cloud.bytes_sent();
+        cloud.create(
+            "configmaps",
+            json!({"metadata": {"name": "c", "namespace": "shop"}, "data": {"k": "v".repeat(500)}}),
+        );
+        let event = events.next_event().expect("an event");
+        // Compact JSON has the same length whatever the order of its keys.
+        let line = serde_json::to_string(&event).expect("JSON") + "\n";
+        // Counted while the watch is open: the event line and its chunk framing.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while cloud.bytes_sent() - before < line.len() as u64 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let sent = cloud.bytes_sent() - before;
+        assert!(
+            sent >= line.len() as u64 && sent < line.len() as u64 + 32,
+            "{sent} bytes for an event line of {}",
+            line.len()
+        );
     }
 }

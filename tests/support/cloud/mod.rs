@@ -606,6 +606,12 @@ impl Cloud {
         self.inst.front.accepted_connections()
     }
 
+    /// Bytes this instance has sent to its clients since start: response heads and bodies as
+    /// it writes them (chunk framing included, gzip when it compressed), before TLS.
+    pub fn bytes_sent(&self) -> u64 {
+        self.inst.front.bytes_sent()
+    }
+
     // ---- data (no HTTP; same resourceVersion and watch rules as HTTP writes) ----
 
     /// The current resourceVersion.
