@@ -22,8 +22,9 @@
 //!   forwarded: a cache whose feed fails (frozen data: a follower relisting from it would
 //!   never fail over) or whose list was too large, a member of the set whose kind the hub
 //!   cannot cache, a cache not filled past the warming time. Also while this hub reaches no
-//!   cloud server: the follower's own cache holds the same data, and two leaders reading
-//!   from each other make no closed loop.
+//!   cloud server (and its followers' open watches end within a second): the follower's own
+//!   cache holds the same data, and two leaders reading from each other make no closed
+//!   loop.
 //! - **Not ready**: while the caches warm (`PoolCaches::warming`), YurtHub's 429 with
 //!   `Retry-After: 1`.
 //! - **Per follower**: at most [`PER_FOLLOWER`] requests in flight per follower node (429
@@ -243,7 +244,9 @@ fn handle(
     };
     let code = match admit(caches, cloud, &req) {
         Ok(cache) => {
-            let stopping = || shutdown.load(Ordering::Relaxed);
+            // A watch ends (cleanly: the follower resumes it, and is refused) once this hub
+            // reaches no cloud: its cache no longer moves, the follower's link may.
+            let stopping = || shutdown.load(Ordering::Relaxed) || !cloud.any_healthy();
             // No filters, no disk-cache session: see the module docs.
             pool_local::answer(cache, None, ex, &req, &stopping, None)
         }
