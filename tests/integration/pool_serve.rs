@@ -249,3 +249,43 @@ fn servicetopology_reads_services_from_the_cloud_while_the_pool_cache_has_none()
         hub.logs()
     );
 }
+
+#[test]
+fn a_leader_names_a_configmap_ip_that_is_not_its_node_ip_and_retries_a_taken_port() {
+    let cloud = Cloud::start();
+    // The ConfigMap names edge-1 at 127.0.0.9; its --node-ip is 127.0.0.2.
+    let mut config = pool::leader_config(&[1], true);
+    config["data"]["leaders"] = json!("edge-1/127.0.0.9");
+    cloud.create("configmaps", config);
+    let port = pool::free_port(1);
+    // Something else holds the multiplexer port on the node's IP.
+    let squatter = std::net::TcpListener::bind((pool::node_ip(1), port)).expect("bind");
+    let dir = TempDir::new("pool-serve-bind");
+    let hub = Hub::start(&pool::node_spec(&cloud, dir.path(), 1, port));
+    assert!(
+        hub.wait_log(
+            "names this node a leader at 127.0.0.9, but --node-ip is 127.0.0.2",
+            patience(20)
+        ),
+        "{}",
+        hub.logs()
+    );
+    assert!(
+        hub.wait_log("cannot serve the multiplexer port on", patience(5)),
+        "{}",
+        hub.logs()
+    );
+    // The port comes free: the hub serves it at its next try (every 20 s).
+    drop(squatter);
+    assert!(
+        hub.wait_log("the multiplexer port is open after", patience(30)),
+        "{}",
+        hub.logs()
+    );
+    let logs = hub.logs();
+    assert!(logs.contains("role=multiplexer addr=127.0.0.2:"), "{logs}");
+    assert!(
+        logs.contains("checks followers' certificates against the cluster CA: CN="),
+        "the CA followers are checked against is named: {logs}"
+    );
+}
