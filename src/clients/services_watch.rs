@@ -23,7 +23,7 @@ use serde_json::Value;
 use super::{ClientError, get_as_hub, read_units, watch_deadline};
 use crate::cache::decode::{BodyShape, Unit};
 use crate::filters::topology_index::{self, TopologyIndex};
-use crate::proxy::pool_local::PoolCaches;
+use crate::proxy::pool_local::{PoolCaches, Unserved};
 use crate::request::Accept;
 use crate::route::Deadline;
 use crate::selector::Selectors;
@@ -147,20 +147,16 @@ pub(crate) fn run_from_cache(
     stop: Receiver<()>,
 ) {
     let stopped = || !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty));
-    // The cache as local clients see it (`PoolCaches::servable`'s rule), filled or not.
-    let usable = || {
-        pool.servable(("", "v1", "services"), Accept::Json)
-            .ok()
-            .filter(|cache| !cache.feeder_failing() || cache.is_ready())
-    };
-    let serving = || usable().is_some_and(|cache| cache.is_ready() && !cache.feeder_failing());
+    // The cache as local clients see it (`PoolCaches::servable`'s rule).
+    let cache = || pool.servable(("", "v1", "services"), Accept::Json);
+    let serving = || cache().is_ok_and(WatchCache::is_ready);
     let mut backoff = CACHE_TICK;
     loop {
         if stopped() {
             return;
         }
-        let cache = match usable() {
-            Some(cache) if cache.is_ready() && cache.feeder_failing() => {
+        let cache = match cache() {
+            Err(Unserved::Failing) => {
                 log::debug!(
                     "the Services cache's feed fails: servicetopology's index waits {backoff:?}"
                 );
@@ -170,15 +166,16 @@ pub(crate) fn run_from_cache(
                 backoff = (backoff * 2).min(retry.max(CACHE_TICK));
                 continue;
             }
-            Some(cache) if cache.is_ready() => cache,
+            Ok(cache) if cache.is_ready() => cache,
             // Not filled yet: its feeder lists at start; the lookups wait for the index
             // within their patience, then look Services up one by one.
-            Some(_) if pool.warming() => {
+            Ok(_) if pool.warming() => {
                 if !sleep(&stop, CACHE_TICK) {
                     return;
                 }
                 continue;
             }
+            // Out of the set, too large, or not filled past the warming time.
             _ => {
                 log::info!(
                     "servicetopology reads Services from the cloud: the node-local cache of /v1/services serves none"
@@ -423,6 +420,32 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+        // The feed fails: the index keeps what it has and is not rebuilt from the frozen
+        // cache every second (a decode of every Service each time).
+        while !cache.feeder_failing() {
+            cache.feeder_failed();
+        }
+        index.set(
+            "shop/marker".to_owned(),
+            Some("kubernetes.io/zone".to_owned()),
+        );
+        std::thread::sleep(Duration::from_millis(2500));
+        assert_eq!(
+            index.get("shop", "marker"),
+            Some(Some("kubernetes.io/zone".to_owned())),
+            "the index was rebuilt from a cache whose feed fails"
+        );
+        // The feed recovers: the index follows the cache again, whole.
+        cache.feeder_ok();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while index.get("shop", "marker") != Some(None) {
+            assert!(std::time::Instant::now() < deadline, "not rebuilt");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            index.get("shop", "db"),
+            Some(Some("openyurt.io/nodepool".to_owned()))
+        );
         drop(stop_tx);
         thread.join().unwrap();
     }

@@ -291,8 +291,11 @@ fn admit<'c>(
             Unserved::NotKept => Status::service_unavailable(format!(
                 "the leader keeps no cache of {gvr}: read it from the cloud"
             )),
-            Unserved::Frozen => Status::service_unavailable(format!(
+            Unserved::Failing => Status::service_unavailable(format!(
                 "the leader's feed of {gvr} is failing: read from the cloud"
+            )),
+            Unserved::TooLarge => Status::service_unavailable(format!(
+                "the leader's list of {gvr} is too large for its cache: read from the cloud"
             )),
         })?;
     if !cloud.any_healthy() {

@@ -198,8 +198,11 @@ impl PoolCaches {
         // A filled cache whose feed fails while the cloud answers holds frozen data; one
         // whose list was too large holds none and is not tried again for minutes. One never
         // filled and failing follows the warming rule.
-        if cache.list_paused() || (cache.feeder_failing() && cache.is_ready()) {
-            return Err(Unserved::Frozen);
+        if cache.list_paused() {
+            return Err(Unserved::TooLarge);
+        }
+        if cache.feeder_failing() && cache.is_ready() {
+            return Err(Unserved::Failing);
         }
         Ok(cache)
     }
@@ -254,9 +257,12 @@ pub(crate) enum Unserved {
     NotKept,
     /// The client takes no JSON.
     NotJson,
-    /// The cache's feed fails (its data is frozen) or its list was too large (it holds
-    /// none): read it from the cloud until the feeder recovers.
-    Frozen,
+    /// The cache's feed fails while the cloud answers (its data is frozen): read it from
+    /// the cloud until the feeder recovers.
+    Failing,
+    /// The resource's list was too large for the cache (it holds none, and is not listed
+    /// again for minutes).
+    TooLarge,
 }
 
 /// The resources the hub can cache without discovery.
