@@ -38,7 +38,8 @@
 //!   hung up within a second while idle (a busy one by its failed writes).
 //!
 //! Memory: one `Vec` of object handles per list page (a pointer and a length per object)
-//! and one batch buffer per watch (its events' bytes); the objects themselves are shared.
+//! and one batch buffer per watch (its events' bytes, at most [`BATCH_KEEP`] kept between
+//! batches: a leader serves a watch per follower); the objects themselves are shared.
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
