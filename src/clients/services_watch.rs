@@ -11,7 +11,9 @@
 //! In edge mode, when Services are a pool-scope resource, the node already keeps one list
 //! and watch of every Service for its watch cache (`pool_watch`): [`run_from_cache`] then
 //! feeds the index from that cache (a local watcher with no selector) instead of a second
-//! list and watch over the link. [`run`] is for cloud mode, or a pool scope without Services.
+//! list and watch over the link, and falls back to [`run`]'s own while that cache serves
+//! none (Services left the run-time pool-scope set, or it cannot hold them). [`run`] is for
+//! cloud mode, or a start-up pool scope without Services.
 
 use std::collections::HashMap;
 use std::sync::Arc;
