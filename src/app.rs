@@ -15,7 +15,7 @@ use crate::cache::writer;
 use crate::cache::writer::CacheTx;
 use crate::cache::writer::WriterOptions;
 use crate::clients::agents_watch;
-use crate::clients::leader_config::LeaderWatch;
+use crate::clients::leader_config::{LeaderWatch, OnLeader};
 use crate::clients::pool_watch::Feeder;
 use crate::clients::refill::{self, Refills};
 use crate::clients::services_watch;
@@ -29,7 +29,7 @@ use crate::heartbeat::{self, NodeHeartbeat};
 use crate::netif::LocalAddress;
 use crate::offline::Offline;
 use crate::pki::{self, IdentityState};
-use crate::pool::health::TcpDialer;
+use crate::pool::health::{CHECK_INTERVAL, TcpDialer};
 use crate::pool::leader::PoolState;
 use crate::pool::route::PoolRoute;
 use crate::proxy::multiplexer::{self, MultiplexerPort};
@@ -127,7 +127,7 @@ fn start_leader_watch(
     upstream: &Arc<Upstream>,
     route: &Arc<PoolRoute>,
     caches: Option<Arc<PoolCaches>>,
-    on_leader: Box<dyn FnOnce() + Send>,
+    on_leader: OnLeader,
     stop: &crossbeam_channel::Receiver<()>,
 ) -> Result<(), StartupError> {
     let Some(pool) = config.nodepool_name.clone() else {
@@ -273,7 +273,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         &config,
         &upstream,
         local.filter_host,
-        pool.as_deref(),
+        pool.as_ref(),
         &stop_rx,
     )?;
     // The filters inject the HTTPS port really bound (`--proxy-secure-port` may be 0).
@@ -571,7 +571,7 @@ fn response_filters(
     config: &Config,
     upstream: &Arc<Upstream>,
     host: std::net::IpAddr,
-    pool: Option<&PoolCaches>,
+    pool: Option<&Arc<PoolCaches>>,
     stop: &crossbeam_channel::Receiver<()>,
 ) -> Result<(Option<Filters>, Option<FilterReload>), StartupError> {
     if !config.enable_resource_filter {
@@ -586,10 +586,11 @@ fn response_filters(
         let index = Arc::new(TopologyIndex::new(FIRST_SERVICES_LIST_PATIENCE));
         let (upstream, watched, stop) = (Arc::clone(upstream), Arc::clone(&index), stop.clone());
         let retry = config.heartbeat.interval;
-        // One list and watch of Services per node: the pool cache's when it has Services.
-        let cached = pool.and_then(PoolCaches::services).cloned();
+        // One list and watch of Services per node: the pool cache's when it has Services
+        // (its own while that cache serves none).
+        let cached = pool.filter(|p| p.services().is_some()).cloned();
         spawn("services-watch", move || match cached {
-            Some(cache) => services_watch::run_from_cache(cache, watched, stop),
+            Some(pool) => services_watch::run_from_cache(pool, upstream, watched, retry, stop),
             None => services_watch::run(upstream, watched, retry, stop),
         })?;
         Some(index)
@@ -620,23 +621,40 @@ fn response_filters(
     Ok((Some(filters), Some(FilterReload { config: live })))
 }
 
-/// What runs the first time the leader ConfigMap names this node a leader: the multiplexer
-/// port opens on `<--node-ip>:<--multiplexer-port>` with the serving certificate, followers
-/// verified against the cluster CA the upstream trusts then (YURTHUB.md §4.4), kept in `port` for the shutdown. A
-/// failure is one error line: the followers' dials fail and they read from the cloud.
+/// What runs the first time the leader ConfigMap names this node a leader (with the
+/// ConfigMap's leaders): the multiplexer port opens on `<--node-ip>:<--multiplexer-port>`
+/// with the serving certificate, followers verified against `--multiplexer-client-ca-file`,
+/// else the cluster CA the upstream trusts then (YURTHUB.md §4.4), kept in `port` for the
+/// shutdown. The ConfigMap's IP for this node that is not `--node-ip` is an error line naming
+/// both (followers dial the ConfigMap's). A failed bind (the port taken, a DHCP address
+/// changed) is an error line and is tried again every health interval until it succeeds or
+/// the hub stops: the node holds the pool's leader slot, followers' dials fail meanwhile and
+/// they read from the cloud.
 fn open_multiplexer(
     config: &Config,
     upstream: &Arc<Upstream>,
     caches: Option<Arc<PoolCaches>>,
     serving: &Arc<ServingCert>,
     (port, shutdown): (&Arc<Mutex<Option<MultiplexerPort>>>, &Arc<AtomicBool>),
-) -> Box<dyn FnOnce() + Send> {
+) -> OnLeader {
     let bind = config
         .node_ip
         .map(|ip| SocketAddr::new(ip, config.multiplexer_port));
     let (serving, port, shutdown) = (Arc::clone(serving), Arc::clone(port), Arc::clone(shutdown));
     let upstream = Arc::clone(upstream);
-    Box::new(move || {
+    let (node, client_ca) = (
+        config.node_name.clone(),
+        config.multiplexer_client_ca.clone(),
+    );
+    Box::new(move |leaders| {
+        let published = leaders.iter().find(|l| *l.node == *node).map(|l| l.ip);
+        if let Some(ip) = published.filter(|ip| Some(*ip) != bind.map(|b| b.ip())) {
+            let node_ip = bind.map_or_else(|| "none".to_owned(), |b| b.ip().to_string());
+            log::error!(
+                "the leader ConfigMap names this node a leader at {ip}, but --node-ip is {node_ip}: \
+                 followers dial {ip}, and the multiplexer port is served on --node-ip"
+            );
+        }
         let Some(bind) = bind else {
             log::error!(
                 "this node is a leader of its pool, but has no --node-ip to serve the multiplexer port on"
@@ -647,20 +665,100 @@ fn open_multiplexer(
             log::error!("this node is a leader of its pool, but has no pool-scope cache to serve");
             return;
         };
-        // The CA of now: in token mode it is learnt after start (the ConfigMap that names
-        // this node a leader came through it).
-        let opened = multiplexer::identity::server_config(serving, &upstream.cluster_ca())
-            .map_err(std::io::Error::other)
-            .and_then(|tls| multiplexer::start(bind, tls, caches, shutdown));
-        match opened {
-            Ok(opened) => {
-                *port.lock().unwrap_or_else(PoisonError::into_inner) = Some(opened);
+        let stopping = Arc::clone(&shutdown);
+        let open = move || -> Result<MultiplexerPort, String> {
+            // The CA of now: in token mode it is learnt after start (the ConfigMap that names
+            // this node a leader came through it).
+            let ca = match &client_ca {
+                Some(path) => read_client_ca(path)?,
+                None => upstream.cluster_ca(),
+            };
+            let tls = multiplexer::identity::server_config(Arc::clone(&serving), &ca)
+                .map_err(|e| e.to_string())?;
+            let cloud = Arc::clone(&upstream) as Arc<dyn crate::upstream::Cloud>;
+            let opened =
+                multiplexer::start(bind, tls, Arc::clone(&caches), cloud, Arc::clone(&shutdown))
+                    .map_err(|e| e.to_string())?;
+            let source = if client_ca.is_some() {
+                "--multiplexer-client-ca-file"
+            } else {
+                "the cluster CA"
+            };
+            log::info!(
+                "the multiplexer port checks followers' certificates against {source}: {}",
+                describe_cas(&ca)
+            );
+            Ok(opened)
+        };
+        let keep =
+            move |opened| *port.lock().unwrap_or_else(PoisonError::into_inner) = Some(opened);
+        match open() {
+            Ok(opened) => keep(opened),
+            Err(e) => {
+                log::error!(
+                    "cannot serve the multiplexer port on {bind} (--node-ip, --multiplexer-port): {e}; trying again every {}s",
+                    CHECK_INTERVAL.as_secs()
+                );
+                let retried = spawn("multiplexer-open", move || {
+                    let mut failures = 1u32;
+                    loop {
+                        std::thread::sleep(CHECK_INTERVAL);
+                        if stopping.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        match open() {
+                            Ok(opened) => {
+                                log::info!(
+                                    "the multiplexer port is open after {failures} failures"
+                                );
+                                keep(opened);
+                                return;
+                            }
+                            Err(e) => {
+                                failures += 1;
+                                log::debug!(
+                                    "cannot serve the multiplexer port on {bind} ({failures} times): {e}"
+                                );
+                            }
+                        }
+                    }
+                });
+                if let Err(e) = retried {
+                    log::error!("{e}");
+                }
             }
-            Err(e) => log::error!(
-                "cannot serve the multiplexer port on {bind} (--node-ip, --multiplexer-port): {e}"
-            ),
         }
     })
+}
+
+/// The certificates of the PEM file `path`, for `--multiplexer-client-ca-file`.
+fn read_client_ca(
+    path: &std::path::Path,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let certs = rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: bad PEM ({e})", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: no certificate in it", path.display()));
+    }
+    Ok(certs)
+}
+
+/// The CAs' subjects (CN) and public-key pins, for the log.
+fn describe_cas(cas: &[rustls::pki_types::CertificateDer<'_>]) -> String {
+    let names: Vec<String> = cas
+        .iter()
+        .map(|der| {
+            let cn = crate::pki::x509::parse(der)
+                .and_then(|info| info.common_name)
+                .unwrap_or_default();
+            let pin = crate::pki::x509::pin(der).unwrap_or_default();
+            format!("CN={cn:?} {pin}")
+        })
+        .collect();
+    names.join(", ")
 }
 
 /// A proxy port's second address (the dummy interface's): bound and served on its own accept

@@ -31,6 +31,10 @@ use crate::pool::route::PoolRoute;
 use crate::route::Deadline;
 use crate::upstream::Upstream;
 
+/// What runs the first time the ConfigMap names this node a leader, given the ConfigMap's
+/// leaders (this node's IP among them).
+pub(crate) type OnLeader = Box<dyn FnOnce(&[leader::Leader]) + Send>;
+
 /// Largest list of the ConfigMap the watcher reads.
 const MAX_LIST_BYTES: u64 = 1024 * 1024;
 /// How long the feeders' first lists wait for the ConfigMap's first list when the cloud
@@ -53,8 +57,8 @@ pub(crate) struct LeaderWatch {
     pub pool: String,
     /// The pause after a failure (`--heartbeat-interval-seconds`).
     pub retry: Duration,
-    /// Called once, the first time the ConfigMap names this node a leader.
-    pub on_leader: Option<Box<dyn FnOnce() + Send>>,
+    /// Called once, the first time the ConfigMap names this node a leader, with its leaders.
+    pub on_leader: Option<OnLeader>,
     /// Called with the pool-scope set each time the ConfigMap changes it.
     pub on_scope: Box<dyn FnMut(&PoolScope) + Send>,
 }
@@ -238,7 +242,7 @@ impl LeaderWatch {
         if self.state.is_leader()
             && let Some(on_leader) = self.on_leader.take()
         {
-            on_leader();
+            on_leader(self.state.leaders());
         }
         if self.state.pool_scope().to_metadata() != before {
             (self.on_scope)(self.state.pool_scope());
@@ -299,7 +303,7 @@ mod tests {
             namespace: "kube-system".into(),
             pool: "pool-a".into(),
             retry: Duration::from_secs(1),
-            on_leader: Some(Box::new(move || {
+            on_leader: Some(Box::new(move |_| {
                 l.fetch_add(1, Ordering::Relaxed);
             })),
             on_scope: Box::new(move |scope| s.lock().unwrap().push(scope.to_metadata())),

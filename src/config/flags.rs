@@ -219,6 +219,12 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "the port on which a leader hub serves pool-scope list/watch to the pool's other hubs (on --node-ip, TLS, a client certificate of the cluster CA required), and on which followers reach their leaders",
     ),
     flag(
+        "multiplexer-client-ca-file",
+        Kind::Str,
+        "",
+        "a PEM file of the CA that signs the nodes' client certificates, which a leader hub checks its followers' certificates against on --multiplexer-port (k3s and RKE2 sign them with a client CA of their own) (default: the cluster CA)",
+    ),
+    flag(
         "disk-cache-path",
         Kind::Str,
         "/etc/kubernetes/cache",
@@ -603,6 +609,7 @@ mod tests {
             "proxy-secure-port",
             "serve-port",
             "multiplexer-port",
+            "multiplexer-client-ca-file",
             "disk-cache-path",
             "cache-agents",
             "lb-mode",

@@ -65,6 +65,9 @@ pub struct Config {
     /// `--multiplexer-port`: where a leader hub serves its pool (on `node_ip`), and where
     /// followers reach their leaders.
     pub multiplexer_port: u16,
+    /// `--multiplexer-client-ca-file`: the CA a leader checks its followers' client
+    /// certificates against; None for the cluster CA.
+    pub(crate) multiplexer_client_ca: Option<PathBuf>,
     /// Cache root.
     pub(crate) disk_cache_path: PathBuf,
     /// Components cached besides the defaults (`*` = all).
@@ -472,6 +475,10 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         proxy_secure_addr,
         dummy_if,
         multiplexer_port: port("multiplexer-port")?,
+        multiplexer_client_ca: raw
+            .get("multiplexer-client-ca-file")
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from),
         disk_cache_path: PathBuf::from(get("disk-cache-path")),
         cache_agents,
         lb_mode,
@@ -809,6 +816,7 @@ mod tests {
         assert_eq!(c.serve_addr, "127.0.0.1:10267".parse().unwrap());
         assert_eq!(c.proxy_secure_addr, "127.0.0.1:10268".parse().unwrap());
         assert_eq!(c.multiplexer_port, 10269);
+        assert_eq!(c.multiplexer_client_ca, None, "the cluster CA");
         assert_eq!(c.disk_cache_path, PathBuf::from("/etc/kubernetes/cache"));
         assert_eq!(c.lb_mode, LbMode::RoundRobin);
         assert_eq!(c.working_mode, WorkingMode::Edge);
@@ -1190,6 +1198,7 @@ mod tests {
             "--hub-cert-signer=kube-apiserver-client-kubelet",
             "--root-dir=/tmp/hub-root",
             "--node-ip=10.1.2.3",
+            "--multiplexer-client-ca-file=/etc/rancher/k3s/client-ca.crt",
         ])
         .unwrap();
         let bases: Vec<_> = c.servers.iter().map(|s| s.base.as_str()).collect();
@@ -1206,6 +1215,10 @@ mod tests {
         assert_eq!(mode.signer, ClientSigner::ApiserverClientKubelet);
         assert_eq!(c.hub_cert_organizations, ["a", "b"]);
         assert_eq!(c.root_dir, PathBuf::from("/tmp/hub-root"));
+        assert_eq!(
+            c.multiplexer_client_ca.as_deref(),
+            Some(std::path::Path::new("/etc/rancher/k3s/client-ca.crt"))
+        );
         assert_eq!(c.node_ip, Some("10.1.2.3".parse().unwrap()));
         // A kubeconfig wins over the bootstrap flags.
         let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");

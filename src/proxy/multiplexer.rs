@@ -5,31 +5,43 @@
 //!
 //! Design decisions:
 //! - **Who is admitted**: the TLS configuration (`identity::server_config`) requires a
-//!   client certificate chained to the cluster CA, so a peer without one, or with one from
-//!   another CA, never gets past the handshake. After it each request is checked
+//!   client certificate chained to the CA of the nodes' client certificates
+//!   (`--multiplexer-client-ca-file`, else the cluster CA: k3s and RKE2 sign them with a
+//!   client CA of their own), so a peer without one, or with one from another CA, never
+//!   gets past the handshake. After it each request is checked
 //!   (`identity::check_follower`: O `system:nodes`; `identity::check_request`: a list or
 //!   watch of a pool-scope resource) and refused with a 403 `Status` otherwise, with an
 //!   info line naming the peer's CN and address. YurtHub forwards anything sent to 10269
 //!   with the leader's identity; this port serves nothing else.
-//! - **What a follower gets**: exactly what `pool_local::answer` gives a local client, but
-//!   with no filters (a follower filters for its own node: the leader's servicetopology
-//!   would be wrong there) and no disk-cache session (the leader's disk cache is fed by its
-//!   own clients). JSON only, as locally: a follower that takes only another form gets 406.
+//! - **What a follower gets**: what `pool_local::answer` gives a local client, from a cache
+//!   the same rule serves (`PoolCaches::servable`), but with no filters (a follower filters
+//!   for its own node: the leader's servicetopology would be wrong there) and no disk-cache
+//!   session (the leader's disk cache is fed by its own clients). JSON only, as locally: a
+//!   follower that takes only another form gets 406.
+//! - **Not served: 503, the follower reads from the cloud** where a local client would be
+//!   forwarded: a cache whose feed fails (frozen data: a follower relisting from it would
+//!   never fail over) or whose list was too large, a member of the set whose kind the hub
+//!   cannot cache, a cache not filled past the warming time. Also while this hub reaches no
+//!   cloud server (and its followers' open watches end within a second): the follower's own
+//!   cache holds the same data, and two leaders reading from each other make no closed
+//!   loop.
 //! - **Not ready**: while the caches warm (`PoolCaches::warming`), YurtHub's 429 with
-//!   `Retry-After: 1`; past that, a cache not filled is a 503 saying so, and the follower
-//!   reads from the cloud. A member of the set whose kind the hub cannot cache is a 503 too.
+//!   `Retry-After: 1`.
+//! - **Per follower**: at most [`PER_FOLLOWER`] requests in flight per follower node (429
+//!   past it), so that one peer cannot take the port's slots from the others.
 //! - **The server is the proxy ports' own** (`server::serve_tls`: caps, eviction, one thread
 //!   per connection), with its own small [`LIMITS`] and `Load`: followers cannot take the
 //!   local clients' slots, nor the reverse. The peer's certificates reach the handler
 //!   through `Exchange::peer_certificates`.
 //! - **Lifetime** (for the wiring): the port is opened when the hub first learns it is a
-//!   leader and stays open for the hub's life: a follower whose copy of the leader ConfigMap
+//!   leader (a failed bind is tried again every health interval, `app::open_multiplexer`)
+//!   and stays open for the hub's life: a follower whose copy of the leader ConfigMap
 //!   is stale still reads a warm cache, and a node elected again needs no new listener. It
 //!   stops at shutdown like the HTTPS port: the shared flag, then [`MultiplexerPort::wake`];
 //!   its watches end within a second of the flag.
-//! - **The cluster CA is taken when the port opens** (it is in the `rustls::ServerConfig`
-//!   `start` is given): after a CA rotation, followers with certificates of the new CA fail
-//!   the handshake and read from the cloud until the hub restarts. The serving certificate
+//! - **The CA is taken when the port opens** (it is in the `rustls::ServerConfig` `start` is
+//!   given; the log names it): after a CA rotation, followers with certificates of the new
+//!   CA fail the handshake and read from the cloud until the hub restarts. The serving certificate
 //!   is reloaded in place (`ServingCert`), as on the HTTPS port.
 //! - **Observability**: `tinyhub_multiplexer_requests_total{follower,code}` (the follower's
 //!   node name, under the labelled-series cap) and one log line per request in the proxy's
@@ -37,34 +49,89 @@
 //!
 //! Memory: per follower connection one thread (a small stack) and the server's 4 KiB read
 //! buffer; per request the `ApiRequest` and what `pool_local::answer` holds (a page of
-//! object handles, or one batch of watch events). The objects are the caches' own.
+//! object handles, or one batch of watch events, its buffer kept at most 16 KiB between
+//! batches); per follower with a request open one entry of the in-flight count. The
+//! objects are the caches' own.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::pool_local::{self, PoolCaches};
+use super::pool_local::{self, PoolCaches, Unserved};
 use crate::metrics::METRICS;
-use crate::request::{self, Accept, ApiRequest, Target};
+use crate::request::{self, ApiRequest, Target};
 use crate::server::{self, Exchange, Handler, Limits, Load};
 use crate::status::Status;
+use crate::upstream::Cloud;
 use crate::watchcache::WatchCache;
 use crate::{SMALL_STACK, spawn};
 use identity::Follower;
 
-/// The multiplexer port's caps: a follower hub holds about two watches (services and
-/// endpointslices) and lists now and then, so 64 serve a pool of some thirty nodes; past
-/// them a new connection is closed (a TLS port cannot answer 429 at accept) and a request
-/// gets 429.
+/// Requests one follower node may have in flight on the port: its feeders' watch of each
+/// pool-scope resource (two by default) and a list or two beside them. Past it, 429: one
+/// peer (any certificate of the CA with O `system:nodes`, from any pool) cannot hold the
+/// slots of the pool's real followers.
+pub(crate) const PER_FOLLOWER: u32 = 4;
+
+/// The multiplexer port's caps: [`PER_FOLLOWER`] requests for each of some thirty follower
+/// nodes (120), with room for connections kept idle between lists; past them a new
+/// connection is closed (a TLS port cannot answer 429 at accept) and a request gets 429.
+/// Each connection is a thread with a [`SMALL_STACK`] (reserved, mostly not resident).
 pub(crate) const LIMITS: Limits = Limits {
-    max_connections: 64,
-    max_in_flight: 64,
+    max_connections: 160,
+    max_in_flight: 128,
     stack_size: SMALL_STACK,
     io_timeout: server::IO_TIMEOUT,
 };
+
+/// The requests in flight per follower (its node name, else its CN), for
+/// [`PER_FOLLOWER`]. Costs one entry (a name and a count) per follower with a request open;
+/// an entry goes when its count is back to 0.
+#[derive(Debug, Default)]
+struct InFlight(Mutex<HashMap<Box<str>, u32>>);
+
+impl InFlight {
+    /// A slot for one more request of `follower`, or None past [`PER_FOLLOWER`].
+    fn enter(&self, follower: &str) -> Option<FollowerSlot<'_>> {
+        // A map of counts: a panicking holder cannot leave it torn.
+        let mut counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = counts.entry(follower.into()).or_insert(0);
+        if *count >= PER_FOLLOWER {
+            return None;
+        }
+        *count += 1;
+        Some(FollowerSlot {
+            in_flight: self,
+            follower: follower.into(),
+        })
+    }
+}
+
+/// One request of a follower in flight; given back when dropped.
+struct FollowerSlot<'f> {
+    in_flight: &'f InFlight,
+    follower: Box<str>,
+}
+
+impl Drop for FollowerSlot<'_> {
+    fn drop(&mut self) {
+        let mut counts = self
+            .in_flight
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.follower) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.follower);
+            }
+        }
+    }
+}
 
 /// A running multiplexer port.
 #[derive(Debug)]
@@ -91,21 +158,24 @@ impl MultiplexerPort {
 
 /// Binds `bind` at once and serves `caches` to the pool's followers over `tls` (from
 /// `identity::server_config`: the hub's serving certificate, followers verified against the
-/// cluster CA) on its own thread until `shutdown` is set (then [`MultiplexerPort::wake`]).
-/// Called once, when the hub first learns it is a leader; the port then stays open for the
-/// hub's life (see the module docs). An error is the bind's (the port taken, the address
-/// not this node's) or the thread's.
+/// CA of their client certificates) on its own thread until `shutdown` is set (then
+/// [`MultiplexerPort::wake`]). `cloud` tells whether this hub reaches the cloud: while it
+/// does not, followers are sent back to their own. Called when the hub learns it is a
+/// leader; the port then stays open for the hub's life (see the module docs). An error is
+/// the bind's (the port taken, the address not this node's) or the thread's.
 pub(crate) fn start(
     bind: SocketAddr,
     tls: Arc<rustls::ServerConfig>,
     caches: Arc<PoolCaches>,
+    cloud: Arc<dyn Cloud>,
     shutdown: Arc<AtomicBool>,
 ) -> io::Result<MultiplexerPort> {
     let listener = server::bind(bind)?;
     let addr = listener.local_addr();
     let handler: Handler = {
         let shutdown = Arc::clone(&shutdown);
-        Arc::new(move |ex| handle(&caches, &shutdown, ex))
+        let in_flight = InFlight::default();
+        Arc::new(move |ex| handle(&caches, cloud.as_ref(), &in_flight, &shutdown, ex))
     };
     let load = Arc::new(Load::default());
     let thread = spawn("multiplexer", move || {
@@ -117,7 +187,13 @@ pub(crate) fn start(
 }
 
 /// Serves one follower request to the end, counted and logged.
-fn handle(caches: &PoolCaches, shutdown: &AtomicBool, ex: Exchange<'_>) {
+fn handle(
+    caches: &PoolCaches,
+    cloud: &dyn Cloud,
+    in_flight: &InFlight,
+    shutdown: &AtomicBool,
+    ex: Exchange<'_>,
+) {
     let started = Instant::now();
     let peer = ex.remote();
     let follower = match identity::check_follower(ex.peer_certificates()) {
@@ -137,6 +213,21 @@ fn handle(caches: &PoolCaches, shutdown: &AtomicBool, ex: Exchange<'_>) {
         }
     };
     let name = follower_name(&follower);
+    let Some(_slot) = in_flight.enter(name) else {
+        let status = Status::too_many_requests(
+            format!(
+                "follower {name:?} already has {PER_FOLLOWER} requests in flight on the leader's multiplexer port"
+            ),
+            1,
+        );
+        log::info!(
+            "multiplexer refused follower={name:?} peer={peer} path=\"{}\" status=429 reason=\"{PER_FOLLOWER} requests in flight\"",
+            request::truncate(ex.url())
+        );
+        let _ = ex.send_status(&status);
+        METRICS.count_multiplexer(name, status.code);
+        return;
+    };
     let req = match request::classify(ex.method(), ex.url(), ex.headers()) {
         Ok(req) => req,
         Err(e) => {
@@ -151,9 +242,11 @@ fn handle(caches: &PoolCaches, shutdown: &AtomicBool, ex: Exchange<'_>) {
             return;
         }
     };
-    let code = match admit(caches, &req) {
+    let code = match admit(caches, cloud, &req) {
         Ok(cache) => {
-            let stopping = || shutdown.load(Ordering::Relaxed);
+            // A watch ends (cleanly: the follower resumes it, and is refused) once this hub
+            // reaches no cloud: its cache no longer moves, the follower's link may.
+            let stopping = || shutdown.load(Ordering::Relaxed) || !cloud.any_healthy();
             // No filters, no disk-cache session: see the module docs.
             pool_local::answer(cache, None, ex, &req, &stopping, None)
         }
@@ -178,20 +271,38 @@ fn handle(caches: &PoolCaches, shutdown: &AtomicBool, ex: Exchange<'_>) {
 }
 
 /// The cache that answers `req`, or the refusal: 403 for anything but a pool-scope list or
-/// watch, 406 for a client that takes no JSON, 429 while warming, 503 when not filled.
-fn admit<'c>(caches: &'c PoolCaches, req: &ApiRequest) -> Result<&'c WatchCache, Status> {
+/// watch, 406 for a client that takes no JSON; 503 (the follower reads from the cloud) for a
+/// kind the leader keeps no cache of, a cache whose feed fails or that is not filled after
+/// warming, and while the leader cannot reach the cloud (the follower's own cache holds the
+/// same data); 429 while warming. The rule of what a cache serves is
+/// [`PoolCaches::servable`], the local clients' own.
+fn admit<'c>(
+    caches: &'c PoolCaches,
+    cloud: &dyn Cloud,
+    req: &ApiRequest,
+) -> Result<&'c WatchCache, Status> {
     let gvr = identity::check_request(caches.scope(), req)?;
-    // The cache holds JSON and the hub converts to nothing else (as `PoolCaches::cache_for`).
-    if !matches!(req.accept, Accept::Json | Accept::JsonOrProtobuf) {
-        return Err(Status::not_acceptable(
-            "the leader's multiplexer serves only application/json",
+    let cache = caches
+        .servable((&gvr.group, &gvr.version, &gvr.resource), req.accept)
+        .map_err(|why| match why {
+            Unserved::NotJson => {
+                Status::not_acceptable("the leader's multiplexer serves only application/json")
+            }
+            Unserved::NotKept => Status::service_unavailable(format!(
+                "the leader keeps no cache of {gvr}: read it from the cloud"
+            )),
+            Unserved::Failing => Status::service_unavailable(format!(
+                "the leader's feed of {gvr} is failing: read from the cloud"
+            )),
+            Unserved::TooLarge => Status::service_unavailable(format!(
+                "the leader's list of {gvr} is too large for its cache: read from the cloud"
+            )),
+        })?;
+    if !cloud.any_healthy() {
+        return Err(Status::service_unavailable(
+            "the leader cannot reach the cloud: keep your own cache or read from the cloud",
         ));
     }
-    let cache = caches.cache_of(gvr).ok_or_else(|| {
-        Status::service_unavailable(format!(
-            "the leader keeps no cache of {gvr}: read it from the cloud"
-        ))
-    })?;
     if cache.is_ready() {
         Ok(cache)
     } else {

@@ -38,7 +38,8 @@
 //!   hung up within a second while idle (a busy one by its failed writes).
 //!
 //! Memory: one `Vec` of object handles per list page (a pointer and a length per object)
-//! and one batch buffer per watch (its events' bytes); the objects themselves are shared.
+//! and one batch buffer per watch (its events' bytes, at most [`BATCH_KEEP`] kept between
+//! batches: a leader serves a watch per follower); the objects themselves are shared.
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -159,12 +160,52 @@ impl PoolCaches {
 
     /// The cache of `gvr`, if the hub keeps one (a member of unknown kind has none, nor one
     /// the run-time set left out).
+    #[cfg(test)]
     pub(crate) fn cache_of(&self, gvr: &Gvr) -> Option<&WatchCache> {
+        self.active_cache(&gvr.group, &gvr.version, &gvr.resource)
+    }
+
+    /// The active cache of `group/version/resource`: the one lookup over the caches and
+    /// their run-time flags.
+    fn active_cache(&self, group: &str, version: &str, resource: &str) -> Option<&WatchCache> {
         self.caches
             .iter()
             .zip(&self.active)
-            .find(|((g, _), on)| g == gvr && on.load(Ordering::Acquire))
-            .map(|((_, c), _)| c)
+            .find(|((g, _), on)| {
+                *g.group == *group
+                    && *g.version == *version
+                    && *g.resource == *resource
+                    && on.load(Ordering::Acquire)
+            })
+            .map(|((_, cache), _)| cache)
+    }
+
+    /// The one rule of what a cache serves, to local clients ([`PoolCaches::cache_for`]) and
+    /// to a leader's followers (`multiplexer::admit`): the active cache of
+    /// `group/version/resource` for a client taking `accept`, or why not. A cache not filled
+    /// yet is returned: each caller has its own warming rule for it.
+    pub(crate) fn servable(
+        &self,
+        (group, version, resource): (&str, &str, &str),
+        accept: Accept,
+    ) -> Result<&WatchCache, Unserved> {
+        // JSON only: the cache holds JSON, and the hub converts to nothing else.
+        if !matches!(accept, Accept::Json | Accept::JsonOrProtobuf) {
+            return Err(Unserved::NotJson);
+        }
+        let cache = self
+            .active_cache(group, version, resource)
+            .ok_or(Unserved::NotKept)?;
+        // A filled cache whose feed fails while the cloud answers holds frozen data; one
+        // whose list was too large holds none and is not tried again for minutes. One never
+        // filled and failing follows the warming rule.
+        if cache.list_paused() {
+            return Err(Unserved::TooLarge);
+        }
+        if cache.feeder_failing() && cache.is_ready() {
+            return Err(Unserved::Failing);
+        }
+        Ok(cache)
     }
 
     /// Whether the cache at position `i` of [`PoolCaches::caches`] is in the run-time set,
@@ -203,27 +244,26 @@ impl PoolCaches {
         if self.scope.resolve(req, user_agent, &self.own_agent) != Resolution::Local {
             return None;
         }
-        // JSON only: the cache holds JSON, and the hub converts to nothing else.
-        if !matches!(req.accept, Accept::Json | Accept::JsonOrProtobuf) {
-            return None;
-        }
         let r = req.resource()?;
-        self.caches
-            .iter()
-            .zip(&self.active)
-            .find(|((g, _), on)| {
-                *g.group == r.group
-                    && *g.version == r.version
-                    && *g.resource == r.resource
-                    && on.load(Ordering::Acquire)
-            })
-            .map(|((_, cache), _)| cache)
-            // A filled cache whose feed fails while the cloud answers holds frozen data:
-            // forwarded (live, with the client's own credentials) until the feeder recovers.
-            // One never filled follows the warming rule (`Hub::handle`), unless its list was
-            // too large for it: that one is not tried again for minutes.
-            .filter(|cache| !(cache.list_paused() || (cache.feeder_failing() && cache.is_ready())))
+        // Frozen or not JSON: forwarded, live, with the client's own credentials.
+        self.servable((&r.group, &r.version, &r.resource), req.accept)
+            .ok()
     }
+}
+
+/// Why [`PoolCaches::servable`] serves a request from no cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unserved {
+    /// The hub keeps no cache of the resource, or the run-time set left it out.
+    NotKept,
+    /// The client takes no JSON.
+    NotJson,
+    /// The cache's feed fails while the cloud answers (its data is frozen): read it from
+    /// the cloud until the feeder recovers.
+    Failing,
+    /// The resource's list was too large for the cache (it holds none, and is not listed
+    /// again for minutes).
+    TooLarge,
 }
 
 /// The resources the hub can cache without discovery.
@@ -400,10 +440,7 @@ fn stream_watch(
                 log::debug!("a pool-cache watch client went away: {e}");
                 break false;
             }
-            // A burst of events can leave a large buffer behind: give it back.
-            if batch.capacity() > 1 << 20 {
-                batch = Vec::new();
-            }
+            give_back(&mut batch);
         };
         // The cache keeps whole events either way. `ToClient::finish` is not called: it
         // only checks that the stream did not end inside an event, and every event is
@@ -417,6 +454,17 @@ fn stream_watch(
         let _ = writer.finish();
     }
     200
+}
+
+/// What a watch's batch buffer keeps between batches: a few events' worth. A burst (256
+/// EndpointSlices of 1-4 KiB) grows it to up to 1 MiB, which a leader with thirty followers'
+/// watches would otherwise keep for each watch's life.
+const BATCH_KEEP: usize = 16 << 10;
+
+/// Empties a watch's batch buffer once written, keeping at most [`BATCH_KEEP`] of it.
+fn give_back(batch: &mut Vec<u8>) {
+    batch.clear();
+    batch.shrink_to(BATCH_KEEP);
 }
 
 /// Writes an answer to the client, through the client's filters when it has any, and what
@@ -725,6 +773,20 @@ mod tests {
         assert_eq!(found("/api/v1/namespaces/a/services/b", kp, json), None);
         assert_eq!(found("/apis/apps/v1/deployments", kp, json), None);
         assert_eq!(found("/api/v1/pods", kp, json), None);
+    }
+
+    #[test]
+    fn a_watch_batch_buffer_gives_back_a_bursts_memory() {
+        let mut batch = Vec::new();
+        batch.resize(1 << 20, b'x');
+        give_back(&mut batch);
+        assert!(batch.is_empty());
+        assert!(batch.capacity() <= BATCH_KEEP, "{}", batch.capacity());
+        // A small batch keeps its buffer: no allocation per batch.
+        batch.extend_from_slice(&[b'y'; 4096]);
+        let capacity = batch.capacity();
+        give_back(&mut batch);
+        assert_eq!(batch.capacity(), capacity);
     }
 
     #[test]

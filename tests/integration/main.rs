@@ -32,4 +32,5 @@ mod offline_hold;
 mod offline_node;
 mod pool_leader;
 mod pool_local;
+mod pool_serve;
 mod power_loss;

@@ -34,16 +34,16 @@ pub(crate) const FOLLOWER_ORGANIZATION: &str = "system:nodes";
 const NODE_CN_PREFIX: &str = "system:node:";
 
 /// The multiplexer port's rustls configuration: the serving certificate `cert`, and a client
-/// certificate required and verified against `cluster_ca` (an error when none of those is
-/// usable as a root).
+/// certificate required and verified against `client_ca` (`--multiplexer-client-ca-file`,
+/// else the cluster CA; an error when none of those is usable as a root).
 pub(crate) fn server_config(
     cert: Arc<ServingCert>,
-    cluster_ca: &[CertificateDer<'static>],
+    client_ca: &[CertificateDer<'static>],
 ) -> Result<Arc<rustls::ServerConfig>, String> {
     let mut roots = RootCertStore::empty();
-    let (added, _) = roots.add_parsable_certificates(cluster_ca.iter().cloned());
+    let (added, _) = roots.add_parsable_certificates(client_ca.iter().cloned());
     if added == 0 {
-        return Err("no usable cluster CA certificate to verify followers with".into());
+        return Err("no usable CA certificate to verify followers with".into());
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     // Without `allow_unauthenticated`, a client without a certificate fails the handshake.
@@ -248,6 +248,32 @@ mod tests {
     }
 
     #[test]
+    fn followers_are_checked_against_a_separate_client_ca_when_given_one() {
+        // k3s/RKE2: the apiserver's serving CA signs the hubs' serving certificates, a
+        // client CA the nodes' client certificates.
+        let serving_ca = TestCa::new();
+        let client_ca = TestCa::new();
+        let cert = Arc::new(ServingCert::new());
+        let (chain, key) = serving_ca.issue("system:node:leader", &["10.0.0.5"]);
+        cert.set(chain, key).unwrap();
+        let leader = server_config(cert, std::slice::from_ref(&client_ca.der)).unwrap();
+        let node = |ca: &TestCa| Some(ca.issue_in("system:node:edge-2", &["system:nodes"], &[]));
+        let peer = handshake(
+            follower(&serving_ca, node(&client_ca)),
+            Arc::clone(&leader),
+            "10.0.0.5",
+        )
+        .expect("a node certificate of the client CA is admitted");
+        assert_eq!(
+            check_follower(Some(&peer)).unwrap().node.as_deref(),
+            Some("edge-2")
+        );
+        let e =
+            handshake(follower(&serving_ca, node(&serving_ca)), leader, "10.0.0.5").unwrap_err();
+        assert!(matches!(e, rustls::Error::InvalidCertificate(_)), "{e:?}");
+    }
+
+    #[test]
     fn the_follower_verifies_the_leaders_address() {
         let ca = TestCa::new();
         let id = || Some(ca.issue_in("system:node:edge-2", &["system:nodes"], &[]));
@@ -264,7 +290,7 @@ mod tests {
         assert!(
             server_config(cert, &[junk])
                 .unwrap_err()
-                .contains("cluster CA")
+                .contains("no usable CA certificate")
         );
     }
 

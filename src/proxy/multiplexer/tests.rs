@@ -14,9 +14,42 @@ use crate::server::tls::ServingCert;
 use crate::server::tls::tests::TestCa;
 use crate::watchcache::{CacheOptions, EventType};
 
+/// The leader's cloud as the port sees it: reachable or not, as a test sets it.
+#[derive(Debug, Default)]
+struct StubCloud {
+    unreachable: AtomicBool,
+}
+
+impl Cloud for StubCloud {
+    fn send(
+        &self,
+        _: crate::upstream::Outgoing<'_>,
+    ) -> Result<crate::upstream::Answer, crate::upstream::UpstreamError> {
+        Err(crate::upstream::UpstreamError::Transport {
+            server: "https://cloud:6443".into(),
+            detail: "not in this test".into(),
+            timeout: false,
+            maybe_sent: false,
+        })
+    }
+
+    fn any_healthy(&self) -> bool {
+        !self.unreachable.load(Ordering::Relaxed)
+    }
+
+    fn any_probed_healthy(&self) -> bool {
+        self.any_healthy()
+    }
+
+    fn server(&self, _: usize) -> &str {
+        "https://cloud:6443"
+    }
+}
+
 /// A leader's multiplexer port on 127.0.0.1, stopped when dropped.
 struct Leader {
     ca: TestCa,
+    cloud: Arc<StubCloud>,
     caches: Arc<PoolCaches>,
     shutdown: Arc<AtomicBool>,
     port: Option<MultiplexerPort>,
@@ -34,15 +67,18 @@ impl Leader {
         let (caches, _) = PoolCaches::new(scope, "leader", &CacheOptions::default());
         let caches = Arc::new(caches);
         let shutdown = Arc::new(AtomicBool::new(false));
+        let cloud = Arc::new(StubCloud::default());
         let port = start(
             "127.0.0.1:0".parse().unwrap(),
             tls,
             Arc::clone(&caches),
+            Arc::clone(&cloud) as Arc<dyn Cloud>,
             Arc::clone(&shutdown),
         )
         .unwrap();
         Leader {
             ca,
+            cloud,
             caches,
             shutdown,
             port: Some(port),
@@ -388,6 +424,85 @@ fn a_cache_still_warming_answers_429_retry_after_1() {
     let answer = get(&leader, leader.node("edge-2"), "/apis/apps/v1/deployments").unwrap();
     assert_eq!(answer.code, 503, "{answer:?}");
     assert!(answer.body.contains("no cache of apps/v1/deployments"));
+}
+
+#[test]
+fn a_cache_whose_feed_fails_sends_followers_to_the_cloud_as_local_clients_are() {
+    let leader = Leader::start(&[]);
+    leader.fill();
+    let cache = leader.services();
+    while !cache.feeder_failing() {
+        cache.feeder_failed();
+    }
+    for path in [
+        "/api/v1/services",
+        "/api/v1/services?watch=1&resourceVersion=10",
+    ] {
+        let answer = get(&leader, leader.node("edge-2"), path).unwrap();
+        assert_eq!(answer.code, 503, "{path}: {answer:?}");
+        assert!(
+            answer.body.contains("feed of /v1/services is failing"),
+            "{}",
+            answer.body
+        );
+    }
+    // The feeder recovers: served again.
+    cache.feeder_ok();
+    let answer = get(&leader, leader.node("edge-2"), "/api/v1/services").unwrap();
+    assert_eq!(answer.code, 200, "{answer:?}");
+}
+
+#[test]
+fn a_leader_that_cannot_reach_the_cloud_sends_followers_back_to_their_own() {
+    let leader = Leader::start(&[]);
+    leader.fill();
+    leader.cloud.unreachable.store(true, Ordering::Relaxed);
+    let answer = get(&leader, leader.node("edge-2"), "/api/v1/services").unwrap();
+    assert_eq!(answer.code, 503, "{answer:?}");
+    assert!(
+        answer.body.contains("cannot reach the cloud"),
+        "{}",
+        answer.body
+    );
+    leader.cloud.unreachable.store(false, Ordering::Relaxed);
+    let answer = get(&leader, leader.node("edge-2"), "/api/v1/services").unwrap();
+    assert_eq!(answer.code, 200, "{answer:?}");
+}
+
+#[test]
+fn one_follower_past_its_requests_in_flight_gets_429_and_others_are_served() {
+    let leader = Leader::start(&[]);
+    leader.fill();
+    let watch = "/api/v1/services?watch=1&resourceVersion=10&timeoutSeconds=30";
+    let mut open: Vec<Conn> = (0..PER_FOLLOWER)
+        .map(|_| {
+            let mut conn = connect(&leader, leader.node("edge-greedy"));
+            send(&mut conn, "GET", watch, "application/json").unwrap();
+            assert_eq!(read_head(&mut conn).unwrap().0, 200);
+            conn
+        })
+        .collect();
+    let refused = get(&leader, leader.node("edge-greedy"), "/api/v1/services").unwrap();
+    assert_eq!(refused.code, 429, "{refused:?}");
+    assert!(
+        refused.body.contains("4 requests in flight"),
+        "{}",
+        refused.body
+    );
+    // Another node is not held back by it.
+    let other = get(&leader, leader.node("edge-other"), "/api/v1/services").unwrap();
+    assert_eq!(other.code, 200, "{other:?}");
+    // A watch that ends gives its slot back.
+    drop(open.pop());
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let again = get(&leader, leader.node("edge-greedy"), "/api/v1/services").unwrap();
+        if again.code == 200 {
+            break;
+        }
+        assert!(Instant::now() < until, "{again:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]
