@@ -27,15 +27,12 @@ use super::{ClientError, get_as_hub, read_units, watch_deadline};
 use crate::cache::decode::{BodyShape, Unit};
 use crate::pool::leader::{self, ConfigEvent, PoolState, WATCH_SECONDS};
 use crate::pool::resources::PoolScope;
-use crate::pool::route::PoolRoute;
+use crate::pool::route::{FIRST_LIST_PATIENCE, PoolRoute};
 use crate::route::Deadline;
 use crate::upstream::Upstream;
 
 /// Largest list of the ConfigMap the watcher reads.
 const MAX_LIST_BYTES: u64 = 1024 * 1024;
-/// How long the feeders' first lists wait for the ConfigMap's first list when the cloud
-/// cannot be asked (they go to the cloud after it).
-const FIRST_LIST_PATIENCE: Duration = Duration::from_secs(5);
 /// A watch that ends sooner than this is resumed only after the retry pause.
 const MIN_WATCH: Duration = Duration::from_secs(1);
 
@@ -309,7 +306,10 @@ mod tests {
         // A follower of n1: the pool, through n1.
         watch.apply(ConfigEvent::Seen(&cm("n1/10.0.0.1", "true", both)));
         assert_eq!(route.source(), Source::Pool);
-        assert_eq!(route.leader(), Some("10.0.0.1:10269".parse().unwrap()));
+        assert_eq!(
+            route.leader_except(None),
+            Some("10.0.0.1:10269".parse().unwrap())
+        );
         assert_eq!(leads.load(Ordering::Relaxed), 0);
         assert!(scopes.lock().unwrap().is_empty(), "the same set");
 
@@ -331,7 +331,7 @@ mod tests {
             "/v1/services",
         )));
         assert_eq!(route.source(), Source::Cloud);
-        assert_eq!(route.leader(), None);
+        assert_eq!(route.leader_except(None), None);
         assert_eq!(leads.load(Ordering::Relaxed), 1, "once");
         assert_eq!(*scopes.lock().unwrap(), ["/v1/services"]);
 
