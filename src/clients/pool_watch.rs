@@ -703,7 +703,7 @@ impl Feeder {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::collections::VecDeque;
     use std::io::{BufRead, BufReader, Write};
     use std::net::{IpAddr, TcpListener};
@@ -720,14 +720,15 @@ mod tests {
     /// A TLS server on a loopback address that answers the feeder's requests: first its
     /// scripted answers, in order, then an empty Services list at resourceVersion 5 or an
     /// empty watch (which ends at once). It records each request line.
-    struct Fake {
+    pub(crate) struct Fake {
         addr: SocketAddr,
         requests: Arc<Mutex<Vec<String>>>,
         script: Arc<Mutex<VecDeque<(u16, &'static str)>>>,
     }
 
     impl Fake {
-        fn start(ca: &TestCa, ip: &str, script: &[(u16, &'static str)]) -> Fake {
+        /// Serves on `ip` (a loopback address) with a certificate of `ca` for it.
+        pub(crate) fn start(ca: &TestCa, ip: &str, script: &[(u16, &'static str)]) -> Fake {
             let (chain, key) = ca.issue("fake", &[ip]);
             let config = rustls::ServerConfig::builder_with_provider(Arc::new(
                 rustls::crypto::ring::default_provider(),
@@ -799,7 +800,8 @@ mod tests {
             }
         }
 
-        fn requests(&self) -> Vec<String> {
+        /// The request lines so far.
+        pub(crate) fn requests(&self) -> Vec<String> {
             self.requests.lock().unwrap().clone()
         }
     }
@@ -811,6 +813,20 @@ mod tests {
         fn reachable(&self, _: SocketAddr, _: Duration) -> bool {
             self.0.load(Ordering::SeqCst)
         }
+    }
+
+    /// The upstream of a hub with a node certificate of `ca` whose cloud is `cloud` (none:
+    /// offline).
+    pub(crate) fn upstream_of(ca: &TestCa, cloud: Option<&Fake>) -> Arc<Upstream> {
+        let bases = cloud
+            .map(|c| format!("https://{}", c.addr))
+            .into_iter()
+            .collect();
+        let (cert, key) = ca.issue_pem("system:node:edge-2", &[]);
+        let tls =
+            crate::tls::load(ca.pem.as_bytes(), Some((cert.as_bytes(), key.as_bytes()))).unwrap();
+        let backends = Arc::new(Backends::new(bases, LbMode::RoundRobin));
+        Arc::new(Upstream::new(backends, Some(&tls), None).unwrap())
     }
 
     /// A follower's Services feeder: its cloud is `cloud` (no server: offline), its leaders
