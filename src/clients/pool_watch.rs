@@ -13,7 +13,8 @@
 //!   first clients a 429 and the informer backoff after it; and the thread's life is the
 //!   hub's (one stop channel), with no start from a request thread.
 //! - **The multiplexer's identity**: the hub's credentials with the User-Agent
-//!   `multiplexer-proxy-<node>`, as YurtHub's multiplexer sends (`pool::identity`). It
+//!   `multiplexer-proxy-<node>`, as YurtHub's multiplexer sends (`pool::resources`); to a
+//!   leader hub the client certificate only, never the cloud bearer token. It
 //!   talks to `Upstream` directly, never through the proxy, so it cannot loop into its own
 //!   cache; the component is not a cache agent, so nothing is written to disk. Memory per
 //!   feeder beyond the cache: a [`WatchSlot`] (a mutex, a cancel handle) and a few cells.
@@ -42,12 +43,20 @@
 //!   cluster CA and its IP). Fallback leader → cloud → cache (`pool::health::plan`): a leader
 //!   that cannot be reached or breaks off mid-stream is marked unreachable and the feeder goes
 //!   on at once from the cloud, resuming from the cache's resourceVersion (the leader passes
-//!   the cloud's through); one that answers another status (429 warming, 503, 403) costs a
-//!   round on the cloud. A watch that no longer goes where the route says (the cloud while a
-//!   leader is usable, a leader no longer usable, a resource no longer pool-scope) is ended
-//!   by the route (its [`Wake`] shuts the stream's connection) and resumed at once; local
-//!   watches carry on throughout. The first list waits (up to 10 s) for the ConfigMap's first
-//!   list, so that a follower does not start by listing everything from the cloud.
+//!   the cloud's through). One that turns a request away (503, a 504 because it lags behind
+//!   the follower's resourceVersion, its server's cap, 429 warming while the follower holds
+//!   data) is skipped for one turn: another leader, else the cloud, else nothing this turn;
+//!   the next health round moves the watch back. One that refuses this node (a failed TLS
+//!   handshake, 401/403) is set aside for a backoff (`pool::health`). None of these counts
+//!   against the cache's feed ([`WatchCache::feeder_failing`] is the cloud's). A watch that
+//!   no longer goes where the route says (the cloud while a leader is usable, a leader no
+//!   longer usable, a resource no longer pool-scope) is ended by the route (its [`Wake`]
+//!   shuts the stream's connection) and resumed at once; local watches carry on throughout.
+//! - **The first list from the pool**: it waits (up to `FIRST_LIST_PATIENCE`) for the
+//!   ConfigMap's first list; then, while named leaders do not answer their dial yet (a power
+//!   cut), it re-dials them every 1.5 s for up to 30 s; and a leader that answers 429 warming
+//!   is asked again every second for up to 70 s. Meanwhile the cache counts as warming
+//!   ([`WatchCache::awaits_leader`]): local clients get 429, not forwarded one by one.
 //! - **The run-time set**: a resource the leader ConfigMap takes out of the pool-scope set
 //!   idles its feeder and drops its cache; put back, it is listed again.
 //! - Offline, the cache keeps what it holds and keeps serving it (see `proxy::pool_local`).

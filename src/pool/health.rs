@@ -152,6 +152,13 @@ impl LeaderHealth {
         self.slots().iter().any(Slot::usable)
     }
 
+    /// At least one leader answered its last probe, set aside for a refusal or not.
+    pub(crate) fn any_answering(&self) -> bool {
+        self.slots()
+            .iter()
+            .any(|s| s.healthy.load(Ordering::Acquire))
+    }
+
     /// Whether the ConfigMap names any leader.
     pub(crate) fn any_leader(&self) -> bool {
         !self.slots().is_empty()
@@ -174,7 +181,8 @@ impl LeaderHealth {
 
     /// The leader at `addr` refused this node (`why`): set aside for a backoff (20 s, doubled
     /// by each next refusal up to 10 min) that a TCP round does not clear. Warned about the
-    /// first time only. True when it was usable until now.
+    /// first time only. A refusal while set aside (another feeder's request that was under
+    /// way) changes nothing. True when it was usable until now.
     pub(crate) fn refused(&self, addr: SocketAddr, why: &str) -> bool {
         let mut changed = false;
         for slot in self.slots().iter().filter(|s| s.addr == addr) {
@@ -190,6 +198,7 @@ impl LeaderHealth {
                     );
                     REFUSED_FIRST
                 }
+                Some((until, _)) if Instant::now() < until => continue,
                 Some((_, last)) => {
                     log::debug!(
                         "leader hub {} ({addr}) refuses this node again: {why}",
@@ -463,14 +472,27 @@ mod tests {
         }
         assert_eq!(health.pick(Some(b)), None, "no other leader");
         assert!(!health.snapshot()[0].1);
+        assert!(health.any_answering() && health.any_healthy());
         assert!(!health.refused(a, "403"), "already aside");
-        assert!(!health.refused(a, "403"));
         assert_eq!(
             backoff(&health),
-            Some(Duration::from_secs(80)),
-            "doubled each time"
+            Some(Duration::from_secs(20)),
+            "not while aside"
         );
+        // Each refusal past the backoff doubles it.
+        let expire = |health: &LeaderHealth| {
+            let slots = health.slots();
+            let mut refused = slots[0].refused.lock().unwrap();
+            *refused = refused.map(|(_, b)| (Instant::now(), b));
+        };
+        expire(&health);
+        assert!(
+            health.refused(a, "403"),
+            "usable again when its backoff ended"
+        );
+        assert_eq!(backoff(&health), Some(Duration::from_secs(40)));
         for _ in 0..6 {
+            expire(&health);
             health.refused(a, "403");
         }
         assert_eq!(backoff(&health), Some(REFUSED_MAX), "capped");
@@ -478,6 +500,7 @@ mod tests {
         // Only b: no usable leader at all while it refuses.
         health.refused(b, "bad certificate");
         assert!(!health.any_healthy());
+        assert!(health.any_answering(), "they still answer their dial");
 
         // Served (past its backoff), it starts afresh.
         health.served(a);

@@ -96,9 +96,10 @@ impl PoolRoute {
             .flatten()
     }
 
-    /// The source is the pool and leaders are named, but none answers yet.
+    /// The source is the pool and leaders are named, but none answers its dial yet (one
+    /// that answers but refused this node is no leader to wait for).
     pub(crate) fn awaits_leader(&self) -> bool {
-        self.source() == Source::Pool && self.health.any_leader() && !self.health.any_healthy()
+        self.source() == Source::Pool && self.health.any_leader() && !self.health.any_answering()
     }
 
     /// Dials the leaders now (a feeder's first list waiting for a leader to bind its port),
