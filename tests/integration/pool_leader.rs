@@ -669,3 +669,114 @@ fn a_follower_reads_from_the_cloud_for_a_round_when_its_leader_answers_an_error(
         hub.logs()
     );
 }
+
+/// Reads `events` until an ADDED of `name`, failing on an ERROR event (a 410 would send the
+/// client to relist).
+fn sees_added_without_error(events: &mut Events, name: &str) -> bool {
+    while let Some(event) = events.next_event() {
+        assert_ne!(event["type"], "ERROR", "{event}");
+        if event["type"] == "ADDED" && event["object"]["metadata"]["name"] == name {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn followers_that_start_before_their_leader_wait_for_it_instead_of_listing_from_the_cloud() {
+    let cloud = cloud_with_objects();
+    // A power cut where the leader boots 3 s after its followers: they dial a port nobody
+    // listens on yet.
+    let pool = Pool::start_late(
+        &cloud,
+        "pool-leader-late",
+        3,
+        &[1],
+        Duration::from_secs(3),
+        &["--heartbeat-interval-seconds=3"],
+    );
+    for n in 1..=3 {
+        for (path, resource) in [(SERVICES, "services"), (SLICES, "endpointslices")] {
+            let list = list_when_warm(pool.hub(n), path, KUBE_PROXY);
+            assert_eq!(
+                keys(items(&list)),
+                keys(&cloud.list(resource, None)),
+                "edge-{n} {path}"
+            );
+        }
+    }
+    // The cloud saw one list of each resource, the leader's, and nothing from a follower.
+    for resource in ["services", "endpointslices"] {
+        let seen: Vec<String> = cloud
+            .requests()
+            .iter()
+            .filter(|r| of(r, resource))
+            .map(|r| format!("{} {}?{}", r.user_agent, r.path, r.query))
+            .collect();
+        assert_eq!(
+            cloud.count(|r| of(r, resource) && !r.is_watch()),
+            1,
+            "{seen:#?}"
+        );
+        assert_eq!(
+            cloud.count(|r| of(r, resource) && r.user_agent != "multiplexer-proxy-edge-1"),
+            0,
+            "{seen:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_leader_restart_does_not_freeze_its_followers_caches_or_send_their_clients_to_the_cloud() {
+    let cloud = cloud_with_objects();
+    let mut pool = Pool::start_with(
+        &cloud,
+        "pool-leader-restart",
+        3,
+        &[1],
+        &["--heartbeat-interval-seconds=3"],
+    );
+    let mut watches = Vec::new();
+    for n in [2, 3] {
+        let slices = list_when_warm(pool.hub(n), SLICES, KUBE_PROXY);
+        watches.push((n, watch_from(pool.hub(n), SLICES, KUBE_PROXY, &slices)));
+    }
+    // The leader dies: the followers watch the cloud.
+    pool.stop_node(1);
+    assert!(
+        cloud.wait_for_watchers("endpointslices", 2, patience(25)),
+        "{}",
+        cloud.watchers("endpointslices")
+    );
+    // It comes back with its first 8 lists of slices failing: it warms for 8 retry
+    // intervals (24 s, more than a health round), answering 429. The followers, which hold
+    // data, are not turned into failing caches by its 429s: they keep their cloud watches
+    // until it serves, then come back.
+    cloud.misanswer(SLICES, 8, 500, b"{}");
+    pool.start_node(&cloud, 1);
+    assert!(
+        pool.hub(1).wait_log("failed", patience(10)),
+        "the leader's list failed"
+    );
+    assert!(
+        cloud.wait_for_watchers_at_most("endpointslices", 1, patience(70)),
+        "the followers left the cloud: {} watches",
+        cloud.watchers("endpointslices")
+    );
+    cloud.create("endpointslices", slice("cache-abc", "web", "10.244.1.7"));
+    for (n, events) in &mut watches {
+        assert!(
+            sees_added_without_error(events, "cache-abc"),
+            "edge-{n}'s local watch carried on"
+        );
+    }
+    for n in [2, 3] {
+        let list = list_when_warm(pool.hub(n), SLICES, KUBE_PROXY);
+        assert_eq!(items(&list).len(), 3, "edge-{n}");
+    }
+    assert_eq!(
+        cloud.count(|r| r.user_agent == KUBE_PROXY),
+        0,
+        "no kube-proxy request reached the cloud"
+    );
+}
