@@ -780,3 +780,42 @@ fn a_leader_restart_does_not_freeze_its_followers_caches_or_send_their_clients_t
         "no kube-proxy request reached the cloud"
     );
 }
+
+#[test]
+fn a_leader_that_refuses_the_follower_is_asked_again_only_after_a_backoff() {
+    let cloud = cloud_with_objects();
+    // edge-9's certificate names another address: every handshake fails, while its port
+    // keeps answering the TCP health probe.
+    let port = pool::free_port(9);
+    let fake_addr = SocketAddr::new(node_ip(9).into(), port);
+    let wrong = cloud.pki().issue_server(&["127.0.0.99"]);
+    let fake = FakeLeader::start(fake_addr, &wrong, cloud.pki().ca_der());
+    set_leader_config(&cloud, &[9], true);
+    let dir = TempDir::new("pool-leader-refusing-backoff");
+    let hub = Hub::start(&pool::node_spec(&cloud, dir.path(), 2, port));
+    list_when_warm(&hub, SERVICES, KUBE_PROXY);
+    assert!(hub.wait_log("refuses this node", patience(10)));
+    let began = std::time::Instant::now();
+    // Two health rounds (20 s each) and more: the leader is set aside for 20 s, then 40 s.
+    std::thread::sleep(Duration::from_secs(45));
+    let watches = cloud
+        .count(|r| of(r, "services") && r.is_watch() && r.user_agent == "multiplexer-proxy-edge-2");
+    assert!(
+        watches <= 2,
+        "the cloud watch was torn down {} times in {:?}",
+        watches - 1,
+        began.elapsed()
+    );
+    assert_eq!(
+        hub.log_lines(|l| l.contains("is healthy")),
+        1,
+        "no flapping: {}",
+        hub.logs()
+    );
+    assert_eq!(
+        hub.log_lines(|l| l.contains("refuses this node (")),
+        1,
+        "warned once"
+    );
+    assert!(fake.hellos.load(Ordering::Relaxed) <= 6, "a few handshakes");
+}
