@@ -64,7 +64,7 @@
 use std::cell::Cell;
 use std::io::Read;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -94,6 +94,11 @@ const LEADER_WARMING: Duration = Duration::from_secs(70);
 const LEADER_STARTING: Duration = Duration::from_secs(30);
 /// The pause between dials of leaders that do not answer yet, before the first list.
 const LEADER_REDIAL: Duration = Duration::from_millis(1500);
+/// A watch through a leader that brings nothing (not even the bookmark a leader sends every
+/// minute, `pool_local::BOOKMARK_EVERY`) for this long is from a hung leader (its kernel
+/// still accepts, so TCP health is green): ended at the next health round, the leader
+/// marked unreachable.
+const LEADER_IDLE: Duration = Duration::from_secs(150);
 /// The most of a leader's 429 body read to tell a warming cache from a busy server.
 const REFUSAL_BODY: u64 = 1024;
 /// A watch that ends sooner than this is resumed only after the retry pause.
@@ -188,11 +193,33 @@ struct WatchSlot {
     active: Arc<AtomicBool>,
     /// The route ended the watch: resume at once.
     woken: AtomicBool,
+    /// When the slot was made: the origin of `last_read_ms`.
+    born: Instant,
+    /// When the open watch last brought bytes (or opened), in ms since `born`.
+    last_read_ms: AtomicU64,
+    /// A leader's watch silent this long (ms) is ended ([`LEADER_IDLE`]; shorter in tests).
+    idle_after_ms: AtomicU64,
+    /// The route ended a leader's watch for its silence: the leader is taken as failed.
+    idle: AtomicBool,
 }
 
 impl WatchSlot {
     fn hold(&self, via: Via, cancel: Option<Cancel>) {
+        self.touch();
         *self.open.lock().unwrap_or_else(PoisonError::into_inner) = cancel.map(|c| (via, c));
+    }
+
+    /// The open watch brought bytes.
+    fn touch(&self) {
+        let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_read_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// The open watch has brought nothing for longer than a leader's bookmarks allow.
+    fn silent(&self) -> bool {
+        let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        now.saturating_sub(self.last_read_ms.load(Ordering::Relaxed))
+            > self.idle_after_ms.load(Ordering::Relaxed)
     }
 
     fn release(&self) {
@@ -210,6 +237,11 @@ impl Wake for WatchSlot {
             None => false,
             Some(_) if !self.active.load(Ordering::Acquire) => true,
             Some((Via::Cloud, _)) => route.wants_leader(),
+            // Usable or not: the run loop marks it failed.
+            Some((Via::Leader(_), _)) if self.silent() => {
+                self.idle.store(true, Ordering::Release);
+                true
+            }
             Some((Via::Leader(addr), _)) => !route.leader_usable(*addr),
         };
         if stale && let Some((_, cancel)) = open.take() {
@@ -254,6 +286,12 @@ impl Feeder {
             open: Mutex::new(None),
             active: Arc::clone(&active),
             woken: AtomicBool::new(false),
+            born: Instant::now(),
+            last_read_ms: AtomicU64::new(0),
+            idle_after_ms: AtomicU64::new(
+                u64::try_from(LEADER_IDLE.as_millis()).unwrap_or(u64::MAX),
+            ),
+            idle: AtomicBool::new(false),
         });
         if let Some(route) = &route {
             let waker: Arc<dyn Wake> = Arc::clone(&slot) as Arc<dyn Wake>;
@@ -378,6 +416,18 @@ impl Feeder {
                     let began = Instant::now();
                     let watched = self.watch(&path, &stop);
                     self.slot.release();
+                    if self.slot.idle.swap(false, Ordering::AcqRel)
+                        && let Via::Leader(addr) = self.via.get()
+                    {
+                        log::info!(
+                            "the watch of {path} from the leader hub {addr} brought nothing for {} s: the leader is taken as failed",
+                            LEADER_IDLE.as_secs()
+                        );
+                        self.leader_outcome.set(LeaderOutcome::Failed);
+                        if let Some(route) = &self.route {
+                            route.leader_failed(addr);
+                        }
+                    }
                     match watched {
                         Watched::Stopped => return,
                         Watched::Resume { broke: None } => {
@@ -669,7 +719,7 @@ impl Feeder {
             &mut answer,
             BodyShape::WatchStream,
             stop,
-            &mut |_| {},
+            &mut |_| self.slot.touch(),
             &mut |unit| {
                 let Unit::WatchEvent(raw) = unit else {
                     return Ok(());
@@ -727,7 +777,7 @@ pub(super) mod tests {
     use crate::watchcache::{CacheOptions, Resource};
 
     /// A TLS server on a loopback address that answers the feeder's requests: first its
-    /// scripted answers, in order, then an empty Services list at resourceVersion 5 or an
+    /// scripted answers, in order (status 0: a watch's 200 head, then 20 s of silence), then an empty Services list at resourceVersion 5 or an
     /// empty watch (which ends at once). It records each request line.
     pub(crate) struct Fake {
         addr: SocketAddr,
@@ -792,6 +842,12 @@ pub(super) mod tests {
                 drop(reader);
                 requests.lock().unwrap().push(first.trim_end().to_owned());
                 let scripted = script.lock().unwrap().pop_front();
+                if let Some((0, _)) = scripted {
+                    tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")?;
+                    tls.flush()?;
+                    thread::sleep(Duration::from_secs(20));
+                    return Ok(());
+                }
                 let (status, body) = match scripted {
                     Some(answer) => answer,
                     None if first.contains("watch=true") => (200, ""),
@@ -987,6 +1043,30 @@ pub(super) mod tests {
             requests.len() >= 3 && !requests[2].contains("watch=true"),
             "{requests:#?}"
         );
+    }
+
+    #[test]
+    fn a_silent_leader_watch_is_ended_at_a_health_round_and_the_leader_taken_as_failed() {
+        let ca = TestCa::new();
+        let list = r#"{"kind":"ServiceList","metadata":{"resourceVersion":"5"},"items":[]}"#;
+        // Listed, then a watch whose stream says nothing (a hung leader).
+        let leader = Fake::start(&ca, "127.0.0.1", &[(200, list), (0, "")]);
+        let up = Arc::new(AtomicBool::new(true));
+        let (feeder, route) = follower(&ca, None, &["127.0.0.1"], leader.addr.port(), &up);
+        feeder.slot.idle_after_ms.store(300, Ordering::Relaxed);
+        let generation = route.generation();
+        let r = Arc::clone(&route);
+        let began = Instant::now();
+        let mut failed = false;
+        let resumed = run_until(feeder, || {
+            // A health round every poll: only a silent watch is ended by one.
+            r.check();
+            failed |= r.generation() > generation;
+            leader.requests().len() >= 3
+        });
+        assert!(resumed, "{:#?}", leader.requests());
+        assert!(began.elapsed() >= Duration::from_millis(300));
+        assert!(failed, "the leader was marked unreachable");
     }
 
     #[test]
