@@ -4,9 +4,10 @@
 //! (which ask it where to list and watch, and report a leader that failed them).
 //!
 //! Design decisions:
-//! - **No lock on the hot path**: the source is an atomic, the leaders' health is
-//!   [`LeaderHealth`] (an `Arc` snapshot and atomics), the generation an atomic counter. The
-//!   only mutex guards the list of feeders to wake, taken when something changed.
+//! - **No lock on a client's path** (only the feeders ask the route): the source is an
+//!   atomic, the leaders' health is [`LeaderHealth`] (an `Arc` snapshot, atomics, and a small
+//!   mutex per leader for its refusal backoff, taken per feeder request), the generation an
+//!   atomic counter. The list of feeders to wake has a mutex, taken when something changed.
 //! - **The generation** is bumped whenever the answer to "where do pool-scope reads go now"
 //!   may have changed: the source, the leader list, a leader's health. A feeder compares it
 //!   across a watch to know the watch ended because of a change (resume at once).
