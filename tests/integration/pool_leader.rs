@@ -819,3 +819,43 @@ fn a_leader_that_refuses_the_follower_is_asked_again_only_after_a_backoff() {
     );
     assert!(fake.hellos.load(Ordering::Relaxed) <= 6, "a few handshakes");
 }
+
+#[test]
+fn a_follower_turned_away_by_one_leader_reads_from_another_before_the_cloud() {
+    let cloud = cloud_with_objects();
+    // Two leaders: edge-9, a fake that answers every request with 500 (named first, so it
+    // is picked first), and edge-1, a real hub.
+    let port = pool::free_port(9);
+    let fake_addr = SocketAddr::new(node_ip(9).into(), port);
+    let good = cloud.pki().issue_server(&["127.0.0.10"]);
+    let fake = FakeLeader::start(fake_addr, &good, cloud.pki().ca_der());
+    set_leader_config(&cloud, &[9, 1], true);
+    let dirs = [
+        TempDir::new("pool-leader-two-1"),
+        TempDir::new("pool-leader-two-2"),
+    ];
+    let leader = Hub::start(&pool::node_spec(&cloud, dirs[0].path(), 1, port));
+    assert!(leader.wait_log("role=multiplexer addr=", patience(20)));
+    for path in [SERVICES, SLICES] {
+        list_when_warm(&leader, path, "warm-up");
+    }
+    let follower = Hub::start(&pool::node_spec(&cloud, dirs[1].path(), 2, port));
+    for (path, resource) in [(SERVICES, "services"), (SLICES, "endpointslices")] {
+        let list = list_when_warm(&follower, path, KUBE_PROXY);
+        assert_eq!(keys(items(&list)), keys(&cloud.list(resource, None)));
+    }
+    assert!(
+        !fake.requests.lock().unwrap().is_empty(),
+        "the fake leader was asked first"
+    );
+    let from_follower: Vec<String> = cloud
+        .requests()
+        .iter()
+        .filter(|r| r.user_agent == "multiplexer-proxy-edge-2")
+        .map(|r| format!("{}?{}", r.path, r.query))
+        .collect();
+    assert!(
+        from_follower.is_empty(),
+        "the other leader served the follower: {from_follower:#?}"
+    );
+}
