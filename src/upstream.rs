@@ -493,14 +493,15 @@ impl Upstream {
     /// certificate verified against the cluster CA and the IP in `base`), counted on the
     /// link with `base` as the server. No retry, no health report: the caller (a feeder)
     /// marks the leader and goes on from the cloud. [`Answer::backend`] is
-    /// [`LEADER_BACKEND`].
+    /// [`LEADER_BACKEND`]. Never the hub's bearer token: a leader is another node, which
+    /// needs only the client certificate, and must not collect the pool's cloud tokens.
     pub(crate) fn send_to_base(
         &self,
         base: &str,
         mut req: Outgoing<'_>,
     ) -> Result<Answer, UpstreamError> {
         let agents = self.current()?;
-        self.send_via(&agents, base, LEADER_BACKEND, &mut req)
+        self.send_via(&agents, base, LEADER_BACKEND, &mut req, false)
     }
 
     fn send_to(
@@ -509,16 +510,18 @@ impl Upstream {
         backend: usize,
         req: &mut Outgoing<'_>,
     ) -> Result<Answer, UpstreamError> {
-        self.send_via(agents, &self.backends.get(backend).base, backend, req)
+        self.send_via(agents, &self.backends.get(backend).base, backend, req, true)
     }
 
-    /// Sends `req` to `server`, reporting `backend` in the answer.
+    /// Sends `req` to `server`, reporting `backend` in the answer; with the hub's bearer
+    /// token (for [`Identity::Hub`]) only when `cloud`.
     fn send_via(
         &self,
         agents: &Agents,
         server: &str,
         backend: usize,
         req: &mut Outgoing<'_>,
+        cloud: bool,
     ) -> Result<Answer, UpstreamError> {
         // The series is resolved once, before sending: the body reader only adds to it.
         let link = LINK.link(
@@ -557,6 +560,7 @@ impl Upstream {
             builder = builder.header("accept", accept);
         }
         if req.identity == Identity::Hub
+            && cloud
             && let Some(token) = self.token.as_ref().and_then(TokenSource::current)
         {
             longest_line = longest_line.max(token.len() + 24);

@@ -11,6 +11,10 @@
 //!   failure waits `retry` (the heartbeat interval); nothing is asked of a cloud whose
 //!   servers are all unhealthy.
 //! - A deleted ConfigMap changes nothing (YurtHub ignores deletes).
+//! - **Not allowed to read it** (403, or 404): the hub's identity lacks the RBAC (kubelet
+//!   certificate mode: `system:nodes` only, no `yurt-hub` ClusterRole). One warning names
+//!   what is needed and the watcher asks again only every [`DENIED_BACKOFF`]: the pool
+//!   feature is off (the source stays the cloud) without a request every heartbeat.
 //! - What the ConfigMap changes beyond the route goes to the caller's callbacks: the first
 //!   time it names this node a leader (the multiplexer port opens), and a new pool-scope set.
 //! - Memory: the list's body (at most [`MAX_LIST_BYTES`], one small ConfigMap in practice)
@@ -27,7 +31,7 @@ use super::{ClientError, get_as_hub, read_units, watch_deadline};
 use crate::cache::decode::{BodyShape, Unit};
 use crate::pool::leader::{self, ConfigEvent, PoolState, WATCH_SECONDS};
 use crate::pool::resources::PoolScope;
-use crate::pool::route::PoolRoute;
+use crate::pool::route::{FIRST_LIST_PATIENCE, PoolRoute};
 use crate::route::Deadline;
 use crate::upstream::Upstream;
 
@@ -37,11 +41,10 @@ pub(crate) type OnLeader = Box<dyn FnOnce(&[leader::Leader]) + Send>;
 
 /// Largest list of the ConfigMap the watcher reads.
 const MAX_LIST_BYTES: u64 = 1024 * 1024;
-/// How long the feeders' first lists wait for the ConfigMap's first list when the cloud
-/// cannot be asked (they go to the cloud after it).
-const FIRST_LIST_PATIENCE: Duration = Duration::from_secs(5);
 /// A watch that ends sooner than this is resumed only after the retry pause.
 const MIN_WATCH: Duration = Duration::from_secs(1);
+/// The pause after the cloud refused to show the ConfigMap to this hub (403, 404).
+const DENIED_BACKOFF: Duration = Duration::from_secs(300);
 
 /// What the ConfigMap's watcher needs.
 pub(crate) struct LeaderWatch {
@@ -72,6 +75,17 @@ enum Watched {
     Resume(String, bool),
     /// A 410, an ERROR event or an unreadable stream: list again.
     Relist(ClientError),
+    /// 403 or 404: the hub may not read it (logged); resume from this resourceVersion after
+    /// [`DENIED_BACKOFF`].
+    Denied(String, u16),
+}
+
+/// The warning when the cloud will not show the ConfigMap to this hub.
+fn denied_line(namespace: &str, name: &str, status: u16) -> String {
+    format!(
+        "the cloud answers {status} to this hub's list of the pool's leader ConfigMap {namespace}/{name}: the pool's leader hub is not used (its reads go to the cloud); the hub's identity needs get, list and watch on configmaps in {namespace} (YurtHub's yurt-hub ClusterRole, or a Role bound to it); asked again every {} s",
+        DENIED_BACKOFF.as_secs()
+    )
 }
 
 impl LeaderWatch {
@@ -90,9 +104,12 @@ impl LeaderWatch {
         };
         let mut resume: Option<String> = None;
         let mut failed = 0u32;
+        let mut warned_denied = false;
         let started = Instant::now();
         loop {
             let mut pause = true;
+            // The cloud's 403/404 for this hub: warned about once, asked again rarely.
+            let mut denied: Option<u16> = None;
             if self.upstream.backends().any_healthy() {
                 let rv = match resume.take() {
                     Some(rv) => Ok(rv),
@@ -112,8 +129,13 @@ impl LeaderWatch {
                                 log::debug!("watch of {}/{name} ended: {e}", self.namespace);
                                 pause = false;
                             }
+                            Watched::Denied(rv, status) => {
+                                resume = Some(rv);
+                                denied = Some(status);
+                            }
                         }
                     }
+                    Err(ClientError::Status(status @ (403 | 404))) => denied = Some(status),
                     Err(e) => {
                         failed += 1;
                         let line = format!("list of {}/{name} failed: {e}", self.namespace);
@@ -128,7 +150,16 @@ impl LeaderWatch {
             if !self.route.settled() && started.elapsed() >= FIRST_LIST_PATIENCE {
                 self.route.settle();
             }
-            let wait = if pause { self.retry } else { Duration::ZERO };
+            if let Some(status) = denied
+                && !std::mem::replace(&mut warned_denied, true)
+            {
+                log::warn!("{}", denied_line(&self.namespace, &name, status));
+            }
+            let wait = match (denied, pause) {
+                (Some(_), _) => DENIED_BACKOFF,
+                (None, true) => self.retry,
+                (None, false) => Duration::ZERO,
+            };
             match stop.recv_timeout(wait) {
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                 _ => return,
@@ -173,6 +204,9 @@ impl LeaderWatch {
         let mut answer = match get_as_hub(&self.upstream, &path, watch_deadline(WATCH_SECONDS)) {
             Ok(answer) => answer,
             Err(e @ ClientError::Status(410)) => return Watched::Relist(e),
+            Err(ClientError::Status(status @ (403 | 404))) => {
+                return Watched::Denied(rv.to_owned(), status);
+            }
             Err(e) => {
                 log::debug!("watch of the pool's leader ConfigMap failed: {e}");
                 return Watched::Resume(rv.to_owned(), false);
@@ -259,10 +293,12 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::clients::pool_watch::tests::{Fake, upstream_of};
     use crate::config::LbMode;
     use crate::health::Backends;
     use crate::pool::health::Dialer;
     use crate::pool::leader::Source;
+    use crate::server::tls::tests::TestCa;
 
     /// Every leader answers its dial.
     struct AllUp;
@@ -282,6 +318,32 @@ mod tests {
                 "pool-scoped-metadata": scoped,
             }
         })
+    }
+
+    #[test]
+    fn a_configmap_the_hub_may_not_read_is_asked_for_rarely() {
+        let ca = TestCa::new();
+        let cloud = Fake::start(&ca, "127.0.0.1", &[(403, "{}"); 50]);
+        let route = Arc::new(PoolRoute::new(10269, Box::new(AllUp)));
+        let watch = LeaderWatch {
+            upstream: upstream_of(&ca, Some(&cloud)),
+            route: Arc::clone(&route),
+            state: PoolState::new("n2", "pool-a", PoolScope::with_defaults([])).unwrap(),
+            namespace: "kube-system".into(),
+            pool: "pool-a".into(),
+            retry: Duration::from_millis(20),
+            on_leader: None,
+            on_scope: Box::new(|_| {}),
+        };
+        let (stop_tx, stop) = crossbeam_channel::bounded(1);
+        let running = std::thread::spawn(move || watch.run(stop));
+        std::thread::sleep(Duration::from_millis(1500));
+        drop(stop_tx);
+        running.join().unwrap();
+        assert_eq!(cloud.requests().len(), 1, "{:#?}", cloud.requests());
+        assert!(route.settled(), "the feeders do not wait for it");
+        assert_eq!(route.source(), Source::Cloud);
+        assert!(denied_line("kube-system", "leader-hub-pool-a", 403).contains("configmaps"));
     }
 
     #[test]
@@ -313,7 +375,10 @@ mod tests {
         // A follower of n1: the pool, through n1.
         watch.apply(ConfigEvent::Seen(&cm("n1/10.0.0.1", "true", both)));
         assert_eq!(route.source(), Source::Pool);
-        assert_eq!(route.leader(), Some("10.0.0.1:10269".parse().unwrap()));
+        assert_eq!(
+            route.leader_except(None),
+            Some("10.0.0.1:10269".parse().unwrap())
+        );
         assert_eq!(leads.load(Ordering::Relaxed), 0);
         assert!(scopes.lock().unwrap().is_empty(), "the same set");
 
@@ -335,7 +400,7 @@ mod tests {
             "/v1/services",
         )));
         assert_eq!(route.source(), Source::Cloud);
-        assert_eq!(route.leader(), None);
+        assert_eq!(route.leader_except(None), None);
         assert_eq!(leads.load(Ordering::Relaxed), 1, "once");
         assert_eq!(*scopes.lock().unwrap(), ["/v1/services"]);
 

@@ -13,7 +13,8 @@
 //!   first clients a 429 and the informer backoff after it; and the thread's life is the
 //!   hub's (one stop channel), with no start from a request thread.
 //! - **The multiplexer's identity**: the hub's credentials with the User-Agent
-//!   `multiplexer-proxy-<node>`, as YurtHub's multiplexer sends (`pool::identity`). It
+//!   `multiplexer-proxy-<node>`, as YurtHub's multiplexer sends (`pool::resources`); to a
+//!   leader hub the client certificate only, never the cloud bearer token. It
 //!   talks to `Upstream` directly, never through the proxy, so it cannot loop into its own
 //!   cache; the component is not a cache agent, so nothing is written to disk. Memory per
 //!   feeder beyond the cache: a [`WatchSlot`] (a mutex, a cancel handle) and a few cells.
@@ -42,19 +43,28 @@
 //!   cluster CA and its IP). Fallback leader → cloud → cache (`pool::health::plan`): a leader
 //!   that cannot be reached or breaks off mid-stream is marked unreachable and the feeder goes
 //!   on at once from the cloud, resuming from the cache's resourceVersion (the leader passes
-//!   the cloud's through); one that answers another status (429 warming, 503, 403) costs a
-//!   round on the cloud. A watch that no longer goes where the route says (the cloud while a
-//!   leader is usable, a leader no longer usable, a resource no longer pool-scope) is ended
-//!   by the route (its [`Wake`] shuts the stream's connection) and resumed at once; local
-//!   watches carry on throughout. The first list waits (up to 10 s) for the ConfigMap's first
-//!   list, so that a follower does not start by listing everything from the cloud.
+//!   the cloud's through). One that turns a request away (503, a 504 because it lags behind
+//!   the follower's resourceVersion, its server's cap, 429 warming while the follower holds
+//!   data) is skipped for one turn: another leader, else the cloud, else nothing this turn;
+//!   the next health round moves the watch back. One that refuses this node (a failed TLS
+//!   handshake, 401/403) is set aside for a backoff (`pool::health`). None of these counts
+//!   against the cache's feed ([`WatchCache::feeder_failing`] is the cloud's). A watch that
+//!   no longer goes where the route says (the cloud while a leader is usable, a leader no
+//!   longer usable, a resource no longer pool-scope) is ended by the route (its [`Wake`]
+//!   shuts the stream's connection) and resumed at once; local watches carry on throughout.
+//! - **The first list from the pool**: it waits (up to `FIRST_LIST_PATIENCE`) for the
+//!   ConfigMap's first list; then, while named leaders do not answer their dial yet (a power
+//!   cut), it re-dials them every 1.5 s for up to 30 s; and a leader that answers 429 warming
+//!   is asked again every second for up to 70 s. Meanwhile the cache counts as warming
+//!   ([`WatchCache::awaits_leader`]): local clients get 429, not forwarded one by one.
 //! - **The run-time set**: a resource the leader ConfigMap takes out of the pool-scope set
 //!   idles its feeder and drops its cache; put back, it is listed again.
 //! - Offline, the cache keeps what it holds and keeps serving it (see `proxy::pool_local`).
 
 use std::cell::Cell;
+use std::io::Read;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -64,24 +74,33 @@ use super::{ClientError, read_units, watch_deadline};
 use crate::cache::decode::{BodyShape, DecodeError, Unit};
 use crate::pool::health::{Hop, leader_url, plan};
 use crate::pool::leader::Source;
-use crate::pool::route::{PoolRoute, Wake};
-use crate::proxy::pool_local::random_between;
+use crate::pool::route::{FIRST_LIST_PATIENCE, PoolRoute, Wake};
+use crate::proxy::pool_local::{WATCH_SECONDS, random_between};
 use crate::route::{Deadline, Identity};
 use crate::upstream::{Answer, Cancel, Outgoing, Upstream};
 use crate::watchcache::{ApplyError, WatchCache};
 
 /// A list of a whole resource: time for a large cluster over a slow link.
 const LIST_DEADLINE: Duration = Duration::from_secs(300);
-/// Watches last a random time in this range (seconds), as client-go's reflector picks
-/// them, so the watches of many nodes do not all renew at once.
-const WATCH_SECONDS: (u64, u64) = (300, 600);
-/// The longest the first list waits for the leader ConfigMap's first list.
-const FIRST_LIST_PATIENCE: Duration = Duration::from_secs(10);
-/// A leader answering 429 is asked again after this (its `Retry-After`).
+/// A warming leader is asked again after this (its `Retry-After`).
 const LEADER_RETRY_AFTER: Duration = Duration::from_secs(1);
-/// How long a leader answering 429 is waited for before the cloud is asked: a little more
-/// than its warming time (`pool_local::WARMING`), after which it answers 503.
+/// How long a first list waits for a warming leader (counted from when it began to wait)
+/// before the cloud is asked: a little more than its warming time (`pool_local::WARMING`),
+/// after which it answers 503.
 const LEADER_WARMING: Duration = Duration::from_secs(70);
+/// How long a first list waits for named leaders none of which answers its dial yet (a
+/// power cut: a leader binds its port only after its own ConfigMap list) before the cloud
+/// is asked; they are dialled again every [`LEADER_REDIAL`] meanwhile.
+const LEADER_STARTING: Duration = Duration::from_secs(30);
+/// The pause between dials of leaders that do not answer yet, before the first list.
+const LEADER_REDIAL: Duration = Duration::from_millis(1500);
+/// A watch through a leader that brings nothing (not even the bookmark a leader sends every
+/// minute, `pool_local::BOOKMARK_EVERY`) for this long is from a hung leader (its kernel
+/// still accepts, so TCP health is green): ended at the next health round, the leader
+/// marked unreachable.
+const LEADER_IDLE: Duration = Duration::from_secs(150);
+/// The most of a leader's 429 body read to tell a warming cache from a busy server.
+const REFUSAL_BODY: u64 = 1024;
 /// A watch that ends sooner than this is resumed only after the retry pause.
 const MIN_WATCH: Duration = Duration::from_secs(1);
 
@@ -121,20 +140,49 @@ enum Via {
     Leader(SocketAddr),
 }
 
-/// What the last request to a leader came to.
+/// What the last request to a leader came to. None of these is the cloud's failure: only
+/// the cloud's answers move the cache's feed state ([`WatchCache::feeder_failing`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LeaderOutcome {
     /// No trouble (or no leader asked).
     Fine,
-    /// It answered 429: its cache is warming (seconds after its start). Asked again after
-    /// its `Retry-After` rather than the cloud: a pool whose hubs all restart at once (a
-    /// power cut) would otherwise send every follower's list to the cloud, and keep its
-    /// watches there until the next health round.
+    /// It answered 429 for a warming cache ([`WatchCache::initializing`]: seconds after its
+    /// start). A follower with no data yet asks it again after its `Retry-After` rather
+    /// than the cloud (a pool whose hubs all restart at once would otherwise send every
+    /// follower's list to the cloud); one with data keeps serving it and reads from
+    /// another leader or the cloud for a turn.
     Warming,
-    /// It answered another status than 200 (503 not filled, 403): the cloud this round.
+    /// It turned the request away for now: its server's cap (a 429 of another kind), 503
+    /// (not filled, its feed failing), 504 (its cache lags behind the follower's
+    /// resourceVersion, which came from the cloud), another status. Another leader or the
+    /// cloud for one turn; the next health round moves the watch back.
+    Busy,
+    /// It refused this node: its TLS handshake failed, or 401/403. Set aside for a backoff
+    /// ([`PoolRoute::leader_refused`]), another leader or the cloud meanwhile.
     Refused,
     /// It could not be reached or broke off: marked unreachable, the cloud at once.
     Failed,
+}
+
+/// What a leader's answer of `status` (with the start of its body) says.
+fn leader_answer(status: u16, body: &[u8]) -> LeaderOutcome {
+    // `WatchCache::initializing`'s message; the server's own cap says "maximum".
+    const WARMING: &[u8] = b"is initializing";
+    match status {
+        401 | 403 => LeaderOutcome::Refused,
+        429 if body.windows(WARMING.len()).any(|w| w == WARMING) => LeaderOutcome::Warming,
+        _ => LeaderOutcome::Busy,
+    }
+}
+
+/// Whether a leader request's failure is its TLS handshake refusing (a certificate for
+/// another address or CA, no client certificate accepted): the TCP probe keeps passing, so
+/// it is a refusal, not an unreachable leader.
+fn tls_refusal(e: &crate::upstream::UpstreamError) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    ["certificate", "rustls", "alert", "handshake"]
+        .iter()
+        .any(|w| text.contains(w))
 }
 
 /// The open watch of a feeder, as the route sees it: where it goes and how to end it. A
@@ -145,11 +193,33 @@ struct WatchSlot {
     active: Arc<AtomicBool>,
     /// The route ended the watch: resume at once.
     woken: AtomicBool,
+    /// When the slot was made: the origin of `last_read_ms`.
+    born: Instant,
+    /// When the open watch last brought bytes (or opened), in ms since `born`.
+    last_read_ms: AtomicU64,
+    /// A leader's watch silent this long (ms) is ended ([`LEADER_IDLE`]; shorter in tests).
+    idle_after_ms: AtomicU64,
+    /// The route ended a leader's watch for its silence: the leader is taken as failed.
+    idle: AtomicBool,
 }
 
 impl WatchSlot {
     fn hold(&self, via: Via, cancel: Option<Cancel>) {
+        self.touch();
         *self.open.lock().unwrap_or_else(PoisonError::into_inner) = cancel.map(|c| (via, c));
+    }
+
+    /// The open watch brought bytes.
+    fn touch(&self) {
+        let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_read_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// The open watch has brought nothing for longer than a leader's bookmarks allow.
+    fn silent(&self) -> bool {
+        let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        now.saturating_sub(self.last_read_ms.load(Ordering::Relaxed))
+            > self.idle_after_ms.load(Ordering::Relaxed)
     }
 
     fn release(&self) {
@@ -167,6 +237,11 @@ impl Wake for WatchSlot {
             None => false,
             Some(_) if !self.active.load(Ordering::Acquire) => true,
             Some((Via::Cloud, _)) => route.wants_leader(),
+            // Usable or not: the run loop marks it failed.
+            Some((Via::Leader(_), _)) if self.silent() => {
+                self.idle.store(true, Ordering::Release);
+                true
+            }
             Some((Via::Leader(addr), _)) => !route.leader_usable(*addr),
         };
         if stale && let Some((_, cancel)) = open.take() {
@@ -211,6 +286,12 @@ impl Feeder {
             open: Mutex::new(None),
             active: Arc::clone(&active),
             woken: AtomicBool::new(false),
+            born: Instant::now(),
+            last_read_ms: AtomicU64::new(0),
+            idle_after_ms: AtomicU64::new(
+                u64::try_from(LEADER_IDLE.as_millis()).unwrap_or(u64::MAX),
+            ),
+            idle: AtomicBool::new(false),
         });
         if let Some(route) = &route {
             let waker: Arc<dyn Wake> = Arc::clone(&slot) as Arc<dyn Wake>;
@@ -230,16 +311,12 @@ impl Feeder {
         }
     }
 
-    /// Where the next request goes: a healthy leader when the source is the pool (unless
-    /// one refused this round), else the cloud (fallback order leader → cloud → cache,
-    /// `pool::health::plan`; the cache keeps serving on its own).
-    fn choose(&self, avoid_leader: bool) -> Option<Via> {
+    /// Where the next request goes: a usable leader other than `avoid` (one that turned the
+    /// last request away) when the source is the pool, else the cloud (fallback order
+    /// leader → cloud → cache, `pool::health::plan`; the cache keeps serving on its own).
+    fn choose(&self, avoid: Option<SocketAddr>) -> Option<Via> {
         let source = self.route.as_ref().map_or(Source::Cloud, |r| r.source());
-        let leader = self
-            .route
-            .as_ref()
-            .filter(|_| !avoid_leader)
-            .and_then(|r| r.leader());
+        let leader = self.route.as_ref().and_then(|r| r.leader_except(avoid));
         let cloud = self.upstream.backends().any_healthy();
         match plan(source, leader.is_some(), cloud).first() {
             Hop::Leader => leader.map(Via::Leader),
@@ -253,10 +330,11 @@ impl Feeder {
         let path = collection_path(&self.cache);
         let mut listed = false;
         let mut failed_lists = 0u32;
-        // A leader refused the last request: the cloud for the next one.
-        let mut avoid_leader = false;
-        // Since when the leader has answered 429 (warming) in a row.
-        let mut leader_busy_since: Option<Instant> = None;
+        // A leader turned the last request away: another leader or the cloud for the next
+        // turn only (taken each turn, whether or not anything could be asked).
+        let mut avoid: Option<SocketAddr> = None;
+        // Since when the first list has waited for a leader (not listening yet, or warming).
+        let mut awaiting_since: Option<Instant> = None;
         // The first list waits for the ConfigMap's (a few seconds at most): a follower that
         // started a moment before learning its leader would list everything from the cloud.
         if let Some(route) = &self.route {
@@ -279,16 +357,35 @@ impl Feeder {
                         "{path} is no longer pool-scope: its node-local cache is dropped, its lists and watches forwarded"
                     );
                 }
+                self.cache.set_awaits_leader(false);
+                awaiting_since = None;
                 match stop.recv_timeout(self.retry) {
                     Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
                     _ => return,
                 }
             }
+            // A cache with no data yet whose named leaders do not answer yet (a power cut:
+            // each binds its port after its own ConfigMap list) dials them again for a while
+            // rather than listing everything from the cloud; its clients get 429 meanwhile.
+            if !self.cache.is_ready()
+                && let Some(route) = &self.route
+                && route.awaits_leader()
+                && awaiting_since.get_or_insert_with(Instant::now).elapsed() < LEADER_STARTING
+            {
+                route.probe_now();
+                if route.awaits_leader() {
+                    self.cache.set_awaits_leader(true);
+                    match stop.recv_timeout(LEADER_REDIAL) {
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                        _ => return,
+                    }
+                }
+            }
             let mut pause = true;
             let mut wait_override = None;
+            let mut awaits_leader = false;
             let generation = self.route.as_ref().map(|r| r.generation());
-            if let Some(via) = self.choose(avoid_leader) {
-                avoid_leader = false;
+            if let Some(via) = self.choose(avoid.take()) {
                 self.via.set(via);
                 self.chosen_at.set(generation.unwrap_or(0));
                 self.leader_outcome.set(LeaderOutcome::Fine);
@@ -298,6 +395,7 @@ impl Feeder {
                         Ok(true) => {
                             listed = true;
                             failed_lists = 0;
+                            self.cache.set_awaits_leader(false);
                         }
                         Err(e) => {
                             failed_lists += 1;
@@ -318,6 +416,18 @@ impl Feeder {
                     let began = Instant::now();
                     let watched = self.watch(&path, &stop);
                     self.slot.release();
+                    if self.slot.idle.swap(false, Ordering::AcqRel)
+                        && let Via::Leader(addr) = self.via.get()
+                    {
+                        log::info!(
+                            "the watch of {path} from the leader hub {addr} brought nothing for {} s: the leader is taken as failed",
+                            LEADER_IDLE.as_secs()
+                        );
+                        self.leader_outcome.set(LeaderOutcome::Failed);
+                        if let Some(route) = &self.route {
+                            route.leader_failed(addr);
+                        }
+                    }
                     match watched {
                         Watched::Stopped => return,
                         Watched::Resume { broke: None } => {
@@ -351,37 +461,41 @@ impl Feeder {
                         }
                     }
                 }
+                let leader = match self.via.get() {
+                    Via::Leader(addr) => Some(addr),
+                    Via::Cloud => None,
+                };
                 match self.leader_outcome.get() {
                     LeaderOutcome::Fine => {}
-                    LeaderOutcome::Warming => {
-                        leader_busy_since.get_or_insert_with(Instant::now);
-                        // Past the leader's own warming time it answers 503, not 429; the
-                        // bound only guards against a leader that says 429 for ever.
-                        if leader_busy_since.is_some_and(|t| t.elapsed() > LEADER_WARMING) {
-                            avoid_leader = true;
-                            leader_busy_since = None;
-                            pause = false;
-                        } else {
-                            wait_override = Some(LEADER_RETRY_AFTER);
-                        }
+                    // Nothing to serve yet: asked again after its Retry-After, the cache
+                    // warming meanwhile; the bound only guards against a leader that says
+                    // 429 for ever (past its own warming time it answers 503).
+                    LeaderOutcome::Warming
+                        if !self.cache.is_ready()
+                            && awaiting_since.get_or_insert_with(Instant::now).elapsed()
+                                <= LEADER_WARMING =>
+                    {
+                        awaits_leader = true;
+                        wait_override = Some(LEADER_RETRY_AFTER);
                     }
-                    LeaderOutcome::Refused => {
-                        avoid_leader = true;
+                    // Turned away for now: another leader or the cloud for one turn, at once
+                    // (a cloud watch then lasts until the next health round's nudge).
+                    LeaderOutcome::Warming | LeaderOutcome::Busy => {
+                        avoid = leader;
                         pause = false;
                     }
-                    // Marked unreachable: the cloud next, at once, from the cache's
-                    // resourceVersion (the same RV space), local watches carrying on.
-                    LeaderOutcome::Failed => pause = false,
+                    // Set aside by the route (a backoff) or marked unreachable: the cloud
+                    // next, at once, from the cache's resourceVersion (the same RV space),
+                    // local watches carrying on.
+                    LeaderOutcome::Refused | LeaderOutcome::Failed => pause = false,
                 }
             }
+            self.cache.set_awaits_leader(awaits_leader);
             // Ended by a change of route: resume at once where the route says.
             if self.slot.woken.swap(false, Ordering::AcqRel)
                 || generation != self.route.as_ref().map(|r| r.generation())
             {
                 pause = false;
-            }
-            if !matches!(self.leader_outcome.get(), LeaderOutcome::Warming) {
-                leader_busy_since = None;
             }
             let wait = match (wait_override, pause) {
                 (Some(wait), _) => wait,
@@ -421,14 +535,23 @@ impl Feeder {
             identity: Identity::Hub,
         };
         let via = self.via.get();
-        let answer = match via {
+        let mut answer = match via {
             Via::Cloud => self.upstream.send(outgoing)?,
             Via::Leader(addr) => match self.upstream.send_to_base(&leader_url(addr), outgoing) {
                 Ok(answer) => answer,
                 Err(e) => {
-                    self.leader_outcome.set(LeaderOutcome::Failed);
+                    let refused = tls_refusal(&e);
+                    self.leader_outcome.set(if refused {
+                        LeaderOutcome::Refused
+                    } else {
+                        LeaderOutcome::Failed
+                    });
                     if let Some(route) = &self.route {
-                        route.leader_failed(addr);
+                        if refused {
+                            route.leader_refused(addr, &e.to_string());
+                        } else {
+                            route.leader_failed(addr);
+                        }
                     }
                     return Err(e.into());
                 }
@@ -436,6 +559,9 @@ impl Feeder {
         };
         match answer.status {
             200 => {
+                if let (Via::Leader(addr), Some(route)) = (via, &self.route) {
+                    route.leader_served(addr);
+                }
                 // A stream can be ended by the route when it no longer goes where it should.
                 self.slot.hold(via, answer.cancel.clone());
                 // The route changed between the choice and now: it may have to end at once.
@@ -447,10 +573,19 @@ impl Feeder {
                 Ok(answer)
             }
             status => {
-                match (via, status) {
-                    (Via::Leader(_), 429) => self.leader_outcome.set(LeaderOutcome::Warming),
-                    (Via::Leader(_), 410) | (Via::Cloud, _) => {}
-                    (Via::Leader(_), _) => self.leader_outcome.set(LeaderOutcome::Refused),
+                if let Via::Leader(addr) = via
+                    && status != 410
+                {
+                    let mut body = Vec::new();
+                    if status == 429 {
+                        // Small: a Status object. Unread, it reads as a busy leader.
+                        let _ = (&mut answer.body).take(REFUSAL_BODY).read_to_end(&mut body);
+                    }
+                    let outcome = leader_answer(status, &body);
+                    self.leader_outcome.set(outcome);
+                    if let (LeaderOutcome::Refused, Some(route)) = (outcome, &self.route) {
+                        route.leader_refused(addr, &format!("it answers {status}"));
+                    }
                 }
                 Err(ClientError::Status(status))
             }
@@ -483,9 +618,13 @@ impl Feeder {
     }
 
     /// Counts an unusable answer of the cloud against the cache's feed; a connection that
-    /// failed (offline, or a server going down) does not count.
+    /// failed (offline, or a server going down) does not count, nor does anything a leader
+    /// answers (its own state, [`LeaderOutcome`]): a leader's restart must not make a
+    /// follower's filled cache stop serving.
     fn note_failure(&self, e: &ClientError) {
-        if !matches!(e, ClientError::Upstream(_) | ClientError::Read(_)) {
+        if self.via.get() == Via::Cloud
+            && !matches!(e, ClientError::Upstream(_) | ClientError::Read(_))
+        {
             self.cache.feeder_failed();
         }
     }
@@ -580,7 +719,7 @@ impl Feeder {
             &mut answer,
             BodyShape::WatchStream,
             stop,
-            &mut |_| {},
+            &mut |_| self.slot.touch(),
             &mut |unit| {
                 let Unit::WatchEvent(raw) = unit else {
                     return Ok(());
@@ -623,9 +762,348 @@ impl Feeder {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
+    use std::collections::VecDeque;
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::{IpAddr, TcpListener};
+    use std::thread;
+
     use super::*;
+    use crate::config::LbMode;
+    use crate::health::Backends;
+    use crate::pool::health::Dialer;
+    use crate::pool::leader::Leader;
+    use crate::server::tls::tests::TestCa;
     use crate::watchcache::{CacheOptions, Resource};
+
+    /// A TLS server on a loopback address that answers the feeder's requests: first its
+    /// scripted answers, in order (status 0: a watch's 200 head, then 20 s of silence), then an empty Services list at resourceVersion 5 or an
+    /// empty watch (which ends at once). It records each request line.
+    pub(crate) struct Fake {
+        addr: SocketAddr,
+        requests: Arc<Mutex<Vec<String>>>,
+        script: Arc<Mutex<VecDeque<(u16, &'static str)>>>,
+    }
+
+    impl Fake {
+        /// Serves on `ip` (a loopback address) with a certificate of `ca` for it.
+        pub(crate) fn start(ca: &TestCa, ip: &str, script: &[(u16, &'static str)]) -> Fake {
+            let (chain, key) = ca.issue("fake", &[ip]);
+            let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+            let config = Arc::new(config);
+            let listener = TcpListener::bind((ip.parse::<IpAddr>().unwrap(), 0)).unwrap();
+            let fake = Fake {
+                addr: listener.local_addr().unwrap(),
+                requests: Arc::default(),
+                script: Arc::new(Mutex::new(script.iter().copied().collect())),
+            };
+            let (requests, script) = (Arc::clone(&fake.requests), Arc::clone(&fake.script));
+            thread::spawn(move || {
+                for sock in listener.incoming().flatten() {
+                    let (config, requests, script) = (
+                        Arc::clone(&config),
+                        Arc::clone(&requests),
+                        Arc::clone(&script),
+                    );
+                    thread::spawn(move || {
+                        let conn = rustls::ServerConnection::new(config).unwrap();
+                        let mut tls = rustls::StreamOwned::new(conn, sock);
+                        let _ = Fake::serve(&mut tls, &requests, &script);
+                    });
+                }
+            });
+            fake
+        }
+
+        fn serve(
+            tls: &mut rustls::StreamOwned<rustls::ServerConnection, std::net::TcpStream>,
+            requests: &Mutex<Vec<String>>,
+            script: &Mutex<VecDeque<(u16, &'static str)>>,
+        ) -> std::io::Result<()> {
+            loop {
+                let mut reader = BufReader::new(&mut *tls);
+                let mut first = String::new();
+                if reader.read_line(&mut first)? == 0 {
+                    return Ok(());
+                }
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line)? == 0 || line == "\r\n" {
+                        break;
+                    }
+                }
+                drop(reader);
+                requests.lock().unwrap().push(first.trim_end().to_owned());
+                let scripted = script.lock().unwrap().pop_front();
+                if let Some((0, _)) = scripted {
+                    tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")?;
+                    tls.flush()?;
+                    thread::sleep(Duration::from_secs(20));
+                    return Ok(());
+                }
+                let (status, body) = match scripted {
+                    Some(answer) => answer,
+                    None if first.contains("watch=true") => (200, ""),
+                    None => (
+                        200,
+                        r#"{"kind":"ServiceList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[]}"#,
+                    ),
+                };
+                write!(
+                    tls,
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )?;
+                tls.flush()?;
+            }
+        }
+
+        /// The request lines so far.
+        pub(crate) fn requests(&self) -> Vec<String> {
+            self.requests.lock().unwrap().clone()
+        }
+    }
+
+    /// Leaders answer their dial once `up` is set.
+    struct Switch(Arc<AtomicBool>);
+
+    impl Dialer for Switch {
+        fn reachable(&self, _: SocketAddr, _: Duration) -> bool {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    /// The upstream of a hub with a node certificate of `ca` whose cloud is `cloud` (none:
+    /// offline).
+    pub(crate) fn upstream_of(ca: &TestCa, cloud: Option<&Fake>) -> Arc<Upstream> {
+        let bases = cloud
+            .map(|c| format!("https://{}", c.addr))
+            .into_iter()
+            .collect();
+        let (cert, key) = ca.issue_pem("system:node:edge-2", &[]);
+        let tls =
+            crate::tls::load(ca.pem.as_bytes(), Some((cert.as_bytes(), key.as_bytes()))).unwrap();
+        let backends = Arc::new(Backends::new(bases, LbMode::RoundRobin));
+        Arc::new(Upstream::new(backends, Some(&tls), None).unwrap())
+    }
+
+    /// A follower's Services feeder: its cloud is `cloud` (no server: offline), its leaders
+    /// `leaders` (loopback IPs serving on `port`), which answer their dial once `up` is set.
+    fn follower(
+        ca: &TestCa,
+        cloud: Option<&Fake>,
+        leaders: &[&str],
+        port: u16,
+        up: &Arc<AtomicBool>,
+    ) -> (Feeder, Arc<PoolRoute>) {
+        let bases = cloud
+            .map(|c| format!("https://{}", c.addr))
+            .into_iter()
+            .collect();
+        let (cert, key) = ca.issue_pem("system:node:edge-2", &[]);
+        let tls =
+            crate::tls::load(ca.pem.as_bytes(), Some((cert.as_bytes(), key.as_bytes()))).unwrap();
+        let backends = Arc::new(Backends::new(bases, LbMode::RoundRobin));
+        let upstream = Arc::new(Upstream::new(backends, Some(&tls), None).unwrap());
+        let route = Arc::new(PoolRoute::new(port, Box::new(Switch(Arc::clone(up)))));
+        let leaders: Vec<Leader> = leaders
+            .iter()
+            .enumerate()
+            .map(|(i, ip)| Leader {
+                node: format!("edge-{}", i + 1).into(),
+                ip: ip.parse().unwrap(),
+            })
+            .collect();
+        route.set(Source::Pool, Some(&leaders));
+        route.settle();
+        let feeder = Feeder::new(
+            upstream,
+            WatchCache::new(Resource::services(), CacheOptions::default()),
+            "multiplexer-proxy-edge-2".into(),
+            Duration::from_millis(100),
+            Some(Arc::clone(&route)),
+            Arc::new(AtomicBool::new(true)),
+        );
+        (feeder, route)
+    }
+
+    /// Runs `feeder` until `done` holds (up to 10 s), then stops it; whether `done` held.
+    fn run_until(feeder: Feeder, mut done: impl FnMut() -> bool) -> bool {
+        let (stop_tx, stop) = crossbeam_channel::bounded(1);
+        let running = thread::spawn(move || feeder.run(stop));
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut held = done();
+        while !held && Instant::now() < until {
+            thread::sleep(Duration::from_millis(20));
+            held = done();
+        }
+        drop(stop_tx);
+        running.join().unwrap();
+        held
+    }
+
+    const BUSY: &str = r#"{"kind":"Status","code":429,"message":"the hub is serving its maximum of 64 multiplexer requests; retry shortly"}"#;
+    const WARMING: &str = r#"{"kind":"Status","code":429,"message":"cacher for gvr(/v1, Resource=services) is initializing, please try again later."}"#;
+    const LAGS: &str =
+        r#"{"kind":"Status","code":504,"reason":"Timeout","message":"Too large resource version"}"#;
+
+    #[test]
+    fn an_offline_follower_asks_its_leader_again_after_each_refusal_and_never_counts_it_as_the_clouds_failure()
+     {
+        let ca = TestCa::new();
+        // Listed, then every watch is turned away a few times before one is served.
+        let leader = Fake::start(
+            &ca,
+            "127.0.0.1",
+            &[
+                (
+                    200,
+                    r#"{"kind":"ServiceList","metadata":{"resourceVersion":"5"},"items":[]}"#,
+                ),
+                (503, "{}"),
+                (504, LAGS),
+                (429, BUSY),
+                (429, WARMING),
+                (503, "{}"),
+                (403, "{}"),
+            ],
+        );
+        let up = Arc::new(AtomicBool::new(true));
+        let (feeder, route) = follower(&ca, None, &["127.0.0.1"], leader.addr.port(), &up);
+        let cache = feeder.cache.clone();
+        let failing = Arc::new(AtomicBool::new(false));
+        let seen = Arc::clone(&failing);
+        let c = cache.clone();
+        // The offline follower keeps coming back to its leader, one turn after each
+        // refusal, until it is set aside for its 403.
+        let served = run_until(feeder, || {
+            if c.feeder_failing() {
+                seen.store(true, Ordering::SeqCst);
+            }
+            leader.requests().len() >= 7
+        });
+        assert!(served, "{:#?}", leader.requests());
+        assert!(cache.is_ready());
+        assert!(
+            !failing.load(Ordering::SeqCst),
+            "a leader's refusals are not the cloud's"
+        );
+        assert!(
+            leader.requests()[1..]
+                .iter()
+                .all(|r| r.contains("watch=true")),
+            "listed once: {:#?}",
+            leader.requests()
+        );
+        assert_eq!(route.leader_except(None), None, "set aside after its 403");
+    }
+
+    #[test]
+    fn a_first_list_waits_for_a_leader_that_is_not_listening_yet_then_for_its_warming() {
+        let ca = TestCa::new();
+        let cloud = Fake::start(&ca, "127.0.0.1", &[]);
+        let leader = Fake::start(&ca, "127.0.0.2", &[(429, WARMING), (429, WARMING)]);
+        let up = Arc::new(AtomicBool::new(false));
+        let (feeder, _route) = follower(&ca, Some(&cloud), &["127.0.0.2"], leader.addr.port(), &up);
+        let cache = feeder.cache.clone();
+        let (c, u) = (cache.clone(), Arc::clone(&up));
+        let began = Instant::now();
+        let mut awaited = (false, false);
+        let listed = run_until(feeder, || {
+            // The leader binds its port 2 s after the follower starts.
+            if began.elapsed() > Duration::from_secs(2) {
+                u.store(true, Ordering::SeqCst);
+            }
+            if c.awaits_leader() {
+                if u.load(Ordering::SeqCst) {
+                    awaited.1 = true;
+                } else {
+                    awaited.0 = true;
+                }
+            }
+            c.is_ready()
+        });
+        assert!(listed);
+        assert!(
+            awaited.0,
+            "its clients got 429 while the leader did not listen"
+        );
+        assert!(awaited.1, "and while it warmed");
+        assert!(!cache.awaits_leader());
+        assert!(cloud.requests().is_empty(), "{:#?}", cloud.requests());
+        let requests = leader.requests();
+        assert!(
+            requests.len() >= 3 && !requests[2].contains("watch=true"),
+            "{requests:#?}"
+        );
+    }
+
+    #[test]
+    fn a_silent_leader_watch_is_ended_at_a_health_round_and_the_leader_taken_as_failed() {
+        let ca = TestCa::new();
+        let list = r#"{"kind":"ServiceList","metadata":{"resourceVersion":"5"},"items":[]}"#;
+        // Listed, then a watch whose stream says nothing (a hung leader).
+        let leader = Fake::start(&ca, "127.0.0.1", &[(200, list), (0, "")]);
+        let up = Arc::new(AtomicBool::new(true));
+        let (feeder, route) = follower(&ca, None, &["127.0.0.1"], leader.addr.port(), &up);
+        feeder.slot.idle_after_ms.store(300, Ordering::Relaxed);
+        let generation = route.generation();
+        let r = Arc::clone(&route);
+        let began = Instant::now();
+        let mut failed = false;
+        let resumed = run_until(feeder, || {
+            // A health round every poll: only a silent watch is ended by one.
+            r.check();
+            failed |= r.generation() > generation;
+            leader.requests().len() >= 3
+        });
+        assert!(resumed, "{:#?}", leader.requests());
+        assert!(began.elapsed() >= Duration::from_millis(300));
+        assert!(failed, "the leader was marked unreachable");
+    }
+
+    #[test]
+    fn a_leader_that_turns_a_request_away_is_skipped_for_another_before_the_cloud() {
+        let ca = TestCa::new();
+        let up = Arc::new(AtomicBool::new(true));
+        let (feeder, _route) = follower(&ca, None, &["127.0.0.1", "127.0.0.2"], 1, &up);
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.2:1".parse().unwrap(),
+        );
+        for _ in 0..4 {
+            assert_eq!(feeder.choose(Some(a)), Some(Via::Leader(b)));
+            assert_eq!(feeder.choose(Some(b)), Some(Via::Leader(a)));
+        }
+    }
+
+    #[test]
+    fn a_leaders_answer_tells_warming_from_busy_lagging_and_refusing() {
+        assert_eq!(
+            leader_answer(429, WARMING.as_bytes()),
+            LeaderOutcome::Warming
+        );
+        assert_eq!(leader_answer(429, BUSY.as_bytes()), LeaderOutcome::Busy);
+        assert_eq!(leader_answer(429, b""), LeaderOutcome::Busy);
+        assert_eq!(leader_answer(504, LAGS.as_bytes()), LeaderOutcome::Busy);
+        assert_eq!(leader_answer(503, b"{}"), LeaderOutcome::Busy);
+        assert_eq!(leader_answer(403, b"{}"), LeaderOutcome::Refused);
+        assert_eq!(leader_answer(401, b"{}"), LeaderOutcome::Refused);
+        // The message the leader's cache builds (the server's cap says "maximum", BUSY).
+        let warming = WatchCache::new(Resource::services(), CacheOptions::default()).initializing();
+        assert!(
+            warming.message.contains("is initializing"),
+            "{}",
+            warming.message
+        );
+    }
 
     #[test]
     fn collection_paths_are_the_apiservers() {

@@ -16,13 +16,18 @@
 //! - A forwarded request that cannot connect marks its leader unhealthy until the next
 //!   round ([`LeaderHealth::mark_unreachable`]): the next request goes to the cloud at once
 //!   instead of waiting up to 20 s.
-//! - Memory: one slot is a [`Leader`], its socket address and a flag (about 64 bytes on a
-//!   32-bit router, plus the node name).
+//! - **A leader that refuses this node** (its TLS handshake fails, 401/403) keeps passing the
+//!   TCP probe, so health alone would send the feeders back to it every round and tear their
+//!   cloud watches down each time. [`LeaderHealth::refused`] sets it aside for a backoff
+//!   (20 s doubling to 10 min, warned about once) that no TCP round clears; a new leader list
+//!   (the ConfigMap changed) starts afresh, and an answer served resets it.
+//! - Memory: one slot is a [`Leader`], its socket address, a flag and its refusal backoff
+//!   (about 96 bytes on a 32-bit router, plus the node name).
 
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
@@ -32,6 +37,10 @@ use super::leader::{Leader, Source};
 pub(crate) const CHECK_INTERVAL: Duration = Duration::from_secs(20);
 /// Time one TCP connect may take.
 pub(crate) const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
+/// A leader's first refusal sets it aside this long; each next one doubles it.
+const REFUSED_FIRST: Duration = Duration::from_secs(20);
+/// The longest a refusing leader is set aside.
+const REFUSED_MAX: Duration = Duration::from_secs(600);
 
 /// Opens (and closes) a connection, to tell whether something listens.
 pub(crate) trait Dialer: Send + Sync {
@@ -56,6 +65,30 @@ struct Slot {
     leader: Leader,
     addr: SocketAddr,
     healthy: AtomicBool,
+    /// It refused this node: not used before this, and the backoff of its next refusal.
+    /// A mutex taken per feeder request, never on a client's request.
+    refused: Mutex<Option<(Instant, Duration)>>,
+}
+
+impl Slot {
+    fn new(leader: &Leader, port: u16) -> Slot {
+        Slot {
+            leader: leader.clone(),
+            addr: leader.addr(port),
+            healthy: AtomicBool::new(false),
+            refused: Mutex::new(None),
+        }
+    }
+
+    /// It answered its last probe and is not set aside for a refusal.
+    fn usable(&self) -> bool {
+        self.healthy.load(Ordering::Acquire)
+            && self
+                .refused
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_none_or(|(until, _)| Instant::now() >= until)
+    }
 }
 
 /// The leaders' health, shared by the checker, the ConfigMap watcher and request threads.
@@ -103,14 +136,7 @@ impl LeaderHealth {
     /// when the list changes: up to 2 s per leader on the caller's thread); then they are the
     /// ones picked from.
     pub(crate) fn set_leaders(&self, leaders: &[Leader], dialer: &dyn Dialer) {
-        let slots: Vec<Slot> = leaders
-            .iter()
-            .map(|leader| Slot {
-                leader: leader.clone(),
-                addr: leader.addr(self.port),
-                healthy: AtomicBool::new(false),
-            })
-            .collect();
+        let slots: Vec<Slot> = leaders.iter().map(|l| Slot::new(l, self.port)).collect();
         round(&slots, dialer);
         *self.slots.write().unwrap_or_else(PoisonError::into_inner) = Arc::from(slots);
     }
@@ -121,15 +147,26 @@ impl LeaderHealth {
         round(&self.slots(), dialer)
     }
 
-    /// At least one leader answered its last probe.
+    /// At least one leader answered its last probe and is not set aside for a refusal.
     pub(crate) fn any_healthy(&self) -> bool {
+        self.slots().iter().any(Slot::usable)
+    }
+
+    /// At least one leader answered its last probe, set aside for a refusal or not.
+    pub(crate) fn any_answering(&self) -> bool {
         self.slots()
             .iter()
             .any(|s| s.healthy.load(Ordering::Acquire))
     }
 
-    /// The next healthy leader's address, round-robin; None when none is healthy.
-    pub(crate) fn pick(&self) -> Option<SocketAddr> {
+    /// Whether the ConfigMap names any leader.
+    pub(crate) fn any_leader(&self) -> bool {
+        !self.slots().is_empty()
+    }
+
+    /// The next usable leader's address, round-robin, other than `except`; None when there
+    /// is none.
+    pub(crate) fn pick(&self, except: Option<SocketAddr>) -> Option<SocketAddr> {
         let slots = self.slots();
         let n = slots.len();
         if n == 0 {
@@ -138,8 +175,56 @@ impl LeaderHealth {
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         (0..n)
             .map(|i| &slots[start.wrapping_add(i) % n])
-            .find(|s| s.healthy.load(Ordering::Acquire))
+            .find(|s| Some(s.addr) != except && s.usable())
             .map(|s| s.addr)
+    }
+
+    /// The leader at `addr` refused this node (`why`): set aside for a backoff (20 s, doubled
+    /// by each next refusal up to 10 min) that a TCP round does not clear. Warned about the
+    /// first time only. A refusal while set aside (another feeder's request that was under
+    /// way) changes nothing. True when it was usable until now.
+    pub(crate) fn refused(&self, addr: SocketAddr, why: &str) -> bool {
+        let mut changed = false;
+        for slot in self.slots().iter().filter(|s| s.addr == addr) {
+            let was = slot.usable();
+            let mut refused = slot.refused.lock().unwrap_or_else(PoisonError::into_inner);
+            let backoff = match *refused {
+                None => {
+                    log::warn!(
+                        "leader hub {} ({addr}) refuses this node ({why}): pool-scope reads go to the cloud, the leader is asked again after a backoff of {} s doubling to {} s",
+                        slot.leader.node,
+                        REFUSED_FIRST.as_secs(),
+                        REFUSED_MAX.as_secs()
+                    );
+                    REFUSED_FIRST
+                }
+                Some((until, _)) if Instant::now() < until => continue,
+                Some((_, last)) => {
+                    log::debug!(
+                        "leader hub {} ({addr}) refuses this node again: {why}",
+                        slot.leader.node
+                    );
+                    (last * 2).min(REFUSED_MAX)
+                }
+            };
+            *refused = Some((Instant::now() + backoff, backoff));
+            changed |= was;
+        }
+        changed
+    }
+
+    /// The leader at `addr` served this node: a refusal backoff starts afresh.
+    pub(crate) fn served(&self, addr: SocketAddr) {
+        for slot in self.slots().iter().filter(|s| s.addr == addr) {
+            let mut refused = slot.refused.lock().unwrap_or_else(PoisonError::into_inner);
+            if refused.is_some() {
+                log::info!(
+                    "leader hub {} ({addr}) serves this node again",
+                    slot.leader.node
+                );
+                *refused = None;
+            }
+        }
     }
 
     /// A request to `addr` could not connect: unhealthy until a round sees it answer. True
@@ -155,11 +240,11 @@ impl LeaderHealth {
         changed
     }
 
-    /// The leaders and their health, for logs and metrics.
+    /// The leaders and whether each is usable (healthy, not set aside for a refusal).
     pub(crate) fn snapshot(&self) -> Vec<(Leader, bool)> {
         self.slots()
             .iter()
-            .map(|s| (s.leader.clone(), s.healthy.load(Ordering::Acquire)))
+            .map(|s| (s.leader.clone(), s.usable()))
             .collect()
     }
 }
@@ -293,7 +378,7 @@ mod tests {
     fn a_new_leader_list_is_probed_before_it_is_used() {
         let health = LeaderHealth::new(10269);
         let dialer = FakeDialer::default();
-        assert_eq!(health.pick(), None);
+        assert_eq!(health.pick(None), None);
         assert!(!health.any_healthy());
         dialer.set_up(&[addr("10.0.0.1:10269")]);
         health.set_leaders(&[leader("a", "10.0.0.1"), leader("b", "fd00::2")], &dialer);
@@ -312,7 +397,7 @@ mod tests {
         assert!(health.any_healthy());
         for _ in 0..4 {
             assert_eq!(
-                health.pick(),
+                health.pick(None),
                 Some(addr("10.0.0.1:10269")),
                 "only the healthy one"
             );
@@ -336,20 +421,20 @@ mod tests {
             ],
             &dialer,
         );
-        let picks: HashSet<_> = (0..3).filter_map(|_| health.pick()).collect();
+        let picks: HashSet<_> = (0..3).filter_map(|_| health.pick(None)).collect();
         assert_eq!(picks, [a, b, c].into_iter().collect());
 
         dialer.set_up(&[c]);
         assert!(health.check(&dialer), "two leaders went down");
-        assert!((0..5).all(|_| health.pick() == Some(c)));
+        assert!((0..5).all(|_| health.pick(None) == Some(c)));
         dialer.set_up(&[]);
         health.check(&dialer);
-        assert_eq!(health.pick(), None);
+        assert_eq!(health.pick(None), None);
         assert!(!health.any_healthy());
         dialer.set_up(&[a]);
         assert!(health.check(&dialer));
         assert!(!health.check(&dialer), "the same outcome is no change");
-        assert_eq!(health.pick(), Some(a), "back after one good round");
+        assert_eq!(health.pick(None), Some(a), "back after one good round");
     }
 
     #[test]
@@ -361,9 +446,72 @@ mod tests {
         health.set_leaders(&[leader("a", "10.0.0.1"), leader("b", "10.0.0.2")], &dialer);
         assert!(health.mark_unreachable(a), "it was healthy");
         assert!(!health.mark_unreachable(a), "no change the second time");
-        assert!((0..4).all(|_| health.pick() == Some(b)));
+        assert!((0..4).all(|_| health.pick(None) == Some(b)));
         health.check(&dialer);
-        assert!((0..4).any(|_| health.pick() == Some(a)));
+        assert!((0..4).any(|_| health.pick(None) == Some(a)));
+    }
+
+    #[test]
+    fn a_refusing_leader_stays_aside_through_healthy_rounds_with_a_doubling_backoff() {
+        let health = LeaderHealth::new(1);
+        let dialer = FakeDialer::default();
+        let (a, b) = (addr("10.0.0.1:1"), addr("10.0.0.2:1"));
+        dialer.set_up(&[a, b]);
+        health.set_leaders(&[leader("a", "10.0.0.1"), leader("b", "10.0.0.2")], &dialer);
+        let backoff =
+            |health: &LeaderHealth| health.slots()[0].refused.lock().unwrap().map(|r| r.1);
+
+        assert!(health.refused(a, "403"), "it was usable");
+        assert_eq!(backoff(&health), Some(Duration::from_secs(20)));
+        for _ in 0..3 {
+            assert!(!health.check(&dialer), "the TCP probe still passes");
+            assert!(
+                (0..4).all(|_| health.pick(None) == Some(b)),
+                "a round does not clear it"
+            );
+        }
+        assert_eq!(health.pick(Some(b)), None, "no other leader");
+        assert!(!health.snapshot()[0].1);
+        assert!(health.any_answering() && health.any_healthy());
+        assert!(!health.refused(a, "403"), "already aside");
+        assert_eq!(
+            backoff(&health),
+            Some(Duration::from_secs(20)),
+            "not while aside"
+        );
+        // Each refusal past the backoff doubles it.
+        let expire = |health: &LeaderHealth| {
+            let slots = health.slots();
+            let mut refused = slots[0].refused.lock().unwrap();
+            *refused = refused.map(|(_, b)| (Instant::now(), b));
+        };
+        expire(&health);
+        assert!(
+            health.refused(a, "403"),
+            "usable again when its backoff ended"
+        );
+        assert_eq!(backoff(&health), Some(Duration::from_secs(40)));
+        for _ in 0..6 {
+            expire(&health);
+            health.refused(a, "403");
+        }
+        assert_eq!(backoff(&health), Some(REFUSED_MAX), "capped");
+
+        // Only b: no usable leader at all while it refuses.
+        health.refused(b, "bad certificate");
+        assert!(!health.any_healthy());
+        assert!(health.any_answering(), "they still answer their dial");
+
+        // Served (past its backoff), it starts afresh.
+        health.served(a);
+        assert_eq!(backoff(&health), None);
+        assert_eq!(health.pick(Some(b)), Some(a));
+
+        // A new leader list (the ConfigMap changed) starts afresh too.
+        health.refused(a, "403");
+        health.set_leaders(&[leader("a", "10.0.0.1"), leader("b", "10.0.0.2")], &dialer);
+        assert!((0..4).any(|_| health.pick(None) == Some(a)));
+        assert!((0..4).all(|_| health.pick(Some(b)) == Some(a)));
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //! (which ask it where to list and watch, and report a leader that failed them).
 //!
 //! Design decisions:
-//! - **No lock on the hot path**: the source is an atomic, the leaders' health is
-//!   [`LeaderHealth`] (an `Arc` snapshot and atomics), the generation an atomic counter. The
-//!   only mutex guards the list of feeders to wake, taken when something changed.
+//! - **No lock on a client's path** (only the feeders ask the route): the source is an
+//!   atomic, the leaders' health is [`LeaderHealth`] (an `Arc` snapshot, atomics, and a small
+//!   mutex per leader for its refusal backoff, taken per feeder request), the generation an
+//!   atomic counter. The list of feeders to wake has a mutex, taken when something changed.
 //! - **The generation** is bumped whenever the answer to "where do pool-scope reads go now"
 //!   may have changed: the source, the leader list, a leader's health. A feeder compares it
 //!   across a watch to know the watch ended because of a change (resume at once).
@@ -14,8 +15,14 @@
 //!   where it should (the cloud while a leader is usable; a leader no longer usable) is woken
 //!   through its [`Wake`] handle, which ends the stream (the feeder's local watches carry on:
 //!   it resumes from its cache's resourceVersion). Every health round nudges the feeders too,
-//!   so one that fell back to the cloud because a leader refused it (429 while the leader
-//!   warms) tries the leader again within one health interval.
+//!   so one whose watch went to the cloud for a round because a leader turned it away (busy,
+//!   lagging, warming while the follower holds data) moves back to it within one health
+//!   interval, whether or not the cloud answers. A leader that refuses this node (TLS, 403)
+//!   is set aside for a backoff instead ([`LeaderHealth::refused`]).
+//! - **First list**: the feeders wait (up to [`FIRST_LIST_PATIENCE`]) for the ConfigMap's
+//!   first list, and then, while leaders are named but none answers yet (a power cut: the
+//!   leader binds its port after its own ConfigMap list), re-dial them
+//!   ([`PoolRoute::probe_now`]) for a while before they list from the cloud.
 //! - Offline or before any ConfigMap: the source is the cloud, no leader.
 //! - Memory: two atomics, the leaders' slots (see [`LeaderHealth`]), a weak pointer per
 //!   feeder (one per pool-scope resource).
@@ -23,11 +30,18 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, Weak};
+use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 
 use super::health::{CHECK_INTERVAL, Dialer, LeaderHealth, run_checker};
 use super::leader::{Leader, Source};
+
+/// How long the feeders' first lists wait for the ConfigMap's first list (the watcher
+/// settles the route after it when the cloud cannot be asked, and the feeders wait no
+/// longer either): a follower that listed before learning its leader would list
+/// everything from the cloud.
+pub(crate) const FIRST_LIST_PATIENCE: Duration = Duration::from_secs(10);
 
 /// A feeder that can be told that the route may have changed.
 pub(crate) trait Wake: Send + Sync {
@@ -74,12 +88,25 @@ impl PoolRoute {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// The leader to read from now (round-robin over healthy ones); None when the source is
-    /// the cloud or no leader is healthy.
-    pub(crate) fn leader(&self) -> Option<SocketAddr> {
+    /// The leader to read from now (round-robin over usable ones), other than `except` (one
+    /// that just turned this node away: another leader before the cloud); None when the
+    /// source is the cloud or no other leader is usable.
+    pub(crate) fn leader_except(&self, except: Option<SocketAddr>) -> Option<SocketAddr> {
         (self.source() == Source::Pool)
-            .then(|| self.health.pick())
+            .then(|| self.health.pick(except))
             .flatten()
+    }
+
+    /// The source is the pool and leaders are named, but none answers its dial yet (one
+    /// that answers but refused this node is no leader to wait for).
+    pub(crate) fn awaits_leader(&self) -> bool {
+        self.source() == Source::Pool && self.health.any_leader() && !self.health.any_answering()
+    }
+
+    /// Dials the leaders now (a feeder's first list waiting for a leader to bind its port),
+    /// as a health round.
+    pub(crate) fn probe_now(&self) {
+        self.after_round(self.health.check(self.dialer.as_ref()));
     }
 
     /// Reads should go to a leader now.
@@ -125,6 +152,19 @@ impl PoolRoute {
         }
     }
 
+    /// The leader at `addr` refused this node (a TLS failure, 401/403): set aside for a
+    /// backoff no health round clears ([`LeaderHealth::refused`]).
+    pub(crate) fn leader_refused(&self, addr: SocketAddr, why: &str) {
+        if self.health.refused(addr, why) {
+            self.bump();
+        }
+    }
+
+    /// The leader at `addr` served this node: a refusal backoff starts afresh.
+    pub(crate) fn leader_served(&self, addr: SocketAddr) {
+        self.health.served(addr);
+    }
+
     /// A feeder to wake when the route may have changed (kept weakly: a feeder that ended is
     /// forgotten at the next change).
     pub(crate) fn register(&self, waker: Weak<dyn Wake>) {
@@ -137,7 +177,7 @@ impl PoolRoute {
     /// One health round, as the checker's tick (tests).
     #[cfg(test)]
     pub(crate) fn check(&self) {
-        self.after_round(self.health.check(self.dialer.as_ref()));
+        self.probe_now();
     }
 
     /// The leader checker's loop: a round every 20 s until `stop` fires or closes.
@@ -226,32 +266,36 @@ mod tests {
         let weak: Weak<dyn Wake> = Arc::downgrade(&(Arc::clone(&counter) as Arc<dyn Wake>));
         route.register(weak);
         assert_eq!(route.source(), Source::Cloud);
-        assert_eq!(route.leader(), None);
+        assert_eq!(route.leader_except(None), None);
         let a: SocketAddr = "10.0.0.1:10269".parse().unwrap();
 
         up.0.lock().unwrap().insert(a);
         route.set(Source::Pool, Some(&[leader("a", "10.0.0.1")]));
         assert_eq!(route.generation(), 1);
-        assert_eq!(route.leader(), Some(a));
+        assert_eq!(route.leader_except(None), Some(a));
         assert!(route.wants_leader() && route.leader_usable(a));
         assert_eq!(counter.0.load(Ordering::Relaxed), 1);
 
         route.leader_failed(a);
         assert_eq!(route.generation(), 2);
-        assert_eq!(route.leader(), None, "the cloud until the next round");
+        assert_eq!(
+            route.leader_except(None),
+            None,
+            "the cloud until the next round"
+        );
         route.leader_failed(a);
         assert_eq!(route.generation(), 2, "no change, no bump");
 
         route.check();
         assert_eq!(route.generation(), 3, "healthy again");
-        assert_eq!(route.leader(), Some(a));
+        assert_eq!(route.leader_except(None), Some(a));
         route.check();
         assert_eq!(route.generation(), 3);
         assert_eq!(counter.0.load(Ordering::Relaxed), 4, "every round nudges");
 
         // This node becomes a leader: the cloud, whatever the leaders' health.
         route.set(Source::Cloud, None);
-        assert_eq!(route.leader(), None);
+        assert_eq!(route.leader_except(None), None);
         assert!(!route.wants_leader() && !route.leader_usable(a));
 
         // A feeder that ended is forgotten.

@@ -67,8 +67,9 @@ const WATCH_TICK: Duration = Duration::from_secs(1);
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 /// Watches without `timeoutSeconds` last a random time in this range (seconds), as the
 /// apiserver picks for its default (`MinRequestTimeout` 1800 s is YurtHub's upstream; the
-/// multiplexer's own cacher serves 300–600).
-const WATCH_SECONDS: (u64, u64) = (300, 600);
+/// multiplexer's own cacher serves 300–600); the feeders' watches too, as client-go's
+/// reflector picks them, so the watches of many nodes do not all renew at once.
+pub(crate) const WATCH_SECONDS: (u64, u64) = (300, 600);
 /// How long after start a cache not yet filled answers 429 (its feeder lists at once and
 /// retries every heartbeat interval); past it, its kind is forwarded until the cache fills.
 const WARMING: Duration = Duration::from_secs(60);
@@ -129,9 +130,10 @@ impl PoolCaches {
     }
 
     /// Whether a cache not filled yet still counts as warming (429) rather than failed
-    /// (forwarded).
+    /// (forwarded): for a while after start, and as long as a feeder's first list waits for
+    /// the pool's leader ([`WatchCache::awaits_leader`], bounded by the feeder).
     pub(crate) fn warming(&self) -> bool {
-        Instant::now() < self.warm_by
+        Instant::now() < self.warm_by || self.caches().any(WatchCache::awaits_leader)
     }
 
     /// The caches, for their feeders.
@@ -724,6 +726,19 @@ mod tests {
         let (pool, unknown) = PoolCaches::new(scope, "edge-1", &CacheOptions::default());
         assert_eq!(unknown, ["apps/v1/deployments"]);
         pool
+    }
+
+    #[test]
+    fn caches_warm_past_the_start_up_window_while_a_feeder_awaits_its_leader() {
+        let mut pool = pool();
+        assert!(pool.warming());
+        pool.warm_by = Instant::now();
+        assert!(!pool.warming(), "past the window: forwarded");
+        let slices = pool.caches().nth(1).unwrap().clone();
+        slices.set_awaits_leader(true);
+        assert!(pool.warming(), "a feeder waits for its leader: still 429");
+        slices.set_awaits_leader(false);
+        assert!(!pool.warming());
     }
 
     #[test]

@@ -81,6 +81,8 @@ struct Cloud {
     addr: SocketAddr,
     /// The client leaf each connection presented, in the order they came.
     leaves: Arc<Mutex<Vec<Option<Vec<u8>>>>>,
+    /// Each request's head, in the order they came.
+    heads: Arc<Mutex<Vec<String>>>,
     live: Arc<AtomicUsize>,
     release: Arc<AtomicBool>,
 }
@@ -101,9 +103,11 @@ impl Cloud {
         let cloud = Cloud {
             addr: listener.local_addr().unwrap(),
             leaves: Arc::default(),
+            heads: Arc::default(),
             live: Arc::default(),
             release: Arc::default(),
         };
+        let heads = Arc::clone(&cloud.heads);
         let (leaves, live, release) = (
             Arc::clone(&cloud.leaves),
             Arc::clone(&cloud.live),
@@ -111,6 +115,7 @@ impl Cloud {
         );
         thread::spawn(move || {
             for sock in listener.incoming().flatten() {
+                let heads = Arc::clone(&heads);
                 let (config, leaves, live, release) = (
                     Arc::clone(&config),
                     Arc::clone(&leaves),
@@ -122,7 +127,7 @@ impl Cloud {
                     let _ = sock.set_read_timeout(Some(Duration::from_secs(30)));
                     let conn = ServerConnection::new(config).unwrap();
                     let mut tls = rustls::StreamOwned::new(conn, sock);
-                    let _ = serve(&mut tls, &leaves, &release);
+                    let _ = serve(&mut tls, &leaves, &heads, &release);
                     live.fetch_sub(1, Ordering::SeqCst);
                 });
             }
@@ -165,6 +170,7 @@ type ServerTls = rustls::StreamOwned<ServerConnection, std::net::TcpStream>;
 fn serve(
     tls: &mut ServerTls,
     leaves: &Mutex<Vec<Option<Vec<u8>>>>,
+    heads: &Mutex<Vec<String>>,
     release: &AtomicBool,
 ) -> io::Result<()> {
     let mut recorded = false;
@@ -183,6 +189,7 @@ fn serve(
             }
         }
         drop(reader);
+        heads.lock().unwrap().push(head.concat());
         if !recorded {
             recorded = true;
             let leaf = tls.conn.peer_certificates().map(|c| c[0].to_vec());
@@ -344,4 +351,36 @@ fn idle_connections_close_at_a_swap_while_a_request_on_the_old_agents_waits_for_
     assert!(cloud.live_becomes(0), "{} live", cloud.live());
     assert_eq!(read_all(upstream.send(get("/a", bounded)).unwrap()), "ok");
     assert_eq!(cloud.last_leaf().as_deref(), Some(&second_leaf[..]));
+}
+
+#[test]
+fn the_cloud_gets_the_hubs_token_and_a_leader_hub_never_does() {
+    let ca = TestCa::new();
+    let cloud = Cloud::start(&ca);
+    let leader = Cloud::start(&ca);
+    let backends = Arc::new(Backends::new(vec![cloud.base()], LbMode::RoundRobin));
+    let (tls, leaf) = material(&ca, "hub");
+    let token = Some(crate::config::kubeconfig::Token::Inline(
+        "cloud-secret".into(),
+    ));
+    let upstream = Upstream::new(backends, Some(&tls), token).unwrap();
+    let bounded = Deadline::Bounded(Duration::from_secs(10));
+
+    assert_eq!(read_all(upstream.send(get("/a", bounded)).unwrap()), "ok");
+    let to_leader = upstream.send_to_base(&leader.base(), get("/a", bounded));
+    assert_eq!(read_all(to_leader.unwrap()), "ok");
+
+    let cloud_head = cloud.heads.lock().unwrap().concat().to_ascii_lowercase();
+    assert!(
+        cloud_head.contains("authorization: bearer cloud-secret"),
+        "{cloud_head}"
+    );
+    let leader_head = leader.heads.lock().unwrap().concat().to_ascii_lowercase();
+    assert!(leader_head.starts_with("get /a "), "{leader_head}");
+    assert!(!leader_head.contains("authorization"), "{leader_head}");
+    assert_eq!(
+        leader.last_leaf().as_deref(),
+        Some(&leaf[..]),
+        "the certificate only"
+    );
 }

@@ -305,6 +305,9 @@ struct Inner {
     feeder_failures: std::sync::atomic::AtomicU32,
     /// A list was past `max_list_bytes`: no list before this.
     list_paused_until: Mutex<Option<Instant>>,
+    /// The feeder's first list waits for the pool's leader (see
+    /// [`WatchCache::awaits_leader`]).
+    awaits_leader: std::sync::atomic::AtomicBool,
 }
 
 /// Unusable answers in a row after which the cache's feed counts as failing: with the
@@ -352,6 +355,7 @@ impl WatchCache {
                 skipped: std::sync::atomic::AtomicU64::new(0),
                 feeder_failures: std::sync::atomic::AtomicU32::new(0),
                 list_paused_until: Mutex::new(None),
+                awaits_leader: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -586,6 +590,22 @@ impl WatchCache {
             .feeder_failures
             .load(std::sync::atomic::Ordering::Relaxed)
             >= FEEDER_FAILURES
+    }
+
+    /// Whether the feeder's first list waits for the pool's leader (one warming, or not
+    /// listening yet): the cache counts as warming meanwhile (`PoolCaches::warming`), so its
+    /// clients get 429 rather than being forwarded one by one.
+    pub(crate) fn awaits_leader(&self) -> bool {
+        self.inner
+            .awaits_leader
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The feeder says whether its first list waits for the pool's leader.
+    pub(crate) fn set_awaits_leader(&self, waits: bool) {
+        self.inner
+            .awaits_leader
+            .store(waits, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Most JSON bytes a full list may bring ([`CacheOptions::max_list_bytes`]).

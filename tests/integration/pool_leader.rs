@@ -669,3 +669,193 @@ fn a_follower_reads_from_the_cloud_for_a_round_when_its_leader_answers_an_error(
         hub.logs()
     );
 }
+
+/// Reads `events` until an ADDED of `name`, failing on an ERROR event (a 410 would send the
+/// client to relist).
+fn sees_added_without_error(events: &mut Events, name: &str) -> bool {
+    while let Some(event) = events.next_event() {
+        assert_ne!(event["type"], "ERROR", "{event}");
+        if event["type"] == "ADDED" && event["object"]["metadata"]["name"] == name {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn followers_that_start_before_their_leader_wait_for_it_instead_of_listing_from_the_cloud() {
+    let cloud = cloud_with_objects();
+    // A power cut where the leader boots 3 s after its followers: they dial a port nobody
+    // listens on yet.
+    let pool = Pool::start_late(
+        &cloud,
+        "pool-leader-late",
+        3,
+        &[1],
+        Duration::from_secs(3),
+        &["--heartbeat-interval-seconds=3"],
+    );
+    for n in 1..=3 {
+        for (path, resource) in [(SERVICES, "services"), (SLICES, "endpointslices")] {
+            let list = list_when_warm(pool.hub(n), path, KUBE_PROXY);
+            assert_eq!(
+                keys(items(&list)),
+                keys(&cloud.list(resource, None)),
+                "edge-{n} {path}"
+            );
+        }
+    }
+    // The cloud saw one list of each resource, the leader's, and nothing from a follower.
+    for resource in ["services", "endpointslices"] {
+        let seen: Vec<String> = cloud
+            .requests()
+            .iter()
+            .filter(|r| of(r, resource))
+            .map(|r| format!("{} {}?{}", r.user_agent, r.path, r.query))
+            .collect();
+        assert_eq!(
+            cloud.count(|r| of(r, resource) && !r.is_watch()),
+            1,
+            "{seen:#?}"
+        );
+        assert_eq!(
+            cloud.count(|r| of(r, resource) && r.user_agent != "multiplexer-proxy-edge-1"),
+            0,
+            "{seen:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_leader_restart_does_not_freeze_its_followers_caches_or_send_their_clients_to_the_cloud() {
+    let cloud = cloud_with_objects();
+    let mut pool = Pool::start_with(
+        &cloud,
+        "pool-leader-restart",
+        3,
+        &[1],
+        &["--heartbeat-interval-seconds=3"],
+    );
+    let mut watches = Vec::new();
+    for n in [2, 3] {
+        let slices = list_when_warm(pool.hub(n), SLICES, KUBE_PROXY);
+        watches.push((n, watch_from(pool.hub(n), SLICES, KUBE_PROXY, &slices)));
+    }
+    // The leader dies: the followers watch the cloud.
+    pool.stop_node(1);
+    assert!(
+        cloud.wait_for_watchers("endpointslices", 2, patience(25)),
+        "{}",
+        cloud.watchers("endpointslices")
+    );
+    // It comes back with its first 8 lists of slices failing: it warms for 8 retry
+    // intervals (24 s, more than a health round), answering 429. The followers, which hold
+    // data, are not turned into failing caches by its 429s: they keep their cloud watches
+    // until it serves, then come back.
+    cloud.misanswer(SLICES, 8, 500, b"{}");
+    pool.start_node(&cloud, 1);
+    assert!(
+        pool.hub(1).wait_log("failed", patience(10)),
+        "the leader's list failed"
+    );
+    assert!(
+        cloud.wait_for_watchers_at_most("endpointslices", 1, patience(70)),
+        "the followers left the cloud: {} watches",
+        cloud.watchers("endpointslices")
+    );
+    cloud.create("endpointslices", slice("cache-abc", "web", "10.244.1.7"));
+    for (n, events) in &mut watches {
+        assert!(
+            sees_added_without_error(events, "cache-abc"),
+            "edge-{n}'s local watch carried on"
+        );
+    }
+    for n in [2, 3] {
+        let list = list_when_warm(pool.hub(n), SLICES, KUBE_PROXY);
+        assert_eq!(items(&list).len(), 3, "edge-{n}");
+    }
+    assert_eq!(
+        cloud.count(|r| r.user_agent == KUBE_PROXY),
+        0,
+        "no kube-proxy request reached the cloud"
+    );
+}
+
+#[test]
+fn a_leader_that_refuses_the_follower_is_asked_again_only_after_a_backoff() {
+    let cloud = cloud_with_objects();
+    // edge-9's certificate names another address: every handshake fails, while its port
+    // keeps answering the TCP health probe.
+    let port = pool::free_port(9);
+    let fake_addr = SocketAddr::new(node_ip(9).into(), port);
+    let wrong = cloud.pki().issue_server(&["127.0.0.99"]);
+    let fake = FakeLeader::start(fake_addr, &wrong, cloud.pki().ca_der());
+    set_leader_config(&cloud, &[9], true);
+    let dir = TempDir::new("pool-leader-refusing-backoff");
+    let hub = Hub::start(&pool::node_spec(&cloud, dir.path(), 2, port));
+    list_when_warm(&hub, SERVICES, KUBE_PROXY);
+    assert!(hub.wait_log("refuses this node", patience(10)));
+    let began = std::time::Instant::now();
+    // Two health rounds (20 s each) and more: the leader is set aside for 20 s, then 40 s.
+    std::thread::sleep(Duration::from_secs(45));
+    let watches = cloud
+        .count(|r| of(r, "services") && r.is_watch() && r.user_agent == "multiplexer-proxy-edge-2");
+    assert!(
+        watches <= 2,
+        "the cloud watch was torn down {} times in {:?}",
+        watches - 1,
+        began.elapsed()
+    );
+    assert_eq!(
+        hub.log_lines(|l| l.contains("is healthy")),
+        1,
+        "no flapping: {}",
+        hub.logs()
+    );
+    assert_eq!(
+        hub.log_lines(|l| l.contains("refuses this node (")),
+        1,
+        "warned once"
+    );
+    assert!(fake.hellos.load(Ordering::Relaxed) <= 6, "a few handshakes");
+}
+
+#[test]
+fn a_follower_turned_away_by_one_leader_reads_from_another_before_the_cloud() {
+    let cloud = cloud_with_objects();
+    // Two leaders: edge-9, a fake that answers every request with 500 (named first, so it
+    // is picked first), and edge-1, a real hub.
+    let port = pool::free_port(9);
+    let fake_addr = SocketAddr::new(node_ip(9).into(), port);
+    let good = cloud.pki().issue_server(&["127.0.0.10"]);
+    let fake = FakeLeader::start(fake_addr, &good, cloud.pki().ca_der());
+    set_leader_config(&cloud, &[9, 1], true);
+    let dirs = [
+        TempDir::new("pool-leader-two-1"),
+        TempDir::new("pool-leader-two-2"),
+    ];
+    let leader = Hub::start(&pool::node_spec(&cloud, dirs[0].path(), 1, port));
+    assert!(leader.wait_log("role=multiplexer addr=", patience(20)));
+    for path in [SERVICES, SLICES] {
+        list_when_warm(&leader, path, "warm-up");
+    }
+    let follower = Hub::start(&pool::node_spec(&cloud, dirs[1].path(), 2, port));
+    for (path, resource) in [(SERVICES, "services"), (SLICES, "endpointslices")] {
+        let list = list_when_warm(&follower, path, KUBE_PROXY);
+        assert_eq!(keys(items(&list)), keys(&cloud.list(resource, None)));
+    }
+    assert!(
+        !fake.requests.lock().unwrap().is_empty(),
+        "the fake leader was asked first"
+    );
+    let from_follower: Vec<String> = cloud
+        .requests()
+        .iter()
+        .filter(|r| r.user_agent == "multiplexer-proxy-edge-2")
+        .map(|r| format!("{}?{}", r.path, r.query))
+        .collect();
+    assert!(
+        from_follower.is_empty(),
+        "the other leader served the follower: {from_follower:#?}"
+    );
+}

@@ -182,6 +182,27 @@ impl Pool {
         pool
     }
 
+    /// Starts every hub but those in `late` at once, and those `delay` later, as after a
+    /// power cut where the leaders boot last: followers dial a leader that does not listen.
+    pub fn start_late(
+        cloud: &Cloud,
+        tag: &str,
+        n: usize,
+        late: &[usize],
+        delay: Duration,
+        extra: &[&str],
+    ) -> Pool {
+        let mut pool = Pool::stopped(tag, n, extra);
+        for i in (1..=n).filter(|i| !late.contains(i)) {
+            pool.start_node(cloud, i);
+        }
+        std::thread::sleep(delay);
+        for &i in late {
+            pool.start_node(cloud, i);
+        }
+        pool
+    }
+
     /// A pool of `n` hubs none of which runs yet.
     fn stopped(tag: &str, n: usize, extra: &[&str]) -> Pool {
         Pool {
