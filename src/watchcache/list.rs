@@ -1,5 +1,3 @@
-// wired in issue 16
-#![allow(dead_code)]
 //! Lists from the cache: at the cache's resourceVersion (`resourceVersion` unset, `0`, or
 //! not newer than the cache's), filtered by namespace and selectors, paged by `limit` and
 //! the apiserver's continue tokens, and written item by item.
@@ -61,16 +59,19 @@ pub(crate) struct ListPage {
 
 impl ListPage {
     /// The objects of the page, in key order.
+    #[cfg(test)]
     pub(crate) fn items(&self) -> &[Object] {
         &self.items
     }
 
     /// The list's `metadata.resourceVersion`.
+    #[cfg(test)]
     pub(crate) fn resource_version(&self) -> u64 {
         self.rv
     }
 
     /// The list's `metadata.continue`, when more objects match.
+    #[cfg(test)]
     pub(crate) fn continue_token(&self) -> Option<&str> {
         self.continue_token.as_deref()
     }

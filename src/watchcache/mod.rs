@@ -1,5 +1,3 @@
-// wired in issue 16
-#![allow(dead_code, unused_imports)]
 //! The node-local watch cache of one pool-scope resource (YURTHUB.md §4.5): fed by one
 //! upstream list and watch, it answers every local list and watch of the resource from
 //! memory, with the cloud's resourceVersions, as the apiserver's own watch cache does.
@@ -56,7 +54,7 @@ use std::fmt;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-pub(crate) use list::{ListPage, ListRequest};
+pub(crate) use list::ListRequest;
 pub(crate) use object::{Object, ObjectError, parse_rv};
 pub(crate) use resource::Resource;
 pub(crate) use watch::{WatchEvent, WatchNext, Watcher, error_event_line};

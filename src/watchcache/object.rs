@@ -1,5 +1,3 @@
-// wired in issue 16
-#![allow(dead_code)]
 //! One cached object in one allocation: the JSON bytes the cloud sent, behind a small index
 //! of what keys, selectors and output need, extracted once when the object arrives.
 //!
@@ -544,13 +542,8 @@ impl Object {
         2 * std::mem::size_of::<usize>() + self.0.len()
     }
 
-    /// Bytes beyond the JSON that indexing costs in the allocation (counts, header, spans,
-    /// side strings).
-    pub(crate) fn index_bytes(&self) -> usize {
-        self.heap_bytes() - self.json().len()
-    }
-
     /// Whether two handles share one allocation.
+    #[cfg(test)]
     pub(crate) fn same(&self, other: &Object) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }

@@ -1,5 +1,3 @@
-// wired in issue 16
-#![allow(dead_code)]
 //! The resource one watch cache holds: its group/version/resource, kind, scope, and the field
 //! labels the apiserver lets a `fieldSelector` name for it.
 

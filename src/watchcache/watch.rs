@@ -1,5 +1,3 @@
-// wired in issue 16
-#![allow(dead_code)]
 //! Watches from the cache: a cursor into the shared history, the synthetic ADDED events of
 //! a watch from "now", per-watcher selectors with the apiserver's transitions, bookmarks,
 //! and the event lines clients read.
@@ -44,6 +42,7 @@ impl WatchEvent {
     }
 
     /// The resourceVersion the client learns from the event.
+    #[cfg(test)]
     pub(crate) fn rv(&self) -> u64 {
         match self {
             WatchEvent::Object { object, rv, .. } => rv.unwrap_or_else(|| object.rv()),
@@ -116,6 +115,7 @@ pub(crate) struct Watcher {
 impl WatchCache {
     /// Starts a watch at `resource_version` without `sendInitialEvents`: see
     /// [`WatchCache::watch_from`].
+    #[cfg(test)]
     pub(crate) fn watch(
         &self,
         resource_version: Option<&str>,
@@ -310,6 +310,7 @@ impl Watcher {
     }
 
     /// The resourceVersion up to which this client has every event.
+    #[cfg(test)]
     pub(crate) fn resource_version(&self) -> u64 {
         self.rv
     }
