@@ -420,8 +420,8 @@ fn cut(s: &str) -> &str {
     &s[..end]
 }
 
-/// Escapes a label value: backslash, double quote and newline.
-fn escape(value: &str) -> std::borrow::Cow<'_, str> {
+/// Escapes a label value: backslash, double quote and newline (the metrics' too).
+pub(crate) fn escape(value: &str) -> std::borrow::Cow<'_, str> {
     if !value.contains(['\\', '"', '\n']) {
         return std::borrow::Cow::Borrowed(value);
     }

@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+use crate::link::escape;
 use crate::lock;
 
 /// Labels YurtHub uses for per-request series: verb, resource, subresources, client.
@@ -552,19 +553,6 @@ fn counter(out: &mut String, name: &str, help: &str, value: &AtomicU64) {
 fn gauge(out: &mut String, name: &str, help: &str, value: i64) {
     header(out, name, "gauge", help);
     let _ = writeln!(out, "{name} {value}");
-}
-
-/// Escapes a label value: backslash, double quote and newline.
-fn escape(value: &str) -> std::borrow::Cow<'_, str> {
-    if !value.contains(['\\', '"', '\n']) {
-        return std::borrow::Cow::Borrowed(value);
-    }
-    std::borrow::Cow::Owned(
-        value
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"")
-            .replace('\n', "\\n"),
-    )
 }
 
 #[cfg(test)]

@@ -27,8 +27,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use serde_json::Value;
 
-use super::{ClientError, get_as_hub, read_units, watch_deadline};
-use crate::cache::decode::{BodyShape, Unit};
+use super::{ClientError, get_as_hub, read_object_events, watch_deadline};
 use crate::pool::leader::{self, ConfigEvent, PoolState, WATCH_SECONDS};
 use crate::pool::resources::PoolScope;
 use crate::pool::route::{FIRST_LIST_PATIENCE, PoolRoute};
@@ -213,32 +212,13 @@ impl LeaderWatch {
             }
         };
         let mut last = rv.to_owned();
-        let ended = read_units(
-            &mut answer,
-            BodyShape::WatchStream,
-            stop,
-            &mut |_| {},
-            &mut |unit| {
-                let Unit::WatchEvent(raw) = unit else {
-                    return Ok(());
-                };
-                let event: Value = serde_json::from_slice(raw)?;
-                let object = event.get("object").unwrap_or(&Value::Null);
-                match event.get("type").and_then(Value::as_str) {
-                    Some("ADDED" | "MODIFIED") => self.apply(ConfigEvent::Seen(object)),
-                    Some("DELETED") => self.apply(ConfigEvent::Deleted),
-                    Some("BOOKMARK") => {}
-                    _ => return Err(ClientError::Answer("the watch ended with an ERROR event")),
-                }
-                if let Some(rv) = object
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str)
-                {
-                    last = rv.to_owned();
-                }
-                Ok(())
-            },
-        );
+        let ended = read_object_events(&mut answer, stop, &mut last, &mut |object, deleted| {
+            self.apply(if deleted {
+                ConfigEvent::Deleted
+            } else {
+                ConfigEvent::Seen(object)
+            });
+        });
         match ended {
             Ok(true) => Watched::Resume(last, began.elapsed() >= MIN_WATCH),
             Ok(false) => Watched::Stopped,

@@ -79,6 +79,76 @@ fn watch_deadline(seconds: u64) -> Deadline {
     Deadline::Stream(Duration::from_secs(seconds) + route::WATCH_MARGIN)
 }
 
+/// Reads a list, handing each item to `on_item`: the list's resourceVersion when the whole
+/// list was read, None when `stop` fired first. As [`read_units`] otherwise.
+fn read_list_items(
+    answer: &mut Answer,
+    stop: &Receiver<()>,
+    on_item: &mut dyn FnMut(&[u8]) -> Result<(), ClientError>,
+) -> Result<Option<String>, ClientError> {
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(rename = "resourceVersion")]
+        resource_version: Option<String>,
+    }
+    let mut rv = None;
+    let whole = read_units(answer, BodyShape::List, stop, &mut |_| {}, &mut |unit| {
+        match unit {
+            Unit::ListItem(raw) => on_item(raw)?,
+            Unit::ListMember {
+                key: "metadata",
+                value,
+            } => rv = serde_json::from_slice::<Meta>(value)?.resource_version,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    if !whole {
+        return Ok(None);
+    }
+    rv.map(Some)
+        .ok_or(ClientError::Answer("the list has no resourceVersion"))
+}
+
+/// Reads a watch stream of JSON events, handing each object to `apply` with whether it was
+/// deleted, and keeping in `last` the newest resourceVersion seen (bookmarks included), for
+/// the watch that resumes after it. An ERROR event ends the read with an error (the caller
+/// lists again). As [`read_units`] otherwise.
+fn read_object_events(
+    answer: &mut Answer,
+    stop: &Receiver<()>,
+    last: &mut String,
+    apply: &mut dyn FnMut(&Value, bool),
+) -> Result<bool, ClientError> {
+    read_units(
+        answer,
+        BodyShape::WatchStream,
+        stop,
+        &mut |_| {},
+        &mut |unit| {
+            let Unit::WatchEvent(raw) = unit else {
+                return Ok(());
+            };
+            let event: Value = serde_json::from_slice(raw)?;
+            let object = event.get("object").unwrap_or(&Value::Null);
+            match event.get("type").and_then(Value::as_str) {
+                Some("ADDED" | "MODIFIED") => apply(object, false),
+                Some("DELETED") => apply(object, true),
+                Some("BOOKMARK") => {}
+                // 410 Gone and the like: the next round lists again.
+                _ => return Err(ClientError::Answer("the watch ended with an ERROR event")),
+            }
+            if let Some(rv) = object
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+            {
+                rv.clone_into(last);
+            }
+            Ok(())
+        },
+    )
+}
+
 /// Reads `answer`'s body to its end: each chunk as read (as the link carried it, gzip
 /// included) to `on_chunk`, each unit of `shape` to `on_unit`, whose first error ends the
 /// read. A gzip-encoded body is inflated on the way (the cache's own decoder). Ok(false)

@@ -70,7 +70,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
-use super::{ClientError, read_units, watch_deadline};
+use super::{ClientError, read_list_items, read_units, watch_deadline};
 use crate::cache::decode::{BodyShape, DecodeError, Unit};
 use crate::pool::health::{Hop, leader_url, plan};
 use crate::pool::leader::Source;
@@ -633,52 +633,30 @@ impl Feeder {
     fn list_once(&self, path: &str, stop: &Receiver<()>) -> Result<bool, ClientError> {
         let mut answer = self.get(path, Deadline::Bounded(LIST_DEADLINE))?;
         let mut objects = Vec::new();
-        let mut rv: Option<String> = None;
         let mut skipped = 0usize;
         let (mut bytes, cap) = (0usize, self.cache.max_list_bytes());
-        let whole = read_units(
-            &mut answer,
-            BodyShape::List,
-            stop,
-            &mut |_| {},
-            &mut |unit| {
-                match unit {
-                    // Past the cap the read stops: nothing more is gathered or downloaded.
-                    Unit::ListItem(raw) if bytes.saturating_add(raw.len()) > cap => {
-                        return Err(ClientError::Answer(TOO_LARGE));
-                    }
-                    Unit::ListItem(raw) => match self.cache.parse(raw) {
-                        Ok(object) => {
-                            bytes += raw.len();
-                            objects.push(object);
-                        }
-                        // One odd object does not cost every client the rest.
-                        Err(e) => {
-                            skipped += 1;
-                            self.cache.note_skipped();
-                            log::info!("an object of {path} cannot be cached and is left out: {e}");
-                        }
-                    },
-                    Unit::ListMember {
-                        key: "metadata",
-                        value,
-                    } => {
-                        #[derive(serde::Deserialize)]
-                        struct Meta {
-                            #[serde(rename = "resourceVersion")]
-                            resource_version: Option<String>,
-                        }
-                        rv = serde_json::from_slice::<Meta>(value)?.resource_version;
-                    }
-                    _ => {}
+        let rv = read_list_items(&mut answer, stop, &mut |raw| {
+            // Past the cap the read stops: nothing more is gathered or downloaded.
+            if bytes.saturating_add(raw.len()) > cap {
+                return Err(ClientError::Answer(TOO_LARGE));
+            }
+            match self.cache.parse(raw) {
+                Ok(object) => {
+                    bytes += raw.len();
+                    objects.push(object);
                 }
-                Ok(())
-            },
-        )?;
-        if !whole {
+                // One odd object does not cost every client the rest.
+                Err(e) => {
+                    skipped += 1;
+                    self.cache.note_skipped();
+                    log::info!("an object of {path} cannot be cached and is left out: {e}");
+                }
+            }
+            Ok(())
+        })?;
+        let Some(rv) = rv else {
             return Ok(false);
-        }
-        let rv = rv.ok_or(ClientError::Answer("the list has no resourceVersion"))?;
+        };
         let count = objects.len();
         match self.cache.replace(&rv, objects) {
             Ok(replaced) => {

@@ -22,8 +22,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use serde_json::Value;
 
-use super::{ClientError, get_as_hub, read_units, watch_deadline};
-use crate::cache::decode::{BodyShape, Unit};
+use super::{ClientError, get_as_hub, read_list_items, read_object_events, watch_deadline};
 use crate::filters::topology_index::{self, TopologyIndex};
 use crate::proxy::pool_local::{PoolCaches, Unserved};
 use crate::request::Accept;
@@ -258,42 +257,21 @@ fn list(
 ) -> Result<Option<String>, ClientError> {
     let mut answer = get_as_hub(upstream, SERVICES, Deadline::Bounded(LIST_DEADLINE))?;
     let mut annotated = HashMap::new();
-    let mut rv = None;
-    let whole = read_units(
-        &mut answer,
-        BodyShape::List,
-        stop,
-        &mut |_| {},
-        &mut |unit| {
-            match unit {
-                Unit::ListItem(raw) => match serde_json::from_slice::<Value>(raw) {
-                    Ok(service) => {
-                        if let Some((key, Some(keys))) = topology_index::entry(&service) {
-                            annotated.insert(key, keys);
-                        }
-                    }
-                    // One odd Service does not cost the others their topology.
-                    Err(e) => log::debug!("a Service in the list cannot be read: {e}"),
-                },
-                Unit::ListMember {
-                    key: "metadata",
-                    value,
-                } => {
-                    let metadata: Value = serde_json::from_slice(value)?;
-                    rv = metadata
-                        .get("resourceVersion")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned);
+    let rv = read_list_items(&mut answer, stop, &mut |raw| {
+        match serde_json::from_slice::<Value>(raw) {
+            Ok(service) => {
+                if let Some((key, Some(keys))) = topology_index::entry(&service) {
+                    annotated.insert(key, keys);
                 }
-                _ => {}
             }
-            Ok(())
-        },
-    )?;
-    if !whole {
+            // One odd Service does not cost the others their topology.
+            Err(e) => log::debug!("a Service in the list cannot be read: {e}"),
+        }
+        Ok(())
+    })?;
+    let Some(rv) = rv else {
         return Ok(None);
-    }
-    let rv = rv.ok_or(ClientError::Answer("the list has no resourceVersion"))?;
+    };
     log::debug!("{} Services carry a topology annotation", annotated.len());
     index.replace(annotated);
     Ok(Some(rv))
@@ -323,33 +301,9 @@ fn watch(upstream: &Upstream, index: &TopologyIndex, rv: &str, stop: &Receiver<(
         Err(e) => return Watched::Broke(rv.to_owned(), e),
     };
     let mut last = rv.to_owned();
-    let ended = read_units(
-        &mut answer,
-        BodyShape::WatchStream,
-        stop,
-        &mut |_| {},
-        &mut |unit| {
-            let Unit::WatchEvent(raw) = unit else {
-                return Ok(());
-            };
-            let event: Value = serde_json::from_slice(raw)?;
-            let object = event.get("object").unwrap_or(&Value::Null);
-            match event.get("type").and_then(Value::as_str) {
-                Some("ADDED" | "MODIFIED") => index.apply(object, false),
-                Some("DELETED") => index.apply(object, true),
-                Some("BOOKMARK") => {}
-                // 410 Gone and the like: the next round lists again.
-                _ => return Err(ClientError::Answer("the watch ended with an ERROR event")),
-            }
-            if let Some(rv) = object
-                .pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str)
-            {
-                last = rv.to_owned();
-            }
-            Ok(())
-        },
-    );
+    let ended = read_object_events(&mut answer, stop, &mut last, &mut |object, deleted| {
+        index.apply(object, deleted);
+    });
     match ended {
         Ok(true) => Watched::Ended(last),
         Ok(false) => Watched::Stopped,
