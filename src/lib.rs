@@ -72,3 +72,23 @@ where
                 .context(format!("cannot start the {name} thread"))
         })
 }
+
+/// A number in `low..=high`, different for calls in the same instant (no crate for this:
+/// spreading watch lengths needs no quality): the offline watch hold, the pool
+/// caches' watches and their feeders.
+pub(crate) fn random_between(low: u64, high: u64) -> u64 {
+    static SEQUENCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let mut x = u64::from(nanos)
+        ^ SEQUENCE
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    // splitmix64's finaliser.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    low + x % (high.saturating_sub(low) + 1)
+}

@@ -20,8 +20,8 @@ mod token;
 
 use std::io::Read;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::cache::key::{CollectionKey, ObjectKey};
 use crate::cache::object::starts_object;
@@ -398,20 +398,7 @@ fn is_json_object(bytes: &[u8]) -> bool {
 /// A watch with no `timeoutSeconds` is held 30–60 minutes, as the apiserver does, so a node's
 /// watches do not all end at once.
 fn random_watch_duration() -> Duration {
-    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    // Mix in a sequence number so watches opened in the same instant differ too.
-    let mut x = u64::from(nanos)
-        ^ SEQUENCE
-            .fetch_add(1, Ordering::Relaxed)
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    Duration::from_secs(1800 + x % 1800)
+    Duration::from_secs(crate::random_between(1800, 3599))
 }
 
 #[cfg(test)]

@@ -42,9 +42,9 @@
 //! batches: a leader serves a watch per follower); the objects themselves are shared.
 
 use std::io::{self, Write};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use super::Filters;
 use super::filter_body::{BodyFilter, StageTime};
@@ -309,7 +309,12 @@ pub(crate) fn answer(
                 Ok(watcher) => {
                     // 0 means unset, as the apiserver reads it (an instant end would spin).
                     let timeout = req.query.timeout_seconds.filter(|&t| t > 0).map_or_else(
-                        || Duration::from_secs(random_between(WATCH_SECONDS.0, WATCH_SECONDS.1)),
+                        || {
+                            Duration::from_secs(crate::random_between(
+                                WATCH_SECONDS.0,
+                                WATCH_SECONDS.1,
+                            ))
+                        },
                         Duration::from_secs,
                     );
                     let how = WatchHow {
@@ -683,25 +688,6 @@ fn selectors_of(req: &ApiRequest) -> Result<Selectors, Status> {
         .map_err(|e| Status::bad_request(e.to_string()))
 }
 
-/// A number in `low..=high`, different for calls in the same instant (no crate for this:
-/// spreading watch lengths needs no quality). The feeder uses it too.
-pub(crate) fn random_between(low: u64, high: u64) -> u64 {
-    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let mut x = u64::from(nanos)
-        ^ SEQUENCE
-            .fetch_add(1, Ordering::Relaxed)
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    // splitmix64's finaliser.
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^= x >> 31;
-    low + x % (high.saturating_sub(low) + 1)
-}
-
 fn refuse(ex: Exchange<'_>, status: &Status) -> u16 {
     let _ = ex.send_status(status);
     status.code
@@ -806,7 +792,7 @@ mod tests {
 
     #[test]
     fn watch_lengths_stay_within_their_range_and_vary() {
-        let picks: Vec<u64> = (0..200).map(|_| random_between(300, 600)).collect();
+        let picks: Vec<u64> = (0..200).map(|_| crate::random_between(300, 600)).collect();
         assert!(picks.iter().all(|s| (300..=600).contains(s)), "{picks:?}");
         let distinct: std::collections::HashSet<_> = picks.iter().collect();
         assert!(distinct.len() > 50, "{distinct:?}");
