@@ -21,6 +21,24 @@ fn series(hub: &Hub, cloud: &Cloud, name: &str, component: &str, resource: &str)
         .unwrap_or(0.0)
 }
 
+/// Asserts each `(name, value)` of `expected`, in order: `component`'s series `name` for
+/// `resource` on `hub` has that value.
+fn assert_series(
+    hub: &Hub,
+    cloud: &Cloud,
+    component: &str,
+    resource: &str,
+    expected: &[(&str, f64)],
+) {
+    for &(name, value) in expected {
+        assert_eq!(
+            series(hub, cloud, name, component, resource),
+            value,
+            "{component} {resource} {name}"
+        );
+    }
+}
+
 fn labelled(cloud: &Cloud, name: &str, component: &str, resource: &str) -> String {
     format!(
         "tinyhub_cloud_{name}_total{{server=\"{}\",component=\"{component}\",resource=\"{resource}\"}}",
@@ -55,18 +73,17 @@ fn lists_writes_and_probes_move_their_series_by_their_body_bytes() {
     let plain = get(&list, CURL);
     assert_eq!(plain.status, 200, "{}", plain.text());
     assert_eq!(plain.header("content-encoding"), None);
-    assert_eq!(series(&hub, &cloud, "requests", "curl", "configmaps"), 1.0);
-    assert_eq!(
-        series(&hub, &cloud, "received_bytes", "curl", "configmaps"),
-        plain.body.len() as f64
-    );
-    assert_eq!(
-        series(&hub, &cloud, "sent_bytes", "curl", "configmaps"),
-        0.0
-    );
-    assert_eq!(
-        series(&hub, &cloud, "received_gzip_bytes", "curl", "configmaps"),
-        0.0
+    assert_series(
+        &hub,
+        &cloud,
+        "curl",
+        "configmaps",
+        &[
+            ("requests", 1.0),
+            ("received_bytes", plain.body.len() as f64),
+            ("sent_bytes", 0.0),
+            ("received_gzip_bytes", 0.0),
+        ],
     );
 
     // The same list asking for gzip: the link carried the compressed body, which the hub
@@ -75,14 +92,19 @@ fn lists_writes_and_probes_move_their_series_by_their_body_bytes() {
     assert_eq!(zipped.status, 200);
     assert_eq!(zipped.header("content-encoding"), Some("gzip"));
     assert!(zipped.body.len() * 4 < plain.body.len(), "gzip saves");
-    assert_eq!(series(&hub, &cloud, "requests", "curl", "configmaps"), 2.0);
-    assert_eq!(
-        series(&hub, &cloud, "received_bytes", "curl", "configmaps"),
-        (plain.body.len() + zipped.body.len()) as f64
-    );
-    assert_eq!(
-        series(&hub, &cloud, "received_gzip_bytes", "curl", "configmaps"),
-        zipped.body.len() as f64
+    assert_series(
+        &hub,
+        &cloud,
+        "curl",
+        "configmaps",
+        &[
+            ("requests", 2.0),
+            (
+                "received_bytes",
+                (plain.body.len() + zipped.body.len()) as f64,
+            ),
+            ("received_gzip_bytes", zipped.body.len() as f64),
+        ],
     );
 
     // A write: its body is counted as sent, under the writer's component and resource.
@@ -97,17 +119,16 @@ fn lists_writes_and_probes_move_their_series_by_their_body_bytes() {
         Some(&body),
     );
     assert!(created.status < 500, "{}", created.text());
-    assert_eq!(
-        series(&hub, &cloud, "requests", "kubectl", "configmaps"),
-        1.0
-    );
-    assert_eq!(
-        series(&hub, &cloud, "sent_bytes", "kubectl", "configmaps"),
-        body.len() as f64
-    );
-    assert_eq!(
-        series(&hub, &cloud, "received_bytes", "kubectl", "configmaps"),
-        created.body.len() as f64
+    assert_series(
+        &hub,
+        &cloud,
+        "kubectl",
+        "configmaps",
+        &[
+            ("requests", 1.0),
+            ("sent_bytes", body.len() as f64),
+            ("received_bytes", created.body.len() as f64),
+        ],
     );
 
     // The hub's own exchanges, its lease renewals every second: component tinyhub.
@@ -145,13 +166,12 @@ fn a_watch_counts_its_bytes_as_they_stream() {
             == before + 1),
         "the watch reached the cloud"
     );
-    assert_eq!(
-        series(&hub, &cloud, "requests", "watcher", "configmaps"),
-        1.0
-    );
-    assert_eq!(
-        series(&hub, &cloud, "received_bytes", "watcher", "configmaps"),
-        0.0
+    assert_series(
+        &hub,
+        &cloud,
+        "watcher",
+        "configmaps",
+        &[("requests", 1.0), ("received_bytes", 0.0)],
     );
 
     let mut read = 0;

@@ -12,36 +12,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::support::Cloud;
 use crate::support::hub::*;
 use crate::support::pool::{
-    self, Pool, node_ip, patience, set_leader_config, set_leader_config_scoped,
+    self, Pool, list_when_warm, node_ip, of, patience, service, set_leader_config,
+    set_leader_config_scoped, slice,
 };
-use crate::support::{Cloud, RecordedRequest};
 
 const KUBE_PROXY: &str = "kube-proxy/v1.30.0 (linux/arm) kubernetes/abcdef0";
 const COREDNS: &str = "coredns/1.11.1 (linux/arm)";
 const SERVICES: &str = "/api/v1/services";
 const SLICES: &str = "/apis/discovery.k8s.io/v1/endpointslices";
-
-fn service(name: &str, ip: &str) -> Value {
-    json!({
-        "metadata": {"name": name, "namespace": "shop", "labels": {"app": name}},
-        "spec": {"clusterIP": ip, "clusterIPs": [ip], "type": "ClusterIP",
-                 "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}]},
-    })
-}
-
-fn slice(name: &str, service: &str, ip: &str) -> Value {
-    json!({
-        "metadata": {"name": name, "namespace": "shop",
-                     "labels": {"kubernetes.io/service-name": service}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-    })
-}
 
 /// The cloud with two Services and their slices, and the pool's ConfigMap naming `edge-1`.
 fn cloud_with_objects() -> Cloud {
@@ -54,50 +37,9 @@ fn cloud_with_objects() -> Cloud {
     cloud
 }
 
-/// A request of the pool-scope collection `path` (lists and watches of it, in any
-/// namespace).
-fn of(r: &RecordedRequest, resource: &str) -> bool {
-    r.path.ends_with(resource)
-        && r.path.contains(if resource == "services" {
-            "/api/v1"
-        } else {
-            "discovery.k8s.io"
-        })
-}
-
-/// A list through `hub` as `ua`, waiting out a warming cache's 429s.
-fn list_when_warm(hub: &Hub, path: &str, ua: &str) -> Value {
-    let url = format!("{}{path}", hub.url());
-    let mut last = None;
-    let warm = eventually(patience(20), || {
-        let reply = get(&url, ua);
-        let ok = reply.status == 200;
-        last = Some(reply);
-        ok
-    });
-    let reply = last.expect("one reply");
-    assert!(warm, "{path} as {ua}: {} {}", reply.status, reply.text());
-    reply.json()
-}
-
 /// (namespace/name, resourceVersion) of each item, sorted.
 fn keys(items: &[Value]) -> Vec<(String, String)> {
-    let mut keys: Vec<_> = items
-        .iter()
-        .map(|o| {
-            (
-                format!(
-                    "{}/{}",
-                    o["metadata"]["namespace"].as_str().unwrap_or(""),
-                    o["metadata"]["name"].as_str().unwrap_or("")
-                ),
-                o["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_owned(),
-            )
-        })
-        .collect();
+    let mut keys = pool::keys_in_order(items);
     keys.sort();
     keys
 }
@@ -463,6 +405,28 @@ struct FakeLeader {
     requests: Arc<Mutex<Vec<(String, bool)>>>,
 }
 
+/// A [`FakeLeader`] for edge-9 (127.0.0.10) on a port free on nodes 1..=9, presenting a
+/// certificate of the cluster CA for `cert_ip`; with that port.
+fn fake_leader(cloud: &Cloud, cert_ip: &str) -> (FakeLeader, u16) {
+    let port = pool::free_port(9);
+    let fake_addr = SocketAddr::new(node_ip(9).into(), port);
+    let cert = cloud.pki().issue_server(&[cert_ip]);
+    (
+        FakeLeader::start(fake_addr, &cert, cloud.pki().ca_der()),
+        port,
+    )
+}
+
+/// [`fake_leader`] as the pool's only leader, and the hub of follower `edge-2` (caching in
+/// a `tag` directory) pointed at it; in that order, so that the hub is dropped first.
+fn follower_of_fake_leader(cloud: &Cloud, cert_ip: &str, tag: &str) -> (FakeLeader, TempDir, Hub) {
+    let (fake, port) = fake_leader(cloud, cert_ip);
+    set_leader_config(cloud, &[9], true);
+    let dir = TempDir::new(tag);
+    let hub = Hub::start(&pool::node_spec(cloud, dir.path(), 2, port));
+    (fake, dir, hub)
+}
+
 impl FakeLeader {
     fn start(addr: SocketAddr, cert: &crate::support::CertKey, ca_der: &[u8]) -> FakeLeader {
         use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -553,13 +517,7 @@ fn a_follower_refuses_a_leader_whose_certificate_names_another_address() {
     let cloud = cloud_with_objects();
     // The ConfigMap names edge-9 at 127.0.0.10, where a server presents a certificate of
     // the cluster CA for 127.0.0.99.
-    let port = pool::free_port(9);
-    let fake_addr = SocketAddr::new(node_ip(9).into(), port);
-    let wrong = cloud.pki().issue_server(&["127.0.0.99"]);
-    let fake = FakeLeader::start(fake_addr, &wrong, cloud.pki().ca_der());
-    set_leader_config(&cloud, &[9], true);
-    let dir = TempDir::new("pool-leader-wrong-ip");
-    let hub = Hub::start(&pool::node_spec(&cloud, dir.path(), 2, port));
+    let (fake, _dir, hub) = follower_of_fake_leader(&cloud, "127.0.0.99", "pool-leader-wrong-ip");
 
     // The follower tried the leader (TLS), refused its certificate, and read from the cloud.
     let list = list_when_warm(&hub, SERVICES, KUBE_PROXY);
@@ -635,13 +593,7 @@ fn the_configmaps_pool_scope_set_replaces_the_start_up_one_at_run_time() {
 fn a_follower_reads_from_the_cloud_for_a_round_when_its_leader_answers_an_error() {
     let cloud = cloud_with_objects();
     // A leader at 127.0.0.10 with a good certificate that answers every request with 500.
-    let port = pool::free_port(9);
-    let fake_addr = SocketAddr::new(node_ip(9).into(), port);
-    let good = cloud.pki().issue_server(&["127.0.0.10"]);
-    let fake = FakeLeader::start(fake_addr, &good, cloud.pki().ca_der());
-    set_leader_config(&cloud, &[9], true);
-    let dir = TempDir::new("pool-leader-refusing");
-    let hub = Hub::start(&pool::node_spec(&cloud, dir.path(), 2, port));
+    let (fake, _dir, hub) = follower_of_fake_leader(&cloud, "127.0.0.10", "pool-leader-refusing");
 
     // Each feeder asked the leader first, as the multiplexer with the hub's certificate,
     // then read from the cloud; the leader stays healthy (it answered).
@@ -786,13 +738,8 @@ fn a_leader_that_refuses_the_follower_is_asked_again_only_after_a_backoff() {
     let cloud = cloud_with_objects();
     // edge-9's certificate names another address: every handshake fails, while its port
     // keeps answering the TCP health probe.
-    let port = pool::free_port(9);
-    let fake_addr = SocketAddr::new(node_ip(9).into(), port);
-    let wrong = cloud.pki().issue_server(&["127.0.0.99"]);
-    let fake = FakeLeader::start(fake_addr, &wrong, cloud.pki().ca_der());
-    set_leader_config(&cloud, &[9], true);
-    let dir = TempDir::new("pool-leader-refusing-backoff");
-    let hub = Hub::start(&pool::node_spec(&cloud, dir.path(), 2, port));
+    let (fake, _dir, hub) =
+        follower_of_fake_leader(&cloud, "127.0.0.99", "pool-leader-refusing-backoff");
     list_when_warm(&hub, SERVICES, KUBE_PROXY);
     assert!(hub.wait_log("refuses this node", patience(10)));
     let began = std::time::Instant::now();
@@ -825,10 +772,7 @@ fn a_follower_turned_away_by_one_leader_reads_from_another_before_the_cloud() {
     let cloud = cloud_with_objects();
     // Two leaders: edge-9, a fake that answers every request with 500 (named first, so it
     // is picked first), and edge-1, a real hub.
-    let port = pool::free_port(9);
-    let fake_addr = SocketAddr::new(node_ip(9).into(), port);
-    let good = cloud.pki().issue_server(&["127.0.0.10"]);
-    let fake = FakeLeader::start(fake_addr, &good, cloud.pki().ca_der());
+    let (fake, port) = fake_leader(&cloud, "127.0.0.10");
     set_leader_config(&cloud, &[9, 1], true);
     let dirs = [
         TempDir::new("pool-leader-two-1"),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::hub::*;
+use crate::support::pool::{keys_in_order as keys, list_when_warm_within, service_in as service};
 use crate::support::{Cloud, RecordedRequest};
 
 const KUBE_PROXY: &str = "kube-proxy/v1.30.0 (linux/arm) kubernetes/abcdef0";
@@ -25,12 +26,16 @@ fn start_hub(cloud: &Cloud, tag: &str) -> (Hub, TempDir) {
     (Hub::start(&spec), dir)
 }
 
-fn service(ns: &str, name: &str, ip: &str) -> Value {
-    json!({
-        "metadata": {"name": name, "namespace": ns, "labels": {"app": name}},
-        "spec": {"clusterIP": ip, "clusterIPs": [ip], "type": "ClusterIP",
-                 "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}]},
-    })
+/// A list through the hub as `ua`, waiting out the 429s of a warming cache (20 s).
+fn list_when_warm(hub: &Hub, path: &str, ua: &str) -> Value {
+    list_when_warm_within(hub, path, ua, Duration::from_secs(20))
+}
+
+/// A watch of `url` as `ua`, asserted to be answered 200: its events.
+fn watch(url: &str, ua: &str) -> Events {
+    let (status, body) = stream(url, ua);
+    assert_eq!(status, 200);
+    Events::new(body)
 }
 
 fn is_services(r: &RecordedRequest) -> bool {
@@ -41,40 +46,6 @@ fn is_watch(r: &RecordedRequest) -> bool {
     r.query
         .split('&')
         .any(|p| p == "watch=true" || p == "watch=1")
-}
-
-/// A list through the hub as `ua`, waiting out the 429s of a warming cache.
-fn list_when_warm(hub: &Hub, path: &str, ua: &str) -> Value {
-    let url = format!("{}{path}", hub.url());
-    let mut last = None;
-    let warm = eventually(Duration::from_secs(20), || {
-        let reply = get(&url, ua);
-        let ok = reply.status == 200;
-        last = Some(reply);
-        ok
-    });
-    let reply = last.expect("one reply");
-    assert!(warm, "{path} as {ua}: {} {}", reply.status, reply.text());
-    reply.json()
-}
-
-/// (namespace/name, resourceVersion) of each item, in order.
-fn keys(list: &[Value]) -> Vec<(String, String)> {
-    list.iter()
-        .map(|o| {
-            (
-                format!(
-                    "{}/{}",
-                    o["metadata"]["namespace"].as_str().unwrap_or(""),
-                    o["metadata"]["name"].as_str().unwrap_or("")
-                ),
-                o["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_owned(),
-            )
-        })
-        .collect()
 }
 
 fn items(list: &Value) -> &[Value] {
@@ -279,9 +250,7 @@ fn the_feeder_lists_again_after_an_error_event_and_local_watches_carry_on() {
         "{}/api/v1/services?watch=true&resourceVersion={rv}&timeoutSeconds=60",
         hub.url()
     );
-    let (status, body) = stream(&url, COREDNS);
-    assert_eq!(status, 200);
-    let mut events = Events::new(body);
+    let mut events = watch(&url, COREDNS);
     // Changes the feeder does not see by watch: only the relist finds them.
     cloud.create("services", service("shop", "late", "10.96.0.20"));
     cloud.delete("services", "shop", "doomed");
@@ -437,9 +406,7 @@ fn a_local_watch_ends_when_its_client_hangs_up_and_at_its_timeout() {
         "{}/api/v1/services?watch=true&timeoutSeconds=300",
         hub.url()
     );
-    let (status, body) = stream(&url, KUBE_PROXY);
-    assert_eq!(status, 200);
-    let mut events = Events::new(body);
+    let mut events = watch(&url, KUBE_PROXY);
     // From "now": the current objects as ADDED first.
     let first = events.next_event().expect("an ADDED event");
     assert_eq!(first["type"], "ADDED", "{first}");
@@ -458,9 +425,7 @@ fn a_local_watch_ends_when_its_client_hangs_up_and_at_its_timeout() {
     // timeoutSeconds ends it cleanly: the stream ends, no error.
     let url = format!("{}/api/v1/services?watch=true&timeoutSeconds=1", hub.url());
     let started = std::time::Instant::now();
-    let (status, body) = stream(&url, COREDNS);
-    assert_eq!(status, 200);
-    let mut events = Events::new(body);
+    let mut events = watch(&url, COREDNS);
     while events.next_event().is_some() {}
     let took = started.elapsed();
     assert!(
@@ -500,9 +465,7 @@ fn offline_the_filled_cache_keeps_serving_and_the_feeder_resumes_its_watch_after
         "{}/api/v1/services?watch=true&resourceVersion={rv}&timeoutSeconds=30",
         hub.url()
     );
-    let (status, body) = stream(&url, app);
-    assert_eq!(status, 200);
-    let mut events = Events::new(body);
+    let mut events = watch(&url, app);
     let multiplexer_watches =
         || cloud.count(|r| is_services(r) && r.user_agent == MULTIPLEXER && is_watch(r));
     assert!(
@@ -719,9 +682,7 @@ fn a_cache_whose_feed_fails_while_the_cloud_answers_is_forwarded_until_it_recove
         "{}/api/v1/services?watch=true&resourceVersion={rv}&timeoutSeconds=60",
         hub.url()
     );
-    let (status, body) = stream(&url, COREDNS);
-    assert_eq!(status, 200);
-    let mut events = Events::new(body);
+    let mut events = watch(&url, COREDNS);
     // Now the cloud, healthy, refuses the feeder: its next watch ends with a 410 and every
     // list after it is a 500.
     let expired: &[u8] = br#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (5)","reason":"Expired","code":410}}
@@ -805,9 +766,7 @@ fn a_watch_list_gets_the_state_and_the_initial_events_end_bookmark() {
         "{}/api/v1/namespaces/shop/services?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=30",
         hub.url()
     );
-    let (status, body) = stream(&url, KUBE_PROXY);
-    assert_eq!(status, 200);
-    let mut events = Events::new(body);
+    let mut events = watch(&url, KUBE_PROXY);
     let first = events.next_event().expect("ADDED");
     assert_eq!(
         (

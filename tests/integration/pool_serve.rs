@@ -12,36 +12,15 @@ use serde_json::{Value, json};
 
 use crate::support::Cloud;
 use crate::support::hub::*;
-use crate::support::pool::{self, patience, set_leader_config, set_leader_config_scoped};
+use crate::support::pool::{
+    self, list_when_warm, patience, service, set_leader_config, set_leader_config_scoped,
+};
 
 const KUBE_PROXY: &str = "kube-proxy/v1.30.0 (linux/arm) kubernetes/abcdef0";
 const SERVICES: &str = "/api/v1/services";
 const SLICES: &str = "/apis/discovery.k8s.io/v1/endpointslices";
 /// The followers' and leader's retry pause (`--heartbeat-interval-seconds`).
 const RETRY: &str = "--heartbeat-interval-seconds=3";
-
-fn service(name: &str, ip: &str) -> Value {
-    json!({
-        "metadata": {"name": name, "namespace": "shop", "labels": {"app": name}},
-        "spec": {"clusterIP": ip, "clusterIPs": [ip], "type": "ClusterIP",
-                 "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}]},
-    })
-}
-
-/// A list through `hub` as `ua`, waiting out a warming cache's 429s.
-fn list_when_warm(hub: &Hub, path: &str, ua: &str) -> Value {
-    let url = format!("{}{path}", hub.url());
-    let mut last = None;
-    let warm = eventually(patience(20), || {
-        let reply = get(&url, ua);
-        let ok = reply.status == 200;
-        last = Some(reply);
-        ok
-    });
-    let reply = last.expect("one reply");
-    assert!(warm, "{path} as {ua}: {} {}", reply.status, reply.text());
-    reply.json()
-}
 
 /// The names in a list.
 fn names(list: &Value) -> Vec<String> {

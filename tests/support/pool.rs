@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::Auth;
-use super::cloud::Cloud;
+use super::cloud::{Cloud, RecordedRequest};
 use super::hub::{Hub, HubSpec, TempDir, emulated, eventually, get};
 
 /// The pool's name.
@@ -238,4 +238,80 @@ impl Pool {
     pub fn multiplexer(&self, n: usize) -> SocketAddr {
         SocketAddr::new(node_ip(n).into(), self.port)
     }
+}
+
+/// A ClusterIP Service `ns/name` at `ip` (port 80 to 8080), labelled `app=<name>`.
+pub fn service_in(ns: &str, name: &str, ip: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": name}},
+        "spec": {"clusterIP": ip, "clusterIPs": [ip], "type": "ClusterIP",
+                 "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}]},
+    })
+}
+
+/// [`service_in`] namespace `shop`.
+pub fn service(name: &str, ip: &str) -> Value {
+    service_in("shop", name, ip)
+}
+
+/// An EndpointSlice `shop/name` of Service `service`, one ready endpoint at `ip`.
+pub fn slice(name: &str, service: &str, ip: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": "shop",
+                     "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    })
+}
+
+/// A request of the pool-scope collection `resource` (`services` or `endpointslices`;
+/// lists and watches of it, in any namespace).
+pub fn of(r: &RecordedRequest, resource: &str) -> bool {
+    r.path.ends_with(resource)
+        && r.path.contains(if resource == "services" {
+            "/api/v1"
+        } else {
+            "discovery.k8s.io"
+        })
+}
+
+/// A list through `hub` as `ua`, waiting up to `wait` out a warming cache's 429s.
+pub fn list_when_warm_within(hub: &Hub, path: &str, ua: &str, wait: Duration) -> Value {
+    let url = format!("{}{path}", hub.url());
+    let mut last = None;
+    let warm = eventually(wait, || {
+        let reply = get(&url, ua);
+        let ok = reply.status == 200;
+        last = Some(reply);
+        ok
+    });
+    let reply = last.expect("one reply");
+    assert!(warm, "{path} as {ua}: {} {}", reply.status, reply.text());
+    reply.json()
+}
+
+/// A list through `hub` as `ua`, waiting out a warming cache's 429s (`patience(20)`).
+pub fn list_when_warm(hub: &Hub, path: &str, ua: &str) -> Value {
+    list_when_warm_within(hub, path, ua, patience(20))
+}
+
+/// (namespace/name, resourceVersion) of each item, in order.
+pub fn keys_in_order(items: &[Value]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .map(|o| {
+            (
+                format!(
+                    "{}/{}",
+                    o["metadata"]["namespace"].as_str().unwrap_or(""),
+                    o["metadata"]["name"].as_str().unwrap_or("")
+                ),
+                o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned(),
+            )
+        })
+        .collect()
 }
