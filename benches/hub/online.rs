@@ -596,6 +596,20 @@ pub fn filtered_list(b: &Bench, hub: &Hub, report: &mut Report) -> Result<(), St
     let path = "/api/v1/services";
     let mut d = b.direct();
     let mut plain = Client::plain(&hub.url(), COREDNS);
+    // In edge mode coredns's Services come from the hub's watch cache, which follows the
+    // cloud by its watch (as the apiserver's own cache does): wait until it has caught up
+    // with the Services just made (a feeder that had to list again after case 2's outage
+    // takes a retry interval).
+    let caught_up = Instant::now() + Duration::from_secs(60);
+    while items(&plain.get_body(path)?)? != services + 1 {
+        if Instant::now() > caught_up {
+            return Err(format!(
+                "the hub's Services (as coredns) did not reach {} in 60 s",
+                services + 1
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let mut filtered = Client::plain(&hub.url(), crate::support::hub::KUBELET);
     let body = d.get_body(path)?;
     let size = body.len() as u64;
