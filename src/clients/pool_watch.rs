@@ -882,15 +882,7 @@ pub(super) mod tests {
         port: u16,
         up: &Arc<AtomicBool>,
     ) -> (Feeder, Arc<PoolRoute>) {
-        let bases = cloud
-            .map(|c| format!("https://{}", c.addr))
-            .into_iter()
-            .collect();
-        let (cert, key) = ca.issue_pem("system:node:edge-2", &[]);
-        let tls =
-            crate::tls::load(ca.pem.as_bytes(), Some((cert.as_bytes(), key.as_bytes()))).unwrap();
-        let backends = Arc::new(Backends::new(bases, LbMode::RoundRobin));
-        let upstream = Arc::new(Upstream::new(backends, Some(&tls), None).unwrap());
+        let upstream = upstream_of(ca, cloud);
         let route = Arc::new(PoolRoute::new(port, Box::new(Switch(Arc::clone(up)))));
         let leaders: Vec<Leader> = leaders
             .iter()

@@ -46,6 +46,18 @@ mod object;
 mod resource;
 mod watch;
 
+/// The resourceVersion of a watch event's object, read from its head only (a bookmark's,
+/// or one the index cannot read).
+fn object_rv(object: &[u8]) -> Result<u64, ApplyError> {
+    let head = crate::cache::object::ObjectHead::read(object)
+        .map_err(|e| ApplyError::BadEvent(e.to_string()))?;
+    let text = head
+        .metadata
+        .and_then(|m| m.resource_version)
+        .unwrap_or_default();
+    parse_rv(&text).ok_or_else(|| ApplyError::BadResourceVersion(text.into_owned()))
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -550,15 +562,7 @@ impl WatchCache {
             return Err(ApplyError::BadEvent(what));
         };
         if kind == EventType::Bookmark {
-            let head = crate::cache::object::ObjectHead::read(wire.object.get().as_bytes())
-                .map_err(|e| ApplyError::BadEvent(e.to_string()))?;
-            let text = head
-                .metadata
-                .and_then(|m| m.resource_version)
-                .unwrap_or_default();
-            let rv =
-                parse_rv(&text).ok_or_else(|| ApplyError::BadResourceVersion(text.into_owned()))?;
-            return self.apply_bookmark(rv);
+            return self.apply_bookmark(object_rv(wire.object.get().as_bytes())?);
         }
         let object = self.parse(wire.object.get().as_bytes())?;
         self.apply(kind, object)
@@ -653,14 +657,7 @@ impl WatchCache {
         }
         let wire: Wire<'_> =
             serde_json::from_slice(event).map_err(|e| ApplyError::BadEvent(e.to_string()))?;
-        let head = crate::cache::object::ObjectHead::read(wire.object.get().as_bytes())
-            .map_err(|e| ApplyError::BadEvent(e.to_string()))?;
-        let text = head
-            .metadata
-            .and_then(|m| m.resource_version)
-            .unwrap_or_default();
-        let rv =
-            parse_rv(&text).ok_or_else(|| ApplyError::BadResourceVersion(text.into_owned()))?;
+        let rv = object_rv(wire.object.get().as_bytes())?;
         self.note_skipped();
         self.apply_bookmark(rv)?;
         Ok(Applied::Skipped)
