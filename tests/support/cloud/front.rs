@@ -461,11 +461,13 @@ impl Splice {
                 String::from_utf8_lossy(&buf[..n.min(40)])
             );
             self.gate.wait_open(&self.cut);
+            // Counted before the write, so a client that has read the bytes always finds
+            // them counted (counting after raced a fast client on a loaded machine).
+            self.sent.fetch_add(n as u64, Ordering::Relaxed);
             let mut conn = lock(&self.conn);
             if conn.writer().write_all(&buf[..n]).is_err() || self.send_tls(conn).is_err() {
                 break;
             }
-            self.sent.fetch_add(n as u64, Ordering::Relaxed);
         }
         if !self.cut.load(Ordering::SeqCst) {
             // The internal side closed the connection: end TLS properly.
