@@ -217,8 +217,21 @@ impl Hub {
             // Hubs of parallel tests must not make (and delete) one interface of the host;
             // tests/integration/dummy_if.rs turns it on inside its own network namespace.
             .arg("--enable-dummy-if=false")
-            .args(&spec.args)
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .args(&spec.args);
+        Hub::spawn(cmd, spec)
+    }
+
+    /// Starts the binary with `spec.args` and nothing else (no test defaults: the fixed
+    /// ports and paths a manifest gets) and waits until it says it is ready.
+    pub fn start_exact(spec: &HubSpec) -> Hub {
+        let mut cmd = hub_command();
+        cmd.args(&spec.args);
+        Hub::spawn(cmd, spec)
+    }
+
+    /// Runs `cmd` with the environment of `spec` and waits until the hub says it is ready.
+    fn spawn(mut cmd: Command, spec: &HubSpec) -> Hub {
+        cmd.envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
