@@ -623,6 +623,8 @@ where
 
     let mut parser = lexopt::Parser::from_args(args);
     let mut raw = RawFlags::default();
+    // Ignored flags as given, and whether tinyhub honours the value: the last one counts.
+    let mut given_ignored: Vec<(&'static str, bool)> = Vec::new();
     loop {
         let arg = parser
             .next()
@@ -688,13 +690,18 @@ where
                 Honoured::When(wanted) => value == wanted,
                 Honoured::Never => false,
             };
-            if !honoured && !raw.ignored.iter().any(|n| n == flag.name) {
-                raw.ignored.push(flag.name.to_owned());
-            }
+            given_ignored.push((flag.name, honoured));
         } else {
             return Err(StartupError::new(format!(
                 "unknown flag: --{name} (see --help)"
             )));
+        }
+    }
+    for (i, (name, _)) in given_ignored.iter().enumerate() {
+        let first = given_ignored.iter().position(|(n, _)| n == name) == Some(i);
+        let last_honoured = given_ignored.iter().rev().find(|(n, _)| n == name);
+        if first && last_honoured.is_some_and(|(_, honoured)| !honoured) {
+            raw.ignored.push((*name).to_owned());
         }
     }
     Ok(raw)
@@ -870,8 +877,10 @@ mod tests {
             "--logging-format=json",
             "--log-file=/tmp/a",
             "--log-file=/tmp/b",
+            "--profiling",
+            "--profiling=false",
         ]);
-        // Each named once, in the order given.
+        // Each named once, in the order given; the last value given counts.
         assert_eq!(
             raw.ignored,
             [

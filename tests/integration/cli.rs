@@ -104,6 +104,16 @@ fn bad_configurations_exit_non_zero_with_one_line() {
         (vec![&garbage], "not valid YAML"),
         (vec![&kc, "--proxy-port=70000"], "--proxy-port"),
         (vec![&kc, "--working-mode=fog"], "--working-mode"),
+        (
+            vec![
+                &kc,
+                "--working-mode=local",
+                "--host-control-plane-address=10.0.0.2:6443",
+            ],
+            "--working-mode: local is not supported: YurtHub's local mode (iptables DNAT",
+        ),
+        (vec![&kc, "--vmodule=relay"], "--vmodule"),
+        (vec![&kc, "--profiling=maybe"], "--profiling"),
     ];
     for (args, want) in cases {
         let out = run(&args);
@@ -120,6 +130,54 @@ fn bad_configurations_exit_non_zero_with_one_line() {
         );
         assert!(!err.contains("panicked"), "{err}");
     }
+}
+
+#[test]
+fn yurthub_and_klog_flags_are_accepted_and_the_unimplemented_named_in_one_warning() {
+    let cloud = Cloud::start();
+    let dir = TempDir::new("ignored-flags");
+    let spec = HubSpec::for_cloud(&cloud, dir.path()).with(&[
+        "--gc-frequency=120",
+        "--log_dir=/var/log/yurthub",
+        "--profiling",
+        // Given with what tinyhub does anyway: not warned about.
+        "--enable-node-pool=true",
+        "--logtostderr=true",
+        "--log-flush-frequency=5s",
+        "--enable-node-pool=false",
+        "--min-request-timeout",
+        "30m",
+        "--gc-frequency=60",
+        // Honoured: the header left out, and only the Services watcher's file at debug.
+        "--skip_headers",
+        "--v=0",
+        "--vmodule=services_watch=2",
+    ]);
+    let hub = Hub::start(&spec);
+    let warned = |l: &str| l.contains("not implemented by tinyhub");
+    assert_eq!(hub.log_lines(warned), 1, "{}", hub.logs());
+    let line = hub.logs().lines().find(|l| warned(l)).unwrap().to_owned();
+    assert!(
+        line.starts_with("ignored, not implemented by tinyhub")
+            && line.ends_with(
+                ": --gc-frequency --log-dir --profiling --enable-node-pool --min-request-timeout"
+            ),
+        "{line}"
+    );
+    assert!(
+        hub.wait_log(
+            "Services carry a topology annotation",
+            Duration::from_secs(60)
+        ),
+        "the Services watcher logs at debug: {}",
+        hub.logs()
+    );
+    assert!(
+        !hub.logs().contains("effective configuration"),
+        "app.rs stays at --v=0: {}",
+        hub.logs()
+    );
+    assert_eq!(get(&format!("{}/version", hub.url()), KUBELET).status, 200);
 }
 
 #[test]
