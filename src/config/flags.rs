@@ -187,7 +187,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "dummy-if-ip",
         Kind::Str,
         "",
-        "the address of the dummy interface: IPv4 in 169.254.0.0/16 except 169.254.31.0/24 and 169.254.1.1, or IPv6 (default 169.254.2.1, or fd00::2:1 when --bind-address is IPv6)",
+        "the address of the dummy interface: IPv4 in 169.254.0.0/16 except 169.254.31.0/24 and 169.254.1.1, or IPv6 (default: 169.254.2.1, or fd00::2:1 when --bind-address is IPv6)",
     ),
     flag(
         "dummy-if-name",

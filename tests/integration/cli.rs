@@ -41,6 +41,125 @@ fn help_lists_every_flag_of_the_design() {
     }
 }
 
+/// The flags `--help` lists, as (name, default or ""), and the accepted-but-unimplemented
+/// ones, as (name, the value honoured: "always", a value, or "").
+fn help_flags() -> (Vec<(String, String)>, Vec<(String, String)>) {
+    let out = run(&["--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (implemented, ignored) = help
+        .split_once("\nAccepted for YurtHub's command line")
+        .expect("--help lists the accepted, unimplemented flags");
+    let implemented = implemented
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("--"))
+        .map(|l| {
+            let name = l.split_whitespace().next().unwrap().to_owned();
+            let default = l
+                .rsplit_once("(default ")
+                .map(|(_, d)| d.trim_end_matches(')').trim_matches('"').to_owned())
+                .unwrap_or_default();
+            (name, default)
+        })
+        .collect();
+    let ignored = ignored
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("--"))
+        .map(|l| {
+            let name_end = l.find([' ', ':']).unwrap_or_else(|| panic!("{l}"));
+            let (name, rest) = l.split_at(name_end);
+            let honoured = match rest.strip_prefix(" (").and_then(|r| r.split_once(')')) {
+                Some(("always honoured", _)) => "always".to_owned(),
+                Some((text, _)) => text
+                    .strip_prefix("honoured: ")
+                    .unwrap_or_else(|| panic!("{l}"))
+                    .to_owned(),
+                None => String::new(),
+            };
+            (name.to_owned(), honoured)
+        })
+        .collect();
+    (implemented, ignored)
+}
+
+/// The rows of the tables in README.md's "### Flags" section, in order: one table of rows
+/// per table, each row its flags (the first column's `--names`) and its second column.
+fn readme_flag_tables() -> Vec<Vec<(Vec<String>, String)>> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let section = readme
+        .split_once("\n### Flags\n")
+        .and_then(|(_, rest)| rest.split("\n## ").next())
+        .expect("README.md has a ### Flags section");
+    let mut tables: Vec<Vec<(Vec<String>, String)>> = Vec::new();
+    for line in section.lines() {
+        if line.starts_with("|---") {
+            tables.push(Vec::new());
+        }
+        if !line.starts_with("| `--") {
+            continue;
+        }
+        // Markdown cells cannot hold a `|` (the tables would break).
+        let cells: Vec<&str> = line.split('|').skip(1).collect();
+        let names = cells[0]
+            .split('`')
+            .filter_map(|w| w.strip_prefix("--"))
+            .map(str::to_owned)
+            .collect();
+        tables
+            .last_mut()
+            .expect("a row below a table's head")
+            .push((names, cells[1].trim().to_owned()));
+    }
+    tables
+}
+
+#[test]
+fn the_readme_flag_tables_match_help() {
+    let (implemented, ignored) = help_flags();
+    let tables = readme_flag_tables();
+    assert_eq!(
+        tables.len(),
+        2,
+        "the flags, then the accepted-but-unimplemented"
+    );
+    for (table, listed) in tables.iter().zip([&implemented, &ignored]) {
+        let in_readme: Vec<&String> = table.iter().flat_map(|(names, _)| names).collect();
+        for (name, _) in listed.iter() {
+            assert!(
+                in_readme.contains(&name),
+                "--{name} is in --help, not in README.md"
+            );
+        }
+        for name in &in_readme {
+            assert!(
+                listed.iter().any(|(n, _)| n == *name),
+                "README.md names --{name}, which is not so in --help"
+            );
+        }
+    }
+    // A default --help shows is in the row's default cell, word for word.
+    for (names, cell) in &tables[0] {
+        let words: Vec<&str> = cell
+            .split(|c: char| c.is_whitespace() || "(),`".contains(c))
+            .collect();
+        for name in names {
+            let (_, default) = implemented.iter().find(|(n, _)| n == name).unwrap();
+            assert!(
+                default.is_empty() || words.contains(&default.as_str()),
+                "README.md gives --{name} the default {cell:?}, --help {default:?}"
+            );
+        }
+    }
+    // The value each ignored flag is honoured with.
+    for (names, cell) in &tables[1] {
+        for name in names {
+            let (_, honoured) = ignored.iter().find(|(n, _)| n == name).unwrap();
+            assert_eq!(cell, honoured, "README.md, --{name}");
+        }
+    }
+}
+
 #[test]
 fn version_names_the_target() {
     let out = run(&["--version"]);
