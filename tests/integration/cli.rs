@@ -41,9 +41,12 @@ fn help_lists_every_flag_of_the_design() {
     }
 }
 
+/// Flags as (name, a value `--help` gives with it).
+type FlagValues = Vec<(String, String)>;
+
 /// The flags `--help` lists, as (name, default or ""), and the accepted-but-unimplemented
 /// ones, as (name, the value honoured: "always", a value, or "").
-fn help_flags() -> (Vec<(String, String)>, Vec<(String, String)>) {
+fn help_flags() -> (FlagValues, FlagValues) {
     let out = run(&["--help"]);
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -80,6 +80,9 @@ fn yurtadm_join_command(server: &str, working_mode: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// A command line for a cloud server's URL.
+type CommandLine = fn(&str) -> Vec<String>;
+
 #[test]
 #[ignore = "run by yurthubs_helm_chart_and_yurtadm_command_lines_run_a_hub in namespaces"]
 fn namespace_child() {
@@ -105,7 +108,7 @@ fn namespace_child() {
         &dir.path().join("etc"),
     );
 
-    let cases: [(&str, fn(&str) -> Vec<String>); 3] = [
+    let cases: [(&str, CommandLine); 3] = [
         ("helm chart", helm_chart_command),
         ("yurtadm join, edge", |s| yurtadm_join_command(s, "edge")),
         ("yurtadm join, cloud", |s| yurtadm_join_command(s, "cloud")),
