@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::support::Cloud;
 use crate::support::hub::*;
-use crate::support::namespace::{ip, run_test_in_namespaces};
+use crate::support::namespace::{enter_child, ip, run_test_in_namespaces};
 
 /// Set in the child process that runs inside the namespace.
 const NETNS_CHILD: &str = "TINYHUB_DUMMY_IF_TEST_NETNS_CHILD";
@@ -33,12 +33,7 @@ fn answers(addr: SocketAddr) -> bool {
 #[test]
 #[ignore = "run by the_hub_makes_serves_on_and_removes_its_dummy_interface in a namespace"]
 fn netns_child() {
-    assert!(
-        std::env::var_os(NETNS_CHILD).is_some(),
-        "run by the_hub_makes_serves_on_and_removes_its_dummy_interface"
-    );
-    // A new namespace has only `lo`, and down.
-    ip(&["link", "set", "lo", "up"]);
+    enter_child(NETNS_CHILD);
     let cloud = Cloud::start();
     let dir = TempDir::new("dummy-if");
     let enabled = ["--enable-dummy-if=true", "--dummy-if-name=hub-dummy0"];

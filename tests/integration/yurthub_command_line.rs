@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use crate::support::Cloud;
 use crate::support::hub::*;
-use crate::support::namespace::{bind_over, ip, is_root, run_test_in_namespaces};
-use crate::support::{AuthMethod, Cloud};
+use crate::support::namespace::{bind_over, enter_child, ip, is_root, run_test_in_namespaces};
 
 /// Set in the child process that runs inside the namespaces.
 const NS_CHILD: &str = "TINYHUB_YURTHUB_COMMAND_LINE_NS_CHILD";
@@ -86,12 +86,7 @@ type CommandLine = fn(&str) -> Vec<String>;
 #[test]
 #[ignore = "run by yurthubs_helm_chart_and_yurtadm_command_lines_run_a_hub in namespaces"]
 fn namespace_child() {
-    assert!(
-        std::env::var_os(NS_CHILD).is_some(),
-        "run by yurthubs_helm_chart_and_yurtadm_command_lines_run_a_hub"
-    );
-    // A new network namespace has only `lo`, and down.
-    ip(&["link", "set", "lo", "up"]);
+    enter_child(NS_CHILD);
     let dir = TempDir::new("yurthub-command-line");
     let (hub_dir, kubernetes_dir) = (dir.path().join("yurthub"), dir.path().join("kubernetes"));
     for private in [&hub_dir, &kubernetes_dir] {
@@ -167,22 +162,7 @@ fn runs_a_hub(name: &str, cloud: &Cloud, args: &[String], kubernetes_dir: &Path)
         hub.logs()
     );
 
-    let path = "/api/v1/namespaces/default/configmaps/settings";
-    let got = get(&format!("http://127.0.0.1:10261{path}"), KUBELET);
-    assert_eq!(got.status, 200, "{name}: {}", got.text());
-    assert_eq!(got.json()["data"]["k"], "v");
-    let seen = cloud
-        .requests()
-        .into_iter()
-        .rev()
-        .find(|q| q.path == path)
-        .expect("the cloud saw the read");
-    let id = seen.identity.expect("authenticated");
-    assert_eq!(
-        (id.user.as_str(), id.method),
-        ("system:node:edge-1", AuthMethod::ClientCert),
-        "{name}"
-    );
+    reads_as_the_node(cloud, &hub, "settings");
     // The hub's own files went where YurtHub keeps them: in the private directories here.
     assert!(
         Path::new("/var/lib/yurthub/yurthub.conf").exists(),

@@ -40,6 +40,17 @@ pub fn run_test_in_namespaces(namespaces: &[&str], name: &str, marker: &str) -> 
     true
 }
 
+/// The start of a test [`run_test_in_namespaces`] runs: checks that `marker` is set (the
+/// test is not run by hand outside the namespaces, where it would touch the machine) and
+/// brings up the new network namespace's `lo`, which starts down.
+pub fn enter_child(marker: &str) {
+    assert!(
+        std::env::var_os(marker).is_some(),
+        "run by run_test_in_namespaces, never outside the namespaces"
+    );
+    ip(&["link", "set", "lo", "up"]);
+}
+
 /// Whether this process runs as root (`unshare -r` maps a user to root in a namespace).
 pub fn is_root() -> bool {
     use std::os::unix::fs::MetadataExt;
@@ -48,15 +59,7 @@ pub fn is_root() -> bool {
 
 /// `mount ARGS`, in this process's mount namespace; a panic with its stderr on failure.
 pub fn mount(args: &[&str]) {
-    let out = Command::new("mount")
-        .args(args)
-        .output()
-        .expect("util-linux's `mount`");
-    assert!(
-        out.status.success(),
-        "mount {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_tool("mount", "util-linux's `mount`", args);
 }
 
 /// Puts `source` at `target` in this (private) mount namespace. A `target` that does not
@@ -101,13 +104,15 @@ pub fn bind_over(source: &Path, target: &Path, scratch: &Path) {
 
 /// `ip ARGS` in this network namespace; its stdout, or a panic with its stderr.
 pub fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("iproute2's `ip` (make tools)");
+    run_tool("ip", "iproute2's `ip` (make tools)", args)
+}
+
+/// `program ARGS` (`what` names its package); its stdout, or a panic with its stderr.
+fn run_tool(program: &str, what: &str, args: &[&str]) -> String {
+    let out = Command::new(program).args(args).output().expect(what);
     assert!(
         out.status.success(),
-        "ip {args:?}: {}",
+        "{program} {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
