@@ -92,16 +92,19 @@ fn namespace_child() {
     for private in [&hub_dir, &kubernetes_dir] {
         std::fs::create_dir(private).unwrap();
     }
-    bind_over(
-        &hub_dir,
-        Path::new("/var/lib/yurthub"),
-        &dir.path().join("var-lib"),
-    );
-    bind_over(
-        &kubernetes_dir,
-        Path::new("/etc/kubernetes"),
-        &dir.path().join("etc"),
-    );
+    // Dropped before `dir`: the directories are removed once nothing is mounted on them.
+    let _mounts = [
+        bind_over(
+            &hub_dir,
+            Path::new("/var/lib/yurthub"),
+            &dir.path().join("var-lib"),
+        ),
+        bind_over(
+            &kubernetes_dir,
+            Path::new("/etc/kubernetes"),
+            &dir.path().join("etc"),
+        ),
+    ];
 
     let cases: [(&str, CommandLine); 3] = [
         ("helm chart", helm_chart_command),

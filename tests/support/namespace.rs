@@ -2,7 +2,7 @@
 //! `unshare`), so that it may make interfaces, take YurtHub's fixed ports and mount over
 //! system paths without touching the machine; and the mounts such a test makes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Runs the ignored test `name` (`module::test`) of this binary under `unshare` with the
@@ -64,8 +64,10 @@ pub fn mount(args: &[&str]) {
 
 /// Puts `source` at `target` in this (private) mount namespace. A `target` that does not
 /// exist is made in an overlay of its parent whose changes live in `scratch` (a directory
-/// of its own for each call), so the machine's `/etc` or `/var/lib` never changes.
-pub fn bind_over(source: &Path, target: &Path, scratch: &Path) {
+/// of its own for each call), so the machine's `/etc` or `/var/lib` never changes. The
+/// mounts go when the value is dropped, so the directories they cover can be removed.
+pub fn bind_over(source: &Path, target: &Path, scratch: &Path) -> Mounts {
+    let mut mounts = Mounts(Vec::new());
     if !target.exists() {
         let parent = target.parent().expect("an absolute path below /");
         // tmpfs: an overlay's upper directory may not be on an overlay (as /tmp in a container is).
@@ -76,6 +78,7 @@ pub fn bind_over(source: &Path, target: &Path, scratch: &Path) {
             "tinyhub-test",
             &scratch.display().to_string(),
         ]);
+        mounts.0.push(scratch.to_owned());
         let (upper, work) = (scratch.join("upper"), scratch.join("work"));
         std::fs::create_dir(&upper).unwrap();
         std::fs::create_dir(&work).unwrap();
@@ -93,6 +96,7 @@ pub fn bind_over(source: &Path, target: &Path, scratch: &Path) {
             &options,
             &parent.display().to_string(),
         ]);
+        mounts.0.push(parent.to_owned());
         std::fs::create_dir(target).unwrap();
     }
     mount(&[
@@ -100,6 +104,20 @@ pub fn bind_over(source: &Path, target: &Path, scratch: &Path) {
         &source.display().to_string(),
         &target.display().to_string(),
     ]);
+    mounts.0.push(target.to_owned());
+    mounts
+}
+
+/// Mount points, unmounted in reverse order when dropped.
+pub struct Mounts(Vec<PathBuf>);
+
+impl Drop for Mounts {
+    fn drop(&mut self) {
+        for point in self.0.iter().rev() {
+            // A failure leaves the mount to the namespace's end; the test has its answer.
+            let _ = Command::new("umount").arg(point).status();
+        }
+    }
 }
 
 /// `ip ARGS` in this network namespace; its stdout, or a panic with its stderr.
