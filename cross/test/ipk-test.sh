@@ -14,6 +14,9 @@ export TZ
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 . "$here/lib.sh"
+cross=$here/..
+# shellcheck source=../pkg-lib.sh
+. "$cross/pkg-lib.sh"
 
 if [ $# -lt 4 ] || [ $(($# % 3)) -ne 1 ]; then
 	echo "usage: $0 <version> (<ipk> <openwrt-arch> <armv7|aarch64>)..." >&2
@@ -73,7 +76,17 @@ check_ipk() {
 	check "Architecture: $arch" [ "$(field Architecture)" = "$arch" ]
 	check "Depends: procd, kmod-dummy (static binary: no libraries; the dummy interface)" \
 		[ "$(field Depends)" = "procd, kmod-dummy" ]
-	for f in Maintainer Section Description; do
+	case $version in
+		*-r[0-9]*) ok "Version carries the release: $version" ;;
+		*) bad "Version $version has no -r<release>" ;;
+	esac
+	check "Maintainer is Cargo.toml's first author ($(field Maintainer))" \
+		[ "$(field Maintainer)" = "$(cargo_field authors)" ]
+	case $(field Maintainer) in
+		*"<"*@*">") ok "Maintainer has an address" ;;
+		*) bad "Maintainer has no <address>: $(field Maintainer)" ;;
+	esac
+	for f in Section Description; do
 		check "$f is set" [ -n "$(field "$f")" ]
 	done
 	size=$(gzip -dc "$u/outer/data.tar.gz" | wc -c | tr -d ' ')
@@ -96,8 +109,9 @@ check_ipk() {
 	want=$(printf '%s\n' "drwxr-xr-x 0/0 " "drwxr-xr-x 0/0 etc/" "drwxr-xr-x 0/0 etc/config/" \
 		"-rw------- 0/0 etc/config/tinyhub" "drwxr-xr-x 0/0 etc/init.d/" \
 		"-rwxr-xr-x 0/0 etc/init.d/tinyhub" "drwxr-xr-x 0/0 usr/" "drwxr-xr-x 0/0 usr/bin/" \
-		"-rwxr-xr-x 0/0 usr/bin/tinyhub" | sort)
-	if [ "$got" = "$want" ]; then ok "data.tar: bin and init 0755, config 0600, dirs 0755, all 0:0, nothing else"; else
+		"-rwxr-xr-x 0/0 usr/bin/tinyhub" "drwxr-xr-x 0/0 lib/" "drwxr-xr-x 0/0 lib/upgrade/" \
+		"drwxr-xr-x 0/0 lib/upgrade/keep.d/" "-rw-r--r-- 0/0 lib/upgrade/keep.d/tinyhub" | sort)
+	if [ "$got" = "$want" ]; then ok "data.tar: bin and init 0755, config 0600, keep list 0644, dirs 0755, all 0:0, nothing else"; else
 		bad "data.tar entries"; printf '        %s\n' "$got"; fi
 	mtimes=$(for t in "$ipk" "$u/outer/control.tar.gz" "$u/outer/data.tar.gz"; do
 		tar --full-time -tvzf "$t" | awk '{ print $4, $5 }'; done | sort -u)
@@ -108,6 +122,7 @@ check_ipk() {
 		cmp -s "$u/root/etc/init.d/tinyhub" "$here/../openwrt/tinyhub.init"
 	check "config is cross/openwrt/tinyhub.config" \
 		cmp -s "$u/root/etc/config/tinyhub" "$here/../openwrt/tinyhub.config"
+	check_keep_list "$u/root"
 
 	# The binary.
 	bin=$u/root/usr/bin/tinyhub
@@ -144,7 +159,7 @@ check_ipk() {
 	# Same inputs, same bytes: pack the unpacked binary again at the package's own mtime.
 	epoch=$(tar --numeric-owner --full-time -tvzf "$ipk" | head -1 | awk '{ print $4 " " $5 }')
 	epoch=$(date -u -d "$epoch" +%s)
-	if SOURCE_DATE_EPOCH=$epoch sh "$here/../mkipk.sh" "$bin" "$arch" "$version" "$u/again" > /dev/null &&
+	if SOURCE_DATE_EPOCH=$epoch sh "$here/../mkipk.sh" "$bin" "$arch" "$u/again" > /dev/null &&
 		cmp -s "$ipk" "$u/again/$(basename "$ipk")"; then
 		ok "rebuilt from the same binary, byte for byte identical"
 	else

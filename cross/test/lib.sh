@@ -33,3 +33,35 @@ cpu_target() {
 		*) return 1 ;;
 	esac
 }
+
+# check_keep_list <root>: <root>/lib/upgrade/keep.d/tinyhub (an unpacked package) is
+# cross/openwrt/tinyhub.keep, and read the way sysupgrade reads keep.d (`find` on each line
+# but comments and blank ones) it keeps, on a stand-in filesystem, a certificate in the
+# init script's default root_dir, an object in its default disk_cache_path and the
+# kubeconfig path the config suggests, and not kubelet's files beside them.
+check_keep_list() {
+	keep=$1/lib/upgrade/keep.d/tinyhub
+	check "lib/upgrade/keep.d/tinyhub is cross/openwrt/tinyhub.keep" \
+		cmp -s "$keep" "$here/../openwrt/tinyhub.keep"
+	init=$here/../openwrt/tinyhub.init
+	# shellcheck disable=SC2016 # $SECTION is the init script's text
+	root_dir=$(sed -n 's/.*config_get root_dir "$SECTION" root_dir \(\/.*\)$/\1/p' "$init")
+	# shellcheck disable=SC2016
+	cache=$(sed -n 's/.*config_get cache_path "$SECTION" disk_cache_path \(\/.*\)$/\1/p' "$init")
+	kubeconfig=$(sed -n "s/^[[:space:]]*#option kubeconfig '\(.*\)'$/\1/p" "$here/../openwrt/tinyhub.config")
+	fs=$(mktemp -d)
+	want=$(printf '%s\n' "$root_dir/pki/yurthub-current.pem" \
+		"$cache/kubelet/pods.v1.core/default/p1" "$kubeconfig" | sort)
+	for f in $want /etc/kubernetes/kubelet.conf /etc/kubernetes/pki/ca.crt; do
+		mkdir -p "$fs${f%/*}" && echo x > "$fs$f"
+	done
+	# shellcheck disable=SC2046 # one find path per line, as sysupgrade passes them
+	got=$(find $(sed -ne '/^[[:space:]]*$/d; /^#/d; p' "$keep" | sed "s|^|$fs|") \
+		-type f -o -type l 2> /dev/null | sed "s|^$fs||" | sort)
+	rm -rf "$fs"
+	if [ -n "$root_dir" ] && [ -n "$cache" ] && [ -n "$kubeconfig" ] && [ "$got" = "$want" ]; then
+		ok "sysupgrade keeps the default root dir, cache and kubeconfig, not kubelet's files"
+	else
+		bad "sysupgrade keep list: want [$want] got [$got]"
+	fi
+}
