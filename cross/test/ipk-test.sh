@@ -117,49 +117,15 @@ check_ipk() {
 		tar --full-time -tvzf "$t" | awk '{ print $4, $5 }'; done | sort -u)
 	check "every entry has one fixed mtime ($mtimes)" [ "$(printf '%s\n' "$mtimes" | wc -l)" = 1 ]
 	check "conffile /etc/config/tinyhub is in data" [ -f "$u/root/etc/config/tinyhub" ]
-	check "the init script is the procd one" grep -q '^USE_PROCD=1' "$u/root/etc/init.d/tinyhub"
-	check "init script is cross/openwrt/tinyhub.init" \
-		cmp -s "$u/root/etc/init.d/tinyhub" "$here/../openwrt/tinyhub.init"
-	check "config is cross/openwrt/tinyhub.config" \
-		cmp -s "$u/root/etc/config/tinyhub" "$here/../openwrt/tinyhub.config"
-	check_keep_list "$u/root"
+	check_installed_files "$u/root"
 
-	# The binary.
-	bin=$u/root/usr/bin/tinyhub
-	desc=$(file -b "$bin")
-	cpu_target "$cpu" || { bad "unknown cpu $cpu"; return; }
-	case $cpu in
-		armv7) pattern='ELF 32-bit LSB executable, ARM, EABI5*statically linked*' ;;
-		aarch64) pattern='ELF 64-bit LSB executable, ARM aarch64*statically linked*' ;;
-	esac
-	case $desc in
-		$pattern) ok "usr/bin/tinyhub is the static $cpu binary ($desc)" ;;
-		*) bad "usr/bin/tinyhub is not a static $cpu binary: $desc" ;;
-	esac
-	if command -v "$qemu" > /dev/null 2>&1; then
-		out=$("$qemu" "$bin" --version 2>&1)
-		case $out in
-			*"$triple"*) ok "$qemu usr/bin/tinyhub --version names $triple" ;;
-			*) bad "$qemu usr/bin/tinyhub --version: $out" ;;
-		esac
-	else
-		skip "--version under $qemu (not installed)"
-	fi
-
-	# postinst/prerm while an image is built: enable and disable through the image's rc.common.
-	cp "$here/openwrt-stub/rc.common" "$here/openwrt-stub/functions.sh" \
-		"$here/openwrt-stub/procd.sh" "$u/root/etc/"
-	IPKG_INSTROOT=$u/root sh "$u/control/postinst" > "$u/scripts.out" 2>&1
-	check "postinst under IPKG_INSTROOT enables: etc/rc.d/S99tinyhub -> ../init.d/tinyhub" \
-		[ "$(readlink "$u/root/etc/rc.d/S99tinyhub")" = ../init.d/tinyhub ]
-	IPKG_INSTROOT=$u/root sh "$u/control/prerm" >> "$u/scripts.out" 2>&1
-	check "prerm under IPKG_INSTROOT disables: no etc/rc.d/S99tinyhub" \
-		[ ! -e "$u/root/etc/rc.d/S99tinyhub" ]
+	check_binary "$u/root/usr/bin/tinyhub" "$cpu"
+	check_instroot_scripts "$u/root" "$u/control/postinst" "$u/control/prerm"
 
 	# Same inputs, same bytes: pack the unpacked binary again at the package's own mtime.
 	epoch=$(tar --numeric-owner --full-time -tvzf "$ipk" | head -1 | awk '{ print $4 " " $5 }')
 	epoch=$(date -u -d "$epoch" +%s)
-	if SOURCE_DATE_EPOCH=$epoch sh "$here/../mkipk.sh" "$bin" "$arch" "$u/again" > /dev/null &&
+	if SOURCE_DATE_EPOCH=$epoch sh "$here/../mkipk.sh" "$u/root/usr/bin/tinyhub" "$arch" "$u/again" > /dev/null &&
 		cmp -s "$ipk" "$u/again/$(basename "$ipk")"; then
 		ok "rebuilt from the same binary, byte for byte identical"
 	else

@@ -34,12 +34,17 @@ cpu_target() {
 	esac
 }
 
-# check_keep_list <root>: <root>/lib/upgrade/keep.d/tinyhub (an unpacked package) is
-# cross/openwrt/tinyhub.keep, and read the way sysupgrade reads keep.d (`find` on each line
-# but comments and blank ones) it keeps, on a stand-in filesystem, a certificate in the
-# init script's default root_dir, an object in its default disk_cache_path and the
+# check_installed_files <root>: an unpacked package's init script, config and keep list are
+# those of cross/openwrt/, and the keep list, read the way sysupgrade reads keep.d (`find`
+# on each line but comments and blank ones), keeps on a stand-in filesystem a certificate
+# in the init script's default root_dir, an object in its default disk_cache_path and the
 # kubeconfig path the config suggests, and not kubelet's files beside them.
-check_keep_list() {
+check_installed_files() {
+	check "the init script is the procd one" grep -q '^USE_PROCD=1' "$1/etc/init.d/tinyhub"
+	check "init script is cross/openwrt/tinyhub.init" \
+		cmp -s "$1/etc/init.d/tinyhub" "$here/../openwrt/tinyhub.init"
+	check "config is cross/openwrt/tinyhub.config" \
+		cmp -s "$1/etc/config/tinyhub" "$here/../openwrt/tinyhub.config"
 	keep=$1/lib/upgrade/keep.d/tinyhub
 	check "lib/upgrade/keep.d/tinyhub is cross/openwrt/tinyhub.keep" \
 		cmp -s "$keep" "$here/../openwrt/tinyhub.keep"
@@ -64,4 +69,44 @@ check_keep_list() {
 	else
 		bad "sysupgrade keep list: want [$want] got [$got]"
 	fi
+}
+
+# check_binary <file> <armv7|aarch64>: the static binary for that CPU (`file`), and its
+# --version under qemu-user when installed.
+check_binary() {
+	desc=$(file -b "$1")
+	cpu_target "$2" || { bad "unknown cpu $2"; return; }
+	case $2 in
+		armv7) pattern='ELF 32-bit LSB executable, ARM, EABI5*statically linked*' ;;
+		aarch64) pattern='ELF 64-bit LSB executable, ARM aarch64*statically linked*' ;;
+	esac
+	case $desc in
+		$pattern) ok "usr/bin/tinyhub is the static $2 binary ($desc)" ;;
+		*) bad "usr/bin/tinyhub is not a static $2 binary: $desc" ;;
+	esac
+	if command -v "$qemu" > /dev/null 2>&1; then
+		out=$("$qemu" "$1" --version 2>&1)
+		case $out in
+			*"$triple"*) ok "$qemu usr/bin/tinyhub --version names $triple" ;;
+			*) bad "$qemu usr/bin/tinyhub --version: $out" ;;
+		esac
+	else
+		skip "--version under $qemu (not installed)"
+	fi
+}
+
+# check_instroot_scripts <root> <install script> <removal script>: while an image is built
+# ($IPKG_INSTROOT = <root>, the unpacked package), the install script enables the service
+# through the image's rc.common (the stand-in's) and the removal script disables it.
+check_instroot_scripts() {
+	cp "$here/openwrt-stub/rc.common" "$here/openwrt-stub/functions.sh" \
+		"$here/openwrt-stub/procd.sh" "$1/etc/"
+	IPKG_INSTROOT=$1 sh "$2" > "$1.scripts.out" 2>&1
+	check "${2##*/} under IPKG_INSTROOT enables: etc/rc.d/S99tinyhub -> ../init.d/tinyhub" \
+		[ "$(readlink "$1/etc/rc.d/S99tinyhub")" = ../init.d/tinyhub ]
+	IPKG_INSTROOT=$1 sh "$3" >> "$1.scripts.out" 2>&1
+	check "${3##*/} under IPKG_INSTROOT disables: no etc/rc.d/S99tinyhub" \
+		[ ! -e "$1/etc/rc.d/S99tinyhub" ]
+	rm -f "$1/etc/rc.common" "$1/etc/functions.sh" "$1/etc/procd.sh" "$1.scripts.out"
+	rmdir "$1/etc/rc.d" 2> /dev/null || true
 }
