@@ -70,7 +70,7 @@ CROSS_QEMU_ARM_CPU ?= cortex-a9,neon=off
 
 CROSS_SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: armv7 aarch64 ipk ipk-test apk apk-test init-test cross-test cross-help \
+.PHONY: armv7 aarch64 ipk ipk-test apk apk-test init-test systemd-test cross-test cross-help \
 	cross-zig cross-rust-src cross-aarch64-std cross-test-tools
 
 cross-help:
@@ -82,6 +82,7 @@ cross-help:
 	@echo "  apk         OpenWrt 25.x packages -> $(CROSS_ARMV7_APK) and $(CROSS_AARCH64_APK)"
 	@echo "  apk-test    read the apk packages back and check them"
 	@echo "  init-test   run cross/openwrt/tinyhub.init against stand-ins of rc.common/procd/UCI"
+	@echo "  systemd-test  check README.md's systemd example against cross/systemd/tinyhub.service"
 	@echo "  cross-test  all of the above, the binaries under qemu, and the emulated-hub test"
 
 # --- tools --------------------------------------------------------------------------------
@@ -161,6 +162,9 @@ apk-test: apk cross-test-tools
 init-test:
 	sh $(CROSS_DIR)/test/init-test.sh
 
+systemd-test:
+	sh $(CROSS_DIR)/test/systemd-test.sh
+
 cross-test: armv7 aarch64 ipk apk cross-test-tools
 	QEMU_CPU='$(CROSS_QEMU_ARM_CPU)' sh $(CROSS_DIR)/test/binary-test.sh armv7 $(CROSS_ARMV7_BIN)
 	sh $(CROSS_DIR)/test/binary-test.sh aarch64 $(CROSS_AARCH64_BIN)
@@ -168,6 +172,7 @@ cross-test: armv7 aarch64 ipk apk cross-test-tools
 	$(CROSS_APK_TEST)
 	sh $(CROSS_DIR)/test/feed-test.sh
 	sh $(CROSS_DIR)/test/init-test.sh
+	sh $(CROSS_DIR)/test/systemd-test.sh
 	QEMU_CPU='$(CROSS_QEMU_ARM_CPU)' CARGO_TARGET_DIR=$(CARGO_TARGET_DIR) CARGO='$(CARGO)' \
 		sh $(CROSS_DIR)/test/emulated-hub-test.sh $(CROSS_ARMV7_BIN)
 
