@@ -6,7 +6,9 @@
 # defaults, lists join with commas or repeat a flag, each way to join (kubeconfig, token
 # with a bootstrap file or a join token and pins, kubeletcertificate) passes its flags, and
 # a config that cannot work (no credentials, a join token without a pin, `enabled 0`) stops
-# with a clear message and no procd instance. Exits non-zero when any check fails.
+# with a clear message and no procd instance; the open-file limit follows
+# --max-requests-in-flight, and the files the hub's identity comes from are reload
+# triggers. Exits non-zero when any check fails.
 set -u
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
