@@ -16,21 +16,10 @@
 # at $SOURCE_DATE_EPOCH (default 0). Needs python3 (its standard library), install, sha256sum.
 set -eu
 
-if [ $# -ne 3 ]; then
-	echo "usage: $0 <binary> <openwrt-arch> <out-dir>" >&2
-	exit 2
-fi
-bin=$1 arch=$2 out=$3
-here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
-cross=$here
+cross=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
 # shellcheck source=pkg-lib.sh
 . "$cross/pkg-lib.sh"
-version=$(pkg_version)
-
-[ -f "$bin" ] || { echo "mkapk: no binary at $bin (run make armv7 / make aarch64)" >&2; exit 1; }
-case $arch in
-	*[!A-Za-z0-9_.+-]*|'') echo "mkapk: bad architecture name '$arch'" >&2; exit 1 ;;
-esac
+pack_args mkapk "$@"
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT INT TERM

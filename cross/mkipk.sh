@@ -10,23 +10,12 @@
 # byte size of the uncompressed data tar.
 set -eu
 
-if [ $# -ne 3 ]; then
-	echo "usage: $0 <binary> <openwrt-arch> <out-dir>" >&2
-	exit 2
-fi
-bin=$1 arch=$2 out=$3
-here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
-cross=$here
+cross=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
 # shellcheck source=pkg-lib.sh
 . "$cross/pkg-lib.sh"
-owrt=$here/openwrt
+pack_args mkipk "$@"
+owrt=$cross/openwrt
 epoch=${SOURCE_DATE_EPOCH:-0}
-version=$(pkg_version)
-
-[ -f "$bin" ] || { echo "mkipk: no binary at $bin (run make armv7 / make aarch64)" >&2; exit 1; }
-case $arch in
-	*[!A-Za-z0-9_.+-]*|'') echo "mkipk: bad architecture name '$arch'" >&2; exit 1 ;;
-esac
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT INT TERM

@@ -40,3 +40,20 @@ CONFFILES=/etc/config/tinyhub
 # What the packages need on the router: procd runs the init script; kmod-dummy makes the
 # hub's local address for pods. The binary is static: no libraries.
 DEPENDS="procd kmod-dummy"
+
+# pack_args <tool> <binary> <openwrt-arch> <out-dir>: checks mkipk.sh's or mkapk.sh's
+# arguments (exits 2 or 1 with a message) and sets bin, arch, out and version.
+pack_args() {
+	tool=$1
+	shift
+	if [ $# -ne 3 ]; then
+		echo "usage: $tool.sh <binary> <openwrt-arch> <out-dir>" >&2
+		exit 2
+	fi
+	bin=$1 arch=$2 out=$3
+	version=$(pkg_version)
+	[ -f "$bin" ] || { echo "$tool: no binary at $bin (run make armv7 / make aarch64)" >&2; exit 1; }
+	case $arch in
+		*[!A-Za-z0-9_.+-]*|'') echo "$tool: bad architecture name '$arch'" >&2; exit 1 ;;
+	esac
+}
