@@ -105,13 +105,18 @@ fn describe(rel: &str) -> String {
             "the cloud's /version: its Kubernetes version, asked by kubectl first".into()
         }
         [doc] => match doc.split_once(".aggregated.") {
-            Some((path, form)) => format!(
-                "{}, aggregated form ({form}): every resource of every group in one answer",
-                document(path)
-            ),
-            None => format!("{}, legacy JSON", document(doc)),
+            Some(("_api", form)) => {
+                format!("/api: the core group's resources in one answer (aggregated, {form})")
+            }
+            Some((_, form)) => {
+                format!("/apis: every group's resources in one answer (aggregated, {form})")
+            }
+            None => document(doc),
         },
         [component, "tokens", ..] => format!("a service-account token {component} asked for"),
+        ["kubelet", kind, "kube-node-lease", node] if kind.starts_with("leases.") => {
+            format!("node {node}'s lease: the hub renews it and answers kubelet with it")
+        }
         [component, kind, rest @ ..] => {
             let resource = kind.split('.').next().unwrap_or(kind);
             format!("{component}'s read of {resource} {}", rest.join("/"))
@@ -120,13 +125,13 @@ fn describe(rel: &str) -> String {
     }
 }
 
-/// What discovery document a cached one is, by its file name (`/` turned into `_`).
+/// What a legacy discovery document is, by its file name (its path, `/` turned into `_`).
 fn document(file: &str) -> String {
     let path = file.replace('_', "/");
     match path.as_str() {
-        "/api" => "discovery /api: the core group's versions".into(),
-        "/apis" => "discovery /apis: the API groups and their versions".into(),
-        _ => format!("discovery {path}: the resources of that group version"),
+        "/api" => "/api: the core group's versions".into(),
+        "/apis" => "/apis: the API groups and their versions".into(),
+        _ => format!("{path}: the resources of that group version"),
     }
 }
 
@@ -211,12 +216,14 @@ fn main() {
         4,
         "What the hub persisted (YurtHub's layout: component/resource.version.group/namespace/name)",
     );
+    let listed = cached_files(&cache);
+    let width = listed.iter().map(String::len).max().unwrap_or(0);
     let (objects, documents): (Vec<String>, Vec<String>) = cached_files(&cache)
         .into_iter()
         .partition(|rel| rel.contains('/'));
     println!("   Objects, one JSON file each, under the component that read them:");
     for rel in &objects {
-        print_file(&cache, rel);
+        print_file(&cache, rel, width);
     }
     println!(
         "   Discovery documents: what kubectl asks first, to learn which resources and versions\n   \
@@ -224,7 +231,7 @@ fn main() {
          with `/` turned into `_`):"
     );
     for rel in &documents {
-        print_file(&cache, rel);
+        print_file(&cache, rel, width);
     }
 
     step(5, "Cut the cloud off");
@@ -315,8 +322,9 @@ fn main() {
         .collect();
     println!(
         "\nDone in {:.1} s: the hub served the same reads online and offline.\n\
-         The cache was {}: {} objects (by component: {}) and {documents} discovery documents,\n\
-         one JSON file each, mode 0600. This demo removes it now; a hub keeps its cache in\n\
+         The cache was {}\n\
+         holding {} objects (by component: {}) and {documents} discovery documents, one JSON\n\
+         file each, mode 0600. The demo removes it now; a hub keeps its cache in\n\
          --disk-cache-path (default /etc/kubernetes/cache) across restarts.",
         started.elapsed().as_secs_f64(),
         cache.display(),
@@ -339,7 +347,8 @@ fn cached_files(cache: &Path) -> Vec<String> {
         .collect()
 }
 
-fn print_file(cache: &Path, rel: &str) {
+/// One line of the listing: the file (in a column `width` wide), its size, what it is.
+fn print_file(cache: &Path, rel: &str, width: usize) {
     let size = std::fs::metadata(cache.join(rel)).map_or(0, |m| m.len());
-    println!("     {rel:<44} {size:>6} bytes  {}", describe(rel));
+    println!("     {rel:<width$} {size:>5} bytes  {}", describe(rel));
 }
