@@ -34,3 +34,4 @@ mod pool_leader;
 mod pool_local;
 mod pool_serve;
 mod power_loss;
+mod yurthub_command_line;
