@@ -81,21 +81,21 @@ fn a_missed_target_is_shown_missed_and_a_met_one_met() {
         let new_row = format!("{} {r} |", plain[..plain.len() - result.len()].trim_end());
         readme::measured_block(&edited(&benchmarks, row, &new_row)).expect("a block")
     };
+    let watch_line = |block: &str| -> String {
+        block
+            .lines()
+            .find(|l| l.starts_with("| Watch delivery: added latency"))
+            .expect("the block lists the watch delivery target")
+            .to_owned()
+    };
     let missed = with("**missed**");
-    let line = missed
-        .lines()
-        .find(|l| l.starts_with("| Watch delivery: added latency"))
-        .expect("the block lists the watch delivery target");
+    let line = watch_line(&missed);
     assert!(line.ends_with("| **missed** |"), "{line}");
     assert!(
         missed.contains("**missed**: ") && missed.contains("Watch delivery: added latency"),
         "the summary names the missed target:\n{missed}"
     );
-    let met = with("met");
-    let line = met
-        .lines()
-        .find(|l| l.starts_with("| Watch delivery: added latency"))
-        .expect("the block lists the watch delivery target");
+    let line = watch_line(&with("met"));
     assert!(line.ends_with("| met |"), "{line}");
 }
 
