@@ -33,6 +33,11 @@ impl<'a> Table<'a> {
         self.column(row, column, false)
     }
 
+    /// The cells of `rows` (as [`Table::cell`] finds each) in the column headed `column`.
+    fn cells(&self, rows: &[&str], column: &str) -> Result<Vec<&'a str>, String> {
+        rows.iter().map(|row| self.cell(row, column)).collect()
+    }
+
     /// The whole label of the first row whose label contains `part`.
     fn label(&self, part: &str) -> Result<&'a str, String> {
         // A table line always has a first cell (splitting yields one).
@@ -181,97 +186,78 @@ pub fn measured_block(benchmarks: &str) -> Result<String, String> {
     let mut rows: Vec<(String, String)> = Vec::new();
 
     let sizes = doc.table("6.", "")?;
-    let size = |build: &str| sizes.cell(build, "size").map(short);
+    let sizes = sizes.cells(&["x86_64", "armv7", "aarch64"], "size")?;
     rows.push((
         "binary, stripped: x86_64 / armv7 / aarch64".into(),
-        format!(
-            "{} / {} / {}",
-            size("x86_64")?,
-            size("armv7")?,
-            size("aarch64")?
-        ),
+        sizes.into_iter().map(short).collect::<Vec<_>>().join(" / "),
     ));
 
     let get = doc.table("1.", "Latency")?;
     rows.push((
         "small get, p50: direct → through the hub".into(),
-        format!(
-            "{} → {}",
-            get.cell("direct", "p50")?,
-            get.cell("through the hub", "p50")?
-        ),
+        get.cells(&["direct", "through the hub"], "p50")?
+            .join(" → "),
     ));
 
-    let list = doc.table("2.", "Latency")?;
-    let offline = doc.table("2.", "Offline")?;
+    let mut list = doc
+        .table("2.", "Latency")?
+        .cells(&["direct", "through the hub"], "p50")?;
+    list.push(doc.table("2.", "Offline")?.cell("cloud down", "p50")?);
     rows.push((
         format!(
             "{}, p50: direct / through the hub / from the cache (cloud down)",
             doc.title("2.")?
         ),
-        format!(
-            "{} / {} / {}",
-            list.cell("direct", "p50")?,
-            list.cell("through the hub", "p50")?,
-            offline.cell("cloud down", "p50")?
-        ),
+        list.join(" / "),
     ));
 
     let watch = doc.table("3.", "")?;
     rows.push((
         "watch event delivery, p50: direct → through the hub".into(),
         format!(
-            "{} → {} ({})",
-            watch.cell("direct", "p50")?,
-            watch.cell("through the hub", "p50")?,
+            "{} ({})",
+            watch
+                .cells(&["direct", "through the hub"], "p50")?
+                .join(" → "),
             watch.cell("hub − direct", "p50")?
         ),
     ));
 
     let memory = doc.table("5.", "")?;
+    let (watches, caching) = (memory.label("watches open")?, memory.label("caching a")?);
+    let mut rss = vec![memory.cell("idle", "VmRSS")?];
+    rss.extend(memory.cells(&[watches, caching], "VmHWM (state peak)")?);
     rows.push((
-        format!(
-            "RSS: idle / {} / peak {}",
-            memory.label("watches open")?,
-            memory.label("caching a")?
-        ),
-        format!(
-            "{} / {} / {}",
-            memory.cell("idle", "VmRSS")?,
-            memory.cell(memory.label("watches open")?, "VmHWM (state peak)")?,
-            memory.cell("caching a", "VmHWM (state peak)")?
-        ),
+        format!("RSS: idle / {watches} / peak {caching}"),
+        rss.join(" / "),
     ));
 
     let heartbeat = doc.table("8.", "")?;
+    let columns = ["to unhealthy, median", "to unhealthy, max", "expected"];
     let death = |way: &str| -> Result<String, String> {
+        let [median, max, expected] = columns.map(|c| heartbeat.cell(way, c));
         Ok(format!(
             "{} median, {} max (expected {})",
-            heartbeat.cell(way, "to unhealthy, median")?,
-            heartbeat.cell(way, "to unhealthy, max")?,
-            heartbeat.cell(way, "expected")?
+            median?, max?, expected?
         ))
     };
     rows.push((
         "node heartbeat, default flags: cloud refused / black-holed → unhealthy".into(),
-        format!(
-            "{}; {}",
-            death("refused, idle")?,
-            death("black-holed, idle")?
-        ),
+        [death("refused, idle")?, death("black-holed, idle")?].join("; "),
     ));
 
     let link = doc.table("9.", "Link economy")?;
+    let churn = "churn: cloud bytes";
+    let bytes = link.cells(&["direct (round 1)", "pool (round 1)"], churn)?;
     rows.push((
         format!(
             "{}: bytes the cloud sends during the EndpointSlice churn, direct → through the pool",
             doc.title("9.")?.split(':').next().unwrap_or("")
         ),
         format!(
-            "{} → {} (ratio {})",
-            short(link.cell("direct (round 1)", "churn: cloud bytes")?),
-            short(link.cell("pool (round 1)", "churn: cloud bytes")?),
-            link.cell("ratio direct / pool", "churn: cloud bytes")?
+            "{} (ratio {})",
+            bytes.into_iter().map(short).collect::<Vec<_>>().join(" → "),
+            link.cell("ratio direct / pool", churn)?
         ),
     ));
 
