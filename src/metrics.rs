@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use crate::link::escape;
 use crate::lock;
 
+mod process;
+
 /// Labels YurtHub uses for per-request series: verb, resource, subresources, client.
 pub(crate) type RequestLabels = (&'static str, String, String, String);
 
@@ -64,6 +66,10 @@ pub(crate) struct Metrics {
     pub lease_renewal_failures: AtomicU64,
     /// Renewed node leases sent to the disk cache.
     pub lease_disk_writes: AtomicU64,
+    /// Cache keys whose last write failed (the cache writer's `error_keys`).
+    pub error_keys_count: AtomicI64,
+    /// 1 while the list of failed keys on disk says what the writer holds, else 0.
+    pub error_keys_persistency_status: AtomicI64,
     in_flight: Mutex<BTreeMap<RequestLabels, i64>>,
     traffic: Mutex<BTreeMap<RequestLabels, u64>>,
     /// The node-local watch caches (`tinyhub_pool_cache_*`), measured at each scrape.
@@ -71,6 +77,9 @@ pub(crate) struct Metrics {
     /// A leader's multiplexer port: requests by follower node and status code (an entry is
     /// the node's name, a code and a count: under 100 bytes; [`MAX_SERIES`] at most).
     multiplexer: Mutex<BTreeMap<(String, u16), u64>>,
+    /// Open connections to each remote server (`host:port`: a cloud server or a leader hub),
+    /// [`MAX_SERIES`] servers at most. A server stays at 0 once its connections are gone.
+    conns: Mutex<BTreeMap<String, i64>>,
 }
 
 /// The follower label of requests past the series cap; never a node's name (no `(` in DNS
@@ -110,10 +119,13 @@ impl Metrics {
             lease_renewals: AtomicU64::new(0),
             lease_renewal_failures: AtomicU64::new(0),
             lease_disk_writes: AtomicU64::new(0),
+            error_keys_count: AtomicI64::new(0),
+            error_keys_persistency_status: AtomicI64::new(0),
             in_flight: Mutex::new(BTreeMap::new()),
             traffic: Mutex::new(BTreeMap::new()),
             pool_caches: Mutex::new(Vec::new()),
             multiplexer: Mutex::new(BTreeMap::new()),
+            conns: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -171,6 +183,21 @@ impl Metrics {
         *map.entry((follower.to_owned(), code)).or_insert(0) += 1;
     }
 
+    /// Counts a connection to `server` (`host:port`) as open until the guard is dropped.
+    /// Past the series cap a new server is not counted.
+    pub(crate) fn open_conn(&'static self, server: &str) -> OpenConn {
+        let mut map = lock(&self.conns);
+        let known = map.len() < MAX_SERIES || map.contains_key(server);
+        let server = known.then(|| {
+            *map.entry(server.to_owned()).or_insert(0) += 1;
+            server.to_owned()
+        });
+        OpenConn {
+            metrics: self,
+            server,
+        }
+    }
+
     /// The Prometheus text exposition, with one health series per backend.
     pub(crate) fn render(&self, backends: &[(String, bool)]) -> String {
         let mut out = String::with_capacity(4096);
@@ -214,6 +241,31 @@ impl Metrics {
             "node_yurthub_rejected_requests_counter",
             "counter of rejected requests for exceeding in flight limit in hub agent",
             &self.rejected_requests,
+        );
+        header(
+            &mut out,
+            "node_yurthub_closable_conns_collector",
+            "gauge",
+            "collector of underlay tcp connection from hub agent to remote server",
+        );
+        for (server, n) in lock(&self.conns).iter() {
+            let _ = writeln!(
+                out,
+                "node_yurthub_closable_conns_collector{{server=\"{}\"}} {n}",
+                escape(server)
+            );
+        }
+        gauge(
+            &mut out,
+            "node_yurthub_error_keys_count",
+            "error keys count",
+            self.error_keys_count.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            "node_yurthub_error_keys_persistency_status",
+            "error keys persistency status 1: ready, 0: notReady",
+            self.error_keys_persistency_status.load(Ordering::Relaxed),
         );
         counter(
             &mut out,
@@ -387,6 +439,7 @@ impl Metrics {
         render_pool_caches(&mut out, &crate::lock(&self.pool_caches));
         // The upstream link's requests and bytes (`tinyhub_cloud_*`, see `link`).
         crate::link::LINK.render(&mut out);
+        process::ProcessStats::read().render(&mut out);
         out
     }
 }
@@ -537,6 +590,24 @@ impl Drop for InFlight {
             if let Some(n) = lock(&self.metrics.in_flight).get_mut(&labels) {
                 *n -= 1;
             }
+        }
+    }
+}
+
+/// One open connection to a remote server, counted in
+/// `node_yurthub_closable_conns_collector` until dropped.
+pub(crate) struct OpenConn {
+    metrics: &'static Metrics,
+    /// `None`: past the series cap, not counted.
+    server: Option<String>,
+}
+
+impl Drop for OpenConn {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take()
+            && let Some(n) = lock(&self.metrics.conns).get_mut(&server)
+        {
+            *n -= 1;
         }
     }
 }

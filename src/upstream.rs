@@ -29,7 +29,7 @@ use crate::config::Token;
 use crate::health::{Backends, Probe};
 use crate::http1;
 use crate::link::{self, Counted, LINK};
-use crate::metrics::{METRICS, Metrics};
+use crate::metrics::{METRICS, Metrics, OpenConn};
 use crate::route::{Deadline, Identity};
 use crate::tls::{ClientIdentity, TlsMaterial};
 
@@ -135,12 +135,14 @@ thread_local! {
 
 /// ureq's TCP connector, noting on the calling thread the shutdown handle of each new
 /// connection. Streams use an agent that never reuses connections, so the handle noted
-/// during a stream's request is its connection's.
+/// during a stream's request is its connection's. Each connection counts as open to its
+/// server ([`Metrics::open_conn`]) until ureq drops it: pooled, streaming, to a cloud server
+/// or a leader hub alike.
 #[derive(Debug, Default)]
 struct Recording(TcpConnector);
 
 impl Connector<()> for Recording {
-    type Out = <TcpConnector as Connector<()>>::Out;
+    type Out = OpenTransport<<TcpConnector as Connector<()>>::Out>;
 
     fn connect(
         &self,
@@ -164,7 +166,62 @@ impl Connector<()> for Recording {
             run_connector: Arc::clone(&details.run_connector),
             register_shutdown: noting,
         };
-        self.0.connect(&details, chained)
+        let server = conn_server(details.uri);
+        Ok(self
+            .0
+            .connect(&details, chained)?
+            .map(|inner| OpenTransport {
+                inner,
+                _open: METRICS.open_conn(&server),
+            }))
+    }
+}
+
+/// The server of a connection as YurtHub labels its connections: `host:port`.
+fn conn_server(uri: &http::Uri) -> String {
+    let host = uri.host().unwrap_or_default();
+    let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+        Some("http") => 80,
+        _ => 443,
+    });
+    format!("{host}:{port}")
+}
+
+/// A TCP connection, counted open while it lives.
+struct OpenTransport<T> {
+    inner: T,
+    _open: OpenConn,
+}
+
+impl<T: fmt::Debug> fmt::Debug for OpenTransport<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl<T: Transport> Transport for OpenTransport<T> {
+    fn buffers(&mut self) -> &mut dyn Buffers {
+        self.inner.buffers()
+    }
+
+    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
+        self.inner.transmit_output(amount, timeout)
+    }
+
+    fn maybe_await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        self.inner.maybe_await_input(timeout)
+    }
+
+    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        self.inner.await_input(timeout)
+    }
+
+    fn is_open(&mut self) -> bool {
+        self.inner.is_open()
+    }
+
+    fn is_tls(&self) -> bool {
+        self.inner.is_tls()
     }
 }
 
