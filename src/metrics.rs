@@ -745,6 +745,46 @@ mod tests {
     }
 
     #[test]
+    fn open_connections_count_per_server_within_the_cap() {
+        static M: Metrics = Metrics::new();
+        let series = |text: &str, server: &str| {
+            let prefix = format!("node_yurthub_closable_conns_collector{{server=\"{server}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(prefix.as_str()))
+                .map(str::to_owned)
+        };
+        let a = M.open_conn("10.0.0.1:6443");
+        let b = M.open_conn("10.0.0.1:6443");
+        let leader = M.open_conn("10.0.0.9:10269");
+        let text = M.render(&[]);
+        assert!(text.contains("# TYPE node_yurthub_closable_conns_collector gauge\n"));
+        assert_eq!(series(&text, "10.0.0.1:6443").as_deref(), Some("2"));
+        assert_eq!(series(&text, "10.0.0.9:10269").as_deref(), Some("1"));
+        drop(a);
+        drop(leader);
+        let text = M.render(&[]);
+        assert_eq!(series(&text, "10.0.0.1:6443").as_deref(), Some("1"));
+        // A server whose connections are gone stays, at 0.
+        assert_eq!(series(&text, "10.0.0.9:10269").as_deref(), Some("0"));
+        let more: Vec<OpenConn> = (0..MAX_SERIES)
+            .map(|i| M.open_conn(&format!("10.1.{}.{}:6443", i / 256, i % 256)))
+            .collect();
+        let late = M.open_conn("10.9.9.9:6443");
+        let text = M.render(&[]);
+        assert_eq!(series(&text, "10.9.9.9:6443"), None, "past the cap");
+        assert_eq!(
+            text.matches("node_yurthub_closable_conns_collector{")
+                .count(),
+            MAX_SERIES
+        );
+        drop((b, more, late));
+        assert_eq!(
+            series(&M.render(&[]), "10.0.0.1:6443").as_deref(),
+            Some("0")
+        );
+    }
+
+    #[test]
     fn hostile_label_values_are_escaped() {
         static M: Metrics = Metrics::new();
         let _g = M.start_request(("get", "pods".into(), "".into(), "evil\"}\n".into()));

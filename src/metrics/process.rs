@@ -84,9 +84,9 @@ impl ProcessStats {
             max_fds,
             virtual_bytes: stat.map(|s| s.vsize),
             resident_bytes: scaled.map(|(s, u)| s.rss_pages.saturating_mul(u.page_bytes)),
-            start_time_seconds: scaled
-                .zip(boot)
-                .map(|((s, u), boot)| boot as f64 + s.start_ticks as f64 / u.ticks_per_second as f64),
+            start_time_seconds: scaled.zip(boot).map(|((s, u), boot)| {
+                boot as f64 + s.start_ticks as f64 / u.ticks_per_second as f64
+            }),
         }
     }
 
@@ -218,7 +218,9 @@ mod tests {
                       Max open files            1024                 524288               files     \n";
         assert_eq!(parse_max_open_files(limits), Some(1024));
         assert_eq!(
-            parse_max_open_files("Max open files            unlimited            unlimited            files"),
+            parse_max_open_files(
+                "Max open files            unlimited            unlimited            files"
+            ),
             Some(u64::MAX)
         );
         assert_eq!(parse_max_open_files("Max processes 5 5"), None);
@@ -256,16 +258,28 @@ mod tests {
         assert!(stats.resident_bytes.is_some_and(|b| b > 0));
         assert!(stats.virtual_bytes.is_some_and(|b| b > 0));
         assert!(stats.open_fds.is_some_and(|n| n >= 3), "{stats:?}");
-        assert!(stats.max_fds.is_some_and(|n| n >= stats.open_fds.unwrap_or(0)));
+        assert!(
+            stats
+                .max_fds
+                .is_some_and(|n| n >= stats.open_fds.unwrap_or(0))
+        );
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
-        assert!(stats.start_time_seconds.is_some_and(|t| t > 1e9 && t <= now + 1.0));
+        assert!(
+            stats
+                .start_time_seconds
+                .is_some_and(|t| t > 1e9 && t <= now + 1.0)
+        );
         let mut text = String::new();
         stats.render(&mut text);
-        assert!(text.contains("# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total "));
-        assert!(text.contains("# HELP process_resident_memory_bytes Resident memory size in bytes.\n"));
+        assert!(
+            text.contains("# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total ")
+        );
+        assert!(
+            text.contains("# HELP process_resident_memory_bytes Resident memory size in bytes.\n")
+        );
         assert_eq!(text.matches("# TYPE ").count(), 6);
     }
 }

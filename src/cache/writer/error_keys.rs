@@ -28,8 +28,12 @@ pub(crate) const MAX_ERROR_KEYS: usize = 1024;
 /// Longest error message kept per key (the store's messages name the path and the cause).
 const MAX_MESSAGE: usize = 200;
 
+/// The list is written at most this often: a disk failing every write changes it at each
+/// failure, and each write is a staged file, an fsync and a rename.
+const WRITE_INTERVAL: Duration = Duration::from_secs(1);
+
 /// After a failed write of the list, the next try waits this long (a full disk fails every
-/// try; each costs a staged file's creation).
+/// try).
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// Something the writer stores under a cache key: its key as YurtHub writes it,
@@ -103,8 +107,10 @@ pub(super) struct ErrorKeys {
     keys: BTreeMap<String, String>,
     /// The file is behind memory.
     dirty: bool,
-    /// When writing the file last failed.
-    failed_at: Option<Instant>,
+    /// When the file was last written, or the write tried.
+    written_at: Option<Instant>,
+    /// The last try failed.
+    failing: bool,
     /// The cap was met (said once).
     capped: bool,
 }
@@ -131,7 +137,9 @@ impl ErrorKeys {
                     loaded.keys = keys;
                 }
                 Err(e) => {
-                    log::warn!("cache: the list of keys that failed to be stored is unreadable ({e}); starting a new one");
+                    log::warn!(
+                        "cache: the list of keys that failed to be stored is unreadable ({e}); starting a new one"
+                    );
                     loaded.dirty = true;
                 }
             },
@@ -200,26 +208,32 @@ impl ErrorKeys {
         self.keys.contains_key(&key).then_some(key)
     }
 
-    /// Writes the list when it changed; after a failure, not before [`RETRY_AFTER`].
-    pub(super) fn persist(&mut self, store: &Store) {
-        if !self.dirty || self.failed_at.is_some_and(|t| t.elapsed() < RETRY_AFTER) {
+    /// Writes the list when it changed, at most once per [`WRITE_INTERVAL`] (after a
+    /// failure, [`RETRY_AFTER`]) unless `now` (the writer is stopping).
+    pub(super) fn persist(&mut self, store: &Store, now: bool) {
+        let wait = if self.failing {
+            RETRY_AFTER
+        } else {
+            WRITE_INTERVAL
+        };
+        if !self.dirty || (!now && self.written_at.is_some_and(|t| t.elapsed() < wait)) {
             return;
         }
+        self.written_at = Some(Instant::now());
         // A map of strings always serialises.
         let bytes = serde_json::to_vec(&self.keys).unwrap_or_default();
         match store.put_error_keys(&bytes) {
             Ok(()) => {
                 self.dirty = false;
-                self.failed_at = None;
+                self.failing = false;
                 METRICS
                     .error_keys_persistency_status
                     .store(1, Ordering::Relaxed);
             }
             Err(e) => {
-                if self.failed_at.is_none() {
+                if !std::mem::replace(&mut self.failing, true) {
                     log::warn!("cache: cannot keep the list of keys that failed to be stored: {e}");
                 }
-                self.failed_at = Some(Instant::now());
                 METRICS
                     .error_keys_persistency_status
                     .store(0, Ordering::Relaxed);

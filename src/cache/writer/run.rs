@@ -81,7 +81,7 @@ pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: Writer
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
-        failures.error_keys.persist(store);
+        failures.error_keys.persist(store, false);
         // Sessions whose connection gave up: drop their staged state.
         sessions.retain(|id, s| {
             let keep = !s.abandoned.load(Ordering::Acquire);
@@ -91,6 +91,7 @@ pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: Writer
             keep
         });
     }
+    failures.error_keys.persist(store, true);
     if !sessions.is_empty() {
         log::info!(
             "cache writer stopping with {} unfinished responses, not committed",

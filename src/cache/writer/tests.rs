@@ -335,3 +335,89 @@ fn a_watch_event_that_is_an_array_is_skipped_and_counted() {
     );
     assert_eq!(not_objects, 1);
 }
+
+/// The keys the list file of failed keys holds, in order.
+fn persisted_error_keys(t: &TempStore) -> Vec<String> {
+    t.read(".error-keys")
+        .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect()))
+        .unwrap_or_default()
+}
+
+/// A key whose write failed stays in the list (on disk too, across a restart) until it is
+/// written, by a watch event or by a list that commits it; the list's own key likewise.
+#[test]
+fn failed_keys_are_kept_until_written_again() {
+    let t = TempStore::new("error-keys");
+    let kind_dir = t.dir.root().join("kubelet/pods.v1.core");
+    std::fs::create_dir_all(&kind_dir).unwrap();
+    // A file where the namespace's directory must go: every write under it fails.
+    std::fs::write(kind_dir.join("ns"), b"in the way").unwrap();
+    write(&t.store, 1 << 20, |tx| {
+        let mut w = watch(tx);
+        assert!(w.chunk(event("ADDED", 5).as_bytes()));
+        w.finish(true);
+        let mut s = list(tx);
+        assert!(s.chunk(LIST.as_bytes()));
+        s.finish(true);
+    });
+    assert_eq!(
+        persisted_error_keys(&t),
+        ["kubelet/pods.v1.core", "kubelet/pods.v1.core/ns/w"]
+    );
+    // A restart reads the list back; what is written then leaves it.
+    let loaded = super::error_keys::ErrorKeys::load(&t.store);
+    assert_eq!(
+        loaded.keys(),
+        ["kubelet/pods.v1.core", "kubelet/pods.v1.core/ns/w"]
+    );
+    std::fs::remove_file(kind_dir.join("ns")).unwrap();
+    write(&t.store, 1 << 20, |tx| {
+        let mut s = list(tx);
+        assert!(s.chunk(LIST.as_bytes()));
+        s.finish(true);
+    });
+    assert!(t.read("kubelet/pods.v1.core/ns/a").is_some());
+    assert_eq!(persisted_error_keys(&t), ["kubelet/pods.v1.core/ns/w"]);
+    write(&t.store, 1 << 20, |tx| {
+        let mut w = watch(tx);
+        assert!(w.chunk(event("MODIFIED", 8).as_bytes()));
+        w.finish(true);
+    });
+    assert_eq!(
+        stored_rv_of(&t, "kubelet/pods.v1.core/ns/w").as_deref(),
+        Some("8")
+    );
+    assert!(persisted_error_keys(&t).is_empty());
+}
+
+/// A list that stages an object whose write had failed stores it when it commits.
+#[test]
+fn a_committed_list_clears_the_failed_keys_of_its_objects() {
+    let t = TempStore::new("error-keys-list");
+    let kind_dir = t.dir.root().join("kubelet/pods.v1.core");
+    std::fs::create_dir_all(&kind_dir).unwrap();
+    std::fs::write(kind_dir.join("ns"), b"in the way").unwrap();
+    let object = r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"5"},"spec":{"nodeName":"n1"}}"#;
+    write(&t.store, 1 << 20, |tx| {
+        let target = CacheTarget::Object {
+            collection: pods(),
+            namespace: Some("ns".into()),
+            name: Some("a".into()),
+        };
+        let mut s = tx.begin(target, 200, false, None).unwrap();
+        assert!(s.chunk(object.as_bytes()));
+        s.finish(true);
+    });
+    assert_eq!(persisted_error_keys(&t), ["kubelet/pods.v1.core/ns/a"]);
+    std::fs::remove_file(kind_dir.join("ns")).unwrap();
+    write(&t.store, 1 << 20, |tx| {
+        let mut s = list(tx);
+        assert!(s.chunk(LIST.as_bytes()));
+        s.finish(true);
+    });
+    assert_eq!(
+        stored_rv_of(&t, "kubelet/pods.v1.core/ns/a").as_deref(),
+        Some("5")
+    );
+    assert!(persisted_error_keys(&t).is_empty());
+}
