@@ -3,7 +3,8 @@
 //! `/proc` at each scrape: no thread, no state between scrapes.
 //!
 //! Sources: `/proc/self/stat` (CPU time, start time, virtual and resident size),
-//! `/proc/self/fd` (open descriptors), `/proc/self/limits` (the soft `nofile` limit),
+//! `/proc/self/fd` (open descriptors), `/proc/self/limits` (the soft `nofile` and address
+//! space limits),
 //! `/proc/stat` (`btime`, the boot time the start time counts from). Clock ticks and the
 //! page size come from `sysconf`, not from the usual 100 and 4096: kernels built with
 //! another `USER_HZ` or with 16 or 64 KiB pages (some ARM boards) exist.
@@ -22,6 +23,8 @@ pub(crate) struct ProcessStats {
     pub open_fds: Option<u64>,
     /// The soft limit of open file descriptors (`u64::MAX` when unlimited, as the Go client).
     pub max_fds: Option<u64>,
+    /// The soft limit of the address space, in bytes (`u64::MAX` when unlimited).
+    pub virtual_max_bytes: Option<u64>,
     /// Virtual memory size, in bytes.
     pub virtual_bytes: Option<u64>,
     /// Resident set size, in bytes.
@@ -64,10 +67,16 @@ impl ProcessStats {
             .ok()
             // The directory handle read_dir holds is one of the entries: not counted.
             .map(|dir| dir.count().saturating_sub(1) as u64);
-        let max_fds = std::fs::read_to_string(proc.join("self/limits"))
-            .ok()
-            .and_then(|s| parse_max_open_files(&s));
-        ProcessStats::from_parts(stat, boot, open_fds, max_fds, units())
+        let limits = std::fs::read_to_string(proc.join("self/limits")).unwrap_or_default();
+        let mut stats = ProcessStats::from_parts(
+            stat,
+            boot,
+            open_fds,
+            soft_limit(&limits, "Max open files"),
+            units(),
+        );
+        stats.virtual_max_bytes = soft_limit(&limits, "Max address space");
+        stats
     }
 
     fn from_parts(
@@ -82,6 +91,7 @@ impl ProcessStats {
             cpu_seconds: scaled.map(|(s, u)| s.cpu_ticks as f64 / u.ticks_per_second as f64),
             open_fds,
             max_fds,
+            virtual_max_bytes: None,
             virtual_bytes: stat.map(|s| s.vsize),
             resident_bytes: scaled.map(|(s, u)| s.rss_pages.saturating_mul(u.page_bytes)),
             start_time_seconds: scaled.zip(boot).map(|((s, u), boot)| {
@@ -92,7 +102,7 @@ impl ProcessStats {
 
     /// The series in the text exposition format, HELP and TYPE as the Go client writes them.
     pub(crate) fn render(&self, out: &mut String) {
-        let series: [(&str, &str, &str, Option<f64>); 6] = [
+        let series: [(&str, &str, &str, Option<f64>); 7] = [
             (
                 "process_cpu_seconds_total",
                 "counter",
@@ -116,6 +126,12 @@ impl ProcessStats {
                 "gauge",
                 "Virtual memory size in bytes.",
                 self.virtual_bytes.map(|n| n as f64),
+            ),
+            (
+                "process_virtual_memory_max_bytes",
+                "gauge",
+                "Maximum amount of virtual memory available in bytes.",
+                self.virtual_max_bytes.map(|n| n as f64),
             ),
             (
                 "process_resident_memory_bytes",
@@ -161,11 +177,9 @@ fn parse_boot_time(text: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// The soft limit of the `Max open files` line of `/proc/<pid>/limits`.
-fn parse_max_open_files(text: &str) -> Option<u64> {
-    let rest = text
-        .lines()
-        .find_map(|l| l.strip_prefix("Max open files"))?;
+/// The soft limit of the line `limit` (`Max open files`) of `/proc/<pid>/limits`.
+fn soft_limit(text: &str, limit: &str) -> Option<u64> {
+    let rest = text.lines().find_map(|l| l.strip_prefix(limit))?;
     match rest.split_whitespace().next()? {
         "unlimited" => Some(u64::MAX),
         soft => soft.parse().ok(),
@@ -216,14 +230,16 @@ mod tests {
         let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
                       Max processes             63368                63368                processes \n\
                       Max open files            1024                 524288               files     \n";
-        assert_eq!(parse_max_open_files(limits), Some(1024));
+        assert_eq!(soft_limit(limits, "Max open files"), Some(1024));
+        assert_eq!(soft_limit(limits, "Max processes"), Some(63368));
         assert_eq!(
-            parse_max_open_files(
-                "Max open files            unlimited            unlimited            files"
+            soft_limit(
+                "Max address space         unlimited            unlimited            bytes",
+                "Max address space"
             ),
             Some(u64::MAX)
         );
-        assert_eq!(parse_max_open_files("Max processes 5 5"), None);
+        assert_eq!(soft_limit("Max processes 5 5", "Max open files"), None);
         assert_eq!(
             parse_boot_time("cpu  1 2 3\nintr 5\nbtime 1796227313\nprocesses 9\n"),
             Some(1796227313)
@@ -280,6 +296,6 @@ mod tests {
         assert!(
             text.contains("# HELP process_resident_memory_bytes Resident memory size in bytes.\n")
         );
-        assert_eq!(text.matches("# TYPE ").count(), 6);
+        assert_eq!(text.matches("# TYPE ").count(), 7);
     }
 }

@@ -37,7 +37,9 @@ fn check_exposition(text: &str) -> Result<BTreeMap<String, String>, String> {
     for (n, line) in text.lines().enumerate() {
         let at = |why: &str| format!("line {}: {why}: {line:?}", n + 1);
         let family = if let Some(rest) = line.strip_prefix("# HELP ") {
-            let (name, help) = rest.split_once(' ').ok_or_else(|| at("HELP without text"))?;
+            let (name, help) = rest
+                .split_once(' ')
+                .ok_or_else(|| at("HELP without text"))?;
             check_name(name).map_err(|e| at(&e))?;
             if help.trim().is_empty() {
                 return Err(at("empty HELP"));
@@ -47,7 +49,9 @@ fn check_exposition(text: &str) -> Result<BTreeMap<String, String>, String> {
             }
             name.to_owned()
         } else if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').ok_or_else(|| at("TYPE without a type"))?;
+            let (name, kind) = rest
+                .split_once(' ')
+                .ok_or_else(|| at("TYPE without a type"))?;
             check_name(name).map_err(|e| at(&e))?;
             if !["counter", "gauge", "summary", "histogram", "untyped"].contains(&kind) {
                 return Err(at("unknown type"));
@@ -173,7 +177,9 @@ fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
         }
         rest = &after[end + 1..];
         if !rest.is_empty() {
-            rest = rest.strip_prefix(',').ok_or("labels not separated by a comma")?;
+            rest = rest
+                .strip_prefix(',')
+                .ok_or("labels not separated by a comma")?;
         }
     }
     Ok(labels)
@@ -193,7 +199,11 @@ fn the_checker_refuses_what_breaks_a_scrape() {
     let good = "# HELP a_total things\n# TYPE a_total counter\na_total 1\n\
                 # HELP b one\n# TYPE b gauge\nb{x=\"1\",y=\"q\\\"\\n\"} 2.5\nb{x=\"2\"} -1\n\
                 # HELP c time\n# TYPE c summary\nc_sum{k=\"v\"} 0.5\nc_count{k=\"v\"} 2\n";
-    assert!(check_exposition(good).is_ok(), "{:?}", check_exposition(good));
+    assert!(
+        check_exposition(good).is_ok(),
+        "{:?}",
+        check_exposition(good)
+    );
     for bad in [
         // A family twice, apart.
         "# TYPE a gauge\na 1\n# TYPE b gauge\nb 1\na{x=\"1\"} 2\n",
@@ -228,9 +238,17 @@ fn the_whole_metrics_page_is_valid_exposition_format() {
         get(&format!("{}/api/v1/pods", hub.url()), "evil\"\\agent").status,
         200
     );
-    assert_eq!(get(&format!("{}/api/v1/nodes", hub.url()), KUBELET).status, 200);
+    assert_eq!(
+        get(&format!("{}/api/v1/nodes", hub.url()), KUBELET).status,
+        200
+    );
     assert!(eventually(Duration::from_secs(30), || {
-        get(&format!("{}/api/v1/services", hub.url()), "kube-proxy/v1.30").status == 200
+        get(
+            &format!("{}/api/v1/services", hub.url()),
+            "kube-proxy/v1.30",
+        )
+        .status
+            == 200
     }));
     let text = page(&hub);
     let types = check_exposition(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -238,9 +256,15 @@ fn the_whole_metrics_page_is_valid_exposition_format() {
         ("node_yurthub_server_healthy_status", "gauge"),
         ("node_yurthub_in_flight_requests_collector", "gauge"),
         ("node_yurthub_in_flight_requests_total", "gauge"),
-        ("node_yurthub_aggregated_in_flight_requests_collector", "gauge"),
+        (
+            "node_yurthub_aggregated_in_flight_requests_collector",
+            "gauge",
+        ),
         ("node_yurthub_aggregated_in_flight_requests_total", "gauge"),
-        ("node_yurthub_target_for_multiplexer_requests_collector", "gauge"),
+        (
+            "node_yurthub_target_for_multiplexer_requests_collector",
+            "gauge",
+        ),
         ("node_yurthub_closable_conns_collector", "gauge"),
         ("node_yurthub_proxy_traffic_collector", "counter"),
         ("node_yurthub_rejected_requests_counter", "counter"),
@@ -250,6 +274,7 @@ fn the_whole_metrics_page_is_valid_exposition_format() {
         ("process_open_fds", "gauge"),
         ("process_max_fds", "gauge"),
         ("process_virtual_memory_bytes", "gauge"),
+        ("process_virtual_memory_max_bytes", "gauge"),
         ("process_resident_memory_bytes", "gauge"),
         ("process_start_time_seconds", "gauge"),
     ] {
@@ -258,12 +283,19 @@ fn the_whole_metrics_page_is_valid_exposition_format() {
     assert!(text.contains("client=\"evil\\\"\\\\agent\""), "{text}");
     // Nothing failed to be stored; the hub's services feeder is counted by its server.
     assert_eq!(hub.metric("node_yurthub_error_keys_count"), Some(0.0));
-    assert_eq!(hub.metric("node_yurthub_error_keys_persistency_status"), Some(1.0));
+    assert_eq!(
+        hub.metric("node_yurthub_error_keys_persistency_status"),
+        Some(1.0)
+    );
     let feeder = format!(
         "node_yurthub_target_for_multiplexer_requests_collector{{verb=\"watch\",resource=\"services\",subresources=\"\",client=\"multiplexer-proxy-edge-1\",server=\"{}\"}}",
         cloud.url()
     );
-    assert!(hub.wait_metric(&feeder, 1.0, Duration::from_secs(30)), "{}", page(&hub));
+    assert!(
+        hub.wait_metric(&feeder, 1.0, Duration::from_secs(30)),
+        "{}",
+        page(&hub)
+    );
     assert!(hub.wait_metric_at_least(
         "node_yurthub_aggregated_in_flight_requests_collector{verb=\"list\",resource=\"services\",subresources=\"\",client=\"kube-proxy\"}",
         0.0,
@@ -287,14 +319,22 @@ fn process_series_follow_the_process() {
     let before = now_seconds() - 1.0;
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
     let after = now_seconds() + 1.0;
-    let started = hub.metric("process_start_time_seconds").expect("start time");
+    let started = hub
+        .metric("process_start_time_seconds")
+        .expect("start time");
     assert!(
         (before..=after).contains(&started),
         "started {started}, between {before} and {after}"
     );
     assert!(hub.metric("process_max_fds").is_some_and(|n| n >= 64.0));
-    assert!(hub.metric("process_cpu_seconds_total").is_some_and(|s| s >= 0.0));
-    assert!(hub.metric("process_virtual_memory_bytes").is_some_and(|b| b > 0.0));
+    assert!(
+        hub.metric("process_cpu_seconds_total")
+            .is_some_and(|s| s >= 0.0)
+    );
+    assert!(
+        hub.metric("process_virtual_memory_bytes")
+            .is_some_and(|b| b > 0.0)
+    );
     // qemu-user shows the guest a /proc/self/stat of its own making, without the sizes and
     // CPU times; and /proc/<pid>/status outside is the emulator's.
     if !emulated() {
@@ -313,7 +353,11 @@ fn process_series_follow_the_process() {
     // Forty idle connections: forty descriptors more, then fewer again once they close.
     let open_fds = |hub: &Hub| hub.metric("process_open_fds").expect("open fds");
     let base = open_fds(&hub);
-    let addr = hub.url().trim_start_matches("http://").parse().expect("addr");
+    let addr = hub
+        .url()
+        .trim_start_matches("http://")
+        .parse()
+        .expect("addr");
     let held = hold_connections(addr, 40, b"");
     assert_eq!(held.len(), 40);
     assert!(
@@ -359,37 +403,62 @@ fn error_keys_count_a_failed_write_until_the_key_is_written() {
     std::fs::write(kind_dir.join("keys-0"), b"in the way").unwrap();
     let hub = Hub::start(&spec);
     assert_eq!(hub.metric("node_yurthub_error_keys_count"), Some(0.0));
-    let pod_url = |hub: &Hub, name: &str| {
-        format!("{}/api/v1/namespaces/keys-0/pods/{name}", hub.url())
-    };
+    let pod_url =
+        |hub: &Hub, name: &str| format!("{}/api/v1/namespaces/keys-0/pods/{name}", hub.url());
     assert_eq!(get(&pod_url(&hub, "p1"), KUBELET).status, 200);
-    assert!(hub.wait_metric("node_yurthub_error_keys_count", 1.0, Duration::from_secs(20)));
+    assert!(hub.wait_metric(
+        "node_yurthub_error_keys_count",
+        1.0,
+        Duration::from_secs(20)
+    ));
     assert_eq!(get(&pod_url(&hub, "p2"), KUBELET).status, 200);
-    assert!(hub.wait_metric("node_yurthub_error_keys_count", 2.0, Duration::from_secs(20)));
+    assert!(hub.wait_metric(
+        "node_yurthub_error_keys_count",
+        2.0,
+        Duration::from_secs(20)
+    ));
     assert!(eventually(Duration::from_secs(20), || listed_error_keys(
         &spec.cache_dir
     ) == [
         "kubelet/pods.v1.core/keys-0/p1",
         "kubelet/pods.v1.core/keys-0/p2"
     ]));
-    assert_eq!(hub.metric("node_yurthub_error_keys_persistency_status"), Some(1.0));
+    assert_eq!(
+        hub.metric("node_yurthub_error_keys_persistency_status"),
+        Some(1.0)
+    );
 
     // A restart still knows them.
     let hub = hub.restart();
-    assert!(hub.wait_metric("node_yurthub_error_keys_count", 2.0, Duration::from_secs(20)));
+    assert!(hub.wait_metric(
+        "node_yurthub_error_keys_count",
+        2.0,
+        Duration::from_secs(20)
+    ));
 
     // The way is clear: each key leaves the count when it is written.
     std::fs::remove_file(kind_dir.join("keys-0")).unwrap();
     assert_eq!(get(&pod_url(&hub, "p1"), KUBELET).status, 200);
-    assert!(hub.wait_metric("node_yurthub_error_keys_count", 1.0, Duration::from_secs(20)));
+    assert!(hub.wait_metric(
+        "node_yurthub_error_keys_count",
+        1.0,
+        Duration::from_secs(20)
+    ));
     assert!(hub.wait_cached(&["kubelet/pods.v1.core/keys-0/p1"], Duration::from_secs(10)));
     assert_eq!(get(&pod_url(&hub, "p2"), KUBELET).status, 200);
-    assert!(hub.wait_metric("node_yurthub_error_keys_count", 0.0, Duration::from_secs(20)));
+    assert!(hub.wait_metric(
+        "node_yurthub_error_keys_count",
+        0.0,
+        Duration::from_secs(20)
+    ));
     assert!(eventually(Duration::from_secs(20), || listed_error_keys(
         &spec.cache_dir
     )
     .is_empty()));
-    assert_eq!(hub.metric("node_yurthub_error_keys_persistency_status"), Some(1.0));
+    assert_eq!(
+        hub.metric("node_yurthub_error_keys_persistency_status"),
+        Some(1.0)
+    );
 }
 
 /// The hub's connections to the cloud, as the gauge counts them, agree with the cloud's own
@@ -435,10 +504,16 @@ fn closable_conns_count_open_watches_to_the_cloud_and_drop_when_they_end() {
     assert!(streams.iter().all(|(status, _)| *status == 200));
     assert!(cloud.wait_for_watchers("pods", watchers + 3, Duration::from_secs(20)));
     let open = settle();
-    assert!(open >= before + 3.0, "{open} with the watches, {before} before");
+    assert!(
+        open >= before + 3.0,
+        "{open} with the watches, {before} before"
+    );
 
     drop(streams);
     assert!(cloud.wait_for_watchers_at_most("pods", watchers, Duration::from_secs(20)));
     let after = settle();
-    assert!(after <= open - 3.0, "{after} after the watches, {open} with them");
+    assert!(
+        after <= open - 3.0,
+        "{after} after the watches, {open} with them"
+    );
 }
