@@ -142,7 +142,7 @@ thread_local! {
 struct Recording(TcpConnector);
 
 impl Connector<()> for Recording {
-    type Out = OpenTransport<<TcpConnector as Connector<()>>::Out>;
+    type Out = Hooked<<TcpConnector as Connector<()>>::Out, OpenConn>;
 
     fn connect(
         &self,
@@ -167,13 +167,10 @@ impl Connector<()> for Recording {
             register_shutdown: noting,
         };
         let server = conn_server(details.uri);
-        Ok(self
-            .0
-            .connect(&details, chained)?
-            .map(|inner| OpenTransport {
-                inner,
-                _open: METRICS.open_conn(&server),
-            }))
+        Ok(self.0.connect(&details, chained)?.map(|inner| Hooked {
+            inner,
+            hook: METRICS.open_conn(&server),
+        }))
     }
 }
 
@@ -187,19 +184,33 @@ fn conn_server(uri: &http::Uri) -> String {
     format!("{host}:{port}")
 }
 
-/// A TCP connection, counted open while it lives.
-struct OpenTransport<T> {
-    inner: T,
-    _open: OpenConn,
+/// What the hub keeps with one of its connections, for as long as the connection lives,
+/// and its say in whether the connection may be used (again).
+trait ConnHook: Send + Sync + 'static {
+    /// Whether the connection is open to use; `inner_open` asks the transport below.
+    fn is_open(&mut self, inner_open: &mut dyn FnMut() -> bool) -> bool;
 }
 
-impl<T: fmt::Debug> fmt::Debug for OpenTransport<T> {
+/// An open connection counted to its server: open as the transport says.
+impl ConnHook for OpenConn {
+    fn is_open(&mut self, inner_open: &mut dyn FnMut() -> bool) -> bool {
+        inner_open()
+    }
+}
+
+/// A transport passed through, with `hook` beside it.
+struct Hooked<T, H> {
+    inner: T,
+    hook: H,
+}
+
+impl<T: fmt::Debug, H> fmt::Debug for Hooked<T, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.inner.fmt(f)
     }
 }
 
-impl<T: Transport> Transport for OpenTransport<T> {
+impl<T: Transport, H: ConnHook> Transport for Hooked<T, H> {
     fn buffers(&mut self) -> &mut dyn Buffers {
         self.inner.buffers()
     }
@@ -217,7 +228,8 @@ impl<T: Transport> Transport for OpenTransport<T> {
     }
 
     fn is_open(&mut self) -> bool {
-        self.inner.is_open()
+        let inner = &mut self.inner;
+        self.hook.is_open(&mut || inner.is_open())
     }
 
     fn is_tls(&self) -> bool {
@@ -962,50 +974,31 @@ impl<In: Transport> Connector<In> for Retirable {
         let mut conns = self.0.conns.lock().unwrap_or_else(PoisonError::into_inner);
         conns.retain(|c| c.strong_count() > 0);
         conns.push(Arc::downgrade(&conn));
-        Ok(Some(RetirableTransport {
+        Ok(Some(Hooked {
             inner,
-            conn,
-            generation: Arc::clone(&self.0),
+            hook: Retiring {
+                conn,
+                generation: Arc::clone(&self.0),
+            },
         }))
     }
 }
 
-/// A pooled connection. ureq 3.5 asks whether it is open at two moments only (pool.rs):
-/// when its answer ended, before putting it back in the pool (it becomes idle), and when a
-/// request takes it from the pool (it becomes busy again, unless a swap closed it first).
-/// A swap closes only an idle one, so never one a request has just taken.
-struct RetirableTransport<T> {
-    inner: T,
+/// A pooled connection.
+type RetirableTransport<T> = Hooked<T, Retiring>;
+
+/// A pooled connection's place in its generation. ureq 3.5 asks whether it is open at two
+/// moments only (pool.rs): when its answer ended, before putting it back in the pool (it
+/// becomes idle), and when a request takes it from the pool (it becomes busy again, unless a
+/// swap closed it first). A swap closes only an idle one, so never one a request has just
+/// taken.
+struct Retiring {
     conn: Arc<PooledConn>,
     generation: Arc<Generation>,
 }
 
-impl<T> fmt::Debug for RetirableTransport<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RetirableTransport")
-            .field("state", &self.conn.state)
-            .finish()
-    }
-}
-
-impl<T: Transport> Transport for RetirableTransport<T> {
-    fn buffers(&mut self) -> &mut dyn Buffers {
-        self.inner.buffers()
-    }
-
-    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        self.inner.transmit_output(amount, timeout)
-    }
-
-    fn maybe_await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        self.inner.maybe_await_input(timeout)
-    }
-
-    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        self.inner.await_input(timeout)
-    }
-
-    fn is_open(&mut self) -> bool {
+impl ConnHook for Retiring {
+    fn is_open(&mut self, inner_open: &mut dyn FnMut() -> bool) -> bool {
         let state = &self.conn.state;
         match state.load(Ordering::SeqCst) {
             // Its answer ended: into the pool, unless retired (see `Generation::retire`). Only
@@ -1022,11 +1015,7 @@ impl<T: Transport> Transport for RetirableTransport<T> {
             }
             _ => return false,
         }
-        !self.generation.retired.load(Ordering::SeqCst) && self.inner.is_open()
-    }
-
-    fn is_tls(&self) -> bool {
-        self.inner.is_tls()
+        !self.generation.retired.load(Ordering::SeqCst) && inner_open()
     }
 }
 

@@ -17,7 +17,7 @@ use super::rules::{ListState, list_item, list_member, put_object, put_token, wat
 use super::tee::CacheTx;
 use super::tee::{CacheMsg, CacheRx};
 use crate::cache::decode::{BodyDecoder, BodyShape, Unit};
-use crate::cache::key::{ObjectKey, TokenKey};
+use crate::cache::key::ObjectKey;
 use crate::cache::store::{PutOutcome, Store, StoreError};
 use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::metrics::{METRICS, Metrics};
@@ -151,7 +151,7 @@ fn handle<'s>(
             if let Err(e) = result {
                 log::warn!(
                     "cache: cannot decode the answer for {}: {e}",
-                    describe(target)
+                    target.error_key()
                 );
                 Metrics::inc(&METRICS.cache_errors);
                 failed = true;
@@ -185,7 +185,7 @@ fn begin<'s>(
                     if pruned {
                         log::info!(
                             "cache: pruned {} after the cloud answered 404",
-                            describe(&target)
+                            target.error_key()
                         );
                     }
                     failures.stored(&target);
@@ -274,7 +274,7 @@ fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complet
         }) {
             log::warn!(
                 "cache: the answer for {} ended inside a value: {e}",
-                describe(target)
+                target.error_key()
             );
             ok = false;
         }
@@ -290,7 +290,7 @@ fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complet
         // Dropping the replacement removes what it staged: the cached list stays as it was.
         log::info!(
             "cache: list answer for {} incomplete, cache left unchanged",
-            describe(target)
+            target.error_key()
         );
         Metrics::inc(&METRICS.cache_sessions_abandoned);
         return;
@@ -338,7 +338,7 @@ fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complet
                 .fetch_add(report.deleted as u64, Ordering::Relaxed);
             log::debug!(
                 "cache: list {} committed written={} identical={} deleted={} kept_newer={}",
-                describe(target),
+                target.error_key(),
                 report.written,
                 report.identical,
                 report.deleted,
@@ -459,23 +459,5 @@ impl FailureLog {
         }
         let earlier = std::mem::take(&mut self.unreported);
         log::info!("cache: writing again ({earlier} failures since the last report)");
-    }
-}
-
-fn describe(target: &CacheTarget) -> String {
-    match target {
-        CacheTarget::Object { collection, .. }
-        | CacheTarget::List { collection, .. }
-        | CacheTarget::Watch { collection } => {
-            format!("{}/{}", collection.component, collection.dir_name())
-        }
-        CacheTarget::NonResource { file } => file.clone(),
-        CacheTarget::Token(t) => format!(
-            "{}/{}/{}/{}",
-            t.component,
-            TokenKey::DIR,
-            t.namespace,
-            t.name
-        ),
     }
 }
