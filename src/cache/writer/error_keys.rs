@@ -199,6 +199,22 @@ impl ErrorKeys {
         }
     }
 
+    /// Every key of `collection` holds what it should: the collection is gone.
+    pub(super) fn removed_collection(&mut self, collection: &CollectionKey) {
+        if self.keys.is_empty() {
+            return;
+        }
+        let whole = collection_key(collection, None, None);
+        let under = format!("{whole}/");
+        let before = self.keys.len();
+        self.keys
+            .retain(|k, _| *k != whole && !k.starts_with(&under));
+        if self.keys.len() != before {
+            self.dirty = true;
+            self.publish();
+        }
+    }
+
     /// `key` is in the list (its write failed and has not succeeded since).
     pub(super) fn contains(&self, key: &dyn Keyed) -> Option<String> {
         if self.keys.is_empty() {

@@ -188,7 +188,7 @@ fn begin<'s>(
                             target.error_key()
                         );
                     }
-                    failures.stored(&target);
+                    failures.error_keys.removed_collection(collection);
                 }
                 Err(e) => failures.error("prune", &target, &e),
             }

@@ -421,3 +421,25 @@ fn a_committed_list_clears_the_failed_keys_of_its_objects() {
     );
     assert!(persisted_error_keys(&t).is_empty());
 }
+
+/// A kind the cloud no longer has (a list answered 404) takes its failed keys with it.
+#[test]
+fn a_pruned_collection_takes_its_failed_keys_with_it() {
+    let t = TempStore::new("error-keys-prune");
+    let kind_dir = t.dir.root().join("kubelet/pods.v1.core");
+    std::fs::create_dir_all(&kind_dir).unwrap();
+    std::fs::write(kind_dir.join("ns"), b"in the way").unwrap();
+    write(&t.store, 1 << 20, |tx| {
+        let mut w = watch(tx);
+        assert!(w.chunk(event("ADDED", 5).as_bytes()));
+        w.finish(true);
+    });
+    assert_eq!(persisted_error_keys(&t), ["kubelet/pods.v1.core/ns/w"]);
+    write(&t.store, 1 << 20, |tx| {
+        // The writer prunes at the session's start.
+        let s = tx.begin(list_target(), 404, false, None).unwrap();
+        s.finish(true);
+    });
+    assert!(!kind_dir.exists());
+    assert!(persisted_error_keys(&t).is_empty());
+}
