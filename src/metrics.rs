@@ -13,8 +13,68 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use crate::link::escape;
 use crate::lock;
 
+mod process;
+
 /// Labels YurtHub uses for per-request series: verb, resource, subresources, client.
 pub(crate) type RequestLabels = (&'static str, String, String, String);
+
+/// A request of the node's multiplexer to where it reads pool-scope resources from: its
+/// [`RequestLabels`] and the server (a cloud server's URL, or a leader hub's).
+pub(crate) type TargetLabels = (RequestLabels, String);
+
+/// Requests in flight: a gauge per labels ([`MAX_SERIES`] at most; finished series stay at
+/// 0, as YurtHub's do: "this request happened") and their total, every request counted.
+pub(crate) struct InFlightSeries<L> {
+    series: Mutex<BTreeMap<L, i64>>,
+    total: AtomicI64,
+}
+
+impl<L: Ord> InFlightSeries<L> {
+    const fn new() -> InFlightSeries<L> {
+        InFlightSeries {
+            series: Mutex::new(BTreeMap::new()),
+            total: AtomicI64::new(0),
+        }
+    }
+
+    /// Counts a request as started; its labels back when they have a series.
+    fn enter(&self, labels: L) -> Option<L>
+    where
+        L: Clone,
+    {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        let mut map = lock(&self.series);
+        // Labels come from clients (User-Agent): cap the number of series so a client that
+        // invents a new agent per request cannot grow the hub's memory without bound.
+        let known = map.len() < MAX_SERIES || map.contains_key(&labels);
+        known.then(|| {
+            *map.entry(labels.clone()).or_insert(0) += 1;
+            labels
+        })
+    }
+
+    /// Counts a request [`InFlightSeries::enter`] started as finished.
+    fn leave(&self, labels: Option<&L>) {
+        self.total.fetch_sub(1, Ordering::Relaxed);
+        if let Some(labels) = labels
+            && let Some(n) = lock(&self.series).get_mut(labels)
+        {
+            *n -= 1;
+        }
+    }
+}
+
+/// Marks the end of a request in its in-flight series when dropped.
+pub(crate) struct Entered<L: Ord + 'static> {
+    series: &'static InFlightSeries<L>,
+    labels: Option<L>,
+}
+
+impl<L: Ord + 'static> Drop for Entered<L> {
+    fn drop(&mut self) {
+        self.series.leave(self.labels.as_ref());
+    }
+}
 
 /// All of the hub's metrics.
 pub(crate) struct Metrics {
@@ -48,8 +108,6 @@ pub(crate) struct Metrics {
     pub rejected_requests: AtomicU64,
     /// Connections closed before their request arrived, to make room at the connection cap.
     pub evicted_connections: AtomicU64,
-    /// Requests being served now.
-    pub in_flight_total: AtomicI64,
     /// Transport failures talking to the cloud.
     pub upstream_errors: AtomicU64,
     /// Idempotent requests retried on another backend after a transport failure.
@@ -64,13 +122,28 @@ pub(crate) struct Metrics {
     pub lease_renewal_failures: AtomicU64,
     /// Renewed node leases sent to the disk cache.
     pub lease_disk_writes: AtomicU64,
-    in_flight: Mutex<BTreeMap<RequestLabels, i64>>,
+    /// Cache keys whose last write failed (the cache writer's `error_keys`).
+    pub error_keys_count: AtomicI64,
+    /// 1 while the list of failed keys on disk says what the writer holds, else 0.
+    pub error_keys_persistency_status: AtomicI64,
+    /// Requests being served now, but for those [`Metrics::aggregated`] counts.
+    in_flight: InFlightSeries<RequestLabels>,
+    /// Pool-scope lists and watches served by the node's multiplexer (its watch caches,
+    /// `proxy::pool_local`), and on a leader the followers' on its multiplexer port: what
+    /// YurtHub counts as "aggregated".
+    aggregated: InFlightSeries<RequestLabels>,
+    /// The node's multiplexer's own lists and watches (`clients::pool_watch`) by the server
+    /// they went to.
+    targets: InFlightSeries<TargetLabels>,
     traffic: Mutex<BTreeMap<RequestLabels, u64>>,
     /// The node-local watch caches (`tinyhub_pool_cache_*`), measured at each scrape.
     pool_caches: Mutex<Vec<crate::watchcache::WatchCache>>,
     /// A leader's multiplexer port: requests by follower node and status code (an entry is
     /// the node's name, a code and a count: under 100 bytes; [`MAX_SERIES`] at most).
     multiplexer: Mutex<BTreeMap<(String, u16), u64>>,
+    /// Open connections to each remote server (`host:port`: a cloud server or a leader hub),
+    /// [`MAX_SERIES`] servers at most. A server stays at 0 once its connections are gone.
+    conns: Mutex<BTreeMap<String, i64>>,
 }
 
 /// The follower label of requests past the series cap; never a node's name (no `(` in DNS
@@ -102,7 +175,6 @@ impl Metrics {
             offline_answers: AtomicU64::new(0),
             rejected_requests: AtomicU64::new(0),
             evicted_connections: AtomicU64::new(0),
-            in_flight_total: AtomicI64::new(0),
             upstream_errors: AtomicU64::new(0),
             upstream_retries: AtomicU64::new(0),
             client_certificate_rotations: AtomicU64::new(0),
@@ -110,10 +182,15 @@ impl Metrics {
             lease_renewals: AtomicU64::new(0),
             lease_renewal_failures: AtomicU64::new(0),
             lease_disk_writes: AtomicU64::new(0),
-            in_flight: Mutex::new(BTreeMap::new()),
+            error_keys_count: AtomicI64::new(0),
+            error_keys_persistency_status: AtomicI64::new(0),
+            in_flight: InFlightSeries::new(),
+            aggregated: InFlightSeries::new(),
+            targets: InFlightSeries::new(),
             traffic: Mutex::new(BTreeMap::new()),
             pool_caches: Mutex::new(Vec::new()),
             multiplexer: Mutex::new(BTreeMap::new()),
+            conns: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -129,19 +206,35 @@ impl Metrics {
 
     /// Marks a request as started; the guard marks it finished when dropped.
     pub(crate) fn start_request(&'static self, labels: RequestLabels) -> InFlight {
-        self.in_flight_total.fetch_add(1, Ordering::Relaxed);
-        let mut map = lock(&self.in_flight);
-        // Labels come from clients (User-Agent): cap the number of series so a client that
-        // invents a new agent per request cannot grow the hub's memory without bound.
-        let labels = if map.len() < MAX_SERIES || map.contains_key(&labels) {
-            *map.entry(labels.clone()).or_insert(0) += 1;
-            Some(labels)
-        } else {
-            None
-        };
         InFlight {
             metrics: self,
-            labels,
+            entered: Entered {
+                labels: self.in_flight.enter(labels),
+                series: &self.in_flight,
+            },
+        }
+    }
+
+    /// Marks a pool-scope request served by the node's multiplexer (or, on a leader, a
+    /// follower's) as started, apart from the others as YurtHub counts it; the guard marks
+    /// it finished when dropped.
+    pub(crate) fn start_aggregated(&'static self, labels: RequestLabels) -> Entered<RequestLabels> {
+        Entered {
+            labels: self.aggregated.enter(labels),
+            series: &self.aggregated,
+        }
+    }
+
+    /// Marks a list or watch of the node's multiplexer to `server` as started; the guard
+    /// marks it finished when dropped.
+    pub(crate) fn start_target(
+        &'static self,
+        labels: RequestLabels,
+        server: String,
+    ) -> Entered<TargetLabels> {
+        Entered {
+            labels: self.targets.enter((labels, server)),
+            series: &self.targets,
         }
     }
 
@@ -171,6 +264,21 @@ impl Metrics {
         *map.entry((follower.to_owned(), code)).or_insert(0) += 1;
     }
 
+    /// Counts a connection to `server` (`host:port`) as open until the guard is dropped.
+    /// Past the series cap a new server is not counted.
+    pub(crate) fn open_conn(&'static self, server: &str) -> OpenConn {
+        let mut map = lock(&self.conns);
+        let known = map.len() < MAX_SERIES || map.contains_key(server);
+        let server = known.then(|| {
+            *map.entry(server.to_owned()).or_insert(0) += 1;
+            server.to_owned()
+        });
+        OpenConn {
+            metrics: self,
+            server,
+        }
+    }
+
     /// The Prometheus text exposition, with one health series per backend.
     pub(crate) fn render(&self, backends: &[(String, bool)]) -> String {
         let mut out = String::with_capacity(4096);
@@ -192,28 +300,84 @@ impl Metrics {
             &mut out,
             "node_yurthub_in_flight_requests_collector",
             "gauge",
-            "collector of in flight requests handling by hub agent",
+            "collector of in flight requests handling by hub agent(exclude aggregated in flight requests)",
         );
-        for ((verb, resource, sub, client), n) in lock(&self.in_flight).iter() {
+        for (labels, n) in lock(&self.in_flight.series).iter() {
             let _ = writeln!(
                 out,
-                "node_yurthub_in_flight_requests_collector{{verb=\"{verb}\",resource=\"{}\",subresources=\"{}\",client=\"{}\"}} {n}",
-                escape(resource),
-                escape(sub),
-                escape(client)
+                "node_yurthub_in_flight_requests_collector{{{}}} {n}",
+                request_labels(labels)
             );
         }
         gauge(
             &mut out,
             "node_yurthub_in_flight_requests_total",
-            "total of in flight requests handling by hub agent",
-            self.in_flight_total.load(Ordering::Relaxed),
+            "total of in flight requests handling by hub agent(exclude aggregated in flight requests)",
+            self.in_flight.total.load(Ordering::Relaxed),
         );
+        header(
+            &mut out,
+            "node_yurthub_aggregated_in_flight_requests_collector",
+            "gauge",
+            "collector of in flight requests aggregated by multiplexer manager",
+        );
+        for (labels, n) in lock(&self.aggregated.series).iter() {
+            let _ = writeln!(
+                out,
+                "node_yurthub_aggregated_in_flight_requests_collector{{{}}} {n}",
+                request_labels(labels)
+            );
+        }
+        gauge(
+            &mut out,
+            "node_yurthub_aggregated_in_flight_requests_total",
+            "total of in flight requests aggregated by multiplexer manager",
+            self.aggregated.total.load(Ordering::Relaxed),
+        );
+        header(
+            &mut out,
+            "node_yurthub_target_for_multiplexer_requests_collector",
+            "gauge",
+            "collector of requests for pool scope metadata with which server are forwarded",
+        );
+        for ((labels, server), n) in lock(&self.targets.series).iter() {
+            let _ = writeln!(
+                out,
+                "node_yurthub_target_for_multiplexer_requests_collector{{{},server=\"{}\"}} {n}",
+                request_labels(labels),
+                escape(server)
+            );
+        }
         counter(
             &mut out,
             "node_yurthub_rejected_requests_counter",
             "counter of rejected requests for exceeding in flight limit in hub agent",
             &self.rejected_requests,
+        );
+        header(
+            &mut out,
+            "node_yurthub_closable_conns_collector",
+            "gauge",
+            "collector of underlay tcp connection from hub agent to remote server",
+        );
+        for (server, n) in lock(&self.conns).iter() {
+            let _ = writeln!(
+                out,
+                "node_yurthub_closable_conns_collector{{server=\"{}\"}} {n}",
+                escape(server)
+            );
+        }
+        gauge(
+            &mut out,
+            "node_yurthub_error_keys_count",
+            "error keys count",
+            self.error_keys_count.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            "node_yurthub_error_keys_persistency_status",
+            "error keys persistency status 1: ready, 0: notReady",
+            self.error_keys_persistency_status.load(Ordering::Relaxed),
         );
         counter(
             &mut out,
@@ -387,6 +551,7 @@ impl Metrics {
         render_pool_caches(&mut out, &crate::lock(&self.pool_caches));
         // The upstream link's requests and bytes (`tinyhub_cloud_*`, see `link`).
         crate::link::LINK.render(&mut out);
+        process::ProcessStats::read().render(&mut out);
         out
     }
 }
@@ -514,29 +679,45 @@ fn summary(out: &mut String, name: &str, label: &str, nanos: u64, count: u64) {
     );
 }
 
+/// `verb="…",resource="…",subresources="…",client="…"`, escaped.
+fn request_labels((verb, resource, sub, client): &RequestLabels) -> String {
+    format!(
+        "verb=\"{verb}\",resource=\"{}\",subresources=\"{}\",client=\"{}\"",
+        escape(resource),
+        escape(sub),
+        escape(client)
+    )
+}
+
 /// Marks the end of a request in the in-flight series when dropped.
 pub(crate) struct InFlight {
     metrics: &'static Metrics,
-    labels: Option<RequestLabels>,
+    entered: Entered<RequestLabels>,
 }
 
 impl InFlight {
     /// Counts bytes the cloud sent for this request under its labels.
     pub(crate) fn add_traffic(&self, bytes: u64) {
-        if let Some(labels) = &self.labels {
+        if let Some(labels) = &self.entered.labels {
             self.metrics.add_traffic(labels, bytes);
         }
     }
 }
 
-impl Drop for InFlight {
+/// One open connection to a remote server, counted in
+/// `node_yurthub_closable_conns_collector` until dropped.
+pub(crate) struct OpenConn {
+    metrics: &'static Metrics,
+    /// `None`: past the series cap, not counted.
+    server: Option<String>,
+}
+
+impl Drop for OpenConn {
     fn drop(&mut self) {
-        self.metrics.in_flight_total.fetch_sub(1, Ordering::Relaxed);
-        if let Some(labels) = self.labels.take() {
-            // Finished series stay at 0, as YurtHub's do: "this request happened".
-            if let Some(n) = lock(&self.metrics.in_flight).get_mut(&labels) {
-                *n -= 1;
-            }
+        if let Some(server) = self.server.take()
+            && let Some(n) = lock(&self.metrics.conns).get_mut(&server)
+        {
+            *n -= 1;
         }
     }
 }
@@ -670,6 +851,78 @@ mod tests {
         assert!(!text.contains("late-node"));
         assert!(
             text.contains("tinyhub_multiplexer_requests_total{follower=\"(other)\",code=\"200\"} ")
+        );
+    }
+
+    #[test]
+    fn multiplexer_requests_count_apart_from_the_others() {
+        static M: Metrics = Metrics::new();
+        let labels: RequestLabels = ("watch", "services".into(), "".into(), "kube-proxy".into());
+        let served = M.start_aggregated(labels.clone());
+        let feed = M.start_target(
+            (
+                "watch",
+                "services".into(),
+                "".into(),
+                "multiplexer-proxy-edge-1".into(),
+            ),
+            "https://10.0.0.5:10269".into(),
+        );
+        let text = M.render(&[]);
+        for line in [
+            "node_yurthub_aggregated_in_flight_requests_collector{verb=\"watch\",resource=\"services\",subresources=\"\",client=\"kube-proxy\"} 1",
+            "node_yurthub_aggregated_in_flight_requests_total 1",
+            "node_yurthub_in_flight_requests_total 0",
+            "node_yurthub_target_for_multiplexer_requests_collector{verb=\"watch\",resource=\"services\",subresources=\"\",client=\"multiplexer-proxy-edge-1\",server=\"https://10.0.0.5:10269\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        assert!(!text.contains("node_yurthub_in_flight_requests_collector{"));
+        drop((served, feed));
+        let text = M.render(&[]);
+        assert!(text.contains("node_yurthub_aggregated_in_flight_requests_total 0\n"));
+        assert!(text.contains(
+            "client=\"multiplexer-proxy-edge-1\",server=\"https://10.0.0.5:10269\"} 0\n"
+        ));
+    }
+
+    #[test]
+    fn open_connections_count_per_server_within_the_cap() {
+        static M: Metrics = Metrics::new();
+        let series = |text: &str, server: &str| {
+            let prefix = format!("node_yurthub_closable_conns_collector{{server=\"{server}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(prefix.as_str()))
+                .map(str::to_owned)
+        };
+        let a = M.open_conn("10.0.0.1:6443");
+        let b = M.open_conn("10.0.0.1:6443");
+        let leader = M.open_conn("10.0.0.9:10269");
+        let text = M.render(&[]);
+        assert!(text.contains("# TYPE node_yurthub_closable_conns_collector gauge\n"));
+        assert_eq!(series(&text, "10.0.0.1:6443").as_deref(), Some("2"));
+        assert_eq!(series(&text, "10.0.0.9:10269").as_deref(), Some("1"));
+        drop(a);
+        drop(leader);
+        let text = M.render(&[]);
+        assert_eq!(series(&text, "10.0.0.1:6443").as_deref(), Some("1"));
+        // A server whose connections are gone stays, at 0.
+        assert_eq!(series(&text, "10.0.0.9:10269").as_deref(), Some("0"));
+        let more: Vec<OpenConn> = (0..MAX_SERIES)
+            .map(|i| M.open_conn(&format!("10.1.{}.{}:6443", i / 256, i % 256)))
+            .collect();
+        let late = M.open_conn("10.9.9.9:6443");
+        let text = M.render(&[]);
+        assert_eq!(series(&text, "10.9.9.9:6443"), None, "past the cap");
+        assert_eq!(
+            text.matches("node_yurthub_closable_conns_collector{")
+                .count(),
+            MAX_SERIES
+        );
+        drop((b, more, late));
+        assert_eq!(
+            series(&M.render(&[]), "10.0.0.1:6443").as_deref(),
+            Some("0")
         );
     }
 

@@ -29,7 +29,7 @@ use crate::config::Token;
 use crate::health::{Backends, Probe};
 use crate::http1;
 use crate::link::{self, Counted, LINK};
-use crate::metrics::{METRICS, Metrics};
+use crate::metrics::{METRICS, Metrics, OpenConn};
 use crate::route::{Deadline, Identity};
 use crate::tls::{ClientIdentity, TlsMaterial};
 
@@ -135,12 +135,14 @@ thread_local! {
 
 /// ureq's TCP connector, noting on the calling thread the shutdown handle of each new
 /// connection. Streams use an agent that never reuses connections, so the handle noted
-/// during a stream's request is its connection's.
+/// during a stream's request is its connection's. Each connection counts as open to its
+/// server ([`Metrics::open_conn`]) until ureq drops it: pooled, streaming, to a cloud server
+/// or a leader hub alike.
 #[derive(Debug, Default)]
 struct Recording(TcpConnector);
 
 impl Connector<()> for Recording {
-    type Out = <TcpConnector as Connector<()>>::Out;
+    type Out = Hooked<<TcpConnector as Connector<()>>::Out, OpenConn>;
 
     fn connect(
         &self,
@@ -164,7 +166,74 @@ impl Connector<()> for Recording {
             run_connector: Arc::clone(&details.run_connector),
             register_shutdown: noting,
         };
-        self.0.connect(&details, chained)
+        let server = conn_server(details.uri);
+        Ok(self.0.connect(&details, chained)?.map(|inner| Hooked {
+            inner,
+            hook: METRICS.open_conn(&server),
+        }))
+    }
+}
+
+/// The server of a connection as YurtHub labels its connections: `host:port`.
+fn conn_server(uri: &http::Uri) -> String {
+    let host = uri.host().unwrap_or_default();
+    let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+        Some("http") => 80,
+        _ => 443,
+    });
+    format!("{host}:{port}")
+}
+
+/// What the hub keeps with one of its connections, for as long as the connection lives,
+/// and its say in whether the connection may be used (again).
+trait ConnHook: Send + Sync + 'static {
+    /// Whether the connection is open to use; `inner_open` asks the transport below.
+    fn is_open(&mut self, inner_open: &mut dyn FnMut() -> bool) -> bool;
+}
+
+/// An open connection counted to its server: open as the transport says.
+impl ConnHook for OpenConn {
+    fn is_open(&mut self, inner_open: &mut dyn FnMut() -> bool) -> bool {
+        inner_open()
+    }
+}
+
+/// A transport passed through, with `hook` beside it.
+struct Hooked<T, H> {
+    inner: T,
+    hook: H,
+}
+
+impl<T: fmt::Debug, H> fmt::Debug for Hooked<T, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl<T: Transport, H: ConnHook> Transport for Hooked<T, H> {
+    fn buffers(&mut self) -> &mut dyn Buffers {
+        self.inner.buffers()
+    }
+
+    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
+        self.inner.transmit_output(amount, timeout)
+    }
+
+    fn maybe_await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        self.inner.maybe_await_input(timeout)
+    }
+
+    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        self.inner.await_input(timeout)
+    }
+
+    fn is_open(&mut self) -> bool {
+        let inner = &mut self.inner;
+        self.hook.is_open(&mut || inner.is_open())
+    }
+
+    fn is_tls(&self) -> bool {
+        self.inner.is_tls()
     }
 }
 
@@ -905,50 +974,31 @@ impl<In: Transport> Connector<In> for Retirable {
         let mut conns = self.0.conns.lock().unwrap_or_else(PoisonError::into_inner);
         conns.retain(|c| c.strong_count() > 0);
         conns.push(Arc::downgrade(&conn));
-        Ok(Some(RetirableTransport {
+        Ok(Some(Hooked {
             inner,
-            conn,
-            generation: Arc::clone(&self.0),
+            hook: Retiring {
+                conn,
+                generation: Arc::clone(&self.0),
+            },
         }))
     }
 }
 
-/// A pooled connection. ureq 3.5 asks whether it is open at two moments only (pool.rs):
-/// when its answer ended, before putting it back in the pool (it becomes idle), and when a
-/// request takes it from the pool (it becomes busy again, unless a swap closed it first).
-/// A swap closes only an idle one, so never one a request has just taken.
-struct RetirableTransport<T> {
-    inner: T,
+/// A pooled connection.
+type RetirableTransport<T> = Hooked<T, Retiring>;
+
+/// A pooled connection's place in its generation. ureq 3.5 asks whether it is open at two
+/// moments only (pool.rs): when its answer ended, before putting it back in the pool (it
+/// becomes idle), and when a request takes it from the pool (it becomes busy again, unless a
+/// swap closed it first). A swap closes only an idle one, so never one a request has just
+/// taken.
+struct Retiring {
     conn: Arc<PooledConn>,
     generation: Arc<Generation>,
 }
 
-impl<T> fmt::Debug for RetirableTransport<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RetirableTransport")
-            .field("state", &self.conn.state)
-            .finish()
-    }
-}
-
-impl<T: Transport> Transport for RetirableTransport<T> {
-    fn buffers(&mut self) -> &mut dyn Buffers {
-        self.inner.buffers()
-    }
-
-    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        self.inner.transmit_output(amount, timeout)
-    }
-
-    fn maybe_await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        self.inner.maybe_await_input(timeout)
-    }
-
-    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        self.inner.await_input(timeout)
-    }
-
-    fn is_open(&mut self) -> bool {
+impl ConnHook for Retiring {
+    fn is_open(&mut self, inner_open: &mut dyn FnMut() -> bool) -> bool {
         let state = &self.conn.state;
         match state.load(Ordering::SeqCst) {
             // Its answer ended: into the pool, unless retired (see `Generation::retire`). Only
@@ -965,11 +1015,7 @@ impl<T: Transport> Transport for RetirableTransport<T> {
             }
             _ => return false,
         }
-        !self.generation.retired.load(Ordering::SeqCst) && self.inner.is_open()
-    }
-
-    fn is_tls(&self) -> bool {
-        self.inner.is_tls()
+        !self.generation.retired.load(Ordering::SeqCst) && inner_open()
     }
 }
 

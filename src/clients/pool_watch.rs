@@ -72,13 +72,14 @@ use crossbeam_channel::Receiver;
 
 use super::{ClientError, read_list_items, read_units, watch_deadline};
 use crate::cache::decode::{BodyShape, DecodeError, Unit};
+use crate::metrics::{Entered, METRICS, TargetLabels};
 use crate::pool::health::{Hop, leader_url, plan};
 use crate::pool::leader::Source;
 use crate::pool::route::{FIRST_LIST_PATIENCE, PoolRoute, Wake};
 use crate::proxy::pool_local::WATCH_SECONDS;
 use crate::random_between;
 use crate::route::{Deadline, Identity};
-use crate::upstream::{Answer, Cancel, Outgoing, Upstream};
+use crate::upstream::{Answer, Cancel, LEADER_BACKEND, Outgoing, Upstream};
 use crate::watchcache::{ApplyError, WatchCache};
 
 /// A list of a whole resource: time for a large cluster over a slow link.
@@ -518,6 +519,19 @@ impl Feeder {
         }
     }
 
+    /// Counts the request `answer` answered as in flight to the server that answered
+    /// (`node_yurthub_target_for_multiplexer_requests_collector`) until the guard is dropped.
+    fn count_target(&self, verb: &'static str, answer: &Answer) -> Entered<TargetLabels> {
+        let server = match self.via.get() {
+            Via::Leader(addr) => leader_url(addr),
+            Via::Cloud if answer.backend == LEADER_BACKEND => String::new(),
+            Via::Cloud => self.upstream.backends().get(answer.backend).base.clone(),
+        };
+        let resource = self.cache.resource().resource.clone();
+        let labels = (verb, resource, String::new(), self.user_agent.clone());
+        METRICS.start_target(labels, server)
+    }
+
     /// A GET of `path` with the multiplexer's User-Agent, where `run` chose (a leader or the
     /// cloud); a status other than 200 is an error. A leader that cannot be reached is
     /// marked so; one that answers another status is noted ([`LeaderOutcome`]).
@@ -633,6 +647,7 @@ impl Feeder {
     /// [`Feeder::list`] itself.
     fn list_once(&self, path: &str, stop: &Receiver<()>) -> Result<bool, ClientError> {
         let mut answer = self.get(path, Deadline::Bounded(LIST_DEADLINE))?;
+        let _target = self.count_target("list", &answer);
         let mut objects = Vec::new();
         let mut skipped = 0usize;
         let (mut bytes, cap) = (0usize, self.cache.max_list_bytes());
@@ -693,6 +708,7 @@ impl Feeder {
             }
         };
         self.cache.feeder_ok();
+        let _target = self.count_target("watch", &answer);
         let mut refused: Option<ApplyError> = None;
         let ended = read_units(
             &mut answer,

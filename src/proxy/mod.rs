@@ -152,9 +152,10 @@ impl Hub {
                 return;
             }
         };
-        let in_flight = METRICS.start_request(call::labels(&req));
+        let labels = call::labels(&req);
         let lease = self.heartbeat.as_ref().zip(NodeHeartbeat::intercepts(&req));
         if let Some((heartbeat, verb)) = lease {
+            let in_flight = METRICS.start_request(labels);
             let status = kubelet_lease::answer(heartbeat, self.offline.as_ref(), ex, &req, verb);
             call::log(&req, status, CacheStatus::LocalLease, started.elapsed());
             drop(in_flight);
@@ -169,6 +170,8 @@ impl Hub {
             // never filled past the warming time: forwarded as before. Filled once, the cache
             // serves what it holds, online or not.
             if cache.is_ready() || (warming && self.cloud.any_healthy()) {
+                // Counted apart, as YurtHub counts what its multiplexer serves.
+                let in_flight = METRICS.start_aggregated(labels);
                 let status = if cache.is_ready() {
                     let shutdown = || self.shutdown.load(Ordering::Relaxed);
                     let session = self.pool_session(&req);
@@ -184,6 +187,7 @@ impl Hub {
                 return;
             }
         }
+        let in_flight = METRICS.start_request(labels);
         let route = match self.route(&req) {
             Ok(route) => route,
             Err(status) => {

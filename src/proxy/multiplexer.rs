@@ -244,6 +244,9 @@ fn handle(
     };
     let code = match admit(caches, cloud, &req) {
         Ok(cache) => {
+            // The follower's request as YurtHub's leader counts it: served by its
+            // multiplexer, under the follower's User-Agent.
+            let _in_flight = METRICS.start_aggregated(super::call::labels(&req));
             // A watch ends (cleanly: the follower resumes it, and is refused) once this hub
             // reaches no cloud: its cache no longer moves, the follower's link may.
             let stopping = || shutdown.load(Ordering::Relaxed) || !cloud.any_healthy();

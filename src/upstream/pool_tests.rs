@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 
 use ureq::unversioned::transport::{Buffers, LazyBuffers, NextTimeout, ShutdownHandle, Transport};
 
-use super::{Generation, PooledConn, RetirableTransport};
+use super::{Generation, Hooked, PooledConn, RetirableTransport, Retiring};
 
 /// A socket: open until shut down.
 #[derive(Debug, Default)]
@@ -46,10 +46,12 @@ fn connection(generation: &Arc<Generation>) -> (RetirableTransport<Fake>, Arc<So
     let handle: Weak<dyn ShutdownHandle> = Arc::downgrade(&socket) as Weak<Socket>;
     let conn = Arc::new(PooledConn::new(Some(handle)));
     generation.conns.lock().unwrap().push(Arc::downgrade(&conn));
-    let transport = RetirableTransport {
+    let transport = Hooked {
         inner: Fake(Arc::clone(&socket), LazyBuffers::new(64, 64)),
-        conn,
-        generation: Arc::clone(generation),
+        hook: Retiring {
+            conn,
+            generation: Arc::clone(generation),
+        },
     };
     (transport, socket)
 }

@@ -27,6 +27,7 @@ mod identity;
 mod kubectl;
 mod link_metrics;
 mod list_scope;
+mod metrics_parity;
 mod offline;
 mod offline_hold;
 mod offline_node;

@@ -401,7 +401,8 @@ fn a_local_watch_ends_when_its_client_hangs_up_and_at_its_timeout() {
     let cloud = Cloud::start();
     let (hub, _dir) = start_hub(&cloud, "pool-local-hangup");
     list_when_warm(&hub, "/api/v1/services", KUBE_PROXY);
-    let series = "node_yurthub_in_flight_requests_collector{verb=\"watch\",resource=\"services\",subresources=\"\",client=\"kube-proxy\"}";
+    // Served from the node's watch cache: counted apart, as YurtHub counts its multiplexer's.
+    let series = "node_yurthub_aggregated_in_flight_requests_collector{verb=\"watch\",resource=\"services\",subresources=\"\",client=\"kube-proxy\"}";
     let url = format!(
         "{}/api/v1/services?watch=true&timeoutSeconds=300",
         hub.url()

@@ -53,9 +53,11 @@
 //! `mod.rs` the store API and layout; `replace.rs` list replacements; `journal.rs` the
 //! journal and recovery at start; `tombstones.rs` recent deletions; `list.rs` reading a
 //! collection in order; `tokens.rs` TokenRequest answers; `fs.rs` the no-follow, 0600/0700
-//! file primitives; `error.rs` [`StoreError`].
+//! file primitives; `error.rs` [`StoreError`]; `error_keys.rs` the list of keys whose write
+//! failed, kept beside the cache.
 
 mod error;
+mod error_keys;
 mod fs;
 mod journal;
 mod list;

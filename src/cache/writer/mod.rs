@@ -10,8 +10,10 @@
 //!
 //! Files: `tee.rs` the channel and the sessions connection threads feed; `run.rs` the writer
 //! loop, what each answer does to the store, and the failure log; `rules.rs` the Kubernetes
-//! rules for objects (what is stored and under which key, watch events, list items, tokens).
+//! rules for objects (what is stored and under which key, watch events, list items, tokens);
+//! `error_keys.rs` the keys whose write failed, until they are stored.
 
+mod error_keys;
 mod rules;
 mod run;
 mod tee;

@@ -24,6 +24,8 @@ pub(super) struct ListState<'s> {
     pub(super) continue_token: bool,
     /// The answer's `kind` says it is a list (`...List`).
     pub(super) is_list: bool,
+    /// Keys of staged objects whose last write had failed: stored once the list commits.
+    pub(super) failed_keys: Vec<String>,
 }
 
 impl ListState<'_> {
@@ -200,8 +202,12 @@ pub(super) fn watch_event(
             // The store keeps a newer object (a late DELETED from an older stream) and
             // refuses every older version from now on.
             match store.delete(&key, rv.as_deref()) {
-                Ok(true) => Metrics::inc(&METRICS.cache_objects_deleted),
-                Ok(false) => {}
+                Ok(deleted) => {
+                    if deleted {
+                        Metrics::inc(&METRICS.cache_objects_deleted);
+                    }
+                    failures.stored(&key);
+                }
                 Err(e) => failures.error("delete", &key, &e),
             }
         }
@@ -271,7 +277,13 @@ pub(super) fn list_item(
         .replace
         .put(key.namespace.as_deref(), &key.name, object, rv.as_deref());
     match result {
-        Ok(_) => true,
+        Ok(_) => {
+            // Stored when the list commits: a key that failed before leaves the list then.
+            if let Some(failed) = failures.error_keys.contains(&key) {
+                list.failed_keys.push(failed);
+            }
+            true
+        }
         Err(e) => {
             failures.error("stage", &key, &e);
             false

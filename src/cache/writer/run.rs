@@ -1,6 +1,7 @@
 //! The writer thread: takes the tee's messages in order, decodes each answer incrementally
 //! and persists it through the store (an object, a list replacement, watch events, a
-//! document, a token answer); store failures are counted and logged at a bounded rate.
+//! document, a token answer); store failures are counted and logged at a bounded rate, and
+//! the keys they spoil are kept until stored (`error_keys.rs`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,12 +11,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::RecvTimeoutError;
 
 use super::MAX_OBJECT_BYTES;
+use super::error_keys::{ErrorKeys, Keyed};
 use super::rules::{ListState, list_item, list_member, put_object, put_token, watch_event};
 #[cfg(doc)]
 use super::tee::CacheTx;
 use super::tee::{CacheMsg, CacheRx};
 use crate::cache::decode::{BodyDecoder, BodyShape, Unit};
-use crate::cache::key::{ObjectKey, TokenKey};
+use crate::cache::key::ObjectKey;
 use crate::cache::store::{PutOutcome, Store, StoreError};
 use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::metrics::{METRICS, Metrics};
@@ -32,6 +34,8 @@ pub(super) struct FailureLog {
     unreported: u64,
     /// Set by a failure, cleared by the next successful write.
     failing: bool,
+    /// The keys whose last write failed.
+    pub(super) error_keys: ErrorKeys,
 }
 
 /// How the writer runs; production passes the default.
@@ -46,7 +50,10 @@ pub(crate) struct WriterOptions {
 /// has been drained (shutdown: what is queued is written, unfinished answers are not).
 pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: WriterOptions) {
     let mut sessions: HashMap<u64, Active<'_>> = HashMap::new();
-    let mut failures = FailureLog::default();
+    let mut failures = FailureLog {
+        error_keys: ErrorKeys::load(store),
+        ..FailureLog::default()
+    };
     loop {
         let wait = if stop.load(Ordering::Acquire) {
             Duration::ZERO
@@ -74,6 +81,7 @@ pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: Writer
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
+        failures.error_keys.persist(store, false);
         // Sessions whose connection gave up: drop their staged state.
         sessions.retain(|id, s| {
             let keep = !s.abandoned.load(Ordering::Acquire);
@@ -83,6 +91,7 @@ pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: Writer
             keep
         });
     }
+    failures.error_keys.persist(store, true);
     if !sessions.is_empty() {
         log::info!(
             "cache writer stopping with {} unfinished responses, not committed",
@@ -142,7 +151,7 @@ fn handle<'s>(
             if let Err(e) = result {
                 log::warn!(
                     "cache: cannot decode the answer for {}: {e}",
-                    describe(target)
+                    target.error_key()
                 );
                 Metrics::inc(&METRICS.cache_errors);
                 failed = true;
@@ -172,11 +181,15 @@ fn begin<'s>(
         (CacheTarget::List { collection, .. }, 404) => {
             // The kind is gone in the cloud (a deleted CRD): never serve it from cache again.
             match store.delete_collection(collection) {
-                Ok(true) => log::info!(
-                    "cache: pruned {} after the cloud answered 404",
-                    describe(&target)
-                ),
-                Ok(false) => {}
+                Ok(pruned) => {
+                    if pruned {
+                        log::info!(
+                            "cache: pruned {} after the cloud answered 404",
+                            target.error_key()
+                        );
+                    }
+                    failures.error_keys.removed_collection(collection);
+                }
                 Err(e) => failures.error("prune", &target, &e),
             }
             return None;
@@ -195,9 +208,13 @@ fn begin<'s>(
                 name: name.clone(),
             };
             match store.delete(&key, None) {
-                Ok(true) => Metrics::inc(&METRICS.cache_objects_deleted),
-                Ok(false) => {}
-                Err(e) => failures.error("delete", &target, &e),
+                Ok(deleted) => {
+                    if deleted {
+                        Metrics::inc(&METRICS.cache_objects_deleted);
+                    }
+                    failures.stored(&key);
+                }
+                Err(e) => failures.error("delete", &key, &e),
             }
             return None;
         }
@@ -220,6 +237,7 @@ fn begin<'s>(
         } => match store.begin_replace(collection, namespace.as_deref()) {
             Ok(replace) => Some(ListState {
                 replace,
+                failed_keys: Vec::new(),
                 item_kind: None,
                 api_version: None,
                 resource_version: None,
@@ -256,7 +274,7 @@ fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complet
         }) {
             log::warn!(
                 "cache: the answer for {} ended inside a value: {e}",
-                describe(target)
+                target.error_key()
             );
             ok = false;
         }
@@ -272,7 +290,7 @@ fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complet
         // Dropping the replacement removes what it staged: the cached list stays as it was.
         log::info!(
             "cache: list answer for {} incomplete, cache left unchanged",
-            describe(target)
+            target.error_key()
         );
         Metrics::inc(&METRICS.cache_sessions_abandoned);
         return;
@@ -298,6 +316,10 @@ fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complet
             if report.written > 0 {
                 failures.written_again();
             }
+            failures.stored(target);
+            for key in &list.failed_keys {
+                failures.error_keys.stored_key(key);
+            }
             Metrics::inc(&METRICS.cache_sessions_committed);
             METRICS
                 .cache_objects_written
@@ -316,7 +338,7 @@ fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complet
                 .fetch_add(report.deleted as u64, Ordering::Relaxed);
             log::debug!(
                 "cache: list {} committed written={} identical={} deleted={} kept_newer={}",
-                describe(target),
+                target.error_key(),
                 report.written,
                 report.identical,
                 report.deleted,
@@ -376,26 +398,33 @@ pub(super) fn count_put(
     failures: &mut FailureLog,
     result: Result<PutOutcome, StoreError>,
     what: &str,
-    key: &dyn std::fmt::Debug,
+    key: &dyn Keyed,
 ) {
     match result {
-        Ok(PutOutcome::Written { bytes }) => {
-            failures.written_again();
-            Metrics::inc(&METRICS.cache_objects_written);
-            METRICS
-                .cache_bytes_written
-                .fetch_add(bytes, Ordering::Relaxed);
+        Ok(outcome) => {
+            match outcome {
+                PutOutcome::Written { bytes } => {
+                    failures.written_again();
+                    Metrics::inc(&METRICS.cache_objects_written);
+                    METRICS
+                        .cache_bytes_written
+                        .fetch_add(bytes, Ordering::Relaxed);
+                }
+                PutOutcome::Identical => Metrics::inc(&METRICS.cache_writes_skipped_identical),
+                PutOutcome::Stale => Metrics::inc(&METRICS.cache_writes_skipped_stale),
+            }
+            failures.stored(key);
         }
-        Ok(PutOutcome::Identical) => Metrics::inc(&METRICS.cache_writes_skipped_identical),
-        Ok(PutOutcome::Stale) => Metrics::inc(&METRICS.cache_writes_skipped_stale),
         Err(e) => failures.error(what, key, &e),
     }
 }
 
 impl FailureLog {
-    /// Counts a store failure, and reports it unless one was reported within the interval.
-    pub(super) fn error(&mut self, what: &str, subject: &dyn std::fmt::Debug, e: &StoreError) {
+    /// Counts a store failure, keeps its key as failed, and reports it unless one was
+    /// reported within the interval.
+    pub(super) fn error(&mut self, what: &str, subject: &dyn Keyed, e: &StoreError) {
         Metrics::inc(&METRICS.cache_errors);
+        self.error_keys.failed(subject, e);
         if e.is_disk_full() {
             Metrics::inc(&METRICS.cache_disk_full);
         }
@@ -410,11 +439,17 @@ impl FailureLog {
         let earlier = std::mem::take(&mut self.unreported);
         self.reported = Some(Instant::now());
         log::warn!(
-            "cache: storing {what} {subject:?} failed: {e} ({earlier} more failures since the \
+            "cache: storing {what} {} failed: {e} ({earlier} more failures since the \
              last report; what is cached stays as it was; the next report comes in {} s at the \
              earliest)",
+            subject.error_key(),
             FAILURE_LOG_INTERVAL.as_secs()
         );
+    }
+
+    /// `key` holds what it should now: no longer a failed key.
+    pub(super) fn stored(&mut self, key: &dyn Keyed) {
+        self.error_keys.stored(key);
     }
 
     /// After failures, says once that writes succeed again.
@@ -424,23 +459,5 @@ impl FailureLog {
         }
         let earlier = std::mem::take(&mut self.unreported);
         log::info!("cache: writing again ({earlier} failures since the last report)");
-    }
-}
-
-fn describe(target: &CacheTarget) -> String {
-    match target {
-        CacheTarget::Object { collection, .. }
-        | CacheTarget::List { collection, .. }
-        | CacheTarget::Watch { collection } => {
-            format!("{}/{}", collection.component, collection.dir_name())
-        }
-        CacheTarget::NonResource { file } => file.clone(),
-        CacheTarget::Token(t) => format!(
-            "{}/{}/{}/{}",
-            t.component,
-            TokenKey::DIR,
-            t.namespace,
-            t.name
-        ),
     }
 }

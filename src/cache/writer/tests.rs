@@ -335,3 +335,93 @@ fn a_watch_event_that_is_an_array_is_skipped_and_counted() {
     );
     assert_eq!(not_objects, 1);
 }
+
+/// The keys the list file of failed keys holds, in order.
+fn persisted_error_keys(t: &TempStore) -> Vec<String> {
+    t.read(".error-keys")
+        .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect()))
+        .unwrap_or_default()
+}
+
+/// A store where every write of a pod in namespace `ns` fails (a file is where the
+/// namespace's directory must go), and that file.
+fn blocked_store(tag: &str) -> (TempStore, std::path::PathBuf) {
+    let t = TempStore::new(tag);
+    let kind_dir = t.dir.root().join("kubelet/pods.v1.core");
+    std::fs::create_dir_all(&kind_dir).unwrap();
+    let blocker = kind_dir.join("ns");
+    std::fs::write(&blocker, b"in the way").unwrap();
+    (t, blocker)
+}
+
+/// Writes a whole answer of `target` with `body` (status 200).
+fn send(tx: &CacheTx, target: CacheTarget, body: &str) {
+    let mut s = tx.begin(target, 200, false, None).unwrap();
+    assert!(s.chunk(body.as_bytes()));
+    s.finish(true);
+}
+
+fn watch_target() -> CacheTarget {
+    CacheTarget::Watch { collection: pods() }
+}
+
+/// A key whose write failed stays in the list (on disk too, across a restart) until it is
+/// written, by a watch event or by a list that commits it; the list's own key likewise.
+#[test]
+fn failed_keys_are_kept_until_written_again() {
+    let (t, blocker) = blocked_store("error-keys");
+    write(&t.store, 1 << 20, |tx| {
+        send(tx, watch_target(), &event("ADDED", 5));
+        send(tx, list_target(), LIST);
+    });
+    let both = ["kubelet/pods.v1.core", "kubelet/pods.v1.core/ns/w"];
+    assert_eq!(persisted_error_keys(&t), both);
+    // A restart reads the list back; what is written then leaves it.
+    assert_eq!(super::error_keys::ErrorKeys::load(&t.store).keys(), both);
+    std::fs::remove_file(blocker).unwrap();
+    write(&t.store, 1 << 20, |tx| send(tx, list_target(), LIST));
+    assert!(t.read("kubelet/pods.v1.core/ns/a").is_some());
+    assert_eq!(persisted_error_keys(&t), ["kubelet/pods.v1.core/ns/w"]);
+    write(&t.store, 1 << 20, |tx| {
+        send(tx, watch_target(), &event("MODIFIED", 8));
+    });
+    let stored = stored_rv_of(&t, "kubelet/pods.v1.core/ns/w");
+    assert_eq!(stored.as_deref(), Some("8"));
+    assert!(persisted_error_keys(&t).is_empty());
+}
+
+/// A list that stages an object whose write had failed stores it when it commits.
+#[test]
+fn a_committed_list_clears_the_failed_keys_of_its_objects() {
+    let (t, blocker) = blocked_store("error-keys-list");
+    let object = r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"5"},"spec":{"nodeName":"n1"}}"#;
+    let target = CacheTarget::Object {
+        collection: pods(),
+        namespace: Some("ns".into()),
+        name: Some("a".into()),
+    };
+    write(&t.store, 1 << 20, |tx| send(tx, target, object));
+    assert_eq!(persisted_error_keys(&t), ["kubelet/pods.v1.core/ns/a"]);
+    std::fs::remove_file(blocker).unwrap();
+    write(&t.store, 1 << 20, |tx| send(tx, list_target(), LIST));
+    let stored = stored_rv_of(&t, "kubelet/pods.v1.core/ns/a");
+    assert_eq!(stored.as_deref(), Some("5"));
+    assert!(persisted_error_keys(&t).is_empty());
+}
+
+/// A kind the cloud no longer has (a list answered 404) takes its failed keys with it.
+#[test]
+fn a_pruned_collection_takes_its_failed_keys_with_it() {
+    let (t, blocker) = blocked_store("error-keys-prune");
+    write(&t.store, 1 << 20, |tx| {
+        send(tx, watch_target(), &event("ADDED", 5))
+    });
+    assert_eq!(persisted_error_keys(&t), ["kubelet/pods.v1.core/ns/w"]);
+    write(&t.store, 1 << 20, |tx| {
+        // The writer prunes at the session's start.
+        let s = tx.begin(list_target(), 404, false, None).unwrap();
+        s.finish(true);
+    });
+    assert!(!blocker.exists());
+    assert!(persisted_error_keys(&t).is_empty());
+}
