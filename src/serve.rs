@@ -18,8 +18,6 @@ const MAX_TOKEN_BODY: u64 = 4096;
 /// What readiness depends on.
 #[derive(Debug, Default)]
 pub(crate) struct Readiness {
-    /// The cache is open and recovered (always true in cloud mode once started).
-    pub cache_loaded: AtomicBool,
     /// The hub's certificates.
     pub identity: std::sync::Arc<IdentityState>,
     /// A shutdown has begun.
@@ -49,11 +47,6 @@ impl Readiness {
             required: true,
         };
         vec![
-            check(
-                "cache",
-                self.cache_loaded.load(Ordering::Acquire),
-                "the disk cache is not loaded (see the log)",
-            ),
             check("certificates", client_ok, &client_why),
             Check {
                 required: false,
@@ -190,7 +183,6 @@ mod tests {
     #[test]
     fn readiness_lists_the_certificates_and_fails_without_them() {
         let r = Readiness::default();
-        r.cache_loaded.store(true, Ordering::Release);
         let failed = |r: &Readiness| -> Vec<&'static str> {
             r.checks()
                 .into_iter()

@@ -4,45 +4,13 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::support::hub::*;
+use crate::support::mount::Tmpfs;
 use crate::support::{Cloud, PodFill};
-
-/// A small tmpfs mounted for one test, unmounted when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    /// Mounts `size` (e.g. `4m`) at `dir`; the reason as an error where mounting is not
-    /// allowed (not root, no CAP_SYS_ADMIN, a container without mount rights).
-    fn mount(dir: &Path, size: &str) -> Result<Tmpfs, String> {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-        let out = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(dir)
-            .output()
-            .map_err(|e| format!("cannot run mount: {e}"))?;
-        if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
-        }
-        Ok(Tmpfs(dir.to_owned()))
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
 
 /// Fills the filesystem of `dir` with one file until it is full; returns the file.
 fn fill(dir: &Path) -> PathBuf {

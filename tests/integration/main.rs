@@ -9,6 +9,7 @@
 mod support;
 
 mod bodies;
+mod cache_dir;
 mod cache_write;
 mod cli;
 mod cloud_filters;

@@ -11,6 +11,7 @@
 mod cloud;
 pub mod hub;
 mod kubeconfig;
+pub mod mount;
 mod pki;
 pub mod pool;
 pub mod proto_lease;
