@@ -272,7 +272,9 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     // The serve port answers health checks from the start, while the rest comes up.
     {
         let (readiness, backends) = (Arc::clone(&readiness), Arc::clone(&backends));
-        let handler: server::Handler = Arc::new(move |ex| serve::handle(ex, &readiness, &backends));
+        let store = store.clone();
+        let handler: server::Handler =
+            Arc::new(move |ex| serve::handle(ex, &readiness, &backends, store.as_deref()));
         // Never stopped: it answers readyz with 503 during the shutdown, until the process ends.
         let shutdown = Arc::new(AtomicBool::new(false));
         spawn("serve", move || {
