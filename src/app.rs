@@ -486,9 +486,8 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     log::info!("tinyhub is ready");
 
     // Wait for the first signal.
-    let first = signals
-        .recv()
-        .map_err(|_| StartupError::new("the signal thread stopped"))?;
+    let first = signals::next_termination(&signals, &config.root_dir)
+        .ok_or_else(|| StartupError::new("the signal thread stopped"))?;
     log::info!(
         "{} received: shutting down (a second signal exits at once)",
         signals::name(first)
@@ -497,9 +496,9 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     shutdown.store(true, Ordering::Release);
     drop(stop_tx);
     {
-        let signals = signals.clone();
+        let (signals, dump_dir) = (signals.clone(), config.root_dir.clone());
         spawn("second-signal", move || {
-            if let Ok(second) = signals.recv() {
+            if let Some(second) = signals::next_termination(&signals, &dump_dir) {
                 log::warn!("{} received again: exiting now", signals::name(second));
                 std::process::exit(1);
             }

@@ -228,10 +228,16 @@ mod tests {
     fn ota_paths_are_yurthubs_two_pod_endpoints() {
         for (path, want) in [
             ("/openyurt.io/v1/namespaces/default/pods/web/upgrade", true),
-            ("/openyurt.io/v1/namespaces/kube-system/pods/p-1/imagepull", true),
+            (
+                "/openyurt.io/v1/namespaces/kube-system/pods/p-1/imagepull",
+                true,
+            ),
             ("/openyurt.io/v1/namespaces//pods/web/upgrade", false),
             ("/openyurt.io/v1/namespaces/default/pods/web/status", false),
-            ("/openyurt.io/v1/namespaces/default/pods/web/upgrade/x", false),
+            (
+                "/openyurt.io/v1/namespaces/default/pods/web/upgrade/x",
+                false,
+            ),
             ("/api/v1/namespaces/default/pods/web/upgrade", false),
         ] {
             assert_eq!(is_ota_path(path), want, "{path}");

@@ -35,4 +35,4 @@ mod pool_leader;
 mod pool_local;
 mod pool_serve;
 mod power_loss;
-mod serve_pods;
+mod serve_extras;

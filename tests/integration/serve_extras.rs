@@ -1,5 +1,6 @@
-//! The serve port's YurtHub extras: `GET /pods` (kubelet's cached pods as a PodList, online
-//! and offline), and the endpoints tinyhub does not implement answered 501 with why.
+//! YurtHub's serve-port extras: `GET /pods` (kubelet's cached pods as a PodList, online and
+//! offline), the endpoints tinyhub does not implement answered 501 with why, and SIGUSR1's
+//! dump of the threads under `--root-dir`.
 
 use std::time::Duration;
 
@@ -149,4 +150,42 @@ fn what_the_serve_port_does_not_implement_is_a_501_saying_why() {
         "curl/8",
     );
     assert_eq!(reply.status, 404);
+}
+
+#[test]
+fn sigusr1_dumps_the_threads_under_the_root_dir_and_the_hub_runs_on() {
+    let cloud = Cloud::start();
+    let dir = TempDir::new("sigusr1");
+    let spec = HubSpec::for_cloud(&cloud, dir.path());
+    let hub = Hub::start(&spec);
+    let dump = spec
+        .root_dir
+        .join(format!("tinyhub.{}.threads.log", hub.pid()));
+    signal(hub.pid(), "USR1");
+    assert!(
+        hub.wait_log("SIGUSR1: ", Duration::from_secs(30)),
+        "{}",
+        hub.logs()
+    );
+    assert!(
+        hub.logs().contains(&dump.display().to_string()),
+        "{}",
+        hub.logs()
+    );
+    let text = std::fs::read_to_string(&dump).expect("the dump");
+    assert!(text.starts_with("tinyhub "), "{text}");
+    let threads = text.lines().filter(|l| l.starts_with("tid ")).count();
+    assert!(threads >= 5, "{text}");
+    if !emulated() {
+        // Every hub thread is named (under qemu the names are the emulator's).
+        for name in ["\"cache-writer\"", "\"serve\"", "\"proxy\""] {
+            assert!(text.contains(name), "{name} in {text}");
+        }
+    }
+    // Not a termination signal: the hub answers on.
+    assert_eq!(
+        get(&format!("{}/v1/healthz", hub.serve_url()), "curl/8").status,
+        200
+    );
+    assert!(!hub.logs().contains("shutting down"), "{}", hub.logs());
 }
