@@ -108,6 +108,48 @@ fn a_cache_on_a_read_only_filesystem_stops_an_edge_hub() {
 }
 
 #[test]
+fn a_full_cache_filesystem_only_warns_and_what_is_cached_answers() {
+    let dir = TempDir::new("cache-full");
+    let mount_point = dir.path().join("full");
+    let tmpfs = match Tmpfs::mount(&mount_point, "2m") {
+        Ok(t) => t,
+        Err(why) => {
+            eprintln!("SKIP: cannot mount a tmpfs for the full-disk test (needs root): {why}");
+            return;
+        }
+    };
+    let cloud = Cloud::start();
+    cloud.create(
+        "configmaps",
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": "default"}, "data": {"k": "v"}}),
+    );
+    let mut spec = HubSpec::for_cloud(&cloud, dir.path());
+    spec.cache_dir = mount_point.join("hub");
+    let path = "/api/v1/namespaces/default/configmaps/settings";
+    let mut hub = Hub::start(&spec);
+    assert_eq!(get(&format!("{}{path}", hub.url()), KUBELET).status, 200);
+    assert!(hub.wait_cached(
+        &["kubelet/configmaps.v1.core/default/settings"],
+        Duration::from_secs(30)
+    ));
+    hub.kill9();
+    tmpfs.fill();
+    // The next start on the full filesystem (and the cloud gone) comes up and answers
+    // from what is cached: stopping it would leave the node with no answers at all.
+    cloud.stop();
+    let hub = Hub::start(&spec);
+    assert!(
+        hub.wait_log("the cache is full", Duration::from_secs(10)),
+        "{}",
+        hub.logs()
+    );
+    let offline = get(&format!("{}{path}", hub.url()), KUBELET);
+    assert_eq!(offline.status, 200, "{}", offline.text());
+    assert_eq!(offline.json()["data"]["k"], "v");
+}
+
+#[test]
 fn a_second_hub_on_the_same_cache_is_refused_but_a_killed_ones_lock_blocks_nothing() {
     let cloud = Cloud::start();
     cloud.create(

@@ -2,8 +2,7 @@
 //! stalls, answers garbage or errors, or presents a certificate the hub must not trust. Each
 //! gives the client a correct answer, leaves a clear log line, and never a corrupted cache.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -11,24 +10,6 @@ use serde_json::{Value, json};
 use crate::support::hub::*;
 use crate::support::mount::Tmpfs;
 use crate::support::{Cloud, PodFill};
-
-/// Fills the filesystem of `dir` with one file until it is full; returns the file.
-fn fill(dir: &Path) -> PathBuf {
-    let filler = dir.join("filler");
-    let mut file = std::fs::File::create(&filler).expect("create the filler");
-    let block = vec![0x5a_u8; 64 * 1024];
-    loop {
-        match file.write(&block) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-            Err(e) => panic!("filling {}: {e}", dir.display()),
-        }
-    }
-    // Whatever part of a page is left: write byte by byte until refused.
-    while matches!(file.write(&[0x5a]), Ok(1)) {}
-    filler
-}
 
 fn pod(name: &str, node: &str) -> Value {
     json!({
@@ -93,7 +74,7 @@ fn a_full_disk_never_touches_answers_or_what_is_cached_and_caching_resumes() {
     hub.wait_cache_quiet();
     let before = snapshot(&pods_dir);
 
-    let filler = fill(&mount_point);
+    let filler = tmpfs.fill();
     // The cloud changes: five pods relabelled, thirty new ones.
     for i in 0..5 {
         cloud.patch(

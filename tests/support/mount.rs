@@ -25,6 +25,25 @@ impl Tmpfs {
         Ok(Tmpfs(dir.to_owned()))
     }
 
+    /// Fills the filesystem with one file until it is full; returns the file.
+    pub fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let filler = self.0.join("filler");
+        let mut file = std::fs::File::create(&filler).expect("create the filler");
+        let block = vec![0x5a_u8; 64 * 1024];
+        loop {
+            match file.write(&block) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                Err(e) => panic!("filling {}: {e}", self.0.display()),
+            }
+        }
+        // Whatever part of a page is left: write byte by byte until refused.
+        while matches!(file.write(&[0x5a]), Ok(1)) {}
+        filler
+    }
+
     /// Makes the mount read-only (what is on it stays readable).
     pub fn remount_read_only(&self) -> Result<(), String> {
         mount(&["-o", "remount,ro"], &self.0)
