@@ -7,7 +7,7 @@
 #   make lint         rustfmt and clippy, as CI runs them
 #   make fuzz         each cargo-fuzz target for FUZZ_SECONDS (nightly; see fuzz/README.md)
 #   make tools        install what the tests need (kubectl, iproute2) when missing
-#   make armv7 | aarch64 | ipk | cross-test   gateways and OpenWrt: see cross/README.md
+#   make armv7 | aarch64 | ipk | apk | cross-test   gateways and OpenWrt: see cross/README.md
 
 CARGO ?= cargo
 

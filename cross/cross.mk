@@ -48,9 +48,15 @@ CROSS_AARCH64_BIN := $(CARGO_TARGET_DIR)/$(CROSS_AARCH64)/release/tinyhub
 CROSS_ARMV7_IPK_ARCH ?= arm_cortex-a9_vfpv3-d16
 CROSS_AARCH64_IPK_ARCH ?= aarch64_generic
 CROSS_IPK_DIR ?= $(CARGO_TARGET_DIR)/ipk
-CROSS_VERSION := $(shell awk -F'"' '/^\[/ { p = ($$0 == "[package]") } p && /^version *=/ { print $$2; exit }' Cargo.toml)
+CROSS_APK_DIR ?= $(CARGO_TARGET_DIR)/apk
+# <Cargo.toml version>-r<PKG_RELEASE of cross/openwrt/Makefile>, e.g. 0.1.0-r1: the packages'
+# version, as cross/pkg-lib.sh derives it for mkipk.sh and mkapk.sh.
+CROSS_VERSION := $(shell cross=$(CROSS_DIR) sh -c '. "$$cross/pkg-lib.sh" && pkg_version')
 CROSS_ARMV7_IPK := $(CROSS_IPK_DIR)/tinyhub_$(CROSS_VERSION)_$(CROSS_ARMV7_IPK_ARCH).ipk
 CROSS_AARCH64_IPK := $(CROSS_IPK_DIR)/tinyhub_$(CROSS_VERSION)_$(CROSS_AARCH64_IPK_ARCH).ipk
+# apk (OpenWrt 25.x) packages carry the same architecture names, one directory per arch.
+CROSS_ARMV7_APK := $(CROSS_APK_DIR)/$(CROSS_ARMV7_IPK_ARCH)/tinyhub-$(CROSS_VERSION).apk
+CROSS_AARCH64_APK := $(CROSS_APK_DIR)/$(CROSS_AARCH64_IPK_ARCH)/tinyhub-$(CROSS_VERSION).apk
 # Fixed mtime for reproducible packages: the last commit's time, else the epoch.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
@@ -64,7 +70,7 @@ CROSS_QEMU_ARM_CPU ?= cortex-a9,neon=off
 
 CROSS_SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: armv7 aarch64 ipk ipk-test init-test cross-test cross-help \
+.PHONY: armv7 aarch64 ipk ipk-test apk apk-test init-test systemd-test cross-test cross-help \
 	cross-zig cross-rust-src cross-aarch64-std cross-test-tools
 
 cross-help:
@@ -73,7 +79,10 @@ cross-help:
 	@echo "  aarch64     static $(CROSS_AARCH64) binary -> $(CROSS_AARCH64_BIN)"
 	@echo "  ipk         OpenWrt packages -> $(CROSS_ARMV7_IPK) and $(CROSS_AARCH64_IPK)"
 	@echo "  ipk-test    unpack the packages and check them; check the feed Makefile"
+	@echo "  apk         OpenWrt 25.x packages -> $(CROSS_ARMV7_APK) and $(CROSS_AARCH64_APK)"
+	@echo "  apk-test    read the apk packages back and check them"
 	@echo "  init-test   run cross/openwrt/tinyhub.init against stand-ins of rc.common/procd/UCI"
+	@echo "  systemd-test  check README.md's systemd example against cross/systemd/tinyhub.service"
 	@echo "  cross-test  all of the above, the binaries under qemu, and the emulated-hub test"
 
 # --- tools --------------------------------------------------------------------------------
@@ -122,9 +131,16 @@ aarch64: cross-zig cross-aarch64-std
 
 ipk: armv7 aarch64
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) sh $(CROSS_DIR)/mkipk.sh \
-		$(CROSS_ARMV7_BIN) $(CROSS_ARMV7_IPK_ARCH) $(CROSS_VERSION) $(CROSS_IPK_DIR)
+		$(CROSS_ARMV7_BIN) $(CROSS_ARMV7_IPK_ARCH) $(CROSS_IPK_DIR)
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) sh $(CROSS_DIR)/mkipk.sh \
-		$(CROSS_AARCH64_BIN) $(CROSS_AARCH64_IPK_ARCH) $(CROSS_VERSION) $(CROSS_IPK_DIR)
+		$(CROSS_AARCH64_BIN) $(CROSS_AARCH64_IPK_ARCH) $(CROSS_IPK_DIR)
+
+# OpenWrt 25.x: apk v3 packages, written by cross/mkapk.py (python3's standard library).
+apk: armv7 aarch64
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) sh $(CROSS_DIR)/mkapk.sh \
+		$(CROSS_ARMV7_BIN) $(CROSS_ARMV7_IPK_ARCH) $(CROSS_APK_DIR)
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) sh $(CROSS_DIR)/mkapk.sh \
+		$(CROSS_AARCH64_BIN) $(CROSS_AARCH64_IPK_ARCH) $(CROSS_APK_DIR)
 
 # --- tests --------------------------------------------------------------------------------
 
@@ -132,19 +148,31 @@ CROSS_IPK_TEST = sh $(CROSS_DIR)/test/ipk-test.sh $(CROSS_VERSION) \
 	$(CROSS_ARMV7_IPK) $(CROSS_ARMV7_IPK_ARCH) armv7 \
 	$(CROSS_AARCH64_IPK) $(CROSS_AARCH64_IPK_ARCH) aarch64
 
+CROSS_APK_TEST = sh $(CROSS_DIR)/test/apk-test.sh $(CROSS_VERSION) \
+	$(CROSS_ARMV7_APK) $(CROSS_ARMV7_IPK_ARCH) armv7 \
+	$(CROSS_AARCH64_APK) $(CROSS_AARCH64_IPK_ARCH) aarch64
+
 ipk-test: ipk cross-test-tools
 	$(CROSS_IPK_TEST)
 	sh $(CROSS_DIR)/test/feed-test.sh
 
+apk-test: apk cross-test-tools
+	$(CROSS_APK_TEST)
+
 init-test:
 	sh $(CROSS_DIR)/test/init-test.sh
 
-cross-test: armv7 aarch64 ipk cross-test-tools
+systemd-test:
+	sh $(CROSS_DIR)/test/systemd-test.sh
+
+cross-test: armv7 aarch64 ipk apk cross-test-tools
 	QEMU_CPU='$(CROSS_QEMU_ARM_CPU)' sh $(CROSS_DIR)/test/binary-test.sh armv7 $(CROSS_ARMV7_BIN)
 	sh $(CROSS_DIR)/test/binary-test.sh aarch64 $(CROSS_AARCH64_BIN)
 	$(CROSS_IPK_TEST)
+	$(CROSS_APK_TEST)
 	sh $(CROSS_DIR)/test/feed-test.sh
 	sh $(CROSS_DIR)/test/init-test.sh
+	sh $(CROSS_DIR)/test/systemd-test.sh
 	QEMU_CPU='$(CROSS_QEMU_ARM_CPU)' CARGO_TARGET_DIR=$(CARGO_TARGET_DIR) CARGO='$(CARGO)' \
 		sh $(CROSS_DIR)/test/emulated-hub-test.sh $(CROSS_ARMV7_BIN)
 

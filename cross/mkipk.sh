@@ -1,6 +1,7 @@
 #!/bin/sh
-# mkipk.sh <binary> <openwrt-arch> <version> <out-dir>: packs a static tinyhub binary with
-# the OpenWrt files under cross/openwrt/ into <out-dir>/tinyhub_<version>_<arch>.ipk.
+# mkipk.sh <binary> <openwrt-arch> <out-dir>: packs a static tinyhub binary with the OpenWrt
+# files under cross/openwrt/ into <out-dir>/tinyhub_<version>_<arch>.ipk, <version> being
+# pkg-lib.sh's (e.g. 0.1.0-r1).
 #
 # The layout is what OpenWrt's scripts/ipkg-build writes: a gzipped tar of ./debian-binary
 # ("2.0"), ./data.tar.gz and ./control.tar.gz. Reproducible: entries sorted, owned by 0:0,
@@ -9,22 +10,12 @@
 # byte size of the uncompressed data tar.
 set -eu
 
-if [ $# -ne 4 ]; then
-	echo "usage: $0 <binary> <openwrt-arch> <version> <out-dir>" >&2
-	exit 2
-fi
-bin=$1 arch=$2 version=$3 out=$4
-here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
-owrt=$here/openwrt
+cross=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
+# shellcheck source=pkg-lib.sh
+. "$cross/pkg-lib.sh"
+pack_args mkipk "$@"
+owrt=$cross/openwrt
 epoch=${SOURCE_DATE_EPOCH:-0}
-maintainer=${TINYHUB_IPK_MAINTAINER:-tinyhub developers}
-description=$(awk -F'"' '/^\[/ { p = ($0 == "[package]") } p && /^description *=/ { print $2; exit }' \
-	"$here/../Cargo.toml")
-
-[ -f "$bin" ] || { echo "mkipk: no binary at $bin (run make armv7 / make aarch64)" >&2; exit 1; }
-case $arch in
-	*[!A-Za-z0-9_.+-]*|'') echo "mkipk: bad architecture name '$arch'" >&2; exit 1 ;;
-esac
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT INT TERM
@@ -32,13 +23,8 @@ data=$stage/data
 ctrl=$stage/control
 pkg=$stage/pkg
 # mktemp -d makes 0700 directories; the "./" entry of data.tar must not carry that mode.
-install -d -m 0755 "$data" "$ctrl" "$pkg" \
-	"$data/usr" "$data/usr/bin" "$data/etc" "$data/etc/init.d" "$data/etc/config"
-install -m 0755 "$bin" "$data/usr/bin/tinyhub"
-install -m 0755 "$owrt/tinyhub.init" "$data/etc/init.d/tinyhub"
-# 0600 as OpenWrt's INSTALL_CONF installs every UCI file: root alone runs and configures
-# services, and extra_args may carry something private.
-install -m 0600 "$owrt/tinyhub.config" "$data/etc/config/tinyhub"
+install -d -m 0755 "$data" "$ctrl" "$pkg"
+stage_files "$bin" "$data"
 
 tarball() { # <dir> <out.tar.gz> [members...]: reproducible gzipped tar of <dir>
 	dir=$1 dest=$2
@@ -54,15 +40,15 @@ installed_size=$(gzip -dc "$pkg/data.tar.gz" | wc -c | tr -d ' ')
 cat > "$ctrl/control" <<EOF
 Package: tinyhub
 Version: $version
-Depends: procd, kmod-dummy
-License: Apache-2.0
+Depends: $(echo "$DEPENDS" | sed 's/ /, /g')
+License: $(cargo_field license)
 Section: net
 Architecture: $arch
 Installed-Size: $installed_size
-Maintainer: $maintainer
-Description: $description
+Maintainer: $(cargo_field authors)
+Description: $(cargo_field description)
 EOF
-echo /etc/config/tinyhub > "$ctrl/conffiles"
+echo "$CONFFILES" > "$ctrl/conffiles"
 chmod 0644 "$ctrl/control" "$ctrl/conffiles"
 install -m 0755 "$owrt/postinst" "$ctrl/postinst"
 install -m 0755 "$owrt/prerm" "$ctrl/prerm"

@@ -209,8 +209,16 @@ pub fn run(config: Config) -> Result<(), StartupError> {
             .collect::<Vec<_>>()
     );
     log::debug!("effective configuration: {config:?}");
-    for flag in &config.ignored_flags {
-        log::warn!("--{flag} is a YurtHub flag tinyhub does not implement; ignored");
+    if !config.ignored_flags.is_empty() {
+        let names: Vec<String> = config
+            .ignored_flags
+            .iter()
+            .map(|f| format!("--{f}"))
+            .collect();
+        log::warn!(
+            "ignored, not implemented by tinyhub (README.md \"Flags\" says why): {}",
+            names.join(" ")
+        );
     }
     for warning in &config.warnings {
         log::warn!("{warning}");

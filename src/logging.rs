@@ -2,33 +2,141 @@
 //! `I1130 23:42:36.123456   12345 proxy.rs:42] message key="value"`.
 //!
 //! `--v=N` maps onto log levels: 0–1 info, 2–3 debug, 4 and more trace. Warnings and errors
-//! always show. Times are UTC (no time-zone database on a router; procd's syslog adds local
-//! time anyway).
+//! always show. `--vmodule=pattern=N,…` sets the verbosity of the source files whose name
+//! (without `.rs`; the path when the pattern has a `/`) matches a glob, as klog does for Go
+//! files: `--vmodule=relay=4,*lease*=3`. `--skip-headers` leaves the header out,
+//! `--add-dir-header` names the file with its directory. Times are UTC (no time-zone database
+//! on a router; procd's syslog adds local time anyway).
 
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// How the hub logs, from `--v`, `--vmodule`, `--skip-headers` and `--add-dir-header`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogOptions {
+    /// `--v`.
+    pub verbosity: u8,
+    /// `--vmodule`, first match wins.
+    pub vmodule: Vec<VModule>,
+    /// `--skip-headers`: the message alone.
+    pub skip_headers: bool,
+    /// `--add-dir-header`: the file's path, not its name alone.
+    pub add_dir_header: bool,
+}
+
+/// One `--vmodule` entry: source files matching `pattern` log at `verbosity`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VModule {
+    pattern: String,
+    verbosity: u8,
+}
+
+/// Reads `--vmodule` (`pattern=N,…`, klog's syntax; empty entries skipped).
+pub(crate) fn parse_vmodule(text: &str) -> Result<Vec<VModule>, String> {
+    let mut out = Vec::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let parsed = entry.split_once('=').and_then(|(pattern, n)| {
+            let verbosity = n.trim().parse::<u8>().ok()?;
+            let pattern = pattern.trim();
+            (!pattern.is_empty()).then(|| VModule {
+                pattern: pattern.to_owned(),
+                verbosity,
+            })
+        });
+        out.push(
+            parsed
+                .ok_or_else(|| format!("{entry:?}: expect a comma-separated list of pattern=N"))?,
+        );
+    }
+    Ok(out)
+}
+
+impl LogOptions {
+    /// The verbosity of a record from `file` (`src/proxy/relay.rs`).
+    fn verbosity_of(&self, file: Option<&str>) -> u8 {
+        let Some(file) = file else {
+            return self.verbosity;
+        };
+        let path = file.strip_suffix(".rs").unwrap_or(file);
+        let name = path.rsplit('/').next().unwrap_or(path);
+        self.vmodule
+            .iter()
+            .find(|m| {
+                let subject = if m.pattern.contains('/') { path } else { name };
+                glob_matches(m.pattern.as_bytes(), subject.as_bytes())
+            })
+            .map_or(self.verbosity, |m| m.verbosity)
+    }
+
+    /// The most verbose level any file may log at.
+    fn max_level(&self) -> log::LevelFilter {
+        let most = self.vmodule.iter().map(|m| m.verbosity);
+        level_for(most.fold(self.verbosity, u8::max))
+    }
+}
+
+/// Go's `filepath.Match` for `*` and `?` (no classes): whether `text` matches `pattern`.
+fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len())
+            .any(|skip| !text[..skip].contains(&b'/') && glob_matches(rest, &text[skip..])),
+        Some((&p, rest)) => text.split_first().is_some_and(|(&t, tail)| {
+            (p == t || (p == b'?' && t != b'/')) && glob_matches(rest, tail)
+        }),
+    }
+}
+
+/// The process's logger: env_logger's formatting and dependency caps, and each record held
+/// to its file's verbosity.
+struct Klog {
+    inner: env_logger::Logger,
+    options: LogOptions,
+}
+
+impl log::Log for Klog {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        self.inner.enabled(metadata)
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if record.level() <= level_for(self.options.verbosity_of(record.file())) {
+            self.inner.log(record);
+        }
+    }
+
+    fn flush(&self) {
+        self.inner.flush();
+    }
+}
+
 /// Installs the logger for the process. Call once, before any thread logs.
-pub fn init(verbosity: u8) {
-    let level = level_for(verbosity);
+pub fn init(options: &LogOptions) {
+    let level = options.max_level();
     let pid = std::process::id();
-    env_logger::Builder::new()
+    let (skip_headers, add_dir_header) = (options.skip_headers, options.add_dir_header);
+    let inner = env_logger::Builder::new()
         .filter_level(level)
         // Our dependencies log at debug about every connection; keep them quiet unless asked for.
         .filter_module("rustls", level.min(log::LevelFilter::Info))
         .filter_module("ureq", level.min(log::LevelFilter::Info))
         .filter_module("ureq_proto", level.min(log::LevelFilter::Info))
         .format(move |buf, record| {
+            if skip_headers {
+                return writeln!(buf, "{}", record.args());
+            }
             let (month, day, hour, min, sec, micros) = utc_now();
             let letter = match record.level() {
                 log::Level::Error => 'E',
                 log::Level::Warn => 'W',
                 _ => 'I',
             };
-            let file = record
-                .file()
-                .map(|f| f.rsplit('/').next().unwrap_or(f))
-                .unwrap_or("?");
+            let path = record.file().unwrap_or("?");
+            let file = if add_dir_header {
+                path
+            } else {
+                path.rsplit('/').next().unwrap_or(path)
+            };
             writeln!(
                 buf,
                 "{letter}{month:02}{day:02} {hour:02}:{min:02}:{sec:02}.{micros:06} {pid:>7} {file}:{}] {}",
@@ -37,7 +145,16 @@ pub fn init(verbosity: u8) {
             )
         })
         .target(env_logger::Target::Stderr)
-        .init();
+        .build();
+    let max = inner.filter();
+    let logger = Klog {
+        inner,
+        options: options.clone(),
+    };
+    // Fails only when a logger is already installed: the first one stays.
+    if log::set_boxed_logger(Box::new(logger)).is_ok() {
+        log::set_max_level(max);
+    }
 }
 
 /// The log level a klog verbosity stands for.
@@ -133,6 +250,35 @@ mod tests {
         for days in [-719_468, -1, 0, 59, 11_016, 19_723, 20_788, 2_932_896] {
             let (y, m, d) = civil_from_days(days);
             assert_eq!(days_from_civil(y, m, d), days, "{y}-{m}-{d}");
+        }
+    }
+
+    #[test]
+    fn vmodule_sets_the_verbosity_of_matching_files() {
+        let options = LogOptions {
+            verbosity: 1,
+            vmodule: parse_vmodule("relay=4, *lease*=3,src/pool/*=2,proxy/mod=0").unwrap(),
+            ..LogOptions::default()
+        };
+        let check = |file, want: u8| assert_eq!(options.verbosity_of(Some(file)), want, "{file}");
+        check("src/proxy/relay.rs", 4);
+        check("src/heartbeat/lease.rs", 3);
+        check("src/proxy/kubelet_lease.rs", 3);
+        check("src/pool/route.rs", 2);
+        // A pattern with a slash is matched against the whole path; `*` stops at `/`.
+        check("src/pool/sub/deep.rs", 1);
+        check("src/proxy/mod.rs", 1);
+        check("src/proxy/call.rs", 1);
+        assert_eq!(options.verbosity_of(None), 1);
+        assert_eq!(options.max_level(), log::LevelFilter::Trace);
+        assert!(glob_matches(b"re?ay", b"relay") && !glob_matches(b"re?ay", b"rely"));
+    }
+
+    #[test]
+    fn bad_vmodule_entries_are_refused() {
+        assert_eq!(parse_vmodule("").unwrap(), Vec::new());
+        for bad in ["relay", "relay=x", "=3", "relay=-1"] {
+            assert!(parse_vmodule(bad).is_err(), "{bad}");
         }
     }
 

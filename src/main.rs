@@ -17,7 +17,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tinyhub::logging::init(config.verbosity);
+    tinyhub::logging::init(&config.log);
     match tinyhub::app::run(*config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

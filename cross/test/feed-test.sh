@@ -13,6 +13,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT INT TERM
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 . "$here/lib.sh"
+cross=$here/..
+# shellcheck source=../pkg-lib.sh
+. "$cross/pkg-lib.sh"
 
 echo "feed-test: $feed/Makefile"
 
@@ -35,6 +38,7 @@ define BuildPackage
 feedtest-vars:
 	@echo 'PKG_NAME=$(PKG_NAME)'
 	@echo 'PKG_VERSION=$(PKG_VERSION)'
+	@echo 'PKG_MAINTAINER=$(PKG_MAINTAINER)'
 	@echo 'PKG_BUILD_DEPENDS=$(PKG_BUILD_DEPENDS)'
 	@echo 'RUST_BIN_PACKAGE=$(RUST_BIN_PACKAGE)'
 	@echo 'CONFFILES=$$(strip $$(Package/$(1)/conffiles))'
@@ -55,9 +59,12 @@ mk() { make -s -C "$feed" TOPDIR="$sdk" BUILD_DIR="$work/build" FEEDTEST_ROOT="$
 
 vars=$(mk feedtest-vars 2>&1) || { bad "Makefile evaluates: $vars"; vars=; }
 var() { printf '%s\n' "$vars" | sed -n "s/^$1=//p"; }
-cargo_version=$(awk -F'"' '/^\[/ { p = ($0 == "[package]") } p && /^version *=/ { print $2; exit }' "$top/Cargo.toml")
+cargo_version=$(cargo_field version)
+cargo_author=$(cargo_field authors)
 check "PKG_NAME is tinyhub" [ "$(var PKG_NAME)" = tinyhub ]
 check "PKG_VERSION is Cargo.toml's ($cargo_version)" [ "$(var PKG_VERSION)" = "$cargo_version" ]
+check "PKG_MAINTAINER is Cargo.toml's first author, with an address ($cargo_author)" \
+	sh -c '[ "$1" = "$2" ] && case $1 in *"<"*@*">") ;; *) exit 1 ;; esac' - "$(var PKG_MAINTAINER)" "$cargo_author"
 check "PKG_BUILD_DEPENDS:=rust/host" [ "$(var PKG_BUILD_DEPENDS)" = rust/host ]
 check "RustBinPackage is called for tinyhub" [ "$(var RUST_BIN_PACKAGE)" = tinyhub ]
 check "conffiles: /etc/config/tinyhub" [ "$(var CONFFILES)" = /etc/config/tinyhub ]
@@ -83,11 +90,15 @@ if mk feedtest-install > "$work/install.log" 2>&1; then
 	got=$(cd "$work/root" && find . -mindepth 1 -printf '%M %p\n' | sort)
 	want=$(printf '%s\n' "drwxr-xr-x ./etc" "drwxr-xr-x ./etc/config" "-rw------- ./etc/config/tinyhub" \
 		"drwxr-xr-x ./etc/init.d" "-rwxr-xr-x ./etc/init.d/tinyhub" "drwxr-xr-x ./usr" \
-		"drwxr-xr-x ./usr/bin" "-rwxr-xr-x ./usr/bin/tinyhub" | sort)
+		"drwxr-xr-x ./usr/bin" "-rwxr-xr-x ./usr/bin/tinyhub" "drwxr-xr-x ./lib" \
+		"drwxr-xr-x ./lib/upgrade" "drwxr-xr-x ./lib/upgrade/keep.d" \
+		"-rw-r--r-- ./lib/upgrade/keep.d/tinyhub" | sort)
 	if [ "$got" = "$want" ]; then ok "install lays out the files of make ipk, with its modes"; else
 		bad "install layout"; printf '        %s\n' "$got"; fi
 	check "installed init script is cross/openwrt/tinyhub.init" cmp -s "$work/root/etc/init.d/tinyhub" "$feed/tinyhub.init"
 	check "installed config is cross/openwrt/tinyhub.config" cmp -s "$work/root/etc/config/tinyhub" "$feed/tinyhub.config"
+	check "installed sysupgrade keep list is cross/openwrt/tinyhub.keep" \
+		cmp -s "$work/root/lib/upgrade/keep.d/tinyhub" "$feed/tinyhub.keep"
 else
 	bad "Package/tinyhub/install: $(cat "$work/install.log")"
 fi

@@ -6,7 +6,9 @@
 # defaults, lists join with commas or repeat a flag, each way to join (kubeconfig, token
 # with a bootstrap file or a join token and pins, kubeletcertificate) passes its flags, and
 # a config that cannot work (no credentials, a join token without a pin, `enabled 0`) stops
-# with a clear message and no procd instance. Exits non-zero when any check fails.
+# with a clear message and no procd instance; the open-file limit follows
+# --max-requests-in-flight, and the files the hub's identity comes from are reload
+# triggers. Exits non-zero when any check fails.
 set -u
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
@@ -115,6 +117,9 @@ check_shell() {
 	expect_line "stdout to syslog" "procd_set_param 'stdout' '1'"
 	expect_line "stderr to syslog" "procd_set_param 'stderr' '1'"
 	expect_line "restart on reload only when the config changed" "procd_set_param 'file' '/etc/config/tinyhub'"
+	expect_line "a reload restarts the hub when its kubeconfig changed" "procd_append_param 'file' '$kc'"
+	expect_line "nofile raised for 2 x 250 connections, their upstreams, the multiplexer and the rest" \
+		"procd_set_param 'limits' 'nofile=1512 1512'"
 	expect_line "reload on uci commit tinyhub" "procd_add_reload_trigger 'tinyhub'"
 	expect_line "reload when wan comes up" "procd_add_reload_interface_trigger 'wan'"
 	expect_line "reload when wwan comes up" "procd_add_reload_interface_trigger 'wwan'"
@@ -174,8 +179,12 @@ check_shell() {
 	option hub_cert_signer 'kube-apiserver-client-kubelet'
 	option kubelet_client_certificate '$work/kubelet.pem'"
 	expect_cmd "a kubeconfig wins: no bootstrap flags, so no token on the command line" "$P $D"
-	expect_line "a kubeconfig wins: no bootstrap file to watch" "procd_set_param 'file' '/etc/config/tinyhub'"
-	if grep -q "^procd_append_param 'file'" "$work/log"; then bad "a kubeconfig wins: the bootstrap file is not watched"; else ok "a kubeconfig wins: the bootstrap file is not watched"; fi
+	expect_line "a kubeconfig wins: the config and the kubeconfig are watched" "procd_set_param 'file' '/etc/config/tinyhub'"
+	if [ "$(grep "^procd_append_param 'file'" "$work/log")" = "procd_append_param 'file' '$kc'" ]; then
+		ok "a kubeconfig wins: the kubeconfig is watched, the bootstrap file and kubelet's files are not"
+	else
+		bad "a kubeconfig wins: watched files: $(grep "'file'" "$work/log")"
+	fi
 
 	run "config tinyhub 'main'
 	option enabled '1'
@@ -254,6 +263,8 @@ check_shell() {
 	option bootstrap_mode 'kubeletcertificate'"
 	expect_cmd "kubeletcertificate: kubelet's paths left to the hub" \
 		"'/usr/bin/tinyhub' '--bootstrap-mode=kubeletcertificate' $D"
+	expect_line "kubeletcertificate: a reload restarts the hub when kubelet's kubeconfig, CA or certificate (kubeadm's paths) changed" \
+		"procd_append_param 'file' '/etc/kubernetes/kubelet.conf' '/etc/kubernetes/pki/ca.crt' '/var/lib/kubelet/pki/kubelet-client-current.pem'"
 
 	run "config tinyhub 'main'
 	option enabled '1'
@@ -267,6 +278,27 @@ check_shell() {
 	option root_dir '/overlay/yurthub'"
 	expect_cmd "kubeletcertificate: its paths pass, an absent certificate is no refusal, token options unused" \
 		"'/usr/bin/tinyhub' '--bootstrap-mode=kubeletcertificate' '--kubelet-kubeconfig=$work/kubelet.conf' '--kubelet-ca-file=$work/ca.crt' '--kubelet-client-certificate=$work/absent-kubelet-client-current.pem' '--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=/overlay/yurthub'"
+	expect_line "kubeletcertificate: the configured kubelet files are the reload triggers, not the bootstrap file" \
+		"procd_append_param 'file' '$work/kubelet.conf' '$work/ca.crt' '$work/absent-kubelet-client-current.pem'"
+	if grep -q "^procd_append_param 'file' '$bf'" "$work/log"; then bad "kubeletcertificate: the bootstrap file is watched"; else ok "kubeletcertificate: the bootstrap file is not watched"; fi
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option kubeconfig '$kc'
+	option extra_args '--max-requests-in-flight=1000 --multiplexer-client-ca-file $work/pool-ca.crt'"
+	expect_line "--max-requests-in-flight=1000 in extra_args: nofile follows (4 x 1000 + 512)" \
+		"procd_set_param 'limits' 'nofile=4512 4512'"
+	expect_line "a multiplexer client CA in extra_args (--flag value) is a reload trigger" \
+		"procd_append_param 'file' '$work/pool-ca.crt'"
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option kubeconfig '$kc'
+	option extra_args '--max-requests-in-flight 40 --multiplexer-client-ca-file=$work/pool-ca.crt --max-requests-in-flight=60'"
+	expect_line "--max-requests-in-flight given twice: the last one counts, as in the hub" \
+		"procd_set_param 'limits' 'nofile=752 752'"
+	expect_line "a multiplexer client CA in extra_args (--flag=value) is a reload trigger" \
+		"procd_append_param 'file' '$work/pool-ca.crt'"
 
 	run "config tinyhub 'main'
 	option enabled '1'

@@ -14,6 +14,9 @@ export TZ
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 . "$here/lib.sh"
+cross=$here/..
+# shellcheck source=../pkg-lib.sh
+. "$cross/pkg-lib.sh"
 
 if [ $# -lt 4 ] || [ $(($# % 3)) -ne 1 ]; then
 	echo "usage: $0 <version> (<ipk> <openwrt-arch> <armv7|aarch64>)..." >&2
@@ -73,7 +76,17 @@ check_ipk() {
 	check "Architecture: $arch" [ "$(field Architecture)" = "$arch" ]
 	check "Depends: procd, kmod-dummy (static binary: no libraries; the dummy interface)" \
 		[ "$(field Depends)" = "procd, kmod-dummy" ]
-	for f in Maintainer Section Description; do
+	case $version in
+		*-r[0-9]*) ok "Version carries the release: $version" ;;
+		*) bad "Version $version has no -r<release>" ;;
+	esac
+	check "Maintainer is Cargo.toml's first author ($(field Maintainer))" \
+		[ "$(field Maintainer)" = "$(cargo_field authors)" ]
+	case $(field Maintainer) in
+		*"<"*@*">") ok "Maintainer has an address" ;;
+		*) bad "Maintainer has no <address>: $(field Maintainer)" ;;
+	esac
+	for f in Section Description; do
 		check "$f is set" [ -n "$(field "$f")" ]
 	done
 	size=$(gzip -dc "$u/outer/data.tar.gz" | wc -c | tr -d ' ')
@@ -96,55 +109,23 @@ check_ipk() {
 	want=$(printf '%s\n' "drwxr-xr-x 0/0 " "drwxr-xr-x 0/0 etc/" "drwxr-xr-x 0/0 etc/config/" \
 		"-rw------- 0/0 etc/config/tinyhub" "drwxr-xr-x 0/0 etc/init.d/" \
 		"-rwxr-xr-x 0/0 etc/init.d/tinyhub" "drwxr-xr-x 0/0 usr/" "drwxr-xr-x 0/0 usr/bin/" \
-		"-rwxr-xr-x 0/0 usr/bin/tinyhub" | sort)
-	if [ "$got" = "$want" ]; then ok "data.tar: bin and init 0755, config 0600, dirs 0755, all 0:0, nothing else"; else
+		"-rwxr-xr-x 0/0 usr/bin/tinyhub" "drwxr-xr-x 0/0 lib/" "drwxr-xr-x 0/0 lib/upgrade/" \
+		"drwxr-xr-x 0/0 lib/upgrade/keep.d/" "-rw-r--r-- 0/0 lib/upgrade/keep.d/tinyhub" | sort)
+	if [ "$got" = "$want" ]; then ok "data.tar: bin and init 0755, config 0600, keep list 0644, dirs 0755, all 0:0, nothing else"; else
 		bad "data.tar entries"; printf '        %s\n' "$got"; fi
 	mtimes=$(for t in "$ipk" "$u/outer/control.tar.gz" "$u/outer/data.tar.gz"; do
 		tar --full-time -tvzf "$t" | awk '{ print $4, $5 }'; done | sort -u)
 	check "every entry has one fixed mtime ($mtimes)" [ "$(printf '%s\n' "$mtimes" | wc -l)" = 1 ]
 	check "conffile /etc/config/tinyhub is in data" [ -f "$u/root/etc/config/tinyhub" ]
-	check "the init script is the procd one" grep -q '^USE_PROCD=1' "$u/root/etc/init.d/tinyhub"
-	check "init script is cross/openwrt/tinyhub.init" \
-		cmp -s "$u/root/etc/init.d/tinyhub" "$here/../openwrt/tinyhub.init"
-	check "config is cross/openwrt/tinyhub.config" \
-		cmp -s "$u/root/etc/config/tinyhub" "$here/../openwrt/tinyhub.config"
+	check_installed_files "$u/root"
 
-	# The binary.
-	bin=$u/root/usr/bin/tinyhub
-	desc=$(file -b "$bin")
-	cpu_target "$cpu" || { bad "unknown cpu $cpu"; return; }
-	case $cpu in
-		armv7) pattern='ELF 32-bit LSB executable, ARM, EABI5*statically linked*' ;;
-		aarch64) pattern='ELF 64-bit LSB executable, ARM aarch64*statically linked*' ;;
-	esac
-	case $desc in
-		$pattern) ok "usr/bin/tinyhub is the static $cpu binary ($desc)" ;;
-		*) bad "usr/bin/tinyhub is not a static $cpu binary: $desc" ;;
-	esac
-	if command -v "$qemu" > /dev/null 2>&1; then
-		out=$("$qemu" "$bin" --version 2>&1)
-		case $out in
-			*"$triple"*) ok "$qemu usr/bin/tinyhub --version names $triple" ;;
-			*) bad "$qemu usr/bin/tinyhub --version: $out" ;;
-		esac
-	else
-		skip "--version under $qemu (not installed)"
-	fi
-
-	# postinst/prerm while an image is built: enable and disable through the image's rc.common.
-	cp "$here/openwrt-stub/rc.common" "$here/openwrt-stub/functions.sh" \
-		"$here/openwrt-stub/procd.sh" "$u/root/etc/"
-	IPKG_INSTROOT=$u/root sh "$u/control/postinst" > "$u/scripts.out" 2>&1
-	check "postinst under IPKG_INSTROOT enables: etc/rc.d/S99tinyhub -> ../init.d/tinyhub" \
-		[ "$(readlink "$u/root/etc/rc.d/S99tinyhub")" = ../init.d/tinyhub ]
-	IPKG_INSTROOT=$u/root sh "$u/control/prerm" >> "$u/scripts.out" 2>&1
-	check "prerm under IPKG_INSTROOT disables: no etc/rc.d/S99tinyhub" \
-		[ ! -e "$u/root/etc/rc.d/S99tinyhub" ]
+	check_binary "$u/root/usr/bin/tinyhub" "$cpu"
+	check_instroot_scripts "$u/root" "$u/control/postinst" "$u/control/prerm"
 
 	# Same inputs, same bytes: pack the unpacked binary again at the package's own mtime.
 	epoch=$(tar --numeric-owner --full-time -tvzf "$ipk" | head -1 | awk '{ print $4 " " $5 }')
 	epoch=$(date -u -d "$epoch" +%s)
-	if SOURCE_DATE_EPOCH=$epoch sh "$here/../mkipk.sh" "$bin" "$arch" "$version" "$u/again" > /dev/null &&
+	if SOURCE_DATE_EPOCH=$epoch sh "$here/../mkipk.sh" "$u/root/usr/bin/tinyhub" "$arch" "$u/again" > /dev/null &&
 		cmp -s "$ipk" "$u/again/$(basename "$ipk")"; then
 		ok "rebuilt from the same binary, byte for byte identical"
 	else

@@ -53,8 +53,9 @@ const fn flag(
     }
 }
 
-/// Every flag tinyhub implements (DESIGN.md §1, plus YurtHub's `--max-requests-in-flight`,
-/// `--bind-proxy-address` and `--v`).
+/// Every flag tinyhub implements: YurtHub's (its `options.go`, README.md "Flags" lists
+/// those left out), component-base's `--v` and `--vmodule`, klog's `--skip-headers` and
+/// `--add-dir-header`, and tinyhub's own.
 pub(crate) const FLAGS: &[FlagSpec] = &[
     flag(
         "server-addr",
@@ -186,7 +187,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "dummy-if-ip",
         Kind::Str,
         "",
-        "the address of the dummy interface: IPv4 in 169.254.0.0/16 except 169.254.31.0/24 and 169.254.1.1, or IPv6 (default 169.254.2.1, or fd00::2:1 when --bind-address is IPv6)",
+        "the address of the dummy interface: IPv4 in 169.254.0.0/16 except 169.254.31.0/24 and 169.254.1.1, or IPv6 (default: 169.254.2.1, or fd00::2:1 when --bind-address is IPv6)",
     ),
     flag(
         "dummy-if-name",
@@ -308,6 +309,24 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "0",
         "log verbosity: 0-1 info, 2-3 debug, 4+ trace",
     ),
+    flag(
+        "vmodule",
+        Kind::Str,
+        "",
+        "per-file log verbosity, comma list of pattern=N: a glob of a source file's name without .rs (of its path when the pattern has a /), e.g. relay=4,*lease*=3",
+    ),
+    flag(
+        "skip-headers",
+        Kind::Bool,
+        "false",
+        "log the messages without klog's header (severity, time, pid, file:line)",
+    ),
+    flag(
+        "add-dir-header",
+        Kind::Bool,
+        "false",
+        "name the source file with its directory in the log header",
+    ),
     flag("help", Kind::Bool, "", "print this help and exit"),
     flag(
         "version",
@@ -340,32 +359,238 @@ pub(crate) const TEST_FLAGS: &[FlagSpec] = &[
     ),
 ];
 
-/// YurtHub flags accepted for compatibility and ignored with a warning: (name, takes a value).
-pub(crate) const IGNORED_YURTHUB_FLAGS: &[(&str, bool)] = &[
-    ("gc-frequency", true),
-    ("profiling", false),
-    ("enable-iptables", false),
-    ("enable-node-pool", false),
-    ("min-request-timeout", true),
-    ("enable-coordinator", false),
-    ("coordinator-server-addr", true),
-    ("coordinator-storage-prefix", true),
-    ("coordinator-storage-addr", true),
-    ("leader-elect", false),
-    ("leader-elect-lease-duration", true),
-    ("leader-elect-renew-deadline", true),
-    ("leader-elect-retry-period", true),
-    ("leader-elect-resource-lock", true),
-    ("leader-elect-resource-name", true),
-    ("leader-elect-resource-namespace", true),
-    ("enable-pool-service-topology", false),
+/// When a YurtHub or klog flag tinyhub does not implement is worth a warning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Honoured {
+    /// tinyhub behaves as the flag asks whatever its value: no warning.
+    Always,
+    /// tinyhub behaves as this value asks (a boolean's canonical `true`/`false`): given with
+    /// it, no warning; with another, a warning.
+    When(&'static str),
+    /// Always warned about.
+    Never,
+}
+
+/// A flag YurtHub's command line takes (its `options.go`, component-base's logging flags,
+/// klog's) that tinyhub accepts without implementing, so existing manifests keep working.
+#[derive(Debug)]
+pub(crate) struct IgnoredFlag {
+    /// Name without the leading dashes.
+    pub name: &'static str,
+    /// Whether it takes a value; otherwise it is a boolean (`--flag`, `--flag=false`).
+    pub takes_value: bool,
+    /// Which values tinyhub already honours.
+    pub honoured: Honoured,
+    /// Why tinyhub does without it (the README's list).
+    pub why: &'static str,
+}
+
+const fn ignored(
+    name: &'static str,
+    takes_value: bool,
+    honoured: Honoured,
+    why: &'static str,
+) -> IgnoredFlag {
+    IgnoredFlag {
+        name,
+        takes_value,
+        honoured,
+        why,
+    }
+}
+
+/// YurtHub flags accepted for compatibility and not implemented: given with a value tinyhub
+/// does not honour, they are named in one warning at start.
+pub(crate) const IGNORED_YURTHUB_FLAGS: &[IgnoredFlag] = &[
+    ignored(
+        "gc-frequency",
+        true,
+        Honoured::Never,
+        "YurtHub's periodic GC of cached Events; tinyhub never caches Events",
+    ),
+    ignored(
+        "profiling",
+        false,
+        Honoured::When("false"),
+        "Go's pprof; tinyhub serves no /debug/pprof",
+    ),
+    ignored(
+        "enable-iptables",
+        false,
+        Honoured::When("false"),
+        "deprecated in YurtHub; tinyhub writes no iptables rules (pods reach it on the dummy interface)",
+    ),
+    ignored(
+        "enable-node-pool",
+        false,
+        Honoured::When("true"),
+        "deprecated in YurtHub; tinyhub always reads the pool's members from its NodePool, as YurtHub does with the default true",
+    ),
+    ignored(
+        "enable-pool-service-topology",
+        false,
+        Honoured::When("false"),
+        "YurtHub's NodeBucket lookup; tinyhub reads the pool's members from its NodePool, as YurtHub does with the default false",
+    ),
+    ignored(
+        "min-request-timeout",
+        true,
+        Honoured::Never,
+        "offline watches without timeoutSeconds are held 30-60 min, YurtHub's default of 30m",
+    ),
+    ignored(
+        "host-control-plane-address",
+        true,
+        Honoured::Never,
+        "used only by YurtHub's local mode, which tinyhub refuses",
+    ),
+    ignored(
+        "enable-coordinator",
+        false,
+        Honoured::When("false"),
+        "yurt-coordinator, removed from YurtHub",
+    ),
+    ignored(
+        "coordinator-server-addr",
+        true,
+        Honoured::Never,
+        "yurt-coordinator, removed from YurtHub",
+    ),
+    ignored(
+        "coordinator-storage-prefix",
+        true,
+        Honoured::Never,
+        "yurt-coordinator, removed from YurtHub",
+    ),
+    ignored(
+        "coordinator-storage-addr",
+        true,
+        Honoured::Never,
+        "yurt-coordinator, removed from YurtHub",
+    ),
+    ignored(
+        "leader-elect",
+        false,
+        Honoured::When("false"),
+        "yurt-coordinator's election, removed from YurtHub; pool leaders come from the leader-hub-<pool> ConfigMap",
+    ),
+    ignored(
+        "leader-elect-lease-duration",
+        true,
+        Honoured::Never,
+        "yurt-coordinator's election, removed from YurtHub",
+    ),
+    ignored(
+        "leader-elect-renew-deadline",
+        true,
+        Honoured::Never,
+        "yurt-coordinator's election, removed from YurtHub",
+    ),
+    ignored(
+        "leader-elect-retry-period",
+        true,
+        Honoured::Never,
+        "yurt-coordinator's election, removed from YurtHub",
+    ),
+    ignored(
+        "leader-elect-resource-lock",
+        true,
+        Honoured::Never,
+        "yurt-coordinator's election, removed from YurtHub",
+    ),
+    ignored(
+        "leader-elect-resource-name",
+        true,
+        Honoured::Never,
+        "yurt-coordinator's election, removed from YurtHub",
+    ),
+    ignored(
+        "leader-elect-resource-namespace",
+        true,
+        Honoured::Never,
+        "yurt-coordinator's election, removed from YurtHub",
+    ),
+];
+
+/// The logging flags YurtHub's command line takes (component-base's `--log-flush-frequency`,
+/// klog's flags manifests still carry) that tinyhub accepts without implementing. tinyhub
+/// logs to stderr only, one line written whole at a time; procd and journald keep it, and no
+/// log file wears the flash.
+pub(crate) const IGNORED_LOG_FLAGS: &[IgnoredFlag] = &[
+    ignored(
+        "log-flush-frequency",
+        true,
+        Honoured::Always,
+        "each line reaches stderr as it is logged: nothing waits for a flush",
+    ),
+    ignored(
+        "logtostderr",
+        false,
+        Honoured::When("true"),
+        "tinyhub logs to stderr only",
+    ),
+    ignored(
+        "alsologtostderr",
+        false,
+        Honoured::Always,
+        "tinyhub logs to stderr whatever its value",
+    ),
+    ignored(
+        "log-dir",
+        true,
+        Honoured::Never,
+        "no log files: stderr only",
+    ),
+    ignored(
+        "log-file",
+        true,
+        Honoured::Never,
+        "no log files: stderr only",
+    ),
+    ignored(
+        "log-file-max-size",
+        true,
+        Honoured::Never,
+        "no log files: stderr only",
+    ),
+    ignored(
+        "skip-log-headers",
+        false,
+        Honoured::Always,
+        "about log files' headers: no log files",
+    ),
+    ignored(
+        "one-output",
+        false,
+        Honoured::Always,
+        "about log files per severity: no log files",
+    ),
+    ignored(
+        "stderrthreshold",
+        true,
+        Honoured::Never,
+        "every line goes to stderr (klog, logging to stderr, ignores it too)",
+    ),
+    ignored(
+        "log-backtrace-at",
+        true,
+        Honoured::Never,
+        "Go stack traces at a file:line",
+    ),
+    ignored(
+        "logging-format",
+        true,
+        Honoured::When("text"),
+        "tinyhub's lines are klog's text format; json is not made",
+    ),
 ];
 
 /// The flags as given, before validation: the last occurrence of a flag wins, as in pflag.
 #[derive(Debug, Default)]
 pub(crate) struct RawFlags {
     values: Vec<(&'static str, String)>,
-    /// YurtHub flags that were given and are ignored.
+    /// YurtHub and logging flags that were given, are not implemented, and ask for what
+    /// tinyhub does not do: each named once, in the order given.
     pub ignored: Vec<String>,
 }
 
@@ -398,6 +623,8 @@ where
 
     let mut parser = lexopt::Parser::from_args(args);
     let mut raw = RawFlags::default();
+    // Ignored flags as given, and whether tinyhub honours the value: the last one counts.
+    let mut given_ignored: Vec<(&'static str, bool)> = Vec::new();
     loop {
         let arg = parser
             .next()
@@ -421,6 +648,9 @@ where
                 )));
             }
         };
+        // pflag's WordSepNormalizeFunc, as Kubernetes components register it: `--log_dir`
+        // is `--log-dir`.
+        let name = name.replace('_', "-");
         if let Some(spec) = FLAGS.iter().chain(TEST_FLAGS).find(|s| s.name == name) {
             let value = if spec.kind == Kind::Bool {
                 match parser.optional_value() {
@@ -434,24 +664,56 @@ where
                 os_to_string(&name, v)?
             };
             raw.values.push((spec.name, value));
-        } else if let Some((ignored, takes_value)) =
-            IGNORED_YURTHUB_FLAGS.iter().find(|(n, _)| *n == name)
+        } else if let Some(flag) = IGNORED_YURTHUB_FLAGS
+            .iter()
+            .chain(IGNORED_LOG_FLAGS)
+            .find(|f| f.name == name)
         {
-            if *takes_value {
-                parser
+            let value = if flag.takes_value {
+                let v = parser
                     .value()
                     .map_err(|_| StartupError::new(format!("flag needs an argument: --{name}")))?;
+                os_to_string(&name, v)?
             } else {
-                let _ = parser.optional_value();
-            }
-            raw.ignored.push((*ignored).to_owned());
+                let text = match parser.optional_value() {
+                    Some(v) => os_to_string(&name, v)?,
+                    None => "true".to_owned(),
+                };
+                // pflag refuses a boolean it cannot read, ignored flag or not.
+                let value = parse_bool(&text).ok_or_else(|| {
+                    StartupError::flag(&name, format!("{text:?} is not a boolean"))
+                })?;
+                value.to_string()
+            };
+            let honoured = match flag.honoured {
+                Honoured::Always => true,
+                Honoured::When(wanted) => value == wanted,
+                Honoured::Never => false,
+            };
+            given_ignored.push((flag.name, honoured));
         } else {
             return Err(StartupError::new(format!(
                 "unknown flag: --{name} (see --help)"
             )));
         }
     }
+    for (i, (name, _)) in given_ignored.iter().enumerate() {
+        let first = given_ignored.iter().position(|(n, _)| n == name) == Some(i);
+        let last_honoured = given_ignored.iter().rev().find(|(n, _)| n == name);
+        if first && last_honoured.is_some_and(|(_, honoured)| !honoured) {
+            raw.ignored.push((*name).to_owned());
+        }
+    }
     Ok(raw)
+}
+
+/// A boolean as Go's `strconv.ParseBool` (and so pflag) reads it.
+pub(crate) fn parse_bool(text: &str) -> Option<bool> {
+    match text {
+        "true" | "1" | "t" | "T" | "TRUE" | "True" => Some(true),
+        "false" | "0" | "f" | "F" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
 }
 
 fn os_to_string(name: &str, value: OsString) -> Result<String, StartupError> {
@@ -490,6 +752,18 @@ pub(crate) fn help_text() -> String {
             (_, d) => out.push_str(&format!(" (default {d})")),
         }
         out.push('\n');
+    }
+    out.push_str(
+        "\nAccepted for YurtHub's command line, not implemented (named in one warning at start\n\
+         unless given with the value tinyhub honours anyway):\n",
+    );
+    for flag in IGNORED_YURTHUB_FLAGS.iter().chain(IGNORED_LOG_FLAGS) {
+        let honoured = match flag.honoured {
+            Honoured::Always => " (always honoured)".to_owned(),
+            Honoured::When(value) => format!(" (honoured: {value})"),
+            Honoured::Never => String::new(),
+        };
+        out.push_str(&format!("      --{}{honoured}: {}\n", flag.name, flag.why));
     }
     out
 }
@@ -579,6 +853,74 @@ mod tests {
         let raw = parse_ok(&["--gc-frequency=3", "--profiling", "--node-name=n"]);
         assert_eq!(raw.ignored, vec!["gc-frequency", "profiling"]);
         assert_eq!(raw.get("node-name"), Some("n"));
+    }
+
+    #[test]
+    fn a_value_tinyhub_honours_anyway_is_not_warned_about() {
+        let raw = parse_ok(&[
+            "--enable-node-pool=true",
+            "--enable-node-pool",
+            "--profiling=false",
+            "--enable-iptables=0",
+            "--logtostderr",
+            "--alsologtostderr=true",
+            "--log-flush-frequency=5s",
+            "--logging-format=text",
+            "--one-output",
+        ]);
+        assert!(raw.ignored.is_empty(), "{:?}", raw.ignored);
+        let raw = parse_ok(&[
+            "--enable-node-pool=false",
+            "--logtostderr=false",
+            "--log-dir",
+            "/var/log",
+            "--logging-format=json",
+            "--log-file=/tmp/a",
+            "--log-file=/tmp/b",
+            "--profiling",
+            "--profiling=false",
+        ]);
+        // Each named once, in the order given; the last value given counts.
+        assert_eq!(
+            raw.ignored,
+            [
+                "enable-node-pool",
+                "logtostderr",
+                "log-dir",
+                "logging-format",
+                "log-file"
+            ]
+        );
+    }
+
+    #[test]
+    fn underscores_are_dashes_as_in_pflag() {
+        let raw = parse_ok(&["--log_dir=/var/log", "--node_name=n", "--add_dir_header"]);
+        assert_eq!(raw.ignored, ["log-dir"]);
+        assert_eq!(raw.get("node-name"), Some("n"));
+        assert_eq!(raw.get("add-dir-header"), Some("true"));
+    }
+
+    #[test]
+    fn an_ignored_boolean_must_still_be_a_boolean() {
+        assert!(
+            parse_err(&["--profiling=maybe"]).contains("--profiling: \"maybe\" is not a boolean")
+        );
+        assert!(parse_err(&["--log-dir"]).contains("needs an argument"));
+    }
+
+    #[test]
+    fn help_lists_the_ignored_flags_with_why() {
+        let help = help_text();
+        for flag in IGNORED_YURTHUB_FLAGS.iter().chain(IGNORED_LOG_FLAGS) {
+            assert!(
+                help.contains(&format!("      --{}", flag.name)),
+                "{}",
+                flag.name
+            );
+            assert!(help.contains(flag.why), "{}", flag.name);
+        }
+        assert!(help.contains("--enable-node-pool (honoured: true): "));
     }
 
     #[test]

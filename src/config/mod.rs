@@ -89,9 +89,10 @@ pub struct Config {
     pub disabled_resource_filters: Vec<String>,
     /// Concurrent requests served before answering 429.
     pub(crate) max_requests_in_flight: usize,
-    /// `--v`.
-    pub verbosity: u8,
-    /// YurtHub flags given and ignored, to warn about once logging is up.
+    /// `--v`, `--vmodule`, `--skip-headers`, `--add-dir-header`.
+    pub log: crate::logging::LogOptions,
+    /// YurtHub and logging flags given and not honoured, named in one warning once logging
+    /// is up.
     pub(crate) ignored_flags: Vec<String>,
     /// Other things to warn about once logging is up.
     pub(crate) warnings: Vec<String>,
@@ -255,14 +256,9 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         Ok(value)
     };
     let boolean = |name: &str| -> Result<bool, StartupError> {
-        match get(name) {
-            "true" | "1" | "t" | "T" | "TRUE" | "True" => Ok(true),
-            "false" | "0" | "f" | "F" | "FALSE" | "False" => Ok(false),
-            other => Err(StartupError::flag(
-                name,
-                format!("{other:?} is not a boolean"),
-            )),
-        }
+        let text = get(name);
+        flags::parse_bool(text)
+            .ok_or_else(|| StartupError::flag(name, format!("{text:?} is not a boolean")))
     };
     let ip = |name: &str, text: &str| -> Result<IpAddr, StartupError> {
         text.parse()
@@ -356,6 +352,15 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
     let working_mode = match get("working-mode") {
         "edge" => WorkingMode::Edge,
         "cloud" => WorkingMode::Cloud,
+        // YurtHub's local mode programs iptables DNAT from --server-addr to a tenant control
+        // plane's apiservers found through --host-control-plane-address: a job with nothing
+        // to cache, which tinyhub does not do. Running as edge instead would mislead.
+        "local" => {
+            return Err(StartupError::flag(
+                "working-mode",
+                "local is not supported: YurtHub's local mode (iptables DNAT to a tenant control plane's apiservers from --host-control-plane-address) is not implemented in tinyhub; use edge or cloud",
+            ));
+        }
         other => {
             return Err(StartupError::flag(
                 "working-mode",
@@ -489,7 +494,13 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         enable_resource_filter: boolean("enable-resource-filter")?,
         disabled_resource_filters: list("disabled-resource-filters"),
         max_requests_in_flight: int("max-requests-in-flight", 1, 100_000)? as usize,
-        verbosity: int("v", 0, 10)? as u8,
+        log: crate::logging::LogOptions {
+            verbosity: int("v", 0, 10)? as u8,
+            vmodule: crate::logging::parse_vmodule(get("vmodule"))
+                .map_err(|e| StartupError::flag("vmodule", e))?,
+            skip_headers: boolean("skip-headers")?,
+            add_dir_header: boolean("add-dir-header")?,
+        },
         ignored_flags: raw.ignored.clone(),
         warnings,
         client_io_timeout: Duration::from_secs(int(
@@ -976,6 +987,55 @@ mod tests {
         assert!(c.warnings.iter().any(|w| w.contains("no effect")));
         let e = with(&["--heartbeat-mode=healthz"]).unwrap_err();
         assert!(e.contains("not lease or readyz"), "{e}");
+    }
+
+    #[test]
+    fn local_mode_is_refused_with_why() {
+        let f = Fixture::new("local-mode");
+        let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
+        let e = run(&[
+            "--kubeconfig",
+            &kc,
+            "--node-name=n",
+            "--working-mode=local",
+            "--host-control-plane-address=10.0.0.2:6443",
+        ])
+        .unwrap_err();
+        assert!(
+            e.starts_with("--working-mode: local is not supported"),
+            "{e}"
+        );
+        assert!(
+            e.contains("iptables DNAT") && e.contains("use edge or cloud"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn logging_flags_reach_the_log_options() {
+        let f = Fixture::new("log-flags");
+        let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
+        let c = run(&[
+            "--kubeconfig",
+            &kc,
+            "--node-name=n",
+            "--v=3",
+            "--vmodule=relay=5",
+            "--skip_headers",
+            "--add-dir-header=true",
+            "--log-dir=/var/log",
+            "--log-flush-frequency=5s",
+        ])
+        .unwrap();
+        assert_eq!(c.log.verbosity, 3);
+        assert_eq!(
+            c.log.vmodule,
+            crate::logging::parse_vmodule("relay=5").unwrap()
+        );
+        assert!(c.log.skip_headers && c.log.add_dir_header);
+        assert_eq!(c.ignored_flags, ["log-dir"]);
+        let e = run(&["--kubeconfig", &kc, "--node-name=n", "--vmodule=relay"]).unwrap_err();
+        assert!(e.starts_with("--vmodule: \"relay\": expect"), "{e}");
     }
 
     #[test]

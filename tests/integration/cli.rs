@@ -41,6 +41,128 @@ fn help_lists_every_flag_of_the_design() {
     }
 }
 
+/// Flags as (name, a value `--help` gives with it).
+type FlagValues = Vec<(String, String)>;
+
+/// The flags `--help` lists, as (name, default or ""), and the accepted-but-unimplemented
+/// ones, as (name, the value honoured: "always", a value, or "").
+fn help_flags() -> (FlagValues, FlagValues) {
+    let out = run(&["--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (implemented, ignored) = help
+        .split_once("\nAccepted for YurtHub's command line")
+        .expect("--help lists the accepted, unimplemented flags");
+    let implemented = implemented
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("--"))
+        .map(|l| {
+            let name = l.split_whitespace().next().unwrap().to_owned();
+            let default = l
+                .rsplit_once("(default ")
+                .map(|(_, d)| d.trim_end_matches(')').trim_matches('"').to_owned())
+                .unwrap_or_default();
+            (name, default)
+        })
+        .collect();
+    let ignored = ignored
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("--"))
+        .map(|l| {
+            let name_end = l.find([' ', ':']).unwrap_or_else(|| panic!("{l}"));
+            let (name, rest) = l.split_at(name_end);
+            let honoured = match rest.strip_prefix(" (").and_then(|r| r.split_once(')')) {
+                Some(("always honoured", _)) => "always".to_owned(),
+                Some((text, _)) => text
+                    .strip_prefix("honoured: ")
+                    .unwrap_or_else(|| panic!("{l}"))
+                    .to_owned(),
+                None => String::new(),
+            };
+            (name.to_owned(), honoured)
+        })
+        .collect();
+    (implemented, ignored)
+}
+
+/// The rows of the tables in README.md's "### Flags" section, in order: one table of rows
+/// per table, each row its flags (the first column's `--names`) and its second column.
+fn readme_flag_tables() -> Vec<Vec<(Vec<String>, String)>> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let section = readme
+        .split_once("\n### Flags\n")
+        .and_then(|(_, rest)| rest.split("\n## ").next())
+        .expect("README.md has a ### Flags section");
+    let mut tables: Vec<Vec<(Vec<String>, String)>> = Vec::new();
+    for line in section.lines() {
+        if line.starts_with("|---") {
+            tables.push(Vec::new());
+        }
+        if !line.starts_with("| `--") {
+            continue;
+        }
+        // Markdown cells cannot hold a `|` (the tables would break).
+        let cells: Vec<&str> = line.split('|').skip(1).collect();
+        let names = cells[0]
+            .split('`')
+            .filter_map(|w| w.strip_prefix("--"))
+            .map(str::to_owned)
+            .collect();
+        tables
+            .last_mut()
+            .expect("a row below a table's head")
+            .push((names, cells[1].trim().to_owned()));
+    }
+    tables
+}
+
+#[test]
+fn the_readme_flag_tables_match_help() {
+    let (implemented, ignored) = help_flags();
+    let tables = readme_flag_tables();
+    assert_eq!(
+        tables.len(),
+        2,
+        "the flags, then the accepted-but-unimplemented"
+    );
+    for (table, listed) in tables.iter().zip([&implemented, &ignored]) {
+        let in_readme: Vec<&String> = table.iter().flat_map(|(names, _)| names).collect();
+        for (name, _) in listed.iter() {
+            assert!(
+                in_readme.contains(&name),
+                "--{name} is in --help, not in README.md"
+            );
+        }
+        for name in &in_readme {
+            assert!(
+                listed.iter().any(|(n, _)| n == *name),
+                "README.md names --{name}, which is not so in --help"
+            );
+        }
+    }
+    // A default --help shows is in the row's default cell, word for word.
+    for (names, cell) in &tables[0] {
+        let words: Vec<&str> = cell
+            .split(|c: char| c.is_whitespace() || "(),`".contains(c))
+            .collect();
+        for name in names {
+            let (_, default) = implemented.iter().find(|(n, _)| n == name).unwrap();
+            assert!(
+                default.is_empty() || words.contains(&default.as_str()),
+                "README.md gives --{name} the default {cell:?}, --help {default:?}"
+            );
+        }
+    }
+    // The value each ignored flag is honoured with.
+    for (names, cell) in &tables[1] {
+        for name in names {
+            let (_, honoured) = ignored.iter().find(|(n, _)| n == name).unwrap();
+            assert_eq!(cell, honoured, "README.md, --{name}");
+        }
+    }
+}
+
 #[test]
 fn version_names_the_target() {
     let out = run(&["--version"]);
@@ -104,6 +226,16 @@ fn bad_configurations_exit_non_zero_with_one_line() {
         (vec![&garbage], "not valid YAML"),
         (vec![&kc, "--proxy-port=70000"], "--proxy-port"),
         (vec![&kc, "--working-mode=fog"], "--working-mode"),
+        (
+            vec![
+                &kc,
+                "--working-mode=local",
+                "--host-control-plane-address=10.0.0.2:6443",
+            ],
+            "--working-mode: local is not supported: YurtHub's local mode (iptables DNAT",
+        ),
+        (vec![&kc, "--vmodule=relay"], "--vmodule"),
+        (vec![&kc, "--profiling=maybe"], "--profiling"),
     ];
     for (args, want) in cases {
         let out = run(&args);
@@ -120,6 +252,54 @@ fn bad_configurations_exit_non_zero_with_one_line() {
         );
         assert!(!err.contains("panicked"), "{err}");
     }
+}
+
+#[test]
+fn yurthub_and_klog_flags_are_accepted_and_the_unimplemented_named_in_one_warning() {
+    let cloud = Cloud::start();
+    let dir = TempDir::new("ignored-flags");
+    let spec = HubSpec::for_cloud(&cloud, dir.path()).with(&[
+        "--gc-frequency=120",
+        "--log_dir=/var/log/yurthub",
+        "--profiling",
+        // Given with what tinyhub does anyway: not warned about.
+        "--enable-node-pool=true",
+        "--logtostderr=true",
+        "--log-flush-frequency=5s",
+        "--enable-node-pool=false",
+        "--min-request-timeout",
+        "30m",
+        "--gc-frequency=60",
+        // Honoured: the header left out, and only the Services watcher's file at debug.
+        "--skip_headers",
+        "--v=0",
+        "--vmodule=services_watch=2",
+    ]);
+    let hub = Hub::start(&spec);
+    let warned = |l: &str| l.contains("not implemented by tinyhub");
+    assert_eq!(hub.log_lines(warned), 1, "{}", hub.logs());
+    let line = hub.logs().lines().find(|l| warned(l)).unwrap().to_owned();
+    assert!(
+        line.starts_with("ignored, not implemented by tinyhub")
+            && line.ends_with(
+                ": --gc-frequency --log-dir --profiling --enable-node-pool --min-request-timeout"
+            ),
+        "{line}"
+    );
+    assert!(
+        hub.wait_log(
+            "Services carry a topology annotation",
+            Duration::from_secs(60)
+        ),
+        "the Services watcher logs at debug: {}",
+        hub.logs()
+    );
+    assert!(
+        !hub.logs().contains("effective configuration"),
+        "app.rs stays at --v=0: {}",
+        hub.logs()
+    );
+    assert_eq!(get(&format!("{}/version", hub.url()), KUBELET).status, 200);
 }
 
 #[test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::support::Cloud;
 use crate::support::hub::*;
+use crate::support::namespace::{enter_child, ip, run_test_in_namespaces};
 
 /// Set in the child process that runs inside the namespace.
 const NETNS_CHILD: &str = "TINYHUB_DUMMY_IF_TEST_NETNS_CHILD";
@@ -21,49 +22,7 @@ fn the_hub_makes_serves_on_and_removes_its_dummy_interface() {
         eprintln!("SKIPPED: the dummy interface test runs the native binary only");
         return;
     }
-    let out = Command::new("unshare")
-        .arg("-n")
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "dummy_if::netns_child",
-            "--ignored",
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        .env(NETNS_CHILD, "1")
-        .output()
-        .expect("util-linux's `unshare` (make tools)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() && stderr.starts_with("unshare:") {
-        // No CAP_SYS_ADMIN: no namespace, and the host's interfaces stay untouched.
-        eprintln!(
-            "SKIPPED: the dummy interface was not tested: this process may not create a \
-             network namespace ({})",
-            stderr.trim()
-        );
-        return;
-    }
-    eprint!("{stderr}");
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "{stdout}\n{stderr}"
-    );
-}
-
-/// `ip ARGS` in this namespace; its stdout, or a panic with its stderr.
-fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("iproute2's `ip` (make tools)");
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    run_test_in_namespaces(&["-n"], "dummy_if::netns_child", NETNS_CHILD);
 }
 
 /// Whether a TCP connection to `addr` is accepted.
@@ -74,12 +33,7 @@ fn answers(addr: SocketAddr) -> bool {
 #[test]
 #[ignore = "run by the_hub_makes_serves_on_and_removes_its_dummy_interface in a namespace"]
 fn netns_child() {
-    assert!(
-        std::env::var_os(NETNS_CHILD).is_some(),
-        "run by the_hub_makes_serves_on_and_removes_its_dummy_interface"
-    );
-    // A new namespace has only `lo`, and down.
-    ip(&["link", "set", "lo", "up"]);
+    enter_child(NETNS_CHILD);
     let cloud = Cloud::start();
     let dir = TempDir::new("dummy-if");
     let enabled = ["--enable-dummy-if=true", "--dummy-if-name=hub-dummy0"];

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::support::hub::*;
-use crate::support::{AuthMethod, Cloud, CsrMode, base64_encode};
+use crate::support::{Cloud, CsrMode, base64_encode};
 
 const TOKEN_ID: &str = "abcdef";
 const TOKEN_SECRET: &str = "0123456789abcdef";
@@ -82,22 +82,6 @@ fn readyz(hub: &Hub) -> Reply {
 /// Waits until the hub has put a client certificate to use (the metric counts them).
 fn wait_client_certs(hub: &Hub, n: f64, timeout: Duration) -> bool {
     hub.wait_metric_at_least("tinyhub_client_certificate_rotations_total", n, timeout)
-}
-
-/// A GET of a configmap through the hub made it to the cloud as the node, by certificate.
-fn reads_as_the_node(cloud: &Cloud, hub: &Hub, name: &str) {
-    let path = format!("/api/v1/namespaces/default/configmaps/{name}");
-    let r = get(&format!("{}{path}", hub.url()), KUBELET);
-    assert_eq!(r.status, 200, "{}", r.text());
-    let seen = cloud
-        .requests()
-        .into_iter()
-        .rev()
-        .find(|q| q.path == path)
-        .expect("the cloud saw the read");
-    let id = seen.identity.expect("authenticated");
-    assert_eq!(id.user, NODE_USER);
-    assert_eq!(id.method, AuthMethod::ClientCert);
 }
 
 /// Runs kubectl with `args` in namespace default, a fresh home and no ambient kubeconfig:

@@ -36,3 +36,4 @@ mod pool_local;
 mod pool_serve;
 mod power_loss;
 mod serve_extras;
+mod yurthub_command_line;

@@ -13,7 +13,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{Auth, Cloud};
+use super::{Auth, AuthMethod, Cloud};
 
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);
@@ -114,7 +114,8 @@ impl HubSpec {
     }
 
     /// The hub's command line: the binary (under the prefix or runner), the test defaults
-    /// (ports 0, fast health checks, no dummy interface), then `args`; stderr piped.
+    /// (ports 0, fast health checks, no dummy interface), then `args`, prepared by
+    /// [`HubSpec::prepare`].
     pub fn command(&self) -> Command {
         let mut cmd = match self.prefix.split_first() {
             Some((program, words)) => {
@@ -141,8 +142,13 @@ impl HubSpec {
             // Hubs of parallel tests must not make (and delete) one interface of the host;
             // tests/integration/dummy_if.rs turns it on inside its own network namespace.
             .arg("--enable-dummy-if=false")
-            .args(&self.args)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .args(&self.args);
+        self.prepare(cmd)
+    }
+
+    /// `cmd` with this spec's environment, no stdin or stdout, and stderr piped.
+    pub fn prepare(&self, mut cmd: Command) -> Command {
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -228,7 +234,19 @@ fn start_timeout() -> Duration {
 impl Hub {
     /// Starts a hub and waits until it says it is ready.
     pub fn start(spec: &HubSpec) -> Hub {
-        let mut cmd = spec.command();
+        Hub::spawn(spec.command(), spec)
+    }
+
+    /// Starts the binary with `spec.args` and nothing else (no test defaults: the fixed
+    /// ports and paths a manifest gets) and waits until it says it is ready.
+    pub fn start_exact(spec: &HubSpec) -> Hub {
+        let mut cmd = hub_command();
+        cmd.args(&spec.args);
+        Hub::spawn(spec.prepare(cmd), spec)
+    }
+
+    /// Runs `cmd` (prepared by [`HubSpec::prepare`]) and waits until the hub says it is ready.
+    fn spawn(mut cmd: Command, spec: &HubSpec) -> Hub {
         let mut child = cmd.spawn().expect("start the tinyhub binary");
         let stderr = child.stderr.take().expect("piped stderr");
         let logs = Arc::new(Mutex::new(Vec::new()));
@@ -393,6 +411,23 @@ impl Hub {
         self.kill9();
         Hub::start(&self.spec)
     }
+}
+
+/// A GET of configmap `default/<name>` through `hub` made it to `cloud` as the node
+/// `edge-1`, by client certificate (the hub's own identity, not a client's).
+pub fn reads_as_the_node(cloud: &Cloud, hub: &Hub, name: &str) {
+    let path = format!("/api/v1/namespaces/default/configmaps/{name}");
+    let r = get(&format!("{}{path}", hub.url()), KUBELET);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let seen = cloud
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|q| q.path == path)
+        .expect("the cloud saw the read");
+    let id = seen.identity.expect("authenticated");
+    assert_eq!(id.user, "system:node:edge-1");
+    assert_eq!(id.method, AuthMethod::ClientCert);
 }
 
 impl Drop for Hub {

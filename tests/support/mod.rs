@@ -12,6 +12,7 @@ mod cloud;
 pub mod hub;
 mod kubeconfig;
 pub mod mount;
+pub mod namespace;
 mod pki;
 pub mod pool;
 pub mod proto_lease;
