@@ -54,6 +54,15 @@ fn refusal_line(spec: &HubSpec, path: &str) -> String {
     lines[0].to_owned()
 }
 
+/// ConfigMap `default/settings` (`k: v`) in the cloud, for a hub to cache.
+fn create_settings(cloud: &Cloud) {
+    cloud.create(
+        "configmaps",
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": "default"}, "data": {"k": "v"}}),
+    );
+}
+
 #[test]
 fn a_cache_path_that_is_a_file_stops_an_edge_hub_and_not_a_cloud_one() {
     let cloud = Cloud::start();
@@ -81,12 +90,8 @@ fn a_cache_path_that_is_a_file_stops_an_edge_hub_and_not_a_cloud_one() {
 fn a_cache_on_a_read_only_filesystem_stops_an_edge_hub() {
     let dir = TempDir::new("cache-ro");
     let mount_point = dir.path().join("ro");
-    let tmpfs = match Tmpfs::mount(&mount_point, "4m") {
-        Ok(t) => t,
-        Err(why) => {
-            eprintln!("SKIP: cannot mount a tmpfs for the read-only test (needs root): {why}");
-            return;
-        }
+    let Some(tmpfs) = Tmpfs::mount_or_skip(&mount_point, "4m", "read-only") else {
+        return;
     };
     let cloud = Cloud::start();
     let mut spec = HubSpec::for_cloud(&cloud, dir.path());
@@ -111,19 +116,11 @@ fn a_cache_on_a_read_only_filesystem_stops_an_edge_hub() {
 fn a_full_cache_filesystem_only_warns_and_what_is_cached_answers() {
     let dir = TempDir::new("cache-full");
     let mount_point = dir.path().join("full");
-    let tmpfs = match Tmpfs::mount(&mount_point, "2m") {
-        Ok(t) => t,
-        Err(why) => {
-            eprintln!("SKIP: cannot mount a tmpfs for the full-disk test (needs root): {why}");
-            return;
-        }
+    let Some(tmpfs) = Tmpfs::mount_or_skip(&mount_point, "2m", "full-disk") else {
+        return;
     };
     let cloud = Cloud::start();
-    cloud.create(
-        "configmaps",
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "settings", "namespace": "default"}, "data": {"k": "v"}}),
-    );
+    create_settings(&cloud);
     let mut spec = HubSpec::for_cloud(&cloud, dir.path());
     spec.cache_dir = mount_point.join("hub");
     let path = "/api/v1/namespaces/default/configmaps/settings";
@@ -152,11 +149,7 @@ fn a_full_cache_filesystem_only_warns_and_what_is_cached_answers() {
 #[test]
 fn a_second_hub_on_the_same_cache_is_refused_but_a_killed_ones_lock_blocks_nothing() {
     let cloud = Cloud::start();
-    cloud.create(
-        "configmaps",
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "settings", "namespace": "default"}, "data": {"k": "v"}}),
-    );
+    create_settings(&cloud);
     let dir = TempDir::new("cache-lock");
     let spec = HubSpec::for_cloud(&cloud, dir.path());
     let lock_file = spec.cache_dir.join(LOCK_FILE);

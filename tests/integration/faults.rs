@@ -45,12 +45,8 @@ fn path_of(url: &str) -> &str {
 fn a_full_disk_never_touches_answers_or_what_is_cached_and_caching_resumes() {
     let dir = TempDir::new("diskfull");
     let mount_point = dir.path().join("cache");
-    let tmpfs = match Tmpfs::mount(&mount_point, "2m") {
-        Ok(t) => t,
-        Err(why) => {
-            eprintln!("SKIP: cannot mount a tmpfs for the full-disk test (needs root): {why}");
-            return;
-        }
+    let Some(tmpfs) = Tmpfs::mount_or_skip(&mount_point, "2m", "full-disk") else {
+        return;
     };
     let cloud = Cloud::start();
     cloud.set_gzip_threshold(usize::MAX);

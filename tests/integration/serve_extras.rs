@@ -42,6 +42,15 @@ fn served_pods(hub: &Hub) -> Vec<String> {
     names
 }
 
+/// Kubelet lists its node's pods through the hub (which caches them).
+fn kubelet_lists_its_pods(hub: &Hub) {
+    let url = format!(
+        "{}/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+        hub.url()
+    );
+    assert_eq!(get(&url, KUBELET).status, 200);
+}
+
 #[test]
 fn pods_lists_what_kubelet_listed_through_the_hub_online_and_offline() {
     let cloud = Cloud::start();
@@ -50,14 +59,7 @@ fn pods_lists_what_kubelet_listed_through_the_hub_online_and_offline() {
     cloud.create("pods", pod("default", "elsewhere", "edge-2"));
     let dir = TempDir::new("serve-pods");
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
-    let list = get(
-        &format!(
-            "{}/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
-            hub.url()
-        ),
-        KUBELET,
-    );
-    assert_eq!(list.status, 200);
+    kubelet_lists_its_pods(&hub);
     assert!(hub.wait_cached(
         &[
             "kubelet/pods.v1.core/default/web",
@@ -71,17 +73,7 @@ fn pods_lists_what_kubelet_listed_through_the_hub_online_and_offline() {
 
     // A pod kubelet sees deleted leaves the list too.
     cloud.delete("pods", "kube-system", "proxy");
-    assert_eq!(
-        get(
-            &format!(
-                "{}/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
-                hub.url()
-            ),
-            KUBELET
-        )
-        .status,
-        200
-    );
+    kubelet_lists_its_pods(&hub);
     assert!(eventually(Duration::from_secs(30), || served_pods(&hub)
         == ["default/web"]));
 

@@ -25,6 +25,18 @@ impl Tmpfs {
         Ok(Tmpfs(dir.to_owned()))
     }
 
+    /// [`Tmpfs::mount`], or `None` having said SKIP (naming `test` and why) where this
+    /// process may not mount.
+    pub fn mount_or_skip(dir: &Path, size: &str, test: &str) -> Option<Tmpfs> {
+        match Tmpfs::mount(dir, size) {
+            Ok(t) => Some(t),
+            Err(why) => {
+                eprintln!("SKIP: cannot mount a tmpfs for the {test} test (needs root): {why}");
+                None
+            }
+        }
+    }
+
     /// Fills the filesystem with one file until it is full; returns the file.
     pub fn fill(&self) -> PathBuf {
         use std::io::Write;
