@@ -4,6 +4,7 @@
 #   make test         the whole test suite (unit and integration, kubectl end-to-end)
 #   make demo         the main job on a bundled stand-in apiserver, step by step
 #   make bench        measure hub vs direct and write BENCHMARKS.md (`make bench-quick`: a smoke run)
+#   make readme       rewrite README.md's "Measured" block from BENCHMARKS.md (make bench does too)
 #   make lint         rustfmt and clippy, as CI runs them
 #   make fuzz         each cargo-fuzz target for FUZZ_SECONDS (nightly; see fuzz/README.md)
 #   make tools        install what the tests need (kubectl, iproute2) when missing
@@ -12,7 +13,7 @@
 CARGO ?= cargo
 
 .DEFAULT_GOAL := build
-.PHONY: build test demo bench bench-quick lint tools fuzz fuzz-cmin
+.PHONY: build test demo bench bench-quick readme lint tools fuzz fuzz-cmin
 
 build:
 	$(CARGO) build --release
@@ -21,14 +22,21 @@ build:
 test: tools
 	$(CARGO) test --all-targets --features fuzzing
 
-demo: tools build
-	$(CARGO) run --release --example demo
+# Quiet: cargo's compile lines would drown the demo's story (its errors still show).
+demo: tools
+	@echo "building tinyhub and the demo (cargo build --release), a few minutes the first time..."
+	@$(CARGO) build --release -q --bin tinyhub --example demo
+	@$(CARGO) run --release -q --example demo
 
 bench: build
 	$(CARGO) bench --bench hub
 
 bench-quick: build
 	$(CARGO) bench --bench hub -- --quick
+
+# Measures nothing: the figures are BENCHMARKS.md's (tests/repo_docs.rs checks the block).
+readme:
+	$(CARGO) bench --bench hub -- --readme-only
 
 lint:
 	$(CARGO) fmt --check

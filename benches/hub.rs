@@ -16,6 +16,8 @@
 //! `target/BENCHMARKS-quick.md`; its figures mean nothing, only that the program runs.
 //! `--cases=9` runs some cases only and writes nothing, unless `--update`: their sections
 //! then replace theirs in the existing file, each marked as from a partial run.
+//! After BENCHMARKS.md, the "Measured" block of README.md is rewritten from it
+//! (`hub/readme.rs`); `--readme-only` (`make readme`) does only that, measuring nothing.
 //! Under `cargo test` (no `--bench` argument) it does nothing.
 //!
 //! It does not change the hub or the cloud, and it judges no timing by itself except against
@@ -37,6 +39,8 @@ mod heartbeat;
 mod online;
 #[path = "hub/pool.rs"]
 mod pool;
+#[path = "hub/readme.rs"]
+mod readme;
 #[path = "hub/report.rs"]
 mod report;
 #[path = "hub/stats.rs"]
@@ -284,14 +288,18 @@ struct Options {
     under_bench: bool,
     cases: Option<Vec<u8>>,
     update: bool,
+    readme_only: bool,
 }
 
 /// The highest case number.
 const LAST_CASE: u8 = 9;
 
-const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,9 [--update]]\n\
+const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,9 [--update]] \
+                     [-- --readme-only]\n\
                      --update: write the sections of the cases run into the existing report \
-                     (BENCHMARKS.md, or the quick one), replacing theirs, keeping the rest";
+                     (BENCHMARKS.md, or the quick one), replacing theirs, keeping the rest\n\
+                     --readme-only: measure nothing, rewrite README.md's measured block from \
+                     BENCHMARKS.md";
 
 fn options() -> Result<Options, String> {
     let mut o = Options {
@@ -299,6 +307,7 @@ fn options() -> Result<Options, String> {
         under_bench: false,
         cases: None,
         update: false,
+        readme_only: false,
     };
     let mut unknown = Vec::new();
     for arg in std::env::args().skip(1) {
@@ -306,6 +315,7 @@ fn options() -> Result<Options, String> {
             "--bench" => o.under_bench = true,
             "--quick" => o.quick = true,
             "--update" => o.update = true,
+            "--readme-only" => o.readme_only = true,
             "--help" | "-h" => return Err(USAGE.into()),
             _ => match arg.strip_prefix("--cases=") {
                 Some(list) => {
@@ -351,6 +361,16 @@ fn main() -> ExitCode {
             "benches/hub.rs runs under `cargo bench` (`make bench`, `make bench-quick`); nothing to do"
         );
         return ExitCode::SUCCESS;
+    }
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    if opts.readme_only {
+        return match write_readme(&repo) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(f) => {
+                eprintln!("{f}");
+                ExitCode::FAILURE
+            }
+        };
     }
     // Case 5 opens thousands of connections at once.
     support::hub::raise_file_limit();
@@ -592,6 +612,27 @@ fn run(scale: &Scale, only: Option<&[u8]>, update: bool) -> Result<(), Failure> 
         why,
     })?;
     println!("wrote {}", path.display());
+    // The quick run's figures mean nothing: the README keeps the full run's.
+    if !scale.quick {
+        write_readme(&manifest_dir)?;
+    }
+    Ok(())
+}
+
+/// Rewrites README.md's measured block in `repo` from its BENCHMARKS.md, and says so.
+fn write_readme(repo: &Path) -> Result<(), Failure> {
+    let changed = readme::regenerate(repo).map_err(|why| Failure {
+        case: "README.md's measured block",
+        why,
+    })?;
+    if changed {
+        println!(
+            "rewrote the measured block of {}",
+            repo.join("README.md").display()
+        );
+    } else {
+        println!("README.md's measured block already matches BENCHMARKS.md");
+    }
     Ok(())
 }
 

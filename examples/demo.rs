@@ -2,11 +2,12 @@
 //! (TLS, client certificates) runs in this process; the real `tinyhub` binary runs beside it;
 //! a kubelet-like client and kubectl read through the hub; the cloud is stopped and the same
 //! reads are answered from the hub's disk cache; the cloud comes back and the hub forwards
-//! again. Each step is printed.
+//! again. Each step is printed, and at the end where the cache was and what it held.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -95,6 +96,45 @@ fn kubelet_reads(hub: &Hub) {
     }
 }
 
+/// What a file of the cache holds, by its path under the cache root (README.md, "What it
+/// caches and what it answers offline", has the layout).
+fn describe(rel: &str) -> String {
+    let parts: Vec<&str> = rel.split('/').collect();
+    match parts.as_slice() {
+        ["version"] => {
+            "the cloud's /version: its Kubernetes version, asked by kubectl first".into()
+        }
+        [doc] => match doc.split_once(".aggregated.") {
+            Some(("_api", form)) => {
+                format!("/api: the core group's resources in one answer (aggregated, {form})")
+            }
+            Some((_, form)) => {
+                format!("/apis: every group's resources in one answer (aggregated, {form})")
+            }
+            None => document(doc),
+        },
+        [component, "tokens", ..] => format!("a service-account token {component} asked for"),
+        ["kubelet", kind, "kube-node-lease", node] if kind.starts_with("leases.") => {
+            format!("node {node}'s lease: the hub renews it and answers kubelet with it")
+        }
+        [component, kind, rest @ ..] => {
+            let resource = kind.split('.').next().unwrap_or(kind);
+            format!("{component}'s read of {resource} {}", rest.join("/"))
+        }
+        _ => String::new(),
+    }
+}
+
+/// What a legacy discovery document is, by its file name (its path, `/` turned into `_`).
+fn document(file: &str) -> String {
+    let path = file.replace('_', "/");
+    match path.as_str() {
+        "/api" => "/api: the core group's versions".into(),
+        "/apis" => "/apis: the API groups and their versions".into(),
+        _ => format!("{path}: the resources of that group version"),
+    }
+}
+
 fn pod(ns: &str, name: &str, node: &str, app: &str) -> Value {
     json!({"metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
            "spec": {"nodeName": node, "containers": [{"name": "main", "image": format!("{app}:1")}]},
@@ -176,17 +216,22 @@ fn main() {
         4,
         "What the hub persisted (YurtHub's layout: component/resource.version.group/namespace/name)",
     );
-    for path in files_under(&cache) {
-        let rel = path
-            .strip_prefix(&cache)
-            .unwrap_or(&path)
-            .display()
-            .to_string();
-        if rel.starts_with('.') {
-            continue;
-        }
-        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        println!("   {rel:<52} {size:>6} bytes");
+    let listed = cached_files(&cache);
+    let width = listed.iter().map(String::len).max().unwrap_or(0);
+    let (objects, documents): (Vec<String>, Vec<String>) = cached_files(&cache)
+        .into_iter()
+        .partition(|rel| rel.contains('/'));
+    println!("   Objects, one JSON file each, under the component that read them:");
+    for rel in &objects {
+        print_file(&cache, rel, width);
+    }
+    println!(
+        "   Discovery documents: what kubectl asks first, to learn which resources and versions\n   \
+         the cloud serves; cached so that kubectl works offline too (the file name is the path\n   \
+         with `/` turned into `_`):"
+    );
+    for rel in &documents {
+        print_file(&cache, rel, width);
     }
 
     step(5, "Cut the cloud off");
@@ -265,8 +310,45 @@ fn main() {
         cloud.count(|r| r.path == "/api/v1/pods")
     );
 
+    let files = cached_files(&cache);
+    let documents = files.iter().filter(|rel| !rel.contains('/')).count();
+    let mut by_component: BTreeMap<&str, usize> = BTreeMap::new();
+    for (component, _) in files.iter().filter_map(|rel| rel.split_once('/')) {
+        *by_component.entry(component).or_default() += 1;
+    }
+    let components: Vec<String> = by_component
+        .iter()
+        .map(|(component, n)| format!("{component} {n}"))
+        .collect();
     println!(
-        "\nDone in {:.1} s: the hub served the same reads online and offline.",
-        started.elapsed().as_secs_f64()
+        "\nDone in {:.1} s: the hub served the same reads online and offline.\n\
+         The cache was {}\n\
+         holding {} objects (by component: {}) and {documents} discovery documents, one JSON\n\
+         file each, mode 0600. The demo removes it now; a hub keeps its cache in\n\
+         --disk-cache-path (default /etc/kubernetes/cache) across restarts.",
+        started.elapsed().as_secs_f64(),
+        cache.display(),
+        files.len() - documents,
+        components.join(", ")
     );
+}
+
+/// The cache's files, relative to its root, without the store's own (dot-named) ones.
+fn cached_files(cache: &Path) -> Vec<String> {
+    files_under(cache)
+        .iter()
+        .map(|path| {
+            path.strip_prefix(cache)
+                .unwrap_or(path)
+                .display()
+                .to_string()
+        })
+        .filter(|rel| !rel.starts_with('.'))
+        .collect()
+}
+
+/// One line of the listing: the file (in a column `width` wide), its size, what it is.
+fn print_file(cache: &Path, rel: &str, width: usize) {
+    let size = std::fs::metadata(cache.join(rel)).map_or(0, |m| m.len());
+    println!("     {rel:<width$} {size:>5} bytes  {}", describe(rel));
 }

@@ -63,10 +63,10 @@ const DRAIN: Duration = Duration::from_secs(3);
 /// wait at once.
 const FIRST_SERVICES_LIST_PATIENCE: Duration = Duration::from_secs(60);
 
-/// Edge mode: the node-local watch caches of the pool-scope resources (YURTHUB.md §4.5),
-/// each with its feeder thread, started now so that the cache is warm when kube-proxy and
-/// coredns first ask (see `clients::pool_watch`); the feeders read through the pool's leader
-/// when `route` says so, and end when `stop` closes. None in cloud mode, or when the
+/// Edge mode: the node-local watch caches of the pool-scope resources (YurtHub's
+/// `pkg/yurthub/multiplexer`), each with its feeder thread, started now so that the cache is warm
+/// when kube-proxy and coredns first ask (see `clients::pool_watch`); the feeders read through the
+/// pool's leader when `route` says so, and end when `stop` closes. None in cloud mode, or when the
 /// pool-scope set is empty.
 fn start_pool_caches(
     config: &Config,
@@ -557,9 +557,10 @@ pub fn run(config: Config) -> Result<(), StartupError> {
 }
 
 /// Starts the health checker, after the start-up `/readyz` probe of every server: the node
-/// lease renewal in lease mode (YURTHUB.md §1; its first round at once, from the lease kept
-/// in the cache, which also answers kubelet after an offline reboot), `/readyz` otherwise.
-/// In lease mode, the heartbeat that answers kubelet's lease requests.
+/// lease renewal in lease mode (YurtHub's `pkg/yurthub/healthchecker/cloudapiserver`; its first
+/// round at once, from the lease kept in the cache, which also answers kubelet after an offline
+/// reboot), `/readyz` otherwise. In lease mode, the heartbeat that answers kubelet's lease
+/// requests.
 fn start_health(
     config: &Config,
     backends: &Arc<Backends>,
@@ -635,15 +636,14 @@ fn response_filters(
     Ok((Some(filters), Some(FilterReload { config: live })))
 }
 
-/// What runs the first time the leader ConfigMap names this node a leader (with the
-/// ConfigMap's leaders): the multiplexer port opens on `<--node-ip>:<--multiplexer-port>`
-/// with the serving certificate, followers verified against `--multiplexer-client-ca-file`,
-/// else the cluster CA the upstream trusts then (YURTHUB.md §4.4), kept in `port` for the
-/// shutdown. The ConfigMap's IP for this node that is not `--node-ip` is an error line naming
-/// both (followers dial the ConfigMap's). A failed bind (the port taken, a DHCP address
-/// changed) is an error line and is tried again every health interval until it succeeds or
-/// the hub stops: the node holds the pool's leader slot, followers' dials fail meanwhile and
-/// they read from the cloud.
+/// What runs the first time the leader ConfigMap names this node a leader (with the ConfigMap's
+/// leaders): the multiplexer port opens on `<--node-ip>:<--multiplexer-port>` with the serving
+/// certificate, followers verified against `--multiplexer-client-ca-file`, else the cluster CA the
+/// upstream trusts then (YurtHub's `pkg/yurthub/proxy/multiplexer`), kept in `port` for the
+/// shutdown. The ConfigMap's IP for this node that is not `--node-ip` is an error line naming both
+/// (followers dial the ConfigMap's). A failed bind (the port taken, a DHCP address changed) is an
+/// error line and is tried again every health interval until it succeeds or the hub stops: the node
+/// holds the pool's leader slot, followers' dials fail meanwhile and they read from the cloud.
 fn open_multiplexer(
     config: &Config,
     upstream: &Arc<Upstream>,

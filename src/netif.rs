@@ -465,7 +465,7 @@ impl DummyInterface {
 }
 
 /// The hub's local address at run time: the interface when it is up, and the host the
-/// response filters inject into what pods read (YURTHUB.md §2.1 "Host/port injected").
+/// response filters inject into what pods read (YurtHub's `pkg/yurthub/filter/manager/manager.go`).
 #[derive(Debug)]
 pub(crate) struct LocalAddress {
     /// The interface, when it was made (or found in place) at start; None when disabled, in

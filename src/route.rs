@@ -137,7 +137,8 @@ pub(crate) struct Route {
     /// The collection a local answer reads or writes when the cache target does not name it
     /// (a Table list, an event read, a HEAD); read it through [`Route::collection`].
     pub local_collection: Option<CollectionKey>,
-    /// The response filters the answer passes (YURTHUB.md §2); empty for most requests.
+    /// The response filters the answer passes (YurtHub's `pkg/yurthub/filter`); empty for most
+    /// requests.
     pub filters: Chain,
 }
 
@@ -435,10 +436,10 @@ pub(crate) fn non_resource_document(path: &str) -> Option<String> {
 }
 
 /// The cache file of one form of a cached non-resource document named `file` (by
-/// [`non_resource_document`]): the legacy form is `file` itself (DESIGN.md §2's names);
-/// `/api` and `/apis` are also kept in each aggregated form apart, behind a suffix no legacy
-/// name has (`_apis.aggregated.v2`, `_apis.aggregated.v2beta1`). None for a form the document
-/// does not have.
+/// [`non_resource_document`]): the legacy form is `file` itself (the names of README.md's
+/// cache layout); `/api` and `/apis` are also kept in each aggregated form apart, behind a
+/// suffix no legacy name has (`_apis.aggregated.v2`, `_apis.aggregated.v2beta1`). None for a
+/// form the document does not have.
 pub(crate) fn document_file(file: &str, form: DiscoveryForm) -> Option<Cow<'_, str>> {
     let version = match form {
         DiscoveryForm::Legacy => return Some(Cow::Borrowed(file)),

@@ -1,4 +1,5 @@
-//! Service account tokens while the cloud is away (YURTHUB.md §5.1 a).
+//! Service account tokens while the cloud is away (YurtHub's
+//! `pkg/yurthub/proxy/local/faketoken.go`).
 //!
 //! Every pod with a projected service account volume needs a TokenRequest
 //! (`POST …/namespaces/<ns>/serviceaccounts/<name>/token`) answered before kubelet starts it.

@@ -24,7 +24,8 @@ use crate::{Bench, Running};
 const NODE: &str = "edge-1";
 /// What kubelet reads through the hub in the round with a request.
 const NODE_PATH: &str = "/api/v1/nodes/edge-1";
-/// The sleeps of one lease GET backoff, 200 + 400 + 800 ms (YURTHUB.md §1.3).
+/// The sleeps of one lease GET backoff, 200 + 400 + 800 ms (YurtHub's
+/// `pkg/yurthub/healthchecker/cloudapiserver`).
 const BACKOFF: Duration = Duration::from_millis(1400);
 /// GETs in one backoff: one before each sleep and one after the last.
 const BACKOFF_GETS: u32 = 4;

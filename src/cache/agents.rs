@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, RwLock};
 
-/// Components cached by default (DESIGN.md §1).
+/// Components cached by default (README.md, "What it caches and what it answers offline").
 pub(crate) const DEFAULT_AGENTS: &[&str] = &[
     "kubelet",
     "kube-proxy",

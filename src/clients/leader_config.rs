@@ -1,9 +1,10 @@
-//! Watches the pool's `<namespace>/leader-hub-<pool>` ConfigMap (YURTHUB.md §4.3; edge mode
-//! with `--nodepool-name`): a thread lists it by name, then watches it from the list's
-//! resourceVersion, feeding each version to [`PoolState::apply`] and publishing the outcome
-//! in the shared [`PoolRoute`] (the source, the leaders, dialled at once), where the feeders
-//! read it. The hub's own requests (component `tinyhub`), never cached: offline or after a
-//! restart, until the ConfigMap is seen again, the source is the cloud.
+//! Watches the pool's `<namespace>/leader-hub-<pool>` ConfigMap (yurt-manager's
+//! `pkg/yurtmanager/controller/hubleaderconfig`; edge mode with `--nodepool-name`): a thread lists
+//! it by name, then watches it from the list's resourceVersion, feeding each version to
+//! [`PoolState::apply`] and publishing the outcome in the shared [`PoolRoute`] (the source, the
+//! leaders, dialled at once), where the feeders read it. The hub's own requests (component
+//! `tinyhub`), never cached: offline or after a restart, until the ConfigMap is seen again, the
+//! source is the cloud.
 //!
 //! Design decisions:
 //! - As the other watches of `clients/`: a watch that ends by its time or breaks off

@@ -1,9 +1,9 @@
-//! The feeder of one pool-scope resource's node-local watch cache (YURTHUB.md §4.5): one
-//! list of the whole resource from the cloud, fed to [`WatchCache::replace`] object by
-//! object as it streams, then watches from the cache's resourceVersion, each event applied
-//! as it arrives. Every local client's list and watch of the resource is then served from
-//! that one cache (`proxy::pool_local`), so the cloud sees one list and one watch per
-//! resource per node instead of one per client.
+//! The feeder of one pool-scope resource's node-local watch cache (YurtHub's
+//! `pkg/yurthub/multiplexer`): one list of the whole resource from the cloud, fed to
+//! [`WatchCache::replace`] object by object as it streams, then watches from the cache's
+//! resourceVersion, each event applied as it arrives. Every local client's list and watch of the
+//! resource is then served from that one cache (`proxy::pool_local`), so the cloud sees one list
+//! and one watch per resource per node instead of one per client.
 //!
 //! Design decisions:
 //!
@@ -21,10 +21,10 @@
 //! - **Bounded memory**: the list is cut by the cache's incremental decoder (one object at
 //!   a time, at most `MAX_OBJECT_BYTES`); only the indexed objects (what the cache keeps
 //!   anyway) are gathered until the list ends, never the body.
-//! - **Resume, relist, back off**: a watch that ends by its time, or whose connection
-//!   breaks (or ends inside an event), resumes from the cache's resourceVersion (every event and bookmark moves it);
-//!   a 410, an ERROR event or an event the cache cannot apply lists again (the relist is a
-//!   diff, so local watchers carry on); a failed list waits `retry` (the heartbeat interval)
+//! - **Resume, relist, back off**: a watch that ends by its time, or whose connection breaks (or
+//!   ends inside an event), resumes from the cache's resourceVersion (every event and bookmark
+//!   moves it); a 410, an ERROR event or an event the cache cannot apply lists again (the relist is
+//!   a diff, so local watchers carry on); a failed list waits `retry` (the heartbeat interval)
 //!   before the next try; nothing is asked of a cloud whose servers are all unhealthy.
 //! - **gzip**: it asks `Accept-Encoding: gzip` (the apiserver compresses bodies over 128 KiB,
 //!   lists only: its watch streams are never compressed); a gzip body is inflated by the
@@ -35,23 +35,23 @@
 //!   every whole event before it was applied; an object the index cannot read is left out,
 //!   counted (`tinyhub_pool_cache_skipped_objects_total`), and its resourceVersion applied,
 //!   since a relist would leave it out again, once per update of that object.
-//! - **Through the pool's leader** (YURTHUB.md §4.6; `pool::route::PoolRoute`, with
-//!   `--nodepool-name`): when the leader ConfigMap makes the pool the source and a leader
-//!   answers its health dial, the list and the watches go to
+//! - **Through the pool's leader** (YurtHub's `pkg/yurthub/healthchecker/leaderhub`;
+//!   `pool::route::PoolRoute`, with `--nodepool-name`): when the leader ConfigMap makes the pool
+//!   the source and a leader answers its health dial, the list and the watches go to
 //!   `https://<leader ip>:<--multiplexer-port>` with the same User-Agent and the hub's client
-//!   certificate (`Upstream::send_to_base`; the leader's certificate checked against the
-//!   cluster CA and its IP). Fallback leader → cloud → cache (`pool::health::plan`): a leader
-//!   that cannot be reached or breaks off mid-stream is marked unreachable and the feeder goes
-//!   on at once from the cloud, resuming from the cache's resourceVersion (the leader passes
-//!   the cloud's through). One that turns a request away (503, a 504 because it lags behind
-//!   the follower's resourceVersion, its server's cap, 429 warming while the follower holds
-//!   data) is skipped for one turn: another leader, else the cloud, else nothing this turn;
-//!   the next health round moves the watch back. One that refuses this node (a failed TLS
-//!   handshake, 401/403) is set aside for a backoff (`pool::health`). None of these counts
-//!   against the cache's feed ([`WatchCache::feeder_failing`] is the cloud's). A watch that
-//!   no longer goes where the route says (the cloud while a leader is usable, a leader no
-//!   longer usable, a resource no longer pool-scope) is ended by the route (its [`Wake`]
-//!   shuts the stream's connection) and resumed at once; local watches carry on throughout.
+//!   certificate (`Upstream::send_to_base`; the leader's certificate checked against the cluster CA
+//!   and its IP). Fallback leader → cloud → cache (`pool::health::plan`): a leader that cannot be
+//!   reached or breaks off mid-stream is marked unreachable and the feeder goes on at once from the
+//!   cloud, resuming from the cache's resourceVersion (the leader passes the cloud's through). One
+//!   that turns a request away (503, a 504 because it lags behind the follower's resourceVersion,
+//!   its server's cap, 429 warming while the follower holds data) is skipped for one turn: another
+//!   leader, else the cloud, else nothing this turn; the next health round moves the watch back.
+//!   One that refuses this node (a failed TLS handshake, 401/403) is set aside for a backoff
+//!   (`pool::health`). None of these counts against the cache's feed
+//!   ([`WatchCache::feeder_failing`] is the cloud's). A watch that no longer goes where the route
+//!   says (the cloud while a leader is usable, a leader no longer usable, a resource no longer
+//!   pool-scope) is ended by the route (its [`Wake`] shuts the stream's connection) and resumed at
+//!   once; local watches carry on throughout.
 //! - **The first list from the pool**: it waits (up to `FIRST_LIST_PATIENCE`) for the
 //!   ConfigMap's first list; then, while named leaders do not answer their dial yet (a power
 //!   cut), it re-dials them every 1.5 s for up to 30 s; and a leader that answers 429 warming
@@ -755,9 +755,10 @@ pub(super) mod tests {
     use crate::server::tls::tests::TestCa;
     use crate::watchcache::{CacheOptions, Resource};
 
-    /// A TLS server on a loopback address that answers the feeder's requests: first its
-    /// scripted answers, in order (status 0: a watch's 200 head, then 20 s of silence), then an empty Services list at resourceVersion 5 or an
-    /// empty watch (which ends at once). It records each request line.
+    /// A TLS server on a loopback address that answers the feeder's requests: first its scripted
+    /// answers, in order (status 0: a watch's 200 head, then 20 s of silence), then an empty
+    /// Services list at resourceVersion 5 or an empty watch (which ends at once). It records each
+    /// request line.
     pub(crate) struct Fake {
         addr: SocketAddr,
         requests: Arc<Mutex<Vec<String>>>,

@@ -1,8 +1,8 @@
 //! Keeps [`TopologyIndex`] current: one list of all Services, streamed item by item, then a
 //! watch from its resourceVersion, renewed from the last one seen; a list again when the
 //! watch cannot resume (410 Gone, an ERROR event). YurtHub keeps an informer of every Service
-//! for servicetopology (YURTHUB.md §2.8); this keeps only the annotated ones, and spares the
-//! filter a round trip to the cloud per EndpointSlice.
+//! for servicetopology (YurtHub's `pkg/yurthub/filter/servicetopology`); this keeps only the
+//! annotated ones, and spares the filter a round trip to the cloud per EndpointSlice.
 //!
 //! The hub's own requests (component `tinyhub`): never filtered and not cached. Offline the
 //! index keeps what it knew; nothing is filtered then anyway (offline answers come from the

@@ -1,6 +1,6 @@
-//! discardcloudservice (YURTHUB.md §2.5): hides from kube-proxy the Services only the cloud
-//! can serve: LoadBalancers annotated `svc.openyurt.io/discard: "true"` and the tunnel
-//! server's internal Service.
+//! discardcloudservice (YurtHub's `pkg/yurthub/filter/discardcloudservice`): hides from kube-proxy
+//! the Services only the cloud can serve: LoadBalancers annotated `svc.openyurt.io/discard: "true"`
+//! and the tunnel server's internal Service.
 
 use serde_json::Value;
 

@@ -1,4 +1,5 @@
-//! forwardkubesvctraffic (YURTHUB.md §2.3): in kube-proxy's view, EndpointSlice
+//! forwardkubesvctraffic (YurtHub's `pkg/yurthub/filter/forwardkubesvctraffic`): in kube-proxy's
+//! view, EndpointSlice
 //! `default/kubernetes` has one endpoint, the hub's HTTPS listener, so pods' traffic to the
 //! `kubernetes` ClusterIP is DNAT-ed to the hub. A slice of the other address family than
 //! the hub's address is left alone.

@@ -1,7 +1,8 @@
-//! inclusterconfig (YURTHUB.md §2.4): in kubelet's view of ConfigMap `kube-system/kube-proxy`,
-//! the `kubeconfig:` line of `config.conf` is commented out, so the kube-proxy pod falls back
-//! to in-cluster config and reaches the cloud through the hub (with masterservice). Master
-//! nodes without a hub, which read the ConfigMap directly, keep their kubeconfig.
+//! inclusterconfig (YurtHub's `pkg/yurthub/filter/inclusterconfig`): in kubelet's view of ConfigMap
+//! `kube-system/kube-proxy`, the `kubeconfig:` line of `config.conf` is commented out, so the
+//! kube-proxy pod falls back to in-cluster config and reaches the cloud through the hub (with
+//! masterservice). Master nodes without a hub, which read the ConfigMap directly, keep their
+//! kubeconfig.
 
 use serde_json::Value;
 

@@ -1,7 +1,7 @@
-//! masterservice (YURTHUB.md §2.2): in kubelet's view, Service `default/kubernetes` points at
-//! the hub's HTTPS listener, so the `KUBERNETES_SERVICE_*` env vars kubelet gives every pod
-//! lead in-cluster clients to the hub. Sets `clusterIP` and `clusterIPs` (CoreDNS reads the
-//! latter, #2173) and the port named `https`; `targetPort` is left alone.
+//! masterservice (YurtHub's `pkg/yurthub/filter/masterservice`): in kubelet's view, Service
+//! `default/kubernetes` points at the hub's HTTPS listener, so the `KUBERNETES_SERVICE_*` env vars
+//! kubelet gives every pod lead in-cluster clients to the hub. Sets `clusterIP` and `clusterIPs`
+//! (CoreDNS reads the latter, #2173) and the port named `https`; `targetPort` is left alone.
 
 use serde_json::Value;
 

@@ -1,5 +1,6 @@
-//! Response filters (YURTHUB.md §2): which filters apply to a request, and the pure functions
-//! that rewrite or drop one decoded object on its way from the cloud to a node component.
+//! Response filters (YurtHub's `pkg/yurthub/filter`): which filters apply to a request, and the
+//! pure functions that rewrite or drop one decoded object on its way from the cloud to a node
+//! component.
 //!
 //! This module does no I/O. What a filter needs from the cloud (a Service's topology
 //! annotation, the node's pool, a pool's members) comes through [`Lookups`], implemented by

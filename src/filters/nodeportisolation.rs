@@ -1,6 +1,6 @@
-//! nodeportisolation (YURTHUB.md §2.6): hides from kube-proxy the NodePort and LoadBalancer
-//! Services whose `nodeport.openyurt.io/listen` annotation does not name this node's pool,
-//! so their node ports are not opened here. Services without the annotation pass.
+//! nodeportisolation (YurtHub's `pkg/yurthub/filter/nodeportisolation`): hides from kube-proxy the
+//! NodePort and LoadBalancer Services whose `nodeport.openyurt.io/listen` annotation does not name
+//! this node's pool, so their node ports are not opened here. Services without the annotation pass.
 
 use serde_json::Value;
 
@@ -32,9 +32,9 @@ pub(super) fn filter(obj: &Value, ctx: &FilterContext, lookups: &dyn Lookups) ->
     }
 }
 
-/// Whether pool `pool` listens, per the annotation value (`filter.go:125-155`): entries
-/// `name`, `-name` or `*`, comma-separated and trimmed, de-duplicated on the name without
-/// its `-` (first occurrence wins), empty names skipped. `pool` listens if named, not if excluded, else if `*` is
+/// Whether pool `pool` listens, per the annotation value (`filter.go:125-155`): entries `name`,
+/// `-name` or `*`, comma-separated and trimmed, de-duplicated on the name without its `-` (first
+/// occurrence wins), empty names skipped. `pool` listens if named, not if excluded, else if `*` is
 /// there; otherwise (an empty annotation too) it does not.
 fn listens(annotation: &str, pool: &str) -> bool {
     let mut entries: Vec<&str> = Vec::new();

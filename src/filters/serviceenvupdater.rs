@@ -1,4 +1,5 @@
-//! serviceenvupdater (YURTHUB.md §2.7): in kubelet's view of pods, explicit
+//! serviceenvupdater (YurtHub's `pkg/yurthub/filter/serviceenvupdater`): in kubelet's view of pods,
+//! explicit
 //! `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT` env vars of `spec.containers` point at
 //! the hub (#2158: a cloud webhook may inject a public FQDN). Variables are never added, and
 //! init and ephemeral containers are left alone, as in YurtHub.

@@ -1,6 +1,6 @@
-//! servicetopology (YURTHUB.md §2.8): keeps only the endpoints on this node, or in this
-//! node's pool, of Services annotated `openyurt.io/topologyKeys`, so kube-proxy, CoreDNS and
-//! ingress controllers route to nearby backends.
+//! servicetopology (YurtHub's `pkg/yurthub/filter/servicetopology`): keeps only the endpoints on
+//! this node, or in this node's pool, of Services annotated `openyurt.io/topologyKeys`, so
+//! kube-proxy, CoreDNS and ingress controllers route to nearby backends.
 //!
 //! Handles EndpointSlices `discovery.k8s.io/v1` (`nodeName`) and `v1beta1`
 //! (`topology["kubernetes.io/hostname"]`), and core v1 Endpoints (each address's `nodeName`),

@@ -1,8 +1,8 @@
 //! The `openyurt.io/topologyKeys` annotation of every Service that has one, kept by the
 //! services watch (`clients::services_watch`) as YurtHub keeps an informer of all Services
-//! (YURTHUB.md §2.8), but holding only the annotated ones: a few bytes per topology-aware
-//! Service instead of every Service decoded. servicetopology reads it for each EndpointSlice
-//! with no round trip to the cloud.
+//! (YurtHub's `pkg/yurthub/filter/servicetopology`), but holding only the annotated ones: a few
+//! bytes per topology-aware Service instead of every Service decoded. servicetopology reads it for
+//! each EndpointSlice with no round trip to the cloud.
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};

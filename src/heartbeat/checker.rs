@@ -1,5 +1,5 @@
-//! The health checker of lease mode (YURTHUB.md §1.3): a server is healthy when the hub can
-//! renew the node lease through it.
+//! The health checker of lease mode (YurtHub's `pkg/yurthub/healthchecker/cloudapiserver`): a
+//! server is healthy when the hub can renew the node lease through it.
 //!
 //! One thread for all servers, since the lease is one object of the cluster. Every
 //! `--heartbeat-interval-seconds` a round starts at the server after the one that began the

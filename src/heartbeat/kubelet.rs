@@ -1,6 +1,7 @@
-//! Is kubelet alive? Judged by its lease requests (YURTHUB.md §1.3 step 1): the hub answers
-//! them itself, so it records the time of each, and kubelet counts as stopped once a grace
-//! period passed without one. Two atomics: cheap enough for the request path.
+//! Is kubelet alive? Judged by its lease requests (YurtHub's
+//! `pkg/yurthub/healthchecker/cloudapiserver`): the hub answers them itself, so it records the time
+//! of each, and kubelet counts as stopped once a grace period passed without one. Two atomics:
+//! cheap enough for the request path.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -1,4 +1,5 @@
-//! The node Lease object as the hub sends it (YurtHub's `newLease`, YURTHUB.md §1.3).
+//! The node Lease object as the hub sends it (YurtHub's `newLease`, YurtHub's
+//! `pkg/yurthub/healthchecker/cloudapiserver`).
 //!
 //! Works on `serde_json::Value` so that fields the hub does not know (kubelet's, a newer
 //! API's) survive a renewal untouched; the caller's object is never changed.

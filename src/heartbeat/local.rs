@@ -1,5 +1,5 @@
 //! The hub's own copy of the node lease, which answers kubelet's lease requests in edge mode
-//! (YURTHUB.md §1.2, §1.5), and the rule for when that copy goes to disk.
+//! (YurtHub's `pkg/yurthub/proxy/proxy.go`), and the rule for when that copy goes to disk.
 //!
 //! The copy is always the newest lease the hub renewed (YurtHub serves a stale in-memory
 //! copy), and a lease kubelet creates while nothing is known is kept, so kubelet's following

@@ -1,6 +1,7 @@
-//! The node heartbeat in edge mode (YURTHUB.md §1): the hub answers kubelet's lease requests
-//! itself and renews `kube-node-lease/<node>` in the cloud, and that renewal is its health
-//! probe of each server (`--heartbeat-mode=lease`, the default in edge mode).
+//! The node heartbeat in edge mode (YurtHub's `pkg/yurthub/healthchecker/cloudapiserver`): the hub
+//! answers kubelet's lease requests itself and renews `kube-node-lease/<node>` in the cloud, and
+//! that renewal is its health probe of each server (`--heartbeat-mode=lease`, the default in edge
+//! mode).
 //!
 //! - [`lease`]: the Lease object the hub sends (`newLease`), MicroTime stamps, paths, and a
 //!   protobuf Lease read as JSON.

@@ -1,7 +1,7 @@
 //! One renewal of the node lease through one apiserver: YurtHub's `nodeLease.Update`
-//! (YURTHUB.md §1.3), over the [`LeaseApi`] trait so the algorithm is tested without a
-//! network, plus tinyhub's rule for a deleted Node (§1.5): never re-create its lease, and
-//! stop renewing once it has been missing for several probes in a row.
+//! (YurtHub's `pkg/yurthub/healthchecker/cloudapiserver`), over the [`LeaseApi`] trait so the
+//! algorithm is tested without a network, plus tinyhub's rule for a deleted Node (§1.5): never
+//! re-create its lease, and stop renewing once it has been missing for several probes in a row.
 //!
 //! Call sequence of one probe (`failed_retry` = `--heartbeat-failed-retry`, at least 1):
 //!

@@ -1,10 +1,10 @@
 //! Offline answers: what the hub says from its disk cache while the cloud is unreachable
-//! (DESIGN.md §4). Gets return the cached object, lists the cached collection filtered by the
-//! request's label and field selectors (which YurtHub ignores), watches are held open without
-//! events, writes are answered as YurtHub does, and everything else gets a `Status`.
-//! Two answers keep a rebooted node's pods: a TokenRequest gets the cached token or a
-//! one-minute token made here (`tokens.rs`), and kubelet's pod list that finds nothing is a
-//! 404, never an empty list. Event creates are echoed and never stored.
+//! (README.md's offline table). Gets return the cached object, lists the cached collection filtered
+//! by the request's label and field selectors (which YurtHub ignores), watches are held open
+//! without events, writes are answered as YurtHub does, and everything else gets a `Status`. Two
+//! answers keep a rebooted node's pods: a TokenRequest gets the cached token or a one-minute token
+//! made here (`tokens.rs`), and kubelet's pod list that finds nothing is a 404, never an empty
+//! list. Event creates are echoed and never stored.
 //!
 //! Lists stream: objects are read from disk one at a time and written out as they pass the
 //! selectors, so an offline list of thousands of pods never sits whole in memory. Only the

@@ -14,7 +14,7 @@ impl Offline {
     /// A TokenRequest: 201 with the cached answer while its token is valid for at least
     /// [`tokens::MIN_VALIDITY`] by its own `exp` (said to expire in a minute, so kubelet keeps
     /// asking), else with a token made here that expires in a minute —
-    /// never an empty token (YURTHUB.md §5.1 a). Nothing is written.
+    /// never an empty token (YurtHub's `pkg/yurthub/proxy/local/faketoken.go`). Nothing is written.
     pub(super) fn token<'c>(
         &self,
         mut ex: Exchange<'c>,

@@ -1,7 +1,7 @@
-//! Token mode (YURTHUB.md §3.2–§3.5): the bootstrap kubeconfig comes from `--bootstrap-file`,
-//! or from `<root>/bootstrap-hub.conf`, or from `cluster-info` discovery with the join token
-//! (which then writes that file); `pki/ca.crt` and `yurthub.conf` are written from it once,
-//! as YurtHub writes them. The client certificate is requested with the bootstrap token
+//! Token mode (YurtHub's `pkg/yurthub/certificate/token`): the bootstrap kubeconfig comes from
+//! `--bootstrap-file`, or from `<root>/bootstrap-hub.conf`, or from `cluster-info` discovery with
+//! the join token (which then writes that file); `pki/ca.crt` and `yurthub.conf` are written from
+//! it once, as YurtHub writes them. The client certificate is requested with the bootstrap token
 //! while the hub has no valid certificate, and with its own certificate to renew it.
 
 use std::path::PathBuf;

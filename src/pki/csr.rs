@@ -4,7 +4,7 @@
 //! tools read them as they read YurtHub's.
 //!
 //! Hand-written instead of rcgen: the format is small and stable and rcgen adds about 50 KiB
-//! to the binary (ECOSYSTEM.md). It talks to nobody: sending the request is `csr_api.rs`.
+//! to the binary. It talks to nobody: sending the request is `csr_api.rs`.
 
 use std::fmt;
 use std::net::IpAddr;

@@ -143,8 +143,9 @@ impl RootDir {
         }
     }
 
-    /// yurtadm's bootstrap kubeconfig (YURTHUB.md §3.3): cluster `kubernetes` {server,
-    /// certificate-authority-data}, user `token-bootstrap-client` {token}, context
+    /// yurtadm's bootstrap kubeconfig (YurtHub's `pkg/yurthub/certificate/token`): cluster
+    /// `kubernetes` {server, certificate-authority-data}, user `token-bootstrap-client` {token},
+    /// context
     /// `token-bootstrap-client@kubernetes` (current). Written to `path` (the
     /// `--bootstrap-file` path when set, else `bootstrap_conf()`).
     pub(crate) fn write_bootstrap_conf(

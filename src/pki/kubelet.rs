@@ -1,6 +1,7 @@
-//! kubeletcertificate mode (YURTHUB.md §3.7): the hub presents kubelet's client certificate.
-//! YurtHub re-reads it only after it expired, although kubelet rotates it at 70–90 % of its
-//! lifetime; here the file is looked at every few seconds and a change (kubelet swaps the
+//! kubeletcertificate mode (YurtHub's `pkg/yurthub/certificate/kubeletcertificate`): the hub
+//! presents kubelet's client certificate. YurtHub re-reads it only after it expired, although
+//! kubelet rotates it at 70–90 % of its lifetime; here the file is looked at every few seconds and
+//! a change (kubelet swaps the
 //! `kubelet-client-current.pem` symlink) is put to use at once.
 
 use std::path::PathBuf;

@@ -1,8 +1,8 @@
 //! The hub's own identity for the cloud: its client certificate, obtained with a bootstrap
 //! token (token mode) or taken from kubelet (kubeletcertificate mode) or from the user's
 //! `--kubeconfig`, and its serving certificate for the HTTPS proxy port. Both are renewed
-//! before they expire, as YurtHub renews them (`../shared/YURTHUB.md` §3), with its faults
-//! fixed: a missing or expired certificate never stops answers from the cache, the HTTPS
+//! before they expire, as YurtHub renews them (YurtHub's `pkg/yurthub/certificate`), with its
+//! faults fixed: a missing or expired certificate never stops answers from the cache, the HTTPS
 //! port comes up when its certificate arrives instead of holding back the whole hub, and
 //! kubelet's certificate is re-read when kubelet rotates it, not after it expired.
 //!

@@ -1,7 +1,8 @@
-//! Leader hub health and the follower's fallback order (YURTHUB.md §4.6): a leader is
-//! healthy when a TCP connection to its multiplexer port opens within 2 s, checked every
-//! 20 s and at once when the leader list changes; requests go round-robin over healthy
-//! leaders; and a pool-scope request tries the leader, then the cloud, then the cache.
+//! Leader hub health and the follower's fallback order (YurtHub's
+//! `pkg/yurthub/healthchecker/leaderhub`): a leader is healthy when a TCP connection to its
+//! multiplexer port opens within 2 s, checked every 20 s and at once when the leader list changes;
+//! requests go round-robin over healthy leaders; and a pool-scope request tries the leader, then
+//! the cloud, then the cache.
 //!
 //! Design decisions:
 //! - The probe goes through the [`Dialer`] trait, so rounds are tested without sockets;

@@ -1,4 +1,5 @@
-//! The pool's leader hubs as yurt-manager publishes them (YURTHUB.md §4.3): the ConfigMap
+//! The pool's leader hubs as yurt-manager publishes them (yurt-manager's
+//! `pkg/yurtmanager/controller/hubleaderconfig`): the ConfigMap
 //! `<namespace>/leader-hub-<pool>`, read from its JSON into a [`LeaderConfig`]; where this
 //! node reads pool-scope resources from ([`Source`]); the leaders' URLs; and the state kept
 //! across the ConfigMap's watch events ([`PoolState`]). Pure: the watch itself belongs to

@@ -1,4 +1,5 @@
-//! Which resources are pool-scope (YURTHUB.md §4.1–4.2): their set, parsed from
+//! Which resources are pool-scope (YurtHub's `cmd/yurthub/app/options/pool_scope_metadata.go`):
+//! their set, parsed from
 //! `--pool-scope-resources` and from the leader ConfigMap's `pool-scoped-metadata`, and the
 //! decision whether one request is a pool-scope list or watch. Pure: no I/O.
 //!

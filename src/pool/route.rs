@@ -1,6 +1,6 @@
-//! Where this node's pool-scope reads go now (YURTHUB.md §4.3, §4.6): one object, built in
-//! app.rs and shared by the `leader-hub-<pool>` watcher (which sets the source and the
-//! leaders), the leader health checker (every 20 s) and the feeders of the pool caches
+//! Where this node's pool-scope reads go now (YurtHub's `pkg/yurthub/healthchecker/leaderhub`): one
+//! object, built in app.rs and shared by the `leader-hub-<pool>` watcher (which sets the source and
+//! the leaders), the leader health checker (every 20 s) and the feeders of the pool caches
 //! (which ask it where to list and watch, and report a leader that failed them).
 //!
 //! Design decisions:

@@ -1,7 +1,8 @@
-//! kubelet's lease requests in edge mode with `--heartbeat-mode=lease` (YURTHUB.md §1.2):
-//! answered by the hub from its current lease, online and offline, never forwarded and never
-//! cached. The hub's renewal is the only writer of the node lease: two writers conflict
-//! (YurtHub #1986), and kubelet's PUTs would cost the link a round trip every 10 s.
+//! kubelet's lease requests in edge mode with `--heartbeat-mode=lease` (YurtHub's
+//! `pkg/yurthub/proxy/proxy.go`): answered by the hub from its current lease, online and offline,
+//! never forwarded and never cached. The hub's renewal is the only writer of the node lease: two
+//! writers conflict (YurtHub #1986), and kubelet's PUTs would cost the link a round trip every 10
+//! s.
 
 use std::time::Duration;
 

@@ -56,7 +56,7 @@ pub(crate) struct Hub {
     pub offline: Option<Offline>,
     /// Ends streams whose client left.
     pub reaper: Arc<Reaper>,
-    /// The response filters (YURTHUB.md §2); None when filtering is off.
+    /// The response filters (YurtHub's `pkg/yurthub/filter`); None when filtering is off.
     pub filters: Option<Filters>,
     /// The node heartbeat, which answers kubelet's lease requests (edge mode with
     /// `--heartbeat-mode=lease`).

@@ -1,5 +1,5 @@
-//! Node-level traffic reuse (YURTHUB.md §4.2, §4.5; edge mode): every list and watch of a
-//! pool-scope resource from a local client is answered from the one watch cache of that
+//! Node-level traffic reuse (YurtHub's `pkg/yurthub/multiplexer`; edge mode): every list and watch
+//! of a pool-scope resource from a local client is answered from the one watch cache of that
 //! resource (`watchcache/`, fed by `clients::pool_watch`), not forwarded to the cloud per
 //! client.
 //!

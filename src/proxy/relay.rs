@@ -211,10 +211,10 @@ impl Call<'_> {
         Some((filters, shape))
     }
 
-    /// The relay of a filtered answer (YURTHUB.md §2.1): filtered before the tee, so the
-    /// cache holds what the client got. A get or a small answer is filtered whole and sent
-    /// with its new length; a larger list or a watch is filtered as it streams, chunked.
-    /// An answer that cannot be decoded passes unchanged, with one log line, and is not
+    /// The relay of a filtered answer (YurtHub's `pkg/yurthub/filter/responsefilter`): filtered
+    /// before the tee, so the cache holds what the client got. A get or a small answer is filtered
+    /// whole and sent with its new length; a larger list or a watch is filtered as it streams,
+    /// chunked. An answer that cannot be decoded passes unchanged, with one log line, and is not
     /// cached.
     fn relay_filtered<'c>(
         &self,

@@ -1,5 +1,5 @@
-//! The node-local watch cache of one pool-scope resource (YURTHUB.md §4.5): fed by one
-//! upstream list and watch, it answers every local list and watch of the resource from
+//! The node-local watch cache of one pool-scope resource (YurtHub's `pkg/yurthub/multiplexer`): fed
+//! by one upstream list and watch, it answers every local list and watch of the resource from
 //! memory, with the cloud's resourceVersions, as the apiserver's own watch cache does.
 //!
 //! Pure data structures: no I/O, no threads. The feeder calls [`WatchCache::replace`] with a

@@ -1,7 +1,7 @@
 //! The stand-in cloud's side of issue 14 (response filters), tested on its own over HTTPS
 //! as a client of the apiserver sees it, so the filter tests can trust what they filter:
 //! EndpointSlices in v1 and v1beta1 shapes, OpenYurt's NodePool CRD, and each fixture's
-//! JSON in the fields the filters read (YURTHUB.md §2).
+//! JSON in the fields the filters read (YurtHub's `pkg/yurthub/filter`).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! The stand-in cloud's node leases (issue 15), tested on their own over HTTPS as a lease
-//! writer sees them, so the heartbeat tests can trust what they renew against (YURTHUB.md
-//! §1.3): resourceVersions and conflicts, create-on-update, the refusal and conflict
-//! switches, a Node's deletion, watches of leases.
+//! writer sees them, so the heartbeat tests can trust what they renew against (YurtHub's
+//! `pkg/yurthub/healthchecker/cloudapiserver`): resourceVersions and conflicts,
+//! create-on-update, the refusal and conflict switches, a Node's deletion, watches of leases.
 
 use serde_json::{Value, json};
 
@@ -59,7 +59,8 @@ fn rv(v: &Value) -> u64 {
         .unwrap_or_else(|| panic!("no resourceVersion in {v}"))
 }
 
-/// The lease tinyhub creates for a fresh node (YURTHUB.md §1.3), owned by Node `uid`.
+/// The lease tinyhub creates for a fresh node (YurtHub's
+/// `pkg/yurthub/healthchecker/cloudapiserver`), owned by Node `uid`.
 fn new_lease(node: &str, uid: &str, renew: &str) -> Value {
     json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
            "metadata": {"name": node, "namespace": "kube-node-lease",

@@ -1,7 +1,7 @@
-//! Issue 14: the relay's response filters (YURTHUB.md §2), through the real binary against
-//! the stand-in cloud's fixtures: what kubelet and kube-proxy read is filtered online (lists,
-//! watches, gets, gzip), a request needing no filter passes byte for byte, and the same reads
-//! answered from the cache while the cloud is gone are filtered too.
+//! Issue 14: the relay's response filters (YurtHub's `pkg/yurthub/filter`), through the real binary
+//! against the stand-in cloud's fixtures: what kubelet and kube-proxy read is filtered online
+//! (lists, watches, gets, gzip), a request needing no filter passes byte for byte, and the same
+//! reads answered from the cache while the cloud is gone are filtered too.
 
 use std::io::Read;
 use std::time::Duration;

@@ -1,9 +1,9 @@
-//! The node heartbeat in edge mode (issue 15, YURTHUB.md §1), with the real hub and the
-//! stand-in cloud: kubelet's lease requests are answered by the hub and never reach the
-//! cloud, while the hub renews the node lease every interval; a silent kubelet stops the
-//! renewals but not kube-proxy's cloud; a conflict is read again and renewed; kubelet is
-//! answered after an offline start and after an offline reboot; the lease file is written
-//! once, not at every renewal.
+//! The node heartbeat in edge mode (issue 15, YurtHub's
+//! `pkg/yurthub/healthchecker/cloudapiserver`), with the real hub and the stand-in cloud: kubelet's
+//! lease requests are answered by the hub and never reach the cloud, while the hub renews the node
+//! lease every interval; a silent kubelet stops the renewals but not kube-proxy's cloud; a conflict
+//! is read again and renewed; kubelet is answered after an offline start and after an offline
+//! reboot; the lease file is written once, not at every renewal.
 
 use std::path::PathBuf;
 use std::thread;

@@ -1,5 +1,6 @@
-//! Issue 16 items 2 and 3, one watch for the whole pool (YURTHUB.md §4.3-4.6): three hubs on
-//! one machine (`tests/support/pool.rs`), `edge-1` the leader named by the pool's
+//! Issue 16 items 2 and 3, one watch for the whole pool (YurtHub's `pkg/yurthub/multiplexer`,
+//! `pkg/yurthub/healthchecker/leaderhub`): three hubs on one machine (`tests/support/pool.rs`),
+//! `edge-1` the leader named by the pool's
 //! `leader-hub-pool-a` ConfigMap. The followers' pool caches list and watch through the
 //! leader's multiplexer port; the leader alone talks to the cloud; a dead leader sends the
 //! followers to the cloud and its return brings them back; the leader admits only the pool's

@@ -1,5 +1,5 @@
-//! Issue 16 item 1, node-level traffic reuse (YURTHUB.md §4.2, §4.5): in edge mode every
-//! list and watch of a pool-scope resource from a local client is served from one shared
+//! Issue 16 item 1, node-level traffic reuse (YurtHub's `pkg/yurthub/multiplexer`): in edge mode
+//! every list and watch of a pool-scope resource from a local client is served from one shared
 //! watch cache per resource, which the hub fills with one list and one watch of its own
 //! (User-Agent `multiplexer-proxy-<node>`); the cloud never sees the clients' requests.
 

@@ -302,7 +302,7 @@ fn walk(root: &Path, rel: &str, files: &mut Vec<String>, dot_names: &mut Vec<Str
     }
 }
 
-/// What the store leaves for start-up recovery (see src/cache/store.rs): anything in the
+/// What the store leaves for start-up recovery (see src/cache/store/journal.rs): anything in the
 /// staging directory `.staging` (staged objects, journals being written, collections being
 /// deleted), complete journals `.journal.<n>` in the root, and any other dot-name. After
 /// recovery there is none of it, though the (empty) staging directory stays.

@@ -1,5 +1,5 @@
-//! Who a leader admits on its multiplexer port (YURTHUB.md §4.4): a TLS client
-//! certificate chained to the cluster CA (rustls and webpki check the chain in the
+//! Who a leader admits on its multiplexer port (YurtHub's `pkg/yurthub/proxy/multiplexer`): a TLS
+//! client certificate chained to the cluster CA (rustls and webpki check the chain in the
 //! handshake), whose subject has O `system:nodes` (checked here after the handshake), and
 //! only list or watch of pool-scope resources. Every refusal is a 403 `Status`.
 //!

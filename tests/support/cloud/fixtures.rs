@@ -1,6 +1,6 @@
-//! Objects OpenYurt's response filters read (YURTHUB.md §2), created the way kubeadm, the
-//! apiserver's endpoint reconciler, the EndpointSlice controller, kube-proxy's manifests and
-//! yurt-manager create them, plus bulk Services and EndpointSlices for benchmarks.
+//! Objects OpenYurt's response filters read (YurtHub's `pkg/yurthub/filter`), created the way
+//! kubeadm, the apiserver's endpoint reconciler, the EndpointSlice controller, kube-proxy's
+//! manifests and yurt-manager create them, plus bulk Services and EndpointSlices for benchmarks.
 //!
 //! Every method creates through the store (watch events as for HTTP writes) and returns
 //! the objects as a get answers them.

@@ -1,0 +1,344 @@
+//! What the repository says about itself holds: README.md's "Measured" block is what
+//! BENCHMARKS.md gives (`benches/hub/readme.rs`, the function `make bench` writes it with),
+//! with every missed target shown missed; the LICENSE file is the licence Cargo.toml names;
+//! README.md states Cargo.toml's minimum Rust version; and every file the sources, tests,
+//! benches, examples, cross builds, fuzz targets and the top documents cite exists in the
+//! repository.
+//!
+//! It reads files only: no hub, no cloud.
+
+#[allow(dead_code)]
+#[path = "../benches/hub/readme.rs"]
+mod readme;
+
+use std::path::{Path, PathBuf};
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(name: &str) -> String {
+    let path = repo().join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// The value of `key = "value"` in Cargo.toml's `[package]` table.
+fn package_field(key: &str) -> Option<String> {
+    let manifest = read("Cargo.toml");
+    manifest
+        .lines()
+        .skip_while(|l| l.trim() != "[package]")
+        .skip(1)
+        .take_while(|l| !l.starts_with('['))
+        .find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == key).then(|| v.trim().trim_matches('"').to_owned())
+        })
+}
+
+#[test]
+fn readme_measured_block_is_what_benchmarks_md_gives() {
+    let readme_text = read("README.md");
+    let block = readme::measured_block(&read("BENCHMARKS.md"))
+        .unwrap_or_else(|e| panic!("BENCHMARKS.md cannot give README.md's block: {e}"));
+    let expected = readme::splice(&readme_text, &block).unwrap_or_else(|e| panic!("{e}"));
+    if readme_text != expected {
+        let (line, (got, want)) = readme_text
+            .lines()
+            .zip(expected.lines())
+            .enumerate()
+            .find(|(_, (a, b))| a != b)
+            .map(|(i, pair)| (i + 1, pair))
+            .unwrap_or((0, ("(README.md ends)", "(more lines)")));
+        panic!(
+            "README.md's measured block is not what BENCHMARKS.md gives; run {}.\n\
+             first difference, line {line}:\n  README.md: {got}\n  expected:  {want}",
+            readme::REGENERATE
+        );
+    }
+}
+
+/// BENCHMARKS.md with `from` replaced by `to` once, where it must be.
+fn edited(benchmarks: &str, from: &str, to: &str) -> String {
+    assert!(
+        benchmarks.contains(from),
+        "BENCHMARKS.md has no {from:?} to edit"
+    );
+    benchmarks.replacen(from, to, 1)
+}
+
+#[test]
+fn a_missed_target_is_shown_missed_and_a_met_one_met() {
+    let benchmarks = read("BENCHMARKS.md");
+    // The watch delivery target, whatever the last run measured, set to each result.
+    let row_start = benchmarks
+        .find("| Watch delivery: added latency")
+        .expect("BENCHMARKS.md's targets have the watch delivery row");
+    let row = benchmarks[row_start..].lines().next().unwrap_or("");
+    let plain = row.trim_end_matches('|').trim_end();
+    let result = plain.rsplit('|').next().unwrap_or("").trim();
+    let with = |r: &str| {
+        let new_row = format!("{} {r} |", plain[..plain.len() - result.len()].trim_end());
+        readme::measured_block(&edited(&benchmarks, row, &new_row)).expect("a block")
+    };
+    let watch_line = |block: &str| -> String {
+        block
+            .lines()
+            .find(|l| l.starts_with("| Watch delivery: added latency"))
+            .expect("the block lists the watch delivery target")
+            .to_owned()
+    };
+    let missed = with("**missed**");
+    let line = watch_line(&missed);
+    assert!(line.ends_with("| **missed** |"), "{line}");
+    assert!(
+        missed.contains("**missed**: ") && missed.contains("Watch delivery: added latency"),
+        "the summary names the missed target:\n{missed}"
+    );
+    let line = watch_line(&with("met"));
+    assert!(line.ends_with("| met |"), "{line}");
+}
+
+#[test]
+fn the_block_follows_the_figures_of_benchmarks_md() {
+    let benchmarks = read("BENCHMARKS.md");
+    let size_row = benchmarks
+        .lines()
+        .find(|l| l.starts_with("| armv7 musl release"))
+        .expect("BENCHMARKS.md's binary sizes have an armv7 row");
+    let cells: Vec<&str> = size_row.split('|').map(str::trim).collect();
+    let new_row = size_row.replacen(cells[3], "9.99 MiB (10,475,274 bytes)", 1);
+    let block = readme::measured_block(&edited(&benchmarks, size_row, &new_row)).expect("a block");
+    assert!(block.contains("/ 9.99 MiB /"), "{block}");
+
+    // A section the block reads that is gone is named, not papered over.
+    let heading = benchmarks
+        .lines()
+        .find(|l| l.starts_with("## 8."))
+        .expect("BENCHMARKS.md has case 8");
+    let err = readme::measured_block(&edited(&benchmarks, heading, "## Gone"))
+        .expect_err("no block without case 8");
+    assert!(err.contains("8."), "{err}");
+}
+
+#[test]
+fn splice_replaces_only_the_block() {
+    let readme_text = format!(
+        "# t\n\nbefore\n{}\nold figures\n{}\nafter\n",
+        readme::BEGIN,
+        readme::END
+    );
+    let block = format!("{}\nnew\n{}\n", readme::BEGIN, readme::END);
+    let out = readme::splice(&readme_text, &block).expect("markers present");
+    assert_eq!(
+        out,
+        format!(
+            "# t\n\nbefore\n{}\nnew\n{}\nafter\n",
+            readme::BEGIN,
+            readme::END
+        )
+    );
+    assert!(readme::splice("# no markers\n", &block).is_err());
+}
+
+#[test]
+fn license_file_is_the_licence_cargo_toml_names() {
+    let id = package_field("license").expect("Cargo.toml's [package] has a license");
+    // The opening lines of each licence's standard text, by SPDX id.
+    let titles: &[(&str, &[&str])] = &[(
+        "Apache-2.0",
+        &["Apache License", "Version 2.0, January 2004"],
+    )];
+    let (_, title) = titles
+        .iter()
+        .find(|(spdx, _)| *spdx == id)
+        .unwrap_or_else(|| {
+            panic!("no known title for license {id:?}: add its text's first lines here")
+        });
+    let license = read("LICENSE");
+    let head: Vec<&str> = license
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .take(title.len())
+        .collect();
+    assert_eq!(&head, title, "LICENSE does not open as the {id} text");
+    assert!(
+        license.contains("END OF TERMS AND CONDITIONS"),
+        "LICENSE is not the whole {id} text"
+    );
+}
+
+#[test]
+fn readme_states_the_minimum_rust_version_of_cargo_toml() {
+    let version = package_field("rust-version").expect("Cargo.toml's [package] has a rust-version");
+    let readme_text = read("README.md");
+    assert!(
+        readme_text.contains(&format!("({version} or newer")),
+        "README.md does not state the minimum Rust version {version} as \"({version} or newer\""
+    );
+}
+
+/// The repository's top-level directories a cited path may start with.
+const TOP_DIRS: &[&str] = &["src", "tests", "benches", "examples", "cross", "fuzz"];
+
+/// The text of `line` in which a file of kind `path` may cite files: a Rust file's comment
+/// (after a `//` outside a string), any other file's whole line.
+fn citing_text<'a>(path: &Path, line: &'a str) -> Option<&'a str> {
+    if path.extension().is_none_or(|e| e != "rs") {
+        return Some(line);
+    }
+    line.match_indices("//").find_map(|(at, _)| {
+        let before = &line[..at];
+        let in_string = before.matches('"').count() % 2 == 1;
+        (!in_string && !before.ends_with(':')).then(|| &line[at..])
+    })
+}
+
+/// The repository paths `text` cites: words ending in `.md`, or starting with a top-level
+/// directory and a `/`. A word in a URL (after `:` or `/`) is not one; nor is one under
+/// `target/`, which holds what builds write.
+fn cited_paths(text: &str) -> Vec<String> {
+    let is_path_char = |c: char| c.is_ascii_alphanumeric() || "_./-".contains(c);
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(is_path_char) {
+        let preceded = rest[..start].chars().next_back();
+        let len = rest[start..]
+            .find(|c| !is_path_char(c))
+            .unwrap_or(rest.len() - start);
+        let word = &rest[start..start + len];
+        rest = &rest[start + len..];
+        if preceded == Some(':') {
+            continue;
+        }
+        let word = word
+            .trim_start_matches("./")
+            .trim_end_matches(['.', '/', '-']);
+        let top = word.split('/').next().unwrap_or("");
+        let name = word.rsplit('/').next().unwrap_or("");
+        // `*.md` is a pattern, not a file.
+        let markdown = name.len() > ".md".len() && name.ends_with(".md");
+        let cites = markdown || (word.contains('/') && TOP_DIRS.contains(&top));
+        if cites && !word.starts_with("target/") && !word.starts_with('/') {
+            out.push(word.to_owned());
+        }
+    }
+    out
+}
+
+/// Files under `dir`, recursively, leaving out fuzz inputs (not text).
+fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if ["corpus", "seeds", "regressions", "target"].contains(&name.to_str().unwrap_or("")) {
+            continue;
+        }
+        if path.is_dir() {
+            files_under(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+/// `file:line: path` for each path cited in the files that does not exist, relative to the
+/// repository or to the citing file's directory.
+fn missing_citations(files: &[PathBuf]) -> Vec<String> {
+    let mut missing = Vec::new();
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue; // not text
+        };
+        let dir = file.parent().unwrap_or(repo());
+        for (n, line) in text.lines().enumerate() {
+            let Some(citing) = citing_text(file, line) else {
+                continue;
+            };
+            for cited in cited_paths(citing) {
+                if !repo().join(&cited).exists() && !dir.join(&cited).exists() {
+                    let shown = file.strip_prefix(repo()).unwrap_or(file);
+                    missing.push(format!("{}:{}: {cited}", shown.display(), n + 1));
+                }
+            }
+        }
+    }
+    missing
+}
+
+#[test]
+fn every_file_the_code_cites_exists() {
+    let mut files: Vec<PathBuf> = ["Makefile", "build.rs", "README.md", "ARCHITECTURE.md"]
+        .iter()
+        .map(|name| repo().join(name))
+        .collect();
+    for dir in TOP_DIRS {
+        files_under(&repo().join(dir), &mut files);
+    }
+    assert!(
+        files.iter().any(|f| f.ends_with("src/lib.rs")),
+        "the scan found the sources"
+    );
+    let missing = missing_citations(&files);
+    assert!(
+        missing.is_empty(),
+        "files cited that are not in the repository (cite README.md, ARCHITECTURE.md or the \
+         file that holds the fact):\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_citation_scan_finds_what_is_missing_and_only_that() {
+    let check = |line: &str, expected: &[&str]| {
+        assert_eq!(cited_paths(line), expected, "{line}");
+    };
+    check("/// Components (DESIGN.md §1).", &["DESIGN.md"]);
+    check(
+        "//! see src/cache/store.rs: recovery",
+        &["src/cache/store.rs"],
+    );
+    check(
+        "//! `fuzz/regressions/<target>` inputs",
+        &["fuzz/regressions"],
+    );
+    check(
+        "// https://github.com/openyurtio/openyurt/blob/x/README.md",
+        &[],
+    );
+    check("//! writes `target/BENCHMARKS-quick.md` for --quick", &[]);
+    check("//! YurtHub's `pkg/yurthub/filter/masterservice`", &[]);
+    check("//! every `*.md` file", &[]);
+    assert_eq!(
+        citing_text(
+            Path::new("x.rs"),
+            r#"let u = "https://x/DESIGN.md"; // fine"#
+        ),
+        Some("// fine")
+    );
+
+    let dir = std::env::temp_dir().join(format!("tinyhub-repo-docs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let file = dir.join("cites.rs");
+    // Built from parts, so that this file does not cite them itself.
+    let comment = "//!";
+    std::fs::write(
+        &file,
+        format!(
+            "{comment} Cites README.md and src/lib.rs, which exist,\n\
+             {comment} and NOWHERE.md and src/nowhere.rs, which do not.\n"
+        ),
+    )
+    .expect("writing the file");
+    let missing = missing_citations(std::slice::from_ref(&file));
+    std::fs::remove_dir_all(&dir).ok();
+    let cited: Vec<&str> = missing
+        .iter()
+        .filter_map(|m| m.rsplit(": ").next())
+        .collect();
+    assert_eq!(cited, ["NOWHERE.md", "src/nowhere.rs"], "{missing:?}");
+}
