@@ -164,6 +164,32 @@ fn start_leader_watch(
     Ok(())
 }
 
+/// Edge mode: the disk cache, locked for this process, recovered and proven writable. One
+/// that cannot be used (not a directory, read-only, no permission, another hub's) stops the
+/// hub with the path and the operating system's reason, so that procd or systemd show a
+/// failed service rather than a ready hub with no offline answers. Cloud mode keeps none.
+fn open_cache(config: &Config) -> Result<Option<Arc<Store>>, StartupError> {
+    if config.working_mode != WorkingMode::Edge {
+        return Ok(None);
+    }
+    let path = &config.disk_cache_path;
+    let (store, report) = Store::open(path).map_err(|e| {
+        StartupError::new(e.to_string()).context(format!(
+            "cannot use the cache directory {} (--disk-cache-path; edge mode answers from it while the cloud is unreachable)",
+            path.display()
+        ))
+    })?;
+    if report.rolled_forward + report.rolled_back + report.removed_temp_files > 0 {
+        log::info!(
+            "cache recovered after an interrupted write: rolled_forward={} rolled_back={} removed_temp_files={}",
+            report.rolled_forward,
+            report.rolled_back,
+            report.removed_temp_files
+        );
+    }
+    Ok(Some(Arc::new(store)))
+}
+
 /// Runs the hub until a signal ends it.
 pub fn run(config: Config) -> Result<(), StartupError> {
     let signals = signals::listen()
@@ -224,6 +250,8 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     let shutdown = Arc::new(AtomicBool::new(false));
     let writer_stop = Arc::new(AtomicBool::new(false));
 
+    // Before anything is bound or started: a hub that cannot use its cache exits at once.
+    let store = open_cache(&config)?;
     let proxy_listener = server::bind(config.proxy_addr).map_err(|e| {
         StartupError::new(e.to_string()).context(format!(
             "cannot listen on {} (--proxy-port)",
@@ -252,7 +280,9 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     // The serve port answers health checks from the start, while the rest comes up.
     {
         let (readiness, backends) = (Arc::clone(&readiness), Arc::clone(&backends));
-        let handler: server::Handler = Arc::new(move |ex| serve::handle(ex, &readiness, &backends));
+        let store = store.clone();
+        let handler: server::Handler =
+            Arc::new(move |ex| serve::handle(ex, &readiness, &backends, store.as_deref()));
         // Never stopped: it answers readyz with 503 during the shutdown, until the process ends.
         let shutdown = Arc::new(AtomicBool::new(false));
         spawn("serve", move || {
@@ -288,63 +318,40 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     let filter_port = filters.as_ref().map(|f| f.ctx.secure_port.clone());
     let mut writer_thread = None;
     let mut store_for_lease = None;
-    let (cache, offline) = if config.working_mode == WorkingMode::Edge {
-        match Store::open(&config.disk_cache_path) {
-            Ok((store, report)) => {
-                if report.rolled_forward + report.rolled_back + report.removed_temp_files > 0 {
-                    log::info!(
-                        "cache recovered after an interrupted write: rolled_forward={} rolled_back={} removed_temp_files={}",
-                        report.rolled_forward,
-                        report.rolled_back,
-                        report.removed_temp_files
-                    );
-                }
-                let store = Arc::new(store);
-                store_for_lease = Some(Arc::clone(&store));
-                agents_watch::load_cached(&store, &agents, filter_reload.as_ref());
-                let (cache_tx, cache_rx) = writer::channel(WRITER_QUEUE, WRITER_BUDGET);
-                let refills = Refills::new();
-                let cache_tx = cache_tx.with_refills(refills.sender());
-                {
-                    let (upstream, cache_tx, stop) =
-                        (Arc::clone(&upstream), cache_tx.clone(), stop_rx.clone());
-                    let filters = filters.clone();
-                    spawn("cache-refill", move || {
-                        refill::run(refills, upstream, cache_tx, filters, stop)
-                    })?;
-                }
-                writer_thread = Some({
-                    let store = Arc::clone(&store);
-                    let stop = Arc::clone(&writer_stop);
-                    let options = WriterOptions {
-                        delay_per_message: config.cache_writer_delay,
-                    };
-                    spawn("cache-writer", move || {
-                        writer::run(&store, cache_rx, &stop, options)
-                    })?
-                });
-                let offline = Offline {
-                    store,
-                    cache: cache_tx.clone(),
-                    backends: Arc::clone(&backends),
-                    shutdown: Arc::clone(&shutdown),
+    let (cache, offline) = match store {
+        Some(store) => {
+            store_for_lease = Some(Arc::clone(&store));
+            agents_watch::load_cached(&store, &agents, filter_reload.as_ref());
+            let (cache_tx, cache_rx) = writer::channel(WRITER_QUEUE, WRITER_BUDGET);
+            let refills = Refills::new();
+            let cache_tx = cache_tx.with_refills(refills.sender());
+            {
+                let (upstream, cache_tx, stop) =
+                    (Arc::clone(&upstream), cache_tx.clone(), stop_rx.clone());
+                let filters = filters.clone();
+                spawn("cache-refill", move || {
+                    refill::run(refills, upstream, cache_tx, filters, stop)
+                })?;
+            }
+            writer_thread = Some({
+                let store = Arc::clone(&store);
+                let stop = Arc::clone(&writer_stop);
+                let options = WriterOptions {
+                    delay_per_message: config.cache_writer_delay,
                 };
-                readiness.cache_loaded.store(true, Ordering::Release);
-                (Some(cache_tx), Some(offline))
-            }
-            // The node still needs its apiserver: forward without a cache, and say so in
-            // readyz and the log rather than leave the node with no proxy at all.
-            Err(e) => {
-                log::error!(
-                    "cannot open the cache at {}: {e}; forwarding without a cache (no offline answers)",
-                    config.disk_cache_path.display()
-                );
-                (None, None)
-            }
+                spawn("cache-writer", move || {
+                    writer::run(&store, cache_rx, &stop, options)
+                })?
+            });
+            let offline = Offline {
+                store,
+                cache: cache_tx.clone(),
+                backends: Arc::clone(&backends),
+                shutdown: Arc::clone(&shutdown),
+            };
+            (Some(cache_tx), Some(offline))
         }
-    } else {
-        readiness.cache_loaded.store(true, Ordering::Release);
-        (None, None)
+        None => (None, None),
     };
     // yurt-hub-cfg: who is cached (with a cache) and whom the filters serve (with filters, in
     // cloud mode or without a cache too).
@@ -487,9 +494,8 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     log::info!("tinyhub is ready");
 
     // Wait for the first signal.
-    let first = signals
-        .recv()
-        .map_err(|_| StartupError::new("the signal thread stopped"))?;
+    let first = signals::next_termination(&signals, &config.root_dir)
+        .ok_or_else(|| StartupError::new("the signal thread stopped"))?;
     log::info!(
         "{} received: shutting down (a second signal exits at once)",
         signals::name(first)
@@ -498,9 +504,9 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     shutdown.store(true, Ordering::Release);
     drop(stop_tx);
     {
-        let signals = signals.clone();
+        let (signals, dump_dir) = (signals.clone(), config.root_dir.clone());
         spawn("second-signal", move || {
-            if let Ok(second) = signals.recv() {
+            if let Some(second) = signals::next_termination(&signals, &dump_dir) {
                 log::warn!("{} received again: exiting now", signals::name(second));
                 std::process::exit(1);
             }

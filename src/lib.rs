@@ -43,6 +43,7 @@ mod serve;
 mod server;
 mod signals;
 mod status;
+mod thread_dump;
 mod tls;
 mod tokens;
 mod upstream;

@@ -1,13 +1,20 @@
 //! The serve port: `/v1/healthz`, `/v1/readyz` (YurtHub's paths), the standard `/healthz`,
-//! `/livez` and `/readyz`, and `/metrics`. It has its own listener and caps, so it keeps
-//! answering when the proxy port is saturated, and stays open through a shutdown (readyz
-//! then says 503).
+//! `/livez` and `/readyz`, `/metrics`, `POST /v1/token`, and `GET /pods` (kubelet's cached
+//! pods, as YurtHub's `pkg/yurthub/server/server.go` registers them). It has its own
+//! listener and caps, so it keeps answering when the proxy port is saturated, and stays open
+//! through a shutdown (readyz then says 503).
+//!
+//! YurtHub's other serve-port endpoints are answered 501 with why: Go's `/debug/pprof/*`
+//! (tinyhub is no Go program) and the OTA `upgrade` and `imagepull` of a pod (YurtStaticSet
+//! and OTA DaemonSet upgrades, not implemented).
 
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::cache::store::Store;
 use crate::health::Backends;
 use crate::metrics::METRICS;
+use crate::offline;
 use crate::pki::IdentityState;
 use crate::server::Exchange;
 use crate::status::Status;
@@ -18,8 +25,6 @@ const MAX_TOKEN_BODY: u64 = 4096;
 /// What readiness depends on.
 #[derive(Debug, Default)]
 pub(crate) struct Readiness {
-    /// The cache is open and recovered (always true in cloud mode once started).
-    pub cache_loaded: AtomicBool,
     /// The hub's certificates.
     pub identity: std::sync::Arc<IdentityState>,
     /// A shutdown has begun.
@@ -49,11 +54,6 @@ impl Readiness {
             required: true,
         };
         vec![
-            check(
-                "cache",
-                self.cache_loaded.load(Ordering::Acquire),
-                "the disk cache is not loaded (see the log)",
-            ),
             check("certificates", client_ok, &client_why),
             Check {
                 required: false,
@@ -68,8 +68,14 @@ impl Readiness {
     }
 }
 
-/// Answers one request on the serve port.
-pub(crate) fn handle(mut ex: Exchange<'_>, readiness: &Readiness, backends: &Backends) {
+/// Answers one request on the serve port. `store` is the disk cache (edge mode), which
+/// `/pods` reads.
+pub(crate) fn handle(
+    mut ex: Exchange<'_>,
+    readiness: &Readiness,
+    backends: &Backends,
+    store: Option<&Store>,
+) {
     let url = ex.url().to_owned();
     let (path, query) = url.split_once('?').unwrap_or((&url, ""));
     let verbose = query
@@ -148,8 +154,39 @@ pub(crate) fn handle(mut ex: Exchange<'_>, readiness: &Readiness, backends: &Bac
                 ex.send_status(&status)
             }
         }
+        "/pods" if ex.method() == "GET" => match store {
+            Some(store) => {
+                offline::kubelet_pods(store, ex);
+                Ok(())
+            }
+            None => ex.send_status(&Status::not_implemented(
+                "cloud mode keeps no cache of kubelet's pods: list them from the apiserver \
+                 (GET /api/v1/pods?fieldSelector=spec.nodeName=<node>)",
+            )),
+        },
+        _ if path.starts_with("/debug/pprof") => ex.send_status(&Status::not_implemented(
+            "tinyhub is not a Go program and has no pprof: see /metrics for its memory, \
+             threads and connections",
+        )),
+        _ if ex.method() == "POST" && is_ota_path(path) => {
+            ex.send_status(&Status::not_implemented(
+                "tinyhub does not implement OTA upgrades (YurtStaticSet and OTA DaemonSet \
+                 pods): upgrade the pod through the cloud apiserver",
+            ))
+        }
         _ => ex.send(404, &text, b"404 page not found\n"),
     };
+}
+
+/// `/openyurt.io/v1/namespaces/{ns}/pods/{pod}/upgrade` or `…/imagepull`: YurtHub's OTA
+/// endpoints.
+fn is_ota_path(path: &str) -> bool {
+    let parts: Vec<&str> = path.split('/').collect();
+    matches!(
+        parts.as_slice(),
+        ["", "openyurt.io", "v1", "namespaces", ns, "pods", pod, "upgrade" | "imagepull"]
+            if !ns.is_empty() && !pod.is_empty()
+    )
 }
 
 /// The `jointoken` of a `/v1/token` body (`{"jointoken": "..."}`), or (400, why).
@@ -188,9 +225,28 @@ mod tests {
     use std::time::{Duration, SystemTime};
 
     #[test]
+    fn ota_paths_are_yurthubs_two_pod_endpoints() {
+        for (path, want) in [
+            ("/openyurt.io/v1/namespaces/default/pods/web/upgrade", true),
+            (
+                "/openyurt.io/v1/namespaces/kube-system/pods/p-1/imagepull",
+                true,
+            ),
+            ("/openyurt.io/v1/namespaces//pods/web/upgrade", false),
+            ("/openyurt.io/v1/namespaces/default/pods/web/status", false),
+            (
+                "/openyurt.io/v1/namespaces/default/pods/web/upgrade/x",
+                false,
+            ),
+            ("/api/v1/namespaces/default/pods/web/upgrade", false),
+        ] {
+            assert_eq!(is_ota_path(path), want, "{path}");
+        }
+    }
+
+    #[test]
     fn readiness_lists_the_certificates_and_fails_without_them() {
         let r = Readiness::default();
-        r.cache_loaded.store(true, Ordering::Release);
         let failed = |r: &Readiness| -> Vec<&'static str> {
             r.checks()
                 .into_iter()

@@ -1,12 +1,14 @@
-//! Termination signals as messages: SIGTERM and SIGINT are blocked in every thread and one
-//! thread waits for them with `sigwait`, sending each on a channel. The first starts a
-//! graceful shutdown; `app.rs` exits 1 on the second, as Kubernetes components do.
+//! Signals as messages: SIGTERM, SIGINT and SIGUSR1 are blocked in every thread and one
+//! thread waits for them with `sigwait`, sending each on a channel. The first termination
+//! signal starts a graceful shutdown; `app.rs` exits 1 on the second, as Kubernetes
+//! components do. SIGUSR1 asks for a dump of the threads (`thread_dump.rs`), as YurtHub
+//! dumps its goroutines; unblocked, it would end the process.
 //!
 //! Must run before any other thread starts, so every thread inherits the blocked mask.
 
 use crossbeam_channel::Receiver;
 
-/// Blocks SIGTERM and SIGINT for the process and returns a channel of received signals.
+/// Blocks SIGTERM, SIGINT and SIGUSR1 for the process and returns a channel of received signals.
 #[allow(unsafe_code)]
 pub(crate) fn listen() -> std::io::Result<Receiver<i32>> {
     // SAFETY: `set` is a plain C struct initialised by sigemptyset before use; the calls only
@@ -16,6 +18,7 @@ pub(crate) fn listen() -> std::io::Result<Receiver<i32>> {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
         let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         if rc != 0 {
             return Err(std::io::Error::from_raw_os_error(rc));
@@ -40,11 +43,32 @@ pub(crate) fn listen() -> std::io::Result<Receiver<i32>> {
     Ok(rx)
 }
 
+/// The next termination signal; a SIGUSR1 before it is answered with a thread dump under
+/// `dump_dir`. `None` when the signal thread has ended.
+pub(crate) fn next_termination(signals: &Receiver<i32>, dump_dir: &std::path::Path) -> Option<i32> {
+    loop {
+        let signal = signals.recv().ok()?;
+        if signal != libc::SIGUSR1 {
+            return Some(signal);
+        }
+        match crate::thread_dump::write(dump_dir) {
+            Ok((path, threads)) => {
+                log::info!("SIGUSR1: {threads} threads dumped to {}", path.display())
+            }
+            Err(e) => log::error!(
+                "SIGUSR1: cannot dump the threads under {}: {e}",
+                dump_dir.display()
+            ),
+        }
+    }
+}
+
 /// The name of a signal number, for logs.
 pub(crate) fn name(signal: i32) -> &'static str {
     match signal {
         libc::SIGTERM => "SIGTERM",
         libc::SIGINT => "SIGINT",
+        libc::SIGUSR1 => "SIGUSR1",
         _ => "signal",
     }
 }

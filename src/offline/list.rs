@@ -8,9 +8,10 @@ use std::borrow::Cow;
 use super::{Answered, Offline, not_cached, qualified};
 use crate::cache::key::{CollectionKey, rv_newer};
 use crate::cache::object::ObjectHead;
-use crate::cache::store::StoreError;
-use crate::request::{ApiRequest, DiscoveryForm, ResourcePath};
-use crate::route::{Route, document_file};
+use crate::cache::store::{Store, StoreError};
+use crate::request::{self, ApiRequest, DiscoveryForm, ResourcePath};
+use crate::route::{Route, collection_key, document_file};
+use crate::selector::Selectors;
 use crate::server::{self, Exchange, Length};
 use crate::status::Status;
 
@@ -18,6 +19,16 @@ use crate::status::Status;
 const LIST_FLUSH: usize = 32 * 1024;
 /// Prefix of the continue tokens the hub issues offline.
 const CONTINUE_PREFIX: &str = "tinyhub1.";
+
+/// What a list that finds nothing answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WhenEmpty {
+    /// As the proxy port answers: a collection never cached is a 404, and so is kubelet's
+    /// pod list that finds nothing (see [`empty_is_not_found`]).
+    AsProxy,
+    /// An empty list of this kind, cached or not (the serve port's `/pods`).
+    List(&'static str),
+}
 
 impl Offline {
     /// A list from the cache: the collection's files in name order, filtered by the
@@ -30,6 +41,60 @@ impl Offline {
         collection: &CollectionKey,
         route: &Route,
     ) -> Answered<'c> {
+        let list = CachedList {
+            req,
+            path,
+            collection,
+            selectors: &route.selectors,
+            when_empty: WhenEmpty::AsProxy,
+        };
+        list.stream(&self.store, ex)
+    }
+}
+
+/// Kubelet's cached pods, every namespace, as one `PodList` (the serve port's `/pods`, as
+/// YurtHub's `otaupdate.GetPods` lists them from its disk cache): an empty list when none
+/// are cached. Returns the HTTP status sent.
+pub(crate) fn kubelet_pods(store: &Store, ex: Exchange<'_>) -> u16 {
+    let answered = match request::on_behalf_of(KUBELET, "GET", "/api/v1/pods") {
+        Ok(req) => match req.resource() {
+            Some(path) => CachedList {
+                req: &req,
+                path,
+                collection: &collection_key(KUBELET, path),
+                selectors: &Selectors::everything(),
+                when_empty: WhenEmpty::List("Pod"),
+            }
+            .stream(store, ex),
+            None => Err((ex, Status::internal("/api/v1/pods names no resource"))),
+        },
+        Err(e) => Err((ex, Status::internal(e.to_string()))),
+    };
+    match answered {
+        Ok(status) => status,
+        Err((ex, status)) => {
+            let _ = ex.send_status(&status);
+            status.code
+        }
+    }
+}
+
+/// The component whose pods `/pods` lists.
+const KUBELET: &str = "kubelet";
+
+/// One list answered from the cache.
+struct CachedList<'a> {
+    req: &'a ApiRequest,
+    path: &'a ResourcePath,
+    collection: &'a CollectionKey,
+    selectors: &'a Selectors,
+    when_empty: WhenEmpty,
+}
+
+impl CachedList<'_> {
+    /// Streams the answer.
+    fn stream<'c>(&self, store: &Store, ex: Exchange<'c>) -> Answered<'c> {
+        let (req, path) = (self.req, self.path);
         let after = match req
             .query
             .continue_token
@@ -50,12 +115,13 @@ impl Offline {
             },
         };
         let namespace = path.namespace.as_deref();
-        let iter = match self.store.list(
-            collection,
+        let iter = match store.list(
+            self.collection,
             namespace,
             after.as_ref().map(|(ns, n)| (ns.as_str(), n.as_str())),
         ) {
-            Ok(Some(iter)) => iter,
+            Ok(Some(iter)) => Some(iter),
+            Ok(None) if self.when_empty != WhenEmpty::AsProxy => None,
             Ok(None) => {
                 return Err((ex, not_cached(req, path)));
             }
@@ -84,7 +150,7 @@ impl Offline {
         let mut last: Option<(String, String)> = None;
         let mut next_token = None;
         let mut skipped = Skipped::new(path);
-        for item in iter {
+        for item in iter.into_iter().flatten() {
             let object = match item {
                 Ok(object) => object,
                 Err(e) => {
@@ -92,7 +158,7 @@ impl Offline {
                     continue;
                 }
             };
-            let Some(head) = parse_head(&object.bytes, &route.selectors) else {
+            let Some(head) = parse_head(&object.bytes, self.selectors) else {
                 skipped.damaged(object.namespace.as_deref(), &object.name);
                 continue;
             };
@@ -125,7 +191,11 @@ impl Offline {
                 buf.clear();
             }
         }
-        if count == 0 && after.is_none() && empty_is_not_found(req, path) {
+        if count == 0
+            && after.is_none()
+            && self.when_empty == WhenEmpty::AsProxy
+            && empty_is_not_found(req, path)
+        {
             // Only before anything was sent: an empty answer sends nothing before its end.
             if let ListOut::Pending(ex) = answer {
                 skipped.report();
@@ -139,7 +209,12 @@ impl Offline {
                 ));
             }
         }
-        let kind = kind.or_else(|| self.kind_from_discovery(path));
+        let kind = kind
+            .or_else(|| kind_from_discovery(store, path))
+            .or(match self.when_empty {
+                WhenEmpty::List(kind) => Some(kind.to_owned()),
+                WhenEmpty::AsProxy => None,
+            });
         buf.extend_from_slice(b"]");
         if let Some(kind) = kind {
             buf.extend_from_slice(b",\"kind\":");
@@ -161,58 +236,58 @@ impl Offline {
         }
         Ok(200)
     }
+}
 
-    /// The kind of `path`'s objects from a cached discovery document, for an empty list: the
-    /// group-version's own document, else aggregated `/api` or `/apis` (all that a client
-    /// with aggregated discovery, kubectl ≥ 1.26, ever reads).
-    fn kind_from_discovery(&self, path: &ResourcePath) -> Option<String> {
-        let read = |file: &str| -> Option<serde_json::Value> {
-            let bytes = self.store.get_non_resource(file).ok()??;
-            serde_json::from_slice(&bytes).ok()
-        };
-        let file = if path.group.is_empty() {
-            format!("_api_{}", path.version)
-        } else {
-            format!("_apis_{}_{}", path.group, path.version)
-        };
-        let legacy = read(&file).and_then(|doc| {
-            doc.get("resources")?
-                .as_array()?
-                .iter()
-                .find(|r| r["name"].as_str() == Some(path.resource.as_str()))?
-                .get("kind")?
-                .as_str()
-                .map(str::to_owned)
-        });
-        let root = if path.group.is_empty() {
-            "_api"
-        } else {
-            "_apis"
-        };
-        legacy.or_else(|| {
-            [DiscoveryForm::V2, DiscoveryForm::V2Beta1]
-                .into_iter()
-                .find_map(|form| {
-                    let doc = read(&document_file(root, form)?)?;
-                    // The core group's item has no name.
-                    let group = doc["items"]
-                        .as_array()?
-                        .iter()
-                        .find(|g| g["metadata"]["name"].as_str().unwrap_or("") == path.group)?;
-                    let version = group["versions"]
-                        .as_array()?
-                        .iter()
-                        .find(|v| v["version"].as_str() == Some(path.version.as_str()))?;
-                    version["resources"]
-                        .as_array()?
-                        .iter()
-                        .find(|r| r["resource"].as_str() == Some(path.resource.as_str()))?
-                        ["responseKind"]["kind"]
-                        .as_str()
-                        .map(str::to_owned)
-                })
-        })
-    }
+/// The kind of `path`'s objects from a cached discovery document, for an empty list: the
+/// group-version's own document, else aggregated `/api` or `/apis` (all that a client
+/// with aggregated discovery, kubectl ≥ 1.26, ever reads).
+fn kind_from_discovery(store: &Store, path: &ResourcePath) -> Option<String> {
+    let read = |file: &str| -> Option<serde_json::Value> {
+        let bytes = store.get_non_resource(file).ok()??;
+        serde_json::from_slice(&bytes).ok()
+    };
+    let file = if path.group.is_empty() {
+        format!("_api_{}", path.version)
+    } else {
+        format!("_apis_{}_{}", path.group, path.version)
+    };
+    let legacy = read(&file).and_then(|doc| {
+        doc.get("resources")?
+            .as_array()?
+            .iter()
+            .find(|r| r["name"].as_str() == Some(path.resource.as_str()))?
+            .get("kind")?
+            .as_str()
+            .map(str::to_owned)
+    });
+    let root = if path.group.is_empty() {
+        "_api"
+    } else {
+        "_apis"
+    };
+    legacy.or_else(|| {
+        [DiscoveryForm::V2, DiscoveryForm::V2Beta1]
+            .into_iter()
+            .find_map(|form| {
+                let doc = read(&document_file(root, form)?)?;
+                // The core group's item has no name.
+                let group = doc["items"]
+                    .as_array()?
+                    .iter()
+                    .find(|g| g["metadata"]["name"].as_str().unwrap_or("") == path.group)?;
+                let version = group["versions"]
+                    .as_array()?
+                    .iter()
+                    .find(|v| v["version"].as_str() == Some(path.version.as_str()))?;
+                version["resources"]
+                    .as_array()?
+                    .iter()
+                    .find(|r| r["resource"].as_str() == Some(path.resource.as_str()))?
+                    ["responseKind"]["kind"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+    })
 }
 
 /// An offline list answer: not started until there is something to send.

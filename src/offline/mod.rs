@@ -16,6 +16,8 @@
 //! TokenRequests.
 
 mod list;
+
+pub(crate) use list::kubelet_pods;
 mod token;
 
 use std::io::Read;

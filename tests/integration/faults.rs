@@ -2,65 +2,14 @@
 //! stalls, answers garbage or errors, or presents a certificate the hub must not trust. Each
 //! gives the client a correct answer, leaves a clear log line, and never a corrupted cache.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::support::hub::*;
+use crate::support::mount::Tmpfs;
 use crate::support::{Cloud, PodFill};
-
-/// A small tmpfs mounted for one test, unmounted when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    /// Mounts `size` (e.g. `4m`) at `dir`; the reason as an error where mounting is not
-    /// allowed (not root, no CAP_SYS_ADMIN, a container without mount rights).
-    fn mount(dir: &Path, size: &str) -> Result<Tmpfs, String> {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-        let out = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(dir)
-            .output()
-            .map_err(|e| format!("cannot run mount: {e}"))?;
-        if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
-        }
-        Ok(Tmpfs(dir.to_owned()))
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
-/// Fills the filesystem of `dir` with one file until it is full; returns the file.
-fn fill(dir: &Path) -> PathBuf {
-    let filler = dir.join("filler");
-    let mut file = std::fs::File::create(&filler).expect("create the filler");
-    let block = vec![0x5a_u8; 64 * 1024];
-    loop {
-        match file.write(&block) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-            Err(e) => panic!("filling {}: {e}", dir.display()),
-        }
-    }
-    // Whatever part of a page is left: write byte by byte until refused.
-    while matches!(file.write(&[0x5a]), Ok(1)) {}
-    filler
-}
 
 fn pod(name: &str, node: &str) -> Value {
     json!({
@@ -96,12 +45,8 @@ fn path_of(url: &str) -> &str {
 fn a_full_disk_never_touches_answers_or_what_is_cached_and_caching_resumes() {
     let dir = TempDir::new("diskfull");
     let mount_point = dir.path().join("cache");
-    let tmpfs = match Tmpfs::mount(&mount_point, "2m") {
-        Ok(t) => t,
-        Err(why) => {
-            eprintln!("SKIP: cannot mount a tmpfs for the full-disk test (needs root): {why}");
-            return;
-        }
+    let Some(tmpfs) = Tmpfs::mount_or_skip(&mount_point, "2m", "full-disk") else {
+        return;
     };
     let cloud = Cloud::start();
     cloud.set_gzip_threshold(usize::MAX);
@@ -125,7 +70,7 @@ fn a_full_disk_never_touches_answers_or_what_is_cached_and_caching_resumes() {
     hub.wait_cache_quiet();
     let before = snapshot(&pods_dir);
 
-    let filler = fill(&mount_point);
+    let filler = tmpfs.fill();
     // The cloud changes: five pods relabelled, thirty new ones.
     for i in 0..5 {
         cloud.patch(

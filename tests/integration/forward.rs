@@ -469,26 +469,6 @@ fn graceful_shutdown_on_sigterm_even_with_open_watches() {
 }
 
 #[test]
-fn an_unusable_cache_leaves_a_forwarding_hub_that_is_not_ready() {
-    let cloud = Cloud::start();
-    let dir = TempDir::new("no-cache");
-    // The cache path is a file: nothing can be stored under it.
-    let blocked = dir.path().join("not-a-directory");
-    std::fs::write(&blocked, "x").unwrap();
-    let mut spec = HubSpec::for_cloud(&cloud, dir.path());
-    spec.cache_dir = blocked;
-    let hub = Hub::start(&spec);
-    assert_eq!(
-        get(&format!("{}/api/v1/namespaces", hub.url()), KUBELET).status,
-        200
-    );
-    let ready = get(&format!("{}/readyz?verbose", hub.serve_url()), "curl/8");
-    assert_eq!(ready.status, 503);
-    assert!(ready.text().contains("[-]cache"), "{}", ready.text());
-    assert!(hub.wait_log("forwarding without a cache", Duration::from_secs(1)));
-}
-
-#[test]
 fn head_requests_get_the_head_only() {
     let cloud = Cloud::start();
     cloud.create("configmaps", configmap("default", "one", "1"));

@@ -9,6 +9,7 @@
 mod support;
 
 mod bodies;
+mod cache_dir;
 mod cache_write;
 mod cli;
 mod cloud_filters;
@@ -35,4 +36,5 @@ mod pool_leader;
 mod pool_local;
 mod pool_serve;
 mod power_loss;
+mod serve_extras;
 mod yurthub_command_line;

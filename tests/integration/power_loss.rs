@@ -265,7 +265,8 @@ struct Checked {
     changed: usize,
 }
 
-/// Every regular file under `root` by relative path, and every dot-name anywhere.
+/// Every regular file under `root` by relative path (but the running hub's lock file), and
+/// every dot-name anywhere.
 fn walk(root: &Path, rel: &str, files: &mut Vec<String>, dot_names: &mut Vec<String>) {
     let dir = if rel.is_empty() {
         root.to_owned()
@@ -279,6 +280,10 @@ fn walk(root: &Path, rel: &str, files: &mut Vec<String>, dot_names: &mut Vec<Str
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
         let name = entry.file_name().into_string().expect("UTF-8 names");
+        if rel.is_empty() && name == LOCK_FILE {
+            // The running hub's lock, not a cache entry nor a leftover.
+            continue;
+        }
         let path = if rel.is_empty() {
             name.clone()
         } else {

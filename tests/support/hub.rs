@@ -112,6 +112,48 @@ impl HubSpec {
         self.args.extend(args.iter().map(|s| (*s).to_owned()));
         self
     }
+
+    /// The hub's command line: the binary (under the prefix or runner), the test defaults
+    /// (ports 0, fast health checks, no dummy interface), then `args`, prepared by
+    /// [`HubSpec::prepare`].
+    pub fn command(&self) -> Command {
+        let mut cmd = match self.prefix.split_first() {
+            Some((program, words)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(words).arg(hub_binary());
+                cmd
+            }
+            None => hub_command(),
+        };
+        if let Some(kubeconfig) = &self.kubeconfig {
+            cmd.arg(format!("--kubeconfig={}", kubeconfig.display()));
+        }
+        cmd.arg("--node-name=edge-1")
+            .arg("--proxy-port=0")
+            .arg("--serve-port=0")
+            .arg("--proxy-secure-port=0")
+            .arg(format!("--root-dir={}", self.root_dir.display()))
+            .arg(format!("--disk-cache-path={}", self.cache_dir.display()))
+            .arg("--heartbeat-interval-seconds=1")
+            .arg("--heartbeat-timeout-seconds=1")
+            .arg("--heartbeat-failed-retry=1")
+            .arg("--heartbeat-healthy-threshold=1")
+            .arg("--v=2")
+            // Hubs of parallel tests must not make (and delete) one interface of the host;
+            // tests/integration/dummy_if.rs turns it on inside its own network namespace.
+            .arg("--enable-dummy-if=false")
+            .args(&self.args);
+        self.prepare(cmd)
+    }
+
+    /// `cmd` with this spec's environment, no stdin or stdout, and stderr piped.
+    pub fn prepare(&self, mut cmd: Command) -> Command {
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        cmd
+    }
 }
 
 /// A running hub process.
@@ -192,33 +234,7 @@ fn start_timeout() -> Duration {
 impl Hub {
     /// Starts a hub and waits until it says it is ready.
     pub fn start(spec: &HubSpec) -> Hub {
-        let mut cmd = match spec.prefix.split_first() {
-            Some((program, words)) => {
-                let mut cmd = Command::new(program);
-                cmd.args(words).arg(hub_binary());
-                cmd
-            }
-            None => hub_command(),
-        };
-        if let Some(kubeconfig) = &spec.kubeconfig {
-            cmd.arg(format!("--kubeconfig={}", kubeconfig.display()));
-        }
-        cmd.arg("--node-name=edge-1")
-            .arg("--proxy-port=0")
-            .arg("--serve-port=0")
-            .arg("--proxy-secure-port=0")
-            .arg(format!("--root-dir={}", spec.root_dir.display()))
-            .arg(format!("--disk-cache-path={}", spec.cache_dir.display()))
-            .arg("--heartbeat-interval-seconds=1")
-            .arg("--heartbeat-timeout-seconds=1")
-            .arg("--heartbeat-failed-retry=1")
-            .arg("--heartbeat-healthy-threshold=1")
-            .arg("--v=2")
-            // Hubs of parallel tests must not make (and delete) one interface of the host;
-            // tests/integration/dummy_if.rs turns it on inside its own network namespace.
-            .arg("--enable-dummy-if=false")
-            .args(&spec.args);
-        Hub::spawn(cmd, spec)
+        Hub::spawn(spec.command(), spec)
     }
 
     /// Starts the binary with `spec.args` and nothing else (no test defaults: the fixed
@@ -226,15 +242,11 @@ impl Hub {
     pub fn start_exact(spec: &HubSpec) -> Hub {
         let mut cmd = hub_command();
         cmd.args(&spec.args);
-        Hub::spawn(cmd, spec)
+        Hub::spawn(spec.prepare(cmd), spec)
     }
 
-    /// Runs `cmd` with the environment of `spec` and waits until the hub says it is ready.
+    /// Runs `cmd` (prepared by [`HubSpec::prepare`]) and waits until the hub says it is ready.
     fn spawn(mut cmd: Command, spec: &HubSpec) -> Hub {
-        cmd.envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("start the tinyhub binary");
         let stderr = child.stderr.take().expect("piped stderr");
         let logs = Arc::new(Mutex::new(Vec::new()));
@@ -862,7 +874,12 @@ pub fn health_series(cloud: &Cloud) -> String {
     )
 }
 
-/// Every file under `dir`, recursively, sorted; empty when `dir` cannot be read.
+/// The lock file a running hub holds in its cache root (src/cache/store/lock.rs): not a
+/// cache entry.
+pub const LOCK_FILE: &str = ".tinyhub.lock";
+
+/// Every file under `dir`, recursively, sorted, but a hub's lock file; empty when `dir`
+/// cannot be read.
 pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -872,7 +889,7 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
         let p = e.path();
         if p.is_dir() {
             out.extend(files_under(&p));
-        } else {
+        } else if e.file_name() != LOCK_FILE {
             out.push(p);
         }
     }

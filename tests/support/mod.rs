@@ -11,6 +11,7 @@
 mod cloud;
 pub mod hub;
 mod kubeconfig;
+pub mod mount;
 pub mod namespace;
 mod pki;
 pub mod pool;

@@ -28,6 +28,8 @@ pub(crate) enum StoreOp {
     Rename,
     /// Removing a file or directory.
     Remove,
+    /// Locking the cache's lock file.
+    Lock,
 }
 
 impl StoreOp {
@@ -42,6 +44,7 @@ impl StoreOp {
             StoreOp::Sync => "sync",
             StoreOp::Rename => "rename into",
             StoreOp::Remove => "remove",
+            StoreOp::Lock => "lock",
         }
     }
 }
@@ -74,6 +77,13 @@ pub(crate) enum StoreError {
         path: PathBuf,
         /// The operating system's error.
         source: io::Error,
+    },
+    /// Another process holds the cache's lock file: two hubs must not share a cache.
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+        /// The pid the holder wrote in it; `None` until it has.
+        holder: Option<u32>,
     },
     /// A commit stopped where [`StoreOptions::crash_at`] said, as a crash would; never with
     /// the default options.
@@ -117,6 +127,17 @@ impl fmt::Display for StoreError {
                     f,
                     "cache: cannot {} {}: {source}",
                     op.as_str(),
+                    path.display()
+                )
+            }
+            StoreError::Locked { path, holder } => {
+                let holder = match holder {
+                    Some(pid) => format!("pid {pid}"),
+                    None => "a process that has not written its pid yet".to_owned(),
+                };
+                write!(
+                    f,
+                    "cache: another tinyhub uses this cache directory: {holder} holds the lock {}",
                     path.display()
                 )
             }

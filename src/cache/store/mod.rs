@@ -6,8 +6,9 @@
 //! dot, so never a kind directory). The store knows
 //! paths, bytes and `metadata.resourceVersion`, nothing else: it does not decode objects,
 //! evaluate selectors (a replacement asks the caller through `in_scope`), keep anything in
-//! memory between calls but the tombstones of recent deletions, or lock against a second
-//! process on the same root.
+//! memory between calls but the tombstones of recent deletions. It does lock the root
+//! against a second process (`lock.rs`): two writers' recoveries would remove each other's
+//! staged files.
 //!
 //! Concurrency: one writer (the cache writer thread) and any number of readers. Every file
 //! appears by `rename`, so a reader sees an object whole, old or new, and needs no lock.
@@ -53,14 +54,15 @@
 //! `mod.rs` the store API and layout; `replace.rs` list replacements; `journal.rs` the
 //! journal and recovery at start; `tombstones.rs` recent deletions; `list.rs` reading a
 //! collection in order; `tokens.rs` TokenRequest answers; `fs.rs` the no-follow, 0600/0700
-//! file primitives; `error.rs` [`StoreError`]; `error_keys.rs` the list of keys whose write
-//! failed, kept beside the cache.
+//! file primitives; `lock.rs` the lock file (one hub per root); `error.rs` [`StoreError`];
+//! `error_keys.rs` the list of keys whose write failed, kept beside the cache.
 
 mod error;
 mod error_keys;
 mod fs;
 mod journal;
 mod list;
+mod lock;
 mod replace;
 #[cfg(test)]
 mod tests;
@@ -84,6 +86,7 @@ use fs::{
     write_new_file,
 };
 use list::NameCursor;
+use lock::CacheLock;
 use tombstones::Tombstones;
 
 pub(crate) use error::{StoreError, StoreOp};
@@ -153,10 +156,16 @@ pub(crate) struct Store {
     tombstones: Mutex<Tombstones>,
     /// Fault injection; the default in production.
     options: StoreOptions,
+    /// Held while the store is open: no other process uses this root meanwhile.
+    _lock: CacheLock,
 }
 
 impl Store {
-    /// Opens the cache at `root`, creating it (0700) if missing, and recovers from a crash.
+    /// Opens the cache at `root`, creating it (0700) if missing: locks it for this process
+    /// ([`StoreError::Locked`] when another holds it), recovers from a crash, and proves that
+    /// a file can be made, flushed and removed under it. A root that cannot be written (a
+    /// read-only mount, no permission) fails here; a full one only says so in the log (what
+    /// is cached still answers).
     pub(crate) fn open(root: &Path) -> Result<(Store, RecoveryReport), StoreError> {
         Store::open_with(root, StoreOptions::default())
     }
@@ -166,11 +175,22 @@ impl Store {
         root: &Path,
         options: StoreOptions,
     ) -> Result<(Store, RecoveryReport), StoreError> {
-        DirBuilder::new()
+        if let Err(e) = DirBuilder::new()
             .recursive(true)
             .mode(DIR_MODE)
             .create(root)
-            .map_err(io_err(StoreOp::CreateDir, root))?;
+        {
+            let e = match std::fs::metadata(root) {
+                Ok(meta) if !meta.is_dir() => io::Error::new(
+                    io::ErrorKind::NotADirectory,
+                    "exists and is not a directory",
+                ),
+                _ => e,
+            };
+            return Err(io_err(StoreOp::CreateDir, root)(e));
+        }
+        // Before recovery, which clears the staging directory a running hub writes to.
+        let lock = CacheLock::acquire(root)?;
         let root_dir = File::open(root).map_err(io_err(StoreOp::Read, root))?;
         let store = Store {
             root: root.to_owned(),
@@ -179,9 +199,25 @@ impl Store {
             changes: AtomicUsize::new(0),
             tombstones: Mutex::new(Tombstones::default()),
             options,
+            _lock: lock,
         };
         let report = store.recover()?;
+        match store.probe_write() {
+            Err(e) if e.is_disk_full() => {
+                log::warn!("{e}: the cache is full; what it holds still answers")
+            }
+            probed => probed?,
+        }
         Ok((store, report))
+    }
+
+    /// Makes, flushes and removes a file in the staging directory: mode bits do not tell
+    /// (root ignores them, a read-only mount does not show in them), trying does. A probe
+    /// left by a crash is removed by the next recovery, like any staged file.
+    fn probe_write(&self) -> Result<(), StoreError> {
+        let probe = self.staging.join(format!("probe.{}", next_id()));
+        write_new_file(&probe, b"tinyhub write probe\n", true)?;
+        std::fs::remove_file(&probe).map_err(io_err(StoreOp::Remove, &probe))
     }
 
     /// The cache root.

@@ -1,12 +1,14 @@
 //! The store's unit tests, by job, and the helpers they share: a store in a scratch
 //! directory, small objects as the apiserver sends them, snapshots of everything stored.
 
+mod lock;
 mod objects;
 mod recovery;
 mod replace;
 mod tokens;
 
 use super::journal::JOURNAL_PREFIX;
+use super::lock::LOCK_FILE;
 use super::*;
 use crate::cache::key::{TokenKey, non_resource_file_name};
 use crate::cache::temp_dir::TempDir;
@@ -20,7 +22,9 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
 
-/// Everything stored under a root: path → bytes (`None` for a directory).
+/// Everything stored under a root: path → bytes (`None` for a directory); the staging
+/// directory and the lock file (whose content is the pid of whoever opened the store) left
+/// out.
 type Snapshot = BTreeMap<String, Option<Vec<u8>>>;
 
 fn open(dir: &TempDir) -> Store {
@@ -110,7 +114,7 @@ fn snapshot(root: &Path) -> Snapshot {
                 .to_str()
                 .unwrap()
                 .to_owned();
-            if rel == STAGING {
+            if rel == STAGING || rel == LOCK_FILE {
                 continue;
             }
             if fs::symlink_metadata(&path).unwrap().is_dir() {
