@@ -12,9 +12,9 @@ bytes. Regular files and directories only.
 
 Why here and not apk-tools: Debian has no apk-tools 3 and CI installs only from the
 registries, so `make apk` needs nothing beyond python3's standard library. The format is
-apk-tools' own (its doc/apk-v3.5.scd and src/adb.c, src/apk_adb.c, src/app_mkpkg.c): the
-file is "ADBd" then a raw deflate stream of "ADB." + the schema "pckg" and a sequence of
-8-byte-aligned blocks: one ADB block holding the package object, then one DATA block per
+apk-tools' own (apk-tools/doc/apk-v3.5.scd, apk-tools/src/adb.c, apk-tools/src/apk_adb.c,
+apk-tools/src/app_mkpkg.c): the file is "ADBd" then a raw deflate stream of "ADB." + the
+schema "pckg" and a sequence of 8-byte-aligned blocks: one ADB block holding the package object, then one DATA block per
 non-empty file. Values are written in the order `apk mkpkg` writes them, with its sharing
 of equal values, so the package is the one `apk mkpkg` makes from the same tree
 (cross/README.md says how that was checked). Unsigned, as `apk mkpkg` makes it: OpenWrt
@@ -29,7 +29,7 @@ import struct
 import sys
 import zlib
 
-# Value tags: the high 4 bits of a 32-bit little-endian word (src/adb.h).
+# Value tags: the high 4 bits of a 32-bit little-endian word (apk-tools/src/adb.h).
 TYPE_INT = 0x10000000
 TYPE_INT_32 = 0x20000000
 TYPE_INT_64 = 0x30000000
@@ -45,7 +45,7 @@ BLOCK_DATA = 2
 BLOCK_MAX_LEN = 0x3FFFFFFF - 4
 SCHEMA_PACKAGE = b"pckg"
 
-# Object slots (src/apk_adb.h). Slot 0 of every object holds its slot count.
+# Object slots (apk-tools/src/apk_adb.h). Slot 0 of every object holds its slot count.
 PKG_INFO, PKG_PATHS, PKG_SCRIPTS = 1, 2, 3
 INFO_FIELDS = {
     "name": 1,
@@ -87,7 +87,7 @@ class PackageError(Exception):
 
 
 class AdbWriter:
-    """The ADB block being built: values appended with their alignment, as src/adb.c's
+    """The ADB block being built: values appended with their alignment, as apk-tools/src/adb.c's
     writer does, equal byte strings written once and shared (except the uid's)."""
 
     def __init__(self):
@@ -276,7 +276,8 @@ def package_bytes(adb, data_files):
     body += block(BLOCK_ADB, adb)
     for di, fi, content in data_files:
         body += block(BLOCK_DATA, struct.pack("<II", di, fi) + content)
-    # Raw deflate at level 9, apk's default compression (src/adb_comp.c, src/io_gunzip.c).
+    # Raw deflate at level 9, apk's default compression (apk-tools/src/adb_comp.c,
+    # apk-tools/src/io_gunzip.c).
     z = zlib.compressobj(9, zlib.DEFLATED, -15, 8)
     return b"ADBd" + z.compress(bytes(body)) + z.flush()
 

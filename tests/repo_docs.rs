@@ -209,7 +209,8 @@ fn cited_paths(text: &str) -> Vec<String> {
             .unwrap_or(rest.len() - start);
         let word = &rest[start..start + len];
         rest = &rest[start + len..];
-        if preceded == Some(':') {
+        // After `:` a URL or `repo:path`; after `$` a shell variable's value.
+        if matches!(preceded, Some(':' | '$')) {
             continue;
         }
         let word = word
@@ -313,6 +314,8 @@ fn the_citation_scan_finds_what_is_missing_and_only_that() {
     check("//! writes `target/BENCHMARKS-quick.md` for --quick", &[]);
     check("//! YurtHub's `pkg/yurthub/filter/masterservice`", &[]);
     check("//! every `*.md` file", &[]);
+    check("readme=$here/../../README.md", &[]);
+    check("(apk-tools/src/adb.c)", &[]);
     assert_eq!(
         citing_text(
             Path::new("x.rs"),

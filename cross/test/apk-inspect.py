@@ -2,8 +2,8 @@
 """apk-inspect.py <package.apk> <out-dir>: reads an apk v3 package back, checks its form,
 and lays out what it holds for cross/test/apk-test.sh to compare.
 
-Written from apk-tools' description of the format (doc/apk-v3.5.scd, src/adb.h,
-src/apk_adb.h), apart from cross/mkapk.py, so that a mistake in the writer shows here.
+Written from apk-tools' description of the format (apk-tools/doc/apk-v3.5.scd, apk-tools/src/adb.h,
+apk-tools/src/apk_adb.h), apart from cross/mkapk.py, so that a mistake in the writer shows here.
 It checks what `apk add` relies on: the "ADBd" (deflate) or "ADB." header and the "pckg"
 schema; blocks 8-byte aligned with zero padding, one ADB block first (compat version 0),
 then signatures, then DATA blocks, nothing after; every value inside the ADB block; the

@@ -211,7 +211,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "serve-port",
         Kind::Int,
         "10267",
-        "the port serving /v1/healthz, /v1/readyz and /metrics",
+        "the port serving /v1/healthz, /v1/readyz, /metrics, POST /v1/token and GET /pods (kubelet's cached pods)",
     ),
     flag(
         "multiplexer-port",
@@ -229,7 +229,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "disk-cache-path",
         Kind::Str,
         "/etc/kubernetes/cache",
-        "the root of the on-disk cache",
+        "the root of the on-disk cache; edge mode needs it writable and locks it (one hub per directory)",
     ),
     flag(
         "cache-agents",
