@@ -14,12 +14,12 @@ Why here and not apk-tools: Debian has no apk-tools 3 and CI installs only from 
 registries, so `make apk` needs nothing beyond python3's standard library. The format is
 apk-tools' own (apk-tools/doc/apk-v3.5.scd, apk-tools/src/adb.c, apk-tools/src/apk_adb.c,
 apk-tools/src/app_mkpkg.c): the file is "ADBd" then a raw deflate stream of "ADB." + the
-schema "pckg" and a sequence of 8-byte-aligned blocks: one ADB block holding the package object, then one DATA block per
-non-empty file. Values are written in the order `apk mkpkg` writes them, with its sharing
-of equal values, so the package is the one `apk mkpkg` makes from the same tree
-(cross/README.md says how that was checked). Unsigned, as `apk mkpkg` makes it: OpenWrt
-signs its repository index, and a file installed by hand needs `apk add --allow-untrusted`.
-"""
+schema "pckg" and a sequence of 8-byte-aligned blocks: one ADB block holding the package
+object, then one DATA block per non-empty file. Values are written in the order `apk mkpkg`
+writes them, with its sharing of equal values, so the package is the one `apk mkpkg` makes
+from the same tree (cross/README.md says how that was checked). Unsigned, as `apk mkpkg`
+makes it: OpenWrt signs its repository index, and a file installed by hand needs `apk add
+--allow-untrusted`. """
 
 import hashlib
 import os
