@@ -218,9 +218,8 @@ fn main() {
     );
     let listed = cached_files(&cache);
     let width = listed.iter().map(String::len).max().unwrap_or(0);
-    let (objects, documents): (Vec<String>, Vec<String>) = cached_files(&cache)
-        .into_iter()
-        .partition(|rel| rel.contains('/'));
+    let (objects, documents): (Vec<String>, Vec<String>) =
+        listed.into_iter().partition(|rel| rel.contains('/'));
     println!("   Objects, one JSON file each, under the component that read them:");
     for rel in &objects {
         print_file(&cache, rel, width);

@@ -261,7 +261,14 @@ fn missing_citations(files: &[PathBuf]) -> Vec<String> {
                 continue;
             };
             for cited in cited_paths(citing) {
-                if !repo().join(&cited).exists() && !dir.join(&cited).exists() {
+                // A `..` may climb out of the repository (`../shared/…` exists beside a
+                // checkout, not in it): such a path is missing whatever is there.
+                let inside = !cited.split('/').any(|part| part == "..")
+                    || dir
+                        .join(&cited)
+                        .canonicalize()
+                        .is_ok_and(|p| repo().canonicalize().is_ok_and(|repo| p.starts_with(repo)));
+                if !inside || !repo().join(&cited).exists() && !dir.join(&cited).exists() {
                     let shown = file.strip_prefix(repo()).unwrap_or(file);
                     missing.push(format!("{}:{}: {cited}", shown.display(), n + 1));
                 }
@@ -327,13 +334,19 @@ fn the_citation_scan_finds_what_is_missing_and_only_that() {
     let dir = std::env::temp_dir().join(format!("tinyhub-repo-docs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let file = dir.join("cites.rs");
+    let outside = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("a UTF-8 name");
+    std::fs::write(dir.join("cites.md"), "").expect("writing the file");
     // Built from parts, so that this file does not cite them itself.
     let comment = "//!";
     std::fs::write(
         &file,
         format!(
             "{comment} Cites README.md and src/lib.rs, which exist,\n\
-             {comment} and NOWHERE.md and src/nowhere.rs, which do not.\n"
+             {comment} and NOWHERE.md and src/nowhere.rs, which do not,\n\
+             {comment} and ../{outside}/cites.md, which is outside the repository.\n"
         ),
     )
     .expect("writing the file");
@@ -343,5 +356,10 @@ fn the_citation_scan_finds_what_is_missing_and_only_that() {
         .iter()
         .filter_map(|m| m.rsplit(": ").next())
         .collect();
-    assert_eq!(cited, ["NOWHERE.md", "src/nowhere.rs"], "{missing:?}");
+    let outside_md = format!("../{outside}/cites.md");
+    assert_eq!(
+        cited,
+        ["NOWHERE.md", "src/nowhere.rs", outside_md.as_str()],
+        "{missing:?}"
+    );
 }

@@ -92,7 +92,8 @@ fn readme_flag_tables() -> Vec<Vec<(Vec<String>, String)>> {
         .expect("README.md");
     let section = readme
         .split_once("\n### Flags\n")
-        .and_then(|(_, rest)| rest.split("\n## ").next())
+        // Up to the next heading of any level: "### Metrics" follows with a table of its own.
+        .and_then(|(_, rest)| rest.split("\n#").next())
         .expect("README.md has a ### Flags section");
     let mut tables: Vec<Vec<(Vec<String>, String)>> = Vec::new();
     for line in section.lines() {
