@@ -4,6 +4,7 @@
 //! a second signal exits 1 at once.
 
 use std::net::SocketAddr;
+use std::os::unix::fs::DirBuilderExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::{self, JoinHandle};
@@ -20,6 +21,7 @@ use crate::clients::pool_watch::Feeder;
 use crate::clients::refill::{self, Refills};
 use crate::clients::services_watch;
 use crate::config::{Config, HeartbeatMode, WorkingMode};
+use crate::dir_lock::DirLock;
 use crate::error::StartupError;
 use crate::filters::lookups::CloudLookups;
 use crate::filters::topology_index::TopologyIndex;
@@ -178,6 +180,7 @@ fn open_cache(config: &Config) -> Result<Option<Arc<Store>>, StartupError> {
             "cannot use the cache directory {} (--disk-cache-path; edge mode answers from it while the cloud is unreachable)",
             path.display()
         ))
+        .unusable_directory()
     })?;
     if report.rolled_forward + report.rolled_back + report.removed_temp_files > 0 {
         log::info!(
@@ -188,6 +191,25 @@ fn open_cache(config: &Config) -> Result<Option<Arc<Store>>, StartupError> {
         );
     }
     Ok(Some(Arc::new(store)))
+}
+
+/// Creates `--root-dir` (0700, as the identity files want it) when missing and locks it
+/// for this process: two hubs on one root dir would rotate certificates into the same files.
+fn lock_root_dir(dir: &std::path::Path) -> Result<DirLock, StartupError> {
+    let refused = |e: String| {
+        StartupError::new(e)
+            .context(format!(
+                "cannot use the root directory {} (--root-dir; the hub's identity lives there)",
+                dir.display()
+            ))
+            .unusable_directory()
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| refused(format!("create directory {}: {e}", dir.display())))?;
+    DirLock::acquire(dir).map_err(|e| refused(e.to_string()))
 }
 
 /// Runs the hub until a signal ends it.
@@ -227,6 +249,21 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         log::debug!("response filters are not implemented yet; responses pass unchanged");
     }
 
+    // First of all, before anything reads or rewrites them (`pki::initial_credentials`
+    // forgets stale identity files), and before anything is bound or started: a hub that
+    // cannot use its directories, or finds another hub on them, exits at once.
+    // Held until `run` returns, which is when the process ends.
+    let mut _root_lock = Some(lock_root_dir(&config.root_dir)?);
+    if config.working_mode == WorkingMode::Edge
+        && _root_lock
+            .as_ref()
+            .is_some_and(|lock| lock.holds(&config.disk_cache_path))
+    {
+        // The cache is the root dir: the store's lock covers both.
+        _root_lock = None;
+    }
+    let store = open_cache(&config)?;
+
     let identity = Arc::new(IdentityState::default());
     let readiness = Arc::new(Readiness {
         identity: Arc::clone(&identity),
@@ -250,8 +287,6 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     let shutdown = Arc::new(AtomicBool::new(false));
     let writer_stop = Arc::new(AtomicBool::new(false));
 
-    // Before anything is bound or started: a hub that cannot use its cache exits at once.
-    let store = open_cache(&config)?;
     let proxy_listener = server::bind(config.proxy_addr).map_err(|e| {
         StartupError::new(e.to_string()).context(format!(
             "cannot listen on {} (--proxy-port)",

@@ -17,7 +17,14 @@ pub struct StartupError {
     context: Option<String>,
     /// What went wrong.
     message: String,
+    /// The process's exit status when this error stops the hub.
+    exit_status: u8,
 }
+
+/// The exit status of a hub refused because a directory it needs is unusable or held by
+/// another hub: sysexits.h's `EX_CONFIG`, a configuration error that a restart cannot heal
+/// (the systemd unit does not restart on it).
+pub const EX_CONFIG: u8 = 78;
 
 impl StartupError {
     /// An error whose message says it all.
@@ -25,7 +32,22 @@ impl StartupError {
         StartupError {
             context: None,
             message: message.into(),
+            exit_status: 1,
         }
+    }
+
+    /// Marks the error as a directory the hub cannot use (exit status [`EX_CONFIG`]).
+    pub fn unusable_directory(self) -> StartupError {
+        StartupError {
+            exit_status: EX_CONFIG,
+            ..self
+        }
+    }
+
+    /// The exit status the hub ends with: [`EX_CONFIG`] for a directory it cannot use, 1
+    /// otherwise.
+    pub fn exit_status(&self) -> u8 {
+        self.exit_status
     }
 
     /// A value given for the flag `--name` that cannot be used: `--name: message`.
@@ -43,6 +65,7 @@ impl StartupError {
                 None => context,
             }),
             message: self.message,
+            exit_status: self.exit_status,
         }
     }
 
@@ -89,5 +112,7 @@ mod tests {
         let e = StartupError::new("x").context("inner").context("outer");
         assert_eq!(e.context_text(), Some("outer: inner"));
         assert_eq!(e.message(), "x");
+        assert_eq!(e.exit_status(), 1);
+        assert_eq!(e.unusable_directory().context("more").exit_status(), 78);
     }
 }

@@ -16,6 +16,7 @@ mod cache;
 mod child_test;
 mod clients;
 pub mod config;
+mod dir_lock;
 pub mod error;
 mod filters;
 // Only for tests and the fuzz crate (the `fuzzing` feature): not in the library the binary links.

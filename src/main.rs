@@ -22,7 +22,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{e}");
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_status())
         }
     }
 }

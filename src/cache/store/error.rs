@@ -28,8 +28,6 @@ pub(crate) enum StoreOp {
     Rename,
     /// Removing a file or directory.
     Remove,
-    /// Locking the cache's lock file.
-    Lock,
 }
 
 impl StoreOp {
@@ -44,7 +42,6 @@ impl StoreOp {
             StoreOp::Sync => "sync",
             StoreOp::Rename => "rename into",
             StoreOp::Remove => "remove",
-            StoreOp::Lock => "lock",
         }
     }
 }
@@ -78,13 +75,9 @@ pub(crate) enum StoreError {
         /// The operating system's error.
         source: io::Error,
     },
-    /// Another process holds the cache's lock file: two hubs must not share a cache.
-    Locked {
-        /// The lock file.
-        path: PathBuf,
-        /// The pid the holder wrote in it; `None` until it has.
-        holder: Option<u32>,
-    },
+    /// The cache root could not be locked, or another process holds it: two hubs must not
+    /// share a cache.
+    Lock(crate::dir_lock::LockError),
     /// A commit stopped where [`StoreOptions::crash_at`] said, as a crash would; never with
     /// the default options.
     InjectedCrash,
@@ -130,17 +123,7 @@ impl fmt::Display for StoreError {
                     path.display()
                 )
             }
-            StoreError::Locked { path, holder } => {
-                let holder = match holder {
-                    Some(pid) => format!("pid {pid}"),
-                    None => "a process that has not written its pid yet".to_owned(),
-                };
-                write!(
-                    f,
-                    "cache: another tinyhub uses this cache directory: {holder} holds the lock {}",
-                    path.display()
-                )
-            }
+            StoreError::Lock(e) => write!(f, "cache: {e}"),
             StoreError::InjectedCrash => f.write_str("injected crash"),
         }
     }

@@ -7,8 +7,8 @@
 //! paths, bytes and `metadata.resourceVersion`, nothing else: it does not decode objects,
 //! evaluate selectors (a replacement asks the caller through `in_scope`), keep anything in
 //! memory between calls but the tombstones of recent deletions. It does lock the root
-//! against a second process (`lock.rs`): two writers' recoveries would remove each other's
-//! staged files.
+//! against a second process (`src/dir_lock.rs`): two writers' recoveries would remove each
+//! other's staged files.
 //!
 //! Concurrency: one writer (the cache writer thread) and any number of readers. Every file
 //! appears by `rename`, so a reader sees an object whole, old or new, and needs no lock.
@@ -54,7 +54,7 @@
 //! `mod.rs` the store API and layout; `replace.rs` list replacements; `journal.rs` the
 //! journal and recovery at start; `tombstones.rs` recent deletions; `list.rs` reading a
 //! collection in order; `tokens.rs` TokenRequest answers; `fs.rs` the no-follow, 0600/0700
-//! file primitives; `lock.rs` the lock file (one hub per root); `error.rs` [`StoreError`];
+//! file primitives; `error.rs` [`StoreError`];
 //! `error_keys.rs` the list of keys whose write failed, kept beside the cache.
 
 mod error;
@@ -62,7 +62,6 @@ mod error_keys;
 mod fs;
 mod journal;
 mod list;
-mod lock;
 mod replace;
 #[cfg(test)]
 mod tests;
@@ -79,6 +78,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::key::{CollectionKey, ObjectKey, rv_newer};
 use super::object::ObjectHead;
+use crate::dir_lock::DirLock;
 use crate::names::is_safe_segment;
 use error::io_err;
 use fs::{
@@ -86,7 +86,6 @@ use fs::{
     write_new_file,
 };
 use list::NameCursor;
-use lock::CacheLock;
 use tombstones::Tombstones;
 
 pub(crate) use error::{StoreError, StoreOp};
@@ -157,12 +156,12 @@ pub(crate) struct Store {
     /// Fault injection; the default in production.
     options: StoreOptions,
     /// Held while the store is open: no other process uses this root meanwhile.
-    _lock: CacheLock,
+    _lock: DirLock,
 }
 
 impl Store {
     /// Opens the cache at `root`, creating it (0700) if missing: locks it for this process
-    /// ([`StoreError::Locked`] when another holds it), recovers from a crash, and proves that
+    /// ([`StoreError::Lock`] when another holds it), recovers from a crash, and proves that
     /// a file can be made, flushed and removed under it. A root that cannot be written (a
     /// read-only mount, no permission) fails here; a full one only says so in the log (what
     /// is cached still answers).
@@ -190,7 +189,7 @@ impl Store {
             return Err(io_err(StoreOp::CreateDir, root)(e));
         }
         // Before recovery, which clears the staging directory a running hub writes to.
-        let lock = CacheLock::acquire(root)?;
+        let lock = DirLock::acquire(root).map_err(StoreError::Lock)?;
         let root_dir = File::open(root).map_err(io_err(StoreOp::Read, root))?;
         let store = Store {
             root: root.to_owned(),

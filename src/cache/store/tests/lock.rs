@@ -1,8 +1,8 @@
-//! The lock file: one store per root at a time, a stale file blocks nothing, and the file is
-//! never taken for a cache entry.
+//! The root's lock (`src/dir_lock.rs`): one store per root at a time, a stale note blocks
+//! nothing, and the note is never taken for a cache entry.
 
-use super::super::lock::LOCK_FILE;
 use super::*;
+use crate::dir_lock::{LockError, NOTE_FILE as LOCK_FILE};
 
 #[test]
 fn a_second_open_of_a_locked_root_is_refused_naming_the_holder() {
@@ -11,14 +11,18 @@ fn a_second_open_of_a_locked_root_is_refused_naming_the_holder() {
     let refused = Store::open(&dir.root()).unwrap_err();
     let pid = std::process::id();
     match &refused {
-        StoreError::Locked { path, holder } => {
-            assert_eq!(path, &dir.root().join(LOCK_FILE));
-            assert_eq!(*holder, Some(pid));
+        StoreError::Lock(LockError::Held {
+            dir: locked,
+            holder,
+        }) => {
+            assert_eq!(locked, &dir.root());
+            let note = holder.as_deref().unwrap_or_default();
+            assert!(note.starts_with(&format!("pid {pid} on ")), "{note}");
         }
         other => panic!("{other:?}"),
     }
     assert!(
-        refused.to_string().contains(&format!("pid {pid}")),
+        refused.to_string().contains(&format!("pid {pid} on ")),
         "{refused}"
     );
     // The refused open changed nothing of the holder's.
@@ -36,8 +40,11 @@ fn a_stale_lock_file_is_taken_over_and_never_served_or_removed() {
     // Left by a hub that was killed: a file, but no lock.
     fs::write(root.join(LOCK_FILE), "4194301\n").unwrap();
     let store = open(&dir);
-    let pid = format!("{}\n", std::process::id());
-    assert_eq!(fs::read_to_string(root.join(LOCK_FILE)).unwrap(), pid);
+    let note = fs::read_to_string(root.join(LOCK_FILE)).unwrap();
+    assert!(
+        note.starts_with(&format!("pid {} on ", std::process::id())),
+        "{note}"
+    );
     // Not a document the store would read or write.
     assert!(matches!(
         store.get_non_resource(LOCK_FILE),

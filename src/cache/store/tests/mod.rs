@@ -8,10 +8,10 @@ mod replace;
 mod tokens;
 
 use super::journal::JOURNAL_PREFIX;
-use super::lock::LOCK_FILE;
 use super::*;
 use crate::cache::key::{TokenKey, non_resource_file_name};
 use crate::cache::temp_dir::TempDir;
+use crate::dir_lock::NOTE_FILE as LOCK_FILE;
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io;
