@@ -874,7 +874,7 @@ pub fn health_series(cloud: &Cloud) -> String {
     )
 }
 
-/// The lock file a running hub holds in its cache root (src/cache/store/lock.rs): not a
+/// The note a running hub writes in its cache root and root dir (src/dir_lock.rs): not a
 /// cache entry.
 pub const LOCK_FILE: &str = ".tinyhub.lock";
 

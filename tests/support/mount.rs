@@ -1,17 +1,32 @@
-//! A small tmpfs mounted for one test (needs root or CAP_SYS_ADMIN): a full disk, a
-//! read-only filesystem.
+//! A small tmpfs mounted for one test: a full disk, a read-only filesystem. Mounted only in
+//! a test's own mount namespace (`namespace::run_test_in_namespaces`), never the machine's.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use super::namespace::{is_root, run_test_in_namespaces};
+
+/// Runs the ignored test `name` (`module::test`, which starts with
+/// `namespace::enter_child(marker)`) in new mount and network namespaces, and a user
+/// namespace when this process is not root (where mounting a tmpfs is allowed too): its
+/// mounts are private to it and go with it, even when it is killed.
+pub fn run_with_private_mounts(name: &str, marker: &str) {
+    let namespaces: &[&str] = if is_root() {
+        &["-m", "-n"]
+    } else {
+        &["-r", "-m", "-n"]
+    };
+    run_test_in_namespaces(namespaces, name, marker);
+}
 
 /// A tmpfs mounted at a directory, unmounted when dropped.
 pub struct Tmpfs(PathBuf);
 
 impl Tmpfs {
-    /// Mounts `size` (e.g. `4m`) at `dir`; the reason as an error where mounting is not
-    /// allowed (not root, no CAP_SYS_ADMIN, a container without mount rights).
-    pub fn mount(dir: &Path, size: &str) -> Result<Tmpfs, String> {
-        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    /// Mounts `size` (e.g. `4m`) at `dir`, in the test's own mount namespace (made by
+    /// [`run_with_private_mounts`]); a panic with mount's message when it cannot.
+    pub fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).expect("create the mount point");
         mount(
             &[
                 "-t",
@@ -21,20 +36,9 @@ impl Tmpfs {
                 "tmpfs",
             ],
             dir,
-        )?;
-        Ok(Tmpfs(dir.to_owned()))
-    }
-
-    /// [`Tmpfs::mount`], or `None` having said SKIP (naming `test` and why) where this
-    /// process may not mount.
-    pub fn mount_or_skip(dir: &Path, size: &str, test: &str) -> Option<Tmpfs> {
-        match Tmpfs::mount(dir, size) {
-            Ok(t) => Some(t),
-            Err(why) => {
-                eprintln!("SKIP: cannot mount a tmpfs for the {test} test (needs root): {why}");
-                None
-            }
-        }
+        )
+        .expect("mount a tmpfs in the test's mount namespace");
+        Tmpfs(dir.to_owned())
     }
 
     /// Fills the filesystem with one file until it is full; returns the file.
