@@ -214,7 +214,7 @@ fn lock_root_dir(dir: &std::path::Path) -> Result<DirLock, StartupError> {
 
 /// Runs the hub until a signal ends it.
 pub fn run(config: Config) -> Result<(), StartupError> {
-    let signals = signals::listen()
+    let signals = signals::listen(config.root_dir.clone())
         .map_err(|e| StartupError::new(e.to_string()).context("cannot set up signal handling"))?;
     // Several crates may race to install a provider; the first one wins and all use ring.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -529,8 +529,9 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     log::info!("tinyhub is ready");
 
     // Wait for the first signal.
-    let first = signals::next_termination(&signals, &config.root_dir)
-        .ok_or_else(|| StartupError::new("the signal thread stopped"))?;
+    let first = signals
+        .recv()
+        .map_err(|_| StartupError::new("the signal thread stopped"))?;
     log::info!(
         "{} received: shutting down (a second signal exits at once)",
         signals::name(first)
@@ -539,9 +540,9 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     shutdown.store(true, Ordering::Release);
     drop(stop_tx);
     {
-        let (signals, dump_dir) = (signals.clone(), config.root_dir.clone());
+        let signals = signals.clone();
         spawn("second-signal", move || {
-            if let Some(second) = signals::next_termination(&signals, &dump_dir) {
+            if let Ok(second) = signals.recv() {
                 log::warn!("{} received again: exiting now", signals::name(second));
                 std::process::exit(1);
             }

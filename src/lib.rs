@@ -34,6 +34,7 @@ mod netif;
 mod offline;
 mod pki;
 mod pool;
+mod procfs;
 mod protobuf;
 mod proxy;
 mod reaper;

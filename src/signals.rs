@@ -1,16 +1,20 @@
 //! Signals as messages: SIGTERM, SIGINT and SIGUSR1 are blocked in every thread and one
-//! thread waits for them with `sigwait`, sending each on a channel. The first termination
-//! signal starts a graceful shutdown; `app.rs` exits 1 on the second, as Kubernetes
-//! components do. SIGUSR1 asks for a dump of the threads (`thread_dump.rs`), as YurtHub
-//! dumps its goroutines; unblocked, it would end the process.
+//! thread waits for them with `sigwait`. It sends each termination signal on a channel: the
+//! first starts a graceful shutdown; `app.rs` exits 1 on the second, as Kubernetes
+//! components do. SIGUSR1 it answers itself, at any time from the start on, with a dump of
+//! the threads (`thread_dump.rs`), as YurtHub dumps its goroutines from a goroutine of its
+//! own; unblocked, SIGUSR1 would end the process.
 //!
 //! Must run before any other thread starts, so every thread inherits the blocked mask.
 
+use std::path::{Path, PathBuf};
+
 use crossbeam_channel::Receiver;
 
-/// Blocks SIGTERM, SIGINT and SIGUSR1 for the process and returns a channel of received signals.
+/// Blocks SIGTERM, SIGINT and SIGUSR1 for the process and returns a channel of the
+/// termination signals received; a SIGUSR1 is answered with a thread dump under `dump_dir`.
 #[allow(unsafe_code)]
-pub(crate) fn listen() -> std::io::Result<Receiver<i32>> {
+pub(crate) fn listen(dump_dir: PathBuf) -> std::io::Result<Receiver<i32>> {
     // SAFETY: `set` is a plain C struct initialised by sigemptyset before use; the calls only
     // read and write that local and the calling thread's signal mask.
     let set = unsafe {
@@ -35,7 +39,12 @@ pub(crate) fn listen() -> std::io::Result<Receiver<i32>> {
                 // SAFETY: `set` is a valid, initialised signal set owned by this closure and
                 // `signal` a valid place for the result.
                 let rc = unsafe { libc::sigwait(&set, &mut signal) };
-                if rc == 0 && tx.send(signal).is_err() {
+                if rc != 0 {
+                    continue;
+                }
+                if signal == libc::SIGUSR1 {
+                    dump_threads(&dump_dir);
+                } else if tx.send(signal).is_err() {
                     return;
                 }
             }
@@ -43,23 +52,13 @@ pub(crate) fn listen() -> std::io::Result<Receiver<i32>> {
     Ok(rx)
 }
 
-/// The next termination signal; a SIGUSR1 before it is answered with a thread dump under
-/// `dump_dir`. `None` when the signal thread has ended.
-pub(crate) fn next_termination(signals: &Receiver<i32>, dump_dir: &std::path::Path) -> Option<i32> {
-    loop {
-        let signal = signals.recv().ok()?;
-        if signal != libc::SIGUSR1 {
-            return Some(signal);
+/// Answers a SIGUSR1: the dump, and a log line saying where it went or why it did not.
+fn dump_threads(dir: &Path) {
+    match crate::thread_dump::write(dir) {
+        Ok((path, threads)) => {
+            log::info!("SIGUSR1: {threads} threads dumped to {}", path.display())
         }
-        match crate::thread_dump::write(dump_dir) {
-            Ok((path, threads)) => {
-                log::info!("SIGUSR1: {threads} threads dumped to {}", path.display())
-            }
-            Err(e) => log::error!(
-                "SIGUSR1: cannot dump the threads under {}: {e}",
-                dump_dir.display()
-            ),
-        }
+        Err(e) => log::error!("SIGUSR1: cannot dump the threads: {e}"),
     }
 }
 

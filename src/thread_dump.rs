@@ -11,6 +11,8 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::procfs::{Units, parse_stat};
+
 /// What the kernel says of one thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Task {
@@ -23,30 +25,42 @@ struct Task {
     stack: String,
 }
 
-/// Writes the dump to `<dir>/tinyhub.<pid>.threads.log` (0600); returns its path and how
-/// many threads it describes.
+/// Writes the dump to `<dir>/tinyhub.<pid>.threads.log` (0600; `dir` is made 0700 when
+/// missing: it is the root dir, which holds the hub's keys); returns its path and how many
+/// threads it describes. An error names the path that failed.
 pub(crate) fn write(dir: &Path) -> io::Result<(PathBuf, usize)> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let tasks = read_tasks()?;
-    let text = render(std::process::id(), &tasks);
-    fs::create_dir_all(dir)?;
+    let text = render(std::process::id(), &tasks, Units::of_this_system());
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(naming(dir))?;
     let path = dir.join(format!("tinyhub.{}.threads.log", std::process::id()));
     fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .open(&path)?
-        .write_all(text.as_bytes())?;
+        .open(&path)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .map_err(naming(&path))?;
     Ok((path, tasks.len()))
+}
+
+/// Puts `path` in front of an I/O error's message.
+fn naming(path: &Path) -> impl Fn(io::Error) -> io::Error + '_ {
+    move |e| io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
 /// Every thread of this process, by tid. A thread that ends while it is read is left out.
 fn read_tasks() -> io::Result<Vec<Task>> {
+    let task_dir = Path::new("/proc/self/task");
     let mut tasks = Vec::new();
-    for entry in fs::read_dir("/proc/self/task")? {
-        let entry = entry?;
+    for entry in fs::read_dir(task_dir).map_err(naming(task_dir))? {
+        let entry = entry.map_err(naming(task_dir))?;
         let Some(tid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
             continue;
         };
@@ -67,24 +81,30 @@ fn read_tasks() -> io::Result<Vec<Task>> {
 }
 
 /// The dump's text: a header, then a line per thread (its kernel stack indented below it).
-fn render(pid: u32, tasks: &[Task]) -> String {
+/// CPU times are `?` when the clock tick is not known.
+fn render(pid: u32, tasks: &[Task], units: Option<Units>) -> String {
     let mut out = format!(
         "tinyhub {} pid {pid}: {} threads (name, state, kernel wait channel, CPU seconds user/system)\n",
         env!("CARGO_PKG_VERSION"),
         tasks.len()
     );
     for task in tasks {
-        let (name, state, user, system) = parse_stat(&task.stat).unwrap_or_default();
+        let stat = parse_stat(&task.stat);
+        let (name, state) = stat
+            .as_ref()
+            .map_or(("", ""), |s| (s.name.as_str(), s.state.as_str()));
+        let cpu = match stat.as_ref().zip(units) {
+            Some((s, u)) => format!("{:.2}/{:.2}", u.seconds(s.utime), u.seconds(s.stime)),
+            None => "?/?".to_owned(),
+        };
         let wchan = match task.wchan.trim() {
             "" | "0" => "-",
             w => w,
         };
         let _ = writeln!(
             out,
-            "tid {} {name:?} state={state} wchan={wchan} cpu={:.2}/{:.2}",
+            "tid {} {name:?} state={state} wchan={wchan} cpu={cpu}",
             task.tid,
-            seconds(user),
-            seconds(system)
         );
         for frame in task.stack.lines() {
             let _ = writeln!(out, "    {frame}");
@@ -93,40 +113,9 @@ fn render(pid: u32, tasks: &[Task]) -> String {
     out
 }
 
-/// Name, state letter and user/system CPU time in clock ticks from a `stat` line
-/// (`tid (name) S ppid …`, proc(5)); the name may hold spaces and parentheses, so the fields
-/// are counted after its last `)`.
-fn parse_stat(stat: &str) -> Option<(String, String, u64, u64)> {
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let name = stat.get(open + 1..close)?.to_owned();
-    // Fields from the 3rd (state) on; utime and stime are the 14th and 15th.
-    let rest: Vec<&str> = stat.get(close + 1..)?.split_whitespace().collect();
-    let state = (*rest.first()?).to_owned();
-    let user = rest.get(11)?.parse().ok()?;
-    let system = rest.get(12)?.parse().ok()?;
-    Some((name, state, user, system))
-}
-
-/// Clock ticks as seconds: Linux reports `stat` times in USER_HZ, 100 on every architecture
-/// the hub is built for.
-fn seconds(ticks: u64) -> f64 {
-    ticks as f64 / 100.0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_stat_line_with_a_name_holding_parentheses_is_read() {
-        let stat = "4242 (cache (w) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 7 0 99 1000 50";
-        assert_eq!(
-            parse_stat(stat),
-            Some(("cache (w) x".to_owned(), "S".to_owned(), 250, 75))
-        );
-        assert_eq!(parse_stat("garbage"), None);
-    }
 
     #[test]
     fn the_dump_names_every_thread_with_its_state_and_stack() {
@@ -144,7 +133,11 @@ mod tests {
                 stack: String::new(),
             },
         ];
-        let text = render(10, &tasks);
+        let units = Units {
+            ticks_per_second: 100,
+            page_bytes: 4096,
+        };
+        let text = render(10, &tasks, Some(units));
         assert_eq!(
             text.lines().collect::<Vec<_>>(),
             [
@@ -158,6 +151,8 @@ mod tests {
                 "tid 11 \"cache-writer\" state=R wchan=- cpu=5.00/0.00",
             ]
         );
+        let unknown = render(10, &tasks[1..], None);
+        assert!(unknown.ends_with("cpu=?/?\n"), "{unknown}");
     }
 
     #[test]
@@ -168,5 +163,27 @@ mod tests {
             .find(|t| t.tid == std::process::id())
             .expect("the main thread");
         assert!(parse_stat(&me.stat).is_some(), "{}", me.stat);
+    }
+
+    #[test]
+    fn a_missing_dir_is_made_private_and_a_failure_names_the_path() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("tinyhub-dump-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        let dir = base.join("root");
+        let (path, threads) = write(&dir).unwrap();
+        assert!(threads >= 1);
+        assert_eq!(path.parent(), Some(dir.as_path()));
+        let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        // A file where the directory should be: the error says which path.
+        let blocked = base.join("file");
+        fs::write(&blocked, "x").unwrap();
+        let e = write(&blocked).unwrap_err();
+        assert!(
+            e.to_string().contains(&blocked.display().to_string()),
+            "{e}"
+        );
+        fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -5,14 +5,15 @@
 //! Sources: `/proc/self/stat` (CPU time, start time, virtual and resident size),
 //! `/proc/self/fd` (open descriptors), `/proc/self/limits` (the soft `nofile` and address
 //! space limits),
-//! `/proc/stat` (`btime`, the boot time the start time counts from). Clock ticks and the
-//! page size come from `sysconf`, not from the usual 100 and 4096: kernels built with
-//! another `USER_HZ` or with 16 or 64 KiB pages (some ARM boards) exist.
+//! `/proc/stat` (`btime`, the boot time the start time counts from). The stat line and its
+//! units (clock ticks, the page size) are read by `src/procfs.rs`.
 //!
 //! A source that cannot be read leaves its series out of the page (never a made-up 0).
 
 use std::fmt::Write as _;
 use std::path::Path;
+
+use crate::procfs::{Stat, Units, parse_stat};
 
 /// What one scrape read; `None` where the source could not be read.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -31,26 +32,6 @@ pub(crate) struct ProcessStats {
     pub resident_bytes: Option<u64>,
     /// When the process started, in seconds since the Unix epoch.
     pub start_time_seconds: Option<f64>,
-}
-
-/// The fields of `/proc/<pid>/stat` the series need, in the units the file gives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stat {
-    /// utime + stime, in clock ticks.
-    cpu_ticks: u64,
-    /// Start time after boot, in clock ticks.
-    start_ticks: u64,
-    /// Virtual size, in bytes.
-    vsize: u64,
-    /// Resident set, in pages.
-    rss_pages: u64,
-}
-
-/// Clock ticks per second and the page size, from `sysconf`.
-#[derive(Debug, Clone, Copy)]
-struct Units {
-    ticks_per_second: u64,
-    page_bytes: u64,
 }
 
 impl ProcessStats {
@@ -73,7 +54,7 @@ impl ProcessStats {
             boot,
             open_fds,
             soft_limit(&limits, "Max open files"),
-            units(),
+            Units::of_this_system(),
         );
         stats.virtual_max_bytes = soft_limit(&limits, "Max address space");
         stats
@@ -86,17 +67,17 @@ impl ProcessStats {
         max_fds: Option<u64>,
         units: Option<Units>,
     ) -> ProcessStats {
-        let scaled = stat.zip(units);
+        let scaled = stat.as_ref().zip(units);
         ProcessStats {
-            cpu_seconds: scaled.map(|(s, u)| s.cpu_ticks as f64 / u.ticks_per_second as f64),
+            cpu_seconds: scaled.map(|(s, u)| u.seconds(s.utime.saturating_add(s.stime))),
             open_fds,
             max_fds,
             virtual_max_bytes: None,
-            virtual_bytes: stat.map(|s| s.vsize),
+            virtual_bytes: stat.as_ref().map(|s| s.vsize),
             resident_bytes: scaled.map(|(s, u)| s.rss_pages.saturating_mul(u.page_bytes)),
-            start_time_seconds: scaled.zip(boot).map(|((s, u), boot)| {
-                boot as f64 + s.start_ticks as f64 / u.ticks_per_second as f64
-            }),
+            start_time_seconds: scaled
+                .zip(boot)
+                .map(|((s, u), boot)| boot as f64 + u.seconds(s.start_ticks)),
         }
     }
 
@@ -155,21 +136,6 @@ impl ProcessStats {
     }
 }
 
-/// The fields of a `/proc/<pid>/stat` line. The command name may hold spaces and
-/// parentheses: the fields are counted after its last `)`.
-fn parse_stat(line: &str) -> Option<Stat> {
-    let fields: Vec<&str> = line.rsplit_once(')')?.1.split_whitespace().collect();
-    // proc(5) numbers the fields from 1 with the pid; after the command, `state` (field 3)
-    // is index 0.
-    let field = |n: usize| -> Option<u64> { fields.get(n - 3)?.parse().ok() };
-    Some(Stat {
-        cpu_ticks: field(14)?.checked_add(field(15)?)?,
-        start_ticks: field(22)?,
-        vsize: field(23)?,
-        rss_pages: field(24)?,
-    })
-}
-
 /// `btime` of `/proc/stat`: the boot time, in seconds since the Unix epoch.
 fn parse_boot_time(text: &str) -> Option<u64> {
     text.lines()
@@ -186,44 +152,12 @@ fn soft_limit(text: &str, limit: &str) -> Option<u64> {
     }
 }
 
-/// Clock ticks per second and the page size, or `None` when `sysconf` does not know them.
-#[allow(unsafe_code, reason = "std has no sysconf")]
-fn units() -> Option<Units> {
-    // SAFETY: sysconf takes a constant and touches no memory of ours.
-    let (ticks, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_CLK_TCK),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    Some(Units {
-        ticks_per_second: u64::try_from(ticks).ok().filter(|&t| t > 0)?,
-        page_bytes: u64::try_from(page).ok().filter(|&p| p > 0)?,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const STAT: &str = "4242 (tiny hub) (x)) S 1 4242 4242 0 -1 4194560 900 0 0 0 \
                         250 130 0 0 20 0 9 0 66655 3133440 417 18446744073709551615 1 2 3 4 5";
-
-    #[test]
-    fn stat_fields_are_counted_after_the_last_parenthesis() {
-        let stat = parse_stat(STAT).expect("parses");
-        assert_eq!(
-            stat,
-            Stat {
-                cpu_ticks: 380,
-                start_ticks: 66655,
-                vsize: 3133440,
-                rss_pages: 417,
-            }
-        );
-        assert_eq!(parse_stat("4242 (cut"), None);
-        assert_eq!(parse_stat("4242 (short) S 1 2 3"), None);
-    }
 
     #[test]
     fn limits_and_boot_time_are_read_from_their_lines() {
@@ -250,12 +184,19 @@ mod tests {
     #[test]
     fn ticks_and_pages_are_scaled_by_the_units_given() {
         let stat = parse_stat(STAT);
-        // A kernel with USER_HZ 250 and 64 KiB pages (as some ARM boards run).
+        // Other units than this machine's: 64 KiB pages (some ARM kernels) and a tick
+        // other than USER_HZ's 100, to see that both are applied.
         let units = Some(Units {
             ticks_per_second: 250,
             page_bytes: 65536,
         });
-        let stats = ProcessStats::from_parts(stat, Some(1_700_000_000), Some(7), Some(1024), units);
+        let stats = ProcessStats::from_parts(
+            stat.clone(),
+            Some(1_700_000_000),
+            Some(7),
+            Some(1024),
+            units,
+        );
         assert_eq!(stats.cpu_seconds, Some(1.52));
         assert_eq!(stats.resident_bytes, Some(417 * 65536));
         assert_eq!(stats.virtual_bytes, Some(3133440));
