@@ -166,11 +166,13 @@ done
 # A flag or config error (2) and a cache the hub cannot use (78) stop the unit for good, and
 # the README's systemd section says which statuses those are.
 prevent=$(setting RestartPreventExitStatus | tr ' ' '\n')
+# The section as one line: a sentence may wrap.
+prose=$(printf '%s\n' "$section" | tr '\n' ' ')
 for status in 2 78; do
 	check "RestartPreventExitStatus lists $status: the unit stays failed instead of restarting" \
 		sh -c 'printf "%s\n" "$1" | grep -qx "$2"' - "$prevent" "$status"
 	check "README.md's systemd section names exit status $status" \
-		sh -c 'printf "%s\n" "$1" | grep -q "[^0-9]$2[^0-9]"' - "$section" "$status"
+		sh -c 'printf "%s\n" "$1" | grep -q "exit status[^.]*[^0-9.]$2[^0-9]"' - "$prose" "$status"
 done
 
 # An absent binary (the one ExecStart names) is the only complaint allowed: this is not
