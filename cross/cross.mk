@@ -105,12 +105,17 @@ cross-aarch64-std:
 		echo "cross: installing the $(CROSS_AARCH64) std"; \
 		rustup target add $(CROSS_AARCH64); }
 
+# busybox: init-test runs the init script under OpenWrt's shell (ash). systemd: only for
+# systemd-analyze (systemd-test); the package does not make itself the init, and a Debian
+# machine booted with systemd has it already.
 cross-test-tools:
 	@command -v qemu-arm-static >/dev/null && command -v qemu-aarch64-static >/dev/null && \
-	command -v file >/dev/null && command -v readelf >/dev/null || { \
-		echo "cross: installing qemu-user-static file binutils"; \
+	command -v file >/dev/null && command -v readelf >/dev/null && \
+	command -v busybox >/dev/null && command -v systemd-analyze >/dev/null || { \
+		echo "cross: installing qemu-user-static file binutils busybox systemd"; \
 		$(CROSS_SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(CROSS_SUDO) apt-get install -y -qq qemu-user-static file binutils; }
+		DEBIAN_FRONTEND=noninteractive $(CROSS_SUDO) apt-get install -y -qq qemu-user-static file \
+			binutils busybox systemd; }
 
 # --- binaries -----------------------------------------------------------------------------
 

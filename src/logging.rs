@@ -2,11 +2,12 @@
 //! `I1130 23:42:36.123456   12345 proxy.rs:42] message key="value"`.
 //!
 //! `--v=N` maps onto log levels: 0–1 info, 2–3 debug, 4 and more trace. Warnings and errors
-//! always show. `--vmodule=pattern=N,…` sets the verbosity of the source files whose name
+//! always show. `--vmodule=pattern=N,…` raises the verbosity of the source files whose name
 //! (without `.rs`; the path when the pattern has a `/`) matches a glob, as klog does for Go
-//! files: `--vmodule=relay=4,*lease*=3`. `--skip-headers` leaves the header out,
-//! `--add-dir-header` names the file with its directory. Times are UTC (no time-zone database
-//! on a router; procd's syslog adds local time anyway).
+//! files: `--vmodule=relay=4,*lease*=3`. As in klog, an entry never lowers a file below
+//! `--v`, and the level is worked out once per file, not per record. `--skip-headers`
+//! leaves the header out, `--add-dir-header` names the file with its directory. Times are
+//! UTC (no time-zone database on a router; procd's syslog adds local time anyway).
 
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -52,7 +53,9 @@ pub(crate) fn parse_vmodule(text: &str) -> Result<Vec<VModule>, String> {
 }
 
 impl LogOptions {
-    /// The verbosity of a record from `file` (`src/proxy/relay.rs`).
+    /// The verbosity of a record from `file` (`src/proxy/relay.rs`): `--v`, or the first
+    /// matching entry's level where that is higher (klog's `V()` is true as soon as `--v`
+    /// suffices, and consults vmodule only when it does not).
     fn verbosity_of(&self, file: Option<&str>) -> u8 {
         let Some(file) = file else {
             return self.verbosity;
@@ -63,9 +66,9 @@ impl LogOptions {
             .iter()
             .find(|m| {
                 let subject = if m.pattern.contains('/') { path } else { name };
-                glob_matches(m.pattern.as_bytes(), subject.as_bytes())
+                glob_matches(&m.pattern, subject)
             })
-            .map_or(self.verbosity, |m| m.verbosity)
+            .map_or(self.verbosity, |m| m.verbosity.max(self.verbosity))
     }
 
     /// The most verbose level any file may log at.
@@ -76,14 +79,81 @@ impl LogOptions {
 }
 
 /// Go's `filepath.Match` for `*` and `?` (no classes): whether `text` matches `pattern`.
-fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
-    match pattern.split_first() {
-        None => text.is_empty(),
-        Some((b'*', rest)) => (0..=text.len())
-            .any(|skip| !text[..skip].contains(&b'/') && glob_matches(rest, &text[skip..])),
-        Some((&p, rest)) => text.split_first().is_some_and(|(&t, tail)| {
-            (p == t || (p == b'?' && t != b'/')) && glob_matches(rest, tail)
-        }),
+/// Neither wildcard matches `/`, so the pattern's slashes pair off with the text's in order
+/// and each part is matched on its own.
+fn glob_matches(pattern: &str, text: &str) -> bool {
+    let (mut patterns, mut texts) = (pattern.split('/'), text.split('/'));
+    loop {
+        match (patterns.next(), texts.next()) {
+            (None, None) => return true,
+            (Some(p), Some(t)) if part_matches(p.as_bytes(), t.as_bytes()) => {}
+            _ => return false,
+        }
+    }
+}
+
+/// Whether `text` (no `/`) matches `pattern`, in time linear in their lengths for each
+/// backtrack: a `*` takes as little as it can, and on a mismatch only the last `*` takes
+/// one more byte (an earlier `*` taking more cannot help what the last one could not).
+fn part_matches(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    // After the last `*` seen: the pattern index past it and the text index it resumes at.
+    let mut last_star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                p += 1;
+                last_star = Some((p, t));
+            }
+            Some(&c) if c == b'?' || c == text[t] => {
+                p += 1;
+                t += 1;
+            }
+            _ => match last_star {
+                Some((after, from)) => {
+                    p = after;
+                    t = from + 1;
+                    last_star = Some((after, t));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+/// Each source file's log level under [`LogOptions`], worked out on a file's first record
+/// and kept (klog keeps it per call site), so the globs are not matched on every record.
+struct FileLevels {
+    options: LogOptions,
+    by_file: std::sync::Mutex<std::collections::HashMap<&'static str, log::LevelFilter>>,
+}
+
+impl FileLevels {
+    fn new(options: LogOptions) -> FileLevels {
+        FileLevels {
+            options,
+            by_file: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The level a record from `file` may log at; `file_static` is the same file when it
+    /// lives as long as the program (then the answer is kept).
+    fn level(&self, file_static: Option<&'static str>, file: Option<&str>) -> log::LevelFilter {
+        if self.options.vmodule.is_empty() {
+            return level_for(self.options.verbosity);
+        }
+        let Some(file) = file_static else {
+            return level_for(self.options.verbosity_of(file));
+        };
+        // A poisoned map only means another thread panicked mid-insert of a plain value.
+        let mut by_file = self
+            .by_file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *by_file
+            .entry(file)
+            .or_insert_with(|| level_for(self.options.verbosity_of(Some(file))))
     }
 }
 
@@ -91,7 +161,7 @@ fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
 /// to its file's verbosity.
 struct Klog {
     inner: env_logger::Logger,
-    options: LogOptions,
+    levels: FileLevels,
 }
 
 impl log::Log for Klog {
@@ -100,7 +170,7 @@ impl log::Log for Klog {
     }
 
     fn log(&self, record: &log::Record<'_>) {
-        if record.level() <= level_for(self.options.verbosity_of(record.file())) {
+        if record.level() <= self.levels.level(record.file_static(), record.file()) {
             self.inner.log(record);
         }
     }
@@ -149,7 +219,7 @@ pub fn init(options: &LogOptions) {
     let max = inner.filter();
     let logger = Klog {
         inner,
-        options: options.clone(),
+        levels: FileLevels::new(options.clone()),
     };
     // Fails only when a logger is already installed: the first one stays.
     if log::set_boxed_logger(Box::new(logger)).is_ok() {
@@ -271,7 +341,77 @@ mod tests {
         check("src/proxy/call.rs", 1);
         assert_eq!(options.verbosity_of(None), 1);
         assert_eq!(options.max_level(), log::LevelFilter::Trace);
-        assert!(glob_matches(b"re?ay", b"relay") && !glob_matches(b"re?ay", b"rely"));
+        assert!(glob_matches("re?ay", "relay") && !glob_matches("re?ay", "rely"));
+    }
+
+    #[test]
+    fn a_vmodule_entry_never_lowers_a_file_below_v() {
+        // klog: `--v=4 --vmodule=relay=0` still logs relay at 4.
+        let options = LogOptions {
+            verbosity: 4,
+            vmodule: parse_vmodule("relay=0,lease=2,pool=6").unwrap(),
+            ..LogOptions::default()
+        };
+        assert_eq!(options.verbosity_of(Some("src/proxy/relay.rs")), 4);
+        assert_eq!(options.verbosity_of(Some("src/heartbeat/lease.rs")), 4);
+        assert_eq!(options.verbosity_of(Some("src/pool.rs")), 6);
+        let levels = FileLevels::new(options);
+        assert_eq!(
+            levels.level(Some("src/proxy/relay.rs"), Some("src/proxy/relay.rs")),
+            log::LevelFilter::Trace
+        );
+    }
+
+    #[test]
+    fn globs_match_as_go_filepath_match() {
+        for (pattern, text, want) in [
+            ("*", "relay", true),
+            ("*", "", true),
+            ("", "", true),
+            ("", "a", false),
+            ("r*y", "relay", true),
+            ("r*y", "relays", false),
+            ("*a*b", "xaxxb", true),
+            ("*a*b", "xaxxbc", false),
+            ("a*b*c", "abbbc", true),
+            ("a?c", "ac", false),
+            ("**", "x", true),
+            ("src/*/relay", "src/proxy/relay", true),
+            ("src/*", "src/proxy/relay", false),
+            ("*/relay", "relay", false),
+            ("src/*y", "src/proxy", true),
+        ] {
+            assert_eq!(glob_matches(pattern, text), want, "{pattern} ~ {text}");
+        }
+    }
+
+    #[test]
+    fn a_pathological_glob_gets_the_right_answer() {
+        // Exponential for a backtracking matcher; the answers are what is checked here.
+        let pattern = "*a*a*a*a*a*a*a*a*a*a*a*a*b";
+        let no_b = "a".repeat(60);
+        assert!(!glob_matches(pattern, &no_b));
+        assert!(glob_matches(pattern, &format!("{no_b}b")));
+        assert!(!glob_matches(pattern, &format!("{}b", "a".repeat(11))));
+        assert!(glob_matches(pattern, &format!("{}b", "a".repeat(12))));
+        let options = LogOptions {
+            verbosity: 0,
+            vmodule: parse_vmodule(&format!("{pattern}=3")).unwrap(),
+            ..LogOptions::default()
+        };
+        let levels = FileLevels::new(options);
+        let file: &'static str = Box::leak(format!("src/{no_b}b.rs").into_boxed_str());
+        for _ in 0..2 {
+            assert_eq!(
+                levels.level(Some(file), Some(file)),
+                log::LevelFilter::Debug
+            );
+        }
+        assert_eq!(levels.by_file.lock().unwrap().len(), 1, "kept per file");
+        assert_eq!(
+            levels.level(Some("src/relay.rs"), Some("src/relay.rs")),
+            log::LevelFilter::Info
+        );
     }
 
     #[test]

@@ -62,6 +62,30 @@ impl<L: Ord> InFlightSeries<L> {
             *n -= 1;
         }
     }
+
+    /// Writes the gauge family `name`, a series per labels (`labels` renders them), and
+    /// with `total` (its name and help) the gauge of every request counted.
+    fn render(
+        &self,
+        out: &mut String,
+        name: &str,
+        help: &str,
+        total: Option<(&str, &str)>,
+        labels: impl Fn(&L) -> String,
+    ) {
+        header(out, name, "gauge", help);
+        for (series, n) in lock(&self.series).iter() {
+            let _ = writeln!(out, "{name}{{{}}} {n}", labels(series));
+        }
+        if let Some((total_name, total_help)) = total {
+            gauge(
+                out,
+                total_name,
+                total_help,
+                self.total.load(Ordering::Relaxed),
+            );
+        }
+    }
 }
 
 /// Marks the end of a request in its in-flight series when dropped.
@@ -296,58 +320,33 @@ impl Metrics {
                 u8::from(*healthy)
             );
         }
-        header(
+        self.in_flight.render(
             &mut out,
             "node_yurthub_in_flight_requests_collector",
-            "gauge",
             "collector of in flight requests handling by hub agent(exclude aggregated in flight requests)",
+            Some((
+                "node_yurthub_in_flight_requests_total",
+                "total of in flight requests handling by hub agent(exclude aggregated in flight requests)",
+            )),
+            request_labels,
         );
-        for (labels, n) in lock(&self.in_flight.series).iter() {
-            let _ = writeln!(
-                out,
-                "node_yurthub_in_flight_requests_collector{{{}}} {n}",
-                request_labels(labels)
-            );
-        }
-        gauge(
-            &mut out,
-            "node_yurthub_in_flight_requests_total",
-            "total of in flight requests handling by hub agent(exclude aggregated in flight requests)",
-            self.in_flight.total.load(Ordering::Relaxed),
-        );
-        header(
+        self.aggregated.render(
             &mut out,
             "node_yurthub_aggregated_in_flight_requests_collector",
-            "gauge",
             "collector of in flight requests aggregated by multiplexer manager",
+            Some((
+                "node_yurthub_aggregated_in_flight_requests_total",
+                "total of in flight requests aggregated by multiplexer manager",
+            )),
+            request_labels,
         );
-        for (labels, n) in lock(&self.aggregated.series).iter() {
-            let _ = writeln!(
-                out,
-                "node_yurthub_aggregated_in_flight_requests_collector{{{}}} {n}",
-                request_labels(labels)
-            );
-        }
-        gauge(
-            &mut out,
-            "node_yurthub_aggregated_in_flight_requests_total",
-            "total of in flight requests aggregated by multiplexer manager",
-            self.aggregated.total.load(Ordering::Relaxed),
-        );
-        header(
+        self.targets.render(
             &mut out,
             "node_yurthub_target_for_multiplexer_requests_collector",
-            "gauge",
             "collector of requests for pool scope metadata with which server are forwarded",
+            None,
+            |(labels, server)| format!("{},server=\"{}\"", request_labels(labels), escape(server)),
         );
-        for ((labels, server), n) in lock(&self.targets.series).iter() {
-            let _ = writeln!(
-                out,
-                "node_yurthub_target_for_multiplexer_requests_collector{{{},server=\"{}\"}} {n}",
-                request_labels(labels),
-                escape(server)
-            );
-        }
         counter(
             &mut out,
             "node_yurthub_rejected_requests_counter",

@@ -1,8 +1,8 @@
 //! The serve port: `/v1/healthz`, `/v1/readyz` (YurtHub's paths), the standard `/healthz`,
-//! `/livez` and `/readyz`, `/metrics`, `POST /v1/token`, and `GET /pods` (kubelet's cached
-//! pods, as YurtHub's `pkg/yurthub/server/server.go` registers them). It has its own
-//! listener and caps, so it keeps answering when the proxy port is saturated, and stays open
-//! through a shutdown (readyz then says 503).
+//! `/livez` and `/readyz`, `/metrics`, `POST|PUT /v1/token`, and `GET /pods` (kubelet's
+//! cached pods, as YurtHub's `pkg/yurthub/server/server.go` registers them). It has its own
+//! listener and caps, so it keeps answering when the proxy port is saturated, and stays
+//! open through a shutdown (readyz then says 503).
 //!
 //! YurtHub's other serve-port endpoints are answered 501 with why: Go's `/debug/pprof/*`
 //! (tinyhub is no Go program) and the OTA `upgrade` and `imagepull` of a pod (YurtStaticSet

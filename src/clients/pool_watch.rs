@@ -79,7 +79,7 @@ use crate::pool::route::{FIRST_LIST_PATIENCE, PoolRoute, Wake};
 use crate::proxy::pool_local::WATCH_SECONDS;
 use crate::random_between;
 use crate::route::{Deadline, Identity};
-use crate::upstream::{Answer, Cancel, LEADER_BACKEND, Outgoing, Upstream};
+use crate::upstream::{Answer, Cancel, Outgoing, Upstream};
 use crate::watchcache::{ApplyError, WatchCache};
 
 /// A list of a whole resource: time for a large cluster over a slow link.
@@ -262,6 +262,13 @@ pub(crate) fn collection_path(cache: &WatchCache) -> String {
     } else {
         format!("/apis/{}/{}/{}", r.group, r.version, r.resource)
     }
+}
+
+/// A 200 answer of [`Feeder::get`] and the base URL of the server that gave it (a leader or
+/// a cloud server): the `server` label of the target series.
+struct Served {
+    answer: Answer,
+    server: String,
 }
 
 /// How one watch ended.
@@ -519,14 +526,9 @@ impl Feeder {
         }
     }
 
-    /// Counts the request `answer` answered as in flight to the server that answered
+    /// Counts a request as in flight to `server`, the base URL that answered it
     /// (`node_yurthub_target_for_multiplexer_requests_collector`) until the guard is dropped.
-    fn count_target(&self, verb: &'static str, answer: &Answer) -> Entered<TargetLabels> {
-        let server = match self.via.get() {
-            Via::Leader(addr) => leader_url(addr),
-            Via::Cloud if answer.backend == LEADER_BACKEND => String::new(),
-            Via::Cloud => self.upstream.backends().get(answer.backend).base.clone(),
-        };
+    fn count_target(&self, verb: &'static str, server: String) -> Entered<TargetLabels> {
         let resource = self.cache.resource().resource.clone();
         let labels = (verb, resource, String::new(), self.user_agent.clone());
         METRICS.start_target(labels, server)
@@ -535,7 +537,7 @@ impl Feeder {
     /// A GET of `path` with the multiplexer's User-Agent, where `run` chose (a leader or the
     /// cloud); a status other than 200 is an error. A leader that cannot be reached is
     /// marked so; one that answers another status is noted ([`LeaderOutcome`]).
-    fn get(&self, path: &str, deadline: Deadline) -> Result<Answer, ClientError> {
+    fn get(&self, path: &str, deadline: Deadline) -> Result<Served, ClientError> {
         let headers = [
             ("User-Agent".to_owned(), self.user_agent.clone()),
             ("Accept-Encoding".to_owned(), "gzip".to_owned()),
@@ -550,27 +552,34 @@ impl Feeder {
             identity: Identity::Hub,
         };
         let via = self.via.get();
-        let mut answer = match via {
-            Via::Cloud => self.upstream.send(outgoing)?,
-            Via::Leader(addr) => match self.upstream.send_to_base(&leader_url(addr), outgoing) {
-                Ok(answer) => answer,
-                Err(e) => {
-                    let refused = tls_refusal(&e);
-                    self.leader_outcome.set(if refused {
-                        LeaderOutcome::Refused
-                    } else {
-                        LeaderOutcome::Failed
-                    });
-                    if let Some(route) = &self.route {
-                        if refused {
-                            route.leader_refused(addr, &e.to_string());
+        let (mut answer, server) = match via {
+            Via::Cloud => {
+                let answer = self.upstream.send(outgoing)?;
+                let server = self.upstream.backends().get(answer.backend).base.clone();
+                (answer, server)
+            }
+            Via::Leader(addr) => {
+                let base = leader_url(addr);
+                match self.upstream.send_to_base(&base, outgoing) {
+                    Ok(answer) => (answer, base),
+                    Err(e) => {
+                        let refused = tls_refusal(&e);
+                        self.leader_outcome.set(if refused {
+                            LeaderOutcome::Refused
                         } else {
-                            route.leader_failed(addr);
+                            LeaderOutcome::Failed
+                        });
+                        if let Some(route) = &self.route {
+                            if refused {
+                                route.leader_refused(addr, &e.to_string());
+                            } else {
+                                route.leader_failed(addr);
+                            }
                         }
+                        return Err(e.into());
                     }
-                    return Err(e.into());
                 }
-            },
+            }
         };
         match answer.status {
             200 => {
@@ -585,7 +594,7 @@ impl Feeder {
                 {
                     self.slot.wake(route);
                 }
-                Ok(answer)
+                Ok(Served { answer, server })
             }
             status => {
                 if let Via::Leader(addr) = via
@@ -646,8 +655,8 @@ impl Feeder {
 
     /// [`Feeder::list`] itself.
     fn list_once(&self, path: &str, stop: &Receiver<()>) -> Result<bool, ClientError> {
-        let mut answer = self.get(path, Deadline::Bounded(LIST_DEADLINE))?;
-        let _target = self.count_target("list", &answer);
+        let Served { mut answer, server } = self.get(path, Deadline::Bounded(LIST_DEADLINE))?;
+        let _target = self.count_target("list", server);
         let mut objects = Vec::new();
         let mut skipped = 0usize;
         let (mut bytes, cap) = (0usize, self.cache.max_list_bytes());
@@ -699,8 +708,8 @@ impl Feeder {
         let url = format!(
             "{path}?watch=true&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds={seconds}"
         );
-        let mut answer = match self.get(&url, watch_deadline(seconds)) {
-            Ok(answer) => answer,
+        let Served { mut answer, server } = match self.get(&url, watch_deadline(seconds)) {
+            Ok(served) => served,
             Err(ClientError::Status(410)) => return Watched::Relist("410 Gone".to_owned()),
             Err(e) => {
                 self.note_failure(&e);
@@ -708,7 +717,7 @@ impl Feeder {
             }
         };
         self.cache.feeder_ok();
-        let _target = self.count_target("watch", &answer);
+        let _target = self.count_target("watch", server);
         let mut refused: Option<ApplyError> = None;
         let ended = read_units(
             &mut answer,
@@ -1055,6 +1064,29 @@ pub(super) mod tests {
         assert!(resumed, "{:#?}", leader.requests());
         assert!(began.elapsed() >= Duration::from_millis(300));
         assert!(failed, "the leader was marked unreachable");
+    }
+
+    #[test]
+    fn a_request_is_counted_against_the_server_that_answered_it() {
+        let ca = TestCa::new();
+        let cloud = Fake::start(&ca, "127.0.0.1", &[]);
+        let leader = Fake::start(&ca, "127.0.0.2", &[]);
+        let up = Arc::new(AtomicBool::new(true));
+        let (feeder, _route) = follower(&ca, Some(&cloud), &["127.0.0.2"], leader.addr.port(), &up);
+        let server_of = |via| {
+            feeder.via.set(via);
+            match feeder.get("/api/v1/services", Deadline::Bounded(LIST_DEADLINE)) {
+                Ok(served) => served.server,
+                Err(e) => panic!("{via:?}: {e}"),
+            }
+        };
+        assert_eq!(
+            server_of(Via::Leader(leader.addr)),
+            format!("https://{}", leader.addr)
+        );
+        assert_eq!(server_of(Via::Cloud), format!("https://{}", cloud.addr));
+        assert_eq!(leader.requests().len(), 1);
+        assert_eq!(cloud.requests().len(), 1);
     }
 
     #[test]

@@ -211,7 +211,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "serve-port",
         Kind::Int,
         "10267",
-        "the port serving /v1/healthz, /v1/readyz, /metrics, POST /v1/token and GET /pods (kubelet's cached pods)",
+        "the port serving /v1/healthz, /v1/readyz, /metrics, POST|PUT /v1/token and GET /pods (kubelet's cached pods)",
     ),
     flag(
         "multiplexer-port",
@@ -313,7 +313,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "vmodule",
         Kind::Str,
         "",
-        "per-file log verbosity, comma list of pattern=N: a glob of a source file's name without .rs (of its path when the pattern has a /), e.g. relay=4,*lease*=3",
+        "per-file log verbosity above --v, comma list of pattern=N: a glob of a source file's name without .rs (of its path when the pattern has a /), e.g. relay=4,*lease*=3",
     ),
     flag(
         "skip-headers",

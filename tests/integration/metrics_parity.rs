@@ -296,11 +296,44 @@ fn the_whole_metrics_page_is_valid_exposition_format() {
         "{}",
         page(&hub)
     );
-    assert!(hub.wait_metric_at_least(
-        "node_yurthub_aggregated_in_flight_requests_collector{verb=\"list\",resource=\"services\",subresources=\"\",client=\"kube-proxy\"}",
-        0.0,
-        Duration::from_secs(5)
-    ));
+    // The list served from the node's cache has ended: its series stays, at 0.
+    let series = |family: &str, verb: &str| {
+        format!(
+            "{family}{{verb=\"{verb}\",resource=\"services\",subresources=\"\",client=\"kube-proxy\"}}"
+        )
+    };
+    let aggregated = "node_yurthub_aggregated_in_flight_requests_collector";
+    assert!(
+        hub.wait_metric(&series(aggregated, "list"), 0.0, Duration::from_secs(30)),
+        "{}",
+        page(&hub)
+    );
+    // A watch it serves counts among the aggregated while it is open, not among the others.
+    let (status, body) = stream(
+        &format!(
+            "{}/api/v1/services?watch=true&timeoutSeconds=300",
+            hub.url()
+        ),
+        "kube-proxy/v1.30",
+    );
+    assert_eq!(status, 200);
+    assert!(
+        hub.wait_metric(&series(aggregated, "watch"), 1.0, Duration::from_secs(30)),
+        "{}",
+        page(&hub)
+    );
+    assert!(
+        hub.metric("node_yurthub_aggregated_in_flight_requests_total")
+            .is_some_and(|n| n >= 1.0)
+    );
+    let others = "node_yurthub_in_flight_requests_collector";
+    assert_eq!(hub.metric(&series(others, "watch")), None, "{}", page(&hub));
+    drop(body);
+    assert!(
+        hub.wait_metric(&series(aggregated, "watch"), 0.0, Duration::from_secs(30)),
+        "the watch outlived its client: {}",
+        page(&hub)
+    );
 }
 
 /// Seconds since the Unix epoch now.

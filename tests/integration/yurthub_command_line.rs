@@ -1,5 +1,6 @@
 //! Issue 17 item 1: YurtHub's own command lines start tinyhub, word for word: the static pod
-//! of YurtHub's Helm chart and the one `yurtadm join` writes, in edge and cloud mode. They
+//! of YurtHub's Helm chart and the one `yurtadm join` writes, in edge and cloud mode, and
+//! the systemd unit yurtadm writes where yurthub runs on the host. They
 //! use YurtHub's fixed ports (10261, 10267, 10268), its default paths (`/var/lib/yurthub`,
 //! `/etc/kubernetes/cache`) and the dummy interface, so the test runs in new mount and
 //! network namespaces (this binary re-run under `unshare -m -n`, `-r` too when not root),
@@ -7,7 +8,7 @@
 //! machine's ports, interfaces and files are never touched.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json;
@@ -80,6 +81,36 @@ fn yurtadm_join_command(server: &str, working_mode: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// The `ExecStart` of openyurt's `pkg/yurtadm/constants/constants.go` `YurtHubUnitConfig`
+/// with its `Environment` lines expanded, filled in as
+/// `pkg/yurtadm/util/yurthub/host_config.go` fills it from `yurtadm join`'s data
+/// (`NewYurthubHostConfigFromJoinData`: the bootstrap file, no bootstrap mode; a pool) by
+/// `bootstrapArgs()` and `normalizedServerAddr()`, which puts `https://` before each of the
+/// join's `host:port` servers. The cloud is listed with a second apiserver that is down, as a node may be
+/// joined while one of two apiservers is.
+fn yurtadm_systemd_command(server: &str) -> Vec<String> {
+    let cloud = server.strip_prefix("https://").unwrap_or(server);
+    // A port nothing listens on: this network namespace is the test's own.
+    let down = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let server_addr = [cloud.to_owned(), down.to_string()]
+        .map(|addr| format!("https://{addr}"))
+        .join(",");
+    [
+        &format!("--node-name={NODE}"),
+        "--nodepool-name=hangzhou",
+        &format!("--server-addr={server_addr}"),
+        &format!("--bootstrap-file={BOOTSTRAP_FILE}"),
+        "--bind-address=127.0.0.1",
+        "--working-mode=edge",
+        "--namespace=kube-system",
+        "--v=2",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
 /// A command line for a cloud server's URL.
 type CommandLine = fn(&str) -> Vec<String>;
 
@@ -106,10 +137,11 @@ fn namespace_child() {
         ),
     ];
 
-    let cases: [(&str, CommandLine); 3] = [
+    let cases: [(&str, CommandLine); 4] = [
         ("helm chart", helm_chart_command),
         ("yurtadm join, edge", |s| yurtadm_join_command(s, "edge")),
         ("yurtadm join, cloud", |s| yurtadm_join_command(s, "cloud")),
+        ("yurtadm's systemd unit", yurtadm_systemd_command),
     ];
     for (name, command) in cases {
         // Each node joins afresh, as a new node would (the directories stay: they are
@@ -141,15 +173,7 @@ fn runs_a_hub(name: &str, cloud: &Cloud, args: &[String], kubernetes_dir: &Path)
         json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "settings", "namespace": "default"}, "data": {"k": "v"}}),
     );
-    let spec = HubSpec {
-        kubeconfig: None,
-        cache_dir: PathBuf::from("/etc/kubernetes/cache"),
-        root_dir: PathBuf::from("/var/lib/yurthub"),
-        args: args.to_vec(),
-        env: Vec::new(),
-        prefix: Vec::new(),
-    };
-    let mut hub = Hub::start_exact(&spec);
+    let mut hub = Hub::start_exact(args, &[]);
     assert_eq!(hub.proxy, "127.0.0.1:10261".parse().unwrap(), "{name}");
     assert_eq!(hub.serve, "127.0.0.1:10267".parse().unwrap(), "{name}");
     // Ready once the hub holds its client certificate from the bootstrap token (and, in edge

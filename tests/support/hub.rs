@@ -166,6 +166,8 @@ pub struct Hub {
     logs: Arc<Mutex<Vec<String>>>,
     /// How it was started (to restart it alike).
     pub spec: HubSpec,
+    /// Started by [`Hub::start_exact`]: `spec.args` alone, no test defaults.
+    exact: bool,
 }
 
 /// The `tinyhub` binary: `TINYHUB_TEST_BIN`, or the one cargo built beside this program
@@ -237,12 +239,23 @@ impl Hub {
         Hub::spawn(spec.command(), spec)
     }
 
-    /// Starts the binary with `spec.args` and nothing else (no test defaults: the fixed
-    /// ports and paths a manifest gets) and waits until it says it is ready.
-    pub fn start_exact(spec: &HubSpec) -> Hub {
+    /// Starts the binary with `args` and nothing else (no test defaults: the fixed ports
+    /// and paths a manifest gets), `env` added to its environment, and waits until it says
+    /// it is ready. The hub's `spec` holds only these: its paths are the hub's own defaults.
+    pub fn start_exact(args: &[String], env: &[(String, String)]) -> Hub {
+        let spec = HubSpec {
+            kubeconfig: None,
+            cache_dir: PathBuf::new(),
+            root_dir: PathBuf::new(),
+            args: args.to_vec(),
+            env: env.to_vec(),
+            prefix: Vec::new(),
+        };
         let mut cmd = hub_command();
-        cmd.args(&spec.args);
-        Hub::spawn(spec.prepare(cmd), spec)
+        cmd.args(args);
+        let mut hub = Hub::spawn(spec.prepare(cmd), &spec);
+        hub.exact = true;
+        hub
     }
 
     /// Runs `cmd` (prepared by [`HubSpec::prepare`]) and waits until the hub says it is ready.
@@ -305,6 +318,7 @@ impl Hub {
             serve: serve.expect("the hub logged its serve address"),
             logs,
             spec: spec.clone(),
+            exact: false,
         }
     }
 
@@ -381,9 +395,18 @@ impl Hub {
         self.wait_metric(&health_series(cloud), if up { 1.0 } else { 0.0 }, timeout)
     }
 
+    /// The cache root the test defaults gave the hub.
+    fn cache_dir(&self) -> &Path {
+        assert!(
+            !self.exact,
+            "a hub of Hub::start_exact caches where its own flags say, not in spec.cache_dir"
+        );
+        &self.spec.cache_dir
+    }
+
     /// Waits until every one of `rels` (paths relative to the hub's cache root) exists.
     pub fn wait_cached(&self, rels: &[&str], timeout: Duration) -> bool {
-        let cache = &self.spec.cache_dir;
+        let cache = self.cache_dir();
         eventually(timeout, || rels.iter().all(|rel| cache.join(rel).exists()))
     }
 
@@ -409,7 +432,11 @@ impl Hub {
     /// Stops this hub (SIGKILL) and starts it again with the same flags and cache.
     pub fn restart(mut self) -> Hub {
         self.kill9();
-        Hub::start(&self.spec)
+        if self.exact {
+            Hub::start_exact(&self.spec.args, &self.spec.env)
+        } else {
+            Hub::start(&self.spec)
+        }
     }
 }
 
@@ -804,7 +831,7 @@ impl Hub {
         };
         // Identical quiet samples in a row needed, `interval` apart.
         const STABLE: usize = 4;
-        let staging = self.spec.cache_dir.join(".staging");
+        let staging = self.cache_dir().join(".staging");
         let mut last: Option<Vec<String>> = None;
         let mut stable = 0;
         let settled = eventually(deadline, || {
@@ -843,7 +870,7 @@ impl Hub {
     /// behind is caught, not one caught mid-commit.
     pub fn snapshot_settled(&self) -> Vec<(PathBuf, Vec<u8>)> {
         self.wait_cache_quiet();
-        snapshot(&self.spec.cache_dir)
+        snapshot(self.cache_dir())
     }
 }
 

@@ -68,16 +68,9 @@ impl Tmpfs {
 
 /// Runs mount(8) with `args` and `dir`; its message as the error.
 fn mount(args: &[&str], dir: &Path) -> Result<(), String> {
-    let out = Command::new("mount")
-        .args(args)
-        .arg(dir)
-        .output()
-        .map_err(|e| format!("cannot run mount: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
-    }
+    let dir = dir.display().to_string();
+    let args: Vec<&str> = args.iter().copied().chain([dir.as_str()]).collect();
+    super::namespace::run_tool("mount", &args).map(drop)
 }
 
 impl Drop for Tmpfs {
