@@ -320,3 +320,16 @@ fn chown_nobody(dir: &std::path::Path) {
         .expect("chown");
     assert!(status.success());
 }
+
+#[test]
+fn a_cache_in_the_root_dir_itself_is_locked_once_and_the_hub_starts() {
+    let cloud = Cloud::start();
+    let dir = TempDir::new("cache-is-root");
+    let mut spec = HubSpec::for_cloud(&cloud, dir.path());
+    spec.cache_dir = spec.root_dir.clone();
+    // One directory, one lock: the hub does not refuse itself.
+    let hub = Hub::start(&spec);
+    assert_eq!(get(&format!("{}/version", hub.url()), KUBELET).status, 200);
+    let line = refusal_line(&spec, &spec.root_dir.display().to_string());
+    assert!(line.contains(&format!("pid {} on ", hub.pid())), "{line}");
+}
