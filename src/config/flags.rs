@@ -115,7 +115,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "root-dir",
         Kind::Str,
         "/var/lib/yurthub",
-        "where the hub keeps its kubeconfigs and certificates (pki/)",
+        "where the hub keeps its kubeconfigs and certificates (pki/); locked at start (one hub per directory)",
     ),
     flag(
         "node-ip",
