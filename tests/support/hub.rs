@@ -68,8 +68,8 @@ pub struct HubSpec {
     pub args: Vec<String>,
     /// Extra environment of the hub process (test hooks).
     pub env: Vec<(String, String)>,
-    /// A command the hub runs under (its words, then the binary), e.g. `setpriv ...`;
-    /// empty: the runner of `TINYHUB_TEST_RUNNER`, if any.
+    /// A command the hub runs under (its words, then the runner of `TINYHUB_TEST_RUNNER` if
+    /// any, then the binary), e.g. `setpriv ...`.
     pub prefix: Vec<String>,
 }
 
@@ -118,9 +118,14 @@ impl HubSpec {
     /// [`HubSpec::prepare`].
     pub fn command(&self) -> Command {
         let mut cmd = match self.prefix.split_first() {
+            // The prefix wraps the runner too: under qemu `setpriv … qemu-arm tinyhub`.
             Some((program, words)) => {
                 let mut cmd = Command::new(program);
-                cmd.args(words).arg(hub_binary());
+                cmd.args(words);
+                if let Ok(runner) = std::env::var("TINYHUB_TEST_RUNNER") {
+                    cmd.args(runner.split_whitespace());
+                }
+                cmd.arg(hub_binary());
                 cmd
             }
             None => hub_command(),
