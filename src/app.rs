@@ -307,9 +307,13 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         config.lb_mode,
     ));
     let upstream = Arc::new(
-        Upstream::new(Arc::clone(&backends), initial_tls.as_ref(), token).map_err(|e| {
-            StartupError::new(e.to_string()).context("cannot set up TLS to the cloud")
-        })?,
+        Upstream::new(
+            Arc::clone(&backends),
+            initial_tls.as_ref(),
+            token,
+            config.max_requests_in_flight,
+        )
+        .map_err(|e| StartupError::new(e.to_string()).context("cannot set up TLS to the cloud"))?,
     );
 
     // The serve port answers health checks from the start, while the rest comes up.

@@ -165,9 +165,18 @@ pub(crate) struct Metrics {
     /// A leader's multiplexer port: requests by follower node and status code (an entry is
     /// the node's name, a code and a count: under 100 bytes; [`MAX_SERIES`] at most).
     multiplexer: Mutex<BTreeMap<(String, u16), u64>>,
-    /// Open connections to each remote server (`host:port`: a cloud server or a leader hub),
-    /// [`MAX_SERIES`] servers at most. A server stays at 0 once its connections are gone.
-    conns: Mutex<BTreeMap<String, i64>>,
+    /// Connections to each remote server (`host:port`: a cloud server or a leader hub),
+    /// [`MAX_SERIES`] servers at most. A server stays at 0 open once its connections are gone.
+    conns: Mutex<BTreeMap<String, ConnCount>>,
+}
+
+/// The connections of one remote server.
+#[derive(Debug, Default, Clone, Copy)]
+struct ConnCount {
+    /// Open now.
+    open: i64,
+    /// TLS connections ever made: each cost a full handshake, on both sides.
+    handshakes: u64,
 }
 
 /// The follower label of requests past the series cap; never a node's name (no `(` in DNS
@@ -288,13 +297,16 @@ impl Metrics {
         *map.entry((follower.to_owned(), code)).or_insert(0) += 1;
     }
 
-    /// Counts a connection to `server` (`host:port`) as open until the guard is dropped.
-    /// Past the series cap a new server is not counted.
-    pub(crate) fn open_conn(&'static self, server: &str) -> OpenConn {
+    /// Counts a new connection to `server` (`host:port`) as open until the guard is
+    /// dropped, and as a handshake when it is `tls`. Past the series cap a new server is not
+    /// counted.
+    pub(crate) fn open_conn(&'static self, server: &str, tls: bool) -> OpenConn {
         let mut map = lock(&self.conns);
         let known = map.len() < MAX_SERIES || map.contains_key(server);
         let server = known.then(|| {
-            *map.entry(server.to_owned()).or_insert(0) += 1;
+            let count = map.entry(server.to_owned()).or_default();
+            count.open += 1;
+            count.handshakes += u64::from(tls);
             server.to_owned()
         });
         OpenConn {
@@ -359,11 +371,27 @@ impl Metrics {
             "gauge",
             "collector of underlay tcp connection from hub agent to remote server",
         );
-        for (server, n) in lock(&self.conns).iter() {
+        let conns = lock(&self.conns);
+        for (server, n) in conns.iter() {
             let _ = writeln!(
                 out,
-                "node_yurthub_closable_conns_collector{{server=\"{}\"}} {n}",
-                escape(server)
+                "node_yurthub_closable_conns_collector{{server=\"{}\"}} {}",
+                escape(server),
+                n.open
+            );
+        }
+        header(
+            &mut out,
+            "tinyhub_upstream_tls_handshakes_total",
+            "counter",
+            "TLS connections the hub opened to each remote server: one handshake each",
+        );
+        for (server, n) in conns.iter() {
+            let _ = writeln!(
+                out,
+                "tinyhub_upstream_tls_handshakes_total{{server=\"{}\"}} {}",
+                escape(server),
+                n.handshakes
             );
         }
         gauge(
@@ -716,7 +744,7 @@ impl Drop for OpenConn {
         if let Some(server) = self.server.take()
             && let Some(n) = lock(&self.metrics.conns).get_mut(&server)
         {
-            *n -= 1;
+            n.open -= 1;
         }
     }
 }
@@ -888,15 +916,19 @@ mod tests {
     #[test]
     fn open_connections_count_per_server_within_the_cap() {
         static M: Metrics = Metrics::new();
-        let series = |text: &str, server: &str| {
-            let prefix = format!("node_yurthub_closable_conns_collector{{server=\"{server}\"}} ");
+        let named = |text: &str, name: &str, server: &str| {
+            let prefix = format!("{name}{{server=\"{server}\"}} ");
             text.lines()
                 .find_map(|l| l.strip_prefix(prefix.as_str()))
                 .map(str::to_owned)
         };
-        let a = M.open_conn("10.0.0.1:6443");
-        let b = M.open_conn("10.0.0.1:6443");
-        let leader = M.open_conn("10.0.0.9:10269");
+        let series =
+            |text: &str, server: &str| named(text, "node_yurthub_closable_conns_collector", server);
+        let handshakes =
+            |text: &str, server: &str| named(text, "tinyhub_upstream_tls_handshakes_total", server);
+        let a = M.open_conn("10.0.0.1:6443", true);
+        let b = M.open_conn("10.0.0.1:6443", true);
+        let leader = M.open_conn("10.0.0.9:10269", false);
         let text = M.render(&[]);
         assert!(text.contains("# TYPE node_yurthub_closable_conns_collector gauge\n"));
         assert_eq!(series(&text, "10.0.0.1:6443").as_deref(), Some("2"));
@@ -907,10 +939,13 @@ mod tests {
         assert_eq!(series(&text, "10.0.0.1:6443").as_deref(), Some("1"));
         // A server whose connections are gone stays, at 0.
         assert_eq!(series(&text, "10.0.0.9:10269").as_deref(), Some("0"));
+        // Handshakes count every TLS connection made, closed or not; plain ones none.
+        assert_eq!(handshakes(&text, "10.0.0.1:6443").as_deref(), Some("2"));
+        assert_eq!(handshakes(&text, "10.0.0.9:10269").as_deref(), Some("0"));
         let more: Vec<OpenConn> = (0..MAX_SERIES)
-            .map(|i| M.open_conn(&format!("10.1.{}.{}:6443", i / 256, i % 256)))
+            .map(|i| M.open_conn(&format!("10.1.{}.{}:6443", i / 256, i % 256), true))
             .collect();
-        let late = M.open_conn("10.9.9.9:6443");
+        let late = M.open_conn("10.9.9.9:6443", true);
         let text = M.render(&[]);
         assert_eq!(series(&text, "10.9.9.9:6443"), None, "past the cap");
         assert_eq!(

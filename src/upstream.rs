@@ -20,8 +20,7 @@ use ureq::http;
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{
-    Buffers, ConnectionDetails, Connector, NextTimeout, RustlsConnector, ShutdownHandle,
-    TcpConnector, Transport,
+    Buffers, ConnectionDetails, Connector, NextTimeout, RustlsConnector, ShutdownHandle, Transport,
 };
 use ureq::{Agent, SendBody};
 
@@ -32,6 +31,10 @@ use crate::link::{self, Counted, LINK};
 use crate::metrics::{METRICS, Metrics, OpenConn};
 use crate::route::{Deadline, Identity};
 use crate::tls::{ClientIdentity, TlsMaterial};
+
+mod socket;
+
+use socket::{Socket, TcpConnector};
 
 /// Headers that belong to one connection and never cross the proxy (RFC 9110 §7.6.1), plus
 /// the ones the transport sets itself.
@@ -142,7 +145,7 @@ thread_local! {
 struct Recording(TcpConnector);
 
 impl Connector<()> for Recording {
-    type Out = Hooked<<TcpConnector as Connector<()>>::Out, OpenConn>;
+    type Out = Hooked<Socket, OpenConn>;
 
     fn connect(
         &self,
@@ -169,7 +172,7 @@ impl Connector<()> for Recording {
         let server = conn_server(details.uri);
         Ok(self.0.connect(&details, chained)?.map(|inner| Hooked {
             inner,
-            hook: METRICS.open_conn(&server),
+            hook: METRICS.open_conn(&server, details.needs_tls()),
         }))
     }
 }
@@ -389,6 +392,8 @@ pub(crate) struct Upstream {
     /// answer's head; see [`Upstream::set_tls`] for what happens to the old connections.
     agents: RwLock<Option<Arc<Agents>>>,
     token: Option<TokenSource>,
+    /// Idle connections each pooled agent keeps (see [`agent`]).
+    pool: usize,
 }
 
 /// ureq agents over one set of TLS material: with and without the hub's client certificate,
@@ -406,8 +411,9 @@ struct Agents {
 }
 
 impl Agents {
-    /// Agents trusting `tls.roots`, the hub's ones presenting `tls.client` when there is one.
-    fn new(tls: &TlsMaterial) -> Result<Agents, String> {
+    /// Agents trusting `tls.roots`, the hub's ones presenting `tls.client` when there is one,
+    /// each pooled one keeping up to `pool` idle connections.
+    fn new(tls: &TlsMaterial, pool: usize) -> Result<Agents, String> {
         let roots: Vec<Certificate<'static>> = tls
             .roots
             .iter()
@@ -418,8 +424,8 @@ impl Agents {
         let client_tls = tls_config(&roots, None);
         let pooled = Arc::new(Generation::default());
         Ok(Agents {
-            hub: agent(hub_tls.clone(), Some(&pooled)),
-            client: agent(client_tls.clone(), Some(&pooled)),
+            hub: agent(hub_tls.clone(), Some((&pooled, pool))),
+            client: agent(client_tls.clone(), Some((&pooled, pool))),
             hub_stream: agent(hub_tls, None),
             client_stream: agent(client_tls, None),
             pooled,
@@ -435,22 +441,33 @@ const NO_TLS_YET: &str = "the cluster CA and the hub's certificate are not known
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time allowed between two reads of a bounded answer.
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long an idle pooled connection is kept: a little under kube-apiserver's 90 s idle
+/// timeout (`IdleTimeout` of its secure server), so the hub is not the one to send a request
+/// on a connection the server is closing. ureq's default is 15 s.
+const IDLE_AGE: Duration = Duration::from_secs(85);
 
 impl Upstream {
     /// The cloud client over `backends`, with the agents of `tls` (with and without the
     /// hub's client certificate). Without TLS material (token mode before discovery or the
     /// first certificate) every send fails with [`UpstreamError::NoCredentials`] until
-    /// [`Upstream::set_tls`].
+    /// [`Upstream::set_tls`]. `pool` is the most requests the hub has in flight at once
+    /// (`--max-requests-in-flight`): as many connections may be wanted again at once, so as
+    /// many are kept idle (see [`agent`]).
     pub(crate) fn new(
         backends: Arc<Backends>,
         tls: Option<&TlsMaterial>,
         token: Option<Token>,
+        pool: usize,
     ) -> Result<Upstream, String> {
-        let agents = tls.map(Agents::new).transpose()?.map(Arc::new);
+        let agents = tls
+            .map(|tls| Agents::new(tls, pool))
+            .transpose()?
+            .map(Arc::new);
         Ok(Upstream {
             backends,
             agents: RwLock::new(agents),
             token: token.map(TokenSource::new),
+            pool,
         })
     }
 
@@ -460,7 +477,7 @@ impl Upstream {
     /// connections close at once when idle, and when their answer ends otherwise — never
     /// reused (YurtHub closes every connection within 10 s of a rotation, in use or not).
     pub(crate) fn set_tls(&self, tls: &TlsMaterial) -> Result<(), String> {
-        let agents = Arc::new(Agents::new(tls)?);
+        let agents = Arc::new(Agents::new(tls, self.pool)?);
         let old = self
             .agents
             .write()
@@ -861,9 +878,16 @@ const MAX_RESPONSE_HEAD: usize = 8 * 1024;
 /// largest head a client may send, with room for the hub's own headers.
 const LARGE_OUTPUT_BUFFER: usize = http1::MAX_HEAD + 16 * 1024;
 
-/// An agent over `tls`: pooled, with its connections in the generation `pooled`, or one
-/// connection per request (streams, see [`Recording`]).
-fn agent(tls: TlsConfig, pooled: Option<&Arc<Generation>>) -> Agent {
+/// An agent over `tls`: pooled, with its connections in the generation `pooled` and up to
+/// `idle` of them kept, or one connection per request (streams, see [`Recording`]).
+///
+/// A pool smaller than the requests in flight at once turns every burst into handshakes: with
+/// 4 kept and 16 clients, 134 of every 1,000 gets opened a new TLS connection (each ~0.4 ms of
+/// the cloud's CPU). The pool holds only connections a burst made, so sizing it to the
+/// concurrency bound costs nothing until the concurrency is seen, and an idle one is kept as
+/// long as kube-apiserver keeps it (see [`IDLE_AGE`]).
+fn agent(tls: TlsConfig, pooled: Option<(&Arc<Generation>, usize)>) -> Agent {
+    let idle = pooled.map_or(0, |(_, idle)| idle.max(1));
     let config = Agent::config_builder()
         // A proxy passes every status through with its body.
         .http_status_as_error(false)
@@ -877,14 +901,16 @@ fn agent(tls: TlsConfig, pooled: Option<&Arc<Generation>>) -> Agent {
         .input_buffer_size(INPUT_BUFFER)
         .output_buffer_size(OUTPUT_BUFFER)
         .max_response_header_size(MAX_RESPONSE_HEAD)
-        .max_idle_connections_per_host(if pooled.is_some() { 4 } else { 0 })
-        .max_idle_connections(if pooled.is_some() { 8 } else { 0 })
+        // Per host as many as in all: the bound is on requests, whatever their backend.
+        .max_idle_connections_per_host(idle)
+        .max_idle_connections(idle)
+        .max_idle_age(IDLE_AGE)
         .timeout_connect(Some(CONNECT_TIMEOUT))
         .build();
     let resolver = LiteralFirst(DefaultResolver::default());
     // Every connection's socket is noted (see [`Recording`]): a stream's for its cancel
     // handle, a pooled one's for its generation to close it when idle.
-    if let Some(generation) = pooled {
+    if let Some((generation, _)) = pooled {
         let connector =
             ().chain(Recording::default())
                 .chain(RustlsConnector::default())
@@ -991,7 +1017,9 @@ type RetirableTransport<T> = Hooked<T, Retiring>;
 /// moments only (pool.rs): when its answer ended, before putting it back in the pool (it
 /// becomes idle), and when a request takes it from the pool (it becomes busy again, unless a
 /// swap closed it first). A swap closes only an idle one, so never one a request has just
-/// taken.
+/// taken. Only the taking asks the socket: a connection whose answer has just been read whole
+/// is open, and one the server closes meanwhile is found closed when taken (one system call
+/// per request instead of two probes).
 struct Retiring {
     conn: Arc<PooledConn>,
     generation: Arc<Generation>,
@@ -1003,7 +1031,10 @@ impl ConnHook for Retiring {
         match state.load(Ordering::SeqCst) {
             // Its answer ended: into the pool, unless retired (see `Generation::retire`). Only
             // this thread changes a busy connection's state.
-            BUSY => state.store(IDLE, Ordering::SeqCst),
+            BUSY => {
+                state.store(IDLE, Ordering::SeqCst);
+                return !self.generation.retired.load(Ordering::SeqCst);
+            }
             // Being taken from the pool: the request's, unless a swap closed it first.
             IDLE => {
                 if state

@@ -333,6 +333,7 @@ mod tests {
             Arc::new(Backends::new(Vec::new(), LbMode::RoundRobin)),
             None,
             None,
+            16,
         )
         .unwrap();
         let route = Arc::new(PoolRoute::new(10269, Box::new(AllUp)));

@@ -896,7 +896,7 @@ pub(super) mod tests {
         let tls =
             crate::tls::load(ca.pem.as_bytes(), Some((cert.as_bytes(), key.as_bytes()))).unwrap();
         let backends = Arc::new(Backends::new(bases, LbMode::RoundRobin));
-        Arc::new(Upstream::new(backends, Some(&tls), None).unwrap())
+        Arc::new(Upstream::new(backends, Some(&tls), None, 16).unwrap())
     }
 
     /// A follower's Services feeder: its cloud is `cloud` (no server: offline), its leaders

@@ -337,7 +337,7 @@ mod tests {
         let cache = pool.services().unwrap().clone();
         // No cloud: nothing is to be read from one.
         let backends = Arc::new(Backends::new(Vec::new(), LbMode::RoundRobin));
-        let upstream = Arc::new(Upstream::new(backends, None, None).unwrap());
+        let upstream = Arc::new(Upstream::new(backends, None, None, 16).unwrap());
         let index = Arc::new(TopologyIndex::new(Duration::from_secs(5)));
         let (stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
         let thread = {

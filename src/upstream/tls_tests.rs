@@ -250,7 +250,7 @@ fn a_new_certificate_is_presented_at_once_and_idle_connections_close_while_a_wat
     let cloud = Cloud::start(&ca);
     let backends = Arc::new(Backends::new(vec![cloud.base()], LbMode::RoundRobin));
     let (first, first_leaf) = material(&ca, "hub-1");
-    let upstream = Upstream::new(backends, Some(&first), None).unwrap();
+    let upstream = Upstream::new(backends, Some(&first), None, 16).unwrap();
 
     let bounded = Deadline::Bounded(Duration::from_secs(10));
     assert_eq!(read_all(upstream.send(get("/a", bounded)).unwrap()), "ok");
@@ -291,7 +291,7 @@ fn without_tls_material_nothing_is_sent_until_some_is_set() {
     let ca = TestCa::new();
     let cloud = Cloud::start(&ca);
     let backends = Arc::new(Backends::new(vec![cloud.base()], LbMode::RoundRobin));
-    let upstream = Upstream::new(backends, None, None).unwrap();
+    let upstream = Upstream::new(backends, None, None, 16).unwrap();
     for identity in [Identity::Hub, Identity::Client] {
         let mut req = get("/a", Deadline::Bounded(Duration::from_secs(10)));
         req.identity = identity;
@@ -325,7 +325,7 @@ fn idle_connections_close_at_a_swap_while_a_request_on_the_old_agents_waits_for_
     let cloud = Cloud::start(&ca);
     let backends = Arc::new(Backends::new(vec![cloud.base()], LbMode::RoundRobin));
     let (first, _) = material(&ca, "hub-1");
-    let upstream = Arc::new(Upstream::new(backends, Some(&first), None).unwrap());
+    let upstream = Arc::new(Upstream::new(backends, Some(&first), None, 16).unwrap());
     let bounded = Deadline::Bounded(Duration::from_secs(30));
 
     // A request that waits for its answer holds the old agents (and ureq's old pool) ...
@@ -363,7 +363,7 @@ fn the_cloud_gets_the_hubs_token_and_a_leader_hub_never_does() {
     let token = Some(crate::config::kubeconfig::Token::Inline(
         "cloud-secret".into(),
     ));
-    let upstream = Upstream::new(backends, Some(&tls), token).unwrap();
+    let upstream = Upstream::new(backends, Some(&tls), token, 16).unwrap();
     let bounded = Deadline::Bounded(Duration::from_secs(10));
 
     assert_eq!(read_all(upstream.send(get("/a", bounded)).unwrap()), "ok");

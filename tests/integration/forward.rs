@@ -559,6 +559,51 @@ fn a_write_that_may_have_reached_the_cloud_is_not_answered_from_the_cache() {
 }
 
 #[test]
+fn sixteen_clients_at_once_reuse_the_cloud_connections_of_their_first_burst() {
+    let cloud = Cloud::start();
+    cloud.create("configmaps", configmap("default", "one", "1"));
+    let dir = TempDir::new("reuse16");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    let url = format!("{}/api/v1/namespaces/default/configmaps/one", hub.url());
+    // Each answer takes a while, so the 16 requests of a burst are in flight together and
+    // the hub needs 16 cloud connections at once.
+    cloud.set_delay(Duration::from_millis(100));
+    let burst = || {
+        let start = std::sync::Barrier::new(16);
+        std::thread::scope(|s| {
+            for _ in 0..16 {
+                s.spawn(|| {
+                    start.wait();
+                    assert_eq!(get(&url, "curl/8").status, 200);
+                });
+            }
+        });
+    };
+    burst();
+    // The hub counts its handshakes: at least one per connection of that burst.
+    let series = format!(
+        "tinyhub_upstream_tls_handshakes_total{{server=\"{}\"}}",
+        cloud.addr()
+    );
+    let handshakes = || hub.metric(&series).unwrap_or(0.0);
+    let first = handshakes();
+    assert!(first >= 16.0, "{series} = {first} after a burst of 16");
+    let before = cloud.accepted_connections();
+    for _ in 0..5 {
+        burst();
+    }
+    // A pool of 4 (as it was) opened 12 new TLS connections a burst. Health probes share
+    // the pool; none of these 80 gets needs a new connection.
+    let opened = cloud.accepted_connections() - before;
+    assert!(opened <= 1, "{opened} new connections for 5 bursts of 16");
+    assert!(
+        handshakes() - first <= 1.0,
+        "{series}: {first}, then {}",
+        handshakes()
+    );
+}
+
+#[test]
 fn small_answers_reuse_the_cloud_connection() {
     let cloud = Cloud::start();
     cloud.create("configmaps", configmap("default", "one", "1"));
