@@ -118,6 +118,8 @@ pub(crate) struct Metrics {
     pub cache_sessions_committed: AtomicU64,
     /// Dropped answers fetched again and committed by the refill thread.
     pub cache_refills: AtomicU64,
+    /// Dropped answers not fetched again: a later answer to the same request went whole.
+    pub cache_refills_coalesced: AtomicU64,
     /// Store or decode failures in the writer.
     pub cache_errors: AtomicU64,
     /// Writes that failed because the cache's file system was full (ENOSPC, EDQUOT).
@@ -201,6 +203,7 @@ impl Metrics {
             cache_sessions_abandoned: AtomicU64::new(0),
             cache_sessions_committed: AtomicU64::new(0),
             cache_refills: AtomicU64::new(0),
+            cache_refills_coalesced: AtomicU64::new(0),
             cache_errors: AtomicU64::new(0),
             cache_disk_full: AtomicU64::new(0),
             cache_writer_queue_depth: AtomicI64::new(0),
@@ -542,6 +545,12 @@ impl Metrics {
             "tinyhub_cache_refills_total",
             "answers dropped for a full writer queue, fetched again and persisted",
             &self.cache_refills,
+        );
+        counter(
+            &mut out,
+            "tinyhub_cache_refills_coalesced_total",
+            "dropped answers not fetched again: a later answer to the same request reached the writer whole",
+            &self.cache_refills_coalesced,
         );
         counter(
             &mut out,

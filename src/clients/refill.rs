@@ -4,16 +4,23 @@
 //! credentials and feeds it to the writer at the disk's pace, so the cache still ends up
 //! holding it. A dropped watch is refilled as a list of the same scope.
 //!
-//! One request at a time; repeats of a request queued together collapse into one.
+//! One request at a time, and a request is never fetched for an answer that a later one
+//! already brought: drops of one request wait as one ([`Schedule`]); one is let go when an
+//! answer to the same request that began after it reached the writer whole, a client's or a
+//! refill's (the writer queue's ledger, [`RefillTx`]); and a request is refilled again only
+//! [`SPACING`] after its last refill, so a client listing in a loop faster than the disk
+//! costs the cloud one list more every few seconds, not one more per list.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 
 use super::ClientError;
 use crate::cache::decode::BodyShape;
-use crate::cache::writer::{CacheTx, Refill};
+use crate::cache::writer::{CacheTx, Dropped, Refill, RefillTx, Refills};
 use crate::config::WorkingMode;
 use crate::metrics::{METRICS, Metrics};
 use crate::proxy::Filters;
@@ -22,33 +29,65 @@ use crate::request::{self, Verb};
 use crate::route::{self, Deadline, Identity};
 use crate::upstream::{Outgoing, Upstream};
 
-/// Refills waiting at most; past it new ones are dropped (the next list refills anyway).
-const QUEUE: usize = 32;
 /// Reads from the cloud while refilling.
 const READ_BUFFER: usize = 16 * 1024;
+/// The least time between two refills of one request: the cache is then at most this much
+/// (and a refill) behind what a client listing in a loop sees.
+const SPACING: Duration = Duration::from_secs(5);
 
-/// The sending side, given to the cache writer queue, and the pending set.
-pub(crate) struct Refills {
-    tx: Sender<Refill>,
-    rx: Receiver<Refill>,
+/// The drops waiting for their refill, one per request, and when each request was last
+/// refilled.
+#[derive(Default)]
+struct Schedule {
+    /// In arrival order; `since` is the latest drop's.
+    waiting: Vec<Dropped>,
+    last_refill: HashMap<Refill, Instant>,
 }
 
-impl Refills {
-    /// A refill queue.
-    pub(crate) fn new() -> Refills {
-        let (tx, rx) = crossbeam_channel::bounded(QUEUE);
-        Refills { tx, rx }
-    }
-
-    /// Where dropped sessions send their refill.
-    pub(crate) fn sender(&self) -> Sender<Refill> {
-        self.tx.clone()
-    }
+/// What the refill thread does next.
+#[derive(Debug)]
+enum Next {
+    /// Refill this now.
+    Refill(Dropped),
+    /// Nothing is due before this long.
+    Wait(Duration),
+    /// Nothing waits.
+    Idle,
 }
 
-impl Default for Refills {
-    fn default() -> Self {
-        Refills::new()
+impl Schedule {
+    fn add(&mut self, dropped: Dropped) {
+        match self.waiting.iter_mut().find(|d| d.refill == dropped.refill) {
+            Some(d) => d.since = d.since.max(dropped.since),
+            None => self.waiting.push(dropped),
+        }
+    }
+
+    /// The first waiting request whose last refill is [`SPACING`] behind `now`.
+    fn next(&mut self, now: Instant) -> Next {
+        let due = |d: &Dropped| {
+            self.last_refill
+                .get(&d.refill)
+                .map_or(Duration::ZERO, |&at| {
+                    (at + SPACING).saturating_duration_since(now)
+                })
+        };
+        let mut soonest = None::<Duration>;
+        for (i, d) in self.waiting.iter().enumerate() {
+            let wait = due(d);
+            if wait.is_zero() {
+                return Next::Refill(self.waiting.remove(i));
+            }
+            soonest = Some(soonest.map_or(wait, |s| s.min(wait)));
+        }
+        soonest.map_or(Next::Idle, Next::Wait)
+    }
+
+    /// `refill` was just refilled (or tried): the next one waits [`SPACING`].
+    fn refilled(&mut self, refill: Refill, now: Instant) {
+        self.last_refill
+            .retain(|_, &mut at| now.saturating_duration_since(at) < SPACING);
+        self.last_refill.insert(refill, now);
     }
 }
 
@@ -60,47 +99,78 @@ pub(crate) fn run(
     filters: Option<Filters>,
     stop: Receiver<()>,
 ) {
+    let mut schedule = Schedule::default();
     loop {
-        let first = crossbeam_channel::select! {
-            recv(stop) -> _ => return,
-            recv(refills.rx) -> refill => match refill {
-                Ok(refill) => refill,
-                Err(_) => return,
-            },
-        };
-        // Everything queued now, each request once: repeats collapse.
-        let mut batch = vec![first];
-        for refill in refills.rx.try_iter() {
-            if !batch.contains(&refill) {
-                batch.push(refill);
-            }
+        for dropped in refills.rx().try_iter() {
+            schedule.add(dropped);
         }
-        for refill in batch {
-            if !upstream.backends().any_healthy() {
-                log::info!(
-                    "cache: not refilling {} for {}: the cloud is unreachable",
-                    refill.path_and_query,
-                    refill.component
-                );
+        let wait = match schedule.next(Instant::now()) {
+            Next::Refill(dropped) => {
+                let refill = dropped.refill.clone();
+                if refill_if_needed(&upstream, &cache, filters.as_ref(), refills.tx(), dropped) {
+                    schedule.refilled(refill, Instant::now());
+                }
                 continue;
             }
-            match refill_one(&upstream, &cache, filters.as_ref(), &refill) {
-                Ok(()) => {
-                    Metrics::inc(&METRICS.cache_refills);
-                    log::info!(
-                        "cache: refilled {} for {}",
-                        refill.path_and_query,
-                        refill.component
-                    );
-                }
-                Err(e) => log::info!(
-                    "cache: refilling {} for {} failed: {e}",
-                    refill.path_and_query,
-                    refill.component
-                ),
-            }
+            Next::Wait(wait) => wait,
+            Next::Idle => Duration::from_secs(3600),
+        };
+        crossbeam_channel::select! {
+            recv(stop) -> _ => return,
+            recv(refills.rx()) -> dropped => match dropped {
+                Ok(dropped) => schedule.add(dropped),
+                Err(_) => return,
+            },
+            default(wait) => {}
         }
     }
+}
+
+/// Refills `dropped` unless an answer that began after it reached the writer whole, or the
+/// cloud is unreachable; true when it asked the cloud.
+fn refill_if_needed(
+    upstream: &Upstream,
+    cache: &CacheTx,
+    filters: Option<&Filters>,
+    tx: &RefillTx,
+    dropped: Dropped,
+) -> bool {
+    let Dropped { refill, since } = dropped;
+    if tx.brought(&refill, since) {
+        Metrics::inc(&METRICS.cache_refills_coalesced);
+        log::debug!(
+            "cache: not refilling {} for {}: a later answer brought it",
+            refill.path_and_query,
+            refill.component
+        );
+        return false;
+    }
+    if !upstream.backends().any_healthy() {
+        log::info!(
+            "cache: not refilling {} for {}: the cloud is unreachable",
+            refill.path_and_query,
+            refill.component
+        );
+        return false;
+    }
+    let begun = tx.begun();
+    match refill_one(upstream, cache, filters, &refill) {
+        Ok(()) => {
+            tx.whole(&refill, begun);
+            Metrics::inc(&METRICS.cache_refills);
+            log::info!(
+                "cache: refilled {} for {}",
+                refill.path_and_query,
+                refill.component
+            );
+        }
+        Err(e) => log::info!(
+            "cache: refilling {} for {} failed: {e}",
+            refill.path_and_query,
+            refill.component
+        ),
+    }
+    true
 }
 
 /// Reads the request again and feeds its answer to the writer, through the response filters
@@ -242,6 +312,74 @@ pub(crate) fn list_of_watch(path_and_query: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn request(path: &str) -> Refill {
+        Refill {
+            path_and_query: path.to_owned(),
+            component: "kubelet".to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_drop_is_let_go_once_a_later_answer_went_whole_and_not_for_an_earlier_one() {
+        let refills = Refills::new();
+        let tx = refills.sender();
+        let pods = request("/api/v1/pods");
+        let (earlier, dropped, later) = (tx.begun(), tx.begun(), tx.begun());
+        assert!(tx.dropped(pods.clone(), dropped));
+        tx.whole(&pods, earlier);
+        assert!(
+            !tx.brought(&pods, dropped),
+            "an answer begun before the drop is older"
+        );
+        tx.whole(&request("/api/v1/services"), later);
+        assert!(!tx.brought(&pods, dropped), "another request");
+        tx.whole(&pods, later);
+        assert!(tx.brought(&pods, dropped));
+        let queued = refills.rx().try_recv().unwrap();
+        assert_eq!((queued.refill, queued.since), (pods, dropped));
+    }
+
+    #[test]
+    fn drops_of_one_request_wait_as_one_and_a_refill_again_waits_its_spacing() {
+        let mut schedule = Schedule::default();
+        let (pods, services) = (request("/api/v1/pods"), request("/api/v1/services"));
+        let t0 = Instant::now();
+        for since in [1, 3, 2] {
+            schedule.add(Dropped {
+                refill: pods.clone(),
+                since,
+            });
+        }
+        let Next::Refill(first) = schedule.next(t0) else {
+            panic!("a first drop is refilled at once");
+        };
+        assert_eq!(
+            (&first.refill, first.since),
+            (&pods, 3),
+            "the latest drop's"
+        );
+        assert!(matches!(schedule.next(t0), Next::Idle));
+        schedule.refilled(pods.clone(), t0);
+        schedule.add(Dropped {
+            refill: pods.clone(),
+            since: 4,
+        });
+        schedule.add(Dropped {
+            refill: services.clone(),
+            since: 5,
+        });
+        // Another request does not wait for this one's spacing.
+        let Next::Refill(other) = schedule.next(t0) else {
+            panic!("services is due");
+        };
+        assert_eq!(other.refill, services);
+        match schedule.next(t0 + Duration::from_secs(1)) {
+            Next::Wait(wait) => assert_eq!(wait, SPACING - Duration::from_secs(1)),
+            next => panic!("pods waits its spacing: {next:?}"),
+        }
+        assert!(matches!(schedule.next(t0 + SPACING), Next::Refill(d) if d.refill == pods));
+    }
 
     #[test]
     fn a_watch_becomes_the_list_of_its_scope() {

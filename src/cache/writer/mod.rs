@@ -11,18 +11,21 @@
 //! Files: `tee.rs` the channel and the sessions connection threads feed; `run.rs` the writer
 //! loop, what each answer does to the store, and the failure log; `rules.rs` the Kubernetes
 //! rules for objects (what is stored and under which key, watch events, list items, tokens);
-//! `error_keys.rs` the keys whose write failed, until they are stored.
+//! `error_keys.rs` the keys whose write failed, until they are stored; `refills.rs` what dropped
+//! sessions tell the refill thread, and the ledger of answers that went whole since.
 
 mod error_keys;
+mod refills;
 mod rules;
 mod run;
 mod tee;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use refills::{Dropped, Refill, RefillTx, Refills};
 pub(crate) use run::{WriterOptions, run};
 pub(crate) use tee::Session;
-pub(crate) use tee::{CacheTx, Refill, channel};
+pub(crate) use tee::{CacheTx, channel};
 
 /// Largest single object (or watch event) the writer assembles; etcd refuses objects above
 /// 1.5 MiB, so this leaves room for any real one.

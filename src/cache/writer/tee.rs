@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use super::refills::{Refill, RefillTx};
 use crate::cache::key::CollectionKey;
 use crate::cache::target::CacheTarget;
 use crate::metrics::{METRICS, Metrics};
@@ -119,17 +120,7 @@ pub(crate) struct CacheTx {
     queue: Arc<Queue>,
     next_id: Arc<AtomicU64>,
     /// Where responses dropped for a full queue are sent to be fetched again.
-    refills: Option<Sender<Refill>>,
-}
-
-/// A response whose cache session was dropped because the disk fell behind: the request to
-/// repeat, on the hub's own credentials, at the disk's pace.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Refill {
-    /// Path and query of the original request.
-    pub path_and_query: String,
-    /// The component whose cache it fills.
-    pub component: String,
+    refills: Option<RefillTx>,
 }
 
 /// The writer's side of the queue.
@@ -162,7 +153,7 @@ const COALESCE: usize = 32 * 1024;
 
 impl CacheTx {
     /// Sends responses dropped for a full queue to `refills` from now on.
-    pub(crate) fn with_refills(mut self, refills: Sender<Refill>) -> CacheTx {
+    pub(crate) fn with_refills(mut self, refills: RefillTx) -> CacheTx {
         self.refills = Some(refills);
         self
     }
@@ -176,7 +167,11 @@ impl CacheTx {
         gzip: bool,
         refill: Option<Refill>,
     ) -> Option<Session> {
-        let refill = refill.and_then(|r| Some((self.refills.clone()?, r)));
+        let refill = refill.and_then(|refill| {
+            let tx = self.refills.clone()?;
+            let since = tx.begun();
+            Some(Refillable { tx, refill, since })
+        });
         self.start(target, status, gzip, Pace::NeverWait, refill)
     }
 
@@ -196,7 +191,7 @@ impl CacheTx {
         status: u16,
         gzip: bool,
         pace: Pace,
-        refill: Option<(Sender<Refill>, Refill)>,
+        refill: Option<Refillable>,
     ) -> Option<Session> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let abandoned = Arc::new(AtomicBool::new(false));
@@ -246,7 +241,15 @@ pub(crate) struct Session {
     streaming: bool,
     pending: Vec<u8>,
     pace: Pace,
-    refill: Option<(Sender<Refill>, Refill)>,
+    refill: Option<Refillable>,
+}
+
+/// How a session's answer is fetched again should it be dropped.
+struct Refillable {
+    tx: RefillTx,
+    refill: Refill,
+    /// When the session began ([`RefillTx::begun`]).
+    since: u64,
 }
 
 impl Session {
@@ -312,6 +315,9 @@ impl Session {
             self.pace,
         ) {
             self.abandon();
+        } else if complete && let Some(r) = self.refill.take() {
+            // Whole in the queue: a drop of the same request begun before is made needless.
+            r.tx.whole(&r.refill, r.since);
         }
     }
 
@@ -323,7 +329,7 @@ impl Session {
             let refilled = self
                 .refill
                 .take()
-                .is_some_and(|(tx, refill)| tx.try_send(refill).is_ok());
+                .is_some_and(|r| r.tx.dropped(r.refill, r.since));
             log::debug!(
                 "cache session {} abandoned: the writer queue is full{}",
                 self.id,
