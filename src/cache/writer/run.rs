@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::RecvTimeoutError;
+use crossbeam_channel::{RecvTimeoutError, TryRecvError};
 
 use super::MAX_OBJECT_BYTES;
 use super::error_keys::{ErrorKeys, Keyed};
@@ -60,7 +60,19 @@ pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: Writer
         } else {
             Duration::from_millis(500)
         };
-        match rx.rx.recv_timeout(wait) {
+        let msg = match rx.rx.try_recv() {
+            Ok(msg) => Ok(msg),
+            Err(TryRecvError::Empty) if wait.is_zero() => Err(RecvTimeoutError::Timeout),
+            Err(TryRecvError::Empty) => {
+                rx.queue.doorbell.wait(wait, || !rx.rx.is_empty());
+                rx.rx.try_recv().map_err(|e| match e {
+                    TryRecvError::Empty => RecvTimeoutError::Timeout,
+                    TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+                })
+            }
+            Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+        };
+        match msg {
             Ok(msg) => {
                 if let Some(delay) = options.delay_per_message {
                     std::thread::sleep(delay);
@@ -84,7 +96,7 @@ pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: Writer
         failures.error_keys.persist(store, false);
         // Sessions whose connection gave up: drop their staged state.
         sessions.retain(|id, s| {
-            let keep = !s.abandoned.load(Ordering::Acquire);
+            let keep = !s.given_up();
             if !keep {
                 log::debug!("cache session {id} dropped: abandoned");
             }
@@ -104,12 +116,22 @@ pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: Writer
 struct Active<'s> {
     target: CacheTarget,
     decoder: Option<BodyDecoder>,
-    abandoned: Arc<AtomicBool>,
+    /// Set by the connection thread when it gives up (`None`: a whole answer, never given up).
+    abandoned: Option<Arc<AtomicBool>>,
     list: Option<ListState<'s>>,
     /// A unit failed in a way that spoils the whole answer (a list that cannot commit).
     failed: bool,
     /// Units of this answer skipped for not being a JSON object (see `rules::not_an_object`).
     not_objects: u64,
+}
+
+impl Active<'_> {
+    /// The connection thread gave the session up.
+    fn given_up(&self) -> bool {
+        self.abandoned
+            .as_ref()
+            .is_some_and(|a| a.load(Ordering::Acquire))
+    }
 }
 
 fn handle<'s>(
@@ -126,37 +148,25 @@ fn handle<'s>(
             gzip,
             abandoned,
         } => {
-            if let Some(active) = begin(store, failures, target, status, gzip, abandoned) {
+            if let Some(active) = begin(store, failures, target, status, gzip, Some(abandoned)) {
                 sessions.insert(id, active);
             }
         }
         CacheMsg::Chunk { id, data } => {
-            let Some(active) = sessions.get_mut(&id) else {
-                return;
-            };
-            if active.failed {
-                return;
+            if let Some(active) = sessions.get_mut(&id) {
+                feed(store, failures, active, &data);
             }
-            let Some(decoder) = active.decoder.as_mut() else {
-                return;
-            };
-            let (target, list) = (&active.target, &mut active.list);
-            let not_objects = &mut active.not_objects;
-            let mut failed = false;
-            let result = decoder.feed(&data, &mut |unit| {
-                if !apply_unit(store, failures, target, list, not_objects, unit) {
-                    failed = true;
-                }
-            });
-            if let Err(e) = result {
-                log::warn!(
-                    "cache: cannot decode the answer for {}: {e}",
-                    target.error_key()
-                );
-                Metrics::inc(&METRICS.cache_errors);
-                failed = true;
+        }
+        CacheMsg::Whole {
+            target,
+            status,
+            gzip,
+            body,
+        } => {
+            if let Some(mut active) = begin(store, failures, target, status, gzip, None) {
+                feed(store, failures, &mut active, &body);
+                end(store, failures, active, true);
             }
-            active.failed |= failed;
         }
         CacheMsg::End { id, complete } => {
             if let Some(active) = sessions.remove(&id) {
@@ -169,13 +179,40 @@ fn handle<'s>(
     }
 }
 
+/// Decodes the next bytes of `active`'s body and applies each unit to the store.
+fn feed(store: &Store, failures: &mut FailureLog, active: &mut Active<'_>, data: &[u8]) {
+    if active.failed {
+        return;
+    }
+    let Some(decoder) = active.decoder.as_mut() else {
+        return;
+    };
+    let (target, list) = (&active.target, &mut active.list);
+    let not_objects = &mut active.not_objects;
+    let mut failed = false;
+    let result = decoder.feed(data, &mut |unit| {
+        if !apply_unit(store, failures, target, list, not_objects, unit) {
+            failed = true;
+        }
+    });
+    if let Err(e) = result {
+        log::warn!(
+            "cache: cannot decode the answer for {}: {e}",
+            target.error_key()
+        );
+        Metrics::inc(&METRICS.cache_errors);
+        failed = true;
+    }
+    active.failed |= failed;
+}
+
 fn begin<'s>(
     store: &'s Store,
     failures: &mut FailureLog,
     target: CacheTarget,
     status: u16,
     gzip: bool,
-    abandoned: Arc<AtomicBool>,
+    abandoned: Option<Arc<AtomicBool>>,
 ) -> Option<Active<'s>> {
     let shape = match (&target, status) {
         (CacheTarget::List { collection, .. }, 404) => {
@@ -263,7 +300,7 @@ fn begin<'s>(
 
 fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complete: bool) {
     let target = &active.target;
-    let mut ok = complete && !active.failed && !active.abandoned.load(Ordering::Acquire);
+    let mut ok = complete && !active.failed && !active.given_up();
     if ok && let Some(decoder) = active.decoder.as_mut() {
         let (list, mut failed) = (&mut active.list, false);
         let not_objects = &mut active.not_objects;

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::tee::CacheMsg;
 use super::*;
 use crate::cache::key::CollectionKey;
 use crate::cache::store::Store;
@@ -117,6 +118,58 @@ fn a_full_queue_abandons_the_session_without_blocking() {
     assert!(
         t.read("kubelet/pods.v1.core/ns/a").is_none(),
         "nothing half-written"
+    );
+}
+
+#[test]
+fn a_small_answer_read_whole_is_one_message_and_is_stored() {
+    let t = TempStore::new("whole");
+    let (tx, rx) = channel(8, 1 << 20);
+    let mut s = list(&tx);
+    assert_eq!(rx.rx.len(), 0, "nothing sent before the body");
+    assert!(s.chunk_owned(LIST.as_bytes().to_vec()));
+    s.finish(true);
+    assert_eq!(rx.rx.len(), 1);
+    assert!(matches!(rx.rx.try_recv(), Ok(CacheMsg::Whole { .. })));
+    // And through the writer, it is stored as the three messages would have been.
+    write(&t.store, 1 << 20, |tx| {
+        let mut s = list(tx);
+        s.chunk_owned(LIST.as_bytes().to_vec());
+        s.finish(true);
+    });
+    assert!(t.read("kubelet/pods.v1.core/ns/a").is_some());
+}
+
+#[test]
+fn a_whole_answer_dropped_for_a_full_queue_is_fetched_again() {
+    let refills = Refills::new();
+    let (tx, _rx) = channel(8, 16);
+    let tx = tx.with_refills(refills.sender());
+    let request = Refill {
+        path_and_query: "/api/v1/pods".into(),
+        component: "kubelet".into(),
+    };
+    let before = METRICS.cache_sessions_abandoned.load(Ordering::Relaxed);
+    let mut s = tx
+        .begin(list_target(), 200, false, Some(request.clone()))
+        .unwrap();
+    // Over the 16-byte budget: the one message cannot go.
+    assert!(s.chunk_owned(LIST.as_bytes().to_vec()));
+    s.finish(true);
+    assert!(METRICS.cache_sessions_abandoned.load(Ordering::Relaxed) > before);
+    let dropped = refills.rx().try_recv().expect("a refill");
+    assert_eq!(dropped.refill, request);
+    // A client's session is not even begun while the queue holds as many messages as it can.
+    let (tx, _rx) = channel(1, 1 << 20);
+    let tx = tx.with_refills(refills.sender());
+    assert!(tx.put(pods(), b"{}".to_vec()));
+    assert!(
+        tx.begin(list_target(), 200, false, Some(request.clone()))
+            .is_none()
+    );
+    assert_eq!(
+        refills.rx().try_recv().map(|d| d.refill).ok(),
+        Some(request)
     );
 }
 
