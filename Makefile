@@ -28,7 +28,8 @@ demo: tools
 	@$(CARGO) build --release -q --bin tinyhub --example demo
 	@$(CARGO) run --release -q --example demo
 
-bench: build
+# The full run also measures the static x86_64 musl build (cross/cross.mk).
+bench: build x86_64-musl
 	$(CARGO) bench --bench hub
 
 bench-quick: build

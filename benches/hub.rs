@@ -8,7 +8,8 @@
 //! through the hub alone, the time its lease-renewal health check takes to call a dead cloud
 //! unhealthy (issue 15); and, on clouds of its own, a pool of hubs (issue 16): the bytes the
 //! cloud sends kube-proxy and coredns of every node directly and through the pool, and the
-//! memory of the pool's leader hub. Prints a table per case as it goes and writes
+//! memory of the pool's leader hub; and beside nginx with and without `proxy_cache` (issue
+//! 18): CPU, connections, system calls per request, and the static musl build's memory. Prints a table per case as it goes and writes
 //! `BENCHMARKS.md` at the repository top with the machine, the date and every target of the
 //! issue, met or missed.
 //!
@@ -37,6 +38,8 @@ mod footprint;
 mod heartbeat;
 #[path = "hub/online.rs"]
 mod online;
+#[path = "hub/peer.rs"]
+mod peer;
 #[path = "hub/pool.rs"]
 mod pool;
 #[path = "hub/readme.rs"]
@@ -292,9 +295,9 @@ struct Options {
 }
 
 /// The highest case number.
-const LAST_CASE: u8 = 9;
+const LAST_CASE: u8 = 10;
 
-const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,9 [--update]] \
+const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,10 [--update]] \
                      [-- --readme-only]\n\
                      --update: write the sections of the cases run into the existing report \
                      (BENCHMARKS.md, or the quick one), replacing theirs, keeping the rest\n\
@@ -545,6 +548,14 @@ fn run(scale: &Scale, only: Option<&[u8]>, update: bool) -> Result<(), Failure> 
             "case 8 (heartbeat: from the cloud's death to unhealthy)",
             || heartbeat::death_to_unhealthy(&bench, dir.path(), &mut report),
         )?;
+        print_last(&report);
+    }
+    // Its own hubs and nginx on the shared cloud.
+    if wanted(10) {
+        let dir = TempDir::new("bench-peer");
+        case("case 10 (peer: tinyhub beside nginx)", || {
+            peer::peer(&bench, dir.path(), &mut report)
+        })?;
         print_last(&report);
     }
     // Its own clouds and hubs, nothing shared with the cases above.

@@ -40,6 +40,9 @@ CROSS_ARMV7 := armv7-unknown-linux-musleabihf
 CROSS_AARCH64 := aarch64-unknown-linux-musl
 CROSS_ARMV7_BIN := $(CARGO_TARGET_DIR)/$(CROSS_ARMV7)/release/tinyhub
 CROSS_AARCH64_BIN := $(CARGO_TARGET_DIR)/$(CROSS_AARCH64)/release/tinyhub
+# The gateways' static musl build for this machine's architecture: make bench measures it.
+CROSS_X86_64 := x86_64-unknown-linux-musl
+CROSS_X86_64_BIN := $(CARGO_TARGET_DIR)/$(CROSS_X86_64)/release/tinyhub
 
 # OpenWrt architecture names written into the packages (opkg installs only matching ones).
 # arm_cortex-a9_vfpv3-d16 is the OpenWrt arch whose floor is exactly this binary's: ARMv7-A,
@@ -71,12 +74,13 @@ CROSS_QEMU_ARM_CPU ?= cortex-a9,neon=off
 CROSS_SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: armv7 aarch64 ipk ipk-test apk apk-test init-test systemd-test cross-test cross-help \
-	cross-zig cross-rust-src cross-aarch64-std cross-test-tools
+	cross-zig cross-rust-src cross-aarch64-std cross-x86_64-std cross-test-tools x86_64-musl
 
 cross-help:
 	@echo "cross targets (run from the repo top):"
 	@echo "  armv7       static $(CROSS_ARMV7) binary -> $(CROSS_ARMV7_BIN)"
 	@echo "  aarch64     static $(CROSS_AARCH64) binary -> $(CROSS_AARCH64_BIN)"
+	@echo "  x86_64-musl static $(CROSS_X86_64) binary -> $(CROSS_X86_64_BIN) (make bench measures it)"
 	@echo "  ipk         OpenWrt packages -> $(CROSS_ARMV7_IPK) and $(CROSS_AARCH64_IPK)"
 	@echo "  ipk-test    unpack the packages and check them; check the feed Makefile"
 	@echo "  apk         OpenWrt 25.x packages -> $(CROSS_ARMV7_APK) and $(CROSS_AARCH64_APK)"
@@ -105,6 +109,11 @@ cross-aarch64-std:
 		echo "cross: installing the $(CROSS_AARCH64) std"; \
 		rustup target add $(CROSS_AARCH64); }
 
+cross-x86_64-std:
+	@rustup target list --installed | grep -qx '$(CROSS_X86_64)' || { \
+		echo "cross: installing the $(CROSS_X86_64) std"; \
+		rustup target add $(CROSS_X86_64); }
+
 # busybox: init-test runs the init script under OpenWrt's shell (ash). systemd: only for
 # systemd-analyze (systemd-test); the package does not make itself the init, and a Debian
 # machine booted with systemd has it already.
@@ -131,6 +140,11 @@ aarch64: cross-zig cross-aarch64-std
 	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR) $(CARGO) build --release \
 		--config $(CROSS_DIR)/cargo-config.toml --target $(CROSS_AARCH64)
 	@ls -l $(CROSS_AARCH64_BIN)
+
+x86_64-musl: cross-zig cross-x86_64-std
+	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR) $(CARGO) build --release \
+		--config $(CROSS_DIR)/cargo-config.toml --target $(CROSS_X86_64)
+	@ls -l $(CROSS_X86_64_BIN)
 
 # --- OpenWrt packages ---------------------------------------------------------------------
 

@@ -71,6 +71,8 @@ pub struct HubSpec {
     /// A command the hub runs under (its words, then the runner of `TINYHUB_TEST_RUNNER` if
     /// any, then the binary), e.g. `setpriv ...`.
     pub prefix: Vec<String>,
+    /// Another build than [`hub_binary`] (the benchmark's static musl twin).
+    pub binary: Option<PathBuf>,
 }
 
 impl HubSpec {
@@ -98,6 +100,7 @@ impl HubSpec {
             args: args.iter().map(|s| (*s).to_owned()).collect(),
             env: Vec::new(),
             prefix: Vec::new(),
+            binary: None,
         }
     }
 
@@ -125,10 +128,13 @@ impl HubSpec {
                 if let Ok(runner) = std::env::var("TINYHUB_TEST_RUNNER") {
                     cmd.args(runner.split_whitespace());
                 }
-                cmd.arg(hub_binary());
+                cmd.arg(self.binary.clone().unwrap_or_else(hub_binary));
                 cmd
             }
-            None => hub_command(),
+            None => match &self.binary {
+                Some(bin) => runner_command(bin).unwrap_or_else(|| Command::new(bin)),
+                None => hub_command(),
+            },
         };
         if let Some(kubeconfig) = &self.kubeconfig {
             cmd.arg(format!("--kubeconfig={}", kubeconfig.display()));
@@ -255,6 +261,7 @@ impl Hub {
             args: args.to_vec(),
             env: env.to_vec(),
             prefix: Vec::new(),
+            binary: None,
         };
         let mut cmd = hub_command();
         cmd.args(args);

@@ -29,6 +29,8 @@ pub use cloud::{
 #[allow(unused_imports)]
 pub use kubeconfig::{Auth, CaRef, KubeconfigOptions, KubeletFiles, write_plain_kubeconfig};
 #[allow(unused_imports)]
-pub use pki::{CertKey, CertSpec, CertSubject, ClientCert, ParsedCsr, Pki, csr_pem, parse_csr};
+pub use pki::{
+    CertKey, CertSpec, CertSubject, ClientCert, ParsedCsr, Pki, csr_pem, parse_csr, pem,
+};
 #[allow(unused_imports)]
 pub use util::{base64_decode, base64_encode, lock, parse_rfc3339, rfc3339};

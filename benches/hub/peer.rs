@@ -1,0 +1,683 @@
+//! Case 10 (issue 18): tinyhub beside what an operator would improvise instead — nginx as a
+//! reverse proxy in front of the same TLS cloud, without a cache and with `proxy_cache` on
+//! disk used write-through (every request still goes to the cloud, every answer is stored,
+//! as the hub does). The same client, the same gets and lists, the four proxies in turn,
+//! round by round; the CPU each proxy's process spent per request (from /proc), the new TLS
+//! connections the cloud accepted, the requests it served per client request, context
+//! switches, and (full run) the system calls of a short run under `strace -c -f`.
+//! The full run also measures the memory of the x86_64 static musl twin of the gateway builds
+//! (`make bench` builds it) beside the glibc build's.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::client::Client;
+use crate::report::{Report, Section, Table};
+use crate::stats::{Pool, size};
+use crate::support::hub::{Hub, HubSpec, KUBELET, cpu_ticks, eventually, proc_status};
+use crate::support::pem;
+use crate::support::{Cloud, PodFill, RecordedRequest};
+use crate::{Bench, Running};
+
+/// Client threads of the concurrent gets.
+const CONNS: usize = 16;
+/// Gets of the `strace` run, one client.
+const STRACE_GETS: usize = 2_000;
+const MIB: u64 = 1024 * 1024;
+
+/// One proxy under test.
+struct Proxy {
+    name: &'static str,
+    /// Plain-HTTP base URL clients use.
+    url: String,
+    /// The process whose CPU counts.
+    pid: u32,
+}
+
+/// What one proxy did over the rounds of one workload.
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    ops: u64,
+    ticks: u64,
+    secs: f64,
+    ctx: u64,
+    accepted: u64,
+    cloud_requests: u64,
+}
+
+impl Tally {
+    /// CPU per operation, µs (ticks are 1/100 s).
+    fn cpu_us(&self) -> f64 {
+        self.ticks as f64 * 10_000.0 / self.ops.max(1) as f64
+    }
+
+    fn per_op(&self, n: u64) -> f64 {
+        n as f64 / self.ops.max(1) as f64
+    }
+}
+
+/// nginx running in the foreground in a directory of its own, one process (`master_process
+/// off`): its CPU is that process's.
+struct Nginx {
+    child: Child,
+    plain: u16,
+    cached: u16,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The nginx binary, installed from Debian when missing.
+fn nginx_binary() -> Result<PathBuf, String> {
+    let find = || {
+        ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+    };
+    if let Some(bin) = find() {
+        return Ok(bin);
+    }
+    println!("nginx is missing: apt-get install nginx-light");
+    for package in ["nginx-light", "nginx"] {
+        let ok = Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends", package])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok && let Some(bin) = find() {
+            return Ok(bin);
+        }
+    }
+    Err("nginx is not installed and apt-get could not install it".into())
+}
+
+/// A port free on loopback now.
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("a free port: {e}"))
+}
+
+impl Nginx {
+    /// nginx in front of `cloud` with the bench's client certificate: one server without a
+    /// cache, one with `proxy_cache` written through.
+    fn start(cloud: &Cloud, dir: &Path) -> Result<Nginx, String> {
+        let bin = nginx_binary()?;
+        let io = |e: std::io::Error| format!("nginx's files: {e}");
+        for sub in ["tmp", "cache", "logs"] {
+            fs::create_dir_all(dir.join(sub)).map_err(io)?;
+        }
+        let cert = cloud.issue_client("bench", &["system:masters"]);
+        fs::write(
+            dir.join("client.crt"),
+            pem("CERTIFICATE", &cert.pair.cert_der),
+        )
+        .map_err(io)?;
+        fs::write(dir.join("client.key"), &cert.pair.key_pem).map_err(io)?;
+        let (plain, cached) = (free_port()?, free_port()?);
+        let d = dir.display();
+        let upstream = cloud.addr();
+        // Keep-alive to the cloud as the hub's pool does; the client certificate as a direct
+        // client's; TLS sessions reused. The cloud's certificate is not verified (the hub
+        // verifies it; it only costs at a handshake, which keep-alive makes rare).
+        let common = format!(
+            "proxy_pass https://cloud; proxy_http_version 1.1; proxy_set_header Connection \"\"; \
+             proxy_ssl_certificate {d}/client.crt; proxy_ssl_certificate_key {d}/client.key; \
+             proxy_ssl_verify off; proxy_ssl_session_reuse on; proxy_read_timeout 600s;"
+        );
+        let conf = format!(
+            "daemon off; master_process off; worker_processes 1; pid {d}/nginx.pid;\n\
+             error_log {d}/logs/error.log warn;\n\
+             events {{ worker_connections 4096; }}\n\
+             http {{\n\
+               access_log off;\n\
+               client_body_temp_path {d}/tmp/body; proxy_temp_path {d}/tmp/proxy;\n\
+               fastcgi_temp_path {d}/tmp/fcgi; uwsgi_temp_path {d}/tmp/uwsgi; scgi_temp_path {d}/tmp/scgi;\n\
+               proxy_cache_path {d}/cache levels=1:2 keys_zone=k8s:10m max_size=2g inactive=1d use_temp_path=off;\n\
+               upstream cloud {{ server {upstream}; keepalive 64; }}\n\
+               server {{ listen 127.0.0.1:{plain}; location / {{ {common} }} }}\n\
+               server {{ listen 127.0.0.1:{cached}; location / {{ {common}\n\
+                 proxy_cache k8s; proxy_cache_key $request_uri; proxy_cache_bypass 1;\n\
+                 proxy_cache_valid 200 1d; proxy_ignore_headers Cache-Control Expires Set-Cookie; }} }}\n\
+             }}\n"
+        );
+        let conf_path = dir.join("nginx.conf");
+        fs::write(&conf_path, conf).map_err(io)?;
+        let child = Command::new(&bin)
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(&conf_path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", bin.display()))?;
+        let nginx = Nginx {
+            child,
+            plain,
+            cached,
+        };
+        let up = eventually(Duration::from_secs(10), || {
+            std::net::TcpStream::connect(("127.0.0.1", cached)).is_ok()
+        });
+        if !up {
+            return Err(format!(
+                "nginx did not start: {}",
+                fs::read_to_string(dir.join("logs/error.log")).unwrap_or_default()
+            ));
+        }
+        Ok(nginx)
+    }
+
+    fn url(port: u16) -> String {
+        format!("http://127.0.0.1:{port}")
+    }
+}
+
+/// Context switches of every thread of `pid`.
+fn ctx_switches(pid: u32) -> u64 {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| fs::read_to_string(t.path().join("status")).ok())
+        .flat_map(|s| {
+            s.lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+/// Rounds of `window` on each proxy in turn (the order rotating), `clients` threads each
+/// running `op` against the proxy's URL; requests the cloud served for `path` are counted.
+fn rounds(
+    b: &Bench,
+    proxies: &[Proxy],
+    clients: usize,
+    path: &str,
+    rounds: usize,
+    window: Duration,
+) -> Result<Vec<Tally>, String> {
+    let pools: Vec<Pool> = proxies
+        .iter()
+        .map(|p| {
+            let ops = (0..clients)
+                .map(|_| {
+                    let mut client = Client::plain(&p.url, KUBELET);
+                    let path = path.to_owned();
+                    Box::new(move || client.get(&path)) as crate::stats::Op
+                })
+                .collect();
+            Pool::new(ops)
+        })
+        .collect();
+    // Warm-up: connections made, the hubs' pools filled.
+    for pool in &pools {
+        pool.run(Duration::from_millis(200))?;
+    }
+    let mut tallies = vec![Tally::default(); proxies.len()];
+    b.cloud.set_record_requests(true);
+    for r in 0..rounds {
+        for k in 0..proxies.len() {
+            let i = (r + k) % proxies.len();
+            let p = &proxies[i];
+            b.cloud.reset_requests();
+            let (t0, c0, a0) = (
+                cpu_ticks(&p.pid.to_string()).unwrap_or(0),
+                ctx_switches(p.pid),
+                b.cloud.accepted_connections(),
+            );
+            let rate = pools[i]
+                .run(window)
+                .map_err(|e| format!("{}: {e}", p.name))?;
+            let t = &mut tallies[i];
+            t.ticks += cpu_ticks(&p.pid.to_string()).unwrap_or(0) - t0;
+            t.ctx += ctx_switches(p.pid) - c0;
+            t.accepted += b.cloud.accepted_connections() - a0;
+            t.ops += rate.ops;
+            t.secs += rate.elapsed.as_secs_f64();
+            t.cloud_requests += b.cloud.count(|q| q.path == path && !refill(q)) as u64;
+        }
+    }
+    b.cloud.reset_requests();
+    b.cloud.set_record_requests(false);
+    Ok(tallies)
+}
+
+/// A request the hub's refill thread made (`<component>/tinyhub-refill`).
+fn refill(q: &RecordedRequest) -> bool {
+    q.user_agent.ends_with("/tinyhub-refill")
+}
+
+/// `strace -c -f` on `pid` while one client makes `gets` gets: system calls per get and the
+/// most frequent ones. None when strace is missing or cannot attach.
+fn syscalls(p: &Proxy, path: &str, gets: usize) -> Option<(f64, String)> {
+    let out = std::env::temp_dir().join(format!("tinyhub-bench-strace-{}", p.pid));
+    let mut strace = Command::new("strace")
+        .args(["-c", "-f", "-o"])
+        .arg(&out)
+        .args(["-p", &p.pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    // Attached once it has written its first line to stderr; give it a moment instead.
+    std::thread::sleep(Duration::from_millis(800));
+    let mut client = Client::plain(&p.url, KUBELET);
+    let ok = (0..gets).all(|_| client.get(path).is_ok());
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = Command::new("kill")
+        .args(["-INT", &strace.id().to_string()])
+        .status();
+    let _ = strace.wait();
+    let text = fs::read_to_string(&out).ok()?;
+    let _ = fs::remove_file(&out);
+    if !ok {
+        return None;
+    }
+    // Lines: % time, seconds, usecs/call, calls, [errors], syscall.
+    let mut calls: Vec<(u64, String)> = text
+        .lines()
+        .filter_map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let name = *words.last()?;
+            let n = words.get(3)?.parse::<u64>().ok()?;
+            Some((n, name.to_owned()))
+        })
+        .collect();
+    let total = calls.iter().find(|(_, n)| n == "total")?.0;
+    calls.retain(|(_, n)| n != "total");
+    calls.sort_by_key(|c| std::cmp::Reverse(c.0));
+    let top = calls
+        .iter()
+        .take(6)
+        .map(|(n, name)| format!("{name} {:.1}", *n as f64 / gets as f64))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some((total as f64 / gets as f64, top))
+}
+
+/// Case 10.
+pub fn peer(b: &Bench, dir: &Path, report: &mut Report) -> Result<(), String> {
+    let scale = b.scale;
+    let cloud = b.cloud;
+    cloud.create(
+        "configmaps",
+        json!({"metadata": {"name": "peer-small", "namespace": "default"},
+               "data": {"greeting": "hello from the cloud", "mode": "edge", "replicas": "3"}}),
+    );
+    cloud.populate_pods(&PodFill {
+        count: scale.list_pods,
+        nodes: 1,
+        namespaces: 1,
+        body_bytes: scale.pod_bytes,
+        prefix: "peer".into(),
+    });
+    let get_path = "/api/v1/namespaces/default/configmaps/peer-small";
+    let list_path = "/api/v1/namespaces/peer-0/pods";
+
+    for sub in ["nginx", "edge", "cloud", "glibc", "musl"] {
+        fs::create_dir_all(dir.join(sub)).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let nginx = Nginx::start(cloud, &dir.join("nginx"))?;
+    let edge = b.start_hub(&dir.join("edge"));
+    let cloud_mode = Running::register(Hub::start(
+        &HubSpec::for_cloud(cloud, &dir.join("cloud")).with(&["--v=0", "--working-mode=cloud"]),
+    ));
+    let nginx_pid = nginx.child.id();
+    let proxies = [
+        Proxy {
+            name: "tinyhub, edge mode",
+            url: edge.url(),
+            pid: edge.pid(),
+        },
+        Proxy {
+            name: "tinyhub, cloud mode",
+            url: cloud_mode.url(),
+            pid: cloud_mode.pid(),
+        },
+        Proxy {
+            name: "nginx",
+            url: Nginx::url(nginx.plain),
+            pid: nginx_pid,
+        },
+        Proxy {
+            name: "nginx + proxy_cache",
+            url: Nginx::url(nginx.cached),
+            pid: nginx_pid,
+        },
+    ];
+    // Every proxy answers as the cloud does.
+    let direct_size = b.direct().get(get_path)?;
+    for p in &proxies {
+        let size = Client::plain(&p.url, KUBELET).get(get_path)?;
+        if size != direct_size {
+            return Err(format!(
+                "{} answered {size} bytes where the cloud answered {direct_size}",
+                p.name
+            ));
+        }
+    }
+
+    let (n_rounds, window) = (scale.rounds.max(2), scale.window);
+    let one = rounds(b, &proxies, 1, get_path, n_rounds, window)?;
+    let many = rounds(b, &proxies, CONNS, get_path, n_rounds, window)?;
+    // Lists: the edge hub's refills (at the disk's pace, spaced) count for it, until they end.
+    cloud.set_record_requests(true);
+    cloud.reset_requests();
+    let lists = rounds(b, &proxies, 1, list_path, n_rounds, window)?;
+    // `rounds` stops recording; refills may still come.
+    cloud.set_record_requests(true);
+    std::thread::sleep(if scale.quick {
+        Duration::from_millis(500)
+    } else {
+        Duration::from_secs(7)
+    });
+    edge.wait_cache_quiet();
+    let late_refills = cloud.count(|q| q.path == list_path && refill(q)) as u64;
+    cloud.set_record_requests(false);
+    cloud.reset_requests();
+    let strace: Vec<_> = if scale.quick {
+        Vec::new()
+    } else {
+        proxies
+            .iter()
+            .map(|p| syscalls(p, get_path, STRACE_GETS))
+            .collect()
+    };
+
+    let mut section = Section::new(
+        "10. Peer: tinyhub beside nginx",
+        &format!(
+            "The same keep-alive client (kubelet's User-Agent) through four proxies in front of \
+             the same TLS cloud, the proxies in turn, {n_rounds} round(s) of {window:?} each, \
+             the order rotating: `GET {get_path}` ({direct_size} bytes) with 1 and {CONNS} \
+             client threads, and the list of {} pods of about {} bytes (`GET {list_path}`) with \
+             one. nginx {}: one process (`master_process off`), keep-alive to the cloud \
+             (`keepalive 64`), the bench's client certificate, `proxy_ssl_session_reuse on`, \
+             `proxy_ssl_verify off`; with `proxy_cache` on disk written through: \
+             `proxy_cache_bypass 1` (every request goes to the cloud), `proxy_cache_valid 200 1d`, \
+             `proxy_ignore_headers Cache-Control Expires Set-Cookie`. CPU is the proxy process's \
+             user + system time over the rounds (/proc/<pid>/stat), per request.",
+            scale.list_pods,
+            scale.pod_bytes,
+            nginx_version()
+        ),
+    );
+    let mut cpu = Table::new(
+        "CPU per request (µs) and throughput",
+        &[
+            "workload",
+            proxies[0].name,
+            proxies[1].name,
+            proxies[2].name,
+            proxies[3].name,
+        ],
+    );
+    for (what, t) in [
+        ("small get, 1 client", &one),
+        ("small get, 16 clients", &many),
+        ("list of the pods, 1 client", &lists),
+    ] {
+        cpu.row(
+            std::iter::once(what.to_owned())
+                .chain(t.iter().map(|t| {
+                    format!(
+                        "{:.0} µs ({:.0}/s)",
+                        t.cpu_us(),
+                        t.ops as f64 / t.secs.max(1e-9)
+                    )
+                }))
+                .collect(),
+        );
+    }
+    section.tables.push(cpu);
+    let mut conns = Table::new(
+        "The cloud's side, and the proxy's context switches",
+        &[
+            "per request",
+            proxies[0].name,
+            proxies[1].name,
+            proxies[2].name,
+            proxies[3].name,
+        ],
+    );
+    let row = |what: &str, f: &dyn Fn(&Tally) -> String, t: &[Tally]| {
+        std::iter::once(what.to_owned())
+            .chain(t.iter().map(f))
+            .collect::<Vec<_>>()
+    };
+    conns.row(row(
+        "new TLS connections per 1,000 gets, 16 clients",
+        &|t| format!("{:.2}", 1000.0 * t.per_op(t.accepted)),
+        &many,
+    ));
+    conns.row(row(
+        "cloud requests per get",
+        &|t| format!("{:.3}", t.per_op(t.cloud_requests)),
+        &many,
+    ));
+    let mut lists_cloud = lists;
+    lists_cloud[0].cloud_requests += late_refills;
+    conns.row(row(
+        "cloud lists per list",
+        &|t| format!("{:.3}", t.per_op(t.cloud_requests)),
+        &lists_cloud,
+    ));
+    conns.row(row(
+        "context switches per get, 1 client",
+        &|t| format!("{:.2}", t.per_op(t.ctx)),
+        &one,
+    ));
+    conns.row(row(
+        "context switches per get, 16 clients",
+        &|t| format!("{:.2}", t.per_op(t.ctx)),
+        &many,
+    ));
+    section.tables.push(conns);
+    if !strace.is_empty() {
+        let mut calls = Table::new(
+            &format!("System calls per small get (`strace -c -f`, {STRACE_GETS} gets, 1 client)"),
+            &["proxy", "calls per get", "most frequent, per get"],
+        );
+        for (p, s) in proxies.iter().zip(&strace) {
+            calls.row(match s {
+                Some((n, top)) => vec![p.name.into(), format!("{n:.1}"), top.clone()],
+                None => vec![
+                    p.name.into(),
+                    "strace absent or refused".into(),
+                    String::new(),
+                ],
+            });
+        }
+        section.tables.push(calls);
+    }
+    section.notes.push(format!(
+        "The cloud accepted these new TLS connections during the 1-client gets: {}; during \
+         the {CONNS}-client gets: {} (warm-up excluded). nginx's two servers share one \
+         process and one upstream pool.",
+        one.iter()
+            .zip(&proxies)
+            .map(|(t, p)| format!("{} {}", p.name, t.accepted))
+            .collect::<Vec<_>>()
+            .join(", "),
+        many.iter()
+            .zip(&proxies)
+            .map(|(t, p)| format!("{} {}", p.name, t.accepted))
+            .collect::<Vec<_>>()
+            .join(", "),
+    ));
+    section.notes.push(format!(
+        "The edge hub's list rounds dropped cache sessions when its writer fell behind; its \
+         refills (User-Agent `kubelet/tinyhub-refill`) count as its cloud lists, {late_refills} \
+         of them, including those made after the rounds until its cache was quiet."
+    ));
+
+    // Targets.
+    let ratio = |a: f64, b: f64| a / b.max(1e-9);
+    let (e1, c1, n1) = (one[0].cpu_us(), one[1].cpu_us(), one[2].cpu_us());
+    let (e16, c16, n16) = (many[0].cpu_us(), many[1].cpu_us(), many[2].cpu_us());
+    report.target(
+        "Cloud-mode CPU per small get, 16 clients (issue 18)",
+        "≤ 1.5× nginx without a cache",
+        format!("{c16:.0} µs vs {n16:.0} µs ({:.2}×)", ratio(c16, n16)),
+        ratio(c16, n16) <= 1.5,
+    );
+    report.target(
+        "Cloud-mode CPU per small get, 1 client (issue 18)",
+        "≤ 1.2× nginx without a cache",
+        format!("{c1:.0} µs vs {n1:.0} µs ({:.2}×)", ratio(c1, n1)),
+        ratio(c1, n1) <= 1.2,
+    );
+    let edge_ratio = ratio(e1, c1).max(ratio(e16, c16));
+    report.target(
+        "Edge-mode CPU per small get vs cloud mode (issue 18)",
+        "≤ 1.2×",
+        format!(
+            "1 client {e1:.0} vs {c1:.0} µs ({:.2}×); 16 clients {e16:.0} vs {c16:.0} µs ({:.2}×)",
+            ratio(e1, c1),
+            ratio(e16, c16)
+        ),
+        edge_ratio <= 1.2,
+    );
+    let handshakes = 1000.0 * (many[0].accepted + many[1].accepted) as f64
+        / (many[0].ops + many[1].ops).max(1) as f64;
+    report.target(
+        "New TLS connections per 1,000 gets through tinyhub, 16 clients (issue 18)",
+        "≤ 1",
+        format!("{handshakes:.2}"),
+        handshakes <= 1.0,
+    );
+    let (el, nl) = (lists_cloud[0].cpu_us(), lists_cloud[3].cpu_us());
+    report.target(
+        "List CPU with the cache: edge tinyhub vs nginx + proxy_cache (issue 18)",
+        "≤ 1×",
+        format!("{el:.0} µs vs {nl:.0} µs ({:.2}×)", ratio(el, nl)),
+        el <= nl,
+    );
+    let per_list = lists_cloud[0].per_op(lists_cloud[0].cloud_requests);
+    report.target(
+        "Cloud lists per client list through the edge hub (issue 18)",
+        "≤ 1.05",
+        format!(
+            "{per_list:.3} ({} client lists at {:.0}/s)",
+            lists_cloud[0].ops,
+            lists_cloud[0].ops as f64 / lists_cloud[0].secs.max(1e-9)
+        ),
+        per_list <= 1.05,
+    );
+    drop((edge, cloud_mode, nginx));
+
+    if !scale.quick {
+        musl_twin(b, dir, &mut section, report)?;
+    }
+    report.sections.push(section);
+    Ok(())
+}
+
+/// `nginx -v`'s version, as "nginx/1.22.1".
+fn nginx_version() -> String {
+    nginx_binary()
+        .ok()
+        .and_then(|bin| Command::new(bin).arg("-v").output().ok())
+        .map(|o| String::from_utf8_lossy(&o.stderr).trim().to_owned())
+        .and_then(|v| v.split(": ").nth(1).map(str::to_owned))
+        .unwrap_or_else(|| "(version unknown)".into())
+}
+
+/// Builds the hub as a static x86_64 musl binary (the gateways' libc and linking, on this
+/// machine's architecture) and measures it as the footprint case measures the glibc build:
+/// idle, and with 100 watches open.
+fn musl_twin(
+    b: &Bench,
+    dir: &Path,
+    section: &mut Section,
+    report: &mut Report,
+) -> Result<(), String> {
+    // `make bench` builds it first (`make x86_64-musl`, cross/cross.mk: zig's musl, as the
+    // armv7 and aarch64 builds).
+    let musl = crate::target_dir().join("x86_64-unknown-linux-musl/release/tinyhub");
+    if !musl.exists() {
+        return Err(format!(
+            "{} is not built: `make x86_64-musl` (make bench does)",
+            musl.display()
+        ));
+    }
+    let glibc = crate::support::hub::hub_binary();
+    let mut table = Table::new(
+        "Memory of the x86_64 builds (VmRSS idle; VmHWM with the watches open)",
+        &["build", "binary", "idle", "100 watches open"],
+    );
+    let mut musl_mem = (0, 0);
+    for (name, bin, sub) in [
+        ("glibc (the bench's)", &glibc, "glibc"),
+        ("static musl", &musl, "musl"),
+    ] {
+        let (idle, watches) = memory_of(b, bin, &dir.join(sub))?;
+        if bin == &musl {
+            musl_mem = (idle, watches);
+        }
+        let bytes = fs::metadata(bin).map(|m| m.len()).unwrap_or(0);
+        table.row(vec![name.into(), size(bytes), size(idle), size(watches)]);
+    }
+    section.tables.push(table);
+    report.target(
+        "Idle RSS of the static musl build (issue 18)",
+        "≤ 3 MiB",
+        size(musl_mem.0),
+        musl_mem.0 <= 3 * MIB,
+    );
+    report.target(
+        "RSS of the static musl build with 100 watches open (issue 18)",
+        "≤ 8 MiB",
+        size(musl_mem.1),
+        musl_mem.1 <= 8 * MIB,
+    );
+    Ok(())
+}
+
+/// Idle VmRSS and the VmHWM with 100 watches open of the hub `bin`, in bytes.
+fn memory_of(b: &Bench, bin: &Path, dir: &Path) -> Result<(u64, u64), String> {
+    let spec = HubSpec {
+        binary: Some(bin.to_owned()),
+        ..HubSpec::for_cloud(b.cloud, dir)
+    }
+    .with(&["--v=0"]);
+    let hub = Running::register(Hub::start(&spec));
+    hub.wait_cache_quiet();
+    std::thread::sleep(Duration::from_secs(3));
+    let idle = proc_status(hub.pid(), "VmRSS:") * 1024;
+    let watchers = b.cloud.watchers("configmaps");
+    let path = format!(
+        "/api/v1/namespaces/mem-peer/configmaps?watch=1&resourceVersion={}",
+        b.cloud.resource_version()
+    );
+    let streams = (0..100)
+        .map(|_| b.via(&hub).watch(&path))
+        .collect::<Result<Vec<_>, _>>()?;
+    if !b
+        .cloud
+        .wait_for_watchers("configmaps", watchers + 100, Duration::from_secs(30))
+    {
+        return Err("100 watches did not all reach the cloud within 30 s".into());
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let watches = proc_status(hub.pid(), "VmHWM:") * 1024;
+    drop(streams);
+    Ok((idle, watches))
+}
