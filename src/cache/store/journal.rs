@@ -192,12 +192,18 @@ impl Store {
         Ok(applied)
     }
 
-    /// Applies one rename or delete, idempotently.
+    /// Applies one rename or delete, idempotently. The object's index entry goes whatever
+    /// happens: the journal does not say what the staged file holds.
     fn apply_op(
         &self,
         op: JournalOp<'_>,
         touched: &mut BTreeSet<PathBuf>,
     ) -> Result<(), StoreError> {
+        if let JournalOp::Rename(_, rel) | JournalOp::Delete(rel) = op {
+            let mut index = self.index();
+            let at = index.path_hash(rel);
+            index.forget(at);
+        }
         match op {
             JournalOp::Mkdir(_) => Ok(()),
             JournalOp::Rename(temp, rel) => {

@@ -60,6 +60,7 @@
 mod error;
 mod error_keys;
 mod fs;
+mod index;
 mod journal;
 mod list;
 mod replace;
@@ -85,6 +86,7 @@ use fs::{
     DIR_MODE, all_real_dirs, make_dir, parent_of, read_object, real_dir, remove_quietly, sync_dir,
     write_new_file,
 };
+use index::{Known, ObjectIndex, entry_with};
 use list::NameCursor;
 use tombstones::Tombstones;
 
@@ -153,6 +155,8 @@ pub(crate) struct Store {
     changes: AtomicUsize,
     /// Recently removed objects. Locked only by the one writer thread: never contended.
     tombstones: Mutex<Tombstones>,
+    /// What is stored, so an unchanged put touches no file (`index.rs`).
+    index: Mutex<ObjectIndex>,
     /// Fault injection; the default in production.
     options: StoreOptions,
     /// Held while the store is open: no other process uses this root meanwhile.
@@ -197,10 +201,12 @@ impl Store {
             root_dir,
             changes: AtomicUsize::new(0),
             tombstones: Mutex::new(Tombstones::default()),
+            index: Mutex::new(ObjectIndex::default()),
             options,
             _lock: lock,
         };
         let report = store.recover()?;
+        store.build_index();
         match store.probe_write() {
             Err(e) if e.is_disk_full() => {
                 log::warn!("{e}: the cache is full; what it holds still answers")
@@ -232,7 +238,14 @@ impl Store {
         if !all_real_dirs(&dirs)? {
             return Ok(None);
         }
-        read_object(&dirs[dirs.len() - 1].join(&key.name))
+        let bytes = read_object(&dirs[dirs.len() - 1].join(&key.name))?;
+        let mut index = self.index();
+        let at = index.key_hash(key);
+        match &bytes {
+            Some(bytes) => index.check_read(at, bytes),
+            None => index.forget(at),
+        }
+        Ok(bytes)
     }
 
     /// Whether this collection was ever cached (a list answered empty counts).
@@ -267,7 +280,8 @@ impl Store {
     /// Nothing is written when the stored bytes are the same ([`PutOutcome::Identical`])
     /// or the stored resourceVersion is newer than `rv`, or `rv` is at or below one this
     /// store removed ([`PutOutcome::Stale`]). A stored file that is not valid JSON counts as
-    /// older and is replaced.
+    /// older and is replaced. What is stored is judged by the index when it knows the
+    /// object, without touching the disk.
     pub(crate) fn put(
         &self,
         key: &ObjectKey,
@@ -279,24 +293,60 @@ impl Store {
         if self.buries(key, rv) {
             return Ok(PutOutcome::Stale);
         }
-        let dirs = self.object_dirs(key);
-        let target = dirs[dirs.len() - 1].join(&key.name);
-        let existing = if all_real_dirs(&dirs)? {
-            read_object(&target)?
-        } else {
-            None
+        let (at, content, known) = {
+            let index = self.index();
+            let at = index.key_hash(key);
+            let content = index.content_hash(bytes);
+            (at, content, index.judge(at, content, rv))
         };
-        if let Some(outcome) = unchanged(existing.as_deref(), bytes, rv) {
+        if let Known::Unchanged(outcome) = known {
             return Ok(outcome);
         }
-        for dir in &dirs {
-            self.ensure_dir(dir)?;
+        let dirs = self.object_dirs(key);
+        let target = dirs[dirs.len() - 1].join(&key.name);
+        if known == Known::Unknown {
+            let existing = if all_real_dirs(&dirs)? {
+                read_object(&target)?
+            } else {
+                None
+            };
+            if let Some(outcome) = unchanged(existing.as_deref(), bytes, rv) {
+                if outcome == PutOutcome::Identical {
+                    self.index().record(at, entry_with(bytes, content));
+                }
+                return Ok(outcome);
+            }
         }
-        self.write_file(&target, bytes)?;
-        self.changes.fetch_add(1, Ordering::Relaxed);
+        self.write_indexed(at, content, &dirs, &target, bytes)?;
         Ok(PutOutcome::Written {
             bytes: bytes.len() as u64,
         })
+    }
+
+    /// Writes `bytes`, hashing to `content`, to `target` (making `dirs` first) and keeps the index at `at` exact:
+    /// after a failure the file may be old or new, so the entry goes.
+    fn write_indexed(
+        &self,
+        at: u64,
+        content: u64,
+        dirs: &[PathBuf],
+        target: &Path,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        let written = dirs
+            .iter()
+            .try_for_each(|dir| self.ensure_dir(dir))
+            .and_then(|()| self.write_file(target, bytes));
+        let mut index = self.index();
+        match &written {
+            Ok(()) => index.record(at, entry_with(bytes, content)),
+            Err(_) => index.forget(at),
+        }
+        drop(index);
+        if written.is_ok() {
+            self.changes.fetch_add(1, Ordering::Relaxed);
+        }
+        written
     }
 
     /// Removes one object; `false` if it was not cached.
@@ -326,6 +376,11 @@ impl Store {
         if !real {
             return Ok(false);
         }
+        {
+            let mut index = self.index();
+            let at = index.key_hash(key);
+            index.forget(at);
+        }
         match std::fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
@@ -353,6 +408,8 @@ impl Store {
             Err(e) => return Err(io_err(StoreOp::Stat, &kind_dir)(e)),
         }
         let trash = self.staging.join(format!("d.{}", next_id()));
+        // Entries carry no collection: all go, and the disk answers until puts refill them.
+        self.index().clear();
         std::fs::rename(&kind_dir, &trash).map_err(io_err(StoreOp::Rename, &trash))?;
         self.changes.fetch_add(1, Ordering::Relaxed);
         sync_dir(&component_dir)?;
@@ -366,7 +423,14 @@ impl Store {
     /// [`non_resource_file_name`](super::key::non_resource_file_name)).
     pub(crate) fn get_non_resource(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
         check_segment("non-resource name", name)?;
-        read_object(&self.root.join(name))
+        let bytes = read_object(&self.root.join(name))?;
+        let mut index = self.index();
+        let at = index.path_hash(name);
+        match &bytes {
+            Some(bytes) => index.check_read(at, bytes),
+            None => index.forget(at),
+        }
+        Ok(bytes)
     }
 
     /// Stores a non-resource document; [`PutOutcome::Identical`] if unchanged.
@@ -376,12 +440,22 @@ impl Store {
         bytes: &[u8],
     ) -> Result<PutOutcome, StoreError> {
         check_segment("non-resource name", name)?;
+        let (at, content, known) = {
+            let index = self.index();
+            let at = index.path_hash(name);
+            let content = index.content_hash(bytes);
+            // No resourceVersion: only the bytes can make it unchanged.
+            (at, content, index.judge(at, content, None))
+        };
+        if let Known::Unchanged(outcome) = known {
+            return Ok(outcome);
+        }
         let target = self.root.join(name);
-        if read_object(&target)?.as_deref() == Some(bytes) {
+        if known == Known::Unknown && read_object(&target)?.as_deref() == Some(bytes) {
+            self.index().record(at, entry_with(bytes, content));
             return Ok(PutOutcome::Identical);
         }
-        self.write_file(&target, bytes)?;
-        self.changes.fetch_add(1, Ordering::Relaxed);
+        self.write_indexed(at, content, &[], &target, bytes)?;
         Ok(PutOutcome::Written {
             bytes: bytes.len() as u64,
         })

@@ -30,6 +30,7 @@ use super::fs::{
     all_real_dirs, parent_of, read_object, real_dir, remove_quietly, sync_dir, sync_filesystem,
     write_new_file,
 };
+use super::index::{Known, entry_with};
 use super::journal::{JOURNAL_PREFIX, JournalWriter, RelPath};
 use super::list::NameCursor;
 use super::{PutOutcome, Store, check_collection, check_segment, next_id, stored_rv, unchanged};
@@ -171,12 +172,28 @@ impl Replace<'_> {
             });
         }
         // Before reading the file: a buried version needs no disk access to be refused.
-        let (existing, outcome) = if self.buried(namespace, name, rv) {
-            (None, Some(PutOutcome::Stale))
+        let (existed, outcome) = if self.buried(namespace, name, rv) {
+            (false, Some(PutOutcome::Stale))
         } else {
-            let existing = self.read_stored(namespace, name)?;
-            let outcome = unchanged(existing.as_deref(), bytes, rv);
-            (existing, outcome)
+            let (at, content, known) = {
+                let probe = Self::set_probe(&mut self.probe, namespace, name);
+                let index = self.store.index();
+                let at = index.key_hash(probe);
+                let content = index.content_hash(bytes);
+                (at, content, index.judge(at, content, rv))
+            };
+            match known {
+                Known::Unchanged(outcome) => (true, Some(outcome)),
+                Known::Differs => (true, None),
+                Known::Unknown => {
+                    let existing = self.read_stored(namespace, name)?;
+                    let outcome = unchanged(existing.as_deref(), bytes, rv);
+                    if outcome == Some(PutOutcome::Identical) {
+                        self.store.index().record(at, entry_with(bytes, content));
+                    }
+                    (existing.is_some(), outcome)
+                }
+            }
         };
         let temp = match outcome {
             Some(_) => None,
@@ -194,7 +211,7 @@ impl Replace<'_> {
             namespace_len: namespace.map_or(0, str::len),
             name_len: name.len(),
             temp,
-            existed: existing.is_some(),
+            existed,
         });
         Ok(match outcome {
             Some(PutOutcome::Identical) => {
@@ -461,7 +478,16 @@ impl Replace<'_> {
         if tombstones.is_empty() {
             return false;
         }
-        let probe = &mut self.probe;
+        let probe = Self::set_probe(&mut self.probe, namespace, name);
+        tombstones.buries(probe, rv, self.list_rv)
+    }
+
+    /// Points `probe` at `namespace/name`; once its buffers have grown, without allocating.
+    fn set_probe<'p>(
+        probe: &'p mut ObjectKey,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> &'p ObjectKey {
         probe.name.clear();
         probe.name.push_str(name);
         match namespace {
@@ -472,7 +498,7 @@ impl Replace<'_> {
             }
             None => probe.namespace = None,
         }
-        tombstones.buries(probe, rv, self.list_rv)
+        probe
     }
 
     /// The stored bytes of one object of this collection, checking each directory on the

@@ -1,0 +1,205 @@
+//! The in-memory index: what it answers without the disk, and that every change keeps it
+//! right. A file replaced behind the store's back shows which answers came from the index.
+
+use super::*;
+
+/// Behind the store's back: what is at `path` now is not what the store wrote.
+const MARKER: &[u8] = b"not written by the store";
+
+fn web_path(dir: &TempDir) -> PathBuf {
+    dir.root().join("kubelet/pods.v1.core/a/web")
+}
+
+#[test]
+fn after_a_restart_an_identical_put_does_not_read_the_file() {
+    let dir = TempDir::new("index-identical");
+    let stored = object(Some("a"), "web", 5, "web");
+    drop(open(&dir));
+    {
+        let store = open(&dir);
+        put(&store, &pods(), Some("a"), "web", 5, "web");
+    }
+    let store = open(&dir);
+    fs::write(web_path(&dir), MARKER).unwrap();
+    // Read, the marker would differ and be rewritten: the index answered.
+    assert_eq!(
+        put(&store, &pods(), Some("a"), "web", 5, "web"),
+        PutOutcome::Identical
+    );
+    assert_eq!(fs::read(web_path(&dir)).unwrap(), MARKER);
+    // A read sees the file does not match, and the next put repairs it.
+    assert_eq!(
+        get(&store, &pods(), Some("a"), "web").as_deref(),
+        Some(MARKER)
+    );
+    assert!(matches!(
+        put(&store, &pods(), Some("a"), "web", 5, "web"),
+        PutOutcome::Written { .. }
+    ));
+    assert_eq!(get(&store, &pods(), Some("a"), "web"), Some(stored));
+}
+
+#[test]
+fn after_a_restart_an_older_version_is_stale_and_a_newer_one_written() {
+    let dir = TempDir::new("index-versions");
+    {
+        let store = open(&dir);
+        put(&store, &pods(), Some("a"), "web", 5, "web");
+    }
+    let store = open(&dir);
+    fs::write(web_path(&dir), MARKER).unwrap();
+    // Read, the marker has no version and would be replaced: the index answered.
+    assert_eq!(
+        put(&store, &pods(), Some("a"), "web", 4, "old"),
+        PutOutcome::Stale
+    );
+    assert_eq!(fs::read(web_path(&dir)).unwrap(), MARKER);
+    assert!(matches!(
+        put(&store, &pods(), Some("a"), "web", 6, "new"),
+        PutOutcome::Written { .. }
+    ));
+    assert_eq!(
+        get(&store, &pods(), Some("a"), "web"),
+        Some(object(Some("a"), "web", 6, "new"))
+    );
+}
+
+#[test]
+fn a_deleted_object_put_again_is_written() {
+    let dir = TempDir::new("index-delete");
+    let store = open(&dir);
+    put(&store, &pods(), Some("a"), "web", 5, "web");
+    assert!(store.delete(&key(&pods(), Some("a"), "web"), None).unwrap());
+    assert!(matches!(
+        put(&store, &pods(), Some("a"), "web", 5, "web"),
+        PutOutcome::Written { .. }
+    ));
+    assert!(store.delete_collection(&pods()).unwrap());
+    assert!(matches!(
+        put(&store, &pods(), Some("a"), "web", 5, "web"),
+        PutOutcome::Written { .. }
+    ));
+    assert_eq!(
+        get(&store, &pods(), Some("a"), "web"),
+        Some(object(Some("a"), "web", 5, "web"))
+    );
+}
+
+#[test]
+fn objects_a_replacement_dropped_are_written_again_and_kept_ones_stay_identical() {
+    let dir = TempDir::new("index-replace");
+    let store = open(&dir);
+    put(&store, &pods(), Some("a"), "web", 5, "web");
+    put(&store, &pods(), Some("a"), "db", 5, "db");
+    // A version that is not a number leaves no tombstone: only the index could refuse it.
+    let cluster = br#"{"metadata":{"name":"cluster","resourceVersion":"x1"}}"#;
+    let cluster_key = key(&pods(), None, "cluster");
+    store.put(&cluster_key, cluster, Some("x1")).unwrap();
+    let mut replace = store.begin_replace(&pods(), None).unwrap();
+    let db = object(Some("a"), "db", 5, "db");
+    assert_eq!(
+        replace.put(Some("a"), "db", &db, Some("5")).unwrap(),
+        PutOutcome::Identical
+    );
+    let web = object(Some("a"), "web", 7, "web");
+    assert!(matches!(
+        replace.put(Some("a"), "web", &web, Some("7")).unwrap(),
+        PutOutcome::Written { .. }
+    ));
+    let report = replace.commit(&mut |_| true, Some("7")).unwrap();
+    assert_eq!(report.deleted, 1);
+    assert!(matches!(
+        store.put(&cluster_key, cluster, Some("x1")).unwrap(),
+        PutOutcome::Written { .. }
+    ));
+    assert_eq!(
+        put(&store, &pods(), Some("a"), "web", 7, "web"),
+        PutOutcome::Identical
+    );
+    assert_eq!(
+        put(&store, &pods(), Some("a"), "web", 5, "web"),
+        PutOutcome::Stale
+    );
+    assert_eq!(
+        put(&store, &pods(), Some("a"), "db", 5, "db"),
+        PutOutcome::Identical
+    );
+    assert_eq!(get(&store, &pods(), Some("a"), "web"), Some(web));
+}
+
+#[test]
+fn after_a_restart_an_identical_non_resource_document_is_not_read() {
+    let dir = TempDir::new("index-non-resource");
+    {
+        let store = open(&dir);
+        store
+            .put_non_resource("version", b"{\"major\":\"1\"}")
+            .unwrap();
+    }
+    let store = open(&dir);
+    fs::write(dir.root().join("version"), MARKER).unwrap();
+    assert_eq!(
+        store
+            .put_non_resource("version", b"{\"major\":\"1\"}")
+            .unwrap(),
+        PutOutcome::Identical
+    );
+    assert!(matches!(
+        store
+            .put_non_resource("version", b"{\"major\":\"2\"}")
+            .unwrap(),
+        PutOutcome::Written { .. }
+    ));
+}
+
+#[test]
+fn an_object_key_hashes_as_its_path_below_the_root() {
+    let dir = TempDir::new("index-hash");
+    let store = open(&dir);
+    let index = store.index();
+    let apps = CollectionKey::new("kubelet", "deployments", "v1", "apps");
+    for (k, rel) in [
+        (key(&pods(), Some("a"), "web"), "kubelet/pods.v1.core/a/web"),
+        (key(&nodes(), None, "n1"), "kubelet/nodes.v1.core/n1"),
+        (
+            key(&apps, Some("a"), "web"),
+            "kubelet/deployments.v1.apps/a/web",
+        ),
+    ] {
+        assert_eq!(index.key_hash(&k), index.path_hash(rel), "{rel}");
+    }
+    assert_ne!(
+        index.key_hash(&key(&pods(), Some("a"), "web")),
+        index.key_hash(&key(&pods(), Some("aw"), "eb"))
+    );
+}
+
+/// A one-off measurement, not a test: `cargo test --features fuzzing --lib
+/// index_of_20000_objects -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement; prints the index's size and rebuild time for 20,000 objects"]
+fn index_of_20000_objects() {
+    let dir = TempDir::new("index-size");
+    {
+        let store = open(&dir);
+        let mut replace = store.begin_replace(&pods(), None).unwrap();
+        for i in 0..20_000 {
+            let ns = format!("ns{}", i % 50);
+            let name = format!("pod-{i}");
+            let bytes = object(Some(&ns), &name, 1000 + i, "web");
+            replace.put(Some(&ns), &name, &bytes, Some("1")).unwrap();
+        }
+        replace.commit(&mut |_| true, None).unwrap();
+    }
+    let started = std::time::Instant::now();
+    let store = open(&dir);
+    let opened = started.elapsed();
+    let index = store.index();
+    println!(
+        "20,000 objects: {} entries, {} heap bytes ({:.1} B/object), open with rebuild {opened:?}",
+        index.len(),
+        index.heap_bytes(),
+        index.heap_bytes() as f64 / 20_000.0
+    );
+    assert_eq!(index.len(), 20_000);
+}
