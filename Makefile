@@ -13,7 +13,7 @@
 CARGO ?= cargo
 
 .DEFAULT_GOAL := build
-.PHONY: build test demo bench bench-quick readme lint tools fuzz fuzz-cmin
+.PHONY: build test demo bench bench-quick bench-tools readme lint tools fuzz fuzz-cmin
 
 build:
 	$(CARGO) build --release
@@ -29,11 +29,22 @@ demo: tools
 	@$(CARGO) run --release -q --example demo
 
 # The full run also measures the static x86_64 musl build (cross/cross.mk).
-bench: build x86_64-musl
+bench: build bench-tools x86_64-musl
 	$(CARGO) bench --bench hub
 
-bench-quick: build
+bench-quick: build bench-tools
 	$(CARGO) bench --bench hub -- --quick
+
+# Case 10's peer (nginx) and its system-call counter (strace), from Debian (command:package).
+bench-tools:
+	@for pair in nginx:nginx strace:strace; do \
+		tool=$${pair%%:*}; package=$${pair#*:}; \
+		PATH="$$PATH:/usr/sbin" command -v $$tool >/dev/null 2>&1 || { \
+			echo "installing $$package"; \
+			SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+			$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$package; \
+		}; \
+	done
 
 # Measures nothing: the figures are BENCHMARKS.md's (tests/repo_docs.rs checks the block).
 readme:

@@ -86,17 +86,21 @@ fn nginx_binary() -> Result<PathBuf, String> {
     if let Some(bin) = find() {
         return Ok(bin);
     }
-    println!("nginx is missing: apt-get install nginx-light");
-    for package in ["nginx-light", "nginx"] {
-        let ok = Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends", package])
+    // `make bench` installs it (bench-tools); a bare `cargo bench` does it here.
+    println!("nginx is missing: apt-get install nginx");
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
             .env("DEBIAN_FRONTEND", "noninteractive")
             .stdout(Stdio::null())
             .status()
-            .is_ok_and(|s| s.success());
-        if ok && let Some(bin) = find() {
-            return Ok(bin);
-        }
+            .is_ok_and(|s| s.success())
+    };
+    if apt(&["update", "-qq"])
+        && apt(&["install", "-y", "-qq", "nginx"])
+        && let Some(bin) = find()
+    {
+        return Ok(bin);
     }
     Err("nginx is not installed and apt-get could not install it".into())
 }
