@@ -6,12 +6,15 @@
 //! dot, so never a kind directory). The store knows
 //! paths, bytes and `metadata.resourceVersion`, nothing else: it does not decode objects,
 //! evaluate selectors (a replacement asks the caller through `in_scope`), keep anything in
-//! memory between calls but the tombstones of recent deletions. It does lock the root
-//! against a second process (`src/dir_lock.rs`): two writers' recoveries would remove each
-//! other's staged files.
+//! memory between calls but the tombstones of recent deletions and an index of what is
+//! stored (a path hash, a resourceVersion and a content hash per object). It does lock
+//! the root against a second process (`src/dir_lock.rs`): two writers' recoveries would
+//! remove each other's staged files, and the index trusts that no one else writes.
 //!
 //! Concurrency: one writer (the cache writer thread) and any number of readers. Every file
-//! appears by `rename`, so a reader sees an object whole, old or new, and needs no lock.
+//! appears by `rename`, so a reader sees an object whole, old or new, and needs no lock
+//! for the file (a read takes the index's lock for a moment, to drop an entry that does
+//! not match what it read).
 //!
 //! # Temporary files: one staging directory
 //!
@@ -52,8 +55,8 @@
 //! # Files
 //!
 //! `mod.rs` the store API and layout; `replace.rs` list replacements; `journal.rs` the
-//! journal and recovery at start; `tombstones.rs` recent deletions; `list.rs` reading a
-//! collection in order; `tokens.rs` TokenRequest answers; `fs.rs` the no-follow, 0600/0700
+//! journal and recovery at start; `tombstones.rs` recent deletions; `index.rs` the
+//! in-memory index that answers unchanged puts; `list.rs` reading a collection in order; `tokens.rs` TokenRequest answers; `fs.rs` the no-follow, 0600/0700
 //! file primitives; `error.rs` [`StoreError`];
 //! `error_keys.rs` the list of keys whose write failed, kept beside the cache.
 
