@@ -256,6 +256,8 @@ fn rounds(
             t.ops += rate.ops;
             t.secs += rate.elapsed.as_secs_f64();
             t.cloud_requests += b.cloud.count(|q| q.path == path && !refill(q)) as u64;
+            // Only the edge hub refills, whichever proxy's round it comes in.
+            tallies[0].cloud_requests += b.cloud.count(|q| q.path == path && refill(q)) as u64;
         }
     }
     b.cloud.reset_requests();
@@ -394,6 +396,33 @@ pub fn peer(b: &Bench, dir: &Path, report: &mut Report) -> Result<(), String> {
     });
     edge.wait_cache_quiet();
     let late_refills = cloud.count(|q| q.path == list_path && refill(q)) as u64;
+    // The issue's run: lists as fast as 4 clients take them through the edge hub, faster
+    // than its writer persists them; the cloud's lists counted until the hub's cache is quiet.
+    let flood = Pool::new(
+        (0..4)
+            .map(|_| {
+                let mut client = Client::plain(&edge.url(), KUBELET);
+                Box::new(move || client.get(list_path)) as crate::stats::Op
+            })
+            .collect(),
+    );
+    cloud.reset_requests();
+    let flooded = flood.run(if scale.quick {
+        Duration::from_millis(500)
+    } else {
+        Duration::from_secs(5)
+    })?;
+    std::thread::sleep(if scale.quick {
+        Duration::from_millis(500)
+    } else {
+        Duration::from_secs(7)
+    });
+    edge.wait_cache_quiet();
+    let flood_served = cloud.count(|q| q.path == list_path) as u64;
+    let flood_refills = cloud.count(|q| q.path == list_path && refill(q)) as u64;
+    let abandoned = crate::client::metrics(&edge)?
+        .find("tinyhub_cache_sessions_abandoned_total")
+        .unwrap_or(0.0);
     cloud.set_record_requests(false);
     cloud.reset_requests();
     let strace: Vec<_> = if scale.quick {
@@ -527,9 +556,13 @@ pub fn peer(b: &Bench, dir: &Path, report: &mut Report) -> Result<(), String> {
             .join(", "),
     ));
     section.notes.push(format!(
-        "The edge hub's list rounds dropped cache sessions when its writer fell behind; its \
-         refills (User-Agent `kubelet/tinyhub-refill`) count as its cloud lists, {late_refills} \
-         of them, including those made after the rounds until its cache was quiet."
+        "The edge hub's refills (User-Agent `kubelet/tinyhub-refill`, made when its writer fell \
+         behind and dropped a cache session) count as its cloud lists, {late_refills} of them \
+         after the rounds until its cache was quiet. Then 4 clients listed through it as fast \
+         as it answered: {} lists at {:.0}/s, for which the cloud served {flood_served} lists \
+         ({flood_refills} refills); cache sessions abandoned over the whole case: {abandoned}.",
+        flooded.ops,
+        flooded.ops_per_sec()
     ));
 
     // Targets.
@@ -574,14 +607,15 @@ pub fn peer(b: &Bench, dir: &Path, report: &mut Report) -> Result<(), String> {
         format!("{el:.0} µs vs {nl:.0} µs ({:.2}×)", ratio(el, nl)),
         el <= nl,
     );
-    let per_list = lists_cloud[0].per_op(lists_cloud[0].cloud_requests);
+    let per_list = flood_served as f64 / flooded.ops.max(1) as f64;
     report.target(
-        "Cloud lists per client list through the edge hub (issue 18)",
+        "Cloud lists per client list through the edge hub, lists faster than its writer (issue 18)",
         "≤ 1.05",
         format!(
-            "{per_list:.3} ({} client lists at {:.0}/s)",
-            lists_cloud[0].ops,
-            lists_cloud[0].ops as f64 / lists_cloud[0].secs.max(1e-9)
+            "{per_list:.3} ({} client lists at {:.0}/s, {flood_served} cloud lists of which \
+             {flood_refills} refills)",
+            flooded.ops,
+            flooded.ops_per_sec()
         ),
         per_list <= 1.05,
     );

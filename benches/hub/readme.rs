@@ -261,6 +261,34 @@ pub fn measured_block(benchmarks: &str) -> Result<String, String> {
         ),
     ));
 
+    let peer = doc.table("10.", "CPU per request")?;
+    let proxies = [
+        "tinyhub, edge mode",
+        "tinyhub, cloud mode",
+        "nginx",
+        "nginx + proxy_cache",
+    ];
+    for workload in ["small get, 1 client", "list of the pods, 1 client"] {
+        let cpu = proxies
+            .iter()
+            .map(|p| peer.cell(workload, p).map(short))
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.push((
+            format!(
+                "CPU per request, {workload}: tinyhub edge / cloud mode / nginx / nginx + proxy_cache"
+            ),
+            cpu.join(" / "),
+        ));
+    }
+    if let Ok(builds) = doc.table("10.", "Memory of the x86_64 builds") {
+        let musl = builds.cells(&["static musl"], "idle")?;
+        let watches = builds.cells(&["static musl"], "100 watches open")?;
+        rows.push((
+            "static musl x86_64 build, RSS: idle / 100 watches open".into(),
+            format!("{} / {}", musl[0], watches[0]),
+        ));
+    }
+
     let targets = doc.table("Targets", "")?;
     let mut met = 0;
     let mut missed = Vec::new();
