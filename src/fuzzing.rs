@@ -13,7 +13,8 @@ use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use crate::cache::decode::{BodyDecoder, BodyShape, DecodeError, MAX_DEPTH, Unit};
+use crate::cache::decode::{BodyDecoder, BodyShape, DecodeError, Located, MAX_DEPTH, Unit};
+use crate::cache::object::{EVENT_PATHS, HEAD_PATHS, ObjectHead, head_fields, located_str};
 use crate::cache::target::CacheTarget;
 use crate::config::WorkingMode;
 use crate::http1::{self, BodyState, RequestHead};
@@ -281,8 +282,13 @@ fn decode<'a>(
     chunks: impl IntoIterator<Item = &'a [u8]>,
 ) -> Decoded {
     let mut units = Vec::new();
-    let mut decoder = BodyDecoder::new(shape, gzip, max_unit);
-    let mut sink = |unit: Unit<'_>| {
+    let paths = match shape {
+        BodyShape::WatchStream => EVENT_PATHS,
+        BodyShape::Object | BodyShape::List => HEAD_PATHS,
+    };
+    let mut decoder = BodyDecoder::new(shape, gzip, max_unit).locating(paths);
+    let mut sink = |unit: Unit<'_>, found: &Located| {
+        check_located(unit, found);
         units.push(match unit {
             Unit::Object(b) => Piece::Object(b.to_vec()),
             Unit::ListMember { key, value } => Piece::Member(key.to_owned(), value.to_vec()),
@@ -292,13 +298,13 @@ fn decode<'a>(
     };
     let mut result = Ok(());
     for chunk in chunks {
-        result = decoder.feed(chunk, &mut sink);
+        result = decoder.feed_located(chunk, &mut sink);
         if result.is_err() {
             break;
         }
     }
     if result.is_ok() {
-        result = decoder.finish(&mut sink);
+        result = decoder.finish_located(&mut sink);
     }
     Decoded { units, result }
 }
@@ -358,6 +364,36 @@ fn check_unit(piece: &Piece, max_unit: usize) {
     }
     if matches!(piece, Piece::Object(_) | Piece::Event(_)) {
         assert!(text.first() == Some(&b'{'), "not an object: {piece:?}");
+    }
+}
+
+/// What the decoder located in an object, list item or watch event must be what serde reads
+/// there: the cache writer stores by it without parsing the unit again.
+fn check_located(unit: Unit<'_>, found: &Located) {
+    let (raw, root, first, object) = match unit {
+        Unit::Object(raw) | Unit::ListItem(raw) => (raw, 0, 0, raw),
+        Unit::WatchEvent(raw) => {
+            let Ok(Some(kind)) = found.span(0).map(|span| located_str(raw, span).flatten()) else {
+                return;
+            };
+            let Ok(Some((start, stop))) = found.span(1) else {
+                return;
+            };
+            // serde_json::Value refuses what a head skips (strings not UTF-8, 1e999).
+            if let Ok(event) = serde_json::from_slice::<Value>(raw) {
+                assert_eq!(event["type"].as_str(), Some(kind.as_ref()), "event type");
+                let object = serde_json::from_slice::<Value>(&raw[start..stop]).ok();
+                assert_eq!(Some(&event["object"]), object.as_ref(), "event object");
+            }
+            (raw, start, 2, &raw[start..stop])
+        }
+        Unit::ListMember { .. } => return,
+    };
+    if let Some(head) = ObjectHead::located(raw, found, first, root) {
+        let parsed = ObjectHead::read(object)
+            .map(|h| head_fields(&h))
+            .map_err(|e| e.to_string());
+        assert_eq!(Ok(head_fields(&head)), parsed, "located head");
     }
 }
 

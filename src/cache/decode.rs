@@ -66,6 +66,66 @@ pub(crate) enum Unit<'a> {
     WatchEvent(&'a [u8]),
 }
 
+/// A member path from a unit's root (names, outermost first) whose value a stream locates
+/// while it validates, so that its consumer need not parse the unit again to find it.
+pub(crate) type Path = &'static [&'static str];
+
+/// Most paths one stream locates.
+pub(crate) const MAX_PATHS: usize = 12;
+
+/// Deepest value a path reaches, counting the unit's root as 0.
+const MAX_PATH_DEPTH: usize = 4;
+
+/// Where the values at a stream's paths lie in the unit just handed out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Located {
+    /// Per path (same index), the byte range of its raw JSON value in the unit.
+    spans: [Option<(usize, usize)>; MAX_PATHS],
+    /// A name on the way to a path held an escape, a non-ASCII byte, or came twice: the
+    /// spans cannot be trusted, and the consumer must parse the unit itself.
+    unsure: bool,
+}
+
+impl Located {
+    /// The byte range of path `index`'s value; `Err(())` when the spans cannot be trusted.
+    #[allow(clippy::result_unit_err)]
+    pub(crate) fn span(&self, index: usize) -> Result<Option<(usize, usize)>, ()> {
+        if self.unsure {
+            return Err(());
+        }
+        Ok(self.spans.get(index).copied().flatten())
+    }
+}
+
+/// The locating state of a stream: its paths and where the unit being scanned stands.
+#[derive(Clone, Debug, Default)]
+struct Locator {
+    paths: &'static [Path],
+    found: Located,
+    /// Per value depth in the unit: the object opened there, as the node (path, prefix length)
+    /// it stands at, when its members may lie on a path.
+    objects: [Option<(u8, u8)>; MAX_PATH_DEPTH],
+    /// Per value depth: the value being scanned there lies on a path: (path, prefix length,
+    /// start in the unit).
+    values: [Option<(u8, u8, usize)>; MAX_PATH_DEPTH],
+    /// The member name just read leads to this node.
+    pending: Option<(u8, u8)>,
+    /// Where the member name being read starts in the unit (its opening quote).
+    name_from: usize,
+}
+
+impl Locator {
+    /// The node reached from `node` by member `name`, if any path goes that way.
+    fn child(&self, (path, len): (u8, u8), name: &[u8]) -> Option<(u8, u8)> {
+        let (len, prefix) = (len as usize, &self.paths[path as usize][..len as usize]);
+        let q = self
+            .paths
+            .iter()
+            .position(|p| p.len() > len && p[..len] == *prefix && p[len].as_bytes() == name)?;
+        Some((q as u8, len as u8 + 1))
+    }
+}
+
 /// Why a body could not be decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -219,6 +279,8 @@ pub(crate) struct JsonStream {
     offset: u64,
     failed: Option<DecodeError>,
     finished: bool,
+    /// What it locates in units; no paths, nothing located.
+    locator: Locator,
 }
 
 impl fmt::Debug for JsonStream {
@@ -252,16 +314,41 @@ impl JsonStream {
             offset: 0,
             failed: None,
             finished: false,
+            locator: Locator::default(),
         }
+    }
+
+    /// Locates the values at `paths` (at most [`MAX_PATHS`], each at most 3 names deep) in
+    /// every object, list item or watch event, for [`JsonStream::feed_located`].
+    pub(crate) fn locating(mut self, paths: &'static [Path]) -> Self {
+        debug_assert!(paths.len() <= MAX_PATHS);
+        debug_assert!(
+            paths
+                .iter()
+                .all(|p| !p.is_empty() && p.len() < MAX_PATH_DEPTH)
+        );
+        self.locator.paths = &paths[..paths.len().min(MAX_PATHS)];
+        self
     }
 
     /// Consumes the next chunk of the body, handing each unit it completes to `sink`.
     ///
     /// After an error the stream is dead: every later call returns the same error.
+    #[cfg(test)]
     pub(crate) fn feed(
         &mut self,
         bytes: &[u8],
         sink: &mut dyn FnMut(Unit<'_>),
+    ) -> Result<(), DecodeError> {
+        self.feed_located(bytes, &mut |unit, _| sink(unit))
+    }
+
+    /// As [`JsonStream::feed`], handing each unit with what was located in it (see
+    /// [`JsonStream::locating`]).
+    pub(crate) fn feed_located(
+        &mut self,
+        bytes: &[u8],
+        sink: &mut dyn FnMut(Unit<'_>, &Located),
     ) -> Result<(), DecodeError> {
         if let Some(err) = &self.failed {
             return Err(err.clone());
@@ -323,7 +410,11 @@ impl JsonStream {
         Ok(())
     }
 
-    fn run(&mut self, bytes: &[u8], sink: &mut dyn FnMut(Unit<'_>)) -> Result<(), DecodeError> {
+    fn run(
+        &mut self,
+        bytes: &[u8],
+        sink: &mut dyn FnMut(Unit<'_>, &Located),
+    ) -> Result<(), DecodeError> {
         self.from = 0;
         let mut i = 0;
         while i < bytes.len() {
@@ -410,6 +501,8 @@ impl JsonStream {
                     b'"' => {
                         if self.shape == BodyShape::List && self.depth == 1 {
                             self.begin(Capture::Name, i);
+                        } else if self.unit_depth().is_some() {
+                            self.locator.name_from = self.unit_pos(i);
                         }
                         self.state = State::Str { name: true };
                         i += 1;
@@ -484,6 +577,7 @@ impl JsonStream {
                 _ => {}
             }
         }
+        self.locate_start(b, at);
         self.state = match b {
             b'{' | b'[' => {
                 if self.depth == MAX_DEPTH {
@@ -520,7 +614,7 @@ impl JsonStream {
         object: bool,
         end: usize,
         bytes: &[u8],
-        sink: &mut dyn FnMut(Unit<'_>),
+        sink: &mut dyn FnMut(Unit<'_>, &Located),
     ) -> Result<(), DecodeError> {
         debug_assert_eq!(object, self.innermost_is_object());
         self.depth -= 1;
@@ -532,8 +626,9 @@ impl JsonStream {
         &mut self,
         end: usize,
         bytes: &[u8],
-        sink: &mut dyn FnMut(Unit<'_>),
+        sink: &mut dyn FnMut(Unit<'_>, &Located),
     ) -> Result<(), DecodeError> {
+        self.locate_end(end);
         if let Some((what, depth)) = self.capture.filter(|&(_, d)| d == self.depth) {
             debug_assert_eq!(depth, self.depth);
             self.check_size(end)?;
@@ -543,7 +638,7 @@ impl JsonStream {
                 self.buf.extend_from_slice(&bytes[self.from..end]);
                 &self.buf
             };
-            sink(match what {
+            let unit = match what {
                 Capture::Object => Unit::Object(value),
                 Capture::Member => Unit::ListMember {
                     key: &self.name,
@@ -552,7 +647,8 @@ impl JsonStream {
                 Capture::Item => Unit::ListItem(value),
                 // Names end in `end_name`, never here.
                 Capture::Event | Capture::Name => Unit::WatchEvent(value),
-            });
+            };
+            sink(unit, &self.locator.found);
             self.release();
         }
         if self.shape == BodyShape::List && self.depth == 1 {
@@ -570,6 +666,7 @@ impl JsonStream {
     /// A member name ended just before chunk index `end`; decode it if it is captured.
     fn end_name(&mut self, end: usize, bytes: &[u8]) -> Result<(), DecodeError> {
         self.state = State::Colon;
+        self.locate_name(end, bytes);
         if !matches!(self.capture, Some((Capture::Name, _))) {
             return Ok(());
         }
@@ -597,6 +694,90 @@ impl JsonStream {
         }
         self.release();
         Ok(())
+    }
+
+    /// The depth of the current value in the unit being captured (its root is 0), when
+    /// there is one and paths to locate.
+    fn unit_depth(&self) -> Option<usize> {
+        if self.locator.paths.is_empty() {
+            return None;
+        }
+        match self.capture {
+            Some((Capture::Object | Capture::Item | Capture::Event, d)) => Some(self.depth - d),
+            _ => None,
+        }
+    }
+
+    /// The position in the unit being captured of chunk index `at`.
+    fn unit_pos(&self, at: usize) -> usize {
+        self.buf.len() + at - self.from
+    }
+
+    /// A value starts at chunk index `at` with byte `b`: note whether it lies on a path.
+    fn locate_start(&mut self, b: u8, at: usize) {
+        let pending = self.locator.pending.take();
+        let Some(depth) = self.unit_depth().filter(|&d| d < MAX_PATH_DEPTH) else {
+            return;
+        };
+        let node = if depth == 0 {
+            self.locator.found = Located::default();
+            Some((0, 0))
+        } else {
+            pending
+        };
+        let start = self.unit_pos(at);
+        let locator = &mut self.locator;
+        locator.values[depth] = node.filter(|_| depth > 0).map(|(q, len)| (q, len, start));
+        locator.objects[depth] = node.filter(|_| b == b'{');
+    }
+
+    /// A member name ended just before chunk index `end`: does it lead along a path?
+    fn locate_name(&mut self, end: usize, bytes: &[u8]) {
+        self.locator.pending = None;
+        let Some(depth) = self.unit_depth() else {
+            return;
+        };
+        // The name of a member at depth d belongs to the object opened at depth d - 1.
+        let Some(node) = depth
+            .checked_sub(1)
+            .and_then(|d| self.locator.objects.get(d).copied().flatten())
+        else {
+            return;
+        };
+        let (start, stop) = (self.locator.name_from + 1, self.unit_pos(end) - 1);
+        let name: &[u8] = if start >= self.buf.len() {
+            &bytes[self.from + start - self.buf.len()..end - 1]
+        } else {
+            // The name began in an earlier chunk: bring the unit's bytes together.
+            self.buf.extend_from_slice(&bytes[self.from..end]);
+            self.from = end;
+            &self.buf[start..stop]
+        };
+        // Paths are plain ASCII names: an escaped or non-ASCII name might still spell one
+        // (or be refused by a parser), so the consumer parses this unit itself.
+        if !name.is_ascii() || name.contains(&b'\\') {
+            self.locator.found.unsure = true;
+            return;
+        }
+        self.locator.pending = self.locator.child(node, name);
+    }
+
+    /// A value ended just before chunk index `end`: if it is a path's, note its span.
+    fn locate_end(&mut self, end: usize) {
+        let Some(depth) = self.unit_depth() else {
+            return;
+        };
+        let Some((q, len, start)) = self.locator.values.get_mut(depth).and_then(Option::take)
+        else {
+            return;
+        };
+        if usize::from(len) == self.locator.paths[usize::from(q)].len() {
+            let stop = self.unit_pos(end);
+            let found = &mut self.locator.found;
+            // A member twice: a parser would refuse it or take the last; let it decide.
+            found.unsure |= found.spans[usize::from(q)].is_some();
+            found.spans[usize::from(q)] = Some((start, stop));
+        }
     }
 
     fn release(&mut self) {
@@ -640,17 +821,32 @@ impl BodyDecoder {
         }
     }
 
+    /// Locates the values at `paths` in every unit: see [`JsonStream::locating`].
+    pub(crate) fn locating(mut self, paths: &'static [Path]) -> Self {
+        self.json = self.json.locating(paths);
+        self
+    }
+
     /// Consumes the next chunk of the body as received, handing completed units to `sink`.
     pub(crate) fn feed(
         &mut self,
         raw: &[u8],
         sink: &mut dyn FnMut(Unit<'_>),
     ) -> Result<(), DecodeError> {
+        self.feed_located(raw, &mut |unit, _| sink(unit))
+    }
+
+    /// As [`BodyDecoder::feed`], handing each unit with what was located in it.
+    pub(crate) fn feed_located(
+        &mut self,
+        raw: &[u8],
+        sink: &mut dyn FnMut(Unit<'_>, &Located),
+    ) -> Result<(), DecodeError> {
         if let Some(err) = &self.failed {
             return Err(err.clone());
         }
         let result = match &mut self.gzip {
-            None => self.json.feed(raw, sink),
+            None => self.json.feed_located(raw, sink),
             // Writing to the gzip decoder after `try_finish` may panic: refuse instead.
             Some(_) if self.finished => Err(DecodeError::Syntax {
                 offset: self.json.offset,
@@ -664,6 +860,14 @@ impl BodyDecoder {
     /// Declares the end of the body: checks that the gzip stream (if any) and the JSON both
     /// ended cleanly, handing any last unit to `sink`.
     pub(crate) fn finish(&mut self, sink: &mut dyn FnMut(Unit<'_>)) -> Result<(), DecodeError> {
+        self.finish_located(&mut |unit, _| sink(unit))
+    }
+
+    /// As [`BodyDecoder::finish`], handing a last unit with what was located in it.
+    pub(crate) fn finish_located(
+        &mut self,
+        sink: &mut dyn FnMut(Unit<'_>, &Located),
+    ) -> Result<(), DecodeError> {
         if let Some(err) = &self.failed {
             return Err(err.clone());
         }
@@ -691,7 +895,7 @@ fn inflate(
     gzip: &mut GzDecoder<Vec<u8>>,
     json: &mut JsonStream,
     mut raw: &[u8],
-    sink: &mut dyn FnMut(Unit<'_>),
+    sink: &mut dyn FnMut(Unit<'_>, &Located),
 ) -> Result<(), DecodeError> {
     let gzip_error = |err: std::io::Error| DecodeError::Gzip(err.to_string());
     while !raw.is_empty() {
@@ -714,13 +918,13 @@ fn inflate(
 fn drain(
     gzip: &mut GzDecoder<Vec<u8>>,
     json: &mut JsonStream,
-    sink: &mut dyn FnMut(Unit<'_>),
+    sink: &mut dyn FnMut(Unit<'_>, &Located),
 ) -> Result<(), DecodeError> {
     let out = gzip.get_mut();
     if out.is_empty() {
         return Ok(());
     }
-    let result = json.feed(out, sink);
+    let result = json.feed_located(out, sink);
     out.clear();
     result
 }

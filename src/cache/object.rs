@@ -15,6 +15,76 @@ use serde::Deserialize;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{Deserializer, MapAccess, Visitor};
 
+use crate::cache::decode::{Located, Path};
+
+/// The paths of an object's head, for the decoder to locate as it scans (see
+/// [`ObjectHead::located`]). Every prefix is a path too, so that a repeated member is noticed.
+pub(crate) const HEAD_PATHS: &[Path] = &[
+    &["kind"],
+    &["metadata"],
+    &["metadata", "name"],
+    &["metadata", "namespace"],
+    &["metadata", "resourceVersion"],
+    &["metadata", "continue"],
+    &["spec"],
+    &["spec", "nodeName"],
+];
+
+/// A watch event's `type` and `object`, then [`HEAD_PATHS`] within its object (from index 2).
+pub(crate) const EVENT_PATHS: &[Path] = &[
+    &["type"],
+    &["object"],
+    &["object", "kind"],
+    &["object", "metadata"],
+    &["object", "metadata", "name"],
+    &["object", "metadata", "namespace"],
+    &["object", "metadata", "resourceVersion"],
+    &["object", "metadata", "continue"],
+    &["object", "spec"],
+    &["object", "spec", "nodeName"],
+];
+
+/// The string value at `span` of `unit` as serde reads an `Option<Cow<str>>`: `Some(None)`
+/// for no value or null, None where serde would refuse it (not a string, not UTF-8).
+pub(crate) fn located_str(
+    unit: &[u8],
+    span: Option<(usize, usize)>,
+) -> Option<Option<Cow<'_, str>>> {
+    let Some((start, stop)) = span else {
+        return Some(None);
+    };
+    let raw = unit.get(start..stop)?;
+    match raw.first()? {
+        b'n' => Some(None),
+        b'"' => {
+            let inner = &raw[1..raw.len() - 1];
+            if inner.contains(&b'\\') {
+                serde_json::from_slice::<String>(raw)
+                    .ok()
+                    .map(|s| Some(Cow::Owned(s)))
+            } else {
+                std::str::from_utf8(inner)
+                    .ok()
+                    .map(|s| Some(Cow::Borrowed(s)))
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Whether the value at `span` is an object (true) or absent or null (false); None for
+/// anything else, which serde refuses.
+fn located_map(unit: &[u8], span: Option<(usize, usize)>) -> Option<bool> {
+    let Some((start, _)) = span else {
+        return Some(false);
+    };
+    match unit.get(start)? {
+        b'{' => Some(true),
+        b'n' => Some(false),
+        _ => None,
+    }
+}
+
 /// The head of an object (or of a list, whose `metadata` has the same fields).
 #[derive(Default)]
 pub(crate) struct ObjectHead<'a> {
@@ -140,6 +210,43 @@ impl<'a> ObjectHead<'a> {
         serde_json::from_slice(bytes)
     }
 
+    /// The head of the object starting at `root` in `unit`, from the spans the decoder
+    /// located for [`HEAD_PATHS`] (from index `first` of `found`): the very head
+    /// [`ObjectHead::read`] gives, without a second pass over the bytes. None when the spans
+    /// cannot be trusted or serde would refuse the object: parse it then.
+    pub(crate) fn located(
+        unit: &'a [u8],
+        found: &Located,
+        first: usize,
+        root: usize,
+    ) -> Option<ObjectHead<'a>> {
+        if unit.get(root) != Some(&b'{') {
+            return None;
+        }
+        let span = |i: usize| found.span(first + i).ok();
+        let str_at = |i: usize| located_str(unit, span(i)?);
+        let metadata = match located_map(unit, span(1)?)? {
+            true => Some(ObjectMeta {
+                name: str_at(2)?,
+                namespace: str_at(3)?,
+                resource_version: str_at(4)?,
+                continue_token: str_at(5)?,
+            }),
+            false => None,
+        };
+        let spec = match located_map(unit, span(6)?)? {
+            true => Some(ObjectSpec {
+                node_name: str_at(7)?,
+            }),
+            false => None,
+        };
+        Some(ObjectHead {
+            kind: str_at(0)?,
+            metadata,
+            spec,
+        })
+    }
+
     /// `metadata.resourceVersion`.
     #[cfg(test)]
     pub(crate) fn resource_version(&self) -> Option<&str> {
@@ -156,9 +263,139 @@ pub(crate) fn starts_object(bytes: &[u8]) -> bool {
         == Some(&b'{')
 }
 
+/// What a head says, owned, to compare heads found two ways.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn head_fields(head: &ObjectHead<'_>) -> [Option<String>; 6] {
+    let text = |s: &Option<Cow<'_, str>>| s.as_deref().map(str::to_owned);
+    let meta = head.metadata.as_ref();
+    [
+        text(&head.kind),
+        meta.and_then(|m| text(&m.name)),
+        meta.and_then(|m| text(&m.namespace)),
+        meta.and_then(|m| text(&m.resource_version)),
+        meta.and_then(|m| text(&m.continue_token)),
+        head.spec.as_ref().and_then(|s| text(&s.node_name)),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::decode::{BodyDecoder, BodyShape, Unit};
+
+    type Fields = [Option<String>; 6];
+
+    /// Each list item and its head as located while decoding `body` in chunks of `chunk`
+    /// bytes: `Some(fields)` located, `None` left to the parser.
+    fn located_items(body: &[u8], chunk: usize) -> Vec<(Vec<u8>, Option<Fields>)> {
+        let mut decoder = BodyDecoder::new(BodyShape::List, false, 1 << 20).locating(HEAD_PATHS);
+        let mut items = Vec::new();
+        let mut sink = |unit: Unit<'_>, found: &Located| {
+            if let Unit::ListItem(raw) = unit {
+                let head = ObjectHead::located(raw, found, 0, 0);
+                items.push((raw.to_vec(), head.as_ref().map(head_fields)));
+            }
+        };
+        for piece in body.chunks(chunk) {
+            decoder.feed_located(piece, &mut sink).unwrap();
+        }
+        decoder.finish_located(&mut sink).unwrap();
+        items
+    }
+
+    /// The head of each item, where located, must be what serde reads, at every chunking;
+    /// says which were located.
+    fn check_items(items: &[&str]) -> Vec<bool> {
+        let body = format!(r#"{{"kind":"PodList","items":[{}]}}"#, items.join(","));
+        let whole = located_items(body.as_bytes(), body.len());
+        assert_eq!(whole.len(), items.len());
+        for chunk in [1, 2, 3, 7, 16] {
+            assert_eq!(
+                located_items(body.as_bytes(), chunk),
+                whole,
+                "chunks of {chunk}"
+            );
+        }
+        whole
+            .iter()
+            .map(|(raw, located)| {
+                let parsed = ObjectHead::read(raw).ok().map(|h| head_fields(&h));
+                if located.is_some() {
+                    assert_eq!(*located, parsed, "{}", String::from_utf8_lossy(raw));
+                }
+                located.is_some()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn located_heads_are_the_parsed_heads() {
+        let located = check_items(&[
+            // The head after a long spec, with a `metadata` nested in spec and a `name` label.
+            r#"{"spec":{"template":{"metadata":{"name":"inner","resourceVersion":"1"}},"nodeName":"n1"},"metadata":{"labels":{"name":"x"},"name":"a","namespace":"ns","resourceVersion":"7"},"kind":"Pod"}"#,
+            // No resourceVersion; no metadata at all; null metadata and kind.
+            r#"{"metadata":{"name":"b"}}"#,
+            r#"{"spec":{}}"#,
+            r#"{"metadata":null,"kind":null,"spec":null}"#,
+            // Escaped values are decoded.
+            r#"{"metadata":{"name":"c\u0064\"e","namespace":"n\\s"}}"#,
+            // Whitespace everywhere, numbers and literals before the head.
+            " { \"x\" : [1, -2.5e3, true] , \"metadata\" : { \"name\" : \"d\" } } ",
+        ]);
+        assert!(located.iter().all(|&l| l), "{located:?}");
+        // Left to the parser: non-object items, an escaped name that spells `metadata`, a
+        // repeated member, a head field that is not a string, metadata that is an array, a
+        // non-ASCII name beside the head.
+        let located = check_items(&[
+            "5",
+            r#""pod""#,
+            r#"["Pod",{"name":"evil"}]"#,
+            r#"{"m\u0065tadata":{"name":"e"}}"#,
+            r#"{"metadata":{"name":"f"},"metadata":{"name":"g"}}"#,
+            r#"{"metadata":{"name":"h","name":"i"}}"#,
+            r#"{"metadata":{"name":7}}"#,
+            r#"{"metadata":["j"]}"#,
+            r#"{"kind":{},"metadata":{"name":"k"}}"#,
+            "{\"n\u{e9}\":1,\"metadata\":{\"name\":\"l\"}}",
+        ]);
+        assert!(located.iter().all(|&l| !l), "{located:?}");
+    }
+
+    #[test]
+    fn located_event_heads_are_the_parsed_heads() {
+        let body = concat!(
+            r#"{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a","resourceVersion":"3"},"spec":{"nodeName":"n"}}}"#,
+            "\n",
+            r#"{"object":{"metadata":{"name":"b"}},"type":"DELETED"}"#,
+            "\n",
+        );
+        for chunk in [1, 5, body.len()] {
+            let mut decoder =
+                BodyDecoder::new(BodyShape::WatchStream, false, 1 << 20).locating(EVENT_PATHS);
+            let mut heads = Vec::new();
+            let mut sink = |unit: Unit<'_>, found: &Located| {
+                let Unit::WatchEvent(raw) = unit else {
+                    panic!("not an event: {unit:?}");
+                };
+                let kind = located_str(raw, found.span(0).unwrap()).unwrap();
+                let (start, _) = found.span(1).unwrap().unwrap();
+                let head = ObjectHead::located(raw, found, 2, start).unwrap();
+                heads.push((kind.unwrap().into_owned(), head_fields(&head)));
+            };
+            for piece in body.as_bytes().chunks(chunk) {
+                decoder.feed_located(piece, &mut sink).unwrap();
+            }
+            decoder.finish_located(&mut sink).unwrap();
+            let name = |n: &str| Some(n.to_owned());
+            let added = [name("Pod"), name("a"), None, name("3"), None, name("n")];
+            let deleted = [None, name("b"), None, None, None, None];
+            assert_eq!(
+                heads,
+                [("ADDED".to_owned(), added), ("DELETED".to_owned(), deleted)],
+                "chunks of {chunk}"
+            );
+        }
+    }
 
     #[test]
     fn reads_the_head_and_skips_the_rest() {

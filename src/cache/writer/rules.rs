@@ -9,8 +9,11 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::run::{FailureLog, count_put};
+use crate::cache::decode::{BodyShape, Located, Path};
 use crate::cache::key::{CollectionKey, ObjectKey, TokenKey};
-use crate::cache::object::{ObjectHead, ObjectMeta, from_map, starts_object};
+use crate::cache::object::{
+    EVENT_PATHS, HEAD_PATHS, ObjectHead, ObjectMeta, from_map, located_str, starts_object,
+};
 use crate::cache::store::{Replace, Store};
 use crate::cache::target::TokenTarget;
 use crate::metrics::{METRICS, Metrics};
@@ -56,6 +59,27 @@ impl<'de: 'a, 'a> Deserialize<'de> for Event<'a> {
         }
         let Fields { kind, object } = from_map(d)?;
         Ok(Event { kind, object })
+    }
+}
+
+/// What the decoder locates in the units of a body of `shape`, for the rules below: the heads
+/// of objects and list items, and the type and object head of watch events.
+pub(super) fn located_paths(shape: BodyShape) -> &'static [Path] {
+    match shape {
+        BodyShape::Object | BodyShape::List => HEAD_PATHS,
+        BodyShape::WatchStream => EVENT_PATHS,
+    }
+}
+
+/// The head of the object `bytes`: from what the decoder located in it when it can be
+/// trusted (one pass over the bytes), else parsed.
+fn head_of<'a>(
+    bytes: &'a [u8],
+    found: Option<&Located>,
+) -> Result<ObjectHead<'a>, serde_json::Error> {
+    match found.and_then(|f| ObjectHead::located(bytes, f, 0, 0)) {
+        Some(head) => Ok(head),
+        None => ObjectHead::read(bytes),
     }
 }
 
@@ -115,15 +139,35 @@ fn not_an_object(
 }
 
 /// Stores one object an answer carried (a get, or a write's answer): only a JSON object,
-/// only where `object_key` files it, never over a newer resourceVersion.
+/// only where `object_key` files it, never over a newer resourceVersion. `found` is what the
+/// decoder located in it for [`HEAD_PATHS`], if it did.
 pub(super) fn put_object(
     store: &Store,
     failures: &mut FailureLog,
     collection: &CollectionKey,
     bytes: &[u8],
+    found: Option<&Located>,
     not_objects: &mut u64,
 ) {
-    let head = match ObjectHead::read(bytes) {
+    store_object(
+        store,
+        failures,
+        collection,
+        bytes,
+        head_of(bytes, found),
+        not_objects,
+    );
+}
+
+fn store_object(
+    store: &Store,
+    failures: &mut FailureLog,
+    collection: &CollectionKey,
+    bytes: &[u8],
+    head: Result<ObjectHead<'_>, serde_json::Error>,
+    not_objects: &mut u64,
+) {
+    let head = match head {
         Ok(h) => h,
         Err(e) => return not_an_object(not_objects, collection, "an object", &e),
     };
@@ -167,32 +211,48 @@ pub(super) fn put_token(
 
 /// Applies one watch event: ADDED and MODIFIED store the object, DELETED removes it (and
 /// leaves a tombstone); BOOKMARK and ERROR change nothing; a non-object is counted.
+/// `found` is what the decoder located in it for [`EVENT_PATHS`].
 pub(super) fn watch_event(
     store: &Store,
     failures: &mut FailureLog,
     collection: &CollectionKey,
     bytes: &[u8],
+    found: Option<&Located>,
     not_objects: &mut u64,
 ) {
-    let event: Event<'_> = match serde_json::from_slice(bytes) {
-        Ok(e) => e,
-        Err(e) if !starts_object(bytes) => {
-            return not_an_object(not_objects, collection, "a watch event", &e);
+    // The event's type and object as located, when serde would read the same.
+    let located = found.and_then(|f| {
+        let kind = located_str(bytes, f.span(0).ok()?)??;
+        let (start, stop) = f.span(1).ok()??;
+        Some((kind, start, stop, f))
+    });
+    let (kind, object, head) = match located {
+        Some((kind, start, stop, f)) => {
+            let head = ObjectHead::located(bytes, f, 2, start);
+            (kind, &bytes[start..stop], head)
         }
-        Err(e) => {
-            log::warn!(
-                "cache: a watch event for {} does not parse: {e}",
-                collection.dir_name()
-            );
-            Metrics::inc(&METRICS.cache_errors);
-            return;
-        }
+        None => match serde_json::from_slice::<Event<'_>>(bytes) {
+            Ok(e) => (e.kind, e.object.get().as_bytes(), None),
+            Err(e) if !starts_object(bytes) => {
+                return not_an_object(not_objects, collection, "a watch event", &e);
+            }
+            Err(e) => {
+                log::warn!(
+                    "cache: a watch event for {} does not parse: {e}",
+                    collection.dir_name()
+                );
+                Metrics::inc(&METRICS.cache_errors);
+                return;
+            }
+        },
     };
-    let object = event.object.get().as_bytes();
-    match event.kind.as_ref() {
-        "ADDED" | "MODIFIED" => put_object(store, failures, collection, object, not_objects),
+    let head = head.map_or_else(|| ObjectHead::read(object), Ok);
+    match kind.as_ref() {
+        "ADDED" | "MODIFIED" => {
+            store_object(store, failures, collection, object, head, not_objects)
+        }
         "DELETED" => {
-            let head = match ObjectHead::read(object) {
+            let head = match head {
                 Ok(h) => h,
                 Err(e) => return not_an_object(not_objects, collection, "a watch object", &e),
             };
@@ -240,15 +300,17 @@ pub(super) fn list_member(list: &mut ListState<'_>, key: &str, value: &[u8]) {
 }
 
 /// Stages one list item with `kind` and `apiVersion` set from the list (the apiserver leaves
-/// them out of items). False when the list can no longer commit.
+/// them out of items). False when the list can no longer commit. `found` is what the decoder
+/// located in it for [`HEAD_PATHS`].
 pub(super) fn list_item(
     failures: &mut FailureLog,
     collection: &CollectionKey,
     list: &mut ListState<'_>,
     bytes: &[u8],
+    found: &Located,
     not_objects: &mut u64,
 ) -> bool {
-    let head = match ObjectHead::read(bytes) {
+    let head = match head_of(bytes, Some(found)) {
         Ok(h) => h,
         // The rest of the list is still cached; the list then deletes nothing (see `end`).
         Err(e) => {

@@ -12,11 +12,13 @@ use crossbeam_channel::{RecvTimeoutError, TryRecvError};
 
 use super::MAX_OBJECT_BYTES;
 use super::error_keys::{ErrorKeys, Keyed};
-use super::rules::{ListState, list_item, list_member, put_object, put_token, watch_event};
+use super::rules::{
+    ListState, list_item, list_member, located_paths, put_object, put_token, watch_event,
+};
 #[cfg(doc)]
 use super::tee::CacheTx;
 use super::tee::{CacheMsg, CacheRx};
-use crate::cache::decode::{BodyDecoder, BodyShape, Unit};
+use crate::cache::decode::{BodyDecoder, BodyShape, Located, Unit};
 use crate::cache::key::ObjectKey;
 use crate::cache::store::{PutOutcome, Store, StoreError};
 use crate::cache::target::{CacheTarget, TokenTarget};
@@ -174,7 +176,7 @@ fn handle<'s>(
             }
         }
         CacheMsg::Put { collection, bytes } => {
-            put_object(store, failures, &collection, &bytes, &mut 0);
+            put_object(store, failures, &collection, &bytes, None, &mut 0);
         }
     }
 }
@@ -190,8 +192,8 @@ fn feed(store: &Store, failures: &mut FailureLog, active: &mut Active<'_>, data:
     let (target, list) = (&active.target, &mut active.list);
     let not_objects = &mut active.not_objects;
     let mut failed = false;
-    let result = decoder.feed(data, &mut |unit| {
-        if !apply_unit(store, failures, target, list, not_objects, unit) {
+    let result = decoder.feed_located(data, &mut |unit, found| {
+        if !apply_unit(store, failures, target, list, not_objects, unit, found) {
             failed = true;
         }
     });
@@ -289,7 +291,9 @@ fn begin<'s>(
         _ => None,
     };
     Some(Active {
-        decoder: Some(BodyDecoder::new(shape, gzip, MAX_OBJECT_BYTES)),
+        decoder: Some(
+            BodyDecoder::new(shape, gzip, MAX_OBJECT_BYTES).locating(located_paths(shape)),
+        ),
         target,
         abandoned,
         list,
@@ -304,8 +308,8 @@ fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complet
     if ok && let Some(decoder) = active.decoder.as_mut() {
         let (list, mut failed) = (&mut active.list, false);
         let not_objects = &mut active.not_objects;
-        if let Err(e) = decoder.finish(&mut |unit| {
-            if !apply_unit(store, failures, target, list, not_objects, unit) {
+        if let Err(e) = decoder.finish_located(&mut |unit, found| {
+            if !apply_unit(store, failures, target, list, not_objects, unit, found) {
                 failed = true;
             }
         }) {
@@ -394,6 +398,7 @@ fn apply_unit(
     list: &mut Option<ListState<'_>>,
     not_objects: &mut u64,
     unit: Unit<'_>,
+    found: &Located,
 ) -> bool {
     match (unit, target) {
         (Unit::Object(bytes), CacheTarget::NonResource { file }) => {
@@ -406,7 +411,7 @@ fn apply_unit(
             true
         }
         (Unit::Object(bytes), CacheTarget::Object { collection, .. }) => {
-            put_object(store, failures, collection, bytes, not_objects);
+            put_object(store, failures, collection, bytes, Some(found), not_objects);
             true
         }
         (Unit::Object(bytes), CacheTarget::Token(token)) => {
@@ -420,11 +425,11 @@ fn apply_unit(
             true
         }
         (Unit::ListItem(bytes), CacheTarget::List { collection, .. }) => match list.as_mut() {
-            Some(list) => list_item(failures, collection, list, bytes, not_objects),
+            Some(list) => list_item(failures, collection, list, bytes, found, not_objects),
             None => false,
         },
         (Unit::WatchEvent(bytes), CacheTarget::Watch { collection }) => {
-            watch_event(store, failures, collection, bytes, not_objects);
+            watch_event(store, failures, collection, bytes, Some(found), not_objects);
             true
         }
         _ => true,

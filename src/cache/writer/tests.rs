@@ -371,7 +371,14 @@ fn a_watch_event_that_is_an_array_is_skipped_and_counted() {
     // The stream decoder refuses it at the top level; the event parse refuses it too,
     // whoever hands it over. A derived struct would read type and object field by field.
     let evil = br#"["ADDED",{"kind":"Pod","apiVersion":"v1","metadata":{"name":"evil","namespace":"ns","resourceVersion":"99"},"spec":{"nodeName":"n1"}}]"#;
-    watch_event(&t.store, &mut failures, &pods(), evil, &mut not_objects);
+    watch_event(
+        &t.store,
+        &mut failures,
+        &pods(),
+        evil,
+        None,
+        &mut not_objects,
+    );
     assert!(t.read("kubelet/pods.v1.core/ns/evil").is_none());
     assert_eq!(not_objects, 1, "counted as a non-object");
     let good = event("ADDED", 5);
@@ -380,6 +387,7 @@ fn a_watch_event_that_is_an_array_is_skipped_and_counted() {
         &mut failures,
         &pods(),
         good.trim_end().as_bytes(),
+        None,
         &mut not_objects,
     );
     assert_eq!(
