@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{RecvTimeoutError, TryRecvError};
+use crossbeam_channel::TryRecvError;
 
 use super::MAX_OBJECT_BYTES;
 use super::error_keys::{ErrorKeys, Keyed};
@@ -57,23 +57,15 @@ pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: Writer
         ..FailureLog::default()
     };
     loop {
-        let wait = if stop.load(Ordering::Acquire) {
-            Duration::ZERO
-        } else {
-            Duration::from_millis(500)
-        };
-        let msg = match rx.rx.try_recv() {
-            Ok(msg) => Ok(msg),
-            Err(TryRecvError::Empty) if wait.is_zero() => Err(RecvTimeoutError::Timeout),
-            Err(TryRecvError::Empty) => {
-                rx.queue.doorbell.wait(wait, || !rx.rx.is_empty());
-                rx.rx.try_recv().map_err(|e| match e {
-                    TryRecvError::Empty => RecvTimeoutError::Timeout,
-                    TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
-                })
-            }
-            Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
-        };
+        // Nothing queued: sleep on the doorbell (see `tee::Doorbell`), unless stopping, when
+        // the queue is only drained.
+        let mut msg = rx.rx.try_recv();
+        if matches!(msg, Err(TryRecvError::Empty)) && !stop.load(Ordering::Acquire) {
+            rx.queue
+                .doorbell
+                .wait(Duration::from_millis(500), || !rx.rx.is_empty());
+            msg = rx.rx.try_recv();
+        }
         match msg {
             Ok(msg) => {
                 if let Some(delay) = options.delay_per_message {
@@ -91,9 +83,9 @@ pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: Writer
                     .cache_writer_busy_micros
                     .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
             }
-            Err(RecvTimeoutError::Timeout) if stop.load(Ordering::Acquire) => break,
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
+            Err(TryRecvError::Empty) if stop.load(Ordering::Acquire) => break,
+            Err(TryRecvError::Empty) => {}
+            Err(TryRecvError::Disconnected) => break,
         }
         failures.error_keys.persist(store, false);
         // Sessions whose connection gave up: drop their staged state.
