@@ -39,6 +39,7 @@ use crate::proxy::multiplexer::{self, MultiplexerPort};
 use crate::proxy::pool_local::PoolCaches;
 use crate::proxy::{Filters, Hub};
 use crate::reaper::Reaper;
+use crate::requester::Port;
 use crate::serve::{self, Readiness};
 use crate::server::tls::ServingCert;
 use crate::server::{self, Limits, Load};
@@ -328,6 +329,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         spawn("serve", move || {
             server::serve(
                 serve_listener,
+                Port::Unknown,
                 handler,
                 SERVE_LIMITS,
                 Arc::new(Load::default()),
@@ -385,7 +387,6 @@ pub fn run(config: Config) -> Result<(), StartupError> {
             });
             let offline = Offline {
                 store,
-                cache: cache_tx.clone(),
                 backends: Arc::clone(&backends),
                 shutdown: Arc::clone(&shutdown),
             };
@@ -429,6 +430,13 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         start_leader_watch(&config, &upstream, route, pool.clone(), on_leader, &stop_rx)?;
     }
     let upstream_for_identity = Arc::clone(&upstream);
+    // The HTTPS port verifies client certificates against the cluster CA of each handshake.
+    let https_clients = {
+        let upstream = Arc::clone(&upstream);
+        Arc::new(server::tls::ClusterCaClients::new(Box::new(move || {
+            upstream.cluster_ca()
+        })))
+    };
     let hub = Arc::new(Hub {
         mode: config.working_mode,
         cloud: upstream,
@@ -440,6 +448,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         heartbeat: node_heartbeat,
         pool,
         shutdown: Arc::clone(&shutdown),
+        node_name: Arc::from(config.node_name.as_str()),
     });
     let load = Arc::new(Load::default());
     let proxy_addr = proxy_listener.local_addr();
@@ -461,7 +470,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
             Arc::clone(&shutdown),
         );
         spawn("proxy", move || {
-            server::serve(proxy_listener, handler, limits, load, shutdown)
+            server::serve(proxy_listener, Port::Plain, handler, limits, load, shutdown)
         })?
     };
     drop(hub);
@@ -499,7 +508,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
                 if let Some(port) = &filter_port {
                     port.set(addr.port());
                 }
-                let tls = server::tls::server_config(serving);
+                let tls = server::tls::server_config(serving, https_clients);
                 if let Some(ip) = dummy_ip {
                     let also = SocketAddr::new(ip, addr.port());
                     let parts = (&handler, limits, &load, &shutdown);
@@ -510,7 +519,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
                     }
                 }
                 let started = spawn("https-proxy", move || {
-                    server::serve_tls(listener, tls, handler, limits, load, shutdown)
+                    server::serve_tls(listener, Port::Secure, tls, handler, limits, load, shutdown)
                 });
                 if let Err(e) = started {
                     log::error!("{e}");
@@ -836,8 +845,10 @@ fn listen_also(
     log::info!("listening role={role} addr={addr}");
     let (handler, load, shutdown) = (Arc::clone(handler), Arc::clone(load), Arc::clone(shutdown));
     let started = spawn(role, move || match tls {
-        Some(tls) => server::serve_tls(listener, tls, handler, limits, load, shutdown),
-        None => server::serve(listener, handler, limits, load, shutdown),
+        Some(tls) => {
+            server::serve_tls(listener, Port::Secure, tls, handler, limits, load, shutdown)
+        }
+        None => server::serve(listener, Port::PlainDummy, handler, limits, load, shutdown),
     });
     match started {
         Ok(thread) => Some((addr, thread)),

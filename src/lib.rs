@@ -39,6 +39,7 @@ mod protobuf;
 mod proxy;
 mod reaper;
 mod request;
+mod requester;
 mod route;
 mod selector;
 mod serve;

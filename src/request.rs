@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use crate::names::{is_dns_label, is_dns_subdomain, is_object_name, is_resource_name, is_version};
+use crate::requester::Requester;
 
 /// The HTTP method, as far as the hub cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -379,8 +380,10 @@ pub(crate) struct ApiRequest {
     pub accept: Accept,
     /// `Connection: Upgrade` (exec, attach, port-forward).
     pub upgrade: bool,
-    /// The client sent its own `Authorization`.
-    pub has_authorization: bool,
+    /// Who sent it: the port and credential. [`classify`] knows only the `Authorization`
+    /// header (the port is unknown, which lends nothing); the proxy sets the rest from what
+    /// the server saw.
+    pub requester: Requester,
 }
 
 impl ApiRequest {
@@ -430,7 +433,7 @@ pub(crate) fn classify(
     let mut component = String::new();
     let mut accept_header: Option<&str> = None;
     let mut upgrade = false;
-    let mut has_authorization = false;
+    let mut authorization: Option<&str> = None;
     for (name, value) in headers {
         if name.eq_ignore_ascii_case("user-agent") {
             let first = value.split('/').next().unwrap_or("").trim();
@@ -442,7 +445,7 @@ pub(crate) fn classify(
                 .split(',')
                 .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
         } else if name.eq_ignore_ascii_case("authorization") {
-            has_authorization = !value.trim().is_empty();
+            authorization = Some(value);
         }
     }
 
@@ -459,7 +462,7 @@ pub(crate) fn classify(
         component,
         accept: classify_accept(accept_header),
         upgrade,
-        has_authorization,
+        requester: Requester::unknown(authorization),
     })
 }
 
@@ -1160,7 +1163,7 @@ mod tests {
         assert_eq!(r.component, "kubelet");
         assert_eq!(r.accept, Accept::JsonOrProtobuf);
         assert!(r.upgrade);
-        assert!(r.has_authorization);
+        assert_eq!(r.requester.credential.as_str(), "token");
         assert_eq!(classify("GET", "/api", &[]).unwrap().component, "");
     }
 

@@ -14,6 +14,7 @@ use crate::config::WorkingMode;
 use crate::filters::Chain;
 use crate::names::is_component_name;
 use crate::request::{Accept, ApiRequest, DiscoveryForm, Method, ResourcePath, Target, Verb};
+use crate::requester::{Credential, Requester};
 use crate::selector::Selectors;
 use crate::status::Status;
 
@@ -43,6 +44,9 @@ pub(crate) enum NoCacheReason {
     /// Events (core and `events.k8s.io`): written all the time, never read back; caching
     /// them would only wear the flash.
     Event,
+    /// No credential, on a port where the node's identity is not lent: its User-Agent opens
+    /// no component's cache (`requester.rs`).
+    Anonymous,
 }
 
 impl NoCacheReason {
@@ -60,6 +64,7 @@ impl NoCacheReason {
             NoCacheReason::Answer => "answer",
             NoCacheReason::CacheUnavailable => "cache-unavailable",
             NoCacheReason::Event => "event",
+            NoCacheReason::Anonymous => "anonymous",
         }
     }
 }
@@ -77,10 +82,25 @@ pub(crate) enum Deadline {
 /// Whose identity the cloud sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Identity {
-    /// The hub's client certificate and token.
+    /// The hub's client certificate and token: the node's (`Requester::is_node`).
     Hub,
     /// The client's own `Authorization` header; no client certificate is presented.
     Client,
+    /// Nobody: no client certificate, no `Authorization` (a request without credentials
+    /// where the node's identity is not lent). The cloud judges it as anonymous.
+    Anonymous,
+}
+
+impl Identity {
+    /// The identity `requester`'s request goes to the cloud with: its own credential, the
+    /// node's when it may use it, else none.
+    pub(crate) fn of(requester: &Requester) -> Identity {
+        match requester.credential {
+            Credential::Authorization { .. } => Identity::Client,
+            _ if requester.is_node() => Identity::Hub,
+            _ => Identity::Anonymous,
+        }
+    }
 }
 
 /// How to answer when the cloud cannot be reached.
@@ -92,16 +112,15 @@ pub(crate) enum Local {
     List,
     /// Hold the watch open with no events.
     Watch,
-    /// Echo the body with 201 and cache it.
-    Create,
     /// Echo the body with 201 and cache nothing (events).
     Echo,
-    /// 201 with the cached token, or a one-minute token made here (`tokens.rs`).
+    /// 201 with the cached token, or a one-minute token made here (`tokens.rs`); only for
+    /// the node's identity.
     Token,
-    /// Answer with the cached object.
-    Update,
-    /// 403: deleting is refused offline.
-    Forbidden,
+    /// 503: a create, update, patch or delete waits for the cloud. Nothing a client sends is
+    /// ever stored as the cloud's truth (issue 28: an offline create once planted a pod in
+    /// kubelet's cache).
+    WriteRefused,
     /// A cached non-resource document.
     NonResource(String),
     /// 503: the cache cannot answer this.
@@ -112,10 +131,7 @@ impl Local {
     /// The request writes (create, update, patch, delete, TokenRequest): one that may have
     /// reached the cloud must never be answered as if it had not.
     pub(crate) fn is_write(&self) -> bool {
-        matches!(
-            self,
-            Local::Create | Local::Echo | Local::Token | Local::Update | Local::Forbidden
-        )
+        matches!(self, Local::Echo | Local::Token | Local::WriteRefused)
     }
 }
 
@@ -173,17 +189,13 @@ impl Route {
 
     /// The route of a request the hub passes on unclassified (cloud mode): nothing cached,
     /// nothing answered locally.
-    pub(crate) fn pass_on(has_authorization: bool) -> Route {
+    pub(crate) fn pass_on(requester: &Requester) -> Route {
         Route {
             cache: Err(NoCacheReason::CloudMode),
             local: Local::Unavailable,
             upstream_accept: None,
             deadline: Deadline::Bounded(REQUEST_DEADLINE),
-            identity: if has_authorization {
-                Identity::Client
-            } else {
-                Identity::Hub
-            },
+            identity: Identity::of(requester),
             selectors: Selectors::everything(),
             local_collection: None,
             filters: Chain::EMPTY,
@@ -223,9 +235,7 @@ pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Resu
     // The key is made once: the cache target carries it when there is one.
     let keyed_by_cache = cache.as_ref().is_ok_and(|t| t.collection().is_some());
     let local_collection = match (&local, req.resource()) {
-        (Local::Get | Local::List | Local::Watch | Local::Create | Local::Update, Some(path))
-            if !keyed_by_cache =>
-        {
+        (Local::Get | Local::List | Local::Watch, Some(path)) if !keyed_by_cache => {
             Some(collection_key(&req.component, path))
         }
         _ => None,
@@ -236,11 +246,7 @@ pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Resu
         cache,
         upstream_accept,
         deadline: deadline(req),
-        identity: if req.has_authorization {
-            Identity::Client
-        } else {
-            Identity::Hub
-        },
+        identity: Identity::of(&req.requester),
         selectors,
         filters: Chain::EMPTY,
     })
@@ -257,6 +263,9 @@ fn cache_target(
     }
     if !is_agent {
         return Err(NoCacheReason::NotAgent);
+    }
+    if req.requester.is_anonymous() {
+        return Err(NoCacheReason::Anonymous);
     }
     if !is_component_name(&req.component) {
         return Err(NoCacheReason::BadComponent);
@@ -321,7 +330,11 @@ fn cache_target(
 }
 
 fn local_answer(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Local {
-    if mode == WorkingMode::Cloud || !is_agent || !is_component_name(&req.component) {
+    let cache_closed = mode == WorkingMode::Cloud
+        || !is_agent
+        || !is_component_name(&req.component)
+        || req.requester.is_anonymous();
+    if cache_closed {
         return Local::Unavailable;
     }
     // The cache holds JSON; a client that cannot read plain JSON cannot be answered from it.
@@ -345,16 +358,23 @@ fn local_answer(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Local {
     };
     let status_or_none = object_or_status(path);
     match req.verb {
-        Verb::Delete | Verb::DeleteCollection => Local::Forbidden,
-        _ if !plain_json => Local::Unavailable,
-        Verb::Create if token_target(req, path).is_some() => Local::Token,
-        _ if !status_or_none => Local::Unavailable,
+        // Only the node's own TokenRequests are answered offline: a cached token is the
+        // node's to hand out (kubelet asks for its pods' tokens).
+        Verb::Create if token_target(req, path).is_some() && req.requester.is_node() => {
+            if plain_json {
+                Local::Token
+            } else {
+                Local::Unavailable
+            }
+        }
+        Verb::Create if path.subresource.is_none() && is_event(path) && plain_json => Local::Echo,
+        Verb::Create | Verb::Update | Verb::Patch | Verb::Delete | Verb::DeleteCollection => {
+            Local::WriteRefused
+        }
+        _ if !plain_json || !status_or_none => Local::Unavailable,
         Verb::Get => Local::Get,
         Verb::List => Local::List,
         Verb::Watch => Local::Watch,
-        Verb::Create if path.subresource.is_none() && is_event(path) => Local::Echo,
-        Verb::Create if path.subresource.is_none() => Local::Create,
-        Verb::Update | Verb::Patch => Local::Update,
         _ => Local::Unavailable,
     }
 }
@@ -470,13 +490,17 @@ pub(crate) fn target_for_answer(
 mod tests {
     use super::*;
     use crate::request::classify;
+    use crate::requester::Port;
 
     fn req(method: &str, url: &str, ua: &str, accept: Option<&str>) -> ApiRequest {
         let mut headers = vec![("User-Agent".to_owned(), ua.to_owned())];
         if let Some(a) = accept {
             headers.push(("Accept".to_owned(), a.to_owned()));
         }
-        classify(method, url, &headers).unwrap()
+        let mut r = classify(method, url, &headers).unwrap();
+        // kubelet on the plain port at --bind-address: the node.
+        r.requester = Requester::new(Port::Plain, None, None, "edge-1");
+        r
     }
 
     fn edge(r: &ApiRequest) -> Route {
@@ -668,31 +692,31 @@ mod tests {
                 "POST",
                 "/api/v1/namespaces/a/configmaps",
                 None,
-                Local::Create,
+                Local::WriteRefused,
             ),
             (
                 "PUT",
                 "/api/v1/namespaces/a/configmaps/c",
                 None,
-                Local::Update,
+                Local::WriteRefused,
             ),
             (
                 "PATCH",
                 "/api/v1/namespaces/a/configmaps/c",
                 None,
-                Local::Update,
+                Local::WriteRefused,
             ),
             (
                 "DELETE",
                 "/api/v1/namespaces/a/configmaps/c",
                 None,
-                Local::Forbidden,
+                Local::WriteRefused,
             ),
             (
                 "DELETE",
                 "/api/v1/namespaces/a/configmaps",
                 None,
-                Local::Forbidden,
+                Local::WriteRefused,
             ),
             (
                 "GET",
@@ -895,7 +919,7 @@ mod tests {
             None,
         );
         assert!(matches!(edge(&r).cache, Ok(CacheTarget::Object { .. })));
-        assert_eq!(edge(&r).local, Local::Create);
+        assert_eq!(edge(&r).local, Local::WriteRefused);
     }
 
     #[test]
@@ -1003,9 +1027,39 @@ mod tests {
     }
 
     #[test]
+    fn a_request_without_credentials_off_the_plain_port_opens_no_cache() {
+        for port in [Port::PlainDummy, Port::Secure] {
+            let mut r = req("GET", "/api/v1/namespaces/a/secrets/s", KUBELET, None);
+            r.requester = Requester::new(port, None, None, "edge-1");
+            let route = edge(&r);
+            assert_eq!(route.identity, Identity::Anonymous, "{port:?}");
+            assert!(
+                matches!(route.cache, Err(NoCacheReason::Anonymous)),
+                "{port:?}"
+            );
+            assert_eq!(route.local, Local::Unavailable, "{port:?}");
+        }
+        // On the plain port at --bind-address the same request is the node's.
+        let r = req("GET", "/api/v1/namespaces/a/secrets/s", KUBELET, None);
+        assert_eq!(edge(&r).identity, Identity::Hub);
+        assert_eq!(edge(&r).local, Local::Get);
+    }
+
+    #[test]
+    fn offline_token_requests_are_the_nodes_alone() {
+        let url = "/api/v1/namespaces/a/serviceaccounts/builder/token";
+        let mut r = req("POST", url, KUBELET, None);
+        assert_eq!(edge(&r).local, Local::Token);
+        r.requester = Requester::new(Port::Plain, Some("Bearer pod"), None, "edge-1");
+        assert_eq!(edge(&r).local, Local::WriteRefused);
+        r.requester = Requester::new(Port::Secure, None, None, "edge-1");
+        assert_eq!(edge(&r).local, Local::Unavailable);
+    }
+
+    #[test]
     fn bearer_requests_keep_their_identity() {
         let mut r = req("GET", "/api/v1/pods", KUBELET, None);
-        r.has_authorization = true;
+        r.requester = Requester::new(Port::Plain, Some("Bearer t"), None, "edge-1");
         assert_eq!(edge(&r).identity, Identity::Client);
     }
 

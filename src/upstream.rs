@@ -635,7 +635,7 @@ impl Upstream {
                     .iter()
                     .any(|t| t.eq_ignore_ascii_case(name))
                 || (req.accept.is_some() && name.eq_ignore_ascii_case("accept"))
-                || (req.identity == Identity::Hub && name.eq_ignore_ascii_case("authorization"))
+                || (req.identity != Identity::Client && name.eq_ignore_ascii_case("authorization"))
             {
                 continue;
             }
@@ -660,9 +660,9 @@ impl Upstream {
         let streaming = matches!(req.deadline, Deadline::Stream(_));
         let agent = match (streaming, req.identity) {
             (true, Identity::Hub) => &agents.hub_stream,
-            (true, Identity::Client) => &agents.client_stream,
+            (true, Identity::Client | Identity::Anonymous) => &agents.client_stream,
             (false, Identity::Hub) => &agents.hub,
-            (false, Identity::Client) => &agents.client,
+            (false, Identity::Client | Identity::Anonymous) => &agents.client,
         };
         // A line too long for the small buffer gets a large one for this request; ureq then
         // gives it a connection of its own, never pooled, so the buffer goes with it.

@@ -28,7 +28,6 @@ use std::time::{Duration, Instant};
 use crate::cache::key::{CollectionKey, ObjectKey};
 use crate::cache::object::starts_object;
 use crate::cache::store::{Store, StoreError};
-use crate::cache::writer::CacheTx;
 use crate::health::Backends;
 use crate::names;
 use crate::request::{self, ApiRequest, DiscoveryForm, ResourcePath, Target};
@@ -44,8 +43,6 @@ const WATCH_TICK: Duration = Duration::from_secs(1);
 pub(crate) struct Offline {
     /// The disk cache, read only here.
     pub store: Arc<Store>,
-    /// Where offline creates go to be persisted.
-    pub cache: CacheTx,
     /// To end held watches when the cloud is back.
     pub backends: Arc<Backends>,
     /// To end held watches on shutdown.
@@ -58,23 +55,18 @@ impl Offline {
     pub(crate) fn answer(&self, ex: Exchange<'_>, req: &ApiRequest, route: &Route) -> u16 {
         let result = match (&route.local, req.resource(), route.collection()) {
             (Local::NonResource(file), _, _) => self.document(ex, req, file),
-            (Local::Forbidden, _, _) => Err((
+            (Local::WriteRefused, _, _) => Err((
                 ex,
-                Status::forbidden(
-                    "the cloud apiserver is unreachable: deletes are refused until it is back",
+                Status::service_unavailable(
+                    "the cloud apiserver is unreachable: writes wait until it is back (nothing is stored)",
                 ),
             )),
-            (Local::Get | Local::Update, Some(path), Some(collection)) => {
-                self.get(ex, path, collection)
-            }
+            (Local::Get, Some(path), Some(collection)) => self.get(ex, path, collection),
             (Local::List, Some(path), Some(collection)) => {
                 self.list(ex, req, path, collection, route)
             }
             (Local::Watch, Some(path), Some(collection)) => self.watch(ex, req, path, collection),
-            (Local::Create, Some(path), Some(collection)) => {
-                self.create(ex, path, Some(collection))
-            }
-            (Local::Echo, Some(path), _) => self.create(ex, path, None),
+            (Local::Echo, Some(path), _) => self.echo_event(ex, path),
             (Local::Token, Some(path), _) => self.token(ex, req, path),
             _ => Err((
                 ex,
@@ -245,14 +237,9 @@ impl Offline {
         200
     }
 
-    /// Answers a create with its body; with `persist`, the object is cached there (events
-    /// are not, and a protobuf event is echoed unread).
-    fn create<'c>(
-        &self,
-        mut ex: Exchange<'c>,
-        path: &ResourcePath,
-        persist: Option<&CollectionKey>,
-    ) -> Answered<'c> {
+    /// Answers an event's create with its body, storing nothing (a protobuf event is echoed
+    /// unread).
+    fn echo_event<'c>(&self, mut ex: Exchange<'c>, path: &ResourcePath) -> Answered<'c> {
         // The server refused a declared length past its limit; a chunked body is cut off
         // there while it is read.
         let body = match read_body(&mut ex, u64::MAX) {
@@ -262,7 +249,7 @@ impl Offline {
         // kubelet and kube-proxy send events in protobuf by default, and take it back (their
         // Accept). Nothing is stored, so the body goes back as it came: a 400 would make
         // kubelet drop the event for good.
-        if persist.is_none() && body.starts_with(crate::protobuf::PROTOBUF_MAGIC) {
+        if body.starts_with(crate::protobuf::PROTOBUF_MAGIC) {
             let content_type = ex
                 .header("Content-Type")
                 .unwrap_or("application/vnd.kubernetes.protobuf")
@@ -305,20 +292,6 @@ impl Offline {
         // the store would not write, is refused now rather than answered 201 and dropped.
         if let Some(bad) = unusable_name(&object) {
             return Err((ex, Status::bad_request(bad)));
-        }
-        let has_name = object
-            .pointer("/metadata/name")
-            .and_then(|n| n.as_str())
-            .is_some_and(|n| !n.is_empty());
-        if let Some(collection) = persist.filter(|_| has_name) {
-            let queued = serde_json::to_vec(&object)
-                .is_ok_and(|bytes| self.cache.put(collection.clone(), bytes));
-            if !queued {
-                log::info!(
-                    "offline create of {} answered but not cached (writer busy)",
-                    qualified(path)
-                );
-            }
         }
         send_json(ex, 201, &body)
     }

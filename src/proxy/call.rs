@@ -201,10 +201,12 @@ pub(super) fn log(req: &ApiRequest, status: u16, cache: CacheStatus, elapsed: Du
     };
     log::log!(
         level,
-        "verb={} resource=\"{}\" component=\"{}\" status={status} cache={} duration={elapsed:?}",
+        "verb={} resource=\"{}\" component=\"{}\" port={} credential={} status={status} cache={} duration={elapsed:?}",
         req.verb.as_str(),
         path,
         req.component,
+        req.requester.port.as_str(),
+        req.requester.credential.as_str(),
         cache.as_str()
     );
 }

@@ -35,8 +35,10 @@ use crate::filters::{Chain, FilterContext, Lookups};
 use crate::heartbeat::NodeHeartbeat;
 use crate::metrics::METRICS;
 use crate::offline::Offline;
+use crate::pki::x509;
 use crate::reaper::Reaper;
 use crate::request::{self, ApiRequest};
+use crate::requester::{ClientCertificate, Requester};
 use crate::route::{self, NoCacheReason, Route};
 use crate::server::Exchange;
 use crate::status::Status;
@@ -66,6 +68,8 @@ pub(crate) struct Hub {
     pub pool: Option<Arc<pool_local::PoolCaches>>,
     /// Set at shutdown: ends the watches served from `pool`.
     pub shutdown: Arc<std::sync::atomic::AtomicBool>,
+    /// This node's name: a client certificate naming it is the node (`requester.rs`).
+    pub node_name: Arc<str>,
 }
 
 /// What the relay's filter stage needs (cheap to clone: the refill thread filters too).
@@ -153,7 +157,12 @@ impl Hub {
             }
         };
         let labels = call::labels(&req);
-        let lease = self.heartbeat.as_ref().zip(NodeHeartbeat::intercepts(&req));
+        // Only the node's own kubelet renews the node's lease through the hub.
+        let lease = self
+            .heartbeat
+            .as_ref()
+            .filter(|_| req.requester.is_node())
+            .zip(NodeHeartbeat::intercepts(&req));
         if let Some((heartbeat, verb)) = lease {
             let in_flight = METRICS.start_request(labels);
             let status = kubelet_lease::answer(heartbeat, self.offline.as_ref(), ex, &req, verb);
@@ -161,7 +170,10 @@ impl Hub {
             drop(in_flight);
             return;
         }
-        let pooled = self.pool.as_ref().and_then(|pool| {
+        // The node's shared watch caches serve what the node may read; a client with its own
+        // credential or none goes to the cloud, which judges it.
+        let pooled = self.pool.as_ref().filter(|_| req.requester.is_node());
+        let pooled = pooled.and_then(|pool| {
             let cache = pool.cache_for(&req, ex.header("user-agent").unwrap_or(""))?;
             Some((cache, pool.warming()))
         });
@@ -206,10 +218,14 @@ impl Hub {
         call.log();
     }
 
-    /// Classifies the request from its head.
+    /// Classifies the request from its head, and who sent it from what the server saw.
     fn classify(&self, ex: &Exchange<'_>) -> Classified {
+        let requester = self.requester(ex);
         match request::classify(ex.method(), ex.url(), ex.headers()) {
-            Ok(req) => Classified::Api(req),
+            Ok(mut req) => {
+                req.requester = requester;
+                Classified::Api(req)
+            }
             Err(e) if self.mode == WorkingMode::Edge => {
                 log::info!(
                     "refused method={} path=\"{}\" err=\"{e}\"",
@@ -219,8 +235,28 @@ impl Hub {
                 Classified::Refused(Status::bad_request(e.to_string()))
             }
             // A pure proxy passes on what it does not understand; the cloud judges it.
-            Err(_) => Classified::PassOn(Route::pass_on(ex.header("authorization").is_some())),
+            Err(_) => Classified::PassOn(Route::pass_on(&requester)),
         }
+    }
+
+    /// Who sent the request on `ex`: its port, its `Authorization`, and on the HTTPS port
+    /// the client certificate rustls verified against the cluster CA (`server::tls`).
+    fn requester(&self, ex: &Exchange<'_>) -> Requester {
+        let leaf = ex.peer_certificates().and_then(<[_]>::first);
+        let info = leaf.and_then(|der| x509::parse(der));
+        let certificate = leaf
+            .zip(info.as_ref())
+            .map(|(der, info)| ClientCertificate {
+                der,
+                common_name: info.common_name.as_deref(),
+                organizations: &info.organizations,
+            });
+        Requester::new(
+            ex.port(),
+            ex.header("authorization"),
+            certificate,
+            &self.node_name,
+        )
     }
 
     /// The cache writer's session for a pool-scope answer to `req`, when its route caches it

@@ -64,6 +64,7 @@ use std::time::{Duration, Instant};
 use super::pool_local::{self, PoolCaches, Unserved};
 use crate::metrics::METRICS;
 use crate::request::{self, ApiRequest, Target};
+use crate::requester::Port;
 use crate::server::{self, Exchange, Handler, Limits, Load};
 use crate::status::Status;
 use crate::upstream::Cloud;
@@ -179,7 +180,15 @@ pub(crate) fn start(
     };
     let load = Arc::new(Load::default());
     let thread = spawn("multiplexer", move || {
-        server::serve_tls(listener, tls, handler, LIMITS, load, shutdown)
+        server::serve_tls(
+            listener,
+            Port::Unknown,
+            tls,
+            handler,
+            LIMITS,
+            load,
+            shutdown,
+        )
     })
     .map_err(|e| io::Error::other(e.to_string()))?;
     log::info!("listening role=multiplexer addr={addr}");

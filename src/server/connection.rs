@@ -12,6 +12,7 @@ use super::admission::{Load, RequestSlot, Tracked};
 use super::stream::ClientStream;
 use super::{Exchange, Handler, Limits, MAX_BODY, body_too_large, closing_answer, too_busy};
 use crate::http1::{self, BodyState};
+use crate::requester::Port;
 use crate::status::Status;
 
 /// Time an idle keep-alive connection is kept (Go clients keep idle connections 90 s).
@@ -29,6 +30,8 @@ pub(super) struct Conn {
     pub(super) pos: usize,
     pub(super) len: usize,
     pub(super) peer: SocketAddr,
+    /// The listener the connection came in on.
+    pub(super) port: Port,
     /// The response was written whole; the connection may serve another request.
     pub(super) response_complete: bool,
     /// The response head went out.
@@ -165,7 +168,7 @@ impl BufRead for Conn {
 /// `tracked` is the connection as the accept thread sees it (marked waiting or busy here).
 pub(super) fn serve_connection(
     stream: Box<dyn ClientStream>,
-    peer: SocketAddr,
+    (peer, port): (SocketAddr, Port),
     handler: &Handler,
     limits: Limits,
     (load, tracked): (&Load, &Tracked),
@@ -177,6 +180,7 @@ pub(super) fn serve_connection(
         pos: 0,
         len: 0,
         peer,
+        port,
         response_complete: false,
         response_started: false,
         broken: false,

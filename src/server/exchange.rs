@@ -12,6 +12,7 @@ use super::connection::{Conn, answer_and_close};
 use super::{ClientProbe, MAX_BODY, body_too_large};
 use crate::http1::response::{self, CHUNK_SIZE_LINE, ResponseFraming};
 use crate::http1::{BodyState, RequestHead};
+use crate::requester::Port;
 use crate::status::Status;
 
 /// Unread request body drained after an answer to keep the connection; more closes it.
@@ -97,6 +98,11 @@ impl<'c> Exchange<'c> {
     /// The peer address.
     pub(crate) fn remote(&self) -> SocketAddr {
         self.conn.peer
+    }
+
+    /// The listener the request came in on.
+    pub(crate) fn port(&self) -> Port {
+        self.conn.port
     }
 
     /// The client certificates of a TLS connection, leaf first, already verified by the

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use crate::http1::response::{self, ResponseFraming};
 use crate::metrics::{METRICS, Metrics};
+use crate::requester::Port;
 use crate::status::Status;
 
 pub(crate) use admission::Load;
@@ -77,15 +78,17 @@ pub(crate) struct Limits {
 /// A request handler; it must answer through the [`Exchange`].
 pub(crate) type Handler = Arc<dyn Fn(Exchange<'_>) + Send + Sync>;
 
-/// Accepts connections until `shutdown` is set (then [`wake`] the listener).
+/// Accepts connections until `shutdown` is set (then [`wake`] the listener); each request's
+/// [`Exchange::port`] is `port`.
 pub(crate) fn serve(
     listener: Listener,
+    port: Port,
     handler: Handler,
     limits: Limits,
     load: Arc<Load>,
     shutdown: Arc<AtomicBool>,
 ) {
-    accept_loop(listener, None, handler, limits, load, shutdown);
+    accept_loop(listener, port, None, handler, limits, load, shutdown);
 }
 
 /// [`serve`] over TLS (the HTTPS proxy port, [`tls::server_config`]): the same caps,
@@ -94,19 +97,21 @@ pub(crate) fn serve(
 /// does not trust the certificate, no certificate yet) is a debug line and closes it.
 pub(crate) fn serve_tls(
     listener: Listener,
+    port: Port,
     tls: Arc<rustls::ServerConfig>,
     handler: Handler,
     limits: Limits,
     load: Arc<Load>,
     shutdown: Arc<AtomicBool>,
 ) {
-    accept_loop(listener, Some(tls), handler, limits, load, shutdown);
+    accept_loop(listener, port, Some(tls), handler, limits, load, shutdown);
 }
 
 /// The accept loop of [`serve`] and [`serve_tls`]: with `tls`, each connection's thread
 /// runs the handshake first.
 fn accept_loop(
     listener: Listener,
+    port: Port,
     tls: Option<Arc<rustls::ServerConfig>>,
     handler: Handler,
     limits: Limits,
@@ -189,7 +194,7 @@ fn accept_loop(
                     }
                 };
                 let tracked = (&*slot.load, &*slot.tracked);
-                serve_connection(stream, peer, &handler, limits, tracked, &shutdown);
+                serve_connection(stream, (peer, port), &handler, limits, tracked, &shutdown);
             });
         if let Err(e) = spawned {
             // The closure, and with it the slot and the stream, is dropped: answer through

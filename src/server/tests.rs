@@ -10,6 +10,7 @@ use super::admission::{BUSY, Load, Tracked};
 use super::connection::serve_connection;
 use super::stream::ClientStream;
 use super::{ClientProbe, Exchange, Handler, Length, Limits};
+use crate::requester::Port;
 use crate::status::Status;
 
 /// What a test client sent, what the server wrote back, and whether the server closed.
@@ -133,7 +134,14 @@ fn serve(input: &str, step: usize, handler: impl Fn(Exchange<'_>) + Send + Sync 
     let peer = "127.0.0.1:1".parse().unwrap();
     let shutdown = AtomicBool::new(false);
     let conn = Box::new(stream.clone());
-    serve_connection(conn, peer, &handler, LIMITS, (&load, &tracked), &shutdown);
+    serve_connection(
+        conn,
+        (peer, Port::Plain),
+        &handler,
+        LIMITS,
+        (&load, &tracked),
+        &shutdown,
+    );
     assert_eq!(load.in_flight(), 0, "every request slot given back");
     let wire = stream.wire();
     Seen {

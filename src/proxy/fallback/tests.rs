@@ -138,13 +138,7 @@ fn reads_are_answered_from_the_cache_whatever_the_cloud_did() {
 
 #[test]
 fn writes_are_answered_from_the_cache_only_when_never_sent() {
-    let writes = [
-        Local::Create,
-        Local::Echo,
-        Local::Token,
-        Local::Update,
-        Local::Forbidden,
-    ];
+    let writes = [Local::Echo, Local::Token, Local::WriteRefused];
     let cases: &[(Error, Want)] = &[
         (refused, Cache),
         (connect_timeout, Cache),
@@ -181,11 +175,11 @@ fn what_the_cache_cannot_answer_says_the_cloud_is_unreachable() {
         (CLOUD, Local::Get, refused, Code(503)),
         (CLOUD, Local::List, no_backend, Code(503)),
         (CLOUD, Local::Get, answer_timeout, Code(504)),
-        (CLOUD, Local::Create, refused, Code(503)),
+        (CLOUD, Local::WriteRefused, refused, Code(503)),
         (CLOUD, Local::Unavailable, connect_timeout, Code(504)),
         (EDGE, Local::Unavailable, no_credentials, Code(503)),
         (CLOUD, Local::Get, no_credentials, Code(503)),
-        (CLOUD, Local::Create, no_credentials, Code(503)),
+        (CLOUD, Local::WriteRefused, no_credentials, Code(503)),
     ];
     for (mode, local, error, want) in cases {
         assert_eq!(
@@ -200,7 +194,7 @@ fn what_the_cache_cannot_answer_says_the_cloud_is_unreachable() {
 #[test]
 fn a_broken_client_body_is_the_clients_error_never_a_cache_answer() {
     for mode in [EDGE, CLOUD] {
-        for local in [Local::Get, Local::Create, Local::Unavailable] {
+        for local in [Local::Get, Local::WriteRefused, Local::Unavailable] {
             // ureq says the body failed; the server has no status for it: 400.
             assert_eq!(outcome(mode, &local, client_body, None), Code(400));
             // The server's reading of the body wins over whatever the cloud side saw.
@@ -221,7 +215,7 @@ fn a_broken_client_body_is_the_clients_error_never_a_cache_answer() {
 #[test]
 fn a_request_the_hub_cannot_build_is_its_own_error() {
     for mode in [EDGE, CLOUD] {
-        for local in [Local::Get, Local::Create, Local::Unavailable] {
+        for local in [Local::Get, Local::WriteRefused, Local::Unavailable] {
             assert_eq!(outcome(mode, &local, unbuildable, None), Code(500));
         }
     }
@@ -236,7 +230,7 @@ fn no_usable_server_answers_offline_in_edge_mode_only() {
         probed: healthy,
         error: refused,
     };
-    for local in [Local::Get, Local::Create] {
+    for local in [Local::Get, Local::WriteRefused] {
         assert!(offline(EDGE, &local, &cloud(false)));
         assert!(!offline(EDGE, &local, &cloud(true)));
         assert!(!offline(CLOUD, &local, &cloud(false)));
@@ -257,13 +251,7 @@ fn a_suspect_server_still_takes_writes_not_reads() {
     }
     // No local answer (an eviction, a non-agent's create): the cloud's server choice decides.
     assert!(!offline(EDGE, &Local::Unavailable, &suspect));
-    for write in [
-        Local::Create,
-        Local::Echo,
-        Local::Token,
-        Local::Update,
-        Local::Forbidden,
-    ] {
+    for write in [Local::Echo, Local::Token, Local::WriteRefused] {
         assert!(!offline(EDGE, &write, &suspect), "{write:?}");
     }
 }

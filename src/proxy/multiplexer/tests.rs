@@ -533,7 +533,14 @@ fn plain_connections_carry_no_peer_certificates() {
     });
     let stop = Arc::clone(&shutdown);
     let thread = std::thread::spawn(move || {
-        server::serve(listener, handler, LIMITS, Arc::new(Load::default()), stop)
+        server::serve(
+            listener,
+            crate::requester::Port::Unknown,
+            handler,
+            LIMITS,
+            Arc::new(Load::default()),
+            stop,
+        )
     });
     let mut sock = TcpStream::connect(addr).unwrap();
     write!(

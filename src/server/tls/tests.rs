@@ -158,8 +158,19 @@ impl Running {
             answer(ex);
         });
         let (l, s) = (Arc::clone(&load), Arc::clone(&shutdown));
-        let config = server_config(cert);
-        let thread = thread::spawn(move || serve_tls(listener, config, handler, limits, l, s));
+        let clients = ClusterCaClients::new(Box::new(Vec::new));
+        let config = server_config(cert, Arc::new(clients));
+        let thread = thread::spawn(move || {
+            serve_tls(
+                listener,
+                crate::requester::Port::Secure,
+                config,
+                handler,
+                limits,
+                l,
+                s,
+            )
+        });
         Running {
             addr,
             load,
