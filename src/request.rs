@@ -476,6 +476,7 @@ pub(crate) fn on_behalf_of(
 ) -> Result<ApiRequest, RequestError> {
     let mut req = classify(method, url, &[])?;
     req.component = component.to_owned();
+    req.requester = Requester::hub();
     Ok(req)
 }
 

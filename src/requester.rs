@@ -23,9 +23,10 @@ use std::fmt;
 /// The listener a request came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Port {
-    /// Not from a client of the hub's ports (a request the hub builds for itself, a test):
-    /// lends nothing.
+    /// Not from a client of the hub's ports, and not the hub's own: lends nothing.
     Unknown,
+    /// A request the hub makes itself, for the node (a cache refill, its ConfigMap watch).
+    Hub,
     /// The plain proxy port at `--bind-address`: the node's own components.
     Plain,
     /// The plain proxy port's address on the dummy interface, which pods reach.
@@ -39,6 +40,7 @@ impl Port {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Port::Unknown => "none",
+            Port::Hub => "hub",
             Port::Plain => "plain",
             Port::PlainDummy => "plain-dummy",
             Port::Secure => "https",
@@ -113,6 +115,14 @@ impl Requester {
         }
     }
 
+    /// The hub itself, asking for the node.
+    pub(crate) fn hub() -> Requester {
+        Requester {
+            port: Port::Hub,
+            credential: Credential::None,
+        }
+    }
+
     /// The requester of a request that came in on `port` with `authorization` (the header's
     /// value, if any) and, on the HTTPS port, a verified client certificate: its DER and its
     /// subject's CN and O values. `node` is this node's name.
@@ -138,7 +148,7 @@ impl Requester {
     /// naming this node.
     pub(crate) fn is_node(&self) -> bool {
         match &self.credential {
-            Credential::None => self.port == Port::Plain,
+            Credential::None => matches!(self.port, Port::Plain | Port::Hub),
             Credential::Certificate { node, .. } => *node,
             Credential::Authorization { .. } => false,
         }

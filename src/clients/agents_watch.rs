@@ -20,6 +20,7 @@ use crate::cache::writer::CacheTx;
 use crate::config::WorkingMode;
 use crate::filters::FilterReload;
 use crate::request;
+use crate::requester::Requester;
 use crate::route::{self, Deadline};
 use crate::upstream::Upstream;
 
@@ -88,7 +89,8 @@ pub(crate) fn run(
 /// The cache target of one of the watcher's own requests, as any request would get it.
 fn cache_target(path: &str) -> Option<CacheTarget> {
     let headers = [("User-Agent".to_owned(), super::user_agent())];
-    let req = request::classify("GET", path, &headers).ok()?;
+    let mut req = request::classify("GET", path, &headers).ok()?;
+    req.requester = Requester::hub();
     route::route(&req, true, WorkingMode::Edge).ok()?.cache.ok()
 }
 

@@ -4,17 +4,15 @@
 //! kube-controller-manager would, signed certificates that authenticate (and stop at
 //! expiry), and kubelet's rotating credentials.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rcgen::{CertificateParams, DnType, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, PrivateSec1KeyDer};
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, PrivateSec1KeyDer};
 use serde_json::{Value, json};
 
+use crate::support::https::{self, Answer, ClientId};
 use crate::support::hub::{TempDir, eventually};
 use crate::support::{AuthMethod, Cloud, CsrMode, base64_decode, base64_encode, csr_pem};
 
@@ -22,27 +20,8 @@ const TOKEN_ID: &str = "abcdef";
 const TOKEN_SECRET: &str = "0123456789abcdef";
 const CSR_PATH: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 
-/// A client certificate (DER) and its private key.
-struct ClientId {
-    cert: Vec<u8>,
-    key: PrivateKeyDer<'static>,
-}
-
-/// An answer: status and body (chunked bodies decoded).
-struct Answer {
-    status: u16,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
-    }
-}
-
-/// One request over a fresh TLS connection that trusts the cloud's CA; `Err` when TLS or
-/// the connection fails (a refused client certificate).
+/// One request to the stand-in cloud over a fresh TLS connection that trusts its CA; `Err`
+/// when TLS or the connection fails (a refused client certificate).
 fn https(
     cloud: &Cloud,
     method: &str,
@@ -51,81 +30,24 @@ fn https(
     client: Option<&ClientId>,
     body: Option<&Value>,
 ) -> Result<Answer, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from(cloud.pki().ca_der().to_vec()))
-        .map_err(|e| e.to_string())?;
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots);
-    let config = match client {
-        Some(c) => builder
-            .with_client_auth_cert(
-                vec![CertificateDer::from(c.cert.clone())],
-                c.key.clone_key(),
-            )
-            .map_err(|e| e.to_string())?,
-        None => builder.with_no_client_auth(),
-    };
-    let name = "127.0.0.1".try_into().map_err(|e| format!("{e:?}"))?;
-    let conn = rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
-    let tcp = TcpStream::connect(cloud.addr()).map_err(|e| e.to_string())?;
-    tcp.set_read_timeout(Some(Duration::from_secs(20)))
-        .map_err(|e| e.to_string())?;
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: cloud\r\nConnection: close\r\nAccept: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if !body.is_empty() {
-        head += "Content-Type: application/json\r\n";
+    let auth = bearer.map(|t| format!("Bearer {t}"));
+    let mut headers = Vec::new();
+    if let Some(auth) = auth.as_deref() {
+        headers.push(("Authorization", auth));
     }
-    if let Some(t) = bearer {
-        head += &format!("Authorization: Bearer {t}\r\n");
+    let body = body.map(|b| b.to_string());
+    if body.is_some() {
+        headers.push(("Content-Type", "application/json"));
     }
-    head += "\r\n";
-    tls.write_all(head.as_bytes())
-        .and_then(|()| tls.write_all(body.as_bytes()))
-        .map_err(|e| e.to_string())?;
-    let mut raw = Vec::new();
-    if let Err(e) = tls.read_to_end(&mut raw) {
-        // A close without close_notify after a complete answer is not a failure.
-        if raw.is_empty() || e.kind() != std::io::ErrorKind::UnexpectedEof {
-            return Err(e.to_string());
-        }
-    }
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("no answer head")?;
-    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or("no status")?;
-    let mut body = raw[split + 4..].to_vec();
-    if head.contains("transfer-encoding: chunked") {
-        body = dechunk(&body);
-    }
-    Ok(Answer { status, body })
-}
-
-fn dechunk(mut raw: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") {
-        let size =
-            usize::from_str_radix(String::from_utf8_lossy(&raw[..eol]).trim(), 16).unwrap_or(0);
-        if size == 0 || raw.len() < eol + 2 + size {
-            break;
-        }
-        out.extend_from_slice(&raw[eol + 2..eol + 2 + size]);
-        raw = &raw[(eol + 4 + size).min(raw.len())..];
-    }
-    out
+    https::call(
+        cloud.addr(),
+        cloud.pki().ca_der(),
+        method,
+        path,
+        &headers,
+        client,
+        body.as_deref().map(str::as_bytes),
+    )
 }
 
 fn token() -> String {

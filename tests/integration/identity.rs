@@ -102,12 +102,29 @@ fn kubectl(home: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// kubelet's client certificate and key (`system:node:edge-1`) as files under `dir`, as its
+/// kubeconfig would name them.
+fn kubelet_cert_files(cloud: &Cloud, dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let kubelet = cloud.issue_client(NODE_USER, &["system:nodes"]);
+    let (cert, key) = (dir.join("kubelet.crt"), dir.join("kubelet.key"));
+    std::fs::write(&cert, &kubelet.pair.cert_pem).unwrap();
+    std::fs::write(&key, &kubelet.pair.key_pem).unwrap();
+    (cert, key)
+}
+
 /// Python's own HTTPS client reads configmap `default/settings` from `addr`, trusting only
-/// `ca`, as the component `ua` names: its status and `data.k`.
-fn python_get_setting(addr: std::net::SocketAddr, ca: &Path, ua: &str) -> String {
+/// `ca`, presenting kubelet's client certificate `(cert, key)` (only the node is lent the
+/// node's identity on the HTTPS port), as the component `ua` names: its status and `data.k`.
+fn python_get_setting(
+    addr: std::net::SocketAddr,
+    ca: &Path,
+    (cert, key): (&Path, &Path),
+    ua: &str,
+) -> String {
     let script = format!(
         "import http.client, json, ssl\n\
          ctx = ssl.create_default_context(cafile={ca:?})\n\
+         ctx.load_cert_chain({cert:?}, {key:?})\n\
          c = http.client.HTTPSConnection('{}', {}, context=ctx)\n\
          c.request('GET', '/api/v1/namespaces/default/configmaps/settings', headers={{'User-Agent': {ua:?}}})\n\
          r = c.getresponse()\n\
@@ -115,6 +132,8 @@ fn python_get_setting(addr: std::net::SocketAddr, ca: &Path, ua: &str) -> String
         addr.ip(),
         addr.port(),
         ca = ca.display().to_string(),
+        cert = cert.display().to_string(),
+        key = key.display().to_string(),
     );
     let out = Command::new("python3")
         .arg("-c")
@@ -378,7 +397,7 @@ fn the_https_port_answers_kubectl_and_python() {
     let ca = ca_file(&cloud, dir.path());
     let server = format!("https://{addr}");
     // kubelet's kind of kubeconfig: the cluster CA and its own client certificate, which
-    // the hub's port does not ask for (it goes upstream with the hub's identity).
+    // makes it the node on this port (it goes upstream with the hub's identity).
     let kubelet = cloud.issue_client(NODE_USER, &["system:nodes"]);
     let kubeconfig = dir.path().join("https.kubeconfig");
     std::fs::write(
@@ -422,8 +441,9 @@ fn the_https_port_answers_kubectl_and_python() {
             .any(|q| q.bearer_token.as_deref() == Some("pod-token"))
     );
 
+    let (cert, key) = kubelet_cert_files(&cloud, dir.path());
     assert_eq!(
-        python_get_setting(addr, &ca, "python-urllib"),
+        python_get_setting(addr, &ca, (&cert, &key), "python-urllib"),
         "200 settings"
     );
 }
@@ -455,8 +475,9 @@ fn a_restart_uses_the_stored_certificates_even_offline() {
     let addr = hub
         .wait_https(Duration::from_secs(10))
         .unwrap_or_else(|| panic!("no HTTPS port: {}", hub.logs()));
+    let (cert, key) = kubelet_cert_files(&cloud, dir.path());
     assert_eq!(
-        python_get_setting(addr, &ca_file(&cloud, dir.path()), KUBELET),
+        python_get_setting(addr, &ca_file(&cloud, dir.path()), (&cert, &key), KUBELET),
         "200 settings"
     );
 

@@ -405,15 +405,6 @@ fn events_are_never_written_to_the_cache() {
     let reply = post(&hub, "/api/v1/namespaces/default/events", &event("e2"));
     assert_eq!(reply.status, 201, "{}", reply.text());
     assert_eq!(reply.json(), event("e2"));
-    assert_eq!(
-        post(
-            &hub,
-            "/api/v1/namespaces/default/configmaps",
-            &configmap("marker-2")
-        )
-        .status,
-        201
-    );
     // kubelet and kube-proxy send events in protobuf by default: the body comes back as
     // it went, not a 400 that kubelet drops ("Server rejected event (will not retry!)").
     let protobuf = protobuf_event("web-1.17a2b3c4d5e6f7aa");
@@ -433,7 +424,9 @@ fn events_are_never_written_to_the_cache() {
         Some("application/vnd.kubernetes.protobuf")
     );
     assert_eq!(reply.body, protobuf);
-    assert!(hub.wait_cached(&["kubelet/configmaps.v1.core/default/marker-2"], WAIT));
+    // Offline nothing a client sends is stored at all (issue 28), so there is no marker to
+    // wait for: the writer is quiet, and no event reached it.
+    hub.wait_cache_quiet();
     assert!(!events_dir.exists(), "{:?}", files_under(&cache));
 
     // What an older version cached is removed at start, for every component.
@@ -452,9 +445,10 @@ fn events_are_never_written_to_the_cache() {
         let kind_dir: PathBuf = cache.join(rel).parent().unwrap().parent().unwrap().into();
         assert!(!kind_dir.exists(), "{} is still there", kind_dir.display());
     }
+    // What the cloud gave is kept: only event collections go.
     assert!(
         cache
-            .join("kubelet/configmaps.v1.core/default/marker-2")
+            .join("kubelet/configmaps.v1.core/default/marker-1")
             .exists()
     );
     assert!(

@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 mod cloud;
+pub mod https;
 pub mod hub;
 mod kubeconfig;
 pub mod mount;
