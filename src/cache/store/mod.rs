@@ -66,6 +66,7 @@ mod fs;
 mod index;
 mod journal;
 mod list;
+mod recent;
 mod replace;
 #[cfg(test)]
 mod tests;
@@ -77,8 +78,8 @@ use std::fs::{DirBuilder, File};
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use super::key::{CollectionKey, ObjectKey, rv_newer};
 use super::object::ObjectHead;
@@ -91,6 +92,7 @@ use fs::{
 };
 use index::{Known, ObjectIndex, entry_with};
 use list::NameCursor;
+use recent::RecentChanges;
 use tombstones::Tombstones;
 
 pub(crate) use error::{StoreError, StoreOp};
@@ -153,9 +155,11 @@ pub(crate) struct Store {
     staging: PathBuf,
     /// The root, open: `syncfs` needs a descriptor on the cache filesystem.
     root_dir: File,
-    /// Bumped by every change made outside a replacement, so a commit knows whether its
-    /// staging-time comparisons may be out of date.
+    /// Bumped by every change made outside a replacement and by every journal applied, so
+    /// a commit knows whether its staging-time comparisons may be out of date.
     changes: AtomicUsize,
+    /// Which objects those changes touched, lately (`recent.rs`).
+    recent: Mutex<RecentChanges>,
     /// Recently removed objects. Locked only by the one writer thread: never contended.
     tombstones: Mutex<Tombstones>,
     /// What is stored, so an unchanged put touches no file (`index.rs`).
@@ -203,6 +207,7 @@ impl Store {
             staging: root.join(STAGING),
             root_dir,
             changes: AtomicUsize::new(0),
+            recent: Mutex::new(RecentChanges::default()),
             tombstones: Mutex::new(Tombstones::default()),
             index: Mutex::new(ObjectIndex::default()),
             options,
@@ -347,7 +352,7 @@ impl Store {
         }
         drop(index);
         if written.is_ok() {
-            self.changes.fetch_add(1, Ordering::Relaxed);
+            self.changed(Some(at));
         }
         written
     }
@@ -364,6 +369,8 @@ impl Store {
         let real = all_real_dirs(&dirs)?;
         let dir = &dirs[dirs.len() - 1];
         let path = dir.join(&key.name);
+        let at = self.index().key_hash(key);
+        let mut buried = false;
         if let Some(rv) = rv {
             // Unreadable: not known to be newer, so the deletion goes ahead.
             if real
@@ -374,24 +381,39 @@ impl Store {
             }
             if let Ok(rv) = rv.parse::<u64>() {
                 self.bury(key, rv.saturating_sub(1), rv);
+                buried = true;
             }
         }
-        if !real {
-            return Ok(false);
+        // A tombstone alone is a change too: a list staged meanwhile must heed it.
+        let removed = real && self.remove_indexed(at, &path)?;
+        if removed || buried {
+            self.changed(Some(at));
         }
-        {
-            let mut index = self.index();
-            let at = index.key_hash(key);
-            index.forget(at);
+        if removed {
+            sync_dir(dir)?;
         }
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(io_err(StoreOp::Remove, &path)(e)),
+        Ok(removed)
+    }
+
+    /// Removes the object file at `path` (path hash `at`) and its index entry; `false` if
+    /// there was none.
+    fn remove_indexed(&self, at: u64, path: &Path) -> Result<bool, StoreError> {
+        self.index().forget(at);
+        match std::fs::remove_file(path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io_err(StoreOp::Remove, path)(e)),
         }
-        self.changes.fetch_add(1, Ordering::Relaxed);
-        sync_dir(dir)?;
-        Ok(true)
+    }
+
+    /// Numbers a change to the object at path hash `at` (`None`: to more than one) and
+    /// notes it (`recent.rs`).
+    fn changed(&self, at: Option<u64>) {
+        let seq = self.changes.fetch_add(1, Ordering::Relaxed) + 1;
+        self.recent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .note(seq, at);
     }
 
     /// Removes a whole collection at once (the cloud answered a list with 404).
@@ -414,7 +436,7 @@ impl Store {
         // Entries carry no collection: all go, and the disk answers until puts refill them.
         self.index().clear();
         std::fs::rename(&kind_dir, &trash).map_err(io_err(StoreOp::Rename, &trash))?;
-        self.changes.fetch_add(1, Ordering::Relaxed);
+        self.changed(None);
         sync_dir(&component_dir)?;
         if let Err(e) = std::fs::remove_dir_all(&trash) {
             // Invisible already; the next start removes what is left.

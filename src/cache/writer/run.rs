@@ -334,17 +334,19 @@ fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complet
     else {
         return;
     };
-    let whole = list.is_whole(*paged, active.not_objects);
-    let mut in_scope = |bytes: &[u8]| -> bool {
-        whole
-            && serde_json::from_slice::<serde_json::Value>(bytes)
+    let list_rv = list.resource_version.as_deref();
+    let committed = if list.is_whole(*paged, active.not_objects) {
+        // The cloud's whole answer for the scope replaces it, whatever the cache held.
+        let mut in_scope = |bytes: &[u8]| -> bool {
+            serde_json::from_slice::<serde_json::Value>(bytes)
                 // A file that is not JSON is garbage in scope: let the answer replace it.
                 .map_or(true, |v| selectors.matches(&v))
+        };
+        list.replace.commit(&mut in_scope, list_rv)
+    } else {
+        list.replace.commit_partial(list_rv)
     };
-    match list
-        .replace
-        .commit(&mut in_scope, list.resource_version.as_deref())
-    {
+    match committed {
         Ok(report) => {
             if report.written > 0 {
                 failures.written_again();
