@@ -13,7 +13,8 @@ use crossbeam_channel::TryRecvError;
 use super::MAX_OBJECT_BYTES;
 use super::error_keys::{ErrorKeys, Keyed};
 use super::rules::{
-    ListState, list_item, list_member, located_paths, put_object, put_token, watch_event,
+    ListState, list_item, list_member, located_paths, namespaced, put_object, put_token,
+    watch_event,
 };
 #[cfg(doc)]
 use super::tee::CacheTx;
@@ -168,7 +169,7 @@ fn handle<'s>(
             }
         }
         CacheMsg::Put { collection, bytes } => {
-            put_object(store, failures, &collection, &bytes, None, &mut 0);
+            put_object(store, failures, &collection, None, &bytes, None, &mut 0);
         }
     }
 }
@@ -269,6 +270,8 @@ fn begin<'s>(
             Ok(replace) => Some(ListState {
                 replace,
                 failed_keys: Vec::new(),
+                namespaced: namespaced(collection, namespace.as_deref()),
+                no_namespace: 0,
                 item_kind: None,
                 api_version: None,
                 resource_version: None,
@@ -404,8 +407,23 @@ fn apply_unit(
             );
             true
         }
-        (Unit::Object(bytes), CacheTarget::Object { collection, .. }) => {
-            put_object(store, failures, collection, bytes, Some(found), not_objects);
+        (
+            Unit::Object(bytes),
+            CacheTarget::Object {
+                collection,
+                namespace,
+                ..
+            },
+        ) => {
+            put_object(
+                store,
+                failures,
+                collection,
+                namespace.as_deref(),
+                bytes,
+                Some(found),
+                not_objects,
+            );
             true
         }
         (Unit::Object(bytes), CacheTarget::Token(token)) => {
