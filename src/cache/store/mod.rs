@@ -44,6 +44,34 @@
 //! (`replace.rs`; the journal's format and the recovery at start are in `journal.rs`).
 //! [`Store::open`] rolls an interrupted replacement forward or back.
 //!
+//! # Whose version wins
+//!
+//! Everything stored is the cloud's: answers to reads, lists and watches (a client's write
+//! is never stored as the cloud's truth). The cloud's answers interleave in the writer, so
+//! resourceVersions, compared as numbers, put them in order; the rules are three.
+//!
+//! - **A single object** (a get's answer, a watch event) is not written over a stored
+//!   version newer than its own, nor at or below a version a deletion buried
+//!   (`tombstones.rs`): a replayed or late event, or a get answered by an apiserver that
+//!   lags behind an event already stored, must not undo it. Both versions compared are the
+//!   cloud's; a file from before this start counts as the cloud's too, until a whole list
+//!   says otherwise.
+//! - **A whole list of a scope** ([`Replace::commit`]) is the cloud's whole truth for it,
+//!   and replaces the scope whatever versions the cache holds: resourceVersions are opaque,
+//!   and they go backwards after an etcd restore, which would otherwise freeze the cache on
+//!   old objects for good (or on a file planted behind the hub's back with a huge one).
+//!   Nothing stored or buried before the list began stops it: every object it returns is
+//!   written, every object of the scope it left out is removed. Only what the cloud said
+//!   while the list was being staged is compared (an object a watch event or a get wrote
+//!   or deleted meanwhile, which the store notes in `recent.rs`): a list then does not undo
+//!   a newer event, bring back a deletion, or remove an object created after it was taken.
+//! - **A partial list** (a page, an answer with an item the hub could not read or file)
+//!   deletes nothing, and each of its objects is guarded as a single object is.
+//!
+//! After an etcd restore, then, events and gets below the stored versions are refused until
+//! the next whole list, which the client makes when its watch breaks; that list's versions
+//! rule from then on.
+//!
 //! # What a failure leaves
 //!
 //! A failed write (ENOSPC, EACCES, EIO) returns a [`StoreError`] naming the path and the
@@ -55,7 +83,8 @@
 //! # Files
 //!
 //! `mod.rs` the store API and layout; `replace.rs` list replacements; `journal.rs` the
-//! journal and recovery at start; `tombstones.rs` recent deletions; `index.rs` the
+//! journal and recovery at start; `tombstones.rs` recent deletions; `recent.rs` which
+//! objects changed lately (what a whole list yields to); `index.rs` the
 //! in-memory index that answers unchanged puts; `list.rs` reading a collection in order; `tokens.rs` TokenRequest answers; `fs.rs` the no-follow, 0600/0700
 //! file primitives; `error.rs` [`StoreError`];
 //! `error_keys.rs` the list of keys whose write failed, kept beside the cache.

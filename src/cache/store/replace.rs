@@ -2,11 +2,16 @@
 //! visible all at once through a journal, deleting what the answer left out.
 //!
 //! [`Replace::put`] writes each object that differs from the stored one to
-//! `.staging/r.<id>.<seq>` without an fsync. [`Replace::commit`] then:
+//! `.staging/r.<id>.<seq>` without an fsync, also one older than the stored one: whether
+//! the answer is whole, and so wins over every stored version (see "Whose version wins" in
+//! `mod.rs`), is known only at the commit. [`Replace::commit`] (a whole answer) or
+//! [`Replace::commit_partial`] then:
 //!
-//! 1. walks the stored objects of the scope in (namespace, name) order, merging with the
-//!    staged names sorted the same way, and writes `.staging/j.<id>`: the directories to
-//!    make, the renames and the deletes;
+//! 1. decides which staged objects are written (a partial answer drops those older than
+//!    the stored ones; either compares again what changed while it was staged), walks the
+//!    stored objects of the scope in (namespace, name) order, merging with the staged names
+//!    sorted the same way (a whole answer only: a partial one deletes nothing), and writes
+//!    `.staging/j.<id>`: the directories to make, the renames and the deletes;
 //! 2. `syncfs` once on the cache filesystem (staged objects and journal are durable), then
 //!    fsyncs the journal and renames it to `<root>/.journal.<id>`, and fsyncs the root:
 //!    this rename is the commit point;
@@ -49,7 +54,8 @@ pub(crate) struct ReplaceReport {
     pub stale: usize,
     /// Stored objects in scope but absent from the answer, removed.
     pub deleted: usize,
-    /// Stored objects absent from the answer but newer than it, kept.
+    /// Stored objects absent from the answer but newer than it and stored while it was
+    /// staged (created after it was taken), kept.
     pub kept_newer: usize,
     /// Objects of the answer a watch deleted while the answer was staged, not brought back.
     pub deleted_meanwhile: usize,
@@ -90,6 +96,10 @@ impl Store {
         })
     }
 }
+
+/// Whether a stored object left out of a whole answer is in its scope (the caller checks
+/// the request's selectors), and so deleted.
+type InScope<'f> = &'f mut dyn FnMut(&[u8]) -> bool;
 
 /// A list answer being staged; see [`Store::begin_replace`].
 ///
@@ -287,7 +297,7 @@ impl Replace<'_> {
     /// [`Replace::commit`] when `in_scope` is given, else [`Replace::commit_partial`].
     fn finish(
         mut self,
-        in_scope: Option<&mut dyn FnMut(&[u8]) -> bool>,
+        in_scope: Option<InScope<'_>>,
         list_rv: Option<&str>,
     ) -> Result<ReplaceReport, StoreError> {
         let result = self.run_commit(in_scope, list_rv);
@@ -304,7 +314,7 @@ impl Replace<'_> {
 
     fn run_commit(
         &mut self,
-        mut in_scope: Option<&mut dyn FnMut(&[u8]) -> bool>,
+        mut in_scope: Option<InScope<'_>>,
         list_rv: Option<&str>,
     ) -> Result<ReplaceReport, StoreError> {
         self.checkpoint(CommitStep::Staged)?;
