@@ -38,4 +38,5 @@ mod pool_serve;
 mod power_loss;
 mod serve_extras;
 mod trust;
+mod whole_list;
 mod yurthub_command_line;

@@ -59,7 +59,8 @@ pub(super) enum Known {
     Unknown,
     /// The object is stored and differs; this put writes it.
     Differs,
-    /// Identical or stale: nothing to write.
+    /// Identical or stale: nothing to write (a replacement stages a stale object all the
+    /// same: a whole list wins over it).
     Unchanged(PutOutcome),
 }
 

@@ -193,16 +193,21 @@ impl Store {
     }
 
     /// Applies one rename or delete, idempotently. The object's index entry goes whatever
-    /// happens: the journal does not say what the staged file holds.
+    /// happens: the journal does not say what the staged file holds. The change is noted
+    /// (`recent.rs`): a list staged meanwhile must compare with it.
     fn apply_op(
         &self,
         op: JournalOp<'_>,
         touched: &mut BTreeSet<PathBuf>,
     ) -> Result<(), StoreError> {
         if let JournalOp::Rename(_, rel) | JournalOp::Delete(rel) = op {
-            let mut index = self.index();
-            let at = index.path_hash(rel);
-            index.forget(at);
+            let at = {
+                let mut index = self.index();
+                let at = index.path_hash(rel);
+                index.forget(at);
+                at
+            };
+            self.changed(Some(at));
         }
         match op {
             JournalOp::Mkdir(_) => Ok(()),

@@ -44,6 +44,34 @@
 //! (`replace.rs`; the journal's format and the recovery at start are in `journal.rs`).
 //! [`Store::open`] rolls an interrupted replacement forward or back.
 //!
+//! # Whose version wins
+//!
+//! Everything stored is the cloud's: answers to reads, lists and watches (a client's write
+//! is never stored as the cloud's truth). The cloud's answers interleave in the writer, so
+//! resourceVersions, compared as numbers, put them in order; the rules are three.
+//!
+//! - **A single object** (a get's answer, a watch event) is not written over a stored
+//!   version newer than its own, nor at or below a version a deletion buried
+//!   (`tombstones.rs`): a replayed or late event, or a get answered by an apiserver that
+//!   lags behind an event already stored, must not undo it. Both versions compared are the
+//!   cloud's; a file from before this start counts as the cloud's too, until a whole list
+//!   says otherwise.
+//! - **A whole list of a scope** ([`Replace::commit`]) is the cloud's whole truth for it,
+//!   and replaces the scope whatever versions the cache holds: resourceVersions are opaque,
+//!   and they go backwards after an etcd restore, which would otherwise freeze the cache on
+//!   old objects for good (or on a file planted behind the hub's back with a huge one).
+//!   Nothing stored or buried before the list began stops it: every object it returns is
+//!   written, every object of the scope it left out is removed. Only what the cloud said
+//!   while the list was being staged is compared (an object a watch event or a get wrote
+//!   or deleted meanwhile, which the store notes in `recent.rs`): a list then does not undo
+//!   a newer event, bring back a deletion, or remove an object created after it was taken.
+//! - **A partial list** (a page, an answer with an item the hub could not read or file)
+//!   deletes nothing, and each of its objects is guarded as a single object is.
+//!
+//! After an etcd restore, then, events and gets below the stored versions are refused until
+//! the next whole list, which the client makes when its watch breaks; that list's versions
+//! rule from then on.
+//!
 //! # What a failure leaves
 //!
 //! A failed write (ENOSPC, EACCES, EIO) returns a [`StoreError`] naming the path and the
@@ -55,7 +83,8 @@
 //! # Files
 //!
 //! `mod.rs` the store API and layout; `replace.rs` list replacements; `journal.rs` the
-//! journal and recovery at start; `tombstones.rs` recent deletions; `index.rs` the
+//! journal and recovery at start; `tombstones.rs` recent deletions; `recent.rs` which
+//! objects changed lately (what a whole list yields to); `index.rs` the
 //! in-memory index that answers unchanged puts; `list.rs` reading a collection in order; `tokens.rs` TokenRequest answers; `fs.rs` the no-follow, 0600/0700
 //! file primitives; `error.rs` [`StoreError`];
 //! `error_keys.rs` the list of keys whose write failed, kept beside the cache.
@@ -66,6 +95,7 @@ mod fs;
 mod index;
 mod journal;
 mod list;
+mod recent;
 mod replace;
 #[cfg(test)]
 mod tests;
@@ -77,8 +107,8 @@ use std::fs::{DirBuilder, File};
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use super::key::{CollectionKey, ObjectKey, rv_newer};
 use super::object::ObjectHead;
@@ -91,6 +121,7 @@ use fs::{
 };
 use index::{Known, ObjectIndex, entry_with};
 use list::NameCursor;
+use recent::RecentChanges;
 use tombstones::Tombstones;
 
 pub(crate) use error::{StoreError, StoreOp};
@@ -153,9 +184,11 @@ pub(crate) struct Store {
     staging: PathBuf,
     /// The root, open: `syncfs` needs a descriptor on the cache filesystem.
     root_dir: File,
-    /// Bumped by every change made outside a replacement, so a commit knows whether its
-    /// staging-time comparisons may be out of date.
+    /// Bumped by every change made outside a replacement and by every journal applied, so
+    /// a commit knows whether its staging-time comparisons may be out of date.
     changes: AtomicUsize,
+    /// Which objects those changes touched, lately (`recent.rs`).
+    recent: Mutex<RecentChanges>,
     /// Recently removed objects. Locked only by the one writer thread: never contended.
     tombstones: Mutex<Tombstones>,
     /// What is stored, so an unchanged put touches no file (`index.rs`).
@@ -203,6 +236,7 @@ impl Store {
             staging: root.join(STAGING),
             root_dir,
             changes: AtomicUsize::new(0),
+            recent: Mutex::new(RecentChanges::default()),
             tombstones: Mutex::new(Tombstones::default()),
             index: Mutex::new(ObjectIndex::default()),
             options,
@@ -347,7 +381,7 @@ impl Store {
         }
         drop(index);
         if written.is_ok() {
-            self.changes.fetch_add(1, Ordering::Relaxed);
+            self.changed(Some(at));
         }
         written
     }
@@ -364,6 +398,8 @@ impl Store {
         let real = all_real_dirs(&dirs)?;
         let dir = &dirs[dirs.len() - 1];
         let path = dir.join(&key.name);
+        let at = self.index().key_hash(key);
+        let mut buried = false;
         if let Some(rv) = rv {
             // Unreadable: not known to be newer, so the deletion goes ahead.
             if real
@@ -374,24 +410,39 @@ impl Store {
             }
             if let Ok(rv) = rv.parse::<u64>() {
                 self.bury(key, rv.saturating_sub(1), rv);
+                buried = true;
             }
         }
-        if !real {
-            return Ok(false);
+        // A tombstone alone is a change too: a list staged meanwhile must heed it.
+        let removed = real && self.remove_indexed(at, &path)?;
+        if removed || buried {
+            self.changed(Some(at));
         }
-        {
-            let mut index = self.index();
-            let at = index.key_hash(key);
-            index.forget(at);
+        if removed {
+            sync_dir(dir)?;
         }
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(io_err(StoreOp::Remove, &path)(e)),
+        Ok(removed)
+    }
+
+    /// Removes the object file at `path` (path hash `at`) and its index entry; `false` if
+    /// there was none.
+    fn remove_indexed(&self, at: u64, path: &Path) -> Result<bool, StoreError> {
+        self.index().forget(at);
+        match std::fs::remove_file(path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io_err(StoreOp::Remove, path)(e)),
         }
-        self.changes.fetch_add(1, Ordering::Relaxed);
-        sync_dir(dir)?;
-        Ok(true)
+    }
+
+    /// Numbers a change to the object at path hash `at` (`None`: to more than one) and
+    /// notes it (`recent.rs`).
+    fn changed(&self, at: Option<u64>) {
+        let seq = self.changes.fetch_add(1, Ordering::Relaxed) + 1;
+        self.recent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .note(seq, at);
     }
 
     /// Removes a whole collection at once (the cloud answered a list with 404).
@@ -414,7 +465,7 @@ impl Store {
         // Entries carry no collection: all go, and the disk answers until puts refill them.
         self.index().clear();
         std::fs::rename(&kind_dir, &trash).map_err(io_err(StoreOp::Rename, &trash))?;
-        self.changes.fetch_add(1, Ordering::Relaxed);
+        self.changed(None);
         sync_dir(&component_dir)?;
         if let Err(e) = std::fs::remove_dir_all(&trash) {
             // Invisible already; the next start removes what is left.

@@ -2,11 +2,16 @@
 //! visible all at once through a journal, deleting what the answer left out.
 //!
 //! [`Replace::put`] writes each object that differs from the stored one to
-//! `.staging/r.<id>.<seq>` without an fsync. [`Replace::commit`] then:
+//! `.staging/r.<id>.<seq>` without an fsync, also one older than the stored one: whether
+//! the answer is whole, and so wins over every stored version (see "Whose version wins" in
+//! `mod.rs`), is known only at the commit. [`Replace::commit`] (a whole answer) or
+//! [`Replace::commit_partial`] then:
 //!
-//! 1. walks the stored objects of the scope in (namespace, name) order, merging with the
-//!    staged names sorted the same way, and writes `.staging/j.<id>`: the directories to
-//!    make, the renames and the deletes;
+//! 1. decides which staged objects are written (a partial answer drops those older than
+//!    the stored ones; either compares again what changed while it was staged), walks the
+//!    stored objects of the scope in (namespace, name) order, merging with the staged names
+//!    sorted the same way (a whole answer only: a partial one deletes nothing), and writes
+//!    `.staging/j.<id>`: the directories to make, the renames and the deletes;
 //! 2. `syncfs` once on the cache filesystem (staged objects and journal are durable), then
 //!    fsyncs the journal and renames it to `<root>/.journal.<id>`, and fsyncs the root:
 //!    this rename is the commit point;
@@ -18,6 +23,7 @@
 //!
 //! The journal's format and how recovery applies it: `journal.rs`.
 
+use std::collections::HashSet;
 use std::fs;
 use std::path::PathBuf;
 use std::sync::PoisonError;
@@ -33,6 +39,7 @@ use super::fs::{
 use super::index::{Known, entry_with};
 use super::journal::{JOURNAL_PREFIX, JournalWriter, RelPath};
 use super::list::NameCursor;
+use super::recent::Changed;
 use super::{PutOutcome, Store, check_collection, check_segment, next_id, stored_rv, unchanged};
 use crate::cache::key::{CollectionKey, ObjectKey, rv_newer};
 
@@ -47,7 +54,8 @@ pub(crate) struct ReplaceReport {
     pub stale: usize,
     /// Stored objects in scope but absent from the answer, removed.
     pub deleted: usize,
-    /// Stored objects absent from the answer but newer than it, kept.
+    /// Stored objects absent from the answer but newer than it and stored while it was
+    /// staged (created after it was taken), kept.
     pub kept_newer: usize,
     /// Objects of the answer a watch deleted while the answer was staged, not brought back.
     pub deleted_meanwhile: usize,
@@ -89,6 +97,10 @@ impl Store {
     }
 }
 
+/// Whether a stored object left out of a whole answer is in its scope (the caller checks
+/// the request's selectors), and so deleted.
+type InScope<'f> = &'f mut dyn FnMut(&[u8]) -> bool;
+
 /// A list answer being staged; see [`Store::begin_replace`].
 ///
 /// Holds the answer's names, not its objects: their bytes in one string, plus 20 bytes an
@@ -116,6 +128,17 @@ pub(crate) struct Replace<'s> {
     namespace_checked: Option<String>,
 }
 
+/// Why a staged object is not written after all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// A watch deleted it while the answer was staged.
+    DeletedMeanwhile,
+    /// The stored version is newer, or a tombstone buries this one.
+    Stale,
+    /// The same bytes are stored now.
+    Identical,
+}
+
 /// One object of the answer: where its key lies in `Replace::keys`, and its staged file.
 #[derive(Debug, Clone, Copy)]
 struct Staged {
@@ -127,6 +150,9 @@ struct Staged {
     /// A stored copy existed when this was staged: if it is gone by the commit, a watch
     /// deleted it meanwhile, and the (older) list must not bring it back.
     existed: bool,
+    /// The stored version was newer, or a tombstone buried this one, when it was staged:
+    /// written only if the answer turns out whole (see [`Replace::commit`]).
+    stale: bool,
 }
 
 impl Staged {
@@ -150,7 +176,9 @@ impl Replace<'_> {
     }
 
     /// Stage one object of the list answer (written to a temporary file now, not yet
-    /// visible). Identical objects, and objects older than the stored ones, are not written.
+    /// visible). Identical objects are not written. An object older than the stored one, or
+    /// buried by a tombstone, is staged all the same and answered [`PutOutcome::Stale`]:
+    /// whether the answer is whole, and so wins over it, is known only at the commit.
     pub(crate) fn put(
         &mut self,
         namespace: Option<&str>,
@@ -171,33 +199,33 @@ impl Replace<'_> {
                 scope: scope.clone(),
             });
         }
-        // Before reading the file: a buried version needs no disk access to be refused.
-        let (existed, outcome) = if self.buried(namespace, name, rv) {
-            (false, Some(PutOutcome::Stale))
-        } else {
-            let (at, content, known) = {
-                let probe = Self::set_probe(&mut self.probe, namespace, name);
-                let index = self.store.index();
-                let at = index.key_hash(probe);
-                let content = index.content_hash(bytes);
-                (at, content, index.judge(at, content, rv))
-            };
-            match known {
-                Known::Unchanged(outcome) => (true, Some(outcome)),
-                Known::Differs => (true, None),
-                Known::Unknown => {
-                    let existing = self.read_stored(namespace, name)?;
-                    let outcome = unchanged(existing.as_deref(), bytes, rv);
-                    if outcome == Some(PutOutcome::Identical) {
-                        self.store.index().record(at, entry_with(bytes, content));
-                    }
-                    (existing.is_some(), outcome)
+        let (at, content, known) = {
+            let probe = Self::set_probe(&mut self.probe, namespace, name);
+            let index = self.store.index();
+            let at = index.key_hash(probe);
+            let content = index.content_hash(bytes);
+            (at, content, index.judge(at, content, rv))
+        };
+        let (existed, outcome) = match known {
+            Known::Unchanged(outcome) => (true, Some(outcome)),
+            Known::Differs => (true, None),
+            Known::Unknown => {
+                let existing = self.read_stored(namespace, name)?;
+                let outcome = unchanged(existing.as_deref(), bytes, rv);
+                if outcome == Some(PutOutcome::Identical) {
+                    self.store.index().record(at, entry_with(bytes, content));
                 }
+                (existing.is_some(), outcome)
             }
         };
+        let outcome = match outcome {
+            None if self.buried(namespace, name, rv) => Some(PutOutcome::Stale),
+            outcome => outcome,
+        };
+        let stale = outcome == Some(PutOutcome::Stale);
         let temp = match outcome {
-            Some(_) => None,
-            None => {
+            Some(PutOutcome::Identical) => None,
+            _ => {
                 let seq = self.entries.len();
                 write_new_file(&self.temp_path(seq), bytes, false)?;
                 Some(seq)
@@ -212,6 +240,7 @@ impl Replace<'_> {
             name_len: name.len(),
             temp,
             existed,
+            stale,
         });
         Ok(match outcome {
             Some(PutOutcome::Identical) => {
@@ -232,18 +261,43 @@ impl Replace<'_> {
         })
     }
 
-    /// Make the answer visible all at once: every staged object replaces its file, and
-    /// every cached object of this collection and namespace scope that was not in the
-    /// answer and for which `in_scope(bytes)` is true (the caller checks the request's
-    /// selectors) is deleted — unless its resourceVersion is newer than `list_rv` (it was
-    /// created after the list was taken). Objects outside the scope stay. The kind (and
-    /// namespace) directory exists afterwards even for an empty answer.
+    /// Make a whole answer visible all at once: the cloud's whole list of the scope replaces
+    /// it, whatever resourceVersions the cache holds (they are opaque, and go backwards
+    /// after an etcd restore). Every staged object replaces its file, and every cached object
+    /// of this collection and namespace scope that was not in the answer and for which
+    /// `in_scope(bytes)` is true (the caller checks the request's selectors) is deleted.
+    /// Objects outside the scope stay. The kind (and namespace) directory exists afterwards
+    /// even for an empty answer.
     ///
-    /// Every version up to a deleted object's own is stale from then on (see
-    /// [`Store::delete`]), also when the commit then fails: the answer left it out anyway.
+    /// What was stored, or buried by a tombstone, before [`Store::begin_replace`] never
+    /// stops the answer. Only what the cloud said while it was being staged (a watch event
+    /// or a get stored or deleted an object meanwhile) is compared: a staged object older
+    /// than such a change is not written, one deleted meanwhile is not brought back, and an
+    /// object stored meanwhile at a resourceVersion newer than `list_rv` (created after the
+    /// list was taken) is not deleted.
+    ///
+    /// Versions of a deleted object up to its own (or up to `list_rv`, if lower) are stale
+    /// from then on (see [`Store::delete`]), also when the commit then fails: the answer left
+    /// it out anyway.
     pub(crate) fn commit(
-        mut self,
+        self,
         in_scope: &mut dyn FnMut(&[u8]) -> bool,
+        list_rv: Option<&str>,
+    ) -> Result<ReplaceReport, StoreError> {
+        self.finish(Some(in_scope), list_rv)
+    }
+
+    /// Make an answer that is not known to be whole visible all at once (a page, a list
+    /// with an unreadable item): it deletes nothing, and never replaces a stored version
+    /// newer than its own nor one a tombstone buries.
+    pub(crate) fn commit_partial(self, list_rv: Option<&str>) -> Result<ReplaceReport, StoreError> {
+        self.finish(None, list_rv)
+    }
+
+    /// [`Replace::commit`] when `in_scope` is given, else [`Replace::commit_partial`].
+    fn finish(
+        mut self,
+        in_scope: Option<InScope<'_>>,
         list_rv: Option<&str>,
     ) -> Result<ReplaceReport, StoreError> {
         let result = self.run_commit(in_scope, list_rv);
@@ -260,16 +314,23 @@ impl Replace<'_> {
 
     fn run_commit(
         &mut self,
-        in_scope: &mut dyn FnMut(&[u8]) -> bool,
+        mut in_scope: Option<InScope<'_>>,
         list_rv: Option<&str>,
     ) -> Result<ReplaceReport, StoreError> {
         self.checkpoint(CommitStep::Staged)?;
         self.set_list_rv(list_rv);
         let keys = &self.keys;
         self.entries.sort_by(|a, b| a.key(keys).cmp(&b.key(keys)));
-        if self.store.changes.load(Ordering::Relaxed) != self.changes_at_begin {
-            self.recheck()?;
-        }
+        let changed = if self.store.changes.load(Ordering::Relaxed) == self.changes_at_begin {
+            Changed::Only(HashSet::new())
+        } else {
+            self.store
+                .recent
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .since(self.changes_at_begin)
+        };
+        self.settle(in_scope.is_some(), &changed)?;
         let store = self.store;
         let keys = &self.keys;
         let component = self.collection.component.as_str();
@@ -307,7 +368,9 @@ impl Replace<'_> {
             None => Ok(()),
         };
         let mut next = 0;
-        if real_dir(&store.root.join(component))? && real_dir(&kind_dir)? {
+        // Only a whole answer deletes, so only it needs to read what it left out.
+        let walk = in_scope.is_some();
+        if walk && real_dir(&store.root.join(component))? && real_dir(&kind_dir)? {
             let mut cursor = NameCursor::open(kind_dir.clone(), self.namespace.as_deref(), None)?;
             while let Some(found) = cursor.next_name() {
                 let (namespace, name) = found?;
@@ -326,12 +389,21 @@ impl Replace<'_> {
                 let Some(bytes) = read_object(&cursor.path_of(namespace.as_deref(), &name))? else {
                     continue;
                 };
-                if !in_scope(&bytes) {
+                if !in_scope.as_mut().is_some_and(|in_scope| in_scope(&bytes)) {
                     continue;
                 }
                 let rv = stored_rv(&bytes);
+                let key = ObjectKey {
+                    collection: self.collection.clone(),
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                };
+                // Newer than the list and stored while it was staged: created after the list
+                // was taken. Newer but stored before: not the cloud's now (an etcd restore,
+                // a file planted on disk), and the whole list says so.
                 if let (Some(list_rv), Some(rv)) = (list_rv, rv.as_deref())
                     && rv_newer(rv, list_rv)
+                    && changed.contains(store.index().key_hash(&key))
                 {
                     self.report.kept_newer += 1;
                     continue;
@@ -342,15 +414,12 @@ impl Replace<'_> {
                     name: stored.1,
                 };
                 journal.line(format_args!("delete\t{target}"))?;
-                // What the list removes is older than the list: a replay must not bring it back,
-                // nor a list older than this one.
+                // The list says the object was gone at its version: a replay of a version
+                // up to it (or up to the object's own, if lower) must not bring it back, nor
+                // a partial list older than this one.
                 if let Some(rv) = rv.as_deref().and_then(|rv| rv.parse::<u64>().ok()) {
-                    let key = ObjectKey {
-                        collection: self.collection.clone(),
-                        namespace: namespace.clone(),
-                        name: name.clone(),
-                    };
-                    store.bury(&key, rv, self.list_rv.unwrap_or(rv));
+                    let up_to = self.list_rv.map_or(rv, |list_rv| rv.min(list_rv));
+                    store.bury(&key, up_to, self.list_rv.unwrap_or(rv));
                 }
                 self.report.deleted += 1;
             }
@@ -421,11 +490,15 @@ impl Replace<'_> {
         }
     }
 
-    /// Compares again every staged object with its stored file and the tombstones, because
-    /// something else changed the cache since staging began (a watch event may have stored
-    /// a newer version, or deleted the object). Rare, so it reads the staged file back
-    /// instead of keeping versions in memory.
-    fn recheck(&mut self) -> Result<(), StoreError> {
+    /// Decides which staged objects are written, now that it is known whether the answer is
+    /// `whole` and which objects `changed` since staging began. An object changed meanwhile
+    /// is compared again with its stored file and the tombstones (a watch event may have
+    /// stored a newer version, or deleted it): rare, so the staged file is read back instead
+    /// of keeping versions in memory. Any other object keeps its staging-time verdict, but a
+    /// whole answer writes even those found stale then: the cloud's whole list wins over
+    /// what the cache held before it.
+    fn settle(&mut self, whole: bool, changed: &Changed) -> Result<(), StoreError> {
+        let any_changed = !matches!(changed, Changed::Only(set) if set.is_empty());
         for i in 0..self.entries.len() {
             let entry = self.entries[i];
             let Some(seq) = entry.temp else { continue };
@@ -434,37 +507,82 @@ impl Replace<'_> {
                 (!namespace.is_empty()).then(|| namespace.to_owned()),
                 name.to_owned(),
             );
-            let temp = self.temp_path(seq);
-            let staged = read_object(&temp)?.unwrap_or_default();
-            let staged_rv = stored_rv(&staged);
-            let outcome = match self.read_stored(namespace.as_deref(), &name)? {
-                // Deleted meanwhile: the (older) list must not bring it back.
-                None if entry.existed => None,
-                // Also when the list staged it before any file existed: a watch may have
-                // stored and then deleted it since.
-                None if self.buried(namespace.as_deref(), &name, staged_rv.as_deref()) => {
-                    Some(PutOutcome::Stale)
-                }
-                None => continue,
-                Some(_) if self.buried(namespace.as_deref(), &name, staged_rv.as_deref()) => {
-                    Some(PutOutcome::Stale)
-                }
-                Some(stored) => match unchanged(Some(&stored), &staged, staged_rv.as_deref()) {
-                    Some(outcome) => Some(outcome),
-                    None => continue,
-                },
+            let touched = any_changed && {
+                let probe = Self::set_probe(&mut self.probe, namespace.as_deref(), &name);
+                changed.contains(self.store.index().key_hash(probe))
             };
+            let temp = self.temp_path(seq);
+            let (fate, staged_len) = if touched {
+                let staged = read_object(&temp)?.unwrap_or_default();
+                let fate = self.compare_again(namespace.as_deref(), &name, &staged, entry)?;
+                (fate, Some(staged.len() as u64))
+            } else if whole || !entry.stale {
+                (None, None)
+            } else {
+                (Some(Fate::Stale), None)
+            };
+            // What staging counted stands.
+            if fate.is_none() && !entry.stale {
+                continue;
+            }
+            if fate == Some(Fate::Stale) && entry.stale {
+                remove_quietly(&temp);
+                self.entries[i].temp = None;
+                continue;
+            }
+            let len = match staged_len {
+                Some(len) => len,
+                None => fs::metadata(&temp)
+                    .map_err(io_err(StoreOp::Stat, &temp))?
+                    .len(),
+            };
+            // Undo the count made at staging, then count what happens.
+            if entry.stale {
+                self.report.stale -= 1;
+            } else {
+                self.report.written -= 1;
+                self.report.bytes -= len;
+            }
+            match fate {
+                None => {
+                    self.report.written += 1;
+                    self.report.bytes += len;
+                    continue;
+                }
+                Some(Fate::DeletedMeanwhile) => self.report.deleted_meanwhile += 1,
+                Some(Fate::Stale) => self.report.stale += 1,
+                Some(Fate::Identical) => self.report.identical += 1,
+            }
             remove_quietly(&temp);
             self.entries[i].temp = None;
-            self.report.written -= 1;
-            self.report.bytes -= staged.len() as u64;
-            match outcome {
-                None => self.report.deleted_meanwhile += 1,
-                Some(PutOutcome::Stale) => self.report.stale += 1,
-                Some(_) => self.report.identical += 1,
-            }
         }
         Ok(())
+    }
+
+    /// Why the `staged` copy of `namespace/name` must not be written, judged against the
+    /// stored file and the tombstones as they are now; `None` when it is written.
+    fn compare_again(
+        &mut self,
+        namespace: Option<&str>,
+        name: &str,
+        staged: &[u8],
+        entry: Staged,
+    ) -> Result<Option<Fate>, StoreError> {
+        let staged_rv = stored_rv(staged);
+        Ok(match self.read_stored(namespace, name)? {
+            // Deleted meanwhile: the (older) list must not bring it back.
+            None if entry.existed => Some(Fate::DeletedMeanwhile),
+            // Also when the list staged it before any file existed: a watch may have
+            // stored and then deleted it since.
+            None if self.buried(namespace, name, staged_rv.as_deref()) => Some(Fate::Stale),
+            None => None,
+            Some(_) if self.buried(namespace, name, staged_rv.as_deref()) => Some(Fate::Stale),
+            Some(stored) => match unchanged(Some(&stored), staged, staged_rv.as_deref()) {
+                Some(PutOutcome::Identical) => Some(Fate::Identical),
+                Some(_) => Some(Fate::Stale),
+                None => None,
+            },
+        })
     }
 
     /// Whether version `rv` of this collection's `namespace/name` is buried in the store's

@@ -23,10 +23,13 @@ const TOMBSTONES: usize = 1024;
 /// deletion would do the same at its commit.
 ///
 /// A list taken at or after the moment the object was known gone is different: it is the
-/// cloud's whole truth at its resourceVersion, so an object it returns exists, and a
-/// tombstone that says otherwise is wrong (made by a DELETED that only meant "left this
-/// watch's selector", or by a replacement whose scope was not the cloud's). Such a list is
-/// never refused (see [`Tombstone`]).
+/// cloud's truth at its resourceVersion, so an object it returns exists, and a tombstone
+/// that says otherwise is wrong (made by a DELETED that only meant "left this watch's
+/// selector", or by a replacement whose scope was not the cloud's). Such a list is never
+/// refused (see [`Tombstone`]). A whole list is not refused by any tombstone made before it
+/// began, whatever its resourceVersion (they go backwards after an etcd restore): these
+/// bounds judge only partial lists, and what a watch deleted while a whole list was staged
+/// (see "Whose version wins" in `mod.rs`).
 #[derive(Debug, Default)]
 pub(super) struct Tombstones {
     /// `Arc`, not `Rc`: the store is shared with reader threads, so this must be `Send`.

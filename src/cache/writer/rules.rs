@@ -1,7 +1,8 @@
 //! The Kubernetes rules for objects the writer applies: what is stored and under which key
-//! (no `Status`, a name, a pod only once bound to a node), what a watch event does, the
-//! list's `kind` and `apiVersion` given to its items, units that are not JSON objects
-//! (skipped and counted), and which TokenRequest answers are kept.
+//! (no `Status`, a name, a namespace if the kind is namespaced, a pod only once bound to a
+//! node), what a watch event does, the list's `kind` and `apiVersion` given to its items,
+//! units that are not JSON objects (skipped and counted), and which TokenRequest answers
+//! are kept.
 
 use std::borrow::Cow;
 
@@ -29,16 +30,94 @@ pub(super) struct ListState<'s> {
     pub(super) is_list: bool,
     /// Keys of staged objects whose last write had failed: stored once the list commits.
     pub(super) failed_keys: Vec<String>,
+    /// The kind is namespaced (see [`namespaced`]): an item without a namespace is refused.
+    pub(super) namespaced: bool,
+    /// Items refused for having no namespace.
+    pub(super) no_namespace: u64,
 }
 
 impl ListState<'_> {
     /// Whether the answer says which objects are gone, so that its commit may delete what
     /// it left out. Only a whole list does; one page of it says nothing, and neither does an
-    /// answer that is not evidently a list or held items the hub could not read (an
+    /// answer that is not evidently a list or held items the hub could not read or file (an
     /// unreadable item may be an object the cloud still has).
     pub(super) fn is_whole(&self, paged: bool, not_objects: u64) -> bool {
-        !paged && !self.continue_token && self.is_list && not_objects == 0
+        !paged && !self.continue_token && self.is_list && not_objects == 0 && self.no_namespace == 0
     }
+}
+
+/// The built-in namespaced resources, by group. Which kinds are namespaced is the
+/// apiserver's discovery; the hub does not keep it, so beyond these a kind counts as
+/// namespaced only when its request names a namespace (a custom resource listed across all
+/// namespaces, or watched, is filed as its objects say).
+const NAMESPACED: &[(&str, &[&str])] = &[
+    (
+        "",
+        &[
+            "bindings",
+            "configmaps",
+            "endpoints",
+            "events",
+            "limitranges",
+            "persistentvolumeclaims",
+            "pods",
+            "podtemplates",
+            "replicationcontrollers",
+            "resourcequotas",
+            "secrets",
+            "serviceaccounts",
+            "services",
+        ],
+    ),
+    (
+        "apps",
+        &[
+            "controllerrevisions",
+            "daemonsets",
+            "deployments",
+            "replicasets",
+            "statefulsets",
+        ],
+    ),
+    ("autoscaling", &["horizontalpodautoscalers"]),
+    ("batch", &["cronjobs", "jobs"]),
+    ("coordination.k8s.io", &["leases"]),
+    ("discovery.k8s.io", &["endpointslices"]),
+    ("events.k8s.io", &["events"]),
+    ("networking.k8s.io", &["ingresses", "networkpolicies"]),
+    ("policy", &["poddisruptionbudgets"]),
+    ("rbac.authorization.k8s.io", &["rolebindings", "roles"]),
+    ("storage.k8s.io", &["csistoragecapacities"]),
+];
+
+/// Whether objects of `collection` live in namespaces: the request named one
+/// (`request_namespace`, from `/namespaces/<ns>/...`), or the kind is a built-in namespaced
+/// one. An object of such a kind without a namespace is never stored: its file would lie
+/// where the directory of a namespace of that name belongs, and that namespace's objects
+/// could then not be cached.
+pub(super) fn namespaced(collection: &CollectionKey, request_namespace: Option<&str>) -> bool {
+    request_namespace.is_some()
+        || NAMESPACED.iter().any(|(group, resources)| {
+            *group == collection.group && resources.contains(&collection.resource.as_str())
+        })
+}
+
+/// Whether `key` lacks the namespace its kind needs; says why it is not stored when `log`.
+fn lacks_namespace(key: &ObjectKey, namespaced: bool, log: bool) -> bool {
+    let lacks = namespaced && key.namespace.is_none();
+    if lacks {
+        Metrics::inc(&METRICS.cache_errors);
+        if log {
+            log::warn!(
+                "cache: {}/{} object {:?} has no namespace, but the kind is namespaced; \
+                 not stored (counted in tinyhub_cache_errors_total)",
+                key.collection.component,
+                key.collection.dir_name(),
+                key.name
+            );
+        }
+    }
+    lacks
 }
 
 /// A watch event. Only a JSON object is one, as for object heads: a derived struct would
@@ -140,11 +219,13 @@ fn not_an_object(
 
 /// Stores one object an answer carried (a get, or a write's answer): only a JSON object,
 /// only where `object_key` files it, never over a newer resourceVersion. `found` is what the
-/// decoder located in it for [`HEAD_PATHS`], if it did.
+/// decoder located in it for [`HEAD_PATHS`], if it did; `request_namespace` the namespace
+/// the request named.
 pub(super) fn put_object(
     store: &Store,
     failures: &mut FailureLog,
     collection: &CollectionKey,
+    request_namespace: Option<&str>,
     bytes: &[u8],
     found: Option<&Located>,
     not_objects: &mut u64,
@@ -153,6 +234,7 @@ pub(super) fn put_object(
         store,
         failures,
         collection,
+        namespaced(collection, request_namespace),
         bytes,
         head_of(bytes, found),
         not_objects,
@@ -163,6 +245,7 @@ fn store_object(
     store: &Store,
     failures: &mut FailureLog,
     collection: &CollectionKey,
+    namespaced: bool,
     bytes: &[u8],
     head: Result<ObjectHead<'_>, serde_json::Error>,
     not_objects: &mut u64,
@@ -171,7 +254,9 @@ fn store_object(
         Ok(h) => h,
         Err(e) => return not_an_object(not_objects, collection, "an object", &e),
     };
-    if let Some((key, rv)) = object_key(collection, &head) {
+    if let Some((key, rv)) = object_key(collection, &head)
+        && !lacks_namespace(&key, namespaced, true)
+    {
         count_put(
             failures,
             store.put(&key, bytes, rv.as_deref()),
@@ -247,10 +332,18 @@ pub(super) fn watch_event(
         },
     };
     let head = head.map_or_else(|| ObjectHead::read(object), Ok);
+    // A watch's request names its namespace or not; the writer is not told which.
+    let namespaced = namespaced(collection, None);
     match kind.as_ref() {
-        "ADDED" | "MODIFIED" => {
-            store_object(store, failures, collection, object, head, not_objects)
-        }
+        "ADDED" | "MODIFIED" => store_object(
+            store,
+            failures,
+            collection,
+            namespaced,
+            object,
+            head,
+            not_objects,
+        ),
         "DELETED" => {
             let head = match head {
                 Ok(h) => h,
@@ -259,6 +352,9 @@ pub(super) fn watch_event(
             let Some((key, rv)) = object_key(collection, &head) else {
                 return;
             };
+            if lacks_namespace(&key, namespaced, true) {
+                return;
+            }
             // The store keeps a newer object (a late DELETED from an older stream) and
             // refuses every older version from now on.
             match store.delete(&key, rv.as_deref()) {
@@ -321,6 +417,12 @@ pub(super) fn list_item(
     let Some((key, rv)) = object_key(collection, &head) else {
         return true;
     };
+    // Like an unreadable item, it leaves the list not whole (see `ListState::is_whole`);
+    // said once an answer.
+    if lacks_namespace(&key, list.namespaced, list.no_namespace == 0) {
+        list.no_namespace += 1;
+        return true;
+    }
     let owned;
     let object: &[u8] = if head.kind.is_none() {
         let (Some(kind), Some(api_version)) = (&list.item_kind, &list.api_version) else {

@@ -13,7 +13,8 @@ use crossbeam_channel::TryRecvError;
 use super::MAX_OBJECT_BYTES;
 use super::error_keys::{ErrorKeys, Keyed};
 use super::rules::{
-    ListState, list_item, list_member, located_paths, put_object, put_token, watch_event,
+    ListState, list_item, list_member, located_paths, namespaced, put_object, put_token,
+    watch_event,
 };
 #[cfg(doc)]
 use super::tee::CacheTx;
@@ -168,7 +169,7 @@ fn handle<'s>(
             }
         }
         CacheMsg::Put { collection, bytes } => {
-            put_object(store, failures, &collection, &bytes, None, &mut 0);
+            put_object(store, failures, &collection, None, &bytes, None, &mut 0);
         }
     }
 }
@@ -269,6 +270,8 @@ fn begin<'s>(
             Ok(replace) => Some(ListState {
                 replace,
                 failed_keys: Vec::new(),
+                namespaced: namespaced(collection, namespace.as_deref()),
+                no_namespace: 0,
                 item_kind: None,
                 api_version: None,
                 resource_version: None,
@@ -334,17 +337,19 @@ fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complet
     else {
         return;
     };
-    let whole = list.is_whole(*paged, active.not_objects);
-    let mut in_scope = |bytes: &[u8]| -> bool {
-        whole
-            && serde_json::from_slice::<serde_json::Value>(bytes)
+    let list_rv = list.resource_version.as_deref();
+    let committed = if list.is_whole(*paged, active.not_objects) {
+        // The cloud's whole answer for the scope replaces it, whatever the cache held.
+        let mut in_scope = |bytes: &[u8]| -> bool {
+            serde_json::from_slice::<serde_json::Value>(bytes)
                 // A file that is not JSON is garbage in scope: let the answer replace it.
                 .map_or(true, |v| selectors.matches(&v))
+        };
+        list.replace.commit(&mut in_scope, list_rv)
+    } else {
+        list.replace.commit_partial(list_rv)
     };
-    match list
-        .replace
-        .commit(&mut in_scope, list.resource_version.as_deref())
-    {
+    match committed {
         Ok(report) => {
             if report.written > 0 {
                 failures.written_again();
@@ -402,8 +407,23 @@ fn apply_unit(
             );
             true
         }
-        (Unit::Object(bytes), CacheTarget::Object { collection, .. }) => {
-            put_object(store, failures, collection, bytes, Some(found), not_objects);
+        (
+            Unit::Object(bytes),
+            CacheTarget::Object {
+                collection,
+                namespace,
+                ..
+            },
+        ) => {
+            put_object(
+                store,
+                failures,
+                collection,
+                namespace.as_deref(),
+                bytes,
+                Some(found),
+                not_objects,
+            );
             true
         }
         (Unit::Object(bytes), CacheTarget::Token(token)) => {

@@ -321,6 +321,62 @@ fn items_that_are_not_objects_are_skipped_and_the_list_then_deletes_nothing() {
     assert!(t.read("kubelet/pods.v1.core/ns/evil").is_none());
 }
 
+/// Issue 28, item 6: a pod without a namespace would be a file where the directory of the
+/// namespace of its name belongs, and no pod of that namespace could then be cached.
+#[test]
+fn a_namespaced_item_without_a_namespace_is_refused_and_the_list_deletes_nothing() {
+    let t = TempStore::new("no-namespace");
+    list_answer(&t, LIST);
+    // `b` is left out, and an item has no namespace: the list is not whole.
+    let body = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"20"},"items":[
+        {"metadata":{"name":"kube-system","resourceVersion":"16"},"spec":{"nodeName":"n1"}},
+        {"metadata":{"name":"a","namespace":"ns","resourceVersion":"15"},"spec":{"nodeName":"n1"}}]}"#;
+    list_answer(&t, body);
+    assert!(
+        !t.dir
+            .root()
+            .join("kubelet/pods.v1.core/kube-system")
+            .exists()
+    );
+    assert_eq!(
+        stored_rv_of(&t, "kubelet/pods.v1.core/ns/a").as_deref(),
+        Some("15")
+    );
+    assert_eq!(
+        stored_rv_of(&t, "kubelet/pods.v1.core/ns/b").as_deref(),
+        Some("7")
+    );
+    // Nor from a watch; the namespace of that name is cached as any other.
+    write(&t.store, 1 << 20, |tx| {
+        let mut s = watch(tx);
+        for object in [
+            r#"{"metadata":{"name":"kube-system","resourceVersion":"21"},"spec":{"nodeName":"n1"}}"#,
+            r#"{"metadata":{"name":"dns","namespace":"kube-system","resourceVersion":"22"},"spec":{"nodeName":"n1"}}"#,
+        ] {
+            let line = format!(r#"{{"type":"ADDED","object":{object}}}"#);
+            assert!(s.chunk(format!("{line}\n").as_bytes()));
+        }
+        s.finish(false);
+    });
+    assert_eq!(
+        stored_rv_of(&t, "kubelet/pods.v1.core/kube-system/dns").as_deref(),
+        Some("22")
+    );
+    // A cluster-scoped kind has no namespace, and is stored.
+    let nodes = CollectionKey::new("kubelet", "nodes", "v1", "");
+    write(&t.store, 1 << 20, |tx| {
+        let target = CacheTarget::Watch { collection: nodes };
+        let mut s = tx.begin(target, 200, false, None).unwrap();
+        let line = r#"{"type":"ADDED","object":{"metadata":{"name":"n1","resourceVersion":"3"}}}"#;
+        assert!(s.chunk(format!("{line}\n").as_bytes()));
+        s.finish(false);
+    });
+    assert_eq!(
+        stored_rv_of(&t, "kubelet/nodes.v1.core/n1").as_deref(),
+        Some("3")
+    );
+}
+
 #[test]
 fn an_answer_that_is_not_evidently_a_list_deletes_nothing() {
     let t = TempStore::new("not-a-list");

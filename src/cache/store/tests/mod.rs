@@ -144,8 +144,9 @@ fn mode(path: &Path) -> u32 {
     fs::symlink_metadata(path).unwrap().mode() & 0o777
 }
 
-/// Stored before each replacement test: a/x, a/y, a/z (newer than the list), a/w (out
-/// of the selector's scope) and b/q.
+/// Stored before each replacement test: a/x, a/y, a/z (newer than the list, but stored
+/// before it: a whole list removes it all the same), a/w (out of the selector's scope) and
+/// b/q.
 /// A replacement of `pods()` that has staged a change (a/x at 9) and a new object (c/new),
 /// not committed.
 fn stage_two(store: &Store) -> Replace<'_> {

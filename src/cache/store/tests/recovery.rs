@@ -6,7 +6,8 @@ use super::*;
 const LIST_RV: &str = "10";
 
 /// The crash scenario's stored state: a/x is updated, a/y is unchanged, a/d goes,
-/// b/k is out of scope and b/z newer than the list; c/n is new in a new namespace.
+/// b/k is out of scope and b/z newer than the list (stored before it, so it goes too: the
+/// whole list wins); c/n is new in a new namespace.
 fn seed_crash(store: &Store) {
     put(store, &pods(), Some("a"), "x", 5, "web");
     put(store, &pods(), Some("a"), "y", 5, "web");
@@ -52,8 +53,8 @@ fn crash_states() -> (Snapshot, Snapshot) {
         written: 2,
         identical: 1,
         stale: 0,
-        deleted: 1,
-        kept_newer: 1,
+        deleted: 2,
+        kept_newer: 0,
         bytes: (x.len() + n.len()) as u64,
         deleted_meanwhile: 0,
     };
@@ -62,10 +63,8 @@ fn crash_states() -> (Snapshot, Snapshot) {
     assert_eq!(new["kubelet/pods.v1.core/a/x"], Some(x));
     assert_eq!(new["kubelet/pods.v1.core/c/n"], Some(n));
     assert!(!new.contains_key("kubelet/pods.v1.core/a/d"));
-    assert!(
-        new.contains_key("kubelet/pods.v1.core/b/k")
-            && new.contains_key("kubelet/pods.v1.core/b/z")
-    );
+    assert!(!new.contains_key("kubelet/pods.v1.core/b/z"));
+    assert!(new.contains_key("kubelet/pods.v1.core/b/k"));
     assert!(!old.contains_key("kubelet/pods.v1.core/c"));
     (old, new)
 }
@@ -79,7 +78,7 @@ fn crash_at_any_step_of_a_replace_recovers_all_old_or_all_new() {
         removed_temp_files,
         removed_event_dirs: 0,
     };
-    // The journal's operations: delete a/d, rename a/x, rename c/n.
+    // The journal's operations: delete a/d, rename a/x, delete b/z, rename c/n.
     let steps = [
         (CommitStep::Staged, &old, report(0, 2)),
         (CommitStep::JournalWritten, &old, report(0, 3)),
@@ -90,6 +89,7 @@ fn crash_at_any_step_of_a_replace_recovers_all_old_or_all_new() {
         (CommitStep::Applied(0), &new, report(1, 0)),
         (CommitStep::Applied(1), &new, report(1, 0)),
         (CommitStep::Applied(2), &new, report(1, 0)),
+        (CommitStep::Applied(3), &new, report(1, 0)),
         (CommitStep::DirsSynced, &new, report(1, 0)),
         (CommitStep::JournalRemoved, &new, report(0, 0)),
     ];
@@ -107,9 +107,9 @@ fn crash_at_any_step_of_a_replace_recovers_all_old_or_all_new() {
         put(&store, &pods(), Some("a"), "after", 1, "web");
         assert!(get(&store, &pods(), Some("a"), "after").is_some());
     }
-    // Those were all the steps: there is no fourth operation to crash after.
+    // Those were all the steps: there is no fifth operation to crash after.
     let dir = TempDir::new("crash");
-    assert!(crash_at(&dir, CommitStep::Applied(3)).is_ok());
+    assert!(crash_at(&dir, CommitStep::Applied(4)).is_ok());
     assert_eq!(snapshot(&dir.root()), new);
 }
 
@@ -143,7 +143,7 @@ fn journal_replayed_twice_is_harmless() {
         text.starts_with("tinyhub-journal 1\nmkdir\tkubelet\n"),
         "{text}"
     );
-    assert!(text.ends_with("end\t7\n"), "{text}");
+    assert!(text.ends_with("end\t8\n"), "{text}");
     let (_, report) = Store::open(&dir.root()).unwrap();
     assert_eq!(report.rolled_forward, 1);
     assert_eq!(snapshot(&dir.root()), new);

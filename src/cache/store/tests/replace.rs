@@ -23,20 +23,23 @@ fn replace_of_a_namespace_deletes_only_absent_objects_in_scope() {
     );
     // Not visible before the commit.
     assert_eq!(get(&store, &pods(), Some("a"), "v"), None);
+    // A watch stores a/n, created after the list was taken, while it is staged.
+    put(&store, &pods(), Some("a"), "n", 11, "web");
     let report = replace.commit(&mut app_web, Some("10")).unwrap();
     let expected = ReplaceReport {
         written: 1,
         identical: 1,
         stale: 0,
-        deleted: 1,
+        deleted: 2,
         kept_newer: 1,
         bytes: v.len() as u64,
         deleted_meanwhile: 0,
     };
     assert_eq!(report, expected);
+    // a/y and a/z (newer than the list, stored before it) are gone; a/w is out of scope.
     assert_eq!(
         names(&store, &pods(), None, None).unwrap(),
-        ["a/v", "a/w", "a/x", "a/z", "b/q"]
+        ["a/n", "a/v", "a/w", "a/x", "b/q"]
     );
     assert_eq!(get(&store, &pods(), Some("a"), "v"), Some(v));
     assert!(staging_entries(&dir.root()).is_empty());
@@ -56,14 +59,15 @@ fn replace_of_every_namespace_reaches_all_of_them() {
     replace
         .put(Some("a"), "x", &object(Some("a"), "x", 6, "web"), Some("6"))
         .unwrap();
+    put(&store, &pods(), Some("c"), "n", 11, "web");
     let report = replace.commit(&mut app_web, Some("10")).unwrap();
     assert_eq!(
         (report.written, report.deleted, report.kept_newer),
-        (1, 2, 1)
+        (1, 3, 1)
     );
     assert_eq!(
         names(&store, &pods(), None, None).unwrap(),
-        ["a/w", "a/x", "a/z"]
+        ["a/w", "a/x", "c/n"]
     );
     assert_eq!(
         get(&store, &pods(), Some("a"), "x"),
@@ -72,8 +76,9 @@ fn replace_of_every_namespace_reaches_all_of_them() {
 
     // Without a list version nothing counts as newer.
     let replace = store.begin_replace(&pods(), None).unwrap();
+    put(&store, &pods(), Some("c"), "m", 12, "web");
     let report = replace.commit(&mut |_| true, None).unwrap();
-    assert_eq!((report.deleted, report.kept_newer), (3, 0));
+    assert_eq!((report.deleted, report.kept_newer), (4, 0));
     assert_eq!(
         names(&store, &pods(), None, None).unwrap(),
         Vec::<String>::new()
@@ -154,12 +159,11 @@ fn empty_answer_leaves_an_existing_empty_collection() {
     assert_eq!(names(&store, &pods(), None, None).unwrap(), ["b/q"]);
 }
 
-#[test]
-fn replace_never_overwrites_a_newer_object() {
-    let dir = TempDir::new("replace-stale");
-    let store = open(&dir);
-    put(&store, &pods(), Some("a"), "x", 20, "web");
-    put(&store, &pods(), Some("a"), "y", 5, "web");
+/// Stores a/x at 20 and a/y at 5, then stages a list at 10 of both, while a watch stores a
+/// newer a/y (12).
+fn stage_over_newer(store: &Store) -> Replace<'_> {
+    put(store, &pods(), Some("a"), "x", 20, "web");
+    put(store, &pods(), Some("a"), "y", 5, "web");
     let mut replace = store.begin_replace(&pods(), Some("a")).unwrap();
     assert_eq!(
         replace
@@ -178,8 +182,15 @@ fn replace_never_overwrites_a_newer_object() {
         PutOutcome::Written { .. }
     ));
     // A watch event stores a newer y while the list is being staged.
-    put(&store, &pods(), Some("a"), "y", 12, "web");
-    let report = replace.commit(&mut |_| true, Some("10")).unwrap();
+    put(store, &pods(), Some("a"), "y", 12, "web");
+    replace
+}
+
+#[test]
+fn a_partial_list_never_overwrites_a_newer_object() {
+    let dir = TempDir::new("replace-stale");
+    let store = open(&dir);
+    let report = stage_over_newer(&store).commit_partial(Some("10")).unwrap();
     assert_eq!(
         (report.written, report.stale, report.deleted, report.bytes),
         (0, 2, 0, 0)
@@ -192,6 +203,89 @@ fn replace_never_overwrites_a_newer_object() {
         get(&store, &pods(), Some("a"), "y"),
         Some(object(Some("a"), "y", 12, "web"))
     );
+    assert!(staging_entries(&dir.root()).is_empty());
+}
+
+/// Issue 28, item 2: the cloud's whole answer wins over what the cache held before it, but
+/// not over what a watch stored while it was staged.
+#[test]
+fn a_whole_list_wins_over_a_newer_object_stored_before_it() {
+    let dir = TempDir::new("replace-whole-newer");
+    let store = open(&dir);
+    let report = stage_over_newer(&store)
+        .commit(&mut |_| true, Some("10"))
+        .unwrap();
+    let x = object(Some("a"), "x", 10, "web");
+    assert_eq!(
+        (report.written, report.stale, report.deleted, report.bytes),
+        (1, 1, 0, x.len() as u64)
+    );
+    assert_eq!(get(&store, &pods(), Some("a"), "x"), Some(x));
+    assert_eq!(
+        get(&store, &pods(), Some("a"), "y"),
+        Some(object(Some("a"), "y", 12, "web"))
+    );
+    assert!(staging_entries(&dir.root()).is_empty());
+}
+
+/// Issue 28, item 2: after an etcd restore every resourceVersion the cloud hands out is
+/// lower than those cached; its whole list replaces the cache all the same, stored versions
+/// and tombstones notwithstanding, and watch events then follow from its versions.
+#[test]
+fn after_an_etcd_restore_a_whole_list_at_lower_versions_wins() {
+    let dir = TempDir::new("replace-restore");
+    let store = open(&dir);
+    put(&store, &pods(), Some("a"), "p", 5000, "web");
+    put(&store, &pods(), Some("a"), "q", 5001, "web");
+    put(&store, &pods(), Some("a"), "r", 6000, "web");
+    put(&store, &pods(), Some("a"), "s", 6500, "web");
+    assert!(
+        store
+            .delete(&key(&pods(), Some("a"), "s"), Some("7000"))
+            .unwrap()
+    );
+
+    let mut relist = store.begin_replace(&pods(), Some("a")).unwrap();
+    relist.set_list_rv(Some("300"));
+    let p = object(Some("a"), "p", 200, "restored");
+    let q = object(Some("a"), "q", 201, "restored");
+    let s = object(Some("a"), "s", 250, "restored");
+    for (name, bytes, rv) in [("p", &p, "200"), ("q", &q, "201"), ("s", &s, "250")] {
+        // Judged stale while staging; whether the answer is whole is told by the commit.
+        assert_eq!(
+            relist.put(Some("a"), name, bytes, Some(rv)).unwrap(),
+            PutOutcome::Stale,
+            "{name}"
+        );
+    }
+    let report = relist.commit(&mut |_| true, Some("300")).unwrap();
+    assert_eq!(
+        (
+            report.written,
+            report.stale,
+            report.deleted,
+            report.kept_newer
+        ),
+        (3, 0, 1, 0)
+    );
+    assert_eq!(get(&store, &pods(), Some("a"), "p"), Some(p));
+    assert_eq!(get(&store, &pods(), Some("a"), "q"), Some(q));
+    assert_eq!(get(&store, &pods(), Some("a"), "s"), Some(s));
+    assert_eq!(get(&store, &pods(), Some("a"), "r"), None);
+    // The cloud's next events are newer than the list: stored.
+    assert!(matches!(
+        put(&store, &pods(), Some("a"), "p", 310, "web"),
+        PutOutcome::Written { .. }
+    ));
+    // r was gone at 300: a replayed version up to it is refused, a later one is stored.
+    assert_eq!(
+        put(&store, &pods(), Some("a"), "r", 250, "web"),
+        PutOutcome::Stale
+    );
+    assert!(matches!(
+        put(&store, &pods(), Some("a"), "r", 350, "web"),
+        PutOutcome::Written { .. }
+    ));
     assert!(staging_entries(&dir.root()).is_empty());
 }
 

@@ -58,3 +58,24 @@ fn a_status_or_a_nameless_object_is_not_stored() {
         assert!(key_of(&nodes, json).is_none(), "{json}");
     }
 }
+
+#[test]
+fn a_kind_is_namespaced_by_its_request_or_as_a_built_in() {
+    let check = |group: &str, resource: &str, request_namespace: Option<&str>, expected| {
+        let c = CollectionKey::new("kubelet", resource, "v1", group);
+        assert_eq!(
+            namespaced(&c, request_namespace),
+            expected,
+            "{group}/{resource} {request_namespace:?}"
+        );
+    };
+    check("", "pods", None, true);
+    check("discovery.k8s.io", "endpointslices", None, true);
+    check("coordination.k8s.io", "leases", None, true);
+    check("", "nodes", None, false);
+    check("", "namespaces", None, false);
+    // Another group's `pods` is not known: only its request tells.
+    check("metrics.k8s.io", "pods", None, false);
+    check("example.com", "widgets", None, false);
+    check("example.com", "widgets", Some("ns"), true);
+}
