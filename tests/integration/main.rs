@@ -37,4 +37,5 @@ mod pool_local;
 mod pool_serve;
 mod power_loss;
 mod serve_extras;
+mod start_limits;
 mod yurthub_command_line;
