@@ -232,6 +232,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
             .map(|s| s.base.as_str())
             .collect::<Vec<_>>()
     );
+    crate::rlimit::raise_open_files();
     log::debug!("effective configuration: {config:?}");
     if !config.ignored_flags.is_empty() {
         let names: Vec<String> = config
@@ -246,9 +247,6 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     }
     for warning in &config.warnings {
         log::warn!("{warning}");
-    }
-    if config.enable_resource_filter {
-        log::debug!("response filters are not implemented yet; responses pass unchanged");
     }
 
     // First of all, before anything reads or rewrites them (`pki::initial_credentials`

@@ -3,7 +3,7 @@
 //! that cache while the cloud is unreachable. See ARCHITECTURE.md for the code map.
 
 // Unsafe code is limited to what has no safe std equivalent (sigwait, syncfs, the counting
-// global allocator, the netlink socket of the dummy interface); each is allowed locally with a SAFETY comment.
+// global allocator, the netlink socket of the dummy interface, the open-file limit); each is allowed locally with a SAFETY comment.
 #![deny(unsafe_code)]
 // The library serves the binary, the benches and the fuzz targets: what they do not use is
 // crate-private, and a `pub` that nothing outside can reach is flagged.
@@ -40,6 +40,7 @@ mod proxy;
 mod reaper;
 mod request;
 mod requester;
+mod rlimit;
 mod route;
 mod selector;
 mod serve;

@@ -178,7 +178,8 @@ impl Status {
         Status::new(500, "InternalError", message)
     }
 
-    /// 501: a request kind the hub does not carry (connection upgrades).
+    /// 501: a request kind the hub does not carry (connection upgrades, transfer codings
+    /// other than chunked).
     pub(crate) fn not_implemented(message: impl Into<String>) -> Status {
         Status::new(501, "NotImplemented", message)
     }
@@ -220,6 +221,7 @@ impl Status {
                 Status::new(431, "RequestHeaderFieldsTooLarge", e.to_string())
             }
             HeadError::Malformed(_) => Status::bad_request(e.to_string()),
+            HeadError::NotImplemented(_) => Status::not_implemented(e.to_string()),
             // The apiserver has no reason of its own for it; clients read the code.
             HeadError::Version => Status::new(505, "BadRequest", e.to_string()),
         };
@@ -400,6 +402,10 @@ mod tests {
         );
         check(HeadError::Malformed("x"), Some((400, "BadRequest")));
         check(HeadError::Version, Some((505, "BadRequest")));
+        check(
+            HeadError::NotImplemented("x"),
+            Some((501, "NotImplemented")),
+        );
         let malformed = Status::for_head(&HeadError::Malformed("Content-Length")).unwrap();
         assert_eq!(malformed.message, "malformed request: Content-Length");
     }

@@ -4,7 +4,8 @@
 # dash, bash and busybox ash (OpenWrt's own shell), and checks what a router would do:
 # UCI options become exactly the expected tinyhub command line, absent options take their
 # defaults, lists join with commas or repeat a flag, each way to join (kubeconfig, token
-# with a bootstrap file or a join token and pins, kubeletcertificate) passes its flags, and
+# with a bootstrap file or a join token and pins, kubeletcertificate) passes its flags (a
+# join token in a 0600 file under root_dir, never on the command line), and
 # a config that cannot work (no credentials, a join token without a pin, `enabled 0`) stops
 # with a clear message and no procd instance; the open-file limit follows
 # --max-requests-in-flight (with `-` or `_`), and the files the hub reads its identity from
@@ -109,7 +110,21 @@ expect_secret_kept() {
 	fi
 }
 
+# expect_token_file <case>: $R/join-token holds the token, one line, mode 0600.
+expect_token_file() {
+	if [ "$(cat "$R/join-token" 2>/dev/null)" != "$tok" ]; then
+		bad "$1: $R/join-token does not hold the token"
+	elif [ "$(stat -c %a "$R/join-token")" != 600 ]; then
+		bad "$1: $R/join-token is mode $(stat -c %a "$R/join-token"), not 600"
+	else
+		ok "$1"
+	fi
+}
+
 P="'/usr/bin/tinyhub' '--kubeconfig=$kc'"
+# The root dir of the join token cases: the init script writes the token there.
+R=$work/root-dir
+DR="'--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=$R'"
 # The defaults that follow the identity and server flags.
 D="'--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=/etc/kubernetes/yurthub'"
 
@@ -243,36 +258,47 @@ check_shell() {
 		bad "bootstrap file absent: no warning on stderr and in syslog: $(cat "$work/err")"
 	fi
 
+	# A join token goes to the hub in a 0600 file under root_dir, never on its command line.
+	rm -rf "$R"
 	run "config tinyhub 'main'
 	option enabled '1'
 	option join_token '$tok'
 	list ca_cert_hash '$pin1'
 	list ca_cert_hash '$pin2'
-	list server_addr 'https://10.0.0.1:6443'"
-	expect_cmd "join token with two pins: one flag per pin" \
-		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--join-token=$tok' '--discovery-token-ca-cert-hash=$pin1' '--discovery-token-ca-cert-hash=$pin2' '--server-addr=https://10.0.0.1:6443' $D"
+	list server_addr 'https://10.0.0.1:6443'
+	option root_dir '$R'"
+	expect_cmd "join token with two pins: one flag per pin, the token in a file" \
+		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--join-token-file=$R/join-token' '--discovery-token-ca-cert-hash=$pin1' '--discovery-token-ca-cert-hash=$pin2' '--server-addr=https://10.0.0.1:6443' $DR"
+	expect_token_file "join token: written to root_dir/join-token"
 	if grep -q "^procd_append_param 'file'" "$work/log"; then bad "join token: no file to watch but the config"; else ok "join token: no file to watch but the config"; fi
-
+	expect_secret_kept "join token: the token is in no message"
+	mkdir -p "$R"
+	echo "stale" > "$R/join-token"
+	chmod 0644 "$R/join-token"
 	run "config tinyhub 'main'
 	option enabled '1'
 	option join_token '$tok'
 	option ca_cert_hash '$pin1, $pin2'
-	option server_addr 'https://10.0.0.1:6443'"
+	option server_addr 'https://10.0.0.1:6443'
+	option root_dir '$R'"
 	expect_cmd "pins as one comma string: still one flag each" \
-		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--join-token=$tok' '--discovery-token-ca-cert-hash=$pin1' '--discovery-token-ca-cert-hash=$pin2' '--server-addr=https://10.0.0.1:6443' $D"
+		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--join-token-file=$R/join-token' '--discovery-token-ca-cert-hash=$pin1' '--discovery-token-ca-cert-hash=$pin2' '--server-addr=https://10.0.0.1:6443' $DR"
+	expect_token_file "join token: a file holding something else is replaced, 0600"
 
 	run "config tinyhub 'main'
 	option enabled '1'
 	option join_token '$tok'
 	option unsafe_skip_ca_verification '0'
-	list server_addr 'https://10.0.0.1:6443'"
+	list server_addr 'https://10.0.0.1:6443'
+	option root_dir '$R'"
 	expect_refusal "join token without a pin: refused" "option join_token needs list ca_cert_hash"
 	expect_secret_kept "join token without a pin: the token is not in the message"
 
 	run "config tinyhub 'main'
 	option enabled '1'
 	option join_token '$tok'
-	list ca_cert_hash '$pin1'"
+	list ca_cert_hash '$pin1'
+	option root_dir '$R'"
 	expect_refusal "join token without server_addr: refused" "option join_token needs server_addr"
 	expect_secret_kept "join token without server_addr: the token is not in the message"
 
@@ -280,16 +306,60 @@ check_shell() {
 	option enabled '1'
 	option join_token '$tok'
 	option unsafe_skip_ca_verification 'yes'
-	list server_addr 'https://10.0.0.1:6443'"
+	list server_addr 'https://10.0.0.1:6443'
+	option root_dir '$R'"
 	expect_cmd "join token with unsafe_skip_ca_verification and no pin" \
-		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--join-token=$tok' '--discovery-token-unsafe-skip-ca-verification' '--server-addr=https://10.0.0.1:6443' $D"
+		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--join-token-file=$R/join-token' '--discovery-token-unsafe-skip-ca-verification' '--server-addr=https://10.0.0.1:6443' $DR"
 
 	run "config tinyhub 'main'
 	option enabled '1'
 	option bootstrap_file '$bf'
-	option join_token '$tok'"
+	option join_token '$tok'
+	option root_dir '$R'"
 	expect_cmd "join token beside a bootstrap file: no pin, no server_addr needed (no discovery)" \
-		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--bootstrap-file=$bf' '--join-token=$tok' $D"
+		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--bootstrap-file=$bf' '--join-token-file=$R/join-token' $DR"
+
+	printf '%s\n' "$tok" > "$R/join-token"
+	run "config tinyhub 'main'
+	option enabled '1'
+	option bootstrap_file '$bf'
+	option root_dir '$R'"
+	if [ -e "$R/join-token" ]; then bad "join token no longer configured: its file is left behind"; else ok "join token no longer configured: its file goes"; fi
+
+	# A token file of the owner's passes as it is, and is a reload trigger.
+	printf '%s\n' "$tok" > "$work/own-token"
+	run "config tinyhub 'main'
+	option enabled '1'
+	option join_token_file '$work/own-token'
+	list ca_cert_hash '$pin1'
+	list server_addr 'https://10.0.0.1:6443'
+	option root_dir '$R'"
+	expect_cmd "join_token_file: passed as it is" \
+		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--join-token-file=$work/own-token' '--discovery-token-ca-cert-hash=$pin1' '--server-addr=https://10.0.0.1:6443' $DR"
+	expect_line "join_token_file: a reload trigger (the hub reads it at start)" \
+		"procd_append_param 'file' '$work/own-token'"
+	run "config tinyhub 'main'
+	option enabled '1'
+	option join_token_file '$work/own-token'
+	list server_addr 'https://10.0.0.1:6443'
+	option root_dir '$R'"
+	expect_refusal "join_token_file without a pin: refused" "option join_token_file needs list ca_cert_hash"
+	run "config tinyhub 'main'
+	option enabled '1'
+	option join_token_file '$work/absent-token'
+	list ca_cert_hash '$pin1'
+	list server_addr 'https://10.0.0.1:6443'
+	option root_dir '$R'"
+	expect_refusal "join_token_file absent: refused" "join token file $work/absent-token (option join_token_file"
+	run "config tinyhub 'main'
+	option enabled '1'
+	option join_token '$tok'
+	option join_token_file '$work/own-token'
+	list ca_cert_hash '$pin1'
+	list server_addr 'https://10.0.0.1:6443'
+	option root_dir '$R'"
+	expect_refusal "join_token and join_token_file: refused" "options join_token and join_token_file"
+	expect_secret_kept "join_token and join_token_file: the token is not in the message"
 
 	run "config tinyhub 'main'
 	option enabled '1'

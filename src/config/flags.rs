@@ -88,6 +88,12 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "token mode: a bootstrap token (abcdef.0123456789abcdef) to discover the cluster through kube-public/cluster-info",
     ),
     flag(
+        "join-token-file",
+        Kind::Str,
+        "",
+        "token mode: a file holding the --join-token (one line), so that the token is not in the process's command line",
+    ),
+    flag(
         "discovery-token-ca-cert-hash",
         Kind::Strings,
         "",

@@ -662,15 +662,10 @@ fn token_mode(
         .get("bootstrap-file")
         .filter(|p| !p.is_empty())
         .map(PathBuf::from);
-    let join_token = match raw.get("join-token").filter(|t| !t.is_empty()) {
-        Some(text) => {
-            Some(JoinToken::parse(text).map_err(|e| StartupError::flag("join-token", e))?)
-        }
-        None => None,
-    };
+    let join_token = join_token(raw)?;
     if bootstrap_file.is_none() && join_token.is_none() {
         return Err(StartupError::new(
-            "the hub needs credentials for the cloud: give --kubeconfig, or --bootstrap-file or --join-token (--bootstrap-mode=token), or --bootstrap-mode=kubeletcertificate",
+            "the hub needs credentials for the cloud: give --kubeconfig, or --bootstrap-file or --join-token or --join-token-file (--bootstrap-mode=token), or --bootstrap-mode=kubeletcertificate",
         ));
     }
     let pins = raw
@@ -715,6 +710,39 @@ fn token_mode(
         signer,
     };
     Ok((IdentitySource::Token(mode), server))
+}
+
+/// `--join-token`, or `--join-token-file`: the same token read from a file (one trailing
+/// line end trimmed), so that it is not in `/proc/<pid>/cmdline` for every local user to
+/// read. Both given is an error, as is a file that cannot be read or holds no token; the
+/// token's format is checked alike, and an error never repeats the file's content.
+fn join_token(raw: &flags::RawFlags) -> Result<Option<JoinToken>, StartupError> {
+    let inline = raw.get("join-token").filter(|t| !t.is_empty());
+    let file = raw.get("join-token-file").filter(|p| !p.is_empty());
+    match (inline, file) {
+        (None, None) => Ok(None),
+        (Some(_), Some(_)) => Err(StartupError::flag(
+            "join-token-file",
+            "give --join-token or --join-token-file, not both",
+        )),
+        (Some(text), None) => JoinToken::parse(text)
+            .map(Some)
+            .map_err(|e| StartupError::flag("join-token", e)),
+        (None, Some(path)) => join_token_from_file(path)
+            .map(Some)
+            .map_err(|e| StartupError::flag("join-token-file", e)),
+    }
+}
+
+/// The join token in the file at `path`: its content less one trailing line end.
+fn join_token_from_file(path: &str) -> Result<JoinToken, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let token = text.strip_suffix('\n').unwrap_or(&text);
+    let token = token.strip_suffix('\r').unwrap_or(token);
+    if token.is_empty() {
+        return Err(format!("{path} holds no token"));
+    }
+    JoinToken::parse(token).map_err(|e| format!("{path}: {e}"))
 }
 
 /// The local address of the default route, as YurtHub's `--node-ip` default: a UDP socket
@@ -1239,6 +1267,77 @@ mod tests {
             );
             assert!(!err.contains('\n'), "one line: {err:?}");
         }
+    }
+
+    #[test]
+    fn a_join_token_file_gives_the_token_and_bad_ones_name_the_flag() {
+        let f = Fixture::new("join-token-file");
+        let write = |name: &str, text: &str| {
+            let path = f.dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            path.display().to_string()
+        };
+        let token = |path: &str| -> Result<String, String> {
+            let c = run(&[
+                "--node-name=n",
+                &format!("--join-token-file={path}"),
+                "--discovery-token-unsafe-skip-ca-verification",
+                "--server-addr=https://a:1",
+            ])?;
+            match c.identity {
+                IdentitySource::Token(mode) => Ok(mode.join_token.map(|t| t.bearer()).unwrap()),
+                other => panic!("token mode: {other:?}"),
+            }
+        };
+        let good = "abcdef.0123456789abcdef";
+        // As `echo`, a file a shell wrote, or no line end at all.
+        for text in [format!("{good}\n"), format!("{good}\r\n"), good.to_owned()] {
+            assert_eq!(token(&write("ok", &text)).as_deref(), Ok(good), "{text:?}");
+        }
+        let missing = f.dir.join("missing").display().to_string();
+        let cases = [
+            (missing, "cannot read"),
+            (write("empty", ""), "holds no token"),
+            (write("newline", "\n"), "holds no token"),
+            (
+                write("two-lines", &format!("{good}\n\n")),
+                "join token has the form",
+            ),
+            (
+                write("spaced", &format!(" {good}\n")),
+                "join token has the form",
+            ),
+            (write("bad", "nope-secret\n"), "join token has the form"),
+        ];
+        for (path, want) in cases {
+            let err = token(&path).expect_err(&format!("{path} should fail"));
+            assert!(err.contains("--join-token-file"), "{err}");
+            assert!(err.contains(&path) && err.contains(want), "{err}");
+            assert!(
+                !err.contains("secret"),
+                "the content is not repeated: {err}"
+            );
+            assert!(!err.contains('\n'), "one line: {err:?}");
+        }
+        let both = run(&[
+            "--node-name=n",
+            &format!("--join-token={good}"),
+            &format!("--join-token-file={}", write("both", good)),
+            "--discovery-token-unsafe-skip-ca-verification",
+        ])
+        .expect_err("both flags");
+        assert!(both.contains("--join-token-file"), "{both}");
+        assert!(both.contains("not both"), "{both}");
+        // Discovery still wants a pin.
+        let unpinned = run(&[
+            "--node-name=n",
+            &format!("--join-token-file={}", write("pin", good)),
+        ])
+        .expect_err("no pin");
+        assert!(
+            unpinned.contains("--discovery-token-ca-cert-hash"),
+            "{unpinned}"
+        );
     }
 
     #[test]

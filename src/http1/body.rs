@@ -1,6 +1,6 @@
 //! Request bodies: a `Content-Length` body or a chunked one, read through [`BodyState`], with
-//! the strict chunked rules (CRLF after every framing line, sizes that fit in 64 bits,
-//! trailers within the head's limits).
+//! the strict chunked rules (CRLF after every framing line, no whitespace before a size,
+//! sizes that fit in 64 bits, trailers within the head's limits).
 
 use std::io::{self, BufRead};
 
@@ -148,19 +148,16 @@ fn read_chunk_size(input: &mut dyn BufRead) -> io::Result<u64> {
         line.truncate(semicolon);
         line.extend_from_slice(b"\r\n");
     }
-    // Whitespace before the size is skipped, and so are leading zeros, which say nothing
+    // The size begins the line: whitespace before it is refused, as nginx refuses it
+    // (issue 28; httparse would skip it). Leading zeros are skipped, which say nothing
     // however many there are (httparse counts them as digits); one is kept for a size of 0.
-    let start = line
-        .iter()
-        .position(|&b| b != b' ' && b != b'\t')
-        .unwrap_or(line.len());
-    if !line.get(start).is_some_and(u8::is_ascii_hexdigit) {
+    if !line.first().is_some_and(u8::is_ascii_hexdigit) {
         return Err(bad("chunk size"));
     }
-    let zeros = line[start..].iter().take_while(|&&b| b == b'0').count();
-    let first = match line.get(start + zeros) {
-        Some(b) if b.is_ascii_hexdigit() => start + zeros,
-        _ => start + zeros - 1,
+    let zeros = line.iter().take_while(|&&b| b == b'0').count();
+    let first = match line.get(zeros) {
+        Some(b) if b.is_ascii_hexdigit() => zeros,
+        _ => zeros - 1,
     };
     let digits = line[first..]
         .iter()

@@ -23,6 +23,8 @@ pub(crate) use body::read_body;
 pub(crate) const MAX_TARGET: usize = 8 * 1024;
 /// Largest request head (request line and headers).
 pub(crate) const MAX_HEAD: usize = 64 * 1024;
+/// What a `Transfer-Encoding` other than exactly `chunked` is refused as.
+const TE_NOT_CHUNKED: &str = "a Transfer-Encoding other than chunked";
 /// Longest request line: the target plus room for a method and the version.
 const MAX_REQUEST_LINE: usize = MAX_TARGET + 64;
 /// Most headers in one request.
@@ -65,6 +67,9 @@ pub(crate) enum HeadError {
     TooLarge(&'static str),
     /// Not a valid request (400).
     Malformed(&'static str),
+    /// A valid request the hub does not carry: a transfer coding other than chunked (501,
+    /// as RFC 9112 §6.1 and nginx answer it).
+    NotImplemented(&'static str),
     /// Not HTTP/1.0 or 1.1 (505).
     Version,
 }
@@ -77,6 +82,7 @@ impl fmt::Display for HeadError {
             HeadError::UriTooLong => f.write_str("request line too long"),
             HeadError::TooLarge(what) => write!(f, "request {what} too large"),
             HeadError::Malformed(what) => write!(f, "malformed request: {what}"),
+            HeadError::NotImplemented(what) => write!(f, "not implemented: {what}"),
             HeadError::Version => f.write_str("unsupported HTTP version"),
         }
     }
@@ -91,7 +97,8 @@ impl std::error::Error for HeadError {}
 /// [`MAX_HEAD`] or [`MAX_HEADERS`] are 431), and each line is parsed by httparse as it
 /// arrives, so the first bad line is answered at once. On top of httparse's grammar: only
 /// origin-form targets of visible ASCII, methods in upper case, 505 for an HTTP version
-/// other than 1.0 and 1.1, and obsolete line folding refused.
+/// other than 1.0 and 1.1, obsolete line folding refused, a tab in `Transfer-Encoding`
+/// refused, and one `Host`, which HTTP/1.1 must send (RFC 9112 §3.2).
 pub(crate) fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadError> {
     let mut budget = MAX_HEAD;
     let mut line = Vec::with_capacity(256);
@@ -132,7 +139,24 @@ pub(crate) fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadErro
         if text[0] == b' ' || text[0] == b'\t' {
             return Err(HeadError::Malformed("folded header"));
         }
-        headers.push(parse_header_line(&mut line)?);
+        let tab = text.contains(&b'\t');
+        let header = parse_header_line(&mut line)?;
+        // httparse drops tabs around a value, as RFC 9110 allows; nginx takes them as part
+        // of it and answers 501 (issue 28). A proxy that reads the framing otherwise than a
+        // server beside it is how requests get smuggled, so the stricter reading wins.
+        if tab && header.0.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(HeadError::NotImplemented(TE_NOT_CHUNKED));
+        }
+        headers.push(header);
+    }
+    match headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
+        .count()
+    {
+        0 if minor_version == 1 => return Err(HeadError::Malformed("HTTP/1.1 without Host")),
+        0 | 1 => {}
+        _ => return Err(HeadError::Malformed("duplicate Host")),
     }
     Ok(RequestHead {
         method,
@@ -257,9 +281,10 @@ impl RequestHead {
         has_token(&self.headers, name, token)
     }
 
-    /// How the body is delimited. Both `Transfer-Encoding` and `Content-Length`, a transfer
-    /// coding other than chunked, or conflicting lengths are refused: they are how requests
-    /// get smuggled past proxies.
+    /// How the body is delimited. Both `Transfer-Encoding` and `Content-Length`, either of
+    /// them twice (even with the same value), `Transfer-Encoding` in HTTP/1.0 (which has no
+    /// chunked coding) are 400, a transfer coding other than chunked 501: they are how
+    /// requests get smuggled past proxies, and nginx refuses each alike (issue 28).
     pub(crate) fn framing(&self) -> Result<Framing, HeadError> {
         let values = |name: &'static str| {
             self.headers
@@ -267,31 +292,34 @@ impl RequestHead {
                 .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
                 .map(|(_, v)| v.trim())
         };
-        let mut te = values("transfer-encoding").peekable();
+        let mut te = values("transfer-encoding");
         let mut lengths = values("content-length");
-        if te.peek().is_some() {
-            if lengths.next().is_some() {
+        let length = match (te.next(), lengths.next()) {
+            (None, None) => return Ok(Framing::None),
+            (Some(_), Some(_)) => {
                 return Err(HeadError::Malformed(
                     "both Transfer-Encoding and Content-Length",
                 ));
             }
-            // One coding in all the headers, and it is chunked.
-            let mut codings = te.flat_map(|v| v.split(',')).map(str::trim);
-            return match (codings.next(), codings.next()) {
-                (Some(c), None) if c.eq_ignore_ascii_case("chunked") => Ok(Framing::Chunked),
-                _ => Err(HeadError::Malformed("unsupported Transfer-Encoding")),
-            };
-        }
-        let Some(first) = lengths.next() else {
-            return Ok(Framing::None);
+            (Some(_), None) if self.minor_version == 0 => {
+                return Err(HeadError::Malformed("Transfer-Encoding in HTTP/1.0"));
+            }
+            (Some(_), None) if te.next().is_some() => {
+                return Err(HeadError::Malformed("duplicate Transfer-Encoding"));
+            }
+            (Some(coding), None) if coding.eq_ignore_ascii_case("chunked") => {
+                return Ok(Framing::Chunked);
+            }
+            (Some(_), None) => return Err(HeadError::NotImplemented(TE_NOT_CHUNKED)),
+            (None, Some(_)) if lengths.next().is_some() => {
+                return Err(HeadError::Malformed("duplicate Content-Length"));
+            }
+            (None, Some(length)) => length,
         };
-        if lengths.any(|l| l != first)
-            || first.is_empty()
-            || !first.bytes().all(|b| b.is_ascii_digit())
-        {
+        if length.is_empty() || !length.bytes().all(|b| b.is_ascii_digit()) {
             return Err(HeadError::Malformed("Content-Length"));
         }
-        let n: u64 = first
+        let n: u64 = length
             .parse()
             .map_err(|_| HeadError::Malformed("Content-Length"))?;
         Ok(if n == 0 {

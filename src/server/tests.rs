@@ -191,7 +191,7 @@ fn keep_alive_serves_requests_one_after_another() {
 #[test]
 fn connection_close_ends_the_connection_after_the_answer() {
     let seen = serve(
-        "GET /a HTTP/1.1\r\nConnection: close\r\n\r\nGET /b HTTP/1.1\r\n\r\n",
+        "GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n",
         64,
         |ex| {
             let _ = ex.send(200, &[] as &[(&str, &str)], b"ok");
@@ -206,9 +206,9 @@ fn connection_close_ends_the_connection_after_the_answer() {
 
 #[test]
 fn a_chunked_request_body_is_decoded_and_the_next_request_read() {
-    let input = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+    let input = "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
                  5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nTrailer: t\r\n\r\n\
-                 POST /y HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc";
+                 POST /y HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc";
     for step in [1, 3, 4096] {
         let seen = serve(input, step, echo);
         assert_eq!(
@@ -225,8 +225,8 @@ fn a_chunked_request_body_is_decoded_and_the_next_request_read() {
 
 #[test]
 fn a_broken_chunked_body_is_400_and_closes_the_connection() {
-    let input = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
-                 5\r\nhelloXX0\r\n\r\nGET /next HTTP/1.1\r\n\r\n";
+    let input = "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
+                 5\r\nhelloXX0\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n";
     let seen = serve(input, 4096, echo);
     let answers = seen.answers();
     assert_eq!(answers.len(), 1, "{answers:?}");
@@ -254,8 +254,8 @@ fn a_broken_chunked_body_is_400_and_closes_the_connection() {
 
 #[test]
 fn head_204_and_304_answers_carry_no_body() {
-    let input = "HEAD /a HTTP/1.1\r\n\r\nGET /204 HTTP/1.1\r\n\r\nGET /304 HTTP/1.1\r\n\r\n\
-                 HEAD /streamed HTTP/1.1\r\n\r\nGET /last HTTP/1.1\r\n\r\n";
+    let input = "HEAD /a HTTP/1.1\r\nHost: x\r\n\r\nGET /204 HTTP/1.1\r\nHost: x\r\n\r\nGET /304 HTTP/1.1\r\nHost: x\r\n\r\n\
+                 HEAD /streamed HTTP/1.1\r\nHost: x\r\n\r\nGET /last HTTP/1.1\r\nHost: x\r\n\r\n";
     let seen = serve(input, 4096, |ex| {
         let none: &[(&str, &str)] = &[];
         let _ = match ex.url() {
@@ -300,7 +300,7 @@ fn stream_two_writes(ex: Exchange<'_>) {
 #[test]
 fn a_streamed_answer_is_chunked_or_close_delimited() {
     let seen = serve(
-        "GET /w HTTP/1.1\r\n\r\nGET /w HTTP/1.1\r\n\r\n",
+        "GET /w HTTP/1.1\r\nHost: x\r\n\r\nGET /w HTTP/1.1\r\nHost: x\r\n\r\n",
         4096,
         stream_two_writes,
     );
@@ -325,7 +325,7 @@ fn a_streamed_answer_is_chunked_or_close_delimited() {
 #[test]
 fn an_aborted_answer_closes_without_the_end_of_the_body() {
     let seen = serve(
-        "GET /w HTTP/1.1\r\n\r\nGET /next HTTP/1.1\r\n\r\n",
+        "GET /w HTTP/1.1\r\nHost: x\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n",
         4096,
         |ex| {
             let none: &[(&str, &str)] = &[];
@@ -344,8 +344,8 @@ fn an_aborted_answer_closes_without_the_end_of_the_body() {
 
 #[test]
 fn expect_100_continue_is_answered_when_the_body_is_read() {
-    let input = "PUT /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc\
-                 GET /next HTTP/1.1\r\n\r\n";
+    let input = "PUT /x HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc\
+                 GET /next HTTP/1.1\r\nHost: x\r\n\r\n";
     let seen = serve(input, 4096, echo);
     assert_eq!(
         seen.answers(),
@@ -377,15 +377,15 @@ fn a_bad_head_gets_a_closing_answer() {
     for (input, status) in [
         ("GET / HTTP/2.0\r\n\r\n", "505 HTTP Version Not Supported"),
         (
-            "GET / HTTP/1.1\r\nX: a\r\n  folded\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n  folded\r\n\r\n",
             "400 Bad Request",
         ),
         (
-            "POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
             "400 Bad Request",
         ),
         (
-            "POST / HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n",
             "413 Payload Too Large",
         ),
     ] {
@@ -405,7 +405,11 @@ fn a_bad_head_gets_a_closing_answer() {
 
 #[test]
 fn a_request_left_unanswered_gets_500() {
-    let seen = serve("GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n", 4096, |_| {});
+    let seen = serve(
+        "GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        4096,
+        |_| {},
+    );
     let answers = seen.answers();
     assert_eq!(answers.len(), 1, "{answers:?}");
     assert!(answers[0].starts_with("HTTP/1.1 500 Internal Server Error\r\n"));
@@ -417,7 +421,8 @@ fn body_reads_one_after_another_keep_the_read_timeout_already_set() {
     // The same body in one chunk and in 200: each body read arms a fresh deadline, but the
     // socket's timeout is set again only when it differs, not once per read.
     let request = |chunks: usize| {
-        let mut input = String::from("POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+        let mut input =
+            String::from("POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
         let piece = "a".repeat(1000 / chunks);
         for _ in 0..chunks {
             input.push_str(&format!("{:x}\r\n{piece}\r\n", piece.len()));

@@ -30,6 +30,10 @@ fn broken_bodies_are_errors() {
         b"5\r\nhel",
         b"5\r\nhelloXX0\r\n\r\n",
         b"ffffffffffffffffff\r\n",
+        // Issue 28: whitespace before a size, which nginx refuses.
+        b" 5\r\nhello\r\n0\r\n\r\n",
+        b"\t5\r\nhello\r\n0\r\n\r\n",
+        b"5\r\nhello\r\n 0\r\n\r\n",
     ] {
         let mut state = BodyState::new(Framing::Chunked);
         assert!(
@@ -133,9 +137,10 @@ fn chunk_size_lines_read_by_httparse_keep_the_rules_on_top() {
         let mut state = BodyState::new(Framing::Chunked);
         read_body(&mut state, &mut &wire[..], 1 << 20)
     };
-    // Whitespace around the size, extensions holding any bytes, upper-case hex.
+    // Whitespace after the size (not before it), extensions holding any bytes, upper-case
+    // hex.
     for wire in [
-        &b" \t5 \t;a=\"b\"\r\nhello\r\n0\r\n\r\n"[..],
+        &b"5 \t;a=\"b\"\r\nhello\r\n0\r\n\r\n"[..],
         b"5;\x01\xff\r\nhello\r\n0;x\r\n\r\n",
         b"00000000000000000000000000000000005\r\nhello\r\n0\r\n\r\n",
     ] {
