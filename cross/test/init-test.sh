@@ -324,7 +324,8 @@ check_shell() {
 	option enabled '1'
 	option bootstrap_file '$bf'
 	option root_dir '$R'"
-	if [ -e "$R/join-token" ]; then bad "join token no longer configured: its file is left behind"; else ok "join token no longer configured: its file goes"; fi
+	expect_cmd "join token no longer configured: its file is no longer passed" \
+		"'/usr/bin/tinyhub' '--bootstrap-mode=token' '--bootstrap-file=$bf' $DR"
 
 	# A token file of the owner's passes as it is, and is a reload trigger.
 	printf '%s\n' "$tok" > "$work/own-token"
