@@ -18,6 +18,7 @@
 mod call;
 mod fallback;
 pub(crate) mod filter_body;
+mod grant;
 mod kubelet_lease;
 pub(crate) mod multiplexer;
 pub(crate) mod pool_local;
@@ -170,9 +171,13 @@ impl Hub {
             drop(in_flight);
             return;
         }
-        // The node's shared watch caches serve what the node may read; a client with its own
-        // credential or none goes to the cloud, which judges it.
-        let pooled = self.pool.as_ref().filter(|_| req.requester.is_node());
+        // The node's shared watch caches serve what the node may read, and a client with its
+        // own credential what the cloud let that credential list (`grant.rs`); the others go
+        // to the cloud, which judges them (and a 200 lets the caches serve them next time).
+        let pooled = self
+            .pool
+            .as_ref()
+            .filter(|_| grant::may_use_pool(self, &req));
         let pooled = pooled.and_then(|pool| {
             let cache = pool.cache_for(&req, ex.header("user-agent").unwrap_or(""))?;
             Some((cache, pool.warming()))

@@ -170,6 +170,7 @@ fn handle<'s>(
         CacheMsg::Put { collection, bytes } => {
             put_object(store, failures, &collection, &bytes, None, &mut 0);
         }
+        CacheMsg::Grants(grants) => grants.persist(store),
     }
 }
 
