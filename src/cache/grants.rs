@@ -184,15 +184,6 @@ pub(crate) struct Grants {
     queued: AtomicBool,
 }
 
-impl std::fmt::Debug for Grants {
-    // The key stays out of every log.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Grants")
-            .field("grants", &self.lock().len())
-            .finish_non_exhaustive()
-    }
-}
-
 impl Grants {
     /// The grants the store kept from an earlier run, with their key; a new random key and
     /// none when there is no readable file (every credential then reads from the cloud

@@ -74,7 +74,8 @@ impl Offline {
             Allowed::All => None,
             Allowed::IfMatches(selectors) => Some(selectors),
             Allowed::Refused(status) => {
-                log::info!(
+                // The request's own log line says 403; this says why.
+                log::debug!(
                     "offline: refused a {} of {} to a credential that did not read it online",
                     req.verb.as_str(),
                     req.resource().map_or("", |r| r.resource.as_str())

@@ -174,13 +174,9 @@ impl Hub {
         // The node's shared watch caches serve what the node may read, and a client with its
         // own credential what the cloud let that credential list (`grant.rs`); the others go
         // to the cloud, which judges them (and a 200 lets the caches serve them next time).
-        let pooled = self
-            .pool
-            .as_ref()
-            .filter(|_| grant::may_use_pool(self, &req));
-        let pooled = pooled.and_then(|pool| {
+        let pooled = self.pool.as_ref().and_then(|pool| {
             let cache = pool.cache_for(&req, ex.header("user-agent").unwrap_or(""))?;
-            Some((cache, pool.warming()))
+            grant::may_use_pool(self, &req).then_some((cache, pool.warming()))
         });
         if let Some((cache, warming)) = pooled {
             // Never filled and the cloud unreachable: the ordinary path answers from disk;
