@@ -101,3 +101,71 @@ pub(super) fn forbidden(scope: &Scope) -> Status {
          the cache answers a credential only what it read online"
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::classify;
+
+    fn scope(method: &str, url: &str) -> Option<Scope> {
+        let req = classify(
+            method,
+            url,
+            &[("User-Agent".to_owned(), "kube-proxy".to_owned())],
+        )
+        .unwrap();
+        scope_of(&req)
+    }
+
+    #[test]
+    fn a_request_reads_an_object_or_a_list_scope_as_sent() {
+        assert_eq!(
+            scope("GET", "/api/v1/namespaces/a/secrets/s"),
+            Some(Scope::object("", "secrets", Some("a"), "s"))
+        );
+        // A subresource reads its object.
+        assert_eq!(
+            scope("GET", "/api/v1/namespaces/a/pods/p/status"),
+            Some(Scope::object("", "pods", Some("a"), "p"))
+        );
+        assert_eq!(
+            scope(
+                "GET",
+                "/apis/discovery.k8s.io/v1/endpointslices?labelSelector=%21service.kubernetes.io%2Fheadless&limit=500"
+            ),
+            Some(Scope::list(
+                "discovery.k8s.io",
+                "endpointslices",
+                None,
+                Some("!service.kubernetes.io/headless"),
+                None
+            ))
+        );
+        assert_eq!(
+            scope(
+                "GET",
+                "/api/v1/namespaces/a/services?watch=true&resourceVersion=5"
+            ),
+            Some(Scope::list("", "services", Some("a"), None, None))
+        );
+        // Writes and non-resources read nothing.
+        assert_eq!(scope("POST", "/api/v1/namespaces/a/configmaps"), None);
+        assert_eq!(scope("DELETE", "/api/v1/namespaces/a/configmaps/c"), None);
+        assert_eq!(scope("GET", "/version"), None);
+    }
+
+    #[test]
+    fn a_refusal_is_a_forbidden_status_naming_what_was_not_read() {
+        let status = forbidden(&Scope::object("apps", "deployments", Some("a"), "d"));
+        assert_eq!((status.code, status.reason), (403, "Forbidden"));
+        assert!(
+            status
+                .message
+                .contains(r#"deployments.apps "d" in namespace "a""#),
+            "{}",
+            status.message
+        );
+        let status = forbidden(&Scope::list("", "services", None, Some("x=y"), None));
+        assert!(status.message.contains("this list of services"));
+    }
+}
