@@ -11,6 +11,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::cache::agents::CacheAgents;
+use crate::cache::grants::Grants;
 use crate::cache::store::Store;
 use crate::cache::writer;
 use crate::cache::writer::CacheTx;
@@ -383,10 +384,13 @@ pub fn run(config: Config) -> Result<(), StartupError> {
                     writer::run(&store, cache_rx, &stop, options)
                 })?
             });
+            // Read here; written only by the writer thread (`CacheMsg::Grants`).
+            let grants = Arc::new(Grants::load(&store));
             let offline = Offline {
                 store,
                 backends: Arc::clone(&backends),
                 shutdown: Arc::clone(&shutdown),
+                grants,
             };
             (Some(cache_tx), Some(offline))
         }

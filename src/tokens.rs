@@ -155,7 +155,7 @@ pub(crate) fn expiry(answer: &[u8]) -> Option<i64> {
 }
 
 /// The `exp` claim of a JWT, read without verifying it; `None` for anything else.
-fn jwt_exp(token: &str) -> Option<i64> {
+pub(crate) fn jwt_exp(token: &str) -> Option<i64> {
     let mut parts = token.split('.');
     let (_, claims, _) = (parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some() {

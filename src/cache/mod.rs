@@ -1,4 +1,5 @@
-//! The disk cache: who is cached ([`agents`]), what to keep of an answer ([`target`]), how
+//! The disk cache: who is cached ([`agents`]), what each client credential read online
+//! ([`grants`]), what to keep of an answer ([`target`]), how
 //! response bodies are decoded ([`decode`]), where objects live on disk ([`key`], [`store`])
 //! and the writer thread that persists them ([`writer`]).
 //!
@@ -8,6 +9,7 @@
 
 pub(crate) mod agents;
 pub(crate) mod decode;
+pub(crate) mod grants;
 pub(crate) mod key;
 pub(crate) mod object;
 pub(crate) mod store;

@@ -6,17 +6,23 @@
 //! made here (`tokens.rs`), and kubelet's pod list that finds nothing is a 404, never an empty
 //! list. Event creates are echoed and never stored.
 //!
+//! Who is answered: the node (`Requester::is_node`) everything cached; a client with its own
+//! credential only what that credential read from the cloud while online (`grants.rs`),
+//! decided before the cache is read; a client without credentials where the node's identity
+//! is not lent nothing (its route has no local answer).
+//!
 //! Lists stream: objects are read from disk one at a time and written out as they pass the
 //! selectors, so an offline list of thousands of pods never sits whole in memory. Only the
-//! collection's own directory is read. Nothing here writes the cache directly: an offline
-//! create goes to the cache writer like any other object.
+//! collection's own directory is read. Nothing here writes the cache.
 //!
 //! The keys come from the route (`Route::collection`), made once. `mod.rs` dispatches and
 //! answers gets, watches, writes and documents; `list.rs` streams lists; `token.rs` answers
-//! TokenRequests.
+//! TokenRequests; `grants.rs` what a client with its own credential may be answered.
 
+mod grants;
 mod list;
 
+pub(crate) use grants::scope_of;
 pub(crate) use list::kubelet_pods;
 mod token;
 
@@ -25,6 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::cache::grants::{Grants, Scope};
 use crate::cache::key::{CollectionKey, ObjectKey};
 use crate::cache::object::starts_object;
 use crate::cache::store::{Store, StoreError};
@@ -32,8 +39,10 @@ use crate::health::Backends;
 use crate::names;
 use crate::request::{self, ApiRequest, DiscoveryForm, ResourcePath, Target};
 use crate::route::{Local, Route, document_file};
+use crate::selector::Selectors;
 use crate::server::{Exchange, Length};
 use crate::status::Status;
+use grants::Allowed;
 
 /// How often a held watch checks for the cloud and shutdown (a vanished client is noticed at
 /// once).
@@ -47,12 +56,34 @@ pub(crate) struct Offline {
     pub backends: Arc<Backends>,
     /// To end held watches on shutdown.
     pub shutdown: Arc<AtomicBool>,
+    /// What each client credential read online: all it is answered offline (`grants.rs`).
+    pub grants: Arc<Grants>,
 }
 
 impl Offline {
     /// Answers `req` from the cache, in the collection `route` keyed; returns the HTTP
     /// status sent.
     pub(crate) fn answer(&self, ex: Exchange<'_>, req: &ApiRequest, route: &Route) -> u16 {
+        // A client with its own credential reads only what that credential read online;
+        // decided before anything is read.
+        let allowed = match route.local {
+            Local::Get | Local::List | Local::Watch => self.allowed(req),
+            _ => Allowed::All,
+        };
+        let only = match allowed {
+            Allowed::All => None,
+            Allowed::IfMatches(selectors) => Some(selectors),
+            Allowed::Refused(status) => {
+                // The request's own log line says 403; this says why.
+                log::debug!(
+                    "offline: refused a {} of {} to a credential that did not read it online",
+                    req.verb.as_str(),
+                    req.resource().map_or("", |r| r.resource.as_str())
+                );
+                let _ = ex.send_status(&status);
+                return status.code;
+            }
+        };
         let result = match (&route.local, req.resource(), route.collection()) {
             (Local::NonResource(file), _, _) => self.document(ex, req, file),
             (Local::WriteRefused, _, _) => Err((
@@ -61,7 +92,9 @@ impl Offline {
                     "the cloud apiserver is unreachable: writes wait until it is back (nothing is stored)",
                 ),
             )),
-            (Local::Get, Some(path), Some(collection)) => self.get(ex, path, collection),
+            (Local::Get, Some(path), Some(collection)) => {
+                self.get(ex, path, collection, only.as_deref())
+            }
             (Local::List, Some(path), Some(collection)) => {
                 self.list(ex, req, path, collection, route)
             }
@@ -148,11 +181,14 @@ impl Offline {
         Err((ex, status))
     }
 
+    /// A cached object; with `only`, only when it matches one of those selectors (else the
+    /// refusal of a credential that did not read it).
     fn get<'c>(
         &self,
         ex: Exchange<'c>,
         path: &ResourcePath,
         collection: &CollectionKey,
+        only: Option<&[Selectors]>,
     ) -> Answered<'c> {
         let Some(name) = path.name.clone() else {
             return Err((ex, Status::bad_request("no object name")));
@@ -162,7 +198,26 @@ impl Offline {
             namespace: path.namespace.clone(),
             name,
         };
-        match self.store.get(&key) {
+        let refused = || {
+            let scope = Scope::object(
+                &path.group,
+                &path.resource,
+                path.namespace.as_deref(),
+                &key.name,
+            );
+            grants::forbidden(&scope)
+        };
+        let found = self.store.get(&key);
+        if let Some(only) = only {
+            let matches = |bytes: &[u8]| {
+                serde_json::from_slice::<serde_json::Value>(bytes)
+                    .is_ok_and(|v| only.iter().any(|s| s.matches(&v)))
+            };
+            if !matches!(&found, Ok(Some(bytes)) if matches(bytes)) {
+                return Err((ex, refused()));
+            }
+        }
+        match found {
             Ok(Some(bytes)) if is_json_object(&bytes) => send_json(ex, 200, &bytes),
             Ok(Some(_)) => {
                 log::warn!("cache file of {key:?} is not valid JSON; not serving it");

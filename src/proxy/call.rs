@@ -86,6 +86,9 @@ impl<'h> Call<'h> {
             Err(failure) => return self.fall_back(ex, failure),
         };
         let status = answer.status;
+        if let Some(req) = &self.req {
+            super::grant::record(self.hub, req, ex.header("authorization"), status);
+        }
         match self.relay(ex, answer, request_copy.as_deref()) {
             Relayed::Done(cache) => self.done(status, cache),
             Relayed::CloudBrokeOff(ex, error) => self.fall_back(ex, Failure::Cloud(error)),

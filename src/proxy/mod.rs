@@ -18,6 +18,7 @@
 mod call;
 mod fallback;
 pub(crate) mod filter_body;
+mod grant;
 mod kubelet_lease;
 pub(crate) mod multiplexer;
 pub(crate) mod pool_local;
@@ -170,12 +171,12 @@ impl Hub {
             drop(in_flight);
             return;
         }
-        // The node's shared watch caches serve what the node may read; a client with its own
-        // credential or none goes to the cloud, which judges it.
-        let pooled = self.pool.as_ref().filter(|_| req.requester.is_node());
-        let pooled = pooled.and_then(|pool| {
+        // The node's shared watch caches serve what the node may read, and a client with its
+        // own credential what the cloud let that credential list (`grant.rs`); the others go
+        // to the cloud, which judges them (and a 200 lets the caches serve them next time).
+        let pooled = self.pool.as_ref().and_then(|pool| {
             let cache = pool.cache_for(&req, ex.header("user-agent").unwrap_or(""))?;
-            Some((cache, pool.warming()))
+            grant::may_use_pool(self, &req).then_some((cache, pool.warming()))
         });
         if let Some((cache, warming)) = pooled {
             // Never filled and the cloud unreachable: the ordinary path answers from disk;

@@ -31,6 +31,7 @@ mod link_metrics;
 mod list_scope;
 mod metrics_parity;
 mod offline;
+mod offline_grants;
 mod offline_hold;
 mod offline_node;
 mod pool_leader;

@@ -87,11 +87,13 @@
 //! objects changed lately (what a whole list yields to); `index.rs` the
 //! in-memory index that answers unchanged puts; `list.rs` reading a collection in order; `tokens.rs` TokenRequest answers; `fs.rs` the no-follow, 0600/0700
 //! file primitives; `error.rs` [`StoreError`];
-//! `error_keys.rs` the list of keys whose write failed, kept beside the cache.
+//! `error_keys.rs` the list of keys whose write failed, kept beside the cache; `grants.rs`
+//! the credentials' read grants, kept beside the cache.
 
 mod error;
 mod error_keys;
 mod fs;
+mod grants;
 mod index;
 mod journal;
 mod list;

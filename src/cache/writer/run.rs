@@ -171,6 +171,7 @@ fn handle<'s>(
         CacheMsg::Put { collection, bytes } => {
             put_object(store, failures, &collection, None, &bytes, None, &mut 0);
         }
+        CacheMsg::Grants(grants) => grants.persist(store),
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::refills::{Refill, RefillTx};
+use crate::cache::grants::Grants;
 use crate::cache::key::CollectionKey;
 use crate::cache::target::CacheTarget;
 use crate::metrics::{METRICS, Metrics};
@@ -62,6 +63,8 @@ pub(crate) enum CacheMsg {
         /// The object's JSON.
         bytes: Vec<u8>,
     },
+    /// The read grants changed: write them (`cache/grants.rs`). At most one is queued.
+    Grants(Arc<Grants>),
 }
 
 /// The byte budget shared by senders and the writer: body bytes waiting in the channel are
@@ -165,7 +168,7 @@ impl CacheMsg {
             CacheMsg::Chunk { data, .. } => data.len(),
             CacheMsg::Put { bytes, .. } => bytes.len(),
             CacheMsg::Whole { body, .. } => body.len(),
-            CacheMsg::Begin { .. } | CacheMsg::End { .. } => 0,
+            CacheMsg::Begin { .. } | CacheMsg::End { .. } | CacheMsg::Grants(_) => 0,
         }
     }
 }
@@ -290,6 +293,12 @@ impl CacheTx {
             CacheMsg::Put { collection, bytes },
             Pace::NeverWait,
         )
+    }
+
+    /// Has the writer write the read grants; false when the queue is full.
+    pub(crate) fn persist_grants(&self, grants: Arc<Grants>) -> bool {
+        self.queue
+            .send(&self.tx, CacheMsg::Grants(grants), Pace::NeverWait)
     }
 }
 
