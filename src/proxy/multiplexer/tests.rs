@@ -485,7 +485,7 @@ fn one_follower_past_its_requests_in_flight_gets_429_and_others_are_served() {
     let refused = get(&leader, leader.node("edge-greedy"), "/api/v1/services").unwrap();
     assert_eq!(refused.code, 429, "{refused:?}");
     assert!(
-        refused.body.contains("4 requests in flight"),
+        refused.body.contains("holds 4 long-running requests"),
         "{}",
         refused.body
     );
