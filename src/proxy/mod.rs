@@ -215,7 +215,9 @@ impl Hub {
         // fairness key, anything else one of --max-requests-in-flight (issue 28). kubelet's
         // lease, above, never waits for one.
         let key = long_running_key(&req);
-        let admission = key.as_deref().map_or(Admission::Short, Admission::LongRunning);
+        let admission = key
+            .as_deref()
+            .map_or(Admission::Short, Admission::LongRunning);
         let _admitted = match ex.admit(admission) {
             Ok(admitted) => admitted,
             Err(status) => {

@@ -56,8 +56,8 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -165,12 +165,7 @@ pub(crate) fn start(
 }
 
 /// Serves one follower request to the end, counted and logged.
-fn handle(
-    caches: &PoolCaches,
-    cloud: &dyn Cloud,
-    shutdown: &AtomicBool,
-    ex: Exchange<'_>,
-) {
+fn handle(caches: &PoolCaches, cloud: &dyn Cloud, shutdown: &AtomicBool, ex: Exchange<'_>) {
     let started = Instant::now();
     let peer = ex.remote();
     let follower = match identity::check_follower(ex.peer_certificates()) {

@@ -101,9 +101,9 @@ impl LongRunningRefusal {
                 "the hub serves {total} long-running requests (watches), past its fair total of {}, and this client holds {held}, its share of them among {keys} clients",
                 limits.fair_total
             ),
-            LongRunningRefusal::Ceiling { total } => format!(
-                "the hub serves {total} long-running requests (watches), its maximum"
-            ),
+            LongRunningRefusal::Ceiling { total } => {
+                format!("the hub serves {total} long-running requests (watches), its maximum")
+            }
         }
     }
 }

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::admission::{Load, Tracked, enter_short};
+use super::exchange::Gate;
 use super::stream::ClientStream;
 use super::{Exchange, Handler, Limits, MAX_BODY, body_too_large, closing_answer, too_busy};
 use crate::http1::{self, BodyState};
@@ -191,6 +192,7 @@ pub(super) fn serve_connection(
         send_timeout: None,
         read_timeout: None,
     };
+    let gate = Gate { load, limits };
     let mut first = true;
     loop {
         // Wait for the next request, then give the head a deadline. A new connection gets
@@ -251,7 +253,7 @@ pub(super) fn serve_connection(
             body: BodyState::new(framing),
             keep_alive,
             continue_pending,
-            gate: (load, limits),
+            gate: &gate,
         };
         if limits.long_running.is_some() {
             // The handler admits the request once it knows what it is (`Exchange::admit`).

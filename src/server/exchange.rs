@@ -30,8 +30,15 @@ pub(crate) struct Exchange<'c> {
     pub(super) keep_alive: bool,
     /// `Expect: 100-continue` with a body, not yet answered.
     pub(super) continue_pending: bool,
-    /// The listener's counts and caps, for [`Exchange::admit`].
-    pub(super) gate: (&'c Load, Limits),
+    /// The listener's counts and caps, for [`Exchange::admit`] (one reference: exchanges
+    /// travel by value).
+    pub(super) gate: &'c Gate<'c>,
+}
+
+/// What [`Exchange::admit`] counts against: the listener's load and caps.
+pub(super) struct Gate<'a> {
+    pub(super) load: &'a Load,
+    pub(super) limits: Limits,
 }
 
 /// What a request holds while it is served ([`Exchange::admit`]). An answer that never
@@ -132,7 +139,7 @@ impl<'c> Exchange<'c> {
     /// `long_running` caps took an in-flight slot for the request already: every admission
     /// succeeds there.
     pub(crate) fn admit(&self, what: Admission<'_>) -> Result<Admitted<'c>, Status> {
-        let (load, limits) = self.gate;
+        let Gate { load, limits } = *self.gate;
         let mut admitted = Admitted {
             _short: None,
             _long_running: None,

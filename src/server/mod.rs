@@ -45,8 +45,8 @@ use crate::metrics::{METRICS, Metrics};
 use crate::requester::Port;
 use crate::status::Status;
 
-pub(crate) use admission::{Load, LongRunningLimits};
 use admission::{BUSY, ConnectionSlot, Tracked, admit};
+pub(crate) use admission::{Load, LongRunningLimits};
 use connection::serve_connection;
 pub(crate) use exchange::{Admission, BodyWriter, Exchange, Length};
 pub(crate) use listen::{Listener, bind, wake};

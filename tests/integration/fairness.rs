@@ -97,7 +97,9 @@ fn two_hundred_fifty_watches_from_one_client_leave_kubelet_answered_within_a_sec
     assert_eq!(held.len(), 125, "{}", hub.logs());
     assert_eq!(refused.len(), 125);
     assert!(
-        refused[0].to_ascii_lowercase().contains("retry-after: 1\r\n"),
+        refused[0]
+            .to_ascii_lowercase()
+            .contains("retry-after: 1\r\n"),
         "{}",
         refused[0]
     );

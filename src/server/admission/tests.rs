@@ -135,7 +135,8 @@ fn past_the_fair_total_a_key_under_its_share_gets_in_and_one_over_it_does_not() 
 fn the_ceiling_holds_whatever_the_keys() {
     let load = Load::default();
     for i in 0..8 {
-        load.enter_long_running(&format!("key-{i}"), &PROXY).unwrap();
+        load.enter_long_running(&format!("key-{i}"), &PROXY)
+            .unwrap();
     }
     assert_eq!(
         load.enter_long_running("key-new", &PROXY),
