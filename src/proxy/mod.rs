@@ -221,7 +221,15 @@ impl Hub {
         let _admitted = match ex.admit(admission) {
             Ok(admitted) => admitted,
             Err(status) => {
-                log::info!(
+                // A watch refused is a client past its share: said at info. A short request
+                // refused is the hub at --max-requests-in-flight, counted by the metric.
+                let level = if key.is_some() {
+                    log::Level::Info
+                } else {
+                    log::Level::Debug
+                };
+                log::log!(
+                    level,
                     "refused verb={} path=\"{}\" component=\"{}\" port={} credential={} status={} reason=\"{}\"",
                     req.verb.as_str(),
                     request::truncate(ex.url()),

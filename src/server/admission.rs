@@ -168,9 +168,15 @@ impl Load {
 }
 
 impl Load {
-    /// Requests being served now.
+    /// Requests being served now that hold a slot: short and long-running ones (what the
+    /// hub waits for at shutdown).
     pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Acquire)
+        let long_running = self
+            .long_running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .total;
+        self.in_flight.load(Ordering::Acquire) + long_running
     }
 
     pub(super) fn open(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Tracked>>> {

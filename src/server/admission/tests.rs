@@ -88,12 +88,17 @@ fn one_key_holds_at_most_its_cap_and_takes_no_short_slot() {
         load.enter_long_running("flood", &PROXY),
         Err(LongRunningRefusal::PerKey { held: 4 })
     );
-    assert_eq!(load.in_flight(), 0);
+    assert_eq!(load.in_flight.load(Ordering::Acquire), 0);
     // Short requests are counted apart: all of them are free.
     let short: Vec<_> = (0..8).map(|_| enter_short(&load, 8).unwrap()).collect();
     assert!(enter_short(&load, 8).is_none());
+    assert_eq!(
+        load.in_flight(),
+        12,
+        "both kinds are waited for at shutdown"
+    );
     drop(short);
-    assert_eq!(load.in_flight(), 0);
+    assert_eq!(load.in_flight(), 4);
 }
 
 #[test]
