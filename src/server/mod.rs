@@ -14,7 +14,7 @@
 //! deadlines, and closing a connection whose framing is lost.
 //!
 //! Files: `listen.rs` (bind, backlog, wake), `admission.rs` (caps, eviction, slots),
-//! `connection.rs` (one connection's loop and deadlines), `exchange.rs` (`Exchange`, the
+//! `connection.rs` (one connection's loop and deadlines), `exchange.rs` (`Exchange` and its `admit`, the
 //! request body, `BodyWriter`), `stream.rs` (the `ClientStream` seam that lets `tests.rs`
 //! run whole exchanges in memory, `TlsStream` for the HTTPS port, and `ClientProbe`),
 //! `tls.rs` (the HTTPS port's reloadable serving certificate and rustls configuration;
