@@ -13,10 +13,10 @@
 //! (`Content-Length`, or chunks flushed one by one so watch events reach the client at once),
 //! deadlines, and closing a connection whose framing is lost.
 //!
-//! Files: `listen.rs` (bind, backlog, wake), `admission.rs` (caps, eviction, slots),
-//! `connection.rs` (one connection's loop and deadlines), `exchange.rs` (`Exchange` and its `admit`, the
-//! request body, `BodyWriter`), `stream.rs` (the `ClientStream` seam that lets `tests.rs`
-//! run whole exchanges in memory, `TlsStream` for the HTTPS port, and `ClientProbe`),
+//! Files: `listen.rs` (bind, backlog, wake), `admission.rs` (caps, eviction, slots, the
+//! long-running shares), `connection.rs` (one connection's loop and deadlines),
+//! `exchange.rs` (`Exchange` and its `admit`, the request body, `BodyWriter`), `stream.rs`
+//! (the `ClientStream` seam that lets `tests.rs` run whole exchanges in memory, `TlsStream` for the HTTPS port, and `ClientProbe`),
 //! `tls.rs` (the HTTPS port's reloadable serving certificate and rustls configuration;
 //! [`serve_tls`] is the same accept loop with a handshake on each connection's thread).
 //!
