@@ -16,9 +16,10 @@
 //! Files: `listen.rs` (bind, backlog, wake), `admission.rs` (caps, eviction, slots, the
 //! long-running shares), `connection.rs` (one connection's loop and deadlines),
 //! `exchange.rs` (`Exchange` and its `admit`, the request body, `BodyWriter`), `stream.rs`
-//! (the `ClientStream` seam that lets `tests.rs` run whole exchanges in memory, `TlsStream` for the HTTPS port, and `ClientProbe`),
-//! `tls.rs` (the HTTPS port's reloadable serving certificate and rustls configuration;
-//! [`serve_tls`] is the same accept loop with a handshake on each connection's thread).
+//! (the `ClientStream` seam that lets `tests.rs` run whole exchanges in memory,
+//! `TlsStream` for the HTTPS port, and `ClientProbe`), `tls.rs` (the HTTPS port's
+//! reloadable serving certificate and rustls configuration; [`serve_tls`] is the same
+//! accept loop with a handshake on each connection's thread).
 //!
 //! Why not tiny_http, which the project started with: its connection pool spawns a thread per
 //! connection without bound, sets no timeouts (an idle or silent connection holds a thread
