@@ -43,7 +43,7 @@ use crate::reaper::Reaper;
 use crate::requester::Port;
 use crate::serve::{self, Readiness};
 use crate::server::tls::ServingCert;
-use crate::server::{self, Limits, Load};
+use crate::server::{self, Limits, Load, LongRunningLimits};
 use crate::upstream::Upstream;
 use crate::watchcache::CacheOptions;
 use crate::{SMALL_STACK, signals, spawn};
@@ -59,6 +59,7 @@ const SERVE_LIMITS: Limits = Limits {
     max_in_flight: 16,
     stack_size: SMALL_STACK,
     io_timeout: server::IO_TIMEOUT,
+    long_running: None,
 };
 /// Time in-flight requests get to finish after the first signal.
 const DRAIN: Duration = Duration::from_secs(3);
@@ -464,6 +465,10 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         max_in_flight: config.max_requests_in_flight,
         stack_size: SMALL_STACK,
         io_timeout: config.client_io_timeout,
+        // The hub admits each request once it knows what it is: watches apart (issue 28).
+        long_running: Some(LongRunningLimits::for_in_flight(
+            config.max_requests_in_flight,
+        )),
     };
     let proxy_thread = {
         let (handler, load, shutdown) = (

@@ -24,6 +24,7 @@ pub(crate) mod multiplexer;
 pub(crate) mod pool_local;
 mod relay;
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -38,10 +39,10 @@ use crate::metrics::METRICS;
 use crate::offline::Offline;
 use crate::pki::x509;
 use crate::reaper::Reaper;
-use crate::request::{self, ApiRequest};
+use crate::request::{self, ApiRequest, Verb};
 use crate::requester::{ClientCertificate, Requester};
 use crate::route::{self, NoCacheReason, Route};
-use crate::server::Exchange;
+use crate::server::{Admission, Exchange};
 use crate::status::Status;
 use crate::upstream::Cloud;
 
@@ -132,6 +133,38 @@ impl CacheStatus {
     }
 }
 
+/// The fairness key of `req` when it is long-running, as the apiserver counts them apart
+/// from max-in-flight: a watch, the `proxy` verb, a followed log (exec, attach and
+/// port-forward are refused at once: short). The key is the port, the credential's digest
+/// (its first 8 bytes: enough to tell credentials apart, and not the credential) and the
+/// component, up to 64 bytes of it.
+fn long_running_key(req: &ApiRequest) -> Option<String> {
+    let followed_log = req.query.follow
+        && req
+            .resource()
+            .is_some_and(|r| r.subresource.as_deref() == Some("log"));
+    if !matches!(req.verb, Verb::Watch | Verb::Proxy) && !followed_log {
+        return None;
+    }
+    let mut key = String::with_capacity(96);
+    key.push_str(req.requester.port.as_str());
+    key.push('/');
+    match req.requester.credential.digest() {
+        Some(digest) => digest[..8].iter().for_each(|b| {
+            let _ = write!(key, "{b:02x}");
+        }),
+        None => key.push_str("none"),
+    }
+    key.push('/');
+    let component = req.component.as_str();
+    let end = (0..=component.len().min(64))
+        .rev()
+        .find(|&i| component.is_char_boundary(i))
+        .unwrap_or(0);
+    key.push_str(&component[..end]);
+    Some(key)
+}
+
 /// What classifying a request came to.
 enum Classified {
     /// A request the hub understands.
@@ -153,6 +186,14 @@ impl Hub {
                 return;
             }
             Classified::PassOn(route) => {
+                // Not understood, so not known to be long-running: a short request.
+                let _admitted = match ex.admit(Admission::Short) {
+                    Ok(admitted) => admitted,
+                    Err(status) => {
+                        let _ = ex.send_status(&status);
+                        return;
+                    }
+                };
                 Call::pass_on(self, route).forward(ex);
                 return;
             }
@@ -171,6 +212,38 @@ impl Hub {
             drop(in_flight);
             return;
         }
+        // Everything below waits on a cache or the cloud: a watch takes a slot of its
+        // fairness key, anything else one of --max-requests-in-flight (issue 28). kubelet's
+        // lease, above, never waits for one.
+        let key = long_running_key(&req);
+        let admission = key
+            .as_deref()
+            .map_or(Admission::Short, Admission::LongRunning);
+        let _admitted = match ex.admit(admission) {
+            Ok(admitted) => admitted,
+            Err(status) => {
+                // A watch refused is a client past its share: said at info. A short request
+                // refused is the hub at --max-requests-in-flight, counted by the metric.
+                let level = if key.is_some() {
+                    log::Level::Info
+                } else {
+                    log::Level::Debug
+                };
+                log::log!(
+                    level,
+                    "refused verb={} path=\"{}\" component=\"{}\" port={} credential={} status={} reason=\"{}\"",
+                    req.verb.as_str(),
+                    request::truncate(ex.url()),
+                    req.component,
+                    req.requester.port.as_str(),
+                    req.requester.credential.as_str(),
+                    status.code,
+                    status.message
+                );
+                let _ = ex.send_status(&status);
+                return;
+            }
+        };
         // The node's shared watch caches serve what the node may read, and a client with its
         // own credential what the cloud let that credential list (`grant.rs`); the others go
         // to the cloud, which judges them (and a 200 lets the caches serve them next time).

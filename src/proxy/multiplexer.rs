@@ -28,7 +28,8 @@
 //! - **Not ready**: while the caches warm (`PoolCaches::warming`), YurtHub's 429 with
 //!   `Retry-After: 1`.
 //! - **Per follower**: at most [`PER_FOLLOWER`] requests in flight per follower node (429
-//!   past it), so that one peer cannot take the port's slots from the others.
+//!   past it), so that one peer cannot take the port's slots from the others; past the
+//!   port's fair total a follower holding less than its share still gets in (`FOLLOWERS`).
 //! - **The server is the proxy ports' own** (`server::serve_tls`: caps, eviction, one thread
 //!   per connection), with its own small [`LIMITS`] and `Load`: followers cannot take the
 //!   local clients' slots, nor the reverse. The peer's certificates reach the handler
@@ -50,14 +51,13 @@
 //! Memory: per follower connection one thread (a small stack) and the server's 4 KiB read
 //! buffer; per request the `ApiRequest` and what `pool_local::answer` holds (a page of
 //! object handles, or one batch of watch events, its buffer kept at most 16 KiB between
-//! batches); per follower with a request open one entry of the in-flight count. The
+//! batches); per follower with a request open one entry of the server's long-running count. The
 //! objects are the caches' own.
 
-use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -65,7 +65,7 @@ use super::pool_local::{self, PoolCaches, Unserved};
 use crate::metrics::METRICS;
 use crate::request::{self, ApiRequest, Target};
 use crate::requester::Port;
-use crate::server::{self, Exchange, Handler, Limits, Load};
+use crate::server::{self, Admission, Exchange, Handler, Limits, Load, LongRunningLimits};
 use crate::status::Status;
 use crate::upstream::Cloud;
 use crate::watchcache::WatchCache;
@@ -76,63 +76,33 @@ use identity::Follower;
 /// pool-scope resource (two by default) and a list or two beside them. Past it, 429: one
 /// peer (any certificate of the CA with O `system:nodes`, from any pool) cannot hold the
 /// slots of the pool's real followers.
-pub(crate) const PER_FOLLOWER: u32 = 4;
+pub(crate) const PER_FOLLOWER: usize = 4;
 
 /// The multiplexer port's caps: [`PER_FOLLOWER`] requests for each of some thirty follower
-/// nodes (120), with room for connections kept idle between lists; past them a new
-/// connection is closed (a TLS port cannot answer 429 at accept) and a request gets 429.
-/// Each connection is a thread with a [`SMALL_STACK`] (reserved, mostly not resident).
+/// nodes (a fair total of 120), with room for connections kept idle between lists; past
+/// them a new connection is closed (a TLS port cannot answer 429 at accept) and a request
+/// gets 429. Each connection is a thread with a [`SMALL_STACK`] (reserved, mostly not
+/// resident). Every follower request is admitted under its follower (`handle`), lists as
+/// watches, so no request takes a short slot (`max_in_flight`).
 pub(crate) const LIMITS: Limits = Limits {
     max_connections: 160,
-    max_in_flight: 128,
+    max_in_flight: 0,
     stack_size: SMALL_STACK,
     io_timeout: server::IO_TIMEOUT,
+    long_running: Some(FOLLOWERS),
 };
 
-/// The requests in flight per follower (its node name, else its CN), for
-/// [`PER_FOLLOWER`]. Costs one entry (a name and a count) per follower with a request open;
-/// an entry goes when its count is back to 0.
-#[derive(Debug, Default)]
-struct InFlight(Mutex<HashMap<Box<str>, u32>>);
-
-impl InFlight {
-    /// A slot for one more request of `follower`, or None past [`PER_FOLLOWER`].
-    fn enter(&self, follower: &str) -> Option<FollowerSlot<'_>> {
-        // A map of counts: a panicking holder cannot leave it torn.
-        let mut counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = counts.entry(follower.into()).or_insert(0);
-        if *count >= PER_FOLLOWER {
-            return None;
-        }
-        *count += 1;
-        Some(FollowerSlot {
-            in_flight: self,
-            follower: follower.into(),
-        })
-    }
-}
-
-/// One request of a follower in flight; given back when dropped.
-struct FollowerSlot<'f> {
-    in_flight: &'f InFlight,
-    follower: Box<str>,
-}
-
-impl Drop for FollowerSlot<'_> {
-    fn drop(&mut self) {
-        let mut counts = self
-            .in_flight
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = counts.get_mut(&self.follower) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                counts.remove(&self.follower);
-            }
-        }
-    }
-}
+/// The followers' shares of the port (issue 28): past the fair total a follower still gets
+/// a request in while it holds less than the total divided by the pool's members — the
+/// followers holding a request now and itself: the leader ConfigMap names only the
+/// leaders, and a member that asks nothing needs no share — so while any follower holds
+/// more than that, a new follower is not refused. The ceiling (152) leaves 8 of the
+/// connections for handshakes and idle ones: past it, 429 whatever the shares.
+const FOLLOWERS: LongRunningLimits = LongRunningLimits {
+    fair_total: 120,
+    ceiling: 152,
+    per_key: PER_FOLLOWER,
+};
 
 /// A running multiplexer port.
 #[derive(Debug)]
@@ -175,8 +145,7 @@ pub(crate) fn start(
     let addr = listener.local_addr();
     let handler: Handler = {
         let shutdown = Arc::clone(&shutdown);
-        let in_flight = InFlight::default();
-        Arc::new(move |ex| handle(&caches, cloud.as_ref(), &in_flight, &shutdown, ex))
+        Arc::new(move |ex| handle(&caches, cloud.as_ref(), &shutdown, ex))
     };
     let load = Arc::new(Load::default());
     let thread = spawn("multiplexer", move || {
@@ -196,13 +165,7 @@ pub(crate) fn start(
 }
 
 /// Serves one follower request to the end, counted and logged.
-fn handle(
-    caches: &PoolCaches,
-    cloud: &dyn Cloud,
-    in_flight: &InFlight,
-    shutdown: &AtomicBool,
-    ex: Exchange<'_>,
-) {
+fn handle(caches: &PoolCaches, cloud: &dyn Cloud, shutdown: &AtomicBool, ex: Exchange<'_>) {
     let started = Instant::now();
     let peer = ex.remote();
     let follower = match identity::check_follower(ex.peer_certificates()) {
@@ -222,20 +185,19 @@ fn handle(
         }
     };
     let name = follower_name(&follower);
-    let Some(_slot) = in_flight.enter(name) else {
-        let status = Status::too_many_requests(
-            format!(
-                "follower {name:?} already has {PER_FOLLOWER} requests in flight on the leader's multiplexer port"
-            ),
-            1,
-        );
-        log::info!(
-            "multiplexer refused follower={name:?} peer={peer} path=\"{}\" status=429 reason=\"{PER_FOLLOWER} requests in flight\"",
-            request::truncate(ex.url())
-        );
-        let _ = ex.send_status(&status);
-        METRICS.count_multiplexer(name, status.code);
-        return;
+    let _slot = match ex.admit(Admission::LongRunning(name)) {
+        Ok(slot) => slot,
+        Err(status) => {
+            log::info!(
+                "multiplexer refused follower={name:?} peer={peer} path=\"{}\" status={} reason={:?}",
+                request::truncate(ex.url()),
+                status.code,
+                status.message
+            );
+            let _ = ex.send_status(&status);
+            METRICS.count_multiplexer(name, status.code);
+            return;
+        }
     };
     let req = match request::classify(ex.method(), ex.url(), ex.headers()) {
         Ok(req) => req,

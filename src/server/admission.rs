@@ -2,7 +2,18 @@
 //! the accept thread picks from at the cap (the one waiting longest for a head goes first,
 //! one that never sent a request before an idle keep-alive one, a busy one never), and the
 //! slots that give a count back however a connection or a request ends.
+//!
+//! Requests come in two kinds (issue 28), as the apiserver's max-in-flight filter tells them
+//! apart: short ones, answered in a bounded time, take one of `--max-requests-in-flight`;
+//! long-running ones (watches and other streams) never take those, so a client holding
+//! watches cannot make kubelet's reads wait. Long-running requests are counted apart, per
+//! fairness key (on the proxy ports the port, the credential and the component; on the
+//! multiplexer port the follower), under [`LongRunningLimits`]: past a fair total a key
+//! still gets a slot while it holds less than the total divided by the keys holding one
+//! (itself counted), so one key's watches cannot take another key's; a ceiling bounds the
+//! threads whatever the number of keys.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
@@ -20,12 +31,152 @@ pub(crate) struct Load {
     open: Mutex<Vec<Arc<Tracked>>>,
     /// Counts the times a connection started waiting for a head: the order to evict in.
     waits: AtomicU64,
+    /// Long-running requests being served, per fairness key.
+    long_running: Mutex<LongRunning>,
+}
+
+/// The caps on long-running requests of a listener whose handler admits its requests
+/// ([`Exchange::admit`](super::Exchange::admit)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LongRunningLimits {
+    /// Below it any key gets a slot; at or past it only a key holding less than
+    /// `fair_total` divided by the keys holding a slot (itself counted).
+    pub fair_total: usize,
+    /// Never more long-running requests than this, whatever the keys: the threads they hold
+    /// stay bounded. At least `fair_total`.
+    pub ceiling: usize,
+    /// Never more long-running requests of one key than this.
+    pub per_key: usize,
+}
+
+impl LongRunningLimits {
+    /// The proxy ports' caps, from `--max-requests-in-flight` (`in_flight`), within
+    /// connections capped at twice it (`Limits::max_connections`): a fair total of half of
+    /// it (125 by default: one key alone, a watch flood from one client, gets no more)
+    /// and a ceiling of all of it (250), so short requests (`in_flight`) and long-running
+    /// ones together never hold every connection, and a component's new connection is not
+    /// refused at accept. A key gets at most the fair total.
+    pub(crate) fn for_in_flight(in_flight: usize) -> LongRunningLimits {
+        let fair_total = (in_flight / 2).max(1);
+        LongRunningLimits {
+            fair_total,
+            ceiling: in_flight.max(fair_total),
+            per_key: fair_total,
+        }
+    }
+}
+
+/// The long-running requests being served: how many, and how many per key (an entry goes
+/// when its count is back to 0, so the map holds at most [`LongRunningLimits::ceiling`]).
+#[derive(Debug, Default)]
+struct LongRunning {
+    total: usize,
+    held: HashMap<Box<str>, usize>,
+}
+
+/// Why a long-running request was refused (429): the text of its `Status` says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LongRunningRefusal {
+    /// The key holds [`LongRunningLimits::per_key`].
+    PerKey { held: usize },
+    /// Past the fair total, the key holds its share or more.
+    Share {
+        held: usize,
+        total: usize,
+        keys: usize,
+    },
+    /// At [`LongRunningLimits::ceiling`].
+    Ceiling { total: usize },
+}
+
+impl LongRunningRefusal {
+    /// The reason, for the `Status` and the log line.
+    pub(crate) fn reason(&self, limits: &LongRunningLimits) -> String {
+        match self {
+            LongRunningRefusal::PerKey { held } => format!(
+                "this client holds {held} long-running requests (watches), its maximum of {}",
+                limits.per_key
+            ),
+            LongRunningRefusal::Share { held, total, keys } => format!(
+                "the hub serves {total} long-running requests (watches), past its fair total of {}, and this client holds {held}, its share of them among {keys} clients",
+                limits.fair_total
+            ),
+            LongRunningRefusal::Ceiling { total } => {
+                format!("the hub serves {total} long-running requests (watches), its maximum")
+            }
+        }
+    }
 }
 
 impl Load {
-    /// Requests being served now.
+    /// A long-running slot for `key`, or why not: below the fair total any key gets one
+    /// (up to `per_key`); at or past it a key gets one only while it holds less than the
+    /// fair total divided by the keys holding a slot, itself counted — then another key
+    /// holds more than that share, and the newcomer is not the one refused; never past the
+    /// ceiling.
+    pub(super) fn enter_long_running(
+        &self,
+        key: &str,
+        limits: &LongRunningLimits,
+    ) -> Result<(), LongRunningRefusal> {
+        // Counts only: a panicking holder cannot leave them torn.
+        let mut state = self
+            .long_running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let held = state.held.get(key).copied().unwrap_or(0);
+        let keys = state.held.len() + usize::from(held == 0);
+        let total = state.total;
+        if held >= limits.per_key {
+            return Err(LongRunningRefusal::PerKey { held });
+        }
+        if total >= limits.ceiling {
+            return Err(LongRunningRefusal::Ceiling { total });
+        }
+        // held < fair_total / keys, without rounding the share down.
+        if total >= limits.fair_total && held.saturating_mul(keys) >= limits.fair_total {
+            return Err(LongRunningRefusal::Share { held, total, keys });
+        }
+        state.total += 1;
+        *state.held.entry(key.into()).or_insert(0) += 1;
+        Ok(())
+    }
+
+    /// Gives back a slot [`Load::enter_long_running`] gave `key`.
+    pub(super) fn leave_long_running(&self, key: &str) {
+        let mut state = self
+            .long_running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        state.total = state.total.saturating_sub(1);
+        if let Some(count) = state.held.get_mut(key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                state.held.remove(key);
+            }
+        }
+    }
+
+    /// Long-running requests being served now.
+    #[cfg(test)]
+    pub(crate) fn long_running(&self) -> usize {
+        self.long_running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .total
+    }
+}
+
+impl Load {
+    /// Requests being served now that hold a slot: short and long-running ones (what the
+    /// hub waits for at shutdown).
     pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Acquire)
+        let long_running = self
+            .long_running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .total;
+        self.in_flight.load(Ordering::Acquire) + long_running
     }
 
     pub(super) fn open(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Tracked>>> {
@@ -150,6 +301,27 @@ pub(super) struct RequestSlot<'a>(pub(super) &'a Load);
 impl Drop for RequestSlot<'_> {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Takes one of `max_in_flight` short-request slots, or None at the cap.
+pub(super) fn enter_short(load: &Load, max_in_flight: usize) -> Option<RequestSlot<'_>> {
+    if load.in_flight.fetch_add(1, Ordering::AcqRel) >= max_in_flight {
+        load.in_flight.fetch_sub(1, Ordering::AcqRel);
+        return None;
+    }
+    Some(RequestSlot(load))
+}
+
+/// Frees a long-running slot of its key when the request ends.
+pub(super) struct LongRunningSlot<'a> {
+    pub(super) load: &'a Load,
+    pub(super) key: Box<str>,
+}
+
+impl Drop for LongRunningSlot<'_> {
+    fn drop(&mut self) {
+        self.load.leave_long_running(&self.key);
     }
 }
 

@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::admission::{Load, RequestSlot, Tracked};
+use super::admission::{Load, Tracked, enter_short};
+use super::exchange::Gate;
 use super::stream::ClientStream;
 use super::{Exchange, Handler, Limits, MAX_BODY, body_too_large, closing_answer, too_busy};
 use crate::http1::{self, BodyState};
@@ -191,6 +192,7 @@ pub(super) fn serve_connection(
         send_timeout: None,
         read_timeout: None,
     };
+    let gate = Gate { load, limits };
     let mut first = true;
     loop {
         // Wait for the next request, then give the head a deadline. A new connection gets
@@ -251,13 +253,15 @@ pub(super) fn serve_connection(
             body: BodyState::new(framing),
             keep_alive,
             continue_pending,
+            gate: &gate,
         };
-        if load.in_flight.fetch_add(1, Ordering::AcqRel) >= limits.max_in_flight {
-            load.in_flight.fetch_sub(1, Ordering::AcqRel);
-            let _ = exchange.send_status(&too_busy(limits.max_in_flight, "requests in flight"));
-        } else {
-            let _slot = RequestSlot(load);
+        if limits.long_running.is_some() {
+            // The handler admits the request once it knows what it is (`Exchange::admit`).
             handler(exchange);
+        } else if let Some(_slot) = enter_short(load, limits.max_in_flight) {
+            handler(exchange);
+        } else {
+            let _ = exchange.send_status(&too_busy(limits.max_in_flight, "requests in flight"));
         }
         if !conn.response_started {
             // A handler that forgot to answer: say so rather than leave the client waiting.

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use rustls::pki_types::CertificateDer;
 
+use super::admission::{Load, LongRunningSlot, RequestSlot, enter_short};
 use super::connection::{Conn, answer_and_close};
-use super::{ClientProbe, MAX_BODY, body_too_large};
+use super::{ClientProbe, Limits, MAX_BODY, body_too_large, refused, too_busy};
 use crate::http1::response::{self, CHUNK_SIZE_LINE, ResponseFraming};
 use crate::http1::{BodyState, RequestHead};
 use crate::requester::Port;
@@ -29,6 +30,34 @@ pub(crate) struct Exchange<'c> {
     pub(super) keep_alive: bool,
     /// `Expect: 100-continue` with a body, not yet answered.
     pub(super) continue_pending: bool,
+    /// The listener's counts and caps, for [`Exchange::admit`] (one reference: exchanges
+    /// travel by value).
+    pub(super) gate: &'c Gate<'c>,
+}
+
+/// What [`Exchange::admit`] counts against: the listener's load and caps.
+pub(super) struct Gate<'a> {
+    pub(super) load: &'a Load,
+    pub(super) limits: Limits,
+}
+
+/// What a request holds while it is served ([`Exchange::admit`]). An answer that never
+/// waits on anything (kubelet's lease from the hub's heartbeat, a refusal) asks for none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission<'k> {
+    /// A request answered in a bounded time: one of `--max-requests-in-flight`.
+    Short,
+    /// A watch or another stream held open, counted under its fairness key (on the proxy
+    /// ports the port, the credential's digest and the component; on the multiplexer port
+    /// the follower): see [`LongRunningLimits`](super::LongRunningLimits).
+    LongRunning(&'k str),
+}
+
+/// A slot [`Exchange::admit`] gave; given back when dropped, however the request ends.
+/// Neither when the server took the request's slot before the handler saw it.
+pub(crate) struct Admitted<'c> {
+    _short: Option<RequestSlot<'c>>,
+    _long_running: Option<LongRunningSlot<'c>>,
 }
 
 /// How the body of a response is delimited.
@@ -103,6 +132,37 @@ impl<'c> Exchange<'c> {
     /// The listener the request came in on.
     pub(crate) fn port(&self) -> Port {
         self.conn.port
+    }
+
+    /// Takes the slot `what` needs, to hold until the answer is complete, or the 429 (with
+    /// `Retry-After`, counted as a refusal) that says why not. A listener without
+    /// `long_running` caps took an in-flight slot for the request already: every admission
+    /// succeeds there.
+    pub(crate) fn admit(&self, what: Admission<'_>) -> Result<Admitted<'c>, Status> {
+        let Gate { load, limits } = *self.gate;
+        let mut admitted = Admitted {
+            _short: None,
+            _long_running: None,
+        };
+        let Some(long) = limits.long_running else {
+            return Ok(admitted);
+        };
+        match what {
+            Admission::Short => {
+                let slot = enter_short(load, limits.max_in_flight)
+                    .ok_or_else(|| too_busy(limits.max_in_flight, "requests in flight"))?;
+                admitted._short = Some(slot);
+            }
+            Admission::LongRunning(key) => {
+                load.enter_long_running(key, &long)
+                    .map_err(|why| refused(format!("{}; retry shortly", why.reason(&long))))?;
+                admitted._long_running = Some(LongRunningSlot {
+                    load,
+                    key: key.into(),
+                });
+            }
+        }
+        Ok(admitted)
     }
 
     /// The client certificates of a TLS connection, leaf first, already verified by the

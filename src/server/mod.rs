@@ -1,6 +1,10 @@
 //! The client side: the only module that touches client sockets. One thread with a small
 //! stack per connection, a cap on connections and a cap on requests in flight
-//! (`--max-requests-in-flight`, 429 with `Retry-After`). At the connection cap the accept
+//! (`--max-requests-in-flight`, 429 with `Retry-After`). Where the listener's [`Limits`]
+//! have `long_running` caps the handler admits each request once it knows what it is
+//! ([`Exchange::admit`]): a short one takes an in-flight slot, a long-running one (a watch)
+//! one of its fairness key's, and an answer that never waits (kubelet's lease) none;
+//! elsewhere the server takes an in-flight slot for every request. At the connection cap the accept
 //! thread closes the connection that has waited longest for its request head — one that
 //! never sent a request before an idle keep-alive one — so clients that never finish their
 //! headers cannot lock others out; only when every connection is serving a request does a
@@ -9,12 +13,13 @@
 //! (`Content-Length`, or chunks flushed one by one so watch events reach the client at once),
 //! deadlines, and closing a connection whose framing is lost.
 //!
-//! Files: `listen.rs` (bind, backlog, wake), `admission.rs` (caps, eviction, slots),
-//! `connection.rs` (one connection's loop and deadlines), `exchange.rs` (`Exchange`, the
-//! request body, `BodyWriter`), `stream.rs` (the `ClientStream` seam that lets `tests.rs`
-//! run whole exchanges in memory, `TlsStream` for the HTTPS port, and `ClientProbe`),
-//! `tls.rs` (the HTTPS port's reloadable serving certificate and rustls configuration;
-//! [`serve_tls`] is the same accept loop with a handshake on each connection's thread).
+//! Files: `listen.rs` (bind, backlog, wake), `admission.rs` (caps, eviction, slots, the
+//! long-running shares), `connection.rs` (one connection's loop and deadlines),
+//! `exchange.rs` (`Exchange` and its `admit`, the request body, `BodyWriter`), `stream.rs`
+//! (the `ClientStream` seam that lets `tests.rs` run whole exchanges in memory,
+//! `TlsStream` for the HTTPS port, and `ClientProbe`), `tls.rs` (the HTTPS port's
+//! reloadable serving certificate and rustls configuration; [`serve_tls`] is the same
+//! accept loop with a handshake on each connection's thread).
 //!
 //! Why not tiny_http, which the project started with: its connection pool spawns a thread per
 //! connection without bound, sets no timeouts (an idle or silent connection holds a thread
@@ -41,10 +46,10 @@ use crate::metrics::{METRICS, Metrics};
 use crate::requester::Port;
 use crate::status::Status;
 
-pub(crate) use admission::Load;
 use admission::{BUSY, ConnectionSlot, Tracked, admit};
+pub(crate) use admission::{Load, LongRunningLimits};
 use connection::serve_connection;
-pub(crate) use exchange::{BodyWriter, Exchange, Length};
+pub(crate) use exchange::{Admission, BodyWriter, Exchange, Length};
 pub(crate) use listen::{Listener, bind, wake};
 pub(crate) use stream::ClientProbe;
 use stream::{ClientStream, TlsStream};
@@ -67,8 +72,12 @@ pub(crate) fn body_too_large() -> Status {
 pub(crate) struct Limits {
     /// Open connections (one thread each); past it, 429 at accept.
     pub max_connections: usize,
-    /// Requests being served; past it, 429.
+    /// Requests being served; past it, 429. With `long_running` caps, short requests only.
     pub max_in_flight: usize,
+    /// The caps on long-running requests, when the handler admits each request
+    /// ([`Exchange::admit`]); None: the server takes one of `max_in_flight` for every
+    /// request before the handler sees it.
+    pub long_running: Option<LongRunningLimits>,
     /// Stack of each connection thread.
     pub stack_size: usize,
     /// Time one read of a request body, or one write of an answer, may take.
@@ -212,11 +221,15 @@ fn accept_loop(
 }
 
 pub(super) fn too_busy(limit: usize, what: &str) -> Status {
+    refused(format!(
+        "the hub is serving its maximum of {limit} {what}; retry shortly"
+    ))
+}
+
+/// A 429 with `Retry-After: 1` saying `why`, counted as a refusal.
+pub(super) fn refused(why: String) -> Status {
     Metrics::inc(&METRICS.rejected_requests);
-    Status::too_many_requests(
-        format!("the hub is serving its maximum of {limit} {what}; retry shortly"),
-        1,
-    )
+    Status::too_many_requests(why, 1)
 }
 
 /// Answers a connection the hub will not serve, without reading its request, and closes it.

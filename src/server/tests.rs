@@ -98,6 +98,7 @@ const LIMITS: Limits = Limits {
     max_in_flight: 4,
     stack_size: 0,
     io_timeout: Duration::from_secs(1),
+    long_running: None,
 };
 
 /// What the client read back, and whether the server closed the connection.

@@ -485,7 +485,7 @@ fn one_follower_past_its_requests_in_flight_gets_429_and_others_are_served() {
     let refused = get(&leader, leader.node("edge-greedy"), "/api/v1/services").unwrap();
     assert_eq!(refused.code, 429, "{refused:?}");
     assert!(
-        refused.body.contains("4 requests in flight"),
+        refused.body.contains("holds 4 long-running requests"),
         "{}",
         refused.body
     );
@@ -578,4 +578,32 @@ fn shutdown_closes_the_port_and_ends_open_watches() {
     assert_eq!(read_chunk(&mut conn).unwrap(), b"");
     assert!(stopped.elapsed() < Duration::from_secs(3));
     assert!(TcpStream::connect(addr).is_err(), "the port still listens");
+}
+
+#[test]
+fn a_new_follower_gets_in_while_others_hold_more_than_their_share() {
+    let leader = Leader::start(&[]);
+    leader.fill();
+    let watch = "/api/v1/services?watch=1&resourceVersion=10&timeoutSeconds=30";
+    // 32 followers with PER_FOLLOWER watches each: 128, the port's old cap, past the fair
+    // total of 120 (the last two got in while under their share, 120 / 31).
+    let mut open = Vec::new();
+    for i in 0..32 {
+        let node = leader.node(&format!("edge-{i}"));
+        for _ in 0..PER_FOLLOWER {
+            let mut conn = connect(&leader, Arc::clone(&node));
+            send(&mut conn, "GET", watch, "application/json").unwrap();
+            let (code, head) = read_head(&mut conn).unwrap();
+            assert_eq!(code, 200, "edge-{i}: {head}");
+            open.push(conn);
+        }
+    }
+    // Each holds 4, more than 120 / 33: a 33rd member is not refused.
+    let newcomer = get(&leader, leader.node("edge-new"), "/api/v1/services").unwrap();
+    assert_eq!(newcomer.code, 200, "{newcomer:?}");
+    // One that holds its share and more is.
+    let greedy = get(&leader, leader.node("edge-0"), "/api/v1/services").unwrap();
+    assert_eq!(greedy.code, 429, "{greedy:?}");
+    assert!(greedy.head.to_ascii_lowercase().contains("retry-after: 1"));
+    drop(open);
 }

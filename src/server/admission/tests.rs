@@ -54,3 +54,105 @@ fn eviction_takes_new_silent_connections_before_idle_ones_and_never_busy_ones() 
     load.forget(&tracked[1]);
     assert!(load.open().is_empty());
 }
+
+/// The proxy ports' caps at `--max-requests-in-flight=8`: a fair total of 4, a ceiling of 8.
+const PROXY: LongRunningLimits = LongRunningLimits {
+    fair_total: 4,
+    ceiling: 8,
+    per_key: 4,
+};
+
+#[test]
+fn the_proxy_ports_long_running_caps_leave_short_requests_their_connections() {
+    for in_flight in [1, 2, 8, 250, 1000] {
+        let limits = LongRunningLimits::for_in_flight(in_flight);
+        let connections = in_flight.saturating_mul(2).max(64);
+        assert!(limits.fair_total >= 1 && limits.fair_total <= limits.ceiling);
+        assert!(limits.per_key <= limits.fair_total);
+        assert!(
+            in_flight + limits.ceiling <= connections,
+            "{in_flight}: short requests and watches together fit in the connections"
+        );
+    }
+    assert_eq!(LongRunningLimits::for_in_flight(8), PROXY);
+    assert_eq!(LongRunningLimits::for_in_flight(250).fair_total, 125);
+}
+
+#[test]
+fn one_key_holds_at_most_its_cap_and_takes_no_short_slot() {
+    let load = Load::default();
+    for _ in 0..4 {
+        load.enter_long_running("flood", &PROXY).unwrap();
+    }
+    assert_eq!(
+        load.enter_long_running("flood", &PROXY),
+        Err(LongRunningRefusal::PerKey { held: 4 })
+    );
+    assert_eq!(load.in_flight.load(Ordering::Acquire), 0);
+    // Short requests are counted apart: all of them are free.
+    let short: Vec<_> = (0..8).map(|_| enter_short(&load, 8).unwrap()).collect();
+    assert!(enter_short(&load, 8).is_none());
+    assert_eq!(
+        load.in_flight(),
+        12,
+        "both kinds are waited for at shutdown"
+    );
+    drop(short);
+    assert_eq!(load.in_flight(), 4);
+}
+
+#[test]
+fn past_the_fair_total_a_key_under_its_share_gets_in_and_one_over_it_does_not() {
+    let load = Load::default();
+    for _ in 0..4 {
+        load.enter_long_running("flood", &PROXY).unwrap();
+    }
+    // Two keys now: a share is 4 / 2 = 2; the flood holds more.
+    load.enter_long_running("kubelet", &PROXY).unwrap();
+    load.enter_long_running("kubelet", &PROXY).unwrap();
+    assert_eq!(
+        load.enter_long_running("kubelet", &PROXY),
+        Err(LongRunningRefusal::Share {
+            held: 2,
+            total: 6,
+            keys: 2
+        })
+    );
+    // A third key: its share is 4 / 3; holding 0, then 1, it is under it.
+    load.enter_long_running("kube-proxy", &PROXY).unwrap();
+    load.enter_long_running("kube-proxy", &PROXY).unwrap();
+    assert_eq!(load.long_running(), 8);
+    // Given back: the flood's slots go; at the fair total the shares still hold (4 / 2).
+    for _ in 0..4 {
+        load.leave_long_running("flood");
+    }
+    assert!(matches!(
+        load.enter_long_running("kubelet", &PROXY),
+        Err(LongRunningRefusal::Share { held: 2, .. })
+    ));
+    // Below the fair total any key gets in.
+    load.leave_long_running("kube-proxy");
+    load.enter_long_running("kubelet", &PROXY).unwrap();
+    assert_eq!(load.long_running(), 4);
+}
+
+#[test]
+fn the_ceiling_holds_whatever_the_keys() {
+    let load = Load::default();
+    for i in 0..8 {
+        load.enter_long_running(&format!("key-{i}"), &PROXY)
+            .unwrap();
+    }
+    assert_eq!(
+        load.enter_long_running("key-new", &PROXY),
+        Err(LongRunningRefusal::Ceiling { total: 8 })
+    );
+    let reason = LongRunningRefusal::Ceiling { total: 8 }.reason(&PROXY);
+    assert!(reason.contains("8 long-running requests"), "{reason}");
+    // Keys that left leave no entry behind.
+    for i in 0..8 {
+        load.leave_long_running(&format!("key-{i}"));
+    }
+    assert_eq!(load.long_running(), 0);
+    assert!(load.long_running.lock().unwrap().held.is_empty());
+}

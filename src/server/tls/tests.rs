@@ -141,6 +141,7 @@ impl Running {
             max_in_flight,
             stack_size: 256 * 1024,
             io_timeout,
+            long_running: None,
         };
         let held = Arc::clone(&hold);
         let (watch, watched) = mpsc::channel();
