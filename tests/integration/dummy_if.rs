@@ -68,11 +68,21 @@ fn netns_child() {
     assert!(addrs.contains(&format!("inet {DUMMY_IP}/32")), "{addrs}");
     assert!(hub.logs().contains(&format!("pointed at host={DUMMY_IP}")));
     // The plain proxy answers on the dummy address, on the same port as on its main one.
+    // Pods reach it there: a request without credentials goes to the cloud anonymous, never
+    // as the node (issue 28), and a pod's own token is the pod.
     let on_dummy = SocketAddr::new(DUMMY_IP.parse().unwrap(), hub.proxy.port());
-    let got = get(
-        &format!("http://{on_dummy}/api/v1/namespaces/default/configmaps"),
-        "curl/8",
-    );
+    let list = format!("http://{on_dummy}/api/v1/namespaces/default/configmaps");
+    let anonymous = get(&list, KUBELET);
+    assert_ne!(anonymous.status, 200, "{}", anonymous.text());
+    let seen = cloud
+        .requests()
+        .into_iter()
+        .rfind(|r| r.path == "/api/v1/namespaces/default/configmaps")
+        .expect("the cloud saw the list");
+    assert!(seen.identity.is_none(), "{:?}", seen.identity);
+    cloud.add_token("pod-token", "system:serviceaccount:default:app");
+    let bearer = [("Authorization", "Bearer pod-token")];
+    let got = call("GET", &list, "curl/8", &bearer, None);
     assert_eq!(got.status, 200, "{}", got.text());
     assert_eq!(got.json()["kind"], "ConfigMapList");
     // The HTTPS port too, once the serving certificate is in.
