@@ -289,19 +289,31 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     let shutdown = Arc::new(AtomicBool::new(false));
     let writer_stop = Arc::new(AtomicBool::new(false));
 
-    let proxy_listener = server::bind(config.proxy_addr).map_err(|e| {
-        StartupError::new(e.to_string()).context(format!(
-            "cannot listen on {} (--proxy-port)",
-            config.proxy_addr
-        ))
-    })?;
+    // The plain port lends the node's identity (requester.rs); --enable-plain-proxy=false
+    // closes it, on both addresses.
+    let proxy_listener = if config.plain_proxy {
+        let listener = server::bind(config.proxy_addr).map_err(|e| {
+            StartupError::new(e.to_string()).context(format!(
+                "cannot listen on {} (--proxy-port)",
+                config.proxy_addr
+            ))
+        })?;
+        Some(listener)
+    } else {
+        None
+    };
     let serve_listener = server::bind(config.serve_addr).map_err(|e| {
         StartupError::new(e.to_string()).context(format!(
             "cannot listen on {} (--serve-port)",
             config.serve_addr
         ))
     })?;
-    log::info!("listening role=proxy addr={}", proxy_listener.local_addr());
+    match &proxy_listener {
+        Some(listener) => log::info!("listening role=proxy addr={}", listener.local_addr()),
+        None => log::info!(
+            "the plain proxy port is closed (--enable-plain-proxy=false): node components use the HTTPS port, where only a client certificate naming this node is the node"
+        ),
+    }
     log::info!("listening role=serve addr={}", serve_listener.local_addr());
 
     let backends = Arc::new(Backends::new(
@@ -454,7 +466,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
         node_name: Arc::from(config.node_name.as_str()),
     });
     let load = Arc::new(Load::default());
-    let proxy_addr = proxy_listener.local_addr();
+    let proxy_addr = proxy_listener.as_ref().map(server::Listener::local_addr);
     let handler: server::Handler = {
         let hub = Arc::clone(&hub);
         Arc::new(move |ex| hub.handle(ex))
@@ -470,25 +482,27 @@ pub fn run(config: Config) -> Result<(), StartupError> {
             config.max_requests_in_flight,
         )),
     };
-    let proxy_thread = {
-        let (handler, load, shutdown) = (
-            Arc::clone(&handler),
-            Arc::clone(&load),
-            Arc::clone(&shutdown),
-        );
-        spawn("proxy", move || {
-            server::serve(proxy_listener, Port::Plain, handler, limits, load, shutdown)
-        })?
-    };
+    let proxy_thread = proxy_listener
+        .map(|listener| {
+            let (handler, load, shutdown) = (
+                Arc::clone(&handler),
+                Arc::clone(&load),
+                Arc::clone(&shutdown),
+            );
+            spawn("proxy", move || {
+                server::serve(listener, Port::Plain, handler, limits, load, shutdown)
+            })
+        })
+        .transpose()?;
     drop(hub);
     let dummy_ip = local.extra_listen_ip(config.proxy_addr.ip());
     log::info!(
         "in-cluster clients are pointed at host={}",
         local.filter_host
     );
-    let dummy_proxy = dummy_ip.and_then(|ip| {
+    let dummy_proxy = dummy_ip.zip(proxy_addr).and_then(|(ip, plain)| {
         listen_also(
-            SocketAddr::new(ip, proxy_addr.port()),
+            SocketAddr::new(ip, plain.port()),
             "proxy-dummy",
             None,
             (&handler, limits, &load, &shutdown),
@@ -569,8 +583,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
             }
         })?;
     }
-    server::wake(proxy_addr);
-    for addr in [secure_addr.get(), dummy_secure.get()]
+    for addr in [proxy_addr.as_ref(), secure_addr.get(), dummy_secure.get()]
         .into_iter()
         .flatten()
     {
@@ -588,7 +601,9 @@ pub fn run(config: Config) -> Result<(), StartupError> {
     if let Some(port) = port {
         port.stop();
     }
-    let _ = proxy_thread.join();
+    if let Some(thread) = proxy_thread {
+        let _ = thread.join();
+    }
     let deadline = Instant::now() + DRAIN;
     while load.in_flight() > 0 && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(50));

@@ -184,6 +184,12 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "the IP address on which the proxy ports listen (default: --bind-address)",
     ),
     flag(
+        "enable-plain-proxy",
+        Kind::Bool,
+        "true",
+        "serve the plain HTTP proxy port (--proxy-port), which lends the node's identity to a request without credentials; false leaves only the HTTPS port, where kubelet proves it is the node with its client certificate (the strictest set-up)",
+    ),
+    flag(
         "enable-dummy-if",
         Kind::Bool,
         "true",

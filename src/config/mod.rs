@@ -55,6 +55,9 @@ pub struct Config {
     pub(crate) pool_scope: PoolScope,
     /// Plain HTTP proxy listener.
     pub(crate) proxy_addr: SocketAddr,
+    /// `--enable-plain-proxy`: serve the plain proxy port (on `proxy_addr` and the dummy
+    /// interface). Without it only the HTTPS port serves the node's components.
+    pub(crate) plain_proxy: bool,
     /// Health and metrics listener.
     pub(crate) serve_addr: SocketAddr,
     /// HTTPS proxy listener, opened once a serving certificate exists.
@@ -476,6 +479,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         namespace,
         pool_scope,
         proxy_addr,
+        plain_proxy: boolean("enable-plain-proxy")?,
         serve_addr,
         proxy_secure_addr,
         dummy_if,

@@ -315,6 +315,7 @@ fn a_port_in_use_is_a_clear_error() {
         &format!("--proxy-port={port}"),
         "--serve-port=0",
         &format!("--disk-cache-path={}", dir.path().join("cache").display()),
+        &format!("--root-dir={}", dir.path().join("root").display()),
     ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen"));

@@ -244,3 +244,45 @@ fn only_the_node_uses_the_nodes_identity_on_the_https_port() {
     assert_eq!(anonymous.status, 503, "{}", anonymous.text());
     assert!(!anonymous.text().contains("\"k\""), "{}", anonymous.text());
 }
+
+#[test]
+fn with_the_plain_port_closed_kubelet_proves_it_is_the_node_on_the_https_port() {
+    let cloud = Cloud::start();
+    cloud.create(
+        "configmaps",
+        json!({"metadata": {"name": "settings", "namespace": "default"}, "data": {"k": "v"}}),
+    );
+    let dir = TempDir::new("trust-strict");
+    // A port free now, for the plain port the hub must not open.
+    let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let plain_port = plain.local_addr().unwrap().port();
+    drop(plain);
+    let spec = HubSpec::for_cloud(&cloud, dir.path()).with(&[
+        "--enable-plain-proxy=false",
+        &format!("--proxy-port={plain_port}"),
+    ]);
+    let hub = Hub::start(&spec);
+    let addr = hub
+        .wait_https(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("no HTTPS port: {}", hub.logs()));
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", plain_port)).is_err(),
+        "the plain port is open"
+    );
+    let path = "/api/v1/namespaces/default/configmaps/settings";
+    let ca = ca(&cloud);
+    let kubelet = cloud.issue_client("system:node:edge-1", &["system:nodes"]);
+    let kubelet = ClientId::from_pem(&kubelet.pair.cert_pem, &kubelet.pair.key_pem);
+    let https_get = |client: Option<&ClientId>| {
+        https::call(addr, &ca, "GET", path, &[("User-Agent", KUBELET)], client, None)
+            .expect("served")
+    };
+    let node = https_get(Some(&kubelet));
+    assert_eq!(node.status, 200, "{}", node.text());
+    assert_eq!(
+        seen_by_cloud(&cloud, path).as_deref(),
+        Some("system:node:edge-1")
+    );
+    assert_ne!(https_get(None).status, 200);
+    assert_eq!(seen_by_cloud(&cloud, path), None);
+}

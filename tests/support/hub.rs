@@ -305,6 +305,10 @@ impl Hub {
             if let Some(addr) = line.split("role=proxy addr=").nth(1) {
                 proxy = addr.trim().parse().ok();
             }
+            if line.contains("the plain proxy port is closed") {
+                // Port 0 takes no connection: a client is refused there as at a closed port.
+                proxy = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+            }
             if let Some(addr) = line.split("role=serve addr=").nth(1) {
                 serve = addr.trim().parse().ok();
             }
