@@ -15,7 +15,7 @@ use super::csr_api::{ApiClient, Auth};
 use super::discovery::{self, CaPin, DiscoveryTiming, JoinToken};
 use super::files::{CertKind, RootDir, StoredCert};
 use super::renew::{self, CLIENT_USAGES, Hooks, Renewal};
-use super::state::IdentityState;
+use super::state::{IdentityState, TokenReplacer};
 use super::x509::{self, CertInfo};
 use super::{install_tls, material, reachable, token_text};
 use crate::config::{ClientSigner, TokenMode, kubeconfig};
@@ -224,14 +224,16 @@ impl TokenUpdates {
             unsafe_skip: mode.unsafe_skip,
         }
     }
+}
 
+impl TokenReplacer for TokenUpdates {
     /// Discovery with `join_token`, then the bootstrap kubeconfig rewritten with it:
     /// `Err((400, why))` for a token that is not one, `Err((500, why))` when discovery or the
     /// write fails. Without `--discovery-token-ca-cert-hash` the CA the hub already trusts
     /// (`pki/ca.crt`, else the bootstrap kubeconfig's) is the pin: a new token must not bring
     /// a new cluster. With no pin at all, only `--discovery-token-unsafe-skip-ca-verification`
     /// lets discovery go unpinned, as at start.
-    pub(super) fn replace(&self, join_token: &str) -> Result<(), (u16, String)> {
+    fn replace(&self, join_token: &str) -> Result<(), (u16, String)> {
         let token = JoinToken::parse(join_token.trim()).map_err(|e| (400, e))?;
         let path = bootstrap_path(&self.root, self.bootstrap_file.as_ref());
         let mut pins = self.pins.clone();

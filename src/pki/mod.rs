@@ -158,11 +158,11 @@ pub(crate) fn start(
                 probe_timeout: config.heartbeat.timeout,
             };
             let api = ctx.api_as_hub();
-            let wake = state.enable_token_updates(bootstrap::TokenUpdates::new(
+            let wake = state.enable_token_updates(Box::new(bootstrap::TokenUpdates::new(
                 Arc::clone(&root),
                 Arc::clone(&servers),
                 mode,
-            ));
+            )));
             let (mode, stop) = (mode.clone(), stop.clone());
             spawn("client-certificate", move || ctx.run(mode, &wake, &stop))?;
             api
