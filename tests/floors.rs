@@ -30,6 +30,9 @@ const ALLOWED_CIRCLES: &[(&str, &str, &str)] = &[(
      stream engine); the circle goes with that change",
 )];
 
+/// Arrows listed per circle: an upward import can close a circle through dozens of files.
+const MAX_ARROWS_SHOWN: usize = 12;
+
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -489,7 +492,7 @@ fn arrows(files: &[(File, Vec<(Tok, usize)>)]) -> Vec<Names> {
                 let name = absolute
                     .get(k)
                     .cloned()
-                    .unwrap_or_else(|| "(module)".into());
+                    .unwrap_or_else(|| "the module itself".into());
                 let entry = names
                     .entry(absolute[..k].to_vec())
                     .or_insert_with(|| (BTreeSet::new(), line));
@@ -595,12 +598,11 @@ fn upward_arrows(
             };
             if t >= f {
                 found.push(format!(
-                    "{}:{line} names {} ({}) from `{}` on floor {t}, but `{from}` is on floor {f}: \
+                    "{}:{line} names `{}` ({}) on floor {t}, but `{from}` is on floor {f}: \
                      a module may name only modules on floors below its own",
                     rel(&file.path),
                     show(target),
                     items.iter().cloned().collect::<Vec<_>>().join(", "),
-                    to,
                 ));
             }
         }
@@ -660,8 +662,13 @@ fn file_circles(
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        let mut shown = 0;
         for &v in &component {
             for &w in edges[v].iter().filter(|w| members.contains(w)) {
+                shown += 1;
+                if shown > MAX_ARROWS_SHOWN {
+                    continue;
+                }
                 let (items, line) = &arrows[v][&files[w].0.module];
                 text.push_str(&format!(
                     "\n    {}:{line} -> {}: {}",
@@ -670,6 +677,12 @@ fn file_circles(
                     items.iter().cloned().collect::<Vec<_>>().join(", ")
                 ));
             }
+        }
+        if shown > MAX_ARROWS_SHOWN {
+            text.push_str(&format!(
+                "\n    … and {} more arrows",
+                shown - MAX_ARROWS_SHOWN
+            ));
         }
         found.push(text);
     }
@@ -782,11 +795,11 @@ fn module_summary(files: &[(File, Vec<(Tok, usize)>)], arrows: &[Names]) -> Stri
     }
     let mut memo = vec![None; top.len()];
     let mut by_floor: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
-    for v in 0..top.len() {
+    for (v, module) in top.iter().enumerate() {
         by_floor
             .entry(height(v, &edges, &mut memo))
             .or_default()
-            .push(top[v]);
+            .push(module);
     }
     format!(
         "no circle of top-level modules; the lowest floors they fit, top first:\n{}",
@@ -803,4 +816,49 @@ fn module_summary(files: &[(File, Vec<(Tok, usize)>)], arrows: &[Names]) -> Stri
             .collect::<Vec<_>>()
             .join("\n")
     )
+}
+
+/// The scanner sees what an import looks like however it is written, and nothing in
+/// comments, strings or test-only items: a blind scanner would pass any tree.
+#[test]
+fn the_scanner_reads_use_trees_and_paths_and_skips_tests_comments_and_strings() {
+    let src = r##"
+        //! Names `crate::doc_only` in a comment.
+        use crate::{a::{B, c::D}, e as f};
+        use super::sibling::Item;
+        pub(crate) fn g() -> crate::h::I {
+            let _ = "crate::in_a_string::X";
+            let _ = r#"crate::in_a_raw_string"#;
+            let _c = 'c';
+            /* crate::in_a_block_comment */
+            crate::j::k::call()
+        }
+        #[cfg(test)]
+        use crate::test_only::T;
+        #[cfg(test)]
+        mod tests {
+            use crate::tests_only::U;
+        }
+        #[cfg(any(test, feature = "fuzzing"))]
+        fn fuzz_only() -> crate::fuzz_only::V {}
+        #[cfg(test)]
+        mod other_tests;
+    "##;
+    let (toks, test_modules) = production_tokens(src);
+    let seen: Vec<String> = written_paths(&toks)
+        .into_iter()
+        .map(|(path, _)| path.join("::"))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "crate::a::B",
+            "crate::a::c::D",
+            "crate::e",
+            "super::sibling::Item",
+            "crate::h::I",
+            "crate::j::k::call",
+        ]
+    );
+    assert_eq!(test_modules, ["tests", "other_tests"]);
 }

@@ -12,14 +12,15 @@ use crossbeam_channel::Receiver;
 
 use super::csr::CsrTemplate;
 use super::csr_api::{ApiClient, Auth};
-use super::discovery::{self, CaPin, DiscoveryTiming, JoinToken};
+use super::discovery::{self, DiscoveryTiming};
 use super::files::{CertKind, RootDir, StoredCert};
 use super::renew::{self, CLIENT_USAGES, Hooks, Renewal};
 use super::state::{IdentityState, TokenReplacer};
-use super::x509::{self, CertInfo};
 use super::{install_tls, material, reachable, token_text};
+use crate::config::join::{CaPin, JoinToken};
 use crate::config::{ClientSigner, TokenMode, kubeconfig};
 use crate::upstream::Upstream;
+use crate::x509::{self, CertInfo};
 
 /// How long `POST /v1/token` tries each of discovery's fetches with the new token.
 const TOKEN_UPDATE_WAIT: Duration = Duration::from_secs(10);

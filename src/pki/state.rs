@@ -18,13 +18,16 @@ pub(crate) trait TokenReplacer: fmt::Debug + Send {
     fn replace(&self, join_token: &str) -> Result<(), (u16, String)>;
 }
 
+/// The token door and the wake-up of the client certificate's thread.
+type TokenDoor = (Box<dyn TokenReplacer>, Sender<()>);
+
 /// The hub's certificates as readyz reports them. Shared by the identity threads (writers)
 /// and the serve port (reader).
 #[derive(Debug, Default)]
 pub(crate) struct IdentityState {
     client: Mutex<Slot>,
     serving: Mutex<Slot>,
-    updates: Mutex<Option<(Box<dyn TokenReplacer>, Sender<()>)>>,
+    updates: Mutex<Option<TokenDoor>>,
 }
 
 /// One certificate's state.
