@@ -5,7 +5,7 @@
 #   make demo         the main job on a bundled stand-in apiserver, step by step
 #   make bench        measure hub vs direct and write BENCHMARKS.md (`make bench-quick`: a smoke run)
 #   make readme       rewrite README.md's "Measured" block from BENCHMARKS.md (make bench does too)
-#   make lint         rustfmt and clippy, as CI runs them
+#   make lint         rustfmt, clippy and the floors check (tests/floors.rs), as CI runs them
 #   make fuzz         each cargo-fuzz target for FUZZ_SECONDS (nightly; see fuzz/README.md)
 #   make tools        install what the tests need (kubectl, iproute2) when missing
 #   make armv7 | aarch64 | ipk | apk | cross-test   gateways and OpenWrt: see cross/README.md
@@ -50,9 +50,11 @@ bench-tools:
 readme:
 	$(CARGO) bench --bench hub -- --readme-only
 
+# tests/floors.rs: imports run down ARCHITECTURE.md's floors, no circles of files.
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets --features fuzzing -- -D warnings
+	$(CARGO) test --test floors
 
 # Fuzzing needs nightly and cargo-fuzz; CI only replays the corpus (tests/fuzz_corpus.rs, part
 # of `make test`). One fuzzer process at a time: `make fuzz FUZZ_SECONDS=600 FUZZ_TARGETS=selectors`.

@@ -22,7 +22,7 @@ use crate::clients::leader_config::{LeaderWatch, OnLeader};
 use crate::clients::pool_watch::Feeder;
 use crate::clients::refill;
 use crate::clients::services_watch;
-use crate::config::{Config, HeartbeatMode, WorkingMode};
+use crate::config::{Config, HeartbeatMode};
 use crate::dir_lock::DirLock;
 use crate::error::StartupError;
 use crate::filters::lookups::CloudLookups;
@@ -30,6 +30,7 @@ use crate::filters::topology_index::TopologyIndex;
 use crate::filters::{FilterConfig, FilterContext, FilterName, FilterReload, Switches};
 use crate::health::{self, Backends, Probe};
 use crate::heartbeat::{self, NodeHeartbeat};
+use crate::mode::WorkingMode;
 use crate::netif::LocalAddress;
 use crate::offline::Offline;
 use crate::pki::{self, IdentityState};
@@ -235,6 +236,7 @@ pub fn run(config: Config) -> Result<(), StartupError> {
             .collect::<Vec<_>>()
     );
     crate::rlimit::raise_open_files();
+    register_metrics();
     log::debug!("effective configuration: {config:?}");
     if !config.ignored_flags.is_empty() {
         let names: Vec<String> = config
@@ -664,7 +666,7 @@ fn response_filters(
     if !config.enable_resource_filter {
         return Ok((None, None));
     }
-    let switches = Switches::from_config(config);
+    let switches = filter_switches(config);
     for name in &switches.unknown {
         log::warn!("--disabled-resource-filters names no filter: {name}");
     }
@@ -694,7 +696,7 @@ fn response_filters(
     ))));
     let filters = Filters {
         config: Arc::clone(&live),
-        ctx: FilterContext::from_config(config, host),
+        ctx: filter_context(config, host),
         lookups: Arc::new(lookups),
     };
     // (A dummy interface that could not be made has said so in its own line.)
@@ -706,6 +708,38 @@ fn response_filters(
         );
     }
     Ok((Some(filters), Some(FilterReload { config: live })))
+}
+
+/// The feature modules' series on the metrics page, in the page's order: the response
+/// filters' (always), then the pool caches'. Once per process, as `METRICS` is.
+fn register_metrics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        crate::metrics::METRICS.register(Box::new(crate::filters::series::render));
+        crate::metrics::METRICS.register(Box::new(crate::watchcache::series::render));
+    });
+}
+
+/// The response filters' switches from the flags: `--enable-resource-filter`,
+/// `--disabled-resource-filters`, `--working-mode=cloud` (edge-only filters off).
+fn filter_switches(config: &Config) -> Switches {
+    Switches::new(
+        config.enable_resource_filter,
+        &config.disabled_resource_filters,
+        config.working_mode == WorkingMode::Cloud,
+    )
+}
+
+/// What the response filters know of this hub, from the flags: `--node-ip`, the port of
+/// `--proxy-secure-port`, the node and `--nodepool-name`; `host` as [`FilterContext::new`] takes it.
+fn filter_context(config: &Config, host: std::net::IpAddr) -> FilterContext {
+    FilterContext::new(
+        host,
+        config.node_ip,
+        config.proxy_secure_addr.port(),
+        config.node_name.clone(),
+        config.nodepool_name.clone(),
+    )
 }
 
 /// What runs the first time the leader ConfigMap names this node a leader (with the ConfigMap's
@@ -837,10 +871,10 @@ fn describe_cas(cas: &[rustls::pki_types::CertificateDer<'_>]) -> String {
     let names: Vec<String> = cas
         .iter()
         .map(|der| {
-            let cn = crate::pki::x509::parse(der)
+            let cn = crate::x509::parse(der)
                 .and_then(|info| info.common_name)
                 .unwrap_or_default();
-            let pin = crate::pki::x509::pin(der).unwrap_or_default();
+            let pin = crate::x509::pin(der).unwrap_or_default();
             format!("CN={cn:?} {pin}")
         })
         .collect();
@@ -878,5 +912,81 @@ fn listen_also(
             log::error!("{e}");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filters::{FilterName, SecurePort};
+    use std::net::IpAddr;
+
+    fn config(args: &[&str]) -> crate::config::Config {
+        match crate::config::from_args(args.iter().copied()) {
+            Ok(crate::config::Command::Run(c)) => *c,
+            Ok(crate::config::Command::Print(text)) => panic!("printed {text}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn switches_and_context_from_the_flags() {
+        let base = [
+            "--node-name=edge-1",
+            "--server-addr=https://10.0.0.1:6443",
+            "--join-token=abcdef.0123456789abcdef",
+            "--discovery-token-unsafe-skip-ca-verification",
+        ];
+        let c = config(&base);
+        assert_eq!(filter_switches(&c), Switches::new(true, &[], false));
+        let host: IpAddr = "169.254.2.1".parse().expect("literal IP");
+        let context = filter_context(&c, host);
+        assert_eq!(
+            context,
+            FilterContext {
+                host,
+                secure_port: SecurePort::new(10268),
+                node_name: "edge-1".into(),
+                pool_name: None
+            }
+        );
+
+        let mut args = base.to_vec();
+        args.extend([
+            "--working-mode=cloud",
+            "--disabled-resource-filters=masterservice,bogus",
+            "--proxy-secure-port=10443",
+            "--nodepool-name=hangzhou",
+        ]);
+        let c = config(&args);
+        let s = filter_switches(&c);
+        assert!(!s.is_enabled(FilterName::MasterService));
+        assert!(!s.is_enabled(FilterName::ServiceEnvUpdater), "cloud mode");
+        assert!(s.is_enabled(FilterName::ServiceTopology));
+        assert_eq!(s.unknown, ["bogus"]);
+        let context = filter_context(&c, host);
+        assert_eq!(context.secure_port.get(), 10443);
+        // A clone shares the port the HTTPS listener publishes.
+        let copy = context.clone();
+        context.secure_port.set(40001);
+        assert_eq!(copy.secure_port.get(), 40001);
+        assert_eq!(context.pool_name.as_deref(), Some("hangzhou"));
+
+        // Bound to every address, the hub tells pods the node's.
+        let mut args = base.to_vec();
+        args.push("--node-ip=10.1.2.3");
+        let any: IpAddr = "0.0.0.0".parse().expect("literal IP");
+        let context = filter_context(&config(&args), any);
+        assert_eq!(
+            context.host,
+            "10.1.2.3".parse::<IpAddr>().expect("literal IP")
+        );
+
+        let mut args = base.to_vec();
+        args.push("--enable-resource-filter=false");
+        assert_eq!(
+            filter_switches(&config(&args)),
+            Switches::new(false, &[], false)
+        );
     }
 }

@@ -29,6 +29,7 @@ mod http1;
 mod link;
 pub mod logging;
 mod metrics;
+mod mode;
 mod names;
 mod netif;
 mod offline;
@@ -52,6 +53,7 @@ mod tls;
 mod tokens;
 mod upstream;
 mod watchcache;
+mod x509;
 
 /// Stack of the hub's own threads (request threads, health checkers, the writer). Measured:
 /// a TLS handshake with ring plus JSON decoding stays well under it; see BENCHMARKS.md.

@@ -4,13 +4,17 @@
 //! Counters are process-wide atomics in [`METRICS`]; labelled series live in small maps
 //! behind a mutex taken once at the start and once at the end of a request. Rendering is
 //! hand-written (no client library): a few dozen lines keep the names exact.
+//!
+//! It names no feature module: those export their own series as a [`Source`] registered at
+//! start (the response filters' `tinyhub_filter_*`, the pool caches' `tinyhub_pool_cache_*`),
+//! rendered with the helpers here.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use crate::link::escape;
+pub(crate) use crate::link::escape;
 use crate::lock;
 
 mod process;
@@ -162,8 +166,8 @@ pub(crate) struct Metrics {
     /// they went to.
     targets: InFlightSeries<TargetLabels>,
     traffic: Mutex<BTreeMap<RequestLabels, u64>>,
-    /// The node-local watch caches (`tinyhub_pool_cache_*`), measured at each scrape.
-    pool_caches: Mutex<Vec<crate::watchcache::WatchCache>>,
+    /// The series other modules export, rendered at each scrape ([`Metrics::register`]).
+    sources: Mutex<Vec<Source>>,
     /// A leader's multiplexer port: requests by follower node and status code (an entry is
     /// the node's name, a code and a count: under 100 bytes; [`MAX_SERIES`] at most).
     multiplexer: Mutex<BTreeMap<(String, u16), u64>>,
@@ -189,11 +193,16 @@ const OTHER_FOLLOWERS: &str = "(other)";
 /// link series (`crate::link`) share the figure.
 const MAX_SERIES: usize = crate::link::MAX_SERIES;
 
+/// Series another module exports: appends its lines (`# HELP`, `# TYPE`, samples; see
+/// [`header`], [`summary`], [`escape`]) to the page at each scrape.
+pub(crate) type Source = Box<dyn Fn(&mut String) + Send + Sync>;
+
 /// The process-wide metrics.
 pub(crate) static METRICS: Metrics = Metrics::new();
 
 impl Metrics {
-    const fn new() -> Metrics {
+    /// No counts, no sources: [`METRICS`], or a test's own.
+    pub(crate) const fn new() -> Metrics {
         Metrics {
             cache_objects_written: AtomicU64::new(0),
             cache_bytes_written: AtomicU64::new(0),
@@ -224,15 +233,17 @@ impl Metrics {
             aggregated: InFlightSeries::new(),
             targets: InFlightSeries::new(),
             traffic: Mutex::new(BTreeMap::new()),
-            pool_caches: Mutex::new(Vec::new()),
+            sources: Mutex::new(Vec::new()),
             multiplexer: Mutex::new(BTreeMap::new()),
             conns: Mutex::new(BTreeMap::new()),
         }
     }
 
-    /// Exports `cache`'s size as `tinyhub_pool_cache_*{resource}` from now on.
-    pub(crate) fn add_pool_cache(&self, cache: &crate::watchcache::WatchCache) {
-        crate::lock(&self.pool_caches).push(cache.clone());
+    /// Renders `source`'s series on every page from now on, after the hub's own and those
+    /// registered before it. Feature modules register at start (app.rs): the metrics know
+    /// none of them.
+    pub(crate) fn register(&self, source: Source) {
+        lock(&self.sources).push(source);
     }
 
     /// Adds one to a counter.
@@ -583,8 +594,11 @@ impl Metrics {
                 escape(follower)
             );
         }
-        render_filters(&mut out, &crate::filters::FILTER_STATS);
-        render_pool_caches(&mut out, &crate::lock(&self.pool_caches));
+        // What the feature modules export (the response filters, the pool's watch caches),
+        // in the order app.rs registered them.
+        for source in lock(&self.sources).iter() {
+            source(&mut out);
+        }
         // The upstream link's requests and bytes (`tinyhub_cloud_*`, see `link`).
         crate::link::LINK.render(&mut out);
         process::ProcessStats::read().render(&mut out);
@@ -592,122 +606,8 @@ impl Metrics {
     }
 }
 
-/// One figure of a pool cache from its memory and its skipped objects.
-type CacheFigure = fn(&crate::watchcache::Memory, u64) -> u64;
-
-/// The node-local watch caches' series, one per resource: what each holds (objects, the
-/// bytes `WatchCache::memory` counts, events in the history) and the objects left out as
-/// unreadable. Walks each cache under its lock: a scrape's cost, not a request's.
-fn render_pool_caches(out: &mut String, caches: &[crate::watchcache::WatchCache]) {
-    if caches.is_empty() {
-        return;
-    }
-    let sizes: Vec<(&str, crate::watchcache::Memory, u64)> = caches
-        .iter()
-        .map(|c| {
-            (
-                c.resource().resource.as_str(),
-                c.memory(),
-                c.skipped_objects(),
-            )
-        })
-        .collect();
-    let series: [(&str, &str, &str, CacheFigure); 4] = [
-        (
-            "tinyhub_pool_cache_objects",
-            "gauge",
-            "objects held by the node-local watch cache of a pool-scope resource",
-            |m, _| m.objects as u64,
-        ),
-        (
-            "tinyhub_pool_cache_bytes",
-            "gauge",
-            "bytes the node-local watch cache holds: objects, their index, the event history (its own accounting)",
-            |m, _| m.total_bytes as u64,
-        ),
-        (
-            "tinyhub_pool_cache_events",
-            "gauge",
-            "events in the node-local watch cache's history",
-            |m, _| m.events as u64,
-        ),
-        (
-            "tinyhub_pool_cache_skipped_objects_total",
-            "counter",
-            "objects from the cloud the node-local watch cache could not index and left out",
-            |_, skipped| skipped,
-        ),
-    ];
-    for (name, kind, help, value) in series {
-        header(out, name, kind, help);
-        for (resource, memory, skipped) in &sizes {
-            let _ = writeln!(
-                out,
-                "{name}{{resource=\"{}\"}} {}",
-                escape(resource),
-                value(memory, *skipped)
-            );
-        }
-    }
-}
-
-/// The response filters' series: objects per filter and outcome, each filter's own time per
-/// answer, and the whole filter stage's time per answer per chain (summaries: sum and
-/// count).
-fn render_filters(out: &mut String, stats: &crate::filters::FilterStats) {
-    use crate::filters::FilterName;
-    header(
-        out,
-        "tinyhub_filter_objects_total",
-        "counter",
-        "objects a response filter saw, changed or dropped",
-    );
-    for filter in FilterName::ALL {
-        let c = stats.of(filter);
-        for (outcome, value) in [
-            ("seen", &c.seen),
-            ("changed", &c.changed),
-            ("dropped", &c.dropped),
-        ] {
-            let _ = writeln!(
-                out,
-                "tinyhub_filter_objects_total{{filter=\"{}\",outcome=\"{outcome}\"}} {}",
-                filter.name(),
-                value.load(Ordering::Relaxed)
-            );
-        }
-    }
-    header(
-        out,
-        "tinyhub_filter_answer_seconds",
-        "summary",
-        "time one response filter itself spent on an answer (its lookups included), by filter; a watch counts once, when it ends",
-    );
-    for filter in FilterName::ALL {
-        let c = stats.of(filter);
-        let answers = c.answers.load(Ordering::Relaxed);
-        if answers == 0 {
-            continue;
-        }
-        let label = format!("filter=\"{}\"", filter.name());
-        let nanos = c.nanos.load(Ordering::Relaxed);
-        summary(out, "tinyhub_filter_answer_seconds", &label, nanos, answers);
-    }
-    header(
-        out,
-        "tinyhub_filter_seconds",
-        "summary",
-        "time the filter stage spent on an answer (decode, filters, encode), by chain; a watch counts once, when it ends",
-    );
-    for (chain, answers, nanos) in stats.answer_times() {
-        let names: Vec<&str> = chain.iter().map(FilterName::name).collect();
-        let label = format!("filter_chain=\"{}\"", names.join(","));
-        summary(out, "tinyhub_filter_seconds", &label, nanos, answers);
-    }
-}
-
 /// The `_sum` (seconds, from `nanos`) and `_count` lines of summary `name` under `label`.
-fn summary(out: &mut String, name: &str, label: &str, nanos: u64, count: u64) {
+pub(crate) fn summary(out: &mut String, name: &str, label: &str, nanos: u64, count: u64) {
     let seconds = nanos as f64 / 1e9;
     let _ = writeln!(
         out,
@@ -758,7 +658,8 @@ impl Drop for OpenConn {
     }
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+/// The `# HELP` and `# TYPE` lines of metric `name`.
+pub(crate) fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
@@ -797,63 +698,6 @@ mod tests {
         assert!(text.contains("node_yurthub_in_flight_requests_total 0"));
         assert!(text.contains("tinyhub_heap_bytes "));
         assert!(text.contains("tinyhub_cache_writer_busy_seconds_total "));
-    }
-
-    #[test]
-    fn filter_series_show_each_filter_and_the_time_per_chain() {
-        use crate::filters::{Chain, FilterName, FilterStats};
-        static S: FilterStats = FilterStats::new();
-        let master = S.of(FilterName::MasterService);
-        master.seen.fetch_add(5, Ordering::Relaxed);
-        master.changed.fetch_add(1, Ordering::Relaxed);
-        S.of(FilterName::NodePortIsolation)
-            .nanos
-            .fetch_add(1_500_000, Ordering::Relaxed);
-        S.of(FilterName::DiscardCloudService)
-            .dropped
-            .fetch_add(2, Ordering::Relaxed);
-        let proxy = Chain::EMPTY
-            .with(FilterName::NodePortIsolation)
-            .with(FilterName::DiscardCloudService);
-        S.record_answer(proxy, std::time::Duration::from_millis(3));
-        S.record_answer(proxy, std::time::Duration::from_millis(1));
-        let mut text = String::new();
-        render_filters(&mut text, &S);
-        assert!(text.contains("# TYPE tinyhub_filter_objects_total counter\n"));
-        for line in [
-            "tinyhub_filter_objects_total{filter=\"masterservice\",outcome=\"seen\"} 5",
-            "tinyhub_filter_objects_total{filter=\"masterservice\",outcome=\"changed\"} 1",
-            "tinyhub_filter_objects_total{filter=\"masterservice\",outcome=\"dropped\"} 0",
-            "tinyhub_filter_objects_total{filter=\"discardcloudservice\",outcome=\"dropped\"} 2",
-            "tinyhub_filter_objects_total{filter=\"serviceenvupdater\",outcome=\"seen\"} 0",
-            "# TYPE tinyhub_filter_seconds summary",
-            // Registration order, whatever order the chain was built in.
-            "tinyhub_filter_seconds_sum{filter_chain=\"discardcloudservice,nodeportisolation\"} 0.004000000",
-            "tinyhub_filter_seconds_count{filter_chain=\"discardcloudservice,nodeportisolation\"} 2",
-            "# TYPE tinyhub_filter_answer_seconds summary",
-            "tinyhub_filter_answer_seconds_sum{filter=\"nodeportisolation\"} 0.001500000",
-            "tinyhub_filter_answer_seconds_count{filter=\"nodeportisolation\"} 2",
-            "tinyhub_filter_answer_seconds_count{filter=\"discardcloudservice\"} 2",
-        ] {
-            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
-        }
-        assert_eq!(text.matches("tinyhub_filter_objects_total{").count(), 21);
-        // A chain or filter that filtered nothing has no series.
-        assert_eq!(text.matches("tinyhub_filter_seconds_count{").count(), 1);
-        assert_eq!(
-            text.matches("tinyhub_filter_answer_seconds_count{").count(),
-            2
-        );
-    }
-
-    #[test]
-    fn the_page_carries_the_filter_series() {
-        static M: Metrics = Metrics::new();
-        let text = M.render(&[]);
-        assert!(text.contains(
-            "tinyhub_filter_objects_total{filter=\"servicetopology\",outcome=\"seen\"} "
-        ));
-        assert!(text.contains("# TYPE tinyhub_filter_seconds summary"));
     }
 
     #[test]

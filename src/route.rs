@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use crate::cache::key::{CollectionKey, non_resource_file_name};
 use crate::cache::target::{CacheTarget, TokenTarget};
-use crate::config::WorkingMode;
 use crate::filters::Chain;
+use crate::mode::WorkingMode;
 use crate::names::is_component_name;
 use crate::request::{Accept, ApiRequest, DiscoveryForm, Method, ResourcePath, Target, Verb};
 use crate::requester::{Credential, Requester};

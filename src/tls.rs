@@ -3,13 +3,16 @@
 //! line instead of a panic on the first connection (ureq panics on a key that does not match
 //! its certificate).
 //!
-//! It builds no connections; `upstream.rs` turns this material into ureq's TLS configuration.
+//! It builds no connections; `upstream.rs` turns this material into ureq's TLS configuration
+//! (a client certificate in ureq's form, [`ClientIdentity::ureq_cert`], is made here: the
+//! identity's own cloud calls, `pki/csr_api.rs`, need it too).
 
 use std::fmt;
 use std::time::SystemTime;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use ureq::tls::{Certificate, ClientCert, PrivateKey};
 
 use crate::error::StartupError;
 
@@ -39,6 +42,19 @@ impl fmt::Debug for ClientIdentity {
             .field("chain_len", &self.chain.len())
             .field("key", &"<redacted>")
             .finish()
+    }
+}
+
+impl ClientIdentity {
+    /// The chain and key as ureq takes them.
+    pub(crate) fn ureq_cert(&self) -> Result<ClientCert, String> {
+        let chain: Vec<Certificate<'static>> = self
+            .chain
+            .iter()
+            .map(|c| Certificate::from_der(c.as_ref()).to_owned())
+            .collect();
+        let key = PrivateKey::from_pem(&self.key_pem).map_err(|e| format!("client key: {e}"))?;
+        Ok(ClientCert::new_with_certs(&chain, key))
     }
 }
 
@@ -115,7 +131,7 @@ impl TlsMaterial {
 
 /// `notAfter` of a DER certificate (RFC 5280 §4.1); None for anything else.
 pub(crate) fn not_after(der: &[u8]) -> Option<SystemTime> {
-    crate::pki::x509::parse(der).map(|cert| cert.not_after)
+    crate::x509::parse(der).map(|cert| cert.not_after)
 }
 
 fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, StartupError> {

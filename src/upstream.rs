@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use ureq::config::AutoHeaderValue;
 use ureq::http;
-use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
+use ureq::tls::{Certificate, ClientCert, RootCerts, TlsConfig, TlsProvider};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, NextTimeout, RustlsConnector, ShutdownHandle, Transport,
@@ -419,7 +419,11 @@ impl Agents {
             .iter()
             .map(|c| Certificate::from_der(c.as_ref()).to_owned())
             .collect();
-        let client_cert = tls.client.as_ref().map(client_cert).transpose()?;
+        let client_cert = tls
+            .client
+            .as_ref()
+            .map(ClientIdentity::ureq_cert)
+            .transpose()?;
         let hub_tls = tls_config(&roots, client_cert);
         let client_tls = tls_config(&roots, None);
         let pooled = Arc::new(Generation::default());
@@ -846,17 +850,6 @@ impl Probe for Upstream {
             Err(format!("health probe answered {status}"))
         }
     }
-}
-
-/// A client certificate chain and key as ureq takes them.
-pub(crate) fn client_cert(id: &ClientIdentity) -> Result<ClientCert, String> {
-    let chain: Vec<Certificate<'static>> = id
-        .chain
-        .iter()
-        .map(|c| Certificate::from_der(c.as_ref()).to_owned())
-        .collect();
-    let key = PrivateKey::from_pem(&id.key_pem).map_err(|e| format!("client key: {e}"))?;
-    Ok(ClientCert::new_with_certs(&chain, key))
 }
 
 fn tls_config(roots: &[Certificate<'static>], client_cert: Option<ClientCert>) -> TlsConfig {

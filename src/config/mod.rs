@@ -5,6 +5,7 @@
 //! clear [`StartupError`] line.
 
 pub(crate) mod flags;
+pub(crate) mod join;
 pub(crate) mod kubeconfig;
 
 use std::ffi::OsString;
@@ -13,12 +14,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::StartupError;
+use crate::mode::WorkingMode;
 use crate::names::{is_dns_label, is_dns_subdomain};
 use crate::netif::{self, DummyInterface};
-use crate::pki::discovery::{CaPin, JoinToken};
 use crate::pool::leader;
 use crate::pool::resources::PoolScope;
 use crate::tls::{self, TlsMaterial};
+use join::{CaPin, JoinToken};
 pub(crate) use kubeconfig::Token;
 
 /// What the command line asks for.
@@ -175,15 +177,6 @@ pub(crate) enum LbMode {
     RoundRobin,
     /// The first healthy server in `--server-addr` order.
     Priority,
-}
-
-/// `--working-mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WorkingMode {
-    /// Cache what components read and answer from the cache when the cloud is gone.
-    Edge,
-    /// Forward only.
-    Cloud,
 }
 
 /// `--heartbeat-mode`: what a health probe of a cloud server is.

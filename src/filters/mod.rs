@@ -14,6 +14,7 @@ mod inclusterconfig;
 pub(crate) mod lookups;
 mod masterservice;
 mod nodeportisolation;
+pub(crate) mod series;
 mod serviceenvupdater;
 mod servicetopology;
 pub(crate) mod topology_index;
@@ -25,7 +26,6 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use crate::config::{Config, WorkingMode};
 use crate::request::ApiRequest;
 
 /// A response filter, in YurtHub's registration order (`cmd/yurthub/app/options/filters.go`),
@@ -256,15 +256,6 @@ impl Switches {
         Switches { enabled, unknown }
     }
 
-    /// The switches of the hub's flags.
-    pub(crate) fn from_config(config: &Config) -> Switches {
-        Switches::new(
-            config.enable_resource_filter,
-            &config.disabled_resource_filters,
-            config.working_mode == WorkingMode::Cloud,
-        )
-    }
-
     /// True when `filter` may run at all.
     pub(crate) fn is_enabled(&self, filter: FilterName) -> bool {
         self.enabled[filter.index()]
@@ -429,26 +420,32 @@ pub(crate) struct FilterContext {
 }
 
 impl FilterContext {
-    /// The context of the hub's flags: node, `--nodepool-name`, the port of
-    /// `--proxy-secure-port`, and `host`, which the caller picks (YurtHub's dummy-interface IP
-    /// 169.254.2.1, or `fd00::2:1` when the bind address is IPv6; else the bind-proxy address).
-    /// An unspecified `host` (`0.0.0.0`, `::`) is no address a pod can dial; the hub listens
-    /// on the node's address then, so that is injected (`--node-ip`, else loopback).
-    pub(crate) fn from_config(config: &Config, host: IpAddr) -> FilterContext {
+    /// The context of a hub at `host`, which the caller picks (YurtHub's dummy-interface IP
+    /// 169.254.2.1, or `fd00::2:1` when the bind address is IPv6; else the bind-proxy address),
+    /// with its HTTPS proxy port, node and pool (empty: none). An unspecified `host`
+    /// (`0.0.0.0`, `::`) is no address a pod can dial; the hub listens on the node's address
+    /// then, so that is injected (`node_ip`, else loopback).
+    pub(crate) fn new(
+        host: IpAddr,
+        node_ip: Option<IpAddr>,
+        secure_port: u16,
+        node_name: String,
+        pool_name: Option<String>,
+    ) -> FilterContext {
         let loopback = match host {
             IpAddr::V4(_) => IpAddr::from([127, 0, 0, 1]),
             IpAddr::V6(_) => IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
         };
         let host = if host.is_unspecified() {
-            config.node_ip.unwrap_or(loopback)
+            node_ip.unwrap_or(loopback)
         } else {
             host
         };
         FilterContext {
             host,
-            secure_port: SecurePort::new(config.proxy_secure_addr.port()),
-            node_name: config.node_name.clone(),
-            pool_name: config.nodepool_name.clone().filter(|p| !p.is_empty()),
+            secure_port: SecurePort::new(secure_port),
+            node_name,
+            pool_name: pool_name.filter(|p| !p.is_empty()),
         }
     }
 }

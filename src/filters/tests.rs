@@ -2,8 +2,6 @@
 
 use serde_json::{Value, json};
 
-use std::net::IpAddr;
-
 use super::testing::{FakeLookups, changed, ctx, run_pure};
 use super::*;
 
@@ -466,75 +464,6 @@ fn counters_count_what_filters_did() {
         stats.dropped.load(Ordering::Relaxed),
         0,
         "inclusterconfig never drops"
-    );
-}
-
-fn config(args: &[&str]) -> crate::config::Config {
-    match crate::config::from_args(args.iter().copied()) {
-        Ok(crate::config::Command::Run(c)) => *c,
-        Ok(crate::config::Command::Print(text)) => panic!("printed {text}"),
-        Err(e) => panic!("{e}"),
-    }
-}
-
-#[test]
-fn switches_and_context_from_the_flags() {
-    let base = [
-        "--node-name=edge-1",
-        "--server-addr=https://10.0.0.1:6443",
-        "--join-token=abcdef.0123456789abcdef",
-        "--discovery-token-unsafe-skip-ca-verification",
-    ];
-    let c = config(&base);
-    assert_eq!(Switches::from_config(&c), Switches::new(true, &[], false));
-    let host: IpAddr = "169.254.2.1".parse().expect("literal IP");
-    let context = FilterContext::from_config(&c, host);
-    assert_eq!(
-        context,
-        FilterContext {
-            host,
-            secure_port: SecurePort::new(10268),
-            node_name: "edge-1".into(),
-            pool_name: None
-        }
-    );
-
-    let mut args = base.to_vec();
-    args.extend([
-        "--working-mode=cloud",
-        "--disabled-resource-filters=masterservice,bogus",
-        "--proxy-secure-port=10443",
-        "--nodepool-name=hangzhou",
-    ]);
-    let c = config(&args);
-    let s = Switches::from_config(&c);
-    assert!(!s.is_enabled(FilterName::MasterService));
-    assert!(!s.is_enabled(FilterName::ServiceEnvUpdater), "cloud mode");
-    assert!(s.is_enabled(FilterName::ServiceTopology));
-    assert_eq!(s.unknown, ["bogus"]);
-    let context = FilterContext::from_config(&c, host);
-    assert_eq!(context.secure_port.get(), 10443);
-    // A clone shares the port the HTTPS listener publishes.
-    let copy = context.clone();
-    context.secure_port.set(40001);
-    assert_eq!(copy.secure_port.get(), 40001);
-    assert_eq!(context.pool_name.as_deref(), Some("hangzhou"));
-
-    // Bound to every address, the hub tells pods the node's.
-    let mut args = base.to_vec();
-    args.push("--node-ip=10.1.2.3");
-    let any: IpAddr = "0.0.0.0".parse().expect("literal IP");
-    let context = FilterContext::from_config(&config(&args), any);
-    assert_eq!(
-        context.host,
-        "10.1.2.3".parse::<IpAddr>().expect("literal IP")
-    );
-
-    let mut args = base.to_vec();
-    args.push("--enable-resource-filter=false");
-    assert_eq!(
-        Switches::from_config(&config(&args)),
-        Switches::new(false, &[], false)
     );
 }
 

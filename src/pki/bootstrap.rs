@@ -12,14 +12,15 @@ use crossbeam_channel::Receiver;
 
 use super::csr::CsrTemplate;
 use super::csr_api::{ApiClient, Auth};
-use super::discovery::{self, CaPin, DiscoveryTiming, JoinToken};
+use super::discovery::{self, DiscoveryTiming};
 use super::files::{CertKind, RootDir, StoredCert};
 use super::renew::{self, CLIENT_USAGES, Hooks, Renewal};
-use super::state::IdentityState;
-use super::x509::{self, CertInfo};
+use super::state::{IdentityState, TokenReplacer};
 use super::{install_tls, material, reachable, token_text};
+use crate::config::join::{CaPin, JoinToken};
 use crate::config::{ClientSigner, TokenMode, kubeconfig};
 use crate::upstream::Upstream;
+use crate::x509::{self, CertInfo};
 
 /// How long `POST /v1/token` tries each of discovery's fetches with the new token.
 const TOKEN_UPDATE_WAIT: Duration = Duration::from_secs(10);
@@ -224,14 +225,16 @@ impl TokenUpdates {
             unsafe_skip: mode.unsafe_skip,
         }
     }
+}
 
+impl TokenReplacer for TokenUpdates {
     /// Discovery with `join_token`, then the bootstrap kubeconfig rewritten with it:
     /// `Err((400, why))` for a token that is not one, `Err((500, why))` when discovery or the
     /// write fails. Without `--discovery-token-ca-cert-hash` the CA the hub already trusts
     /// (`pki/ca.crt`, else the bootstrap kubeconfig's) is the pin: a new token must not bring
     /// a new cluster. With no pin at all, only `--discovery-token-unsafe-skip-ca-verification`
     /// lets discovery go unpinned, as at start.
-    pub(super) fn replace(&self, join_token: &str) -> Result<(), (u16, String)> {
+    fn replace(&self, join_token: &str) -> Result<(), (u16, String)> {
         let token = JoinToken::parse(join_token.trim()).map_err(|e| (400, e))?;
         let path = bootstrap_path(&self.root, self.bootstrap_file.as_ref());
         let mut pins = self.pins.clone();

@@ -14,8 +14,8 @@ use base64::engine::general_purpose::STANDARD;
 use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair as _};
 
-use super::der;
-use super::x509::{OID_COMMON_NAME, OID_ORGANIZATION, OID_SUBJECT_ALT_NAME, SAN_DNS, SAN_IP};
+use crate::x509::der;
+use crate::x509::{OID_COMMON_NAME, OID_ORGANIZATION, OID_SUBJECT_ALT_NAME, SAN_DNS, SAN_IP};
 
 /// id-ecPublicKey (1.2.840.10045.2.1).
 const OID_EC_PUBLIC_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
@@ -219,7 +219,7 @@ pub(crate) mod tests {
     use rustls::pki_types::{CertificateSigningRequestDer, PrivateKeyDer};
 
     use super::*;
-    use crate::pki::x509;
+    use crate::x509;
 
     /// Runs `openssl` (CI installs the apt package) with `stdin` piped in.
     pub(crate) fn openssl(args: &[&str], stdin: &[u8]) -> Output {

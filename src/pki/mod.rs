@@ -6,19 +6,17 @@
 //! port comes up when its certificate arrives instead of holding back the whole hub, and
 //! kubelet's certificate is re-read when kubelet rotates it, not after it expired.
 //!
-//! Files: `der.rs` (DER reading and writing), `x509.rs` (the certificate fields the hub
-//! reads), `csr.rs` (P-256 keys and PKCS#10 requests), `discovery.rs` (join token and
-//! `cluster-info`), `csr_api.rs` (the CSR API and the small cloud client it needs),
+//! Files: `csr.rs` (P-256 keys and PKCS#10 requests; DER and certificate fields are
+//! `crate::x509`'s), `discovery.rs` (join-token discovery of `cluster-info`; the token and
+//! the pins are `config::join`'s), `csr_api.rs` (the CSR API and the small cloud client it needs),
 //! `files.rs` (what lives under `--root-dir`), `bootstrap.rs` (token mode's bootstrap
 //! kubeconfig), `renew.rs` (the renewal loop both certificates share), `kubelet.rs`
 //! (kubeletcertificate mode), `state.rs` (what readyz, `/v1/token` and the metrics see).
 
 pub(crate) mod csr;
 pub(crate) mod csr_api;
-pub(crate) mod der;
 pub(crate) mod discovery;
 pub(crate) mod files;
-pub(crate) mod x509;
 
 mod bootstrap;
 mod kubelet;
@@ -158,11 +156,11 @@ pub(crate) fn start(
                 probe_timeout: config.heartbeat.timeout,
             };
             let api = ctx.api_as_hub();
-            let wake = state.enable_token_updates(bootstrap::TokenUpdates::new(
+            let wake = state.enable_token_updates(Box::new(bootstrap::TokenUpdates::new(
                 Arc::clone(&root),
                 Arc::clone(&servers),
                 mode,
-            ));
+            )));
             let (mode, stop) = (mode.clone(), stop.clone());
             spawn("client-certificate", move || ctx.run(mode, &wake, &stop))?;
             api

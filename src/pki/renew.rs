@@ -17,10 +17,10 @@ use super::csr::{self, CsrTemplate, KeyPair};
 use super::csr_api::{self, ApiClient, CsrSpec};
 use super::files::{CertKind, RootDir, StoredCert};
 use super::state::IdentityState;
-use super::x509::{self, CertInfo};
 use crate::metrics::{METRICS, Metrics};
 use crate::server::tls::ServingCert;
 use crate::tls;
+use crate::x509::{self, CertInfo};
 
 /// How long one CSR may wait for its certificate. client-go gives up after 15 minutes and
 /// sends a new CSR; a CSR nobody approves (a cluster without yurt-manager, for the serving

@@ -2,13 +2,24 @@
 //! certificate are installed and until when, why not when they are not (readyz says it),
 //! and the door `POST /v1/token` knocks on.
 
+use std::fmt;
 use std::sync::{Mutex, TryLockError};
 use std::time::SystemTime;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::bootstrap::TokenUpdates;
 use crate::lock;
+
+/// What replaces the bootstrap token for `POST /v1/token` (token mode's
+/// `bootstrap::TokenUpdates`): the state only holds the door, the mode that has one owns it.
+pub(crate) trait TokenReplacer: fmt::Debug + Send {
+    /// Discovery with `join_token`, then the bootstrap kubeconfig rewritten with it:
+    /// `Err((status, why))` as `POST /v1/token` answers.
+    fn replace(&self, join_token: &str) -> Result<(), (u16, String)>;
+}
+
+/// The token door and the wake-up of the client certificate's thread.
+type TokenDoor = (Box<dyn TokenReplacer>, Sender<()>);
 
 /// The hub's certificates as readyz reports them. Shared by the identity threads (writers)
 /// and the serve port (reader).
@@ -16,7 +27,7 @@ use crate::lock;
 pub(crate) struct IdentityState {
     client: Mutex<Slot>,
     serving: Mutex<Slot>,
-    updates: Mutex<Option<(TokenUpdates, Sender<()>)>>,
+    updates: Mutex<Option<TokenDoor>>,
 }
 
 /// One certificate's state.
@@ -100,7 +111,7 @@ impl IdentityState {
 
     /// Token mode: `POST /v1/token` may replace the bootstrap token. The receiver wakes the
     /// client certificate's thread when it did.
-    pub(crate) fn enable_token_updates(&self, updates: TokenUpdates) -> Receiver<()> {
+    pub(crate) fn enable_token_updates(&self, updates: Box<dyn TokenReplacer>) -> Receiver<()> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         *lock(&self.updates) = Some((updates, tx));
         rx

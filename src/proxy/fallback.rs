@@ -11,7 +11,7 @@
 //! - A client whose body broke is answered with its own error (400, 408, 413), never from the
 //!   cache; a request the hub could not build is a 500.
 
-use crate::config::WorkingMode;
+use crate::mode::WorkingMode;
 use crate::route::Local;
 use crate::status::Status;
 use crate::upstream::{Cloud, UpstreamError};

@@ -32,12 +32,11 @@ use std::time::Instant;
 use self::call::Call;
 use crate::cache::agents::CacheAgents;
 use crate::cache::writer::CacheTx;
-use crate::config::WorkingMode;
 use crate::filters::{Chain, FilterContext, Lookups};
 use crate::heartbeat::NodeHeartbeat;
 use crate::metrics::METRICS;
+use crate::mode::WorkingMode;
 use crate::offline::Offline;
-use crate::pki::x509;
 use crate::reaper::Reaper;
 use crate::request::{self, ApiRequest, Verb};
 use crate::requester::{ClientCertificate, Requester};
@@ -45,6 +44,7 @@ use crate::route::{self, NoCacheReason, Route};
 use crate::server::{Admission, Exchange};
 use crate::status::Status;
 use crate::upstream::Cloud;
+use crate::x509;
 
 /// Everything a request thread needs.
 pub(crate) struct Hub {

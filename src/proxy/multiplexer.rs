@@ -309,7 +309,7 @@ fn follower_name(follower: &Follower) -> &str {
 /// The CN of the peer's certificate, for the log ("" when there is none to read).
 fn common_name(peer: Option<&[rustls::pki_types::CertificateDer<'_>]>) -> String {
     peer.and_then(<[_]>::first)
-        .and_then(|der| crate::pki::x509::parse(der))
+        .and_then(|der| crate::x509::parse(der))
         .and_then(|info| info.common_name)
         .unwrap_or_default()
 }

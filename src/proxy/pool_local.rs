@@ -108,7 +108,7 @@ impl PoolCaches {
             match known_resource(gvr) {
                 Some(resource) => {
                     let cache = WatchCache::new(resource, options.clone());
-                    crate::metrics::METRICS.add_pool_cache(&cache);
+                    crate::watchcache::series::export(&cache);
                     caches.push((gvr.clone(), cache));
                 }
                 None => unknown.push(gvr.to_string()),

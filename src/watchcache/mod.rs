@@ -44,6 +44,7 @@
 mod list;
 mod object;
 mod resource;
+pub(crate) mod series;
 mod watch;
 
 /// The resourceVersion of a watch event's object, read from its head only (a bookmark's,

@@ -40,12 +40,36 @@ use std::path::{Path, PathBuf};
 
 use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{create_new_file, exists_no_follow, make_dir, open_no_follow, parent_of, sync_dir};
-use super::replace::CommitStep;
 use super::{Store, next_id};
 use crate::names::is_safe_segment;
 
 /// Name prefix of a complete journal in the root; a sequence number follows.
 pub(super) const JOURNAL_PREFIX: &str = ".journal.";
+
+/// The steps of a commit a crash can fall between, where
+/// [`StoreOptions::crash_at`](super::StoreOptions::crash_at) can stop it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CommitStep {
+    /// Every object staged, nothing else done.
+    Staged,
+    /// The journal is written to the staging directory.
+    JournalWritten,
+    /// `syncfs` returned.
+    Synced,
+    /// The journal has its final name.
+    JournalVisible,
+    /// The root is fsynced: the replacement is decided.
+    JournalDurable,
+    /// The journal's directories exist.
+    DirsMade,
+    /// The journal's rename or delete number `n` (from 0) is done.
+    Applied(usize),
+    /// Every touched directory is fsynced.
+    DirsSynced,
+    /// The journal is removed.
+    JournalRemoved,
+}
+
 /// First line of every journal.
 const JOURNAL_MAGIC: &str = "tinyhub-journal 1";
 

@@ -127,11 +127,12 @@ use recent::RecentChanges;
 use tombstones::Tombstones;
 
 pub(crate) use error::{StoreError, StoreOp};
+pub(crate) use journal::CommitStep;
 pub(crate) use journal::RecoveryReport;
 pub(crate) use list::ObjectIter;
+pub(crate) use replace::Replace;
 #[cfg(test)]
 pub(crate) use replace::ReplaceReport;
-pub(crate) use replace::{CommitStep, Replace};
 #[cfg(test)]
 pub(crate) use tokens::{TOKEN_CAP, TOKEN_STALE};
 

@@ -37,7 +37,7 @@ use super::fs::{
     write_new_file,
 };
 use super::index::{Known, entry_with};
-use super::journal::{JOURNAL_PREFIX, JournalWriter, RelPath};
+use super::journal::{CommitStep, JOURNAL_PREFIX, JournalWriter, RelPath};
 use super::list::NameCursor;
 use super::recent::Changed;
 use super::{PutOutcome, Store, check_collection, check_segment, next_id, stored_rv, unchanged};
@@ -683,28 +683,4 @@ impl Drop for Replace<'_> {
         }
         remove_quietly(&self.journal_temp_path());
     }
-}
-
-/// The steps of a commit a crash can fall between, where [`StoreOptions::crash_at`] can stop
-/// it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CommitStep {
-    /// Every object staged, nothing else done.
-    Staged,
-    /// The journal is written to the staging directory.
-    JournalWritten,
-    /// `syncfs` returned.
-    Synced,
-    /// The journal has its final name.
-    JournalVisible,
-    /// The root is fsynced: the replacement is decided.
-    JournalDurable,
-    /// The journal's directories exist.
-    DirsMade,
-    /// The journal's rename or delete number `n` (from 0) is done.
-    Applied(usize),
-    /// Every touched directory is fsynced.
-    DirsSynced,
-    /// The journal is removed.
-    JournalRemoved,
 }

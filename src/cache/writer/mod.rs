@@ -9,12 +9,13 @@
 //! the events that arrived whole.
 //!
 //! Files: `tee.rs` the channel and the sessions connection threads feed; `run.rs` the writer
-//! loop, what each answer does to the store, and the failure log; `rules.rs` the Kubernetes
+//! loop and what each answer does to the store; `failures.rs` the failure log; `rules.rs` the Kubernetes
 //! rules for objects (what is stored and under which key, watch events, list items, tokens);
 //! `error_keys.rs` the keys whose write failed, until they are stored; `refills.rs` what dropped
 //! sessions tell the refill thread, and the ledger of answers that went whole since.
 
 mod error_keys;
+mod failures;
 mod refills;
 mod rules;
 mod run;

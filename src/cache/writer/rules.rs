@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::run::{FailureLog, count_put};
+use super::failures::{FailureLog, count_put};
 use crate::cache::decode::{BodyShape, Located, Path};
 use crate::cache::key::{CollectionKey, ObjectKey, TokenKey};
 use crate::cache::object::{

@@ -6,12 +6,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::TryRecvError;
 
 use super::MAX_OBJECT_BYTES;
 use super::error_keys::{ErrorKeys, Keyed};
+use super::failures::{FailureLog, count_put};
 use super::rules::{
     ListState, list_item, list_member, located_paths, namespaced, put_object, put_token,
     watch_event,
@@ -21,25 +22,9 @@ use super::tee::CacheTx;
 use super::tee::{CacheMsg, CacheRx};
 use crate::cache::decode::{BodyDecoder, BodyShape, Located, Unit};
 use crate::cache::key::ObjectKey;
-use crate::cache::store::{PutOutcome, Store, StoreError};
+use crate::cache::store::Store;
 use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::metrics::{METRICS, Metrics};
-
-/// A failing disk (full, read-only) fails every write: one log line per object would flood
-/// the log, on flash it may share. Failures are reported once per interval, with a count.
-const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(30);
-
-/// Store failures not yet reported, and when the last report was made. Owned by [`run`]:
-/// only the writer thread writes, so it needs no lock.
-#[derive(Default)]
-pub(super) struct FailureLog {
-    reported: Option<Instant>,
-    unreported: u64,
-    /// Set by a failure, cleared by the next successful write.
-    failing: bool,
-    /// The keys whose last write failed.
-    pub(super) error_keys: ErrorKeys,
-}
 
 /// How the writer runs; production passes the default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -53,10 +38,7 @@ pub(crate) struct WriterOptions {
 /// has been drained (shutdown: what is queued is written, unfinished answers are not).
 pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: WriterOptions) {
     let mut sessions: HashMap<u64, Active<'_>> = HashMap::new();
-    let mut failures = FailureLog {
-        error_keys: ErrorKeys::load(store),
-        ..FailureLog::default()
-    };
+    let mut failures = FailureLog::new(ErrorKeys::load(store));
     loop {
         // Nothing queued: sleep on the doorbell (see `tee::Doorbell`), unless stopping, when
         // the queue is only drained.
@@ -446,73 +428,5 @@ fn apply_unit(
             true
         }
         _ => true,
-    }
-}
-
-pub(super) fn count_put(
-    failures: &mut FailureLog,
-    result: Result<PutOutcome, StoreError>,
-    what: &str,
-    key: &dyn Keyed,
-) {
-    match result {
-        Ok(outcome) => {
-            match outcome {
-                PutOutcome::Written { bytes } => {
-                    failures.written_again();
-                    Metrics::inc(&METRICS.cache_objects_written);
-                    METRICS
-                        .cache_bytes_written
-                        .fetch_add(bytes, Ordering::Relaxed);
-                }
-                PutOutcome::Identical => Metrics::inc(&METRICS.cache_writes_skipped_identical),
-                PutOutcome::Stale => Metrics::inc(&METRICS.cache_writes_skipped_stale),
-            }
-            failures.stored(key);
-        }
-        Err(e) => failures.error(what, key, &e),
-    }
-}
-
-impl FailureLog {
-    /// Counts a store failure, keeps its key as failed, and reports it unless one was
-    /// reported within the interval.
-    pub(super) fn error(&mut self, what: &str, subject: &dyn Keyed, e: &StoreError) {
-        Metrics::inc(&METRICS.cache_errors);
-        self.error_keys.failed(subject, e);
-        if e.is_disk_full() {
-            Metrics::inc(&METRICS.cache_disk_full);
-        }
-        self.failing = true;
-        if self
-            .reported
-            .is_some_and(|t| t.elapsed() < FAILURE_LOG_INTERVAL)
-        {
-            self.unreported += 1;
-            return;
-        }
-        let earlier = std::mem::take(&mut self.unreported);
-        self.reported = Some(Instant::now());
-        log::warn!(
-            "cache: storing {what} {} failed: {e} ({earlier} more failures since the \
-             last report; what is cached stays as it was; the next report comes in {} s at the \
-             earliest)",
-            subject.error_key(),
-            FAILURE_LOG_INTERVAL.as_secs()
-        );
-    }
-
-    /// `key` holds what it should now: no longer a failed key.
-    pub(super) fn stored(&mut self, key: &dyn Keyed) {
-        self.error_keys.stored(key);
-    }
-
-    /// After failures, says once that writes succeed again.
-    fn written_again(&mut self) {
-        if !std::mem::take(&mut self.failing) {
-            return;
-        }
-        let earlier = std::mem::take(&mut self.unreported);
-        log::info!("cache: writing again ({earlier} failures since the last report)");
     }
 }

@@ -419,8 +419,8 @@ fn a_delay_per_message_slows_the_writer_and_changes_nothing_else() {
 
 #[test]
 fn a_watch_event_that_is_an_array_is_skipped_and_counted() {
+    use super::failures::FailureLog;
     use super::rules::watch_event;
-    use super::run::FailureLog;
     let t = TempStore::new("array-events");
     let mut failures = FailureLog::default();
     let mut not_objects = 0;

@@ -9,7 +9,7 @@
 //!   *requires* one ([`server_config`]: no certificate, or one the cluster CA did not sign,
 //!   ends the handshake), and serves nothing but pool-scope list and watch.
 //! - The group is read from the certificate's subject with the hub's own DER reader
-//!   (`pki::x509`), not from a request header: a follower cannot claim it.
+//!   (`x509`), not from a request header: a follower cannot claim it.
 //! - `system:nodes` is the group every hub certificate carries (token mode asks for it with
 //!   `openyurt:yurthub`; kubelet's certificate has it alone), and what the apiserver grants
 //!   the pool-scope reads to.
@@ -22,11 +22,11 @@ use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
 use rustls::server::WebPkiClientVerifier;
 
-use crate::pki::x509;
 use crate::pool::resources::{Gvr, PoolScope};
 use crate::request::ApiRequest;
 use crate::server::tls::ServingCert;
 use crate::status::Status;
+use crate::x509;
 
 /// The subject organization (group) a follower's certificate must have.
 pub(crate) const FOLLOWER_ORGANIZATION: &str = "system:nodes";

@@ -3,12 +3,14 @@
 //! key info (kubeadm's CA pin).
 //!
 //! It verifies nothing: signatures and chains are rustls's job. It never panics, whatever the
-//! bytes; anything it cannot read as a certificate is None.
+//! bytes; anything it cannot read as a certificate is None. `der.rs` reads and writes the DER
+//! underneath (the CSRs of `pki/csr.rs` are written with it). Pure: beside `tls.rs`, below
+//! every module that reads a certificate.
 
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::der;
+pub(crate) mod der;
 
 /// id-at-commonName (2.5.4.3).
 pub(crate) const OID_COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
