@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::Limits;
 use super::stream::ClientStream;
 use crate::metrics::{METRICS, Metrics};
 
@@ -213,6 +214,12 @@ impl Load {
             open.swap_remove(i);
         }
     }
+}
+
+/// What `Exchange::admit` counts against: the listener's load and caps.
+pub(super) struct Gate<'a> {
+    pub(super) load: &'a Load,
+    pub(super) limits: Limits,
 }
 
 /// Rank of a connection serving a request: never evicted.

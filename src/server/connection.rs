@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::admission::Gate;
 use super::admission::{Load, Tracked, enter_short};
-use super::exchange::Gate;
 use super::stream::ClientStream;
 use super::{Exchange, Handler, Limits, MAX_BODY, body_too_large, closing_answer, too_busy};
 use crate::http1::{self, BodyState};

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use rustls::pki_types::CertificateDer;
 
-use super::admission::{Load, LongRunningSlot, RequestSlot, enter_short};
+use super::admission::{Gate, LongRunningSlot, RequestSlot, enter_short};
 use super::connection::{Conn, answer_and_close};
-use super::{ClientProbe, Limits, MAX_BODY, body_too_large, refused, too_busy};
+use super::{ClientProbe, MAX_BODY, body_too_large, refused, too_busy};
 use crate::http1::response::{self, CHUNK_SIZE_LINE, ResponseFraming};
 use crate::http1::{BodyState, RequestHead};
 use crate::requester::Port;
@@ -33,12 +33,6 @@ pub(crate) struct Exchange<'c> {
     /// The listener's counts and caps, for [`Exchange::admit`] (one reference: exchanges
     /// travel by value).
     pub(super) gate: &'c Gate<'c>,
-}
-
-/// What [`Exchange::admit`] counts against: the listener's load and caps.
-pub(super) struct Gate<'a> {
-    pub(super) load: &'a Load,
-    pub(super) limits: Limits,
 }
 
 /// What a request holds while it is served ([`Exchange::admit`]). An answer that never

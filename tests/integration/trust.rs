@@ -274,8 +274,16 @@ fn with_the_plain_port_closed_kubelet_proves_it_is_the_node_on_the_https_port() 
     let kubelet = cloud.issue_client("system:node:edge-1", &["system:nodes"]);
     let kubelet = ClientId::from_pem(&kubelet.pair.cert_pem, &kubelet.pair.key_pem);
     let https_get = |client: Option<&ClientId>| {
-        https::call(addr, &ca, "GET", path, &[("User-Agent", KUBELET)], client, None)
-            .expect("served")
+        https::call(
+            addr,
+            &ca,
+            "GET",
+            path,
+            &[("User-Agent", KUBELET)],
+            client,
+            None,
+        )
+        .expect("served")
     };
     let node = https_get(Some(&kubelet));
     assert_eq!(node.status, 200, "{}", node.text());
