@@ -10,7 +10,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::fallback::{self, Failure, Fallback};
-use super::relay::Relayed;
 use super::{CacheStatus, Hub};
 use crate::cache::target::CacheTarget;
 use crate::metrics::{InFlight, METRICS, RequestLabels};
@@ -19,6 +18,18 @@ use crate::route::Route;
 use crate::server::Exchange;
 use crate::status::Status;
 use crate::upstream::{Answer, BodySource, Outgoing, UpstreamError};
+
+/// How a relay ended (`relay.rs` streams the answer; the call decides what follows).
+pub(super) enum Relayed<'c> {
+    /// The client has the answer (or, when the cloud broke off mid-stream, knows it is
+    /// incomplete); the cache stood so.
+    Done(CacheStatus),
+    /// The cloud broke off before the client got anything: the exchange comes back for a
+    /// fallback answer.
+    CloudBrokeOff(Exchange<'c>, UpstreamError),
+    /// The client went away or its connection broke; nothing more to send.
+    ClientGone(std::io::Error),
+}
 
 /// One request's context.
 pub(super) struct Call<'h> {

@@ -5,7 +5,7 @@
 
 use std::io::{self, Read};
 
-use super::call::Call;
+use super::call::{Call, Relayed};
 use super::filter_body::{self, BodyFilter, Filtered, StageTime};
 use super::{CacheStatus, Filters};
 use crate::cache::decode::{BodyShape, DecodeError};
@@ -29,18 +29,6 @@ const RELAY_BUFFER: usize = 16 * 1024;
 const HOLD_RAW: usize = 64 * 1024;
 /// A filter output buffer that grew past this (a huge item) is released rather than kept.
 const KEEP_OUT: usize = 1 << 20;
-
-/// How a relay ended.
-pub(super) enum Relayed<'c> {
-    /// The client has the answer (or, when the cloud broke off mid-stream, knows it is
-    /// incomplete); the cache stood so.
-    Done(CacheStatus),
-    /// The cloud broke off before the client got anything: the exchange comes back for a
-    /// fallback answer.
-    CloudBrokeOff(Exchange<'c>, UpstreamError),
-    /// The client went away or its connection broke; nothing more to send.
-    ClientGone(io::Error),
-}
 
 impl Call<'_> {
     /// Streams the cloud's answer to the client, teeing it into the cache. `request_body` is
