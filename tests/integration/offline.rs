@@ -115,15 +115,6 @@ fn warm() -> Warm {
     }
 }
 
-fn names(list: &Value) -> BTreeSet<String> {
-    list["items"]
-        .as_array()
-        .unwrap_or_else(|| panic!("not a list: {list}"))
-        .iter()
-        .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 fn set(items: &[&str]) -> BTreeSet<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
@@ -201,7 +192,7 @@ fn check_offline_answers(hub: &Hub) {
         let r = get(&url(path), KUBELET);
         assert_eq!(r.status, 200, "{path}: {}", r.text());
         let list = r.json();
-        assert_eq!(names(&list), set(want), "{path}");
+        assert_eq!(item_names(&list), set(want), "{path}");
         assert_eq!(
             list["kind"],
             if path.contains("nodes") {
@@ -239,7 +230,7 @@ fn check_offline_answers(hub: &Hub) {
         let page = get(&next, KUBELET).json();
         pages += 1;
         assert!(page["items"].as_array().unwrap().len() <= 3);
-        seen.extend(names(&page));
+        seen.extend(item_names(&page));
         match page["metadata"]["continue"].as_str() {
             Some(token) if !token.is_empty() => {
                 next = url(&format!("/api/v1/pods?limit=3&continue={token}"))
@@ -625,7 +616,7 @@ fn a_corrupted_cache_file_is_reported_not_served_then_repaired() {
                 .all(Value::is_object),
             "{url}: {list}"
         );
-        assert_eq!(names(&list), set(served), "{url}");
+        assert_eq!(item_names(&list), set(served), "{url}");
         // An offline get of a damaged file logs its own warning before answering: once it
         // is in the log, so is everything the list logged (one pipe, in order).
         let sentinel = get(
@@ -750,14 +741,14 @@ fn an_offline_list_of_5000_pods_streams_from_disk() {
         KUBELET,
     )
     .json();
-    assert!(!names(&scoped).is_empty());
-    assert!(!names(&scoped).contains("planted"));
+    assert!(!item_names(&scoped).is_empty());
+    assert!(!item_names(&scoped).contains("planted"));
     let wide = get(
         &format!("{}/api/v1/pods?labelSelector=app%3Dapp-3", hub.url()),
         KUBELET,
     )
     .json();
-    assert!(names(&wide).contains("planted"));
+    assert!(item_names(&wide).contains("planted"));
 }
 
 #[test]

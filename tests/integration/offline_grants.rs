@@ -36,13 +36,7 @@ fn read(hub: &Hub, path: &str, ua: &str, authorization: Option<&str>) -> Reply {
 }
 
 fn names(reply: &Reply) -> BTreeSet<String> {
-    let list = reply.json();
-    list["items"]
-        .as_array()
-        .unwrap_or_else(|| panic!("not a list: {list}"))
-        .iter()
-        .map(|i| i["metadata"]["name"].as_str().unwrap().to_owned())
-        .collect()
+    item_names(&reply.json())
 }
 
 /// The grants the hub has written, once there are at least `n`.

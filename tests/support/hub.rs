@@ -5,6 +5,7 @@
 //! benchmarks. Synchronisation is by readiness and by polling for conditions with a deadline,
 //! never by fixed sleeps.
 
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -589,6 +590,21 @@ fn exchange(
         headers,
         body,
     }
+}
+
+/// The names of a list answer's items (a panic that shows the answer when it is no list).
+pub fn item_names(list: &serde_json::Value) -> BTreeSet<String> {
+    list["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter()
+        .map(|i| {
+            i["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
 }
 
 /// GET with a User-Agent.
