@@ -19,8 +19,12 @@ build:
 	$(CARGO) build --release
 
 # `fuzzing`: tests/fuzz_corpus.rs replays the fuzz corpus through src/fuzzing.rs.
+# TEST_THREADS tests at a time: the integration tests mostly wait (the hub's timeouts, the
+# stand-in cloud's delays, hubs starting), so the whole suite keeps about half a core busy
+# and libtest's default of one test per core would leave a 2-core machine idle for 6 minutes.
+TEST_THREADS ?= $(or $(RUST_TEST_THREADS),8)
 test: tools
-	$(CARGO) test --all-targets --features fuzzing
+	RUST_TEST_THREADS=$(TEST_THREADS) $(CARGO) test --all-targets --features fuzzing
 
 # Quiet: cargo's compile lines would drown the demo's story (its errors still show).
 demo: tools
