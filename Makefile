@@ -20,8 +20,8 @@ build:
 
 # `fuzzing`: tests/fuzz_corpus.rs replays the fuzz corpus through src/fuzzing.rs.
 # TEST_THREADS tests at a time: the integration tests mostly wait (the hub's timeouts, the
-# stand-in cloud's delays, hubs starting), so the whole suite keeps about half a core busy
-# and libtest's default of one test per core would leave a 2-core machine idle for 6 minutes.
+# stand-in cloud's delays, hubs starting) and keep about half a core busy, so libtest's
+# default of one test per core took 6 minutes on a 2-core machine; 8 at a time, 2.5.
 TEST_THREADS ?= $(or $(RUST_TEST_THREADS),8)
 test: tools
 	RUST_TEST_THREADS=$(TEST_THREADS) $(CARGO) test --all-targets --features fuzzing

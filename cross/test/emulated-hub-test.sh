@@ -9,6 +9,10 @@
 # the binary prints the chosen tests' names and runs nothing. Run from the repo top.
 set -eu
 
+[ $# = 1 ] || {
+	echo "usage: $0 <armv7 binary> | --list" >&2
+	exit 2
+}
 cargo=${CARGO:-cargo}
 here=$(dirname -- "$0")
 list=${EMULATED_TESTS:-$here/emulated-tests.txt}
@@ -43,6 +47,7 @@ else
 	done
 	if [ -n "$missing" ]; then
 		echo "emulated-hub-test: FAIL: ${list#./} names what is no integration test:"
+		# shellcheck disable=SC2086 # one entry a word
 		printf '  %s\n' $missing
 		exit 1
 	fi
