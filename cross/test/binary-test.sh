@@ -3,7 +3,8 @@
 # `readelf` (static, stripped, the right machine; for armv7: EABI5 hard-float, ARMv7,
 # VFPv3-D16, no NEON tag) and that it runs under qemu-user and names its target in --version.
 # For armv7 it also proves the emulated CPU ($QEMU_CPU, e.g. cortex-a9,neon=off) really traps
-# NEON, with a two-line C program built by the same zig, so the run above means something.
+# NEON, with two tiny C programs built by the same zig (one has a NEON instruction), so the
+# run above means something.
 # Prints the size. Exits non-zero when any check fails.
 set -u
 
@@ -66,17 +67,25 @@ has "$qemu${QEMU_CPU:+ (CPU $QEMU_CPU)} runs --version: $out" "$out" "tinyhub *(
 if [ "$kind" = armv7 ] && [ -n "${QEMU_CPU:-}" ]; then
 	if "$here/../zig" version > /dev/null 2>&1; then
 		t=$(mktemp -d)
+		# No libc (system calls only): zig builds no musl for it, which on a fresh machine took
+		# a minute; the two programs differ by the one instruction.
 		cat > "$t/neon.c" <<'EOF'
-int main(int argc, char **argv) {
-    (void)argv;
-    if (argc > 1) __asm__ volatile(".fpu neon\n\tvadd.i32 q0, q0, q0" ::: "q0");
-    return 0;
+void _start(void) {
+#ifdef NEON
+    __asm__ volatile(".fpu neon\n\tvadd.i32 q0, q0, q0" ::: "q0");
+#endif
+    register long r7 __asm__("r7") = 1; /* exit(0) */
+    register long r0 __asm__("r0") = 0;
+    __asm__ volatile("svc 0" : : "r"(r7), "r"(r0));
+    for (;;) {}
 }
 EOF
-		if "$here/../zig-cc-armv7" -static -O1 "$t/neon.c" -o "$t/neon" 2> "$t/cc.err"; then
-			"$qemu" "$t/neon" > /dev/null 2>&1
+		probe_cc() { "$here/../zig-cc-armv7" -static -nostdlib -ffreestanding -O1 "$@"; }
+		if probe_cc "$t/neon.c" -o "$t/plain" 2> "$t/cc.err" &&
+			probe_cc -DNEON "$t/neon.c" -o "$t/neon" 2>> "$t/cc.err"; then
+			"$qemu" "$t/plain" > /dev/null 2>&1
 			plain=$?
-			"$qemu" "$t/neon" neon > /dev/null 2>&1
+			"$qemu" "$t/neon" > /dev/null 2>&1
 			trapped=$?
 			# 132 = 128 + SIGILL, as the shell reports qemu's death by the guest's signal.
 			if [ "$plain" = 0 ] && [ "$trapped" = 132 ]; then

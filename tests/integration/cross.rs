@@ -1,5 +1,5 @@
 //! The gateway scenario in one test, meant for the emulated binary (`make cross-test` runs
-//! the whole integration suite with `TINYHUB_TEST_BIN` = the armv7 hub under
+//! the tests of cross/test/emulated-tests.txt with `TINYHUB_TEST_BIN` = the armv7 hub under
 //! `qemu-arm-static`): the x86_64 stand-in cloud, reads and a watch through the hub, the
 //! cloud stopped, the same reads from the hub's cache, and the hub's peak memory, reported
 //! net of the emulator's own when `TINYHUB_QEMU_BASELINE_BIN` names a do-nothing program.
