@@ -1,6 +1,6 @@
 //! Kubernetes' name rules, and the cache's rule for one path segment: pure string checks, no
 //! imports. The one place each rule is written; the request parser, the configuration, the
-//! cache keys, the selector parser and the offline create's name check all use these.
+//! cache keys, the selector parser and the offline event's name check all use these.
 
 /// Longest object name: a DNS-1123 subdomain, the longest Kubernetes object name.
 const MAX_SEGMENT_BYTES: usize = 253;

@@ -75,7 +75,8 @@ impl Status {
         Status::new(409, "Conflict", message)
     }
 
-    /// 403: refused by policy (deletes while offline).
+    /// 403: refused by policy (a credential asking offline for what it never read online, a
+    /// stranger on the multiplexer port).
     pub(crate) fn forbidden(message: impl Into<String>) -> Status {
         Status::new(403, "Forbidden", message)
     }

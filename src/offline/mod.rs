@@ -343,8 +343,7 @@ impl Offline {
                 ));
             }
         }
-        // The name becomes a file name in the cache: one the apiserver would not accept, or
-        // the store would not write, is refused now rather than answered 201 and dropped.
+        // A name the apiserver would not accept is refused, not echoed as if created.
         if let Some(bad) = unusable_name(&object) {
             return Err((ex, Status::bad_request(bad)));
         }
@@ -364,10 +363,9 @@ pub(crate) fn read_body(ex: &mut Exchange<'_>, limit: u64) -> Result<Vec<u8>, St
     }
 }
 
-/// Why the name an offline create gives its object (`metadata.name`, else the name
+/// Why the name an offline event gives itself (`metadata.name`, else the name
 /// `metadata.generateName` leads to) cannot be used: there must be one, a DNS subdomain as
-/// the apiserver requires of the kinds node components create, and a safe cache path
-/// segment.
+/// the apiserver requires, and a safe path segment.
 fn unusable_name(object: &serde_json::Value) -> Option<String> {
     let field = |name: &str| {
         object

@@ -56,7 +56,8 @@ pub(crate) enum CacheMsg {
         /// The whole body.
         body: Vec<u8>,
     },
-    /// One whole object to store (an offline create).
+    /// One whole object to store: the hub's own lease as the cloud took it (never a client's
+    /// object: nothing a client sends is stored).
     Put {
         /// Where it belongs.
         collection: CollectionKey,
