@@ -1,10 +1,11 @@
 //! Offline answers: what the hub says from its disk cache while the cloud is unreachable
 //! (README.md's offline table). Gets return the cached object, lists the cached collection filtered
 //! by the request's label and field selectors (which YurtHub ignores), watches are held open
-//! without events, writes are answered as YurtHub does, and everything else gets a `Status`. Two
-//! answers keep a rebooted node's pods: a TokenRequest gets the cached token or a one-minute token
-//! made here (`tokens.rs`), and kubelet's pod list that finds nothing is a 404, never an empty
-//! list. Event creates are echoed and never stored.
+//! without events, a create, update, patch or delete is a 503 and nothing is stored (unlike
+//! YurtHub: nothing a client sends is kept as the cloud's truth), and everything else gets a
+//! `Status`. Two answers keep a rebooted node's pods: the node's TokenRequest gets the cached
+//! token or a one-minute token made here (`tokens.rs`), and kubelet's pod list that finds
+//! nothing is a 404, never an empty list. Event creates are echoed and never stored.
 //!
 //! Who is answered: the node (`Requester::is_node`) everything cached; a client with its own
 //! credential only what that credential read from the cloud while online (`grants.rs`),
