@@ -34,6 +34,7 @@ use crate::cache::agents::CacheAgents;
 use crate::cache::writer::CacheTx;
 use crate::filters::{Chain, FilterContext, Lookups};
 use crate::heartbeat::NodeHeartbeat;
+use crate::heartbeat::local::KubeletVerb;
 use crate::metrics::METRICS;
 use crate::mode::WorkingMode;
 use crate::offline::Offline;
@@ -44,6 +45,7 @@ use crate::route::{self, NoCacheReason, Route};
 use crate::server::{Admission, Exchange};
 use crate::status::Status;
 use crate::upstream::Cloud;
+use crate::watchcache::WatchCache;
 use crate::x509;
 
 /// Everything a request thread needs.
@@ -165,99 +167,175 @@ fn long_running_key(req: &ApiRequest) -> Option<String> {
     Some(key)
 }
 
-/// What classifying a request came to.
-enum Classified {
-    /// A request the hub understands.
-    Api(ApiRequest),
-    /// Refused with a 400 (edge mode: what the hub cannot read it cannot cache or answer).
-    Refused(Status),
-    /// Passed on as it is, with this route (cloud mode: the cloud judges it).
+/// The line of a request refused a slot: a watch refused is a client past its share (info);
+/// a short request refused is the hub at --max-requests-in-flight, counted by the metric
+/// (debug).
+fn refused_log(req: &ApiRequest, url: &str, long_running: bool, status: &Status) {
+    let level = if long_running {
+        log::Level::Info
+    } else {
+        log::Level::Debug
+    };
+    log::log!(
+        level,
+        "refused verb={} path=\"{}\" component=\"{}\" port={} credential={} status={} reason=\"{}\"",
+        req.verb.as_str(),
+        request::truncate(url),
+        req.component,
+        req.requester.port.as_str(),
+        req.requester.credential.as_str(),
+        status.code,
+        status.message
+    );
+}
+
+/// What the hub does with one request, decided once ([`Hub::plan`]) from what the request is
+/// and who sent it; each kind of answer is one variant, carried out by [`Hub::carry_out`]. A
+/// new kind of answer is a new variant here, not a new branch in [`Hub::handle`].
+// One plan per request, on the stack and moved once: boxing the large variants would add an
+// allocation to every request.
+#[allow(clippy::large_enum_variant)]
+enum Plan<'h> {
+    /// Refused before it was understood: 400 (edge mode: what the hub cannot read it cannot
+    /// cache or answer). The classifier logged why.
+    Unreadable(Status),
+    /// Refused by its route (a connection upgrade, a bad selector); its log line says so.
+    Refuse(ApiRequest, Status),
+    /// kubelet's lease, answered by the node heartbeat (edge, lease mode): never forwarded,
+    /// never cached, and never waiting for a slot — for the node's kubelet only.
+    KubeletLease(ApiRequest, &'h NodeHeartbeat, KubeletVerb),
+    /// A pool-scope list or watch from the node's shared watch cache (`pool_local.rs`), or
+    /// its "initializing" 503 while the cache fills and the cloud is up.
+    PoolLocal(ApiRequest, &'h WatchCache),
+    /// Forwarded by its route, or answered from the disk cache when the cloud is
+    /// unreachable (`call.rs`).
+    Forward(ApiRequest, Route),
+    /// Passed on unread (cloud mode): the cloud judges it.
     PassOn(Route),
 }
 
+impl Plan<'_> {
+    /// The request, when the hub understood it.
+    fn request(&self) -> Option<&ApiRequest> {
+        match self {
+            Plan::Unreadable(_) | Plan::PassOn(_) => None,
+            Plan::Refuse(req, _)
+            | Plan::KubeletLease(req, ..)
+            | Plan::PoolLocal(req, _)
+            | Plan::Forward(req, _) => Some(req),
+        }
+    }
+
+    /// Carrying it out waits on a cache or the cloud, so it takes a slot; kubelet's lease and
+    /// a refusal wait for nothing.
+    fn waits(&self) -> bool {
+        matches!(
+            self,
+            Plan::PoolLocal(..) | Plan::Forward(..) | Plan::PassOn(_)
+        )
+    }
+}
+
 impl Hub {
-    /// Serves one request to the end.
+    /// Serves one request to the end: who sent what ([`Hub::plan`]), then a slot for it
+    /// (watches apart, per fairness key; kubelet's lease and refusals take none), then the
+    /// answer.
     pub(crate) fn handle(&self, ex: Exchange<'_>) {
         let started = Instant::now();
-        let req = match self.classify(&ex) {
-            Classified::Api(req) => req,
-            Classified::Refused(status) => {
-                let _ = ex.send_status(&status);
-                return;
+        let plan = self.plan(&ex);
+        self.carry_out(plan, ex, started);
+    }
+
+    /// Decides what the hub does with the request on `ex` (no I/O but what the plan's parts
+    /// read: the heartbeat's intercept, the pool caches' readiness, the cloud's health).
+    fn plan(&self, ex: &Exchange<'_>) -> Plan<'_> {
+        let requester = self.requester(ex);
+        let mut req = match request::classify(ex.method(), ex.url(), ex.headers()) {
+            Ok(req) => req,
+            Err(e) if self.mode == WorkingMode::Edge => {
+                log::info!(
+                    "refused method={} path=\"{}\" err=\"{e}\"",
+                    ex.method(),
+                    request::truncate(ex.url())
+                );
+                return Plan::Unreadable(Status::bad_request(e.to_string()));
             }
-            Classified::PassOn(route) => {
-                // Not understood, so not known to be long-running: a short request.
-                let _admitted = match ex.admit(Admission::Short) {
-                    Ok(admitted) => admitted,
-                    Err(status) => {
-                        let _ = ex.send_status(&status);
-                        return;
-                    }
-                };
-                Call::pass_on(self, route).forward(ex);
-                return;
-            }
+            // A pure proxy passes on what it does not understand; the cloud judges it.
+            Err(_) => return Plan::PassOn(Route::pass_on(&requester)),
         };
-        let labels = call::labels(&req);
+        req.requester = requester;
         // Only the node's own kubelet renews the node's lease through the hub.
         let lease = self
             .heartbeat
-            .as_ref()
+            .as_deref()
             .filter(|_| req.requester.is_node())
             .zip(NodeHeartbeat::intercepts(&req));
         if let Some((heartbeat, verb)) = lease {
-            let in_flight = METRICS.start_request(labels);
-            let status = kubelet_lease::answer(heartbeat, self.offline.as_ref(), ex, &req, verb);
-            call::log(&req, status, CacheStatus::LocalLease, started.elapsed());
-            drop(in_flight);
-            return;
+            return Plan::KubeletLease(req, heartbeat, verb);
         }
-        // Everything below waits on a cache or the cloud: a watch takes a slot of its
-        // fairness key, anything else one of --max-requests-in-flight (issue 28). kubelet's
-        // lease, above, never waits for one.
-        let key = long_running_key(&req);
-        let admission = key
-            .as_deref()
-            .map_or(Admission::Short, Admission::LongRunning);
-        let _admitted = match ex.admit(admission) {
-            Ok(admitted) => admitted,
-            Err(status) => {
-                // A watch refused is a client past its share: said at info. A short request
-                // refused is the hub at --max-requests-in-flight, counted by the metric.
-                let level = if key.is_some() {
-                    log::Level::Info
-                } else {
-                    log::Level::Debug
-                };
-                log::log!(
-                    level,
-                    "refused verb={} path=\"{}\" component=\"{}\" port={} credential={} status={} reason=\"{}\"",
-                    req.verb.as_str(),
-                    request::truncate(ex.url()),
-                    req.component,
-                    req.requester.port.as_str(),
-                    req.requester.credential.as_str(),
-                    status.code,
-                    status.message
-                );
-                let _ = ex.send_status(&status);
-                return;
-            }
-        };
         // The node's shared watch caches serve what the node may read, and a client with its
         // own credential what the cloud let that credential list (`grant.rs`); the others go
         // to the cloud, which judges them (and a 200 lets the caches serve them next time).
+        // Never filled and the cloud unreachable: the ordinary path answers from disk; never
+        // filled past the warming time: forwarded as before. Filled once, the cache serves
+        // what it holds, online or not.
         let pooled = self.pool.as_ref().and_then(|pool| {
             let cache = pool.cache_for(&req, ex.header("user-agent").unwrap_or(""))?;
-            grant::may_use_pool(self, &req).then_some((cache, pool.warming()))
+            let servable = cache.is_ready() || (pool.warming() && self.cloud.any_healthy());
+            (servable && grant::may_use_pool(self, &req)).then_some(cache)
         });
-        if let Some((cache, warming)) = pooled {
-            // Never filled and the cloud unreachable: the ordinary path answers from disk;
-            // never filled past the warming time: forwarded as before. Filled once, the cache
-            // serves what it holds, online or not.
-            if cache.is_ready() || (warming && self.cloud.any_healthy()) {
+        if let Some(cache) = pooled {
+            return Plan::PoolLocal(req, cache);
+        }
+        match self.route(&req) {
+            Ok(route) => Plan::Forward(req, route),
+            Err(status) => Plan::Refuse(req, status),
+        }
+    }
+
+    /// Carries out `plan` on `ex`; the request's log line says how it ended.
+    fn carry_out(&self, plan: Plan<'_>, ex: Exchange<'_>, started: Instant) {
+        // What waits on a cache or the cloud takes a slot: a watch one of its fairness key,
+        // anything else one of --max-requests-in-flight (issue 28).
+        let _admitted = if plan.waits() {
+            let key = plan.request().and_then(long_running_key);
+            let admission = key
+                .as_deref()
+                .map_or(Admission::Short, Admission::LongRunning);
+            match ex.admit(admission) {
+                Ok(admitted) => Some(admitted),
+                Err(status) => {
+                    if let Some(req) = plan.request() {
+                        refused_log(req, ex.url(), key.is_some(), &status);
+                    }
+                    let _ = ex.send_status(&status);
+                    return;
+                }
+            }
+        } else {
+            None
+        };
+        match plan {
+            Plan::Unreadable(status) => {
+                let _ = ex.send_status(&status);
+            }
+            Plan::PassOn(route) => Call::pass_on(self, route).forward(ex),
+            Plan::Refuse(req, status) => {
+                let in_flight = METRICS.start_request(call::labels(&req));
+                let _ = ex.send_status(&status);
+                call::log(&req, status.code, CacheStatus::Rejected, started.elapsed());
+                drop(in_flight);
+            }
+            Plan::KubeletLease(req, heartbeat, verb) => {
+                let in_flight = METRICS.start_request(call::labels(&req));
+                let status =
+                    kubelet_lease::answer(heartbeat, self.offline.as_ref(), ex, &req, verb);
+                call::log(&req, status, CacheStatus::LocalLease, started.elapsed());
+                drop(in_flight);
+            }
+            Plan::PoolLocal(req, cache) => {
                 // Counted apart, as YurtHub counts what its multiplexer serves.
-                let in_flight = METRICS.start_aggregated(labels);
+                let in_flight = METRICS.start_aggregated(call::labels(&req));
                 let status = if cache.is_ready() {
                     let shutdown = || self.shutdown.load(Ordering::Relaxed);
                     let session = self.pool_session(&req);
@@ -270,46 +348,18 @@ impl Hub {
                 };
                 call::log(&req, status, CacheStatus::PoolLocal, started.elapsed());
                 drop(in_flight);
-                return;
             }
-        }
-        let in_flight = METRICS.start_request(labels);
-        let route = match self.route(&req) {
-            Ok(route) => route,
-            Err(status) => {
-                let _ = ex.send_status(&status);
-                call::log(&req, status.code, CacheStatus::Rejected, started.elapsed());
-                return;
+            Plan::Forward(req, route) => {
+                let in_flight = METRICS.start_request(call::labels(&req));
+                let offline = fallback::offline(self.mode, &route.local, self.cloud.as_ref());
+                let mut call = Call::new(self, req, route, in_flight, started);
+                if offline {
+                    call.answer_locally(ex);
+                } else {
+                    call.forward(ex);
+                }
+                call.log();
             }
-        };
-        let offline = fallback::offline(self.mode, &route.local, self.cloud.as_ref());
-        let mut call = Call::new(self, req, route, in_flight, started);
-        if offline {
-            call.answer_locally(ex);
-        } else {
-            call.forward(ex);
-        }
-        call.log();
-    }
-
-    /// Classifies the request from its head, and who sent it from what the server saw.
-    fn classify(&self, ex: &Exchange<'_>) -> Classified {
-        let requester = self.requester(ex);
-        match request::classify(ex.method(), ex.url(), ex.headers()) {
-            Ok(mut req) => {
-                req.requester = requester;
-                Classified::Api(req)
-            }
-            Err(e) if self.mode == WorkingMode::Edge => {
-                log::info!(
-                    "refused method={} path=\"{}\" err=\"{e}\"",
-                    ex.method(),
-                    request::truncate(ex.url())
-                );
-                Classified::Refused(Status::bad_request(e.to_string()))
-            }
-            // A pure proxy passes on what it does not understand; the cloud judges it.
-            Err(_) => Classified::PassOn(Route::pass_on(&requester)),
         }
     }
 
