@@ -240,7 +240,7 @@ impl Metrics {
     }
 
     /// Renders `source`'s series on every page from now on, after the hub's own and those
-    /// registered before it. Feature modules register at start (app.rs): the metrics know
+    /// registered before it. Feature modules register at start (app/build.rs): the metrics know
     /// none of them.
     pub(crate) fn register(&self, source: Source) {
         lock(&self.sources).push(source);

@@ -7,7 +7,7 @@
 //!
 //! Design decisions:
 //!
-//! - **Started at start, not on the first request** (app.rs, edge mode): every edge node
+//! - **Started at start, not on the first request** (app/pool.rs, edge mode): every edge node
 //!   runs kube-proxy and coredns, which list both default resources within seconds of
 //!   booting, so the memory would be spent anyway; a cache warming since start spares those
 //!   first clients a 429 and the informer backoff after it; and the thread's life is the
