@@ -240,7 +240,7 @@ impl Metrics {
     }
 
     /// Renders `source`'s series on every page from now on, after the hub's own and those
-    /// registered before it. Feature modules register at start (app.rs): the metrics know
+    /// registered before it. Feature modules register at start (app/build.rs): the metrics know
     /// none of them.
     pub(crate) fn register(&self, source: Source) {
         lock(&self.sources).push(source);
@@ -332,8 +332,27 @@ impl Metrics {
     /// The Prometheus text exposition, with one health series per backend.
     pub(crate) fn render(&self, backends: &[(String, bool)]) -> String {
         let mut out = String::with_capacity(4096);
+        self.render_yurthub(&mut out, backends);
+        self.render_hub(&mut out);
+        self.render_cache(&mut out);
+        self.render_cloud(&mut out);
+        // What the feature modules export (the response filters, the pool's watch caches),
+        // in the order app/build.rs registered them.
+        for source in lock(&self.sources).iter() {
+            source(&mut out);
+        }
+        // The upstream link's requests and bytes (`tinyhub_cloud_*`, see `link`).
+        crate::link::LINK.render(&mut out);
+        process::ProcessStats::read().render(&mut out);
+        out
+    }
+
+    /// YurtHub's series first, as YurtHub names them: the servers' health, the requests in
+    /// flight and where pool-scope ones went, the refusals, the connections to each server
+    /// (with the hub's own handshake count), the error keys.
+    fn render_yurthub(&self, out: &mut String, backends: &[(String, bool)]) {
         header(
-            &mut out,
+            out,
             "node_yurthub_server_healthy_status",
             "gauge",
             "healthy status of remote servers. 1: healthy, 0: unhealthy",
@@ -347,7 +366,7 @@ impl Metrics {
             );
         }
         self.in_flight.render(
-            &mut out,
+            out,
             "node_yurthub_in_flight_requests_collector",
             "collector of in flight requests handling by hub agent(exclude aggregated in flight requests)",
             Some((
@@ -357,7 +376,7 @@ impl Metrics {
             request_labels,
         );
         self.aggregated.render(
-            &mut out,
+            out,
             "node_yurthub_aggregated_in_flight_requests_collector",
             "collector of in flight requests aggregated by multiplexer manager",
             Some((
@@ -367,20 +386,20 @@ impl Metrics {
             request_labels,
         );
         self.targets.render(
-            &mut out,
+            out,
             "node_yurthub_target_for_multiplexer_requests_collector",
             "collector of requests for pool scope metadata with which server are forwarded",
             None,
             |(labels, server)| format!("{},server=\"{}\"", request_labels(labels), escape(server)),
         );
         counter(
-            &mut out,
+            out,
             "node_yurthub_rejected_requests_counter",
             "counter of rejected requests for exceeding in flight limit in hub agent",
             &self.rejected_requests,
         );
         header(
-            &mut out,
+            out,
             "node_yurthub_closable_conns_collector",
             "gauge",
             "collector of underlay tcp connection from hub agent to remote server",
@@ -395,7 +414,7 @@ impl Metrics {
             );
         }
         header(
-            &mut out,
+            out,
             "tinyhub_upstream_tls_handshakes_total",
             "counter",
             "TLS connections the hub opened to each remote server: one handshake each",
@@ -409,55 +428,60 @@ impl Metrics {
             );
         }
         gauge(
-            &mut out,
+            out,
             "node_yurthub_error_keys_count",
             "error keys count",
             self.error_keys_count.load(Ordering::Relaxed),
         );
         gauge(
-            &mut out,
+            out,
             "node_yurthub_error_keys_persistency_status",
             "error keys persistency status 1: ready, 0: notReady",
             self.error_keys_persistency_status.load(Ordering::Relaxed),
         );
+    }
+
+    /// The hub's own work: certificate rotations, the node lease, connections evicted, and
+    /// YurtHub's traffic series.
+    fn render_hub(&self, out: &mut String) {
         counter(
-            &mut out,
+            out,
             "tinyhub_client_certificate_rotations_total",
             "client certificates put to use: issued to the hub, or kubelet's (the first one too)",
             &self.client_certificate_rotations,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_serving_certificate_rotations_total",
             "serving certificates issued to the hub for its HTTPS port",
             &self.serving_certificate_rotations,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_node_lease_renewals_total",
             "renewals of the node lease the cloud took (edge mode, lease heartbeat)",
             &self.lease_renewals,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_node_lease_renewal_failures_total",
             "node lease renewals that failed (each makes its server unhealthy)",
             &self.lease_renewal_failures,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_node_lease_disk_writes_total",
             "renewed node leases written to the cache (a change other than the renewal, or every 10 minutes)",
             &self.lease_disk_writes,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_evicted_connections_total",
             "connections closed before their request arrived, to make room at the connection cap",
             &self.evicted_connections,
         );
         header(
-            &mut out,
+            out,
             "node_yurthub_proxy_traffic_collector",
             "counter",
             "collector of proxy response traffic by hub agent(unit: byte)",
@@ -471,118 +495,127 @@ impl Metrics {
                 escape(sub)
             );
         }
+    }
+
+    /// The disk cache's writer, the heap, the refills.
+    fn render_cache(&self, out: &mut String) {
         counter(
-            &mut out,
+            out,
             "tinyhub_cache_objects_written_total",
             "objects written to the disk cache",
             &self.cache_objects_written,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_cache_bytes_written_total",
             "bytes written to the disk cache",
             &self.cache_bytes_written,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_cache_writes_skipped_identical_total",
             "object writes skipped because the same bytes were on disk",
             &self.cache_writes_skipped_identical,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_cache_writes_skipped_stale_total",
             "object writes refused because the cached object was newer",
             &self.cache_writes_skipped_stale,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_cache_objects_deleted_total",
             "objects removed from the disk cache",
             &self.cache_objects_deleted,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_cache_sessions_committed_total",
             "responses whose objects were persisted",
             &self.cache_sessions_committed,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_cache_sessions_abandoned_total",
             "responses not persisted because the writer queue was full or the body broke off",
             &self.cache_sessions_abandoned,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_cache_errors_total",
             "disk or decode failures in the cache writer",
             &self.cache_errors,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_cache_disk_full_total",
             "cache writes that failed because the disk was full",
             &self.cache_disk_full,
         );
         gauge(
-            &mut out,
+            out,
             "tinyhub_cache_writer_queue_depth",
             "messages waiting for the cache writer",
             self.cache_writer_queue_depth.load(Ordering::Relaxed).max(0),
         );
         let busy = self.cache_writer_busy_micros.load(Ordering::Relaxed) as f64 / 1e6;
         header(
-            &mut out,
+            out,
             "tinyhub_cache_writer_busy_seconds_total",
             "counter",
             "time the cache writer spent decoding and persisting",
         );
         let _ = writeln!(out, "tinyhub_cache_writer_busy_seconds_total {busy:.6}");
         gauge(
-            &mut out,
+            out,
             "tinyhub_heap_bytes",
             "heap bytes the hub holds now (its own accounting)",
             crate::alloc::Counting::live() as i64,
         );
         gauge(
-            &mut out,
+            out,
             "tinyhub_heap_peak_bytes",
             "the most heap bytes the hub has held",
             crate::alloc::Counting::peak() as i64,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_cache_refills_total",
             "answers dropped for a full writer queue, fetched again and persisted",
             &self.cache_refills,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_cache_refills_coalesced_total",
             "dropped answers not fetched again: a later answer to the same request reached the writer whole",
             &self.cache_refills_coalesced,
         );
+    }
+
+    /// The answers given without the cloud, its failures and retries, the multiplexer port's
+    /// requests.
+    fn render_cloud(&self, out: &mut String) {
         counter(
-            &mut out,
+            out,
             "tinyhub_offline_answers_total",
             "requests answered from the cache while the cloud was unreachable",
             &self.offline_answers,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_upstream_errors_total",
             "transport failures talking to the cloud",
             &self.upstream_errors,
         );
         counter(
-            &mut out,
+            out,
             "tinyhub_upstream_retries_total",
             "idempotent requests retried on another backend",
             &self.upstream_retries,
         );
         header(
-            &mut out,
+            out,
             "tinyhub_multiplexer_requests_total",
             "counter",
             "requests of the pool's follower hubs on this leader's multiplexer port, by follower node and status (200 served, 403 refused, 429 and 503 cache not ready)",
@@ -594,15 +627,6 @@ impl Metrics {
                 escape(follower)
             );
         }
-        // What the feature modules export (the response filters, the pool's watch caches),
-        // in the order app.rs registered them.
-        for source in lock(&self.sources).iter() {
-            source(&mut out);
-        }
-        // The upstream link's requests and bytes (`tinyhub_cloud_*`, see `link`).
-        crate::link::LINK.render(&mut out);
-        process::ProcessStats::read().render(&mut out);
-        out
     }
 }
 

@@ -1,6 +1,6 @@
 //! Signals as messages: SIGTERM, SIGINT and SIGUSR1 are blocked in every thread and one
 //! thread waits for them with `sigwait`. It sends each termination signal on a channel: the
-//! first starts a graceful shutdown; `app.rs` exits 1 on the second, as Kubernetes
+//! first starts a graceful shutdown; `app/shutdown.rs` exits 1 on the second, as Kubernetes
 //! components do. SIGUSR1 it answers itself, at any time from the start on, with a dump of
 //! the threads (`thread_dump.rs`), as YurtHub dumps its goroutines from a goroutine of its
 //! own; unblocked, SIGUSR1 would end the process.

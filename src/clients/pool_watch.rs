@@ -7,7 +7,7 @@
 //!
 //! Design decisions:
 //!
-//! - **Started at start, not on the first request** (app.rs, edge mode): every edge node
+//! - **Started at start, not on the first request** (app/pool.rs, edge mode): every edge node
 //!   runs kube-proxy and coredns, which list both default resources within seconds of
 //!   booting, so the memory would be spent anyway; a cache warming since start spares those
 //!   first clients a 429 and the informer backoff after it; and the thread's life is the
@@ -344,16 +344,8 @@ impl Feeder {
         let mut avoid: Option<SocketAddr> = None;
         // Since when the first list has waited for a leader (not listening yet, or warming).
         let mut awaiting_since: Option<Instant> = None;
-        // The first list waits for the ConfigMap's (a few seconds at most): a follower that
-        // started a moment before learning its leader would list everything from the cloud.
-        if let Some(route) = &self.route {
-            let until = Instant::now() + FIRST_LIST_PATIENCE;
-            while !route.settled() && Instant::now() < until {
-                match stop.recv_timeout(Duration::from_millis(50)) {
-                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                    _ => return,
-                }
-            }
+        if !self.await_route(&stop) {
+            return;
         }
         loop {
             if !self.active.load(Ordering::Acquire) {
@@ -399,76 +391,17 @@ impl Feeder {
                 self.chosen_at.set(generation.unwrap_or(0));
                 self.leader_outcome.set(LeaderOutcome::Fine);
                 if !listed {
-                    match self.list(&path, &stop) {
-                        Ok(false) => return,
-                        Ok(true) => {
-                            listed = true;
-                            failed_lists = 0;
-                            self.cache.set_awaits_leader(false);
-                        }
-                        Err(e) => {
-                            failed_lists += 1;
-                            let line = format!(
-                                "list of {path} for the pool cache failed{}: {e}",
-                                self.via_note()
-                            );
-                            // The first failure is news; the retries every `retry` are not.
-                            if failed_lists == 1 {
-                                log::info!("{line}");
-                            } else {
-                                log::debug!("{line} ({failed_lists} times)");
-                            }
-                        }
-                    }
+                    let Some(done) = self.list_turn(&path, &stop, &mut failed_lists) else {
+                        return;
+                    };
+                    listed = done;
                 }
                 if listed && self.leader_outcome.get() == LeaderOutcome::Fine {
-                    let began = Instant::now();
-                    let watched = self.watch(&path, &stop);
-                    self.slot.release();
-                    if self.slot.idle.swap(false, Ordering::AcqRel)
-                        && let Via::Leader(addr) = self.via.get()
-                    {
-                        log::info!(
-                            "the watch of {path} from the leader hub {addr} brought nothing for {} s: the leader is taken as failed",
-                            LEADER_IDLE.as_secs()
-                        );
-                        self.leader_outcome.set(LeaderOutcome::Failed);
-                        if let Some(route) = &self.route {
-                            route.leader_failed(addr);
-                        }
-                    }
-                    match watched {
-                        Watched::Stopped => return,
-                        Watched::Resume { broke: None } => {
-                            // A server that ends watches at once must not make a busy loop.
-                            pause = began.elapsed() < MIN_WATCH;
-                        }
-                        Watched::Resume { broke: Some(e) } => {
-                            if let Via::Leader(addr) = self.via.get()
-                                && self.leader_outcome.get() == LeaderOutcome::Fine
-                                && !self.slot.woken.load(Ordering::Acquire)
-                            {
-                                // Broke off mid-stream: the cloud until a round sees it.
-                                self.leader_outcome.set(LeaderOutcome::Failed);
-                                if let Some(route) = &self.route {
-                                    route.leader_failed(addr);
-                                }
-                            }
-                            log::debug!(
-                                "watch of {path} for the pool cache broke off{}: {e}",
-                                self.via_note()
-                            );
-                        }
-                        Watched::Relist(why) => {
-                            log::info!(
-                                "watch of {path} for the pool cache ended{} ({why}); listing again",
-                                self.via_note()
-                            );
-                            listed = false;
-                            // At once, unless the cloud ends every watch at once.
-                            pause = began.elapsed() < MIN_WATCH;
-                        }
-                    }
+                    let Some((relist, paused)) = self.watch_turn(&path, &stop) else {
+                        return;
+                    };
+                    listed &= !relist;
+                    pause = paused;
                 }
                 let leader = match self.via.get() {
                     Via::Leader(addr) => Some(addr),
@@ -514,6 +447,103 @@ impl Feeder {
             match stop.recv_timeout(wait) {
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                 _ => return,
+            }
+        }
+    }
+
+    /// Before the first list, waits for the route to learn the pool's leaders from the
+    /// ConfigMap (a few seconds at most): a follower that started a moment before learning its
+    /// leader would list everything from the cloud. False when `stop` fired meanwhile.
+    fn await_route(&self, stop: &Receiver<()>) -> bool {
+        if let Some(route) = &self.route {
+            let until = Instant::now() + FIRST_LIST_PATIENCE;
+            while !route.settled() && Instant::now() < until {
+                match stop.recv_timeout(Duration::from_millis(50)) {
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                    _ => return false,
+                }
+            }
+        }
+        true
+    }
+
+    /// One list from the current source: whether the cache is listed now, None when `stop`
+    /// fired. A failure is one info line the first time, debug lines after, counted in
+    /// `failed_lists`.
+    fn list_turn(&self, path: &str, stop: &Receiver<()>, failed_lists: &mut u32) -> Option<bool> {
+        match self.list(path, stop) {
+            Ok(false) => None,
+            Ok(true) => {
+                *failed_lists = 0;
+                self.cache.set_awaits_leader(false);
+                Some(true)
+            }
+            Err(e) => {
+                *failed_lists += 1;
+                let failed_lists = *failed_lists;
+                let line = format!(
+                    "list of {path} for the pool cache failed{}: {e}",
+                    self.via_note()
+                );
+                // The first failure is news; the retries every `retry` are not.
+                if failed_lists == 1 {
+                    log::info!("{line}");
+                } else {
+                    log::debug!("{line} ({failed_lists} times)");
+                }
+                Some(false)
+            }
+        }
+    }
+
+    /// One watch from the current source, a leader found idle or broken marked failed: whether
+    /// to list again and whether to pause before the next turn, None when `stop` fired.
+    fn watch_turn(&self, path: &str, stop: &Receiver<()>) -> Option<(bool, bool)> {
+        let began = Instant::now();
+        let watched = self.watch(path, stop);
+        self.slot.release();
+        if self.slot.idle.swap(false, Ordering::AcqRel)
+            && let Via::Leader(addr) = self.via.get()
+        {
+            log::info!(
+                "the watch of {path} from the leader hub {addr} brought nothing for {} s: the leader is taken as failed",
+                LEADER_IDLE.as_secs()
+            );
+            self.leader_outcome.set(LeaderOutcome::Failed);
+            if let Some(route) = &self.route {
+                route.leader_failed(addr);
+            }
+        }
+        match watched {
+            Watched::Stopped => None,
+            Watched::Resume { broke: None } => {
+                // A server that ends watches at once must not make a busy loop.
+                Some((false, began.elapsed() < MIN_WATCH))
+            }
+            Watched::Resume { broke: Some(e) } => {
+                if let Via::Leader(addr) = self.via.get()
+                    && self.leader_outcome.get() == LeaderOutcome::Fine
+                    && !self.slot.woken.load(Ordering::Acquire)
+                {
+                    // Broke off mid-stream: the cloud until a round sees it.
+                    self.leader_outcome.set(LeaderOutcome::Failed);
+                    if let Some(route) = &self.route {
+                        route.leader_failed(addr);
+                    }
+                }
+                log::debug!(
+                    "watch of {path} for the pool cache broke off{}: {e}",
+                    self.via_note()
+                );
+                Some((false, true))
+            }
+            Watched::Relist(why) => {
+                log::info!(
+                    "watch of {path} for the pool cache ended{} ({why}); listing again",
+                    self.via_note()
+                );
+                // At once, unless the cloud ends every watch at once.
+                Some((true, began.elapsed() < MIN_WATCH))
             }
         }
     }

@@ -228,8 +228,101 @@ where
 }
 
 fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
-    let get = |name: &str| -> &str {
-        raw.get(name).unwrap_or_else(|| {
+    let f = Flags { raw };
+    let (identity, kubeconfig_server) = identity_of(&f)?;
+    let servers = servers_of(&f, kubeconfig_server)?;
+    let node_name = node_name_of(raw)?;
+    let (bind, proxy_addr, proxy_secure_addr, serve_addr) = addresses(&f)?;
+    let lb_mode = lb_mode_of(&f)?;
+    let working_mode = working_mode_of(&f)?;
+    let dummy_if = dummy_interface(raw, bind, f.boolean("enable-dummy-if")?)?;
+
+    let heartbeat = Heartbeat {
+        interval: Duration::from_secs(f.int("heartbeat-interval-seconds", 1, 3600)?),
+        timeout: Duration::from_secs(f.int("heartbeat-timeout-seconds", 1, 600)?),
+        failed_retry: f.int("heartbeat-failed-retry", 0, 100)? as u32,
+        healthy_threshold: f.int("heartbeat-healthy-threshold", 1, 100)? as u32,
+    };
+    let kubelet_health_grace_period = grace_period(&f)?;
+    let mut warnings = Vec::new();
+    let heartbeat_mode = heartbeat_mode_of(&f, working_mode, &mut warnings)?;
+
+    let cache_agents = f
+        .list("cache-agents")
+        .into_iter()
+        .map(|a| a.to_ascii_lowercase())
+        .collect();
+
+    let root_dir = PathBuf::from(f.get("root-dir"));
+    let node_ip = node_ip_of(&f, &root_dir, &mut warnings)?;
+    let (nodepool_name, namespace, pool_scope) = pool_of(&f)?;
+    let mut hub_cert_organizations: Vec<String> = Vec::new();
+    for org in f.all("hub-cert-organizations") {
+        if !hub_cert_organizations.contains(&org) {
+            hub_cert_organizations.push(org);
+        }
+    }
+
+    Ok(Config {
+        servers,
+        identity,
+        root_dir,
+        hub_cert_organizations,
+        node_ip,
+        node_name,
+        nodepool_name,
+        namespace,
+        pool_scope,
+        proxy_addr,
+        plain_proxy: f.boolean("enable-plain-proxy")?,
+        serve_addr,
+        proxy_secure_addr,
+        dummy_if,
+        multiplexer_port: f.port("multiplexer-port")?,
+        multiplexer_client_ca: raw
+            .get("multiplexer-client-ca-file")
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from),
+        disk_cache_path: PathBuf::from(f.get("disk-cache-path")),
+        cache_agents,
+        lb_mode,
+        heartbeat,
+        heartbeat_mode,
+        kubelet_health_grace_period,
+        working_mode,
+        enable_resource_filter: f.boolean("enable-resource-filter")?,
+        disabled_resource_filters: f.list("disabled-resource-filters"),
+        max_requests_in_flight: f.int("max-requests-in-flight", 1, 100_000)? as usize,
+        log: crate::logging::LogOptions {
+            verbosity: f.int("v", 0, 10)? as u8,
+            vmodule: crate::logging::parse_vmodule(f.get("vmodule"))
+                .map_err(|e| StartupError::flag("vmodule", e))?,
+            skip_headers: f.boolean("skip-headers")?,
+            add_dir_header: f.boolean("add-dir-header")?,
+        },
+        ignored_flags: raw.ignored.clone(),
+        warnings,
+        client_io_timeout: Duration::from_secs(f.int(
+            "test-only-client-io-timeout-seconds",
+            1,
+            3600,
+        )?),
+        cache_writer_delay: Some(f.int("test-only-cache-writer-delay-ms", 0, 60_000)?)
+            .filter(|&ms| ms > 0)
+            .map(Duration::from_millis),
+    })
+}
+
+/// The raw flags with their defaults, read as the types they hold; a bad value is a
+/// [`StartupError`] naming its flag.
+struct Flags<'a> {
+    raw: &'a flags::RawFlags,
+}
+
+impl Flags<'_> {
+    /// The flag's value, or its default (from the flag table).
+    fn get(&self, name: &str) -> &str {
+        self.raw.get(name).unwrap_or_else(|| {
             flags::FLAGS
                 .iter()
                 .chain(flags::TEST_FLAGS)
@@ -237,9 +330,11 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
                 .map(|s| s.default)
                 .unwrap_or("")
         })
-    };
-    let int = |name: &str, min: u64, max: u64| -> Result<u64, StartupError> {
-        let text = get(name);
+    }
+
+    /// A whole number within `min..=max`.
+    fn int(&self, name: &str, min: u64, max: u64) -> Result<u64, StartupError> {
+        let text = self.get(name);
         let value: u64 = text
             .parse()
             .map_err(|_| StartupError::flag(name, format!("{text:?} is not a number")))?;
@@ -250,31 +345,52 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             ));
         }
         Ok(value)
-    };
-    let boolean = |name: &str| -> Result<bool, StartupError> {
-        let text = get(name);
+    }
+
+    /// A port (0 lets the kernel choose).
+    fn port(&self, name: &str) -> Result<u16, StartupError> {
+        self.int(name, 0, 65535).map(|p| p as u16)
+    }
+
+    /// A boolean, as Go's ParseBool reads it.
+    fn boolean(&self, name: &str) -> Result<bool, StartupError> {
+        let text = self.get(name);
         flags::parse_bool(text)
             .ok_or_else(|| StartupError::flag(name, format!("{text:?} is not a boolean")))
-    };
-    let ip = |name: &str, text: &str| -> Result<IpAddr, StartupError> {
+    }
+
+    /// `text`, the value of flag `name`, as an IP address.
+    fn ip(&self, name: &str, text: &str) -> Result<IpAddr, StartupError> {
         text.parse()
             .map_err(|_| StartupError::flag(name, format!("{text:?} is not an IP address")))
-    };
-    let list = |name: &str| -> Vec<String> { split_list(get(name)) };
-    // A repeatable slice flag: every occurrence, each a comma list, as pflag reads them.
-    let all = |name: &str| -> Vec<String> { raw.all(name).flat_map(split_list).collect() };
+    }
 
+    /// A comma list.
+    fn list(&self, name: &str) -> Vec<String> {
+        split_list(self.get(name))
+    }
+
+    /// A repeatable slice flag: every occurrence, each a comma list, as pflag reads them.
+    fn all(&self, name: &str) -> Vec<String> {
+        self.raw.all(name).flat_map(split_list).collect()
+    }
+}
+
+/// Where the hub's credentials come from, and the server a kubeconfig names.
+fn identity_of(f: &Flags<'_>) -> Result<(IdentitySource, Option<String>), StartupError> {
+    let raw = f.raw;
+    let boolean = |name: &str| f.boolean(name);
     // A kubeconfig the user gives wins over bootstrap (YurtHub has no such flag; tinyhub's
     // users had only this until bootstrap modes came).
-    let (identity, kubeconfig_server) = match raw.get("kubeconfig").filter(|p| !p.is_empty()) {
+    Ok(match raw.get("kubeconfig").filter(|p| !p.is_empty()) {
         Some(path) => given_kubeconfig(path)?,
-        None => match get("bootstrap-mode") {
+        None => match f.get("bootstrap-mode") {
             "token" => token_mode(raw, &boolean)?,
             "kubeletcertificate" => {
                 let files = KubeletFiles {
-                    kubeconfig: PathBuf::from(get("kubelet-kubeconfig")),
-                    ca: PathBuf::from(get("kubelet-ca-file")),
-                    cert: PathBuf::from(get("kubelet-client-certificate")),
+                    kubeconfig: PathBuf::from(f.get("kubelet-kubeconfig")),
+                    ca: PathBuf::from(f.get("kubelet-ca-file")),
+                    cert: PathBuf::from(f.get("kubelet-client-certificate")),
                 };
                 // Only the server is needed now; the certificate is read (and re-read) by
                 // the identity manager, which says clearly when it is missing.
@@ -290,10 +406,17 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
                 ));
             }
         },
-    };
+    })
+}
 
+/// `--server-addr`, else the kubeconfig's server: at least one.
+fn servers_of(
+    f: &Flags<'_>,
+    kubeconfig_server: Option<String>,
+) -> Result<Vec<ServerUrl>, StartupError> {
+    let raw = f.raw;
     let server_list = match raw.get("server-addr").filter(|s| !s.trim().is_empty()) {
-        Some(_) => list("server-addr"),
+        Some(_) => f.list("server-addr"),
         None => kubeconfig_server.into_iter().collect(),
     };
     if server_list.is_empty() {
@@ -305,7 +428,11 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         .iter()
         .map(|s| parse_server(s))
         .collect::<Result<Vec<_>, _>>()?;
+    Ok(servers)
+}
 
+/// `--node-name`, else the hostname; a valid node name.
+fn node_name_of(raw: &flags::RawFlags) -> Result<String, StartupError> {
     let node_name = match raw.get("node-name").filter(|n| !n.is_empty()) {
         Some(n) => n.to_owned(),
         None => hostname().ok_or_else(|| {
@@ -318,24 +445,32 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             format!("{node_name:?} is not a valid node name"),
         ));
     }
+    Ok(node_name)
+}
 
-    let bind = ip("bind-address", get("bind-address"))?;
+/// `--bind-address`, and the proxy, HTTPS proxy and serve addresses.
+fn addresses(f: &Flags<'_>) -> Result<(IpAddr, SocketAddr, SocketAddr, SocketAddr), StartupError> {
+    let raw = f.raw;
+    let bind = f.ip("bind-address", f.get("bind-address"))?;
     let proxy_bind = match raw.get("bind-proxy-address").filter(|s| !s.is_empty()) {
-        Some(text) => ip("bind-proxy-address", text)?,
+        Some(text) => f.ip("bind-proxy-address", text)?,
         None => bind,
     };
-    let port = |name: &str| int(name, 0, 65535).map(|p| p as u16);
-    let proxy_addr = SocketAddr::new(proxy_bind, port("proxy-port")?);
-    let proxy_secure_addr = SocketAddr::new(proxy_bind, port("proxy-secure-port")?);
-    let serve_addr = SocketAddr::new(bind, port("serve-port")?);
+    let proxy_addr = SocketAddr::new(proxy_bind, f.port("proxy-port")?);
+    let proxy_secure_addr = SocketAddr::new(proxy_bind, f.port("proxy-secure-port")?);
+    let serve_addr = SocketAddr::new(bind, f.port("serve-port")?);
     if proxy_addr == serve_addr && proxy_addr.port() != 0 {
         return Err(StartupError::new(format!(
             "--proxy-port and --serve-port are both {}",
             proxy_addr.port()
         )));
     }
+    Ok((bind, proxy_addr, proxy_secure_addr, serve_addr))
+}
 
-    let lb_mode = match get("lb-mode") {
+/// `--lb-mode`.
+fn lb_mode_of(f: &Flags<'_>) -> Result<LbMode, StartupError> {
+    Ok(match f.get("lb-mode") {
         "rr" => LbMode::RoundRobin,
         "priority" => LbMode::Priority,
         other => {
@@ -344,8 +479,12 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
                 format!("{other:?} is not rr or priority"),
             ));
         }
-    };
-    let working_mode = match get("working-mode") {
+    })
+}
+
+/// `--working-mode`: edge or cloud.
+fn working_mode_of(f: &Flags<'_>) -> Result<WorkingMode, StartupError> {
+    Ok(match f.get("working-mode") {
         "edge" => WorkingMode::Edge,
         "cloud" => WorkingMode::Cloud,
         // YurtHub's local mode programs iptables DNAT from --server-addr to a tenant control
@@ -363,18 +502,13 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
                 format!("{other:?} is not edge or cloud"),
             ));
         }
-    };
-    let dummy_if = dummy_interface(raw, bind, boolean("enable-dummy-if")?)?;
+    })
+}
 
-    let heartbeat = Heartbeat {
-        interval: Duration::from_secs(int("heartbeat-interval-seconds", 1, 3600)?),
-        timeout: Duration::from_secs(int("heartbeat-timeout-seconds", 1, 600)?),
-        failed_retry: int("heartbeat-failed-retry", 0, 100)? as u32,
-        healthy_threshold: int("heartbeat-healthy-threshold", 1, 100)? as u32,
-    };
-
-    let kubelet_health_grace_period = {
-        let text = get("kubelet-health-grace-period");
+/// `--kubelet-health-grace-period`, within 1 s..=24 h.
+fn grace_period(f: &Flags<'_>) -> Result<Duration, StartupError> {
+    Ok({
+        let text = f.get("kubelet-health-grace-period");
         let grace = parse_go_duration(text)
             .map_err(|e| StartupError::flag("kubelet-health-grace-period", e))?;
         if !(Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(&grace) {
@@ -384,9 +518,18 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             ));
         }
         grace
-    };
-    let mut warnings = Vec::new();
-    let heartbeat_mode = match (get("heartbeat-mode"), working_mode) {
+    })
+}
+
+/// `--heartbeat-mode` as the working mode allows it (cloud mode probes with `/readyz`, with a
+/// warning when lease was asked for).
+fn heartbeat_mode_of(
+    f: &Flags<'_>,
+    working_mode: WorkingMode,
+    warnings: &mut Vec<String>,
+) -> Result<HeartbeatMode, StartupError> {
+    let raw = f.raw;
+    Ok(match (f.get("heartbeat-mode"), working_mode) {
         ("lease", WorkingMode::Edge) => HeartbeatMode::Lease,
         ("readyz", _) => HeartbeatMode::Readyz,
         ("lease", WorkingMode::Cloud) => {
@@ -404,16 +547,19 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
                 format!("{other:?} is not lease or readyz"),
             ));
         }
-    };
+    })
+}
 
-    let cache_agents = list("cache-agents")
-        .into_iter()
-        .map(|a| a.to_ascii_lowercase())
-        .collect();
-
-    let root_dir = PathBuf::from(get("root-dir"));
+/// `--node-ip`, else the default route's address; with the warnings about it and about a
+/// `--kubeconfig` that is the hub's own.
+fn node_ip_of(
+    f: &Flags<'_>,
+    root_dir: &std::path::Path,
+    warnings: &mut Vec<String>,
+) -> Result<Option<IpAddr>, StartupError> {
+    let raw = f.raw;
     let node_ip = match raw.get("node-ip").filter(|s| !s.is_empty()) {
-        Some(text) => Some(ip("node-ip", text)?),
+        Some(text) => Some(f.ip("node-ip", text)?),
         None => default_route_ip(),
     };
     if node_ip.is_none() {
@@ -430,6 +576,12 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             "--kubeconfig={path} is the hub's own kubeconfig: with --kubeconfig its certificate is never renewed; leave the flag out to let token mode renew it"
         ));
     }
+    Ok(node_ip)
+}
+
+/// `--nodepool-name`, `--namespace` and `--pool-scope-resources`.
+fn pool_of(f: &Flags<'_>) -> Result<(Option<String>, String, PoolScope), StartupError> {
+    let raw = f.raw;
     let nodepool_name = raw
         .get("nodepool-name")
         .filter(|s| !s.is_empty())
@@ -444,7 +596,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             ),
         ));
     }
-    let namespace = get("namespace").to_owned();
+    let namespace = f.get("namespace").to_owned();
     if !is_dns_label(&namespace) {
         return Err(StartupError::flag(
             "namespace",
@@ -454,61 +606,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
     let pool_scope = PoolScope::parse_flag_values(raw.all("pool-scope-resources"))
         .map(PoolScope::with_defaults)
         .map_err(|e| StartupError::flag("pool-scope-resources", e))?;
-    let mut hub_cert_organizations: Vec<String> = Vec::new();
-    for org in all("hub-cert-organizations") {
-        if !hub_cert_organizations.contains(&org) {
-            hub_cert_organizations.push(org);
-        }
-    }
-
-    Ok(Config {
-        servers,
-        identity,
-        root_dir,
-        hub_cert_organizations,
-        node_ip,
-        node_name,
-        nodepool_name,
-        namespace,
-        pool_scope,
-        proxy_addr,
-        plain_proxy: boolean("enable-plain-proxy")?,
-        serve_addr,
-        proxy_secure_addr,
-        dummy_if,
-        multiplexer_port: port("multiplexer-port")?,
-        multiplexer_client_ca: raw
-            .get("multiplexer-client-ca-file")
-            .filter(|p| !p.is_empty())
-            .map(PathBuf::from),
-        disk_cache_path: PathBuf::from(get("disk-cache-path")),
-        cache_agents,
-        lb_mode,
-        heartbeat,
-        heartbeat_mode,
-        kubelet_health_grace_period,
-        working_mode,
-        enable_resource_filter: boolean("enable-resource-filter")?,
-        disabled_resource_filters: list("disabled-resource-filters"),
-        max_requests_in_flight: int("max-requests-in-flight", 1, 100_000)? as usize,
-        log: crate::logging::LogOptions {
-            verbosity: int("v", 0, 10)? as u8,
-            vmodule: crate::logging::parse_vmodule(get("vmodule"))
-                .map_err(|e| StartupError::flag("vmodule", e))?,
-            skip_headers: boolean("skip-headers")?,
-            add_dir_header: boolean("add-dir-header")?,
-        },
-        ignored_flags: raw.ignored.clone(),
-        warnings,
-        client_io_timeout: Duration::from_secs(int(
-            "test-only-client-io-timeout-seconds",
-            1,
-            3600,
-        )?),
-        cache_writer_delay: Some(int("test-only-cache-writer-delay-ms", 0, 60_000)?)
-            .filter(|&ms| ms > 0)
-            .map(Duration::from_millis),
-    })
+    Ok((nodepool_name, namespace, pool_scope))
 }
 
 /// `--dummy-if-ip` (by YurtHub's rules, default by `--bind-address`'s family) and

@@ -1,5 +1,5 @@
 //! The response filters' series for the metrics page (`tinyhub_filter_*`): objects per
-//! filter and outcome, and the time per answer. [`render`] is the source app.rs registers
+//! filter and outcome, and the time per answer. [`render`] is the source app/build.rs registers
 //! ([`crate::metrics::Metrics::register`]); the counters are [`FILTER_STATS`].
 
 use std::fmt::Write as _;

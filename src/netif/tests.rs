@@ -2,6 +2,7 @@
 //! layouts in `wire`'s doc), and a real create / check / repair / remove cycle in a new
 //! network namespace of a child process.
 
+use super::local::recheck_loop;
 use super::*;
 use std::process::Command;
 

@@ -95,24 +95,9 @@ impl CachedList<'_> {
     /// Streams the answer.
     fn stream<'c>(&self, store: &Store, ex: Exchange<'c>) -> Answered<'c> {
         let (req, path) = (self.req, self.path);
-        let after = match req
-            .query
-            .continue_token
-            .as_deref()
-            .filter(|t| !t.is_empty())
-        {
-            None => None,
-            Some(token) => match decode_continue(token) {
-                Some(position) => Some(position),
-                None => {
-                    return Err((
-                        ex,
-                        Status::expired(
-                            "the continue token is not valid for the hub's cache; list again without it",
-                        ),
-                    ));
-                }
-            },
+        let after = match continue_after(req) {
+            Ok(after) => after,
+            Err(status) => return Err((ex, status)),
         };
         let namespace = path.namespace.as_deref();
         let iter = match store.list(
@@ -215,18 +200,7 @@ impl CachedList<'_> {
                 WhenEmpty::List(kind) => Some(kind.to_owned()),
                 WhenEmpty::AsProxy => None,
             });
-        buf.extend_from_slice(b"]");
-        if let Some(kind) = kind {
-            buf.extend_from_slice(b",\"kind\":");
-            push_json_str(&mut buf, &format!("{kind}List"));
-        }
-        buf.extend_from_slice(b",\"metadata\":{\"resourceVersion\":");
-        push_json_str(&mut buf, max_rv.as_deref().unwrap_or("0"));
-        if let Some(token) = next_token {
-            buf.extend_from_slice(b",\"continue\":");
-            push_json_str(&mut buf, &token);
-        }
-        buf.extend_from_slice(b"}}");
+        close_list(&mut buf, kind, max_rv.as_deref(), next_token);
         // Before the answer ends, so a client that has it whole finds the warning logged.
         skipped.report();
         if answer.write(&buf)
@@ -236,6 +210,47 @@ impl CachedList<'_> {
         }
         Ok(200)
     }
+}
+
+/// Where a list with a continue token resumes (None without one); an expired `Status` for a
+/// token the hub did not make.
+fn continue_after(req: &ApiRequest) -> Result<Option<(String, String)>, Status> {
+    match req
+        .query
+        .continue_token
+        .as_deref()
+        .filter(|t| !t.is_empty())
+    {
+        None => Ok(None),
+        Some(token) => match decode_continue(token) {
+            Some(position) => Ok(Some(position)),
+            None => Err(Status::expired(
+                "the continue token is not valid for the hub's cache; list again without it",
+            )),
+        },
+    }
+}
+
+/// Ends a list's JSON after its items: the kind (`<kind>List`, when known), the list's
+/// resourceVersion (the newest item's, "0" for none) and the continue token when there is one.
+fn close_list(
+    buf: &mut Vec<u8>,
+    kind: Option<String>,
+    max_rv: Option<&str>,
+    next_token: Option<String>,
+) {
+    buf.extend_from_slice(b"]");
+    if let Some(kind) = kind {
+        buf.extend_from_slice(b",\"kind\":");
+        push_json_str(buf, &format!("{kind}List"));
+    }
+    buf.extend_from_slice(b",\"metadata\":{\"resourceVersion\":");
+    push_json_str(buf, max_rv.unwrap_or("0"));
+    if let Some(token) = next_token {
+        buf.extend_from_slice(b",\"continue\":");
+        push_json_str(buf, &token);
+    }
+    buf.extend_from_slice(b"}}");
 }
 
 /// The kind of `path`'s objects from a cached discovery document, for an empty list: the

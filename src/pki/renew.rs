@@ -8,6 +8,7 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::{Receiver, TryRecvError, select};
@@ -222,7 +223,7 @@ impl InUse {
 pub(super) fn run(
     root: &RootDir,
     renewal: &Renewal,
-    hooks: Hooks<'_>,
+    mut hooks: Hooks<'_>,
     wake: &Receiver<()>,
     stop: &Receiver<()>,
 ) {
@@ -242,37 +243,13 @@ pub(super) fn run(
                 Err(e) => (hooks.problem)(format!("cannot store the {}: {e}", renewal.what)),
             }
         }
-        if let Some(stored) = root.load_cert(renewal.kind)
-            && let Some(info) = info(&stored)
-            && SystemTime::now() < info.not_after
-            && in_use.as_ref().is_none_or(|u| {
-                u.leaf != stored.identity.chain[0].as_ref() && info.not_after > u.not_after
-            })
-            && refused.as_deref() != Some(stored.identity.chain[0].as_ref())
-        {
-            match (hooks.install)(&stored, &info) {
-                Ok(()) => {
-                    // One that no longer fits (other organizations, a new node IP) is used
-                    // while a new one is requested.
-                    in_use = Some(InUse::new(&stored, &info, !satisfies(&info, hooks.fixed)));
-                    Metrics::inc(counter);
-                    log::info!(
-                        "using the stored {} {}, valid until {}",
-                        renewal.what,
-                        stored.path.display(),
-                        crate::logging::time_rfc3339(info.not_after)
-                    );
-                }
-                Err(e) => {
-                    log::warn!(
-                        "the stored {} {} cannot be used: {e}; requesting a new one",
-                        renewal.what,
-                        stored.path.display()
-                    );
-                    refused = Some(stored.identity.chain[0].as_ref().to_vec());
-                }
-            }
-        }
+        adopt_stored(
+            root,
+            renewal,
+            &mut hooks,
+            (&mut in_use, &mut refused),
+            counter,
+        );
         let now = SystemTime::now();
         let due = match &in_use {
             Some(u) if now < u.not_after => u.due,
@@ -299,18 +276,7 @@ pub(super) fn run(
             "a {} was requested from signer {} and is not issued yet",
             renewal.what, renewal.signer
         ));
-        let attempt = (hooks.template)().and_then(|template| {
-            let api = (hooks.api)()?;
-            let issued = request(root, renewal, &template, &api, stop)?;
-            (hooks.install)(&issued.stored, &issued.info)?;
-            if !satisfies(&issued.info, &template) {
-                log::warn!(
-                    "the issued {} differs from the request (subject or names changed by the signer); it is used until its renewal",
-                    renewal.what
-                );
-            }
-            Ok(issued)
-        });
+        let attempt = attempt(root, renewal, &mut hooks, stop);
         match attempt {
             Ok(issued) => {
                 failures = 0;
@@ -349,6 +315,70 @@ pub(super) fn run(
             }
         }
     }
+}
+
+/// Puts to use a stored certificate newer than the one in use (at start, after a restart,
+/// or one a request stored): counted, one line. One that cannot be used is said once and
+/// remembered in `refused`.
+fn adopt_stored(
+    root: &RootDir,
+    renewal: &Renewal,
+    hooks: &mut Hooks<'_>,
+    (in_use, refused): (&mut Option<InUse>, &mut Option<Vec<u8>>),
+    counter: &AtomicU64,
+) {
+    if let Some(stored) = root.load_cert(renewal.kind)
+        && let Some(info) = info(&stored)
+        && SystemTime::now() < info.not_after
+        && in_use.as_ref().is_none_or(|u| {
+            u.leaf != stored.identity.chain[0].as_ref() && info.not_after > u.not_after
+        })
+        && refused.as_deref() != Some(stored.identity.chain[0].as_ref())
+    {
+        match (hooks.install)(&stored, &info) {
+            Ok(()) => {
+                // One that no longer fits (other organizations, a new node IP) is used
+                // while a new one is requested.
+                *in_use = Some(InUse::new(&stored, &info, !satisfies(&info, hooks.fixed)));
+                Metrics::inc(counter);
+                log::info!(
+                    "using the stored {} {}, valid until {}",
+                    renewal.what,
+                    stored.path.display(),
+                    crate::logging::time_rfc3339(info.not_after)
+                );
+            }
+            Err(e) => {
+                log::warn!(
+                    "the stored {} {} cannot be used: {e}; requesting a new one",
+                    renewal.what,
+                    stored.path.display()
+                );
+                *refused = Some(stored.identity.chain[0].as_ref().to_vec());
+            }
+        }
+    }
+}
+
+/// One request for a new certificate, put to use once issued.
+fn attempt(
+    root: &RootDir,
+    renewal: &Renewal,
+    hooks: &mut Hooks<'_>,
+    stop: &Receiver<()>,
+) -> Result<Issued, String> {
+    (hooks.template)().and_then(|template| {
+        let api = (hooks.api)()?;
+        let issued = request(root, renewal, &template, &api, stop)?;
+        (hooks.install)(&issued.stored, &issued.info)?;
+        if !satisfies(&issued.info, &template) {
+            log::warn!(
+                "the issued {} differs from the request (subject or names changed by the signer); it is used until its renewal",
+                renewal.what
+            );
+        }
+        Ok(issued)
+    })
 }
 
 /// The serving certificate's loop: a stored one that is still valid is used at once (the

@@ -1,5 +1,5 @@
 //! Where this node's pool-scope reads go now (YurtHub's `pkg/yurthub/healthchecker/leaderhub`): one
-//! object, built in app.rs and shared by the `leader-hub-<pool>` watcher (which sets the source and
+//! object, built in app/pool.rs and shared by the `leader-hub-<pool>` watcher (which sets the source and
 //! the leaders), the leader health checker (every 20 s) and the feeders of the pool caches
 //! (which ask it where to list and watch, and report a leader that failed them).
 //!

@@ -6,7 +6,8 @@ use std::sync::{Arc, Weak};
 
 use ureq::unversioned::transport::{Buffers, LazyBuffers, NextTimeout, ShutdownHandle, Transport};
 
-use super::{Generation, Hooked, PooledConn, RetirableTransport, Retiring};
+use super::conn::Hooked;
+use super::retire::{Generation, PooledConn, RetirableTransport, Retiring};
 
 /// A socket: open until shut down.
 #[derive(Debug, Default)]

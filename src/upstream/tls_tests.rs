@@ -13,7 +13,9 @@ use rustls::{DigitallySignedStruct, DistinguishedName, ServerConnection, Signatu
 
 use super::*;
 use crate::config::LbMode;
+use crate::health::Probe;
 use crate::server::tls::tests::TestCa;
+use std::sync::Mutex;
 
 /// Takes any client certificate and records nothing itself (the connection does).
 #[derive(Debug)]

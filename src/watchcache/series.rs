@@ -1,6 +1,6 @@
 //! The node-local watch caches' series for the metrics page (`tinyhub_pool_cache_*{resource}`),
 //! measured at each scrape. A cache is [`export`]ed when it is made; [`render`] is the source
-//! app.rs registers ([`crate::metrics::Metrics::register`]).
+//! app/build.rs registers ([`crate::metrics::Metrics::register`]).
 
 use std::fmt::Write as _;
 use std::sync::Mutex;

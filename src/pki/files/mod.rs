@@ -11,24 +11,24 @@
 //! directory fsynced): a kill at any point leaves the old file or the new one. Files are
 //! 0600, directories this module creates 0700.
 
-use std::fmt::{self, Write as _};
-use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+//!
+//! Files by job: `atomic.rs` the atomic writes and bounded reads every file goes through,
+//! `dated.rs` client-go's dated pair files and their `-current` links, `kubeconfigs.rs` the two
+//! kubeconfigs; this file the layout, `ca.crt`, and what is forgotten when the cluster changed.
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
 
 use crate::config::kubeconfig;
-use crate::tls::ClientIdentity;
 
-/// Mode of every file written here: they hold keys and tokens.
-const FILE_MODE: u32 = 0o600;
-/// Mode of directories created here.
-const DIR_MODE: u32 = 0o700;
+mod atomic;
+mod dated;
+mod kubeconfigs;
+
+use atomic::{make_dirs, read_limited, sync_dir, temp_target, with_path, write_atomic};
+pub(crate) use dated::{CertKind, StoredCert};
+
 /// Dated certificate files kept besides the current one: the previous pair stays for a
 /// manual roll-back. YurtHub (client-go) never deletes any; on a router's flash we do.
 pub(crate) const KEEP: usize = 1;
@@ -39,43 +39,6 @@ const MAX_PEM: u64 = 1 << 20;
 #[derive(Clone, Debug)]
 pub(crate) struct RootDir {
     root: PathBuf,
-}
-
-/// Which of the hub's two certificates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CertKind {
-    /// The client certificate for the cloud: prefix `yurthub`.
-    Client,
-    /// The serving certificate of the HTTPS port: prefix `yurthub-server`.
-    Serving,
-}
-
-impl CertKind {
-    /// client-go `FileStore`'s pair name prefix, as YurtHub names it.
-    fn prefix(self) -> &'static str {
-        match self {
-            CertKind::Client => "yurthub",
-            CertKind::Serving => "yurthub-server",
-        }
-    }
-}
-
-/// A certificate pair read back from `pki/`.
-pub(crate) struct StoredCert {
-    /// Chain DER and key, checked to belong together.
-    pub identity: ClientIdentity,
-    /// The dated file `-current.pem` resolves to (itself when it is a plain file).
-    pub path: PathBuf,
-}
-
-impl fmt::Debug for StoredCert {
-    // The identity's own Debug redacts the key.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StoredCert")
-            .field("path", &self.path)
-            .field("identity", &self.identity)
-            .finish()
-    }
 }
 
 impl RootDir {
@@ -139,207 +102,6 @@ impl RootDir {
             Err(e) => {
                 log::warn!("cannot read {}: {e}", path.display());
                 None
-            }
-        }
-    }
-
-    /// yurtadm's bootstrap kubeconfig (YurtHub's `pkg/yurthub/certificate/token`): cluster
-    /// `kubernetes` {server, certificate-authority-data}, user `token-bootstrap-client` {token},
-    /// context
-    /// `token-bootstrap-client@kubernetes` (current). Written to `path` (the
-    /// `--bootstrap-file` path when set, else `bootstrap_conf()`).
-    pub(crate) fn write_bootstrap_conf(
-        &self,
-        path: &Path,
-        server: &str,
-        ca_pem: &[u8],
-        token: &str,
-    ) -> io::Result<()> {
-        let text = bootstrap_yaml(server, ca_pem, token);
-        make_dirs(parent_of(path))?;
-        write_atomic(path, text.as_bytes())
-    }
-
-    /// `yurthub.conf` as YurtHub writes it (§3.5): `default-cluster`/`default-auth`/
-    /// `default-context`, namespace `default`, client certificate and key both the current
-    /// client pair's path.
-    pub(crate) fn write_hub_conf(&self, server: &str, ca_pem: &[u8]) -> io::Result<()> {
-        let current = self.current_cert(CertKind::Client);
-        let current = current.to_str().ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} is not UTF-8", current.display()),
-            )
-        })?;
-        let text = hub_yaml(server, ca_pem, current);
-        make_dirs(&self.root)?;
-        write_atomic(&self.hub_conf(), text.as_bytes())
-    }
-
-    /// Stores a new pair the way client-go's `FileStore` does: `<prefix>-YYYY-MM-DD-HH-MM-SS.pem`
-    /// (UTC; chain PEM then key PEM, 0600, fsynced), a symlink `<prefix>-updated.pem` to its
-    /// absolute path (as client-go makes it) renamed over `<prefix>-current.pem`, the
-    /// directory fsynced. A second store in the same second takes the next free second, so
-    /// names stay unique and sort by age.
-    ///
-    /// Unlike YurtHub, which never deletes a pair, this keeps only the newest [`KEEP`] dated
-    /// files besides the current one and removes older ones: every rotation would otherwise
-    /// grow a router's flash for ever.
-    ///
-    /// A pair whose key does not belong to its certificate is refused before anything is
-    /// written. A plain file at `-current.pem` (a pair copied in by hand) is replaced, where
-    /// client-go refuses to rotate. One writer per kind at a time (the rotation manager).
-    pub(crate) fn store_cert(
-        &self,
-        kind: CertKind,
-        chain_pem: &[u8],
-        key_pem: &str,
-        now: SystemTime,
-    ) -> io::Result<PathBuf> {
-        crate::tls::identity(chain_pem, key_pem.as_bytes())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-        let pki = self.pki();
-        make_dirs(&pki)?;
-
-        let mut content = Vec::with_capacity(chain_pem.len() + key_pem.len() + 2);
-        for part in [chain_pem, key_pem.as_bytes()] {
-            content.extend_from_slice(part);
-            if !content.ends_with(b"\n") {
-                content.push(b'\n');
-            }
-        }
-        let prefix = kind.prefix();
-        let secs = now
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let dated = (secs..secs + 3600)
-            .map(|s| pki.join(format!("{prefix}-{}.pem", timestamp(s))))
-            .find(|p| matches!(fs::symlink_metadata(p), Err(e) if e.kind() == io::ErrorKind::NotFound))
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::AlreadyExists,
-                    format!("no free name for a new {prefix} pair in {}", pki.display()),
-                )
-            })?;
-        write_atomic(&dated, &content)?;
-
-        let updated = self.updated_cert(kind);
-        match fs::remove_file(&updated) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(with_path(&updated, "remove")(e)),
-        }
-        std::os::unix::fs::symlink(&dated, &updated).map_err(with_path(&updated, "symlink"))?;
-        let current = self.current_cert(kind);
-        fs::rename(&updated, &current).map_err(with_path(&current, "rename"))?;
-        sync_dir(&pki)?;
-
-        self.prune(kind, &dated);
-        Ok(dated)
-    }
-
-    /// Removes the dated files of `kind` older than the newest [`KEEP`] besides `current`.
-    /// A failure only warns: the new pair is in place.
-    fn prune(&self, kind: CertKind, current: &Path) {
-        let pki = self.pki();
-        let entries = match fs::read_dir(&pki) {
-            Ok(entries) => entries,
-            Err(e) => {
-                log::warn!("cannot list {}: {e}", pki.display());
-                return;
-            }
-        };
-        let mut dated: Vec<PathBuf> = entries
-            .filter_map(|entry| entry.ok())
-            .map(|entry| entry.path())
-            .filter(|path| path != current)
-            .filter(|path| {
-                path.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| is_dated(n, kind.prefix()))
-            })
-            .collect();
-        // The timestamp format sorts by name as by age.
-        dated.sort_unstable_by(|a, b| b.cmp(a));
-        let mut removed = false;
-        for old in dated.iter().skip(KEEP) {
-            match fs::remove_file(old) {
-                Ok(()) => removed = true,
-                Err(e) => log::warn!("cannot remove old pair {}: {e}", old.display()),
-            }
-        }
-        if removed && let Err(e) = sync_dir(&pki) {
-            log::warn!("{e}");
-        }
-    }
-
-    /// The current pair, or None when missing, or (with a warning naming the file and why)
-    /// unreadable, not PEM, or the key does not belong to the certificate: YurtHub then
-    /// requests a new one (§3.4). Like client-go, it first finishes a store that a kill left
-    /// with only `-updated.pem`.
-    pub(crate) fn load_cert(&self, kind: CertKind) -> Option<StoredCert> {
-        let current = self.current_cert(kind);
-        self.recover(kind, &current);
-        let why = |what: String| {
-            log::warn!("{}: {what}; a new certificate is needed", current.display());
-        };
-        let path = match fs::read_link(&current) {
-            Ok(target) => parent_of(&current).join(target),
-            // Not a symlink: a pair copied in by hand.
-            Err(e) if e.kind() == io::ErrorKind::InvalidInput => current.clone(),
-            // The normal state before the first certificate: not worth a warning.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                log::debug!("{}: none yet", current.display());
-                return None;
-            }
-            Err(e) => {
-                why(format!("cannot read the link: {e}"));
-                return None;
-            }
-        };
-        let bytes = match read_limited(&current) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                why(format!("dangling link to {}", path.display()));
-                return None;
-            }
-            Err(e) => {
-                why(format!("cannot read: {e}"));
-                return None;
-            }
-        };
-        let Ok(text) = std::str::from_utf8(&bytes) else {
-            why("not PEM".into());
-            return None;
-        };
-        // The key alone: ureq takes the client key as PEM.
-        let (chain_pem, key_pem) = split_pair(text);
-        if chain_pem.is_empty() || key_pem.is_empty() {
-            why("not a certificate and key in PEM".into());
-            return None;
-        }
-        match crate::tls::identity(chain_pem.as_bytes(), key_pem.as_bytes()) {
-            Ok(identity) => Some(StoredCert { identity, path }),
-            Err(e) => {
-                why(e.to_string());
-                None
-            }
-        }
-    }
-
-    /// client-go's recovery: a store interrupted before its first `-current.pem` existed
-    /// left only `-updated.pem`; it becomes current.
-    fn recover(&self, kind: CertKind, current: &Path) {
-        if fs::symlink_metadata(current).is_ok() {
-            return;
-        }
-        let updated = self.updated_cert(kind);
-        let is_link = fs::symlink_metadata(&updated).is_ok_and(|m| m.file_type().is_symlink());
-        if is_link {
-            match fs::rename(&updated, current) {
-                Ok(()) => log::info!("{} recovered from an interrupted store", current.display()),
-                Err(e) => log::warn!("cannot recover {}: {e}", updated.display()),
             }
         }
     }
@@ -470,129 +232,6 @@ fn sole_cluster(text: &str) -> Option<(Option<String>, Option<Vec<u8>>)> {
     Some((server, ca))
 }
 
-/// The YAML of the bootstrap kubeconfig, in clientcmd's layout (keys sorted), every value
-/// quoted.
-fn bootstrap_yaml(server: &str, ca_pem: &[u8], token: &str) -> String {
-    format!(
-        "apiVersion: \"v1\"\n\
-         clusters:\n\
-         - cluster:\n    certificate-authority-data: {ca}\n    server: {server}\n  name: \"kubernetes\"\n\
-         contexts:\n\
-         - context:\n    cluster: \"kubernetes\"\n    user: \"token-bootstrap-client\"\n  name: \"token-bootstrap-client@kubernetes\"\n\
-         current-context: \"token-bootstrap-client@kubernetes\"\n\
-         kind: \"Config\"\n\
-         preferences: {{}}\n\
-         users:\n\
-         - name: \"token-bootstrap-client\"\n  user:\n    token: {token}\n",
-        ca = quote(&STANDARD.encode(ca_pem)),
-        server = quote(server),
-        token = quote(token),
-    )
-}
-
-/// The YAML of `yurthub.conf`, in clientcmd's layout (keys sorted), every value quoted.
-fn hub_yaml(server: &str, ca_pem: &[u8], current: &str) -> String {
-    format!(
-        "apiVersion: \"v1\"\n\
-         clusters:\n\
-         - cluster:\n    certificate-authority-data: {ca}\n    server: {server}\n  name: \"default-cluster\"\n\
-         contexts:\n\
-         - context:\n    cluster: \"default-cluster\"\n    namespace: \"default\"\n    user: \"default-auth\"\n  name: \"default-context\"\n\
-         current-context: \"default-context\"\n\
-         kind: \"Config\"\n\
-         preferences: {{}}\n\
-         users:\n\
-         - name: \"default-auth\"\n  user:\n    client-certificate: {current}\n    client-key: {current}\n",
-        ca = quote(&STANDARD.encode(ca_pem)),
-        server = quote(server),
-        current = quote(current),
-    )
-}
-
-/// A YAML double-quoted scalar: whatever the text, it stays one scalar with that value.
-fn quote(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            // Controls (C0, DEL, C1 with NEL) and YAML's other line breaks and BOM.
-            c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}') => {
-                // Writing to a String cannot fail.
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// `YYYY-MM-DD-HH-MM-SS` (UTC) of seconds since the epoch, client-go's pair file stamp.
-fn timestamp(secs: u64) -> String {
-    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
-    let (year, month, day) = crate::logging::civil_from_days(days);
-    let rest = secs % 86_400;
-    format!(
-        "{year:04}-{month:02}-{day:02}-{:02}-{:02}-{:02}",
-        rest / 3600,
-        rest / 60 % 60,
-        rest % 60
-    )
-}
-
-/// Whether `name` is `<prefix>-YYYY-MM-DD-HH-MM-SS.pem`.
-fn is_dated(name: &str, prefix: &str) -> bool {
-    let Some(stamp) = name
-        .strip_prefix(prefix)
-        .and_then(|n| n.strip_prefix('-'))
-        .and_then(|n| n.strip_suffix(".pem"))
-    else {
-        return false;
-    };
-    stamp.len() == 19
-        && stamp.bytes().enumerate().all(|(i, b)| {
-            if matches!(i, 4 | 7 | 10 | 13 | 16) {
-                b == b'-'
-            } else {
-                b.is_ascii_digit()
-            }
-        })
-}
-
-/// The certificate blocks (leaf first) and the first private-key block of a pair file.
-fn split_pair(text: &str) -> (String, String) {
-    let mut chain = String::new();
-    let mut key = String::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("-----BEGIN ") {
-        let after = &rest[start + "-----BEGIN ".len()..];
-        let Some(label_end) = after.find("-----") else {
-            break;
-        };
-        let label = &after[..label_end];
-        let end_marker = format!("-----END {label}-----");
-        let Some(end) = rest[start..].find(&end_marker) else {
-            break;
-        };
-        let end = start + end + end_marker.len();
-        let block = &rest[start..end];
-        if label == "CERTIFICATE" {
-            chain.push_str(block);
-            chain.push('\n');
-        } else if label.ends_with("PRIVATE KEY") && key.is_empty() {
-            key.push_str(block);
-            key.push('\n');
-        }
-        rest = &rest[end..];
-    }
-    (chain, key)
-}
-
 /// The host of a server address (`https://host:port/path`, `host:port`, `[v6]:port`),
 /// lower-cased.
 fn host_of(server: &str) -> Option<String> {
@@ -643,125 +282,16 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// The file a temporary name `.<target>.<pid>.<n>.tmp` of [`write_atomic`] was for.
-fn temp_target(name: &str) -> Option<&str> {
-    let inner = name.strip_prefix('.')?.strip_suffix(".tmp")?;
-    let (rest, n) = inner.rsplit_once('.')?;
-    let (target, pid) = rest.rsplit_once('.')?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (digits(n) && digits(pid) && !target.is_empty()).then_some(target)
-}
-
-fn parent_of(path: &Path) -> &Path {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    }
-}
-
-/// Creates `dir` and missing parents, 0700; existing ones keep their mode.
-fn make_dirs(dir: &Path) -> io::Result<()> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(DIR_MODE)
-        .create(dir)
-        .map_err(with_path(dir, "create directory"))
-}
-
-/// Replaces `path` with `bytes` atomically: a temporary file in the same directory (0600),
-/// written, fsynced, renamed over `path`, the directory fsynced. Temporary files an earlier,
-/// interrupted write of the same file left are removed first.
-fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = parent_of(path);
-    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{}: not a UTF-8 file name", path.display()),
-        )
-    })?;
-    remove_leftovers(dir, name);
-    let tmp = dir.join(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let written = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(FILE_MODE)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(with_path(path, "write")(e));
-    }
-    sync_dir(dir)
-}
-
-/// Removes `.<name>.<pid>.<n>.tmp` files: a kill during an earlier write of `name`.
-fn remove_leftovers(dir: &Path, name: &str) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.filter_map(|e| e.ok()) {
-        let file_name = entry.file_name();
-        if file_name.to_str().and_then(temp_target) == Some(name) {
-            let path = entry.path();
-            match fs::remove_file(&path) {
-                Ok(()) => log::info!("removed {} (an interrupted write)", path.display()),
-                Err(e) => log::warn!("cannot remove {}: {e}", path.display()),
-            }
-        }
-    }
-}
-
-/// Makes a directory's entries durable.
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    match File::open(dir).and_then(|d| d.sync_all()) {
-        Ok(()) => Ok(()),
-        // Some filesystems cannot fsync a directory; their entries are durable otherwise.
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
-        Err(e) => Err(with_path(dir, "sync")(e)),
-    }
-}
-
-/// Reads a file (following symlinks) of at most [`MAX_PEM`] bytes.
-fn read_limited(path: &Path) -> io::Result<Vec<u8>> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_PEM + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_PEM {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "too large"));
-    }
-    Ok(bytes)
-}
-
-/// Adds the path and what was being done to an I/O error.
-fn with_path<'a>(path: &'a Path, what: &'static str) -> impl Fn(io::Error) -> io::Error + 'a {
-    move |e| io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
-    use std::sync::atomic::AtomicUsize;
-    use std::time::Duration;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+
+    use super::dated::{is_dated, timestamp};
     use super::*;
     use crate::config::kubeconfig::{Kubeconfig, Token, parse};
 

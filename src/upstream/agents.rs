@@ -1,0 +1,193 @@
+//! The ureq agents over one set of TLS material: with and without the hub's client
+//! certificate, pooled for short exchanges and one connection per stream; their buffers, pool
+//! and timeouts, and the resolver that answers IP literals itself.
+use std::sync::Arc;
+use std::time::Duration;
+
+use ureq::Agent;
+use ureq::config::AutoHeaderValue;
+use ureq::http;
+use ureq::tls::{Certificate, ClientCert, RootCerts, TlsConfig, TlsProvider};
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{Connector, NextTimeout, RustlsConnector};
+
+use super::conn::Recording;
+use super::retire::{Generation, Retirable};
+use crate::http1;
+use crate::tls::{ClientIdentity, TlsMaterial};
+
+/// ureq agents over one set of TLS material: with and without the hub's client certificate,
+/// pooled for short exchanges and unpooled for streams.
+pub(super) struct Agents {
+    pub(super) hub: Agent,
+    pub(super) client: Agent,
+    /// For streams: a connection each, never reused, so each can be cancelled.
+    pub(super) hub_stream: Agent,
+    pub(super) client_stream: Agent,
+    /// The connections of the two pooled agents, for [`Upstream::set_tls`] to retire.
+    pub(super) pooled: Arc<Generation>,
+    /// The cluster CA these agents trust (a leader verifies its followers with it).
+    pub(super) roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+}
+
+impl Agents {
+    /// Agents trusting `tls.roots`, the hub's ones presenting `tls.client` when there is one,
+    /// each pooled one keeping up to `pool` idle connections.
+    pub(super) fn new(tls: &TlsMaterial, pool: usize) -> Result<Agents, String> {
+        let roots: Vec<Certificate<'static>> = tls
+            .roots
+            .iter()
+            .map(|c| Certificate::from_der(c.as_ref()).to_owned())
+            .collect();
+        let client_cert = tls
+            .client
+            .as_ref()
+            .map(ClientIdentity::ureq_cert)
+            .transpose()?;
+        let hub_tls = tls_config(&roots, client_cert);
+        let client_tls = tls_config(&roots, None);
+        let pooled = Arc::new(Generation::default());
+        Ok(Agents {
+            hub: agent(hub_tls.clone(), Some((&pooled, pool))),
+            client: agent(client_tls.clone(), Some((&pooled, pool))),
+            hub_stream: agent(hub_tls, None),
+            client_stream: agent(client_tls, None),
+            pooled,
+            roots: tls.roots.clone(),
+        })
+    }
+}
+
+/// Time allowed to connect (TCP and TLS) to a backend.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an idle pooled connection is kept: a little under kube-apiserver's 90 s idle
+/// timeout (`IdleTimeout` of its secure server), so the hub is not the one to send a request
+/// on a connection the server is closing. ureq's default is 15 s.
+const IDLE_AGE: Duration = Duration::from_secs(85);
+
+fn tls_config(roots: &[Certificate<'static>], client_cert: Option<ClientCert>) -> TlsConfig {
+    TlsConfig::builder()
+        .provider(TlsProvider::Rustls)
+        .root_certs(RootCerts::new_with_certs(roots))
+        .client_cert(client_cert)
+        .build()
+}
+
+/// ureq's 128 KiB default input and output buffers, at its TCP and again at its TLS layer,
+/// would make each open watch cost half a megabyte. A response head must fit the input
+/// buffer (an apiserver's is well under 1 KiB), a request head the output buffer; bodies
+/// stream through in pieces.
+const INPUT_BUFFER: usize = 8 * 1024;
+pub(super) const OUTPUT_BUFFER: usize = 4 * 1024;
+const MAX_RESPONSE_HEAD: usize = 8 * 1024;
+/// Output buffer for a request with a header line longer than [`OUTPUT_BUFFER`]: the
+/// largest head a client may send, with room for the hub's own headers.
+pub(super) const LARGE_OUTPUT_BUFFER: usize = http1::MAX_HEAD + 16 * 1024;
+
+/// An agent over `tls`: pooled, with its connections in the generation `pooled` and up to
+/// `idle` of them kept, or one connection per request (streams, see [`Recording`]).
+///
+/// A pool smaller than the requests in flight at once turns every burst into handshakes: with
+/// 4 kept and 16 clients, 134 of every 1,000 gets opened a new TLS connection (each ~0.4 ms of
+/// the cloud's CPU). The pool holds only connections a burst made, so sizing it to the
+/// concurrency bound costs nothing until the concurrency is seen, and an idle one is kept as
+/// long as kube-apiserver keeps it (see [`IDLE_AGE`]).
+fn agent(tls: TlsConfig, pooled: Option<(&Arc<Generation>, usize)>) -> Agent {
+    let idle = pooled.map_or(0, |(_, idle)| idle.max(1));
+    let config = Agent::config_builder()
+        // A proxy passes every status through with its body.
+        .http_status_as_error(false)
+        .max_redirects(0)
+        // Never pick up HTTPS_PROXY & co. from the environment: the hub talks to its cloud.
+        .proxy(None)
+        .user_agent(AutoHeaderValue::None)
+        .accept(AutoHeaderValue::None)
+        .accept_encoding(AutoHeaderValue::None)
+        .tls_config(tls)
+        .input_buffer_size(INPUT_BUFFER)
+        .output_buffer_size(OUTPUT_BUFFER)
+        .max_response_header_size(MAX_RESPONSE_HEAD)
+        // Per host as many as in all: the bound is on requests, whatever their backend.
+        .max_idle_connections_per_host(idle)
+        .max_idle_connections(idle)
+        .max_idle_age(IDLE_AGE)
+        .timeout_connect(Some(CONNECT_TIMEOUT))
+        .build();
+    let resolver = LiteralFirst(DefaultResolver::default());
+    // Every connection's socket is noted (see [`Recording`]): a stream's for its cancel
+    // handle, a pooled one's for its generation to close it when idle.
+    if let Some((generation, _)) = pooled {
+        let connector =
+            ().chain(Recording::default())
+                .chain(RustlsConnector::default())
+                .chain(Retirable(Arc::clone(generation)));
+        Agent::with_parts(config, connector, resolver)
+    } else {
+        let connector = ().chain(Recording::default()).chain(RustlsConnector::default());
+        Agent::with_parts(config, connector, resolver)
+    }
+}
+
+/// Resolves IP literals (what `--server-addr` usually holds) directly: ureq's own resolver
+/// starts a thread for every lookup made under a timeout, literal or not.
+#[derive(Debug)]
+struct LiteralFirst(DefaultResolver);
+
+impl Resolver for LiteralFirst {
+    fn resolve(
+        &self,
+        uri: &http::Uri,
+        config: &ureq::config::Config,
+        timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        match literal_addr(uri) {
+            Some(addr) => {
+                let mut out = self.0.empty();
+                out.push(addr);
+                Ok(out)
+            }
+            None => self.0.resolve(uri, config, timeout),
+        }
+    }
+}
+
+/// The address of a URI whose host is an IP literal, with the scheme's port when it names
+/// none.
+fn literal_addr(uri: &http::Uri) -> Option<std::net::SocketAddr> {
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    let ip: std::net::IpAddr = host.parse().ok()?;
+    let default_port = if uri.scheme_str() == Some("http") {
+        80
+    } else {
+        443
+    };
+    Some(std::net::SocketAddr::new(
+        ip,
+        uri.port_u16().unwrap_or(default_port),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_literals_resolve_to_the_scheme_port_when_none_is_given() {
+        let addr = |uri: &str| literal_addr(&uri.parse().unwrap()).map(|a| a.to_string());
+        assert_eq!(addr("http://10.0.0.1/api").as_deref(), Some("10.0.0.1:80"));
+        assert_eq!(
+            addr("https://10.0.0.1/api").as_deref(),
+            Some("10.0.0.1:443")
+        );
+        assert_eq!(
+            addr("https://10.0.0.1:6443/").as_deref(),
+            Some("10.0.0.1:6443")
+        );
+        assert_eq!(addr("http://[::1]:8080/").as_deref(), Some("[::1]:8080"));
+        assert_eq!(
+            addr("https://apiserver.local/"),
+            None,
+            "names go to the resolver"
+        );
+    }
+}

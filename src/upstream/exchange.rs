@@ -1,0 +1,90 @@
+//! The hub's own short exchanges with one server, whatever its health (the health probe's and
+//! the lease heartbeat's requests, on the hub's credentials), and the health probe made of them.
+use std::io::Read;
+use std::time::Duration;
+
+use ureq::http;
+
+use super::send::on_the_link;
+use super::token::TokenSource;
+use super::{Exchanged, HUB_USER_AGENT, MAX_EXCHANGE_BODY, Upstream};
+use crate::health::Probe;
+use crate::link::{self, LINK};
+
+impl Upstream {
+    /// `method path` against `base` (one server) with the hub's credentials, a JSON body when
+    /// given, bounded by `timeout` as a whole; `Err` when there is no answer.
+    pub(crate) fn exchange_with(
+        &self,
+        base: &str,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<Exchanged, String> {
+        // No material yet: the server cannot be reached as the hub.
+        let agents = self.current().map_err(|e| e.to_string())?;
+        let link = LINK.link(base, link::HUB_COMPONENT, link::resource_of(path));
+        let sent = body.as_ref().map_or(0, |b| b.len() as u64);
+        let mut builder = http::Request::builder()
+            .method(method)
+            .uri(format!("{base}{path}"))
+            .header("user-agent", HUB_USER_AGENT)
+            .header("accept", "application/json");
+        if body.is_some() {
+            builder = builder.header("content-type", "application/json");
+        }
+        if let Some(token) = self.token.as_ref().and_then(TokenSource::current) {
+            builder = builder.header("authorization", format!("Bearer {token}"));
+        }
+        let request = builder
+            .body(body.unwrap_or_default())
+            .map_err(|e| e.to_string())?;
+        let request = agents
+            .hub
+            .configure_request(request)
+            .timeout_global(Some(timeout))
+            // A 4xx or 5xx is an answer here, not an error.
+            .http_status_as_error(false)
+            .build();
+        let result = agents.hub.run(request);
+        if on_the_link(&result) {
+            link.request(sent);
+        }
+        let response = result.map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let gzip = response
+            .headers()
+            .get("content-encoding")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+        let mut kept = Vec::new();
+        // Read to the end (within the cap) so the connection goes back to the pool.
+        let read = response
+            .into_body()
+            .into_reader()
+            .take(MAX_EXCHANGE_BODY)
+            .read_to_end(&mut kept);
+        link.received(kept.len() as u64, gzip);
+        read.map_err(|e| e.to_string())?;
+        Ok(Exchanged { status, body: kept })
+    }
+}
+
+impl Probe for Upstream {
+    /// `GET /readyz` with the hub's credentials; a server without it (404) is asked
+    /// `/healthz` instead. 2xx is healthy.
+    fn probe(&self, base: &str, timeout: Duration) -> Result<(), String> {
+        let mut status = 0;
+        for path in ["/readyz", "/healthz"] {
+            status = self.exchange_with(base, "GET", path, None, timeout)?.status;
+            if status != 404 {
+                break;
+            }
+        }
+        if (200..300).contains(&status) {
+            Ok(())
+        } else {
+            Err(format!("health probe answered {status}"))
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! The cloud side: the only module that touches ureq. It turns a request the proxy wants to
+//! send into an HTTPS exchange with a healthy backend, with the hub's credentials (client
+//! certificate, bearer token) or the client's own bearer token, and hands back the status,
+//! headers and a streaming body reader. It also probes backends for the health checker.
+//! The request path sees it through the [`Cloud`] trait, so its policy is tested without it.
+//!
+//! It does not decide what to send or what to do with the answer (that is `proxy/`), and
+//! never buffers a body: bodies stream in both directions.
+//!
+//! This file holds what the rest of the hub sees (the [`Cloud`] trait, [`Upstream`] and its TLS
+//! swap, the request and answer types, [`UpstreamError`]); the work is in files by job:
+//! `send.rs` the request path (failover across backends, one exchange with one server, the
+//! client's body, a stream's cancel handle), `exchange.rs` the hub's own short exchanges and the
+//! health probe, `agents.rs` the ureq agents over one set of TLS material, `conn.rs` each
+//! connection's bookkeeping (its socket noted, counted open), `retire.rs` the pooled
+//! connections a TLS swap closes, `socket.rs` the TCP transport, `token.rs` the bearer token.
+
+use std::fmt;
+use std::io::{self, Read};
+use std::sync::{Arc, PoisonError, RwLock, Weak};
+
+use ureq::unversioned::transport::ShutdownHandle;
+
+use crate::config::Token;
+use crate::health::Backends;
+use crate::http1;
+use crate::link::Counted;
+use crate::route::{Deadline, Identity};
+use crate::tls::TlsMaterial;
+
+mod agents;
+mod conn;
+mod exchange;
+mod retire;
+mod send;
+mod socket;
+mod token;
+
+use agents::Agents;
+use token::TokenSource;
+/// Headers that belong to one connection and never cross the proxy (RFC 9110 §7.6.1), plus
+/// the ones the transport sets itself.
+pub(crate) fn is_hop_by_hop(name: &str) -> bool {
+    const HOP: &[&str] = &[
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "expect",
+    ];
+    HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
+}
+
+/// A request body from the client.
+pub(crate) struct BodySource<'a> {
+    /// The bytes, read as they are sent.
+    pub reader: &'a mut dyn Read,
+    /// `Content-Length` when the client gave one (else the body goes out chunked).
+    pub length: Option<u64>,
+}
+
+/// One request to send to the cloud.
+pub(crate) struct Outgoing<'a> {
+    /// HTTP method.
+    pub method: &'a str,
+    /// Path and query, as received.
+    pub path_and_query: &'a str,
+    /// Client headers; hop-by-hop ones are dropped here.
+    pub headers: &'a [(String, String)],
+    /// Replaces the client's `Accept` (the hub asks for JSON when it will cache).
+    pub accept: Option<&'static str>,
+    /// The body, when the client sent one.
+    pub body: Option<BodySource<'a>>,
+    /// Time allowed.
+    pub deadline: Deadline,
+    /// Whose credentials.
+    pub identity: Identity,
+}
+
+/// The cloud's answer: status and headers now, the body as it arrives.
+pub(crate) struct Answer {
+    /// HTTP status.
+    pub status: u16,
+    /// Headers as received, hop-by-hop ones removed.
+    pub headers: Vec<(String, String)>,
+    /// `Content-Length` of the body, when the cloud gave one.
+    pub length: Option<u64>,
+    /// Streaming body.
+    pub body: AnswerBody,
+    /// Which backend answered.
+    pub backend: usize,
+    /// For a stream: ends it from another thread (its connection is its own).
+    pub cancel: Option<Cancel>,
+}
+
+/// Ends one streaming exchange from another thread: its blocked reads end at once. Used to
+/// free a watch whose client hung up while the cloud was silent.
+#[derive(Clone)]
+pub(crate) struct Cancel(Weak<dyn ShutdownHandle>);
+
+impl Cancel {
+    /// Shuts the stream's connection down (nothing when it is already closed).
+    pub(crate) fn cancel(self) {
+        if let Some(handle) = self.0.upgrade() {
+            handle.shutdown();
+        }
+    }
+}
+
+impl Answer {
+    /// The first header named `name`.
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        http1::find_header(&self.headers, name)
+    }
+
+    /// The body is JSON (what the cache can store).
+    pub(crate) fn is_json(&self) -> bool {
+        self.header("content-type")
+            .is_some_and(|t| t.trim_start().starts_with("application/json"))
+    }
+
+    /// The body is gzip-encoded.
+    pub(crate) fn is_gzip(&self) -> bool {
+        self.header("content-encoding")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("gzip"))
+    }
+}
+
+/// A streaming response body; reads return as soon as bytes arrive. Each read's bytes are
+/// counted on the link at once (a watch's too, while it lasts): one relaxed atomic add.
+pub(crate) struct AnswerBody(Counted<ureq::BodyReader<'static>>);
+
+impl Read for AnswerBody {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+/// Why a request did not get an answer from the cloud.
+#[derive(Debug)]
+pub(crate) enum UpstreamError {
+    /// Every backend is unhealthy.
+    NoHealthyBackend,
+    /// Connecting, sending or waiting for the answer failed: the cloud is unreachable or slow.
+    Transport {
+        /// The backend tried last.
+        server: String,
+        /// What happened.
+        detail: String,
+        /// It was a timeout.
+        timeout: bool,
+        /// The request may have reached the cloud (it failed after connecting), so a write
+        /// may have been applied.
+        maybe_sent: bool,
+    },
+    /// The hub could not build the request (a bug or a header ureq refuses).
+    Request(String),
+    /// Reading the client's request body failed (malformed, stalled, too large): the
+    /// client's error, not the cloud's. The cloud never got the request whole.
+    ClientBody(String),
+    /// The request's time ran out while the client's body was still arriving: the client's
+    /// delay, not the cloud's. The cloud never got the request whole.
+    ClientTooSlow(String),
+    /// The hub has no TLS material for the cloud yet (token mode before discovery or the
+    /// first certificate): nothing is sent, under any identity.
+    NoCredentials(String),
+}
+
+impl UpstreamError {
+    /// True when the request certainly did not reach the cloud.
+    pub(crate) fn never_sent(&self) -> bool {
+        match self {
+            UpstreamError::NoHealthyBackend | UpstreamError::NoCredentials(_) => true,
+            UpstreamError::Transport { maybe_sent, .. } => !maybe_sent,
+            UpstreamError::Request(_)
+            | UpstreamError::ClientBody(_)
+            | UpstreamError::ClientTooSlow(_) => true,
+        }
+    }
+}
+
+impl fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UpstreamError::NoHealthyBackend => f.write_str("no cloud server is healthy"),
+            UpstreamError::Transport { server, detail, .. } => write!(f, "{server}: {detail}"),
+            UpstreamError::Request(detail) => write!(f, "cannot build the request: {detail}"),
+            UpstreamError::ClientBody(detail) => {
+                write!(f, "reading the client's request body failed: {detail}")
+            }
+            UpstreamError::ClientTooSlow(detail) => write!(
+                f,
+                "the client's request body did not arrive within the request's time: {detail}"
+            ),
+            UpstreamError::NoCredentials(why) => {
+                write!(f, "the hub has no credentials for the cloud yet: {why}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for UpstreamError {}
+
+/// The cloud as the request path sees it: send a request, tell whether any server is usable,
+/// name a server. [`Upstream`] is the real one; the proxy's fallback tests use a fake.
+pub(crate) trait Cloud: Send + Sync {
+    /// Sends `req` to a healthy server ([`Upstream::send`]).
+    fn send(&self, req: Outgoing<'_>) -> Result<Answer, UpstreamError>;
+    /// Some server is usable ([`Backends::any_healthy`]): else the hub answers offline.
+    fn any_healthy(&self) -> bool;
+    /// Some server is healthy by its last probe, suspect since a failed request or not:
+    /// writes still go there ([`Backends::any_probed_healthy`]).
+    fn any_probed_healthy(&self) -> bool;
+    /// The base URL of server `backend` (the [`Answer::backend`] that answered).
+    fn server(&self, backend: usize) -> &str;
+}
+
+impl Cloud for Upstream {
+    fn send(&self, req: Outgoing<'_>) -> Result<Answer, UpstreamError> {
+        Upstream::send(self, req)
+    }
+
+    fn any_healthy(&self) -> bool {
+        self.backends.any_healthy()
+    }
+
+    fn any_probed_healthy(&self) -> bool {
+        self.backends.any_probed_healthy()
+    }
+
+    fn server(&self, backend: usize) -> &str {
+        &self.backends.get(backend).base
+    }
+}
+
+/// The cloud client.
+pub(crate) struct Upstream {
+    backends: Arc<Backends>,
+    /// The agents of the current TLS material (`None`: none yet), replaced whole by
+    /// [`Upstream::set_tls`]. A request takes a snapshot for as long as it waits for its
+    /// answer's head; see [`Upstream::set_tls`] for what happens to the old connections.
+    agents: RwLock<Option<Arc<Agents>>>,
+    token: Option<TokenSource>,
+    /// Idle connections each pooled agent keeps (see [`agent`]).
+    pool: usize,
+}
+
+/// Why nothing can be sent before [`Upstream::set_tls`].
+const NO_TLS_YET: &str = "the cluster CA and the hub's certificate are not known yet";
+
+impl Upstream {
+    /// The cloud client over `backends`, with the agents of `tls` (with and without the
+    /// hub's client certificate). Without TLS material (token mode before discovery or the
+    /// first certificate) every send fails with [`UpstreamError::NoCredentials`] until
+    /// [`Upstream::set_tls`]. `pool` is the most requests the hub has in flight at once
+    /// (`--max-requests-in-flight`): as many connections may be wanted again at once, so as
+    /// many are kept idle (see [`agent`]).
+    pub(crate) fn new(
+        backends: Arc<Backends>,
+        tls: Option<&TlsMaterial>,
+        token: Option<Token>,
+        pool: usize,
+    ) -> Result<Upstream, String> {
+        let agents = tls
+            .map(|tls| Agents::new(tls, pool))
+            .transpose()?
+            .map(Arc::new);
+        Ok(Upstream {
+            backends,
+            agents: RwLock::new(agents),
+            token: token.map(TokenSource::new),
+            pool,
+        })
+    }
+
+    /// Replaces the TLS material (a rotated client certificate, a CA learnt by discovery):
+    /// new agents, swapped in at once, so the next request uses them. A request already
+    /// sent, and an open stream (a watch), keeps its connection to its end. The old pooled
+    /// connections close at once when idle, and when their answer ends otherwise — never
+    /// reused (YurtHub closes every connection within 10 s of a rotation, in use or not).
+    pub(crate) fn set_tls(&self, tls: &TlsMaterial) -> Result<(), String> {
+        let agents = Arc::new(Agents::new(tls, self.pool)?);
+        let old = self
+            .agents
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(agents);
+        // Outside the lock: closing connections makes system calls. ureq's pool closes its
+        // idle connections only when its agent goes, and a request waiting for its answer
+        // may hold the old agents for minutes: the generation closes them now.
+        if let Some(old) = old {
+            old.pooled.retire();
+        }
+        Ok(())
+    }
+
+    /// The current agents, or why there are none.
+    fn current(&self) -> Result<Arc<Agents>, UpstreamError> {
+        // The lock guards one `Option<Arc>`: a panicking holder cannot leave it torn.
+        self.agents
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| UpstreamError::NoCredentials(NO_TLS_YET.into()))
+    }
+
+    /// The cluster CA of the current TLS material (empty before there is any): what a
+    /// leader's multiplexer port verifies its followers against.
+    pub(crate) fn cluster_ca(&self) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+        self.current().map(|a| a.roots.clone()).unwrap_or_default()
+    }
+
+    /// The backends this client spreads over.
+    pub(crate) fn backends(&self) -> &Arc<Backends> {
+        &self.backends
+    }
+}
+
+/// One short exchange with one server, whatever its health: the health probe's and the
+/// lease heartbeat's requests, on the hub's own credentials.
+pub(crate) struct Exchanged {
+    /// HTTP status.
+    pub status: u16,
+    /// The body, at most [`MAX_EXCHANGE_BODY`] bytes.
+    pub body: Vec<u8>,
+}
+
+/// [`Answer::backend`] of an answer from a leader hub ([`Upstream::send_to_base`]): no
+/// cloud server.
+pub(crate) const LEADER_BACKEND: usize = usize::MAX;
+
+/// The User-Agent of the hub's own requests (probes, lease renewals, its clients).
+pub(crate) const HUB_USER_AGENT: &str = concat!("tinyhub/", env!("CARGO_PKG_VERSION"));
+
+/// Largest body a [`Upstream::exchange_with`] keeps (a Lease, a Node, a Status).
+pub(crate) const MAX_EXCHANGE_BODY: u64 = 1024 * 1024;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers() {
+        for h in [
+            "Connection",
+            "keep-alive",
+            "Transfer-Encoding",
+            "Upgrade",
+            "TE",
+            "Trailer",
+            "Proxy-Authorization",
+            "Host",
+            "Content-Length",
+        ] {
+            assert!(is_hop_by_hop(h), "{h}");
+        }
+        for h in [
+            "Accept",
+            "Authorization",
+            "User-Agent",
+            "Content-Type",
+            "Accept-Encoding",
+            "Content-Encoding",
+            "Audit-Id",
+        ] {
+            assert!(!is_hop_by_hop(h), "{h}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tls_tests;
+
+#[cfg(test)]
+mod pool_tests;
