@@ -4,7 +4,9 @@
 //! `--v=N` maps onto log levels: 0–1 info, 2–3 debug, 4 and more trace. Warnings and errors
 //! always show. `--vmodule=pattern=N,…` raises the verbosity of the source files whose name
 //! (without `.rs`; the path when the pattern has a `/`) matches a glob, as klog does for Go
-//! files: `--vmodule=relay=4,*lease*=3`. As in klog, an entry never lowers a file below
+//! files: `--vmodule=relay=4,*lease*=3`. A Rust module is a directory of files where a Go
+//! package is one: a pattern without `/` also matches the files of the module directory of
+//! that name (`upstream=4` covers `src/upstream/*.rs`, `mod.rs` among them). As in klog, an entry never lowers a file below
 //! `--v`, and the level is worked out once per file, not per record. `--skip-headers`
 //! leaves the header out, `--add-dir-header` names the file with its directory. Times are
 //! UTC (no time-zone database on a router; procd's syslog adds local time anyway).
@@ -61,12 +63,19 @@ impl LogOptions {
             return self.verbosity;
         };
         let path = file.strip_suffix(".rs").unwrap_or(file);
-        let name = path.rsplit('/').next().unwrap_or(path);
+        let mut parts = path.rsplit('/');
+        let name = parts.next().unwrap_or(path);
+        // The module directory the file is in; files at the crate root have none.
+        let module = parts.next().filter(|dir| *dir != "src");
         self.vmodule
             .iter()
             .find(|m| {
-                let subject = if m.pattern.contains('/') { path } else { name };
-                glob_matches(&m.pattern, subject)
+                if m.pattern.contains('/') {
+                    glob_matches(&m.pattern, path)
+                } else {
+                    glob_matches(&m.pattern, name)
+                        || module.is_some_and(|dir| glob_matches(&m.pattern, dir))
+                }
             })
             .map_or(self.verbosity, |m| m.verbosity.max(self.verbosity))
     }
@@ -340,6 +349,20 @@ mod tests {
         check("src/proxy/mod.rs", 1);
         check("src/proxy/call.rs", 1);
         assert_eq!(options.verbosity_of(None), 1);
+        // A module's name covers its directory's files, as a Go package's file names did.
+        let module = LogOptions {
+            verbosity: 0,
+            vmodule: parse_vmodule("upstream=4,src=3").unwrap(),
+            ..LogOptions::default()
+        };
+        assert_eq!(module.verbosity_of(Some("src/upstream/mod.rs")), 4);
+        assert_eq!(module.verbosity_of(Some("src/upstream/send.rs")), 4);
+        assert_eq!(module.verbosity_of(Some("src/upstream_x.rs")), 0);
+        assert_eq!(
+            module.verbosity_of(Some("src/route.rs")),
+            0,
+            "src is no module"
+        );
         assert_eq!(options.max_level(), log::LevelFilter::Trace);
         assert!(glob_matches("re?ay", "relay") && !glob_matches("re?ay", "rely"));
     }

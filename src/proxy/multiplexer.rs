@@ -35,7 +35,7 @@
 //!   local clients' slots, nor the reverse. The peer's certificates reach the handler
 //!   through `Exchange::peer_certificates`.
 //! - **Lifetime** (for the wiring): the port is opened when the hub first learns it is a
-//!   leader (a failed bind is tried again every health interval, `app::open_multiplexer`)
+//!   leader (a failed bind is tried again every health interval, `app/pool.rs` `open_multiplexer`)
 //!   and stays open for the hub's life: a follower whose copy of the leader ConfigMap
 //!   is stale still reads a warm cache, and a node elected again needs no new listener. It
 //!   stops at shutdown like the HTTPS port: the shared flag, then [`MultiplexerPort::wake`];
