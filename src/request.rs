@@ -396,13 +396,67 @@ impl ApiRequest {
     }
 }
 
-/// A request whose path or query is unusable; the proxy answers 400.
+/// Why a request's path or query is unusable; the proxy answers 400 with its text. Each
+/// variant quotes at most what the client sent that is wrong (truncated where it can be long).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RequestError(pub String);
+pub(crate) enum RequestError {
+    /// The target is longer than [`MAX_URL_BYTES`].
+    TooLong,
+    /// A `%` escape that is not two hex digits, in the path (`segment` false) or one of its
+    /// segments.
+    BadEscape {
+        /// In one segment, not the whole path.
+        segment: bool,
+        /// The path or segment as sent.
+        text: String,
+    },
+    /// A path segment that decodes to a `/` or NUL, which no name may hold.
+    SlashOrNul(String),
+    /// `..` in a non-resource path.
+    DotDot,
+    /// A part of a resource path that is not a valid name of its kind.
+    Invalid {
+        /// Which part: "API group", "API version", "namespace", "resource", …
+        part: &'static str,
+        /// The part as sent.
+        text: String,
+    },
+    /// A query parameter whose value is not UTF-8 once unescaped.
+    NotUtf8 {
+        /// The parameter.
+        key: String,
+    },
+    /// A numeric query parameter (`limit`, `timeoutSeconds`) that is not a number.
+    NotANumber {
+        /// The parameter.
+        key: String,
+        /// Its value.
+        text: String,
+    },
+}
 
 impl fmt::Display for RequestError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            RequestError::TooLong => {
+                write!(f, "request URL is longer than {MAX_URL_BYTES} bytes")
+            }
+            RequestError::BadEscape { segment, text } => {
+                let what = if *segment { "path segment" } else { "path" };
+                write!(f, "{what} {text:?} has a bad percent-escape")
+            }
+            RequestError::SlashOrNul(text) => {
+                write!(f, "path segment {text:?} decodes to a '/' or NUL")
+            }
+            RequestError::DotDot => f.write_str("path must not contain '..'"),
+            RequestError::Invalid { part, text } => write!(f, "invalid {part} {text:?}"),
+            RequestError::NotUtf8 { key } => {
+                write!(f, "query parameter {key} is not UTF-8 once unescaped")
+            }
+            RequestError::NotANumber { key, text } => {
+                write!(f, "query parameter {key}={text:?} is not a number")
+            }
+        }
     }
 }
 
@@ -422,9 +476,7 @@ pub(crate) fn classify(
     headers: &[(String, String)],
 ) -> Result<ApiRequest, RequestError> {
     if url.len() > MAX_URL_BYTES {
-        return Err(RequestError(format!(
-            "request URL is longer than {MAX_URL_BYTES} bytes"
-        )));
+        return Err(RequestError::TooLong);
     }
     let method = Method::parse(method);
     let (raw_path, raw_query) = url.split_once('?').unwrap_or((url, ""));
@@ -505,8 +557,10 @@ fn resource_verb(method: Method, r: &ResourcePath, query: &Query) -> Verb {
 
 /// Splits and validates the path.
 fn parse_path(raw_path: &str) -> Result<Target, RequestError> {
-    let decoded = unescape(raw_path, false)
-        .map_err(|_| RequestError(format!("path {raw_path:?} has a bad percent-escape")))?;
+    let decoded = unescape(raw_path, false).map_err(|_| RequestError::BadEscape {
+        segment: false,
+        text: raw_path.to_owned(),
+    })?;
     let trimmed = raw_path.trim_start_matches('/');
     let raw_segments: Vec<&str> = if trimmed.is_empty() {
         Vec::new()
@@ -515,12 +569,12 @@ fn parse_path(raw_path: &str) -> Result<Target, RequestError> {
     };
     let mut segments = Vec::with_capacity(raw_segments.len());
     for raw in &raw_segments {
-        let seg = unescape(raw, false)
-            .map_err(|_| RequestError(format!("path segment {raw:?} has a bad percent-escape")))?;
+        let seg = unescape(raw, false).map_err(|_| RequestError::BadEscape {
+            segment: true,
+            text: raw.to_string(),
+        })?;
         if seg.contains(['/', '\0']) {
-            return Err(RequestError(format!(
-                "path segment {raw:?} decodes to a '/' or NUL"
-            )));
+            return Err(RequestError::SlashOrNul(raw.to_string()));
         }
         segments.push(seg);
     }
@@ -538,25 +592,32 @@ fn parse_path(raw_path: &str) -> Result<Target, RequestError> {
                     is_version(seg)
                 };
                 if !ok {
-                    return Err(RequestError(format!(
-                        "invalid API group or version {seg:?}"
-                    )));
+                    return Err(RequestError::Invalid {
+                        part: "API group or version",
+                        text: seg.to_string(),
+                    });
                 }
             }
             return Ok(Target::NonResource(decoded.into_owned()));
         }
         _ => {
             if decoded.split('/').any(|s| s == "..") {
-                return Err(RequestError("path must not contain '..'".into()));
+                return Err(RequestError::DotDot);
             }
             return Ok(Target::NonResource(decoded.into_owned()));
         }
     };
     if !group.is_empty() && !is_dns_subdomain(&group) {
-        return Err(RequestError(format!("invalid API group {group:?}")));
+        return Err(RequestError::Invalid {
+            part: "API group",
+            text: group.to_string(),
+        });
     }
     if !is_version(version) {
-        return Err(RequestError(format!("invalid API version {version:?}")));
+        return Err(RequestError::Invalid {
+            part: "API version",
+            text: version.to_string(),
+        });
     }
 
     let mut rest: Vec<&str> = rest.iter().map(|s| s.as_ref()).collect();
@@ -574,7 +635,10 @@ fn parse_path(raw_path: &str) -> Result<Target, RequestError> {
     if rest.first() == Some(&"namespaces") && rest.len() > 1 {
         let ns = rest[1];
         if !is_dns_label(ns) {
-            return Err(RequestError(format!("invalid namespace {ns:?}")));
+            return Err(RequestError::Invalid {
+                part: "namespace",
+                text: ns.to_string(),
+            });
         }
         // `/namespaces/{ns}` alone (or with status/finalize) is the Namespace object itself.
         if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
@@ -584,25 +648,28 @@ fn parse_path(raw_path: &str) -> Result<Target, RequestError> {
     }
     let resource = rest.first().copied().unwrap_or("");
     if !is_resource_name(resource) {
-        return Err(RequestError(format!("invalid resource {resource:?}")));
+        return Err(RequestError::Invalid {
+            part: "resource",
+            text: resource.to_string(),
+        });
     }
     let name = match rest.get(1) {
         Some(n) if is_object_name(n) => Some((*n).to_owned()),
         Some(n) => {
-            return Err(RequestError(format!(
-                "invalid object name {:?}",
-                truncate(n)
-            )));
+            return Err(RequestError::Invalid {
+                part: "object name",
+                text: truncate(n).to_owned(),
+            });
         }
         None => None,
     };
     let subresource = match rest.get(2) {
         Some(s) if is_resource_name(s) => Some((*s).to_owned()),
         Some(s) => {
-            return Err(RequestError(format!(
-                "invalid subresource {:?}",
-                truncate(s)
-            )));
+            return Err(RequestError::Invalid {
+                part: "subresource",
+                text: truncate(s).to_owned(),
+            });
         }
         None => None,
     };
@@ -667,9 +734,9 @@ fn parse_query(raw: &str) -> Result<Query, RequestError> {
             // Go drops the pair: a later one with the same key may count.
             Err(Unescape::BadEscape) => continue,
             Err(Unescape::NotUtf8) => {
-                return Err(RequestError(format!(
-                    "query parameter {k} is not UTF-8 once unescaped"
-                )));
+                return Err(RequestError::NotUtf8 {
+                    key: k.into_owned(),
+                });
             }
         };
         seen |= bit;
@@ -679,9 +746,10 @@ fn parse_query(raw: &str) -> Result<Query, RequestError> {
             text.parse().or_else(|_| {
                 let digits = text.strip_prefix(['+', '-']).unwrap_or(text);
                 if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(RequestError(format!(
-                        "query parameter {k}={text:?} is not a number"
-                    )));
+                    return Err(RequestError::NotANumber {
+                        key: k.to_string(),
+                        text: text.to_owned(),
+                    });
                 }
                 Ok(if text.starts_with('-') {
                     i64::MIN
@@ -1166,6 +1234,38 @@ mod tests {
         assert!(r.upgrade);
         assert_eq!(r.requester.credential.as_str(), "token");
         assert_eq!(classify("GET", "/api", &[]).unwrap().component, "");
+    }
+
+    #[test]
+    fn refusals_say_what_was_wrong_in_the_clients_own_words() {
+        let refused = |url: &str| classify("GET", url, &[]).unwrap_err();
+        let cases = [
+            (
+                "/api/v1/namespaces/Bad_NS/pods",
+                r#"invalid namespace "Bad_NS""#,
+            ),
+            (
+                "/apis/Not..A.Group/v1/pods",
+                r#"invalid API group "Not..A.Group""#,
+            ),
+            (
+                "/api/v1/namespaces/a%2Fb/pods",
+                r#"path segment "a%2Fb" decodes to a '/' or NUL"#,
+            ),
+            (
+                "/api/v1/pods?limit=many",
+                r#"query parameter limit="many" is not a number"#,
+            ),
+        ];
+        for (url, want) in cases {
+            assert_eq!(refused(url).to_string(), want, "{url}");
+        }
+        assert_eq!(
+            refused("/api/v1/namespaces/a%zz/pods").to_string(),
+            r#"path "/api/v1/namespaces/a%zz/pods" has a bad percent-escape"#
+        );
+        let long = format!("/api/v1/pods?labelSelector={}", "x".repeat(MAX_URL_BYTES));
+        assert_eq!(refused(&long), RequestError::TooLong);
     }
 
     #[test]
