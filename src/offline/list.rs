@@ -110,7 +110,7 @@ impl CachedList<'_> {
             Ok(None) => {
                 return Err((ex, not_cached(req, path)));
             }
-            Err(e) => return Err((ex, Status::internal(format!("reading the cache: {e}")))),
+            Err(e) => return Err((ex, e.status())),
         };
         let api_version = if path.group.is_empty() {
             path.version.clone()

@@ -144,7 +144,7 @@ impl Offline {
                     return Ok(200);
                 }
                 Ok(None) => {}
-                Err(e) => return Err((ex, Status::internal(format!("reading the cache: {e}")))),
+                Err(e) => return Err((ex, e.status())),
             }
         }
         let mut cached = Vec::new();
@@ -152,7 +152,7 @@ impl Offline {
             match read(form) {
                 Ok(Some(_)) => cached.push(form.content_type()),
                 Ok(None) => {}
-                Err(e) => return Err((ex, Status::internal(format!("reading the cache: {e}")))),
+                Err(e) => return Err((ex, e.status())),
             }
         }
         let root = document_file(file, DiscoveryForm::V2).is_some();
@@ -231,7 +231,7 @@ impl Offline {
                 ex,
                 Status::not_found(&path.group, &path.resource, &key.name),
             )),
-            Err(e) => Err((ex, Status::internal(format!("reading the cache: {e}")))),
+            Err(e) => Err((ex, e.status())),
         }
     }
 

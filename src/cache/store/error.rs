@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 #[cfg(doc)]
 use super::StoreOptions;
+use crate::status::Status;
 
 /// The filesystem operation a [`StoreError::Io`] came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +98,19 @@ impl StoreError {
     }
 }
 
+impl StoreError {
+    /// The answer to a request that a cache read failed for: 400 for a key that cannot be a
+    /// path in the cache (what would escape the cache root is the client's error, as the
+    /// design says), 500 for anything else. The one conversion from a store error to a
+    /// `Status`.
+    pub(crate) fn status(&self) -> Status {
+        match self {
+            StoreError::UnsafeKey { .. } => Status::bad_request(self.to_string()),
+            _ => Status::internal(format!("reading the cache: {self}")),
+        }
+    }
+}
+
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -143,5 +157,31 @@ pub(super) fn io_err(op: StoreOp, path: &Path) -> impl FnOnce(io::Error) -> Stor
         op,
         path: path.to_owned(),
         source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_that_cannot_be_a_path_is_the_clients_400_anything_else_a_500() {
+        let unsafe_key = StoreError::UnsafeKey {
+            field: "name",
+            value: "../x".into(),
+        };
+        assert_eq!(unsafe_key.status().code, 400);
+        let io = StoreError::Io {
+            op: StoreOp::ReadDir,
+            path: PathBuf::from("/cache/kubelet/pods.v1.core"),
+            source: io::Error::from(io::ErrorKind::PermissionDenied),
+        };
+        let status = io.status();
+        assert_eq!(status.code, 500);
+        assert!(
+            status.message.starts_with("reading the cache: "),
+            "{}",
+            status.message
+        );
     }
 }
