@@ -138,8 +138,8 @@ impl CacheStatus {
 /// The fairness key of `req` when it is long-running, as the apiserver counts them apart
 /// from max-in-flight: a watch, the `proxy` verb, a followed log (exec, attach and
 /// port-forward are refused at once: short). The key is the port, the credential's digest
-/// (its first 8 bytes: enough to tell credentials apart, and not the credential) and the
-/// component, up to 64 bytes of it.
+/// (its first 8 bytes: enough to tell credentials apart, and not the credential) and, for
+/// the node's own requests only, the component, up to 64 bytes of it.
 fn long_running_key(req: &ApiRequest) -> Option<String> {
     let followed_log = req.query.follow
         && req
@@ -156,6 +156,11 @@ fn long_running_key(req: &ApiRequest) -> Option<String> {
             let _ = write!(key, "{b:02x}");
         }),
         None => key.push_str("none"),
+    }
+    // The component is the client's own word (its User-Agent): it tells the node's
+    // components apart, but anyone else changing it would be a new key at each watch.
+    if !req.requester.is_node() {
+        return Some(key);
     }
     key.push('/');
     let component = req.component.as_str();
@@ -299,9 +304,11 @@ impl Hub {
         // anything else one of --max-requests-in-flight (issue 28).
         let _admitted = if plan.waits() {
             let key = plan.request().and_then(long_running_key);
+            // The slots kept for the node's components are the node's alone.
+            let node = plan.request().is_some_and(|req| req.requester.is_node());
             let admission = key
                 .as_deref()
-                .map_or(Admission::Short, Admission::LongRunning);
+                .map_or(Admission::Short, |key| Admission::LongRunning { key, node });
             match ex.admit(admission) {
                 Ok(admitted) => Some(admitted),
                 Err(status) => {

@@ -102,6 +102,8 @@ const FOLLOWERS: LongRunningLimits = LongRunningLimits {
     fair_total: 120,
     ceiling: 152,
     per_key: PER_FOLLOWER,
+    // Followers are other nodes, all alike: no slots kept apart.
+    reserve: 0,
 };
 
 /// A running multiplexer port.
@@ -185,7 +187,10 @@ fn handle(caches: &PoolCaches, cloud: &dyn Cloud, shutdown: &AtomicBool, ex: Exc
         }
     };
     let name = follower_name(&follower);
-    let _slot = match ex.admit(Admission::LongRunning(name)) {
+    let _slot = match ex.admit(Admission::LongRunning {
+        key: name,
+        node: false,
+    }) {
         Ok(slot) => slot,
         Err(status) => {
             log::info!(

@@ -48,6 +48,10 @@ pub(crate) struct LongRunningLimits {
     pub ceiling: usize,
     /// Never more long-running requests of one key than this.
     pub per_key: usize,
+    /// The last slots below the ceiling, kept for the node's own requests (its components on
+    /// the proxy ports): anyone else is refused at `ceiling - reserve`, however many clients
+    /// they come from.
+    pub reserve: usize,
 }
 
 impl LongRunningLimits {
@@ -63,6 +67,9 @@ impl LongRunningLimits {
             fair_total,
             ceiling: in_flight.max(fair_total),
             per_key: fair_total,
+            // Half a fair total (62 by default) stays for the node's components whatever
+            // pods with many credentials hold (issue 28: no client starves kubelet).
+            reserve: fair_total / 2,
         }
     }
 }
@@ -88,6 +95,9 @@ pub(crate) enum LongRunningRefusal {
     },
     /// At [`LongRunningLimits::ceiling`].
     Ceiling { total: usize },
+    /// At the ceiling less [`LongRunningLimits::reserve`], for a request not allowed the
+    /// reserve.
+    Reserved { total: usize },
 }
 
 impl LongRunningRefusal {
@@ -105,6 +115,10 @@ impl LongRunningRefusal {
             LongRunningRefusal::Ceiling { total } => {
                 format!("the hub serves {total} long-running requests (watches), its maximum")
             }
+            LongRunningRefusal::Reserved { total } => format!(
+                "the hub serves {total} long-running requests (watches); the last {} are kept for the node's own components",
+                limits.reserve
+            ),
         }
     }
 }
@@ -114,10 +128,12 @@ impl Load {
     /// (up to `per_key`); at or past it a key gets one only while it holds less than the
     /// fair total divided by the keys holding a slot, itself counted — then another key
     /// holds more than that share, and the newcomer is not the one refused; never past the
-    /// ceiling.
+    /// ceiling. A request of the node's own (`node`) may take the reserve and is held past
+    /// the fair total only to its per-key cap; anyone else stops short of the reserve.
     pub(super) fn enter_long_running(
         &self,
         key: &str,
+        node: bool,
         limits: &LongRunningLimits,
     ) -> Result<(), LongRunningRefusal> {
         // Counts only: a panicking holder cannot leave them torn.
@@ -134,8 +150,12 @@ impl Load {
         if total >= limits.ceiling {
             return Err(LongRunningRefusal::Ceiling { total });
         }
+        if !node && total >= limits.ceiling.saturating_sub(limits.reserve) {
+            return Err(LongRunningRefusal::Reserved { total });
+        }
         // held < fair_total / keys, without rounding the share down.
-        if total >= limits.fair_total && held.saturating_mul(keys) >= limits.fair_total {
+        let past_share = held.saturating_mul(keys) >= limits.fair_total;
+        if !node && total >= limits.fair_total && past_share {
             return Err(LongRunningRefusal::Share { held, total, keys });
         }
         state.total += 1;

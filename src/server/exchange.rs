@@ -41,10 +41,17 @@ pub(crate) struct Exchange<'c> {
 pub(crate) enum Admission<'k> {
     /// A request answered in a bounded time: one of `--max-requests-in-flight`.
     Short,
-    /// A watch or another stream held open, counted under its fairness key (on the proxy
-    /// ports the port, the credential's digest and the component; on the multiplexer port
-    /// the follower): see [`LongRunningLimits`](super::LongRunningLimits).
-    LongRunning(&'k str),
+    /// A watch or another stream held open, counted under its fairness `key` (on the proxy
+    /// ports the port, the credential's digest and, for the node, the component; on the
+    /// multiplexer port the follower); `node`: the node's own request, which may take the
+    /// slots kept for the node and is held only to its key's cap (see
+    /// [`LongRunningLimits`](super::LongRunningLimits)).
+    LongRunning {
+        /// The fairness key.
+        key: &'k str,
+        /// The node's own request.
+        node: bool,
+    },
 }
 
 /// A slot [`Exchange::admit`] gave; given back when dropped, however the request ends.
@@ -147,8 +154,8 @@ impl<'c> Exchange<'c> {
                     .ok_or_else(|| too_busy(limits.max_in_flight, "requests in flight"))?;
                 admitted._short = Some(slot);
             }
-            Admission::LongRunning(key) => {
-                load.enter_long_running(key, &long)
+            Admission::LongRunning { key, node } => {
+                load.enter_long_running(key, node, &long)
                     .map_err(|why| refused(format!("{}; retry shortly", why.reason(&long))))?;
                 admitted._long_running = Some(LongRunningSlot {
                     load,

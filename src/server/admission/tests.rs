@@ -60,6 +60,13 @@ const PROXY: LongRunningLimits = LongRunningLimits {
     fair_total: 4,
     ceiling: 8,
     per_key: 4,
+    reserve: 2,
+};
+
+/// The same caps with no slots kept for the node: the share rule alone.
+const SHARES: LongRunningLimits = LongRunningLimits {
+    reserve: 0,
+    ..PROXY
 };
 
 #[test]
@@ -82,10 +89,10 @@ fn the_proxy_ports_long_running_caps_leave_short_requests_their_connections() {
 fn one_key_holds_at_most_its_cap_and_takes_no_short_slot() {
     let load = Load::default();
     for _ in 0..4 {
-        load.enter_long_running("flood", &PROXY).unwrap();
+        load.enter_long_running("flood", true, &PROXY).unwrap();
     }
     assert_eq!(
-        load.enter_long_running("flood", &PROXY),
+        load.enter_long_running("flood", true, &PROXY),
         Err(LongRunningRefusal::PerKey { held: 4 })
     );
     assert_eq!(load.in_flight.load(Ordering::Acquire), 0);
@@ -105,13 +112,13 @@ fn one_key_holds_at_most_its_cap_and_takes_no_short_slot() {
 fn past_the_fair_total_a_key_under_its_share_gets_in_and_one_over_it_does_not() {
     let load = Load::default();
     for _ in 0..4 {
-        load.enter_long_running("flood", &PROXY).unwrap();
+        load.enter_long_running("flood", false, &SHARES).unwrap();
     }
     // Two keys now: a share is 4 / 2 = 2; the flood holds more.
-    load.enter_long_running("kubelet", &PROXY).unwrap();
-    load.enter_long_running("kubelet", &PROXY).unwrap();
+    load.enter_long_running("kubelet", false, &SHARES).unwrap();
+    load.enter_long_running("kubelet", false, &SHARES).unwrap();
     assert_eq!(
-        load.enter_long_running("kubelet", &PROXY),
+        load.enter_long_running("kubelet", false, &SHARES),
         Err(LongRunningRefusal::Share {
             held: 2,
             total: 6,
@@ -119,20 +126,22 @@ fn past_the_fair_total_a_key_under_its_share_gets_in_and_one_over_it_does_not() 
         })
     );
     // A third key: its share is 4 / 3; holding 0, then 1, it is under it.
-    load.enter_long_running("kube-proxy", &PROXY).unwrap();
-    load.enter_long_running("kube-proxy", &PROXY).unwrap();
+    load.enter_long_running("kube-proxy", false, &SHARES)
+        .unwrap();
+    load.enter_long_running("kube-proxy", false, &SHARES)
+        .unwrap();
     assert_eq!(load.long_running(), 8);
     // Given back: the flood's slots go; at the fair total the shares still hold (4 / 2).
     for _ in 0..4 {
         load.leave_long_running("flood");
     }
     assert!(matches!(
-        load.enter_long_running("kubelet", &PROXY),
+        load.enter_long_running("kubelet", false, &SHARES),
         Err(LongRunningRefusal::Share { held: 2, .. })
     ));
     // Below the fair total any key gets in.
     load.leave_long_running("kube-proxy");
-    load.enter_long_running("kubelet", &PROXY).unwrap();
+    load.enter_long_running("kubelet", false, &SHARES).unwrap();
     assert_eq!(load.long_running(), 4);
 }
 
@@ -140,11 +149,11 @@ fn past_the_fair_total_a_key_under_its_share_gets_in_and_one_over_it_does_not() 
 fn the_ceiling_holds_whatever_the_keys() {
     let load = Load::default();
     for i in 0..8 {
-        load.enter_long_running(&format!("key-{i}"), &PROXY)
+        load.enter_long_running(&format!("key-{i}"), true, &PROXY)
             .unwrap();
     }
     assert_eq!(
-        load.enter_long_running("key-new", &PROXY),
+        load.enter_long_running("key-new", true, &PROXY),
         Err(LongRunningRefusal::Ceiling { total: 8 })
     );
     let reason = LongRunningRefusal::Ceiling { total: 8 }.reason(&PROXY);
@@ -155,4 +164,29 @@ fn the_ceiling_holds_whatever_the_keys() {
     }
     assert_eq!(load.long_running(), 0);
     assert!(load.long_running.lock().unwrap().held.is_empty());
+}
+
+#[test]
+fn the_reserve_keeps_the_last_slots_for_the_node_whatever_the_other_keys() {
+    let limits = LongRunningLimits::for_in_flight(8);
+    assert_eq!(limits.reserve, 2);
+    let load = Load::default();
+    // Pods with a credential each: refused at the ceiling less the reserve.
+    for i in 0..6 {
+        load.enter_long_running(&format!("pod-{i}"), false, &limits)
+            .unwrap();
+    }
+    assert_eq!(
+        load.enter_long_running("pod-new", false, &limits),
+        Err(LongRunningRefusal::Reserved { total: 6 })
+    );
+    // kubelet still gets in, up to the ceiling.
+    load.enter_long_running("plain/none/kubelet", true, &limits)
+        .unwrap();
+    load.enter_long_running("plain/none/kubelet", true, &limits)
+        .unwrap();
+    assert_eq!(
+        load.enter_long_running("plain/none/kubelet", true, &limits),
+        Err(LongRunningRefusal::Ceiling { total: 8 })
+    );
 }
