@@ -61,7 +61,7 @@ readme:
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets --features fuzzing -- -D warnings
-	$(CARGO) test --test floors
+	$(CARGO) test --features fuzzing --test floors
 
 # Fuzzing needs nightly and cargo-fuzz; CI only replays the corpus (tests/fuzz_corpus.rs, part
 # of `make test`). One fuzzer process at a time: `make fuzz FUZZ_SECONDS=600 FUZZ_TARGETS=selectors`.

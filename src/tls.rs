@@ -3,7 +3,7 @@
 //! line instead of a panic on the first connection (ureq panics on a key that does not match
 //! its certificate).
 //!
-//! It builds no connections; `upstream.rs` turns this material into ureq's TLS configuration
+//! It builds no connections; `upstream/agents.rs` turns this material into ureq's TLS configuration
 //! (a client certificate in ureq's form, [`ClientIdentity::ureq_cert`], is made here: the
 //! identity's own cloud calls, `pki/csr_api.rs`, need it too).
 

@@ -116,6 +116,10 @@ expect_token_file() {
 		bad "$1: $R/join-token does not hold the token"
 	elif [ "$(stat -c %a "$R/join-token")" != 600 ]; then
 		bad "$1: $R/join-token is mode $(stat -c %a "$R/join-token"), not 600"
+	elif [ "$(stat -c %a "$R")" != 700 ]; then
+		# The hub makes its root dir 0700 but leaves one that exists: made here first, it
+		# must be made as the hub would.
+		bad "$1: $R is mode $(stat -c %a "$R"), not 700"
 	else
 		ok "$1"
 	fi

@@ -37,6 +37,10 @@ use super::store::Store;
 /// Most grants kept: past it the expired ones go, then the one seen longest ago.
 pub(crate) const MAX_GRANTS: usize = 2048;
 
+/// Most grants one credential keeps: past it its own least recently seen goes, so a client
+/// listing with ever new selectors cannot push out every other credential's grants.
+pub(crate) const MAX_GRANTS_PER_CREDENTIAL: usize = 256;
+
 /// Longest selector text (label and field together) a list grant keeps; a list with longer
 /// selectors is not remembered (no client of the cache sends such a list twice).
 pub(crate) const MAX_SCOPE_TEXT: usize = 1024;
@@ -286,10 +290,15 @@ impl Grants {
         if grants.len() >= MAX_GRANTS {
             grants.retain(|g| g.expires > now);
         }
-        if grants.len() >= MAX_GRANTS
+        // The least recently seen goes: this credential's own once it holds its most, else
+        // anyone's.
+        let own = grants.iter().filter(|g| g.holder == holder).count();
+        let full = own >= MAX_GRANTS_PER_CREDENTIAL || grants.len() >= MAX_GRANTS;
+        if full
             && let Some(oldest) = grants
                 .iter()
                 .enumerate()
+                .filter(|(_, g)| own < MAX_GRANTS_PER_CREDENTIAL || g.holder == holder)
                 .min_by_key(|(_, g)| g.seen)
                 .map(|(i, _)| i)
         {
@@ -369,15 +378,14 @@ impl Grants {
         let Some((key, _)) = &self.key else {
             return;
         };
-        let bytes = {
+        // Serialised after the lock is let go: token requests wait on it.
+        let grants = {
             let mut grants = self.lock();
             let now = unix_now();
             grants.retain(|g| g.expires > now);
-            serde_json::to_vec(&File {
-                key: *key,
-                grants: grants.clone(),
-            })
+            grants.clone()
         };
+        let bytes = serde_json::to_vec(&File { key: *key, grants });
         let result = match bytes {
             Ok(bytes) => store.put_grants(&bytes).map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),

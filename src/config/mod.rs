@@ -831,7 +831,16 @@ fn join_token(raw: &flags::RawFlags) -> Result<Option<JoinToken>, StartupError> 
 
 /// The join token in the file at `path`: its content less one trailing line end.
 fn join_token_from_file(path: &str) -> Result<JoinToken, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    use std::io::Read;
+    // A token is 23 bytes: a wrong path (a device, a large file) is not read whole.
+    const MAX_TOKEN_FILE: u64 = 1024;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_TOKEN_FILE + 1).read_to_string(&mut text))
+        .map_err(|e| format!("cannot read {path}: {e}"))?;
+    if text.len() as u64 > MAX_TOKEN_FILE {
+        return Err(format!("{path} is longer than a join token can be"));
+    }
     let token = text.strip_suffix('\n').unwrap_or(&text);
     let token = token.strip_suffix('\r').unwrap_or(token);
     if token.is_empty() {

@@ -85,11 +85,7 @@ impl Offline {
 
 /// The refusal of `scope`.
 pub(super) fn forbidden(scope: &Scope) -> Status {
-    let resource = if scope.group.is_empty() {
-        scope.resource.clone()
-    } else {
-        format!("{}.{}", scope.resource, scope.group)
-    };
+    let resource = crate::status::qualified(&scope.group, &scope.resource);
     let what = match (&scope.reach, &scope.namespace) {
         (Reach::Object(name), Some(ns)) => format!("{resource} \"{name}\" in namespace \"{ns}\""),
         (Reach::Object(name), None) => format!("{resource} \"{name}\""),

@@ -119,14 +119,27 @@ fn grants_end_with_the_tokens_own_exp() {
 #[test]
 fn grants_are_bounded_and_the_one_seen_longest_ago_goes_first() {
     let g = grants();
-    let t = digest("Bearer t");
+    // Each credential up to its own bound, together the whole bound.
+    let holder = |i: i64| {
+        digest(&format!(
+            "Bearer t{}",
+            i as usize / MAX_GRANTS_PER_CREDENTIAL
+        ))
+    };
     for i in 0..MAX_GRANTS as i64 {
-        g.record(&t, secret("a", &format!("s{i}")), NOW + 100_000, NOW + i);
+        g.record(
+            &holder(i),
+            secret("a", &format!("s{i}")),
+            NOW + 100_000,
+            NOW + i,
+        );
     }
+    let t = holder(0);
+    let u = digest("Bearer u");
     assert_eq!(g.len(), MAX_GRANTS);
     // Seen again: now the newest; the next new grant pushes out s1.
     g.record(&t, secret("a", "s0"), NOW + 100_000, NOW + 5000);
-    g.record(&t, secret("a", "new"), NOW + 100_000, NOW + 5001);
+    g.record(&u, secret("a", "new"), NOW + 100_000, NOW + 5001);
     assert_eq!(g.len(), MAX_GRANTS);
     assert_eq!(
         g.object_cover(&t, &secret("a", "s0"), NOW),
@@ -137,7 +150,7 @@ fn grants_are_bounded_and_the_one_seen_longest_ago_goes_first() {
         ObjectCover::Nothing
     );
     assert_eq!(
-        g.object_cover(&t, &secret("a", "new"), NOW),
+        g.object_cover(&u, &secret("a", "new"), NOW),
         ObjectCover::Whole
     );
     // Expired grants go before any live one.
@@ -207,4 +220,22 @@ fn a_change_after_the_snapshot_queues_another_write() {
     g.unsaved.store(false, Ordering::SeqCst);
     g.record(&t, secret("a", "s"), LATER, NOW + 1);
     assert!(!g.take_persist_turn());
+}
+
+#[test]
+fn one_credential_pushes_out_only_its_own_grants() {
+    let g = grants();
+    let other = digest("Bearer kube-proxy");
+    g.record(&other, services(None, None), LATER, NOW);
+    // A client listing with ever new selectors: its own oldest goes, never another's.
+    let flood = digest("Bearer flood");
+    for i in 0..(MAX_GRANTS_PER_CREDENTIAL as i64 + 10) {
+        g.record(&flood, secret("a", &format!("s{i}")), LATER, NOW + 1 + i);
+    }
+    assert_eq!(g.len(), MAX_GRANTS_PER_CREDENTIAL + 1);
+    assert!(g.allows_list(&other, &services(None, None), NOW));
+    assert_eq!(
+        g.object_cover(&flood, &secret("a", "s0"), NOW),
+        ObjectCover::Nothing
+    );
 }

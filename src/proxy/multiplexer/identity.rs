@@ -24,14 +24,13 @@ use rustls::server::WebPkiClientVerifier;
 
 use crate::pool::resources::{Gvr, PoolScope};
 use crate::request::ApiRequest;
+use crate::requester::{NODE_CN_PREFIX, NODES_GROUP};
 use crate::server::tls::ServingCert;
 use crate::status::Status;
 use crate::x509;
 
-/// The subject organization (group) a follower's certificate must have.
-pub(crate) const FOLLOWER_ORGANIZATION: &str = "system:nodes";
-/// The CN prefix of a node's certificate, before the node's name.
-const NODE_CN_PREFIX: &str = "system:node:";
+/// The subject organization (group) a follower's certificate must have: every node's.
+const FOLLOWER_ORGANIZATION: &str = NODES_GROUP;
 
 /// The multiplexer port's rustls configuration: the serving certificate `cert`, and a client
 /// certificate required and verified against `client_ca` (`--multiplexer-client-ca-file`,
