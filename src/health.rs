@@ -24,6 +24,7 @@
 //! knows nothing about HTTP or TLS. "No backend is usable" is how the rest of the hub knows
 //! it is offline.
 
+use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread;
@@ -31,6 +32,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::cloud_error::UpstreamError;
 use crate::config::{Heartbeat, LbMode};
 
 /// One cloud apiserver.
@@ -270,7 +272,36 @@ impl Backends {
 /// Probes one backend once; `Err` says why it is not healthy.
 pub(crate) trait Probe: Send + Sync {
     /// One probe of `base` bounded by `timeout`.
-    fn probe(&self, base: &str, timeout: Duration) -> Result<(), String>;
+    fn probe(&self, base: &str, timeout: Duration) -> Result<(), ProbeError>;
+}
+
+/// Why a probe found its server unhealthy: no answer (by the origin the request path judges
+/// by), or an answer that says so. Either makes the server unhealthy; the log line says which.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ProbeError {
+    /// No answer: the server is unreachable, too slow, or the hub cannot ask it yet.
+    NoAnswer(UpstreamError),
+    /// The server answered with this status, not a 2xx.
+    Answered(u16),
+}
+
+impl fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            // The probe's log line names the server already.
+            ProbeError::NoAnswer(e) => e.without_server().fmt(f),
+            ProbeError::Answered(status) => write!(f, "health probe answered {status}"),
+        }
+    }
+}
+
+impl std::error::Error for ProbeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ProbeError::NoAnswer(e) => Some(e),
+            ProbeError::Answered(_) => None,
+        }
+    }
 }
 
 /// One probe of `base` by the `/readyz` rule: a server healthy by its last probe gets
@@ -282,16 +313,16 @@ pub(crate) fn readyz_round(
     base: &str,
     hb: &Heartbeat,
     healthy: bool,
-) -> Result<(), String> {
+) -> Result<(), ProbeError> {
     let tries = if healthy { 1 + hb.failed_retry } else { 1 };
-    let mut last = String::new();
-    for _ in 0..tries {
-        match probe.probe(base, hb.timeout) {
-            Ok(()) => return Ok(()),
-            Err(e) => last = e,
+    let mut result = probe.probe(base, hb.timeout);
+    for _ in 1..tries {
+        if result.is_ok() {
+            break;
         }
+        result = probe.probe(base, hb.timeout);
     }
-    Err(last)
+    result
 }
 
 /// Probes every backend once, in parallel, and records the results: the state at start-up.
@@ -448,12 +479,12 @@ mod tests {
     }
 
     impl Probe for Fixed {
-        fn probe(&self, _: &str, _: Duration) -> Result<(), String> {
+        fn probe(&self, _: &str, _: Duration) -> Result<(), ProbeError> {
             self.calls.fetch_add(1, Ordering::SeqCst);
             if self.ok {
                 Ok(())
             } else {
-                Err("refused".into())
+                Err(ProbeError::Answered(503))
             }
         }
     }
@@ -550,7 +581,7 @@ mod tests {
     }
 
     impl Probe for FailureDuringProbe {
-        fn probe(&self, _: &str, _: Duration) -> Result<(), String> {
+        fn probe(&self, _: &str, _: Duration) -> Result<(), ProbeError> {
             let b = &self.backends;
             let mut seen = self.seen.lock().unwrap();
             seen.push((b.any_healthy(), b.recoveries()));
@@ -608,17 +639,17 @@ mod tests {
     }
 
     impl Probe for Scripted {
-        fn probe(&self, _: &str, _: Duration) -> Result<(), String> {
+        fn probe(&self, _: &str, _: Duration) -> Result<(), ProbeError> {
             self.seen.lock().unwrap().push(self.backends.is_healthy(0));
             let mut answers = self.answers.lock().unwrap();
             if answers.is_empty() {
                 let _ = self.done.try_send(());
-                return Err("script over".into());
+                return Err(ProbeError::Answered(599));
             }
             if answers.remove(0) {
                 Ok(())
             } else {
-                Err("down".into())
+                Err(ProbeError::Answered(503))
             }
         }
     }

@@ -15,6 +15,7 @@ mod cache;
 #[cfg(test)]
 mod child_test;
 mod clients;
+mod cloud_error;
 pub mod config;
 mod dir_lock;
 pub mod error;

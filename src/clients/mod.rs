@@ -27,7 +27,7 @@ use serde_json::Value;
 
 use crate::cache::decode::{BodyDecoder, BodyShape, DecodeError, Unit};
 use crate::cache::writer::MAX_OBJECT_BYTES;
-use crate::filters::lookups::{FetchObject, LOOKUP_DEADLINE, MAX_OBJECT};
+use crate::filters::lookups::{FetchError, FetchObject, LOOKUP_DEADLINE, MAX_OBJECT};
 use crate::route::{self, Deadline, Identity, NoCacheReason};
 use crate::upstream::{Answer, Outgoing, Upstream, UpstreamError};
 
@@ -39,8 +39,21 @@ pub(crate) fn user_agent() -> String {
 /// A GET of `path` as the hub (its credentials and User-Agent), asking for JSON; a status
 /// other than 200 is an error.
 fn get_as_hub(upstream: &Upstream, path: &str, deadline: Deadline) -> Result<Answer, ClientError> {
+    let answer = send_get_as_hub(upstream, path, deadline)?;
+    match answer.status {
+        200 => Ok(answer),
+        status => Err(ClientError::Status(status)),
+    }
+}
+
+/// A GET of `path` as the hub, asking for JSON: the answer, whatever its status.
+fn send_get_as_hub(
+    upstream: &Upstream,
+    path: &str,
+    deadline: Deadline,
+) -> Result<Answer, UpstreamError> {
     let headers = [("User-Agent".to_owned(), user_agent())];
-    let answer = upstream.send(Outgoing {
+    upstream.send(Outgoing {
         method: "GET",
         path_and_query: path,
         headers: &headers,
@@ -48,29 +61,27 @@ fn get_as_hub(upstream: &Upstream, path: &str, deadline: Deadline) -> Result<Ans
         body: None,
         deadline,
         identity: Identity::Hub,
-    })?;
-    match answer.status {
-        200 => Ok(answer),
-        status => Err(ClientError::Status(status)),
-    }
+    })
 }
 
 /// The response filters' lookups (a Service, this Node, a NodePool) as the hub's own GETs.
 impl FetchObject for Upstream {
-    fn fetch(&self, path: &str) -> Result<Option<Value>, String> {
-        let mut answer = match get_as_hub(self, path, Deadline::Bounded(LOOKUP_DEADLINE)) {
-            Ok(answer) => answer,
-            Err(ClientError::Status(404)) => return Ok(None),
-            Err(e) => return Err(e.to_string()),
-        };
+    fn fetch(&self, path: &str) -> Result<Option<Value>, FetchError> {
+        let mut answer = send_get_as_hub(self, path, Deadline::Bounded(LOOKUP_DEADLINE))
+            .map_err(FetchError::NoAnswer)?;
+        match answer.status {
+            200 => {}
+            404 => return Ok(None),
+            status => return Err(FetchError::Status(status)),
+        }
         let mut body = Vec::new();
         (&mut answer.body)
             .take(MAX_OBJECT)
             .read_to_end(&mut body)
-            .map_err(|e| e.to_string())?;
+            .map_err(FetchError::Read)?;
         serde_json::from_slice(&body)
             .map(Some)
-            .map_err(|e| e.to_string())
+            .map_err(FetchError::Json)
     }
 }
 

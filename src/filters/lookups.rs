@@ -7,6 +7,8 @@
 //! annotation or members.
 
 use std::collections::HashMap;
+use std::fmt;
+use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,6 +16,7 @@ use serde_json::Value;
 
 use super::Lookups;
 use super::topology_index::{TopologyIndex, topology_of};
+use crate::cloud_error::UpstreamError;
 
 /// How long an answer is reused.
 const TTL: Duration = Duration::from_secs(30);
@@ -33,7 +36,44 @@ fn service_path(namespace: &str, service: &str) -> String {
 /// The cloud's is `clients`' (a GET as the hub, like the hub's other own requests).
 pub(crate) trait FetchObject: Send + Sync {
     /// GET `path` as the hub.
-    fn fetch(&self, path: &str) -> Result<Option<Value>, String>;
+    fn fetch(&self, path: &str) -> Result<Option<Value>, FetchError>;
+}
+
+/// Why a lookup brought no object. Whatever the origin, the filters go on without it (a
+/// Service's topology unknown, the node in no pool) until the memo's [`TTL`] ends; the log
+/// line says which.
+#[derive(Debug)]
+pub(crate) enum FetchError {
+    /// No answer from the cloud: unreachable, too slow, or no credentials yet.
+    NoAnswer(UpstreamError),
+    /// The cloud answered with this status, neither 200 nor 404.
+    Status(u16),
+    /// The answer's body broke off.
+    Read(io::Error),
+    /// The answer is not JSON.
+    Json(serde_json::Error),
+}
+
+impl fmt::Display for FetchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FetchError::NoAnswer(e) => e.fmt(f),
+            FetchError::Status(status) => write!(f, "the cloud answered {status}"),
+            FetchError::Read(e) => e.fmt(f),
+            FetchError::Json(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for FetchError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FetchError::NoAnswer(e) => Some(e),
+            FetchError::Status(_) => None,
+            FetchError::Read(e) => Some(e),
+            FetchError::Json(e) => Some(e),
+        }
+    }
 }
 
 /// A memoised answer.
@@ -229,7 +269,7 @@ mod tests {
     }
 
     impl FetchObject for Canned {
-        fn fetch(&self, path: &str) -> Result<Option<Value>, String> {
+        fn fetch(&self, path: &str) -> Result<Option<Value>, FetchError> {
             self.calls.fetch_add(1, Ordering::Relaxed);
             match path {
                 "/api/v1/namespaces/default/services/web" => Ok(Some(json!({
@@ -242,7 +282,7 @@ mod tests {
                 "/apis/apps.openyurt.io/v1beta2/nodepools/hangzhou" => Ok(Some(json!({
                     "status": {"nodes": ["node-a", "node-b"]}
                 }))),
-                "/api/v1/namespaces/default/services/down" => Err("unreachable".into()),
+                "/api/v1/namespaces/default/services/down" => Err(FetchError::Status(503)),
                 _ => Ok(None),
             }
         }

@@ -21,6 +21,7 @@
 //! are servers that refuse the renewal (403: an identity that may not write the lease). A
 //! deleted Node's 404 is an answer of the server: healthy, nothing renewed.
 
+use std::fmt;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -33,7 +34,7 @@ use super::local::{PERSIST_EVERY, PersistPolicy};
 use super::renew::{LeaseApi, LeaseError, Renewal, Renewer};
 use crate::cache::writer::CacheTx;
 use crate::config::Heartbeat;
-use crate::health::{self, Backends, Probe};
+use crate::health::{self, Backends, Probe, ProbeError};
 use crate::metrics::{METRICS, Metrics};
 
 /// How long kubelet may take to send its first lease request after the hub starts before it
@@ -52,6 +53,25 @@ pub(crate) trait LeaseSink: Send {
 impl LeaseSink for CacheTx {
     fn write(&self, lease: Vec<u8>) -> bool {
         self.put(super::lease_collection(), lease)
+    }
+}
+
+/// Why a lease-mode probe found its server unhealthy.
+#[derive(Debug, Clone, PartialEq)]
+enum Unhealthy {
+    /// `/readyz` failed (asked while nothing is renewed, before a renewal through a server
+    /// already unhealthy, after a refused renewal, or on a wake).
+    Readyz(ProbeError),
+    /// The renewal through the server failed (a 403 excepted: then `/readyz` judges).
+    Renewal(LeaseError),
+}
+
+impl fmt::Display for Unhealthy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unhealthy::Readyz(e) => e.fmt(f),
+            Unhealthy::Renewal(e) => write!(f, "renewing the node lease: {e}"),
+        }
     }
 }
 
@@ -194,7 +214,7 @@ impl LeaseChecker {
 
     /// Records the verdict `result` of a probe of server `index` that began when its failure
     /// count was `reports` ([`Backends::judge`]: the thresholds of `/readyz` mode too).
-    fn judge(&mut self, index: usize, result: Result<(), String>, reports: u64) {
+    fn judge(&mut self, index: usize, result: Result<(), Unhealthy>, reports: u64) {
         if let Err(why) = &result {
             let base = &self.backends.get(index).base;
             if self.backends.is_healthy(index) {
@@ -210,14 +230,15 @@ impl LeaseChecker {
     }
 
     /// `/readyz` of server `index` by its own retry rule.
-    fn readyz(&self, index: usize) -> Result<(), String> {
+    fn readyz(&self, index: usize) -> Result<(), Unhealthy> {
         let healthy = self.backends.is_healthy(index);
         let base = &self.backends.get(index).base;
         health::readyz_round(self.readyz.as_ref(), base, &self.settings, healthy)
+            .map_err(Unhealthy::Readyz)
     }
 
     /// One probe of server `index`: a renewal, or `/readyz` while nothing is renewed.
-    fn probe(&mut self, index: usize, now: Instant) -> Result<(), String> {
+    fn probe(&mut self, index: usize, now: Instant) -> Result<(), Unhealthy> {
         let silent = self
             .node
             .kubelet
@@ -267,7 +288,7 @@ impl LeaseChecker {
             }
             Renewal::Failed(e) => {
                 Metrics::inc(&METRICS.lease_renewal_failures);
-                Err(format!("renewing the node lease: {e}"))
+                Err(Unhealthy::Renewal(e))
             }
             // The server answered (the Node is deleted): nothing to renew.
             Renewal::NodeMissing | Renewal::NodeGone => Ok(()),
@@ -331,7 +352,7 @@ mod tests {
             if self.up.load(Ordering::SeqCst) {
                 Ok(())
             } else {
-                Err(LeaseError::Transport("connection refused".into()))
+                Err(LeaseError::no_answer("connection refused"))
             }
         }
 
@@ -387,13 +408,13 @@ mod tests {
     }
 
     impl Probe for Readyz {
-        fn probe(&self, base: &str, _: Duration) -> Result<(), String> {
+        fn probe(&self, base: &str, _: Duration) -> Result<(), ProbeError> {
             self.calls.fetch_add(1, Ordering::SeqCst);
             let index = if base.contains("b1") { 1 } else { 0 };
             if self.up[index].load(Ordering::SeqCst) {
                 Ok(())
             } else {
-                Err("refused".into())
+                Err(ProbeError::Answered(503))
             }
         }
     }

@@ -25,6 +25,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::lease;
+use crate::upstream::UpstreamError;
 
 /// Why one request of a renewal failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,8 +43,8 @@ pub(crate) enum LeaseError {
         /// The Status message, or what the body said.
         message: String,
     },
-    /// No answer: connection refused or reset, TLS failure, timeout.
-    Transport(String),
+    /// No answer: connection refused or reset, TLS failure, timeout, no credentials yet.
+    Transport(UpstreamError),
 }
 
 impl fmt::Display for LeaseError {
@@ -53,8 +54,31 @@ impl fmt::Display for LeaseError {
             LeaseError::NotFound(m) => write!(f, "not found: {m}"),
             LeaseError::Forbidden(m) => write!(f, "forbidden: {m}"),
             LeaseError::Status { code, message } => write!(f, "HTTP {code}: {message}"),
-            LeaseError::Transport(m) => write!(f, "no answer: {m}"),
+            // The probe's log line names the server already.
+            LeaseError::Transport(e) => write!(f, "no answer: {}", e.without_server()),
         }
+    }
+}
+
+impl std::error::Error for LeaseError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LeaseError::Transport(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+impl LeaseError {
+    /// A request that got no answer (the connection broke after it was sent).
+    pub(crate) fn no_answer(detail: &str) -> LeaseError {
+        LeaseError::Transport(UpstreamError::Transport {
+            server: "https://10.0.0.1:6443".into(),
+            detail: detail.into(),
+            timeout: false,
+            maybe_sent: true,
+        })
     }
 }
 
@@ -389,7 +413,7 @@ mod tests {
         answers
             .borrow_mut()
             .pop_front()
-            .unwrap_or_else(|| Err(LeaseError::Transport(format!("unscripted {what}"))))
+            .unwrap_or_else(|| Err(LeaseError::no_answer(&format!("unscripted {what}"))))
     }
 
     fn describe(lease: &Value) -> String {
@@ -535,7 +559,7 @@ mod tests {
                     code: 500,
                     message: "etcd".into(),
                 }),
-                Err(LeaseError::Transport("reset".into())),
+                Err(LeaseError::no_answer("reset")),
                 Ok(stored("9", Some("u1"))),
             ]),
             gets: queue(vec![Ok(Some(stored("8", Some("u1"))))]),
@@ -629,7 +653,7 @@ mod tests {
         let api = FakeLeaseApi {
             nodes: queue(vec![Ok(Some(node("u1")))]),
             updates: queue(vec![
-                Err(LeaseError::Transport("timeout".into())),
+                Err(LeaseError::no_answer("timeout")),
                 Ok(stored("6", Some("u1"))),
                 Ok(stored("7", Some("u1"))),
             ]),

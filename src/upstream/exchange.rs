@@ -5,15 +5,16 @@ use std::time::Duration;
 
 use ureq::http;
 
-use super::send::on_the_link;
+use super::send::{on_the_link, transport_error};
 use super::token::TokenSource;
-use super::{Exchanged, HUB_USER_AGENT, MAX_EXCHANGE_BODY, Upstream};
-use crate::health::Probe;
+use super::{Exchanged, HUB_USER_AGENT, MAX_EXCHANGE_BODY, Upstream, UpstreamError};
+use crate::health::{Probe, ProbeError};
 use crate::link::{self, LINK};
 
 impl Upstream {
     /// `method path` against `base` (one server) with the hub's credentials, a JSON body when
-    /// given, bounded by `timeout` as a whole; `Err` when there is no answer.
+    /// given, bounded by `timeout` as a whole; `Err` when there is no answer (or it broke off
+    /// while its body was read), by origin as the request path sees it.
     pub(crate) fn exchange_with(
         &self,
         base: &str,
@@ -21,9 +22,9 @@ impl Upstream {
         path: &str,
         body: Option<Vec<u8>>,
         timeout: Duration,
-    ) -> Result<Exchanged, String> {
+    ) -> Result<Exchanged, UpstreamError> {
         // No material yet: the server cannot be reached as the hub.
-        let agents = self.current().map_err(|e| e.to_string())?;
+        let agents = self.current()?;
         let link = LINK.link(base, link::HUB_COMPONENT, link::resource_of(path));
         let sent = body.as_ref().map_or(0, |b| b.len() as u64);
         let mut builder = http::Request::builder()
@@ -39,7 +40,7 @@ impl Upstream {
         }
         let request = builder
             .body(body.unwrap_or_default())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| UpstreamError::Request(e.to_string()))?;
         let request = agents
             .hub
             .configure_request(request)
@@ -51,7 +52,7 @@ impl Upstream {
         if on_the_link(&result) {
             link.request(sent);
         }
-        let response = result.map_err(|e| e.to_string())?;
+        let response = result.map_err(|e| transport_error(base, e))?;
         let status = response.status().as_u16();
         let gzip = response
             .headers()
@@ -65,7 +66,13 @@ impl Upstream {
             .take(MAX_EXCHANGE_BODY)
             .read_to_end(&mut kept);
         link.received(kept.len() as u64, gzip);
-        read.map_err(|e| e.to_string())?;
+        // The answer broke off after its head: the server's failure, after the request went.
+        read.map_err(|e| UpstreamError::Transport {
+            server: base.to_owned(),
+            detail: e.to_string(),
+            timeout: e.kind() == std::io::ErrorKind::TimedOut,
+            maybe_sent: true,
+        })?;
         Ok(Exchanged { status, body: kept })
     }
 }
@@ -73,10 +80,13 @@ impl Upstream {
 impl Probe for Upstream {
     /// `GET /readyz` with the hub's credentials; a server without it (404) is asked
     /// `/healthz` instead. 2xx is healthy.
-    fn probe(&self, base: &str, timeout: Duration) -> Result<(), String> {
+    fn probe(&self, base: &str, timeout: Duration) -> Result<(), ProbeError> {
         let mut status = 0;
         for path in ["/readyz", "/healthz"] {
-            status = self.exchange_with(base, "GET", path, None, timeout)?.status;
+            status = self
+                .exchange_with(base, "GET", path, None, timeout)
+                .map_err(ProbeError::NoAnswer)?
+                .status;
             if status != 404 {
                 break;
             }
@@ -84,7 +94,7 @@ impl Probe for Upstream {
         if (200..300).contains(&status) {
             Ok(())
         } else {
-            Err(format!("health probe answered {status}"))
+            Err(ProbeError::Answered(status))
         }
     }
 }

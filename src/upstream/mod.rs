@@ -15,7 +15,6 @@
 //! connection's bookkeeping (its socket noted, counted open), `retire.rs` the pooled
 //! connections a TLS swap closes, `socket.rs` the TCP transport, `token.rs` the bearer token.
 
-use std::fmt;
 use std::io::{self, Read};
 use std::sync::{Arc, PoisonError, RwLock, Weak};
 
@@ -143,70 +142,7 @@ impl Read for AnswerBody {
     }
 }
 
-/// Why a request did not get an answer from the cloud.
-#[derive(Debug)]
-pub(crate) enum UpstreamError {
-    /// Every backend is unhealthy.
-    NoHealthyBackend,
-    /// Connecting, sending or waiting for the answer failed: the cloud is unreachable or slow.
-    Transport {
-        /// The backend tried last.
-        server: String,
-        /// What happened.
-        detail: String,
-        /// It was a timeout.
-        timeout: bool,
-        /// The request may have reached the cloud (it failed after connecting), so a write
-        /// may have been applied.
-        maybe_sent: bool,
-    },
-    /// The hub could not build the request (a bug or a header ureq refuses).
-    Request(String),
-    /// Reading the client's request body failed (malformed, stalled, too large): the
-    /// client's error, not the cloud's. The cloud never got the request whole.
-    ClientBody(String),
-    /// The request's time ran out while the client's body was still arriving: the client's
-    /// delay, not the cloud's. The cloud never got the request whole.
-    ClientTooSlow(String),
-    /// The hub has no TLS material for the cloud yet (token mode before discovery or the
-    /// first certificate): nothing is sent, under any identity.
-    NoCredentials(String),
-}
-
-impl UpstreamError {
-    /// True when the request certainly did not reach the cloud.
-    pub(crate) fn never_sent(&self) -> bool {
-        match self {
-            UpstreamError::NoHealthyBackend | UpstreamError::NoCredentials(_) => true,
-            UpstreamError::Transport { maybe_sent, .. } => !maybe_sent,
-            UpstreamError::Request(_)
-            | UpstreamError::ClientBody(_)
-            | UpstreamError::ClientTooSlow(_) => true,
-        }
-    }
-}
-
-impl fmt::Display for UpstreamError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            UpstreamError::NoHealthyBackend => f.write_str("no cloud server is healthy"),
-            UpstreamError::Transport { server, detail, .. } => write!(f, "{server}: {detail}"),
-            UpstreamError::Request(detail) => write!(f, "cannot build the request: {detail}"),
-            UpstreamError::ClientBody(detail) => {
-                write!(f, "reading the client's request body failed: {detail}")
-            }
-            UpstreamError::ClientTooSlow(detail) => write!(
-                f,
-                "the client's request body did not arrive within the request's time: {detail}"
-            ),
-            UpstreamError::NoCredentials(why) => {
-                write!(f, "the hub has no credentials for the cloud yet: {why}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for UpstreamError {}
+pub(crate) use crate::cloud_error::UpstreamError;
 
 /// The cloud as the request path sees it: send a request, tell whether any server is usable,
 /// name a server. [`Upstream`] is the real one; the proxy's fallback tests use a fake.

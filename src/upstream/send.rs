@@ -364,7 +364,8 @@ fn never_connected(error: &ureq::Error) -> bool {
     ) || matches!(error, ureq::Error::Io(e) if matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::NotConnected))
 }
 
-fn transport_error(server: &str, error: ureq::Error) -> UpstreamError {
+/// The [`UpstreamError`] of a request to `server` that ureq could not complete.
+pub(super) fn transport_error(server: &str, error: ureq::Error) -> UpstreamError {
     let timeout = matches!(error, ureq::Error::Timeout(_))
         || matches!(&error, ureq::Error::Io(e) if e.kind() == io::ErrorKind::TimedOut);
     // Failures before a connection exists cannot have delivered the request.

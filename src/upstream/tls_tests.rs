@@ -13,7 +13,7 @@ use rustls::{DigitallySignedStruct, DistinguishedName, ServerConnection, Signatu
 
 use super::*;
 use crate::config::LbMode;
-use crate::health::Probe;
+use crate::health::{Probe, ProbeError};
 use crate::server::tls::tests::TestCa;
 use std::sync::Mutex;
 
@@ -307,9 +307,13 @@ fn without_tls_material_nothing_is_sent_until_some_is_set() {
         );
     }
     let probed = upstream.probe(&cloud.base(), Duration::from_secs(5));
+    let Err(ProbeError::NoAnswer(UpstreamError::NoCredentials(_))) = &probed else {
+        panic!("{probed:?}");
+    };
     assert!(
         probed
             .unwrap_err()
+            .to_string()
             .starts_with("the hub has no credentials for the cloud yet"),
     );
     assert_eq!(cloud.leaves.lock().unwrap().len(), 0, "no connection made");
@@ -385,4 +389,105 @@ fn the_cloud_gets_the_hubs_token_and_a_leader_hub_never_does() {
         Some(&leaf[..]),
         "the certificate only"
     );
+}
+
+/// A plain HTTP server on loopback answering each request head with `answer(first line)`
+/// (`None`: no answer, the connection held open until the client gives up).
+fn plain_server(answer: fn(&str) -> Option<&'static str>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    thread::spawn(move || {
+        for sock in listener.incoming().flatten() {
+            thread::spawn(move || {
+                let mut reader = BufReader::new(sock.try_clone().unwrap());
+                let mut sock = sock;
+                loop {
+                    let mut first = String::new();
+                    if reader.read_line(&mut first).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                        line.clear();
+                    }
+                    match answer(&first) {
+                        Some(reply) => {
+                            if sock.write_all(reply.as_bytes()).is_err() {
+                                return;
+                            }
+                        }
+                        None => {
+                            // Held until the client hangs up.
+                            let _ = reader.read_line(&mut line);
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    base
+}
+
+#[test]
+fn a_probe_is_judged_by_the_origin_of_its_failure() {
+    let ca = TestCa::new();
+    let backends = Arc::new(Backends::new(vec![], LbMode::RoundRobin));
+    let (tls, _) = material(&ca, "hub");
+    let upstream = Upstream::new(backends, Some(&tls), None, 4).unwrap();
+    let quick = Duration::from_secs(5);
+    const OK: &str = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    const NOT_FOUND: &str = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
+    const FAILING: &str = "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n";
+
+    // An answer that is not 2xx: the server answered, unhealthy, with today's text.
+    let failing = plain_server(|_| Some(FAILING));
+    let probed = upstream.probe(&failing, quick);
+    assert_eq!(probed, Err(ProbeError::Answered(500)));
+    assert_eq!(probed.unwrap_err().to_string(), "health probe answered 500");
+
+    // No /readyz (404): /healthz judges.
+    let old = plain_server(|first| {
+        Some(if first.contains("/readyz") {
+            NOT_FOUND
+        } else {
+            OK
+        })
+    });
+    assert_eq!(upstream.probe(&old, quick), Ok(()));
+    let gone = plain_server(|_| Some(NOT_FOUND));
+    assert_eq!(upstream.probe(&gone, quick), Err(ProbeError::Answered(404)));
+
+    // Silence: no answer, a timeout after the request went.
+    let silent = plain_server(|_| None);
+    let probed = upstream.probe(&silent, Duration::from_millis(300));
+    let Err(ProbeError::NoAnswer(UpstreamError::Transport {
+        timeout: true,
+        maybe_sent: true,
+        ref server,
+        ..
+    })) = probed
+    else {
+        panic!("{probed:?}");
+    };
+    assert_eq!(server, &silent);
+
+    // Refused: no answer, and nothing was sent; the text does not repeat the server.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let refused = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let probed = upstream.probe(&refused, quick);
+    let Err(ProbeError::NoAnswer(
+        ref e @ UpstreamError::Transport {
+            timeout: false,
+            maybe_sent: false,
+            ..
+        },
+    )) = probed
+    else {
+        panic!("{probed:?}");
+    };
+    let text = probed.as_ref().unwrap_err().to_string();
+    assert_eq!(text, e.without_server().to_string());
+    assert!(!text.contains(&refused), "{text}");
 }
