@@ -47,14 +47,31 @@ impl fmt::Debug for ClientIdentity {
 
 impl ClientIdentity {
     /// The chain and key as ureq takes them.
-    pub(crate) fn ureq_cert(&self) -> Result<ClientCert, String> {
+    pub(crate) fn ureq_cert(&self) -> Result<ClientCert, ClientKeyError> {
         let chain: Vec<Certificate<'static>> = self
             .chain
             .iter()
             .map(|c| Certificate::from_der(c.as_ref()).to_owned())
             .collect();
-        let key = PrivateKey::from_pem(&self.key_pem).map_err(|e| format!("client key: {e}"))?;
+        let key = PrivateKey::from_pem(&self.key_pem).map_err(ClientKeyError)?;
         Ok(ClientCert::new_with_certs(&chain, key))
+    }
+}
+
+/// ureq cannot read the client key (rustls could: [`load`] parsed it), so no agent can
+/// present the certificate.
+#[derive(Debug)]
+pub(crate) struct ClientKeyError(ureq::Error);
+
+impl fmt::Display for ClientKeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "client key: {}", self.0)
+    }
+}
+
+impl std::error::Error for ClientKeyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
     }
 }
 

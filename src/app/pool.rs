@@ -92,7 +92,7 @@ fn start_leader_watch(
         return Ok(());
     };
     let state = PoolState::new(&config.node_name, &pool, config.pool_scope.clone())
-        .map_err(|e| StartupError::new(e).context("--nodepool-name"))?;
+        .map_err(|e| StartupError::new(e.to_string()).context("--nodepool-name"))?;
     let scoped = Arc::clone(route);
     let watch = LeaderWatch {
         upstream: Arc::clone(upstream),

@@ -198,7 +198,7 @@ impl LeaderWatch {
     fn watch(&mut self, rv: &str, stop: &Receiver<()>) -> Watched {
         let path = match leader::watch_path(&self.namespace, &self.pool, rv) {
             Ok(path) => path,
-            Err(e) => return Watched::Relist(ClientError::Refused(e)),
+            Err(e) => return Watched::Relist(ClientError::Refused(e.to_string())),
         };
         let began = Instant::now();
         let mut answer = match get_as_hub(&self.upstream, &path, watch_deadline(WATCH_SECONDS)) {

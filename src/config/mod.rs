@@ -605,7 +605,7 @@ fn pool_of(f: &Flags<'_>) -> Result<(Option<String>, String, PoolScope), Startup
     }
     let pool_scope = PoolScope::parse_flag_values(raw.all("pool-scope-resources"))
         .map(PoolScope::with_defaults)
-        .map_err(|e| StartupError::flag("pool-scope-resources", e))?;
+        .map_err(|e| StartupError::flag("pool-scope-resources", e.to_string()))?;
     Ok((nodepool_name, namespace, pool_scope))
 }
 

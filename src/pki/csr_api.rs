@@ -250,7 +250,7 @@ impl ApiClient {
         let roots = roots(ca_pem)?;
         let (client_cert, bearer) = match auth {
             Auth::Token(token) => (None, Some(Arc::from(format!("Bearer {token}")))),
-            Auth::Certificate(id) => (Some(id.ureq_cert()?), None),
+            Auth::Certificate(id) => (Some(id.ureq_cert().map_err(|e| e.to_string())?), None),
         };
         let tls = tls_builder()
             .root_certs(RootCerts::new_with_certs(&roots))

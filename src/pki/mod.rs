@@ -252,7 +252,7 @@ fn install_tls(
     tls: &TlsMaterial,
     probe_timeout: Duration,
 ) -> Result<(), String> {
-    upstream.set_tls(tls)?;
+    upstream.set_tls(tls).map_err(|e| e.to_string())?;
     if !upstream.backends().any_healthy() {
         crate::health::probe_all_once(upstream.backends(), upstream, probe_timeout);
     }

@@ -395,10 +395,12 @@ pub(super) fn serving(
 ) {
     let mut on_first = Some(on_first);
     let mut install = |stored: &StoredCert, info: &CertInfo| -> Result<(), String> {
-        serving.set(
-            stored.identity.chain.clone(),
-            stored.identity.key.clone_key(),
-        )?;
+        serving
+            .set(
+                stored.identity.chain.clone(),
+                stored.identity.key.clone_key(),
+            )
+            .map_err(|e| e.to_string())?;
         state.serving_installed(info.not_after);
         if let Some(open) = on_first.take() {
             open();

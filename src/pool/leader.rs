@@ -19,6 +19,7 @@
 //! - Memory: one [`Leader`] is a boxed node name and an address (28 bytes on a 32-bit
 //!   router, plus the name); a pool has one to a few leaders.
 
+use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
 use serde_json::Value;
@@ -41,31 +42,66 @@ pub(crate) const KEY_ENABLE_LEADER_ELECTION: &str = "enable-leader-election";
 /// Seconds one watch of the ConfigMap lasts before the caller renews it.
 pub(crate) const WATCH_SECONDS: u64 = 300;
 
+/// Why the pool's leader ConfigMap cannot be named, or one version of it cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LeaderConfigError {
+    /// `leader-hub-<pool>` is not a valid object name.
+    PoolName {
+        /// The pool name it was made from.
+        pool: String,
+    },
+    /// The namespace is not a DNS label.
+    Namespace(String),
+    /// The object is not a JSON object.
+    NotAnObject,
+    /// Its `data` is neither absent nor an object.
+    DataNotAnObject,
+}
+
+impl fmt::Display for LeaderConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LeaderConfigError::PoolName { pool } => write!(
+                f,
+                "{:?} is not a valid ConfigMap name (from the pool name {pool:?})",
+                format!("{CONFIG_NAME_PREFIX}{pool}")
+            ),
+            LeaderConfigError::Namespace(namespace) => {
+                write!(f, "{namespace:?} is not a namespace")
+            }
+            LeaderConfigError::NotAnObject => f.write_str("the ConfigMap is not a JSON object"),
+            LeaderConfigError::DataNotAnObject => {
+                f.write_str("the ConfigMap's data is not an object")
+            }
+        }
+    }
+}
+
+impl std::error::Error for LeaderConfigError {}
+
 /// The name of `pool`'s ConfigMap, `leader-hub-<pool>`; an error when that is not a valid
 /// object name (the pool name is put into request paths and queries).
-pub(crate) fn config_name(pool: &str) -> Result<String, String> {
+pub(crate) fn config_name(pool: &str) -> Result<String, LeaderConfigError> {
     let name = format!("{CONFIG_NAME_PREFIX}{pool}");
     if is_dns_subdomain(&name) {
         Ok(name)
     } else {
-        Err(format!(
-            "{name:?} is not a valid ConfigMap name (from the pool name {pool:?})"
-        ))
+        Err(LeaderConfigError::PoolName { pool: pool.into() })
     }
 }
 
 /// The label selector of `pool`'s ConfigMap, `openyurt.io/configmap-name=leader-hub-<pool>`
 /// (what YurtHub's informer selects by; tests only).
 #[cfg(test)]
-pub(crate) fn label_selector(pool: &str) -> Result<String, String> {
+pub(crate) fn label_selector(pool: &str) -> Result<String, LeaderConfigError> {
     Ok(format!("{CONFIG_LABEL}={}", config_name(pool)?))
 }
 
 /// The path that lists `pool`'s ConfigMap in `namespace`, by name:
 /// `/api/v1/namespaces/<ns>/configmaps?fieldSelector=metadata.name%3Dleader-hub-<pool>`.
-pub(crate) fn list_path(namespace: &str, pool: &str) -> Result<String, String> {
+pub(crate) fn list_path(namespace: &str, pool: &str) -> Result<String, LeaderConfigError> {
     if !is_dns_label(namespace) {
-        return Err(format!("{namespace:?} is not a namespace"));
+        return Err(LeaderConfigError::Namespace(namespace.into()));
     }
     let name = config_name(pool)?;
     // Names are lower-case alphanumerics, '-' and '.': nothing to escape.
@@ -80,7 +116,7 @@ pub(crate) fn watch_path(
     namespace: &str,
     pool: &str,
     resource_version: &str,
-) -> Result<String, String> {
+) -> Result<String, LeaderConfigError> {
     let rv: String = resource_version
         .bytes()
         .map(|b| {
@@ -157,14 +193,12 @@ pub(crate) struct LeaderConfig {
 impl LeaderConfig {
     /// Reads a ConfigMap object. An error when it is not a ConfigMap-like object; a missing
     /// `data` (or key) reads as empty values, as a Go map lookup does.
-    pub(crate) fn from_configmap(cm: &Value) -> Result<LeaderConfig, String> {
-        let object = cm
-            .as_object()
-            .ok_or_else(|| "the ConfigMap is not a JSON object".to_owned())?;
+    pub(crate) fn from_configmap(cm: &Value) -> Result<LeaderConfig, LeaderConfigError> {
+        let object = cm.as_object().ok_or(LeaderConfigError::NotAnObject)?;
         let data = match object.get("data") {
             None | Some(Value::Null) => None,
             Some(Value::Object(data)) => Some(data),
-            Some(_) => return Err("the ConfigMap's data is not an object".to_owned()),
+            Some(_) => return Err(LeaderConfigError::DataNotAnObject),
         };
         let mut skipped = Vec::new();
         let leaders_text = data_value(data, KEY_LEADERS, &mut skipped);
@@ -290,7 +324,11 @@ impl PoolState {
     /// Before any ConfigMap of `node`'s `pool`: `flags` (defaults plus
     /// `--pool-scope-resources`), the cloud. An error when the pool makes no valid
     /// ConfigMap name.
-    pub(crate) fn new(node: &str, pool: &str, flags: PoolScope) -> Result<PoolState, String> {
+    pub(crate) fn new(
+        node: &str,
+        pool: &str,
+        flags: PoolScope,
+    ) -> Result<PoolState, LeaderConfigError> {
         Ok(PoolState {
             node: node.into(),
             config_name: config_name(pool)?.into(),
@@ -420,7 +458,14 @@ mod tests {
             watch.query.field_selector.as_deref(),
             Some("metadata.name=leader-hub-p")
         );
-        assert!(config_name("Pool_A").is_err());
+        assert_eq!(
+            config_name("Pool_A").unwrap_err().to_string(),
+            r#""leader-hub-Pool_A" is not a valid ConfigMap name (from the pool name "Pool_A")"#
+        );
+        assert_eq!(
+            list_path("Kube-System", "p").unwrap_err(),
+            LeaderConfigError::Namespace("Kube-System".into())
+        );
         assert!(list_path("Kube-System", "p").is_err());
         assert!(list_path("kube-system", "p/../x").is_err());
     }

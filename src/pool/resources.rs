@@ -46,26 +46,77 @@ pub(crate) struct Gvr {
     pub resource: Box<str>,
 }
 
+/// Why an entry is not `group/version/resource`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GvrError {
+    /// Not exactly two `/`.
+    NotThreeParts(String),
+    /// One part is not valid.
+    Part {
+        /// The whole entry.
+        entry: String,
+        /// Which part.
+        part: GvrPart,
+        /// The part as given (trimmed).
+        value: String,
+    },
+}
+
+/// A part of a `group/version/resource` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GvrPart {
+    /// The API group.
+    Group,
+    /// The API version.
+    Version,
+    /// The resource (plural).
+    Resource,
+}
+
+impl fmt::Display for GvrError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GvrError::NotThreeParts(entry) => write!(
+                f,
+                "{entry:?} is not group/version/resource (the core group is empty: /v1/services)"
+            ),
+            GvrError::Part { entry, part, value } => {
+                let what = match part {
+                    GvrPart::Group => "an API group",
+                    GvrPart::Version => "an API version",
+                    GvrPart::Resource => "a resource name",
+                };
+                write!(f, "{entry:?}: {value:?} is not {what}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for GvrError {}
+
 impl Gvr {
     /// Reads one entry in YurtHub's format `group/version/resource` (exactly two `/`; the
     /// core group empty, as in `/v1/services`). Blanks around each part are trimmed, as
     /// YurtHub trims them; each part must then be a valid group, version and resource.
-    pub(crate) fn parse(entry: &str) -> Result<Gvr, String> {
+    pub(crate) fn parse(entry: &str) -> Result<Gvr, GvrError> {
         let parts: Vec<&str> = entry.split('/').map(str::trim).collect();
         let [group, version, resource] = parts[..] else {
-            return Err(format!(
-                "{entry:?} is not group/version/resource (the core group is empty: /v1/services)"
-            ));
+            return Err(GvrError::NotThreeParts(entry.into()));
+        };
+        let bad = |part: GvrPart, value: &str| GvrError::Part {
+            entry: entry.into(),
+            part,
+            value: value.into(),
         };
         if !group.is_empty() && !is_dns_subdomain(group) {
-            return Err(format!("{entry:?}: {group:?} is not an API group"));
+            return Err(bad(GvrPart::Group, group));
         }
         if !is_version(version) {
-            return Err(format!("{entry:?}: {version:?} is not an API version"));
+            return Err(bad(GvrPart::Version, version));
         }
         // A resource names one path segment: no '.' to begin with, no '/'.
         if !is_resource_name(resource) {
-            return Err(format!("{entry:?}: {resource:?} is not a resource name"));
+            return Err(bad(GvrPart::Resource, resource));
         }
         Ok(Gvr {
             group: group.into(),
@@ -129,7 +180,7 @@ impl PoolScope {
     /// The first bad entry is the error, naming it.
     pub(crate) fn parse_flag_values<'a>(
         values: impl IntoIterator<Item = &'a str>,
-    ) -> Result<Vec<Gvr>, String> {
+    ) -> Result<Vec<Gvr>, GvrError> {
         values
             .into_iter()
             .flat_map(|v| v.split(','))
@@ -274,7 +325,7 @@ mod tests {
             ("/v1/Services", "is not a resource name"),
             ("/v1/.x", "is not a resource name"),
         ] {
-            let e = Gvr::parse(bad).expect_err(bad);
+            let e = Gvr::parse(bad).expect_err(bad).to_string();
             assert!(
                 e.contains(why) && e.contains(&format!("{bad:?}")),
                 "{bad}: {e}"
@@ -299,7 +350,8 @@ mod tests {
             "sorted, the repeated default once"
         );
         let e = PoolScope::parse_flag_values(["/v1/nodes,apps/deployments"]).unwrap_err();
-        assert!(e.contains("\"apps/deployments\""), "{e}");
+        assert_eq!(e, GvrError::NotThreeParts("apps/deployments".into()));
+        assert!(e.to_string().contains("\"apps/deployments\""), "{e}");
     }
 
     #[test]

@@ -41,13 +41,13 @@ impl ServingCert {
         &self,
         chain: Vec<CertificateDer<'static>>,
         key: PrivateKeyDer<'static>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ServingCertError> {
         if chain.is_empty() {
-            return Err("the serving certificate chain is empty".into());
+            return Err(ServingCertError::EmptyChain);
         }
         let provider = rustls::crypto::ring::default_provider();
-        let certified = CertifiedKey::from_der(chain, key, &provider)
-            .map_err(|e| format!("the serving certificate and key do not belong together: {e}"))?;
+        let certified =
+            CertifiedKey::from_der(chain, key, &provider).map_err(ServingCertError::KeyMismatch)?;
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(certified));
         Ok(())
     }
@@ -64,6 +64,36 @@ impl ServingCert {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+}
+
+/// Why a serving certificate was refused (the one in use stays).
+#[derive(Debug)]
+pub(crate) enum ServingCertError {
+    /// The chain has no certificate.
+    EmptyChain,
+    /// The key does not belong to the leaf (or rustls cannot use it).
+    KeyMismatch(rustls::Error),
+}
+
+impl fmt::Display for ServingCertError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServingCertError::EmptyChain => f.write_str("the serving certificate chain is empty"),
+            ServingCertError::KeyMismatch(e) => write!(
+                f,
+                "the serving certificate and key do not belong together: {e}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ServingCertError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ServingCertError::EmptyChain => None,
+            ServingCertError::KeyMismatch(e) => Some(e),
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use ureq::unversioned::transport::{Connector, NextTimeout, RustlsConnector};
 use super::conn::Recording;
 use super::retire::{Generation, Retirable};
 use crate::http1;
-use crate::tls::{ClientIdentity, TlsMaterial};
+use crate::tls::{ClientIdentity, ClientKeyError, TlsMaterial};
 
 /// ureq agents over one set of TLS material: with and without the hub's client certificate,
 /// pooled for short exchanges and unpooled for streams.
@@ -33,7 +33,7 @@ pub(super) struct Agents {
 impl Agents {
     /// Agents trusting `tls.roots`, the hub's ones presenting `tls.client` when there is one,
     /// each pooled one keeping up to `pool` idle connections.
-    pub(super) fn new(tls: &TlsMaterial, pool: usize) -> Result<Agents, String> {
+    pub(super) fn new(tls: &TlsMaterial, pool: usize) -> Result<Agents, ClientKeyError> {
         let roots: Vec<Certificate<'static>> = tls
             .roots
             .iter()

@@ -25,7 +25,7 @@ use crate::health::Backends;
 use crate::http1;
 use crate::link::Counted;
 use crate::route::{Deadline, Identity};
-use crate::tls::TlsMaterial;
+use crate::tls::{ClientKeyError, TlsMaterial};
 
 mod agents;
 mod conn;
@@ -203,7 +203,7 @@ impl Upstream {
         tls: Option<&TlsMaterial>,
         token: Option<Token>,
         pool: usize,
-    ) -> Result<Upstream, String> {
+    ) -> Result<Upstream, ClientKeyError> {
         let agents = tls
             .map(|tls| Agents::new(tls, pool))
             .transpose()?
@@ -221,7 +221,7 @@ impl Upstream {
     /// sent, and an open stream (a watch), keeps its connection to its end. The old pooled
     /// connections close at once when idle, and when their answer ends otherwise — never
     /// reused (YurtHub closes every connection within 10 s of a rotation, in use or not).
-    pub(crate) fn set_tls(&self, tls: &TlsMaterial) -> Result<(), String> {
+    pub(crate) fn set_tls(&self, tls: &TlsMaterial) -> Result<(), ClientKeyError> {
         let agents = Arc::new(Agents::new(tls, self.pool)?);
         let old = self
             .agents
