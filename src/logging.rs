@@ -35,6 +35,9 @@ pub struct VModule {
 }
 
 /// Reads `--vmodule` (`pattern=N,…`, klog's syntax; empty entries skipped).
+// A String error on purpose: it has one cause (an entry is not pattern=N), no caller
+// decides anything from it, and it is the flag's message, printed as-is by
+// `StartupError::flag` at start-up (the edge of the program).
 pub(crate) fn parse_vmodule(text: &str) -> Result<Vec<VModule>, String> {
     let mut out = Vec::new();
     for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {

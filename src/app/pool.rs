@@ -2,7 +2,10 @@
 //! watch caches and their feeders, where pool-scope reads go and the leaders' health checker,
 //! the watcher of the `leader-hub-<pool>` ConfigMap, and the multiplexer port a leader opens.
 
+use std::fmt;
+use std::io;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -191,19 +194,19 @@ fn open_multiplexer(
             return;
         };
         let stopping = Arc::clone(&shutdown);
-        let open = move || -> Result<MultiplexerPort, String> {
+        let open = move || -> Result<MultiplexerPort, OpenError> {
             // The CA of now: in token mode it is learnt after start (the ConfigMap that names
             // this node a leader came through it).
             let ca = match &client_ca {
-                Some(path) => read_client_ca(path)?,
+                Some(path) => read_client_ca(path).map_err(OpenError::ClientCa)?,
                 None => upstream.cluster_ca(),
             };
             let tls = multiplexer::identity::server_config(Arc::clone(&serving), &ca)
-                .map_err(|e| e.to_string())?;
+                .map_err(OpenError::Tls)?;
             let cloud = Arc::clone(&upstream) as Arc<dyn crate::upstream::Cloud>;
             let opened =
                 multiplexer::start(bind, tls, Arc::clone(&caches), cloud, Arc::clone(&shutdown))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(OpenError::Listen)?;
             let source = if client_ca.is_some() {
                 "--multiplexer-client-ca-file"
             } else {
@@ -256,17 +259,80 @@ fn open_multiplexer(
     })
 }
 
+/// Why the multiplexer port could not be opened (it is tried again every
+/// [`CHECK_INTERVAL`]).
+#[derive(Debug)]
+enum OpenError {
+    /// `--multiplexer-client-ca-file` is unusable.
+    ClientCa(ClientCaError),
+    /// No TLS configuration could be made of the CA (the text is `proxy::multiplexer`'s).
+    Tls(String),
+    /// The port could not be bound.
+    Listen(io::Error),
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpenError::ClientCa(e) => e.fmt(f),
+            OpenError::Tls(why) => f.write_str(why),
+            OpenError::Listen(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            OpenError::ClientCa(e) => Some(e),
+            OpenError::Tls(_) => None,
+            OpenError::Listen(e) => Some(e),
+        }
+    }
+}
+
+/// Why `--multiplexer-client-ca-file` gives no CA: each names the file.
+#[derive(Debug)]
+enum ClientCaError {
+    /// It cannot be read.
+    Read(PathBuf, io::Error),
+    /// It is not PEM.
+    Pem(PathBuf, rustls::pki_types::pem::Error),
+    /// It holds no certificate.
+    Empty(PathBuf),
+}
+
+impl fmt::Display for ClientCaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientCaError::Read(path, e) => write!(f, "{}: {e}", path.display()),
+            ClientCaError::Pem(path, e) => write!(f, "{}: bad PEM ({e})", path.display()),
+            ClientCaError::Empty(path) => write!(f, "{}: no certificate in it", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for ClientCaError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ClientCaError::Read(_, e) => Some(e),
+            ClientCaError::Pem(_, e) => Some(e),
+            ClientCaError::Empty(_) => None,
+        }
+    }
+}
+
 /// The certificates of the PEM file `path`, for `--multiplexer-client-ca-file`.
 fn read_client_ca(
-    path: &std::path::Path,
-) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    path: &Path,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, ClientCaError> {
     use rustls::pki_types::pem::PemObject;
-    let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let pem = std::fs::read(path).map_err(|e| ClientCaError::Read(path.into(), e))?;
     let certs = rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{}: bad PEM ({e})", path.display()))?;
+        .map_err(|e| ClientCaError::Pem(path.into(), e))?;
     if certs.is_empty() {
-        return Err(format!("{}: no certificate in it", path.display()));
+        return Err(ClientCaError::Empty(path.into()));
     }
     Ok(certs)
 }

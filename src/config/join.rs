@@ -13,7 +13,7 @@ pub(crate) struct JoinToken {
 
 impl JoinToken {
     /// Parses `[a-z0-9]{6}.[a-z0-9]{16}` exactly.
-    pub(crate) fn parse(text: &str) -> Result<JoinToken, String> {
+    pub(crate) fn parse(text: &str) -> Result<JoinToken, JoinTokenError> {
         let valid = |s: &str, len: usize| {
             s.len() == len
                 && s.bytes()
@@ -24,7 +24,7 @@ impl JoinToken {
                 id: id.to_string(),
                 secret: secret.to_string(),
             }),
-            _ => Err("a join token has the form [a-z0-9]{6}.[a-z0-9]{16}".into()),
+            _ => Err(JoinTokenError),
         }
     }
 
@@ -44,6 +44,18 @@ impl JoinToken {
     }
 }
 
+/// The text is not a join token. It carries nothing of the text: that may be a secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct JoinTokenError;
+
+impl fmt::Display for JoinTokenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a join token has the form [a-z0-9]{6}.[a-z0-9]{16}")
+    }
+}
+
+impl std::error::Error for JoinTokenError {}
+
 impl fmt::Debug for JoinToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "JoinToken({}.<redacted>)", self.id)
@@ -62,16 +74,26 @@ pub(crate) struct CaPin([u8; 32]);
 
 impl CaPin {
     /// Parses kubeadm's `sha256:<64 hex digits>` (hex in either case).
-    pub(crate) fn parse(text: &str) -> Result<CaPin, String> {
-        let err = || format!("CA pin {text:?} is not of the form sha256:<64 hex digits>");
-        let hex = text.strip_prefix("sha256:").ok_or_else(err)?;
+    pub(crate) fn parse(text: &str) -> Result<CaPin, CaPinError> {
+        let err = |cause| CaPinError {
+            text: text.into(),
+            cause,
+        };
+        let hex = text
+            .strip_prefix("sha256:")
+            .ok_or_else(|| err(CaPinFault::NoPrefix))?;
         if hex.len() != 64 {
-            return Err(err());
+            return Err(err(CaPinFault::Length));
         }
         let mut out = [0u8; 32];
         for (i, pair) in hex.as_bytes().chunks(2).enumerate() {
-            let digit = |b: u8| char::from(b).to_digit(16).ok_or_else(err);
-            out[i] = u8::try_from(digit(pair[0])? * 16 + digit(pair[1])?).map_err(|_| err())?;
+            let digit = |b: u8| {
+                char::from(b)
+                    .to_digit(16)
+                    .ok_or_else(|| err(CaPinFault::NotHex))
+            };
+            out[i] = u8::try_from(digit(pair[0])? * 16 + digit(pair[1])?)
+                .map_err(|_| err(CaPinFault::NotHex))?;
         }
         Ok(CaPin(out))
     }
@@ -81,6 +103,39 @@ impl CaPin {
         CaPin(digest)
     }
 }
+
+/// A text that is not a CA pin, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CaPinError {
+    /// The text given (a pin is public: it may be repeated).
+    pub text: String,
+    /// What is wrong.
+    pub cause: CaPinFault,
+}
+
+/// What is wrong with a CA pin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CaPinFault {
+    /// It does not start with `sha256:`.
+    NoPrefix,
+    /// The digest is not 64 digits long.
+    Length,
+    /// A digit is not hexadecimal.
+    NotHex,
+}
+
+impl fmt::Display for CaPinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // One text for every fault: the form says what is wanted.
+        write!(
+            f,
+            "CA pin {:?} is not of the form sha256:<64 hex digits>",
+            self.text
+        )
+    }
+}
+
+impl std::error::Error for CaPinError {}
 
 impl fmt::Display for CaPin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -126,7 +181,7 @@ mod tests {
             "abcdef.0123456789abcdef.x",
             " abcdef.0123456789abcdef",
         ] {
-            let err = JoinToken::parse(bad).expect_err(bad);
+            let err = JoinToken::parse(bad).expect_err(bad).to_string();
             assert!(err.contains("[a-z0-9]{6}.[a-z0-9]{16}"), "{err}");
             assert!(
                 !err.contains("0123456789"),
@@ -143,17 +198,21 @@ mod tests {
         assert_eq!(lower, upper);
         assert_eq!(lower.0[..3], [0x01, 0x23, 0x45]);
         assert_eq!(lower.to_string(), format!("sha256:{hex}"));
-        for bad in [
-            hex.clone(),
-            format!("sha1:{hex}"),
-            format!("sha256:{}", &hex[1..]),
-            format!("sha256:{hex}0"),
-            format!("sha256:{}g", &hex[1..]),
-            format!("sha256:{}+1", &hex[2..]),
-            "sha256:".into(),
+        for (bad, cause) in [
+            (hex.clone(), CaPinFault::NoPrefix),
+            (format!("sha1:{hex}"), CaPinFault::NoPrefix),
+            (format!("sha256:{}", &hex[1..]), CaPinFault::Length),
+            (format!("sha256:{hex}0"), CaPinFault::Length),
+            (format!("sha256:{}g", &hex[1..]), CaPinFault::NotHex),
+            (format!("sha256:{}+1", &hex[2..]), CaPinFault::NotHex),
+            ("sha256:".into(), CaPinFault::Length),
         ] {
             let err = CaPin::parse(&bad).expect_err(&bad);
-            assert!(err.contains("sha256:<64 hex digits>"), "{err}");
+            assert_eq!(err.cause, cause, "{bad}");
+            assert_eq!(
+                err.to_string(),
+                format!("CA pin {bad:?} is not of the form sha256:<64 hex digits>")
+            );
         }
     }
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD_NO_PAD;
-use yaml_rust2::{Yaml, YamlLoader};
+use yaml_rust2::{ScanError, Yaml, YamlLoader};
 
 use crate::error::StartupError;
 
@@ -71,21 +71,104 @@ impl fmt::Debug for Token {
     }
 }
 
+/// Why a kubeconfig cannot be used: the YAML, its structure, or a file it names.
+#[derive(Debug)]
+pub(crate) enum KubeconfigError {
+    /// The text is not YAML.
+    Yaml(ScanError),
+    /// No document.
+    Empty,
+    /// The document is not a mapping.
+    NotAMapping,
+    /// `contexts`, `clusters` or `users` (named) is not a list.
+    NotAList(&'static str),
+    /// An entry of that list has no name.
+    Unnamed(&'static str),
+    /// `current-context` names no context.
+    UnknownContext(String),
+    /// Several contexts and none is current.
+    NoCurrentContext,
+    /// The current context's cluster is not defined.
+    UnknownCluster(String),
+    /// The current context's user is not defined.
+    UnknownUser(String),
+    /// A field that must be a string is not.
+    NotAString(&'static str),
+    /// A `*-data` field is not base64.
+    Base64(&'static str),
+    /// A file a field names cannot be read.
+    File {
+        /// The field.
+        key: &'static str,
+        /// The file, resolved against the kubeconfig's directory.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// `exec` or `auth-provider` credentials.
+    ExecUnsupported,
+    /// Only one of the client certificate and key.
+    HalfClientCertificate,
+}
+
+impl fmt::Display for KubeconfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KubeconfigError::Yaml(e) => write!(f, "not valid YAML: {e}"),
+            KubeconfigError::Empty => f.write_str("the file is empty"),
+            KubeconfigError::NotAMapping => f.write_str("the top level is not a mapping"),
+            KubeconfigError::NotAList(list) => write!(f, "{list} is not a list"),
+            KubeconfigError::Unnamed(list) => write!(f, "an entry of {list} has no name"),
+            KubeconfigError::UnknownContext(name) => {
+                write!(f, "current-context {name:?} is not among the contexts")
+            }
+            KubeconfigError::NoCurrentContext => f.write_str("no current-context is set"),
+            KubeconfigError::UnknownCluster(name) => {
+                write!(f, "cluster {name:?} of the current context is not defined")
+            }
+            KubeconfigError::UnknownUser(name) => {
+                write!(f, "user {name:?} of the current context is not defined")
+            }
+            KubeconfigError::NotAString(key) => write!(f, "{key} is not a string"),
+            KubeconfigError::Base64(key) => write!(f, "{key} is not valid base64"),
+            KubeconfigError::File { key, path, error } => {
+                write!(f, "{key} {}: {error}", path.display())
+            }
+            KubeconfigError::ExecUnsupported => f.write_str(
+                "exec and auth-provider credentials are not supported: use a client certificate or a token",
+            ),
+            KubeconfigError::HalfClientCertificate => {
+                f.write_str("a client certificate needs both client-certificate and client-key")
+            }
+        }
+    }
+}
+
+impl std::error::Error for KubeconfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            KubeconfigError::Yaml(e) => Some(e),
+            KubeconfigError::File { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
 /// Reads and maps the kubeconfig at `path`; an error names the path.
 pub(crate) fn load(path: &Path) -> Result<Kubeconfig, StartupError> {
     let err =
         |what: String| StartupError::new(what).context(format!("kubeconfig {}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
     let base = path.parent().unwrap_or(Path::new("."));
-    parse(&text, base).map_err(err)
+    parse(&text, base).map_err(|e| err(e.to_string()))
 }
 
 /// Maps kubeconfig YAML text; `base` resolves relative file references.
-pub(crate) fn parse(text: &str, base: &Path) -> Result<Kubeconfig, String> {
-    let docs = YamlLoader::load_from_str(text).map_err(|e| format!("not valid YAML: {e}"))?;
-    let doc = docs.first().ok_or("the file is empty")?;
+pub(crate) fn parse(text: &str, base: &Path) -> Result<Kubeconfig, KubeconfigError> {
+    let docs = YamlLoader::load_from_str(text).map_err(KubeconfigError::Yaml)?;
+    let doc = docs.first().ok_or(KubeconfigError::Empty)?;
     if doc.as_hash().is_none() {
-        return Err("the top level is not a mapping".into());
+        return Err(KubeconfigError::NotAMapping);
     }
 
     let contexts = named_list(doc, "contexts", "context")?;
@@ -98,10 +181,10 @@ pub(crate) fn parse(text: &str, base: &Path) -> Result<Kubeconfig, String> {
             .iter()
             .find(|(n, _)| *n == name)
             .map(|(_, c)| *c)
-            .ok_or_else(|| format!("current-context {name:?} is not among the contexts"))?,
+            .ok_or_else(|| KubeconfigError::UnknownContext(name.into()))?,
         None if contexts.len() == 1 => contexts[0].1,
         None if contexts.is_empty() && clusters.len() == 1 => &Yaml::BadValue,
-        None => return Err("no current-context is set".into()),
+        None => return Err(KubeconfigError::NoCurrentContext),
     };
 
     let cluster = match context["cluster"].as_str() {
@@ -110,7 +193,7 @@ pub(crate) fn parse(text: &str, base: &Path) -> Result<Kubeconfig, String> {
                 .iter()
                 .find(|(n, _)| *n == name)
                 .map(|(_, c)| *c)
-                .ok_or_else(|| format!("cluster {name:?} of the current context is not defined"))?,
+                .ok_or_else(|| KubeconfigError::UnknownCluster(name.into()))?,
         ),
         None if clusters.len() == 1 => Some(clusters[0].1),
         None => None,
@@ -121,7 +204,7 @@ pub(crate) fn parse(text: &str, base: &Path) -> Result<Kubeconfig, String> {
                 .iter()
                 .find(|(n, _)| *n == name)
                 .map(|(_, u)| *u)
-                .ok_or_else(|| format!("user {name:?} of the current context is not defined"))?,
+                .ok_or_else(|| KubeconfigError::UnknownUser(name.into()))?,
         ),
         None if users.len() == 1 => Some(users[0].1),
         None => None,
@@ -150,11 +233,11 @@ pub(crate) fn parse(text: &str, base: &Path) -> Result<Kubeconfig, String> {
             out.token = Some(Token::File(base.join(file)));
         }
         if user["exec"].as_hash().is_some() || user["auth-provider"].as_hash().is_some() {
-            return Err("exec and auth-provider credentials are not supported: use a client certificate or a token".into());
+            return Err(KubeconfigError::ExecUnsupported);
         }
     }
     if out.client_cert_pem.is_some() != out.client_key_pem.is_some() {
-        return Err("a client certificate needs both client-certificate and client-key".into());
+        return Err(KubeconfigError::HalfClientCertificate);
     }
     Ok(out)
 }
@@ -162,9 +245,9 @@ pub(crate) fn parse(text: &str, base: &Path) -> Result<Kubeconfig, String> {
 /// `(name, inner)` pairs of a kubeconfig list such as `clusters: [{name, cluster: {...}}]`.
 fn named_list<'a>(
     doc: &'a Yaml,
-    list: &str,
+    list: &'static str,
     inner: &str,
-) -> Result<Vec<(&'a str, &'a Yaml)>, String> {
+) -> Result<Vec<(&'a str, &'a Yaml)>, KubeconfigError> {
     match &doc[list] {
         Yaml::BadValue | Yaml::Null => Ok(Vec::new()),
         Yaml::Array(items) => items
@@ -172,40 +255,44 @@ fn named_list<'a>(
             .map(|item| {
                 let name = item["name"]
                     .as_str()
-                    .ok_or_else(|| format!("an entry of {list} has no name"))?;
+                    .ok_or(KubeconfigError::Unnamed(list))?;
                 Ok((name, &item[inner]))
             })
             .collect(),
-        _ => Err(format!("{list} is not a list")),
+        _ => Err(KubeconfigError::NotAList(list)),
     }
 }
 
-fn string_field(node: &Yaml, key: &str) -> Result<Option<String>, String> {
+fn string_field(node: &Yaml, key: &'static str) -> Result<Option<String>, KubeconfigError> {
     match &node[key] {
         Yaml::BadValue | Yaml::Null => Ok(None),
         Yaml::String(s) => Ok(Some(s.clone())),
-        _ => Err(format!("{key} is not a string")),
+        _ => Err(KubeconfigError::NotAString(key)),
     }
 }
 
 /// An inline `*-data` field (base64) or else the file a path field names.
 fn data_or_file(
     node: &Yaml,
-    data_key: &str,
-    file_key: &str,
+    data_key: &'static str,
+    file_key: &'static str,
     base: &Path,
-) -> Result<Option<Vec<u8>>, String> {
+) -> Result<Option<Vec<u8>>, KubeconfigError> {
     if let Some(data) = string_field(node, data_key)?.filter(|s| !s.is_empty()) {
         return base64_decode(&data)
             .map(Some)
-            .ok_or_else(|| format!("{data_key} is not valid base64"));
+            .ok_or(KubeconfigError::Base64(data_key));
     }
     match string_field(node, file_key)?.filter(|s| !s.is_empty()) {
         Some(file) => {
             let path = base.join(&file);
             std::fs::read(&path)
                 .map(Some)
-                .map_err(|e| format!("{file_key} {}: {e}", path.display()))
+                .map_err(|error| KubeconfigError::File {
+                    key: file_key,
+                    path,
+                    error,
+                })
         }
         None => Ok(None),
     }
@@ -353,12 +440,25 @@ current-context: b
             ),
         ];
         for (text, want) in cases {
-            let err = parse(text, &base()).expect_err(text);
+            let err = parse(text, &base()).expect_err(text).to_string();
             assert!(
                 err.contains(want),
                 "{text:?}: {err:?} should mention {want:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_file_it_names_that_cannot_be_read_is_that_files_error() {
+        let text = "clusters:\n- name: c\n  cluster: {certificate-authority: /nonexistent/ca}\n";
+        let err = parse(text, &base()).unwrap_err();
+        let KubeconfigError::File { key, path, error } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(*key, "certificate-authority");
+        assert_eq!(path, Path::new("/nonexistent/ca"));
+        assert_eq!(error.kind(), std::io::ErrorKind::NotFound);
+        assert!(std::error::Error::source(&err).is_some());
     }
 
     #[test]

@@ -9,6 +9,8 @@ pub(crate) mod join;
 pub(crate) mod kubeconfig;
 
 use std::ffi::OsString;
+use std::fmt;
+use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,7 +22,7 @@ use crate::netif::{self, DummyInterface};
 use crate::pool::leader;
 use crate::pool::resources::PoolScope;
 use crate::tls::{self, TlsMaterial};
-use join::{CaPin, JoinToken};
+use join::{CaPin, JoinToken, JoinTokenError};
 pub(crate) use kubeconfig::Token;
 
 /// What the command line asks for.
@@ -623,7 +625,7 @@ fn dummy_interface(
             let ip: IpAddr = text.parse().map_err(|_| {
                 StartupError::flag("dummy-if-ip", format!("{text:?} is not an IP address"))
             })?;
-            netif::validate_dummy_ip(ip).map_err(StartupError::new)?;
+            netif::validate_dummy_ip(ip).map_err(|e| StartupError::new(e.to_string()))?;
             ip
         }
         None => netif::default_dummy_ip(bind),
@@ -650,6 +652,9 @@ fn dummy_interface(
 
 /// A Go duration as `time.ParseDuration` reads it (`40s`, `1m30s`, `1.5h`, `300ms`, `0`),
 /// without a sign: a negative duration means nothing for the flags that take one.
+// A String error on purpose: it has one cause (the text is not a duration), no caller
+// decides anything from it, and it is the flag's message, printed as-is by
+// `StartupError::flag` at start-up (the edge of the program).
 pub(crate) fn parse_go_duration(text: &str) -> Result<Duration, String> {
     let bad = || format!("{text:?} is not a duration (such as 40s, 1m30s, 1.5h)");
     let rest = text.strip_prefix('+').unwrap_or(text);
@@ -767,7 +772,8 @@ fn token_mode(
         .all("discovery-token-ca-cert-hash")
         .flat_map(split_list)
         .map(|p| {
-            CaPin::parse(&p).map_err(|e| StartupError::flag("discovery-token-ca-cert-hash", e))
+            CaPin::parse(&p)
+                .map_err(|e| StartupError::flag("discovery-token-ca-cert-hash", e.to_string()))
         })
         .collect::<Result<Vec<_>, _>>()?;
     // A pin guards discovery only: a bootstrap file already carries the CA (YurtHub asks
@@ -822,31 +828,67 @@ fn join_token(raw: &flags::RawFlags) -> Result<Option<JoinToken>, StartupError> 
         )),
         (Some(text), None) => JoinToken::parse(text)
             .map(Some)
-            .map_err(|e| StartupError::flag("join-token", e)),
+            .map_err(|e| StartupError::flag("join-token", e.to_string())),
         (None, Some(path)) => join_token_from_file(path)
             .map(Some)
-            .map_err(|e| StartupError::flag("join-token-file", e)),
+            .map_err(|e| StartupError::flag("join-token-file", e.to_string())),
+    }
+}
+
+/// Why `--join-token-file` gives no join token. None repeats the file's content.
+#[derive(Debug)]
+enum JoinTokenFileError {
+    /// The file cannot be read (or is not UTF-8).
+    Read(String, io::Error),
+    /// It is longer than a token can be.
+    TooLong(String),
+    /// It is empty (but for a line end).
+    Empty(String),
+    /// Its content is not a join token.
+    NotAToken(String, JoinTokenError),
+}
+
+impl fmt::Display for JoinTokenFileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JoinTokenFileError::Read(path, e) => write!(f, "cannot read {path}: {e}"),
+            JoinTokenFileError::TooLong(path) => {
+                write!(f, "{path} is longer than a join token can be")
+            }
+            JoinTokenFileError::Empty(path) => write!(f, "{path} holds no token"),
+            JoinTokenFileError::NotAToken(path, e) => write!(f, "{path}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for JoinTokenFileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            JoinTokenFileError::Read(_, e) => Some(e),
+            JoinTokenFileError::NotAToken(_, e) => Some(e),
+            JoinTokenFileError::TooLong(_) | JoinTokenFileError::Empty(_) => None,
+        }
     }
 }
 
 /// The join token in the file at `path`: its content less one trailing line end.
-fn join_token_from_file(path: &str) -> Result<JoinToken, String> {
+fn join_token_from_file(path: &str) -> Result<JoinToken, JoinTokenFileError> {
     use std::io::Read;
     // A token is 23 bytes: a wrong path (a device, a large file) is not read whole.
     const MAX_TOKEN_FILE: u64 = 1024;
     let mut text = String::new();
     std::fs::File::open(path)
         .and_then(|file| file.take(MAX_TOKEN_FILE + 1).read_to_string(&mut text))
-        .map_err(|e| format!("cannot read {path}: {e}"))?;
+        .map_err(|e| JoinTokenFileError::Read(path.into(), e))?;
     if text.len() as u64 > MAX_TOKEN_FILE {
-        return Err(format!("{path} is longer than a join token can be"));
+        return Err(JoinTokenFileError::TooLong(path.into()));
     }
     let token = text.strip_suffix('\n').unwrap_or(&text);
     let token = token.strip_suffix('\r').unwrap_or(token);
     if token.is_empty() {
-        return Err(format!("{path} holds no token"));
+        return Err(JoinTokenFileError::Empty(path.into()));
     }
-    JoinToken::parse(token).map_err(|e| format!("{path}: {e}"))
+    JoinToken::parse(token).map_err(|e| JoinTokenFileError::NotAToken(path.into(), e))
 }
 
 /// The local address of the default route, as YurtHub's `--node-ip` default: a UDP socket

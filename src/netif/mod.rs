@@ -54,27 +54,51 @@ pub(crate) fn default_dummy_ip(bind: IpAddr) -> IpAddr {
 /// must be link-local (169.254.0.0/16), outside 169.254.31.0/24 and not 169.254.1.1 (both
 /// reserved: the flag's help, options.go:224). An IPv4-mapped IPv6 address counts as IPv4, as
 /// Go's `net.IP.To4` makes it.
-pub(crate) fn validate_dummy_ip(ip: IpAddr) -> Result<(), String> {
+pub(crate) fn validate_dummy_ip(ip: IpAddr) -> Result<(), DummyIpError> {
     let v4 = match ip.to_canonical() {
         IpAddr::V6(_) => return Ok(()),
         IpAddr::V4(v4) => v4,
     };
     let [a, b, c, _] = v4.octets();
     if (a, b) != (169, 254) {
-        return Err(format!(
-            "--dummy-if-ip {ip} is not in 169.254.0.0/16 (an IPv4 dummy address must be link-local)"
-        ));
+        return Err(DummyIpError::NotLinkLocal(ip));
     }
     if c == 31 {
-        return Err(format!(
-            "--dummy-if-ip {ip} is in the reserved 169.254.31.0/24"
-        ));
+        return Err(DummyIpError::ReservedRange(ip));
     }
     if v4 == Ipv4Addr::new(169, 254, 1, 1) {
-        return Err(format!("--dummy-if-ip {ip} is reserved"));
+        return Err(DummyIpError::Reserved(ip));
     }
     Ok(())
 }
+
+/// Why an address cannot be `--dummy-if-ip` (YurtHub's rules, [`validate_dummy_ip`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DummyIpError {
+    /// An IPv4 address outside 169.254.0.0/16.
+    NotLinkLocal(IpAddr),
+    /// In 169.254.31.0/24, which YurtHub reserves.
+    ReservedRange(IpAddr),
+    /// 169.254.1.1, which YurtHub reserves.
+    Reserved(IpAddr),
+}
+
+impl fmt::Display for DummyIpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DummyIpError::NotLinkLocal(ip) => write!(
+                f,
+                "--dummy-if-ip {ip} is not in 169.254.0.0/16 (an IPv4 dummy address must be link-local)"
+            ),
+            DummyIpError::ReservedRange(ip) => {
+                write!(f, "--dummy-if-ip {ip} is in the reserved 169.254.31.0/24")
+            }
+            DummyIpError::Reserved(ip) => write!(f, "--dummy-if-ip {ip} is reserved"),
+        }
+    }
+}
+
+impl std::error::Error for DummyIpError {}
 
 /// The kernel's rule for an interface name (net/core/dev.c `dev_valid_name`): 1 to 15 bytes,
 /// not `.` or `..`, no `/`, `:`, NUL or white space. YurtHub checks only the length.

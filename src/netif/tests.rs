@@ -29,7 +29,9 @@ fn dummy_ip_validation_follows_yurthub() {
         ("::ffff:10.0.0.1", "not in 169.254.0.0/16"),
     ];
     for (ip, why) in bad {
-        let err = validate_dummy_ip(ip.parse().unwrap()).unwrap_err();
+        let err = validate_dummy_ip(ip.parse().unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains(why) && err.contains("--dummy-if-ip"),
             "{ip}: {err}"

@@ -235,7 +235,7 @@ impl TokenReplacer for TokenUpdates {
     /// a new cluster. With no pin at all, only `--discovery-token-unsafe-skip-ca-verification`
     /// lets discovery go unpinned, as at start.
     fn replace(&self, join_token: &str) -> Result<(), (u16, String)> {
-        let token = JoinToken::parse(join_token.trim()).map_err(|e| (400, e))?;
+        let token = JoinToken::parse(join_token.trim()).map_err(|e| (400, e.to_string()))?;
         let path = bootstrap_path(&self.root, self.bootstrap_file.as_ref());
         let mut pins = self.pins.clone();
         if pins.is_empty() {

@@ -357,7 +357,7 @@ fn ca_data(kubeconfig: &str) -> Result<Vec<u8>, DiscoveryError> {
         ));
     }
     let mapped = crate::config::kubeconfig::parse(kubeconfig, Path::new("."))
-        .map_err(DiscoveryError::BadClusterInfo)?;
+        .map_err(|e| DiscoveryError::BadClusterInfo(e.to_string()))?;
     let ca_pem = mapped.ca_pem.ok_or_else(|| {
         DiscoveryError::BadClusterInfo("its cluster has no certificate-authority-data".into())
     })?;
