@@ -54,7 +54,7 @@ impl ServerLeaseApi {
         if is_node_lease(&answer, &self.node) {
             Ok(answer)
         } else {
-            Err(LeaseError::Status {
+            Err(LeaseError::Unreadable {
                 code: 200,
                 message: format!(
                     "the answer is not the Lease of node {}: {}",
@@ -104,7 +104,7 @@ fn found(answer: Exchanged) -> Result<Option<Value>, LeaseError> {
 /// A 2xx answer's object, else the error its status means.
 fn stored(answer: Exchanged) -> Result<Value, LeaseError> {
     match answer.status {
-        200..=299 => serde_json::from_slice(&answer.body).map_err(|e| LeaseError::Status {
+        200..=299 => serde_json::from_slice(&answer.body).map_err(|e| LeaseError::Unreadable {
             code: answer.status,
             message: format!("the answer is not JSON: {e}"),
         }),
@@ -171,9 +171,15 @@ mod tests {
             found(answer(200, lease)).map(|l| l.map(|l| l["metadata"]["resourceVersion"].clone())),
             Ok(Some(Value::from("7")))
         );
-        assert!(matches!(
-            stored(answer(200, "<html>")),
-            Err(LeaseError::Status { code: 200, .. })
-        ));
+        let unreadable = stored(answer(200, "<html>"));
+        assert!(
+            matches!(unreadable, Err(LeaseError::Unreadable { code: 200, .. })),
+            "{unreadable:?}"
+        );
+        let text = unreadable.unwrap_err().to_string();
+        assert!(
+            text.starts_with("HTTP 200: the answer is not JSON: "),
+            "{text}"
+        );
     }
 }

@@ -322,6 +322,7 @@ mod tests {
     use super::*;
     use crate::config::LbMode;
     use crate::heartbeat::renew::{NODE_GONE_AFTER, RenewSettings};
+    use crate::upstream::UpstreamError;
 
     /// The cluster's lease and Node, as every server sees them.
     #[derive(Default)]
@@ -719,5 +720,39 @@ mod tests {
             r.disk.lock().unwrap().is_empty(),
             "only the renewal stamp changed"
         );
+    }
+
+    #[test]
+    fn a_failed_probe_is_logged_as_before_without_repeating_the_server() {
+        let refused = UpstreamError::Transport {
+            server: "https://10.0.0.1:6443".into(),
+            detail: "io: Connection refused".into(),
+            timeout: false,
+            maybe_sent: false,
+        };
+        let cases = [
+            (
+                Unhealthy::Renewal(LeaseError::Transport(refused.clone())),
+                "renewing the node lease: no answer: io: Connection refused",
+            ),
+            (
+                Unhealthy::Renewal(LeaseError::Status {
+                    code: 500,
+                    message: "etcd".into(),
+                }),
+                "renewing the node lease: HTTP 500: etcd",
+            ),
+            (
+                Unhealthy::Readyz(ProbeError::NoAnswer(refused)),
+                "io: Connection refused",
+            ),
+            (
+                Unhealthy::Readyz(ProbeError::Answered(500)),
+                "health probe answered 500",
+            ),
+        ];
+        for (unhealthy, text) in cases {
+            assert_eq!(unhealthy.to_string(), text);
+        }
     }
 }

@@ -43,6 +43,14 @@ pub(crate) enum LeaseError {
         /// The Status message, or what the body said.
         message: String,
     },
+    /// A 2xx answer that is not this node's Lease (not JSON, or another object): retried
+    /// like any other status.
+    Unreadable {
+        /// HTTP status code.
+        code: u16,
+        /// What is wrong with the answer.
+        message: String,
+    },
     /// No answer: connection refused or reset, TLS failure, timeout, no credentials yet.
     Transport(UpstreamError),
 }
@@ -53,7 +61,9 @@ impl fmt::Display for LeaseError {
             LeaseError::Conflict(m) => write!(f, "conflict: {m}"),
             LeaseError::NotFound(m) => write!(f, "not found: {m}"),
             LeaseError::Forbidden(m) => write!(f, "forbidden: {m}"),
-            LeaseError::Status { code, message } => write!(f, "HTTP {code}: {message}"),
+            LeaseError::Status { code, message } | LeaseError::Unreadable { code, message } => {
+                write!(f, "HTTP {code}: {message}")
+            }
             // The probe's log line names the server already.
             LeaseError::Transport(e) => write!(f, "no answer: {}", e.without_server()),
         }
@@ -575,6 +585,24 @@ mod tests {
                 "PUT rv=8 owner=u1"
             ]
         );
+        assert!(matches!(result, Renewal::Renewed(_)));
+    }
+
+    #[test]
+    fn an_unreadable_answer_is_retried_like_a_failed_status() {
+        let (mut r, _) = renewer(2);
+        let api = FakeLeaseApi {
+            updates: queue(vec![
+                Err(LeaseError::Unreadable {
+                    code: 200,
+                    message: "the answer is not JSON: expected value".into(),
+                }),
+                Ok(stored("6", Some("u1"))),
+            ]),
+            ..Default::default()
+        };
+        let result = r.probe(&api, Some(&stored("5", Some("u1"))));
+        assert_eq!(api.take_calls(), ["PUT rv=5 owner=u1", "PUT rv=5 owner=u1"]);
         assert!(matches!(result, Renewal::Renewed(_)));
     }
 
