@@ -21,7 +21,8 @@
 //! on a flag that merely has not been probed since the cloud died.
 //!
 //! The probe itself (an HTTP request) is given from outside through [`Probe`]: this module
-//! knows nothing about HTTP or TLS. "No backend is usable" is how the rest of the hub knows
+//! knows nothing about HTTP or TLS, and a failed probe only by its origin ([`ProbeError`]:
+//! no answer, with the request path's `UpstreamError`, or a status that is not 2xx). "No backend is usable" is how the rest of the hub knows
 //! it is offline.
 
 use std::fmt;

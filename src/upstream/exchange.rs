@@ -70,7 +70,10 @@ impl Upstream {
         read.map_err(|e| UpstreamError::Transport {
             server: base.to_owned(),
             detail: e.to_string(),
-            timeout: e.kind() == std::io::ErrorKind::TimedOut,
+            timeout: matches!(
+                e.kind(),
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+            ),
             maybe_sent: true,
         })?;
         Ok(Exchanged { status, body: kept })
