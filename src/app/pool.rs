@@ -15,11 +15,11 @@ use crate::pool::health::{CHECK_INTERVAL, TcpDialer};
 use crate::pool::leader::PoolState;
 use crate::pool::route::PoolRoute;
 use crate::proxy::multiplexer::{self, MultiplexerPort};
-use crate::proxy::pool_local::PoolCaches;
 use crate::server::tls::ServingCert;
 use crate::spawn;
 use crate::upstream::Upstream;
 use crate::watchcache::CacheOptions;
+use crate::watchcache::PoolCaches;
 
 /// Edge mode: the node-local watch caches of the pool-scope resources (YurtHub's
 /// `pkg/yurthub/multiplexer`), each with its feeder thread, started now so that the cache is warm

@@ -76,10 +76,10 @@ use crate::metrics::{Entered, METRICS, TargetLabels};
 use crate::pool::health::{Hop, leader_url, plan};
 use crate::pool::leader::Source;
 use crate::pool::route::{FIRST_LIST_PATIENCE, PoolRoute, Wake};
-use crate::proxy::pool_local::WATCH_SECONDS;
 use crate::random_between;
 use crate::route::{Deadline, Identity};
 use crate::upstream::{Answer, Cancel, Outgoing, Upstream};
+use crate::watchcache::WATCH_SECONDS;
 use crate::watchcache::{ApplyError, WatchCache};
 
 /// A list of a whole resource: time for a large cluster over a slow link.

@@ -12,7 +12,6 @@
 //! costs the cloud one list more every few seconds, not one more per list.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,16 +20,16 @@ use crossbeam_channel::Receiver;
 use super::ClientError;
 use crate::cache::decode::BodyShape;
 use crate::cache::writer::{CacheTx, Dropped, Refill, RefillTx, Refills};
+use crate::filters::Chain;
+use crate::filters::Filters;
+use crate::filters::body::{BodyFilter, StageTime};
 use crate::metrics::{METRICS, Metrics};
 use crate::mode::WorkingMode;
-use crate::proxy::Filters;
-use crate::proxy::filter_body::{BodyFilter, StageTime};
 use crate::request::{self, Verb};
 use crate::route::{self, Deadline, Identity};
+use crate::stream::{self, BodyReads, FilterStage, Pumped, Stop, ToCache, pump};
 use crate::upstream::{Outgoing, Upstream};
 
-/// Reads from the cloud while refilling.
-const READ_BUFFER: usize = 16 * 1024;
 /// The least time between two refills of one request: the cache is then at most this much
 /// (and a refill) behind what a client listing in a loop sees.
 const SPACING: Duration = Duration::from_secs(5);
@@ -216,56 +215,27 @@ fn refill_one(
     } else {
         BodyShape::Object
     };
-    // The filter stage, timed as the relay's is.
-    let mut filter = filters.and_then(|f| {
-        let chain = f.chain_for(&req);
-        (!chain.is_empty()).then(|| {
-            let body = BodyFilter::new(shape, answer.is_gzip(), chain, &f.ctx, &*f.lookups);
-            (body, StageTime::new(chain))
-        })
-    });
-    let gzip = answer.is_gzip() && filter.is_none();
-    let mut session = cache
+    // The filter stage, timed as the relay's is; what it gives goes to the cache only.
+    let chain = filters.map_or(Chain::EMPTY, |f| f.chain_for(&req));
+    let filters = filters.filter(|_| !chain.is_empty());
+    let gzip = answer.is_gzip() && filters.is_none();
+    let session = cache
         .begin_paced(target, 200, gzip)
         .ok_or(ClientError::QueueFull)?;
-    let mut buf = vec![0u8; READ_BUFFER];
-    let mut out = Vec::new();
-    loop {
-        let n = answer.body.read(&mut buf)?;
-        if n == 0 {
-            break;
+    let mut sink = match filters {
+        Some(f) => {
+            let body = BodyFilter::new(shape, answer.is_gzip(), chain, &f.ctx, &*f.lookups);
+            FilterStage::new(ToCache::new(session), body, StageTime::new(chain), false)
         }
-        let data = match filter.as_mut() {
-            Some((f, stage)) => {
-                out.clear();
-                stage.time(|| f.feed(&buf[..n], &mut out))?;
-                readable(f)?;
-                &out[..]
-            }
-            None => &buf[..n],
-        };
-        if !session.chunk(data) {
-            return Err(ClientError::QueueFull);
-        }
-    }
-    if let Some((f, stage)) = filter.as_mut() {
-        out.clear();
-        stage.time(|| f.finish(&mut out))?;
-        readable(f)?;
-        if !session.chunk(&out) {
-            return Err(ClientError::QueueFull);
-        }
-    }
-    session.finish(true);
-    Ok(())
-}
-
-/// An error when a unit went out unfiltered because the filters could not read it: such an
-/// answer is not for the cache.
-fn readable(filter: &mut BodyFilter<'_>) -> Result<(), ClientError> {
-    match filter.take_unreadable() {
-        Some(e) => Err(ClientError::Decode(e)),
-        None => Ok(()),
+        None => FilterStage::none(ToCache::new(session)),
+    };
+    let mut reads = BodyReads::new(stream::BUFFER);
+    match pump(&mut answer.body, &mut reads, &mut 0, &mut sink) {
+        Pumped::Whole => Ok(()),
+        Pumped::BrokeOff(e) => Err(ClientError::Read(e)),
+        Pumped::Stopped(Stop::QueueFull) => Err(ClientError::QueueFull),
+        Pumped::Stopped(Stop::Uncacheable(e)) => Err(ClientError::Decode(e)),
+        Pumped::Stopped(stop) => Err(ClientError::Read(stop.into())),
     }
 }
 

@@ -17,7 +17,6 @@
 
 mod call;
 mod fallback;
-pub(crate) mod filter_body;
 mod grant;
 mod kubelet_lease;
 pub(crate) mod multiplexer;
@@ -32,7 +31,7 @@ use std::time::Instant;
 use self::call::Call;
 use crate::cache::agents::CacheAgents;
 use crate::cache::writer::CacheTx;
-use crate::filters::{Chain, FilterContext, Lookups};
+use crate::filters::Filters;
 use crate::heartbeat::NodeHeartbeat;
 use crate::heartbeat::local::KubeletVerb;
 use crate::metrics::METRICS;
@@ -45,7 +44,7 @@ use crate::route::{self, NoCacheReason, Route};
 use crate::server::{Admission, Exchange};
 use crate::status::Status;
 use crate::upstream::Cloud;
-use crate::watchcache::WatchCache;
+use crate::watchcache::{PoolCaches, WatchCache};
 use crate::x509;
 
 /// Everything a request thread needs.
@@ -69,33 +68,11 @@ pub(crate) struct Hub {
     pub heartbeat: Option<Arc<NodeHeartbeat>>,
     /// The node-local watch caches of the pool-scope resources (edge mode), which answer
     /// every local client's list and watch of them.
-    pub pool: Option<Arc<pool_local::PoolCaches>>,
+    pub pool: Option<Arc<PoolCaches>>,
     /// Set at shutdown: ends the watches served from `pool`.
     pub shutdown: Arc<std::sync::atomic::AtomicBool>,
     /// This node's name: a client certificate naming it is the node (`requester.rs`).
     pub node_name: Arc<str>,
-}
-
-/// What the relay's filter stage needs (cheap to clone: the refill thread filters too).
-#[derive(Clone)]
-pub(crate) struct Filters {
-    /// Which filters apply to which requests; replaced when `yurt-hub-cfg` changes.
-    pub config: crate::filters::LiveFilterConfig,
-    /// What the filters know about this hub.
-    pub ctx: FilterContext,
-    /// What the filters look up in the cloud.
-    pub lookups: Arc<dyn Lookups + Send + Sync>,
-}
-
-impl Filters {
-    /// The filters for `req` under the current configuration (no allocation).
-    pub(crate) fn chain_for(&self, req: &ApiRequest) -> Chain {
-        // A poisoned lock still holds a whole Arc: the swap cannot be half done.
-        match self.config.read() {
-            Ok(config) => config.chain_for_request(req),
-            Err(poisoned) => poisoned.into_inner().chain_for_request(req),
-        }
-    }
 }
 
 /// Where the cache stood for a request, for the log line.

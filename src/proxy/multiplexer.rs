@@ -61,7 +61,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::pool_local::{self, PoolCaches, Unserved};
+use super::pool_local;
 use crate::metrics::METRICS;
 use crate::request::{self, ApiRequest, Target};
 use crate::requester::Port;
@@ -69,6 +69,7 @@ use crate::server::{self, Admission, Exchange, Handler, Limits, Load, LongRunnin
 use crate::status::Status;
 use crate::upstream::Cloud;
 use crate::watchcache::WatchCache;
+use crate::watchcache::{PoolCaches, Unserved};
 use crate::{SMALL_STACK, spawn};
 use identity::Follower;
 

@@ -41,23 +41,20 @@
 //! and one batch buffer per watch (its events' bytes, at most [`BATCH_KEEP`] kept between
 //! batches: a leader serves a watch per follower); the objects themselves are shared.
 
-use std::io::{self, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
-use super::Filters;
-use super::filter_body::{BodyFilter, StageTime};
 use crate::cache::decode::BodyShape;
 use crate::cache::writer::Session;
-use crate::filters::Chain;
-use crate::pool::resources::{self, Gvr, PoolScope, Resolution};
-use crate::request::{Accept, ApiRequest, Verb};
+use crate::filters::body::{BodyFilter, StageTime};
+use crate::filters::{Chain, Filters};
+use crate::request::{ApiRequest, Verb};
 use crate::selector::Selectors;
 use crate::server::{BodyWriter, Exchange, Length};
 use crate::status::Status;
+use crate::stream::{FilterStage, Sink, SinkWrite, Stop, Tee, ToClient, Uncached};
 use crate::watchcache::{
-    CacheOptions, ListRequest, Resource, WatchCache, WatchNext, Watcher, error_event_line,
+    ListRequest, WATCH_SECONDS, WatchCache, WatchNext, Watcher, error_event_line,
 };
 
 /// How long a watch waits for events before it looks whether its client hung up.
@@ -65,217 +62,6 @@ const WATCH_TICK: Duration = Duration::from_secs(1);
 /// A watch that asked for bookmarks gets one after this long without one (the apiserver's
 /// cacher sends them about every minute).
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
-/// Watches without `timeoutSeconds` last a random time in this range (seconds), as the
-/// apiserver picks for its default (`MinRequestTimeout` 1800 s is YurtHub's upstream; the
-/// multiplexer's own cacher serves 300–600); the feeders' watches too, as client-go's
-/// reflector picks them, so the watches of many nodes do not all renew at once.
-pub(crate) const WATCH_SECONDS: (u64, u64) = (300, 600);
-/// How long after start a cache not yet filled answers 429 (its feeder lists at once and
-/// retries every heartbeat interval); past it, its kind is forwarded until the cache fills.
-const WARMING: Duration = Duration::from_secs(60);
-
-/// The node-local caches of the pool-scope resources, and who they serve.
-pub(crate) struct PoolCaches {
-    scope: PoolScope,
-    /// This hub's multiplexer's User-Agent, whose requests are never served from here.
-    own_agent: String,
-    /// One cache per member of `scope` the hub knows the kind of, in `scope`'s order.
-    caches: Vec<(Gvr, WatchCache)>,
-    /// Per cache (same order): whether its resource is pool-scope now (the leader
-    /// ConfigMap's `pool-scoped-metadata` replaces the start-up set at run time). An
-    /// inactive cache serves nothing and its feeder idles; shared with the feeders.
-    active: Box<[Arc<AtomicBool>]>,
-    /// The members of the run-time set of a kind the hub cannot cache, already warned about.
-    warned: Mutex<Vec<Gvr>>,
-    /// Until when a cache not filled yet answers 429 (warming); after it, its requests are
-    /// forwarded as before (a feeder that cannot list, e.g. 403 for the hub's identity, must
-    /// not leave kube-proxy at 429 for ever).
-    warm_by: Instant,
-}
-
-impl PoolCaches {
-    /// The caches of `scope` for node `node`. A member whose kind and scope the hub does not
-    /// know (an extra `--pool-scope-resources` entry: it reads no discovery) gets no cache
-    /// and stays forwarded; the caller logs the names returned.
-    pub(crate) fn new(
-        scope: PoolScope,
-        node: &str,
-        options: &CacheOptions,
-    ) -> (PoolCaches, Vec<String>) {
-        let mut caches = Vec::new();
-        let mut unknown = Vec::new();
-        for gvr in scope.iter() {
-            match known_resource(gvr) {
-                Some(resource) => {
-                    let cache = WatchCache::new(resource, options.clone());
-                    crate::watchcache::series::export(&cache);
-                    caches.push((gvr.clone(), cache));
-                }
-                None => unknown.push(gvr.to_string()),
-            }
-        }
-        let active = caches
-            .iter()
-            .map(|_| Arc::new(AtomicBool::new(true)))
-            .collect();
-        let pool = PoolCaches {
-            scope,
-            own_agent: resources::user_agent(node),
-            caches,
-            active,
-            warned: Mutex::new(Vec::new()),
-            warm_by: Instant::now() + WARMING,
-        };
-        (pool, unknown)
-    }
-
-    /// Whether a cache not filled yet still counts as warming (429) rather than failed
-    /// (forwarded): for a while after start, and as long as a feeder's first list waits for
-    /// the pool's leader ([`WatchCache::awaits_leader`], bounded by the feeder).
-    pub(crate) fn warming(&self) -> bool {
-        Instant::now() < self.warm_by || self.caches().any(WatchCache::awaits_leader)
-    }
-
-    /// The caches, for their feeders.
-    pub(crate) fn caches(&self) -> impl Iterator<Item = &WatchCache> {
-        self.caches.iter().map(|(_, cache)| cache)
-    }
-
-    /// The Services cache, when Services are in the pool scope (servicetopology's index
-    /// reads it instead of a watch of its own).
-    pub(crate) fn services(&self) -> Option<&WatchCache> {
-        self.caches
-            .iter()
-            .find(|(g, _)| g.group.is_empty() && &*g.version == "v1" && &*g.resource == "services")
-            .map(|(_, cache)| cache)
-    }
-
-    /// The multiplexer's User-Agent, which the feeders send.
-    pub(crate) fn own_agent(&self) -> &str {
-        &self.own_agent
-    }
-
-    /// The pool-scope set these caches serve (what a leader's multiplexer port admits).
-    pub(crate) fn scope(&self) -> &PoolScope {
-        &self.scope
-    }
-
-    /// The cache of `gvr`, if the hub keeps one (a member of unknown kind has none, nor one
-    /// the run-time set left out).
-    #[cfg(test)]
-    pub(crate) fn cache_of(&self, gvr: &Gvr) -> Option<&WatchCache> {
-        self.active_cache(&gvr.group, &gvr.version, &gvr.resource)
-    }
-
-    /// The active cache of `group/version/resource`: the one lookup over the caches and
-    /// their run-time flags.
-    fn active_cache(&self, group: &str, version: &str, resource: &str) -> Option<&WatchCache> {
-        self.caches
-            .iter()
-            .zip(&self.active)
-            .find(|((g, _), on)| {
-                *g.group == *group
-                    && *g.version == *version
-                    && *g.resource == *resource
-                    && on.load(Ordering::Acquire)
-            })
-            .map(|((_, cache), _)| cache)
-    }
-
-    /// The one rule of what a cache serves, to local clients ([`PoolCaches::cache_for`]) and
-    /// to a leader's followers (`multiplexer::admit`): the active cache of
-    /// `group/version/resource` for a client taking `accept`, or why not. A cache not filled
-    /// yet is returned: each caller has its own warming rule for it.
-    pub(crate) fn servable(
-        &self,
-        (group, version, resource): (&str, &str, &str),
-        accept: Accept,
-    ) -> Result<&WatchCache, Unserved> {
-        // JSON only: the cache holds JSON, and the hub converts to nothing else.
-        if !matches!(accept, Accept::Json | Accept::JsonOrProtobuf) {
-            return Err(Unserved::NotJson);
-        }
-        let cache = self
-            .active_cache(group, version, resource)
-            .ok_or(Unserved::NotKept)?;
-        // A filled cache whose feed fails while the cloud answers holds frozen data; one
-        // whose list was too large holds none and is not tried again for minutes. One never
-        // filled and failing follows the warming rule.
-        if cache.list_paused() {
-            return Err(Unserved::TooLarge);
-        }
-        if cache.feeder_failing() && cache.is_ready() {
-            return Err(Unserved::Failing);
-        }
-        Ok(cache)
-    }
-
-    /// Whether the cache at position `i` of [`PoolCaches::caches`] is in the run-time set,
-    /// shared with its feeder (which idles while it is not).
-    pub(crate) fn active_flag(&self, i: usize) -> Arc<AtomicBool> {
-        self.active.get(i).cloned().unwrap_or_default()
-    }
-
-    /// The leader ConfigMap's set replaces the start-up one: a cache whose resource left it
-    /// serves nothing more (its lists and watches are forwarded; its feeder drops its
-    /// objects), one that is back serves again once its feeder has listed. Members the hub
-    /// cannot cache are forwarded; each is returned once, for the caller to warn about.
-    /// (Kinds the hub can cache are always in the start-up set: the defaults.)
-    pub(crate) fn set_scope(&self, scope: &PoolScope) -> Vec<String> {
-        for ((gvr, _), on) in self.caches.iter().zip(&self.active) {
-            on.store(
-                scope.contains(&gvr.group, &gvr.version, &gvr.resource),
-                Ordering::Release,
-            );
-        }
-        // A plain Vec of names: a panicking holder cannot leave it torn.
-        let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut news = Vec::new();
-        for gvr in scope.iter() {
-            if known_resource(gvr).is_none() && !warned.contains(gvr) {
-                warned.push(gvr.clone());
-                news.push(gvr.to_string());
-            }
-        }
-        news
-    }
-
-    /// The cache that serves `req` (whose User-Agent header is `user_agent`), if it is one
-    /// to serve locally.
-    pub(super) fn cache_for(&self, req: &ApiRequest, user_agent: &str) -> Option<&WatchCache> {
-        if self.scope.resolve(req, user_agent, &self.own_agent) != Resolution::Local {
-            return None;
-        }
-        let r = req.resource()?;
-        // Frozen or not JSON: forwarded, live, with the client's own credentials.
-        self.servable((&r.group, &r.version, &r.resource), req.accept)
-            .ok()
-    }
-}
-
-/// Why [`PoolCaches::servable`] serves a request from no cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Unserved {
-    /// The hub keeps no cache of the resource, or the run-time set left it out.
-    NotKept,
-    /// The client takes no JSON.
-    NotJson,
-    /// The cache's feed fails while the cloud answers (its data is frozen): read it from
-    /// the cloud until the feeder recovers.
-    Failing,
-    /// The resource's list was too large for the cache (it holds none, and is not listed
-    /// again for minutes).
-    TooLarge,
-}
-
-/// The resources the hub can cache without discovery.
-fn known_resource(gvr: &Gvr) -> Option<Resource> {
-    match (&*gvr.group, &*gvr.version, &*gvr.resource) {
-        ("", "v1", "services") => Some(Resource::services()),
-        ("discovery.k8s.io", "v1", "endpointslices") => Some(Resource::endpointslices()),
-        _ => None,
-    }
-}
 
 /// Answers the list or watch `req` from `cache` (ready); the HTTP status sent. `shutdown`
 /// ends a watch when the hub stops. `session`, when the route caches the answer for this
@@ -346,27 +132,18 @@ pub(crate) fn answer(
             };
             match cache.list(&list) {
                 Ok(page) => {
-                    let Ok(mut writer) = ex.start(200, &JSON, Length::Streamed) else {
+                    let Ok(writer) = ex.start(200, &JSON, Length::Streamed) else {
                         return 200;
                     };
-                    let mut out = ToClient::new(&mut writer, filter, BodyShape::List, session);
-                    let sent = page.write_to(&mut out).and_then(|()| out.finish());
-                    let session = out.session.take();
-                    match sent {
-                        Ok(()) => {
-                            if let Some(s) = session {
-                                s.finish(true);
-                            }
-                            let _ = writer.finish();
-                        }
+                    let mut sink = to_client(writer, filter, BodyShape::List, session);
+                    let sent = page.write_to(&mut SinkWrite(&mut sink));
+                    match sent.map_err(Stop::Gone).and_then(|()| sink.finish()) {
+                        Ok(()) => {}
                         // The client sees a broken answer rather than a short valid one, and
                         // nothing partial is cached.
                         Err(e) => {
                             log::debug!("a pool-cache list was not sent whole: {e}");
-                            if let Some(s) = session {
-                                s.finish(false);
-                            }
-                            writer.abort();
+                            sink.abort();
                         }
                     }
                     200
@@ -403,62 +180,59 @@ fn stream_watch(
         timeout,
         shutdown,
     } = *how;
-    let Ok(mut writer) = ex.start(200, &JSON, Length::Streamed) else {
+    let Ok(writer) = ex.start(200, &JSON, Length::Streamed) else {
         return 200;
     };
     let started = Instant::now();
     let mut last_bookmark = started;
     let mut batch = Vec::new();
-    let ended_cleanly = {
-        let mut out = ToClient::new(&mut writer, filter, BodyShape::WatchStream, session);
-        let ended = loop {
-            let left = timeout.saturating_sub(started.elapsed());
-            if left.is_zero() || shutdown() {
+    let mut sink = to_client(writer, filter, BodyShape::WatchStream, session);
+    let mut out = SinkWrite(&mut sink);
+    let ended = loop {
+        let left = timeout.saturating_sub(started.elapsed());
+        if left.is_zero() || shutdown() {
+            break true;
+        }
+        batch.clear();
+        match watcher.next(left.min(WATCH_TICK)) {
+            Ok(WatchNext::Events(events)) => {
+                for event in &events {
+                    // Writing to a Vec cannot fail.
+                    let _ = event.write_line(&mut batch, cache);
+                }
+            }
+            Ok(WatchNext::Idle) => {
+                let due = bookmarks && last_bookmark.elapsed() >= BOOKMARK_EVERY;
+                if let Some(bookmark) = watcher.bookmark().filter(|_| due) {
+                    let _ = bookmark.write_line(&mut batch, cache);
+                    last_bookmark = Instant::now();
+                }
+                if batch.is_empty() {
+                    let client = out.0.inner_mut().inner_mut();
+                    if client.client_gone(Duration::from_millis(1)) {
+                        break false;
+                    }
+                    continue;
+                }
+            }
+            // After the 200, as the apiserver does: an ERROR event, then the end.
+            Err(status) => {
+                let _ = out.write_all(&error_event_line(&status));
                 break true;
             }
-            batch.clear();
-            match watcher.next(left.min(WATCH_TICK)) {
-                Ok(WatchNext::Events(events)) => {
-                    for event in &events {
-                        // Writing to a Vec cannot fail.
-                        let _ = event.write_line(&mut batch, cache);
-                    }
-                }
-                Ok(WatchNext::Idle) => {
-                    let due = bookmarks && last_bookmark.elapsed() >= BOOKMARK_EVERY;
-                    if let Some(bookmark) = watcher.bookmark().filter(|_| due) {
-                        let _ = bookmark.write_line(&mut batch, cache);
-                        last_bookmark = Instant::now();
-                    }
-                    if batch.is_empty() {
-                        if out.client_gone() {
-                            break false;
-                        }
-                        continue;
-                    }
-                }
-                // After the 200, as the apiserver does: an ERROR event, then the end.
-                Err(status) => {
-                    let _ = out.write_all(&error_event_line(&status));
-                    break true;
-                }
-            }
-            if let Err(e) = out.write_all(&batch) {
-                log::debug!("a pool-cache watch client went away: {e}");
-                break false;
-            }
-            give_back(&mut batch);
-        };
-        // The cache keeps whole events either way. `ToClient::finish` is not called: it
-        // only checks that the stream did not end inside an event, and every event is
-        // written whole.
-        if let Some(s) = out.session.take() {
-            s.finish(ended);
         }
-        ended
+        if let Err(e) = out.write_all(&batch) {
+            log::debug!("a pool-cache watch client went away: {e}");
+            break false;
+        }
+        give_back(&mut batch);
     };
-    if ended_cleanly {
-        let _ = writer.finish();
+    // The cache keeps whole events either way. The filter stage is not finished: that only
+    // checks that the stream did not end inside an event, and every event is written whole.
+    let tee = sink.inner_mut();
+    tee.end_session(ended);
+    if ended {
+        let _ = tee.inner_mut().finish();
     }
     200
 }
@@ -474,108 +248,33 @@ fn give_back(batch: &mut Vec<u8>) {
     batch.shrink_to(BATCH_KEEP);
 }
 
-/// Writes an answer to the client, through the client's filters when it has any, and what
-/// the client gets to the cache writer's session, if any.
-struct ToClient<'w, 'c> {
-    writer: &'w mut BodyWriter<'c>,
-    /// The filter, and its time on this answer (recorded once, when dropped, as the relay's).
-    filter: Option<(BodyFilter<'w>, StageTime)>,
-    out: Vec<u8>,
+/// The way of a pool-cache answer to its client: through the client's filters when it has
+/// any (the cache's bytes are never changed: the filter decodes its own copy), then the tee,
+/// which gives the disk cache's session, if any, what the client got. A full queue abandons
+/// the session (the writer drops it), as for a forwarded answer.
+fn to_client<'f, 'c>(
+    writer: BodyWriter<'c>,
+    filter: Option<(&'f Filters, Chain)>,
+    shape: BodyShape,
     session: Option<Session>,
-}
-
-impl<'w, 'c> ToClient<'w, 'c> {
-    fn new(
-        writer: &'w mut BodyWriter<'c>,
-        filter: Option<(&'w Filters, Chain)>,
-        shape: BodyShape,
-        session: Option<Session>,
-    ) -> ToClient<'w, 'c> {
-        let filter = filter.map(|(filters, chain)| {
-            let filter =
-                BodyFilter::new(shape, false, chain, &filters.ctx, filters.lookups.as_ref());
-            (filter, StageTime::new(chain))
-        });
-        ToClient {
-            writer,
-            filter,
-            out: Vec::new(),
-            session,
+) -> FilterStage<'f, Tee<'f, ToClient<'c>>> {
+    let tee = Tee::new(ToClient::new(writer), session, &note_uncached);
+    match filter {
+        // The bytes are the cache's own JSON: one the scanner cannot decode is a bug, and the
+        // answer is cut rather than sent unfiltered.
+        Some((filters, chain)) => {
+            let body = BodyFilter::new(shape, false, chain, &filters.ctx, filters.lookups.as_ref());
+            FilterStage::new(tee, body, StageTime::new(chain), false)
         }
-    }
-
-    /// Ends the body's filtering (a list's closing brackets come from the filter).
-    fn finish(&mut self) -> io::Result<()> {
-        if let Some((filter, stage)) = &mut self.filter {
-            let out = &mut self.out;
-            stage
-                .time(|| filter.finish(out))
-                .map_err(io::Error::other)?;
-            self.send_out()?;
-        }
-        Ok(())
-    }
-
-    fn send_out(&mut self) -> io::Result<()> {
-        if !self.out.is_empty() {
-            self.writer.write(&self.out)?;
-            self.tee_out();
-            self.out.clear();
-        }
-        Ok(())
-    }
-
-    /// Gives the session what the client got: `out` when filtered, else `data`. A full
-    /// queue abandons the session (the writer drops it), as for a forwarded answer.
-    fn tee_data(&mut self, data: &[u8]) {
-        if self.session.as_mut().is_some_and(|s| !s.chunk(data)) {
-            self.session = None;
-        }
-    }
-
-    /// Gives the session the filtered output.
-    fn tee_out(&mut self) {
-        let out = std::mem::take(&mut self.out);
-        self.tee_data(&out);
-        self.out = out;
-    }
-
-    /// Whether the client hung up (waits a millisecond).
-    fn client_gone(&mut self) -> bool {
-        self.writer.client_gone(Duration::from_millis(1))
+        None => FilterStage::none(tee),
     }
 }
 
-impl Write for ToClient<'_, '_> {
-    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        match &mut self.filter {
-            Some((filter, stage)) => {
-                // The bytes are the cache's own JSON: one the scanner cannot decode is a bug,
-                // and the answer is cut rather than sent unfiltered.
-                let out = &mut self.out;
-                stage
-                    .time(|| filter.feed(data, out))
-                    .map_err(io::Error::other)?;
-                // An object serde cannot read (the index could) went out unfiltered, as the
-                // relay sends it: the client gets it, the disk cache does not.
-                if let Some(e) = filter.take_unreadable()
-                    && let Some(session) = self.session.take()
-                {
-                    log::info!("a pool-cache answer is not cached: {e}");
-                    session.finish(false);
-                }
-                self.send_out()?;
-            }
-            None => {
-                self.writer.write(data)?;
-                self.tee_data(data);
-            }
-        }
-        Ok(data.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+/// An object serde cannot read (the index could) went out unfiltered, as the relay sends it:
+/// the client gets it, the disk cache does not.
+fn note_uncached(why: &Uncached, copying: bool) {
+    if let (Uncached::Unreadable(e), true) = (why, copying) {
+        log::info!("a pool-cache answer is not cached: {e}");
     }
 }
 
@@ -705,75 +404,6 @@ mod tests {
             ("Accept".to_owned(), accept.to_owned()),
         ];
         classify("GET", url, &headers).unwrap()
-    }
-
-    fn pool() -> PoolCaches {
-        let scope = PoolScope::with_defaults([Gvr::parse("apps/v1/deployments").unwrap()]);
-        let (pool, unknown) = PoolCaches::new(scope, "edge-1", &CacheOptions::default());
-        assert_eq!(unknown, ["apps/v1/deployments"]);
-        pool
-    }
-
-    #[test]
-    fn caches_warm_past_the_start_up_window_while_a_feeder_awaits_its_leader() {
-        let mut pool = pool();
-        assert!(pool.warming());
-        pool.warm_by = Instant::now();
-        assert!(!pool.warming(), "past the window: forwarded");
-        let slices = pool.caches().nth(1).unwrap().clone();
-        slices.set_awaits_leader(true);
-        assert!(pool.warming(), "a feeder waits for its leader: still 429");
-        slices.set_awaits_leader(false);
-        assert!(!pool.warming());
-    }
-
-    #[test]
-    fn local_clients_are_served_and_the_multiplexer_and_protobuf_only_clients_are_not() {
-        let pool = pool();
-        let json = "application/json";
-        let kp = "kube-proxy/v1.30.0";
-        let found = |url: &str, ua: &str, accept: &str| {
-            pool.cache_for(&req(url, ua, accept), ua)
-                .map(|c| c.resource().resource.clone())
-        };
-        assert_eq!(
-            found("/api/v1/services", kp, json).as_deref(),
-            Some("services")
-        );
-        assert_eq!(
-            found(
-                "/apis/discovery.k8s.io/v1/namespaces/a/endpointslices?watch=1",
-                "coredns",
-                "application/vnd.kubernetes.protobuf, application/json"
-            )
-            .as_deref(),
-            Some("endpointslices")
-        );
-        // client-go's protobuf content type (kube-proxy's default) takes JSON too.
-        assert_eq!(
-            found(
-                "/api/v1/services?watch=1",
-                kp,
-                "application/vnd.kubernetes.protobuf, */*"
-            )
-            .as_deref(),
-            Some("services")
-        );
-        assert_eq!(
-            found("/api/v1/services", "multiplexer-proxy-edge-1", json),
-            None
-        );
-        assert_eq!(
-            found(
-                "/api/v1/services",
-                kp,
-                "application/vnd.kubernetes.protobuf"
-            ),
-            None
-        );
-        assert_eq!(found("/api/v1/namespaces/a/services/b", kp, json), None);
-        assert_eq!(found("/apis/apps/v1/deployments", kp, json), None);
-        assert_eq!(found("/api/v1/pods", kp, json), None);
     }
 
     #[test]
