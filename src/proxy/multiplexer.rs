@@ -1,6 +1,6 @@
 //! A leader hub's multiplexer port (YurtHub's `pkg/yurthub/proxy/multiplexer`; issue 16 item 3):
 //! the pool's follower hubs list and watch the pool-scope resources from this node's watch caches
-//! (`pool_local::PoolCaches`) on `<node-ip>:<--multiplexer-port>` (10269) over TLS,
+//! (`watchcache::PoolCaches`) on `<node-ip>:<--multiplexer-port>` (10269) over TLS,
 //! instead of each asking the cloud.
 //!
 //! Design decisions:

@@ -21,7 +21,7 @@
 //!   whose list is past `CacheOptions::max_list_bytes` is forwarded (`list_paused`).
 //! - **Filters per client, shared objects untouched**: the answer is written as the
 //!   apiserver would send it and, when `Filters` has a chain for this client, passed through
-//!   the relay's own filter stage (`filter_body::BodyFilter`), which decodes its own copy of
+//!   the relay's own filter stage (`stream::FilterStage`), which decodes its own copy of
 //!   each object: the cache's bytes are never changed, and each client gets what a
 //!   forwarded answer would have given it.
 //! - **The disk cache still gets the client's answer**: when the route caches the request
@@ -395,7 +395,6 @@ fn refuse(ex: Exchange<'_>, status: &Status) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::resources::Gvr;
     use crate::request::classify;
 
     fn req(url: &str, ua: &str, accept: &str) -> ApiRequest {

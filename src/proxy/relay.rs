@@ -2,6 +2,8 @@
 //! writer (the tee only `try_send`s: the client never waits for the disk). A small answer of
 //! known length is read whole first, so a cloud that breaks off within it can still be
 //! answered from the cache; a larger one streams through a buffer that grows with the reads.
+//! Every stream here is a composition of `stream`'s pump and sinks: the filter stage when the
+//! route has filters, the tee when the answer is cached, the client.
 
 use std::io::{self, Read};
 
