@@ -82,11 +82,6 @@ impl<'h> Call<'h> {
         }
     }
 
-    /// The component that asked, when the request was classified.
-    pub(super) fn component(&self) -> Option<&str> {
-        self.req.as_ref().map(|r| r.component.as_str())
-    }
-
     /// Forwards the request and relays the cloud's answer; falls back when the cloud fails
     /// before the client got anything.
     pub(super) fn forward(&mut self, mut ex: Exchange<'_>) {

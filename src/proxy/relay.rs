@@ -47,16 +47,18 @@ impl Call<'_> {
             .ok()
             .and_then(|t| wants_cache(t, &answer));
         let cache_status = match (&route.cache, &self.hub.cache, answer_target) {
-            (Ok(_), Some(cache), Some(target)) => {
+            (Ok(routed), Some(cache), Some(target)) => {
                 // Should the disk fall behind, the hub reads the answer again itself: reads
                 // only, and only on its own credentials, which the client's did not replace.
                 // (A refill filters like the relay: it computes the same chain.)
                 let refill = self
-                    .component()
+                    .req
+                    .as_ref()
                     .filter(|_| route.identity == Identity::Hub && ex.method() == "GET")
-                    .map(|component| Refill {
-                        path_and_query: ex.url().to_owned(),
-                        component: component.to_owned(),
+                    .map(|req| Refill {
+                        request: Box::new(req.clone()),
+                        target: routed.clone(),
+                        sent_as: ex.url().to_owned(),
                     });
                 let target = keyed(target, request_body);
                 let gzip = answer.is_gzip() && filtering.is_none();
