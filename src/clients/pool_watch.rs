@@ -87,7 +87,7 @@ const LIST_DEADLINE: Duration = Duration::from_secs(300);
 /// A warming leader is asked again after this (its `Retry-After`).
 const LEADER_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// How long a first list waits for a warming leader (counted from when it began to wait)
-/// before the cloud is asked: a little more than its warming time (`pool_local::WARMING`),
+/// before the cloud is asked: a little more than its warming time (`watchcache::pool::WARMING`),
 /// after which it answers 503.
 const LEADER_WARMING: Duration = Duration::from_secs(70);
 /// How long a first list waits for named leaders none of which answers its dial yet (a
