@@ -24,6 +24,8 @@ use ureq::config::AutoHeaderValue;
 use ureq::http;
 use ureq::tls::{Certificate, RootCerts, TlsConfig, TlsProvider};
 
+use super::error::PkiError;
+
 /// How the hub proves who it is.
 #[derive(Clone)]
 pub(crate) enum Auth {
@@ -90,6 +92,8 @@ impl fmt::Display for ApiError {
     }
 }
 
+impl std::error::Error for ApiError {}
+
 /// What the hub asks for.
 pub(crate) struct CsrSpec<'a> {
     /// The PKCS#10 request, PEM (`CERTIFICATE REQUEST`).
@@ -142,6 +146,8 @@ impl fmt::Display for CsrError {
     }
 }
 
+impl std::error::Error for CsrError {}
+
 /// The largest JSON answer read whole (a CSR object with its certificate is a few KiB).
 const BODY_LIMIT: u64 = 1024 * 1024;
 /// The longest watch event line accepted.
@@ -185,13 +191,13 @@ pub(super) fn tls_builder() -> ureq::tls::TlsConfigBuilder {
 }
 
 /// Every certificate of a PEM bundle, as ureq roots; an error when there is none.
-pub(super) fn roots(ca_pem: &[u8]) -> Result<Vec<Certificate<'static>>, String> {
+pub(super) fn roots(ca_pem: &[u8]) -> Result<Vec<Certificate<'static>>, PkiError> {
     let roots: Vec<Certificate<'static>> = CertificateDer::pem_slice_iter(ca_pem)
         .filter_map(Result::ok)
         .map(|c| Certificate::from_der(c.as_ref()).to_owned())
         .collect();
     if roots.is_empty() {
-        return Err("the CA data holds no PEM certificate".into());
+        return Err(PkiError::NoCaCertificate);
     }
     Ok(roots)
 }
@@ -246,11 +252,11 @@ pub(super) fn pause(stop: &Receiver<()>, pause: Duration) -> bool {
 
 impl ApiClient {
     /// A client for `server` (`https://host:port`) trusting the CAs of `ca_pem`.
-    pub(crate) fn new(server: &str, ca_pem: &[u8], auth: Auth) -> Result<ApiClient, String> {
+    pub(crate) fn new(server: &str, ca_pem: &[u8], auth: Auth) -> Result<ApiClient, PkiError> {
         let roots = roots(ca_pem)?;
         let (client_cert, bearer) = match auth {
             Auth::Token(token) => (None, Some(Arc::from(format!("Bearer {token}")))),
-            Auth::Certificate(id) => (Some(id.ureq_cert()?), None),
+            Auth::Certificate(id) => (Some(id.ureq_cert().map_err(PkiError::ClientKey)?), None),
         };
         let tls = tls_builder()
             .root_certs(RootCerts::new_with_certs(&roots))
@@ -1089,7 +1095,8 @@ mod tests {
     #[test]
     fn a_client_needs_a_ca_certificate() {
         let err = ApiClient::new("https://127.0.0.1:1", b"not pem", Auth::Token("t".into()))
-            .expect_err("no CA");
+            .expect_err("no CA")
+            .to_string();
         assert!(err.contains("no PEM certificate"), "{err}");
     }
 

@@ -68,7 +68,7 @@ pub(crate) enum DiscoveryError {
         /// The server tried last.
         server: String,
         /// Its last error.
-        error: String,
+        error: FetchError,
     },
     /// cluster-info never carried a signature for the token's id.
     NoSignature {
@@ -76,7 +76,7 @@ pub(crate) enum DiscoveryError {
         id: String,
     },
     /// The signature does not verify with the token.
-    BadSignature(String),
+    BadSignature(SignatureError),
     /// The signed kubeconfig does not hold exactly one cluster.
     Clusters(usize),
     /// The signed kubeconfig is unusable (not YAML, no CA data).
@@ -128,6 +128,76 @@ impl fmt::Display for DiscoveryError {
     }
 }
 
+impl std::error::Error for DiscoveryError {}
+
+/// Why one try gave no cluster-info: the cloud's answer (its status) or why there was none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FetchError {
+    /// No server accepted a TCP connection: "cannot resolve: …", "cannot connect: …".
+    Dial(String),
+    /// The server's address makes no request URL.
+    BadAddress(String),
+    /// No answer, or it broke off: connection, TLS, timeout (ureq's text).
+    Transport(String),
+    /// The server answered this status, not 200.
+    Status(u16),
+    /// A 200 answer that is not JSON.
+    NotJson(String),
+    /// The ConfigMap has no `data`.
+    NoData,
+    /// Nothing came back before the deadline.
+    NoAnswerInTime,
+    /// The helper thread could not run the fetch.
+    Lost(String),
+}
+
+impl fmt::Display for FetchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FetchError::Dial(why) | FetchError::Transport(why) => f.write_str(why),
+            FetchError::BadAddress(e) => write!(f, "bad server address: {e}"),
+            FetchError::Status(status) => write!(f, "answered {status}"),
+            FetchError::NotJson(e) => write!(f, "answer is not JSON: {e}"),
+            FetchError::NoData => f.write_str("the ConfigMap has no data"),
+            FetchError::NoAnswerInTime => f.write_str("no answer in time"),
+            FetchError::Lost(e) => write!(f, "helper thread: {e}"),
+        }
+    }
+}
+
+/// Why cluster-info's detached JWS does not verify with the join token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SignatureError {
+    /// Not `<header>..<signature>`.
+    NotDetached,
+    /// The header is not base64url.
+    HeaderNotBase64,
+    /// The header is not JSON.
+    HeaderNotJson,
+    /// The header's `alg`, as JSON, is not HS256.
+    Algorithm(String),
+    /// The header's `kid`, as JSON, is not the token's id.
+    KeyId(String),
+    /// The signature is not base64url.
+    SignatureNotBase64,
+    /// The HMAC does not match.
+    Wrong,
+}
+
+impl fmt::Display for SignatureError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SignatureError::NotDetached => f.write_str("not a detached JWS"),
+            SignatureError::HeaderNotBase64 => f.write_str("its header is not base64url"),
+            SignatureError::HeaderNotJson => f.write_str("its header is not JSON"),
+            SignatureError::Algorithm(alg) => write!(f, "algorithm {alg} is not HS256"),
+            SignatureError::KeyId(kid) => write!(f, "key id {kid} is not the token's"),
+            SignatureError::SignatureNotBase64 => f.write_str("its signature is not base64url"),
+            SignatureError::Wrong => f.write_str("wrong signature"),
+        }
+    }
+}
+
 /// The ConfigMap, readable anonymously.
 const CLUSTER_INFO: &str = "/api/v1/namespaces/kube-public/configmaps/cluster-info";
 
@@ -157,7 +227,8 @@ pub(crate) fn discover(
         return Ok(Discovered { server, ca_pem });
     }
     check_pins(&ca_pem, pins)?;
-    let roots = csr_api::roots(&ca_pem).map_err(DiscoveryError::BadClusterInfo)?;
+    let roots =
+        csr_api::roots(&ca_pem).map_err(|e| DiscoveryError::BadClusterInfo(e.to_string()))?;
     let verified = csr_api::agent(
         csr_api::tls_builder()
             .root_certs(RootCerts::new_with_certs(&roots))
@@ -190,15 +261,15 @@ fn fetch(
     let key = format!("jws-kubeconfig-{id}");
     let mut last = DiscoveryError::Unreachable {
         server: servers.join(", "),
-        error: "no answer in time".into(),
+        error: FetchError::NoAnswerInTime,
     };
     loop {
         let list = servers.to_vec();
         let agent = agent.clone();
         let dial = timing.dial;
         let request = timing.request;
-        let attempt = move || -> Result<(String, Value), (String, String)> {
-            let server = endpoint(&list, dial)?;
+        let attempt = move || -> Result<(String, Value), (String, FetchError)> {
+            let server = endpoint(&list, dial).map_err(|(s, why)| (s, FetchError::Dial(why)))?;
             let data =
                 get_cluster_info(&agent, &server, request).map_err(|e| (server.clone(), e))?;
             Ok((server, data))
@@ -220,7 +291,7 @@ fn fetch(
             Waited::Lost(e) => {
                 return Err(DiscoveryError::Unreachable {
                     server: servers.join(", "),
-                    error: format!("helper thread: {e}"),
+                    error: FetchError::Lost(e),
                 });
             }
         }
@@ -279,61 +350,64 @@ pub(crate) fn endpoint(servers: &[String], dial: Duration) -> Result<String, (St
 }
 
 /// One anonymous GET of cluster-info: its `data`.
-fn get_cluster_info(agent: &Agent, server: &str, timeout: Duration) -> Result<Value, String> {
+fn get_cluster_info(agent: &Agent, server: &str, timeout: Duration) -> Result<Value, FetchError> {
     let request = http::Request::builder()
         .method("GET")
         .uri(format!("{}{CLUSTER_INFO}", server.trim_end_matches('/')))
         .header("accept", "application/json")
         .body(())
-        .map_err(|e| format!("bad server address: {e}"))?;
+        .map_err(|e| FetchError::BadAddress(e.to_string()))?;
     let request = agent
         .configure_request(request)
         .timeout_global(Some(timeout))
         .build();
-    let response = agent.run(request).map_err(|e| e.to_string())?;
+    let response = agent
+        .run(request)
+        .map_err(|e| FetchError::Transport(e.to_string()))?;
     let status = response.status().as_u16();
     let body = response
         .into_body()
         .with_config()
         .limit(1024 * 1024)
         .read_to_vec()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| FetchError::Transport(e.to_string()))?;
     if status != 200 {
-        return Err(format!("answered {status}"));
+        return Err(FetchError::Status(status));
     }
     let mut object: Value =
-        serde_json::from_slice(&body).map_err(|e| format!("answer is not JSON: {e}"))?;
+        serde_json::from_slice(&body).map_err(|e| FetchError::NotJson(e.to_string()))?;
     match object.get_mut("data") {
         Some(data @ Value::Object(_)) => Ok(data.take()),
-        _ => Err("the ConfigMap has no data".into()),
+        _ => Err(FetchError::NoData),
     }
 }
 
 /// Checks the detached JWS `<header>..<signature>` over `content` (kubeadm's
 /// `jws-kubeconfig-<id>`): HS256 with the token secret as key, `kid` the token id.
-fn verify_detached(jws: &str, content: &str, id: &str, secret: &str) -> Result<(), String> {
+fn verify_detached(jws: &str, content: &str, id: &str, secret: &str) -> Result<(), SignatureError> {
     let mut parts = jws.split('.');
     let (Some(header_b64), Some(""), Some(sig_b64), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
-        return Err("not a detached JWS".into());
+        return Err(SignatureError::NotDetached);
     };
     let header = URL_SAFE_NO_PAD
         .decode(header_b64)
-        .map_err(|_| "its header is not base64url")?;
-    let header: Value = serde_json::from_slice(&header).map_err(|_| "its header is not JSON")?;
+        .map_err(|_| SignatureError::HeaderNotBase64)?;
+    let header: Value =
+        serde_json::from_slice(&header).map_err(|_| SignatureError::HeaderNotJson)?;
     if header["alg"].as_str() != Some("HS256") {
-        return Err(format!("algorithm {} is not HS256", header["alg"]));
+        return Err(SignatureError::Algorithm(header["alg"].to_string()));
     }
     if header["kid"].as_str() != Some(id) {
-        return Err(format!("key id {} is not the token's", header["kid"]));
+        return Err(SignatureError::KeyId(header["kid"].to_string()));
     }
     let signature = URL_SAFE_NO_PAD
         .decode(sig_b64)
-        .map_err(|_| "its signature is not base64url")?;
+        .map_err(|_| SignatureError::SignatureNotBase64)?;
     let signed = format!("{header_b64}.{}", URL_SAFE_NO_PAD.encode(content));
     let key = hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes());
-    hmac::verify(&key, signed.as_bytes(), &signature).map_err(|_| "wrong signature".to_string())
+    hmac::verify(&key, signed.as_bytes(), &signature).map_err(|_| SignatureError::Wrong)
 }
 
 /// The CA data of the only cluster of cluster-info's kubeconfig.
@@ -361,7 +435,7 @@ fn ca_data(kubeconfig: &str) -> Result<Vec<u8>, DiscoveryError> {
     let ca_pem = mapped.ca_pem.ok_or_else(|| {
         DiscoveryError::BadClusterInfo("its cluster has no certificate-authority-data".into())
     })?;
-    csr_api::roots(&ca_pem).map_err(DiscoveryError::BadClusterInfo)?;
+    csr_api::roots(&ca_pem).map_err(|e| DiscoveryError::BadClusterInfo(e.to_string()))?;
     Ok(ca_pem)
 }
 
@@ -479,7 +553,9 @@ mod tests {
     #[test]
     fn tampered_signatures_are_refused() {
         let refused = |jws: &str, content: &str, id: &str, secret: &str| {
-            verify_detached(jws, content, id, secret).expect_err("refused")
+            verify_detached(jws, content, id, secret)
+                .expect_err("refused")
+                .to_string()
         };
         // Content, secret, kid.
         refused(K8S_JWS, "Hello from the other side.", K8S_ID, K8S_SECRET);

@@ -16,6 +16,7 @@
 pub(crate) mod csr;
 pub(crate) mod csr_api;
 pub(crate) mod discovery;
+pub(crate) mod error;
 pub(crate) mod files;
 
 mod bootstrap;
@@ -37,6 +38,8 @@ use crate::tls::{self, ClientIdentity, TlsMaterial};
 use crate::upstream::Upstream;
 use csr::CsrTemplate;
 use csr_api::{ApiClient, Auth};
+pub(crate) use error::PkiError;
+use error::{IdentityFile, Missing};
 use files::{CertKind, RootDir};
 pub(crate) use state::IdentityState;
 
@@ -124,7 +127,7 @@ pub(crate) fn start(
     } = parts;
 
     // Who the serving certificate's CSR is sent as: the client identity of the moment.
-    let api: Arc<dyn Fn() -> Result<ApiClient, String> + Send + Sync> = match &config.identity {
+    let api: Arc<dyn Fn() -> Result<ApiClient, PkiError> + Send + Sync> = match &config.identity {
         IdentitySource::Kubeconfig { tls, token } => {
             state.client_installed(tls.client_not_after());
             let ca: Vec<u8> = tls
@@ -140,7 +143,7 @@ pub(crate) fn start(
                     (Some(id), _) => Auth::Certificate(id.clone()),
                     (None, Some(token)) => Auth::Token(token_text(token)?),
                     // Refused by config validation.
-                    (None, None) => return Err("the kubeconfig has no user".to_owned()),
+                    (None, None) => return Err(Missing::KubeconfigUser.into()),
                 };
                 ApiClient::new(&reachable(&servers)?, &ca, auth)
             })
@@ -251,8 +254,10 @@ fn install_tls(
     upstream: &Upstream,
     tls: &TlsMaterial,
     probe_timeout: Duration,
-) -> Result<(), String> {
-    upstream.set_tls(tls)?;
+) -> Result<(), PkiError> {
+    upstream
+        .set_tls(tls)
+        .map_err(|e| PkiError::UpstreamTls(e.to_string()))?;
     if !upstream.backends().any_healthy() {
         crate::health::probe_all_once(upstream.backends(), upstream, probe_timeout);
     }
@@ -261,25 +266,29 @@ fn install_tls(
 
 /// TLS material from the CA bundle's PEM and a client identity already checked when it was
 /// read (`tls::identity`): only the CA is parsed here.
-fn material(ca_pem: &[u8], identity: &ClientIdentity) -> Result<TlsMaterial, String> {
-    let mut material = tls::load(ca_pem, None).map_err(|e| e.to_string())?;
+fn material(ca_pem: &[u8], identity: &ClientIdentity) -> Result<TlsMaterial, StartupError> {
+    let mut material = tls::load(ca_pem, None)?;
     material.client = Some(identity.clone());
     Ok(material)
 }
 
 /// The bearer token of a kubeconfig, read now when it is a file.
-fn token_text(token: &Token) -> Result<String, String> {
+fn token_text(token: &Token) -> Result<String, PkiError> {
     match token {
         Token::Inline(text) => Ok(text.clone()),
         Token::File(path) => std::fs::read_to_string(path)
             .map(|t| t.trim().to_owned())
-            .map_err(|e| format!("tokenFile {}: {e}", path.display())),
+            .map_err(|source| PkiError::Read {
+                file: IdentityFile::TokenFile,
+                path: path.clone(),
+                source,
+            }),
     }
 }
 
 /// The first server that accepts a TCP connection within [`DIAL_TIMEOUT`], as YurtHub picks
 /// the server for its CSRs; with one server, that one without a dial.
-pub(crate) fn reachable(servers: &[String]) -> Result<String, String> {
+pub(crate) fn reachable(servers: &[String]) -> Result<String, PkiError> {
     discovery::endpoint(servers, DIAL_TIMEOUT)
-        .map_err(|(server, why)| format!("no cloud server accepts connections ({server}: {why})"))
+        .map_err(|(server, why)| PkiError::NoServer { server, why })
 }

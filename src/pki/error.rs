@@ -1,0 +1,298 @@
+//! The identity's one error type: why a certificate could not be read, requested, stored or
+//! put to use, by where the failure came from — a file (with its path and the I/O error),
+//! material that does not parse, the cloud's answer (with its status, or the transport's
+//! error), discovery with the join token, or something the hub does not have yet.
+//!
+//! Its `Display` is the one line readyz, the log and `POST /v1/token` show; nothing decides
+//! by that text. It does not say what to do about a failure: the renewal loop retries every
+//! kind the same way, and `POST /v1/token` asks [`PkiError::status`].
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use super::csr_api::{ApiError, CsrError};
+use super::discovery::DiscoveryError;
+use crate::error::StartupError;
+
+/// Why the hub's identity could not be had.
+#[derive(Debug)]
+#[non_exhaustive]
+pub(crate) enum PkiError {
+    /// A file the identity needs cannot be read.
+    Read {
+        /// What the file is.
+        file: IdentityFile,
+        /// Where it is.
+        path: PathBuf,
+        /// Why it cannot be read.
+        source: io::Error,
+    },
+    /// kubelet's certificate file is not there (or its metadata cannot be read), as its
+    /// watch saw.
+    Gone {
+        /// What the file is.
+        file: IdentityFile,
+        /// Where it should be.
+        path: PathBuf,
+    },
+    /// A file the hub writes (`pki/ca.crt`, `yurthub.conf`, the bootstrap kubeconfig)
+    /// cannot be written.
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why (the I/O error names the step and the temporary file).
+        source: io::Error,
+    },
+    /// A CA bundle, certificate or key read from a file does not parse, or the certificate
+    /// and key do not belong together.
+    Unparsable {
+        /// What the file is.
+        file: IdentityFile,
+        /// Where it is.
+        path: PathBuf,
+        /// The parser's reason.
+        source: StartupError,
+    },
+    /// The bootstrap kubeconfig cannot be read or is not a kubeconfig (the kubeconfig
+    /// loader's error, which names the file).
+    BootstrapKubeconfig(StartupError),
+    /// The bootstrap kubeconfig lacks something token mode needs.
+    BootstrapIncomplete {
+        /// The file.
+        path: PathBuf,
+        /// What it lacks: "token", "server", "certificate-authority-data".
+        missing: &'static str,
+    },
+    /// Something the request needs is not there (yet).
+    Missing(Missing),
+    /// No cloud server accepts a TCP connection.
+    NoServer {
+        /// The server tried last (all of them when none was given).
+        server: String,
+        /// Why it refused: "cannot resolve: …", "cannot connect: …".
+        why: String,
+    },
+    /// The CA data to trust holds no PEM certificate.
+    NoCaCertificate,
+    /// The client key cannot be given to ureq (the text names it).
+    ClientKey(String),
+    /// The cloud client refused the new TLS material (the upstream's reason).
+    UpstreamTls(String),
+    /// The HTTPS port refused the new serving certificate (its reason).
+    ServingCert(String),
+    /// Generating a key failed.
+    KeyGeneration(KeyFailure),
+    /// Signing the certificate request failed.
+    Signing,
+    /// A DNS name for the certificate is not ASCII (IA5String).
+    NotAscii {
+        /// The name.
+        name: String,
+    },
+    /// The certificate signing request brought no certificate: the cloud refused, denied,
+    /// failed or did not answer (the status code and the cloud's message are kept).
+    Csr(CsrError),
+    /// The cloud did not give the `kubernetes` Service the serving certificate is named by.
+    ServiceLookup(ApiError),
+    /// The `kubernetes` Service has no cluster IP.
+    NoClusterIp,
+    /// The issued certificate and the key the hub made do not make an identity.
+    IssuedUnusable {
+        /// "client certificate", "serving certificate".
+        what: &'static str,
+        /// Why.
+        source: StartupError,
+    },
+    /// The issued certificate's fields cannot be read.
+    IssuedUnparsable {
+        /// "client certificate", "serving certificate".
+        what: &'static str,
+    },
+    /// The issued certificate expired already (the node's clock is likely wrong).
+    IssuedExpired {
+        /// "client certificate", "serving certificate".
+        what: &'static str,
+        /// Its end of validity.
+        not_after: SystemTime,
+    },
+    /// Join-token discovery of `cluster-info` failed.
+    Discovery(DiscoveryError),
+    /// `POST /v1/token` was given something that is not a join token.
+    BadJoinToken(String),
+    /// `POST /v1/token`: no pin and no known CA to trust a new token's discovery with.
+    NoPin,
+}
+
+/// The files the identity reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IdentityFile {
+    /// A kubeconfig's `tokenFile`.
+    TokenFile,
+    /// kubeletcertificate mode: the cluster CA kubelet trusts.
+    KubeletCa,
+    /// kubeletcertificate mode: kubelet's client certificate and key (one PEM file).
+    KubeletCert,
+    /// Token mode: `pki/ca.crt` under `--root-dir`.
+    ClusterCa,
+}
+
+impl IdentityFile {
+    /// How the file is named in a message.
+    fn label(self) -> &'static str {
+        match self {
+            IdentityFile::TokenFile => "tokenFile",
+            IdentityFile::KubeletCa => "kubeletcertificate mode: the cluster CA",
+            IdentityFile::KubeletCert => "kubeletcertificate mode: kubelet's client certificate",
+            IdentityFile::ClusterCa => "the cluster CA",
+        }
+    }
+}
+
+/// What a request for a certificate lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Missing {
+    /// The user's kubeconfig has neither a certificate nor a token (config validation
+    /// refuses that).
+    KubeconfigUser,
+    /// Token mode has no `pki/ca.crt` yet.
+    ClusterCa,
+    /// The cluster CA file was there and is gone.
+    ClusterCaGone,
+    /// Token mode has no stored client certificate yet.
+    ClientCertificate,
+    /// The serving certificate waits for a client certificate to request it with.
+    WaitingForClient,
+    /// Token mode with neither a bootstrap kubeconfig nor a join token (config validation
+    /// refuses that).
+    BootstrapSource,
+}
+
+/// Why a new key could not be made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyFailure {
+    /// The system's random source failed.
+    NoRandomness,
+    /// ring refused the key it had just generated.
+    Rejected,
+    /// The generated PKCS#8 document is not laid out as expected.
+    Layout,
+}
+
+impl PkiError {
+    /// The status `POST /v1/token` answers this failure with: 400 for a token that is not
+    /// one, else 500.
+    pub(crate) fn status(&self) -> u16 {
+        match self {
+            PkiError::BadJoinToken(_) => 400,
+            _ => 500,
+        }
+    }
+}
+
+impl fmt::Display for Missing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Missing::KubeconfigUser => "the kubeconfig has no user",
+            Missing::ClusterCa => "the cluster CA is not known yet",
+            Missing::ClusterCaGone => "the cluster CA file is gone",
+            Missing::ClientCertificate => "the hub has no client certificate yet",
+            Missing::WaitingForClient => "waiting for the hub's client certificate",
+            Missing::BootstrapSource => "neither a bootstrap kubeconfig nor a join token",
+        })
+    }
+}
+
+impl fmt::Display for KeyFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KeyFailure::NoRandomness => "cannot generate a P-256 key: no system randomness",
+            KeyFailure::Rejected => "ring rejected the P-256 key it generated",
+            KeyFailure::Layout => "unexpected PKCS#8 layout of a generated P-256 key",
+        })
+    }
+}
+
+impl fmt::Display for PkiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PkiError::Read { file, path, source } => {
+                write!(f, "{} {}: {source}", file.label(), path.display())
+            }
+            PkiError::Gone { file, path } => {
+                write!(f, "{} {} cannot be read", file.label(), path.display())
+            }
+            PkiError::Write { path, source } => {
+                write!(f, "cannot write {}: {source}", path.display())
+            }
+            PkiError::Unparsable { file, path, source } => match file {
+                IdentityFile::KubeletCa | IdentityFile::KubeletCert => {
+                    write!(f, "kubeletcertificate mode: {}: {source}", path.display())
+                }
+                // The parser's text says what it read ("certificate authority: …").
+                IdentityFile::TokenFile | IdentityFile::ClusterCa => write!(f, "{source}"),
+            },
+            PkiError::BootstrapKubeconfig(source) => write!(f, "{source}"),
+            PkiError::BootstrapIncomplete { path, missing } => {
+                write!(f, "bootstrap kubeconfig {}: no {missing}", path.display())
+            }
+            PkiError::Missing(m) => write!(f, "{m}"),
+            PkiError::NoServer { server, why } => {
+                write!(f, "no cloud server accepts connections ({server}: {why})")
+            }
+            PkiError::NoCaCertificate => f.write_str("the CA data holds no PEM certificate"),
+            PkiError::ClientKey(why) | PkiError::UpstreamTls(why) | PkiError::ServingCert(why) => {
+                f.write_str(why)
+            }
+            PkiError::KeyGeneration(k) => write!(f, "{k}"),
+            PkiError::Signing => f.write_str("cannot sign the certificate request"),
+            PkiError::NotAscii { name } => {
+                write!(f, "DNS name {name:?} is not ASCII (IA5String)")
+            }
+            PkiError::Csr(e) => write!(f, "{e}"),
+            PkiError::ServiceLookup(e) => write!(
+                f,
+                "cannot read the kubernetes Service for the serving certificate: {e}"
+            ),
+            PkiError::NoClusterIp => f.write_str("the kubernetes Service has no cluster IP"),
+            PkiError::IssuedUnusable { what, source } => {
+                write!(f, "the issued {what} is unusable: {source}")
+            }
+            PkiError::IssuedUnparsable { what } => {
+                write!(f, "the issued {what} cannot be parsed")
+            }
+            PkiError::IssuedExpired { what, not_after } => write!(
+                f,
+                "the issued {what} expired at {} already: is this node's clock right?",
+                crate::logging::time_rfc3339(*not_after)
+            ),
+            PkiError::Discovery(e) => write!(f, "{e}"),
+            PkiError::BadJoinToken(why) => f.write_str(why),
+            PkiError::NoPin => f.write_str(
+                "no CA to pin discovery to: give --discovery-token-ca-cert-hash (or --discovery-token-unsafe-skip-ca-verification)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PkiError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PkiError::Read { source, .. } | PkiError::Write { source, .. } => Some(source),
+            PkiError::Unparsable { source, .. }
+            | PkiError::BootstrapKubeconfig(source)
+            | PkiError::IssuedUnusable { source, .. } => Some(source),
+            PkiError::Csr(e) => Some(e),
+            PkiError::ServiceLookup(e) => Some(e),
+            PkiError::Discovery(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<Missing> for PkiError {
+    fn from(m: Missing) -> PkiError {
+        PkiError::Missing(m)
+    }
+}
