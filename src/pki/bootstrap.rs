@@ -297,3 +297,41 @@ fn ca_pin(ca_pem: &[u8]) -> Option<CaPin> {
     let first = CertificateDer::pem_slice_iter(ca_pem).next()?.ok()?;
     CaPin::parse(&x509::pin(first.as_ref())?).ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Token updates for a root dir that does not exist (nothing is written: both refusals
+    /// come before discovery).
+    fn updates() -> TokenUpdates {
+        let root = std::env::temp_dir().join(format!(
+            "tinyhub-token-updates-{}-absent",
+            std::process::id()
+        ));
+        TokenUpdates {
+            root: Arc::new(RootDir::new(root)),
+            servers: Arc::from(vec!["https://127.0.0.1:1".to_owned()]),
+            bootstrap_file: None,
+            pins: Vec::new(),
+            unsafe_skip: false,
+        }
+    }
+
+    #[test]
+    fn a_token_update_says_whose_fault_a_refusal_is() {
+        let bad = updates().replace("not-a-token").expect_err("bad token");
+        assert!(matches!(bad, PkiError::BadJoinToken(_)), "{bad:?}");
+        assert_eq!(bad.status(), 400);
+        let good = "abcdef.0123456789abcdef";
+        let unpinned = updates().replace(good).expect_err("nothing to pin");
+        assert!(matches!(unpinned, PkiError::NoPin), "{unpinned:?}");
+        assert_eq!(unpinned.status(), 500);
+        assert!(
+            unpinned
+                .to_string()
+                .contains("--discovery-token-ca-cert-hash"),
+            "{unpinned}"
+        );
+    }
+}

@@ -739,6 +739,27 @@ mod tests {
     }
 
     #[test]
+    fn a_refusing_cloud_is_unreachable_with_its_status() {
+        let cloud = test_cloud::start(|_| Reply::Json(403, "{}".into()));
+        let (_keep, stop) = no_stop();
+        let err = discover_at(&cloud.url, &[], &stop).expect_err("refused");
+        assert_eq!(
+            err,
+            DiscoveryError::Unreachable {
+                server: cloud.url.clone(),
+                error: FetchError::Status(403),
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cluster-info discovery: cannot reach {}: answered 403",
+                cloud.url
+            )
+        );
+    }
+
+    #[test]
     fn the_second_fetch_verifies_tls_with_the_pinned_ca() {
         // cluster-info names a CA (pinned) that did not sign the serving certificate: only
         // the verified fetch can notice.

@@ -296,3 +296,148 @@ impl From<Missing> for PkiError {
         PkiError::Missing(m)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+
+    fn check(error: PkiError, expected: &str) {
+        assert_eq!(error.to_string(), expected, "{error:?}");
+    }
+
+    fn not_found() -> io::Error {
+        io::Error::new(io::ErrorKind::NotFound, "gone")
+    }
+
+    #[test]
+    fn each_failure_reads_as_the_line_the_hub_printed_before() {
+        let read = |file, path: &str| PkiError::Read {
+            file,
+            path: path.into(),
+            source: not_found(),
+        };
+        check(read(IdentityFile::TokenFile, "/t"), "tokenFile /t: gone");
+        check(
+            read(IdentityFile::KubeletCa, "/ca.crt"),
+            "kubeletcertificate mode: the cluster CA /ca.crt: gone",
+        );
+        check(
+            read(IdentityFile::KubeletCert, "/k.pem"),
+            "kubeletcertificate mode: kubelet's client certificate /k.pem: gone",
+        );
+        check(
+            PkiError::Gone {
+                file: IdentityFile::KubeletCert,
+                path: "/k.pem".into(),
+            },
+            "kubeletcertificate mode: kubelet's client certificate /k.pem cannot be read",
+        );
+        check(
+            PkiError::Write {
+                path: "/r/pki/ca.crt".into(),
+                source: not_found(),
+            },
+            "cannot write /r/pki/ca.crt: gone",
+        );
+        let parser = || StartupError::new("no PEM").context("certificate authority");
+        let unparsable = |file, path: &str| PkiError::Unparsable {
+            file,
+            path: path.into(),
+            source: parser(),
+        };
+        check(
+            unparsable(IdentityFile::KubeletCa, "/ca.crt"),
+            "kubeletcertificate mode: /ca.crt: certificate authority: no PEM",
+        );
+        check(
+            unparsable(IdentityFile::ClusterCa, "/r/pki/ca.crt"),
+            "certificate authority: no PEM",
+        );
+        check(
+            PkiError::BootstrapIncomplete {
+                path: "/b.conf".into(),
+                missing: "token",
+            },
+            "bootstrap kubeconfig /b.conf: no token",
+        );
+        check(
+            Missing::WaitingForClient.into(),
+            "waiting for the hub's client certificate",
+        );
+        check(
+            Missing::ClientCertificate.into(),
+            "the hub has no client certificate yet",
+        );
+        check(
+            PkiError::NoServer {
+                server: "https://a:6443".into(),
+                why: "cannot connect: refused".into(),
+            },
+            "no cloud server accepts connections (https://a:6443: cannot connect: refused)",
+        );
+        check(
+            PkiError::Csr(CsrError::Refused {
+                status: 403,
+                message: "forbidden".into(),
+            }),
+            "the cloud refused the certificate signing request (403): forbidden",
+        );
+        check(
+            PkiError::ServiceLookup(ApiError::Status {
+                status: 401,
+                message: "Unauthorized".into(),
+            }),
+            "cannot read the kubernetes Service for the serving certificate: the server answered 401: Unauthorized",
+        );
+        check(
+            PkiError::IssuedExpired {
+                what: "client certificate",
+                not_after: UNIX_EPOCH + Duration::from_secs(86_400),
+            },
+            "the issued client certificate expired at 1970-01-02T00:00:00Z already: is this node's clock right?",
+        );
+        check(
+            PkiError::KeyGeneration(KeyFailure::NoRandomness),
+            "cannot generate a P-256 key: no system randomness",
+        );
+        check(
+            PkiError::NotAscii {
+                name: "nœud".into(),
+            },
+            "DNS name \"nœud\" is not ASCII (IA5String)",
+        );
+    }
+
+    #[test]
+    fn a_failure_that_wraps_another_gives_it_as_its_source() {
+        let read = PkiError::Read {
+            file: IdentityFile::TokenFile,
+            path: "/t".into(),
+            source: not_found(),
+        };
+        let io = read.source().and_then(|s| s.downcast_ref::<io::Error>());
+        assert_eq!(io.map(io::Error::kind), Some(io::ErrorKind::NotFound));
+
+        let refused = PkiError::Csr(CsrError::Refused {
+            status: 403,
+            message: "forbidden".into(),
+        });
+        let csr = refused.source().and_then(|s| s.downcast_ref::<CsrError>());
+        assert!(
+            matches!(csr, Some(CsrError::Refused { status: 403, .. })),
+            "{csr:?}"
+        );
+
+        assert!(PkiError::Missing(Missing::ClusterCa).source().is_none());
+    }
+
+    #[test]
+    fn only_a_bad_join_token_is_the_callers_fault() {
+        assert_eq!(PkiError::BadJoinToken("not a token".into()).status(), 400);
+        assert_eq!(PkiError::NoPin.status(), 500);
+        assert_eq!(PkiError::Discovery(DiscoveryError::Stopped).status(), 500);
+    }
+}

@@ -292,3 +292,50 @@ pub(crate) fn reachable(servers: &[String]) -> Result<String, PkiError> {
     discovery::endpoint(servers, DIAL_TIMEOUT)
         .map_err(|(server, why)| PkiError::NoServer { server, why })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    /// A path in the temp dir that no file has.
+    fn nowhere(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("tinyhub-pki-{name}-{}-absent", std::process::id()))
+    }
+
+    #[test]
+    fn an_unreadable_token_file_is_named_with_its_io_error() {
+        let path = nowhere("token");
+        match token_text(&Token::File(path.clone())) {
+            Err(PkiError::Read {
+                file: IdentityFile::TokenFile,
+                path: named,
+                source,
+            }) => {
+                assert_eq!(named, path);
+                assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn kubelets_files_are_named_by_what_failed() {
+        let files = crate::config::KubeletFiles {
+            kubeconfig: nowhere("kubelet-conf"),
+            ca: nowhere("kubelet-ca"),
+            cert: nowhere("kubelet-cert"),
+        };
+        let err = kubelet::read(&files).expect_err("no files");
+        assert!(
+            matches!(&err, PkiError::Read { file: IdentityFile::KubeletCa, path, .. } if *path == files.ca),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("kubeletcertificate mode: the cluster CA "),
+            "{err}"
+        );
+    }
+}

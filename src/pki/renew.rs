@@ -476,6 +476,51 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_refused_request_keeps_the_clouds_status() {
+        use super::super::csr_api::test_cloud::{self, Reply};
+        use super::super::csr_api::{Auth, CsrError};
+        let cloud = test_cloud::start(|_| {
+            Reply::Json(
+                403,
+                r#"{"kind":"Status","message":"bootstrap tokens may not ask for this"}"#.into(),
+            )
+        });
+        let api = ApiClient::new(
+            &cloud.url,
+            cloud.ca_pem.as_bytes(),
+            Auth::Token("abcdef.0123456789abcdef".into()),
+        )
+        .expect("client");
+        // Refused before anything is stored: the root dir is never made.
+        let root = RootDir::new(std::env::temp_dir().join(format!(
+            "tinyhub-renew-refused-{}-absent",
+            std::process::id()
+        )));
+        let renewal = Renewal {
+            kind: CertKind::Client,
+            signer: "kubernetes.io/kube-apiserver-client",
+            usages: CLIENT_USAGES,
+            what: "client certificate",
+        };
+        let template = CsrTemplate {
+            common_name: "system:node:a".into(),
+            ..CsrTemplate::default()
+        };
+        let (_keep, stop) = crossbeam_channel::bounded::<()>(0);
+        let Err(err) = request(&root, &renewal, &template, &api, &stop) else {
+            panic!("issued");
+        };
+        match &err {
+            PkiError::Csr(CsrError::Refused { status, message }) => {
+                assert_eq!(*status, 403);
+                assert_eq!(message, "bootstrap tokens may not ask for this");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(err.to_string().contains("(403)"), "{err}");
+    }
+
+    #[test]
     fn renewal_falls_in_70_to_90_percent_of_the_lifetime() {
         let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let end = start + Duration::from_secs(1000);
