@@ -4,9 +4,8 @@
 //! given, because the CA's public key has a pinned hash.
 //!
 //! It does not write the bootstrap kubeconfig (`files.rs`) nor decide whether pins are
-//! required (the configuration layer does).
+//! required (the configuration layer does). Its failures (`DiscoveryError`) are `error.rs`'s.
 
-use std::fmt;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -24,6 +23,7 @@ use ureq::tls::RootCerts;
 use yaml_rust2::YamlLoader;
 
 use super::csr_api::{self, Waited};
+use super::error::{DiscoveryError, FetchError, SignatureError};
 use crate::config::join::{CaPin, JoinToken};
 
 /// What discovery found.
@@ -56,144 +56,6 @@ impl Default for DiscoveryTiming {
             request: Duration::from_secs(10),
             retry_every: Duration::from_secs(5),
             give_up_after: Duration::from_secs(120),
-        }
-    }
-}
-
-/// Why discovery failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum DiscoveryError {
-    /// No server gave cluster-info in time.
-    Unreachable {
-        /// The server tried last.
-        server: String,
-        /// Its last error.
-        error: FetchError,
-    },
-    /// cluster-info never carried a signature for the token's id.
-    NoSignature {
-        /// The token id.
-        id: String,
-    },
-    /// The signature does not verify with the token.
-    BadSignature(SignatureError),
-    /// The signed kubeconfig does not hold exactly one cluster.
-    Clusters(usize),
-    /// The signed kubeconfig is unusable (not YAML, no CA data).
-    BadClusterInfo(String),
-    /// No CA certificate has a pinned public key.
-    PinMismatch {
-        /// The pins of the CA certificates seen.
-        seen: Vec<String>,
-    },
-    /// The fetch over verified TLS gave another kubeconfig.
-    SecondFetchDiffers,
-    /// The hub is shutting down.
-    Stopped,
-}
-
-impl fmt::Display for DiscoveryError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DiscoveryError::Unreachable { server, error } => {
-                write!(f, "cluster-info discovery: cannot reach {server}: {error}")
-            }
-            DiscoveryError::NoSignature { id } => write!(
-                f,
-                "cluster-info holds no signature for token id {id} (token unknown or expired)"
-            ),
-            DiscoveryError::BadSignature(why) => write!(
-                f,
-                "cluster-info's signature does not match the join token ({why})"
-            ),
-            DiscoveryError::Clusters(n) => write!(
-                f,
-                "cluster-info's kubeconfig holds {n} clusters, exactly one is expected"
-            ),
-            DiscoveryError::BadClusterInfo(why) => write!(f, "cluster-info is unusable: {why}"),
-            DiscoveryError::PinMismatch { seen } => write!(
-                f,
-                "no CA certificate in cluster-info matches --discovery-token-ca-cert-hash; its CA has {}",
-                if seen.is_empty() {
-                    "no readable certificate".to_string()
-                } else {
-                    seen.join(", ")
-                }
-            ),
-            DiscoveryError::SecondFetchDiffers => f.write_str(
-                "cluster-info fetched again over verified TLS differs from the first answer",
-            ),
-            DiscoveryError::Stopped => f.write_str("cluster-info discovery: shutting down"),
-        }
-    }
-}
-
-impl std::error::Error for DiscoveryError {}
-
-/// Why one try gave no cluster-info: the cloud's answer (its status) or why there was none.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum FetchError {
-    /// No server accepted a TCP connection: "cannot resolve: …", "cannot connect: …".
-    Dial(String),
-    /// The server's address makes no request URL.
-    BadAddress(String),
-    /// No answer, or it broke off: connection, TLS, timeout (ureq's text).
-    Transport(String),
-    /// The server answered this status, not 200.
-    Status(u16),
-    /// A 200 answer that is not JSON.
-    NotJson(String),
-    /// The ConfigMap has no `data`.
-    NoData,
-    /// Nothing came back before the deadline.
-    NoAnswerInTime,
-    /// The helper thread could not run the fetch.
-    Lost(String),
-}
-
-impl fmt::Display for FetchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FetchError::Dial(why) | FetchError::Transport(why) => f.write_str(why),
-            FetchError::BadAddress(e) => write!(f, "bad server address: {e}"),
-            FetchError::Status(status) => write!(f, "answered {status}"),
-            FetchError::NotJson(e) => write!(f, "answer is not JSON: {e}"),
-            FetchError::NoData => f.write_str("the ConfigMap has no data"),
-            FetchError::NoAnswerInTime => f.write_str("no answer in time"),
-            FetchError::Lost(e) => write!(f, "helper thread: {e}"),
-        }
-    }
-}
-
-/// Why cluster-info's detached JWS does not verify with the join token.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum SignatureError {
-    /// Not `<header>..<signature>`.
-    NotDetached,
-    /// The header is not base64url.
-    HeaderNotBase64,
-    /// The header is not JSON.
-    HeaderNotJson,
-    /// The header's `alg`, as JSON, is not HS256.
-    Algorithm(String),
-    /// The header's `kid`, as JSON, is not the token's id.
-    KeyId(String),
-    /// The signature is not base64url.
-    SignatureNotBase64,
-    /// The HMAC does not match.
-    Wrong,
-}
-
-impl fmt::Display for SignatureError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SignatureError::NotDetached => f.write_str("not a detached JWS"),
-            SignatureError::HeaderNotBase64 => f.write_str("its header is not base64url"),
-            SignatureError::HeaderNotJson => f.write_str("its header is not JSON"),
-            SignatureError::Algorithm(alg) => write!(f, "algorithm {alg} is not HS256"),
-            SignatureError::KeyId(kid) => write!(f, "key id {kid} is not the token's"),
-            SignatureError::SignatureNotBase64 => f.write_str("its signature is not base64url"),
-            SignatureError::Wrong => f.write_str("wrong signature"),
         }
     }
 }

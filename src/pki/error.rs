@@ -1,19 +1,20 @@
-//! The identity's one error type: why a certificate could not be read, requested, stored or
-//! put to use, by where the failure came from — a file (with its path and the I/O error),
-//! material that does not parse, the cloud's answer (with its status, or the transport's
-//! error), discovery with the join token, or something the hub does not have yet.
+//! The identity's errors: [`PkiError`], the one type every fallible function of `pki`
+//! returns, says where a failure came from — a file (with its path and the I/O error),
+//! material that does not parse, the cloud's answer (its status and message, or the
+//! transport's error), discovery with the join token, or something the hub does not have yet.
+//! The cloud conversations' own failures it wraps live here too, below `csr_api.rs` and
+//! `discovery.rs` that make them: [`ApiError`] (one call), [`CsrError`] (a certificate signing
+//! request), [`DiscoveryError`] with [`FetchError`] and [`SignatureError`] (cluster-info).
 //!
-//! Its `Display` is the one line readyz, the log and `POST /v1/token` show; nothing decides
-//! by that text. It does not say what to do about a failure: the renewal loop retries every
-//! kind the same way, and `POST /v1/token` asks [`PkiError::status`].
+//! `Display` is the one line readyz, the log and `POST /v1/token` show; nothing decides by
+//! that text. It does not say what to do about a failure: the renewal loop retries every kind
+//! the same way, and `POST /v1/token` asks [`PkiError::status`].
 
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use super::csr_api::{ApiError, CsrError};
-use super::discovery::DiscoveryError;
 use crate::error::StartupError;
 
 /// Why the hub's identity could not be had.
@@ -294,6 +295,218 @@ impl std::error::Error for PkiError {
 impl From<Missing> for PkiError {
     fn from(m: Missing) -> PkiError {
         PkiError::Missing(m)
+    }
+}
+
+/// A failed API call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ApiError {
+    /// The server answered a status other than 2xx; `message` is its `Status` message.
+    Status {
+        /// The HTTP status code.
+        status: u16,
+        /// The `message` of the Kubernetes `Status` body, or the start of the body.
+        message: String,
+    },
+    /// No answer: connection, TLS or timeout.
+    Transport(String),
+    /// A 2xx answer that is not the JSON expected.
+    Invalid(String),
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ApiError::Status { status, message } => {
+                write!(f, "the server answered {status}: {message}")
+            }
+            ApiError::Transport(e) => write!(f, "no answer from the server: {e}"),
+            ApiError::Invalid(e) => write!(f, "the server's answer is not what was expected: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// Why no certificate came back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CsrError {
+    /// The server refused to create the request (401, 403 or another 4xx).
+    Refused {
+        /// The HTTP status code.
+        status: u16,
+        /// The server's `Status` message.
+        message: String,
+    },
+    /// An approver denied the request (the text names it, the reason and the message).
+    Denied(String),
+    /// The signer failed the request, or it vanished before it was issued.
+    Failed(String),
+    /// No answer within the wait.
+    TimedOut,
+    /// The server could not be reached, answered 5xx or answered nonsense.
+    Transport(String),
+    /// The hub is shutting down.
+    Stopped,
+}
+
+impl fmt::Display for CsrError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CsrError::Refused { status, message } => write!(
+                f,
+                "the cloud refused the certificate signing request ({status}): {message}"
+            ),
+            CsrError::Denied(why) => write!(f, "certificate signing request denied: {why}"),
+            CsrError::Failed(why) => write!(f, "certificate signing request failed: {why}"),
+            CsrError::TimedOut => f.write_str(
+                "no certificate was issued in time (is an approver running for this signer?)",
+            ),
+            CsrError::Transport(e) => write!(f, "certificate signing request: {e}"),
+            CsrError::Stopped => {
+                f.write_str("certificate signing request abandoned: shutting down")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CsrError {}
+
+/// Why discovery failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DiscoveryError {
+    /// No server gave cluster-info in time.
+    Unreachable {
+        /// The server tried last.
+        server: String,
+        /// Its last error.
+        error: FetchError,
+    },
+    /// cluster-info never carried a signature for the token's id.
+    NoSignature {
+        /// The token id.
+        id: String,
+    },
+    /// The signature does not verify with the token.
+    BadSignature(SignatureError),
+    /// The signed kubeconfig does not hold exactly one cluster.
+    Clusters(usize),
+    /// The signed kubeconfig is unusable (not YAML, no CA data).
+    BadClusterInfo(String),
+    /// No CA certificate has a pinned public key.
+    PinMismatch {
+        /// The pins of the CA certificates seen.
+        seen: Vec<String>,
+    },
+    /// The fetch over verified TLS gave another kubeconfig.
+    SecondFetchDiffers,
+    /// The hub is shutting down.
+    Stopped,
+}
+
+impl fmt::Display for DiscoveryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DiscoveryError::Unreachable { server, error } => {
+                write!(f, "cluster-info discovery: cannot reach {server}: {error}")
+            }
+            DiscoveryError::NoSignature { id } => write!(
+                f,
+                "cluster-info holds no signature for token id {id} (token unknown or expired)"
+            ),
+            DiscoveryError::BadSignature(why) => write!(
+                f,
+                "cluster-info's signature does not match the join token ({why})"
+            ),
+            DiscoveryError::Clusters(n) => write!(
+                f,
+                "cluster-info's kubeconfig holds {n} clusters, exactly one is expected"
+            ),
+            DiscoveryError::BadClusterInfo(why) => write!(f, "cluster-info is unusable: {why}"),
+            DiscoveryError::PinMismatch { seen } => write!(
+                f,
+                "no CA certificate in cluster-info matches --discovery-token-ca-cert-hash; its CA has {}",
+                if seen.is_empty() {
+                    "no readable certificate".to_string()
+                } else {
+                    seen.join(", ")
+                }
+            ),
+            DiscoveryError::SecondFetchDiffers => f.write_str(
+                "cluster-info fetched again over verified TLS differs from the first answer",
+            ),
+            DiscoveryError::Stopped => f.write_str("cluster-info discovery: shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for DiscoveryError {}
+
+/// Why one try gave no cluster-info: the cloud's answer (its status) or why there was none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FetchError {
+    /// No server accepted a TCP connection: "cannot resolve: …", "cannot connect: …".
+    Dial(String),
+    /// The server's address makes no request URL.
+    BadAddress(String),
+    /// No answer, or it broke off: connection, TLS, timeout (ureq's text).
+    Transport(String),
+    /// The server answered this status, not 200.
+    Status(u16),
+    /// A 200 answer that is not JSON.
+    NotJson(String),
+    /// The ConfigMap has no `data`.
+    NoData,
+    /// Nothing came back before the deadline.
+    NoAnswerInTime,
+    /// The helper thread could not run the fetch.
+    Lost(String),
+}
+
+impl fmt::Display for FetchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FetchError::Dial(why) | FetchError::Transport(why) => f.write_str(why),
+            FetchError::BadAddress(e) => write!(f, "bad server address: {e}"),
+            FetchError::Status(status) => write!(f, "answered {status}"),
+            FetchError::NotJson(e) => write!(f, "answer is not JSON: {e}"),
+            FetchError::NoData => f.write_str("the ConfigMap has no data"),
+            FetchError::NoAnswerInTime => f.write_str("no answer in time"),
+            FetchError::Lost(e) => write!(f, "helper thread: {e}"),
+        }
+    }
+}
+
+/// Why cluster-info's detached JWS does not verify with the join token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SignatureError {
+    /// Not `<header>..<signature>`.
+    NotDetached,
+    /// The header is not base64url.
+    HeaderNotBase64,
+    /// The header is not JSON.
+    HeaderNotJson,
+    /// The header's `alg`, as JSON, is not HS256.
+    Algorithm(String),
+    /// The header's `kid`, as JSON, is not the token's id.
+    KeyId(String),
+    /// The signature is not base64url.
+    SignatureNotBase64,
+    /// The HMAC does not match.
+    Wrong,
+}
+
+impl fmt::Display for SignatureError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SignatureError::NotDetached => f.write_str("not a detached JWS"),
+            SignatureError::HeaderNotBase64 => f.write_str("its header is not base64url"),
+            SignatureError::HeaderNotJson => f.write_str("its header is not JSON"),
+            SignatureError::Algorithm(alg) => write!(f, "algorithm {alg} is not HS256"),
+            SignatureError::KeyId(kid) => write!(f, "key id {kid} is not the token's"),
+            SignatureError::SignatureNotBase64 => f.write_str("its signature is not base64url"),
+            SignatureError::Wrong => f.write_str("wrong signature"),
+        }
     }
 }
 

@@ -11,7 +11,8 @@
 //! the pins are `config::join`'s), `csr_api.rs` (the CSR API and the small cloud client it needs),
 //! `files.rs` (what lives under `--root-dir`), `bootstrap.rs` (token mode's bootstrap
 //! kubeconfig), `renew.rs` (the renewal loop both certificates share), `kubelet.rs`
-//! (kubeletcertificate mode), `state.rs` (what readyz, `/v1/token` and the metrics see).
+//! (kubeletcertificate mode), `state.rs` (what readyz, `/v1/token` and the metrics see),
+//! `error.rs` (`PkiError`, every failure of these by its origin).
 
 pub(crate) mod csr;
 pub(crate) mod csr_api;

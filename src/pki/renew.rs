@@ -477,8 +477,9 @@ mod tests {
 
     #[test]
     fn a_refused_request_keeps_the_clouds_status() {
+        use super::super::csr_api::Auth;
         use super::super::csr_api::test_cloud::{self, Reply};
-        use super::super::csr_api::{Auth, CsrError};
+        use super::super::error::CsrError;
         let cloud = test_cloud::start(|_| {
             Reply::Json(
                 403,
