@@ -68,8 +68,8 @@ pub(crate) fn is_object_name(s: &str) -> bool {
     is_safe_segment(s)
 }
 
-/// A component name usable as a cache directory.
-pub(crate) fn is_component_name(s: &str) -> bool {
+/// A component name usable as a cache directory: the one rule of [`Component::new`].
+fn is_component_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && !s.starts_with(['.', '_', '-'])
@@ -77,6 +77,31 @@ pub(crate) fn is_component_name(s: &str) -> bool {
         && s.bytes().all(|b| {
             b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
         })
+}
+
+/// A component's name, valid as its cache directory (lower-case alphanumerics, `-`, `_` and
+/// `.`, not starting with a punctuation mark, at most 63 bytes, not `version`, which names
+/// the cached `/version` beside the components): it can be made only by [`Component::new`],
+/// which checks it, so a cache key or route holding one never holds an unchecked name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Component(String);
+
+impl Component {
+    /// `name` as a component, when it is a valid one.
+    pub(crate) fn new(name: &str) -> Option<Component> {
+        is_component_name(name).then(|| Component(name.to_owned()))
+    }
+
+    /// The name.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Component {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// A label key's name part or a non-empty label value: alphanumerics, '-', '_' or '.',

@@ -39,7 +39,7 @@ impl Offline {
             }
         };
         let key = TokenKey {
-            component: req.component.clone(),
+            component: req.component.as_str().to_owned(),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
             digest: spec.digest(),

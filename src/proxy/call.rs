@@ -277,7 +277,7 @@ pub(super) fn labels(req: &ApiRequest) -> RequestLabels {
         req.resource()
             .and_then(|r| r.subresource.clone())
             .unwrap_or_default(),
-        req.component.clone(),
+        req.component.as_str().to_owned(),
     )
 }
 

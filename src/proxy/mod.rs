@@ -410,7 +410,7 @@ impl Hub {
                 "tinyhub does not carry connection upgrades (exec, attach, port-forward): talk to the apiserver directly",
             ));
         }
-        let is_agent = self.agents.is_agent(&req.component);
+        let is_agent = self.agents.is_agent(req.component.as_str());
         let route = route::route(req, is_agent, self.mode)?;
         Ok(match &self.filters {
             Some(filters) => route.with_filters(filters.chain_for(req), req.accept),
