@@ -438,7 +438,7 @@ fn token_target(
         return None;
     }
     Some(TokenTarget {
-        component: component.to_string(),
+        component: component.clone(),
         namespace: path.namespace.clone()?,
         name: path.name.clone()?,
         digest: None,
@@ -448,7 +448,7 @@ fn token_target(
 /// The cache directory of `component`'s view of a resource.
 pub(crate) fn collection_key(component: &Component, path: &ResourcePath) -> CollectionKey {
     CollectionKey {
-        component: component.to_string(),
+        component: component.clone(),
         resource: path.resource.clone(),
         version: path.version.clone(),
         group: path.group.clone(),
@@ -1009,7 +1009,7 @@ mod tests {
             CacheTarget::Token(t) => assert_eq!(
                 t,
                 TokenTarget {
-                    component: "kubelet".into(),
+                    component: Component::KUBELET,
                     namespace: "a".into(),
                     name: "builder".into(),
                     digest: None

@@ -20,6 +20,9 @@ fn a_component_is_made_only_from_a_name_safe_as_its_cache_directory() {
         assert!(Component::new(unsafe_name).is_none(), "{unsafe_name:?}");
     }
     assert!(Component::new(&"a".repeat(64)).is_none());
+    for known in [Component::KUBELET, Component::TINYHUB] {
+        assert_eq!(Component::new(known.as_str()), Some(known.clone()));
+    }
 }
 
 #[test]
