@@ -415,16 +415,16 @@ impl ApiRequest {
     }
 }
 
-/// The component a request names, as the client wrote it (for logs, metrics, filters and
+/// The component a request names, as read from the client (for logs, metrics, filters and
 /// the cache agents' list), and as a [`Component`] when that is a valid one: only such a
-/// component has a cache (`route.rs` refuses the others one, `NoCacheReason::BadComponent`:
-/// they are forwarded uncached).
+/// component has a cache (`route.rs` gives the others none, `NoCacheReason::BadComponent`:
+/// they are forwarded uncached). Made only here, by [`classify`] and [`on_behalf_of`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ComponentName(Result<Component, String>);
 
 impl ComponentName {
     /// `name` (already lower-cased), checked once.
-    pub(crate) fn new(name: &str) -> ComponentName {
+    fn new(name: &str) -> ComponentName {
         ComponentName(Component::new(name).ok_or_else(|| name.to_owned()))
     }
 
@@ -435,7 +435,7 @@ impl ComponentName {
         ComponentName::new(&first.to_ascii_lowercase())
     }
 
-    /// The name as the client wrote it.
+    /// The name as read from the client (lower-cased), valid or not.
     pub(crate) fn as_str(&self) -> &str {
         match &self.0 {
             Ok(component) => component.as_str(),

@@ -39,9 +39,11 @@ pub(super) enum Relayed<'c> {
 /// Which in-flight series counts a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Counted {
-    /// The proxied requests' (`in_flight_requests_collector`, with the cloud's traffic).
+    /// With the proxied requests (`node_yurthub_in_flight_requests_*`, and the cloud's
+    /// traffic under the same labels).
     Proxied,
-    /// Apart, as YurtHub counts what its multiplexer serves from the shared caches.
+    /// Apart (`node_yurthub_aggregated_in_flight_requests_*`), as YurtHub counts what its
+    /// multiplexer serves from the shared caches.
     Aggregated,
 }
 
@@ -53,7 +55,7 @@ pub(super) struct Call<'h, R = Route> {
     /// The classified request; `None` for one passed on unclassified (cloud mode), which is
     /// neither counted nor logged.
     pub(super) req: Option<ApiRequest>,
-    /// What route decided for it.
+    /// What its plan carries: what route decided for a forwarded request.
     pub(super) route: R,
     /// Its place in the in-flight metrics (`None` when passed on unclassified, or counted
     /// apart in `_aggregated`).
