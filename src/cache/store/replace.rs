@@ -42,6 +42,7 @@ use super::list::NameCursor;
 use super::recent::Changed;
 use super::{PutOutcome, Store, check_collection, check_segment, next_id, stored_rv, unchanged};
 use crate::cache::key::{CollectionKey, ObjectKey, rv_newer};
+use crate::names::Component;
 
 /// What a committed replacement did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -65,8 +66,8 @@ pub(crate) struct ReplaceReport {
 
 /// The kind directory a replacement commits into.
 struct KindDir {
-    /// The component's directory name.
-    component: String,
+    /// The component's directory.
+    component: Component,
     /// `<component>/<resource>.<version>.<group>`, as the journal names it.
     rel: String,
     /// The same under the cache root.
@@ -387,7 +388,7 @@ impl Replace<'_> {
     /// The journal's directories: the component's, the kind's and each namespace's that an
     /// object is renamed into (entries are sorted, so each namespace comes once).
     fn journal_dirs(&self, journal: &mut JournalWriter, kind: &KindDir) {
-        journal.mkdir(kind.component.clone());
+        journal.mkdir(kind.component.as_str().to_owned());
         journal.mkdir(kind.rel.clone());
         let mut last_namespace = self.namespace.as_deref();
         if let Some(ns) = last_namespace {
