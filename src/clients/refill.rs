@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use super::ClientError;
-use crate::cache::decode::BodyShape;
 use crate::cache::writer::{CacheTx, Dropped, Refill, RefillTx, Refills};
 use crate::filters::Chain;
 use crate::filters::Filters;
@@ -213,11 +212,7 @@ fn refill_one(
     let target = route::target_for_answer(&target, answer.header("content-type")).ok_or(
         ClientError::Answer("the answer is in a form the cache does not keep"),
     )?;
-    let shape = if req.verb == Verb::List {
-        BodyShape::List
-    } else {
-        BodyShape::Object
-    };
+    let shape = route::body_shape(&req);
     // The filter stage, timed as the relay's is; what it gives goes to the cache only.
     let chain = filters.map_or(Chain::EMPTY, |f| f.chain_for(&req));
     let filters = filters.filter(|_| !chain.is_empty());

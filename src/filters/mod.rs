@@ -353,7 +353,11 @@ impl FilterConfig {
             Some(r)
                 if matches!(r.subresource.as_deref(), None | Some("status")) && !r.extra_path =>
             {
-                self.chain_for(&request.component, request.verb.as_str(), &r.resource)
+                self.chain_for(
+                    request.component.as_str(),
+                    request.verb.as_str(),
+                    &r.resource,
+                )
             }
             _ => Chain::EMPTY,
         }

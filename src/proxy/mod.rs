@@ -28,13 +28,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use self::call::Call;
+use self::call::{Call, Counted};
 use crate::cache::agents::CacheAgents;
 use crate::cache::writer::CacheTx;
 use crate::filters::Filters;
 use crate::heartbeat::NodeHeartbeat;
 use crate::heartbeat::local::KubeletVerb;
-use crate::metrics::METRICS;
 use crate::mode::WorkingMode;
 use crate::offline::Offline;
 use crate::reaper::Reaper;
@@ -305,44 +304,46 @@ impl Hub {
             }
             Plan::PassOn(route) => Call::pass_on(self, route).forward(ex),
             Plan::Refuse(req, status) => {
-                let in_flight = METRICS.start_request(call::labels(&req));
-                let _ = ex.send_status(&status);
-                call::log(&req, status.code, CacheStatus::Rejected, started.elapsed());
-                drop(in_flight);
+                Call::run(self, req, (), Counted::Proxied, started, |call| {
+                    call.refuse(ex, &status);
+                });
             }
             Plan::KubeletLease(req, heartbeat, verb) => {
-                let in_flight = METRICS.start_request(call::labels(&req));
-                let status =
-                    kubelet_lease::answer(heartbeat, self.offline.as_ref(), ex, &req, verb);
-                call::log(&req, status, CacheStatus::LocalLease, started.elapsed());
-                drop(in_flight);
+                Call::run(self, req, (), Counted::Proxied, started, |call| {
+                    call.answered(|req| {
+                        let offline = self.offline.as_ref();
+                        let status = kubelet_lease::answer(heartbeat, offline, ex, req, verb);
+                        (status, CacheStatus::LocalLease)
+                    });
+                });
             }
+            // Counted apart, as YurtHub counts what its multiplexer serves.
             Plan::PoolLocal(req, cache) => {
-                // Counted apart, as YurtHub counts what its multiplexer serves.
-                let in_flight = METRICS.start_aggregated(call::labels(&req));
-                let status = if cache.is_ready() {
-                    let shutdown = || self.shutdown.load(Ordering::Relaxed);
-                    let session = self.pool_session(&req);
-                    let filters = self.filters.as_ref();
-                    pool_local::answer(cache, filters, ex, &req, &shutdown, session)
-                } else {
-                    let status = cache.initializing();
-                    let _ = ex.send_status(&status);
-                    status.code
-                };
-                call::log(&req, status, CacheStatus::PoolLocal, started.elapsed());
-                drop(in_flight);
+                Call::run(self, req, (), Counted::Aggregated, started, |call| {
+                    call.answered(|req| {
+                        let status = if cache.is_ready() {
+                            let shutdown = || self.shutdown.load(Ordering::Relaxed);
+                            let session = self.pool_session(req);
+                            let filters = self.filters.as_ref();
+                            pool_local::answer(cache, filters, ex, req, &shutdown, session)
+                        } else {
+                            let status = cache.initializing();
+                            let _ = ex.send_status(&status);
+                            status.code
+                        };
+                        (status, CacheStatus::PoolLocal)
+                    });
+                });
             }
             Plan::Forward(req, route) => {
-                let in_flight = METRICS.start_request(call::labels(&req));
                 let offline = fallback::offline(self.mode, &route.local, self.cloud.as_ref());
-                let mut call = Call::new(self, req, route, in_flight, started);
-                if offline {
-                    call.answer_locally(ex);
-                } else {
-                    call.forward(ex);
-                }
-                call.log();
+                Call::run(self, req, route, Counted::Proxied, started, |call| {
+                    if offline {
+                        call.answer_locally(ex);
+                    } else {
+                        call.forward(ex);
+                    }
+                });
             }
         }
     }
@@ -386,7 +387,7 @@ impl Hub {
                 "tinyhub does not carry connection upgrades (exec, attach, port-forward): talk to the apiserver directly",
             ));
         }
-        let is_agent = self.agents.is_agent(&req.component);
+        let is_agent = self.agents.is_agent(req.component.as_str());
         let route = route::route(req, is_agent, self.mode)?;
         Ok(match &self.filters {
             Some(filters) => route.with_filters(filters.chain_for(req), req.accept),

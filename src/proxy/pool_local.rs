@@ -48,7 +48,8 @@ use crate::cache::decode::BodyShape;
 use crate::cache::writer::Session;
 use crate::filters::body::{BodyFilter, StageTime};
 use crate::filters::{Chain, Filters};
-use crate::request::{ApiRequest, Verb};
+use crate::request::{ApiRequest, Query, Verb};
+use crate::route;
 use crate::selector::Selectors;
 use crate::server::{BodyWriter, Exchange, Length};
 use crate::status::Status;
@@ -76,14 +77,14 @@ pub(crate) fn answer(
     shutdown: &dyn Fn() -> bool,
     session: Option<Session>,
 ) -> u16 {
-    let params = Params::read(ex.url());
     let chain = filters.map_or(Chain::EMPTY, |f| f.chain_for(req));
     let filter = filters.filter(|_| !chain.is_empty()).map(|f| (f, chain));
     let selectors = match selectors_of(req) {
         Ok(selectors) => selectors,
         Err(status) => return refuse(ex, &status),
     };
-    if let Err(status) = params.validate(req.verb == Verb::Watch) {
+    let query = &req.query;
+    if let Err(status) = validate(query, req.verb == Verb::Watch) {
         return refuse(ex, &status);
     }
     let r = req.resource();
@@ -91,7 +92,7 @@ pub(crate) fn answer(
     match req.verb {
         Verb::Watch => {
             let rv = req.query.resource_version.as_deref();
-            match cache.watch_from(rv, params.send_initial_events, namespace, selectors) {
+            match cache.watch_from(rv, query.send_initial_events, namespace, selectors) {
                 Ok(watcher) => {
                     // 0 means unset, as the apiserver reads it (an instant end would spin).
                     let timeout = req.query.timeout_seconds.filter(|&t| t > 0).map_or_else(
@@ -104,7 +105,7 @@ pub(crate) fn answer(
                         Duration::from_secs,
                     );
                     let how = WatchHow {
-                        bookmarks: params.bookmarks,
+                        bookmarks: query.allow_watch_bookmarks,
                         timeout,
                         shutdown,
                     };
@@ -128,14 +129,14 @@ pub(crate) fn answer(
                 selectors: &selectors,
                 limit: req.query.limit,
                 continue_token: req.query.continue_token.as_deref(),
-                exact: params.exact,
+                exact: query.resource_version_match.as_deref() == Some("Exact"),
             };
             match cache.list(&list) {
                 Ok(page) => {
                     let Ok(writer) = ex.start(200, &JSON, Length::Streamed) else {
                         return 200;
                     };
-                    let mut sink = to_client(writer, filter, BodyShape::List, session);
+                    let mut sink = to_client(writer, filter, route::body_shape(req), session);
                     let sent = page.write_to(&mut SinkWrite(&mut sink));
                     match sent.map_err(Stop::Gone).and_then(|()| sink.finish()) {
                         Ok(()) => {}
@@ -278,101 +279,51 @@ fn note_uncached(why: &Uncached, copying: bool) {
     }
 }
 
-/// The query parameters `request::Query` does not keep.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Params {
-    /// `allowWatchBookmarks`, read as Go's `strconv.ParseBool`.
-    bookmarks: bool,
-    /// `resourceVersionMatch=Exact`.
-    exact: bool,
-    /// `resourceVersionMatch`, when given.
-    rv_match: Option<String>,
-    /// `sendInitialEvents`, when given as a boolean.
-    send_initial_events: Option<bool>,
-    /// `sendInitialEvents` was given but is not a boolean: its text.
-    bad_send_initial_events: Option<String>,
-}
-
 /// `metav1.ResourceVersionMatchNotOlderThan`.
 const NOT_OLDER_THAN: &str = "NotOlderThan";
 
-impl Params {
-    fn read(url: &str) -> Params {
-        let mut params = Params::default();
-        let query = url.split_once('?').map_or("", |(_, q)| q);
-        for pair in query.split('&') {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match key {
-                "allowWatchBookmarks" => params.bookmarks = parse_bool(value) == Some(true),
-                "resourceVersionMatch" => {
-                    params.exact = value == "Exact";
-                    params.rv_match = Some(value.to_owned()).filter(|v| !v.is_empty());
-                }
-                "sendInitialEvents" => match parse_bool(value) {
-                    Some(b) => params.send_initial_events = Some(b),
-                    None => params.bad_send_initial_events = Some(value.to_owned()),
-                },
-                _ => {}
-            }
+/// The apiserver's validation of a list's or watch's options (`ValidateListOptions`, with
+/// the WatchList feature on): a watch with `sendInitialEvents` needs bookmarks and
+/// `resourceVersionMatch=NotOlderThan`, which a watch may carry only with it; a list may not
+/// carry `sendInitialEvents`. (Every value of it is a boolean, as the apiserver reads it:
+/// `request::Query`.)
+fn validate(query: &Query, watch: bool) -> Result<(), Status> {
+    let rv_match = query.resource_version_match.as_deref();
+    let mut forbidden: Vec<(&str, String)> = Vec::new();
+    if !watch {
+        if query.send_initial_events.is_some() {
+            forbidden.push((
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for list".to_owned(),
+            ));
         }
-        params
+    } else if query.send_initial_events.is_some() {
+        if rv_match != Some(NOT_OLDER_THAN) {
+            forbidden.push((
+                "resourceVersionMatch",
+                format!(
+                    "sendInitialEvents requires setting resourceVersionMatch to {NOT_OLDER_THAN}"
+                ),
+            ));
+        }
+        if !query.allow_watch_bookmarks {
+            forbidden.push((
+                "allowWatchBookmarks",
+                "sendInitialEvents requires setting allowWatchBookmarks to true".to_owned(),
+            ));
+        }
+    } else if rv_match.is_some() {
+        forbidden.push((
+            "resourceVersionMatch",
+            "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
+                .to_owned(),
+        ));
     }
-
-    /// The apiserver's validation of these options (`ValidateListOptions`, with the
-    /// WatchList feature on): a watch with `sendInitialEvents` needs bookmarks and
-    /// `resourceVersionMatch=NotOlderThan`, which a watch may carry only with it; a list may
-    /// not carry `sendInitialEvents`. 400 for a value that is not a boolean.
-    fn validate(&self, watch: bool) -> Result<(), Status> {
-        if let Some(text) = &self.bad_send_initial_events {
-            return Err(Status::bad_request(format!(
-                "sendInitialEvents: invalid boolean value {text:?}"
-            )));
-        }
-        let mut forbidden: Vec<(&str, String)> = Vec::new();
-        if !watch {
-            if self.send_initial_events.is_some() {
-                forbidden.push((
-                    "sendInitialEvents",
-                    "sendInitialEvents is forbidden for list".to_owned(),
-                ));
-            }
-        } else {
-            let match_ok = self.rv_match.as_deref() == Some(NOT_OLDER_THAN);
-            if self.send_initial_events.is_some() {
-                if !match_ok {
-                    forbidden.push((
-                        "resourceVersionMatch",
-                        format!("sendInitialEvents requires setting resourceVersionMatch to {NOT_OLDER_THAN}"),
-                    ));
-                }
-                if !self.bookmarks {
-                    forbidden.push((
-                        "allowWatchBookmarks",
-                        "sendInitialEvents requires setting allowWatchBookmarks to true".to_owned(),
-                    ));
-                }
-            } else if self.rv_match.is_some() {
-                forbidden.push((
-                    "resourceVersionMatch",
-                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided".to_owned(),
-                ));
-            }
-        }
-        if forbidden.is_empty() {
-            return Ok(());
-        }
-        let pairs: Vec<(&str, &str)> = forbidden.iter().map(|(f, d)| (*f, d.as_str())).collect();
-        Err(Status::invalid_list_options(&pairs))
+    if forbidden.is_empty() {
+        return Ok(());
     }
-}
-
-/// Go's `strconv.ParseBool`.
-fn parse_bool(text: &str) -> Option<bool> {
-    match text {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
-        _ => None,
-    }
+    let pairs: Vec<(&str, &str)> = forbidden.iter().map(|(f, d)| (*f, d.as_str())).collect();
+    Err(Status::invalid_list_options(&pairs))
 }
 
 /// The request's selectors; a watch of one object selects it by name.
@@ -428,31 +379,8 @@ mod tests {
     }
 
     #[test]
-    fn query_parameters_the_request_does_not_keep_are_read() {
-        assert_eq!(
-            Params::read("/api/v1/services?watch=1&allowWatchBookmarks=true"),
-            Params {
-                bookmarks: true,
-                ..Params::default()
-            }
-        );
-        assert_eq!(
-            Params::read("/api/v1/services?allowWatchBookmarks=false&resourceVersionMatch=Exact"),
-            Params {
-                exact: true,
-                rv_match: Some("Exact".to_owned()),
-                ..Params::default()
-            }
-        );
-        assert_eq!(
-            Params::read("/api/v1/services?sendInitialEvents=f").send_initial_events,
-            Some(false)
-        );
-    }
-
-    #[test]
     fn send_initial_events_is_validated_as_the_apiserver_does() {
-        let check = |url: &str, watch: bool| Params::read(url).validate(watch);
+        let check = |url: &str, watch: bool| validate(&req(url, "x", "").query, watch);
         let q = "/api/v1/services?watch=1&sendInitialEvents=true";
         assert!(
             check(
@@ -492,11 +420,14 @@ mod tests {
                 .code,
             422
         );
-        assert_eq!(
-            check("/api/v1/services?watch=1&sendInitialEvents=yes", true)
-                .unwrap_err()
-                .code,
-            400
+        // Any value is a boolean, as the apiserver's conversion reads it
+        // (`runtime.Convert_Slice_string_To_Pointer_bool`): `yes` is true, not a 400.
+        assert!(
+            check(
+                "/api/v1/services?watch=1&sendInitialEvents=yes&allowWatchBookmarks=x&resourceVersionMatch=NotOlderThan",
+                true
+            )
+            .is_ok()
         );
         // A list may carry resourceVersionMatch.
         assert!(

@@ -16,7 +16,6 @@ use crate::filters::Filters;
 use crate::filters::body::{self, BodyFilter, Filtered, StageTime};
 use crate::metrics::InFlight;
 use crate::reaper::Watched;
-use crate::request::Verb;
 use crate::route::{self, Identity, NoCacheReason};
 use crate::server::{BodyWriter, Exchange, Length};
 use crate::stream::{
@@ -167,12 +166,7 @@ impl Call<'_> {
         if answer.header("content-encoding").is_some() && !answer.is_gzip() {
             return None;
         }
-        let shape = match self.req.as_ref()?.verb {
-            Verb::List => BodyShape::List,
-            Verb::Watch => BodyShape::WatchStream,
-            _ => BodyShape::Object,
-        };
-        Some((filters, shape))
+        Some((filters, route::body_shape(self.req.as_ref()?)))
     }
 
     /// The relay of a filtered answer (YurtHub's `pkg/yurthub/filter/responsefilter`): filtered

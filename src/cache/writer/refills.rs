@@ -47,7 +47,7 @@ impl Eq for Refill {}
 impl Hash for Refill {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.sent_as.hash(state);
-        self.request.component.hash(state);
+        self.request.component.as_str().hash(state);
     }
 }
 
