@@ -49,6 +49,7 @@ mod serve;
 mod server;
 mod signals;
 mod status;
+mod stream;
 mod thread_dump;
 mod tls;
 mod tokens;

@@ -1,6 +1,9 @@
 //! Kubernetes' name rules, and the cache's rule for one path segment: pure string checks, no
 //! imports. The one place each rule is written; the request parser, the configuration, the
-//! cache keys, the selector parser and the offline event's name check all use these.
+//! cache keys, the selector parser and the offline event's name check all use these; and the
+//! one type made by such a check, [`Component`].
+
+use std::borrow::Cow;
 
 /// Longest object name: a DNS-1123 subdomain, the longest Kubernetes object name.
 const MAX_SEGMENT_BYTES: usize = 253;
@@ -68,8 +71,8 @@ pub(crate) fn is_object_name(s: &str) -> bool {
     is_safe_segment(s)
 }
 
-/// A component name usable as a cache directory.
-pub(crate) fn is_component_name(s: &str) -> bool {
+/// A component name usable as a cache directory: the one rule of [`Component::new`].
+fn is_component_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && !s.starts_with(['.', '_', '-'])
@@ -77,6 +80,49 @@ pub(crate) fn is_component_name(s: &str) -> bool {
         && s.bytes().all(|b| {
             b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
         })
+}
+
+/// A component's name, valid as its cache directory (lower-case alphanumerics, `-`, `_` and
+/// `.`, not starting with a punctuation mark, at most 63 bytes, not `version`, which names
+/// the cached `/version` beside the components): it can be made only by [`Component::new`],
+/// which checks it, so a cache key or route holding one never holds an unchecked name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Component(Cow<'static, str>);
+
+impl Component {
+    /// kubelet, whose lease and pods the hub reads from its cache itself.
+    pub(crate) const KUBELET: Component = Component(Cow::Borrowed("kubelet"));
+    /// The hub, which caches what it reads for itself (`yurt-hub-cfg`) under its own name.
+    pub(crate) const TINYHUB: Component = Component(Cow::Borrowed("tinyhub"));
+
+    /// `name` as a component, when it is a valid one.
+    pub(crate) fn new(name: &str) -> Option<Component> {
+        is_component_name(name).then(|| Component(Cow::Owned(name.to_owned())))
+    }
+
+    /// The name.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<&str> for Component {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// A component names one directory, directly below the cache root.
+impl AsRef<std::path::Path> for Component {
+    fn as_ref(&self) -> &std::path::Path {
+        self.as_str().as_ref()
+    }
+}
+
+impl std::fmt::Display for Component {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// A label key's name part or a non-empty label value: alphanumerics, '-', '_' or '.',

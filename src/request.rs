@@ -9,7 +9,9 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use crate::names::{is_dns_label, is_dns_subdomain, is_object_name, is_resource_name, is_version};
+use crate::names::{
+    Component, is_dns_label, is_dns_subdomain, is_object_name, is_resource_name, is_version,
+};
 use crate::requester::Requester;
 
 /// The HTTP method, as far as the hub cares.
@@ -143,12 +145,20 @@ pub(crate) struct Query {
     pub limit: Option<u64>,
     /// `continue`.
     pub continue_token: Option<String>,
-    /// `watch`, read as the apiserver reads a boolean (see `go_bool`).
+    /// `watch`, read as the apiserver reads a boolean ([`go_bool`]).
     pub watch: bool,
     /// `timeout` (a Go duration) on non-watch requests, in seconds when it parses.
     pub timeout: Option<u64>,
     /// `follow`, read the same (a followed log: a long stream).
     pub follow: bool,
+    /// `allowWatchBookmarks`, read the same.
+    pub allow_watch_bookmarks: bool,
+    /// `resourceVersionMatch`, when given and not empty (empty is unset, as the apiserver
+    /// reads it).
+    pub resource_version_match: Option<String>,
+    /// `sendInitialEvents` (a watch-list), read the same when given: the apiserver's
+    /// `*bool`, nil when absent.
+    pub send_initial_events: Option<bool>,
     /// The query holds a `;`, which the cloud reads one way or another depending on its Go
     /// version: what the hub read may not be what the cloud read, so a list answer to it
     /// adds and updates but deletes nothing.
@@ -374,8 +384,8 @@ pub(crate) struct ApiRequest {
     pub target: Target,
     /// Parameters.
     pub query: Query,
-    /// User-Agent up to the first `/`, lower-cased ("" when absent).
-    pub component: String,
+    /// The component it names: User-Agent up to the first `/`, lower-cased ("" when absent).
+    pub component: ComponentName,
     /// Accept header, classified.
     pub accept: Accept,
     /// `Connection: Upgrade` (exec, attach, port-forward).
@@ -387,12 +397,80 @@ pub(crate) struct ApiRequest {
 }
 
 impl ApiRequest {
+    /// The request writes to a resource: create, update, patch, delete, deletecollection.
+    /// Offline, such a request is refused, never stored (`route::Local::WriteRefused`).
+    pub(crate) fn is_write(&self) -> bool {
+        matches!(
+            self.verb,
+            Verb::Create | Verb::Update | Verb::Patch | Verb::Delete | Verb::DeleteCollection
+        )
+    }
+
     /// The resource path, when the request names a resource.
     pub(crate) fn resource(&self) -> Option<&ResourcePath> {
         match &self.target {
             Target::Resource(r) => Some(r),
             Target::NonResource(_) => None,
         }
+    }
+}
+
+/// The component a request names, as read from the client (for logs, metrics, filters and
+/// the cache agents' list), and as a [`Component`] when that is a valid one: only such a
+/// component has a cache (`route.rs` gives the others none, `NoCacheReason::BadComponent`:
+/// they are forwarded uncached). Made only here, by [`classify`] and [`on_behalf_of`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ComponentName(Result<Component, String>);
+
+impl ComponentName {
+    /// `name` (already lower-cased), checked once.
+    fn new(name: &str) -> ComponentName {
+        ComponentName(Component::new(name).ok_or_else(|| name.to_owned()))
+    }
+
+    /// The component of a `User-Agent` value: up to the first `/`, trimmed, lower-cased
+    /// (`kubelet` of `kubelet/v1.30.0 (linux/arm64) kubernetes/abc`).
+    fn of_user_agent(value: &str) -> ComponentName {
+        let first = value.split('/').next().unwrap_or("").trim();
+        ComponentName::new(&first.to_ascii_lowercase())
+    }
+
+    /// The name as read from the client (lower-cased), valid or not.
+    pub(crate) fn as_str(&self) -> &str {
+        match &self.0 {
+            Ok(component) => component.as_str(),
+            Err(name) => name,
+        }
+    }
+
+    /// The component, when the name is a valid one.
+    pub(crate) fn valid(&self) -> Option<&Component> {
+        self.0.as_ref().ok()
+    }
+}
+
+impl Default for ComponentName {
+    /// No `User-Agent`: "", no component.
+    fn default() -> ComponentName {
+        ComponentName(Err(String::new()))
+    }
+}
+
+impl fmt::Display for ComponentName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for ComponentName {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for ComponentName {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
     }
 }
 
@@ -482,14 +560,13 @@ pub(crate) fn classify(
     let (raw_path, raw_query) = url.split_once('?').unwrap_or((url, ""));
     let query = parse_query(raw_query)?;
 
-    let mut component = String::new();
+    let mut component = ComponentName::default();
     let mut accept_header: Option<&str> = None;
     let mut upgrade = false;
     let mut authorization: Option<&str> = None;
     for (name, value) in headers {
         if name.eq_ignore_ascii_case("user-agent") {
-            let first = value.split('/').next().unwrap_or("").trim();
-            component = first.to_ascii_lowercase();
+            component = ComponentName::of_user_agent(value);
         } else if name.eq_ignore_ascii_case("accept") {
             accept_header = Some(value);
         } else if name.eq_ignore_ascii_case("connection") {
@@ -527,7 +604,7 @@ pub(crate) fn on_behalf_of(
     url: &str,
 ) -> Result<ApiRequest, RequestError> {
     let mut req = classify(method, url, &[])?;
-    req.component = component.to_owned();
+    req.component = ComponentName::new(component);
     req.requester = Requester::hub();
     Ok(req)
 }
@@ -724,6 +801,9 @@ fn parse_query(raw: &str) -> Result<Query, RequestError> {
             "watch" => 64,
             "follow" => 128,
             "timeout" => 256,
+            "allowWatchBookmarks" => 512,
+            "resourceVersionMatch" => 1024,
+            "sendInitialEvents" => 2048,
             _ => continue,
         };
         if seen & bit != 0 {
@@ -774,16 +854,27 @@ fn parse_query(raw: &str) -> Result<Query, RequestError> {
             32 => q.limit = Some(u64::try_from(number(&v)?).unwrap_or(0)),
             64 => q.watch = go_bool(&v),
             128 => q.follow = go_bool(&v),
-            _ => q.timeout = parse_go_duration_secs(&v),
+            256 => q.timeout = parse_go_duration_secs(&v),
+            512 => q.allow_watch_bookmarks = go_bool(&v),
+            1024 => q.resource_version_match = Some(v).filter(|v| !v.is_empty()),
+            _ => q.send_initial_events = Some(go_bool(&v)),
         }
     }
     Ok(q)
 }
 
-/// A boolean query parameter as the apiserver's conversion reads one that is present: only
-/// `0` and `false` (any case) are false; anything else, even empty, is true.
+/// A boolean query parameter as the apiserver's conversion reads one that is present
+/// (`runtime.Convert_Slice_string_To_bool`, and `Convert_Slice_string_To_Pointer_bool` for
+/// a `*bool`): only `0` and `false` in any case are false — Go's `strings.EqualFold`, under
+/// which `ſ` (U+017F) is an `s` — and anything else, even empty, is true; never an error.
+/// (Go's `strconv.ParseBool`, which refuses other words, is for flags: `config::flags`.)
 fn go_bool(value: &str) -> bool {
-    !(value == "0" || value.eq_ignore_ascii_case("false"))
+    let is_false = value.chars().count() == 5
+        && value
+            .chars()
+            .zip("false".chars())
+            .all(|(c, f)| c.to_ascii_lowercase() == f || (f == 's' && c == 'ſ'));
+    !(value == "0" || is_false)
 }
 
 /// Why a query key or value does not unescape.
@@ -1212,6 +1303,37 @@ mod tests {
             classify("GET", "/api/v1/pods?watch", &[]).unwrap().verb,
             Verb::Watch
         );
+    }
+
+    #[test]
+    fn watch_list_options_are_read_with_the_query_as_the_apiserver_converts_them() {
+        // runtime.Convert_Slice_string_To_Pointer_bool: any value but `0` or `false` is true,
+        // never an error; absent is nil.
+        for (raw, want) in [
+            ("sendInitialEvents=true", Some(true)),
+            ("sendInitialEvents=x", Some(true)),
+            ("sendInitialEvents=", Some(true)),
+            ("sendInitialEvents=f", Some(true)),
+            ("sendInitialEvents=0", Some(false)),
+            ("sendInitialEvents=FaLsE", Some(false)),
+            // strings.EqualFold folds `ſ` to `s`.
+            ("sendInitialEvents=fal%C5%BFe", Some(false)),
+            ("sendInitialEvents=%20false", Some(true)),
+            ("sendInitialEvents=0&sendInitialEvents=1", Some(false)),
+            ("watch=1", None),
+        ] {
+            assert_eq!(query(raw).send_initial_events, want, "{raw}");
+        }
+        assert!(query("watch=1&allowWatchBookmarks=true").allow_watch_bookmarks);
+        let q = query("allowWatchBookmarks=false&resourceVersionMatch=Exact");
+        assert!(!q.allow_watch_bookmarks);
+        assert_eq!(q.resource_version_match.as_deref(), Some("Exact"));
+        assert!(query("allowWatchBookmarks=yes").allow_watch_bookmarks);
+        assert!(!query("allowWatchBookmarks=0").allow_watch_bookmarks);
+        assert!(!query("").allow_watch_bookmarks);
+        let q = query("resourceVersionMatch=Not%4FlderThan&resourceVersionMatch=Exact");
+        assert_eq!(q.resource_version_match.as_deref(), Some("NotOlderThan"));
+        assert_eq!(query("resourceVersionMatch=").resource_version_match, None);
     }
 
     #[test]

@@ -8,11 +8,12 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
+use crate::cache::decode::BodyShape;
 use crate::cache::key::{CollectionKey, non_resource_file_name};
 use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::filters::Chain;
 use crate::mode::WorkingMode;
-use crate::names::is_component_name;
+use crate::names::Component;
 use crate::request::{Accept, ApiRequest, DiscoveryForm, Method, ResourcePath, Target, Verb};
 use crate::requester::{Credential, Requester};
 use crate::selector::Selectors;
@@ -234,9 +235,11 @@ pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Resu
     let local = local_answer(req, is_agent, mode);
     // The key is made once: the cache target carries it when there is one.
     let keyed_by_cache = cache.as_ref().is_ok_and(|t| t.collection().is_some());
-    let local_collection = match (&local, req.resource()) {
-        (Local::Get | Local::List | Local::Watch, Some(path)) if !keyed_by_cache => {
-            Some(collection_key(&req.component, path))
+    let local_collection = match (&local, req.resource(), req.component.valid()) {
+        (Local::Get | Local::List | Local::Watch, Some(path), Some(component))
+            if !keyed_by_cache =>
+        {
+            Some(collection_key(component, path))
         }
         _ => None,
     };
@@ -267,9 +270,9 @@ fn cache_target(
     if req.requester.is_anonymous() {
         return Err(NoCacheReason::Anonymous);
     }
-    if !is_component_name(&req.component) {
+    let Some(component) = req.component.valid() else {
         return Err(NoCacheReason::BadComponent);
-    }
+    };
     match req.accept {
         Accept::Json | Accept::JsonOrProtobuf => {}
         // The cloud answers discovery in the form the client asks for; each form is kept.
@@ -291,10 +294,10 @@ fn cache_target(
     if is_event(path) {
         return Err(NoCacheReason::Event);
     }
-    if let Some(target) = token_target(req, path) {
+    if let Some(target) = token_target(component, req, path) {
         return Ok(CacheTarget::Token(target));
     }
-    let collection = collection_key(&req.component, path);
+    let collection = collection_key(component, path);
     let status_or_none = object_or_status(path);
     match req.verb {
         Verb::Get | Verb::Update | Verb::Patch if req.method != Method::Head => {
@@ -330,11 +333,11 @@ fn cache_target(
 }
 
 fn local_answer(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Local {
-    let cache_closed = mode == WorkingMode::Cloud
-        || !is_agent
-        || !is_component_name(&req.component)
-        || req.requester.is_anonymous();
-    if cache_closed {
+    let component = match req.component.valid() {
+        Some(component) if mode == WorkingMode::Edge && is_agent => component,
+        _ => return Local::Unavailable,
+    };
+    if req.requester.is_anonymous() {
         return Local::Unavailable;
     }
     // The cache holds JSON; a client that cannot read plain JSON cannot be answered from it.
@@ -360,7 +363,7 @@ fn local_answer(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Local {
     match req.verb {
         // Only the node's own TokenRequests are answered offline: a cached token is the
         // node's to hand out (kubelet asks for its pods' tokens).
-        Verb::Create if token_target(req, path).is_some() && req.requester.is_node() => {
+        Verb::Create if token_target(component, req, path).is_some() && req.requester.is_node() => {
             if plain_json {
                 Local::Token
             } else {
@@ -368,14 +371,22 @@ fn local_answer(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Local {
             }
         }
         Verb::Create if path.subresource.is_none() && is_event(path) && plain_json => Local::Echo,
-        Verb::Create | Verb::Update | Verb::Patch | Verb::Delete | Verb::DeleteCollection => {
-            Local::WriteRefused
-        }
+        _ if req.is_write() => Local::WriteRefused,
         _ if !plain_json || !status_or_none => Local::Unavailable,
         Verb::Get => Local::Get,
         Verb::List => Local::List,
         Verb::Watch => Local::Watch,
         _ => Local::Unavailable,
+    }
+}
+
+/// What a successful answer to `req` holds, for whatever reads it as it streams (the
+/// filters, the cache's tee): a list, a watch's stream of events, or one object.
+pub(crate) fn body_shape(req: &ApiRequest) -> BodyShape {
+    match req.verb {
+        Verb::List => BodyShape::List,
+        Verb::Watch => BodyShape::WatchStream,
+        _ => BodyShape::Object,
     }
 }
 
@@ -412,7 +423,11 @@ fn is_event(path: &ResourcePath) -> bool {
 
 /// The target of a TokenRequest (`POST /api/v1/namespaces/<ns>/serviceaccounts/<name>/token`),
 /// digest not yet known; `None` for anything else.
-fn token_target(req: &ApiRequest, path: &ResourcePath) -> Option<TokenTarget> {
+fn token_target(
+    component: &Component,
+    req: &ApiRequest,
+    path: &ResourcePath,
+) -> Option<TokenTarget> {
     let token_request = req.method == Method::Post
         && path.group.is_empty()
         && path.version == "v1"
@@ -423,7 +438,7 @@ fn token_target(req: &ApiRequest, path: &ResourcePath) -> Option<TokenTarget> {
         return None;
     }
     Some(TokenTarget {
-        component: req.component.clone(),
+        component: component.clone(),
         namespace: path.namespace.clone()?,
         name: path.name.clone()?,
         digest: None,
@@ -431,9 +446,9 @@ fn token_target(req: &ApiRequest, path: &ResourcePath) -> Option<TokenTarget> {
 }
 
 /// The cache directory of `component`'s view of a resource.
-pub(crate) fn collection_key(component: &str, path: &ResourcePath) -> CollectionKey {
+pub(crate) fn collection_key(component: &Component, path: &ResourcePath) -> CollectionKey {
     CollectionKey {
-        component: component.to_owned(),
+        component: component.clone(),
         resource: path.resource.clone(),
         version: path.version.clone(),
         group: path.group.clone(),
@@ -665,6 +680,64 @@ mod tests {
             route(&r, true, WorkingMode::Cloud).unwrap().local,
             Local::Unavailable
         );
+    }
+
+    #[test]
+    fn an_unusable_component_is_forwarded_and_never_keyed() {
+        for ua in ["../x", ".hidden/1", "version/1", "two words/1", "a\\b/1"] {
+            let r = req("GET", "/api/v1/pods", ua, None);
+            assert!(r.component.valid().is_none(), "{ua}");
+            let route = edge(&r);
+            assert_eq!(
+                route.cache.clone().unwrap_err(),
+                NoCacheReason::BadComponent,
+                "{ua}"
+            );
+            assert_eq!(route.local, Local::Unavailable, "{ua}");
+            assert_eq!(route.collection(), None, "{ua}");
+        }
+        let r = req("GET", "/api/v1/pods", "Kube-Proxy/1.30", None);
+        assert_eq!(r.component, "kube-proxy");
+        let route = edge(&r);
+        assert_eq!(route.collection().unwrap().component, "kube-proxy");
+    }
+
+    #[test]
+    fn the_body_shape_and_writes_follow_the_verb() {
+        let shape = |method: &str, url: &str| body_shape(&req(method, url, KUBELET, None));
+        assert_eq!(shape("GET", "/api/v1/pods"), BodyShape::List);
+        assert_eq!(shape("GET", "/api/v1/pods?watch=1"), BodyShape::WatchStream);
+        assert_eq!(shape("GET", "/api/v1/watch/pods"), BodyShape::WatchStream);
+        assert_eq!(
+            shape("GET", "/api/v1/namespaces/a/pods/p"),
+            BodyShape::Object
+        );
+        assert_eq!(
+            shape("POST", "/api/v1/namespaces/a/pods"),
+            BodyShape::Object
+        );
+        let writes = |method: &str, url: &str| req(method, url, KUBELET, None).is_write();
+        for (method, url) in [
+            ("POST", "/api/v1/namespaces/a/pods"),
+            ("PUT", "/api/v1/namespaces/a/pods/p"),
+            ("PATCH", "/api/v1/nodes/n/status"),
+            ("DELETE", "/api/v1/namespaces/a/pods/p"),
+            ("DELETE", "/api/v1/namespaces/a/pods"),
+        ] {
+            assert!(writes(method, url), "{method} {url}");
+            assert_eq!(
+                edge(&req(method, url, KUBELET, None)).local,
+                Local::WriteRefused
+            );
+        }
+        for (method, url) in [
+            ("GET", "/api/v1/pods"),
+            ("HEAD", "/api/v1/namespaces/a/pods/p"),
+            ("POST", "/api/v1/namespaces/a/pods/p/proxy/x"),
+            ("POST", "/version"),
+        ] {
+            assert!(!writes(method, url), "{method} {url}");
+        }
     }
 
     #[test]
@@ -936,7 +1009,7 @@ mod tests {
             CacheTarget::Token(t) => assert_eq!(
                 t,
                 TokenTarget {
-                    component: "kubelet".into(),
+                    component: Component::KUBELET,
                     namespace: "a".into(),
                     name: "builder".into(),
                     digest: None

@@ -7,14 +7,14 @@ use std::time::Duration;
 use crate::clients::services_watch;
 use crate::config::Config;
 use crate::error::StartupError;
+use crate::filters::Filters;
 use crate::filters::lookups::CloudLookups;
 use crate::filters::topology_index::TopologyIndex;
 use crate::filters::{FilterConfig, FilterContext, FilterName, FilterReload, Switches};
 use crate::mode::WorkingMode;
-use crate::proxy::Filters;
-use crate::proxy::pool_local::PoolCaches;
 use crate::spawn;
 use crate::upstream::Upstream;
+use crate::watchcache::PoolCaches;
 
 /// How long after start servicetopology may wait for the first list of Services to end before
 /// it looks Services up one by one: a big list over a slow link takes a while, and a kube-proxy

@@ -18,11 +18,11 @@ use crate::pool::health::{CHECK_INTERVAL, TcpDialer};
 use crate::pool::leader::PoolState;
 use crate::pool::route::PoolRoute;
 use crate::proxy::multiplexer::{self, MultiplexerPort};
-use crate::proxy::pool_local::PoolCaches;
 use crate::server::tls::ServingCert;
 use crate::spawn;
 use crate::upstream::Upstream;
 use crate::watchcache::CacheOptions;
+use crate::watchcache::PoolCaches;
 
 /// Edge mode: the node-local watch caches of the pool-scope resources (YurtHub's
 /// `pkg/yurthub/multiplexer`), each with its feeder thread, started now so that the cache is warm
@@ -265,8 +265,8 @@ fn open_multiplexer(
 enum OpenError {
     /// `--multiplexer-client-ca-file` is unusable.
     ClientCa(ClientCaError),
-    /// No TLS configuration could be made of the CA (the text is `proxy::multiplexer`'s).
-    Tls(String),
+    /// No TLS configuration could be made of the CA.
+    Tls(multiplexer::identity::FollowerCaError),
     /// The port could not be bound.
     Listen(io::Error),
 }
@@ -275,7 +275,7 @@ impl fmt::Display for OpenError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             OpenError::ClientCa(e) => e.fmt(f),
-            OpenError::Tls(why) => f.write_str(why),
+            OpenError::Tls(e) => e.fmt(f),
             OpenError::Listen(e) => e.fmt(f),
         }
     }
@@ -285,7 +285,7 @@ impl std::error::Error for OpenError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             OpenError::ClientCa(e) => Some(e),
-            OpenError::Tls(_) => None,
+            OpenError::Tls(e) => Some(e),
             OpenError::Listen(e) => Some(e),
         }
     }

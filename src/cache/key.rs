@@ -6,13 +6,14 @@
 //! touches the disk. The request parser applies it to names and Kubernetes' stricter rules to
 //! namespaces, groups and versions; here it is the store's own last line of defence.
 
-use crate::names::is_safe_segment;
+use crate::names::{Component, is_safe_segment};
 
 /// One component's cache of one kind: the directory `<component>/<resource>.<version>.<group>`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct CollectionKey {
-    /// The caching component (User-Agent before the first `/`, lower-cased), e.g. `kubelet`.
-    pub component: String,
+    /// The caching component (User-Agent before the first `/`, lower-cased), e.g. `kubelet`:
+    /// checked when it was made, so always a safe segment.
+    pub component: Component,
     /// The plural resource name, e.g. `pods`.
     pub resource: String,
     /// The API version, e.g. `v1`.
@@ -22,7 +23,7 @@ pub(crate) struct CollectionKey {
 }
 
 impl CollectionKey {
-    /// Builds a key from borrowed parts.
+    /// Builds a key from borrowed parts; `component` must be a valid one.
     #[cfg(test)]
     pub(crate) fn new(
         component: &str,
@@ -31,7 +32,8 @@ impl CollectionKey {
         group: &str,
     ) -> CollectionKey {
         CollectionKey {
-            component: component.to_owned(),
+            component: Component::new(component)
+                .unwrap_or_else(|| panic!("{component:?} is not a component")),
             resource: resource.to_owned(),
             version: version.to_owned(),
             group: group.to_owned(),
@@ -128,8 +130,8 @@ pub(crate) fn rv_newer(candidate: &str, than: &str) -> bool {
 /// nothing that reads collections ever looks inside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TokenKey {
-    /// The component that asked, e.g. `kubelet`.
-    pub component: String,
+    /// The component that asked, e.g. `kubelet` (checked when it was made).
+    pub component: Component,
     /// The service account's namespace.
     pub namespace: String,
     /// The service account's name.
@@ -186,7 +188,8 @@ mod tests {
             edit(&mut key);
             assert_eq!(key.unsafe_field().map(|(f, _)| f), Some(field));
         };
-        check(&|k| k.collection.component = "..".into(), "component");
+        // (A component is checked when it is made: `..` is none.)
+        assert_eq!(Component::new(".."), None);
         check(&|k| k.collection.resource = "a/b".into(), "resource");
         check(&|k| k.collection.version = String::new(), "version");
         check(&|k| k.collection.group = ".apps".into(), "group");

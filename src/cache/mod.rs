@@ -4,7 +4,8 @@
 //! and the writer thread that persists them ([`writer`]).
 //!
 //! The cache sits below routing and the cloud client: nothing here imports `route`,
-//! `request`, `upstream` or `proxy`. The hub's own requests that feed it (the refill, the
+//! `upstream` or `proxy`, and of `request` only `ApiRequest`, which a dropped session's
+//! refill carries to the refill thread unread (`writer/refills.rs`). The hub's own requests that feed it (the refill, the
 //! `yurt-hub-cfg` watch) are in `clients/`.
 
 pub(crate) mod agents;

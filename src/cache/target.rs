@@ -51,7 +51,7 @@ pub(crate) enum CacheTarget {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TokenTarget {
     /// The component that asked.
-    pub component: String,
+    pub component: crate::names::Component,
     /// The service account's namespace.
     pub namespace: String,
     /// The service account.

@@ -19,6 +19,7 @@ use crate::cache::target::CacheTarget;
 use crate::cache::writer::CacheTx;
 use crate::filters::FilterReload;
 use crate::mode::WorkingMode;
+use crate::names::Component;
 use crate::request;
 use crate::requester::Requester;
 use crate::route::{self, Deadline};
@@ -31,7 +32,7 @@ const MAX_LIST_BYTES: u64 = 4 * 1024 * 1024;
 
 fn collection() -> CollectionKey {
     CollectionKey {
-        component: "tinyhub".into(),
+        component: Component::TINYHUB,
         resource: "configmaps".into(),
         version: "v1".into(),
         group: String::new(),

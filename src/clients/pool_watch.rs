@@ -76,10 +76,10 @@ use crate::metrics::{Entered, METRICS, TargetLabels};
 use crate::pool::health::{Hop, leader_url, plan};
 use crate::pool::leader::Source;
 use crate::pool::route::{FIRST_LIST_PATIENCE, PoolRoute, Wake};
-use crate::proxy::pool_local::WATCH_SECONDS;
 use crate::random_between;
 use crate::route::{Deadline, Identity};
 use crate::upstream::{Answer, Cancel, Outgoing, Upstream};
+use crate::watchcache::WATCH_SECONDS;
 use crate::watchcache::{ApplyError, WatchCache};
 
 /// A list of a whole resource: time for a large cluster over a slow link.
@@ -87,7 +87,7 @@ const LIST_DEADLINE: Duration = Duration::from_secs(300);
 /// A warming leader is asked again after this (its `Retry-After`).
 const LEADER_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// How long a first list waits for a warming leader (counted from when it began to wait)
-/// before the cloud is asked: a little more than its warming time (`pool_local::WARMING`),
+/// before the cloud is asked: a little more than its warming time (`watchcache::pool::WARMING`),
 /// after which it answers 503.
 const LEADER_WARMING: Duration = Duration::from_secs(70);
 /// How long a first list waits for named leaders none of which answers its dial yet (a

@@ -12,25 +12,25 @@
 //! costs the cloud one list more every few seconds, not one more per list.
 
 use std::collections::HashMap;
-use std::io::Read;
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
 use super::ClientError;
-use crate::cache::decode::BodyShape;
 use crate::cache::writer::{CacheTx, Dropped, Refill, RefillTx, Refills};
+use crate::filters::Chain;
+use crate::filters::Filters;
+use crate::filters::body::{BodyFilter, StageTime};
 use crate::metrics::{METRICS, Metrics};
 use crate::mode::WorkingMode;
-use crate::proxy::Filters;
-use crate::proxy::filter_body::{BodyFilter, StageTime};
-use crate::request::{self, Verb};
+use crate::request::{ApiRequest, LegacyPrefix, Target, Verb};
+use crate::requester::Requester;
 use crate::route::{self, Deadline, Identity};
+use crate::stream::{self, BodyReads, FilterStage, Pumped, Stop, ToCache, pump};
 use crate::upstream::{Outgoing, Upstream};
 
-/// Reads from the cloud while refilling.
-const READ_BUFFER: usize = 16 * 1024;
 /// The least time between two refills of one request: the cache is then at most this much
 /// (and a refill) behind what a client listing in a loop sees.
 const SPACING: Duration = Duration::from_secs(5);
@@ -140,16 +140,16 @@ fn refill_if_needed(
         Metrics::inc(&METRICS.cache_refills_coalesced);
         log::debug!(
             "cache: not refilling {} for {}: a later answer brought it",
-            refill.path_and_query,
-            refill.component
+            refill.sent_as,
+            refill.request.component
         );
         return false;
     }
     if !upstream.backends().any_healthy() {
         log::info!(
             "cache: not refilling {} for {}: the cloud is unreachable",
-            refill.path_and_query,
-            refill.component
+            refill.sent_as,
+            refill.request.component
         );
         return false;
     }
@@ -160,14 +160,14 @@ fn refill_if_needed(
             Metrics::inc(&METRICS.cache_refills);
             log::info!(
                 "cache: refilled {} for {}",
-                refill.path_and_query,
-                refill.component
+                refill.sent_as,
+                refill.request.component
             );
         }
         Err(e) => log::info!(
             "cache: refilling {} for {} failed: {e}",
-            refill.path_and_query,
-            refill.component
+            refill.sent_as,
+            refill.request.component
         ),
     }
     true
@@ -181,20 +181,21 @@ fn refill_one(
     filters: Option<&Filters>,
     refill: &Refill,
 ) -> Result<(), ClientError> {
-    let path = list_of_watch(&refill.path_and_query);
-    // The request as a value: the component is known, not read back from a User-Agent.
-    let req = request::on_behalf_of(&refill.component, "GET", &path)
-        .map_err(|e| ClientError::Refused(e.to_string()))?;
-    if req.verb != Verb::List && req.verb != Verb::Get {
-        return Err(ClientError::Refused(format!("not a read: {:?}", req.verb)));
-    }
-    let route =
-        route::route(&req, true, WorkingMode::Edge).map_err(|s| ClientError::Refused(s.message))?;
-    let target = route.cache.map_err(ClientError::NotCacheable)?;
+    let req = list_of_watch(&refill.request);
+    let target = match refill.request.verb {
+        // A watch's events were cached as such: its list is cached as the list of that scope.
+        Verb::Watch => route::route(&req, true, WorkingMode::Edge)
+            .map_err(|s| ClientError::Refused(s.message))?
+            .cache
+            .map_err(ClientError::NotCacheable)?,
+        Verb::List | Verb::Get => refill.target.clone(),
+        verb => return Err(ClientError::Refused(format!("not a read: {verb:?}"))),
+    };
+    let path = path_and_query(&req)?;
     // The cloud's logs name who asked: the hub, for this component.
     let headers = [(
         "User-Agent".to_owned(),
-        format!("{}/tinyhub-refill", refill.component),
+        format!("{}/tinyhub-refill", req.component),
     )];
     let mut answer = upstream.send(Outgoing {
         method: "GET",
@@ -211,101 +212,129 @@ fn refill_one(
     let target = route::target_for_answer(&target, answer.header("content-type")).ok_or(
         ClientError::Answer("the answer is in a form the cache does not keep"),
     )?;
-    let shape = if req.verb == Verb::List {
-        BodyShape::List
-    } else {
-        BodyShape::Object
-    };
-    // The filter stage, timed as the relay's is.
-    let mut filter = filters.and_then(|f| {
-        let chain = f.chain_for(&req);
-        (!chain.is_empty()).then(|| {
-            let body = BodyFilter::new(shape, answer.is_gzip(), chain, &f.ctx, &*f.lookups);
-            (body, StageTime::new(chain))
-        })
-    });
-    let gzip = answer.is_gzip() && filter.is_none();
-    let mut session = cache
+    let shape = route::body_shape(&req);
+    // The filter stage, timed as the relay's is; what it gives goes to the cache only.
+    let chain = filters.map_or(Chain::EMPTY, |f| f.chain_for(&req));
+    let filters = filters.filter(|_| !chain.is_empty());
+    let gzip = answer.is_gzip() && filters.is_none();
+    let session = cache
         .begin_paced(target, 200, gzip)
         .ok_or(ClientError::QueueFull)?;
-    let mut buf = vec![0u8; READ_BUFFER];
-    let mut out = Vec::new();
-    loop {
-        let n = answer.body.read(&mut buf)?;
-        if n == 0 {
-            break;
+    let mut sink = match filters {
+        Some(f) => {
+            let body = BodyFilter::new(shape, answer.is_gzip(), chain, &f.ctx, &*f.lookups);
+            FilterStage::new(ToCache::new(session), body, StageTime::new(chain), false)
         }
-        let data = match filter.as_mut() {
-            Some((f, stage)) => {
-                out.clear();
-                stage.time(|| f.feed(&buf[..n], &mut out))?;
-                readable(f)?;
-                &out[..]
-            }
-            None => &buf[..n],
-        };
-        if !session.chunk(data) {
-            return Err(ClientError::QueueFull);
-        }
-    }
-    if let Some((f, stage)) = filter.as_mut() {
-        out.clear();
-        stage.time(|| f.finish(&mut out))?;
-        readable(f)?;
-        if !session.chunk(&out) {
-            return Err(ClientError::QueueFull);
-        }
-    }
-    session.finish(true);
-    Ok(())
-}
-
-/// An error when a unit went out unfiltered because the filters could not read it: such an
-/// answer is not for the cache.
-fn readable(filter: &mut BodyFilter<'_>) -> Result<(), ClientError> {
-    match filter.take_unreadable() {
-        Some(e) => Err(ClientError::Decode(e)),
-        None => Ok(()),
-    }
-}
-
-/// The list of the same scope as a watch (or the request itself when it is not one): the
-/// watch-only parameters and the legacy `/watch/` prefix are dropped.
-pub(crate) fn list_of_watch(path_and_query: &str) -> String {
-    let (path, query) = path_and_query
-        .split_once('?')
-        .unwrap_or((path_and_query, ""));
-    let mut segments: Vec<&str> = path.split('/').collect();
-    // "", "api", "v1", "watch", ... or "", "apis", group, version, "watch", ...
-    let prefix_at = match segments.get(1) {
-        Some(&"api") => 3,
-        Some(&"apis") => 4,
-        _ => usize::MAX,
+        None => FilterStage::none(ToCache::new(session)),
     };
-    if segments.get(prefix_at) == Some(&"watch") && segments.len() > prefix_at + 1 {
-        segments.remove(prefix_at);
+    let mut reads = BodyReads::new(stream::BUFFER);
+    match pump(&mut answer.body, &mut reads, &mut 0, &mut sink) {
+        Pumped::Whole => Ok(()),
+        Pumped::BrokeOff(e) => Err(ClientError::Read(e)),
+        Pumped::Stopped(Stop::QueueFull) => Err(ClientError::QueueFull),
+        Pumped::Stopped(Stop::Uncacheable(e)) => Err(ClientError::Decode(e)),
+        Pumped::Stopped(stop) => Err(ClientError::Read(stop.into())),
     }
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .filter(|p| {
-            let key = p.split('=').next().unwrap_or("");
-            !matches!(
-                key,
-                "watch"
-                    | "resourceVersion"
-                    | "resourceVersionMatch"
-                    | "timeoutSeconds"
-                    | "allowWatchBookmarks"
-                    | "sendInitialEvents"
-            )
-        })
-        .collect();
-    let path = segments.join("/");
-    if kept.is_empty() {
-        path
-    } else {
-        format!("{path}?{}", kept.join("&"))
+}
+
+/// The list of the same scope as a watch (or the read itself when it is not one), as the hub
+/// sends it: the watch-only parameters (`watch`, `resourceVersion`, `timeoutSeconds`) and the
+/// legacy `/watch/` prefix are dropped; a watch of one object by the legacy prefix becomes its
+/// get.
+pub(crate) fn list_of_watch(req: &ApiRequest) -> ApiRequest {
+    let mut list = req.clone();
+    list.requester = Requester::hub();
+    list.query.watch = false;
+    list.query.resource_version = None;
+    list.query.timeout_seconds = None;
+    if let Target::Resource(r) = &mut list.target {
+        if r.legacy_prefix == Some(LegacyPrefix::Watch) {
+            r.legacy_prefix = None;
+        }
+        if matches!(req.verb, Verb::Watch | Verb::List | Verb::Get) {
+            list.verb = if r.name.is_some() {
+                Verb::Get
+            } else {
+                Verb::List
+            };
+        }
+    }
+    list
+}
+
+/// The path and query of a read as the hub sends it, rendered from the classified request:
+/// the path from its parts, the query from the parameters a read of the cache's keeps (the
+/// selectors, `limit`, `continue`, `timeout`), escaped as Go's `url.Values` does.
+fn path_and_query(req: &ApiRequest) -> Result<String, ClientError> {
+    let mut out = String::new();
+    match &req.target {
+        Target::NonResource(path) => escape(path, PATH_SAFE, &mut out),
+        Target::Resource(r) => {
+            if r.extra_path || r.legacy_prefix.is_some() {
+                return Err(ClientError::Refused(format!(
+                    "not a read of the cache: {r:?}"
+                )));
+            }
+            if r.group.is_empty() {
+                out.push_str("/api/");
+            } else {
+                out.push_str("/apis/");
+                escape(&r.group, PATH_SAFE, &mut out);
+                out.push('/');
+            }
+            escape(&r.version, PATH_SAFE, &mut out);
+            if let Some(namespace) = &r.namespace {
+                out.push_str("/namespaces/");
+                escape(namespace, PATH_SAFE, &mut out);
+            }
+            for segment in [Some(&r.resource), r.name.as_ref(), r.subresource.as_ref()]
+                .into_iter()
+                .flatten()
+            {
+                out.push('/');
+                escape(segment, PATH_SAFE, &mut out);
+            }
+        }
+    }
+    let q = &req.query;
+    let timeout = q.timeout.map(|t| format!("{t}s"));
+    let limit = q.limit.map(|l| l.to_string());
+    let params = [
+        ("labelSelector", q.label_selector.as_deref()),
+        ("fieldSelector", q.field_selector.as_deref()),
+        ("limit", limit.as_deref()),
+        ("continue", q.continue_token.as_deref()),
+        ("timeout", timeout.as_deref()),
+    ];
+    let mut sep = '?';
+    for (key, value) in params {
+        if let Some(value) = value {
+            out.push(sep);
+            out.push_str(key);
+            out.push('=');
+            escape(value, QUERY_SAFE, &mut out);
+            sep = '&';
+        }
+    }
+    Ok(out)
+}
+
+/// Bytes a path keeps unescaped besides letters and digits (RFC 3986's `pchar` and `/`).
+const PATH_SAFE: &[u8] = b"-._~!$&'()*+,;=:@/";
+/// Bytes a query value keeps unescaped besides letters and digits (Go's `QueryEscape`).
+const QUERY_SAFE: &[u8] = b"-._~";
+
+/// `text` percent-encoded into `out`, but letters, digits and `safe`; a space in a query
+/// value is `+`, as Go writes it.
+fn escape(text: &str, safe: &[u8], out: &mut String) {
+    for &b in text.as_bytes() {
+        if b.is_ascii_alphanumeric() || safe.contains(&b) {
+            out.push(char::from(b));
+        } else if b == b' ' && safe == QUERY_SAFE {
+            out.push('+');
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
     }
 }
 
@@ -314,10 +343,22 @@ mod tests {
     use super::*;
 
     fn request(path: &str) -> Refill {
+        let request = crate::request::on_behalf_of("kubelet", "GET", path).unwrap();
+        let target = route::route(&request, true, WorkingMode::Edge)
+            .unwrap()
+            .cache
+            .unwrap();
         Refill {
-            path_and_query: path.to_owned(),
-            component: "kubelet".to_owned(),
+            request: Box::new(request),
+            target,
+            sent_as: path.to_owned(),
         }
+    }
+
+    /// The path and query the hub sends to refill what a request to `url` brought.
+    fn list_of_watch_url(url: &str) -> String {
+        let req = crate::request::on_behalf_of("kubelet", "GET", url).unwrap();
+        path_and_query(&list_of_watch(&req)).unwrap()
     }
 
     #[test]
@@ -382,6 +423,25 @@ mod tests {
     }
 
     #[test]
+    fn the_path_sent_reads_back_as_the_request_it_was_rendered_from() {
+        for url in [
+            "/api/v1/pods?labelSelector=app%20in%20(a%2Cb),tier!%3Dweb&fieldSelector=spec.nodeName%3Dn%C3%A9&limit=500&continue=eyJ2Ijo%2BIn0%3D&timeout=30s",
+            "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices?watch=1&labelSelector=a+b",
+            "/api/v1/namespaces/a/configmaps/x:y",
+            "/api/v1/nodes/n1/status",
+        ] {
+            let list = list_of_watch(&crate::request::on_behalf_of("kubelet", "GET", url).unwrap());
+            let sent = path_and_query(&list).unwrap();
+            let back = crate::request::on_behalf_of("kubelet", "GET", &sent).unwrap();
+            assert_eq!(
+                (&back.verb, &back.target, &back.query),
+                (&list.verb, &list.target, &list.query),
+                "{url} sent as {sent}"
+            );
+        }
+    }
+
+    #[test]
     fn a_watch_becomes_the_list_of_its_scope() {
         let cases = [
             (
@@ -400,7 +460,7 @@ mod tests {
             ("/api/v1/watch", "/api/v1/watch"),
         ];
         for (watch, list) in cases {
-            assert_eq!(list_of_watch(watch), list, "{watch}");
+            assert_eq!(list_of_watch_url(watch), list, "{watch}");
         }
     }
 }

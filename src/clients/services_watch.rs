@@ -24,12 +24,12 @@ use serde_json::Value;
 
 use super::{ClientError, get_as_hub, read_list_items, read_object_events, watch_deadline};
 use crate::filters::topology_index::{self, TopologyIndex};
-use crate::proxy::pool_local::{PoolCaches, Unserved};
 use crate::request::Accept;
 use crate::route::Deadline;
 use crate::selector::Selectors;
 use crate::upstream::Upstream;
 use crate::watchcache::{EventType, WatchCache, WatchEvent, WatchNext};
+use crate::watchcache::{PoolCaches, Unserved};
 
 /// The collection watched: every Service of the cluster.
 const SERVICES: &str = "/api/v1/services";

@@ -8,6 +8,7 @@
 //! `DELETED` with the original, a dropped get sends the original, a dropped list item is
 //! omitted) is the relay's job. Filters never mutate their input: the input may be shared.
 
+pub(crate) mod body;
 mod discardcloudservice;
 mod forwardkubesvctraffic;
 mod inclusterconfig;
@@ -352,7 +353,11 @@ impl FilterConfig {
             Some(r)
                 if matches!(r.subresource.as_deref(), None | Some("status")) && !r.extra_path =>
             {
-                self.chain_for(&request.component, request.verb.as_str(), &r.resource)
+                self.chain_for(
+                    request.component.as_str(),
+                    request.verb.as_str(),
+                    &r.resource,
+                )
             }
             _ => Chain::EMPTY,
         }
@@ -403,6 +408,28 @@ pub(crate) fn config_data_of(configmap: &Value) -> Option<&serde_json::Map<Strin
 /// (`filter/approver/approver.go:36-60`); `tinyhub` is the hub's own name for itself.
 fn never_filtered(component: &str) -> bool {
     component == "yurthub" || component == "tinyhub" || component.starts_with("multiplexer-proxy-")
+}
+
+/// What the filter stage needs (cheap to clone: the refill thread filters too).
+#[derive(Clone)]
+pub(crate) struct Filters {
+    /// Which filters apply to which requests; replaced when `yurt-hub-cfg` changes.
+    pub config: LiveFilterConfig,
+    /// What the filters know about this hub.
+    pub ctx: FilterContext,
+    /// What the filters look up in the cloud.
+    pub lookups: Arc<dyn Lookups + Send + Sync>,
+}
+
+impl Filters {
+    /// The filters for `req` under the current configuration (no allocation).
+    pub(crate) fn chain_for(&self, req: &ApiRequest) -> Chain {
+        // A poisoned lock still holds a whole Arc: the swap cannot be half done.
+        match self.config.read() {
+            Ok(config) => config.chain_for_request(req),
+            Err(poisoned) => poisoned.into_inner().chain_for_request(req),
+        }
+    }
 }
 
 /// What the filters know about this hub.

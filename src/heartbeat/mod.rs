@@ -41,6 +41,7 @@ use crate::cache::store::Store;
 use crate::cache::writer::CacheTx;
 use crate::config::Config;
 use crate::health::{Backends, Probe};
+use crate::names::Component;
 use crate::request::{ApiRequest, Verb};
 use crate::upstream::Upstream;
 
@@ -197,7 +198,7 @@ pub(crate) fn lease_key(node: &str) -> ObjectKey {
 /// The collection of [`lease_key`].
 pub(crate) fn lease_collection() -> CollectionKey {
     CollectionKey {
-        component: KUBELET.to_owned(),
+        component: Component::KUBELET,
         resource: "leases".to_owned(),
         version: "v1".to_owned(),
         group: LEASE_GROUP.to_owned(),

@@ -12,6 +12,20 @@ fn names() {
 }
 
 #[test]
+fn a_component_is_made_only_from_a_name_safe_as_its_cache_directory() {
+    assert_eq!(Component::new("kube-proxy").unwrap().as_str(), "kube-proxy");
+    for unsafe_name in [
+        "", "..", ".hidden", "a/b", "a\\b", "a%2f", "a\0b", "version", "Kubelet", "a b",
+    ] {
+        assert!(Component::new(unsafe_name).is_none(), "{unsafe_name:?}");
+    }
+    assert!(Component::new(&"a".repeat(64)).is_none());
+    for known in [Component::KUBELET, Component::TINYHUB] {
+        assert_eq!(Component::new(known.as_str()), Some(known.clone()));
+    }
+}
+
+#[test]
 fn safe_segments() {
     let check = |s: &str, expected: bool| assert_eq!(is_safe_segment(s), expected, "{s:?}");
     check("kube-system", true);

@@ -57,16 +57,17 @@ impl Offline {
 /// are cached. Returns the HTTP status sent.
 pub(crate) fn kubelet_pods(store: &Store, ex: Exchange<'_>) -> u16 {
     let answered = match request::on_behalf_of(KUBELET, "GET", "/api/v1/pods") {
-        Ok(req) => match req.resource() {
-            Some(path) => CachedList {
+        // (`kubelet` is a valid component: `valid()` is always Some here.)
+        Ok(req) => match (req.resource(), req.component.valid()) {
+            (Some(path), Some(component)) => CachedList {
                 req: &req,
                 path,
-                collection: &collection_key(KUBELET, path),
+                collection: &collection_key(component, path),
                 selectors: &Selectors::everything(),
                 when_empty: WhenEmpty::List("Pod"),
             }
             .stream(store, ex),
-            None => Err((ex, Status::internal("/api/v1/pods names no resource"))),
+            _ => Err((ex, Status::internal("/api/v1/pods names no resource"))),
         },
         Err(e) => Err((ex, Status::internal(e.to_string()))),
     };

@@ -38,8 +38,17 @@ impl Offline {
                 ));
             }
         };
+        // A token is answered only to a valid component (`route::Local::Token`).
+        let Some(component) = req.component.valid() else {
+            return Err((
+                ex,
+                Status::service_unavailable(
+                    "the cloud apiserver is unreachable and this client has no cache",
+                ),
+            ));
+        };
         let key = TokenKey {
-            component: req.component.clone(),
+            component: component.clone(),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
             digest: spec.digest(),

@@ -13,6 +13,7 @@ use crossbeam_channel::Receiver;
 use super::csr::CsrTemplate;
 use super::csr_api::{ApiClient, Auth};
 use super::discovery::{self, DiscoveryTiming};
+use super::error::{IdentityFile, Missing, PkiError};
 use super::files::{CertKind, RootDir, StoredCert};
 use super::renew::{self, CLIENT_USAGES, Hooks, Renewal};
 use super::state::{IdentityState, TokenReplacer};
@@ -53,13 +54,13 @@ pub(super) struct TokenContext {
 impl TokenContext {
     /// The CSR API as the hub itself, with its stored client certificate (for the serving
     /// certificate, which a bootstrap token may not request).
-    pub(super) fn api_as_hub(&self) -> Arc<dyn Fn() -> Result<ApiClient, String> + Send + Sync> {
+    pub(super) fn api_as_hub(&self) -> Arc<dyn Fn() -> Result<ApiClient, PkiError> + Send + Sync> {
         let (root, servers) = (Arc::clone(&self.root), Arc::clone(&self.servers));
         Arc::new(move || {
-            let ca = root.read_ca().ok_or("the cluster CA is not known yet")?;
+            let ca = root.read_ca().ok_or(Missing::ClusterCa)?;
             let stored = root
                 .load_cert(CertKind::Client)
-                .ok_or("the hub has no client certificate yet")?;
+                .ok_or(Missing::ClientCertificate)?;
             ApiClient::new(
                 &reachable(&servers)?,
                 &ca,
@@ -85,9 +86,13 @@ impl TokenContext {
         let fixed = self.template.clone();
         let mut template = || Ok(fixed.clone());
         let api = || self.client_api(&mode, stop);
-        let mut install = |stored: &StoredCert, info: &CertInfo| -> Result<(), String> {
-            let ca = self.root.read_ca().ok_or("the cluster CA file is gone")?;
-            let tls = material(&ca, &stored.identity)?;
+        let mut install = |stored: &StoredCert, info: &CertInfo| -> Result<(), PkiError> {
+            let ca = self.root.read_ca().ok_or(Missing::ClusterCaGone)?;
+            let tls = material(&ca, &stored.identity).map_err(|source| PkiError::Unparsable {
+                file: IdentityFile::ClusterCa,
+                path: self.root.ca_file(),
+                source,
+            })?;
             install_tls(&self.upstream, &tls, self.probe_timeout)?;
             self.state.client_installed(Some(info.not_after));
             Ok(())
@@ -111,7 +116,7 @@ impl TokenContext {
 
     /// Who the client CSR is sent as: the hub's own certificate while it is valid, else the
     /// bootstrap token (writing `pki/ca.crt` and `yurthub.conf` the first time).
-    fn client_api(&self, mode: &TokenMode, stop: &Receiver<()>) -> Result<ApiClient, String> {
+    fn client_api(&self, mode: &TokenMode, stop: &Receiver<()>) -> Result<ApiClient, PkiError> {
         let now = SystemTime::now();
         if let (Some(ca), Some(stored)) =
             (self.root.read_ca(), self.root.load_cert(CertKind::Client))
@@ -129,25 +134,33 @@ impl TokenContext {
             None => {
                 self.root
                     .write_ca(&boot.ca_pem)
-                    .map_err(|e| format!("cannot write {}: {e}", self.root.ca_file().display()))?;
+                    .map_err(|source| PkiError::Write {
+                        path: self.root.ca_file(),
+                        source,
+                    })?;
                 boot.ca_pem.clone()
             }
         };
         if !self.root.hub_conf().exists() {
             self.root
                 .write_hub_conf(&boot.server, &ca)
-                .map_err(|e| format!("cannot write {}: {e}", self.root.hub_conf().display()))?;
+                .map_err(|source| PkiError::Write {
+                    path: self.root.hub_conf(),
+                    source,
+                })?;
         }
         ApiClient::new(&reachable(&self.servers)?, &ca, Auth::Token(boot.token))
     }
 
     /// The bootstrap kubeconfig: the user's file, the one written before, or discovery.
-    fn bootstrap(&self, mode: &TokenMode, stop: &Receiver<()>) -> Result<Bootstrap, String> {
+    fn bootstrap(&self, mode: &TokenMode, stop: &Receiver<()>) -> Result<Bootstrap, PkiError> {
         let path = bootstrap_path(&self.root, mode.bootstrap_file.as_ref());
         if mode.bootstrap_file.is_some() || path.exists() {
-            let k = kubeconfig::load(&path).map_err(|e| e.to_string())?;
-            let in_file =
-                |what: &str| format!("bootstrap kubeconfig {}: no {what}", path.display());
+            let k = kubeconfig::load(&path).map_err(PkiError::BootstrapKubeconfig)?;
+            let in_file = |missing: &'static str| PkiError::BootstrapIncomplete {
+                path: path.clone(),
+                missing,
+            };
             let token = token_text(&k.token.ok_or_else(|| in_file("token"))?)?;
             return Ok(Bootstrap {
                 server: k
@@ -161,10 +174,7 @@ impl TokenContext {
             });
         }
         // Config validation makes sure one of the two is there.
-        let token = mode
-            .join_token
-            .as_ref()
-            .ok_or("neither a bootstrap kubeconfig nor a join token")?;
+        let token = mode.join_token.as_ref().ok_or(Missing::BootstrapSource)?;
         self.state.client_problem(format!(
             "discovering the cluster with join token {}",
             token.id()
@@ -176,10 +186,13 @@ impl TokenContext {
             &DiscoveryTiming::default(),
             stop,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(PkiError::Discovery)?;
         self.root
             .write_bootstrap_conf(&path, &found.server, &found.ca_pem, &token.bearer())
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            .map_err(|source| PkiError::Write {
+                path: path.clone(),
+                source,
+            })?;
         log::info!(
             "cluster discovered through cluster-info with join token {} at {}; wrote {}",
             token.id(),
@@ -229,13 +242,13 @@ impl TokenUpdates {
 
 impl TokenReplacer for TokenUpdates {
     /// Discovery with `join_token`, then the bootstrap kubeconfig rewritten with it:
-    /// `Err((400, why))` for a token that is not one, `Err((500, why))` when discovery or the
-    /// write fails. Without `--discovery-token-ca-cert-hash` the CA the hub already trusts
+    /// [`PkiError::BadJoinToken`] (a 400) for a token that is not one, discovery's or the
+    /// write's error (a 500) when they fail. Without `--discovery-token-ca-cert-hash` the CA the hub already trusts
     /// (`pki/ca.crt`, else the bootstrap kubeconfig's) is the pin: a new token must not bring
     /// a new cluster. With no pin at all, only `--discovery-token-unsafe-skip-ca-verification`
     /// lets discovery go unpinned, as at start.
-    fn replace(&self, join_token: &str) -> Result<(), (u16, String)> {
-        let token = JoinToken::parse(join_token.trim()).map_err(|e| (400, e.to_string()))?;
+    fn replace(&self, join_token: &str) -> Result<(), PkiError> {
+        let token = JoinToken::parse(join_token.trim()).map_err(PkiError::BadJoinToken)?;
         let path = bootstrap_path(&self.root, self.bootstrap_file.as_ref());
         let mut pins = self.pins.clone();
         if pins.is_empty() {
@@ -246,10 +259,7 @@ impl TokenReplacer for TokenUpdates {
             pins.extend(known_ca.as_deref().and_then(ca_pin));
         }
         if pins.is_empty() && !self.unsafe_skip {
-            return Err((
-                500,
-                "no CA to pin discovery to: give --discovery-token-ca-cert-hash (or --discovery-token-unsafe-skip-ca-verification)".into(),
-            ));
+            return Err(PkiError::NoPin);
         }
         // Someone waits for the answer: a token the cluster has not signed within a few
         // retries is refused rather than after YurtHub's two minutes.
@@ -264,10 +274,13 @@ impl TokenReplacer for TokenUpdates {
             &timing,
             &crossbeam_channel::never(),
         )
-        .map_err(|e| (500, e.to_string()))?;
+        .map_err(PkiError::Discovery)?;
         self.root
             .write_bootstrap_conf(&path, &found.server, &found.ca_pem, &token.bearer())
-            .map_err(|e| (500, format!("cannot write {}: {e}", path.display())))?;
+            .map_err(|source| PkiError::Write {
+                path: path.clone(),
+                source,
+            })?;
         log::info!(
             "bootstrap token replaced through /v1/token: token id {}, {} rewritten",
             token.id(),
@@ -283,4 +296,42 @@ fn ca_pin(ca_pem: &[u8]) -> Option<CaPin> {
     use rustls::pki_types::pem::PemObject;
     let first = CertificateDer::pem_slice_iter(ca_pem).next()?.ok()?;
     CaPin::parse(&x509::pin(first.as_ref())?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Token updates for a root dir that does not exist (nothing is written: both refusals
+    /// come before discovery).
+    fn updates() -> TokenUpdates {
+        let root = std::env::temp_dir().join(format!(
+            "tinyhub-token-updates-{}-absent",
+            std::process::id()
+        ));
+        TokenUpdates {
+            root: Arc::new(RootDir::new(root)),
+            servers: Arc::from(vec!["https://127.0.0.1:1".to_owned()]),
+            bootstrap_file: None,
+            pins: Vec::new(),
+            unsafe_skip: false,
+        }
+    }
+
+    #[test]
+    fn a_token_update_says_whose_fault_a_refusal_is() {
+        let bad = updates().replace("not-a-token").expect_err("bad token");
+        assert!(matches!(bad, PkiError::BadJoinToken(_)), "{bad:?}");
+        assert_eq!(bad.status(), 400);
+        let good = "abcdef.0123456789abcdef";
+        let unpinned = updates().replace(good).expect_err("nothing to pin");
+        assert!(matches!(unpinned, PkiError::NoPin), "{unpinned:?}");
+        assert_eq!(unpinned.status(), 500);
+        assert!(
+            unpinned
+                .to_string()
+                .contains("--discovery-token-ca-cert-hash"),
+            "{unpinned}"
+        );
+    }
 }

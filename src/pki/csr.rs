@@ -14,6 +14,7 @@ use base64::engine::general_purpose::STANDARD;
 use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair as _};
 
+use super::error::{KeyFailure, PkiError};
 use crate::x509::der;
 use crate::x509::{OID_COMMON_NAME, OID_ORGANIZATION, OID_SUBJECT_ALT_NAME, SAN_DNS, SAN_IP};
 
@@ -42,15 +43,15 @@ impl fmt::Debug for KeyPair {
 
 impl KeyPair {
     /// A fresh key from the system's random source.
-    pub(crate) fn generate() -> Result<KeyPair, String> {
+    pub(crate) fn generate() -> Result<KeyPair, PkiError> {
         let rng = SystemRandom::new();
         let alg = &ECDSA_P256_SHA256_ASN1_SIGNING;
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(alg, &rng)
-            .map_err(|_| "cannot generate a P-256 key: no system randomness".to_owned())?;
+            .map_err(|_| PkiError::KeyGeneration(KeyFailure::NoRandomness))?;
         let signing = EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng)
-            .map_err(|_| "ring rejected the P-256 key it generated".to_owned())?;
-        let scalar = private_scalar(pkcs8.as_ref())
-            .ok_or_else(|| "unexpected PKCS#8 layout of a generated P-256 key".to_owned())?;
+            .map_err(|_| PkiError::KeyGeneration(KeyFailure::Rejected))?;
+        let scalar =
+            private_scalar(pkcs8.as_ref()).ok_or(PkiError::KeyGeneration(KeyFailure::Layout))?;
         let sec1 = der::sequence(&[
             &der::small_integer(1),
             &der::octet_string(scalar),
@@ -115,7 +116,7 @@ pub(crate) struct CsrTemplate {
 /// `x509.CreateCertificateRequest`: subject RDNs O then CN, all O values in one multi-valued
 /// RDN, each string a PrintableString when its characters allow, else a UTF8String; the SANs
 /// (DNS names, then IPs) in an extensionRequest attribute only when there are any.
-pub(crate) fn request_pem(key: &KeyPair, template: &CsrTemplate) -> Result<String, String> {
+pub(crate) fn request_pem(key: &KeyPair, template: &CsrTemplate) -> Result<String, PkiError> {
     let info = der::sequence(&[
         &der::small_integer(0),
         &subject(template),
@@ -125,7 +126,7 @@ pub(crate) fn request_pem(key: &KeyPair, template: &CsrTemplate) -> Result<Strin
     let signature = key
         .signing
         .sign(&SystemRandom::new(), &info)
-        .map_err(|_| "cannot sign the certificate request".to_owned())?;
+        .map_err(|_| PkiError::Signing)?;
     let request = der::sequence(&[
         &info,
         &der::sequence(&[&der::oid(OID_ECDSA_SHA256)]),
@@ -168,14 +169,14 @@ fn go_string(text: &str) -> Vec<u8> {
 
 /// The request's attributes: one extensionRequest holding subjectAltName when the template
 /// has SANs, else none (an empty `[0]`, which RFC 2986 requires and Go writes).
-fn attributes(template: &CsrTemplate) -> Result<Vec<u8>, String> {
+fn attributes(template: &CsrTemplate) -> Result<Vec<u8>, PkiError> {
     if template.dns_names.is_empty() && template.ip_addresses.is_empty() {
         return Ok(Vec::new());
     }
     let mut names = Vec::new();
     for name in &template.dns_names {
         if !name.is_ascii() {
-            return Err(format!("DNS name {name:?} is not ASCII (IA5String)"));
+            return Err(PkiError::NotAscii { name: name.clone() });
         }
         names.extend(der::write(SAN_DNS, name.as_bytes()));
     }
@@ -522,7 +523,7 @@ pub(crate) mod tests {
             dns_names: vec!["nœud.example".into()],
             ..client_template()
         };
-        let err = request_pem(&key, &bad_dns).unwrap_err();
+        let err = request_pem(&key, &bad_dns).unwrap_err().to_string();
         assert!(err.contains("nœud.example"), "{err}");
     }
 

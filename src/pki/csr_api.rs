@@ -3,7 +3,8 @@
 //! on it — create a `CertificateSigningRequest`, then watch it until it is issued, denied or
 //! failed (YurtHub §3.4).
 //!
-//! It does not make keys or requests (`csr.rs`) and does not store what it gets (`files.rs`).
+//! It does not make keys or requests (`csr.rs`) and does not store what it gets (`files.rs`);
+//! its failures (`ApiError`, `CsrError`) are `error.rs`'s.
 //! Every network call runs on a short-lived helper thread so that `stop` ends a wait within
 //! a fraction of a second, even while a read blocks; the abandoned thread ends at its own
 //! timeout.
@@ -23,6 +24,8 @@ use ureq::Agent;
 use ureq::config::AutoHeaderValue;
 use ureq::http;
 use ureq::tls::{Certificate, RootCerts, TlsConfig, TlsProvider};
+
+use super::error::{ApiError, CsrError, PkiError};
 
 /// How the hub proves who it is.
 #[derive(Clone)]
@@ -62,34 +65,6 @@ impl fmt::Debug for ApiClient {
     }
 }
 
-/// A failed API call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ApiError {
-    /// The server answered a status other than 2xx; `message` is its `Status` message.
-    Status {
-        /// The HTTP status code.
-        status: u16,
-        /// The `message` of the Kubernetes `Status` body, or the start of the body.
-        message: String,
-    },
-    /// No answer: connection, TLS or timeout.
-    Transport(String),
-    /// A 2xx answer that is not the JSON expected.
-    Invalid(String),
-}
-
-impl fmt::Display for ApiError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ApiError::Status { status, message } => {
-                write!(f, "the server answered {status}: {message}")
-            }
-            ApiError::Transport(e) => write!(f, "no answer from the server: {e}"),
-            ApiError::Invalid(e) => write!(f, "the server's answer is not what was expected: {e}"),
-        }
-    }
-}
-
 /// What the hub asks for.
 pub(crate) struct CsrSpec<'a> {
     /// The PKCS#10 request, PEM (`CERTIFICATE REQUEST`).
@@ -98,48 +73,6 @@ pub(crate) struct CsrSpec<'a> {
     pub signer: &'a str,
     /// `spec.usages`, e.g. `["key encipherment", "digital signature", "client auth"]`.
     pub usages: &'a [&'a str],
-}
-
-/// Why no certificate came back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum CsrError {
-    /// The server refused to create the request (401, 403 or another 4xx).
-    Refused {
-        /// The HTTP status code.
-        status: u16,
-        /// The server's `Status` message.
-        message: String,
-    },
-    /// An approver denied the request (the text names it, the reason and the message).
-    Denied(String),
-    /// The signer failed the request, or it vanished before it was issued.
-    Failed(String),
-    /// No answer within the wait.
-    TimedOut,
-    /// The server could not be reached, answered 5xx or answered nonsense.
-    Transport(String),
-    /// The hub is shutting down.
-    Stopped,
-}
-
-impl fmt::Display for CsrError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CsrError::Refused { status, message } => write!(
-                f,
-                "the cloud refused the certificate signing request ({status}): {message}"
-            ),
-            CsrError::Denied(why) => write!(f, "certificate signing request denied: {why}"),
-            CsrError::Failed(why) => write!(f, "certificate signing request failed: {why}"),
-            CsrError::TimedOut => f.write_str(
-                "no certificate was issued in time (is an approver running for this signer?)",
-            ),
-            CsrError::Transport(e) => write!(f, "certificate signing request: {e}"),
-            CsrError::Stopped => {
-                f.write_str("certificate signing request abandoned: shutting down")
-            }
-        }
-    }
 }
 
 /// The largest JSON answer read whole (a CSR object with its certificate is a few KiB).
@@ -185,13 +118,13 @@ pub(super) fn tls_builder() -> ureq::tls::TlsConfigBuilder {
 }
 
 /// Every certificate of a PEM bundle, as ureq roots; an error when there is none.
-pub(super) fn roots(ca_pem: &[u8]) -> Result<Vec<Certificate<'static>>, String> {
+pub(super) fn roots(ca_pem: &[u8]) -> Result<Vec<Certificate<'static>>, PkiError> {
     let roots: Vec<Certificate<'static>> = CertificateDer::pem_slice_iter(ca_pem)
         .filter_map(Result::ok)
         .map(|c| Certificate::from_der(c.as_ref()).to_owned())
         .collect();
     if roots.is_empty() {
-        return Err("the CA data holds no PEM certificate".into());
+        return Err(PkiError::NoCaCertificate);
     }
     Ok(roots)
 }
@@ -246,11 +179,11 @@ pub(super) fn pause(stop: &Receiver<()>, pause: Duration) -> bool {
 
 impl ApiClient {
     /// A client for `server` (`https://host:port`) trusting the CAs of `ca_pem`.
-    pub(crate) fn new(server: &str, ca_pem: &[u8], auth: Auth) -> Result<ApiClient, String> {
+    pub(crate) fn new(server: &str, ca_pem: &[u8], auth: Auth) -> Result<ApiClient, PkiError> {
         let roots = roots(ca_pem)?;
         let (client_cert, bearer) = match auth {
             Auth::Token(token) => (None, Some(Arc::from(format!("Bearer {token}")))),
-            Auth::Certificate(id) => (Some(id.ureq_cert().map_err(|e| e.to_string())?), None),
+            Auth::Certificate(id) => (Some(id.ureq_cert().map_err(PkiError::ClientKey)?), None),
         };
         let tls = tls_builder()
             .root_certs(RootCerts::new_with_certs(&roots))
@@ -1089,7 +1022,8 @@ mod tests {
     #[test]
     fn a_client_needs_a_ca_certificate() {
         let err = ApiClient::new("https://127.0.0.1:1", b"not pem", Auth::Token("t".into()))
-            .expect_err("no CA");
+            .expect_err("no CA")
+            .to_string();
         assert!(err.contains("no PEM certificate"), "{err}");
     }
 

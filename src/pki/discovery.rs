@@ -4,9 +4,8 @@
 //! given, because the CA's public key has a pinned hash.
 //!
 //! It does not write the bootstrap kubeconfig (`files.rs`) nor decide whether pins are
-//! required (the configuration layer does).
+//! required (the configuration layer does). Its failures (`DiscoveryError`) are `error.rs`'s.
 
-use std::fmt;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -24,6 +23,7 @@ use ureq::tls::RootCerts;
 use yaml_rust2::YamlLoader;
 
 use super::csr_api::{self, Waited};
+use super::error::{DiscoveryError, FetchError, SignatureError};
 use crate::config::join::{CaPin, JoinToken};
 
 /// What discovery found.
@@ -60,74 +60,6 @@ impl Default for DiscoveryTiming {
     }
 }
 
-/// Why discovery failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum DiscoveryError {
-    /// No server gave cluster-info in time.
-    Unreachable {
-        /// The server tried last.
-        server: String,
-        /// Its last error.
-        error: String,
-    },
-    /// cluster-info never carried a signature for the token's id.
-    NoSignature {
-        /// The token id.
-        id: String,
-    },
-    /// The signature does not verify with the token.
-    BadSignature(String),
-    /// The signed kubeconfig does not hold exactly one cluster.
-    Clusters(usize),
-    /// The signed kubeconfig is unusable (not YAML, no CA data).
-    BadClusterInfo(String),
-    /// No CA certificate has a pinned public key.
-    PinMismatch {
-        /// The pins of the CA certificates seen.
-        seen: Vec<String>,
-    },
-    /// The fetch over verified TLS gave another kubeconfig.
-    SecondFetchDiffers,
-    /// The hub is shutting down.
-    Stopped,
-}
-
-impl fmt::Display for DiscoveryError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DiscoveryError::Unreachable { server, error } => {
-                write!(f, "cluster-info discovery: cannot reach {server}: {error}")
-            }
-            DiscoveryError::NoSignature { id } => write!(
-                f,
-                "cluster-info holds no signature for token id {id} (token unknown or expired)"
-            ),
-            DiscoveryError::BadSignature(why) => write!(
-                f,
-                "cluster-info's signature does not match the join token ({why})"
-            ),
-            DiscoveryError::Clusters(n) => write!(
-                f,
-                "cluster-info's kubeconfig holds {n} clusters, exactly one is expected"
-            ),
-            DiscoveryError::BadClusterInfo(why) => write!(f, "cluster-info is unusable: {why}"),
-            DiscoveryError::PinMismatch { seen } => write!(
-                f,
-                "no CA certificate in cluster-info matches --discovery-token-ca-cert-hash; its CA has {}",
-                if seen.is_empty() {
-                    "no readable certificate".to_string()
-                } else {
-                    seen.join(", ")
-                }
-            ),
-            DiscoveryError::SecondFetchDiffers => f.write_str(
-                "cluster-info fetched again over verified TLS differs from the first answer",
-            ),
-            DiscoveryError::Stopped => f.write_str("cluster-info discovery: shutting down"),
-        }
-    }
-}
-
 /// The ConfigMap, readable anonymously.
 const CLUSTER_INFO: &str = "/api/v1/namespaces/kube-public/configmaps/cluster-info";
 
@@ -157,7 +89,8 @@ pub(crate) fn discover(
         return Ok(Discovered { server, ca_pem });
     }
     check_pins(&ca_pem, pins)?;
-    let roots = csr_api::roots(&ca_pem).map_err(DiscoveryError::BadClusterInfo)?;
+    let roots =
+        csr_api::roots(&ca_pem).map_err(|e| DiscoveryError::BadClusterInfo(e.to_string()))?;
     let verified = csr_api::agent(
         csr_api::tls_builder()
             .root_certs(RootCerts::new_with_certs(&roots))
@@ -190,15 +123,15 @@ fn fetch(
     let key = format!("jws-kubeconfig-{id}");
     let mut last = DiscoveryError::Unreachable {
         server: servers.join(", "),
-        error: "no answer in time".into(),
+        error: FetchError::NoAnswerInTime,
     };
     loop {
         let list = servers.to_vec();
         let agent = agent.clone();
         let dial = timing.dial;
         let request = timing.request;
-        let attempt = move || -> Result<(String, Value), (String, String)> {
-            let server = endpoint(&list, dial)?;
+        let attempt = move || -> Result<(String, Value), (String, FetchError)> {
+            let server = endpoint(&list, dial).map_err(|(s, why)| (s, FetchError::Dial(why)))?;
             let data =
                 get_cluster_info(&agent, &server, request).map_err(|e| (server.clone(), e))?;
             Ok((server, data))
@@ -220,7 +153,7 @@ fn fetch(
             Waited::Lost(e) => {
                 return Err(DiscoveryError::Unreachable {
                     server: servers.join(", "),
-                    error: format!("helper thread: {e}"),
+                    error: FetchError::Lost(e),
                 });
             }
         }
@@ -279,61 +212,64 @@ pub(crate) fn endpoint(servers: &[String], dial: Duration) -> Result<String, (St
 }
 
 /// One anonymous GET of cluster-info: its `data`.
-fn get_cluster_info(agent: &Agent, server: &str, timeout: Duration) -> Result<Value, String> {
+fn get_cluster_info(agent: &Agent, server: &str, timeout: Duration) -> Result<Value, FetchError> {
     let request = http::Request::builder()
         .method("GET")
         .uri(format!("{}{CLUSTER_INFO}", server.trim_end_matches('/')))
         .header("accept", "application/json")
         .body(())
-        .map_err(|e| format!("bad server address: {e}"))?;
+        .map_err(|e| FetchError::BadAddress(e.to_string()))?;
     let request = agent
         .configure_request(request)
         .timeout_global(Some(timeout))
         .build();
-    let response = agent.run(request).map_err(|e| e.to_string())?;
+    let response = agent
+        .run(request)
+        .map_err(|e| FetchError::Transport(e.to_string()))?;
     let status = response.status().as_u16();
     let body = response
         .into_body()
         .with_config()
         .limit(1024 * 1024)
         .read_to_vec()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| FetchError::Transport(e.to_string()))?;
     if status != 200 {
-        return Err(format!("answered {status}"));
+        return Err(FetchError::Status(status));
     }
     let mut object: Value =
-        serde_json::from_slice(&body).map_err(|e| format!("answer is not JSON: {e}"))?;
+        serde_json::from_slice(&body).map_err(|e| FetchError::NotJson(e.to_string()))?;
     match object.get_mut("data") {
         Some(data @ Value::Object(_)) => Ok(data.take()),
-        _ => Err("the ConfigMap has no data".into()),
+        _ => Err(FetchError::NoData),
     }
 }
 
 /// Checks the detached JWS `<header>..<signature>` over `content` (kubeadm's
 /// `jws-kubeconfig-<id>`): HS256 with the token secret as key, `kid` the token id.
-fn verify_detached(jws: &str, content: &str, id: &str, secret: &str) -> Result<(), String> {
+fn verify_detached(jws: &str, content: &str, id: &str, secret: &str) -> Result<(), SignatureError> {
     let mut parts = jws.split('.');
     let (Some(header_b64), Some(""), Some(sig_b64), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
-        return Err("not a detached JWS".into());
+        return Err(SignatureError::NotDetached);
     };
     let header = URL_SAFE_NO_PAD
         .decode(header_b64)
-        .map_err(|_| "its header is not base64url")?;
-    let header: Value = serde_json::from_slice(&header).map_err(|_| "its header is not JSON")?;
+        .map_err(|_| SignatureError::HeaderNotBase64)?;
+    let header: Value =
+        serde_json::from_slice(&header).map_err(|_| SignatureError::HeaderNotJson)?;
     if header["alg"].as_str() != Some("HS256") {
-        return Err(format!("algorithm {} is not HS256", header["alg"]));
+        return Err(SignatureError::Algorithm(header["alg"].to_string()));
     }
     if header["kid"].as_str() != Some(id) {
-        return Err(format!("key id {} is not the token's", header["kid"]));
+        return Err(SignatureError::KeyId(header["kid"].to_string()));
     }
     let signature = URL_SAFE_NO_PAD
         .decode(sig_b64)
-        .map_err(|_| "its signature is not base64url")?;
+        .map_err(|_| SignatureError::SignatureNotBase64)?;
     let signed = format!("{header_b64}.{}", URL_SAFE_NO_PAD.encode(content));
     let key = hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes());
-    hmac::verify(&key, signed.as_bytes(), &signature).map_err(|_| "wrong signature".to_string())
+    hmac::verify(&key, signed.as_bytes(), &signature).map_err(|_| SignatureError::Wrong)
 }
 
 /// The CA data of the only cluster of cluster-info's kubeconfig.
@@ -361,7 +297,7 @@ fn ca_data(kubeconfig: &str) -> Result<Vec<u8>, DiscoveryError> {
     let ca_pem = mapped.ca_pem.ok_or_else(|| {
         DiscoveryError::BadClusterInfo("its cluster has no certificate-authority-data".into())
     })?;
-    csr_api::roots(&ca_pem).map_err(DiscoveryError::BadClusterInfo)?;
+    csr_api::roots(&ca_pem).map_err(|e| DiscoveryError::BadClusterInfo(e.to_string()))?;
     Ok(ca_pem)
 }
 
@@ -479,7 +415,9 @@ mod tests {
     #[test]
     fn tampered_signatures_are_refused() {
         let refused = |jws: &str, content: &str, id: &str, secret: &str| {
-            verify_detached(jws, content, id, secret).expect_err("refused")
+            verify_detached(jws, content, id, secret)
+                .expect_err("refused")
+                .to_string()
         };
         // Content, secret, kid.
         refused(K8S_JWS, "Hello from the other side.", K8S_ID, K8S_SECRET);
@@ -660,6 +598,27 @@ mod tests {
         let err =
             discover_at(&fickle.url, &[pin(fickle.ca_spki_sha256)], &stop).expect_err("differs");
         assert_eq!(err, DiscoveryError::SecondFetchDiffers);
+    }
+
+    #[test]
+    fn a_refusing_cloud_is_unreachable_with_its_status() {
+        let cloud = test_cloud::start(|_| Reply::Json(403, "{}".into()));
+        let (_keep, stop) = no_stop();
+        let err = discover_at(&cloud.url, &[], &stop).expect_err("refused");
+        assert_eq!(
+            err,
+            DiscoveryError::Unreachable {
+                server: cloud.url.clone(),
+                error: FetchError::Status(403),
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cluster-info discovery: cannot reach {}: answered 403",
+                cloud.url
+            )
+        );
     }
 
     #[test]

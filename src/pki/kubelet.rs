@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use crossbeam_channel::Receiver;
 
 use super::csr_api::{ApiClient, Auth};
+use super::error::{IdentityFile, PkiError};
 use super::renew::{WaitEnd, wait};
 use super::state::IdentityState;
 use super::{install_tls, reachable};
@@ -41,28 +42,31 @@ fn version(files: &KubeletFiles) -> Option<Version> {
 }
 
 /// Reads the CA and kubelet's certificate and key (one PEM file, as kubelet writes it).
-pub(super) fn read(files: &KubeletFiles) -> Result<TlsMaterial, String> {
+pub(super) fn read(files: &KubeletFiles) -> Result<TlsMaterial, PkiError> {
     let (ca, identity) = read_files(files)?;
-    super::material(&ca, &identity)
-        .map_err(|e| format!("kubeletcertificate mode: {}: {e}", files.ca.display()))
+    super::material(&ca, &identity).map_err(|source| PkiError::Unparsable {
+        file: IdentityFile::KubeletCa,
+        path: files.ca.clone(),
+        source,
+    })
 }
 
 /// The CA's PEM and kubelet's client identity, each file read once.
-fn read_files(files: &KubeletFiles) -> Result<(Vec<u8>, ClientIdentity), String> {
-    let ca = std::fs::read(&files.ca).map_err(|e| {
-        format!(
-            "kubeletcertificate mode: the cluster CA {}: {e}",
-            files.ca.display()
-        )
+fn read_files(files: &KubeletFiles) -> Result<(Vec<u8>, ClientIdentity), PkiError> {
+    let read = |file: IdentityFile, path: &PathBuf| {
+        std::fs::read(path).map_err(|source| PkiError::Read {
+            file,
+            path: path.clone(),
+            source,
+        })
+    };
+    let ca = read(IdentityFile::KubeletCa, &files.ca)?;
+    let pem = read(IdentityFile::KubeletCert, &files.cert)?;
+    let identity = tls::identity(&pem, &pem).map_err(|source| PkiError::Unparsable {
+        file: IdentityFile::KubeletCert,
+        path: files.cert.clone(),
+        source,
     })?;
-    let pem = std::fs::read(&files.cert).map_err(|e| {
-        format!(
-            "kubeletcertificate mode: kubelet's client certificate {}: {e}",
-            files.cert.display()
-        )
-    })?;
-    let identity = tls::identity(&pem, &pem)
-        .map_err(|e| format!("kubeletcertificate mode: {}: {e}", files.cert.display()))?;
     Ok((ca, identity))
 }
 
@@ -94,7 +98,7 @@ impl Watch {
     pub(super) fn api(
         &self,
         servers: Arc<[String]>,
-    ) -> Arc<dyn Fn() -> Result<ApiClient, String> + Send + Sync> {
+    ) -> Arc<dyn Fn() -> Result<ApiClient, PkiError> + Send + Sync> {
         let files = self.files.clone();
         Arc::new(move || {
             let (ca, identity) = read_files(&files)?;
@@ -137,19 +141,19 @@ impl Watch {
                                 seen = now;
                                 last_problem = None;
                             }
-                            Err(e) => self.report(&mut last_problem, e),
+                            Err(e) => self.report(&mut last_problem, &e),
                         }
                     }
                     // A half-written file is read again next time.
-                    Err(e) => self.report(&mut last_problem, e),
+                    Err(e) => self.report(&mut last_problem, &e),
                 }
             } else if now.is_none() {
                 self.report(
                     &mut last_problem,
-                    format!(
-                        "kubeletcertificate mode: kubelet's client certificate {} cannot be read",
-                        self.files.cert.display()
-                    ),
+                    &PkiError::Gone {
+                        file: IdentityFile::KubeletCert,
+                        path: self.files.cert.clone(),
+                    },
                 );
             }
             if wait(RECHECK, &never, stop) == WaitEnd::Stopped {
@@ -160,7 +164,9 @@ impl Watch {
 
     /// Says what is wrong in readyz, and in the log once per new problem: the file is
     /// looked at every few seconds.
-    fn report(&self, last: &mut Option<String>, why: String) {
+    fn report(&self, last: &mut Option<String>, why: &PkiError) {
+        // Compared by text: an I/O error has no equality, and the text is what is shown.
+        let why = why.to_string();
         if last.as_ref() != Some(&why) {
             log::warn!("{why}");
             *last = Some(why.clone());

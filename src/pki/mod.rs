@@ -11,11 +11,13 @@
 //! the pins are `config::join`'s), `csr_api.rs` (the CSR API and the small cloud client it needs),
 //! `files.rs` (what lives under `--root-dir`), `bootstrap.rs` (token mode's bootstrap
 //! kubeconfig), `renew.rs` (the renewal loop both certificates share), `kubelet.rs`
-//! (kubeletcertificate mode), `state.rs` (what readyz, `/v1/token` and the metrics see).
+//! (kubeletcertificate mode), `state.rs` (what readyz, `/v1/token` and the metrics see),
+//! `error.rs` (`PkiError`, every failure of these by its origin).
 
 pub(crate) mod csr;
 pub(crate) mod csr_api;
 pub(crate) mod discovery;
+pub(crate) mod error;
 pub(crate) mod files;
 
 mod bootstrap;
@@ -37,6 +39,8 @@ use crate::tls::{self, ClientIdentity, TlsMaterial};
 use crate::upstream::Upstream;
 use csr::CsrTemplate;
 use csr_api::{ApiClient, Auth};
+pub(crate) use error::PkiError;
+use error::{IdentityFile, Missing};
 use files::{CertKind, RootDir};
 pub(crate) use state::IdentityState;
 
@@ -124,7 +128,7 @@ pub(crate) fn start(
     } = parts;
 
     // Who the serving certificate's CSR is sent as: the client identity of the moment.
-    let api: Arc<dyn Fn() -> Result<ApiClient, String> + Send + Sync> = match &config.identity {
+    let api: Arc<dyn Fn() -> Result<ApiClient, PkiError> + Send + Sync> = match &config.identity {
         IdentitySource::Kubeconfig { tls, token } => {
             state.client_installed(tls.client_not_after());
             let ca: Vec<u8> = tls
@@ -140,7 +144,7 @@ pub(crate) fn start(
                     (Some(id), _) => Auth::Certificate(id.clone()),
                     (None, Some(token)) => Auth::Token(token_text(token)?),
                     // Refused by config validation.
-                    (None, None) => return Err("the kubeconfig has no user".to_owned()),
+                    (None, None) => return Err(Missing::KubeconfigUser.into()),
                 };
                 ApiClient::new(&reachable(&servers)?, &ca, auth)
             })
@@ -251,8 +255,8 @@ fn install_tls(
     upstream: &Upstream,
     tls: &TlsMaterial,
     probe_timeout: Duration,
-) -> Result<(), String> {
-    upstream.set_tls(tls).map_err(|e| e.to_string())?;
+) -> Result<(), PkiError> {
+    upstream.set_tls(tls).map_err(PkiError::UpstreamTls)?;
     if !upstream.backends().any_healthy() {
         crate::health::probe_all_once(upstream.backends(), upstream, probe_timeout);
     }
@@ -261,25 +265,76 @@ fn install_tls(
 
 /// TLS material from the CA bundle's PEM and a client identity already checked when it was
 /// read (`tls::identity`): only the CA is parsed here.
-fn material(ca_pem: &[u8], identity: &ClientIdentity) -> Result<TlsMaterial, String> {
-    let mut material = tls::load(ca_pem, None).map_err(|e| e.to_string())?;
+fn material(ca_pem: &[u8], identity: &ClientIdentity) -> Result<TlsMaterial, StartupError> {
+    let mut material = tls::load(ca_pem, None)?;
     material.client = Some(identity.clone());
     Ok(material)
 }
 
 /// The bearer token of a kubeconfig, read now when it is a file.
-fn token_text(token: &Token) -> Result<String, String> {
+fn token_text(token: &Token) -> Result<String, PkiError> {
     match token {
         Token::Inline(text) => Ok(text.clone()),
         Token::File(path) => std::fs::read_to_string(path)
             .map(|t| t.trim().to_owned())
-            .map_err(|e| format!("tokenFile {}: {e}", path.display())),
+            .map_err(|source| PkiError::Read {
+                file: IdentityFile::TokenFile,
+                path: path.clone(),
+                source,
+            }),
     }
 }
 
 /// The first server that accepts a TCP connection within [`DIAL_TIMEOUT`], as YurtHub picks
 /// the server for its CSRs; with one server, that one without a dial.
-pub(crate) fn reachable(servers: &[String]) -> Result<String, String> {
+pub(crate) fn reachable(servers: &[String]) -> Result<String, PkiError> {
     discovery::endpoint(servers, DIAL_TIMEOUT)
-        .map_err(|(server, why)| format!("no cloud server accepts connections ({server}: {why})"))
+        .map_err(|(server, why)| PkiError::NoServer { server, why })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    /// A path in the temp dir that no file has.
+    fn nowhere(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("tinyhub-pki-{name}-{}-absent", std::process::id()))
+    }
+
+    #[test]
+    fn an_unreadable_token_file_is_named_with_its_io_error() {
+        let path = nowhere("token");
+        match token_text(&Token::File(path.clone())) {
+            Err(PkiError::Read {
+                file: IdentityFile::TokenFile,
+                path: named,
+                source,
+            }) => {
+                assert_eq!(named, path);
+                assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn kubelets_files_are_named_by_what_failed() {
+        let files = crate::config::KubeletFiles {
+            kubeconfig: nowhere("kubelet-conf"),
+            ca: nowhere("kubelet-ca"),
+            cert: nowhere("kubelet-cert"),
+        };
+        let err = kubelet::read(&files).expect_err("no files");
+        assert!(
+            matches!(&err, PkiError::Read { file: IdentityFile::KubeletCa, path, .. } if *path == files.ca),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("kubeletcertificate mode: the cluster CA "),
+            "{err}"
+        );
+    }
 }

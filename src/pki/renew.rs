@@ -16,6 +16,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 
 use super::csr::{self, CsrTemplate, KeyPair};
 use super::csr_api::{self, ApiClient, CsrSpec};
+use super::error::{Missing, PkiError};
 use super::files::{CertKind, RootDir, StoredCert};
 use super::state::IdentityState;
 use crate::metrics::{METRICS, Metrics};
@@ -140,7 +141,7 @@ fn request(
     template: &CsrTemplate,
     api: &ApiClient,
     stop: &Receiver<()>,
-) -> Result<Issued, String> {
+) -> Result<Issued, PkiError> {
     let key = KeyPair::generate()?;
     let request_pem = csr::request_pem(&key, template)?;
     let spec = CsrSpec {
@@ -148,19 +149,18 @@ fn request(
         signer: renewal.signer,
         usages: renewal.usages,
     };
-    let chain =
-        csr_api::request_certificate(api, &spec, CSR_WAIT, stop).map_err(|e| e.to_string())?;
+    let chain = csr_api::request_certificate(api, &spec, CSR_WAIT, stop).map_err(PkiError::Csr)?;
     let key_pem = key.private_key_pem();
+    let what = renewal.what;
     let identity = tls::identity(&chain, key_pem.as_bytes())
-        .map_err(|e| format!("the issued {} is unusable: {e}", renewal.what))?;
-    let info = x509::parse(identity.chain[0].as_ref())
-        .ok_or_else(|| format!("the issued {} cannot be parsed", renewal.what))?;
+        .map_err(|source| PkiError::IssuedUnusable { what, source })?;
+    let info =
+        x509::parse(identity.chain[0].as_ref()).ok_or(PkiError::IssuedUnparsable { what })?;
     if SystemTime::now() >= info.not_after {
-        return Err(format!(
-            "the issued {} expired at {} already: is this node's clock right?",
-            renewal.what,
-            crate::logging::time_rfc3339(info.not_after)
-        ));
+        return Err(PkiError::IssuedExpired {
+            what,
+            not_after: info.not_after,
+        });
     }
     let (path, unsaved) = match root.store_cert(renewal.kind, &chain, &key_pem, SystemTime::now()) {
         Ok(path) => (path, None),
@@ -183,15 +183,15 @@ fn request(
 pub(super) struct Hooks<'a> {
     /// Whether a request may be made now, or why not (the serving certificate waits for a
     /// client certificate); not a failure.
-    pub ready: &'a dyn Fn() -> Result<(), String>,
+    pub ready: &'a dyn Fn() -> Result<(), PkiError>,
     /// The template to request with now (the serving one asks the cloud for an address).
-    pub template: &'a mut dyn FnMut() -> Result<CsrTemplate, String>,
+    pub template: &'a mut dyn FnMut() -> Result<CsrTemplate, PkiError>,
     /// The template's fixed part, to judge a stored certificate by without the cloud.
     pub fixed: &'a CsrTemplate,
     /// Who to send the CSR as, and where.
-    pub api: &'a dyn Fn() -> Result<ApiClient, String>,
+    pub api: &'a dyn Fn() -> Result<ApiClient, PkiError>,
     /// Puts a certificate to use.
-    pub install: &'a mut dyn FnMut(&StoredCert, &CertInfo) -> Result<(), String>,
+    pub install: &'a mut dyn FnMut(&StoredCert, &CertInfo) -> Result<(), PkiError>,
     /// Records why getting one failed (readyz shows it).
     pub problem: &'a dyn Fn(String),
 }
@@ -265,7 +265,7 @@ pub(super) fn run(
             }
         }
         if let Err(why) = (hooks.ready)() {
-            (hooks.problem)(why);
+            (hooks.problem)(why.to_string());
             if wait(Duration::from_secs(1), wake, stop) == WaitEnd::Stopped {
                 return;
             }
@@ -308,7 +308,7 @@ pub(super) fn run(
                     renewal.what,
                     pause
                 );
-                (hooks.problem)(why);
+                (hooks.problem)(why.to_string());
                 if wait(pause, wake, stop) == WaitEnd::Stopped {
                     return;
                 }
@@ -366,7 +366,7 @@ fn attempt(
     renewal: &Renewal,
     hooks: &mut Hooks<'_>,
     stop: &Receiver<()>,
-) -> Result<Issued, String> {
+) -> Result<Issued, PkiError> {
     (hooks.template)().and_then(|template| {
         let api = (hooks.api)()?;
         let issued = request(root, renewal, &template, &api, stop)?;
@@ -386,7 +386,7 @@ fn attempt(
 /// client credential. The first one installed opens the HTTPS port.
 pub(super) fn serving(
     root: &RootDir,
-    api: &Arc<dyn Fn() -> Result<ApiClient, String> + Send + Sync>,
+    api: &Arc<dyn Fn() -> Result<ApiClient, PkiError> + Send + Sync>,
     fixed: CsrTemplate,
     serving: &ServingCert,
     state: &IdentityState,
@@ -394,13 +394,13 @@ pub(super) fn serving(
     stop: &Receiver<()>,
 ) {
     let mut on_first = Some(on_first);
-    let mut install = |stored: &StoredCert, info: &CertInfo| -> Result<(), String> {
+    let mut install = |stored: &StoredCert, info: &CertInfo| -> Result<(), PkiError> {
         serving
             .set(
                 stored.identity.chain.clone(),
                 stored.identity.key.clone_key(),
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(PkiError::ServingCert)?;
         state.serving_installed(info.not_after);
         if let Some(open) = on_first.take() {
             open();
@@ -412,12 +412,12 @@ pub(super) fn serving(
         if state.has_client() {
             Ok(())
         } else {
-            Err("waiting for the hub's client certificate".to_owned())
+            Err(Missing::WaitingForClient.into())
         }
     };
     // The `kubernetes` Service's cluster IP, asked once: pods reach the hub by it.
     let mut cluster_ip: Option<IpAddr> = None;
-    let mut template = || -> Result<CsrTemplate, String> {
+    let mut template = || -> Result<CsrTemplate, PkiError> {
         let ip = match cluster_ip {
             Some(ip) => ip,
             None => {
@@ -426,15 +426,11 @@ pub(super) fn serving(
                         "/api/v1/namespaces/default/services/kubernetes",
                         Duration::from_secs(10),
                     )
-                    .map_err(|e| {
-                        format!(
-                            "cannot read the kubernetes Service for the serving certificate: {e}"
-                        )
-                    })?;
+                    .map_err(PkiError::ServiceLookup)?;
                 let ip = service["spec"]["clusterIP"]
                     .as_str()
                     .and_then(|s| s.parse().ok())
-                    .ok_or("the kubernetes Service has no cluster IP")?;
+                    .ok_or(PkiError::NoClusterIp)?;
                 *cluster_ip.insert(ip)
             }
         };
@@ -478,6 +474,52 @@ pub(super) fn serving(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_request_keeps_the_clouds_status() {
+        use super::super::csr_api::Auth;
+        use super::super::csr_api::test_cloud::{self, Reply};
+        use super::super::error::CsrError;
+        let cloud = test_cloud::start(|_| {
+            Reply::Json(
+                403,
+                r#"{"kind":"Status","message":"bootstrap tokens may not ask for this"}"#.into(),
+            )
+        });
+        let api = ApiClient::new(
+            &cloud.url,
+            cloud.ca_pem.as_bytes(),
+            Auth::Token("abcdef.0123456789abcdef".into()),
+        )
+        .expect("client");
+        // Refused before anything is stored: the root dir is never made.
+        let root = RootDir::new(std::env::temp_dir().join(format!(
+            "tinyhub-renew-refused-{}-absent",
+            std::process::id()
+        )));
+        let renewal = Renewal {
+            kind: CertKind::Client,
+            signer: "kubernetes.io/kube-apiserver-client",
+            usages: CLIENT_USAGES,
+            what: "client certificate",
+        };
+        let template = CsrTemplate {
+            common_name: "system:node:a".into(),
+            ..CsrTemplate::default()
+        };
+        let (_keep, stop) = crossbeam_channel::bounded::<()>(0);
+        let Err(err) = request(&root, &renewal, &template, &api, &stop) else {
+            panic!("issued");
+        };
+        match &err {
+            PkiError::Csr(CsrError::Refused { status, message }) => {
+                assert_eq!(*status, 403);
+                assert_eq!(message, "bootstrap tokens may not ask for this");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(err.to_string().contains("(403)"), "{err}");
+    }
 
     #[test]
     fn renewal_falls_in_70_to_90_percent_of_the_lifetime() {

@@ -8,14 +8,15 @@ use std::time::SystemTime;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use super::error::PkiError;
 use crate::lock;
 
 /// What replaces the bootstrap token for `POST /v1/token` (token mode's
 /// `bootstrap::TokenUpdates`): the state only holds the door, the mode that has one owns it.
 pub(crate) trait TokenReplacer: fmt::Debug + Send {
-    /// Discovery with `join_token`, then the bootstrap kubeconfig rewritten with it:
-    /// `Err((status, why))` as `POST /v1/token` answers.
-    fn replace(&self, join_token: &str) -> Result<(), (u16, String)>;
+    /// Discovery with `join_token`, then the bootstrap kubeconfig rewritten with it; its
+    /// error's [`PkiError::status`] is what `POST /v1/token` answers.
+    fn replace(&self, join_token: &str) -> Result<(), PkiError>;
 }
 
 /// The token door and the wake-up of the client certificate's thread.
@@ -133,7 +134,9 @@ impl IdentityState {
         let Some((updates, wake)) = guard.as_ref() else {
             return Ok("the hub does not use a bootstrap token in this mode: nothing changed");
         };
-        updates.replace(join_token)?;
+        updates
+            .replace(join_token)
+            .map_err(|e| (e.status(), e.to_string()))?;
         // Full: a wake-up is already pending, which is all the thread needs.
         let _ = wake.try_send(());
         Ok("update bootstrap token successfully")

@@ -1,6 +1,11 @@
-//! One request on its way through the hub: the [`Call`] carries the classified request, its
-//! route, its in-flight count and what the log line will say, and has a method per phase
-//! after routing — forward to the cloud, fall back, answer locally, log.
+//! One request on its way through the hub: the [`Call`] carries the classified request, what
+//! its plan carries (a forwarded request's route), its in-flight count and what the log line
+//! will say, and has a method per phase after routing — forward to the cloud, fall back,
+//! answer locally, log.
+//!
+//! Every plan that understood its request runs through [`Call::run`], the only way to make a
+//! `Call` with a request: it counts the request in flight, lets the plan answer, and writes
+//! the log line, so no kind of answer can forget them.
 //!
 //! The client's [`Exchange`] is not part of the context: it moves from phase to phase (a
 //! phase that answers consumes it), so an answer cannot be sent twice.
@@ -12,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::fallback::{self, Failure, Fallback};
 use super::{CacheStatus, Hub};
 use crate::cache::target::CacheTarget;
-use crate::metrics::{InFlight, METRICS, RequestLabels};
+use crate::metrics::{Entered, InFlight, METRICS, RequestLabels};
 use crate::request::{ApiRequest, Target};
 use crate::route::Route;
 use crate::server::Exchange;
@@ -31,17 +36,33 @@ pub(super) enum Relayed<'c> {
     ClientGone(std::io::Error),
 }
 
-/// One request's context.
-pub(super) struct Call<'h> {
+/// Which in-flight series counts a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Counted {
+    /// With the proxied requests (`node_yurthub_in_flight_requests_*`, and the cloud's
+    /// traffic under the same labels).
+    Proxied,
+    /// Apart (`node_yurthub_aggregated_in_flight_requests_*`), as YurtHub counts what its
+    /// multiplexer serves from the shared caches.
+    Aggregated,
+}
+
+/// One request's context. `R` is what its plan carries besides the request: a forwarded
+/// request's [`Route`]; nothing for an answer the hub makes itself.
+pub(super) struct Call<'h, R = Route> {
     /// The hub serving it.
     pub(super) hub: &'h Hub,
     /// The classified request; `None` for one passed on unclassified (cloud mode), which is
     /// neither counted nor logged.
     pub(super) req: Option<ApiRequest>,
-    /// What route decided for it.
-    pub(super) route: Route,
-    /// Its place in the in-flight metrics (`None` when passed on unclassified).
+    /// What its plan carries: what route decided for a forwarded request.
+    pub(super) route: R,
+    /// Its place in the in-flight metrics (`None` when passed on unclassified, or counted
+    /// apart in `_aggregated`).
     pub(super) in_flight: Option<InFlight>,
+    /// Its place in the aggregated in-flight series ([`Counted::Aggregated`]), held until the
+    /// call ends.
+    _aggregated: Option<Entered<RequestLabels>>,
     /// When it arrived.
     started: Instant,
     /// For the log line: the status sent and where the cache stood.
@@ -49,42 +70,77 @@ pub(super) struct Call<'h> {
     cache: CacheStatus,
 }
 
-impl<'h> Call<'h> {
-    /// A classified, routed request, counted in flight.
-    pub(super) fn new(
+impl<'h, R> Call<'h, R> {
+    /// Runs one classified request to its end: counted in flight in the series `counted`
+    /// names from now until after its log line, answered by `answer` (which records how it
+    /// ended: [`Call::answered`], [`Call::refuse`], the forwarding phases), then logged.
+    pub(super) fn run(
         hub: &'h Hub,
         req: ApiRequest,
-        route: Route,
-        in_flight: InFlight,
+        route: R,
+        counted: Counted,
         started: Instant,
-    ) -> Call<'h> {
-        Call {
+        answer: impl FnOnce(&mut Call<'h, R>),
+    ) {
+        let labels = labels(&req);
+        let (in_flight, aggregated) = match counted {
+            Counted::Proxied => (Some(METRICS.start_request(labels)), None),
+            Counted::Aggregated => (None, Some(METRICS.start_aggregated(labels))),
+        };
+        let mut call = Call {
             hub,
             req: Some(req),
             route,
-            in_flight: Some(in_flight),
+            in_flight,
+            _aggregated: aggregated,
             started,
             status: 0,
             cache: CacheStatus::Rejected,
+        };
+        answer(&mut call);
+        call.log();
+    }
+
+    /// Lets `answer` answer the request; it returns the status it sent and where the cache
+    /// stood. (Only a call passed on unclassified has no request, and it is only forwarded.)
+    pub(super) fn answered(&mut self, answer: impl FnOnce(&ApiRequest) -> (u16, CacheStatus)) {
+        if let Some(req) = &self.req {
+            let (status, cache) = answer(req);
+            self.done(status, cache);
         }
     }
 
-    /// A request passed on unclassified.
+    /// Answers with `status`, nothing else done.
+    pub(super) fn refuse(&mut self, ex: Exchange<'_>, status: &Status) {
+        let _ = ex.send_status(status);
+        self.done(status.code, CacheStatus::Rejected);
+    }
+
+    fn done(&mut self, status: u16, cache: CacheStatus) {
+        (self.status, self.cache) = (status, cache);
+    }
+
+    /// Logs the request (a request passed on unclassified is not logged).
+    fn log(&self) {
+        if let Some(req) = &self.req {
+            log(req, self.status, self.cache, self.started.elapsed());
+        }
+    }
+}
+
+impl<'h> Call<'h> {
+    /// A request passed on unclassified: neither counted nor logged.
     pub(super) fn pass_on(hub: &'h Hub, route: Route) -> Call<'h> {
         Call {
             hub,
             req: None,
             route,
             in_flight: None,
+            _aggregated: None,
             started: Instant::now(),
             status: 0,
             cache: CacheStatus::Rejected,
         }
-    }
-
-    /// The component that asked, when the request was classified.
-    pub(super) fn component(&self) -> Option<&str> {
-        self.req.as_ref().map(|r| r.component.as_str())
     }
 
     /// Forwards the request and relays the cloud's answer; falls back when the cloud fails
@@ -183,27 +239,10 @@ impl<'h> Call<'h> {
         };
         self.done(status, CacheStatus::Offline);
     }
-
-    /// Answers with `status`, nothing else done.
-    fn refuse(&mut self, ex: Exchange<'_>, status: &Status) {
-        let _ = ex.send_status(status);
-        self.done(status.code, CacheStatus::Rejected);
-    }
-
-    fn done(&mut self, status: u16, cache: CacheStatus) {
-        (self.status, self.cache) = (status, cache);
-    }
-
-    /// Logs the request (a request passed on unclassified is not logged).
-    pub(super) fn log(&self) {
-        if let Some(req) = &self.req {
-            log(req, self.status, self.cache, self.started.elapsed());
-        }
-    }
 }
 
 /// The log line of a request: offline answers and 5xx at info, the rest at debug.
-pub(super) fn log(req: &ApiRequest, status: u16, cache: CacheStatus, elapsed: Duration) {
+fn log(req: &ApiRequest, status: u16, cache: CacheStatus, elapsed: Duration) {
     let path = match &req.target {
         Target::Resource(r) => r.resource.as_str(),
         Target::NonResource(p) => p.as_str(),
@@ -225,7 +264,7 @@ pub(super) fn log(req: &ApiRequest, status: u16, cache: CacheStatus, elapsed: Du
     );
 }
 
-/// The in-flight metric's labels of `req`.
+/// The in-flight metric's labels of `req` (the multiplexer's port counts its followers' too).
 pub(super) fn labels(req: &ApiRequest) -> RequestLabels {
     (
         req.verb.as_str(),
@@ -235,7 +274,7 @@ pub(super) fn labels(req: &ApiRequest) -> RequestLabels {
         req.resource()
             .and_then(|r| r.subresource.clone())
             .unwrap_or_default(),
-        req.component.clone(),
+        req.component.as_str().to_owned(),
     )
 }
 

@@ -17,7 +17,6 @@
 
 mod call;
 mod fallback;
-pub(crate) mod filter_body;
 mod grant;
 mod kubelet_lease;
 pub(crate) mod multiplexer;
@@ -29,13 +28,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use self::call::Call;
+use self::call::{Call, Counted};
 use crate::cache::agents::CacheAgents;
 use crate::cache::writer::CacheTx;
-use crate::filters::{Chain, FilterContext, Lookups};
+use crate::filters::Filters;
 use crate::heartbeat::NodeHeartbeat;
 use crate::heartbeat::local::KubeletVerb;
-use crate::metrics::METRICS;
 use crate::mode::WorkingMode;
 use crate::offline::Offline;
 use crate::reaper::Reaper;
@@ -45,7 +43,7 @@ use crate::route::{self, NoCacheReason, Route};
 use crate::server::{Admission, Exchange};
 use crate::status::Status;
 use crate::upstream::Cloud;
-use crate::watchcache::WatchCache;
+use crate::watchcache::{PoolCaches, WatchCache};
 use crate::x509;
 
 /// Everything a request thread needs.
@@ -69,33 +67,11 @@ pub(crate) struct Hub {
     pub heartbeat: Option<Arc<NodeHeartbeat>>,
     /// The node-local watch caches of the pool-scope resources (edge mode), which answer
     /// every local client's list and watch of them.
-    pub pool: Option<Arc<pool_local::PoolCaches>>,
+    pub pool: Option<Arc<PoolCaches>>,
     /// Set at shutdown: ends the watches served from `pool`.
     pub shutdown: Arc<std::sync::atomic::AtomicBool>,
     /// This node's name: a client certificate naming it is the node (`requester.rs`).
     pub node_name: Arc<str>,
-}
-
-/// What the relay's filter stage needs (cheap to clone: the refill thread filters too).
-#[derive(Clone)]
-pub(crate) struct Filters {
-    /// Which filters apply to which requests; replaced when `yurt-hub-cfg` changes.
-    pub config: crate::filters::LiveFilterConfig,
-    /// What the filters know about this hub.
-    pub ctx: FilterContext,
-    /// What the filters look up in the cloud.
-    pub lookups: Arc<dyn Lookups + Send + Sync>,
-}
-
-impl Filters {
-    /// The filters for `req` under the current configuration (no allocation).
-    pub(crate) fn chain_for(&self, req: &ApiRequest) -> Chain {
-        // A poisoned lock still holds a whole Arc: the swap cannot be half done.
-        match self.config.read() {
-            Ok(config) => config.chain_for_request(req),
-            Err(poisoned) => poisoned.into_inner().chain_for_request(req),
-        }
-    }
 }
 
 /// Where the cache stood for a request, for the log line.
@@ -328,44 +304,46 @@ impl Hub {
             }
             Plan::PassOn(route) => Call::pass_on(self, route).forward(ex),
             Plan::Refuse(req, status) => {
-                let in_flight = METRICS.start_request(call::labels(&req));
-                let _ = ex.send_status(&status);
-                call::log(&req, status.code, CacheStatus::Rejected, started.elapsed());
-                drop(in_flight);
+                Call::run(self, req, (), Counted::Proxied, started, |call| {
+                    call.refuse(ex, &status);
+                });
             }
             Plan::KubeletLease(req, heartbeat, verb) => {
-                let in_flight = METRICS.start_request(call::labels(&req));
-                let status =
-                    kubelet_lease::answer(heartbeat, self.offline.as_ref(), ex, &req, verb);
-                call::log(&req, status, CacheStatus::LocalLease, started.elapsed());
-                drop(in_flight);
+                Call::run(self, req, (), Counted::Proxied, started, |call| {
+                    call.answered(|req| {
+                        let offline = self.offline.as_ref();
+                        let status = kubelet_lease::answer(heartbeat, offline, ex, req, verb);
+                        (status, CacheStatus::LocalLease)
+                    });
+                });
             }
+            // Counted apart, as YurtHub counts what its multiplexer serves.
             Plan::PoolLocal(req, cache) => {
-                // Counted apart, as YurtHub counts what its multiplexer serves.
-                let in_flight = METRICS.start_aggregated(call::labels(&req));
-                let status = if cache.is_ready() {
-                    let shutdown = || self.shutdown.load(Ordering::Relaxed);
-                    let session = self.pool_session(&req);
-                    let filters = self.filters.as_ref();
-                    pool_local::answer(cache, filters, ex, &req, &shutdown, session)
-                } else {
-                    let status = cache.initializing();
-                    let _ = ex.send_status(&status);
-                    status.code
-                };
-                call::log(&req, status, CacheStatus::PoolLocal, started.elapsed());
-                drop(in_flight);
+                Call::run(self, req, (), Counted::Aggregated, started, |call| {
+                    call.answered(|req| {
+                        let status = if cache.is_ready() {
+                            let shutdown = || self.shutdown.load(Ordering::Relaxed);
+                            let session = self.pool_session(req);
+                            let filters = self.filters.as_ref();
+                            pool_local::answer(cache, filters, ex, req, &shutdown, session)
+                        } else {
+                            let status = cache.initializing();
+                            let _ = ex.send_status(&status);
+                            status.code
+                        };
+                        (status, CacheStatus::PoolLocal)
+                    });
+                });
             }
             Plan::Forward(req, route) => {
-                let in_flight = METRICS.start_request(call::labels(&req));
                 let offline = fallback::offline(self.mode, &route.local, self.cloud.as_ref());
-                let mut call = Call::new(self, req, route, in_flight, started);
-                if offline {
-                    call.answer_locally(ex);
-                } else {
-                    call.forward(ex);
-                }
-                call.log();
+                Call::run(self, req, route, Counted::Proxied, started, |call| {
+                    if offline {
+                        call.answer_locally(ex);
+                    } else {
+                        call.forward(ex);
+                    }
+                });
             }
         }
     }
@@ -409,7 +387,7 @@ impl Hub {
                 "tinyhub does not carry connection upgrades (exec, attach, port-forward): talk to the apiserver directly",
             ));
         }
-        let is_agent = self.agents.is_agent(&req.component);
+        let is_agent = self.agents.is_agent(req.component.as_str());
         let route = route::route(req, is_agent, self.mode)?;
         Ok(match &self.filters {
             Some(filters) => route.with_filters(filters.chain_for(req), req.accept),

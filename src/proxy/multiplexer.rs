@@ -1,6 +1,6 @@
 //! A leader hub's multiplexer port (YurtHub's `pkg/yurthub/proxy/multiplexer`; issue 16 item 3):
 //! the pool's follower hubs list and watch the pool-scope resources from this node's watch caches
-//! (`pool_local::PoolCaches`) on `<node-ip>:<--multiplexer-port>` (10269) over TLS,
+//! (`watchcache::PoolCaches`) on `<node-ip>:<--multiplexer-port>` (10269) over TLS,
 //! instead of each asking the cloud.
 //!
 //! Design decisions:
@@ -61,7 +61,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::pool_local::{self, PoolCaches, Unserved};
+use super::pool_local;
 use crate::metrics::METRICS;
 use crate::request::{self, ApiRequest, Target};
 use crate::requester::Port;
@@ -69,6 +69,7 @@ use crate::server::{self, Admission, Exchange, Handler, Limits, Load, LongRunnin
 use crate::status::Status;
 use crate::upstream::Cloud;
 use crate::watchcache::WatchCache;
+use crate::watchcache::{PoolCaches, Unserved};
 use crate::{SMALL_STACK, spawn};
 use identity::Follower;
 

@@ -2,33 +2,30 @@
 //! writer (the tee only `try_send`s: the client never waits for the disk). A small answer of
 //! known length is read whole first, so a cloud that breaks off within it can still be
 //! answered from the cache; a larger one streams through a buffer that grows with the reads.
+//! Every stream here is a composition of `stream`'s pump and sinks: the filter stage when the
+//! route has filters, the tee when the answer is cached, the client.
 
 use std::io::{self, Read};
 
+use super::CacheStatus;
 use super::call::{Call, Relayed};
-use super::filter_body::{self, BodyFilter, Filtered, StageTime};
-use super::{CacheStatus, Filters};
 use crate::cache::decode::{BodyShape, DecodeError};
 use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::cache::writer::{MAX_OBJECT_BYTES, Refill, Session};
+use crate::filters::Filters;
+use crate::filters::body::{self, BodyFilter, Filtered, StageTime};
 use crate::metrics::InFlight;
 use crate::reaper::Watched;
-use crate::request::Verb;
 use crate::route::{self, Identity, NoCacheReason};
 use crate::server::{BodyWriter, Exchange, Length};
+use crate::stream::{
+    self, BodyReads, FilterStage, Pumped, Sink, Stop, Tee, ToClient, Uncached, pump,
+};
 use crate::upstream::{Answer, UpstreamError};
 
 /// Bodies up to this size with a known length are received whole before the client gets
 /// anything, so a cloud that breaks off mid-body can still be answered from the cache.
 const SMALL_BODY: u64 = 64 * 1024;
-/// Relay buffer of a streaming request at first, and at most (a TLS record's worth).
-const RELAY_BUFFER_START: usize = 4 * 1024;
-const RELAY_BUFFER: usize = 16 * 1024;
-/// A streamed filtered body is kept raw until its first filtered output, up to this much, so
-/// a body found undecodable at its start can still pass unchanged.
-const HOLD_RAW: usize = 64 * 1024;
-/// A filter output buffer that grew past this (a huge item) is released rather than kept.
-const KEEP_OUT: usize = 1 << 20;
 
 impl Call<'_> {
     /// Streams the cloud's answer to the client, teeing it into the cache. `request_body` is
@@ -49,16 +46,18 @@ impl Call<'_> {
             .ok()
             .and_then(|t| wants_cache(t, &answer));
         let cache_status = match (&route.cache, &self.hub.cache, answer_target) {
-            (Ok(_), Some(cache), Some(target)) => {
+            (Ok(routed), Some(cache), Some(target)) => {
                 // Should the disk fall behind, the hub reads the answer again itself: reads
                 // only, and only on its own credentials, which the client's did not replace.
                 // (A refill filters like the relay: it computes the same chain.)
                 let refill = self
-                    .component()
+                    .req
+                    .as_ref()
                     .filter(|_| route.identity == Identity::Hub && ex.method() == "GET")
-                    .map(|component| Refill {
-                        path_and_query: ex.url().to_owned(),
-                        component: component.to_owned(),
+                    .map(|req| Refill {
+                        request: Box::new(req.clone()),
+                        target: routed.clone(),
+                        sent_as: ex.url().to_owned(),
                     });
                 let target = keyed(target, request_body);
                 let gzip = answer.is_gzip() && filtering.is_none();
@@ -74,10 +73,6 @@ impl Call<'_> {
             (Err(reason), _, _) => CacheStatus::Bypass(*reason),
         };
         let mut traffic = Traffic(self.in_flight.as_ref(), 0);
-        let done = |sent: io::Result<()>| match sent {
-            Ok(()) => Relayed::Done(cache_status),
-            Err(e) => Relayed::ClientGone(e),
-        };
 
         // HEAD, 204 and 304 carry no body, whatever their Content-Length says.
         // (Never cached: routes do not cache HEAD, `wants_cache` refuses these statuses.)
@@ -86,6 +81,7 @@ impl Call<'_> {
             return done(
                 ex.start(answer.status, &answer.headers, length)
                     .and_then(|w| w.finish()),
+                cache_status,
             );
         }
 
@@ -104,42 +100,21 @@ impl Call<'_> {
                 s.chunk_owned(body);
                 s.finish(true);
             }
-            return done(sent);
+            return done(sent, cache_status);
         }
 
         let headers = std::mem::take(&mut answer.headers);
-        let (mut writer, _watched) = match self.start_stream(ex, &headers, &mut answer) {
+        let (writer, _watched) = match self.start_stream(ex, &headers, &mut answer) {
             Ok(started) => started,
             Err(e) => return Relayed::ClientGone(e),
         };
         drop(headers);
-        let mut reads = BodyReads::new(RELAY_BUFFER_START);
-        loop {
-            let chunk = match reads.next(&mut answer.body, &mut traffic.1) {
-                Chunk::Data(chunk) => chunk,
-                Chunk::End => break,
-                Chunk::BrokeOff => {
-                    // Tell the client its answer is incomplete and commit nothing partial (a
-                    // list is dropped, a watch keeps whole events).
-                    uncommitted(session.take());
-                    writer.abort();
-                    return Relayed::Done(cache_status);
-                }
-            };
-            if let Err(e) = writer.write(chunk) {
-                uncommitted(session.take());
-                return Relayed::ClientGone(e);
-            }
-            if let Some(s) = session.as_mut()
-                && !s.chunk(chunk)
-            {
-                session = None;
-            }
-        }
-        if let Some(s) = session {
-            s.finish(true);
-        }
-        done(writer.finish())
+        // Nothing here finds an answer not for the cache: the note is never called.
+        let note = |_: &Uncached, _: bool| {};
+        let mut sink = Tee::new(ToClient::new(writer), session, &note);
+        let mut reads = BodyReads::new(stream::BUFFER_START);
+        let pumped = pump(&mut answer.body, &mut reads, &mut traffic.1, &mut sink);
+        relayed(pumped, cache_status)
     }
 }
 
@@ -191,12 +166,7 @@ impl Call<'_> {
         if answer.header("content-encoding").is_some() && !answer.is_gzip() {
             return None;
         }
-        let shape = match self.req.as_ref()?.verb {
-            Verb::List => BodyShape::List,
-            Verb::Watch => BodyShape::WatchStream,
-            _ => BodyShape::Object,
-        };
-        Some((filters, shape))
+        Some((filters, route::body_shape(self.req.as_ref()?)))
     }
 
     /// The relay of a filtered answer (YurtHub's `pkg/yurthub/filter/responsefilter`): filtered
@@ -207,14 +177,14 @@ impl Call<'_> {
     fn relay_filtered<'c>(
         &self,
         ex: Exchange<'c>,
-        mut answer: Answer,
-        mut session: Option<Session>,
-        mut cache_status: CacheStatus,
+        answer: Answer,
+        session: Option<Session>,
+        cache_status: CacheStatus,
         filters: &Filters,
         shape: BodyShape,
     ) -> Relayed<'c> {
-        let chain = self.route.filters;
         let gzip = answer.is_gzip();
+        // The filtered body has another length, and is plain JSON.
         let headers: Vec<(String, String)> = answer
             .headers
             .iter()
@@ -225,189 +195,196 @@ impl Call<'_> {
             })
             .cloned()
             .collect();
-        let mut traffic = Traffic(self.in_flight.as_ref(), 0);
-        let done = |sent: io::Result<()>, status| match sent {
-            Ok(()) => Relayed::Done(status),
-            Err(e) => Relayed::ClientGone(e),
-        };
-        let not_cached = CacheStatus::Bypass(NoCacheReason::Answer);
-        // For the log line of an undecodable answer (the exchange is gone by then).
+        // For the log lines (the exchange is gone by then).
         let path = crate::request::truncate(ex.url()).to_string();
-        let undecodable = |e: &DecodeError| {
-            log::info!(
-                "cannot decode the answer for the response filters: {e}; passed unchanged and not cached path=\"{path}\""
-            );
+        let filtered = FilteredAnswer {
+            filters,
+            shape,
+            gzip,
+            headers,
+            path,
+            cache_status,
         };
-        // An object serde cannot read inside a streamed answer: it went out unfiltered, the
-        // rest is still filtered, and none of it is cached.
-        let unreadable = |e: DecodeError, session: &mut Option<Session>| {
-            log::info!("{e}; passed unfiltered and the answer is not cached path=\"{path}\"");
-            uncommitted(session.take());
-            not_cached
-        };
-
         // A small gzip list may inflate a thousandfold: lists in gzip always stream.
         let small = !gzip && answer.length.is_some_and(|l| l <= SMALL_BODY);
-        let whole = shape == BodyShape::Object || small;
-        if whole {
-            let limit = answer
-                .length
-                .unwrap_or(u64::MAX)
-                .min(MAX_OBJECT_BYTES as u64);
-            // One declared larger than any object is passed without reading it first.
-            let declared_too_large = answer.length.is_some_and(|l| l > limit);
-            let body = if declared_too_large {
-                Vec::new()
-            } else {
-                match read_small(&mut answer.body, answer.length, limit, &mut traffic.1) {
-                    Ok(body) => body,
-                    Err(e) => return self.broke_off(ex, &answer, e, session),
-                }
-            };
-            if declared_too_large || body.len() as u64 > limit {
-                // Larger than any object the filters (and the cache) take: passed unchanged.
-                log::info!(
-                    "an answer larger than {MAX_OBJECT_BYTES} bytes is passed unchanged and not cached path=\"{path}\""
-                );
-                uncommitted(session);
-                let writer = match ex.start(answer.status, &answer.headers, Length::Streamed) {
-                    Ok(writer) => writer,
-                    Err(e) => return Relayed::ClientGone(e),
-                };
-                return done(
-                    pass_rest(writer, &body, &mut answer, &mut traffic),
-                    not_cached,
-                );
-            }
-            let mut stage = StageTime::new(chain);
-            let filtered = stage.time(|| {
-                filter_body::filter_whole(
-                    &body,
-                    shape,
-                    gzip,
-                    chain,
-                    &filters.ctx,
-                    &*filters.lookups,
-                )
-            });
-            drop(stage);
-            return match filtered {
-                Ok(Filtered {
-                    body: out,
-                    unreadable: odd,
-                }) => {
-                    let sent = ex.send(answer.status, &headers, &out);
-                    if let Some(e) = odd {
-                        cache_status = unreadable(e, &mut session);
-                    }
-                    if let Some(mut s) = session {
-                        s.chunk_owned(out);
-                        s.finish(true);
-                    }
-                    done(sent, cache_status)
-                }
-                Err(e) => {
-                    undecodable(&e);
-                    uncommitted(session);
-                    done(ex.send(answer.status, &answer.headers, &body), not_cached)
-                }
-            };
+        if shape == BodyShape::Object || small {
+            self.relay_filtered_whole(ex, answer, session, filtered)
+        } else {
+            self.relay_filtered_stream(ex, answer, session, filtered)
         }
+    }
 
+    /// A filtered answer read whole, filtered at once, and sent with its length.
+    fn relay_filtered_whole<'c>(
+        &self,
+        ex: Exchange<'c>,
+        mut answer: Answer,
+        session: Option<Session>,
+        filtered: FilteredAnswer<'_>,
+    ) -> Relayed<'c> {
+        let FilteredAnswer {
+            filters,
+            shape,
+            gzip,
+            headers,
+            path,
+            mut cache_status,
+        } = filtered;
+        let chain = self.route.filters;
+        let mut traffic = Traffic(self.in_flight.as_ref(), 0);
+        let limit = answer
+            .length
+            .unwrap_or(u64::MAX)
+            .min(MAX_OBJECT_BYTES as u64);
+        // One declared larger than any object is passed without reading it first.
+        let declared_too_large = answer.length.is_some_and(|l| l > limit);
+        let body = if declared_too_large {
+            Vec::new()
+        } else {
+            match read_small(&mut answer.body, answer.length, limit, &mut traffic.1) {
+                Ok(body) => body,
+                Err(e) => return self.broke_off(ex, &answer, e, session),
+            }
+        };
+        if declared_too_large || body.len() as u64 > limit {
+            // Larger than any object the filters (and the cache) take: passed unchanged.
+            log::info!(
+                "an answer larger than {MAX_OBJECT_BYTES} bytes is passed unchanged and not cached path=\"{path}\""
+            );
+            uncommitted(session);
+            let writer = match ex.start(answer.status, &answer.headers, Length::Streamed) {
+                Ok(writer) => writer,
+                Err(e) => return Relayed::ClientGone(e),
+            };
+            let pumped = pass_rest(writer, &body, &mut answer, &mut traffic);
+            return relayed(pumped, NOT_CACHED);
+        }
+        let mut stage = StageTime::new(chain);
+        let outcome = stage.time(|| {
+            body::filter_whole(&body, shape, gzip, chain, &filters.ctx, &*filters.lookups)
+        });
+        drop(stage);
+        match outcome {
+            Ok(Filtered {
+                body: out,
+                unreadable: odd,
+            }) => {
+                let sent = ex.send(answer.status, &headers, &out);
+                let mut session = session;
+                if let Some(e) = odd {
+                    log_unreadable(&e, &path);
+                    uncommitted(session.take());
+                    cache_status = NOT_CACHED;
+                }
+                if let Some(mut s) = session {
+                    s.chunk_owned(out);
+                    s.finish(true);
+                }
+                done(sent, cache_status)
+            }
+            Err(e) => {
+                log_undecodable(&e, &path);
+                uncommitted(session);
+                done(ex.send(answer.status, &answer.headers, &body), NOT_CACHED)
+            }
+        }
+    }
+
+    /// A filtered answer filtered as it streams, chunked: pumped through the filter stage,
+    /// then the tee, to the client.
+    fn relay_filtered_stream<'c>(
+        &self,
+        ex: Exchange<'c>,
+        mut answer: Answer,
+        session: Option<Session>,
+        filtered: FilteredAnswer<'_>,
+    ) -> Relayed<'c> {
+        let FilteredAnswer {
+            filters,
+            shape,
+            gzip,
+            headers,
+            path,
+            cache_status,
+        } = filtered;
+        let chain = self.route.filters;
+        let mut traffic = Traffic(self.in_flight.as_ref(), 0);
         answer.headers = Vec::new();
-        let (mut writer, _watched) = match self.start_stream(ex, &headers, &mut answer) {
+        let (writer, _watched) = match self.start_stream(ex, &headers, &mut answer) {
             Ok(started) => started,
             Err(e) => return Relayed::ClientGone(e),
         };
         drop(headers);
-        let mut filter = BodyFilter::new(shape, gzip, chain, &filters.ctx, &*filters.lookups);
-        // Recorded once, whichever way the relay ends (a watch: when it ends).
-        let mut stage = StageTime::new(chain);
-        let mut reads = BodyReads::new(RELAY_BUFFER_START);
-        let mut out = Vec::new();
+        let note = |why: &Uncached, _: bool| match why {
+            Uncached::Unreadable(e) => log_unreadable(e, &path),
+            Uncached::Undecodable(e) => log_undecodable(e, &path),
+        };
+        let tee = Tee::new(ToClient::new(writer), session, &note);
+        let filter = BodyFilter::new(shape, gzip, chain, &filters.ctx, &*filters.lookups);
         // Raw bytes until the first output: a body undecodable from its start passes as it
         // came. (Not for gzip: its header is already gone, the raw bytes would not read.)
-        let mut held = (!gzip).then(Vec::new);
-        loop {
-            let chunk = match reads.next(&mut answer.body, &mut traffic.1) {
-                Chunk::Data(chunk) => chunk,
-                Chunk::End => break,
-                Chunk::BrokeOff => {
-                    uncommitted(session.take());
-                    writer.abort();
-                    return Relayed::Done(cache_status);
-                }
-            };
-            if let Some(raw) = held.as_mut() {
-                raw.extend_from_slice(chunk);
-                if raw.len() > HOLD_RAW {
-                    held = None;
-                }
-            }
-            if let Err(e) = stage.time(|| filter.feed(chunk, &mut out)) {
-                undecodable(&e);
-                uncommitted(session.take());
-                return match held {
-                    Some(raw) => done(
-                        pass_rest(writer, &raw, &mut answer, &mut traffic),
-                        not_cached,
-                    ),
-                    None => {
-                        writer.abort();
-                        Relayed::Done(not_cached)
-                    }
-                };
-            }
-            if let Some(e) = filter.take_unreadable() {
-                cache_status = unreadable(e, &mut session);
-            }
-            if !out.is_empty() {
-                held = None;
-                if let Err(e) = writer.write(&out) {
-                    uncommitted(session.take());
-                    return Relayed::ClientGone(e);
-                }
-                if let Some(s) = session.as_mut()
-                    && !s.chunk(&out)
-                {
-                    session = None;
-                }
-                out.clear();
-                if out.capacity() > KEEP_OUT {
-                    out = Vec::new();
-                }
-            }
-        }
-        let finished = stage.time(|| filter.finish(&mut out));
-        if let Some(e) = filter.take_unreadable() {
-            cache_status = unreadable(e, &mut session);
-        }
-        if let Err(e) = finished {
-            undecodable(&e);
-            uncommitted(session.take());
-            cache_status = not_cached;
-            match held {
-                Some(raw) => {
-                    if let Err(e) = writer.write(&raw) {
-                        return Relayed::ClientGone(e);
-                    }
-                }
-                None => {
-                    writer.abort();
-                    return Relayed::Done(not_cached);
-                }
-            }
-        } else if let Err(e) = writer.write(&out) {
-            uncommitted(session.take());
-            return Relayed::ClientGone(e);
-        } else if let Some(mut s) = session {
-            s.chunk(&out);
-            s.finish(true);
-        }
-        // Recorded before the last chunk: a client that read the answer sees it counted.
-        drop(stage);
-        done(writer.finish(), cache_status)
+        let mut sink = FilterStage::new(tee, filter, StageTime::new(chain), !gzip);
+        let mut reads = BodyReads::new(stream::BUFFER_START);
+        let pumped = pump(&mut answer.body, &mut reads, &mut traffic.1, &mut sink);
+        let status = if sink.inner().uncached() {
+            NOT_CACHED
+        } else {
+            cache_status
+        };
+        relayed(pumped, status)
     }
+}
+
+/// What the relay of a filtered answer carries from its start to its body's relay.
+struct FilteredAnswer<'f> {
+    filters: &'f Filters,
+    shape: BodyShape,
+    gzip: bool,
+    /// The cloud's headers but its length (and encoding, for gzip).
+    headers: Vec<(String, String)>,
+    /// The request's path, for the log lines.
+    path: String,
+    cache_status: CacheStatus,
+}
+
+/// An answer found not for the cache after the tee began.
+const NOT_CACHED: CacheStatus = CacheStatus::Bypass(NoCacheReason::Answer);
+
+/// What the relay did, once the client's answer is sent (or not).
+fn done<'c>(sent: io::Result<()>, status: CacheStatus) -> Relayed<'c> {
+    match sent {
+        Ok(()) => Relayed::Done(status),
+        Err(e) => Relayed::ClientGone(e),
+    }
+}
+
+/// What the relay did, once a stream is pumped.
+fn relayed<'c>(pumped: Pumped, status: CacheStatus) -> Relayed<'c> {
+    match pumped {
+        Pumped::Whole => Relayed::Done(status),
+        // The client was told its answer is incomplete and nothing partial is committed (a
+        // list is dropped, a watch keeps whole events).
+        Pumped::BrokeOff(e) => {
+            log::info!("the cloud's answer broke off mid-body: {e}");
+            Relayed::Done(status)
+        }
+        Pumped::Stopped(Stop::Gone(e)) => Relayed::ClientGone(e),
+        // Cut by the filter stage (its note logged why).
+        Pumped::Stopped(_) => Relayed::Done(status),
+    }
+}
+
+/// The answer could not be decoded for the filters: passed unchanged, not cached.
+fn log_undecodable(e: &DecodeError, path: &str) {
+    log::info!(
+        "cannot decode the answer for the response filters: {e}; passed unchanged and not cached path=\"{path}\""
+    );
+}
+
+/// An object serde cannot read inside an answer: it went out unfiltered, the rest is still
+/// filtered, and none of it is cached.
+fn log_unreadable(e: &DecodeError, path: &str) {
+    log::info!("{e}; passed unfiltered and the answer is not cached path=\"{path}\"");
 }
 
 /// A body of `length` bytes when known, read whole up to `limit` + 1 bytes (so one longer
@@ -437,73 +414,17 @@ fn read_small(
 
 /// Sends `prefix` and then the rest of the cloud's body as it comes, unchanged.
 fn pass_rest(
-    mut writer: BodyWriter<'_>,
+    writer: BodyWriter<'_>,
     prefix: &[u8],
     answer: &mut Answer,
     traffic: &mut Traffic<'_>,
-) -> io::Result<()> {
-    writer.write(prefix)?;
-    let mut reads = BodyReads::new(RELAY_BUFFER);
-    loop {
-        match reads.next(&mut answer.body, &mut traffic.1) {
-            Chunk::Data(chunk) => writer.write(chunk)?,
-            Chunk::End => return writer.finish(),
-            Chunk::BrokeOff => {
-                writer.abort();
-                return Ok(());
-            }
-        }
+) -> Pumped {
+    let mut client = ToClient::new(writer);
+    if let Err(stop) = client.write(prefix) {
+        return Pumped::Stopped(stop);
     }
-}
-
-/// The relay's reads of the cloud's body. The buffer starts small (a watch's events are
-/// small, and a thousand watches may be open) and grows to a TLS record's size once a read
-/// fills it (a big list); every byte is counted for the traffic metric.
-struct BodyReads {
-    buf: Vec<u8>,
-    /// The last read filled the buffer.
-    filled: bool,
-}
-
-/// What one read of the cloud's body gave.
-enum Chunk<'b> {
-    /// Bytes of the body.
-    Data(&'b [u8]),
-    /// The body ended.
-    End,
-    /// The cloud broke off mid-body, or the reaper cut a stream whose client left (logged).
-    BrokeOff,
-}
-
-impl BodyReads {
-    fn new(start: usize) -> BodyReads {
-        BodyReads {
-            buf: vec![0u8; start],
-            filled: false,
-        }
-    }
-
-    /// The next chunk of `body`; its length is added to `traffic`.
-    fn next(&mut self, body: &mut impl Read, traffic: &mut u64) -> Chunk<'_> {
-        if self.filled && self.buf.len() < RELAY_BUFFER {
-            self.buf.resize(RELAY_BUFFER, 0);
-        }
-        loop {
-            match body.read(&mut self.buf) {
-                Ok(0) => return Chunk::End,
-                Ok(n) => {
-                    *traffic += n as u64;
-                    self.filled = n == self.buf.len();
-                    return Chunk::Data(&self.buf[..n]);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    log::info!("the cloud's answer broke off mid-body: {e}");
-                    return Chunk::BrokeOff;
-                }
-            }
-        }
-    }
+    let mut reads = BodyReads::new(stream::BUFFER);
+    pump(&mut answer.body, &mut reads, &mut traffic.1, &mut client)
 }
 
 /// Ends `session`, if any, as incomplete: nothing of the answer is committed.

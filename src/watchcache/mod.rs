@@ -43,6 +43,7 @@
 
 mod list;
 mod object;
+pub(crate) mod pool;
 mod resource;
 pub(crate) mod series;
 mod watch;
@@ -69,6 +70,7 @@ use std::time::{Duration, Instant};
 
 pub(crate) use list::ListRequest;
 pub(crate) use object::{Object, ObjectError, parse_rv};
+pub(crate) use pool::{PoolCaches, Unserved, WATCH_SECONDS};
 pub(crate) use resource::Resource;
 pub(crate) use watch::{WatchEvent, WatchNext, Watcher, error_event_line};
 

@@ -43,5 +43,6 @@ mod request_refusals;
 mod serve_extras;
 mod start_limits;
 mod trust;
+mod watch_list_options;
 mod whole_list;
 mod yurthub_command_line;

@@ -411,6 +411,7 @@ impl JsonStream {
         Ok(())
     }
 
+    /// The scanner over one chunk: each state's step returns where the next begins.
     fn run(
         &mut self,
         bytes: &[u8],
@@ -420,132 +421,164 @@ impl JsonStream {
         let mut i = 0;
         while i < bytes.len() {
             self.check_size(i)?;
-            let b = bytes[i];
-            match self.state {
-                State::Str { name } => {
-                    // Most string bytes need no transition: skip to the next one that does.
-                    let skip = bytes[i..]
-                        .iter()
-                        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
-                        .unwrap_or(bytes.len() - i);
-                    if skip > 0 {
-                        i += skip;
-                        continue;
-                    }
-                    i += 1;
-                    match b {
-                        b'"' if name => self.end_name(i, bytes)?,
-                        b'"' => self.end_value(i, bytes, sink)?,
-                        b'\\' => self.state = State::Escape { name },
-                        _ => return Err(self.syntax(i - 1, "control character in a string")),
-                    }
+            i = match self.state {
+                State::Str { .. } | State::Escape { .. } | State::Hex { .. } => {
+                    self.in_string(bytes, i, sink)?
                 }
-                State::Escape { name } => {
-                    self.state = match b {
-                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {
-                            State::Str { name }
-                        }
-                        b'u' => State::Hex { name, left: 4 },
-                        _ => return Err(self.syntax(i, "invalid escape in a string")),
-                    };
-                    i += 1;
-                }
-                State::Hex { name, left } => {
-                    if !b.is_ascii_hexdigit() {
-                        return Err(self.syntax(i, "invalid \\u escape in a string"));
-                    }
-                    self.state = if left == 1 {
-                        State::Str { name }
-                    } else {
-                        State::Hex {
-                            name,
-                            left: left - 1,
-                        }
-                    };
-                    i += 1;
-                }
-                State::Number(num) => match num.step(b) {
-                    Some(next) => {
-                        self.state = State::Number(next);
-                        i += 1;
-                    }
-                    // The number ended just before this byte, which is then read again.
-                    None if num.can_end() => self.end_value(i, bytes, sink)?,
-                    None => return Err(self.syntax(i, "invalid number")),
-                },
-                State::Literal(rest) => {
-                    if rest.first() != Some(&b) {
-                        return Err(self.syntax(i, "invalid literal"));
-                    }
-                    i += 1;
-                    if rest.len() == 1 {
-                        self.end_value(i, bytes, sink)?;
-                    } else {
-                        self.state = State::Literal(&rest[1..]);
-                    }
-                }
-                _ if is_space(b) => i += 1,
-                State::Top | State::Value => {
-                    self.start_value(b, i)?;
-                    i += 1;
-                }
-                State::ArrayStart => {
-                    if b == b']' {
-                        i += 1;
-                        self.close(false, i, bytes, sink)?;
-                    } else {
-                        self.start_value(b, i)?;
-                        i += 1;
-                    }
-                }
-                State::ObjectStart | State::Name => match b {
-                    b'"' => {
-                        if self.shape == BodyShape::List && self.depth == 1 {
-                            self.begin(Capture::Name, i);
-                        } else if self.unit_depth().is_some() {
-                            self.locator.name_from = self.unit_pos(i);
-                        }
-                        self.state = State::Str { name: true };
-                        i += 1;
-                    }
-                    b'}' if self.state == State::ObjectStart => {
-                        i += 1;
-                        self.close(true, i, bytes, sink)?;
-                    }
-                    _ => return Err(self.syntax(i, "expected a member name")),
-                },
-                State::Colon => {
-                    if b != b':' {
-                        return Err(self.syntax(i, "expected ':' after a member name"));
-                    }
-                    self.state = State::Value;
-                    i += 1;
-                }
-                State::AfterValue => {
-                    let in_object = self.innermost_is_object();
-                    match b {
-                        b',' if in_object => self.state = State::Name,
-                        b',' => self.state = State::Value,
-                        b'}' | b']' => {
-                            if (b == b'}') != in_object {
-                                return Err(self.syntax(i, "mismatched closing bracket"));
-                            }
-                            self.close(in_object, i + 1, bytes, sink)?;
-                        }
-                        _ => return Err(self.syntax(i, "expected ',' or a closing bracket")),
-                    }
-                    i += 1;
-                }
-                State::Trailing => {
-                    return Err(self.syntax(i, "data after the end of the document"));
-                }
-            }
+                State::Number(_) | State::Literal(_) => self.in_scalar(bytes, i, sink)?,
+                _ if is_space(bytes[i]) => i + 1,
+                _ => self.structural(bytes, i, sink)?,
+            };
         }
         self.check_size(bytes.len())?;
         if self.capture.is_some() {
             self.buf.extend_from_slice(&bytes[self.from..]);
         }
         Ok(())
+    }
+
+    /// One step inside a string (a member name or a value), at `bytes[i]`.
+    #[inline]
+    fn in_string(
+        &mut self,
+        bytes: &[u8],
+        i: usize,
+        sink: &mut dyn FnMut(Unit<'_>, &Located),
+    ) -> Result<usize, DecodeError> {
+        let b = bytes[i];
+        match self.state {
+            State::Str { name } => {
+                // Most string bytes need no transition: skip to the next one that does.
+                let skip = bytes[i..]
+                    .iter()
+                    .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+                    .unwrap_or(bytes.len() - i);
+                if skip > 0 {
+                    return Ok(i + skip);
+                }
+                match b {
+                    b'"' if name => self.end_name(i + 1, bytes)?,
+                    b'"' => self.end_value(i + 1, bytes, sink)?,
+                    b'\\' => self.state = State::Escape { name },
+                    _ => return Err(self.syntax(i, "control character in a string")),
+                }
+            }
+            State::Escape { name } => {
+                self.state = match b {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => State::Str { name },
+                    b'u' => State::Hex { name, left: 4 },
+                    _ => return Err(self.syntax(i, "invalid escape in a string")),
+                };
+            }
+            State::Hex { name, left } => {
+                if !b.is_ascii_hexdigit() {
+                    return Err(self.syntax(i, "invalid \\u escape in a string"));
+                }
+                self.state = if left == 1 {
+                    State::Str { name }
+                } else {
+                    State::Hex {
+                        name,
+                        left: left - 1,
+                    }
+                };
+            }
+            _ => unreachable!("in_string is called only in a string state"),
+        }
+        Ok(i + 1)
+    }
+
+    /// One step inside a number or a literal (`true`, `false`, `null`), at `bytes[i]`.
+    #[inline]
+    fn in_scalar(
+        &mut self,
+        bytes: &[u8],
+        i: usize,
+        sink: &mut dyn FnMut(Unit<'_>, &Located),
+    ) -> Result<usize, DecodeError> {
+        let b = bytes[i];
+        match self.state {
+            State::Number(num) => match num.step(b) {
+                Some(next) => {
+                    self.state = State::Number(next);
+                    Ok(i + 1)
+                }
+                // The number ended just before this byte, which is then read again.
+                None if num.can_end() => {
+                    self.end_value(i, bytes, sink)?;
+                    Ok(i)
+                }
+                None => Err(self.syntax(i, "invalid number")),
+            },
+            State::Literal(rest) => {
+                if rest.first() != Some(&b) {
+                    return Err(self.syntax(i, "invalid literal"));
+                }
+                if rest.len() == 1 {
+                    self.end_value(i + 1, bytes, sink)?;
+                } else {
+                    self.state = State::Literal(&rest[1..]);
+                }
+                Ok(i + 1)
+            }
+            _ => unreachable!("in_scalar is called only in a number or a literal"),
+        }
+    }
+
+    /// One step between values: a value's start, a member name's, `:`, `,`, a closing
+    /// bracket, at `bytes[i]` (not a space).
+    #[inline]
+    fn structural(
+        &mut self,
+        bytes: &[u8],
+        i: usize,
+        sink: &mut dyn FnMut(Unit<'_>, &Located),
+    ) -> Result<usize, DecodeError> {
+        let b = bytes[i];
+        match self.state {
+            State::Top | State::Value => self.start_value(b, i)?,
+            State::ArrayStart if b == b']' => self.close(false, i + 1, bytes, sink)?,
+            State::ArrayStart => self.start_value(b, i)?,
+            State::ObjectStart | State::Name => match b {
+                b'"' => {
+                    if self.shape == BodyShape::List && self.depth == 1 {
+                        self.begin(Capture::Name, i);
+                    } else if self.unit_depth().is_some() {
+                        self.locator.name_from = self.unit_pos(i);
+                    }
+                    self.state = State::Str { name: true };
+                }
+                b'}' if self.state == State::ObjectStart => self.close(true, i + 1, bytes, sink)?,
+                _ => return Err(self.syntax(i, "expected a member name")),
+            },
+            State::Colon => {
+                if b != b':' {
+                    return Err(self.syntax(i, "expected ':' after a member name"));
+                }
+                self.state = State::Value;
+            }
+            State::AfterValue => {
+                let in_object = self.innermost_is_object();
+                match b {
+                    b',' if in_object => self.state = State::Name,
+                    b',' => self.state = State::Value,
+                    b'}' | b']' => {
+                        if (b == b'}') != in_object {
+                            return Err(self.syntax(i, "mismatched closing bracket"));
+                        }
+                        self.close(in_object, i + 1, bytes, sink)?;
+                    }
+                    _ => return Err(self.syntax(i, "expected ',' or a closing bracket")),
+                }
+            }
+            State::Trailing => return Err(self.syntax(i, "data after the end of the document")),
+            State::Str { .. }
+            | State::Escape { .. }
+            | State::Hex { .. }
+            | State::Number(_)
+            | State::Literal(_) => unreachable!("structural is called only between values"),
+        }
+        Ok(i + 1)
     }
 
     fn innermost_is_object(&self) -> bool {

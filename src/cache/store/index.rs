@@ -73,7 +73,7 @@ impl ObjectIndex {
         let mut h = self.hasher.build_hasher();
         // `write`, never `write_str`: the pieces must hash as their concatenation does.
         for part in [
-            &c.component,
+            c.component.as_str(),
             "/",
             &c.resource,
             ".",

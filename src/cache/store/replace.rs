@@ -42,6 +42,7 @@ use super::list::NameCursor;
 use super::recent::Changed;
 use super::{PutOutcome, Store, check_collection, check_segment, next_id, stored_rv, unchanged};
 use crate::cache::key::{CollectionKey, ObjectKey, rv_newer};
+use crate::names::Component;
 
 /// What a committed replacement did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -61,6 +62,29 @@ pub(crate) struct ReplaceReport {
     pub deleted_meanwhile: usize,
     /// Bytes written.
     pub bytes: u64,
+}
+
+/// The kind directory a replacement commits into.
+struct KindDir {
+    /// The component's directory.
+    component: Component,
+    /// `<component>/<resource>.<version>.<group>`, as the journal names it.
+    rel: String,
+    /// The same under the cache root.
+    dir: PathBuf,
+}
+
+impl KindDir {
+    fn of(replace: &Replace<'_>) -> KindDir {
+        let component = replace.collection.component.clone();
+        let rel = format!("{component}/{}", replace.collection.dir_name());
+        let dir = replace.store.root.join(&rel);
+        KindDir {
+            component,
+            rel,
+            dir,
+        }
+    }
 }
 
 impl Store {
@@ -312,54 +336,92 @@ impl Replace<'_> {
         result
     }
 
+    /// The commit protocol of the module doc, step by step.
     fn run_commit(
         &mut self,
-        mut in_scope: Option<InScope<'_>>,
+        in_scope: Option<InScope<'_>>,
         list_rv: Option<&str>,
     ) -> Result<ReplaceReport, StoreError> {
         self.checkpoint(CommitStep::Staged)?;
         self.set_list_rv(list_rv);
         let keys = &self.keys;
         self.entries.sort_by(|a, b| a.key(keys).cmp(&b.key(keys)));
-        let changed = if self.store.changes.load(Ordering::Relaxed) == self.changes_at_begin {
-            Changed::Only(HashSet::new())
-        } else {
-            self.store
-                .recent
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .since(self.changes_at_begin)
-        };
+        let changed = self.changed_since_begin();
         self.settle(in_scope.is_some(), &changed)?;
-        let store = self.store;
-        let keys = &self.keys;
-        let component = self.collection.component.as_str();
-        let kind_rel = format!("{component}/{}", self.collection.dir_name());
-        let kind_dir = store.root.join(&kind_rel);
+        let kind = KindDir::of(self);
+        // Step 1: the journal.
         let journal_temp = self.journal_temp_path();
-
         let mut journal = JournalWriter::new(&journal_temp);
-        journal.mkdir(component.to_owned());
-        journal.mkdir(kind_rel.clone());
+        self.journal_dirs(&mut journal, &kind);
+        self.journal_changes(&mut journal, &kind, in_scope, list_rv, &changed)?;
+        let Some(journal_file) = journal.finish()? else {
+            // Nothing to rename or delete: no journal, no sync; the collection must exist.
+            let store = self.store;
+            store.ensure_dir(&store.root.join(&kind.component))?;
+            store.ensure_dir(&kind.dir)?;
+            if let Some(ns) = &self.namespace {
+                store.ensure_dir(&kind.dir.join(ns))?;
+            }
+            return Ok(self.report);
+        };
+        // Step 2: the commit point.
+        let journal_path = self.make_durable(journal_file, &journal_temp)?;
+        // Step 3: applied, and gone.
+        match self.apply(&journal_path)? {
+            Some(e) => Err(e),
+            None => Ok(self.report),
+        }
+    }
+
+    /// The objects changed since staging began (none, cheaply, when nothing was counted).
+    fn changed_since_begin(&self) -> Changed {
+        if self.store.changes.load(Ordering::Relaxed) == self.changes_at_begin {
+            return Changed::Only(HashSet::new());
+        }
+        self.store
+            .recent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .since(self.changes_at_begin)
+    }
+
+    /// The journal's directories: the component's, the kind's and each namespace's that an
+    /// object is renamed into (entries are sorted, so each namespace comes once).
+    fn journal_dirs(&self, journal: &mut JournalWriter, kind: &KindDir) {
+        journal.mkdir(kind.component.as_str().to_owned());
+        journal.mkdir(kind.rel.clone());
         let mut last_namespace = self.namespace.as_deref();
         if let Some(ns) = last_namespace {
-            journal.mkdir(format!("{kind_rel}/{ns}"));
+            journal.mkdir(format!("{}/{ns}", kind.rel));
         }
         for entry in self.entries.iter().filter(|e| e.temp.is_some()) {
-            let (ns, _) = entry.key(keys);
+            let (ns, _) = entry.key(&self.keys);
             if !ns.is_empty() && last_namespace != Some(ns) {
-                journal.mkdir(format!("{kind_rel}/{ns}"));
+                journal.mkdir(format!("{}/{ns}", kind.rel));
                 last_namespace = Some(ns);
             }
         }
+    }
 
-        // Merge the stored names with the answer's, both in (namespace, name) order.
+    /// The journal's renames of the staged objects and, for a whole answer (`in_scope`
+    /// given), the deletes of stored objects in scope it left out: the stored names merged
+    /// with the answer's, both in (namespace, name) order.
+    fn journal_changes(
+        &mut self,
+        journal: &mut JournalWriter,
+        kind: &KindDir,
+        mut in_scope: Option<InScope<'_>>,
+        list_rv: Option<&str>,
+        changed: &Changed,
+    ) -> Result<(), StoreError> {
+        let store = self.store;
+        let keys = &self.keys;
         let id = self.id;
         let rename = |journal: &mut JournalWriter, entry: &Staged| match entry.temp {
             Some(seq) => {
                 let (namespace, name) = entry.key(keys);
                 let target = RelPath {
-                    kind: &kind_rel,
+                    kind: &kind.rel,
                     namespace,
                     name,
                 };
@@ -370,13 +432,13 @@ impl Replace<'_> {
         let mut next = 0;
         // Only a whole answer deletes, so only it needs to read what it left out.
         let walk = in_scope.is_some();
-        if walk && real_dir(&store.root.join(component))? && real_dir(&kind_dir)? {
-            let mut cursor = NameCursor::open(kind_dir.clone(), self.namespace.as_deref(), None)?;
+        if walk && real_dir(&store.root.join(&kind.component))? && real_dir(&kind.dir)? {
+            let mut cursor = NameCursor::open(kind.dir.clone(), self.namespace.as_deref(), None)?;
             while let Some(found) = cursor.next_name() {
                 let (namespace, name) = found?;
                 let stored = (namespace.as_deref().unwrap_or(""), name.as_str());
                 while let Some(entry) = self.entries.get(next).filter(|e| e.key(keys) < stored) {
-                    rename(&mut journal, entry)?;
+                    rename(journal, entry)?;
                     next += 1;
                 }
                 if self
@@ -409,7 +471,7 @@ impl Replace<'_> {
                     continue;
                 }
                 let target = RelPath {
-                    kind: &kind_rel,
+                    kind: &kind.rel,
                     namespace: stored.0,
                     name: stored.1,
                 };
@@ -425,27 +487,28 @@ impl Replace<'_> {
             }
         }
         for entry in &self.entries[next..] {
-            rename(&mut journal, entry)?;
+            rename(journal, entry)?;
         }
+        Ok(())
+    }
 
-        let Some(journal_file) = journal.finish()? else {
-            // Nothing to rename or delete: no journal, no sync; the collection must exist.
-            store.ensure_dir(&store.root.join(component))?;
-            store.ensure_dir(&kind_dir)?;
-            if let Some(ns) = &self.namespace {
-                store.ensure_dir(&kind_dir.join(ns))?;
-            }
-            return Ok(self.report);
-        };
+    /// Step 2: staged objects and journal made durable, then the journal renamed to its
+    /// visible name and the root synced: the commit point. Returns the journal's path.
+    fn make_durable(
+        &self,
+        journal_file: fs::File,
+        journal_temp: &std::path::Path,
+    ) -> Result<PathBuf, StoreError> {
+        let store = self.store;
         self.checkpoint(CommitStep::JournalWritten)?;
         sync_filesystem(&store.root_dir).map_err(io_err(StoreOp::Sync, &store.root))?;
         self.checkpoint(CommitStep::Synced)?;
         journal_file
             .sync_all()
-            .map_err(io_err(StoreOp::Sync, &journal_temp))?;
+            .map_err(io_err(StoreOp::Sync, journal_temp))?;
         drop(journal_file);
-        let journal_path = store.root.join(format!("{JOURNAL_PREFIX}{id}"));
-        fs::rename(&journal_temp, &journal_path).map_err(io_err(StoreOp::Rename, &journal_path))?;
+        let journal_path = store.root.join(format!("{JOURNAL_PREFIX}{}", self.id));
+        fs::rename(journal_temp, &journal_path).map_err(io_err(StoreOp::Rename, &journal_path))?;
         self.checkpoint(CommitStep::JournalVisible)?;
         if let Err(e) = sync_dir(&store.root) {
             // Whether the journal would survive a crash is unknown: take it back, so the
@@ -454,10 +517,16 @@ impl Replace<'_> {
             return Err(e);
         }
         self.checkpoint(CommitStep::JournalDurable)?;
+        Ok(journal_path)
+    }
 
-        store.changes.fetch_add(1, Ordering::Relaxed);
+    /// Step 3: the journal applied, every directory it touched synced, the journal removed
+    /// and the root synced. The first error that left the cache consistent is returned as a
+    /// value (`Ok(Some)`), so the steps after it still run; an injected crash stops at once.
+    fn apply(&self, journal_path: &std::path::Path) -> Result<Option<StoreError>, StoreError> {
+        let store = self.store;
         let mut first_error =
-            match store.apply_journal(&journal_path, &mut |step| self.checkpoint(step)) {
+            match store.apply_journal(journal_path, &mut |step| self.checkpoint(step)) {
                 Ok(applied) => {
                     let mut first_error = applied.first_error;
                     for dir in &applied.touched {
@@ -473,21 +542,18 @@ impl Replace<'_> {
                 Err(e) => Some(e),
             };
         self.checkpoint(CommitStep::DirsSynced)?;
-        match fs::remove_file(&journal_path) {
+        match fs::remove_file(journal_path) {
             Ok(()) => {
                 if let Err(e) = sync_dir(&store.root) {
                     first_error.get_or_insert(e);
                 }
             }
             Err(e) => {
-                first_error.get_or_insert(io_err(StoreOp::Remove, &journal_path)(e));
+                first_error.get_or_insert(io_err(StoreOp::Remove, journal_path)(e));
             }
         }
         self.checkpoint(CommitStep::JournalRemoved)?;
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(self.report),
-        }
+        Ok(first_error)
     }
 
     /// Decides which staged objects are written, now that it is known whether the answer is

@@ -3,10 +3,14 @@
 //! again.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crossbeam_channel::{Receiver, Sender};
+
+use crate::cache::target::CacheTarget;
+use crate::request::ApiRequest;
 
 /// Refills waiting at most; past it new ones are dropped (the next list refills anyway).
 const QUEUE: usize = 32;
@@ -15,13 +19,36 @@ const QUEUE: usize = 32;
 const LEDGER_CAP: usize = 256;
 
 /// A response whose cache session was dropped because the disk fell behind: the request to
-/// repeat, on the hub's own credentials, at the disk's pace.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// repeat, on the hub's own credentials, at the disk's pace. It travels as the relay
+/// classified and routed it (the cache carries it, never reads it): the refill thread renders
+/// the request it sends from these values, and parses no URL again.
+#[derive(Debug, Clone)]
 pub(crate) struct Refill {
-    /// Path and query of the original request.
-    pub path_and_query: String,
-    /// The component whose cache it fills.
-    pub component: String,
+    /// The request as classified: a get, a list, or a watch (whose list of the same scope is
+    /// what is fetched again). Its `component` is the cache it fills. (Boxed: a session
+    /// holds its refill while it runs, and most sessions are never dropped.)
+    pub request: Box<ApiRequest>,
+    /// What routing caches its answer as.
+    pub target: CacheTarget,
+    /// Its path and query as the client sent it: what tells one request from another in the
+    /// ledger and the log lines (compared, never parsed).
+    pub sent_as: String,
+}
+
+/// Two refills are of one request when the same component sent the same path and query.
+impl PartialEq for Refill {
+    fn eq(&self, other: &Refill) -> bool {
+        self.sent_as == other.sent_as && self.request.component == other.request.component
+    }
+}
+
+impl Eq for Refill {}
+
+impl Hash for Refill {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.sent_as.hash(state);
+        self.request.component.as_str().hash(state);
+    }
 }
 
 /// The refill queue and its ledger, until the refill thread takes them.

@@ -146,8 +146,9 @@ fn a_whole_answer_dropped_for_a_full_queue_is_fetched_again() {
     let (tx, _rx) = channel(8, 16);
     let tx = tx.with_refills(refills.sender());
     let request = Refill {
-        path_and_query: "/api/v1/pods".into(),
-        component: "kubelet".into(),
+        request: Box::new(crate::request::on_behalf_of("kubelet", "GET", "/api/v1/pods").unwrap()),
+        target: list_target(),
+        sent_as: "/api/v1/pods".into(),
     };
     let before = METRICS.cache_sessions_abandoned.load(Ordering::Relaxed);
     let mut s = tx

@@ -38,17 +38,17 @@ const FOLLOWER_ORGANIZATION: &str = NODES_GROUP;
 pub(crate) fn server_config(
     cert: Arc<ServingCert>,
     client_ca: &[CertificateDer<'static>],
-) -> Result<Arc<rustls::ServerConfig>, String> {
+) -> Result<Arc<rustls::ServerConfig>, FollowerCaError> {
     let mut roots = RootCertStore::empty();
     let (added, _) = roots.add_parsable_certificates(client_ca.iter().cloned());
     if added == 0 {
-        return Err("no usable CA certificate to verify followers with".into());
+        return Err(FollowerCaError::NoUsableCa);
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     // Without `allow_unauthenticated`, a client without a certificate fails the handshake.
     let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
         .build()
-        .map_err(|e| format!("cannot verify followers with the cluster CA: {e}"))?;
+        .map_err(FollowerCaError::Verifier)?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         // ring's default provider supports both versions: this cannot fail.
@@ -59,6 +59,37 @@ pub(crate) fn server_config(
     // No session tickets: a follower keeps its connection for its watches.
     config.send_tls13_tickets = 0;
     Ok(Arc::new(config))
+}
+
+/// Why the multiplexer port cannot verify followers with the CA it was given.
+#[derive(Debug)]
+pub(crate) enum FollowerCaError {
+    /// None of the certificates is usable as a root.
+    NoUsableCa,
+    /// rustls refused to build a verifier of those roots.
+    Verifier(rustls::server::VerifierBuilderError),
+}
+
+impl std::fmt::Display for FollowerCaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FollowerCaError::NoUsableCa => {
+                f.write_str("no usable CA certificate to verify followers with")
+            }
+            FollowerCaError::Verifier(e) => {
+                write!(f, "cannot verify followers with the cluster CA: {e}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for FollowerCaError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FollowerCaError::NoUsableCa => None,
+            FollowerCaError::Verifier(e) => Some(e),
+        }
+    }
 }
 
 /// A follower admitted on the multiplexer port.
@@ -286,11 +317,9 @@ mod tests {
         let cert = Arc::new(ServingCert::new());
         assert!(server_config(Arc::clone(&cert), &[]).is_err());
         let junk = CertificateDer::from(vec![1, 2, 3]);
-        assert!(
-            server_config(cert, &[junk])
-                .unwrap_err()
-                .contains("no usable CA certificate")
-        );
+        let e = server_config(cert, &[junk]).unwrap_err();
+        assert!(matches!(e, FollowerCaError::NoUsableCa), "{e:?}");
+        assert!(e.to_string().contains("no usable CA certificate"), "{e}");
     }
 
     #[test]

@@ -7,7 +7,7 @@ fn token_answers_live_outside_every_collection() {
     let dir = TempDir::new("tokens");
     let store = open(&dir);
     let key = TokenKey {
-        component: "kubelet".into(),
+        component: crate::names::Component::KUBELET,
         namespace: "default".into(),
         name: "builder".into(),
         digest: "ab".repeat(32),
@@ -66,7 +66,7 @@ fn a_service_accounts_token_answers_are_capped_oldest_first() {
     let store = open(&dir);
     let account = dir.root().join("kubelet/tokens/default/cron");
     let key = |i: usize| TokenKey {
-        component: "kubelet".into(),
+        component: crate::names::Component::KUBELET,
         namespace: "default".into(),
         name: "cron".into(),
         digest: format!("{i:064x}"),

@@ -1,10 +1,10 @@
-//! The filter stage of the relay (YurtHub's `pkg/yurthub/filter/responsefilter`): a body from the
-//! cloud, fed in whatever chunks the network delivered, comes out filtered as it goes. A list is
+//! The filter stage (YurtHub's `pkg/yurthub/filter/responsefilter`): a body from the cloud, fed
+//! in whatever chunks the network delivered, comes out filtered as it goes. A list is
 //! cut item by item by the cache's own scanner ([`BodyDecoder`]), so only one item is held at a
 //! time; a watch event whose object a filter drops becomes `DELETED` with the original; a get
 //! whose object is dropped keeps its original body. gzip is inflated on the way in; what comes
-//! out is plain JSON. The refill thread filters through it too, so a refilled cache holds
-//! what the client was given.
+//! out is plain JSON. Pure: `stream::FilterStage` puts it on the way of a stream (the relay,
+//! the refill, the pool caches' answers), so every path filters alike.
 
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,120 @@
+//! The cache's copies of a stream: [`Tee`] copies what passed to the sink it wraps into a
+//! session that never waits (a client's answer), [`ToCache`] is a session that must keep
+//! everything (the refill's, whose sends wait for the disk).
+
+use super::{Sink, Stop, Uncached};
+use crate::cache::writer::Session;
+
+/// Copies what passed to `inner` into a cache session, after `inner` took it. The session
+/// is dropped when the writer's queue is full (the client never waits for the disk), ended
+/// uncommitted when the stream breaks off or `inner` fails, and dropped with a note when
+/// the answer is not for the cache.
+pub(crate) struct Tee<'n, S> {
+    inner: S,
+    session: Option<Session>,
+    /// Says why the answer is not cached; the flag: a session was still copying it.
+    note: &'n dyn Fn(&Uncached, bool),
+    uncached: bool,
+}
+
+impl<'n, S: Sink> Tee<'n, S> {
+    /// Copies what passes to `inner` into `session`, if any; `note` logs why an answer is
+    /// not cached (called at most a few times per answer: no cost per chunk).
+    pub(crate) fn new(
+        inner: S,
+        session: Option<Session>,
+        note: &'n dyn Fn(&Uncached, bool),
+    ) -> Tee<'n, S> {
+        Tee {
+            inner,
+            session,
+            note,
+            uncached: false,
+        }
+    }
+
+    /// Whether the answer was found not for the cache ([`Sink::uncache`]).
+    pub(crate) fn uncached(&self) -> bool {
+        self.uncached
+    }
+
+    /// The sink it wraps.
+    pub(crate) fn inner_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Ends the session, whole or not, and lets the caller end `inner` itself (a watch
+    /// whose events all went whole, whatever became of its client).
+    pub(crate) fn end_session(&mut self, complete: bool) {
+        if let Some(s) = self.session.take() {
+            s.finish(complete);
+        }
+    }
+}
+
+impl<S: Sink> Sink for Tee<'_, S> {
+    fn write(&mut self, data: &[u8]) -> Result<(), Stop> {
+        self.inner.write(data)?;
+        if let Some(s) = self.session.as_mut()
+            && !s.chunk(data)
+        {
+            self.session = None;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), Stop> {
+        self.end_session(true);
+        self.inner.finish()
+    }
+
+    fn abort(&mut self) {
+        self.end_session(false);
+        self.inner.abort();
+    }
+
+    fn uncache(&mut self, why: Uncached) -> Result<(), Stop> {
+        (self.note)(&why, self.session.is_some());
+        self.uncached = true;
+        self.end_session(false);
+        Ok(())
+    }
+}
+
+/// A session as the end of a stream that exists to fill the cache: a full queue or an
+/// answer the cache must not keep stops the stream.
+pub(crate) struct ToCache(Option<Session>);
+
+impl ToCache {
+    /// The end that feeds `session`.
+    pub(crate) fn new(session: Session) -> ToCache {
+        ToCache(Some(session))
+    }
+}
+
+impl Sink for ToCache {
+    fn write(&mut self, data: &[u8]) -> Result<(), Stop> {
+        if self.0.as_mut().is_some_and(|session| session.chunk(data)) {
+            Ok(())
+        } else {
+            Err(Stop::QueueFull)
+        }
+    }
+
+    fn finish(&mut self) -> Result<(), Stop> {
+        if let Some(session) = self.0.take() {
+            session.finish(true);
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self) {
+        if let Some(session) = self.0.take() {
+            session.finish(false);
+        }
+    }
+
+    fn uncache(&mut self, why: Uncached) -> Result<(), Stop> {
+        Err(Stop::Uncacheable(why.into_error()))
+    }
+}

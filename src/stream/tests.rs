@@ -1,0 +1,136 @@
+use std::io::{self, Read};
+
+use super::*;
+use crate::cache::decode::BodyShape;
+use crate::filters::body::{BodyFilter, StageTime};
+use crate::filters::testing::{FakeLookups, ctx};
+use crate::filters::{Chain, FilterName};
+
+/// An end that records what reached it.
+#[derive(Default)]
+struct Record {
+    bytes: Vec<u8>,
+    chunks: Vec<usize>,
+    finished: bool,
+    aborted: u32,
+    uncached: Vec<String>,
+}
+
+impl Sink for Record {
+    fn write(&mut self, data: &[u8]) -> Result<(), Stop> {
+        self.bytes.extend_from_slice(data);
+        self.chunks.push(data.len());
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<(), Stop> {
+        self.finished = true;
+        Ok(())
+    }
+    fn abort(&mut self) {
+        self.aborted += 1;
+    }
+    fn uncache(&mut self, why: Uncached) -> Result<(), Stop> {
+        self.uncached.push(format!("{why:?}"));
+        Ok(())
+    }
+}
+
+/// A source that gives `body`, then fails.
+struct Breaks<'a>(&'a [u8]);
+
+impl Read for Breaks<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.0.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::ConnectionReset, "reset"));
+        }
+        let n = buf.len().min(self.0.len());
+        buf[..n].copy_from_slice(&self.0[..n]);
+        self.0 = &self.0[n..];
+        Ok(n)
+    }
+}
+
+#[test]
+fn reads_start_small_and_grow_once_a_read_fills_the_buffer() {
+    let body = vec![b'x'; 40 * 1024];
+    let mut sink = Record::default();
+    let mut traffic = 0;
+    let pumped = pump(
+        &mut &body[..],
+        &mut BodyReads::new(BUFFER_START),
+        &mut traffic,
+        &mut sink,
+    );
+    assert!(matches!(pumped, Pumped::Whole));
+    assert!(sink.finished);
+    assert_eq!(sink.bytes, body);
+    assert_eq!(traffic, body.len() as u64);
+    assert_eq!(sink.chunks[..3], [BUFFER_START, BUFFER, BUFFER]);
+}
+
+#[test]
+fn a_source_that_breaks_off_aborts_the_sinks_and_finishes_nothing() {
+    let mut sink = Record::default();
+    let mut traffic = 0;
+    let pumped = pump(
+        &mut Breaks(b"{\"items\":["),
+        &mut BodyReads::new(BUFFER_START),
+        &mut traffic,
+        &mut sink,
+    );
+    assert!(matches!(pumped, Pumped::BrokeOff(_)), "{pumped:?}");
+    assert!(!sink.finished);
+    assert_eq!(sink.aborted, 1);
+    assert_eq!(traffic, 10);
+}
+
+fn filtered(body: &[u8], hold_raw: bool) -> (Pumped, Record) {
+    let lookups = FakeLookups::default();
+    let ctx = ctx();
+    let chain = Chain::EMPTY.with(FilterName::MasterService);
+    let filter = BodyFilter::new(BodyShape::List, false, chain, &ctx, &lookups);
+    let mut stage = FilterStage::new(Record::default(), filter, StageTime::new(chain), hold_raw);
+    let pumped = pump(
+        &mut &body[..],
+        &mut BodyReads::new(BUFFER_START),
+        &mut 0,
+        &mut stage,
+    );
+    let end = std::mem::take(stage.inner_mut());
+    (pumped, end)
+}
+
+#[test]
+fn a_body_undecodable_from_its_start_passes_unchanged_when_held_and_is_cut_otherwise() {
+    let body = b"<html>not JSON</html>";
+    let (pumped, end) = filtered(body, true);
+    assert!(matches!(pumped, Pumped::Whole), "{pumped:?}");
+    assert_eq!(end.bytes, body);
+    assert!(end.finished);
+    assert_eq!(end.uncached.len(), 1);
+    assert!(
+        end.uncached[0].starts_with("Undecodable"),
+        "{:?}",
+        end.uncached
+    );
+
+    let (pumped, end) = filtered(body, false);
+    assert!(
+        matches!(pumped, Pumped::Stopped(Stop::Undecodable)),
+        "{pumped:?}"
+    );
+    assert!(end.bytes.is_empty());
+    assert!(!end.finished);
+    assert_eq!(end.aborted, 1);
+}
+
+#[test]
+fn a_filtered_list_reaches_the_end_filtered_and_finished() {
+    let body = br#"{"kind":"ServiceList","apiVersion":"v1","metadata":{},"items":[{"metadata":{"namespace":"default","name":"kubernetes"},"spec":{"clusterIP":"10.96.0.1"}}]}"#;
+    let (pumped, end) = filtered(body, true);
+    assert!(matches!(pumped, Pumped::Whole), "{pumped:?}");
+    assert!(end.finished);
+    assert!(end.uncached.is_empty());
+    let list: serde_json::Value = serde_json::from_slice(&end.bytes).expect("JSON");
+    assert_eq!(list["items"][0]["spec"]["clusterIP"], "169.254.2.1");
+}
