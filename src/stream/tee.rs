@@ -2,8 +2,11 @@
 //! session that never waits (a client's answer), [`ToCache`] is a session that must keep
 //! everything (the refill's, whose sends wait for the disk).
 
-use super::{Sink, Stop, Uncached};
+use std::time::Duration;
+
+use super::{ClientEnd, Sink, Stop, Uncached};
 use crate::cache::writer::Session;
+use crate::server::ClientProbe;
 
 /// Copies what passed to `inner` into a cache session, after `inner` took it. The session
 /// is dropped when the writer's queue is full (the client never waits for the disk), ended
@@ -78,6 +81,16 @@ impl<S: Sink> Sink for Tee<'_, S> {
         self.uncached = true;
         self.end_session(false);
         Ok(())
+    }
+}
+
+impl<S: ClientEnd> ClientEnd for Tee<'_, S> {
+    fn client_gone(&mut self, wait: Duration) -> bool {
+        self.inner.client_gone(wait)
+    }
+
+    fn probe(&self) -> Option<ClientProbe> {
+        self.inner.probe()
     }
 }
 
