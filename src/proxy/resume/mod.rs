@@ -20,14 +20,15 @@
 //! cloud's answer to its request: passed on, and the watch ends as before.
 //!
 //! - `leg.rs`: the legs as values (targets, headers, the answer's reading, backoff, jitter);
-//! - `series.rs`: the `tinyhub_watch_*` counters;
-//! - `cut.rs`: the stand-in of the stream stage that cuts whole events (`stream::EventCut`).
+//! - `series.rs`: the `tinyhub_watch_*` counters.
+//!
+//! The chain a leg is pumped into is `stream`'s: `EventCut` (whole events, the last delivered
+//! resourceVersion, the outage's ERRORs swallowed) → `FilterStage` → `Tee` → `ToClient`.
 //!
 //! The thread, admission slot and in-flight entry are the request's own: held or not, the
 //! watch is one request until it ends. What it does not do: decide eligibility (`route`),
 //! rebuild a view after a 410 (`diff.rs`), end a dead leg (the reaper, told how by `leg`).
 
-mod cut;
 mod leg;
 pub(crate) mod series;
 
@@ -42,7 +43,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use self::cut::{EventCut, LegEnd, Progress};
 use self::leg::{Backoff, Resumed};
 use self::series::WATCH_SERIES;
 use super::call::{Call, Relayed};
@@ -54,8 +54,11 @@ use crate::filters::body::{BodyFilter, StageTime};
 use crate::metrics::InFlight;
 use crate::request::{Accept, ApiRequest, ResourcePath};
 use crate::route::{Deadline, NoCacheReason, Resume, Route, WATCH_DEFAULT, WATCH_MARGIN};
-use crate::server::{ClientProbe, Exchange, Length};
-use crate::stream::{self, BodyReads, FilterStage, Pumped, Stop, Tee, ToClient, Uncached, pump};
+use crate::server::{Exchange, Length};
+use crate::stream::{
+    self, BodyReads, ClientEnd, EventCut, FilterStage, LegEnd, Progress, Pumped, Stop, Tee,
+    ToClient, Uncached, pump,
+};
 use crate::upstream::Answer;
 
 /// How often a held watch looks at its client, the cloud's health, its deadline and the
@@ -115,7 +118,6 @@ impl Call<'_> {
             Err(e) => return Relayed::ClientGone(e),
         };
         drop(answer_headers);
-        let probe = writer.probe().map(Arc::new);
         let resource = leg::resource_label(path);
         let component = req.component.as_str();
         // Set at each resume; the stage's count of the catch-up logs it.
@@ -136,13 +138,8 @@ impl Call<'_> {
         let chain_of = self.route.filters;
         let stage = match filters {
             Some(f) => {
-                let filter = BodyFilter::new(
-                    BodyShape::WatchStream,
-                    false,
-                    chain_of,
-                    &f.ctx,
-                    &*f.lookups,
-                );
+                let filter =
+                    BodyFilter::new(BodyShape::WatchStream, false, chain_of, &f.ctx, &*f.lookups);
                 FilterStage::new(tee, filter, StageTime::new(chain_of), true)
             }
             None => FilterStage::none(tee),
@@ -161,7 +158,6 @@ impl Call<'_> {
             route: &self.route,
             mode,
             chain,
-            probe,
             resumed: &resumed,
             resource: &resource,
             raw_query,
@@ -193,8 +189,6 @@ struct Watch<'a, 'f, 'n, 'c> {
     route: &'a Route,
     mode: Resume,
     chain: Chain<'f, 'n, 'c>,
-    /// The client's connection, looked at by the reaper during a leg.
-    probe: Option<Arc<ClientProbe>>,
     /// How long the watch was held and the resourceVersion it resumed from, for the log line
     /// the chain's catch-up count writes.
     resumed: &'n RefCell<Option<(Duration, String)>>,
@@ -329,14 +323,11 @@ impl Watch<'_, '_, '_, '_> {
         let _watched = answer.cancel.take().map(|cancel| {
             let cloud = Arc::clone(&self.hub.cloud);
             let backend = answer.backend;
-            let probe = self.probe.clone();
             let seen = Arc::clone(&clock);
-            let stale = move || {
-                probe.as_ref().is_some_and(|p| p.gone())
-                    || !cloud.healthy(backend)
-                    || seen.silent_after_bookmarks()
-            };
-            self.hub.reaper.watch_leg(None, cancel, Box::new(stale))
+            let stale = move || !cloud.healthy(backend) || seen.silent_after_bookmarks();
+            self.hub
+                .reaper
+                .watch_leg(self.chain.probe(), cancel, Box::new(stale))
         });
         let mut body = Touch {
             inner: &mut answer.body,
@@ -345,6 +336,9 @@ impl Watch<'_, '_, '_, '_> {
         let mut reads = BodyReads::new(stream::BUFFER_START);
         match pump(&mut body, &mut reads, &mut self.traffic, &mut self.chain) {
             Pumped::Stopped(Stop::Gone(e)) => Err(e),
+            // A stage inside cut the stream (the filters could not read it): it ends, as a
+            // relayed watch does.
+            Pumped::Stopped(stop) if !matches!(stop, Stop::EndOfLeg) => Ok(LegEnd::Refused(0)),
             _ => Ok(self.chain.leg_end().unwrap_or(LegEnd::BrokeOff)),
         }
     }
@@ -496,11 +490,7 @@ impl Watch<'_, '_, '_, '_> {
 
     /// Whether the client hung up, waiting up to `wait`.
     fn client_gone(&mut self, wait: Duration) -> bool {
-        self.chain
-            .inner_mut()
-            .inner_mut()
-            .inner_mut()
-            .client_gone(wait)
+        self.chain.client_gone(wait)
     }
 
     /// A later leg can take up from what the client has: a resourceVersion is known and a
@@ -556,7 +546,9 @@ impl<R: Read> Read for Touch<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
         if n > 0 {
-            self.clock.last.store(self.clock.seconds(), Ordering::Relaxed);
+            self.clock
+                .last
+                .store(self.clock.seconds(), Ordering::Relaxed);
             // Looked for until seen once (a bookmark split across reads is found in the next).
             if !self.clock.bookmarked.load(Ordering::Relaxed)
                 && buf[..n].windows(10).any(|w| w == b"\"BOOKMARK\"")
