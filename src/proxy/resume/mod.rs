@@ -29,10 +29,8 @@
 //! watch is one request until it ends. What it does not do: decide eligibility (`route`),
 //! rebuild a view after a 410 (`diff.rs`), end a dead leg (the reaper, told how by `leg`).
 
-mod leg;
+pub(super) mod leg;
 pub(crate) mod series;
-
-pub(super) use leg::{first_target, leg_headers};
 // Part C's difference and list rounds join here:
 // mod diff;
 // mod rounds;
@@ -264,11 +262,8 @@ impl Watch<'_, '_, '_, '_> {
                         // not through): as before, a clean end ends, a break aborts.
                         return Ok(end == LegEnd::Ended);
                     }
-                    LegEnd::Expired => {
-                        if !self.rebuild() {
-                            return Ok(true);
-                        }
-                    }
+                    // The view rebuilt (or not: the watch ends cleanly).
+                    LegEnd::Expired if !self.rebuild() => return Ok(true),
                     _ => {}
                 }
                 log::debug!(
@@ -294,11 +289,8 @@ impl Watch<'_, '_, '_, '_> {
                     hub_leg = true;
                     next = Some(answer);
                 }
-                Step::Not(Resumed::Expired) => {
-                    if !self.rebuild() {
-                        return Ok(true);
-                    }
-                }
+                Step::Not(Resumed::Expired) if !self.rebuild() => return Ok(true),
+                Step::Not(Resumed::Expired) => {}
                 Step::Not(Resumed::Trouble(asked)) => {
                     wait = Some(asked.unwrap_or_else(|| self.backoff.next_wait()));
                 }
