@@ -135,6 +135,8 @@ pub(crate) struct ListRequest<'a> {
 pub(crate) struct ListRounds {
     open: Mutex<HashMap<ScopeKey, Arc<Round>>>,
     gather: Duration,
+    /// [`FOLLOWER_WAIT`] (shorter in tests).
+    follower_wait: Duration,
 }
 
 /// One round still gathering: its followers' channels; `None` once its list began.
@@ -171,6 +173,7 @@ impl ListRounds {
         ListRounds {
             open: Mutex::new(HashMap::new()),
             gather,
+            follower_wait: FOLLOWER_WAIT,
         }
     }
 
@@ -231,6 +234,7 @@ impl Leader<'_> {
     pub(super) fn run(self, list: &mut Lister<'_>, each: &mut dyn FnMut(&Listed) -> bool) {
         std::thread::sleep(self.rounds.gather);
         let mut followers = self.close();
+        let wait = self.rounds.follower_wait;
         let mut leading = true;
         let mut hand = |listed: Listed, followers: &mut Vec<Sender<Listed>>| {
             if leading {
@@ -242,7 +246,7 @@ impl Leader<'_> {
                     Listed::End(end) => Listed::End(end.clone()),
                     Listed::Failed(why) => Listed::Failed(why.clone()),
                 };
-                tx.send_timeout(copy, FOLLOWER_WAIT).is_ok()
+                tx.send_timeout(copy, wait).is_ok()
             });
             leading || !followers.is_empty()
         };
