@@ -2,9 +2,12 @@
 //! (`filters::body::BodyFilter`) and what it completes goes on to the sink wrapped, so the
 //! client and the cache get the same filtered bytes.
 
-use super::{Sink, Stop, Uncached};
+use std::time::Duration;
+
+use super::{ClientEnd, Sink, Stop, Uncached};
 use crate::cache::decode::DecodeError;
 use crate::filters::body::{BodyFilter, StageTime};
+use crate::server::ClientProbe;
 
 /// A body is kept raw until its first filtered output, up to this much, so one found
 /// undecodable at its start can still pass unchanged.
@@ -138,5 +141,15 @@ impl<S: Sink> Sink for FilterStage<'_, S> {
 
     fn uncache(&mut self, why: Uncached) -> Result<(), Stop> {
         self.inner.uncache(why)
+    }
+}
+
+impl<S: ClientEnd> ClientEnd for FilterStage<'_, S> {
+    fn client_gone(&mut self, wait: Duration) -> bool {
+        self.inner.client_gone(wait)
+    }
+
+    fn probe(&self) -> Option<ClientProbe> {
+        self.inner.probe()
     }
 }

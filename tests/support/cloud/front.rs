@@ -526,4 +526,45 @@ mod tests {
             line.len()
         );
     }
+
+    #[test]
+    fn cut_watches_cuts_the_watches_of_one_resource_and_nothing_else() {
+        let cloud = Cloud::start();
+        let client = CloudClient::new(&cloud, "admin");
+        let (status, mut pods) = client.watch("/api/v1/namespaces/cut/pods?watch=true");
+        assert_eq!(status, 200);
+        let (status, mut maps) = client.watch("/api/v1/namespaces/cut/configmaps?watch=true");
+        assert_eq!(status, 200);
+        assert!(cloud.wait_for_watchers("pods", 1, Duration::from_secs(5)));
+        assert!(cloud.wait_for_watchers("configmaps", 1, Duration::from_secs(5)));
+
+        assert_eq!(cloud.cut_watches("pods"), 1);
+        // The pod watch ends without an event (cut, no terminal chunk) and its handler goes.
+        assert_eq!(pods.next_event(), None);
+        assert!(cloud.wait_for_watchers_at_most("pods", 0, Duration::from_secs(5)));
+        assert_eq!(cloud.cut_watches("pods"), 0, "nothing left to cut");
+
+        // The other watch and the listener stay up.
+        cloud.create(
+            "configmaps",
+            json!({"metadata": {"name": "c", "namespace": "cut"}}),
+        );
+        let event = maps
+            .next_event()
+            .expect("the configmap watch still carries events");
+        assert_eq!(event["type"], "ADDED");
+        assert_eq!(event["object"]["metadata"]["name"], "c");
+        let reply = client.get("/api/v1/namespaces/cut/configmaps/c");
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let (status, mut again) = client.watch("/api/v1/namespaces/cut/pods?watch=true");
+        assert_eq!(status, 200);
+        cloud.create(
+            "pods",
+            json!({"metadata": {"name": "p", "namespace": "cut"}, "spec": {"containers": []}}),
+        );
+        assert_eq!(
+            again.next_event().expect("a new pod watch works")["type"],
+            "ADDED"
+        );
+    }
 }

@@ -106,6 +106,8 @@ struct Instance {
     front: Arc<Front>,
     recorder: Recorder,
     knobs: Mutex<Knobs>,
+    /// The watches being answered, by kind, with the connection each is carried on.
+    watches: server::OpenWatches,
 }
 
 /// Synthetic pods for big-list tests (see [`Cloud::populate_pods`]).
@@ -245,6 +247,7 @@ impl Cloud {
             shared,
             front: front.clone(),
             recorder: Recorder::default(),
+            watches: server::OpenWatches::default(),
             knobs: Mutex::new(Knobs {
                 delay: Duration::ZERO,
                 drop_mid: 0,
@@ -406,6 +409,20 @@ impl Cloud {
     /// answers and watches end abruptly, without a terminal chunk or TLS close_notify).
     pub fn stop(&self) {
         self.inst.front.stop();
+    }
+
+    /// Cuts every connection of this instance carrying an open watch of `resource` (as a
+    /// middlebox dropping idle streams would: no terminal chunk, no TLS close_notify); the
+    /// listener and every other connection stay up. Returns how many connections it cut.
+    pub fn cut_watches(&self, resource: &str) -> usize {
+        let conns = self
+            .inst
+            .watches
+            .connections(kinds::storage(kind_id(resource)));
+        for &id in &conns {
+            self.inst.front.cut(id);
+        }
+        conns.len()
     }
 
     /// Listens again on the same port with the same data. Returns once it accepts.

@@ -9,8 +9,8 @@
 
 use std::io::{self, BufReader, BufWriter, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -106,6 +106,52 @@ struct Ctx<'a> {
     content_type: String,
     body: Vec<u8>,
     closed: Receiver<()>,
+    /// The front's id of the connection the request came on (None: not through the front).
+    conn: Option<u64>,
+}
+
+/// The watches an instance is answering: (serial, kind, connection id), for
+/// `Cloud::cut_watches`.
+#[derive(Default)]
+pub(super) struct OpenWatches {
+    open: Mutex<Vec<(u64, KindId, u64)>>,
+    next: AtomicU64,
+}
+
+impl OpenWatches {
+    /// Notes a watch of `kind` on connection `conn` until the mark is dropped.
+    fn open(&self, kind: KindId, conn: u64) -> OpenWatch<'_> {
+        let serial = self.next.fetch_add(1, Ordering::Relaxed);
+        lock(&self.open).push((serial, kind, conn));
+        OpenWatch {
+            watches: self,
+            serial,
+        }
+    }
+
+    /// The connections carrying an open watch of `kind`, each once.
+    pub(super) fn connections(&self, kind: KindId) -> Vec<u64> {
+        let mut conns: Vec<u64> = lock(&self.open)
+            .iter()
+            .filter(|(_, k, _)| *k == kind)
+            .map(|&(_, _, conn)| conn)
+            .collect();
+        conns.sort_unstable();
+        conns.dedup();
+        conns
+    }
+}
+
+/// One open watch in [`OpenWatches`]; removed when dropped (however the handler ends).
+struct OpenWatch<'w> {
+    watches: &'w OpenWatches,
+    serial: u64,
+}
+
+impl Drop for OpenWatch<'_> {
+    fn drop(&mut self) {
+        lock(&self.watches.open).retain(|(s, _, _)| *s != self.serial);
+    }
 }
 
 fn is_public(path: &str) -> bool {
@@ -301,6 +347,7 @@ fn handle(inst: &Arc<Instance>, req: Request, writer: Box<dyn io::Write + Send>)
         content_type,
         body,
         closed: view.map(|v| v.closed).unwrap_or_else(never),
+        conn: conn_id,
     };
     match route(&ctx, &path, reply) {
         Ok(()) => {
@@ -799,6 +846,7 @@ fn watch(ctx: &Ctx<'_>, served_id: KindId, filter: &Filter, reply: Reply) -> io:
         }
         Err(e) => return reply.error(&e),
     };
+    let _open = ctx.conn.map(|conn| inst.watches.open(kind_id, conn));
     let bookmarks = q.flag("allowWatchBookmarks") && shape == Shape::Json;
     let ticker = match lock(&inst.knobs).bookmark_every {
         Some(every) if bookmarks => tick(every),
