@@ -43,7 +43,7 @@ use crate::cache::key::{CollectionKey, ObjectKey};
 use crate::cache::store::{Store, StoreError};
 use crate::route::Identity;
 use crate::selector::Selectors;
-use crate::stream::Stop;
+use crate::stream::{EventCut, Sink, Stop};
 use crate::upstream::Cloud;
 
 /// Where a difference's events go: the client's chain, whose outermost stage records each
@@ -52,6 +52,12 @@ pub(crate) trait Emit {
     /// Writes one synthesized event (a JSON watch event, no newline) to the client and
     /// records `rv` as the last delivered once the write succeeded.
     fn emit(&mut self, event: &[u8], rv: &str) -> Result<(), Stop>;
+}
+
+impl<S: Sink> Emit for EventCut<'_, S> {
+    fn emit(&mut self, event: &[u8], rv: &str) -> Result<(), Stop> {
+        EventCut::emit(self, event, rv)
+    }
 }
 
 /// What a round needs of its watch (built by the resumable watch's loop).

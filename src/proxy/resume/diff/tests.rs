@@ -397,3 +397,52 @@ fn a_client_gone_mid_difference_and_a_failed_list_end_the_round() {
     assert!(matches!(catch_up(&ctx, &mut client), CatchUp::Retry(_)));
     assert!(client.events.is_empty());
 }
+
+/// The bytes a chain delivered.
+#[derive(Default)]
+struct Delivered(Vec<u8>);
+
+impl crate::stream::Sink for Delivered {
+    fn write(&mut self, data: &[u8]) -> Result<(), Stop> {
+        self.0.extend_from_slice(data);
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn abort(&mut self) {}
+    fn uncache(&mut self, _: crate::stream::Uncached) -> Result<(), Stop> {
+        Ok(())
+    }
+}
+
+#[test]
+fn through_the_event_cut_the_client_is_left_at_the_list_rv() {
+    let dir = Scratch::new("event-cut");
+    let store = store_with(&dir, &[("a", "gone", 5, "n1")]);
+    let watch = Watch::new(&store, 5);
+    let ctx = watch.ctx();
+    let note = |_: u64| {};
+    let start = crate::stream::Progress {
+        last_rv: "5".to_owned(),
+        initial_done: true,
+        ..Default::default()
+    };
+    let mut chain = EventCut::new(Delivered::default(), false, start, &note);
+    let mut differ = Differ::new(&ctx);
+    differ
+        .item(&listed("a", "new", 20, "n1"), &mut chain)
+        .unwrap();
+    differ.end(&end(30), &mut chain).unwrap();
+    assert_eq!(chain.progress().last_rv, "30");
+    assert_eq!(chain.progress().kind, "Pod");
+    let lines: Vec<Value> = chain
+        .inner_mut()
+        .0
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect();
+    let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["ADDED", "DELETED"]);
+}
