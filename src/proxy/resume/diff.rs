@@ -52,11 +52,19 @@ pub(crate) trait Emit {
     /// Writes one synthesized event (a JSON watch event, no newline) to the client and
     /// records `rv` as the last delivered once the write succeeded.
     fn emit(&mut self, event: &[u8], rv: &str) -> Result<(), Stop>;
+    /// Records `rv` as the last delivered without writing: the difference is through, and
+    /// the next leg resumes from the list, not from before the outage (a difference with
+    /// no deletion and no bookmark ends at its last item's own version).
+    fn caught_up_to(&mut self, rv: &str);
 }
 
 impl<S: Sink> Emit for EventCut<'_, S> {
     fn emit(&mut self, event: &[u8], rv: &str) -> Result<(), Stop> {
         EventCut::emit(self, event, rv)
+    }
+
+    fn caught_up_to(&mut self, rv: &str) {
+        rv.clone_into(&mut self.progress_mut().last_rv);
     }
 }
 
@@ -284,7 +292,7 @@ impl<'a> Differ<'a> {
     }
 
     /// The deletions (last, at the list's resourceVersion), then the bookmark if the client
-    /// asked for bookmarks.
+    /// asked for bookmarks; the client is then at the list's resourceVersion.
     pub(crate) fn end(mut self, end: &ListEnd, chain: &mut impl Emit) -> Result<Diffed, DiffStop> {
         self.seen.sort_unstable();
         let names = self
@@ -322,6 +330,7 @@ impl<'a> Differ<'a> {
             let line = serde_json::to_vec(&bookmark).unwrap_or_default();
             chain.emit(&line, &end.rv).map_err(DiffStop::Client)?;
         }
+        chain.caught_up_to(&end.rv);
         Ok(self.counts)
     }
 

@@ -31,6 +31,8 @@ struct Client {
     events: Vec<(Value, String)>,
     /// Fails the write after this many events.
     gone_after: Option<usize>,
+    /// The last resourceVersion delivered.
+    last: String,
 }
 
 impl Emit for Client {
@@ -40,7 +42,12 @@ impl Emit for Client {
         }
         self.events
             .push((serde_json::from_slice(event).unwrap(), rv.to_owned()));
+        self.last = rv.to_owned();
         Ok(())
+    }
+
+    fn caught_up_to(&mut self, rv: &str) {
+        self.last = rv.to_owned();
     }
 }
 
@@ -255,6 +262,8 @@ fn a_stored_version_newer_than_the_client_is_sent() {
     let (client, counts) = watch.diff(&list, 30);
     assert_eq!(client.seen(), [event("MODIFIED", "a/web", 15)]);
     assert_eq!(counts.modified, 1);
+    // No deletion, no bookmark: the client is left at the list's version all the same.
+    assert_eq!(client.last, "30");
     // The same list against a client that got 15 sends nothing.
     let watch = Watch::new(&store, 15);
     assert_eq!(watch.diff(&list, 30).0.seen(), []);
@@ -436,6 +445,13 @@ fn through_the_event_cut_the_client_is_left_at_the_list_rv() {
     differ.end(&end(30), &mut chain).unwrap();
     assert_eq!(chain.progress().last_rv, "30");
     assert_eq!(chain.progress().kind, "Pod");
+    // Nothing to delete, no bookmark: the list's version all the same.
+    let mut differ = Differ::new(&ctx);
+    for item in [listed("a", "gone", 5, "n1"), listed("a", "new", 20, "n1")] {
+        differ.item(&item, &mut chain).unwrap();
+    }
+    differ.end(&end(35), &mut chain).unwrap();
+    assert_eq!(chain.progress().last_rv, "35");
     let lines: Vec<Value> = chain
         .inner_mut()
         .0
@@ -444,5 +460,5 @@ fn through_the_event_cut_the_client_is_left_at_the_list_rv() {
         .map(|l| serde_json::from_slice(l).unwrap())
         .collect();
     let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
-    assert_eq!(types, ["ADDED", "DELETED"]);
+    assert_eq!(types, ["ADDED", "DELETED", "ADDED"]);
 }
