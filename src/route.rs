@@ -157,6 +157,21 @@ pub(crate) struct Route {
     /// The response filters the answer passes (YurtHub's `pkg/yurthub/filter`); empty for most
     /// requests.
     pub filters: Chain,
+    /// How a watch outlives a broken upstream (`proxy/resume/`); None: relayed as it comes and
+    /// ended with its upstream.
+    pub resume: Option<Resume>,
+}
+
+/// How a watch outlives a broken upstream (issue 29): the hub resumes it from the last
+/// resourceVersion it delivered, in the same client stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resume {
+    /// Resumed from the last delivered resourceVersion; after a 410, one list and the
+    /// difference against the component's disk cache, which holds what the client was sent.
+    Rebuild,
+    /// Resumed from the last delivered resourceVersion; after a 410 ended cleanly, as
+    /// before (the hub has no copy of what the client holds).
+    ResumeOnly,
 }
 
 impl Route {
@@ -200,6 +215,7 @@ impl Route {
             selectors: Selectors::everything(),
             local_collection: None,
             filters: Chain::EMPTY,
+            resume: None,
         }
     }
 }
@@ -228,8 +244,12 @@ pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Resu
         _ => Selectors::everything(),
     };
     let cache = cache_target(req, is_agent, mode, &selectors);
-    let upstream_accept = match (&cache, req.accept) {
-        (Ok(_), Accept::JsonOrProtobuf) => Some("application/json"),
+    let resume = resume(req, mode, &cache);
+    // A cached or resumable answer is read by the hub: JSON, when the client takes it.
+    let upstream_accept = match (&cache, resume, req.accept) {
+        (Ok(_), _, Accept::JsonOrProtobuf) | (_, Some(_), Accept::JsonOrProtobuf) => {
+            Some("application/json")
+        }
         _ => None,
     };
     let local = local_answer(req, is_agent, mode);
@@ -252,6 +272,34 @@ pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Resu
         identity: Identity::of(&req.requester),
         selectors,
         filters: Chain::EMPTY,
+        resume,
+    })
+}
+
+/// Whether and how a watch outlives a broken upstream (issue 29): an edge-mode watch of a
+/// resource collection whose events the hub can read (JSON, or a Table, whose rows carry the
+/// event's resourceVersion); rebuilt after a 410 when its answer is cached (a cache agent's
+/// JSON watch: the cache holds what it was sent). Protobuf frames are not cut: such a watch
+/// ends with its upstream, as before. Cloud mode passes on what it does not read.
+fn resume(
+    req: &ApiRequest,
+    mode: WorkingMode,
+    cache: &Result<CacheTarget, NoCacheReason>,
+) -> Option<Resume> {
+    let Target::Resource(path) = &req.target else {
+        return None;
+    };
+    let readable = matches!(
+        req.accept,
+        Accept::Json | Accept::JsonOrProtobuf | Accept::Transformed { .. }
+    );
+    let collection = path.subresource.is_none() && !path.extra_path;
+    if mode != WorkingMode::Edge || req.verb != Verb::Watch || !readable || !collection {
+        return None;
+    }
+    Some(match cache {
+        Ok(_) => Resume::Rebuild,
+        Err(_) => Resume::ResumeOnly,
     })
 }
 
@@ -896,6 +944,41 @@ mod tests {
             target_for_answer(&list, None),
             Some(CacheTarget::List { .. })
         ));
+    }
+
+    #[test]
+    fn resume_mode_by_agent_accept_and_mode() {
+        let watch = "/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3Dedge-1";
+        // A cache agent's JSON watch is rebuilt from its cache after a 410.
+        let r = req("GET", watch, KUBELET, None);
+        assert_eq!(edge(&r).resume, Some(Resume::Rebuild));
+        let r = req("GET", watch, KUBELET, Some(PROTO_JSON));
+        let agent = edge(&r);
+        assert_eq!(agent.resume, Some(Resume::Rebuild));
+        assert_eq!(agent.upstream_accept, Some("application/json"));
+        // A Table watch is not cached: resumed only.
+        let table = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+        let r = req("GET", watch, KUBELET, Some(table));
+        assert_eq!(edge(&r).resume, Some(Resume::ResumeOnly));
+        // A non-agent is resumed only, and asks the cloud for JSON to follow its events.
+        let r = req("GET", watch, "my-controller/1.0", Some(PROTO_JSON));
+        let other = route(&r, false, WorkingMode::Edge).unwrap();
+        assert_eq!(other.resume, Some(Resume::ResumeOnly));
+        assert_eq!(other.upstream_accept, Some("application/json"));
+        // Its plain list is not resumable, and asks for what the client asked.
+        let r = req("GET", "/api/v1/pods", "my-controller/1.0", Some(PROTO_JSON));
+        let list = route(&r, false, WorkingMode::Edge).unwrap();
+        assert_eq!((list.resume, list.upstream_accept), (None, None));
+        // Protobuf frames are not cut: as before.
+        let proto = Some("application/vnd.kubernetes.protobuf;type=watch");
+        let r = req("GET", watch, KUBELET, proto);
+        assert_eq!(edge(&r).resume, None);
+        // A list of an agent is no watch.
+        let r = req("GET", "/api/v1/pods", KUBELET, None);
+        assert_eq!(edge(&r).resume, None);
+        // Cloud mode passes watches on as they come.
+        let r = req("GET", watch, KUBELET, None);
+        assert_eq!(route(&r, true, WorkingMode::Cloud).unwrap().resume, None);
     }
 
     #[test]

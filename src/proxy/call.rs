@@ -188,10 +188,22 @@ impl<'h> Call<'h> {
             }
             None => &mut body,
         };
+        // A resumable watch asks the cloud for bookmarks, and plain bytes it can follow
+        // (`proxy/resume/`); any other request goes as it came.
+        let resumable;
+        let (path_and_query, headers) = if self.route.resume.is_some() {
+            resumable = (
+                super::resume::first_target(&head.target),
+                super::resume::leg_headers(&head.headers),
+            );
+            (resumable.0.as_str(), resumable.1.as_slice())
+        } else {
+            (head.target.as_str(), head.headers.as_slice())
+        };
         let outgoing = Outgoing {
             method: &head.method,
-            path_and_query: &head.target,
-            headers: &head.headers,
+            path_and_query,
+            headers,
             accept: self.route.upstream_accept,
             body: has_body.then_some(BodySource { reader, length }),
             deadline: self.route.deadline,

@@ -22,7 +22,7 @@ mod kubelet_lease;
 pub(crate) mod multiplexer;
 pub(crate) mod pool_local;
 mod relay;
-mod resume;
+pub(crate) mod resume;
 
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -85,6 +85,12 @@ impl Call<'_> {
             );
         }
 
+        // A watch that outlives its upstream (issue 29), filtered or not.
+        if let Some(watch) = super::resume::resumable(self, &answer) {
+            let filters = filtering.map(|(filters, _)| filters);
+            return self.relay_resumable(ex, answer, session, cache_status, filters, watch);
+        }
+
         if let Some((filters, shape)) = filtering {
             return self.relay_filtered(ex, answer, session, cache_status, filters, shape);
         }

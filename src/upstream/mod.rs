@@ -105,6 +105,12 @@ pub(crate) struct Answer {
 pub(crate) struct Cancel(Weak<dyn ShutdownHandle>);
 
 impl Cancel {
+    /// A handle on `handle` (the reaper's tests cancel a stand-in).
+    #[cfg(test)]
+    pub(crate) fn of(handle: &Arc<dyn ShutdownHandle>) -> Cancel {
+        Cancel(Arc::downgrade(handle))
+    }
+
     /// Shuts the stream's connection down (nothing when it is already closed).
     pub(crate) fn cancel(self) {
         if let Some(handle) = self.0.upgrade() {
@@ -156,6 +162,13 @@ pub(crate) trait Cloud: Send + Sync {
     fn any_probed_healthy(&self) -> bool;
     /// The base URL of server `backend` (the [`Answer::backend`] that answered).
     fn server(&self, backend: usize) -> &str;
+    /// Server `backend` is healthy by its last probe ([`Backends::is_healthy`]); true for
+    /// an answer from no cloud server ([`LEADER_BACKEND`]), which no probe judges. A
+    /// resumable watch's leg on a server found unhealthy is ended (`reaper::watch_leg`).
+    fn healthy(&self, backend: usize) -> bool;
+    /// How many times a server became usable after it was not ([`Backends::recoveries`]):
+    /// a resumable watch's jitter is drawn per outage.
+    fn recoveries(&self) -> u64;
 }
 
 impl Cloud for Upstream {
@@ -173,6 +186,14 @@ impl Cloud for Upstream {
 
     fn server(&self, backend: usize) -> &str {
         &self.backends.get(backend).base
+    }
+
+    fn healthy(&self, backend: usize) -> bool {
+        backend >= self.backends.len() || self.backends.is_healthy(backend)
+    }
+
+    fn recoveries(&self) -> u64 {
+        self.backends.recoveries()
     }
 }
 

@@ -44,6 +44,7 @@ mod serve_extras;
 mod start_limits;
 mod trust;
 mod watch_list_options;
+mod watch_resume;
 mod watch_resume_history;
 mod whole_list;
 mod yurthub_command_line;

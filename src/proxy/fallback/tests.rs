@@ -30,6 +30,14 @@ impl Cloud for FakeCloud {
     fn server(&self, _: usize) -> &str {
         "https://cloud:6443"
     }
+
+    fn healthy(&self, _: usize) -> bool {
+        self.healthy
+    }
+
+    fn recoveries(&self) -> u64 {
+        0
+    }
 }
 
 fn transport(timeout: bool, maybe_sent: bool) -> UpstreamError {

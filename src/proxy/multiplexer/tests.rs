@@ -44,6 +44,14 @@ impl Cloud for StubCloud {
     fn server(&self, _: usize) -> &str {
         "https://cloud:6443"
     }
+
+    fn healthy(&self, _: usize) -> bool {
+        self.any_healthy()
+    }
+
+    fn recoveries(&self) -> u64 {
+        0
+    }
 }
 
 /// A leader's multiplexer port on 127.0.0.1, stopped when dropped.

@@ -1,13 +1,563 @@
-//! Watches that outlive outages (issue 29). Temporary registration of Part C's modules;
-//! Part A's `mod.rs` (the resumable watch's loop) replaces this file at merge.
+//! Watches that outlive outages (issue 29): the relay of a resumable watch keeps the client's
+//! stream open across upstream legs. The first leg is the forwarded request's answer; when a
+//! leg breaks, the hub holds the client (hub-made bookmarks if it asked for bookmarks), waits
+//! until a cloud server is usable again (plus a jitter after an outage, or the backoff after a
+//! failed resume), and watches again from the last resourceVersion it delivered, splicing the
+//! events into the same stream. The client's watch ends only at its own `timeoutSeconds`, when
+//! it leaves, or when the hub stops.
+//!
+//! ```text
+//!   LEG ──broke off / ended early / 5xx, 429, garbage──> HOLD ──usable (+ jitter)──> RESUME
+//!    ^                                                     ^                          │
+//!    └──────────────── 200 ───────────────────────────────┼──────────────────────────┤
+//!                                                          └── 5xx, 429, transport ───┤
+//!   410 (leg or resume): a cache agent's view rebuilt by one list and the difference   │
+//!   (`diff.rs`, `rounds.rs`); anyone else's watch ends cleanly, never with an ERROR. <─┘
+//! ```
+//!
+//! Never sent to the client: an ERROR caused by the outage, a partial event, a bookmark it did
+//! not ask for. An ERROR on the client's own first leg before anything was delivered is the
+//! cloud's answer to its request: passed on, and the watch ends as before.
+//!
+//! - `leg.rs`: the legs as values (targets, headers, the answer's reading, backoff, jitter);
+//! - `series.rs`: the `tinyhub_watch_*` counters.
+//!
+//! The chain a leg is pumped into is `stream`'s: `EventCut` (whole events, the last delivered
+//! resourceVersion, the outage's ERRORs swallowed) → `FilterStage` → `Tee` → `ToClient`.
+//!
+//! The thread, admission slot and in-flight entry are the request's own: held or not, the
+//! watch is one request until it ends. What it does not do: decide eligibility (`route`),
+//! rebuild a view after a 410 (`diff.rs`), end a dead leg (the reaper, told how by `leg`).
 
-#[allow(
-    dead_code,
-    reason = "used by the resumable watch's loop, merged from part A"
-)]
-pub(crate) mod diff;
-#[allow(
-    dead_code,
-    reason = "used by the resumable watch's loop, merged from part A"
-)]
-pub(crate) mod rounds;
+mod leg;
+pub(crate) mod series;
+
+pub(super) use leg::{first_target, leg_headers};
+// Part C's difference and list rounds (unused until the loop's rebuild calls them).
+#[allow(dead_code, reason = "the loop's rebuild calls diff::catch_up once wired")]
+mod diff;
+#[allow(dead_code, reason = "the loop's rebuild calls diff::catch_up once wired")]
+mod rounds;
+
+use std::cell::RefCell;
+use std::io::{self, Read};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use self::leg::{Backoff, Resumed};
+use self::series::WATCH_SERIES;
+use super::call::{Call, Relayed};
+use super::{CacheStatus, Hub};
+use crate::cache::decode::BodyShape;
+use crate::cache::writer::Session;
+use crate::filters::Filters;
+use crate::filters::body::{BodyFilter, StageTime};
+use crate::metrics::InFlight;
+use crate::request::{Accept, ApiRequest, ResourcePath};
+use crate::route::{Deadline, NoCacheReason, Resume, Route, WATCH_DEFAULT, WATCH_MARGIN};
+use crate::server::{Exchange, Length};
+use crate::stream::{
+    self, BodyReads, ClientEnd, EventCut, FilterStage, LegEnd, Progress, Pumped, Stop, Tee,
+    ToClient, Uncached, pump,
+};
+use crate::upstream::Answer;
+
+/// How often a held watch looks at its client, the cloud's health, its deadline and the
+/// hub's shutdown (as the offline hold does).
+const TICK: Duration = Duration::from_secs(1);
+/// How long after a resume the events count as its catch-up (the cloud sends a resumed
+/// watch's backlog at once).
+const CATCH_UP_WINDOW: Duration = Duration::from_secs(1);
+/// A leg that ends cleanly with this little left of the client's time ends the client's watch.
+const DEADLINE_SLACK: Duration = Duration::from_secs(1);
+
+/// A forwarded watch the hub can follow across legs.
+pub(super) struct Resumable<'a> {
+    req: &'a ApiRequest,
+    path: &'a ResourcePath,
+    mode: Resume,
+}
+
+/// Whether `answer` to the call's request is a watch stream the hub can follow: its route
+/// says resumable, and the cloud answered 200 in JSON, not compressed (the apiserver never
+/// compresses a watch; one that is, is relayed as before).
+pub(super) fn resumable<'a>(call: &'a Call<'_>, answer: &Answer) -> Option<Resumable<'a>> {
+    let mode = call.route.resume?;
+    let req = call.req.as_ref()?;
+    let path = req.resource()?;
+    let stream = answer.status == 200 && answer.is_json() && !answer.is_gzip();
+    stream.then_some(Resumable { req, path, mode })
+}
+
+/// The client's end of the chain: whole events → filters → cache copy → client.
+type Chain<'f, 'n, 'c> = EventCut<'n, FilterStage<'f, Tee<'n, ToClient<'c>>>>;
+
+impl Call<'_> {
+    /// The relay of a resumable watch (issue 29): the client's stream outlives its upstream
+    /// legs. The client gets the first leg's headers (streamed), then whole events of every
+    /// leg, filtered and teed into the cache as any watch.
+    pub(super) fn relay_resumable<'c>(
+        &self,
+        ex: Exchange<'c>,
+        mut answer: Answer,
+        session: Option<Session>,
+        cache_status: CacheStatus,
+        filters: Option<&Filters>,
+        watch: Resumable<'_>,
+    ) -> Relayed<'c> {
+        let Resumable { req, path, mode } = watch;
+        let raw_query = ex.url().split_once('?').map_or("", |(_, q)| q).to_owned();
+        let headers = leg::leg_headers(ex.headers());
+        let deadline = req
+            .query
+            .timeout_seconds
+            .filter(|&s| s > 0)
+            .map(|s| Instant::now() + Duration::from_secs(s));
+        let answer_headers = std::mem::take(&mut answer.headers);
+        let writer = match ex.start(answer.status, &answer_headers, Length::Streamed) {
+            Ok(writer) => writer,
+            Err(e) => return Relayed::ClientGone(e),
+        };
+        drop(answer_headers);
+        let resource = leg::resource_label(path);
+        let component = req.component.as_str();
+        // Set at each resume; the stage's count of the catch-up logs it.
+        let resumed: RefCell<Option<(Duration, String)>> = RefCell::new(None);
+        let note = |caught_up: u64| {
+            if let Some((held, rv)) = resumed.borrow_mut().take() {
+                log::info!(
+                    "watch resumed resource=\"{resource}\" component=\"{component}\" held={:.1}s caught_up={caught_up} via=resume rv={rv}",
+                    held.as_secs_f64()
+                );
+            }
+        };
+        let uncached = |why: &Uncached, _: bool| {
+            let (Uncached::Unreadable(e) | Uncached::Undecodable(e)) = why;
+            log::info!("{e}; the watch is not cached resource=\"{resource}\"");
+        };
+        let tee = Tee::new(ToClient::new(writer), session, &uncached);
+        let chain_of = self.route.filters;
+        let stage = match filters {
+            Some(f) => {
+                let filter =
+                    BodyFilter::new(BodyShape::WatchStream, false, chain_of, &f.ctx, &*f.lookups);
+                FilterStage::new(tee, filter, StageTime::new(chain_of), true)
+            }
+            None => FilterStage::none(tee),
+        };
+        let chain = EventCut::new(
+            stage,
+            req.query.allow_watch_bookmarks,
+            Progress::from_query(&req.query),
+            &note,
+        );
+        let scope = leg::list_target(path, &raw_query);
+        let mut watch = Watch {
+            hub: self.hub,
+            req,
+            path,
+            route: &self.route,
+            mode,
+            chain,
+            resumed: &resumed,
+            resource: &resource,
+            raw_query,
+            scope,
+            headers,
+            deadline,
+            backoff: Backoff::new(),
+            traffic: 0,
+            in_flight: self.in_flight.as_ref(),
+        };
+        let ended = watch.run(answer);
+        let status = if watch.chain.inner_mut().inner().uncached() {
+            CacheStatus::Bypass(NoCacheReason::Answer)
+        } else {
+            cache_status
+        };
+        match ended {
+            Ok(()) => Relayed::Done(status),
+            Err(e) => Relayed::ClientGone(e),
+        }
+    }
+}
+
+/// One client's resumable watch: its chain, what later legs are made of, and its time.
+struct Watch<'a, 'f, 'n, 'c> {
+    hub: &'a Hub,
+    req: &'a ApiRequest,
+    path: &'a ResourcePath,
+    route: &'a Route,
+    mode: Resume,
+    chain: Chain<'f, 'n, 'c>,
+    /// How long the watch was held and the resourceVersion it resumed from, for the log line
+    /// the chain's catch-up count writes.
+    resumed: &'n RefCell<Option<(Duration, String)>>,
+    /// `resource[.group]`, the series' label.
+    resource: &'a str,
+    /// The client's query, for the targets of later legs.
+    raw_query: String,
+    /// The scope's list target: what the jitter is drawn on, one draw per scope and outage.
+    scope: String,
+    /// Headers for every later leg: the client's, hop-by-hop and Accept-Encoding dropped,
+    /// copied once at start (Authorization kept: a client with its own credential resumes
+    /// on it; the hub's identity gets the hub's credentials in `upstream`, as for any request).
+    headers: Vec<(String, String)>,
+    /// None: no timeoutSeconds (the watch lives until the client leaves or the hub stops).
+    deadline: Option<Instant>,
+    backoff: Backoff,
+    /// Bytes the cloud sent over every leg, counted once when the watch ends.
+    traffic: u64,
+    in_flight: Option<&'a InFlight>,
+}
+
+/// What a hold came to.
+enum Held {
+    /// A server is usable (and the jitter after an outage has passed): resume.
+    Ready,
+    /// The client's deadline came, or the hub is stopping: end the watch cleanly.
+    End,
+    /// The client went away.
+    Gone(io::Error),
+}
+
+/// What a resume request came to.
+enum Step {
+    /// A new leg.
+    Leg(Answer),
+    /// Any other answer, read by `leg::classify`.
+    Not(Resumed),
+}
+
+impl Watch<'_, '_, '_, '_> {
+    /// Runs the watch to its end: Ok when it ended (its terminal chunk sent, or nothing more
+    /// to send), Err when its client went away.
+    fn run(&mut self, first: Answer) -> io::Result<()> {
+        let ended = self.legs(first);
+        if let Some(in_flight) = self.in_flight {
+            in_flight.add_traffic(self.traffic);
+        }
+        match ended {
+            Ok(clean) => self.chain.end(clean).map_err(io::Error::from),
+            Err(e) => {
+                let _ = self.chain.end(false);
+                Err(e)
+            }
+        }
+    }
+
+    /// The legs, holds and resumes: Ok(whether the watch ends cleanly), Err when its client
+    /// went away.
+    fn legs(&mut self, first: Answer) -> io::Result<bool> {
+        let mut next = Some(first);
+        let mut hub_leg = false;
+        let mut wait = None;
+        loop {
+            if let Some(answer) = next.take() {
+                self.chain.new_leg(hub_leg);
+                let end = self.leg(answer)?;
+                match end {
+                    // The cloud's own refusal went to the client (the watch ends as before).
+                    LegEnd::Refused(_) => return Ok(true),
+                    LegEnd::Ended if self.due(DEADLINE_SLACK) => return Ok(true),
+                    _ if !self.resumable() => {
+                        // Nothing to resume from yet (no resourceVersion, initial events
+                        // not through): as before, a clean end ends, a break aborts.
+                        return Ok(end == LegEnd::Ended);
+                    }
+                    LegEnd::Expired => {
+                        if !self.rebuild() {
+                            return Ok(true);
+                        }
+                    }
+                    _ => {}
+                }
+                log::debug!(
+                    "a watch's leg ended ({end:?}); holding it resource=\"{}\" component=\"{}\" rv={}",
+                    self.resource,
+                    self.req.component,
+                    self.chain.progress().last_rv
+                );
+            }
+            let held_since = Instant::now();
+            match self.hold(wait.take()) {
+                Held::Ready => {}
+                Held::End => return Ok(true),
+                Held::Gone(e) => return Err(e),
+            }
+            match self.resume() {
+                Step::Leg(answer) => {
+                    WATCH_SERIES.resumed(self.resource);
+                    self.backoff.reset();
+                    let rv = self.chain.progress().last_rv.clone();
+                    *self.resumed.borrow_mut() = Some((held_since.elapsed(), rv));
+                    self.chain.mark_resumed(CATCH_UP_WINDOW);
+                    hub_leg = true;
+                    next = Some(answer);
+                }
+                Step::Not(Resumed::Expired) => {
+                    if !self.rebuild() {
+                        return Ok(true);
+                    }
+                }
+                Step::Not(Resumed::Trouble(asked)) => {
+                    wait = Some(asked.unwrap_or_else(|| self.backoff.next_wait()));
+                }
+                Step::Not(Resumed::Refused(code)) => {
+                    log::info!(
+                        "watch ended: the cloud refused its resume with {code} resource=\"{}\" component=\"{}\"",
+                        self.resource,
+                        self.req.component
+                    );
+                    return Ok(true);
+                }
+                Step::Not(Resumed::Leg) => {}
+            }
+        }
+    }
+
+    /// One leg pumped into the chain, under the reaper: cancelled when the client leaves,
+    /// when its server is found unhealthy, or when it has been silent too long after it
+    /// showed bookmarks (a black-holed connection never ends a read by itself).
+    fn leg(&mut self, mut answer: Answer) -> io::Result<LegEnd> {
+        let clock = Arc::new(LegClock::new());
+        let _watched = answer.cancel.take().map(|cancel| {
+            let cloud = Arc::clone(&self.hub.cloud);
+            let backend = answer.backend;
+            let seen = Arc::clone(&clock);
+            let stale = move || !cloud.healthy(backend) || seen.silent_after_bookmarks();
+            self.hub
+                .reaper
+                .watch_leg(self.chain.probe(), cancel, Box::new(stale))
+        });
+        let mut body = Touch {
+            inner: &mut answer.body,
+            clock: &clock,
+        };
+        let mut reads = BodyReads::new(stream::BUFFER_START);
+        match pump(&mut body, &mut reads, &mut self.traffic, &mut self.chain) {
+            Pumped::Stopped(Stop::Gone(e)) => Err(e),
+            // A stage inside cut the stream (the filters could not read it): it ends, as a
+            // relayed watch does.
+            Pumped::Stopped(stop) if !matches!(stop, Stop::EndOfLeg) => Ok(LegEnd::Refused(0)),
+            _ => Ok(self.chain.leg_end().unwrap_or(LegEnd::BrokeOff)),
+        }
+    }
+
+    /// Waits until a server is usable: at once when it is (a leg cut while the cloud stayed
+    /// up resumes unnoticed), after the jitter when the hold had to wait for it (an outage),
+    /// and never before `backoff` has passed (a failed resume). Looks at the client, its
+    /// deadline and the hub's shutdown every tick; sends a bookmark every
+    /// `HELD_BOOKMARK_EVERY` when the client asked for them.
+    fn hold(&mut self, backoff: Option<Duration>) -> Held {
+        let mut until = Instant::now() + backoff.unwrap_or_default();
+        let mut had_to_wait = false;
+        let mut jittered = false;
+        let mut next_bookmark = Instant::now() + leg::HELD_BOOKMARK_EVERY;
+        loop {
+            let now = Instant::now();
+            if self.hub.shutdown.load(Ordering::Relaxed) || self.due(Duration::ZERO) {
+                return Held::End;
+            }
+            if now >= until {
+                if self.hub.cloud.any_healthy() {
+                    if !had_to_wait || jittered {
+                        return Held::Ready;
+                    }
+                    jittered = true;
+                    until = now + leg::jitter(&self.scope, self.hub.cloud.recoveries());
+                    continue;
+                }
+                had_to_wait = true;
+            }
+            if now >= next_bookmark {
+                next_bookmark = now + leg::HELD_BOOKMARK_EVERY;
+                if let Err(e) = self.held_bookmark() {
+                    return Held::Gone(e);
+                }
+            }
+            let mut tick = TICK.min(until.saturating_duration_since(now).max(TICK / 10));
+            if let Some(deadline) = self.deadline {
+                tick = tick.min(deadline.saturating_duration_since(now));
+            }
+            if self.client_gone(tick) {
+                return Held::Gone(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "the client went away while its watch was held",
+                ));
+            }
+        }
+    }
+
+    /// One resume request from the last delivered resourceVersion, through the cloud client
+    /// (failover, health reports, link counts as for any request).
+    fn resume(&mut self) -> Step {
+        let left = self
+            .deadline
+            .map(|d| d.saturating_duration_since(Instant::now()).as_secs().max(1));
+        let target = leg::resume_target(
+            self.path,
+            &self.raw_query,
+            &self.chain.progress().last_rv,
+            left,
+        );
+        let stream = left
+            .map(Duration::from_secs)
+            .unwrap_or(WATCH_DEFAULT)
+            .saturating_add(WATCH_MARGIN);
+        let outgoing = crate::upstream::Outgoing {
+            method: "GET",
+            path_and_query: &target,
+            headers: &self.headers,
+            accept: self.route.upstream_accept,
+            body: None,
+            deadline: Deadline::Stream(stream),
+            identity: self.route.identity,
+        };
+        match self.hub.cloud.send(outgoing) {
+            Ok(answer) => {
+                let read = leg::classify(
+                    answer.status,
+                    answer.is_json(),
+                    answer.is_gzip(),
+                    answer.header("retry-after"),
+                );
+                match read {
+                    Resumed::Leg => Step::Leg(answer),
+                    other => {
+                        log::debug!(
+                            "a watch's resume was answered {}: {other:?} resource=\"{}\"",
+                            answer.status,
+                            self.resource
+                        );
+                        Step::Not(other)
+                    }
+                }
+            }
+            Err(e) => {
+                log::debug!(
+                    "a watch's resume failed: {e} resource=\"{}\"",
+                    self.resource
+                );
+                Step::Not(Resumed::Trouble(None))
+            }
+        }
+    }
+
+    /// The cloud's history is gone: true when the client's view was rebuilt and the watch
+    /// resumes from the list's resourceVersion; false when it ends cleanly (logged why).
+    fn rebuild(&mut self) -> bool {
+        let why = match self.mode {
+            // The difference against the component's cache (Part C's `diff::catch_up`)
+            // is not in this build yet.
+            Resume::Rebuild => "the difference is not available",
+            Resume::ResumeOnly if matches!(self.req.accept, Accept::Transformed { .. }) => {
+                "a transformed (as=) answer"
+            }
+            Resume::ResumeOnly => "not a cache agent",
+        };
+        log::info!(
+            "watch ended: the cloud's history is gone and the hub cannot rebuild the client's view: {why} resource=\"{}\" component=\"{}\" rv={}",
+            self.resource,
+            self.req.component,
+            self.chain.progress().last_rv
+        );
+        false
+    }
+
+    /// A bookmark at the last delivered resourceVersion, when the client asked for them and
+    /// the kind of its objects is known.
+    fn held_bookmark(&mut self) -> io::Result<()> {
+        let progress = self.chain.progress();
+        if !self.req.query.allow_watch_bookmarks
+            || progress.kind.is_empty()
+            || progress.last_rv.is_empty()
+        {
+            return Ok(());
+        }
+        let rv = progress.last_rv.clone();
+        let event = serde_json::json!({
+            "type": "BOOKMARK",
+            "object": {
+                "kind": progress.kind,
+                "apiVersion": progress.api_version,
+                "metadata": {"resourceVersion": rv},
+            },
+        });
+        self.chain
+            .emit(event.to_string().as_bytes(), &rv)
+            .map_err(io::Error::from)
+    }
+
+    /// Whether the client hung up, waiting up to `wait`.
+    fn client_gone(&mut self, wait: Duration) -> bool {
+        self.chain.client_gone(wait)
+    }
+
+    /// A later leg can take up from what the client has: a resourceVersion is known and a
+    /// watch-list's initial events are through.
+    fn resumable(&self) -> bool {
+        let progress = self.chain.progress();
+        !progress.last_rv.is_empty() && progress.initial_done
+    }
+
+    /// The client's deadline is at most `slack` away.
+    fn due(&self, slack: Duration) -> bool {
+        self.deadline
+            .is_some_and(|d| d.saturating_duration_since(Instant::now()) <= slack)
+    }
+}
+
+/// When a leg last brought bytes, and whether it showed a bookmark, for the reaper's
+/// staleness rule. Whole seconds in a u32: 64-bit atomics are missing on some 32-bit CPUs.
+struct LegClock {
+    started: Instant,
+    last: AtomicU32,
+    bookmarked: AtomicBool,
+}
+
+impl LegClock {
+    fn new() -> LegClock {
+        LegClock {
+            started: Instant::now(),
+            last: AtomicU32::new(0),
+            bookmarked: AtomicBool::new(false),
+        }
+    }
+
+    fn seconds(&self) -> u32 {
+        u32::try_from(self.started.elapsed().as_secs()).unwrap_or(u32::MAX)
+    }
+
+    /// Silent for longer than `LEG_SILENCE` after it showed a bookmark (the apiserver
+    /// bookmarks each watcher about once a minute).
+    fn silent_after_bookmarks(&self) -> bool {
+        let silent = self.seconds() - self.last.load(Ordering::Relaxed).min(self.seconds());
+        self.bookmarked.load(Ordering::Relaxed) && u64::from(silent) > leg::LEG_SILENCE.as_secs()
+    }
+}
+
+/// A leg's body that notes each read on its clock.
+struct Touch<'a, R> {
+    inner: &'a mut R,
+    clock: &'a LegClock,
+}
+
+impl<R: Read> Read for Touch<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n > 0 {
+            self.clock
+                .last
+                .store(self.clock.seconds(), Ordering::Relaxed);
+            // Looked for until seen once (a bookmark split across reads is found in the next).
+            if !self.clock.bookmarked.load(Ordering::Relaxed)
+                && buf[..n].windows(10).any(|w| w == b"\"BOOKMARK\"")
+            {
+                self.clock.bookmarked.store(true, Ordering::Relaxed);
+            }
+        }
+        Ok(n)
+    }
+}

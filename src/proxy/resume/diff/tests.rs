@@ -91,6 +91,12 @@ impl Cloud for NoCloud {
     fn server(&self, _: usize) -> &str {
         "https://cloud:6443"
     }
+    fn healthy(&self, _: usize) -> bool {
+        true
+    }
+    fn recoveries(&self) -> u64 {
+        0
+    }
 }
 
 fn pods() -> CollectionKey {

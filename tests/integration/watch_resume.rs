@@ -1,0 +1,303 @@
+//! Issue 29: a relayed watch outlives its upstream. kubelet's pod watch keeps its connection
+//! across a cloud outage whose history is intact (the outage's events arrive on the same
+//! stream, from one resume at the last delivered resourceVersion, with no list), and across a
+//! watch connection cut while the cloud stays up (nothing visible to the client).
+
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::hub::*;
+use crate::support::{Cloud, RecordedRequest};
+
+/// kubelet's scope of pods.
+const NODE_PODS: &str = "fieldSelector=spec.nodeName%3Dedge-1";
+/// How long the cloud stays away.
+const OUTAGE: Duration = Duration::from_secs(20);
+/// The hub's verdict that the cloud is back (1 s probes in tests) + the resume jitter (< 5 s)
+/// + slack for a loaded machine.
+const CATCH_UP: Duration = Duration::from_secs(2 + 5 + 10);
+
+fn pod(name: &str, node: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}
+    })
+}
+
+fn rv_of(object: &Value) -> u64 {
+    object["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|rv| rv.parse().ok())
+        .unwrap_or_else(|| panic!("no resourceVersion in {object}"))
+}
+
+/// A cloud with two of edge-1's pods and one elsewhere, and a hub in front of it.
+fn cloud_and_hub(tag: &str) -> (Cloud, Hub, TempDir) {
+    let cloud = Cloud::start();
+    for (name, node) in [("web-1", "edge-1"), ("web-2", "edge-1"), ("db-1", "edge-2")] {
+        cloud.create("pods", pod(name, node));
+    }
+    let dir = TempDir::new(tag);
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    (cloud, hub, dir)
+}
+
+/// kubelet as an informer: its pod list through the hub, then its watch from the list's
+/// resourceVersion (bookmarks asked, a 10-minute timeout). The events arrive on the channel
+/// as they are read; it disconnects when the stream ends or breaks.
+fn kubelet_pods(hub: &Hub) -> Watcher {
+    let list = get(&format!("{}/api/v1/pods?{NODE_PODS}", hub.url()), KUBELET);
+    assert_eq!(list.status, 200, "{}", list.text());
+    let list_rv = rv_of(&list.json());
+    let url = format!(
+        "{}/api/v1/pods?watch=true&resourceVersion={list_rv}&{NODE_PODS}\
+         &allowWatchBookmarks=true&timeoutSeconds=600",
+        hub.url()
+    );
+    let (status, body) = stream(&url, KUBELET);
+    assert_eq!(status, 200);
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut events = Events::new(body);
+        while let Some(event) = events.next_event() {
+            if tx.send(event).is_err() {
+                return;
+            }
+        }
+    });
+    Watcher {
+        rx,
+        last_rv: list_rv,
+    }
+}
+
+/// The client's side of a watch: its events, and the resourceVersion of the last event or
+/// bookmark it read.
+struct Watcher {
+    rx: Receiver<Value>,
+    last_rv: u64,
+}
+
+impl Watcher {
+    /// The next event that is not a bookmark within `wait` (bookmarks move `last_rv` too);
+    /// panics with the hub's log when the stream ended or nothing came.
+    fn next_change(&mut self, wait: Duration, hub: &Hub) -> Value {
+        let until = Instant::now() + wait;
+        loop {
+            let event = match self
+                .rx
+                .recv_timeout(until.saturating_duration_since(Instant::now()))
+            {
+                Ok(event) => event,
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("no event within {wait:?}:\n{}", hub.logs())
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("the watch stream ended:\n{}", hub.logs())
+                }
+            };
+            assert_ne!(
+                event["type"], "ERROR",
+                "an ERROR reached the client: {event}"
+            );
+            self.last_rv = rv_of(&event["object"]);
+            if event["type"] != "BOOKMARK" {
+                return event;
+            }
+        }
+    }
+
+    /// Reads bookmarks only for `wait`: the watch stays open and brings no change.
+    fn quiet_for(&mut self, wait: Duration, hub: &Hub) {
+        let until = Instant::now() + wait;
+        loop {
+            match self
+                .rx
+                .recv_timeout(until.saturating_duration_since(Instant::now()))
+            {
+                Err(RecvTimeoutError::Timeout) => return,
+                Ok(event) if event["type"] == "BOOKMARK" => self.last_rv = rv_of(&event["object"]),
+                Ok(event) => panic!("an event while the cloud was away: {event}"),
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("the watch ended with the outage:\n{}", hub.logs())
+                }
+            }
+        }
+    }
+}
+
+/// The event's type and object name.
+fn what(event: &Value) -> (String, String) {
+    (
+        event["type"].as_str().unwrap_or("").to_owned(),
+        event["object"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned(),
+    )
+}
+
+/// A pod watch of kubelet's scope sent to the cloud.
+fn node_pod_watch(r: &RecordedRequest) -> bool {
+    r.path == "/api/v1/pods" && r.query.contains("watch=") && r.query.contains(NODE_PODS)
+}
+
+/// A list of pods sent to the cloud.
+fn pod_list(r: &RecordedRequest) -> bool {
+    r.path == "/api/v1/pods" && r.method == "GET" && !r.query.contains("watch=")
+}
+
+/// The `resourceVersion` a recorded request asked for.
+fn asked_rv(r: &RecordedRequest) -> Option<u64> {
+    r.query
+        .split('&')
+        .find_map(|p| p.strip_prefix("resourceVersion="))
+        .and_then(|rv| rv.parse().ok())
+}
+
+#[test]
+fn watches_keep_their_connection_across_an_outage_with_history() {
+    let (cloud, hub, _dir) = cloud_and_hub("watch-resume-outage");
+    // The apiserver bookmarks its watchers (about once a minute; here faster).
+    cloud.set_bookmark_interval(Some(Duration::from_secs(2)));
+    let mut watch = kubelet_pods(&hub);
+    let changed = rv_of(&cloud.patch(
+        "pods",
+        "default",
+        "web-1",
+        json!({"metadata": {"labels": {"v": "1"}}}),
+    ));
+    let event = watch.next_change(Duration::from_secs(10), &hub);
+    assert_eq!(what(&event), ("MODIFIED".into(), "web-1".into()));
+    assert_eq!(rv_of(&event["object"]), changed);
+    hub.wait_cache_quiet();
+
+    cloud.stop();
+    let down = Instant::now();
+    let added = [
+        rv_of(&cloud.create("pods", pod("web-3", "edge-1"))),
+        rv_of(&cloud.create("pods", pod("web-4", "edge-1"))),
+    ];
+    let modified = rv_of(&cloud.patch(
+        "pods",
+        "default",
+        "web-2",
+        json!({"metadata": {"labels": {"v": "2"}}}),
+    ));
+    cloud.delete("pods", "default", "web-1");
+    // Not on kubelet's node: never its business.
+    cloud.create("pods", pod("db-2", "edge-2"));
+    assert!(
+        hub.wait_healthy(&cloud, false, Duration::from_secs(15)),
+        "the hub never found the cloud down:\n{}",
+        hub.logs()
+    );
+    // Held through the outage: no change, and the stream stays open.
+    watch.quiet_for(OUTAGE.saturating_sub(down.elapsed()), &hub);
+    let before = watch.last_rv;
+
+    cloud.reset_requests();
+    cloud.restart();
+    let back = Instant::now();
+    let mut got = Vec::new();
+    let mut last = before;
+    while got.len() < 4 {
+        let event = watch.next_change(CATCH_UP.saturating_sub(back.elapsed()), &hub);
+        let rv = rv_of(&event["object"]);
+        assert!(rv > last, "events out of order: {rv} after {last}: {event}");
+        last = rv;
+        got.push((what(&event), rv));
+    }
+    let names: Vec<(String, String)> = got.iter().map(|(w, _)| w.clone()).collect();
+    assert_eq!(
+        names,
+        [
+            ("ADDED".into(), "web-3".into()),
+            ("ADDED".into(), "web-4".into()),
+            ("MODIFIED".into(), "web-2".into()),
+            ("DELETED".into(), "web-1".into()),
+        ]
+    );
+    assert_eq!(got[0].1, added[0]);
+    assert_eq!(got[1].1, added[1]);
+    assert_eq!(got[2].1, modified);
+
+    // One resume, from the last delivered resourceVersion; no list.
+    let watches: Vec<RecordedRequest> = cloud
+        .requests()
+        .into_iter()
+        .filter(node_pod_watch)
+        .collect();
+    assert_eq!(
+        watches.len(),
+        1,
+        "pod watches after the outage: {watches:#?}"
+    );
+    assert_eq!(
+        asked_rv(&watches[0]),
+        Some(before),
+        "{:?}",
+        watches[0].query
+    );
+    assert_eq!(cloud.count(pod_list), 0, "the hub listed pods");
+    assert!(
+        hub.wait_log_line(
+            |l| l.contains("watch resumed resource=\"pods\" component=\"kubelet\"")
+                && l.contains("caught_up=4"),
+            // Written once the catch-up window closed: at the next bookmark.
+            Duration::from_secs(10)
+        ),
+        "no resume line:\n{}",
+        hub.logs()
+    );
+    assert!(
+        hub.metric("tinyhub_watch_resumed_total{resource=\"pods\"}")
+            .is_some_and(|n| n >= 1.0),
+        "{}",
+        get(&format!("{}/metrics", hub.serve_url()), "test").text()
+    );
+}
+
+#[test]
+fn a_cut_watch_connection_is_resumed_without_the_client_noticing() {
+    let (cloud, hub, _dir) = cloud_and_hub("watch-resume-cut");
+    let mut watch = kubelet_pods(&hub);
+    let list_rv = watch.last_rv;
+    assert!(cloud.wait_for_watchers("pods", 1, Duration::from_secs(10)));
+    cloud.reset_requests();
+    assert!(cloud.cut_watches("pods") >= 1, "no pod watch to cut");
+    let changed = rv_of(&cloud.patch(
+        "pods",
+        "default",
+        "web-2",
+        json!({"metadata": {"labels": {"v": "cut"}}}),
+    ));
+    let event = watch.next_change(Duration::from_secs(10), &hub);
+    assert_eq!(what(&event), ("MODIFIED".into(), "web-2".into()));
+    assert_eq!(rv_of(&event["object"]), changed);
+
+    let watches: Vec<RecordedRequest> = cloud
+        .requests()
+        .into_iter()
+        .filter(node_pod_watch)
+        .collect();
+    assert_eq!(watches.len(), 1, "pod watches after the cut: {watches:#?}");
+    assert_eq!(
+        asked_rv(&watches[0]),
+        Some(list_rv),
+        "{:?}",
+        watches[0].query
+    );
+    assert_eq!(cloud.count(pod_list), 0, "the hub listed pods");
+    let ready = get(&format!("{}/v1/readyz", hub.serve_url()), "curl/8");
+    assert_eq!(ready.status, 200, "{}", ready.text());
+    assert!(
+        !hub.logs().contains("no cloud server is healthy"),
+        "the cut was taken for an outage:\n{}",
+        hub.logs()
+    );
+}
