@@ -46,6 +46,25 @@ impl<'n, S: Sink> Tee<'n, S> {
         &mut self.inner
     }
 
+    /// The session is still copying: it was begun, and neither dropped for a full queue
+    /// nor for an answer not for the cache. Once false, false for the rest of the stream.
+    #[allow(dead_code)] // Used by the resumable watch (proxy/resume): remove on that merge.
+    pub(crate) fn session_intact(&self) -> bool {
+        self.session.is_some()
+    }
+
+    /// Waits until the writer applied everything copied so far ([`Session::sync`]); false
+    /// without a session, or when `wait` passed first.
+    #[allow(dead_code)] // Used by the resumable watch (proxy/resume): remove on that merge.
+    pub(crate) fn sync(&mut self, wait: Duration) -> bool {
+        let synced = self.session.as_mut().is_some_and(|s| s.sync(wait));
+        if self.session.as_ref().is_some_and(Session::dropped) {
+            // The queue was full: the session is gone, as a failed chunk would drop it.
+            self.session = None;
+        }
+        synced
+    }
+
     /// Ends the session, whole or not, and lets the caller end `inner` itself (a watch
     /// whose events all went whole, whatever became of its client).
     pub(crate) fn end_session(&mut self, complete: bool) {

@@ -45,5 +45,6 @@ mod start_limits;
 mod trust;
 mod watch_list_options;
 mod watch_resume;
+mod watch_resume_history;
 mod whole_list;
 mod yurthub_command_line;

@@ -127,6 +127,12 @@ impl ObjectIndex {
         }
     }
 
+    /// The stored resourceVersion of the object at path hash `key` (0: none, or not a
+    /// number); `None` when the index does not know the object (the disk must tell).
+    pub(super) fn rv_of(&self, key: u64) -> Option<u64> {
+        self.entries.get(&key).map(|e| e.rv)
+    }
+
     /// The file at `key` now holds what `entry` describes.
     pub(super) fn record(&mut self, key: u64, entry: Entry) {
         self.entries.insert(key, entry);

@@ -1,5 +1,5 @@
 //! Reading a collection in (namespace, name) order, one namespace directory at a time:
-//! [`ObjectIter`] for readers, the name cursor for a replacement's merge.
+//! [`ObjectIter`] for readers, [`NameIter`] for names alone, the name cursor for a replacement's merge.
 
 use std::fs;
 use std::io;
@@ -42,6 +42,21 @@ impl Iterator for ObjectIter {
                 Err(e) => return Some(Err(e)),
             }
         }
+    }
+}
+
+/// The names of one collection's objects, as (namespace, name), read lazily without
+/// opening a file; see [`Store::names`].
+#[derive(Debug)]
+pub(crate) struct NameIter {
+    pub(super) cursor: NameCursor,
+}
+
+impl Iterator for NameIter {
+    type Item = Result<(Option<String>, String), StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.cursor.next_name()
     }
 }
 

@@ -85,7 +85,7 @@
 //! `mod.rs` the store API and layout; `replace.rs` list replacements; `journal.rs` the
 //! journal and recovery at start; `tombstones.rs` recent deletions; `recent.rs` which
 //! objects changed lately (what a whole list yields to); `index.rs` the
-//! in-memory index that answers unchanged puts; `list.rs` reading a collection in order; `tokens.rs` TokenRequest answers; `fs.rs` the no-follow, 0600/0700
+//! in-memory index that answers unchanged puts and stored versions; `list.rs` reading a collection (or its names) in order; `tokens.rs` TokenRequest answers; `fs.rs` the no-follow, 0600/0700
 //! file primitives; `error.rs` [`StoreError`];
 //! `error_keys.rs` the list of keys whose write failed, kept beside the cache; `grants.rs`
 //! the credentials' read grants, kept beside the cache.
@@ -129,7 +129,7 @@ use tombstones::Tombstones;
 pub(crate) use error::{StoreError, StoreOp};
 pub(crate) use journal::CommitStep;
 pub(crate) use journal::RecoveryReport;
-pub(crate) use list::ObjectIter;
+pub(crate) use list::{NameIter, ObjectIter};
 pub(crate) use replace::Replace;
 #[cfg(test)]
 pub(crate) use replace::ReplaceReport;
@@ -286,6 +286,56 @@ impl Store {
             None => index.forget(at),
         }
         Ok(bytes)
+    }
+
+    /// The stored resourceVersion of one object: the index's when it knows the object (no
+    /// syscall), else the file's. `None` when it is not stored; `Some(0)` when it is stored
+    /// without a numeric resourceVersion (as old as [`rv_newer`] takes it to be).
+    ///
+    /// A read from the file does not fill the index: only the writer makes entries, since
+    /// a reader's entry could record a version the writer replaced or removed meanwhile, and
+    /// a later put would be judged by it. Entries are missing only after a collection was
+    /// deleted whole or a journal applied, so the file is the rare path.
+    pub(crate) fn version_of(&self, key: &ObjectKey) -> Result<Option<u64>, StoreError> {
+        check_key(key)?;
+        let at = {
+            let index = self.index();
+            let at = index.key_hash(key);
+            if let Some(rv) = index.rv_of(at) {
+                return Ok(Some(rv));
+            }
+            at
+        };
+        let dirs = self.object_dirs(key);
+        if !all_real_dirs(&dirs)? {
+            return Ok(None);
+        }
+        let Some(bytes) = read_object(&dirs[dirs.len() - 1].join(&key.name))? else {
+            return Ok(None);
+        };
+        self.index().check_read(at, &bytes);
+        let rv = stored_rv(&bytes).and_then(|rv| rv.parse().ok());
+        Ok(Some(rv.unwrap_or(0)))
+    }
+
+    /// The names of a collection's objects, sorted by (namespace, name), without reading a
+    /// file: one namespace directory's names at a time, as [`Store::list`] reads them.
+    ///
+    /// `None` when the collection is not cached; `namespace` limits the names to one
+    /// namespace directory, and without it cluster-scoped names come first.
+    pub(crate) fn names(
+        &self,
+        c: &CollectionKey,
+        namespace: Option<&str>,
+    ) -> Result<Option<NameIter>, StoreError> {
+        if let Some(ns) = namespace {
+            check_segment("namespace", ns)?;
+        }
+        let Some(kind_dir) = self.collection_dir(c)? else {
+            return Ok(None);
+        };
+        let cursor = NameCursor::open(kind_dir, namespace, None)?;
+        Ok(Some(NameIter { cursor }))
     }
 
     /// Whether this collection was ever cached (a list answered empty counts).

@@ -154,6 +154,10 @@ fn handle<'s>(
             put_object(store, failures, &collection, None, &bytes, None, &mut 0);
         }
         CacheMsg::Grants(grants) => grants.persist(store),
+        // Every message before it is handled; the sender may have stopped waiting.
+        CacheMsg::Barrier(ack) => {
+            let _ = ack.try_send(());
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -66,6 +66,10 @@ pub(crate) enum CacheMsg {
     },
     /// The read grants changed: write them (`cache/grants.rs`). At most one is queued.
     Grants(Arc<Grants>),
+    /// Acknowledged once every message before it was handled: messages are handled in
+    /// order, so the ack means a session's earlier chunks are applied (a resumable watch's
+    /// difference reads the store only after the events it delivered are on it).
+    Barrier(Sender<()>),
 }
 
 /// The byte budget shared by senders and the writer: body bytes waiting in the channel are
@@ -163,13 +167,32 @@ impl Queue {
     }
 }
 
+impl Queue {
+    /// Queues a message that carries no bytes, waiting up to `wait` for room in the channel
+    /// (the byte budget does not apply: it adds none).
+    fn send_within(&self, tx: &Sender<CacheMsg>, msg: CacheMsg, wait: Duration) -> bool {
+        debug_assert_eq!(msg.payload_len(), 0);
+        let sent = tx.send_timeout(msg, wait).is_ok();
+        if sent {
+            METRICS
+                .cache_writer_queue_depth
+                .fetch_add(1, Ordering::Relaxed);
+            self.doorbell.ring();
+        }
+        sent
+    }
+}
+
 impl CacheMsg {
     pub(super) fn payload_len(&self) -> usize {
         match self {
             CacheMsg::Chunk { data, .. } => data.len(),
             CacheMsg::Put { bytes, .. } => bytes.len(),
             CacheMsg::Whole { body, .. } => body.len(),
-            CacheMsg::Begin { .. } | CacheMsg::End { .. } | CacheMsg::Grants(_) => 0,
+            CacheMsg::Begin { .. }
+            | CacheMsg::End { .. }
+            | CacheMsg::Grants(_)
+            | CacheMsg::Barrier(_) => 0,
         }
     }
 }
@@ -402,6 +425,46 @@ impl Session {
             return false;
         }
         true
+    }
+
+    /// The session was given up (the queue was full): nothing more reaches the writer.
+    #[allow(dead_code)] // Used by the resumable watch (proxy/resume): remove on that merge.
+    pub(crate) fn dropped(&self) -> bool {
+        self.done
+    }
+
+    /// Hands what is pending to the writer and waits until it handled every message this
+    /// session sent so far (the body's bytes are then applied to the store); false when
+    /// `wait` passed first, or the session is abandoned or over.
+    #[allow(dead_code)] // Used by the resumable watch (proxy/resume): remove on that merge.
+    pub(crate) fn sync(&mut self, wait: Duration) -> bool {
+        let until = Instant::now() + wait;
+        if self.done
+            || self
+                .abandoned
+                .as_ref()
+                .is_some_and(|a| a.load(Ordering::Acquire))
+        {
+            return false;
+        }
+        if !self.pending.is_empty() {
+            let data = std::mem::take(&mut self.pending);
+            if !self.send_data(data) {
+                return false;
+            }
+        } else if !self.send_begin() {
+            self.abandon();
+            return false;
+        }
+        let (ack, acked) = crossbeam_channel::bounded(1);
+        if !self
+            .queue
+            .send_within(&self.tx, CacheMsg::Barrier(ack), wait)
+        {
+            return false;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        acked.recv_timeout(left).is_ok()
     }
 
     /// The body is over: whole (`complete`) or broken off.

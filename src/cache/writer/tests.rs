@@ -543,3 +543,54 @@ fn a_pruned_collection_takes_its_failed_keys_with_it() {
     assert!(!blocker.exists());
     assert!(persisted_error_keys(&t).is_empty());
 }
+
+/// A resumable watch's difference reads the store after a barrier: by then every event the
+/// session copied before it is applied, whatever the writer was busy with.
+#[test]
+fn barrier_is_answered_after_earlier_events_are_applied() {
+    let t = TempStore::new("barrier");
+    let (tx, rx) = channel(64, 1 << 20);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            // Slow, as a slow flash would be: the events are still queued when sync begins.
+            let options = WriterOptions {
+                delay_per_message: Some(Duration::from_millis(30)),
+            };
+            run(&t.store, rx, &stop, options);
+        });
+        let mut s = watch(&tx);
+        for rv in 3..8 {
+            assert!(s.chunk(event("MODIFIED", rv).as_bytes()));
+        }
+        assert!(s.sync(Duration::from_secs(10)), "acknowledged");
+        assert_eq!(
+            stored_rv_of(&t, "kubelet/pods.v1.core/ns/w").as_deref(),
+            Some("7"),
+            "every event before the barrier is on disk"
+        );
+        // Too short a wait for a writer this slow: false, and the session goes on.
+        assert!(s.chunk(event("MODIFIED", 8).as_bytes()));
+        assert!(!s.sync(Duration::from_millis(1)));
+        assert!(s.sync(Duration::from_secs(10)));
+        assert_eq!(
+            stored_rv_of(&t, "kubelet/pods.v1.core/ns/w").as_deref(),
+            Some("8")
+        );
+        s.finish(true);
+        drop(tx);
+        stop.store(true, Ordering::Release);
+        writer.join().unwrap();
+    });
+}
+
+/// A session the queue dropped cannot vouch for the store.
+#[test]
+fn a_dropped_session_does_not_sync() {
+    let (tx, _rx) = channel(2, 1 << 20);
+    let mut s = watch(&tx);
+    // Begin and one chunk fill the channel; the next chunk drops the session.
+    assert!(s.chunk(event("ADDED", 3).as_bytes()));
+    assert!(!s.chunk(event("MODIFIED", 4).as_bytes()));
+    assert!(!s.sync(Duration::from_millis(50)));
+}

@@ -203,3 +203,38 @@ fn index_of_20000_objects() {
     );
     assert_eq!(index.len(), 20_000);
 }
+
+#[test]
+fn version_of_from_the_index_and_from_disk() {
+    let dir = TempDir::new("index-version-of");
+    let store = open(&dir);
+    let web = key(&pods(), Some("a"), "web");
+    assert_eq!(store.version_of(&web).unwrap(), None);
+    put(&store, &pods(), Some("a"), "web", 5, "web");
+    put(&store, &nodes(), None, "n1", 3, "node");
+    assert_eq!(store.version_of(&web).unwrap(), Some(5));
+    assert_eq!(
+        store.version_of(&key(&pods(), Some("a"), "api")).unwrap(),
+        None
+    );
+    assert_eq!(
+        store.version_of(&key(&pods(), Some("b"), "web")).unwrap(),
+        None
+    );
+
+    // Behind the store's back: the index still answers 5, the file is not read.
+    fs::write(web_path(&dir), object(Some("a"), "web", 9, "web")).unwrap();
+    assert_eq!(store.version_of(&web).unwrap(), Some(5));
+
+    // A collection deleted whole clears the index: the file answers from then on.
+    assert!(store.delete_collection(&nodes()).unwrap());
+    assert_eq!(store.version_of(&web).unwrap(), Some(9));
+    fs::write(web_path(&dir), br#"{"metadata":{"name":"web"}}"#).unwrap();
+    assert_eq!(store.version_of(&web).unwrap(), Some(0));
+    fs::remove_file(web_path(&dir)).unwrap();
+    assert_eq!(store.version_of(&web).unwrap(), None);
+    assert_eq!(store.version_of(&key(&nodes(), None, "n1")).unwrap(), None);
+
+    let bad = key(&pods(), Some("a"), "../web");
+    assert!(store.version_of(&bad).is_err());
+}

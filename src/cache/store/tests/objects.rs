@@ -730,3 +730,49 @@ fn full_disk_child() {
     assert_eq!(names(&store, &pods(), None, None).unwrap(), ["a/x"]);
     assert_eq!(get(&store, &pods(), Some("a"), "x"), Some(old));
 }
+
+#[test]
+fn names_in_order_without_reading_files() {
+    let dir = TempDir::new("names");
+    let store = open(&dir);
+    assert!(store.names(&pods(), None).unwrap().is_none());
+    for (ns, name) in [("b", "web"), ("a", "zed"), ("a", "api"), ("a-b", "x")] {
+        put(&store, &pods(), Some(ns), name, 1, "web");
+    }
+    fs::write(dir.root().join("kubelet/pods.v1.core/a/.partial"), b"{").unwrap();
+    let all = |namespace: Option<&str>| -> Vec<(Option<String>, String)> {
+        let names = store.names(&pods(), namespace).unwrap().unwrap();
+        names.map(Result::unwrap).collect()
+    };
+    let pair = |ns: &str, name: &str| (Some(ns.to_owned()), name.to_owned());
+    assert_eq!(
+        all(None),
+        [
+            pair("a", "api"),
+            pair("a", "zed"),
+            pair("a-b", "x"),
+            pair("b", "web")
+        ]
+    );
+    assert_eq!(all(Some("a")), [pair("a", "api"), pair("a", "zed")]);
+    assert_eq!(all(Some("never-used")), []);
+    assert!(store.names(&pods(), Some("../a")).is_err());
+
+    // A file removed after its directory was read is still named: names open no file
+    // (a listing skips it, since it reads each one).
+    let mut names = store.names(&pods(), None).unwrap().unwrap();
+    assert_eq!(names.next().unwrap().unwrap(), pair("a", "api"));
+    assert!(store.delete(&key(&pods(), Some("a"), "zed"), None).unwrap());
+    assert_eq!(names.next().unwrap().unwrap(), pair("a", "zed"));
+    assert_eq!(names.next().unwrap().unwrap(), pair("a-b", "x"));
+
+    for name in ["edge-2", "edge-1"] {
+        put(&store, &nodes(), None, name, 1, "node");
+    }
+    let nodes: Vec<_> = store.names(&nodes(), None).unwrap().unwrap().collect();
+    let nodes: Vec<_> = nodes.into_iter().map(Result::unwrap).collect();
+    assert_eq!(
+        nodes,
+        [(None, "edge-1".to_owned()), (None, "edge-2".to_owned())]
+    );
+}

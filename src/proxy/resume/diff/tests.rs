@@ -1,0 +1,470 @@
+//! The difference against a store in a scratch directory, written to a Vec-backed chain.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::*;
+use crate::selector::Selectors;
+use crate::upstream::{Answer, Outgoing, UpstreamError};
+
+/// A scratch directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let path =
+            std::env::temp_dir().join(format!("tinyhub-resume-diff-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        Scratch(path)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The client's chain: every event written, with the rv recorded as delivered.
+#[derive(Default)]
+struct Client {
+    events: Vec<(Value, String)>,
+    /// Fails the write after this many events.
+    gone_after: Option<usize>,
+    /// The last resourceVersion delivered.
+    last: String,
+}
+
+impl Emit for Client {
+    fn emit(&mut self, event: &[u8], rv: &str) -> Result<(), Stop> {
+        if self.gone_after == Some(self.events.len()) {
+            return Err(Stop::Gone(std::io::ErrorKind::BrokenPipe.into()));
+        }
+        self.events
+            .push((serde_json::from_slice(event).unwrap(), rv.to_owned()));
+        self.last = rv.to_owned();
+        Ok(())
+    }
+
+    fn caught_up_to(&mut self, rv: &str) {
+        self.last = rv.to_owned();
+    }
+}
+
+impl Client {
+    /// (type, namespace/name, object's resourceVersion) of each event.
+    fn seen(&self) -> Vec<(String, String, String)> {
+        let text = |v: &Value, p: &str| {
+            v.pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        self.events
+            .iter()
+            .map(|(e, _)| {
+                let o = &e["object"];
+                let key = format!(
+                    "{}/{}",
+                    text(o, "/metadata/namespace"),
+                    text(o, "/metadata/name")
+                );
+                (text(e, "/type"), key, text(o, "/metadata/resourceVersion"))
+            })
+            .collect()
+    }
+}
+
+/// Never asked: the rounds of these tests are led by hand.
+struct NoCloud;
+
+impl Cloud for NoCloud {
+    fn send(&self, _: Outgoing<'_>) -> Result<Answer, UpstreamError> {
+        Err(UpstreamError::NoHealthyBackend)
+    }
+    fn any_healthy(&self) -> bool {
+        true
+    }
+    fn any_probed_healthy(&self) -> bool {
+        true
+    }
+    fn server(&self, _: usize) -> &str {
+        "https://cloud:6443"
+    }
+    fn healthy(&self, _: usize) -> bool {
+        true
+    }
+    fn recoveries(&self) -> u64 {
+        0
+    }
+}
+
+fn pods() -> CollectionKey {
+    CollectionKey::new("kubelet", "pods", "v1", "")
+}
+
+fn pod(ns: &str, name: &str, rv: u64, node: &str) -> Vec<u8> {
+    format!(
+        r#"{{"metadata":{{"name":"{name}","namespace":"{ns}","resourceVersion":"{rv}","labels":{{"app":"web"}}}},"spec":{{"nodeName":"{node}"}}}}"#
+    )
+    .into_bytes()
+}
+
+fn store_with(dir: &Scratch, stored: &[(&str, &str, u64, &str)]) -> Store {
+    let (store, _) = Store::open(&dir.0).unwrap();
+    for &(ns, name, rv, node) in stored {
+        let key = ObjectKey {
+            collection: pods(),
+            namespace: Some(ns.to_owned()),
+            name: name.to_owned(),
+        };
+        store
+            .put(&key, &pod(ns, name, rv, node), Some(&rv.to_string()))
+            .unwrap();
+    }
+    store
+}
+
+/// A list item as the apiserver sends it (no kind), with kind and apiVersion put in front
+/// as `rounds.rs` does.
+fn listed(ns: &str, name: &str, rv: u64, node: &str) -> ListedItem {
+    let raw = pod(ns, name, rv, node);
+    let mut object = br#"{"kind":"Pod","apiVersion":"v1","#.to_vec();
+    object.extend_from_slice(&raw[1..]);
+    ListedItem {
+        namespace: Some(ns.to_owned()),
+        name: name.to_owned(),
+        rv: rv.to_string(),
+        object: object.into_boxed_slice(),
+    }
+}
+
+fn end(rv: u64) -> ListEnd {
+    ListEnd {
+        rv: rv.to_string(),
+        kind: "Pod".to_owned(),
+        api_version: "v1".to_owned(),
+    }
+}
+
+struct Watch<'a> {
+    store: &'a Store,
+    collection: CollectionKey,
+    selectors: Selectors,
+    client_rv: u64,
+    pass_bookmarks: bool,
+    rounds: ListRounds,
+}
+
+impl<'a> Watch<'a> {
+    fn new(store: &'a Store, client_rv: u64) -> Watch<'a> {
+        Watch {
+            store,
+            collection: pods(),
+            selectors: Selectors::everything(),
+            client_rv,
+            pass_bookmarks: false,
+            rounds: ListRounds::new(Duration::ZERO),
+        }
+    }
+
+    fn ctx(&self) -> RoundCtx<'_> {
+        RoundCtx {
+            cloud: &NoCloud,
+            rounds: &self.rounds,
+            key: ScopeKey {
+                identity: None,
+                path: "/api/v1/pods".to_owned(),
+                label_selector: String::new(),
+                field_selector: String::new(),
+            },
+            list_target: "/api/v1/pods".to_owned(),
+            headers: &[],
+            identity: Identity::Hub,
+            store: self.store,
+            collection: &self.collection,
+            namespace: None,
+            selectors: &self.selectors,
+            client_rv: self.client_rv,
+            pass_bookmarks: self.pass_bookmarks,
+            kind: None,
+        }
+    }
+
+    /// The difference of `list` (ended at `list_rv`) sent to a fresh client.
+    fn diff(&self, list: &[ListedItem], list_rv: u64) -> (Client, Diffed) {
+        let ctx = self.ctx();
+        let mut differ = Differ::new(&ctx);
+        let mut client = Client::default();
+        for item in list {
+            differ.item(item, &mut client).unwrap();
+        }
+        let counts = differ.end(&end(list_rv), &mut client).unwrap();
+        (client, counts)
+    }
+}
+
+fn event(kind: &str, key: &str, rv: u64) -> (String, String, String) {
+    (kind.to_owned(), key.to_owned(), rv.to_string())
+}
+
+#[test]
+fn added_modified_unchanged_and_deleted() {
+    let dir = Scratch::new("all");
+    // The client was sent a/same@10, a/changed@11, a/gone@12; its last rv is 12.
+    let store = store_with(
+        &dir,
+        &[
+            ("a", "same", 10, "n1"),
+            ("a", "changed", 11, "n1"),
+            ("a", "gone", 12, "n1"),
+        ],
+    );
+    let watch = Watch::new(&store, 12);
+    let list = [
+        listed("a", "changed", 20, "n1"),
+        listed("a", "new", 21, "n1"),
+        listed("a", "same", 10, "n1"),
+        listed("b", "other", 22, "n1"),
+    ];
+    let (client, counts) = watch.diff(&list, 30);
+    assert_eq!(
+        client.seen(),
+        [
+            event("MODIFIED", "a/changed", 20),
+            event("ADDED", "a/new", 21),
+            event("ADDED", "b/other", 22),
+            event("DELETED", "a/gone", 30),
+        ]
+    );
+    assert_eq!(
+        counts,
+        Diffed {
+            added: 2,
+            modified: 1,
+            deleted: 1
+        }
+    );
+    // Listed objects go as listed, kind included; each is recorded at its own rv.
+    let (first, rv) = &client.events[0];
+    assert_eq!(first["object"]["kind"], "Pod");
+    assert_eq!(first["object"]["spec"]["nodeName"], "n1");
+    assert_eq!(rv, "20");
+    // The deletion carries the stored object, with kind, at the list's rv.
+    let (deleted, rv) = &client.events[3];
+    assert_eq!(deleted["object"]["kind"], "Pod");
+    assert_eq!(deleted["object"]["apiVersion"], "v1");
+    assert_eq!(deleted["object"]["metadata"]["labels"]["app"], "web");
+    assert_eq!(rv, "30");
+}
+
+#[test]
+fn a_stored_version_newer_than_the_client_is_sent() {
+    let dir = Scratch::new("newer");
+    // Another stream of the component stored a/web@15; this watch delivered up to 12.
+    let store = store_with(&dir, &[("a", "web", 15, "n1"), ("a", "db", 11, "n1")]);
+    let watch = Watch::new(&store, 12);
+    let list = [listed("a", "db", 11, "n1"), listed("a", "web", 15, "n1")];
+    let (client, counts) = watch.diff(&list, 30);
+    assert_eq!(client.seen(), [event("MODIFIED", "a/web", 15)]);
+    assert_eq!(counts.modified, 1);
+    // No deletion, no bookmark: the client is left at the list's version all the same.
+    assert_eq!(client.last, "30");
+    // The same list against a client that got 15 sends nothing.
+    let watch = Watch::new(&store, 15);
+    assert_eq!(watch.diff(&list, 30).0.seen(), []);
+}
+
+#[test]
+fn objects_outside_the_selectors_are_not_deleted() {
+    let dir = Scratch::new("selectors");
+    // The component also cached pods of other nodes (another watch, a get): not this
+    // watch's, so their absence from its list deletes nothing.
+    let store = store_with(
+        &dir,
+        &[
+            ("a", "mine", 10, "edge-1"),
+            ("a", "theirs", 11, "edge-2"),
+            ("a", "mine-gone", 12, "edge-1"),
+        ],
+    );
+    let mut watch = Watch::new(&store, 12);
+    watch.selectors = Selectors::parse(None, Some("spec.nodeName=edge-1")).unwrap();
+    let (client, _) = watch.diff(&[listed("a", "mine", 10, "edge-1")], 30);
+    assert_eq!(client.seen(), [event("DELETED", "a/mine-gone", 30)]);
+    // Without selectors the other node's pod would have gone too.
+    let watch = Watch::new(&store, 12);
+    let (client, _) = watch.diff(&[listed("a", "mine", 10, "edge-1")], 30);
+    assert_eq!(client.seen().len(), 2);
+}
+
+#[test]
+fn deletions_come_last_at_the_list_rv() {
+    let dir = Scratch::new("last");
+    let store = store_with(&dir, &[("a", "a-gone", 5, "n1"), ("z", "z-gone", 6, "n1")]);
+    let watch = Watch::new(&store, 6);
+    // The list's items sort after the deleted names, yet the deletions come after them.
+    let list = [listed("m", "new", 25, "n1"), listed("zz", "new", 26, "n1")];
+    let (client, _) = watch.diff(&list, 40);
+    assert_eq!(
+        client.seen(),
+        [
+            event("ADDED", "m/new", 25),
+            event("ADDED", "zz/new", 26),
+            event("DELETED", "a/a-gone", 40),
+            event("DELETED", "z/z-gone", 40),
+        ]
+    );
+    let recorded: Vec<&str> = client.events.iter().map(|(_, rv)| rv.as_str()).collect();
+    assert_eq!(recorded, ["25", "26", "40", "40"]);
+}
+
+#[test]
+fn bookmark_only_when_asked() {
+    let dir = Scratch::new("bookmark");
+    let store = store_with(&dir, &[("a", "web", 5, "n1")]);
+    let mut watch = Watch::new(&store, 5);
+    let list = [listed("a", "web", 5, "n1")];
+    assert_eq!(watch.diff(&list, 40).0.events, []);
+    watch.pass_bookmarks = true;
+    let (client, counts) = watch.diff(&list, 40);
+    assert_eq!(counts, Diffed::default());
+    let [(bookmark, rv)] = &client.events[..] else {
+        panic!("one bookmark: {:?}", client.events);
+    };
+    assert_eq!(
+        *bookmark,
+        serde_json::json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "40"}}})
+    );
+    assert_eq!(rv, "40");
+}
+
+/// The whole round through `catch_up`: a follower of a round led by hand.
+#[test]
+fn catch_up_sends_the_difference_of_its_rounds_list() {
+    let dir = Scratch::new("catch-up");
+    let store = store_with(&dir, &[("a", "gone", 5, "n1"), ("a", "web", 6, "n1")]);
+    let mut watch = Watch::new(&store, 6);
+    watch.pass_bookmarks = true;
+    watch.rounds = ListRounds::new(Duration::from_millis(300));
+    let ctx = watch.ctx();
+    let Joined::Lead(leader) = watch.rounds.join(ctx.key.clone()) else {
+        panic!("the first join leads");
+    };
+    let (result, client) = std::thread::scope(|s| {
+        let follower = s.spawn(|| {
+            let mut client = Client::default();
+            (catch_up(&ctx, &mut client), client)
+        });
+        while watch.rounds.followers(&ctx.key) < 1 {
+            std::thread::yield_now();
+        }
+        leader.run(
+            &mut |each| {
+                assert!(each(listed("a", "new", 20, "n1")));
+                assert!(each(listed("a", "web", 6, "n1")));
+                Ok(end(30))
+            },
+            &mut |_| true,
+        );
+        follower.join().unwrap()
+    });
+    let CatchUp::Done {
+        list_rv,
+        added,
+        modified,
+        deleted,
+        listed,
+    } = result
+    else {
+        panic!("{result:?}");
+    };
+    assert_eq!(
+        (list_rv.as_str(), added, modified, deleted, listed),
+        ("30", 1, 0, 1, false)
+    );
+    let mut seen = client.seen();
+    let bookmark = seen.pop().unwrap();
+    assert_eq!(bookmark.0, "BOOKMARK");
+    assert_eq!(
+        seen,
+        [event("ADDED", "a/new", 20), event("DELETED", "a/gone", 30)]
+    );
+}
+
+#[test]
+fn a_client_gone_mid_difference_and_a_failed_list_end_the_round() {
+    let dir = Scratch::new("gone");
+    let store = store_with(&dir, &[]);
+    let watch = Watch::new(&store, 0);
+    let ctx = watch.ctx();
+    let mut client = Client {
+        gone_after: Some(0),
+        ..Client::default()
+    };
+    let mut differ = Differ::new(&ctx);
+    assert!(matches!(
+        differ.item(&listed("a", "new", 20, "n1"), &mut client),
+        Err(Stop::Gone(_))
+    ));
+    // A lead whose list fails: the cloud's failure is a retry (NoCloud fails every send).
+    let mut client = Client::default();
+    assert!(matches!(catch_up(&ctx, &mut client), CatchUp::Retry(_)));
+    assert!(client.events.is_empty());
+}
+
+/// The bytes a chain delivered.
+#[derive(Default)]
+struct Delivered(Vec<u8>);
+
+impl crate::stream::Sink for Delivered {
+    fn write(&mut self, data: &[u8]) -> Result<(), Stop> {
+        self.0.extend_from_slice(data);
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<(), Stop> {
+        Ok(())
+    }
+    fn abort(&mut self) {}
+    fn uncache(&mut self, _: crate::stream::Uncached) -> Result<(), Stop> {
+        Ok(())
+    }
+}
+
+#[test]
+fn through_the_event_cut_the_client_is_left_at_the_list_rv() {
+    let dir = Scratch::new("event-cut");
+    let store = store_with(&dir, &[("a", "gone", 5, "n1")]);
+    let watch = Watch::new(&store, 5);
+    let ctx = watch.ctx();
+    let note = |_: u64| {};
+    let start = crate::stream::Progress {
+        last_rv: "5".to_owned(),
+        initial_done: true,
+        ..Default::default()
+    };
+    let mut chain = EventCut::new(Delivered::default(), false, start, &note);
+    let mut differ = Differ::new(&ctx);
+    differ
+        .item(&listed("a", "new", 20, "n1"), &mut chain)
+        .unwrap();
+    differ.end(&end(30), &mut chain).unwrap();
+    assert_eq!(chain.progress().last_rv, "30");
+    assert_eq!(chain.progress().kind, "Pod");
+    // Nothing to delete, no bookmark: the list's version all the same.
+    let mut differ = Differ::new(&ctx);
+    for item in [listed("a", "gone", 5, "n1"), listed("a", "new", 20, "n1")] {
+        differ.item(&item, &mut chain).unwrap();
+    }
+    differ.end(&end(35), &mut chain).unwrap();
+    assert_eq!(chain.progress().last_rv, "35");
+    let lines: Vec<Value> = chain
+        .inner_mut()
+        .0
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect();
+    let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["ADDED", "DELETED", "ADDED"]);
+}
