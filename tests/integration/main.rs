@@ -44,5 +44,6 @@ mod serve_extras;
 mod start_limits;
 mod trust;
 mod watch_list_options;
+mod watch_resume_faults;
 mod whole_list;
 mod yurthub_command_line;
