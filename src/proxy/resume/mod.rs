@@ -63,6 +63,8 @@ use crate::upstream::Answer;
 /// How often a held watch looks at its client, the cloud's health, its deadline and the
 /// hub's shutdown (as the offline hold does).
 const TICK: Duration = Duration::from_secs(1);
+/// How often a held watch looks at the cloud's health while no server is usable.
+const HEALTH_POLL: Duration = Duration::from_millis(250);
 /// How long after a resume the events count as its catch-up (the cloud sends a resumed
 /// watch's backlog at once).
 const CATCH_UP_WINDOW: Duration = Duration::from_secs(1);
@@ -386,6 +388,13 @@ impl Watch<'_, '_, '_, '_> {
             // A stage inside cut the stream (the filters could not read it): it ends, as a
             // relayed watch does.
             Pumped::Stopped(stop) if !matches!(stop, Stop::EndOfLeg) => Ok(LegEnd::Refused(0)),
+            Pumped::BrokeOff(e) => {
+                log::debug!(
+                    "a watch's leg broke off: {e} resource=\"{}\"",
+                    self.resource
+                );
+                Ok(self.chain.leg_end().unwrap_or(LegEnd::BrokeOff))
+            }
             _ => Ok(self.chain.leg_end().unwrap_or(LegEnd::BrokeOff)),
         }
     }
@@ -405,16 +414,17 @@ impl Watch<'_, '_, '_, '_> {
             if self.hub.shutdown.load(Ordering::Relaxed) || self.due(Duration::ZERO) {
                 return Held::End;
             }
-            if now >= until {
-                if self.hub.cloud.any_healthy() {
-                    if !had_to_wait || jittered {
-                        return Held::Ready;
-                    }
-                    jittered = true;
-                    until = now + leg::jitter(&self.scope, self.hub.cloud.recoveries());
-                    continue;
+            // Looked at during a backoff too: a resume that failed at the outage's start
+            // waits out the outage like the others, and gets the same jitter.
+            let usable = self.hub.cloud.any_healthy();
+            had_to_wait |= !usable;
+            if now >= until && usable {
+                if !had_to_wait || jittered {
+                    return Held::Ready;
                 }
-                had_to_wait = true;
+                jittered = true;
+                until = now + leg::jitter(&self.scope, self.hub.cloud.recoveries());
+                continue;
             }
             if now >= next_bookmark {
                 next_bookmark = now + leg::HELD_BOOKMARK_EVERY;
@@ -422,7 +432,9 @@ impl Watch<'_, '_, '_, '_> {
                     return Held::Gone(e);
                 }
             }
-            let mut tick = TICK.min(until.saturating_duration_since(now).max(TICK / 10));
+            // To the instant of a jitter or backoff; while waiting for a usable server, a
+            // quarter tick, so the watches of a scope see it within one round's gather.
+            let mut tick = TICK.min(until.saturating_duration_since(now).max(HEALTH_POLL));
             if let Some(deadline) = self.deadline {
                 tick = tick.min(deadline.saturating_duration_since(now));
             }
