@@ -429,9 +429,7 @@ fn token_target(
     path: &ResourcePath,
 ) -> Option<TokenTarget> {
     let token_request = req.method == Method::Post
-        && path.gvr.group.is_empty()
-        && path.gvr.version == "v1"
-        && path.gvr.resource == "serviceaccounts"
+        && path.gvr.is("", "v1", "serviceaccounts")
         && path.subresource.as_deref() == Some("token")
         && !path.extra_path;
     if !token_request {
