@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use crate::names::{
-    Component, is_dns_label, is_dns_subdomain, is_object_name, is_resource_name, is_version,
+    Component, Gvr, is_dns_label, is_dns_subdomain, is_object_name, is_resource_name, is_version,
 };
 use crate::requester::Requester;
 
@@ -94,12 +94,8 @@ impl Verb {
 /// A resource URL, decoded and validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ResourcePath {
-    /// API group, "" for core.
-    pub group: String,
-    /// API version.
-    pub version: String,
-    /// Resource (plural).
-    pub resource: String,
+    /// API group ("" for core), version and resource (plural).
+    pub gvr: Gvr,
     /// Subresource such as `status`.
     pub subresource: Option<String>,
     /// Namespace of a namespaced request.
@@ -751,9 +747,11 @@ fn parse_path(raw_path: &str) -> Result<Target, RequestError> {
         None => None,
     };
     Ok(Target::Resource(ResourcePath {
-        group,
-        version: version.to_string(),
-        resource: resource.to_owned(),
+        gvr: Gvr {
+            group,
+            version: version.to_string(),
+            resource: resource.to_owned(),
+        },
         subresource,
         namespace,
         name,
@@ -1004,9 +1002,9 @@ mod tests {
             (Target::Resource(p), Some((g, v, res, ns, name, sub))) => {
                 assert_eq!(
                     (
-                        p.group.as_str(),
-                        p.version.as_str(),
-                        p.resource.as_str(),
+                        p.gvr.group.as_str(),
+                        p.gvr.version.as_str(),
+                        p.gvr.resource.as_str(),
                         p.namespace.as_deref(),
                         p.name.as_deref(),
                         p.subresource.as_deref()
