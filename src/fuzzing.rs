@@ -63,10 +63,10 @@ fn check_request(head: &RequestHead, req: &ApiRequest) {
     match &req.target {
         Target::Resource(r) => {
             assert!(
-                r.group.is_empty() || names::is_dns_subdomain(&r.group),
+                r.gvr.group.is_empty() || names::is_dns_subdomain(&r.gvr.group),
                 "{r:?}"
             );
-            for segment in [&r.version, &r.resource] {
+            for segment in [&r.gvr.version, &r.gvr.resource] {
                 assert!(is_safe_segment(segment), "{r:?} from {:?}", head.target);
             }
             if let Some(ns) = &r.namespace {

@@ -1,9 +1,14 @@
 //! Kubernetes' name rules, and the cache's rule for one path segment: pure string checks, no
 //! imports. The one place each rule is written; the request parser, the configuration, the
 //! cache keys, the selector parser and the offline event's name check all use these; and the
-//! one type made by such a check, [`Component`].
+//! types made by such checks: [`Component`], and [`Gvr`] (`names/gvr.rs`), one
+//! group/version/resource.
 
 use std::borrow::Cow;
+
+mod gvr;
+
+pub(crate) use gvr::{Gvr, GvrError};
 
 /// Longest object name: a DNS-1123 subdomain, the longest Kubernetes object name.
 const MAX_SEGMENT_BYTES: usize = 253;

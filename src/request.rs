@@ -10,9 +10,14 @@ use std::borrow::Cow;
 use std::fmt;
 
 use crate::names::{
-    Component, is_dns_label, is_dns_subdomain, is_object_name, is_resource_name, is_version,
+    Component, Gvr, is_dns_label, is_dns_subdomain, is_object_name, is_resource_name, is_version,
 };
 use crate::requester::Requester;
+
+mod accept;
+
+use accept::classify_accept;
+pub(crate) use accept::{Accept, DiscoveryForm};
 
 /// The HTTP method, as far as the hub cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,12 +99,8 @@ impl Verb {
 /// A resource URL, decoded and validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ResourcePath {
-    /// API group, "" for core.
-    pub group: String,
-    /// API version.
-    pub version: String,
-    /// Resource (plural).
-    pub resource: String,
+    /// API group ("" for core), version and resource (plural).
+    pub gvr: Gvr,
     /// Subresource such as `status`.
     pub subresource: Option<String>,
     /// Namespace of a namespaced request.
@@ -163,214 +164,6 @@ pub(crate) struct Query {
     /// version: what the hub read may not be what the cloud read, so a list answer to it
     /// adds and updates but deletes nothing.
     pub ambiguous: bool,
-}
-
-/// What the client will take as a response body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Accept {
-    /// JSON (or anything: no header, `*/*`).
-    Json,
-    /// JSON or protobuf; the hub may ask the cloud for JSON.
-    JsonOrProtobuf,
-    /// Only protobuf: passes through uncached.
-    ProtobufOnly,
-    /// A transformed answer (`as=Table`, `as=PartialObjectMetadata`...); `plain_json_too` when
-    /// plain JSON is also listed as acceptable (kubectl lists it last).
-    Transformed {
-        /// Plain JSON is acceptable as a fallback.
-        plain_json_too: bool,
-    },
-    /// Aggregated discovery (`as=APIGroupDiscoveryList`, what kubectl ≥ 1.26 and client-go
-    /// ask `/api` and `/apis` for), with the forms the client takes, best first.
-    Discovery(DiscoveryAccept),
-    /// Something else (YAML, CBOR...).
-    Other,
-}
-
-impl Accept {
-    /// The forms of a discovery document this client takes, best first: the legacy (plain
-    /// JSON) form alone unless it asks for aggregated discovery.
-    pub(crate) fn discovery(self) -> DiscoveryAccept {
-        match self {
-            Accept::Discovery(forms) => forms,
-            Accept::Json | Accept::JsonOrProtobuf => DiscoveryAccept::LEGACY,
-            Accept::Transformed {
-                plain_json_too: true,
-            } => DiscoveryAccept::LEGACY,
-            Accept::Transformed { .. } | Accept::ProtobufOnly | Accept::Other => {
-                DiscoveryAccept::NONE
-            }
-        }
-    }
-}
-
-/// A form of the discovery documents `/api` and `/apis`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DiscoveryForm {
-    /// `APIVersions` or `APIGroupList` as plain JSON (every other document has only this form).
-    Legacy,
-    /// Aggregated: an `apidiscovery.k8s.io/v2` `APIGroupDiscoveryList`.
-    V2,
-    /// Aggregated, `apidiscovery.k8s.io/v2beta1` (apiservers 1.26 to 1.32 also serve it).
-    V2Beta1,
-}
-
-impl DiscoveryForm {
-    /// Every form.
-    pub(crate) const ALL: [DiscoveryForm; 3] = [
-        DiscoveryForm::Legacy,
-        DiscoveryForm::V2,
-        DiscoveryForm::V2Beta1,
-    ];
-
-    /// The `Content-Type` of a document in this form, as the apiserver writes it.
-    pub(crate) fn content_type(self) -> &'static str {
-        match self {
-            DiscoveryForm::Legacy => "application/json",
-            DiscoveryForm::V2 => {
-                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
-            }
-            DiscoveryForm::V2Beta1 => {
-                "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
-            }
-        }
-    }
-
-    /// The form of an answer with this `Content-Type` (its parameters in any order, unknown
-    /// ones ignored); None when it is none of them (not JSON, a Table...).
-    pub(crate) fn of_content_type(content_type: &str) -> Option<DiscoveryForm> {
-        MediaRange::parse(content_type)
-            .filter(|m| {
-                m.ty.eq_ignore_ascii_case("application") && m.sub.eq_ignore_ascii_case("json")
-            })
-            .and_then(|m| m.discovery_form())
-    }
-}
-
-/// The discovery forms a client takes, in the order the apiserver picks from its `Accept`:
-/// by `q`, specific types before wildcards, then as listed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DiscoveryAccept {
-    forms: [Option<DiscoveryForm>; 3],
-}
-
-impl DiscoveryAccept {
-    /// Only the legacy form.
-    pub(crate) const LEGACY: DiscoveryAccept = DiscoveryAccept {
-        forms: [Some(DiscoveryForm::Legacy), None, None],
-    };
-    /// No form at all.
-    pub(crate) const NONE: DiscoveryAccept = DiscoveryAccept { forms: [None; 3] };
-
-    /// The forms taken, best first.
-    pub(crate) fn forms(self) -> impl Iterator<Item = DiscoveryForm> {
-        self.forms.into_iter().flatten()
-    }
-
-    /// Whether `form` is taken.
-    pub(crate) fn takes(self, form: DiscoveryForm) -> bool {
-        self.forms.contains(&Some(form))
-    }
-
-    /// From an `Accept` header, as the apiserver's negotiation reads it (goautoneg: a `q` that
-    /// does not parse is 0; ranges sorted by Go's insertion sort with its order).
-    fn parse(header: &str) -> DiscoveryAccept {
-        let mut ranges: Vec<MediaRange<'_>> =
-            header.split(',').filter_map(MediaRange::parse).collect();
-        let before = |a: &MediaRange<'_>, b: &MediaRange<'_>| {
-            a.q > b.q || (a.ty != "*" && b.ty == "*") || (a.sub != "*" && b.sub == "*")
-        };
-        for i in 1..ranges.len() {
-            let mut j = i;
-            while j > 0 && before(&ranges[j], &ranges[j - 1]) {
-                ranges.swap(j, j - 1);
-                j -= 1;
-            }
-        }
-        let mut accept = DiscoveryAccept::NONE;
-        let mut n = 0;
-        for form in ranges.iter().filter_map(MediaRange::discovery_form) {
-            if !accept.takes(form) && n < accept.forms.len() {
-                accept.forms[n] = Some(form);
-                n += 1;
-            }
-        }
-        accept
-    }
-}
-
-/// One range of an `Accept` header, or a `Content-Type`.
-struct MediaRange<'a> {
-    ty: &'a str,
-    sub: &'a str,
-    q: f32,
-    /// The `as`, `g` and `v` parameters: a transformed answer when `as` is given.
-    as_: Option<&'a str>,
-    g: Option<&'a str>,
-    v: Option<&'a str>,
-}
-
-impl<'a> MediaRange<'a> {
-    fn parse(range: &'a str) -> Option<MediaRange<'a>> {
-        let mut parts = range.split(';').map(str::trim);
-        let media = parts.next().unwrap_or("");
-        let (ty, sub) = match media.split_once('/') {
-            Some((ty, sub)) => (ty.trim(), sub.trim()),
-            None if media == "*" => ("*", "*"),
-            None => return None,
-        };
-        let mut m = MediaRange {
-            ty,
-            sub,
-            q: 1.0,
-            as_: None,
-            g: None,
-            v: None,
-        };
-        for (key, value) in parts.filter_map(|p| p.split_once('=')) {
-            let (key, value) = (key.trim(), value.trim());
-            if key.eq_ignore_ascii_case("q") {
-                m.q = value.parse().unwrap_or(0.0);
-            } else if key.eq_ignore_ascii_case("as") {
-                m.as_ = Some(value);
-            } else if key.eq_ignore_ascii_case("g") {
-                m.g = Some(value);
-            } else if key.eq_ignore_ascii_case("v") {
-                m.v = Some(value);
-            }
-        }
-        Some(m)
-    }
-
-    /// `application/json` or a wildcard that covers it.
-    fn json_like(&self) -> bool {
-        (self.ty == "*" && self.sub == "*")
-            || (self.ty.eq_ignore_ascii_case("application")
-                && (self.sub == "*" || self.sub.eq_ignore_ascii_case("json")))
-    }
-
-    fn protobuf(&self) -> bool {
-        self.ty.eq_ignore_ascii_case("application")
-            && self.sub.eq_ignore_ascii_case("vnd.kubernetes.protobuf")
-    }
-
-    /// The discovery form this range takes (a conversion the apiserver does not know takes
-    /// none).
-    fn discovery_form(&self) -> Option<DiscoveryForm> {
-        if !self.json_like() {
-            return None;
-        }
-        match (self.as_, self.g, self.v) {
-            (None, None, None) => Some(DiscoveryForm::Legacy),
-            (Some("APIGroupDiscoveryList"), Some("apidiscovery.k8s.io"), Some("v2")) => {
-                Some(DiscoveryForm::V2)
-            }
-            (Some("APIGroupDiscoveryList"), Some("apidiscovery.k8s.io"), Some("v2beta1")) => {
-                Some(DiscoveryForm::V2Beta1)
-            }
-            _ => None,
-        }
-    }
 }
 
 /// One classified request.
@@ -638,23 +431,7 @@ fn parse_path(raw_path: &str) -> Result<Target, RequestError> {
         segment: false,
         text: raw_path.to_owned(),
     })?;
-    let trimmed = raw_path.trim_start_matches('/');
-    let raw_segments: Vec<&str> = if trimmed.is_empty() {
-        Vec::new()
-    } else {
-        trimmed.trim_end_matches('/').split('/').collect()
-    };
-    let mut segments = Vec::with_capacity(raw_segments.len());
-    for raw in &raw_segments {
-        let seg = unescape(raw, false).map_err(|_| RequestError::BadEscape {
-            segment: true,
-            text: raw.to_string(),
-        })?;
-        if seg.contains(['/', '\0']) {
-            return Err(RequestError::SlashOrNul(raw.to_string()));
-        }
-        segments.push(seg);
-    }
+    let segments = segments(raw_path)?;
     let (group, version, rest) = match segments.first().map(|s| s.as_ref()) {
         Some("api") if segments.len() >= 3 => (String::new(), &segments[1], &segments[2..]),
         Some("apis") if segments.len() >= 4 => {
@@ -697,6 +474,38 @@ fn parse_path(raw_path: &str) -> Result<Target, RequestError> {
         });
     }
 
+    resource_path(group, version, rest).map(Target::Resource)
+}
+
+/// The path's segments, each percent-decoded on its own (a decoded `/` or NUL refused).
+fn segments(raw_path: &str) -> Result<Vec<Cow<'_, str>>, RequestError> {
+    let trimmed = raw_path.trim_start_matches('/');
+    if trimmed.is_empty() {
+        return Ok(Vec::new());
+    }
+    trimmed
+        .trim_end_matches('/')
+        .split('/')
+        .map(|raw| {
+            let seg = unescape(raw, false).map_err(|_| RequestError::BadEscape {
+                segment: true,
+                text: raw.to_string(),
+            })?;
+            if seg.contains(['/', '\0']) {
+                return Err(RequestError::SlashOrNul(raw.to_string()));
+            }
+            Ok(seg)
+        })
+        .collect()
+}
+
+/// The resource path after `/api/<version>` or `/apis/<group>/<version>` (both checked):
+/// a legacy prefix, the namespace, the resource, the name and the subresource, each checked.
+fn resource_path(
+    group: String,
+    version: &str,
+    rest: &[Cow<'_, str>],
+) -> Result<ResourcePath, RequestError> {
     let mut rest: Vec<&str> = rest.iter().map(|s| s.as_ref()).collect();
     // Legacy prefixes: `/api/v1/watch/...` and `/api/v1/proxy/...` (decoded, as the
     // apiserver reads them); the verb notes them.
@@ -750,16 +559,18 @@ fn parse_path(raw_path: &str) -> Result<Target, RequestError> {
         }
         None => None,
     };
-    Ok(Target::Resource(ResourcePath {
-        group,
-        version: version.to_string(),
-        resource: resource.to_owned(),
+    Ok(ResourcePath {
+        gvr: Gvr {
+            group,
+            version: version.to_string(),
+            resource: resource.to_owned(),
+        },
         subresource,
         namespace,
         name,
         legacy_prefix,
         extra_path: rest.len() > 3,
-    }))
+    })
 }
 
 /// At most the first 64 characters of `s`, for messages that quote client input.
@@ -948,38 +759,9 @@ fn parse_go_duration_secs(text: &str) -> Option<u64> {
     Some(total.ceil().min(MAX_TIMEOUT_SECONDS as f64) as u64)
 }
 
-fn classify_accept(header: Option<&str>) -> Accept {
-    let Some(header) = header.filter(|h| !h.trim().is_empty()) else {
-        return Accept::Json;
-    };
-    let mut plain_json = false;
-    let mut protobuf = false;
-    let mut transformed = false;
-    let mut discovery = false;
-    for range in header.split(',').filter_map(MediaRange::parse) {
-        match range.as_ {
-            Some("APIGroupDiscoveryList") => discovery = true,
-            Some(_) if range.json_like() || range.protobuf() => transformed = true,
-            None if range.json_like() => plain_json = true,
-            None if range.protobuf() => protobuf = true,
-            _ => {}
-        }
-    }
-    match (discovery, transformed, plain_json, protobuf) {
-        // The order of the forms matters only here: parsed again, rarely.
-        (true, ..) => Accept::Discovery(DiscoveryAccept::parse(header)),
-        (false, true, plain, _) => Accept::Transformed {
-            plain_json_too: plain,
-        },
-        (false, false, true, true) => Accept::JsonOrProtobuf,
-        (false, false, true, false) => Accept::Json,
-        (false, false, false, true) => Accept::ProtobufOnly,
-        (false, false, false, false) => Accept::Other,
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::accept::DiscoveryAccept;
     use super::*;
 
     fn headers(ua: &str) -> Vec<(String, String)> {
@@ -1004,9 +786,9 @@ mod tests {
             (Target::Resource(p), Some((g, v, res, ns, name, sub))) => {
                 assert_eq!(
                     (
-                        p.group.as_str(),
-                        p.version.as_str(),
-                        p.resource.as_str(),
+                        p.gvr.group.as_str(),
+                        p.gvr.version.as_str(),
+                        p.gvr.resource.as_str(),
                         p.namespace.as_deref(),
                         p.name.as_deref(),
                         p.subresource.as_deref()

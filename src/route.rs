@@ -466,7 +466,7 @@ fn object_or_status(path: &ResourcePath) -> bool {
 
 /// True for events, in the core group and in `events.k8s.io`.
 fn is_event(path: &ResourcePath) -> bool {
-    path.resource == "events" && matches!(path.group.as_str(), "" | "events.k8s.io")
+    path.gvr.resource == "events" && matches!(path.gvr.group.as_str(), "" | "events.k8s.io")
 }
 
 /// The target of a TokenRequest (`POST /api/v1/namespaces/<ns>/serviceaccounts/<name>/token`),
@@ -477,9 +477,7 @@ fn token_target(
     path: &ResourcePath,
 ) -> Option<TokenTarget> {
     let token_request = req.method == Method::Post
-        && path.group.is_empty()
-        && path.version == "v1"
-        && path.resource == "serviceaccounts"
+        && path.gvr.is("", "v1", "serviceaccounts")
         && path.subresource.as_deref() == Some("token")
         && !path.extra_path;
     if !token_request {
@@ -497,9 +495,7 @@ fn token_target(
 pub(crate) fn collection_key(component: &Component, path: &ResourcePath) -> CollectionKey {
     CollectionKey {
         component: component.clone(),
-        resource: path.resource.clone(),
-        version: path.version.clone(),
-        group: path.group.clone(),
+        gvr: path.gvr.clone(),
     }
 }
 

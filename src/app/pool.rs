@@ -57,7 +57,7 @@ pub(super) fn start_pool_caches(
             route.cloned(),
             pool.active_flag(i),
         );
-        let name = format!("pool-{}", cache.resource().resource);
+        let name = format!("pool-{}", cache.resource().gvr.resource);
         let stop = stop.clone();
         spawn(&name, move || feeder.run(stop))?;
     }

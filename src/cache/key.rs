@@ -6,7 +6,7 @@
 //! touches the disk. The request parser applies it to names and Kubernetes' stricter rules to
 //! namespaces, groups and versions; here it is the store's own last line of defence.
 
-use crate::names::{Component, is_safe_segment};
+use crate::names::{Component, Gvr, is_safe_segment};
 
 /// One component's cache of one kind: the directory `<component>/<resource>.<version>.<group>`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -14,12 +14,8 @@ pub(crate) struct CollectionKey {
     /// The caching component (User-Agent before the first `/`, lower-cased), e.g. `kubelet`:
     /// checked when it was made, so always a safe segment.
     pub component: Component,
-    /// The plural resource name, e.g. `pods`.
-    pub resource: String,
-    /// The API version, e.g. `v1`.
-    pub version: String,
-    /// The API group; empty for the core group.
-    pub group: String,
+    /// The kind: group (empty for the core group), version, plural resource name.
+    pub gvr: Gvr,
 }
 
 impl CollectionKey {
@@ -34,20 +30,13 @@ impl CollectionKey {
         CollectionKey {
             component: Component::new(component)
                 .unwrap_or_else(|| panic!("{component:?} is not a component")),
-            resource: resource.to_owned(),
-            version: version.to_owned(),
-            group: group.to_owned(),
+            gvr: Gvr::new(group, version, resource),
         }
     }
 
     /// The kind directory's name: `pods.v1.core`, `deployments.v1.apps`.
     pub(crate) fn dir_name(&self) -> String {
-        let group = if self.group.is_empty() {
-            "core"
-        } else {
-            &self.group
-        };
-        format!("{}.{}.{}", self.resource, self.version, group)
+        self.gvr.dir_name()
     }
 
     /// The first field that is not a safe path segment, as (field, value).
@@ -56,13 +45,13 @@ impl CollectionKey {
     pub(crate) fn unsafe_field(&self) -> Option<(&'static str, &str)> {
         [
             ("component", self.component.as_str()),
-            ("resource", self.resource.as_str()),
-            ("version", self.version.as_str()),
+            ("resource", self.gvr.resource.as_str()),
+            ("version", self.gvr.version.as_str()),
         ]
         .into_iter()
         .find(|(_, value)| !is_safe_segment(value))
         .or_else(|| {
-            let group = self.group.as_str();
+            let group = self.gvr.group.as_str();
             (!group.is_empty() && !is_safe_segment(group)).then_some(("group", group))
         })
     }
@@ -190,9 +179,9 @@ mod tests {
         };
         // (A component is checked when it is made: `..` is none.)
         assert_eq!(Component::new(".."), None);
-        check(&|k| k.collection.resource = "a/b".into(), "resource");
-        check(&|k| k.collection.version = String::new(), "version");
-        check(&|k| k.collection.group = ".apps".into(), "group");
+        check(&|k| k.collection.gvr.resource = "a/b".into(), "resource");
+        check(&|k| k.collection.gvr.version = String::new(), "version");
+        check(&|k| k.collection.gvr.group = ".apps".into(), "group");
         check(&|k| k.namespace = Some("a\0".into()), "namespace");
         check(&|k| k.namespace = Some(String::new()), "namespace");
         check(&|k| k.name = "../../etc/passwd".into(), "name");

@@ -19,7 +19,7 @@ use crate::cache::target::CacheTarget;
 use crate::cache::writer::CacheTx;
 use crate::filters::FilterReload;
 use crate::mode::WorkingMode;
-use crate::names::Component;
+use crate::names::{Component, Gvr};
 use crate::request;
 use crate::requester::Requester;
 use crate::route::{self, Deadline};
@@ -33,9 +33,7 @@ const MAX_LIST_BYTES: u64 = 4 * 1024 * 1024;
 fn collection() -> CollectionKey {
     CollectionKey {
         component: Component::TINYHUB,
-        resource: "configmaps".into(),
-        version: "v1".into(),
-        group: String::new(),
+        gvr: Gvr::new("", "v1", "configmaps"),
     }
 }
 

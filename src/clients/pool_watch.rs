@@ -253,17 +253,6 @@ impl Wake for WatchSlot {
     }
 }
 
-/// The collection path of the cache's resource: `/api/v1/services`,
-/// `/apis/discovery.k8s.io/v1/endpointslices`.
-pub(crate) fn collection_path(cache: &WatchCache) -> String {
-    let r = cache.resource();
-    if r.group.is_empty() {
-        format!("/api/{}/{}", r.version, r.resource)
-    } else {
-        format!("/apis/{}/{}/{}", r.group, r.version, r.resource)
-    }
-}
-
 /// A 200 answer of [`Feeder::get`] and the base URL of the server that gave it (a leader or
 /// a cloud server): the `server` label of the target series.
 struct Served {
@@ -336,7 +325,7 @@ impl Feeder {
 
     /// Lists and watches until `stop` fires or closes.
     pub(crate) fn run(self, stop: Receiver<()>) {
-        let path = collection_path(&self.cache);
+        let path = self.cache.resource().gvr.collection_path();
         let mut listed = false;
         let mut failed_lists = 0u32;
         // A leader turned the last request away: another leader or the cloud for the next
@@ -559,7 +548,7 @@ impl Feeder {
     /// Counts a request as in flight to `server`, the base URL that answered it
     /// (`node_yurthub_target_for_multiplexer_requests_collector`) until the guard is dropped.
     fn count_target(&self, verb: &'static str, server: String) -> Entered<TargetLabels> {
-        let resource = self.cache.resource().resource.clone();
+        let resource = self.cache.resource().gvr.resource.clone();
         let labels = (verb, resource, String::new(), self.user_agent.clone());
         METRICS.start_target(labels, server)
     }
@@ -1158,10 +1147,13 @@ pub(super) mod tests {
     #[test]
     fn collection_paths_are_the_apiservers() {
         let services = WatchCache::new(Resource::services(), CacheOptions::default());
-        assert_eq!(collection_path(&services), "/api/v1/services");
+        assert_eq!(
+            services.resource().gvr.collection_path(),
+            "/api/v1/services"
+        );
         let slices = WatchCache::new(Resource::endpointslices(), CacheOptions::default());
         assert_eq!(
-            collection_path(&slices),
+            slices.resource().gvr.collection_path(),
             "/apis/discovery.k8s.io/v1/endpointslices"
         );
     }

@@ -275,21 +275,19 @@ fn path_and_query(req: &ApiRequest) -> Result<String, ClientError> {
                     "not a read of the cache: {r:?}"
                 )));
             }
-            if r.group.is_empty() {
-                out.push_str("/api/");
-            } else {
-                out.push_str("/apis/");
-                escape(&r.group, PATH_SAFE, &mut out);
-                out.push('/');
-            }
-            escape(&r.version, PATH_SAFE, &mut out);
+            // `/` is path-safe: only the group and version are escaped.
+            escape(&r.gvr.api_path(), PATH_SAFE, &mut out);
             if let Some(namespace) = &r.namespace {
                 out.push_str("/namespaces/");
                 escape(namespace, PATH_SAFE, &mut out);
             }
-            for segment in [Some(&r.resource), r.name.as_ref(), r.subresource.as_ref()]
-                .into_iter()
-                .flatten()
+            for segment in [
+                Some(&r.gvr.resource),
+                r.name.as_ref(),
+                r.subresource.as_ref(),
+            ]
+            .into_iter()
+            .flatten()
             {
                 out.push('/');
                 escape(segment, PATH_SAFE, &mut out);

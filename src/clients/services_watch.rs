@@ -24,6 +24,7 @@ use serde_json::Value;
 
 use super::{ClientError, get_as_hub, read_list_items, read_object_events, watch_deadline};
 use crate::filters::topology_index::{self, TopologyIndex};
+use crate::names::Gvr;
 use crate::request::Accept;
 use crate::route::Deadline;
 use crate::selector::Selectors;
@@ -149,7 +150,8 @@ pub(crate) fn run_from_cache(
 ) {
     let stopped = || !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty));
     // The cache as local clients see it (`PoolCaches::servable`'s rule).
-    let cache = || pool.servable(("", "v1", "services"), Accept::Json);
+    let services = Gvr::new("", "v1", "services");
+    let cache = || pool.servable(&services, Accept::Json);
     let serving = || cache().is_ok_and(WatchCache::is_ready);
     let mut backoff = CACHE_TICK;
     loop {

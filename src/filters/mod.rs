@@ -356,7 +356,7 @@ impl FilterConfig {
                 self.chain_for(
                     request.component.as_str(),
                     request.verb.as_str(),
-                    &r.resource,
+                    &r.gvr.resource,
                 )
             }
             _ => Chain::EMPTY,

@@ -41,7 +41,7 @@ use crate::cache::store::Store;
 use crate::cache::writer::CacheTx;
 use crate::config::Config;
 use crate::health::{Backends, Probe};
-use crate::names::Component;
+use crate::names::{Component, Gvr};
 use crate::request::{ApiRequest, Verb};
 use crate::upstream::Upstream;
 
@@ -83,8 +83,8 @@ impl NodeHeartbeat {
     pub(crate) fn intercepts(req: &ApiRequest) -> Option<KubeletVerb> {
         let path = req.resource()?;
         if req.component != KUBELET
-            || path.resource != "leases"
-            || path.group != LEASE_GROUP
+            || path.gvr.resource != "leases"
+            || path.gvr.group != LEASE_GROUP
             || path.subresource.is_some()
         {
             return None;
@@ -199,9 +199,7 @@ pub(crate) fn lease_key(node: &str) -> ObjectKey {
 pub(crate) fn lease_collection() -> CollectionKey {
     CollectionKey {
         component: Component::KUBELET,
-        resource: "leases".to_owned(),
-        version: "v1".to_owned(),
-        group: LEASE_GROUP.to_owned(),
+        gvr: Gvr::new(LEASE_GROUP, "v1", "leases"),
     }
 }
 

@@ -24,10 +24,10 @@ pub(crate) fn scope_of(req: &ApiRequest) -> Option<Scope> {
     let path = req.resource()?;
     let namespace = path.namespace.as_deref();
     Some(match &path.name {
-        Some(name) => Scope::object(&path.group, &path.resource, namespace, name),
+        Some(name) => Scope::object(&path.gvr.group, &path.gvr.resource, namespace, name),
         None => Scope::list(
-            &path.group,
-            &path.resource,
+            &path.gvr.group,
+            &path.gvr.resource,
             namespace,
             req.query.label_selector.as_deref(),
             req.query.field_selector.as_deref(),

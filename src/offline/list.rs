@@ -113,11 +113,7 @@ impl CachedList<'_> {
             }
             Err(e) => return Err((ex, e.status())),
         };
-        let api_version = if path.group.is_empty() {
-            path.version.clone()
-        } else {
-            format!("{}/{}", path.group, path.version)
-        };
+        let api_version = path.gvr.api_version();
         // The answer starts with the first bytes to send, so that a kubelet pod list that
         // finds nothing can still be a 404.
         let mut answer = ListOut::Pending(ex);
@@ -262,21 +258,21 @@ fn kind_from_discovery(store: &Store, path: &ResourcePath) -> Option<String> {
         let bytes = store.get_non_resource(file).ok()??;
         serde_json::from_slice(&bytes).ok()
     };
-    let file = if path.group.is_empty() {
-        format!("_api_{}", path.version)
+    let file = if path.gvr.group.is_empty() {
+        format!("_api_{}", path.gvr.version)
     } else {
-        format!("_apis_{}_{}", path.group, path.version)
+        format!("_apis_{}_{}", path.gvr.group, path.gvr.version)
     };
     let legacy = read(&file).and_then(|doc| {
         doc.get("resources")?
             .as_array()?
             .iter()
-            .find(|r| r["name"].as_str() == Some(path.resource.as_str()))?
+            .find(|r| r["name"].as_str() == Some(path.gvr.resource.as_str()))?
             .get("kind")?
             .as_str()
             .map(str::to_owned)
     });
-    let root = if path.group.is_empty() {
+    let root = if path.gvr.group.is_empty() {
         "_api"
     } else {
         "_apis"
@@ -290,15 +286,15 @@ fn kind_from_discovery(store: &Store, path: &ResourcePath) -> Option<String> {
                 let group = doc["items"]
                     .as_array()?
                     .iter()
-                    .find(|g| g["metadata"]["name"].as_str().unwrap_or("") == path.group)?;
+                    .find(|g| g["metadata"]["name"].as_str().unwrap_or("") == path.gvr.group)?;
                 let version = group["versions"]
                     .as_array()?
                     .iter()
-                    .find(|v| v["version"].as_str() == Some(path.version.as_str()))?;
+                    .find(|v| v["version"].as_str() == Some(path.gvr.version.as_str()))?;
                 version["resources"]
                     .as_array()?
                     .iter()
-                    .find(|r| r["resource"].as_str() == Some(path.resource.as_str()))?
+                    .find(|r| r["resource"].as_str() == Some(path.gvr.resource.as_str()))?
                     ["responseKind"]["kind"]
                     .as_str()
                     .map(str::to_owned)
@@ -340,7 +336,7 @@ impl ListOut<'_> {
 /// empty list would tell kubelet that the node has no pods, and it would stop them all
 /// (YurtHub does the same, `cache_manager.go`).
 fn empty_is_not_found(req: &ApiRequest, path: &ResourcePath) -> bool {
-    req.component == "kubelet" && path.group.is_empty() && path.resource == "pods"
+    req.component == "kubelet" && path.gvr.group.is_empty() && path.gvr.resource == "pods"
 }
 
 /// Cache files an offline list left out, reported in one warning per answer when it ends

@@ -79,7 +79,7 @@ impl Offline {
                 log::debug!(
                     "offline: refused a {} of {} to a credential that did not read it online",
                     req.verb.as_str(),
-                    req.resource().map_or("", |r| r.resource.as_str())
+                    req.resource().map_or("", |r| r.gvr.resource.as_str())
                 );
                 let _ = ex.send_status(&status);
                 return status.code;
@@ -201,8 +201,8 @@ impl Offline {
         };
         let refused = || {
             let scope = Scope::object(
-                &path.group,
-                &path.resource,
+                &path.gvr.group,
+                &path.gvr.resource,
                 path.namespace.as_deref(),
                 &key.name,
             );
@@ -229,7 +229,7 @@ impl Offline {
             }
             Ok(None) => Err((
                 ex,
-                Status::not_found(&path.group, &path.resource, &key.name),
+                Status::not_found(&path.gvr.group, &path.gvr.resource, &key.name),
             )),
             Err(e) => Err((ex, e.status())),
         }
@@ -415,7 +415,7 @@ fn not_cached(req: &ApiRequest, path: &ResourcePath) -> Status {
 }
 
 fn qualified(path: &ResourcePath) -> String {
-    crate::status::qualified(&path.group, &path.resource)
+    crate::status::qualified(&path.gvr.group, &path.gvr.resource)
 }
 
 fn is_json_object(bytes: &[u8]) -> bool {

@@ -25,7 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 use serde_json::Value;
 
 use super::resources::PoolScope;
-use crate::names::{is_dns_label, is_dns_subdomain};
+use crate::names::{Gvr, is_dns_label, is_dns_subdomain};
 
 /// The ConfigMap names start with this, then the pool's name.
 pub(crate) const CONFIG_NAME_PREFIX: &str = "leader-hub-";
@@ -301,7 +301,7 @@ pub(crate) struct Change {
     /// The source changed.
     pub source: bool,
     /// Resources no longer pool-scope: drop their watch caches.
-    pub removed: Vec<super::resources::Gvr>,
+    pub removed: Vec<Gvr>,
     /// Why entries were skipped (or the whole object), to log.
     pub skipped: Vec<String>,
 }
@@ -413,7 +413,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::pool::resources::Gvr;
 
     fn cm(data: Value) -> Value {
         json!({
@@ -578,7 +577,7 @@ mod tests {
         assert!(
             state
                 .pool_scope()
-                .contains("discovery.k8s.io", "v1", "endpointslices")
+                .contains(&Gvr::new("discovery.k8s.io", "v1", "endpointslices"))
         );
 
         let first = cm(json!({

@@ -14,12 +14,10 @@
 //!   `multiplexer-proxy-<node>`: those must go out (to a leader or the cloud), never back
 //!   into the local watch cache, or the cache would feed on itself ([`Resolution`]).
 //! - The set is a sorted `Vec`: a handful of entries, where a binary search beats a hash
-//!   set in both memory and time. One [`Gvr`] costs three boxed strings (24 bytes on a
-//!   32-bit router, 48 on 64-bit) plus its text, about 40 bytes.
+//!   set in both memory and time. One [`Gvr`] costs three strings (36 bytes on a 32-bit
+//!   router, 72 on 64-bit) plus its text, about 40 bytes.
 
-use std::fmt;
-
-use crate::names::{is_dns_subdomain, is_resource_name, is_version};
+use crate::names::{Gvr, GvrError};
 use crate::request::{ApiRequest, Verb};
 
 /// A hub's multiplexer's User-Agent starts with this, then its node's name.
@@ -34,104 +32,6 @@ pub(crate) fn user_agent(node: &str) -> String {
 /// YurtHub's default pool-scope resources (`options.go`), in the flag format.
 pub(crate) const DEFAULT_POOL_SCOPE: [&str; 2] =
     ["/v1/services", "discovery.k8s.io/v1/endpointslices"];
-
-/// One group/version/resource; the core group is "".
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct Gvr {
-    /// API group, "" for core.
-    pub group: Box<str>,
-    /// API version.
-    pub version: Box<str>,
-    /// Resource (plural).
-    pub resource: Box<str>,
-}
-
-/// Why an entry is not `group/version/resource`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum GvrError {
-    /// Not exactly two `/`.
-    NotThreeParts(String),
-    /// One part is not valid.
-    Part {
-        /// The whole entry.
-        entry: String,
-        /// Which part.
-        part: GvrPart,
-        /// The part as given (trimmed).
-        value: String,
-    },
-}
-
-/// A part of a `group/version/resource` entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum GvrPart {
-    /// The API group.
-    Group,
-    /// The API version.
-    Version,
-    /// The resource (plural).
-    Resource,
-}
-
-impl fmt::Display for GvrError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GvrError::NotThreeParts(entry) => write!(
-                f,
-                "{entry:?} is not group/version/resource (the core group is empty: /v1/services)"
-            ),
-            GvrError::Part { entry, part, value } => {
-                let what = match part {
-                    GvrPart::Group => "an API group",
-                    GvrPart::Version => "an API version",
-                    GvrPart::Resource => "a resource name",
-                };
-                write!(f, "{entry:?}: {value:?} is not {what}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for GvrError {}
-
-impl Gvr {
-    /// Reads one entry in YurtHub's format `group/version/resource` (exactly two `/`; the
-    /// core group empty, as in `/v1/services`). Blanks around each part are trimmed, as
-    /// YurtHub trims them; each part must then be a valid group, version and resource.
-    pub(crate) fn parse(entry: &str) -> Result<Gvr, GvrError> {
-        let parts: Vec<&str> = entry.split('/').map(str::trim).collect();
-        let [group, version, resource] = parts[..] else {
-            return Err(GvrError::NotThreeParts(entry.into()));
-        };
-        let bad = |part: GvrPart, value: &str| GvrError::Part {
-            entry: entry.into(),
-            part,
-            value: value.into(),
-        };
-        if !group.is_empty() && !is_dns_subdomain(group) {
-            return Err(bad(GvrPart::Group, group));
-        }
-        if !is_version(version) {
-            return Err(bad(GvrPart::Version, version));
-        }
-        // A resource names one path segment: no '.' to begin with, no '/'.
-        if !is_resource_name(resource) {
-            return Err(bad(GvrPart::Resource, resource));
-        }
-        Ok(Gvr {
-            group: group.into(),
-            version: version.into(),
-            resource: resource.into(),
-        })
-    }
-}
-
-impl fmt::Display for Gvr {
-    /// The flag and ConfigMap format, `group/version/resource`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}/{}", self.group, self.version, self.resource)
-    }
-}
 
 /// The defaults as [`Gvr`]s.
 pub(crate) fn defaults() -> Vec<Gvr> {
@@ -222,26 +122,21 @@ impl PoolScope {
         self.gvrs.is_empty()
     }
 
-    /// Whether (group, version, resource) is a member.
-    pub(crate) fn contains(&self, group: &str, version: &str, resource: &str) -> bool {
-        self.find(group, version, resource).is_some()
+    /// Whether `gvr` is a member.
+    pub(crate) fn contains(&self, gvr: &Gvr) -> bool {
+        self.find(gvr).is_some()
     }
 
-    /// The member (group, version, resource), by binary search.
-    fn find(&self, group: &str, version: &str, resource: &str) -> Option<&Gvr> {
-        self.gvrs
-            .binary_search_by(|g| {
-                (&*g.group, &*g.version, &*g.resource).cmp(&(group, version, resource))
-            })
-            .ok()
-            .map(|i| &self.gvrs[i])
+    /// The member `gvr`, by binary search.
+    fn find(&self, gvr: &Gvr) -> Option<&Gvr> {
+        self.gvrs.binary_search(gvr).ok().map(|i| &self.gvrs[i])
     }
 
     /// Members of `self` that `next` no longer has: their watch caches are to be dropped.
     pub(crate) fn removed_in(&self, next: &PoolScope) -> Vec<Gvr> {
         self.gvrs
             .iter()
-            .filter(|g| !next.contains(&g.group, &g.version, &g.resource))
+            .filter(|g| !next.contains(g))
             .cloned()
             .collect()
     }
@@ -256,7 +151,7 @@ impl PoolScope {
         if r.subresource.is_some() || r.extra_path {
             return None;
         }
-        self.find(&r.group, &r.version, &r.resource)
+        self.find(&r.gvr)
     }
 
     /// Whether `req` is a list or watch of a pool-scope resource, whoever sent it.
@@ -361,7 +256,7 @@ mod tests {
         assert_eq!(scope.to_metadata(), "/v1/services,apps/v1/deployments");
         assert_eq!(skipped.len(), 2, "{skipped:?}");
         assert!(skipped[0].contains("\"bad\""), "{skipped:?}");
-        assert!(!scope.contains("discovery.k8s.io", "v1", "endpointslices"));
+        assert!(!scope.contains(&gvr("discovery.k8s.io/v1/endpointslices")));
 
         let (empty, skipped) = PoolScope::from_metadata("");
         assert!(empty.is_empty() && skipped.is_empty());

@@ -256,7 +256,7 @@ impl<'h> Call<'h> {
 /// The log line of a request: offline answers and 5xx at info, the rest at debug.
 fn log(req: &ApiRequest, status: u16, cache: CacheStatus, elapsed: Duration) {
     let path = match &req.target {
-        Target::Resource(r) => r.resource.as_str(),
+        Target::Resource(r) => r.gvr.resource.as_str(),
         Target::NonResource(p) => p.as_str(),
     };
     let level = if cache == CacheStatus::Offline || status >= 500 {
@@ -281,7 +281,7 @@ pub(super) fn labels(req: &ApiRequest) -> RequestLabels {
     (
         req.verb.as_str(),
         req.resource()
-            .map(|r| r.resource.clone())
+            .map(|r| r.gvr.resource.clone())
             .unwrap_or_default(),
         req.resource()
             .and_then(|r| r.subresource.clone())

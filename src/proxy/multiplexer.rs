@@ -262,22 +262,20 @@ fn admit<'c>(
     req: &ApiRequest,
 ) -> Result<&'c WatchCache, Status> {
     let gvr = identity::check_request(caches.scope(), req)?;
-    let cache = caches
-        .servable((&gvr.group, &gvr.version, &gvr.resource), req.accept)
-        .map_err(|why| match why {
-            Unserved::NotJson => {
-                Status::not_acceptable("the leader's multiplexer serves only application/json")
-            }
-            Unserved::NotKept => Status::service_unavailable(format!(
-                "the leader keeps no cache of {gvr}: read it from the cloud"
-            )),
-            Unserved::Failing => Status::service_unavailable(format!(
-                "the leader's feed of {gvr} is failing: read from the cloud"
-            )),
-            Unserved::TooLarge => Status::service_unavailable(format!(
-                "the leader's list of {gvr} is too large for its cache: read from the cloud"
-            )),
-        })?;
+    let cache = caches.servable(gvr, req.accept).map_err(|why| match why {
+        Unserved::NotJson => {
+            Status::not_acceptable("the leader's multiplexer serves only application/json")
+        }
+        Unserved::NotKept => Status::service_unavailable(format!(
+            "the leader keeps no cache of {gvr}: read it from the cloud"
+        )),
+        Unserved::Failing => Status::service_unavailable(format!(
+            "the leader's feed of {gvr} is failing: read from the cloud"
+        )),
+        Unserved::TooLarge => Status::service_unavailable(format!(
+            "the leader's list of {gvr} is too large for its cache: read from the cloud"
+        )),
+    })?;
     if !cloud.any_healthy() {
         return Err(Status::service_unavailable(
             "the leader cannot reach the cloud: keep your own cache or read from the cloud",
@@ -298,7 +296,7 @@ fn not_ready(cache: &WatchCache, warming: bool) -> Status {
     } else {
         Status::service_unavailable(format!(
             "the leader's cache of {} is not filled: read it from the cloud",
-            cache.resource().gvr_string()
+            cache.resource().gvr.go_string()
         ))
     }
 }
@@ -325,7 +323,7 @@ fn common_name(peer: Option<&[rustls::pki_types::CertificateDer<'_>]>) -> String
 /// cannot break the line.
 fn log_request(follower: &str, peer: SocketAddr, req: &ApiRequest, status: u16, took: Duration) {
     let resource = match &req.target {
-        Target::Resource(r) => r.resource.as_str(),
+        Target::Resource(r) => r.gvr.resource.as_str(),
         Target::NonResource(p) => p.as_str(),
     };
     let level = if status >= 500 {

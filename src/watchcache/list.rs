@@ -292,7 +292,7 @@ impl WatchCache {
             rv,
             continue_token,
             list_kind: resource.list_kind(),
-            api_version: resource.api_version(),
+            api_version: resource.gvr.api_version(),
         })
     }
 

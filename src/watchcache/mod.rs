@@ -390,7 +390,7 @@ impl WatchCache {
         Status::too_many_requests(
             format!(
                 "cacher for gvr({}) is initializing, please try again later.",
-                self.inner.resource.gvr_string()
+                self.inner.resource.gvr.go_string()
             ),
             1,
         )

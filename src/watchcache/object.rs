@@ -578,7 +578,7 @@ impl Object {
             }
             if flags & HAS_API_VERSION == 0 {
                 w.write_all(b"\"apiVersion\":")?;
-                write_json_str(w, &resource.api_version())?;
+                write_json_str(w, &resource.gvr.api_version())?;
                 w.write_all(b",")?;
             }
             from = 1;

@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::{CacheOptions, Resource, WatchCache};
-use crate::pool::resources::{self, Gvr, PoolScope, Resolution};
+use crate::names::Gvr;
+use crate::pool::resources::{self, PoolScope, Resolution};
 use crate::request::{Accept, ApiRequest};
 
 /// Watches without `timeoutSeconds` last a random time in this range (seconds), as the
@@ -97,7 +98,7 @@ impl PoolCaches {
     pub(crate) fn services(&self) -> Option<&WatchCache> {
         self.caches
             .iter()
-            .find(|(g, _)| g.group.is_empty() && &*g.version == "v1" && &*g.resource == "services")
+            .find(|(g, _)| g.is("", "v1", "services"))
             .map(|(_, cache)| cache)
     }
 
@@ -115,40 +116,28 @@ impl PoolCaches {
     /// the run-time set left out).
     #[cfg(test)]
     pub(crate) fn cache_of(&self, gvr: &Gvr) -> Option<&WatchCache> {
-        self.active_cache(&gvr.group, &gvr.version, &gvr.resource)
+        self.active_cache(gvr)
     }
 
-    /// The active cache of `group/version/resource`: the one lookup over the caches and
-    /// their run-time flags.
-    fn active_cache(&self, group: &str, version: &str, resource: &str) -> Option<&WatchCache> {
+    /// The active cache of `gvr`: the one lookup over the caches and their run-time flags.
+    fn active_cache(&self, gvr: &Gvr) -> Option<&WatchCache> {
         self.caches
             .iter()
             .zip(&self.active)
-            .find(|((g, _), on)| {
-                *g.group == *group
-                    && *g.version == *version
-                    && *g.resource == *resource
-                    && on.load(Ordering::Acquire)
-            })
+            .find(|((g, _), on)| g == gvr && on.load(Ordering::Acquire))
             .map(|((_, cache), _)| cache)
     }
 
     /// The one rule of what a cache serves, to local clients ([`PoolCaches::cache_for`]) and
-    /// to a leader's followers (`proxy::multiplexer::admit`): the active cache of
-    /// `group/version/resource` for a client taking `accept`, or why not. A cache not filled
-    /// yet is returned: each caller has its own warming rule for it.
-    pub(crate) fn servable(
-        &self,
-        (group, version, resource): (&str, &str, &str),
-        accept: Accept,
-    ) -> Result<&WatchCache, Unserved> {
+    /// to a leader's followers (`proxy::multiplexer::admit`): the active cache of `gvr` for
+    /// a client taking `accept`, or why not. A cache not filled yet is returned: each caller
+    /// has its own warming rule for it.
+    pub(crate) fn servable(&self, gvr: &Gvr, accept: Accept) -> Result<&WatchCache, Unserved> {
         // JSON only: the cache holds JSON, and the hub converts to nothing else.
         if !matches!(accept, Accept::Json | Accept::JsonOrProtobuf) {
             return Err(Unserved::NotJson);
         }
-        let cache = self
-            .active_cache(group, version, resource)
-            .ok_or(Unserved::NotKept)?;
+        let cache = self.active_cache(gvr).ok_or(Unserved::NotKept)?;
         // A filled cache whose feed fails while the cloud answers holds frozen data; one
         // whose list was too large holds none and is not tried again for minutes. One never
         // filled and failing follows the warming rule.
@@ -174,10 +163,7 @@ impl PoolCaches {
     /// (Kinds the hub can cache are always in the start-up set: the defaults.)
     pub(crate) fn set_scope(&self, scope: &PoolScope) -> Vec<String> {
         for ((gvr, _), on) in self.caches.iter().zip(&self.active) {
-            on.store(
-                scope.contains(&gvr.group, &gvr.version, &gvr.resource),
-                Ordering::Release,
-            );
+            on.store(scope.contains(gvr), Ordering::Release);
         }
         // A plain Vec of names: a panicking holder cannot leave it torn.
         let mut warned = self.warned.lock().unwrap_or_else(PoisonError::into_inner);
@@ -199,8 +185,7 @@ impl PoolCaches {
         }
         let r = req.resource()?;
         // Frozen or not JSON: forwarded, live, with the client's own credentials.
-        self.servable((&r.group, &r.version, &r.resource), req.accept)
-            .ok()
+        self.servable(&r.gvr, req.accept).ok()
     }
 }
 
@@ -268,7 +253,7 @@ mod tests {
         let kp = "kube-proxy/v1.30.0";
         let found = |url: &str, ua: &str, accept: &str| {
             pool.cache_for(&req(url, ua, accept), ua)
-                .map(|c| c.resource().resource.clone())
+                .map(|c| c.resource().gvr.resource.clone())
         };
         assert_eq!(
             found("/api/v1/services", kp, json).as_deref(),

@@ -1,6 +1,8 @@
-//! The resource one watch cache holds: its group/version/resource, kind, scope, and the field
+//! The resource one watch cache holds: its group/version/resource (a [`Gvr`], whose texts
+//! are `apiVersion` and Go's `GroupVersionResource.String()`), kind, scope, and the field
 //! labels the apiserver lets a `fieldSelector` name for it.
 
+use crate::names::Gvr;
 use crate::selector::Selectors;
 use crate::status::Status;
 
@@ -11,12 +13,9 @@ const SERVICE_FIELDS: &[&str] = &["spec.clusterIP", "spec.type"];
 /// One resource served from a watch cache. Costs a few hundred bytes once per cache.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Resource {
-    /// API group, "" for core.
-    pub group: String,
-    /// API version, e.g. `v1`.
-    pub version: String,
-    /// Plural resource name, e.g. `endpointslices`.
-    pub resource: String,
+    /// API group ("" for core), version and plural resource name, e.g.
+    /// `discovery.k8s.io/v1/endpointslices`.
+    pub gvr: Gvr,
     /// Kind of one object, e.g. `EndpointSlice`; the list's kind is this plus `List`.
     pub kind: String,
     /// Whether objects live in namespaces (their key is `namespace/name`, else `name`).
@@ -51,9 +50,7 @@ impl Resource {
             _ => &[],
         };
         Resource {
-            group: group.to_owned(),
-            version: version.to_owned(),
-            resource: resource.to_owned(),
+            gvr: Gvr::new(group, version, resource),
             kind: kind.to_owned(),
             namespaced,
             fields,
@@ -76,27 +73,9 @@ impl Resource {
         )
     }
 
-    /// `apiVersion` of the objects and lists: `v1`, `discovery.k8s.io/v1`.
-    pub(crate) fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.clone()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
-    }
-
     /// The list's kind, e.g. `ServiceList`.
     pub(crate) fn list_kind(&self) -> String {
         format!("{}List", self.kind)
-    }
-
-    /// Go's `GroupVersionResource.String()`: `/v1, Resource=services`,
-    /// `discovery.k8s.io/v1, Resource=endpointslices`.
-    pub(crate) fn gvr_string(&self) -> String {
-        format!(
-            "{}/{}, Resource={}",
-            self.group, self.version, self.resource
-        )
     }
 
     /// The field labels beyond `metadata.name` and `metadata.namespace`.

@@ -36,7 +36,7 @@ fn render_caches(out: &mut String, caches: &[WatchCache]) {
         .iter()
         .map(|c| {
             (
-                c.resource().resource.as_str(),
+                c.resource().gvr.resource.as_str(),
                 c.memory(),
                 c.skipped_objects(),
             )

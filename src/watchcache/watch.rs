@@ -61,7 +61,7 @@ impl WatchEvent {
                 w.write_all(b"{\"kind\":")?;
                 super::object::write_json_str(w, &resource.kind)?;
                 w.write_all(b",\"apiVersion\":")?;
-                super::object::write_json_str(w, &resource.api_version())?;
+                super::object::write_json_str(w, &resource.gvr.api_version())?;
                 write!(
                     w,
                     ",\"metadata\":{{\"resourceVersion\":\"{rv}\",\"creationTimestamp\":null"

@@ -69,15 +69,15 @@ impl ObjectIndex {
     /// the same as [`ObjectIndex::path_hash`] of its path below the root.
     pub(super) fn key_hash(&self, key: &ObjectKey) -> u64 {
         let c = &key.collection;
-        let group = if c.group.is_empty() { "core" } else { &c.group };
+        let [resource, version, group] = c.gvr.dir_name_parts();
         let mut h = self.hasher.build_hasher();
         // `write`, never `write_str`: the pieces must hash as their concatenation does.
         for part in [
             c.component.as_str(),
             "/",
-            &c.resource,
+            resource,
             ".",
-            &c.version,
+            version,
             ".",
             group,
             "/",

@@ -98,7 +98,7 @@ const NAMESPACED: &[(&str, &[&str])] = &[
 pub(super) fn namespaced(collection: &CollectionKey, request_namespace: Option<&str>) -> bool {
     request_namespace.is_some()
         || NAMESPACED.iter().any(|(group, resources)| {
-            *group == collection.group && resources.contains(&collection.resource.as_str())
+            *group == collection.gvr.group && resources.contains(&collection.gvr.resource.as_str())
         })
 }
 
@@ -173,7 +173,7 @@ fn object_key(
     let meta = head.metadata.as_ref()?;
     let name = meta.name.as_deref().filter(|n| !n.is_empty())?;
     // A pod not bound to a node is of no use to a node (as in YurtHub).
-    if collection.group.is_empty() && collection.resource == "pods" {
+    if collection.gvr.group.is_empty() && collection.gvr.resource == "pods" {
         let bound = head
             .spec
             .as_ref()

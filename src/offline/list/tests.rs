@@ -1,4 +1,5 @@
 use super::*;
+use crate::names::Gvr;
 
 #[test]
 fn continue_tokens_round_trip_and_foreign_ones_are_refused() {
@@ -26,9 +27,7 @@ fn continue_tokens_round_trip_and_foreign_ones_are_refused() {
 #[test]
 fn skipped_files_make_one_warning_per_list() {
     let path = ResourcePath {
-        group: String::new(),
-        version: "v1".into(),
-        resource: "pods".into(),
+        gvr: Gvr::new("", "v1", "pods"),
         subresource: None,
         namespace: None,
         name: None,

@@ -22,7 +22,8 @@ use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
 use rustls::server::WebPkiClientVerifier;
 
-use crate::pool::resources::{Gvr, PoolScope};
+use crate::names::Gvr;
+use crate::pool::resources::PoolScope;
 use crate::request::ApiRequest;
 use crate::requester::{NODE_CN_PREFIX, NODES_GROUP};
 use crate::server::tls::ServingCert;

@@ -9,7 +9,8 @@ use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::pool::resources::{Gvr, PoolScope};
+use crate::names::Gvr;
+use crate::pool::resources::PoolScope;
 use crate::server::tls::ServingCert;
 use crate::server::tls::tests::TestCa;
 use crate::watchcache::{CacheOptions, EventType};

@@ -43,7 +43,7 @@ const LIST_DROPPED: &[&str] = &["limit", "continue"];
 /// The group, version and resource of `path` (the one place that reads them, for the paths
 /// and the series' label).
 pub(crate) fn gvr(path: &ResourcePath) -> (&str, &str, &str) {
-    (&path.group, &path.version, &path.resource)
+    (&path.gvr.group, &path.gvr.version, &path.gvr.resource)
 }
 
 /// The resource as the series label it: `resource[.group]` (`pods`,
