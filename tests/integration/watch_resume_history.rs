@@ -15,6 +15,8 @@ use crate::support::hub::*;
 
 /// kubelet's pod scope, URL-encoded as client-go sends it.
 const SCOPE: &str = "fieldSelector=spec.nodeName%3Dedge-1";
+/// How long the cloud stays away.
+const OUTAGE: Duration = Duration::from_secs(8);
 /// How long the difference may take after the restart: the health checker's verdict
 /// (1 s probes in tests), the jitter (< 5 s), the gather (1 s), the list, and slack.
 const CATCH_UP: Duration = Duration::from_secs(25);
@@ -128,6 +130,7 @@ fn an_outage_past_the_history_gives_the_difference_and_one_list_per_scope() {
 
     // The outage: two pods made, one changed, one deleted, one made on another node.
     cloud.stop();
+    let stopped = std::time::Instant::now();
     let new_1 = cloud.create("pods", pod("new-1", "edge-1"));
     let new_2 = cloud.create("pods", pod("new-2", "edge-1"));
     let mut change = cloud.get("pods", "default", "change").unwrap();
@@ -140,7 +143,9 @@ fn an_outage_past_the_history_gives_the_difference_and_one_list_per_scope() {
         "{}",
         hub.logs()
     );
-    // The history is gone: a watch from before the outage meets 410.
+    // An outage of some seconds (every watch's first resume has failed and waits for the
+    // cloud), after which the history is gone: a watch from before it meets 410.
+    std::thread::sleep(OUTAGE.saturating_sub(stopped.elapsed()));
     cloud.compact();
     cloud.reset_requests();
     cloud.restart();
@@ -149,7 +154,9 @@ fn an_outage_past_the_history_gives_the_difference_and_one_list_per_scope() {
     for feed in &feeds {
         // Added and changed pods as listed, with the cloud's own resourceVersions (in the
         // list's order, which is the store's key order).
-        let first: BTreeSet<_> = (0..3).map(|_| summary(&feed.next(CATCH_UP, &hub))).collect();
+        let first: BTreeSet<_> = (0..3)
+            .map(|_| summary(&feed.next(CATCH_UP, &hub)))
+            .collect();
         let expected: BTreeSet<_> = [
             entry("ADDED", "new-1", &rv_of(&new_1)),
             entry("ADDED", "new-2", &rv_of(&new_2)),
@@ -185,7 +192,9 @@ fn an_outage_past_the_history_gives_the_difference_and_one_list_per_scope() {
     // The cloud saw: one resume per watch (410), exactly one pod list of the scope for both,
     // and one watch per stream from the list's resourceVersion; no ERROR went out (above).
     let pod_requests = |pred: &dyn Fn(&str) -> bool| {
-        cloud.count(|r| r.path == "/api/v1/pods" && r.query.contains("spec.nodeName") && pred(&r.query))
+        cloud.count(|r| {
+            r.path == "/api/v1/pods" && r.query.contains("spec.nodeName") && pred(&r.query)
+        })
     };
     let from = |rv: &str| format!("resourceVersion={rv}&");
     let from_old = from(&listed_rv);

@@ -19,8 +19,11 @@
 //! read), and for each one the list did not return the stored object is read and matched
 //! against the watch's selectors; one of the client's is sent `DELETED` carrying the list's
 //! resourceVersion (a deleted object is never written back, and a reflector's last version
-//! moves to the list's). Then a `BOOKMARK` at the list's resourceVersion if the client asked
-//! for bookmarks, so that it resumes from there.
+//! moves to the list's). Then, also `DELETED`, what the store's tombstones say was removed
+//! after the client's last version and the list did not return (another stream of the
+//! component, or another watch's difference, deleted it from the cache before this one
+//! looked). Then a `BOOKMARK` at the list's resourceVersion if the client asked for
+//! bookmarks, so that it resumes from there.
 //!
 //! Streaming: one listed item in memory at a time, the keys seen as a sorted `Vec<u64>` of
 //! hashes (8 bytes an object: 160 KB for 20,000), one namespace directory's names at a time.
@@ -229,6 +232,8 @@ pub(crate) struct Differ<'a> {
     pass_bookmarks: bool,
     /// Hashes of `(namespace, name)` of every listed item.
     seen: Vec<u64>,
+    /// Hashes of the stored objects sent as deleted.
+    deleted: Vec<u64>,
     hasher: RandomState,
     /// The event being written, reused.
     line: Vec<u8>,
@@ -250,6 +255,7 @@ impl<'a> Differ<'a> {
             client_rv: ctx.client_rv,
             pass_bookmarks: ctx.pass_bookmarks,
             seen: Vec::new(),
+            deleted: Vec::new(),
             hasher: RandomState::new(),
             line: Vec::new(),
             counts: Diffed::default(),
@@ -313,6 +319,43 @@ impl<'a> Differ<'a> {
             let Some(object) = deleted_object(&bytes, self.selectors, end) else {
                 continue;
             };
+            event_line(&mut self.line, "DELETED", &object);
+            chain.emit(&self.line, &end.rv).map_err(DiffStop::Client)?;
+            self.counts.deleted += 1;
+            self.deleted.push(hash);
+        }
+        // What another stream of the component deleted after this watch's last version is
+        // gone from the store, not from the client (a difference sent to another watch of
+        // the scope just before this one, say): the store's tombstones name it. Its stored
+        // object is gone, so the selectors cannot be checked: a DELETED of a key the client
+        // never had is ignored by an informer, a missed one would stay in its view for good.
+        self.deleted.sort_unstable();
+        let removed =
+            self.store
+                .removed_after(&self.key.collection, self.namespace, self.client_rv);
+        for (namespace, name) in removed {
+            let hash = self.key_hash(namespace.as_deref(), &name);
+            if self.seen.binary_search(&hash).is_ok() || self.deleted.binary_search(&hash).is_ok() {
+                continue;
+            }
+            self.key.namespace = namespace;
+            self.key.name = name;
+            // Stored again since: the pass over the names above judged it.
+            if !matches!(self.store.version_of(&self.key), Ok(None)) {
+                continue;
+            }
+            let mut metadata =
+                serde_json::json!({"name": self.key.name, "resourceVersion": end.rv});
+            if let Some(ns) = &self.key.namespace {
+                metadata["namespace"] = Value::from(ns.as_str());
+            }
+            let object = serde_json::json!({
+                "kind": end.kind,
+                "apiVersion": end.api_version,
+                "metadata": metadata,
+            });
+            // Serializing a Value to a Vec cannot fail.
+            let object = serde_json::to_vec(&object).unwrap_or_default();
             event_line(&mut self.line, "DELETED", &object);
             chain.emit(&self.line, &end.rv).map_err(DiffStop::Client)?;
             self.counts.deleted += 1;

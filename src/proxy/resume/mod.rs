@@ -34,9 +34,15 @@ pub(crate) mod series;
 
 pub(super) use leg::{first_target, leg_headers};
 // Part C's difference and list rounds (unused until the loop's rebuild calls them).
-#[allow(dead_code, reason = "the loop's rebuild calls diff::catch_up once wired")]
+#[allow(
+    dead_code,
+    reason = "the loop's rebuild calls diff::catch_up once wired"
+)]
 mod diff;
-#[allow(dead_code, reason = "the loop's rebuild calls diff::catch_up once wired")]
+#[allow(
+    dead_code,
+    reason = "the loop's rebuild calls diff::catch_up once wired"
+)]
 mod rounds;
 
 use std::cell::RefCell;

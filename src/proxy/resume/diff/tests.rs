@@ -468,3 +468,43 @@ fn through_the_event_cut_the_client_is_left_at_the_list_rv() {
     let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
     assert_eq!(types, ["ADDED", "DELETED", "ADDED"]);
 }
+
+#[test]
+fn a_deletion_the_cache_already_took_is_sent_from_its_tombstone() {
+    let dir = Scratch::new("tombstone");
+    let store = store_with(
+        &dir,
+        &[
+            ("a", "gone", 5, "n1"),
+            ("a", "seen-gone", 4, "n1"),
+            ("a", "web", 5, "n1"),
+        ],
+    );
+    // This client saw seen-gone deleted at 5 (its last version); then another watch's
+    // difference deleted "gone" from the component's cache at the list's version, 30.
+    let seen_gone = ObjectKey {
+        collection: pods(),
+        namespace: Some("a".to_owned()),
+        name: "seen-gone".to_owned(),
+    };
+    store.delete(&seen_gone, Some("5")).unwrap();
+    let gone = ObjectKey {
+        name: "gone".to_owned(),
+        ..seen_gone.clone()
+    };
+    store.delete(&gone, Some("30")).unwrap();
+    let watch = Watch::new(&store, 5);
+    let (client, counts) = watch.diff(&[listed("a", "web", 5, "n1")], 30);
+    assert_eq!(client.seen(), [event("DELETED", "a/gone", 30)]);
+    assert_eq!(counts.deleted, 1);
+    assert_eq!(
+        client.events[0].0["object"],
+        serde_json::json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "gone", "namespace": "a", "resourceVersion": "30"}})
+    );
+    // Listed again (made anew): not deleted.
+    let (client, _) = watch.diff(
+        &[listed("a", "gone", 31, "n1"), listed("a", "web", 5, "n1")],
+        31,
+    );
+    assert_eq!(client.seen(), [event("ADDED", "a/gone", 31)]);
+}
