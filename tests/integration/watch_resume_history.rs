@@ -151,15 +151,34 @@ fn an_outage_past_the_history_gives_the_difference_and_one_list_per_scope() {
     cloud.restart();
 
     let mut list_rv = String::new();
+    let mut watches_added = 0;
     for feed in &feeds {
         // Added and changed pods as listed, with the cloud's own resourceVersions (in the
-        // list's order, which is the store's key order).
-        let first: BTreeSet<_> = (0..3)
+        // list's order, which is the store's key order). A watch whose sibling's difference
+        // reached kubelet's cache first finds the new pods there already, newer than what
+        // it was sent, and sends them as MODIFIED: an informer upserts either. The round's
+        // leader sends ADDED, so one of the two watches does.
+        let mut first: BTreeSet<_> = (0..3)
             .map(|_| summary(&feed.next(CATCH_UP, &hub)))
             .collect();
-        let expected: BTreeSet<_> = [
+        let added = [
             entry("ADDED", "new-1", &rv_of(&new_1)),
             entry("ADDED", "new-2", &rv_of(&new_2)),
+        ];
+        if added.iter().all(|e| first.contains(e)) {
+            watches_added += 1;
+        } else {
+            first = first
+                .into_iter()
+                .map(|(kind, name, rv)| match name.as_str() {
+                    "new-1" | "new-2" if kind == "MODIFIED" => ("ADDED".to_owned(), name, rv),
+                    _ => (kind, name, rv),
+                })
+                .collect();
+        }
+        let expected: BTreeSet<_> = [
+            added[0].clone(),
+            added[1].clone(),
             entry("MODIFIED", "change", &rv_of(&changed)),
         ]
         .into();
@@ -178,6 +197,7 @@ fn an_outage_past_the_history_gives_the_difference_and_one_list_per_scope() {
             assert_eq!(rv, list_rv, "both watches had the same list");
         }
     }
+    assert!(watches_added >= 1, "the leader sends the new pods as ADDED");
 
     // Then the hub watches from the list's resourceVersion, on the same streams.
     let after = cloud.create("pods", pod("after", "edge-1"));
