@@ -132,6 +132,7 @@ pub(super) fn start(config: &Config, parts: Parts) -> Result<Running, StartupErr
         pool,
         shutdown: Arc::clone(&shutdown),
         node_name: Arc::from(config.node_name.as_str()),
+        rounds: Arc::default(),
     });
     let (ports, open_https) =
         listeners::open_proxy_ports(config, hub, proxy_listener, &local, https, &shutdown)?;

@@ -193,8 +193,8 @@ impl<'h> Call<'h> {
         let resumable;
         let (path_and_query, headers) = if self.route.resume.is_some() {
             resumable = (
-                super::resume::first_target(&head.target),
-                super::resume::leg_headers(&head.headers),
+                super::resume::leg::first_target(&head.target),
+                super::resume::leg::leg_headers(&head.headers),
             );
             (resumable.0.as_str(), resumable.1.as_slice())
         } else {

@@ -73,6 +73,8 @@ pub(crate) struct Hub {
     pub shutdown: Arc<std::sync::atomic::AtomicBool>,
     /// This node's name: a client certificate naming it is the node (`requester.rs`).
     pub node_name: Arc<str>,
+    /// The list rounds of resumed watches whose history was gone: one list per scope.
+    pub rounds: Arc<resume::rounds::ListRounds>,
 }
 
 /// Where the cache stood for a request, for the log line.

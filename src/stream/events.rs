@@ -37,18 +37,19 @@ use crate::cache::writer::MAX_OBJECT_BYTES;
 use crate::request::Query;
 use crate::server::ClientProbe;
 
-/// The paths located in each event (the indexes are fixed: see `Head::located`). The
-/// prefixes `object` and `object.metadata` are paths too, so that a repeated member on the
-/// way is noticed (the spans are then not trusted and the event is parsed whole).
+/// The paths located in each event (the indexes are fixed: see `Head::read`). The prefixes
+/// `object` and `object.metadata` are paths too, each before the longer ones (the scanner
+/// follows the first path a name leads along), so that a member repeated on the way is
+/// noticed: the spans are then not trusted and the event is parsed whole.
 pub(crate) const CUT_PATHS: &[Path] = &[
     &["type"],
+    &["object"],
+    &["object", "metadata"],
     &["object", "metadata", "resourceVersion"],
     &["object", "kind"],
     &["object", "apiVersion"],
     // An ERROR's Status.
     &["object", "code"],
-    &["object"],
-    &["object", "metadata"],
 ];
 
 /// The annotation of the bookmark that ends a watch's initial events (`sendInitialEvents`).
@@ -184,10 +185,10 @@ impl<'a> Head<'a> {
         let located = || -> Result<Head<'a>, ()> {
             Ok(Head {
                 kind: text(0)?,
-                rv: text(1)?,
-                object_kind: text(2)?,
-                api_version: text(3)?,
-                code: found.span(4)?.and_then(|(a, b)| code(&ev[a..b])),
+                rv: text(3)?,
+                object_kind: text(4)?,
+                api_version: text(5)?,
+                code: found.span(6)?.and_then(|(a, b)| code(&ev[a..b])),
             })
         };
         located().unwrap_or_else(|()| Head::parsed(ev))
@@ -947,6 +948,28 @@ mod tests {
         feed(&mut cut, &(ev("ADDED", 7) + &ev("ADDED", 8)), 1000).expect("passes");
         cut.end(true).expect("ends");
         assert_eq!(*notes.borrow(), [0], "noted once");
+    }
+
+    #[test]
+    fn a_repeated_object_is_read_whole_as_a_parser_would() {
+        let mut cut = EventCut::new(Client::default(), false, start("4"), &no_note);
+        // serde takes the last member: the object it reads has no resourceVersion.
+        let first = concat!(
+            r#"{"type":"ADDED","object":{"kind":"Pod","metadata":{"resourceVersion":"5"}},"#,
+            r#""object":{"kind":"Node","apiVersion":"v1","metadata":{"name":"p"}}}"#,
+            "\n",
+        );
+        feed(&mut cut, first, 9).expect("passes");
+        let p = cut.progress();
+        assert_eq!((p.last_rv.as_str(), p.kind.as_str()), ("4", "Node"));
+        let second = concat!(
+            r#"{"type":"ADDED","object":{"kind":"Pod","metadata":{"resourceVersion":"7"},"#,
+            r#""metadata":{"name":"q"}}}"#,
+            "\n",
+        );
+        feed(&mut cut, second, 9).expect("passes");
+        assert_eq!(cut.progress().last_rv, "4");
+        assert_eq!(cut.progress().since_mark, 2);
     }
 
     #[test]

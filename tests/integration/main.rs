@@ -45,6 +45,7 @@ mod start_limits;
 mod trust;
 mod watch_list_options;
 mod watch_resume;
+mod watch_resume_faults;
 mod watch_resume_history;
 mod whole_list;
 mod yurthub_command_line;

@@ -29,21 +29,10 @@
 //! watch is one request until it ends. What it does not do: decide eligibility (`route`),
 //! rebuild a view after a 410 (`diff.rs`), end a dead leg (the reaper, told how by `leg`).
 
-mod leg;
-pub(crate) mod series;
-
-pub(super) use leg::{first_target, leg_headers};
-// Part C's difference and list rounds (unused until the loop's rebuild calls them).
-#[allow(
-    dead_code,
-    reason = "the loop's rebuild calls diff::catch_up once wired"
-)]
 mod diff;
-#[allow(
-    dead_code,
-    reason = "the loop's rebuild calls diff::catch_up once wired"
-)]
-mod rounds;
+pub(super) mod leg;
+pub(crate) mod rounds;
+pub(crate) mod series;
 
 use std::cell::RefCell;
 use std::io::{self, Read};
@@ -51,7 +40,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use self::diff::{CatchUp, RoundCtx};
 use self::leg::{Backoff, Resumed};
+use self::rounds::ScopeKey;
 use self::series::WATCH_SERIES;
 use super::call::{Call, Relayed};
 use super::{CacheStatus, Hub};
@@ -61,7 +52,7 @@ use crate::filters::Filters;
 use crate::filters::body::{BodyFilter, StageTime};
 use crate::metrics::InFlight;
 use crate::request::{Accept, ApiRequest, ResourcePath};
-use crate::route::{Deadline, NoCacheReason, Resume, Route, WATCH_DEFAULT, WATCH_MARGIN};
+use crate::route::{Deadline, Identity, NoCacheReason, Resume, Route, WATCH_DEFAULT, WATCH_MARGIN};
 use crate::server::{Exchange, Length};
 use crate::stream::{
     self, BodyReads, ClientEnd, EventCut, FilterStage, LegEnd, Progress, Pumped, Stop, Tee,
@@ -77,6 +68,40 @@ const TICK: Duration = Duration::from_secs(1);
 const CATCH_UP_WINDOW: Duration = Duration::from_secs(1);
 /// A leg that ends cleanly with this little left of the client's time ends the client's watch.
 const DEADLINE_SLACK: Duration = Duration::from_secs(1);
+/// How long a round waits for the cache writer to apply what the client was sent.
+const BARRIER_WAIT: Duration = Duration::from_secs(5);
+
+/// The scope of a round's list: who asks (the hub's identity, or a digest of the client's
+/// credential: never shared across credentials) and what (the collection path and the
+/// selectors as sent; a watch of one named object selects it by name).
+fn scope_key(req: &ApiRequest, path: &ResourcePath, route: &Route, list_target: &str) -> ScopeKey {
+    let identity = match route.identity {
+        Identity::Hub => None,
+        Identity::Client | Identity::Anonymous => {
+            let mut digest = [0u8; 8];
+            if let Some(d) = req.requester.credential.digest() {
+                digest.copy_from_slice(&d[..8]);
+            }
+            Some(digest)
+        }
+    };
+    let fields = req.query.field_selector.as_deref().unwrap_or("");
+    let field_selector = match &path.name {
+        Some(name) if fields.is_empty() => format!("metadata.name={name}"),
+        Some(name) => format!("metadata.name={name},{fields}"),
+        None => fields.to_owned(),
+    };
+    ScopeKey {
+        identity,
+        path: list_target
+            .split('?')
+            .next()
+            .unwrap_or(list_target)
+            .to_owned(),
+        label_selector: req.query.label_selector.clone().unwrap_or_default(),
+        field_selector,
+    }
+}
 
 /// A forwarded watch the hub can follow across legs.
 pub(super) struct Resumable<'a> {
@@ -228,6 +253,18 @@ enum Held {
     Gone(io::Error),
 }
 
+/// What a round after a 410 came to.
+enum Rebuilt {
+    /// The difference went out: resume from the list's resourceVersion.
+    Resume,
+    /// The list failed in the cloud: back off, resume again (a 410 again starts a round).
+    Retry,
+    /// No difference can be made: the watch ends cleanly (logged why).
+    End,
+    /// The client went away.
+    Gone(io::Error),
+}
+
 /// What a resume request came to.
 enum Step {
     /// A new leg.
@@ -272,11 +309,12 @@ impl Watch<'_, '_, '_, '_> {
                         // not through): as before, a clean end ends, a break aborts.
                         return Ok(end == LegEnd::Ended);
                     }
-                    LegEnd::Expired => {
-                        if !self.rebuild() {
-                            return Ok(true);
-                        }
-                    }
+                    LegEnd::Expired => match self.rebuild(Instant::now()) {
+                        Rebuilt::Resume => {}
+                        Rebuilt::Retry => wait = Some(self.backoff.next_wait()),
+                        Rebuilt::End => return Ok(true),
+                        Rebuilt::Gone(e) => return Err(e),
+                    },
                     _ => {}
                 }
                 log::debug!(
@@ -302,11 +340,12 @@ impl Watch<'_, '_, '_, '_> {
                     hub_leg = true;
                     next = Some(answer);
                 }
-                Step::Not(Resumed::Expired) => {
-                    if !self.rebuild() {
-                        return Ok(true);
-                    }
-                }
+                Step::Not(Resumed::Expired) => match self.rebuild(held_since) {
+                    Rebuilt::Resume => {}
+                    Rebuilt::Retry => wait = Some(self.backoff.next_wait()),
+                    Rebuilt::End => return Ok(true),
+                    Rebuilt::Gone(e) => return Err(e),
+                },
                 Step::Not(Resumed::Trouble(asked)) => {
                     wait = Some(asked.unwrap_or_else(|| self.backoff.next_wait()));
                 }
@@ -451,17 +490,28 @@ impl Watch<'_, '_, '_, '_> {
         }
     }
 
-    /// The cloud's history is gone: true when the client's view was rebuilt and the watch
-    /// resumes from the list's resourceVersion; false when it ends cleanly (logged why).
-    fn rebuild(&mut self) -> bool {
+    /// The cloud's history is gone: a cache agent's view is rebuilt by one list of its scope
+    /// (shared by the watches of the scope whose 410 came together) and the difference
+    /// against its component's cache, which holds exactly what the client was sent once the
+    /// writer applied it (the barrier) and the cache session was never dropped. Anyone
+    /// else's watch ends cleanly, with one line saying why.
+    fn rebuild(&mut self, held_since: Instant) -> Rebuilt {
         let why = match self.mode {
-            // The difference against the component's cache (Part C's `diff::catch_up`)
-            // is not in this build yet.
-            Resume::Rebuild => "the difference is not available",
             Resume::ResumeOnly if matches!(self.req.accept, Accept::Transformed { .. }) => {
                 "a transformed (as=) answer"
             }
             Resume::ResumeOnly => "not a cache agent",
+            Resume::Rebuild if !self.chain.inner_mut().inner_mut().session_intact() => {
+                "its cache session was dropped"
+            }
+            // Every event the client was sent is applied: the cache is its baseline.
+            Resume::Rebuild if !self.chain.inner_mut().inner_mut().sync(BARRIER_WAIT) => {
+                "the cache writer did not catch up"
+            }
+            Resume::Rebuild => match self.round(held_since) {
+                Ok(rebuilt) => return rebuilt,
+                Err(why) => why,
+            },
         };
         log::info!(
             "watch ended: the cloud's history is gone and the hub cannot rebuild the client's view: {why} resource=\"{}\" component=\"{}\" rv={}",
@@ -469,7 +519,73 @@ impl Watch<'_, '_, '_, '_> {
             self.req.component,
             self.chain.progress().last_rv
         );
-        false
+        Rebuilt::End
+    }
+
+    /// One round: the scope's list (led or followed) and this client's difference; the
+    /// counters and the resume line. Err: why no difference can be made.
+    fn round(&mut self, held_since: Instant) -> Result<Rebuilt, &'static str> {
+        let store = self.hub.offline.as_ref().map(|o| &*o.store);
+        let (Some(store), Some(collection)) = (store, self.route.collection()) else {
+            return Err("no disk cache for its component");
+        };
+        let progress = self.chain.progress();
+        let client_rv = progress.last_rv.parse().unwrap_or(0);
+        let kind = (progress.kind.clone(), progress.api_version.clone());
+        let list_target = leg::list_target(self.path, &self.raw_query);
+        let ctx = RoundCtx {
+            cloud: &*self.hub.cloud,
+            rounds: &self.hub.rounds,
+            key: scope_key(self.req, self.path, self.route, &list_target),
+            list_target,
+            headers: &self.headers,
+            identity: self.route.identity,
+            store,
+            collection,
+            namespace: self.path.namespace.as_deref(),
+            selectors: &self.route.selectors,
+            client_rv,
+            pass_bookmarks: self.req.query.allow_watch_bookmarks,
+            kind: (!kind.0.is_empty()).then_some((kind.0.as_str(), kind.1.as_str())),
+        };
+        match diff::catch_up(&ctx, &mut self.chain) {
+            CatchUp::Done {
+                list_rv,
+                added,
+                modified,
+                deleted,
+                listed,
+            } => {
+                if listed {
+                    WATCH_SERIES.relisted(self.resource);
+                }
+                WATCH_SERIES.synthesized(self.resource, added + modified + deleted);
+                log::info!(
+                    "watch resumed resource=\"{}\" component=\"{}\" held={:.1}s caught_up={} via=difference list_rv={list_rv} added={added} modified={modified} deleted={deleted}",
+                    self.resource,
+                    self.req.component,
+                    held_since.elapsed().as_secs_f64(),
+                    added + modified + deleted,
+                );
+                Ok(Rebuilt::Resume)
+            }
+            CatchUp::ClientGone(stop) => Ok(Rebuilt::Gone(stop.into())),
+            CatchUp::Retry(why) => {
+                log::info!(
+                    "a watch's list after the cloud's history was gone failed, retrying: {why} resource=\"{}\"",
+                    self.resource
+                );
+                Ok(Rebuilt::Retry)
+            }
+            CatchUp::Unusable(why) => {
+                log::info!(
+                    "watch ended: the cloud's history is gone and the hub cannot rebuild the client's view: {why} resource=\"{}\" component=\"{}\"",
+                    self.resource,
+                    self.req.component
+                );
+                Ok(Rebuilt::End)
+            }
+        }
     }
 
     /// A bookmark at the last delivered resourceVersion, when the client asked for them and

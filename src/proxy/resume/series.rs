@@ -44,13 +44,11 @@ impl WatchSeries {
     }
 
     /// A round listed `resource` after a 410 (its leader only).
-    #[allow(dead_code)] // The list rounds (Part C) count here.
     pub(crate) fn relisted(&self, resource: &str) {
         self.add(resource, Counter::Relists, 1);
     }
 
     /// A difference sent `events` ADDED/MODIFIED/DELETED events of `resource`.
-    #[allow(dead_code)] // The difference (Part C) counts here.
     pub(crate) fn synthesized(&self, resource: &str, events: u64) {
         self.add(resource, Counter::Synthesized, events);
     }
