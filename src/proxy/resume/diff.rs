@@ -227,7 +227,11 @@ pub(crate) struct Differ<'a> {
     /// namespace and name are overwritten per item (no allocation once they are long enough).
     key: ObjectKey,
     namespace: Option<&'a str>,
-    selectors: &'a Selectors,
+    /// The scope's selectors: the watch's, with the name of a watch of one named object.
+    selectors: Selectors,
+    /// The selectors read nothing but `metadata.name` and `metadata.namespace`: they can judge
+    /// an object known only by its key.
+    key_only: bool,
     client_rv: u64,
     pass_bookmarks: bool,
     /// Hashes of `(namespace, name)` of every listed item.
@@ -243,7 +247,7 @@ pub(crate) struct Differ<'a> {
 impl<'a> Differ<'a> {
     /// A difference for `ctx`'s watch, nothing listed yet.
     pub(crate) fn new(ctx: &RoundCtx<'a>) -> Differ<'a> {
-        Differ {
+        let mut differ = Differ {
             store: ctx.store,
             key: ObjectKey {
                 collection: ctx.collection.clone(),
@@ -251,7 +255,8 @@ impl<'a> Differ<'a> {
                 name: String::new(),
             },
             namespace: ctx.namespace,
-            selectors: ctx.selectors,
+            selectors: scope_selectors(ctx),
+            key_only: false,
             client_rv: ctx.client_rv,
             pass_bookmarks: ctx.pass_bookmarks,
             seen: Vec::new(),
@@ -259,7 +264,14 @@ impl<'a> Differ<'a> {
             hasher: RandomState::new(),
             line: Vec::new(),
             counts: Diffed::default(),
-        }
+        };
+        let selectors = &differ.selectors;
+        differ.key_only = selectors.label.is_everything()
+            && selectors
+                .field
+                .paths()
+                .all(|p| p == "metadata.name" || p == "metadata.namespace");
+        differ
     }
 
     /// One listed item: `ADDED` or `MODIFIED` as listed when the client may not hold it.
@@ -316,7 +328,7 @@ impl<'a> Differ<'a> {
             let Some(bytes) = self.store.get(&self.key).map_err(DiffStop::Store)? else {
                 continue; // Removed since its directory was read.
             };
-            let Some(object) = deleted_object(&bytes, self.selectors, end) else {
+            let Some(object) = deleted_object(&bytes, &self.selectors, end) else {
                 continue;
             };
             event_line(&mut self.line, "DELETED", &object);
@@ -327,8 +339,9 @@ impl<'a> Differ<'a> {
         // What another stream of the component deleted after this watch's last version is
         // gone from the store, not from the client (a difference sent to another watch of
         // the scope just before this one, say): the store's tombstones name it. Its stored
-        // object is gone, so the selectors cannot be checked: a DELETED of a key the client
-        // never had is ignored by an informer, a missed one would stay in its view for good.
+        // object is gone, so only selectors of the key alone (a watch of one named object)
+        // can be checked: a DELETED of a key the client never had is ignored by an informer,
+        // a missed one would stay in its view for good.
         self.deleted.sort_unstable();
         let removed =
             self.store
@@ -354,6 +367,9 @@ impl<'a> Differ<'a> {
                 "apiVersion": end.api_version,
                 "metadata": metadata,
             });
+            if self.key_only && !self.selectors.matches(&object) {
+                continue;
+            }
             // Serializing a Value to a Vec cannot fail.
             let object = serde_json::to_vec(&object).unwrap_or_default();
             event_line(&mut self.line, "DELETED", &object);
@@ -384,6 +400,15 @@ impl<'a> Differ<'a> {
         h.write(name.as_bytes());
         h.finish()
     }
+}
+
+/// The selectors of the round's scope: the watch's own, with `metadata.name` of a watch of
+/// one named object (which the scope's field selector holds); the watch's parsed ones when
+/// the scope's text does not parse (it always should: it was parsed to route the request).
+fn scope_selectors(ctx: &RoundCtx<'_>) -> Selectors {
+    let text = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    let (label, field) = (text(&ctx.key.label_selector), text(&ctx.key.field_selector));
+    Selectors::parse(label.as_deref(), field.as_deref()).unwrap_or_else(|_| ctx.selectors.clone())
 }
 
 /// The stored object as the client's `DELETED` event carries it: at the list's

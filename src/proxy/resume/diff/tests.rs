@@ -150,6 +150,8 @@ fn end(rv: u64) -> ListEnd {
 struct Watch<'a> {
     store: &'a Store,
     collection: CollectionKey,
+    /// The scope's field selector, as sent (the selectors are parsed from it).
+    field_selector: String,
     selectors: Selectors,
     client_rv: u64,
     pass_bookmarks: bool,
@@ -161,11 +163,18 @@ impl<'a> Watch<'a> {
         Watch {
             store,
             collection: pods(),
+            field_selector: String::new(),
             selectors: Selectors::everything(),
             client_rv,
             pass_bookmarks: false,
             rounds: ListRounds::new(Duration::ZERO),
         }
+    }
+
+    /// The watch's field selector.
+    fn select(&mut self, field: &str) {
+        self.field_selector = field.to_owned();
+        self.selectors = Selectors::parse(None, Some(field)).unwrap();
     }
 
     fn ctx(&self) -> RoundCtx<'_> {
@@ -176,7 +185,7 @@ impl<'a> Watch<'a> {
                 identity: None,
                 path: "/api/v1/pods".to_owned(),
                 label_selector: String::new(),
-                field_selector: String::new(),
+                field_selector: self.field_selector.clone(),
             },
             list_target: "/api/v1/pods".to_owned(),
             headers: &[],
@@ -289,7 +298,7 @@ fn objects_outside_the_selectors_are_not_deleted() {
         ],
     );
     let mut watch = Watch::new(&store, 12);
-    watch.selectors = Selectors::parse(None, Some("spec.nodeName=edge-1")).unwrap();
+    watch.select("spec.nodeName=edge-1");
     let (client, _) = watch.diff(&[listed("a", "mine", 10, "edge-1")], 30);
     assert_eq!(client.seen(), [event("DELETED", "a/mine-gone", 30)]);
     // Without selectors the other node's pod would have gone too.
@@ -507,4 +516,37 @@ fn a_deletion_the_cache_already_took_is_sent_from_its_tombstone() {
         31,
     );
     assert_eq!(client.seen(), [event("ADDED", "a/gone", 31)]);
+}
+
+#[test]
+fn a_watch_of_one_named_object_deletes_only_that_one() {
+    let dir = Scratch::new("named");
+    let store = store_with(
+        &dir,
+        &[
+            ("a", "one", 5, "n1"),
+            ("a", "two", 5, "n1"),
+            ("a", "three", 5, "n1"),
+        ],
+    );
+    // Another watch of the component saw "three" deleted after this watch's last version.
+    let three = ObjectKey {
+        collection: pods(),
+        namespace: Some("a".to_owned()),
+        name: "three".to_owned(),
+    };
+    store.delete(&three, Some("20")).unwrap();
+    let mut watch = Watch::new(&store, 5);
+    // The scope of `/api/v1/namespaces/a/pods/one?watch=1`: its route's selectors do not
+    // name the object, the scope's do.
+    watch.field_selector = "metadata.name=one".to_owned();
+    let (client, _) = watch.diff(&[], 30);
+    assert_eq!(client.seen(), [event("DELETED", "a/one", 30)]);
+    // A scope whose selectors need more than the key: a tombstone is sent unjudged.
+    watch.select("spec.nodeName=n1");
+    let (client, _) = watch.diff(
+        &[listed("a", "one", 5, "n1"), listed("a", "two", 5, "n1")],
+        30,
+    );
+    assert_eq!(client.seen(), [event("DELETED", "a/three", 30)]);
 }
