@@ -17,13 +17,20 @@
 //! version this watch never delivered, a get say: the client's own version is unknown, so
 //! it is sent.) Then the deletions, last: the collection's names in the store (no file
 //! read), and for each one the list did not return the stored object is read and matched
-//! against the watch's selectors; one of the client's is sent `DELETED` carrying the list's
+//! against the scope's selectors (the watch's, with the name of a watch of one named
+//! object); one of the client's is sent `DELETED` carrying the list's
 //! resourceVersion (a deleted object is never written back, and a reflector's last version
 //! moves to the list's). Then, also `DELETED`, what the store's tombstones say was removed
 //! after the client's last version and the list did not return (another stream of the
 //! component, or another watch's difference, deleted it from the cache before this one
 //! looked). Then a `BOOKMARK` at the list's resourceVersion if the client asked for
 //! bookmarks, so that it resumes from there.
+//!
+//! The watches of one round diff against the same cache while the writer applies what
+//! each sends: a follower may find an object the leader just sent already stored, newer
+//! than its client, and send it `MODIFIED` where the leader sent `ADDED` (an informer
+//! upserts either), or find a deletion the leader sent already applied (the tombstones
+//! above send it all the same).
 //!
 //! Streaming: one listed item in memory at a time, the keys seen as a sorted `Vec<u64>` of
 //! hashes (8 bytes an object: 160 KB for 20,000), one namespace directory's names at a time.
