@@ -5,9 +5,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, PoisonError};
 
 use super::Store;
-use crate::cache::key::ObjectKey;
 #[cfg(doc)]
 use crate::cache::key::rv_newer;
+use crate::cache::key::{CollectionKey, ObjectKey};
 
 /// Deletions the store remembers; past it the oldest is forgotten first. A few hundred bytes
 /// each: deletions are rare on a node, and a replay reaches back minutes at most.
@@ -90,6 +90,28 @@ impl Tombstones {
             .get(key)
             .is_some_and(|t| rv <= t.up_to && list_rv.is_none_or(|list_rv| list_rv < t.gone_at))
     }
+
+    /// The keys of `c` (in `namespace`, when given) removed at a resourceVersion above
+    /// `after`.
+    fn removed_after(
+        &self,
+        c: &CollectionKey,
+        namespace: Option<&str>,
+        after: u64,
+    ) -> Vec<(Option<String>, String)> {
+        let mut found: Vec<_> = self
+            .stale_up_to
+            .iter()
+            .filter(|(key, t)| {
+                t.gone_at > after
+                    && key.collection == *c
+                    && namespace.is_none_or(|ns| key.namespace.as_deref() == Some(ns))
+            })
+            .map(|(key, _)| (key.namespace.clone(), key.name.clone()))
+            .collect();
+        found.sort_unstable();
+        found
+    }
 }
 
 /// The tombstones, locked (only the writer thread writes: never contended).
@@ -101,6 +123,23 @@ impl Store {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .bury(key, up_to, gone_at);
+    }
+
+    /// The objects of a collection (in `namespace`, when given) that the store removed at a
+    /// resourceVersion above `after` and still remembers (the last [`TOMBSTONES`] removals),
+    /// sorted by (namespace, name); none is read. What a resumed watch's difference must
+    /// also send as deleted: another stream of the component may have removed an object
+    /// after this watch's last version (the cache is then ahead of the client).
+    pub(crate) fn removed_after(
+        &self,
+        c: &CollectionKey,
+        namespace: Option<&str>,
+        after: u64,
+    ) -> Vec<(Option<String>, String)> {
+        self.tombstones
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .removed_after(c, namespace, after)
     }
 
     /// Whether version `rv` of `key` (not from a list) is at or below one this store removed.

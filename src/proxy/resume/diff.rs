@@ -17,10 +17,20 @@
 //! version this watch never delivered, a get say: the client's own version is unknown, so
 //! it is sent.) Then the deletions, last: the collection's names in the store (no file
 //! read), and for each one the list did not return the stored object is read and matched
-//! against the watch's selectors; one of the client's is sent `DELETED` carrying the list's
+//! against the scope's selectors (the watch's, with the name of a watch of one named
+//! object); one of the client's is sent `DELETED` carrying the list's
 //! resourceVersion (a deleted object is never written back, and a reflector's last version
-//! moves to the list's). Then a `BOOKMARK` at the list's resourceVersion if the client asked
-//! for bookmarks, so that it resumes from there.
+//! moves to the list's). Then, also `DELETED`, what the store's tombstones say was removed
+//! after the client's last version and the list did not return (another stream of the
+//! component, or another watch's difference, deleted it from the cache before this one
+//! looked). Then a `BOOKMARK` at the list's resourceVersion if the client asked for
+//! bookmarks, so that it resumes from there.
+//!
+//! The watches of one round diff against the same cache while the writer applies what
+//! each sends: a follower may find an object the leader just sent already stored, newer
+//! than its client, and send it `MODIFIED` where the leader sent `ADDED` (an informer
+//! upserts either), or find a deletion the leader sent already applied (the tombstones
+//! above send it all the same).
 //!
 //! Streaming: one listed item in memory at a time, the keys seen as a sorted `Vec<u64>` of
 //! hashes (8 bytes an object: 160 KB for 20,000), one namespace directory's names at a time.
@@ -224,11 +234,17 @@ pub(crate) struct Differ<'a> {
     /// namespace and name are overwritten per item (no allocation once they are long enough).
     key: ObjectKey,
     namespace: Option<&'a str>,
-    selectors: &'a Selectors,
+    /// The scope's selectors: the watch's, with the name of a watch of one named object.
+    selectors: Selectors,
+    /// The selectors read nothing but `metadata.name` and `metadata.namespace`: they can judge
+    /// an object known only by its key.
+    key_only: bool,
     client_rv: u64,
     pass_bookmarks: bool,
     /// Hashes of `(namespace, name)` of every listed item.
     seen: Vec<u64>,
+    /// Hashes of the stored objects sent as deleted.
+    deleted: Vec<u64>,
     hasher: RandomState,
     /// The event being written, reused.
     line: Vec<u8>,
@@ -238,7 +254,7 @@ pub(crate) struct Differ<'a> {
 impl<'a> Differ<'a> {
     /// A difference for `ctx`'s watch, nothing listed yet.
     pub(crate) fn new(ctx: &RoundCtx<'a>) -> Differ<'a> {
-        Differ {
+        let mut differ = Differ {
             store: ctx.store,
             key: ObjectKey {
                 collection: ctx.collection.clone(),
@@ -246,14 +262,23 @@ impl<'a> Differ<'a> {
                 name: String::new(),
             },
             namespace: ctx.namespace,
-            selectors: ctx.selectors,
+            selectors: scope_selectors(ctx),
+            key_only: false,
             client_rv: ctx.client_rv,
             pass_bookmarks: ctx.pass_bookmarks,
             seen: Vec::new(),
+            deleted: Vec::new(),
             hasher: RandomState::new(),
             line: Vec::new(),
             counts: Diffed::default(),
-        }
+        };
+        let selectors = &differ.selectors;
+        differ.key_only = selectors.label.is_everything()
+            && selectors
+                .field
+                .paths()
+                .all(|p| p == "metadata.name" || p == "metadata.namespace");
+        differ
     }
 
     /// One listed item: `ADDED` or `MODIFIED` as listed when the client may not hold it.
@@ -310,9 +335,50 @@ impl<'a> Differ<'a> {
             let Some(bytes) = self.store.get(&self.key).map_err(DiffStop::Store)? else {
                 continue; // Removed since its directory was read.
             };
-            let Some(object) = deleted_object(&bytes, self.selectors, end) else {
+            let Some(object) = deleted_object(&bytes, &self.selectors, end) else {
                 continue;
             };
+            event_line(&mut self.line, "DELETED", &object);
+            chain.emit(&self.line, &end.rv).map_err(DiffStop::Client)?;
+            self.counts.deleted += 1;
+            self.deleted.push(hash);
+        }
+        // What another stream of the component deleted after this watch's last version is
+        // gone from the store, not from the client (a difference sent to another watch of
+        // the scope just before this one, say): the store's tombstones name it. Its stored
+        // object is gone, so only selectors of the key alone (a watch of one named object)
+        // can be checked: a DELETED of a key the client never had is ignored by an informer,
+        // a missed one would stay in its view for good.
+        self.deleted.sort_unstable();
+        let removed =
+            self.store
+                .removed_after(&self.key.collection, self.namespace, self.client_rv);
+        for (namespace, name) in removed {
+            let hash = self.key_hash(namespace.as_deref(), &name);
+            if self.seen.binary_search(&hash).is_ok() || self.deleted.binary_search(&hash).is_ok() {
+                continue;
+            }
+            self.key.namespace = namespace;
+            self.key.name = name;
+            // Stored again since: the pass over the names above judged it.
+            if !matches!(self.store.version_of(&self.key), Ok(None)) {
+                continue;
+            }
+            let mut metadata =
+                serde_json::json!({"name": self.key.name, "resourceVersion": end.rv});
+            if let Some(ns) = &self.key.namespace {
+                metadata["namespace"] = Value::from(ns.as_str());
+            }
+            let object = serde_json::json!({
+                "kind": end.kind,
+                "apiVersion": end.api_version,
+                "metadata": metadata,
+            });
+            if self.key_only && !self.selectors.matches(&object) {
+                continue;
+            }
+            // Serializing a Value to a Vec cannot fail.
+            let object = serde_json::to_vec(&object).unwrap_or_default();
             event_line(&mut self.line, "DELETED", &object);
             chain.emit(&self.line, &end.rv).map_err(DiffStop::Client)?;
             self.counts.deleted += 1;
@@ -341,6 +407,15 @@ impl<'a> Differ<'a> {
         h.write(name.as_bytes());
         h.finish()
     }
+}
+
+/// The selectors of the round's scope: the watch's own, with `metadata.name` of a watch of
+/// one named object (which the scope's field selector holds); the watch's parsed ones when
+/// the scope's text does not parse (it always should: it was parsed to route the request).
+fn scope_selectors(ctx: &RoundCtx<'_>) -> Selectors {
+    let text = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    let (label, field) = (text(&ctx.key.label_selector), text(&ctx.key.field_selector));
+    Selectors::parse(label.as_deref(), field.as_deref()).unwrap_or_else(|_| ctx.selectors.clone())
 }
 
 /// The stored object as the client's `DELETED` event carries it: at the list's

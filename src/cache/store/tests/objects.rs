@@ -776,3 +776,44 @@ fn names_in_order_without_reading_files() {
         [(None, "edge-1".to_owned()), (None, "edge-2".to_owned())]
     );
 }
+
+#[test]
+fn removed_after_names_what_deletions_buried_above_a_version() {
+    let dir = TempDir::new("removed-after");
+    let store = open(&dir);
+    for (ns, name) in [("a", "old"), ("a", "new"), ("b", "new"), ("a", "kept")] {
+        put(&store, &pods(), Some(ns), name, 5, "web");
+    }
+    put(&store, &nodes(), None, "n1", 5, "node");
+    store
+        .delete(&key(&pods(), Some("a"), "old"), Some("8"))
+        .unwrap();
+    store
+        .delete(&key(&pods(), Some("b"), "new"), Some("12"))
+        .unwrap();
+    store
+        .delete(&key(&pods(), Some("a"), "new"), Some("11"))
+        .unwrap();
+    store
+        .delete(&key(&nodes(), None, "n1"), Some("13"))
+        .unwrap();
+    // A deletion whose version is unknown (a 404) buries nothing.
+    store
+        .delete(&key(&pods(), Some("a"), "kept"), None)
+        .unwrap();
+    let pair = |ns: &str, name: &str| (Some(ns.to_owned()), name.to_owned());
+    assert_eq!(
+        store.removed_after(&pods(), None, 8),
+        [pair("a", "new"), pair("b", "new")]
+    );
+    assert_eq!(
+        store.removed_after(&pods(), Some("a"), 8),
+        [pair("a", "new")]
+    );
+    assert_eq!(store.removed_after(&pods(), None, 7).len(), 3);
+    assert_eq!(store.removed_after(&pods(), None, 12), []);
+    assert_eq!(
+        store.removed_after(&nodes(), None, 0),
+        [(None, "n1".to_owned())]
+    );
+}

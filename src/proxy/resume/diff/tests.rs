@@ -150,6 +150,8 @@ fn end(rv: u64) -> ListEnd {
 struct Watch<'a> {
     store: &'a Store,
     collection: CollectionKey,
+    /// The scope's field selector, as sent (the selectors are parsed from it).
+    field_selector: String,
     selectors: Selectors,
     client_rv: u64,
     pass_bookmarks: bool,
@@ -161,11 +163,18 @@ impl<'a> Watch<'a> {
         Watch {
             store,
             collection: pods(),
+            field_selector: String::new(),
             selectors: Selectors::everything(),
             client_rv,
             pass_bookmarks: false,
             rounds: ListRounds::new(Duration::ZERO),
         }
+    }
+
+    /// The watch's field selector.
+    fn select(&mut self, field: &str) {
+        self.field_selector = field.to_owned();
+        self.selectors = Selectors::parse(None, Some(field)).unwrap();
     }
 
     fn ctx(&self) -> RoundCtx<'_> {
@@ -176,7 +185,7 @@ impl<'a> Watch<'a> {
                 identity: None,
                 path: "/api/v1/pods".to_owned(),
                 label_selector: String::new(),
-                field_selector: String::new(),
+                field_selector: self.field_selector.clone(),
             },
             list_target: "/api/v1/pods".to_owned(),
             headers: &[],
@@ -289,7 +298,7 @@ fn objects_outside_the_selectors_are_not_deleted() {
         ],
     );
     let mut watch = Watch::new(&store, 12);
-    watch.selectors = Selectors::parse(None, Some("spec.nodeName=edge-1")).unwrap();
+    watch.select("spec.nodeName=edge-1");
     let (client, _) = watch.diff(&[listed("a", "mine", 10, "edge-1")], 30);
     assert_eq!(client.seen(), [event("DELETED", "a/mine-gone", 30)]);
     // Without selectors the other node's pod would have gone too.
@@ -467,4 +476,77 @@ fn through_the_event_cut_the_client_is_left_at_the_list_rv() {
         .collect();
     let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
     assert_eq!(types, ["ADDED", "DELETED", "ADDED"]);
+}
+
+#[test]
+fn a_deletion_the_cache_already_took_is_sent_from_its_tombstone() {
+    let dir = Scratch::new("tombstone");
+    let store = store_with(
+        &dir,
+        &[
+            ("a", "gone", 5, "n1"),
+            ("a", "seen-gone", 4, "n1"),
+            ("a", "web", 5, "n1"),
+        ],
+    );
+    // This client saw seen-gone deleted at 5 (its last version); then another watch's
+    // difference deleted "gone" from the component's cache at the list's version, 30.
+    let seen_gone = ObjectKey {
+        collection: pods(),
+        namespace: Some("a".to_owned()),
+        name: "seen-gone".to_owned(),
+    };
+    store.delete(&seen_gone, Some("5")).unwrap();
+    let gone = ObjectKey {
+        name: "gone".to_owned(),
+        ..seen_gone.clone()
+    };
+    store.delete(&gone, Some("30")).unwrap();
+    let watch = Watch::new(&store, 5);
+    let (client, counts) = watch.diff(&[listed("a", "web", 5, "n1")], 30);
+    assert_eq!(client.seen(), [event("DELETED", "a/gone", 30)]);
+    assert_eq!(counts.deleted, 1);
+    assert_eq!(
+        client.events[0].0["object"],
+        serde_json::json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "gone", "namespace": "a", "resourceVersion": "30"}})
+    );
+    // Listed again (made anew): not deleted.
+    let (client, _) = watch.diff(
+        &[listed("a", "gone", 31, "n1"), listed("a", "web", 5, "n1")],
+        31,
+    );
+    assert_eq!(client.seen(), [event("ADDED", "a/gone", 31)]);
+}
+
+#[test]
+fn a_watch_of_one_named_object_deletes_only_that_one() {
+    let dir = Scratch::new("named");
+    let store = store_with(
+        &dir,
+        &[
+            ("a", "one", 5, "n1"),
+            ("a", "two", 5, "n1"),
+            ("a", "three", 5, "n1"),
+        ],
+    );
+    // Another watch of the component saw "three" deleted after this watch's last version.
+    let three = ObjectKey {
+        collection: pods(),
+        namespace: Some("a".to_owned()),
+        name: "three".to_owned(),
+    };
+    store.delete(&three, Some("20")).unwrap();
+    let mut watch = Watch::new(&store, 5);
+    // The scope of `/api/v1/namespaces/a/pods/one?watch=1`: its route's selectors do not
+    // name the object, the scope's do.
+    watch.field_selector = "metadata.name=one".to_owned();
+    let (client, _) = watch.diff(&[], 30);
+    assert_eq!(client.seen(), [event("DELETED", "a/one", 30)]);
+    // A scope whose selectors need more than the key: a tombstone is sent unjudged.
+    watch.select("spec.nodeName=n1");
+    let (client, _) = watch.diff(
+        &[listed("a", "one", 5, "n1"), listed("a", "two", 5, "n1")],
+        30,
+    );
+    assert_eq!(client.seen(), [event("DELETED", "a/three", 30)]);
 }
