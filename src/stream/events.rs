@@ -22,9 +22,6 @@
 //! [`EventCut::end`]. The stage never logs: the caught-up count of a resumed leg goes to the
 //! caller's note.
 
-// Used by the resumable watch (proxy/resume), which lands beside it; remove on that merge.
-#![allow(dead_code)]
-
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
 

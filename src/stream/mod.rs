@@ -51,8 +51,6 @@ use std::fmt;
 use std::io::{self, Read};
 use std::time::Duration;
 
-// Used by the resumable watch (proxy/resume), which lands beside it; remove on that merge.
-#[allow(unused_imports)]
 pub(crate) use events::{EventCut, LegEnd, Progress};
 pub(crate) use filter::FilterStage;
 pub(crate) use tee::{Tee, ToCache};
@@ -114,12 +112,10 @@ pub(crate) enum Stop {
     Uncacheable(DecodeError),
     /// The watch's upstream leg ended (`EventCut`: an ERROR or a body that is not a watch
     /// stream); the client's stream goes on with the next leg, or ends as the loop decides.
-    #[allow(dead_code)] // Made by EventCut, used by the resumable watch: remove on that merge.
     EndOfLeg,
 }
 
 /// A chain whose end is a client: the resumable watch waits on it while no leg is open.
-#[allow(dead_code)] // Used by the resumable watch (proxy/resume): remove on that merge.
 pub(crate) trait ClientEnd {
     /// Whether the client hung up (waits up to `wait`); true once its answer has ended.
     fn client_gone(&mut self, wait: Duration) -> bool;

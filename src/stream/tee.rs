@@ -48,14 +48,12 @@ impl<'n, S: Sink> Tee<'n, S> {
 
     /// The session is still copying: it was begun, and neither dropped for a full queue
     /// nor for an answer not for the cache. Once false, false for the rest of the stream.
-    #[allow(dead_code)] // Used by the resumable watch (proxy/resume): remove on that merge.
     pub(crate) fn session_intact(&self) -> bool {
         self.session.is_some()
     }
 
     /// Waits until the writer applied everything copied so far ([`Session::sync`]); false
     /// without a session, or when `wait` passed first.
-    #[allow(dead_code)] // Used by the resumable watch (proxy/resume): remove on that merge.
     pub(crate) fn sync(&mut self, wait: Duration) -> bool {
         let synced = self.session.as_mut().is_some_and(|s| s.sync(wait));
         if self.session.as_ref().is_some_and(Session::dropped) {

@@ -428,7 +428,6 @@ impl Session {
     }
 
     /// The session was given up (the queue was full): nothing more reaches the writer.
-    #[allow(dead_code)] // Used by the resumable watch (proxy/resume): remove on that merge.
     pub(crate) fn dropped(&self) -> bool {
         self.done
     }
@@ -436,7 +435,6 @@ impl Session {
     /// Hands what is pending to the writer and waits until it handled every message this
     /// session sent so far (the body's bytes are then applied to the store); false when
     /// `wait` passed first, or the session is abandoned or over.
-    #[allow(dead_code)] // Used by the resumable watch (proxy/resume): remove on that merge.
     pub(crate) fn sync(&mut self, wait: Duration) -> bool {
         let until = Instant::now() + wait;
         if self.done
