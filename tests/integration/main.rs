@@ -47,5 +47,6 @@ mod watch_list_options;
 mod watch_resume;
 mod watch_resume_faults;
 mod watch_resume_history;
+mod watch_resume_kubectl;
 mod whole_list;
 mod yurthub_command_line;
