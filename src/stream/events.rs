@@ -458,9 +458,13 @@ impl<'n, S: Sink> EventCut<'n, S> {
         noted.clear();
     }
 
-    /// The leg ended as `end` says (the first verdict stands).
+    /// The leg ended as `end` says (the first verdict stands). A resumed leg that met a 410
+    /// was no resume: its count is dropped, not noted.
     fn end_leg(&mut self, end: LegEnd) {
-        self.leg_end.get_or_insert(end);
+        let end = *self.leg_end.get_or_insert(end);
+        if end == LegEnd::Expired {
+            self.catch_up = None;
+        }
         self.close_catch_up();
     }
 
@@ -945,6 +949,20 @@ mod tests {
         feed(&mut cut, &(ev("ADDED", 7) + &ev("ADDED", 8)), 1000).expect("passes");
         cut.end(true).expect("ends");
         assert_eq!(*notes.borrow(), [0], "noted once");
+    }
+
+    #[test]
+    fn a_resumed_leg_that_meets_a_410_is_not_noted_as_a_resume() {
+        let seen = Cell::new(None);
+        let note = |n: u64| seen.set(Some(n));
+        let mut cut = EventCut::new(Client::default(), false, start("6"), &note);
+        cut.new_leg(true);
+        cut.mark_resumed(Duration::from_secs(60));
+        let stopped = feed(&mut cut, &error(410), 30);
+        assert!(matches!(stopped, Err(Stop::EndOfLeg)), "{stopped:?}");
+        assert_eq!(cut.leg_end(), Some(LegEnd::Expired));
+        cut.end(true).expect("ends");
+        assert_eq!(seen.get(), None, "the round that follows logs and counts itself");
     }
 
     #[test]

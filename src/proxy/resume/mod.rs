@@ -157,8 +157,11 @@ impl Call<'_> {
         let component = req.component.as_str();
         // Set at each resume; the stage's count of the catch-up logs it.
         let resumed: RefCell<Option<(Duration, String)>> = RefCell::new(None);
+        // A resume counts once its leg delivered or ended without a 410 (one that met a 410
+        // is a round's, which logs and counts itself).
         let note = |caught_up: u64| {
             if let Some((held, rv)) = resumed.borrow_mut().take() {
+                WATCH_SERIES.resumed(&resource);
                 log::info!(
                     "watch resumed resource=\"{resource}\" component=\"{component}\" held={:.1}s caught_up={caught_up} via=resume rv={rv}",
                     held.as_secs_f64()
@@ -334,7 +337,6 @@ impl Watch<'_, '_, '_, '_> {
             }
             match self.resume() {
                 Step::Leg(answer) => {
-                    WATCH_SERIES.resumed(self.resource);
                     self.backoff.reset();
                     let rv = self.chain.progress().last_rv.clone();
                     *self.resumed.borrow_mut() = Some((held_since.elapsed(), rv));
