@@ -43,7 +43,10 @@
 //! loop, `mod.rs`, from [`CatchUp::Done`]).
 
 use std::hash::{BuildHasher, Hasher, RandomState};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
+use crossbeam_channel::RecvTimeoutError;
 use serde_json::Value;
 
 use super::rounds::{
@@ -53,28 +56,46 @@ use crate::cache::key::{CollectionKey, ObjectKey};
 use crate::cache::store::{Store, StoreError};
 use crate::route::Identity;
 use crate::selector::Selectors;
-use crate::stream::{EventCut, Sink, Stop};
+use crate::stream::{ClientEnd, EventCut, Sink, Stop};
 use crate::upstream::Cloud;
 
-/// Where a difference's events go: the client's chain, whose outermost stage records each
-/// event's resourceVersion as delivered once it was written (`stream::EventCut::emit`).
+/// Where a difference's events go: the client's chain.
+///
+/// A difference's events do not move the point a later leg resumes from: its ADDED and
+/// MODIFIED carry their objects' own versions in key order, not in the cloud's order, so a
+/// resume from one of them would skip every change listed after it with a lower version. A
+/// difference cut short (a list broken mid-body, a follower dropped, a client too slow)
+/// leaves the client where it was before the round: its next resume meets the 410 again,
+/// and a new round diffs against the cache, which by then holds what was sent. Only the
+/// whole difference moves it, to the list's version ([`Emit::caught_up_to`]).
 pub(crate) trait Emit {
-    /// Writes one synthesized event (a JSON watch event, no newline) to the client and
-    /// records `rv` as the last delivered once the write succeeded.
+    /// Writes one synthesized event (a JSON watch event, no newline) to the client; `rv` is
+    /// the event's own version, not recorded as the resume point.
     fn emit(&mut self, event: &[u8], rv: &str) -> Result<(), Stop>;
     /// Records `rv` as the last delivered without writing: the difference is through, and
     /// the next leg resumes from the list, not from before the outage (a difference with
     /// no deletion and no bookmark ends at its last item's own version).
     fn caught_up_to(&mut self, rv: &str);
+    /// Whether the client hung up (waits up to `wait`).
+    fn gone(&mut self, wait: Duration) -> bool;
 }
 
-impl<S: Sink> Emit for EventCut<'_, S> {
+impl<S: Sink + ClientEnd> Emit for EventCut<'_, S> {
     fn emit(&mut self, event: &[u8], rv: &str) -> Result<(), Stop> {
-        EventCut::emit(self, event, rv)
+        // The chain records what it writes as delivered (right for a held bookmark); the
+        // resume point is put back (see the trait's doc).
+        let resume_point = std::mem::take(&mut self.progress_mut().last_rv);
+        let written = EventCut::emit(self, event, rv);
+        self.progress_mut().last_rv = resume_point;
+        written
     }
 
     fn caught_up_to(&mut self, rv: &str) {
         rv.clone_into(&mut self.progress_mut().last_rv);
+    }
+
+    fn gone(&mut self, wait: Duration) -> bool {
+        self.client_gone(wait)
     }
 }
 
@@ -106,6 +127,28 @@ pub(crate) struct RoundCtx<'a> {
     pub pass_bookmarks: bool,
     /// The kind and apiVersion of the last object delivered, when known.
     pub kind: Option<(&'a str, &'a str)>,
+    /// The client's own deadline (its `timeoutSeconds`); None: none.
+    pub deadline: Option<Instant>,
+    /// Set when the hub stops.
+    pub shutdown: &'a AtomicBool,
+}
+
+/// How often a follower waiting on its round's list looks at its client, its deadline and
+/// the hub's shutdown.
+const FOLLOWER_TICK: Duration = Duration::from_secs(1);
+
+impl RoundCtx<'_> {
+    /// Why the watch must not wait any longer for a list: the hub is stopping or the
+    /// client's time is up.
+    fn over(&self) -> Option<&'static str> {
+        if self.shutdown.load(Ordering::Relaxed) {
+            Some("the hub is stopping")
+        } else if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            Some("the client's time ran out")
+        } else {
+            None
+        }
+    }
 }
 
 /// How a round ended for one watch.
@@ -135,11 +178,11 @@ pub(crate) enum CatchUp {
 
 /// Lists the watch's scope once (or takes its round's list) and sends the difference
 /// against the cache through `chain`.
-pub(crate) fn catch_up(ctx: &RoundCtx<'_>, chain: &mut impl Emit) -> CatchUp {
+pub(crate) fn catch_up<E: Emit>(ctx: &RoundCtx<'_>, chain: &mut E) -> CatchUp {
     let mut differ = Differ::new(ctx);
     let mut stopped: Option<Stop> = None;
     let mut ended: Option<Result<ListEnd, RoundFailure>> = None;
-    let mut take = |listed: &Listed| -> bool {
+    let mut take = |listed: &Listed, chain: &mut E| -> bool {
         match listed {
             Listed::Item(item) => match differ.item(item, chain) {
                 Ok(()) => true,
@@ -158,21 +201,44 @@ pub(crate) fn catch_up(ctx: &RoundCtx<'_>, chain: &mut impl Emit) -> CatchUp {
             }
         }
     };
+    // A follower that took part of the list and then lost its channel was dropped by the
+    // leader (it did not keep up): its watch ends cleanly. One whose channel closed before
+    // anything came lost its leader before the list: it retries.
+    let mut took_part = false;
     let listed = match ctx.rounds.join(ctx.key.clone()) {
         Joined::Lead(leader) => {
+            let over = || ctx.over();
             let req = ListRequest {
                 target: &ctx.list_target,
                 headers: ctx.headers,
                 identity: ctx.identity,
                 kind_hint: ctx.kind,
+                deadline: ctx.deadline,
+                over: &over,
             };
-            leader.list(ctx.cloud, &req, &mut take);
+            leader.list(ctx.cloud, &req, &mut |listed| take(listed, &mut *chain));
             true
         }
         Joined::Follow(rx) => {
-            while let Ok(listed) = rx.recv() {
-                if !take(&listed) {
-                    break;
+            loop {
+                match rx.recv_timeout(FOLLOWER_TICK) {
+                    Ok(listed) => {
+                        took_part = true;
+                        if !take(&listed, &mut *chain) {
+                            break;
+                        }
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
+                    Err(RecvTimeoutError::Timeout) => {
+                        if let Some(why) = ctx.over() {
+                            return CatchUp::Unusable(format!("{why} while its round listed"));
+                        }
+                        if chain.gone(Duration::ZERO) {
+                            return CatchUp::ClientGone(Stop::Gone(
+                                std::io::ErrorKind::ConnectionAborted.into(),
+                            ));
+                        }
+                    }
                 }
             }
             false
@@ -185,6 +251,11 @@ pub(crate) fn catch_up(ctx: &RoundCtx<'_>, chain: &mut impl Emit) -> CatchUp {
         Some(Ok(end)) => end,
         Some(Err(RoundFailure::Cloud(why))) => return CatchUp::Retry(why),
         Some(Err(RoundFailure::Unusable(why))) => return CatchUp::Unusable(why),
+        None if took_part => {
+            return CatchUp::Unusable(
+                "it did not keep up with its round's list and was dropped".to_owned(),
+            );
+        }
         None => {
             return CatchUp::Retry("the round's list was not handed over whole".to_owned());
         }

@@ -304,7 +304,16 @@ impl Watch<'_, '_, '_, '_> {
         loop {
             if let Some(answer) = next.take() {
                 self.chain.new_leg(hub_leg);
+                let before = self.chain.progress().last_rv.clone();
                 let end = self.leg(answer)?;
+                // Only a leg that moved the client on proves the way to the cloud works: a
+                // 200 followed by garbage, an in-stream 5xx or an early end is a failed
+                // resume like any other, and waits the backoff (else a middlebox answering
+                // 200 gets resumes at full speed).
+                let moved = self.chain.progress().last_rv != before;
+                if moved {
+                    self.backoff.reset();
+                }
                 match end {
                     // The cloud's own refusal went to the client (the watch ends as before).
                     LegEnd::Refused(_) => return Ok(true),
@@ -320,6 +329,7 @@ impl Watch<'_, '_, '_, '_> {
                         Rebuilt::End => return Ok(true),
                         Rebuilt::Gone(e) => return Err(e),
                     },
+                    _ if !moved => wait = Some(self.backoff.next_wait()),
                     _ => {}
                 }
                 log::debug!(
@@ -337,7 +347,6 @@ impl Watch<'_, '_, '_, '_> {
             }
             match self.resume() {
                 Step::Leg(answer) => {
-                    self.backoff.reset();
                     let rv = self.chain.progress().last_rv.clone();
                     *self.resumed.borrow_mut() = Some((held_since.elapsed(), rv));
                     self.chain.mark_resumed(CATCH_UP_WINDOW);
@@ -351,7 +360,9 @@ impl Watch<'_, '_, '_, '_> {
                     Rebuilt::Gone(e) => return Err(e),
                 },
                 Step::Not(Resumed::Trouble(asked)) => {
-                    wait = Some(asked.unwrap_or_else(|| self.backoff.next_wait()));
+                    // The server's Retry-After, never shorter than the backoff.
+                    let backoff = self.backoff.next_wait();
+                    wait = Some(asked.map_or(backoff, |asked| asked.max(backoff)));
                 }
                 Step::Not(Resumed::Refused(code)) => {
                     log::info!(
@@ -561,8 +572,18 @@ impl Watch<'_, '_, '_, '_> {
             client_rv,
             pass_bookmarks: self.req.query.allow_watch_bookmarks,
             kind: (!kind.0.is_empty()).then_some((kind.0.as_str(), kind.1.as_str())),
+            deadline: self.deadline,
+            shutdown: &self.hub.shutdown,
         };
-        match diff::catch_up(&ctx, &mut self.chain) {
+        // A difference cut short leaves the client where it was before the round (its
+        // events do not move the resume point, `diff::Emit`): kept here as well, so that no
+        // way out of the round but a whole difference moves it.
+        let before = self.chain.progress().last_rv.clone();
+        let caught_up = diff::catch_up(&ctx, &mut self.chain);
+        if !matches!(caught_up, CatchUp::Done { .. }) {
+            self.chain.progress_mut().last_rv = before;
+        }
+        match caught_up {
             CatchUp::Done {
                 list_rv,
                 added,
@@ -669,7 +690,10 @@ impl LegClock {
     /// Silent for longer than `LEG_SILENCE` after it showed a bookmark (the apiserver
     /// bookmarks each watcher about once a minute).
     fn silent_after_bookmarks(&self) -> bool {
-        let silent = self.seconds() - self.last.load(Ordering::Relaxed).min(self.seconds());
+        // The clock read once: the reader may store a later second between two reads.
+        let silent = self
+            .seconds()
+            .saturating_sub(self.last.load(Ordering::Relaxed));
         self.bookmarked.load(Ordering::Relaxed) && u64::from(silent) > leg::LEG_SILENCE.as_secs()
     }
 }

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io::Read;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 
@@ -36,7 +36,7 @@ use crate::upstream::{Cloud, Outgoing};
 /// How long a round's leader waits for the other watches of its scope before it lists.
 pub(crate) const GATHER: Duration = Duration::from_secs(1);
 /// Items a follower's channel holds before the leader waits on it.
-const FOLLOWER_QUEUE: usize = 64;
+pub(super) const FOLLOWER_QUEUE: usize = 64;
 /// How long the leader waits on one follower's full channel before it drops that follower.
 const FOLLOWER_WAIT: Duration = Duration::from_secs(10);
 /// The list's deadline, end to end: a consistent read of a big scope over a slow uplink.
@@ -128,6 +128,12 @@ pub(crate) struct ListRequest<'a> {
     /// The kind and apiVersion of the watch's objects when known (the last delivered): used
     /// only if an item comes before the list says its own.
     pub kind_hint: Option<(&'a str, &'a str)>,
+    /// The leading client's deadline: the list's own is cut to it (the list is of no use to
+    /// that client after it, and its followers retry).
+    pub deadline: Option<Instant>,
+    /// Why the leader must not list any more (the hub stopping, its client's time up):
+    /// looked at once the gather window has passed.
+    pub over: &'a dyn Fn() -> Option<&'static str>,
 }
 
 /// The rounds under way, one per scope.
@@ -202,6 +208,12 @@ impl ListRounds {
         })
     }
 
+    /// How long a leader waits on a follower's full channel (tests: shorter).
+    #[cfg(test)]
+    pub(super) fn set_follower_wait(&mut self, wait: Duration) {
+        self.follower_wait = wait;
+    }
+
     /// The followers of `key`'s round still gathering.
     #[cfg(test)]
     pub(super) fn followers(&self, key: &ScopeKey) -> usize {
@@ -227,7 +239,16 @@ impl Leader<'_> {
         req: &ListRequest<'_>,
         each: &mut dyn FnMut(&Listed) -> bool,
     ) {
-        self.run(&mut |item| list_scope(cloud, req, item), each);
+        self.run(
+            &mut |item| {
+                // Followers retry from their own resumes (and end there if the hub stops).
+                if let Some(why) = (req.over)() {
+                    return Err(RoundFailure::Cloud(format!("not listed: {why}")));
+                }
+                list_scope(cloud, req, item)
+            },
+            each,
+        );
     }
 
     /// [`Leader::list`] with the list made by `list` (tests list without a cloud).
@@ -303,7 +324,7 @@ fn list_scope(
             headers: &headers,
             accept: Some("application/json"),
             body: None,
-            deadline: Deadline::Bounded(LIST_DEADLINE),
+            deadline: Deadline::Bounded(list_deadline(req.deadline, Instant::now())),
             identity: req.identity,
         })
         .map_err(|e| RoundFailure::Cloud(format!("the list failed: {e}")))?;
@@ -323,6 +344,13 @@ fn list_scope(
     }
     let gzip = answer.is_gzip();
     read_list(&mut answer.body, gzip, req.kind_hint, each)
+}
+
+/// The list's deadline: [`LIST_DEADLINE`], cut to the time the leading client has left (at
+/// least a second, so that a list asked for is a list tried).
+fn list_deadline(client: Option<Instant>, now: Instant) -> Duration {
+    let left = client.map_or(LIST_DEADLINE, |d| d.saturating_duration_since(now));
+    left.clamp(Duration::from_secs(1), LIST_DEADLINE)
 }
 
 /// The paths located in each list item (indexes fixed: see `read_list`).

@@ -31,8 +31,10 @@ struct Client {
     events: Vec<(Value, String)>,
     /// Fails the write after this many events.
     gone_after: Option<usize>,
-    /// The last resourceVersion delivered.
+    /// The resume point: moved only by a whole difference.
     last: String,
+    /// The first write waits for a message (or the sender gone) on this: a client too slow.
+    hold: Option<crossbeam_channel::Receiver<()>>,
 }
 
 impl Emit for Client {
@@ -40,14 +42,22 @@ impl Emit for Client {
         if self.gone_after == Some(self.events.len()) {
             return Err(Stop::Gone(std::io::ErrorKind::BrokenPipe.into()));
         }
+        if self.events.is_empty()
+            && let Some(hold) = &self.hold
+        {
+            let _ = hold.recv();
+        }
         self.events
             .push((serde_json::from_slice(event).unwrap(), rv.to_owned()));
-        self.last = rv.to_owned();
         Ok(())
     }
 
     fn caught_up_to(&mut self, rv: &str) {
         self.last = rv.to_owned();
+    }
+
+    fn gone(&mut self, _: Duration) -> bool {
+        false
     }
 }
 
@@ -156,6 +166,8 @@ struct Watch<'a> {
     client_rv: u64,
     pass_bookmarks: bool,
     rounds: ListRounds,
+    deadline: Option<std::time::Instant>,
+    shutdown: AtomicBool,
 }
 
 impl<'a> Watch<'a> {
@@ -168,6 +180,8 @@ impl<'a> Watch<'a> {
             client_rv,
             pass_bookmarks: false,
             rounds: ListRounds::new(Duration::ZERO),
+            deadline: None,
+            shutdown: AtomicBool::new(false),
         }
     }
 
@@ -197,6 +211,8 @@ impl<'a> Watch<'a> {
             client_rv: self.client_rv,
             pass_bookmarks: self.pass_bookmarks,
             kind: None,
+            deadline: self.deadline,
+            shutdown: &self.shutdown,
         }
     }
 
@@ -440,6 +456,15 @@ impl crate::stream::Sink for Delivered {
     }
 }
 
+impl ClientEnd for Delivered {
+    fn client_gone(&mut self, _: Duration) -> bool {
+        false
+    }
+    fn probe(&self) -> Option<crate::server::ClientProbe> {
+        None
+    }
+}
+
 #[test]
 fn through_the_event_cut_the_client_is_left_at_the_list_rv() {
     let dir = Scratch::new("event-cut");
@@ -549,4 +574,157 @@ fn a_watch_of_one_named_object_deletes_only_that_one() {
         30,
     );
     assert_eq!(client.seen(), [event("DELETED", "a/three", 30)]);
+}
+
+/// A chain at resourceVersion 5 (the client's last before the outage), writing to a Vec.
+fn chain_at_5<'n>(note: &'n dyn Fn(u64)) -> EventCut<'n, Delivered> {
+    let start = crate::stream::Progress {
+        last_rv: "5".to_owned(),
+        initial_done: true,
+        ..Default::default()
+    };
+    EventCut::new(Delivered::default(), true, start, note)
+}
+
+/// The types of the events a chain delivered.
+fn delivered_types(chain: &mut EventCut<'_, Delivered>) -> Vec<String> {
+    chain
+        .inner_mut()
+        .0
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice::<Value>(l).unwrap()["type"].to_string())
+        .collect()
+}
+
+#[test]
+fn a_difference_cut_short_leaves_the_client_at_its_resume_point() {
+    let dir = Scratch::new("cut-short");
+    let store = store_with(&dir, &[]);
+    let watch = Watch::new(&store, 5);
+    let ctx = watch.ctx();
+    let note = |_: u64| {};
+    let mut chain = chain_at_5(&note);
+    let mut differ = Differ::new(&ctx);
+    // Listed in key order: "b" changed at 21 before "a" at 9; a resume from 21 would lose
+    // any change between 9 and 21 the rest of the list held.
+    differ
+        .item(&listed("x", "b", 21, "n1"), &mut chain)
+        .unwrap();
+    differ.item(&listed("x", "c", 9, "n1"), &mut chain).unwrap();
+    assert_eq!(delivered_types(&mut chain).len(), 2);
+    assert_eq!(chain.progress().last_rv, "5");
+    assert_eq!(chain.progress().kind, "Pod");
+    // The whole difference moves it to the list's version.
+    differ.end(&end(30), &mut chain).unwrap();
+    assert_eq!(chain.progress().last_rv, "30");
+}
+
+#[test]
+fn a_follower_whose_list_fails_midway_retries_from_where_it_was() {
+    let dir = Scratch::new("follower-fails");
+    let store = store_with(&dir, &[]);
+    let watch = Watch::new(&store, 5);
+    let Joined::Lead(leader) = watch.rounds.join(watch.ctx().key) else {
+        panic!("the first join leads");
+    };
+    let (caught_up, delivered, last_rv) = std::thread::scope(|s| {
+        let follower = s.spawn(|| {
+            let note = |_: u64| {};
+            let mut chain = chain_at_5(&note);
+            let ctx = watch.ctx();
+            let caught_up = catch_up(&ctx, &mut chain);
+            let delivered = delivered_types(&mut chain).len();
+            (caught_up, delivered, chain.progress().last_rv.clone())
+        });
+        wait_for_followers(&watch.rounds, &watch.ctx().key);
+        leader.run(
+            &mut |each| {
+                assert!(each(listed("x", "b", 21, "n1")));
+                assert!(each(listed("x", "c", 9, "n1")));
+                Err(RoundFailure::Cloud("the list broke off".to_owned()))
+            },
+            &mut |_| true,
+        );
+        follower.join().unwrap()
+    });
+    assert!(matches!(caught_up, CatchUp::Retry(_)), "{caught_up:?}");
+    assert_eq!(delivered, 2);
+    assert_eq!(last_rv, "5");
+}
+
+fn wait_for_followers(rounds: &ListRounds, key: &ScopeKey) {
+    while rounds.followers(key) < 1 {
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_follower_dropped_from_its_round_ends_its_watch() {
+    let dir = Scratch::new("follower-dropped");
+    let store = store_with(&dir, &[]);
+    let mut watch = Watch::new(&store, 5);
+    watch.rounds.set_follower_wait(Duration::from_millis(20));
+    let Joined::Lead(leader) = watch.rounds.join(watch.ctx().key) else {
+        panic!("the first join leads");
+    };
+    let (release, hold) = crossbeam_channel::bounded(1);
+    let mut client = Client {
+        hold: Some(hold),
+        last: "5".to_owned(),
+        ..Client::default()
+    };
+    let caught_up = std::thread::scope(|s| {
+        let follower = s.spawn(|| {
+            let ctx = watch.ctx();
+            catch_up(&ctx, &mut client)
+        });
+        wait_for_followers(&watch.rounds, &watch.ctx().key);
+        // The follower's client takes nothing until the leader has given up on it.
+        leader.run(
+            &mut |each| {
+                for i in 0..crate::proxy::resume::rounds::FOLLOWER_QUEUE as u64 + 10 {
+                    each(listed("x", &format!("p{i}"), 10 + i, "n1"));
+                }
+                Ok(end(1000))
+            },
+            &mut |_| true,
+        );
+        drop(release);
+        follower.join().unwrap()
+    });
+    assert!(matches!(caught_up, CatchUp::Unusable(_)), "{caught_up:?}");
+    assert_eq!(client.last, "5");
+}
+
+#[test]
+fn a_round_is_left_when_the_hub_stops() {
+    let dir = Scratch::new("round-shutdown");
+    let store = store_with(&dir, &[]);
+    let watch = Watch::new(&store, 5);
+    // A leader that never lists (stuck in its gather, say).
+    let Joined::Lead(leader) = watch.rounds.join(watch.ctx().key) else {
+        panic!("the first join leads");
+    };
+    watch.shutdown.store(true, Ordering::Relaxed);
+    let (done, finished) = crossbeam_channel::bounded(1);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let ctx = watch.ctx();
+            let _ = done.send(catch_up(&ctx, &mut Client::default()));
+        });
+        let caught_up = finished.recv_timeout(Duration::from_secs(5));
+        drop(leader);
+        let caught_up = caught_up.expect("the follower left its round within a few ticks");
+        assert!(matches!(caught_up, CatchUp::Unusable(_)), "{caught_up:?}");
+    });
+    // A leader after the hub stopped does not list (the cloud here would fail it anyway:
+    // the reason tells which).
+    let watch = Watch::new(&store, 5);
+    watch.shutdown.store(true, Ordering::Relaxed);
+    let caught_up = catch_up(&watch.ctx(), &mut Client::default());
+    match caught_up {
+        CatchUp::Retry(why) => assert!(why.contains("the hub is stopping"), "{why}"),
+        other => panic!("{other:?}"),
+    }
 }

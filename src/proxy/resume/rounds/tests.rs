@@ -106,7 +106,9 @@ fn a_join_after_listing_began_opens_a_new_round() {
 #[test]
 fn a_follower_that_stalls_is_dropped() {
     let mut rounds = ListRounds::new(Duration::ZERO);
-    rounds.follower_wait = Duration::from_millis(50);
+    // Long enough for the reading follower's thread to be scheduled under any CI load (it
+    // is waited on for each item it has not taken yet); paid once, for the stalled one.
+    rounds.follower_wait = Duration::from_secs(2);
     let pods = key("/api/v1/pods");
     let Joined::Lead(leader) = rounds.join(pods.clone()) else {
         panic!("the first join leads");
@@ -305,4 +307,20 @@ fn with_kind_keeps_the_object_whole() {
         br#"{"kind":"Pod","apiVersion":"v1","a":1}"#
     );
     assert!(with_kind(b"[1]", "Pod", "v1").is_none());
+}
+
+#[test]
+fn the_list_deadline_is_cut_to_the_clients_time() {
+    let now = Instant::now();
+    assert_eq!(list_deadline(None, now), LIST_DEADLINE);
+    assert_eq!(
+        list_deadline(Some(now + Duration::from_secs(20)), now),
+        Duration::from_secs(20)
+    );
+    assert_eq!(
+        list_deadline(Some(now + Duration::from_secs(3600)), now),
+        LIST_DEADLINE
+    );
+    // Due already: one second, so the list asked for is tried.
+    assert_eq!(list_deadline(Some(now), now), Duration::from_secs(1));
 }
