@@ -263,3 +263,49 @@ fn a_resume_answered_with_garbage_is_retried_while_the_client_waits() {
         other => panic!("nothing more was due, got {other:?}"),
     }
 }
+
+#[test]
+fn resumes_answered_with_garbage_back_off() {
+    let cloud = Cloud::start();
+    cloud.set_record_requests(true);
+    cloud.create("pods", pod("web-1"));
+    let dir = TempDir::new("resume-garbage-backoff");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    let watch = list_then_watch(
+        &cloud,
+        &hub,
+        KUBELET,
+        "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+    );
+
+    // Every pod watch from now on gets a 200 whose body turns into an HTML page; the cloud
+    // stays up and healthy, so nothing but the backoff spaces the resumes.
+    cloud.misanswer_watch(
+        "/api/v1/pods",
+        usize::MAX,
+        &[
+            b"{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\",",
+            b"<html>oops</html>\n",
+        ],
+    );
+    cloud.reset_requests();
+    assert_eq!(cloud.cut_watches("pods"), 1);
+    let window = Duration::from_secs(6);
+    assert!(
+        watch.next(window).is_none(),
+        "nothing reaches the client meanwhile"
+    );
+    // A backoff from 1 s doubling (±10 %): resumes at about 0, 1, 3 s (the next at 7 s).
+    let pod_watches = |r: &RecordedRequest| r.path == "/api/v1/pods" && r.is_watch();
+    let resumes = cloud.count(pod_watches);
+    assert!(
+        (2..=5).contains(&resumes),
+        "{resumes} resumes in {window:?}, expected a few, backed off"
+    );
+
+    // The cloud answers again: the same stream goes on.
+    cloud.misanswer_watch("/api/v1/pods", 0, &[]);
+    cloud.create("pods", pod("web-2"));
+    let (kind, name, _) = said(&watch.event("after the garbage stopped"));
+    assert_eq!((kind.as_str(), name.as_str()), ("ADDED", "web-2"));
+}
