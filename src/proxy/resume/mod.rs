@@ -203,6 +203,7 @@ impl Call<'_> {
             headers,
             deadline,
             backoff: Backoff::new(),
+            bookmarked: Arc::new(AtomicBool::new(false)),
             traffic: 0,
             in_flight: self.in_flight.as_ref(),
         };
@@ -243,6 +244,9 @@ struct Watch<'a, 'f, 'n, 'c> {
     /// None: no timeoutSeconds (the watch lives until the client leaves or the hub stops).
     deadline: Option<Instant>,
     backoff: Backoff,
+    /// A leg of this watch showed a bookmark: the cloud bookmarks it (the hub always asks),
+    /// so a later leg silent for long is dead even before its own first bookmark.
+    bookmarked: Arc<AtomicBool>,
     /// Bytes the cloud sent over every leg, counted once when the watch ends.
     traffic: u64,
     in_flight: Option<&'a InFlight>,
@@ -381,7 +385,7 @@ impl Watch<'_, '_, '_, '_> {
     /// when its server is found unhealthy, or when it has been silent too long after it
     /// showed bookmarks (a black-holed connection never ends a read by itself).
     fn leg(&mut self, mut answer: Answer) -> io::Result<LegEnd> {
-        let clock = Arc::new(LegClock::new());
+        let clock = Arc::new(LegClock::new(Arc::clone(&self.bookmarked)));
         let _watched = answer.cancel.take().map(|cancel| {
             let cloud = Arc::clone(&self.hub.cloud);
             let backend = answer.backend;
@@ -666,20 +670,22 @@ impl Watch<'_, '_, '_, '_> {
     }
 }
 
-/// When a leg last brought bytes, and whether it showed a bookmark, for the reaper's
-/// staleness rule. Whole seconds in a u32: 64-bit atomics are missing on some 32-bit CPUs.
+/// When a leg last brought bytes, and whether a leg of its watch showed a bookmark, for the
+/// reaper's staleness rule. Whole seconds in a u32: 64-bit atomics are missing on some
+/// 32-bit CPUs.
 struct LegClock {
     started: Instant,
     last: AtomicU32,
-    bookmarked: AtomicBool,
+    /// The watch's: shared by its legs.
+    bookmarked: Arc<AtomicBool>,
 }
 
 impl LegClock {
-    fn new() -> LegClock {
+    fn new(bookmarked: Arc<AtomicBool>) -> LegClock {
         LegClock {
             started: Instant::now(),
             last: AtomicU32::new(0),
-            bookmarked: AtomicBool::new(false),
+            bookmarked,
         }
     }
 
@@ -687,15 +693,18 @@ impl LegClock {
         u32::try_from(self.started.elapsed().as_secs()).unwrap_or(u32::MAX)
     }
 
-    /// Silent for longer than `LEG_SILENCE` after it showed a bookmark (the apiserver
-    /// bookmarks each watcher about once a minute).
+    /// Silent for longer than `LEG_SILENCE` once the watch showed a bookmark, on this leg or
+    /// an earlier one (the apiserver bookmarks each watcher about once a minute).
     fn silent_after_bookmarks(&self) -> bool {
-        // The clock read once: the reader may store a later second between two reads.
-        let silent = self
-            .seconds()
-            .saturating_sub(self.last.load(Ordering::Relaxed));
+        let silent = silence(self.seconds(), self.last.load(Ordering::Relaxed));
         self.bookmarked.load(Ordering::Relaxed) && u64::from(silent) > leg::LEG_SILENCE.as_secs()
     }
+}
+
+/// Seconds since the last read, at `now`: the clock read once by the caller, and nothing when
+/// the reader stored a later second meanwhile (the reaper's thread must not underflow).
+fn silence(now: u32, last: u32) -> u32 {
+    now.saturating_sub(last)
 }
 
 /// A leg's body that notes each read on its clock.
@@ -719,5 +728,45 @@ impl<R: Read> Read for Touch<'_, R> {
             }
         }
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn silence_never_underflows() {
+        assert_eq!(silence(10, 4), 6);
+        // The reader stored second 6 after the reaper read second 5.
+        assert_eq!(silence(5, 6), 0);
+    }
+
+    #[test]
+    fn a_leg_after_one_that_showed_bookmarks_goes_stale_when_silent() {
+        let Some(long_ago) = Instant::now().checked_sub(leg::LEG_SILENCE * 2) else {
+            return; // A clock younger than the silence: nothing to test with.
+        };
+        let bookmarked = Arc::new(AtomicBool::new(false));
+        // The first leg brings a bookmark.
+        let first = LegClock::new(Arc::clone(&bookmarked));
+        let mut body: &[u8] = br#"{"type":"BOOKMARK","object":{}}"#;
+        let mut touch = Touch {
+            inner: &mut body,
+            clock: &first,
+        };
+        io::copy(&mut touch, &mut io::sink()).unwrap();
+        // The next leg has been silent ever since it began, long ago, and never bookmarked.
+        let next = LegClock {
+            started: long_ago,
+            ..LegClock::new(Arc::clone(&bookmarked))
+        };
+        assert!(next.silent_after_bookmarks());
+        // A watch that never showed a bookmark: no silence rule (old apiservers, proxies).
+        let never = LegClock {
+            started: long_ago,
+            ..LegClock::new(Arc::new(AtomicBool::new(false)))
+        };
+        assert!(!never.silent_after_bookmarks());
     }
 }
