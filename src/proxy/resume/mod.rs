@@ -70,6 +70,8 @@ const HEALTH_POLL: Duration = Duration::from_millis(250);
 const CATCH_UP_WINDOW: Duration = Duration::from_secs(1);
 /// A leg that ends cleanly with this little left of the client's time ends the client's watch.
 const DEADLINE_SLACK: Duration = Duration::from_secs(1);
+/// A leg that lived this long worked, though it delivered nothing: the backoff starts over.
+const LEG_PROVEN: Duration = Duration::from_secs(60);
 /// How long a round waits for the cache writer to apply what the client was sent.
 const BARRIER_WAIT: Duration = Duration::from_secs(5);
 
@@ -309,12 +311,16 @@ impl Watch<'_, '_, '_, '_> {
             if let Some(answer) = next.take() {
                 self.chain.new_leg(hub_leg);
                 let before = self.chain.progress().last_rv.clone();
+                let began = Instant::now();
                 let end = self.leg(answer)?;
                 // Only a leg that moved the client on proves the way to the cloud works: a
                 // 200 followed by garbage, an in-stream 5xx or an early end is a failed
                 // resume like any other, and waits the backoff (else a middlebox answering
-                // 200 gets resumes at full speed).
-                let moved = self.chain.progress().last_rv != before;
+                // 200 gets resumes at full speed). A quiet leg that lived long is no storm
+                // either (a watch of a quiet scope with no bookmarks, closed by a proxy's
+                // idle timeout): its next leg starts afresh.
+                let moved =
+                    self.chain.progress().last_rv != before || began.elapsed() >= LEG_PROVEN;
                 if moved {
                     self.backoff.reset();
                 }
