@@ -23,13 +23,7 @@
 //! moves to the list's). Then, also `DELETED`, what the store's tombstones say was removed
 //! after the client's last version and the list did not return (another stream of the
 //! component, or another watch's difference, deleted it from the cache before this one
-//! looked) — only for a scope whose selectors read nothing but the key (all, a namespace,
-//! one named object): a tombstone keeps the key alone, and a wider scope's selectors
-//! (labels, `spec.nodeName`) cannot judge it. The trade-off: a `DELETED` of a key outside
-//! the scope reaches handlers that act on it (an informer's `OnDelete`), while a deletion
-//! skipped this way leaves an object in the client's view until it lists again — rare: it
-//! takes another stream of the same component removing, while this watch was down, an
-//! object this watch's scope holds. Then a `BOOKMARK` at the list's resourceVersion if the client asked for
+//! looked). Then a `BOOKMARK` at the list's resourceVersion if the client asked for
 //! bookmarks, so that it resumes from there.
 //!
 //! The watches of one round diff against the same cache while the writer applies what
@@ -424,14 +418,12 @@ impl<'a> Differ<'a> {
         // gone from the store, not from the client (a difference sent to another watch of
         // the scope just before this one, say): the store's tombstones name it. Its stored
         // object is gone, so only selectors of the key alone (a watch of one named object)
-        // can judge it; for any other scope it is left out (the module's doc: the trade-off).
+        // can be checked: a DELETED of a key the client never had is ignored by an informer,
+        // a missed one would stay in its view for good.
         self.deleted.sort_unstable();
-        let removed = if self.key_only {
+        let removed =
             self.store
-                .removed_after(&self.key.collection, self.namespace, self.client_rv)
-        } else {
-            Vec::new()
-        };
+                .removed_after(&self.key.collection, self.namespace, self.client_rv);
         for (namespace, name) in removed {
             let hash = self.key_hash(namespace.as_deref(), &name);
             if self.seen.binary_search(&hash).is_ok() || self.deleted.binary_search(&hash).is_ok() {
@@ -453,7 +445,7 @@ impl<'a> Differ<'a> {
                 "apiVersion": end.api_version,
                 "metadata": metadata,
             });
-            if !self.selectors.matches(&object) {
+            if self.key_only && !self.selectors.matches(&object) {
                 continue;
             }
             // Serializing a Value to a Vec cannot fail.
