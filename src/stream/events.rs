@@ -962,7 +962,11 @@ mod tests {
         assert!(matches!(stopped, Err(Stop::EndOfLeg)), "{stopped:?}");
         assert_eq!(cut.leg_end(), Some(LegEnd::Expired));
         cut.end(true).expect("ends");
-        assert_eq!(seen.get(), None, "the round that follows logs and counts itself");
+        assert_eq!(
+            seen.get(),
+            None,
+            "the round that follows logs and counts itself"
+        );
     }
 
     #[test]

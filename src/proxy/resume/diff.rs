@@ -418,7 +418,8 @@ impl<'a> Differ<'a> {
         // gone from the store, not from the client (a difference sent to another watch of
         // the scope just before this one, say): the store's tombstones name it. Its stored
         // object is gone, so only selectors of the key alone (a watch of one named object)
-        // can be checked: a DELETED of a key the client never had is ignored by an informer,
+        // can be checked: a DELETED of a key the client never had is ignored by an informer
+        // (client-go's `DeltaFIFO.Delete` drops a deletion of a key its store does not hold),
         // a missed one would stay in its view for good.
         self.deleted.sort_unstable();
         let removed =
