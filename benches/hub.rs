@@ -9,7 +9,9 @@
 //! unhealthy (issue 15); and, on clouds of its own, a pool of hubs (issue 16): the bytes the
 //! cloud sends kube-proxy and coredns of every node directly and through the pool, and the
 //! memory of the pool's leader hub; and beside nginx with and without `proxy_cache` (issue
-//! 18): CPU, connections, system calls per request, and the static musl build's memory. Prints a table per case as it goes and writes
+//! 18): CPU, connections, system calls per request, and the static musl build's memory; and,
+//! on clouds of its own, a node's usual watches through an outage of the cloud (issue 29),
+//! through a hub and directly. Prints a table per case as it goes and writes
 //! `BENCHMARKS.md` at the repository top with the machine, the date and every target of the
 //! issue, met or missed.
 //!
@@ -38,6 +40,8 @@ mod footprint;
 mod heartbeat;
 #[path = "hub/online.rs"]
 mod online;
+#[path = "hub/outage.rs"]
+mod outage;
 #[path = "hub/peer.rs"]
 mod peer;
 #[path = "hub/pool.rs"]
@@ -114,6 +118,16 @@ pub struct Scale {
     pub leader_followers: usize,
     /// EndpointSlice updates of the leader's churn.
     pub leader_updates: usize,
+    /// How long case 11's cloud stays away.
+    pub outage: Duration,
+    /// Changes made in case 11's cloud while it is away.
+    pub outage_changes: usize,
+    /// Pods on case 11's node (and as many on another).
+    pub outage_pods: usize,
+    /// Other Nodes of case 11's cloud.
+    pub outage_nodes: usize,
+    /// Services (and as many EndpointSlices) of case 11's cloud.
+    pub outage_services: usize,
 }
 
 impl Scale {
@@ -144,6 +158,11 @@ impl Scale {
             leader_slices: 5_000,
             leader_followers: 10,
             leader_updates: 200,
+            outage: Duration::from_secs(60),
+            outage_changes: 1_000,
+            outage_pods: 100,
+            outage_nodes: 100,
+            outage_services: 500,
         }
     }
 
@@ -174,6 +193,11 @@ impl Scale {
             leader_slices: 500,
             leader_followers: 3,
             leader_updates: 50,
+            outage: Duration::from_secs(2),
+            outage_changes: 50,
+            outage_pods: 10,
+            outage_nodes: 5,
+            outage_services: 20,
         }
     }
 }
@@ -295,9 +319,9 @@ struct Options {
 }
 
 /// The highest case number.
-const LAST_CASE: u8 = 10;
+const LAST_CASE: u8 = 11;
 
-const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,10 [--update]] \
+const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,11 [--update]] \
                      [-- --readme-only]\n\
                      --update: write the sections of the cases run into the existing report \
                      (BENCHMARKS.md, or the quick one), replacing theirs, keeping the rest\n\
@@ -564,6 +588,14 @@ fn run(scale: &Scale, only: Option<&[u8]>, update: bool) -> Result<(), Failure> 
             "case 9 (a pool of hubs: link economy, the leader's memory)",
             || pool::pool(&bench, &mut report),
         )?;
+        print_last(&report);
+    }
+    // Its own clouds and hub, nothing shared with the cases above.
+    if wanted(11) {
+        let dir = TempDir::new("bench-outage");
+        case("case 11 (watches through an outage)", || {
+            outage::outage(&bench, dir.path(), &mut report)
+        })?;
         print_last(&report);
     }
 

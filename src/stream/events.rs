@@ -68,22 +68,31 @@ pub(crate) struct Progress {
     /// Events (not bookmarks) that came from the cloud and were delivered since the last
     /// [`EventCut::mark_resumed`] (or the start).
     pub since_mark: u64,
-    /// The initial-events-end bookmark passed, or the watch never asked for initial events.
+    /// The watch's initial state passed, or it has none: resuming is safe only after it (the
+    /// initial objects come as ADDED in key order, each with its own resourceVersion, so a
+    /// leg broken mid-way would resume past objects not yet sent).
     pub initial_done: bool,
+    /// Only a bookmark with the `k8s.io/initial-events-end` annotation ends the initial
+    /// state (`sendInitialEvents=true`); else any bookmark does (a watch from "now" or "any":
+    /// the apiserver sends its synthetic ADDEDs first, and bookmarks only after them).
+    pub initial_end_annotated: bool,
 }
 
 impl Progress {
     /// Where a client's watch starts: its own resourceVersion when it is a number other than
-    /// 0 (a watch from "now" or "any" has none to resume from until something is delivered),
-    /// its initial events still to come when it asked for them.
+    /// 0, and then no initial state unless it asked for initial events; a watch from "now" or
+    /// "any" (unset, "0") gets the current objects first, and has nothing to resume from
+    /// until a bookmark says they all went.
     pub(crate) fn from_query(query: &Query) -> Progress {
         let last_rv = match query.resource_version.as_deref() {
             Some(rv) if rv.parse::<u64>().is_ok_and(|n| n != 0) => rv.to_owned(),
             _ => String::new(),
         };
+        let annotated = query.send_initial_events == Some(true);
         Progress {
+            initial_done: !annotated && !last_rv.is_empty(),
+            initial_end_annotated: annotated,
             last_rv,
-            initial_done: query.send_initial_events != Some(true),
             ..Progress::default()
         }
     }
@@ -138,6 +147,8 @@ struct Cutter {
     floor: Option<u64>,
     /// The initial-events-end bookmark is still to come (copied from the progress).
     initial_pending: bool,
+    /// Only the annotated bookmark ends the initial state ([`Progress::initial_end_annotated`]).
+    initial_end_annotated: bool,
     /// How the leg ends, decided by an event of this chunk.
     verdict: Option<LegEnd>,
 }
@@ -230,7 +241,8 @@ impl Cutter {
         match head.kind.as_deref() {
             Some("BOOKMARK") => {
                 self.note_rv(head.rv.as_deref());
-                if self.initial_pending && ends_initial_events(ev) {
+                if self.initial_pending && (!self.initial_end_annotated || ends_initial_events(ev))
+                {
                     self.noted.initial_end = true;
                     self.initial_pending = false;
                 }
@@ -338,6 +350,7 @@ impl<'n, S: Sink> EventCut<'n, S> {
             None
         };
         self.cut.initial_pending = !self.progress.initial_done;
+        self.cut.initial_end_annotated = self.progress.initial_end_annotated;
         self.cut.verdict = None;
         self.cut.out.clear();
         self.cut.noted.clear();
@@ -829,6 +842,35 @@ mod tests {
         ));
         assert_eq!(cut.leg_end(), Some(LegEnd::Refused(410)));
         assert_eq!(cut.inner_mut().events()[0].0, "ERROR");
+    }
+
+    #[test]
+    fn a_watch_from_now_is_resumable_only_after_its_initial_objects() {
+        // The apiserver's synthetic ADDEDs come in key order with their own versions: a
+        // resume from the last of them could skip one not yet sent.
+        for rv in [None, Some("0")] {
+            let query = Query {
+                resource_version: rv.map(str::to_owned),
+                ..Query::default()
+            };
+            let begin = Progress::from_query(&query);
+            assert!(
+                !begin.initial_done && !begin.initial_end_annotated,
+                "{rv:?}"
+            );
+            let mut cut = EventCut::new(Client::default(), false, begin, &no_note);
+            feed(&mut cut, &(ev("ADDED", 7) + &ev("ADDED", 3)), 9).expect("passes");
+            assert!(!cut.progress().initial_done, "{rv:?}: mid initial state");
+            feed(&mut cut, &bookmark(9), 9).expect("passes");
+            assert!(cut.progress().initial_done, "{rv:?}: a bookmark ends it");
+            assert_eq!(cut.progress().last_rv, "9");
+        }
+        // A watch from a version of its own has no initial state.
+        let query = Query {
+            resource_version: Some("12".into()),
+            ..Query::default()
+        };
+        assert!(Progress::from_query(&query).initial_done);
     }
 
     #[test]
