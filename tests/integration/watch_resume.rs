@@ -1,7 +1,9 @@
 //! Issue 29: a relayed watch outlives its upstream. kubelet's pod watch keeps its connection
 //! across a cloud outage whose history is intact (the outage's events arrive on the same
 //! stream, from one resume at the last delivered resourceVersion, with no list), and across a
-//! watch connection cut while the cloud stays up (nothing visible to the client).
+//! watch connection cut while the cloud stays up (nothing visible to the client). kube-proxy's
+//! Service and EndpointSlice watches, served from the hub's pool caches, stay open across the
+//! same outage and bring its changes.
 
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
@@ -10,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::hub::*;
+use crate::support::pool::{list_when_warm, service_in, slice};
 use crate::support::{Cloud, RecordedRequest};
 
 /// kubelet's scope of pods.
@@ -58,8 +61,39 @@ fn kubelet_pods(hub: &Hub) -> Watcher {
          &allowWatchBookmarks=true&timeoutSeconds=600",
         hub.url()
     );
-    let (status, body) = stream(&url, KUBELET);
-    assert_eq!(status, 200);
+    watcher(&url, KUBELET, list_rv)
+}
+
+/// kube-proxy's User-Agent.
+const KUBE_PROXY: &str = "kube-proxy/v1.30.0 (linux/arm) kubernetes/abcdef0";
+/// kube-proxy's label selector (no headless Services, none another proxy serves), encoded.
+const PROXY_SELECTOR: &str = "labelSelector=%21service.kubernetes.io%2Fheadless%2C%21service.kubernetes.io%2Fservice-proxy-name";
+
+/// kube-proxy as an informer of `path` (Services or EndpointSlices): its list through the
+/// hub's pool cache, once that holds `name`, then its watch from the list's resourceVersion
+/// with bookmarks.
+fn kube_proxy_watch(hub: &Hub, path: &str, name: &str) -> Watcher {
+    let mut list = Value::Null;
+    let holds = eventually(Duration::from_secs(20), || {
+        list = list_when_warm(hub, &format!("{path}?{PROXY_SELECTOR}"), KUBE_PROXY);
+        list["items"]
+            .as_array()
+            .is_some_and(|items| items.iter().any(|o| o["metadata"]["name"] == name))
+    });
+    assert!(holds, "{path} without {name}: {list}");
+    let list_rv = rv_of(&list);
+    let url = format!(
+        "{}{path}?{PROXY_SELECTOR}&watch=true&resourceVersion={list_rv}\
+         &allowWatchBookmarks=true&timeoutSeconds=600",
+        hub.url()
+    );
+    watcher(&url, KUBE_PROXY, list_rv)
+}
+
+/// A watch of `url` as `ua`, answered 200, read on a thread of its own.
+fn watcher(url: &str, ua: &str, last_rv: u64) -> Watcher {
+    let (status, body) = stream(url, ua);
+    assert_eq!(status, 200, "{url}");
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
         let mut events = Events::new(body);
@@ -69,10 +103,7 @@ fn kubelet_pods(hub: &Hub) -> Watcher {
             }
         }
     });
-    Watcher {
-        rx,
-        last_rv: list_rv,
-    }
+    Watcher { rx, last_rv }
 }
 
 /// The client's side of a watch: its events, and the resourceVersion of the last event or
@@ -128,6 +159,17 @@ impl Watcher {
             }
         }
     }
+
+    /// Whether the stream is still open (read up to now; no ERROR among what it read).
+    fn open(&self) -> bool {
+        loop {
+            match self.rx.try_recv() {
+                Ok(event) => assert_ne!(event["type"], "ERROR", "{event}"),
+                Err(mpsc::TryRecvError::Empty) => return true,
+                Err(mpsc::TryRecvError::Disconnected) => return false,
+            }
+        }
+    }
 }
 
 /// The event's type and object name.
@@ -165,6 +207,13 @@ fn watches_keep_their_connection_across_an_outage_with_history() {
     // The apiserver bookmarks its watchers (about once a minute; here faster).
     cloud.set_bookmark_interval(Some(Duration::from_secs(2)));
     let mut watch = kubelet_pods(&hub);
+    // kube-proxy's Services and EndpointSlices, from the hub's pool caches.
+    cloud.create("services", service_in("shop", "web", "10.96.0.10"));
+    cloud.create("endpointslices", slice("web-abc", "web", "10.244.1.5"));
+    let mut proxy_watches = [
+        kube_proxy_watch(&hub, "/api/v1/services", "web"),
+        kube_proxy_watch(&hub, "/apis/discovery.k8s.io/v1/endpointslices", "web-abc"),
+    ];
     let changed = rv_of(&cloud.patch(
         "pods",
         "default",
@@ -191,6 +240,21 @@ fn watches_keep_their_connection_across_an_outage_with_history() {
     cloud.delete("pods", "default", "web-1");
     // Not on kubelet's node: never its business.
     cloud.create("pods", pod("db-2", "edge-2"));
+    // kube-proxy's business: a Service and an EndpointSlice changed.
+    let proxy_changed = [
+        rv_of(&cloud.patch(
+            "services",
+            "shop",
+            "web",
+            json!({"metadata": {"labels": {"v": "2"}}}),
+        )),
+        rv_of(&cloud.patch(
+            "endpointslices",
+            "shop",
+            "web-abc",
+            json!({"endpoints": [{"addresses": ["10.244.1.6"], "conditions": {"ready": true}}]}),
+        )),
+    ];
     assert!(
         hub.wait_healthy(&cloud, false, Duration::from_secs(15)),
         "the hub never found the cloud down:\n{}",
@@ -259,6 +323,26 @@ fn watches_keep_their_connection_across_an_outage_with_history() {
             .is_some_and(|n| n >= 1.0),
         "{}",
         get(&format!("{}/metrics", hub.serve_url()), "test").text()
+    );
+
+    // kube-proxy's watches bring the outage's changes on the connections they had, with no
+    // ERROR (which would make it list again); the streams are still open, and none of its
+    // requests reached the cloud (the pool caches served its one list and watch of each).
+    for ((watch, name), rv) in proxy_watches
+        .iter_mut()
+        .zip(["web", "web-abc"])
+        .zip(proxy_changed)
+    {
+        let event = watch.next_change(CATCH_UP, &hub);
+        assert_eq!(what(&event), ("MODIFIED".into(), name.into()), "{event}");
+        assert_eq!(rv_of(&event["object"]), rv);
+        assert!(watch.open(), "kube-proxy's {name} watch ended");
+    }
+    assert_eq!(
+        cloud.count(|r| r.user_agent == KUBE_PROXY),
+        0,
+        "{:#?}",
+        cloud.requests()
     );
 }
 
