@@ -2,7 +2,9 @@
 //! through the hub stay open; the hub lists the scope once for both (not once per watch) and
 //! sends each the difference against kubelet's disk cache: the added and changed pods as
 //! listed, the deleted one last at the list's resourceVersion, a bookmark there, and no
-//! ERROR; then it watches from the list's resourceVersion, on the same stream.
+//! ERROR; then it watches from the list's resourceVersion, on the same stream. kube-proxy's
+//! Service and EndpointSlice watches, served from the hub's pool caches, get the events that
+//! turn their view into the cloud's, on the same streams, with no ERROR.
 
 use std::collections::BTreeSet;
 use std::sync::mpsc::{self, Receiver};
@@ -12,6 +14,7 @@ use serde_json::{Value, json};
 
 use crate::support::Cloud;
 use crate::support::hub::*;
+use crate::support::pool::{list_when_warm, service_in, slice};
 
 /// kubelet's pod scope, URL-encoded as client-go sends it.
 const SCOPE: &str = "fieldSelector=spec.nodeName%3Dedge-1";
@@ -20,6 +23,10 @@ const OUTAGE: Duration = Duration::from_secs(8);
 /// How long the difference may take after the restart: the health checker's verdict
 /// (1 s probes in tests), the jitter (< 5 s), the gather (1 s), the list, and slack.
 const CATCH_UP: Duration = Duration::from_secs(25);
+/// kube-proxy's User-Agent.
+const KUBE_PROXY: &str = "kube-proxy/v1.30.0 (linux/arm) kubernetes/abcdef0";
+/// kube-proxy's label selector (no headless Services, none another proxy serves), encoded.
+const PROXY_SELECTOR: &str = "labelSelector=%21service.kubernetes.io%2Fheadless%2C%21service.kubernetes.io%2Fservice-proxy-name";
 
 /// A watch's events as they arrive, read on a thread of their own so that a stream that
 /// stays silent fails the test instead of hanging it.
@@ -29,7 +36,11 @@ struct Feed {
 
 impl Feed {
     fn open(url: &str) -> Feed {
-        let (status, body) = stream(url, KUBELET);
+        Feed::open_as(url, KUBELET)
+    }
+
+    fn open_as(url: &str, ua: &str) -> Feed {
+        let (status, body) = stream(url, ua);
         assert_eq!(status, 200, "{url}");
         let (tx, events) = mpsc::channel();
         std::thread::spawn(move || {
@@ -51,6 +62,32 @@ impl Feed {
             Ok(Some(event)) => event,
             Ok(None) => panic!("the watch ended; hub log:\n{}", hub.logs()),
             Err(e) => panic!("no event within {wait:?} ({e}); hub log:\n{}", hub.logs()),
+        }
+    }
+
+    /// The next event that is no bookmark; panics on an ERROR, like an informer would list
+    /// again on it.
+    fn next_change(&self, wait: Duration, hub: &Hub) -> Value {
+        loop {
+            let event = self.next(wait, hub);
+            assert_ne!(
+                event["type"], "ERROR",
+                "an ERROR reached the client: {event}"
+            );
+            if event["type"] != "BOOKMARK" {
+                return event;
+            }
+        }
+    }
+
+    /// Whether the stream is still open (no ERROR among what it read up to now).
+    fn still_open(&self) -> bool {
+        loop {
+            match self.events.try_recv() {
+                Ok(Some(event)) => assert_ne!(event["type"], "ERROR", "{event}"),
+                Ok(None) | Err(mpsc::TryRecvError::Disconnected) => return false,
+                Err(mpsc::TryRecvError::Empty) => return true,
+            }
         }
     }
 
@@ -88,6 +125,21 @@ fn summary(event: &Value) -> (String, String, String) {
     )
 }
 
+/// kube-proxy as an informer of `path` (Services or EndpointSlices): its list through the
+/// hub's pool cache, then its watch from the list's resourceVersion with bookmarks.
+fn kube_proxy_feed(hub: &Hub, path: &str) -> Feed {
+    let list = list_when_warm(hub, &format!("{path}?{PROXY_SELECTOR}"), KUBE_PROXY);
+    let rv = rv_of(&list);
+    Feed::open_as(
+        &format!(
+            "{}{path}?{PROXY_SELECTOR}&watch=true&resourceVersion={rv}\
+             &allowWatchBookmarks=true&timeoutSeconds=600",
+            hub.url()
+        ),
+        KUBE_PROXY,
+    )
+}
+
 fn entry(kind: &str, name: &str, rv: &str) -> (String, String, String) {
     (kind.to_owned(), name.to_owned(), rv.to_owned())
 }
@@ -99,8 +151,18 @@ fn an_outage_past_the_history_gives_the_difference_and_one_list_per_scope() {
         cloud.create("pods", pod(name, "edge-1"));
     }
     cloud.create("pods", pod("elsewhere", "edge-2"));
+    for name in ["web", "db"] {
+        cloud.create("services", service_in("shop", name, "10.96.0.10"));
+        let slice_name = format!("{name}-abc");
+        cloud.create("endpointslices", slice(&slice_name, name, "10.244.1.5"));
+    }
     let dir = TempDir::new("watch-resume-history");
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    // kube-proxy's informers of Services and EndpointSlices, from the hub's pool caches.
+    let proxy_feeds = [
+        kube_proxy_feed(&hub, "/api/v1/services"),
+        kube_proxy_feed(&hub, "/apis/discovery.k8s.io/v1/endpointslices"),
+    ];
 
     // kubelet as an informer: its list through the hub (cached: the difference's
     // baseline), then two watches of that scope from the list's resourceVersion.
@@ -138,6 +200,45 @@ fn an_outage_past_the_history_gives_the_difference_and_one_list_per_scope() {
     let changed = cloud.update("pods", change);
     cloud.delete("pods", "default", "gone");
     cloud.create("pods", pod("elsewhere-2", "edge-2"));
+    // For kube-proxy: a Service and an EndpointSlice changed, one of each made, one deleted.
+    let proxy_expected = [
+        [
+            entry(
+                "MODIFIED",
+                "web",
+                &rv_of(&cloud.patch(
+                    "services",
+                    "shop",
+                    "web",
+                    json!({"metadata": {"labels": {"v": "2"}}}),
+                )),
+            ),
+            entry(
+                "ADDED",
+                "cache",
+                &rv_of(&cloud.create("services", service_in("shop", "cache", "10.96.0.12"))),
+            ),
+        ],
+        [
+            entry(
+                "MODIFIED",
+                "web-abc",
+                &rv_of(&cloud.patch(
+                    "endpointslices",
+                    "shop",
+                    "web-abc",
+                    json!({"endpoints": [{"addresses": ["10.244.1.6"], "conditions": {"ready": true}}]}),
+                )),
+            ),
+            entry(
+                "ADDED",
+                "cache-abc",
+                &rv_of(&cloud.create("endpointslices", slice("cache-abc", "cache", "10.244.1.7"))),
+            ),
+        ],
+    ];
+    cloud.delete("services", "shop", "db");
+    cloud.delete("endpointslices", "shop", "db-abc");
     assert!(
         hub.wait_healthy(&cloud, false, Duration::from_secs(15)),
         "{}",
@@ -261,5 +362,33 @@ fn an_outage_past_the_history_gives_the_difference_and_one_list_per_scope() {
     assert_eq!(
         hub.metric("tinyhub_watch_events_synthesized_total{resource=\"pods\"}"),
         Some(8.0)
+    );
+
+    // kube-proxy's streams got the events that turn their view into the cloud's: the
+    // changed and the made object at the cloud's resourceVersions, and the deleted one
+    // (which an informer that still holds it drops); no ERROR, the streams are still open,
+    // and none of its requests reached the cloud (the pool caches served them all).
+    for ((feed, expected), gone) in proxy_feeds.iter().zip(proxy_expected).zip(["db", "db-abc"]) {
+        let got: BTreeSet<_> = (0..3)
+            .map(|_| {
+                let (kind, name, rv) = summary(&feed.next_change(CATCH_UP, &hub));
+                // The deletion's resourceVersion is the cache's, not one the test knows.
+                if kind == "DELETED" {
+                    (kind, name, String::new())
+                } else {
+                    (kind, name, rv)
+                }
+            })
+            .collect();
+        let mut want: BTreeSet<_> = expected.into();
+        want.insert(entry("DELETED", gone, ""));
+        assert_eq!(got, want, "{}", hub.logs());
+        assert!(feed.still_open(), "kube-proxy's watch ended");
+    }
+    assert_eq!(
+        cloud.count(|r| r.user_agent == KUBE_PROXY),
+        0,
+        "{:#?}",
+        cloud.requests()
     );
 }
