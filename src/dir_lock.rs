@@ -17,7 +17,6 @@ use std::io::{self, Read, Seek, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The note's name in a locked directory.
 pub(crate) const NOTE_FILE: &str = ".tinyhub.lock";
@@ -117,9 +116,7 @@ impl DirLock {
 
 /// This process as the note tells it: `pid <n> on <host> since <UTC time>`.
 fn holder_note() -> String {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let since = crate::unix_now();
     format!(
         "pid {} on {} since {}",
         std::process::id(),

@@ -82,6 +82,14 @@ where
         })
 }
 
+/// Seconds since the Unix epoch by the system clock (0 before it): the one reading of
+/// wall-clock seconds for expiries (read grants, cached tokens) and notes.
+pub(crate) fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
 /// A number in `low..=high`, different for calls in the same instant (no crate for this:
 /// spreading watch lengths needs no quality): the offline watch hold, the pool
 /// caches' watches and their feeders.

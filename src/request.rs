@@ -7,7 +7,7 @@
 //! `/`, `..`, NUL or leading dot), so later stages never see a hostile segment.
 
 use std::borrow::Cow;
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 use crate::names::{
     Component, Gvr, is_dns_label, is_dns_subdomain, is_object_name, is_resource_name, is_version,
@@ -695,6 +695,26 @@ enum Unescape {
     BadEscape,
     /// Well formed, but the bytes are not UTF-8 (Go would keep them).
     NotUtf8,
+}
+
+/// Bytes a path keeps unescaped besides letters and digits (RFC 3986's `pchar` and `/`).
+pub(crate) const PATH_SAFE: &[u8] = b"-._~!$&'()*+,;=:@/";
+/// Bytes a query value keeps unescaped besides letters and digits (Go's `QueryEscape`).
+pub(crate) const QUERY_SAFE: &[u8] = b"-._~";
+
+/// `text` percent-encoded into `out`, but letters, digits and `safe`; a space in a query
+/// value is `+`, as Go writes it.
+pub(crate) fn escape(text: &str, safe: &[u8], out: &mut String) {
+    for &b in text.as_bytes() {
+        if b.is_ascii_alphanumeric() || safe.contains(&b) {
+            out.push(char::from(b));
+        } else if b == b' ' && safe == QUERY_SAFE {
+            out.push('+');
+        } else {
+            // Writing to a String cannot fail.
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
 }
 
 /// Decodes `%XX` escapes, and `+` as a space when `plus_is_space` (a query: Go's

@@ -157,8 +157,7 @@ impl Requester {
     /// The request has no credential and may not use the node's: the cloud sees it
     /// anonymous, and the cache answers it nothing.
     pub(crate) fn is_anonymous(&self) -> bool {
-        !self.is_node() && self.credential.digest().is_none()
-            || matches!(self.credential, Credential::Certificate { node: false, .. })
+        !self.is_node() && !matches!(self.credential, Credential::Authorization { .. })
     }
 }
 
@@ -177,10 +176,15 @@ impl ClientCertificate<'_> {
     /// CN `system:node:<node>` and O `system:nodes`, as kubelet's client certificate has.
     fn names_node(&self, node: &str) -> bool {
         self.common_name
-            .and_then(|cn| cn.strip_prefix(NODE_CN_PREFIX))
+            .and_then(node_of_cn)
             .is_some_and(|name| name == node)
             && self.organizations.iter().any(|o| o == NODES_GROUP)
     }
+}
+
+/// The node a certificate's CN `system:node:<node>` names (kubelet's, a follower hub's).
+pub(crate) fn node_of_cn(cn: &str) -> Option<&str> {
+    cn.strip_prefix(NODE_CN_PREFIX)
 }
 
 /// The credential of an `Authorization` header; a blank one is none (the request goes

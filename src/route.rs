@@ -15,7 +15,7 @@ use crate::filters::Chain;
 use crate::mode::WorkingMode;
 use crate::names::Component;
 use crate::request::{Accept, ApiRequest, DiscoveryForm, Method, ResourcePath, Target, Verb};
-use crate::requester::{Credential, Requester};
+use crate::requester::Requester;
 use crate::selector::Selectors;
 use crate::status::Status;
 
@@ -96,10 +96,12 @@ impl Identity {
     /// The identity `requester`'s request goes to the cloud with: its own credential, the
     /// node's when it may use it, else none.
     pub(crate) fn of(requester: &Requester) -> Identity {
-        match requester.credential {
-            Credential::Authorization { .. } => Identity::Client,
-            _ if requester.is_node() => Identity::Hub,
-            _ => Identity::Anonymous,
+        if requester.is_node() {
+            Identity::Hub
+        } else if requester.is_anonymous() {
+            Identity::Anonymous
+        } else {
+            Identity::Client
         }
     }
 }

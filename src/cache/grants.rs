@@ -26,11 +26,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::STANDARD;
 use ring::{hmac, rand};
 use serde::{Deserialize, Serialize};
+
+use crate::unix_now;
 
 use super::store::Store;
 
@@ -417,13 +418,6 @@ pub(crate) fn expiry_of(authorization: &str, now: i64) -> i64 {
     token
         .and_then(crate::tokens::jwt_exp)
         .unwrap_or(now + DEFAULT_LIFETIME)
-}
-
-/// Seconds since the Unix epoch by the system clock.
-pub(crate) fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
 }
 
 /// 32 bytes as standard base64 in the file.

@@ -12,7 +12,6 @@
 //! costs the cloud one list more every few seconds, not one more per list.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,7 +24,7 @@ use crate::filters::Filters;
 use crate::filters::body::{BodyFilter, StageTime};
 use crate::metrics::{METRICS, Metrics};
 use crate::mode::WorkingMode;
-use crate::request::{ApiRequest, LegacyPrefix, Target, Verb};
+use crate::request::{ApiRequest, LegacyPrefix, PATH_SAFE, QUERY_SAFE, Target, Verb, escape};
 use crate::requester::Requester;
 use crate::route::{self, Deadline, Identity};
 use crate::stream::{self, BodyReads, FilterStage, Pumped, Stop, ToCache, pump};
@@ -315,25 +314,6 @@ fn path_and_query(req: &ApiRequest) -> Result<String, ClientError> {
         }
     }
     Ok(out)
-}
-
-/// Bytes a path keeps unescaped besides letters and digits (RFC 3986's `pchar` and `/`).
-const PATH_SAFE: &[u8] = b"-._~!$&'()*+,;=:@/";
-/// Bytes a query value keeps unescaped besides letters and digits (Go's `QueryEscape`).
-const QUERY_SAFE: &[u8] = b"-._~";
-
-/// `text` percent-encoded into `out`, but letters, digits and `safe`; a space in a query
-/// value is `+`, as Go writes it.
-fn escape(text: &str, safe: &[u8], out: &mut String) {
-    for &b in text.as_bytes() {
-        if b.is_ascii_alphanumeric() || safe.contains(&b) {
-            out.push(char::from(b));
-        } else if b == b' ' && safe == QUERY_SAFE {
-            out.push('+');
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
 }
 
 #[cfg(test)]

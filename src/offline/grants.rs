@@ -9,11 +9,12 @@
 //! [`scope_of`] is also what the proxy records when the cloud answers 200 (`proxy/grant.rs`).
 
 use super::Offline;
-use crate::cache::grants::{ObjectCover, Reach, Scope, unix_now};
+use crate::cache::grants::{ObjectCover, Reach, Scope};
 use crate::request::{ApiRequest, Verb};
 use crate::requester::Credential;
 use crate::selector::Selectors;
 use crate::status::Status;
+use crate::unix_now;
 
 /// The scope a get, list or watch reads (a subresource reads its object: `status` is the
 /// only one answered offline); `None` for anything else.

@@ -1,8 +1,6 @@
 //! Offline TokenRequests: the cached answer while its token is still valid, else a
 //! one-minute token made by the hub (`tokens.rs`), never an empty one.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use super::{Answered, Offline, read_body, send_json};
 use crate::cache::key::TokenKey;
 use crate::request::{ApiRequest, ResourcePath};
@@ -53,9 +51,7 @@ impl Offline {
             name: name.to_owned(),
             digest: spec.digest(),
         };
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let now = crate::unix_now();
         let why = match self.store.get_token(&key) {
             Ok(Some(cached)) => match tokens::offline_answer(&cached, now) {
                 Some(answer) => return send_json(ex, 201, &answer),

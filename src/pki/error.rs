@@ -80,10 +80,9 @@ pub(crate) enum PkiError {
     },
     /// The CA data to trust holds no PEM certificate.
     NoCaCertificate,
-    /// The client key cannot be given to ureq.
+    /// The client key cannot be given to ureq (for the identity's own calls, or the cloud
+    /// client's new TLS material).
     ClientKey(ClientKeyError),
-    /// The cloud client refused the new TLS material.
-    UpstreamTls(ClientKeyError),
     /// The HTTPS port refused the new serving certificate.
     ServingCert(ServingCertError),
     /// Generating a key failed.
@@ -246,7 +245,7 @@ impl fmt::Display for PkiError {
                 write!(f, "no cloud server accepts connections ({server}: {why})")
             }
             PkiError::NoCaCertificate => f.write_str("the CA data holds no PEM certificate"),
-            PkiError::ClientKey(e) | PkiError::UpstreamTls(e) => write!(f, "{e}"),
+            PkiError::ClientKey(e) => write!(f, "{e}"),
             PkiError::ServingCert(e) => write!(f, "{e}"),
             PkiError::KeyGeneration(k) => write!(f, "{k}"),
             PkiError::Signing => f.write_str("cannot sign the certificate request"),
@@ -289,7 +288,7 @@ impl std::error::Error for PkiError {
             PkiError::Csr(e) => Some(e),
             PkiError::ServiceLookup(e) => Some(e),
             PkiError::Discovery(e) => Some(e),
-            PkiError::ClientKey(e) | PkiError::UpstreamTls(e) => Some(e),
+            PkiError::ClientKey(e) => Some(e),
             PkiError::ServingCert(e) => Some(e),
             PkiError::BadJoinToken(e) => Some(e),
             _ => None,

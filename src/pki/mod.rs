@@ -256,7 +256,7 @@ fn install_tls(
     tls: &TlsMaterial,
     probe_timeout: Duration,
 ) -> Result<(), PkiError> {
-    upstream.set_tls(tls).map_err(PkiError::UpstreamTls)?;
+    upstream.set_tls(tls).map_err(PkiError::ClientKey)?;
     if !upstream.backends().any_healthy() {
         crate::health::probe_all_once(upstream.backends(), upstream, probe_timeout);
     }

@@ -117,16 +117,8 @@ pub(crate) fn watch_path(
     pool: &str,
     resource_version: &str,
 ) -> Result<String, LeaderConfigError> {
-    let rv: String = resource_version
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-                char::from(b).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect();
+    let mut rv = String::new();
+    crate::request::escape(resource_version, crate::request::QUERY_SAFE, &mut rv);
     Ok(format!(
         "{}&watch=true&resourceVersion={rv}&timeoutSeconds={WATCH_SECONDS}&allowWatchBookmarks=true",
         list_path(namespace, pool)?

@@ -27,7 +27,7 @@ pub(super) fn record(hub: &Hub, req: &ApiRequest, authorization: Option<&str>, s
     let Some(scope) = scope_of(req) else {
         return;
     };
-    let now = grants::unix_now();
+    let now = crate::unix_now();
     let grants = &offline.grants;
     grants.record(digest, scope, grants::expiry_of(authorization, now), now);
     if grants.take_persist_turn() {
@@ -57,6 +57,6 @@ pub(super) fn may_use_pool(hub: &Hub, req: &ApiRequest) -> bool {
         matches!(scope.reach, Reach::List { .. })
             && offline
                 .grants
-                .allows_list(digest, &scope, grants::unix_now())
+                .allows_list(digest, &scope, crate::unix_now())
     })
 }

@@ -39,7 +39,7 @@ use crate::mode::WorkingMode;
 use crate::offline::Offline;
 use crate::reaper::Reaper;
 use crate::request::{self, ApiRequest, Verb};
-use crate::requester::{ClientCertificate, Requester};
+use crate::requester::{ClientCertificate, Credential, Requester};
 use crate::route::{self, NoCacheReason, Route};
 use crate::server::{Admission, Exchange};
 use crate::status::Status;
@@ -233,7 +233,6 @@ impl Hub {
     /// Decides what the hub does with the request on `ex` (no I/O but what the plan's parts
     /// read: the heartbeat's intercept, the pool caches' readiness, the cloud's health).
     fn plan(&self, ex: &Exchange<'_>) -> Plan<'_> {
-        let requester = self.requester(ex);
         let mut req = match request::classify(ex.method(), ex.url(), ex.headers()) {
             Ok(req) => req,
             Err(e) if self.mode == WorkingMode::Edge => {
@@ -245,9 +244,12 @@ impl Hub {
                 return Plan::Unreadable(Status::bad_request(e.to_string()));
             }
             // A pure proxy passes on what it does not understand; the cloud judges it.
-            Err(_) => return Plan::PassOn(Route::pass_on(&requester)),
+            Err(_) => {
+                let requester = self.requester(ex, Requester::unknown(ex.header("authorization")));
+                return Plan::PassOn(Route::pass_on(&requester));
+            }
         };
-        req.requester = requester;
+        req.requester = self.requester(ex, std::mem::replace(&mut req.requester, Requester::hub()));
         // Only the node's own kubelet renews the node's lease through the hub.
         let lease = self
             .heartbeat
@@ -351,9 +353,16 @@ impl Hub {
         }
     }
 
-    /// Who sent the request on `ex`: its port, its `Authorization`, and on the HTTPS port
-    /// the client certificate rustls verified against the cluster CA (`server::tls`).
-    fn requester(&self, ex: &Exchange<'_>) -> Requester {
+    /// Who sent the request on `ex`: its port, the `Authorization` the classifier already
+    /// read into `read` (hashed once), and else, on the HTTPS port, the client certificate
+    /// rustls verified against the cluster CA (`server::tls`), parsed only then.
+    fn requester(&self, ex: &Exchange<'_>, read: Requester) -> Requester {
+        if matches!(read.credential, Credential::Authorization { .. }) {
+            return Requester {
+                port: ex.port(),
+                ..read
+            };
+        }
         let leaf = ex.peer_certificates().and_then(<[_]>::first);
         let info = leaf.and_then(|der| x509::parse(der));
         let certificate = leaf
@@ -363,12 +372,7 @@ impl Hub {
                 common_name: info.common_name.as_deref(),
                 organizations: &info.organizations,
             });
-        Requester::new(
-            ex.port(),
-            ex.header("authorization"),
-            certificate,
-            &self.node_name,
-        )
+        Requester::new(ex.port(), None, certificate, &self.node_name)
     }
 
     /// The cache writer's session for a pool-scope answer to `req`, when its route caches it

@@ -568,6 +568,11 @@ impl Replace<'_> {
         for i in 0..self.entries.len() {
             let entry = self.entries[i];
             let Some(seq) = entry.temp else { continue };
+            // Nothing changed meanwhile and found current at staging: what staging counted
+            // stands (the usual whole list), without a key or path built.
+            if !any_changed && !entry.stale {
+                continue;
+            }
             let (namespace, name) = entry.key(&self.keys);
             let (namespace, name) = (
                 (!namespace.is_empty()).then(|| namespace.to_owned()),

@@ -25,7 +25,7 @@ use rustls::server::WebPkiClientVerifier;
 use crate::names::Gvr;
 use crate::pool::resources::PoolScope;
 use crate::request::ApiRequest;
-use crate::requester::{NODE_CN_PREFIX, NODES_GROUP};
+use crate::requester::{NODES_GROUP, node_of_cn};
 use crate::server::tls::ServingCert;
 use crate::status::Status;
 use crate::x509;
@@ -129,7 +129,7 @@ pub(crate) fn check_follower(peer: Option<&[CertificateDer<'_>]>) -> Result<Foll
     let node = info
         .common_name
         .as_deref()
-        .and_then(|cn| cn.strip_prefix(NODE_CN_PREFIX))
+        .and_then(node_of_cn)
         .map(str::to_owned);
     Ok(Follower {
         common_name: info.common_name,

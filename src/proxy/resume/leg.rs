@@ -9,7 +9,7 @@ use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::request::ResourcePath;
+use crate::request::{self, ResourcePath};
 use crate::upstream::is_hop_by_hop;
 
 /// After an outage (the loop had to wait for a usable cloud): a resume waits a jitter in
@@ -83,7 +83,7 @@ pub(crate) fn resume_target(
 ) -> String {
     let mut out = scope_target(path, raw_query, &[]);
     out.push_str("watch=1&resourceVersion=");
-    push_encoded(&mut out, rv);
+    request::escape(rv, request::QUERY_SAFE, &mut out);
     out.push_str("&allowWatchBookmarks=true");
     if let Some(left) = left {
         out.push_str("&timeoutSeconds=");
@@ -208,7 +208,7 @@ fn scope_target(path: &ResourcePath, raw_query: &str, dropped: &[&str]) -> Strin
     out.push_str(version);
     if let Some(ns) = &path.namespace {
         out.push_str("/namespaces/");
-        push_encoded(&mut out, ns);
+        request::escape(ns, request::QUERY_SAFE, &mut out);
     }
     out.push('/');
     out.push_str(resource);
@@ -228,7 +228,7 @@ fn scope_target(path: &ResourcePath, raw_query: &str, dropped: &[&str]) -> Strin
     }
     if let Some(name) = &path.name {
         out.push_str("fieldSelector=metadata.name%3D");
-        push_encoded(&mut out, name);
+        request::escape(name, request::QUERY_SAFE, &mut out);
         if let Some(fields) = fields {
             out.push_str("%2C");
             out.push_str(fields);
@@ -246,18 +246,6 @@ fn pairs(query: &str) -> impl Iterator<Item = &str> {
 /// The key of a raw query pair.
 fn key(pair: &str) -> &str {
     pair.split_once('=').map_or(pair, |(k, _)| k)
-}
-
-/// Appends `value` percent-encoded but for the unreserved characters (names and
-/// resourceVersions are made of those: the usual case copies).
-fn push_encoded(out: &mut String, value: &str) {
-    for b in value.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
 }
 
 #[cfg(test)]

@@ -226,6 +226,19 @@ impl ListRounds {
             followers.as_ref().map_or(0, Vec::len)
         })
     }
+
+    /// Waits until `key`'s round has `n` followers; fails the test after 10 s.
+    #[cfg(test)]
+    pub(super) fn wait_for_followers(&self, key: &ScopeKey, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.followers(key) < n {
+            assert!(
+                Instant::now() < deadline,
+                "{n} followers never joined the round"
+            );
+            std::thread::yield_now();
+        }
+    }
 }
 
 impl Leader<'_> {

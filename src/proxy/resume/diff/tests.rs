@@ -381,9 +381,7 @@ fn catch_up_sends_the_difference_of_its_rounds_list() {
             let mut client = Client::default();
             (catch_up(&ctx, &mut client), client)
         });
-        while watch.rounds.followers(&ctx.key) < 1 {
-            std::thread::yield_now();
-        }
+        watch.rounds.wait_for_followers(&ctx.key, 1);
         leader.run(
             &mut |each| {
                 assert!(each(listed("a", "new", 20, "n1")));
@@ -637,7 +635,7 @@ fn a_follower_whose_list_fails_midway_retries_from_where_it_was() {
             let delivered = delivered_types(&mut chain).len();
             (caught_up, delivered, chain.progress().last_rv.clone())
         });
-        wait_for_followers(&watch.rounds, &watch.ctx().key);
+        watch.rounds.wait_for_followers(&watch.ctx().key, 1);
         leader.run(
             &mut |each| {
                 assert!(each(listed("x", "b", 21, "n1")));
@@ -651,12 +649,6 @@ fn a_follower_whose_list_fails_midway_retries_from_where_it_was() {
     assert!(matches!(caught_up, CatchUp::Retry(_)), "{caught_up:?}");
     assert_eq!(delivered, 2);
     assert_eq!(last_rv, "5");
-}
-
-fn wait_for_followers(rounds: &ListRounds, key: &ScopeKey) {
-    while rounds.followers(key) < 1 {
-        std::thread::yield_now();
-    }
 }
 
 #[test]
@@ -679,7 +671,7 @@ fn a_follower_dropped_from_its_round_ends_its_watch() {
             let ctx = watch.ctx();
             catch_up(&ctx, &mut client)
         });
-        wait_for_followers(&watch.rounds, &watch.ctx().key);
+        watch.rounds.wait_for_followers(&watch.ctx().key, 1);
         // The follower's client takes nothing until the leader has given up on it.
         leader.run(
             &mut |each| {

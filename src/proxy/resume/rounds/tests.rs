@@ -44,12 +44,6 @@ fn drain(rx: &Receiver<Listed>) -> Vec<String> {
         .collect()
 }
 
-fn wait_for_followers(rounds: &ListRounds, key: &ScopeKey, n: usize) {
-    while rounds.followers(key) < n {
-        std::thread::yield_now();
-    }
-}
-
 #[test]
 fn two_joins_within_the_window_share_one_list() {
     let rounds = ListRounds::new(Duration::ZERO);
@@ -210,7 +204,7 @@ fn a_failed_list_or_a_leader_gone_reaches_the_followers() {
     let Joined::Follow(rx) = rounds.join(pods.clone()) else {
         panic!("follows");
     };
-    wait_for_followers(&rounds, &pods, 1);
+    rounds.wait_for_followers(&pods, 1);
     drop(leader);
     assert_eq!(drain(&rx), Vec::<String>::new());
     assert!(matches!(rounds.join(pods), Joined::Lead(_)));
