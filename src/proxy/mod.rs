@@ -334,7 +334,15 @@ impl Hub {
                             let shutdown = || self.shutdown.load(Ordering::Relaxed);
                             let session = self.pool_session(req);
                             let filters = self.filters.as_ref();
-                            pool_local::answer(cache, filters, ex, req, &shutdown, session)
+                            let recoveries = || self.cloud.recoveries();
+                            let overlaid = pool_local::Overlaid {
+                                overlay: &self.overlay,
+                                recoveries: &recoveries,
+                            };
+                            let overlaid = Some(&overlaid);
+                            pool_local::answer(
+                                cache, filters, overlaid, ex, req, &shutdown, session,
+                            )
                         } else {
                             let status = cache.initializing();
                             let _ = ex.send_status(&status);
