@@ -235,15 +235,14 @@ fn lock_root_dir(dir: &std::path::Path) -> Result<DirLock, StartupError> {
 }
 
 /// The feature modules' series on the metrics page, in the page's order: the response
-/// filters' (always), then the pool caches', then the resumable watches'. Once per process,
-/// as `METRICS` is.
+/// filters' (always), then the pool caches', then the resumable watches', then the endpoints
+/// overlay's. Once per process, as `METRICS` is.
 fn register_metrics() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         crate::metrics::METRICS.register(Box::new(crate::filters::series::render));
         crate::metrics::METRICS.register(Box::new(crate::watchcache::series::render));
         crate::metrics::METRICS.register(Box::new(crate::proxy::resume::series::render));
-        // LEAD (issue 30): register `crate::overlay::series::render` here once the overlay's
-        // `series.rs` is merged (the core branch adds it).
+        crate::metrics::METRICS.register(Box::new(crate::overlay::series::render));
     });
 }

@@ -214,6 +214,54 @@ mod tests {
         }
     }
 
+    /// kubelet's copy of the pod is read where kubelet's reads of it are stored, and a
+    /// capture from a client that is not the node's kubelet changes nothing, with the same
+    /// body and copy that move the pod when kubelet sends them.
+    #[test]
+    fn kubelets_cached_pod_is_read_and_only_kubelet_moves_it() {
+        use crate::cache::key::CollectionKey;
+        use crate::offline::tests::{Scratch, offline_in, pod, status_patch};
+        use crate::overlay::Captured;
+
+        let dir = Scratch::new("capture");
+        let offline = offline_in(&dir);
+        let cached = pod("web-a", "ua", "10.244.1.10");
+        let key = ObjectKey {
+            collection: CollectionKey::new("kubelet", "pods", "v1", ""),
+            namespace: Some("default".to_owned()),
+            name: "web-a".to_owned(),
+        };
+        offline.store.put(&key, &cached, Some("41")).unwrap();
+        let url = "/api/v1/namespaces/default/pods/web-a/status";
+        let body = status_patch("ua", "10.244.1.10", "10.244.1.20");
+        let capture = |req: &ApiRequest| {
+            let (_, path, namespace, name) = pod_write(req).unwrap();
+            let read = offline.kubelet_pod(req, path, namespace, name);
+            assert_eq!(read.as_deref(), Some(&cached[..]), "the route's key");
+            let write = PodWrite::Patch {
+                content_type: "application/strategic-merge-patch+json",
+                body: &body,
+            };
+            let capture = Capture {
+                by_node_kubelet: by_node_kubelet(req),
+                namespace,
+                name,
+                write,
+                cached_pod: read.as_deref(),
+            };
+            offline
+                .overlay
+                .capture(capture, offline.backends.recoveries())
+        };
+        let token = req("PATCH", url, KUBELET, Some("Bearer a-pods-token"));
+        assert_eq!(capture(&token), Captured::Ignored(Ignored::NotKubelet));
+        let snapshot = offline.overlay.snapshot(offline.backends.recoveries());
+        assert!(!snapshot.active(), "nothing overlaid");
+        let kubelet = req("PATCH", url, KUBELET, None);
+        assert_eq!(capture(&kubelet), Captured::Applied { changed: true });
+        assert!(offline.overlay.snapshot(0).active());
+    }
+
     /// A pod's token with kubelet's User-Agent is not the node, and the node's kube-proxy
     /// is not kubelet: neither is handed to the overlay as kubelet.
     #[test]

@@ -30,9 +30,11 @@
 mod capture;
 mod grants;
 mod list;
+mod passes;
 
 pub(crate) use grants::scope_of;
 pub(crate) use list::kubelet_pods;
+pub(crate) use passes::OverlayWatch;
 mod token;
 
 use std::io::Read;
@@ -46,7 +48,7 @@ use crate::cache::object::starts_object;
 use crate::cache::store::{Store, StoreError};
 use crate::health::Backends;
 use crate::names;
-use crate::overlay::{EndpointKind, Overlay, Snapshot, WatchView};
+use crate::overlay::{EndpointKind, Overlay, Snapshot};
 use crate::request::{self, ApiRequest, DiscoveryForm, ResourcePath, Target};
 use crate::route::{Local, Route, document_file};
 use crate::selector::Selectors;
@@ -316,7 +318,7 @@ impl Offline {
         // As `hold`: a server usable after the hold began, or already, ends it.
         let recoveries = self.backends.recoveries();
         let usable_already = self.backends.any_healthy();
-        let mut view = WatchView::new(kind);
+        let mut view = OverlayWatch::new(kind);
         let ended_cleanly = loop {
             let left = hold.saturating_sub(started.elapsed());
             if left.is_zero() || self.shutdown.load(Ordering::Relaxed) {
@@ -326,8 +328,7 @@ impl Offline {
             // With the cloud back, this snapshot is the dropped overlay: the pass gives back
             // the cloud's objects.
             let snapshot = self.overlay.snapshot(now);
-            if pass_wanted(&view, &snapshot) && !self.pass(&mut writer, scope, &mut view, &snapshot)
-            {
+            if view.pass_wanted(&snapshot) && !self.pass(&mut writer, scope, &mut view, &snapshot) {
                 break false;
             }
             if usable_already || now != recoveries {
@@ -349,7 +350,7 @@ impl Offline {
         &self,
         writer: &mut crate::server::BodyWriter<'_>,
         scope: &WatchScope<'_>,
-        view: &mut WatchView,
+        view: &mut OverlayWatch,
         snapshot: &Snapshot,
     ) -> bool {
         let objects =
@@ -478,13 +479,6 @@ struct WatchScope<'a> {
     collection: &'a CollectionKey,
     /// The request's selectors, as a list applies them.
     selectors: &'a Selectors,
-}
-
-/// Whether a watch passes over its objects now: the overlay moved since its last pass (or
-/// it never passed). Never while the overlay has held nothing since the hub started
-/// (generation 0): there is nothing to send, and the collection is not read at every watch.
-pub(crate) fn pass_wanted(view: &WatchView, snapshot: &Snapshot) -> bool {
-    snapshot.generation() != 0 && view.pass_due(snapshot)
 }
 
 /// Reads up to `limit` bytes of the request body; a broken body is answered with the

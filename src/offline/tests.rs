@@ -36,3 +36,153 @@ fn watch_hold_is_between_30_and_60_minutes() {
         "{d:?}"
     );
 }
+
+/// A scratch directory, removed when dropped.
+pub(super) struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    pub(super) fn new(tag: &str) -> Scratch {
+        let path =
+            std::env::temp_dir().join(format!("tinyhub-offline-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        Scratch(path)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// An offline answerer over a store in `dir`, for node `n1` with the overlay on, its one
+/// cloud server down.
+pub(super) fn offline_in(dir: &Scratch) -> Offline {
+    let (store, _) = Store::open(&dir.0).unwrap();
+    let backends = Backends::new(
+        vec!["https://cloud:6443".to_owned()],
+        crate::config::LbMode::RoundRobin,
+    );
+    backends.set_healthy(0, false);
+    Offline {
+        grants: Arc::new(Grants::load(&store)),
+        store: Arc::new(store),
+        backends: Arc::new(backends),
+        shutdown: Arc::new(AtomicBool::new(false)),
+        overlay: Overlay::new("n1", true),
+    }
+}
+
+/// kubelet's cached pod `default/<name>` on n1 at `ip`, Ready.
+pub(super) fn pod(name: &str, uid: &str, ip: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": uid, "resourceVersion": "41"},
+        "spec": {"nodeName": "n1", "containers": [{"name": "web", "image": "nginx"}]},
+        "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+            "conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .unwrap()
+}
+
+/// kubelet's status patch (strategic merge) moving pod `uid` from `old` to `new`.
+pub(super) fn status_patch(uid: &str, old: &str, new: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({"metadata": {"uid": uid}, "status": {
+        "$setElementOrder/conditions": [{"type": "Ready"}],
+        "$setElementOrder/podIPs": [{"ip": new}],
+        "conditions": [{"status": "True", "type": "Ready"}],
+        "podIP": new,
+        "podIPs": [{"ip": new}, {"$patch": "delete", "ip": old}]
+    }}))
+    .unwrap()
+}
+
+/// A held watch of EndpointSlices passes over the stored slices of its scope: the slice
+/// naming web-a goes out rewritten to kubelet's new IP (the cloud's resourceVersion kept),
+/// once; when the cloud is back, the cloud's stored bytes go out again. The disk keeps the
+/// cloud's slice throughout.
+#[test]
+fn a_held_slice_watch_passes_the_overlay_and_gives_the_clouds_slice_back() {
+    use crate::overlay::{Capture, Captured, PodWrite};
+    use crate::request::classify;
+
+    let dir = Scratch::new("overlay-pass");
+    let offline = offline_in(&dir);
+    let slices = CollectionKey::new("kube-proxy", "endpointslices", "v1", "discovery.k8s.io");
+    let slice = serde_json::to_vec(&serde_json::json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web-x", "namespace": "default", "resourceVersion": "500",
+            "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.244.1.10"],
+            "conditions": {"ready": true, "serving": true, "terminating": false},
+            "nodeName": "n1",
+            "targetRef": {"kind": "Pod", "namespace": "default", "name": "web-a", "uid": "ua"}}],
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]
+    }))
+    .unwrap();
+    let key = ObjectKey {
+        collection: slices.clone(),
+        namespace: Some("default".to_owned()),
+        name: "web-x".to_owned(),
+    };
+    offline.store.put(&key, &slice, Some("500")).unwrap();
+    let headers = [("User-Agent".to_owned(), "kube-proxy/v1.30.2".to_owned())];
+    let req = classify(
+        "GET",
+        "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?watch=1",
+        &headers,
+    )
+    .unwrap();
+    let path = req.resource().unwrap();
+    let everything = Selectors::everything();
+    let pass = |view: &mut OverlayWatch| -> Option<Vec<Vec<u8>>> {
+        let snapshot = offline.overlay.snapshot(offline.backends.recoveries());
+        if !view.pass_wanted(&snapshot) {
+            return None;
+        }
+        let objects = offline.watched_objects(&req, path, &slices, &everything);
+        let sent = view.pass(&snapshot, objects.iter().map(Vec::as_slice));
+        Some(sent.into_iter().map(|o| o.into_owned()).collect())
+    };
+
+    let mut view = OverlayWatch::new(EndpointKind::Slice);
+    assert_eq!(
+        pass(&mut view),
+        None,
+        "nothing overlaid yet: the cache is not read"
+    );
+    let cached = pod("web-a", "ua", "10.244.1.10");
+    let body = status_patch("ua", "10.244.1.10", "10.244.1.20");
+    let captured = offline.overlay.capture(
+        Capture {
+            by_node_kubelet: true,
+            namespace: "default",
+            name: "web-a",
+            write: PodWrite::Patch {
+                content_type: "application/strategic-merge-patch+json",
+                body: &body,
+            },
+            cached_pod: Some(&cached),
+        },
+        offline.backends.recoveries(),
+    );
+    assert_eq!(captured, Captured::Applied { changed: true });
+
+    let sent = pass(&mut view).expect("the overlay moved");
+    assert_eq!(sent.len(), 1);
+    let rewritten: serde_json::Value = serde_json::from_slice(&sent[0]).unwrap();
+    assert_eq!(rewritten["endpoints"][0]["addresses"][0], "10.244.1.20");
+    assert_eq!(rewritten["metadata"]["resourceVersion"], "500");
+    assert_eq!(pass(&mut view), None, "sent once");
+    assert_eq!(
+        offline.store.get(&key).unwrap().as_deref(),
+        Some(&slice[..])
+    );
+
+    // The cloud is back: the overlay is dropped and the cloud's slice goes out again.
+    offline.backends.set_healthy(0, true);
+    let sent = pass(&mut view).expect("the drop moved the overlay");
+    assert_eq!(sent, vec![slice.clone()]);
+    assert_eq!(pass(&mut view), None);
+}

@@ -39,9 +39,9 @@
 //!
 //! - **The endpoints overlay** (issue 30): EndpointSlices go out rewritten to this node's
 //!   pods as kubelet reports them offline, per local client, before its filters: a list's
-//!   items, each watch event's object ([`WatchView::outgoing`]), and at an idle tick where
+//!   items, each watch event's object ([`OverlayWatch::outgoing`]), and at an idle tick where
 //!   the overlay moved (or the first), a MODIFIED of each object in the watch's scope whose
-//!   bytes differ from what the client was last sent ([`WatchView::pass`]; after the drop,
+//!   bytes differ from what the client was last sent ([`OverlayWatch::pass`]; after the drop,
 //!   the cloud's object again). The cache's objects and history stay the cloud's; rewritten
 //!   bytes never reach the disk cache (a list with one goes untee'd, a rewritten event or a
 //!   pass is written with the tee not copying: `Tee::set_copying`), and the multiplexer's
@@ -63,8 +63,8 @@ use crate::cache::decode::BodyShape;
 use crate::cache::writer::Session;
 use crate::filters::body::{BodyFilter, StageTime};
 use crate::filters::{Chain, Filters};
-use crate::offline::pass_wanted;
-use crate::overlay::{EndpointKind, Overlay, Snapshot, WatchView};
+use crate::offline::OverlayWatch;
+use crate::overlay::{EndpointKind, Overlay, Snapshot};
 use crate::request::{ApiRequest, Query, Verb};
 use crate::route;
 use crate::selector::Selectors;
@@ -134,7 +134,7 @@ pub(crate) fn answer(
             let rv = req.query.resource_version.as_deref();
             let overlay = overlaid.map(|(overlaid, kind)| WatchOverlay {
                 overlaid,
-                view: WatchView::new(kind),
+                view: OverlayWatch::new(kind),
                 namespace,
                 selectors: selectors.clone(),
             });
@@ -236,7 +236,7 @@ struct WatchHow<'s> {
 /// A watch's endpoints overlay: its view, and its scope for the passes.
 struct WatchOverlay<'o> {
     overlaid: &'o Overlaid<'o>,
-    view: WatchView,
+    view: OverlayWatch,
     namespace: Option<&'o str>,
     selectors: Selectors,
 }
@@ -292,7 +292,7 @@ fn stream_watch(
                 // The client has every event: the objects in its scope are what it holds.
                 if let Some(overlay) = overlay.as_mut() {
                     let snapshot = overlay.overlaid.snapshot();
-                    if pass_wanted(&overlay.view, &snapshot) {
+                    if overlay.view.pass_wanted(&snapshot) {
                         let lines = pass_lines(cache, overlay, &snapshot);
                         if !lines.is_empty()
                             && let Err(e) = write_uncopied(out.0, &lines)
@@ -598,6 +598,79 @@ mod tests {
             ("Accept".to_owned(), accept.to_owned()),
         ];
         classify("GET", url, &headers).unwrap()
+    }
+
+    /// A list page of slices goes out with the slice naming kubelet's pod rewritten and the
+    /// others byte for byte as the cache holds them; with nothing overlaid, or no item
+    /// rewritten, the page is written (and teed) as usual.
+    #[test]
+    fn a_list_page_is_rewritten_item_by_item_in_its_own_form() {
+        use crate::overlay::{Capture, PodWrite};
+        use serde_json::json;
+
+        let slice = |name: &str, pod: &str, ip: &str| {
+            serde_json::to_string(&json!({
+                "metadata": {"name": name, "namespace": "default", "resourceVersion": "500"},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [ip],
+                    "conditions": {"ready": true, "serving": true, "terminating": false},
+                    "nodeName": "n1",
+                    "targetRef": {"kind": "Pod", "namespace": "default", "name": pod, "uid": "u-".to_owned() + pod}}]
+            }))
+            .unwrap()
+        };
+        let (web, db) = (
+            slice("web-x", "web-a", "10.244.1.10"),
+            slice("db-x", "db-a", "10.244.1.30"),
+        );
+        let page = format!(
+            r#"{{"kind":"EndpointSliceList","apiVersion":"discovery.k8s.io/v1","metadata":{{"resourceVersion":"600"}},"items":[{db},{web}]}}"#
+        );
+        let overlay = Overlay::new("n1", true);
+        let kind = EndpointKind::Slice;
+        assert_eq!(
+            rewrite_page(page.as_bytes(), &overlay.snapshot(0), kind),
+            None
+        );
+        let cached = serde_json::to_vec(&json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-a", "namespace": "default", "uid": "u-web-a"},
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": "Running", "podIP": "10.244.1.10", "podIPs": [{"ip": "10.244.1.10"}],
+                "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        let patch = br#"{"status":{"podIP":"10.244.1.20","podIPs":[{"ip":"10.244.1.20"}]}}"#;
+        overlay.capture(
+            Capture {
+                by_node_kubelet: true,
+                namespace: "default",
+                name: "web-a",
+                write: PodWrite::Patch {
+                    content_type: "application/merge-patch+json",
+                    body: patch,
+                },
+                cached_pod: Some(&cached),
+            },
+            0,
+        );
+        let snapshot = overlay.snapshot(0);
+        let body = rewrite_page(page.as_bytes(), &snapshot, kind).expect("web-x rewritten");
+        let list: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(list["kind"], "EndpointSliceList");
+        assert_eq!(list["metadata"]["resourceVersion"], "600");
+        assert_eq!(
+            list["items"][1]["endpoints"][0]["addresses"][0],
+            "10.244.1.20"
+        );
+        assert_eq!(list["items"][1]["metadata"]["resourceVersion"], "500");
+        let text = String::from_utf8(body).unwrap();
+        assert!(
+            text.contains(&db),
+            "another pod's slice is the cache's bytes: {text}"
+        );
+        let only_db = page.replace(&format!(",{web}"), "");
+        assert_eq!(rewrite_page(only_db.as_bytes(), &snapshot, kind), None);
     }
 
     #[test]
