@@ -34,7 +34,6 @@ mod mode;
 mod names;
 mod netif;
 mod offline;
-#[allow(dead_code)] // Until the serving part uses it (issue 30, in progress).
 mod overlay;
 mod pki;
 mod pool;

@@ -22,8 +22,10 @@ use crate::filters::FilterReload;
 use crate::filters::Filters;
 use crate::health::{self, Backends, Probe};
 use crate::heartbeat::{self, NodeHeartbeat};
+use crate::mode::WorkingMode;
 use crate::netif::LocalAddress;
 use crate::offline::Offline;
+use crate::overlay::Overlay;
 use crate::pki;
 use crate::proxy::Hub;
 use crate::reaper::Reaper;
@@ -74,11 +76,18 @@ pub(super) fn start(config: &Config, parts: Parts) -> Result<Running, StartupErr
     )?;
     // The filters inject the HTTPS port really bound (`--proxy-secure-port` may be 0).
     let filter_port = filters.as_ref().map(|f| f.ctx.secure_port.clone());
+    // Issue 30: this node's pods as kubelet reports them offline, for the offline answers
+    // and the pool caches' clients (edge mode only: a pure proxy answers nothing itself).
+    let overlay = Overlay::new(
+        &config.node_name,
+        config.working_mode == WorkingMode::Edge && config.offline_endpoints_overlay,
+    );
     let (cache, offline, writer_thread) = match &store {
         Some(store) => {
             let disk = start_disk_cache(
                 config,
                 store,
+                &overlay,
                 &upstream,
                 (&backends, &agents),
                 (filters.as_ref(), filter_reload.as_ref()),
@@ -133,6 +142,7 @@ pub(super) fn start(config: &Config, parts: Parts) -> Result<Running, StartupErr
         shutdown: Arc::clone(&shutdown),
         node_name: Arc::from(config.node_name.as_str()),
         rounds: Arc::default(),
+        overlay,
     });
     let (ports, open_https) =
         listeners::open_proxy_ports(config, hub, proxy_listener, &local, https, &shutdown)?;
@@ -199,6 +209,7 @@ struct DiskCache {
 fn start_disk_cache(
     config: &Config,
     store: &Arc<Store>,
+    overlay: &Arc<Overlay>,
     upstream: &Arc<Upstream>,
     (backends, agents): (&Arc<Backends>, &Arc<CacheAgents>),
     (filters, filter_reload): (Option<&Filters>, Option<&FilterReload>),
@@ -236,6 +247,7 @@ fn start_disk_cache(
         backends: Arc::clone(backends),
         shutdown: Arc::clone(shutdown),
         grants,
+        overlay: Arc::clone(overlay),
     };
     Ok(DiskCache {
         tx: cache_tx,

@@ -93,6 +93,9 @@ pub struct Config {
     pub(crate) enable_resource_filter: bool,
     /// `--disabled-resource-filters`.
     pub disabled_resource_filters: Vec<String>,
+    /// `--offline-endpoints-overlay` (edge mode): the EndpointSlices and Endpoints of this
+    /// node's pods follow kubelet's offline status updates (`overlay/`).
+    pub(crate) offline_endpoints_overlay: bool,
     /// Concurrent requests served before answering 429.
     pub(crate) max_requests_in_flight: usize,
     /// `--v`, `--vmodule`, `--skip-headers`, `--add-dir-header`.
@@ -293,6 +296,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         working_mode,
         enable_resource_filter: f.boolean("enable-resource-filter")?,
         disabled_resource_filters: f.list("disabled-resource-filters"),
+        offline_endpoints_overlay: f.boolean("offline-endpoints-overlay")?,
         max_requests_in_flight: f.int("max-requests-in-flight", 1, 100_000)? as usize,
         log: crate::logging::LogOptions {
             verbosity: f.int("v", 0, 10)? as u8,

@@ -1,14 +1,18 @@
 //! Offline lists: the cached collection, filtered by the request's label and field
 //! selectors, streamed object by object (an offline list of thousands of pods never sits
 //! whole in memory), with the hub's own continue tokens for `limit`. Kubelet's pod list that
-//! finds nothing is a 404, never an empty list.
+//! finds nothing is a 404, never an empty list. EndpointSlices and Endpoints go out through
+//! the endpoints overlay (issue 30): each item rewritten to this node's pods as kubelet
+//! reports them, after the selectors chose it by the cloud's object. The same iteration
+//! gives a held watch of those kinds its objects (`Offline::watched_objects`).
 
 use std::borrow::Cow;
 
 use super::{Answered, Offline, not_cached, qualified};
 use crate::cache::key::{CollectionKey, rv_newer};
 use crate::cache::object::ObjectHead;
-use crate::cache::store::{Store, StoreError};
+use crate::cache::store::{ObjectIter, Store, StoreError, StoredObject};
+use crate::overlay::{EndpointKind, Snapshot};
 use crate::request::{self, ApiRequest, DiscoveryForm, ResourcePath};
 use crate::route::{Route, collection_key, document_file};
 use crate::selector::Selectors;
@@ -41,14 +45,48 @@ impl Offline {
         collection: &CollectionKey,
         route: &Route,
     ) -> Answered<'c> {
+        let snapshot = self.endpoints_snapshot(path);
         let list = CachedList {
             req,
             path,
             collection,
             selectors: &route.selectors,
             when_empty: WhenEmpty::AsProxy,
+            overlay: snapshot.as_ref().map(|(kind, s)| (*kind, &**s)),
         };
         list.stream(&self.store, ex)
+    }
+
+    /// The stored objects a watch of `path` lists now (its namespace and name, and
+    /// `selectors`), read as a list reads them, in name order: what a held watch of
+    /// EndpointSlices or Endpoints passes the overlay over. Damaged files are left out (and
+    /// warned of, as a list does).
+    pub(super) fn watched_objects(
+        &self,
+        req: &ApiRequest,
+        path: &ResourcePath,
+        collection: &CollectionKey,
+        selectors: &Selectors,
+    ) -> Vec<Vec<u8>> {
+        let list = CachedList {
+            req,
+            path,
+            collection,
+            selectors,
+            when_empty: WhenEmpty::AsProxy,
+            overlay: None,
+        };
+        match list.selected(&self.store, None) {
+            Ok(selected) => selected.map(|(object, _)| object.bytes).collect(),
+            Err(None) => Vec::new(),
+            Err(Some(e)) => {
+                log::warn!(
+                    "an offline watch of {} cannot read the cache: {e}",
+                    qualified(path)
+                );
+                Vec::new()
+            }
+        }
     }
 }
 
@@ -65,6 +103,7 @@ pub(crate) fn kubelet_pods(store: &Store, ex: Exchange<'_>) -> u16 {
                 collection: &collection_key(component, path),
                 selectors: &Selectors::everything(),
                 when_empty: WhenEmpty::List("Pod"),
+                overlay: None,
             }
             .stream(store, ex),
             _ => Err((ex, Status::internal("/api/v1/pods names no resource"))),
@@ -90,9 +129,32 @@ struct CachedList<'a> {
     collection: &'a CollectionKey,
     selectors: &'a Selectors,
     when_empty: WhenEmpty,
+    /// The endpoints overlay's snapshot, for a list of a kind it rewrites while it is on.
+    overlay: Option<(EndpointKind, &'a Snapshot)>,
 }
 
-impl CachedList<'_> {
+impl<'a> CachedList<'a> {
+    /// The collection's objects after `after` that the list selects, read from disk one at a
+    /// time; None when the collection was never cached.
+    fn selected(
+        &self,
+        store: &Store,
+        after: Option<(&str, &str)>,
+    ) -> Result<Selected<'a>, Option<StoreError>> {
+        let iter = match store.list(self.collection, self.path.namespace.as_deref(), after) {
+            Ok(Some(iter)) => Some(iter),
+            Ok(None) if self.when_empty != WhenEmpty::AsProxy => None,
+            Ok(None) => return Err(None),
+            Err(e) => return Err(Some(e)),
+        };
+        Ok(Selected {
+            iter,
+            selectors: self.selectors,
+            name: self.path.name.as_deref(),
+            skipped: Skipped::new(self.path),
+        })
+    }
+
     /// Streams the answer.
     fn stream<'c>(&self, store: &Store, ex: Exchange<'c>) -> Answered<'c> {
         let (req, path) = (self.req, self.path);
@@ -100,18 +162,13 @@ impl CachedList<'_> {
             Ok(after) => after,
             Err(status) => return Err((ex, status)),
         };
-        let namespace = path.namespace.as_deref();
-        let iter = match store.list(
-            self.collection,
-            namespace,
+        let mut selected = match self.selected(
+            store,
             after.as_ref().map(|(ns, n)| (ns.as_str(), n.as_str())),
         ) {
-            Ok(Some(iter)) => Some(iter),
-            Ok(None) if self.when_empty != WhenEmpty::AsProxy => None,
-            Ok(None) => {
-                return Err((ex, not_cached(req, path)));
-            }
-            Err(e) => return Err((ex, e.status())),
+            Ok(selected) => selected,
+            Err(None) => return Err((ex, not_cached(req, path))),
+            Err(Some(e)) => return Err((ex, e.status())),
         };
         let api_version = path.gvr.api_version();
         // The answer starts with the first bytes to send, so that a kubelet pod list that
@@ -131,22 +188,7 @@ impl CachedList<'_> {
         let mut kind: Option<String> = None;
         let mut last: Option<(String, String)> = None;
         let mut next_token = None;
-        let mut skipped = Skipped::new(path);
-        for item in iter.into_iter().flatten() {
-            let object = match item {
-                Ok(object) => object,
-                Err(e) => {
-                    skipped.unreadable(e);
-                    continue;
-                }
-            };
-            let Some(head) = parse_head(&object.bytes, self.selectors) else {
-                skipped.damaged(object.namespace.as_deref(), &object.name);
-                continue;
-            };
-            if !head.selected {
-                continue;
-            }
+        for (object, head) in selected.by_ref() {
             if limit == Some(count) {
                 // One more matches: the client gets a token to continue after the last one.
                 next_token = last.as_ref().map(|(ns, name)| encode_continue(ns, name));
@@ -155,7 +197,10 @@ impl CachedList<'_> {
             if count > 0 {
                 buf.push(b',');
             }
-            buf.extend_from_slice(&object.bytes);
+            // Rewritten to this node's pods, the cloud's resourceVersion kept (so `max_rv`
+            // below is the cloud's too).
+            let rewritten = self.overlay.and_then(|(k, s)| s.rewrite(k, &object.bytes));
+            buf.extend_from_slice(rewritten.as_deref().unwrap_or(&object.bytes));
             count += 1;
             if kind.is_none() {
                 kind = head.kind;
@@ -180,7 +225,7 @@ impl CachedList<'_> {
         {
             // Only before anything was sent: an empty answer sends nothing before its end.
             if let ListOut::Pending(ex) = answer {
-                skipped.report();
+                selected.skipped.report();
                 return Err((
                     ex,
                     Status::not_found_message(format!(
@@ -199,13 +244,51 @@ impl CachedList<'_> {
             });
         close_list(&mut buf, kind, max_rv.as_deref(), next_token);
         // Before the answer ends, so a client that has it whole finds the warning logged.
-        skipped.report();
+        selected.skipped.report();
         if answer.write(&buf)
             && let ListOut::Started(writer) = answer
         {
             let _ = writer.finish();
         }
         Ok(200)
+    }
+}
+
+/// The objects a list selects, in name order, each read when reached; what it skipped is
+/// reported once when it ends (or is dropped).
+struct Selected<'a> {
+    /// None: a collection never cached, listed as empty.
+    iter: Option<ObjectIter>,
+    selectors: &'a Selectors,
+    /// A watch of one object: only that name.
+    name: Option<&'a str>,
+    skipped: Skipped<'a>,
+}
+
+impl Iterator for Selected<'_> {
+    type Item = (StoredObject, ListHead);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let object = match self.iter.as_mut()?.next()? {
+                Ok(object) => object,
+                Err(e) => {
+                    self.skipped.unreadable(e);
+                    continue;
+                }
+            };
+            if self.name.is_some_and(|name| name != object.name) {
+                continue;
+            }
+            let Some(head) = parse_head(&object.bytes, self.selectors) else {
+                self.skipped
+                    .damaged(object.namespace.as_deref(), &object.name);
+                continue;
+            };
+            if head.selected {
+                return Some((object, head));
+            }
+        }
     }
 }
 

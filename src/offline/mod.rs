@@ -16,10 +16,18 @@
 //! selectors, so an offline list of thousands of pods never sits whole in memory. Only the
 //! collection's own directory is read. Nothing here writes the cache.
 //!
+//! The endpoints overlay (issue 30, `overlay/`): kubelet's pod status writes are read before
+//! their 503 (`capture.rs`), and EndpointSlices and Endpoints are served rewritten to this
+//! node's pods as kubelet reports them — gets, lists, and held watches, which get a MODIFIED
+//! of each object the overlay changes and, when the cloud is back, the cloud's object again.
+//! Nothing of it is ever written to the cache.
+//!
 //! The keys come from the route (`Route::collection`), made once. `mod.rs` dispatches and
 //! answers gets, watches, writes and documents; `list.rs` streams lists; `token.rs` answers
-//! TokenRequests; `grants.rs` what a client with its own credential may be answered.
+//! TokenRequests; `grants.rs` what a client with its own credential may be answered;
+//! `capture.rs` hands kubelet's pod writes to the overlay.
 
+mod capture;
 mod grants;
 mod list;
 
@@ -38,6 +46,7 @@ use crate::cache::object::starts_object;
 use crate::cache::store::{Store, StoreError};
 use crate::health::Backends;
 use crate::names;
+use crate::overlay::{EndpointKind, Overlay, Snapshot, WatchView};
 use crate::request::{self, ApiRequest, DiscoveryForm, ResourcePath, Target};
 use crate::route::{Local, Route, document_file};
 use crate::selector::Selectors;
@@ -59,6 +68,9 @@ pub(crate) struct Offline {
     pub shutdown: Arc<AtomicBool>,
     /// What each client credential read online: all it is answered offline (`grants.rs`).
     pub grants: Arc<Grants>,
+    /// The endpoints overlay: kubelet's offline pod writes feed it, EndpointSlices and
+    /// Endpoints are served through it.
+    pub overlay: Arc<Overlay>,
 }
 
 impl Offline {
@@ -87,19 +99,27 @@ impl Offline {
         };
         let result = match (&route.local, req.resource(), route.collection()) {
             (Local::NonResource(file), _, _) => self.document(ex, req, file),
-            (Local::WriteRefused, _, _) => Err((
-                ex,
-                Status::service_unavailable(
-                    "the cloud apiserver is unreachable: writes wait until it is back (nothing is stored)",
-                ),
-            )),
+            (Local::WriteRefused, _, _) => {
+                // kubelet's pod status is read for the endpoints overlay first; the answer
+                // stays the 503 (kubelet keeps the status and sends it again).
+                let mut ex = ex;
+                self.capture_pod(&mut ex, req);
+                Err((
+                    ex,
+                    Status::service_unavailable(
+                        "the cloud apiserver is unreachable: writes wait until it is back (nothing is stored)",
+                    ),
+                ))
+            }
             (Local::Get, Some(path), Some(collection)) => {
                 self.get(ex, path, collection, only.as_deref())
             }
             (Local::List, Some(path), Some(collection)) => {
                 self.list(ex, req, path, collection, route)
             }
-            (Local::Watch, Some(path), Some(collection)) => self.watch(ex, req, path, collection),
+            (Local::Watch, Some(path), Some(collection)) => {
+                self.watch(ex, req, path, collection, route)
+            }
             (Local::Echo, Some(path), _) => self.echo_event(ex, path),
             (Local::Token, Some(path), _) => self.token(ex, req, path),
             _ => Err((
@@ -219,7 +239,12 @@ impl Offline {
             }
         }
         match found {
-            Ok(Some(bytes)) if is_json_object(&bytes) => send_json(ex, 200, &bytes),
+            Ok(Some(bytes)) if is_json_object(&bytes) => {
+                let rewritten = self
+                    .endpoints_snapshot(path)
+                    .and_then(|(kind, snapshot)| snapshot.rewrite(kind, &bytes));
+                send_json(ex, 200, rewritten.as_deref().unwrap_or(&bytes))
+            }
             Ok(Some(_)) => {
                 log::warn!("cache file of {key:?} is not valid JSON; not serving it");
                 Err((
@@ -241,11 +266,105 @@ impl Offline {
         req: &ApiRequest,
         path: &ResourcePath,
         collection: &CollectionKey,
+        route: &Route,
     ) -> Answered<'c> {
         if !self.store.has_collection(collection) {
             return Err((ex, not_cached(req, path)));
         }
-        Ok(self.hold(ex, req, Duration::ZERO))
+        match EndpointKind::of(&path.gvr).filter(|_| self.overlay.enabled()) {
+            Some(kind) => {
+                let scope = WatchScope {
+                    req,
+                    path,
+                    collection,
+                    selectors: &route.selectors,
+                };
+                Ok(self.hold_overlaid(ex, &scope, kind))
+            }
+            None => Ok(self.hold(ex, req, Duration::ZERO)),
+        }
+    }
+
+    /// The overlay's snapshot for an answer of `path`, when it is of a kind the overlay
+    /// rewrites and the overlay is on.
+    fn endpoints_snapshot(&self, path: &ResourcePath) -> Option<(EndpointKind, Arc<Snapshot>)> {
+        let kind = EndpointKind::of(&path.gvr).filter(|_| self.overlay.enabled())?;
+        Some((kind, self.overlay.snapshot(self.backends.recoveries())))
+    }
+
+    /// Holds a watch of EndpointSlices or Endpoints as [`Offline::hold`] does, and sends
+    /// the overlay's changes on it: at its start and at each tick where the overlay moved, a
+    /// MODIFIED (at the object's own cloud resourceVersion) of each stored object in its
+    /// scope whose bytes differ from what the client was last sent ([`WatchView::pass`]).
+    /// When the cloud is back, a last pass over the dropped overlay gives back the cloud's
+    /// object of every one sent rewritten, before the end.
+    fn hold_overlaid(&self, ex: Exchange<'_>, scope: &WatchScope<'_>, kind: EndpointKind) -> u16 {
+        let Ok(mut writer) = ex.start(
+            200,
+            &[("Content-Type", "application/json")],
+            Length::Streamed,
+        ) else {
+            return 200;
+        };
+        let hold = scope
+            .req
+            .query
+            .timeout_seconds
+            .map(Duration::from_secs)
+            .unwrap_or_else(random_watch_duration);
+        let started = Instant::now();
+        // As `hold`: a server usable after the hold began, or already, ends it.
+        let recoveries = self.backends.recoveries();
+        let usable_already = self.backends.any_healthy();
+        let mut view = WatchView::new(kind);
+        let ended_cleanly = loop {
+            let left = hold.saturating_sub(started.elapsed());
+            if left.is_zero() || self.shutdown.load(Ordering::Relaxed) {
+                break true;
+            }
+            let now = self.backends.recoveries();
+            // With the cloud back, this snapshot is the dropped overlay: the pass gives back
+            // the cloud's objects.
+            let snapshot = self.overlay.snapshot(now);
+            if pass_wanted(&view, &snapshot) && !self.pass(&mut writer, scope, &mut view, &snapshot)
+            {
+                break false;
+            }
+            if usable_already || now != recoveries {
+                break true;
+            }
+            if writer.client_gone(left.min(WATCH_TICK)) {
+                break false;
+            }
+        };
+        if ended_cleanly {
+            let _ = writer.finish();
+        }
+        200
+    }
+
+    /// One pass of `view` over the stored objects of `scope`: the MODIFIED events it calls
+    /// for, written at once; false when the client is gone.
+    fn pass(
+        &self,
+        writer: &mut crate::server::BodyWriter<'_>,
+        scope: &WatchScope<'_>,
+        view: &mut WatchView,
+        snapshot: &Snapshot,
+    ) -> bool {
+        let objects =
+            self.watched_objects(scope.req, scope.path, scope.collection, scope.selectors);
+        let changed = view.pass(snapshot, objects.iter().map(Vec::as_slice));
+        if changed.is_empty() {
+            return true;
+        }
+        let mut lines = Vec::new();
+        for object in &changed {
+            lines.extend_from_slice(b"{\"type\":\"MODIFIED\",\"object\":");
+            lines.extend_from_slice(object);
+            lines.extend_from_slice(b"}\n");
+        }
+        writer.write(&lines).is_ok()
     }
 
     /// Holds a watch open with no events (status 200): until its `timeoutSeconds` (else a
@@ -350,6 +469,22 @@ impl Offline {
         }
         send_json(ex, 201, &body)
     }
+}
+
+/// What a held watch of EndpointSlices or Endpoints lists for the overlay's passes.
+struct WatchScope<'a> {
+    req: &'a ApiRequest,
+    path: &'a ResourcePath,
+    collection: &'a CollectionKey,
+    /// The request's selectors, as a list applies them.
+    selectors: &'a Selectors,
+}
+
+/// Whether a watch passes over its objects now: the overlay moved since its last pass (or
+/// it never passed). Never while the overlay has held nothing since the hub started
+/// (generation 0): there is nothing to send, and the collection is not read at every watch.
+pub(crate) fn pass_wanted(view: &WatchView, snapshot: &Snapshot) -> bool {
+    snapshot.generation() != 0 && view.pass_due(snapshot)
 }
 
 /// Reads up to `limit` bytes of the request body; a broken body is answered with the

@@ -37,6 +37,7 @@ use crate::heartbeat::NodeHeartbeat;
 use crate::heartbeat::local::KubeletVerb;
 use crate::mode::WorkingMode;
 use crate::offline::Offline;
+use crate::overlay::Overlay;
 use crate::reaper::Reaper;
 use crate::request::{self, ApiRequest, Verb};
 use crate::requester::{ClientCertificate, Credential, Requester};
@@ -75,6 +76,9 @@ pub(crate) struct Hub {
     pub node_name: Arc<str>,
     /// The list rounds of resumed watches whose history was gone: one list per scope.
     pub rounds: Arc<resume::rounds::ListRounds>,
+    /// The endpoints overlay (issue 30), which the pool caches' answers to local clients
+    /// apply (disabled in cloud mode and with `--offline-endpoints-overlay=false`).
+    pub overlay: Arc<Overlay>,
 }
 
 /// Where the cache stood for a request, for the log line.
@@ -330,7 +334,15 @@ impl Hub {
                             let shutdown = || self.shutdown.load(Ordering::Relaxed);
                             let session = self.pool_session(req);
                             let filters = self.filters.as_ref();
-                            pool_local::answer(cache, filters, ex, req, &shutdown, session)
+                            let recoveries = || self.cloud.recoveries();
+                            let overlaid = pool_local::Overlaid {
+                                overlay: &self.overlay,
+                                recoveries: &recoveries,
+                            };
+                            let overlaid = Some(&overlaid);
+                            pool_local::answer(
+                                cache, filters, overlaid, ex, req, &shutdown, session,
+                            )
                         } else {
                             let status = cache.initializing();
                             let _ = ex.send_status(&status);

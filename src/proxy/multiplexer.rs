@@ -228,7 +228,8 @@ fn handle(caches: &PoolCaches, cloud: &dyn Cloud, shutdown: &AtomicBool, ex: Exc
             // reaches no cloud: its cache no longer moves, the follower's link may.
             let stopping = || shutdown.load(Ordering::Relaxed) || !cloud.any_healthy();
             // No filters, no disk-cache session: see the module docs.
-            pool_local::answer(cache, None, ex, &req, &stopping, None)
+            // Nor the endpoints overlay: it is this node's, never its followers'.
+            pool_local::answer(cache, None, None, ex, &req, &stopping, None)
         }
         Err(status) if status.code == 403 => {
             log::info!(

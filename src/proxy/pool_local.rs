@@ -37,17 +37,34 @@
 //!   chunk, ends at `timeoutSeconds` (else a random 300–600 s), and notices a client that
 //!   hung up within a second while idle (a busy one by its failed writes).
 //!
+//! - **The endpoints overlay** (issue 30): EndpointSlices go out rewritten to this node's
+//!   pods as kubelet reports them offline, per local client, before its filters: a list's
+//!   items, each watch event's object ([`WatchView::outgoing`]), and at an idle tick where
+//!   the overlay moved (or the first), a MODIFIED of each object in the watch's scope whose
+//!   bytes differ from what the client was last sent ([`WatchView::pass`]; after the drop,
+//!   the cloud's object again). The cache's objects and history stay the cloud's; rewritten
+//!   bytes never reach the disk cache (a list with one goes untee'd, a rewritten event or a
+//!   pass is written with the tee not copying: `Tee::set_copying`), and the multiplexer's
+//!   followers never get the overlay.
+//!
 //! Memory: one `Vec` of object handles per list page (a pointer and a length per object)
 //! and one batch buffer per watch (its events' bytes, at most [`BATCH_KEEP`] kept between
 //! batches: a leader serves a watch per follower); the objects themselves are shared.
 
+use std::borrow::Cow;
 use std::io::Write;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
 
 use crate::cache::decode::BodyShape;
 use crate::cache::writer::Session;
 use crate::filters::body::{BodyFilter, StageTime};
 use crate::filters::{Chain, Filters};
+use crate::offline::pass_wanted;
+use crate::overlay::{EndpointKind, Overlay, Snapshot, WatchView};
 use crate::request::{ApiRequest, Query, Verb};
 use crate::route;
 use crate::selector::Selectors;
@@ -55,7 +72,8 @@ use crate::server::{BodyWriter, Exchange, Length};
 use crate::status::Status;
 use crate::stream::{FilterStage, Sink, SinkWrite, Stop, Tee, ToClient, Uncached};
 use crate::watchcache::{
-    ListRequest, WATCH_SECONDS, WatchCache, WatchNext, Watcher, error_event_line,
+    EventType, ListRequest, WATCH_SECONDS, WatchCache, WatchEvent, WatchNext, Watcher,
+    error_event_line,
 };
 
 /// How long a watch waits for events before it looks whether its client hung up.
@@ -64,14 +82,33 @@ const WATCH_TICK: Duration = Duration::from_secs(1);
 /// cacher sends them about every minute).
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 
+/// The endpoints overlay as the answers to local clients apply it (never the multiplexer's
+/// followers: another node's hub gets the cloud's objects).
+pub(crate) struct Overlaid<'o> {
+    /// The overlay.
+    pub overlay: &'o Overlay,
+    /// The cloud's returns so far (`Cloud::recoveries`): the overlay is dropped once they
+    /// move past its outage.
+    pub recoveries: &'o dyn Fn() -> u64,
+}
+
+impl Overlaid<'_> {
+    /// What to serve now.
+    fn snapshot(&self) -> Arc<Snapshot> {
+        self.overlay.snapshot((self.recoveries)())
+    }
+}
+
 /// Answers the list or watch `req` from `cache` (ready); the HTTP status sent. `shutdown`
 /// ends a watch when the hub stops. `session`, when the route caches the answer for this
 /// client, gets what the client gets, as the relay's tee gives it a forwarded answer: the
-/// disk cache keeps serving this client offline after a restart. A leader's multiplexer
-/// port calls it too, with neither filters nor session.
+/// disk cache keeps serving this client offline after a restart. `overlaid`, for a local
+/// client, applies the endpoints overlay to the kinds it rewrites. A leader's multiplexer
+/// port calls it too, with neither filters, session nor overlay.
 pub(crate) fn answer(
     cache: &WatchCache,
     filters: Option<&Filters>,
+    overlaid: Option<&Overlaid<'_>>,
     ex: Exchange<'_>,
     req: &ApiRequest,
     shutdown: &dyn Fn() -> bool,
@@ -89,9 +126,18 @@ pub(crate) fn answer(
     }
     let r = req.resource();
     let namespace = r.and_then(|r| r.namespace.as_deref());
+    let overlaid = overlaid
+        .filter(|o| o.overlay.enabled())
+        .zip(EndpointKind::of(&cache.resource().gvr));
     match req.verb {
         Verb::Watch => {
             let rv = req.query.resource_version.as_deref();
+            let overlay = overlaid.map(|(overlaid, kind)| WatchOverlay {
+                overlaid,
+                view: WatchView::new(kind),
+                namespace,
+                selectors: selectors.clone(),
+            });
             match cache.watch_from(rv, query.send_initial_events, namespace, selectors) {
                 Ok(watcher) => {
                     // 0 means unset, as the apiserver reads it (an instant end would spin).
@@ -109,7 +155,7 @@ pub(crate) fn answer(
                         timeout,
                         shutdown,
                     };
-                    stream_watch(cache, watcher, ex, filter, &how, session)
+                    stream_watch(cache, watcher, ex, filter, &how, session, overlay)
                 }
                 // Before the 200, with the apiserver's own status. The cacher sends a 410 as
                 // an ERROR event after a 200 instead (`newErrWatcher`); client-go's reflector
@@ -136,8 +182,28 @@ pub(crate) fn answer(
                     let Ok(writer) = ex.start(200, &JSON, Length::Streamed) else {
                         return 200;
                     };
+                    // Read again only while the overlay holds pods.
+                    let rewritten = overlaid
+                        .map(|(o, kind)| (o.snapshot(), kind))
+                        .filter(|(snapshot, _)| snapshot.active())
+                        .and_then(|(snapshot, kind)| {
+                            let mut written = Vec::new();
+                            page.write_to(&mut written).ok()?;
+                            rewrite_page(&written, &snapshot, kind)
+                        });
+                    // Rewritten items are never the disk cache's: none of this list is kept.
+                    let session = match (session, &rewritten) {
+                        (Some(s), Some(_)) => {
+                            s.finish(false);
+                            None
+                        }
+                        (session, _) => session,
+                    };
                     let mut sink = to_client(writer, filter, route::body_shape(req), session);
-                    let sent = page.write_to(&mut SinkWrite(&mut sink));
+                    let sent = match &rewritten {
+                        Some(body) => SinkWrite(&mut sink).write_all(body),
+                        None => page.write_to(&mut SinkWrite(&mut sink)),
+                    };
                     match sent.map_err(Stop::Gone).and_then(|()| sink.finish()) {
                         Ok(()) => {}
                         // The client sees a broken answer rather than a short valid one, and
@@ -167,6 +233,14 @@ struct WatchHow<'s> {
     shutdown: &'s dyn Fn() -> bool,
 }
 
+/// A watch's endpoints overlay: its view, and its scope for the passes.
+struct WatchOverlay<'o> {
+    overlaid: &'o Overlaid<'o>,
+    view: WatchView,
+    namespace: Option<&'o str>,
+    selectors: Selectors,
+}
+
 /// Streams a watch until its time, the client's leaving, shutdown, or the cache ending it.
 fn stream_watch(
     cache: &WatchCache,
@@ -175,6 +249,7 @@ fn stream_watch(
     filter: Option<(&Filters, Chain)>,
     how: &WatchHow<'_>,
     session: Option<Session>,
+    mut overlay: Option<WatchOverlay<'_>>,
 ) -> u16 {
     let WatchHow {
         bookmarks,
@@ -196,13 +271,37 @@ fn stream_watch(
         }
         batch.clear();
         match watcher.next(left.min(WATCH_TICK)) {
-            Ok(WatchNext::Events(events)) => {
-                for event in &events {
-                    // Writing to a Vec cannot fail.
-                    let _ = event.write_line(&mut batch, cache);
+            Ok(WatchNext::Events(events)) => match overlay.as_mut() {
+                Some(overlay) => {
+                    let snapshot = overlay.overlaid.snapshot();
+                    let written =
+                        overlaid_lines(&events, cache, overlay, &snapshot, &mut batch, out.0);
+                    if let Err(e) = written {
+                        log::debug!("a pool-cache watch client went away: {e:?}");
+                        break false;
+                    }
                 }
-            }
+                None => {
+                    for event in &events {
+                        // Writing to a Vec cannot fail.
+                        let _ = event.write_line(&mut batch, cache);
+                    }
+                }
+            },
             Ok(WatchNext::Idle) => {
+                // The client has every event: the objects in its scope are what it holds.
+                if let Some(overlay) = overlay.as_mut() {
+                    let snapshot = overlay.overlaid.snapshot();
+                    if pass_wanted(&overlay.view, &snapshot) {
+                        let lines = pass_lines(cache, overlay, &snapshot);
+                        if !lines.is_empty()
+                            && let Err(e) = write_uncopied(out.0, &lines)
+                        {
+                            log::debug!("a pool-cache watch client went away: {e:?}");
+                            break false;
+                        }
+                    }
+                }
                 let due = bookmarks && last_bookmark.elapsed() >= BOOKMARK_EVERY;
                 if let Some(bookmark) = watcher.bookmark().filter(|_| due) {
                     let _ = bookmark.write_line(&mut batch, cache);
@@ -236,6 +335,151 @@ fn stream_watch(
         let _ = tee.inner_mut().finish();
     }
     200
+}
+
+/// The way to a pool-cache answer's client.
+type ClientSink<'f, 'c> = FilterStage<'f, Tee<'f, ToClient<'c>>>;
+
+/// Appends `events` to `batch` as event lines, each object through the watch's overlay
+/// view: one it rewrites goes to the client at once, after the batch so far, with the tee
+/// not copying (a whole line: the disk cache never gets it).
+fn overlaid_lines(
+    events: &[WatchEvent],
+    cache: &WatchCache,
+    overlay: &mut WatchOverlay<'_>,
+    snapshot: &Snapshot,
+    batch: &mut Vec<u8>,
+    sink: &mut ClientSink<'_, '_>,
+) -> Result<(), Stop> {
+    let mut object_bytes = Vec::new();
+    for event in events {
+        let WatchEvent::Object { kind, object, rv } = event else {
+            // Writing to a Vec cannot fail.
+            let _ = event.write_line(batch, cache);
+            continue;
+        };
+        object_bytes.clear();
+        let _ = object.write_typed(&mut object_bytes, cache.resource(), *rv);
+        let deleted = *kind == EventType::Deleted;
+        match overlay.view.outgoing(snapshot, deleted, &object_bytes) {
+            Cow::Borrowed(bytes) => push_line(batch, kind.as_str(), bytes),
+            Cow::Owned(rewritten) => {
+                // (An empty write would end the chunked answer.)
+                if !batch.is_empty() {
+                    sink.write(batch)?;
+                    batch.clear();
+                }
+                let mut line = Vec::with_capacity(rewritten.len() + 40);
+                push_line(&mut line, kind.as_str(), &rewritten);
+                write_uncopied(sink, &line)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The MODIFIED lines of one pass of the watch's overlay view over the cache's objects in
+/// its scope, as the client holds them now (the events before are all written).
+fn pass_lines(cache: &WatchCache, overlay: &mut WatchOverlay<'_>, snapshot: &Snapshot) -> Vec<u8> {
+    let objects = scope_objects(cache, overlay.namespace, &overlay.selectors);
+    let changed = overlay
+        .view
+        .pass(snapshot, objects.iter().map(Vec::as_slice));
+    let mut lines = Vec::new();
+    for object in &changed {
+        push_line(&mut lines, EventType::Modified.as_str(), object);
+    }
+    lines
+}
+
+/// The cache's objects in a watch's scope (`namespace`, `selectors`), as a watch event
+/// carries each (with `kind` and `apiVersion`): the ADDED events a watch from "now" starts
+/// with, which hold the current objects, shared, and come before any of the history.
+fn scope_objects(
+    cache: &WatchCache,
+    namespace: Option<&str>,
+    selectors: &Selectors,
+) -> Vec<Vec<u8>> {
+    let Ok(mut lister) = cache.watch_from(None, None, namespace, selectors.clone()) else {
+        return Vec::new();
+    };
+    let mut objects = Vec::new();
+    // `bookmark` is None until the initial objects are all handed out.
+    while lister.bookmark().is_none() {
+        let Ok(WatchNext::Events(events)) = lister.next(Duration::ZERO) else {
+            break;
+        };
+        for event in events {
+            if let WatchEvent::Object { object, rv, .. } = event {
+                let mut bytes = Vec::with_capacity(object.json().len() + 64);
+                // Writing to a Vec cannot fail.
+                let _ = object.write_typed(&mut bytes, cache.resource(), rv);
+                objects.push(bytes);
+            }
+        }
+    }
+    objects
+}
+
+/// Appends `{"type":<kind>,"object":<object>}` and a newline, as `WatchEvent::write_line`.
+fn push_line(out: &mut Vec<u8>, kind: &str, object: &[u8]) {
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+    out.extend_from_slice(object);
+    out.extend_from_slice(b"}\n");
+}
+
+/// Writes whole event lines to the client only: the tee does not copy them to the disk
+/// cache's session, which goes on with what follows.
+fn write_uncopied(sink: &mut ClientSink<'_, '_>, lines: &[u8]) -> Result<(), Stop> {
+    sink.inner_mut().set_copying(false);
+    let written = sink.write(lines);
+    sink.inner_mut().set_copying(true);
+    written
+}
+
+/// A list page as `ListPage::write_to` wrote it, with its items rewritten by the overlay, in
+/// the same form; None when the overlay rewrites none of them (the page is then written as
+/// usual, and teed).
+fn rewrite_page(written: &[u8], snapshot: &Snapshot, kind: EndpointKind) -> Option<Vec<u8>> {
+    /// A page as `ListPage::write_to` writes it, its parts raw.
+    #[derive(Deserialize)]
+    struct Page<'a> {
+        #[serde(borrow)]
+        kind: &'a RawValue,
+        #[serde(borrow, rename = "apiVersion")]
+        api_version: &'a RawValue,
+        #[serde(borrow)]
+        metadata: &'a RawValue,
+        #[serde(borrow)]
+        items: Vec<&'a RawValue>,
+    }
+    let parsed: Page<'_> = serde_json::from_slice(written).ok()?;
+    let items: Vec<Option<Vec<u8>>> = parsed
+        .items
+        .iter()
+        .map(|item| snapshot.rewrite(kind, item.get().as_bytes()))
+        .collect();
+    if items.iter().all(Option::is_none) {
+        return None;
+    }
+    let mut body = Vec::with_capacity(written.len() + 1024);
+    body.extend_from_slice(b"{\"kind\":");
+    body.extend_from_slice(parsed.kind.get().as_bytes());
+    body.extend_from_slice(b",\"apiVersion\":");
+    body.extend_from_slice(parsed.api_version.get().as_bytes());
+    body.extend_from_slice(b",\"metadata\":");
+    body.extend_from_slice(parsed.metadata.get().as_bytes());
+    body.extend_from_slice(b",\"items\":[");
+    for (i, (raw, rewritten)) in parsed.items.iter().zip(&items).enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(rewritten.as_deref().unwrap_or(raw.get().as_bytes()));
+    }
+    body.extend_from_slice(b"]}");
+    Some(body)
 }
 
 /// What a watch's batch buffer keeps between batches: a few events' worth. A burst (256

@@ -18,6 +18,8 @@ pub(crate) struct Tee<'n, S> {
     /// Says why the answer is not cached; the flag: a session was still copying it.
     note: &'n dyn Fn(&Uncached, bool),
     uncached: bool,
+    /// False while what passes is for the client only ([`Tee::set_copying`]).
+    copying: bool,
 }
 
 impl<'n, S: Sink> Tee<'n, S> {
@@ -33,7 +35,16 @@ impl<'n, S: Sink> Tee<'n, S> {
             session,
             note,
             uncached: false,
+            copying: true,
         }
+    }
+
+    /// While false, what passes goes to `inner` only: the session stays alive and copies
+    /// again once it is true. For bytes the client may see and the disk cache must never
+    /// keep (the endpoints overlay's rewritten objects, issue 30); the caller turns it off
+    /// only between whole events, so the session's copy stays a stream of whole events.
+    pub(crate) fn set_copying(&mut self, copying: bool) {
+        self.copying = copying;
     }
 
     /// Whether the answer was found not for the cache ([`Sink::uncache`]).
@@ -75,7 +86,7 @@ impl<'n, S: Sink> Tee<'n, S> {
 impl<S: Sink> Sink for Tee<'_, S> {
     fn write(&mut self, data: &[u8]) -> Result<(), Stop> {
         self.inner.write(data)?;
-        if let Some(s) = self.session.as_mut()
+        if let Some(s) = self.session.as_mut().filter(|_| self.copying)
             && !s.chunk(data)
         {
             self.session = None;

@@ -134,3 +134,78 @@ fn a_filtered_list_reaches_the_end_filtered_and_finished() {
     let list: serde_json::Value = serde_json::from_slice(&end.bytes).expect("JSON");
     assert_eq!(list["items"][0]["spec"]["clusterIP"], "169.254.2.1");
 }
+
+/// A scratch directory for a store, removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Issue 30: bytes written while the tee is not copying reach the client and never the
+/// disk cache, and the session goes on copying what follows.
+#[test]
+fn a_tee_not_copying_writes_to_the_client_and_not_the_session() {
+    use crate::cache::key::{CollectionKey, ObjectKey};
+    use crate::cache::store::Store;
+    use crate::cache::target::CacheTarget;
+    use crate::cache::writer::{WriterOptions, channel, run};
+    use std::sync::atomic::AtomicBool;
+
+    let dir = Scratch(
+        std::env::temp_dir().join(format!("tinyhub-stream-tee-copying-{}", std::process::id())),
+    );
+    let _ = std::fs::remove_dir_all(&dir.0);
+    let (store, _) = Store::open(&dir.0).unwrap();
+    let slices = CollectionKey::new("kube-proxy", "endpointslices", "v1", "discovery.k8s.io");
+    let event = |name: &str, ip: &str| {
+        format!(
+            r#"{{"type":"ADDED","object":{{"kind":"EndpointSlice","apiVersion":"discovery.k8s.io/v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"7"}},"endpoints":[{{"addresses":["{ip}"]}}]}}}}"#
+        ) + "\n"
+    };
+    let (tx, rx) = channel(64, 1 << 20);
+    let session = tx.begin(
+        CacheTarget::Watch {
+            collection: slices.clone(),
+        },
+        200,
+        false,
+        None,
+    );
+    assert!(session.is_some());
+    let note = |_: &Uncached, _: bool| {};
+    let mut tee = Tee::new(Record::default(), session, &note);
+    tee.write(event("a", "10.0.0.1").as_bytes()).unwrap();
+    tee.set_copying(false);
+    tee.write(event("b", "10.0.0.2").as_bytes()).unwrap();
+    tee.set_copying(true);
+    tee.write(event("c", "10.0.0.3").as_bytes()).unwrap();
+    assert!(tee.session_intact(), "the session stays alive");
+    tee.end_session(true);
+    let client = String::from_utf8(tee.inner_mut().bytes.clone()).unwrap();
+    assert_eq!(
+        client,
+        event("a", "10.0.0.1") + &event("b", "10.0.0.2") + &event("c", "10.0.0.3")
+    );
+    drop(tx);
+    run(
+        &store,
+        rx,
+        &AtomicBool::new(false),
+        WriterOptions::default(),
+    );
+    let stored = |name: &str| {
+        store
+            .get(&ObjectKey {
+                collection: slices.clone(),
+                namespace: Some("ns".to_owned()),
+                name: name.to_owned(),
+            })
+            .unwrap()
+    };
+    assert!(stored("a").is_some());
+    assert_eq!(stored("b"), None, "written while not copying");
+    assert!(stored("c").is_some());
+}

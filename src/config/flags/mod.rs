@@ -308,6 +308,12 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "YurtHub's response filters, which point pods' in-cluster clients at the hub and keep Services and endpoints local (--working-mode=cloud turns off discardcloudservice, forwardkubesvctraffic and serviceenvupdater)",
     ),
     flag(
+        "offline-endpoints-overlay",
+        Kind::Bool,
+        "true",
+        "edge mode: while the cloud is unreachable, serve the EndpointSlices and Endpoints that name this node's pods with the IPs and readiness the node's kubelet reports (its offline status updates, never stored; dropped when the cloud is back); false serves them as cached",
+    ),
+    flag(
         "disabled-resource-filters",
         Kind::Strings,
         "",
