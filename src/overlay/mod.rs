@@ -17,13 +17,26 @@
 //! `rewrite.rs` rewrites one EndpointSlice or Endpoints, `view.rs` is one watch's view
 //! ([`WatchView`]), `series.rs` the metrics.
 
-use std::borrow::Cow;
-use std::sync::Arc;
+mod patch;
+mod rewrite;
+pub(crate) mod series;
+#[cfg(test)]
+mod tests;
+mod view;
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use memchr::memmem::Finder;
+use serde_json::Value;
+
+use crate::lock;
 use crate::names::Gvr;
 
 /// The kinds of object the overlay rewrites.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum EndpointKind {
     /// `discovery.k8s.io` `endpointslices`, v1 or v1beta1.
     Slice,
@@ -42,6 +55,14 @@ impl EndpointKind {
             ("discovery.k8s.io", "v1" | "v1beta1", "endpointslices") => Some(EndpointKind::Slice),
             ("", "v1", "endpoints") => Some(EndpointKind::Endpoints),
             _ => None,
+        }
+    }
+
+    /// The resource's name, as the metrics label it.
+    pub(crate) fn resource(self) -> &'static str {
+        match self {
+            EndpointKind::Slice => "endpointslices",
+            EndpointKind::Endpoints => "endpoints",
         }
     }
 }
@@ -109,19 +130,165 @@ pub(crate) enum Ignored {
     Unreadable(String),
 }
 
+/// One watch's view of the overlay (`view.rs`): which of its objects it sent rewritten, so
+/// that a change of the overlay (or its drop) goes out as a MODIFIED of exactly the objects
+/// whose bytes differ from what the client holds.
+pub(crate) type WatchView = view::WatchView;
+
+/// How long after the drop a key the overlay rewrote stays `reverted`: longer than a watch
+/// lives before the cloud's 5–10 minute timeouts end it, so a client that re-watches across
+/// the drop still gets the cloud's object.
+const REVERTED_FOR: Duration = Duration::from_secs(15 * 60);
+
+/// An object the overlay rewrote: its kind, namespace and name.
+type Key = (EndpointKind, String, String);
+
+/// The overlaid pods, by namespace and name.
+type Pods = BTreeMap<String, BTreeMap<String, PodState>>;
+
+/// What an endpoint shows of one of this node's pods, as kubelet last reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PodState {
+    /// `metadata.uid` of the cached pod ("" when it has none).
+    uid: String,
+    /// The pod's IPs now (`status.podIPs`, else `status.podIP`).
+    ips: Vec<String>,
+    /// The IPs of the cached pod: what the cloud's endpoints still list, matched when an
+    /// endpoint has no targetRef.
+    old_ips: Vec<String>,
+    /// `conditions[type=Ready].status == "True"`.
+    ready: bool,
+    /// Phase Failed or Succeeded: its containers will not run again.
+    terminal: bool,
+    /// kubelet deleted it: no longer among kubelet's pods.
+    gone: bool,
+}
+
+/// What an endpoint shows of a pod: a capture that changes it is `changed`, and logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Shown {
+    ips: Vec<String>,
+    ready: bool,
+    terminal: bool,
+    gone: bool,
+}
+
+impl PodState {
+    /// What an endpoint shows of it.
+    fn shown(&self) -> Shown {
+        Shown {
+            ips: self.ips.clone(),
+            ready: self.ready,
+            terminal: self.terminal,
+            gone: self.gone,
+        }
+    }
+}
+
+impl fmt::Display for Shown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ips = match self.ips.is_empty() {
+            true => "none".to_owned(),
+            false => self.ips.join(","),
+        };
+        // `10.244.1.20 ready=true`: the log line reads `ips=… (was …)`.
+        write!(f, "{ips} ready={}", self.ready)?;
+        if self.terminal {
+            f.write_str(" terminal=true")?;
+        }
+        if self.gone {
+            f.write_str(" gone=true")?;
+        }
+        Ok(())
+    }
+}
+
+/// The fields of a pod an endpoint shows: its IPs, Ready, finished.
+fn derive(pod: &Value) -> (Vec<String>, bool, bool) {
+    let status = pod.get("status");
+    let field = |name: &str| status.and_then(|s| s.get(name));
+    let mut ips: Vec<String> = field("podIPs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.get("ip").and_then(Value::as_str))
+        .filter(|ip| !ip.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if ips.is_empty()
+        && let Some(ip) = field("podIP").and_then(Value::as_str)
+        && !ip.is_empty()
+    {
+        ips.push(ip.to_owned());
+    }
+    let ready = field("conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
+        .and_then(|c| c.get("status"))
+        .and_then(Value::as_str)
+        == Some("True");
+    let terminal = matches!(
+        field("phase").and_then(Value::as_str),
+        Some("Failed" | "Succeeded")
+    );
+    (ips, ready, terminal)
+}
+
+/// The string at `pointer` in `value`, "" when there is none.
+fn text<'v>(value: &'v Value, pointer: &str) -> &'v str {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
 /// The overlay: the latest state of each of this node's pods kubelet reported offline.
+///
+/// One lock guards the state; what readers get is an immutable [`Snapshot`], replaced as a
+/// whole on every change, so taking one (every watch tick) is an `Arc` clone.
 pub(crate) struct Overlay {
     node: String,
     enabled: bool,
+    series: &'static series::Series,
+    state: Mutex<State>,
+}
+
+/// The overlay's state under its lock.
+struct State {
+    /// What readers get now.
+    current: Arc<Snapshot>,
+    /// `recoveries` at the outage's first capture; None while no pod is overlaid.
+    epoch: Option<u64>,
 }
 
 impl Overlay {
     /// The overlay of node `node`; when not `enabled`, it never rewrites anything.
     pub(crate) fn new(node: &str, enabled: bool) -> Arc<Overlay> {
-        Arc::new(Overlay {
-            node: node.to_owned(),
+        Arc::new(Overlay::with_series(node, enabled, &series::SERIES))
+    }
+
+    /// An overlay counting into `series` (the process's, or a test's own).
+    fn with_series(node: &str, enabled: bool, series: &'static series::Series) -> Overlay {
+        let node: Arc<str> = Arc::from(node);
+        Overlay {
+            node: node.to_string(),
             enabled,
-        })
+            series,
+            state: Mutex::new(State {
+                current: Arc::new(Snapshot {
+                    generation: 0,
+                    node,
+                    pods: Pods::new(),
+                    needles: Vec::new(),
+                    rewritten: Arc::default(),
+                    reverted: Arc::default(),
+                    series,
+                }),
+                epoch: None,
+            }),
+        }
     }
 
     /// Whether it is turned on.
@@ -132,24 +299,225 @@ impl Overlay {
     /// Applies one of kubelet's writes; `recoveries` is the health checkers' count of the
     /// cloud's returns (`Backends::recoveries`): the overlay lives until it moves past its
     /// value at the outage's first capture.
+    ///
+    /// `Applied{changed}` says whether the pod's IPs, readiness, phase or presence differ
+    /// from before: from the previous capture, or for the first, from the cached pod (the
+    /// cloud's view). A first capture that changes nothing is still kept (its pod is
+    /// overlaid) and still moves the generation, since the cloud's endpoints may lag behind
+    /// its pod; a capture that leaves the entry as it was moves nothing.
     pub(crate) fn capture(&self, c: Capture<'_>, recoveries: u64) -> Captured {
-        let _ = (c, recoveries, &self.node);
-        Captured::Ignored(Ignored::Disabled)
+        let outcome = match self.read(&c) {
+            Ok((entry, cached)) => self.apply(c.namespace, c.name, entry, cached, recoveries),
+            Err(why) => {
+                log::debug!(
+                    "endpoints overlay ignored a write of pod {}/{}: {why:?}",
+                    c.namespace,
+                    c.name
+                );
+                Captured::Ignored(why)
+            }
+        };
+        self.series.captured(&outcome);
+        outcome
+    }
+
+    /// The pod's state after `c` (the cached pod with this write applied to it), and the
+    /// cached pod's own.
+    fn read(&self, c: &Capture<'_>) -> Result<(PodState, Shown), Ignored> {
+        if !self.enabled {
+            return Err(Ignored::Disabled);
+        }
+        if !c.by_node_kubelet {
+            return Err(Ignored::NotKubelet);
+        }
+        let cached = c.cached_pod.ok_or(Ignored::NotCached)?;
+        let cached: Value = match serde_json::from_slice(cached) {
+            Ok(pod @ Value::Object(_)) => pod,
+            _ => {
+                return Err(Ignored::Unreadable(
+                    "the cached pod is not a JSON object".into(),
+                ));
+            }
+        };
+        if text(&cached, "/spec/nodeName") != self.node {
+            return Err(Ignored::NotThisPod);
+        }
+        let uid = text(&cached, "/metadata/uid");
+        let (old_ips, was_ready, was_terminal) = derive(&cached);
+        let cached_shown = Shown {
+            ips: old_ips.clone(),
+            ready: was_ready,
+            terminal: was_terminal,
+            gone: false,
+        };
+        let body = |bytes: &[u8]| match serde_json::from_slice(bytes) {
+            Ok(body @ Value::Object(_)) => {
+                // A body naming another pod (a deleted and re-created one) is not this one.
+                match text(&body, "/metadata/uid") {
+                    theirs if !theirs.is_empty() && !uid.is_empty() && theirs != uid => {
+                        Err(Ignored::NotThisPod)
+                    }
+                    _ => Ok(body),
+                }
+            }
+            Ok(_) => Err(Ignored::Unreadable("the body is not a JSON object".into())),
+            Err(e) => Err(Ignored::Unreadable(format!("the body is not JSON: {e}"))),
+        };
+        let mut pod = cached.clone();
+        let gone = match c.write {
+            PodWrite::Patch {
+                content_type,
+                body: bytes,
+            } => {
+                let format = patch::Format::of(content_type).map_err(Ignored::Unreadable)?;
+                patch::apply(format, &mut pod, &body(bytes)?);
+                false
+            }
+            PodWrite::Put { body: bytes } => {
+                let put = body(bytes)?;
+                let status = put.get("status").cloned().unwrap_or(Value::Null);
+                if let Value::Object(fields) = &mut pod {
+                    fields.insert("status".into(), status);
+                }
+                false
+            }
+            PodWrite::Delete => true,
+        };
+        let (ips, ready, terminal) = derive(&pod);
+        let entry = PodState {
+            uid: uid.to_owned(),
+            ips,
+            old_ips,
+            ready,
+            terminal,
+            gone,
+        };
+        Ok((entry, cached_shown))
+    }
+
+    /// Puts `entry` in for `namespace/name`; `cached` is what the cached pod showed.
+    fn apply(
+        &self,
+        namespace: &str,
+        name: &str,
+        mut entry: PodState,
+        cached: Shown,
+        recoveries: u64,
+    ) -> Captured {
+        let mut state = lock(&self.state);
+        self.drop_if_back(&mut state, recoveries);
+        let previous = state
+            .current
+            .pods
+            .get(namespace)
+            .and_then(|pods| pods.get(name));
+        if let Some(previous) = previous
+            && previous.gone
+            && previous.uid == entry.uid
+        {
+            // kubelet deleted it: a late status of the same pod does not bring it back.
+            entry.gone = true;
+        }
+        // Against the previous capture, or for the first, the cloud's view of the pod.
+        let was = previous.map_or(cached, PodState::shown);
+        let now = entry.shown();
+        let changed = now != was;
+        if previous != Some(&entry) {
+            let mut pods = state.current.pods.clone();
+            pods.entry(namespace.to_owned())
+                .or_default()
+                .insert(name.to_owned(), entry);
+            self.series.set_pods(pods.values().map(BTreeMap::len).sum());
+            let next = state.current.with_pods(pods);
+            state.current = Arc::new(next);
+            state.epoch.get_or_insert(recoveries);
+        }
+        drop(state);
+        if changed {
+            log::info!("endpoints overlay pod={namespace}/{name} ips={now} (was {was})");
+        }
+        Captured::Applied { changed }
+    }
+
+    /// Drops the overlay when the cloud came back since its first capture.
+    fn drop_if_back(&self, state: &mut State, recoveries: u64) {
+        let Some(epoch) = state.epoch else {
+            return;
+        };
+        if epoch == recoveries {
+            return;
+        }
+        let now = Instant::now();
+        let rewritten = std::mem::take(&mut *lock(&state.current.rewritten));
+        let mut reverted: BTreeMap<Key, Instant> = state
+            .current
+            .reverted
+            .iter()
+            .filter(|(_, at)| now.saturating_duration_since(**at) < REVERTED_FOR)
+            .map(|(key, at)| (key.clone(), *at))
+            .collect();
+        let moved = rewritten.len();
+        reverted.extend(rewritten.into_iter().map(|key| (key, now)));
+        let pods: usize = state.current.pods.values().map(BTreeMap::len).sum();
+        let current = &state.current;
+        state.current = Arc::new(Snapshot {
+            generation: current.generation + 1,
+            node: Arc::clone(&current.node),
+            pods: Pods::new(),
+            needles: Vec::new(),
+            rewritten: Arc::default(),
+            reverted: Arc::new(reverted),
+            series: self.series,
+        });
+        state.epoch = None;
+        self.series.set_pods(0);
+        log::info!("endpoints overlay dropped: cloud back pods={pods} reverted={moved}");
     }
 
     /// What to serve now; drops the overlay first when `recoveries` moved past its epoch.
     pub(crate) fn snapshot(&self, recoveries: u64) -> Arc<Snapshot> {
-        let _ = recoveries;
-        Arc::new(Snapshot { generation: 0 })
+        let mut state = lock(&self.state);
+        self.drop_if_back(&mut state, recoveries);
+        Arc::clone(&state.current)
     }
 }
 
 /// The overlay at one moment, shared by the answers that read it.
 pub(crate) struct Snapshot {
     generation: u64,
+    node: Arc<str>,
+    pods: Pods,
+    /// The quoted pod names and former IPs: an object containing none of them names none
+    /// of the pods, and is passed without parsing.
+    needles: Vec<Finder<'static>>,
+    /// The keys served rewritten in this outage (shared by its snapshots): at the drop they
+    /// become `reverted`.
+    rewritten: Arc<Mutex<BTreeSet<Key>>>,
+    /// The keys rewritten in outages that ended, with when they did.
+    reverted: Arc<BTreeMap<Key, Instant>>,
+    series: &'static series::Series,
 }
 
 impl Snapshot {
+    /// The next snapshot of this outage, with `pods`.
+    fn with_pods(&self, pods: Pods) -> Snapshot {
+        let mut needles = Vec::new();
+        for (name, pod) in pods.values().flatten() {
+            let quoted = |s: &str| Finder::new(format!("\"{s}\"").as_bytes()).into_owned();
+            needles.push(quoted(name));
+            needles.extend(pod.old_ips.iter().map(|ip| quoted(ip)));
+        }
+        Snapshot {
+            generation: self.generation + 1,
+            node: Arc::clone(&self.node),
+            pods,
+            needles,
+            rewritten: Arc::clone(&self.rewritten),
+            reverted: Arc::clone(&self.reverted),
+            series: self.series,
+        }
+    }
+
     /// Moves with every change of what the overlay rewrites (a pod's state, the drop): a
     /// watch passes over its objects again when it sees a new one.
     pub(crate) fn generation(&self) -> u64 {
@@ -158,66 +526,46 @@ impl Snapshot {
 
     /// Whether any pod is overlaid.
     pub(crate) fn active(&self) -> bool {
-        false
+        !self.pods.is_empty()
     }
 
     /// `object` (an EndpointSlice or Endpoints as the cloud sent it) rewritten to this node's
     /// pods; None when it names none of them, or the overlay is not active. The
     /// resourceVersion and every field but the endpoints' addresses and readiness are kept.
+    /// Counted as served rewritten.
     pub(crate) fn rewrite(&self, kind: EndpointKind, object: &[u8]) -> Option<Vec<u8>> {
-        let _ = (kind, object);
-        None
+        let rewritten = self.rewritten(kind, object)?;
+        self.series.rewritten(kind);
+        Some(rewritten.bytes)
+    }
+
+    /// [`Snapshot::rewrite`], not counted, with the object's namespace and name; noted
+    /// among the keys to revert at the drop.
+    fn rewritten(&self, kind: EndpointKind, object: &[u8]) -> Option<rewrite::Rewritten> {
+        if self.pods.is_empty() {
+            return None;
+        }
+        let rewritten = rewrite::rewrite(kind, object, &self.node, &self.pods, &self.needles)?;
+        let key = (kind, rewritten.namespace.clone(), rewritten.name.clone());
+        lock(&self.rewritten).insert(key);
+        Some(rewritten)
     }
 
     /// Whether `namespace/name` was served rewritten in the outage that just ended (kept
     /// 15 minutes after the drop): a new watch sends its cloud object once more.
     pub(crate) fn reverted(&self, kind: EndpointKind, namespace: &str, name: &str) -> bool {
-        let _ = (kind, namespace, name);
-        false
-    }
-}
-
-/// One watch's view of the overlay: which of its objects it sent rewritten, so that a change
-/// of the overlay (or its drop) goes out as a MODIFIED of exactly the objects whose bytes
-/// differ from what the client holds.
-pub(crate) struct WatchView {
-    kind: EndpointKind,
-}
-
-impl WatchView {
-    /// A view for a watch of `kind`.
-    pub(crate) fn new(kind: EndpointKind) -> WatchView {
-        WatchView { kind }
+        self.reverted_at(kind, namespace, name, Instant::now())
     }
 
-    /// The object of an event the watch is about to send (`deleted` for a DELETED event):
-    /// rewritten when the snapshot rewrites it, and noted as sent.
-    pub(crate) fn outgoing<'b>(
-        &mut self,
-        snapshot: &Snapshot,
-        deleted: bool,
-        object: &'b [u8],
-    ) -> Cow<'b, [u8]> {
-        let _ = (snapshot, deleted, self.kind);
-        Cow::Borrowed(object)
+    /// [`Snapshot::reverted`] at `now`.
+    fn reverted_at(&self, kind: EndpointKind, namespace: &str, name: &str, now: Instant) -> bool {
+        self.reverted
+            .get(&(kind, namespace.to_owned(), name.to_owned()))
+            .is_some_and(|at| now.saturating_duration_since(*at) < REVERTED_FOR)
     }
 
-    /// Whether a pass is due: the snapshot's generation is not the one last passed (a new
-    /// view's first pass is always due).
-    pub(crate) fn pass_due(&self, snapshot: &Snapshot) -> bool {
-        let _ = snapshot;
-        false
-    }
-
-    /// Passes over the watch's objects now (in its scope, as the cloud sent them, when the
-    /// client has seen every event): the objects to send as MODIFIED, each whose bytes differ
-    /// from what the client was last sent (rewritten, or the cloud's again after the drop).
-    pub(crate) fn pass<'o>(
-        &mut self,
-        snapshot: &Snapshot,
-        objects: impl Iterator<Item = &'o [u8]>,
-    ) -> Vec<Cow<'o, [u8]>> {
-        let _ = (snapshot, objects.count());
-        Vec::new()
+    /// Whether any key may still be `reverted`.
+    fn reverting(&self) -> bool {
+        !self.reverted.is_empty()
     }
 }

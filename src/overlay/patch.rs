@@ -1,0 +1,388 @@
+//! kubelet's pod writes applied to a pod as JSON values: the subset of a strategic merge
+//! patch that kubelet's status manager writes (`statusutil.PatchPodStatus`:
+//! `CreateTwoWayMergePatch` of `{"metadata":{"uid":U},"status":old}` against the new
+//! status), a JSON merge patch (RFC 7386), and a PUT's status.
+//!
+//! The strategic subset covers every field the overlay reads: maps merge recursively and
+//! `null` deletes a key; the lists the pod's schema merges by a key (`status.conditions` by
+//! `type`, `status.podIPs` and `status.hostIPs` by `ip`, the container statuses by `name`)
+//! merge element by element, an element carrying `"$patch":"delete"` is removed, and
+//! `$setElementOrder/<list>` gives the list's final order and membership; every other list is
+//! replaced whole. `$retainKeys` and directives it does not know are ignored. A field it
+//! reads wrong keeps a value the cloud once had: never an invented IP.
+//!
+//! What it does not do: decide which pod a write is for, or read the result (`mod.rs`).
+
+use serde_json::{Map, Value};
+
+/// A PATCH body's format, from its `Content-Type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Format {
+    /// `application/strategic-merge-patch+json`.
+    Strategic,
+    /// `application/merge-patch+json` (RFC 7386).
+    Merge,
+}
+
+impl Format {
+    /// The format of `content_type` (parameters such as `charset` ignored); `Err` names a
+    /// type the overlay does not read (a JSON patch, an apply patch, protobuf).
+    pub(super) fn of(content_type: &str) -> Result<Format, String> {
+        let media = content_type.split(';').next().unwrap_or("").trim();
+        if media.eq_ignore_ascii_case("application/strategic-merge-patch+json") {
+            Ok(Format::Strategic)
+        } else if media.eq_ignore_ascii_case("application/merge-patch+json") {
+            Ok(Format::Merge)
+        } else {
+            Err(format!("patch type {media:?} is not read"))
+        }
+    }
+}
+
+/// Applies `patch` in `format` to `target`.
+pub(super) fn apply(format: Format, target: &mut Value, patch: &Value) {
+    match format {
+        Format::Strategic => strategic(target, patch, ""),
+        Format::Merge => merge(target, patch),
+    }
+}
+
+/// RFC 7386: an object merges key by key (`null` deletes), anything else replaces.
+pub(super) fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(fields) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    let Value::Object(into) = target else {
+        return;
+    };
+    for (key, value) in fields {
+        if value.is_null() {
+            into.remove(key);
+        } else {
+            merge(into.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
+
+/// The key the pod's schema merges the list at `path` by (its `patchMergeKey`), for the
+/// lists a status patch touches; None: the list is replaced whole.
+fn merge_key(path: &str) -> Option<&'static str> {
+    match path {
+        "status.conditions" => Some("type"),
+        "status.podIPs" | "status.hostIPs" => Some("ip"),
+        "status.containerStatuses"
+        | "status.initContainerStatuses"
+        | "status.ephemeralContainerStatuses"
+        | "status.resourceClaimStatuses" => Some("name"),
+        _ => None,
+    }
+}
+
+/// The directive prefix of `$setElementOrder/<list>`.
+const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
+
+/// A strategic merge of `patch` into `target`, the map at `path` (dotted field names, ""
+/// for the object itself).
+fn strategic(target: &mut Value, patch: &Value, path: &str) {
+    let Value::Object(fields) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    match fields.get("$patch").and_then(Value::as_str) {
+        Some("replace") => {
+            // The map replaced by the patch's own fields.
+            *target = Value::Object(Map::new());
+        }
+        Some("delete") => {
+            *target = Value::Null;
+            return;
+        }
+        _ => {}
+    }
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    let Value::Object(into) = target else {
+        return;
+    };
+    for (key, value) in fields {
+        if key.starts_with('$') {
+            // `$patch` is handled above, `$setElementOrder/…` after its list; `$retainKeys`
+            // and unknown directives are ignored.
+            continue;
+        }
+        let at = if path.is_empty() {
+            key.clone()
+        } else {
+            format!("{path}.{key}")
+        };
+        match value {
+            Value::Null => {
+                into.remove(key);
+            }
+            Value::Object(_) => {
+                let slot = into.entry(key.clone()).or_insert(Value::Null);
+                strategic(slot, value, &at);
+                if slot.is_null() {
+                    // `{"$patch":"delete"}` on a map field.
+                    into.remove(key);
+                }
+            }
+            Value::Array(elements) => match merge_key(&at) {
+                Some(merge_by) => {
+                    let slot = into.entry(key.clone()).or_insert(Value::Null);
+                    merge_list(slot, elements, merge_by, &at);
+                }
+                None => {
+                    into.insert(key.clone(), Value::Array(strip_all(elements)));
+                }
+            },
+            _ => {
+                into.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    // `$setElementOrder/<list>` orders a list merged above; a directive without its list in
+    // the patch orders the target's list as it is.
+    for (key, order) in fields {
+        let Some(list) = key.strip_prefix(SET_ELEMENT_ORDER) else {
+            continue;
+        };
+        let at = if path.is_empty() {
+            list.to_owned()
+        } else {
+            format!("{path}.{list}")
+        };
+        if let (Some(merge_by), Value::Array(order)) = (merge_key(&at), order)
+            && let Some(Value::Array(elements)) = into.get_mut(list)
+        {
+            set_order(elements, order, merge_by);
+        }
+    }
+}
+
+/// Merges `patch`'s elements into the list `target`, matching elements by `merge_by`.
+fn merge_list(target: &mut Value, patch: &[Value], merge_by: &str, path: &str) {
+    if patch
+        .iter()
+        .any(|e| e.get("$patch").and_then(Value::as_str) == Some("replace"))
+    {
+        // `{"$patch":"replace"}` among the elements: the list is the others.
+        let rest: Vec<Value> = patch
+            .iter()
+            .filter(|e| e.get("$patch").is_none())
+            .cloned()
+            .collect();
+        *target = Value::Array(strip_all(&rest));
+        return;
+    }
+    if !target.is_array() {
+        *target = Value::Array(Vec::new());
+    }
+    let Value::Array(elements) = target else {
+        return;
+    };
+    for element in patch {
+        let key = element.get(merge_by);
+        let at = key.and_then(|k| elements.iter().position(|e| e.get(merge_by) == Some(k)));
+        if element.get("$patch").and_then(Value::as_str) == Some("delete") {
+            elements.retain(|e| key.is_none() || e.get(merge_by) != key);
+            continue;
+        }
+        match at {
+            Some(i) => strategic(&mut elements[i], element, path),
+            None => {
+                let mut fresh = Value::Null;
+                strategic(&mut fresh, element, path);
+                elements.push(fresh);
+            }
+        }
+    }
+}
+
+/// Orders `elements` as `order` lists their keys; an element `order` does not name is
+/// dropped, as the directive gives the list's final membership.
+fn set_order(elements: &mut Vec<Value>, order: &[Value], merge_by: &str) {
+    let mut rest = std::mem::take(elements);
+    for wanted in order {
+        let Some(key) = wanted.get(merge_by) else {
+            continue;
+        };
+        if let Some(i) = rest.iter().position(|e| e.get(merge_by) == Some(key)) {
+            elements.push(rest.swap_remove(i));
+        }
+    }
+}
+
+/// The elements of a list the patch replaces, without directives.
+fn strip_all(elements: &[Value]) -> Vec<Value> {
+    elements.iter().map(strip).collect()
+}
+
+/// `value` with its `$` keys and `null` fields removed, as a patch leaves them when it
+/// applies to nothing.
+fn strip(value: &Value) -> Value {
+    match value {
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .filter(|(k, v)| !k.starts_with('$') && !v.is_null())
+                .map(|(k, v)| (k.clone(), strip(v)))
+                .collect(),
+        ),
+        Value::Array(elements) => Value::Array(strip_all(elements)),
+        other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn smp(target: Value, patch: Value) -> Value {
+        let mut t = target;
+        apply(Format::Strategic, &mut t, &patch);
+        t
+    }
+
+    fn pod() -> Value {
+        json!({
+            "metadata": {"uid": "u1", "name": "web-a"},
+            "spec": {"nodeName": "n1"},
+            "status": {
+                "phase": "Running",
+                "podIP": "10.244.1.10",
+                "podIPs": [{"ip": "10.244.1.10"}, {"ip": "fd00::10"}],
+                "hostIPs": [{"ip": "192.168.0.5"}],
+                "conditions": [
+                    {"type": "PodReadyToStartContainers", "status": "True"},
+                    {"type": "Initialized", "status": "True"},
+                    {"type": "Ready", "status": "True", "lastTransitionTime": "t0"},
+                    {"type": "ContainersReady", "status": "True"},
+                    {"type": "PodScheduled", "status": "True"}
+                ],
+                "containerStatuses": [{"name": "web", "ready": true, "restartCount": 0}]
+            }
+        })
+    }
+
+    #[test]
+    fn format_of_content_types() {
+        assert_eq!(
+            Format::of("application/strategic-merge-patch+json; charset=utf-8"),
+            Ok(Format::Strategic)
+        );
+        assert_eq!(
+            Format::of("application/merge-patch+json"),
+            Ok(Format::Merge)
+        );
+        for other in [
+            "application/json-patch+json",
+            "application/apply-patch+yaml",
+            "application/vnd.kubernetes.protobuf",
+            "",
+        ] {
+            assert!(Format::of(other).is_err(), "{other}");
+        }
+    }
+
+    #[test]
+    fn kubelets_patch_moves_the_ip_and_keeps_the_other_conditions() {
+        let patch = json!({"metadata":{"uid":"u1"},"status":{
+            "$setElementOrder/conditions":[{"type":"PodReadyToStartContainers"},{"type":"Initialized"},{"type":"Ready"},{"type":"ContainersReady"},{"type":"PodScheduled"}],
+            "$setElementOrder/podIPs":[{"ip":"10.244.1.20"}],
+            "conditions":[{"lastTransitionTime":"t1","status":"False","type":"Ready"}],
+            "podIP":"10.244.1.20",
+            "podIPs":[{"ip":"10.244.1.20"},{"$patch":"delete","ip":"10.244.1.10"},{"$patch":"delete","ip":"fd00::10"}]}});
+        let out = smp(pod(), patch);
+        let status = &out["status"];
+        assert_eq!(status["podIP"], "10.244.1.20");
+        assert_eq!(status["podIPs"], json!([{"ip": "10.244.1.20"}]));
+        let types: Vec<&str> = status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "PodReadyToStartContainers",
+                "Initialized",
+                "Ready",
+                "ContainersReady",
+                "PodScheduled"
+            ]
+        );
+        assert_eq!(
+            status["conditions"][2],
+            json!({"type": "Ready", "status": "False", "lastTransitionTime": "t1"})
+        );
+        // Untouched fields stay.
+        assert_eq!(status["hostIPs"], json!([{"ip": "192.168.0.5"}]));
+        assert_eq!(out["spec"]["nodeName"], "n1");
+    }
+
+    #[test]
+    fn dual_stack_ips_follow_the_element_order() {
+        let patch = json!({"status":{
+            "$setElementOrder/podIPs":[{"ip":"10.244.1.20"},{"ip":"fd00::20"}],
+            "podIP":"10.244.1.20",
+            "podIPs":[{"ip":"10.244.1.20"},{"ip":"fd00::20"},{"$patch":"delete","ip":"10.244.1.10"},{"$patch":"delete","ip":"fd00::10"}]}});
+        let out = smp(pod(), patch);
+        assert_eq!(
+            out["status"]["podIPs"],
+            json!([{"ip": "10.244.1.20"}, {"ip": "fd00::20"}])
+        );
+        // The order directive gives order and membership even with no list in the patch.
+        let patch = json!({"status":{"$setElementOrder/podIPs":[{"ip":"fd00::10"}]}});
+        let out = smp(pod(), patch);
+        assert_eq!(out["status"]["podIPs"], json!([{"ip": "fd00::10"}]));
+    }
+
+    #[test]
+    fn null_deletes_and_directives_are_not_stored() {
+        let patch = json!({"status":{"podIP": null, "$retainKeys": ["phase"], "$unknown": 1,
+            "containerStatuses":[{"name":"sidecar","ready":false,"$patch":"merge"}],
+            "nominatedNodeName": {"$patch": "delete"}}});
+        let out = smp(pod(), patch);
+        assert!(out["status"].get("podIP").is_none());
+        assert!(out["status"].get("$retainKeys").is_none());
+        assert!(out["status"].get("nominatedNodeName").is_none());
+        assert_eq!(out["status"]["phase"], "Running");
+        assert_eq!(
+            out["status"]["containerStatuses"],
+            json!([{"name": "web", "ready": true, "restartCount": 0}, {"name": "sidecar", "ready": false}])
+        );
+    }
+
+    #[test]
+    fn unkeyed_lists_are_replaced_whole() {
+        let target = json!({"status": {"reasons": ["a", "b"]}});
+        let out = smp(target, json!({"status": {"reasons": ["c"]}}));
+        assert_eq!(out["status"]["reasons"], json!(["c"]));
+    }
+
+    #[test]
+    fn merge_patch_follows_rfc_7386() {
+        let mut t = pod();
+        merge(
+            &mut t,
+            &json!({"status": {"podIP": null, "podIPs": [{"ip": "10.244.1.30"}], "phase": "Failed"}}),
+        );
+        assert!(t["status"].get("podIP").is_none());
+        // Lists are replaced whole, conditions included.
+        assert_eq!(t["status"]["podIPs"], json!([{"ip": "10.244.1.30"}]));
+        assert_eq!(t["status"]["phase"], "Failed");
+        assert_eq!(t["status"]["conditions"].as_array().unwrap().len(), 5);
+        // RFC 7386's own example: a non-object patch replaces.
+        let mut t = json!({"a": "b"});
+        merge(&mut t, &json!(["c"]));
+        assert_eq!(t, json!(["c"]));
+    }
+}
