@@ -733,10 +733,29 @@ fn with_the_overlay_turned_off_kubelets_patch_changes_nothing() {
 }
 
 #[test]
-fn after_an_offline_reboot_a_v1beta1_slice_list_is_rewritten_too() {
+fn after_an_offline_reboot_v1beta1_slices_and_endpoints_without_a_target_are_rewritten_too() {
     let Fixture {
         cloud, reported, ..
     } = fixture();
+    // Slices a controller other than the EndpointSlice controller keeps, with no targetRef:
+    // an endpoint is this node's pod's by the node's name and the pod's IP before, within
+    // the slice's own namespace.
+    let manual = |ns: &str, name: &str, node: &str| {
+        json!({
+            "metadata": {"name": name, "namespace": ns,
+                         "labels": {"kubernetes.io/service-name": "web-manual"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [IP_A], "conditions": {"ready": true},
+                           "nodeName": node}],
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        })
+    };
+    cloud.create("endpointslices", manual(NS, "web-manual", NODE));
+    cloud.create(
+        "endpointslices",
+        manual(NS, "web-manual-elsewhere", "edge-2"),
+    );
+    cloud.create("endpointslices", manual("other", "web-manual", NODE));
     let dir = TempDir::new("endpoints-overlay-v1beta1");
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
     kubelet_reads_its_pods(&hub);
@@ -773,4 +792,20 @@ fn after_an_offline_reboot_a_v1beta1_slice_list_is_rewritten_too() {
     assert_eq!(endpoint(slice, "web-b"), endpoint(&cloud_beta, "web-b"));
     assert_eq!(endpoint(slice, "web-c"), endpoint(&cloud_beta, "web-c"));
     assert_eq!(rv_of(slice), rv_of(&cloud_beta));
+    // Without a targetRef: this node's endpoint at the pod's old IP in the pod's namespace
+    // follows it; one on another node, or in another namespace, does not.
+    let addresses = |ns: &str, name: &str| {
+        offline["items"]
+            .as_array()
+            .and_then(|items| {
+                items
+                    .iter()
+                    .find(|i| i["metadata"]["namespace"] == ns && i["metadata"]["name"] == name)
+            })
+            .map(|i| i["endpoints"][0]["addresses"].clone())
+            .unwrap_or_else(|| panic!("no {ns}/{name} in {offline}"))
+    };
+    assert_eq!(addresses(NS, "web-manual"), json!([NEW_IP_A]));
+    assert_eq!(addresses(NS, "web-manual-elsewhere"), json!([IP_A]));
+    assert_eq!(addresses("other", "web-manual"), json!([IP_A]));
 }
