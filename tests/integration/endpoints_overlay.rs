@@ -158,7 +158,7 @@ fn reboot_offline(cloud: &Cloud, hub: Hub) -> Hub {
     hub
 }
 
-/// `url`'s list as `ua`, which must be answered 200.
+/// The list at `path` as `ua`, which must be answered 200.
 fn list(hub: &Hub, path: &str, ua: &str) -> Value {
     let reply = get(&format!("{}{path}", hub.url()), ua);
     assert_eq!(reply.status, 200, "{path}: {}", reply.text());
@@ -173,6 +173,7 @@ fn item<'a>(list: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {name} in {list}"))
 }
 
+/// An object's (or a list's) `metadata.resourceVersion`.
 fn rv_of(object: &Value) -> &str {
     object["metadata"]["resourceVersion"]
         .as_str()
