@@ -179,20 +179,21 @@ mod tests {
     #[test]
     fn only_pod_status_writes_and_pod_deletes_are_read() {
         let op = |method: &str, url: &str| {
-            pod_write(&req(method, url, KUBELET, None)).map(|(op, _, ns, n)| (op, ns, n))
+            pod_write(&req(method, url, KUBELET, None))
+                .map(|(op, _, ns, n)| (op, ns.to_owned(), n.to_owned()))
         };
         let status = "/api/v1/namespaces/default/pods/web-a/status";
         assert_eq!(
             op("PATCH", status),
-            Some((PodOp::PatchStatus, "default", "web-a"))
+            Some((PodOp::PatchStatus, "default".into(), "web-a".into()))
         );
         assert_eq!(
             op("PUT", status),
-            Some((PodOp::PutStatus, "default", "web-a"))
+            Some((PodOp::PutStatus, "default".into(), "web-a".into()))
         );
         assert_eq!(
             op("DELETE", "/api/v1/namespaces/default/pods/web-a"),
-            Some((PodOp::Delete, "default", "web-a"))
+            Some((PodOp::Delete, "default".into(), "web-a".into()))
         );
         for (method, url) in [
             ("PATCH", "/api/v1/namespaces/default/pods/web-a"),

@@ -346,6 +346,17 @@ mod tests {
     }
 
     #[test]
+    fn a_delete_directive_removes_its_element_alone() {
+        let patch = json!({"status":{"podIPs":[{"$patch":"delete","ip":"fd00::10"}],
+            "conditions":[{"$patch":"delete","type":"PodScheduled"}]}});
+        let out = smp(pod(), patch);
+        assert_eq!(out["status"]["podIPs"], json!([{"ip": "10.244.1.10"}]));
+        let conditions = out["status"]["conditions"].as_array().unwrap();
+        assert_eq!(conditions.len(), 4);
+        assert!(conditions.iter().all(|c| c["type"] != "PodScheduled"));
+    }
+
+    #[test]
     fn null_deletes_and_directives_are_not_stored() {
         let patch = json!({"status":{"podIP": null, "$retainKeys": ["phase"], "$unknown": 1,
             "containerStatuses":[{"name":"sidecar","ready":false,"$patch":"merge"}],

@@ -181,11 +181,14 @@ fn slice(object: &mut Value, on: &Scope<'_>) -> bool {
         }
         let mut fresh = endpoint.clone();
         let mut ready = serving(pod);
-        match ip_of(pod, v6) {
-            Some(ip) => fresh["addresses"] = Value::Array(vec![Value::from(ip)]),
-            None => ready = false,
-        }
         if let Value::Object(fields) = &mut fresh {
+            match ip_of(pod, v6) {
+                Some(ip) => {
+                    let address = Value::Array(vec![Value::from(ip)]);
+                    fields.insert("addresses".into(), address);
+                }
+                None => ready = false,
+            }
             let conditions = fields
                 .entry("conditions")
                 .or_insert_with(|| Value::Object(Map::new()));
@@ -242,9 +245,11 @@ fn endpoints(object: &mut Value, on: &Scope<'_>) -> bool {
             }
             let mut fresh = address.clone();
             let mut is_ready = serving(pod);
-            match ip_of(pod, is_v6(ip)) {
-                Some(new) => fresh["ip"] = Value::from(new),
-                None => is_ready = false,
+            match (ip_of(pod, is_v6(ip)), &mut fresh) {
+                (Some(new), Value::Object(fields)) => {
+                    fields.insert("ip".into(), Value::from(new));
+                }
+                _ => is_ready = false,
             }
             changed |= fresh != address || is_ready != listed_ready;
             (if is_ready { &mut ready } else { &mut not_ready }).push(fresh);

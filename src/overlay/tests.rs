@@ -797,3 +797,46 @@ fn the_log_line_shows_ips_and_readiness() {
         "none ready=false"
     );
 }
+
+#[test]
+fn a_terminating_endpoint_stays_not_ready_but_serves() {
+    let (overlay, _) = overlay();
+    web_a_moved(&overlay, 0);
+    let mut ending = endpoint("10.244.1.10", NODE, "web-a", "ua", false);
+    ending["conditions"] = json!({"ready": false, "serving": false, "terminating": true});
+    let out = parse(
+        &overlay
+            .snapshot(0)
+            .rewrite(EndpointKind::Slice, &slice_of("IPv4", vec![ending]))
+            .unwrap(),
+    );
+    assert_eq!(
+        out["endpoints"][0]["conditions"],
+        json!({"ready": false, "serving": true, "terminating": true})
+    );
+}
+
+#[test]
+fn odd_shapes_are_left_alone() {
+    let (overlay, _) = overlay();
+    web_a_moved(&overlay, 0);
+    let snapshot = overlay.snapshot(0);
+    for odd in [
+        json!({"metadata": {"namespace": "default"}, "addressType": "IPv4", "endpoints": "web-a"}),
+        json!({"metadata": {"namespace": "default"}, "addressType": "IPv4",
+            "endpoints": ["web-a", 7, null, {"addresses": [1], "targetRef": "web-a", "nodeName": "other"}]}),
+        json!({"metadata": {"namespace": "default"}, "addressType": "FQDN",
+            "endpoints": [endpoint("10.244.1.10", NODE, "web-a", "ua", true)]}),
+        json!({"metadata": 3, "subsets": ["web-a", {"addresses": "web-a"}, {"addresses": [null, "web-a"]}]}),
+        json!(["web-a"]),
+    ] {
+        let bytes = serde_json::to_vec(&odd).unwrap();
+        assert_eq!(snapshot.rewrite(EndpointKind::Slice, &bytes), None, "{odd}");
+        assert_eq!(
+            snapshot.rewrite(EndpointKind::Endpoints, &bytes),
+            None,
+            "{odd}"
+        );
+    }
+    assert_eq!(snapshot.rewrite(EndpointKind::Slice, b"{\"web-a\""), None);
+}
