@@ -413,7 +413,8 @@ fn after_an_offline_reboot_kube_proxys_slice_follows_the_nodes_pods_until_the_cl
     );
     assert_eq!(
         hub.metric("tinyhub_endpoints_overlay_captures_total{outcome=\"not_kubelet\"}"),
-        Some(2.0)
+        Some(2.0),
+        "both refused writes counted on the metrics page"
     );
     stays_quiet(&feed, QUIET);
 
