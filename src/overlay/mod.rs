@@ -342,7 +342,7 @@ impl Overlay {
         if text(&cached, "/spec/nodeName") != self.node {
             return Err(Ignored::NotThisPod);
         }
-        let uid = text(&cached, "/metadata/uid");
+        let uid = text(&cached, "/metadata/uid").to_owned();
         let (old_ips, was_ready, was_terminal) = derive(&cached);
         let cached_shown = Shown {
             ips: old_ips.clone(),
@@ -354,7 +354,7 @@ impl Overlay {
             Ok(body @ Value::Object(_)) => {
                 // A body naming another pod (a deleted and re-created one) is not this one.
                 match text(&body, "/metadata/uid") {
-                    theirs if !theirs.is_empty() && !uid.is_empty() && theirs != uid => {
+                    theirs if !theirs.is_empty() && !uid.is_empty() && theirs != uid.as_str() => {
                         Err(Ignored::NotThisPod)
                     }
                     _ => Ok(body),
@@ -363,7 +363,7 @@ impl Overlay {
             Ok(_) => Err(Ignored::Unreadable("the body is not a JSON object".into())),
             Err(e) => Err(Ignored::Unreadable(format!("the body is not JSON: {e}"))),
         };
-        let mut pod = cached.clone();
+        let mut pod = cached;
         let gone = match c.write {
             PodWrite::Patch {
                 content_type,
@@ -385,7 +385,7 @@ impl Overlay {
         };
         let (ips, ready, terminal) = derive(&pod);
         let entry = PodState {
-            uid: uid.to_owned(),
+            uid,
             ips,
             old_ips,
             ready,

@@ -18,6 +18,7 @@ mod cloud_leases;
 mod cross;
 mod discovery;
 mod dummy_if;
+mod endpoints_overlay;
 mod fairness;
 mod faults;
 mod filter_metrics;

@@ -7,12 +7,12 @@
 //! turn their view into the cloud's, on the same streams, with no ERROR.
 
 use std::collections::BTreeSet;
-use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::support::Cloud;
+use crate::support::feed::Feed;
 use crate::support::hub::*;
 use crate::support::pool::{list_when_warm, service_in, slice};
 
@@ -27,75 +27,6 @@ const CATCH_UP: Duration = Duration::from_secs(25);
 const KUBE_PROXY: &str = "kube-proxy/v1.30.0 (linux/arm) kubernetes/abcdef0";
 /// kube-proxy's label selector (no headless Services, none another proxy serves), encoded.
 const PROXY_SELECTOR: &str = "labelSelector=%21service.kubernetes.io%2Fheadless%2C%21service.kubernetes.io%2Fservice-proxy-name";
-
-/// A watch's events as they arrive, read on a thread of their own so that a stream that
-/// stays silent fails the test instead of hanging it.
-struct Feed {
-    events: Receiver<Option<Value>>,
-}
-
-impl Feed {
-    fn open(url: &str) -> Feed {
-        Feed::open_as(url, KUBELET)
-    }
-
-    fn open_as(url: &str, ua: &str) -> Feed {
-        let (status, body) = stream(url, ua);
-        assert_eq!(status, 200, "{url}");
-        let (tx, events) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut events = Events::new(body);
-            loop {
-                let event = events.next_event();
-                let end = event.is_none();
-                if tx.send(event).is_err() || end {
-                    return;
-                }
-            }
-        });
-        Feed { events }
-    }
-
-    /// The next event; panics when the stream ended or stayed silent for `wait`.
-    fn next(&self, wait: Duration, hub: &Hub) -> Value {
-        match self.events.recv_timeout(wait) {
-            Ok(Some(event)) => event,
-            Ok(None) => panic!("the watch ended; hub log:\n{}", hub.logs()),
-            Err(e) => panic!("no event within {wait:?} ({e}); hub log:\n{}", hub.logs()),
-        }
-    }
-
-    /// The next event that is no bookmark; panics on an ERROR, like an informer would list
-    /// again on it.
-    fn next_change(&self, wait: Duration, hub: &Hub) -> Value {
-        loop {
-            let event = self.next(wait, hub);
-            assert_ne!(
-                event["type"], "ERROR",
-                "an ERROR reached the client: {event}"
-            );
-            if event["type"] != "BOOKMARK" {
-                return event;
-            }
-        }
-    }
-
-    /// Whether the stream is still open (no ERROR among what it read up to now).
-    fn still_open(&self) -> bool {
-        loop {
-            match self.events.try_recv() {
-                Ok(Some(event)) => assert_ne!(event["type"], "ERROR", "{event}"),
-                Ok(None) | Err(mpsc::TryRecvError::Disconnected) => return false,
-                Err(mpsc::TryRecvError::Empty) => return true,
-            }
-        }
-    }
-
-    /// Nothing arrives for `wait` (the stream may not end either).
-    fn quiet(&self, wait: Duration) -> Option<Option<Value>> {
-        self.events.recv_timeout(wait).ok()
-    }
-}
 
 fn pod(name: &str, node: &str) -> Value {
     json!({

@@ -9,9 +9,11 @@
 #![allow(dead_code)]
 
 mod cloud;
+pub mod feed;
 pub mod https;
 pub mod hub;
 mod kubeconfig;
+pub mod kubelet;
 pub mod mount;
 pub mod namespace;
 mod pki;

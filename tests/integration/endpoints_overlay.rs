@@ -1,0 +1,813 @@
+//! Issue 30 (OpenYurt #2809/#2810): while the cloud is unreachable, the Services of this
+//! node's pods point at where those pods really are. kubelet (emulated by its real request
+//! shapes: the strategic merge patch of its status manager, a JSON merge patch, its final
+//! delete) reports its pods' new IPs and readiness to the hub, which answers 503 as to every
+//! offline write and serves kube-proxy's EndpointSlices and CoreDNS's Endpoints rewritten:
+//! as MODIFIED events on the watches they hold, in fresh lists, with the cloud's own
+//! resourceVersion, never on disk, never from a client that is not the node's kubelet, and
+//! the cloud's objects again once it is back.
+//!
+//! Fixtures: node `edge-1` runs `app/web-a` (10.244.1.10) and `app/web-b` (10.244.1.11) of
+//! Service `app/web`; its EndpointSlice `web-x` and Endpoints `web` list both and `web-c`
+//! (10.244.2.7) on node `edge-2`, which must never change.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::Cloud;
+use crate::support::feed::Feed;
+use crate::support::hub::*;
+use crate::support::kubelet::{
+    self, KubeletClient, MERGE, Reported, STRATEGIC, merge_patch, restarted_patch,
+};
+use crate::support::pool::{list_when_warm, service_in};
+
+/// This node (the test hubs' `--node-name`).
+const NODE: &str = "edge-1";
+/// The Service's namespace.
+const NS: &str = "app";
+/// kube-proxy's User-Agent.
+const KUBE_PROXY: &str = "kube-proxy/v1.30.0 (linux/arm) kubernetes/abcdef0";
+/// CoreDNS's User-Agent.
+const COREDNS: &str = "coredns/1.11.1 (linux/arm) kubernetes/xyz";
+/// kube-proxy's label selector (no headless Services, none another proxy serves), encoded.
+const PROXY_SELECTOR: &str = "labelSelector=%21service.kubernetes.io%2Fheadless%2C%21service.kubernetes.io%2Fservice-proxy-name";
+/// kube-proxy's EndpointSlices.
+const SLICES: &str = "/apis/discovery.k8s.io/v1/endpointslices";
+/// The v1beta1 EndpointSlices an older client reads.
+const SLICES_V1BETA1: &str = "/apis/discovery.k8s.io/v1beta1/endpointslices";
+/// CoreDNS's (and older kube-proxies') core Endpoints.
+const ENDPOINTS: &str = "/api/v1/endpoints";
+/// kube-proxy's cached copy of the slice, under the cache root.
+const SLICE_FILE: &str = "kube-proxy/endpointslices.v1.discovery.k8s.io/app/web-x";
+/// CoreDNS's cached copy of the Endpoints, under the cache root.
+const ENDPOINTS_FILE: &str = "coredns/endpoints.v1.core/app/web";
+/// How soon a change kubelet reported must reach an open watch (the issue's bound).
+const DELIVERY: Duration = Duration::from_secs(2);
+/// How long a watch must stay quiet after a write that may change nothing.
+const QUIET: Duration = Duration::from_secs(3);
+/// How long the hub may take to see the cloud gone or back (1 s probes in tests).
+const HEALTH: Duration = Duration::from_secs(15);
+/// The pods' IPs before and after the reboot, and the endpoint on the other node.
+const IP_A: &str = "10.244.1.10";
+const IP_B: &str = "10.244.1.11";
+const NEW_IP_A: &str = "10.244.1.20";
+const OTHER_IP: &str = "10.244.2.7";
+
+/// The cloud with the Service, its two pods on this node, its slice and Endpoints.
+struct Fixture {
+    cloud: Cloud,
+    /// What kubelet reported of `web-a` and `web-b` before the outage.
+    reported: [Reported; 2],
+    /// `web-a`'s and `web-b`'s uids.
+    uids: [String; 2],
+    /// The slice and the Endpoints as the cloud holds them.
+    slice: Value,
+    endpoints: Value,
+}
+
+fn fixture() -> Fixture {
+    let cloud = Cloud::start();
+    cloud.create("services", service_in(NS, "web", "10.96.0.10"));
+    let reported = [Reported::running(IP_A, true), Reported::running(IP_B, true)];
+    let mut uids = Vec::new();
+    for (name, r) in ["web-a", "web-b"].iter().zip(&reported) {
+        let pod = cloud.create("pods", kubelet::pod(NS, name, "web", NODE, r));
+        assert_eq!(
+            pod["status"]["podIP"], r.ips[0],
+            "the cloud keeps the status"
+        );
+        uids.push(pod["metadata"]["uid"].as_str().expect("a uid").to_owned());
+    }
+    let uids: [String; 2] = uids.try_into().expect("two pods");
+    let other_uid = "5c1e4c1c-0000-4000-8000-00000000000c";
+    let target =
+        |name: &str, uid: &str| json!({"kind": "Pod", "namespace": NS, "name": name, "uid": uid});
+    let conditions = json!({"ready": true, "serving": true, "terminating": false});
+    let slice = cloud.create(
+        "endpointslices",
+        json!({
+            "metadata": {"name": "web-x", "namespace": NS,
+                         "labels": {"kubernetes.io/service-name": "web",
+                                    "endpointslice.kubernetes.io/managed-by":
+                                        "endpointslice-controller.k8s.io"}},
+            "addressType": "IPv4",
+            "endpoints": [
+                {"addresses": [IP_A], "conditions": conditions, "nodeName": NODE,
+                 "targetRef": target("web-a", &uids[0])},
+                {"addresses": [IP_B], "conditions": conditions, "nodeName": NODE,
+                 "targetRef": target("web-b", &uids[1])},
+                {"addresses": [OTHER_IP], "conditions": conditions, "nodeName": "edge-2",
+                 "targetRef": target("web-c", other_uid)},
+            ],
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        }),
+    );
+    let endpoints = cloud.create(
+        "endpoints",
+        json!({
+            "metadata": {"name": "web", "namespace": NS, "labels": {"app": "web"}},
+            "subsets": [{
+                "addresses": [
+                    {"ip": IP_A, "nodeName": NODE, "targetRef": target("web-a", &uids[0])},
+                    {"ip": IP_B, "nodeName": NODE, "targetRef": target("web-b", &uids[1])},
+                    {"ip": OTHER_IP, "nodeName": "edge-2", "targetRef": target("web-c", other_uid)},
+                ],
+                "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            }],
+        }),
+    );
+    Fixture {
+        cloud,
+        reported,
+        uids,
+        slice,
+        endpoints,
+    }
+}
+
+/// kubelet, online, as it starts: it lists its pods and gets each; they are cached.
+fn kubelet_reads_its_pods(hub: &Hub) {
+    let kubelet = KubeletClient::node(hub);
+    let list = kubelet.list_pods(NODE);
+    assert_eq!(list.status, 200, "{}", list.text());
+    assert_eq!(item_names(&list.json()).len(), 2, "{}", list.text());
+    for name in ["web-a", "web-b"] {
+        assert_eq!(kubelet.get_pod(NS, name).status, 200);
+    }
+    assert!(
+        hub.wait_cached(
+            &[
+                "kubelet/pods.v1.core/app/web-a",
+                "kubelet/pods.v1.core/app/web-b"
+            ],
+            Duration::from_secs(10)
+        ),
+        "{}",
+        hub.logs()
+    );
+}
+
+/// The cloud goes away and the hub restarts without it (the node rebooted offline).
+fn reboot_offline(cloud: &Cloud, hub: Hub) -> Hub {
+    hub.wait_cache_quiet();
+    cloud.stop();
+    let hub = hub.restart();
+    assert!(hub.wait_healthy(cloud, false, HEALTH), "{}", hub.logs());
+    hub
+}
+
+/// The list at `path` as `ua`, which must be answered 200.
+fn list(hub: &Hub, path: &str, ua: &str) -> Value {
+    let reply = get(&format!("{}{path}", hub.url()), ua);
+    assert_eq!(reply.status, 200, "{path}: {}", reply.text());
+    reply.json()
+}
+
+/// The object `name` of a list.
+fn item<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["metadata"]["name"] == name))
+        .unwrap_or_else(|| panic!("no {name} in {list}"))
+}
+
+/// An object's (or a list's) `metadata.resourceVersion`.
+fn rv_of(object: &Value) -> &str {
+    object["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+/// A watch of `path` as `ua` from `rv` (with bookmarks, as informers ask).
+fn watch_from(hub: &Hub, path: &str, query: &str, rv: &str, ua: &str) -> Feed {
+    let sep = if query.is_empty() { "" } else { "&" };
+    Feed::open_as(
+        &format!(
+            "{}{path}?{query}{sep}watch=true&resourceVersion={rv}&allowWatchBookmarks=true\
+             &timeoutSeconds=600",
+            hub.url()
+        ),
+        ua,
+    )
+}
+
+/// The endpoint of a slice whose targetRef names pod `pod`.
+fn endpoint<'a>(slice: &'a Value, pod: &str) -> Option<&'a Value> {
+    slice["endpoints"]
+        .as_array()?
+        .iter()
+        .find(|e| e["targetRef"]["name"] == pod)
+}
+
+/// `pod`'s endpoint in `slice` as (addresses, ready, serving); None when it has none.
+fn shown(slice: &Value, pod: &str) -> Option<(Value, Value, Value)> {
+    endpoint(slice, pod).map(|e| {
+        (
+            e["addresses"].clone(),
+            e["conditions"]["ready"].clone(),
+            e["conditions"]["serving"].clone(),
+        )
+    })
+}
+
+/// Where core Endpoints list `pod`: (ip, ready: in `addresses` rather than
+/// `notReadyAddresses`); None when they do not.
+fn listed(endpoints: &Value, pod: &str) -> Option<(String, bool)> {
+    let subsets = endpoints["subsets"].as_array()?;
+    subsets.iter().find_map(|s| {
+        [("addresses", true), ("notReadyAddresses", false)]
+            .iter()
+            .find_map(|(field, ready)| {
+                s[*field].as_array()?.iter().find_map(|a| {
+                    (a["targetRef"]["name"] == pod)
+                        .then(|| (a["ip"].as_str().unwrap_or_default().to_owned(), *ready))
+                })
+            })
+    })
+}
+
+/// The other node's address of core Endpoints, as it stands.
+fn other_address(endpoints: &Value) -> Value {
+    endpoints["subsets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["addresses"].as_array().into_iter().flatten())
+        .find(|a| a["nodeName"] == "edge-2")
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// `object` without `kind` and `apiVersion`, which a list's items do not carry and a watch
+/// event's object does.
+fn content(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Some(map) = object.as_object_mut() {
+        map.remove("kind");
+        map.remove("apiVersion");
+    }
+    object
+}
+
+/// A MODIFIED event of object `name` (of the resource watched) that satisfies `pred`.
+fn modified(name: &'static str, pred: impl Fn(&Value) -> bool) -> impl Fn(&Value) -> bool {
+    move |e: &Value| {
+        e["type"] == "MODIFIED" && e["object"]["metadata"]["name"] == name && pred(&e["object"])
+    }
+}
+
+/// No event but bookmarks for `wait` (the stream must not end either).
+fn stays_quiet(feed: &Feed, wait: Duration) {
+    let until = Instant::now() + wait;
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        match feed.quiet(left) {
+            None => return,
+            Some(Some(e)) if e["type"] == "BOOKMARK" => continue,
+            Some(other) => panic!("the watch did not stay quiet: {other:?}"),
+        }
+    }
+}
+
+/// The status manager's round for pod `name`: its GET (answered from kubelet's cache
+/// offline), then its patch built from what it got, which offline is answered 503.
+fn kubelet_reports(
+    hub: &Hub,
+    client: &KubeletClient<'_>,
+    name: &str,
+    content_type: &str,
+    patch: impl Fn(&Value) -> Vec<u8>,
+) {
+    let got = KubeletClient::node(hub).get_pod(NS, name);
+    assert_eq!(got.status, 200, "{}", got.text());
+    let reply = client.patch_status(NS, name, content_type, &patch(&got.json()));
+    assert_eq!(reply.status, 503, "{}", reply.text());
+}
+
+fn now() -> String {
+    crate::support::rfc3339(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs(),
+    )
+}
+
+#[test]
+fn after_an_offline_reboot_kube_proxys_slice_follows_the_nodes_pods_until_the_cloud_is_back() {
+    let Fixture {
+        cloud,
+        reported,
+        uids,
+        slice: cloud_slice,
+        ..
+    } = fixture();
+    let other = endpoint(&cloud_slice, "web-c").cloned();
+    let dir = TempDir::new("endpoints-overlay-reboot");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+
+    // 1. Online: kubelet reads its pods; kube-proxy lists and watches the slices (from the
+    //    hub's pool cache), which lands in its disk cache.
+    kubelet_reads_its_pods(&hub);
+    let online = list_when_warm(&hub, &format!("{SLICES}?{PROXY_SELECTOR}"), KUBE_PROXY);
+    let online_watch = watch_from(&hub, SLICES, PROXY_SELECTOR, rv_of(&online), KUBE_PROXY);
+    assert!(
+        hub.wait_cached(&[SLICE_FILE], Duration::from_secs(10)),
+        "{}",
+        hub.logs()
+    );
+    hub.wait_cache_quiet();
+    let on_disk = std::fs::read(dir.path().join("cache").join(SLICE_FILE)).expect("cached");
+
+    // 2. The node reboots with the cloud gone.
+    drop(online_watch);
+    let hub = reboot_offline(&cloud, hub);
+
+    // 3. kube-proxy starts: its list (the old IPs, from disk) and its watch from there.
+    let offline = list(&hub, &format!("{SLICES}?{PROXY_SELECTOR}"), KUBE_PROXY);
+    let slice = item(&offline, "web-x");
+    assert_eq!(shown(slice, "web-a").unwrap().0, json!([IP_A]));
+    assert_eq!(rv_of(slice), rv_of(&cloud_slice));
+    let feed = watch_from(&hub, SLICES, PROXY_SELECTOR, rv_of(&offline), KUBE_PROXY);
+
+    // 4. kubelet reports web-a's new IP after the restart of its sandbox: 503, and within
+    //    2 s kube-proxy's watch gets the slice with it, at the cloud's resourceVersion.
+    let kubelet = KubeletClient::node(&hub);
+    let restarted = reported[0].restarted(NEW_IP_A, &now());
+    let sent = Instant::now();
+    kubelet_reports(&hub, &kubelet, "web-a", STRATEGIC, |cached| {
+        restarted_patch(cached, &restarted)
+    });
+    let event = feed.change_until(
+        sent + DELIVERY,
+        &hub,
+        modified("web-x", |s| {
+            shown(s, "web-a").unwrap().0 == json!([NEW_IP_A])
+        }),
+    );
+    let object = &event["object"];
+    assert_eq!(
+        rv_of(object),
+        rv_of(&cloud_slice),
+        "the cloud's resourceVersion"
+    );
+    assert_eq!(
+        shown(object, "web-a"),
+        Some((json!([NEW_IP_A]), json!(true), json!(true)))
+    );
+    assert_eq!(
+        shown(object, "web-b"),
+        Some((json!([IP_B]), json!(true), json!(true)))
+    );
+    assert_eq!(endpoint(object, "web-c").cloned(), other);
+    let fresh = list(&hub, &format!("{SLICES}?{PROXY_SELECTOR}"), KUBE_PROXY);
+    assert_eq!(
+        content(item(&fresh, "web-x")),
+        content(object),
+        "a fresh list agrees"
+    );
+
+    // 5. A merge patch makes web-b unready: neither ready nor serving.
+    let sent = Instant::now();
+    kubelet_reports(&hub, &kubelet, "web-b", MERGE, |cached| {
+        merge_patch(cached, &reported[1].with_ready(false, &now()))
+    });
+    let event = feed.change_until(
+        sent + DELIVERY,
+        &hub,
+        modified("web-x", |s| shown(s, "web-b").unwrap().1 == json!(false)),
+    );
+    let object = &event["object"];
+    assert_eq!(
+        shown(object, "web-b"),
+        Some((json!([IP_B]), json!(false), json!(false)))
+    );
+    assert_eq!(shown(object, "web-a").unwrap().0, json!([NEW_IP_A]));
+    assert_eq!(endpoint(object, "web-c").cloned(), other);
+    assert_eq!(rv_of(object), rv_of(&cloud_slice));
+
+    // 6. The same patch (web-a to yet another IP) from clients that are not the node's
+    //    kubelet: a pod's token with kubelet's User-Agent, and kube-proxy with the node's
+    //    credential. Both 503, nothing changes.
+    let moved = reported[0].restarted("10.244.1.66", &now());
+    kubelet_reports(
+        &hub,
+        &KubeletClient::with_token(&hub, "a-pods-token"),
+        "web-a",
+        STRATEGIC,
+        |cached| restarted_patch(cached, &moved),
+    );
+    kubelet_reports(
+        &hub,
+        &KubeletClient::as_component(&hub, KUBE_PROXY),
+        "web-a",
+        STRATEGIC,
+        |cached| restarted_patch(cached, &moved),
+    );
+    let fresh = list(&hub, &format!("{SLICES}?{PROXY_SELECTOR}"), KUBE_PROXY);
+    assert_eq!(
+        content(item(&fresh, "web-x")),
+        content(object),
+        "a client not kubelet changed the slice"
+    );
+    assert_eq!(
+        hub.metric("tinyhub_endpoints_overlay_captures_total{outcome=\"not_kubelet\"}"),
+        Some(2.0),
+        "both refused writes counted on the metrics page"
+    );
+    stays_quiet(&feed, QUIET);
+
+    // 7. kubelet's final delete of web-b: its endpoint is gone.
+    let sent = Instant::now();
+    let reply = kubelet.delete_pod(NS, "web-b", &uids[1]);
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    let event = feed.change_until(
+        sent + DELIVERY,
+        &hub,
+        modified("web-x", |s| endpoint(s, "web-b").is_none()),
+    );
+    let object = &event["object"];
+    assert_eq!(shown(object, "web-a").unwrap().0, json!([NEW_IP_A]));
+    assert_eq!(endpoint(object, "web-c").cloned(), other);
+    assert_eq!(object["endpoints"].as_array().map(Vec::len), Some(2));
+
+    // 8. The disk cache still holds the cloud's bytes.
+    hub.wait_cache_quiet();
+    let now_on_disk = std::fs::read(dir.path().join("cache").join(SLICE_FILE)).expect("cached");
+    assert_eq!(
+        String::from_utf8_lossy(&now_on_disk),
+        String::from_utf8_lossy(&on_disk),
+        "the disk cache changed"
+    );
+
+    // 9. The cloud is back: the watch gets the cloud's slice (the old IPs, both pods), and a
+    //    new list is the cloud's; kubelet's next patch reaches the cloud.
+    cloud.reset_requests();
+    cloud.restart();
+    let event = feed.change_until(
+        Instant::now() + HEALTH,
+        &hub,
+        modified("web-x", |s| endpoint(s, "web-b").is_some()),
+    );
+    assert_eq!(event["object"]["endpoints"], cloud_slice["endpoints"]);
+    assert!(hub.wait_healthy(&cloud, true, HEALTH), "{}", hub.logs());
+    let back = list_when_warm(&hub, &format!("{SLICES}?{PROXY_SELECTOR}"), KUBE_PROXY);
+    assert_eq!(
+        item(&back, "web-x")["endpoints"],
+        cloud.get("endpointslices", NS, "web-x").unwrap()["endpoints"]
+    );
+    kubelet_reports_online(&hub, &cloud, &restarted);
+}
+
+/// Online again, kubelet's status patch goes to the cloud (nothing captured).
+fn kubelet_reports_online(hub: &Hub, cloud: &Cloud, reported: &Reported) {
+    let kubelet = KubeletClient::node(hub);
+    let got = kubelet.get_pod(NS, "web-a");
+    assert_eq!(got.status, 200, "{}", got.text());
+    let _ = kubelet.patch_status(
+        NS,
+        "web-a",
+        STRATEGIC,
+        &restarted_patch(&got.json(), reported),
+    );
+    assert!(
+        cloud
+            .wait_for_request(
+                |r| r.method == "PATCH" && r.path == "/api/v1/namespaces/app/pods/web-a/status",
+                Duration::from_secs(5)
+            )
+            .is_some(),
+        "{:#?}",
+        cloud.requests()
+    );
+}
+
+#[test]
+fn after_an_offline_reboot_coredns_endpoints_follow_the_nodes_pods_until_the_cloud_is_back() {
+    let Fixture {
+        cloud,
+        reported,
+        uids,
+        endpoints: cloud_endpoints,
+        ..
+    } = fixture();
+    let other = other_address(&cloud_endpoints);
+    let dir = TempDir::new("endpoints-overlay-core");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+
+    kubelet_reads_its_pods(&hub);
+    list(&hub, ENDPOINTS, COREDNS);
+    assert!(
+        hub.wait_cached(&[ENDPOINTS_FILE], Duration::from_secs(10)),
+        "{}",
+        hub.logs()
+    );
+    hub.wait_cache_quiet();
+    let on_disk = std::fs::read(dir.path().join("cache").join(ENDPOINTS_FILE)).expect("cached");
+    let hub = reboot_offline(&cloud, hub);
+
+    // CoreDNS starts offline: its list from disk, its watch from there.
+    let offline = list(&hub, ENDPOINTS, COREDNS);
+    assert_eq!(
+        listed(item(&offline, "web"), "web-a"),
+        Some((IP_A.to_owned(), true))
+    );
+    let feed = watch_from(&hub, ENDPOINTS, "", rv_of(&offline), COREDNS);
+
+    // web-a's new IP, by kubelet's strategic merge patch.
+    let kubelet = KubeletClient::node(&hub);
+    let restarted = reported[0].restarted(NEW_IP_A, &now());
+    let sent = Instant::now();
+    kubelet_reports(&hub, &kubelet, "web-a", STRATEGIC, |cached| {
+        restarted_patch(cached, &restarted)
+    });
+    let event = feed.change_until(
+        sent + DELIVERY,
+        &hub,
+        modified("web", |e| {
+            listed(e, "web-a").is_some_and(|(ip, _)| ip == NEW_IP_A)
+        }),
+    );
+    let object = &event["object"];
+    assert_eq!(listed(object, "web-a"), Some((NEW_IP_A.to_owned(), true)));
+    assert_eq!(listed(object, "web-b"), Some((IP_B.to_owned(), true)));
+    assert_eq!(other_address(object), other);
+    assert_eq!(
+        rv_of(object),
+        rv_of(&cloud_endpoints),
+        "the cloud's resourceVersion"
+    );
+    assert_eq!(
+        content(item(&list(&hub, ENDPOINTS, COREDNS), "web")),
+        content(object)
+    );
+
+    // web-b unready, by a merge patch: it moves to notReadyAddresses.
+    let sent = Instant::now();
+    kubelet_reports(&hub, &kubelet, "web-b", MERGE, |cached| {
+        merge_patch(cached, &reported[1].with_ready(false, &now()))
+    });
+    let event = feed.change_until(
+        sent + DELIVERY,
+        &hub,
+        modified("web", |e| {
+            listed(e, "web-b").is_some_and(|(_, ready)| !ready)
+        }),
+    );
+    let object = &event["object"];
+    assert_eq!(listed(object, "web-b"), Some((IP_B.to_owned(), false)));
+    assert_eq!(listed(object, "web-a"), Some((NEW_IP_A.to_owned(), true)));
+    assert_eq!(other_address(object), other);
+    assert_eq!(
+        content(item(&list(&hub, ENDPOINTS, COREDNS), "web")),
+        content(object)
+    );
+
+    // A pod's token with kubelet's User-Agent changes nothing.
+    kubelet_reports(
+        &hub,
+        &KubeletClient::with_token(&hub, "a-pods-token"),
+        "web-b",
+        MERGE,
+        |cached| merge_patch(cached, &reported[1].with_ready(true, &now())),
+    );
+    assert_eq!(
+        content(item(&list(&hub, ENDPOINTS, COREDNS), "web")),
+        content(object)
+    );
+
+    // kubelet's final delete of web-b: its address is gone.
+    let sent = Instant::now();
+    let reply = kubelet.delete_pod(NS, "web-b", &uids[1]);
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    let event = feed.change_until(
+        sent + DELIVERY,
+        &hub,
+        modified("web", |e| listed(e, "web-b").is_none()),
+    );
+    let object = &event["object"];
+    assert_eq!(listed(object, "web-a"), Some((NEW_IP_A.to_owned(), true)));
+    assert_eq!(other_address(object), other);
+
+    hub.wait_cache_quiet();
+    let now_on_disk = std::fs::read(dir.path().join("cache").join(ENDPOINTS_FILE)).expect("cached");
+    assert_eq!(
+        String::from_utf8_lossy(&now_on_disk),
+        String::from_utf8_lossy(&on_disk),
+        "the disk cache changed"
+    );
+
+    // The cloud is back: its Endpoints again, on the watch and in a new list.
+    cloud.restart();
+    let event = feed.change_until(
+        Instant::now() + HEALTH,
+        &hub,
+        modified("web", |e| listed(e, "web-b").is_some()),
+    );
+    assert_eq!(event["object"]["subsets"], cloud_endpoints["subsets"]);
+    assert!(hub.wait_healthy(&cloud, true, HEALTH), "{}", hub.logs());
+    let back = list(&hub, ENDPOINTS, COREDNS);
+    assert_eq!(item(&back, "web")["subsets"], cloud_endpoints["subsets"]);
+}
+
+#[test]
+fn without_a_reboot_the_pool_caches_watch_gets_the_change_and_then_the_clouds_slice() {
+    let Fixture {
+        cloud,
+        reported,
+        slice: cloud_slice,
+        ..
+    } = fixture();
+    let other = endpoint(&cloud_slice, "web-c").cloned();
+    let dir = TempDir::new("endpoints-overlay-pool");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    kubelet_reads_its_pods(&hub);
+    // kube-proxy's informer, served from the hub's pool cache, opened online.
+    let online = list_when_warm(&hub, &format!("{SLICES}?{PROXY_SELECTOR}"), KUBE_PROXY);
+    let feed = watch_from(&hub, SLICES, PROXY_SELECTOR, rv_of(&online), KUBE_PROXY);
+    assert!(
+        hub.wait_cached(&[SLICE_FILE], Duration::from_secs(10)),
+        "{}",
+        hub.logs()
+    );
+    hub.wait_cache_quiet();
+    let on_disk = std::fs::read(dir.path().join("cache").join(SLICE_FILE)).expect("cached");
+
+    cloud.stop();
+    assert!(hub.wait_healthy(&cloud, false, HEALTH), "{}", hub.logs());
+    let restarted = reported[0].restarted(NEW_IP_A, &now());
+    let sent = Instant::now();
+    kubelet_reports(
+        &hub,
+        &KubeletClient::node(&hub),
+        "web-a",
+        STRATEGIC,
+        |cached| restarted_patch(cached, &restarted),
+    );
+    let event = feed.change_until(
+        sent + DELIVERY,
+        &hub,
+        modified("web-x", |s| {
+            shown(s, "web-a").unwrap().0 == json!([NEW_IP_A])
+        }),
+    );
+    let object = &event["object"];
+    assert_eq!(
+        rv_of(object),
+        rv_of(&cloud_slice),
+        "the cloud's resourceVersion"
+    );
+    assert_eq!(shown(object, "web-b").unwrap().0, json!([IP_B]));
+    assert_eq!(endpoint(object, "web-c").cloned(), other);
+    let fresh = list(&hub, &format!("{SLICES}?{PROXY_SELECTOR}"), KUBE_PROXY);
+    assert_eq!(
+        content(item(&fresh, "web-x")),
+        content(object),
+        "a fresh list agrees"
+    );
+    hub.wait_cache_quiet();
+    assert_eq!(
+        std::fs::read(dir.path().join("cache").join(SLICE_FILE)).expect("cached"),
+        on_disk,
+        "the disk cache changed"
+    );
+
+    // The cloud is back: the cloud's slice on the same stream at its resourceVersion, then
+    // the cloud's own next change at a new one.
+    cloud.restart();
+    let event = feed.change_until(
+        Instant::now() + HEALTH,
+        &hub,
+        modified("web-x", |s| shown(s, "web-a").unwrap().0 == json!([IP_A])),
+    );
+    assert_eq!(event["object"]["endpoints"], cloud_slice["endpoints"]);
+    assert_eq!(rv_of(&event["object"]), rv_of(&cloud_slice));
+    assert!(hub.wait_healthy(&cloud, true, HEALTH), "{}", hub.logs());
+    let changed = cloud.patch(
+        "endpointslices",
+        NS,
+        "web-x",
+        json!({"metadata": {"labels": {"v": "2"}}}),
+    );
+    let event = feed.change_until(
+        Instant::now() + HEALTH,
+        &hub,
+        modified("web-x", |s| s["metadata"]["labels"]["v"] == "2"),
+    );
+    assert_eq!(rv_of(&event["object"]), rv_of(&changed));
+    assert_eq!(event["object"]["endpoints"], cloud_slice["endpoints"]);
+}
+
+#[test]
+fn with_the_overlay_turned_off_kubelets_patch_changes_nothing() {
+    let Fixture {
+        cloud,
+        reported,
+        slice: cloud_slice,
+        ..
+    } = fixture();
+    let dir = TempDir::new("endpoints-overlay-off");
+    let spec = HubSpec::for_cloud(&cloud, dir.path()).with(&["--offline-endpoints-overlay=false"]);
+    let hub = Hub::start(&spec);
+    kubelet_reads_its_pods(&hub);
+    list_when_warm(&hub, &format!("{SLICES}?{PROXY_SELECTOR}"), KUBE_PROXY);
+    assert!(
+        hub.wait_cached(&[SLICE_FILE], Duration::from_secs(10)),
+        "{}",
+        hub.logs()
+    );
+    let hub = reboot_offline(&cloud, hub);
+    let restarted = reported[0].restarted(NEW_IP_A, &now());
+    kubelet_reports(
+        &hub,
+        &KubeletClient::node(&hub),
+        "web-a",
+        STRATEGIC,
+        |cached| restarted_patch(cached, &restarted),
+    );
+    // The capture, had there been one, is done before the 503: a list now would show it.
+    let offline = list(&hub, &format!("{SLICES}?{PROXY_SELECTOR}"), KUBE_PROXY);
+    assert_eq!(
+        item(&offline, "web-x")["endpoints"],
+        cloud_slice["endpoints"]
+    );
+}
+
+#[test]
+fn after_an_offline_reboot_v1beta1_slices_and_endpoints_without_a_target_are_rewritten_too() {
+    let Fixture {
+        cloud, reported, ..
+    } = fixture();
+    // Slices a controller other than the EndpointSlice controller keeps, with no targetRef:
+    // an endpoint is this node's pod's by the node's name and the pod's IP before, within
+    // the slice's own namespace.
+    let manual = |ns: &str, name: &str, node: &str| {
+        json!({
+            "metadata": {"name": name, "namespace": ns,
+                         "labels": {"kubernetes.io/service-name": "web-manual"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [IP_A], "conditions": {"ready": true},
+                           "nodeName": node}],
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        })
+    };
+    cloud.create("endpointslices", manual(NS, "web-manual", NODE));
+    cloud.create(
+        "endpointslices",
+        manual(NS, "web-manual-elsewhere", "edge-2"),
+    );
+    cloud.create("endpointslices", manual("other", "web-manual", NODE));
+    let dir = TempDir::new("endpoints-overlay-v1beta1");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    kubelet_reads_its_pods(&hub);
+    let online = list(&hub, SLICES_V1BETA1, KUBE_PROXY);
+    let cloud_beta = item(&online, "web-x").clone();
+    assert_eq!(
+        endpoint(&cloud_beta, "web-a").unwrap()["topology"]["kubernetes.io/hostname"],
+        NODE,
+        "v1beta1 names the node in its topology"
+    );
+    assert!(
+        hub.wait_cached(
+            &["kube-proxy/endpointslices.v1beta1.discovery.k8s.io/app/web-x"],
+            Duration::from_secs(10)
+        ),
+        "{}",
+        hub.logs()
+    );
+    let hub = reboot_offline(&cloud, hub);
+    let restarted = reported[0].restarted(NEW_IP_A, &now());
+    kubelet_reports(
+        &hub,
+        &KubeletClient::node(&hub),
+        "web-a",
+        STRATEGIC,
+        |cached| restarted_patch(cached, &restarted),
+    );
+    let offline = list(&hub, SLICES_V1BETA1, KUBE_PROXY);
+    let slice = item(&offline, "web-x");
+    assert_eq!(
+        endpoint(slice, "web-a").unwrap()["addresses"],
+        json!([NEW_IP_A])
+    );
+    assert_eq!(endpoint(slice, "web-b"), endpoint(&cloud_beta, "web-b"));
+    assert_eq!(endpoint(slice, "web-c"), endpoint(&cloud_beta, "web-c"));
+    assert_eq!(rv_of(slice), rv_of(&cloud_beta));
+    // Without a targetRef: this node's endpoint at the pod's old IP in the pod's namespace
+    // follows it; one on another node, or in another namespace, does not.
+    let addresses = |ns: &str, name: &str| {
+        offline["items"]
+            .as_array()
+            .and_then(|items| {
+                items
+                    .iter()
+                    .find(|i| i["metadata"]["namespace"] == ns && i["metadata"]["name"] == name)
+            })
+            .map(|i| i["endpoints"][0]["addresses"].clone())
+            .unwrap_or_else(|| panic!("no {ns}/{name} in {offline}"))
+    };
+    assert_eq!(addresses(NS, "web-manual"), json!([NEW_IP_A]));
+    assert_eq!(addresses(NS, "web-manual-elsewhere"), json!([IP_A]));
+    assert_eq!(addresses("other", "web-manual"), json!([IP_A]));
+}
