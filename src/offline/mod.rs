@@ -297,7 +297,7 @@ impl Offline {
     /// Holds a watch of EndpointSlices or Endpoints as [`Offline::hold`] does, and sends
     /// the overlay's changes on it: at its start and at each tick where the overlay moved, a
     /// MODIFIED (at the object's own cloud resourceVersion) of each stored object in its
-    /// scope whose bytes differ from what the client was last sent ([`WatchView::pass`]).
+    /// scope whose bytes differ from what the client was last sent ([`OverlayWatch::pass`]).
     /// When the cloud is back, a last pass over the dropped overlay gives back the cloud's
     /// object of every one sent rewritten, before the end.
     fn hold_overlaid(&self, ex: Exchange<'_>, scope: &WatchScope<'_>, kind: EndpointKind) -> u16 {
