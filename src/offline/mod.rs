@@ -30,11 +30,9 @@
 mod capture;
 mod grants;
 mod list;
-mod passes;
 
 pub(crate) use grants::scope_of;
 pub(crate) use list::kubelet_pods;
-pub(crate) use passes::OverlayWatch;
 mod token;
 
 use std::io::Read;
@@ -48,12 +46,13 @@ use crate::cache::object::starts_object;
 use crate::cache::store::{Store, StoreError};
 use crate::health::Backends;
 use crate::names;
-use crate::overlay::{EndpointKind, Overlay, Snapshot};
+use crate::overlay::{EndpointKind, Overlay, Snapshot, WatchView};
 use crate::request::{self, ApiRequest, DiscoveryForm, ResourcePath, Target};
 use crate::route::{Local, Route, document_file};
 use crate::selector::Selectors;
-use crate::server::{Exchange, Length};
+use crate::server::{BodyWriter, Exchange, Length};
 use crate::status::Status;
+use crate::watchcache::push_event_line;
 use grants::Allowed;
 
 /// How often a held watch checks for the cloud and shutdown (a vanished client is noticed at
@@ -297,60 +296,25 @@ impl Offline {
     /// Holds a watch of EndpointSlices or Endpoints as [`Offline::hold`] does, and sends
     /// the overlay's changes on it: at its start and at each tick where the overlay moved, a
     /// MODIFIED (at the object's own cloud resourceVersion) of each stored object in its
-    /// scope whose bytes differ from what the client was last sent ([`OverlayWatch::pass`]).
-    /// When the cloud is back, a last pass over the dropped overlay gives back the cloud's
-    /// object of every one sent rewritten, before the end.
+    /// scope whose bytes differ from what the client was last sent ([`WatchView::pass`]).
+    /// When the cloud is back, the tick's snapshot is the dropped overlay: its pass gives back
+    /// the cloud's object of every one sent rewritten, before the end.
     fn hold_overlaid(&self, ex: Exchange<'_>, scope: &WatchScope<'_>, kind: EndpointKind) -> u16 {
-        let Ok(mut writer) = ex.start(
-            200,
-            &[("Content-Type", "application/json")],
-            Length::Streamed,
-        ) else {
-            return 200;
+        let mut view = WatchView::new(kind);
+        let mut tick = |writer: &mut BodyWriter<'_>, recoveries: u64| {
+            let snapshot = self.overlay.snapshot(recoveries);
+            !view.pass_due(&snapshot) || self.pass(writer, scope, &mut view, &snapshot)
         };
-        let hold = scope
-            .req
-            .query
-            .timeout_seconds
-            .map(Duration::from_secs)
-            .unwrap_or_else(random_watch_duration);
-        let started = Instant::now();
-        // As `hold`: a server usable after the hold began, or already, ends it.
-        let recoveries = self.backends.recoveries();
-        let usable_already = self.backends.any_healthy();
-        let mut view = OverlayWatch::new(kind);
-        let ended_cleanly = loop {
-            let left = hold.saturating_sub(started.elapsed());
-            if left.is_zero() || self.shutdown.load(Ordering::Relaxed) {
-                break true;
-            }
-            let now = self.backends.recoveries();
-            // With the cloud back, this snapshot is the dropped overlay: the pass gives back
-            // the cloud's objects.
-            let snapshot = self.overlay.snapshot(now);
-            if view.pass_wanted(&snapshot) && !self.pass(&mut writer, scope, &mut view, &snapshot) {
-                break false;
-            }
-            if usable_already || now != recoveries {
-                break true;
-            }
-            if writer.client_gone(left.min(WATCH_TICK)) {
-                break false;
-            }
-        };
-        if ended_cleanly {
-            let _ = writer.finish();
-        }
-        200
+        self.hold_with(ex, scope.req, Duration::ZERO, &mut tick)
     }
 
     /// One pass of `view` over the stored objects of `scope`: the MODIFIED events it calls
     /// for, written at once; false when the client is gone.
     fn pass(
         &self,
-        writer: &mut crate::server::BodyWriter<'_>,
+        writer: &mut BodyWriter<'_>,
         scope: &WatchScope<'_>,
-        view: &mut OverlayWatch,
+        view: &mut WatchView,
         snapshot: &Snapshot,
     ) -> bool {
         let objects =
@@ -361,9 +325,7 @@ impl Offline {
         }
         let mut lines = Vec::new();
         for object in &changed {
-            lines.extend_from_slice(b"{\"type\":\"MODIFIED\",\"object\":");
-            lines.extend_from_slice(object);
-            lines.extend_from_slice(b"}\n");
+            push_event_line(&mut lines, "MODIFIED", object);
         }
         writer.write(&lines).is_ok()
     }
@@ -373,6 +335,19 @@ impl Offline {
     /// already — but not before `at_least` (a client that watches again at once must not
     /// spin). kubelet's lease watches are held so online and offline (YurtHub's local watch).
     pub(crate) fn hold(&self, ex: Exchange<'_>, req: &ApiRequest, at_least: Duration) -> u16 {
+        self.hold_with(ex, req, at_least, &mut |_, _| true)
+    }
+
+    /// [`Offline::hold`], calling `tick` with the writer and the cloud's recoveries at the
+    /// start and every [`WATCH_TICK`], before the hold may end; `tick` says false when the
+    /// client is gone.
+    fn hold_with(
+        &self,
+        ex: Exchange<'_>,
+        req: &ApiRequest,
+        at_least: Duration,
+        tick: &mut dyn FnMut(&mut BodyWriter<'_>, u64) -> bool,
+    ) -> u16 {
         let Ok(mut writer) = ex.start(
             200,
             &[("Content-Type", "application/json")],
@@ -397,7 +372,11 @@ impl Offline {
             if left.is_zero() || self.shutdown.load(Ordering::Relaxed) {
                 break true;
             }
-            let cloud_back = usable_already || self.backends.recoveries() != recoveries;
+            let now = self.backends.recoveries();
+            if !tick(&mut writer, now) {
+                break false;
+            }
+            let cloud_back = usable_already || now != recoveries;
             if cloud_back && started.elapsed() >= at_least {
                 // End now so the client re-lists and re-watches through the cloud.
                 break true;

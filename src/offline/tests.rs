@@ -136,9 +136,9 @@ fn a_held_slice_watch_passes_the_overlay_and_gives_the_clouds_slice_back() {
     .unwrap();
     let path = req.resource().unwrap();
     let everything = Selectors::everything();
-    let pass = |view: &mut OverlayWatch| -> Option<Vec<Vec<u8>>> {
+    let pass = |view: &mut WatchView| -> Option<Vec<Vec<u8>>> {
         let snapshot = offline.overlay.snapshot(offline.backends.recoveries());
-        if !view.pass_wanted(&snapshot) {
+        if !view.pass_due(&snapshot) {
             return None;
         }
         let objects = offline.watched_objects(&req, path, &slices, &everything);
@@ -146,7 +146,7 @@ fn a_held_slice_watch_passes_the_overlay_and_gives_the_clouds_slice_back() {
         Some(sent.into_iter().map(|o| o.into_owned()).collect())
     };
 
-    let mut view = OverlayWatch::new(EndpointKind::Slice);
+    let mut view = WatchView::new(EndpointKind::Slice);
     assert_eq!(
         pass(&mut view),
         None,

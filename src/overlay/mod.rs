@@ -565,7 +565,7 @@ impl Snapshot {
     }
 
     /// Whether any key may still be `reverted`.
-    fn reverting(&self) -> bool {
+    pub(crate) fn reverting(&self) -> bool {
         !self.reverted.is_empty()
     }
 }

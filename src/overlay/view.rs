@@ -63,7 +63,7 @@ impl WatchView {
         deleted: bool,
         object: &'b [u8],
     ) -> Cow<'b, [u8]> {
-        if self.sent.is_empty() && (deleted || !snapshot.active()) {
+        if deleted && self.sent.is_empty() || self.passes_through(snapshot) {
             return Cow::Borrowed(object);
         }
         if deleted {
@@ -92,10 +92,25 @@ impl WatchView {
         }
     }
 
-    /// Whether a pass is due: the snapshot's generation is not the one last passed (a new
-    /// view's first pass is always due).
+    /// Whether every object goes out as it is: the overlay holds no pod and the client holds
+    /// nothing sent rewritten (online, and offline until kubelet reports a pod). The caller
+    /// may then skip [`WatchView::outgoing`] altogether.
+    pub(crate) fn passes_through(&self, snapshot: &Snapshot) -> bool {
+        self.sent.is_empty() && !snapshot.active()
+    }
+
+    /// Whether to read the watch's objects for a pass now: the overlay moved since the last
+    /// pass, and a pass can send something — the overlay holds pods, the client holds an
+    /// object sent rewritten, or it is the view's first pass while keys are `reverted` (an
+    /// outage ended lately). Never at generation 0 (the overlay never held a pod in this
+    /// process): a watch of EndpointSlices does not copy its scope at each start for nothing.
     pub(crate) fn pass_due(&self, snapshot: &Snapshot) -> bool {
-        self.passed != Some(snapshot.generation())
+        let generation = snapshot.generation();
+        generation != 0
+            && self.passed != Some(generation)
+            && (snapshot.active()
+                || !self.sent.is_empty()
+                || (self.passed.is_none() && snapshot.reverting()))
     }
 
     /// Passes over the watch's objects now (in its scope, as the cloud sent them, when the

@@ -39,9 +39,9 @@
 //!
 //! - **The endpoints overlay** (issue 30): EndpointSlices go out rewritten to this node's
 //!   pods as kubelet reports them offline, per local client, before its filters: a list's
-//!   items, each watch event's object ([`OverlayWatch::outgoing`]), and at an idle tick where
+//!   items, each watch event's object ([`WatchView::outgoing`]), and at an idle tick where
 //!   the overlay moved (or the first), a MODIFIED of each object in the watch's scope whose
-//!   bytes differ from what the client was last sent ([`OverlayWatch::pass`]; after the drop,
+//!   bytes differ from what the client was last sent ([`WatchView::pass`]; after the drop,
 //!   the cloud's object again). The cache's objects and history stay the cloud's; rewritten
 //!   bytes never reach the disk cache (a list with one goes untee'd, a rewritten event or a
 //!   pass is written with the tee not copying: `Tee::set_copying`), and the multiplexer's
@@ -63,8 +63,7 @@ use crate::cache::decode::BodyShape;
 use crate::cache::writer::Session;
 use crate::filters::body::{BodyFilter, StageTime};
 use crate::filters::{Chain, Filters};
-use crate::offline::OverlayWatch;
-use crate::overlay::{EndpointKind, Overlay, Snapshot};
+use crate::overlay::{EndpointKind, Overlay, Snapshot, WatchView};
 use crate::request::{ApiRequest, Query, Verb};
 use crate::route;
 use crate::selector::Selectors;
@@ -73,7 +72,7 @@ use crate::status::Status;
 use crate::stream::{FilterStage, Sink, SinkWrite, Stop, Tee, ToClient, Uncached};
 use crate::watchcache::{
     EventType, ListRequest, WATCH_SECONDS, WatchCache, WatchEvent, WatchNext, Watcher,
-    error_event_line,
+    error_event_line, push_event_line,
 };
 
 /// How long a watch waits for events before it looks whether its client hung up.
@@ -134,7 +133,7 @@ pub(crate) fn answer(
             let rv = req.query.resource_version.as_deref();
             let overlay = overlaid.map(|(overlaid, kind)| WatchOverlay {
                 overlaid,
-                view: OverlayWatch::new(kind),
+                view: WatchView::new(kind),
                 namespace,
                 selectors: selectors.clone(),
             });
@@ -236,7 +235,7 @@ struct WatchHow<'s> {
 /// A watch's endpoints overlay: its view, and its scope for the passes.
 struct WatchOverlay<'o> {
     overlaid: &'o Overlaid<'o>,
-    view: OverlayWatch,
+    view: WatchView,
     namespace: Option<&'o str>,
     selectors: Selectors,
 }
@@ -271,28 +270,34 @@ fn stream_watch(
         }
         batch.clear();
         match watcher.next(left.min(WATCH_TICK)) {
-            Ok(WatchNext::Events(events)) => match overlay.as_mut() {
-                Some(overlay) => {
-                    let snapshot = overlay.overlaid.snapshot();
-                    let written =
-                        overlaid_lines(&events, cache, overlay, &snapshot, &mut batch, out.0);
-                    if let Err(e) = written {
-                        log::debug!("a pool-cache watch client went away: {e:?}");
-                        break false;
+            Ok(WatchNext::Events(events)) => {
+                let overlaid = overlay
+                    .as_mut()
+                    .map(|o| (o.overlaid.snapshot(), o))
+                    // Online, and offline until kubelet reports a pod, events go as they are.
+                    .filter(|(snapshot, o)| !o.view.passes_through(snapshot));
+                match overlaid {
+                    Some((snapshot, overlay)) => {
+                        let written =
+                            overlaid_lines(&events, cache, overlay, &snapshot, &mut batch, out.0);
+                        if let Err(e) = written {
+                            log::debug!("a pool-cache watch client went away: {e:?}");
+                            break false;
+                        }
+                    }
+                    None => {
+                        for event in &events {
+                            // Writing to a Vec cannot fail.
+                            let _ = event.write_line(&mut batch, cache);
+                        }
                     }
                 }
-                None => {
-                    for event in &events {
-                        // Writing to a Vec cannot fail.
-                        let _ = event.write_line(&mut batch, cache);
-                    }
-                }
-            },
+            }
             Ok(WatchNext::Idle) => {
                 // The client has every event: the objects in its scope are what it holds.
                 if let Some(overlay) = overlay.as_mut() {
                     let snapshot = overlay.overlaid.snapshot();
-                    if overlay.view.pass_wanted(&snapshot) {
+                    if overlay.view.pass_due(&snapshot) {
                         let lines = pass_lines(cache, overlay, &snapshot);
                         if !lines.is_empty()
                             && let Err(e) = write_uncopied(out.0, &lines)
@@ -362,7 +367,7 @@ fn overlaid_lines(
         let _ = object.write_typed(&mut object_bytes, cache.resource(), *rv);
         let deleted = *kind == EventType::Deleted;
         match overlay.view.outgoing(snapshot, deleted, &object_bytes) {
-            Cow::Borrowed(bytes) => push_line(batch, kind.as_str(), bytes),
+            Cow::Borrowed(bytes) => push_event_line(batch, kind.as_str(), bytes),
             Cow::Owned(rewritten) => {
                 // (An empty write would end the chunked answer.)
                 if !batch.is_empty() {
@@ -370,7 +375,7 @@ fn overlaid_lines(
                     batch.clear();
                 }
                 let mut line = Vec::with_capacity(rewritten.len() + 40);
-                push_line(&mut line, kind.as_str(), &rewritten);
+                push_event_line(&mut line, kind.as_str(), &rewritten);
                 write_uncopied(sink, &line)?;
             }
         }
@@ -387,7 +392,7 @@ fn pass_lines(cache: &WatchCache, overlay: &mut WatchOverlay<'_>, snapshot: &Sna
         .pass(snapshot, objects.iter().map(Vec::as_slice));
     let mut lines = Vec::new();
     for object in &changed {
-        push_line(&mut lines, EventType::Modified.as_str(), object);
+        push_event_line(&mut lines, EventType::Modified.as_str(), object);
     }
     lines
 }
@@ -419,15 +424,6 @@ fn scope_objects(
         }
     }
     objects
-}
-
-/// Appends `{"type":<kind>,"object":<object>}` and a newline, as `WatchEvent::write_line`.
-fn push_line(out: &mut Vec<u8>, kind: &str, object: &[u8]) {
-    out.extend_from_slice(b"{\"type\":\"");
-    out.extend_from_slice(kind.as_bytes());
-    out.extend_from_slice(b"\",\"object\":");
-    out.extend_from_slice(object);
-    out.extend_from_slice(b"}\n");
 }
 
 /// Writes whole event lines to the client only: the tee does not copy them to the disk

@@ -72,7 +72,7 @@ pub(crate) use list::ListRequest;
 pub(crate) use object::{Object, ObjectError, parse_rv};
 pub(crate) use pool::{PoolCaches, Unserved, WATCH_SECONDS};
 pub(crate) use resource::Resource;
-pub(crate) use watch::{WatchEvent, WatchNext, Watcher, error_event_line};
+pub(crate) use watch::{WatchEvent, WatchNext, Watcher, error_event_line, push_event_line};
 
 use crate::lock;
 use crate::selector::Selectors;

@@ -79,10 +79,19 @@ impl WatchEvent {
 /// `{"type":"ERROR","object":<Status>}` and a newline: how the apiserver ends a watch it
 /// cannot serve after the 200 (a 410 for a resourceVersion too old).
 pub(crate) fn error_event_line(status: &Status) -> Vec<u8> {
-    let mut line = b"{\"type\":\"ERROR\",\"object\":".to_vec();
-    line.extend_from_slice(&status.to_json());
-    line.extend_from_slice(b"}\n");
+    let mut line = Vec::new();
+    push_event_line(&mut line, "ERROR", &status.to_json());
     line
+}
+
+/// Appends `{"type":<kind>,"object":<object>}` and a newline: one watch event's line, as
+/// [`WatchEvent::write_line`] writes it, of an object already in its JSON form.
+pub(crate) fn push_event_line(out: &mut Vec<u8>, kind: &str, object: &[u8]) {
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+    out.extend_from_slice(object);
+    out.extend_from_slice(b"}\n");
 }
 
 /// What [`Watcher::next`] found.
