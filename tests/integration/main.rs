@@ -19,6 +19,7 @@ mod cross;
 mod discovery;
 mod dummy_if;
 mod endpoints_overlay;
+mod exec;
 mod fairness;
 mod faults;
 mod filter_metrics;

@@ -26,6 +26,8 @@ mod http1;
 mod kinds;
 mod leases;
 mod observe;
+mod portforward;
+mod remotecommand;
 mod render;
 mod respond;
 mod selector;
@@ -33,6 +35,7 @@ mod server;
 mod status;
 mod store;
 mod tokens;
+mod websocket;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, TcpListener, TcpStream};
