@@ -65,6 +65,14 @@ fn connection(inst: &Arc<Instance>, stream: TcpStream) {
                 break;
             }
         };
+        if req
+            .header("Connection")
+            .to_ascii_lowercase()
+            .contains("upgrade")
+        {
+            interim_upgrade(inst, &req, &mut r, &mut w);
+            break;
+        }
         let keep = req.keep_alive();
         let Ok(out) = stream.try_clone() else { break };
         let writer = Box::new(BufWriter::with_capacity(16 * 1024, out));
@@ -74,6 +82,41 @@ fn connection(inst: &Arc<Instance>, stream: TcpStream) {
     }
     let _ = stream.shutdown(std::net::Shutdown::Both);
     inst.front.release_view(&remote);
+}
+
+/// Records an upgrade request and serves it with the streaming protocols. Interim, with no
+/// authentication: the upgrade dispatch (`upgrade.rs`) replaces it.
+fn interim_upgrade(
+    inst: &Instance,
+    req: &Request,
+    r: &mut BufReader<TcpStream>,
+    w: &mut TcpStream,
+) {
+    let (path, query) = req.url.split_once('?').unwrap_or((&req.url, ""));
+    let header = |n: &str| req.header(n).to_string();
+    if lock(&inst.knobs).record {
+        inst.recorder.push(RecordedRequest {
+            seq: 0,
+            method: req.method.clone(),
+            path: path.to_string(),
+            query: query.to_string(),
+            user_agent: header("User-Agent"),
+            accept: header("Accept"),
+            accept_encoding: header("Accept-Encoding"),
+            content_type: header("Content-Type"),
+            bearer_token: header("Authorization")
+                .strip_prefix("Bearer ")
+                .map(str::to_string),
+            client_cert_cn: None,
+            identity: None,
+            status: None,
+            body: String::new(),
+            headers: req.headers.clone(),
+        });
+    }
+    let served = super::remotecommand::serve(req, r, w)
+        .and_then(|done| Ok(done || super::portforward::serve(req, r, w)?));
+    log::trace!("cloud: upgrade {}: {served:?}", req.url);
 }
 
 /// Decoded query parameters.
