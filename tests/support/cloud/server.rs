@@ -107,7 +107,10 @@ fn interim_upgrade(
             bearer_token: header("Authorization")
                 .strip_prefix("Bearer ")
                 .map(str::to_string),
-            client_cert_cn: None,
+            client_cert_cn: inst
+                .front
+                .view(&req.remote)
+                .and_then(|v| Some(v.subject?.cn)),
             identity: None,
             status: None,
             body: String::new(),
