@@ -4,7 +4,8 @@
 //! the node on the plain port and as a pod with its token on the HTTPS port.
 //!
 //! kubectl 1.32 speaks WebSocket by default; `KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false` and
-//! `KUBECTL_PORT_FORWARD_WEBSOCKETS=false` make it speak SPDY, as kubectl before 1.30 did.
+//! `KUBECTL_PORT_FORWARD_WEBSOCKETS=false` make it speak SPDY, as kubectl did before 1.30
+//! (exec) and 1.31 (port-forward), and as it does when the WebSocket upgrade is refused.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -24,12 +25,11 @@ const PORT_FORWARD_SPDY: (&str, &str) = ("KUBECTL_PORT_FORWARD_WEBSOCKETS", "fal
 
 /// Pod `default/web-1` on `edge-1`, running (kubectl checks the phase first).
 fn running_pod(cloud: &Cloud) {
-    let pod = cloud.create(
+    let mut pod = cloud.create(
         "pods",
         json!({"metadata": {"name": "web-1", "namespace": "default"},
                "spec": {"nodeName": "edge-1", "containers": [{"name": "c", "image": "nginx"}]}}),
     );
-    let mut pod = pod;
     pod["status"] = json!({"phase": "Running"});
     cloud.update_status("pods", pod);
 }

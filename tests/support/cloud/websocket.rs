@@ -44,15 +44,11 @@ pub(super) fn accept<'a>(
         bad_request(w, "missing Sec-WebSocket-Key")?;
         return Ok(None);
     }
-    let digest = ring::digest::digest(
-        &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
-        format!("{key}{ACCEPT_GUID}").as_bytes(),
-    );
     write!(
         w,
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Accept: {}\r\nSec-WebSocket-Protocol: {protocol}\r\n\r\n",
-        base64_encode(digest.as_ref())
+        accept_key(key)
     )?;
     w.flush()?;
     Ok(Some(WebSocket {
@@ -64,6 +60,15 @@ pub(super) fn accept<'a>(
         sent_close: false,
         got_close: false,
     }))
+}
+
+/// `Sec-WebSocket-Accept` for the client's `Sec-WebSocket-Key` (RFC 6455 §4.2.2).
+fn accept_key(key: &str) -> String {
+    let digest = ring::digest::digest(
+        &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
+        format!("{key}{ACCEPT_GUID}").as_bytes(),
+    );
+    base64_encode(digest.as_ref())
 }
 
 /// The values of header `name` over all its lines, comma-separated lists split.
@@ -229,5 +234,19 @@ impl Write for WebSocket<'_> {
 
     fn flush(&mut self) -> io::Result<()> {
         self.w.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_accept_key_is_the_rfc_example() {
+        // RFC 6455 §1.3.
+        assert_eq!(
+            accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
     }
 }
