@@ -72,19 +72,20 @@ fn payload() -> Vec<u8> {
     (0..100_000u32).map(|i| (i % 251) as u8).collect()
 }
 
-/// Runs `kubectl exec -i web-1 -- cat` with the payload on stdin: its stdout, once it
-/// succeeded within 60 s.
-fn exec_cat(cmd: Command) -> Vec<u8> {
+/// Runs `kubectl exec -i web-1 -- cat` with `input` on stdin (no `-i` for `None`): its
+/// stdout, once it succeeded within 60 s.
+fn exec_cat(cmd: Command, input: Option<Vec<u8>>) -> Vec<u8> {
     let mut cmd = cmd;
+    let interactive = if input.is_some() { "-i" } else { "-i=false" };
     let mut child = cmd
-        .args(["exec", "-i", "web-1", "-n", "default", "--", "cat"])
+        .args(["exec", interactive, "web-1", "-n", "default", "--", "cat"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("kubectl is installed (Debian package kubectl; .ci/run installs it)");
     let mut stdin = child.stdin.take().unwrap();
-    let writer = thread::spawn(move || stdin.write_all(&payload()));
+    let writer = thread::spawn(move || stdin.write_all(&input.unwrap_or_default()));
     let out = reader(child.stdout.take().unwrap());
     let err = reader(child.stderr.take().unwrap());
     let status = wait(&mut child, Duration::from_secs(60));
@@ -176,7 +177,7 @@ impl Drop for PortForward {
 fn assert_streams_round_trip(cloud: &Cloud, kubeconfig: &Path, dir: &Path) -> Vec<RecordedRequest> {
     for env in [&[][..], &[EXEC_SPDY]] {
         assert!(
-            exec_cat(kubectl(kubeconfig, dir, env)) == payload(),
+            exec_cat(kubectl(kubeconfig, dir, env), Some(payload())) == payload(),
             "exec {env:?}"
         );
     }
@@ -207,6 +208,11 @@ fn the_stand_in_answers_kubectl_exec_and_port_forward() {
     cloud.add_token("admin-token", "kubernetes-admin");
     let kubeconfig = cloud.write_kubeconfig(dir.path(), Auth::Token("admin-token".into()));
     assert_streams_round_trip(&cloud, &kubeconfig, dir.path());
+    // With no stdin, its `cat` ends at once.
+    for env in [&[][..], &[EXEC_SPDY]] {
+        let out = exec_cat(kubectl(&kubeconfig, dir.path(), env), None);
+        assert!(out.is_empty(), "exec with no stdin {env:?}");
+    }
 }
 
 #[test]
