@@ -31,11 +31,11 @@ const PING: u16 = 6;
 const GOAWAY: u16 = 7;
 const FLAG_FIN: u8 = 1;
 
-/// Serves `req` when it asks to port-forward (a `…/portforward` path) and returns true;
-/// false (nothing written) for any other request.
+/// Serves `req` when it asks to port-forward (a `…/portforward` path, a WebSocket or SPDY
+/// upgrade) and returns true; false (nothing written) for any other request.
 pub(super) fn serve(req: &Request, r: &mut dyn Read, w: &mut dyn Write) -> io::Result<bool> {
     let path = req.url.split('?').next().unwrap_or("");
-    if !path.ends_with("/portforward") {
+    if !path.ends_with("/portforward") || !websocket::is_streaming_upgrade(req) {
         return Ok(false);
     }
     if websocket::is_websocket(req) {
@@ -63,7 +63,7 @@ pub(super) fn switch_to_spdy(
     let offered = websocket::offered(req, "X-Stream-Protocol-Version");
     let chosen = offered.iter().find(|p| supported.contains(&p.as_str()));
     match chosen {
-        Some(p) if req.header("Upgrade").eq_ignore_ascii_case("SPDY/3.1") => {
+        Some(p) => {
             write!(
                 w,
                 "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\
@@ -72,8 +72,8 @@ pub(super) fn switch_to_spdy(
             w.flush()?;
             Ok(true)
         }
-        _ => {
-            websocket::bad_request(w, "unsupported upgrade or stream protocol")?;
+        None => {
+            websocket::bad_request(w, "no stream protocol the server supports")?;
             Ok(false)
         }
     }

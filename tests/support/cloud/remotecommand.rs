@@ -27,11 +27,12 @@ const CLOSE: u8 = 255;
 /// The `Status` of a command that exited 0, as the kubelet writes it on the error channel.
 const SUCCESS: &[u8] = br#"{"metadata":{},"status":"Success"}"#;
 
-/// Serves `req` when it asks to exec or attach (an `…/exec` or `…/attach` path) and returns
-/// true; false (nothing written) for any other request.
+/// Serves `req` when it asks to exec or attach (an `…/exec` or `…/attach` path, a WebSocket
+/// or SPDY upgrade) and returns true; false (nothing written) for any other request.
 pub(super) fn serve(req: &Request, r: &mut dyn Read, w: &mut dyn Write) -> io::Result<bool> {
     let (path, query) = req.url.split_once('?').unwrap_or((&req.url, ""));
-    if !(path.ends_with("/exec") || path.ends_with("/attach")) {
+    let exec = path.ends_with("/exec") || path.ends_with("/attach");
+    if !exec || !websocket::is_streaming_upgrade(req) {
         return Ok(false);
     }
     let query = parse_query(query);

@@ -25,6 +25,12 @@ pub(super) fn is_websocket(req: &Request) -> bool {
     req.header("Upgrade").eq_ignore_ascii_case("websocket")
 }
 
+/// Whether `req` asks for one of the two upgrades kubectl's streaming requests use:
+/// WebSocket, or SPDY/3.1.
+pub(super) fn is_streaming_upgrade(req: &Request) -> bool {
+    is_websocket(req) || req.header("Upgrade").eq_ignore_ascii_case("SPDY/3.1")
+}
+
 /// Answers the handshake of `req`: a 101 naming the first protocol of the client's offer
 /// (`Sec-WebSocket-Protocol`, as the apiserver picks) that `supported` lists, and the
 /// WebSocket on `(r, w)`; or a 400 and `None` when there is no key or no such protocol.
@@ -82,13 +88,19 @@ pub(super) fn offered(req: &Request, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// A plain-text 400 that closes the connection.
+/// A 400 with a `Status` body, as the apiserver refuses an upgrade it cannot serve; it
+/// closes the connection.
 pub(super) fn bad_request(w: &mut dyn Write, why: &str) -> io::Result<()> {
+    let body = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": why, "reason": "BadRequest", "code": 400,
+    })
+    .to_string();
     write!(
         w,
-        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{why}",
-        why.len()
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
     )?;
     w.flush()
 }
