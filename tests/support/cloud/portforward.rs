@@ -43,13 +43,9 @@ pub(super) fn serve(req: &Request, r: &mut dyn Read, w: &mut dyn Write) -> io::R
             echo(&mut ws)?;
             ws.close()?;
         }
-        return Ok(true);
+    } else if switch_to_spdy(req, &[PORTFORWARD_V1], w)? {
+        echo(&mut Plain { r, w })?;
     }
-    if !switch_to_spdy(req, &[PORTFORWARD_V1], w)? {
-        return Ok(true);
-    }
-    let mut conn = Plain { r, w };
-    echo(&mut conn)?;
     Ok(true)
 }
 

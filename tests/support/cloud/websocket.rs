@@ -60,7 +60,6 @@ pub(super) fn accept<'a>(
     Ok(Some(WebSocket {
         r,
         w,
-        protocol: protocol.clone(),
         unread: Vec::new(),
         pos: 0,
         sent_close: false,
@@ -109,8 +108,6 @@ pub(super) fn bad_request(w: &mut dyn Write, why: &str) -> io::Result<()> {
 pub(super) struct WebSocket<'a> {
     r: &'a mut dyn Read,
     w: &'a mut dyn Write,
-    /// The subprotocol the handshake chose.
-    pub protocol: String,
     /// The message [`Read`] is part-way through, and how far.
     unread: Vec<u8>,
     pos: usize,
@@ -147,7 +144,7 @@ impl WebSocket<'_> {
             };
             let len = usize::try_from(len)
                 .ok()
-                .filter(|&n| message.len() + n <= MAX_MESSAGE)
+                .filter(|&n| n <= MAX_MESSAGE - message.len())
                 .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "message too large"))?;
             let mut payload = vec![0u8; len];
             self.r.read_exact(&mut payload)?;
