@@ -131,9 +131,10 @@ impl PortForward {
         let mut child = cmd
             .args(["port-forward", "-n", "default", "pod/web-1", ":8080"])
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("kubectl is installed");
+        let err = reader(child.stderr.take().unwrap());
         // "Forwarding from 127.0.0.1:<port> -> 8080" once it listens.
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let port = lines
@@ -144,7 +145,8 @@ impl PortForward {
             })
             .unwrap_or_else(|| {
                 let _ = child.kill();
-                panic!("kubectl port-forward did not listen")
+                let err = err.join().unwrap_or_default();
+                panic!("kubectl port-forward: {}", String::from_utf8_lossy(&err))
             });
         // It says "Handling connection for 8080" on each one: keep its stdout open.
         thread::spawn(move || lines.for_each(drop));
