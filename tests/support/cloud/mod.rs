@@ -16,7 +16,8 @@
 //! `leases.rs` Leases' PUT rules and the lease fault switches;
 //! `observe.rs` the request log; `fixtures.rs` the objects OpenYurt's filters read and bulk
 //! Services/EndpointSlices; `csr.rs` the certificate controllers, bootstrap tokens and
-//! `cluster-info`.
+//! `cluster-info`; `websocket.rs`, `remotecommand.rs`, `portforward.rs` kubectl's exec and
+//! port-forward after an upgrade (WebSocket, SPDY).
 
 mod convert;
 mod csr;
