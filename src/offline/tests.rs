@@ -105,6 +105,7 @@ pub(super) fn status_patch(uid: &str, old: &str, new: &str) -> Vec<u8> {
 fn a_held_slice_watch_passes_the_overlay_and_gives_the_clouds_slice_back() {
     use crate::overlay::{Capture, Captured, PodWrite};
     use crate::request::classify;
+    use std::borrow::Cow;
 
     let dir = Scratch::new("overlay-pass");
     let offline = offline_in(&dir);
@@ -137,13 +138,16 @@ fn a_held_slice_watch_passes_the_overlay_and_gives_the_clouds_slice_back() {
     let path = req.resource().unwrap();
     let everything = Selectors::everything();
     let pass = |view: &mut WatchView| -> Option<Vec<Vec<u8>>> {
-        let snapshot = offline.overlay.snapshot(offline.backends.recoveries());
+        let snapshot = offline.overlay.snapshot(offline.cloud());
         if !view.pass_due(&snapshot) {
             return None;
         }
+        let Some(mut pass) = view.pass(&snapshot) else {
+            return Some(Vec::new());
+        };
         let objects = offline.watched_objects(&req, path, &slices, &everything);
-        let sent = view.pass(&snapshot, objects.iter().map(Vec::as_slice));
-        Some(sent.into_iter().map(|o| o.into_owned()).collect())
+        let sent = objects.filter_map(|object| pass.object(&object).map(Cow::into_owned));
+        Some(sent.collect())
     };
 
     let mut view = WatchView::new(EndpointKind::Slice);
@@ -165,7 +169,7 @@ fn a_held_slice_watch_passes_the_overlay_and_gives_the_clouds_slice_back() {
             },
             cached_pod: Some(&cached),
         },
-        offline.backends.recoveries(),
+        offline.cloud(),
     );
     assert_eq!(captured, Captured::Applied { changed: true });
 

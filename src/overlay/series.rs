@@ -22,7 +22,7 @@ pub(super) struct Series {
 }
 
 /// The `outcome` labels of `tinyhub_endpoints_overlay_captures_total`.
-const OUTCOMES: [&str; 7] = [
+const OUTCOMES: [&str; 8] = [
     "applied",
     "unchanged",
     "not_kubelet",
@@ -30,6 +30,7 @@ const OUTCOMES: [&str; 7] = [
     "not_this_pod",
     "unreadable",
     "disabled",
+    "online",
 ];
 
 /// The kinds in label order.
@@ -53,6 +54,7 @@ impl Series {
                 AtomicU64::new(0),
                 AtomicU64::new(0),
                 AtomicU64::new(0),
+                AtomicU64::new(0),
             ],
         }
     }
@@ -67,6 +69,7 @@ impl Series {
             Captured::Ignored(Ignored::NotThisPod) => 4,
             Captured::Ignored(Ignored::Unreadable(_)) => 5,
             Captured::Ignored(Ignored::Disabled) => 6,
+            Captured::Ignored(Ignored::Online) => 7,
         };
         self.captures[i].fetch_add(1, Ordering::Relaxed);
     }

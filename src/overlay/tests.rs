@@ -86,7 +86,7 @@ fn patch<'a>(content_type: &'a str, body: &'a [u8]) -> PodWrite<'a> {
 fn web_a_moved(overlay: &Overlay, r: u64) -> Captured {
     let cached = pod("web-a", "ua", "10.244.1.10");
     let body = kubelet_patch("ua", &["10.244.1.10"], &["10.244.1.20"], true);
-    overlay.capture(capture("web-a", &cached, patch(SMP, &body)), r)
+    overlay.capture(capture("web-a", &cached, patch(SMP, &body)), CloudState::down(r))
 }
 
 fn endpoint(ip: &str, node: &str, pod: &str, uid: &str, ready: bool) -> Value {
@@ -164,12 +164,12 @@ fn endpoint_of<'v>(slice: &'v Value, name: &str) -> Option<&'v Value> {
 #[test]
 fn kubelets_patch_moves_the_pods_endpoint_and_nothing_else() {
     let (overlay, series) = overlay();
-    assert!(!overlay.snapshot(0).active());
+    assert!(!overlay.snapshot(CloudState::down(0)).active());
     assert_eq!(
         web_a_moved(&overlay, 0),
         Captured::Applied { changed: true }
     );
-    let snapshot = overlay.snapshot(0);
+    let snapshot = overlay.snapshot(CloudState::down(0));
     assert!(snapshot.active());
     let base = slice();
     let out = parse(&snapshot.rewrite(EndpointKind::Slice, &base).unwrap());
@@ -188,11 +188,11 @@ fn a_ready_flip_marks_the_endpoint_not_ready_and_keeps_terminating() {
     let (overlay, _) = overlay();
     let cached = pod("web-b", "ub", "10.244.1.11");
     let body = kubelet_patch("ub", &["10.244.1.11"], &["10.244.1.11"], false);
-    let got = overlay.capture(capture("web-b", &cached, patch(SMP, &body)), 0);
+    let got = overlay.capture(capture("web-b", &cached, patch(SMP, &body)), CloudState::down(0));
     assert_eq!(got, Captured::Applied { changed: true });
     let out = parse(
         &overlay
-            .snapshot(0)
+            .snapshot(CloudState::down(0))
             .rewrite(EndpointKind::Slice, &slice())
             .unwrap(),
     );
@@ -218,9 +218,9 @@ fn dual_stack_pods_give_each_slice_its_family() {
         &["10.244.1.20", "fd00::20"],
         true,
     );
-    let got = overlay.capture(capture("web-a", &cached, patch(SMP, &body)), 0);
+    let got = overlay.capture(capture("web-a", &cached, patch(SMP, &body)), CloudState::down(0));
     assert_eq!(got, Captured::Applied { changed: true });
-    let snapshot = overlay.snapshot(0);
+    let snapshot = overlay.snapshot(CloudState::down(0));
     let v6 = slice_of(
         "IPv6",
         vec![endpoint("fd00::10", NODE, "web-a", "ua", true)],
@@ -242,7 +242,7 @@ fn an_ipv6_slice_of_an_ipv4_only_pod_keeps_its_address_not_ready() {
     );
     let out = parse(
         &overlay
-            .snapshot(0)
+            .snapshot(CloudState::down(0))
             .rewrite(EndpointKind::Slice, &v6)
             .unwrap(),
     );
@@ -256,12 +256,12 @@ fn a_null_in_a_strategic_patch_deletes_the_field() {
     let (overlay, _) = overlay();
     let cached = pod("web-a", "ua", "10.244.1.10");
     let body = br#"{"status":{"podIP":null,"podIPs":null}}"#;
-    let got = overlay.capture(capture("web-a", &cached, patch(SMP, body)), 0);
+    let got = overlay.capture(capture("web-a", &cached, patch(SMP, body)), CloudState::down(0));
     assert_eq!(got, Captured::Applied { changed: true });
     // No IP of the slice's family any more: the address stays, not ready.
     let out = parse(
         &overlay
-            .snapshot(0)
+            .snapshot(CloudState::down(0))
             .rewrite(EndpointKind::Slice, &slice())
             .unwrap(),
     );
@@ -282,12 +282,12 @@ fn a_merge_patch_replaces_lists_whole() {
             &cached,
             patch("application/merge-patch+json; charset=utf-8", body),
         ),
-        0,
+        CloudState::down(0),
     );
     assert_eq!(got, Captured::Applied { changed: true });
     let out = parse(
         &overlay
-            .snapshot(0)
+            .snapshot(CloudState::down(0))
             .rewrite(EndpointKind::Slice, &slice())
             .unwrap(),
     );
@@ -301,11 +301,11 @@ fn a_put_replaces_the_status() {
     let (overlay, _) = overlay();
     let cached = pod("web-a", "ua", "10.244.1.10");
     let put = pod("web-a", "ua", "10.244.1.40");
-    let got = overlay.capture(capture("web-a", &cached, PodWrite::Put { body: &put }), 0);
+    let got = overlay.capture(capture("web-a", &cached, PodWrite::Put { body: &put }), CloudState::down(0));
     assert_eq!(got, Captured::Applied { changed: true });
     let out = parse(
         &overlay
-            .snapshot(0)
+            .snapshot(CloudState::down(0))
             .rewrite(EndpointKind::Slice, &slice())
             .unwrap(),
     );
@@ -324,11 +324,11 @@ fn each_patch_applies_to_the_cached_pod_not_to_the_last_patch() {
     let cached = pod("web-a", "ua", "10.244.1.10");
     let body =
         br#"{"metadata":{"uid":"ua"},"status":{"conditions":[{"type":"Ready","status":"False"}]}}"#;
-    let got = overlay.capture(capture("web-a", &cached, patch(SMP, body)), 0);
+    let got = overlay.capture(capture("web-a", &cached, patch(SMP, body)), CloudState::down(0));
     assert_eq!(got, Captured::Applied { changed: true });
     let out = parse(
         &overlay
-            .snapshot(0)
+            .snapshot(CloudState::down(0))
             .rewrite(EndpointKind::Slice, &slice())
             .unwrap(),
     );
@@ -341,24 +341,24 @@ fn each_patch_applies_to_the_cached_pod_not_to_the_last_patch() {
 fn a_repeated_patch_changes_nothing_and_keeps_the_generation() {
     let (overlay, series) = overlay();
     web_a_moved(&overlay, 0);
-    let generation = overlay.snapshot(0).generation();
+    let generation = overlay.snapshot(CloudState::down(0)).generation();
     assert_eq!(
         web_a_moved(&overlay, 0),
         Captured::Applied { changed: false }
     );
-    assert_eq!(overlay.snapshot(0).generation(), generation);
+    assert_eq!(overlay.snapshot(CloudState::down(0)).generation(), generation);
     assert_eq!(series.captures_of("unchanged"), 1);
 }
 
 #[test]
 fn a_first_patch_that_changes_nothing_still_overlays_the_pod() {
     let (overlay, _) = overlay();
-    let before = overlay.snapshot(0).generation();
+    let before = overlay.snapshot(CloudState::down(0)).generation();
     let cached = pod("web-a", "ua", "10.244.1.10");
     let body = kubelet_patch("ua", &["10.244.1.10"], &["10.244.1.10"], true);
-    let got = overlay.capture(capture("web-a", &cached, patch(SMP, &body)), 0);
+    let got = overlay.capture(capture("web-a", &cached, patch(SMP, &body)), CloudState::down(0));
     assert_eq!(got, Captured::Applied { changed: false });
-    let snapshot = overlay.snapshot(0);
+    let snapshot = overlay.snapshot(CloudState::down(0));
     assert!(snapshot.active());
     // The cloud's slice may lag behind its pod: a pass is due.
     assert_ne!(snapshot.generation(), before);
@@ -372,20 +372,20 @@ fn writes_for_another_pod_or_node_or_without_a_cached_pod_are_ignored() {
     let cached = pod("web-a", "ua", "10.244.1.10");
     // A patch of a re-created pod of the same name.
     let body = kubelet_patch("other", &["10.244.1.10"], &["10.244.1.20"], true);
-    let got = overlay.capture(capture("web-a", &cached, patch(SMP, &body)), 0);
+    let got = overlay.capture(capture("web-a", &cached, patch(SMP, &body)), CloudState::down(0));
     assert_eq!(got, Captured::Ignored(Ignored::NotThisPod));
     // A pod of another node.
     let elsewhere = pod_on("web-c", "uc", "n2", &["10.244.2.7"]);
     let body = kubelet_patch("uc", &["10.244.2.7"], &["10.244.2.8"], true);
-    let got = overlay.capture(capture("web-c", &elsewhere, patch(SMP, &body)), 0);
+    let got = overlay.capture(capture("web-c", &elsewhere, patch(SMP, &body)), CloudState::down(0));
     assert_eq!(got, Captured::Ignored(Ignored::NotThisPod));
     // No cached pod.
     let body = kubelet_patch("ua", &["10.244.1.10"], &["10.244.1.20"], true);
     let mut c = capture("web-a", &cached, patch(SMP, &body));
     c.cached_pod = None;
-    assert_eq!(overlay.capture(c, 0), Captured::Ignored(Ignored::NotCached));
-    assert!(!overlay.snapshot(0).active());
-    assert_eq!(overlay.snapshot(0).generation(), 0);
+    assert_eq!(overlay.capture(c, CloudState::down(0)), Captured::Ignored(Ignored::NotCached));
+    assert!(!overlay.snapshot(CloudState::down(0)).active());
+    assert_eq!(overlay.snapshot(CloudState::down(0)).generation(), 0);
     assert_eq!(series.captures_of("not_this_pod"), 2);
     assert_eq!(series.captures_of("not_cached"), 1);
 }
@@ -403,13 +403,13 @@ fn bodies_it_cannot_read_are_ignored() {
         patch(MERGE, b"[1]"),
         PodWrite::Put { body: b"null" },
     ] {
-        let got = overlay.capture(capture("web-a", &cached, write), 0);
+        let got = overlay.capture(capture("web-a", &cached, write), CloudState::down(0));
         assert!(
             matches!(got, Captured::Ignored(Ignored::Unreadable(_))),
             "{write:?}: {got:?}"
         );
     }
-    assert!(!overlay.snapshot(0).active());
+    assert!(!overlay.snapshot(CloudState::down(0)).active());
     assert_eq!(series.captures_of("unreadable"), 6);
 }
 
@@ -421,10 +421,10 @@ fn a_client_that_is_not_the_nodes_kubelet_changes_nothing() {
     let mut c = capture("web-a", &cached, patch(SMP, &body));
     c.by_node_kubelet = false;
     assert_eq!(
-        overlay.capture(c, 0),
+        overlay.capture(c, CloudState::down(0)),
         Captured::Ignored(Ignored::NotKubelet)
     );
-    let snapshot = overlay.snapshot(0);
+    let snapshot = overlay.snapshot(CloudState::down(0));
     assert!(!snapshot.active());
     assert_eq!(snapshot.generation(), 0);
     assert_eq!(snapshot.rewrite(EndpointKind::Slice, &slice()), None);
@@ -433,8 +433,8 @@ fn a_client_that_is_not_the_nodes_kubelet_changes_nothing() {
     let off = Overlay::with_series(NODE, false, series);
     assert!(!off.enabled());
     c.by_node_kubelet = true;
-    assert_eq!(off.capture(c, 0), Captured::Ignored(Ignored::Disabled));
-    assert!(!off.snapshot(0).active());
+    assert_eq!(off.capture(c, CloudState::down(0)), Captured::Ignored(Ignored::Disabled));
+    assert!(!off.snapshot(CloudState::down(0)).active());
     assert_eq!(series.captures_of("disabled"), 1);
 }
 
@@ -450,7 +450,7 @@ fn a_v1beta1_slice_matches_by_topology_hostname() {
             "targetRef": {"kind": "Pod", "namespace": "default", "name": "web-a", "uid": "ua"}
         })
     };
-    let snapshot = overlay.snapshot(0);
+    let snapshot = overlay.snapshot(CloudState::down(0));
     let ours = slice_of("IPv4", vec![beta(NODE)]);
     let out = parse(&snapshot.rewrite(EndpointKind::Slice, &ours).unwrap());
     assert_eq!(out["endpoints"][0]["addresses"], json!(["10.244.1.20"]));
@@ -472,7 +472,7 @@ fn a_v1beta1_slice_matches_by_topology_hostname() {
 fn an_endpoint_without_target_ref_matches_by_node_and_old_ip_in_its_namespace() {
     let (overlay, _) = overlay();
     web_a_moved(&overlay, 0);
-    let snapshot = overlay.snapshot(0);
+    let snapshot = overlay.snapshot(CloudState::down(0));
     let bare = |node: &str| json!({"addresses": ["10.244.1.10"], "conditions": {"ready": true}, "nodeName": node});
     let ours = slice_of("IPv4", vec![bare(NODE), bare("n2")]);
     let out = parse(&snapshot.rewrite(EndpointKind::Slice, &ours).unwrap());
@@ -492,11 +492,11 @@ fn endpoints_addresses_move_between_ready_and_not_ready() {
     web_a_moved(&overlay, 0);
     let cached = pod("web-b", "ub", "10.244.1.11");
     let body = kubelet_patch("ub", &["10.244.1.11"], &["10.244.1.21"], false);
-    overlay.capture(capture("web-b", &cached, patch(SMP, &body)), 0);
+    overlay.capture(capture("web-b", &cached, patch(SMP, &body)), CloudState::down(0));
     let base = endpoints();
     let out = parse(
         &overlay
-            .snapshot(0)
+            .snapshot(CloudState::down(0))
             .rewrite(EndpointKind::Endpoints, &base)
             .unwrap(),
     );
@@ -515,14 +515,14 @@ fn endpoints_addresses_move_between_ready_and_not_ready() {
     assert_eq!(series.served(EndpointKind::Endpoints).0, 1);
     // Ready again: back among the addresses.
     let body = kubelet_patch("ub", &["10.244.1.11"], &["10.244.1.21"], true);
-    overlay.capture(capture("web-b", &cached, patch(SMP, &body)), 0);
+    overlay.capture(capture("web-b", &cached, patch(SMP, &body)), CloudState::down(0));
     let not_ready = endpoints_object(json!([{
         "notReadyAddresses": [address("10.244.1.11", NODE, "web-b", "ub")],
         "ports": [{"port": 80}]
     }]));
     let out = parse(
         &overlay
-            .snapshot(0)
+            .snapshot(CloudState::down(0))
             .rewrite(EndpointKind::Endpoints, &not_ready)
             .unwrap(),
     );
@@ -536,9 +536,9 @@ fn endpoints_addresses_move_between_ready_and_not_ready() {
 fn a_pod_kubelet_deleted_loses_its_endpoints() {
     let (overlay, _) = overlay();
     let cached = pod("web-b", "ub", "10.244.1.11");
-    let got = overlay.capture(capture("web-b", &cached, PodWrite::Delete), 0);
+    let got = overlay.capture(capture("web-b", &cached, PodWrite::Delete), CloudState::down(0));
     assert_eq!(got, Captured::Applied { changed: true });
-    let snapshot = overlay.snapshot(0);
+    let snapshot = overlay.snapshot(CloudState::down(0));
     let out = parse(&snapshot.rewrite(EndpointKind::Slice, &slice()).unwrap());
     assert!(endpoint_of(&out, "web-b").is_none());
     assert_eq!(out["endpoints"].as_array().unwrap().len(), 2);
@@ -569,10 +569,10 @@ fn a_pod_kubelet_deleted_loses_its_endpoints() {
     assert!(out.get("subsets").is_none(), "{out}");
     // A late status of the deleted pod does not bring it back.
     let body = kubelet_patch("ub", &["10.244.1.11"], &["10.244.1.11"], true);
-    overlay.capture(capture("web-b", &cached, patch(SMP, &body)), 0);
+    overlay.capture(capture("web-b", &cached, patch(SMP, &body)), CloudState::down(0));
     let out = parse(
         &overlay
-            .snapshot(0)
+            .snapshot(CloudState::down(0))
             .rewrite(EndpointKind::Slice, &slice())
             .unwrap(),
     );
@@ -584,9 +584,9 @@ fn a_finished_pod_is_not_ready() {
     let (overlay, _) = overlay();
     let cached = pod("web-a", "ua", "10.244.1.10");
     let body = br#"{"metadata":{"uid":"ua"},"status":{"phase":"Failed"}}"#;
-    let got = overlay.capture(capture("web-a", &cached, patch(SMP, body)), 0);
+    let got = overlay.capture(capture("web-a", &cached, patch(SMP, body)), CloudState::down(0));
     assert_eq!(got, Captured::Applied { changed: true });
-    let snapshot = overlay.snapshot(0);
+    let snapshot = overlay.snapshot(CloudState::down(0));
     let out = parse(&snapshot.rewrite(EndpointKind::Slice, &slice()).unwrap());
     let a = endpoint_of(&out, "web-a").unwrap();
     assert_eq!(a["conditions"]["ready"], false);
@@ -606,12 +606,12 @@ fn a_finished_pod_is_not_ready() {
 fn the_cloud_back_drops_the_overlay_and_remembers_what_it_rewrote() {
     let (overlay, series) = overlay();
     web_a_moved(&overlay, 3);
-    let during = overlay.snapshot(3);
+    let during = overlay.snapshot(CloudState::down(3));
     assert!(during.active());
     assert!(during.rewrite(EndpointKind::Slice, &slice()).is_some());
     // Still the same outage: the same snapshot, no drop.
-    assert!(Arc::ptr_eq(&during, &overlay.snapshot(3)));
-    let after = overlay.snapshot(4);
+    assert!(Arc::ptr_eq(&during, &overlay.snapshot(CloudState::down(3))));
+    let after = overlay.snapshot(CloudState::down(4));
     assert!(!after.active());
     assert!(after.generation() > during.generation());
     assert_eq!(after.rewrite(EndpointKind::Slice, &slice()), None);
@@ -621,11 +621,11 @@ fn the_cloud_back_drops_the_overlay_and_remembers_what_it_rewrote() {
     let later = Instant::now() + Duration::from_secs(16 * 60);
     assert!(!after.reverted_at(EndpointKind::Slice, "default", "web-x", later));
     // The same count again is no new drop.
-    assert_eq!(overlay.snapshot(4).generation(), after.generation());
+    assert_eq!(overlay.snapshot(CloudState::down(4)).generation(), after.generation());
     // A next outage starts a new overlay.
     web_a_moved(&overlay, 4);
-    assert!(overlay.snapshot(4).active());
-    assert!(!overlay.snapshot(5).active());
+    assert!(overlay.snapshot(CloudState::down(4)).active());
+    assert!(!overlay.snapshot(CloudState::down(5)).active());
     let _ = series;
 }
 
@@ -634,8 +634,20 @@ fn moved(overlay: &Overlay, b_ready: bool) -> Arc<Snapshot> {
     web_a_moved(overlay, 0);
     let cached = pod("web-b", "ub", "10.244.1.11");
     let body = kubelet_patch("ub", &["10.244.1.11"], &["10.244.1.11"], b_ready);
-    overlay.capture(capture("web-b", &cached, patch(SMP, &body)), 0);
-    overlay.snapshot(0)
+    overlay.capture(capture("web-b", &cached, patch(SMP, &body)), CloudState::down(0));
+    overlay.snapshot(CloudState::down(0))
+}
+
+/// A whole pass of `view` over `objects`: what it sends, in order.
+fn pass_all<'o>(
+    view: &mut WatchView,
+    snapshot: &Snapshot,
+    objects: impl Iterator<Item = &'o [u8]>,
+) -> Vec<Cow<'o, [u8]>> {
+    let Some(mut pass) = view.pass(snapshot) else {
+        return Vec::new();
+    };
+    objects.filter_map(|object| pass.object(object)).collect()
 }
 
 /// Another slice, of a Service with no pod of this node.
@@ -652,7 +664,7 @@ fn other_slice() -> Vec<u8> {
 fn a_view_sends_nothing_while_there_is_nothing_to_send() {
     let (overlay, _) = overlay();
     let mut view = WatchView::new(EndpointKind::Slice);
-    let snapshot = overlay.snapshot(0);
+    let snapshot = overlay.snapshot(CloudState::down(0));
     let base = slice();
     assert!(matches!(
         view.outgoing(&snapshot, false, &base),
@@ -660,7 +672,7 @@ fn a_view_sends_nothing_while_there_is_nothing_to_send() {
     ));
     // Generation 0: the overlay never held a pod, so the watch's objects are not read.
     assert!(!view.pass_due(&snapshot));
-    assert!(view.pass(&snapshot, [&base[..]].into_iter()).is_empty());
+    assert!(pass_all(&mut view, &snapshot, [&base[..]].into_iter()).is_empty());
     assert!(!view.pass_due(&snapshot));
 }
 
@@ -683,33 +695,33 @@ fn a_view_sends_each_change_once() {
     // The first pass: the client holds both as they are now.
     assert!(view.pass_due(&snapshot));
     assert!(
-        view.pass(&snapshot, [&base[..], &other[..]].into_iter())
+        pass_all(&mut view, &snapshot, [&base[..], &other[..]].into_iter())
             .is_empty()
     );
     assert!(!view.pass_due(&snapshot));
     assert!(
-        view.pass(&snapshot, [&base[..], &other[..]].into_iter())
+        pass_all(&mut view, &snapshot, [&base[..], &other[..]].into_iter())
             .is_empty()
     );
     // web-b turns unready: exactly the slice goes out again.
     let changed = moved(&overlay, false);
     assert!(view.pass_due(&changed));
-    let out = view.pass(&changed, [&base[..], &other[..]].into_iter());
+    let out = pass_all(&mut view, &changed, [&base[..], &other[..]].into_iter());
     assert_eq!(out.len(), 1);
     let b = endpoint_of(&parse(&out[0]), "web-b").unwrap().clone();
     assert_eq!(b["conditions"]["ready"], false);
     assert!(
-        view.pass(&changed, [&base[..], &other[..]].into_iter())
+        pass_all(&mut view, &changed, [&base[..], &other[..]].into_iter())
             .is_empty()
     );
     assert_eq!(series.served(EndpointKind::Slice).1, 1);
     // The cloud is back: the cloud's bytes go out, once.
-    let dropped = overlay.snapshot(1);
+    let dropped = overlay.snapshot(CloudState::down(1));
     assert!(view.pass_due(&dropped));
-    let out = view.pass(&dropped, [&base[..], &other[..]].into_iter());
+    let out = pass_all(&mut view, &dropped, [&base[..], &other[..]].into_iter());
     assert_eq!(out, vec![Cow::Borrowed(&base[..])]);
     assert!(
-        view.pass(&dropped, [&base[..], &other[..]].into_iter())
+        pass_all(&mut view, &dropped, [&base[..], &other[..]].into_iter())
             .is_empty()
     );
     assert_eq!(
@@ -728,26 +740,26 @@ fn a_view_forgets_what_was_deleted_or_sent_as_the_clouds() {
         view.outgoing(&snapshot, false, &base),
         Cow::Owned(_)
     ));
-    view.pass(&snapshot, std::iter::empty());
+    pass_all(&mut view, &snapshot, std::iter::empty());
     // DELETED: the client holds nothing, so the drop sends nothing back.
     assert_eq!(
         view.outgoing(&snapshot, true, &base),
         Cow::Borrowed(&base[..])
     );
-    let dropped = overlay.snapshot(1);
-    assert!(view.pass(&dropped, [&base[..]].into_iter()).is_empty());
+    let dropped = overlay.snapshot(CloudState::down(1));
+    assert!(pass_all(&mut view, &dropped, [&base[..]].into_iter()).is_empty());
     // A view that was sent the cloud's object after the drop holds the cloud's bytes.
     let (overlay, _) = self::overlay();
     let snapshot = moved(&overlay, true);
     let mut view = WatchView::new(EndpointKind::Slice);
     view.outgoing(&snapshot, false, &base);
-    view.pass(&snapshot, std::iter::empty());
-    let dropped = overlay.snapshot(1);
+    pass_all(&mut view, &snapshot, std::iter::empty());
+    let dropped = overlay.snapshot(CloudState::down(1));
     assert_eq!(
         view.outgoing(&dropped, false, &base),
         Cow::Borrowed(&base[..])
     );
-    assert!(view.pass(&dropped, [&base[..]].into_iter()).is_empty());
+    assert!(pass_all(&mut view, &dropped, [&base[..]].into_iter()).is_empty());
 }
 
 #[test]
@@ -757,24 +769,24 @@ fn a_new_view_first_sends_the_current_overlay_and_the_reverted_objects() {
     let (base, other) = (slice(), other_slice());
     // A watch that starts during the outage: its first pass sends the rewritten slice.
     let mut view = WatchView::new(EndpointKind::Slice);
-    let out = view.pass(&snapshot, [&base[..], &other[..]].into_iter());
+    let out = pass_all(&mut view, &snapshot, [&base[..], &other[..]].into_iter());
     assert_eq!(out.len(), 1);
     assert_eq!(
         endpoint_of(&parse(&out[0]), "web-a").unwrap()["addresses"],
         json!(["10.244.1.20"])
     );
     // A watch that starts after the drop (a re-watch across it): the cloud's slice once.
-    let dropped = overlay.snapshot(1);
+    let dropped = overlay.snapshot(CloudState::down(1));
     let mut view = WatchView::new(EndpointKind::Slice);
-    let out = view.pass(&dropped, [&base[..], &other[..]].into_iter());
+    let out = pass_all(&mut view, &dropped, [&base[..], &other[..]].into_iter());
     assert_eq!(out, vec![Cow::Borrowed(&base[..])]);
     assert!(
-        view.pass(&dropped, [&base[..], &other[..]].into_iter())
+        pass_all(&mut view, &dropped, [&base[..], &other[..]].into_iter())
             .is_empty()
     );
     // A view of Endpoints reverts no slice.
     let mut view = WatchView::new(EndpointKind::Endpoints);
-    assert!(view.pass(&dropped, [&base[..]].into_iter()).is_empty());
+    assert!(pass_all(&mut view, &dropped, [&base[..]].into_iter()).is_empty());
 }
 
 #[test]
@@ -807,7 +819,7 @@ fn a_terminating_endpoint_stays_not_ready_but_serves() {
     ending["conditions"] = json!({"ready": false, "serving": false, "terminating": true});
     let out = parse(
         &overlay
-            .snapshot(0)
+            .snapshot(CloudState::down(0))
             .rewrite(EndpointKind::Slice, &slice_of("IPv4", vec![ending]))
             .unwrap(),
     );
@@ -821,7 +833,7 @@ fn a_terminating_endpoint_stays_not_ready_but_serves() {
 fn odd_shapes_are_left_alone() {
     let (overlay, _) = overlay();
     web_a_moved(&overlay, 0);
-    let snapshot = overlay.snapshot(0);
+    let snapshot = overlay.snapshot(CloudState::down(0));
     for odd in [
         json!({"metadata": {"namespace": "default"}, "addressType": "IPv4", "endpoints": "web-a"}),
         json!({"metadata": {"namespace": "default"}, "addressType": "IPv4",

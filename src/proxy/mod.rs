@@ -334,10 +334,9 @@ impl Hub {
                             let shutdown = || self.shutdown.load(Ordering::Relaxed);
                             let session = self.pool_session(req);
                             let filters = self.filters.as_ref();
-                            let recoveries = || self.cloud.recoveries();
-                            let overlaid = pool_local::Overlaid {
+                            let overlaid = pool_local::LocalOverlay {
                                 overlay: &self.overlay,
-                                recoveries: &recoveries,
+                                cloud: self.cloud.as_ref(),
                             };
                             let overlaid = Some(&overlaid);
                             pool_local::answer(

@@ -37,19 +37,25 @@
 //!   chunk, ends at `timeoutSeconds` (else a random 300–600 s), and notices a client that
 //!   hung up within a second while idle (a busy one by its failed writes).
 //!
-//! - **The endpoints overlay** (issue 30): EndpointSlices go out rewritten to this node's
-//!   pods as kubelet reports them offline, per local client, before its filters: a list's
-//!   items, each watch event's object ([`WatchView::outgoing`]), and at an idle tick where
-//!   the overlay moved (or the first), a MODIFIED of each object in the watch's scope whose
-//!   bytes differ from what the client was last sent ([`WatchView::pass`]; after the drop,
-//!   the cloud's object again). The cache's objects and history stay the cloud's; rewritten
-//!   bytes never reach the disk cache (a list with one goes untee'd, a rewritten event or a
-//!   pass is written with the tee not copying: `Tee::set_copying`), and the multiplexer's
-//!   followers never get the overlay.
+//! - **The endpoints overlay** (issue 30, [`LocalOverlay`]): EndpointSlices and Endpoints
+//!   go out rewritten to this node's pods as kubelet reports them offline, per local
+//!   client, before its filters: a list's items, each watch event's object
+//!   ([`WatchView::outgoing`]), and at an idle tick where the overlay moved (or the first),
+//!   a MODIFIED of each object in the watch's scope whose bytes differ from what the client
+//!   was last sent ([`WatchView::pass`]; after the drop, the cloud's object again). A pass
+//!   reads the cache as it is at that idle tick, not as the client holds it: an event that
+//!   arrives meanwhile can go out twice (its object in the pass, then the event itself), or
+//!   a pass can modify an object whose ADDED is still to come; client-go's informers take
+//!   both. The cache's objects and history stay the cloud's; rewritten bytes never reach
+//!   the disk cache: a list with one goes untee'd, a rewritten event goes to the client
+//!   only and the cloud's line of it to the disk cache's session only, and a pass goes to
+//!   the client only ([`TeeMode`]). The multiplexer's followers never get the overlay.
 //!
 //! Memory: one `Vec` of object handles per list page (a pointer and a length per object)
 //! and one batch buffer per watch (its events' bytes, at most [`BATCH_KEEP`] kept between
-//! batches: a leader serves a watch per follower); the objects themselves are shared.
+//! batches: a leader serves a watch per follower); the objects themselves are shared. A
+//! pass holds the scope's handles and one object's bytes at a time, and writes its events
+//! in batches of about [`PASS_FLUSH`].
 
 use std::borrow::Cow;
 use std::io::Write;
@@ -63,13 +69,14 @@ use crate::cache::decode::BodyShape;
 use crate::cache::writer::Session;
 use crate::filters::body::{BodyFilter, StageTime};
 use crate::filters::{Chain, Filters};
-use crate::overlay::{EndpointKind, Overlay, Snapshot, WatchView};
+use crate::overlay::{CloudState, EndpointKind, Overlay, Snapshot, WatchView};
 use crate::request::{ApiRequest, Query, Verb};
 use crate::route;
 use crate::selector::Selectors;
 use crate::server::{BodyWriter, Exchange, Length};
 use crate::status::Status;
-use crate::stream::{FilterStage, Sink, SinkWrite, Stop, Tee, ToClient, Uncached};
+use crate::stream::{FilterStage, Sink, SinkWrite, Stop, Tee, TeeMode, ToClient, Uncached};
+use crate::upstream::Cloud;
 use crate::watchcache::{
     EventType, ListRequest, WATCH_SECONDS, WatchCache, WatchEvent, WatchNext, Watcher,
     error_event_line, push_event_line,
@@ -81,20 +88,26 @@ const WATCH_TICK: Duration = Duration::from_secs(1);
 /// cacher sends them about every minute).
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 
+/// Bytes of a pass's MODIFIED events gathered before a write.
+const PASS_FLUSH: usize = 32 << 10;
+
 /// The endpoints overlay as the answers to local clients apply it (never the multiplexer's
 /// followers: another node's hub gets the cloud's objects).
-pub(crate) struct Overlaid<'o> {
+pub(crate) struct LocalOverlay<'o> {
     /// The overlay.
     pub overlay: &'o Overlay,
-    /// The cloud's returns so far (`Cloud::recoveries`): the overlay is dropped once they
-    /// move past its outage.
-    pub recoveries: &'o dyn Fn() -> u64,
+    /// The cloud, whose state each snapshot is taken with: the overlay is dropped while a
+    /// server is usable, and once the cloud came back since its outage began.
+    pub cloud: &'o dyn Cloud,
 }
 
-impl Overlaid<'_> {
+impl LocalOverlay<'_> {
     /// What to serve now.
     fn snapshot(&self) -> Arc<Snapshot> {
-        self.overlay.snapshot((self.recoveries)())
+        self.overlay.snapshot(CloudState {
+            recoveries: self.cloud.recoveries(),
+            usable: self.cloud.any_healthy(),
+        })
     }
 }
 
@@ -107,7 +120,7 @@ impl Overlaid<'_> {
 pub(crate) fn answer(
     cache: &WatchCache,
     filters: Option<&Filters>,
-    overlaid: Option<&Overlaid<'_>>,
+    overlaid: Option<&LocalOverlay<'_>>,
     ex: Exchange<'_>,
     req: &ApiRequest,
     shutdown: &dyn Fn() -> bool,
@@ -131,7 +144,7 @@ pub(crate) fn answer(
     match req.verb {
         Verb::Watch => {
             let rv = req.query.resource_version.as_deref();
-            let overlay = overlaid.map(|(overlaid, kind)| WatchOverlay {
+            let overlay = overlaid.map(|(overlaid, kind)| ScopedView {
                 overlaid,
                 view: WatchView::new(kind),
                 namespace,
@@ -232,9 +245,9 @@ struct WatchHow<'s> {
     shutdown: &'s dyn Fn() -> bool,
 }
 
-/// A watch's endpoints overlay: its view, and its scope for the passes.
-struct WatchOverlay<'o> {
-    overlaid: &'o Overlaid<'o>,
+/// A watch's view of the endpoints overlay, with the watch's scope for the passes.
+struct ScopedView<'o> {
+    overlaid: &'o LocalOverlay<'o>,
     view: WatchView,
     namespace: Option<&'o str>,
     selectors: Selectors,
@@ -248,7 +261,7 @@ fn stream_watch(
     filter: Option<(&Filters, Chain)>,
     how: &WatchHow<'_>,
     session: Option<Session>,
-    mut overlay: Option<WatchOverlay<'_>>,
+    mut overlay: Option<ScopedView<'_>>,
 ) -> u16 {
     let WatchHow {
         bookmarks,
@@ -297,14 +310,11 @@ fn stream_watch(
                 // The client has every event: the objects in its scope are what it holds.
                 if let Some(overlay) = overlay.as_mut() {
                     let snapshot = overlay.overlaid.snapshot();
-                    if overlay.view.pass_due(&snapshot) {
-                        let lines = pass_lines(cache, overlay, &snapshot);
-                        if !lines.is_empty()
-                            && let Err(e) = write_uncopied(out.0, &lines)
-                        {
-                            log::debug!("a pool-cache watch client went away: {e:?}");
-                            break false;
-                        }
+                    if overlay.view.pass_due(&snapshot)
+                        && let Err(e) = write_pass(cache, overlay, &snapshot, out.0)
+                    {
+                        log::debug!("a pool-cache watch client went away: {e:?}");
+                        break false;
                     }
                 }
                 let due = bookmarks && last_bookmark.elapsed() >= BOOKMARK_EVERY;
@@ -342,21 +352,25 @@ fn stream_watch(
     200
 }
 
-/// The way to a pool-cache answer's client.
-type ClientSink<'f, 'c> = FilterStage<'f, Tee<'f, ToClient<'c>>>;
+
+/// The way to a pool-cache answer's client, through its filters and the tee; `C` is the
+/// client's end (a [`ToClient`] but in tests).
+type Through<'f, C> = FilterStage<'f, Tee<'f, C>>;
 
 /// Appends `events` to `batch` as event lines, each object through the watch's overlay
-/// view: one it rewrites goes to the client at once, after the batch so far, with the tee
-/// not copying (a whole line: the disk cache never gets it).
-fn overlaid_lines(
+/// view. An event it rewrites goes out at once, after the batch so far: the rewritten line
+/// to the client only, then the cloud's line to the disk cache's session only, each whole
+/// and through the same filters, so the disk cache keeps the cloud's object.
+fn overlaid_lines<C: Sink>(
     events: &[WatchEvent],
     cache: &WatchCache,
-    overlay: &mut WatchOverlay<'_>,
+    overlay: &mut ScopedView<'_>,
     snapshot: &Snapshot,
     batch: &mut Vec<u8>,
-    sink: &mut ClientSink<'_, '_>,
+    sink: &mut Through<'_, C>,
 ) -> Result<(), Stop> {
     let mut object_bytes = Vec::new();
+    let mut line = Vec::new();
     for event in events {
         let WatchEvent::Object { kind, object, rv } = event else {
             // Writing to a Vec cannot fail.
@@ -374,64 +388,72 @@ fn overlaid_lines(
                     sink.write(batch)?;
                     batch.clear();
                 }
-                let mut line = Vec::with_capacity(rewritten.len() + 40);
+                line.clear();
                 push_event_line(&mut line, kind.as_str(), &rewritten);
-                write_uncopied(sink, &line)?;
+                write_as(sink, TeeMode::ClientOnly, &line)?;
+                line.clear();
+                push_event_line(&mut line, kind.as_str(), &object_bytes);
+                write_as(sink, TeeMode::SessionOnly, &line)?;
             }
         }
     }
     Ok(())
 }
 
-/// The MODIFIED lines of one pass of the watch's overlay view over the cache's objects in
-/// its scope, as the client holds them now (the events before are all written).
-fn pass_lines(cache: &WatchCache, overlay: &mut WatchOverlay<'_>, snapshot: &Snapshot) -> Vec<u8> {
-    let objects = scope_objects(cache, overlay.namespace, &overlay.selectors);
-    let changed = overlay
-        .view
-        .pass(snapshot, objects.iter().map(Vec::as_slice));
-    let mut lines = Vec::new();
-    for object in &changed {
-        push_event_line(&mut lines, EventType::Modified.as_str(), object);
-    }
-    lines
-}
-
-/// The cache's objects in a watch's scope (`namespace`, `selectors`), as a watch event
-/// carries each (with `kind` and `apiVersion`): the ADDED events a watch from "now" starts
-/// with, which hold the current objects, shared, and come before any of the history.
-fn scope_objects(
+/// One pass of the watch's overlay view over the cache's objects in its scope, as the
+/// client holds them now (the events before are all written): the MODIFIED events it calls
+/// for, written to the client only as they are found, in batches of about [`PASS_FLUSH`].
+/// The objects are the ADDED events a watch from "now" starts with (the current objects,
+/// shared handles, before any history), each written out through one reused buffer; none
+/// are read when the pass can send nothing.
+fn write_pass<C: Sink>(
     cache: &WatchCache,
-    namespace: Option<&str>,
-    selectors: &Selectors,
-) -> Vec<Vec<u8>> {
-    let Ok(mut lister) = cache.watch_from(None, None, namespace, selectors.clone()) else {
-        return Vec::new();
+    overlay: &mut ScopedView<'_>,
+    snapshot: &Snapshot,
+    sink: &mut Through<'_, C>,
+) -> Result<(), Stop> {
+    let Some(mut pass) = overlay.view.pass(snapshot) else {
+        return Ok(());
     };
-    let mut objects = Vec::new();
+    let Ok(mut lister) = cache.watch_from(None, None, overlay.namespace, overlay.selectors.clone())
+    else {
+        return Ok(());
+    };
+    let mut object_bytes = Vec::new();
+    let mut lines = Vec::new();
     // `bookmark` is None until the initial objects are all handed out.
     while lister.bookmark().is_none() {
         let Ok(WatchNext::Events(events)) = lister.next(Duration::ZERO) else {
             break;
         };
         for event in events {
-            if let WatchEvent::Object { object, rv, .. } = event {
-                let mut bytes = Vec::with_capacity(object.json().len() + 64);
-                // Writing to a Vec cannot fail.
-                let _ = object.write_typed(&mut bytes, cache.resource(), rv);
-                objects.push(bytes);
+            let WatchEvent::Object { object, rv, .. } = event else {
+                continue;
+            };
+            object_bytes.clear();
+            // Writing to a Vec cannot fail.
+            let _ = object.write_typed(&mut object_bytes, cache.resource(), rv);
+            if let Some(modified) = pass.object(&object_bytes) {
+                push_event_line(&mut lines, EventType::Modified.as_str(), &modified);
+            }
+            if lines.len() >= PASS_FLUSH {
+                write_as(sink, TeeMode::ClientOnly, &lines)?;
+                lines.clear();
             }
         }
     }
-    objects
+    if lines.is_empty() {
+        return Ok(());
+    }
+    write_as(sink, TeeMode::ClientOnly, &lines)
 }
 
-/// Writes whole event lines to the client only: the tee does not copy them to the disk
-/// cache's session, which goes on with what follows.
-fn write_uncopied(sink: &mut ClientSink<'_, '_>, lines: &[u8]) -> Result<(), Stop> {
-    sink.inner_mut().set_copying(false);
+/// Writes whole event lines where `mode` says (the client only, or the disk cache's
+/// session only), then lets the tee copy both ways again.
+fn write_as<C: Sink>(sink: &mut Through<'_, C>, mode: TeeMode, lines: &[u8]) -> Result<(), Stop> {
+    sink.inner_mut().set_mode(mode);
     let written = sink.write(lines);
-    sink.inner_mut().set_copying(true);
+    sink.inner_mut().set_mode(TeeMode::Both);
     written
 }
 
@@ -625,7 +647,7 @@ mod tests {
         let overlay = Overlay::new("n1", true);
         let kind = EndpointKind::Slice;
         assert_eq!(
-            rewrite_page(page.as_bytes(), &overlay.snapshot(0), kind),
+            rewrite_page(page.as_bytes(), &overlay.snapshot(CloudState::down(0)), kind),
             None
         );
         let cached = serde_json::to_vec(&json!({
@@ -648,9 +670,9 @@ mod tests {
                 },
                 cached_pod: Some(&cached),
             },
-            0,
+            CloudState::down(0),
         );
-        let snapshot = overlay.snapshot(0);
+        let snapshot = overlay.snapshot(CloudState::down(0));
         let body = rewrite_page(page.as_bytes(), &snapshot, kind).expect("web-x rewritten");
         let list: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(list["kind"], "EndpointSliceList");

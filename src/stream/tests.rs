@@ -144,10 +144,11 @@ impl Drop for Scratch {
     }
 }
 
-/// Issue 30: bytes written while the tee is not copying reach the client and never the
-/// disk cache, and the session goes on copying what follows.
+/// Issue 30: bytes written client-only reach the client and never the disk cache, bytes
+/// written session-only reach the disk cache and never the client, and the session goes on
+/// copying what follows.
 #[test]
-fn a_tee_not_copying_writes_to_the_client_and_not_the_session() {
+fn a_tee_sends_each_write_where_its_mode_says() {
     use crate::cache::key::{CollectionKey, ObjectKey};
     use crate::cache::store::Store;
     use crate::cache::target::CacheTarget;
@@ -178,9 +179,11 @@ fn a_tee_not_copying_writes_to_the_client_and_not_the_session() {
     let note = |_: &Uncached, _: bool| {};
     let mut tee = Tee::new(Record::default(), session, &note);
     tee.write(event("a", "10.0.0.1").as_bytes()).unwrap();
-    tee.set_copying(false);
+    tee.set_mode(TeeMode::ClientOnly);
     tee.write(event("b", "10.0.0.2").as_bytes()).unwrap();
-    tee.set_copying(true);
+    tee.set_mode(TeeMode::SessionOnly);
+    tee.write(event("d", "10.0.0.4").as_bytes()).unwrap();
+    tee.set_mode(TeeMode::Both);
     tee.write(event("c", "10.0.0.3").as_bytes()).unwrap();
     assert!(tee.session_intact(), "the session stays alive");
     tee.end_session(true);
@@ -206,6 +209,7 @@ fn a_tee_not_copying_writes_to_the_client_and_not_the_session() {
             .unwrap()
     };
     assert!(stored("a").is_some());
-    assert_eq!(stored("b"), None, "written while not copying");
+    assert_eq!(stored("b"), None, "written client-only");
     assert!(stored("c").is_some());
+    assert!(stored("d").is_some(), "written session-only");
 }
