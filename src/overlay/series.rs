@@ -205,14 +205,16 @@ mod tests {
             "tinyhub_endpoints_overlay_captures_total{outcome=\"not_cached\"} 0",
             "tinyhub_endpoints_overlay_captures_total{outcome=\"unreadable\"} 1",
             "tinyhub_endpoints_overlay_captures_total{outcome=\"disabled\"} 0",
+            "tinyhub_endpoints_overlay_captures_total{outcome=\"online\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
         assert_eq!(
             text.matches("tinyhub_endpoints_overlay_captures_total{")
                 .count(),
-            7
+            OUTCOMES.len()
         );
+        assert_eq!(OUTCOMES.len(), 8);
     }
 
     #[test]

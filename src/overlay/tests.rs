@@ -853,3 +853,93 @@ fn odd_shapes_are_left_alone() {
     }
     assert_eq!(snapshot.rewrite(EndpointKind::Slice, b"{\"web-a\""), None);
 }
+
+/// The overlay is never on while a server is usable: a capture then applies nothing and
+/// starts no outage, and a server usable at a snapshot drops the overlay even when the
+/// count of returns never moved (two servers, one of them up all along), or when the first
+/// capture already saw the count of the return (a race at the cloud's return).
+#[test]
+fn the_overlay_is_never_on_while_the_cloud_is_usable() {
+    let (overlay, series) = overlay();
+    let up = |recoveries| CloudState {
+        recoveries,
+        usable: true,
+    };
+    let cached = pod("web-a", "ua", "10.244.1.10");
+    let body = kubelet_patch("ua", &["10.244.1.10"], &["10.244.1.20"], true);
+    let got = overlay.capture(capture("web-a", &cached, patch(SMP, &body)), up(0));
+    assert_eq!(got, Captured::Ignored(Ignored::Online));
+    assert_eq!(series.captures_of("online"), 1);
+    let snapshot = overlay.snapshot(CloudState::down(0));
+    assert!(!snapshot.active());
+    assert_eq!(snapshot.generation(), 0, "no outage began");
+
+    // Server A fails while server B stays up: the count never moves.
+    web_a_moved(&overlay, 0);
+    let during = overlay.snapshot(CloudState::down(0));
+    assert!(during.active());
+    assert!(during.rewrite(EndpointKind::Slice, &slice()).is_some());
+    let online = overlay.snapshot(up(0));
+    assert!(!online.active(), "dropped while a server is usable");
+    assert!(online.reverted(EndpointKind::Slice, "default", "web-x"));
+    assert!(!overlay.snapshot(CloudState::down(0)).active(), "stays off");
+
+    // The first capture read the count after the return: the usable cloud still drops it.
+    web_a_moved(&overlay, 7);
+    assert!(overlay.snapshot(CloudState::down(7)).active());
+    assert!(!overlay.snapshot(up(7)).active());
+    // A capture while usable drops the overlay too.
+    web_a_moved(&overlay, 7);
+    assert!(overlay.snapshot(CloudState::down(7)).active());
+    let got = overlay.capture(capture("web-a", &cached, patch(SMP, &body)), up(7));
+    assert_eq!(got, Captured::Ignored(Ignored::Online));
+    assert!(!overlay.snapshot(CloudState::down(7)).active());
+}
+
+/// `dropped` with every time it holds moved `by` into the past, if the clock goes back
+/// that far.
+fn aged(dropped: &Snapshot, by: Duration) -> Option<Snapshot> {
+    let back = |at: Instant| at.checked_sub(by);
+    let reverted = dropped
+        .reverted
+        .iter()
+        .map(|(key, at)| Some((key.clone(), back(*at)?)))
+        .collect::<Option<BTreeMap<_, _>>>()?;
+    Some(Snapshot {
+        generation: dropped.generation,
+        node: Arc::clone(&dropped.node),
+        pods: dropped.pods.clone(),
+        needles: Vec::new(),
+        served_rewritten: Arc::default(),
+        reverted: Arc::new(reverted),
+        dropped_at: match dropped.dropped_at {
+            Some(at) => Some(back(at)?),
+            None => None,
+        },
+        series: dropped.series,
+    })
+}
+
+/// After an outage, a new watch's first pass reads its scope only within the window after
+/// the drop: once it passed, the overlay costs a new watch nothing again.
+#[test]
+fn a_new_watch_reads_its_scope_for_reverted_keys_only_within_the_window() {
+    let (overlay, _) = overlay();
+    web_a_moved(&overlay, 0);
+    let during = overlay.snapshot(CloudState::down(0));
+    assert!(during.rewrite(EndpointKind::Slice, &slice()).is_some());
+    assert!(!during.reverting(), "no drop yet");
+    let dropped = overlay.snapshot(CloudState::down(1));
+    assert!(dropped.reverting());
+    assert!(WatchView::new(EndpointKind::Slice).pass_due(&dropped));
+    let later = Instant::now() + Duration::from_secs(16 * 60);
+    assert!(!dropped.reverting_at(later));
+    // The same snapshot 16 minutes on (when the clock goes back that far).
+    let Some(old) = aged(&dropped, Duration::from_secs(16 * 60)) else {
+        return;
+    };
+    assert!(!old.reverted(EndpointKind::Slice, "default", "web-x"));
+    let mut view = WatchView::new(EndpointKind::Slice);
+    assert!(!view.pass_due(&old), "nothing to read for");
+    assert!(view.pass(&old).is_none(), "a pass reads nothing");
+}

@@ -691,6 +691,237 @@ mod tests {
         assert_eq!(rewrite_page(only_db.as_bytes(), &snapshot, kind), None);
     }
 
+    /// A cloud that is down: no server usable, never back.
+    struct Down;
+
+    impl Cloud for Down {
+        fn send(
+            &self,
+            _: crate::upstream::Outgoing<'_>,
+        ) -> Result<crate::upstream::Answer, crate::upstream::UpstreamError> {
+            Err(crate::upstream::UpstreamError::Transport {
+                server: "https://cloud:6443".into(),
+                detail: "refused".into(),
+                timeout: false,
+                maybe_sent: false,
+            })
+        }
+        fn any_healthy(&self) -> bool {
+            false
+        }
+        fn any_probed_healthy(&self) -> bool {
+            false
+        }
+        fn server(&self, _: usize) -> &str {
+            "https://cloud:6443"
+        }
+        fn healthy(&self, _: usize) -> bool {
+            false
+        }
+        fn recoveries(&self) -> u64 {
+            0
+        }
+    }
+
+    /// An end that keeps what reached it.
+    #[derive(Default)]
+    struct Kept(Vec<u8>);
+
+    impl Sink for Kept {
+        fn write(&mut self, data: &[u8]) -> Result<(), Stop> {
+            self.0.extend_from_slice(data);
+            Ok(())
+        }
+        fn finish(&mut self) -> Result<(), Stop> {
+            Ok(())
+        }
+        fn abort(&mut self) {}
+        fn uncache(&mut self, _: Uncached) -> Result<(), Stop> {
+            Ok(())
+        }
+    }
+
+    /// A scratch directory for a store, removed when dropped.
+    struct Scratch(std::path::PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Issue 30, with the overlay active: a cloud event the overlay rewrites reaches the
+    /// client rewritten, in its place among the batch's events, and the disk cache's session
+    /// as the cloud sent it; a pass's MODIFIED reaches the client only. The disk cache keeps
+    /// the cloud's objects throughout.
+    #[test]
+    fn a_rewritten_watch_event_reaches_the_disk_cache_as_the_clouds() {
+        use crate::cache::key::{CollectionKey, ObjectKey};
+        use crate::cache::store::Store;
+        use crate::cache::target::CacheTarget;
+        use crate::cache::writer::{WriterOptions, channel, run};
+        use crate::overlay::{Capture, PodWrite};
+        use crate::watchcache::{CacheOptions, Resource};
+        use serde_json::{Value, json};
+        use std::sync::atomic::AtomicBool;
+
+        let slice = |name: &str, pod: &str, ip: &str, rv: u64| {
+            serde_json::to_vec(&json!({
+                "metadata": {"name": name, "namespace": "default", "resourceVersion": rv.to_string()},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [ip],
+                    "conditions": {"ready": true, "serving": true, "terminating": false},
+                    "nodeName": "n1",
+                    "targetRef": {"kind": "Pod", "namespace": "default", "name": pod, "uid": "u-".to_owned() + pod}}]
+            }))
+            .unwrap()
+        };
+        let cache = WatchCache::new(Resource::endpointslices(), CacheOptions::default());
+        let parsed = |bytes: &[u8]| cache.parse(bytes).unwrap();
+        cache
+            .replace("500", vec![parsed(&slice("web-x", "web-a", "10.244.1.10", 500))])
+            .unwrap();
+
+        let overlay = Overlay::new("n1", true);
+        let cached = serde_json::to_vec(&json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-a", "namespace": "default", "uid": "u-web-a"},
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": "Running", "podIP": "10.244.1.10", "podIPs": [{"ip": "10.244.1.10"}],
+                "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        let capture = |body: &[u8]| {
+            overlay.capture(
+                Capture {
+                    by_node_kubelet: true,
+                    namespace: "default",
+                    name: "web-a",
+                    write: PodWrite::Patch {
+                        content_type: "application/merge-patch+json",
+                        body,
+                    },
+                    cached_pod: Some(&cached),
+                },
+                CloudState::down(0),
+            )
+        };
+        capture(br#"{"status":{"podIP":"10.244.1.20","podIPs":[{"ip":"10.244.1.20"}]}}"#);
+        let overlaid = LocalOverlay {
+            overlay: &overlay,
+            cloud: &Down,
+        };
+        let mut scoped = ScopedView {
+            overlaid: &overlaid,
+            view: WatchView::new(EndpointKind::Slice),
+            namespace: None,
+            selectors: Selectors::everything(),
+        };
+
+        let dir = Scratch(std::env::temp_dir().join(format!(
+            "tinyhub-pool-local-overlay-tee-{}",
+            std::process::id()
+        )));
+        let _ = std::fs::remove_dir_all(&dir.0);
+        let (store, _) = Store::open(&dir.0).unwrap();
+        let slices = CollectionKey::new("kube-proxy", "endpointslices", "v1", "discovery.k8s.io");
+        let (tx, rx) = channel(64, 1 << 20);
+        let session = tx.begin(
+            CacheTarget::Watch {
+                collection: slices.clone(),
+            },
+            200,
+            false,
+            None,
+        );
+        assert!(session.is_some());
+        let mut sink = FilterStage::none(Tee::new(Kept::default(), session, &note_uncached));
+
+        // A batch: another slice, the slice the overlay rewrites (the cloud moved it to rv
+        // 501, still at the old IP), another slice.
+        let event = |kind: EventType, bytes: Vec<u8>| WatchEvent::Object {
+            kind,
+            object: parsed(&bytes),
+            rv: None,
+        };
+        let events = [
+            event(EventType::Added, slice("db-x", "db-a", "10.244.2.30", 501)),
+            event(EventType::Modified, slice("web-x", "web-a", "10.244.1.10", 502)),
+            event(EventType::Added, slice("db-y", "db-b", "10.244.2.31", 503)),
+        ];
+        let snapshot = overlaid.snapshot();
+        assert!(snapshot.active());
+        let mut batch = Vec::new();
+        overlaid_lines(&events, &cache, &mut scoped, &snapshot, &mut batch, &mut sink).unwrap();
+        sink.write(&batch).unwrap();
+
+        // kubelet reports web-a unready: the idle tick's pass sends the slice again.
+        capture(br#"{"status":{"podIP":"10.244.1.20","podIPs":[{"ip":"10.244.1.20"}],"conditions":[{"type":"Ready","status":"False"}]}}"#);
+        let snapshot = overlaid.snapshot();
+        assert!(scoped.view.pass_due(&snapshot));
+        write_pass(&cache, &mut scoped, &snapshot, &mut sink).unwrap();
+
+        let tee = sink.inner_mut();
+        assert!(tee.session_intact());
+        tee.end_session(true);
+        let lines: Vec<Value> = tee
+            .inner_mut()
+            .0
+            .split(|&b| b == b'\n')
+            .filter(|line| !line.is_empty())
+            .map(|line| serde_json::from_slice(line).unwrap())
+            .collect();
+        let seen: Vec<(&str, &str, &str, &Value)> = lines
+            .iter()
+            .map(|e| {
+                let o = &e["object"];
+                (
+                    e["type"].as_str().unwrap(),
+                    o["metadata"]["name"].as_str().unwrap(),
+                    o["endpoints"][0]["addresses"][0].as_str().unwrap(),
+                    &o["endpoints"][0]["conditions"]["ready"],
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("ADDED", "db-x", "10.244.2.30", &json!(true)),
+                ("MODIFIED", "web-x", "10.244.1.20", &json!(true)),
+                ("ADDED", "db-y", "10.244.2.31", &json!(true)),
+                ("MODIFIED", "web-x", "10.244.1.20", &json!(false)),
+            ],
+            "what the client got, in order"
+        );
+        assert_eq!(
+            lines[1]["object"]["metadata"]["resourceVersion"], "502",
+            "the cloud's resourceVersion"
+        );
+
+        drop(tx);
+        run(
+            &store,
+            rx,
+            &AtomicBool::new(false),
+            WriterOptions::default(),
+        );
+        let stored = |name: &str| -> Option<Value> {
+            let key = ObjectKey {
+                collection: slices.clone(),
+                namespace: Some("default".to_owned()),
+                name: name.to_owned(),
+            };
+            let bytes = store.get(&key).unwrap()?;
+            Some(serde_json::from_slice(&bytes).unwrap())
+        };
+        let web = stored("web-x").expect("the cloud's event of web-x reached the disk cache");
+        assert_eq!(web["endpoints"][0]["addresses"][0], "10.244.1.10");
+        assert_eq!(web["endpoints"][0]["conditions"]["ready"], true);
+        assert_eq!(web["metadata"]["resourceVersion"], "502");
+        assert!(stored("db-x").is_some());
+        assert!(stored("db-y").is_some());
+    }
+
     #[test]
     fn a_watch_batch_buffer_gives_back_a_bursts_memory() {
         let mut batch = Vec::new();
