@@ -723,13 +723,14 @@ mod tests {
         }
     }
 
-    /// An end that keeps what reached it.
+    /// An end that keeps what reached it, and the length of each write.
     #[derive(Default)]
-    struct Kept(Vec<u8>);
+    struct Kept(Vec<u8>, Vec<usize>);
 
     impl Sink for Kept {
         fn write(&mut self, data: &[u8]) -> Result<(), Stop> {
             self.0.extend_from_slice(data);
+            self.1.push(data.len());
             Ok(())
         }
         fn finish(&mut self) -> Result<(), Stop> {
@@ -750,6 +751,92 @@ mod tests {
         }
     }
 
+    /// A slice `name` of namespace `default` at `rv` with one endpoint, pod `pod` of node
+    /// n1 at `ip`, as a list item.
+    fn slice(name: &str, pod: &str, ip: &str, rv: u64) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "resourceVersion": rv.to_string()},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [ip],
+                "conditions": {"ready": true, "serving": true, "terminating": false},
+                "nodeName": "n1",
+                "targetRef": {"kind": "Pod", "namespace": "default", "name": pod, "uid": "u-".to_owned() + pod}}]
+        }))
+        .unwrap()
+    }
+
+    /// kubelet's cached pod web-a of node n1 at 10.244.1.10, Ready.
+    fn web_a() -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-a", "namespace": "default", "uid": "u-web-a"},
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": "Running", "podIP": "10.244.1.10", "podIPs": [{"ip": "10.244.1.10"}],
+                "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap()
+    }
+
+    /// kubelet's merge patch `body` of web-a, offline.
+    fn capture_web_a(overlay: &Overlay, cached: &[u8], body: &[u8]) {
+        use crate::overlay::{Capture, PodWrite};
+        overlay.capture(
+            Capture {
+                by_node_kubelet: true,
+                namespace: "default",
+                name: "web-a",
+                write: PodWrite::Patch {
+                    content_type: "application/merge-patch+json",
+                    body,
+                },
+                cached_pod: Some(cached),
+            },
+            CloudState::down(0),
+        );
+    }
+
+    const MOVED: &[u8] = br#"{"status":{"podIP":"10.244.1.20","podIPs":[{"ip":"10.244.1.20"}]}}"#;
+
+    /// A pass over a scope larger than a batch writes its events as it finds them, in
+    /// writes of about [`PASS_FLUSH`], never the scope's events at once.
+    #[test]
+    fn a_pass_writes_its_events_in_batches() {
+        use crate::watchcache::{CacheOptions, Resource};
+
+        let cache = WatchCache::new(Resource::endpointslices(), CacheOptions::default());
+        let objects = (0..300)
+            .map(|i| {
+                let bytes = slice(&format!("web-{i:03}"), "web-a", "10.244.1.10", 500);
+                cache.parse(&bytes).unwrap()
+            })
+            .collect();
+        cache.replace("500", objects).unwrap();
+        let overlay = Overlay::new("n1", true);
+        capture_web_a(&overlay, &web_a(), MOVED);
+        let overlaid = LocalOverlay {
+            overlay: &overlay,
+            cloud: &Down,
+        };
+        let mut scoped = ScopedView {
+            overlaid: &overlaid,
+            view: WatchView::new(EndpointKind::Slice),
+            namespace: None,
+            selectors: Selectors::everything(),
+        };
+        let mut sink = FilterStage::none(Tee::new(Kept::default(), None, &note_uncached));
+        let snapshot = overlaid.snapshot();
+        write_pass(&cache, &mut scoped, &snapshot, &mut sink).unwrap();
+        let Kept(bytes, writes) = std::mem::take(sink.inner_mut().inner_mut());
+        let lines = bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+        assert_eq!(lines.count(), 300, "every slice once");
+        assert!(writes.len() >= 3, "{writes:?}");
+        let line = bytes.len() / 300 + 1;
+        assert!(
+            writes.iter().all(|&w| w < PASS_FLUSH + line),
+            "{writes:?}"
+        );
+    }
+
     /// Issue 30, with the overlay active: a cloud event the overlay rewrites reaches the
     /// client rewritten, in its place among the batch's events, and the disk cache's session
     /// as the cloud sent it; a pass's MODIFIED reaches the client only. The disk cache keeps
@@ -760,22 +847,10 @@ mod tests {
         use crate::cache::store::Store;
         use crate::cache::target::CacheTarget;
         use crate::cache::writer::{WriterOptions, channel, run};
-        use crate::overlay::{Capture, PodWrite};
         use crate::watchcache::{CacheOptions, Resource};
         use serde_json::{Value, json};
         use std::sync::atomic::AtomicBool;
 
-        let slice = |name: &str, pod: &str, ip: &str, rv: u64| {
-            serde_json::to_vec(&json!({
-                "metadata": {"name": name, "namespace": "default", "resourceVersion": rv.to_string()},
-                "addressType": "IPv4",
-                "endpoints": [{"addresses": [ip],
-                    "conditions": {"ready": true, "serving": true, "terminating": false},
-                    "nodeName": "n1",
-                    "targetRef": {"kind": "Pod", "namespace": "default", "name": pod, "uid": "u-".to_owned() + pod}}]
-            }))
-            .unwrap()
-        };
         let cache = WatchCache::new(Resource::endpointslices(), CacheOptions::default());
         let parsed = |bytes: &[u8]| cache.parse(bytes).unwrap();
         cache
@@ -783,30 +858,9 @@ mod tests {
             .unwrap();
 
         let overlay = Overlay::new("n1", true);
-        let cached = serde_json::to_vec(&json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "web-a", "namespace": "default", "uid": "u-web-a"},
-            "spec": {"nodeName": "n1"},
-            "status": {"phase": "Running", "podIP": "10.244.1.10", "podIPs": [{"ip": "10.244.1.10"}],
-                "conditions": [{"type": "Ready", "status": "True"}]}
-        }))
-        .unwrap();
-        let capture = |body: &[u8]| {
-            overlay.capture(
-                Capture {
-                    by_node_kubelet: true,
-                    namespace: "default",
-                    name: "web-a",
-                    write: PodWrite::Patch {
-                        content_type: "application/merge-patch+json",
-                        body,
-                    },
-                    cached_pod: Some(&cached),
-                },
-                CloudState::down(0),
-            )
-        };
-        capture(br#"{"status":{"podIP":"10.244.1.20","podIPs":[{"ip":"10.244.1.20"}]}}"#);
+        let cached = web_a();
+        let capture = |body: &[u8]| capture_web_a(&overlay, &cached, body);
+        capture(MOVED);
         let overlaid = LocalOverlay {
             overlay: &overlay,
             cloud: &Down,
