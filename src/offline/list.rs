@@ -88,7 +88,10 @@ impl Offline {
                 None
             }
         };
-        selected.into_iter().flatten().map(|(object, _)| object.bytes)
+        selected
+            .into_iter()
+            .flatten()
+            .map(|(object, _)| object.bytes)
     }
 }
 

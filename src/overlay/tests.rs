@@ -86,7 +86,10 @@ fn patch<'a>(content_type: &'a str, body: &'a [u8]) -> PodWrite<'a> {
 fn web_a_moved(overlay: &Overlay, r: u64) -> Captured {
     let cached = pod("web-a", "ua", "10.244.1.10");
     let body = kubelet_patch("ua", &["10.244.1.10"], &["10.244.1.20"], true);
-    overlay.capture(capture("web-a", &cached, patch(SMP, &body)), CloudState::down(r))
+    overlay.capture(
+        capture("web-a", &cached, patch(SMP, &body)),
+        CloudState::down(r),
+    )
 }
 
 fn endpoint(ip: &str, node: &str, pod: &str, uid: &str, ready: bool) -> Value {
@@ -188,7 +191,10 @@ fn a_ready_flip_marks_the_endpoint_not_ready_and_keeps_terminating() {
     let (overlay, _) = overlay();
     let cached = pod("web-b", "ub", "10.244.1.11");
     let body = kubelet_patch("ub", &["10.244.1.11"], &["10.244.1.11"], false);
-    let got = overlay.capture(capture("web-b", &cached, patch(SMP, &body)), CloudState::down(0));
+    let got = overlay.capture(
+        capture("web-b", &cached, patch(SMP, &body)),
+        CloudState::down(0),
+    );
     assert_eq!(got, Captured::Applied { changed: true });
     let out = parse(
         &overlay
@@ -218,7 +224,10 @@ fn dual_stack_pods_give_each_slice_its_family() {
         &["10.244.1.20", "fd00::20"],
         true,
     );
-    let got = overlay.capture(capture("web-a", &cached, patch(SMP, &body)), CloudState::down(0));
+    let got = overlay.capture(
+        capture("web-a", &cached, patch(SMP, &body)),
+        CloudState::down(0),
+    );
     assert_eq!(got, Captured::Applied { changed: true });
     let snapshot = overlay.snapshot(CloudState::down(0));
     let v6 = slice_of(
@@ -256,7 +265,10 @@ fn a_null_in_a_strategic_patch_deletes_the_field() {
     let (overlay, _) = overlay();
     let cached = pod("web-a", "ua", "10.244.1.10");
     let body = br#"{"status":{"podIP":null,"podIPs":null}}"#;
-    let got = overlay.capture(capture("web-a", &cached, patch(SMP, body)), CloudState::down(0));
+    let got = overlay.capture(
+        capture("web-a", &cached, patch(SMP, body)),
+        CloudState::down(0),
+    );
     assert_eq!(got, Captured::Applied { changed: true });
     // No IP of the slice's family any more: the address stays, not ready.
     let out = parse(
@@ -301,7 +313,10 @@ fn a_put_replaces_the_status() {
     let (overlay, _) = overlay();
     let cached = pod("web-a", "ua", "10.244.1.10");
     let put = pod("web-a", "ua", "10.244.1.40");
-    let got = overlay.capture(capture("web-a", &cached, PodWrite::Put { body: &put }), CloudState::down(0));
+    let got = overlay.capture(
+        capture("web-a", &cached, PodWrite::Put { body: &put }),
+        CloudState::down(0),
+    );
     assert_eq!(got, Captured::Applied { changed: true });
     let out = parse(
         &overlay
@@ -324,7 +339,10 @@ fn each_patch_applies_to_the_cached_pod_not_to_the_last_patch() {
     let cached = pod("web-a", "ua", "10.244.1.10");
     let body =
         br#"{"metadata":{"uid":"ua"},"status":{"conditions":[{"type":"Ready","status":"False"}]}}"#;
-    let got = overlay.capture(capture("web-a", &cached, patch(SMP, body)), CloudState::down(0));
+    let got = overlay.capture(
+        capture("web-a", &cached, patch(SMP, body)),
+        CloudState::down(0),
+    );
     assert_eq!(got, Captured::Applied { changed: true });
     let out = parse(
         &overlay
@@ -346,7 +364,10 @@ fn a_repeated_patch_changes_nothing_and_keeps_the_generation() {
         web_a_moved(&overlay, 0),
         Captured::Applied { changed: false }
     );
-    assert_eq!(overlay.snapshot(CloudState::down(0)).generation(), generation);
+    assert_eq!(
+        overlay.snapshot(CloudState::down(0)).generation(),
+        generation
+    );
     assert_eq!(series.captures_of("unchanged"), 1);
 }
 
@@ -356,7 +377,10 @@ fn a_first_patch_that_changes_nothing_still_overlays_the_pod() {
     let before = overlay.snapshot(CloudState::down(0)).generation();
     let cached = pod("web-a", "ua", "10.244.1.10");
     let body = kubelet_patch("ua", &["10.244.1.10"], &["10.244.1.10"], true);
-    let got = overlay.capture(capture("web-a", &cached, patch(SMP, &body)), CloudState::down(0));
+    let got = overlay.capture(
+        capture("web-a", &cached, patch(SMP, &body)),
+        CloudState::down(0),
+    );
     assert_eq!(got, Captured::Applied { changed: false });
     let snapshot = overlay.snapshot(CloudState::down(0));
     assert!(snapshot.active());
@@ -372,18 +396,27 @@ fn writes_for_another_pod_or_node_or_without_a_cached_pod_are_ignored() {
     let cached = pod("web-a", "ua", "10.244.1.10");
     // A patch of a re-created pod of the same name.
     let body = kubelet_patch("other", &["10.244.1.10"], &["10.244.1.20"], true);
-    let got = overlay.capture(capture("web-a", &cached, patch(SMP, &body)), CloudState::down(0));
+    let got = overlay.capture(
+        capture("web-a", &cached, patch(SMP, &body)),
+        CloudState::down(0),
+    );
     assert_eq!(got, Captured::Ignored(Ignored::NotThisPod));
     // A pod of another node.
     let elsewhere = pod_on("web-c", "uc", "n2", &["10.244.2.7"]);
     let body = kubelet_patch("uc", &["10.244.2.7"], &["10.244.2.8"], true);
-    let got = overlay.capture(capture("web-c", &elsewhere, patch(SMP, &body)), CloudState::down(0));
+    let got = overlay.capture(
+        capture("web-c", &elsewhere, patch(SMP, &body)),
+        CloudState::down(0),
+    );
     assert_eq!(got, Captured::Ignored(Ignored::NotThisPod));
     // No cached pod.
     let body = kubelet_patch("ua", &["10.244.1.10"], &["10.244.1.20"], true);
     let mut c = capture("web-a", &cached, patch(SMP, &body));
     c.cached_pod = None;
-    assert_eq!(overlay.capture(c, CloudState::down(0)), Captured::Ignored(Ignored::NotCached));
+    assert_eq!(
+        overlay.capture(c, CloudState::down(0)),
+        Captured::Ignored(Ignored::NotCached)
+    );
     assert!(!overlay.snapshot(CloudState::down(0)).active());
     assert_eq!(overlay.snapshot(CloudState::down(0)).generation(), 0);
     assert_eq!(series.captures_of("not_this_pod"), 2);
@@ -433,7 +466,10 @@ fn a_client_that_is_not_the_nodes_kubelet_changes_nothing() {
     let off = Overlay::with_series(NODE, false, series);
     assert!(!off.enabled());
     c.by_node_kubelet = true;
-    assert_eq!(off.capture(c, CloudState::down(0)), Captured::Ignored(Ignored::Disabled));
+    assert_eq!(
+        off.capture(c, CloudState::down(0)),
+        Captured::Ignored(Ignored::Disabled)
+    );
     assert!(!off.snapshot(CloudState::down(0)).active());
     assert_eq!(series.captures_of("disabled"), 1);
 }
@@ -492,7 +528,10 @@ fn endpoints_addresses_move_between_ready_and_not_ready() {
     web_a_moved(&overlay, 0);
     let cached = pod("web-b", "ub", "10.244.1.11");
     let body = kubelet_patch("ub", &["10.244.1.11"], &["10.244.1.21"], false);
-    overlay.capture(capture("web-b", &cached, patch(SMP, &body)), CloudState::down(0));
+    overlay.capture(
+        capture("web-b", &cached, patch(SMP, &body)),
+        CloudState::down(0),
+    );
     let base = endpoints();
     let out = parse(
         &overlay
@@ -515,7 +554,10 @@ fn endpoints_addresses_move_between_ready_and_not_ready() {
     assert_eq!(series.served(EndpointKind::Endpoints).0, 1);
     // Ready again: back among the addresses.
     let body = kubelet_patch("ub", &["10.244.1.11"], &["10.244.1.21"], true);
-    overlay.capture(capture("web-b", &cached, patch(SMP, &body)), CloudState::down(0));
+    overlay.capture(
+        capture("web-b", &cached, patch(SMP, &body)),
+        CloudState::down(0),
+    );
     let not_ready = endpoints_object(json!([{
         "notReadyAddresses": [address("10.244.1.11", NODE, "web-b", "ub")],
         "ports": [{"port": 80}]
@@ -536,7 +578,10 @@ fn endpoints_addresses_move_between_ready_and_not_ready() {
 fn a_pod_kubelet_deleted_loses_its_endpoints() {
     let (overlay, _) = overlay();
     let cached = pod("web-b", "ub", "10.244.1.11");
-    let got = overlay.capture(capture("web-b", &cached, PodWrite::Delete), CloudState::down(0));
+    let got = overlay.capture(
+        capture("web-b", &cached, PodWrite::Delete),
+        CloudState::down(0),
+    );
     assert_eq!(got, Captured::Applied { changed: true });
     let snapshot = overlay.snapshot(CloudState::down(0));
     let out = parse(&snapshot.rewrite(EndpointKind::Slice, &slice()).unwrap());
@@ -569,7 +614,10 @@ fn a_pod_kubelet_deleted_loses_its_endpoints() {
     assert!(out.get("subsets").is_none(), "{out}");
     // A late status of the deleted pod does not bring it back.
     let body = kubelet_patch("ub", &["10.244.1.11"], &["10.244.1.11"], true);
-    overlay.capture(capture("web-b", &cached, patch(SMP, &body)), CloudState::down(0));
+    overlay.capture(
+        capture("web-b", &cached, patch(SMP, &body)),
+        CloudState::down(0),
+    );
     let out = parse(
         &overlay
             .snapshot(CloudState::down(0))
@@ -584,7 +632,10 @@ fn a_finished_pod_is_not_ready() {
     let (overlay, _) = overlay();
     let cached = pod("web-a", "ua", "10.244.1.10");
     let body = br#"{"metadata":{"uid":"ua"},"status":{"phase":"Failed"}}"#;
-    let got = overlay.capture(capture("web-a", &cached, patch(SMP, body)), CloudState::down(0));
+    let got = overlay.capture(
+        capture("web-a", &cached, patch(SMP, body)),
+        CloudState::down(0),
+    );
     assert_eq!(got, Captured::Applied { changed: true });
     let snapshot = overlay.snapshot(CloudState::down(0));
     let out = parse(&snapshot.rewrite(EndpointKind::Slice, &slice()).unwrap());
@@ -621,7 +672,10 @@ fn the_cloud_back_drops_the_overlay_and_remembers_what_it_rewrote() {
     let later = Instant::now() + Duration::from_secs(16 * 60);
     assert!(!after.reverted_at(EndpointKind::Slice, "default", "web-x", later));
     // The same count again is no new drop.
-    assert_eq!(overlay.snapshot(CloudState::down(4)).generation(), after.generation());
+    assert_eq!(
+        overlay.snapshot(CloudState::down(4)).generation(),
+        after.generation()
+    );
     // A next outage starts a new overlay.
     web_a_moved(&overlay, 4);
     assert!(overlay.snapshot(CloudState::down(4)).active());
@@ -634,7 +688,10 @@ fn moved(overlay: &Overlay, b_ready: bool) -> Arc<Snapshot> {
     web_a_moved(overlay, 0);
     let cached = pod("web-b", "ub", "10.244.1.11");
     let body = kubelet_patch("ub", &["10.244.1.11"], &["10.244.1.11"], b_ready);
-    overlay.capture(capture("web-b", &cached, patch(SMP, &body)), CloudState::down(0));
+    overlay.capture(
+        capture("web-b", &cached, patch(SMP, &body)),
+        CloudState::down(0),
+    );
     overlay.snapshot(CloudState::down(0))
 }
 
@@ -694,15 +751,9 @@ fn a_view_sends_each_change_once() {
     );
     // The first pass: the client holds both as they are now.
     assert!(view.pass_due(&snapshot));
-    assert!(
-        pass_all(&mut view, &snapshot, [&base[..], &other[..]].into_iter())
-            .is_empty()
-    );
+    assert!(pass_all(&mut view, &snapshot, [&base[..], &other[..]].into_iter()).is_empty());
     assert!(!view.pass_due(&snapshot));
-    assert!(
-        pass_all(&mut view, &snapshot, [&base[..], &other[..]].into_iter())
-            .is_empty()
-    );
+    assert!(pass_all(&mut view, &snapshot, [&base[..], &other[..]].into_iter()).is_empty());
     // web-b turns unready: exactly the slice goes out again.
     let changed = moved(&overlay, false);
     assert!(view.pass_due(&changed));
@@ -710,20 +761,14 @@ fn a_view_sends_each_change_once() {
     assert_eq!(out.len(), 1);
     let b = endpoint_of(&parse(&out[0]), "web-b").unwrap().clone();
     assert_eq!(b["conditions"]["ready"], false);
-    assert!(
-        pass_all(&mut view, &changed, [&base[..], &other[..]].into_iter())
-            .is_empty()
-    );
+    assert!(pass_all(&mut view, &changed, [&base[..], &other[..]].into_iter()).is_empty());
     assert_eq!(series.served(EndpointKind::Slice).1, 1);
     // The cloud is back: the cloud's bytes go out, once.
     let dropped = overlay.snapshot(CloudState::down(1));
     assert!(view.pass_due(&dropped));
     let out = pass_all(&mut view, &dropped, [&base[..], &other[..]].into_iter());
     assert_eq!(out, vec![Cow::Borrowed(&base[..])]);
-    assert!(
-        pass_all(&mut view, &dropped, [&base[..], &other[..]].into_iter())
-            .is_empty()
-    );
+    assert!(pass_all(&mut view, &dropped, [&base[..], &other[..]].into_iter()).is_empty());
     assert_eq!(
         view.outgoing(&dropped, false, &base),
         Cow::Borrowed(&base[..])
@@ -780,10 +825,7 @@ fn a_new_view_first_sends_the_current_overlay_and_the_reverted_objects() {
     let mut view = WatchView::new(EndpointKind::Slice);
     let out = pass_all(&mut view, &dropped, [&base[..], &other[..]].into_iter());
     assert_eq!(out, vec![Cow::Borrowed(&base[..])]);
-    assert!(
-        pass_all(&mut view, &dropped, [&base[..], &other[..]].into_iter())
-            .is_empty()
-    );
+    assert!(pass_all(&mut view, &dropped, [&base[..], &other[..]].into_iter()).is_empty());
     // A view of Endpoints reverts no slice.
     let mut view = WatchView::new(EndpointKind::Endpoints);
     assert!(pass_all(&mut view, &dropped, [&base[..]].into_iter()).is_empty());

@@ -352,7 +352,6 @@ fn stream_watch(
     200
 }
 
-
 /// The way to a pool-cache answer's client, through its filters and the tee; `C` is the
 /// client's end (a [`ToClient`] but in tests).
 type Through<'f, C> = FilterStage<'f, Tee<'f, C>>;
@@ -647,7 +646,11 @@ mod tests {
         let overlay = Overlay::new("n1", true);
         let kind = EndpointKind::Slice;
         assert_eq!(
-            rewrite_page(page.as_bytes(), &overlay.snapshot(CloudState::down(0)), kind),
+            rewrite_page(
+                page.as_bytes(),
+                &overlay.snapshot(CloudState::down(0)),
+                kind
+            ),
             None
         );
         let cached = serde_json::to_vec(&json!({
@@ -831,10 +834,7 @@ mod tests {
         assert_eq!(lines.count(), 300, "every slice once");
         assert!(writes.len() >= 3, "{writes:?}");
         let line = bytes.len() / 300 + 1;
-        assert!(
-            writes.iter().all(|&w| w < PASS_FLUSH + line),
-            "{writes:?}"
-        );
+        assert!(writes.iter().all(|&w| w < PASS_FLUSH + line), "{writes:?}");
     }
 
     /// Issue 30, with the overlay active: a cloud event the overlay rewrites reaches the
@@ -854,7 +854,10 @@ mod tests {
         let cache = WatchCache::new(Resource::endpointslices(), CacheOptions::default());
         let parsed = |bytes: &[u8]| cache.parse(bytes).unwrap();
         cache
-            .replace("500", vec![parsed(&slice("web-x", "web-a", "10.244.1.10", 500))])
+            .replace(
+                "500",
+                vec![parsed(&slice("web-x", "web-a", "10.244.1.10", 500))],
+            )
             .unwrap();
 
         let overlay = Overlay::new("n1", true);
@@ -900,13 +903,24 @@ mod tests {
         };
         let events = [
             event(EventType::Added, slice("db-x", "db-a", "10.244.2.30", 501)),
-            event(EventType::Modified, slice("web-x", "web-a", "10.244.1.10", 502)),
+            event(
+                EventType::Modified,
+                slice("web-x", "web-a", "10.244.1.10", 502),
+            ),
             event(EventType::Added, slice("db-y", "db-b", "10.244.2.31", 503)),
         ];
         let snapshot = overlaid.snapshot();
         assert!(snapshot.active());
         let mut batch = Vec::new();
-        overlaid_lines(&events, &cache, &mut scoped, &snapshot, &mut batch, &mut sink).unwrap();
+        overlaid_lines(
+            &events,
+            &cache,
+            &mut scoped,
+            &snapshot,
+            &mut batch,
+            &mut sink,
+        )
+        .unwrap();
         sink.write(&batch).unwrap();
 
         // kubelet reports web-a unready: the idle tick's pass sends the slice again.

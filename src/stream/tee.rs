@@ -100,7 +100,10 @@ impl<S: Sink> Sink for Tee<'_, S> {
         if self.mode != TeeMode::SessionOnly {
             self.inner.write(data)?;
         }
-        if let Some(s) = self.session.as_mut().filter(|_| self.mode != TeeMode::ClientOnly)
+        if let Some(s) = self
+            .session
+            .as_mut()
+            .filter(|_| self.mode != TeeMode::ClientOnly)
             && !s.chunk(data)
         {
             self.session = None;
