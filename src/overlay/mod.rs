@@ -337,9 +337,12 @@ impl Overlay {
     /// overlaid) and still moves the generation, since the cloud's endpoints may lag behind
     /// its pod; a capture that leaves the entry as it was moves nothing.
     pub(crate) fn capture(&self, c: Capture<'_>, cloud: CloudState) -> Captured {
-        let read = match cloud.usable && self.enabled {
-            true => Err(Ignored::Online),
-            false => self.read(&c),
+        // While a server is usable kubelet's status reaches the cloud: nothing is applied,
+        // and an overlay left from the outage goes.
+        let read = if self.enabled && cloud.usable {
+            Err(Ignored::Online)
+        } else {
+            self.read(&c)
         };
         let outcome = match read {
             Ok((entry, cached)) => self.apply(c.namespace, c.name, entry, cached, cloud),
@@ -433,7 +436,8 @@ impl Overlay {
         Ok((entry, cached_shown))
     }
 
-    /// Puts `entry` in for `namespace/name`; `cached` is what the cached pod showed.
+    /// Puts `entry` in for `namespace/name`; `cached` is what the cached pod showed, and
+    /// `cloud` is not usable (the caller looked).
     fn apply(
         &self,
         namespace: &str,
@@ -444,10 +448,6 @@ impl Overlay {
     ) -> Captured {
         let mut state = lock(&self.state);
         self.drop_if_back(&mut state, cloud);
-        if cloud.usable {
-            // (The caller saw it unusable; kept for a caller that did not look.)
-            return Captured::Ignored(Ignored::Online);
-        }
         let previous = state
             .current
             .pods
