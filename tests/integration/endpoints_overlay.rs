@@ -7,6 +7,13 @@
 //! resourceVersion, never on disk, never from a client that is not the node's kubelet, and
 //! the cloud's objects again once it is back.
 //!
+//! The watches are read as the raw stream (`Feed`), as an informer's reflector reads it:
+//! every MODIFIED the hub sends is seen, at the cloud's resourceVersion. Whether a client's
+//! handlers are then called for it is client-go's choice, which no test here can show: a
+//! shared informer hands an update at an unchanged resourceVersion only to handlers due a
+//! resync (kube-proxy's always are; CoreDNS's informers do not compare; see the README's
+//! "Services after an offline reboot").
+//!
 //! Fixtures: node `edge-1` runs `app/web-a` (10.244.1.10) and `app/web-b` (10.244.1.11) of
 //! Service `app/web`; its EndpointSlice `web-x` and Endpoints `web` list both and `web-c`
 //! (10.244.2.7) on node `edge-2`, which must never change.
@@ -270,6 +277,14 @@ fn stays_quiet(feed: &Feed, wait: Duration) {
     }
 }
 
+/// An offline watch held until the cloud came back ends after its last event: the end of the
+/// stream within [`HEALTH`], with no ERROR (which would make an informer list again) and no
+/// other change before it.
+fn ends_cleanly(feed: &Feed, hub: &Hub) {
+    let rest = feed.rest_until_end(Instant::now() + HEALTH, hub);
+    assert!(rest.is_empty(), "events before the end: {rest:#?}");
+}
+
 /// The status manager's round for pod `name`: its GET (answered from kubelet's cache
 /// offline), then its patch built from what it got, which offline is answered 503.
 fn kubelet_reports(
@@ -441,8 +456,10 @@ fn after_an_offline_reboot_kube_proxys_slice_follows_the_nodes_pods_until_the_cl
         "the disk cache changed"
     );
 
-    // 9. The cloud is back: the watch gets the cloud's slice (the old IPs, both pods), and a
-    //    new list is the cloud's; kubelet's next patch reaches the cloud.
+    // 9. The cloud is back: the watch gets the cloud's slice (the old IPs, both pods), then
+    //    ends cleanly (the hold of an offline watch ends at the recovery, and kube-proxy's
+    //    informer watches again, now from the cloud); a new list is the cloud's; kubelet's
+    //    next patch reaches the cloud.
     cloud.reset_requests();
     cloud.restart();
     let event = feed.change_until(
@@ -451,6 +468,7 @@ fn after_an_offline_reboot_kube_proxys_slice_follows_the_nodes_pods_until_the_cl
         modified("web-x", |s| endpoint(s, "web-b").is_some()),
     );
     assert_eq!(event["object"]["endpoints"], cloud_slice["endpoints"]);
+    ends_cleanly(&feed, &hub);
     assert!(hub.wait_healthy(&cloud, true, HEALTH), "{}", hub.logs());
     let back = list_when_warm(&hub, &format!("{SLICES}?{PROXY_SELECTOR}"), KUBE_PROXY);
     assert_eq!(
@@ -598,7 +616,8 @@ fn after_an_offline_reboot_coredns_endpoints_follow_the_nodes_pods_until_the_clo
         "the disk cache changed"
     );
 
-    // The cloud is back: its Endpoints again, on the watch and in a new list.
+    // The cloud is back: its Endpoints again, on the watch (which then ends cleanly) and in
+    // a new list.
     cloud.restart();
     let event = feed.change_until(
         Instant::now() + HEALTH,
@@ -606,6 +625,7 @@ fn after_an_offline_reboot_coredns_endpoints_follow_the_nodes_pods_until_the_clo
         modified("web", |e| listed(e, "web-b").is_some()),
     );
     assert_eq!(event["object"]["subsets"], cloud_endpoints["subsets"]);
+    ends_cleanly(&feed, &hub);
     assert!(hub.wait_healthy(&cloud, true, HEALTH), "{}", hub.logs());
     let back = list(&hub, ENDPOINTS, COREDNS);
     assert_eq!(item(&back, "web")["subsets"], cloud_endpoints["subsets"]);
@@ -674,7 +694,7 @@ fn without_a_reboot_the_pool_caches_watch_gets_the_change_and_then_the_clouds_sl
     );
 
     // The cloud is back: the cloud's slice on the same stream at its resourceVersion, then
-    // the cloud's own next change at a new one.
+    // the cloud's own next change at a new one (a pool-cache watch is not held: it goes on).
     cloud.restart();
     let event = feed.change_until(
         Instant::now() + HEALTH,
@@ -718,6 +738,8 @@ fn with_the_overlay_turned_off_kubelets_patch_changes_nothing() {
         hub.logs()
     );
     let hub = reboot_offline(&cloud, hub);
+    let before = list(&hub, &format!("{SLICES}?{PROXY_SELECTOR}"), KUBE_PROXY);
+    let feed = watch_from(&hub, SLICES, PROXY_SELECTOR, rv_of(&before), KUBE_PROXY);
     let restarted = reported[0].restarted(NEW_IP_A, &now());
     kubelet_reports(
         &hub,
@@ -731,6 +753,65 @@ fn with_the_overlay_turned_off_kubelets_patch_changes_nothing() {
     assert_eq!(
         item(&offline, "web-x")["endpoints"],
         cloud_slice["endpoints"]
+    );
+    // kube-proxy's open watch gets no MODIFIED either.
+    stays_quiet(&feed, QUIET);
+}
+
+#[test]
+fn with_one_of_two_servers_stopped_kubelets_patch_turns_no_overlay_on() {
+    // Two apiservers; the first stops and kubelet's status patch follows at once, while the
+    // first is still healthy by its last probe: the write may go to it and fail before it
+    // connects. The second serves all along: the overlay must not turn on (review M1).
+    let Fixture {
+        cloud,
+        reported,
+        slice: cloud_slice,
+        ..
+    } = fixture();
+    let peer = cloud.start_peer();
+    let dir = TempDir::new("endpoints-overlay-two-servers");
+    let servers = format!("--server-addr={},{}", cloud.url(), peer.url());
+    // Priority: every request goes to the first server while it is healthy.
+    let spec = HubSpec::for_cloud(&cloud, dir.path()).with(&[&servers, "--lb-mode=priority"]);
+    let hub = Hub::start(&spec);
+    kubelet_reads_its_pods(&hub);
+    // kube-proxy's list, from the hub's pool cache.
+    let lists = format!("{SLICES}?{PROXY_SELECTOR}");
+    list_when_warm(&hub, &lists, KUBE_PROXY);
+    let kubelet = KubeletClient::node(&hub);
+    let got = kubelet.get_pod(NS, "web-a");
+    assert_eq!(got.status, 200, "{}", got.text());
+    let patch = restarted_patch(&got.json(), &reported[0].restarted(NEW_IP_A, &now()));
+
+    cloud.stop();
+    let mut replies = vec![kubelet.patch_status(NS, "web-a", STRATEGIC, &patch).status];
+    // kubelet sends it again at each sync; a few rounds over ~3 s.
+    let until = Instant::now() + QUIET;
+    loop {
+        assert_eq!(
+            hub.metric("tinyhub_endpoints_overlay_pods"),
+            Some(0.0),
+            "the overlay turned on with a server usable; replies {replies:?}; hub log:\n{}",
+            hub.logs()
+        );
+        let fresh = list(&hub, &lists, KUBE_PROXY);
+        assert_eq!(
+            item(&fresh, "web-x")["endpoints"],
+            cloud_slice["endpoints"],
+            "kube-proxy's list is not the cloud's; replies {replies:?}"
+        );
+        if Instant::now() >= until {
+            break;
+        }
+        // kubelet's pace, shortened: the patch again after a while.
+        std::thread::sleep(Duration::from_millis(500));
+        replies.push(kubelet.patch_status(NS, "web-a", STRATEGIC, &patch).status);
+    }
+    assert!(
+        peer.count(|r| r.method == "PATCH" && r.path == "/api/v1/namespaces/app/pods/web-a/status")
+            > 0,
+        "no patch reached the server still up; replies {replies:?}"
     );
 }
 
