@@ -280,9 +280,46 @@ fn strip(value: &Value) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The types of a pod's conditions in the order kubelet keeps them.
+    pub(crate) const CONDITION_ORDER: [&str; 5] = [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "Ready",
+        "ContainersReady",
+        "PodScheduled",
+    ];
+
+    /// A running pod's conditions, all True, in kubelet's order; Ready turned True at
+    /// `ready_at`.
+    pub(crate) fn conditions(ready_at: &str) -> Value {
+        let condition = |kind: &str| match kind {
+            "Ready" => json!({"type": kind, "status": "True", "lastTransitionTime": ready_at}),
+            _ => json!({"type": kind, "status": "True"}),
+        };
+        CONDITION_ORDER.iter().map(|kind| condition(kind)).collect()
+    }
+
+    /// kubelet's `$setElementOrder/conditions`: every condition type, in its order.
+    pub(crate) fn condition_element_order() -> Value {
+        CONDITION_ORDER
+            .iter()
+            .map(|kind| json!({"type": kind}))
+            .collect()
+    }
+
+    /// The types of `status`'s conditions, in order.
+    fn condition_types(status: &Value) -> Vec<&str> {
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect()
+    }
 
     fn smp(target: Value, patch: Value) -> Value {
         let mut t = target;
@@ -299,13 +336,7 @@ mod tests {
                 "podIP": "10.244.1.10",
                 "podIPs": [{"ip": "10.244.1.10"}, {"ip": "fd00::10"}],
                 "hostIPs": [{"ip": "192.168.0.5"}],
-                "conditions": [
-                    {"type": "PodReadyToStartContainers", "status": "True"},
-                    {"type": "Initialized", "status": "True"},
-                    {"type": "Ready", "status": "True", "lastTransitionTime": "t0"},
-                    {"type": "ContainersReady", "status": "True"},
-                    {"type": "PodScheduled", "status": "True"}
-                ],
+                "conditions": conditions("t0"),
                 "containerStatuses": [{"name": "web", "ready": true, "restartCount": 0}]
             }
         })
@@ -334,7 +365,7 @@ mod tests {
     #[test]
     fn kubelets_patch_moves_the_ip_and_keeps_the_other_conditions() {
         let patch = json!({"metadata":{"uid":"u1"},"status":{
-            "$setElementOrder/conditions":[{"type":"PodReadyToStartContainers"},{"type":"Initialized"},{"type":"Ready"},{"type":"ContainersReady"},{"type":"PodScheduled"}],
+            "$setElementOrder/conditions": condition_element_order(),
             "$setElementOrder/podIPs":[{"ip":"10.244.1.20"}],
             "conditions":[{"lastTransitionTime":"t1","status":"False","type":"Ready"}],
             "podIP":"10.244.1.20",
@@ -343,22 +374,7 @@ mod tests {
         let status = &out["status"];
         assert_eq!(status["podIP"], "10.244.1.20");
         assert_eq!(status["podIPs"], json!([{"ip": "10.244.1.20"}]));
-        let types: Vec<&str> = status["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["type"].as_str().unwrap())
-            .collect();
-        assert_eq!(
-            types,
-            [
-                "PodReadyToStartContainers",
-                "Initialized",
-                "Ready",
-                "ContainersReady",
-                "PodScheduled"
-            ]
-        );
+        assert_eq!(condition_types(status), CONDITION_ORDER);
         assert_eq!(
             status["conditions"][2],
             json!({"type": "Ready", "status": "False", "lastTransitionTime": "t1"})
@@ -414,14 +430,8 @@ mod tests {
             "$setElementOrder/conditions":[{"type":"Ready"},{"type":"PodScheduled"},{"type":"Initialized"}],
             "conditions":[{"type":"Ready","status":"False"}]}});
         let out = smp(pod(), patch);
-        let types: Vec<&str> = out["status"]["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["type"].as_str().unwrap())
-            .collect();
         assert_eq!(
-            types,
+            condition_types(&out["status"]),
             [
                 "PodReadyToStartContainers",
                 "Ready",

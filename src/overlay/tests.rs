@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::patch::tests::{condition_element_order, conditions};
 use super::series::Series;
 use super::*;
 
@@ -30,13 +31,7 @@ fn pod_on(name: &str, uid: &str, node: &str, ips: &[&str]) -> Vec<u8> {
             "phase": "Running",
             "podIP": ips[0],
             "podIPs": pod_ips,
-            "conditions": [
-                {"type": "PodReadyToStartContainers", "status": "True"},
-                {"type": "Initialized", "status": "True"},
-                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-01T10:00:00Z"},
-                {"type": "ContainersReady", "status": "True"},
-                {"type": "PodScheduled", "status": "True"}
-            ],
+            "conditions": conditions("2026-12-01T10:00:00Z"),
             "containerStatuses": [{"name": "web", "ready": true, "restartCount": 0}]
         }
     }))
@@ -59,7 +54,7 @@ fn kubelet_patch(uid: &str, old: &[&str], new: &[&str], ready: bool) -> Vec<u8> 
     );
     let status = if ready { "True" } else { "False" };
     serde_json::to_vec(&json!({"metadata": {"uid": uid}, "status": {
-        "$setElementOrder/conditions": [{"type":"PodReadyToStartContainers"},{"type":"Initialized"},{"type":"Ready"},{"type":"ContainersReady"},{"type":"PodScheduled"}],
+        "$setElementOrder/conditions": condition_element_order(),
         "$setElementOrder/podIPs": order,
         "conditions": [{"lastTransitionTime": "2026-12-06T10:00:00Z", "status": status, "type": "Ready"}],
         "podIP": new[0],
@@ -155,6 +150,29 @@ fn parse(bytes: &[u8]) -> Value {
     serde_json::from_slice(bytes).unwrap()
 }
 
+/// What the capture of `write` of pod `name`, cached as `cached`, gives while the cloud is
+/// down (outage 0).
+fn capture_down(overlay: &Overlay, name: &str, cached: &[u8], write: PodWrite) -> Captured {
+    overlay.capture(capture(name, cached, write), CloudState::down(0))
+}
+
+/// `base`, an object of `kind`, as `snapshot` rewrites it (it must rewrite it).
+fn rewritten_by(snapshot: &Snapshot, kind: EndpointKind, base: &[u8]) -> Value {
+    parse(&snapshot.rewrite(kind, base).unwrap())
+}
+
+/// `base`, an object of `kind`, as the overlay's snapshot in outage 0 rewrites it.
+fn rewritten(overlay: &Overlay, kind: EndpointKind, base: &[u8]) -> Value {
+    rewritten_by(&overlay.snapshot(CloudState::down(0)), kind, base)
+}
+
+/// The slice after `write` of pod `name` (cached as `cached`) applied a change, in outage 0.
+fn slice_after(overlay: &Overlay, name: &str, cached: &[u8], write: PodWrite) -> Value {
+    let got = capture_down(overlay, name, cached, write);
+    assert_eq!(got, Captured::Applied { changed: true });
+    rewritten(overlay, EndpointKind::Slice, &slice())
+}
+
 /// The endpoint of pod `name` in a rewritten slice.
 fn endpoint_of<'v>(slice: &'v Value, name: &str) -> Option<&'v Value> {
     slice["endpoints"]
@@ -175,7 +193,7 @@ fn kubelets_patch_moves_the_pods_endpoint_and_nothing_else() {
     let snapshot = overlay.snapshot(CloudState::down(0));
     assert!(snapshot.active());
     let base = slice();
-    let out = parse(&snapshot.rewrite(EndpointKind::Slice, &base).unwrap());
+    let out = rewritten_by(&snapshot, EndpointKind::Slice, &base);
     let mut expected = parse(&base);
     expected["endpoints"][0]["addresses"] = json!(["10.244.1.20"]);
     // Only web-a's address changed: the resourceVersion, web-b (no write), web-c (another
@@ -191,17 +209,7 @@ fn a_ready_flip_marks_the_endpoint_not_ready_and_keeps_terminating() {
     let (overlay, _) = overlay();
     let cached = pod("web-b", "ub", "10.244.1.11");
     let body = kubelet_patch("ub", &["10.244.1.11"], &["10.244.1.11"], false);
-    let got = overlay.capture(
-        capture("web-b", &cached, patch(SMP, &body)),
-        CloudState::down(0),
-    );
-    assert_eq!(got, Captured::Applied { changed: true });
-    let out = parse(
-        &overlay
-            .snapshot(CloudState::down(0))
-            .rewrite(EndpointKind::Slice, &slice())
-            .unwrap(),
-    );
+    let out = slice_after(&overlay, "web-b", &cached, patch(SMP, &body));
     let b = endpoint_of(&out, "web-b").unwrap();
     assert_eq!(b["addresses"], json!(["10.244.1.11"]));
     assert_eq!(
@@ -224,20 +232,17 @@ fn dual_stack_pods_give_each_slice_its_family() {
         &["10.244.1.20", "fd00::20"],
         true,
     );
-    let got = overlay.capture(
-        capture("web-a", &cached, patch(SMP, &body)),
-        CloudState::down(0),
-    );
+    let got = capture_down(&overlay, "web-a", &cached, patch(SMP, &body));
     assert_eq!(got, Captured::Applied { changed: true });
     let snapshot = overlay.snapshot(CloudState::down(0));
     let v6 = slice_of(
         "IPv6",
         vec![endpoint("fd00::10", NODE, "web-a", "ua", true)],
     );
-    let out = parse(&snapshot.rewrite(EndpointKind::Slice, &v6).unwrap());
+    let out = rewritten_by(&snapshot, EndpointKind::Slice, &v6);
     assert_eq!(out["endpoints"][0]["addresses"], json!(["fd00::20"]));
     assert_eq!(out["endpoints"][0]["conditions"]["ready"], true);
-    let out = parse(&snapshot.rewrite(EndpointKind::Slice, &slice()).unwrap());
+    let out = rewritten_by(&snapshot, EndpointKind::Slice, &slice());
     assert_eq!(out["endpoints"][0]["addresses"], json!(["10.244.1.20"]));
 }
 
@@ -249,12 +254,7 @@ fn an_ipv6_slice_of_an_ipv4_only_pod_keeps_its_address_not_ready() {
         "IPv6",
         vec![endpoint("fd00::10", NODE, "web-a", "ua", true)],
     );
-    let out = parse(
-        &overlay
-            .snapshot(CloudState::down(0))
-            .rewrite(EndpointKind::Slice, &v6)
-            .unwrap(),
-    );
+    let out = rewritten(&overlay, EndpointKind::Slice, &v6);
     assert_eq!(out["endpoints"][0]["addresses"], json!(["fd00::10"]));
     assert_eq!(out["endpoints"][0]["conditions"]["ready"], false);
     assert_eq!(out["endpoints"][0]["conditions"]["serving"], false);
@@ -265,18 +265,8 @@ fn a_null_in_a_strategic_patch_deletes_the_field() {
     let (overlay, _) = overlay();
     let cached = pod("web-a", "ua", "10.244.1.10");
     let body = br#"{"status":{"podIP":null,"podIPs":null}}"#;
-    let got = overlay.capture(
-        capture("web-a", &cached, patch(SMP, body)),
-        CloudState::down(0),
-    );
-    assert_eq!(got, Captured::Applied { changed: true });
     // No IP of the slice's family any more: the address stays, not ready.
-    let out = parse(
-        &overlay
-            .snapshot(CloudState::down(0))
-            .rewrite(EndpointKind::Slice, &slice())
-            .unwrap(),
-    );
+    let out = slice_after(&overlay, "web-a", &cached, patch(SMP, body));
     let a = endpoint_of(&out, "web-a").unwrap();
     assert_eq!(a["addresses"], json!(["10.244.1.10"]));
     assert_eq!(a["conditions"]["ready"], false);
@@ -288,20 +278,11 @@ fn a_merge_patch_replaces_lists_whole() {
     let cached = pod("web-a", "ua", "10.244.1.10");
     let body = br#"{"status":{"podIP":"10.244.1.30","podIPs":[{"ip":"10.244.1.30"}],
         "conditions":[{"type":"Ready","status":"False"}]}}"#;
-    let got = overlay.capture(
-        capture(
-            "web-a",
-            &cached,
-            patch("application/merge-patch+json; charset=utf-8", body),
-        ),
-        CloudState::down(0),
-    );
-    assert_eq!(got, Captured::Applied { changed: true });
-    let out = parse(
-        &overlay
-            .snapshot(CloudState::down(0))
-            .rewrite(EndpointKind::Slice, &slice())
-            .unwrap(),
+    let out = slice_after(
+        &overlay,
+        "web-a",
+        &cached,
+        patch("application/merge-patch+json; charset=utf-8", body),
     );
     let a = endpoint_of(&out, "web-a").unwrap();
     assert_eq!(a["addresses"], json!(["10.244.1.30"]));
@@ -313,17 +294,7 @@ fn a_put_replaces_the_status() {
     let (overlay, _) = overlay();
     let cached = pod("web-a", "ua", "10.244.1.10");
     let put = pod("web-a", "ua", "10.244.1.40");
-    let got = overlay.capture(
-        capture("web-a", &cached, PodWrite::Put { body: &put }),
-        CloudState::down(0),
-    );
-    assert_eq!(got, Captured::Applied { changed: true });
-    let out = parse(
-        &overlay
-            .snapshot(CloudState::down(0))
-            .rewrite(EndpointKind::Slice, &slice())
-            .unwrap(),
-    );
+    let out = slice_after(&overlay, "web-a", &cached, PodWrite::Put { body: &put });
     assert_eq!(
         endpoint_of(&out, "web-a").unwrap()["addresses"],
         json!(["10.244.1.40"])
@@ -339,17 +310,7 @@ fn each_patch_applies_to_the_cached_pod_not_to_the_last_patch() {
     let cached = pod("web-a", "ua", "10.244.1.10");
     let body =
         br#"{"metadata":{"uid":"ua"},"status":{"conditions":[{"type":"Ready","status":"False"}]}}"#;
-    let got = overlay.capture(
-        capture("web-a", &cached, patch(SMP, body)),
-        CloudState::down(0),
-    );
-    assert_eq!(got, Captured::Applied { changed: true });
-    let out = parse(
-        &overlay
-            .snapshot(CloudState::down(0))
-            .rewrite(EndpointKind::Slice, &slice())
-            .unwrap(),
-    );
+    let out = slice_after(&overlay, "web-a", &cached, patch(SMP, body));
     let a = endpoint_of(&out, "web-a").unwrap();
     assert_eq!(a["addresses"], json!(["10.244.1.10"]));
     assert_eq!(a["conditions"]["ready"], false);
@@ -377,10 +338,7 @@ fn a_first_patch_that_changes_nothing_still_overlays_the_pod() {
     let before = overlay.snapshot(CloudState::down(0)).generation();
     let cached = pod("web-a", "ua", "10.244.1.10");
     let body = kubelet_patch("ua", &["10.244.1.10"], &["10.244.1.10"], true);
-    let got = overlay.capture(
-        capture("web-a", &cached, patch(SMP, &body)),
-        CloudState::down(0),
-    );
+    let got = capture_down(&overlay, "web-a", &cached, patch(SMP, &body));
     assert_eq!(got, Captured::Applied { changed: false });
     let snapshot = overlay.snapshot(CloudState::down(0));
     assert!(snapshot.active());
@@ -396,18 +354,12 @@ fn writes_for_another_pod_or_node_or_without_a_cached_pod_are_ignored() {
     let cached = pod("web-a", "ua", "10.244.1.10");
     // A patch of a re-created pod of the same name.
     let body = kubelet_patch("other", &["10.244.1.10"], &["10.244.1.20"], true);
-    let got = overlay.capture(
-        capture("web-a", &cached, patch(SMP, &body)),
-        CloudState::down(0),
-    );
+    let got = capture_down(&overlay, "web-a", &cached, patch(SMP, &body));
     assert_eq!(got, Captured::Ignored(Ignored::NotThisPod));
     // A pod of another node.
     let elsewhere = pod_on("web-c", "uc", "n2", &["10.244.2.7"]);
     let body = kubelet_patch("uc", &["10.244.2.7"], &["10.244.2.8"], true);
-    let got = overlay.capture(
-        capture("web-c", &elsewhere, patch(SMP, &body)),
-        CloudState::down(0),
-    );
+    let got = capture_down(&overlay, "web-c", &elsewhere, patch(SMP, &body));
     assert_eq!(got, Captured::Ignored(Ignored::NotThisPod));
     // No cached pod.
     let body = kubelet_patch("ua", &["10.244.1.10"], &["10.244.1.20"], true);
@@ -488,7 +440,7 @@ fn a_v1beta1_slice_matches_by_topology_hostname() {
     };
     let snapshot = overlay.snapshot(CloudState::down(0));
     let ours = slice_of("IPv4", vec![beta(NODE)]);
-    let out = parse(&snapshot.rewrite(EndpointKind::Slice, &ours).unwrap());
+    let out = rewritten_by(&snapshot, EndpointKind::Slice, &ours);
     assert_eq!(out["endpoints"][0]["addresses"], json!(["10.244.1.20"]));
     assert_eq!(
         out["endpoints"][0]["topology"],
@@ -511,7 +463,7 @@ fn an_endpoint_without_target_ref_matches_by_node_and_old_ip_in_its_namespace() 
     let snapshot = overlay.snapshot(CloudState::down(0));
     let bare = |node: &str| json!({"addresses": ["10.244.1.10"], "conditions": {"ready": true}, "nodeName": node});
     let ours = slice_of("IPv4", vec![bare(NODE), bare("n2")]);
-    let out = parse(&snapshot.rewrite(EndpointKind::Slice, &ours).unwrap());
+    let out = rewritten_by(&snapshot, EndpointKind::Slice, &ours);
     assert_eq!(out["endpoints"][0]["addresses"], json!(["10.244.1.20"]));
     // Another node's endpoint with the same address is left alone.
     assert_eq!(out["endpoints"][1]["addresses"], json!(["10.244.1.10"]));
@@ -528,17 +480,9 @@ fn endpoints_addresses_move_between_ready_and_not_ready() {
     web_a_moved(&overlay, 0);
     let cached = pod("web-b", "ub", "10.244.1.11");
     let body = kubelet_patch("ub", &["10.244.1.11"], &["10.244.1.21"], false);
-    overlay.capture(
-        capture("web-b", &cached, patch(SMP, &body)),
-        CloudState::down(0),
-    );
+    capture_down(&overlay, "web-b", &cached, patch(SMP, &body));
     let base = endpoints();
-    let out = parse(
-        &overlay
-            .snapshot(CloudState::down(0))
-            .rewrite(EndpointKind::Endpoints, &base)
-            .unwrap(),
-    );
+    let out = rewritten(&overlay, EndpointKind::Endpoints, &base);
     assert_eq!(
         out["subsets"],
         json!([{
@@ -554,20 +498,12 @@ fn endpoints_addresses_move_between_ready_and_not_ready() {
     assert_eq!(series.served(EndpointKind::Endpoints).0, 1);
     // Ready again: back among the addresses.
     let body = kubelet_patch("ub", &["10.244.1.11"], &["10.244.1.21"], true);
-    overlay.capture(
-        capture("web-b", &cached, patch(SMP, &body)),
-        CloudState::down(0),
-    );
+    capture_down(&overlay, "web-b", &cached, patch(SMP, &body));
     let not_ready = endpoints_object(json!([{
         "notReadyAddresses": [address("10.244.1.11", NODE, "web-b", "ub")],
         "ports": [{"port": 80}]
     }]));
-    let out = parse(
-        &overlay
-            .snapshot(CloudState::down(0))
-            .rewrite(EndpointKind::Endpoints, &not_ready)
-            .unwrap(),
-    );
+    let out = rewritten(&overlay, EndpointKind::Endpoints, &not_ready);
     assert_eq!(
         out["subsets"],
         json!([{"addresses": [address("10.244.1.21", NODE, "web-b", "ub")], "ports": [{"port": 80}]}])
@@ -578,20 +514,13 @@ fn endpoints_addresses_move_between_ready_and_not_ready() {
 fn a_pod_kubelet_deleted_loses_its_endpoints() {
     let (overlay, _) = overlay();
     let cached = pod("web-b", "ub", "10.244.1.11");
-    let got = overlay.capture(
-        capture("web-b", &cached, PodWrite::Delete),
-        CloudState::down(0),
-    );
+    let got = capture_down(&overlay, "web-b", &cached, PodWrite::Delete);
     assert_eq!(got, Captured::Applied { changed: true });
     let snapshot = overlay.snapshot(CloudState::down(0));
-    let out = parse(&snapshot.rewrite(EndpointKind::Slice, &slice()).unwrap());
+    let out = rewritten_by(&snapshot, EndpointKind::Slice, &slice());
     assert!(endpoint_of(&out, "web-b").is_none());
     assert_eq!(out["endpoints"].as_array().unwrap().len(), 2);
-    let out = parse(
-        &snapshot
-            .rewrite(EndpointKind::Endpoints, &endpoints())
-            .unwrap(),
-    );
+    let out = rewritten_by(&snapshot, EndpointKind::Endpoints, &endpoints());
     let ips: Vec<&str> = out["subsets"][0]["addresses"]
         .as_array()
         .unwrap()
@@ -604,26 +533,18 @@ fn a_pod_kubelet_deleted_loses_its_endpoints() {
         {"addresses": [address("10.244.1.11", NODE, "web-b", "ub")], "ports": [{"port": 80}]},
         {"addresses": [address("10.244.2.7", "n2", "web-c", "uc")], "ports": [{"port": 81}]}
     ]));
-    let out = parse(&snapshot.rewrite(EndpointKind::Endpoints, &only_b).unwrap());
+    let out = rewritten_by(&snapshot, EndpointKind::Endpoints, &only_b);
     assert_eq!(out["subsets"].as_array().unwrap().len(), 1);
     assert_eq!(out["subsets"][0]["ports"], json!([{"port": 81}]));
     let alone = endpoints_object(json!([
         {"addresses": [address("10.244.1.11", NODE, "web-b", "ub")], "ports": [{"port": 80}]}
     ]));
-    let out = parse(&snapshot.rewrite(EndpointKind::Endpoints, &alone).unwrap());
+    let out = rewritten_by(&snapshot, EndpointKind::Endpoints, &alone);
     assert!(out.get("subsets").is_none(), "{out}");
     // A late status of the deleted pod does not bring it back.
     let body = kubelet_patch("ub", &["10.244.1.11"], &["10.244.1.11"], true);
-    overlay.capture(
-        capture("web-b", &cached, patch(SMP, &body)),
-        CloudState::down(0),
-    );
-    let out = parse(
-        &overlay
-            .snapshot(CloudState::down(0))
-            .rewrite(EndpointKind::Slice, &slice())
-            .unwrap(),
-    );
+    capture_down(&overlay, "web-b", &cached, patch(SMP, &body));
+    let out = rewritten(&overlay, EndpointKind::Slice, &slice());
     assert!(endpoint_of(&out, "web-b").is_none());
 }
 
@@ -632,21 +553,14 @@ fn a_finished_pod_is_not_ready() {
     let (overlay, _) = overlay();
     let cached = pod("web-a", "ua", "10.244.1.10");
     let body = br#"{"metadata":{"uid":"ua"},"status":{"phase":"Failed"}}"#;
-    let got = overlay.capture(
-        capture("web-a", &cached, patch(SMP, body)),
-        CloudState::down(0),
-    );
+    let got = capture_down(&overlay, "web-a", &cached, patch(SMP, body));
     assert_eq!(got, Captured::Applied { changed: true });
     let snapshot = overlay.snapshot(CloudState::down(0));
-    let out = parse(&snapshot.rewrite(EndpointKind::Slice, &slice()).unwrap());
+    let out = rewritten_by(&snapshot, EndpointKind::Slice, &slice());
     let a = endpoint_of(&out, "web-a").unwrap();
     assert_eq!(a["conditions"]["ready"], false);
     assert_eq!(a["conditions"]["serving"], false);
-    let out = parse(
-        &snapshot
-            .rewrite(EndpointKind::Endpoints, &endpoints())
-            .unwrap(),
-    );
+    let out = rewritten_by(&snapshot, EndpointKind::Endpoints, &endpoints());
     assert_eq!(
         out["subsets"][0]["notReadyAddresses"][0]["ip"],
         "10.244.1.10"
@@ -688,10 +602,7 @@ fn moved(overlay: &Overlay, b_ready: bool) -> Arc<Snapshot> {
     web_a_moved(overlay, 0);
     let cached = pod("web-b", "ub", "10.244.1.11");
     let body = kubelet_patch("ub", &["10.244.1.11"], &["10.244.1.11"], b_ready);
-    overlay.capture(
-        capture("web-b", &cached, patch(SMP, &body)),
-        CloudState::down(0),
-    );
+    capture_down(overlay, "web-b", &cached, patch(SMP, &body));
     overlay.snapshot(CloudState::down(0))
 }
 
@@ -859,11 +770,10 @@ fn a_terminating_endpoint_stays_not_ready_but_serves() {
     web_a_moved(&overlay, 0);
     let mut ending = endpoint("10.244.1.10", NODE, "web-a", "ua", false);
     ending["conditions"] = json!({"ready": false, "serving": false, "terminating": true});
-    let out = parse(
-        &overlay
-            .snapshot(CloudState::down(0))
-            .rewrite(EndpointKind::Slice, &slice_of("IPv4", vec![ending]))
-            .unwrap(),
+    let out = rewritten(
+        &overlay,
+        EndpointKind::Slice,
+        &slice_of("IPv4", vec![ending]),
     );
     assert_eq!(
         out["endpoints"][0]["conditions"],
