@@ -241,10 +241,10 @@ mod tests {
     #[test]
     fn kubelets_cached_pod_is_read_and_only_kubelet_moves_it() {
         use crate::cache::key::CollectionKey;
-        use crate::offline::tests::{Scratch, offline_in, pod, status_patch};
+        use crate::offline::tests::{offline_in, pod, scratch, status_patch};
         use crate::overlay::Captured;
 
-        let dir = Scratch::new("capture");
+        let dir = scratch("capture");
         let offline = offline_in(&dir);
         let cached = pod("web-a", "ua", "10.244.1.10");
         let key = ObjectKey {
@@ -287,9 +287,9 @@ mod tests {
     #[test]
     fn a_write_refused_while_a_server_is_probed_healthy_captures_nothing() {
         use crate::cache::key::CollectionKey;
-        use crate::offline::tests::{Scratch, offline_in, pod, status_patch};
+        use crate::offline::tests::{offline_in, pod, scratch, status_patch};
 
-        let dir = Scratch::new("capture-online");
+        let dir = scratch("capture-online");
         let offline = offline_in(&dir);
         let key = ObjectKey {
             collection: CollectionKey::new("kubelet", "pods", "v1", ""),

@@ -37,22 +37,11 @@ fn watch_hold_is_between_30_and_60_minutes() {
     );
 }
 
-/// A scratch directory, removed when dropped.
-pub(super) struct Scratch(std::path::PathBuf);
+pub(super) use crate::stream::tests::Scratch;
 
-impl Scratch {
-    pub(super) fn new(tag: &str) -> Scratch {
-        let path =
-            std::env::temp_dir().join(format!("tinyhub-offline-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        Scratch(path)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// The scratch directory `offline-<tag>`.
+pub(super) fn scratch(tag: &str) -> Scratch {
+    Scratch::new(&format!("offline-{tag}"))
 }
 
 /// An offline answerer over a store in `dir`, for node `n1` with the overlay on, its one
@@ -107,7 +96,7 @@ fn a_held_slice_watch_passes_the_overlay_and_gives_the_clouds_slice_back() {
     use crate::request::classify;
     use std::borrow::Cow;
 
-    let dir = Scratch::new("overlay-pass");
+    let dir = scratch("overlay-pass");
     let offline = offline_in(&dir);
     let slices = CollectionKey::new("kube-proxy", "endpointslices", "v1", "discovery.k8s.io");
     let slice = serde_json::to_vec(&serde_json::json!({

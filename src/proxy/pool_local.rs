@@ -605,9 +605,11 @@ fn refuse(ex: Exchange<'_>, status: &Status) -> u16 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::request::classify;
+    use crate::stream::tests::DiskCache;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     fn req(url: &str, ua: &str, accept: &str) -> ApiRequest {
         let headers = [
@@ -622,20 +624,8 @@ mod tests {
     /// rewritten, the page is written (and teed) as usual.
     #[test]
     fn a_list_page_is_rewritten_item_by_item_in_its_own_form() {
-        use crate::overlay::{Capture, PodWrite};
-        use serde_json::json;
-
-        let slice = |name: &str, pod: &str, ip: &str| {
-            serde_json::to_string(&json!({
-                "metadata": {"name": name, "namespace": "default", "resourceVersion": "500"},
-                "addressType": "IPv4",
-                "endpoints": [{"addresses": [ip],
-                    "conditions": {"ready": true, "serving": true, "terminating": false},
-                    "nodeName": "n1",
-                    "targetRef": {"kind": "Pod", "namespace": "default", "name": pod, "uid": "u-".to_owned() + pod}}]
-            }))
-            .unwrap()
-        };
+        let slice =
+            |name: &str, pod: &str, ip: &str| String::from_utf8(slice(name, pod, ip, 500)).unwrap();
         let (web, db) = (
             slice("web-x", "web-a", "10.244.1.10"),
             slice("db-x", "db-a", "10.244.1.30"),
@@ -653,28 +643,7 @@ mod tests {
             ),
             None
         );
-        let cached = serde_json::to_vec(&json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "web-a", "namespace": "default", "uid": "u-web-a"},
-            "spec": {"nodeName": "n1"},
-            "status": {"phase": "Running", "podIP": "10.244.1.10", "podIPs": [{"ip": "10.244.1.10"}],
-                "conditions": [{"type": "Ready", "status": "True"}]}
-        }))
-        .unwrap();
-        let patch = br#"{"status":{"podIP":"10.244.1.20","podIPs":[{"ip":"10.244.1.20"}]}}"#;
-        overlay.capture(
-            Capture {
-                by_node_kubelet: true,
-                namespace: "default",
-                name: "web-a",
-                write: PodWrite::Patch {
-                    content_type: "application/merge-patch+json",
-                    body: patch,
-                },
-                cached_pod: Some(&cached),
-            },
-            CloudState::down(0),
-        );
+        capture_web_a(&overlay, &web_a(), MOVED);
         let snapshot = overlay.snapshot(CloudState::down(0));
         let body = rewrite_page(page.as_bytes(), &snapshot, kind).expect("web-x rewritten");
         let list: serde_json::Value = serde_json::from_slice(&body).unwrap();
@@ -694,33 +663,52 @@ mod tests {
         assert_eq!(rewrite_page(only_db.as_bytes(), &snapshot, kind), None);
     }
 
-    /// A cloud that is down: no server usable, never back.
-    struct Down;
+    /// A cloud reachable or not, as a test sets it, never back from an outage; never asked
+    /// to send (the answers from the pool caches, and the multiplexer port's tests).
+    #[derive(Debug, Default)]
+    pub(crate) struct StubCloud {
+        /// No server is usable.
+        pub(crate) unreachable: AtomicBool,
+    }
 
-    impl Cloud for Down {
+    impl StubCloud {
+        /// A cloud that is down: no server usable.
+        fn down() -> StubCloud {
+            StubCloud {
+                unreachable: AtomicBool::new(true),
+            }
+        }
+    }
+
+    impl Cloud for StubCloud {
         fn send(
             &self,
             _: crate::upstream::Outgoing<'_>,
         ) -> Result<crate::upstream::Answer, crate::upstream::UpstreamError> {
             Err(crate::upstream::UpstreamError::Transport {
                 server: "https://cloud:6443".into(),
-                detail: "refused".into(),
+                detail: "not in this test".into(),
                 timeout: false,
                 maybe_sent: false,
             })
         }
+
         fn any_healthy(&self) -> bool {
-            false
+            !self.unreachable.load(Ordering::Relaxed)
         }
+
         fn any_probed_healthy(&self) -> bool {
-            false
+            self.any_healthy()
         }
+
         fn server(&self, _: usize) -> &str {
             "https://cloud:6443"
         }
+
         fn healthy(&self, _: usize) -> bool {
-            false
+            self.any_healthy()
         }
+
         fn recoveries(&self) -> u64 {
             0
         }
@@ -742,15 +730,6 @@ mod tests {
         fn abort(&mut self) {}
         fn uncache(&mut self, _: Uncached) -> Result<(), Stop> {
             Ok(())
-        }
-    }
-
-    /// A scratch directory for a store, removed when dropped.
-    struct Scratch(std::path::PathBuf);
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
         }
     }
 
@@ -800,32 +779,42 @@ mod tests {
 
     const MOVED: &[u8] = br#"{"status":{"podIP":"10.244.1.20","podIPs":[{"ip":"10.244.1.20"}]}}"#;
 
+    /// A watch cache of EndpointSlices holding `slices` (list items) at resourceVersion 500.
+    fn slices_cache(slices: impl IntoIterator<Item = Vec<u8>>) -> WatchCache {
+        use crate::watchcache::{CacheOptions, Resource};
+        let cache = WatchCache::new(Resource::endpointslices(), CacheOptions::default());
+        let objects = slices
+            .into_iter()
+            .map(|bytes| cache.parse(&bytes).unwrap())
+            .collect();
+        cache.replace("500", objects).unwrap();
+        cache
+    }
+
+    /// The view of a watch of every slice, through `overlaid`.
+    fn every_slice<'a>(overlaid: &'a LocalOverlay<'a>) -> ScopedView<'a> {
+        ScopedView {
+            overlaid,
+            view: WatchView::new(EndpointKind::Slice),
+            namespace: None,
+            selectors: Selectors::everything(),
+        }
+    }
+
     /// A pass over a scope larger than a batch writes its events as it finds them, in
     /// writes of about [`PASS_FLUSH`], never the scope's events at once.
     #[test]
     fn a_pass_writes_its_events_in_batches() {
-        use crate::watchcache::{CacheOptions, Resource};
-
-        let cache = WatchCache::new(Resource::endpointslices(), CacheOptions::default());
-        let objects = (0..300)
-            .map(|i| {
-                let bytes = slice(&format!("web-{i:03}"), "web-a", "10.244.1.10", 500);
-                cache.parse(&bytes).unwrap()
-            })
-            .collect();
-        cache.replace("500", objects).unwrap();
+        let cache = slices_cache(
+            (0..300).map(|i| slice(&format!("web-{i:03}"), "web-a", "10.244.1.10", 500)),
+        );
         let overlay = Overlay::new("n1", true);
         capture_web_a(&overlay, &web_a(), MOVED);
         let overlaid = LocalOverlay {
             overlay: &overlay,
-            cloud: &Down,
+            cloud: &StubCloud::down(),
         };
-        let mut scoped = ScopedView {
-            overlaid: &overlaid,
-            view: WatchView::new(EndpointKind::Slice),
-            namespace: None,
-            selectors: Selectors::everything(),
-        };
+        let mut scoped = every_slice(&overlaid);
         let mut sink = FilterStage::none(Tee::new(Kept::default(), None, &note_uncached));
         let snapshot = overlaid.snapshot();
         write_pass(&cache, &mut scoped, &snapshot, &mut sink).unwrap();
@@ -843,22 +832,10 @@ mod tests {
     /// the cloud's objects throughout.
     #[test]
     fn a_rewritten_watch_event_reaches_the_disk_cache_as_the_clouds() {
-        use crate::cache::key::{CollectionKey, ObjectKey};
-        use crate::cache::store::Store;
-        use crate::cache::target::CacheTarget;
-        use crate::cache::writer::{WriterOptions, channel, run};
-        use crate::watchcache::{CacheOptions, Resource};
         use serde_json::{Value, json};
-        use std::sync::atomic::AtomicBool;
 
-        let cache = WatchCache::new(Resource::endpointslices(), CacheOptions::default());
+        let cache = slices_cache([slice("web-x", "web-a", "10.244.1.10", 500)]);
         let parsed = |bytes: &[u8]| cache.parse(bytes).unwrap();
-        cache
-            .replace(
-                "500",
-                vec![parsed(&slice("web-x", "web-a", "10.244.1.10", 500))],
-            )
-            .unwrap();
 
         let overlay = Overlay::new("n1", true);
         let cached = web_a();
@@ -866,32 +843,12 @@ mod tests {
         capture(MOVED);
         let overlaid = LocalOverlay {
             overlay: &overlay,
-            cloud: &Down,
+            cloud: &StubCloud::down(),
         };
-        let mut scoped = ScopedView {
-            overlaid: &overlaid,
-            view: WatchView::new(EndpointKind::Slice),
-            namespace: None,
-            selectors: Selectors::everything(),
-        };
+        let mut scoped = every_slice(&overlaid);
 
-        let dir = Scratch(std::env::temp_dir().join(format!(
-            "tinyhub-pool-local-overlay-tee-{}",
-            std::process::id()
-        )));
-        let _ = std::fs::remove_dir_all(&dir.0);
-        let (store, _) = Store::open(&dir.0).unwrap();
-        let slices = CollectionKey::new("kube-proxy", "endpointslices", "v1", "discovery.k8s.io");
-        let (tx, rx) = channel(64, 1 << 20);
-        let session = tx.begin(
-            CacheTarget::Watch {
-                collection: slices.clone(),
-            },
-            200,
-            false,
-            None,
-        );
-        assert!(session.is_some());
+        let mut disk = DiskCache::open("pool-local-overlay-tee");
+        let session = disk.session();
         let mut sink = FilterStage::none(Tee::new(Kept::default(), session, &note_uncached));
 
         // A batch: another slice, the slice the overlay rewrites (the cloud moved it to rv
@@ -966,20 +923,9 @@ mod tests {
             "the cloud's resourceVersion"
         );
 
-        drop(tx);
-        run(
-            &store,
-            rx,
-            &AtomicBool::new(false),
-            WriterOptions::default(),
-        );
+        disk.write_out();
         let stored = |name: &str| -> Option<Value> {
-            let key = ObjectKey {
-                collection: slices.clone(),
-                namespace: Some("default".to_owned()),
-                name: name.to_owned(),
-            };
-            let bytes = store.get(&key).unwrap()?;
+            let bytes = disk.stored("default", name)?;
             Some(serde_json::from_slice(&bytes).unwrap())
         };
         let web = stored("web-x").expect("the cloud's event of web-x reached the disk cache");

@@ -294,4 +294,4 @@ impl<S: Sink> io::Write for SinkWrite<'_, S> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

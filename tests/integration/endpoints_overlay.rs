@@ -382,6 +382,24 @@ impl Kind {
         }
     }
 
+    /// Whether `object` lists pod `pod` at `ip` (and at no other address).
+    fn lists_at(self, object: &Value, pod: &str, ip: &str) -> bool {
+        match self {
+            Kind::Slices => {
+                shown(object, pod).is_some_and(|(addresses, ..)| addresses == json!([ip]))
+            }
+            Kind::Endpoints => listed(object, pod).is_some_and(|(at, _)| at == ip),
+        }
+    }
+
+    /// Whether `object` lists pod `pod` as ready; None when it does not list it.
+    fn ready(self, object: &Value, pod: &str) -> Option<bool> {
+        match self {
+            Kind::Slices => shown(object, pod).and_then(|(_, ready, _)| ready.as_bool()),
+            Kind::Endpoints => listed(object, pod).map(|(_, ready)| ready),
+        }
+    }
+
     /// Whether `object` lists pod `pod` at all.
     fn lists(self, object: &Value, pod: &str) -> bool {
         match self {
@@ -466,6 +484,61 @@ fn modified_after(
     event["object"].clone()
 }
 
+/// kubelet reports web-a's restart (`restarted`, at [`NEW_IP_A`]): the object of the
+/// MODIFIED that shows it, within [`DELIVERY`].
+fn web_a_moves(
+    feed: &Feed,
+    hub: &Hub,
+    kind: Kind,
+    kubelet: &KubeletClient<'_>,
+    restarted: &Reported,
+) -> Value {
+    modified_after(
+        feed,
+        hub,
+        kind,
+        || web_a_restarts(hub, kubelet, restarted),
+        |o| kind.lists_at(o, "web-a", NEW_IP_A),
+    )
+}
+
+/// kubelet's merge patch makes web-b (`reported` before) unready: the object of the
+/// MODIFIED that shows it, within [`DELIVERY`].
+fn web_b_turns_unready(
+    feed: &Feed,
+    hub: &Hub,
+    kind: Kind,
+    kubelet: &KubeletClient<'_>,
+    reported: &Reported,
+) -> Value {
+    let write = || {
+        kubelet_reports(hub, kubelet, "web-b", MERGE, |cached| {
+            merge_patch(cached, &reported.with_ready(false, &now()))
+        })
+    };
+    modified_after(feed, hub, kind, write, |o| {
+        kind.ready(o, "web-b") == Some(false)
+    })
+}
+
+/// kubelet's final delete of web-b (uid `uid`): the object of the MODIFIED without it,
+/// within [`DELIVERY`].
+fn web_b_is_deleted(
+    feed: &Feed,
+    hub: &Hub,
+    kind: Kind,
+    kubelet: &KubeletClient<'_>,
+    uid: &str,
+) -> Value {
+    modified_after(
+        feed,
+        hub,
+        kind,
+        || kubelet_deletes(kubelet, "web-b", uid),
+        |o| !kind.lists(o, "web-b"),
+    )
+}
+
 /// The cloud comes back: the held offline watch gets the cloud's object (listing `web-b`
 /// again) with its addresses, then ends cleanly, and the hub sees the cloud healthy.
 fn the_clouds_object_once_back(cloud: &Cloud, hub: &Hub, feed: &Feed, kind: Kind, clouds: &Value) {
@@ -509,13 +582,7 @@ fn after_an_offline_reboot_kube_proxys_slice_follows_the_nodes_pods_until_the_cl
     //    2 s kube-proxy's watch gets the slice with it, at the cloud's resourceVersion.
     let kubelet = KubeletClient::node(&hub);
     let restarted = reported[0].restarted(NEW_IP_A, &now());
-    let object = &modified_after(
-        &feed,
-        &hub,
-        kind,
-        || web_a_restarts(&hub, &kubelet, &restarted),
-        |s| shown(s, "web-a").unwrap().0 == json!([NEW_IP_A]),
-    );
+    let object = &web_a_moves(&feed, &hub, kind, &kubelet, &restarted);
     assert_eq!(
         rv_of(object),
         rv_of(&cloud_slice),
@@ -533,17 +600,7 @@ fn after_an_offline_reboot_kube_proxys_slice_follows_the_nodes_pods_until_the_cl
     a_fresh_list_agrees(&hub, kind, object, "a fresh list agrees");
 
     // 5. A merge patch makes web-b unready: neither ready nor serving.
-    let object = &modified_after(
-        &feed,
-        &hub,
-        kind,
-        || {
-            kubelet_reports(&hub, &kubelet, "web-b", MERGE, |cached| {
-                merge_patch(cached, &reported[1].with_ready(false, &now()))
-            })
-        },
-        |s| shown(s, "web-b").unwrap().1 == json!(false),
-    );
+    let object = &web_b_turns_unready(&feed, &hub, kind, &kubelet, &reported[1]);
     assert_eq!(
         shown(object, "web-b"),
         Some((json!([IP_B]), json!(false), json!(false)))
@@ -571,13 +628,7 @@ fn after_an_offline_reboot_kube_proxys_slice_follows_the_nodes_pods_until_the_cl
     stays_quiet(&feed, QUIET);
 
     // 7. kubelet's final delete of web-b: its endpoint is gone.
-    let object = &modified_after(
-        &feed,
-        &hub,
-        kind,
-        || kubelet_deletes(&kubelet, "web-b", &uids[1]),
-        |s| endpoint(s, "web-b").is_none(),
-    );
+    let object = &web_b_is_deleted(&feed, &hub, kind, &kubelet, &uids[1]);
     assert_eq!(shown(object, "web-a").unwrap().0, json!([NEW_IP_A]));
     assert_eq!(endpoint(object, "web-c").cloned(), other);
     assert_eq!(object["endpoints"].as_array().map(Vec::len), Some(2));
@@ -647,13 +698,7 @@ fn after_an_offline_reboot_coredns_endpoints_follow_the_nodes_pods_until_the_clo
     // web-a's new IP, by kubelet's strategic merge patch.
     let kubelet = KubeletClient::node(&hub);
     let restarted = reported[0].restarted(NEW_IP_A, &now());
-    let object = &modified_after(
-        &feed,
-        &hub,
-        kind,
-        || web_a_restarts(&hub, &kubelet, &restarted),
-        |e| listed(e, "web-a").is_some_and(|(ip, _)| ip == NEW_IP_A),
-    );
+    let object = &web_a_moves(&feed, &hub, kind, &kubelet, &restarted);
     assert_eq!(listed(object, "web-a"), Some((NEW_IP_A.to_owned(), true)));
     assert_eq!(listed(object, "web-b"), Some((IP_B.to_owned(), true)));
     assert_eq!(other_address(object), other);
@@ -665,17 +710,7 @@ fn after_an_offline_reboot_coredns_endpoints_follow_the_nodes_pods_until_the_clo
     a_fresh_list_agrees(&hub, kind, object, "a fresh list agrees");
 
     // web-b unready, by a merge patch: it moves to notReadyAddresses.
-    let object = &modified_after(
-        &feed,
-        &hub,
-        kind,
-        || {
-            kubelet_reports(&hub, &kubelet, "web-b", MERGE, |cached| {
-                merge_patch(cached, &reported[1].with_ready(false, &now()))
-            })
-        },
-        |e| listed(e, "web-b").is_some_and(|(_, ready)| !ready),
-    );
+    let object = &web_b_turns_unready(&feed, &hub, kind, &kubelet, &reported[1]);
     assert_eq!(listed(object, "web-b"), Some((IP_B.to_owned(), false)));
     assert_eq!(listed(object, "web-a"), Some((NEW_IP_A.to_owned(), true)));
     assert_eq!(other_address(object), other);
@@ -697,13 +732,7 @@ fn after_an_offline_reboot_coredns_endpoints_follow_the_nodes_pods_until_the_clo
     );
 
     // kubelet's final delete of web-b: its address is gone.
-    let object = &modified_after(
-        &feed,
-        &hub,
-        kind,
-        || kubelet_deletes(&kubelet, "web-b", &uids[1]),
-        |e| listed(e, "web-b").is_none(),
-    );
+    let object = &web_b_is_deleted(&feed, &hub, kind, &kubelet, &uids[1]);
     assert_eq!(listed(object, "web-a"), Some((NEW_IP_A.to_owned(), true)));
     assert_eq!(other_address(object), other);
 
@@ -737,13 +766,7 @@ fn without_a_reboot_the_pool_caches_watch_gets_the_change_and_then_the_clouds_sl
     cloud.stop();
     assert!(hub.wait_healthy(&cloud, false, HEALTH), "{}", hub.logs());
     let restarted = reported[0].restarted(NEW_IP_A, &now());
-    let object = &modified_after(
-        &feed,
-        &hub,
-        kind,
-        || web_a_restarts(&hub, &KubeletClient::node(&hub), &restarted),
-        |s| shown(s, "web-a").unwrap().0 == json!([NEW_IP_A]),
-    );
+    let object = &web_a_moves(&feed, &hub, kind, &KubeletClient::node(&hub), &restarted);
     assert_eq!(
         rv_of(object),
         rv_of(&cloud_slice),
