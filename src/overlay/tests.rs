@@ -173,6 +173,12 @@ fn slice_after(overlay: &Overlay, name: &str, cached: &[u8], write: PodWrite) ->
     rewritten(overlay, EndpointKind::Slice, &slice())
 }
 
+/// The slice after `write` of web-a (cached at 10.244.1.10) applied a change, in outage 0.
+fn slice_after_web_a(overlay: &Overlay, write: PodWrite) -> Value {
+    let cached = pod("web-a", "ua", "10.244.1.10");
+    slice_after(overlay, "web-a", &cached, write)
+}
+
 /// The endpoint of pod `name` in a rewritten slice.
 fn endpoint_of<'v>(slice: &'v Value, name: &str) -> Option<&'v Value> {
     slice["endpoints"]
@@ -263,10 +269,9 @@ fn an_ipv6_slice_of_an_ipv4_only_pod_keeps_its_address_not_ready() {
 #[test]
 fn a_null_in_a_strategic_patch_deletes_the_field() {
     let (overlay, _) = overlay();
-    let cached = pod("web-a", "ua", "10.244.1.10");
     let body = br#"{"status":{"podIP":null,"podIPs":null}}"#;
     // No IP of the slice's family any more: the address stays, not ready.
-    let out = slice_after(&overlay, "web-a", &cached, patch(SMP, body));
+    let out = slice_after_web_a(&overlay, patch(SMP, body));
     let a = endpoint_of(&out, "web-a").unwrap();
     assert_eq!(a["addresses"], json!(["10.244.1.10"]));
     assert_eq!(a["conditions"]["ready"], false);
@@ -275,13 +280,10 @@ fn a_null_in_a_strategic_patch_deletes_the_field() {
 #[test]
 fn a_merge_patch_replaces_lists_whole() {
     let (overlay, _) = overlay();
-    let cached = pod("web-a", "ua", "10.244.1.10");
     let body = br#"{"status":{"podIP":"10.244.1.30","podIPs":[{"ip":"10.244.1.30"}],
         "conditions":[{"type":"Ready","status":"False"}]}}"#;
-    let out = slice_after(
+    let out = slice_after_web_a(
         &overlay,
-        "web-a",
-        &cached,
         patch("application/merge-patch+json; charset=utf-8", body),
     );
     let a = endpoint_of(&out, "web-a").unwrap();
@@ -292,9 +294,8 @@ fn a_merge_patch_replaces_lists_whole() {
 #[test]
 fn a_put_replaces_the_status() {
     let (overlay, _) = overlay();
-    let cached = pod("web-a", "ua", "10.244.1.10");
     let put = pod("web-a", "ua", "10.244.1.40");
-    let out = slice_after(&overlay, "web-a", &cached, PodWrite::Put { body: &put });
+    let out = slice_after_web_a(&overlay, PodWrite::Put { body: &put });
     assert_eq!(
         endpoint_of(&out, "web-a").unwrap()["addresses"],
         json!(["10.244.1.40"])
@@ -307,10 +308,9 @@ fn each_patch_applies_to_the_cached_pod_not_to_the_last_patch() {
     web_a_moved(&overlay, 0);
     // A later patch that carries Ready only: a diff against the cached pod, so the IP is the
     // cached pod's again, not the first patch's.
-    let cached = pod("web-a", "ua", "10.244.1.10");
     let body =
         br#"{"metadata":{"uid":"ua"},"status":{"conditions":[{"type":"Ready","status":"False"}]}}"#;
-    let out = slice_after(&overlay, "web-a", &cached, patch(SMP, body));
+    let out = slice_after_web_a(&overlay, patch(SMP, body));
     let a = endpoint_of(&out, "web-a").unwrap();
     assert_eq!(a["addresses"], json!(["10.244.1.10"]));
     assert_eq!(a["conditions"]["ready"], false);
