@@ -28,6 +28,10 @@ pub(super) struct Agents {
     pub(super) pooled: Arc<Generation>,
     /// The cluster CA these agents trust (a leader verifies its followers with it).
     pub(super) roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// rustls configurations over the same material for tunnels, which the hub dials
+    /// itself (`tunnel.rs`): with the hub's client certificate, and without.
+    pub(super) tunnel_hub: Result<Arc<rustls::ClientConfig>, rustls::Error>,
+    pub(super) tunnel_client: Result<Arc<rustls::ClientConfig>, rustls::Error>,
 }
 
 impl Agents {
@@ -54,8 +58,32 @@ impl Agents {
             client_stream: agent(client_tls, None),
             pooled,
             roots: tls.roots.clone(),
+            tunnel_hub: tunnel_config(&tls.roots, tls.client.as_ref()),
+            tunnel_client: tunnel_config(&tls.roots, None),
         })
     }
+}
+
+/// A rustls client configuration trusting `roots`, presenting `client` when given, speaking
+/// HTTP/1.1 only (an upgrade is HTTP/1.1's): ring, as ureq's agents use.
+fn tunnel_config(
+    roots: &[rustls::pki_types::CertificateDer<'static>],
+    client: Option<&ClientIdentity>,
+) -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
+    let mut store = rustls::RootCertStore::empty();
+    // A CA rustls cannot take is left out here as ureq's agents leave it out: the
+    // handshake with a server it signed fails and says so.
+    let _ = store.add_parsable_certificates(roots.iter().cloned());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(store);
+    let mut config = match client {
+        Some(id) => builder.with_client_auth_cert(id.chain.clone(), id.key.clone_key())?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
 }
 
 /// Time allowed to connect (TCP and TLS) to a backend.

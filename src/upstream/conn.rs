@@ -61,7 +61,7 @@ impl Connector<()> for Recording {
 }
 
 /// The server of a connection as YurtHub labels its connections: `host:port`.
-fn conn_server(uri: &http::Uri) -> String {
+pub(super) fn conn_server(uri: &http::Uri) -> String {
     let host = uri.host().unwrap_or_default();
     let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
         Some("http") => 80,

@@ -13,7 +13,9 @@
 //! client's body, a stream's cancel handle), `exchange.rs` the hub's own short exchanges and the
 //! health probe, `agents.rs` the ureq agents over one set of TLS material, `conn.rs` each
 //! connection's bookkeeping (its socket noted, counted open), `retire.rs` the pooled
-//! connections a TLS swap closes, `socket.rs` the TCP transport, `token.rs` the bearer token.
+//! connections a TLS swap closes, `socket.rs` the TCP transport, `token.rs` the bearer token,
+//! `tunnel.rs` the cloud's side of a tunnel (exec, attach, port-forward), on a connection the
+//! hub dials itself with rustls: ureq keeps the socket behind a 101.
 
 use std::io::{self, Read};
 use std::sync::{Arc, PoisonError, RwLock, Weak};
@@ -34,9 +36,11 @@ mod retire;
 mod send;
 mod socket;
 mod token;
+mod tunnel;
 
 use agents::Agents;
 use token::TokenSource;
+pub(crate) use tunnel::{CloudEnd, MAX_REFUSAL_BODY, Opened, TunnelRequest};
 /// Headers that belong to one connection and never cross the proxy (RFC 9110 §7.6.1), plus
 /// the ones the transport sets itself.
 pub(crate) fn is_hop_by_hop(name: &str) -> bool {
@@ -169,6 +173,12 @@ pub(crate) trait Cloud: Send + Sync {
     /// How many times a server became usable after it was not ([`Backends::recoveries`]):
     /// a resumable watch's jitter is drawn per outage.
     fn recoveries(&self) -> u64;
+    /// Opens a tunnel (exec, attach, port-forward) on a healthy server
+    /// ([`Upstream::open_tunnel`]); the fakes of the proxy's tests have none.
+    fn open_tunnel(&self, req: &TunnelRequest<'_>) -> Result<Opened, UpstreamError> {
+        let _ = req;
+        Err(UpstreamError::NoHealthyBackend)
+    }
 }
 
 impl Cloud for Upstream {
@@ -194,6 +204,10 @@ impl Cloud for Upstream {
 
     fn recoveries(&self) -> u64 {
         self.backends.recoveries()
+    }
+
+    fn open_tunnel(&self, req: &TunnelRequest<'_>) -> Result<Opened, UpstreamError> {
+        Upstream::open_tunnel(self, req)
     }
 }
 

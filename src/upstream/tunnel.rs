@@ -1,0 +1,457 @@
+//! The cloud's side of a tunnel (exec, attach, port-forward): [`Upstream::open_tunnel`]
+//! dials a server itself — ureq answers a 101 but keeps the socket behind it — with rustls
+//! over the agents' TLS material (`Agents::tunnel_hub`/`tunnel_client`, HTTP/1.1 only),
+//! sends the upgrade request with the credentials of its identity, and reads the answer's
+//! head. What follows a 101 is spliced by `tunnel`; another answer is read whole
+//! ([`Opened::read_body`]) and relayed by the proxy.
+//!
+//! A server is picked as `send` picks one; another is tried only when no connection was
+//! made (and the failed one is reported to its health checker). Connecting and the TLS
+//! handshake have [`CONNECT_TIMEOUT`]; the answer's head the request's own time (60 s),
+//! else a timeout, which the proxy answers 504.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::ServerName;
+
+use super::conn::conn_server;
+use super::token::TokenSource;
+use super::{Upstream, UpstreamError, is_hop_by_hop};
+use crate::http1::response::{AnswerFraming, ResponseHead, read_response_head};
+use crate::http1::{BodyState, Framing};
+use crate::link::{self, LINK, Link};
+use crate::metrics::{METRICS, OpenConn};
+use crate::route::Identity;
+use crate::tunnel::{self, End};
+
+/// Time allowed to connect and finish the TLS handshake with a server.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest body of an answer other than a 101 that is relayed (a `Status`).
+pub(crate) const MAX_REFUSAL_BODY: usize = 1024 * 1024;
+
+/// An upgrade request to send to the cloud.
+pub(crate) struct TunnelRequest<'a> {
+    /// HTTP method (kubectl: GET for WebSocket, POST for SPDY).
+    pub method: &'a str,
+    /// Path and query, as received.
+    pub target: &'a str,
+    /// The client's headers; hop-by-hop ones are dropped, `Upgrade` kept.
+    pub headers: &'a [(String, String)],
+    /// Whose credentials.
+    pub identity: Identity,
+    /// Time the answer's head may take.
+    pub answer: Duration,
+}
+
+/// The cloud's answer to an upgrade and the connection it came on.
+pub(crate) struct Opened {
+    /// The answer's head: a 101, or a refusal to relay.
+    pub head: ResponseHead,
+    /// Bytes read behind the head (the new protocol's first, after a 101).
+    pub early: Vec<u8>,
+    /// The connection.
+    pub end: CloudEnd,
+    /// Which backend answered.
+    pub backend: usize,
+}
+
+impl Opened {
+    /// The body of an answer other than a 101, read whole by its framing (at most
+    /// [`MAX_REFUSAL_BODY`] bytes), each read within the request's answer time.
+    pub(crate) fn read_body(&mut self) -> io::Result<Vec<u8>> {
+        let framing = match self.head.framing()? {
+            AnswerFraming::Length(0) => return Ok(Vec::new()),
+            AnswerFraming::Length(n) => Some(Framing::Length(n)),
+            AnswerFraming::Chunked => Some(Framing::Chunked),
+            AnswerFraming::Close => None,
+        };
+        let early = std::mem::take(&mut self.early);
+        let mut input = BufReader::new(early.as_slice().chain(Blocking(&mut self.end)));
+        let mut body = Vec::new();
+        let mut buf = [0u8; 4096];
+        let mut state = framing.map(BodyState::new);
+        loop {
+            let n = match state.as_mut() {
+                Some(state) => state.read(&mut input, &mut buf)?,
+                None => input.read(&mut buf)?,
+            };
+            if n == 0 {
+                return Ok(body);
+            }
+            if body.len() + n > MAX_REFUSAL_BODY {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the cloud's answer is larger than the hub relays",
+                ));
+            }
+            body.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
+/// The hub's connection to the cloud for a tunnel: TLS (or plain, for an `http://`
+/// server), counted open to its server while it lives, its bytes from the cloud on the
+/// link.
+pub(crate) struct CloudEnd {
+    sock: TcpStream,
+    tls: Option<rustls::ClientConnection>,
+    /// A `close_notify` is queued, `SHUT_WR` to follow it.
+    shutting: bool,
+    link: Link,
+    _open: OpenConn,
+}
+
+impl CloudEnd {
+    /// Switches the connection to non-blocking, for the splice.
+    pub(crate) fn for_splice(&mut self) -> io::Result<&mut dyn End> {
+        self.sock.set_nonblocking(true)?;
+        Ok(self)
+    }
+}
+
+impl End for CloudEnd {
+    fn fd(&self) -> RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.sock)
+    }
+
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = match self.tls.as_mut() {
+            Some(tls) => tunnel::tls::read(tls, &self.sock, buf)?,
+            None => (&self.sock).read(buf)?,
+        };
+        self.link.received(n as u64, false);
+        Ok(n)
+    }
+
+    fn send(&mut self, data: &[u8]) -> io::Result<usize> {
+        match self.tls.as_mut() {
+            Some(tls) => tunnel::tls::write(tls, data),
+            None => (&self.sock).write(data),
+        }
+    }
+
+    fn flush_out(&mut self) -> io::Result<bool> {
+        match self.tls.as_mut() {
+            Some(tls) => tunnel::tls::flush(tls, &self.sock, &mut self.shutting),
+            None => Ok(true),
+        }
+    }
+
+    fn close_write(&mut self) -> io::Result<()> {
+        match self.tls.as_mut() {
+            Some(tls) => tunnel::tls::close_write(tls, &self.sock, &mut self.shutting),
+            None => self.sock.shutdown(Shutdown::Write),
+        }
+    }
+}
+
+/// The connection read blocking (its socket's timeouts), before the splice.
+struct Blocking<'a>(&'a mut CloudEnd);
+
+impl Read for Blocking<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let end = &mut *self.0;
+        match end.tls.as_mut() {
+            Some(tls) => rustls::Stream::new(tls, &mut end.sock).read(buf),
+            None => Read::read(&mut end.sock, buf),
+        }
+    }
+}
+
+impl Write for Blocking<'_> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let end = &mut *self.0;
+        match end.tls.as_mut() {
+            Some(tls) => rustls::Stream::new(tls, &mut end.sock).write(data),
+            None => Write::write(&mut end.sock, data),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let end = &mut *self.0;
+        match end.tls.as_mut() {
+            Some(tls) => rustls::Stream::new(tls, &mut end.sock).flush(),
+            None => Write::flush(&mut end.sock),
+        }
+    }
+}
+
+impl Upstream {
+    /// Opens a tunnel for `req` on a healthy server: the answer's head, and the connection
+    /// it came on.
+    pub(crate) fn open_tunnel(&self, req: &TunnelRequest<'_>) -> Result<Opened, UpstreamError> {
+        let agents = self.current()?;
+        let config = match req.identity {
+            Identity::Hub => &agents.tunnel_hub,
+            Identity::Client | Identity::Anonymous => &agents.tunnel_client,
+        };
+        let config = config
+            .as_ref()
+            .map_err(|e| UpstreamError::Request(format!("the TLS configuration: {e}")))?;
+        let write = !matches!(req.method, "GET" | "HEAD");
+        let mut backend = self
+            .backends
+            .pick(None, write)
+            .ok_or(UpstreamError::NoHealthyBackend)?;
+        let mut tried_other = false;
+        loop {
+            let base = &self.backends.get(backend).base;
+            match self.dial(base, config) {
+                Ok(end) => {
+                    let head = request_head(req, base, self.token.as_ref());
+                    return send(end, &head, req, base).map(|(head, early, end)| Opened {
+                        head,
+                        early,
+                        end,
+                        backend,
+                    });
+                }
+                Err(err) => {
+                    // No connection: nothing was sent; the server may be down.
+                    self.backends.report_failure(backend);
+                    match self.backends.pick(Some(backend), write) {
+                        Some(other) if !tried_other => {
+                            log::info!("opening a tunnel on another cloud server after: {err}");
+                            tried_other = true;
+                            backend = other;
+                        }
+                        _ => return Err(err),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Connects to `base` and, for `https://`, finishes the TLS handshake, within
+    /// [`CONNECT_TIMEOUT`] each.
+    fn dial(
+        &self,
+        base: &str,
+        config: &Arc<rustls::ClientConfig>,
+    ) -> Result<CloudEnd, UpstreamError> {
+        let failed = |detail: String, timeout: bool| UpstreamError::Transport {
+            server: base.to_owned(),
+            detail,
+            timeout,
+            maybe_sent: false,
+        };
+        let (tls, host, port) = split_base(base).ok_or_else(|| {
+            UpstreamError::Request(format!("a server URL the hub cannot read: {base}"))
+        })?;
+        let addrs: Vec<SocketAddr> = match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, port)],
+            // Names resolve with the system's resolver, on this request's thread.
+            Err(_) => (host, port)
+                .to_socket_addrs()
+                .map_err(|e| failed(format!("resolving {host}: {e}"), false))?
+                .collect(),
+        };
+        let mut last = failed(format!("{host} has no address"), false);
+        let sock = addrs.iter().find_map(|addr| {
+            TcpStream::connect_timeout(addr, CONNECT_TIMEOUT)
+                .map_err(|e| last = failed(e.to_string(), e.kind() == io::ErrorKind::TimedOut))
+                .ok()
+        });
+        let sock = sock.ok_or(last)?;
+        let io = |e: io::Error| failed(e.to_string(), e.kind() == io::ErrorKind::TimedOut);
+        sock.set_read_timeout(Some(CONNECT_TIMEOUT)).map_err(io)?;
+        sock.set_write_timeout(Some(CONNECT_TIMEOUT)).map_err(io)?;
+        let _ = sock.set_nodelay(true);
+        let mut end = CloudEnd {
+            link: LINK.link(base, "", ""),
+            _open: METRICS.open_conn(&conn_server_of(base), tls),
+            sock,
+            tls: None,
+            shutting: false,
+        };
+        if tls {
+            let name = ServerName::try_from(host.to_owned())
+                .map_err(|e| UpstreamError::Request(format!("server name {host}: {e}")))?;
+            let mut conn = rustls::ClientConnection::new(Arc::clone(config), name)
+                .map_err(|e| UpstreamError::Request(e.to_string()))?;
+            while conn.is_handshaking() {
+                conn.complete_io(&mut end.sock).map_err(io)?;
+            }
+            end.tls = Some(conn);
+        }
+        Ok(end)
+    }
+}
+
+/// Sends `head` on `end` and reads the answer's head within the request's answer time.
+fn send(
+    mut end: CloudEnd,
+    head: &[u8],
+    req: &TunnelRequest<'_>,
+    base: &str,
+) -> Result<(ResponseHead, Vec<u8>, CloudEnd), UpstreamError> {
+    let failed = |e: io::Error| UpstreamError::Transport {
+        server: base.to_owned(),
+        detail: e.to_string(),
+        timeout: matches!(
+            e.kind(),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+        ),
+        maybe_sent: true,
+    };
+    end.link = LINK.link(
+        base,
+        link::component_of(req.headers),
+        link::resource_of(req.target),
+    );
+    let mut out = Blocking(&mut end);
+    out.write_all(head)
+        .and_then(|()| out.flush())
+        .map_err(failed)?;
+    end.link.request(0);
+    end.sock
+        .set_read_timeout(Some(req.answer))
+        .map_err(failed)?;
+    let mut input = BufReader::with_capacity(8 * 1024, Blocking(&mut end));
+    let answer = read_response_head(&mut input).map_err(failed)?;
+    let early = input.buffer().to_vec();
+    input.consume(early.len());
+    drop(input);
+    Ok((answer, early, end))
+}
+
+/// The request head of an upgrade: the client's headers but the hop-by-hop ones (and those
+/// its `Connection` names), `Connection: Upgrade` with the client's `Upgrade`, the client's
+/// `Authorization` only for its own identity, the hub's bearer token for the hub's.
+fn request_head(req: &TunnelRequest<'_>, base: &str, token: Option<&TokenSource>) -> Vec<u8> {
+    let host = base
+        .split_once("://")
+        .map_or(base, |(_, rest)| rest)
+        .trim_end_matches('/');
+    let mut out = Vec::with_capacity(1024);
+    let mut line = |name: &str, value: &str| {
+        // A header that could split the head is left out.
+        if !value.contains(['\r', '\n']) && !name.contains(['\r', '\n', ':']) {
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    };
+    let connection_tokens: Vec<&str> = req
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
+        .flat_map(|(_, v)| v.split(','))
+        .map(str::trim)
+        .collect();
+    line("Host", host);
+    for (name, value) in req.headers {
+        let upgrade = name.eq_ignore_ascii_case("upgrade");
+        if upgrade
+            || is_hop_by_hop(name)
+            || connection_tokens
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(name))
+            || (req.identity != Identity::Client && name.eq_ignore_ascii_case("authorization"))
+        {
+            if upgrade {
+                line("Upgrade", value);
+            }
+            continue;
+        }
+        line(name, value);
+    }
+    line("Connection", "Upgrade");
+    if req.identity == Identity::Hub
+        && let Some(token) = token.and_then(TokenSource::current)
+    {
+        line("Authorization", &format!("Bearer {token}"));
+    }
+    let mut head = format!("{} {} HTTP/1.1\r\n", req.method, req.target).into_bytes();
+    head.extend_from_slice(&out);
+    head.extend_from_slice(b"\r\n");
+    head
+}
+
+/// The scheme (TLS or not), host and port of a server's base URL.
+fn split_base(base: &str) -> Option<(bool, &str, u16)> {
+    let (scheme, rest) = base.split_once("://")?;
+    let tls = match scheme {
+        "https" => true,
+        "http" => false,
+        _ => return None,
+    };
+    let authority = rest.split('/').next()?;
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => (host, port.parse().ok()?),
+        _ => (authority, if tls { 443 } else { 80 }),
+    };
+    Some((
+        tls,
+        host.trim_start_matches('[').trim_end_matches(']'),
+        port,
+    ))
+}
+
+/// `host:port` of a base URL, as the open-connection series names servers.
+fn conn_server_of(base: &str) -> String {
+    base.parse::<ureq::http::Uri>()
+        .map_or_else(|_| base.to_owned(), |uri| conn_server(&uri))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_urls_split_into_scheme_host_and_port() {
+        assert_eq!(
+            split_base("https://10.0.0.1:6443"),
+            Some((true, "10.0.0.1", 6443))
+        );
+        assert_eq!(split_base("https://[::1]:6443/"), Some((true, "::1", 6443)));
+        assert_eq!(
+            split_base("https://api.local"),
+            Some((true, "api.local", 443))
+        );
+        assert_eq!(split_base("http://[::1]"), Some((false, "::1", 80)));
+        assert_eq!(split_base("ftp://x"), None);
+    }
+
+    #[test]
+    fn the_upgrade_goes_with_the_identitys_credentials_and_no_other_hop_by_hop_header() {
+        let headers: Vec<(String, String)> = [
+            ("Host", "hub"),
+            ("Connection", "Upgrade, X-Private"),
+            ("Upgrade", "SPDY/3.1"),
+            ("X-Private", "hop"),
+            ("Authorization", "Bearer pod-token"),
+            ("X-Stream-Protocol-Version", "v4.channel.k8s.io"),
+            ("Keep-Alive", "5"),
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+        let head = |identity| {
+            let req = TunnelRequest {
+                method: "POST",
+                target: "/api/v1/namespaces/a/pods/p/exec?command=cat",
+                headers: &headers,
+                identity,
+                answer: Duration::from_secs(60),
+            };
+            String::from_utf8(request_head(&req, "https://10.0.0.1:6443", None)).unwrap()
+        };
+        assert_eq!(
+            head(Identity::Client),
+            "POST /api/v1/namespaces/a/pods/p/exec?command=cat HTTP/1.1\r\n\
+             Host: 10.0.0.1:6443\r\nUpgrade: SPDY/3.1\r\nAuthorization: Bearer pod-token\r\n\
+             X-Stream-Protocol-Version: v4.channel.k8s.io\r\nConnection: Upgrade\r\n\r\n"
+        );
+        for identity in [Identity::Hub, Identity::Anonymous] {
+            let head = head(identity);
+            assert!(!head.contains("pod-token"), "{head}");
+            assert!(head.contains("Upgrade: SPDY/3.1\r\n"), "{head}");
+        }
+    }
+}
