@@ -76,7 +76,7 @@ impl Opened {
         let mut state = framing.map(BodyState::new);
         loop {
             let n = match state.as_mut() {
-                Some(state) => state.read(&mut input, &mut buf)?,
+                Some(state) => state.read_limited(&mut input, &mut buf, MAX_REFUSAL_BODY as u64)?,
                 None => input.read(&mut buf)?,
             };
             if n == 0 {
