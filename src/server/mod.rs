@@ -49,7 +49,7 @@ use crate::status::Status;
 use admission::{BUSY, ConnectionSlot, Tracked, admit};
 pub(crate) use admission::{Load, LongRunningLimits};
 use connection::serve_connection;
-pub(crate) use exchange::{Admission, BodyWriter, Exchange, Length, Upgraded};
+pub(crate) use exchange::{Admission, BodyWriter, Exchange, Length};
 pub(crate) use listen::{Listener, bind, wake};
 pub(crate) use stream::ClientProbe;
 use stream::{ClientStream, TlsStream};

@@ -40,7 +40,7 @@ mod tunnel;
 
 use agents::Agents;
 use token::TokenSource;
-pub(crate) use tunnel::{CloudEnd, MAX_REFUSAL_BODY, Opened, TunnelRequest};
+pub(crate) use tunnel::{Opened, TunnelRequest};
 /// Headers that belong to one connection and never cross the proxy (RFC 9110 §7.6.1), plus
 /// the ones the transport sets itself.
 pub(crate) fn is_hop_by_hop(name: &str) -> bool {

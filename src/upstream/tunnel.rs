@@ -55,8 +55,6 @@ pub(crate) struct Opened {
     pub early: Vec<u8>,
     /// The connection.
     pub end: CloudEnd,
-    /// Which backend answered.
-    pub backend: usize,
 }
 
 impl Opened {
@@ -207,7 +205,6 @@ impl Upstream {
                         head,
                         early,
                         end,
-                        backend,
                     });
                 }
                 Err(err) => {
