@@ -171,3 +171,116 @@ fn a_reset_side_breaks_the_tunnel() {
         "{spliced:?}"
     );
 }
+
+/// A TLS end as the hub's are made: rustls of either side over a non-blocking socket.
+struct TlsEnd<C> {
+    tls: C,
+    sock: std::net::TcpStream,
+    shutting: bool,
+}
+
+impl End for TlsEnd<rustls::ServerConnection> {
+    fn fd(&self) -> RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.sock)
+    }
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        tls::read(&mut self.tls, &self.sock, buf)
+    }
+    fn send(&mut self, data: &[u8]) -> io::Result<usize> {
+        tls::write(&mut self.tls, data)
+    }
+    fn flush_out(&mut self) -> io::Result<bool> {
+        tls::flush(&mut self.tls, &self.sock, &mut self.shutting)
+    }
+    fn close_write(&mut self) -> io::Result<()> {
+        tls::close_write(&mut self.tls, &self.sock, &mut self.shutting)
+    }
+}
+
+/// A server and a client configuration over one self-signed certificate for 127.0.0.1.
+fn tls_configs() -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.der().clone()).unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    (Arc::new(server), Arc::new(client))
+}
+
+#[test]
+fn over_tls_a_first_flight_rustls_already_holds_is_passed_on_and_close_notify_is_the_end() {
+    let (server_config, client_config) = tls_configs();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // The client sends its first 64 KiB at once behind the handshake, then its
+    // close_notify, and reads what comes back to the end.
+    let up: Vec<u8> = (0..64 * 1024).map(|i| (i % 253) as u8).collect();
+    let sent = up.clone();
+    let client = thread::spawn(move || {
+        let tcp = std::net::TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let conn =
+            rustls::ClientConnection::new(client_config, "127.0.0.1".try_into().unwrap()).unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, tcp);
+        tls.write_all(&sent).unwrap();
+        tls.conn.send_close_notify();
+        tls.flush().unwrap();
+        let mut down = Vec::new();
+        tls.read_to_end(&mut down).unwrap();
+        down
+    });
+    let (mut sock, _) = listener.accept().unwrap();
+    let mut conn = rustls::ServerConnection::new(server_config).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).unwrap();
+    }
+    // Whatever the handshake read past its end stays decrypted in rustls, which `poll`
+    // cannot see: the splice must find it.
+    sock.set_nonblocking(true).unwrap();
+    let mut client_end = TlsEnd {
+        tls: conn,
+        sock,
+        shutting: false,
+    };
+    let (mut cloud_hub, mut cloud) = UnixStream::pair().unwrap();
+    cloud_hub.set_nonblocking(true).unwrap();
+    let splice = thread::spawn(move || {
+        splice(
+            &mut client_end,
+            b"",
+            &mut cloud_hub,
+            b"",
+            Duration::from_secs(30),
+            &|| false,
+        )
+    });
+    let mut got = Vec::new();
+    cloud.read_to_end(&mut got).unwrap();
+    assert!(got == up, "{} bytes of {} arrived", got.len(), up.len());
+    // The client's close_notify arrived as the end; the cloud answers after it.
+    cloud.write_all(b"exit status 0").unwrap();
+    cloud.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(client.join().unwrap(), b"exit status 0");
+    let spliced = splice.join().unwrap();
+    assert_eq!(
+        (spliced.up, spliced.down, spliced.how),
+        (64 * 1024, 13, Ended::Closed)
+    );
+}
