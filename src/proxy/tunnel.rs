@@ -7,11 +7,12 @@
 //!
 //! | situation | answer |
 //! |---|---|
-//! | no `Upgrade` header, or a request body | 400 |
+//! | no `Upgrade` header, or a request body that is not empty | 400 |
 //! | no cloud server usable | 503: exec, attach and port-forward need the cloud |
 //! | the cloud does not answer the upgrade in time | 504 |
 //! | the cloud answers other than 101 | its answer, as it is (kubectl falls back to SPDY) |
 
+use std::io::Read as _;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -54,7 +55,7 @@ impl Hub {
         log_line(upgrade, &url, &outcome, started);
     }
 
-    fn open(&self, upgrade: &Upgrade, ex: Exchange<'_>) -> Outcome {
+    fn open(&self, upgrade: &Upgrade, mut ex: Exchange<'_>) -> Outcome {
         let refuse = |ex: Exchange<'_>, status: Status| {
             log::debug!("upgrade refused: {}", status.message);
             let _ = ex.send_status(&status);
@@ -69,7 +70,9 @@ impl Hub {
                 Status::bad_request("a connection upgrade needs an Upgrade header"),
             );
         }
-        if ex.has_body() {
+        // An empty body is no body (a client may frame it chunked); the first byte of
+        // one is a refusal: after its head, the connection is the new protocol's.
+        if ex.has_body() && !matches!(ex.body().read(&mut [0u8; 1]), Ok(0)) {
             return refuse(
                 ex,
                 Status::bad_request("a connection upgrade carries no request body"),

@@ -449,7 +449,8 @@ fn connection_upgrades_go_to_the_cloud_and_its_refusal_comes_back() {
             .requests()
             .iter()
             .any(|seen| seen.path.ends_with("/pods/p/exec")),
-        "the cloud judged it"
+        "the cloud judged it: {}",
+        r.text()
     );
 }
 

@@ -393,7 +393,8 @@ fn offline_an_upgrade_is_a_503_that_says_the_cloud_is_needed() {
 }
 
 #[test]
-fn an_upgrade_without_an_upgrade_header_is_a_400_and_the_clouds_refusal_is_passed_back() {
+fn an_upgrade_without_an_upgrade_header_or_with_a_body_is_a_400_and_the_clouds_refusal_is_passed_back()
+ {
     let cloud = Cloud::start();
     let dir = TempDir::new("tunnel-refusals");
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
@@ -407,6 +408,28 @@ fn an_upgrade_without_an_upgrade_header_is_a_400_and_the_clouds_refusal_is_passe
             .contains("Upgrade header"),
         "{status}"
     );
+
+    // A body before the new protocol: refused; an empty chunked one is no body.
+    let with_body = format!(
+        "POST {EXEC} HTTP/1.1\r\nHost: hub\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nx-test-echo: raw\r\nContent-Length: 5\r\n\r\nhello"
+    );
+    let answer = raw(hub.proxy, with_body.as_bytes());
+    assert_eq!(raw_status(&answer), 400, "{answer}");
+    assert!(answer.contains("no request body"), "{answer}");
+    let (head, mut conn) = upgrade(
+        plain_to(hub.proxy),
+        &[
+            "Upgrade: SPDY/3.1",
+            "x-test-echo: raw",
+            "Transfer-Encoding: chunked\r\n\r\n0",
+        ],
+    );
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    conn.write_all(b"after an empty body").unwrap();
+    conn.close_write();
+    let mut rest = Vec::new();
+    conn.read_to_end(&mut rest).unwrap();
+    assert_eq!(rest, b"after an empty body");
 
     let (head, mut conn) = upgrade(
         plain_to(hub.proxy),
