@@ -12,7 +12,6 @@
 //! | the cloud does not answer the upgrade in time | 504 |
 //! | the cloud answers other than 101 | its answer, as it is (kubectl falls back to SPDY) |
 
-use std::io::Read as _;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
