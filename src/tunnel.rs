@@ -1,8 +1,9 @@
 //! The splice of an upgraded connection (exec, attach, port-forward): bytes both ways
 //! between the client's connection and the hub's own to the cloud, until both sides have
 //! ended. It knows nothing of HTTP (the 101 has been exchanged before it starts) nor of
-//! TLS: each side is an [`End`], a non-blocking plaintext pipe over one descriptor, which
-//! `server` implements for a client's socket and `upstream` for the cloud's.
+//! whose the sides are: each is an [`End`], a non-blocking plaintext pipe over one
+//! descriptor, which `server` implements for a client's socket and `upstream` for the
+//! cloud's; [`tls`] drives rustls without blocking for the ends over TLS.
 //!
 //! One thread (the request's own) runs one `poll` loop over both descriptors. Each
 //! direction has one buffer of [`BUFFER`] bytes, and a side is read only while the buffer

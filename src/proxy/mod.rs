@@ -198,7 +198,7 @@ enum Plan<'h> {
     /// Refused before it was understood: 400 (edge mode: what the hub cannot read it cannot
     /// cache or answer). The classifier logged why.
     Unreadable(Status),
-    /// Refused by its route (a connection upgrade, a bad selector); its log line says so.
+    /// Refused by its route (a bad selector); its log line says so.
     Refuse(ApiRequest, Status),
     /// kubelet's lease, answered by the node heartbeat (edge, lease mode): never forwarded,
     /// never cached, and never waiting for a slot — for the node's kubelet only.
