@@ -14,7 +14,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::RawFd;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustls::pki_types::ServerName;
 
@@ -59,8 +59,8 @@ pub(crate) struct Opened {
 
 impl Opened {
     /// The body of an answer other than a 101, read whole by its framing (at most
-    /// [`MAX_REFUSAL_BODY`] bytes), each read within the request's answer time.
-    pub(crate) fn read_body(&mut self) -> io::Result<Vec<u8>> {
+    /// [`MAX_REFUSAL_BODY`] bytes) within `time`.
+    pub(crate) fn read_body(&mut self, time: Duration) -> io::Result<Vec<u8>> {
         let framing = match self.head.framing()? {
             AnswerFraming::Length(0) => return Ok(Vec::new()),
             AnswerFraming::Length(n) => Some(Framing::Length(n)),
@@ -68,7 +68,8 @@ impl Opened {
             AnswerFraming::Close => None,
         };
         let early = std::mem::take(&mut self.early);
-        let mut input = BufReader::new(early.as_slice().chain(Blocking(&mut self.end)));
+        let deadline = Instant::now() + time;
+        let mut input = BufReader::new(early.as_slice().chain(Blocking(&mut self.end, deadline)));
         let mut body = Vec::new();
         let mut buf = [0u8; 4096];
         let mut state = framing.map(BodyState::new);
@@ -147,11 +148,28 @@ impl End for CloudEnd {
     }
 }
 
-/// The connection read blocking (its socket's timeouts), before the splice.
-struct Blocking<'a>(&'a mut CloudEnd);
+/// The connection used blocking, before the splice: each read and write within what is
+/// left until a deadline, so a server that dribbles its answer cannot stretch it.
+struct Blocking<'a>(&'a mut CloudEnd, Instant);
+
+impl Blocking<'_> {
+    /// Gives the socket what is left until the deadline, or the timeout when nothing is.
+    fn arm(&self) -> io::Result<()> {
+        let left = self.1.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the cloud did not answer the upgrade in time",
+            ));
+        }
+        self.0.sock.set_read_timeout(Some(left))?;
+        self.0.sock.set_write_timeout(Some(left))
+    }
+}
 
 impl Read for Blocking<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.arm()?;
         let end = &mut *self.0;
         match end.tls.as_mut() {
             Some(tls) => rustls::Stream::new(tls, &mut end.sock).read(buf),
@@ -162,6 +180,7 @@ impl Read for Blocking<'_> {
 
 impl Write for Blocking<'_> {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.arm()?;
         let end = &mut *self.0;
         match end.tls.as_mut() {
             Some(tls) => rustls::Stream::new(tls, &mut end.sock).write(data),
@@ -170,6 +189,7 @@ impl Write for Blocking<'_> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        self.arm()?;
         let end = &mut *self.0;
         match end.tls.as_mut() {
             Some(tls) => rustls::Stream::new(tls, &mut end.sock).flush(),
@@ -250,11 +270,12 @@ impl Upstream {
         let mut last = failed(format!("{host} has no address"), false);
         let sock = addrs.iter().find_map(|addr| {
             TcpStream::connect_timeout(addr, CONNECT_TIMEOUT)
-                .map_err(|e| last = failed(e.to_string(), e.kind() == io::ErrorKind::TimedOut))
+                .map_err(|e| last = failed(e.to_string(), timed_out(&e)))
                 .ok()
         });
         let sock = sock.ok_or(last)?;
-        let io = |e: io::Error| failed(e.to_string(), e.kind() == io::ErrorKind::TimedOut);
+        let connected = Instant::now();
+        let io = |e: io::Error| failed(e.to_string(), timed_out(&e));
         sock.set_read_timeout(Some(CONNECT_TIMEOUT)).map_err(io)?;
         sock.set_write_timeout(Some(CONNECT_TIMEOUT)).map_err(io)?;
         let _ = sock.set_nodelay(true);
@@ -270,7 +291,16 @@ impl Upstream {
                 .map_err(|e| UpstreamError::Request(format!("server name {host}: {e}")))?;
             let mut conn = rustls::ClientConnection::new(Arc::clone(config), name)
                 .map_err(|e| UpstreamError::Request(e.to_string()))?;
+            // The whole handshake within what is left of the connect time, however many
+            // round trips it takes.
+            let deadline = connected + CONNECT_TIMEOUT;
             while conn.is_handshaking() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(failed("the TLS handshake took too long".into(), true));
+                }
+                end.sock.set_read_timeout(Some(left)).map_err(io)?;
+                end.sock.set_write_timeout(Some(left)).map_err(io)?;
                 conn.complete_io(&mut end.sock).map_err(io)?;
             }
             end.tls = Some(conn);
@@ -300,15 +330,14 @@ fn send(
         link::component_of(req.headers),
         link::resource_of(req.target),
     );
-    let mut out = Blocking(&mut end);
+    // The head goes out and the answer's head comes back within the request's time.
+    let deadline = Instant::now() + req.answer;
+    let mut out = Blocking(&mut end, deadline);
     out.write_all(head)
         .and_then(|()| out.flush())
         .map_err(failed)?;
     end.link.request(0);
-    end.sock
-        .set_read_timeout(Some(req.answer))
-        .map_err(failed)?;
-    let mut input = BufReader::with_capacity(8 * 1024, Blocking(&mut end));
+    let mut input = BufReader::with_capacity(8 * 1024, Blocking(&mut end, deadline));
     let answer = read_response_head(&mut input).map_err(failed)?;
     let early = input.buffer().to_vec();
     input.consume(early.len());
@@ -368,6 +397,14 @@ fn request_head(req: &TunnelRequest<'_>, base: &str, token: Option<&TokenSource>
     head.extend_from_slice(&out);
     head.extend_from_slice(b"\r\n");
     head
+}
+
+/// A socket call that ran out of its timeout (Linux says `EAGAIN` for it).
+fn timed_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    )
 }
 
 /// The scheme (TLS or not), host and port of a server's base URL.
