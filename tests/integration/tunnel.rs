@@ -355,6 +355,46 @@ fn in_cloud_mode_an_upgrade_the_hub_cannot_read_is_tunnelled_all_the_same() {
 }
 
 #[test]
+fn tunnels_are_long_running_requests_under_their_keys_share() {
+    let cloud = Cloud::start();
+    let dir = TempDir::new("tunnel-caps");
+    // A key alone holds half the in-flight cap in long-running requests: two here.
+    let hub =
+        Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(&["--max-requests-in-flight=4"]));
+    let held: Vec<Conn> = (0..2)
+        .map(|_| {
+            let (head, conn) = upgrade(
+                plain_to(hub.proxy),
+                &["Upgrade: SPDY/3.1", "x-test-echo: raw"],
+            );
+            assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+            conn
+        })
+        .collect();
+    let (head, mut conn) = upgrade(
+        plain_to(hub.proxy),
+        &["Upgrade: SPDY/3.1", "x-test-echo: raw"],
+    );
+    assert!(status_line(&head).starts_with("HTTP/1.1 429 "), "{head}");
+    assert!(body(&head, &mut conn).contains("Status"));
+    // Short requests are not what the tunnels hold.
+    let reply = get(
+        &format!("{}/api/v1/namespaces/default/configmaps", hub.url()),
+        KUBECTL,
+    );
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    // A tunnel that ends gives its slot back.
+    drop(held);
+    assert!(eventually(Duration::from_secs(10), || {
+        let (head, _conn) = upgrade(
+            plain_to(hub.proxy),
+            &["Upgrade: SPDY/3.1", "x-test-echo: raw"],
+        );
+        head.starts_with("HTTP/1.1 101")
+    }));
+}
+
+#[test]
 fn a_cloud_that_never_answers_the_upgrade_is_a_504() {
     let cloud = Cloud::start();
     let dir = TempDir::new("tunnel-silent");
