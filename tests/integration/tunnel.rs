@@ -395,6 +395,30 @@ fn tunnels_are_long_running_requests_under_their_keys_share() {
 }
 
 #[test]
+fn an_open_tunnel_does_not_hold_the_hubs_shutdown() {
+    let cloud = Cloud::start();
+    let dir = TempDir::new("tunnel-shutdown");
+    let mut hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    let (head, conn) = upgrade(
+        plain_to(hub.proxy),
+        &["Upgrade: SPDY/3.1", "x-test-echo: raw"],
+    );
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let started = std::time::Instant::now();
+    signal(hub.pid(), "TERM");
+    let status = hub.wait_exit();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // Ended by the hub's stop flag within its tick, inside the drain's 3 s.
+    assert!(hub.logs().contains("ended=stopped"), "{}", hub.logs());
+    drop(conn);
+}
+
+#[test]
 fn a_cloud_that_never_answers_the_upgrade_is_a_504() {
     let cloud = Cloud::start();
     let dir = TempDir::new("tunnel-silent");
