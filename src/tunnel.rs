@@ -11,7 +11,7 @@
 //! reader slows its writer through TCP, as a direct connection would. The end of one side
 //! is passed on as the end of writing to the other (half-close), and the other direction
 //! keeps flowing until its own end. The only timer is the idle limit (no byte either way);
-//! a one-second tick looks at the stop flag (the hub's shutdown).
+//! the stop flag (the hub's shutdown) is looked at every turn, and at least once a second.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -134,7 +134,12 @@ impl Flow {
                     self.moved += n as u64;
                     progress = true;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(progress),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // A TLS end full of records: they go out as the socket takes them, so
+                    // the wait below is for its socket, not for rustls.
+                    dst.flush_out()?;
+                    return Ok(progress);
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
@@ -196,6 +201,10 @@ pub(crate) fn splice(
     let mut down = Flow::new(b_early);
     let mut last = Instant::now();
     let how = loop {
+        // Every turn, also while bytes keep moving and `poll` is never reached.
+        if stop() {
+            break Ended::Stopped;
+        }
         let result = (|| -> io::Result<bool> {
             let moved_up = up.step(a, b)?;
             let moved_down = down.step(b, a)?;
@@ -217,20 +226,22 @@ pub(crate) fn splice(
                 _ => {}
             }
         }
-        if stop() {
-            break Ended::Stopped;
-        }
         let left = idle.saturating_sub(last.elapsed());
         if left.is_zero() {
             break Ended::Idle;
         }
-        // Waits for what would let either direction move: a side to read from when its
-        // buffer is empty, a side to write to when something waits for it.
-        let a_out =
-            down.pending() || matches!(a.flush_out(), Ok(false)) || (down.eof && !down.closed);
-        let b_out = up.pending() || matches!(b.flush_out(), Ok(false)) || (up.eof && !up.closed);
-        let a_in = !up.pending() && !up.eof;
-        let b_in = !down.pending() && !down.eof;
+        // Waits for what would let either direction move: a side to read from when the
+        // buffer towards the other is empty and the other holds nothing unsent (a TLS end's
+        // records), a side to write to when something waits for it. A side whose bytes
+        // cannot be taken on is not asked for, or `poll` would report it readable at once,
+        // again and again, until the other side's socket drains. (An error is met again in
+        // the next step.)
+        let a_flushed = a.flush_out().unwrap_or(true);
+        let b_flushed = b.flush_out().unwrap_or(true);
+        let a_in = !up.pending() && !up.eof && b_flushed;
+        let b_in = !down.pending() && !down.eof && a_flushed;
+        let a_out = down.pending() || !a_flushed || (down.eof && !down.closed);
+        let b_out = up.pending() || !b_flushed || (up.eof && !up.closed);
         let mut fds = [pollfd(a.fd(), a_in, a_out), pollfd(b.fd(), b_in, b_out)];
         if wait(&mut fds, left.min(TICK)).is_err() {
             break Ended::Broken;

@@ -100,7 +100,17 @@ fn a_mebibyte_each_way_arrives_whole_while_both_sides_write_at_once() {
 #[test]
 fn a_side_that_does_not_read_stops_the_hub_reading_the_other() {
     let stop = Arc::new(AtomicBool::new(false));
-    let (mut client, cloud, splice) = start(b"", b"", Duration::from_secs(30), Arc::clone(&stop));
+    let (mut a, mut client) = UnixStream::pair().unwrap();
+    let (mut b, cloud) = UnixStream::pair().unwrap();
+    a.set_nonblocking(true).unwrap();
+    b.set_nonblocking(true).unwrap();
+    let stopped = Arc::clone(&stop);
+    let splice = thread::spawn(move || {
+        let spliced = splice(&mut a, b"", &mut b, b"", Duration::from_secs(30), &|| {
+            stopped.load(Ordering::Relaxed)
+        });
+        (spliced, a)
+    });
     // The cloud reads nothing: the client's writes stall once the sockets' buffers and the
     // hub's one read are full, rather than piling up in the hub.
     client
@@ -120,19 +130,73 @@ fn a_side_that_does_not_read_stops_the_hub_reading_the_other() {
         "the client's writes never stalled"
     );
     stop.store(true, Ordering::Relaxed);
-    let spliced = splice.join().unwrap();
+    let (spliced, a) = splice.join().unwrap();
     assert_eq!(spliced.how, Ended::Stopped);
-    // What left the hub went into the cloud's socket; what the hub held is one read.
-    let mut held_by_cloud = 0usize;
-    cloud.set_nonblocking(true).unwrap();
-    let mut buf = [0u8; 64 * 1024];
-    while let Ok(n @ 1..) = (&cloud).read(&mut buf) {
-        held_by_cloud += n;
-    }
-    assert_eq!(spliced.up as usize, held_by_cloud);
+    let drain = |s: &UnixStream| {
+        s.set_nonblocking(true).unwrap();
+        let mut total = 0usize;
+        let mut buf = [0u8; 64 * 1024];
+        while let Ok(n @ 1..) = (&*s).read(&mut buf) {
+            total += n;
+        }
+        total
+    };
+    // What left the hub is in the cloud's socket; what the hub did not read is still in
+    // the client's. The rest, what the hub held, is at most one read.
+    let at_cloud = drain(&cloud);
+    let unread = drain(&a);
+    assert_eq!(spliced.up as usize, at_cloud);
+    let held = sent - at_cloud - unread;
     assert!(
-        sent >= held_by_cloud,
-        "{sent} sent, {held_by_cloud} delivered"
+        held <= BUFFER,
+        "the hub held {held} bytes ({sent} sent, {at_cloud} at the cloud, {unread} unread)"
+    );
+}
+
+/// A side that always has bytes to give and always takes them: a splice between two
+/// such never waits.
+struct Endless(UnixStream);
+
+impl End for Endless {
+    fn fd(&self) -> RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.0)
+    }
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        Ok(buf.len())
+    }
+    fn send(&mut self, data: &[u8]) -> io::Result<usize> {
+        Ok(data.len())
+    }
+    fn flush_out(&mut self) -> io::Result<bool> {
+        Ok(true)
+    }
+    fn close_write(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn the_stop_flag_ends_a_tunnel_whose_bytes_never_pause() {
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = Arc::clone(&stop);
+    let (done, ended) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let (x, y) = UnixStream::pair().unwrap();
+        let spliced = splice(
+            &mut Endless(x),
+            b"",
+            &mut Endless(y),
+            b"",
+            Duration::from_secs(30),
+            &|| stopped.load(Ordering::Relaxed),
+        );
+        let _ = done.send(spliced.how);
+    });
+    thread::sleep(Duration::from_millis(100));
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(
+        ended.recv_timeout(Duration::from_secs(5)),
+        Ok(Ended::Stopped)
     );
 }
 
@@ -159,17 +223,37 @@ fn a_quiet_tunnel_ends_at_the_idle_limit_and_activity_restarts_it() {
 
 #[test]
 fn a_reset_side_breaks_the_tunnel() {
-    let stop = Arc::new(AtomicBool::new(false));
-    let (client, mut cloud, splice) = start(b"", b"", Duration::from_secs(30), stop);
+    // A TCP pair for the client's side: its close with a zero linger is a reset.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (mut a, _) = listener.accept().unwrap();
+    let (mut b, mut cloud) = UnixStream::pair().unwrap();
+    a.set_nonblocking(true).unwrap();
+    b.set_nonblocking(true).unwrap();
+    let splice =
+        thread::spawn(move || splice(&mut a, b"", &mut b, b"", Duration::from_secs(30), &|| false));
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid socket of ours and a `linger` of the size given.
+    #[allow(unsafe_code, reason = "std cannot set SO_LINGER")]
+    let set = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&client),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            std::ptr::addr_of!(linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0);
     drop(client);
-    // The client's end is passed on, and the cloud's answer then finds nobody.
+    let spliced = splice.join().unwrap();
+    assert_eq!(spliced.how, Ended::Broken);
+    // Both sides are dropped: the cloud sees its connection end.
     assert_eq!(read_all(&cloud), b"");
     let _ = cloud.write_all(b"to nobody");
-    let spliced = splice.join().unwrap();
-    assert!(
-        matches!(spliced.how, Ended::Broken | Ended::Closed),
-        "{spliced:?}"
-    );
 }
 
 /// A TLS end as the hub's are made: rustls of either side over a non-blocking socket.
@@ -283,4 +367,98 @@ fn over_tls_a_first_flight_rustls_already_holds_is_passed_on_and_close_notify_is
         (spliced.up, spliced.down, spliced.how),
         (64 * 1024, 13, Ended::Closed)
     );
+}
+
+/// CPU time a thread of this process has used (utime + stime), in clock ticks.
+fn cpu_ticks(tid: libc::pid_t) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+    // After the command name's closing parenthesis: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn a_tls_side_that_does_not_read_leaves_the_hub_waiting_not_spinning() {
+    let (server_config, client_config) = tls_configs();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // The cloud finishes its handshake, then reads nothing until released; then everything.
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let far = thread::spawn(move || {
+        let tcp = std::net::TcpStream::connect(addr).unwrap();
+        let conn =
+            rustls::ClientConnection::new(client_config, "127.0.0.1".try_into().unwrap()).unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, tcp);
+        while tls.conn.is_handshaking() {
+            tls.conn.complete_io(&mut tls.sock).unwrap();
+        }
+        released.recv().unwrap();
+        let mut got = 0usize;
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n @ 1..) = tls.read(&mut buf) {
+            got += n;
+        }
+        got
+    });
+    let (mut sock, _) = listener.accept().unwrap();
+    let mut conn = rustls::ServerConnection::new(server_config).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).unwrap();
+    }
+    sock.set_nonblocking(true).unwrap();
+    let mut cloud_end = TlsEnd {
+        tls: conn,
+        sock,
+        shutting: false,
+    };
+    let (mut client_hub, mut client) = UnixStream::pair().unwrap();
+    client_hub.set_nonblocking(true).unwrap();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let splice = thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        #[allow(unsafe_code, reason = "the thread's id, for its CPU time")]
+        tid_tx.send(unsafe { libc::gettid() }).unwrap();
+        splice(
+            &mut client_hub,
+            b"",
+            &mut cloud_end,
+            b"",
+            Duration::from_secs(30),
+            &|| false,
+        )
+    });
+    let tid = tid_rx.recv().unwrap();
+    // The client writes until the cloud's socket, the hub's one read and its own socket
+    // are full.
+    client
+        .set_write_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let chunk = [9u8; 64 * 1024];
+    let mut sent = 0usize;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Ok(n) = Write::write(&mut client, &chunk) {
+        sent += n;
+        assert!(
+            Instant::now() < deadline,
+            "the client's writes never stalled"
+        );
+    }
+    // Stalled for a second: the hub waits in `poll` for the cloud's socket to take bytes.
+    let before = cpu_ticks(tid);
+    thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks(tid) - before;
+    // SAFETY: sysconf has no preconditions.
+    #[allow(unsafe_code, reason = "clock ticks per second")]
+    let per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap();
+    assert!(
+        used * 1000 / per_second < 100,
+        "the splice used {used} ticks of CPU in a second while the cloud read nothing"
+    );
+    // Released, the cloud gets every byte; the client's end reaches it as a close_notify.
+    release.send(()).unwrap();
+    client.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(far.join().unwrap(), sent);
+    assert_eq!(read_all(&client), b"");
+    let spliced = splice.join().unwrap();
+    assert_eq!((spliced.up as usize, spliced.how), (sent, Ended::Closed));
 }
