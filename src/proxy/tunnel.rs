@@ -25,7 +25,7 @@ use crate::route::Identity;
 use crate::server::Exchange;
 use crate::status::Status;
 use crate::tunnel::{self, Spliced};
-use crate::upstream::{TunnelRequest, UpstreamError, is_hop_by_hop};
+use crate::upstream::{TunnelRequest, UpstreamError, is_framing_header, is_hop_by_hop};
 
 /// What an upgrade request is, for the plan: classified (its log line names it) or, in
 /// cloud mode, passed on unread; and who sent it.
@@ -136,11 +136,7 @@ impl Hub {
             .head
             .headers
             .iter()
-            .filter(|(name, _)| {
-                !["content-length", "transfer-encoding", "keep-alive"]
-                    .iter()
-                    .any(|h| name.eq_ignore_ascii_case(h))
-            })
+            .filter(|(name, _)| !is_framing_header(name))
             .map(|(n, v)| (n.as_str(), v.as_str()))
             .collect();
         let mut upgraded = match ex.upgrade(&headers) {

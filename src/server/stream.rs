@@ -68,6 +68,7 @@ impl ClientStream for TcpStream {
 
     fn tunnel_end(&mut self) -> io::Result<&mut dyn End> {
         self.set_nonblocking(true)?;
+        crate::tunnel::keep_alive(std::os::fd::AsRawFd::as_raw_fd(self))?;
         Ok(self)
     }
 }
@@ -389,6 +390,7 @@ impl ClientStream for TlsStream {
 
     fn tunnel_end(&mut self) -> io::Result<&mut dyn End> {
         self.sock.set_nonblocking(true)?;
+        crate::tunnel::keep_alive(std::os::fd::AsRawFd::as_raw_fd(&self.sock))?;
         Ok(self)
     }
 }

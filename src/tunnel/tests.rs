@@ -462,3 +462,36 @@ fn a_tls_side_that_does_not_read_leaves_the_hub_waiting_not_spinning() {
     let spliced = splice.join().unwrap();
     assert_eq!((spliced.up as usize, spliced.how), (sent, Ended::Closed));
 }
+
+#[test]
+fn a_tunnels_socket_is_kept_alive_so_a_dead_link_ends_it_within_minutes() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let sock = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
+    keep_alive(fd).unwrap();
+    let get = |level, name| {
+        let mut value: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `value` and `len` are valid for the call; the socket is open.
+        #[allow(unsafe_code, reason = "std reads no keepalive")]
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                level,
+                name,
+                std::ptr::addr_of_mut!(value).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0);
+        value
+    };
+    assert_eq!(get(libc::SOL_SOCKET, libc::SO_KEEPALIVE), 1);
+    // A silent peer is given up after 30 s + 3 × 10 s; unacknowledged bytes after 60 s.
+    let idle = get(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE);
+    let interval = get(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL);
+    let probes = get(libc::IPPROTO_TCP, libc::TCP_KEEPCNT);
+    assert_eq!((idle, interval, probes), (30, 10, 3));
+    assert!(idle + interval * probes <= 120);
+    assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT), 60_000);
+}

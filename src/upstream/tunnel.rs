@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 
 use rustls::pki_types::ServerName;
 
-use super::conn::conn_server;
+use super::agents::CONNECT_TIMEOUT;
+use super::conn::{conn_server, host_and_port};
 use super::token::TokenSource;
-use super::{Upstream, UpstreamError, is_hop_by_hop};
+use super::{Upstream, UpstreamError, forwarded_headers};
 use crate::http1::response::{AnswerFraming, ResponseHead, read_response_head};
 use crate::http1::{BodyState, Framing};
 use crate::link::{self, LINK, Link};
@@ -28,8 +29,6 @@ use crate::metrics::{METRICS, OpenConn};
 use crate::route::Identity;
 use crate::tunnel::{self, End};
 
-/// Time allowed to connect and finish the TLS handshake with a server.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest body of an answer other than a 101 that is relayed (a `Status`).
 pub(crate) const MAX_REFUSAL_BODY: usize = 1024 * 1024;
 
@@ -148,54 +147,91 @@ impl End for CloudEnd {
     }
 }
 
-/// The connection used blocking, before the splice: each read and write within what is
-/// left until a deadline, so a server that dribbles its answer cannot stretch it.
+/// The connection used blocking, before the splice: each socket call within what is left
+/// until a deadline (see [`Armed`]).
 struct Blocking<'a>(&'a mut CloudEnd, Instant);
-
-impl Blocking<'_> {
-    /// Gives the socket what is left until the deadline, or the timeout when nothing is.
-    fn arm(&self) -> io::Result<()> {
-        let left = self.1.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the cloud did not answer the upgrade in time",
-            ));
-        }
-        self.0.sock.set_read_timeout(Some(left))?;
-        self.0.sock.set_write_timeout(Some(left))
-    }
-}
 
 impl Read for Blocking<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.arm()?;
         let end = &mut *self.0;
+        let mut sock = Armed(&end.sock, self.1);
         match end.tls.as_mut() {
-            Some(tls) => rustls::Stream::new(tls, &mut end.sock).read(buf),
-            None => Read::read(&mut end.sock, buf),
+            Some(tls) => rustls::Stream::new(tls, &mut sock).read(buf),
+            None => sock.read(buf),
         }
     }
 }
 
 impl Write for Blocking<'_> {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        self.arm()?;
         let end = &mut *self.0;
+        let mut sock = Armed(&end.sock, self.1);
         match end.tls.as_mut() {
-            Some(tls) => rustls::Stream::new(tls, &mut end.sock).write(data),
-            None => Write::write(&mut end.sock, data),
+            Some(tls) => rustls::Stream::new(tls, &mut sock).write(data),
+            None => sock.write(data),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.arm()?;
         let end = &mut *self.0;
+        let mut sock = Armed(&end.sock, self.1);
         match end.tls.as_mut() {
-            Some(tls) => rustls::Stream::new(tls, &mut end.sock).flush(),
-            None => Write::flush(&mut end.sock),
+            Some(tls) => rustls::Stream::new(tls, &mut sock).flush(),
+            None => sock.flush(),
         }
     }
+}
+
+/// A blocking socket whose every call gets what is left until a deadline as its timeout
+/// (a timeout once nothing is left), as `server/stream.rs` arms a client's. rustls loops
+/// over its socket inside one call (a handshake to its end, a record until it is whole):
+/// armed once per rustls call, a server dribbling a byte now and then could stretch it
+/// without end.
+struct Armed<'a>(&'a TcpStream, Instant);
+
+impl Armed<'_> {
+    /// The time left, or the timeout when none is.
+    fn left(&self) -> io::Result<Duration> {
+        let left = self.1.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the cloud server did not keep up in time",
+            ));
+        }
+        Ok(left)
+    }
+}
+
+impl Read for Armed<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.set_read_timeout(Some(self.left()?))?;
+        self.0.read(buf)
+    }
+}
+
+impl Write for Armed<'_> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.0.set_write_timeout(Some(self.left()?))?;
+        self.0.write(data)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Finishes `conn`'s handshake on `sock` by `deadline`.
+fn handshake(
+    conn: &mut rustls::ClientConnection,
+    sock: &TcpStream,
+    deadline: Instant,
+) -> io::Result<()> {
+    let mut sock = Armed(sock, deadline);
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock)?;
+    }
+    Ok(())
 }
 
 impl Upstream {
@@ -244,7 +280,8 @@ impl Upstream {
     }
 
     /// Connects to `base` and, for `https://`, finishes the TLS handshake, within
-    /// [`CONNECT_TIMEOUT`] each.
+    /// [`CONNECT_TIMEOUT`] in all, however many addresses the name has (resolving the name
+    /// is not bounded: the system's resolver has its own timeouts).
     fn dial(
         &self,
         base: &str,
@@ -256,9 +293,15 @@ impl Upstream {
             timeout,
             maybe_sent: false,
         };
-        let (tls, host, port) = split_base(base).ok_or_else(|| {
-            UpstreamError::Request(format!("a server URL the hub cannot read: {base}"))
-        })?;
+        let unreadable =
+            || UpstreamError::Request(format!("a server URL the hub cannot read: {base}"));
+        let uri: ureq::http::Uri = base.parse().map_err(|_| unreadable())?;
+        let tls = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => return Err(unreadable()),
+        };
+        let (host, port) = host_and_port(&uri).ok_or_else(unreadable)?;
         let addrs: Vec<SocketAddr> = match host.parse::<std::net::IpAddr>() {
             Ok(ip) => vec![SocketAddr::new(ip, port)],
             // Names resolve with the system's resolver, on this request's thread.
@@ -267,21 +310,30 @@ impl Upstream {
                 .map_err(|e| failed(format!("resolving {host}: {e}"), false))?
                 .collect(),
         };
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
         let mut last = failed(format!("{host} has no address"), false);
-        let sock = addrs.iter().find_map(|addr| {
-            TcpStream::connect_timeout(addr, CONNECT_TIMEOUT)
-                .map_err(|e| last = failed(e.to_string(), timed_out(&e)))
-                .ok()
-        });
+        let mut sock = None;
+        for addr in &addrs {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                last = failed(format!("connecting to {host} took too long"), true);
+                break;
+            }
+            match TcpStream::connect_timeout(addr, left) {
+                Ok(s) => {
+                    sock = Some(s);
+                    break;
+                }
+                Err(e) => last = failed(e.to_string(), timed_out(&e)),
+            }
+        }
         let sock = sock.ok_or(last)?;
-        let connected = Instant::now();
         let io = |e: io::Error| failed(e.to_string(), timed_out(&e));
-        sock.set_read_timeout(Some(CONNECT_TIMEOUT)).map_err(io)?;
-        sock.set_write_timeout(Some(CONNECT_TIMEOUT)).map_err(io)?;
         let _ = sock.set_nodelay(true);
+        crate::tunnel::keep_alive(std::os::fd::AsRawFd::as_raw_fd(&sock)).map_err(io)?;
         let mut end = CloudEnd {
             link: LINK.link(base, "", ""),
-            _open: METRICS.open_conn(&conn_server_of(base), tls),
+            _open: METRICS.open_conn(&conn_server(&uri), tls),
             sock,
             tls: None,
             shutting: false,
@@ -292,17 +344,8 @@ impl Upstream {
             let mut conn = rustls::ClientConnection::new(Arc::clone(config), name)
                 .map_err(|e| UpstreamError::Request(e.to_string()))?;
             // The whole handshake within what is left of the connect time, however many
-            // round trips it takes.
-            let deadline = connected + CONNECT_TIMEOUT;
-            while conn.is_handshaking() {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(failed("the TLS handshake took too long".into(), true));
-                }
-                end.sock.set_read_timeout(Some(left)).map_err(io)?;
-                end.sock.set_write_timeout(Some(left)).map_err(io)?;
-                conn.complete_io(&mut end.sock).map_err(io)?;
-            }
+            // round trips and records it takes.
+            handshake(&mut conn, &end.sock, deadline).map_err(io)?;
             end.tls = Some(conn);
         }
         Ok(end)
@@ -319,10 +362,7 @@ fn send(
     let failed = |e: io::Error| UpstreamError::Transport {
         server: base.to_owned(),
         detail: e.to_string(),
-        timeout: matches!(
-            e.kind(),
-            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
-        ),
+        timeout: timed_out(&e),
         maybe_sent: true,
     };
     end.link = LINK.link(
@@ -363,29 +403,17 @@ fn request_head(req: &TunnelRequest<'_>, base: &str, token: Option<&TokenSource>
             out.extend_from_slice(b"\r\n");
         }
     };
-    let connection_tokens: Vec<&str> = req
+    line("Host", host);
+    for (name, value) in forwarded_headers(req.headers, req.identity, false) {
+        line(name, value);
+    }
+    // The client's upgrade, which the filter drops as hop-by-hop for every other request.
+    for (_, value) in req
         .headers
         .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
-        .flat_map(|(_, v)| v.split(','))
-        .map(str::trim)
-        .collect();
-    line("Host", host);
-    for (name, value) in req.headers {
-        let upgrade = name.eq_ignore_ascii_case("upgrade");
-        if upgrade
-            || is_hop_by_hop(name)
-            || connection_tokens
-                .iter()
-                .any(|t| t.eq_ignore_ascii_case(name))
-            || (req.identity != Identity::Client && name.eq_ignore_ascii_case("authorization"))
-        {
-            if upgrade {
-                line("Upgrade", value);
-            }
-            continue;
-        }
-        line(name, value);
+        .filter(|(n, _)| n.eq_ignore_ascii_case("upgrade"))
+    {
+        line("Upgrade", value);
     }
     line("Connection", "Upgrade");
     if req.identity == Identity::Hub
@@ -407,49 +435,49 @@ fn timed_out(e: &io::Error) -> bool {
     )
 }
 
-/// The scheme (TLS or not), host and port of a server's base URL.
-fn split_base(base: &str) -> Option<(bool, &str, u16)> {
-    let (scheme, rest) = base.split_once("://")?;
-    let tls = match scheme {
-        "https" => true,
-        "http" => false,
-        _ => return None,
-    };
-    let authority = rest.split('/').next()?;
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((host, port)) if !port.contains(']') => (host, port.parse().ok()?),
-        _ => (authority, if tls { 443 } else { 80 }),
-    };
-    Some((
-        tls,
-        host.trim_start_matches('[').trim_end_matches(']'),
-        port,
-    ))
-}
-
-/// `host:port` of a base URL, as the open-connection series names servers.
-fn conn_server_of(base: &str) -> String {
-    base.parse::<ureq::http::Uri>()
-        .map_or_else(|_| base.to_owned(), |uri| conn_server(&uri))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn server_urls_split_into_scheme_host_and_port() {
-        assert_eq!(
-            split_base("https://10.0.0.1:6443"),
-            Some((true, "10.0.0.1", 6443))
+    fn a_server_dribbling_its_handshake_is_given_up_at_the_deadline() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // A record header announcing 16 KiB, then its bytes one every 200 ms: each socket
+        // read gets a byte well within any timeout, the record is never whole.
+        thread_dribble(listener);
+        let sock = TcpStream::connect(addr).unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+        let mut conn =
+            rustls::ClientConnection::new(Arc::new(config), "127.0.0.1".try_into().unwrap())
+                .unwrap();
+        let started = Instant::now();
+        let err = handshake(&mut conn, &sock, started + Duration::from_secs(1)).unwrap_err();
+        assert!(timed_out(&err), "{err}");
+        assert!(
+            started.elapsed() < Duration::from_millis(1800),
+            "given up after {:?}",
+            started.elapsed()
         );
-        assert_eq!(split_base("https://[::1]:6443/"), Some((true, "::1", 6443)));
-        assert_eq!(
-            split_base("https://api.local"),
-            Some((true, "api.local", 443))
-        );
-        assert_eq!(split_base("http://[::1]"), Some((false, "::1", 80)));
-        assert_eq!(split_base("ftp://x"), None);
+    }
+
+    fn thread_dribble(listener: std::net::TcpListener) {
+        std::thread::spawn(move || {
+            let (mut sock, _) = listener.accept().unwrap();
+            let _ = sock.write_all(&[0x16, 0x03, 0x03, 0x40, 0x00]);
+            for _ in 0..50 {
+                std::thread::sleep(Duration::from_millis(200));
+                if sock.write_all(&[0]).is_err() {
+                    return;
+                }
+            }
+        });
     }
 
     #[test]
@@ -479,8 +507,9 @@ mod tests {
         assert_eq!(
             head(Identity::Client),
             "POST /api/v1/namespaces/a/pods/p/exec?command=cat HTTP/1.1\r\n\
-             Host: 10.0.0.1:6443\r\nUpgrade: SPDY/3.1\r\nAuthorization: Bearer pod-token\r\n\
-             X-Stream-Protocol-Version: v4.channel.k8s.io\r\nConnection: Upgrade\r\n\r\n"
+             Host: 10.0.0.1:6443\r\nAuthorization: Bearer pod-token\r\n\
+             X-Stream-Protocol-Version: v4.channel.k8s.io\r\nUpgrade: SPDY/3.1\r\n\
+             Connection: Upgrade\r\n\r\n"
         );
         for identity in [Identity::Hub, Identity::Anonymous] {
             let head = head(identity);
