@@ -99,7 +99,12 @@ fn upgrade(conn: Conn, extra: &[&str]) -> (String, Conn) {
 }
 
 /// [`upgrade`] of `target`.
-fn upgrade_at(mut conn: Conn, target: &str, extra: &[&str]) -> (String, Conn) {
+fn upgrade_at(conn: Conn, target: &str, extra: &[&str]) -> (String, Conn) {
+    upgrade_sending(conn, target, extra, b"")
+}
+
+/// [`upgrade_at`] with `behind` sent in the same write as the head.
+fn upgrade_sending(mut conn: Conn, target: &str, extra: &[&str], behind: &[u8]) -> (String, Conn) {
     let mut head = format!(
         "POST {target} HTTP/1.1\r\nHost: hub\r\nUser-Agent: {KUBECTL}\r\nConnection: Upgrade\r\n\
          X-Stream-Protocol-Version: v4.channel.k8s.io\r\n"
@@ -109,7 +114,9 @@ fn upgrade_at(mut conn: Conn, target: &str, extra: &[&str]) -> (String, Conn) {
         head += "\r\n";
     }
     head += "\r\n";
-    conn.write_all(head.as_bytes()).unwrap();
+    let mut head = head.into_bytes();
+    head.extend_from_slice(behind);
+    conn.write_all(&head).unwrap();
     conn.flush().unwrap();
     let mut answer = Vec::new();
     let mut byte = [0u8; 1];
@@ -202,6 +209,45 @@ fn a_raw_upgrade_passes_byte_for_byte_as_the_node_on_the_plain_port() {
         "one line with the bytes each way: {}",
         hub.logs()
     );
+}
+
+#[test]
+fn bytes_sent_with_either_head_go_first_on_both_ports() {
+    let cloud = Cloud::start();
+    cloud.add_token("runner-token", "system:serviceaccount:ci:runner");
+    let dir = TempDir::new("tunnel-early");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    let https = hub
+        .wait_https(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("no HTTPS port: {}", hub.logs()));
+    for conn in [plain_to(hub.proxy), tls_to(https, &cloud)] {
+        // The client's first bytes right behind its head, the cloud's greeting in its 101's
+        // own write: both are read with a head, and must not be lost with it.
+        let (head, mut conn) = upgrade_sending(
+            conn,
+            EXEC,
+            &[
+                "Upgrade: SPDY/3.1",
+                "x-test-echo: raw",
+                "x-test-greet: settings;",
+                "Authorization: Bearer runner-token",
+            ],
+            b"first frame;",
+        );
+        assert_eq!(
+            status_line(&head),
+            "HTTP/1.1 101 Switching Protocols",
+            "{head}"
+        );
+        conn.close_write();
+        let mut rest = Vec::new();
+        conn.read_to_end(&mut rest).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&rest),
+            "settings;first frame;",
+            "the greeting, then the echo of the client's first bytes"
+        );
+    }
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //!
 //! What this file serves:
 //! - `Upgrade: SPDY/3.1` with `x-test-echo: raw`: a 101, then every byte echoed back until
-//!   the client's end, then the end of the cloud's writing;
+//!   the client's end, then the end of the cloud's writing; with `x-test-greet: <text>`
+//!   the text goes first, in the 101's own write (as a SPDY server sends its SETTINGS);
 //! - `x-test-upgrade: silent`: no answer at all, until the client goes (a cloud that never
 //!   answers the upgrade);
 //! - `x-test-upgrade: status=<code>`: that status with a `Status` body, no upgrade;
@@ -97,7 +98,9 @@ pub(super) fn serve(
         Served::RawEcho => {
             inst.front.switch_protocols(&req.remote);
             let head = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: SPDY/3.1\r\nConnection: Upgrade\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n";
-            if w.write_all(head.as_bytes()).is_err() {
+            // A greeting in the same write as the head: it reaches the hub with it.
+            let greeting = req.header("x-test-greet");
+            if w.write_all(format!("{head}{greeting}").as_bytes()).is_err() {
                 return;
             }
             inst.recorder.set_status(seq, 101);
