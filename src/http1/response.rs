@@ -181,9 +181,22 @@ impl ResponseHead {
     }
 }
 
-/// Reads one response head from `input`, at most [`MAX_RESPONSE_HEAD`] bytes and
-/// [`MAX_HEADERS`](super::MAX_HEADERS) headers, leaving what follows it unread in `input`.
+/// Reads the final response head from `input` (interim 1xx answers, 100 or 103, are
+/// passed over, as every client must; a 101 is final), each at most [`MAX_RESPONSE_HEAD`]
+/// bytes and [`MAX_HEADERS`](super::MAX_HEADERS) headers, leaving what follows it unread
+/// in `input`. The caller's deadline bounds a server that sends interim answers without
+/// end.
 pub(crate) fn read_response_head(input: &mut dyn BufRead) -> io::Result<ResponseHead> {
+    loop {
+        let head = read_one_head(input)?;
+        if !(100..200).contains(&head.status) || head.status == 101 {
+            return Ok(head);
+        }
+    }
+}
+
+/// One response head, interim or final.
+fn read_one_head(input: &mut dyn BufRead) -> io::Result<ResponseHead> {
     let malformed = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
     let mut head = Vec::with_capacity(512);
     // Byte by byte out of the buffer, up to the blank line: what follows stays in `input`.

@@ -190,7 +190,13 @@ fn log_line(upgrade: &Upgrade, url: &str, outcome: &Outcome, started: Instant) {
             },
             req.component.to_string(),
         ),
-        None => ("unknown", url, String::new()),
+        // The path only: an exec's query holds its command's arguments, which can be
+        // secrets, and info lines are kept.
+        None => (
+            "unknown",
+            url.split_once('?').map_or(url, |(path, _)| path),
+            String::new(),
+        ),
     };
     let (up, down, how) = outcome
         .spliced

@@ -378,7 +378,7 @@ fn in_cloud_mode_an_upgrade_the_hub_cannot_read_is_tunnelled_all_the_same() {
     let dir = TempDir::new("tunnel-cloud-mode");
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(&["--working-mode=cloud"]));
     // A namespace no name rule allows: the classifier refuses it, the cloud judges it.
-    let target = "/api/v1/namespaces/Not_A_Namespace/pods/web-1/exec?command=cat";
+    let target = "/api/v1/namespaces/Not_A_Namespace/pods/web-1/exec?command=sh&command=-c&command=login%20secret";
     let (head, mut conn) = upgrade_at(
         plain_to(hub.proxy),
         target,
@@ -392,12 +392,16 @@ fn in_cloud_mode_an_upgrade_the_hub_cannot_read_is_tunnelled_all_the_same() {
     echo_byte_for_byte(&mut conn);
     assert!(
         hub.wait_log_line(
-            |l| l.contains("verb=unknown") && l.contains("cache=tunnel"),
+            |l| l.contains("verb=unknown")
+                && l.contains("cache=tunnel")
+                && l.contains("resource=\"/api/v1/namespaces/Not_A_Namespace/pods/web-1/exec\""),
             Duration::from_secs(10)
         ),
         "{}",
         hub.logs()
     );
+    // The command's arguments stay out of the log.
+    assert!(!hub.logs().contains("secret"), "{}", hub.logs());
 }
 
 #[test]

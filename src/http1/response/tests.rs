@@ -168,3 +168,19 @@ fn the_switching_head_carries_the_servers_headers_and_no_framing() {
         b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: SPDY/3.1\r\nConnection: Upgrade\r\n\r\n"
     );
 }
+
+#[test]
+fn interim_answers_before_the_final_head_are_passed_over() {
+    let mut input: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n\
+        HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n\
+        HTTP/1.1 101 Switching Protocols\r\nUpgrade: SPDY/3.1\r\n\r\nfirst";
+    let head = read_response_head(&mut input).unwrap();
+    assert_eq!(head.status, 101);
+    assert_eq!(
+        head.headers,
+        [("Upgrade".to_owned(), "SPDY/3.1".to_owned())]
+    );
+    assert_eq!(input, b"first");
+    let mut input: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 403 Forbidden\r\n\r\n";
+    assert_eq!(read_response_head(&mut input).unwrap().status, 403);
+}
