@@ -28,7 +28,8 @@ pub(crate) struct Limits {
     /// No byte either way for this long ends the tunnel (kubelet's
     /// `--streaming-connection-idle-timeout` default, 4 h).
     pub idle: Duration,
-    /// The cloud's answer to the upgrade must come within this (60 s), else 504.
+    /// The cloud's answer to the upgrade must come within this (60 s), else 504; a
+    /// refusal's body too, within the same time.
     pub answer: Duration,
 }
 

@@ -169,10 +169,16 @@ impl ResponseHead {
             .headers
             .iter()
             .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-            .map(|(_, v)| v.trim().parse::<u64>());
+            .map(|(_, v)| {
+                // Digits only (RFC 9110 §8.6): `parse` would take a sign as well.
+                let v = v.trim();
+                (!v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| v.parse::<u64>().ok())
+                    .flatten()
+            });
         match lengths.next() {
             None => Ok(AnswerFraming::Close),
-            Some(Ok(n)) if lengths.all(|m| m.ok() == Some(n)) => Ok(AnswerFraming::Length(n)),
+            Some(Some(n)) if lengths.all(|m| m == Some(n)) => Ok(AnswerFraming::Length(n)),
             Some(_) => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "the answer's Content-Length is malformed",

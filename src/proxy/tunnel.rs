@@ -103,7 +103,7 @@ impl Hub {
         if status != 101 {
             // Relayed as it is, body and all: kubectl falls back from WebSocket to SPDY on
             // any answer but a 101, and shows a refusal's Status.
-            let body = match opened.read_body(self.tunnel.answer) {
+            let body = match opened.read_body() {
                 Ok(body) => body,
                 Err(e) => {
                     return refuse(

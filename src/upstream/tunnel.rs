@@ -54,12 +54,14 @@ pub(crate) struct Opened {
     pub early: Vec<u8>,
     /// The connection.
     pub end: CloudEnd,
+    /// The end of the request's answer time: a refusal's body comes by then too.
+    answer_by: Instant,
 }
 
 impl Opened {
     /// The body of an answer other than a 101, read whole by its framing (at most
-    /// [`MAX_REFUSAL_BODY`] bytes) within `time`.
-    pub(crate) fn read_body(&mut self, time: Duration) -> io::Result<Vec<u8>> {
+    /// [`MAX_REFUSAL_BODY`] bytes) within what is left of the answer time its head had.
+    pub(crate) fn read_body(&mut self) -> io::Result<Vec<u8>> {
         let framing = match self.head.framing()? {
             AnswerFraming::Length(0) => return Ok(Vec::new()),
             AnswerFraming::Length(n) => Some(Framing::Length(n)),
@@ -67,8 +69,11 @@ impl Opened {
             AnswerFraming::Close => None,
         };
         let early = std::mem::take(&mut self.early);
-        let deadline = Instant::now() + time;
-        let mut input = BufReader::new(early.as_slice().chain(Blocking(&mut self.end, deadline)));
+        let mut input = BufReader::new(
+            early
+                .as_slice()
+                .chain(Blocking(&mut self.end, self.answer_by)),
+        );
         let mut body = Vec::new();
         let mut buf = [0u8; 4096];
         let mut state = framing.map(BodyState::new);
@@ -257,10 +262,14 @@ impl Upstream {
             match self.dial(base, config) {
                 Ok(end) => {
                     let head = request_head(req, base, self.token.as_ref());
-                    return send(end, &head, req, base).map(|(head, early, end)| Opened {
-                        head,
-                        early,
-                        end,
+                    let answer_by = Instant::now() + req.answer;
+                    return send(end, &head, req, base, answer_by).map(|(head, early, end)| {
+                        Opened {
+                            head,
+                            early,
+                            end,
+                            answer_by,
+                        }
                     });
                 }
                 Err(err) => {
@@ -352,12 +361,13 @@ impl Upstream {
     }
 }
 
-/// Sends `head` on `end` and reads the answer's head within the request's answer time.
+/// Sends `head` on `end` and reads the answer's head by `deadline`.
 fn send(
     mut end: CloudEnd,
     head: &[u8],
     req: &TunnelRequest<'_>,
     base: &str,
+    deadline: Instant,
 ) -> Result<(ResponseHead, Vec<u8>, CloudEnd), UpstreamError> {
     let failed = |e: io::Error| UpstreamError::Transport {
         server: base.to_owned(),
@@ -370,8 +380,7 @@ fn send(
         link::component_of(req.headers),
         link::resource_of(req.target),
     );
-    // The head goes out and the answer's head comes back within the request's time.
-    let deadline = Instant::now() + req.answer;
+    // The head goes out and the answer comes back within the request's time.
     let mut out = Blocking(&mut end, deadline);
     out.write_all(head)
         .and_then(|()| out.flush())

@@ -138,6 +138,7 @@ fn an_answer_is_framed_by_its_coding_its_length_or_the_close() {
         AnswerFraming::Close
     );
     assert!(framing(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n").is_err());
+    assert!(framing(b"HTTP/1.1 403 Forbidden\r\nContent-Length: +5\r\n\r\n").is_err());
 }
 
 #[test]
