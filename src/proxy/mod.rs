@@ -329,7 +329,11 @@ impl Hub {
         let _admitted = if plan.waits() {
             let key = plan.long_running_key();
             // The slots kept for the node's components are the node's alone.
-            let node = plan.request().is_some_and(|req| req.requester.is_node());
+            // A tunnel the classifier could not read is the node's by its requester too.
+            let node = match &plan {
+                Plan::Tunnel(upgrade) => upgrade.requester.is_node(),
+                plan => plan.request().is_some_and(|req| req.requester.is_node()),
+            };
             let admission = key
                 .as_deref()
                 .map_or(Admission::Short, |key| Admission::LongRunning { key, node });

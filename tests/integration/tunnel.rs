@@ -445,6 +445,57 @@ fn tunnels_are_long_running_requests_under_their_keys_share() {
 }
 
 #[test]
+fn the_slots_kept_for_the_node_take_its_tunnel_the_hub_cannot_read() {
+    let cloud = Cloud::start();
+    let dir = TempDir::new("tunnel-node-reserve");
+    // Eight in flight: long-running ones up to eight, the last two kept for the node.
+    let hub = Hub::start(
+        &HubSpec::for_cloud(&cloud, dir.path())
+            .with(&["--working-mode=cloud", "--max-requests-in-flight=8"]),
+    );
+    // Three pods' credentials take two tunnels each: six, all that is not kept.
+    let mut held = Vec::new();
+    for round in 0..2 {
+        for pod in ["pod-a", "pod-b", "pod-c"] {
+            if round == 0 {
+                cloud.add_token(pod, &format!("system:serviceaccount:ci:{pod}"));
+            }
+            let (head, conn) = upgrade(
+                plain_to(hub.proxy),
+                &[
+                    "Upgrade: SPDY/3.1",
+                    "x-test-echo: raw",
+                    &format!("Authorization: Bearer {pod}"),
+                ],
+            );
+            assert!(head.starts_with("HTTP/1.1 101"), "{pod}: {head}");
+            held.push(conn);
+        }
+    }
+    let (head, _conn) = upgrade(
+        plain_to(hub.proxy),
+        &[
+            "Upgrade: SPDY/3.1",
+            "x-test-echo: raw",
+            "Authorization: Bearer pod-a",
+        ],
+    );
+    assert!(status_line(&head).starts_with("HTTP/1.1 429 "), "{head}");
+    // The node's tunnel, one the classifier cannot read, still gets a kept slot.
+    let (head, mut conn) = upgrade_at(
+        plain_to(hub.proxy),
+        "/api/v1/namespaces/Not_A_Namespace/pods/web-1/exec?command=cat",
+        &["Upgrade: SPDY/3.1", "x-test-echo: raw"],
+    );
+    assert_eq!(
+        status_line(&head),
+        "HTTP/1.1 101 Switching Protocols",
+        "{head}"
+    );
+    echo_byte_for_byte(&mut conn);
+}
+
+#[test]
 fn an_open_tunnel_does_not_hold_the_hubs_shutdown() {
     let cloud = Cloud::start();
     let dir = TempDir::new("tunnel-shutdown");
