@@ -476,6 +476,90 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_server_dribbling_the_record_of_its_answer_is_given_up_at_the_deadline() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server_config = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.der().clone()).unwrap();
+        let client_config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // The server reads the request, then sends its 101 in one TLS record, a byte of the
+        // record every 200 ms: every socket read is quick, the record whole only after 10 s.
+        std::thread::spawn(move || {
+            let (mut sock, _) = listener.accept().unwrap();
+            let mut conn = rustls::ServerConnection::new(Arc::new(server_config)).unwrap();
+            while conn.is_handshaking() {
+                conn.complete_io(&mut sock).unwrap();
+            }
+            let _ = conn.complete_io(&mut sock);
+            conn.writer()
+                .write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: SPDY/3.1\r\n\r\n")
+                .unwrap();
+            let mut record = Vec::new();
+            while conn.wants_write() {
+                conn.write_tls(&mut record).unwrap();
+            }
+            for b in record {
+                std::thread::sleep(Duration::from_millis(200));
+                if sock.write_all(&[b]).is_err() {
+                    return;
+                }
+            }
+        });
+        let sock = TcpStream::connect(addr).unwrap();
+        let mut conn =
+            rustls::ClientConnection::new(Arc::new(client_config), "127.0.0.1".try_into().unwrap())
+                .unwrap();
+        handshake(&mut conn, &sock, Instant::now() + Duration::from_secs(10)).unwrap();
+        let end = CloudEnd {
+            link: LINK.link("https://127.0.0.1", "", ""),
+            _open: METRICS.open_conn("127.0.0.1:443", true),
+            sock,
+            tls: Some(conn),
+            shutting: false,
+        };
+        let headers = Vec::new();
+        let req = TunnelRequest {
+            method: "POST",
+            target: "/api/v1/namespaces/a/pods/p/exec",
+            headers: &headers,
+            identity: Identity::Anonymous,
+            answer: Duration::from_secs(1),
+        };
+        let started = Instant::now();
+        let head = b"POST /api/v1/namespaces/a/pods/p/exec HTTP/1.1\r\nHost: x\r\n\r\n";
+        let result = send(end, head, &req, "https://127.0.0.1", started + req.answer);
+        assert!(
+            matches!(result, Err(UpstreamError::Transport { timeout: true, .. })),
+            "{:?}",
+            result.map(|(head, ..)| head.status)
+        );
+        assert!(
+            started.elapsed() < Duration::from_millis(1800),
+            "given up after {:?}",
+            started.elapsed()
+        );
+    }
+
     fn thread_dribble(listener: std::net::TcpListener) {
         std::thread::spawn(move || {
             let (mut sock, _) = listener.accept().unwrap();
