@@ -139,6 +139,7 @@ pub(super) fn start(config: &Config, parts: Parts) -> Result<Running, StartupErr
         node_name: Arc::from(config.node_name.as_str()),
         rounds: Arc::default(),
         overlay,
+        tunnel: config.tunnel,
     });
     let (ports, open_https) =
         listeners::open_proxy_ports(config, hub, proxy_listener, &local, https, &shutdown)?;

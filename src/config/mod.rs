@@ -111,6 +111,9 @@ pub struct Config {
     /// Time the cache writer sleeps before each message, as a slow flash would (tests only:
     /// `None` unless a test-only flag sets it).
     pub(crate) cache_writer_delay: Option<Duration>,
+    /// The limits of tunnels (4 h idle, 60 s for the cloud's 101; shorter only through
+    /// test-only flags).
+    pub(crate) tunnel: crate::tunnel::Limits,
 }
 
 /// Where the hub's identity for the cloud comes from (`--kubeconfig`, else `--bootstrap-mode`).
@@ -315,6 +318,10 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         cache_writer_delay: Some(f.int("test-only-cache-writer-delay-ms", 0, 60_000)?)
             .filter(|&ms| ms > 0)
             .map(Duration::from_millis),
+        tunnel: crate::tunnel::Limits {
+            idle: Duration::from_secs(f.int("test-only-tunnel-idle-seconds", 1, 86_400)?),
+            answer: Duration::from_secs(f.int("test-only-tunnel-answer-seconds", 1, 3600)?),
+        },
     })
 }
 

@@ -33,6 +33,7 @@ mod server;
 mod status;
 mod store;
 mod tokens;
+mod upgrade;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, TcpListener, TcpStream};

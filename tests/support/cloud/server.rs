@@ -65,6 +65,15 @@ fn connection(inst: &Arc<Instance>, stream: TcpStream) {
                 break;
             }
         };
+        // exec, attach, port-forward: the connection is the upgrade's from here on.
+        if req
+            .header("Connection")
+            .split(',')
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+        {
+            super::upgrade::serve(inst, req, r, w);
+            break;
+        }
         let keep = req.keep_alive();
         let Ok(out) = stream.try_clone() else { break };
         let writer = Box::new(BufWriter::with_capacity(16 * 1024, out));
@@ -168,7 +177,7 @@ fn is_anonymous_cluster_info(method: &str, path: &str, raw_query: &str) -> bool 
 }
 
 /// The user a bootstrap token `<id>.<secret>` stands for, if it is registered.
-fn bootstrap_identity(inst: &Instance, token: &str) -> Option<Identity> {
+pub(super) fn bootstrap_identity(inst: &Instance, token: &str) -> Option<Identity> {
     let (id, secret) = token.split_once('.')?;
     let tokens = lock(&inst.shared.bootstrap);
     (tokens.get(id)? == secret).then(|| Identity {
