@@ -54,6 +54,7 @@ mod stream;
 mod thread_dump;
 mod tls;
 mod tokens;
+mod tunnel;
 mod upstream;
 mod watchcache;
 mod x509;

@@ -179,8 +179,7 @@ impl Status {
         Status::new(500, "InternalError", message)
     }
 
-    /// 501: a request kind the hub does not carry (connection upgrades, transfer codings
-    /// other than chunked).
+    /// 501: a request kind the hub does not carry (transfer codings other than chunked).
     pub(crate) fn not_implemented(message: impl Into<String>) -> Status {
         Status::new(501, "NotImplemented", message)
     }

@@ -22,7 +22,6 @@ use crate::filters::FilterReload;
 use crate::filters::Filters;
 use crate::health::{self, Backends, Probe};
 use crate::heartbeat::{self, NodeHeartbeat};
-use crate::mode::WorkingMode;
 use crate::netif::LocalAddress;
 use crate::offline::Offline;
 use crate::overlay::Overlay;
@@ -76,12 +75,9 @@ pub(super) fn start(config: &Config, parts: Parts) -> Result<Running, StartupErr
     )?;
     // The filters inject the HTTPS port really bound (`--proxy-secure-port` may be 0).
     let filter_port = filters.as_ref().map(|f| f.ctx.secure_port.clone());
-    // Issue 30: this node's pods as kubelet reports them offline, for the offline answers
-    // and the pool caches' clients (edge mode only: a pure proxy answers nothing itself).
-    let overlay = Overlay::new(
-        &config.node_name,
-        config.working_mode == WorkingMode::Edge && config.offline_endpoints_overlay,
-    );
+    // This node's pods as kubelet reports them offline, for the offline answers and the pool
+    // caches' clients (the config turns it on in edge mode only).
+    let overlay = Overlay::new(&config.node_name, config.offline_endpoints_overlay);
     let (cache, offline, writer_thread) = match &store {
         Some(store) => {
             let disk = start_disk_cache(
@@ -143,6 +139,7 @@ pub(super) fn start(config: &Config, parts: Parts) -> Result<Running, StartupErr
         node_name: Arc::from(config.node_name.as_str()),
         rounds: Arc::default(),
         overlay,
+        tunnel: config.tunnel,
     });
     let (ports, open_https) =
         listeners::open_proxy_ports(config, hub, proxy_listener, &local, https, &shutdown)?;

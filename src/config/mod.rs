@@ -93,7 +93,7 @@ pub struct Config {
     pub(crate) enable_resource_filter: bool,
     /// `--disabled-resource-filters`.
     pub disabled_resource_filters: Vec<String>,
-    /// `--offline-endpoints-overlay` (edge mode): the EndpointSlices and Endpoints of this
+    /// `--offline-endpoints-overlay`, and edge mode: the EndpointSlices and Endpoints of this
     /// node's pods follow kubelet's offline status updates (`overlay/`).
     pub(crate) offline_endpoints_overlay: bool,
     /// Concurrent requests served before answering 429.
@@ -111,6 +111,9 @@ pub struct Config {
     /// Time the cache writer sleeps before each message, as a slow flash would (tests only:
     /// `None` unless a test-only flag sets it).
     pub(crate) cache_writer_delay: Option<Duration>,
+    /// The limits of tunnels (4 h idle, 60 s for the cloud's 101; shorter only through
+    /// test-only flags).
+    pub(crate) tunnel: crate::tunnel::Limits,
 }
 
 /// Where the hub's identity for the cloud comes from (`--kubeconfig`, else `--bootstrap-mode`).
@@ -296,7 +299,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         working_mode,
         enable_resource_filter: f.boolean("enable-resource-filter")?,
         disabled_resource_filters: f.list("disabled-resource-filters"),
-        offline_endpoints_overlay: f.boolean("offline-endpoints-overlay")?,
+        offline_endpoints_overlay: overlay_of(&f, working_mode, &mut warnings)?,
         max_requests_in_flight: f.int("max-requests-in-flight", 1, 100_000)? as usize,
         log: crate::logging::LogOptions {
             verbosity: f.int("v", 0, 10)? as u8,
@@ -315,6 +318,10 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         cache_writer_delay: Some(f.int("test-only-cache-writer-delay-ms", 0, 60_000)?)
             .filter(|&ms| ms > 0)
             .map(Duration::from_millis),
+        tunnel: crate::tunnel::Limits {
+            idle: Duration::from_secs(f.int("test-only-tunnel-idle-seconds", 1, 86_400)?),
+            answer: Duration::from_secs(f.int("test-only-tunnel-answer-seconds", 1, 3600)?),
+        },
     })
 }
 
@@ -553,6 +560,23 @@ fn heartbeat_mode_of(
             ));
         }
     })
+}
+
+/// `--offline-endpoints-overlay` (edge mode only: cloud mode has no cache to serve endpoints
+/// from, and says so when the flag turns the overlay on there explicitly).
+fn overlay_of(
+    f: &Flags<'_>,
+    working_mode: WorkingMode,
+    warnings: &mut Vec<String>,
+) -> Result<bool, StartupError> {
+    let on = f.boolean("offline-endpoints-overlay")?;
+    if on && working_mode == WorkingMode::Cloud && f.raw.get("offline-endpoints-overlay").is_some()
+    {
+        warnings.push(
+            "--offline-endpoints-overlay has no effect with --working-mode=cloud: there is no cache to serve endpoints from".to_owned(),
+        );
+    }
+    Ok(on && working_mode == WorkingMode::Edge)
 }
 
 /// `--node-ip`, else the default route's address; with the warnings about it and about a
@@ -1086,6 +1110,36 @@ mod tests {
         assert!(c.warnings.iter().any(|w| w.contains("no effect")));
         let e = with(&["--heartbeat-mode=healthz"]).unwrap_err();
         assert!(e.contains("not lease or readyz"), "{e}");
+    }
+
+    #[test]
+    fn the_endpoints_overlay_is_on_in_edge_mode_and_never_in_cloud_mode() {
+        let f = Fixture::new("overlay-flag");
+        let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
+        let with = |extra: &[&str]| {
+            let mut args = vec!["--kubeconfig", kc.as_str(), "--node-name=n"];
+            args.extend_from_slice(extra);
+            run(&args)
+        };
+        let said = |c: &Config| {
+            c.warnings
+                .iter()
+                .any(|w| w.contains("offline-endpoints-overlay"))
+        };
+        let c = with(&[]).unwrap();
+        assert!(c.offline_endpoints_overlay && !said(&c));
+        let c = with(&["--offline-endpoints-overlay=false"]).unwrap();
+        assert!(!c.offline_endpoints_overlay);
+        let c = with(&["--working-mode=cloud"]).unwrap();
+        assert!(
+            !c.offline_endpoints_overlay && !said(&c),
+            "{:?}",
+            c.warnings
+        );
+        let c = with(&["--working-mode=cloud", "--offline-endpoints-overlay=true"]).unwrap();
+        assert!(!c.offline_endpoints_overlay && said(&c), "{:?}", c.warnings);
+        let e = with(&["--offline-endpoints-overlay=maybe"]).unwrap_err();
+        assert!(e.contains("not a boolean"), "{e}");
     }
 
     #[test]

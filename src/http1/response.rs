@@ -1,8 +1,11 @@
 //! Response heads, as bytes: the status line with its reason phrase, the caller's headers,
 //! and the framing headers the hub owns (`Content-Length`, `Transfer-Encoding`,
-//! `Connection`), rendered into a buffer; chunk framing likewise. Pure: `server` sends them.
+//! `Connection`), rendered into a buffer; chunk framing likewise; the `101 Switching
+//! Protocols` head of a tunnel. Pure: `server` sends them. And the other way, a server's
+//! response head read from a `BufRead` ([`read_response_head`]): the cloud's answer to an
+//! upgrade, which the hub reads itself (ureq keeps the socket behind a 101).
 
-use std::io::Write as _;
+use std::io::{self, BufRead, Write as _};
 
 /// The interim answer to `Expect: 100-continue`, sent before the body is read.
 pub(crate) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
@@ -94,6 +97,160 @@ pub(crate) fn reason_phrase(status: u16) -> &'static str {
         .ok()
         .and_then(|code| code.canonical_reason())
         .unwrap_or("Status")
+}
+
+/// Appends the head of a `101 Switching Protocols` to `out`: `headers` (the cloud's, its
+/// `Upgrade`, `Connection` and protocol headers among them) as they are, no framing: what
+/// follows is the new protocol's.
+pub(crate) fn write_switching_head<N: AsRef<str>, V: AsRef<str>>(
+    out: &mut Vec<u8>,
+    headers: &[(N, V)],
+) {
+    out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\n");
+    for (name, value) in headers {
+        let (name, value) = (name.as_ref(), value.as_ref());
+        if value.contains(['\r', '\n']) || name.contains(['\r', '\n', ':']) {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Largest response head [`read_response_head`] reads (an apiserver's is well under 1 KiB).
+pub(crate) const MAX_RESPONSE_HEAD: usize = 8 * 1024;
+
+/// A response head as a server sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ResponseHead {
+    /// The status code.
+    pub status: u16,
+    /// Headers in order, names as sent.
+    pub headers: Vec<(String, String)>,
+}
+
+/// How the body of a server's answer is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AnswerFraming {
+    /// Exactly this many bytes (none for 1xx, 204 and 304).
+    Length(u64),
+    /// Chunked.
+    Chunked,
+    /// Until the server closes the connection.
+    Close,
+}
+
+impl ResponseHead {
+    /// The first header named `name`.
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        super::find_header(&self.headers, name)
+    }
+
+    /// How the body that follows is delimited (RFC 9112 §6.3): none after a 1xx, 204 or
+    /// 304; chunked when the last transfer coding says so; else `Content-Length`, and else
+    /// the close of the connection. Conflicting lengths are an error, as a client must
+    /// take them.
+    pub(crate) fn framing(&self) -> io::Result<AnswerFraming> {
+        if self.status < 200 || self.status == 204 || self.status == 304 {
+            return Ok(AnswerFraming::Length(0));
+        }
+        if let Some(te) = self.header("transfer-encoding") {
+            let last = te.rsplit(',').next().unwrap_or("").trim();
+            return Ok(if last.eq_ignore_ascii_case("chunked") {
+                AnswerFraming::Chunked
+            } else {
+                AnswerFraming::Close
+            });
+        }
+        let mut lengths = self
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+            .map(|(_, v)| {
+                // Digits only (RFC 9110 §8.6): `parse` would take a sign as well.
+                let v = v.trim();
+                (!v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| v.parse::<u64>().ok())
+                    .flatten()
+            });
+        match lengths.next() {
+            None => Ok(AnswerFraming::Close),
+            Some(Some(n)) if lengths.all(|m| m == Some(n)) => Ok(AnswerFraming::Length(n)),
+            Some(_) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the answer's Content-Length is malformed",
+            )),
+        }
+    }
+}
+
+/// Reads the final response head from `input` (interim 1xx answers, 100 or 103, are
+/// passed over, as every client must; a 101 is final), each at most [`MAX_RESPONSE_HEAD`]
+/// bytes and [`MAX_HEADERS`](super::MAX_HEADERS) headers, leaving what follows it unread
+/// in `input`. The caller's deadline bounds a server that sends interim answers without
+/// end.
+pub(crate) fn read_response_head(input: &mut dyn BufRead) -> io::Result<ResponseHead> {
+    loop {
+        let head = read_one_head(input)?;
+        if !(100..200).contains(&head.status) || head.status == 101 {
+            return Ok(head);
+        }
+    }
+}
+
+/// One response head, interim or final.
+fn read_one_head(input: &mut dyn BufRead) -> io::Result<ResponseHead> {
+    let malformed = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
+    let mut head = Vec::with_capacity(512);
+    // Byte by byte out of the buffer, up to the blank line: what follows stays in `input`.
+    loop {
+        let available = input.fill_buf()?;
+        if available.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the connection closed before a whole response head",
+            ));
+        }
+        let mut used = 0;
+        let mut done = false;
+        for &b in available {
+            used += 1;
+            head.push(b);
+            if head.ends_with(b"\r\n\r\n") || head.ends_with(b"\n\n") {
+                done = true;
+                break;
+            }
+        }
+        input.consume(used);
+        if head.len() > MAX_RESPONSE_HEAD {
+            return Err(malformed("the response head is too large"));
+        }
+        if done {
+            break;
+        }
+    }
+    let mut headers = [httparse::EMPTY_HEADER; super::MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    match response.parse(&head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(malformed("a partial response head")),
+        Err(e) => return Err(malformed(&format!("a malformed response head: {e}"))),
+    }
+    let status = response.code.ok_or_else(|| malformed("no status code"))?;
+    let headers = response
+        .headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_owned(),
+                String::from_utf8_lossy(h.value).into_owned(),
+            )
+        })
+        .collect();
+    Ok(ResponseHead { status, headers })
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use crate::overlay::{Capture, Captured, Ignored, PodWrite};
 use crate::request::{ApiRequest, ResourcePath, Verb};
 use crate::route::collection_key;
 use crate::server::Exchange;
+use crate::status::Status;
 
 /// Body bytes read of a pod write: a pod's status patch is a few KiB; a longer body is cut
 /// here, fails to parse, and is counted unreadable by the overlay.
@@ -66,20 +67,37 @@ fn by_node_kubelet(req: &ApiRequest) -> bool {
 
 impl Offline {
     /// Hands a write of a pod's status, or a pod's delete, to the endpoints overlay when it
-    /// is on; the caller answers 503 whatever happens (a body that cannot be read included).
-    /// Why a write changed nothing is logged at debug (the overlay counts it).
+    /// is on and the write was refused because the cloud is gone; the caller answers 503
+    /// whatever happens (a body that cannot be read included). Why a write changed nothing
+    /// is logged at debug (the overlay counts it).
     pub(super) fn capture_pod(&self, ex: &mut Exchange<'_>, req: &ApiRequest) {
-        if !self.overlay.enabled() {
-            return;
-        }
-        let Some((op, path, namespace, name)) = pod_write(req) else {
-            return;
-        };
         let content_type = ex.header("Content-Type").unwrap_or("").to_owned();
+        self.capture_pod_with(req, &content_type, &mut || read_body(ex, CAPTURE_LIMIT));
+    }
+
+    /// [`Offline::capture_pod`] with the request's `Content-Type` and its body, read only
+    /// when the overlay is to get it; the overlay's outcome, None when it was not asked.
+    ///
+    /// Only while no server is healthy by its last probe (`Backends::any_probed_healthy`,
+    /// the rule that sends a write offline: `proxy::fallback::offline`): a write refused for
+    /// another reason (a connection to one of several servers failed while another is up,
+    /// or the cloud came back while the write was on its way) is not the cloud being gone,
+    /// and the overlay must never turn on while it is usable. kubelet sends the status
+    /// again at its next sync, by when the probe has ruled.
+    fn capture_pod_with(
+        &self,
+        req: &ApiRequest,
+        content_type: &str,
+        read: &mut dyn FnMut() -> Result<Vec<u8>, Status>,
+    ) -> Option<Captured> {
+        if !self.overlay.enabled() || self.backends.any_probed_healthy() {
+            return None;
+        }
+        let (op, path, namespace, name) = pod_write(req)?;
         // A delete's body (DeleteOptions) says nothing the overlay reads.
         let body = match op {
             PodOp::Delete => Vec::new(),
-            PodOp::PatchStatus | PodOp::PutStatus => match read_body(ex, CAPTURE_LIMIT) {
+            PodOp::PatchStatus | PodOp::PutStatus => match read() {
                 Ok(body) => body,
                 Err(status) => {
                     log::debug!(
@@ -87,7 +105,7 @@ impl Offline {
                         op.as_str(),
                         status.message
                     );
-                    return;
+                    return None;
                 }
             },
         };
@@ -100,7 +118,7 @@ impl Offline {
         };
         let write = match op {
             PodOp::PatchStatus => PodWrite::Patch {
-                content_type: &content_type,
+                content_type,
                 body: &body,
             },
             PodOp::PutStatus => PodWrite::Put { body: &body },
@@ -113,14 +131,16 @@ impl Offline {
             write,
             cached_pod: cached.as_deref(),
         };
-        if let Captured::Ignored(why) = self.overlay.capture(capture, self.backends.recoveries()) {
+        let captured = self.overlay.capture(capture, self.cloud());
+        if let Captured::Ignored(why) = &captured {
             log::debug!(
                 "endpoints overlay: the {} of pod {namespace}/{name} from {} changed nothing: {}",
                 op.as_str(),
                 req.component,
-                ignored_text(&why)
+                ignored_text(why)
             );
         }
+        Some(captured)
     }
 
     /// kubelet's cached pod `namespace/name`, as the route keys kubelet's reads of it.
@@ -150,6 +170,7 @@ impl Offline {
 fn ignored_text(why: &Ignored) -> std::borrow::Cow<'_, str> {
     match why {
         Ignored::Disabled => "the overlay is off".into(),
+        Ignored::Online => "a server of the cloud is usable".into(),
         Ignored::NotKubelet => "not the node's kubelet".into(),
         Ignored::NotCached => "kubelet's copy of the pod is not cached".into(),
         Ignored::NotThisPod => "another pod (uid), or not on this node".into(),
@@ -220,10 +241,10 @@ mod tests {
     #[test]
     fn kubelets_cached_pod_is_read_and_only_kubelet_moves_it() {
         use crate::cache::key::CollectionKey;
-        use crate::offline::tests::{Scratch, offline_in, pod, status_patch};
+        use crate::offline::tests::{offline_in, pod, scratch, status_patch};
         use crate::overlay::Captured;
 
-        let dir = Scratch::new("capture");
+        let dir = scratch("capture");
         let offline = offline_in(&dir);
         let cached = pod("web-a", "ua", "10.244.1.10");
         let key = ObjectKey {
@@ -249,17 +270,61 @@ mod tests {
                 write,
                 cached_pod: read.as_deref(),
             };
-            offline
-                .overlay
-                .capture(capture, offline.backends.recoveries())
+            offline.overlay.capture(capture, offline.cloud())
         };
         let token = req("PATCH", url, KUBELET, Some("Bearer a-pods-token"));
         assert_eq!(capture(&token), Captured::Ignored(Ignored::NotKubelet));
-        let snapshot = offline.overlay.snapshot(offline.backends.recoveries());
+        let snapshot = offline.overlay.snapshot(offline.cloud());
         assert!(!snapshot.active(), "nothing overlaid");
         let kubelet = req("PATCH", url, KUBELET, None);
         assert_eq!(capture(&kubelet), Captured::Applied { changed: true });
-        assert!(offline.overlay.snapshot(0).active());
+        assert!(offline.overlay.snapshot(offline.cloud()).active());
+    }
+
+    /// A pod status write refused while a server is healthy by its last probe (one of two
+    /// servers failed a connection, or the cloud came back while the write was on its way)
+    /// is not read, and overlays nothing; the same write with every server down is.
+    #[test]
+    fn a_write_refused_while_a_server_is_probed_healthy_captures_nothing() {
+        use crate::cache::key::CollectionKey;
+        use crate::offline::tests::{offline_in, pod, scratch, status_patch};
+
+        let dir = scratch("capture-online");
+        let offline = offline_in(&dir);
+        let key = ObjectKey {
+            collection: CollectionKey::new("kubelet", "pods", "v1", ""),
+            namespace: Some("default".to_owned()),
+            name: "web-a".to_owned(),
+        };
+        let cached = pod("web-a", "ua", "10.244.1.10");
+        offline.store.put(&key, &cached, Some("41")).unwrap();
+        let kubelet = req(
+            "PATCH",
+            "/api/v1/namespaces/default/pods/web-a/status",
+            KUBELET,
+            None,
+        );
+        let body = status_patch("ua", "10.244.1.10", "10.244.1.20");
+        let mut reads = 0;
+        let mut read = || {
+            reads += 1;
+            Ok(body.clone())
+        };
+        let smp = "application/strategic-merge-patch+json";
+        offline.backends.set_healthy(0, true);
+        assert_eq!(offline.capture_pod_with(&kubelet, smp, &mut read), None);
+        // Suspect after a failed connection, yet healthy by its probe: still not offline.
+        offline.backends.report_failure(0);
+        assert!(!offline.backends.any_healthy());
+        assert_eq!(offline.capture_pod_with(&kubelet, smp, &mut read), None);
+        assert!(!offline.overlay.snapshot(offline.cloud()).active());
+        offline.backends.set_healthy(0, false);
+        assert_eq!(
+            offline.capture_pod_with(&kubelet, smp, &mut read),
+            Some(Captured::Applied { changed: true })
+        );
+        assert_eq!(reads, 1, "the body is read only when the overlay gets it");
+        assert!(offline.overlay.snapshot(offline.cloud()).active());
     }
 
     /// A pod's token with kubelet's User-Agent is not the node, and the node's kube-proxy

@@ -4,7 +4,7 @@
 //! finds nothing is a 404, never an empty list. EndpointSlices and Endpoints go out through
 //! the endpoints overlay (issue 30): each item rewritten to this node's pods as kubelet
 //! reports them, after the selectors chose it by the cloud's object. The same iteration
-//! gives a held watch of those kinds its objects (`Offline::watched_objects`).
+//! gives a held watch of those kinds its objects, one at a time (`Offline::watched_objects`).
 
 use std::borrow::Cow;
 
@@ -19,8 +19,8 @@ use crate::selector::Selectors;
 use crate::server::{self, Exchange, Length};
 use crate::status::Status;
 
-/// Bytes of list output gathered before a write.
-const LIST_FLUSH: usize = 32 * 1024;
+/// Bytes of list output gathered before a write (and of a held watch's pass).
+pub(super) const LIST_FLUSH: usize = 32 * 1024;
 /// Prefix of the continue tokens the hub issues offline.
 const CONTINUE_PREFIX: &str = "tinyhub1.";
 
@@ -58,16 +58,17 @@ impl Offline {
     }
 
     /// The stored objects a watch of `path` lists now (its namespace and name, and
-    /// `selectors`), read as a list reads them, in name order: what a held watch of
-    /// EndpointSlices or Endpoints passes the overlay over. Damaged files are left out (and
+    /// `selectors`), read as a list reads them, in name order, one at a time from disk as
+    /// the iterator is advanced: what a held watch of EndpointSlices or Endpoints passes the
+    /// overlay over, never the whole collection in memory. Damaged files are left out (and
     /// warned of, as a list does).
-    pub(super) fn watched_objects(
+    pub(super) fn watched_objects<'a>(
         &self,
-        req: &ApiRequest,
-        path: &ResourcePath,
-        collection: &CollectionKey,
-        selectors: &Selectors,
-    ) -> Vec<Vec<u8>> {
+        req: &'a ApiRequest,
+        path: &'a ResourcePath,
+        collection: &'a CollectionKey,
+        selectors: &'a Selectors,
+    ) -> impl Iterator<Item = Vec<u8>> + 'a {
         let list = CachedList {
             req,
             path,
@@ -76,17 +77,21 @@ impl Offline {
             when_empty: WhenEmpty::AsProxy,
             overlay: None,
         };
-        match list.selected(&self.store, None) {
-            Ok(selected) => selected.map(|(object, _)| object.bytes).collect(),
-            Err(None) => Vec::new(),
+        let selected = match list.selected(&self.store, None) {
+            Ok(selected) => Some(selected),
+            Err(None) => None,
             Err(Some(e)) => {
                 log::warn!(
                     "an offline watch of {} cannot read the cache: {e}",
                     qualified(path)
                 );
-                Vec::new()
+                None
             }
-        }
+        };
+        selected
+            .into_iter()
+            .flatten()
+            .map(|(object, _)| object.bytes)
     }
 }
 

@@ -46,7 +46,7 @@ use crate::cache::object::starts_object;
 use crate::cache::store::{Store, StoreError};
 use crate::health::Backends;
 use crate::names;
-use crate::overlay::{EndpointKind, Overlay, Snapshot, WatchView};
+use crate::overlay::{CloudState, EndpointKind, Overlay, Snapshot, WatchView};
 use crate::request::{self, ApiRequest, DiscoveryForm, ResourcePath, Target};
 use crate::route::{Local, Route, document_file};
 use crate::selector::Selectors;
@@ -290,7 +290,16 @@ impl Offline {
     /// rewrites and the overlay is on.
     fn endpoints_snapshot(&self, path: &ResourcePath) -> Option<(EndpointKind, Arc<Snapshot>)> {
         let kind = EndpointKind::of(&path.gvr).filter(|_| self.overlay.enabled())?;
-        Some((kind, self.overlay.snapshot(self.backends.recoveries())))
+        Some((kind, self.overlay.snapshot(self.cloud())))
+    }
+
+    /// The cloud as the overlay needs it now: its returns so far, and whether a server is
+    /// usable (the overlay is never on then).
+    fn cloud(&self) -> CloudState {
+        CloudState {
+            recoveries: self.backends.recoveries(),
+            usable: self.backends.any_healthy(),
+        }
     }
 
     /// Holds a watch of EndpointSlices or Endpoints as [`Offline::hold`] does, and sends
@@ -302,14 +311,19 @@ impl Offline {
     fn hold_overlaid(&self, ex: Exchange<'_>, scope: &WatchScope<'_>, kind: EndpointKind) -> u16 {
         let mut view = WatchView::new(kind);
         let mut tick = |writer: &mut BodyWriter<'_>, recoveries: u64| {
-            let snapshot = self.overlay.snapshot(recoveries);
+            let cloud = CloudState {
+                recoveries,
+                usable: self.backends.any_healthy(),
+            };
+            let snapshot = self.overlay.snapshot(cloud);
             !view.pass_due(&snapshot) || self.pass(writer, scope, &mut view, &snapshot)
         };
         self.hold_with(ex, scope.req, Duration::ZERO, &mut tick)
     }
 
-    /// One pass of `view` over the stored objects of `scope`: the MODIFIED events it calls
-    /// for, written at once; false when the client is gone.
+    /// One pass of `view` over the stored objects of `scope`, read from disk one at a time
+    /// (none when the pass can send nothing): the MODIFIED events it calls for, written in
+    /// batches of about [`list::LIST_FLUSH`] as they are found; false when the client is gone.
     fn pass(
         &self,
         writer: &mut BodyWriter<'_>,
@@ -317,17 +331,24 @@ impl Offline {
         view: &mut WatchView,
         snapshot: &Snapshot,
     ) -> bool {
+        let Some(mut pass) = view.pass(snapshot) else {
+            return true;
+        };
+        let mut lines = Vec::new();
         let objects =
             self.watched_objects(scope.req, scope.path, scope.collection, scope.selectors);
-        let changed = view.pass(snapshot, objects.iter().map(Vec::as_slice));
-        if changed.is_empty() {
-            return true;
+        for object in objects {
+            if let Some(modified) = pass.object(&object) {
+                push_event_line(&mut lines, "MODIFIED", &modified);
+            }
+            if lines.len() >= list::LIST_FLUSH {
+                if writer.write(&lines).is_err() {
+                    return false;
+                }
+                lines.clear();
+            }
         }
-        let mut lines = Vec::new();
-        for object in &changed {
-            push_event_line(&mut lines, "MODIFIED", object);
-        }
-        writer.write(&lines).is_ok()
+        lines.is_empty() || writer.write(&lines).is_ok()
     }
 
     /// Holds a watch open with no events (status 200): until its `timeoutSeconds` (else a

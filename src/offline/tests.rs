@@ -37,22 +37,11 @@ fn watch_hold_is_between_30_and_60_minutes() {
     );
 }
 
-/// A scratch directory, removed when dropped.
-pub(super) struct Scratch(std::path::PathBuf);
+pub(super) use crate::stream::tests::Scratch;
 
-impl Scratch {
-    pub(super) fn new(tag: &str) -> Scratch {
-        let path =
-            std::env::temp_dir().join(format!("tinyhub-offline-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        Scratch(path)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// The scratch directory `offline-<tag>`.
+pub(super) fn scratch(tag: &str) -> Scratch {
+    Scratch::new(&format!("offline-{tag}"))
 }
 
 /// An offline answerer over a store in `dir`, for node `n1` with the overlay on, its one
@@ -105,8 +94,9 @@ pub(super) fn status_patch(uid: &str, old: &str, new: &str) -> Vec<u8> {
 fn a_held_slice_watch_passes_the_overlay_and_gives_the_clouds_slice_back() {
     use crate::overlay::{Capture, Captured, PodWrite};
     use crate::request::classify;
+    use std::borrow::Cow;
 
-    let dir = Scratch::new("overlay-pass");
+    let dir = scratch("overlay-pass");
     let offline = offline_in(&dir);
     let slices = CollectionKey::new("kube-proxy", "endpointslices", "v1", "discovery.k8s.io");
     let slice = serde_json::to_vec(&serde_json::json!({
@@ -137,13 +127,16 @@ fn a_held_slice_watch_passes_the_overlay_and_gives_the_clouds_slice_back() {
     let path = req.resource().unwrap();
     let everything = Selectors::everything();
     let pass = |view: &mut WatchView| -> Option<Vec<Vec<u8>>> {
-        let snapshot = offline.overlay.snapshot(offline.backends.recoveries());
+        let snapshot = offline.overlay.snapshot(offline.cloud());
         if !view.pass_due(&snapshot) {
             return None;
         }
+        let Some(mut pass) = view.pass(&snapshot) else {
+            return Some(Vec::new());
+        };
         let objects = offline.watched_objects(&req, path, &slices, &everything);
-        let sent = view.pass(&snapshot, objects.iter().map(Vec::as_slice));
-        Some(sent.into_iter().map(|o| o.into_owned()).collect())
+        let sent = objects.filter_map(|object| pass.object(&object).map(Cow::into_owned));
+        Some(sent.collect())
     };
 
     let mut view = WatchView::new(EndpointKind::Slice);
@@ -165,7 +158,7 @@ fn a_held_slice_watch_passes_the_overlay_and_gives_the_clouds_slice_back() {
             },
             cached_pod: Some(&cached),
         },
-        offline.backends.recoveries(),
+        offline.cloud(),
     );
     assert_eq!(captured, Captured::Applied { changed: true });
 

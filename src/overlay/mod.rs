@@ -8,9 +8,11 @@
 //! stacked on another. What is kept per pod is what an endpoint shows: its IPs, Ready, and
 //! whether it still runs. Every EndpointSlice (v1, v1beta1) and core Endpoints that names one
 //! of those pods is served rewritten to it, per client, at the edge (never in the watch cache's
-//! ring, never on disk), with the cloud's own resourceVersion. The first recovery of the cloud
-//! after the first capture drops the overlay; the keys it rewrote are remembered a while as
-//! `reverted`, so watches send the cloud's objects back.
+//! ring, never on disk), with the cloud's own resourceVersion. The overlay is never on while
+//! the cloud is usable ([`CloudState`], which every capture and snapshot is given): a server
+//! usable now, or a recovery since the outage's first capture (a return shorter than a
+//! tick), drops it, and no capture starts one then. The keys it rewrote are remembered a
+//! while as `reverted`, so watches send the cloud's objects back.
 //!
 //! Pure apart from its series (`series.rs`): no I/O, no clock but the reversion window. Files:
 //! `patch.rs` applies kubelet's patches (a strategic-merge subset, RFC 7386, a PUT's status),
@@ -103,6 +105,30 @@ pub(crate) struct Capture<'a> {
     pub cached_pod: Option<&'a [u8]>,
 }
 
+/// The cloud as the overlay needs it at each capture and snapshot: the overlay lives only
+/// while no server is usable, within one outage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CloudState {
+    /// How many times a server became usable after it was not (`Backends::recoveries`):
+    /// a count past its value at the outage's first capture is a return, even one that
+    /// ended again before anyone looked.
+    pub recoveries: u64,
+    /// Some server is usable now (`Backends::any_healthy`): the overlay is dropped, and
+    /// no capture starts one.
+    pub usable: bool,
+}
+
+impl CloudState {
+    /// Unreachable, with `recoveries` returns so far.
+    #[cfg(test)]
+    pub(crate) fn down(recoveries: u64) -> CloudState {
+        CloudState {
+            recoveries,
+            usable: false,
+        }
+    }
+}
+
 /// What a capture did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Captured {
@@ -120,6 +146,9 @@ pub(crate) enum Captured {
 pub(crate) enum Ignored {
     /// The overlay is turned off.
     Disabled,
+    /// A server of the cloud is usable: kubelet's next status reaches it, and the overlay
+    /// is never on then.
+    Online,
     /// Not from the node's own kubelet.
     NotKubelet,
     /// kubelet's copy of the pod is not cached: nothing to apply a patch to.
@@ -282,8 +311,9 @@ impl Overlay {
                     node,
                     pods: Pods::new(),
                     needles: Vec::new(),
-                    rewritten: Arc::default(),
+                    served_rewritten: Arc::default(),
                     reverted: Arc::default(),
+                    dropped_at: None,
                     series,
                 }),
                 epoch: None,
@@ -296,19 +326,30 @@ impl Overlay {
         self.enabled
     }
 
-    /// Applies one of kubelet's writes; `recoveries` is the health checkers' count of the
-    /// cloud's returns (`Backends::recoveries`): the overlay lives until it moves past its
-    /// value at the outage's first capture.
+    /// Applies one of kubelet's writes, with the cloud as it is now: while a server is
+    /// usable nothing is applied ([`Ignored::Online`]) and the overlay is dropped; it lives
+    /// until a server is usable or `cloud.recoveries` moves past its value at the outage's
+    /// first capture.
     ///
     /// `Applied{changed}` says whether the pod's IPs, readiness, phase or presence differ
     /// from before: from the previous capture, or for the first, from the cached pod (the
     /// cloud's view). A first capture that changes nothing is still kept (its pod is
     /// overlaid) and still moves the generation, since the cloud's endpoints may lag behind
     /// its pod; a capture that leaves the entry as it was moves nothing.
-    pub(crate) fn capture(&self, c: Capture<'_>, recoveries: u64) -> Captured {
-        let outcome = match self.read(&c) {
-            Ok((entry, cached)) => self.apply(c.namespace, c.name, entry, cached, recoveries),
+    pub(crate) fn capture(&self, c: Capture<'_>, cloud: CloudState) -> Captured {
+        // While a server is usable kubelet's status reaches the cloud: nothing is applied,
+        // and an overlay left from the outage goes.
+        let read = if self.enabled && cloud.usable {
+            Err(Ignored::Online)
+        } else {
+            self.read(&c)
+        };
+        let outcome = match read {
+            Ok((entry, cached)) => self.apply(c.namespace, c.name, entry, cached, cloud),
             Err(why) => {
+                if why == Ignored::Online {
+                    self.drop_if_back(&mut lock(&self.state), cloud);
+                }
                 log::debug!(
                     "endpoints overlay ignored a write of pod {}/{}: {why:?}",
                     c.namespace,
@@ -395,17 +436,18 @@ impl Overlay {
         Ok((entry, cached_shown))
     }
 
-    /// Puts `entry` in for `namespace/name`; `cached` is what the cached pod showed.
+    /// Puts `entry` in for `namespace/name`; `cached` is what the cached pod showed, and
+    /// `cloud` is not usable (the caller looked).
     fn apply(
         &self,
         namespace: &str,
         name: &str,
         mut entry: PodState,
         cached: Shown,
-        recoveries: u64,
+        cloud: CloudState,
     ) -> Captured {
         let mut state = lock(&self.state);
-        self.drop_if_back(&mut state, recoveries);
+        self.drop_if_back(&mut state, cloud);
         let previous = state
             .current
             .pods
@@ -430,7 +472,7 @@ impl Overlay {
             self.series.set_pods(pods.values().map(BTreeMap::len).sum());
             let next = state.current.with_pods(pods);
             state.current = Arc::new(next);
-            state.epoch.get_or_insert(recoveries);
+            state.epoch.get_or_insert(cloud.recoveries);
         }
         drop(state);
         if changed {
@@ -439,16 +481,17 @@ impl Overlay {
         Captured::Applied { changed }
     }
 
-    /// Drops the overlay when the cloud came back since its first capture.
-    fn drop_if_back(&self, state: &mut State, recoveries: u64) {
+    /// Drops the overlay when a server is usable now, or the cloud came back (and maybe
+    /// went again) since the outage's first capture.
+    fn drop_if_back(&self, state: &mut State, cloud: CloudState) {
         let Some(epoch) = state.epoch else {
             return;
         };
-        if epoch == recoveries {
+        if epoch == cloud.recoveries && !cloud.usable {
             return;
         }
         let now = Instant::now();
-        let rewritten = std::mem::take(&mut *lock(&state.current.rewritten));
+        let rewritten = std::mem::take(&mut *lock(&state.current.served_rewritten));
         let mut reverted: BTreeMap<Key, Instant> = state
             .current
             .reverted
@@ -465,8 +508,9 @@ impl Overlay {
             node: Arc::clone(&current.node),
             pods: Pods::new(),
             needles: Vec::new(),
-            rewritten: Arc::default(),
+            served_rewritten: Arc::default(),
             reverted: Arc::new(reverted),
+            dropped_at: Some(now),
             series: self.series,
         });
         state.epoch = None;
@@ -474,10 +518,11 @@ impl Overlay {
         log::info!("endpoints overlay dropped: cloud back pods={pods} reverted={moved}");
     }
 
-    /// What to serve now; drops the overlay first when `recoveries` moved past its epoch.
-    pub(crate) fn snapshot(&self, recoveries: u64) -> Arc<Snapshot> {
+    /// What to serve now, with the cloud as it is now: the overlay is dropped first when a
+    /// server is usable or `cloud.recoveries` moved past its epoch.
+    pub(crate) fn snapshot(&self, cloud: CloudState) -> Arc<Snapshot> {
         let mut state = lock(&self.state);
-        self.drop_if_back(&mut state, recoveries);
+        self.drop_if_back(&mut state, cloud);
         Arc::clone(&state.current)
     }
 }
@@ -492,9 +537,11 @@ pub(crate) struct Snapshot {
     needles: Vec<Finder<'static>>,
     /// The keys served rewritten in this outage (shared by its snapshots): at the drop they
     /// become `reverted`.
-    rewritten: Arc<Mutex<BTreeSet<Key>>>,
+    served_rewritten: Arc<Mutex<BTreeSet<Key>>>,
     /// The keys rewritten in outages that ended, with when they did.
     reverted: Arc<BTreeMap<Key, Instant>>,
+    /// When the last outage's overlay was dropped; None before the first drop.
+    dropped_at: Option<Instant>,
     series: &'static series::Series,
 }
 
@@ -512,8 +559,9 @@ impl Snapshot {
             node: Arc::clone(&self.node),
             pods,
             needles,
-            rewritten: Arc::clone(&self.rewritten),
+            served_rewritten: Arc::clone(&self.served_rewritten),
             reverted: Arc::clone(&self.reverted),
+            dropped_at: self.dropped_at,
             series: self.series,
         }
     }
@@ -534,20 +582,20 @@ impl Snapshot {
     /// resourceVersion and every field but the endpoints' addresses and readiness are kept.
     /// Counted as served rewritten.
     pub(crate) fn rewrite(&self, kind: EndpointKind, object: &[u8]) -> Option<Vec<u8>> {
-        let rewritten = self.rewritten(kind, object)?;
+        let rewritten = self.rewrite_keyed(kind, object)?;
         self.series.rewritten(kind);
         Some(rewritten.bytes)
     }
 
     /// [`Snapshot::rewrite`], not counted, with the object's namespace and name; noted
     /// among the keys to revert at the drop.
-    fn rewritten(&self, kind: EndpointKind, object: &[u8]) -> Option<rewrite::Rewritten> {
+    fn rewrite_keyed(&self, kind: EndpointKind, object: &[u8]) -> Option<rewrite::Rewritten> {
         if self.pods.is_empty() {
             return None;
         }
         let rewritten = rewrite::rewrite(kind, object, &self.node, &self.pods, &self.needles)?;
         let key = (kind, rewritten.namespace.clone(), rewritten.name.clone());
-        lock(&self.rewritten).insert(key);
+        lock(&self.served_rewritten).insert(key);
         Some(rewritten)
     }
 
@@ -564,8 +612,17 @@ impl Snapshot {
             .is_some_and(|at| now.saturating_duration_since(*at) < REVERTED_FOR)
     }
 
-    /// Whether any key may still be `reverted`.
+    /// Whether any key may still be `reverted`: within [`REVERTED_FOR`] of the last drop.
+    /// After that a new watch's first pass reads nothing for it.
     pub(crate) fn reverting(&self) -> bool {
+        self.reverting_at(Instant::now())
+    }
+
+    /// [`Snapshot::reverting`] at `now`.
+    fn reverting_at(&self, now: Instant) -> bool {
         !self.reverted.is_empty()
+            && self
+                .dropped_at
+                .is_some_and(|at| now.saturating_duration_since(at) < REVERTED_FOR)
     }
 }

@@ -5,11 +5,13 @@
 //!
 //! The strategic subset covers every field the overlay reads: maps merge recursively and
 //! `null` deletes a key; the lists the pod's schema merges by a key (`status.conditions` by
-//! `type`, `status.podIPs` and `status.hostIPs` by `ip`, the container statuses by `name`)
-//! merge element by element, an element carrying `"$patch":"delete"` is removed, and
-//! `$setElementOrder/<list>` gives the list's final order and membership; every other list is
-//! replaced whole. `$retainKeys` and directives it does not know are ignored. A field it
-//! reads wrong keeps a value the cloud once had: never an invented IP.
+//! `type`, `status.podIPs` and `status.hostIPs` by `ip`, `status.resourceClaimStatuses` by
+//! `name`) merge element by element, an element carrying `"$patch":"delete"` is removed, and
+//! `$setElementOrder/<list>` gives the order of the elements it names, the others kept where
+//! the target had them (order, never membership: only a delete removes); every other list,
+//! the container statuses among them (core/v1 gives them no patch strategy), is replaced
+//! whole. `$retainKeys` and directives it does not know are ignored. A field it reads wrong
+//! keeps a value the cloud once had: never an invented IP.
 //!
 //! What it does not do: decide which pod a write is for, or read the result (`mod.rs`).
 
@@ -74,10 +76,7 @@ fn merge_key(path: &str) -> Option<&'static str> {
     match path {
         "status.conditions" => Some("type"),
         "status.podIPs" | "status.hostIPs" => Some("ip"),
-        "status.containerStatuses"
-        | "status.initContainerStatuses"
-        | "status.ephemeralContainerStatuses"
-        | "status.resourceClaimStatuses" => Some("name"),
+        "status.resourceClaimStatuses" => Some("name"),
         _ => None,
     }
 }
@@ -109,17 +108,30 @@ fn strategic(target: &mut Value, patch: &Value, path: &str) {
     let Value::Object(into) = target else {
         return;
     };
+    // The keys of each list an order directive names, as the target had them: the order the
+    // elements the directive does not name keep.
+    let server_orders: Vec<(&str, Vec<Value>)> = fields
+        .keys()
+        .filter_map(|key| key.strip_prefix(SET_ELEMENT_ORDER))
+        .filter_map(|list| {
+            let merge_by = merge_key(&join(path, list))?;
+            let keys = match into.get(list) {
+                Some(Value::Array(elements)) => elements
+                    .iter()
+                    .filter_map(|e| e.get(merge_by).cloned())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            Some((list, keys))
+        })
+        .collect();
     for (key, value) in fields {
         if key.starts_with('$') {
             // `$patch` is handled above, `$setElementOrder/…` after its list; `$retainKeys`
             // and unknown directives are ignored.
             continue;
         }
-        let at = if path.is_empty() {
-            key.clone()
-        } else {
-            format!("{path}.{key}")
-        };
+        let at = join(path, key);
         match value {
             Value::Null => {
                 into.remove(key);
@@ -148,20 +160,24 @@ fn strategic(target: &mut Value, patch: &Value, path: &str) {
     }
     // `$setElementOrder/<list>` orders a list merged above; a directive without its list in
     // the patch orders the target's list as it is.
-    for (key, order) in fields {
-        let Some(list) = key.strip_prefix(SET_ELEMENT_ORDER) else {
-            continue;
-        };
-        let at = if path.is_empty() {
-            list.to_owned()
-        } else {
-            format!("{path}.{list}")
-        };
-        if let (Some(merge_by), Value::Array(order)) = (merge_key(&at), order)
-            && let Some(Value::Array(elements)) = into.get_mut(list)
+    for (list, server) in &server_orders {
+        let at = join(path, list);
+        if let (Some(merge_by), Some(Value::Array(order))) = (
+            merge_key(&at),
+            fields.get(&format!("{SET_ELEMENT_ORDER}{list}")),
+        ) && let Some(Value::Array(elements)) = into.get_mut(*list)
         {
-            set_order(elements, order, merge_by);
+            set_order(elements, order, server, merge_by);
         }
+    }
+}
+
+/// The dotted path of field `key` in the map at `path`.
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
     }
 }
 
@@ -204,17 +220,41 @@ fn merge_list(target: &mut Value, patch: &[Value], merge_by: &str, path: &str) {
     }
 }
 
-/// Orders `elements` as `order` lists their keys; an element `order` does not name is
-/// dropped, as the directive gives the list's final membership.
-fn set_order(elements: &mut Vec<Value>, order: &[Value], merge_by: &str) {
-    let mut rest = std::mem::take(elements);
-    for wanted in order {
-        let Some(key) = wanted.get(merge_by) else {
-            continue;
+/// Orders the merged list `elements` as the apiserver does (apimachinery's
+/// `normalizeElementOrder`): the elements `order` names, in its order, and the others (the
+/// target's own, which the patch did not name) kept in the target's order `server`, each
+/// placed before the first named element the target held after it. The directive gives
+/// order, never membership: an element goes only by its `"$patch":"delete"`.
+fn set_order(elements: &mut Vec<Value>, order: &[Value], server: &[Value], merge_by: &str) {
+    let order: Vec<&Value> = order.iter().filter_map(|o| o.get(merge_by)).collect();
+    let server: Vec<&Value> = server.iter().collect();
+    let position = |keys: &[&Value], e: &Value| {
+        e.get(merge_by)
+            .and_then(|k| keys.iter().position(|o| *o == k))
+    };
+    let (mut named, mut others): (Vec<Value>, Vec<Value>) = std::mem::take(elements)
+        .into_iter()
+        .partition(|e| position(&order, e).is_some());
+    // Stable sorts: an element of neither order stays after the ones ordered.
+    named.sort_by_key(|e| position(&order, e).unwrap_or(usize::MAX));
+    others.sort_by_key(|e| position(&server, e).unwrap_or(usize::MAX));
+    let mut named = named.into_iter().peekable();
+    let mut others = others.into_iter().peekable();
+    loop {
+        let take_other = match (others.peek(), named.peek()) {
+            (Some(other), Some(first)) => {
+                matches!((position(&server, other), position(&server, first)), (Some(o), Some(f)) if o < f)
+            }
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
         };
-        if let Some(i) = rest.iter().position(|e| e.get(merge_by) == Some(key)) {
-            elements.push(rest.swap_remove(i));
-        }
+        let next = if take_other {
+            others.next()
+        } else {
+            named.next()
+        };
+        elements.extend(next);
     }
 }
 
@@ -240,9 +280,46 @@ fn strip(value: &Value) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The types of a pod's conditions in the order kubelet keeps them.
+    pub(crate) const CONDITION_ORDER: [&str; 5] = [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "Ready",
+        "ContainersReady",
+        "PodScheduled",
+    ];
+
+    /// A running pod's conditions, all True, in kubelet's order; Ready turned True at
+    /// `ready_at`.
+    pub(crate) fn conditions(ready_at: &str) -> Value {
+        let condition = |kind: &str| match kind {
+            "Ready" => json!({"type": kind, "status": "True", "lastTransitionTime": ready_at}),
+            _ => json!({"type": kind, "status": "True"}),
+        };
+        CONDITION_ORDER.iter().map(|kind| condition(kind)).collect()
+    }
+
+    /// kubelet's `$setElementOrder/conditions`: every condition type, in its order.
+    pub(crate) fn condition_element_order() -> Value {
+        CONDITION_ORDER
+            .iter()
+            .map(|kind| json!({"type": kind}))
+            .collect()
+    }
+
+    /// The types of `status`'s conditions, in order.
+    fn condition_types(status: &Value) -> Vec<&str> {
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect()
+    }
 
     fn smp(target: Value, patch: Value) -> Value {
         let mut t = target;
@@ -259,13 +336,7 @@ mod tests {
                 "podIP": "10.244.1.10",
                 "podIPs": [{"ip": "10.244.1.10"}, {"ip": "fd00::10"}],
                 "hostIPs": [{"ip": "192.168.0.5"}],
-                "conditions": [
-                    {"type": "PodReadyToStartContainers", "status": "True"},
-                    {"type": "Initialized", "status": "True"},
-                    {"type": "Ready", "status": "True", "lastTransitionTime": "t0"},
-                    {"type": "ContainersReady", "status": "True"},
-                    {"type": "PodScheduled", "status": "True"}
-                ],
+                "conditions": conditions("t0"),
                 "containerStatuses": [{"name": "web", "ready": true, "restartCount": 0}]
             }
         })
@@ -294,7 +365,7 @@ mod tests {
     #[test]
     fn kubelets_patch_moves_the_ip_and_keeps_the_other_conditions() {
         let patch = json!({"metadata":{"uid":"u1"},"status":{
-            "$setElementOrder/conditions":[{"type":"PodReadyToStartContainers"},{"type":"Initialized"},{"type":"Ready"},{"type":"ContainersReady"},{"type":"PodScheduled"}],
+            "$setElementOrder/conditions": condition_element_order(),
             "$setElementOrder/podIPs":[{"ip":"10.244.1.20"}],
             "conditions":[{"lastTransitionTime":"t1","status":"False","type":"Ready"}],
             "podIP":"10.244.1.20",
@@ -303,22 +374,7 @@ mod tests {
         let status = &out["status"];
         assert_eq!(status["podIP"], "10.244.1.20");
         assert_eq!(status["podIPs"], json!([{"ip": "10.244.1.20"}]));
-        let types: Vec<&str> = status["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["type"].as_str().unwrap())
-            .collect();
-        assert_eq!(
-            types,
-            [
-                "PodReadyToStartContainers",
-                "Initialized",
-                "Ready",
-                "ContainersReady",
-                "PodScheduled"
-            ]
-        );
+        assert_eq!(condition_types(status), CONDITION_ORDER);
         assert_eq!(
             status["conditions"][2],
             json!({"type": "Ready", "status": "False", "lastTransitionTime": "t1"})
@@ -339,10 +395,62 @@ mod tests {
             out["status"]["podIPs"],
             json!([{"ip": "10.244.1.20"}, {"ip": "fd00::20"}])
         );
-        // The order directive gives order and membership even with no list in the patch.
+        // With no list in the patch, the directive orders the target's list as it is.
+        let patch =
+            json!({"status":{"$setElementOrder/podIPs":[{"ip":"fd00::10"},{"ip":"10.244.1.10"}]}});
+        let out = smp(pod(), patch);
+        assert_eq!(
+            out["status"]["podIPs"],
+            json!([{"ip": "fd00::10"}, {"ip": "10.244.1.10"}])
+        );
+    }
+
+    #[test]
+    fn the_element_order_gives_order_never_membership() {
+        // A patch built against a copy without the IPv6 address: the apiserver keeps the
+        // element the directive does not name (only a delete removes one).
+        let patch = json!({"status":{
+            "$setElementOrder/podIPs":[{"ip":"10.244.1.20"}],
+            "podIP":"10.244.1.20",
+            "podIPs":[{"ip":"10.244.1.20"},{"$patch":"delete","ip":"10.244.1.10"}]}});
+        let out = smp(pod(), patch);
+        assert_eq!(
+            out["status"]["podIPs"],
+            json!([{"ip": "10.244.1.20"}, {"ip": "fd00::10"}])
+        );
         let patch = json!({"status":{"$setElementOrder/podIPs":[{"ip":"fd00::10"}]}});
         let out = smp(pod(), patch);
-        assert_eq!(out["status"]["podIPs"], json!([{"ip": "fd00::10"}]));
+        assert_eq!(
+            out["status"]["podIPs"],
+            json!([{"ip": "10.244.1.10"}, {"ip": "fd00::10"}])
+        );
+        // An unnamed element goes before the first named one the target held after it, as
+        // apimachinery's `mergeSortedSlice` places it.
+        let patch = json!({"status":{
+            "$setElementOrder/conditions":[{"type":"Ready"},{"type":"PodScheduled"},{"type":"Initialized"}],
+            "conditions":[{"type":"Ready","status":"False"}]}});
+        let out = smp(pod(), patch);
+        assert_eq!(
+            condition_types(&out["status"]),
+            [
+                "PodReadyToStartContainers",
+                "Ready",
+                "ContainersReady",
+                "PodScheduled",
+                "Initialized"
+            ]
+        );
+    }
+
+    #[test]
+    fn container_statuses_are_replaced_whole() {
+        // core/v1 gives them no patch strategy: the patch's list is the list.
+        let patch = json!({"status":{"containerStatuses":[{"name":"sidecar","ready":false}]}});
+        let out = smp(pod(), patch);
+        assert_eq!(
+            out["status"]["containerStatuses"],
+            json!([{"name": "sidecar", "ready": false}])
+        );
     }
 
     #[test]
@@ -368,7 +476,7 @@ mod tests {
         assert_eq!(out["status"]["phase"], "Running");
         assert_eq!(
             out["status"]["containerStatuses"],
-            json!([{"name": "web", "ready": true, "restartCount": 0}, {"name": "sidecar", "ready": false}])
+            json!([{"name": "sidecar", "ready": false}])
         );
     }
 

@@ -22,7 +22,7 @@ pub(super) struct Series {
 }
 
 /// The `outcome` labels of `tinyhub_endpoints_overlay_captures_total`.
-const OUTCOMES: [&str; 7] = [
+const OUTCOMES: [&str; 8] = [
     "applied",
     "unchanged",
     "not_kubelet",
@@ -30,6 +30,7 @@ const OUTCOMES: [&str; 7] = [
     "not_this_pod",
     "unreadable",
     "disabled",
+    "online",
 ];
 
 /// The kinds in label order.
@@ -53,6 +54,7 @@ impl Series {
                 AtomicU64::new(0),
                 AtomicU64::new(0),
                 AtomicU64::new(0),
+                AtomicU64::new(0),
             ],
         }
     }
@@ -67,6 +69,7 @@ impl Series {
             Captured::Ignored(Ignored::NotThisPod) => 4,
             Captured::Ignored(Ignored::Unreadable(_)) => 5,
             Captured::Ignored(Ignored::Disabled) => 6,
+            Captured::Ignored(Ignored::Online) => 7,
         };
         self.captures[i].fetch_add(1, Ordering::Relaxed);
     }
@@ -202,14 +205,16 @@ mod tests {
             "tinyhub_endpoints_overlay_captures_total{outcome=\"not_cached\"} 0",
             "tinyhub_endpoints_overlay_captures_total{outcome=\"unreadable\"} 1",
             "tinyhub_endpoints_overlay_captures_total{outcome=\"disabled\"} 0",
+            "tinyhub_endpoints_overlay_captures_total{outcome=\"online\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
         assert_eq!(
             text.matches("tinyhub_endpoints_overlay_captures_total{")
                 .count(),
-            7
+            OUTCOMES.len()
         );
+        assert_eq!(OUTCOMES.len(), 8);
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! The view keeps, per object it sent rewritten, a hash of the bytes sent; an object sent as
 //! the cloud's bytes is not kept. A watch writes every event's object through
 //! [`WatchView::outgoing`], and when [`WatchView::pass_due`] says the overlay moved (and the
-//! client has seen every event), writes [`WatchView::pass`]'s objects as MODIFIED events.
+//! client has seen every event), starts a [`WatchView::pass`] and hands it the watch's
+//! objects one at a time ([`Pass::object`]), writing each it returns as a MODIFIED event:
+//! a pass holds one object, never the watch's scope.
 //! While the overlay is inactive and nothing was sent rewritten, both cost nothing: no parse.
 //!
 //! What it does not do: write events, or choose the objects of a pass (the watch's caller).
@@ -73,7 +75,7 @@ impl WatchView {
             }
             return Cow::Borrowed(object);
         }
-        match snapshot.rewritten(self.kind, object) {
+        match snapshot.rewrite_keyed(self.kind, object) {
             Some(rewritten) => {
                 snapshot.series.rewritten(self.kind);
                 let hash = self.hasher.hash_one(&rewritten.bytes[..]);
@@ -113,55 +115,78 @@ impl WatchView {
                 || (self.passed.is_none() && snapshot.reverting()))
     }
 
-    /// Passes over the watch's objects now (in its scope, as the cloud sent them, when the
-    /// client has seen every event): the objects to send as MODIFIED, each whose bytes differ
-    /// from what the client was last sent (rewritten, or the cloud's again after the drop).
-    ///
-    /// A view's first pass also sends the cloud's bytes of the objects the overlay rewrote in
-    /// an outage that ended lately ([`Snapshot::reverted`]): the client may hold a rewritten
-    /// copy from a watch before this one.
-    pub(crate) fn pass<'o>(
-        &mut self,
-        snapshot: &Snapshot,
-        objects: impl Iterator<Item = &'o [u8]>,
-    ) -> Vec<Cow<'o, [u8]>> {
+    /// Starts a pass over the watch's objects now (in its scope, as the cloud sent them, when
+    /// the client has seen every event): the caller hands each object to [`Pass::object`] as
+    /// it reads it, and sends each it returns as a MODIFIED at once, so a pass holds one
+    /// object and the caller's batch, never the scope. None when the pass cannot send
+    /// anything (the overlay holds no pod, the client holds nothing rewritten, and it is not
+    /// a first pass while keys are `reverted`): the caller reads nothing. Either way the
+    /// view has passed this generation.
+    pub(crate) fn pass<'v>(&'v mut self, snapshot: &'v Snapshot) -> Option<Pass<'v>> {
         let first = self.passed.is_none();
         self.passed = Some(snapshot.generation());
         let reverting = first && snapshot.reverting();
-        let mut out = Vec::new();
         if !snapshot.active() && self.sent.is_empty() && !reverting {
-            return out;
+            return None;
         }
-        for object in objects {
-            if let Some(rewritten) = snapshot.rewritten(self.kind, object) {
-                let hash = self.hasher.hash_one(&rewritten.bytes[..]);
-                let key = key(&rewritten.namespace, &rewritten.name);
-                if self.sent.get(&key) != Some(&hash) {
-                    self.sent.insert(key, hash);
-                    snapshot.series.rewritten(self.kind);
-                    out.push(Cow::Owned(rewritten.bytes));
-                }
-                continue;
+        Some(Pass {
+            view: self,
+            snapshot,
+            reverting,
+            sent: 0,
+        })
+    }
+}
+
+/// One pass of a [`WatchView`] over the watch's objects ([`WatchView::pass`]), fed one object
+/// at a time; the MODIFIED events it called for are counted when it is dropped.
+pub(crate) struct Pass<'v> {
+    view: &'v mut WatchView,
+    snapshot: &'v Snapshot,
+    /// The view's first pass while keys are `reverted`: the cloud's bytes of those go out.
+    reverting: bool,
+    /// The objects it returned so far.
+    sent: usize,
+}
+
+impl Pass<'_> {
+    /// What to send as a MODIFIED for `object` (one of the watch's objects as the cloud sent
+    /// it): its bytes when they differ from what the client was last sent — rewritten, or
+    /// the cloud's again after the drop — else None. A view's first pass also sends the
+    /// cloud's bytes of an object the overlay rewrote in an outage that ended lately
+    /// ([`Snapshot::reverted`]): the client may hold a rewritten copy from a watch before
+    /// this one.
+    pub(crate) fn object<'o>(&mut self, object: &'o [u8]) -> Option<Cow<'o, [u8]>> {
+        let (view, snapshot) = (&mut *self.view, self.snapshot);
+        if let Some(rewritten) = snapshot.rewrite_keyed(view.kind, object) {
+            let hash = view.hasher.hash_one(&rewritten.bytes[..]);
+            let key = key(&rewritten.namespace, &rewritten.name);
+            if view.sent.get(&key) == Some(&hash) {
+                return None;
             }
-            if self.sent.is_empty() && !reverting {
-                continue;
-            }
-            let Some(head) = ObjectHead::parse(object) else {
-                continue;
-            };
-            let Some(meta) = head.metadata else {
-                continue;
-            };
-            let (namespace, Some(name)) = (meta.namespace.as_deref().unwrap_or(""), meta.name)
-            else {
-                continue;
-            };
-            let held_rewritten = self.sent.remove(&key(namespace, &name)).is_some();
-            if held_rewritten || (reverting && snapshot.reverted(self.kind, namespace, &name)) {
-                out.push(Cow::Borrowed(object));
-            }
+            view.sent.insert(key, hash);
+            snapshot.series.rewritten(view.kind);
+            self.sent += 1;
+            return Some(Cow::Owned(rewritten.bytes));
         }
-        snapshot.series.events(self.kind, out.len());
-        out
+        if view.sent.is_empty() && !self.reverting {
+            return None;
+        }
+        let head = ObjectHead::parse(object)?;
+        let meta = head.metadata?;
+        let (namespace, name) = (meta.namespace.as_deref().unwrap_or(""), meta.name?);
+        let held_rewritten = view.sent.remove(&key(namespace, &name)).is_some();
+        if held_rewritten || (self.reverting && snapshot.reverted(view.kind, namespace, &name)) {
+            self.sent += 1;
+            return Some(Cow::Borrowed(object));
+        }
+        None
+    }
+}
+
+impl Drop for Pass<'_> {
+    /// Counts the pass's MODIFIED events, however far it went.
+    fn drop(&mut self) {
+        self.snapshot.series.events(self.view.kind, self.sent);
     }
 }

@@ -11,6 +11,7 @@
 //! - `pool_local.rs`: lists and watches of pool-scope resources answered from the node's
 //!   shared watch cache (edge mode).
 //! - `multiplexer.rs`: a leader hub's port, serving those caches to the pool's followers.
+//! - `tunnel.rs`: connection upgrades (exec, attach, port-forward) spliced to the cloud.
 //!
 //! The cloud is reached through the [`Cloud`] trait, so the policy is tested without one.
 //! This module knows nothing of sockets (`server/`) or of ureq (`upstream.rs`).
@@ -23,6 +24,7 @@ pub(crate) mod multiplexer;
 pub(crate) mod pool_local;
 mod relay;
 pub(crate) mod resume;
+mod tunnel;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -79,6 +81,9 @@ pub(crate) struct Hub {
     /// The endpoints overlay (issue 30), which the pool caches' answers to local clients
     /// apply (disabled in cloud mode and with `--offline-endpoints-overlay=false`).
     pub overlay: Arc<Overlay>,
+    /// The limits of tunnels (exec, attach, port-forward): the idle limit, the time the
+    /// cloud has to answer an upgrade.
+    pub tunnel: crate::tunnel::Limits,
 }
 
 /// Where the cache stood for a request, for the log line.
@@ -119,22 +124,29 @@ impl CacheStatus {
 }
 
 /// The fairness key of `req` when it is long-running, as the apiserver counts them apart
-/// from max-in-flight: a watch, the `proxy` verb, a followed log (exec, attach and
-/// port-forward are refused at once: short). The key is the port, the credential's digest
-/// (its first 8 bytes: enough to tell credentials apart, and not the credential) and, for
-/// the node's own requests only, the component, up to 64 bytes of it.
+/// from max-in-flight: a watch, the `proxy` verb, a followed log, a connection upgrade
+/// (exec, attach, port-forward: a tunnel held for as long as its session). The key is the
+/// port, the credential's digest (its first 8 bytes: enough to tell credentials apart, and
+/// not the credential) and, for the node's own requests only, the component, up to 64
+/// bytes of it.
 fn long_running_key(req: &ApiRequest) -> Option<String> {
     let followed_log = req.query.follow
         && req
             .resource()
             .is_some_and(|r| r.subresource.as_deref() == Some("log"));
-    if !matches!(req.verb, Verb::Watch | Verb::Proxy) && !followed_log {
+    if !matches!(req.verb, Verb::Watch | Verb::Proxy) && !followed_log && !req.upgrade {
         return None;
     }
+    Some(fairness_key(&req.requester, req.component.as_str()))
+}
+
+/// The fairness key of a long-running request from `requester` (see [`long_running_key`]);
+/// `component` counts for the node's own requests only.
+fn fairness_key(requester: &Requester, component: &str) -> String {
     let mut key = String::with_capacity(96);
-    key.push_str(req.requester.port.as_str());
+    key.push_str(requester.port.as_str());
     key.push('/');
-    match req.requester.credential.digest() {
+    match requester.credential.digest() {
         Some(digest) => digest[..8].iter().for_each(|b| {
             let _ = write!(key, "{b:02x}");
         }),
@@ -142,17 +154,16 @@ fn long_running_key(req: &ApiRequest) -> Option<String> {
     }
     // The component is the client's own word (its User-Agent): it tells the node's
     // components apart, but anyone else changing it would be a new key at each watch.
-    if !req.requester.is_node() {
-        return Some(key);
+    if !requester.is_node() {
+        return key;
     }
     key.push('/');
-    let component = req.component.as_str();
     let end = (0..=component.len().min(64))
         .rev()
         .find(|&i| component.is_char_boundary(i))
         .unwrap_or(0);
     key.push_str(&component[..end]);
-    Some(key)
+    key
 }
 
 /// The line of a request refused a slot: a watch refused is a client past its share (info);
@@ -187,7 +198,7 @@ enum Plan<'h> {
     /// Refused before it was understood: 400 (edge mode: what the hub cannot read it cannot
     /// cache or answer). The classifier logged why.
     Unreadable(Status),
-    /// Refused by its route (a connection upgrade, a bad selector); its log line says so.
+    /// Refused by its route (a bad selector); its log line says so.
     Refuse(ApiRequest, Status),
     /// kubelet's lease, answered by the node heartbeat (edge, lease mode): never forwarded,
     /// never cached, and never waiting for a slot — for the node's kubelet only.
@@ -200,6 +211,9 @@ enum Plan<'h> {
     Forward(ApiRequest, Route),
     /// Passed on unread (cloud mode): the cloud judges it.
     PassOn(Route),
+    /// A connection upgrade (exec, attach, port-forward), spliced to the cloud
+    /// (`tunnel.rs`): never cached, never filtered, long-running.
+    Tunnel(tunnel::Upgrade),
 }
 
 impl Plan<'_> {
@@ -207,6 +221,7 @@ impl Plan<'_> {
     fn request(&self) -> Option<&ApiRequest> {
         match self {
             Plan::Unreadable(_) | Plan::PassOn(_) => None,
+            Plan::Tunnel(upgrade) => upgrade.req.as_ref(),
             Plan::Refuse(req, _)
             | Plan::KubeletLease(req, ..)
             | Plan::PoolLocal(req, _)
@@ -219,8 +234,19 @@ impl Plan<'_> {
     fn waits(&self) -> bool {
         matches!(
             self,
-            Plan::PoolLocal(..) | Plan::Forward(..) | Plan::PassOn(_)
+            Plan::PoolLocal(..) | Plan::Forward(..) | Plan::PassOn(_) | Plan::Tunnel(_)
         )
+    }
+
+    /// The fairness key of a long-running plan: a tunnel passed on unread counts as one too.
+    fn long_running_key(&self) -> Option<String> {
+        match self {
+            Plan::Tunnel(tunnel::Upgrade {
+                req: None,
+                requester,
+            }) => Some(fairness_key(requester, "")),
+            plan => plan.request().and_then(long_running_key),
+        }
     }
 }
 
@@ -250,10 +276,23 @@ impl Hub {
             // A pure proxy passes on what it does not understand; the cloud judges it.
             Err(_) => {
                 let requester = self.requester(ex, Requester::unknown(ex.header("authorization")));
+                if crate::http1::has_token(ex.headers(), "connection", "upgrade") {
+                    return Plan::Tunnel(tunnel::Upgrade {
+                        req: None,
+                        requester,
+                    });
+                }
                 return Plan::PassOn(Route::pass_on(&requester));
             }
         };
         req.requester = self.requester(ex, std::mem::replace(&mut req.requester, Requester::hub()));
+        if req.upgrade {
+            let requester = req.requester.clone();
+            return Plan::Tunnel(tunnel::Upgrade {
+                req: Some(req),
+                requester,
+            });
+        }
         // Only the node's own kubelet renews the node's lease through the hub.
         let lease = self
             .heartbeat
@@ -288,9 +327,13 @@ impl Hub {
         // What waits on a cache or the cloud takes a slot: a watch one of its fairness key,
         // anything else one of --max-requests-in-flight (issue 28).
         let _admitted = if plan.waits() {
-            let key = plan.request().and_then(long_running_key);
+            let key = plan.long_running_key();
             // The slots kept for the node's components are the node's alone.
-            let node = plan.request().is_some_and(|req| req.requester.is_node());
+            // A tunnel the classifier could not read is the node's by its requester too.
+            let node = match &plan {
+                Plan::Tunnel(upgrade) => upgrade.requester.is_node(),
+                plan => plan.request().is_some_and(|req| req.requester.is_node()),
+            };
             let admission = key
                 .as_deref()
                 .map_or(Admission::Short, |key| Admission::LongRunning { key, node });
@@ -312,6 +355,7 @@ impl Hub {
                 let _ = ex.send_status(&status);
             }
             Plan::PassOn(route) => Call::pass_on(self, route).forward(ex),
+            Plan::Tunnel(upgrade) => self.tunnel(&upgrade, ex, started),
             Plan::Refuse(req, status) => {
                 Call::run(self, req, (), Counted::Proxied, started, |call| {
                     call.refuse(ex, &status);
@@ -334,10 +378,9 @@ impl Hub {
                             let shutdown = || self.shutdown.load(Ordering::Relaxed);
                             let session = self.pool_session(req);
                             let filters = self.filters.as_ref();
-                            let recoveries = || self.cloud.recoveries();
-                            let overlaid = pool_local::Overlaid {
+                            let overlaid = pool_local::LocalOverlay {
                                 overlay: &self.overlay,
-                                recoveries: &recoveries,
+                                cloud: self.cloud.as_ref(),
                             };
                             let overlaid = Some(&overlaid);
                             pool_local::answer(
@@ -399,13 +442,6 @@ impl Hub {
 
     /// Decides what the hub does with `req` (pure), or the status that refuses it.
     fn route(&self, req: &ApiRequest) -> Result<Route, Status> {
-        if req.upgrade {
-            // exec, attach and port-forward need the raw connection spliced to the cloud's,
-            // which the hub does not do.
-            return Err(Status::not_implemented(
-                "tinyhub does not carry connection upgrades (exec, attach, port-forward): talk to the apiserver directly",
-            ));
-        }
         let is_agent = self.agents.is_agent(req.component.as_str());
         let route = route::route(req, is_agent, self.mode)?;
         Ok(match &self.filters {

@@ -37,19 +37,25 @@
 //!   chunk, ends at `timeoutSeconds` (else a random 300–600 s), and notices a client that
 //!   hung up within a second while idle (a busy one by its failed writes).
 //!
-//! - **The endpoints overlay** (issue 30): EndpointSlices go out rewritten to this node's
-//!   pods as kubelet reports them offline, per local client, before its filters: a list's
-//!   items, each watch event's object ([`WatchView::outgoing`]), and at an idle tick where
-//!   the overlay moved (or the first), a MODIFIED of each object in the watch's scope whose
-//!   bytes differ from what the client was last sent ([`WatchView::pass`]; after the drop,
-//!   the cloud's object again). The cache's objects and history stay the cloud's; rewritten
-//!   bytes never reach the disk cache (a list with one goes untee'd, a rewritten event or a
-//!   pass is written with the tee not copying: `Tee::set_copying`), and the multiplexer's
-//!   followers never get the overlay.
+//! - **The endpoints overlay** (issue 30, [`LocalOverlay`]): EndpointSlices and Endpoints
+//!   go out rewritten to this node's pods as kubelet reports them offline, per local
+//!   client, before its filters: a list's items, each watch event's object
+//!   ([`WatchView::outgoing`]), and at an idle tick where the overlay moved (or the first),
+//!   a MODIFIED of each object in the watch's scope whose bytes differ from what the client
+//!   was last sent ([`WatchView::pass`]; after the drop, the cloud's object again). A pass
+//!   reads the cache as it is at that idle tick, not as the client holds it: an event that
+//!   arrives meanwhile can go out twice (its object in the pass, then the event itself), or
+//!   a pass can modify an object whose ADDED is still to come; client-go's informers take
+//!   both. The cache's objects and history stay the cloud's; rewritten bytes never reach
+//!   the disk cache: a list with one goes untee'd, a rewritten event goes to the client
+//!   only and the cloud's line of it to the disk cache's session only, and a pass goes to
+//!   the client only ([`TeeMode`]). The multiplexer's followers never get the overlay.
 //!
 //! Memory: one `Vec` of object handles per list page (a pointer and a length per object)
 //! and one batch buffer per watch (its events' bytes, at most [`BATCH_KEEP`] kept between
-//! batches: a leader serves a watch per follower); the objects themselves are shared.
+//! batches: a leader serves a watch per follower); the objects themselves are shared. A
+//! pass holds the scope's handles and one object's bytes at a time, and writes its events
+//! in batches of about [`PASS_FLUSH`].
 
 use std::borrow::Cow;
 use std::io::Write;
@@ -63,13 +69,14 @@ use crate::cache::decode::BodyShape;
 use crate::cache::writer::Session;
 use crate::filters::body::{BodyFilter, StageTime};
 use crate::filters::{Chain, Filters};
-use crate::overlay::{EndpointKind, Overlay, Snapshot, WatchView};
+use crate::overlay::{CloudState, EndpointKind, Overlay, Snapshot, WatchView};
 use crate::request::{ApiRequest, Query, Verb};
 use crate::route;
 use crate::selector::Selectors;
 use crate::server::{BodyWriter, Exchange, Length};
 use crate::status::Status;
-use crate::stream::{FilterStage, Sink, SinkWrite, Stop, Tee, ToClient, Uncached};
+use crate::stream::{FilterStage, Sink, SinkWrite, Stop, Tee, TeeMode, ToClient, Uncached};
+use crate::upstream::Cloud;
 use crate::watchcache::{
     EventType, ListRequest, WATCH_SECONDS, WatchCache, WatchEvent, WatchNext, Watcher,
     error_event_line, push_event_line,
@@ -81,20 +88,26 @@ const WATCH_TICK: Duration = Duration::from_secs(1);
 /// cacher sends them about every minute).
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 
+/// Bytes of a pass's MODIFIED events gathered before a write.
+const PASS_FLUSH: usize = 32 << 10;
+
 /// The endpoints overlay as the answers to local clients apply it (never the multiplexer's
 /// followers: another node's hub gets the cloud's objects).
-pub(crate) struct Overlaid<'o> {
+pub(crate) struct LocalOverlay<'o> {
     /// The overlay.
     pub overlay: &'o Overlay,
-    /// The cloud's returns so far (`Cloud::recoveries`): the overlay is dropped once they
-    /// move past its outage.
-    pub recoveries: &'o dyn Fn() -> u64,
+    /// The cloud, whose state each snapshot is taken with: the overlay is dropped while a
+    /// server is usable, and once the cloud came back since its outage began.
+    pub cloud: &'o dyn Cloud,
 }
 
-impl Overlaid<'_> {
+impl LocalOverlay<'_> {
     /// What to serve now.
     fn snapshot(&self) -> Arc<Snapshot> {
-        self.overlay.snapshot((self.recoveries)())
+        self.overlay.snapshot(CloudState {
+            recoveries: self.cloud.recoveries(),
+            usable: self.cloud.any_healthy(),
+        })
     }
 }
 
@@ -107,7 +120,7 @@ impl Overlaid<'_> {
 pub(crate) fn answer(
     cache: &WatchCache,
     filters: Option<&Filters>,
-    overlaid: Option<&Overlaid<'_>>,
+    overlaid: Option<&LocalOverlay<'_>>,
     ex: Exchange<'_>,
     req: &ApiRequest,
     shutdown: &dyn Fn() -> bool,
@@ -131,7 +144,7 @@ pub(crate) fn answer(
     match req.verb {
         Verb::Watch => {
             let rv = req.query.resource_version.as_deref();
-            let overlay = overlaid.map(|(overlaid, kind)| WatchOverlay {
+            let overlay = overlaid.map(|(overlaid, kind)| ScopedView {
                 overlaid,
                 view: WatchView::new(kind),
                 namespace,
@@ -232,9 +245,9 @@ struct WatchHow<'s> {
     shutdown: &'s dyn Fn() -> bool,
 }
 
-/// A watch's endpoints overlay: its view, and its scope for the passes.
-struct WatchOverlay<'o> {
-    overlaid: &'o Overlaid<'o>,
+/// A watch's view of the endpoints overlay, with the watch's scope for the passes.
+struct ScopedView<'o> {
+    overlaid: &'o LocalOverlay<'o>,
     view: WatchView,
     namespace: Option<&'o str>,
     selectors: Selectors,
@@ -248,7 +261,7 @@ fn stream_watch(
     filter: Option<(&Filters, Chain)>,
     how: &WatchHow<'_>,
     session: Option<Session>,
-    mut overlay: Option<WatchOverlay<'_>>,
+    mut overlay: Option<ScopedView<'_>>,
 ) -> u16 {
     let WatchHow {
         bookmarks,
@@ -297,14 +310,11 @@ fn stream_watch(
                 // The client has every event: the objects in its scope are what it holds.
                 if let Some(overlay) = overlay.as_mut() {
                     let snapshot = overlay.overlaid.snapshot();
-                    if overlay.view.pass_due(&snapshot) {
-                        let lines = pass_lines(cache, overlay, &snapshot);
-                        if !lines.is_empty()
-                            && let Err(e) = write_uncopied(out.0, &lines)
-                        {
-                            log::debug!("a pool-cache watch client went away: {e:?}");
-                            break false;
-                        }
+                    if overlay.view.pass_due(&snapshot)
+                        && let Err(e) = write_pass(cache, overlay, &snapshot, out.0)
+                    {
+                        log::debug!("a pool-cache watch client went away: {e:?}");
+                        break false;
                     }
                 }
                 let due = bookmarks && last_bookmark.elapsed() >= BOOKMARK_EVERY;
@@ -342,21 +352,24 @@ fn stream_watch(
     200
 }
 
-/// The way to a pool-cache answer's client.
-type ClientSink<'f, 'c> = FilterStage<'f, Tee<'f, ToClient<'c>>>;
+/// The way to a pool-cache answer's client, through its filters and the tee; `C` is the
+/// client's end (a [`ToClient`] but in tests).
+type Through<'f, C> = FilterStage<'f, Tee<'f, C>>;
 
 /// Appends `events` to `batch` as event lines, each object through the watch's overlay
-/// view: one it rewrites goes to the client at once, after the batch so far, with the tee
-/// not copying (a whole line: the disk cache never gets it).
-fn overlaid_lines(
+/// view. An event it rewrites goes out at once, after the batch so far: the rewritten line
+/// to the client only, then the cloud's line to the disk cache's session only, each whole
+/// and through the same filters, so the disk cache keeps the cloud's object.
+fn overlaid_lines<C: Sink>(
     events: &[WatchEvent],
     cache: &WatchCache,
-    overlay: &mut WatchOverlay<'_>,
+    overlay: &mut ScopedView<'_>,
     snapshot: &Snapshot,
     batch: &mut Vec<u8>,
-    sink: &mut ClientSink<'_, '_>,
+    sink: &mut Through<'_, C>,
 ) -> Result<(), Stop> {
     let mut object_bytes = Vec::new();
+    let mut line = Vec::new();
     for event in events {
         let WatchEvent::Object { kind, object, rv } = event else {
             // Writing to a Vec cannot fail.
@@ -374,64 +387,72 @@ fn overlaid_lines(
                     sink.write(batch)?;
                     batch.clear();
                 }
-                let mut line = Vec::with_capacity(rewritten.len() + 40);
+                line.clear();
                 push_event_line(&mut line, kind.as_str(), &rewritten);
-                write_uncopied(sink, &line)?;
+                write_as(sink, TeeMode::ClientOnly, &line)?;
+                line.clear();
+                push_event_line(&mut line, kind.as_str(), &object_bytes);
+                write_as(sink, TeeMode::SessionOnly, &line)?;
             }
         }
     }
     Ok(())
 }
 
-/// The MODIFIED lines of one pass of the watch's overlay view over the cache's objects in
-/// its scope, as the client holds them now (the events before are all written).
-fn pass_lines(cache: &WatchCache, overlay: &mut WatchOverlay<'_>, snapshot: &Snapshot) -> Vec<u8> {
-    let objects = scope_objects(cache, overlay.namespace, &overlay.selectors);
-    let changed = overlay
-        .view
-        .pass(snapshot, objects.iter().map(Vec::as_slice));
-    let mut lines = Vec::new();
-    for object in &changed {
-        push_event_line(&mut lines, EventType::Modified.as_str(), object);
-    }
-    lines
-}
-
-/// The cache's objects in a watch's scope (`namespace`, `selectors`), as a watch event
-/// carries each (with `kind` and `apiVersion`): the ADDED events a watch from "now" starts
-/// with, which hold the current objects, shared, and come before any of the history.
-fn scope_objects(
+/// One pass of the watch's overlay view over the cache's objects in its scope, as the
+/// client holds them now (the events before are all written): the MODIFIED events it calls
+/// for, written to the client only as they are found, in batches of about [`PASS_FLUSH`].
+/// The objects are the ADDED events a watch from "now" starts with (the current objects,
+/// shared handles, before any history), each written out through one reused buffer; none
+/// are read when the pass can send nothing.
+fn write_pass<C: Sink>(
     cache: &WatchCache,
-    namespace: Option<&str>,
-    selectors: &Selectors,
-) -> Vec<Vec<u8>> {
-    let Ok(mut lister) = cache.watch_from(None, None, namespace, selectors.clone()) else {
-        return Vec::new();
+    overlay: &mut ScopedView<'_>,
+    snapshot: &Snapshot,
+    sink: &mut Through<'_, C>,
+) -> Result<(), Stop> {
+    let Some(mut pass) = overlay.view.pass(snapshot) else {
+        return Ok(());
     };
-    let mut objects = Vec::new();
+    let Ok(mut lister) = cache.watch_from(None, None, overlay.namespace, overlay.selectors.clone())
+    else {
+        return Ok(());
+    };
+    let mut object_bytes = Vec::new();
+    let mut lines = Vec::new();
     // `bookmark` is None until the initial objects are all handed out.
     while lister.bookmark().is_none() {
         let Ok(WatchNext::Events(events)) = lister.next(Duration::ZERO) else {
             break;
         };
         for event in events {
-            if let WatchEvent::Object { object, rv, .. } = event {
-                let mut bytes = Vec::with_capacity(object.json().len() + 64);
-                // Writing to a Vec cannot fail.
-                let _ = object.write_typed(&mut bytes, cache.resource(), rv);
-                objects.push(bytes);
+            let WatchEvent::Object { object, rv, .. } = event else {
+                continue;
+            };
+            object_bytes.clear();
+            // Writing to a Vec cannot fail.
+            let _ = object.write_typed(&mut object_bytes, cache.resource(), rv);
+            if let Some(modified) = pass.object(&object_bytes) {
+                push_event_line(&mut lines, EventType::Modified.as_str(), &modified);
+            }
+            if lines.len() >= PASS_FLUSH {
+                write_as(sink, TeeMode::ClientOnly, &lines)?;
+                lines.clear();
             }
         }
     }
-    objects
+    if lines.is_empty() {
+        return Ok(());
+    }
+    write_as(sink, TeeMode::ClientOnly, &lines)
 }
 
-/// Writes whole event lines to the client only: the tee does not copy them to the disk
-/// cache's session, which goes on with what follows.
-fn write_uncopied(sink: &mut ClientSink<'_, '_>, lines: &[u8]) -> Result<(), Stop> {
-    sink.inner_mut().set_copying(false);
+/// Writes whole event lines where `mode` says (the client only, or the disk cache's
+/// session only), then lets the tee copy both ways again.
+fn write_as<C: Sink>(sink: &mut Through<'_, C>, mode: TeeMode, lines: &[u8]) -> Result<(), Stop> {
+    sink.inner_mut().set_mode(mode);
     let written = sink.write(lines);
-    sink.inner_mut().set_copying(true);
+    sink.inner_mut().set_mode(TeeMode::Both);
     written
 }
 
@@ -584,9 +605,11 @@ fn refuse(ex: Exchange<'_>, status: &Status) -> u16 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::request::classify;
+    use crate::stream::tests::DiskCache;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     fn req(url: &str, ua: &str, accept: &str) -> ApiRequest {
         let headers = [
@@ -601,20 +624,8 @@ mod tests {
     /// rewritten, the page is written (and teed) as usual.
     #[test]
     fn a_list_page_is_rewritten_item_by_item_in_its_own_form() {
-        use crate::overlay::{Capture, PodWrite};
-        use serde_json::json;
-
-        let slice = |name: &str, pod: &str, ip: &str| {
-            serde_json::to_string(&json!({
-                "metadata": {"name": name, "namespace": "default", "resourceVersion": "500"},
-                "addressType": "IPv4",
-                "endpoints": [{"addresses": [ip],
-                    "conditions": {"ready": true, "serving": true, "terminating": false},
-                    "nodeName": "n1",
-                    "targetRef": {"kind": "Pod", "namespace": "default", "name": pod, "uid": "u-".to_owned() + pod}}]
-            }))
-            .unwrap()
-        };
+        let slice =
+            |name: &str, pod: &str, ip: &str| String::from_utf8(slice(name, pod, ip, 500)).unwrap();
         let (web, db) = (
             slice("web-x", "web-a", "10.244.1.10"),
             slice("db-x", "db-a", "10.244.1.30"),
@@ -625,32 +636,15 @@ mod tests {
         let overlay = Overlay::new("n1", true);
         let kind = EndpointKind::Slice;
         assert_eq!(
-            rewrite_page(page.as_bytes(), &overlay.snapshot(0), kind),
+            rewrite_page(
+                page.as_bytes(),
+                &overlay.snapshot(CloudState::down(0)),
+                kind
+            ),
             None
         );
-        let cached = serde_json::to_vec(&json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "web-a", "namespace": "default", "uid": "u-web-a"},
-            "spec": {"nodeName": "n1"},
-            "status": {"phase": "Running", "podIP": "10.244.1.10", "podIPs": [{"ip": "10.244.1.10"}],
-                "conditions": [{"type": "Ready", "status": "True"}]}
-        }))
-        .unwrap();
-        let patch = br#"{"status":{"podIP":"10.244.1.20","podIPs":[{"ip":"10.244.1.20"}]}}"#;
-        overlay.capture(
-            Capture {
-                by_node_kubelet: true,
-                namespace: "default",
-                name: "web-a",
-                write: PodWrite::Patch {
-                    content_type: "application/merge-patch+json",
-                    body: patch,
-                },
-                cached_pod: Some(&cached),
-            },
-            0,
-        );
-        let snapshot = overlay.snapshot(0);
+        capture_web_a(&overlay, &web_a(), MOVED);
+        let snapshot = overlay.snapshot(CloudState::down(0));
         let body = rewrite_page(page.as_bytes(), &snapshot, kind).expect("web-x rewritten");
         let list: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(list["kind"], "EndpointSliceList");
@@ -667,6 +661,279 @@ mod tests {
         );
         let only_db = page.replace(&format!(",{web}"), "");
         assert_eq!(rewrite_page(only_db.as_bytes(), &snapshot, kind), None);
+    }
+
+    /// A cloud reachable or not, as a test sets it, never back from an outage; never asked
+    /// to send (the answers from the pool caches, and the multiplexer port's tests).
+    #[derive(Debug, Default)]
+    pub(crate) struct StubCloud {
+        /// No server is usable.
+        pub(crate) unreachable: AtomicBool,
+    }
+
+    impl StubCloud {
+        /// A cloud that is down: no server usable.
+        fn down() -> StubCloud {
+            StubCloud {
+                unreachable: AtomicBool::new(true),
+            }
+        }
+    }
+
+    impl Cloud for StubCloud {
+        fn send(
+            &self,
+            _: crate::upstream::Outgoing<'_>,
+        ) -> Result<crate::upstream::Answer, crate::upstream::UpstreamError> {
+            Err(crate::upstream::UpstreamError::Transport {
+                server: "https://cloud:6443".into(),
+                detail: "not in this test".into(),
+                timeout: false,
+                maybe_sent: false,
+            })
+        }
+
+        fn any_healthy(&self) -> bool {
+            !self.unreachable.load(Ordering::Relaxed)
+        }
+
+        fn any_probed_healthy(&self) -> bool {
+            self.any_healthy()
+        }
+
+        fn server(&self, _: usize) -> &str {
+            "https://cloud:6443"
+        }
+
+        fn healthy(&self, _: usize) -> bool {
+            self.any_healthy()
+        }
+
+        fn recoveries(&self) -> u64 {
+            0
+        }
+    }
+
+    /// An end that keeps what reached it, and the length of each write.
+    #[derive(Default)]
+    struct Kept(Vec<u8>, Vec<usize>);
+
+    impl Sink for Kept {
+        fn write(&mut self, data: &[u8]) -> Result<(), Stop> {
+            self.0.extend_from_slice(data);
+            self.1.push(data.len());
+            Ok(())
+        }
+        fn finish(&mut self) -> Result<(), Stop> {
+            Ok(())
+        }
+        fn abort(&mut self) {}
+        fn uncache(&mut self, _: Uncached) -> Result<(), Stop> {
+            Ok(())
+        }
+    }
+
+    /// A slice `name` of namespace `default` at `rv` with one endpoint, pod `pod` of node
+    /// n1 at `ip`, as a list item.
+    fn slice(name: &str, pod: &str, ip: &str, rv: u64) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "resourceVersion": rv.to_string()},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [ip],
+                "conditions": {"ready": true, "serving": true, "terminating": false},
+                "nodeName": "n1",
+                "targetRef": {"kind": "Pod", "namespace": "default", "name": pod, "uid": "u-".to_owned() + pod}}]
+        }))
+        .unwrap()
+    }
+
+    /// kubelet's cached pod web-a of node n1 at 10.244.1.10, Ready.
+    fn web_a() -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-a", "namespace": "default", "uid": "u-web-a"},
+            "spec": {"nodeName": "n1"},
+            "status": {"phase": "Running", "podIP": "10.244.1.10", "podIPs": [{"ip": "10.244.1.10"}],
+                "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap()
+    }
+
+    /// kubelet's merge patch `body` of web-a, offline.
+    fn capture_web_a(overlay: &Overlay, cached: &[u8], body: &[u8]) {
+        use crate::overlay::{Capture, PodWrite};
+        overlay.capture(
+            Capture {
+                by_node_kubelet: true,
+                namespace: "default",
+                name: "web-a",
+                write: PodWrite::Patch {
+                    content_type: "application/merge-patch+json",
+                    body,
+                },
+                cached_pod: Some(cached),
+            },
+            CloudState::down(0),
+        );
+    }
+
+    const MOVED: &[u8] = br#"{"status":{"podIP":"10.244.1.20","podIPs":[{"ip":"10.244.1.20"}]}}"#;
+
+    /// A watch cache of EndpointSlices holding `slices` (list items) at resourceVersion 500.
+    fn slices_cache(slices: impl IntoIterator<Item = Vec<u8>>) -> WatchCache {
+        use crate::watchcache::{CacheOptions, Resource};
+        let cache = WatchCache::new(Resource::endpointslices(), CacheOptions::default());
+        let objects = slices
+            .into_iter()
+            .map(|bytes| cache.parse(&bytes).unwrap())
+            .collect();
+        cache.replace("500", objects).unwrap();
+        cache
+    }
+
+    /// The view of a watch of every slice, through `overlaid`.
+    fn every_slice<'a>(overlaid: &'a LocalOverlay<'a>) -> ScopedView<'a> {
+        ScopedView {
+            overlaid,
+            view: WatchView::new(EndpointKind::Slice),
+            namespace: None,
+            selectors: Selectors::everything(),
+        }
+    }
+
+    /// A pass over a scope larger than a batch writes its events as it finds them, in
+    /// writes of about [`PASS_FLUSH`], never the scope's events at once.
+    #[test]
+    fn a_pass_writes_its_events_in_batches() {
+        let cache = slices_cache(
+            (0..300).map(|i| slice(&format!("web-{i:03}"), "web-a", "10.244.1.10", 500)),
+        );
+        let overlay = Overlay::new("n1", true);
+        capture_web_a(&overlay, &web_a(), MOVED);
+        let overlaid = LocalOverlay {
+            overlay: &overlay,
+            cloud: &StubCloud::down(),
+        };
+        let mut scoped = every_slice(&overlaid);
+        let mut sink = FilterStage::none(Tee::new(Kept::default(), None, &note_uncached));
+        let snapshot = overlaid.snapshot();
+        write_pass(&cache, &mut scoped, &snapshot, &mut sink).unwrap();
+        let Kept(bytes, writes) = std::mem::take(sink.inner_mut().inner_mut());
+        let lines = bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+        assert_eq!(lines.count(), 300, "every slice once");
+        assert!(writes.len() >= 3, "{writes:?}");
+        let line = bytes.len() / 300 + 1;
+        assert!(writes.iter().all(|&w| w < PASS_FLUSH + line), "{writes:?}");
+    }
+
+    /// Issue 30, with the overlay active: a cloud event the overlay rewrites reaches the
+    /// client rewritten, in its place among the batch's events, and the disk cache's session
+    /// as the cloud sent it; a pass's MODIFIED reaches the client only. The disk cache keeps
+    /// the cloud's objects throughout.
+    #[test]
+    fn a_rewritten_watch_event_reaches_the_disk_cache_as_the_clouds() {
+        use serde_json::{Value, json};
+
+        let cache = slices_cache([slice("web-x", "web-a", "10.244.1.10", 500)]);
+        let parsed = |bytes: &[u8]| cache.parse(bytes).unwrap();
+
+        let overlay = Overlay::new("n1", true);
+        let cached = web_a();
+        let capture = |body: &[u8]| capture_web_a(&overlay, &cached, body);
+        capture(MOVED);
+        let overlaid = LocalOverlay {
+            overlay: &overlay,
+            cloud: &StubCloud::down(),
+        };
+        let mut scoped = every_slice(&overlaid);
+
+        let mut disk = DiskCache::open("pool-local-overlay-tee");
+        let session = disk.session();
+        let mut sink = FilterStage::none(Tee::new(Kept::default(), session, &note_uncached));
+
+        // A batch: another slice, the slice the overlay rewrites (the cloud moved it to rv
+        // 501, still at the old IP), another slice.
+        let event = |kind: EventType, bytes: Vec<u8>| WatchEvent::Object {
+            kind,
+            object: parsed(&bytes),
+            rv: None,
+        };
+        let events = [
+            event(EventType::Added, slice("db-x", "db-a", "10.244.2.30", 501)),
+            event(
+                EventType::Modified,
+                slice("web-x", "web-a", "10.244.1.10", 502),
+            ),
+            event(EventType::Added, slice("db-y", "db-b", "10.244.2.31", 503)),
+        ];
+        let snapshot = overlaid.snapshot();
+        assert!(snapshot.active());
+        let mut batch = Vec::new();
+        overlaid_lines(
+            &events,
+            &cache,
+            &mut scoped,
+            &snapshot,
+            &mut batch,
+            &mut sink,
+        )
+        .unwrap();
+        sink.write(&batch).unwrap();
+
+        // kubelet reports web-a unready: the idle tick's pass sends the slice again.
+        capture(br#"{"status":{"podIP":"10.244.1.20","podIPs":[{"ip":"10.244.1.20"}],"conditions":[{"type":"Ready","status":"False"}]}}"#);
+        let snapshot = overlaid.snapshot();
+        assert!(scoped.view.pass_due(&snapshot));
+        write_pass(&cache, &mut scoped, &snapshot, &mut sink).unwrap();
+
+        let tee = sink.inner_mut();
+        assert!(tee.session_intact());
+        tee.end_session(true);
+        let lines: Vec<Value> = tee
+            .inner_mut()
+            .0
+            .split(|&b| b == b'\n')
+            .filter(|line| !line.is_empty())
+            .map(|line| serde_json::from_slice(line).unwrap())
+            .collect();
+        let seen: Vec<(&str, &str, &str, &Value)> = lines
+            .iter()
+            .map(|e| {
+                let o = &e["object"];
+                (
+                    e["type"].as_str().unwrap(),
+                    o["metadata"]["name"].as_str().unwrap(),
+                    o["endpoints"][0]["addresses"][0].as_str().unwrap(),
+                    &o["endpoints"][0]["conditions"]["ready"],
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("ADDED", "db-x", "10.244.2.30", &json!(true)),
+                ("MODIFIED", "web-x", "10.244.1.20", &json!(true)),
+                ("ADDED", "db-y", "10.244.2.31", &json!(true)),
+                ("MODIFIED", "web-x", "10.244.1.20", &json!(false)),
+            ],
+            "what the client got, in order"
+        );
+        assert_eq!(
+            lines[1]["object"]["metadata"]["resourceVersion"], "502",
+            "the cloud's resourceVersion"
+        );
+
+        disk.write_out();
+        let stored = |name: &str| -> Option<Value> {
+            let bytes = disk.stored("default", name)?;
+            Some(serde_json::from_slice(&bytes).unwrap())
+        };
+        let web = stored("web-x").expect("the cloud's event of web-x reached the disk cache");
+        assert_eq!(web["endpoints"][0]["addresses"][0], "10.244.1.10");
+        assert_eq!(web["endpoints"][0]["conditions"]["ready"], true);
+        assert_eq!(web["metadata"]["resourceVersion"], "502");
+        assert!(stored("db-x").is_some());
+        assert!(stored("db-y").is_some());
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::http1::response::{self, CHUNK_SIZE_LINE, ResponseFraming};
 use crate::http1::{BodyState, RequestHead};
 use crate::requester::Port;
 use crate::status::Status;
+use crate::tunnel::End;
 
 /// Unread request body drained after an answer to keep the connection; more closes it.
 const MAX_DRAIN: u64 = 1024 * 1024;
@@ -264,6 +265,24 @@ impl<'c> Exchange<'c> {
             .finish()
     }
 
+    /// Switches the connection to another protocol: sends `101 Switching Protocols` with
+    /// `headers` (the cloud's), and gives the connection for a tunnel ([`Upgraded`]). The
+    /// connection serves no other request: it closes once the tunnel ends.
+    pub(crate) fn upgrade<N: AsRef<str>, V: AsRef<str>>(
+        self,
+        headers: &[(N, V)],
+    ) -> io::Result<Upgraded<'c>> {
+        let mut head = Vec::with_capacity(256);
+        response::write_switching_head(&mut head, headers);
+        let conn = self.conn;
+        conn.response_started = true;
+        // Complete as HTTP goes; broken so the connection loop closes it after the tunnel.
+        conn.response_complete = true;
+        conn.broken = true;
+        conn.send_all(&head)?;
+        Ok(Upgraded { conn })
+    }
+
     /// Answers with a Kubernetes `Status`.
     pub(crate) fn send_status(self, status: &Status) -> io::Result<()> {
         let retry = status.retry_after.map(|s| s.to_string());
@@ -315,6 +334,21 @@ impl Read for Exchange<'_> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         let (_, mut body) = self.parts();
         body.read(out)
+    }
+}
+
+/// A connection after its 101 ([`Exchange::upgrade`]): the client's side of a tunnel.
+pub(crate) struct Upgraded<'c> {
+    conn: &'c mut Conn,
+}
+
+impl Upgraded<'_> {
+    /// The bytes the client sent after its request head and the hub read with it (a first
+    /// frame may follow the head at once), and the connection as a tunnel's end.
+    pub(crate) fn end(&mut self) -> io::Result<(&[u8], &mut dyn End)> {
+        let conn = &mut *self.conn;
+        let end = conn.stream.tunnel_end()?;
+        Ok((&conn.buf[conn.pos..conn.len], end))
     }
 }
 

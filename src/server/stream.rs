@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use rustls::pki_types::CertificateDer;
 
+use crate::tunnel::{self, End};
+
 /// A client connection as the server uses it.
 pub(crate) trait ClientStream: Read + Write + Send + Sync + Debug {
     /// Bounds each following read (`None`: no bound).
@@ -40,6 +42,11 @@ pub(crate) trait ClientStream: Read + Write + Send + Sync + Debug {
     fn peer_certificates(&self) -> Option<&[CertificateDer<'static>]> {
         None
     }
+    /// The stream as one side of a tunnel, switched to non-blocking for the splice (the
+    /// connection closes after it); the in-memory test stream has none.
+    fn tunnel_end(&mut self) -> io::Result<&mut dyn End> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
 }
 
 impl ClientStream for TcpStream {
@@ -57,6 +64,12 @@ impl ClientStream for TcpStream {
 
     fn probe(&self) -> Option<ClientProbe> {
         self.try_clone().ok().map(ClientProbe)
+    }
+
+    fn tunnel_end(&mut self) -> io::Result<&mut dyn End> {
+        self.set_nonblocking(true)?;
+        crate::tunnel::keep_alive(std::os::fd::AsRawFd::as_raw_fd(self))?;
+        Ok(self)
     }
 }
 
@@ -126,6 +139,8 @@ pub(crate) struct TlsStream {
     read_timeout: AtomicU64,
     /// Likewise for writes.
     write_timeout: AtomicU64,
+    /// As a tunnel's end: a `close_notify` is queued, `SHUT_WR` to follow it.
+    shutting: bool,
 }
 
 /// One read or write of the stream as it goes: its deadline and the socket calls made.
@@ -166,6 +181,7 @@ impl TlsStream {
             sock,
             read_timeout: AtomicU64::new(0),
             write_timeout: AtomicU64::new(0),
+            shutting: false,
         };
         ClientStream::set_read_timeout(&stream, Some(timeout))?;
         ClientStream::set_write_timeout(&stream, Some(timeout))?;
@@ -370,5 +386,35 @@ impl ClientStream for TlsStream {
     /// rustls keeps them after the handshake: no copy.
     fn peer_certificates(&self) -> Option<&[CertificateDer<'static>]> {
         self.tls.peer_certificates()
+    }
+
+    fn tunnel_end(&mut self) -> io::Result<&mut dyn End> {
+        self.sock.set_nonblocking(true)?;
+        crate::tunnel::keep_alive(std::os::fd::AsRawFd::as_raw_fd(&self.sock))?;
+        Ok(self)
+    }
+}
+
+/// The HTTPS port's client as a tunnel's end: rustls driven without blocking
+/// (`tunnel::tls`).
+impl End for TlsStream {
+    fn fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.sock)
+    }
+
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        tunnel::tls::read(&mut self.tls, &self.sock, buf)
+    }
+
+    fn send(&mut self, data: &[u8]) -> io::Result<usize> {
+        tunnel::tls::write(&mut self.tls, data)
+    }
+
+    fn flush_out(&mut self) -> io::Result<bool> {
+        tunnel::tls::flush(&mut self.tls, &self.sock, &mut self.shutting)
+    }
+
+    fn close_write(&mut self) -> io::Result<()> {
+        tunnel::tls::close_write(&mut self.tls, &self.sock, &mut self.shutting)
     }
 }

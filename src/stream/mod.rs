@@ -26,7 +26,8 @@
 //! - [`Tee`] (`tee.rs`): what passed to the sink it wraps is copied to a cache [`Session`]
 //!   (`cache/writer/tee.rs`), which only `try_send`s: a full queue drops the session (the
 //!   refill thread fetches the answer again), a stream that breaks off ends it uncommitted,
-//!   and an answer the filters could not wholly read is not cached.
+//!   and an answer the filters could not wholly read is not cached. Its [`TeeMode`] sends
+//!   whole events to the client only or the session only (the endpoints overlay's).
 //! - [`EventCut`] (`events.rs`), the outermost stage of a resumable watch: only whole events
 //!   pass (a leg broken inside one leaves nothing of it), what the client was sent is kept
 //!   ([`Progress`]: the resourceVersion the next leg resumes from), the ERRORs an outage
@@ -53,7 +54,7 @@ use std::time::Duration;
 
 pub(crate) use events::{EventCut, LegEnd, Progress};
 pub(crate) use filter::FilterStage;
-pub(crate) use tee::{Tee, ToCache};
+pub(crate) use tee::{Tee, TeeMode, ToCache};
 
 use crate::cache::decode::DecodeError;
 use crate::server::{BodyWriter, ClientProbe};
@@ -293,4 +294,4 @@ impl<S: Sink> io::Write for SinkWrite<'_, S> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -18,8 +18,23 @@ pub(crate) struct Tee<'n, S> {
     /// Says why the answer is not cached; the flag: a session was still copying it.
     note: &'n dyn Fn(&Uncached, bool),
     uncached: bool,
-    /// False while what passes is for the client only ([`Tee::set_copying`]).
-    copying: bool,
+    /// Where what passes goes now ([`Tee::set_mode`]).
+    mode: TeeMode,
+}
+
+/// Where what passes through a [`Tee`] goes. The caller changes it only between whole
+/// events (or a whole answer), so the client and the session each get a stream of whole
+/// events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TeeMode {
+    /// To the client, then the session: the ordinary answer.
+    Both,
+    /// To the client only: bytes the disk cache must never keep (the endpoints overlay's
+    /// rewritten objects, issue 30). The session stays alive.
+    ClientOnly,
+    /// To the session only: what the cloud sent in place of what the client got
+    /// rewritten, so the disk cache keeps the cloud's object. The client gets nothing.
+    SessionOnly,
 }
 
 impl<'n, S: Sink> Tee<'n, S> {
@@ -35,16 +50,13 @@ impl<'n, S: Sink> Tee<'n, S> {
             session,
             note,
             uncached: false,
-            copying: true,
+            mode: TeeMode::Both,
         }
     }
 
-    /// While false, what passes goes to `inner` only: the session stays alive and copies
-    /// again once it is true. For bytes the client may see and the disk cache must never
-    /// keep (the endpoints overlay's rewritten objects, issue 30); the caller turns it off
-    /// only between whole events, so the session's copy stays a stream of whole events.
-    pub(crate) fn set_copying(&mut self, copying: bool) {
-        self.copying = copying;
+    /// Where what passes goes from now on ([`TeeMode`]); set only between whole events.
+    pub(crate) fn set_mode(&mut self, mode: TeeMode) {
+        self.mode = mode;
     }
 
     /// Whether the answer was found not for the cache ([`Sink::uncache`]).
@@ -85,8 +97,13 @@ impl<'n, S: Sink> Tee<'n, S> {
 
 impl<S: Sink> Sink for Tee<'_, S> {
     fn write(&mut self, data: &[u8]) -> Result<(), Stop> {
-        self.inner.write(data)?;
-        if let Some(s) = self.session.as_mut().filter(|_| self.copying)
+        if self.mode != TeeMode::SessionOnly {
+            self.inner.write(data)?;
+        }
+        if let Some(s) = self
+            .session
+            .as_mut()
+            .filter(|_| self.mode != TeeMode::ClientOnly)
             && !s.chunk(data)
         {
             self.session = None;

@@ -1,7 +1,13 @@
 use std::io::{self, Read};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 
 use super::*;
 use crate::cache::decode::BodyShape;
+use crate::cache::key::{CollectionKey, ObjectKey};
+use crate::cache::store::Store;
+use crate::cache::target::CacheTarget;
+use crate::cache::writer::{CacheTx, Session, WriterOptions, channel, run};
 use crate::filters::body::{BodyFilter, StageTime};
 use crate::filters::testing::{FakeLookups, ctx};
 use crate::filters::{Chain, FilterName};
@@ -135,8 +141,17 @@ fn a_filtered_list_reaches_the_end_filtered_and_finished() {
     assert_eq!(list["items"][0]["spec"]["clusterIP"], "169.254.2.1");
 }
 
-/// A scratch directory for a store, removed when dropped.
-struct Scratch(std::path::PathBuf);
+/// A scratch directory, removed when dropped.
+pub(crate) struct Scratch(pub(crate) PathBuf);
+
+impl Scratch {
+    /// `tinyhub-<tag>-<pid>` in the temporary directory, empty.
+    pub(crate) fn new(tag: &str) -> Scratch {
+        let path = std::env::temp_dir().join(format!("tinyhub-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        Scratch(path)
+    }
+}
 
 impl Drop for Scratch {
     fn drop(&mut self) {
@@ -144,43 +159,95 @@ impl Drop for Scratch {
     }
 }
 
-/// Issue 30: bytes written while the tee is not copying reach the client and never the
-/// disk cache, and the session goes on copying what follows.
-#[test]
-fn a_tee_not_copying_writes_to_the_client_and_not_the_session() {
-    use crate::cache::key::{CollectionKey, ObjectKey};
-    use crate::cache::store::Store;
-    use crate::cache::target::CacheTarget;
-    use crate::cache::writer::{WriterOptions, channel, run};
-    use std::sync::atomic::AtomicBool;
+/// The writer thread's work, run over the other end of a [`DiskCache`]'s channel.
+type Writer = Box<dyn FnOnce(&Store)>;
 
-    let dir = Scratch(
-        std::env::temp_dir().join(format!("tinyhub-stream-tee-copying-{}", std::process::id())),
-    );
-    let _ = std::fs::remove_dir_all(&dir.0);
-    let (store, _) = Store::open(&dir.0).unwrap();
-    let slices = CollectionKey::new("kube-proxy", "endpointslices", "v1", "discovery.k8s.io");
+/// A real disk cache behind a test's tee: a store in a scratch directory, and the writer's
+/// channel, run when the test is done writing.
+pub(crate) struct DiskCache {
+    /// The store the writer applies to.
+    pub(crate) store: Store,
+    /// kube-proxy's EndpointSlices, the collection [`DiskCache::session`] writes.
+    pub(crate) slices: CollectionKey,
+    /// The writer's channel, until [`DiskCache::write_out`].
+    tx: Option<CacheTx>,
+    /// The writer, run over the channel's other end to the end of its input.
+    writer: Option<Writer>,
+    _dir: Scratch,
+}
+
+impl DiskCache {
+    /// An empty store in scratch directory `tag`.
+    pub(crate) fn open(tag: &str) -> DiskCache {
+        let dir = Scratch::new(tag);
+        let (store, _) = Store::open(&dir.0).unwrap();
+        let (tx, rx) = channel(64, 1 << 20);
+        let writer = move |store: &Store| {
+            run(store, rx, &AtomicBool::new(false), WriterOptions::default());
+        };
+        DiskCache {
+            store,
+            slices: CollectionKey::new("kube-proxy", "endpointslices", "v1", "discovery.k8s.io"),
+            tx: Some(tx),
+            writer: Some(Box::new(writer)),
+            _dir: dir,
+        }
+    }
+
+    /// A watch session of the slices, as a 200 answer begins it (it must begin).
+    pub(crate) fn session(&self) -> Option<Session> {
+        let tx = self.tx.as_ref().expect("not written out yet");
+        let session = tx.begin(
+            CacheTarget::Watch {
+                collection: self.slices.clone(),
+            },
+            200,
+            false,
+            None,
+        );
+        assert!(session.is_some());
+        session
+    }
+
+    /// Closes the channel and runs the writer until it applied everything sent.
+    pub(crate) fn write_out(&mut self) {
+        drop(self.tx.take());
+        let writer = self.writer.take().expect("written out once");
+        writer(&self.store);
+    }
+
+    /// The stored bytes of slice `namespace/name`.
+    pub(crate) fn stored(&self, namespace: &str, name: &str) -> Option<Vec<u8>> {
+        self.store
+            .get(&ObjectKey {
+                collection: self.slices.clone(),
+                namespace: Some(namespace.to_owned()),
+                name: name.to_owned(),
+            })
+            .unwrap()
+    }
+}
+
+/// Issue 30: bytes written client-only reach the client and never the disk cache, bytes
+/// written session-only reach the disk cache and never the client, and the session goes on
+/// copying what follows.
+#[test]
+fn a_tee_sends_each_write_where_its_mode_says() {
+    let mut disk = DiskCache::open("stream-tee-copying");
     let event = |name: &str, ip: &str| {
         format!(
             r#"{{"type":"ADDED","object":{{"kind":"EndpointSlice","apiVersion":"discovery.k8s.io/v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"7"}},"endpoints":[{{"addresses":["{ip}"]}}]}}}}"#
         ) + "\n"
     };
-    let (tx, rx) = channel(64, 1 << 20);
-    let session = tx.begin(
-        CacheTarget::Watch {
-            collection: slices.clone(),
-        },
-        200,
-        false,
-        None,
-    );
-    assert!(session.is_some());
+    let session = disk.session();
     let note = |_: &Uncached, _: bool| {};
     let mut tee = Tee::new(Record::default(), session, &note);
     tee.write(event("a", "10.0.0.1").as_bytes()).unwrap();
-    tee.set_copying(false);
+    tee.set_mode(TeeMode::ClientOnly);
     tee.write(event("b", "10.0.0.2").as_bytes()).unwrap();
-    tee.set_copying(true);
+    tee.set_mode(TeeMode::SessionOnly);
+    tee.write(event("d", "10.0.0.4").as_bytes()).unwrap();
+    tee.set_mode(TeeMode::Both);
     tee.write(event("c", "10.0.0.3").as_bytes()).unwrap();
     assert!(tee.session_intact(), "the session stays alive");
     tee.end_session(true);
@@ -189,23 +256,10 @@ fn a_tee_not_copying_writes_to_the_client_and_not_the_session() {
         client,
         event("a", "10.0.0.1") + &event("b", "10.0.0.2") + &event("c", "10.0.0.3")
     );
-    drop(tx);
-    run(
-        &store,
-        rx,
-        &AtomicBool::new(false),
-        WriterOptions::default(),
-    );
-    let stored = |name: &str| {
-        store
-            .get(&ObjectKey {
-                collection: slices.clone(),
-                namespace: Some("ns".to_owned()),
-                name: name.to_owned(),
-            })
-            .unwrap()
-    };
+    disk.write_out();
+    let stored = |name: &str| disk.stored("ns", name);
     assert!(stored("a").is_some());
-    assert_eq!(stored("b"), None, "written while not copying");
+    assert_eq!(stored("b"), None, "written client-only");
     assert!(stored("c").is_some());
+    assert!(stored("d").is_some(), "written session-only");
 }

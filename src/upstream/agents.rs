@@ -11,7 +11,7 @@ use ureq::tls::{Certificate, ClientCert, RootCerts, TlsConfig, TlsProvider};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{Connector, NextTimeout, RustlsConnector};
 
-use super::conn::Recording;
+use super::conn::{Recording, host_and_port};
 use super::retire::{Generation, Retirable};
 use crate::http1;
 use crate::tls::{ClientIdentity, ClientKeyError, TlsMaterial};
@@ -28,6 +28,10 @@ pub(super) struct Agents {
     pub(super) pooled: Arc<Generation>,
     /// The cluster CA these agents trust (a leader verifies its followers with it).
     pub(super) roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// rustls configurations over the same material for tunnels, which the hub dials
+    /// itself (`tunnel.rs`): with the hub's client certificate, and without.
+    pub(super) tunnel_hub: Result<Arc<rustls::ClientConfig>, rustls::Error>,
+    pub(super) tunnel_client: Result<Arc<rustls::ClientConfig>, rustls::Error>,
 }
 
 impl Agents {
@@ -54,12 +58,36 @@ impl Agents {
             client_stream: agent(client_tls, None),
             pooled,
             roots: tls.roots.clone(),
+            tunnel_hub: tunnel_config(&tls.roots, tls.client.as_ref()),
+            tunnel_client: tunnel_config(&tls.roots, None),
         })
     }
 }
 
+/// A rustls client configuration trusting `roots`, presenting `client` when given, speaking
+/// HTTP/1.1 only (an upgrade is HTTP/1.1's): ring, as ureq's agents use.
+fn tunnel_config(
+    roots: &[rustls::pki_types::CertificateDer<'static>],
+    client: Option<&ClientIdentity>,
+) -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
+    let mut store = rustls::RootCertStore::empty();
+    // A CA rustls cannot take is left out here as ureq's agents leave it out: the
+    // handshake with a server it signed fails and says so.
+    let _ = store.add_parsable_certificates(roots.iter().cloned());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(store);
+    let mut config = match client {
+        Some(id) => builder.with_client_auth_cert(id.chain.clone(), id.key.clone_key())?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
 /// Time allowed to connect (TCP and TLS) to a backend.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an idle pooled connection is kept: a little under kube-apiserver's 90 s idle
 /// timeout (`IdleTimeout` of its secure server), so the hub is not the one to send a request
 /// on a connection the server is closing. ureq's default is 15 s.
@@ -79,7 +107,6 @@ fn tls_config(roots: &[Certificate<'static>], client_cert: Option<ClientCert>) -
 /// stream through in pieces.
 const INPUT_BUFFER: usize = 8 * 1024;
 pub(super) const OUTPUT_BUFFER: usize = 4 * 1024;
-const MAX_RESPONSE_HEAD: usize = 8 * 1024;
 /// Output buffer for a request with a header line longer than [`OUTPUT_BUFFER`]: the
 /// largest head a client may send, with room for the hub's own headers.
 pub(super) const LARGE_OUTPUT_BUFFER: usize = http1::MAX_HEAD + 16 * 1024;
@@ -106,7 +133,7 @@ fn agent(tls: TlsConfig, pooled: Option<(&Arc<Generation>, usize)>) -> Agent {
         .tls_config(tls)
         .input_buffer_size(INPUT_BUFFER)
         .output_buffer_size(OUTPUT_BUFFER)
-        .max_response_header_size(MAX_RESPONSE_HEAD)
+        .max_response_header_size(http1::response::MAX_RESPONSE_HEAD)
         // Per host as many as in all: the bound is on requests, whatever their backend.
         .max_idle_connections_per_host(idle)
         .max_idle_connections(idle)
@@ -154,17 +181,8 @@ impl Resolver for LiteralFirst {
 /// The address of a URI whose host is an IP literal, with the scheme's port when it names
 /// none.
 fn literal_addr(uri: &http::Uri) -> Option<std::net::SocketAddr> {
-    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
-    let ip: std::net::IpAddr = host.parse().ok()?;
-    let default_port = if uri.scheme_str() == Some("http") {
-        80
-    } else {
-        443
-    };
-    Some(std::net::SocketAddr::new(
-        ip,
-        uri.port_u16().unwrap_or(default_port),
-    ))
+    let (host, port) = host_and_port(uri)?;
+    Some(std::net::SocketAddr::new(host.parse().ok()?, port))
 }
 
 #[cfg(test)]

@@ -61,13 +61,25 @@ impl Connector<()> for Recording {
 }
 
 /// The server of a connection as YurtHub labels its connections: `host:port`.
-fn conn_server(uri: &http::Uri) -> String {
+pub(super) fn conn_server(uri: &http::Uri) -> String {
     let host = uri.host().unwrap_or_default();
-    let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+    let port = uri.port_u16().unwrap_or(default_port(uri));
+    format!("{host}:{port}")
+}
+
+/// The host a server URL names, an IPv6 literal without its brackets, and its port (the
+/// scheme's when it names none): what the hub connects to.
+pub(super) fn host_and_port(uri: &http::Uri) -> Option<(&str, u16)> {
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    Some((host, uri.port_u16().unwrap_or(default_port(uri))))
+}
+
+/// 80 for `http`, else 443.
+fn default_port(uri: &http::Uri) -> u16 {
+    match uri.scheme_str() {
         Some("http") => 80,
         _ => 443,
-    });
-    format!("{host}:{port}")
+    }
 }
 
 /// What the hub keeps with one of its connections, for as long as the connection lives,

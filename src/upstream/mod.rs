@@ -13,7 +13,9 @@
 //! client's body, a stream's cancel handle), `exchange.rs` the hub's own short exchanges and the
 //! health probe, `agents.rs` the ureq agents over one set of TLS material, `conn.rs` each
 //! connection's bookkeeping (its socket noted, counted open), `retire.rs` the pooled
-//! connections a TLS swap closes, `socket.rs` the TCP transport, `token.rs` the bearer token.
+//! connections a TLS swap closes, `socket.rs` the TCP transport, `token.rs` the bearer token,
+//! `tunnel.rs` the cloud's side of a tunnel (exec, attach, port-forward), on a connection the
+//! hub dials itself with rustls: ureq keeps the socket behind a 101.
 
 use std::io::{self, Read};
 use std::sync::{Arc, PoisonError, RwLock, Weak};
@@ -34,9 +36,11 @@ mod retire;
 mod send;
 mod socket;
 mod token;
+mod tunnel;
 
 use agents::Agents;
 use token::TokenSource;
+pub(crate) use tunnel::{Opened, TunnelRequest};
 /// Headers that belong to one connection and never cross the proxy (RFC 9110 §7.6.1), plus
 /// the ones the transport sets itself.
 pub(crate) fn is_hop_by_hop(name: &str) -> bool {
@@ -55,6 +59,46 @@ pub(crate) fn is_hop_by_hop(name: &str) -> bool {
         "expect",
     ];
     HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
+}
+
+/// Of a 101's headers, those that frame an HTTP body, which a switched connection has
+/// none of: the hub's 101 to the client goes without them (the cloud's `Upgrade` and
+/// `Connection` stay: they say what the connection switched to).
+pub(crate) fn is_framing_header(name: &str) -> bool {
+    ["content-length", "transfer-encoding", "keep-alive"]
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h))
+}
+
+/// The client's headers the cloud gets, the one trust rule for every request the hub
+/// forwards (`send` and `tunnel`): none that is hop-by-hop ([`is_hop_by_hop`]) or that the
+/// client's `Connection` names (RFC 9110 §7.6.1), no `Accept` when the hub sets its own
+/// (`skip_accept`), and `Authorization` only under the client's own identity. The caller
+/// adds what it sets itself (the hub's token, `Accept`, a length, an upgrade's
+/// `Connection` and `Upgrade`).
+pub(crate) fn forwarded_headers(
+    headers: &[(String, String)],
+    identity: Identity,
+    skip_accept: bool,
+) -> impl Iterator<Item = (&str, &str)> {
+    // Most clients send no `Connection` header: then nothing is collected.
+    let connection_tokens: Vec<&str> = headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
+        .flat_map(|(_, v)| v.split(','))
+        .map(str::trim)
+        .collect();
+    headers
+        .iter()
+        .filter(move |(name, _)| {
+            !(is_hop_by_hop(name)
+                || connection_tokens
+                    .iter()
+                    .any(|t| t.eq_ignore_ascii_case(name))
+                || (skip_accept && name.eq_ignore_ascii_case("accept"))
+                || (identity != Identity::Client && name.eq_ignore_ascii_case("authorization")))
+        })
+        .map(|(n, v)| (n.as_str(), v.as_str()))
 }
 
 /// A request body from the client.
@@ -169,6 +213,12 @@ pub(crate) trait Cloud: Send + Sync {
     /// How many times a server became usable after it was not ([`Backends::recoveries`]):
     /// a resumable watch's jitter is drawn per outage.
     fn recoveries(&self) -> u64;
+    /// Opens a tunnel (exec, attach, port-forward) on a healthy server
+    /// ([`Upstream::open_tunnel`]); the fakes of the proxy's tests have none.
+    fn open_tunnel(&self, req: &TunnelRequest<'_>) -> Result<Opened, UpstreamError> {
+        let _ = req;
+        Err(UpstreamError::NoHealthyBackend)
+    }
 }
 
 impl Cloud for Upstream {
@@ -194,6 +244,10 @@ impl Cloud for Upstream {
 
     fn recoveries(&self) -> u64 {
         self.backends.recoveries()
+    }
+
+    fn open_tunnel(&self, req: &TunnelRequest<'_>) -> Result<Opened, UpstreamError> {
+        Upstream::open_tunnel(self, req)
     }
 }
 
@@ -329,6 +383,43 @@ mod tests {
         ] {
             assert!(!is_hop_by_hop(h), "{h}");
         }
+    }
+}
+
+#[cfg(test)]
+mod forwarded_tests {
+    use super::*;
+
+    #[test]
+    fn the_client_s_headers_go_on_but_hop_by_hop_ones_and_credentials_not_its_own() {
+        let headers: Vec<(String, String)> = [
+            ("Host", "hub"),
+            ("Connection", "keep-alive, X-Private"),
+            ("X-Private", "hop"),
+            ("Upgrade", "SPDY/3.1"),
+            ("Accept", "application/json"),
+            ("Authorization", "Bearer pod-token"),
+            ("User-Agent", "kubectl"),
+            ("Content-Length", "0"),
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+        let names = |identity, skip_accept| {
+            forwarded_headers(&headers, identity, skip_accept)
+                .map(|(n, _)| n)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(Identity::Client, false),
+            ["Accept", "Authorization", "User-Agent"]
+        );
+        assert_eq!(
+            names(Identity::Client, true),
+            ["Authorization", "User-Agent"]
+        );
+        assert_eq!(names(Identity::Hub, false), ["Accept", "User-Agent"]);
+        assert_eq!(names(Identity::Anonymous, true), ["User-Agent"]);
     }
 }
 

@@ -13,7 +13,8 @@ use super::agents::{Agents, LARGE_OUTPUT_BUFFER, OUTPUT_BUFFER};
 use super::conn::LAST_CONNECTION;
 use super::token::TokenSource;
 use super::{
-    Answer, AnswerBody, Cancel, LEADER_BACKEND, Outgoing, Upstream, UpstreamError, is_hop_by_hop,
+    Answer, AnswerBody, Cancel, LEADER_BACKEND, Outgoing, Upstream, UpstreamError,
+    forwarded_headers, is_hop_by_hop,
 };
 use crate::link::{self, Counted, LINK, Link};
 use crate::metrics::{METRICS, Metrics};
@@ -203,27 +204,9 @@ impl Upstream {
         // ureq writes the request head a line at a time through its output buffer: the
         // longest line must fit (the request line, with room for the version).
         let mut longest_line = req.method.len() + url.len() + 12;
-        // Headers the client named in `Connection` are hop-by-hop too (RFC 9110 §7.6.1).
-        // Most clients send no `Connection` header: then nothing is collected.
-        let connection_tokens: Vec<&str> = req
-            .headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
-            .flat_map(|(_, v)| v.split(','))
-            .map(str::trim)
-            .collect();
-        for (name, value) in req.headers {
-            if is_hop_by_hop(name)
-                || connection_tokens
-                    .iter()
-                    .any(|t| t.eq_ignore_ascii_case(name))
-                || (req.accept.is_some() && name.eq_ignore_ascii_case("accept"))
-                || (req.identity != Identity::Client && name.eq_ignore_ascii_case("authorization"))
-            {
-                continue;
-            }
+        for (name, value) in forwarded_headers(req.headers, req.identity, req.accept.is_some()) {
             longest_line = longest_line.max(name.len() + value.len() + 4);
-            builder = builder.header(name.as_str(), value.as_str());
+            builder = builder.header(name, value);
         }
         if let Some(accept) = req.accept {
             builder = builder.header("accept", accept);

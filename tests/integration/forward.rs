@@ -424,8 +424,11 @@ fn the_connection_cap_answers_429_instead_of_spawning() {
     );
 }
 
+/// Issue 31: connection upgrades go to the cloud (they were refused with 501); an upgrade to
+/// a protocol the cloud does not speak gets the cloud's own refusal back, as a direct
+/// client would (`tunnel.rs` has the tunnels themselves).
 #[test]
-fn connection_upgrades_are_refused_with_501() {
+fn connection_upgrades_go_to_the_cloud_and_its_refusal_comes_back() {
     let cloud = Cloud::start();
     let dir = TempDir::new("upgrade");
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
@@ -436,11 +439,19 @@ fn connection_upgrades_are_refused_with_501() {
             hub.url()
         ),
         "kubectl/v1.32",
-        &[("Connection", "Upgrade"), ("Upgrade", "SPDY/3.1")],
+        &[("Connection", "Upgrade"), ("Upgrade", "no-such-protocol/1")],
         None,
     );
-    assert_eq!(r.status, 501);
-    assert_eq!(r.json()["reason"], "NotImplemented");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["kind"], "Status");
+    assert!(
+        cloud
+            .requests()
+            .iter()
+            .any(|seen| seen.path.ends_with("/pods/p/exec")),
+        "the cloud judged it: {}",
+        r.text()
+    );
 }
 
 #[test]

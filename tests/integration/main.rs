@@ -45,6 +45,7 @@ mod request_refusals;
 mod serve_extras;
 mod start_limits;
 mod trust;
+mod tunnel;
 mod watch_list_options;
 mod watch_resume;
 mod watch_resume_faults;

@@ -8,7 +8,8 @@
 //! `{"metadata":{"uid":U},"status":<new>}`, where `<cached>` is the pod as kubelet just got it
 //! from the API (offline: from the hub's cache). The diff here follows the strategic-merge
 //! rules for the lists of a pod's status: `conditions` merge by `type`, `podIPs` and
-//! `hostIPs` by `ip`, `containerStatuses` by `name`; such a list that changed gets a
+//! `hostIPs` by `ip` (the container statuses have no patch strategy in core/v1: a changed
+//! one is sent whole, as any other list); such a list that changed gets a
 //! `$setElementOrder/<list>` with every element's key in the new order, its changed and new
 //! elements (key plus changed fields), then `{"$patch":"delete", <key>: …}` for each element
 //! gone. Maps are diffed field by field (`null` for a field gone); other values are replaced.
@@ -179,9 +180,6 @@ fn merge_key(list: &str) -> Option<&'static str> {
     match list {
         "conditions" => Some("type"),
         "podIPs" | "hostIPs" => Some("ip"),
-        "containerStatuses" | "initContainerStatuses" | "ephemeralContainerStatuses" => {
-            Some("name")
-        }
         _ => None,
     }
 }
@@ -397,5 +395,25 @@ mod tests {
             json!({"lastTransitionTime": "2030-01-01T00:00:00Z", "status": "False", "type": "Ready"})
         );
         assert!(patch["status"].get("podIPs").is_none());
+    }
+
+    #[test]
+    fn a_changed_container_status_is_sent_whole() {
+        let old = Reported::running("10.244.1.11", true);
+        let cached = pod("app", "web-b", "web", "edge-1", &old);
+        let new = status(
+            &old.with_ready(false, "2030-01-01T00:00:00Z"),
+            "containerd://0001",
+        );
+        let patch: Value = serde_json::from_slice(&status_patch(&cached, &new)).unwrap();
+        assert_eq!(
+            patch["status"]["containerStatuses"],
+            new["containerStatuses"]
+        );
+        assert!(
+            patch["status"]
+                .get("$setElementOrder/containerStatuses")
+                .is_none()
+        );
     }
 }

@@ -36,4 +36,4 @@ pub use pki::{
     CertKey, CertSpec, CertSubject, ClientCert, ParsedCsr, Pki, csr_pem, parse_csr, pem,
 };
 #[allow(unused_imports)]
-pub use util::{base64_decode, base64_encode, lock, parse_rfc3339, rfc3339};
+pub use util::{base64_decode, base64_encode, lock, parse_rfc3339, rfc3339, unix_now};

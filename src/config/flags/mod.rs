@@ -374,6 +374,18 @@ pub(crate) const TEST_FLAGS: &[FlagSpec] = &[
         "time the cache writer sleeps before each message, as a slow flash would (0: none)",
     ),
     flag(
+        "test-only-tunnel-idle-seconds",
+        Kind::Int,
+        "14400",
+        "time a tunnel (exec, attach, port-forward) may pass no byte either way before it is closed",
+    ),
+    flag(
+        "test-only-tunnel-answer-seconds",
+        Kind::Int,
+        "60",
+        "time the cloud has to answer a connection upgrade before the client gets 504",
+    ),
+    flag(
         "test-only-dummy-if-kind",
         Kind::Str,
         "dummy",

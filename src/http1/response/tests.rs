@@ -107,3 +107,81 @@ fn reason_phrases_come_from_the_standard_table() {
         assert_eq!(reason_phrase(code), reason, "{code}");
     }
 }
+
+#[test]
+fn a_response_head_is_read_and_what_follows_it_stays_unread() {
+    let wire = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: SPDY/3.1\r\nConnection: Upgrade\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n\x80\x03first frame";
+    let mut input = std::io::BufReader::with_capacity(16, &wire[..]);
+    let head = read_response_head(&mut input).unwrap();
+    assert_eq!(head.status, 101);
+    assert_eq!(head.header("upgrade"), Some("SPDY/3.1"));
+    assert_eq!(head.headers.len(), 3);
+    assert_eq!(head.framing().unwrap(), AnswerFraming::Length(0));
+    let mut rest = Vec::new();
+    std::io::Read::read_to_end(&mut input, &mut rest).unwrap();
+    assert_eq!(rest, b"\x80\x03first frame");
+}
+
+#[test]
+fn an_answer_is_framed_by_its_coding_its_length_or_the_close() {
+    let framing = |head: &[u8]| read_response_head(&mut &head[..]).unwrap().framing();
+    assert_eq!(
+        framing(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 12\r\n\r\n").unwrap(),
+        AnswerFraming::Length(12)
+    );
+    assert_eq!(
+        framing(b"HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap(),
+        AnswerFraming::Chunked
+    );
+    assert_eq!(
+        framing(b"HTTP/1.1 500 Oops\r\n\r\n").unwrap(),
+        AnswerFraming::Close
+    );
+    assert!(framing(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n").is_err());
+    assert!(framing(b"HTTP/1.1 403 Forbidden\r\nContent-Length: +5\r\n\r\n").is_err());
+}
+
+#[test]
+fn a_response_head_that_ends_early_or_grows_too_large_is_an_error() {
+    assert!(read_response_head(&mut &b"HTTP/1.1 101 Switching"[..]).is_err());
+    let mut big = b"HTTP/1.1 200 OK\r\n".to_vec();
+    while big.len() <= MAX_RESPONSE_HEAD {
+        big.extend_from_slice(b"X-Filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+    }
+    big.extend_from_slice(b"\r\n");
+    assert!(read_response_head(&mut &big[..]).is_err());
+    assert!(read_response_head(&mut &b"NOT HTTP\r\n\r\n"[..]).is_err());
+}
+
+#[test]
+fn the_switching_head_carries_the_servers_headers_and_no_framing() {
+    let mut out = Vec::new();
+    write_switching_head(
+        &mut out,
+        &[
+            ("Upgrade", "SPDY/3.1"),
+            ("Connection", "Upgrade"),
+            ("Bad\r\n", "x"),
+        ],
+    );
+    assert_eq!(
+        out,
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: SPDY/3.1\r\nConnection: Upgrade\r\n\r\n"
+    );
+}
+
+#[test]
+fn interim_answers_before_the_final_head_are_passed_over() {
+    let mut input: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n\
+        HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n\
+        HTTP/1.1 101 Switching Protocols\r\nUpgrade: SPDY/3.1\r\n\r\nfirst";
+    let head = read_response_head(&mut input).unwrap();
+    assert_eq!(head.status, 101);
+    assert_eq!(
+        head.headers,
+        [("Upgrade".to_owned(), "SPDY/3.1".to_owned())]
+    );
+    assert_eq!(input, b"first");
+    let mut input: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 403 Forbidden\r\n\r\n";
+    assert_eq!(read_response_head(&mut input).unwrap().status, 403);
+}

@@ -11,49 +11,10 @@ use serde_json::{Value, json};
 use super::*;
 use crate::names::Gvr;
 use crate::pool::resources::PoolScope;
+use crate::proxy::pool_local::tests::StubCloud;
 use crate::server::tls::ServingCert;
 use crate::server::tls::tests::TestCa;
 use crate::watchcache::{CacheOptions, EventType};
-
-/// The leader's cloud as the port sees it: reachable or not, as a test sets it.
-#[derive(Debug, Default)]
-struct StubCloud {
-    unreachable: AtomicBool,
-}
-
-impl Cloud for StubCloud {
-    fn send(
-        &self,
-        _: crate::upstream::Outgoing<'_>,
-    ) -> Result<crate::upstream::Answer, crate::upstream::UpstreamError> {
-        Err(crate::upstream::UpstreamError::Transport {
-            server: "https://cloud:6443".into(),
-            detail: "not in this test".into(),
-            timeout: false,
-            maybe_sent: false,
-        })
-    }
-
-    fn any_healthy(&self) -> bool {
-        !self.unreachable.load(Ordering::Relaxed)
-    }
-
-    fn any_probed_healthy(&self) -> bool {
-        self.any_healthy()
-    }
-
-    fn server(&self, _: usize) -> &str {
-        "https://cloud:6443"
-    }
-
-    fn healthy(&self, _: usize) -> bool {
-        self.any_healthy()
-    }
-
-    fn recoveries(&self) -> u64 {
-        0
-    }
-}
 
 /// A leader's multiplexer port on 127.0.0.1, stopped when dropped.
 struct Leader {

@@ -44,6 +44,9 @@ struct Live {
     tcp: TcpStream,
     internal: Option<(SocketAddr, TcpStream)>,
     cut: Arc<AtomicBool>,
+    /// The internal server switched the connection to another protocol (a 101): each
+    /// side's end is passed on as a half-close ([`Front::switch_protocols`]).
+    switched: Arc<AtomicBool>,
     _closed: Sender<()>,
 }
 
@@ -157,6 +160,7 @@ impl Front {
             tcp: tcp.try_clone().ok()?,
             internal: None,
             cut: cut.clone(),
+            switched: Arc::default(),
             _closed: tx,
         };
         lock(&self.table).live.insert(id, live);
@@ -168,6 +172,18 @@ impl Front {
     /// before the client left is still attributed to the right identity.
     fn forget(&self, id: u64) {
         lock(&self.table).live.remove(&id);
+    }
+
+    /// Marks the connection of `internal_peer` as switched to another protocol (the
+    /// internal server is about to send a 101): from then on the end of either side's
+    /// writing is passed on as the end of writing only (`shutdown(Write)`), so a tunnel's
+    /// half-close crosses the front, where an HTTP connection's end closes both ways.
+    pub fn switch_protocols(&self, internal_peer: &SocketAddr) {
+        let t = lock(&self.table);
+        let id = t.views.get(internal_peer).map(|v| v.id);
+        if let Some(live) = id.and_then(|id| t.live.get(&id)) {
+            live.switched.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Forgets the view of an internal connection that has ended.
@@ -204,7 +220,7 @@ impl Front {
         internal.set_nodelay(true)?;
         let iaddr = internal.local_addr()?;
         log::trace!("cloud conn {id}: TLS up, internal {iaddr}");
-        {
+        let switched = {
             let mut t = lock(&self.table);
             let Some(live) = t.live.get_mut(&id) else {
                 return Ok(());
@@ -213,13 +229,15 @@ impl Front {
                 return Ok(());
             }
             live.internal = Some((iaddr, internal.try_clone()?));
+            let switched = live.switched.clone();
             let view = ConnView {
                 subject,
                 closed,
                 id,
             };
             t.views.insert(iaddr, view);
-        }
+            switched
+        };
         conn.set_buffer_limit(None);
         let splice = Splice {
             id,
@@ -228,6 +246,7 @@ impl Front {
             cut: cut.clone(),
             gate: self.gate.clone(),
             sent: self.sent.clone(),
+            switched,
         };
         let out = {
             let (splice, internal) = (splice.clone(), internal.try_clone()?);
@@ -236,6 +255,14 @@ impl Front {
                 .spawn(move || splice.pump_out(internal))?
         };
         let result = splice.pump_in(tcp, &internal);
+        if result.is_ok() && splice.switched.load(Ordering::SeqCst) && !cut.load(Ordering::SeqCst) {
+            // A tunnel: the client's end is the end of its writing only; the server side
+            // answers until it closes, and the out-pump passes that on.
+            let _ = internal.shutdown(Shutdown::Write);
+            let _ = out.join();
+            let _ = internal.shutdown(Shutdown::Both);
+            return result;
+        }
         // Whatever ended the client side, the server side ends too; the out-pump then ends.
         let _ = internal.shutdown(Shutdown::Both);
         let _ = out.join();
@@ -360,6 +387,8 @@ struct Splice {
     gate: Arc<Gate>,
     /// The front's count of bytes sent to clients.
     sent: Arc<AtomicU64>,
+    /// The connection switched protocols (see [`Live::switched`]).
+    switched: Arc<AtomicBool>,
 }
 
 impl Splice {
@@ -474,6 +503,12 @@ impl Splice {
             let mut conn = lock(&self.conn);
             conn.send_close_notify();
             let _ = self.send_tls(conn);
+            if self.switched.load(Ordering::SeqCst) {
+                // A tunnel: the server's end is the end of its writing; the client may
+                // still send, and the in-pump reads on until it ends.
+                let _ = lock(&self.tx).shutdown(Shutdown::Write);
+                return;
+            }
         }
         let _ = lock(&self.tx).shutdown(Shutdown::Both);
     }

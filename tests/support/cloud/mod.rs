@@ -36,6 +36,7 @@ mod server;
 mod status;
 mod store;
 mod tokens;
+mod upgrade;
 mod websocket;
 
 use std::collections::{BTreeMap, HashMap};

@@ -65,12 +65,13 @@ fn connection(inst: &Arc<Instance>, stream: TcpStream) {
                 break;
             }
         };
+        // exec, attach, port-forward: the connection is the upgrade's from here on.
         if req
             .header("Connection")
-            .to_ascii_lowercase()
-            .contains("upgrade")
+            .split(',')
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
         {
-            interim_upgrade(inst, &req, &mut r, &mut w);
+            super::upgrade::serve(inst, req, r, w);
             break;
         }
         let keep = req.keep_alive();
@@ -82,44 +83,6 @@ fn connection(inst: &Arc<Instance>, stream: TcpStream) {
     }
     let _ = stream.shutdown(std::net::Shutdown::Both);
     inst.front.release_view(&remote);
-}
-
-/// Records an upgrade request and serves it with the streaming protocols. Interim, with no
-/// authentication: the upgrade dispatch (`upgrade.rs`) replaces it.
-fn interim_upgrade(
-    inst: &Instance,
-    req: &Request,
-    r: &mut BufReader<TcpStream>,
-    w: &mut TcpStream,
-) {
-    let (path, query) = req.url.split_once('?').unwrap_or((&req.url, ""));
-    let header = |n: &str| req.header(n).to_string();
-    if lock(&inst.knobs).record {
-        inst.recorder.push(RecordedRequest {
-            seq: 0,
-            method: req.method.clone(),
-            path: path.to_string(),
-            query: query.to_string(),
-            user_agent: header("User-Agent"),
-            accept: header("Accept"),
-            accept_encoding: header("Accept-Encoding"),
-            content_type: header("Content-Type"),
-            bearer_token: header("Authorization")
-                .strip_prefix("Bearer ")
-                .map(str::to_string),
-            client_cert_cn: inst
-                .front
-                .view(&req.remote)
-                .and_then(|v| Some(v.subject?.cn)),
-            identity: None,
-            status: None,
-            body: String::new(),
-            headers: req.headers.clone(),
-        });
-    }
-    let served = super::remotecommand::serve(req, r, w)
-        .and_then(|done| Ok(done || super::portforward::serve(req, r, w)?));
-    log::trace!("cloud: upgrade {}: {served:?}", req.url);
 }
 
 /// Decoded query parameters.
@@ -214,7 +177,7 @@ fn is_anonymous_cluster_info(method: &str, path: &str, raw_query: &str) -> bool 
 }
 
 /// The user a bootstrap token `<id>.<secret>` stands for, if it is registered.
-fn bootstrap_identity(inst: &Instance, token: &str) -> Option<Identity> {
+pub(super) fn bootstrap_identity(inst: &Instance, token: &str) -> Option<Identity> {
     let (id, secret) = token.split_once('.')?;
     let tokens = lock(&inst.shared.bootstrap);
     (tokens.get(id)? == secret).then(|| Identity {

@@ -1,28 +1,15 @@
 //! The difference against a store in a scratch directory, written to a Vec-backed chain.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use super::*;
 use crate::selector::Selectors;
+use crate::stream::tests::Scratch;
 use crate::upstream::{Answer, Outgoing, UpstreamError};
 
-/// A scratch directory, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let path =
-            std::env::temp_dir().join(format!("tinyhub-resume-diff-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        Scratch(path)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// The scratch directory `resume-diff-<tag>`.
+fn scratch(tag: &str) -> Scratch {
+    Scratch::new(&format!("resume-diff-{tag}"))
 }
 
 /// The client's chain: every event written, with the rv recorded as delivered.
@@ -235,7 +222,7 @@ fn event(kind: &str, key: &str, rv: u64) -> (String, String, String) {
 
 #[test]
 fn added_modified_unchanged_and_deleted() {
-    let dir = Scratch::new("all");
+    let dir = scratch("all");
     // The client was sent a/same@10, a/changed@11, a/gone@12; its last rv is 12.
     let store = store_with(
         &dir,
@@ -285,7 +272,7 @@ fn added_modified_unchanged_and_deleted() {
 
 #[test]
 fn a_stored_version_newer_than_the_client_is_sent() {
-    let dir = Scratch::new("newer");
+    let dir = scratch("newer");
     // Another stream of the component stored a/web@15; this watch delivered up to 12.
     let store = store_with(&dir, &[("a", "web", 15, "n1"), ("a", "db", 11, "n1")]);
     let watch = Watch::new(&store, 12);
@@ -302,7 +289,7 @@ fn a_stored_version_newer_than_the_client_is_sent() {
 
 #[test]
 fn objects_outside_the_selectors_are_not_deleted() {
-    let dir = Scratch::new("selectors");
+    let dir = scratch("selectors");
     // The component also cached pods of other nodes (another watch, a get): not this
     // watch's, so their absence from its list deletes nothing.
     let store = store_with(
@@ -325,7 +312,7 @@ fn objects_outside_the_selectors_are_not_deleted() {
 
 #[test]
 fn deletions_come_last_at_the_list_rv() {
-    let dir = Scratch::new("last");
+    let dir = scratch("last");
     let store = store_with(&dir, &[("a", "a-gone", 5, "n1"), ("z", "z-gone", 6, "n1")]);
     let watch = Watch::new(&store, 6);
     // The list's items sort after the deleted names, yet the deletions come after them.
@@ -346,7 +333,7 @@ fn deletions_come_last_at_the_list_rv() {
 
 #[test]
 fn bookmark_only_when_asked() {
-    let dir = Scratch::new("bookmark");
+    let dir = scratch("bookmark");
     let store = store_with(&dir, &[("a", "web", 5, "n1")]);
     let mut watch = Watch::new(&store, 5);
     let list = [listed("a", "web", 5, "n1")];
@@ -367,7 +354,7 @@ fn bookmark_only_when_asked() {
 /// The whole round through `catch_up`: a follower of a round led by hand.
 #[test]
 fn catch_up_sends_the_difference_of_its_rounds_list() {
-    let dir = Scratch::new("catch-up");
+    let dir = scratch("catch-up");
     let store = store_with(&dir, &[("a", "gone", 5, "n1"), ("a", "web", 6, "n1")]);
     let mut watch = Watch::new(&store, 6);
     watch.pass_bookmarks = true;
@@ -417,7 +404,7 @@ fn catch_up_sends_the_difference_of_its_rounds_list() {
 
 #[test]
 fn a_client_gone_mid_difference_and_a_failed_list_end_the_round() {
-    let dir = Scratch::new("gone");
+    let dir = scratch("gone");
     let store = store_with(&dir, &[]);
     let watch = Watch::new(&store, 0);
     let ctx = watch.ctx();
@@ -465,7 +452,7 @@ impl ClientEnd for Delivered {
 
 #[test]
 fn through_the_event_cut_the_client_is_left_at_the_list_rv() {
-    let dir = Scratch::new("event-cut");
+    let dir = scratch("event-cut");
     let store = store_with(&dir, &[("a", "gone", 5, "n1")]);
     let watch = Watch::new(&store, 5);
     let ctx = watch.ctx();
@@ -503,7 +490,7 @@ fn through_the_event_cut_the_client_is_left_at_the_list_rv() {
 
 #[test]
 fn a_deletion_the_cache_already_took_is_sent_from_its_tombstone() {
-    let dir = Scratch::new("tombstone");
+    let dir = scratch("tombstone");
     let store = store_with(
         &dir,
         &[
@@ -543,7 +530,7 @@ fn a_deletion_the_cache_already_took_is_sent_from_its_tombstone() {
 
 #[test]
 fn a_watch_of_one_named_object_deletes_only_that_one() {
-    let dir = Scratch::new("named");
+    let dir = scratch("named");
     let store = store_with(
         &dir,
         &[
@@ -597,7 +584,7 @@ fn delivered_types(chain: &mut EventCut<'_, Delivered>) -> Vec<String> {
 
 #[test]
 fn a_difference_cut_short_leaves_the_client_at_its_resume_point() {
-    let dir = Scratch::new("cut-short");
+    let dir = scratch("cut-short");
     let store = store_with(&dir, &[]);
     let watch = Watch::new(&store, 5);
     let ctx = watch.ctx();
@@ -620,7 +607,7 @@ fn a_difference_cut_short_leaves_the_client_at_its_resume_point() {
 
 #[test]
 fn a_follower_whose_list_fails_midway_retries_from_where_it_was() {
-    let dir = Scratch::new("follower-fails");
+    let dir = scratch("follower-fails");
     let store = store_with(&dir, &[]);
     let watch = Watch::new(&store, 5);
     let Joined::Lead(leader) = watch.rounds.join(watch.ctx().key) else {
@@ -653,7 +640,7 @@ fn a_follower_whose_list_fails_midway_retries_from_where_it_was() {
 
 #[test]
 fn a_follower_dropped_from_its_round_ends_its_watch() {
-    let dir = Scratch::new("follower-dropped");
+    let dir = scratch("follower-dropped");
     let store = store_with(&dir, &[]);
     let mut watch = Watch::new(&store, 5);
     watch.rounds.set_follower_wait(Duration::from_millis(20));
@@ -691,7 +678,7 @@ fn a_follower_dropped_from_its_round_ends_its_watch() {
 
 #[test]
 fn a_round_is_left_when_the_hub_stops() {
-    let dir = Scratch::new("round-shutdown");
+    let dir = scratch("round-shutdown");
     let store = store_with(&dir, &[]);
     let watch = Watch::new(&store, 5);
     // A leader that never lists (stuck in its gather, say).
