@@ -218,7 +218,6 @@ fn the_stand_in_answers_kubectl_exec_and_port_forward() {
 }
 
 #[test]
-#[ignore = "until the hub passes upgrades (i31-tunnel)"]
 fn kubectl_exec_and_port_forward_pass_the_plain_port_as_the_node() {
     let cloud = Cloud::start();
     running_pod(&cloud);
@@ -237,7 +236,6 @@ fn kubectl_exec_and_port_forward_pass_the_plain_port_as_the_node() {
 }
 
 #[test]
-#[ignore = "until the hub passes upgrades (i31-tunnel)"]
 fn kubectl_exec_and_port_forward_pass_the_https_port_with_a_pod_token() {
     let cloud = Cloud::start();
     running_pod(&cloud);

@@ -12,6 +12,8 @@
 //! - `x-test-upgrade: silent`: no answer at all, until the client goes (a cloud that never
 //!   answers the upgrade);
 //! - `x-test-upgrade: status=<code>`: that status with a `Status` body, no upgrade;
+//! - exec, attach and port-forward over WebSocket or SPDY: kubectl's protocols, answered
+//!   by `remotecommand.rs` and `portforward.rs`;
 //! - anything else: 400, as the apiserver answers an upgrade it cannot serve.
 //!
 //! An unauthenticated upgrade is 401, as any request.
@@ -85,11 +87,19 @@ pub(super) fn serve(
     }
     match dispatch(&req) {
         Served::Refused(code) => answer(&mut w, code, "refused by the test"),
-        Served::Unknown => answer(
-            &mut w,
-            400,
-            "unable to upgrade: the protocol is not supported",
-        ),
+        Served::Unknown => {
+            // kubectl's exec, attach and port-forward; anything else is refused.
+            inst.front.switch_protocols(&req.remote);
+            let streamed = super::remotecommand::serve(&req, &mut r, &mut w)
+                .and_then(|done| Ok(done || super::portforward::serve(&req, &mut r, &mut w)?));
+            if matches!(streamed, Ok(false)) {
+                answer(
+                    &mut w,
+                    400,
+                    "unable to upgrade: the protocol is not supported",
+                );
+            }
+        }
         Served::Silent => {
             // Holds the connection until the client goes, answering nothing.
             let mut sink = [0u8; 1024];
