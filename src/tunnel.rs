@@ -346,43 +346,30 @@ fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int)
     Ok(())
 }
 
-/// A plain socket as an [`End`], for the tests here and for a plain `http://` server.
-impl End for std::os::unix::net::UnixStream {
-    fn fd(&self) -> RawFd {
-        std::os::fd::AsRawFd::as_raw_fd(self)
-    }
-    fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        io::Read::read(self, buf)
-    }
-    fn send(&mut self, data: &[u8]) -> io::Result<usize> {
-        io::Write::write(self, data)
-    }
-    fn flush_out(&mut self) -> io::Result<bool> {
-        Ok(true)
-    }
-    fn close_write(&mut self) -> io::Result<()> {
-        self.shutdown(std::net::Shutdown::Write)
-    }
+/// A plain socket as an [`End`] (set non-blocking before the splice): a TCP socket (a plain
+/// `http://` side) or a Unix one (the tests here).
+macro_rules! plain_end {
+    ($($socket:ty),*) => {$(
+        impl End for $socket {
+            fn fd(&self) -> RawFd {
+                std::os::fd::AsRawFd::as_raw_fd(self)
+            }
+            fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                io::Read::read(self, buf)
+            }
+            fn send(&mut self, data: &[u8]) -> io::Result<usize> {
+                io::Write::write(self, data)
+            }
+            fn flush_out(&mut self) -> io::Result<bool> {
+                Ok(true)
+            }
+            fn close_write(&mut self) -> io::Result<()> {
+                self.shutdown(std::net::Shutdown::Write)
+            }
+        }
+    )*};
 }
-
-/// A plain TCP socket as an [`End`] (set non-blocking before the splice).
-impl End for std::net::TcpStream {
-    fn fd(&self) -> RawFd {
-        std::os::fd::AsRawFd::as_raw_fd(self)
-    }
-    fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        io::Read::read(self, buf)
-    }
-    fn send(&mut self, data: &[u8]) -> io::Result<usize> {
-        io::Write::write(self, data)
-    }
-    fn flush_out(&mut self) -> io::Result<bool> {
-        Ok(true)
-    }
-    fn close_write(&mut self) -> io::Result<()> {
-        self.shutdown(std::net::Shutdown::Write)
-    }
-}
+plain_end!(std::net::TcpStream, std::os::unix::net::UnixStream);
 
 /// An [`End`] over TLS, for a rustls connection of either side (the HTTPS port's client,
 /// the hub's own to the cloud) over its non-blocking socket: the four functions its
@@ -461,4 +448,4 @@ pub(crate) mod tls {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -282,7 +282,7 @@ impl End for TlsEnd<rustls::ServerConnection> {
 }
 
 /// A server and a client configuration over one self-signed certificate for 127.0.0.1.
-fn tls_configs() -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
+pub(crate) fn tls_configs() -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
     let key = rcgen::KeyPair::generate().unwrap();
     let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
         .unwrap()

@@ -478,35 +478,14 @@ mod tests {
 
     #[test]
     fn a_server_dribbling_the_record_of_its_answer_is_given_up_at_the_deadline() {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let server_config = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![cert.der().clone()],
-                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-            )
-            .unwrap();
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(cert.der().clone()).unwrap();
-        let client_config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let (server_config, client_config) = crate::tunnel::tests::tls_configs();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         // The server reads the request, then sends its 101 in one TLS record, a byte of the
         // record every 200 ms: every socket read is quick, the record whole only after 10 s.
         std::thread::spawn(move || {
             let (mut sock, _) = listener.accept().unwrap();
-            let mut conn = rustls::ServerConnection::new(Arc::new(server_config)).unwrap();
+            let mut conn = rustls::ServerConnection::new(server_config).unwrap();
             while conn.is_handshaking() {
                 conn.complete_io(&mut sock).unwrap();
             }
@@ -527,8 +506,7 @@ mod tests {
         });
         let sock = TcpStream::connect(addr).unwrap();
         let mut conn =
-            rustls::ClientConnection::new(Arc::new(client_config), "127.0.0.1".try_into().unwrap())
-                .unwrap();
+            rustls::ClientConnection::new(client_config, "127.0.0.1".try_into().unwrap()).unwrap();
         handshake(&mut conn, &sock, Instant::now() + Duration::from_secs(10)).unwrap();
         let end = CloudEnd {
             link: LINK.link("https://127.0.0.1", "", ""),
