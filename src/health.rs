@@ -1,5 +1,5 @@
 //! Cloud backends and their health: which `--server-addr` entries are usable now, how a
-//! request picks one (`rr` or `priority`), and the `/readyz` checker threads that probe each
+//! request picks one (`rr`, `priority` or `consistent-hashing`), and the `/readyz` checker threads that probe each
 //! backend every `--heartbeat-interval-seconds` with YurtHub's retry and healthy-threshold
 //! rules (`--heartbeat-mode=readyz`, and cloud mode). In lease mode (edge) the node lease
 //! renewal is the probe, and `heartbeat::checker` rules through the same [`Backends`].
@@ -50,6 +50,8 @@ pub(crate) struct Backend {
     settled: AtomicU64,
     /// Wakes this backend's checker; one slot, so a burst of failures is one probe round.
     wake: (Sender<()>, Receiver<()>),
+    /// FNV-1a-64 of `base`, computed once: this server's seed in rendezvous hashing.
+    seed: u64,
 }
 
 impl Backend {
@@ -62,6 +64,30 @@ impl Backend {
     fn suspect(&self) -> bool {
         self.reports.load(Ordering::Acquire) != self.settled.load(Ordering::Acquire)
     }
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0100_0000_01b3;
+
+/// FNV-1a-64 of `bytes`, continuing from `hash`.
+fn fnv1a(hash: u64, bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(hash, |h, &b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME))
+}
+
+/// splitmix64's finalizer: spreads the bits of a seed-mixed key so that every server's score
+/// is an independent-looking draw.
+fn splitmix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The consistent-hashing key of a client's request: FNV-1a-64 of its User-Agent followed by
+/// its original target, as YurtHub keys it (`UserAgent()+RequestURI`).
+pub(crate) fn affinity_key(user_agent: &str, target: &str) -> u64 {
+    fnv1a(fnv1a(FNV_OFFSET, user_agent.as_bytes()), target.as_bytes())
 }
 
 /// The cloud apiservers and how requests spread over them.
@@ -80,6 +106,7 @@ impl Backends {
             list: bases
                 .into_iter()
                 .map(|base| Backend {
+                    seed: fnv1a(FNV_OFFSET, base.as_bytes()),
                     base,
                     healthy: AtomicBool::new(true),
                     reports: AtomicU64::new(0),
@@ -104,8 +131,20 @@ impl Backends {
     }
 
     /// Picks a usable backend other than `exclude`, by the load-balancing mode; with
-    /// `allow_suspect` (writes), one healthy by its last probe will do.
-    pub(crate) fn pick(&self, exclude: Option<usize>, allow_suspect: bool) -> Option<usize> {
+    /// `allow_suspect` (writes), one healthy by its last probe will do. `key` (see
+    /// [`affinity_key`]) matters in `consistent-hashing` mode only.
+    ///
+    /// Consistent hashing is rendezvous hashing: every usable server scores
+    /// `splitmix64(key ^ seed)` and the highest wins. So keys spread evenly, a key keeps its
+    /// server while that server is usable, a server's failure moves only its own keys (each
+    /// to its next-highest server) and they come back with it; `exclude` (a retry) takes the
+    /// next-highest. YurtHub's ring has one point per server, so its spread is uneven.
+    pub(crate) fn pick(
+        &self,
+        exclude: Option<usize>,
+        allow_suspect: bool,
+        key: u64,
+    ) -> Option<usize> {
         let n = self.list.len();
         let usable = |i: usize| {
             let b = &self.list[i];
@@ -122,6 +161,9 @@ impl Backends {
                 let start = self.next.fetch_add(1, Ordering::Relaxed);
                 (0..n).map(|k| (start + k) % n).find(|&i| usable(i))
             }
+            LbMode::ConsistentHashing => (0..n)
+                .filter(|&i| usable(i))
+                .max_by_key(|&i| splitmix64(key ^ self.list[i].seed)),
         }
     }
 
@@ -419,13 +461,96 @@ mod tests {
         Backends::new((0..n).map(|i| format!("https://b{i}:6443")).collect(), lb)
     }
 
+    /// 600 distinct clients' keys, as the hub computes them.
+    fn client_keys() -> Vec<u64> {
+        (0..600)
+            .map(|i| affinity_key(&format!("agent-{}", i % 7), &format!("/api/v1/pods?c={i}")))
+            .collect()
+    }
+
+    fn hashed(b: &Backends, keys: &[u64]) -> Vec<usize> {
+        keys.iter()
+            .map(|&k| b.pick(None, false, k).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn consistent_hashing_is_sticky_and_even() {
+        let b = backends(3, LbMode::ConsistentHashing);
+        let keys = client_keys();
+        let picks = hashed(&b, &keys);
+        assert_eq!(picks, hashed(&b, &keys), "the same key, the same server");
+        // A fresh set of the same servers agrees: the mapping depends on nothing but URLs.
+        assert_eq!(
+            picks,
+            hashed(&backends(3, LbMode::ConsistentHashing), &keys)
+        );
+        for server in 0..3 {
+            let n = picks.iter().filter(|&&p| p == server).count();
+            assert!((150..=250).contains(&n), "server {server} got {n} of 600");
+        }
+        // The key is User-Agent then target: another agent on the same path is another key.
+        assert_ne!(affinity_key("a", "/x"), affinity_key("b", "/x"));
+        assert_eq!(affinity_key("ab", "/x"), affinity_key("a", "b/x"));
+    }
+
+    #[test]
+    fn consistent_hashing_moves_only_a_failed_servers_keys() {
+        let b = backends(3, LbMode::ConsistentHashing);
+        let keys = client_keys();
+        let before = hashed(&b, &keys);
+        b.set_healthy(1, false);
+        let during = hashed(&b, &keys);
+        for (i, (&was, &now)) in before.iter().zip(&during).enumerate() {
+            if was == 1 {
+                assert_ne!(now, 1, "key {i} stayed on the failed server");
+            } else {
+                assert_eq!(now, was, "key {i} moved off a healthy server");
+            }
+        }
+        // The failed server's keys spread over both others, not all onto one.
+        let moved: Vec<_> = during
+            .iter()
+            .zip(&before)
+            .filter(|&(_, &was)| was == 1)
+            .map(|(&now, _)| now)
+            .collect();
+        assert!(moved.contains(&0) && moved.contains(&2), "{moved:?}");
+        b.set_healthy(1, true);
+        assert_eq!(hashed(&b, &keys), before, "they come back with it");
+        // A suspect server (a failed request) is left the same way by reads, not by writes.
+        b.report_failure(1);
+        assert_eq!(hashed(&b, &keys).iter().filter(|&&p| p == 1).count(), 0);
+        let writes: Vec<_> = keys
+            .iter()
+            .map(|&k| b.pick(None, true, k).unwrap())
+            .collect();
+        assert_eq!(writes, before);
+    }
+
+    #[test]
+    fn consistent_hashing_exclude_takes_the_next() {
+        let b = backends(3, LbMode::ConsistentHashing);
+        for key in client_keys() {
+            let first = b.pick(None, false, key).unwrap();
+            let second = b.pick(Some(first), false, key).unwrap();
+            assert_ne!(first, second);
+            // The next is where the key goes when its server fails.
+            b.set_healthy(first, false);
+            assert_eq!(b.pick(None, false, key), Some(second));
+            b.set_healthy(first, true);
+        }
+        let one = backends(1, LbMode::ConsistentHashing);
+        assert_eq!(one.pick(Some(0), false, 7), None);
+    }
+
     #[test]
     fn round_robin_skips_unhealthy() {
         let b = backends(3, LbMode::RoundRobin);
-        let picks: Vec<_> = (0..6).map(|_| b.pick(None, false).unwrap()).collect();
+        let picks: Vec<_> = (0..6).map(|_| b.pick(None, false, 0).unwrap()).collect();
         assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
         b.set_healthy(1, false);
-        let picks: Vec<_> = (0..4).map(|_| b.pick(None, false).unwrap()).collect();
+        let picks: Vec<_> = (0..4).map(|_| b.pick(None, false, 0).unwrap()).collect();
         assert!(!picks.contains(&1), "{picks:?}");
         assert!(picks.contains(&0) && picks.contains(&2));
     }
@@ -433,14 +558,14 @@ mod tests {
     #[test]
     fn priority_takes_the_first_healthy() {
         let b = backends(3, LbMode::Priority);
-        assert_eq!(b.pick(None, false), Some(0));
-        assert_eq!(b.pick(None, false), Some(0));
-        assert_eq!(b.pick(Some(0), false), Some(1));
+        assert_eq!(b.pick(None, false, 0), Some(0));
+        assert_eq!(b.pick(None, false, 0), Some(0));
+        assert_eq!(b.pick(Some(0), false, 0), Some(1));
         b.set_healthy(0, false);
-        assert_eq!(b.pick(None, false), Some(1));
+        assert_eq!(b.pick(None, false, 0), Some(1));
         b.set_healthy(1, false);
         b.set_healthy(2, false);
-        assert_eq!(b.pick(None, false), None);
+        assert_eq!(b.pick(None, false, 0), None);
         assert!(!b.any_healthy());
     }
 
@@ -457,7 +582,7 @@ mod tests {
         // A failed request makes it unusable at once, with no probe yet; a probe that finds
         // it healthy makes it usable again, which is a return too.
         b.report_failure(0);
-        assert!(b.is_healthy(0) && !b.any_healthy() && b.pick(None, false).is_none());
+        assert!(b.is_healthy(0) && !b.any_healthy() && b.pick(None, false, 0).is_none());
         b.set_healthy(0, true);
         assert!(b.any_healthy());
         assert_eq!(b.recoveries(), 2);
@@ -556,17 +681,17 @@ mod tests {
     fn writes_may_go_to_a_suspect_server_reads_may_not() {
         let b = backends(2, LbMode::Priority);
         b.report_failure(0);
-        assert_eq!(b.pick(None, false), Some(1));
+        assert_eq!(b.pick(None, false, 0), Some(1));
         b.report_failure(1);
-        assert_eq!(b.pick(None, false), None);
+        assert_eq!(b.pick(None, false, 0), None);
         assert!(!b.any_healthy());
         assert!(b.any_probed_healthy(), "healthy by the last probe");
-        assert_eq!(b.pick(None, true), Some(0));
-        assert_eq!(b.pick(Some(0), true), Some(1));
+        assert_eq!(b.pick(None, true, 0), Some(0));
+        assert_eq!(b.pick(Some(0), true, 0), Some(1));
         b.set_healthy(0, false);
         b.set_healthy(1, false);
         assert_eq!(
-            b.pick(None, true),
+            b.pick(None, true, 0),
             None,
             "a server found dead takes nothing"
         );

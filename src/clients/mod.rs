@@ -61,6 +61,7 @@ fn send_get_as_hub(
         body: None,
         deadline,
         identity: Identity::Hub,
+        affinity: None,
     })
 }
 

@@ -569,6 +569,7 @@ impl Feeder {
             body: None,
             deadline,
             identity: Identity::Hub,
+            affinity: None,
         };
         let via = self.via.get();
         let (mut answer, server) = match via {

@@ -204,6 +204,7 @@ fn refill_one(
         body: None,
         deadline: Deadline::Bounded(route::REQUEST_DEADLINE),
         identity: Identity::Hub,
+        affinity: None,
     })?;
     if answer.status != 200 || !answer.is_json() {
         return Err(ClientError::Status(answer.status));

@@ -184,6 +184,9 @@ pub(crate) enum LbMode {
     RoundRobin,
     /// The first healthy server in `--server-addr` order.
     Priority,
+    /// The same client (User-Agent and target) to the same healthy server, by rendezvous
+    /// hashing.
+    ConsistentHashing,
 }
 
 /// `--heartbeat-mode`: what a health probe of a cloud server is.
@@ -485,10 +488,11 @@ fn lb_mode_of(f: &Flags<'_>) -> Result<LbMode, StartupError> {
     Ok(match f.get("lb-mode") {
         "rr" => LbMode::RoundRobin,
         "priority" => LbMode::Priority,
+        "consistent-hashing" => LbMode::ConsistentHashing,
         other => {
             return Err(StartupError::flag(
                 "lb-mode",
-                format!("{other:?} is not rr or priority"),
+                format!("{other:?} is not rr, priority or consistent-hashing"),
             ));
         }
     })
@@ -1245,6 +1249,14 @@ mod tests {
         assert_eq!(bases, ["https://a:6443", "https://[fd00::1]:6443"]);
         assert_eq!(c.lb_mode, LbMode::Priority);
         assert_eq!(c.working_mode, WorkingMode::Cloud);
+        let hashing = run(&[
+            "--kubeconfig",
+            &kc,
+            "--node-name=n",
+            "--lb-mode=consistent-hashing",
+        ])
+        .unwrap();
+        assert_eq!(hashing.lb_mode, LbMode::ConsistentHashing);
         assert_eq!(c.cache_agents, ["foo", "bar"]);
         assert_eq!(c.proxy_addr, "0.0.0.0:0".parse().unwrap());
     }

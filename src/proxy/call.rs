@@ -208,6 +208,8 @@ impl<'h> Call<'h> {
             body: has_body.then_some(BodySource { reader, length }),
             deadline: self.route.deadline,
             identity: self.route.identity,
+            // A resumable watch's first leg has its own target; key it as the client's.
+            affinity: Some(&head.target),
         };
         match self.hub.cloud.send(outgoing) {
             Ok(answer) => Ok(answer),

@@ -125,6 +125,28 @@ pub(crate) struct Outgoing<'a> {
     pub deadline: Deadline,
     /// Whose credentials.
     pub identity: Identity,
+    /// The client's original target when `path_and_query` is not it (a watch's legs), so
+    /// that `--lb-mode=consistent-hashing` keys every leg as the client's request; None keys
+    /// by `path_and_query`.
+    pub affinity: Option<&'a str>,
+}
+
+impl Outgoing<'_> {
+    /// The consistent-hashing key: the client's User-Agent (the hub's own when it sent
+    /// none) and its original target.
+    pub(crate) fn affinity_key(&self) -> u64 {
+        affinity_key(self.headers, self.affinity.unwrap_or(self.path_and_query))
+    }
+}
+
+/// The consistent-hashing key of a request with `headers` for `target`: its User-Agent (the
+/// hub's own when it has none) and the target.
+fn affinity_key(headers: &[(String, String)], target: &str) -> u64 {
+    let user_agent = headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("user-agent"))
+        .map_or(HUB_USER_AGENT, |(_, value)| value.as_str());
+    crate::health::affinity_key(user_agent, target)
 }
 
 /// The cloud's answer: status and headers now, the body as it arrives.

@@ -33,9 +33,10 @@ impl Upstream {
     pub(crate) fn send(&self, mut req: Outgoing<'_>) -> Result<Answer, UpstreamError> {
         let agents = self.current()?;
         let write = !matches!(req.method, "GET" | "HEAD");
+        let key = req.affinity_key();
         let first = self
             .backends
-            .pick(None, write)
+            .pick(None, write, key)
             .ok_or(UpstreamError::NoHealthyBackend)?;
         let retryable = req.body.is_none() && !write;
         match self.send_to(&agents, first, &mut req) {
@@ -56,7 +57,7 @@ impl Upstream {
                     return Err(err);
                 }
                 // The same server again only for a broken pooled connection.
-                let second = match self.backends.pick(Some(first), false) {
+                let second = match self.backends.pick(Some(first), false, key) {
                     Some(other) => other,
                     None if !down && !slow => first,
                     None => return Err(err),

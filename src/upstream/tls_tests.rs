@@ -236,6 +236,7 @@ fn get(path: &str, deadline: Deadline) -> Outgoing<'_> {
         body: None,
         deadline,
         identity: Identity::Hub,
+        affinity: None,
     }
 }
 

@@ -21,7 +21,7 @@ use rustls::pki_types::ServerName;
 use super::agents::CONNECT_TIMEOUT;
 use super::conn::{conn_server, host_and_port};
 use super::token::TokenSource;
-use super::{Upstream, UpstreamError, forwarded_headers};
+use super::{Upstream, UpstreamError, affinity_key, forwarded_headers};
 use crate::http1::response::{AnswerFraming, ResponseHead, read_response_head};
 use crate::http1::{BodyState, Framing};
 use crate::link::{self, LINK, Link};
@@ -252,9 +252,11 @@ impl Upstream {
             .as_ref()
             .map_err(|e| UpstreamError::Request(format!("the TLS configuration: {e}")))?;
         let write = !matches!(req.method, "GET" | "HEAD");
+        // Keyed as a request would be, so a client's tunnels go where its requests go.
+        let key = affinity_key(req.headers, req.target);
         let mut backend = self
             .backends
-            .pick(None, write)
+            .pick(None, write, key)
             .ok_or(UpstreamError::NoHealthyBackend)?;
         let mut tried_other = false;
         loop {
@@ -275,7 +277,7 @@ impl Upstream {
                 Err(err) => {
                     // No connection: nothing was sent; the server may be down.
                     self.backends.report_failure(backend);
-                    match self.backends.pick(Some(backend), write) {
+                    match self.backends.pick(Some(backend), write, key) {
                         Some(other) if !tried_other => {
                             log::info!("opening a tunnel on another cloud server after: {err}");
                             tried_other = true;

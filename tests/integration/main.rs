@@ -30,6 +30,7 @@ mod hostile;
 mod identity;
 mod join_token_file;
 mod kubectl;
+mod lb_hashing;
 mod link_metrics;
 mod list_scope;
 mod metrics_parity;

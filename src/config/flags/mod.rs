@@ -257,7 +257,7 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "lb-mode",
         Kind::Str,
         "rr",
-        "how requests spread over --server-addr: rr (round robin) or priority (first healthy)",
+        "how requests spread over --server-addr: rr (round robin), priority (first healthy) or consistent-hashing (a client to the same server)",
     ),
     flag(
         "heartbeat-interval-seconds",

@@ -107,6 +107,7 @@ fn outcome(mode: WorkingMode, local: &Local, error: Error, body_failure: Option<
         body: None,
         deadline: Deadline::Bounded(Duration::from_secs(600)),
         identity: Identity::Hub,
+        affinity: None,
     };
     let error = match (&cloud as &dyn Cloud).send(outgoing) {
         Ok(_) => panic!("the fake cloud always fails"),

@@ -143,6 +143,7 @@ impl Call<'_> {
     ) -> Relayed<'c> {
         let Resumable { req, path, mode } = watch;
         let raw_query = ex.url().split_once('?').map_or("", |(_, q)| q).to_owned();
+        let affinity = ex.url().to_owned();
         let headers = leg::leg_headers(ex.headers());
         let deadline = req
             .query
@@ -201,6 +202,7 @@ impl Call<'_> {
             resumed: &resumed,
             resource: &resource,
             raw_query,
+            affinity,
             scope,
             headers,
             deadline,
@@ -237,6 +239,8 @@ struct Watch<'a, 'f, 'n, 'c> {
     resource: &'a str,
     /// The client's query, for the targets of later legs.
     raw_query: String,
+    /// The client's original target: every leg's consistent-hashing key.
+    affinity: String,
     /// The scope's list target: what the jitter is drawn on, one draw per scope and outage.
     scope: String,
     /// Headers for every later leg: the client's, hop-by-hop and Accept-Encoding dropped,
@@ -494,6 +498,8 @@ impl Watch<'_, '_, '_, '_> {
             body: None,
             deadline: Deadline::Stream(stream),
             identity: self.route.identity,
+            // Every leg keys as the client's request, so it stays on the same server.
+            affinity: Some(&self.affinity),
         };
         match self.hub.cloud.send(outgoing) {
             Ok(answer) => {

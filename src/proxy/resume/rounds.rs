@@ -339,6 +339,7 @@ fn list_scope(
             body: None,
             deadline: Deadline::Bounded(list_deadline(req.deadline, Instant::now())),
             identity: req.identity,
+            affinity: None,
         })
         .map_err(|e| RoundFailure::Cloud(format!("the list failed: {e}")))?;
     match answer.status {
