@@ -4,8 +4,10 @@
 
 use std::time::Duration;
 
-use crate::support::Cloud;
+use serde_json::json;
+
 use crate::support::hub::*;
+use crate::support::{Cloud, RecordedRequest};
 
 /// How many distinct clients are sent.
 const PAIRS: usize = 30;
@@ -96,6 +98,76 @@ fn a_client_stays_on_its_server_and_only_a_stopped_servers_clients_move() {
     clouds[stopped].restart();
     assert!(hub.wait_healthy(clouds[stopped], true, Duration::from_secs(10)));
     assert_eq!(servers_of(&send_all(&hub, &clouds, 1), 1), home);
+}
+
+/// kubelet's watch of its pods, as the cloud sees it (the first leg and every resume).
+fn node_pod_watch(r: &RecordedRequest) -> bool {
+    r.path == "/api/v1/pods" && r.query.contains("watch=") && r.user_agent == KUBELET
+}
+
+#[test]
+fn a_resumed_watch_stays_on_its_server() {
+    let first = Cloud::start();
+    let second = first.start_peer();
+    let third = first.start_peer();
+    let clouds = [&first, &second, &third];
+    first.create(
+        "pods",
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-1", "namespace": "default"},
+            "spec": {"nodeName": "edge-1", "containers": [{"name": "c", "image": "busybox"}]}
+        }),
+    );
+    let dir = TempDir::new("lb-hashing-watch");
+    let servers: Vec<String> = clouds.iter().map(|c| c.url()).collect();
+    let spec = HubSpec::for_cloud(&first, dir.path()).with(&[
+        &format!("--server-addr={}", servers.join(",")),
+        "--lb-mode=consistent-hashing",
+        "--enable-resource-filter=false",
+    ]);
+    let hub = Hub::start(&spec);
+    let pods = "fieldSelector=spec.nodeName%3Dedge-1";
+    let list = get(&format!("{}/api/v1/pods?{pods}", hub.url()), KUBELET);
+    assert_eq!(list.status, 200, "{}", list.text());
+    let rv = list.json()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let url = format!(
+        "{}/api/v1/pods?watch=true&resourceVersion={rv}&{pods}&allowWatchBookmarks=true&timeoutSeconds=600",
+        hub.url()
+    );
+    let (status, _held) = stream(&url, KUBELET);
+    assert_eq!(status, 200);
+    let mut home = None;
+    assert!(eventually(Duration::from_secs(10), || {
+        home = (0..clouds.len()).find(|&k| clouds[k].count(node_pod_watch) == 1);
+        home.is_some()
+    }));
+    let home = home.unwrap();
+    // Each resume leg asks from a later resourceVersion: a different target, the same client.
+    for legs in 2..=4 {
+        assert!(clouds[home].cut_watches("pods") >= 1, "no pod watch to cut");
+        assert!(
+            eventually(Duration::from_secs(10), || clouds[home]
+                .count(node_pod_watch)
+                == legs),
+            "no resume on server {home}:\n{}",
+            hub.logs()
+        );
+        first.patch(
+            "pods",
+            "default",
+            "web-1",
+            json!({"metadata": {"labels": {"leg": legs.to_string()}}}),
+        );
+    }
+    for (k, c) in clouds.iter().enumerate() {
+        if k != home {
+            assert_eq!(c.count(node_pod_watch), 0, "a leg went to server {k}");
+        }
+    }
 }
 
 #[test]
