@@ -67,7 +67,14 @@ fn slow_headers_never_lock_out_health_checks_or_requests() {
         proc_status(hub.pid(), "VmHWM:")
     );
     drop((proxy_flood, serve_flood));
-    assert!(eventually(Duration::from_secs(15), || threads(hub.pid()) <= base + 1));
+    // Under emulation 1,100 threads take longer to see their sockets close and exit (most
+    // of all beside the 10,000-connection test): more time, the same bound.
+    let back = Duration::from_secs(if emulated() { 60 } else { 15 });
+    assert!(
+        eventually(back, || threads(hub.pid()) <= base + 1),
+        "threads: {} with {base} at rest",
+        threads(hub.pid())
+    );
 }
 
 #[test]
