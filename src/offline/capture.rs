@@ -94,8 +94,11 @@ impl Offline {
             return None;
         }
         let (op, path, namespace, name) = pod_write(req)?;
-        // A delete's body (DeleteOptions) says nothing the overlay reads.
+        let by_node_kubelet = by_node_kubelet(req);
+        // A delete's body (DeleteOptions) says nothing the overlay reads, and a write not
+        // from the node's kubelet changes nothing whatever it says: neither is read.
         let body = match op {
+            _ if !by_node_kubelet => Vec::new(),
             PodOp::Delete => Vec::new(),
             PodOp::PatchStatus | PodOp::PutStatus => match read() {
                 Ok(body) => body,
@@ -109,7 +112,6 @@ impl Offline {
                 }
             },
         };
-        let by_node_kubelet = by_node_kubelet(req);
         // kubelet's copy, which its patch is a diff against; read only for kubelet.
         let cached = if by_node_kubelet {
             self.kubelet_pod(req, path, namespace, name)

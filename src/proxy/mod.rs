@@ -248,6 +248,15 @@ impl Plan<'_> {
             plan => plan.request().and_then(long_running_key),
         }
     }
+
+    /// Who sent it, when the hub knows: a tunnel the classifier could not read has its
+    /// requester too.
+    fn requester(&self) -> Option<&Requester> {
+        match self {
+            Plan::Tunnel(upgrade) => Some(&upgrade.requester),
+            plan => plan.request().map(|req| &req.requester),
+        }
+    }
 }
 
 impl Hub {
@@ -329,11 +338,7 @@ impl Hub {
         let _admitted = if plan.waits() {
             let key = plan.long_running_key();
             // The slots kept for the node's components are the node's alone.
-            // A tunnel the classifier could not read is the node's by its requester too.
-            let node = match &plan {
-                Plan::Tunnel(upgrade) => upgrade.requester.is_node(),
-                plan => plan.request().is_some_and(|req| req.requester.is_node()),
-            };
+            let node = plan.requester().is_some_and(Requester::is_node);
             let admission = key
                 .as_deref()
                 .map_or(Admission::Short, |key| Admission::LongRunning { key, node });

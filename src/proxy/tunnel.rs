@@ -114,14 +114,11 @@ impl Hub {
                     );
                 }
             };
-            let headers: Vec<&(String, String)> = opened
+            let headers: Vec<(&str, &str)> = opened
                 .head
                 .headers
                 .iter()
                 .filter(|(name, _)| !is_hop_by_hop(name))
-                .collect();
-            let headers: Vec<(&str, &str)> = headers
-                .iter()
                 .map(|(n, v)| (n.as_str(), v.as_str()))
                 .collect();
             let _ = ex.send(status, &headers, &body);
