@@ -128,34 +128,29 @@ fn render_series(out: &mut String, series: &Series) {
         "tinyhub_endpoints_overlay_pods {}",
         series.pods.load(Ordering::Relaxed)
     );
-    header(
+    let by_resource = |out: &mut String, name: &str, help: &str, counts: &[AtomicU64; 2]| {
+        header(out, name, "counter", help);
+        for kind in KINDS {
+            let _ = writeln!(
+                out,
+                "{name}{{resource=\"{}\"}} {}",
+                kind.resource(),
+                counts[kind as usize].load(Ordering::Relaxed)
+            );
+        }
+    };
+    by_resource(
         out,
         "tinyhub_endpoints_rewritten_total",
-        "counter",
         "EndpointSlices and Endpoints served rewritten to this node's pods while the cloud was unreachable, by resource",
+        &series.rewritten,
     );
-    for kind in KINDS {
-        let _ = writeln!(
-            out,
-            "tinyhub_endpoints_rewritten_total{{resource=\"{}\"}} {}",
-            kind.resource(),
-            series.rewritten[kind as usize].load(Ordering::Relaxed)
-        );
-    }
-    header(
+    by_resource(
         out,
         "tinyhub_endpoints_overlay_events_total",
-        "counter",
         "MODIFIED events sent on open watches because the overlay changed or was dropped, by resource",
+        &series.events,
     );
-    for kind in KINDS {
-        let _ = writeln!(
-            out,
-            "tinyhub_endpoints_overlay_events_total{{resource=\"{}\"}} {}",
-            kind.resource(),
-            series.events[kind as usize].load(Ordering::Relaxed)
-        );
-    }
     header(
         out,
         "tinyhub_endpoints_overlay_captures_total",
