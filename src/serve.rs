@@ -4,9 +4,11 @@
 //! listener and caps, so it keeps answering when the proxy port is saturated, and stays
 //! open through a shutdown (readyz then says 503).
 //!
-//! YurtHub's other serve-port endpoints are answered 501 with why: Go's `/debug/pprof/*`
-//! (tinyhub is no Go program) and the OTA `upgrade` and `imagepull` of a pod (YurtStaticSet
-//! and OTA DaemonSet upgrades, not implemented).
+//! YurtHub's OTA `upgrade` and `imagepull` of a pod (`POST
+//! /openyurt.io/v1/namespaces/{ns}/pods/{pod}/…`) are [`ota`]'s. Go's `/debug/pprof/*` is
+//! answered 501 with why (tinyhub is no Go program).
+
+mod ota;
 
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +20,8 @@ use crate::offline;
 use crate::pki::IdentityState;
 use crate::server::Exchange;
 use crate::status::Status;
+
+pub(crate) use ota::Ota;
 
 /// Largest `/v1/token` body: a join token in a small JSON object.
 const MAX_TOKEN_BODY: u64 = 4096;
@@ -69,12 +73,13 @@ impl Readiness {
 }
 
 /// Answers one request on the serve port. `store` is the disk cache (edge mode), which
-/// `/pods` reads.
+/// `/pods` reads; `ota` answers the OTA endpoints.
 pub(crate) fn handle(
     mut ex: Exchange<'_>,
     readiness: &Readiness,
     backends: &Backends,
     store: Option<&Store>,
+    ota: &Ota,
 ) {
     let url = ex.url().to_owned();
     let (path, query) = url.split_once('?').unwrap_or((&url, ""));
@@ -168,25 +173,13 @@ pub(crate) fn handle(
             "tinyhub is not a Go program and has no pprof: see /metrics for its memory, \
              threads and connections",
         )),
-        _ if ex.method() == "POST" && is_ota_path(path) => {
-            ex.send_status(&Status::not_implemented(
-                "tinyhub does not implement OTA upgrades (YurtStaticSet and OTA DaemonSet \
-                 pods): upgrade the pod through the cloud apiserver",
-            ))
+        // Another method is a 404, as on the port's other paths.
+        _ if ex.method() == "POST" && ota::is_ota_path(path) => {
+            ota.handle(ex, path);
+            Ok(())
         }
         _ => ex.send(404, &text, b"404 page not found\n"),
     };
-}
-
-/// `/openyurt.io/v1/namespaces/{ns}/pods/{pod}/upgrade` or `…/imagepull`: YurtHub's OTA
-/// endpoints.
-fn is_ota_path(path: &str) -> bool {
-    let parts: Vec<&str> = path.split('/').collect();
-    matches!(
-        parts.as_slice(),
-        ["", "openyurt.io", "v1", "namespaces", ns, "pods", pod, "upgrade" | "imagepull"]
-            if !ns.is_empty() && !pod.is_empty()
-    )
 }
 
 /// The `jointoken` of a `/v1/token` body (`{"jointoken": "..."}`), or (400, why).
@@ -223,26 +216,6 @@ fn read_join_token(ex: &mut Exchange<'_>) -> Result<String, (u16, String)> {
 mod tests {
     use super::*;
     use std::time::{Duration, SystemTime};
-
-    #[test]
-    fn ota_paths_are_yurthubs_two_pod_endpoints() {
-        for (path, want) in [
-            ("/openyurt.io/v1/namespaces/default/pods/web/upgrade", true),
-            (
-                "/openyurt.io/v1/namespaces/kube-system/pods/p-1/imagepull",
-                true,
-            ),
-            ("/openyurt.io/v1/namespaces//pods/web/upgrade", false),
-            ("/openyurt.io/v1/namespaces/default/pods/web/status", false),
-            (
-                "/openyurt.io/v1/namespaces/default/pods/web/upgrade/x",
-                false,
-            ),
-            ("/api/v1/namespaces/default/pods/web/upgrade", false),
-        ] {
-            assert_eq!(is_ota_path(path), want, "{path}");
-        }
-    }
 
     #[test]
     fn readiness_lists_the_certificates_and_fails_without_them() {

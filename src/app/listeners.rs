@@ -11,11 +11,10 @@ use crate::cache::store::Store;
 use crate::config::Config;
 use crate::error::StartupError;
 use crate::filters::SecurePort;
-use crate::health::Backends;
 use crate::netif::LocalAddress;
 use crate::proxy::Hub;
 use crate::requester::Port;
-use crate::serve::{self, Readiness};
+use crate::serve::{self, Ota, Readiness};
 use crate::server::tls::{ClusterCaClients, ServingCert};
 use crate::server::{self, Limits, Load, LongRunningLimits};
 use crate::upstream::Upstream;
@@ -31,16 +30,18 @@ const SERVE_LIMITS: Limits = Limits {
 };
 
 /// Serves the serve port on its own thread: it answers health checks from the start, while
-/// the rest comes up.
+/// the rest comes up. The OTA endpoints reach the cloud through `upstream` as node `node`.
 pub(super) fn spawn_serve(
     listener: server::Listener,
     readiness: &Arc<Readiness>,
-    backends: &Arc<Backends>,
+    upstream: &Arc<Upstream>,
     store: Option<Arc<Store>>,
+    node: &str,
 ) -> Result<(), StartupError> {
-    let (readiness, backends) = (Arc::clone(readiness), Arc::clone(backends));
+    let (readiness, backends) = (Arc::clone(readiness), Arc::clone(upstream.backends()));
+    let ota = Ota::new(Arc::clone(upstream), node);
     let handler: server::Handler =
-        Arc::new(move |ex| serve::handle(ex, &readiness, &backends, store.as_deref()));
+        Arc::new(move |ex| serve::handle(ex, &readiness, &backends, store.as_deref(), &ota));
     // Never stopped: it answers readyz with 503 during the shutdown, until the process ends.
     let shutdown = Arc::new(AtomicBool::new(false));
     spawn("serve", move || {

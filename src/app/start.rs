@@ -53,7 +53,13 @@ pub(super) fn start(config: &Config, parts: Parts) -> Result<Running, StartupErr
     } = parts;
     let shutdown = Arc::new(AtomicBool::new(false));
     let writer_stop = Arc::new(AtomicBool::new(false));
-    listeners::spawn_serve(serve_listener, &readiness, &backends, store.clone())?;
+    listeners::spawn_serve(
+        serve_listener,
+        &readiness,
+        &upstream,
+        store.clone(),
+        &config.node_name,
+    )?;
 
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
     // Before the hub's own clients start: they skip servers found unhealthy.

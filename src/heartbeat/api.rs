@@ -44,7 +44,14 @@ impl ServerLeaseApi {
         // The apiserver gives up when the hub does (client-go adds the same).
         let path = format!("{path}?timeout={}s", self.timeout.as_secs().max(1));
         self.upstream
-            .exchange_with(&self.base, method, &path, body, self.timeout)
+            .exchange_with(
+                &self.base,
+                method,
+                &path,
+                body,
+                "application/json",
+                self.timeout,
+            )
             .map_err(LeaseError::Transport)
     }
 
