@@ -38,6 +38,7 @@ mod offline;
 mod offline_grants;
 mod offline_hold;
 mod offline_node;
+mod ota;
 mod pool_leader;
 mod pool_local;
 mod pool_serve;

@@ -1,5 +1,6 @@
 //! YurtHub's serve-port extras: `GET /pods` (kubelet's cached pods as a PodList, online and
-//! offline), the endpoints tinyhub does not implement answered 501 with why, and SIGUSR1's
+//! offline), the endpoints tinyhub does not implement answered 501 with why (the OTA routes
+//! are in `ota.rs`), and SIGUSR1's
 //! dump of the threads under `--root-dir`.
 
 use std::time::Duration;
@@ -104,19 +105,8 @@ fn what_the_serve_port_does_not_implement_is_a_501_saying_why() {
     let edge = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
     let cloud_mode =
         Hub::start(&HubSpec::for_cloud(&cloud, &cloud_dir).with(&["--working-mode=cloud"]));
+    // The OTA routes are no longer among them (tests/integration/ota.rs).
     let cases = [
-        (
-            &edge,
-            "POST",
-            "/openyurt.io/v1/namespaces/default/pods/web/upgrade",
-            "OTA",
-        ),
-        (
-            &edge,
-            "POST",
-            "/openyurt.io/v1/namespaces/default/pods/web/imagepull",
-            "OTA",
-        ),
         (&edge, "GET", "/debug/pprof/heap", "pprof"),
         (&cloud_mode, "GET", "/pods", "cloud mode"),
     ];
