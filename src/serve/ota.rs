@@ -653,6 +653,27 @@ mod tests {
     }
 
     #[test]
+    fn a_cloud_refusal_is_told_by_its_status_message_and_a_success_passes() {
+        let answer = |status: u16, body: &[u8]| {
+            CloudFailure::check(Ok(Exchanged {
+                status,
+                body: body.to_vec(),
+            }))
+        };
+        assert!(answer(200, b"{}").is_ok());
+        assert!(answer(202, b"").is_ok());
+        let not_found = br#"{"kind":"Status","code":404,"message":"pods \"web\" not found"}"#;
+        match answer(404, not_found) {
+            Err(e @ CloudFailure::Answered { code: 404, .. }) => {
+                assert_eq!(e.to_string(), r#"pods "web" not found"#);
+            }
+            _ => panic!("a 404 is a refusal"),
+        }
+        let garbage = answer(502, b"<html>").err().map(|e| e.to_string());
+        assert_eq!(garbage.as_deref(), Some("the cloud answered 502"));
+    }
+
+    #[test]
     fn the_pre_pull_patch_sets_image_ready_false_for_the_next_revision() {
         let now = "2026-12-06T13:00:00Z";
         // No pre-pull yet: the condition is added, the others kept as they came.
