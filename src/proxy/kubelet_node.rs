@@ -102,6 +102,10 @@ impl Call<'_> {
                 return self.fall_back(ex, Failure::Cloud(error));
             }
         };
+        // Counted as the relay counts the cloud's bytes of a forwarded answer.
+        if let Some(in_flight) = &self.in_flight {
+            in_flight.add_traffic(cloud.len() as u64);
+        }
         let headers: Vec<(String, String)> = std::mem::take(&mut answer.headers)
             .into_iter()
             .filter(|(name, _)| !name.eq_ignore_ascii_case("content-length"))
@@ -109,19 +113,19 @@ impl Call<'_> {
         let mut node = match serde_json::from_slice::<Value>(&cloud) {
             Ok(node) if node.is_object() => node,
             // Not a node: passed as it came (the writer judges it as it would have).
-            _ => return self.answer_node(ex, &headers, &cloud, cloud.clone()),
+            _ => return self.answer_node(ex, &headers, cloud, None),
         };
         let now = now_rfc3339();
         let changed = self
             .wanted(&node)
             .filter(|wanted| autonomy::apply(&mut node, wanted, &now));
         let Some(wanted) = changed else {
-            return self.answer_node(ex, &headers, &cloud, cloud.clone());
+            return self.answer_node(ex, &headers, cloud, None);
         };
         match self.write_condition(cloud, node, &wanted, &now) {
-            Written::Stored(node) => self.answer_node(ex, &headers, &node, node.clone()),
+            Written::Stored(node) => self.answer_node(ex, &headers, node, None),
             Written::Unwritten { cloud, answer } => {
-                self.answer_node(ex, &headers, &answer, cloud);
+                self.answer_node(ex, &headers, answer, Some(cloud));
             }
         }
     }
@@ -264,17 +268,20 @@ impl Call<'_> {
             })
     }
 
-    /// Sends `body` to kubelet with the cloud's `headers`, and `cache` to the cache as the
-    /// relay would have kept the GET's answer.
+    /// Sends `body` to kubelet with the cloud's `headers`, then gives the cache the cloud's
+    /// node as the relay would have kept the GET's answer: `cloud`, or `body` when it is the
+    /// cloud's node.
     fn answer_node(
         &mut self,
         ex: Exchange<'_>,
         headers: &[(String, String)],
-        body: &[u8],
-        cache: Vec<u8>,
+        body: Vec<u8>,
+        cloud: Option<Vec<u8>>,
     ) {
-        let cache_status = self.keep(&ex, cache);
-        let status = match ex.send(200, headers, body) {
+        let sent_as = ex.url().to_owned();
+        let sent = ex.send(200, headers, &body);
+        let cache_status = self.keep(sent_as, cloud.unwrap_or(body));
+        let status = match sent {
             Ok(()) => cache_status,
             Err(e) => {
                 log::debug!("the client went away before its node: {e}");
@@ -285,8 +292,8 @@ impl Call<'_> {
     }
 
     /// Hands `node` to the cache writer under the GET's target, as the relay does (with the
-    /// refill that reads it again should the queue be full).
-    fn keep(&self, ex: &Exchange<'_>, node: Vec<u8>) -> CacheStatus {
+    /// refill that reads it again, as `sent_as`, should the queue be full).
+    fn keep(&self, sent_as: String, node: Vec<u8>) -> CacheStatus {
         let (routed, cache) = match (&self.route.cache, &self.hub.cache) {
             (Ok(routed), Some(cache)) => (routed, cache),
             (Ok(_), None) => return CacheStatus::Bypass(NoCacheReason::CacheUnavailable),
@@ -299,7 +306,7 @@ impl Call<'_> {
         let refill = self.req.as_ref().map(|req| Refill {
             request: Box::new(req.clone()),
             target: routed.clone(),
-            sent_as: ex.url().to_owned(),
+            sent_as,
         });
         match cache.begin(target, 200, false, refill) {
             Some(mut session) => {

@@ -299,3 +299,42 @@ fn refused_writes_and_offline_answers_set_the_condition_in_the_answer_only() {
         in_cloud["metadata"]["resourceVersion"]
     );
 }
+
+/// Only kubelet's GET of this node, as the node, carries the condition: another node, another
+/// component, the status subresource or a client with its own credential get the cloud's
+/// node as it is, and nothing is written.
+#[test]
+fn only_kubelets_get_of_this_node_sets_the_condition() {
+    let (cloud, _dir, _spec, hub) = start("autonomy-who");
+    cloud.node("edge-2", Some("pool-a"), &[]);
+    cloud.add_token("user-token", "someone");
+    let base = hub.url();
+    let others = [
+        (format!("{base}/api/v1/nodes/edge-2"), KUBELET, None),
+        (
+            format!("{base}/api/v1/nodes/edge-1"),
+            "kubectl/v1.32.0",
+            None,
+        ),
+        (format!("{base}/api/v1/nodes/edge-1/status"), KUBELET, None),
+        (
+            format!("{base}/api/v1/nodes/edge-1"),
+            KUBELET,
+            Some("Bearer user-token"),
+        ),
+    ];
+    for (url, ua, authorization) in &others {
+        let headers: Vec<(&str, &str)> = authorization
+            .iter()
+            .map(|a| ("authorization", *a))
+            .collect();
+        let r = call("GET", url, ua, &headers, None);
+        assert_eq!(r.status, 200, "{url} {ua}: {}", r.text());
+        assert_eq!(status(&r.json()), "", "{url} {ua} {authorization:?}");
+    }
+    assert_eq!(puts(&cloud), 0);
+    assert_eq!(cloud.count(|r| r.method == "PUT"), 0);
+    // kubelet's own GET does.
+    assert_eq!(status(&kubelet_get(&hub)), "False");
+    assert_eq!(puts(&cloud), 1);
+}
