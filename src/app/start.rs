@@ -146,6 +146,7 @@ pub(super) fn start(config: &Config, parts: Parts) -> Result<Running, StartupErr
         rounds: Arc::default(),
         overlay,
         tunnel: config.tunnel,
+        autonomy_checks: std::sync::atomic::AtomicU32::new(0),
     });
     let (ports, open_https) =
         listeners::open_proxy_ports(config, hub, proxy_listener, &local, https, &shutdown)?;

@@ -116,7 +116,8 @@ impl<'h, R> Call<'h, R> {
         self.done(status.code, CacheStatus::Rejected);
     }
 
-    fn done(&mut self, status: u16, cache: CacheStatus) {
+    /// Records how the request ended, for its log line.
+    pub(super) fn done(&mut self, status: u16, cache: CacheStatus) {
         (self.status, self.cache) = (status, cache);
     }
 
@@ -152,11 +153,23 @@ impl<'h> Call<'h> {
             Ok(answer) => answer,
             Err(failure) => return self.fall_back(ex, failure),
         };
+        self.hand_on(ex, answer, request_copy.as_deref());
+    }
+
+    /// Relays the cloud's `answer` to the client (`request_copy`: the start of the request's
+    /// body, when its answer is keyed by it); falls back when the cloud breaks off before the
+    /// client got anything.
+    pub(super) fn hand_on(
+        &mut self,
+        ex: Exchange<'_>,
+        answer: Answer,
+        request_copy: Option<&[u8]>,
+    ) {
         let status = answer.status;
         if let Some(req) = &self.req {
             super::grant::record(self.hub, req, ex.header("authorization"), status);
         }
-        match self.relay(ex, answer, request_copy.as_deref()) {
+        match self.relay(ex, answer, request_copy) {
             Relayed::Done(cache) => self.done(status, cache),
             Relayed::CloudBrokeOff(ex, error) => self.fall_back(ex, Failure::Cloud(error)),
             // The client hung up: nothing left to tell it.
@@ -169,7 +182,7 @@ impl<'h> Call<'h> {
 
     /// Sends the request to the cloud and returns its answer's head. With `request_copy`,
     /// the first bytes of the request body are copied there as they go.
-    fn send(
+    pub(super) fn send(
         &self,
         ex: &mut Exchange<'_>,
         request_copy: Option<&mut Vec<u8>>,
@@ -226,7 +239,7 @@ impl<'h> Call<'h> {
 
     /// The request failed before the client got anything: answer from the cache when the
     /// policy allows it, else with the status the failure calls for.
-    fn fall_back(&mut self, ex: Exchange<'_>, failure: Failure) {
+    pub(super) fn fall_back(&mut self, ex: Exchange<'_>, failure: Failure) {
         match fallback::after(self.hub.mode, &self.route.local, failure) {
             Fallback::FromCache(error) if self.req.is_some() => {
                 log::info!("cloud unreachable ({error}); answering from the cache");

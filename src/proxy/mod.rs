@@ -8,6 +8,8 @@
 //! - `fallback.rs`: the policy on failures by origin — which one the cache may answer;
 //! - `kubelet_lease.rs`: kubelet's lease requests, answered by the hub (edge mode, lease
 //!   heartbeat).
+//! - `kubelet_node.rs`: kubelet's GET of this node, with its Autonomy condition set and a
+//!   change written to the cloud (edge mode).
 //! - `pool_local.rs`: lists and watches of pool-scope resources answered from the node's
 //!   shared watch cache (edge mode).
 //! - `multiplexer.rs`: a leader hub's port, serving those caches to the pool's followers.
@@ -20,6 +22,7 @@ mod call;
 mod fallback;
 mod grant;
 mod kubelet_lease;
+mod kubelet_node;
 pub(crate) mod multiplexer;
 pub(crate) mod pool_local;
 mod relay;
@@ -28,7 +31,7 @@ mod tunnel;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use self::call::{Call, Counted};
@@ -84,6 +87,9 @@ pub(crate) struct Hub {
     /// The limits of tunnels (exec, attach, port-forward): the idle limit, the time the
     /// cloud has to answer an upgrade.
     pub tunnel: crate::tunnel::Limits,
+    /// kubelet's GETs of this node in a row that found cache keys failing: past 3 the node's
+    /// Autonomy condition says Unknown (`kubelet_node.rs`).
+    pub autonomy_checks: AtomicU32,
 }
 
 /// Where the cache stood for a request, for the log line.
@@ -209,6 +215,9 @@ enum Plan<'h> {
     /// Forwarded by its route, or answered from the disk cache when the cloud is
     /// unreachable (`call.rs`).
     Forward(ApiRequest, Route),
+    /// kubelet's GET of this node (edge mode): forwarded or answered from the cache as a
+    /// `Forward`, with the node's Autonomy condition set (`kubelet_node.rs`).
+    KubeletNode(ApiRequest, Route),
     /// Passed on unread (cloud mode): the cloud judges it.
     PassOn(Route),
     /// A connection upgrade (exec, attach, port-forward), spliced to the cloud
@@ -225,7 +234,8 @@ impl Plan<'_> {
             Plan::Refuse(req, _)
             | Plan::KubeletLease(req, ..)
             | Plan::PoolLocal(req, _)
-            | Plan::Forward(req, _) => Some(req),
+            | Plan::Forward(req, _)
+            | Plan::KubeletNode(req, _) => Some(req),
         }
     }
 
@@ -234,7 +244,11 @@ impl Plan<'_> {
     fn waits(&self) -> bool {
         matches!(
             self,
-            Plan::PoolLocal(..) | Plan::Forward(..) | Plan::PassOn(_) | Plan::Tunnel(_)
+            Plan::PoolLocal(..)
+                | Plan::Forward(..)
+                | Plan::KubeletNode(..)
+                | Plan::PassOn(_)
+                | Plan::Tunnel(_)
         )
     }
 
@@ -326,6 +340,9 @@ impl Hub {
             return Plan::PoolLocal(req, cache);
         }
         match self.route(&req) {
+            Ok(route) if kubelet_node::is_kubelet_node(self, &req, &route) => {
+                Plan::KubeletNode(req, route)
+            }
             Ok(route) => Plan::Forward(req, route),
             Err(status) => Plan::Refuse(req, status),
         }
@@ -407,6 +424,16 @@ impl Hub {
                         call.answer_locally(ex);
                     } else {
                         call.forward(ex);
+                    }
+                });
+            }
+            Plan::KubeletNode(req, route) => {
+                let offline = fallback::offline(self.mode, &route.local, self.cloud.as_ref());
+                Call::run(self, req, route, Counted::Proxied, started, |call| {
+                    if offline {
+                        call.answer_node_locally(ex);
+                    } else {
+                        call.forward_node(ex);
                     }
                 });
             }

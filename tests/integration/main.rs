@@ -8,6 +8,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod autonomy;
 mod bodies;
 mod cache_dir;
 mod cache_write;

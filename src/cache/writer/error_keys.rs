@@ -9,10 +9,13 @@
 //! and 0 while it could not be written (on a full disk it cannot: YurtHub's append-only file
 //! fails there too). No writes while nothing fails: a healthy hub never touches the file.
 //!
-//! Owned by the writer thread: no lock.
+//! Owned by the writer thread: no lock. What the request path reads of it (kubelet's `GET
+//! node` sets the node's Autonomy condition by it) is published to [`failing_keys`]: the
+//! count without a lock, the messages behind one taken only while some key fails.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::cache::key::{CollectionKey, ObjectKey, TokenKey};
@@ -35,6 +38,41 @@ const WRITE_INTERVAL: Duration = Duration::from_secs(1);
 /// After a failed write of the list, the next try waits this long (a full disk fails every
 /// try).
 const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// Longest summary of the failing keys' messages ([`FailingKeys::messages`]): it becomes a
+/// condition's message in the node's status, which every reader of the node downloads.
+const MAX_SUMMARY: usize = 4096;
+
+/// How many keys fail now, published by the writer for [`failing_keys`].
+static FAILING_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Their messages joined (None while none fails), published before the count.
+static FAILING_MESSAGES: Mutex<Option<Arc<str>>> = Mutex::new(None);
+
+/// What fails in the cache now, as YurtHub's `QueryCacheResult` says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FailingKeys {
+    /// How many keys' last write failed.
+    pub count: usize,
+    /// Their error messages in key order, joined by a newline, cut at a message's end once
+    /// past 4 KiB.
+    pub messages: Arc<str>,
+}
+
+/// The keys whose last write failed, when some do: one atomic load while none fails (the
+/// usual case), a short lock otherwise.
+pub(crate) fn failing_keys() -> Option<FailingKeys> {
+    let count = FAILING_COUNT.load(Ordering::Acquire);
+    if count == 0 {
+        return None;
+    }
+    // A poisoned lock still holds a whole `Option`: the summary is only ever replaced.
+    let messages = FAILING_MESSAGES
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()?;
+    Some(FailingKeys { count, messages })
+}
 
 /// Something the writer stores under a cache key: its key as YurtHub writes it,
 /// `<component>/<resource>.<version>.<group>[/<namespace>][/<name>]`.
@@ -261,11 +299,68 @@ impl ErrorKeys {
         METRICS
             .error_keys_count
             .store(self.keys.len() as i64, Ordering::Relaxed);
+        let summary = (!self.keys.is_empty()).then(|| Arc::from(self.summary()));
+        *FAILING_MESSAGES
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = summary;
+        FAILING_COUNT.store(self.keys.len(), Ordering::Release);
+    }
+
+    /// The keys' messages in key order joined by a newline (YurtHub joins them in its map's
+    /// order), whole messages only, up to [`MAX_SUMMARY`] bytes and the one that passes it.
+    fn summary(&self) -> String {
+        let mut joined = String::new();
+        for message in self.keys.values() {
+            if joined.len() >= MAX_SUMMARY {
+                break;
+            }
+            if !joined.is_empty() {
+                joined.push('\n');
+            }
+            joined.push_str(message);
+        }
+        joined
     }
 
     /// The keys, in order.
     #[cfg(test)]
     pub(super) fn keys(&self) -> Vec<&str> {
         self.keys.keys().map(String::as_str).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The summary is the messages in key order, one a line, whole ones only, cut once past
+    /// its bound.
+    #[test]
+    fn summary_joins_whole_messages_in_key_order_up_to_its_bound() {
+        let mut keys = ErrorKeys::default();
+        assert_eq!(keys.summary(), "");
+        keys.keys
+            .insert("kubelet/pods.v1.core/ns/b".into(), "no space".into());
+        keys.keys
+            .insert("kubelet/pods.v1.core/ns/a".into(), "in the way".into());
+        assert_eq!(keys.summary(), "in the way\nno space");
+
+        let long = "x".repeat(MAX_MESSAGE);
+        for i in 0..MAX_ERROR_KEYS {
+            keys.keys
+                .insert(format!("kubelet/pods.v1.core/many/{i:04}"), long.clone());
+        }
+        let summary = keys.summary();
+        assert!(summary.len() >= MAX_SUMMARY, "{}", summary.len());
+        assert!(
+            summary.len() < MAX_SUMMARY + MAX_MESSAGE + 1,
+            "{}",
+            summary.len()
+        );
+        assert!(
+            summary
+                .split('\n')
+                .all(|m| m == long || m == "in the way" || m == "no space")
+        );
     }
 }

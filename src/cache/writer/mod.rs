@@ -23,6 +23,7 @@ mod tee;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use error_keys::failing_keys;
 pub(crate) use refills::{Dropped, Refill, RefillTx, Refills};
 pub(crate) use run::{WriterOptions, run};
 pub(crate) use tee::Session;

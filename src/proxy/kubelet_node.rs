@@ -1,0 +1,347 @@
+//! kubelet's `GET` of this node (edge mode; YurtHub's `pkg/yurthub/proxy/autonomy`): the node
+//! goes back to kubelet with its `Autonomy` condition as `autonomy.rs` wants it, and a change
+//! is written to the cloud.
+//!
+//! Online the GET goes as any forwarded one (the node's identity, the route's `Accept`) and
+//! its answer, a few KiB, is read whole. When the condition must change, the node's status is
+//! PUT with the hub's identity (a 409 reads the node again and tries again, 5 tries in all, as
+//! YurtHub); kubelet gets the node the PUT answered, or, when the PUT failed, the cloud's node
+//! with the condition set (one log line). The cache keeps the cloud's node only: the PUT's
+//! answer, or the node the GET read. YurtHub answers from its cache first and asks the cloud
+//! only after; tinyhub answers the cloud's node. A failure before any answer, or an answer
+//! that is not a 200 in plain JSON, goes the way of every forwarded GET (`call.rs`,
+//! `relay.rs`).
+//!
+//! Offline kubelet gets the cached node with the condition set in its answer only: nothing is
+//! stored and nothing is sent (YurtHub answers 500 when the condition would change). No
+//! cached node: the offline answer any GET gets.
+
+mod autonomy;
+
+use std::io::{self, Read};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use self::autonomy::{Setting, Wanted};
+use super::call::Call;
+use super::fallback::Failure;
+use super::{CacheStatus, Hub};
+use crate::cache::key::ObjectKey;
+use crate::cache::writer::{Refill, failing_keys};
+use crate::metrics::METRICS;
+use crate::mode::WorkingMode;
+use crate::request::{ApiRequest, Verb};
+use crate::route::{self, Deadline, Identity, NoCacheReason, Route};
+use crate::server::Exchange;
+use crate::upstream::{BodySource, HUB_USER_AGENT, Outgoing, UpstreamError};
+
+/// Largest node read whole: etcd keeps objects up to 1.5 MiB, so any real node fits.
+const MAX_NODE_BYTES: u64 = 4 * 1024 * 1024;
+/// PUTs of the condition per GET, the first included (YurtHub's `nodeStatusUpdateRetry`).
+const WRITE_TRIES: usize = 5;
+/// Time for each of the hub's own requests (the PUT, the GET after a 409).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `req` is kubelet's GET of this node, routed to the cache: the GET whose answer carries the
+/// Autonomy condition. A route with response filters keeps the ordinary path (none filters
+/// nodes today).
+pub(super) fn is_kubelet_node(hub: &Hub, req: &ApiRequest, route: &Route) -> bool {
+    let Some(path) = req.resource() else {
+        return false;
+    };
+    hub.mode == WorkingMode::Edge
+        && req.requester.is_node()
+        && req.component.as_str() == "kubelet"
+        && req.verb == Verb::Get
+        && path.gvr.group.is_empty()
+        && path.gvr.version == "v1"
+        && path.gvr.resource == "nodes"
+        && path.namespace.is_none()
+        && path.subresource.is_none()
+        && !path.extra_path
+        && path.name.as_deref() == Some(&*hub.node_name)
+        && route.cache.is_ok()
+        && route.filters.is_empty()
+}
+
+/// What the cloud holds after the condition was written, or not.
+enum Written {
+    /// The cloud's node with the condition: the PUT's answer, or a node read again that
+    /// already had it.
+    Stored(Vec<u8>),
+    /// The write failed: the last node read from the cloud, and it with the condition set.
+    Unwritten { cloud: Vec<u8>, answer: Vec<u8> },
+}
+
+impl Call<'_> {
+    /// Online: forwards kubelet's GET, sets the condition, writes a change to the cloud, and
+    /// answers (see the module's text).
+    pub(super) fn forward_node(&mut self, mut ex: Exchange<'_>) {
+        let mut answer = match self.send(&mut ex, None) {
+            Ok(answer) => answer,
+            Err(failure) => return self.fall_back(ex, failure),
+        };
+        let readable = answer.status == 200
+            && answer.is_json()
+            && answer.header("content-encoding").is_none()
+            && answer.length.is_none_or(|l| l <= MAX_NODE_BYTES);
+        if !readable {
+            return self.hand_on(ex, answer, None);
+        }
+        let cloud = match read_whole(&mut answer.body, MAX_NODE_BYTES) {
+            Ok(cloud) => cloud,
+            Err(e) => {
+                let error = UpstreamError::Transport {
+                    server: self.hub.cloud.server(answer.backend).to_owned(),
+                    detail: format!("the node's answer broke off: {e}"),
+                    timeout: e.kind() == io::ErrorKind::TimedOut,
+                    maybe_sent: true,
+                };
+                return self.fall_back(ex, Failure::Cloud(error));
+            }
+        };
+        // Counted as the relay counts the cloud's bytes of a forwarded answer.
+        if let Some(in_flight) = &self.in_flight {
+            in_flight.add_traffic(cloud.len() as u64);
+        }
+        let headers: Vec<(String, String)> = std::mem::take(&mut answer.headers)
+            .into_iter()
+            .filter(|(name, _)| !name.eq_ignore_ascii_case("content-length"))
+            .collect();
+        let mut node = match serde_json::from_slice::<Value>(&cloud) {
+            Ok(node) if node.is_object() => node,
+            // Not a node: passed as it came (the writer judges it as it would have).
+            _ => return self.answer_node(ex, &headers, cloud, None),
+        };
+        let now = now_rfc3339();
+        let changed = self
+            .wanted(&node)
+            .filter(|wanted| autonomy::apply(&mut node, wanted, &now));
+        let Some(wanted) = changed else {
+            return self.answer_node(ex, &headers, cloud, None);
+        };
+        match self.write_condition(cloud, node, &wanted, &now) {
+            Written::Stored(node) => self.answer_node(ex, &headers, node, None),
+            Written::Unwritten { cloud, answer } => {
+                self.answer_node(ex, &headers, answer, Some(cloud));
+            }
+        }
+    }
+
+    /// Offline: the cached node with the condition set, in the answer only; no cached node,
+    /// the ordinary offline answer.
+    pub(super) fn answer_node_locally(&mut self, ex: Exchange<'_>) {
+        let Some(mut node) = self.cached_node() else {
+            return self.answer_locally(ex);
+        };
+        if let Some(wanted) = self.wanted(&node) {
+            autonomy::apply(&mut node, &wanted, &now_rfc3339());
+        }
+        // A Value always serialises.
+        let body = serde_json::to_vec(&node).unwrap_or_default();
+        METRICS.offline_answers.fetch_add(1, Ordering::Relaxed);
+        let _ = ex.send(200, &[("Content-Type", "application/json")], &body);
+        self.done(200, CacheStatus::Offline);
+    }
+
+    /// The condition this check wants for `node` (one check: it counts in the hub's run of
+    /// checks that found cache keys failing).
+    fn wanted(&self, node: &Value) -> Option<Wanted> {
+        let failing = failing_keys();
+        let messages = failing.as_ref().map(|f| &*f.messages);
+        autonomy::want(Setting::of(node), messages, &self.hub.autonomy_checks)
+    }
+
+    /// This node as the cache holds it, when it is a readable object.
+    fn cached_node(&self) -> Option<Value> {
+        let offline = self.hub.offline.as_ref()?;
+        let key = ObjectKey {
+            collection: self.route.collection()?.clone(),
+            namespace: None,
+            name: self.hub.node_name.to_string(),
+        };
+        let bytes = offline.store.get(&key).ok()??;
+        serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .filter(Value::is_object)
+    }
+
+    /// PUTs `node` (the cloud's node `cloud` with `wanted` set) as the node's status; a 409
+    /// reads the node again and sets the condition again, up to [`WRITE_TRIES`] PUTs.
+    fn write_condition(
+        &self,
+        mut cloud: Vec<u8>,
+        mut node: Value,
+        wanted: &Wanted,
+        now: &str,
+    ) -> Written {
+        let name = &*self.hub.node_name;
+        let status_path = format!("/api/v1/nodes/{name}/status");
+        let node_path = format!("/api/v1/nodes/{name}");
+        for tried in 1..=WRITE_TRIES {
+            // A Value always serialises.
+            let body = serde_json::to_vec(&node).unwrap_or_default();
+            let failed = match self.exchange("PUT", &status_path, Some(&body)) {
+                Ok((200, written)) if is_object(&written) => return Written::Stored(written),
+                Ok((409, _)) if tried < WRITE_TRIES => match self.exchange("GET", &node_path, None)
+                {
+                    Ok((200, again)) => match serde_json::from_slice::<Value>(&again) {
+                        Ok(mut fresh) if fresh.is_object() => {
+                            if !autonomy::apply(&mut fresh, wanted, now) {
+                                return Written::Stored(again);
+                            }
+                            (cloud, node) = (again, fresh);
+                            continue;
+                        }
+                        _ => "the node read again is not an object".to_owned(),
+                    },
+                    Ok((status, _)) => format!("reading the node again after a conflict: {status}"),
+                    Err(e) => format!("reading the node again after a conflict: {e}"),
+                },
+                Ok((status, body)) => format!(
+                    "the cloud answered {status}: {}",
+                    String::from_utf8_lossy(&body[..body.len().min(200)])
+                ),
+                Err(e) => e.to_string(),
+            };
+            log::warn!(
+                "cannot write the node's Autonomy condition ({}) to the cloud: {failed}; kubelet gets it unwritten",
+                wanted.status
+            );
+            break;
+        }
+        Written::Unwritten {
+            cloud,
+            // A Value always serialises.
+            answer: serde_json::to_vec(&node).unwrap_or_default(),
+        }
+    }
+
+    /// One of the hub's own requests for the node, with the hub's identity: the status and
+    /// the body, read whole.
+    fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> Result<(u16, Vec<u8>), UpstreamError> {
+        let headers = [
+            ("user-agent".to_owned(), HUB_USER_AGENT.to_owned()),
+            ("content-type".to_owned(), "application/json".to_owned()),
+        ];
+        let mut reader = body.unwrap_or_default();
+        let outgoing = Outgoing {
+            method,
+            path_and_query: path,
+            headers: if body.is_some() {
+                &headers
+            } else {
+                &headers[..1]
+            },
+            accept: Some("application/json"),
+            body: body.map(|b| BodySource {
+                reader: &mut reader,
+                length: Some(b.len() as u64),
+            }),
+            deadline: Deadline::Bounded(WRITE_TIMEOUT),
+            identity: Identity::Hub,
+            affinity: None,
+        };
+        let mut answer = self.hub.cloud.send(outgoing)?;
+        let server = self.hub.cloud.server(answer.backend).to_owned();
+        let read = if answer.header("content-encoding").is_some() {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "an encoded answer the hub did not ask for",
+            ))
+        } else {
+            read_whole(&mut answer.body, MAX_NODE_BYTES)
+        };
+        read.map(|bytes| (answer.status, bytes))
+            .map_err(|e| UpstreamError::Transport {
+                server,
+                detail: e.to_string(),
+                timeout: e.kind() == io::ErrorKind::TimedOut,
+                maybe_sent: true,
+            })
+    }
+
+    /// Sends `body` to kubelet with the cloud's `headers`, then gives the cache the cloud's
+    /// node as the relay would have kept the GET's answer: `cloud`, or `body` when it is the
+    /// cloud's node.
+    fn answer_node(
+        &mut self,
+        ex: Exchange<'_>,
+        headers: &[(String, String)],
+        body: Vec<u8>,
+        cloud: Option<Vec<u8>>,
+    ) {
+        let sent_as = ex.url().to_owned();
+        let sent = ex.send(200, headers, &body);
+        let cache_status = self.keep(sent_as, cloud.unwrap_or(body));
+        let status = match sent {
+            Ok(()) => cache_status,
+            Err(e) => {
+                log::debug!("the client went away before its node: {e}");
+                CacheStatus::ClientGone
+            }
+        };
+        self.done(200, status);
+    }
+
+    /// Hands `node` to the cache writer under the GET's target, as the relay does (with the
+    /// refill that reads it again, as `sent_as`, should the queue be full).
+    fn keep(&self, sent_as: String, node: Vec<u8>) -> CacheStatus {
+        let (routed, cache) = match (&self.route.cache, &self.hub.cache) {
+            (Ok(routed), Some(cache)) => (routed, cache),
+            (Ok(_), None) => return CacheStatus::Bypass(NoCacheReason::CacheUnavailable),
+            (Err(reason), _) => return CacheStatus::Bypass(*reason),
+        };
+        let Some(target) = route::target_for_answer(routed, Some("application/json")) else {
+            return CacheStatus::Bypass(NoCacheReason::Answer);
+        };
+        // The node's GET goes with the hub's identity: the refill may read it again.
+        let refill = self.req.as_ref().map(|req| Refill {
+            request: Box::new(req.clone()),
+            target: routed.clone(),
+            sent_as,
+        });
+        match cache.begin(target, 200, false, refill) {
+            Some(mut session) => {
+                session.chunk_owned(node);
+                session.finish(true);
+                CacheStatus::Stored
+            }
+            None => CacheStatus::Dropped,
+        }
+    }
+}
+
+/// A JSON object.
+fn is_object(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(bytes).is_ok_and(|v| v.is_object())
+}
+
+/// `body` read to its end, refused past `limit` bytes (read to the end so that the connection
+/// goes back to the pool).
+fn read_whole(body: &mut impl Read, limit: u64) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    body.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a node larger than {limit} bytes"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Now as Kubernetes writes a condition's times.
+fn now_rfc3339() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    crate::logging::rfc3339(secs as i64)
+}
