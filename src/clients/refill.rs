@@ -24,7 +24,9 @@ use crate::filters::Filters;
 use crate::filters::body::{BodyFilter, StageTime};
 use crate::metrics::{METRICS, Metrics};
 use crate::mode::WorkingMode;
-use crate::request::{ApiRequest, LegacyPrefix, PATH_SAFE, QUERY_SAFE, Target, Verb, escape};
+use crate::request::{
+    Accept, ApiRequest, LegacyPrefix, PATH_SAFE, QUERY_SAFE, Target, Verb, escape,
+};
 use crate::requester::Requester;
 use crate::route::{self, Deadline, Identity};
 use crate::stream::{self, BodyReads, FilterStage, Pumped, Stop, ToCache, pump};
@@ -191,6 +193,12 @@ fn refill_one(
         verb => return Err(ClientError::Refused(format!("not a read: {verb:?}"))),
     };
     let path = path_and_query(&req)?;
+    // The form the client's answer was cached in: a metadata-only client's JSON form, else
+    // plain JSON.
+    let accept = match req.accept {
+        Accept::Metadata { list, json: true } => route::metadata_accept(list),
+        _ => "application/json",
+    };
     // The cloud's logs name who asked: the hub, for this component.
     let headers = [(
         "User-Agent".to_owned(),
@@ -200,7 +208,7 @@ fn refill_one(
         method: "GET",
         path_and_query: &path,
         headers: &headers,
-        accept: Some("application/json"),
+        accept: Some(accept),
         body: None,
         deadline: Deadline::Bounded(route::REQUEST_DEADLINE),
         identity: Identity::Hub,
@@ -214,7 +222,13 @@ fn refill_one(
     )?;
     let shape = route::body_shape(&req);
     // The filter stage, timed as the relay's is; what it gives goes to the cache only.
-    let chain = filters.map_or(Chain::EMPTY, |f| f.chain_for(&req));
+    // (A metadata-only answer is relayed unfiltered, as `Route::with_filters` decides.)
+    let chain = match req.accept {
+        Accept::Json | Accept::JsonOrProtobuf => {
+            filters.map_or(Chain::EMPTY, |f| f.chain_for(&req))
+        }
+        _ => Chain::EMPTY,
+    };
     let filters = filters.filter(|_| !chain.is_empty());
     let gzip = answer.is_gzip() && filters.is_none();
     let session = cache
@@ -257,6 +271,13 @@ pub(crate) fn list_of_watch(req: &ApiRequest) -> ApiRequest {
             } else {
                 Verb::List
             };
+            // A metadata watch's list asks for the list's form of its metadata.
+            if let Accept::Metadata { json, .. } = req.accept {
+                list.accept = Accept::Metadata {
+                    list: list.verb == Verb::List,
+                    json,
+                };
+            }
         }
     }
     list
