@@ -1011,6 +1011,133 @@ mod tests {
     }
 
     #[test]
+    fn metadata_reads_are_cached_and_answered_in_their_view() {
+        let list_accept = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+        let get_accept = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+        let ua = "coredns/1.11";
+        let metadata_view = |route: &Route| {
+            let c = route.collection().expect("a collection");
+            (c.view, c.dir_name())
+        };
+        let meta_pods = (
+            View::Metadata,
+            "partialobjectmetadatas.v1.meta.k8s.io/pods.v1.core".to_owned(),
+        );
+
+        let list = edge(&req(
+            "GET",
+            "/api/v1/pods?labelSelector=app%3Dweb",
+            ua,
+            Some(list_accept),
+        ));
+        assert!(
+            matches!(list.cache, Ok(CacheTarget::List { .. })),
+            "{list:?}"
+        );
+        assert_eq!(metadata_view(&list), meta_pods);
+        assert_eq!(
+            list.upstream_accept,
+            Some("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
+        );
+        assert_eq!(list.local, Local::List);
+        assert!(list.filters.is_empty());
+
+        let one = edge(&req(
+            "GET",
+            "/api/v1/namespaces/a/pods/web",
+            ua,
+            Some(get_accept),
+        ));
+        assert!(
+            matches!(one.cache, Ok(CacheTarget::Object { .. })),
+            "{one:?}"
+        );
+        assert_eq!(metadata_view(&one), meta_pods);
+        assert_eq!(
+            one.upstream_accept,
+            Some("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1")
+        );
+        assert_eq!(one.local, Local::Get);
+
+        // A watch is cached, but resumed only: a rebuild lists whole objects.
+        let watch = edge(&req("GET", "/api/v1/pods?watch=1", ua, Some(get_accept)));
+        assert!(
+            matches!(watch.cache, Ok(CacheTarget::Watch { .. })),
+            "{watch:?}"
+        );
+        assert_eq!(metadata_view(&watch), meta_pods);
+        assert_eq!(watch.resume, Some(Resume::ResumeOnly));
+        assert_eq!(watch.local, Local::Watch);
+
+        // The name and namespace are in the metadata; anything else is the cloud's to match.
+        let by_name = edge(&req(
+            "GET",
+            "/api/v1/pods?fieldSelector=metadata.name%3Dweb,metadata.namespace%3Da",
+            ua,
+            Some(list_accept),
+        ));
+        assert!(by_name.cache.is_ok());
+        assert_eq!(by_name.local, Local::List);
+        let by_node = edge(&req(
+            "GET",
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+            ua,
+            Some(list_accept),
+        ));
+        assert_eq!(by_node.cache.unwrap_err(), NoCacheReason::MetadataField);
+        assert_eq!(by_node.local, Local::Unavailable);
+        assert_eq!(
+            by_node.upstream_accept, None,
+            "neither cached nor resumed: passed on as asked"
+        );
+
+        // A list's form for a get (and the other way round) is the apiserver's 406.
+        let mismatched = edge(&req(
+            "GET",
+            "/api/v1/namespaces/a/pods/web",
+            ua,
+            Some(list_accept),
+        ));
+        assert_eq!(mismatched.cache.unwrap_err(), NoCacheReason::Transformed);
+        assert_eq!(mismatched.local, Local::Unavailable);
+        // Protobuf only: passed through, never answered from a cache of JSON.
+        let proto = edge(&req(
+            "GET",
+            "/api/v1/pods",
+            ua,
+            Some(
+                "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+            ),
+        ));
+        assert_eq!(proto.cache.unwrap_err(), NoCacheReason::Transformed);
+        assert_eq!(
+            (proto.local, proto.upstream_accept),
+            (Local::Unavailable, None)
+        );
+
+        // The same component's plain JSON read: the full view.
+        let full = edge(&req("GET", "/api/v1/pods", ua, Some(PROTO_JSON)));
+        assert_eq!(full.collection().map(|c| c.view), Some(View::Full));
+        assert_eq!(
+            full.collection().map(|c| c.dir_name()).as_deref(),
+            Some("pods.v1.core")
+        );
+
+        // A non-agent's metadata read is the cloud's alone; offline, nothing answers it.
+        let stranger = route(
+            &req("GET", "/api/v1/pods", ua, Some(list_accept)),
+            false,
+            WorkingMode::Edge,
+        )
+        .unwrap();
+        assert_eq!(stranger.cache.unwrap_err(), NoCacheReason::NotAgent);
+        assert_eq!(
+            (stranger.local, stranger.upstream_accept),
+            (Local::Unavailable, None)
+        );
+    }
+
+    #[test]
     fn resume_mode_by_agent_accept_and_mode() {
         let watch = "/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3Dedge-1";
         // A cache agent's JSON watch is rebuilt from its cache after a 410.

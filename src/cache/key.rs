@@ -212,6 +212,30 @@ mod tests {
         check("", "pods.v1.core");
         check("apps", "pods.v1.apps");
         check("discovery.k8s.io", "pods.v1.discovery.k8s.io");
+        // The metadata view, in YurtHub's layout.
+        assert_eq!(
+            CollectionKey::new("kubelet", "deployments", "v1", "apps")
+                .metadata()
+                .dir_name(),
+            "partialobjectmetadatas.v1.meta.k8s.io/deployments.v1.apps"
+        );
+    }
+
+    #[test]
+    fn the_metadata_views_directory_is_no_full_collection() {
+        let lookalike =
+            CollectionKey::new("kubelet", "partialobjectmetadatas", "v1", "meta.k8s.io");
+        assert_eq!(lookalike.dir_name(), METADATA_DIR);
+        assert_eq!(lookalike.unsafe_field().map(|(f, _)| f), Some("resource"));
+        // Another version or group is only a kind whose name looks alike.
+        let other = CollectionKey::new(
+            "kubelet",
+            "partialobjectmetadatas",
+            "v1beta1",
+            "meta.k8s.io",
+        );
+        assert_eq!(other.unsafe_field(), None);
+        assert_eq!(lookalike.metadata().unsafe_field(), None);
     }
 
     #[test]

@@ -48,8 +48,8 @@ struct Schedule {
 /// What the refill thread does next.
 #[derive(Debug)]
 enum Next {
-    /// Refill this now.
-    Refill(Dropped),
+    /// Refill this now (boxed: a drop is the largest by far, and rare).
+    Refill(Box<Dropped>),
     /// Nothing is due before this long.
     Wait(Duration),
     /// Nothing waits.
@@ -77,7 +77,7 @@ impl Schedule {
         for (i, d) in self.waiting.iter().enumerate() {
             let wait = due(d);
             if wait.is_zero() {
-                return Next::Refill(self.waiting.remove(i));
+                return Next::Refill(Box::new(self.waiting.remove(i)));
             }
             soonest = Some(soonest.map_or(wait, |s| s.min(wait)));
         }
@@ -108,7 +108,7 @@ pub(crate) fn run(
         let wait = match schedule.next(Instant::now()) {
             Next::Refill(dropped) => {
                 let refill = dropped.refill.clone();
-                if refill_if_needed(&upstream, &cache, filters.as_ref(), refills.tx(), dropped) {
+                if refill_if_needed(&upstream, &cache, filters.as_ref(), refills.tx(), *dropped) {
                     schedule.refilled(refill, Instant::now());
                 }
                 continue;
@@ -462,5 +462,42 @@ mod tests {
         for (watch, list) in cases {
             assert_eq!(list_of_watch_url(watch), list, "{watch}");
         }
+    }
+
+    #[test]
+    fn a_metadata_watch_is_refilled_as_its_metadata_list() {
+        let watch_accept = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+        let headers = [
+            ("User-Agent".to_owned(), "coredns/1.11".to_owned()),
+            ("Accept".to_owned(), watch_accept.to_owned()),
+        ];
+        let watch = crate::request::classify("GET", "/api/v1/pods?watch=1", &headers).unwrap();
+        let list = list_of_watch(&watch);
+        assert_eq!(
+            list.accept,
+            Accept::Metadata {
+                list: true,
+                json: true
+            }
+        );
+        // Its list is cached in the metadata view, asked for in the list's JSON form.
+        let route = route::route(&list, true, WorkingMode::Edge).unwrap();
+        let collection = route.collection().unwrap();
+        assert_eq!(collection.view, crate::cache::key::View::Metadata);
+        assert_eq!(
+            route.upstream_accept,
+            Some("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
+        );
+        // A watch of one object by the legacy prefix is refilled by its get, in the object's
+        // form.
+        let one = crate::request::classify("GET", "/api/v1/watch/namespaces/a/pods/web", &headers)
+            .unwrap();
+        assert_eq!(
+            list_of_watch(&one).accept,
+            Accept::Metadata {
+                list: false,
+                json: true
+            }
+        );
     }
 }

@@ -286,3 +286,62 @@ pub(super) fn classify_accept(header: Option<&str>) -> Accept {
         (false, false, false, false) => Accept::Other,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_only_clients_are_told_apart() {
+        let check = |header: &str, want: Accept| {
+            assert_eq!(classify_accept(Some(header)), want, "{header:?}");
+        };
+        let meta = |list, json| Accept::Metadata { list, json };
+        // client-go's metadata client: protobuf, the JSON form, plain JSON.
+        check(
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,\
+             application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+            meta(true, true),
+        );
+        check(
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,\
+             application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json",
+            meta(false, true),
+        );
+        check(
+            "application/json;v=v1;g=meta.k8s.io;as=PartialObjectMetadata",
+            meta(false, true),
+        );
+        // Protobuf only: no form the hub reads.
+        check(
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+            meta(true, false),
+        );
+        // Protobuf metadata or plain JSON: the apiserver answers protobuf metadata.
+        check(
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,\
+             application/json",
+            Accept::Transformed {
+                plain_json_too: true,
+            },
+        );
+        // v1beta1, both forms at once, or a Table beside it: transformed, as before.
+        for header in [
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1beta1",
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,\
+             application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+            "application/json;as=Table;g=meta.k8s.io;v=v1,\
+             application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+            "application/json;as=PartialObjectMetadataList;g=apps;v=v1",
+        ] {
+            check(
+                header,
+                Accept::Transformed {
+                    plain_json_too: false,
+                },
+            );
+        }
+        // A metadata client takes no discovery document.
+        assert_eq!(meta(true, true).discovery(), DiscoveryAccept::NONE);
+    }
+}
