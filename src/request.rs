@@ -1227,8 +1227,9 @@ mod tests {
             ),
             (
                 Some("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"),
-                Accept::Transformed {
-                    plain_json_too: false,
+                Accept::Metadata {
+                    list: true,
+                    json: true,
                 },
             ),
             (Some("application/yaml"), Accept::Other),

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::cache::decode::BodyShape;
-use crate::cache::key::{CollectionKey, non_resource_file_name};
+use crate::cache::key::{CollectionKey, View, non_resource_file_name};
 use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::filters::Chain;
 use crate::mode::WorkingMode;
@@ -32,8 +32,12 @@ pub(crate) enum NoCacheReason {
     Verb,
     /// The subresource is not cached (only `status` is).
     Subresource,
-    /// The client asked for a Table or partial metadata.
+    /// The client asked for a Table, or partial metadata in a form the cache does not keep
+    /// (protobuf only, `v1beta1`, a list's form for a get).
     Transformed,
+    /// A metadata-only list or watch with a field selector on more than `metadata.name` and
+    /// `metadata.namespace`: the cached metadata has no other field to match.
+    MetadataField,
     /// The client does not accept JSON.
     NotJson,
     /// A non-resource path other than `/version` and discovery.
@@ -60,6 +64,7 @@ impl NoCacheReason {
             NoCacheReason::Verb => "verb",
             NoCacheReason::Subresource => "subresource",
             NoCacheReason::Transformed => "table-or-partial",
+            NoCacheReason::MetadataField => "metadata-field-selector",
             NoCacheReason::NotJson => "not-json",
             NoCacheReason::NonResource => "non-resource",
             NoCacheReason::Answer => "answer",
@@ -247,21 +252,22 @@ pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Resu
     };
     let cache = cache_target(req, is_agent, mode, &selectors);
     let resume = resume(req, mode, &cache);
-    // A cached or resumable answer is read by the hub: JSON, when the client takes it.
-    let upstream_accept = match (&cache, resume, req.accept) {
-        (Ok(_), _, Accept::JsonOrProtobuf) | (_, Some(_), Accept::JsonOrProtobuf) => {
-            Some("application/json")
-        }
+    // A cached or resumable answer is read by the hub: JSON, when the client takes it (a
+    // metadata-only client's own JSON form: the hub reads no protobuf).
+    let read_by_hub = cache.is_ok() || resume.is_some();
+    let upstream_accept = match req.accept {
+        Accept::JsonOrProtobuf if read_by_hub => Some("application/json"),
+        Accept::Metadata { list, json: true } if read_by_hub => Some(metadata_accept(list)),
         _ => None,
     };
-    let local = local_answer(req, is_agent, mode);
+    let local = local_answer(req, is_agent, mode, &selectors);
     // The key is made once: the cache target carries it when there is one.
     let keyed_by_cache = cache.as_ref().is_ok_and(|t| t.collection().is_some());
     let local_collection = match (&local, req.resource(), req.component.valid()) {
         (Local::Get | Local::List | Local::Watch, Some(path), Some(component))
             if !keyed_by_cache =>
         {
-            Some(collection_key(component, path))
+            Some(keyed(component, path, view_of(req).unwrap_or(View::Full)))
         }
         _ => None,
     };
@@ -278,10 +284,46 @@ pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Resu
     })
 }
 
+/// The `Accept` the hub sends for a metadata-only client's read it caches or resumes: the
+/// JSON form of what it asked for, which it listed (client-go lists protobuf first).
+pub(crate) fn metadata_accept(list: bool) -> &'static str {
+    if list {
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+    } else {
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+    }
+}
+
+/// The view a read is cached and answered in: whole objects for a client that takes plain
+/// JSON, their metadata for one that asked for the JSON metadata form of its verb (a list's
+/// `PartialObjectMetadataList`, a get's or a watch's `PartialObjectMetadata`); None for
+/// anything else (a metadata write's answer is not kept either).
+fn view_of(req: &ApiRequest) -> Option<View> {
+    match req.accept {
+        Accept::Json | Accept::JsonOrProtobuf => Some(View::Full),
+        Accept::Metadata { list, json: true } => match req.verb {
+            Verb::List if list => Some(View::Metadata),
+            Verb::Get | Verb::Watch if !list => Some(View::Metadata),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Whether the metadata view can answer these selectors: its objects have only metadata,
+/// so a field selector may name only `metadata.name` and `metadata.namespace`.
+fn metadata_selectable(selectors: &Selectors) -> bool {
+    selectors
+        .field
+        .paths()
+        .all(|path| matches!(path, "metadata.name" | "metadata.namespace"))
+}
+
 /// Whether and how a watch outlives a broken upstream (issue 29): an edge-mode watch of a
 /// resource collection whose events the hub can read (JSON, or a Table, whose rows carry the
 /// event's resourceVersion); rebuilt after a 410 when its answer is cached (a cache agent's
-/// JSON watch: the cache holds what it was sent). Protobuf frames are not cut: such a watch
+/// JSON watch: the cache holds what it was sent; a metadata-only watch is resumed only, as
+/// the rebuild's list reads whole objects). Protobuf frames are not cut: such a watch
 /// ends with its upstream, as before. Cloud mode passes on what it does not read.
 fn resume(
     req: &ApiRequest,
@@ -293,15 +335,18 @@ fn resume(
     };
     let readable = matches!(
         req.accept,
-        Accept::Json | Accept::JsonOrProtobuf | Accept::Transformed { .. }
+        Accept::Json
+            | Accept::JsonOrProtobuf
+            | Accept::Transformed { .. }
+            | Accept::Metadata { .. }
     );
     let collection = path.subresource.is_none() && !path.extra_path;
     if mode != WorkingMode::Edge || req.verb != Verb::Watch || !readable || !collection {
         return None;
     }
     Some(match cache {
-        Ok(_) => Resume::Rebuild,
-        Err(_) => Resume::ResumeOnly,
+        Ok(_) if view_of(req) == Some(View::Full) => Resume::Rebuild,
+        Ok(_) | Err(_) => Resume::ResumeOnly,
     })
 }
 
@@ -323,15 +368,22 @@ fn cache_target(
     let Some(component) = req.component.valid() else {
         return Err(NoCacheReason::BadComponent);
     };
-    match req.accept {
-        Accept::Json | Accept::JsonOrProtobuf => {}
+    let view = match req.accept {
+        Accept::Json | Accept::JsonOrProtobuf => View::Full,
+        Accept::Metadata { .. } if matches!(req.target, Target::Resource(_)) => {
+            match view_of(req) {
+                Some(view) if metadata_selectable(selectors) => view,
+                Some(_) => return Err(NoCacheReason::MetadataField),
+                None => return Err(NoCacheReason::Transformed),
+            }
+        }
         // The cloud answers discovery in the form the client asks for; each form is kept.
-        Accept::Discovery(_) if matches!(req.target, Target::NonResource(_)) => {}
-        Accept::Transformed { .. } | Accept::Discovery(_) => {
+        Accept::Discovery(_) if matches!(req.target, Target::NonResource(_)) => View::Full,
+        Accept::Transformed { .. } | Accept::Discovery(_) | Accept::Metadata { .. } => {
             return Err(NoCacheReason::Transformed);
         }
         Accept::ProtobufOnly | Accept::Other => return Err(NoCacheReason::NotJson),
-    }
+    };
     let path = match &req.target {
         Target::Resource(path) => path,
         Target::NonResource(path) => {
@@ -347,7 +399,7 @@ fn cache_target(
     if let Some(target) = token_target(component, req, path) {
         return Ok(CacheTarget::Token(target));
     }
-    let collection = collection_key(component, path);
+    let collection = keyed(component, path, view);
     let status_or_none = object_or_status(path);
     match req.verb {
         Verb::Get | Verb::Update | Verb::Patch if req.method != Method::Head => {
@@ -382,7 +434,12 @@ fn cache_target(
     }
 }
 
-fn local_answer(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Local {
+fn local_answer(
+    req: &ApiRequest,
+    is_agent: bool,
+    mode: WorkingMode,
+    selectors: &Selectors,
+) -> Local {
     let component = match req.component.valid() {
         Some(component) if mode == WorkingMode::Edge && is_agent => component,
         _ => return Local::Unavailable,
@@ -391,8 +448,11 @@ fn local_answer(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Local {
         return Local::Unavailable;
     }
     // The cache holds JSON; a client that cannot read plain JSON cannot be answered from it.
+    // A metadata-only client is answered from the metadata view, which holds its form, when
+    // that view can answer it.
     let plain_json = match req.accept {
         Accept::Json | Accept::JsonOrProtobuf => true,
+        Accept::Metadata { .. } => view_of(req).is_some() && metadata_selectable(selectors),
         Accept::Transformed { plain_json_too } => plain_json_too,
         Accept::Discovery(forms) => forms.takes(DiscoveryForm::Legacy),
         Accept::ProtobufOnly | Accept::Other => false,
@@ -493,11 +553,17 @@ fn token_target(
     })
 }
 
-/// The cache directory of `component`'s view of a resource.
+/// The cache directory of `component`'s view of a resource's whole objects.
 pub(crate) fn collection_key(component: &Component, path: &ResourcePath) -> CollectionKey {
+    keyed(component, path, View::Full)
+}
+
+/// The cache directory of `component`'s `view` of a resource.
+fn keyed(component: &Component, path: &ResourcePath, view: View) -> CollectionKey {
     CollectionKey {
         component: component.clone(),
         gvr: path.gvr.clone(),
+        view,
     }
 }
 
@@ -942,6 +1008,133 @@ mod tests {
             target_for_answer(&list, None),
             Some(CacheTarget::List { .. })
         ));
+    }
+
+    #[test]
+    fn metadata_reads_are_cached_and_answered_in_their_view() {
+        let list_accept = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+        let get_accept = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+        let ua = "coredns/1.11";
+        let metadata_view = |route: &Route| {
+            let c = route.collection().expect("a collection");
+            (c.view, c.dir_name())
+        };
+        let meta_pods = (
+            View::Metadata,
+            "partialobjectmetadatas.v1.meta.k8s.io/pods.v1.core".to_owned(),
+        );
+
+        let list = edge(&req(
+            "GET",
+            "/api/v1/pods?labelSelector=app%3Dweb",
+            ua,
+            Some(list_accept),
+        ));
+        assert!(
+            matches!(list.cache, Ok(CacheTarget::List { .. })),
+            "{list:?}"
+        );
+        assert_eq!(metadata_view(&list), meta_pods);
+        assert_eq!(
+            list.upstream_accept,
+            Some("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
+        );
+        assert_eq!(list.local, Local::List);
+        assert!(list.filters.is_empty());
+
+        let one = edge(&req(
+            "GET",
+            "/api/v1/namespaces/a/pods/web",
+            ua,
+            Some(get_accept),
+        ));
+        assert!(
+            matches!(one.cache, Ok(CacheTarget::Object { .. })),
+            "{one:?}"
+        );
+        assert_eq!(metadata_view(&one), meta_pods);
+        assert_eq!(
+            one.upstream_accept,
+            Some("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1")
+        );
+        assert_eq!(one.local, Local::Get);
+
+        // A watch is cached, but resumed only: a rebuild lists whole objects.
+        let watch = edge(&req("GET", "/api/v1/pods?watch=1", ua, Some(get_accept)));
+        assert!(
+            matches!(watch.cache, Ok(CacheTarget::Watch { .. })),
+            "{watch:?}"
+        );
+        assert_eq!(metadata_view(&watch), meta_pods);
+        assert_eq!(watch.resume, Some(Resume::ResumeOnly));
+        assert_eq!(watch.local, Local::Watch);
+
+        // The name and namespace are in the metadata; anything else is the cloud's to match.
+        let by_name = edge(&req(
+            "GET",
+            "/api/v1/pods?fieldSelector=metadata.name%3Dweb,metadata.namespace%3Da",
+            ua,
+            Some(list_accept),
+        ));
+        assert!(by_name.cache.is_ok());
+        assert_eq!(by_name.local, Local::List);
+        let by_node = edge(&req(
+            "GET",
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+            ua,
+            Some(list_accept),
+        ));
+        assert_eq!(by_node.cache.unwrap_err(), NoCacheReason::MetadataField);
+        assert_eq!(by_node.local, Local::Unavailable);
+        assert_eq!(
+            by_node.upstream_accept, None,
+            "neither cached nor resumed: passed on as asked"
+        );
+
+        // A list's form for a get (and the other way round) is the apiserver's 406.
+        let mismatched = edge(&req(
+            "GET",
+            "/api/v1/namespaces/a/pods/web",
+            ua,
+            Some(list_accept),
+        ));
+        assert_eq!(mismatched.cache.unwrap_err(), NoCacheReason::Transformed);
+        assert_eq!(mismatched.local, Local::Unavailable);
+        // Protobuf only: passed through, never answered from a cache of JSON.
+        let proto = edge(&req(
+            "GET",
+            "/api/v1/pods",
+            ua,
+            Some(
+                "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+            ),
+        ));
+        assert_eq!(proto.cache.unwrap_err(), NoCacheReason::Transformed);
+        assert_eq!(
+            (proto.local, proto.upstream_accept),
+            (Local::Unavailable, None)
+        );
+
+        // The same component's plain JSON read: the full view.
+        let full = edge(&req("GET", "/api/v1/pods", ua, Some(PROTO_JSON)));
+        assert_eq!(full.collection().map(|c| c.view), Some(View::Full));
+        assert_eq!(
+            full.collection().map(|c| c.dir_name()).as_deref(),
+            Some("pods.v1.core")
+        );
+
+        // A non-agent's metadata read is the cloud's alone; offline, nothing answers it.
+        let stranger = route(
+            &req("GET", "/api/v1/pods", ua, Some(list_accept)),
+            false,
+            WorkingMode::Edge,
+        )
+        .unwrap();
+        assert_eq!(stranger.cache.unwrap_err(), NoCacheReason::NotAgent);
+        assert_eq!(
+            (stranger.local, stranger.upstream_accept),
+            (Local::Unavailable, None)
+        );
     }
 
     #[test]

@@ -1,14 +1,44 @@
 //! Cache keys: which file an object or a non-resource document lives in.
 //!
 //! Pure values and string checks, no I/O. A key names a path under the cache root in
-//! YurtHub's layout, `<component>/<resource>.<version>.<group>/[<namespace>/]<name>`, and
+//! YurtHub's layout, `<component>/<resource>.<version>.<group>/[<namespace>/]<name>` (a
+//! metadata-only client's view one level down, under
+//! `<component>/partialobjectmetadatas.v1.meta.k8s.io/`: see [`View`]), and
 //! [`is_safe_segment`] is the rule every piece of such a path must pass before the store
 //! touches the disk. The request parser applies it to names and Kubernetes' stricter rules to
 //! namespaces, groups and versions; here it is the store's own last line of defence.
 
 use crate::names::{Component, Gvr, is_safe_segment};
 
-/// One component's cache of one kind: the directory `<component>/<resource>.<version>.<group>`.
+/// Which form of a kind's objects a collection holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum View {
+    /// The objects whole, as a plain JSON read returns them.
+    Full,
+    /// Only their metadata, as `PartialObjectMetadata` (what client-go's metadata client and
+    /// its informers read): kept apart from the full objects, in YurtHub's layout.
+    Metadata,
+}
+
+impl View {
+    /// The directory between a component's and the kind's: none for full objects,
+    /// `partialobjectmetadatas.v1.meta.k8s.io` for metadata (YurtHub's
+    /// `pkg/yurthub/util/util.go`, where the `v1` is the meta.k8s.io version asked for).
+    pub(crate) fn dir(self) -> Option<&'static str> {
+        match self {
+            View::Full => None,
+            View::Metadata => Some(METADATA_DIR),
+        }
+    }
+}
+
+/// The directory of every metadata view of a component ([`View::Metadata`]). It has the form
+/// of a kind directory (`<resource>.<version>.<group>`), but no apiserver serves that
+/// resource: a full-view key of it is refused ([`CollectionKey::unsafe_field`]).
+pub(crate) const METADATA_DIR: &str = "partialobjectmetadatas.v1.meta.k8s.io";
+
+/// One component's cache of one kind: the directory `<component>/<resource>.<version>.<group>`
+/// (the metadata view's `<component>/partialobjectmetadatas.v1.meta.k8s.io/<resource>.<version>.<group>`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct CollectionKey {
     /// The caching component (User-Agent before the first `/`, lower-cased), e.g. `kubelet`:
@@ -16,6 +46,8 @@ pub(crate) struct CollectionKey {
     pub component: Component,
     /// The kind: group (empty for the core group), version, plural resource name.
     pub gvr: Gvr,
+    /// Whole objects or only their metadata.
+    pub view: View,
 }
 
 impl CollectionKey {
@@ -31,18 +63,36 @@ impl CollectionKey {
             component: Component::new(component)
                 .unwrap_or_else(|| panic!("{component:?} is not a component")),
             gvr: Gvr::new(group, version, resource),
+            view: View::Full,
         }
     }
 
-    /// The kind directory's name: `pods.v1.core`, `deployments.v1.apps`.
+    /// The same collection's metadata view.
+    #[cfg(test)]
+    pub(crate) fn metadata(mut self) -> CollectionKey {
+        self.view = View::Metadata;
+        self
+    }
+
+    /// The kind directory's path below the component's: `pods.v1.core`,
+    /// `deployments.v1.apps`; for the metadata view
+    /// `partialobjectmetadatas.v1.meta.k8s.io/pods.v1.core`.
     pub(crate) fn dir_name(&self) -> String {
-        self.gvr.dir_name()
+        match self.view.dir() {
+            None => self.gvr.dir_name(),
+            Some(view) => format!("{view}/{}", self.gvr.dir_name()),
+        }
     }
 
     /// The first field that is not a safe path segment, as (field, value).
     ///
-    /// The group may be empty (the core group); everything else must be a safe segment.
+    /// The group may be empty (the core group); everything else must be a safe segment. A
+    /// full-view key whose directory would be the metadata views' ([`METADATA_DIR`]) is
+    /// refused as its resource: its answers (a 404 prunes a collection) must never reach them.
     pub(crate) fn unsafe_field(&self) -> Option<(&'static str, &str)> {
+        if self.view == View::Full && self.gvr.is("meta.k8s.io", "v1", "partialobjectmetadatas") {
+            return Some(("resource", self.gvr.resource.as_str()));
+        }
         [
             ("component", self.component.as_str()),
             ("resource", self.gvr.resource.as_str()),
@@ -162,6 +212,30 @@ mod tests {
         check("", "pods.v1.core");
         check("apps", "pods.v1.apps");
         check("discovery.k8s.io", "pods.v1.discovery.k8s.io");
+        // The metadata view, in YurtHub's layout.
+        assert_eq!(
+            CollectionKey::new("kubelet", "deployments", "v1", "apps")
+                .metadata()
+                .dir_name(),
+            "partialobjectmetadatas.v1.meta.k8s.io/deployments.v1.apps"
+        );
+    }
+
+    #[test]
+    fn the_metadata_views_directory_is_no_full_collection() {
+        let lookalike =
+            CollectionKey::new("kubelet", "partialobjectmetadatas", "v1", "meta.k8s.io");
+        assert_eq!(lookalike.dir_name(), METADATA_DIR);
+        assert_eq!(lookalike.unsafe_field().map(|(f, _)| f), Some("resource"));
+        // Another version or group is only a kind whose name looks alike.
+        let other = CollectionKey::new(
+            "kubelet",
+            "partialobjectmetadatas",
+            "v1beta1",
+            "meta.k8s.io",
+        );
+        assert_eq!(other.unsafe_field(), None);
+        assert_eq!(lookalike.metadata().unsafe_field(), None);
     }
 
     #[test]

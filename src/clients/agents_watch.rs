@@ -13,7 +13,7 @@ use crossbeam_channel::Receiver;
 use super::{ClientError, get_as_hub, read_units, watch_deadline};
 use crate::cache::agents::{CONFIG_NAME, CONFIG_NAMESPACE, CacheAgents, cache_agents_of};
 use crate::cache::decode::{BodyShape, Unit};
-use crate::cache::key::{CollectionKey, ObjectKey};
+use crate::cache::key::{CollectionKey, ObjectKey, View};
 use crate::cache::store::Store;
 use crate::cache::target::CacheTarget;
 use crate::cache::writer::CacheTx;
@@ -34,6 +34,7 @@ fn collection() -> CollectionKey {
     CollectionKey {
         component: Component::TINYHUB,
         gvr: Gvr::new("", "v1", "configmaps"),
+        view: View::Full,
     }
 }
 

@@ -24,7 +24,9 @@ use crate::filters::Filters;
 use crate::filters::body::{BodyFilter, StageTime};
 use crate::metrics::{METRICS, Metrics};
 use crate::mode::WorkingMode;
-use crate::request::{ApiRequest, LegacyPrefix, PATH_SAFE, QUERY_SAFE, Target, Verb, escape};
+use crate::request::{
+    Accept, ApiRequest, LegacyPrefix, PATH_SAFE, QUERY_SAFE, Target, Verb, escape,
+};
 use crate::requester::Requester;
 use crate::route::{self, Deadline, Identity};
 use crate::stream::{self, BodyReads, FilterStage, Pumped, Stop, ToCache, pump};
@@ -46,8 +48,8 @@ struct Schedule {
 /// What the refill thread does next.
 #[derive(Debug)]
 enum Next {
-    /// Refill this now.
-    Refill(Dropped),
+    /// Refill this now (boxed: a drop is the largest by far, and rare).
+    Refill(Box<Dropped>),
     /// Nothing is due before this long.
     Wait(Duration),
     /// Nothing waits.
@@ -75,7 +77,7 @@ impl Schedule {
         for (i, d) in self.waiting.iter().enumerate() {
             let wait = due(d);
             if wait.is_zero() {
-                return Next::Refill(self.waiting.remove(i));
+                return Next::Refill(Box::new(self.waiting.remove(i)));
             }
             soonest = Some(soonest.map_or(wait, |s| s.min(wait)));
         }
@@ -106,7 +108,7 @@ pub(crate) fn run(
         let wait = match schedule.next(Instant::now()) {
             Next::Refill(dropped) => {
                 let refill = dropped.refill.clone();
-                if refill_if_needed(&upstream, &cache, filters.as_ref(), refills.tx(), dropped) {
+                if refill_if_needed(&upstream, &cache, filters.as_ref(), refills.tx(), *dropped) {
                     schedule.refilled(refill, Instant::now());
                 }
                 continue;
@@ -191,6 +193,12 @@ fn refill_one(
         verb => return Err(ClientError::Refused(format!("not a read: {verb:?}"))),
     };
     let path = path_and_query(&req)?;
+    // The form the client's answer was cached in: a metadata-only client's JSON form, else
+    // plain JSON.
+    let accept = match req.accept {
+        Accept::Metadata { list, json: true } => route::metadata_accept(list),
+        _ => "application/json",
+    };
     // The cloud's logs name who asked: the hub, for this component.
     let headers = [(
         "User-Agent".to_owned(),
@@ -200,7 +208,7 @@ fn refill_one(
         method: "GET",
         path_and_query: &path,
         headers: &headers,
-        accept: Some("application/json"),
+        accept: Some(accept),
         body: None,
         deadline: Deadline::Bounded(route::REQUEST_DEADLINE),
         identity: Identity::Hub,
@@ -214,7 +222,13 @@ fn refill_one(
     )?;
     let shape = route::body_shape(&req);
     // The filter stage, timed as the relay's is; what it gives goes to the cache only.
-    let chain = filters.map_or(Chain::EMPTY, |f| f.chain_for(&req));
+    // (A metadata-only answer is relayed unfiltered, as `Route::with_filters` decides.)
+    let chain = match req.accept {
+        Accept::Json | Accept::JsonOrProtobuf => {
+            filters.map_or(Chain::EMPTY, |f| f.chain_for(&req))
+        }
+        _ => Chain::EMPTY,
+    };
     let filters = filters.filter(|_| !chain.is_empty());
     let gzip = answer.is_gzip() && filters.is_none();
     let session = cache
@@ -257,6 +271,13 @@ pub(crate) fn list_of_watch(req: &ApiRequest) -> ApiRequest {
             } else {
                 Verb::List
             };
+            // A metadata watch's list asks for the list's form of its metadata.
+            if let Accept::Metadata { json, .. } = req.accept {
+                list.accept = Accept::Metadata {
+                    list: list.verb == Verb::List,
+                    json,
+                };
+            }
         }
     }
     list
@@ -441,5 +462,42 @@ mod tests {
         for (watch, list) in cases {
             assert_eq!(list_of_watch_url(watch), list, "{watch}");
         }
+    }
+
+    #[test]
+    fn a_metadata_watch_is_refilled_as_its_metadata_list() {
+        let watch_accept = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+        let headers = [
+            ("User-Agent".to_owned(), "coredns/1.11".to_owned()),
+            ("Accept".to_owned(), watch_accept.to_owned()),
+        ];
+        let watch = crate::request::classify("GET", "/api/v1/pods?watch=1", &headers).unwrap();
+        let list = list_of_watch(&watch);
+        assert_eq!(
+            list.accept,
+            Accept::Metadata {
+                list: true,
+                json: true
+            }
+        );
+        // Its list is cached in the metadata view, asked for in the list's JSON form.
+        let route = route::route(&list, true, WorkingMode::Edge).unwrap();
+        let collection = route.collection().unwrap();
+        assert_eq!(collection.view, crate::cache::key::View::Metadata);
+        assert_eq!(
+            route.upstream_accept,
+            Some("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
+        );
+        // A watch of one object by the legacy prefix is refilled by its get, in the object's
+        // form.
+        let one = crate::request::classify("GET", "/api/v1/watch/namespaces/a/pods/web", &headers)
+            .unwrap();
+        assert_eq!(
+            list_of_watch(&one).accept,
+            Accept::Metadata {
+                list: false,
+                json: true
+            }
+        );
     }
 }

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use serde_json::Value;
 
-use crate::cache::key::{CollectionKey, ObjectKey};
+use crate::cache::key::{CollectionKey, ObjectKey, View};
 use crate::cache::store::Store;
 use crate::cache::writer::CacheTx;
 use crate::config::Config;
@@ -200,6 +200,7 @@ pub(crate) fn lease_collection() -> CollectionKey {
     CollectionKey {
         component: Component::KUBELET,
         gvr: Gvr::new(LEASE_GROUP, "v1", "leases"),
+        view: View::Full,
     }
 }
 

@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use super::{Answered, Offline, not_cached, qualified};
-use crate::cache::key::{CollectionKey, rv_newer};
+use crate::cache::key::{CollectionKey, View, rv_newer};
 use crate::cache::object::ObjectHead;
 use crate::cache::store::{ObjectIter, Store, StoreError, StoredObject};
 use crate::overlay::{EndpointKind, Snapshot};
@@ -19,6 +19,10 @@ use crate::selector::Selectors;
 use crate::server::{self, Exchange, Length};
 use crate::status::Status;
 
+/// The `apiVersion` of a metadata-only answer and of its objects.
+const METADATA_API_VERSION: &str = "meta.k8s.io/v1";
+/// The kind of a metadata-only answer's objects (its list's is this with `List`).
+const METADATA_KIND: &str = "PartialObjectMetadata";
 /// Bytes of list output gathered before a write (and of a held watch's pass).
 pub(super) const LIST_FLUSH: usize = 32 * 1024;
 /// Prefix of the continue tokens the hub issues offline.
@@ -45,7 +49,7 @@ impl Offline {
         collection: &CollectionKey,
         route: &Route,
     ) -> Answered<'c> {
-        let snapshot = self.endpoints_snapshot(path);
+        let snapshot = self.endpoints_snapshot(path, collection);
         let list = CachedList {
             req,
             path,
@@ -175,7 +179,12 @@ impl<'a> CachedList<'a> {
             Err(None) => return Err((ex, not_cached(req, path))),
             Err(Some(e)) => return Err((ex, e.status())),
         };
-        let api_version = path.gvr.api_version();
+        // A metadata view's list is a `meta.k8s.io/v1` `PartialObjectMetadataList`, as the
+        // apiserver answers it, found or not.
+        let (api_version, list_kind) = match self.collection.view {
+            View::Full => (path.gvr.api_version(), None),
+            View::Metadata => (METADATA_API_VERSION.to_owned(), Some(METADATA_KIND)),
+        };
         // The answer starts with the first bytes to send, so that a kubelet pod list that
         // finds nothing can still be a 404.
         let mut answer = ListOut::Pending(ex);
@@ -241,7 +250,9 @@ impl<'a> CachedList<'a> {
                 ));
             }
         }
-        let kind = kind
+        let kind = list_kind
+            .map(str::to_owned)
+            .or(kind)
             .or_else(|| kind_from_discovery(store, path))
             .or(match self.when_empty {
                 WhenEmpty::List(kind) => Some(kind.to_owned()),

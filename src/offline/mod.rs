@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::cache::grants::{Grants, Scope};
-use crate::cache::key::{CollectionKey, ObjectKey};
+use crate::cache::key::{CollectionKey, ObjectKey, View};
 use crate::cache::object::starts_object;
 use crate::cache::store::{Store, StoreError};
 use crate::health::Backends;
@@ -242,7 +242,7 @@ impl Offline {
         match found {
             Ok(Some(bytes)) if is_json_object(&bytes) => {
                 let rewritten = self
-                    .endpoints_snapshot(path)
+                    .endpoints_snapshot(path, collection)
                     .and_then(|(kind, snapshot)| snapshot.rewrite(kind, &bytes));
                 send_json(ex, 200, rewritten.as_deref().unwrap_or(&bytes))
             }
@@ -272,7 +272,8 @@ impl Offline {
         if !self.store.has_collection(collection) {
             return Err((ex, not_cached(req, path)));
         }
-        match EndpointKind::of(&path.gvr).filter(|_| self.overlay.enabled()) {
+        let overlaid = collection.view == View::Full && self.overlay.enabled();
+        match EndpointKind::of(&path.gvr).filter(|_| overlaid) {
             Some(kind) => {
                 let scope = WatchScope {
                     req,
@@ -286,10 +287,16 @@ impl Offline {
         }
     }
 
-    /// The overlay's snapshot for an answer of `path`, when it is of a kind the overlay
-    /// rewrites and the overlay is on.
-    fn endpoints_snapshot(&self, path: &ResourcePath) -> Option<(EndpointKind, Arc<Snapshot>)> {
-        let kind = EndpointKind::of(&path.gvr).filter(|_| self.overlay.enabled())?;
+    /// The overlay's snapshot for an answer of `path` from `collection`, when it is of a kind
+    /// the overlay rewrites, the overlay is on, and the answer holds whole objects (a
+    /// metadata view has no endpoints to rewrite).
+    fn endpoints_snapshot(
+        &self,
+        path: &ResourcePath,
+        collection: &CollectionKey,
+    ) -> Option<(EndpointKind, Arc<Snapshot>)> {
+        let overlaid = collection.view == View::Full && self.overlay.enabled();
+        let kind = EndpointKind::of(&path.gvr).filter(|_| overlaid)?;
         Some((kind, self.overlay.snapshot(self.cloud())))
     }
 

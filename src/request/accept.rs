@@ -11,8 +11,20 @@ pub(crate) enum Accept {
     JsonOrProtobuf,
     /// Only protobuf: passes through uncached.
     ProtobufOnly,
-    /// A transformed answer (`as=Table`, `as=PartialObjectMetadata`...); `plain_json_too` when
-    /// plain JSON is also listed as acceptable (kubectl lists it last).
+    /// Only the objects' metadata, `meta.k8s.io/v1` `PartialObjectMetadata` (a get or watch)
+    /// or `PartialObjectMetadataList` (a list): what client-go's metadata client asks for,
+    /// protobuf first, then that form in JSON, then plain JSON. Cached and answered offline
+    /// in the metadata view when the JSON form is listed (`json`); without it (protobuf
+    /// only) it passes through uncached, as a transformed answer does. A protobuf metadata
+    /// form listed with plain JSON but not the JSON metadata form is [`Accept::Transformed`].
+    Metadata {
+        /// `as=PartialObjectMetadataList` (else `as=PartialObjectMetadata`).
+        list: bool,
+        /// The JSON metadata form is listed.
+        json: bool,
+    },
+    /// A transformed answer (`as=Table`, `as=PartialObjectMetadata;v=v1beta1`...);
+    /// `plain_json_too` when plain JSON is also listed as acceptable (kubectl lists it last).
     Transformed {
         /// Plain JSON is acceptable as a fallback.
         plain_json_too: bool,
@@ -34,9 +46,10 @@ impl Accept {
             Accept::Transformed {
                 plain_json_too: true,
             } => DiscoveryAccept::LEGACY,
-            Accept::Transformed { .. } | Accept::ProtobufOnly | Accept::Other => {
-                DiscoveryAccept::NONE
-            }
+            Accept::Transformed { .. }
+            | Accept::Metadata { .. }
+            | Accept::ProtobufOnly
+            | Accept::Other => DiscoveryAccept::NONE,
         }
     }
 }
@@ -191,6 +204,19 @@ impl<'a> MediaRange<'a> {
             && self.sub.eq_ignore_ascii_case("vnd.kubernetes.protobuf")
     }
 
+    /// `Some(list)` for `as=PartialObjectMetadata` (false) or `as=PartialObjectMetadataList`
+    /// (true) in `meta.k8s.io/v1`; None for anything else (v1beta1 too).
+    fn metadata(&self) -> Option<bool> {
+        if self.g != Some("meta.k8s.io") || self.v != Some("v1") {
+            return None;
+        }
+        match self.as_ {
+            Some("PartialObjectMetadata") => Some(false),
+            Some("PartialObjectMetadataList") => Some(true),
+            _ => None,
+        }
+    }
+
     /// The discovery form this range takes (a conversion the apiserver does not know takes
     /// none).
     fn discovery_form(&self) -> Option<DiscoveryForm> {
@@ -219,10 +245,24 @@ pub(super) fn classify_accept(header: Option<&str>) -> Accept {
     let mut protobuf = false;
     let mut transformed = false;
     let mut discovery = false;
+    // Each metadata range's form (`list`) and whether it is JSON; any other transformed
+    // range makes the header a transformed one.
+    let mut metadata: Option<bool> = None;
+    let mut metadata_json = false;
+    let mut other_transformed = false;
     for range in header.split(',').filter_map(MediaRange::parse) {
         match range.as_ {
             Some("APIGroupDiscoveryList") => discovery = true,
-            Some(_) if range.json_like() || range.protobuf() => transformed = true,
+            Some(_) if range.json_like() || range.protobuf() => {
+                transformed = true;
+                match range.metadata() {
+                    Some(list) if metadata.is_none_or(|m| m == list) => {
+                        metadata = Some(list);
+                        metadata_json |= range.json_like();
+                    }
+                    _ => other_transformed = true,
+                }
+            }
             None if range.json_like() => plain_json = true,
             None if range.protobuf() => protobuf = true,
             _ => {}
@@ -231,12 +271,77 @@ pub(super) fn classify_accept(header: Option<&str>) -> Accept {
     match (discovery, transformed, plain_json, protobuf) {
         // The order of the forms matters only here: parsed again, rarely.
         (true, ..) => Accept::Discovery(DiscoveryAccept::parse(header)),
-        (false, true, plain, _) => Accept::Transformed {
-            plain_json_too: plain,
+        (false, true, plain, _) => match metadata.filter(|_| !other_transformed) {
+            Some(list) if metadata_json || !plain => Accept::Metadata {
+                list,
+                json: metadata_json,
+            },
+            _ => Accept::Transformed {
+                plain_json_too: plain,
+            },
         },
         (false, false, true, true) => Accept::JsonOrProtobuf,
         (false, false, true, false) => Accept::Json,
         (false, false, false, true) => Accept::ProtobufOnly,
         (false, false, false, false) => Accept::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_only_clients_are_told_apart() {
+        let check = |header: &str, want: Accept| {
+            assert_eq!(classify_accept(Some(header)), want, "{header:?}");
+        };
+        let meta = |list, json| Accept::Metadata { list, json };
+        // client-go's metadata client: protobuf, the JSON form, plain JSON.
+        check(
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,\
+             application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+            meta(true, true),
+        );
+        check(
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,\
+             application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json",
+            meta(false, true),
+        );
+        check(
+            "application/json;v=v1;g=meta.k8s.io;as=PartialObjectMetadata",
+            meta(false, true),
+        );
+        // Protobuf only: no form the hub reads.
+        check(
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+            meta(true, false),
+        );
+        // Protobuf metadata or plain JSON: the apiserver answers protobuf metadata.
+        check(
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,\
+             application/json",
+            Accept::Transformed {
+                plain_json_too: true,
+            },
+        );
+        // v1beta1, both forms at once, or a Table beside it: transformed, as before.
+        for header in [
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1beta1",
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,\
+             application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+            "application/json;as=Table;g=meta.k8s.io;v=v1,\
+             application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+            "application/json;as=PartialObjectMetadataList;g=apps;v=v1",
+        ] {
+            check(
+                header,
+                Accept::Transformed {
+                    plain_json_too: false,
+                },
+            );
+        }
+        // A metadata client takes no discovery document.
+        assert_eq!(meta(true, true).discovery(), DiscoveryAccept::NONE);
     }
 }

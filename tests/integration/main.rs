@@ -34,6 +34,7 @@ mod kubectl;
 mod lb_hashing;
 mod link_metrics;
 mod list_scope;
+mod metadata_only;
 mod metrics_parity;
 mod offline;
 mod offline_grants;

@@ -30,7 +30,7 @@ use std::sync::{MutexGuard, PoisonError};
 
 use super::fs::read_object;
 use super::{PutOutcome, Store, stored_rv};
-use crate::cache::key::ObjectKey;
+use crate::cache::key::{METADATA_DIR, ObjectKey};
 use crate::names::is_safe_segment;
 
 /// The index: path hash → [`Entry`].
@@ -65,23 +65,21 @@ pub(super) enum Known {
 }
 
 impl ObjectIndex {
-    /// The path hash of an object: that of `<component>/<kind dir>/[<namespace>/]<name>`,
+    /// The path hash of an object: that of `<component>/<kind dir>/[<namespace>/]<name>`
+    /// (the view's directory before the kind's, [`View::dir`](crate::cache::key::View::dir)),
     /// the same as [`ObjectIndex::path_hash`] of its path below the root.
     pub(super) fn key_hash(&self, key: &ObjectKey) -> u64 {
         let c = &key.collection;
         let [resource, version, group] = c.gvr.dir_name_parts();
         let mut h = self.hasher.build_hasher();
         // `write`, never `write_str`: the pieces must hash as their concatenation does.
-        for part in [
-            c.component.as_str(),
-            "/",
-            resource,
-            ".",
-            version,
-            ".",
-            group,
-            "/",
-        ] {
+        h.write(c.component.as_str().as_bytes());
+        h.write(b"/");
+        if let Some(view) = c.view.dir() {
+            h.write(view.as_bytes());
+            h.write(b"/");
+        }
+        for part in [resource, ".", version, ".", group, "/"] {
             h.write(part.as_bytes());
         }
         if let Some(ns) = &key.namespace {
@@ -188,36 +186,46 @@ impl Store {
     /// (tokens are not indexed). Whatever cannot be read is left out: the disk answers for it.
     pub(super) fn build_index(&self) {
         let mut index = self.index();
-        let mut rel = String::new();
         for (name, is_dir) in safe_entries(&self.root) {
-            rel.clear();
-            rel.push_str(&name);
             if !is_dir {
-                index_file(&mut index, &self.root, &rel);
+                index_file(&mut index, &self.root, &name);
                 continue;
             }
             let component = self.root.join(&name);
-            // A kind directory's name has dots (`pods.v1.core`); `tokens` has none.
-            for (kind, is_dir) in safe_entries(&component) {
-                if !is_dir || !kind.contains('.') {
-                    continue;
-                }
-                let kind_dir = component.join(&kind);
-                for (entry, is_dir) in safe_entries(&kind_dir) {
-                    rel.clear();
-                    rel.extend([name.as_str(), "/", kind.as_str(), "/", entry.as_str()]);
-                    if !is_dir {
-                        index_file(&mut index, &self.root, &rel);
-                        continue;
-                    }
-                    let namespace_len = rel.len();
-                    for (object, is_dir) in safe_entries(&kind_dir.join(&entry)) {
-                        if !is_dir {
-                            rel.truncate(namespace_len);
-                            rel.extend(["/", object.as_str()]);
-                            index_file(&mut index, &self.root, &rel);
-                        }
-                    }
+            index_kinds(&mut index, &self.root, &component, &name, true);
+        }
+    }
+}
+
+/// Indexes every object of the kind directories in `dir` (a component's, whose path below
+/// `root` is `rel`); in a component's, also those of its metadata views, one level down
+/// ([`METADATA_DIR`]).
+fn index_kinds(index: &mut ObjectIndex, root: &Path, dir: &Path, rel: &str, component: bool) {
+    let mut path = String::new();
+    // A kind directory's name has dots (`pods.v1.core`); `tokens` has none.
+    for (kind, is_dir) in safe_entries(dir) {
+        if !is_dir || !kind.contains('.') {
+            continue;
+        }
+        let kind_dir = dir.join(&kind);
+        let kind_rel = format!("{rel}/{kind}");
+        if component && kind == METADATA_DIR {
+            index_kinds(index, root, &kind_dir, &kind_rel, false);
+            continue;
+        }
+        for (entry, is_dir) in safe_entries(&kind_dir) {
+            path.clear();
+            path.extend([kind_rel.as_str(), "/", entry.as_str()]);
+            if !is_dir {
+                index_file(index, root, &path);
+                continue;
+            }
+            let namespace_len = path.len();
+            for (object, is_dir) in safe_entries(&kind_dir.join(&entry)) {
+                if !is_dir {
+                    path.truncate(namespace_len);
+                    path.extend(["/", object.as_str()]);
+                    index_file(index, root, &path);
                 }
             }
         }

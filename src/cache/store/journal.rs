@@ -350,13 +350,14 @@ enum JournalOp<'a> {
 fn parse_op(line: &str) -> Option<JournalOp<'_>> {
     let mut fields = line.split('\t');
     let op = match (fields.next()?, fields.next(), fields.next()) {
-        ("mkdir", Some(dir), None) if relative_path(dir, 1..=3) => JournalOp::Mkdir(dir),
+        // Up to `<component>/<view>/<kind>/<namespace>` and its objects (a metadata view).
+        ("mkdir", Some(dir), None) if relative_path(dir, 1..=4) => JournalOp::Mkdir(dir),
         ("rename", Some(temp), Some(path))
-            if is_safe_segment(temp) && relative_path(path, 2..=4) =>
+            if is_safe_segment(temp) && relative_path(path, 2..=5) =>
         {
             JournalOp::Rename(temp, path)
         }
-        ("delete", Some(path), None) if relative_path(path, 2..=4) => JournalOp::Delete(path),
+        ("delete", Some(path), None) if relative_path(path, 2..=5) => JournalOp::Delete(path),
         _ => return None,
     };
     fields.next().is_none().then_some(op)

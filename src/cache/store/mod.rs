@@ -118,7 +118,7 @@ use crate::dir_lock::DirLock;
 use crate::names::is_safe_segment;
 use error::io_err;
 use fs::{
-    DIR_MODE, all_real_dirs, make_dir, parent_of, read_object, real_dir, remove_quietly, sync_dir,
+    DIR_MODE, all_real_dirs, make_dir, parent_of, read_object, remove_quietly, sync_dir,
     write_new_file,
 };
 use index::{Known, ObjectIndex, entry_with};
@@ -502,11 +502,13 @@ impl Store {
     /// look at, and removed from there; `false` if it was not cached.
     pub(crate) fn delete_collection(&self, c: &CollectionKey) -> Result<bool, StoreError> {
         check_collection(c)?;
-        let component_dir = self.root.join(&c.component);
-        if !real_dir(&component_dir)? {
+        let mut dirs = self.kind_dirs(c);
+        // (`kind_dirs` always ends with the kind's.)
+        let kind_dir = dirs.pop().unwrap_or_default();
+        if !all_real_dirs(&dirs)? {
             return Ok(false);
         }
-        let kind_dir = component_dir.join(c.dir_name());
+        let parent_dir = parent_of(&kind_dir).to_owned();
         match std::fs::symlink_metadata(&kind_dir) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
@@ -517,7 +519,7 @@ impl Store {
         self.index().clear();
         std::fs::rename(&kind_dir, &trash).map_err(io_err(StoreOp::Rename, &trash))?;
         self.changed(None);
-        sync_dir(&component_dir)?;
+        sync_dir(&parent_dir)?;
         if let Err(e) = std::fs::remove_dir_all(&trash) {
             // Invisible already; the next start removes what is left.
             log::warn!("cache: cannot remove {}: {e}", trash.display());
@@ -567,25 +569,36 @@ impl Store {
     }
     /// The directories from the root down to where the object's file lives.
     fn object_dirs(&self, key: &ObjectKey) -> Vec<PathBuf> {
-        let component = self.root.join(&key.collection.component);
-        let kind = component.join(key.collection.dir_name());
-        let mut dirs = vec![component, kind];
+        let mut dirs = self.kind_dirs(&key.collection);
         if let Some(ns) = &key.namespace {
-            dirs.push(dirs[1].join(ns));
+            let in_kind = dirs[dirs.len() - 1].join(ns);
+            dirs.push(in_kind);
         }
         dirs
     }
 
-    /// The kind directory if the collection is cached (component and kind are real
-    /// directories, not symlinks).
+    /// The directories from the root down to the kind's, the kind's last: the component's,
+    /// the view's if it has one ([`View::dir`](super::key::View::dir)), the kind's.
+    pub(super) fn kind_dirs(&self, c: &CollectionKey) -> Vec<PathBuf> {
+        let mut dirs = vec![self.root.join(&c.component)];
+        if let Some(view) = c.view.dir() {
+            let view = dirs[0].join(view);
+            dirs.push(view);
+        }
+        let kind = dirs[dirs.len() - 1].join(c.gvr.dir_name());
+        dirs.push(kind);
+        dirs
+    }
+
+    /// The kind directory if the collection is cached (it and every directory above it
+    /// below the root are real directories, not symlinks).
     fn collection_dir(&self, c: &CollectionKey) -> Result<Option<PathBuf>, StoreError> {
         check_collection(c)?;
-        let component = self.root.join(&c.component);
-        if !real_dir(&component)? {
+        let mut dirs = self.kind_dirs(c);
+        if !all_real_dirs(&dirs)? {
             return Ok(None);
         }
-        let kind = component.join(c.dir_name());
-        Ok(real_dir(&kind)?.then_some(kind))
+        Ok(dirs.pop())
     }
 
     /// Makes `dir` (0700) unless it exists, and makes its entry durable.

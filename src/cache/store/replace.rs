@@ -25,7 +25,7 @@
 
 use std::collections::HashSet;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 
@@ -33,8 +33,7 @@ use std::sync::atomic::Ordering;
 use super::StoreOptions;
 use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{
-    all_real_dirs, parent_of, read_object, real_dir, remove_quietly, sync_dir, sync_filesystem,
-    write_new_file,
+    all_real_dirs, read_object, real_dir, remove_quietly, sync_dir, sync_filesystem, write_new_file,
 };
 use super::index::{Known, entry_with};
 use super::journal::{CommitStep, JOURNAL_PREFIX, JournalWriter, RelPath};
@@ -42,7 +41,6 @@ use super::list::NameCursor;
 use super::recent::Changed;
 use super::{PutOutcome, Store, check_collection, check_segment, next_id, stored_rv, unchanged};
 use crate::cache::key::{CollectionKey, ObjectKey, rv_newer};
-use crate::names::Component;
 
 /// What a committed replacement did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -66,9 +64,12 @@ pub(crate) struct ReplaceReport {
 
 /// The kind directory a replacement commits into.
 struct KindDir {
-    /// The component's directory.
-    component: Component,
-    /// `<component>/<resource>.<version>.<group>`, as the journal names it.
+    /// The directories above the kind's, from the component's down (the view's, for a
+    /// metadata view), as the journal names them.
+    above: Vec<String>,
+    /// `<component>/<resource>.<version>.<group>` (or
+    /// `<component>/partialobjectmetadatas.v1.meta.k8s.io/<resource>.<version>.<group>`), as
+    /// the journal names it.
     rel: String,
     /// The same under the cache root.
     dir: PathBuf,
@@ -76,14 +77,24 @@ struct KindDir {
 
 impl KindDir {
     fn of(replace: &Replace<'_>) -> KindDir {
-        let component = replace.collection.component.clone();
-        let rel = format!("{component}/{}", replace.collection.dir_name());
-        let dir = replace.store.root.join(&rel);
-        KindDir {
-            component,
-            rel,
-            dir,
+        let c = &replace.collection;
+        let mut above = vec![c.component.as_str().to_owned()];
+        if let Some(view) = c.view.dir() {
+            above.push(format!("{}/{view}", c.component));
         }
+        let rel = format!("{}/{}", c.component, c.dir_name());
+        let dir = replace.store.root.join(&rel);
+        KindDir { above, rel, dir }
+    }
+
+    /// Whether the kind's directory and every one above it are real directories.
+    fn all_real(&self, root: &Path) -> Result<bool, StoreError> {
+        for rel in &self.above {
+            if !real_dir(&root.join(rel))? {
+                return Ok(false);
+            }
+        }
+        real_dir(&self.dir)
     }
 }
 
@@ -357,7 +368,9 @@ impl Replace<'_> {
         let Some(journal_file) = journal.finish()? else {
             // Nothing to rename or delete: no journal, no sync; the collection must exist.
             let store = self.store;
-            store.ensure_dir(&store.root.join(&kind.component))?;
+            for rel in &kind.above {
+                store.ensure_dir(&store.root.join(rel))?;
+            }
             store.ensure_dir(&kind.dir)?;
             if let Some(ns) = &self.namespace {
                 store.ensure_dir(&kind.dir.join(ns))?;
@@ -388,7 +401,9 @@ impl Replace<'_> {
     /// The journal's directories: the component's, the kind's and each namespace's that an
     /// object is renamed into (entries are sorted, so each namespace comes once).
     fn journal_dirs(&self, journal: &mut JournalWriter, kind: &KindDir) {
-        journal.mkdir(kind.component.as_str().to_owned());
+        for rel in &kind.above {
+            journal.mkdir(rel.clone());
+        }
         journal.mkdir(kind.rel.clone());
         let mut last_namespace = self.namespace.as_deref();
         if let Some(ns) = last_namespace {
@@ -432,7 +447,7 @@ impl Replace<'_> {
         let mut next = 0;
         // Only a whole answer deletes, so only it needs to read what it left out.
         let walk = in_scope.is_some();
-        if walk && real_dir(&store.root.join(&kind.component))? && real_dir(&kind.dir)? {
+        if walk && kind.all_real(&store.root)? {
             let mut cursor = NameCursor::open(kind.dir.clone(), self.namespace.as_deref(), None)?;
             while let Some(found) = cursor.next_name() {
                 let (namespace, name) = found?;
@@ -697,13 +712,12 @@ impl Replace<'_> {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let kind_dir = self
-            .store
-            .root
-            .join(&self.collection.component)
-            .join(self.collection.dir_name());
+        let mut dirs = self.store.kind_dirs(&self.collection);
+        // (`kind_dirs` always ends with the kind's.)
+        let kind_dir = dirs.pop().unwrap_or_default();
         if !self.collection_checked {
-            if !all_real_dirs(&[parent_of(&kind_dir).to_owned(), kind_dir.clone()])? {
+            dirs.push(kind_dir.clone());
+            if !all_real_dirs(&dirs)? {
                 return Ok(None);
             }
             self.collection_checked = true;

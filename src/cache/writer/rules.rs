@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 
 use super::failures::{FailureLog, count_put};
 use crate::cache::decode::{BodyShape, Located, Path};
-use crate::cache::key::{CollectionKey, ObjectKey, TokenKey};
+use crate::cache::key::{CollectionKey, ObjectKey, TokenKey, View};
 use crate::cache::object::{
     EVENT_PATHS, HEAD_PATHS, ObjectHead, ObjectMeta, from_map, located_str, starts_object,
 };
@@ -172,8 +172,12 @@ fn object_key(
     }
     let meta = head.metadata.as_ref()?;
     let name = meta.name.as_deref().filter(|n| !n.is_empty())?;
-    // A pod not bound to a node is of no use to a node (as in YurtHub).
-    if collection.gvr.group.is_empty() && collection.gvr.resource == "pods" {
+    // A pod not bound to a node is of no use to a node (as in YurtHub). A metadata view's
+    // pod has no spec to tell: it is kept as the cloud sent it.
+    let full_pod = collection.view == View::Full
+        && collection.gvr.group.is_empty()
+        && collection.gvr.resource == "pods";
+    if full_pod {
         let bound = head
             .spec
             .as_ref()

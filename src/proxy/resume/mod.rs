@@ -538,7 +538,12 @@ impl Watch<'_, '_, '_, '_> {
     /// else's watch ends cleanly, with one line saying why.
     fn rebuild(&mut self, held_since: Instant) -> Rebuilt {
         let why = match self.mode {
-            Resume::ResumeOnly if matches!(self.req.accept, Accept::Transformed { .. }) => {
+            Resume::ResumeOnly
+                if matches!(
+                    self.req.accept,
+                    Accept::Transformed { .. } | Accept::Metadata { .. }
+                ) =>
+            {
                 "a transformed (as=) answer"
             }
             Resume::ResumeOnly => "not a cache agent",

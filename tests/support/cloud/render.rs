@@ -1,6 +1,7 @@
-//! Turns stored objects into wire bytes: content negotiation (JSON, `as=Table`, 406),
-//! `…List` documents written item by item, `meta.k8s.io/v1` Tables with Name and Age
-//! columns, watch event lines, and opaque continue tokens.
+//! Turns stored objects into wire bytes: content negotiation (JSON, `as=Table`,
+//! `as=PartialObjectMetadata[List]`, 406), `…List` documents written item by item,
+//! `meta.k8s.io/v1` Tables with Name and Age columns, metadata-only objects and lists, watch
+//! event lines, and opaque continue tokens.
 //!
 //! It writes into any `io::Write`; framing (chunks, gzip, Content-Length) is `respond.rs`'s.
 
@@ -21,6 +22,14 @@ pub enum Shape {
     Json,
     /// A `meta.k8s.io` Table of the given version (`v1` or `v1beta1`).
     Table(&'static str),
+    /// `meta.k8s.io/v1` metadata only: `PartialObjectMetadata` objects (gets, watch events) in
+    /// a `PartialObjectMetadataList` (lists), as client-go's metadata client reads them.
+    /// `list` is the form asked for; the stand-in answers the form of the verb whichever it is
+    /// (the apiserver answers 406 to the other).
+    Metadata {
+        /// `as=PartialObjectMetadataList` was asked for.
+        list: bool,
+    },
 }
 
 /// The `includeObject` option of Tables.
@@ -70,6 +79,12 @@ pub fn negotiate(accept: &str) -> Result<Shape, ApiError> {
             ("", _, _) => return Ok(Shape::Json),
             ("Table", "meta.k8s.io", "v1") => return Ok(Shape::Table("v1")),
             ("Table", "meta.k8s.io", "v1beta1") => return Ok(Shape::Table("v1beta1")),
+            ("PartialObjectMetadata", "meta.k8s.io", "v1") => {
+                return Ok(Shape::Metadata { list: false });
+            }
+            ("PartialObjectMetadataList", "meta.k8s.io", "v1") => {
+                return Ok(Shape::Metadata { list: true });
+            }
             _ => continue,
         }
     }
@@ -208,6 +223,42 @@ pub fn write_list(
     out.write_all(b"]}")
 }
 
+/// `o` as a `meta.k8s.io/v1` `PartialObjectMetadata`: kind, apiVersion and metadata only.
+pub fn partial_metadata(o: &Obj) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": o.value()["metadata"],
+    })
+}
+
+/// Writes one object as a `PartialObjectMetadata`.
+pub fn write_metadata(out: &mut dyn Write, o: &Obj) -> io::Result<()> {
+    serde_json::to_writer(&mut *out, &partial_metadata(o))?;
+    Ok(())
+}
+
+/// Writes a `meta.k8s.io/v1` `PartialObjectMetadataList`, one item at a time, each item
+/// typed as the apiserver types them.
+pub fn write_metadata_list(
+    out: &mut dyn Write,
+    meta: &ListMeta,
+    items: &[Arc<Obj>],
+) -> io::Result<()> {
+    write!(
+        out,
+        "{{\"kind\":\"PartialObjectMetadataList\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{},\"items\":[",
+        meta.to_json()
+    )?;
+    for (i, o) in items.iter().enumerate() {
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        write_metadata(out, o)?;
+    }
+    out.write_all(b"]}")
+}
+
 fn columns() -> Value {
     json!([
         {"name": "Name", "type": "string", "format": "name", "priority": 0,
@@ -304,6 +355,9 @@ pub fn event_line(kind: &Kind, etype: &str, o: &Obj, shape: Shape, include: Incl
             });
             line.extend_from_slice(table.to_string().as_bytes());
         }
+        Shape::Metadata { .. } => {
+            line.extend_from_slice(partial_metadata(o).to_string().as_bytes());
+        }
     }
     line.extend_from_slice(b"}\n");
     line
@@ -353,8 +407,21 @@ mod tests {
             Ok(Shape::Json),
         );
         check("application/vnd.kubernetes.protobuf", Err(406));
+        // client-go's metadata client: protobuf first, which this server does not speak.
         check(
-            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+            Ok(Shape::Metadata { list: true }),
+        );
+        check(
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+            Ok(Shape::Metadata { list: false }),
+        );
+        check(
+            "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+            Err(406),
+        );
+        check(
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1beta1",
             Err(406),
         );
     }

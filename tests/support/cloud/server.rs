@@ -712,6 +712,7 @@ fn single(ctx: &Ctx<'_>, kind: &Kind, o: &Arc<Obj>, shape: Shape, reply: Reply) 
                 include,
             )?;
         }
+        Shape::Metadata { .. } => render::write_metadata(&mut body, o)?,
     }
     body.finish()
 }
@@ -778,6 +779,7 @@ fn list(ctx: &Ctx<'_>, served_id: KindId, filter: &Filter, reply: Reply) -> io::
             let include = Include::parse(q.get("includeObject"));
             render::write_table(&mut body, kind, version, &meta, &items, include)?
         }
+        Shape::Metadata { .. } => render::write_metadata_list(&mut body, &meta, &items)?,
     }
     body.finish()
 }

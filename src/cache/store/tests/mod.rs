@@ -7,6 +7,7 @@ mod objects;
 mod recovery;
 mod replace;
 mod tokens;
+mod views;
 
 use super::journal::JOURNAL_PREFIX;
 use super::*;
