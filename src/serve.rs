@@ -14,7 +14,6 @@ use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::cache::store::Store;
-use crate::health::Backends;
 use crate::metrics::METRICS;
 use crate::offline;
 use crate::pki::IdentityState;
@@ -73,11 +72,11 @@ impl Readiness {
 }
 
 /// Answers one request on the serve port. `store` is the disk cache (edge mode), which
-/// `/pods` reads; `ota` answers the OTA endpoints.
+/// `/pods` reads; `ota` answers the OTA endpoints, and its cloud servers' health is what
+/// `/metrics` reports.
 pub(crate) fn handle(
     mut ex: Exchange<'_>,
     readiness: &Readiness,
-    backends: &Backends,
     store: Option<&Store>,
     ota: &Ota,
 ) {
@@ -132,7 +131,7 @@ pub(crate) fn handle(
             ex.send(if ready { 200 } else { 503 }, &text, body.as_bytes())
         }
         "/metrics" => {
-            let body = METRICS.render(&backends.snapshot());
+            let body = METRICS.render(&ota.backends().snapshot());
             ex.send(
                 200,
                 &[("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
@@ -174,8 +173,10 @@ pub(crate) fn handle(
              threads and connections",
         )),
         // Another method is a 404, as on the port's other paths.
-        _ if ex.method() == "POST" && ota::is_ota_path(path) => {
-            ota.handle(ex, path);
+        _ if ex.method() == "POST"
+            && let Some(target) = ota::target_of(path) =>
+        {
+            ota.handle(ex, &target);
             Ok(())
         }
         _ => ex.send(404, &text, b"404 page not found\n"),

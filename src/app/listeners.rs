@@ -38,10 +38,10 @@ pub(super) fn spawn_serve(
     store: Option<Arc<Store>>,
     node: &str,
 ) -> Result<(), StartupError> {
-    let (readiness, backends) = (Arc::clone(readiness), Arc::clone(upstream.backends()));
+    let readiness = Arc::clone(readiness);
     let ota = Ota::new(Arc::clone(upstream), node);
     let handler: server::Handler =
-        Arc::new(move |ex| serve::handle(ex, &readiness, &backends, store.as_deref(), &ota));
+        Arc::new(move |ex| serve::handle(ex, &readiness, store.as_deref(), &ota));
     // Never stopped: it answers readyz with 503 during the shutdown, until the process ends.
     let shutdown = Arc::new(AtomicBool::new(false));
     spawn("serve", move || {

@@ -40,18 +40,11 @@ impl ServerLeaseApi {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Exchanged, LeaseError> {
-        let body = body.map(|b| b.to_string().into_bytes());
+        let body = body.map(|b| ("application/json", b.to_string().into_bytes()));
         // The apiserver gives up when the hub does (client-go adds the same).
         let path = format!("{path}?timeout={}s", self.timeout.as_secs().max(1));
         self.upstream
-            .exchange_with(
-                &self.base,
-                method,
-                &path,
-                body,
-                "application/json",
-                self.timeout,
-            )
+            .exchange_with(&self.base, method, &path, body, self.timeout)
             .map_err(LeaseError::Transport)
     }
 

@@ -20,14 +20,18 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::cloud_error::UpstreamError;
+use crate::health::Backends;
 use crate::logging::rfc3339;
+use crate::names::{is_dns_label, is_dns_subdomain};
 use crate::server::Exchange;
 use crate::status::Status;
+use crate::unix_now;
 use crate::upstream::{Exchanged, Upstream};
 
 /// Time each request to the cloud may take.
@@ -71,7 +75,7 @@ impl Action {
 
 /// The pod an OTA path names, and what to do with it.
 #[derive(Debug, PartialEq, Eq)]
-struct Target<'a> {
+pub(super) struct Target<'a> {
     action: Action,
     namespace: &'a str,
     pod: &'a str,
@@ -89,14 +93,10 @@ impl Target<'_> {
     }
 }
 
-/// `/openyurt.io/v1/namespaces/{ns}/pods/{pod}/upgrade` or `…/imagepull` with non-empty
-/// segments: YurtHub's OTA endpoints, whatever the names say.
-pub(super) fn is_ota_path(path: &str) -> bool {
-    target_of(path).is_some()
-}
-
-/// The target of an OTA path, its names unchecked.
-fn target_of(path: &str) -> Option<Target<'_>> {
+/// The target of `/openyurt.io/v1/namespaces/{ns}/pods/{pod}/upgrade` or `…/imagepull`
+/// with non-empty segments (YurtHub's OTA endpoints, whatever the names say), its names
+/// unchecked; None for any other path.
+pub(super) fn target_of(path: &str) -> Option<Target<'_>> {
     let parts: Vec<&str> = path.split('/').collect();
     let [
         "",
@@ -123,29 +123,11 @@ fn target_of(path: &str) -> Option<Target<'_>> {
     })
 }
 
-/// The apiserver's rule for a namespace: a lowercase RFC 1123 label.
-fn is_dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    (1..=63).contains(&b.len())
-        && b.iter().all(|c| alnum(c) || *c == b'-')
-        && b.first().is_some_and(alnum)
-        && b.last().is_some_and(alnum)
-}
-
-/// The apiserver's rule for a pod's name: a lowercase RFC 1123 subdomain, labels joined by
-/// dots.
-fn is_dns1123_subdomain(s: &str) -> bool {
-    s.len() <= 253
-        && s.split('.')
-            .all(|part| part.len() <= 63 && is_dns1123_label(part))
-}
-
 /// 400 when the path's names are not names the apiserver could hold: a namespace that is
-/// no RFC 1123 label, or a pod name that is no RFC 1123 subdomain. So what goes to the
-/// cloud is always one pod's path.
+/// no RFC 1123 label, or a pod name that is no RFC 1123 subdomain (the apiserver's rules,
+/// [`crate::names`]). So what goes to the cloud is always one pod's path.
 fn check_names(target: &Target<'_>) -> Result<(), Status> {
-    if !is_dns1123_label(target.namespace) {
+    if !is_dns_label(target.namespace) {
         return Err(Status::bad_request(format!(
             "invalid namespace {:?}: a lowercase RFC 1123 label must consist of lower case \
              alphanumeric characters or '-', and must start and end with an alphanumeric \
@@ -153,7 +135,7 @@ fn check_names(target: &Target<'_>) -> Result<(), Status> {
             target.namespace
         )));
     }
-    if !is_dns1123_subdomain(target.pod) {
+    if !is_dns_subdomain(target.pod) {
         return Err(Status::bad_request(format!(
             "invalid pod name {:?}: a lowercase RFC 1123 subdomain must consist of lower case \
              alphanumeric characters, '-' or '.', and must start and end with an alphanumeric \
@@ -322,10 +304,23 @@ impl fmt::Display for CloudFailure {
     }
 }
 
+/// The one OTA call being answered: taken from [`Ota::busy`], given back when dropped.
+struct Slot<'a>(&'a AtomicBool);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 /// The OTA endpoints: the hub's client of the cloud, and the node whose pods they update.
 pub(crate) struct Ota {
     upstream: Arc<Upstream>,
     node: String,
+    /// An OTA call is being answered. One at a time: each may wait twice
+    /// [`CLOUD_TIMEOUT`] on a slow cloud, and the serve port's few request slots must stay
+    /// free for its health checks.
+    busy: AtomicBool,
 }
 
 impl Ota {
@@ -334,19 +329,21 @@ impl Ota {
         Ota {
             upstream,
             node: node.to_owned(),
+            busy: AtomicBool::new(false),
         }
     }
 
-    /// Answers one `POST` on an OTA path ([`is_ota_path`]): 200 with YurtHub's words, or a
-    /// `Status` with YurtHub's code; one log line either way.
-    pub(crate) fn handle(&self, ex: Exchange<'_>, path: &str) {
-        let Some(target) = target_of(path) else {
-            // Not reached: the caller matched the path with `is_ota_path`.
-            let _ = ex.send_status(&Status::not_found_message("not an OTA endpoint"));
-            return;
-        };
+    /// The cloud's servers and their health: the ones the endpoints ask, which the serve
+    /// port's `/metrics` reports.
+    pub(crate) fn backends(&self) -> &Backends {
+        self.upstream.backends()
+    }
+
+    /// Answers one `POST` on an OTA path (its [`target_of`]): 200 with YurtHub's words, or
+    /// a `Status` with YurtHub's code; one log line either way.
+    pub(super) fn handle(&self, ex: Exchange<'_>, target: &Target<'_>) {
         let (action, id) = (target.action.as_str(), target.id());
-        let _ = match self.answer(&target) {
+        let _ = match self.answer(target) {
             Ok(text) => {
                 log::info!("OTA {action} of pod {id}: {text}");
                 let plain = [("Content-Type", "text/plain; charset=utf-8")];
@@ -366,12 +363,27 @@ impl Ota {
     /// The answer to `target`: YurtHub's 200 text, or the refusal.
     fn answer(&self, target: &Target<'_>) -> Result<String, Status> {
         check_names(target)?;
+        let _slot = self.take_slot()?;
         let base = self.server()?;
         let pod = self.get_pod(&base, target)?;
         match target.action {
             Action::Upgrade => self.upgrade(&base, target, &pod),
             Action::ImagePull => self.image_pull(&base, target, &pod),
         }
+    }
+
+    /// The one OTA call's slot; 429 with `Retry-After` (as the serve port's other 429s)
+    /// while another call has it.
+    fn take_slot(&self) -> Result<Slot<'_>, Status> {
+        self.busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .map(|_| Slot(&self.busy))
+            .map_err(|_| {
+                Status::too_many_requests(
+                    "another OTA upgrade or image pre-pull is being answered; retry shortly",
+                    1,
+                )
+            })
     }
 
     /// A healthy cloud server's base URL; 503 without one (YurtHub's `HealthyCheck`).
@@ -393,18 +405,10 @@ impl Ota {
         path: &str,
         body: Option<(&str, Vec<u8>)>,
     ) -> Result<Exchanged, CloudFailure> {
-        let (content_type, body) = match body {
-            Some((content_type, body)) => (content_type, Some(body)),
-            None => ("application/json", None),
-        };
-        CloudFailure::check(self.upstream.exchange_with(
-            base,
-            method,
-            path,
-            body,
-            content_type,
-            CLOUD_TIMEOUT,
-        ))
+        CloudFailure::check(
+            self.upstream
+                .exchange_with(base, method, path, body, CLOUD_TIMEOUT),
+        )
     }
 
     /// The pod from the cloud; any failure, a 404 included, is 500 (YurtHub's).
@@ -489,10 +493,7 @@ impl Ota {
                 "Failed to check pod status {id}, error: {why}"
             )));
         }
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let patch = image_pull_patch(pod, &rfc3339(now as i64));
+        let patch = image_pull_patch(pod, &rfc3339(unix_now()));
         let path = format!("{}/status?fieldManager={FIELD_MANAGER}", target.pod_path());
         let body = (
             "application/merge-patch+json",
@@ -552,7 +553,6 @@ mod tests {
             ("/api/v1/namespaces/default/pods/web/upgrade", None),
         ] {
             assert_eq!(target_of(path).map(|t| t.action), want, "{path}");
-            assert_eq!(is_ota_path(path), want.is_some(), "{path}");
         }
     }
 
@@ -584,7 +584,10 @@ mod tests {
         assert!(check(&"n".repeat(63), "web").is_ok());
         assert!(check(&"n".repeat(64), "web").is_err());
         assert!(check("default", &vec!["p".repeat(63); 3].join(".")).is_ok());
-        assert!(check("default", &"p".repeat(64)).is_err());
+        // The apiserver limits a pod's name as a whole, not each dot-part.
+        assert!(check("default", &"p".repeat(64)).is_ok());
+        assert!(check("default", &"p".repeat(253)).is_ok());
+        assert!(check("default", &"p".repeat(254)).is_err());
     }
 
     #[test]

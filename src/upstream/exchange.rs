@@ -11,35 +11,35 @@ use super::{Exchanged, HUB_USER_AGENT, MAX_EXCHANGE_BODY, Upstream, UpstreamErro
 use crate::health::{Probe, ProbeError};
 use crate::link::{self, LINK};
 
-/// The media type of a JSON body.
-const JSON: &str = "application/json";
-
 impl Upstream {
-    /// `method path` against `base` (one server) with the hub's credentials, a body of media
-    /// type `content_type` when given (JSON, or a merge patch), bounded by `timeout` as a
-    /// whole; `Err` when there is no answer (or it broke off while its body was read), by
+    /// `method path` against `base` (one server) with the hub's credentials, a body when
+    /// given (its media type, JSON or a merge patch, and its bytes), bounded by `timeout` as
+    /// a whole; `Err` when there is no answer (or it broke off while its body was read), by
     /// origin as the request path sees it.
     pub(crate) fn exchange_with(
         &self,
         base: &str,
         method: &str,
         path: &str,
-        body: Option<Vec<u8>>,
-        content_type: &str,
+        body: Option<(&str, Vec<u8>)>,
         timeout: Duration,
     ) -> Result<Exchanged, UpstreamError> {
         // No material yet: the server cannot be reached as the hub.
         let agents = self.current()?;
         let link = LINK.link(base, link::HUB_COMPONENT, link::resource_of(path));
-        let sent = body.as_ref().map_or(0, |b| b.len() as u64);
+        let sent = body.as_ref().map_or(0, |(_, b)| b.len() as u64);
         let mut builder = http::Request::builder()
             .method(method)
             .uri(format!("{base}{path}"))
             .header("user-agent", HUB_USER_AGENT)
             .header("accept", "application/json");
-        if body.is_some() {
-            builder = builder.header("content-type", content_type);
-        }
+        let body = match body {
+            Some((content_type, bytes)) => {
+                builder = builder.header("content-type", content_type);
+                Some(bytes)
+            }
+            None => None,
+        };
         if let Some(token) = self.token.as_ref().and_then(TokenSource::current) {
             builder = builder.header("authorization", format!("Bearer {token}"));
         }
@@ -92,7 +92,7 @@ impl Probe for Upstream {
         let mut status = 0;
         for path in ["/readyz", "/healthz"] {
             status = self
-                .exchange_with(base, "GET", path, None, JSON, timeout)
+                .exchange_with(base, "GET", path, None, timeout)
                 .map_err(ProbeError::NoAnswer)?
                 .status;
             if status != 404 {

@@ -3,7 +3,7 @@
 //! the new revision; `…/imagepull` marks the pod's next revision for the image pre-pull
 //! with a merge patch of its status. Both ask the cloud as the hub, and answer YurtHub's
 //! codes (500 for a missing pod, 403 for another node's pod or no pending update, 400 for a
-//! pod without owners, 503 offline) as Status JSON.
+//! pod without owners, 503 offline) as Status JSON; one call at a time, another meanwhile 429.
 
 use std::time::Duration;
 
@@ -50,13 +50,17 @@ fn create(cloud: &Cloud, pod: Value) {
     }
 }
 
-/// `method` on the OTA route `action` of pod `default/name` on the serve port.
-fn ota(hub: &Hub, method: &str, name: &str, action: &str) -> Reply {
-    let url = format!(
+/// The URL of the OTA route `action` of pod `default/name` on the serve port.
+fn ota_url(hub: &Hub, name: &str, action: &str) -> String {
+    format!(
         "{}/openyurt.io/v1/namespaces/default/pods/{name}/{action}",
         hub.serve_url()
-    );
-    call(method, &url, "curl/8", &[], None)
+    )
+}
+
+/// `method` on the OTA route `action` of pod `default/name` on the serve port.
+fn ota(hub: &Hub, method: &str, name: &str, action: &str) -> Reply {
+    call(method, &ota_url(hub, name, action), "curl/8", &[], None)
 }
 
 /// Asserts a refusal: `code` as a Status whose message holds `words`.
@@ -272,4 +276,38 @@ fn offline_both_routes_are_503() {
             action,
         );
     }
+}
+
+#[test]
+fn one_ota_call_at_a_time_and_the_health_checks_keep_their_slots() {
+    let cloud = Cloud::start();
+    pods(&cloud);
+    let dir = TempDir::new("ota-one-at-a-time");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+
+    // A slow cloud: the first call holds the OTA slot while its pod is read.
+    cloud.set_delay(Duration::from_secs(3));
+    let url = ota_url(&hub, "current", "upgrade");
+    let first = std::thread::spawn(move || call("POST", &url, "curl/8", &[], None));
+    let read = cloud.wait_for_request(
+        |r| r.method == "GET" && r.path == "/api/v1/namespaces/default/pods/current",
+        Duration::from_secs(20),
+    );
+    assert!(read.is_some(), "the first call asks the cloud for its pod");
+
+    let second = ota(&hub, "POST", "pulling", "imagepull");
+    assert_refused(&second, 429, "another OTA", "a second call meanwhile");
+    assert_eq!(second.header("retry-after"), Some("1"));
+    let health = get(&format!("{}/v1/healthz", hub.serve_url()), "curl/8");
+    assert_eq!(health.status, 200, "{}", health.text());
+
+    let first = first.join().expect("the first call's thread");
+    assert_refused(&first, 403, "update status is False", "the first call");
+    assert!(hub_requests(&cloud, "GET", "pulling").is_empty());
+
+    // The slot is given back: the next call is answered.
+    cloud.set_delay(Duration::ZERO);
+    assert!(hub.wait_healthy(&cloud, true, Duration::from_secs(30)));
+    let reply = ota(&hub, "POST", "pulling", "imagepull");
+    assert_eq!(reply.status, 200, "{}", reply.text());
 }
