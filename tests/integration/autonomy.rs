@@ -16,10 +16,16 @@ const STATUS_PATH: &str = "/api/v1/nodes/edge-1/status";
 
 /// A cloud with the node `edge-1` (an edge worker of `pool-a`) and a hub for it.
 fn start(tag: &str) -> (Cloud, TempDir, HubSpec, Hub) {
+    start_with(tag, &[])
+}
+
+/// [`start`] with the hub's extra flags `args`.
+fn start_with(tag: &str, args: &[&str]) -> (Cloud, TempDir, HubSpec, Hub) {
     let cloud = Cloud::start();
     cloud.node("edge-1", Some("pool-a"), &[]);
     let dir = TempDir::new(tag);
-    let spec = HubSpec::for_cloud(&cloud, dir.path());
+    let mut spec = HubSpec::for_cloud(&cloud, dir.path());
+    spec.args.extend(args.iter().map(|a| a.to_string()));
     let hub = Hub::start(&spec);
     (cloud, dir, spec, hub)
 }
@@ -343,18 +349,14 @@ fn only_kubelets_get_of_this_node_sets_the_condition() {
 /// in time, and kubelet gets the node with the condition set, unwritten.
 #[test]
 fn a_slow_cloud_still_answers_kubelet_within_its_timeout() {
-    let cloud = Cloud::start();
-    cloud.node("edge-1", Some("pool-a"), &[]);
+    // The health checks wait out the cloud's delay: the cloud stays healthy, only slow.
+    let (cloud, _dir, _spec, hub) =
+        start_with("autonomy-slow", &["--heartbeat-timeout-seconds=10"]);
     annotate(
         &cloud,
         json!({"node.beta.openyurt.io/autonomy": "true"}),
         json!({}),
     );
-    let dir = TempDir::new("autonomy-slow");
-    let mut spec = HubSpec::for_cloud(&cloud, dir.path());
-    // The health checks wait out the cloud's delay: the cloud stays healthy, only slow.
-    spec.args.push("--heartbeat-timeout-seconds=10".into());
-    let hub = Hub::start(&spec);
     assert!(hub.wait_healthy(&cloud, true, Duration::from_secs(15)));
     // Every answer a second late, and every PUT a conflict: 5 PUTs and 4 reads again would
     // take 10 s.
@@ -392,7 +394,8 @@ fn a_slow_cloud_still_answers_kubelet_within_its_timeout() {
 /// the cached node with the condition set, and nothing is written.
 #[test]
 fn a_cloud_breaking_off_the_get_gives_the_cached_node_with_the_condition() {
-    let (cloud, _dir, spec, hub) = start("autonomy-broken");
+    // Health checks by /readyz, which the broken answer spares: no lease renewal takes it.
+    let (cloud, _dir, spec, hub) = start_with("autonomy-broken", &["--heartbeat-mode=readyz"]);
     annotate(
         &cloud,
         json!({"node.beta.openyurt.io/autonomy": "true"}),
