@@ -312,7 +312,7 @@ fn view_of(req: &ApiRequest) -> Option<View> {
         Accept::Json | Accept::JsonOrProtobuf => Some(View::Full),
         Accept::Metadata { list, json: true } if matches!(req.target, Target::Resource(_)) => {
             match req.verb {
-            Verb::List if list => Some(View::Metadata),
+                Verb::List if list => Some(View::Metadata),
                 Verb::Get | Verb::Watch if !list => Some(View::Metadata),
                 _ => None,
             }
@@ -388,9 +388,7 @@ fn cache_target(
         (Some(View::Metadata), _) if !selectable => return Err(NoCacheReason::MetadataField),
         (Some(view), _) => view,
         // The cloud answers discovery in the form the client asks for; each form is kept.
-        (None, Accept::Discovery(_)) if matches!(req.target, Target::NonResource(_)) => {
-            View::Full
-        }
+        (None, Accept::Discovery(_)) if matches!(req.target, Target::NonResource(_)) => View::Full,
         (None, Accept::ProtobufOnly | Accept::Other) => return Err(NoCacheReason::NotJson),
         (None, _) => return Err(NoCacheReason::Transformed),
     };
