@@ -294,12 +294,15 @@ pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Resu
 }
 
 /// The `Accept` the hub sends for a metadata-only client's read it caches or resumes: the
-/// JSON form of what it asked for, which it listed (client-go lists protobuf first).
+/// JSON form of what it asked for, which it listed (client-go lists protobuf first), then
+/// plain JSON, which it listed too: a server that cannot convert answers whole objects, as
+/// it would have the client (client-go's metadata client reads them), not 406. The writer
+/// keeps only `PartialObjectMetadata` in a metadata view.
 pub(crate) fn metadata_accept(list: bool) -> &'static str {
     if list {
-        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
     } else {
-        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
     }
 }
 
@@ -1075,7 +1078,9 @@ mod tests {
         assert_eq!(metadata_view(&list), meta_pods);
         assert_eq!(
             list.upstream_accept,
-            Some("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
+            Some(
+                "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+            )
         );
         assert_eq!(list.local, Local::List);
         assert!(list.filters.is_empty());
@@ -1093,7 +1098,7 @@ mod tests {
         assert_eq!(metadata_view(&one), meta_pods);
         assert_eq!(
             one.upstream_accept,
-            Some("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1")
+            Some("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json")
         );
         assert_eq!(one.local, Local::Get);
 

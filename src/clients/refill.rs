@@ -480,7 +480,9 @@ mod tests {
         assert_eq!(collection.view, crate::cache::key::View::Metadata);
         assert_eq!(
             route.upstream_accept,
-            Some("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
+            Some(
+                "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+            )
         );
         // A watch of one object by the legacy prefix is refilled by its get, in the object's
         // form.

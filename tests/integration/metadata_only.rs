@@ -115,7 +115,7 @@ fn a_metadata_informer_is_cached_apart_and_answered_offline_in_its_form() {
         .collect();
     assert_eq!(
         asked,
-        ["application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"]
+        ["application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"]
     );
     let rv = list.json()["metadata"]["resourceVersion"]
         .as_str()
@@ -339,4 +339,72 @@ fn protobuf_only_and_spec_field_selectors_pass_through_uncached() {
     assert_eq!(offline.status, 503, "{}", offline.text());
     let offline = read(&url("/api/v1/pods"), proto);
     assert_eq!(offline.status, 503, "{}", offline.text());
+}
+
+#[test]
+fn whole_objects_from_a_cloud_that_ignores_as_reach_the_client_but_not_the_metadata_view() {
+    let cloud = Cloud::start();
+    cloud.create("pods", pod("default", "web-1", json!({"app": "web"})));
+    let dir = TempDir::new("metadata-whole-answer");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    let url = |p: &str| format!("{}{p}", hub.url());
+    let cache = hub.spec.cache_dir.clone();
+
+    let list = read(&url("/api/v1/pods"), LIST_ACCEPT);
+    assert_eq!(list.status, 200, "{}", list.text());
+    assert_eq!(assert_partial_list(&list.json()), names(&["web-1"]));
+    assert!(
+        hub.wait_cached(
+            &[&format!("{META_PODS}/default/web-1")],
+            Duration::from_secs(10)
+        ),
+        "{}",
+        hub.logs()
+    );
+
+    // A cloud that ignores `as=` answers plain JSON: whole pods, one not bound to a node.
+    let mut unbound = pod("default", "pending", json!({}));
+    unbound["spec"]["nodeName"] = json!(null);
+    let whole_list = json!({
+        "kind": "PodList", "apiVersion": "v1",
+        "metadata": {"resourceVersion": "999"},
+        "items": [pod("default", "whole-1", json!({})), unbound],
+    });
+    cloud.misanswer("/api/v1/pods", 1, 200, whole_list.to_string().as_bytes());
+    let answer = read(&url("/api/v1/pods"), LIST_ACCEPT);
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(
+        answer.json()["kind"],
+        "PodList",
+        "the cloud's answer, relayed"
+    );
+    assert_eq!(item_names(&answer.json()), names(&["whole-1", "pending"]));
+    let whole_pod = pod("default", "whole-2", json!({}));
+    cloud.misanswer(
+        "/api/v1/namespaces/default/pods/whole-2",
+        1,
+        200,
+        whole_pod.to_string().as_bytes(),
+    );
+    let one = read(&url("/api/v1/namespaces/default/pods/whole-2"), GET_ACCEPT);
+    assert_eq!(one.status, 200, "{}", one.text());
+    assert_eq!(one.json()["spec"]["nodeName"], "edge-1", "{}", one.text());
+
+    // The metadata view holds what it held: nothing whole was stored in it, nothing pruned.
+    hub.wait_cache_quiet();
+    let stored: Vec<String> = files_under(&cache.join(META_PODS))
+        .iter()
+        .map(|p| {
+            p.strip_prefix(cache.join(META_PODS))
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(stored, ["default/web-1"], "{}", hub.logs());
+    let kept: Value = serde_json::from_slice(
+        &std::fs::read(cache.join(META_PODS).join("default/web-1")).unwrap(),
+    )
+    .unwrap();
+    assert_partial(&kept);
 }
