@@ -260,7 +260,7 @@ pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Resu
     let view = view_of(req);
     let selectable = metadata_selectable(&selectors);
     let cache = cache_target(req, is_agent, mode, &selectors, view, selectable);
-    let resume = resume(req, mode, &cache, view);
+    let resume = resume(req, mode, &cache);
     // A cached or resumable answer is read by the hub: JSON, when the client takes it (a
     // metadata-only client's own JSON form: the hub reads no protobuf).
     let read_by_hub = cache.is_ok() || resume.is_some();
@@ -306,6 +306,18 @@ pub(crate) fn metadata_accept(list: bool) -> &'static str {
     }
 }
 
+/// The `Accept` of the list that rebuilds a cached watch after a 410 ([`Resume::Rebuild`]):
+/// the list form of the view its answer is cached in, alone (whole objects would be no
+/// difference against a metadata view: a server that cannot convert ends the watch, 406).
+pub(crate) fn rebuild_list_accept(accept: Accept) -> &'static str {
+    match accept {
+        Accept::Metadata { json: true, .. } => {
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+        }
+        _ => "application/json",
+    }
+}
+
 /// The view a read is cached and answered in: whole objects for a client that takes plain
 /// JSON, their metadata for one that asked for the JSON metadata form of its verb (a list's
 /// `PartialObjectMetadataList`, a get's or a watch's `PartialObjectMetadata`, of a resource);
@@ -336,14 +348,13 @@ fn metadata_selectable(selectors: &Selectors) -> bool {
 /// Whether and how a watch outlives a broken upstream (issue 29): an edge-mode watch of a
 /// resource collection whose events the hub can read (JSON, or a Table, whose rows carry the
 /// event's resourceVersion); rebuilt after a 410 when its answer is cached (a cache agent's
-/// JSON watch: the cache holds what it was sent; a metadata-only watch is resumed only, as
-/// the rebuild's list reads whole objects). Protobuf frames are not cut: such a watch
-/// ends with its upstream, as before. Cloud mode passes on what it does not read.
+/// JSON or JSON metadata watch: the cache holds what it was sent, and the rebuild lists in
+/// that form, [`rebuild_list_accept`]). Protobuf frames are not cut: such a watch ends with
+/// its upstream, as before. Cloud mode passes on what it does not read.
 fn resume(
     req: &ApiRequest,
     mode: WorkingMode,
     cache: &Result<CacheTarget, NoCacheReason>,
-    view: Option<View>,
 ) -> Option<Resume> {
     let Target::Resource(path) = &req.target else {
         return None;
@@ -360,8 +371,8 @@ fn resume(
         return None;
     }
     Some(match cache {
-        Ok(_) if view == Some(View::Full) => Resume::Rebuild,
-        Ok(_) | Err(_) => Resume::ResumeOnly,
+        Ok(_) => Resume::Rebuild,
+        Err(_) => Resume::ResumeOnly,
     })
 }
 
@@ -1102,14 +1113,14 @@ mod tests {
         );
         assert_eq!(one.local, Local::Get);
 
-        // A watch is cached, but resumed only: a rebuild lists whole objects.
+        // A watch is cached, and rebuilt after a 410 from a list in the metadata form.
         let watch = edge(&req("GET", "/api/v1/pods?watch=1", ua, Some(get_accept)));
         assert!(
             matches!(watch.cache, Ok(CacheTarget::Watch { .. })),
             "{watch:?}"
         );
         assert_eq!(metadata_view(&watch), meta_pods);
-        assert_eq!(watch.resume, Some(Resume::ResumeOnly));
+        assert_eq!(watch.resume, Some(Resume::Rebuild));
         assert_eq!(watch.local, Local::Watch);
 
         // The name and namespace are in the metadata; anything else is the cloud's to match.
