@@ -364,7 +364,7 @@ fn resume(
         Accept::Json
             | Accept::JsonOrProtobuf
             | Accept::Transformed { .. }
-            | Accept::Metadata { .. }
+            | Accept::Metadata { json: true, .. }
     );
     let collection = path.subresource.is_none() && !path.extra_path;
     if mode != WorkingMode::Edge || req.verb != Verb::Watch || !readable || !collection {
@@ -1168,6 +1168,14 @@ mod tests {
             (proto.local, proto.upstream_accept),
             (Local::Unavailable, None)
         );
+        // Its watch's protobuf frames are not cut into events: it ends with its upstream.
+        let proto_watch = edge(&req(
+            "GET",
+            "/api/v1/pods?watch=1",
+            ua,
+            Some("application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"),
+        ));
+        assert_eq!(proto_watch.resume, None);
 
         // The same component's plain JSON read: the full view.
         let full = edge(&req("GET", "/api/v1/pods", ua, Some(PROTO_JSON)));
