@@ -75,6 +75,20 @@ fn cached(cache: &Path) -> Option<Value> {
 
 /// Each annotation form gives its condition; a change is one PUT with the hub's identity, a
 /// GET that changes nothing is none; the cache holds the cloud's node after the PUT.
+/// Waits until the cache holds the cloud's node at its current resourceVersion, and checks
+/// that it has no Autonomy condition (the cloud refused the write); returns that version.
+fn cached_without_the_condition(cloud: &Cloud, cache: &Path) -> Value {
+    let rv = cloud.get("nodes", "", "edge-1").unwrap()["metadata"]["resourceVersion"].clone();
+    assert!(
+        eventually(Duration::from_secs(20), || cached(cache)
+            .is_some_and(|c| c["metadata"]["resourceVersion"] == rv)),
+        "{:?}",
+        cached(cache)
+    );
+    assert_eq!(status(&cached(cache).unwrap()), "");
+    rv
+}
+
 #[test]
 fn each_annotation_form_gives_its_condition_with_one_put_per_change() {
     let (cloud, _dir, spec, hub) = start("autonomy-forms");
@@ -260,14 +274,7 @@ fn refused_writes_and_offline_answers_set_the_condition_in_the_answer_only() {
         "cannot write the node's Autonomy condition",
         Duration::from_secs(5)
     ));
-    let rv = cloud.get("nodes", "", "edge-1").unwrap()["metadata"]["resourceVersion"].clone();
-    assert!(
-        eventually(Duration::from_secs(20), || cached(&spec.cache_dir)
-            .is_some_and(|c| c["metadata"]["resourceVersion"] == rv)),
-        "{:?}",
-        cached(&spec.cache_dir)
-    );
-    assert_eq!(status(&cached(&spec.cache_dir).unwrap()), "");
+    let rv = cached_without_the_condition(&cloud, &spec.cache_dir);
 
     // Offline: the cached node, with the condition in the answer only.
     let puts_online = puts(&cloud);
@@ -405,14 +412,7 @@ fn a_cloud_breaking_off_the_get_gives_the_cached_node_with_the_condition() {
     let refusal = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":500}"#;
     cloud.misanswer(STATUS_PATH, 1, 500, refusal);
     assert_eq!(status(&kubelet_get(&hub)), "True");
-    let rv = cloud.get("nodes", "", "edge-1").unwrap()["metadata"]["resourceVersion"].clone();
-    assert!(
-        eventually(Duration::from_secs(20), || cached(&spec.cache_dir)
-            .is_some_and(|c| c["metadata"]["resourceVersion"] == rv)),
-        "{:?}",
-        cached(&spec.cache_dir)
-    );
-    assert_eq!(status(&cached(&spec.cache_dir).unwrap()), "");
+    let rv = cached_without_the_condition(&cloud, &spec.cache_dir);
     let puts_before = puts(&cloud);
 
     cloud.drop_mid_body(1);
