@@ -38,7 +38,10 @@ mod tests {
         // FNV-1a-64 test vectors.
         assert_eq!(fnv1a(FNV_OFFSET, b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(FNV_OFFSET, b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(fnv1a(fnv1a(FNV_OFFSET, b"fo"), b"o"), fnv1a(FNV_OFFSET, b"foo"));
+        assert_eq!(
+            fnv1a(fnv1a(FNV_OFFSET, b"fo"), b"o"),
+            fnv1a(FNV_OFFSET, b"foo")
+        );
         assert_eq!(rendezvous(1, 2), splitmix64(3));
     }
 }

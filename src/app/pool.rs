@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::clients::leader_config::{LeaderWatch, OnLeader};
+use crate::clients::leader_probe::LeaderProbe;
 use crate::clients::pool_watch::Feeder;
 use crate::config::Config;
 use crate::error::StartupError;
 use crate::mode::WorkingMode;
-use crate::clients::leader_probe::LeaderProbe;
 use crate::pool::health::CHECK_INTERVAL;
 use crate::pool::leader::PoolState;
 use crate::pool::route::PoolRoute;

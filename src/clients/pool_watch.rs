@@ -798,7 +798,9 @@ impl Feeder {
                 let applied = match self.cache.apply_watch_event(raw) {
                     Err(ApplyError::Object(e)) => {
                         log::info!("an object of {path} cannot be cached and is left out: {e}");
-                        self.cache.skip_unreadable(raw).map(|a| (EventType::Added, a))
+                        self.cache
+                            .skip_unreadable(raw)
+                            .map(|a| (EventType::Added, a))
                     }
                     other => other,
                 };

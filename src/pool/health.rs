@@ -234,7 +234,10 @@ impl Slot {
         if max.is_zero() || self.tells.load(Ordering::Acquire) != TELLS {
             return false;
         }
-        let freshness = self.freshness.lock().unwrap_or_else(PoisonError::into_inner);
+        let freshness = self
+            .freshness
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let Some(freshness) = freshness.as_ref() else {
             return false;
         };
@@ -252,7 +255,10 @@ impl Slot {
         if !self.stale(None, max) {
             return (false, Vec::new());
         }
-        let freshness = self.freshness.lock().unwrap_or_else(PoisonError::into_inner);
+        let freshness = self
+            .freshness
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let Some(freshness) = freshness.as_ref() else {
             return (false, Vec::new());
         };
@@ -301,7 +307,10 @@ fn round(slots: &[Slot], prober: &dyn Prober, max_staleness: Duration) -> bool {
         match probe {
             Probe::Told(freshness) => {
                 slot.tells.store(TELLS, Ordering::Release);
-                *slot.freshness.lock().unwrap_or_else(PoisonError::into_inner) = Some(freshness);
+                *slot
+                    .freshness
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(freshness);
             }
             Probe::Silent => {
                 if slot.tells.swap(SILENT, Ordering::AcqRel) != SILENT {
@@ -311,7 +320,10 @@ fn round(slots: &[Slot], prober: &dyn Prober, max_staleness: Duration) -> bool {
                         slot.addr
                     );
                 }
-                *slot.freshness.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                *slot
+                    .freshness
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = None;
             }
             // Nothing new: an unreachable leader is not read from anyway.
             Probe::Unreachable | Probe::Reachable => {}
@@ -406,7 +418,11 @@ impl LeaderHealth {
     /// from: of the leaders usable and fresh for it, the one rendezvous hashing of this
     /// node's name picks, other than `except` (which takes the next); None when there is
     /// none.
-    pub(crate) fn pick(&self, resource: Option<&str>, except: Option<SocketAddr>) -> Option<SocketAddr> {
+    pub(crate) fn pick(
+        &self,
+        resource: Option<&str>,
+        except: Option<SocketAddr>,
+    ) -> Option<SocketAddr> {
         self.slots()
             .iter()
             .filter(|s| Some(s.addr) != except && self.usable(s, resource))
@@ -418,7 +434,6 @@ impl LeaderHealth {
     fn usable(&self, slot: &Slot, resource: Option<&str>) -> bool {
         slot.usable() && !slot.stale(resource, self.max_staleness)
     }
-
 
     /// The leader at `addr` refused this node (`why`): set aside for a backoff (20 s, doubled
     /// by each next refusal up to 10 min) that a TCP round does not clear. Warned about the
@@ -682,7 +697,11 @@ mod tests {
         dialer.set_up(&[a, b, c]);
         assert!(health.check(&dialer));
         assert!(!health.check(&dialer), "the same outcome is no change");
-        assert_eq!(health.pick(None, None), Some(first), "back after one good round");
+        assert_eq!(
+            health.pick(None, None),
+            Some(first),
+            "back after one good round"
+        );
     }
 
     #[test]
@@ -865,7 +884,11 @@ mod tests {
         fn probe(&self, addr: SocketAddr, ask: bool) -> Probe {
             self.asked.lock().unwrap().push((addr, ask));
             let told = self.told.lock().unwrap();
-            match told.iter().find(|(a, _)| *a == addr).map(|(_, p)| p.clone()) {
+            match told
+                .iter()
+                .find(|(a, _)| *a == addr)
+                .map(|(_, p)| p.clone())
+            {
                 Some(Probe::Told(_)) if !ask => Probe::Reachable,
                 Some(probe) => probe,
                 None => Probe::Unreachable,
@@ -980,7 +1003,11 @@ mod tests {
         prober.tell(a, Probe::Silent);
         let health = LeaderHealth::new(1, "edge-9", Duration::from_secs(5));
         health.set_leaders(&three()[..1], &prober);
-        assert_eq!(health.pick(Some(SERVICES), None), Some(a), "judged by reachability");
+        assert_eq!(
+            health.pick(Some(SERVICES), None),
+            Some(a),
+            "judged by reachability"
+        );
         for _ in 0..3 {
             health.check(&prober);
         }

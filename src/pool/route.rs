@@ -287,7 +287,9 @@ mod tests {
         route.set(Source::Pool, Some(&[leader("a", "10.0.0.1")]));
         assert_eq!(route.generation(), 1);
         assert_eq!(route.leader_except(None), Some(a));
-        assert!(route.wants_leader(None) && route.leader_for(Some("services.v1.core"), None) == Some(a));
+        assert!(
+            route.wants_leader(None) && route.leader_for(Some("services.v1.core"), None) == Some(a)
+        );
         assert_eq!(counter.0.load(Ordering::Relaxed), 1);
 
         route.leader_failed(a);
@@ -310,7 +312,9 @@ mod tests {
         // This node becomes a leader: the cloud, whatever the leaders' health.
         route.set(Source::Cloud, None);
         assert_eq!(route.leader_except(None), None);
-        assert!(!route.wants_leader(None) && route.leader_for(Some("services.v1.core"), None).is_none());
+        assert!(
+            !route.wants_leader(None) && route.leader_for(Some("services.v1.core"), None).is_none()
+        );
 
         // A feeder that ended is forgotten.
         drop(counter);
