@@ -851,7 +851,8 @@ pub(super) mod tests {
     use crate::watchcache::{CacheOptions, Resource};
 
     /// A TLS server on a loopback address that answers the feeder's requests: first its scripted
-    /// answers, in order (status 0: a watch's 200 head, then 20 s of silence), then an empty
+    /// answers, in order (status 0: a watch's 200 head, then 20 s of silence; 1: the same
+    /// with one bookmark before the silence), then an empty
     /// Services list at resourceVersion 5 or an empty watch (which ends at once). It records each
     /// request line.
     pub(crate) struct Fake {
@@ -917,8 +918,12 @@ pub(super) mod tests {
                 drop(reader);
                 requests.lock().unwrap().push(first.trim_end().to_owned());
                 let scripted = script.lock().unwrap().pop_front();
-                if let Some((0, _)) = scripted {
+                if let Some((0 | 1, _)) = scripted {
                     tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")?;
+                    if let Some((1, _)) = scripted {
+                        let line = "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Service\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"6\"}}}\n";
+                        write!(tls, "{:x}\r\n{line}\r\n", line.len())?;
+                    }
                     tls.flush()?;
                     thread::sleep(Duration::from_secs(20));
                     return Ok(());
@@ -1134,6 +1139,34 @@ pub(super) mod tests {
         assert!(resumed, "{:#?}", leader.requests());
         assert!(began.elapsed() >= Duration::from_millis(300));
         assert!(failed, "the leader was marked unreachable");
+    }
+
+    #[test]
+    fn a_leaders_own_cloud_watch_silent_after_showing_bookmarks_is_resumed_and_noted() {
+        let ca = TestCa::new();
+        let list = r#"{"kind":"ServiceList","metadata":{"resourceVersion":"5"},"items":[]}"#;
+        // Listed, then a watch that shows a bookmark and then says nothing (a hung watch).
+        let cloud = Fake::start(&ca, "127.0.0.1", &[(200, list), (1, "")]);
+        let up = Arc::new(AtomicBool::new(true));
+        // A leader: the route's source is the cloud.
+        let (feeder, route) = follower(&ca, Some(&cloud), &[], 1, &up);
+        route.set(Source::Cloud, None);
+        feeder.slot.idle_after_ms.store(300, Ordering::Relaxed);
+        let cache = feeder.cache.clone();
+        assert_eq!(cache.synced_age(), None, "nothing heard yet");
+        let r = Arc::clone(&route);
+        let resumed = run_until(feeder, || {
+            r.check();
+            cloud.requests().len() >= 3
+        });
+        assert!(resumed, "{:#?}", cloud.requests());
+        assert!(cache.bookmarked());
+        assert_eq!(cache.resource_version(), 6, "the bookmark was applied");
+        assert!(
+            cache
+                .synced_age()
+                .is_some_and(|a| a < Duration::from_secs(10))
+        );
     }
 
     #[test]
