@@ -149,9 +149,12 @@ pub(crate) enum Probe {
     /// It answers, but does not tell (404, 403, not JSON: YurtHub or an older tinyhub): not
     /// asked again until the leader list changes.
     Silent,
-    /// It answers, but was not asked or could not tell this time (a TCP dial only, a TLS
-    /// refusal, no credentials yet).
+    /// It answers, but was not asked or could not tell this time (a TCP dial only, no
+    /// credentials yet, another status).
     Reachable,
+    /// It answers, but refused this node (its TLS handshake failed): set aside for a
+    /// backoff, as when it refuses a feeder ([`LeaderHealth::refused`]).
+    Refused(String),
 }
 
 /// Probes a leader.
@@ -225,6 +228,45 @@ impl Slot {
             tells: AtomicU8::new(TELLS_UNKNOWN),
             freshness: Mutex::new(None),
         }
+    }
+
+    /// It refused this node (`why`): see [`LeaderHealth::refused`]. True when it was usable
+    /// until now.
+    fn refuse(&self, why: &str) -> bool {
+        let was = self.usable();
+        let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        let backoff = match *refused {
+            None => {
+                log::warn!(
+                    "leader hub {} ({}) refuses this node ({why}): pool-scope reads go to the cloud, the leader is asked again after a backoff of {} s doubling to {} s",
+                    self.leader.node,
+                    self.addr,
+                    REFUSED_FIRST.as_secs(),
+                    REFUSED_MAX.as_secs()
+                );
+                REFUSED_FIRST
+            }
+            Some((until, _)) if Instant::now() < until => return false,
+            Some((_, last)) => {
+                log::debug!(
+                    "leader hub {} ({}) refuses this node again: {why}",
+                    self.leader.node,
+                    self.addr
+                );
+                (last * 2).min(REFUSED_MAX)
+            }
+        };
+        *refused = Some((Instant::now() + backoff, backoff));
+        was
+    }
+
+    /// It is set aside for a refusal now: probed by a dial only, so that no round spends a
+    /// handshake on it before its backoff ends.
+    fn set_aside(&self) -> bool {
+        self.refused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|(until, _)| Instant::now() < until)
     }
 
     /// Whether its view of `resource` (a kind directory; None: any) is too old to read
@@ -301,10 +343,12 @@ fn round(slots: &[Slot], prober: &dyn Prober, max_staleness: Duration) -> bool {
     let mut changed = false;
     for slot in slots {
         let before = slot.staleness(max_staleness);
-        let ask = slot.tells.load(Ordering::Acquire) != SILENT;
+        let ask = slot.tells.load(Ordering::Acquire) != SILENT && !slot.set_aside();
         let probe = prober.probe(slot.addr, ask);
         let up = probe != Probe::Unreachable;
         match probe {
+            // As a feeder's refused request: set aside for a backoff.
+            Probe::Refused(why) => changed |= slot.refuse(&why),
             Probe::Told(freshness) => {
                 slot.tells.store(TELLS, Ordering::Release);
                 *slot
@@ -442,29 +486,7 @@ impl LeaderHealth {
     pub(crate) fn refused(&self, addr: SocketAddr, why: &str) -> bool {
         let mut changed = false;
         for slot in self.slots().iter().filter(|s| s.addr == addr) {
-            let was = slot.usable();
-            let mut refused = slot.refused.lock().unwrap_or_else(PoisonError::into_inner);
-            let backoff = match *refused {
-                None => {
-                    log::warn!(
-                        "leader hub {} ({addr}) refuses this node ({why}): pool-scope reads go to the cloud, the leader is asked again after a backoff of {} s doubling to {} s",
-                        slot.leader.node,
-                        REFUSED_FIRST.as_secs(),
-                        REFUSED_MAX.as_secs()
-                    );
-                    REFUSED_FIRST
-                }
-                Some((until, _)) if Instant::now() < until => continue,
-                Some((_, last)) => {
-                    log::debug!(
-                        "leader hub {} ({addr}) refuses this node again: {why}",
-                        slot.leader.node
-                    );
-                    (last * 2).min(REFUSED_MAX)
-                }
-            };
-            *refused = Some((Instant::now() + backoff, backoff));
-            changed |= was;
+            changed |= slot.refuse(why);
         }
         changed
     }
@@ -1017,13 +1039,30 @@ mod tests {
         // A new list: asked again.
         health.set_leaders(&three()[..1], &prober);
         assert_eq!(prober.asked(a), 2);
-        // One that answers, but could not tell this time (a TLS refusal): asked again.
+        // One that answers, but could not tell this time (a 5xx): asked again.
         let b = addr("10.0.0.2:1");
         prober.tell(b, Probe::Reachable);
         health.set_leaders(&three()[1..2], &prober);
         health.check(&prober);
         assert_eq!(prober.asked(b), 2);
         assert_eq!(health.pick(None, None), Some(b));
+    }
+
+    #[test]
+    fn a_leader_whose_handshake_refuses_the_probe_is_set_aside_and_not_asked_meanwhile() {
+        let prober = FakeProber::default();
+        let (a, b) = (addr("10.0.0.1:1"), addr("10.0.0.2:1"));
+        prober.tell(a, Probe::Refused("bad certificate".into()));
+        prober.tell(b, told(true, Some(0), true));
+        let health = LeaderHealth::new(1, "edge-9", Duration::from_secs(5));
+        health.set_leaders(&three()[..2], &prober);
+        assert_eq!(health.pick(None, None), Some(b), "a is set aside");
+        assert!(health.any_answering());
+        for _ in 0..3 {
+            health.check(&prober);
+        }
+        assert_eq!(prober.asked(a), 1, "dialled, not asked, while aside");
+        assert_eq!(health.pick(None, Some(b)), None);
     }
 
     #[test]

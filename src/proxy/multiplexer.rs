@@ -204,7 +204,8 @@ fn handle(caches: &PoolCaches, cloud: &dyn Cloud, shutdown: &AtomicBool, ex: Exc
     if ex.method() == "GET" && ex.url().split('?').next() == Some(FRESHNESS_PATH) {
         let body = freshness(caches, cloud).to_json();
         let _ = ex.send(200, &[("Content-Type", "application/json")], &body);
-        METRICS.count_multiplexer(name, 200);
+        // Not counted in `tinyhub_multiplexer_requests_total`: that counts the followers'
+        // lists and watches; this answers each follower every 20 s.
         log::debug!(
             "multiplexer follower={name:?} peer={peer} path=\"{FRESHNESS_PATH}\" status=200 took={:?}",
             started.elapsed()

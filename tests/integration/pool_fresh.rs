@@ -8,8 +8,11 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use serde_json::Value;
 
 use crate::support::Cloud;
 use crate::support::hub::*;
@@ -68,6 +71,55 @@ fn follower_watches(cloud: &Cloud, followers: &[usize]) -> usize {
     })
 }
 
+/// What leader `l` tells on `GET /v1/pool/freshness`, asked with the certificate of a node
+/// of the pool (curl, files under `dir`).
+fn freshness(cloud: &Cloud, pool: &Pool, dir: &TempDir, l: usize) -> Value {
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write a test file");
+        path.display().to_string()
+    };
+    let node = cloud.issue_client("system:node:edge-7", &["system:nodes"]);
+    let (ca, cert, key) = (
+        write("ca.pem", cloud.ca_pem()),
+        write("node.pem", &node.pair.cert_pem),
+        write("node-key.pem", &node.pair.key_pem),
+    );
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "--cacert",
+            &ca,
+            "--cert",
+            &cert,
+            "--key",
+            &key,
+        ])
+        .arg(format!("https://{}/v1/pool/freshness", pool.multiplexer(l)))
+        .output()
+        .expect("run curl");
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
+/// The age leader `l` tells for `resource` (a kind directory), and whether its cloud watch
+/// shows bookmarks.
+fn told(
+    cloud: &Cloud,
+    pool: &Pool,
+    dir: &TempDir,
+    l: usize,
+    resource: &str,
+) -> (Option<u64>, bool) {
+    let told = freshness(cloud, pool, dir, l);
+    let entry = told["resources"]
+        .as_array()
+        .and_then(|r| r.iter().find(|e| e["resource"] == resource).cloned())
+        .unwrap_or(Value::Null);
+    (entry["ageSeconds"].as_u64(), entry["bookmarks"] == true)
+}
+
 #[test]
 fn a_follower_skips_a_leader_whose_cloud_watch_hangs_and_returns_when_it_is_fresh() {
     let cloud = cloud_with_objects(&[1, 2]);
@@ -111,6 +163,26 @@ fn a_follower_skips_a_leader_whose_cloud_watch_hangs_and_returns_when_it_is_fres
         "followers spread over the leaders: {leader_of:?}"
     );
     assert_eq!(follower_watches(&cloud, &followers), 0);
+    // The leaders tell: fresh, and their cloud watches show bookmarks (the stand-in sends
+    // one a second).
+    let dir = TempDir::new("pool-fresh-certs");
+    for l in [1, 2] {
+        assert!(
+            eventually(patience(10), || {
+                let told = freshness(&cloud, &pool, &dir, l);
+                told["cloud"] == true
+                    && told["resources"].as_array().is_some_and(|r| {
+                        r.len() == 2
+                            && r.iter().all(|e| {
+                                e["bookmarks"] == true
+                                    && e["ageSeconds"].as_u64().is_some_and(|a| a < 5)
+                            })
+                    })
+            }),
+            "edge-{l}: {}",
+            freshness(&cloud, &pool, &dir, l)
+        );
+    }
     let before: Vec<(usize, f64)> = of_1
         .iter()
         .map(|&f| (f, services_asked(&pool, f, 2)))
@@ -144,6 +216,11 @@ fn a_follower_skips_a_leader_whose_cloud_watch_hangs_and_returns_when_it_is_fres
     assert!(
         !names(pool.hub(1)).contains(&"fresh".to_owned()),
         "edge-1 is stale"
+    );
+    let (age, bookmarks) = told(&cloud, &pool, &dir, 1, "services.v1.core");
+    assert!(
+        bookmarks && age.is_some_and(|a| a > 5),
+        "edge-1 tells it: {age:?}"
     );
 
     // Thawed (its watch cut, so it resumes): fresh again, its followers come back within
