@@ -8,8 +8,9 @@
 //!   certificate, the leader's certificate checked against the cluster CA and its IP, pooled
 //!   connections kept 85 s, so a probe every 20 s costs no handshake), with a 2 s deadline.
 //! - **What an answer means**: no connection = unreachable; no credentials yet = a TCP dial
-//!   instead; a TLS refusal = reachable, and a refusal that sets the leader aside for the
-//!   feeders' backoff (no round asks it again, with a handshake, before the backoff ends); 404, 403 or a body that is not the freshness JSON (a
+//!   instead; a TLS refusal = reachable, freshness unknown (the feeders' refusal backoff
+//!   governs the leader, and `pool::health` only dials a leader that refused this node
+//!   until it serves it again); 404, 403 or a body that is not the freshness JSON (a
 //!   YurtHub leader, an older tinyhub) = it does not tell, and `pool::health` asks no more
 //!   until the leader list changes (a YurtHub leader would forward the path to its cloud).
 //!   Another status (a 5xx, a 429 of a full port) = reachable, unknown this time.
@@ -62,7 +63,8 @@ impl Prober for LeaderProbe {
                     Probe::Unreachable
                 };
             }
-            Err(e) if tls_refusal(&e) => return Probe::Refused(e.to_string()),
+            // Reachable; the feeders' own requests set it aside for their backoff.
+            Err(e) if tls_refusal(&e) => return Probe::Reachable,
             Err(e) => {
                 log::debug!("the freshness probe of the leader hub {addr} failed: {e}");
                 return Probe::Unreachable;

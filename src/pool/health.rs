@@ -150,11 +150,8 @@ pub(crate) enum Probe {
     /// asked again until the leader list changes.
     Silent,
     /// It answers, but was not asked or could not tell this time (a TCP dial only, no
-    /// credentials yet, another status).
+    /// credentials yet, its TLS handshake refused this node, another status).
     Reachable,
-    /// It answers, but refused this node (its TLS handshake failed): set aside for a
-    /// backoff, as when it refuses a feeder ([`LeaderHealth::refused`]).
-    Refused(String),
 }
 
 /// Probes a leader.
@@ -260,13 +257,13 @@ impl Slot {
         was
     }
 
-    /// It is set aside for a refusal now: probed by a dial only, so that no round spends a
-    /// handshake on it before its backoff ends.
-    fn set_aside(&self) -> bool {
+    /// It refused this node and has not served it since: probed by a dial only, so that
+    /// rounds spend no handshake on it (the feeders ask it again after their backoff).
+    fn has_refused(&self) -> bool {
         self.refused
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .is_some_and(|(until, _)| Instant::now() < until)
+            .is_some()
     }
 
     /// Whether its view of `resource` (a kind directory; None: any) is too old to read
@@ -343,12 +340,10 @@ fn round(slots: &[Slot], prober: &dyn Prober, max_staleness: Duration) -> bool {
     let mut changed = false;
     for slot in slots {
         let before = slot.staleness(max_staleness);
-        let ask = slot.tells.load(Ordering::Acquire) != SILENT && !slot.set_aside();
+        let ask = slot.tells.load(Ordering::Acquire) != SILENT && !slot.has_refused();
         let probe = prober.probe(slot.addr, ask);
         let up = probe != Probe::Unreachable;
         match probe {
-            // As a feeder's refused request: set aside for a backoff.
-            Probe::Refused(why) => changed |= slot.refuse(&why),
             Probe::Told(freshness) => {
                 slot.tells.store(TELLS, Ordering::Release);
                 *slot
@@ -1049,20 +1044,21 @@ mod tests {
     }
 
     #[test]
-    fn a_leader_whose_handshake_refuses_the_probe_is_set_aside_and_not_asked_meanwhile() {
+    fn a_leader_that_refused_this_node_is_dialled_not_asked_until_it_serves_it() {
         let prober = FakeProber::default();
-        let (a, b) = (addr("10.0.0.1:1"), addr("10.0.0.2:1"));
-        prober.tell(a, Probe::Refused("bad certificate".into()));
-        prober.tell(b, told(true, Some(0), true));
+        let a = addr("10.0.0.1:1");
+        prober.tell(a, told(true, Some(0), true));
         let health = LeaderHealth::new(1, "edge-9", Duration::from_secs(5));
-        health.set_leaders(&three()[..2], &prober);
-        assert_eq!(health.pick(None, None), Some(b), "a is set aside");
-        assert!(health.any_answering());
+        health.set_leaders(&three()[..1], &prober);
+        assert_eq!(prober.asked(a), 1);
+        health.refused(a, "403");
         for _ in 0..3 {
             health.check(&prober);
         }
-        assert_eq!(prober.asked(a), 1, "dialled, not asked, while aside");
-        assert_eq!(health.pick(None, Some(b)), None);
+        assert_eq!(prober.asked(a), 1, "dialled only, no handshake");
+        health.served(a);
+        health.check(&prober);
+        assert_eq!(prober.asked(a), 2, "asked again once it serves this node");
     }
 
     #[test]
