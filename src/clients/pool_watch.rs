@@ -52,6 +52,17 @@
 //!   says (the cloud while a leader is usable, a leader no longer usable, a resource no longer
 //!   pool-scope) is ended by the route (its [`Wake`] shuts the stream's connection) and resumed at
 //!   once; local watches carry on throughout.
+//! - **Freshness** (issue 32): the cache notes when the cloud last spoke on the resource
+//!   ([`WatchCache::note_synced`]): a list applied, an event, a cloud bookmark (which also
+//!   marks that the cloud sends bookmarks, [`WatchCache::note_bookmark`]). Through a leader,
+//!   lists and events only (its bookmarks are its own, sent whatever its cloud watch does);
+//!   after each health round, the age the leader told of its own cache. A leader's followers
+//!   read that age (`GET /v1/pool/freshness`, `proxy::multiplexer`) and skip a stale leader
+//!   (`pool::health`): a watch through a leader that is no longer the one to read from
+//!   (stale, unusable, or another one back) is ended by the route and resumed where it says.
+//!   A cloud watch that has shown bookmarks and then brings nothing for 150 s is hung: the
+//!   route's round ends it and it resumes (a leader heals by itself; its followers have left
+//!   it well before).
 //! - **The first list from the pool**: it waits (up to `FIRST_LIST_PATIENCE`) for the
 //!   ConfigMap's first list; then, while named leaders do not answer their dial yet (a power
 //!   cut), it re-dials them every 1.5 s for up to 30 s; and a leader that answers 429 warming
@@ -242,6 +253,13 @@ impl WatchSlot {
 impl Wake for WatchSlot {
     fn wake(&self, route: &PoolRoute) {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        // After each health round: a cache fed through a leader is as fresh as the leader
+        // says its own is (its hub-made bookmarks are not the cloud's word).
+        if let Some((Via::Leader(addr), _)) = open.as_ref()
+            && let Some(at) = route.leader_synced_at(*addr, &self.resource)
+        {
+            self.cache.note_synced(at);
+        }
         let stale = match open.as_ref() {
             None => false,
             Some(_) if !self.active.load(Ordering::Acquire) => true,

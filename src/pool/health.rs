@@ -209,9 +209,9 @@ struct Slot {
     refused: Mutex<Option<(Instant, Duration)>>,
     /// [`TELLS_UNKNOWN`], [`TELLS`] or [`SILENT`].
     tells: AtomicU8,
-    /// What it told at its last probe (when it tells). A mutex taken per round and per
-    /// feeder choice.
-    freshness: Mutex<Option<Freshness>>,
+    /// What it told at its last probe (when it tells), and when it was asked. A mutex taken
+    /// per round and per feeder choice.
+    freshness: Mutex<Option<(Instant, Freshness)>>,
 }
 
 impl Slot {
@@ -277,7 +277,7 @@ impl Slot {
             .freshness
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let Some(freshness) = freshness.as_ref() else {
+        let Some((_, freshness)) = freshness.as_ref() else {
             return false;
         };
         !freshness.cloud
@@ -298,7 +298,7 @@ impl Slot {
             .freshness
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let Some(freshness) = freshness.as_ref() else {
+        let Some((_, freshness)) = freshness.as_ref() else {
             return (false, Vec::new());
         };
         let resources = freshness
@@ -341,6 +341,7 @@ fn round(slots: &[Slot], prober: &dyn Prober, max_staleness: Duration) -> bool {
     for slot in slots {
         let before = slot.staleness(max_staleness);
         let ask = slot.tells.load(Ordering::Acquire) != SILENT && !slot.has_refused();
+        let asked = Instant::now();
         let probe = prober.probe(slot.addr, ask);
         let up = probe != Probe::Unreachable;
         match probe {
@@ -349,7 +350,7 @@ fn round(slots: &[Slot], prober: &dyn Prober, max_staleness: Duration) -> bool {
                 *slot
                     .freshness
                     .lock()
-                    .unwrap_or_else(PoisonError::into_inner) = Some(freshness);
+                    .unwrap_or_else(PoisonError::into_inner) = Some((asked, freshness));
             }
             Probe::Silent => {
                 if slot.tells.swap(SILENT, Ordering::AcqRel) != SILENT {
@@ -472,6 +473,26 @@ impl LeaderHealth {
     /// Whether `slot` may be read `resource` from: usable, and not stale for it.
     fn usable(&self, slot: &Slot, resource: Option<&str>) -> bool {
         slot.usable() && !slot.stale(resource, self.max_staleness)
+    }
+
+    /// When the leader at `addr` last heard the cloud's word on `resource` (a kind
+    /// directory), by what it told at its last probe (the probe's instant less the age it
+    /// told): a follower reading from it is as fresh as that. None when it does not tell,
+    /// or knows no age yet.
+    pub(crate) fn synced_at(&self, addr: SocketAddr, resource: &str) -> Option<Instant> {
+        let slots = self.slots();
+        let slot = slots.iter().find(|s| s.addr == addr)?;
+        let freshness = slot
+            .freshness
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (asked, told) = freshness.as_ref()?;
+        let age = told
+            .resources
+            .iter()
+            .find(|r| r.resource == resource)?
+            .age?;
+        asked.checked_sub(age)
     }
 
     /// The leader at `addr` refused this node (`why`): set aside for a backoff (20 s, doubled
@@ -977,6 +998,12 @@ mod tests {
         let mine = health.pick(Some(SERVICES), None).unwrap();
         let other = if mine == a { b } else { a };
 
+        let synced = health.synced_at(mine, SERVICES).unwrap();
+        assert!(
+            synced <= Instant::now() - Duration::from_secs(1),
+            "asked less its age"
+        );
+        assert_eq!(health.synced_at(mine, SLICES), None, "not told");
         // Its services watch hangs: past the bound, its followers read services elsewhere,
         // slices still from it.
         prober.tell(mine, told(true, Some(6), true));

@@ -12,7 +12,7 @@
 //!   may have changed: the source, the leader list, a leader's health. A feeder compares it
 //!   across a watch to know the watch ended because of a change (resume at once).
 //! - **Waking a blocked watch**: a feeder blocked in a read of a watch that no longer goes
-//!   where it should (the cloud while a leader is usable; a leader no longer usable) is woken
+//!   where it should (the cloud while a leader is usable; a leader no longer the one to read from) is woken
 //!   through its [`Wake`] handle, which ends the stream (the feeder's local watches carry on:
 //!   it resumes from its cache's resourceVersion). Every health round nudges the feeders too,
 //!   so one whose watch went to the cloud for a round because a leader turned it away (busy,
@@ -23,6 +23,9 @@
 //!   first list, and then, while leaders are named but none answers yet (a power cut: the
 //!   leader binds its port after its own ConfigMap list), re-dial them
 //!   ([`PoolRoute::probe_now`]) for a while before they list from the cloud.
+//! - **Which leader** (issue 32): per resource, of the leaders usable and fresh for it, the one
+//!   rendezvous hashing of this node's name picks (`pool::health`); a watch through any other
+//!   leader is ended at the next wake and resumed there, as one on the cloud is.
 //! - Offline or before any ConfigMap: the source is the cloud, no leader.
 //! - Memory: two atomics, the leaders' slots (see [`LeaderHealth`]), a weak pointer per
 //!   feeder (one per pool-scope resource).
@@ -30,7 +33,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
@@ -119,6 +122,12 @@ impl PoolRoute {
     #[cfg(test)]
     pub(crate) fn leader_except(&self, except: Option<SocketAddr>) -> Option<SocketAddr> {
         self.leader_for(None, except)
+    }
+
+    /// When the leader at `addr` last heard the cloud's word on `resource`, by what it told
+    /// at its last probe ([`LeaderHealth::synced_at`]).
+    pub(crate) fn leader_synced_at(&self, addr: SocketAddr, resource: &str) -> Option<Instant> {
+        self.health.synced_at(addr, resource)
     }
 
     /// The source is the pool and leaders are named, but none answers its dial yet (one

@@ -555,7 +555,8 @@ impl WatchCache {
     }
 
     /// Applies one watch event as the upstream stream carries it,
-    /// `{"type":"MODIFIED","object":{...}}` (a unit of `cache::decode`'s watch stream).
+    /// `{"type":"MODIFIED","object":{...}}` (a unit of `cache::decode`'s watch stream; tests:
+    /// the feeder uses [`WatchCache::apply_watch_event`]).
     #[cfg(test)]
     pub(crate) fn apply_event_json(&self, event: &[u8]) -> Result<Applied, ApplyError> {
         self.apply_watch_event(event).map(|(_, applied)| applied)
