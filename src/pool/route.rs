@@ -9,16 +9,18 @@
 //!   mutex per leader for its refusal backoff, taken per feeder request), the generation an
 //!   atomic counter. The list of feeders to wake has a mutex, taken when something changed.
 //! - **The generation** is bumped whenever the answer to "where do pool-scope reads go now"
-//!   may have changed: the source, the leader list, a leader's health. A feeder compares it
-//!   across a watch to know the watch ended because of a change (resume at once).
+//!   may have changed: the source, the leader list, a leader's health or staleness. A
+//!   feeder compares it across a watch to know the watch ended because of a change (resume
+//!   at once).
 //! - **Waking a blocked watch**: a feeder blocked in a read of a watch that no longer goes
-//!   where it should (the cloud while a leader is usable; a leader no longer the one to read from) is woken
-//!   through its [`Wake`] handle, which ends the stream (the feeder's local watches carry on:
-//!   it resumes from its cache's resourceVersion). Every health round nudges the feeders too,
-//!   so one whose watch went to the cloud for a round because a leader turned it away (busy,
-//!   lagging, warming while the follower holds data) moves back to it within one health
-//!   interval, whether or not the cloud answers. A leader that refuses this node (TLS, 403)
-//!   is set aside for a backoff instead ([`LeaderHealth::refused`]).
+//!   where it should (the cloud while a leader is usable; a leader no longer the one to read
+//!   from) is woken through its [`Wake`] handle, which ends the stream (the feeder's local
+//!   watches carry on: it resumes from its cache's resourceVersion). Every health round
+//!   nudges the feeders too, so one whose watch went to the cloud for a round because a
+//!   leader turned it away (busy, lagging, warming while the follower holds data) moves back
+//!   to it within one health interval, whether or not the cloud answers. A leader that
+//!   refuses this node (TLS, 403) is set aside for a backoff instead
+//!   ([`LeaderHealth::refused`]).
 //! - **First list**: the feeders wait (up to [`FIRST_LIST_PATIENCE`]) for the ConfigMap's
 //!   first list, and then, while leaders are named but none answers yet (a power cut: the
 //!   leader binds its port after its own ConfigMap list), re-dial them
