@@ -35,6 +35,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::cloud_error::UpstreamError;
 use crate::config::{Heartbeat, LbMode};
+use crate::hashing::{FNV_OFFSET, fnv1a, rendezvous};
 
 /// One cloud apiserver.
 #[derive(Debug)]
@@ -64,24 +65,6 @@ impl Backend {
     fn suspect(&self) -> bool {
         self.reports.load(Ordering::Acquire) != self.settled.load(Ordering::Acquire)
     }
-}
-
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0100_0000_01b3;
-
-/// FNV-1a-64 of `bytes`, continuing from `hash`.
-fn fnv1a(hash: u64, bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .fold(hash, |h, &b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME))
-}
-
-/// splitmix64's finalizer: spreads the bits of a seed-mixed key so that every server's score
-/// is an independent-looking draw.
-fn splitmix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// The consistent-hashing key of a client's request: FNV-1a-64 of its User-Agent followed by
@@ -163,7 +146,7 @@ impl Backends {
             }
             LbMode::ConsistentHashing => (0..n)
                 .filter(|&i| usable(i))
-                .max_by_key(|&i| splitmix64(key ^ self.list[i].seed)),
+                .max_by_key(|&i| rendezvous(key, self.list[i].seed)),
         }
     }
 

@@ -24,6 +24,7 @@ mod filters;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
+mod hashing;
 mod health;
 pub(crate) mod heartbeat;
 mod http1;

@@ -10,11 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::clients::leader_config::{LeaderWatch, OnLeader};
+use crate::clients::leader_probe::LeaderProbe;
 use crate::clients::pool_watch::Feeder;
 use crate::config::Config;
 use crate::error::StartupError;
 use crate::mode::WorkingMode;
-use crate::pool::health::{CHECK_INTERVAL, TcpDialer};
+use crate::pool::health::CHECK_INTERVAL;
 use crate::pool::leader::PoolState;
 use crate::pool::route::PoolRoute;
 use crate::proxy::multiplexer::{self, MultiplexerPort};
@@ -69,12 +70,23 @@ pub(super) fn start_pool_caches(
 /// checker (a round every 20 s) started here. None otherwise (the cloud, always).
 pub(super) fn start_pool_route(
     config: &Config,
+    upstream: &Arc<Upstream>,
     stop: &crossbeam_channel::Receiver<()>,
 ) -> Result<Option<Arc<PoolRoute>>, StartupError> {
     if config.working_mode != WorkingMode::Edge || config.nodepool_name.is_none() {
         return Ok(None);
     }
-    let route = Arc::new(PoolRoute::new(config.multiplexer_port, Box::new(TcpDialer)));
+    // Leaders are asked how fresh they are, as the feeders ask them for data.
+    let prober = LeaderProbe {
+        upstream: Arc::clone(upstream),
+        user_agent: crate::pool::resources::user_agent(&config.node_name),
+    };
+    let route = Arc::new(PoolRoute::new(
+        config.multiplexer_port,
+        &config.node_name,
+        config.pool_leader_max_staleness,
+        Box::new(prober),
+    ));
     let (checked, stop) = (Arc::clone(&route), stop.clone());
     spawn("leader-health", move || checked.run_checker(&stop))?;
     Ok(Some(route))

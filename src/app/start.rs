@@ -70,7 +70,7 @@ pub(super) fn start(config: &Config, parts: Parts) -> Result<Running, StartupErr
     // `local.filter_host` is the host the response filters inject.
     let local = LocalAddress::start(config.dummy_if.as_ref(), config.proxy_addr.ip());
     // Before the filters: servicetopology's index reads the Services cache when there is one.
-    let route = pool::start_pool_route(config, &stop_rx)?;
+    let route = pool::start_pool_route(config, &upstream, &stop_rx)?;
     let pool = pool::start_pool_caches(config, &upstream, route.as_ref(), &stop_rx)?;
     let (filters, filter_reload) = filters::response_filters(
         config,

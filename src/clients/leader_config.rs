@@ -305,7 +305,7 @@ mod tests {
     fn a_configmap_the_hub_may_not_read_is_asked_for_rarely() {
         let ca = TestCa::new();
         let cloud = Fake::start(&ca, "127.0.0.1", &[(403, "{}"); 50]);
-        let route = Arc::new(PoolRoute::new(10269, Box::new(AllUp)));
+        let route = Arc::new(PoolRoute::for_tests(10269, Box::new(AllUp)));
         let watch = LeaderWatch {
             upstream: upstream_of(&ca, Some(&cloud)),
             route: Arc::clone(&route),
@@ -336,7 +336,7 @@ mod tests {
             16,
         )
         .unwrap();
-        let route = Arc::new(PoolRoute::new(10269, Box::new(AllUp)));
+        let route = Arc::new(PoolRoute::for_tests(10269, Box::new(AllUp)));
         let leads = Arc::new(AtomicUsize::new(0));
         let scopes = Arc::new(Mutex::new(Vec::new()));
         let (l, s) = (Arc::clone(&leads), Arc::clone(&scopes));

@@ -14,6 +14,7 @@
 
 pub(crate) mod agents_watch;
 pub(crate) mod leader_config;
+pub(crate) mod leader_probe;
 pub(crate) mod pool_watch;
 pub(crate) mod refill;
 pub(crate) mod services_watch;

@@ -80,7 +80,7 @@ use crate::random_between;
 use crate::route::{Deadline, Identity};
 use crate::upstream::{Answer, Cancel, Outgoing, Upstream};
 use crate::watchcache::WATCH_SECONDS;
-use crate::watchcache::{ApplyError, WatchCache};
+use crate::watchcache::{ApplyError, EventType, WatchCache};
 
 /// A list of a whole resource: time for a large cluster over a slow link.
 const LIST_DEADLINE: Duration = Duration::from_secs(300);
@@ -191,6 +191,10 @@ fn tls_refusal(e: &crate::upstream::UpstreamError) -> bool {
 /// mutex taken once per watch and once per route change.
 struct WatchSlot {
     open: Mutex<Option<(Via, Cancel)>>,
+    /// The cache fed (whether its cloud watch shows bookmarks).
+    cache: WatchCache,
+    /// Its resource's kind directory, as leaders name it when they tell their freshness.
+    resource: String,
     /// The feeder's resource is pool-scope (see [`Feeder::active`]).
     active: Arc<AtomicBool>,
     /// The route ended the watch: resume at once.
@@ -199,10 +203,13 @@ struct WatchSlot {
     born: Instant,
     /// When the open watch last brought bytes (or opened), in ms since `born`.
     last_read_ms: AtomicU64,
-    /// A leader's watch silent this long (ms) is ended ([`LEADER_IDLE`]; shorter in tests).
+    /// A leader's watch silent this long (ms) is ended ([`LEADER_IDLE`]; shorter in tests),
+    /// and so is a cloud watch that has shown bookmarks.
     idle_after_ms: AtomicU64,
     /// The route ended a leader's watch for its silence: the leader is taken as failed.
     idle: AtomicBool,
+    /// The route ended a cloud watch for its silence after it had shown bookmarks.
+    cloud_idle: AtomicBool,
 }
 
 impl WatchSlot {
@@ -238,13 +245,23 @@ impl Wake for WatchSlot {
         let stale = match open.as_ref() {
             None => false,
             Some(_) if !self.active.load(Ordering::Acquire) => true,
-            Some((Via::Cloud, _)) => route.wants_leader(),
+            // The cloud sends bookmarks on an idle watch about once a minute: one that showed
+            // them and then says nothing is hung (this hub, when a leader, would serve its
+            // followers a stale view): ended and resumed.
+            Some((Via::Cloud, _)) if self.cache.bookmarked() && self.silent() => {
+                self.cloud_idle.store(true, Ordering::Release);
+                true
+            }
+            Some((Via::Cloud, _)) => route.wants_leader(Some(&self.resource)),
             // Usable or not: the run loop marks it failed.
             Some((Via::Leader(_), _)) if self.silent() => {
                 self.idle.store(true, Ordering::Release);
                 true
             }
-            Some((Via::Leader(addr), _)) => !route.leader_usable(*addr),
+            // No longer the leader to read from: unusable, stale, or another one back.
+            Some((Via::Leader(addr), _)) => {
+                route.leader_for(Some(&self.resource), None) != Some(*addr)
+            }
         };
         if stale && let Some((_, cancel)) = open.take() {
             self.woken.store(true, Ordering::Release);
@@ -282,6 +299,8 @@ impl Feeder {
     ) -> Feeder {
         let slot = Arc::new(WatchSlot {
             open: Mutex::new(None),
+            cache: cache.clone(),
+            resource: cache.resource().gvr.dir_name(),
             active: Arc::clone(&active),
             woken: AtomicBool::new(false),
             born: Instant::now(),
@@ -290,6 +309,7 @@ impl Feeder {
                 u64::try_from(LEADER_IDLE.as_millis()).unwrap_or(u64::MAX),
             ),
             idle: AtomicBool::new(false),
+            cloud_idle: AtomicBool::new(false),
         });
         if let Some(route) = &route {
             let waker: Arc<dyn Wake> = Arc::clone(&slot) as Arc<dyn Wake>;
@@ -314,7 +334,11 @@ impl Feeder {
     /// leader → cloud → cache, `pool::health::plan`; the cache keeps serving on its own).
     fn choose(&self, avoid: Option<SocketAddr>) -> Option<Via> {
         let source = self.route.as_ref().map_or(Source::Cloud, |r| r.source());
-        let leader = self.route.as_ref().and_then(|r| r.leader_except(avoid));
+        let resource = Some(self.slot.resource.as_str());
+        let leader = self
+            .route
+            .as_ref()
+            .and_then(|r| r.leader_for(resource, avoid));
         let cloud = self.upstream.backends().any_healthy();
         match plan(source, leader.is_some(), cloud).first() {
             Hop::Leader => leader.map(Via::Leader),
@@ -502,6 +526,12 @@ impl Feeder {
             if let Some(route) = &self.route {
                 route.leader_failed(addr);
             }
+        }
+        if self.slot.cloud_idle.swap(false, Ordering::AcqRel) {
+            log::info!(
+                "the cloud watch of {path} brought nothing for {} s after showing bookmarks: resumed",
+                LEADER_IDLE.as_secs()
+            );
         }
         match watched {
             Watched::Stopped => None,
@@ -705,6 +735,7 @@ impl Feeder {
         let count = objects.len();
         match self.cache.replace(&rv, objects) {
             Ok(replaced) => {
+                self.cache.note_synced(Instant::now());
                 log::debug!(
                     "pool cache of {path} listed at {rv}: {count} objects ({skipped} left out), {} added, {} modified, {} deleted{}",
                     replaced.added,
@@ -718,6 +749,20 @@ impl Feeder {
                 "the list's resourceVersion is not a number",
             )),
             Err(_) => Err(ClientError::Answer("the list could not be applied")),
+        }
+    }
+
+    /// An event of `kind` was applied: the cloud's word on the resource, unless it is a
+    /// leader's own bookmark (a leader sends them whatever its cloud watch does; its age is
+    /// what it tells). A cloud bookmark also shows that the cloud sends them.
+    fn note_word(&self, kind: EventType) {
+        match (self.via.get(), kind) {
+            (Via::Leader(_), EventType::Bookmark) => {}
+            (Via::Cloud, EventType::Bookmark) => {
+                self.cache.note_synced(Instant::now());
+                self.cache.note_bookmark();
+            }
+            _ => self.cache.note_synced(Instant::now()),
         }
     }
 
@@ -750,15 +795,20 @@ impl Feeder {
                 };
                 // An object the index cannot read is left out and the watch goes on past it:
                 // a relist would leave it out again, once per update of that object.
-                let applied = match self.cache.apply_event_json(raw) {
+                let applied = match self.cache.apply_watch_event(raw) {
                     Err(ApplyError::Object(e)) => {
                         log::info!("an object of {path} cannot be cached and is left out: {e}");
-                        self.cache.skip_unreadable(raw)
+                        self.cache
+                            .skip_unreadable(raw)
+                            .map(|a| (EventType::Added, a))
                     }
                     other => other,
                 };
                 match applied {
-                    Ok(_) => Ok(()),
+                    Ok((kind, _)) => {
+                        self.note_word(kind);
+                        Ok(())
+                    }
                     Err(e) => {
                         refused = Some(e);
                         Err(ClientError::Answer("a watch event was not applied"))
@@ -801,7 +851,8 @@ pub(super) mod tests {
     use crate::watchcache::{CacheOptions, Resource};
 
     /// A TLS server on a loopback address that answers the feeder's requests: first its scripted
-    /// answers, in order (status 0: a watch's 200 head, then 20 s of silence), then an empty
+    /// answers, in order (status 0: a watch's 200 head, then 20 s of silence; 1: the same
+    /// with one bookmark before the silence), then an empty
     /// Services list at resourceVersion 5 or an empty watch (which ends at once). It records each
     /// request line.
     pub(crate) struct Fake {
@@ -867,8 +918,12 @@ pub(super) mod tests {
                 drop(reader);
                 requests.lock().unwrap().push(first.trim_end().to_owned());
                 let scripted = script.lock().unwrap().pop_front();
-                if let Some((0, _)) = scripted {
+                if let Some((0 | 1, _)) = scripted {
                     tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")?;
+                    if let Some((1, _)) = scripted {
+                        let line = "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Service\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"6\"}}}\n";
+                        write!(tls, "{:x}\r\n{line}\r\n", line.len())?;
+                    }
                     tls.flush()?;
                     thread::sleep(Duration::from_secs(20));
                     return Ok(());
@@ -929,7 +984,7 @@ pub(super) mod tests {
         up: &Arc<AtomicBool>,
     ) -> (Feeder, Arc<PoolRoute>) {
         let upstream = upstream_of(ca, cloud);
-        let route = Arc::new(PoolRoute::new(port, Box::new(Switch(Arc::clone(up)))));
+        let route = Arc::new(PoolRoute::for_tests(port, Box::new(Switch(Arc::clone(up)))));
         let leaders: Vec<Leader> = leaders
             .iter()
             .enumerate()
@@ -1084,6 +1139,34 @@ pub(super) mod tests {
         assert!(resumed, "{:#?}", leader.requests());
         assert!(began.elapsed() >= Duration::from_millis(300));
         assert!(failed, "the leader was marked unreachable");
+    }
+
+    #[test]
+    fn a_leaders_own_cloud_watch_silent_after_showing_bookmarks_is_resumed_and_noted() {
+        let ca = TestCa::new();
+        let list = r#"{"kind":"ServiceList","metadata":{"resourceVersion":"5"},"items":[]}"#;
+        // Listed, then a watch that shows a bookmark and then says nothing (a hung watch).
+        let cloud = Fake::start(&ca, "127.0.0.1", &[(200, list), (1, "")]);
+        let up = Arc::new(AtomicBool::new(true));
+        // A leader: the route's source is the cloud.
+        let (feeder, route) = follower(&ca, Some(&cloud), &[], 1, &up);
+        route.set(Source::Cloud, None);
+        feeder.slot.idle_after_ms.store(300, Ordering::Relaxed);
+        let cache = feeder.cache.clone();
+        assert_eq!(cache.synced_age(), None, "nothing heard yet");
+        let r = Arc::clone(&route);
+        let resumed = run_until(feeder, || {
+            r.check();
+            cloud.requests().len() >= 3
+        });
+        assert!(resumed, "{:#?}", cloud.requests());
+        assert!(cache.bookmarked());
+        assert_eq!(cache.resource_version(), 6, "the bookmark was applied");
+        assert!(
+            cache
+                .synced_age()
+                .is_some_and(|a| a < Duration::from_secs(10))
+        );
     }
 
     #[test]

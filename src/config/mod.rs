@@ -74,6 +74,9 @@ pub struct Config {
     /// `--multiplexer-client-ca-file`: the CA a leader checks its followers' client
     /// certificates against; None for the cluster CA.
     pub(crate) multiplexer_client_ca: Option<PathBuf>,
+    /// `--pool-leader-max-staleness`: a follower skips a leader whose view of a resource is
+    /// older (zero: no check).
+    pub(crate) pool_leader_max_staleness: Duration,
     /// Cache root.
     pub(crate) disk_cache_path: PathBuf,
     /// Components cached besides the defaults (`*` = all).
@@ -293,6 +296,8 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             .get("multiplexer-client-ca-file")
             .filter(|p| !p.is_empty())
             .map(PathBuf::from),
+        pool_leader_max_staleness: parse_go_duration(f.get("pool-leader-max-staleness"))
+            .map_err(|e| StartupError::flag("pool-leader-max-staleness", e))?,
         disk_cache_path: PathBuf::from(f.get("disk-cache-path")),
         cache_agents,
         lb_mode,
@@ -964,6 +969,7 @@ mod tests {
         assert_eq!(c.heartbeat.healthy_threshold, 2);
         assert_eq!(c.heartbeat_mode, HeartbeatMode::Lease);
         assert_eq!(c.kubelet_health_grace_period, Duration::from_secs(40));
+        assert_eq!(c.pool_leader_max_staleness, Duration::from_secs(90));
         assert!(c.enable_resource_filter);
         assert_eq!(c.max_requests_in_flight, 250);
         assert!(

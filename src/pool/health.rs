@@ -1,14 +1,29 @@
 //! Leader hub health and the follower's fallback order (YurtHub's
-//! `pkg/yurthub/healthchecker/leaderhub`): a leader is healthy when a TCP connection to its
-//! multiplexer port opens within 2 s, checked every 20 s and at once when the leader list changes;
-//! requests go round-robin over healthy leaders; and a pool-scope request tries the leader, then
-//! the cloud, then the cache.
+//! `pkg/yurthub/healthchecker/leaderhub`): a leader is healthy when it answers its probe
+//! within 2 s, checked every 20 s and at once when the leader list changes; a follower reads
+//! from the usable leader rendezvous hashing of its node name picks; and a pool-scope request
+//! tries the leader, then the cloud, then the cache.
 //!
 //! Design decisions:
-//! - The probe goes through the [`Dialer`] trait, so rounds are tested without sockets;
-//!   [`TcpDialer`] is the real one. A round dials the leaders one after another: a pool has
-//!   one to a few leaders, so a black-holed round costs n × 2 s on the checker's thread,
-//!   not a thread per leader.
+//! - The probe goes through the [`Prober`] trait, so rounds are tested without sockets;
+//!   `clients::leader_probe` is the real one (`GET /v1/pool/freshness`), [`TcpDialer`] the
+//!   TCP dial YurtHub makes (any [`Dialer`] is a prober that never asks). A round probes the
+//!   leaders one after another: a pool has one to a few leaders, so a black-holed round costs
+//!   n × 2 s on the checker's thread, not a thread per leader.
+//! - **Only fresh leaders** (issue 32): a leader tells how long ago its cloud watch of each
+//!   pool-scope resource last brought an event or a bookmark, and whether it reaches the
+//!   cloud. A follower skips, for one resource, a leader that tells and whose view of it is
+//!   older than `--pool-leader-max-staleness` (its cloud watch shows bookmarks, so an old age
+//!   is a hung watch, not a quiet resource), or that reaches no cloud; it takes the next
+//!   leader or the cloud, and comes back when a round finds it fresh. An age not known yet
+//!   (warming) is not stale: the warming rules govern it. A leader that does not tell (404,
+//!   403, not JSON: YurtHub, an older tinyhub) is judged by reachability and is not asked
+//!   again until the leader list changes: a YurtHub leader forwards unknown paths to its
+//!   cloud, which would spend its uplink every round.
+//! - **Rendezvous, not round-robin**: each usable leader scores
+//!   `splitmix64(fnv1a(node) ^ fnv1a(leader))` (`hashing`) and the highest wins, so a
+//!   follower reads all its resources from one leader, followers spread evenly, and a lost
+//!   (or stale) leader moves only its own followers, who come back with it.
 //! - Per-leader flags are atomics in an `Arc<[Slot]>` replaced whole when the list
 //!   changes: request threads read them without a lock held across anything; a round on a
 //!   list just replaced writes to slots nobody reads any more, which is harmless. A new
@@ -20,33 +35,147 @@
 //! - **A leader that refuses this node** (its TLS handshake fails, 401/403) keeps passing the
 //!   TCP probe, so health alone would send the feeders back to it every round and tear their
 //!   cloud watches down each time. [`LeaderHealth::refused`] sets it aside for a backoff
-//!   (20 s doubling to 10 min, warned about once) that no TCP round clears; a new leader list
+//!   (20 s doubling to 10 min, warned about once) that no round clears; a new leader list
 //!   (the ConfigMap changed) starts afresh, and an answer served resets it.
-//! - Memory: one slot is a [`Leader`], its socket address, a flag and its refusal backoff
-//!   (about 96 bytes on a 32-bit router, plus the node name).
+//! - Memory: one slot is a [`Leader`], its socket address, flags, its refusal backoff and
+//!   its last freshness (a few dozen bytes per pool-scope resource), about 200 bytes on a
+//!   32-bit router plus the node name.
 
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::leader::{Leader, Source};
+use crate::hashing::{FNV_OFFSET, fnv1a, rendezvous};
 
 /// Time between health rounds.
 pub(crate) const CHECK_INTERVAL: Duration = Duration::from_secs(20);
-/// Time one TCP connect may take.
+/// Time one probe (a TCP connect, or the freshness GET) may take.
 pub(crate) const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A leader's first refusal sets it aside this long; each next one doubles it.
 const REFUSED_FIRST: Duration = Duration::from_secs(20);
 /// The longest a refusing leader is set aside.
 const REFUSED_MAX: Duration = Duration::from_secs(600);
 
+/// How fresh a leader's pool caches are, as it tells (`GET /v1/pool/freshness`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Freshness {
+    /// It reaches a cloud server.
+    pub cloud: bool,
+    /// Per pool-scope resource it caches.
+    pub resources: Vec<ResourceAge>,
+}
+
+impl Freshness {
+    /// The JSON a leader answers on its multiplexer port (`GET /v1/pool/freshness`):
+    /// `{"cloud":true,"resources":[{"resource":"services.v1.core","ageSeconds":12,
+    /// "bookmarks":true}]}`, ages in whole seconds, an unknown one `null`.
+    pub(crate) fn to_json(&self) -> Vec<u8> {
+        let resources: Vec<serde_json::Value> = self
+            .resources
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "resource": r.resource,
+                    "ageSeconds": r.age.map(|a| a.as_secs()),
+                    "bookmarks": r.bookmarks,
+                })
+            })
+            .collect();
+        let value = serde_json::json!({"cloud": self.cloud, "resources": resources});
+        // A `Value` of strings, numbers and booleans always serializes.
+        serde_json::to_vec(&value).unwrap_or_default()
+    }
+
+    /// [`Freshness::to_json`] read back; None for anything else (a YurtHub leader's
+    /// answer: it forwards the path to its cloud).
+    pub(crate) fn parse(body: &[u8]) -> Option<Freshness> {
+        #[derive(serde::Deserialize)]
+        struct Wire {
+            cloud: bool,
+            resources: Vec<WireAge>,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct WireAge {
+            resource: String,
+            age_seconds: Option<f64>,
+            #[serde(default)]
+            bookmarks: bool,
+        }
+        let wire: Wire = serde_json::from_slice(body).ok()?;
+        let resources = wire
+            .resources
+            .into_iter()
+            .map(|r| ResourceAge {
+                resource: r.resource,
+                // A negative or absurd age is no age.
+                age: r
+                    .age_seconds
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok()),
+                bookmarks: r.bookmarks,
+            })
+            .collect();
+        Some(Freshness {
+            cloud: wire.cloud,
+            resources,
+        })
+    }
+}
+
+/// One pool cache's age on a leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ResourceAge {
+    /// The resource's kind directory (`services.v1.core`: `names::Gvr::dir_name`).
+    pub resource: String,
+    /// Since its cloud watch last brought an event or a bookmark (or it listed); None:
+    /// not yet (warming).
+    pub age: Option<Duration>,
+    /// Its cloud watch has shown bookmarks: a silent watch is a hung one.
+    pub bookmarks: bool,
+}
+
+/// What one probe of a leader found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// Nothing answered in time.
+    Unreachable,
+    /// It answers, and told how fresh it is.
+    Told(Freshness),
+    /// It answers, but does not tell (404, 403, not JSON: YurtHub or an older tinyhub): not
+    /// asked again until the leader list changes.
+    Silent,
+    /// It answers, but was not asked or could not tell this time (a TCP dial only, a TLS
+    /// refusal, no credentials yet).
+    Reachable,
+}
+
+/// Probes a leader.
+pub(crate) trait Prober: Send + Sync {
+    /// Whether the leader at `addr` answers within [`DIAL_TIMEOUT`], and, when `ask`, how
+    /// fresh it is.
+    fn probe(&self, addr: SocketAddr, ask: bool) -> Probe;
+}
+
 /// Opens (and closes) a connection, to tell whether something listens.
 pub(crate) trait Dialer: Send + Sync {
     /// Whether a TCP connection to `addr` opened within `timeout`.
     fn reachable(&self, addr: SocketAddr, timeout: Duration) -> bool;
+}
+
+/// A dialer is a prober that never asks.
+impl<D: Dialer> Prober for D {
+    fn probe(&self, addr: SocketAddr, _ask: bool) -> Probe {
+        if self.reachable(addr, DIAL_TIMEOUT) {
+            Probe::Reachable
+        } else {
+            Probe::Unreachable
+        }
+    }
 }
 
 /// The real dialer: a TCP connect, closed at once.
@@ -60,15 +189,29 @@ impl Dialer for TcpDialer {
     }
 }
 
+/// Whether a leader tells its freshness: not asked yet.
+const TELLS_UNKNOWN: u8 = 0;
+/// It told.
+const TELLS: u8 = 1;
+/// It does not tell: judged by reachability, not asked again.
+const SILENT: u8 = 2;
+
 /// One leader and whether it answered its last probe.
 #[derive(Debug)]
 struct Slot {
     leader: Leader,
     addr: SocketAddr,
+    /// Its seed in rendezvous hashing (FNV-1a-64 of its node name).
+    seed: u64,
     healthy: AtomicBool,
     /// It refused this node: not used before this, and the backoff of its next refusal.
     /// A mutex taken per feeder request, never on a client's request.
     refused: Mutex<Option<(Instant, Duration)>>,
+    /// [`TELLS_UNKNOWN`], [`TELLS`] or [`SILENT`].
+    tells: AtomicU8,
+    /// What it told at its last probe (when it tells). A mutex taken per round and per
+    /// feeder choice.
+    freshness: Mutex<Option<Freshness>>,
 }
 
 impl Slot {
@@ -76,9 +219,56 @@ impl Slot {
         Slot {
             leader: leader.clone(),
             addr: leader.addr(port),
+            seed: fnv1a(FNV_OFFSET, leader.node.as_bytes()),
             healthy: AtomicBool::new(false),
             refused: Mutex::new(None),
+            tells: AtomicU8::new(TELLS_UNKNOWN),
+            freshness: Mutex::new(None),
         }
+    }
+
+    /// Whether its view of `resource` (a kind directory; None: any) is too old to read
+    /// from by `max` (zero: never): it tells, and reaches no cloud, or that resource's
+    /// cloud watch shows bookmarks and its age is past `max`.
+    fn stale(&self, resource: Option<&str>, max: Duration) -> bool {
+        if max.is_zero() || self.tells.load(Ordering::Acquire) != TELLS {
+            return false;
+        }
+        let freshness = self
+            .freshness
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(freshness) = freshness.as_ref() else {
+            return false;
+        };
+        !freshness.cloud
+            || freshness.resources.iter().any(|r| {
+                resource.is_none_or(|want| want == r.resource)
+                    && r.bookmarks
+                    && r.age.is_some_and(|age| age > max)
+            })
+    }
+
+    /// What it is stale for now: whether all of it, and which resources; a change between
+    /// two rounds moves followers.
+    fn staleness(&self, max: Duration) -> (bool, Vec<String>) {
+        if !self.stale(None, max) {
+            return (false, Vec::new());
+        }
+        let freshness = self
+            .freshness
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(freshness) = freshness.as_ref() else {
+            return (false, Vec::new());
+        };
+        let resources = freshness
+            .resources
+            .iter()
+            .filter(|r| r.bookmarks && r.age.is_some_and(|age| age > max))
+            .map(|r| r.resource.clone())
+            .collect();
+        (!freshness.cloud, resources)
     }
 
     /// It answered its last probe and is not set aside for a refusal.
@@ -99,32 +289,89 @@ pub(crate) struct LeaderHealth {
     /// YurtHub).
     port: u16,
     slots: RwLock<Arc<[Slot]>>,
-    /// Round-robin position.
-    next: AtomicUsize,
+    /// This node's key in rendezvous hashing (FNV-1a-64 of its name).
+    key: u64,
+    /// `--pool-leader-max-staleness` (zero: off).
+    max_staleness: Duration,
 }
 
-/// Probes every slot once, in order, and stores the outcomes; true when one changed.
-fn round(slots: &[Slot], dialer: &dyn Dialer) -> bool {
+/// Probes every slot once, in order, and stores the outcomes; true when one changed (its
+/// health, or what it is stale for).
+fn round(slots: &[Slot], prober: &dyn Prober, max_staleness: Duration) -> bool {
     let mut changed = false;
     for slot in slots {
-        let up = dialer.reachable(slot.addr, DIAL_TIMEOUT);
+        let before = slot.staleness(max_staleness);
+        let ask = slot.tells.load(Ordering::Acquire) != SILENT;
+        let probe = prober.probe(slot.addr, ask);
+        let up = probe != Probe::Unreachable;
+        match probe {
+            Probe::Told(freshness) => {
+                slot.tells.store(TELLS, Ordering::Release);
+                *slot
+                    .freshness
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(freshness);
+            }
+            Probe::Silent => {
+                if slot.tells.swap(SILENT, Ordering::AcqRel) != SILENT {
+                    log::info!(
+                        "leader hub {} ({}) does not tell how fresh it is: judged by whether it answers, and not asked again until the leader list changes",
+                        slot.leader.node,
+                        slot.addr
+                    );
+                }
+                *slot
+                    .freshness
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = None;
+            }
+            // Nothing new: an unreachable leader is not read from anyway.
+            Probe::Unreachable | Probe::Reachable => {}
+        }
         let was = slot.healthy.swap(up, Ordering::AcqRel);
         if was != up {
             changed = true;
             let state = if up { "healthy" } else { "unhealthy" };
             log::info!("leader hub {} ({}) is {state}", slot.leader.node, slot.addr);
         }
+        let after = slot.staleness(max_staleness);
+        if before != after {
+            changed = true;
+            if after.0 {
+                log::info!(
+                    "leader hub {} ({}) reaches no cloud: its followers read elsewhere",
+                    slot.leader.node,
+                    slot.addr
+                );
+            } else if after.1.is_empty() {
+                log::info!(
+                    "leader hub {} ({}) is fresh again",
+                    slot.leader.node,
+                    slot.addr
+                );
+            } else {
+                log::info!(
+                    "leader hub {} ({})'s view of {} is older than {} s (--pool-leader-max-staleness): its followers read them elsewhere",
+                    slot.leader.node,
+                    slot.addr,
+                    after.1.join(", "),
+                    max_staleness.as_secs_f64()
+                );
+            }
+        }
     }
     changed
 }
 
 impl LeaderHealth {
-    /// No leader yet; leaders serve on `port`.
-    pub(crate) fn new(port: u16) -> LeaderHealth {
+    /// No leader yet; leaders serve on `port`; this node is `node`; a leader whose view is
+    /// older than `max_staleness` (zero: no check) is skipped.
+    pub(crate) fn new(port: u16, node: &str, max_staleness: Duration) -> LeaderHealth {
         LeaderHealth {
             port,
             slots: RwLock::new(Arc::from(Vec::new())),
-            next: AtomicUsize::new(0),
+            key: fnv1a(FNV_OFFSET, node.as_bytes()),
+            max_staleness,
         }
     }
 
@@ -136,19 +383,21 @@ impl LeaderHealth {
     /// Replaces the leaders with `leaders`, probed first (synchronously, as YurtHub does
     /// when the list changes: up to 2 s per leader on the caller's thread); then they are the
     /// ones picked from.
-    pub(crate) fn set_leaders(&self, leaders: &[Leader], dialer: &dyn Dialer) {
+    pub(crate) fn set_leaders(&self, leaders: &[Leader], prober: &dyn Prober) {
         let slots: Vec<Slot> = leaders.iter().map(|l| Slot::new(l, self.port)).collect();
-        round(&slots, dialer);
+        round(&slots, prober, self.max_staleness);
         *self.slots.write().unwrap_or_else(PoisonError::into_inner) = Arc::from(slots);
     }
 
     /// One health round over the current leaders (the checker's tick); true when a
-    /// leader's health changed.
-    pub(crate) fn check(&self, dialer: &dyn Dialer) -> bool {
-        round(&self.slots(), dialer)
+    /// leader's health, or what it is stale for, changed.
+    pub(crate) fn check(&self, prober: &dyn Prober) -> bool {
+        round(&self.slots(), prober, self.max_staleness)
     }
 
-    /// At least one leader answered its last probe and is not set aside for a refusal.
+    /// At least one leader answered its last probe and is not set aside for a refusal
+    /// (tests).
+    #[cfg(test)]
     pub(crate) fn any_healthy(&self) -> bool {
         self.slots().iter().any(Slot::usable)
     }
@@ -165,19 +414,25 @@ impl LeaderHealth {
         !self.slots().is_empty()
     }
 
-    /// The next usable leader's address, round-robin, other than `except`; None when there
-    /// is none.
-    pub(crate) fn pick(&self, except: Option<SocketAddr>) -> Option<SocketAddr> {
-        let slots = self.slots();
-        let n = slots.len();
-        if n == 0 {
-            return None;
-        }
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
-        (0..n)
-            .map(|i| &slots[start.wrapping_add(i) % n])
-            .find(|s| Some(s.addr) != except && s.usable())
+    /// The address of the leader this node reads `resource` (a kind directory; None: any)
+    /// from: of the leaders usable and fresh for it, the one rendezvous hashing of this
+    /// node's name picks, other than `except` (which takes the next); None when there is
+    /// none.
+    pub(crate) fn pick(
+        &self,
+        resource: Option<&str>,
+        except: Option<SocketAddr>,
+    ) -> Option<SocketAddr> {
+        self.slots()
+            .iter()
+            .filter(|s| Some(s.addr) != except && self.usable(s, resource))
+            .max_by_key(|s| rendezvous(self.key, s.seed))
             .map(|s| s.addr)
+    }
+
+    /// Whether `slot` may be read `resource` from: usable, and not stale for it.
+    fn usable(&self, slot: &Slot, resource: Option<&str>) -> bool {
+        slot.usable() && !slot.stale(resource, self.max_staleness)
     }
 
     /// The leader at `addr` refused this node (`why`): set aside for a backoff (20 s, doubled
@@ -241,7 +496,8 @@ impl LeaderHealth {
         changed
     }
 
-    /// The leaders and whether each is usable (healthy, not set aside for a refusal).
+    /// The leaders and whether each is usable (healthy, not set aside for a refusal; tests).
+    #[cfg(test)]
     pub(crate) fn snapshot(&self) -> Vec<(Leader, bool)> {
         self.slots()
             .iter()
@@ -259,14 +515,14 @@ pub(crate) fn leader_url(addr: SocketAddr) -> String {
 /// told after each round whether a leader's health changed.
 pub(crate) fn run_checker(
     health: &LeaderHealth,
-    dialer: &dyn Dialer,
+    prober: &dyn Prober,
     interval: Duration,
     stop: &Receiver<()>,
     after: &mut dyn FnMut(bool),
 ) {
     loop {
         match stop.recv_timeout(interval) {
-            Err(RecvTimeoutError::Timeout) => after(health.check(dialer)),
+            Err(RecvTimeoutError::Timeout) => after(health.check(prober)),
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
         }
     }
@@ -339,6 +595,9 @@ mod tests {
 
     use super::*;
 
+    /// The staleness bound of the tests.
+    const BOUND: Duration = Duration::from_secs(90);
+
     /// Answers from a set of reachable addresses, recording every dial.
     #[derive(Default)]
     struct FakeDialer {
@@ -377,9 +636,9 @@ mod tests {
 
     #[test]
     fn a_new_leader_list_is_probed_before_it_is_used() {
-        let health = LeaderHealth::new(10269);
+        let health = LeaderHealth::new(10269, "edge-2", BOUND);
         let dialer = FakeDialer::default();
-        assert_eq!(health.pick(None), None);
+        assert_eq!(health.pick(None, None), None);
         assert!(!health.any_healthy());
         dialer.set_up(&[addr("10.0.0.1:10269")]);
         health.set_leaders(&[leader("a", "10.0.0.1"), leader("b", "fd00::2")], &dialer);
@@ -398,7 +657,7 @@ mod tests {
         assert!(health.any_healthy());
         for _ in 0..4 {
             assert_eq!(
-                health.pick(None),
+                health.pick(None, None),
                 Some(addr("10.0.0.1:10269")),
                 "only the healthy one"
             );
@@ -409,8 +668,8 @@ mod tests {
     }
 
     #[test]
-    fn picks_go_round_robin_over_healthy_leaders_and_follow_each_round() {
-        let health = LeaderHealth::new(1);
+    fn picks_follow_rendezvous_over_healthy_leaders_and_each_round() {
+        let health = LeaderHealth::new(1, "edge-2", BOUND);
         let dialer = FakeDialer::default();
         let (a, b, c) = (addr("10.0.0.1:1"), addr("10.0.0.2:1"), addr("10.0.0.3:1"));
         dialer.set_up(&[a, b, c]);
@@ -422,39 +681,46 @@ mod tests {
             ],
             &dialer,
         );
-        let picks: HashSet<_> = (0..3).filter_map(|_| health.pick(None)).collect();
-        assert_eq!(picks, [a, b, c].into_iter().collect());
+        // One leader for this node, every time, whatever the resource.
+        let first = health.pick(None, None).unwrap();
+        assert!((0..5).all(|_| health.pick(Some("services.v1.core"), None) == Some(first)));
+        let second = health.pick(None, Some(first)).unwrap();
+        assert_ne!(first, second, "`except` takes the next");
 
         dialer.set_up(&[c]);
         assert!(health.check(&dialer), "two leaders went down");
-        assert!((0..5).all(|_| health.pick(None) == Some(c)));
+        assert!((0..5).all(|_| health.pick(None, None) == Some(c)));
         dialer.set_up(&[]);
         health.check(&dialer);
-        assert_eq!(health.pick(None), None);
+        assert_eq!(health.pick(None, None), None);
         assert!(!health.any_healthy());
-        dialer.set_up(&[a]);
+        dialer.set_up(&[a, b, c]);
         assert!(health.check(&dialer));
         assert!(!health.check(&dialer), "the same outcome is no change");
-        assert_eq!(health.pick(None), Some(a), "back after one good round");
+        assert_eq!(
+            health.pick(None, None),
+            Some(first),
+            "back after one good round"
+        );
     }
 
     #[test]
     fn an_unreachable_leader_is_avoided_until_the_next_round() {
-        let health = LeaderHealth::new(1);
+        let health = LeaderHealth::new(1, "edge-2", BOUND);
         let dialer = FakeDialer::default();
         let (a, b) = (addr("10.0.0.1:1"), addr("10.0.0.2:1"));
         dialer.set_up(&[a, b]);
         health.set_leaders(&[leader("a", "10.0.0.1"), leader("b", "10.0.0.2")], &dialer);
         assert!(health.mark_unreachable(a), "it was healthy");
         assert!(!health.mark_unreachable(a), "no change the second time");
-        assert!((0..4).all(|_| health.pick(None) == Some(b)));
+        assert!((0..4).all(|_| health.pick(None, None) == Some(b)));
         health.check(&dialer);
-        assert!((0..4).any(|_| health.pick(None) == Some(a)));
+        assert_eq!(health.pick(None, Some(b)), Some(a));
     }
 
     #[test]
     fn a_refusing_leader_stays_aside_through_healthy_rounds_with_a_doubling_backoff() {
-        let health = LeaderHealth::new(1);
+        let health = LeaderHealth::new(1, "edge-2", BOUND);
         let dialer = FakeDialer::default();
         let (a, b) = (addr("10.0.0.1:1"), addr("10.0.0.2:1"));
         dialer.set_up(&[a, b]);
@@ -467,11 +733,11 @@ mod tests {
         for _ in 0..3 {
             assert!(!health.check(&dialer), "the TCP probe still passes");
             assert!(
-                (0..4).all(|_| health.pick(None) == Some(b)),
+                (0..4).all(|_| health.pick(None, None) == Some(b)),
                 "a round does not clear it"
             );
         }
-        assert_eq!(health.pick(Some(b)), None, "no other leader");
+        assert_eq!(health.pick(None, Some(b)), None, "no other leader");
         assert!(!health.snapshot()[0].1);
         assert!(health.any_answering() && health.any_healthy());
         assert!(!health.refused(a, "403"), "already aside");
@@ -506,18 +772,17 @@ mod tests {
         // Served (past its backoff), it starts afresh.
         health.served(a);
         assert_eq!(backoff(&health), None);
-        assert_eq!(health.pick(Some(b)), Some(a));
+        assert_eq!(health.pick(None, Some(b)), Some(a));
 
         // A new leader list (the ConfigMap changed) starts afresh too.
         health.refused(a, "403");
         health.set_leaders(&[leader("a", "10.0.0.1"), leader("b", "10.0.0.2")], &dialer);
-        assert!((0..4).any(|_| health.pick(None) == Some(a)));
-        assert!((0..4).all(|_| health.pick(Some(b)) == Some(a)));
+        assert!((0..4).all(|_| health.pick(None, Some(b)) == Some(a)));
     }
 
     #[test]
     fn the_checker_runs_rounds_until_stopped() {
-        let health = LeaderHealth::new(1);
+        let health = LeaderHealth::new(1, "edge-2", BOUND);
         let dialer = FakeDialer::default();
         health.set_leaders(&[leader("a", "10.0.0.1")], &dialer);
         assert_eq!(dialer.dials(), 1);
@@ -593,5 +858,205 @@ mod tests {
         let p = plan(Source::Pool, true, false);
         assert_eq!(p.after(Leader), Some(Cache), "a dead cloud is skipped");
         assert_eq!(plan(Source::Cloud, false, false).first(), Cache);
+    }
+
+    /// Answers each probe from a table of what each leader tells, recording whether it
+    /// was asked.
+    #[derive(Default)]
+    struct FakeProber {
+        told: Mutex<Vec<(SocketAddr, Probe)>>,
+        asked: Mutex<Vec<(SocketAddr, bool)>>,
+    }
+
+    impl FakeProber {
+        fn tell(&self, addr: SocketAddr, probe: Probe) {
+            let mut told = self.told.lock().unwrap();
+            told.retain(|(a, _)| *a != addr);
+            told.push((addr, probe));
+        }
+        fn asked(&self, addr: SocketAddr) -> usize {
+            let asked = self.asked.lock().unwrap();
+            asked.iter().filter(|(a, ask)| *a == addr && *ask).count()
+        }
+    }
+
+    impl Prober for FakeProber {
+        fn probe(&self, addr: SocketAddr, ask: bool) -> Probe {
+            self.asked.lock().unwrap().push((addr, ask));
+            let told = self.told.lock().unwrap();
+            match told
+                .iter()
+                .find(|(a, _)| *a == addr)
+                .map(|(_, p)| p.clone())
+            {
+                Some(Probe::Told(_)) if !ask => Probe::Reachable,
+                Some(probe) => probe,
+                None => Probe::Unreachable,
+            }
+        }
+    }
+
+    fn told(cloud: bool, services: Option<u64>, bookmarks: bool) -> Probe {
+        Probe::Told(Freshness {
+            cloud,
+            resources: vec![ResourceAge {
+                resource: SERVICES.into(),
+                age: services.map(Duration::from_secs),
+                bookmarks,
+            }],
+        })
+    }
+
+    const SERVICES: &str = "services.v1.core";
+    const SLICES: &str = "endpointslices.v1.discovery.k8s.io";
+
+    fn three() -> Vec<Leader> {
+        vec![
+            leader("edge-1", "10.0.0.1"),
+            leader("edge-2", "10.0.0.2"),
+            leader("edge-3", "10.0.0.3"),
+        ]
+    }
+
+    #[test]
+    fn followers_spread_over_leaders_and_a_lost_leader_moves_only_its_own() {
+        let dialer = FakeDialer::default();
+        let all = [addr("10.0.0.1:1"), addr("10.0.0.2:1"), addr("10.0.0.3:1")];
+        let picks = |up: &[SocketAddr]| -> Vec<SocketAddr> {
+            dialer.set_up(up);
+            (0..100)
+                .map(|i| {
+                    let health = LeaderHealth::new(1, &format!("edge-{}", 100 + i), BOUND);
+                    health.set_leaders(&three(), &dialer);
+                    health.pick(None, None).unwrap()
+                })
+                .collect()
+        };
+        let before = picks(&all);
+        for leader in all {
+            let n = before.iter().filter(|&&p| p == leader).count();
+            assert!((20..=47).contains(&n), "{leader}: {n} of 100");
+        }
+        // edge-1's followers move; nobody else does.
+        let after = picks(&all[1..]);
+        for (was, now) in before.iter().zip(&after) {
+            if *was == all[0] {
+                assert_ne!(*now, all[0]);
+            } else {
+                assert_eq!(was, now, "a follower of a live leader stays");
+            }
+        }
+        assert_eq!(picks(&all), before, "they come back with it");
+    }
+
+    #[test]
+    fn a_stale_leader_is_skipped_for_that_resource_until_it_is_fresh_again() {
+        let prober = FakeProber::default();
+        let (a, b) = (addr("10.0.0.1:1"), addr("10.0.0.2:1"));
+        let health = LeaderHealth::new(1, "edge-9", Duration::from_secs(5));
+        prober.tell(a, told(true, Some(1), true));
+        prober.tell(b, told(true, Some(1), true));
+        health.set_leaders(&three()[..2], &prober);
+        let mine = health.pick(Some(SERVICES), None).unwrap();
+        let other = if mine == a { b } else { a };
+
+        // Its services watch hangs: past the bound, its followers read services elsewhere,
+        // slices still from it.
+        prober.tell(mine, told(true, Some(6), true));
+        assert!(health.check(&prober), "a staleness flip is a change");
+        assert_eq!(health.pick(Some(SERVICES), None), Some(other));
+        assert_eq!(health.pick(Some(SLICES), None), Some(mine));
+        assert!(!health.check(&prober), "still stale: no change");
+        // Fresh again: back.
+        prober.tell(mine, told(true, Some(0), true));
+        assert!(health.check(&prober));
+        assert_eq!(health.pick(Some(SERVICES), None), Some(mine));
+
+        // An unknown age (warming) is not stale, nor an old age without bookmarks (an idle
+        // watch of a cloud that sends none).
+        prober.tell(mine, told(true, None, true));
+        health.check(&prober);
+        assert_eq!(health.pick(Some(SERVICES), None), Some(mine));
+        prober.tell(mine, told(true, Some(600), false));
+        health.check(&prober);
+        assert_eq!(health.pick(Some(SERVICES), None), Some(mine));
+
+        // A leader that reaches no cloud is stale for everything.
+        prober.tell(mine, told(false, Some(0), true));
+        assert!(health.check(&prober));
+        assert_eq!(health.pick(Some(SLICES), None), Some(other));
+        // Both stale: the cloud.
+        prober.tell(other, told(false, Some(0), true));
+        health.check(&prober);
+        assert_eq!(health.pick(Some(SLICES), None), None);
+
+        // The check off (0): judged by reachability only.
+        let off = LeaderHealth::new(1, "edge-9", Duration::ZERO);
+        off.set_leaders(&three()[..2], &prober);
+        assert!(off.pick(Some(SLICES), None).is_some());
+    }
+
+    #[test]
+    fn a_leader_that_does_not_tell_is_asked_once_until_the_list_changes_and_still_used() {
+        let prober = FakeProber::default();
+        let a = addr("10.0.0.1:1");
+        prober.tell(a, Probe::Silent);
+        let health = LeaderHealth::new(1, "edge-9", Duration::from_secs(5));
+        health.set_leaders(&three()[..1], &prober);
+        assert_eq!(
+            health.pick(Some(SERVICES), None),
+            Some(a),
+            "judged by reachability"
+        );
+        for _ in 0..3 {
+            health.check(&prober);
+        }
+        assert_eq!(prober.asked(a), 1, "asked once");
+        assert_eq!(prober.asked.lock().unwrap().len(), 4, "dialled every round");
+        assert_eq!(health.pick(Some(SERVICES), None), Some(a));
+        // A new list: asked again.
+        health.set_leaders(&three()[..1], &prober);
+        assert_eq!(prober.asked(a), 2);
+        // One that answers, but could not tell this time (a TLS refusal): asked again.
+        let b = addr("10.0.0.2:1");
+        prober.tell(b, Probe::Reachable);
+        health.set_leaders(&three()[1..2], &prober);
+        health.check(&prober);
+        assert_eq!(prober.asked(b), 2);
+        assert_eq!(health.pick(None, None), Some(b));
+    }
+
+    #[test]
+    fn the_freshness_json_reads_back_and_anything_else_does_not_tell() {
+        let told = Freshness {
+            cloud: true,
+            resources: vec![
+                ResourceAge {
+                    resource: SERVICES.into(),
+                    age: Some(Duration::from_secs(12)),
+                    bookmarks: true,
+                },
+                ResourceAge {
+                    resource: SLICES.into(),
+                    age: None,
+                    bookmarks: false,
+                },
+            ],
+        };
+        let text = told.to_json();
+        assert_eq!(
+            String::from_utf8_lossy(&text),
+            r#"{"cloud":true,"resources":[{"ageSeconds":12,"bookmarks":true,"resource":"services.v1.core"},{"ageSeconds":null,"bookmarks":false,"resource":"endpointslices.v1.discovery.k8s.io"}]}"#
+        );
+        assert_eq!(Freshness::parse(&text), Some(told));
+        assert_eq!(
+            Freshness::parse(br#"{"cloud":false,"resources":[{"resource":"x","ageSeconds":-3}]}"#)
+                .map(|f| (f.cloud, f.resources[0].age, f.resources[0].bookmarks)),
+            Some((false, None, false)),
+            "a negative age is no age"
+        );
+        // A YurtHub leader forwards the path to its cloud: a 404 Status, or HTML.
+        assert_eq!(Freshness::parse(br#"{"kind":"Status","code":404}"#), None);
+        assert_eq!(Freshness::parse(b"<html>"), None);
     }
 }

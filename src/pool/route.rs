@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 
-use super::health::{CHECK_INTERVAL, Dialer, LeaderHealth, run_checker};
+use super::health::{CHECK_INTERVAL, LeaderHealth, Prober, run_checker};
 use super::leader::{Leader, Source};
 
 /// How long the feeders' first lists wait for the ConfigMap's first list (the watcher
@@ -57,21 +57,34 @@ pub(crate) struct PoolRoute {
     generation: AtomicU64,
     /// The ConfigMap was listed once (or that failed): the feeders' first list waits for it.
     settled: AtomicBool,
-    dialer: Box<dyn Dialer>,
+    prober: Box<dyn Prober>,
     wakers: Mutex<Vec<Weak<dyn Wake>>>,
 }
 
 impl PoolRoute {
-    /// The cloud as source, no leader; leaders serve on `port`, probed by `dialer`.
-    pub(crate) fn new(port: u16, dialer: Box<dyn Dialer>) -> PoolRoute {
+    /// The cloud as source, no leader; leaders serve on `port`, probed by `prober`; this
+    /// node is `node` (its leader picked by rendezvous hashing of it); a leader whose view
+    /// of a resource is older than `max_staleness` (zero: no check) is skipped for it.
+    pub(crate) fn new(
+        port: u16,
+        node: &str,
+        max_staleness: Duration,
+        prober: Box<dyn Prober>,
+    ) -> PoolRoute {
         PoolRoute {
             pool: AtomicBool::new(false),
-            health: LeaderHealth::new(port),
+            health: LeaderHealth::new(port, node, max_staleness),
             generation: AtomicU64::new(0),
             settled: AtomicBool::new(false),
-            dialer,
+            prober,
             wakers: Mutex::new(Vec::new()),
         }
+    }
+
+    /// [`PoolRoute::new`] for node `edge-2` with the default staleness bound (tests).
+    #[cfg(test)]
+    pub(crate) fn for_tests(port: u16, prober: Box<dyn Prober>) -> PoolRoute {
+        PoolRoute::new(port, "edge-2", Duration::from_secs(90), prober)
     }
 
     /// Where pool-scope reads go by the ConfigMap.
@@ -88,13 +101,24 @@ impl PoolRoute {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// The leader to read from now (round-robin over usable ones), other than `except` (one
-    /// that just turned this node away: another leader before the cloud); None when the
-    /// source is the cloud or no other leader is usable.
-    pub(crate) fn leader_except(&self, except: Option<SocketAddr>) -> Option<SocketAddr> {
+    /// The leader to read `resource` (a kind directory; None: any) from now (of the usable
+    /// ones fresh for it, the one rendezvous hashing of this node's name picks), other than
+    /// `except` (one that just turned this node away: the next leader before the cloud);
+    /// None when the source is the cloud or no other leader is usable.
+    pub(crate) fn leader_for(
+        &self,
+        resource: Option<&str>,
+        except: Option<SocketAddr>,
+    ) -> Option<SocketAddr> {
         (self.source() == Source::Pool)
-            .then(|| self.health.pick(except))
+            .then(|| self.health.pick(resource, except))
             .flatten()
+    }
+
+    /// [`PoolRoute::leader_for`] any resource (tests).
+    #[cfg(test)]
+    pub(crate) fn leader_except(&self, except: Option<SocketAddr>) -> Option<SocketAddr> {
+        self.leader_for(None, except)
     }
 
     /// The source is the pool and leaders are named, but none answers its dial yet (one
@@ -106,29 +130,19 @@ impl PoolRoute {
     /// Dials the leaders now (a feeder's first list waiting for a leader to bind its port),
     /// as a health round.
     pub(crate) fn probe_now(&self) {
-        self.after_round(self.health.check(self.dialer.as_ref()));
+        self.after_round(self.health.check(self.prober.as_ref()));
     }
 
-    /// Reads should go to a leader now.
-    pub(crate) fn wants_leader(&self) -> bool {
-        self.source() == Source::Pool && self.health.any_healthy()
-    }
-
-    /// Reads may go to the leader at `addr` now.
-    pub(crate) fn leader_usable(&self, addr: SocketAddr) -> bool {
-        self.source() == Source::Pool
-            && self
-                .health
-                .snapshot()
-                .iter()
-                .any(|(l, up)| *up && l.addr(addr.port()) == addr)
+    /// Reads of `resource` (None: any) should go to a leader now.
+    pub(crate) fn wants_leader(&self, resource: Option<&str>) -> bool {
+        self.leader_for(resource, None).is_some()
     }
 
     /// The ConfigMap says `source`, and (when they changed) `leaders`, which are dialled at
     /// once, before they are used (up to 2 s each, on the caller's thread).
     pub(crate) fn set(&self, source: Source, leaders: Option<&[Leader]>) {
         if let Some(leaders) = leaders {
-            self.health.set_leaders(leaders, self.dialer.as_ref());
+            self.health.set_leaders(leaders, self.prober.as_ref());
         }
         self.pool.store(source == Source::Pool, Ordering::Release);
         self.bump();
@@ -184,7 +198,7 @@ impl PoolRoute {
     pub(crate) fn run_checker(&self, stop: &Receiver<()>) {
         run_checker(
             &self.health,
-            self.dialer.as_ref(),
+            self.prober.as_ref(),
             CHECK_INTERVAL,
             stop,
             &mut |changed| self.after_round(changed),
@@ -236,7 +250,7 @@ mod tests {
     #[derive(Default)]
     struct Up(Mutex<HashSet<SocketAddr>>);
 
-    impl Dialer for Arc<Up> {
+    impl super::super::health::Dialer for Arc<Up> {
         fn reachable(&self, addr: SocketAddr, _: Duration) -> bool {
             self.0.lock().unwrap().contains(&addr)
         }
@@ -261,7 +275,7 @@ mod tests {
     #[test]
     fn the_route_follows_the_configmap_and_the_leaders_health() {
         let up = Arc::new(Up::default());
-        let route = PoolRoute::new(10269, Box::new(Arc::clone(&up)));
+        let route = PoolRoute::for_tests(10269, Box::new(Arc::clone(&up)));
         let counter = Arc::new(Counter::default());
         let weak: Weak<dyn Wake> = Arc::downgrade(&(Arc::clone(&counter) as Arc<dyn Wake>));
         route.register(weak);
@@ -273,7 +287,9 @@ mod tests {
         route.set(Source::Pool, Some(&[leader("a", "10.0.0.1")]));
         assert_eq!(route.generation(), 1);
         assert_eq!(route.leader_except(None), Some(a));
-        assert!(route.wants_leader() && route.leader_usable(a));
+        assert!(
+            route.wants_leader(None) && route.leader_for(Some("services.v1.core"), None) == Some(a)
+        );
         assert_eq!(counter.0.load(Ordering::Relaxed), 1);
 
         route.leader_failed(a);
@@ -296,7 +312,9 @@ mod tests {
         // This node becomes a leader: the cloud, whatever the leaders' health.
         route.set(Source::Cloud, None);
         assert_eq!(route.leader_except(None), None);
-        assert!(!route.wants_leader() && !route.leader_usable(a));
+        assert!(
+            !route.wants_leader(None) && route.leader_for(Some("services.v1.core"), None).is_none()
+        );
 
         // A feeder that ended is forgotten.
         drop(counter);

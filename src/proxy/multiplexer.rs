@@ -25,6 +25,13 @@
 //!   cloud server (and its followers' open watches end within a second): the follower's own
 //!   cache holds the same data, and two leaders reading from each other make no closed
 //!   loop.
+//! - **How fresh it is** (issue 32): `GET /v1/pool/freshness` answers, to any admitted
+//!   follower and before its per-follower admission (O(1), it holds nothing), whether this
+//!   hub reaches the cloud and, per pool cache, the seconds since its feeder last heard the
+//!   cloud's word on it (a list, an event, a bookmark; monotonic, so a clock jump on either
+//!   node changes nothing; `null` before the first) and whether its cloud watch shows
+//!   bookmarks. Followers skip a leader whose view is too old (`pool::health`). A stale
+//!   leader does not refuse its followers: it does not know their bound.
 //! - **Not ready**: while the caches warm (`PoolCaches::warming`), YurtHub's 429 with
 //!   `Retry-After: 1`.
 //! - **Per follower**: at most [`PER_FOLLOWER`] requests in flight per follower node (429
@@ -63,6 +70,7 @@ use std::time::{Duration, Instant};
 
 use super::pool_local;
 use crate::metrics::METRICS;
+use crate::pool::health::{Freshness, ResourceAge};
 use crate::request::{self, ApiRequest, Target};
 use crate::requester::Port;
 use crate::server::{self, Admission, Exchange, Handler, Limits, Load, LongRunningLimits};
@@ -72,6 +80,10 @@ use crate::watchcache::WatchCache;
 use crate::watchcache::{PoolCaches, Unserved};
 use crate::{SMALL_STACK, spawn};
 use identity::Follower;
+
+/// The path a leader tells how fresh its pool caches are on (issue 32): a follower's
+/// `clients::leader_probe` asks it every health round. Not an API path.
+pub(crate) const FRESHNESS_PATH: &str = "/v1/pool/freshness";
 
 /// Requests one follower node may have in flight on the port: its feeders' watch of each
 /// pool-scope resource (two by default) and a list or two beside them. Past it, 429: one
@@ -188,6 +200,17 @@ fn handle(caches: &PoolCaches, cloud: &dyn Cloud, shutdown: &AtomicBool, ex: Exc
         }
     };
     let name = follower_name(&follower);
+    // Before the per-follower admission: O(1), holds nothing, takes no follower's slot.
+    if ex.method() == "GET" && ex.url().split('?').next() == Some(FRESHNESS_PATH) {
+        let body = freshness(caches, cloud).to_json();
+        let _ = ex.send(200, &[("Content-Type", "application/json")], &body);
+        METRICS.count_multiplexer(name, 200);
+        log::debug!(
+            "multiplexer follower={name:?} peer={peer} path=\"{FRESHNESS_PATH}\" status=200 took={:?}",
+            started.elapsed()
+        );
+        return;
+    }
     let _slot = match ex.admit(Admission::LongRunning {
         key: name,
         node: false,
@@ -249,6 +272,23 @@ fn handle(caches: &PoolCaches, cloud: &dyn Cloud, shutdown: &AtomicBool, ex: Exc
     };
     METRICS.count_multiplexer(name, code);
     log_request(name, peer, &req, code, started.elapsed());
+}
+
+/// How fresh this leader's pool caches are: whether it reaches the cloud, and per cache the
+/// age of its feeder's last word from the cloud (monotonic) and whether its cloud watch shows
+/// bookmarks.
+fn freshness(caches: &PoolCaches, cloud: &dyn Cloud) -> Freshness {
+    Freshness {
+        cloud: cloud.any_healthy(),
+        resources: caches
+            .caches()
+            .map(|c| ResourceAge {
+                resource: c.resource().gvr.dir_name(),
+                age: c.synced_age(),
+                bookmarks: c.bookmarked(),
+            })
+            .collect(),
+    }
 }
 
 /// The cache that answers `req`, or the refusal: 403 for anything but a pool-scope list or

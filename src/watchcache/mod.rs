@@ -321,6 +321,13 @@ struct Inner {
     /// The feeder's first list waits for the pool's leader (see
     /// [`WatchCache::awaits_leader`]).
     awaits_leader: std::sync::atomic::AtomicBool,
+    /// When `synced` counts from (monotonic: a clock jump changes no age).
+    born: Instant,
+    /// When the feeder last heard the cloud's word on the resource (a list, an event, a
+    /// bookmark), in ms since `born` plus one; 0: never (see [`WatchCache::synced_age`]).
+    synced: std::sync::atomic::AtomicU64,
+    /// The feeder's cloud watch has shown a bookmark (see [`WatchCache::note_bookmark`]).
+    bookmarked: std::sync::atomic::AtomicBool,
 }
 
 /// Unusable answers in a row after which the cache's feed counts as failing: with the
@@ -369,6 +376,9 @@ impl WatchCache {
                 feeder_failures: std::sync::atomic::AtomicU32::new(0),
                 list_paused_until: Mutex::new(None),
                 awaits_leader: std::sync::atomic::AtomicBool::new(false),
+                born: Instant::now(),
+                synced: std::sync::atomic::AtomicU64::new(0),
+                bookmarked: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -546,7 +556,17 @@ impl WatchCache {
 
     /// Applies one watch event as the upstream stream carries it,
     /// `{"type":"MODIFIED","object":{...}}` (a unit of `cache::decode`'s watch stream).
+    #[cfg(test)]
     pub(crate) fn apply_event_json(&self, event: &[u8]) -> Result<Applied, ApplyError> {
+        self.apply_watch_event(event).map(|(_, applied)| applied)
+    }
+
+    /// [`WatchCache::apply_event_json`], with the event's type (the feeder tells the cloud's
+    /// bookmarks from its events).
+    pub(crate) fn apply_watch_event(
+        &self,
+        event: &[u8],
+    ) -> Result<(EventType, Applied), ApplyError> {
         #[derive(serde::Deserialize)]
         struct Wire<'a> {
             #[serde(rename = "type")]
@@ -565,10 +585,53 @@ impl WatchCache {
             return Err(ApplyError::BadEvent(what));
         };
         if kind == EventType::Bookmark {
-            return self.apply_bookmark(object_rv(wire.object.get().as_bytes())?);
+            let applied = self.apply_bookmark(object_rv(wire.object.get().as_bytes())?)?;
+            return Ok((kind, applied));
         }
         let object = self.parse(wire.object.get().as_bytes())?;
-        self.apply(kind, object)
+        Ok((kind, self.apply(kind, object)?))
+    }
+
+    /// The feeder heard the cloud's word on the resource at `at` (a list or an event
+    /// applied, a bookmark of the cloud's; a follower: its leader's own age): the age
+    /// [`WatchCache::synced_age`] counts from. An instant older than the last one changes
+    /// nothing.
+    pub(crate) fn note_synced(&self, at: Instant) {
+        let ms = at.saturating_duration_since(self.inner.born).as_millis();
+        let ms = u64::try_from(ms).unwrap_or(u64::MAX - 1).saturating_add(1);
+        self.inner
+            .synced
+            .fetch_max(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How long ago the cloud's word on the resource was last heard (monotonic); None
+    /// before the first.
+    pub(crate) fn synced_age(&self) -> Option<Duration> {
+        match self.inner.synced.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            ms => Some(
+                self.inner
+                    .born
+                    .elapsed()
+                    .saturating_sub(Duration::from_millis(ms - 1)),
+            ),
+        }
+    }
+
+    /// The feeder's cloud watch brought a bookmark: the cloud sends them on an idle watch
+    /// (about once a minute), so from now on a silent watch means a hung one, and an age
+    /// past a minute or so means a stale cache.
+    pub(crate) fn note_bookmark(&self) {
+        self.inner
+            .bookmarked
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the feeder's cloud watch has shown a bookmark ([`WatchCache::note_bookmark`]).
+    pub(crate) fn bookmarked(&self) -> bool {
+        self.inner
+            .bookmarked
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The feeder got a usable answer from the cloud (a whole list, a watch's 200).

@@ -41,6 +41,7 @@ mod offline_grants;
 mod offline_hold;
 mod offline_node;
 mod ota;
+mod pool_fresh;
 mod pool_leader;
 mod pool_local;
 mod pool_serve;

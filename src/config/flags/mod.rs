@@ -242,6 +242,12 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "a PEM file of the CA that signs the nodes' client certificates, which a leader hub checks its followers' certificates against on --multiplexer-port (k3s and RKE2 sign them with a client CA of their own) (default: the cluster CA)",
     ),
     flag(
+        "pool-leader-max-staleness",
+        Kind::Duration,
+        "90s",
+        "a follower skips a pool leader whose view of a pool-scope resource (its cloud watch's last event or bookmark, as the leader tells) is older than this, for the next leader or the cloud, and returns when it is fresh again (above the apiserver's bookmark period of about a minute; 0 turns the check off)",
+    ),
+    flag(
         "disk-cache-path",
         Kind::Str,
         "/etc/kubernetes/cache",

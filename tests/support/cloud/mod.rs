@@ -92,6 +92,8 @@ struct Knobs {
     gzip_threshold: usize,
     ready: bool,
     bookmark_every: Option<Duration>,
+    /// Watches of these (storage kind, user) pairs stay open but send nothing.
+    frozen: Vec<(KindId, String)>,
     record: bool,
     /// The next answers to paths under a prefix (not watches), replaced: the prefix, how
     /// many, and the status and JSON body sent instead.
@@ -259,6 +261,7 @@ impl Cloud {
                 gzip_threshold: 128 * 1024,
                 ready: true,
                 bookmark_every: None,
+                frozen: Vec::new(),
                 record: true,
                 misanswer: None,
                 misanswer_watch: None,
@@ -496,6 +499,25 @@ impl Cloud {
     /// Watches with `allowWatchBookmarks=true` get a BOOKMARK this often (default: never).
     pub fn set_bookmark_interval(&self, every: Option<Duration>) {
         lock(&self.inst.knobs).bookmark_every = every;
+    }
+
+    /// A hung upstream watch, for one client: with `on`, every watch of `resource` by `user`
+    /// (a client certificate's CN, e.g. `system:node:edge-1`) on this instance, open or
+    /// new, stays open but sends nothing (neither events nor bookmarks), while that user's
+    /// other requests, and everyone else's, are answered. With `on` false they are thawed by
+    /// cutting them (the client resumes from where it was).
+    pub fn freeze_watches(&self, resource: &str, user: &str, on: bool) {
+        let id = kinds::storage(kind_id(resource));
+        {
+            let mut knobs = lock(&self.inst.knobs);
+            knobs.frozen.retain(|(k, u)| !(*k == id && u == user));
+            if on {
+                knobs.frozen.push((id, user.to_owned()));
+            }
+        }
+        if !on {
+            self.cut_watches(resource);
+        }
     }
 
     // ---- node leases (kube-node-lease) ----

@@ -866,8 +866,18 @@ fn watch(ctx: &Ctx<'_>, served_id: KindId, filter: &Filter, reply: Reply) -> io:
     let deadline = timeout.map(after).unwrap_or_else(never);
     let mut w = reply.watch()?;
     let matches = |o: &Obj| filter.matches(o);
+    // `Cloud::freeze_watches`: open, silent.
+    let frozen = || {
+        lock(&inst.knobs)
+            .frozen
+            .iter()
+            .any(|(k, u)| *k == kind_id && *u == ctx.identity.user)
+    };
     let mut last_rv = sub.from;
     for ev in &sub.initial {
+        if frozen() {
+            break;
+        }
         if let Some((etype, o)) = render::visible(ev, &matches) {
             let o = convert::to_served(kind, &o);
             w.send(
@@ -890,6 +900,9 @@ fn watch(ctx: &Ctx<'_>, served_id: KindId, filter: &Filter, reply: Reply) -> io:
                         continue;
                     }
                     last_rv = ev.rv;
+                    if frozen() {
+                        continue;
+                    }
                     if let Some((etype, o)) = render::visible(&ev, &matches) {
                         let o = convert::to_served(kind, &o);
                         let line = render::event_line(kind, etype.as_str(), &o, shape, include);
@@ -908,7 +921,9 @@ fn watch(ctx: &Ctx<'_>, served_id: KindId, filter: &Filter, reply: Reply) -> io:
             // The client connection is gone (or the cloud was stopped): nothing to finish.
             recv(ctx.closed) -> _ => return Ok(()),
             recv(deadline) -> _ => break,
-            recv(ticker) -> _ => w.send(&render::bookmark_line(kind, last_rv, false), true)?,
+            recv(ticker) -> _ => if !frozen() {
+                w.send(&render::bookmark_line(kind, last_rv, false), true)?;
+            },
         }
     }
     w.end()
