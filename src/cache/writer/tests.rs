@@ -62,7 +62,13 @@ fn write(store: &Store, budget: usize, send: impl FnOnce(&CacheTx)) {
     let (tx, rx) = channel(64, budget);
     send(&tx);
     drop(tx);
-    run(store, rx, &AtomicBool::new(false), WriterOptions::default());
+    run(
+        store,
+        rx,
+        &AtomicBool::new(false),
+        WriterOptions::default(),
+        &crate::cache::synced::Synced::default(),
+    );
 }
 
 const LIST: &str = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[
@@ -411,7 +417,13 @@ fn a_delay_per_message_slows_the_writer_and_changes_nothing_else() {
         delay_per_message: Some(delay),
     };
     let started = Instant::now();
-    run(&t.store, rx, &AtomicBool::new(false), options);
+    run(
+        &t.store,
+        rx,
+        &AtomicBool::new(false),
+        options,
+        &crate::cache::synced::Synced::default(),
+    );
     // One message: the small answer whole.
     assert!(started.elapsed() >= delay);
     assert!(t.read("kubelet/pods.v1.core/ns/a").is_some());
@@ -557,7 +569,7 @@ fn barrier_is_answered_after_earlier_events_are_applied() {
             let options = WriterOptions {
                 delay_per_message: Some(Duration::from_millis(30)),
             };
-            run(&t.store, rx, &stop, options);
+            run(&t.store, rx, &stop, options, &crate::cache::synced::Synced::default());
         });
         let mut s = watch(&tx);
         for rv in 3..8 {
