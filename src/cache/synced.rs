@@ -164,7 +164,10 @@ impl Synced {
     /// as it applies an answer.
     pub(crate) fn note(&self, collection: &CollectionKey, at: u64) {
         let mut inner = lock(&self.inner);
-        let key = (collection.component.as_str().to_owned(), collection.dir_name());
+        let key = (
+            collection.component.as_str().to_owned(),
+            collection.dir_name(),
+        );
         if inner.kinds.len() >= MAX_KINDS && !inner.kinds.contains_key(&key) {
             return;
         }
@@ -176,7 +179,10 @@ impl Synced {
     /// `collection` is no longer cached (the cloud answered 404 to its list).
     pub(crate) fn forget(&self, collection: &CollectionKey) {
         let mut inner = lock(&self.inner);
-        let key = (collection.component.as_str().to_owned(), collection.dir_name());
+        let key = (
+            collection.component.as_str().to_owned(),
+            collection.dir_name(),
+        );
         if inner.kinds.remove(&key).is_some() {
             inner.unsaved = true;
         }
@@ -184,7 +190,10 @@ impl Synced {
 
     /// When the cloud's word on `collection` was last heard (Unix seconds).
     pub(crate) fn last(&self, collection: &CollectionKey) -> Option<u64> {
-        let key = (collection.component.as_str().to_owned(), collection.dir_name());
+        let key = (
+            collection.component.as_str().to_owned(),
+            collection.dir_name(),
+        );
         lock(&self.inner).kinds.get(&key).copied()
     }
 
@@ -209,9 +218,7 @@ impl Synced {
     pub(crate) fn persist(&self, store: &Store, drain: bool) {
         let bytes = {
             let mut inner = lock(&self.inner);
-            let due = inner
-                .written
-                .is_none_or(|at| at.elapsed() >= PERSIST_EVERY);
+            let due = inner.written.is_none_or(|at| at.elapsed() >= PERSIST_EVERY);
             if !inner.unsaved || !(due || drain) {
                 return;
             }
@@ -232,7 +239,10 @@ impl Synced {
             })
         };
         let result = match bytes {
-            Ok(bytes) => store.put_synced(&bytes).map(|()| bytes.len()).map_err(|e| e.to_string()),
+            Ok(bytes) => store
+                .put_synced(&bytes)
+                .map(|()| bytes.len())
+                .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         match result {

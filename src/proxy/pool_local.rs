@@ -242,7 +242,6 @@ pub(crate) fn answer(
     }
 }
 
-
 /// How long ago `cache` last heard the cloud, in whole seconds, for an answer's head.
 fn age_of(cache: &WatchCache) -> Option<String> {
     cache.synced_age().map(|age| age.as_secs().to_string())

@@ -184,7 +184,13 @@ impl DiskCache {
         let (tx, rx) = channel(64, 1 << 20);
         let writer = move |store: &Store| {
             let synced = crate::cache::synced::Synced::default();
-            run(store, rx, &AtomicBool::new(false), WriterOptions::default(), &synced);
+            run(
+                store,
+                rx,
+                &AtomicBool::new(false),
+                WriterOptions::default(),
+                &synced,
+            );
         };
         DiskCache {
             store,

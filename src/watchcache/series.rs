@@ -102,7 +102,7 @@ fn render_caches(out: &mut String, caches: &[WatchCache]) {
                 value(memory, *skipped)
             );
         }
-    }    // Freshness (issue 32): when each feeder last heard the cloud's word, by the wall clock;
+    } // Freshness (issue 32): when each feeder last heard the cloud's word, by the wall clock;
     // a cache that has not yet has no line.
     let name = "tinyhub_pool_cache_last_sync_timestamp_seconds";
     header(

@@ -48,7 +48,10 @@ impl Store {
             for kind in subdirs(&below) {
                 if kind == METADATA_DIR {
                     // The metadata views one level down (`CollectionKey::dir_name`).
-                    for inner in subdirs(&below.join(&kind)).into_iter().filter(|k| is_kind(k)) {
+                    for inner in subdirs(&below.join(&kind))
+                        .into_iter()
+                        .filter(|k| is_kind(k))
+                    {
                         if let Some(modified) = newest(&below.join(&kind).join(&inner)) {
                             let kind = format!("{kind}/{inner}");
                             found.push(KindDir {
@@ -104,6 +107,8 @@ fn newest(dir: &Path) -> Option<u64> {
             .map(|d| d.as_secs())
     };
     let own = seconds(dir)?;
-    let inner = subdirs(dir).into_iter().filter_map(|ns| seconds(&dir.join(ns)));
+    let inner = subdirs(dir)
+        .into_iter()
+        .filter_map(|ns| seconds(&dir.join(ns)));
     Some(inner.fold(own, u64::max))
 }

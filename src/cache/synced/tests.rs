@@ -29,7 +29,11 @@ fn a_note_gives_an_age_and_the_clock_behind_gives_none() {
     let age = synced.age(&pods()).unwrap();
     assert!((42..=44).contains(&age), "{age}");
     synced.note(&pods(), now + 3600);
-    assert_eq!(synced.age(&pods()), None, "a clock behind the sync: unknown");
+    assert_eq!(
+        synced.age(&pods()),
+        None,
+        "a clock behind the sync: unknown"
+    );
     assert_eq!(age_at(100, 99), None);
     assert_eq!(age_at(100, 130), Some(30));
     // The metadata view is its own kind directory.
@@ -38,7 +42,10 @@ fn a_note_gives_an_age_and_the_clock_behind_gives_none() {
     kinds.sort();
     assert_eq!(
         kinds,
-        ["partialobjectmetadatas.v1.meta.k8s.io/pods.v1.core", "pods.v1.core"]
+        [
+            "partialobjectmetadatas.v1.meta.k8s.io/pods.v1.core",
+            "pods.v1.core"
+        ]
     );
     synced.forget(&pods());
     assert_eq!(synced.last(&pods()), None);
@@ -139,7 +146,10 @@ fn the_readyz_lines_name_component_and_kind() {
     synced.note(&pods(), 1_700_000_000);
     let mut lines = String::new();
     readyz_lines(&synced, &mut lines);
-    assert!(lines.starts_with("[+]synced kubelet/pods.v1.core "), "{lines}");
+    assert!(
+        lines.starts_with("[+]synced kubelet/pods.v1.core "),
+        "{lines}"
+    );
     assert!(lines.trim_end().ends_with("s ago"), "{lines}");
     synced.note(&pods(), u64::MAX / 2);
     lines.clear();

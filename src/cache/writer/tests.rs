@@ -569,7 +569,13 @@ fn barrier_is_answered_after_earlier_events_are_applied() {
             let options = WriterOptions {
                 delay_per_message: Some(Duration::from_millis(30)),
             };
-            run(&t.store, rx, &stop, options, &crate::cache::synced::Synced::default());
+            run(
+                &t.store,
+                rx,
+                &stop,
+                options,
+                &crate::cache::synced::Synced::default(),
+            );
         });
         let mut s = watch(&tx);
         for rv in 3..8 {
@@ -627,8 +633,7 @@ mod synced {
         );
     }
 
-    const BOOKMARK: &str =
-        r#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"12"}}}"#;
+    const BOOKMARK: &str = r#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"12"}}}"#;
 
     #[test]
     fn a_list_a_bookmark_and_an_object_404_are_the_clouds_word() {
@@ -640,7 +645,10 @@ mod synced {
             assert!(s.chunk(format!("{BOOKMARK}\n").as_bytes()));
             s.finish(true);
         });
-        assert!(synced.last(&pods()).is_some_and(|at| at >= now), "a bookmark alone");
+        assert!(
+            synced.last(&pods()).is_some_and(|at| at >= now),
+            "a bookmark alone"
+        );
 
         let synced = Synced::default();
         run_with(&t.store, &synced, |tx| {
@@ -648,7 +656,11 @@ mod synced {
             s.chunk(&LIST.as_bytes()[..LIST.len() - 10]);
             s.finish(false);
         });
-        assert_eq!(synced.last(&pods()), None, "a broken-off list tells nothing");
+        assert_eq!(
+            synced.last(&pods()),
+            None,
+            "a broken-off list tells nothing"
+        );
         run_with(&t.store, &synced, |tx| {
             let mut s = list(tx);
             s.chunk(LIST.as_bytes());
@@ -687,6 +699,10 @@ mod synced {
             assert!(s.chunk(format!("{BOOKMARK}\n").as_bytes()));
             s.finish(true);
         });
-        assert_eq!(synced.last(&pods()), None, "a pool cache never synced tells nothing");
+        assert_eq!(
+            synced.last(&pods()),
+            None,
+            "a pool cache never synced tells nothing"
+        );
     }
 }
