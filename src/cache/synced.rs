@@ -82,7 +82,7 @@ struct Inner {
     kinds: BTreeMap<(String, String), u64>,
     /// Changed since the last write.
     unsaved: bool,
-    /// When the last write was tried (the writer's clock).
+    /// When the last write was tried, or the record loaded (the writer's clock).
     written: Option<Instant>,
 }
 
@@ -149,7 +149,10 @@ impl Synced {
         Synced {
             inner: Mutex::new(Inner {
                 kinds,
-                ..Inner::default()
+                unsaved: false,
+                // The first write, too, waits its turn: a hub stopped within minutes writes
+                // at its drain, and one that crashes reads older ages, as the bound allows.
+                written: Some(Instant::now()),
             }),
         }
     }

@@ -84,7 +84,12 @@ fn the_record_is_written_when_due_and_at_the_drain_and_read_back() {
 
     synced.note(&pods(), 1_000);
     synced.persist(&store, false);
-    let first = std::fs::read(&file).expect("the first change is written");
+    assert!(
+        !file.exists(),
+        "within 5 minutes of the start, a change waits"
+    );
+    synced.persist(&store, true);
+    let first = std::fs::read(&file).expect("the drain writes it");
     synced.note(&pods(), 2_000);
     synced.persist(&store, false);
     assert_eq!(
