@@ -14,6 +14,7 @@ use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::cache::store::Store;
+use crate::cache::synced::{self, Synced};
 use crate::metrics::METRICS;
 use crate::offline;
 use crate::pki::IdentityState;
@@ -32,6 +33,9 @@ pub(crate) struct Readiness {
     pub identity: std::sync::Arc<IdentityState>,
     /// A shutdown has begun.
     pub shutting_down: AtomicBool,
+    /// When each kind of the disk cache last heard the cloud (edge mode): informational
+    /// lines of the verbose answer, never a check.
+    pub synced: Option<std::sync::Arc<Synced>>,
 }
 
 /// One readiness check.
@@ -112,6 +116,12 @@ pub(crate) fn handle(
                         ));
                     }
                 }
+                // How fresh each cache is: offline is a normal edge state, so these lines
+                // inform and never fail readiness.
+                if let Some(synced) = &readiness.synced {
+                    synced::readyz_lines(synced, &mut out);
+                }
+                crate::watchcache::series::readyz_lines(&mut out);
                 out.push_str(if ready {
                     "readyz check passed\n"
                 } else {

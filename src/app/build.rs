@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::cache::store::Store;
+use crate::cache::synced::Synced;
 use crate::config::Config;
 use crate::dir_lock::DirLock;
 use crate::error::StartupError;
@@ -66,9 +67,17 @@ pub(super) fn build(config: &Config) -> Result<Parts, StartupError> {
     }
     let store = open_cache(config)?;
 
+    // When each kind last heard the cloud, as the cache kept it: read once here; the writer
+    // notes, the offline answers, readyz and the metrics page read it.
+    let synced = store.as_deref().map(|store| {
+        let synced = Arc::new(Synced::load(store));
+        synced.export();
+        synced
+    });
     let identity = Arc::new(IdentityState::default());
     let readiness = Arc::new(Readiness {
         identity: Arc::clone(&identity),
+        synced,
         ..Readiness::default()
     });
     let (initial_tls, token) = pki::initial_credentials(config);
@@ -244,5 +253,6 @@ fn register_metrics() {
         crate::metrics::METRICS.register(Box::new(crate::watchcache::series::render));
         crate::metrics::METRICS.register(Box::new(crate::proxy::resume::series::render));
         crate::metrics::METRICS.register(Box::new(crate::overlay::series::render));
+        crate::metrics::METRICS.register(Box::new(crate::cache::synced::render));
     });
 }

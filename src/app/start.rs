@@ -14,6 +14,7 @@ use super::{Running, filters, pool};
 use crate::cache::agents::CacheAgents;
 use crate::cache::grants::Grants;
 use crate::cache::store::Store;
+use crate::cache::synced::Synced;
 use crate::cache::writer::{self, CacheTx, Refills, WriterOptions};
 use crate::clients::{agents_watch, refill};
 use crate::config::{Config, HeartbeatMode};
@@ -86,9 +87,10 @@ pub(super) fn start(config: &Config, parts: Parts) -> Result<Running, StartupErr
     let overlay = Overlay::new(&config.node_name, config.offline_endpoints_overlay);
     let (cache, offline, writer_thread) = match &store {
         Some(store) => {
+            let synced = readiness.synced.clone().unwrap_or_default();
             let disk = start_disk_cache(
                 config,
-                store,
+                (store, &synced),
                 &overlay,
                 &upstream,
                 (&backends, &agents),
@@ -212,7 +214,7 @@ struct DiskCache {
 /// copies of what clients read, fetched while the cloud is up) and the writer.
 fn start_disk_cache(
     config: &Config,
-    store: &Arc<Store>,
+    (store, synced): (&Arc<Store>, &Arc<Synced>),
     overlay: &Arc<Overlay>,
     upstream: &Arc<Upstream>,
     (backends, agents): (&Arc<Backends>, &Arc<CacheAgents>),
@@ -235,13 +237,13 @@ fn start_disk_cache(
         })?;
     }
     let writer = {
-        let store = Arc::clone(store);
+        let (store, synced) = (Arc::clone(store), Arc::clone(synced));
         let stop = Arc::clone(writer_stop);
         let options = WriterOptions {
             delay_per_message: config.cache_writer_delay,
         };
         spawn("cache-writer", move || {
-            writer::run(&store, cache_rx, &stop, options)
+            writer::run(&store, cache_rx, &stop, options, &synced)
         })?
     };
     // Read here; written only by the writer thread (`CacheMsg::Grants`).
@@ -252,6 +254,7 @@ fn start_disk_cache(
         shutdown: Arc::clone(shutdown),
         grants,
         overlay: Arc::clone(overlay),
+        synced: Arc::clone(synced),
     };
     Ok(DiskCache {
         tx: cache_tx,

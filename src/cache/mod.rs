@@ -1,7 +1,8 @@
 //! The disk cache: who is cached ([`agents`]), what each client credential read online
 //! ([`grants`]), what to keep of an answer ([`target`]), how
-//! response bodies are decoded ([`decode`]), where objects live on disk ([`key`], [`store`])
-//! and the writer thread that persists them ([`writer`]).
+//! response bodies are decoded ([`decode`]), where objects live on disk ([`key`], [`store`]),
+//! the writer thread that persists them ([`writer`]) and when each kind last heard the cloud
+//! ([`synced`]).
 //!
 //! The cache sits below routing and the cloud client: nothing here imports `route`,
 //! `upstream` or `proxy`, and of `request` only `ApiRequest`, which a dropped session's
@@ -14,6 +15,7 @@ pub(crate) mod grants;
 pub(crate) mod key;
 pub(crate) mod object;
 pub(crate) mod store;
+pub(crate) mod synced;
 pub(crate) mod target;
 #[cfg(test)]
 mod temp_dir;

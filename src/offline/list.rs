@@ -57,6 +57,7 @@ impl Offline {
             selectors: &route.selectors,
             when_empty: WhenEmpty::AsProxy,
             overlay: snapshot.as_ref().map(|(kind, s)| (*kind, &**s)),
+            age: self.age(collection),
         };
         list.stream(&self.store, ex)
     }
@@ -80,6 +81,7 @@ impl Offline {
             selectors,
             when_empty: WhenEmpty::AsProxy,
             overlay: None,
+            age: None,
         };
         let selected = match list.selected(&self.store, None) {
             Ok(selected) => Some(selected),
@@ -113,6 +115,7 @@ pub(crate) fn kubelet_pods(store: &Store, ex: Exchange<'_>) -> u16 {
                 selectors: &Selectors::everything(),
                 when_empty: WhenEmpty::List("Pod"),
                 overlay: None,
+                age: None,
             }
             .stream(store, ex),
             _ => Err((ex, Status::internal("/api/v1/pods names no resource"))),
@@ -140,6 +143,8 @@ struct CachedList<'a> {
     when_empty: WhenEmpty,
     /// The endpoints overlay's snapshot, for a list of a kind it rewrites while it is on.
     overlay: Option<(EndpointKind, &'a Snapshot)>,
+    /// The collection's age, for its [`super::CACHE_AGE`] header (the proxy port's answers).
+    age: Option<String>,
 }
 
 impl<'a> CachedList<'a> {
@@ -187,7 +192,7 @@ impl<'a> CachedList<'a> {
         };
         // The answer starts with the first bytes to send, so that a kubelet pod list that
         // finds nothing can still be a 404.
-        let mut answer = ListOut::Pending(ex);
+        let mut answer = ListOut::Pending(ex, self.age.as_deref());
         let limit = req
             .query
             .limit
@@ -238,7 +243,7 @@ impl<'a> CachedList<'a> {
             && empty_is_not_found(req, path)
         {
             // Only before anything was sent: an empty answer sends nothing before its end.
-            if let ListOut::Pending(ex) = answer {
+            if let ListOut::Pending(ex, _) = answer {
                 selected.skipped.report();
                 return Err((
                     ex,
@@ -402,25 +407,21 @@ fn kind_from_discovery(store: &Store, path: &ResourcePath) -> Option<String> {
 }
 
 /// An offline list answer: not started until there is something to send.
-enum ListOut<'c> {
-    /// Nothing sent yet.
-    Pending(Exchange<'c>),
+enum ListOut<'c, 'a> {
+    /// Nothing sent yet; the cache's age for the head.
+    Pending(Exchange<'c>, Option<&'a str>),
     /// The 200 head is out.
     Started(server::BodyWriter<'c>),
     /// The client went away.
     Gone,
 }
 
-impl ListOut<'_> {
+impl ListOut<'_, '_> {
     /// Sends `bytes`, starting the answer first if need be; false once the client is gone.
     fn write(&mut self, bytes: &[u8]) -> bool {
-        if let ListOut::Pending(_) = self
-            && let ListOut::Pending(ex) = std::mem::replace(self, ListOut::Gone)
-            && let Ok(writer) = ex.start(
-                200,
-                &[("Content-Type", "application/json")],
-                Length::Streamed,
-            )
+        if let ListOut::Pending(..) = self
+            && let ListOut::Pending(ex, age) = std::mem::replace(self, ListOut::Gone)
+            && let Ok(writer) = ex.start(200, &super::json_head(age), Length::Streamed)
         {
             *self = ListOut::Started(writer);
         }

@@ -22,6 +22,10 @@
 //! of each object the overlay changes and, when the cloud is back, the cloud's object again.
 //! Nothing of it is ever written to the cache.
 //!
+//! Every answer read from a cached collection (a get, a list, a held watch) says how old the
+//! collection is: `X-Tinyhub-Cache-Age: <seconds>` since it last heard the cloud's word
+//! (`cache/synced.rs`), left off when that is unknown (no record, a clock behind it).
+//!
 //! The keys come from the route (`Route::collection`), made once. `mod.rs` dispatches and
 //! answers gets, watches, writes and documents; `list.rs` streams lists; `token.rs` answers
 //! TokenRequests; `grants.rs` what a client with its own credential may be answered;
@@ -44,6 +48,7 @@ use crate::cache::grants::{Grants, Scope};
 use crate::cache::key::{CollectionKey, ObjectKey, View};
 use crate::cache::object::starts_object;
 use crate::cache::store::{Store, StoreError};
+use crate::cache::synced::Synced;
 use crate::health::Backends;
 use crate::names;
 use crate::overlay::{CloudState, EndpointKind, Overlay, Snapshot, WatchView};
@@ -72,6 +77,20 @@ pub(crate) struct Offline {
     /// The endpoints overlay: kubelet's offline pod writes feed it, EndpointSlices and
     /// Endpoints are served through it.
     pub overlay: Arc<Overlay>,
+    /// When each cached kind last heard the cloud: the age each answer carries.
+    pub synced: Arc<Synced>,
+}
+
+/// The header an answer from the cache says its age in, in whole seconds.
+pub(crate) const CACHE_AGE: &str = "X-Tinyhub-Cache-Age";
+
+/// A JSON answer's head fields: its content type, and the cache's age when known.
+pub(crate) fn json_head(age: Option<&str>) -> Vec<(&'static str, &str)> {
+    let mut head = vec![("Content-Type", "application/json")];
+    if let Some(age) = age {
+        head.push((CACHE_AGE, age));
+    }
+    head
 }
 
 impl Offline {
@@ -244,7 +263,10 @@ impl Offline {
                 let rewritten = self
                     .endpoints_snapshot(path, collection)
                     .and_then(|(kind, snapshot)| snapshot.rewrite(kind, &bytes));
-                send_json(ex, 200, rewritten.as_deref().unwrap_or(&bytes))
+                let age = self.age(collection);
+                let body = rewritten.as_deref().unwrap_or(&bytes);
+                let _ = ex.send(200, &json_head(age.as_deref()), body);
+                Ok(200)
             }
             Ok(Some(_)) => {
                 log::warn!("cache file of {key:?} is not valid JSON; not serving it");
@@ -282,8 +304,16 @@ impl Offline {
                 };
                 Ok(self.hold_overlaid(ex, &scope, kind))
             }
-            None => Ok(self.hold(ex, req, Duration::ZERO)),
+            None => {
+                let age = self.age(collection);
+                Ok(self.hold_with(ex, req, Duration::ZERO, age, &mut |_, _| true))
+            }
         }
+    }
+
+    /// How old the cached `collection` is, as [`CACHE_AGE`] says it; None when unknown.
+    pub(super) fn age(&self, collection: &CollectionKey) -> Option<String> {
+        self.synced.age(collection).map(|age| age.to_string())
     }
 
     /// The overlay's snapshot for an answer of `path` from `collection`, when it is of a kind
@@ -334,7 +364,8 @@ impl Offline {
             let snapshot = self.overlay.snapshot(cloud);
             !view.pass_due(&snapshot) || self.pass(writer, scope, &mut view, &snapshot)
         };
-        self.hold_with(ex, scope.req, Duration::ZERO, &mut tick)
+        let age = self.age(scope.collection);
+        self.hold_with(ex, scope.req, Duration::ZERO, age, &mut tick)
     }
 
     /// One pass of `view` over the stored objects of `scope`, read from disk one at a time
@@ -372,24 +403,22 @@ impl Offline {
     /// already — but not before `at_least` (a client that watches again at once must not
     /// spin). kubelet's lease watches are held so online and offline (YurtHub's local watch).
     pub(crate) fn hold(&self, ex: Exchange<'_>, req: &ApiRequest, at_least: Duration) -> u16 {
-        self.hold_with(ex, req, at_least, &mut |_, _| true)
+        self.hold_with(ex, req, at_least, None, &mut |_, _| true)
     }
 
-    /// [`Offline::hold`], calling `tick` with the writer and the cloud's recoveries at the
-    /// start and every [`WATCH_TICK`], before the hold may end; `tick` says false when the
-    /// client is gone.
+    /// [`Offline::hold`], with the cache's `age` in its head when it holds a cached
+    /// collection, calling `tick` with the writer and the cloud's recoveries at the start and
+    /// every [`WATCH_TICK`], before the hold may end; `tick` says false when the client is
+    /// gone.
     fn hold_with(
         &self,
         ex: Exchange<'_>,
         req: &ApiRequest,
         at_least: Duration,
+        age: Option<String>,
         tick: &mut dyn FnMut(&mut BodyWriter<'_>, u64) -> bool,
     ) -> u16 {
-        let Ok(mut writer) = ex.start(
-            200,
-            &[("Content-Type", "application/json")],
-            Length::Streamed,
-        ) else {
+        let Ok(mut writer) = ex.start(200, &json_head(age.as_deref()), Length::Streamed) else {
             return 200;
         };
         let hold = req

@@ -59,6 +59,7 @@ pub(super) fn offline_in(dir: &Scratch) -> Offline {
         backends: Arc::new(backends),
         shutdown: Arc::new(AtomicBool::new(false)),
         overlay: Overlay::new("n1", true),
+        synced: Arc::default(),
     }
 }
 

@@ -398,7 +398,7 @@ impl Hub {
                     call.answered(|req| {
                         let status = if cache.is_ready() {
                             let shutdown = || self.shutdown.load(Ordering::Relaxed);
-                            let session = self.pool_session(req);
+                            let session = self.pool_session(req, cache);
                             let filters = self.filters.as_ref();
                             let overlaid = pool_local::LocalOverlay {
                                 overlay: &self.overlay,
@@ -464,12 +464,18 @@ impl Hub {
 
     /// The cache writer's session for a pool-scope answer to `req`, when its route caches it
     /// (a cache agent's list or watch): what the client gets from the shared cache is kept
-    /// on disk as a forwarded answer would be, for offline answers after a restart.
-    fn pool_session(&self, req: &ApiRequest) -> Option<crate::cache::writer::Session> {
+    /// on disk as a forwarded answer would be, for offline answers after a restart; as old as
+    /// `cache` last heard the cloud, not as of now.
+    fn pool_session(
+        &self,
+        req: &ApiRequest,
+        cache: &crate::watchcache::WatchCache,
+    ) -> Option<crate::cache::writer::Session> {
         let route = self.route(req).ok()?;
         let target = route.cache.ok()?;
         let target = route::target_for_answer(&target, Some("application/json"))?;
-        self.cache.as_ref()?.begin(target, 200, false, None)
+        let word = pool_local::word_of(cache);
+        self.cache.as_ref()?.begin_relayed(target, 200, false, word)
     }
 
     /// Decides what the hub does with `req` (pure), or the status that refuses it.

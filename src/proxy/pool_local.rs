@@ -51,6 +51,11 @@
 //!   only and the cloud's line of it to the disk cache's session only, and a pass goes to
 //!   the client only ([`TeeMode`]). The multiplexer's followers never get the overlay.
 //!
+//! - **How old**: every answer, to a local client or a follower, says how long ago the cache
+//!   last heard the cloud's word (`X-Tinyhub-Cache-Age: <seconds>`, left off before the
+//!   first), and what it tees to the disk cache is as old as that, not as of now
+//!   ([`word_of`]): a disk copy of a stale pool cache never looks fresh.
+//!
 //! Memory: one `Vec` of object handles per list page (a pointer and a length per object)
 //! and one batch buffer per watch (its events' bytes, at most [`BATCH_KEEP`] kept between
 //! batches: a leader serves a watch per follower); the objects themselves are shared. A
@@ -66,9 +71,11 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::cache::decode::BodyShape;
+use crate::cache::synced::Word;
 use crate::cache::writer::Session;
 use crate::filters::body::{BodyFilter, StageTime};
 use crate::filters::{Chain, Filters};
+use crate::offline::json_head;
 use crate::overlay::{CloudState, EndpointKind, Overlay, Snapshot, WatchView};
 use crate::request::{ApiRequest, Query, Verb};
 use crate::route;
@@ -191,7 +198,9 @@ pub(crate) fn answer(
             };
             match cache.list(&list) {
                 Ok(page) => {
-                    let Ok(writer) = ex.start(200, &JSON, Length::Streamed) else {
+                    let age = age_of(cache);
+                    let head = json_head(age.as_deref());
+                    let Ok(writer) = ex.start(200, &head, Length::Streamed) else {
                         return 200;
                     };
                     // Read again only while the overlay holds pods.
@@ -233,7 +242,19 @@ pub(crate) fn answer(
     }
 }
 
-const JSON: [(&str, &str); 1] = [("Content-Type", "application/json")];
+/// How long ago `cache` last heard the cloud, in whole seconds, for an answer's head.
+fn age_of(cache: &WatchCache) -> Option<String> {
+    cache.synced_age().map(|age| age.as_secs().to_string())
+}
+
+/// The disk cache's word for what a session teed from `cache` holds: as of the cache's own
+/// last sync, read as each part is applied.
+pub(crate) fn word_of(cache: &WatchCache) -> Word {
+    let cache = cache.clone();
+    Word::Relayed(Arc::new(move || {
+        crate::watchcache::series::last_sync_unix(&cache)
+    }))
+}
 
 /// How a watch is served.
 struct WatchHow<'s> {
@@ -268,7 +289,9 @@ fn stream_watch(
         timeout,
         shutdown,
     } = *how;
-    let Ok(writer) = ex.start(200, &JSON, Length::Streamed) else {
+    let age = age_of(cache);
+    let head = json_head(age.as_deref());
+    let Ok(writer) = ex.start(200, &head, Length::Streamed) else {
         return 200;
     };
     let started = Instant::now();

@@ -10,6 +10,9 @@
 //! lies deeper than the scanner locates), and an event whose names the scanner could not be
 //! sure of is parsed whole.
 //!
+//! A bookmark the client did not ask for is not sent to it, but goes to the cache's session
+//! only ([`Sink::session_only`]): the disk cache still notes that the cloud was heard.
+//!
 //! What the cloud says because of an outage is not the client's: an ERROR with code 410
 //! (history gone), 5xx or 429, and a body that is not a watch stream end the leg silently
 //! ([`LegEnd`]); any other ERROR is passed on and ends the watch, as the cloud meant it. The
@@ -137,6 +140,9 @@ struct Cutter {
     out: Vec<u8>,
     /// What the chunk's events say, moved into the progress once the client took them.
     noted: Noted,
+    /// The chunk's bookmarks the client did not ask for, each followed by a newline: for the
+    /// cache's session only ([`Sink::session_only`]), which notes the cloud was heard.
+    session_out: Vec<u8>,
     /// The client asked for bookmarks (`allowWatchBookmarks`).
     pass_bookmarks: bool,
     /// ERRORs are the outage's, not the client's: a leg the hub made, or something was
@@ -249,6 +255,9 @@ impl Cutter {
                 self.intercept = true;
                 if self.pass_bookmarks {
                     self.copy(ev);
+                } else {
+                    self.session_out.extend_from_slice(ev);
+                    self.session_out.push(b'\n');
                 }
             }
             Some("ERROR") => {
@@ -426,8 +435,14 @@ impl<'n, S: Sink> EventCut<'n, S> {
                 // The client did not take them: nothing of the chunk counts as delivered.
                 self.cut.noted.clear();
                 self.cut.verdict = None;
+                self.cut.session_out.clear();
                 return Err(stop);
             }
+        }
+        if !self.cut.session_out.is_empty() {
+            let written = self.inner.session_only(&self.cut.session_out);
+            self.cut.session_out.clear();
+            written?;
         }
         self.commit();
         match self.cut.verdict.take() {
@@ -545,6 +560,7 @@ impl<S: Sink> Sink for EventCut<'_, S> {
     /// The leg broke off (or a stage stopped it): the stages inside stay open.
     fn abort(&mut self) {
         self.cut.out.clear();
+        self.cut.session_out.clear();
         self.cut.noted.clear();
         self.end_leg(LegEnd::BrokeOff);
     }
@@ -576,6 +592,8 @@ mod tests {
     #[derive(Default)]
     struct Client {
         bytes: Vec<u8>,
+        /// What reached it for the cache's session only.
+        session: Vec<u8>,
         finished: bool,
         aborted: bool,
         refuse: bool,
@@ -597,6 +615,10 @@ mod tests {
             self.aborted = true;
         }
         fn uncache(&mut self, _why: Uncached) -> Result<(), Stop> {
+            Ok(())
+        }
+        fn session_only(&mut self, events: &[u8]) -> Result<(), Stop> {
+            self.session.extend_from_slice(events);
             Ok(())
         }
     }
@@ -746,6 +768,10 @@ mod tests {
                 &["ADDED"]
             };
             assert_eq!(types, expected);
+            // Unasked, it still reaches the cache's session: the cloud was heard.
+            let session = String::from_utf8(cut.inner_mut().session.clone()).unwrap();
+            let expected = if asked { String::new() } else { bookmark(9) };
+            assert_eq!(session, expected);
             assert_eq!(
                 cut.progress().last_rv,
                 "9",

@@ -142,6 +142,10 @@ impl<S: Sink> Sink for FilterStage<'_, S> {
     fn uncache(&mut self, why: Uncached) -> Result<(), Stop> {
         self.inner.uncache(why)
     }
+
+    fn session_only(&mut self, events: &[u8]) -> Result<(), Stop> {
+        self.inner.session_only(events)
+    }
 }
 
 impl<S: ClientEnd> ClientEnd for FilterStage<'_, S> {

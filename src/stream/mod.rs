@@ -78,6 +78,14 @@ pub(crate) trait Sink {
     /// it on; a tee drops its session; the end of a chain ignores it, or fails when keeping
     /// the answer is its whole job.
     fn uncache(&mut self, why: Uncached) -> Result<(), Stop>;
+    /// Whole events for the cache's session only, never the client: the cloud's bookmarks a
+    /// client did not ask for, which still tell the disk cache the cloud was heard
+    /// (`cache/synced.rs`). A stage passes them on unchanged; a tee copies them to its
+    /// session; any other end drops them.
+    fn session_only(&mut self, events: &[u8]) -> Result<(), Stop> {
+        let _ = events;
+        Ok(())
+    }
 }
 
 /// Why an answer is not for the cache, found by the filter stage.

@@ -127,6 +127,15 @@ impl<S: Sink> Sink for Tee<'_, S> {
         self.end_session(false);
         Ok(())
     }
+
+    fn session_only(&mut self, events: &[u8]) -> Result<(), Stop> {
+        if let Some(s) = self.session.as_mut()
+            && !s.chunk(events)
+        {
+            self.session = None;
+        }
+        Ok(())
+    }
 }
 
 impl<S: ClientEnd> ClientEnd for Tee<'_, S> {

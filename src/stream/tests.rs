@@ -183,7 +183,14 @@ impl DiskCache {
         let (store, _) = Store::open(&dir.0).unwrap();
         let (tx, rx) = channel(64, 1 << 20);
         let writer = move |store: &Store| {
-            run(store, rx, &AtomicBool::new(false), WriterOptions::default());
+            let synced = crate::cache::synced::Synced::default();
+            run(
+                store,
+                rx,
+                &AtomicBool::new(false),
+                WriterOptions::default(),
+                &synced,
+            );
         };
         DiskCache {
             store,

@@ -1,5 +1,6 @@
 //! The node-local watch caches' series for the metrics page (`tinyhub_pool_cache_*{resource}`),
-//! measured at each scrape. A cache is [`export`]ed when it is made; [`render`] is the source
+//! measured at each scrape, and their lines in `/v1/readyz?verbose` (how long ago each feeder
+//! last heard the cloud). A cache is [`export`]ed when it is made; [`render`] is the source
 //! app/build.rs registers ([`crate::metrics::Metrics::register`]).
 
 use std::fmt::Write as _;
@@ -20,6 +21,29 @@ pub(crate) fn export(cache: &WatchCache) {
 /// Renders the exported caches' series (nothing while there is none).
 pub(crate) fn render(out: &mut String) {
     render_caches(out, &lock(&EXPORTED));
+}
+
+/// `/v1/readyz?verbose`'s informational lines, one per exported cache: how long ago its
+/// feeder last heard the cloud's word (`[+]synced pool/services.v1.core 12s ago`), or that
+/// it has not yet.
+pub(crate) fn readyz_lines(out: &mut String) {
+    for cache in lock(&EXPORTED).iter() {
+        let resource = cache.resource().gvr.dir_name();
+        let _ = match cache.synced_age() {
+            Some(age) => writeln!(out, "[+]synced pool/{resource} {}s ago", age.as_secs()),
+            None => writeln!(out, "[+]synced pool/{resource} not yet"),
+        };
+    }
+}
+
+/// When the cache's feeder last heard the cloud's word, in Unix seconds by the wall clock
+/// (its age is monotonic: the wall clock now less the age); `None` before the first, or
+/// when the clock reads before it.
+pub(crate) fn last_sync_unix(cache: &WatchCache) -> Option<u64> {
+    let age = cache.synced_age()?;
+    u64::try_from(crate::unix_now())
+        .ok()?
+        .checked_sub(age.as_secs())
 }
 
 /// One figure of a pool cache from its memory and its skipped objects.
@@ -77,6 +101,21 @@ fn render_caches(out: &mut String, caches: &[WatchCache]) {
                 escape(resource),
                 value(memory, *skipped)
             );
+        }
+    } // Freshness (issue 32): when each feeder last heard the cloud's word, by the wall clock;
+    // a cache that has not yet has no line.
+    let name = "tinyhub_pool_cache_last_sync_timestamp_seconds";
+    header(
+        out,
+        name,
+        "gauge",
+        "when the node-local watch cache of a pool-scope resource last heard the cloud's word \
+         (a list, an event, a bookmark; a follower: its leader's), Unix seconds",
+    );
+    for cache in caches {
+        if let Some(at) = last_sync_unix(cache) {
+            let resource = cache.resource().gvr.resource.as_str();
+            let _ = writeln!(out, "{name}{{resource=\"{}\"}} {at}", escape(resource));
         }
     }
 }

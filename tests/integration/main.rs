@@ -26,6 +26,7 @@ mod faults;
 mod filter_metrics;
 mod filters;
 mod forward;
+mod freshness;
 mod heartbeat;
 mod hostile;
 mod identity;

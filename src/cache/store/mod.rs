@@ -88,7 +88,8 @@
 //! in-memory index that answers unchanged puts and stored versions; `list.rs` reading a collection (or its names) in order; `tokens.rs` TokenRequest answers; `fs.rs` the no-follow, 0600/0700
 //! file primitives; `error.rs` [`StoreError`];
 //! `error_keys.rs` the list of keys whose write failed, kept beside the cache; `grants.rs`
-//! the credentials' read grants, kept beside the cache.
+//! the credentials' read grants, kept beside the cache; `synced.rs` when each kind last heard
+//! the cloud, kept beside the cache, and the kind directories' modification times.
 
 mod error;
 mod error_keys;
@@ -99,6 +100,7 @@ mod journal;
 mod list;
 mod recent;
 mod replace;
+mod synced;
 #[cfg(test)]
 mod tests;
 mod tokens;

@@ -1,7 +1,9 @@
 //! The writer thread: takes the tee's messages in order, decodes each answer incrementally
 //! and persists it through the store (an object, a list replacement, watch events, a
 //! document, a token answer); store failures are counted and logged at a bounded rate, and
-//! the keys they spoil are kept until stored (`error_keys.rs`).
+//! the keys they spoil are kept until stored (`error_keys.rs`). As it applies an answer it
+//! notes when its kind last heard the cloud's word (`cache/synced.rs`), and writes that record
+//! at most every few minutes and at the drain.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,8 +23,9 @@ use super::rules::{
 use super::tee::CacheTx;
 use super::tee::{CacheMsg, CacheRx};
 use crate::cache::decode::{BodyDecoder, BodyShape, Located, Unit};
-use crate::cache::key::ObjectKey;
+use crate::cache::key::{CollectionKey, ObjectKey};
 use crate::cache::store::Store;
+use crate::cache::synced::{Synced, Word};
 use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::metrics::{METRICS, Metrics};
 
@@ -36,9 +39,21 @@ pub(crate) struct WriterOptions {
 
 /// Runs the writer until every [`CacheTx`] is dropped, or until `stop` is set and the queue
 /// has been drained (shutdown: what is queued is written, unfinished answers are not).
-pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: WriterOptions) {
+/// `synced` is told when each kind heard the cloud's word, and written at the end.
+pub(crate) fn run(
+    store: &Store,
+    rx: CacheRx,
+    stop: &AtomicBool,
+    options: WriterOptions,
+    synced: &Synced,
+) {
     let mut sessions: HashMap<u64, Active<'_>> = HashMap::new();
     let mut failures = FailureLog::new(ErrorKeys::load(store));
+    let mut w = Writer {
+        store,
+        failures: &mut failures,
+        synced,
+    };
     loop {
         // Nothing queued: sleep on the doorbell (see `tee::Doorbell`), unless stopping, when
         // the queue is only drained.
@@ -61,7 +76,7 @@ pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: Writer
                 METRICS
                     .cache_writer_queue_depth
                     .fetch_sub(1, Ordering::Relaxed);
-                handle(store, &mut sessions, &mut failures, msg);
+                handle(&mut w, &mut sessions, msg);
                 METRICS
                     .cache_writer_busy_micros
                     .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -70,7 +85,8 @@ pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: Writer
             Err(TryRecvError::Empty) => {}
             Err(TryRecvError::Disconnected) => break,
         }
-        failures.error_keys.persist(store, false);
+        w.failures.error_keys.persist(store, false);
+        synced.persist(store, false);
         // Sessions whose connection gave up: drop their staged state.
         sessions.retain(|id, s| {
             let keep = !s.given_up();
@@ -81,6 +97,7 @@ pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: Writer
         });
     }
     failures.error_keys.persist(store, true);
+    synced.persist(store, true);
     if !sessions.is_empty() {
         log::info!(
             "cache writer stopping with {} unfinished responses, not committed",
@@ -89,9 +106,28 @@ pub(crate) fn run(store: &Store, rx: CacheRx, stop: &AtomicBool, options: Writer
     }
 }
 
+/// What the writer thread works with.
+struct Writer<'w, 's> {
+    store: &'s Store,
+    failures: &'w mut FailureLog,
+    synced: &'s Synced,
+}
+
+/// The collection a unit of `target`'s answer tells the cloud's word on, when applying it
+/// does: an object answered, a watch event (a bookmark too). A list tells it when it commits.
+fn heard_by<'t>(unit: &Unit<'_>, target: &'t CacheTarget) -> Option<&'t CollectionKey> {
+    match (unit, target) {
+        (Unit::Object(_), CacheTarget::Object { collection, .. })
+        | (Unit::WatchEvent(_), CacheTarget::Watch { collection }) => Some(collection),
+        _ => None,
+    }
+}
+
 /// A session the writer is working on.
 struct Active<'s> {
     target: CacheTarget,
+    /// As of when its answer is the cloud's word.
+    word: Word,
     decoder: Option<BodyDecoder>,
     /// Set by the connection thread when it gives up (`None`: a whole answer, never given up).
     abandoned: Option<Arc<AtomicBool>>,
@@ -111,49 +147,58 @@ impl Active<'_> {
     }
 }
 
-fn handle<'s>(
-    store: &'s Store,
-    sessions: &mut HashMap<u64, Active<'s>>,
-    failures: &mut FailureLog,
-    msg: CacheMsg,
-) {
+fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, msg: CacheMsg) {
     match msg {
         CacheMsg::Begin {
             id,
             target,
             status,
             gzip,
+            word,
             abandoned,
         } => {
-            if let Some(active) = begin(store, failures, target, status, gzip, Some(abandoned)) {
+            let head = Head {
+                target,
+                status,
+                gzip,
+                word,
+            };
+            if let Some(active) = begin(w, head, Some(abandoned)) {
                 sessions.insert(id, active);
             }
         }
         CacheMsg::Chunk { id, data } => {
             if let Some(active) = sessions.get_mut(&id) {
-                feed(store, failures, active, &data);
+                feed(w, active, &data);
             }
         }
         CacheMsg::Whole {
             target,
             status,
             gzip,
+            word,
             body,
         } => {
-            if let Some(mut active) = begin(store, failures, target, status, gzip, None) {
-                feed(store, failures, &mut active, &body);
-                end(store, failures, active, true);
+            let head = Head {
+                target,
+                status,
+                gzip,
+                word,
+            };
+            if let Some(mut active) = begin(w, head, None) {
+                feed(w, &mut active, &body);
+                end(w, active, true);
             }
         }
         CacheMsg::End { id, complete } => {
             if let Some(active) = sessions.remove(&id) {
-                end(store, failures, active, complete);
+                end(w, active, complete);
             }
         }
         CacheMsg::Put { collection, bytes } => {
-            put_object(store, failures, &collection, None, &bytes, None, &mut 0);
+            put_object(w.store, w.failures, &collection, None, &bytes, None, &mut 0);
         }
-        CacheMsg::Grants(grants) => grants.persist(store),
+        CacheMsg::Grants(grants) => grants.persist(w.store),
         // Every message before it is handled; the sender may have stopped waiting.
         CacheMsg::Barrier(ack) => {
             let _ = ack.try_send(());
@@ -162,7 +207,9 @@ fn handle<'s>(
 }
 
 /// Decodes the next bytes of `active`'s body and applies each unit to the store.
-fn feed(store: &Store, failures: &mut FailureLog, active: &mut Active<'_>, data: &[u8]) {
+fn feed(w: &mut Writer<'_, '_>, active: &mut Active<'_>, data: &[u8]) {
+    let (store, synced) = (w.store, w.synced);
+    let failures = &mut *w.failures;
     if active.failed {
         return;
     }
@@ -171,8 +218,12 @@ fn feed(store: &Store, failures: &mut FailureLog, active: &mut Active<'_>, data:
     };
     let (target, list) = (&active.target, &mut active.list);
     let not_objects = &mut active.not_objects;
+    let word = &active.word;
     let mut failed = false;
     let result = decoder.feed_located(data, &mut |unit, found| {
+        if let Some(collection) = heard_by(&unit, target) {
+            note(synced, collection, word);
+        }
         if !apply_unit(store, failures, target, list, not_objects, unit, found) {
             failed = true;
         }
@@ -188,17 +239,30 @@ fn feed(store: &Store, failures: &mut FailureLog, active: &mut Active<'_>, data:
     active.failed |= failed;
 }
 
-fn begin<'s>(
-    store: &'s Store,
-    failures: &mut FailureLog,
+/// What a session's `Begin` (or `Whole`) says of its answer.
+struct Head {
     target: CacheTarget,
     status: u16,
     gzip: bool,
+    word: Word,
+}
+
+fn begin<'s>(
+    w: &mut Writer<'_, 's>,
+    head: Head,
     abandoned: Option<Arc<AtomicBool>>,
 ) -> Option<Active<'s>> {
+    let (store, failures) = (w.store, &mut *w.failures);
+    let Head {
+        target,
+        status,
+        gzip,
+        word,
+    } = head;
     let shape = match (&target, status) {
         (CacheTarget::List { collection, .. }, 404) => {
             // The kind is gone in the cloud (a deleted CRD): never serve it from cache again.
+            w.synced.forget(collection);
             match store.delete_collection(collection) {
                 Ok(pruned) => {
                     if pruned {
@@ -226,6 +290,8 @@ fn begin<'s>(
                 namespace: namespace.clone(),
                 name: name.clone(),
             };
+            // The cloud's word on the kind, as an object's would be.
+            note(w.synced, collection, &word);
             match store.delete(&key, None) {
                 Ok(deleted) => {
                     if deleted {
@@ -277,6 +343,7 @@ fn begin<'s>(
             BodyDecoder::new(shape, gzip, MAX_OBJECT_BYTES).locating(located_paths(shape)),
         ),
         target,
+        word,
         abandoned,
         list,
         failed: false,
@@ -284,13 +351,19 @@ fn begin<'s>(
     })
 }
 
-fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complete: bool) {
+fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
+    let (store, synced) = (w.store, w.synced);
+    let failures = &mut *w.failures;
     let target = &active.target;
+    let word = &active.word;
     let mut ok = complete && !active.failed && !active.given_up();
     if ok && let Some(decoder) = active.decoder.as_mut() {
         let (list, mut failed) = (&mut active.list, false);
         let not_objects = &mut active.not_objects;
         if let Err(e) = decoder.finish_located(&mut |unit, found| {
+            if let Some(collection) = heard_by(&unit, target) {
+                note(synced, collection, word);
+            }
             if !apply_unit(store, failures, target, list, not_objects, unit, found) {
                 failed = true;
             }
@@ -319,7 +392,10 @@ fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complet
         return;
     }
     let CacheTarget::List {
-        selectors, paged, ..
+        collection,
+        selectors,
+        paged,
+        ..
     } = target
     else {
         return;
@@ -338,6 +414,7 @@ fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complet
     };
     match committed {
         Ok(report) => {
+            note(synced, collection, word);
             if report.written > 0 {
                 failures.written_again();
             }
@@ -371,6 +448,13 @@ fn end(store: &Store, failures: &mut FailureLog, mut active: Active<'_>, complet
             );
         }
         Err(e) => failures.error("commit list", target, &e),
+    }
+}
+
+/// The cloud's word on `collection` was heard, as of when `word` says.
+fn note(synced: &Synced, collection: &CollectionKey, word: &Word) {
+    if let Some(at) = word.at(u64::try_from(crate::unix_now()).unwrap_or(0)) {
+        synced.note(collection, at);
     }
 }
 

@@ -11,6 +11,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::refills::{Refill, RefillTx};
 use crate::cache::grants::Grants;
 use crate::cache::key::CollectionKey;
+use crate::cache::synced::Word;
 use crate::cache::target::CacheTarget;
 use crate::metrics::{METRICS, Metrics};
 
@@ -26,6 +27,8 @@ pub(crate) enum CacheMsg {
         status: u16,
         /// The body is gzip-encoded.
         gzip: bool,
+        /// As of when the body is the cloud's word (`cache/synced.rs`).
+        word: Word,
         /// Set by the connection thread when it gives the session up.
         abandoned: Arc<AtomicBool>,
     },
@@ -53,6 +56,8 @@ pub(crate) enum CacheMsg {
         status: u16,
         /// The body is gzip-encoded.
         gzip: bool,
+        /// As of when the body is the cloud's word (`cache/synced.rs`).
+        word: Word,
         /// The whole body.
         body: Vec<u8>,
     },
@@ -257,7 +262,20 @@ impl CacheTx {
             let since = tx.begun();
             Some(Refillable { tx, refill, since })
         });
-        self.start(target, status, gzip, Pace::NeverWait, refill)
+        self.start(target, status, gzip, Pace::NeverWait, refill, Word::Cloud)
+    }
+
+    /// [`CacheTx::begin`] for an answer relayed from a pool cache rather than the cloud:
+    /// `word` says as of when it is the cloud's (that cache's own last sync). Never refilled:
+    /// the pool cache answers it again.
+    pub(crate) fn begin_relayed(
+        &self,
+        target: CacheTarget,
+        status: u16,
+        gzip: bool,
+        word: Word,
+    ) -> Option<Session> {
+        self.start(target, status, gzip, Pace::NeverWait, None, word)
     }
 
     /// Starts persisting a response that no client waits for: every send waits for room.
@@ -267,7 +285,7 @@ impl CacheTx {
         status: u16,
         gzip: bool,
     ) -> Option<Session> {
-        self.start(target, status, gzip, Pace::Wait, None)
+        self.start(target, status, gzip, Pace::Wait, None, Word::Cloud)
     }
 
     fn start(
@@ -277,6 +295,7 @@ impl CacheTx {
         gzip: bool,
         pace: Pace,
         refill: Option<Refillable>,
+        word: Word,
     ) -> Option<Session> {
         let streaming = matches!(target, CacheTarget::Watch { .. });
         let mut session = Session {
@@ -287,6 +306,7 @@ impl CacheTx {
                 target,
                 status,
                 gzip,
+                word,
             }),
             abandoned: None,
             done: false,
@@ -347,6 +367,7 @@ struct Start {
     target: CacheTarget,
     status: u16,
     gzip: bool,
+    word: Word,
 }
 
 /// How a session's answer is fetched again should it be dropped.
@@ -399,6 +420,7 @@ impl Session {
             target,
             status,
             gzip,
+            word,
         }) = self.unsent.take()
         else {
             return true;
@@ -410,6 +432,7 @@ impl Session {
             target,
             status,
             gzip,
+            word,
             abandoned,
         };
         self.queue.send(&self.tx, msg, self.pace)
@@ -478,12 +501,14 @@ impl Session {
                 target,
                 status,
                 gzip,
+                word,
             }) => {
                 let body = std::mem::take(&mut self.pending);
                 let msg = CacheMsg::Whole {
                     target,
                     status,
                     gzip,
+                    word,
                     body,
                 };
                 self.queue.send(&self.tx, msg, self.pace)

@@ -62,7 +62,13 @@ fn write(store: &Store, budget: usize, send: impl FnOnce(&CacheTx)) {
     let (tx, rx) = channel(64, budget);
     send(&tx);
     drop(tx);
-    run(store, rx, &AtomicBool::new(false), WriterOptions::default());
+    run(
+        store,
+        rx,
+        &AtomicBool::new(false),
+        WriterOptions::default(),
+        &crate::cache::synced::Synced::default(),
+    );
 }
 
 const LIST: &str = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[
@@ -411,7 +417,13 @@ fn a_delay_per_message_slows_the_writer_and_changes_nothing_else() {
         delay_per_message: Some(delay),
     };
     let started = Instant::now();
-    run(&t.store, rx, &AtomicBool::new(false), options);
+    run(
+        &t.store,
+        rx,
+        &AtomicBool::new(false),
+        options,
+        &crate::cache::synced::Synced::default(),
+    );
     // One message: the small answer whole.
     assert!(started.elapsed() >= delay);
     assert!(t.read("kubelet/pods.v1.core/ns/a").is_some());
@@ -557,7 +569,13 @@ fn barrier_is_answered_after_earlier_events_are_applied() {
             let options = WriterOptions {
                 delay_per_message: Some(Duration::from_millis(30)),
             };
-            run(&t.store, rx, &stop, options);
+            run(
+                &t.store,
+                rx,
+                &stop,
+                options,
+                &crate::cache::synced::Synced::default(),
+            );
         });
         let mut s = watch(&tx);
         for rv in 3..8 {
@@ -593,4 +611,98 @@ fn a_dropped_session_does_not_sync() {
     assert!(s.chunk(event("ADDED", 3).as_bytes()));
     assert!(!s.chunk(event("MODIFIED", 4).as_bytes()));
     assert!(!s.sync(Duration::from_millis(50)));
+}
+
+/// Freshness (issue 32): what the writer notes of each answer.
+mod synced {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::cache::synced::{Synced, Word};
+
+    fn run_with(store: &Store, synced: &Synced, send: impl FnOnce(&CacheTx)) {
+        let (tx, rx) = channel(64, 1 << 20);
+        send(&tx);
+        drop(tx);
+        run(
+            store,
+            rx,
+            &AtomicBool::new(false),
+            WriterOptions::default(),
+            synced,
+        );
+    }
+
+    const BOOKMARK: &str = r#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"12"}}}"#;
+
+    #[test]
+    fn a_list_a_bookmark_and_an_object_404_are_the_clouds_word() {
+        let t = TempStore::new("synced-units");
+        let synced = Synced::default();
+        let now = u64::try_from(crate::unix_now()).unwrap();
+        run_with(&t.store, &synced, |tx| {
+            let mut s = watch(tx);
+            assert!(s.chunk(format!("{BOOKMARK}\n").as_bytes()));
+            s.finish(true);
+        });
+        assert!(
+            synced.last(&pods()).is_some_and(|at| at >= now),
+            "a bookmark alone"
+        );
+
+        let synced = Synced::default();
+        run_with(&t.store, &synced, |tx| {
+            let mut s = list(tx);
+            s.chunk(&LIST.as_bytes()[..LIST.len() - 10]);
+            s.finish(false);
+        });
+        assert_eq!(
+            synced.last(&pods()),
+            None,
+            "a broken-off list tells nothing"
+        );
+        run_with(&t.store, &synced, |tx| {
+            let mut s = list(tx);
+            s.chunk(LIST.as_bytes());
+            s.finish(true);
+        });
+        assert!(synced.last(&pods()).is_some(), "a committed list");
+
+        let synced = Synced::default();
+        let object = CacheTarget::Object {
+            collection: pods(),
+            namespace: Some("ns".to_owned()),
+            name: Some("gone".to_owned()),
+        };
+        run_with(&t.store, &synced, |tx| {
+            tx.begin(object, 404, false, None).unwrap().finish(true);
+        });
+        assert!(synced.last(&pods()).is_some(), "a 404 of an object");
+    }
+
+    #[test]
+    fn a_relayed_session_is_as_old_as_its_pool_cache() {
+        let t = TempStore::new("synced-relayed");
+        let synced = Synced::default();
+        let target = CacheTarget::Watch { collection: pods() };
+        run_with(&t.store, &synced, |tx| {
+            let word = Word::Relayed(Arc::new(|| Some(1_234)));
+            let mut s = tx.begin_relayed(target.clone(), 200, false, word).unwrap();
+            assert!(s.chunk(format!("{BOOKMARK}\n").as_bytes()));
+            s.finish(true);
+        });
+        assert_eq!(synced.last(&pods()), Some(1_234));
+        let synced = Synced::default();
+        run_with(&t.store, &synced, |tx| {
+            let word = Word::Relayed(Arc::new(|| None));
+            let mut s = tx.begin_relayed(target, 200, false, word).unwrap();
+            assert!(s.chunk(format!("{BOOKMARK}\n").as_bytes()));
+            s.finish(true);
+        });
+        assert_eq!(
+            synced.last(&pods()),
+            None,
+            "a pool cache never synced tells nothing"
+        );
+    }
 }

@@ -1,0 +1,166 @@
+//! `Synced`: what it records, the ages it gives, and `.synced` across a restart.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::cache::key::CollectionKey;
+use crate::cache::store::Store;
+use crate::cache::temp_dir::TempDir;
+
+fn pods() -> CollectionKey {
+    CollectionKey::new("kubelet", "pods", "v1", "")
+}
+
+fn services() -> CollectionKey {
+    CollectionKey::new("kube-proxy", "services", "v1", "")
+}
+
+fn open(dir: &TempDir) -> Store {
+    Store::open(&dir.root()).unwrap().0
+}
+
+#[test]
+fn a_note_gives_an_age_and_the_clock_behind_gives_none() {
+    let synced = Synced::default();
+    assert_eq!(synced.age(&pods()), None, "no record, no age");
+    let now = u64::try_from(crate::unix_now()).unwrap();
+    synced.note(&pods(), now - 42);
+    let age = synced.age(&pods()).unwrap();
+    assert!((42..=44).contains(&age), "{age}");
+    synced.note(&pods(), now + 3600);
+    assert_eq!(
+        synced.age(&pods()),
+        None,
+        "a clock behind the sync: unknown"
+    );
+    assert_eq!(age_at(100, 99), None);
+    assert_eq!(age_at(100, 130), Some(30));
+    // The metadata view is its own kind directory.
+    synced.note(&pods().metadata(), now);
+    let mut kinds: Vec<String> = synced.entries().into_iter().map(|e| e.1).collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "partialobjectmetadatas.v1.meta.k8s.io/pods.v1.core",
+            "pods.v1.core"
+        ]
+    );
+    synced.forget(&pods());
+    assert_eq!(synced.last(&pods()), None);
+}
+
+#[test]
+fn a_relayed_word_is_as_old_as_its_source() {
+    assert_eq!(Word::Cloud.at(500), Some(500));
+    assert_eq!(Word::Relayed(Arc::new(|| Some(120))).at(500), Some(120));
+    assert_eq!(Word::Relayed(Arc::new(|| None)).at(500), None);
+}
+
+#[test]
+fn kinds_past_the_cap_are_not_recorded() {
+    let synced = Synced::default();
+    for n in 0..MAX_KINDS + 5 {
+        synced.note(&CollectionKey::new("c", &format!("r{n}"), "v1", "g"), 1);
+    }
+    assert_eq!(synced.entries().len(), MAX_KINDS);
+    // One already recorded still moves.
+    synced.note(&CollectionKey::new("c", "r0", "v1", "g"), 7);
+    assert_eq!(
+        synced.last(&CollectionKey::new("c", "r0", "v1", "g")),
+        Some(7)
+    );
+}
+
+#[test]
+fn the_record_is_written_when_due_and_at_the_drain_and_read_back() {
+    let dir = TempDir::new("synced-file");
+    let store = open(&dir);
+    let file = dir.root().join(".synced");
+    let synced = Synced::load(&store);
+    synced.persist(&store, false);
+    assert!(!file.exists(), "nothing changed: nothing written");
+
+    synced.note(&pods(), 1_000);
+    synced.persist(&store, false);
+    assert!(
+        !file.exists(),
+        "within 5 minutes of the start, a change waits"
+    );
+    synced.persist(&store, true);
+    let first = std::fs::read(&file).expect("the drain writes it");
+    synced.note(&pods(), 2_000);
+    synced.persist(&store, false);
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        first,
+        "within 5 minutes of the last write, a change waits"
+    );
+    // Five minutes later it is due.
+    lock(&synced.inner).written =
+        Instant::now().checked_sub(PERSIST_EVERY + Duration::from_secs(1));
+    synced.note(&services(), 3_000);
+    synced.persist(&store, false);
+    assert_ne!(std::fs::read(&file).unwrap(), first);
+    synced.note(&pods(), 4_000);
+    synced.persist(&store, true);
+
+    drop(store);
+    let store = open(&dir);
+    let again = Synced::load(&store);
+    assert_eq!(again.last(&pods()), Some(4_000), "the drain's write");
+    assert_eq!(again.last(&services()), Some(3_000));
+    let bytes = std::fs::read(&file).unwrap();
+    assert!(bytes.len() < 8 * 1024);
+    let text = String::from_utf8(bytes).unwrap();
+    assert!(text.contains(r#""resource":"pods.v1.core""#), "{text}");
+}
+
+#[test]
+fn a_kind_without_an_entry_takes_its_directory_time_and_a_bad_file_is_read_as_none() {
+    let dir = TempDir::new("synced-mtime");
+    let store = open(&dir);
+    let key = crate::cache::key::ObjectKey {
+        collection: pods(),
+        namespace: Some("ns".to_owned()),
+        name: "a".to_owned(),
+    };
+    store
+        .put(&key, br#"{"metadata":{"name":"a","namespace":"ns"}}"#, None)
+        .unwrap();
+    // Token answers have no kind directory: no entry.
+    std::fs::create_dir_all(dir.root().join("kubelet/tokens/ns")).unwrap();
+    std::fs::write(dir.root().join(".synced"), b"{not json").unwrap();
+    let now = u64::try_from(crate::unix_now()).unwrap();
+    let synced = Synced::load(&store);
+    let at = synced.last(&pods()).expect("the directory's time");
+    assert!(at <= now && now - at < 60, "{at} vs {now}");
+    assert_eq!(synced.entries().len(), 1, "{:?}", synced.entries());
+
+    // An entry in the file wins over the directory.
+    let bytes =
+        br#"{"version":1,"kinds":[{"component":"kubelet","resource":"pods.v1.core","at":5}]}"#;
+    std::fs::write(dir.root().join(".synced"), bytes).unwrap();
+    assert_eq!(Synced::load(&store).last(&pods()), Some(5));
+}
+
+#[test]
+fn the_readyz_lines_name_component_and_kind() {
+    let synced = Synced::default();
+    synced.note(&pods(), 1_700_000_000);
+    let mut lines = String::new();
+    readyz_lines(&synced, &mut lines);
+    assert!(
+        lines.starts_with("[+]synced kubelet/pods.v1.core "),
+        "{lines}"
+    );
+    assert!(lines.trim_end().ends_with("s ago"), "{lines}");
+    synced.note(&pods(), u64::MAX / 2);
+    lines.clear();
+    readyz_lines(&synced, &mut lines);
+    assert_eq!(
+        lines,
+        "[+]synced kubelet/pods.v1.core age unknown (clock behind the last sync)\n"
+    );
+}
