@@ -28,6 +28,7 @@ mod health;
 pub(crate) mod heartbeat;
 mod http1;
 mod link;
+mod linkbook;
 pub mod logging;
 mod metrics;
 mod mode;

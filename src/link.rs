@@ -21,6 +21,14 @@
 //! - `tinyhub_cloud_all_{requests,sent_bytes,received_bytes,received_gzip_bytes}_total`:
 //!   the same without labels, every request counted, those past the series cap too.
 //!
+//! Beside the series, a **totals table** keyed by (component, resource, verb), without the
+//! server, is what `linkbook` keeps across restarts (`tinyhub_link_*_total`, `/v1/link`):
+//! requests, body bytes up and down (and the gzip part of down) on the cloud link, bytes
+//! saved by inflating gzip the hub asked for ([`Link::inflated`]), and bytes a pool leader or
+//! pool cache served instead of the cloud (`pool_saved`). At most [`MAX_TOTALS`] keys, then
+//! one `_other` row. A leader's answers count as `pool_saved`, never as link bytes; a
+//! non-resource request to a leader (a probe) counts only in the series.
+//!
 //! Bodies only: request and response heads (a few hundred bytes per exchange), chunk framing
 //! and TLS records are not counted, as ureq does not expose them; the request count lets one
 //! estimate them.
@@ -60,6 +68,67 @@ const MAX_LABEL: usize = 64;
 
 /// The component label of the hub's own exchanges (probes, lease renewals).
 pub(crate) const HUB_COMPONENT: &str = "tinyhub";
+
+/// Most (component, resource, verb) keys of the totals table; later keys count in one
+/// `_other` row. 256 keys is about 16 components each reading a few resources.
+pub(crate) const MAX_TOTALS: usize = 256;
+
+/// The label value of the totals row past [`MAX_TOTALS`].
+pub(crate) const OTHER: &str = "_other";
+
+/// The verbs of the totals table, as Kubernetes' audit log names them; `other` for
+/// anything else (OPTIONS, a tunnel's upgrade without a method).
+pub(crate) const VERBS: [&str; 9] = [
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+    "other",
+];
+
+/// What one totals key counts: requests, up (request body bytes), down (response body bytes
+/// as the link carried them), down gzip, gzip saved, pool saved.
+pub(crate) type Totals = [u64; 6];
+
+/// The atomics behind one totals key.
+#[derive(Debug, Default)]
+struct TotalCounters([AtomicU64; 6]);
+
+impl TotalCounters {
+    const fn new() -> TotalCounters {
+        TotalCounters([const { AtomicU64::new(0) }; 6])
+    }
+
+    fn add(&self, i: usize, n: u64) {
+        if n > 0 {
+            self.0[i].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    fn snapshot(&self) -> Totals {
+        std::array::from_fn(|i| self.0[i].load(Ordering::Relaxed))
+    }
+}
+
+/// Index of the requests in [`Totals`].
+pub(crate) const T_REQUESTS: usize = 0;
+/// Index of the request body bytes.
+pub(crate) const T_UP: usize = 1;
+/// Index of the response body bytes.
+pub(crate) const T_DOWN: usize = 2;
+/// Index of the gzip part of the response body bytes.
+pub(crate) const T_DOWN_GZIP: usize = 3;
+/// Index of the bytes saved by inflating gzip for a client.
+pub(crate) const T_GZIP_SAVED: usize = 4;
+/// Index of the bytes served from the pool instead of the cloud.
+pub(crate) const T_POOL_SAVED: usize = 5;
+
+/// The totals table: component → resource → one slot per verb.
+type TotalsMap = BTreeMap<Box<str>, BTreeMap<Box<str>, [Option<Arc<TotalCounters>>; 9]>>;
 
 /// The counters of one series (or of the requests past the cap).
 #[derive(Debug, Default)]
@@ -195,6 +264,10 @@ pub(crate) struct LinkStats {
     series: Mutex<BTreeMap<Key, Arc<LinkCounters>>>,
     /// Requests past the series cap.
     overflow: LinkCounters,
+    /// The totals table and its key count.
+    totals: Mutex<(TotalsMap, usize)>,
+    /// The `_other` row of the totals table.
+    totals_other: TotalCounters,
 }
 
 /// The process-wide link series.
@@ -206,15 +279,26 @@ impl LinkStats {
         LinkStats {
             series: Mutex::new(BTreeMap::new()),
             overflow: LinkCounters::new(),
+            totals: Mutex::new((BTreeMap::new(), 0)),
+            totals_other: TotalCounters::new(),
         }
     }
 
-    /// The series of one request to `server` (a base URL, or a name such as `leader`) for
-    /// `component` about `resource` (empty: none), made when new and under the cap. Count on
-    /// the returned handle; it holds no lock.
-    pub(crate) fn link(&'static self, server: &str, component: &str, resource: &str) -> Link {
+    /// The series of one request to `server` (a base URL, or a name such as `leader`) with
+    /// `method` for `path` (with its query) from `component` (a User-Agent's first word, see
+    /// [`component_of`]), and its totals row; made when new and under the caps. `leader`: the
+    /// server is a pool leader, whose answers count as saved, not as link bytes. Count on the
+    /// returned handle; it holds no lock.
+    pub(crate) fn link(
+        &'static self,
+        server: &str,
+        method: &str,
+        component: &str,
+        path: &str,
+        leader: bool,
+    ) -> Link {
         let component = cut(component.trim());
-        let resource = cut(resource);
+        let resource = cut(resource_of(path));
         // Lowercased into a buffer on the stack: the lookup allocates nothing.
         let mut lower = [0u8; MAX_LABEL];
         let lower = &mut lower[..component.len()];
@@ -225,25 +309,102 @@ impl LinkStats {
             component: lower,
             resource,
         };
-        let mut map = lock(&self.series);
-        let series = match map.get(&asked as &dyn Labels) {
-            Some(series) => Some(Arc::clone(series)),
-            None if map.len() < MAX_SERIES => {
-                let series = Arc::new(LinkCounters::new());
-                let key = Key {
-                    server: server.into(),
-                    component: component.to_ascii_lowercase().into(),
-                    resource: resource.into(),
-                };
-                map.insert(key, Arc::clone(&series));
-                Some(series)
+        let series = {
+            let mut map = lock(&self.series);
+            match map.get(&asked as &dyn Labels) {
+                Some(series) => Some(Arc::clone(series)),
+                None if map.len() < MAX_SERIES => {
+                    let series = Arc::new(LinkCounters::new());
+                    let key = Key {
+                        server: server.into(),
+                        component: component.to_ascii_lowercase().into(),
+                        resource: resource.into(),
+                    };
+                    map.insert(key, Arc::clone(&series));
+                    Some(series)
+                }
+                None => None,
             }
-            None => None,
+        };
+        // A probe of a leader (no resource) is no traffic the cloud was spared.
+        let totals = if leader && resource.is_empty() {
+            Row::Off
+        } else {
+            // ASCII lowercasing keeps UTF-8 valid; the fallback is never taken.
+            let component = std::str::from_utf8(lower).unwrap_or(OTHER);
+            self.row(component, resource, verb_of(method, path))
         };
         Link {
             stats: self,
             series,
+            totals,
+            leader,
         }
+    }
+
+    /// The totals row of (component, resource, verb): made when new and under the cap, else
+    /// the `_other` row.
+    fn row(&self, component: &str, resource: &str, verb: usize) -> Row {
+        let mut guard = lock(&self.totals);
+        let (map, count) = &mut *guard;
+        if let Some(slot) = map
+            .get(component)
+            .and_then(|r| r.get(resource))
+            .and_then(|verbs| verbs[verb].as_ref())
+        {
+            return Row::Key(Arc::clone(slot));
+        }
+        if *count >= MAX_TOTALS {
+            return Row::Other;
+        }
+        *count += 1;
+        let counters = Arc::new(TotalCounters::new());
+        let slot = map
+            .entry(component.into())
+            .or_default()
+            .entry(resource.into())
+            .or_default();
+        slot[verb] = Some(Arc::clone(&counters));
+        Row::Key(counters)
+    }
+
+    /// Counts `bytes` of a list or watch a pool cache served a local client (not a
+    /// follower) from memory: bytes the cloud link did not carry.
+    pub(crate) fn pool_served(&self, component: &str, resource: &str, verb: &str, bytes: u64) {
+        let component = cut(component.trim()).to_ascii_lowercase();
+        let verb = VERBS.iter().position(|v| *v == verb).unwrap_or(VERBS.len() - 1);
+        match self.row(&component, cut(resource), verb) {
+            Row::Key(row) => row.add(T_POOL_SAVED, bytes),
+            Row::Other | Row::Off => self.totals_other.add(T_POOL_SAVED, bytes),
+        }
+    }
+
+    /// The totals table as it is now: (component, resource, verb, totals) in key order, the
+    /// `_other` row last when it counted anything.
+    pub(crate) fn totals(&self) -> Vec<(String, String, &'static str, Totals)> {
+        let mut out = Vec::new();
+        {
+            let guard = lock(&self.totals);
+            for (component, resources) in &guard.0 {
+                for (resource, verbs) in resources {
+                    for (verb, slot) in VERBS.iter().zip(verbs) {
+                        if let Some(row) = slot {
+                            out.push((
+                                component.to_string(),
+                                resource.to_string(),
+                                *verb,
+                                row.snapshot(),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        let other = self.totals_other.snapshot();
+        if other.iter().any(|&n| n > 0) {
+            out.push((OTHER.to_owned(), OTHER.to_owned(), OTHER, other));
+        }
+        out
     }
 
     /// The series and the totals in the Prometheus text format.
@@ -299,17 +460,41 @@ impl LinkStats {
     }
 }
 
-/// One request's series: counts what it carries. Cloning it is one atomic increment.
+/// A request's row of the totals table.
+#[derive(Clone)]
+enum Row {
+    /// Its own key.
+    Key(Arc<TotalCounters>),
+    /// Past [`MAX_TOTALS`]: the `_other` row.
+    Other,
+    /// Not counted in the totals (a leader's probe).
+    Off,
+}
+
+/// One request's series and totals row: counts what it carries. Cloning it is at most two
+/// atomic increments.
 #[derive(Clone)]
 pub(crate) struct Link {
     stats: &'static LinkStats,
     /// `None`: past the cap, counted in the totals only.
     series: Option<Arc<LinkCounters>>,
+    /// Its totals row.
+    totals: Row,
+    /// The server is a pool leader: answers count as pool-saved.
+    leader: bool,
 }
 
 impl Link {
     fn counters(&self) -> &LinkCounters {
         self.series.as_deref().unwrap_or(&self.stats.overflow)
+    }
+
+    fn row(&self) -> Option<&TotalCounters> {
+        match &self.totals {
+            Row::Key(row) => Some(row),
+            Row::Other => Some(&self.stats.totals_other),
+            Row::Off => None,
+        }
     }
 
     /// Counts one request that went on the link, with `body` request body bytes.
@@ -318,6 +503,11 @@ impl Link {
         c.requests.fetch_add(1, Ordering::Relaxed);
         if body > 0 {
             c.sent.fetch_add(body, Ordering::Relaxed);
+        }
+        // A leader's requests travel the LAN: not the cloud link's.
+        if let Some(row) = self.row().filter(|_| !self.leader) {
+            row.add(T_REQUESTS, 1);
+            row.add(T_UP, body);
         }
     }
 
@@ -331,7 +521,61 @@ impl Link {
         if gzip {
             c.received_gzip.fetch_add(bytes, Ordering::Relaxed);
         }
+        match self.row() {
+            Some(row) if self.leader => row.add(T_POOL_SAVED, bytes),
+            Some(row) => {
+                row.add(T_DOWN, bytes);
+                if gzip {
+                    row.add(T_DOWN_GZIP, bytes);
+                }
+            }
+            None => {}
+        }
     }
+
+    // Called by the gzip inflater of the request path (issue 32's gzip part), not yet here.
+    #[cfg_attr(not(test), allow(dead_code))]
+    /// Counts an answer the hub inflated itself once its reader ends: `compressed` bytes came
+    /// on the link (counted as received already), `plain` were read out of them; the
+    /// difference is what gzip saved the link.
+    pub(crate) fn inflated(&self, compressed: u64, plain: u64) {
+        if let Some(row) = self.row() {
+            row.add(T_GZIP_SAVED, plain.saturating_sub(compressed));
+        }
+    }
+}
+
+/// The verb of a request as the totals table names it (an index into [`VERBS`]): a GET is a
+/// watch (`watch=true|1`, or a legacy `/watch/` path), a list (a collection) or a get; a
+/// DELETE of a collection is a deletecollection.
+pub(crate) fn verb_of(method: &str, path_and_query: &str) -> usize {
+    let (path, query) = path_and_query
+        .split_once('?')
+        .unwrap_or((path_and_query, ""));
+    let named = || locate(path).is_some_and(|(_, named)| named);
+    let verb = match method {
+        "GET" | "HEAD" => {
+            let watch = query
+                .split('&')
+                .any(|p| p == "watch=true" || p == "watch=1")
+                || path.contains("/watch/");
+            if watch {
+                "watch"
+            } else if locate(path).is_some_and(|(_, named)| !named) {
+                "list"
+            } else {
+                "get"
+            }
+        }
+        "POST" => "create",
+        "PUT" => "update",
+        "PATCH" => "patch",
+        "DELETE" if named() => "delete",
+        "DELETE" if locate(path).is_some() => "deletecollection",
+        "DELETE" => "delete",
+        _ => "other",
+    };
+    VERBS.iter().position(|v| *v == verb).unwrap_or(VERBS.len() - 1)
 }
 
 /// A response body that counts its bytes on a [`Link`] as they are read (a watch's while it
@@ -358,6 +602,33 @@ impl<R: std::io::Read> std::io::Read for Counted<R> {
     }
 }
 
+/// A writer that counts the bytes written through it (a pool cache's list, for
+/// [`LinkStats::pool_served`]).
+pub(crate) struct Tally<W> {
+    inner: W,
+    /// Bytes written so far.
+    pub(crate) bytes: u64,
+}
+
+impl<W> Tally<W> {
+    /// Counts what goes to `inner`.
+    pub(crate) fn new(inner: W) -> Tally<W> {
+        Tally { inner, bytes: 0 }
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for Tally<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 /// The component label of a request: the User-Agent's first word (before `/`), trimmed; the
 /// map lowercases it. Empty without a User-Agent.
 pub(crate) fn component_of(headers: &[(String, String)]) -> &str {
@@ -377,11 +648,17 @@ pub(crate) fn resource_of(path_and_query: &str) -> &str {
     let path = path_and_query
         .split_once('?')
         .map_or(path_and_query, |(p, _)| p);
+    locate(path).map_or("", |(resource, _)| resource)
+}
+
+/// The resource of a path (without its query) and whether a name follows it; `None` for a
+/// non-resource path or a discovery document.
+fn locate(path: &str) -> Option<(&str, bool)> {
     let mut segments = path.split('/').filter(|s| !s.is_empty());
     let skip = match segments.next() {
         Some("api") => 1,
         Some("apis") => 2,
-        _ => return "",
+        _ => return None,
     };
     let rest: [Option<&str>; 5] = {
         let mut it = segments.skip(skip);
@@ -402,9 +679,9 @@ pub(crate) fn resource_of(path_and_query: &str) -> &str {
                 b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'
             }) =>
         {
-            resource
+            Some((resource, rest.get(i + 1).copied().flatten().is_some()))
         }
-        _ => "",
+        _ => None,
     }
 }
 
@@ -500,18 +777,18 @@ mod tests {
     fn requests_and_bytes_add_up_per_series_and_in_the_totals() {
         static S: LinkStats = LinkStats::new();
         let cloud = "https://10.0.0.1:6443";
-        let a = S.link(cloud, "kube-proxy", "services");
+        let a = S.link(cloud, "GET", "kube-proxy", "/api/v1/services", false);
         a.request(0);
         a.received(1000, false);
         a.received(24, false);
         // The same labels, the component written otherwise: the same series.
-        let b = S.link(cloud, "Kube-Proxy", "services");
+        let b = S.link(cloud, "GET", "Kube-Proxy", "/api/v1/services", false);
         b.request(0);
         b.received(500, true);
-        let lease = S.link(cloud, HUB_COMPONENT, "leases");
+        let lease = S.link(cloud, "PUT", HUB_COMPONENT, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", false);
         lease.request(300);
         lease.received(0, false);
-        let leader = S.link("leader", "coredns", "endpointslices");
+        let leader = S.link("leader", "GET", "coredns", "/apis/discovery.k8s.io/v1/endpointslices", true);
         leader.request(0);
         leader.received(7, false);
 
@@ -565,15 +842,15 @@ mod tests {
     fn series_past_the_cap_count_only_in_the_totals() {
         static S: LinkStats = LinkStats::new();
         for i in 0..MAX_SERIES {
-            S.link("https://c", &format!("agent-{i}"), "pods")
+            S.link("https://c", "GET", &format!("agent-{i}"), "/api/v1/pods", false)
                 .request(1);
         }
         // A new series past the cap: counted, but without labels of its own.
-        let late = S.link("https://c", "one-too-many", "pods");
+        let late = S.link("https://c", "GET", "one-too-many", "/api/v1/pods", false);
         late.request(10);
         late.received(5, false);
         // A series made before the cap still counts under its labels.
-        S.link("https://c", "agent-0", "pods").received(3, false);
+        S.link("https://c", "GET", "agent-0", "/api/v1/pods", false).received(3, false);
 
         let text = page(&S);
         assert_eq!(
@@ -606,7 +883,7 @@ mod tests {
     fn a_counted_body_counts_each_read_as_it_happens() {
         use std::io::Read;
         static S: LinkStats = LinkStats::new();
-        let link = S.link("leader", "kube-proxy", "endpointslices");
+        let link = S.link("leader", "GET", "kube-proxy", "/apis/discovery.k8s.io/v1/endpointslices", true);
         link.request(0);
         let mut body = Counted::new(&b"0123456789"[..], link, true);
         let mut buf = [0u8; 4];
@@ -631,10 +908,80 @@ mod tests {
     fn hostile_labels_are_cut_and_escaped() {
         static S: LinkStats = LinkStats::new();
         let long = "é".repeat(100);
-        S.link("https://c", &long, "").request(0);
-        S.link("https://c", "evil\"}\nx", "").request(0);
+        S.link("https://c", "GET", &long, "", false).request(0);
+        S.link("https://c", "GET", "evil\"}\nx", "", false).request(0);
         let text = page(&S);
         assert!(text.contains(&format!("component=\"{}\"", "é".repeat(32))));
         assert!(text.contains("component=\"evil\\\"}\\nx\""));
+    }
+
+    #[test]
+    fn verbs_follow_the_method_and_the_path() {
+        let verb = |m: &str, p: &str| VERBS[verb_of(m, p)];
+        assert_eq!(verb("GET", "/api/v1/namespaces/d/pods"), "list");
+        assert_eq!(verb("GET", "/api/v1/pods?limit=500"), "list");
+        assert_eq!(verb("GET", "/api/v1/pods?watch=true&resourceVersion=5"), "watch");
+        assert_eq!(verb("GET", "/api/v1/watch/namespaces/d/pods"), "watch");
+        assert_eq!(verb("GET", "/api/v1/namespaces/d/pods/p"), "get");
+        assert_eq!(verb("GET", "/api/v1/namespaces/d/pods/p/log"), "get");
+        assert_eq!(verb("GET", "/api/v1/namespaces/default"), "get");
+        assert_eq!(verb("GET", "/api/v1/namespaces"), "list");
+        assert_eq!(verb("GET", "/readyz"), "get");
+        assert_eq!(verb("POST", "/api/v1/namespaces/d/pods"), "create");
+        assert_eq!(verb("PUT", "/api/v1/nodes/n1/status"), "update");
+        assert_eq!(verb("PATCH", "/api/v1/nodes/n1/status"), "patch");
+        assert_eq!(verb("DELETE", "/api/v1/namespaces/d/pods/p"), "delete");
+        assert_eq!(verb("DELETE", "/api/v1/namespaces/d/pods"), "deletecollection");
+        assert_eq!(verb("OPTIONS", "/api/v1/pods"), "other");
+    }
+
+    #[test]
+    fn totals_count_the_cloud_link_and_what_leaders_and_gzip_saved() {
+        static S: LinkStats = LinkStats::new();
+        let row = |c: &str, r: &str, v: &str| {
+            S.totals()
+                .into_iter()
+                .find(|(tc, tr, tv, _)| tc == c && tr == r && *tv == v)
+                .map(|(_, _, _, t)| t)
+        };
+        // Two servers, one row: the server is no part of the key.
+        for server in ["https://a", "https://b"] {
+            let l = S.link(server, "GET", "Kubelet", "/api/v1/pods?fieldSelector=x", false);
+            l.request(0);
+            l.received(100, true);
+            l.inflated(100, 900);
+        }
+        assert_eq!(
+            row("kubelet", "pods", "list"),
+            Some([2, 0, 200, 200, 1600, 0])
+        );
+        // A leader's answer is saved, not carried; its probe counts nowhere in the totals.
+        let l = S.link("leader", "GET", "kube-proxy", "/api/v1/services", true);
+        l.request(0);
+        l.received(50, false);
+        S.link("leader", "GET", "tinyhub", "/readyz", true).request(0);
+        S.pool_served("Kube-Proxy", "services", "list", 25);
+        assert_eq!(row("kube-proxy", "services", "list"), Some([0, 0, 0, 0, 0, 75]));
+        assert!(S.totals().iter().all(|(c, ..)| c != "tinyhub"));
+        let l = S.link("https://a", "PUT", "tinyhub", "/api/v1/nodes/n", false);
+        l.request(10);
+        assert_eq!(row("tinyhub", "nodes", "update"), Some([1, 10, 0, 0, 0, 0]));
+    }
+
+    #[test]
+    fn totals_past_the_cap_go_to_the_other_row() {
+        static S: LinkStats = LinkStats::new();
+        for i in 0..MAX_TOTALS {
+            S.link("https://c", "GET", &format!("a{i}"), "/api/v1/pods", false)
+                .request(1);
+        }
+        let late = S.link("https://c", "GET", "late", "/api/v1/pods", false);
+        late.request(5);
+        S.pool_served("later", "pods", "watch", 7);
+        let totals = S.totals();
+        assert_eq!(totals.len(), MAX_TOTALS + 1);
+        let (c, r, v, t) = totals.last().unwrap();
+        assert_eq!((c.as_str(), r.as_str(), *v), (OTHER, OTHER, OTHER));
+        assert_eq!(*t, [1, 5, 0, 0, 0, 7]);
     }
 }

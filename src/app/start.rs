@@ -62,6 +62,10 @@ pub(super) fn start(config: &Config, parts: Parts) -> Result<Running, StartupErr
     )?;
 
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    {
+        let (interval, stop) = (config.link_write_interval, stop_rx.clone());
+        spawn("linkbook", move || crate::linkbook::run(interval, &stop))?;
+    }
     // Before the hub's own clients start: they skip servers found unhealthy.
     health::probe_all_once(&backends, upstream.as_ref(), config.heartbeat.timeout);
 

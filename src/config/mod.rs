@@ -114,6 +114,9 @@ pub struct Config {
     /// The limits of tunnels (4 h idle, 60 s for the cloud's 101; shorter only through
     /// test-only flags).
     pub(crate) tunnel: crate::tunnel::Limits,
+    /// Time between writes of `link-totals.json` (60 s; shorter only through a test-only
+    /// flag).
+    pub(crate) link_write_interval: Duration,
 }
 
 /// Where the hub's identity for the cloud comes from (`--kubeconfig`, else `--bootstrap-mode`).
@@ -325,6 +328,11 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             idle: Duration::from_secs(f.int("test-only-tunnel-idle-seconds", 1, 86_400)?),
             answer: Duration::from_secs(f.int("test-only-tunnel-answer-seconds", 1, 3600)?),
         },
+        link_write_interval: Duration::from_secs(f.int(
+            "test-only-link-write-seconds",
+            1,
+            3600,
+        )?),
     })
 }
 

@@ -69,6 +69,7 @@ use crate::cache::decode::BodyShape;
 use crate::cache::writer::Session;
 use crate::filters::body::{BodyFilter, StageTime};
 use crate::filters::{Chain, Filters};
+use crate::link::{LINK, Tally};
 use crate::overlay::{CloudState, EndpointKind, Overlay, Snapshot, WatchView};
 use crate::request::{ApiRequest, Query, Verb};
 use crate::route;
@@ -191,6 +192,8 @@ pub(crate) fn answer(
             };
             match cache.list(&list) {
                 Ok(page) => {
+                    // A follower's list is the leader's to count; a local one the link's.
+                    let local = ex.port() != crate::requester::Port::Unknown;
                     let Ok(writer) = ex.start(200, &JSON, Length::Streamed) else {
                         return 200;
                     };
@@ -212,10 +215,15 @@ pub(crate) fn answer(
                         (session, _) => session,
                     };
                     let mut sink = to_client(writer, filter, route::body_shape(req), session);
+                    let mut out = Tally::new(SinkWrite(&mut sink));
                     let sent = match &rewritten {
-                        Some(body) => SinkWrite(&mut sink).write_all(body),
-                        None => page.write_to(&mut SinkWrite(&mut sink)),
+                        Some(body) => out.write_all(body),
+                        None => page.write_to(&mut out),
                     };
+                    if local {
+                        let (component, resource) = (req.component.as_str(), &cache.resource().gvr.resource);
+                        LINK.pool_served(component, resource, "list", out.bytes);
+                    }
                     match sent.map_err(Stop::Gone).and_then(|()| sink.finish()) {
                         Ok(()) => {}
                         // The client sees a broken answer rather than a short valid one, and

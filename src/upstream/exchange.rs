@@ -26,7 +26,7 @@ impl Upstream {
     ) -> Result<Exchanged, UpstreamError> {
         // No material yet: the server cannot be reached as the hub.
         let agents = self.current()?;
-        let link = LINK.link(base, link::HUB_COMPONENT, link::resource_of(path));
+        let link = LINK.link(base, method, link::HUB_COMPONENT, path, false);
         let sent = body.as_ref().map_or(0, |(_, b)| b.len() as u64);
         let mut builder = http::Request::builder()
             .method(method)

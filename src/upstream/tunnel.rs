@@ -343,7 +343,7 @@ impl Upstream {
         let _ = sock.set_nodelay(true);
         crate::tunnel::keep_alive(std::os::fd::AsRawFd::as_raw_fd(&sock)).map_err(io)?;
         let mut end = CloudEnd {
-            link: LINK.link(base, "", ""),
+            link: LINK.link(base, "", "", "", false),
             _open: METRICS.open_conn(&conn_server(&uri), tls),
             sock,
             tls: None,
@@ -379,8 +379,10 @@ fn send(
     };
     end.link = LINK.link(
         base,
+        req.method,
         link::component_of(req.headers),
-        link::resource_of(req.target),
+        req.target,
+        false,
     );
     // The head goes out and the answer comes back within the request's time.
     let mut out = Blocking(&mut end, deadline);
@@ -511,7 +513,7 @@ mod tests {
             rustls::ClientConnection::new(client_config, "127.0.0.1".try_into().unwrap()).unwrap();
         handshake(&mut conn, &sock, Instant::now() + Duration::from_secs(10)).unwrap();
         let end = CloudEnd {
-            link: LINK.link("https://127.0.0.1", "", ""),
+            link: LINK.link("https://127.0.0.1", "", "", "", false),
             _open: METRICS.open_conn("127.0.0.1:443", true),
             sock,
             tls: Some(conn),

@@ -1,0 +1,157 @@
+use super::*;
+use crate::link::VERBS;
+
+/// 2026-12-06T12:00:00Z.
+const NOON: i64 = 1_796_558_400;
+const DAY: i64 = 86_400;
+
+fn key(c: &str, r: &str, v: &str) -> Key {
+    (c.to_owned(), r.to_owned(), v.to_owned())
+}
+
+fn one(c: &str, n: u64) -> Vec<(Key, Totals)> {
+    vec![(key(c, "pods", "list"), [1, 0, n, 0, 0, 0])]
+}
+
+#[test]
+fn the_test_instant_is_the_day_it_says() {
+    assert_eq!(date_of(NOON.div_euclid(DAY)), "2026-12-06");
+    assert_eq!(month_name(month_of(NOON.div_euclid(DAY))), "2026-12");
+    assert_eq!(first_day(month_of(NOON / DAY)), days_from_civil(2026, 12, 1));
+}
+
+#[test]
+fn a_new_day_empties_today_and_a_new_month_the_month() {
+    let mut book = Book::new(NOON);
+    book.absorb(&one("kubelet", 100), NOON);
+    book.absorb(&one("kubelet", 50), NOON + 3600);
+    let k = key("kubelet", "pods", "list");
+    assert_eq!(book.today[&k], [2, 0, 150, 0, 0, 0]);
+    // The next day (2026-12-07): today starts over, the month and the lifetime go on.
+    book.absorb(&one("kubelet", 10), NOON + DAY);
+    assert_eq!(book.today[&k], [1, 0, 10, 0, 0, 0]);
+    assert_eq!(book.month[&k], [3, 0, 160, 0, 0, 0]);
+    assert_eq!(book.days.len(), 2);
+    assert_eq!(book.days[&(NOON / DAY)]["kubelet"][2], 150);
+    // 2027-01-01: a new month too.
+    let new_year = days_from_civil(2027, 1, 1) * DAY + 60;
+    book.absorb(&one("kubelet", 1), new_year);
+    assert_eq!(book.month[&k], [1, 0, 1, 0, 0, 0]);
+    assert_eq!(book.lifetime[&k], [4, 0, 161, 0, 0, 0]);
+    assert_eq!(book.months.len(), 2);
+    let json: serde_json::Value = serde_json::from_str(&render_json(&book)).unwrap();
+    assert_eq!(json["today"]["date"], "2027-01-01");
+    assert_eq!(json["month"]["month"], "2027-01");
+    assert_eq!(json["lifetime"]["downBytes"], 161);
+    assert_eq!(json["months"][0]["month"], "2026-12");
+    assert_eq!(json["days"][0]["by"][0]["component"], "kubelet");
+}
+
+#[test]
+fn only_35_days_and_13_months_are_kept() {
+    let mut book = Book::new(NOON);
+    for d in 0..400 {
+        book.absorb(&one("kubelet", 1), NOON + d * DAY);
+    }
+    assert_eq!(book.days.len(), DAYS);
+    assert_eq!(book.months.len(), MONTHS);
+    assert_eq!(*book.days.keys().last().unwrap(), NOON / DAY + 399);
+    assert_eq!(*book.days.keys().next().unwrap(), NOON / DAY + 399 - 34);
+    assert_eq!(book.lifetime[&key("kubelet", "pods", "list")][0], 400);
+}
+
+#[test]
+fn keys_and_components_past_the_caps_go_to_other() {
+    let mut book = Book::new(NOON);
+    let delta: Vec<(Key, Totals)> = (0..MAX_TOTALS + 5)
+        .map(|i| (key(&format!("c{i}"), "pods", "get"), [1, 0, 0, 0, 0, 0]))
+        .collect();
+    book.absorb(&delta, NOON);
+    assert_eq!(book.lifetime.len(), MAX_TOTALS + 1);
+    assert_eq!(book.lifetime[&key(OTHER, OTHER, OTHER)][0], 5);
+    let today = &book.days[&(NOON / DAY)];
+    assert_eq!(today.len(), COMPONENTS + 1);
+    assert_eq!(today[OTHER][0], (MAX_TOTALS + 5 - COMPONENTS) as u64);
+    // A kept key still counts under its own name.
+    book.absorb(&[(key("c0", "pods", "get"), [1, 0, 0, 0, 0, 0])], NOON);
+    assert_eq!(book.lifetime[&key("c0", "pods", "get")][0], 2);
+}
+
+#[test]
+fn a_clock_behind_or_before_2020_counts_on_the_last_known_day() {
+    let mut book = Book::new(NOON);
+    book.absorb(&one("kubelet", 1), NOON);
+    // No RTC: 1970 after a reboot, before NTP.
+    book.absorb(&one("kubelet", 2), 30);
+    // A clock set back by a week.
+    book.absorb(&one("kubelet", 4), NOON - 7 * DAY);
+    assert_eq!(book.days.len(), 1, "{:?}", book.days.keys());
+    assert_eq!(book.today[&key("kubelet", "pods", "list")][2], 7);
+    assert_eq!(book.last_day, Some(NOON / DAY));
+    // The clock right again: the next day starts as usual.
+    book.absorb(&one("kubelet", 8), NOON + DAY);
+    assert_eq!(book.today[&key("kubelet", "pods", "list")][2], 8);
+}
+
+#[test]
+fn the_file_reads_back_what_was_written() {
+    let mut book = Book::new(NOON - 5 * DAY);
+    for (d, verb) in VERBS.iter().enumerate() {
+        book.absorb(
+            &[(key("kube-proxy", "services", verb), [1, 2, 3, 4, 5, 6])],
+            NOON + d as i64 * DAY,
+        );
+    }
+    book.written_at = Some(NOON + 9 * DAY);
+    let bytes = file::encode(&book);
+    assert_eq!(file::decode(&bytes).unwrap(), book);
+    // Not ours, cut short, or of another version: refused, not misread.
+    for bad in [
+        &b"{}"[..],
+        &bytes[..bytes.len() / 2],
+        br#"{"version":2,"since":0,"writtenAt":null,"lastDay":null,"lifetime":[],"today":[],"month":[],"days":[],"months":[]}"#,
+        br#"{"version":1,"since":0,"writtenAt":null,"lastDay":null,"lifetime":[["a","b","steal",[1,1,1,1,1,1]]],"today":[],"month":[],"days":[],"months":[]}"#,
+    ] {
+        assert!(file::decode(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+    }
+}
+
+#[test]
+fn a_written_file_replaces_the_old_one_whole() {
+    let dir = std::env::temp_dir().join(format!("linkbook-unit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(FILE_NAME);
+    let mut book = Book::new(NOON);
+    book.absorb(&one("kubelet", 1), NOON);
+    file::write(&path, &file::encode(&book)).unwrap();
+    book.absorb(&one("kubelet", 1), NOON);
+    file::write(&path, &file::encode(&book)).unwrap();
+    assert_eq!(file::load(&path).unwrap(), Some(book));
+    assert!(!path.with_extension("json.tmp").exists());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(file::load(&dir.join("none.json")).unwrap(), None);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_series_carry_the_lifetime_rows() {
+    let mut book = Book::new(NOON);
+    book.absorb(
+        &[(key("kubelet", "pods", "list"), [3, 0, 900, 0, 100, 50])],
+        NOON,
+    );
+    let mut out = String::new();
+    render_series(&book, 2, 4096, &mut out);
+    for line in [
+        "tinyhub_link_requests_total{component=\"kubelet\",resource=\"pods\",verb=\"list\"} 3",
+        "tinyhub_link_received_bytes_total{component=\"kubelet\",resource=\"pods\",verb=\"list\"} 900",
+        "tinyhub_link_gzip_saved_bytes_total{component=\"kubelet\",resource=\"pods\",verb=\"list\"} 100",
+        "tinyhub_link_pool_saved_bytes_total{component=\"kubelet\",resource=\"pods\",verb=\"list\"} 50",
+        "tinyhub_link_file_writes_total 2",
+        "tinyhub_link_file_bytes_total 4096",
+    ] {
+        assert!(out.lines().any(|l| l == line), "{line}\n{out}");
+    }
+}
