@@ -624,9 +624,10 @@ fn run(scale: &Scale, only: Option<&[u8]>, update: bool) -> Result<(), Failure> 
     }
     // Its own clouds and hubs, nothing shared with the cases above.
     if wanted(12) {
-        case("case 12 (a node's day in miniature: the cloud link)", || {
-            link::link(&bench, &mut report)
-        })?;
+        case(
+            "case 12 (a node's day in miniature: the cloud link)",
+            || link::link(&bench, &mut report),
+        )?;
         print_last(&report);
     }
 

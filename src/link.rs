@@ -34,9 +34,9 @@
 //! estimate them.
 //!
 //! Design: the label key is resolved once per request ([`LinkStats::link`]: the labels are
-//! borrowed from the request, the component lowercased into a stack buffer, then one mutex
-//! lock and a map lookup; no allocation once the series exists) into a [`Link`], a shared
-//! handle on the series' atomics. A body reader then adds each read's byte count to them (one
+//! borrowed from the request, the component lowercased into a stack buffer, then a mutex
+//! lock and a map lookup each for the series and the totals row; one small allocation, the
+//! handle, once both exist) into a [`Link`], a shared handle on their atomics. A body reader then adds each read's byte count to them (one
 //! relaxed atomic add per read; a read carries up to the 8 KiB input buffer): a watch's bytes
 //! show at once, and nothing is batched that a dropped stream could lose. Measured (x86-64,
 //! release, 100 series): resolving the series from the headers and path ~0.3 µs per request
@@ -334,12 +334,12 @@ impl LinkStats {
             let component = std::str::from_utf8(lower).unwrap_or(OTHER);
             self.row(component, resource, verb_of(method, path))
         };
-        Link {
+        Link(Arc::new(Handles {
             stats: self,
             series,
             totals,
             leader,
-        }
+        }))
     }
 
     /// The totals row of (component, resource, verb): made when new and under the cap, else
@@ -372,7 +372,10 @@ impl LinkStats {
     /// follower) from memory: bytes the cloud link did not carry.
     pub(crate) fn pool_served(&self, component: &str, resource: &str, verb: &str, bytes: u64) {
         let component = cut(component.trim()).to_ascii_lowercase();
-        let verb = VERBS.iter().position(|v| *v == verb).unwrap_or(VERBS.len() - 1);
+        let verb = VERBS
+            .iter()
+            .position(|v| *v == verb)
+            .unwrap_or(VERBS.len() - 1);
         match self.row(&component, cut(resource), verb) {
             Row::Key(row) => row.add(T_POOL_SAVED, bytes),
             Row::Other | Row::Off => self.totals_other.add(T_POOL_SAVED, bytes),
@@ -471,10 +474,13 @@ enum Row {
     Off,
 }
 
-/// One request's series and totals row: counts what it carries. Cloning it is at most two
-/// atomic increments.
+/// One request's series and totals row: counts what it carries. One pointer (every answer
+/// body holds one); cloning it is one atomic increment.
 #[derive(Clone)]
-pub(crate) struct Link {
+pub(crate) struct Link(Arc<Handles>);
+
+/// What a [`Link`] counts on.
+struct Handles {
     stats: &'static LinkStats,
     /// `None`: past the cap, counted in the totals only.
     series: Option<Arc<LinkCounters>>,
@@ -484,7 +490,7 @@ pub(crate) struct Link {
     leader: bool,
 }
 
-impl Link {
+impl Handles {
     fn counters(&self) -> &LinkCounters {
         self.series.as_deref().unwrap_or(&self.stats.overflow)
     }
@@ -496,16 +502,19 @@ impl Link {
             Row::Off => None,
         }
     }
+}
 
+impl Link {
     /// Counts one request that went on the link, with `body` request body bytes.
     pub(crate) fn request(&self, body: u64) {
-        let c = self.counters();
+        let h = &self.0;
+        let c = h.counters();
         c.requests.fetch_add(1, Ordering::Relaxed);
         if body > 0 {
             c.sent.fetch_add(body, Ordering::Relaxed);
         }
         // A leader's requests travel the LAN: not the cloud link's.
-        if let Some(row) = self.row().filter(|_| !self.leader) {
+        if let Some(row) = h.row().filter(|_| !h.leader) {
             row.add(T_REQUESTS, 1);
             row.add(T_UP, body);
         }
@@ -516,13 +525,14 @@ impl Link {
         if bytes == 0 {
             return;
         }
-        let c = self.counters();
+        let h = &self.0;
+        let c = h.counters();
         c.received.fetch_add(bytes, Ordering::Relaxed);
         if gzip {
             c.received_gzip.fetch_add(bytes, Ordering::Relaxed);
         }
-        match self.row() {
-            Some(row) if self.leader => row.add(T_POOL_SAVED, bytes),
+        match h.row() {
+            Some(row) if h.leader => row.add(T_POOL_SAVED, bytes),
             Some(row) => {
                 row.add(T_DOWN, bytes);
                 if gzip {
@@ -539,7 +549,7 @@ impl Link {
     /// on the link (counted as received already), `plain` were read out of them; the
     /// difference is what gzip saved the link.
     pub(crate) fn inflated(&self, compressed: u64, plain: u64) {
-        if let Some(row) = self.row() {
+        if let Some(row) = self.0.row() {
             row.add(T_GZIP_SAVED, plain.saturating_sub(compressed));
         }
     }
@@ -575,7 +585,10 @@ pub(crate) fn verb_of(method: &str, path_and_query: &str) -> usize {
         "DELETE" => "delete",
         _ => "other",
     };
-    VERBS.iter().position(|v| *v == verb).unwrap_or(VERBS.len() - 1)
+    VERBS
+        .iter()
+        .position(|v| *v == verb)
+        .unwrap_or(VERBS.len() - 1)
 }
 
 /// A response body that counts its bytes on a [`Link`] as they are read (a watch's while it
@@ -785,10 +798,22 @@ mod tests {
         let b = S.link(cloud, "GET", "Kube-Proxy", "/api/v1/services", false);
         b.request(0);
         b.received(500, true);
-        let lease = S.link(cloud, "PUT", HUB_COMPONENT, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1", false);
+        let lease = S.link(
+            cloud,
+            "PUT",
+            HUB_COMPONENT,
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1",
+            false,
+        );
         lease.request(300);
         lease.received(0, false);
-        let leader = S.link("leader", "GET", "coredns", "/apis/discovery.k8s.io/v1/endpointslices", true);
+        let leader = S.link(
+            "leader",
+            "GET",
+            "coredns",
+            "/apis/discovery.k8s.io/v1/endpointslices",
+            true,
+        );
         leader.request(0);
         leader.received(7, false);
 
@@ -842,15 +867,22 @@ mod tests {
     fn series_past_the_cap_count_only_in_the_totals() {
         static S: LinkStats = LinkStats::new();
         for i in 0..MAX_SERIES {
-            S.link("https://c", "GET", &format!("agent-{i}"), "/api/v1/pods", false)
-                .request(1);
+            S.link(
+                "https://c",
+                "GET",
+                &format!("agent-{i}"),
+                "/api/v1/pods",
+                false,
+            )
+            .request(1);
         }
         // A new series past the cap: counted, but without labels of its own.
         let late = S.link("https://c", "GET", "one-too-many", "/api/v1/pods", false);
         late.request(10);
         late.received(5, false);
         // A series made before the cap still counts under its labels.
-        S.link("https://c", "GET", "agent-0", "/api/v1/pods", false).received(3, false);
+        S.link("https://c", "GET", "agent-0", "/api/v1/pods", false)
+            .received(3, false);
 
         let text = page(&S);
         assert_eq!(
@@ -883,7 +915,13 @@ mod tests {
     fn a_counted_body_counts_each_read_as_it_happens() {
         use std::io::Read;
         static S: LinkStats = LinkStats::new();
-        let link = S.link("leader", "GET", "kube-proxy", "/apis/discovery.k8s.io/v1/endpointslices", true);
+        let link = S.link(
+            "leader",
+            "GET",
+            "kube-proxy",
+            "/apis/discovery.k8s.io/v1/endpointslices",
+            true,
+        );
         link.request(0);
         let mut body = Counted::new(&b"0123456789"[..], link, true);
         let mut buf = [0u8; 4];
@@ -909,7 +947,8 @@ mod tests {
         static S: LinkStats = LinkStats::new();
         let long = "é".repeat(100);
         S.link("https://c", "GET", &long, "", false).request(0);
-        S.link("https://c", "GET", "evil\"}\nx", "", false).request(0);
+        S.link("https://c", "GET", "evil\"}\nx", "", false)
+            .request(0);
         let text = page(&S);
         assert!(text.contains(&format!("component=\"{}\"", "é".repeat(32))));
         assert!(text.contains("component=\"evil\\\"}\\nx\""));
@@ -920,7 +959,10 @@ mod tests {
         let verb = |m: &str, p: &str| VERBS[verb_of(m, p)];
         assert_eq!(verb("GET", "/api/v1/namespaces/d/pods"), "list");
         assert_eq!(verb("GET", "/api/v1/pods?limit=500"), "list");
-        assert_eq!(verb("GET", "/api/v1/pods?watch=true&resourceVersion=5"), "watch");
+        assert_eq!(
+            verb("GET", "/api/v1/pods?watch=true&resourceVersion=5"),
+            "watch"
+        );
         assert_eq!(verb("GET", "/api/v1/watch/namespaces/d/pods"), "watch");
         assert_eq!(verb("GET", "/api/v1/namespaces/d/pods/p"), "get");
         assert_eq!(verb("GET", "/api/v1/namespaces/d/pods/p/log"), "get");
@@ -931,7 +973,10 @@ mod tests {
         assert_eq!(verb("PUT", "/api/v1/nodes/n1/status"), "update");
         assert_eq!(verb("PATCH", "/api/v1/nodes/n1/status"), "patch");
         assert_eq!(verb("DELETE", "/api/v1/namespaces/d/pods/p"), "delete");
-        assert_eq!(verb("DELETE", "/api/v1/namespaces/d/pods"), "deletecollection");
+        assert_eq!(
+            verb("DELETE", "/api/v1/namespaces/d/pods"),
+            "deletecollection"
+        );
         assert_eq!(verb("OPTIONS", "/api/v1/pods"), "other");
     }
 
@@ -946,7 +991,13 @@ mod tests {
         };
         // Two servers, one row: the server is no part of the key.
         for server in ["https://a", "https://b"] {
-            let l = S.link(server, "GET", "Kubelet", "/api/v1/pods?fieldSelector=x", false);
+            let l = S.link(
+                server,
+                "GET",
+                "Kubelet",
+                "/api/v1/pods?fieldSelector=x",
+                false,
+            );
             l.request(0);
             l.received(100, true);
             l.inflated(100, 900);
@@ -959,9 +1010,13 @@ mod tests {
         let l = S.link("leader", "GET", "kube-proxy", "/api/v1/services", true);
         l.request(0);
         l.received(50, false);
-        S.link("leader", "GET", "tinyhub", "/readyz", true).request(0);
+        S.link("leader", "GET", "tinyhub", "/readyz", true)
+            .request(0);
         S.pool_served("Kube-Proxy", "services", "list", 25);
-        assert_eq!(row("kube-proxy", "services", "list"), Some([0, 0, 0, 0, 0, 75]));
+        assert_eq!(
+            row("kube-proxy", "services", "list"),
+            Some([0, 0, 0, 0, 0, 75])
+        );
         assert!(S.totals().iter().all(|(c, ..)| c != "tinyhub"));
         let l = S.link("https://a", "PUT", "tinyhub", "/api/v1/nodes/n", false);
         l.request(10);

@@ -183,26 +183,25 @@ fn run(b: &Bench, setup: Setup, gzip: bool, label: &str) -> Result<Figures, Stri
         };
         e.gzip(gzip)
     };
-    let start_node = |i: usize,
-                      clients: &mut Reflectors,
-                      pool: &Option<PoolHubs>|
-     -> Result<(), String> {
-        let n = node(i);
-        let pods: &'static str = Box::leak(format!("/api/v1/namespaces/{n}/pods").into_boxed_str());
-        for (ua, path) in [
-            (KUBELET, pods),
-            (KUBE_PROXY, SERVICES),
-            (KUBE_PROXY, SLICES),
-            (COREDNS, SERVICES),
-            (COREDNS, SLICES),
-            (COREDNS, "/api/v1/namespaces"),
-            (FLANNELD, "/api/v1/nodes"),
-        ] {
-            let who = format!("{n} {}", ua.split('/').next().unwrap_or(ua));
-            clients.start(who, endpoint(i, &hubs, pool, ua), path)?;
-        }
-        Ok(())
-    };
+    let start_node =
+        |i: usize, clients: &mut Reflectors, pool: &Option<PoolHubs>| -> Result<(), String> {
+            let n = node(i);
+            let pods: &'static str =
+                Box::leak(format!("/api/v1/namespaces/{n}/pods").into_boxed_str());
+            for (ua, path) in [
+                (KUBELET, pods),
+                (KUBE_PROXY, SERVICES),
+                (KUBE_PROXY, SLICES),
+                (COREDNS, SERVICES),
+                (COREDNS, SLICES),
+                (COREDNS, "/api/v1/namespaces"),
+                (FLANNELD, "/api/v1/nodes"),
+            ] {
+                let who = format!("{n} {}", ua.split('/').next().unwrap_or(ua));
+                clients.start(who, endpoint(i, &hubs, pool, ua), path)?;
+            }
+            Ok(())
+        };
     start_node(1, &mut clients, &pool)?;
     clients.wait_watching(WAIT)?;
     if let Some(p) = pool.as_mut() {
@@ -268,8 +267,8 @@ fn drained_file_size(hubs: &[&Hub]) -> Option<u64> {
         eventually(Duration::from_secs(30), || {
             proc_status(hub.pid(), "VmRSS:") == 0
         });
-        let size = std::fs::metadata(hub.spec.root_dir.join("link-totals.json"))
-            .map_or(0, |m| m.len());
+        let size =
+            std::fs::metadata(hub.spec.root_dir.join("link-totals.json")).map_or(0, |m| m.len());
         largest = Some(largest.unwrap_or(0).max(size));
     }
     largest

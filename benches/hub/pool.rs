@@ -306,9 +306,7 @@ impl Endpoint {
             // As client-go's transport does: the cloud compresses big lists, not watches.
             request = request.header("accept-encoding", "gzip");
         }
-        let request = request
-            .body(())
-            .map_err(|e| format!("GET {url}: {e}"))?;
+        let request = request.body(()).map_err(|e| format!("GET {url}: {e}"))?;
         let mut config = self.agent.configure_request(request);
         if watch {
             config = config.timeout_global(None).timeout_per_read(None);

@@ -1,9 +1,8 @@
 //! The start phase: the threads and listeners, in the order each needs the last. The serve
 //! port first (it answers health checks while the rest comes up), the link totals' writer, one
-//! `/readyz` probe of every
-//! server, the pool's caches, the response filters, the disk cache's writer and refills, the
-//! health checker, the leader's watch, the proxy ports, and last the identity's rotation, which
-//! opens the HTTPS port at its first serving certificate.
+//! `/readyz` probe of every server, the pool's caches, the response filters, the disk cache's
+//! writer and refills, the health checker, the leader's watch, the proxy ports, and last the
+//! identity's rotation, which opens the HTTPS port at its first serving certificate.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;

@@ -328,11 +328,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             idle: Duration::from_secs(f.int("test-only-tunnel-idle-seconds", 1, 86_400)?),
             answer: Duration::from_secs(f.int("test-only-tunnel-answer-seconds", 1, 3600)?),
         },
-        link_write_interval: Duration::from_secs(f.int(
-            "test-only-link-write-seconds",
-            1,
-            3600,
-        )?),
+        link_write_interval: Duration::from_secs(f.int("test-only-link-write-seconds", 1, 3600)?),
     })
 }
 

@@ -84,7 +84,10 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Book, Unreadable> {
     let file: FileV1 =
         serde_json::from_slice(bytes).map_err(|e| Unreadable(format!("not version 1: {e}")))?;
     if file.version != VERSION {
-        return Err(Unreadable(format!("version {}, not {VERSION}", file.version)));
+        return Err(Unreadable(format!(
+            "version {}, not {VERSION}",
+            file.version
+        )));
     }
     let rows = |rows: Vec<Row>| -> Result<BTreeMap<Key, Totals>, Unreadable> {
         rows.into_iter()

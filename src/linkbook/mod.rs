@@ -53,6 +53,9 @@ const EPOCH_2020: i64 = 1_577_836_800;
 /// (component, resource, verb).
 pub(crate) type Key = (String, String, String);
 
+/// Rows of the totals table, in key order.
+pub(crate) type Rows = Vec<(Key, Totals)>;
+
 /// What is counted of one day or month, per component.
 pub(crate) type ByComponent = BTreeMap<String, Totals>;
 
@@ -123,7 +126,11 @@ impl Book {
             add_capped(&mut self.today, key, totals);
             add_capped(&mut self.month, key, totals);
             add_component(self.days.entry(day).or_default(), &key.0, totals);
-            add_component(self.months.entry(month_of(day)).or_default(), &key.0, totals);
+            add_component(
+                self.months.entry(month_of(day)).or_default(),
+                &key.0,
+                totals,
+            );
         }
         while self.days.len() > DAYS {
             self.days.pop_first();
@@ -175,7 +182,11 @@ pub(crate) fn date_of(day: i64) -> String {
 
 /// `YYYY-MM` of a month number.
 pub(crate) fn month_name(month: i64) -> String {
-    format!("{:04}-{:02}", month.div_euclid(12), month.rem_euclid(12) + 1)
+    format!(
+        "{:04}-{:02}",
+        month.div_euclid(12),
+        month.rem_euclid(12) + 1
+    )
 }
 
 /// The day number of the first day of a month number (for tests and the render).
@@ -258,8 +269,8 @@ impl Linkbook {
     }
 
     /// `link`'s change since the last look, and the totals it is the change to.
-    fn delta(seen: &BTreeMap<Key, Totals>) -> (Vec<(Key, Totals)>, Vec<(Key, Totals)>) {
-        let live: Vec<(Key, Totals)> = LINK
+    fn delta(seen: &BTreeMap<Key, Totals>) -> (Rows, Rows) {
+        let live: Rows = LINK
             .totals()
             .into_iter()
             .map(|(c, r, v, t)| ((c, r, v.to_owned()), t))

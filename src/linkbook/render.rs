@@ -23,7 +23,11 @@ const FIELDS: [&str; 6] = [
 /// The counters of `/metrics`: (name, index into [`Totals`], help).
 const SERIES: [(&str, usize, &str); 5] = [
     ("requests", 0, "requests the hub sent on the cloud link"),
-    ("sent_bytes", 1, "request body bytes the hub sent on the cloud link"),
+    (
+        "sent_bytes",
+        1,
+        "request body bytes the hub sent on the cloud link",
+    ),
     (
         "received_bytes",
         2,
@@ -90,7 +94,9 @@ fn by_component(name: &str, at: String, rows: &ByComponent) -> Value {
 /// `/v1/link`'s answer: since, writtenAt, lifetime, today, month (the day and month of the
 /// last count), days and months, newest last.
 pub(crate) fn render_json(book: &Book) -> String {
-    let day = book.last_day.unwrap_or_else(|| book.since.div_euclid(86_400));
+    let day = book
+        .last_day
+        .unwrap_or_else(|| book.since.div_euclid(86_400));
     let mut today = Map::new();
     today.insert("date".into(), json!(date_of(day)));
     let mut month = Map::new();

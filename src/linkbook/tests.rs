@@ -17,7 +17,10 @@ fn one(c: &str, n: u64) -> Vec<(Key, Totals)> {
 fn the_test_instant_is_the_day_it_says() {
     assert_eq!(date_of(NOON.div_euclid(DAY)), "2026-12-06");
     assert_eq!(month_name(month_of(NOON.div_euclid(DAY))), "2026-12");
-    assert_eq!(first_day(month_of(NOON / DAY)), days_from_civil(2026, 12, 1));
+    assert_eq!(
+        first_day(month_of(NOON / DAY)),
+        days_from_civil(2026, 12, 1)
+    );
 }
 
 #[test]

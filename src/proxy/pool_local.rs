@@ -221,7 +221,8 @@ pub(crate) fn answer(
                         None => page.write_to(&mut out),
                     };
                     if local {
-                        let (component, resource) = (req.component.as_str(), &cache.resource().gvr.resource);
+                        let (component, resource) =
+                            (req.component.as_str(), &cache.resource().gvr.resource);
                         LINK.pool_served(component, resource, "list", out.bytes);
                     }
                     match sent.map_err(Stop::Gone).and_then(|()| sink.finish()) {

@@ -169,7 +169,10 @@ fn the_totals_agree_with_the_cloud_series_by_verb_and_count_what_the_pool_served
         .iter()
         .filter_map(|r| r["component"].as_str())
         .collect();
-    assert!(kept.contains(&"curl") && kept.contains(&"kubectl"), "{kept:?}");
+    assert!(
+        kept.contains(&"curl") && kept.contains(&"kubectl"),
+        "{kept:?}"
+    );
     assert_eq!(hub.metric(CURL_LISTS), Some(1.0));
 }
 
@@ -253,7 +256,10 @@ fn an_unreadable_file_is_kept_as_bad_and_counting_starts_afresh() {
         1
     );
     let since = parse_rfc3339(totals["since"].as_str().unwrap()).unwrap();
-    assert!(since >= started, "counting began at the start, not at 17: {totals}");
+    assert!(
+        since >= started,
+        "counting began at the start, not at 17: {totals}"
+    );
     // And a good file takes its place.
     assert!(eventually(Duration::from_secs(10), || {
         written_lists(&totals_file(&hub)) == 1
