@@ -568,7 +568,7 @@ pub(crate) fn verb_of(method: &str, path_and_query: &str) -> usize {
             let watch = query
                 .split('&')
                 .any(|p| p == "watch=true" || p == "watch=1")
-                || path.contains("/watch/");
+                || legacy_watch(path);
             if watch {
                 "watch"
             } else if locate(path).is_some_and(|(_, named)| !named) {
@@ -662,6 +662,17 @@ pub(crate) fn resource_of(path_and_query: &str) -> &str {
         .split_once('?')
         .map_or(path_and_query, |(p, _)| p);
     locate(path).map_or("", |(resource, _)| resource)
+}
+
+/// A path under the legacy `/watch/` prefix (`/api/v1/watch/...`, `/apis/<g>/<v>/watch/...`).
+fn legacy_watch(path: &str) -> bool {
+    let mut segments = path.split('/').filter(|s| !s.is_empty());
+    let skip = match segments.next() {
+        Some("api") => 1,
+        Some("apis") => 2,
+        _ => return false,
+    };
+    segments.nth(skip) == Some("watch")
 }
 
 /// The resource of a path (without its query) and whether a name follows it; `None` for a
@@ -964,6 +975,8 @@ mod tests {
             "watch"
         );
         assert_eq!(verb("GET", "/api/v1/watch/namespaces/d/pods"), "watch");
+        assert_eq!(verb("GET", "/apis/apps/v1/watch/deployments"), "watch");
+        assert_eq!(verb("GET", "/api/v1/namespaces/watch/pods"), "list");
         assert_eq!(verb("GET", "/api/v1/namespaces/d/pods/p"), "get");
         assert_eq!(verb("GET", "/api/v1/namespaces/d/pods/p/log"), "get");
         assert_eq!(verb("GET", "/api/v1/namespaces/default"), "get");

@@ -24,7 +24,7 @@ mod render;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::link::{self, LINK, MAX_TOTALS, OTHER, Totals};
@@ -211,6 +211,8 @@ pub(crate) struct Linkbook {
     writes: AtomicU64,
     /// Bytes of the files written by this process.
     written_bytes: AtomicU64,
+    /// The last write failed: the next failure is not warned about again.
+    failing: AtomicBool,
 }
 
 struct State {
@@ -239,6 +241,7 @@ impl Linkbook {
             writing: Mutex::new(()),
             writes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
+            failing: AtomicBool::new(false),
         }
     }
 
@@ -325,9 +328,17 @@ impl Linkbook {
                 let mut state = lock(&self.state);
                 state.book.written_at = Some(now_secs());
                 state.dirty = false;
+                if self.failing.swap(false, Ordering::Relaxed) {
+                    log::info!("the link totals are written to {} again", path.display());
+                }
             }
-            // Tried again at the next interval; the counts stay in memory.
-            Err(e) => log::warn!("cannot write the link totals to {}: {e}", path.display()),
+            // Tried again at the next interval; the counts stay in memory. One warning for a
+            // run of failures (a full or read-only disk would otherwise say it every minute).
+            Err(e) if !self.failing.swap(true, Ordering::Relaxed) => log::warn!(
+                "cannot write the link totals to {}: {e}; counting goes on in memory",
+                path.display()
+            ),
+            Err(e) => log::debug!("cannot write the link totals to {}: {e}", path.display()),
         }
     }
 
