@@ -1232,6 +1232,27 @@ mod tests {
     }
 
     #[test]
+    fn the_link_totals_are_written_every_minute_unless_a_test_says_otherwise() {
+        let f = Fixture::new("link-write");
+        let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
+        let c = run(&["--kubeconfig", &kc, "--node-name=n"]).unwrap();
+        assert_eq!(c.link_write_interval, Duration::from_secs(60));
+        let flag = |v: &str| {
+            run(&[
+                "--kubeconfig",
+                &kc,
+                "--node-name=n",
+                &format!("--test-only-link-write-seconds={v}"),
+            ])
+        };
+        assert_eq!(
+            flag("1").unwrap().link_write_interval,
+            Duration::from_secs(1)
+        );
+        assert!(flag("0").is_err(), "a write loop without a pause");
+    }
+
+    #[test]
     fn server_addr_overrides_the_kubeconfig() {
         let f = Fixture::new("override");
         let kc = f.kubeconfig("https://ignored:6443", "token: abc");
