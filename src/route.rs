@@ -38,6 +38,10 @@ pub(crate) enum NoCacheReason {
     /// A metadata-only list or watch with a field selector on more than `metadata.name` and
     /// `metadata.namespace`: the cached metadata has no other field to match.
     MetadataField,
+    /// The cache key is not one the store takes: a full read of
+    /// `meta.k8s.io/v1` `partialobjectmetadatas`, whose directory is the metadata views'
+    /// ([`CollectionKey::unsafe_field`]).
+    UnsafeKey,
     /// The client does not accept JSON.
     NotJson,
     /// A non-resource path other than `/version` and discovery.
@@ -65,6 +69,7 @@ impl NoCacheReason {
             NoCacheReason::Subresource => "subresource",
             NoCacheReason::Transformed => "table-or-partial",
             NoCacheReason::MetadataField => "metadata-field-selector",
+            NoCacheReason::UnsafeKey => "unsafe-key",
             NoCacheReason::NotJson => "not-json",
             NoCacheReason::NonResource => "non-resource",
             NoCacheReason::Answer => "answer",
@@ -250,7 +255,11 @@ pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Resu
         .map_err(|e| Status::bad_request(format!("invalid selector: {e}")))?,
         _ => Selectors::everything(),
     };
-    let cache = cache_target(req, is_agent, mode, &selectors);
+    // The view and whether it can match the selectors are judged once, for the cache, the
+    // resumption and the local answer alike.
+    let view = view_of(req);
+    let selectable = metadata_selectable(&selectors);
+    let cache = cache_target(req, is_agent, mode, &selectors, view, selectable);
     let resume = resume(req, mode, &cache);
     // A cached or resumable answer is read by the hub: JSON, when the client takes it (a
     // metadata-only client's own JSON form: the hub reads no protobuf).
@@ -260,14 +269,14 @@ pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Resu
         Accept::Metadata { list, json: true } if read_by_hub => Some(metadata_accept(list)),
         _ => None,
     };
-    let local = local_answer(req, is_agent, mode, &selectors);
+    let local = local_answer(req, is_agent, mode, view, selectable);
     // The key is made once: the cache target carries it when there is one.
     let keyed_by_cache = cache.as_ref().is_ok_and(|t| t.collection().is_some());
     let local_collection = match (&local, req.resource(), req.component.valid()) {
         (Local::Get | Local::List | Local::Watch, Some(path), Some(component))
             if !keyed_by_cache =>
         {
-            Some(keyed(component, path, view_of(req).unwrap_or(View::Full)))
+            Some(keyed(component, path, view.unwrap_or(View::Full)))
         }
         _ => None,
     };
@@ -285,27 +294,44 @@ pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Resu
 }
 
 /// The `Accept` the hub sends for a metadata-only client's read it caches or resumes: the
-/// JSON form of what it asked for, which it listed (client-go lists protobuf first).
+/// JSON form of what it asked for, which it listed (client-go lists protobuf first), then
+/// plain JSON, which it listed too: a server that cannot convert answers whole objects, as
+/// it would have the client (client-go's metadata client reads them), not 406. The writer
+/// keeps only `PartialObjectMetadata` in a metadata view.
 pub(crate) fn metadata_accept(list: bool) -> &'static str {
     if list {
-        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
     } else {
-        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+    }
+}
+
+/// The `Accept` of the list that rebuilds a cached watch after a 410 ([`Resume::Rebuild`]):
+/// the list form of the view its answer is cached in, alone (whole objects would be no
+/// difference against a metadata view: a server that cannot convert ends the watch, 406).
+pub(crate) fn rebuild_list_accept(accept: Accept) -> &'static str {
+    match accept {
+        Accept::Metadata { json: true, .. } => {
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+        }
+        _ => "application/json",
     }
 }
 
 /// The view a read is cached and answered in: whole objects for a client that takes plain
 /// JSON, their metadata for one that asked for the JSON metadata form of its verb (a list's
-/// `PartialObjectMetadataList`, a get's or a watch's `PartialObjectMetadata`); None for
-/// anything else (a metadata write's answer is not kept either).
+/// `PartialObjectMetadataList`, a get's or a watch's `PartialObjectMetadata`, of a resource);
+/// None for anything else (a metadata write's answer is not kept either).
 fn view_of(req: &ApiRequest) -> Option<View> {
     match req.accept {
         Accept::Json | Accept::JsonOrProtobuf => Some(View::Full),
-        Accept::Metadata { list, json: true } => match req.verb {
-            Verb::List if list => Some(View::Metadata),
-            Verb::Get | Verb::Watch if !list => Some(View::Metadata),
-            _ => None,
-        },
+        Accept::Metadata { list, json: true } if matches!(req.target, Target::Resource(_)) => {
+            match req.verb {
+                Verb::List if list => Some(View::Metadata),
+                Verb::Get | Verb::Watch if !list => Some(View::Metadata),
+                _ => None,
+            }
+        }
         _ => None,
     }
 }
@@ -322,9 +348,9 @@ fn metadata_selectable(selectors: &Selectors) -> bool {
 /// Whether and how a watch outlives a broken upstream (issue 29): an edge-mode watch of a
 /// resource collection whose events the hub can read (JSON, or a Table, whose rows carry the
 /// event's resourceVersion); rebuilt after a 410 when its answer is cached (a cache agent's
-/// JSON watch: the cache holds what it was sent; a metadata-only watch is resumed only, as
-/// the rebuild's list reads whole objects). Protobuf frames are not cut: such a watch
-/// ends with its upstream, as before. Cloud mode passes on what it does not read.
+/// JSON or JSON metadata watch: the cache holds what it was sent, and the rebuild lists in
+/// that form, [`rebuild_list_accept`]). Protobuf frames are not cut: such a watch ends with
+/// its upstream, as before. Cloud mode passes on what it does not read.
 fn resume(
     req: &ApiRequest,
     mode: WorkingMode,
@@ -338,23 +364,27 @@ fn resume(
         Accept::Json
             | Accept::JsonOrProtobuf
             | Accept::Transformed { .. }
-            | Accept::Metadata { .. }
+            | Accept::Metadata { json: true, .. }
     );
     let collection = path.subresource.is_none() && !path.extra_path;
     if mode != WorkingMode::Edge || req.verb != Verb::Watch || !readable || !collection {
         return None;
     }
     Some(match cache {
-        Ok(_) if view_of(req) == Some(View::Full) => Resume::Rebuild,
-        Ok(_) | Err(_) => Resume::ResumeOnly,
+        Ok(_) => Resume::Rebuild,
+        Err(_) => Resume::ResumeOnly,
     })
 }
 
+/// What the hub caches of `req`'s answer, in `view` (`selectable`: whether the metadata view
+/// can match the selectors), or why nothing.
 fn cache_target(
     req: &ApiRequest,
     is_agent: bool,
     mode: WorkingMode,
     selectors: &Selectors,
+    view: Option<View>,
+    selectable: bool,
 ) -> Result<CacheTarget, NoCacheReason> {
     if mode == WorkingMode::Cloud {
         return Err(NoCacheReason::CloudMode);
@@ -368,21 +398,13 @@ fn cache_target(
     let Some(component) = req.component.valid() else {
         return Err(NoCacheReason::BadComponent);
     };
-    let view = match req.accept {
-        Accept::Json | Accept::JsonOrProtobuf => View::Full,
-        Accept::Metadata { .. } if matches!(req.target, Target::Resource(_)) => {
-            match view_of(req) {
-                Some(view) if metadata_selectable(selectors) => view,
-                Some(_) => return Err(NoCacheReason::MetadataField),
-                None => return Err(NoCacheReason::Transformed),
-            }
-        }
+    let view = match (view, req.accept) {
+        (Some(View::Metadata), _) if !selectable => return Err(NoCacheReason::MetadataField),
+        (Some(view), _) => view,
         // The cloud answers discovery in the form the client asks for; each form is kept.
-        Accept::Discovery(_) if matches!(req.target, Target::NonResource(_)) => View::Full,
-        Accept::Transformed { .. } | Accept::Discovery(_) | Accept::Metadata { .. } => {
-            return Err(NoCacheReason::Transformed);
-        }
-        Accept::ProtobufOnly | Accept::Other => return Err(NoCacheReason::NotJson),
+        (None, Accept::Discovery(_)) if matches!(req.target, Target::NonResource(_)) => View::Full,
+        (None, Accept::ProtobufOnly | Accept::Other) => return Err(NoCacheReason::NotJson),
+        (None, _) => return Err(NoCacheReason::Transformed),
     };
     let path = match &req.target {
         Target::Resource(path) => path,
@@ -400,6 +422,11 @@ fn cache_target(
         return Ok(CacheTarget::Token(target));
     }
     let collection = keyed(component, path, view);
+    // A key the store refuses would fail every write of its answers (a 404's prune among
+    // them): it is not cached at all.
+    if collection.unsafe_field().is_some() {
+        return Err(NoCacheReason::UnsafeKey);
+    }
     let status_or_none = object_or_status(path);
     match req.verb {
         Verb::Get | Verb::Update | Verb::Patch if req.method != Method::Head => {
@@ -434,11 +461,14 @@ fn cache_target(
     }
 }
 
+/// Whether and how the hub answers `req` from its cache offline, in `view` (`selectable`:
+/// whether the metadata view can match the selectors).
 fn local_answer(
     req: &ApiRequest,
     is_agent: bool,
     mode: WorkingMode,
-    selectors: &Selectors,
+    view: Option<View>,
+    selectable: bool,
 ) -> Local {
     let component = match req.component.valid() {
         Some(component) if mode == WorkingMode::Edge && is_agent => component,
@@ -452,7 +482,7 @@ fn local_answer(
     // that view can answer it.
     let plain_json = match req.accept {
         Accept::Json | Accept::JsonOrProtobuf => true,
-        Accept::Metadata { .. } => view_of(req).is_some() && metadata_selectable(selectors),
+        Accept::Metadata { .. } => view.is_some() && selectable,
         Accept::Transformed { plain_json_too } => plain_json_too,
         Accept::Discovery(forms) => forms.takes(DiscoveryForm::Legacy),
         Accept::ProtobufOnly | Accept::Other => false,
@@ -1011,6 +1041,28 @@ mod tests {
     }
 
     #[test]
+    fn a_full_read_of_the_metadata_views_directory_is_not_cached() {
+        // `meta.k8s.io/v1` `partialobjectmetadatas` would be cached in the directory of every
+        // metadata view; the cloud's 404 would prune them, and the store refuses the key.
+        for url in [
+            "/apis/meta.k8s.io/v1/partialobjectmetadatas",
+            "/apis/meta.k8s.io/v1/partialobjectmetadatas?watch=1",
+            "/apis/meta.k8s.io/v1/namespaces/a/partialobjectmetadatas/x",
+        ] {
+            let r = edge(&req("GET", url, KUBELET, Some("application/json")));
+            assert_eq!(r.cache.unwrap_err(), NoCacheReason::UnsafeKey, "{url}");
+        }
+        // Another version is only a kind whose name looks alike.
+        let other = edge(&req(
+            "GET",
+            "/apis/meta.k8s.io/v1beta1/partialobjectmetadatas",
+            KUBELET,
+            Some("application/json"),
+        ));
+        assert!(other.cache.is_ok(), "{other:?}");
+    }
+
+    #[test]
     fn metadata_reads_are_cached_and_answered_in_their_view() {
         let list_accept = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
         let get_accept = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
@@ -1037,7 +1089,9 @@ mod tests {
         assert_eq!(metadata_view(&list), meta_pods);
         assert_eq!(
             list.upstream_accept,
-            Some("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
+            Some(
+                "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+            )
         );
         assert_eq!(list.local, Local::List);
         assert!(list.filters.is_empty());
@@ -1055,18 +1109,18 @@ mod tests {
         assert_eq!(metadata_view(&one), meta_pods);
         assert_eq!(
             one.upstream_accept,
-            Some("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1")
+            Some("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json")
         );
         assert_eq!(one.local, Local::Get);
 
-        // A watch is cached, but resumed only: a rebuild lists whole objects.
+        // A watch is cached, and rebuilt after a 410 from a list in the metadata form.
         let watch = edge(&req("GET", "/api/v1/pods?watch=1", ua, Some(get_accept)));
         assert!(
             matches!(watch.cache, Ok(CacheTarget::Watch { .. })),
             "{watch:?}"
         );
         assert_eq!(metadata_view(&watch), meta_pods);
-        assert_eq!(watch.resume, Some(Resume::ResumeOnly));
+        assert_eq!(watch.resume, Some(Resume::Rebuild));
         assert_eq!(watch.local, Local::Watch);
 
         // The name and namespace are in the metadata; anything else is the cloud's to match.
@@ -1114,6 +1168,14 @@ mod tests {
             (proto.local, proto.upstream_accept),
             (Local::Unavailable, None)
         );
+        // Its watch's protobuf frames are not cut into events: it ends with its upstream.
+        let proto_watch = edge(&req(
+            "GET",
+            "/api/v1/pods?watch=1",
+            ua,
+            Some("application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"),
+        ));
+        assert_eq!(proto_watch.resume, None);
 
         // The same component's plain JSON read: the full view.
         let full = edge(&req("GET", "/api/v1/pods", ua, Some(PROTO_JSON)));

@@ -183,22 +183,22 @@ fn refill_one(
     refill: &Refill,
 ) -> Result<(), ClientError> {
     let req = list_of_watch(&refill.request);
+    // Routed as the component's own read is, with its response filters: the Accept it was
+    // sent with and the filters its answer went through are the route's.
+    let chain = filters.map_or(Chain::EMPTY, |f| f.chain_for(&req));
+    let route = route::route(&req, true, WorkingMode::Edge)
+        .map_err(|s| ClientError::Refused(s.message))?
+        .with_filters(chain, req.accept);
     let target = match refill.request.verb {
         // A watch's events were cached as such: its list is cached as the list of that scope.
-        Verb::Watch => route::route(&req, true, WorkingMode::Edge)
-            .map_err(|s| ClientError::Refused(s.message))?
-            .cache
-            .map_err(ClientError::NotCacheable)?,
+        Verb::Watch => route.cache.clone().map_err(ClientError::NotCacheable)?,
         Verb::List | Verb::Get => refill.target.clone(),
         verb => return Err(ClientError::Refused(format!("not a read: {verb:?}"))),
     };
     let path = path_and_query(&req)?;
-    // The form the client's answer was cached in: a metadata-only client's JSON form, else
-    // plain JSON.
-    let accept = match req.accept {
-        Accept::Metadata { list, json: true } => route::metadata_accept(list),
-        _ => "application/json",
-    };
+    // The form the client's answer was cached in (a client that takes only plain JSON is
+    // sent its own Accept, which is that).
+    let accept = route.upstream_accept.unwrap_or("application/json");
     // The cloud's logs name who asked: the hub, for this component.
     let headers = [(
         "User-Agent".to_owned(),
@@ -222,13 +222,7 @@ fn refill_one(
     )?;
     let shape = route::body_shape(&req);
     // The filter stage, timed as the relay's is; what it gives goes to the cache only.
-    // (A metadata-only answer is relayed unfiltered, as `Route::with_filters` decides.)
-    let chain = match req.accept {
-        Accept::Json | Accept::JsonOrProtobuf => {
-            filters.map_or(Chain::EMPTY, |f| f.chain_for(&req))
-        }
-        _ => Chain::EMPTY,
-    };
+    let chain = route.filters;
     let filters = filters.filter(|_| !chain.is_empty());
     let gzip = answer.is_gzip() && filters.is_none();
     let session = cache
@@ -486,7 +480,9 @@ mod tests {
         assert_eq!(collection.view, crate::cache::key::View::Metadata);
         assert_eq!(
             route.upstream_accept,
-            Some("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1")
+            Some(
+                "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+            )
         );
         // A watch of one object by the legacy prefix is refilled by its get, in the object's
         // form.

@@ -272,8 +272,7 @@ impl Offline {
         if !self.store.has_collection(collection) {
             return Err((ex, not_cached(req, path)));
         }
-        let overlaid = collection.view == View::Full && self.overlay.enabled();
-        match EndpointKind::of(&path.gvr).filter(|_| overlaid) {
+        match self.overlaid_kind(path, collection) {
             Some(kind) => {
                 let scope = WatchScope {
                     req,
@@ -295,9 +294,19 @@ impl Offline {
         path: &ResourcePath,
         collection: &CollectionKey,
     ) -> Option<(EndpointKind, Arc<Snapshot>)> {
-        let overlaid = collection.view == View::Full && self.overlay.enabled();
-        let kind = EndpointKind::of(&path.gvr).filter(|_| overlaid)?;
+        let kind = self.overlaid_kind(path, collection)?;
         Some((kind, self.overlay.snapshot(self.cloud())))
+    }
+
+    /// The endpoints kind of `path` when the overlay rewrites its answers from `collection`:
+    /// it is on and the collection holds whole objects (a metadata view has no endpoints).
+    fn overlaid_kind(
+        &self,
+        path: &ResourcePath,
+        collection: &CollectionKey,
+    ) -> Option<EndpointKind> {
+        let overlaid = collection.view == View::Full && self.overlay.enabled();
+        EndpointKind::of(&path.gvr).filter(|_| overlaid)
     }
 
     /// The cloud as the overlay needs it now: its returns so far, and whether a server is

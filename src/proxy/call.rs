@@ -36,6 +36,10 @@ pub(super) enum Relayed<'c> {
     ClientGone(std::io::Error),
 }
 
+/// How a forwarded call answers from the cache when the cloud fails: [`Call::answer_locally`],
+/// or its plan's own (kubelet's GET of its node sets the node's condition).
+pub(super) type LocalAnswer<'h> = fn(&mut Call<'h>, Exchange<'_>);
+
 /// Which in-flight series counts a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Counted {
@@ -116,6 +120,11 @@ impl<'h, R> Call<'h, R> {
         self.done(status.code, CacheStatus::Rejected);
     }
 
+    /// When the request arrived.
+    pub(super) fn started(&self) -> Instant {
+        self.started
+    }
+
     /// Records how the request ended, for its log line.
     pub(super) fn done(&mut self, status: u16, cache: CacheStatus) {
         (self.status, self.cache) = (status, cache);
@@ -151,19 +160,20 @@ impl<'h> Call<'h> {
         let mut request_copy = matches!(self.route.cache, Ok(CacheTarget::Token(_))).then(Vec::new);
         let answer = match self.send(&mut ex, request_copy.as_mut()) {
             Ok(answer) => answer,
-            Err(failure) => return self.fall_back(ex, failure),
+            Err(failure) => return self.fall_back(ex, failure, Call::answer_locally),
         };
-        self.hand_on(ex, answer, request_copy.as_deref());
+        self.hand_on(ex, answer, request_copy.as_deref(), Call::answer_locally);
     }
 
     /// Relays the cloud's `answer` to the client (`request_copy`: the start of the request's
-    /// body, when its answer is keyed by it); falls back when the cloud breaks off before the
-    /// client got anything.
+    /// body, when its answer is keyed by it); falls back to `local` when the cloud breaks off
+    /// before the client got anything.
     pub(super) fn hand_on(
         &mut self,
         ex: Exchange<'_>,
         answer: Answer,
         request_copy: Option<&[u8]>,
+        local: LocalAnswer<'h>,
     ) {
         let status = answer.status;
         if let Some(req) = &self.req {
@@ -171,7 +181,7 @@ impl<'h> Call<'h> {
         }
         match self.relay(ex, answer, request_copy) {
             Relayed::Done(cache) => self.done(status, cache),
-            Relayed::CloudBrokeOff(ex, error) => self.fall_back(ex, Failure::Cloud(error)),
+            Relayed::CloudBrokeOff(ex, error) => self.fall_back(ex, Failure::Cloud(error), local),
             // The client hung up: nothing left to tell it.
             Relayed::ClientGone(e) => {
                 log::debug!("the client went away mid-answer: {e}");
@@ -237,13 +247,14 @@ impl<'h> Call<'h> {
         }
     }
 
-    /// The request failed before the client got anything: answer from the cache when the
-    /// policy allows it, else with the status the failure calls for.
-    pub(super) fn fall_back(&mut self, ex: Exchange<'_>, failure: Failure) {
+    /// The request failed before the client got anything: answer from the cache (`local`:
+    /// [`Call::answer_locally`], or the plan's own) when the policy allows it, else with the
+    /// status the failure calls for.
+    pub(super) fn fall_back(&mut self, ex: Exchange<'_>, failure: Failure, local: LocalAnswer<'h>) {
         match fallback::after(self.hub.mode, &self.route.local, failure) {
             Fallback::FromCache(error) if self.req.is_some() => {
                 log::info!("cloud unreachable ({error}); answering from the cache");
-                self.answer_locally(ex);
+                local(self, ex);
             }
             // (A request passed on unclassified has no local answer: its route says so.)
             Fallback::FromCache(error) => self.refuse(ex, &fallback::status_of(&error)),

@@ -6,11 +6,14 @@
 //! its answer, a few KiB, is read whole. When the condition must change, the node's status is
 //! PUT with the hub's identity (a 409 reads the node again and tries again, 5 tries in all, as
 //! YurtHub); kubelet gets the node the PUT answered, or, when the PUT failed, the cloud's node
-//! with the condition set (one log line). The cache keeps the cloud's node only: the PUT's
-//! answer, or the node the GET read. YurtHub answers from its cache first and asks the cloud
-//! only after; tinyhub answers the cloud's node. A failure before any answer, or an answer
-//! that is not a 200 in plain JSON, goes the way of every forwarded GET (`call.rs`,
-//! `relay.rs`).
+//! with the condition set (one log line). The writes share one budget: kubelet's own
+//! `timeout` (10 s when it names none) from its GET's arrival, less a second for the answer;
+//! when it runs out, kubelet gets the node unwritten, as after a failed PUT, rather than
+//! nothing in time. The cache keeps the cloud's node only: the PUT's answer, or the node the
+//! GET read. YurtHub answers from its cache first and asks the cloud only after; tinyhub
+//! answers the cloud's node. An answer that is not a 200 in plain JSON is relayed as any
+//! forwarded GET's (`relay.rs`); a failure before kubelet got anything falls back as any
+//! (`call.rs`), to the offline answer below.
 //!
 //! Offline kubelet gets the cached node with the condition set in its answer only: nothing is
 //! stored and nothing is sent (YurtHub answers 500 when the condition would change). No
@@ -18,22 +21,25 @@
 
 mod autonomy;
 
-use std::io::{self, Read};
+use std::fmt;
+use std::io;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
 use self::autonomy::{Setting, Wanted};
 use super::call::Call;
 use super::fallback::Failure;
+use super::relay::{self, Traffic};
 use super::{CacheStatus, Hub};
 use crate::cache::key::ObjectKey;
-use crate::cache::writer::{Refill, failing_keys};
+use crate::cache::object::ObjectHead;
+use crate::cache::writer::failing_keys;
 use crate::metrics::METRICS;
 use crate::mode::WorkingMode;
 use crate::request::{ApiRequest, Verb};
-use crate::route::{self, Deadline, Identity, NoCacheReason, Route};
+use crate::route::{self, Deadline, Identity, Route};
 use crate::server::Exchange;
 use crate::upstream::{BodySource, HUB_USER_AGENT, Outgoing, UpstreamError};
 
@@ -41,8 +47,12 @@ use crate::upstream::{BodySource, HUB_USER_AGENT, Outgoing, UpstreamError};
 const MAX_NODE_BYTES: u64 = 4 * 1024 * 1024;
 /// PUTs of the condition per GET, the first included (YurtHub's `nodeStatusUpdateRetry`).
 const WRITE_TRIES: usize = 5;
-/// Time for each of the hub's own requests (the PUT, the GET after a 409).
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// kubelet's time for its GET when its `timeout` names none (client-go sends `timeout=10s`,
+/// and kubelet's heartbeat gives up after about that).
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time kept back from kubelet's: the answer must still reach kubelet once the write phase
+/// ends.
+const ANSWER_MARGIN: Duration = Duration::from_secs(1);
 
 /// `req` is kubelet's GET of this node, routed to the cache: the GET whose answer carries the
 /// Autonomy condition. A route with response filters keeps the ordinary path (none filters
@@ -79,33 +89,32 @@ impl Call<'_> {
     /// Online: forwards kubelet's GET, sets the condition, writes a change to the cloud, and
     /// answers (see the module's text).
     pub(super) fn forward_node(&mut self, mut ex: Exchange<'_>) {
+        let write_by = self.write_by();
         let mut answer = match self.send(&mut ex, None) {
             Ok(answer) => answer,
-            Err(failure) => return self.fall_back(ex, failure),
+            Err(failure) => return self.fall_back(ex, failure, Call::answer_node_locally),
         };
         let readable = answer.status == 200
             && answer.is_json()
             && answer.header("content-encoding").is_none()
             && answer.length.is_none_or(|l| l <= MAX_NODE_BYTES);
         if !readable {
-            return self.hand_on(ex, answer, None);
+            return self.hand_on(ex, answer, None, Call::answer_node_locally);
         }
-        let cloud = match read_whole(&mut answer.body, MAX_NODE_BYTES) {
+        // Counted as the relay counts the cloud's bytes of a forwarded answer.
+        let read = {
+            let mut traffic = Traffic(self.in_flight.as_ref(), 0);
+            let limit = MAX_NODE_BYTES;
+            relay::read_small(&mut answer.body, answer.length, limit, &mut traffic.1)
+                .and_then(|bytes| within(bytes, limit))
+        };
+        let cloud = match read {
             Ok(cloud) => cloud,
             Err(e) => {
-                let error = UpstreamError::Transport {
-                    server: self.hub.cloud.server(answer.backend).to_owned(),
-                    detail: format!("the node's answer broke off: {e}"),
-                    timeout: e.kind() == io::ErrorKind::TimedOut,
-                    maybe_sent: true,
-                };
-                return self.fall_back(ex, Failure::Cloud(error));
+                let error = self.broken_answer(&answer, &e);
+                return self.fall_back(ex, Failure::Cloud(error), Call::answer_node_locally);
             }
         };
-        // Counted as the relay counts the cloud's bytes of a forwarded answer.
-        if let Some(in_flight) = &self.in_flight {
-            in_flight.add_traffic(cloud.len() as u64);
-        }
         let headers: Vec<(String, String)> = std::mem::take(&mut answer.headers)
             .into_iter()
             .filter(|(name, _)| !name.eq_ignore_ascii_case("content-length"))
@@ -122,12 +131,25 @@ impl Call<'_> {
         let Some(wanted) = changed else {
             return self.answer_node(ex, &headers, cloud, None);
         };
-        match self.write_condition(cloud, node, &wanted, &now) {
+        match self.write_condition(cloud, node, &wanted, &now, write_by) {
             Written::Stored(node) => self.answer_node(ex, &headers, node, None),
             Written::Unwritten { cloud, answer } => {
                 self.answer_node(ex, &headers, answer, Some(cloud));
             }
         }
+    }
+
+    /// When the write phase must end: kubelet's own `timeout` from its arrival, less the time
+    /// its answer needs ([`ANSWER_MARGIN`]).
+    fn write_by(&self) -> Instant {
+        let asked = self
+            .req
+            .as_ref()
+            .and_then(|req| req.query.timeout)
+            // 0 (or under a second) is no time the apiserver would keep: as none.
+            .filter(|&secs| secs > 0)
+            .map_or(CLIENT_TIMEOUT, Duration::from_secs);
+        self.started() + asked.saturating_sub(ANSWER_MARGIN)
     }
 
     /// Offline: the cached node with the condition set, in the answer only; no cached node,
@@ -150,8 +172,11 @@ impl Call<'_> {
     /// checks that found cache keys failing).
     fn wanted(&self, node: &Value) -> Option<Wanted> {
         let failing = failing_keys();
-        let messages = failing.as_ref().map(|f| &*f.messages);
-        autonomy::want(Setting::of(node), messages, &self.hub.autonomy_checks)
+        autonomy::want(
+            Setting::of(node),
+            failing.as_deref(),
+            &self.hub.autonomy_checks,
+        )
     }
 
     /// This node as the cache holds it, when it is a readable object.
@@ -169,13 +194,15 @@ impl Call<'_> {
     }
 
     /// PUTs `node` (the cloud's node `cloud` with `wanted` set) as the node's status; a 409
-    /// reads the node again and sets the condition again, up to [`WRITE_TRIES`] PUTs.
+    /// reads the node again and sets the condition again, up to [`WRITE_TRIES`] PUTs, all of
+    /// them done by `write_by` (kubelet would give up waiting).
     fn write_condition(
         &self,
         mut cloud: Vec<u8>,
         mut node: Value,
         wanted: &Wanted,
         now: &str,
+        write_by: Instant,
     ) -> Written {
         let name = &*self.hub.node_name;
         let status_path = format!("/api/v1/nodes/{name}/status");
@@ -183,9 +210,12 @@ impl Call<'_> {
         for tried in 1..=WRITE_TRIES {
             // A Value always serialises.
             let body = serde_json::to_vec(&node).unwrap_or_default();
-            let failed = match self.exchange("PUT", &status_path, Some(&body)) {
-                Ok((200, written)) if is_object(&written) => return Written::Stored(written),
-                Ok((409, _)) if tried < WRITE_TRIES => match self.exchange("GET", &node_path, None)
+            let failed = match self.exchange("PUT", &status_path, Some(&body), write_by) {
+                Ok((200, written)) if ObjectHead::parse(&written).is_some() => {
+                    return Written::Stored(written);
+                }
+                Ok((409, _)) if tried < WRITE_TRIES => match self
+                    .exchange("GET", &node_path, None, write_by)
                 {
                     Ok((200, again)) => match serde_json::from_slice::<Value>(&again) {
                         Ok(mut fresh) if fresh.is_object() => {
@@ -219,14 +249,19 @@ impl Call<'_> {
         }
     }
 
-    /// One of the hub's own requests for the node, with the hub's identity: the status and
-    /// the body, read whole.
+    /// One of the hub's own requests for the node, with the hub's identity, bounded by
+    /// `write_by`: the status and the body, read whole.
     fn exchange(
         &self,
         method: &str,
         path: &str,
         body: Option<&[u8]>,
-    ) -> Result<(u16, Vec<u8>), UpstreamError> {
+        write_by: Instant,
+    ) -> Result<(u16, Vec<u8>), Unanswered> {
+        let left = write_by.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Unanswered::OutOfTime);
+        }
         let headers = [
             ("user-agent".to_owned(), HUB_USER_AGENT.to_owned()),
             ("content-type".to_owned(), "application/json".to_owned()),
@@ -245,27 +280,26 @@ impl Call<'_> {
                 reader: &mut reader,
                 length: Some(b.len() as u64),
             }),
-            deadline: Deadline::Bounded(WRITE_TIMEOUT),
+            deadline: Deadline::Bounded(left),
             identity: Identity::Hub,
             affinity: None,
         };
-        let mut answer = self.hub.cloud.send(outgoing)?;
-        let server = self.hub.cloud.server(answer.backend).to_owned();
+        let mut answer = self.hub.cloud.send(outgoing).map_err(Unanswered::Cloud)?;
         let read = if answer.header("content-encoding").is_some() {
             Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "an encoded answer the hub did not ask for",
             ))
         } else {
-            read_whole(&mut answer.body, MAX_NODE_BYTES)
+            // The hub's own bytes: not counted as kubelet's traffic.
+            let limit = MAX_NODE_BYTES;
+            relay::read_small(&mut answer.body, answer.length, limit, &mut 0)
+                .and_then(|bytes| within(bytes, limit))
         };
-        read.map(|bytes| (answer.status, bytes))
-            .map_err(|e| UpstreamError::Transport {
-                server,
-                detail: e.to_string(),
-                timeout: e.kind() == io::ErrorKind::TimedOut,
-                maybe_sent: true,
-            })
+        match read {
+            Ok(bytes) => Ok((answer.status, bytes)),
+            Err(e) => Err(Unanswered::Cloud(self.broken_answer(&answer, &e))),
+        }
     }
 
     /// Sends `body` to kubelet with the cloud's `headers`, then gives the cache the cloud's
@@ -278,9 +312,19 @@ impl Call<'_> {
         body: Vec<u8>,
         cloud: Option<Vec<u8>>,
     ) {
-        let sent_as = ex.url().to_owned();
+        let target = self
+            .route
+            .cache
+            .as_ref()
+            .ok()
+            .and_then(|routed| route::target_for_answer(routed, Some("application/json")));
+        let (session, cache_status) = self.cache_session(&ex, target, 200, false);
         let sent = ex.send(200, headers, &body);
-        let cache_status = self.keep(sent_as, cloud.unwrap_or(body));
+        // kubelet has its answer; the node moves to the writer without a copy.
+        if let Some(mut session) = session {
+            session.chunk_owned(cloud.unwrap_or(body));
+            session.finish(true);
+        }
         let status = match sent {
             Ok(()) => cache_status,
             Err(e) => {
@@ -290,45 +334,27 @@ impl Call<'_> {
         };
         self.done(200, status);
     }
+}
 
-    /// Hands `node` to the cache writer under the GET's target, as the relay does (with the
-    /// refill that reads it again, as `sent_as`, should the queue be full).
-    fn keep(&self, sent_as: String, node: Vec<u8>) -> CacheStatus {
-        let (routed, cache) = match (&self.route.cache, &self.hub.cache) {
-            (Ok(routed), Some(cache)) => (routed, cache),
-            (Ok(_), None) => return CacheStatus::Bypass(NoCacheReason::CacheUnavailable),
-            (Err(reason), _) => return CacheStatus::Bypass(*reason),
-        };
-        let Some(target) = route::target_for_answer(routed, Some("application/json")) else {
-            return CacheStatus::Bypass(NoCacheReason::Answer);
-        };
-        // The node's GET goes with the hub's identity: the refill may read it again.
-        let refill = self.req.as_ref().map(|req| Refill {
-            request: Box::new(req.clone()),
-            target: routed.clone(),
-            sent_as,
-        });
-        match cache.begin(target, 200, false, refill) {
-            Some(mut session) => {
-                session.chunk_owned(node);
-                session.finish(true);
-                CacheStatus::Stored
-            }
-            None => CacheStatus::Dropped,
+/// Why one of the hub's own requests for the node has no answer.
+enum Unanswered {
+    /// kubelet would give up before it came.
+    OutOfTime,
+    /// The cloud failed.
+    Cloud(UpstreamError),
+}
+
+impl fmt::Display for Unanswered {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unanswered::OutOfTime => f.write_str("no time left before kubelet's GET times out"),
+            Unanswered::Cloud(e) => e.fmt(f),
         }
     }
 }
 
-/// A JSON object.
-fn is_object(bytes: &[u8]) -> bool {
-    serde_json::from_slice::<Value>(bytes).is_ok_and(|v| v.is_object())
-}
-
-/// `body` read to its end, refused past `limit` bytes (read to the end so that the connection
-/// goes back to the pool).
-fn read_whole(body: &mut impl Read, limit: u64) -> io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    body.take(limit + 1).read_to_end(&mut bytes)?;
+/// `bytes` when they are no more than `limit` (`relay::read_small` reads one byte past it).
+fn within(bytes: Vec<u8>, limit: u64) -> io::Result<Vec<u8>> {
     if bytes.len() as u64 > limit {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -340,8 +366,5 @@ fn read_whole(body: &mut impl Read, limit: u64) -> io::Result<Vec<u8>> {
 
 /// Now as Kubernetes writes a condition's times.
 fn now_rfc3339() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    crate::logging::rfc3339(secs as i64)
+    crate::logging::time_rfc3339(SystemTime::now())
 }

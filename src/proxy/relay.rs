@@ -36,42 +36,17 @@ impl Call<'_> {
         mut answer: Answer,
         request_body: Option<&[u8]>,
     ) -> Relayed<'c> {
-        let route = &self.route;
-        let mut session = None;
         // Filtered answers are decoded, so they are cached as the plain JSON the client gets.
         let filtering = self.filtering(&answer);
-        let answer_target = route
+        let answer_target = self
+            .route
             .cache
             .as_ref()
             .ok()
-            .and_then(|t| wants_cache(t, &answer));
-        let cache_status = match (&route.cache, &self.hub.cache, answer_target) {
-            (Ok(routed), Some(cache), Some(target)) => {
-                // Should the disk fall behind, the hub reads the answer again itself: reads
-                // only, and only on its own credentials, which the client's did not replace.
-                // (A refill filters like the relay: it computes the same chain.)
-                let refill = self
-                    .req
-                    .as_ref()
-                    .filter(|_| route.identity == Identity::Hub && ex.method() == "GET")
-                    .map(|req| Refill {
-                        request: Box::new(req.clone()),
-                        target: routed.clone(),
-                        sent_as: ex.url().to_owned(),
-                    });
-                let target = keyed(target, request_body);
-                let gzip = answer.is_gzip() && filtering.is_none();
-                session = cache.begin(target, answer.status, gzip, refill);
-                if session.is_some() {
-                    CacheStatus::Stored
-                } else {
-                    CacheStatus::Dropped
-                }
-            }
-            (Ok(_), Some(_), None) => CacheStatus::Bypass(NoCacheReason::Answer),
-            (Ok(_), None, _) => CacheStatus::Bypass(NoCacheReason::CacheUnavailable),
-            (Err(reason), _, _) => CacheStatus::Bypass(*reason),
-        };
+            .and_then(|t| wants_cache(t, &answer))
+            .map(|t| keyed(t, request_body));
+        let gzip = answer.is_gzip() && filtering.is_none();
+        let (session, cache_status) = self.cache_session(&ex, answer_target, answer.status, gzip);
         let mut traffic = Traffic(self.in_flight.as_ref(), 0);
 
         // HEAD, 204 and 304 carry no body, whatever their Content-Length says.
@@ -125,6 +100,45 @@ impl Call<'_> {
 }
 
 impl Call<'_> {
+    /// The cache writer's session for an answer of `status` to `ex`'s request, to be kept as
+    /// `target` (None: the answer is not for the cache), and where the cache stands for the
+    /// log line.
+    pub(super) fn cache_session(
+        &self,
+        ex: &Exchange<'_>,
+        target: Option<CacheTarget>,
+        status: u16,
+        gzip: bool,
+    ) -> (Option<Session>, CacheStatus) {
+        let (routed, cache) = match (&self.route.cache, &self.hub.cache) {
+            (Ok(routed), Some(cache)) => (routed, cache),
+            (Ok(_), None) => return (None, CacheStatus::Bypass(NoCacheReason::CacheUnavailable)),
+            (Err(reason), _) => return (None, CacheStatus::Bypass(*reason)),
+        };
+        let Some(target) = target else {
+            return (None, CacheStatus::Bypass(NoCacheReason::Answer));
+        };
+        // Should the disk fall behind, the hub reads the answer again itself: reads only, and
+        // only on its own credentials, which the client's did not replace. (A refill filters
+        // like the relay: it computes the same chain.)
+        let refill = self
+            .req
+            .as_ref()
+            .filter(|_| self.route.identity == Identity::Hub && ex.method() == "GET")
+            .map(|req| Refill {
+                request: Box::new(req.clone()),
+                target: routed.clone(),
+                sent_as: ex.url().to_owned(),
+            });
+        let session = cache.begin(target, status, gzip, refill);
+        let cache_status = if session.is_some() {
+            CacheStatus::Stored
+        } else {
+            CacheStatus::Dropped
+        };
+        (session, cache_status)
+    }
+
     /// Starts a streamed answer to the client with `headers`. A watch may stay open for hours:
     /// the caller has already dropped the cloud's headers. A stream whose client hangs up
     /// while the cloud is silent is ended by the reaper as long as the guard lives (only a
@@ -153,13 +167,17 @@ impl Call<'_> {
         session: Option<Session>,
     ) -> Relayed<'c> {
         uncommitted(session);
-        let error = UpstreamError::Transport {
+        Relayed::CloudBrokeOff(ex, self.broken_answer(answer, &e))
+    }
+
+    /// The failure of a cloud whose `answer` broke off with `e` while it was read.
+    pub(super) fn broken_answer(&self, answer: &Answer, e: &io::Error) -> UpstreamError {
+        UpstreamError::Transport {
             server: self.hub.cloud.server(answer.backend).to_owned(),
             detail: format!("the answer broke off: {e}"),
             timeout: e.kind() == io::ErrorKind::TimedOut,
             maybe_sent: true,
-        };
-        Relayed::CloudBrokeOff(ex, error)
+        }
     }
 
     /// The filters and body shape when the answer passes the filter stage: a request with a
@@ -397,7 +415,7 @@ fn log_unreadable(e: &DecodeError, path: &str) {
 /// than `limit` shows by its size). Read to the end, not just `length` bytes: only a read that
 /// sees the end returns the connection to ureq's pool (else every small answer costs a TLS
 /// handshake). One shorter than it said is an error: the cloud broke off.
-fn read_small(
+pub(super) fn read_small(
     body: &mut impl Read,
     length: Option<u64>,
     limit: u64,
@@ -455,9 +473,9 @@ fn keyed(target: CacheTarget, request_body: Option<&[u8]>) -> CacheTarget {
     }
 }
 
-/// Bytes the cloud sent for one request, counted once when the request ends (one metrics
-/// lock per request, not per chunk).
-struct Traffic<'a>(Option<&'a InFlight>, u64);
+/// Bytes the cloud sent for one request (the in-flight count it goes to, and the bytes),
+/// counted once when the request ends (one metrics lock per request, not per chunk).
+pub(super) struct Traffic<'a>(pub(super) Option<&'a InFlight>, pub(super) u64);
 
 impl Drop for Traffic<'_> {
     fn drop(&mut self) {

@@ -243,10 +243,11 @@ pub(super) fn classify_accept(header: Option<&str>) -> Accept {
     };
     let mut plain_json = false;
     let mut protobuf = false;
-    let mut transformed = false;
     let mut discovery = false;
     // Each metadata range's form (`list`) and whether it is JSON; any other transformed
-    // range makes the header a transformed one.
+    // range makes the header a transformed one, and so does a metadata form after a plain
+    // one: the apiserver (and YurtHub, which reads the first range) answers the first form
+    // it serves, whole objects then.
     let mut metadata: Option<bool> = None;
     let mut metadata_json = false;
     let mut other_transformed = false;
@@ -254,9 +255,12 @@ pub(super) fn classify_accept(header: Option<&str>) -> Accept {
         match range.as_ {
             Some("APIGroupDiscoveryList") => discovery = true,
             Some(_) if range.json_like() || range.protobuf() => {
-                transformed = true;
+                let first = metadata.is_none();
                 match range.metadata() {
-                    Some(list) if metadata.is_none_or(|m| m == list) => {
+                    Some(list)
+                        if metadata.is_none_or(|m| m == list)
+                            && !(first && (plain_json || protobuf)) =>
+                    {
                         metadata = Some(list);
                         metadata_json |= range.json_like();
                     }
@@ -268,6 +272,7 @@ pub(super) fn classify_accept(header: Option<&str>) -> Accept {
             _ => {}
         }
     }
+    let transformed = metadata.is_some() || other_transformed;
     match (discovery, transformed, plain_json, protobuf) {
         // The order of the forms matters only here: parsed again, rarely.
         (true, ..) => Accept::Discovery(DiscoveryAccept::parse(header)),
@@ -341,6 +346,20 @@ mod tests {
                 },
             );
         }
+        // A plain form first is what the apiserver answers: whole objects.
+        check(
+            "application/json,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+            Accept::Transformed {
+                plain_json_too: true,
+            },
+        );
+        check(
+            "application/vnd.kubernetes.protobuf,\
+             application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+            Accept::Transformed {
+                plain_json_too: false,
+            },
+        );
         // A metadata client takes no discovery document.
         assert_eq!(meta(true, true).discovery(), DiscoveryAccept::NONE);
     }

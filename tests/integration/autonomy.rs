@@ -16,10 +16,16 @@ const STATUS_PATH: &str = "/api/v1/nodes/edge-1/status";
 
 /// A cloud with the node `edge-1` (an edge worker of `pool-a`) and a hub for it.
 fn start(tag: &str) -> (Cloud, TempDir, HubSpec, Hub) {
+    start_with(tag, &[])
+}
+
+/// [`start`] with the hub's extra flags `args`.
+fn start_with(tag: &str, args: &[&str]) -> (Cloud, TempDir, HubSpec, Hub) {
     let cloud = Cloud::start();
     cloud.node("edge-1", Some("pool-a"), &[]);
     let dir = TempDir::new(tag);
-    let spec = HubSpec::for_cloud(&cloud, dir.path());
+    let mut spec = HubSpec::for_cloud(&cloud, dir.path());
+    spec.args.extend(args.iter().map(|a| a.to_string()));
     let hub = Hub::start(&spec);
     (cloud, dir, spec, hub)
 }
@@ -69,6 +75,20 @@ fn cached(cache: &Path) -> Option<Value> {
 
 /// Each annotation form gives its condition; a change is one PUT with the hub's identity, a
 /// GET that changes nothing is none; the cache holds the cloud's node after the PUT.
+/// Waits until the cache holds the cloud's node at its current resourceVersion, and checks
+/// that it has no Autonomy condition (the cloud refused the write); returns that version.
+fn cached_without_the_condition(cloud: &Cloud, cache: &Path) -> Value {
+    let rv = cloud.get("nodes", "", "edge-1").unwrap()["metadata"]["resourceVersion"].clone();
+    assert!(
+        eventually(Duration::from_secs(20), || cached(cache)
+            .is_some_and(|c| c["metadata"]["resourceVersion"] == rv)),
+        "{:?}",
+        cached(cache)
+    );
+    assert_eq!(status(&cached(cache).unwrap()), "");
+    rv
+}
+
 #[test]
 fn each_annotation_form_gives_its_condition_with_one_put_per_change() {
     let (cloud, _dir, spec, hub) = start("autonomy-forms");
@@ -254,14 +274,7 @@ fn refused_writes_and_offline_answers_set_the_condition_in_the_answer_only() {
         "cannot write the node's Autonomy condition",
         Duration::from_secs(5)
     ));
-    let rv = cloud.get("nodes", "", "edge-1").unwrap()["metadata"]["resourceVersion"].clone();
-    assert!(
-        eventually(Duration::from_secs(20), || cached(&spec.cache_dir)
-            .is_some_and(|c| c["metadata"]["resourceVersion"] == rv)),
-        "{:?}",
-        cached(&spec.cache_dir)
-    );
-    assert_eq!(status(&cached(&spec.cache_dir).unwrap()), "");
+    let rv = cached_without_the_condition(&cloud, &spec.cache_dir);
 
     // Offline: the cached node, with the condition in the answer only.
     let puts_online = puts(&cloud);
@@ -337,4 +350,75 @@ fn only_kubelets_get_of_this_node_sets_the_condition() {
     // kubelet's own GET does.
     assert_eq!(status(&kubelet_get(&hub)), "False");
     assert_eq!(puts(&cloud), 1);
+}
+
+/// A slow cloud cannot keep kubelet waiting past the `timeout` its GET names: the writes stop
+/// in time, and kubelet gets the node with the condition set, unwritten.
+#[test]
+fn a_slow_cloud_still_answers_kubelet_within_its_timeout() {
+    // The health checks wait out the cloud's delay: the cloud stays healthy, only slow.
+    let (cloud, _dir, _spec, hub) =
+        start_with("autonomy-slow", &["--heartbeat-timeout-seconds=10"]);
+    annotate(
+        &cloud,
+        json!({"node.beta.openyurt.io/autonomy": "true"}),
+        json!({}),
+    );
+    assert!(hub.wait_healthy(&cloud, true, Duration::from_secs(15)));
+    // Every answer a second late, and every PUT a conflict: 5 PUTs and 4 reads again would
+    // take 10 s.
+    cloud.misanswer(STATUS_PATH, 5, 409, br#"{"kind":"Status","code":409}"#);
+    cloud.set_delay(Duration::from_secs(1));
+
+    // kubelet asks with `timeout=3s` and gives up soon after it.
+    let slack = Duration::from_secs(if emulated() { 10 } else { 2 });
+    let agent = ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .proxy(None)
+            .timeout_global(Some(Duration::from_secs(3) + slack))
+            .build(),
+    );
+    let url = format!("{}/api/v1/nodes/edge-1?timeout=3s", hub.url());
+    let mut answer = agent
+        .get(&url)
+        .header("user-agent", KUBELET)
+        .call()
+        .unwrap_or_else(|e| panic!("kubelet gave up before the hub answered: {e}"));
+    assert_eq!(answer.status().as_u16(), 200);
+    let body = answer.body_mut().read_to_vec().unwrap();
+    let node: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status(&node), "True", "{node}");
+    cloud.set_delay(Duration::ZERO);
+    assert!(hub.wait_log(
+        "cannot write the node's Autonomy condition",
+        Duration::from_secs(5)
+    ));
+    assert_eq!(status(&cloud.get("nodes", "", "edge-1").unwrap()), "");
+}
+
+/// The cloud failing within the GET's answer, though its health checks pass: kubelet gets
+/// the cached node with the condition set, and nothing is written.
+#[test]
+fn a_cloud_breaking_off_the_get_gives_the_cached_node_with_the_condition() {
+    // Health checks by /readyz, which the broken answer spares: no lease renewal takes it.
+    let (cloud, _dir, spec, hub) = start_with("autonomy-broken", &["--heartbeat-mode=readyz"]);
+    annotate(
+        &cloud,
+        json!({"node.beta.openyurt.io/autonomy": "true"}),
+        json!({}),
+    );
+    // The write refused: the cache keeps the cloud's node, without the condition.
+    let refusal = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":500}"#;
+    cloud.misanswer(STATUS_PATH, 1, 500, refusal);
+    assert_eq!(status(&kubelet_get(&hub)), "True");
+    let rv = cached_without_the_condition(&cloud, &spec.cache_dir);
+    let puts_before = puts(&cloud);
+
+    cloud.drop_mid_body(1);
+    let node = kubelet_get(&hub);
+    assert_eq!(status(&node), "True", "{node}\n{}", hub.logs());
+    assert_eq!(node["metadata"]["resourceVersion"], rv);
+    assert!(hub.wait_log("answering from the cache", Duration::from_secs(5)));
+    assert_eq!(puts(&cloud), puts_before);
 }

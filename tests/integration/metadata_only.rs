@@ -115,7 +115,7 @@ fn a_metadata_informer_is_cached_apart_and_answered_offline_in_its_form() {
         .collect();
     assert_eq!(
         asked,
-        ["application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"]
+        ["application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"]
     );
     let rv = list.json()["metadata"]["resourceVersion"]
         .as_str()
@@ -339,4 +339,176 @@ fn protobuf_only_and_spec_field_selectors_pass_through_uncached() {
     assert_eq!(offline.status, 503, "{}", offline.text());
     let offline = read(&url("/api/v1/pods"), proto);
     assert_eq!(offline.status, 503, "{}", offline.text());
+}
+
+#[test]
+fn whole_objects_from_a_cloud_that_ignores_as_reach_the_client_but_not_the_metadata_view() {
+    let cloud = Cloud::start();
+    cloud.create("pods", pod("default", "web-1", json!({"app": "web"})));
+    let dir = TempDir::new("metadata-whole-answer");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    let url = |p: &str| format!("{}{p}", hub.url());
+    let cache = hub.spec.cache_dir.clone();
+
+    let list = read(&url("/api/v1/pods"), LIST_ACCEPT);
+    assert_eq!(list.status, 200, "{}", list.text());
+    assert_eq!(assert_partial_list(&list.json()), names(&["web-1"]));
+    assert!(
+        hub.wait_cached(
+            &[&format!("{META_PODS}/default/web-1")],
+            Duration::from_secs(10)
+        ),
+        "{}",
+        hub.logs()
+    );
+
+    // A cloud that ignores `as=` answers plain JSON: whole pods, one not bound to a node.
+    let mut unbound = pod("default", "pending", json!({}));
+    unbound["spec"]["nodeName"] = json!(null);
+    let whole_list = json!({
+        "kind": "PodList", "apiVersion": "v1",
+        "metadata": {"resourceVersion": "999"},
+        "items": [pod("default", "whole-1", json!({})), unbound],
+    });
+    cloud.misanswer("/api/v1/pods", 1, 200, whole_list.to_string().as_bytes());
+    let answer = read(&url("/api/v1/pods"), LIST_ACCEPT);
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(
+        answer.json()["kind"],
+        "PodList",
+        "the cloud's answer, relayed"
+    );
+    assert_eq!(item_names(&answer.json()), names(&["whole-1", "pending"]));
+    let whole_pod = pod("default", "whole-2", json!({}));
+    cloud.misanswer(
+        "/api/v1/namespaces/default/pods/whole-2",
+        1,
+        200,
+        whole_pod.to_string().as_bytes(),
+    );
+    let one = read(&url("/api/v1/namespaces/default/pods/whole-2"), GET_ACCEPT);
+    assert_eq!(one.status, 200, "{}", one.text());
+    assert_eq!(one.json()["spec"]["nodeName"], "edge-1", "{}", one.text());
+
+    // The metadata view holds what it held: nothing whole was stored in it, nothing pruned.
+    hub.wait_cache_quiet();
+    let stored: Vec<String> = files_under(&cache.join(META_PODS))
+        .iter()
+        .map(|p| {
+            p.strip_prefix(cache.join(META_PODS))
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(stored, ["default/web-1"], "{}", hub.logs());
+    let kept: Value = serde_json::from_slice(
+        &std::fs::read(cache.join(META_PODS).join("default/web-1")).unwrap(),
+    )
+    .unwrap();
+    assert_partial(&kept);
+}
+
+#[test]
+fn a_metadata_watch_past_the_clouds_history_is_rebuilt_in_its_form() {
+    let cloud = Cloud::start();
+    for name in ["keep", "change", "gone"] {
+        cloud.create("pods", pod("default", name, json!({"app": "web"})));
+    }
+    let dir = TempDir::new("metadata-rebuild");
+    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
+    let url = |p: &str| format!("{}{p}", hub.url());
+
+    // The informer: its list (the difference's baseline), then its watch from there.
+    let list = read(&url("/api/v1/pods"), LIST_ACCEPT);
+    assert_eq!(list.status, 200, "{}", list.text());
+    let rv = list.json()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, _, mut events) = watch(
+        &url(&format!(
+            "/api/v1/pods?watch=1&resourceVersion={rv}&timeoutSeconds=90"
+        )),
+        GET_ACCEPT,
+    );
+    assert_eq!(status, 200);
+    assert!(cloud.wait_for_watchers("pods", 1, Duration::from_secs(10)));
+    assert!(
+        hub.wait_cached(
+            &[
+                &format!("{META_PODS}/default/keep"),
+                &format!("{META_PODS}/default/change"),
+                &format!("{META_PODS}/default/gone"),
+            ],
+            Duration::from_secs(10)
+        ),
+        "{}",
+        hub.logs()
+    );
+    hub.wait_cache_quiet();
+
+    // An outage past the cloud's history: one pod made, one changed, one deleted.
+    cloud.stop();
+    cloud.create("pods", pod("default", "new-1", json!({"app": "web"})));
+    let mut change = cloud.get("pods", "default", "change").unwrap();
+    change["metadata"]["labels"]["app"] = json!("changed");
+    cloud.update("pods", change);
+    cloud.delete("pods", "default", "gone");
+    assert!(
+        hub.wait_healthy(&cloud, false, Duration::from_secs(15)),
+        "{}",
+        hub.logs()
+    );
+    cloud.compact();
+    cloud.reset_requests();
+    cloud.restart();
+
+    // The same stream carries the difference, in the metadata form, and no ERROR.
+    let mut got = std::collections::BTreeSet::new();
+    while got.len() < 3 {
+        let event = events
+            .next_event()
+            .unwrap_or_else(|| panic!("the watch ended:\n{}", hub.logs()));
+        assert_ne!(event["type"], "ERROR", "{event}");
+        if event["type"] == "BOOKMARK" {
+            continue;
+        }
+        assert_partial(&event["object"]);
+        got.insert((
+            event["type"].as_str().unwrap().to_owned(),
+            event["object"]["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        ));
+    }
+    let expected: std::collections::BTreeSet<_> = [
+        ("ADDED", "new-1"),
+        ("MODIFIED", "change"),
+        ("DELETED", "gone"),
+    ]
+    .iter()
+    .map(|(t, n)| ((*t).to_owned(), (*n).to_owned()))
+    .collect();
+    assert_eq!(got, expected, "{}", hub.logs());
+    // Listed once, in the metadata list's form alone.
+    let lists: Vec<String> = cloud
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/api/v1/pods" && !r.query.contains("watch"))
+        .map(|r| r.accept.clone())
+        .collect();
+    assert_eq!(
+        lists,
+        ["application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"]
+    );
+    assert!(
+        hub.wait_cached(
+            &[&format!("{META_PODS}/default/new-1")],
+            Duration::from_secs(10)
+        ),
+        "{}",
+        hub.logs()
+    );
 }

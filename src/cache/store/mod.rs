@@ -502,10 +502,8 @@ impl Store {
     /// look at, and removed from there; `false` if it was not cached.
     pub(crate) fn delete_collection(&self, c: &CollectionKey) -> Result<bool, StoreError> {
         check_collection(c)?;
-        let mut dirs = self.kind_dirs(c);
-        // (`kind_dirs` always ends with the kind's.)
-        let kind_dir = dirs.pop().unwrap_or_default();
-        if !all_real_dirs(&dirs)? {
+        let (above, kind_dir) = self.kind_dirs(c);
+        if !all_real_dirs(&above)? {
             return Ok(false);
         }
         let parent_dir = parent_of(&kind_dir).to_owned();
@@ -569,32 +567,27 @@ impl Store {
     }
     /// The directories from the root down to where the object's file lives.
     fn object_dirs(&self, key: &ObjectKey) -> Vec<PathBuf> {
-        let mut dirs = self.kind_dirs(&key.collection);
-        if let Some(ns) = &key.namespace {
-            let in_kind = dirs[dirs.len() - 1].join(ns);
-            dirs.push(in_kind);
-        }
+        let (mut dirs, kind) = self.kind_dirs(&key.collection);
+        let in_kind = key.namespace.as_ref().map(|ns| kind.join(ns));
+        dirs.push(kind);
+        dirs.extend(in_kind);
         dirs
     }
 
-    /// The directories from the root down to the kind's, the kind's last: the component's,
-    /// the view's if it has one ([`View::dir`](super::key::View::dir)), the kind's.
-    pub(super) fn kind_dirs(&self, c: &CollectionKey) -> Vec<PathBuf> {
-        let mut dirs = vec![self.root.join(&c.component)];
-        if let Some(view) = c.view.dir() {
-            let view = dirs[0].join(view);
-            dirs.push(view);
-        }
-        let kind = dirs[dirs.len() - 1].join(c.gvr.dir_name());
-        dirs.push(kind);
-        dirs
+    /// The directories from the root down to the kind's: (those above it, the kind's), as
+    /// [`kind_dirs_below_root`] names them.
+    pub(super) fn kind_dirs(&self, c: &CollectionKey) -> (Vec<PathBuf>, PathBuf) {
+        let (above, kind) = kind_dirs_below_root(c);
+        let above = above.iter().map(|dir| self.root.join(dir)).collect();
+        (above, self.root.join(kind))
     }
 
     /// The kind directory if the collection is cached (it and every directory above it
     /// below the root are real directories, not symlinks).
     fn collection_dir(&self, c: &CollectionKey) -> Result<Option<PathBuf>, StoreError> {
         check_collection(c)?;
-        let mut dirs = self.kind_dirs(c);
+        let (mut dirs, kind) = self.kind_dirs(c);
+        dirs.push(kind);
         if !all_real_dirs(&dirs)? {
             return Ok(None);
         }
@@ -635,6 +628,17 @@ fn unchanged(existing: Option<&[u8]>, bytes: &[u8], rv: Option<&str>) -> Option<
 /// `metadata.resourceVersion` of a stored object, borrowed unless it holds escapes.
 fn stored_rv(bytes: &[u8]) -> Option<Cow<'_, str>> {
     ObjectHead::parse(bytes)?.metadata?.resource_version
+}
+
+/// The directories from the component's down to the kind's, as paths below the root (the
+/// journal's names): (those above the kind's: the component's, the view's if it has one
+/// ([`View::dir`](super::key::View::dir)); the kind's).
+pub(super) fn kind_dirs_below_root(c: &CollectionKey) -> (Vec<String>, String) {
+    let mut above = vec![c.component.as_str().to_owned()];
+    if let Some(view) = c.view.dir() {
+        above.push(format!("{}/{view}", c.component));
+    }
+    (above, format!("{}/{}", c.component, c.dir_name()))
 }
 
 fn check_segment(field: &'static str, value: &str) -> Result<(), StoreError> {

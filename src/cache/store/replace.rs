@@ -39,7 +39,10 @@ use super::index::{Known, entry_with};
 use super::journal::{CommitStep, JOURNAL_PREFIX, JournalWriter, RelPath};
 use super::list::NameCursor;
 use super::recent::Changed;
-use super::{PutOutcome, Store, check_collection, check_segment, next_id, stored_rv, unchanged};
+use super::{
+    PutOutcome, Store, check_collection, check_segment, kind_dirs_below_root, next_id, stored_rv,
+    unchanged,
+};
 use crate::cache::key::{CollectionKey, ObjectKey, rv_newer};
 
 /// What a committed replacement did.
@@ -77,24 +80,16 @@ struct KindDir {
 
 impl KindDir {
     fn of(replace: &Replace<'_>) -> KindDir {
-        let c = &replace.collection;
-        let mut above = vec![c.component.as_str().to_owned()];
-        if let Some(view) = c.view.dir() {
-            above.push(format!("{}/{view}", c.component));
-        }
-        let rel = format!("{}/{}", c.component, c.dir_name());
+        let (above, rel) = kind_dirs_below_root(&replace.collection);
         let dir = replace.store.root.join(&rel);
         KindDir { above, rel, dir }
     }
 
     /// Whether the kind's directory and every one above it are real directories.
     fn all_real(&self, root: &Path) -> Result<bool, StoreError> {
-        for rel in &self.above {
-            if !real_dir(&root.join(rel))? {
-                return Ok(false);
-            }
-        }
-        real_dir(&self.dir)
+        let mut dirs: Vec<PathBuf> = self.above.iter().map(|rel| root.join(rel)).collect();
+        dirs.push(self.dir.clone());
+        all_real_dirs(&dirs)
     }
 }
 
@@ -712,9 +707,7 @@ impl Replace<'_> {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let mut dirs = self.store.kind_dirs(&self.collection);
-        // (`kind_dirs` always ends with the kind's.)
-        let kind_dir = dirs.pop().unwrap_or_default();
+        let (mut dirs, kind_dir) = self.store.kind_dirs(&self.collection);
         if !self.collection_checked {
             dirs.push(kind_dir.clone());
             if !all_real_dirs(&dirs)? {

@@ -11,10 +11,11 @@
 //!
 //! Owned by the writer thread: no lock. What the request path reads of it (kubelet's `GET
 //! node` sets the node's Autonomy condition by it) is published to [`failing_keys`]: the
-//! count without a lock, the messages behind one taken only while some key fails.
+//! count is the metric's, read without a lock, the messages behind one taken only while some
+//! key fails.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -39,39 +40,26 @@ const WRITE_INTERVAL: Duration = Duration::from_secs(1);
 /// try).
 const RETRY_AFTER: Duration = Duration::from_secs(5);
 
-/// Longest summary of the failing keys' messages ([`FailingKeys::messages`]): it becomes a
-/// condition's message in the node's status, which every reader of the node downloads.
+/// Longest summary of the failing keys' messages ([`failing_keys`]): it becomes a condition's
+/// message in the node's status, which every reader of the node downloads.
 const MAX_SUMMARY: usize = 4096;
 
-/// How many keys fail now, published by the writer for [`failing_keys`].
-static FAILING_COUNT: AtomicUsize = AtomicUsize::new(0);
-
-/// Their messages joined (None while none fails), published before the count.
+/// The failing keys' messages joined (None while none fails), published before the count
+/// (`node_yurthub_error_keys_count`).
 static FAILING_MESSAGES: Mutex<Option<Arc<str>>> = Mutex::new(None);
 
-/// What fails in the cache now, as YurtHub's `QueryCacheResult` says it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct FailingKeys {
-    /// How many keys' last write failed.
-    pub count: usize,
-    /// Their error messages in key order, joined by a newline, cut at a message's end once
-    /// past 4 KiB.
-    pub messages: Arc<str>,
-}
-
-/// The keys whose last write failed, when some do: one atomic load while none fails (the
-/// usual case), a short lock otherwise.
-pub(crate) fn failing_keys() -> Option<FailingKeys> {
-    let count = FAILING_COUNT.load(Ordering::Acquire);
-    if count == 0 {
+/// The error messages of the keys whose last write failed, when some do (YurtHub's
+/// `QueryCacheResult`): in key order, joined by a newline, cut at a message's end once past
+/// 4 KiB. One atomic load while none fails (the usual case), a short lock otherwise.
+pub(crate) fn failing_keys() -> Option<Arc<str>> {
+    if METRICS.error_keys_count.load(Ordering::Acquire) == 0 {
         return None;
     }
     // A poisoned lock still holds a whole `Option`: the summary is only ever replaced.
-    let messages = FAILING_MESSAGES
+    FAILING_MESSAGES
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .clone()?;
-    Some(FailingKeys { count, messages })
+        .clone()
 }
 
 /// Something the writer stores under a cache key: its key as YurtHub writes it,
@@ -295,15 +283,16 @@ impl ErrorKeys {
         }
     }
 
+    /// Publishes the keys for the request path: the messages, then the count (a reader that
+    /// sees the count sees the messages it counts).
     fn publish(&self) {
-        METRICS
-            .error_keys_count
-            .store(self.keys.len() as i64, Ordering::Relaxed);
         let summary = (!self.keys.is_empty()).then(|| Arc::from(self.summary()));
         *FAILING_MESSAGES
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = summary;
-        FAILING_COUNT.store(self.keys.len(), Ordering::Release);
+        METRICS
+            .error_keys_count
+            .store(self.keys.len() as i64, Ordering::Release);
     }
 
     /// The keys' messages in key order joined by a newline (YurtHub joins them in its map's

@@ -162,6 +162,27 @@ fn head_of<'a>(
     }
 }
 
+/// The kind of every object a metadata view holds.
+const METADATA_KIND: &str = "PartialObjectMetadata";
+
+/// Whether an object of `kind` (its own, or for a list item without one, its list's items')
+/// is in the form `collection` holds: a metadata view keeps only `PartialObjectMetadata`. A
+/// cloud that ignores `as=` answers whole objects as plain JSON, which the client takes too;
+/// they are not stored in its view (unbound pods among them: that view has no spec to judge).
+/// Said at debug level: a watch says it for each event.
+fn in_view_form(collection: &CollectionKey, kind: Option<&str>) -> bool {
+    let fits = collection.view == View::Full || kind == Some(METADATA_KIND);
+    if !fits {
+        log::debug!(
+            "cache: the cloud answered {}/{} with {} objects, not metadata only; not stored",
+            collection.component,
+            collection.dir_name(),
+            kind.unwrap_or("untyped")
+        );
+    }
+    fits
+}
+
 /// Where an object goes, or why it is not stored.
 fn object_key(
     collection: &CollectionKey,
@@ -258,7 +279,8 @@ fn store_object(
         Ok(h) => h,
         Err(e) => return not_an_object(not_objects, collection, "an object", &e),
     };
-    if let Some((key, rv)) = object_key(collection, &head)
+    if in_view_form(collection, head.kind.as_deref())
+        && let Some((key, rv)) = object_key(collection, &head)
         && !lacks_namespace(&key, namespaced, true)
     {
         count_put(
@@ -353,6 +375,9 @@ pub(super) fn watch_event(
                 Ok(h) => h,
                 Err(e) => return not_an_object(not_objects, collection, "a watch object", &e),
             };
+            if !in_view_form(collection, head.kind.as_deref()) {
+                return;
+            }
             let Some((key, rv)) = object_key(collection, &head) else {
                 return;
             };
@@ -418,6 +443,12 @@ pub(super) fn list_item(
             return true;
         }
     };
+    // Whole objects in a metadata view: none of the answer is kept (it must not commit, or
+    // it would delete every object of the view it left out).
+    let kind = head.kind.as_deref().or(list.item_kind.as_deref());
+    if !in_view_form(collection, kind) {
+        return false;
+    }
     let Some((key, rv)) = object_key(collection, &head) else {
         return true;
     };

@@ -59,10 +59,10 @@ impl Setting {
 }
 
 /// `text` is a duration Go's `ParseDuration` accepts. yurt-manager reads a negative one as
-/// unlimited, like 0, so a sign does not make it unreadable.
+/// unlimited, like 0, so a sign does not make it unreadable; Go takes one sign, no more.
 fn is_go_duration(text: &str) -> bool {
-    let unsigned = text.strip_prefix('-').unwrap_or(text);
-    crate::config::parse_go_duration(unsigned).is_ok()
+    let unsigned = text.strip_prefix(['-', '+']).unwrap_or(text);
+    !unsigned.starts_with(['-', '+']) && crate::config::parse_go_duration(unsigned).is_ok()
 }
 
 /// A condition's status, reason and message as YurtHub words them.
@@ -111,8 +111,8 @@ pub(crate) fn want(setting: Setting, failing: Option<&str>, checks: &AtomicU32) 
 
 /// Sets `wanted` as the Autonomy condition of `node` at `now` (RFC 3339); true when the node
 /// changed. A condition already at the wanted status is left as it is, its times and words
-/// too; a changed one gets both times new (YurtHub sets the heartbeat twice, meaning the
-/// transition too); a missing one is added. A node whose status or conditions are not what
+/// too; a changed one gets both times new (YurtHub's `autonomy.go` sets `LastHeartbeatTime`
+/// and `LastTransitionTime`); a missing one is added. A node whose status or conditions are not what
 /// a Node has is left alone.
 pub(crate) fn apply(node: &mut Value, wanted: &Wanted, now: &str) -> bool {
     let Some(node) = node.as_object_mut() else {
@@ -197,14 +197,17 @@ mod tests {
         for off in ["false", "", "yes", "True"] {
             assert_eq!(of(&annotated(AUTONOMY_ANNOTATION, off)), Setting::Disabled);
         }
-        for on in ["0", "10m", "1h30m", "1.5h", "300ms", "-5m"] {
+        for on in ["0", "10m", "1h30m", "1.5h", "300ms", "-5m", "+5m", "-0"] {
             assert_eq!(
                 of(&annotated(DURATION_ANNOTATION, on)),
                 Setting::Enabled,
                 "{on}"
             );
         }
-        for off in ["bogus", "", "10", "5 m", "-"] {
+        // Go takes one sign only.
+        for off in [
+            "bogus", "", "10", "5 m", "-", "+", "-+5m", "+-5m", "--5m", "++5m",
+        ] {
             assert_eq!(
                 of(&annotated(DURATION_ANNOTATION, off)),
                 Setting::Disabled,

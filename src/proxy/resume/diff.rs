@@ -212,6 +212,7 @@ pub(crate) fn catch_up<E: Emit>(ctx: &RoundCtx<'_>, chain: &mut E) -> CatchUp {
                 target: &ctx.list_target,
                 headers: ctx.headers,
                 identity: ctx.identity,
+                accept: ctx.key.accept,
                 kind_hint: ctx.kind,
                 deadline: ctx.deadline,
                 over: &over,

@@ -51,8 +51,11 @@ use crate::cache::writer::Session;
 use crate::filters::Filters;
 use crate::filters::body::{BodyFilter, StageTime};
 use crate::metrics::InFlight;
-use crate::request::{Accept, ApiRequest, ResourcePath};
-use crate::route::{Deadline, Identity, NoCacheReason, Resume, Route, WATCH_DEFAULT, WATCH_MARGIN};
+use crate::request::{ApiRequest, ResourcePath};
+use crate::route::{
+    Deadline, Identity, NoCacheReason, Resume, Route, WATCH_DEFAULT, WATCH_MARGIN,
+    rebuild_list_accept,
+};
 use crate::server::{Exchange, Length};
 use crate::stream::{
     self, BodyReads, ClientEnd, EventCut, FilterStage, LegEnd, Progress, Pumped, Stop, Tee,
@@ -104,6 +107,7 @@ fn scope_key(req: &ApiRequest, path: &ResourcePath, route: &Route, list_target: 
             .to_owned(),
         label_selector: req.query.label_selector.clone().unwrap_or_default(),
         field_selector,
+        accept: rebuild_list_accept(req.accept),
     }
 }
 
@@ -538,15 +542,11 @@ impl Watch<'_, '_, '_, '_> {
     /// else's watch ends cleanly, with one line saying why.
     fn rebuild(&mut self, held_since: Instant) -> Rebuilt {
         let why = match self.mode {
-            Resume::ResumeOnly
-                if matches!(
-                    self.req.accept,
-                    Accept::Transformed { .. } | Accept::Metadata { .. }
-                ) =>
-            {
-                "a transformed (as=) answer"
-            }
-            Resume::ResumeOnly => "not a cache agent",
+            Resume::ResumeOnly => match self.route.cache {
+                Err(NoCacheReason::Transformed) => "a transformed (as=) answer",
+                Err(NoCacheReason::NotAgent) => "not a cache agent",
+                _ => "its answer is not cached",
+            },
             Resume::Rebuild if !self.chain.inner_mut().inner_mut().session_intact() => {
                 "its cache session was dropped"
             }

@@ -60,6 +60,9 @@ pub(crate) struct ScopeKey {
     pub label_selector: String,
     /// `fieldSelector` as sent.
     pub field_selector: String,
+    /// The list's `Accept` ([`route::rebuild_list_accept`](crate::route::rebuild_list_accept)):
+    /// a metadata-only watch and a full one of the same scope list apart.
+    pub accept: &'static str,
 }
 
 /// One listed object, shared by every client watch of the round.
@@ -125,6 +128,8 @@ pub(crate) struct ListRequest<'a> {
     pub headers: &'a [(String, String)],
     /// Whose credentials.
     pub identity: Identity,
+    /// The list's `Accept`: the form its watches' answers are cached in.
+    pub accept: &'static str,
     /// The kind and apiVersion of the watch's objects when known (the last delivered): used
     /// only if an item comes before the list says its own.
     pub kind_hint: Option<(&'a str, &'a str)>,
@@ -335,7 +340,7 @@ fn list_scope(
             method: "GET",
             path_and_query: req.target,
             headers: &headers,
-            accept: Some("application/json"),
+            accept: Some(req.accept),
             body: None,
             deadline: Deadline::Bounded(list_deadline(req.deadline, Instant::now())),
             identity: req.identity,

@@ -79,3 +79,16 @@ fn a_kind_is_namespaced_by_its_request_or_as_a_built_in() {
     check("example.com", "widgets", None, false);
     check("example.com", "widgets", Some("ns"), true);
 }
+
+#[test]
+fn a_metadata_view_keeps_only_partial_object_metadata() {
+    let full = CollectionKey::new("coredns", "pods", "v1", "");
+    let meta = full.clone().metadata();
+    assert!(in_view_form(&meta, Some("PartialObjectMetadata")));
+    // Whole objects a cloud sent despite `as=`, typed or not.
+    assert!(!in_view_form(&meta, Some("Pod")));
+    assert!(!in_view_form(&meta, None));
+    // The full view takes what its kind is.
+    assert!(in_view_form(&full, Some("Pod")));
+    assert!(in_view_form(&full, None));
+}

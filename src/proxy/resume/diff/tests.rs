@@ -187,6 +187,7 @@ impl<'a> Watch<'a> {
                 path: "/api/v1/pods".to_owned(),
                 label_selector: String::new(),
                 field_selector: self.field_selector.clone(),
+                accept: "application/json",
             },
             list_target: "/api/v1/pods".to_owned(),
             headers: &[],

@@ -11,6 +11,7 @@ fn key(path: &str) -> ScopeKey {
         path: path.to_owned(),
         label_selector: String::new(),
         field_selector: "spec.nodeName=edge-1".to_owned(),
+        accept: "application/json",
     }
 }
 
