@@ -26,7 +26,9 @@
 //! requests, body bytes up and down (and the gzip part of down) on the cloud link, bytes
 //! saved by inflating gzip the hub asked for ([`Link::inflated`]), and bytes a pool leader or
 //! pool cache served instead of the cloud (`pool_saved`). At most [`MAX_TOTALS`] keys, then
-//! one `_other` row. A leader's answers count as `pool_saved`, never as link bytes; a
+//! one `_other` row; their labels are cut to [`MAX_TOTALS_LABEL`] bytes of `[a-z0-9._-]` (what
+//! bounds the totals file). The verb is the caller's (`request::Verb`, as the request was
+//! classified). A leader's answers count as `pool_saved`, never as link bytes; a
 //! non-resource request to a leader (a probe) counts only in the series.
 //!
 //! Bodies only: request and response heads (a few hundred bytes per exchange), chunk framing
@@ -34,27 +36,27 @@
 //! estimate them.
 //!
 //! Design: the label key is resolved once per request ([`LinkStats::link`]: the labels are
-//! borrowed from the request, the component lowercased into a stack buffer, then a mutex
-//! lock and a map lookup each for the series and the totals row; one small allocation, the
-//! handle, once both exist) into a [`Link`], a shared handle on their atomics. A body reader then adds each read's byte count to them (one
-//! relaxed atomic add per read; a read carries up to the 8 KiB input buffer): a watch's bytes
-//! show at once, and nothing is batched that a dropped stream could lose. Measured (x86-64,
-//! release, 100 series): resolving the series from the headers and path ~0.3 µs per request
-//! (about what the existing in-flight series cost, which allocate three strings), counting a
-//! read ~2 ns.
+//! borrowed from the request, the component lowercased into a stack buffer, then one mutex
+//! lock and a map lookup for the series, whose entry keeps its totals row per verb once looked
+//! up; nothing allocated once both exist) into a [`Link`], handles on their atomics. A body
+//! reader then adds each read's byte count to them (one relaxed atomic add per read; a read
+//! carries up to the 8 KiB input buffer): a watch's bytes show at once, and nothing is batched
+//! that a dropped stream could lose. Measured (x86-64, release, 100 series): resolving the
+//! series from the headers and path ~0.3 µs per request (about what the existing in-flight
+//! series cost, which allocate three strings), counting a read ~2 ns.
 //!
 //! Labels come from clients (User-Agent, path): as for the request series in `metrics`, at
 //! most [`MAX_SERIES`] are kept; requests past the cap count only in the totals. Cost: one
 //! series is its key (three short strings, about 60 to 120 bytes with the server URL) plus
-//! 32 bytes of counters and the Arc's 8 and a map slot, about 200 bytes; 512 series at most,
-//! ~100 KB at worst.
+//! 32 bytes of counters, 160 of its totals rows per verb, the Arc's 16 and a map slot, about
+//! 360 bytes; 512 series at most, ~180 KB at worst.
 
 use std::borrow::Borrow;
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::lock;
 
@@ -70,15 +72,22 @@ const MAX_LABEL: usize = 64;
 pub(crate) const HUB_COMPONENT: &str = "tinyhub";
 
 /// Most (component, resource, verb) keys of the totals table; later keys count in one
-/// `_other` row. 256 keys is about 16 components each reading a few resources.
-pub(crate) const MAX_TOTALS: usize = 256;
+/// `_other` row. A node's usual clients (kubelet, kube-proxy, coredns, a CNI, the hub) make
+/// about 45; the cap is what keeps the totals file within 64 KiB (`linkbook`).
+pub(crate) const MAX_TOTALS: usize = 64;
+
+/// Longest component or resource label of the totals table.
+pub(crate) const MAX_TOTALS_LABEL: usize = 32;
 
 /// The label value of the totals row past [`MAX_TOTALS`].
 pub(crate) const OTHER: &str = "_other";
 
-/// The verbs of the totals table, as Kubernetes' audit log names them; `other` for
-/// anything else (OPTIONS, a tunnel's upgrade without a method).
-pub(crate) const VERBS: [&str; 9] = [
+/// How many verbs the totals table tells apart.
+pub(crate) const N_VERBS: usize = 10;
+
+/// The verbs of the totals table, as `request::Verb` names them; `other` for anything else
+/// (a non-resource path, a method the hub does not classify).
+pub(crate) const VERBS: [&str; N_VERBS] = [
     "get",
     "list",
     "watch",
@@ -87,6 +96,7 @@ pub(crate) const VERBS: [&str; 9] = [
     "patch",
     "delete",
     "deletecollection",
+    "proxy",
     "other",
 ];
 
@@ -128,7 +138,15 @@ pub(crate) const T_GZIP_SAVED: usize = 4;
 pub(crate) const T_POOL_SAVED: usize = 5;
 
 /// The totals table: component → resource → one slot per verb.
-type TotalsMap = BTreeMap<Box<str>, BTreeMap<Box<str>, [Option<Arc<TotalCounters>>; 9]>>;
+type TotalsMap = BTreeMap<Box<str>, BTreeMap<Box<str>, [Option<Arc<TotalCounters>>; N_VERBS]>>;
+
+/// One series: its counters, and its totals row per verb once a request looked it up (the
+/// row is a function of the series' labels and the verb), so a warm request takes one lock.
+#[derive(Debug, Default)]
+struct Series {
+    counters: LinkCounters,
+    rows: [OnceLock<Arc<TotalCounters>>; N_VERBS],
+}
 
 /// The counters of one series (or of the requests past the cap).
 #[derive(Debug, Default)]
@@ -261,13 +279,13 @@ impl Labels for Asked<'_> {
 
 /// The link series of the process (or of a test).
 pub(crate) struct LinkStats {
-    series: Mutex<BTreeMap<Key, Arc<LinkCounters>>>,
+    series: Mutex<BTreeMap<Key, Arc<Series>>>,
     /// Requests past the series cap.
     overflow: LinkCounters,
     /// The totals table and its key count.
     totals: Mutex<(TotalsMap, usize)>,
-    /// The `_other` row of the totals table.
-    totals_other: TotalCounters,
+    /// The `_other` row of the totals table, shared by the keys past the cap.
+    totals_other: OnceLock<Arc<TotalCounters>>,
 }
 
 /// The process-wide link series.
@@ -280,19 +298,37 @@ impl LinkStats {
             series: Mutex::new(BTreeMap::new()),
             overflow: LinkCounters::new(),
             totals: Mutex::new((BTreeMap::new(), 0)),
-            totals_other: TotalCounters::new(),
+            totals_other: OnceLock::new(),
         }
     }
 
-    /// The series of one request to `server` (a base URL, or a name such as `leader`) with
-    /// `method` for `path` (with its query) from `component` (a User-Agent's first word, see
-    /// [`component_of`]), and its totals row; made when new and under the caps. `leader`: the
-    /// server is a pool leader, whose answers count as saved, not as link bytes. Count on the
-    /// returned handle; it holds no lock.
+    /// The series of one request to `server` (a base URL, or a name such as `leader`) of
+    /// `verb` (as `request::Verb::as_str` names it) for `path` (with its query) from
+    /// `component` (a User-Agent's first word, see [`component_of`]), and its totals row; made
+    /// when new and under the caps. `leader`: the server is a pool leader, whose answers count
+    /// as saved, not as link bytes. Count on the returned handle; it holds no lock.
     pub(crate) fn link(
         &'static self,
         server: &str,
-        method: &str,
+        verb: &str,
+        component: &str,
+        path: &str,
+        leader: bool,
+    ) -> Link {
+        self.resolve(server, Some(verb), component, path, leader)
+    }
+
+    /// A handle on `server`'s series without labels from a request, counting nothing in the
+    /// totals: a tunnel's before its request is known.
+    pub(crate) fn untotalled(&'static self, server: &str) -> Link {
+        self.resolve(server, None, "", "", false)
+    }
+
+    /// [`LinkStats::link`]; no totals row without a verb.
+    fn resolve(
+        &'static self,
+        server: &str,
+        verb: Option<&str>,
         component: &str,
         path: &str,
         leader: bool,
@@ -314,7 +350,7 @@ impl LinkStats {
             match map.get(&asked as &dyn Labels) {
                 Some(series) => Some(Arc::clone(series)),
                 None if map.len() < MAX_SERIES => {
-                    let series = Arc::new(LinkCounters::new());
+                    let series = Arc::new(Series::default());
                     let key = Key {
                         server: server.into(),
                         component: component.to_ascii_lowercase().into(),
@@ -327,24 +363,40 @@ impl LinkStats {
             }
         };
         // A probe of a leader (no resource) is no traffic the cloud was spared.
-        let totals = if leader && resource.is_empty() {
-            Row::Off
-        } else {
-            // ASCII lowercasing keeps UTF-8 valid; the fallback is never taken.
-            let component = std::str::from_utf8(lower).unwrap_or(OTHER);
-            self.row(component, resource, verb_of(method, path))
+        let row = match verb {
+            Some(_) if leader && resource.is_empty() => None,
+            None => None,
+            Some(verb) => {
+                let verb = verb_index(verb);
+                // Only when the series has not met this verb yet (or is past the cap).
+                let look_up = || {
+                    // ASCII lowercasing keeps UTF-8 valid; the fallback is never taken.
+                    let component = std::str::from_utf8(lower).unwrap_or(OTHER);
+                    self.row(&totals_label(component), &totals_label(resource), verb)
+                };
+                Some(match &series {
+                    Some(series) => Arc::clone(series.rows[verb].get_or_init(look_up)),
+                    None => look_up(),
+                })
+            }
         };
-        Link(Arc::new(Handles {
+        Link {
             stats: self,
             series,
-            totals,
+            row,
             leader,
-        }))
+        }
     }
 
-    /// The totals row of (component, resource, verb): made when new and under the cap, else
-    /// the `_other` row.
-    fn row(&self, component: &str, resource: &str, verb: usize) -> Row {
+    /// The `_other` row of the totals table.
+    fn other(&self) -> &Arc<TotalCounters> {
+        self.totals_other
+            .get_or_init(|| Arc::new(TotalCounters::new()))
+    }
+
+    /// The totals row of (component, resource, verb index), labels as [`totals_label`] makes
+    /// them: made when new and under the cap, else the `_other` row.
+    fn row(&self, component: &str, resource: &str, verb: usize) -> Arc<TotalCounters> {
         let mut guard = lock(&self.totals);
         let (map, count) = &mut *guard;
         if let Some(slot) = map
@@ -352,10 +404,10 @@ impl LinkStats {
             .and_then(|r| r.get(resource))
             .and_then(|verbs| verbs[verb].as_ref())
         {
-            return Row::Key(Arc::clone(slot));
+            return Arc::clone(slot);
         }
         if *count >= MAX_TOTALS {
-            return Row::Other;
+            return Arc::clone(self.other());
         }
         *count += 1;
         let counters = Arc::new(TotalCounters::new());
@@ -365,21 +417,15 @@ impl LinkStats {
             .entry(resource.into())
             .or_default();
         slot[verb] = Some(Arc::clone(&counters));
-        Row::Key(counters)
+        counters
     }
 
     /// Counts `bytes` of a list or watch a pool cache served a local client (not a
     /// follower) from memory: bytes the cloud link did not carry.
     pub(crate) fn pool_served(&self, component: &str, resource: &str, verb: &str, bytes: u64) {
-        let component = cut(component.trim()).to_ascii_lowercase();
-        let verb = VERBS
-            .iter()
-            .position(|v| *v == verb)
-            .unwrap_or(VERBS.len() - 1);
-        match self.row(&component, cut(resource), verb) {
-            Row::Key(row) => row.add(T_POOL_SAVED, bytes),
-            Row::Other | Row::Off => self.totals_other.add(T_POOL_SAVED, bytes),
-        }
+        let component = totals_label(&component.trim().to_ascii_lowercase());
+        self.row(&component, &totals_label(resource), verb_index(verb))
+            .add(T_POOL_SAVED, bytes);
     }
 
     /// The totals table as it is now: (component, resource, verb, totals) in key order, the
@@ -403,7 +449,10 @@ impl LinkStats {
                 }
             }
         }
-        let other = self.totals_other.snapshot();
+        let other = self
+            .totals_other
+            .get()
+            .map_or_else(Totals::default, |row| row.snapshot());
         if other.iter().any(|&n| n > 0) {
             out.push((OTHER.to_owned(), OTHER.to_owned(), OTHER, other));
         }
@@ -437,7 +486,7 @@ impl LinkStats {
                     escape(&key.component),
                     escape(&key.resource)
                 );
-                (labels, counters.snapshot())
+                (labels, counters.counters.snapshot())
             })
             .collect();
         let mut totals = self.overflow.snapshot();
@@ -463,58 +512,37 @@ impl LinkStats {
     }
 }
 
-/// A request's row of the totals table.
-#[derive(Clone)]
-enum Row {
-    /// Its own key.
-    Key(Arc<TotalCounters>),
-    /// Past [`MAX_TOTALS`]: the `_other` row.
-    Other,
-    /// Not counted in the totals (a leader's probe).
-    Off,
-}
-
-/// One request's series and totals row: counts what it carries. One pointer (every answer
-/// body holds one); cloning it is one atomic increment.
-#[derive(Clone)]
-pub(crate) struct Link(Arc<Handles>);
-
-/// What a [`Link`] counts on.
-struct Handles {
+/// One request's series and totals row: counts what it carries. Made per request, never
+/// allocating once its series and row exist (every answer body holds one).
+pub(crate) struct Link {
     stats: &'static LinkStats,
     /// `None`: past the cap, counted in the totals only.
-    series: Option<Arc<LinkCounters>>,
-    /// Its totals row.
-    totals: Row,
+    series: Option<Arc<Series>>,
+    /// Its totals row (the `_other` one past the cap); `None` for a leader's probe and a
+    /// tunnel's handle before its request is known.
+    row: Option<Arc<TotalCounters>>,
     /// The server is a pool leader: answers count as pool-saved.
     leader: bool,
 }
 
-impl Handles {
+impl Link {
     fn counters(&self) -> &LinkCounters {
-        self.series.as_deref().unwrap_or(&self.stats.overflow)
-    }
-
-    fn row(&self) -> Option<&TotalCounters> {
-        match &self.totals {
-            Row::Key(row) => Some(row),
-            Row::Other => Some(&self.stats.totals_other),
-            Row::Off => None,
-        }
+        self.series
+            .as_deref()
+            .map_or(&self.stats.overflow, |s| &s.counters)
     }
 }
 
 impl Link {
     /// Counts one request that went on the link, with `body` request body bytes.
     pub(crate) fn request(&self, body: u64) {
-        let h = &self.0;
-        let c = h.counters();
+        let c = self.counters();
         c.requests.fetch_add(1, Ordering::Relaxed);
         if body > 0 {
             c.sent.fetch_add(body, Ordering::Relaxed);
         }
         // A leader's requests travel the LAN: not the cloud link's.
-        if let Some(row) = h.row().filter(|_| !h.leader) {
+        if let Some(row) = self.row.as_ref().filter(|_| !self.leader) {
             row.add(T_REQUESTS, 1);
             row.add(T_UP, body);
         }
@@ -525,14 +553,13 @@ impl Link {
         if bytes == 0 {
             return;
         }
-        let h = &self.0;
-        let c = h.counters();
+        let c = self.counters();
         c.received.fetch_add(bytes, Ordering::Relaxed);
         if gzip {
             c.received_gzip.fetch_add(bytes, Ordering::Relaxed);
         }
-        match h.row() {
-            Some(row) if h.leader => row.add(T_POOL_SAVED, bytes),
+        match &self.row {
+            Some(row) if self.leader => row.add(T_POOL_SAVED, bytes),
             Some(row) => {
                 row.add(T_DOWN, bytes);
                 if gzip {
@@ -549,46 +576,15 @@ impl Link {
     /// on the link (counted as received already), `plain` were read out of them; the
     /// difference is what gzip saved the link.
     pub(crate) fn inflated(&self, compressed: u64, plain: u64) {
-        if let Some(row) = self.0.row() {
+        if let Some(row) = &self.row {
             row.add(T_GZIP_SAVED, plain.saturating_sub(compressed));
         }
     }
 }
 
-/// The verb of a request as the totals table names it (an index into [`VERBS`]): a GET is a
-/// watch (`watch=true|1`, or a legacy `/watch/` path), a list (a collection) or a get; a
-/// DELETE of a collection is a deletecollection.
-pub(crate) fn verb_of(method: &str, path_and_query: &str) -> usize {
-    let (path, query) = path_and_query
-        .split_once('?')
-        .unwrap_or((path_and_query, ""));
-    let named = || locate(path).is_some_and(|(_, named)| named);
-    let verb = match method {
-        "GET" | "HEAD" => {
-            let watch = query
-                .split('&')
-                .any(|p| p == "watch=true" || p == "watch=1")
-                || legacy_watch(path);
-            if watch {
-                "watch"
-            } else if locate(path).is_some_and(|(_, named)| !named) {
-                "list"
-            } else {
-                "get"
-            }
-        }
-        "POST" => "create",
-        "PUT" => "update",
-        "PATCH" => "patch",
-        "DELETE" if named() => "delete",
-        "DELETE" if locate(path).is_some() => "deletecollection",
-        "DELETE" => "delete",
-        _ => "other",
-    };
-    VERBS
-        .iter()
-        .position(|v| *v == verb)
-        .unwrap_or(VERBS.len() - 1)
+/// The index in [`VERBS`] of a verb name; `other` for one it does not know.
+fn verb_index(verb: &str) -> usize {
+    VERBS.iter().position(|v| *v == verb).unwrap_or(N_VERBS - 1)
 }
 
 /// A response body that counts its bytes on a [`Link`] as they are read (a watch's while it
@@ -661,23 +657,12 @@ pub(crate) fn resource_of(path_and_query: &str) -> &str {
     let path = path_and_query
         .split_once('?')
         .map_or(path_and_query, |(p, _)| p);
-    locate(path).map_or("", |(resource, _)| resource)
+    locate(path).unwrap_or("")
 }
 
-/// A path under the legacy `/watch/` prefix (`/api/v1/watch/...`, `/apis/<g>/<v>/watch/...`).
-fn legacy_watch(path: &str) -> bool {
-    let mut segments = path.split('/').filter(|s| !s.is_empty());
-    let skip = match segments.next() {
-        Some("api") => 1,
-        Some("apis") => 2,
-        _ => return false,
-    };
-    segments.nth(skip) == Some("watch")
-}
-
-/// The resource of a path (without its query) and whether a name follows it; `None` for a
-/// non-resource path or a discovery document.
-fn locate(path: &str) -> Option<(&str, bool)> {
+/// The resource of a path (without its query); `None` for a non-resource path or a
+/// discovery document.
+fn locate(path: &str) -> Option<&str> {
     let mut segments = path.split('/').filter(|s| !s.is_empty());
     let skip = match segments.next() {
         Some("api") => 1,
@@ -703,7 +688,7 @@ fn locate(path: &str) -> Option<(&str, bool)> {
                 b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'
             }) =>
         {
-            Some((resource, rest.get(i + 1).copied().flatten().is_some()))
+            Some(resource)
         }
         _ => None,
     }
@@ -719,6 +704,19 @@ fn cut(s: &str) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+/// A label of the totals table: at most [`MAX_TOTALS_LABEL`] bytes, each of `[a-z0-9._-]`,
+/// anything else `_` (no escaping in the file, `/v1/link` or `/metrics`: what bounds them).
+fn totals_label(s: &str) -> String {
+    s.chars()
+        .take(MAX_TOTALS_LABEL)
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '.' | '-' | '_' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '_',
+        })
+        .collect()
 }
 
 /// Escapes a label value: backslash, double quote and newline (the metrics' too).
@@ -801,17 +799,17 @@ mod tests {
     fn requests_and_bytes_add_up_per_series_and_in_the_totals() {
         static S: LinkStats = LinkStats::new();
         let cloud = "https://10.0.0.1:6443";
-        let a = S.link(cloud, "GET", "kube-proxy", "/api/v1/services", false);
+        let a = S.link(cloud, "list", "kube-proxy", "/api/v1/services", false);
         a.request(0);
         a.received(1000, false);
         a.received(24, false);
         // The same labels, the component written otherwise: the same series.
-        let b = S.link(cloud, "GET", "Kube-Proxy", "/api/v1/services", false);
+        let b = S.link(cloud, "list", "Kube-Proxy", "/api/v1/services", false);
         b.request(0);
         b.received(500, true);
         let lease = S.link(
             cloud,
-            "PUT",
+            "update",
             HUB_COMPONENT,
             "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1",
             false,
@@ -820,7 +818,7 @@ mod tests {
         lease.received(0, false);
         let leader = S.link(
             "leader",
-            "GET",
+            "list",
             "coredns",
             "/apis/discovery.k8s.io/v1/endpointslices",
             true,
@@ -880,7 +878,7 @@ mod tests {
         for i in 0..MAX_SERIES {
             S.link(
                 "https://c",
-                "GET",
+                "list",
                 &format!("agent-{i}"),
                 "/api/v1/pods",
                 false,
@@ -888,11 +886,11 @@ mod tests {
             .request(1);
         }
         // A new series past the cap: counted, but without labels of its own.
-        let late = S.link("https://c", "GET", "one-too-many", "/api/v1/pods", false);
+        let late = S.link("https://c", "list", "one-too-many", "/api/v1/pods", false);
         late.request(10);
         late.received(5, false);
         // A series made before the cap still counts under its labels.
-        S.link("https://c", "GET", "agent-0", "/api/v1/pods", false)
+        S.link("https://c", "list", "agent-0", "/api/v1/pods", false)
             .received(3, false);
 
         let text = page(&S);
@@ -928,7 +926,7 @@ mod tests {
         static S: LinkStats = LinkStats::new();
         let link = S.link(
             "leader",
-            "GET",
+            "list",
             "kube-proxy",
             "/apis/discovery.k8s.io/v1/endpointslices",
             true,
@@ -957,8 +955,8 @@ mod tests {
     fn hostile_labels_are_cut_and_escaped() {
         static S: LinkStats = LinkStats::new();
         let long = "é".repeat(100);
-        S.link("https://c", "GET", &long, "", false).request(0);
-        S.link("https://c", "GET", "evil\"}\nx", "", false)
+        S.link("https://c", "list", &long, "", false).request(0);
+        S.link("https://c", "list", "evil\"}\nx", "", false)
             .request(0);
         let text = page(&S);
         assert!(text.contains(&format!("component=\"{}\"", "é".repeat(32))));
@@ -966,31 +964,67 @@ mod tests {
     }
 
     #[test]
-    fn verbs_follow_the_method_and_the_path() {
-        let verb = |m: &str, p: &str| VERBS[verb_of(m, p)];
-        assert_eq!(verb("GET", "/api/v1/namespaces/d/pods"), "list");
-        assert_eq!(verb("GET", "/api/v1/pods?limit=500"), "list");
+    fn a_series_keeps_its_rows_per_verb_and_the_caller_names_the_verb() {
+        static S: LinkStats = LinkStats::new();
+        let path = "/api/v1/namespaces/d/pods?watch=True";
+        let a = S.link("https://c", "watch", "kubelet", path, false);
+        let b = S.link("https://d", "watch", "Kubelet", path, false);
+        // Two servers, two series, one totals row; the verb is the caller's, not the path's.
+        assert!(Arc::ptr_eq(
+            a.row.as_ref().unwrap(),
+            b.row.as_ref().unwrap()
+        ));
+        let again = S.link("https://c", "watch", "kubelet", path, false);
+        assert!(Arc::ptr_eq(
+            a.row.as_ref().unwrap(),
+            again.row.as_ref().unwrap()
+        ));
+        let get = S.link("https://c", "get", "kubelet", path, false);
+        assert!(!Arc::ptr_eq(
+            a.row.as_ref().unwrap(),
+            get.row.as_ref().unwrap()
+        ));
+        for l in [a, b, again, get] {
+            l.request(0);
+        }
+        S.link("https://c", "no-such-verb", "kubelet", path, false)
+            .request(0);
+        let verbs: Vec<(&str, u64)> = S
+            .totals()
+            .iter()
+            .map(|(_, _, v, t)| (*v, t[T_REQUESTS]))
+            .collect();
+        assert_eq!(verbs, [("get", 1), ("watch", 3), ("other", 1)]);
+    }
+
+    #[test]
+    fn a_tunnel_before_its_request_has_no_totals_row() {
+        static S: LinkStats = LinkStats::new();
+        let l = S.untotalled("https://c");
+        assert!(l.row.is_none());
+        l.request(3);
+        l.received(10, false);
+        assert!(S.totals().is_empty());
         assert_eq!(
-            verb("GET", "/api/v1/pods?watch=true&resourceVersion=5"),
-            "watch"
+            value(&page(&S), "tinyhub_cloud_all_requests_total"),
+            Some(1)
         );
-        assert_eq!(verb("GET", "/api/v1/watch/namespaces/d/pods"), "watch");
-        assert_eq!(verb("GET", "/apis/apps/v1/watch/deployments"), "watch");
-        assert_eq!(verb("GET", "/api/v1/namespaces/watch/pods"), "list");
-        assert_eq!(verb("GET", "/api/v1/namespaces/d/pods/p"), "get");
-        assert_eq!(verb("GET", "/api/v1/namespaces/d/pods/p/log"), "get");
-        assert_eq!(verb("GET", "/api/v1/namespaces/default"), "get");
-        assert_eq!(verb("GET", "/api/v1/namespaces"), "list");
-        assert_eq!(verb("GET", "/readyz"), "get");
-        assert_eq!(verb("POST", "/api/v1/namespaces/d/pods"), "create");
-        assert_eq!(verb("PUT", "/api/v1/nodes/n1/status"), "update");
-        assert_eq!(verb("PATCH", "/api/v1/nodes/n1/status"), "patch");
-        assert_eq!(verb("DELETE", "/api/v1/namespaces/d/pods/p"), "delete");
-        assert_eq!(
-            verb("DELETE", "/api/v1/namespaces/d/pods"),
-            "deletecollection"
-        );
-        assert_eq!(verb("OPTIONS", "/api/v1/pods"), "other");
+    }
+
+    #[test]
+    fn totals_labels_are_short_and_need_no_escaping() {
+        static S: LinkStats = LinkStats::new();
+        S.link(
+            "https://c",
+            "get",
+            &"é\"x".repeat(30),
+            "/api/v1/pods",
+            false,
+        )
+        .request(0);
+        S.pool_served(&"Ab".repeat(40), "pods", "list", 1);
+        let labels: Vec<String> = S.totals().into_iter().map(|(c, ..)| c).collect();
+        assert_eq!(labels, ["__x".repeat(10) + "__", "ab".repeat(16)]);
     }
 
     #[test]
@@ -1006,7 +1040,7 @@ mod tests {
         for server in ["https://a", "https://b"] {
             let l = S.link(
                 server,
-                "GET",
+                "list",
                 "Kubelet",
                 "/api/v1/pods?fieldSelector=x",
                 false,
@@ -1020,10 +1054,10 @@ mod tests {
             Some([2, 0, 200, 200, 1600, 0])
         );
         // A leader's answer is saved, not carried; its probe counts nowhere in the totals.
-        let l = S.link("leader", "GET", "kube-proxy", "/api/v1/services", true);
+        let l = S.link("leader", "list", "kube-proxy", "/api/v1/services", true);
         l.request(0);
         l.received(50, false);
-        S.link("leader", "GET", "tinyhub", "/readyz", true)
+        S.link("leader", "list", "tinyhub", "/readyz", true)
             .request(0);
         S.pool_served("Kube-Proxy", "services", "list", 25);
         assert_eq!(
@@ -1031,7 +1065,7 @@ mod tests {
             Some([0, 0, 0, 0, 0, 75])
         );
         assert!(S.totals().iter().all(|(c, ..)| c != "tinyhub"));
-        let l = S.link("https://a", "PUT", "tinyhub", "/api/v1/nodes/n", false);
+        let l = S.link("https://a", "update", "tinyhub", "/api/v1/nodes/n", false);
         l.request(10);
         assert_eq!(row("tinyhub", "nodes", "update"), Some([1, 10, 0, 0, 0, 0]));
     }
@@ -1040,10 +1074,10 @@ mod tests {
     fn totals_past_the_cap_go_to_the_other_row() {
         static S: LinkStats = LinkStats::new();
         for i in 0..MAX_TOTALS {
-            S.link("https://c", "GET", &format!("a{i}"), "/api/v1/pods", false)
+            S.link("https://c", "list", &format!("a{i}"), "/api/v1/pods", false)
                 .request(1);
         }
-        let late = S.link("https://c", "GET", "late", "/api/v1/pods", false);
+        let late = S.link("https://c", "list", "late", "/api/v1/pods", false);
         late.request(5);
         S.pool_served("later", "pods", "watch", 7);
         let totals = S.totals();

@@ -121,7 +121,7 @@ impl Upstream {
         // The series is resolved once, before sending: the body reader only adds to it.
         let link = LINK.link(
             server,
-            req.method,
+            req.verb.as_str(),
             link::component_of(req.headers),
             req.path_and_query,
             !cloud,
