@@ -11,6 +11,7 @@
 
 pub mod alloc;
 pub mod app;
+mod atomic_file;
 mod cache;
 #[cfg(test)]
 mod child_test;

@@ -4,9 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
+use std::io;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -134,22 +133,8 @@ pub(super) fn load(path: &Path) -> Result<Option<Book>, Unreadable> {
     decode(&bytes).map(Some)
 }
 
-/// Writes `bytes` as the file at `path`: a temp file beside it (0600), synced, renamed over
-/// it, and the directory synced.
+/// Writes `bytes` as the file at `path`, as every file under `--root-dir` is written: a
+/// temp file beside it (0600), synced, renamed over it, and the directory synced.
 pub(super) fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let temp = path.with_extension("json.tmp");
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&temp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&temp, path)?;
-    if let Some(dir) = path.parent() {
-        File::open(dir)?.sync_all()?;
-    }
-    Ok(())
+    crate::atomic_file::write_atomic(path, bytes)
 }

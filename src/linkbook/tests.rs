@@ -130,7 +130,12 @@ fn a_written_file_replaces_the_old_one_whole() {
     book.absorb(&one("kubelet", 1), NOON);
     file::write(&path, &file::encode(&book)).unwrap();
     assert_eq!(file::load(&path).unwrap(), Some(book));
-    assert!(!path.with_extension("json.tmp").exists());
+    // Nothing beside it: no temp file left over.
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, [FILE_NAME]);
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
