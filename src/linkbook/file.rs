@@ -1,6 +1,8 @@
-//! `link-totals.json`, version 1: compact rows (`[component, resource, verb, [requests, up,
-//! down, downGzip, gzipSaved, poolSaved]]`), written as a temp file (0600), synced, renamed
-//! over the old one, and the directory synced: a crash leaves the old file or the new one.
+//! `link-totals.json`, version 1: one compact row per key (`[component, resource, verb,
+//! lastSeenDay, lifetime, month, today]`, each of the three `[requests, up, down, downGzip,
+//! gzipSaved, poolSaved]`: the key's labels once), written as a temp file (0600), synced,
+//! renamed over the old one, and the directory synced: a crash leaves the old file or the
+//! new one.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -19,8 +21,9 @@ const VERSION: u32 = 1;
 /// Largest file read: well above what the caps allow (a larger one is not ours).
 const MAX_FILE: u64 = 1024 * 1024;
 
-/// One (component, resource, verb) row.
-type Row = (String, String, String, Totals);
+/// One (component, resource, verb) row: the day it was last counted, its lifetime, month and
+/// today.
+type Row = (String, String, String, Option<i64>, Totals, Totals, Totals);
 
 /// One day or month: its number and its components.
 type Period = (i64, Vec<(String, Totals)>);
@@ -29,12 +32,10 @@ type Period = (i64, Vec<(String, Totals)>);
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct FileV1 {
     version: u32,
-    since: i64,
+    since: Option<i64>,
     written_at: Option<i64>,
     last_day: Option<i64>,
-    lifetime: Vec<Row>,
-    today: Vec<Row>,
-    month: Vec<Row>,
+    keys: Vec<Row>,
     days: Vec<Period>,
     months: Vec<Period>,
 }
@@ -51,11 +52,25 @@ impl fmt::Display for Unreadable {
 
 /// The file's bytes for `book`.
 pub(super) fn encode(book: &Book) -> Vec<u8> {
-    let rows = |map: &BTreeMap<Key, Totals>| -> Vec<Row> {
-        map.iter()
-            .map(|((c, r, v), t)| (c.clone(), r.clone(), v.clone(), *t))
-            .collect()
-    };
+    let of = |map: &BTreeMap<Key, Totals>, key: &Key| map.get(key).copied().unwrap_or_default();
+    // Today's and the month's keys are lifetime's (`Book::absorb`).
+    let keys = book
+        .lifetime
+        .iter()
+        .map(|(key, lifetime)| {
+            let (c, r, v) = key.clone();
+            let seen = book.last_seen.get(key).copied();
+            (
+                c,
+                r,
+                v,
+                seen,
+                *lifetime,
+                of(&book.month, key),
+                of(&book.today, key),
+            )
+        })
+        .collect();
     let periods = |map: &BTreeMap<i64, ByComponent>| -> Vec<Period> {
         map.iter()
             .map(|(at, by)| (*at, by.iter().map(|(c, t)| (c.clone(), *t)).collect()))
@@ -66,9 +81,7 @@ pub(super) fn encode(book: &Book) -> Vec<u8> {
         since: book.since,
         written_at: book.written_at,
         last_day: book.last_day,
-        lifetime: rows(&book.lifetime),
-        today: rows(&book.today),
-        month: rows(&book.month),
+        keys,
         days: periods(&book.days),
         months: periods(&book.months),
     };
@@ -88,33 +101,35 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Book, Unreadable> {
             file.version
         )));
     }
-    let rows = |rows: Vec<Row>| -> Result<BTreeMap<Key, Totals>, Unreadable> {
-        rows.into_iter()
-            .map(|(c, r, v, t)| {
-                if known_verb(&v) {
-                    Ok(((c, r, v), t))
-                } else {
-                    Err(Unreadable(format!("unknown verb {v:?}")))
-                }
-            })
-            .collect()
-    };
     let periods = |periods: Vec<Period>| -> BTreeMap<i64, ByComponent> {
         periods
             .into_iter()
             .map(|(at, by)| (at, by.into_iter().collect()))
             .collect()
     };
-    Ok(Book {
-        since: file.since,
-        written_at: file.written_at,
-        last_day: file.last_day,
-        lifetime: rows(file.lifetime)?,
-        today: rows(file.today)?,
-        month: rows(file.month)?,
-        days: periods(file.days),
-        months: periods(file.months),
-    })
+    let mut book = Book::new(file.since);
+    book.written_at = file.written_at;
+    book.last_day = file.last_day;
+    book.days = periods(file.days);
+    book.months = periods(file.months);
+    for (c, r, v, seen, lifetime, month, today) in file.keys {
+        if !known_verb(&v) {
+            return Err(Unreadable(format!("unknown verb {v:?}")));
+        }
+        let key = (c, r, v);
+        let counted = |t: &Totals| t.iter().any(|&n| n > 0);
+        if let Some(seen) = seen {
+            book.last_seen.insert(key.clone(), seen);
+        }
+        if counted(&month) {
+            book.month.insert(key.clone(), month);
+        }
+        if counted(&today) {
+            book.today.insert(key.clone(), today);
+        }
+        book.lifetime.insert(key, lifetime);
+    }
+    Ok(book)
 }
 
 /// The book in the file at `path`; `None` when there is none.

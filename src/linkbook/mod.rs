@@ -9,14 +9,22 @@
 //! copy, so it is exact without writing.
 //!
 //! Flash: at most 60 writes an hour while anything moves (lease renewals move it every 10 s)
-//! and one at exit; each one small file (about 12 KB for a node's 60 keys), a rename and a
-//! directory sync. A `kill -9` or a power cut loses at most the last interval.
+//! and one at exit; each one file of at most 64 KiB at the caps (about 10 KB for a node's 45
+//! keys), a rename and a directory sync. A `kill -9` or a power cut loses at most the last
+//! interval.
 //!
-//! A clock before 2020 (a board without RTC, before NTP) or behind the last day counted adds
-//! to that last day: days and months never go backwards, and nothing is lost.
+//! The clock: a clock before 2020 (a board without RTC, before NTP) adds to the last day
+//! counted, or, on a first start, waits (the counts stay in `link`, nothing is lost) until
+//! the clock is set: `since` is the first count with a sane clock. A clock a day or less
+//! behind the last day counted adds to that day; one further behind is followed (a clock
+//! that was once far ahead does not pin the counts to its future day).
 //!
-//! Memory: at most [`MAX_TOTALS`] keys in each of lifetime, today and month, and 16
-//! components (plus `_other`) in each of 35 days and 13 months: about 100 KB at the caps.
+//! Memory and the file: at most [`MAX_TOTALS`] keys (plus `_other`) in each of lifetime,
+//! today and month, and [`COMPONENTS`] components (plus `_other`) in each of 35 days and 13
+//! months; counts stop at 2^53 − 1 (what every JSON reader keeps exact); labels are at most
+//! 32 bytes needing no escape. A lifetime key not counted for 13 months goes to `_other`, so
+//! clients that change their names cannot fill the keys for good. At the caps the file is
+//! under 64 KiB (a unit test builds the largest one).
 
 mod file;
 mod render;
@@ -44,8 +52,12 @@ pub(crate) const DAYS: usize = 35;
 /// Months kept per component.
 pub(crate) const MONTHS: usize = 13;
 
-/// Components kept per day or month; more count as `_other`.
-pub(crate) const COMPONENTS: usize = 16;
+/// Components kept per day or month; more count as `_other` (the day and month history is
+/// most of the file: 48 periods).
+pub(crate) const COMPONENTS: usize = 4;
+
+/// The largest count kept: 2^53 − 1, exact in every JSON reader.
+pub(crate) const MAX_COUNT: u64 = (1 << 53) - 1;
 
 /// 2020-01-01T00:00:00Z: a clock before it has not been set.
 const EPOCH_2020: i64 = 1_577_836_800;
@@ -62,14 +74,16 @@ pub(crate) type ByComponent = BTreeMap<String, Totals>;
 /// The totals on the books.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Book {
-    /// When counting began (Unix seconds).
-    pub(crate) since: i64,
+    /// When counting began (Unix seconds); `None` until a count with a clock after 2020.
+    pub(crate) since: Option<i64>,
     /// When the file was last written (Unix seconds), if ever.
     pub(crate) written_at: Option<i64>,
     /// The day (days since 1970-01-01) of the last count: `today` and `month` are of it.
     pub(crate) last_day: Option<i64>,
     /// Since `since`.
     pub(crate) lifetime: BTreeMap<Key, Totals>,
+    /// The day each lifetime key was last counted (not `_other`).
+    pub(crate) last_seen: BTreeMap<Key, i64>,
     /// The day `last_day`.
     pub(crate) today: BTreeMap<Key, Totals>,
     /// The month of `last_day`.
@@ -81,13 +95,14 @@ pub(crate) struct Book {
 }
 
 impl Book {
-    /// Nothing counted yet, counting from `since`.
-    pub(crate) const fn new(since: i64) -> Book {
+    /// Nothing counted yet, counting from `since` (`None`: from the first count).
+    pub(crate) const fn new(since: Option<i64>) -> Book {
         Book {
             since,
             written_at: None,
             last_day: None,
             lifetime: BTreeMap::new(),
+            last_seen: BTreeMap::new(),
             today: BTreeMap::new(),
             month: BTreeMap::new(),
             days: BTreeMap::new(),
@@ -95,20 +110,28 @@ impl Book {
         }
     }
 
-    /// The day `now` counts on: its UTC day, or the last day counted when the clock is before
-    /// 2020 or behind that day.
-    pub(crate) fn day_for(&self, now: i64) -> i64 {
+    /// The day `now` counts on: its UTC day; the last day counted when the clock is before
+    /// 2020 or at most a day behind it; `None` for a clock before 2020 and no day counted.
+    pub(crate) fn day_for(&self, now: i64) -> Option<i64> {
         let day = now.div_euclid(86_400);
         match self.last_day {
-            Some(last) if now < EPOCH_2020 || day < last => last,
-            _ => day,
+            Some(last) if now < EPOCH_2020 || (day < last && day >= last - 1) => Some(last),
+            None if now < EPOCH_2020 => None,
+            _ => Some(day),
         }
     }
 
     /// Adds `delta` (what `link` counted since the last look) on the day `now` counts on: a
-    /// new day empties `today`, a new month `month`; days and months past what is kept go.
-    pub(crate) fn absorb(&mut self, delta: &[(Key, Totals)], now: i64) {
-        let day = self.day_for(now);
+    /// new day empties `today`, a new month `month`; days and months past what is kept go,
+    /// and lifetime keys not counted for 13 months go to `_other`. False, and nothing added,
+    /// while the clock is before 2020 and no day was counted yet (the delta waits).
+    pub(crate) fn absorb(&mut self, delta: &[(Key, Totals)], now: i64) -> bool {
+        let Some(day) = self.day_for(now) else {
+            return false;
+        };
+        if now >= EPOCH_2020 && self.since.is_none() {
+            self.since = Some(now);
+        }
         if let Some(last) = self.last_day
             && last != day
         {
@@ -116,15 +139,25 @@ impl Book {
             if month_of(last) != month_of(day) {
                 self.month.clear();
             }
+            self.fold_unseen(day);
         }
         self.last_day = Some(day);
         for (key, totals) in delta {
             if totals.iter().all(|&n| n == 0) {
                 continue;
             }
-            add_capped(&mut self.lifetime, key, totals);
-            add_capped(&mut self.today, key, totals);
-            add_capped(&mut self.month, key, totals);
+            // One decision for the three: today's and the month's keys are lifetime's.
+            let key = if self.lifetime.contains_key(key)
+                || self.lifetime.keys().filter(|k| k.0 != OTHER).count() < MAX_TOTALS
+            {
+                self.last_seen.insert(key.clone(), day);
+                key.clone()
+            } else {
+                other_key()
+            };
+            add(self.lifetime.entry(key.clone()).or_default(), totals);
+            add(self.today.entry(key.clone()).or_default(), totals);
+            add(self.month.entry(key.clone()).or_default(), totals);
             add_component(self.days.entry(day).or_default(), &key.0, totals);
             add_component(
                 self.months.entry(month_of(day)).or_default(),
@@ -138,17 +171,30 @@ impl Book {
         while self.months.len() > MONTHS {
             self.months.pop_first();
         }
+        true
+    }
+
+    /// Moves the lifetime keys last counted 13 months or more before `day` to `_other`.
+    fn fold_unseen(&mut self, day: i64) {
+        let oldest = month_of(day) - MONTHS as i64;
+        let gone: Vec<Key> = self
+            .last_seen
+            .iter()
+            .filter(|(_, seen)| month_of(**seen) <= oldest)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in gone {
+            self.last_seen.remove(&key);
+            if let Some(totals) = self.lifetime.remove(&key) {
+                add(self.lifetime.entry(other_key()).or_default(), &totals);
+            }
+        }
     }
 }
 
-/// Adds `totals` to `key`'s row, or to the `_other` row once [`MAX_TOTALS`] keys are kept.
-fn add_capped(map: &mut BTreeMap<Key, Totals>, key: &Key, totals: &Totals) {
-    let key = if map.contains_key(key) || map.len() < MAX_TOTALS {
-        key.clone()
-    } else {
-        (OTHER.to_owned(), OTHER.to_owned(), OTHER.to_owned())
-    };
-    add(map.entry(key).or_default(), totals);
+/// The `_other` key.
+fn other_key() -> Key {
+    (OTHER.to_owned(), OTHER.to_owned(), OTHER.to_owned())
 }
 
 /// Adds `totals` to `component`'s row, or to `_other` once [`COMPONENTS`] are kept.
@@ -162,9 +208,10 @@ fn add_component(map: &mut ByComponent, component: &str, totals: &Totals) {
     add(map.entry(component.to_owned()).or_default(), totals);
 }
 
+/// Adds `totals` to `row`, each count stopping at [`MAX_COUNT`].
 fn add(row: &mut Totals, totals: &Totals) {
     for (a, b) in row.iter_mut().zip(totals) {
-        *a = a.saturating_add(*b);
+        *a = a.saturating_add(*b).min(MAX_COUNT);
     }
 }
 
@@ -193,6 +240,11 @@ pub(crate) fn month_name(month: i64) -> String {
 #[cfg(test)]
 fn first_day(month: i64) -> i64 {
     days_from_civil(month.div_euclid(12), (month.rem_euclid(12) + 1) as u32, 1)
+}
+
+/// `now` when the clock is set (after 2020).
+fn sane(now: i64) -> Option<i64> {
+    (now >= EPOCH_2020).then_some(now)
 }
 
 /// Unix seconds now (0 for a clock before 1970).
@@ -233,7 +285,7 @@ impl Linkbook {
     pub(crate) const fn new() -> Linkbook {
         Linkbook {
             state: Mutex::new(State {
-                book: Book::new(0),
+                book: Book::new(None),
                 seen: BTreeMap::new(),
                 path: None,
                 dirty: false,
@@ -252,7 +304,7 @@ impl Linkbook {
         let path = root_dir.join(FILE_NAME);
         let book = match file::load(&path) {
             Ok(Some(book)) => book,
-            Ok(None) => Book::new(now_secs()),
+            Ok(None) => Book::new(sane(now_secs())),
             Err(why) => {
                 let bad = path.with_extension("json.bad");
                 let kept = match std::fs::rename(&path, &bad) {
@@ -263,7 +315,7 @@ impl Linkbook {
                     "the link totals in {} cannot be read ({why}); {kept}; counting starts afresh",
                     path.display()
                 );
-                Book::new(now_secs())
+                Book::new(sane(now_secs()))
             }
         };
         let mut state = lock(&self.state);
@@ -296,6 +348,7 @@ impl Linkbook {
         let (delta, _) = Linkbook::delta(&state.seen);
         let mut book = state.book.clone();
         if !delta.is_empty() {
+            // Before a sane clock the view has nothing yet: the counts wait in `link`.
             book.absorb(&delta, now_secs());
         }
         book
@@ -308,8 +361,8 @@ impl Linkbook {
         let (bytes, path) = {
             let mut state = lock(&self.state);
             let (delta, live) = Linkbook::delta(&state.seen);
-            if !delta.is_empty() {
-                state.book.absorb(&delta, now_secs());
+            // Not absorbed (no sane clock yet): `seen` stays, the delta is taken next time.
+            if !delta.is_empty() && state.book.absorb(&delta, now_secs()) {
                 state.seen = live.into_iter().collect();
                 state.dirty = true;
             }

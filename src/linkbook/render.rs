@@ -94,15 +94,16 @@ fn by_component(name: &str, at: String, rows: &ByComponent) -> Value {
 /// `/v1/link`'s answer: since, writtenAt, lifetime, today, month (the day and month of the
 /// last count), days and months, newest last.
 pub(crate) fn render_json(book: &Book) -> String {
+    // Nothing counted before the clock was set: no day yet.
     let day = book
         .last_day
-        .unwrap_or_else(|| book.since.div_euclid(86_400));
+        .or_else(|| book.since.map(|s| s.div_euclid(86_400)));
     let mut today = Map::new();
-    today.insert("date".into(), json!(date_of(day)));
+    today.insert("date".into(), json!(day.map(date_of)));
     let mut month = Map::new();
-    month.insert("month".into(), json!(month_name(month_of(day))));
+    month.insert("month".into(), json!(day.map(|d| month_name(month_of(d)))));
     let body = json!({
-        "since": rfc3339(book.since),
+        "since": book.since.map(rfc3339),
         "writtenAt": book.written_at.map(rfc3339),
         "lifetime": keyed(&book.lifetime, Map::new()),
         "today": keyed(&book.today, today),

@@ -25,7 +25,7 @@ fn the_test_instant_is_the_day_it_says() {
 
 #[test]
 fn a_new_day_empties_today_and_a_new_month_the_month() {
-    let mut book = Book::new(NOON);
+    let mut book = Book::new(Some(NOON));
     book.absorb(&one("kubelet", 100), NOON);
     book.absorb(&one("kubelet", 50), NOON + 3600);
     let k = key("kubelet", "pods", "list");
@@ -52,7 +52,7 @@ fn a_new_day_empties_today_and_a_new_month_the_month() {
 
 #[test]
 fn only_35_days_and_13_months_are_kept() {
-    let mut book = Book::new(NOON);
+    let mut book = Book::new(Some(NOON));
     for d in 0..400 {
         book.absorb(&one("kubelet", 1), NOON + d * DAY);
     }
@@ -65,7 +65,7 @@ fn only_35_days_and_13_months_are_kept() {
 
 #[test]
 fn keys_and_components_past_the_caps_go_to_other() {
-    let mut book = Book::new(NOON);
+    let mut book = Book::new(Some(NOON));
     let delta: Vec<(Key, Totals)> = (0..MAX_TOTALS + 5)
         .map(|i| (key(&format!("c{i}"), "pods", "get"), [1, 0, 0, 0, 0, 0]))
         .collect();
@@ -81,13 +81,13 @@ fn keys_and_components_past_the_caps_go_to_other() {
 }
 
 #[test]
-fn a_clock_behind_or_before_2020_counts_on_the_last_known_day() {
-    let mut book = Book::new(NOON);
-    book.absorb(&one("kubelet", 1), NOON);
+fn a_clock_before_2020_or_a_day_behind_counts_on_the_last_known_day() {
+    let mut book = Book::new(Some(NOON));
+    assert!(book.absorb(&one("kubelet", 1), NOON));
     // No RTC: 1970 after a reboot, before NTP.
-    book.absorb(&one("kubelet", 2), 30);
-    // A clock set back by a week.
-    book.absorb(&one("kubelet", 4), NOON - 7 * DAY);
+    assert!(book.absorb(&one("kubelet", 2), 30));
+    // A clock stepped back a few hours, over midnight.
+    assert!(book.absorb(&one("kubelet", 4), NOON - DAY / 2 - 3600));
     assert_eq!(book.days.len(), 1, "{:?}", book.days.keys());
     assert_eq!(book.today[&key("kubelet", "pods", "list")][2], 7);
     assert_eq!(book.last_day, Some(NOON / DAY));
@@ -97,8 +97,93 @@ fn a_clock_behind_or_before_2020_counts_on_the_last_known_day() {
 }
 
 #[test]
+fn a_first_start_before_the_clock_is_set_waits_for_it() {
+    let mut book = Book::new(None);
+    // 1970: nothing absorbed, so the caller keeps the delta for later.
+    assert!(!book.absorb(&one("kubelet", 5), 30));
+    assert_eq!(book, Book::new(None));
+    let json: serde_json::Value = serde_json::from_str(&render_json(&book)).unwrap();
+    assert_eq!(json["since"], serde_json::Value::Null);
+    assert_eq!(json["today"]["date"], serde_json::Value::Null);
+    // The clock set: the waiting counts land on its day, and counting began then.
+    assert!(book.absorb(&one("kubelet", 5), NOON));
+    assert_eq!(book.since, Some(NOON));
+    assert_eq!(book.days.keys().collect::<Vec<_>>(), [&(NOON / DAY)]);
+    assert_eq!(book.lifetime[&key("kubelet", "pods", "list")][2], 5);
+}
+
+#[test]
+fn a_clock_that_was_far_ahead_does_not_pin_the_counts() {
+    let mut book = Book::new(Some(NOON));
+    // A clock a year ahead for a while (a bad RTC), then right again.
+    let ahead = NOON + 365 * DAY;
+    book.absorb(&one("kubelet", 1), ahead);
+    book.absorb(&one("kubelet", 2), NOON + 60);
+    assert_eq!(book.last_day, Some(NOON / DAY));
+    assert_eq!(book.today[&key("kubelet", "pods", "list")][2], 2);
+    book.absorb(&one("kubelet", 4), NOON + DAY);
+    assert_eq!(book.last_day, Some(NOON / DAY + 1));
+    assert_eq!(book.days[&(NOON / DAY + 1)]["kubelet"][2], 4);
+    assert_eq!(book.lifetime[&key("kubelet", "pods", "list")][2], 7);
+}
+
+#[test]
+fn lifetime_keys_not_counted_for_13_months_go_to_other() {
+    let mut book = Book::new(Some(NOON));
+    // A client that changes its name every day fills the keys...
+    for d in 0..MAX_TOTALS as i64 {
+        book.absorb(&one(&format!("rotating-{d}"), 1), NOON + d * DAY);
+    }
+    book.absorb(&one("kubelet", 1), NOON + 100 * DAY);
+    assert_eq!(book.lifetime[&key(OTHER, OTHER, OTHER)][2], 1);
+    // ...but not for good: 13 months later the old names are `_other`, and a new key has room.
+    let later = NOON + (MAX_TOTALS as i64 + 400) * DAY;
+    book.absorb(&one("kubelet", 1), later);
+    assert_eq!(book.lifetime[&key("kubelet", "pods", "list")][2], 1);
+    assert!(book.lifetime.len() <= 2, "{:?}", book.lifetime.keys());
+    assert_eq!(
+        book.lifetime[&key(OTHER, OTHER, OTHER)][2],
+        MAX_TOTALS as u64 + 1
+    );
+    assert_eq!(book.last_seen.len(), 1);
+    // Kept keys still count under their names, and the file keeps when they were seen.
+    let back = file::decode(&file::encode(&book)).unwrap();
+    assert_eq!(back, book);
+}
+
+#[test]
+fn the_file_at_the_caps_is_at_most_64_kib() {
+    let label = |prefix: &str, i: usize| format!("{prefix}{i:0>31}");
+    let big = [MAX_COUNT; 6];
+    let mut book = Book::new(Some(NOON));
+    // Every key with the longest labels, counted on each of the days kept.
+    let delta: Vec<(Key, Totals)> = (0..MAX_TOTALS + 1)
+        .map(|i| {
+            (
+                (label("c", i), label("r", i), "deletecollection".into()),
+                big,
+            )
+        })
+        .collect();
+    for d in 0..(MONTHS as i64 * 31) {
+        book.absorb(&delta, NOON + d * DAY);
+    }
+    book.written_at = Some(NOON);
+    assert_eq!(book.lifetime.len(), MAX_TOTALS + 1);
+    assert_eq!(book.today.len(), MAX_TOTALS + 1);
+    assert_eq!(book.days.len(), DAYS);
+    assert_eq!(book.months.len(), MONTHS);
+    assert!(book.days.values().all(|by| by.len() == COMPONENTS + 1));
+    assert!(book.lifetime.values().all(|t| *t == big));
+    let size = file::encode(&book).len();
+    assert!(size <= 64 * 1024, "{size} bytes at the caps");
+    // Labels need no escaping: the worst case is what was counted.
+    assert!(size > 48 * 1024, "{size} bytes: not the caps");
+}
+
+#[test]
 fn the_file_reads_back_what_was_written() {
-    let mut book = Book::new(NOON - 5 * DAY);
+    let mut book = Book::new(Some(NOON - 5 * DAY));
     for (d, verb) in VERBS.iter().enumerate() {
         book.absorb(
             &[(key("kube-proxy", "services", verb), [1, 2, 3, 4, 5, 6])],
@@ -112,8 +197,8 @@ fn the_file_reads_back_what_was_written() {
     for bad in [
         &b"{}"[..],
         &bytes[..bytes.len() / 2],
-        br#"{"version":2,"since":0,"writtenAt":null,"lastDay":null,"lifetime":[],"today":[],"month":[],"days":[],"months":[]}"#,
-        br#"{"version":1,"since":0,"writtenAt":null,"lastDay":null,"lifetime":[["a","b","steal",[1,1,1,1,1,1]]],"today":[],"month":[],"days":[],"months":[]}"#,
+        br#"{"version":2,"since":0,"writtenAt":null,"lastDay":null,"keys":[],"days":[],"months":[]}"#,
+        br#"{"version":1,"since":0,"writtenAt":null,"lastDay":null,"keys":[["a","b","steal",null,[1,1,1,1,1,1],[0,0,0,0,0,0],[0,0,0,0,0,0]]],"days":[],"months":[]}"#,
     ] {
         assert!(file::decode(bad).is_err(), "{}", String::from_utf8_lossy(bad));
     }
@@ -124,7 +209,7 @@ fn a_written_file_replaces_the_old_one_whole() {
     let dir = std::env::temp_dir().join(format!("linkbook-unit-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(FILE_NAME);
-    let mut book = Book::new(NOON);
+    let mut book = Book::new(Some(NOON));
     book.absorb(&one("kubelet", 1), NOON);
     file::write(&path, &file::encode(&book)).unwrap();
     book.absorb(&one("kubelet", 1), NOON);
@@ -145,7 +230,7 @@ fn a_written_file_replaces_the_old_one_whole() {
 
 #[test]
 fn the_series_carry_the_lifetime_rows() {
-    let mut book = Book::new(NOON);
+    let mut book = Book::new(Some(NOON));
     book.absorb(
         &[(key("kubelet", "pods", "list"), [3, 0, 900, 0, 100, 50])],
         NOON,
