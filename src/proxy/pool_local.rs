@@ -116,8 +116,9 @@ impl LocalOverlay<'_> {
 /// ends a watch when the hub stops. `session`, when the route caches the answer for this
 /// client, gets what the client gets, as the relay's tee gives it a forwarded answer: the
 /// disk cache keeps serving this client offline after a restart. `overlaid`, for a local
-/// client, applies the endpoints overlay to the kinds it rewrites. A leader's multiplexer
-/// port calls it too, with neither filters, session nor overlay.
+/// client, applies the endpoints overlay to the kinds it rewrites, and marks the answer as a
+/// local client's (counted as pool-saved on the link). A leader's multiplexer port calls it
+/// too, with neither filters, session nor overlay.
 pub(crate) fn answer(
     cache: &WatchCache,
     filters: Option<&Filters>,
@@ -139,6 +140,10 @@ pub(crate) fn answer(
     }
     let r = req.resource();
     let namespace = r.and_then(|r| r.namespace.as_deref());
+    // A follower's answer is the leader's to count; a local one the link's. The caller says
+    // which: only a local client's answer has the overlay (the multiplexer passes none),
+    // whatever port it came in on.
+    let local = overlaid.is_some();
     let overlaid = overlaid
         .filter(|o| o.overlay.enabled())
         .zip(EndpointKind::of(&cache.resource().gvr));
@@ -192,8 +197,6 @@ pub(crate) fn answer(
             };
             match cache.list(&list) {
                 Ok(page) => {
-                    // A follower's list is the leader's to count; a local one the link's.
-                    let local = ex.port() != crate::requester::Port::Unknown;
                     let Ok(writer) = ex.start(200, &JSON, Length::Streamed) else {
                         return 200;
                     };
