@@ -131,7 +131,7 @@ pub fn link(b: &Bench, report: &mut Report) -> Result<(), String> {
              `link-totals.json` is the largest file a hub wrote at its drain; the writes and \
              flash per hour are the most a hub wrote over the run (its \
              `tinyhub_link_file_writes_total` and `_bytes_total` before the drain), scaled to \
-             an hour.",
+             an hour (a run shorter than the hub's 60 s interval shows none).",
             s.link_services, s.link_slices, s.link_pods, s.link_changes, s.link_pool_nodes
         ),
     );
