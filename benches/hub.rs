@@ -11,7 +11,9 @@
 //! memory of the pool's leader hub; and beside nginx with and without `proxy_cache` (issue
 //! 18): CPU, connections, system calls per request, and the static musl build's memory; and,
 //! on clouds of its own, a node's usual watches through an outage of the cloud (issue 29),
-//! through a hub and directly. Prints a table per case as it goes and writes
+//! through a hub and directly; and, on clouds of its own, a node's day in miniature on the
+//! cloud link (issue 32): cloud bytes and requests direct, through a hub and through a pool,
+//! with and without clients asking for gzip, and the link totals' flash writes. Prints a table per case as it goes and writes
 //! `BENCHMARKS.md` at the repository top with the machine, the date and every target of the
 //! issue, met or missed.
 //!
@@ -38,6 +40,8 @@ mod client;
 mod footprint;
 #[path = "hub/heartbeat.rs"]
 mod heartbeat;
+#[path = "hub/link.rs"]
+mod link;
 #[path = "hub/online.rs"]
 mod online;
 #[path = "hub/outage.rs"]
@@ -128,6 +132,16 @@ pub struct Scale {
     pub outage_nodes: usize,
     /// Services (and as many EndpointSlices) of case 11's cloud.
     pub outage_services: usize,
+    /// Services of case 12's cloud.
+    pub link_services: usize,
+    /// EndpointSlices of case 12's cloud.
+    pub link_slices: usize,
+    /// Pods per node of case 12 (each with a ConfigMap and a Secret).
+    pub link_pods: usize,
+    /// Changes of case 12's churn.
+    pub link_changes: usize,
+    /// Nodes of case 12's pool row.
+    pub link_pool_nodes: usize,
 }
 
 impl Scale {
@@ -163,6 +177,11 @@ impl Scale {
             outage_pods: 100,
             outage_nodes: 100,
             outage_services: 500,
+            link_services: 1_000,
+            link_slices: 1_000,
+            link_pods: 50,
+            link_changes: 1_000,
+            link_pool_nodes: 10,
         }
     }
 
@@ -198,6 +217,11 @@ impl Scale {
             outage_pods: 10,
             outage_nodes: 5,
             outage_services: 20,
+            link_services: 50,
+            link_slices: 50,
+            link_pods: 5,
+            link_changes: 30,
+            link_pool_nodes: 3,
         }
     }
 }
@@ -319,9 +343,9 @@ struct Options {
 }
 
 /// The highest case number.
-const LAST_CASE: u8 = 11;
+const LAST_CASE: u8 = 12;
 
-const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,11 [--update]] \
+const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,12 [--update]] \
                      [-- --readme-only]\n\
                      --update: write the sections of the cases run into the existing report \
                      (BENCHMARKS.md, or the quick one), replacing theirs, keeping the rest\n\
@@ -596,6 +620,14 @@ fn run(scale: &Scale, only: Option<&[u8]>, update: bool) -> Result<(), Failure> 
         case("case 11 (watches through an outage)", || {
             outage::outage(&bench, dir.path(), &mut report)
         })?;
+        print_last(&report);
+    }
+    // Its own clouds and hubs, nothing shared with the cases above.
+    if wanted(12) {
+        case(
+            "case 12 (a node's day in miniature: the cloud link)",
+            || link::link(&bench, &mut report),
+        )?;
         print_last(&report);
     }
 

@@ -11,6 +11,7 @@
 
 pub mod alloc;
 pub mod app;
+mod atomic_file;
 mod cache;
 #[cfg(test)]
 mod child_test;
@@ -29,6 +30,7 @@ mod health;
 pub(crate) mod heartbeat;
 mod http1;
 mod link;
+mod linkbook;
 pub mod logging;
 mod metrics;
 mod mode;

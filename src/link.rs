@@ -21,32 +21,42 @@
 //! - `tinyhub_cloud_all_{requests,sent_bytes,received_bytes,received_gzip_bytes}_total`:
 //!   the same without labels, every request counted, those past the series cap too.
 //!
+//! Beside the series, a **totals table** keyed by (component, resource, verb), without the
+//! server, is what `linkbook` keeps across restarts (`tinyhub_link_*_total`, `/v1/link`):
+//! requests, body bytes up and down (and the gzip part of down) on the cloud link, bytes
+//! saved by inflating gzip the hub asked for ([`Link::inflated`]), and bytes a pool leader or
+//! pool cache served instead of the cloud (`pool_saved`). At most [`MAX_TOTALS`] keys, then
+//! one `_other` row; their labels are cut to [`MAX_TOTALS_LABEL`] bytes of `[a-z0-9._-]` (what
+//! bounds the totals file). The verb is the caller's (`request::Verb`, as the request was
+//! classified). A leader's answers count as `pool_saved`, never as link bytes; a
+//! non-resource request to a leader (a probe) counts only in the series.
+//!
 //! Bodies only: request and response heads (a few hundred bytes per exchange), chunk framing
 //! and TLS records are not counted, as ureq does not expose them; the request count lets one
 //! estimate them.
 //!
 //! Design: the label key is resolved once per request ([`LinkStats::link`]: the labels are
 //! borrowed from the request, the component lowercased into a stack buffer, then one mutex
-//! lock and a map lookup; no allocation once the series exists) into a [`Link`], a shared
-//! handle on the series' atomics. A body reader then adds each read's byte count to them (one
-//! relaxed atomic add per read; a read carries up to the 8 KiB input buffer): a watch's bytes
-//! show at once, and nothing is batched that a dropped stream could lose. Measured (x86-64,
-//! release, 100 series): resolving the series from the headers and path ~0.3 µs per request
-//! (about what the existing in-flight series cost, which allocate three strings), counting a
-//! read ~2 ns.
+//! lock and a map lookup for the series, whose entry keeps its totals row per verb once looked
+//! up; nothing allocated once both exist) into a [`Link`], handles on their atomics. A body
+//! reader then adds each read's byte count to them (one relaxed atomic add per read; a read
+//! carries up to the 8 KiB input buffer): a watch's bytes show at once, and nothing is batched
+//! that a dropped stream could lose. Measured (x86-64, release, 100 series): resolving the
+//! series from the headers and path ~0.3 µs per request (about what the existing in-flight
+//! series cost, which allocate three strings), counting a read ~2 ns.
 //!
 //! Labels come from clients (User-Agent, path): as for the request series in `metrics`, at
 //! most [`MAX_SERIES`] are kept; requests past the cap count only in the totals. Cost: one
 //! series is its key (three short strings, about 60 to 120 bytes with the server URL) plus
-//! 32 bytes of counters and the Arc's 8 and a map slot, about 200 bytes; 512 series at most,
-//! ~100 KB at worst.
+//! 32 bytes of counters, 160 of its totals rows per verb, the Arc's 16 and a map slot, about
+//! 360 bytes; 512 series at most, ~180 KB at worst.
 
 use std::borrow::Borrow;
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::lock;
 
@@ -60,6 +70,83 @@ const MAX_LABEL: usize = 64;
 
 /// The component label of the hub's own exchanges (probes, lease renewals).
 pub(crate) const HUB_COMPONENT: &str = "tinyhub";
+
+/// Most (component, resource, verb) keys of the totals table; later keys count in one
+/// `_other` row. A node's usual clients (kubelet, kube-proxy, coredns, a CNI, the hub) make
+/// about 45; the cap is what keeps the totals file within 64 KiB (`linkbook`).
+pub(crate) const MAX_TOTALS: usize = 64;
+
+/// Longest component or resource label of the totals table.
+pub(crate) const MAX_TOTALS_LABEL: usize = 32;
+
+/// The label value of the totals row past [`MAX_TOTALS`].
+pub(crate) const OTHER: &str = "_other";
+
+/// How many verbs the totals table tells apart.
+pub(crate) const N_VERBS: usize = 10;
+
+/// The verbs of the totals table, as `request::Verb` names them; `other` for anything else
+/// (a non-resource path, a method the hub does not classify).
+pub(crate) const VERBS: [&str; N_VERBS] = [
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+    "proxy",
+    "other",
+];
+
+/// What one totals key counts: requests, up (request body bytes), down (response body bytes
+/// as the link carried them), down gzip, gzip saved, pool saved.
+pub(crate) type Totals = [u64; 6];
+
+/// The atomics behind one totals key.
+#[derive(Debug, Default)]
+struct TotalCounters([AtomicU64; 6]);
+
+impl TotalCounters {
+    const fn new() -> TotalCounters {
+        TotalCounters([const { AtomicU64::new(0) }; 6])
+    }
+
+    fn add(&self, i: usize, n: u64) {
+        if n > 0 {
+            self.0[i].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    fn snapshot(&self) -> Totals {
+        std::array::from_fn(|i| self.0[i].load(Ordering::Relaxed))
+    }
+}
+
+/// Index of the requests in [`Totals`].
+pub(crate) const T_REQUESTS: usize = 0;
+/// Index of the request body bytes.
+pub(crate) const T_UP: usize = 1;
+/// Index of the response body bytes.
+pub(crate) const T_DOWN: usize = 2;
+/// Index of the gzip part of the response body bytes.
+pub(crate) const T_DOWN_GZIP: usize = 3;
+/// Index of the bytes saved by inflating gzip for a client.
+pub(crate) const T_GZIP_SAVED: usize = 4;
+/// Index of the bytes served from the pool instead of the cloud.
+pub(crate) const T_POOL_SAVED: usize = 5;
+
+/// The totals table: component → resource → one slot per verb.
+type TotalsMap = BTreeMap<Box<str>, BTreeMap<Box<str>, [Option<Arc<TotalCounters>>; N_VERBS]>>;
+
+/// One series: its counters, and its totals row per verb once a request looked it up (the
+/// row is a function of the series' labels and the verb), so a warm request takes one lock.
+#[derive(Debug, Default)]
+struct Series {
+    counters: LinkCounters,
+    rows: [OnceLock<Arc<TotalCounters>>; N_VERBS],
+}
 
 /// The counters of one series (or of the requests past the cap).
 #[derive(Debug, Default)]
@@ -192,9 +279,13 @@ impl Labels for Asked<'_> {
 
 /// The link series of the process (or of a test).
 pub(crate) struct LinkStats {
-    series: Mutex<BTreeMap<Key, Arc<LinkCounters>>>,
+    series: Mutex<BTreeMap<Key, Arc<Series>>>,
     /// Requests past the series cap.
     overflow: LinkCounters,
+    /// The totals table and its key count.
+    totals: Mutex<(TotalsMap, usize)>,
+    /// The `_other` row of the totals table, shared by the keys past the cap.
+    totals_other: OnceLock<Arc<TotalCounters>>,
 }
 
 /// The process-wide link series.
@@ -206,15 +297,44 @@ impl LinkStats {
         LinkStats {
             series: Mutex::new(BTreeMap::new()),
             overflow: LinkCounters::new(),
+            totals: Mutex::new((BTreeMap::new(), 0)),
+            totals_other: OnceLock::new(),
         }
     }
 
-    /// The series of one request to `server` (a base URL, or a name such as `leader`) for
-    /// `component` about `resource` (empty: none), made when new and under the cap. Count on
-    /// the returned handle; it holds no lock.
-    pub(crate) fn link(&'static self, server: &str, component: &str, resource: &str) -> Link {
+    /// The series of one request to `server` (a base URL, or a name such as `leader`) of
+    /// `verb` (as `request::Verb::as_str` names it) for `path` (with its query) from
+    /// `component` (a User-Agent's first word, see [`component_of`]), and its totals row; made
+    /// when new and under the caps. `leader`: the server is a pool leader, whose answers count
+    /// as saved, not as link bytes. Count on the returned handle; it holds no lock.
+    pub(crate) fn link(
+        &'static self,
+        server: &str,
+        verb: &str,
+        component: &str,
+        path: &str,
+        leader: bool,
+    ) -> Link {
+        self.resolve(server, Some(verb), component, path, leader)
+    }
+
+    /// A handle on `server`'s series without labels from a request, counting nothing in the
+    /// totals: a tunnel's before its request is known.
+    pub(crate) fn untotalled(&'static self, server: &str) -> Link {
+        self.resolve(server, None, "", "", false)
+    }
+
+    /// [`LinkStats::link`]; no totals row without a verb.
+    fn resolve(
+        &'static self,
+        server: &str,
+        verb: Option<&str>,
+        component: &str,
+        path: &str,
+        leader: bool,
+    ) -> Link {
         let component = cut(component.trim());
-        let resource = cut(resource);
+        let resource = cut(resource_of(path));
         // Lowercased into a buffer on the stack: the lookup allocates nothing.
         let mut lower = [0u8; MAX_LABEL];
         let lower = &mut lower[..component.len()];
@@ -225,25 +345,118 @@ impl LinkStats {
             component: lower,
             resource,
         };
-        let mut map = lock(&self.series);
-        let series = match map.get(&asked as &dyn Labels) {
-            Some(series) => Some(Arc::clone(series)),
-            None if map.len() < MAX_SERIES => {
-                let series = Arc::new(LinkCounters::new());
-                let key = Key {
-                    server: server.into(),
-                    component: component.to_ascii_lowercase().into(),
-                    resource: resource.into(),
-                };
-                map.insert(key, Arc::clone(&series));
-                Some(series)
+        let series = {
+            let mut map = lock(&self.series);
+            match map.get(&asked as &dyn Labels) {
+                Some(series) => Some(Arc::clone(series)),
+                None if map.len() < MAX_SERIES => {
+                    let series = Arc::new(Series::default());
+                    let key = Key {
+                        server: server.into(),
+                        component: component.to_ascii_lowercase().into(),
+                        resource: resource.into(),
+                    };
+                    map.insert(key, Arc::clone(&series));
+                    Some(series)
+                }
+                None => None,
             }
+        };
+        // A probe of a leader (no resource) is no traffic the cloud was spared.
+        let row = match verb {
+            Some(_) if leader && resource.is_empty() => None,
             None => None,
+            Some(verb) => {
+                let verb = verb_index(verb);
+                // Only when the series has not met this verb yet (or is past the cap).
+                let look_up = || {
+                    // ASCII lowercasing keeps UTF-8 valid; the fallback is never taken.
+                    let component = std::str::from_utf8(lower).unwrap_or(OTHER);
+                    self.row(&totals_label(component), &totals_label(resource), verb)
+                };
+                Some(match &series {
+                    Some(series) => Arc::clone(series.rows[verb].get_or_init(look_up)),
+                    None => look_up(),
+                })
+            }
         };
         Link {
             stats: self,
             series,
+            row,
+            leader,
         }
+    }
+
+    /// The `_other` row of the totals table.
+    fn other(&self) -> &Arc<TotalCounters> {
+        self.totals_other
+            .get_or_init(|| Arc::new(TotalCounters::new()))
+    }
+
+    /// The totals row of (component, resource, verb index), labels as [`totals_label`] makes
+    /// them: made when new and under the cap, else the `_other` row.
+    fn row(&self, component: &str, resource: &str, verb: usize) -> Arc<TotalCounters> {
+        let mut guard = lock(&self.totals);
+        let (map, count) = &mut *guard;
+        if let Some(slot) = map
+            .get(component)
+            .and_then(|r| r.get(resource))
+            .and_then(|verbs| verbs[verb].as_ref())
+        {
+            return Arc::clone(slot);
+        }
+        if *count >= MAX_TOTALS {
+            return Arc::clone(self.other());
+        }
+        *count += 1;
+        let counters = Arc::new(TotalCounters::new());
+        let slot = map
+            .entry(component.into())
+            .or_default()
+            .entry(resource.into())
+            .or_default();
+        slot[verb] = Some(Arc::clone(&counters));
+        counters
+    }
+
+    /// Counts `bytes` of a list or watch a pool cache served a local client (not a
+    /// follower) from memory: bytes the cloud link did not carry.
+    pub(crate) fn pool_served(&self, component: &str, resource: &str, verb: &str, bytes: u64) {
+        let component = totals_label(&component.trim().to_ascii_lowercase());
+        self.row(&component, &totals_label(resource), verb_index(verb))
+            .add(T_POOL_SAVED, bytes);
+    }
+
+    /// The totals table as it is now: (component, resource, verb, totals) in key order, the
+    /// `_other` row last when it counted anything.
+    pub(crate) fn totals(&self) -> Vec<(String, String, &'static str, Totals)> {
+        let mut out = Vec::new();
+        {
+            let guard = lock(&self.totals);
+            for (component, resources) in &guard.0 {
+                for (resource, verbs) in resources {
+                    for (verb, slot) in VERBS.iter().zip(verbs) {
+                        if let Some(row) = slot {
+                            out.push((
+                                component.to_string(),
+                                resource.to_string(),
+                                *verb,
+                                row.snapshot(),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        let other = self
+            .totals_other
+            .get()
+            .map_or_else(Totals::default, |row| row.snapshot());
+        if other.iter().any(|&n| n > 0) {
+            out.push((OTHER.to_owned(), OTHER.to_owned(), OTHER, other));
+        }
+        out
     }
 
     /// The series and the totals in the Prometheus text format.
@@ -273,7 +486,7 @@ impl LinkStats {
                     escape(&key.component),
                     escape(&key.resource)
                 );
-                (labels, counters.snapshot())
+                (labels, counters.counters.snapshot())
             })
             .collect();
         let mut totals = self.overflow.snapshot();
@@ -299,25 +512,39 @@ impl LinkStats {
     }
 }
 
-/// One request's series: counts what it carries. Cloning it is one atomic increment.
-#[derive(Clone)]
+/// One request's series and totals row: counts what it carries. Made per request, never
+/// allocating once its series and row exist (every answer body holds one).
 pub(crate) struct Link {
     stats: &'static LinkStats,
     /// `None`: past the cap, counted in the totals only.
-    series: Option<Arc<LinkCounters>>,
+    series: Option<Arc<Series>>,
+    /// Its totals row (the `_other` one past the cap); `None` for a leader's probe and a
+    /// tunnel's handle before its request is known.
+    row: Option<Arc<TotalCounters>>,
+    /// The server is a pool leader: answers count as pool-saved.
+    leader: bool,
 }
 
 impl Link {
     fn counters(&self) -> &LinkCounters {
-        self.series.as_deref().unwrap_or(&self.stats.overflow)
+        self.series
+            .as_deref()
+            .map_or(&self.stats.overflow, |s| &s.counters)
     }
+}
 
+impl Link {
     /// Counts one request that went on the link, with `body` request body bytes.
     pub(crate) fn request(&self, body: u64) {
         let c = self.counters();
         c.requests.fetch_add(1, Ordering::Relaxed);
         if body > 0 {
             c.sent.fetch_add(body, Ordering::Relaxed);
+        }
+        // A leader's requests travel the LAN: not the cloud link's.
+        if let Some(row) = self.row.as_ref().filter(|_| !self.leader) {
+            row.add(T_REQUESTS, 1);
+            row.add(T_UP, body);
         }
     }
 
@@ -331,7 +558,33 @@ impl Link {
         if gzip {
             c.received_gzip.fetch_add(bytes, Ordering::Relaxed);
         }
+        match &self.row {
+            Some(row) if self.leader => row.add(T_POOL_SAVED, bytes),
+            Some(row) => {
+                row.add(T_DOWN, bytes);
+                if gzip {
+                    row.add(T_DOWN_GZIP, bytes);
+                }
+            }
+            None => {}
+        }
     }
+
+    // Called by the gzip inflater of the request path (issue 32's gzip part), not yet here.
+    #[cfg_attr(not(test), allow(dead_code))]
+    /// Counts an answer the hub inflated itself once its reader ends: `compressed` bytes came
+    /// on the link (counted as received already), `plain` were read out of them; the
+    /// difference is what gzip saved the link.
+    pub(crate) fn inflated(&self, compressed: u64, plain: u64) {
+        if let Some(row) = &self.row {
+            row.add(T_GZIP_SAVED, plain.saturating_sub(compressed));
+        }
+    }
+}
+
+/// The index in [`VERBS`] of a verb name; `other` for one it does not know.
+fn verb_index(verb: &str) -> usize {
+    VERBS.iter().position(|v| *v == verb).unwrap_or(N_VERBS - 1)
 }
 
 /// A response body that counts its bytes on a [`Link`] as they are read (a watch's while it
@@ -358,6 +611,33 @@ impl<R: std::io::Read> std::io::Read for Counted<R> {
     }
 }
 
+/// A writer that counts the bytes written through it (a pool cache's list, for
+/// [`LinkStats::pool_served`]).
+pub(crate) struct Tally<W> {
+    inner: W,
+    /// Bytes written so far.
+    pub(crate) bytes: u64,
+}
+
+impl<W> Tally<W> {
+    /// Counts what goes to `inner`.
+    pub(crate) fn new(inner: W) -> Tally<W> {
+        Tally { inner, bytes: 0 }
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for Tally<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 /// The component label of a request: the User-Agent's first word (before `/`), trimmed; the
 /// map lowercases it. Empty without a User-Agent.
 pub(crate) fn component_of(headers: &[(String, String)]) -> &str {
@@ -377,11 +657,17 @@ pub(crate) fn resource_of(path_and_query: &str) -> &str {
     let path = path_and_query
         .split_once('?')
         .map_or(path_and_query, |(p, _)| p);
+    locate(path).unwrap_or("")
+}
+
+/// The resource of a path (without its query); `None` for a non-resource path or a
+/// discovery document.
+fn locate(path: &str) -> Option<&str> {
     let mut segments = path.split('/').filter(|s| !s.is_empty());
     let skip = match segments.next() {
         Some("api") => 1,
         Some("apis") => 2,
-        _ => return "",
+        _ => return None,
     };
     let rest: [Option<&str>; 5] = {
         let mut it = segments.skip(skip);
@@ -402,9 +688,9 @@ pub(crate) fn resource_of(path_and_query: &str) -> &str {
                 b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'
             }) =>
         {
-            resource
+            Some(resource)
         }
-        _ => "",
+        _ => None,
     }
 }
 
@@ -418,6 +704,19 @@ fn cut(s: &str) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+/// A label of the totals table: at most [`MAX_TOTALS_LABEL`] bytes, each of `[a-z0-9._-]`,
+/// anything else `_` (no escaping in the file, `/v1/link` or `/metrics`: what bounds them).
+fn totals_label(s: &str) -> String {
+    s.chars()
+        .take(MAX_TOTALS_LABEL)
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '.' | '-' | '_' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '_',
+        })
+        .collect()
 }
 
 /// Escapes a label value: backslash, double quote and newline (the metrics' too).
@@ -500,18 +799,30 @@ mod tests {
     fn requests_and_bytes_add_up_per_series_and_in_the_totals() {
         static S: LinkStats = LinkStats::new();
         let cloud = "https://10.0.0.1:6443";
-        let a = S.link(cloud, "kube-proxy", "services");
+        let a = S.link(cloud, "list", "kube-proxy", "/api/v1/services", false);
         a.request(0);
         a.received(1000, false);
         a.received(24, false);
         // The same labels, the component written otherwise: the same series.
-        let b = S.link(cloud, "Kube-Proxy", "services");
+        let b = S.link(cloud, "list", "Kube-Proxy", "/api/v1/services", false);
         b.request(0);
         b.received(500, true);
-        let lease = S.link(cloud, HUB_COMPONENT, "leases");
+        let lease = S.link(
+            cloud,
+            "update",
+            HUB_COMPONENT,
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1",
+            false,
+        );
         lease.request(300);
         lease.received(0, false);
-        let leader = S.link("leader", "coredns", "endpointslices");
+        let leader = S.link(
+            "leader",
+            "list",
+            "coredns",
+            "/apis/discovery.k8s.io/v1/endpointslices",
+            true,
+        );
         leader.request(0);
         leader.received(7, false);
 
@@ -565,15 +876,22 @@ mod tests {
     fn series_past_the_cap_count_only_in_the_totals() {
         static S: LinkStats = LinkStats::new();
         for i in 0..MAX_SERIES {
-            S.link("https://c", &format!("agent-{i}"), "pods")
-                .request(1);
+            S.link(
+                "https://c",
+                "list",
+                &format!("agent-{i}"),
+                "/api/v1/pods",
+                false,
+            )
+            .request(1);
         }
         // A new series past the cap: counted, but without labels of its own.
-        let late = S.link("https://c", "one-too-many", "pods");
+        let late = S.link("https://c", "list", "one-too-many", "/api/v1/pods", false);
         late.request(10);
         late.received(5, false);
         // A series made before the cap still counts under its labels.
-        S.link("https://c", "agent-0", "pods").received(3, false);
+        S.link("https://c", "list", "agent-0", "/api/v1/pods", false)
+            .received(3, false);
 
         let text = page(&S);
         assert_eq!(
@@ -606,7 +924,13 @@ mod tests {
     fn a_counted_body_counts_each_read_as_it_happens() {
         use std::io::Read;
         static S: LinkStats = LinkStats::new();
-        let link = S.link("leader", "kube-proxy", "endpointslices");
+        let link = S.link(
+            "leader",
+            "list",
+            "kube-proxy",
+            "/apis/discovery.k8s.io/v1/endpointslices",
+            true,
+        );
         link.request(0);
         let mut body = Counted::new(&b"0123456789"[..], link, true);
         let mut buf = [0u8; 4];
@@ -631,10 +955,135 @@ mod tests {
     fn hostile_labels_are_cut_and_escaped() {
         static S: LinkStats = LinkStats::new();
         let long = "é".repeat(100);
-        S.link("https://c", &long, "").request(0);
-        S.link("https://c", "evil\"}\nx", "").request(0);
+        S.link("https://c", "list", &long, "", false).request(0);
+        S.link("https://c", "list", "evil\"}\nx", "", false)
+            .request(0);
         let text = page(&S);
         assert!(text.contains(&format!("component=\"{}\"", "é".repeat(32))));
         assert!(text.contains("component=\"evil\\\"}\\nx\""));
+    }
+
+    #[test]
+    fn a_series_keeps_its_rows_per_verb_and_the_caller_names_the_verb() {
+        static S: LinkStats = LinkStats::new();
+        let path = "/api/v1/namespaces/d/pods?watch=True";
+        let a = S.link("https://c", "watch", "kubelet", path, false);
+        let b = S.link("https://d", "watch", "Kubelet", path, false);
+        // Two servers, two series, one totals row; the verb is the caller's, not the path's.
+        assert!(Arc::ptr_eq(
+            a.row.as_ref().unwrap(),
+            b.row.as_ref().unwrap()
+        ));
+        let again = S.link("https://c", "watch", "kubelet", path, false);
+        assert!(Arc::ptr_eq(
+            a.row.as_ref().unwrap(),
+            again.row.as_ref().unwrap()
+        ));
+        let get = S.link("https://c", "get", "kubelet", path, false);
+        assert!(!Arc::ptr_eq(
+            a.row.as_ref().unwrap(),
+            get.row.as_ref().unwrap()
+        ));
+        for l in [a, b, again, get] {
+            l.request(0);
+        }
+        S.link("https://c", "no-such-verb", "kubelet", path, false)
+            .request(0);
+        let verbs: Vec<(&str, u64)> = S
+            .totals()
+            .iter()
+            .map(|(_, _, v, t)| (*v, t[T_REQUESTS]))
+            .collect();
+        assert_eq!(verbs, [("get", 1), ("watch", 3), ("other", 1)]);
+    }
+
+    #[test]
+    fn a_tunnel_before_its_request_has_no_totals_row() {
+        static S: LinkStats = LinkStats::new();
+        let l = S.untotalled("https://c");
+        assert!(l.row.is_none());
+        l.request(3);
+        l.received(10, false);
+        assert!(S.totals().is_empty());
+        assert_eq!(
+            value(&page(&S), "tinyhub_cloud_all_requests_total"),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn totals_labels_are_short_and_need_no_escaping() {
+        static S: LinkStats = LinkStats::new();
+        S.link(
+            "https://c",
+            "get",
+            &"é\"x".repeat(30),
+            "/api/v1/pods",
+            false,
+        )
+        .request(0);
+        S.pool_served(&"Ab".repeat(40), "pods", "list", 1);
+        let labels: Vec<String> = S.totals().into_iter().map(|(c, ..)| c).collect();
+        assert_eq!(labels, ["__x".repeat(10) + "__", "ab".repeat(16)]);
+    }
+
+    #[test]
+    fn totals_count_the_cloud_link_and_what_leaders_and_gzip_saved() {
+        static S: LinkStats = LinkStats::new();
+        let row = |c: &str, r: &str, v: &str| {
+            S.totals()
+                .into_iter()
+                .find(|(tc, tr, tv, _)| tc == c && tr == r && *tv == v)
+                .map(|(_, _, _, t)| t)
+        };
+        // Two servers, one row: the server is no part of the key.
+        for server in ["https://a", "https://b"] {
+            let l = S.link(
+                server,
+                "list",
+                "Kubelet",
+                "/api/v1/pods?fieldSelector=x",
+                false,
+            );
+            l.request(0);
+            l.received(100, true);
+            l.inflated(100, 900);
+        }
+        assert_eq!(
+            row("kubelet", "pods", "list"),
+            Some([2, 0, 200, 200, 1600, 0])
+        );
+        // A leader's answer is saved, not carried; its probe counts nowhere in the totals.
+        let l = S.link("leader", "list", "kube-proxy", "/api/v1/services", true);
+        l.request(0);
+        l.received(50, false);
+        S.link("leader", "list", "tinyhub", "/readyz", true)
+            .request(0);
+        S.pool_served("Kube-Proxy", "services", "list", 25);
+        assert_eq!(
+            row("kube-proxy", "services", "list"),
+            Some([0, 0, 0, 0, 0, 75])
+        );
+        assert!(S.totals().iter().all(|(c, ..)| c != "tinyhub"));
+        let l = S.link("https://a", "update", "tinyhub", "/api/v1/nodes/n", false);
+        l.request(10);
+        assert_eq!(row("tinyhub", "nodes", "update"), Some([1, 10, 0, 0, 0, 0]));
+    }
+
+    #[test]
+    fn totals_past_the_cap_go_to_the_other_row() {
+        static S: LinkStats = LinkStats::new();
+        for i in 0..MAX_TOTALS {
+            S.link("https://c", "list", &format!("a{i}"), "/api/v1/pods", false)
+                .request(1);
+        }
+        let late = S.link("https://c", "list", "late", "/api/v1/pods", false);
+        late.request(5);
+        S.pool_served("later", "pods", "watch", 7);
+        let totals = S.totals();
+        assert_eq!(totals.len(), MAX_TOTALS + 1);
+        let (c, r, v, t) = totals.last().unwrap();
+        assert_eq!((c.as_str(), r.as_str(), *v), (OTHER, OTHER, OTHER));
+        assert_eq!(*t, [1, 5, 0, 0, 0, 7]);
     }
 }

@@ -1,5 +1,6 @@
 //! The serve port: `/v1/healthz`, `/v1/readyz` (YurtHub's paths), the standard `/healthz`,
-//! `/livez` and `/readyz`, `/metrics`, `POST|PUT /v1/token`, and `GET /pods` (kubelet's
+//! `/livez` and `/readyz`, `/metrics`, `GET /v1/link` (the cloud link's totals, `linkbook`),
+//! `POST|PUT /v1/token`, and `GET /pods` (kubelet's
 //! cached pods, as YurtHub's `pkg/yurthub/server/server.go` registers them). It has its own
 //! listener and caps, so it keeps answering when the proxy port is saturated, and stays
 //! open through a shutdown (readyz then says 503).
@@ -145,6 +146,14 @@ pub(crate) fn handle(
             ex.send(
                 200,
                 &[("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
+                body.as_bytes(),
+            )
+        }
+        "/v1/link" if ex.method() == "GET" => {
+            let body = crate::linkbook::render_json(&crate::linkbook::BOOK.view());
+            ex.send(
+                200,
+                &[("Content-Type", "application/json")],
                 body.as_bytes(),
             )
         }

@@ -60,7 +60,7 @@ use crate::support::{Auth, Cloud, RecordedRequest, lock};
 use crate::{Bench, Running};
 
 /// The pool's name.
-const POOL: &str = "pool-a";
+pub(crate) const POOL: &str = "pool-a";
 /// The pool-scope resources, as the clients list them.
 const SERVICES: &str = "/api/v1/services";
 /// See [`SERVICES`].
@@ -77,12 +77,12 @@ const RETRY: Duration = Duration::from_secs(1);
 const ATTEMPTS: u32 = 60;
 
 /// Node `edge-<i>` (1-based).
-fn node(i: usize) -> String {
+pub(crate) fn node(i: usize) -> String {
     format!("edge-{i}")
 }
 
 /// Node `edge-<i>`'s address: `127.0.0.<i + 1>` (`127.0.0.2` for the leader, edge-1).
-fn node_ip(i: usize) -> Ipv4Addr {
+pub(crate) fn node_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, (i + 1) as u8)
 }
 
@@ -252,32 +252,41 @@ fn multiplexer_port(nodes: usize) -> Result<u16, String> {
 // ---- clients ----
 
 /// One client of a pool-scope resource: where it sends its requests, and as whom.
-struct Endpoint {
+pub(crate) struct Endpoint {
     /// Its own connections, as a component has.
     agent: Agent,
     /// `http://<hub>`, `https://<cloud>` or `https://<leader>:<port>`.
     base: String,
     /// The component's User-Agent.
     ua: String,
+    /// It asks for gzip, as client-go does (case 12 also runs clients that do not).
+    gzip: bool,
 }
 
 impl Endpoint {
     /// Plain HTTP to a hub.
-    fn plain(hub: &Hub, ua: &str) -> Endpoint {
+    pub(crate) fn plain(hub: &Hub, ua: &str) -> Endpoint {
         Endpoint {
             agent: agent(None),
             base: hub.url(),
             ua: ua.to_owned(),
+            gzip: true,
         }
     }
 
     /// HTTPS with `tls` to `base` (the cloud, or a leader's multiplexer port).
-    fn tls(base: &str, tls: &DirectTls, ua: &str) -> Endpoint {
+    pub(crate) fn tls(base: &str, tls: &DirectTls, ua: &str) -> Endpoint {
         Endpoint {
             agent: agent(Some(tls)),
             base: base.to_owned(),
             ua: ua.to_owned(),
+            gzip: true,
         }
+    }
+
+    /// The same client asking for gzip only when `gzip` (python's client and curl do not).
+    pub(crate) fn gzip(self, gzip: bool) -> Endpoint {
+        Endpoint { gzip, ..self }
     }
 
     /// Sends a GET of `path_query`; a watch has no overall deadline and no read timeout
@@ -288,15 +297,16 @@ impl Endpoint {
         watch: bool,
     ) -> Result<ureq::http::Response<ureq::Body>, String> {
         let url = format!("{}{path_query}", self.base);
-        let request = ureq::http::Request::builder()
+        let mut request = ureq::http::Request::builder()
             .method("GET")
             .uri(&url)
             .header("user-agent", &self.ua)
-            .header("accept", "application/json, */*")
+            .header("accept", "application/json, */*");
+        if self.gzip {
             // As client-go's transport does: the cloud compresses big lists, not watches.
-            .header("accept-encoding", "gzip")
-            .body(())
-            .map_err(|e| format!("GET {url}: {e}"))?;
+            request = request.header("accept-encoding", "gzip");
+        }
+        let request = request.body(()).map_err(|e| format!("GET {url}: {e}"))?;
         let mut config = self.agent.configure_request(request);
         if watch {
             config = config.timeout_global(None).timeout_per_read(None);
@@ -542,7 +552,7 @@ fn watch(
 
 /// The clients of one run, each on a thread of its own.
 #[derive(Default)]
-struct Reflectors {
+pub(crate) struct Reflectors {
     /// Who (component and node), the path, and its progress.
     clients: Vec<(String, &'static str, Arc<Progress>)>,
     threads: Vec<JoinHandle<()>>,
@@ -551,7 +561,12 @@ struct Reflectors {
 
 impl Reflectors {
     /// Starts the client `who` of `path` through `e`.
-    fn start(&mut self, who: String, e: Endpoint, path: &'static str) -> Result<(), String> {
+    pub(crate) fn start(
+        &mut self,
+        who: String,
+        e: Endpoint,
+        path: &'static str,
+    ) -> Result<(), String> {
         let progress = Arc::new(Progress::default());
         let (p, stop) = (progress.clone(), self.stop.clone());
         let thread = thread::Builder::new()
@@ -578,7 +593,7 @@ impl Reflectors {
     }
 
     /// Waits until every client has listed and is watching.
-    fn wait_watching(&self, timeout: Duration) -> Result<(), String> {
+    pub(crate) fn wait_watching(&self, timeout: Duration) -> Result<(), String> {
         self.wait(timeout, "every client to list and watch", |_, p| {
             p.watching.load(Ordering::Relaxed)
         })
@@ -586,7 +601,7 @@ impl Reflectors {
 
     /// Waits until every client of `path` has seen an object at resourceVersion `rv` or
     /// later.
-    fn wait_seen(&self, path: &str, rv: u64, timeout: Duration) -> Result<(), String> {
+    pub(crate) fn wait_seen(&self, path: &str, rv: u64, timeout: Duration) -> Result<(), String> {
         self.wait(
             timeout,
             &format!("every client of {path} to see resourceVersion {rv}"),
@@ -639,13 +654,13 @@ impl Reflectors {
     }
 
     /// Tells every client to stop; their streams end when the caller closes the other side.
-    fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
     }
 
     /// Waits for every client thread (after [`Reflectors::stop`] and the servers' end);
     /// returns (re-lists, re-watches) over all clients.
-    fn join(mut self) -> (u64, u64) {
+    pub(crate) fn join(mut self) -> (u64, u64) {
         for t in std::mem::take(&mut self.threads) {
             let _ = t.join();
         }
@@ -667,7 +682,7 @@ impl Drop for Reflectors {
 
 /// Waits until the cloud has sent nothing for half a second (10 s at most); its byte count
 /// then.
-fn settled_bytes(cloud: &Cloud) -> u64 {
+pub(crate) fn settled_bytes(cloud: &Cloud) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut last = cloud.bytes_sent();
     let mut since = Instant::now();

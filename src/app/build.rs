@@ -66,6 +66,8 @@ pub(super) fn build(config: &Config) -> Result<Parts, StartupError> {
         root_lock = None;
     }
     let store = open_cache(config)?;
+    // Before any request goes upstream: the totals carry on from the file.
+    crate::linkbook::BOOK.open(&config.root_dir);
 
     // When each kind last heard the cloud, as the cache kept it: read once here; the writer
     // notes, the offline answers, readyz and the metrics page read it.
@@ -245,7 +247,7 @@ fn lock_root_dir(dir: &std::path::Path) -> Result<DirLock, StartupError> {
 
 /// The feature modules' series on the metrics page, in the page's order: the response
 /// filters' (always), then the pool caches', then the resumable watches', then the endpoints
-/// overlay's. Once per process, as `METRICS` is.
+/// overlay's, then the link totals'. Once per process, as `METRICS` is.
 fn register_metrics() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -254,5 +256,6 @@ fn register_metrics() {
         crate::metrics::METRICS.register(Box::new(crate::proxy::resume::series::render));
         crate::metrics::METRICS.register(Box::new(crate::overlay::series::render));
         crate::metrics::METRICS.register(Box::new(crate::cache::synced::render));
+        crate::metrics::METRICS.register(Box::new(crate::linkbook::series));
     });
 }

@@ -1,6 +1,7 @@
 //! The end of the hub: the wait for the first SIGTERM/SIGINT, then the drain within procd's
 //! 5 s: readiness fails at once, the hub's own clients stop, the listeners close, in-flight
-//! requests get [`DRAIN`], the cache writer drains its queue, the dummy interface goes. A
+//! requests get [`DRAIN`], the cache writer drains its queue, the link totals are saved, the
+//! dummy interface goes. A
 //! second signal exits 1 at once.
 
 use std::sync::PoisonError;
@@ -95,6 +96,8 @@ pub(super) fn drain(running: Running) -> Result<(), StartupError> {
     if let Some(writer) = writer_thread {
         let _ = writer.join();
     }
+    // The link's last counts, after every request has ended.
+    crate::linkbook::BOOK.save();
     // After the listeners closed, and with the check stopped (dropping `stop` ended it),
     // so that it cannot make the interface again.
     if let Some(check) = dummy_check {

@@ -1,8 +1,8 @@
 //! The start phase: the threads and listeners, in the order each needs the last. The serve
-//! port first (it answers health checks while the rest comes up), one `/readyz` probe of every
-//! server, the pool's caches, the response filters, the disk cache's writer and refills, the
-//! health checker, the leader's watch, the proxy ports, and last the identity's rotation, which
-//! opens the HTTPS port at its first serving certificate.
+//! port first (it answers health checks while the rest comes up), the link totals' writer, one
+//! `/readyz` probe of every server, the pool's caches, the response filters, the disk cache's
+//! writer and refills, the health checker, the leader's watch, the proxy ports, and last the
+//! identity's rotation, which opens the HTTPS port at its first serving certificate.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -63,6 +63,10 @@ pub(super) fn start(config: &Config, parts: Parts) -> Result<Running, StartupErr
     )?;
 
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    {
+        let (interval, stop) = (config.link_write_interval, stop_rx.clone());
+        spawn("linkbook", move || crate::linkbook::run(interval, &stop))?;
+    }
     // Before the hub's own clients start: they skip servers found unhealthy.
     health::probe_all_once(&backends, upstream.as_ref(), config.heartbeat.timeout);
 

@@ -45,6 +45,7 @@ impl Prober for LeaderProbe {
         let headers = [("User-Agent".to_owned(), self.user_agent.clone())];
         let outgoing = Outgoing {
             method: "GET",
+            verb: crate::request::Verb::Get,
             path_and_query: FRESHNESS_PATH,
             headers: &headers,
             accept: Some("application/json"),

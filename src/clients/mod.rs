@@ -56,6 +56,7 @@ fn send_get_as_hub(
     let headers = [("User-Agent".to_owned(), user_agent())];
     upstream.send(Outgoing {
         method: "GET",
+        verb: crate::request::Verb::Get,
         path_and_query: path,
         headers: &headers,
         accept: Some("application/json"),

@@ -88,6 +88,7 @@ use crate::pool::health::{Hop, leader_url, plan};
 use crate::pool::leader::Source;
 use crate::pool::route::{FIRST_LIST_PATIENCE, PoolRoute, Wake};
 use crate::random_between;
+use crate::request::Verb;
 use crate::route::{Deadline, Identity};
 use crate::upstream::{Answer, Cancel, Outgoing, Upstream};
 use crate::watchcache::WATCH_SECONDS;
@@ -604,13 +605,14 @@ impl Feeder {
     /// A GET of `path` with the multiplexer's User-Agent, where `run` chose (a leader or the
     /// cloud); a status other than 200 is an error. A leader that cannot be reached is
     /// marked so; one that answers another status is noted ([`LeaderOutcome`]).
-    fn get(&self, path: &str, deadline: Deadline) -> Result<Served, ClientError> {
+    fn get(&self, verb: Verb, path: &str, deadline: Deadline) -> Result<Served, ClientError> {
         let headers = [
             ("User-Agent".to_owned(), self.user_agent.clone()),
             ("Accept-Encoding".to_owned(), "gzip".to_owned()),
         ];
         let outgoing = Outgoing {
             method: "GET",
+            verb,
             path_and_query: path,
             headers: &headers,
             accept: Some("application/json"),
@@ -723,7 +725,8 @@ impl Feeder {
 
     /// [`Feeder::list`] itself.
     fn list_once(&self, path: &str, stop: &Receiver<()>) -> Result<bool, ClientError> {
-        let Served { mut answer, server } = self.get(path, Deadline::Bounded(LIST_DEADLINE))?;
+        let Served { mut answer, server } =
+            self.get(Verb::List, path, Deadline::Bounded(LIST_DEADLINE))?;
         let _target = self.count_target("list", server);
         let mut objects = Vec::new();
         let mut skipped = 0usize;
@@ -791,14 +794,15 @@ impl Feeder {
         let url = format!(
             "{path}?watch=true&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds={seconds}"
         );
-        let Served { mut answer, server } = match self.get(&url, watch_deadline(seconds)) {
-            Ok(served) => served,
-            Err(ClientError::Status(410)) => return Watched::Relist("410 Gone".to_owned()),
-            Err(e) => {
-                self.note_failure(&e);
-                return Watched::Resume { broke: Some(e) };
-            }
-        };
+        let Served { mut answer, server } =
+            match self.get(Verb::Watch, &url, watch_deadline(seconds)) {
+                Ok(served) => served,
+                Err(ClientError::Status(410)) => return Watched::Relist("410 Gone".to_owned()),
+                Err(e) => {
+                    self.note_failure(&e);
+                    return Watched::Resume { broke: Some(e) };
+                }
+            };
         self.cache.feeder_ok();
         let _target = self.count_target("watch", server);
         let mut refused: Option<ApplyError> = None;
@@ -1196,7 +1200,11 @@ pub(super) mod tests {
         let (feeder, _route) = follower(&ca, Some(&cloud), &["127.0.0.2"], leader.addr.port(), &up);
         let server_of = |via| {
             feeder.via.set(via);
-            match feeder.get("/api/v1/services", Deadline::Bounded(LIST_DEADLINE)) {
+            match feeder.get(
+                Verb::List,
+                "/api/v1/services",
+                Deadline::Bounded(LIST_DEADLINE),
+            ) {
                 Ok(served) => served.server,
                 Err(e) => panic!("{via:?}: {e}"),
             }

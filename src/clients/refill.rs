@@ -206,6 +206,7 @@ fn refill_one(
     )];
     let mut answer = upstream.send(Outgoing {
         method: "GET",
+        verb: req.verb,
         path_and_query: &path,
         headers: &headers,
         accept: Some(accept),

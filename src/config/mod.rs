@@ -117,6 +117,9 @@ pub struct Config {
     /// The limits of tunnels (4 h idle, 60 s for the cloud's 101; shorter only through
     /// test-only flags).
     pub(crate) tunnel: crate::tunnel::Limits,
+    /// Time between writes of `link-totals.json` (60 s; shorter only through a test-only
+    /// flag).
+    pub(crate) link_write_interval: Duration,
 }
 
 /// Where the hub's identity for the cloud comes from (`--kubeconfig`, else `--bootstrap-mode`).
@@ -330,6 +333,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             idle: Duration::from_secs(f.int("test-only-tunnel-idle-seconds", 1, 86_400)?),
             answer: Duration::from_secs(f.int("test-only-tunnel-answer-seconds", 1, 3600)?),
         },
+        link_write_interval: Duration::from_secs(f.int("test-only-link-write-seconds", 1, 3600)?),
     })
 }
 
@@ -1231,6 +1235,27 @@ mod tests {
             "--test-only-cache-writer-delay-ms=x",
         ]);
         assert!(c.unwrap_err().contains("is not a number"));
+    }
+
+    #[test]
+    fn the_link_totals_are_written_every_minute_unless_a_test_says_otherwise() {
+        let f = Fixture::new("link-write");
+        let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
+        let c = run(&["--kubeconfig", &kc, "--node-name=n"]).unwrap();
+        assert_eq!(c.link_write_interval, Duration::from_secs(60));
+        let flag = |v: &str| {
+            run(&[
+                "--kubeconfig",
+                &kc,
+                "--node-name=n",
+                &format!("--test-only-link-write-seconds={v}"),
+            ])
+        };
+        assert_eq!(
+            flag("1").unwrap().link_write_interval,
+            Duration::from_secs(1)
+        );
+        assert!(flag("0").is_err(), "a write loop without a pause");
     }
 
     #[test]

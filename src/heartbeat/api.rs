@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::lease::{LEASE_NAMESPACE, is_node_lease, lease_path, node_path};
 use super::renew::{LeaseApi, LeaseError};
+use crate::request::Verb;
 use crate::upstream::{Exchanged, Upstream};
 
 /// The lease requests of this node against the server at `base`.
@@ -37,6 +38,7 @@ impl ServerLeaseApi {
     fn send(
         &self,
         method: &str,
+        verb: Verb,
         path: &str,
         body: Option<&Value>,
     ) -> Result<Exchanged, LeaseError> {
@@ -44,7 +46,7 @@ impl ServerLeaseApi {
         // The apiserver gives up when the hub does (client-go adds the same).
         let path = format!("{path}?timeout={}s", self.timeout.as_secs().max(1));
         self.upstream
-            .exchange_with(&self.base, method, &path, body, self.timeout)
+            .exchange_with(&self.base, method, verb, &path, body, self.timeout)
             .map_err(LeaseError::Transport)
     }
 
@@ -68,7 +70,7 @@ impl ServerLeaseApi {
 
 impl LeaseApi for ServerLeaseApi {
     fn get_lease(&self) -> Result<Option<Value>, LeaseError> {
-        match found(self.send("GET", &lease_path(&self.node), None)?)? {
+        match found(self.send("GET", Verb::Get, &lease_path(&self.node), None)?)? {
             Some(lease) => self.checked(lease).map(Some),
             None => Ok(None),
         }
@@ -77,19 +79,25 @@ impl LeaseApi for ServerLeaseApi {
     fn create_lease(&self, lease: &Value) -> Result<Value, LeaseError> {
         let collection =
             format!("/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases");
-        self.checked(stored(self.send("POST", &collection, Some(lease))?)?)
+        self.checked(stored(self.send(
+            "POST",
+            Verb::Create,
+            &collection,
+            Some(lease),
+        )?)?)
     }
 
     fn update_lease(&self, lease: &Value) -> Result<Value, LeaseError> {
         self.checked(stored(self.send(
             "PUT",
+            Verb::Update,
             &lease_path(&self.node),
             Some(lease),
         )?)?)
     }
 
     fn get_node(&self) -> Result<Option<Value>, LeaseError> {
-        found(self.send("GET", &node_path(&self.node), None)?)
+        found(self.send("GET", Verb::Get, &node_path(&self.node), None)?)
     }
 }
 

@@ -18,7 +18,7 @@ use super::fallback::{self, Failure, Fallback};
 use super::{CacheStatus, Hub};
 use crate::cache::target::CacheTarget;
 use crate::metrics::{Entered, InFlight, METRICS, RequestLabels};
-use crate::request::{ApiRequest, Target};
+use crate::request::{ApiRequest, Target, Verb};
 use crate::route::Route;
 use crate::server::Exchange;
 use crate::status::Status;
@@ -225,6 +225,7 @@ impl<'h> Call<'h> {
         };
         let outgoing = Outgoing {
             method: &head.method,
+            verb: self.req.as_ref().map_or(Verb::Other, |r| r.verb),
             path_and_query,
             headers,
             accept: self.route.upstream_accept,

@@ -210,32 +210,35 @@ impl Call<'_> {
         for tried in 1..=WRITE_TRIES {
             // A Value always serialises.
             let body = serde_json::to_vec(&node).unwrap_or_default();
-            let failed = match self.exchange("PUT", &status_path, Some(&body), write_by) {
-                Ok((200, written)) if ObjectHead::parse(&written).is_some() => {
-                    return Written::Stored(written);
-                }
-                Ok((409, _)) if tried < WRITE_TRIES => match self
-                    .exchange("GET", &node_path, None, write_by)
-                {
-                    Ok((200, again)) => match serde_json::from_slice::<Value>(&again) {
-                        Ok(mut fresh) if fresh.is_object() => {
-                            if !autonomy::apply(&mut fresh, wanted, now) {
-                                return Written::Stored(again);
+            let failed =
+                match self.exchange("PUT", Verb::Update, &status_path, Some(&body), write_by) {
+                    Ok((200, written)) if ObjectHead::parse(&written).is_some() => {
+                        return Written::Stored(written);
+                    }
+                    Ok((409, _)) if tried < WRITE_TRIES => {
+                        match self.exchange("GET", Verb::Get, &node_path, None, write_by) {
+                            Ok((200, again)) => match serde_json::from_slice::<Value>(&again) {
+                                Ok(mut fresh) if fresh.is_object() => {
+                                    if !autonomy::apply(&mut fresh, wanted, now) {
+                                        return Written::Stored(again);
+                                    }
+                                    (cloud, node) = (again, fresh);
+                                    continue;
+                                }
+                                _ => "the node read again is not an object".to_owned(),
+                            },
+                            Ok((status, _)) => {
+                                format!("reading the node again after a conflict: {status}")
                             }
-                            (cloud, node) = (again, fresh);
-                            continue;
+                            Err(e) => format!("reading the node again after a conflict: {e}"),
                         }
-                        _ => "the node read again is not an object".to_owned(),
-                    },
-                    Ok((status, _)) => format!("reading the node again after a conflict: {status}"),
-                    Err(e) => format!("reading the node again after a conflict: {e}"),
-                },
-                Ok((status, body)) => format!(
-                    "the cloud answered {status}: {}",
-                    String::from_utf8_lossy(&body[..body.len().min(200)])
-                ),
-                Err(e) => e.to_string(),
-            };
+                    }
+                    Ok((status, body)) => format!(
+                        "the cloud answered {status}: {}",
+                        String::from_utf8_lossy(&body[..body.len().min(200)])
+                    ),
+                    Err(e) => e.to_string(),
+                };
             log::warn!(
                 "cannot write the node's Autonomy condition ({}) to the cloud: {failed}; kubelet gets it unwritten",
                 wanted.status
@@ -254,6 +257,7 @@ impl Call<'_> {
     fn exchange(
         &self,
         method: &str,
+        verb: Verb,
         path: &str,
         body: Option<&[u8]>,
         write_by: Instant,
@@ -269,6 +273,7 @@ impl Call<'_> {
         let mut reader = body.unwrap_or_default();
         let outgoing = Outgoing {
             method,
+            verb,
             path_and_query: path,
             headers: if body.is_some() {
                 &headers

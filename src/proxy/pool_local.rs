@@ -75,6 +75,7 @@ use crate::cache::synced::Word;
 use crate::cache::writer::Session;
 use crate::filters::body::{BodyFilter, StageTime};
 use crate::filters::{Chain, Filters};
+use crate::link::{LINK, Tally};
 use crate::offline::json_head;
 use crate::overlay::{CloudState, EndpointKind, Overlay, Snapshot, WatchView};
 use crate::request::{ApiRequest, Query, Verb};
@@ -122,8 +123,9 @@ impl LocalOverlay<'_> {
 /// ends a watch when the hub stops. `session`, when the route caches the answer for this
 /// client, gets what the client gets, as the relay's tee gives it a forwarded answer: the
 /// disk cache keeps serving this client offline after a restart. `overlaid`, for a local
-/// client, applies the endpoints overlay to the kinds it rewrites. A leader's multiplexer
-/// port calls it too, with neither filters, session nor overlay.
+/// client, applies the endpoints overlay to the kinds it rewrites, and marks the answer as a
+/// local client's (counted as pool-saved on the link). A leader's multiplexer port calls it
+/// too, with neither filters, session nor overlay.
 pub(crate) fn answer(
     cache: &WatchCache,
     filters: Option<&Filters>,
@@ -145,6 +147,10 @@ pub(crate) fn answer(
     }
     let r = req.resource();
     let namespace = r.and_then(|r| r.namespace.as_deref());
+    // A follower's answer is the leader's to count; a local one the link's. The caller says
+    // which: only a local client's answer has the overlay (the multiplexer passes none),
+    // whatever port it came in on.
+    let local = overlaid.is_some();
     let overlaid = overlaid
         .filter(|o| o.overlay.enabled())
         .zip(EndpointKind::of(&cache.resource().gvr));
@@ -221,10 +227,16 @@ pub(crate) fn answer(
                         (session, _) => session,
                     };
                     let mut sink = to_client(writer, filter, route::body_shape(req), session);
+                    let mut out = Tally::new(SinkWrite(&mut sink));
                     let sent = match &rewritten {
-                        Some(body) => SinkWrite(&mut sink).write_all(body),
-                        None => page.write_to(&mut SinkWrite(&mut sink)),
+                        Some(body) => out.write_all(body),
+                        None => page.write_to(&mut out),
                     };
+                    if local {
+                        let (component, resource) =
+                            (req.component.as_str(), &cache.resource().gvr.resource);
+                        LINK.pool_served(component, resource, "list", out.bytes);
+                    }
                     match sent.map_err(Stop::Gone).and_then(|()| sink.finish()) {
                         Ok(()) => {}
                         // The client sees a broken answer rather than a short valid one, and

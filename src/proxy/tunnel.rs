@@ -79,6 +79,10 @@ impl Hub {
         }
         let opened = self.cloud.open_tunnel(&TunnelRequest {
             method: ex.method(),
+            verb: upgrade
+                .req
+                .as_ref()
+                .map_or(crate::request::Verb::Other, |r| r.verb),
             target: ex.url(),
             headers: ex.headers(),
             identity: Identity::of(&upgrade.requester),

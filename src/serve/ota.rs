@@ -29,6 +29,7 @@ use crate::cloud_error::UpstreamError;
 use crate::health::Backends;
 use crate::logging::rfc3339;
 use crate::names::{is_dns_label, is_dns_subdomain};
+use crate::request::Verb;
 use crate::server::Exchange;
 use crate::status::Status;
 use crate::unix_now;
@@ -402,20 +403,25 @@ impl Ota {
         &self,
         base: &str,
         method: &str,
+        verb: Verb,
         path: &str,
         body: Option<(&str, Vec<u8>)>,
     ) -> Result<Exchanged, CloudFailure> {
-        CloudFailure::check(
-            self.upstream
-                .exchange_with(base, method, path, body, CLOUD_TIMEOUT),
-        )
+        CloudFailure::check(self.upstream.exchange_with(
+            base,
+            method,
+            verb,
+            path,
+            body,
+            CLOUD_TIMEOUT,
+        ))
     }
 
     /// The pod from the cloud; any failure, a 404 included, is 500 (YurtHub's).
     fn get_pod(&self, base: &str, target: &Target<'_>) -> Result<Value, Status> {
         let failed = |why: &dyn fmt::Display| Status::internal(format!("Get pod failed, {why}"));
         let answer = self
-            .send(base, "GET", &target.pod_path(), None)
+            .send(base, "GET", Verb::Get, &target.pod_path(), None)
             .map_err(|e| failed(&e))?;
         let pod: Value = serde_json::from_slice(&answer.body)
             .map_err(|e| failed(&format!("the answer is not JSON: {e}")))?;
@@ -443,10 +449,12 @@ impl Ota {
         }
         match owner_kind(pod) {
             None => Err(Status::bad_request("Pod has no owner references")),
-            Some("DaemonSet") => match self.send(base, "DELETE", &target.pod_path(), None) {
-                Ok(_) => Ok(format!("Start updating pod {id}")),
-                Err(e) => Err(Status::internal(format!("Apply update failed: {e}"))),
-            },
+            Some("DaemonSet") => {
+                match self.send(base, "DELETE", Verb::Delete, &target.pod_path(), None) {
+                    Ok(_) => Ok(format!("Start updating pod {id}")),
+                    Err(e) => Err(Status::internal(format!("Apply update failed: {e}"))),
+                }
+            }
             Some("Node") => self.static_pod(base, target),
             Some(kind) => Err(Status::bad_request(format!(
                 "Not support ota upgrade pod type {kind}"
@@ -470,7 +478,7 @@ impl Ota {
             "/api/v1/namespaces/{}/configmaps/{STATIC_SET_PREFIX}{set}",
             target.namespace
         );
-        match self.send(base, "GET", &path, None) {
+        match self.send(base, "GET", Verb::Get, &path, None) {
             Ok(_) => Err(Status::not_implemented(format!(
                 "the upgrade of static pod {} (YurtStaticSet {set}) is not supported by \
                  tinyhub: YurtHub rewrites its manifest through node-servant; upgrade it \
@@ -499,7 +507,7 @@ impl Ota {
             "application/merge-patch+json",
             patch.to_string().into_bytes(),
         );
-        match self.send(base, "PATCH", &path, Some(body)) {
+        match self.send(base, "PATCH", Verb::Patch, &path, Some(body)) {
             Ok(_) => Ok(format!("Image pre-pull requested for pod {id}")),
             Err(e) => Err(Status::internal(format!(
                 "Patch pod status for imagepull failed: {e}"

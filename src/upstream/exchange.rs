@@ -10,9 +10,11 @@ use super::token::TokenSource;
 use super::{Exchanged, HUB_USER_AGENT, MAX_EXCHANGE_BODY, Upstream, UpstreamError};
 use crate::health::{Probe, ProbeError};
 use crate::link::{self, LINK};
+use crate::request::Verb;
 
 impl Upstream {
-    /// `method path` against `base` (one server) with the hub's credentials, a body when
+    /// `method path` (of `verb`, the link totals' key) against `base` (one server) with the
+    /// hub's credentials, a body when
     /// given (its media type, JSON or a merge patch, and its bytes), bounded by `timeout` as
     /// a whole; `Err` when there is no answer (or it broke off while its body was read), by
     /// origin as the request path sees it.
@@ -20,13 +22,14 @@ impl Upstream {
         &self,
         base: &str,
         method: &str,
+        verb: Verb,
         path: &str,
         body: Option<(&str, Vec<u8>)>,
         timeout: Duration,
     ) -> Result<Exchanged, UpstreamError> {
         // No material yet: the server cannot be reached as the hub.
         let agents = self.current()?;
-        let link = LINK.link(base, link::HUB_COMPONENT, link::resource_of(path));
+        let link = LINK.link(base, verb.as_str(), link::HUB_COMPONENT, path, false);
         let sent = body.as_ref().map_or(0, |(_, b)| b.len() as u64);
         let mut builder = http::Request::builder()
             .method(method)
@@ -92,7 +95,7 @@ impl Probe for Upstream {
         let mut status = 0;
         for path in ["/readyz", "/healthz"] {
             status = self
-                .exchange_with(base, "GET", path, None, timeout)
+                .exchange_with(base, "GET", Verb::Other, path, None, timeout)
                 .map_err(ProbeError::NoAnswer)?
                 .status;
             if status != 404 {

@@ -113,6 +113,8 @@ pub(crate) struct BodySource<'a> {
 pub(crate) struct Outgoing<'a> {
     /// HTTP method.
     pub method: &'a str,
+    /// The Kubernetes verb, as the request was classified (the link totals' key).
+    pub verb: crate::request::Verb,
     /// Path and query, as received.
     pub path_and_query: &'a str,
     /// Client headers; hop-by-hop ones are dropped here.

@@ -121,8 +121,10 @@ impl Upstream {
         // The series is resolved once, before sending: the body reader only adds to it.
         let link = LINK.link(
             server,
+            req.verb.as_str(),
             link::component_of(req.headers),
-            link::resource_of(req.path_and_query),
+            req.path_and_query,
+            !cloud,
         );
         let url = format!("{server}{}", req.path_and_query);
         let (builder, longest_line) = self.request_head(req, &url, cloud);

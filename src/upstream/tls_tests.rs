@@ -230,6 +230,7 @@ fn material(ca: &TestCa, cn: &str) -> (TlsMaterial, Vec<u8>) {
 fn get(path: &str, deadline: Deadline) -> Outgoing<'_> {
     Outgoing {
         method: "GET",
+        verb: crate::request::Verb::Get,
         path_and_query: path,
         headers: &[],
         accept: None,

@@ -36,6 +36,8 @@ pub(crate) const MAX_REFUSAL_BODY: usize = 1024 * 1024;
 pub(crate) struct TunnelRequest<'a> {
     /// HTTP method (kubectl: GET for WebSocket, POST for SPDY).
     pub method: &'a str,
+    /// The Kubernetes verb, as the request was classified (the link totals' key).
+    pub verb: crate::request::Verb,
     /// Path and query, as received.
     pub target: &'a str,
     /// The client's headers; hop-by-hop ones are dropped, `Upgrade` kept.
@@ -343,7 +345,7 @@ impl Upstream {
         let _ = sock.set_nodelay(true);
         crate::tunnel::keep_alive(std::os::fd::AsRawFd::as_raw_fd(&sock)).map_err(io)?;
         let mut end = CloudEnd {
-            link: LINK.link(base, "", ""),
+            link: LINK.untotalled(base),
             _open: METRICS.open_conn(&conn_server(&uri), tls),
             sock,
             tls: None,
@@ -379,8 +381,10 @@ fn send(
     };
     end.link = LINK.link(
         base,
+        req.verb.as_str(),
         link::component_of(req.headers),
-        link::resource_of(req.target),
+        req.target,
+        false,
     );
     // The head goes out and the answer comes back within the request's time.
     let mut out = Blocking(&mut end, deadline);
@@ -511,7 +515,7 @@ mod tests {
             rustls::ClientConnection::new(client_config, "127.0.0.1".try_into().unwrap()).unwrap();
         handshake(&mut conn, &sock, Instant::now() + Duration::from_secs(10)).unwrap();
         let end = CloudEnd {
-            link: LINK.link("https://127.0.0.1", "", ""),
+            link: LINK.untotalled("https://127.0.0.1"),
             _open: METRICS.open_conn("127.0.0.1:443", true),
             sock,
             tls: Some(conn),
@@ -520,6 +524,7 @@ mod tests {
         let headers = Vec::new();
         let req = TunnelRequest {
             method: "POST",
+            verb: crate::request::Verb::Create,
             target: "/api/v1/namespaces/a/pods/p/exec",
             headers: &headers,
             identity: Identity::Anonymous,
@@ -570,6 +575,7 @@ mod tests {
         let head = |identity| {
             let req = TunnelRequest {
                 method: "POST",
+                verb: crate::request::Verb::Create,
                 target: "/api/v1/namespaces/a/pods/p/exec?command=cat",
                 headers: &headers,
                 identity,

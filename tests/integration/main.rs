@@ -34,6 +34,7 @@ mod join_token_file;
 mod kubectl;
 mod lb_hashing;
 mod link_metrics;
+mod link_totals;
 mod list_scope;
 mod metadata_only;
 mod metrics_parity;

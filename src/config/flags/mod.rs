@@ -392,6 +392,12 @@ pub(crate) const TEST_FLAGS: &[FlagSpec] = &[
         "time the cloud has to answer a connection upgrade before the client gets 504",
     ),
     flag(
+        "test-only-link-write-seconds",
+        Kind::Int,
+        "60",
+        "time between writes of the link totals file (only when they changed)",
+    ),
+    flag(
         "test-only-dummy-if-kind",
         Kind::Str,
         "dummy",

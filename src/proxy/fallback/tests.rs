@@ -101,6 +101,7 @@ fn outcome(mode: WorkingMode, local: &Local, error: Error, body_failure: Option<
     };
     let outgoing = Outgoing {
         method: "POST",
+        verb: crate::request::Verb::Create,
         path_and_query: "/api/v1/namespaces/a/configmaps",
         headers: &[],
         accept: None,

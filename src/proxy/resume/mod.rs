@@ -285,6 +285,8 @@ enum Rebuilt {
 }
 
 /// What a resume request came to.
+// Made once per resumed leg, which is rare: a box would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum Step {
     /// A new leg.
     Leg(Answer),
@@ -496,6 +498,7 @@ impl Watch<'_, '_, '_, '_> {
             .saturating_add(WATCH_MARGIN);
         let outgoing = crate::upstream::Outgoing {
             method: "GET",
+            verb: crate::request::Verb::Watch,
             path_and_query: &target,
             headers: &self.headers,
             accept: self.route.upstream_accept,

@@ -338,6 +338,7 @@ fn list_scope(
     let mut answer = cloud
         .send(Outgoing {
             method: "GET",
+            verb: crate::request::Verb::List,
             path_and_query: req.target,
             headers: &headers,
             accept: Some(req.accept),
