@@ -96,6 +96,9 @@ pub struct Config {
     /// `--offline-endpoints-overlay`, and edge mode: the EndpointSlices and Endpoints of this
     /// node's pods follow kubelet's offline status updates (`overlay/`).
     pub(crate) offline_endpoints_overlay: bool,
+    /// `--upstream-gzip`: the hub asks the cloud for gzip on its reads and inflates for
+    /// clients that did not ask (issue 32).
+    pub(crate) upstream_gzip: bool,
     /// Concurrent requests served before answering 429.
     pub(crate) max_requests_in_flight: usize,
     /// `--v`, `--vmodule`, `--skip-headers`, `--add-dir-header`.
@@ -303,6 +306,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         enable_resource_filter: f.boolean("enable-resource-filter")?,
         disabled_resource_filters: f.list("disabled-resource-filters"),
         offline_endpoints_overlay: overlay_of(&f, working_mode, &mut warnings)?,
+        upstream_gzip: f.boolean("upstream-gzip")?,
         max_requests_in_flight: f.int("max-requests-in-flight", 1, 100_000)? as usize,
         log: crate::logging::LogOptions {
             verbosity: f.int("v", 0, 10)? as u8,

@@ -499,6 +499,7 @@ impl Watch<'_, '_, '_, '_> {
             path_and_query: &target,
             headers: &self.headers,
             accept: self.route.upstream_accept,
+            encoding: crate::upstream::Encoding::AsClient,
             body: None,
             deadline: Deadline::Stream(stream),
             identity: self.route.identity,
