@@ -89,6 +89,9 @@ impl Upstream {
         };
         read.map_err(broke_off)?;
         let body = inflate::read_bounded(&kept, gzip, MAX_EXCHANGE_BODY).map_err(broke_off)?;
+        if gzip {
+            inflate::inflated(Some(&link), kept.len() as u64, body.len() as u64);
+        }
         Ok(Exchanged { status, body })
     }
 }

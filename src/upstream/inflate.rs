@@ -41,9 +41,7 @@ pub(crate) fn accepts_gzip(headers: &[(String, String)]) -> bool {
             let weighted = parts
                 .filter_map(|p| p.trim().split_once('='))
                 .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
-                .map_or(true, |(_, q)| {
-                    q.trim().parse::<f32>().is_ok_and(|q| q > 0.0)
-                });
+                .is_none_or(|(_, q)| q.trim().parse::<f32>().is_ok_and(|q| q > 0.0));
             (name.eq_ignore_ascii_case("gzip") || name == "*") && weighted
         })
 }
@@ -142,8 +140,9 @@ impl<R: Read> Read for Inflating<R> {
 }
 
 /// An answer of `compressed` link bytes was inflated to `plain` bytes, whole: the one place
-/// the saving is told (the link totals' `Link::inflated` goes here).
-fn inflated(link: Option<&Link>, compressed: u64, plain: u64) {
+/// the saving is told, for streams ([`Inflating`]) and the short exchanges alike (the link
+/// totals' `Link::inflated` goes here).
+pub(super) fn inflated(link: Option<&Link>, compressed: u64, plain: u64) {
     let _ = link;
     log::trace!("inflated {compressed} bytes of gzip to {plain}");
 }

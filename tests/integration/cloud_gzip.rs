@@ -219,6 +219,7 @@ fn a_filtered_list_is_sent_plain_and_filtered() {
     let https = hub
         .wait_https(Duration::from_secs(15))
         .unwrap_or_else(|| panic!("no HTTPS port: {}", hub.logs()));
+    let port = https.port().to_string();
     // kubelet's pod lists pass serviceenvupdater, asked for gzip or not.
     for headers in [&[][..], &[("Accept-Encoding", "gzip")][..]] {
         cloud.reset_requests();
@@ -251,7 +252,7 @@ fn a_filtered_list_is_sent_plain_and_filtered() {
                 .unwrap()
                 .iter()
                 .any(|v| v["name"] == "KUBERNETES_SERVICE_PORT"
-                    && v["value"] == https.port().to_string()),
+                    && v["value"].as_str() == Some(port.as_str())),
             "{headers:?}: serviceenvupdater applied: {app}"
         );
         let seen = cloud

@@ -286,8 +286,8 @@ enum Rebuilt {
 
 /// What a resume request came to.
 enum Step {
-    /// A new leg.
-    Leg(Answer),
+    /// A new leg (boxed: an answer is much larger than the other variant).
+    Leg(Box<Answer>),
     /// Any other answer, read by `leg::classify`.
     Not(Resumed),
 }
@@ -369,7 +369,7 @@ impl Watch<'_, '_, '_, '_> {
                     *self.resumed.borrow_mut() = Some((held_since.elapsed(), rv));
                     self.chain.mark_resumed(CATCH_UP_WINDOW);
                     hub_leg = true;
-                    next = Some(answer);
+                    next = Some(*answer);
                 }
                 Step::Not(Resumed::Expired) => match self.rebuild(held_since) {
                     Rebuilt::Resume => {}
@@ -515,7 +515,7 @@ impl Watch<'_, '_, '_, '_> {
                     answer.header("retry-after"),
                 );
                 match read {
-                    Resumed::Leg => Step::Leg(answer),
+                    Resumed::Leg => Step::Leg(Box::new(answer)),
                     other => {
                         log::debug!(
                             "a watch's resume was answered {}: {other:?} resource=\"{}\"",
