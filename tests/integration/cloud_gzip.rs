@@ -364,6 +364,7 @@ fn twenty_concurrent_plain_lists_are_all_the_cloud_s_bytes() {
     );
     // 20 streams of ~52 KB inflate state and their relay buffers, not 20 lists.
     let twenty = proc_status(hub.pid(), "VmHWM:");
+    eprintln!("hub peak: {one} KiB after one plain list, {twenty} KiB after 20 at once");
     assert!(
         twenty.saturating_sub(one) < 8 * 1024,
         "the peak grew from {one} to {twenty} KiB"
