@@ -193,8 +193,8 @@ impl Upstream {
     }
     /// The request head for `req` to `url`, and its longest line: the client's headers but
     /// the hop-by-hop ones (and those its `Connection` names), `accept` when the hub sets
-    /// it, `accept-encoding: gzip` for [`Encoding::Gzip`], `authorization` only the client's own, or the hub's bearer token (for
-    /// [`Identity::Hub`]) when `cloud`.
+    /// it, `accept-encoding: gzip` (alone) for [`Encoding::Gzip`], `authorization` only the
+    /// client's own, or the hub's bearer token (for [`Identity::Hub`]) when `cloud`.
     fn request_head(
         &self,
         req: &Outgoing<'_>,
