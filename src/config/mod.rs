@@ -1151,6 +1151,21 @@ mod tests {
     }
 
     #[test]
+    fn upstream_gzip_is_on_unless_turned_off() {
+        let f = Fixture::new("gzip-flag");
+        let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
+        let with = |extra: &[&str]| {
+            let mut args = vec!["--kubeconfig", kc.as_str(), "--node-name=n"];
+            args.extend_from_slice(extra);
+            run(&args)
+        };
+        assert!(with(&[]).unwrap().upstream_gzip);
+        assert!(!with(&["--upstream-gzip=false"]).unwrap().upstream_gzip);
+        let e = with(&["--upstream-gzip=sometimes"]).unwrap_err();
+        assert!(e.contains("not a boolean"), "{e}");
+    }
+
+    #[test]
     fn local_mode_is_refused_with_why() {
         let f = Fixture::new("local-mode");
         let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
