@@ -157,6 +157,10 @@ pub(crate) struct Route {
     pub local: Local,
     /// The `Accept` to send upstream instead of the client's.
     pub upstream_accept: Option<&'static str>,
+    /// The hub asks the cloud for gzip whoever asked (issue 32): a GET of an object, a list
+    /// or a non-resource path, not a watch, a log, a proxy or an upgrade (streams the
+    /// apiserver never compresses, or bodies the hub must pass as they come).
+    pub upstream_gzip: bool,
     /// How long the exchange may take.
     pub deadline: Deadline,
     /// Whose credentials go upstream.
@@ -222,6 +226,7 @@ impl Route {
             cache: Err(NoCacheReason::CloudMode),
             local: Local::Unavailable,
             upstream_accept: None,
+            upstream_gzip: false,
             deadline: Deadline::Bounded(REQUEST_DEADLINE),
             identity: Identity::of(requester),
             selectors: Selectors::everything(),
@@ -285,12 +290,27 @@ pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Resu
         local_collection,
         cache,
         upstream_accept,
+        upstream_gzip: upstream_gzip(req),
         deadline: deadline(req),
         identity: Identity::of(&req.requester),
         selectors,
         filters: Chain::EMPTY,
         resume,
     })
+}
+
+/// The hub asks for gzip: a GET of an object, a list or a non-resource path, but not a watch,
+/// a followed or any log (its bytes are the container's, passed as they come), a proxy or an
+/// upgrade.
+fn upstream_gzip(req: &ApiRequest) -> bool {
+    let log = req
+        .resource()
+        .is_some_and(|r| r.subresource.as_deref() == Some("log"));
+    req.method == Method::Get
+        && matches!(req.verb, Verb::Get | Verb::List | Verb::Other)
+        && !req.upgrade
+        && !req.query.follow
+        && !log
 }
 
 /// The `Accept` the hub sends for a metadata-only client's read it caches or resumes: the
@@ -1232,6 +1252,43 @@ mod tests {
         // Cloud mode passes watches on as they come.
         let r = req("GET", watch, KUBELET, None);
         assert_eq!(route(&r, true, WorkingMode::Cloud).unwrap().resume, None);
+    }
+
+    #[test]
+    fn the_hub_asks_for_gzip_on_gets_and_lists_only() {
+        for url in [
+            "/api/v1/pods",
+            "/api/v1/namespaces/default/pods/p",
+            "/api/v1/namespaces/default/pods/p/status",
+            "/version",
+            "/openapi/v2",
+        ] {
+            assert!(edge(&req("GET", url, KUBELET, None)).upstream_gzip, "{url}");
+        }
+        for (method, url) in [
+            ("GET", "/api/v1/pods?watch=1"),
+            ("GET", "/api/v1/watch/pods"),
+            ("GET", "/api/v1/namespaces/default/pods/p/log"),
+            ("GET", "/api/v1/namespaces/default/pods/p/log?follow=true"),
+            ("GET", "/api/v1/namespaces/default/pods/p/proxy/metrics"),
+            ("GET", "/api/v1/nodes/n/proxy/stats"),
+            ("HEAD", "/api/v1/pods"),
+            ("POST", "/api/v1/namespaces/default/pods"),
+            ("DELETE", "/api/v1/namespaces/default/pods/p"),
+        ] {
+            assert!(
+                !edge(&req(method, url, KUBELET, None)).upstream_gzip,
+                "{method} {url}"
+            );
+        }
+        let mut upgrade = req(
+            "GET",
+            "/api/v1/namespaces/default/pods/p/exec",
+            KUBELET,
+            None,
+        );
+        upgrade.upgrade = true;
+        assert!(!edge(&upgrade).upstream_gzip);
     }
 
     #[test]

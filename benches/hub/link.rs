@@ -9,7 +9,7 @@
 //! and pods, until every watch has seen the last of its kind.
 //!
 //! **Rows** ([`ROWS`], the lead's list to extend: a row is a setup and the hub's flags):
-//! direct (the clients to the cloud), a hub (one node), a pool (one hub per node, edge-1 the
+//! direct (the clients to the cloud), a hub (one node) with `--upstream-gzip` off and on, a pool (one hub per node, edge-1 the
 //! leader; the figures divided by the nodes). Each row runs twice: clients asking for gzip as
 //! client-go does, and clients that do not (python's client, curl).
 //!
@@ -57,7 +57,8 @@ pub enum Setup {
 /// `("hub, gzip off", Setup::Hub(&["--upstream-gzip=false"]))` beside the default hub.
 pub const ROWS: &[(&str, Setup)] = &[
     ("direct", Setup::Direct),
-    ("hub", Setup::Hub(&[])),
+    ("hub, gzip off", Setup::Hub(&["--upstream-gzip=false"])),
+    ("hub, gzip on", Setup::Hub(&[])),
     ("pool, per node", Setup::Pool),
 ];
 

@@ -53,6 +53,7 @@ impl Prober for LeaderProbe {
             deadline: Deadline::Bounded(DIAL_TIMEOUT),
             identity: Identity::Hub,
             affinity: None,
+            encoding: crate::upstream::Encoding::AsClient,
         };
         let mut answer = match self.upstream.send_to_base(&leader_url(addr), outgoing) {
             Ok(answer) => answer,

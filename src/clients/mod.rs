@@ -30,7 +30,7 @@ use crate::cache::decode::{BodyDecoder, BodyShape, DecodeError, Unit};
 use crate::cache::writer::MAX_OBJECT_BYTES;
 use crate::filters::lookups::{FetchError, FetchObject, LOOKUP_DEADLINE, MAX_OBJECT};
 use crate::route::{self, Deadline, Identity, NoCacheReason};
-use crate::upstream::{Answer, Outgoing, Upstream, UpstreamError};
+use crate::upstream::{Answer, Encoding, Outgoing, Upstream, UpstreamError};
 
 /// The User-Agent of the hub's own requests: component `tinyhub`, never filtered.
 pub(crate) fn user_agent() -> String {
@@ -47,24 +47,32 @@ fn get_as_hub(upstream: &Upstream, path: &str, deadline: Deadline) -> Result<Ans
     }
 }
 
-/// A GET of `path` as the hub, asking for JSON: the answer, whatever its status.
+/// A GET of `path` as the hub, asking for JSON, and for gzip unless it is a watch
+/// (`--upstream-gzip`; the apiserver never compresses a watch): the answer, whatever its
+/// status, its body plain ([`Answer::inflate`], bounded by what each reader takes).
 fn send_get_as_hub(
     upstream: &Upstream,
     path: &str,
     deadline: Deadline,
 ) -> Result<Answer, UpstreamError> {
     let headers = [("User-Agent".to_owned(), user_agent())];
-    upstream.send(Outgoing {
+    let encoding = match deadline {
+        Deadline::Bounded(_) => Encoding::Gzip,
+        Deadline::Stream(_) => Encoding::AsClient,
+    };
+    let answer = upstream.send(Outgoing {
         method: "GET",
         verb: crate::request::Verb::Get,
         path_and_query: path,
         headers: &headers,
         accept: Some("application/json"),
+        encoding,
         body: None,
         deadline,
         identity: Identity::Hub,
         affinity: None,
-    })
+    })?;
+    Ok(answer.inflate(None))
 }
 
 /// The response filters' lookups (a Service, this Node, a NodePool) as the hub's own GETs.

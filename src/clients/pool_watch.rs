@@ -616,6 +616,7 @@ impl Feeder {
             path_and_query: path,
             headers: &headers,
             accept: Some("application/json"),
+            encoding: crate::upstream::Encoding::AsClient,
             body: None,
             deadline,
             identity: Identity::Hub,

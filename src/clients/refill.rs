@@ -210,6 +210,7 @@ fn refill_one(
         path_and_query: &path,
         headers: &headers,
         accept: Some(accept),
+        encoding: crate::upstream::Encoding::Gzip,
         body: None,
         deadline: Deadline::Bounded(route::REQUEST_DEADLINE),
         identity: Identity::Hub,

@@ -99,6 +99,9 @@ pub struct Config {
     /// `--offline-endpoints-overlay`, and edge mode: the EndpointSlices and Endpoints of this
     /// node's pods follow kubelet's offline status updates (`overlay/`).
     pub(crate) offline_endpoints_overlay: bool,
+    /// `--upstream-gzip`: the hub asks the cloud for gzip on its reads and inflates for
+    /// clients that did not ask (issue 32).
+    pub(crate) upstream_gzip: bool,
     /// Concurrent requests served before answering 429.
     pub(crate) max_requests_in_flight: usize,
     /// `--v`, `--vmodule`, `--skip-headers`, `--add-dir-header`.
@@ -311,6 +314,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         enable_resource_filter: f.boolean("enable-resource-filter")?,
         disabled_resource_filters: f.list("disabled-resource-filters"),
         offline_endpoints_overlay: overlay_of(&f, working_mode, &mut warnings)?,
+        upstream_gzip: f.boolean("upstream-gzip")?,
         max_requests_in_flight: f.int("max-requests-in-flight", 1, 100_000)? as usize,
         log: crate::logging::LogOptions {
             verbosity: f.int("v", 0, 10)? as u8,
@@ -1153,6 +1157,21 @@ mod tests {
         let c = with(&["--working-mode=cloud", "--offline-endpoints-overlay=true"]).unwrap();
         assert!(!c.offline_endpoints_overlay && said(&c), "{:?}", c.warnings);
         let e = with(&["--offline-endpoints-overlay=maybe"]).unwrap_err();
+        assert!(e.contains("not a boolean"), "{e}");
+    }
+
+    #[test]
+    fn upstream_gzip_is_on_unless_turned_off() {
+        let f = Fixture::new("gzip-flag");
+        let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
+        let with = |extra: &[&str]| {
+            let mut args = vec!["--kubeconfig", kc.as_str(), "--node-name=n"];
+            args.extend_from_slice(extra);
+            run(&args)
+        };
+        assert!(with(&[]).unwrap().upstream_gzip);
+        assert!(!with(&["--upstream-gzip=false"]).unwrap().upstream_gzip);
+        let e = with(&["--upstream-gzip=sometimes"]).unwrap_err();
         assert!(e.contains("not a boolean"), "{e}");
     }
 

@@ -12,6 +12,7 @@
 use std::fmt;
 use std::io::Read;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -26,6 +27,8 @@ use ureq::http;
 use ureq::tls::{Certificate, RootCerts, TlsConfig, TlsProvider};
 
 use super::error::{ApiError, CsrError, PkiError};
+use crate::upstream::HUB_USER_AGENT;
+use crate::upstream::inflate;
 
 /// How the hub proves who it is.
 #[derive(Clone)]
@@ -90,6 +93,21 @@ const REWATCH_PAUSE: Duration = Duration::from_secs(1);
 /// The CSR collection.
 const CSR_PATH: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 
+/// `--upstream-gzip`, set once at start ([`set_gzip`]): the identity conversations' reads
+/// ask for gzip. (A process-wide switch: every `ApiClient` and discovery follow the flag
+/// without it being carried through each of their constructors.)
+static ASK_GZIP: AtomicBool = AtomicBool::new(true);
+
+/// Sets `--upstream-gzip` for the identity conversations' reads (at start, before any).
+pub(crate) fn set_gzip(on: bool) {
+    ASK_GZIP.store(on, Ordering::Relaxed);
+}
+
+/// The identity conversations' reads ask for gzip (`--upstream-gzip`).
+pub(super) fn ask_gzip() -> bool {
+    ASK_GZIP.load(Ordering::Relaxed)
+}
+
 /// ureq settings for the identity conversations (from `upstream.rs`: statuses are answers,
 /// no redirects, no proxy from the environment, small buffers).
 pub(super) fn agent(tls: TlsConfig) -> Agent {
@@ -97,7 +115,11 @@ pub(super) fn agent(tls: TlsConfig) -> Agent {
         .http_status_as_error(false)
         .max_redirects(0)
         .proxy(None)
-        .user_agent(AutoHeaderValue::None)
+        // The hub's own User-Agent, as on every request it makes of its own; gzip asked per
+        // request (`ApiClient::call`) and inflated by the hub, never by ureq.
+        .user_agent(AutoHeaderValue::Provided(Arc::new(
+            HUB_USER_AGENT.to_owned(),
+        )))
         .accept_encoding(AutoHeaderValue::None)
         .tls_config(tls)
         .input_buffer_size(8 * 1024)
@@ -208,7 +230,8 @@ impl ApiClient {
         json_answer(status, &body)
     }
 
-    /// One request, its body read whole (up to [`BODY_LIMIT`]).
+    /// One request, its body read whole (up to [`BODY_LIMIT`], inflated too). A GET asks for
+    /// gzip: the hub inflates it.
     fn call(
         &self,
         method: &str,
@@ -216,29 +239,39 @@ impl ApiClient {
         body: Option<String>,
         timeout: Option<Duration>,
     ) -> Result<(u16, Vec<u8>), ApiError> {
-        let response = self.send(method, path, body, timeout)?;
+        let response = self.send(method, path, body, timeout, method == "GET" && ask_gzip())?;
         let status = response.status().as_u16();
+        let gzip = response
+            .headers()
+            .get("content-encoding")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
         let body = response
             .into_body()
             .with_config()
             .limit(BODY_LIMIT)
             .read_to_vec()
             .map_err(|e| ApiError::Transport(e.to_string()))?;
+        let body = inflate::read_bounded(&body, gzip, BODY_LIMIT)
+            .map_err(|e| ApiError::Transport(format!("the gzip answer does not inflate: {e}")))?;
         Ok((status, body))
     }
 
-    /// Sends one request; the answer's body is left to read.
+    /// Sends one request, asking for gzip when `gzip`; the answer's body is left to read.
     fn send(
         &self,
         method: &str,
         path: &str,
         body: Option<String>,
         timeout: Option<Duration>,
+        gzip: bool,
     ) -> Result<http::Response<ureq::Body>, ApiError> {
         let mut builder = http::Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.server))
             .header("accept", "application/json");
+        if gzip {
+            builder = builder.header("accept-encoding", "gzip");
+        }
         if let Some(bearer) = &self.bearer {
             builder = builder.header("authorization", &**bearer);
         }
@@ -455,7 +488,7 @@ pub(crate) fn request_certificate(
         let watcher = client.clone();
         let ended = match interruptible(stop, deadline, move || {
             // The server ends the watch after `span`; the slack covers connecting.
-            match watcher.send("GET", &path, None, Some(span + CALL_TIMEOUT)) {
+            match watcher.send("GET", &path, None, Some(span + CALL_TIMEOUT), false) {
                 Ok(response) if response.status().is_success() => {
                     follow(response.into_body().into_reader())
                 }

@@ -213,10 +213,15 @@ pub(crate) fn endpoint(servers: &[String], dial: Duration) -> Result<String, (St
 
 /// One anonymous GET of cluster-info: its `data`.
 fn get_cluster_info(agent: &Agent, server: &str, timeout: Duration) -> Result<Value, FetchError> {
-    let request = http::Request::builder()
+    let mut request = http::Request::builder()
         .method("GET")
         .uri(format!("{}{CLUSTER_INFO}", server.trim_end_matches('/')))
-        .header("accept", "application/json")
+        .header("accept", "application/json");
+    if csr_api::ask_gzip() {
+        // Asked as every read of the hub's own is; inflated here, bounded as the plain body.
+        request = request.header("accept-encoding", "gzip");
+    }
+    let request = request
         .body(())
         .map_err(|e| FetchError::BadAddress(e.to_string()))?;
     let request = agent
@@ -227,11 +232,17 @@ fn get_cluster_info(agent: &Agent, server: &str, timeout: Duration) -> Result<Va
         .run(request)
         .map_err(|e| FetchError::Transport(e.to_string()))?;
     let status = response.status().as_u16();
+    let gzip = response
+        .headers()
+        .get("content-encoding")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
     let body = response
         .into_body()
         .with_config()
         .limit(1024 * 1024)
         .read_to_vec()
+        .map_err(|e| FetchError::Transport(e.to_string()))?;
+    let body = crate::upstream::inflate::read_bounded(&body, gzip, 1024 * 1024)
         .map_err(|e| FetchError::Transport(e.to_string()))?;
     if status != 200 {
         return Err(FetchError::Status(status));

@@ -22,7 +22,9 @@ use crate::request::{ApiRequest, Target, Verb};
 use crate::route::Route;
 use crate::server::Exchange;
 use crate::status::Status;
-use crate::upstream::{Answer, BodySource, Outgoing, UpstreamError};
+use crate::upstream::{
+    Answer, BodySource, CLIENT_PERMITS, Encoding, Outgoing, Permit, UpstreamError, accepts_gzip,
+};
 
 /// How a relay ended (`relay.rs` streams the answer; the call decides what follows).
 pub(super) enum Relayed<'c> {
@@ -223,12 +225,14 @@ impl<'h> Call<'h> {
         } else {
             (head.target.as_str(), head.headers.as_slice())
         };
+        let (encoding, permit) = self.encoding(&head.headers);
         let outgoing = Outgoing {
             method: &head.method,
             verb: self.req.as_ref().map_or(Verb::Other, |r| r.verb),
             path_and_query,
             headers,
             accept: self.route.upstream_accept,
+            encoding,
             body: has_body.then_some(BodySource { reader, length }),
             deadline: self.route.deadline,
             identity: self.route.identity,
@@ -236,6 +240,9 @@ impl<'h> Call<'h> {
             affinity: Some(&head.target),
         };
         match self.hub.cloud.send(outgoing) {
+            // Gzip the client did not ask for is inflated for it (the permit goes with the
+            // stream); the cache and the filters read the same plain bytes.
+            Ok(answer) if permit.is_some() => Ok(answer.inflate(permit)),
             Ok(answer) => Ok(answer),
             Err(e) => {
                 if let UpstreamError::ClientTooSlow(detail) = &e {
@@ -244,6 +251,29 @@ impl<'h> Call<'h> {
                     )));
                 }
                 Err(fallback::sort(e, ex.body_failure()))
+            }
+        }
+    }
+
+    /// How the request asks for its answer's encoding (`--upstream-gzip`, issue 32): gzip for a
+    /// read the route lets the hub compress, whoever asked; for a client that did not ask,
+    /// with one of the [`CLIENT_PERMITS`] to inflate it. With none left the request goes as
+    /// the client asked: plain, as without the flag.
+    fn encoding(&self, headers: &[(String, String)]) -> (Encoding, Option<Permit>) {
+        if !self.hub.upstream_gzip || !self.route.upstream_gzip {
+            return (Encoding::AsClient, None);
+        }
+        if accepts_gzip(headers) {
+            return (Encoding::Gzip, None);
+        }
+        match CLIENT_PERMITS.take() {
+            Some(permit) => (Encoding::Gzip, Some(permit)),
+            None => {
+                log::debug!(
+                    "{} answers are being inflated already: this one is asked for plain",
+                    CLIENT_PERMITS.taken()
+                );
+                (Encoding::AsClient, None)
             }
         }
     }

@@ -281,6 +281,13 @@ impl Call<'_> {
                 &headers[..1]
             },
             accept: Some("application/json"),
+            // A GET asks for gzip as the hub's reads do, and is inflated here (no permit: the
+            // hub's own read, one per kubelet GET at most).
+            encoding: if body.is_none() {
+                crate::upstream::Encoding::Gzip
+            } else {
+                crate::upstream::Encoding::AsClient
+            },
             body: body.map(|b| BodySource {
                 reader: &mut reader,
                 length: Some(b.len() as u64),
@@ -289,7 +296,12 @@ impl Call<'_> {
             identity: Identity::Hub,
             affinity: None,
         };
-        let mut answer = self.hub.cloud.send(outgoing).map_err(Unanswered::Cloud)?;
+        let mut answer = self
+            .hub
+            .cloud
+            .send(outgoing)
+            .map_err(Unanswered::Cloud)?
+            .inflate(None);
         let read = if answer.header("content-encoding").is_some() {
             Err(io::Error::new(
                 io::ErrorKind::InvalidData,

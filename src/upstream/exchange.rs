@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use ureq::http;
 
+use super::inflate;
 use super::send::{on_the_link, transport_error};
 use super::token::TokenSource;
 use super::{Exchanged, HUB_USER_AGENT, MAX_EXCHANGE_BODY, Upstream, UpstreamError};
@@ -36,6 +37,10 @@ impl Upstream {
             .uri(format!("{base}{path}"))
             .header("user-agent", HUB_USER_AGENT)
             .header("accept", "application/json");
+        if self.gzip() {
+            // A Node with many images, a large Status: the link carries it compressed.
+            builder = builder.header("accept-encoding", "gzip");
+        }
         let body = match body {
             Some((content_type, bytes)) => {
                 builder = builder.header("content-type", content_type);
@@ -74,8 +79,9 @@ impl Upstream {
             .take(MAX_EXCHANGE_BODY)
             .read_to_end(&mut kept);
         link.received(kept.len() as u64, gzip);
-        // The answer broke off after its head: the server's failure, after the request went.
-        read.map_err(|e| UpstreamError::Transport {
+        // The answer broke off after its head, or its gzip does not inflate: the server's
+        // failure, after the request went. At most as many inflated bytes as plain ones.
+        let broke_off = |e: std::io::Error| UpstreamError::Transport {
             server: base.to_owned(),
             detail: e.to_string(),
             timeout: matches!(
@@ -83,8 +89,13 @@ impl Upstream {
                 std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
             ),
             maybe_sent: true,
-        })?;
-        Ok(Exchanged { status, body: kept })
+        };
+        read.map_err(broke_off)?;
+        let body = inflate::read_bounded(&kept, gzip, MAX_EXCHANGE_BODY).map_err(broke_off)?;
+        if gzip {
+            link.inflated(kept.len() as u64, body.len() as u64);
+        }
+        Ok(Exchanged { status, body })
     }
 }
 

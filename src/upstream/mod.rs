@@ -18,6 +18,7 @@
 //! hub dials itself with rustls: ureq keeps the socket behind a 101.
 
 use std::io::{self, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, Weak};
 
 use ureq::unversioned::transport::ShutdownHandle;
@@ -25,13 +26,14 @@ use ureq::unversioned::transport::ShutdownHandle;
 use crate::config::Token;
 use crate::health::Backends;
 use crate::http1;
-use crate::link::Counted;
+use crate::link::{Counted, Link};
 use crate::route::{Deadline, Identity};
 use crate::tls::{ClientKeyError, TlsMaterial};
 
 mod agents;
 mod conn;
 mod exchange;
+pub(crate) mod inflate;
 mod retire;
 mod send;
 mod socket;
@@ -39,6 +41,7 @@ mod token;
 mod tunnel;
 
 use agents::Agents;
+pub(crate) use inflate::{CLIENT_PERMITS, Permit, accepts_gzip};
 use token::TokenSource;
 pub(crate) use tunnel::{Opened, TunnelRequest};
 /// Headers that belong to one connection and never cross the proxy (RFC 9110 §7.6.1), plus
@@ -121,6 +124,8 @@ pub(crate) struct Outgoing<'a> {
     pub headers: &'a [(String, String)],
     /// Replaces the client's `Accept` (the hub asks for JSON when it will cache).
     pub accept: Option<&'static str>,
+    /// The `Accept-Encoding` the cloud gets.
+    pub encoding: Encoding,
     /// The body, when the client sent one.
     pub body: Option<BodySource<'a>>,
     /// Time allowed.
@@ -131,6 +136,16 @@ pub(crate) struct Outgoing<'a> {
     /// that `--lb-mode=consistent-hashing` keys every leg as the client's request; None keys
     /// by `path_and_query`.
     pub affinity: Option<&'a str>,
+}
+
+/// The `Accept-Encoding` a request goes with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Encoding {
+    /// The client's own, if any (a watch, a write, a tunnel; the hub's readers that set it).
+    AsClient,
+    /// `gzip`, whatever the client sent: the hub inflates the answer where the client did not
+    /// ask ([`Answer::inflate`]). With `--upstream-gzip=false` this is [`Encoding::AsClient`].
+    Gzip,
 }
 
 impl Outgoing<'_> {
@@ -204,15 +219,63 @@ impl Answer {
         self.header("content-encoding")
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("gzip"))
     }
+
+    /// The answer as its reader gets it plain: a gzip body is inflated as it is read (holding
+    /// `permit`, None for the hub's own readers), without its `Content-Encoding` and length,
+    /// so a relay streams it chunked; any other answer is returned as it is. A corrupt or cut
+    /// gzip body fails a read: the relay's client sees its answer cut.
+    pub(crate) fn inflate(mut self, permit: Option<Permit>) -> Answer {
+        if !self.is_gzip() {
+            return self;
+        }
+        let AnswerBody(Body::Raw { reader, link }) = self.body else {
+            // Inflating already: an answer is inflated at most once.
+            return self;
+        };
+        self.body = AnswerBody(Body::Inflating(Box::new(inflate::Inflating::new(
+            reader,
+            Some(link),
+            permit,
+        ))));
+        self.headers.retain(|(name, _)| {
+            !(name.eq_ignore_ascii_case("content-encoding")
+                || name.eq_ignore_ascii_case("content-length"))
+        });
+        self.length = None;
+        self
+    }
 }
 
 /// A streaming response body; reads return as soon as bytes arrive. Each read's bytes are
 /// counted on the link at once (a watch's too, while it lasts): one relaxed atomic add.
-pub(crate) struct AnswerBody(Counted<ureq::BodyReader<'static>>);
+pub(crate) struct AnswerBody(Body);
+
+/// The body as the link carries it, or inflated ([`Answer::inflate`]).
+enum Body {
+    Raw {
+        reader: Counted<ureq::BodyReader<'static>>,
+        /// Kept for the inflater, which tells it the saving.
+        link: Link,
+    },
+    Inflating(Box<inflate::Inflating<Counted<ureq::BodyReader<'static>>>>),
+}
+
+impl AnswerBody {
+    /// The body of `reader`, counted on `link`.
+    fn raw(reader: ureq::BodyReader<'static>, link: Link, gzip: bool) -> AnswerBody {
+        AnswerBody(Body::Raw {
+            reader: Counted::new(reader, link.clone(), gzip),
+            link,
+        })
+    }
+}
 
 impl Read for AnswerBody {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.0.read(buf)
+        match &mut self.0 {
+            Body::Raw { reader, .. } => reader.read(buf),
+            Body::Inflating(inflating) => inflating.read(buf),
+        }
     }
 }
 
@@ -285,6 +348,8 @@ pub(crate) struct Upstream {
     token: Option<TokenSource>,
     /// Idle connections each pooled agent keeps (see [`agent`]).
     pool: usize,
+    /// `--upstream-gzip`: [`Encoding::Gzip`] asks for gzip, and so do the hub's exchanges.
+    gzip: AtomicBool,
 }
 
 /// Why nothing can be sent before [`Upstream::set_tls`].
@@ -312,7 +377,19 @@ impl Upstream {
             agents: RwLock::new(agents),
             token: token.map(TokenSource::new),
             pool,
+            gzip: AtomicBool::new(true),
         })
+    }
+
+    /// `--upstream-gzip`: false sends [`Encoding::Gzip`] requests as [`Encoding::AsClient`],
+    /// and the hub's short exchanges without `Accept-Encoding`.
+    pub(crate) fn set_gzip(&self, on: bool) {
+        self.gzip.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the hub asks for gzip where it decides (`--upstream-gzip`).
+    pub(crate) fn gzip(&self) -> bool {
+        self.gzip.load(Ordering::Relaxed)
     }
 
     /// Replaces the TLS material (a rotated client certificate, a CA learnt by discovery):

@@ -13,10 +13,10 @@ use super::agents::{Agents, LARGE_OUTPUT_BUFFER, OUTPUT_BUFFER};
 use super::conn::LAST_CONNECTION;
 use super::token::TokenSource;
 use super::{
-    Answer, AnswerBody, Cancel, LEADER_BACKEND, Outgoing, Upstream, UpstreamError,
+    Answer, AnswerBody, Cancel, Encoding, LEADER_BACKEND, Outgoing, Upstream, UpstreamError,
     forwarded_headers, is_hop_by_hop,
 };
-use crate::link::{self, Counted, LINK, Link};
+use crate::link::{self, LINK, Link};
 use crate::metrics::{METRICS, Metrics};
 use crate::route::{Deadline, Identity};
 
@@ -195,8 +195,8 @@ impl Upstream {
     }
     /// The request head for `req` to `url`, and its longest line: the client's headers but
     /// the hop-by-hop ones (and those its `Connection` names), `accept` when the hub sets
-    /// it, `authorization` only the client's own, or the hub's bearer token (for
-    /// [`Identity::Hub`]) when `cloud`.
+    /// it, `accept-encoding: gzip` (alone) for [`Encoding::Gzip`], `authorization` only the
+    /// client's own, or the hub's bearer token (for [`Identity::Hub`]) when `cloud`.
     fn request_head(
         &self,
         req: &Outgoing<'_>,
@@ -207,12 +207,21 @@ impl Upstream {
         // ureq writes the request head a line at a time through its output buffer: the
         // longest line must fit (the request line, with room for the version).
         let mut longest_line = req.method.len() + url.len() + 12;
+        // The hub asks for gzip itself: the client's own wish does not go (it is honoured by
+        // the relay, which inflates for a client that did not ask).
+        let gzip = req.encoding == Encoding::Gzip && self.gzip();
         for (name, value) in forwarded_headers(req.headers, req.identity, req.accept.is_some()) {
+            if gzip && name.eq_ignore_ascii_case("accept-encoding") {
+                continue;
+            }
             longest_line = longest_line.max(name.len() + value.len() + 4);
             builder = builder.header(name, value);
         }
         if let Some(accept) = req.accept {
             builder = builder.header("accept", accept);
+        }
+        if gzip {
+            builder = builder.header("accept-encoding", "gzip");
         }
         if req.identity == Identity::Hub
             && cloud
@@ -262,7 +271,7 @@ fn answer(
         status: parts.status.as_u16(),
         headers,
         length,
-        body: AnswerBody(Counted::new(body.into_reader(), link, gzip)),
+        body: AnswerBody::raw(body.into_reader(), link, gzip),
         backend,
         cancel,
     }

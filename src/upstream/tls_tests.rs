@@ -234,6 +234,7 @@ fn get(path: &str, deadline: Deadline) -> Outgoing<'_> {
         path_and_query: path,
         headers: &[],
         accept: None,
+        encoding: crate::upstream::Encoding::AsClient,
         body: None,
         deadline,
         identity: Identity::Hub,

@@ -66,7 +66,9 @@ fn lists_writes_and_probes_move_their_series_by_their_body_bytes() {
     }
     // The hub's node: its lease renewals (the health probes of lease mode) go on the link.
     cloud.node("edge-1", None, &[]);
-    let (_dir, hub) = start(&cloud, "link-metrics", &[]);
+    // The client's own encoding on the link (issue 32's gzip for everyone is counted in
+    // cloud_gzip.rs): a plain list takes its plain bytes.
+    let (_dir, hub) = start(&cloud, "link-metrics", &["--upstream-gzip=false"]);
     let list = format!("{}/api/v1/namespaces/default/configmaps", hub.url());
 
     // A plain list: one request, every body byte the client got.
@@ -217,7 +219,12 @@ fn gzip_shrinks_the_pool_scope_lists_on_the_link() {
     cloud.populate_services(1000);
     cloud.populate_endpointslices(1000, 10);
     // Cloud mode forwards them (edge mode serves them from its watch cache).
-    let (_dir, hub) = start(&cloud, "link-metrics-gzip", &["--working-mode=cloud"]);
+    // Without issue 32's gzip for everyone: the plain list is plain on the link.
+    let (_dir, hub) = start(
+        &cloud,
+        "link-metrics-gzip",
+        &["--working-mode=cloud", "--upstream-gzip=false"],
+    );
     let mut figures = Vec::new();
     for (path, resource) in [
         ("/api/v1/services", "services"),

@@ -14,6 +14,7 @@ mod cache_dir;
 mod cache_write;
 mod cli;
 mod cloud_filters;
+mod cloud_gzip;
 mod cloud_identity;
 mod cloud_leases;
 mod cross;

@@ -320,6 +320,12 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "edge mode: while the cloud is unreachable, serve the EndpointSlices and Endpoints that name this node's pods with the IPs and readiness the node's kubelet reports (its offline status updates, never stored; dropped when the cloud is back); false serves them as cached",
     ),
     flag(
+        "upstream-gzip",
+        Kind::Bool,
+        "true",
+        "ask the cloud for gzip on every get and list, whoever asked; a client that did not ask gets the answer inflated (at most 16 at once, then as asked); false sends requests as their clients asked",
+    ),
+    flag(
         "disabled-resource-filters",
         Kind::Strings,
         "",

@@ -105,6 +105,7 @@ fn outcome(mode: WorkingMode, local: &Local, error: Error, body_failure: Option<
         path_and_query: "/api/v1/namespaces/a/configmaps",
         headers: &[],
         accept: None,
+        encoding: crate::upstream::Encoding::AsClient,
         body: None,
         deadline: Deadline::Bounded(Duration::from_secs(600)),
         identity: Identity::Hub,

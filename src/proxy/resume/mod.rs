@@ -285,11 +285,9 @@ enum Rebuilt {
 }
 
 /// What a resume request came to.
-// Made once per resumed leg, which is rare: a box would buy nothing.
-#[allow(clippy::large_enum_variant)]
 enum Step {
-    /// A new leg.
-    Leg(Answer),
+    /// A new leg (boxed: an answer is much larger than the other variant).
+    Leg(Box<Answer>),
     /// Any other answer, read by `leg::classify`.
     Not(Resumed),
 }
@@ -371,7 +369,7 @@ impl Watch<'_, '_, '_, '_> {
                     *self.resumed.borrow_mut() = Some((held_since.elapsed(), rv));
                     self.chain.mark_resumed(CATCH_UP_WINDOW);
                     hub_leg = true;
-                    next = Some(answer);
+                    next = Some(*answer);
                 }
                 Step::Not(Resumed::Expired) => match self.rebuild(held_since) {
                     Rebuilt::Resume => {}
@@ -502,6 +500,7 @@ impl Watch<'_, '_, '_, '_> {
             path_and_query: &target,
             headers: &self.headers,
             accept: self.route.upstream_accept,
+            encoding: crate::upstream::Encoding::AsClient,
             body: None,
             deadline: Deadline::Stream(stream),
             identity: self.route.identity,
@@ -517,7 +516,7 @@ impl Watch<'_, '_, '_, '_> {
                     answer.header("retry-after"),
                 );
                 match read {
-                    Resumed::Leg => Step::Leg(answer),
+                    Resumed::Leg => Step::Leg(Box::new(answer)),
                     other => {
                         log::debug!(
                             "a watch's resume was answered {}: {other:?} resource=\"{}\"",

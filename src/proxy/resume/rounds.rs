@@ -342,6 +342,7 @@ fn list_scope(
             path_and_query: req.target,
             headers: &headers,
             accept: Some(req.accept),
+            encoding: crate::upstream::Encoding::AsClient,
             body: None,
             deadline: Deadline::Bounded(list_deadline(req.deadline, Instant::now())),
             identity: req.identity,

@@ -125,7 +125,8 @@ impl Reply {
             reason_phrase(code)
         );
         if gzip {
-            h.push_str("Content-Encoding: gzip\r\n");
+            // As the apiserver: the answer depends on the request's Accept-Encoding.
+            h.push_str("Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n");
         }
         match framing {
             Framing::Length(n) => h.push_str(&format!("Content-Length: {n}\r\n")),
