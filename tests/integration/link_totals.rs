@@ -302,3 +302,29 @@ fn the_file_is_written_at_most_once_per_interval() {
     let size = std::fs::metadata(totals_file(&hub)).unwrap().len();
     assert!(bytes >= size * writes / 2 && size > 0, "{bytes} {size}");
 }
+
+#[test]
+fn a_list_the_hub_inflated_for_a_client_counts_what_gzip_saved() {
+    // Past the apiserver's 128 KiB: the cloud gzips what the hub asks for; curl did not ask.
+    let cloud = cloud_with_configmaps(800);
+    let dir = TempDir::new("link-totals-gzip");
+    let hub = start(&cloud, &dir);
+
+    let list = list_configmaps(&hub);
+    assert!(list.len() > 128 * 1024, "{}", list.len());
+    let totals = link(&hub);
+    let l = row(&totals["lifetime"], "curl", "configmaps", "list");
+    let down = n(&l["downBytes"]);
+    assert!(0 < down && down < list.len() as u64 / 2, "{l}");
+    assert_eq!(n(&l["downGzipBytes"]), down, "all of it came gzip: {l}");
+    assert_eq!(
+        n(&l["gzipSavedBytes"]),
+        list.len() as u64 - down,
+        "the plain bytes the client got less the link's: {l}"
+    );
+    assert_eq!(
+        n(&totals["lifetime"]["gzipSavedBytes"]),
+        n(&l["gzipSavedBytes"]),
+        "{totals}"
+    );
+}
