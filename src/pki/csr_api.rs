@@ -27,6 +27,8 @@ use ureq::http;
 use ureq::tls::{Certificate, RootCerts, TlsConfig, TlsProvider};
 
 use super::error::{ApiError, CsrError, PkiError};
+use crate::link::LINK;
+use crate::request::Verb;
 use crate::upstream::HUB_USER_AGENT;
 use crate::upstream::inflate;
 
@@ -220,25 +222,34 @@ impl ApiClient {
 
     /// `GET path`: the JSON of a 2xx answer, else the status and the `Status` message.
     pub(crate) fn get_json(&self, path: &str, timeout: Duration) -> Result<Value, ApiError> {
-        let (status, body) = self.call("GET", path, None, Some(timeout))?;
+        let (status, body) = self.call(Verb::Get, "GET", path, None, Some(timeout))?;
         json_answer(status, &body)
     }
 
     /// `POST path` with a JSON body: the JSON of a 2xx answer.
     fn post_json(&self, path: &str, body: &Value, timeout: Duration) -> Result<Value, ApiError> {
-        let (status, body) = self.call("POST", path, Some(body.to_string()), Some(timeout))?;
+        let (status, body) = self.call(
+            Verb::Create,
+            "POST",
+            path,
+            Some(body.to_string()),
+            Some(timeout),
+        )?;
         json_answer(status, &body)
     }
 
     /// One request, its body read whole (up to [`BODY_LIMIT`], inflated too). A GET asks for
-    /// gzip: the hub inflates it.
+    /// gzip: the hub inflates it. Counted on the link as component `tinyhub`.
     fn call(
         &self,
+        verb: Verb,
         method: &str,
         path: &str,
         body: Option<String>,
         timeout: Option<Duration>,
     ) -> Result<(u16, Vec<u8>), ApiError> {
+        let link = LINK.link(&self.server, verb.as_str(), "tinyhub", path, false);
+        link.request(body.as_ref().map_or(0, |b| b.len() as u64));
         let response = self.send(method, path, body, timeout, method == "GET" && ask_gzip())?;
         let status = response.status().as_u16();
         let gzip = response
@@ -251,9 +262,13 @@ impl ApiClient {
             .limit(BODY_LIMIT)
             .read_to_vec()
             .map_err(|e| ApiError::Transport(e.to_string()))?;
-        let body = inflate::read_bounded(&body, gzip, BODY_LIMIT)
+        link.received(body.len() as u64, gzip);
+        let plain = inflate::read_bounded(&body, gzip, BODY_LIMIT)
             .map_err(|e| ApiError::Transport(format!("the gzip answer does not inflate: {e}")))?;
-        Ok((status, body))
+        if gzip {
+            link.inflated(body.len() as u64, plain.len() as u64);
+        }
+        Ok((status, plain))
     }
 
     /// Sends one request, asking for gzip when `gzip`; the answer's body is left to read.
