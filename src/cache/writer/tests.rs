@@ -718,7 +718,7 @@ mod synced {
                 namespace: Some("ns".to_owned()),
                 name: Some("w".to_owned()),
             };
-            let pod = r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"w","namespace":"ns","resourceVersion":"6"}}"#;
+            let pod = r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"w","namespace":"ns","resourceVersion":"6"},"spec":{"nodeName":"n"}}"#;
             send(tx, object, pod);
         });
         assert_eq!(synced.last(&pods()), None, "nothing was stored");
