@@ -88,7 +88,7 @@ impl<'n, S: Sink> Tee<'n, S> {
 
     /// Copies `data` to the session unless the mode keeps it from the cache; a full queue
     /// drops the session.
-    fn to_session(&mut self, data: &[u8]) {
+    fn copy_to_session(&mut self, data: &[u8]) {
         if let Some(s) = self
             .session
             .as_mut()
@@ -113,7 +113,7 @@ impl<S: Sink> Sink for Tee<'_, S> {
         if self.mode != TeeMode::SessionOnly {
             self.inner.write(data)?;
         }
-        self.to_session(data);
+        self.copy_to_session(data);
         Ok(())
     }
 
@@ -135,7 +135,7 @@ impl<S: Sink> Sink for Tee<'_, S> {
     }
 
     fn session_only(&mut self, events: &[u8]) -> Result<(), Stop> {
-        self.to_session(events);
+        self.copy_to_session(events);
         Ok(())
     }
 }
