@@ -95,6 +95,11 @@ pub(crate) fn unix_now() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
+/// [`unix_now`] unsigned: the cache's sync times and ages (0 before the epoch).
+pub(crate) fn unix_secs() -> u64 {
+    u64::try_from(unix_now()).unwrap_or(0)
+}
+
 /// A number in `low..=high`, different for calls in the same instant (no crate for this:
 /// spreading watch lengths needs no quality): the offline watch hold, the pool
 /// caches' watches and their feeders.

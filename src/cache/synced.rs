@@ -7,8 +7,9 @@
 //!
 //! Wall-clock seconds, because an age must survive a restart: the record goes to
 //! `<cache>/.synced` at most every [`PERSIST_EVERY`] while it changes, and at the drain. A
-//! crash loses at most that much, which makes ages look older, never younger. A kind with no
-//! entry (a cache written before the file) takes its directory's newest modification time.
+//! crash loses at most that much, which makes ages look older, never younger: a kind with no
+//! entry has no age. Only a cache with no `.synced` at all (written before the file existed)
+//! takes each kind directory's newest modification time.
 //! When the clock is behind a record (no RTC, before NTP), the age is unknown, never
 //! negative or made up.
 //!
@@ -18,16 +19,17 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::key::CollectionKey;
+use super::key::{CollectionKey, METADATA_DIR, View};
 use super::store::Store;
 use crate::lock;
 use crate::metrics::{escape, header};
+use crate::names::{Component, Gvr};
 
 /// How often at most the record is written while it changes: ≤ 13 writes an hour, the
 /// drain's included.
@@ -70,20 +72,23 @@ impl std::fmt::Debug for Word {
     }
 }
 
-/// The last sync of each (component, kind directory), in Unix seconds. Shared: the writer
-/// thread notes and persists, request threads and the serve port read.
-#[derive(Debug, Default)]
+/// The last sync of each component's kind, in Unix seconds. Shared: the writer thread notes
+/// and persists, request threads and the serve port read.
+#[derive(Debug)]
 pub(crate) struct Synced {
-    inner: Mutex<Inner>,
+    kinds: Mutex<BTreeMap<CollectionKey, u64>>,
+    /// Changed since the last write: read without the lock on each writer turn.
+    unsaved: AtomicBool,
+    /// The writer's clock for [`Synced::persist`]: seconds are counted from it.
+    born: Instant,
+    /// When the next write is due, in seconds since `born`.
+    due: AtomicU64,
 }
 
-#[derive(Debug, Default)]
-struct Inner {
-    kinds: BTreeMap<(String, String), u64>,
-    /// Changed since the last write.
-    unsaved: bool,
-    /// When the last write was tried, or the record loaded (the writer's clock).
-    written: Option<Instant>,
+impl Default for Synced {
+    fn default() -> Synced {
+        Synced::with(BTreeMap::new(), Duration::ZERO)
+    }
 }
 
 /// `<cache>/.synced`.
@@ -107,54 +112,80 @@ static WRITTEN_BYTES: AtomicU64 = AtomicU64::new(0);
 /// The record the metrics page renders ([`Synced::export`]).
 static EXPORTED: Mutex<Option<Arc<Synced>>> = Mutex::new(None);
 
-/// Seconds since the Unix epoch by the system clock.
-fn now() -> u64 {
-    u64::try_from(crate::unix_now()).unwrap_or(0)
+/// The key of a `.synced` entry or a kind directory: `None` when it names no collection
+/// (then it is left out, as a file edited by hand may hold).
+fn key_of(component: &str, dir: &str) -> Option<CollectionKey> {
+    let (view, kind) = match dir
+        .strip_prefix(METADATA_DIR)
+        .and_then(|rest| rest.strip_prefix('/'))
+    {
+        Some(kind) => (View::Metadata, kind),
+        None => (View::Full, dir),
+    };
+    let mut parts = kind.splitn(3, '.');
+    let (resource, version, group) = (parts.next()?, parts.next()?, parts.next()?);
+    let group = if group == "core" { "" } else { group };
+    let key = CollectionKey {
+        component: Component::new(component)?,
+        gvr: Gvr::new(group, version, resource),
+        view,
+    };
+    // The way back must give the same directory (`core` the only group so spelled).
+    (key.unsafe_field().is_none() && key.dir_name() == dir).then_some(key)
 }
 
 impl Synced {
-    /// The record as the cache holds it: `.synced`, then, for each kind directory without an
-    /// entry, its newest modification time. An unreadable file is warned of once and read as
-    /// empty (ages then come from the directories).
+    /// A record of `kinds`, its first write due `first_write` from now.
+    fn with(kinds: BTreeMap<CollectionKey, u64>, first_write: Duration) -> Synced {
+        Synced {
+            kinds: Mutex::new(kinds),
+            unsaved: AtomicBool::new(false),
+            born: Instant::now(),
+            due: AtomicU64::new(first_write.as_secs()),
+        }
+    }
+
+    /// The record as the cache holds it: `.synced`; when there is no such file at all (a
+    /// cache written before it), each kind directory's newest modification time. A kind
+    /// missing from an existing file has no age: the directory was written after its last
+    /// record (a write after a sync is no sync), so its time could read younger than the
+    /// truth. An unreadable file is warned of once and read as empty.
     pub(crate) fn load(store: &Store) -> Synced {
         let mut kinds = BTreeMap::new();
         match store.synced() {
             Ok(Some(bytes)) => match serde_json::from_slice::<File>(&bytes) {
                 Ok(file) if file.version == VERSION => {
                     for e in file.kinds.into_iter().take(MAX_KINDS) {
-                        kinds.insert((e.component, e.resource), e.at);
+                        if let Some(key) = key_of(&e.component, &e.resource) {
+                            kinds.insert(key, e.at);
+                        }
                     }
                 }
                 Ok(file) => log::warn!(
-                    "cache: .synced has version {}, not {VERSION}; ages start from the \
-                     kind directories' modification times",
+                    "cache: .synced has version {}, not {VERSION}; the cache's ages are \
+                     unknown until each kind syncs",
                     file.version
                 ),
                 Err(e) => log::warn!(
-                    "cache: .synced does not parse ({e}); ages start from the kind \
-                     directories' modification times"
+                    "cache: .synced does not parse ({e}); the cache's ages are unknown until \
+                     each kind syncs"
                 ),
             },
-            Ok(None) => {}
+            Ok(None) => {
+                for dir in store.kind_dirs_on_disk() {
+                    if kinds.len() >= MAX_KINDS {
+                        break;
+                    }
+                    if let Some(key) = key_of(&dir.component, &dir.kind) {
+                        kinds.entry(key).or_insert(dir.modified);
+                    }
+                }
+            }
             Err(e) => log::warn!("cache: cannot read .synced: {e}"),
         }
-        for dir in store.kind_dirs_on_disk() {
-            if kinds.len() >= MAX_KINDS {
-                break;
-            }
-            kinds
-                .entry((dir.component, dir.kind))
-                .or_insert(dir.modified);
-        }
-        Synced {
-            inner: Mutex::new(Inner {
-                kinds,
-                unsaved: false,
-                // The first write, too, waits its turn: a hub stopped within minutes writes
-                // at its drain, and one that crashes reads older ages, as the bound allows.
-                written: Some(Instant::now()),
-            }),
-        }
+        // The first write, too, waits its turn: a hub stopped within minutes writes at its
+        // drain, and one that crashes reads older ages, as the bound allows.
+        Synced::with(kinds, PERSIST_EVERY)
     }
 
     /// Renders this record on the metrics page from now on (the last one exported wins: one
@@ -164,75 +195,71 @@ impl Synced {
     }
 
     /// The cloud's word on `collection` was heard at `at` (Unix seconds): the writer thread,
-    /// as it applies an answer.
+    /// as it applies an answer. No allocation unless the kind is new.
     pub(crate) fn note(&self, collection: &CollectionKey, at: u64) {
-        let mut inner = lock(&self.inner);
-        let key = (
-            collection.component.as_str().to_owned(),
-            collection.dir_name(),
-        );
-        if inner.kinds.len() >= MAX_KINDS && !inner.kinds.contains_key(&key) {
-            return;
-        }
-        if inner.kinds.insert(key, at) != Some(at) {
-            inner.unsaved = true;
+        let mut kinds = lock(&self.kinds);
+        let full = kinds.len() >= MAX_KINDS;
+        let changed = match kinds.get_mut(collection) {
+            Some(last) => std::mem::replace(last, at) != at,
+            None if full => false,
+            None => {
+                kinds.insert(collection.clone(), at);
+                true
+            }
+        };
+        if changed {
+            self.unsaved.store(true, Ordering::Relaxed);
         }
     }
 
     /// `collection` is no longer cached (the cloud answered 404 to its list).
     pub(crate) fn forget(&self, collection: &CollectionKey) {
-        let mut inner = lock(&self.inner);
-        let key = (
-            collection.component.as_str().to_owned(),
-            collection.dir_name(),
-        );
-        if inner.kinds.remove(&key).is_some() {
-            inner.unsaved = true;
+        if lock(&self.kinds).remove(collection).is_some() {
+            self.unsaved.store(true, Ordering::Relaxed);
         }
     }
 
     /// When the cloud's word on `collection` was last heard (Unix seconds).
     pub(crate) fn last(&self, collection: &CollectionKey) -> Option<u64> {
-        let key = (
-            collection.component.as_str().to_owned(),
-            collection.dir_name(),
-        );
-        lock(&self.inner).kinds.get(&key).copied()
+        lock(&self.kinds).get(collection).copied()
     }
 
     /// How old the cache of `collection` is, in whole seconds: `None` with no record, or
     /// when the clock is behind it.
     pub(crate) fn age(&self, collection: &CollectionKey) -> Option<u64> {
-        age_at(self.last(collection)?, now())
+        age_at(self.last(collection)?, crate::unix_secs())
     }
 
-    /// Every record: (component, kind directory, Unix seconds), sorted.
+    /// Every record: (component, kind directory, Unix seconds), sorted by the names.
     pub(crate) fn entries(&self) -> Vec<(String, String, u64)> {
-        lock(&self.inner)
-            .kinds
+        let mut entries: Vec<_> = lock(&self.kinds)
             .iter()
-            .map(|((c, k), at)| (c.clone(), k.clone(), *at))
-            .collect()
+            .map(|(key, at)| (key.component.as_str().to_owned(), key.dir_name(), *at))
+            .collect();
+        entries.sort();
+        entries
     }
 
     /// Writes `.synced` when the record changed and [`PERSIST_EVERY`] passed since the last
     /// write, or when `drain` (the writer's last turn) whatever the time. The writer thread
     /// only. A failed write is warned of and tried again at the next turn due.
     pub(crate) fn persist(&self, store: &Store, drain: bool) {
+        // Most turns: two atomic loads, no lock.
+        let elapsed = self.born.elapsed().as_secs();
+        if !self.unsaved.load(Ordering::Relaxed)
+            || !(drain || elapsed >= self.due.load(Ordering::Relaxed))
+        {
+            return;
+        }
+        self.unsaved.store(false, Ordering::Relaxed);
+        self.due
+            .store(elapsed + PERSIST_EVERY.as_secs(), Ordering::Relaxed);
         let bytes = {
-            let mut inner = lock(&self.inner);
-            let due = inner.written.is_none_or(|at| at.elapsed() >= PERSIST_EVERY);
-            if !inner.unsaved || !(due || drain) {
-                return;
-            }
-            inner.unsaved = false;
-            inner.written = Some(Instant::now());
-            let kinds = inner
-                .kinds
+            let kinds = lock(&self.kinds)
                 .iter()
-                .map(|((component, resource), at)| Entry {
-                    component: component.clone(),
-                    resource: resource.clone(),
+                .map(|(key, at)| Entry {
+                    component: key.component.as_str().to_owned(),
+                    resource: key.dir_name(),
                     at: *at,
                 })
                 .collect();
@@ -254,7 +281,7 @@ impl Synced {
                 WRITTEN_BYTES.fetch_add(len as u64, Ordering::Relaxed);
             }
             Err(e) => {
-                lock(&self.inner).unsaved = true;
+                self.unsaved.store(true, Ordering::Relaxed);
                 log::warn!(
                     "cache: storing .synced failed: {e} (kept in memory; after a restart the \
                      ages read older)"
@@ -311,7 +338,7 @@ pub(crate) fn render(out: &mut String) {
 /// `/v1/readyz?verbose`'s informational lines, one per recorded kind:
 /// `[+]synced kubelet/pods.v1.core 42s ago`.
 pub(crate) fn readyz_lines(synced: &Synced, out: &mut String) {
-    let now = now();
+    let now = crate::unix_secs();
     for (component, resource, at) in synced.entries() {
         let _ = match age_at(at, now) {
             Some(age) => writeln!(out, "[+]synced {component}/{resource} {age}s ago"),

@@ -85,12 +85,33 @@ pub(crate) struct Offline {
 pub(crate) const CACHE_AGE: &str = "X-Tinyhub-Cache-Age";
 
 /// A JSON answer's head fields: its content type, and the cache's age when known.
-pub(crate) fn json_head(age: Option<&str>) -> Vec<(&'static str, &str)> {
-    let mut head = vec![("Content-Type", "application/json")];
-    if let Some(age) = age {
-        head.push((CACHE_AGE, age));
+pub(crate) fn json_head(age: Option<&str>) -> JsonHead<'_> {
+    let json = ("Content-Type", "application/json");
+    match age {
+        Some(age) => JsonHead {
+            fields: [json, (CACHE_AGE, age)],
+            len: 2,
+        },
+        None => JsonHead {
+            fields: [json, json],
+            len: 1,
+        },
     }
-    head
+}
+
+/// [`json_head`]'s fields, without an allocation per answer: a slice of them by deref.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct JsonHead<'a> {
+    fields: [(&'static str, &'a str); 2],
+    len: usize,
+}
+
+impl<'a> std::ops::Deref for JsonHead<'a> {
+    type Target = [(&'static str, &'a str)];
+
+    fn deref(&self) -> &Self::Target {
+        &self.fields[..self.len]
+    }
 }
 
 impl Offline {
@@ -265,8 +286,7 @@ impl Offline {
                     .and_then(|(kind, snapshot)| snapshot.rewrite(kind, &bytes));
                 let age = self.age(collection);
                 let body = rewritten.as_deref().unwrap_or(&bytes);
-                let _ = ex.send(200, &json_head(age.as_deref()), body);
-                Ok(200)
+                send_json(ex, 200, body, age.as_deref())
             }
             Ok(Some(_)) => {
                 log::warn!("cache file of {key:?} is not valid JSON; not serving it");
@@ -304,15 +324,12 @@ impl Offline {
                 };
                 Ok(self.hold_overlaid(ex, &scope, kind))
             }
-            None => {
-                let age = self.age(collection);
-                Ok(self.hold_with(ex, req, Duration::ZERO, age, &mut |_, _| true))
-            }
+            None => Ok(self.hold(ex, req, Duration::ZERO, self.age(collection))),
         }
     }
 
     /// How old the cached `collection` is, as [`CACHE_AGE`] says it; None when unknown.
-    pub(super) fn age(&self, collection: &CollectionKey) -> Option<String> {
+    pub(crate) fn age(&self, collection: &CollectionKey) -> Option<String> {
         self.synced.age(collection).map(|age| age.to_string())
     }
 
@@ -402,8 +419,15 @@ impl Offline {
     /// random 30–60 minutes), shutdown, or a server usable again; at once when one is usable
     /// already — but not before `at_least` (a client that watches again at once must not
     /// spin). kubelet's lease watches are held so online and offline (YurtHub's local watch).
-    pub(crate) fn hold(&self, ex: Exchange<'_>, req: &ApiRequest, at_least: Duration) -> u16 {
-        self.hold_with(ex, req, at_least, None, &mut |_, _| true)
+    /// `age`: the cache's, for the head, when the watch is of a cached collection.
+    pub(crate) fn hold(
+        &self,
+        ex: Exchange<'_>,
+        req: &ApiRequest,
+        at_least: Duration,
+        age: Option<String>,
+    ) -> u16 {
+        self.hold_with(ex, req, at_least, age, &mut |_, _| true)
     }
 
     /// [`Offline::hold`], with the cache's `age` in its head when it holds a cached
@@ -513,7 +537,7 @@ impl Offline {
         if let Some(bad) = unusable_name(&object) {
             return Err((ex, Status::bad_request(bad)));
         }
-        send_json(ex, 201, &body)
+        send_json(ex, 201, &body, None)
     }
 }
 
@@ -574,8 +598,9 @@ fn unusable_name(object: &serde_json::Value) -> Option<String> {
 /// The status sent, or the exchange back with the `Status` to answer.
 type Answered<'c> = Result<u16, (Exchange<'c>, Status)>;
 
-fn send_json<'c>(ex: Exchange<'c>, status: u16, body: &[u8]) -> Answered<'c> {
-    let _ = ex.send(status, &[("Content-Type", "application/json")], body);
+/// Sends `body` as JSON with `status`, and the cache's `age` when it is from the cache.
+fn send_json<'c>(ex: Exchange<'c>, status: u16, body: &[u8], age: Option<&str>) -> Answered<'c> {
+    let _ = ex.send(status, &json_head(age), body);
     Ok(status)
 }
 

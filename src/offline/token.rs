@@ -54,7 +54,7 @@ impl Offline {
         let now = crate::unix_now();
         let why = match self.store.get_token(&key) {
             Ok(Some(cached)) => match tokens::offline_answer(&cached, now) {
-                Some(answer) => return send_json(ex, 201, &answer),
+                Some(answer) => return send_json(ex, 201, &answer, None),
                 None => "the cached token expires within a minute",
             },
             Ok(None) => "no token is cached for this audience set",
@@ -74,6 +74,6 @@ impl Offline {
         log::info!(
             "offline TokenRequest for serviceaccount {namespace}/{name}: {why}; answering with a one-minute token made by the hub"
         );
-        send_json(ex, 201, &answer)
+        send_json(ex, 201, &answer, None)
     }
 }

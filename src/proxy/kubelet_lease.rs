@@ -65,7 +65,7 @@ pub(super) fn answer(
         }
         LocalAnswer::Status(status) => refuse(ex, &status),
         LocalAnswer::Held => match offline {
-            Some(offline) => offline.hold(ex, req, LEASE_WATCH_AT_LEAST),
+            Some(offline) => offline.hold(ex, req, LEASE_WATCH_AT_LEAST, None),
             None => refuse(
                 ex,
                 &Status::service_unavailable("lease watches are not served without a cache"),

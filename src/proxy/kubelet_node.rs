@@ -38,6 +38,7 @@ use crate::cache::object::ObjectHead;
 use crate::cache::writer::failing_keys;
 use crate::metrics::METRICS;
 use crate::mode::WorkingMode;
+use crate::offline;
 use crate::request::{ApiRequest, Verb};
 use crate::route::{self, Deadline, Identity, Route};
 use crate::server::Exchange;
@@ -164,7 +165,14 @@ impl Call<'_> {
         // A Value always serialises.
         let body = serde_json::to_vec(&node).unwrap_or_default();
         METRICS.offline_answers.fetch_add(1, Ordering::Relaxed);
-        let _ = ex.send(200, &[("Content-Type", "application/json")], &body);
+        // How old the cached node is, as every offline answer says it.
+        let age = self
+            .hub
+            .offline
+            .as_ref()
+            .zip(self.route.collection())
+            .and_then(|(offline, collection)| offline.age(collection));
+        let _ = ex.send(200, &offline::json_head(age.as_deref()), &body);
         self.done(200, CacheStatus::Offline);
     }
 

@@ -476,8 +476,8 @@ impl Hub {
         let route = self.route(req).ok()?;
         let target = route.cache.ok()?;
         let target = route::target_for_answer(&target, Some("application/json"))?;
-        let word = pool_local::word_of(cache);
-        self.cache.as_ref()?.begin_relayed(target, 200, false, word)
+        let tx = self.cache.as_ref()?;
+        tx.begin_relayed(target, 200, false, pool_local::word_of(cache))
     }
 
     /// Decides what the hub does with `req` (pure), or the status that refuses it.

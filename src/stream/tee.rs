@@ -86,6 +86,19 @@ impl<'n, S: Sink> Tee<'n, S> {
         synced
     }
 
+    /// Copies `data` to the session unless the mode keeps it from the cache; a full queue
+    /// drops the session.
+    fn copy_to_session(&mut self, data: &[u8]) {
+        if let Some(s) = self
+            .session
+            .as_mut()
+            .filter(|_| self.mode != TeeMode::ClientOnly)
+            && !s.chunk(data)
+        {
+            self.session = None;
+        }
+    }
+
     /// Ends the session, whole or not, and lets the caller end `inner` itself (a watch
     /// whose events all went whole, whatever became of its client).
     pub(crate) fn end_session(&mut self, complete: bool) {
@@ -100,14 +113,7 @@ impl<S: Sink> Sink for Tee<'_, S> {
         if self.mode != TeeMode::SessionOnly {
             self.inner.write(data)?;
         }
-        if let Some(s) = self
-            .session
-            .as_mut()
-            .filter(|_| self.mode != TeeMode::ClientOnly)
-            && !s.chunk(data)
-        {
-            self.session = None;
-        }
+        self.copy_to_session(data);
         Ok(())
     }
 
@@ -129,11 +135,7 @@ impl<S: Sink> Sink for Tee<'_, S> {
     }
 
     fn session_only(&mut self, events: &[u8]) -> Result<(), Stop> {
-        if let Some(s) = self.session.as_mut()
-            && !s.chunk(events)
-        {
-            self.session = None;
-        }
+        self.copy_to_session(events);
         Ok(())
     }
 }
@@ -183,5 +185,10 @@ impl Sink for ToCache {
 
     fn uncache(&mut self, why: Uncached) -> Result<(), Stop> {
         Err(Stop::Uncacheable(why.into_error()))
+    }
+
+    /// The session is all this end feeds: events for it only are written as any.
+    fn session_only(&mut self, events: &[u8]) -> Result<(), Stop> {
+        self.write(events)
     }
 }

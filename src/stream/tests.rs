@@ -252,10 +252,13 @@ fn a_tee_sends_each_write_where_its_mode_says() {
     tee.write(event("a", "10.0.0.1").as_bytes()).unwrap();
     tee.set_mode(TeeMode::ClientOnly);
     tee.write(event("b", "10.0.0.2").as_bytes()).unwrap();
+    // Events for the session only follow the mode too; they never reach the client.
+    tee.session_only(event("e", "10.0.0.5").as_bytes()).unwrap();
     tee.set_mode(TeeMode::SessionOnly);
     tee.write(event("d", "10.0.0.4").as_bytes()).unwrap();
     tee.set_mode(TeeMode::Both);
     tee.write(event("c", "10.0.0.3").as_bytes()).unwrap();
+    tee.session_only(event("f", "10.0.0.6").as_bytes()).unwrap();
     assert!(tee.session_intact(), "the session stays alive");
     tee.end_session(true);
     let client = String::from_utf8(tee.inner_mut().bytes.clone()).unwrap();
@@ -269,4 +272,6 @@ fn a_tee_sends_each_write_where_its_mode_says() {
     assert_eq!(stored("b"), None, "written client-only");
     assert!(stored("c").is_some());
     assert!(stored("d").is_some(), "written session-only");
+    assert_eq!(stored("e"), None, "for the session only, but client-only");
+    assert!(stored("f").is_some(), "for the session only");
 }

@@ -41,9 +41,7 @@ pub(crate) fn readyz_lines(out: &mut String) {
 /// when the clock reads before it.
 pub(crate) fn last_sync_unix(cache: &WatchCache) -> Option<u64> {
     let age = cache.synced_age()?;
-    u64::try_from(crate::unix_now())
-        .ok()?
-        .checked_sub(age.as_secs())
+    crate::unix_secs().checked_sub(age.as_secs())
 }
 
 /// One figure of a pool cache from its memory and its skipped objects.
@@ -102,7 +100,8 @@ fn render_caches(out: &mut String, caches: &[WatchCache]) {
                 value(memory, *skipped)
             );
         }
-    } // Freshness (issue 32): when each feeder last heard the cloud's word, by the wall clock;
+    }
+    // Freshness (issue 32): when each feeder last heard the cloud's word, by the wall clock;
     // a cache that has not yet has no line.
     let name = "tinyhub_pool_cache_last_sync_timestamp_seconds";
     header(

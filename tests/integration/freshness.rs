@@ -4,6 +4,7 @@
 //! (`X-Tinyhub-Cache-Age`), relayed ones do not; the age carries on across a restart offline
 //! from `<cache>/.synced`.
 
+use std::io::Read as _;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -88,9 +89,13 @@ fn the_sync_gauge_and_readyz_move_with_bookmarks_while_watches_are_idle() {
         .unwrap()
         .to_owned();
     // kubelet's watch, resumable, without bookmarks asked: the hub asks the cloud for them
-    // and the client never sees one, but the cache still hears the cloud through them.
-    let (status, body) = stream(
-        &format!("{}{NODE_PODS}&watch=true&resourceVersion={rv}", hub.url()),
+    // and the client never sees one, but the cache still hears the cloud through them. It
+    // ends at its timeout, after the checks below, and is then read whole.
+    let (status, mut body) = stream(
+        &format!(
+            "{}{NODE_PODS}&watch=true&resourceVersion={rv}&timeoutSeconds=20",
+            hub.url()
+        ),
         KUBELET,
     );
     assert_eq!(status, 200);
@@ -158,7 +163,13 @@ fn the_sync_gauge_and_readyz_move_with_bookmarks_while_watches_are_idle() {
         "the pool cache's gauge never moved again: {}",
         hub.logs()
     );
-    drop(body);
+    let mut seen = String::new();
+    body.read_to_string(&mut seen)
+        .expect("the watch ends at its timeout");
+    assert!(
+        !seen.contains("BOOKMARK"),
+        "kubelet got bookmarks it did not ask for: {seen}"
+    );
 }
 
 /// kubelet reads its pods and a ConfigMap through `hub`, and they are cached.
@@ -204,12 +215,26 @@ fn offline_ages(hub: &Hub, since: u64) -> [u64; 3] {
     ages
 }
 
+/// kubelet's GET of its node through `hub`.
+fn node_get(hub: &Hub) -> Reply {
+    get(&format!("{}/api/v1/nodes/edge-1", hub.url()), KUBELET)
+}
+
 #[test]
 fn offline_answers_say_how_old_they_are_and_relayed_ones_do_not() {
     let cloud = cloud();
+    cloud.node("edge-1", None, &[]);
     let dir = TempDir::new("freshness-offline");
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
     warm_kubelet(&hub);
+    let node = node_get(&hub);
+    assert_eq!(node.status, 200, "{}", node.text());
+    assert_eq!(age_of(&node), None, "the node online: relayed, so no age");
+    assert!(
+        hub.wait_cached(&["kubelet/nodes.v1.core/edge-1"], Duration::from_secs(10)),
+        "{}",
+        hub.logs()
+    );
     let services = pool_list(&hub);
     assert!(
         age_of(&services).is_some(),
@@ -227,6 +252,11 @@ fn offline_answers_say_how_old_they_are_and_relayed_ones_do_not() {
         >= Duration::from_secs(2)));
     let since = outage.elapsed().as_secs();
     offline_ages(&hub, since);
+    // kubelet's most important offline read: its node, from the cache, says its age too.
+    let node = node_get(&hub);
+    assert_eq!(node.status, 200, "{}", node.text());
+    let age = age_of(&node).unwrap_or_else(|| panic!("the node: no {AGE}: {:?}", node.headers));
+    assert!(age >= since, "the node: age {age} < {since} s of outage");
 }
 
 #[test]
@@ -260,6 +290,20 @@ fn a_restart_offline_carries_the_age_on_from_the_record() {
         at <= outage_unix,
         "{at} is after the outage began at {outage_unix}"
     );
+    // The record, not the directories' times (nearly the same), must be what the ages go on
+    // from: make it 100 s older than the outage.
+    let at = at - 100.0;
+    let mut record = record;
+    for kind in record["kinds"].as_array_mut().unwrap() {
+        if kind["resource"] == "configmaps.v1.core" {
+            kind["at"] = json!(at as u64);
+        }
+    }
+    std::fs::write(
+        spec.cache_dir.join(".synced"),
+        serde_json::to_vec(&record).unwrap(),
+    )
+    .unwrap();
 
     // Started again with the cloud still gone: the ages go on from the record.
     let hub = Hub::start(&spec);
@@ -268,7 +312,7 @@ fn a_restart_offline_carries_the_age_on_from_the_record() {
     let since = outage.elapsed().as_secs();
     let [get_age, ..] = offline_ages(&hub, since);
     assert!(
-        get_age as f64 >= unix_now().floor() - at - 1.0,
+        get_age >= 100 && get_age as f64 >= unix_now().floor() - at - 1.0,
         "age {get_age} does not go on from the record's {at}"
     );
 }

@@ -234,7 +234,7 @@ fn index_kinds(index: &mut ObjectIndex, root: &Path, dir: &Path, rel: &str, comp
 
 /// The entries of `dir` that the store could have made (safe segments), with whether each
 /// is a directory; none if `dir` cannot be read.
-fn safe_entries(dir: &Path) -> impl Iterator<Item = (String, bool)> {
+pub(super) fn safe_entries(dir: &Path) -> impl Iterator<Item = (String, bool)> {
     fs::read_dir(dir).into_iter().flatten().filter_map(|entry| {
         let entry = entry.ok()?;
         let name = entry.file_name().into_string().ok()?;

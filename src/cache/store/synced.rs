@@ -7,9 +7,9 @@ use std::path::Path;
 use std::time::UNIX_EPOCH;
 
 use super::fs::read_object;
+use super::index::safe_entries;
 use super::{Store, StoreError};
 use crate::cache::key::METADATA_DIR;
-use crate::names::is_safe_segment;
 
 /// The file's name under the cache root.
 const SYNCED_FILE: &str = ".synced";
@@ -48,10 +48,7 @@ impl Store {
             for kind in subdirs(&below) {
                 if kind == METADATA_DIR {
                     // The metadata views one level down (`CollectionKey::dir_name`).
-                    for inner in subdirs(&below.join(&kind))
-                        .into_iter()
-                        .filter(|k| is_kind(k))
-                    {
+                    for inner in subdirs(&below.join(&kind)).filter(|k| is_kind(k)) {
                         if let Some(modified) = newest(&below.join(&kind).join(&inner)) {
                             let kind = format!("{kind}/{inner}");
                             found.push(KindDir {
@@ -82,18 +79,8 @@ fn is_kind(name: &str) -> bool {
 }
 
 /// The names of `dir`'s real directories that could be keys (no dot names, no symlinks).
-fn subdirs(dir: &Path) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|name| is_safe_segment(name))
-        .collect();
-    names.sort();
-    names
+fn subdirs(dir: &Path) -> impl Iterator<Item = String> {
+    safe_entries(dir).filter_map(|(name, is_dir)| is_dir.then_some(name))
 }
 
 /// The newest modification time of `dir` and of the directories directly in it, in Unix
@@ -107,8 +94,6 @@ fn newest(dir: &Path) -> Option<u64> {
             .map(|d| d.as_secs())
     };
     let own = seconds(dir)?;
-    let inner = subdirs(dir)
-        .into_iter()
-        .filter_map(|ns| seconds(&dir.join(ns)));
+    let inner = subdirs(dir).filter_map(|ns| seconds(&dir.join(ns)));
     Some(inner.fold(own, u64::max))
 }

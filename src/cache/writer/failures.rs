@@ -25,13 +25,14 @@ pub(super) struct FailureLog {
     pub(super) error_keys: ErrorKeys,
 }
 
-/// Counts a put's outcome; a failure goes to the failure log.
+/// Counts a put's outcome; a failure goes to the failure log. True when the store holds the
+/// object (written, or already so).
 pub(super) fn count_put(
     failures: &mut FailureLog,
     result: Result<PutOutcome, StoreError>,
     what: &str,
     key: &dyn Keyed,
-) {
+) -> bool {
     match result {
         Ok(outcome) => {
             match outcome {
@@ -46,8 +47,12 @@ pub(super) fn count_put(
                 PutOutcome::Stale => Metrics::inc(&METRICS.cache_writes_skipped_stale),
             }
             failures.stored(key);
+            true
         }
-        Err(e) => failures.error(what, key, &e),
+        Err(e) => {
+            failures.error(what, key, &e);
+            false
+        }
     }
 }
 

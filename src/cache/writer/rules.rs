@@ -245,7 +245,7 @@ fn not_an_object(
 /// Stores one object an answer carried (a get, or a write's answer): only a JSON object,
 /// only where `object_key` files it, never over a newer resourceVersion. `found` is what the
 /// decoder located in it for [`HEAD_PATHS`], if it did; `request_namespace` the namespace
-/// the request named.
+/// the request named. False only when the store failed (a skipped non-object is no failure).
 pub(super) fn put_object(
     store: &Store,
     failures: &mut FailureLog,
@@ -254,7 +254,7 @@ pub(super) fn put_object(
     bytes: &[u8],
     found: Option<&Located>,
     not_objects: &mut u64,
-) {
+) -> bool {
     store_object(
         store,
         failures,
@@ -263,7 +263,7 @@ pub(super) fn put_object(
         bytes,
         head_of(bytes, found),
         not_objects,
-    );
+    )
 }
 
 fn store_object(
@@ -274,22 +274,26 @@ fn store_object(
     bytes: &[u8],
     head: Result<ObjectHead<'_>, serde_json::Error>,
     not_objects: &mut u64,
-) {
+) -> bool {
     let head = match head {
         Ok(h) => h,
-        Err(e) => return not_an_object(not_objects, collection, "an object", &e),
+        Err(e) => {
+            not_an_object(not_objects, collection, "an object", &e);
+            return true;
+        }
     };
     if in_view_form(collection, head.kind.as_deref())
         && let Some((key, rv)) = object_key(collection, &head)
         && !lacks_namespace(&key, namespaced, true)
     {
-        count_put(
+        return count_put(
             failures,
             store.put(&key, bytes, rv.as_deref()),
             "object",
             &key,
         );
     }
+    true
 }
 
 /// Keeps a TokenRequest answer for offline TokenRequests; one without a token or a readable
@@ -317,12 +321,13 @@ pub(super) fn put_token(
         name: target.name.clone(),
         digest: digest.clone(),
     };
-    count_put(failures, store.put_token(&key, bytes), "token answer", &key);
+    let _ = count_put(failures, store.put_token(&key, bytes), "token answer", &key);
 }
 
 /// Applies one watch event: ADDED and MODIFIED store the object, DELETED removes it (and
 /// leaves a tombstone); BOOKMARK and ERROR change nothing; a non-object is counted.
-/// `found` is what the decoder located in it for [`EVENT_PATHS`].
+/// `found` is what the decoder located in it for [`EVENT_PATHS`]. False only when the store
+/// failed.
 pub(super) fn watch_event(
     store: &Store,
     failures: &mut FailureLog,
@@ -330,7 +335,7 @@ pub(super) fn watch_event(
     bytes: &[u8],
     found: Option<&Located>,
     not_objects: &mut u64,
-) {
+) -> bool {
     // The event's type and object as located, when serde would read the same.
     let located = found.and_then(|f| {
         let kind = located_str(bytes, f.span(0).ok()?)??;
@@ -345,7 +350,8 @@ pub(super) fn watch_event(
         None => match serde_json::from_slice::<Event<'_>>(bytes) {
             Ok(e) => (e.kind, e.object.get().as_bytes(), None),
             Err(e) if !starts_object(bytes) => {
-                return not_an_object(not_objects, collection, "a watch event", &e);
+                not_an_object(not_objects, collection, "a watch event", &e);
+                return true;
             }
             Err(e) => {
                 log::warn!(
@@ -353,7 +359,7 @@ pub(super) fn watch_event(
                     collection.dir_name()
                 );
                 Metrics::inc(&METRICS.cache_errors);
-                return;
+                return true;
             }
         },
     };
@@ -373,16 +379,19 @@ pub(super) fn watch_event(
         "DELETED" => {
             let head = match head {
                 Ok(h) => h,
-                Err(e) => return not_an_object(not_objects, collection, "a watch object", &e),
+                Err(e) => {
+                    not_an_object(not_objects, collection, "a watch object", &e);
+                    return true;
+                }
             };
             if !in_view_form(collection, head.kind.as_deref()) {
-                return;
+                return true;
             }
             let Some((key, rv)) = object_key(collection, &head) else {
-                return;
+                return true;
             };
             if lacks_namespace(&key, namespaced, true) {
-                return;
+                return true;
             }
             // The store keeps a newer object (a late DELETED from an older stream) and
             // refuses every older version from now on.
@@ -392,12 +401,16 @@ pub(super) fn watch_event(
                         Metrics::inc(&METRICS.cache_objects_deleted);
                     }
                     failures.stored(&key);
+                    true
                 }
-                Err(e) => failures.error("delete", &key, &e),
+                Err(e) => {
+                    failures.error("delete", &key, &e);
+                    false
+                }
             }
         }
         // BOOKMARK carries no object change; ERROR ends the stream (the client re-lists).
-        _ => {}
+        _ => true,
     }
 }
 

@@ -136,6 +136,8 @@ struct Active<'s> {
     failed: bool,
     /// Units of this answer skipped for not being a JSON object (see `rules::not_an_object`).
     not_objects: u64,
+    /// The last time noted for it: a watch's events within one second note once.
+    noted: Option<u64>,
 }
 
 impl Active<'_> {
@@ -196,7 +198,11 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
             }
         }
         CacheMsg::Put { collection, bytes } => {
-            put_object(w.store, w.failures, &collection, None, &bytes, None, &mut 0);
+            // The cloud's answer to the hub's own renewal: its word on the kind, as of now
+            // (without it, a lease kind would have no age after a restart).
+            if put_object(w.store, w.failures, &collection, None, &bytes, None, &mut 0) {
+                note(w.synced, &collection, &Word::Cloud, &mut None);
+            }
         }
         CacheMsg::Grants(grants) => grants.persist(w.store),
         // Every message before it is handled; the sender may have stopped waiting.
@@ -218,16 +224,18 @@ fn feed(w: &mut Writer<'_, '_>, active: &mut Active<'_>, data: &[u8]) {
     };
     let (target, list) = (&active.target, &mut active.list);
     let not_objects = &mut active.not_objects;
-    let word = &active.word;
-    let mut failed = false;
+    let (mut failed, mut heard) = (false, None);
     let result = decoder.feed_located(data, &mut |unit, found| {
-        if let Some(collection) = heard_by(&unit, target) {
-            note(synced, collection, word);
-        }
-        if !apply_unit(store, failures, target, list, not_objects, unit, found) {
-            failed = true;
+        let hears = heard_by(&unit, target);
+        match apply_unit(store, failures, target, list, not_objects, unit, found) {
+            Applied::Stored => heard = heard.or(hears),
+            Applied::NotStored => {}
+            Applied::Spoiled => failed = true,
         }
     });
+    if let Some(collection) = heard {
+        note(synced, collection, &active.word, &mut active.noted);
+    }
     if let Err(e) = result {
         log::warn!(
             "cache: cannot decode the answer for {}: {e}",
@@ -290,14 +298,14 @@ fn begin<'s>(
                 namespace: namespace.clone(),
                 name: name.clone(),
             };
-            // The cloud's word on the kind, as an object's would be.
-            note(w.synced, collection, &word);
             match store.delete(&key, None) {
                 Ok(deleted) => {
                     if deleted {
                         Metrics::inc(&METRICS.cache_objects_deleted);
                     }
                     failures.stored(&key);
+                    // The cloud's word on the kind, as an object's would be.
+                    note(w.synced, collection, &word, &mut None);
                 }
                 Err(e) => failures.error("delete", &key, &e),
             }
@@ -348,6 +356,7 @@ fn begin<'s>(
         list,
         failed: false,
         not_objects: 0,
+        noted: None,
     })
 }
 
@@ -355,19 +364,23 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
     let (store, synced) = (w.store, w.synced);
     let failures = &mut *w.failures;
     let target = &active.target;
-    let word = &active.word;
     let mut ok = complete && !active.failed && !active.given_up();
+    let (word, noted) = (&active.word, &mut active.noted);
     if ok && let Some(decoder) = active.decoder.as_mut() {
-        let (list, mut failed) = (&mut active.list, false);
+        let (list, mut failed, mut heard) = (&mut active.list, false, None);
         let not_objects = &mut active.not_objects;
-        if let Err(e) = decoder.finish_located(&mut |unit, found| {
-            if let Some(collection) = heard_by(&unit, target) {
-                note(synced, collection, word);
+        let finished = decoder.finish_located(&mut |unit, found| {
+            let hears = heard_by(&unit, target);
+            match apply_unit(store, failures, target, list, not_objects, unit, found) {
+                Applied::Stored => heard = heard.or(hears),
+                Applied::NotStored => {}
+                Applied::Spoiled => failed = true,
             }
-            if !apply_unit(store, failures, target, list, not_objects, unit, found) {
-                failed = true;
-            }
-        }) {
+        });
+        if let Some(collection) = heard {
+            note(synced, collection, word, noted);
+        }
+        if let Err(e) = finished {
             log::warn!(
                 "cache: the answer for {} ended inside a value: {e}",
                 target.error_key()
@@ -414,7 +427,7 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
     };
     match committed {
         Ok(report) => {
-            note(synced, collection, word);
+            note(synced, collection, word, noted);
             if report.written > 0 {
                 failures.written_again();
             }
@@ -451,14 +464,29 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
     }
 }
 
-/// The cloud's word on `collection` was heard, as of when `word` says.
-fn note(synced: &Synced, collection: &CollectionKey, word: &Word) {
-    if let Some(at) = word.at(u64::try_from(crate::unix_now()).unwrap_or(0)) {
+/// The cloud's word on `collection` was heard, as of when `word` says; `noted` is the last
+/// time noted for the session, which a same second does not take the record's lock for.
+fn note(synced: &Synced, collection: &CollectionKey, word: &Word, noted: &mut Option<u64>) {
+    if let Some(at) = word.at(crate::unix_secs())
+        && *noted != Some(at)
+    {
         synced.note(collection, at);
+        *noted = Some(at);
     }
 }
 
-/// Applies one decoded unit; false when the session can no longer commit.
+/// What applying one unit came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Applied {
+    /// The store holds what it says (or it had nothing to store): the cloud's word.
+    Stored,
+    /// The store failed to take it: the session goes on, but the cache does not hold it.
+    NotStored,
+    /// The session can no longer commit.
+    Spoiled,
+}
+
+/// Applies one decoded unit.
 fn apply_unit(
     store: &Store,
     failures: &mut FailureLog,
@@ -467,17 +495,21 @@ fn apply_unit(
     not_objects: &mut u64,
     unit: Unit<'_>,
     found: &Located,
-) -> bool {
-    match (unit, target) {
-        (Unit::Object(bytes), CacheTarget::NonResource { file }) => {
-            count_put(
-                failures,
-                store.put_non_resource(file, bytes),
-                "document",
-                target,
-            );
-            true
+) -> Applied {
+    let stored = |ok: bool| {
+        if ok {
+            Applied::Stored
+        } else {
+            Applied::NotStored
         }
+    };
+    match (unit, target) {
+        (Unit::Object(bytes), CacheTarget::NonResource { file }) => stored(count_put(
+            failures,
+            store.put_non_resource(file, bytes),
+            "document",
+            target,
+        )),
         (
             Unit::Object(bytes),
             CacheTarget::Object {
@@ -485,36 +517,40 @@ fn apply_unit(
                 namespace,
                 ..
             },
-        ) => {
-            put_object(
-                store,
-                failures,
-                collection,
-                namespace.as_deref(),
-                bytes,
-                Some(found),
-                not_objects,
-            );
-            true
-        }
+        ) => stored(put_object(
+            store,
+            failures,
+            collection,
+            namespace.as_deref(),
+            bytes,
+            Some(found),
+            not_objects,
+        )),
         (Unit::Object(bytes), CacheTarget::Token(token)) => {
             put_token(store, failures, token, bytes);
-            true
+            Applied::Stored
         }
         (Unit::ListMember { key, value }, _) => {
             if let Some(list) = list.as_mut() {
                 list_member(list, key, value);
             }
-            true
+            Applied::Stored
         }
         (Unit::ListItem(bytes), CacheTarget::List { collection, .. }) => match list.as_mut() {
-            Some(list) => list_item(failures, collection, list, bytes, found, not_objects),
-            None => false,
+            Some(list) => match list_item(failures, collection, list, bytes, found, not_objects) {
+                true => Applied::Stored,
+                false => Applied::Spoiled,
+            },
+            None => Applied::Spoiled,
         },
-        (Unit::WatchEvent(bytes), CacheTarget::Watch { collection }) => {
-            watch_event(store, failures, collection, bytes, Some(found), not_objects);
-            true
-        }
-        _ => true,
+        (Unit::WatchEvent(bytes), CacheTarget::Watch { collection }) => stored(watch_event(
+            store,
+            failures,
+            collection,
+            bytes,
+            Some(found),
+            not_objects,
+        )),
+        _ => Applied::Stored,
     }
 }

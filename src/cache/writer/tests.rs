@@ -705,4 +705,35 @@ mod synced {
             "a pool cache never synced tells nothing"
         );
     }
+
+    /// A unit the store failed to take is not in the cache: no word heard (issue 32 review).
+    #[test]
+    fn a_failed_put_notes_nothing_and_a_stored_one_and_the_lease_do() {
+        let (t, blocker) = blocked_store("synced-failed-put");
+        let synced = Synced::default();
+        run_with(&t.store, &synced, |tx| {
+            send(tx, watch_target(), &event("ADDED", 5));
+            let object = CacheTarget::Object {
+                collection: pods(),
+                namespace: Some("ns".to_owned()),
+                name: Some("w".to_owned()),
+            };
+            let pod = r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"w","namespace":"ns","resourceVersion":"6"},"spec":{"nodeName":"n"}}"#;
+            send(tx, object, pod);
+        });
+        assert_eq!(synced.last(&pods()), None, "nothing was stored");
+        std::fs::remove_file(blocker).unwrap();
+        run_with(&t.store, &synced, |tx| {
+            send(tx, watch_target(), &event("ADDED", 7));
+        });
+        assert!(synced.last(&pods()).is_some(), "stored: heard");
+
+        // The heartbeat's renewed lease is the cloud's answer: its kind has an age.
+        let lease = CollectionKey::new("tinyhub", "leases", "v1", "coordination.k8s.io");
+        let bytes = br#"{"kind":"Lease","apiVersion":"coordination.k8s.io/v1","metadata":{"name":"n","namespace":"kube-node-lease","resourceVersion":"3"}}"#;
+        run_with(&t.store, &synced, |tx| {
+            assert!(tx.put(lease.clone(), bytes.to_vec()));
+        });
+        assert!(synced.last(&lease).is_some(), "the lease put");
+    }
 }
