@@ -188,16 +188,6 @@ fn leader_answer(status: u16, body: &[u8]) -> LeaderOutcome {
     }
 }
 
-/// Whether a leader request's failure is its TLS handshake refusing (a certificate for
-/// another address or CA, no client certificate accepted): the TCP probe keeps passing, so
-/// it is a refusal, not an unreachable leader.
-fn tls_refusal(e: &crate::upstream::UpstreamError) -> bool {
-    let text = e.to_string().to_ascii_lowercase();
-    ["certificate", "rustls", "alert", "handshake"]
-        .iter()
-        .any(|w| text.contains(w))
-}
-
 /// The open watch of a feeder, as the route sees it: where it goes and how to end it. A
 /// mutex taken once per watch and once per route change.
 struct WatchSlot {
@@ -631,7 +621,7 @@ impl Feeder {
                 match self.upstream.send_to_base(&base, outgoing) {
                     Ok(answer) => (answer, base),
                     Err(e) => {
-                        let refused = tls_refusal(&e);
+                        let refused = e.is_tls_refusal();
                         self.leader_outcome.set(if refused {
                             LeaderOutcome::Refused
                         } else {
