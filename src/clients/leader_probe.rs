@@ -90,3 +90,70 @@ impl Prober for LeaderProbe {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+
+    use super::*;
+    use crate::clients::pool_watch::tests::{Fake, upstream_of};
+    use crate::server::tls::tests::TestCa;
+
+    const TOLD: &str = r#"{"cloud":true,"resources":[{"resource":"services.v1.core","ageSeconds":3,"bookmarks":true}]}"#;
+
+    /// The probe's answers, in order, from a leader answering `script`.
+    fn probes(script: &[(u16, &'static str)]) -> Vec<Probe> {
+        let ca = TestCa::new();
+        let leader = Fake::start(&ca, "127.0.0.1", script);
+        let probe = LeaderProbe {
+            upstream: upstream_of(&ca, None),
+            user_agent: "multiplexer-proxy-edge-2".into(),
+        };
+        script
+            .iter()
+            .map(|_| probe.probe(leader.addr, true))
+            .collect()
+    }
+
+    #[test]
+    fn a_leader_tells_or_does_not_by_its_whole_answer() {
+        let probes = probes(&[
+            (200, TOLD),
+            (200, "<html>"),
+            (404, "{}"),
+            (403, "{}"),
+            // A YurtHub leader's cloud, the path forwarded to it.
+            (401, "{}"),
+            (429, "{}"),
+            (503, "{}"),
+            (3, TOLD),
+        ]);
+        let Probe::Told(told) = &probes[0] else {
+            panic!("{probes:?}");
+        };
+        assert_eq!(
+            told.resources[0].age,
+            Some(std::time::Duration::from_secs(3))
+        );
+        assert!(
+            probes[1..7].iter().all(|p| *p == Probe::Silent),
+            "{probes:?}"
+        );
+        assert_eq!(probes[7], Probe::Reachable, "broken off: unknown this time");
+    }
+
+    #[test]
+    fn a_leader_that_listens_but_does_not_answer_in_time_is_slow_not_unreachable() {
+        assert_eq!(probes(&[(2, "")]), [Probe::Slow]);
+        // Nothing listens: unreachable.
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let probe = LeaderProbe {
+            upstream: upstream_of(&TestCa::new(), None),
+            user_agent: "multiplexer-proxy-edge-2".into(),
+        };
+        assert_eq!(probe.probe(closed, true), Probe::Unreachable);
+    }
+}

@@ -860,11 +860,12 @@ pub(super) mod tests {
 
     /// A TLS server on a loopback address that answers the feeder's requests: first its scripted
     /// answers, in order (status 0: a watch's 200 head, then 20 s of silence; 1: the same
-    /// with one bookmark before the silence), then an empty
+    /// with one bookmark before the silence; 2: no answer; 3: a 200 of the body whose
+    /// connection closes 100 bytes short), then an empty
     /// Services list at resourceVersion 5 or an empty watch (which ends at once). It records each
     /// request line.
     pub(crate) struct Fake {
-        addr: SocketAddr,
+        pub(crate) addr: SocketAddr,
         requests: Arc<Mutex<Vec<String>>>,
         script: Arc<Mutex<VecDeque<(u16, &'static str)>>>,
     }
@@ -926,6 +927,26 @@ pub(super) mod tests {
                 drop(reader);
                 requests.lock().unwrap().push(first.trim_end().to_owned());
                 let scripted = script.lock().unwrap().pop_front();
+                match scripted {
+                    // Never answers.
+                    Some((2, _)) => {
+                        thread::sleep(Duration::from_secs(20));
+                        return Ok(());
+                    }
+                    // A 200 whose body breaks off.
+                    Some((3, body)) => {
+                        write!(
+                            tls,
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len() + 100
+                        )?;
+                        tls.flush()?;
+                        tls.conn.send_close_notify();
+                        tls.flush()?;
+                        return Ok(());
+                    }
+                    _ => {}
+                }
                 if let Some((0 | 1, _)) = scripted {
                     tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")?;
                     if let Some((1, _)) = scripted {
