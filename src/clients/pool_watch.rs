@@ -211,6 +211,13 @@ struct WatchSlot {
     idle: AtomicBool,
     /// The route ended a cloud watch for its silence after it had shown bookmarks.
     cloud_idle: AtomicBool,
+    /// Leaders that turned this resource away (busy, lagging, warming while this node holds
+    /// data), each with when it had last heard the cloud on it by what it told then. A watch
+    /// elsewhere is not moved back to one by the route until it has heard the cloud since
+    /// (it caches the resource now, its feed works, it caught up) or it serves this node: a
+    /// 503 or 504 each round would otherwise bounce the watch every 20 s. A feeder's own
+    /// next turn (its watch ended by its time) still tries it. At most one per leader.
+    busy: Mutex<Vec<(SocketAddr, Option<Instant>)>>,
 }
 
 impl WatchSlot {
@@ -230,6 +237,40 @@ impl WatchSlot {
         let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
         now.saturating_sub(self.last_read_ms.load(Ordering::Relaxed))
             > self.idle_after_ms.load(Ordering::Relaxed)
+    }
+
+    /// The leader at `addr` turned this resource away.
+    fn note_busy(&self, addr: SocketAddr, route: &PoolRoute) {
+        let heard = route.leader_synced_at(addr, &self.resource);
+        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        busy.retain(|b| b.0 != addr);
+        busy.push((addr, heard));
+    }
+
+    /// The leader at `addr` served this node's request for the resource.
+    fn clear_busy(&self, addr: SocketAddr) {
+        self.busy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|b| b.0 != addr);
+    }
+
+    /// The leader the route would move this watch to: the one to read from, other than one
+    /// that turned the resource away and has not heard the cloud on it since.
+    fn target(&self, route: &PoolRoute) -> Option<SocketAddr> {
+        let avoid: Vec<SocketAddr> = {
+            let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+            // Ages are told in whole seconds: an instant more than 1 s later is news.
+            busy.retain(|(addr, then)| {
+                match (*then, route.leader_synced_at(*addr, &self.resource)) {
+                    (None, Some(_)) => false,
+                    (Some(then), Some(now)) => now <= then + Duration::from_secs(1),
+                    (_, None) => true,
+                }
+            });
+            busy.iter().map(|b| b.0).collect()
+        };
+        route.leader_avoiding(Some(&self.resource), &avoid)
     }
 
     fn release(&self) {
@@ -260,16 +301,15 @@ impl Wake for WatchSlot {
                 self.cloud_idle.store(true, Ordering::Release);
                 true
             }
-            Some((Via::Cloud, _)) => route.wants_leader(Some(&self.resource)),
+            Some((Via::Cloud, _)) => self.target(route).is_some(),
             // Usable or not: the run loop marks it failed.
             Some((Via::Leader(_), _)) if self.silent() => {
                 self.idle.store(true, Ordering::Release);
                 true
             }
-            // No longer the leader to read from: unusable, stale, or another one back.
-            Some((Via::Leader(addr), _)) => {
-                route.leader_for(Some(&self.resource), None) != Some(*addr)
-            }
+            // No longer the leader to read from: unusable, stale, or another one back
+            // (unless that one turned the resource away and has no news since).
+            Some((Via::Leader(addr), _)) => self.target(route) != Some(*addr),
         };
         if stale && let Some((_, cancel)) = open.take() {
             self.woken.store(true, Ordering::Release);
@@ -318,6 +358,7 @@ impl Feeder {
             ),
             idle: AtomicBool::new(false),
             cloud_idle: AtomicBool::new(false),
+            busy: Mutex::new(Vec::new()),
         });
         if let Some(route) = &route {
             let waker: Arc<dyn Wake> = Arc::clone(&slot) as Arc<dyn Wake>;
@@ -444,6 +485,9 @@ impl Feeder {
                     // Turned away for now: another leader or the cloud for one turn, at once
                     // (a cloud watch then lasts until the next health round's nudge).
                     LeaderOutcome::Warming | LeaderOutcome::Busy => {
+                        if let (Some(addr), Some(route)) = (leader, &self.route) {
+                            self.slot.note_busy(addr, route);
+                        }
                         avoid = leader;
                         pause = false;
                     }
@@ -643,6 +687,7 @@ impl Feeder {
             200 => {
                 if let (Via::Leader(addr), Some(route)) = (via, &self.route) {
                     route.leader_served(addr);
+                    self.slot.clear_busy(addr);
                 }
                 // A stream can be ended by the route when it no longer goes where it should.
                 self.slot.hold(via, answer.cancel.clone());
@@ -743,7 +788,7 @@ impl Feeder {
         let count = objects.len();
         match self.cache.replace(&rv, objects) {
             Ok(replaced) => {
-                self.cache.note_synced(Instant::now());
+                self.cache.note_synced(self.listed_at());
                 log::debug!(
                     "pool cache of {path} listed at {rv}: {count} objects ({skipped} left out), {} added, {} modified, {} deleted{}",
                     replaced.added,
@@ -757,6 +802,18 @@ impl Feeder {
                 "the list's resourceVersion is not a number",
             )),
             Err(_) => Err(ClientError::Answer("the list could not be applied")),
+        }
+    }
+
+    /// When the cloud last spoke on what a list just applied says: now, from the cloud;
+    /// through a leader, what it told of its own cache (its list is that cache, which may
+    /// be older than this moment), now when it does not tell.
+    fn listed_at(&self) -> Instant {
+        match (self.via.get(), &self.route) {
+            (Via::Leader(addr), Some(route)) => route
+                .leader_synced_at(addr, &self.slot.resource)
+                .unwrap_or_else(Instant::now),
+            _ => Instant::now(),
         }
     }
 
@@ -853,7 +910,7 @@ pub(super) mod tests {
     use super::*;
     use crate::config::LbMode;
     use crate::health::Backends;
-    use crate::pool::health::Dialer;
+    use crate::pool::health::{Dialer, Freshness, Probe, Prober, ResourceAge};
     use crate::pool::leader::Leader;
     use crate::server::tls::tests::TestCa;
     use crate::watchcache::{CacheOptions, Resource};
@@ -1012,8 +1069,19 @@ pub(super) mod tests {
         port: u16,
         up: &Arc<AtomicBool>,
     ) -> (Feeder, Arc<PoolRoute>) {
+        follower_probed(ca, cloud, leaders, port, Box::new(Switch(Arc::clone(up))))
+    }
+
+    /// [`follower`] whose leaders are probed by `prober`.
+    fn follower_probed(
+        ca: &TestCa,
+        cloud: Option<&Fake>,
+        leaders: &[&str],
+        port: u16,
+        prober: Box<dyn Prober>,
+    ) -> (Feeder, Arc<PoolRoute>) {
         let upstream = upstream_of(ca, cloud);
-        let route = Arc::new(PoolRoute::for_tests(port, Box::new(Switch(Arc::clone(up)))));
+        let route = Arc::new(PoolRoute::for_tests(port, prober));
         let leaders: Vec<Leader> = leaders
             .iter()
             .enumerate()
@@ -1196,6 +1264,118 @@ pub(super) mod tests {
                 .synced_age()
                 .is_some_and(|a| a < Duration::from_secs(10))
         );
+    }
+
+    /// Leaders that tell what `told` holds for them (by address), at each probe.
+    #[derive(Clone, Default)]
+    struct Tells(Arc<Mutex<Vec<(SocketAddr, u64)>>>);
+
+    impl Tells {
+        /// The leader at `addr` tells its Services are `age` seconds old.
+        fn set(&self, addr: SocketAddr, age: u64) {
+            let mut told = self.0.lock().unwrap();
+            told.retain(|t| t.0 != addr);
+            told.push((addr, age));
+        }
+    }
+
+    impl Prober for Tells {
+        fn probe(&self, addr: SocketAddr, _: bool) -> Probe {
+            let told = self.0.lock().unwrap();
+            match told.iter().find(|t| t.0 == addr) {
+                Some(&(_, age)) => Probe::Told(Freshness {
+                    cloud: true,
+                    resources: vec![ResourceAge {
+                        resource: "services.v1.core".into(),
+                        age: Some(Duration::from_secs(age)),
+                        bookmarks: true,
+                    }],
+                }),
+                None => Probe::Unreachable,
+            }
+        }
+    }
+
+    /// A watch's connection that records being shut down.
+    #[derive(Default)]
+    struct Flag(AtomicBool);
+
+    impl ureq::unversioned::transport::ShutdownHandle for Flag {
+        fn shutdown(&self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_watch_is_not_moved_back_to_a_leader_that_turned_it_away_until_it_has_news() {
+        let ca = TestCa::new();
+        let tells = Tells::default();
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.2:1".parse().unwrap(),
+        );
+        tells.set(a, 5);
+        tells.set(b, 5);
+        let (feeder, route) = follower_probed(
+            &ca,
+            None,
+            &["127.0.0.1", "127.0.0.2"],
+            1,
+            Box::new(tells.clone()),
+        );
+        let first = route.leader_for(Some("services.v1.core"), None).unwrap();
+        let second = if first == a { b } else { a };
+        // The first answered 503 (it does not cache services yet, or lags): the watch went
+        // to the second.
+        feeder.slot.note_busy(first, &route);
+        let flag = Arc::new(Flag::default());
+        let handle: Arc<dyn ureq::unversioned::transport::ShutdownHandle> = flag.clone();
+        feeder
+            .slot
+            .hold(Via::Leader(second), Some(Cancel::of(&handle)));
+        for _ in 0..3 {
+            route.check();
+        }
+        assert!(!flag.0.load(Ordering::SeqCst), "kept on the second leader");
+        // The first heard its cloud since: moved back.
+        tells.set(first, 0);
+        route.check();
+        assert!(flag.0.load(Ordering::SeqCst), "moved back to the first");
+
+        // Both turned it away: a cloud watch stays until one has news.
+        feeder.slot.note_busy(first, &route);
+        feeder.slot.note_busy(second, &route);
+        let flag = Arc::new(Flag::default());
+        let handle: Arc<dyn ureq::unversioned::transport::ShutdownHandle> = flag.clone();
+        feeder.slot.hold(Via::Cloud, Some(Cancel::of(&handle)));
+        route.check();
+        assert!(!flag.0.load(Ordering::SeqCst), "kept on the cloud");
+        // One that serves this node is no longer avoided.
+        feeder.slot.clear_busy(second);
+        route.check();
+        assert!(flag.0.load(Ordering::SeqCst), "moved to the second");
+    }
+
+    #[test]
+    fn a_list_through_a_leader_is_as_fresh_as_the_leader_says_its_cache_is() {
+        let ca = TestCa::new();
+        let list = r#"{"kind":"ServiceList","metadata":{"resourceVersion":"5"},"items":[]}"#;
+        let leader = Fake::start(&ca, "127.0.0.1", &[(200, list), (0, "")]);
+        let tells = Tells::default();
+        tells.set(leader.addr, 30);
+        let (feeder, _route) = follower_probed(
+            &ca,
+            None,
+            &["127.0.0.1"],
+            leader.addr.port(),
+            Box::new(tells),
+        );
+        let cache = feeder.cache.clone();
+        let c = cache.clone();
+        assert!(run_until(feeder, || c.is_ready()));
+        assert_eq!(leader.requests().len().min(1), 1);
+        let age = cache.synced_age().unwrap();
+        assert!(age >= Duration::from_secs(29), "{age:?}");
     }
 
     #[test]

@@ -538,15 +538,25 @@ impl LeaderHealth {
     /// The address of the leader this node reads `resource` (a kind directory; None: any)
     /// from: of the leaders usable and fresh for it, the one rendezvous hashing of this
     /// node's name picks, other than `except` (which takes the next); None when there is
-    /// none.
+    /// none (tests: the route asks [`LeaderHealth::pick_avoiding`]).
+    #[cfg(test)]
     pub(crate) fn pick(
         &self,
         resource: Option<&str>,
         except: Option<SocketAddr>,
     ) -> Option<SocketAddr> {
+        self.pick_avoiding(resource, except.as_slice())
+    }
+
+    /// [`LeaderHealth::pick`] other than any of `avoid`.
+    pub(crate) fn pick_avoiding(
+        &self,
+        resource: Option<&str>,
+        avoid: &[SocketAddr],
+    ) -> Option<SocketAddr> {
         self.slots()
             .iter()
-            .filter(|s| Some(s.addr) != except && self.usable(s, resource))
+            .filter(|s| !avoid.contains(&s.addr) && self.usable(s, resource))
             .max_by_key(|s| rendezvous(self.key, s.seed))
             .map(|s| s.addr)
     }

@@ -115,8 +115,17 @@ impl PoolRoute {
         resource: Option<&str>,
         except: Option<SocketAddr>,
     ) -> Option<SocketAddr> {
+        self.leader_avoiding(resource, except.as_slice())
+    }
+
+    /// [`PoolRoute::leader_for`] other than any of `avoid`.
+    pub(crate) fn leader_avoiding(
+        &self,
+        resource: Option<&str>,
+        avoid: &[SocketAddr],
+    ) -> Option<SocketAddr> {
         (self.source() == Source::Pool)
-            .then(|| self.health.pick(resource, except))
+            .then(|| self.health.pick_avoiding(resource, avoid))
             .flatten()
     }
 
@@ -142,11 +151,6 @@ impl PoolRoute {
     /// as a health round.
     pub(crate) fn probe_now(&self) {
         self.after_round(self.health.check(self.prober.as_ref()));
-    }
-
-    /// Reads of `resource` (None: any) should go to a leader now.
-    pub(crate) fn wants_leader(&self, resource: Option<&str>) -> bool {
-        self.leader_for(resource, None).is_some()
     }
 
     /// The ConfigMap says `source`, and (when they changed) `leaders`, which are dialled at
@@ -299,7 +303,8 @@ mod tests {
         assert_eq!(route.generation(), 1);
         assert_eq!(route.leader_except(None), Some(a));
         assert!(
-            route.wants_leader(None) && route.leader_for(Some("services.v1.core"), None) == Some(a)
+            route.leader_for(None, None).is_some()
+                && route.leader_for(Some("services.v1.core"), None) == Some(a)
         );
         assert_eq!(counter.0.load(Ordering::Relaxed), 1);
 
@@ -324,7 +329,8 @@ mod tests {
         route.set(Source::Cloud, None);
         assert_eq!(route.leader_except(None), None);
         assert!(
-            !route.wants_leader(None) && route.leader_for(Some("services.v1.core"), None).is_none()
+            !route.leader_for(None, None).is_some()
+                && route.leader_for(Some("services.v1.core"), None).is_none()
         );
 
         // A feeder that ended is forgotten.
