@@ -824,7 +824,7 @@ impl Feeder {
         match (self.via.get(), kind) {
             (Via::Leader(_), EventType::Bookmark) => {}
             (Via::Cloud, EventType::Bookmark) => {
-                self.cache.note_synced(Instant::now());
+                self.cache.note_synced(self.listed_at());
                 self.cache.note_bookmark();
             }
             _ => self.cache.note_synced(Instant::now()),
@@ -1360,7 +1360,7 @@ pub(super) mod tests {
     fn a_list_through_a_leader_is_as_fresh_as_the_leader_says_its_cache_is() {
         let ca = TestCa::new();
         let list = r#"{"kind":"ServiceList","metadata":{"resourceVersion":"5"},"items":[]}"#;
-        let leader = Fake::start(&ca, "127.0.0.1", &[(200, list), (0, "")]);
+        let leader = Fake::start(&ca, "127.0.0.1", &[(200, list)]);
         let tells = Tells::default();
         tells.set(leader.addr, 30);
         let (feeder, _route) = follower_probed(
@@ -1371,10 +1371,13 @@ pub(super) mod tests {
             Box::new(tells),
         );
         let cache = feeder.cache.clone();
-        let c = cache.clone();
-        assert!(run_until(feeder, || c.is_ready()));
-        assert_eq!(leader.requests().len().min(1), 1);
-        let age = cache.synced_age().unwrap();
+        let mut age = None;
+        assert!(run_until(feeder, || {
+            age = cache.synced_age().filter(|_| cache.is_ready());
+            age.is_some()
+        }));
+        assert!(leader.requests()[0].contains("GET /api/v1/services "));
+        let age = age.unwrap_or_default();
         assert!(age >= Duration::from_secs(29), "{age:?}");
     }
 
