@@ -45,7 +45,10 @@
 //!   cloud, resuming from the cache's resourceVersion (the leader passes the cloud's through). One
 //!   that turns a request away (503, a 504 because it lags behind the follower's resourceVersion,
 //!   its server's cap, 429 warming while the follower holds data) is skipped for one turn: another
-//!   leader, else the cloud, else nothing this turn; the next health round moves the watch back.
+//!   leader, else the cloud, else nothing this turn; a health round moves the watch back once that
+//!   leader has heard the cloud on the resource since (by what it tells; one that does not tell,
+//!   at the next round), not before (a 503 or 504 each round would bounce it every 20 s); the
+//!   watch's own next turn tries it again.
 //!   One that refuses this node (a failed TLS handshake, 401/403) is set aside for a backoff
 //!   (`pool::health`). None of these counts against the cache's feed
 //!   ([`WatchCache::feeder_failing`] is the cloud's). A watch that no longer goes where the route
@@ -55,7 +58,8 @@
 //! - **Freshness** (issue 32): the cache notes when the cloud last spoke on the resource
 //!   ([`WatchCache::note_synced`]): a list applied, an event, a cloud bookmark (which also
 //!   marks that the cloud sends bookmarks, [`WatchCache::note_bookmark`]). Through a leader,
-//!   lists and events only (its bookmarks are its own, sent whatever its cloud watch does);
+//!   events only, and a list as old as the leader told its cache is (its bookmarks are its
+//!   own, sent whatever its cloud watch does);
 //!   after each health round, the age the leader told of its own cache. A leader's followers
 //!   read that age (`GET /v1/pool/freshness`, `proxy::multiplexer`) and skip a stale leader
 //!   (`pool::health`): a watch through a leader that is no longer the one to read from
@@ -168,7 +172,8 @@ enum LeaderOutcome {
     /// It turned the request away for now: its server's cap (a 429 of another kind), 503
     /// (not filled, its feed failing), 504 (its cache lags behind the follower's
     /// resourceVersion, which came from the cloud), another status. Another leader or the
-    /// cloud for one turn; the next health round moves the watch back.
+    /// cloud for one turn; a health round moves the watch back once it has news
+    /// ([`WatchSlot::busy`]).
     Busy,
     /// It refused this node: its TLS handshake failed, or 401/403. Set aside for a backoff
     /// ([`PoolRoute::leader_refused`]), another leader or the cloud meanwhile.
@@ -215,8 +220,9 @@ struct WatchSlot {
     /// data), each with when it had last heard the cloud on it by what it told then. A watch
     /// elsewhere is not moved back to one by the route until it has heard the cloud since
     /// (it caches the resource now, its feed works, it caught up) or it serves this node: a
-    /// 503 or 504 each round would otherwise bounce the watch every 20 s. A feeder's own
-    /// next turn (its watch ended by its time) still tries it. At most one per leader.
+    /// 503 or 504 each round would otherwise bounce the watch every 20 s. One that does not
+    /// tell is moved back to at the next round, as before. A feeder's own next turn (its
+    /// watch ended by its time) still tries it. At most one per leader.
     busy: Mutex<Vec<(SocketAddr, Option<Instant>)>>,
 }
 
@@ -260,13 +266,15 @@ impl WatchSlot {
     fn target(&self, route: &PoolRoute) -> Option<SocketAddr> {
         let avoid: Vec<SocketAddr> = {
             let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
-            // Ages are told in whole seconds: an instant more than 1 s later is news.
+            // Ages are told in whole seconds: an instant more than 1 s later is news. A
+            // leader that does not tell has no news to wait for: moved back at the round.
             busy.retain(|(addr, then)| {
-                match (*then, route.leader_synced_at(*addr, &self.resource)) {
-                    (None, Some(_)) => false,
-                    (Some(then), Some(now)) => now <= then + Duration::from_secs(1),
-                    (_, None) => true,
-                }
+                route.leader_tells(*addr)
+                    && match (*then, route.leader_synced_at(*addr, &self.resource)) {
+                        (None, Some(_)) => false,
+                        (Some(then), Some(now)) => now <= then + Duration::from_secs(1),
+                        (_, None) => true,
+                    }
             });
             busy.iter().map(|b| b.0).collect()
         };
@@ -1354,6 +1362,20 @@ pub(super) mod tests {
         feeder.slot.clear_busy(second);
         route.check();
         assert!(flag.0.load(Ordering::SeqCst), "moved to the second");
+    }
+
+    #[test]
+    fn a_watch_moves_back_at_the_round_to_a_leader_that_does_not_tell() {
+        let ca = TestCa::new();
+        let up = Arc::new(AtomicBool::new(true));
+        let (feeder, route) = follower(&ca, None, &["127.0.0.1"], 1, &up);
+        let leader = route.leader_for(Some("services.v1.core"), None).unwrap();
+        feeder.slot.note_busy(leader, &route);
+        let flag = Arc::new(Flag::default());
+        let handle: Arc<dyn ureq::unversioned::transport::ShutdownHandle> = flag.clone();
+        feeder.slot.hold(Via::Cloud, Some(Cancel::of(&handle)));
+        route.check();
+        assert!(flag.0.load(Ordering::SeqCst), "no news to wait for");
     }
 
     #[test]

@@ -16,10 +16,15 @@
 //!   older than `--pool-leader-max-staleness` (its cloud watch shows bookmarks, so an old age
 //!   is a hung watch, not a quiet resource), or that reaches no cloud; it takes the next
 //!   leader or the cloud, and comes back when a round finds it fresh. An age not known yet
-//!   (warming) is not stale: the warming rules govern it. A leader that does not tell (404,
-//!   403, not JSON: YurtHub, an older tinyhub) is judged by reachability and is not asked
-//!   again until the leader list changes: a YurtHub leader forwards unknown paths to its
-//!   cloud, which would spend its uplink every round.
+//!   (warming) is not stale: the warming rules govern it. What a leader told is kept as
+//!   instants (the probe's less each age), so a leader that answers its dial but not the
+//!   question ages past the bound; the staleness each round judged is kept too, so a change
+//!   that time made moves followers as one a probe brought. A leader that tells but does not
+//!   list a resource does not cache it (it would answer 503): not read it from. A leader
+//!   that does not tell (any status but 200, not JSON, no answer in time before it ever
+//!   told: YurtHub, an older tinyhub) is judged by reachability and is not asked again
+//!   until the leader list changes: a YurtHub leader forwards unknown paths to its cloud,
+//!   which would spend its uplink every round.
 //! - **Rendezvous, not round-robin**: each usable leader scores
 //!   `splitmix64(fnv1a(node) ^ fnv1a(leader))` (`hashing`) and the highest wins, so a
 //!   follower reads all its resources from one leader, followers spread evenly, and a lost
@@ -146,15 +151,15 @@ pub(crate) enum Probe {
     Unreachable,
     /// It answers, and told how fresh it is.
     Told(Freshness),
-    /// It answers, but does not tell (404, 403, not JSON: YurtHub or an older tinyhub): not
-    /// asked again until the leader list changes.
+    /// It answers, but does not tell (a status other than 200, not JSON: YurtHub or an
+    /// older tinyhub): not asked again until the leader list changes.
     Silent,
     /// It listens (its TCP dial opens) but did not answer the question within
     /// [`DIAL_TIMEOUT`]: a loaded leader, or a YurtHub leader forwarding the path to its
     /// cloud. One not known to tell yet is then asked no more, as [`Probe::Silent`].
     Slow,
     /// It answers, but was not asked or could not tell this time (a TCP dial only, no
-    /// credentials yet, its TLS handshake refused this node, another status).
+    /// credentials yet, its TLS handshake refused this node, a broken-off answer).
     Reachable,
 }
 
@@ -578,6 +583,17 @@ impl LeaderHealth {
             return None;
         };
         told.resources.iter().find(|r| r.0 == resource)?.1
+    }
+
+    /// Whether the leader at `addr` tells how fresh it is (it answered the question).
+    pub(crate) fn tells(&self, addr: SocketAddr) -> bool {
+        self.slots().iter().any(|s| {
+            s.addr == addr
+                && matches!(
+                    *s.telling.lock().unwrap_or_else(PoisonError::into_inner),
+                    Telling::Told(_)
+                )
+        })
     }
 
     /// The leader at `addr` refused this node (`why`): set aside for a backoff (20 s, doubled

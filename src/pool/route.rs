@@ -18,7 +18,8 @@
 //!   watches carry on: it resumes from its cache's resourceVersion). Every health round
 //!   nudges the feeders too, so one whose watch went to the cloud for a round because a
 //!   leader turned it away (busy, lagging, warming while the follower holds data) moves back
-//!   to it within one health interval, whether or not the cloud answers. A leader that
+//!   to it at the first round after that leader has heard the cloud on the resource since
+//!   (the feeder's own record, `clients::pool_watch`), whether or not the cloud answers. A leader that
 //!   refuses this node (TLS, 403) is set aside for a backoff instead
 //!   ([`LeaderHealth::refused`]).
 //! - **First list**: the feeders wait (up to [`FIRST_LIST_PATIENCE`]) for the ConfigMap's
@@ -139,6 +140,11 @@ impl PoolRoute {
     /// at its last probe ([`LeaderHealth::synced_at`]).
     pub(crate) fn leader_synced_at(&self, addr: SocketAddr, resource: &str) -> Option<Instant> {
         self.health.synced_at(addr, resource)
+    }
+
+    /// Whether the leader at `addr` tells how fresh it is ([`LeaderHealth::tells`]).
+    pub(crate) fn leader_tells(&self, addr: SocketAddr) -> bool {
+        self.health.tells(addr)
     }
 
     /// The source is the pool and leaders are named, but none answers its dial yet (one
