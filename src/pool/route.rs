@@ -335,7 +335,7 @@ mod tests {
         route.set(Source::Cloud, None);
         assert_eq!(route.leader_except(None), None);
         assert!(
-            !route.leader_for(None, None).is_some()
+            route.leader_for(None, None).is_none()
                 && route.leader_for(Some("services.v1.core"), None).is_none()
         );
 
