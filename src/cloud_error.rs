@@ -49,6 +49,18 @@ impl UpstreamError {
     }
 }
 
+impl UpstreamError {
+    /// Whether it is a TLS handshake refusing (a certificate for another address or CA, no
+    /// client certificate accepted): the peer listens, so to a leader hub's prober and
+    /// feeders it is a refusal of this node, not an unreachable leader.
+    pub(crate) fn is_tls_refusal(&self) -> bool {
+        let text = self.to_string().to_ascii_lowercase();
+        ["certificate", "rustls", "alert", "handshake"]
+            .iter()
+            .any(|w| text.contains(w))
+    }
+}
+
 impl fmt::Display for UpstreamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -45,7 +45,10 @@
 //!   cloud, resuming from the cache's resourceVersion (the leader passes the cloud's through). One
 //!   that turns a request away (503, a 504 because it lags behind the follower's resourceVersion,
 //!   its server's cap, 429 warming while the follower holds data) is skipped for one turn: another
-//!   leader, else the cloud, else nothing this turn; the next health round moves the watch back.
+//!   leader, else the cloud, else nothing this turn; a health round moves the watch back once that
+//!   leader has heard the cloud on the resource since (by what it tells; one that does not tell,
+//!   at the next round), not before (a 503 or 504 each round would bounce it every 20 s); the
+//!   watch's own next turn tries it again.
 //!   One that refuses this node (a failed TLS handshake, 401/403) is set aside for a backoff
 //!   (`pool::health`). None of these counts against the cache's feed
 //!   ([`WatchCache::feeder_failing`] is the cloud's). A watch that no longer goes where the route
@@ -55,7 +58,8 @@
 //! - **Freshness** (issue 32): the cache notes when the cloud last spoke on the resource
 //!   ([`WatchCache::note_synced`]): a list applied, an event, a cloud bookmark (which also
 //!   marks that the cloud sends bookmarks, [`WatchCache::note_bookmark`]). Through a leader,
-//!   lists and events only (its bookmarks are its own, sent whatever its cloud watch does);
+//!   events only, and a list as old as the leader told its cache is (its bookmarks are its
+//!   own, sent whatever its cloud watch does);
 //!   after each health round, the age the leader told of its own cache. A leader's followers
 //!   read that age (`GET /v1/pool/freshness`, `proxy::multiplexer`) and skip a stale leader
 //!   (`pool::health`): a watch through a leader that is no longer the one to read from
@@ -169,7 +173,8 @@ enum LeaderOutcome {
     /// It turned the request away for now: its server's cap (a 429 of another kind), 503
     /// (not filled, its feed failing), 504 (its cache lags behind the follower's
     /// resourceVersion, which came from the cloud), another status. Another leader or the
-    /// cloud for one turn; the next health round moves the watch back.
+    /// cloud for one turn; a health round moves the watch back once it has news
+    /// ([`WatchSlot::busy`]).
     Busy,
     /// It refused this node: its TLS handshake failed, or 401/403. Set aside for a backoff
     /// ([`PoolRoute::leader_refused`]), another leader or the cloud meanwhile.
@@ -187,16 +192,6 @@ fn leader_answer(status: u16, body: &[u8]) -> LeaderOutcome {
         429 if body.windows(WARMING.len()).any(|w| w == WARMING) => LeaderOutcome::Warming,
         _ => LeaderOutcome::Busy,
     }
-}
-
-/// Whether a leader request's failure is its TLS handshake refusing (a certificate for
-/// another address or CA, no client certificate accepted): the TCP probe keeps passing, so
-/// it is a refusal, not an unreachable leader.
-fn tls_refusal(e: &crate::upstream::UpstreamError) -> bool {
-    let text = e.to_string().to_ascii_lowercase();
-    ["certificate", "rustls", "alert", "handshake"]
-        .iter()
-        .any(|w| text.contains(w))
 }
 
 /// The open watch of a feeder, as the route sees it: where it goes and how to end it. A
@@ -222,6 +217,14 @@ struct WatchSlot {
     idle: AtomicBool,
     /// The route ended a cloud watch for its silence after it had shown bookmarks.
     cloud_idle: AtomicBool,
+    /// Leaders that turned this resource away (busy, lagging, warming while this node holds
+    /// data), each with when it had last heard the cloud on it by what it told then. A watch
+    /// elsewhere is not moved back to one by the route until it has heard the cloud since
+    /// (it caches the resource now, its feed works, it caught up) or it serves this node: a
+    /// 503 or 504 each round would otherwise bounce the watch every 20 s. One that does not
+    /// tell is moved back to at the next round, as before. A feeder's own next turn (its
+    /// watch ended by its time) still tries it. At most one per leader.
+    busy: Mutex<Vec<(SocketAddr, Option<Instant>)>>,
 }
 
 impl WatchSlot {
@@ -241,6 +244,42 @@ impl WatchSlot {
         let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
         now.saturating_sub(self.last_read_ms.load(Ordering::Relaxed))
             > self.idle_after_ms.load(Ordering::Relaxed)
+    }
+
+    /// The leader at `addr` turned this resource away.
+    fn note_busy(&self, addr: SocketAddr, route: &PoolRoute) {
+        let heard = route.leader_synced_at(addr, &self.resource);
+        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        busy.retain(|b| b.0 != addr);
+        busy.push((addr, heard));
+    }
+
+    /// The leader at `addr` served this node's request for the resource.
+    fn clear_busy(&self, addr: SocketAddr) {
+        self.busy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|b| b.0 != addr);
+    }
+
+    /// The leader the route would move this watch to: the one to read from, other than one
+    /// that turned the resource away and has not heard the cloud on it since.
+    fn target(&self, route: &PoolRoute) -> Option<SocketAddr> {
+        let avoid: Vec<SocketAddr> = {
+            let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+            // Ages are told in whole seconds: an instant more than 1 s later is news. A
+            // leader that does not tell has no news to wait for: moved back at the round.
+            busy.retain(|(addr, then)| {
+                route.leader_tells(*addr)
+                    && match (*then, route.leader_synced_at(*addr, &self.resource)) {
+                        (None, Some(_)) => false,
+                        (Some(then), Some(now)) => now <= then + Duration::from_secs(1),
+                        (_, None) => true,
+                    }
+            });
+            busy.iter().map(|b| b.0).collect()
+        };
+        route.leader_avoiding(Some(&self.resource), &avoid)
     }
 
     fn release(&self) {
@@ -271,16 +310,15 @@ impl Wake for WatchSlot {
                 self.cloud_idle.store(true, Ordering::Release);
                 true
             }
-            Some((Via::Cloud, _)) => route.wants_leader(Some(&self.resource)),
+            Some((Via::Cloud, _)) => self.target(route).is_some(),
             // Usable or not: the run loop marks it failed.
             Some((Via::Leader(_), _)) if self.silent() => {
                 self.idle.store(true, Ordering::Release);
                 true
             }
-            // No longer the leader to read from: unusable, stale, or another one back.
-            Some((Via::Leader(addr), _)) => {
-                route.leader_for(Some(&self.resource), None) != Some(*addr)
-            }
+            // No longer the leader to read from: unusable, stale, or another one back
+            // (unless that one turned the resource away and has no news since).
+            Some((Via::Leader(addr), _)) => self.target(route) != Some(*addr),
         };
         if stale && let Some((_, cancel)) = open.take() {
             self.woken.store(true, Ordering::Release);
@@ -329,6 +367,7 @@ impl Feeder {
             ),
             idle: AtomicBool::new(false),
             cloud_idle: AtomicBool::new(false),
+            busy: Mutex::new(Vec::new()),
         });
         if let Some(route) = &route {
             let waker: Arc<dyn Wake> = Arc::clone(&slot) as Arc<dyn Wake>;
@@ -455,6 +494,9 @@ impl Feeder {
                     // Turned away for now: another leader or the cloud for one turn, at once
                     // (a cloud watch then lasts until the next health round's nudge).
                     LeaderOutcome::Warming | LeaderOutcome::Busy => {
+                        if let (Some(addr), Some(route)) = (leader, &self.route) {
+                            self.slot.note_busy(addr, route);
+                        }
                         avoid = leader;
                         pause = false;
                     }
@@ -634,7 +676,7 @@ impl Feeder {
                 match self.upstream.send_to_base(&base, outgoing) {
                     Ok(answer) => (answer, base),
                     Err(e) => {
-                        let refused = tls_refusal(&e);
+                        let refused = e.is_tls_refusal();
                         self.leader_outcome.set(if refused {
                             LeaderOutcome::Refused
                         } else {
@@ -656,6 +698,7 @@ impl Feeder {
             200 => {
                 if let (Via::Leader(addr), Some(route)) = (via, &self.route) {
                     route.leader_served(addr);
+                    self.slot.clear_busy(addr);
                 }
                 // A stream can be ended by the route when it no longer goes where it should.
                 self.slot.hold(via, answer.cancel.clone());
@@ -757,7 +800,7 @@ impl Feeder {
         let count = objects.len();
         match self.cache.replace(&rv, objects) {
             Ok(replaced) => {
-                self.cache.note_synced(Instant::now());
+                self.cache.note_synced(self.listed_at());
                 log::debug!(
                     "pool cache of {path} listed at {rv}: {count} objects ({skipped} left out), {} added, {} modified, {} deleted{}",
                     replaced.added,
@@ -774,6 +817,18 @@ impl Feeder {
         }
     }
 
+    /// When the cloud last spoke on what a list just applied says: now, from the cloud;
+    /// through a leader, what it told of its own cache (its list is that cache, which may
+    /// be older than this moment), now when it does not tell.
+    fn listed_at(&self) -> Instant {
+        match (self.via.get(), &self.route) {
+            (Via::Leader(addr), Some(route)) => route
+                .leader_synced_at(addr, &self.slot.resource)
+                .unwrap_or_else(Instant::now),
+            _ => Instant::now(),
+        }
+    }
+
     /// An event of `kind` was applied: the cloud's word on the resource, unless it is a
     /// leader's own bookmark (a leader sends them whatever its cloud watch does; its age is
     /// what it tells). A cloud bookmark also shows that the cloud sends them.
@@ -781,7 +836,7 @@ impl Feeder {
         match (self.via.get(), kind) {
             (Via::Leader(_), EventType::Bookmark) => {}
             (Via::Cloud, EventType::Bookmark) => {
-                self.cache.note_synced(Instant::now());
+                self.cache.note_synced(self.listed_at());
                 self.cache.note_bookmark();
             }
             _ => self.cache.note_synced(Instant::now()),
@@ -868,18 +923,19 @@ pub(super) mod tests {
     use super::*;
     use crate::config::LbMode;
     use crate::health::Backends;
-    use crate::pool::health::Dialer;
+    use crate::pool::health::{Dialer, Freshness, Probe, Prober, ResourceAge};
     use crate::pool::leader::Leader;
     use crate::server::tls::tests::TestCa;
     use crate::watchcache::{CacheOptions, Resource};
 
     /// A TLS server on a loopback address that answers the feeder's requests: first its scripted
     /// answers, in order (status 0: a watch's 200 head, then 20 s of silence; 1: the same
-    /// with one bookmark before the silence), then an empty
+    /// with one bookmark before the silence; 2: no answer; 3: a 200 of the body whose
+    /// connection closes 100 bytes short), then an empty
     /// Services list at resourceVersion 5 or an empty watch (which ends at once). It records each
     /// request line.
     pub(crate) struct Fake {
-        addr: SocketAddr,
+        pub(crate) addr: SocketAddr,
         requests: Arc<Mutex<Vec<String>>>,
         script: Arc<Mutex<VecDeque<(u16, &'static str)>>>,
     }
@@ -941,6 +997,26 @@ pub(super) mod tests {
                 drop(reader);
                 requests.lock().unwrap().push(first.trim_end().to_owned());
                 let scripted = script.lock().unwrap().pop_front();
+                match scripted {
+                    // Never answers.
+                    Some((2, _)) => {
+                        thread::sleep(Duration::from_secs(20));
+                        return Ok(());
+                    }
+                    // A 200 whose body breaks off.
+                    Some((3, body)) => {
+                        write!(
+                            tls,
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len() + 100
+                        )?;
+                        tls.flush()?;
+                        tls.conn.send_close_notify();
+                        tls.flush()?;
+                        return Ok(());
+                    }
+                    _ => {}
+                }
                 if let Some((0 | 1, _)) = scripted {
                     tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")?;
                     if let Some((1, _)) = scripted {
@@ -1006,8 +1082,19 @@ pub(super) mod tests {
         port: u16,
         up: &Arc<AtomicBool>,
     ) -> (Feeder, Arc<PoolRoute>) {
+        follower_probed(ca, cloud, leaders, port, Box::new(Switch(Arc::clone(up))))
+    }
+
+    /// [`follower`] whose leaders are probed by `prober`.
+    fn follower_probed(
+        ca: &TestCa,
+        cloud: Option<&Fake>,
+        leaders: &[&str],
+        port: u16,
+        prober: Box<dyn Prober>,
+    ) -> (Feeder, Arc<PoolRoute>) {
         let upstream = upstream_of(ca, cloud);
-        let route = Arc::new(PoolRoute::for_tests(port, Box::new(Switch(Arc::clone(up)))));
+        let route = Arc::new(PoolRoute::for_tests(port, prober));
         let leaders: Vec<Leader> = leaders
             .iter()
             .enumerate()
@@ -1190,6 +1277,135 @@ pub(super) mod tests {
                 .synced_age()
                 .is_some_and(|a| a < Duration::from_secs(10))
         );
+    }
+
+    /// Leaders that tell what `told` holds for them (by address), at each probe.
+    #[derive(Clone, Default)]
+    struct Tells(Arc<Mutex<Vec<(SocketAddr, u64)>>>);
+
+    impl Tells {
+        /// The leader at `addr` tells its Services are `age` seconds old.
+        fn set(&self, addr: SocketAddr, age: u64) {
+            let mut told = self.0.lock().unwrap();
+            told.retain(|t| t.0 != addr);
+            told.push((addr, age));
+        }
+    }
+
+    impl Prober for Tells {
+        fn probe(&self, addr: SocketAddr, _: bool) -> Probe {
+            let told = self.0.lock().unwrap();
+            match told.iter().find(|t| t.0 == addr) {
+                Some(&(_, age)) => Probe::Told(Freshness {
+                    cloud: true,
+                    resources: vec![ResourceAge {
+                        resource: "services.v1.core".into(),
+                        age: Some(Duration::from_secs(age)),
+                        bookmarks: true,
+                    }],
+                }),
+                None => Probe::Unreachable,
+            }
+        }
+    }
+
+    /// A watch's connection that records being shut down.
+    #[derive(Default)]
+    struct Flag(AtomicBool);
+
+    impl ureq::unversioned::transport::ShutdownHandle for Flag {
+        fn shutdown(&self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_watch_is_not_moved_back_to_a_leader_that_turned_it_away_until_it_has_news() {
+        let ca = TestCa::new();
+        let tells = Tells::default();
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.2:1".parse().unwrap(),
+        );
+        tells.set(a, 5);
+        tells.set(b, 5);
+        let (feeder, route) = follower_probed(
+            &ca,
+            None,
+            &["127.0.0.1", "127.0.0.2"],
+            1,
+            Box::new(tells.clone()),
+        );
+        let first = route.leader_for(Some("services.v1.core"), None).unwrap();
+        let second = if first == a { b } else { a };
+        // The first answered 503 (it does not cache services yet, or lags): the watch went
+        // to the second.
+        feeder.slot.note_busy(first, &route);
+        let flag = Arc::new(Flag::default());
+        let handle: Arc<dyn ureq::unversioned::transport::ShutdownHandle> = flag.clone();
+        feeder
+            .slot
+            .hold(Via::Leader(second), Some(Cancel::of(&handle)));
+        for _ in 0..3 {
+            route.check();
+        }
+        assert!(!flag.0.load(Ordering::SeqCst), "kept on the second leader");
+        // The first heard its cloud since: moved back.
+        tells.set(first, 0);
+        route.check();
+        assert!(flag.0.load(Ordering::SeqCst), "moved back to the first");
+
+        // Both turned it away: a cloud watch stays until one has news.
+        feeder.slot.note_busy(first, &route);
+        feeder.slot.note_busy(second, &route);
+        let flag = Arc::new(Flag::default());
+        let handle: Arc<dyn ureq::unversioned::transport::ShutdownHandle> = flag.clone();
+        feeder.slot.hold(Via::Cloud, Some(Cancel::of(&handle)));
+        route.check();
+        assert!(!flag.0.load(Ordering::SeqCst), "kept on the cloud");
+        // One that serves this node is no longer avoided.
+        feeder.slot.clear_busy(second);
+        route.check();
+        assert!(flag.0.load(Ordering::SeqCst), "moved to the second");
+    }
+
+    #[test]
+    fn a_watch_moves_back_at_the_round_to_a_leader_that_does_not_tell() {
+        let ca = TestCa::new();
+        let up = Arc::new(AtomicBool::new(true));
+        let (feeder, route) = follower(&ca, None, &["127.0.0.1"], 1, &up);
+        let leader = route.leader_for(Some("services.v1.core"), None).unwrap();
+        feeder.slot.note_busy(leader, &route);
+        let flag = Arc::new(Flag::default());
+        let handle: Arc<dyn ureq::unversioned::transport::ShutdownHandle> = flag.clone();
+        feeder.slot.hold(Via::Cloud, Some(Cancel::of(&handle)));
+        route.check();
+        assert!(flag.0.load(Ordering::SeqCst), "no news to wait for");
+    }
+
+    #[test]
+    fn a_list_through_a_leader_is_as_fresh_as_the_leader_says_its_cache_is() {
+        let ca = TestCa::new();
+        let list = r#"{"kind":"ServiceList","metadata":{"resourceVersion":"5"},"items":[]}"#;
+        let leader = Fake::start(&ca, "127.0.0.1", &[(200, list)]);
+        let tells = Tells::default();
+        tells.set(leader.addr, 30);
+        let (feeder, _route) = follower_probed(
+            &ca,
+            None,
+            &["127.0.0.1"],
+            leader.addr.port(),
+            Box::new(tells),
+        );
+        let cache = feeder.cache.clone();
+        let mut age = None;
+        assert!(run_until(feeder, || {
+            age = cache.synced_age().filter(|_| cache.is_ready());
+            age.is_some()
+        }));
+        assert!(leader.requests()[0].contains("GET /api/v1/services "));
+        let age = age.unwrap_or_default();
+        assert!(age >= Duration::from_secs(29), "{age:?}");
     }
 
     #[test]

@@ -16,10 +16,15 @@
 //!   older than `--pool-leader-max-staleness` (its cloud watch shows bookmarks, so an old age
 //!   is a hung watch, not a quiet resource), or that reaches no cloud; it takes the next
 //!   leader or the cloud, and comes back when a round finds it fresh. An age not known yet
-//!   (warming) is not stale: the warming rules govern it. A leader that does not tell (404,
-//!   403, not JSON: YurtHub, an older tinyhub) is judged by reachability and is not asked
-//!   again until the leader list changes: a YurtHub leader forwards unknown paths to its
-//!   cloud, which would spend its uplink every round.
+//!   (warming) is not stale: the warming rules govern it. What a leader told is kept as
+//!   instants (the probe's less each age), so a leader that answers its dial but not the
+//!   question ages past the bound; the staleness each round judged is kept too, so a change
+//!   that time made moves followers as one a probe brought. A leader that tells but does not
+//!   list a resource does not cache it (it would answer 503): not read it from. A leader
+//!   that does not tell (any status but 200, not JSON, no answer in time before it ever
+//!   told: YurtHub, an older tinyhub) is judged by reachability and is not asked again
+//!   until the leader list changes: a YurtHub leader forwards unknown paths to its cloud,
+//!   which would spend its uplink every round.
 //! - **Rendezvous, not round-robin**: each usable leader scores
 //!   `splitmix64(fnv1a(node) ^ fnv1a(leader))` (`hashing`) and the highest wins, so a
 //!   follower reads all its resources from one leader, followers spread evenly, and a lost
@@ -42,7 +47,7 @@
 //!   32-bit router plus the node name.
 
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -146,11 +151,15 @@ pub(crate) enum Probe {
     Unreachable,
     /// It answers, and told how fresh it is.
     Told(Freshness),
-    /// It answers, but does not tell (404, 403, not JSON: YurtHub or an older tinyhub): not
-    /// asked again until the leader list changes.
+    /// It answers, but does not tell (a status other than 200, not JSON: YurtHub or an
+    /// older tinyhub): not asked again until the leader list changes.
     Silent,
+    /// It listens (its TCP dial opens) but did not answer the question within
+    /// [`DIAL_TIMEOUT`]: a loaded leader, or a YurtHub leader forwarding the path to its
+    /// cloud. One not known to tell yet is then asked no more, as [`Probe::Silent`].
+    Slow,
     /// It answers, but was not asked or could not tell this time (a TCP dial only, no
-    /// credentials yet, its TLS handshake refused this node, another status).
+    /// credentials yet, its TLS handshake refused this node, a broken-off answer).
     Reachable,
 }
 
@@ -189,12 +198,76 @@ impl Dialer for TcpDialer {
     }
 }
 
-/// Whether a leader tells its freshness: not asked yet.
-const TELLS_UNKNOWN: u8 = 0;
-/// It told.
-const TELLS: u8 = 1;
-/// It does not tell: judged by reachability, not asked again.
-const SILENT: u8 = 2;
+/// What a leader tells of its freshness, as this node knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Telling {
+    /// Not asked yet, or it could not tell so far.
+    Unknown,
+    /// It does not tell: judged by reachability, not asked again.
+    Silent,
+    /// What it told at its last answer.
+    Told(Told),
+}
+
+/// A leader's last answer, its ages turned into instants (the probe's less the age), so
+/// that an answer not renewed (the leader answers its dial, not the question) ages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Told {
+    /// It reaches a cloud server.
+    cloud: bool,
+    /// Per pool-scope resource it caches: its kind directory, when its cloud watch last
+    /// spoke (None: warming), whether that watch shows bookmarks.
+    resources: Vec<(String, Option<Instant>, bool)>,
+}
+
+impl Told {
+    fn new(asked: Instant, freshness: Freshness) -> Told {
+        Told {
+            cloud: freshness.cloud,
+            resources: freshness
+                .resources
+                .into_iter()
+                .map(|r| {
+                    let at = r.age.and_then(|age| asked.checked_sub(age));
+                    (r.resource, at, r.bookmarks)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What a leader that tells is judged stale for: whether it reaches a cloud, and per
+/// resource it lists, whether its view is older than the bound. A resource it does not list
+/// is not cached there (a 503 to a follower): stale for it too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Staleness {
+    cloud: bool,
+    resources: Vec<(String, bool)>,
+}
+
+impl Staleness {
+    /// Stale for `resource` (None: for any it lists).
+    fn stale(&self, resource: Option<&str>) -> bool {
+        !self.cloud
+            || match resource {
+                None => self.resources.iter().any(|r| r.1),
+                Some(want) => self
+                    .resources
+                    .iter()
+                    .find(|r| r.0 == want)
+                    .is_none_or(|r| r.1),
+            }
+    }
+
+    /// The resources it is stale for, for logs.
+    fn stale_ones(&self) -> Vec<&str> {
+        self.resources
+            .iter()
+            .filter(|r| r.1)
+            .map(|r| r.0.as_str())
+            .collect()
+    }
+}
 
 /// One leader and whether it answered its last probe.
 #[derive(Debug)]
@@ -207,11 +280,12 @@ struct Slot {
     /// It refused this node: not used before this, and the backoff of its next refusal.
     /// A mutex taken per feeder request, never on a client's request.
     refused: Mutex<Option<(Instant, Duration)>>,
-    /// [`TELLS_UNKNOWN`], [`TELLS`] or [`SILENT`].
-    tells: AtomicU8,
-    /// What it told at its last probe (when it tells), and when it was asked. A mutex taken
-    /// per round and per feeder choice.
-    freshness: Mutex<Option<(Instant, Freshness)>>,
+    /// Whether it tells, and what it told (its ages as instants). A mutex taken per round
+    /// and per feeder choice.
+    telling: Mutex<Telling>,
+    /// What the last round judged it stale for (None: not judged): a change moves
+    /// followers, whether a probe brought it or time did.
+    judged: Mutex<Option<Staleness>>,
 }
 
 impl Slot {
@@ -222,8 +296,8 @@ impl Slot {
             seed: fnv1a(FNV_OFFSET, leader.node.as_bytes()),
             healthy: AtomicBool::new(false),
             refused: Mutex::new(None),
-            tells: AtomicU8::new(TELLS_UNKNOWN),
-            freshness: Mutex::new(None),
+            telling: Mutex::new(Telling::Unknown),
+            judged: Mutex::new(None),
         }
     }
 
@@ -267,47 +341,34 @@ impl Slot {
     }
 
     /// Whether its view of `resource` (a kind directory; None: any) is too old to read
-    /// from by `max` (zero: never): it tells, and reaches no cloud, or that resource's
-    /// cloud watch shows bookmarks and its age is past `max`.
+    /// from by `max` (zero: never): see [`Slot::staleness`].
     fn stale(&self, resource: Option<&str>, max: Duration) -> bool {
-        if max.is_zero() || self.tells.load(Ordering::Acquire) != TELLS {
-            return false;
-        }
-        let freshness = self
-            .freshness
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let Some((_, freshness)) = freshness.as_ref() else {
-            return false;
-        };
-        !freshness.cloud
-            || freshness.resources.iter().any(|r| {
-                resource.is_none_or(|want| want == r.resource)
-                    && r.bookmarks
-                    && r.age.is_some_and(|age| age > max)
-            })
+        self.staleness(max).is_some_and(|s| s.stale(resource))
     }
 
-    /// What it is stale for now: whether all of it, and which resources; a change between
-    /// two rounds moves followers.
-    fn staleness(&self, max: Duration) -> (bool, Vec<String>) {
-        if !self.stale(None, max) {
-            return (false, Vec::new());
+    /// What it is stale for by `max`; None when it does not tell (yet) or `max` is zero. A
+    /// resource is stale when its cloud watch shows bookmarks (so a silent watch is a hung
+    /// one, not a quiet resource) and last spoke more than `max` ago by the leader's last
+    /// answer, aged since; an age not known yet (warming) is not stale.
+    fn staleness(&self, max: Duration) -> Option<Staleness> {
+        if max.is_zero() {
+            return None;
         }
-        let freshness = self
-            .freshness
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let Some((_, freshness)) = freshness.as_ref() else {
-            return (false, Vec::new());
+        let telling = self.telling.lock().unwrap_or_else(PoisonError::into_inner);
+        let Telling::Told(told) = &*telling else {
+            return None;
         };
-        let resources = freshness
-            .resources
-            .iter()
-            .filter(|r| r.bookmarks && r.age.is_some_and(|age| age > max))
-            .map(|r| r.resource.clone())
-            .collect();
-        (!freshness.cloud, resources)
+        Some(Staleness {
+            cloud: told.cloud,
+            resources: told
+                .resources
+                .iter()
+                .map(|(resource, at, bookmarks)| {
+                    let old = *bookmarks && at.is_some_and(|at| at.elapsed() > max);
+                    (resource.clone(), old)
+                })
+                .collect(),
+        })
     }
 
     /// It answered its last probe and is not set aside for a refusal.
@@ -339,34 +400,37 @@ pub(crate) struct LeaderHealth {
 fn round(slots: &[Slot], prober: &dyn Prober, max_staleness: Duration) -> bool {
     let mut changed = false;
     for slot in slots {
-        let before = slot.staleness(max_staleness);
-        let ask = slot.tells.load(Ordering::Acquire) != SILENT && !slot.has_refused();
+        let silent = matches!(
+            *slot.telling.lock().unwrap_or_else(PoisonError::into_inner),
+            Telling::Silent
+        );
+        let ask = !silent && !slot.has_refused();
         let asked = Instant::now();
         let probe = prober.probe(slot.addr, ask);
         let up = probe != Probe::Unreachable;
-        match probe {
-            Probe::Told(freshness) => {
-                slot.tells.store(TELLS, Ordering::Release);
-                *slot
-                    .freshness
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) = Some((asked, freshness));
-            }
-            Probe::Silent => {
-                if slot.tells.swap(SILENT, Ordering::AcqRel) != SILENT {
-                    log::info!(
-                        "leader hub {} ({}) does not tell how fresh it is: judged by whether it answers, and not asked again until the leader list changes",
-                        slot.leader.node,
-                        slot.addr
-                    );
+        {
+            let mut telling = slot.telling.lock().unwrap_or_else(PoisonError::into_inner);
+            let silent = match probe {
+                Probe::Told(freshness) => {
+                    *telling = Telling::Told(Told::new(asked, freshness));
+                    false
                 }
-                *slot
-                    .freshness
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) = None;
+                Probe::Silent => true,
+                // Listens, but did not answer in time: one not known to tell is taken as
+                // one that does not (a YurtHub leader forwarding the path to its cloud over
+                // a slow link); one that told keeps what it told, which ages.
+                Probe::Slow => *telling == Telling::Unknown,
+                // Nothing new: what it told ages; an unreachable leader is not read from.
+                Probe::Unreachable | Probe::Reachable => false,
+            };
+            if silent && *telling != Telling::Silent {
+                *telling = Telling::Silent;
+                log::info!(
+                    "leader hub {} ({}) does not tell how fresh it is: judged by whether it answers, and not asked again until the leader list changes",
+                    slot.leader.node,
+                    slot.addr
+                );
             }
-            // Nothing new: an unreachable leader is not read from anyway.
-            Probe::Unreachable | Probe::Reachable => {}
         }
         let was = slot.healthy.swap(up, Ordering::AcqRel);
         if was != up {
@@ -375,32 +439,54 @@ fn round(slots: &[Slot], prober: &dyn Prober, max_staleness: Duration) -> bool {
             log::info!("leader hub {} ({}) is {state}", slot.leader.node, slot.addr);
         }
         let after = slot.staleness(max_staleness);
+        let before = std::mem::replace(
+            &mut *slot.judged.lock().unwrap_or_else(PoisonError::into_inner),
+            after.clone(),
+        );
         if before != after {
             changed = true;
-            if after.0 {
-                log::info!(
-                    "leader hub {} ({}) reaches no cloud: its followers read elsewhere",
-                    slot.leader.node,
-                    slot.addr
-                );
-            } else if after.1.is_empty() {
-                log::info!(
-                    "leader hub {} ({}) is fresh again",
-                    slot.leader.node,
-                    slot.addr
-                );
-            } else {
-                log::info!(
-                    "leader hub {} ({})'s view of {} is older than {} s (--pool-leader-max-staleness): its followers read them elsewhere",
-                    slot.leader.node,
-                    slot.addr,
-                    after.1.join(", "),
-                    max_staleness.as_secs_f64()
-                );
-            }
+            log_staleness(slot, before.as_ref(), after.as_ref(), max_staleness);
         }
     }
     changed
+}
+
+/// One line when what `slot` is stale for changed from `before` to `after`.
+fn log_staleness(
+    slot: &Slot,
+    before: Option<&Staleness>,
+    after: Option<&Staleness>,
+    max: Duration,
+) {
+    fn summary(s: Option<&Staleness>) -> Option<(bool, Vec<&str>)> {
+        s.map(|s| (!s.cloud, s.stale_ones()))
+    }
+    let (was, now) = (summary(before), summary(after));
+    if was.as_ref().is_none_or(|w| !w.0 && w.1.is_empty())
+        && now.as_ref().is_none_or(|n| !n.0 && n.1.is_empty())
+    {
+        // Only what it lists changed (or it was first judged, fresh).
+        return;
+    }
+    match now {
+        Some((true, _)) => log::info!(
+            "leader hub {} ({}) reaches no cloud: its followers read elsewhere",
+            slot.leader.node,
+            slot.addr
+        ),
+        Some((false, stale)) if !stale.is_empty() => log::info!(
+            "leader hub {} ({})'s view of {} is older than {} s (--pool-leader-max-staleness): its followers read them elsewhere",
+            slot.leader.node,
+            slot.addr,
+            stale.join(", "),
+            max.as_secs_f64()
+        ),
+        _ => log::info!(
+            "leader hub {} ({}) is fresh again",
+            slot.leader.node,
+            slot.addr
+        ),
+    }
 }
 
 impl LeaderHealth {
@@ -457,15 +543,25 @@ impl LeaderHealth {
     /// The address of the leader this node reads `resource` (a kind directory; None: any)
     /// from: of the leaders usable and fresh for it, the one rendezvous hashing of this
     /// node's name picks, other than `except` (which takes the next); None when there is
-    /// none.
+    /// none (tests: the route asks [`LeaderHealth::pick_avoiding`]).
+    #[cfg(test)]
     pub(crate) fn pick(
         &self,
         resource: Option<&str>,
         except: Option<SocketAddr>,
     ) -> Option<SocketAddr> {
+        self.pick_avoiding(resource, except.as_slice())
+    }
+
+    /// [`LeaderHealth::pick`] other than any of `avoid`.
+    pub(crate) fn pick_avoiding(
+        &self,
+        resource: Option<&str>,
+        avoid: &[SocketAddr],
+    ) -> Option<SocketAddr> {
         self.slots()
             .iter()
-            .filter(|s| Some(s.addr) != except && self.usable(s, resource))
+            .filter(|s| !avoid.contains(&s.addr) && self.usable(s, resource))
             .max_by_key(|s| rendezvous(self.key, s.seed))
             .map(|s| s.addr)
     }
@@ -482,17 +578,22 @@ impl LeaderHealth {
     pub(crate) fn synced_at(&self, addr: SocketAddr, resource: &str) -> Option<Instant> {
         let slots = self.slots();
         let slot = slots.iter().find(|s| s.addr == addr)?;
-        let freshness = slot
-            .freshness
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let (asked, told) = freshness.as_ref()?;
-        let age = told
-            .resources
-            .iter()
-            .find(|r| r.resource == resource)?
-            .age?;
-        asked.checked_sub(age)
+        let telling = slot.telling.lock().unwrap_or_else(PoisonError::into_inner);
+        let Telling::Told(told) = &*telling else {
+            return None;
+        };
+        told.resources.iter().find(|r| r.0 == resource)?.1
+    }
+
+    /// Whether the leader at `addr` tells how fresh it is (it answered the question).
+    pub(crate) fn tells(&self, addr: SocketAddr) -> bool {
+        self.slots().iter().any(|s| {
+            s.addr == addr
+                && matches!(
+                    *s.telling.lock().unwrap_or_else(PoisonError::into_inner),
+                    Telling::Told(_)
+                )
+        })
     }
 
     /// The leader at `addr` refused this node (`why`): set aside for a backoff (20 s, doubled
@@ -934,13 +1035,33 @@ mod tests {
         }
     }
 
+    /// A leader's answer: services at that age, slices fresh.
     fn told(cloud: bool, services: Option<u64>, bookmarks: bool) -> Probe {
         Probe::Told(Freshness {
             cloud,
+            resources: vec![
+                ResourceAge {
+                    resource: SERVICES.into(),
+                    age: services.map(Duration::from_secs),
+                    bookmarks,
+                },
+                ResourceAge {
+                    resource: SLICES.into(),
+                    age: Some(Duration::ZERO),
+                    bookmarks: true,
+                },
+            ],
+        })
+    }
+
+    /// A leader's answer listing one resource, fresh.
+    fn only(resource: &str) -> Probe {
+        Probe::Told(Freshness {
+            cloud: true,
             resources: vec![ResourceAge {
-                resource: SERVICES.into(),
-                age: services.map(Duration::from_secs),
-                bookmarks,
+                resource: resource.into(),
+                age: Some(Duration::from_secs(1)),
+                bookmarks: true,
             }],
         })
     }
@@ -1003,7 +1124,11 @@ mod tests {
             synced <= Instant::now() - Duration::from_secs(1),
             "asked less its age"
         );
-        assert_eq!(health.synced_at(mine, SLICES), None, "not told");
+        assert_eq!(
+            health.synced_at(mine, "configmaps.v1.core"),
+            None,
+            "not told"
+        );
         // Its services watch hangs: past the bound, its followers read services elsewhere,
         // slices still from it.
         prober.tell(mine, told(true, Some(6), true));
@@ -1068,6 +1193,81 @@ mod tests {
         health.check(&prober);
         assert_eq!(prober.asked(b), 2);
         assert_eq!(health.pick(None, None), Some(b));
+    }
+
+    #[test]
+    fn a_slow_leader_is_reachable_and_asked_no_more_only_when_it_never_told() {
+        let prober = FakeProber::default();
+        let (a, b) = (addr("10.0.0.1:1"), addr("10.0.0.2:1"));
+        // a listens but never answers the question in time (a YurtHub leader forwarding the
+        // path over a slow link); b told once, then is slow under load.
+        prober.tell(a, Probe::Slow);
+        prober.tell(b, told(true, Some(1), true));
+        let health = LeaderHealth::new(1, "edge-9", Duration::from_secs(5));
+        health.set_leaders(&three()[..2], &prober);
+        prober.tell(b, Probe::Slow);
+        for _ in 0..3 {
+            health.check(&prober);
+        }
+        assert_eq!(prober.asked(a), 1, "not known to tell: asked once");
+        assert_eq!(prober.asked(b), 4, "it told: still asked");
+        assert_eq!(
+            health.snapshot().iter().filter(|s| s.1).count(),
+            2,
+            "both usable"
+        );
+        assert_eq!(health.pick(Some(SERVICES), Some(b)), Some(a));
+        assert!(
+            health.synced_at(b, SERVICES).is_some(),
+            "what it told is kept"
+        );
+    }
+
+    #[test]
+    fn what_a_leader_told_ages_when_it_answers_only_its_dial() {
+        let prober = FakeProber::default();
+        let (a, b) = (addr("10.0.0.1:1"), addr("10.0.0.2:1"));
+        prober.tell(a, told(true, Some(1), true));
+        prober.tell(b, told(true, Some(1), true));
+        let health = LeaderHealth::new(1, "edge-9", Duration::from_secs(5));
+        health.set_leaders(&three()[..2], &prober);
+        let mine = health.pick(Some(SERVICES), None).unwrap();
+        let other = if mine == a { b } else { a };
+        // It answers, but cannot tell any more (a broken-off answer): its last word ages.
+        prober.tell(mine, Probe::Reachable);
+        assert!(!health.check(&prober), "1 s old: fresh");
+        let slots = health.slots();
+        let slot = slots.iter().find(|s| s.addr == mine).unwrap();
+        if let Telling::Told(told) = &mut *slot.telling.lock().unwrap() {
+            for r in &mut told.resources {
+                r.1 = r.1.map(|at| at - Duration::from_secs(10));
+            }
+        }
+        assert!(health.check(&prober), "10 s later, stale: a change");
+        assert_eq!(health.pick(Some(SERVICES), None), Some(other));
+        assert!(!health.check(&prober), "still stale: no change");
+    }
+
+    #[test]
+    fn a_leader_that_tells_but_does_not_cache_a_resource_is_not_read_it_from() {
+        let prober = FakeProber::default();
+        let (a, b) = (addr("10.0.0.1:1"), addr("10.0.0.2:1"));
+        prober.tell(a, only(SERVICES));
+        prober.tell(b, only(SERVICES));
+        let health = LeaderHealth::new(1, "edge-9", Duration::from_secs(5));
+        health.set_leaders(&three()[..2], &prober);
+        let mine = health.pick(Some(SERVICES), None).unwrap();
+        let other = if mine == a { b } else { a };
+        assert_eq!(
+            health.pick(Some(SLICES), None),
+            None,
+            "neither caches slices"
+        );
+        // It caches slices only: services from the other one.
+        prober.tell(mine, only(SLICES));
+        assert!(health.check(&prober), "what it caches changed");
+        assert_eq!(health.pick(Some(SERVICES), None), Some(other));
+        assert_eq!(health.pick(Some(SLICES), None), Some(mine));
     }
 
     #[test]

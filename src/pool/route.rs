@@ -18,7 +18,8 @@
 //!   watches carry on: it resumes from its cache's resourceVersion). Every health round
 //!   nudges the feeders too, so one whose watch went to the cloud for a round because a
 //!   leader turned it away (busy, lagging, warming while the follower holds data) moves back
-//!   to it within one health interval, whether or not the cloud answers. A leader that
+//!   to it at the first round after that leader has heard the cloud on the resource since
+//!   (the feeder's own record, `clients::pool_watch`), whether or not the cloud answers. A leader that
 //!   refuses this node (TLS, 403) is set aside for a backoff instead
 //!   ([`LeaderHealth::refused`]).
 //! - **First list**: the feeders wait (up to [`FIRST_LIST_PATIENCE`]) for the ConfigMap's
@@ -115,8 +116,17 @@ impl PoolRoute {
         resource: Option<&str>,
         except: Option<SocketAddr>,
     ) -> Option<SocketAddr> {
+        self.leader_avoiding(resource, except.as_slice())
+    }
+
+    /// [`PoolRoute::leader_for`] other than any of `avoid`.
+    pub(crate) fn leader_avoiding(
+        &self,
+        resource: Option<&str>,
+        avoid: &[SocketAddr],
+    ) -> Option<SocketAddr> {
         (self.source() == Source::Pool)
-            .then(|| self.health.pick(resource, except))
+            .then(|| self.health.pick_avoiding(resource, avoid))
             .flatten()
     }
 
@@ -132,6 +142,11 @@ impl PoolRoute {
         self.health.synced_at(addr, resource)
     }
 
+    /// Whether the leader at `addr` tells how fresh it is ([`LeaderHealth::tells`]).
+    pub(crate) fn leader_tells(&self, addr: SocketAddr) -> bool {
+        self.health.tells(addr)
+    }
+
     /// The source is the pool and leaders are named, but none answers its dial yet (one
     /// that answers but refused this node is no leader to wait for).
     pub(crate) fn awaits_leader(&self) -> bool {
@@ -142,11 +157,6 @@ impl PoolRoute {
     /// as a health round.
     pub(crate) fn probe_now(&self) {
         self.after_round(self.health.check(self.prober.as_ref()));
-    }
-
-    /// Reads of `resource` (None: any) should go to a leader now.
-    pub(crate) fn wants_leader(&self, resource: Option<&str>) -> bool {
-        self.leader_for(resource, None).is_some()
     }
 
     /// The ConfigMap says `source`, and (when they changed) `leaders`, which are dialled at
@@ -299,7 +309,8 @@ mod tests {
         assert_eq!(route.generation(), 1);
         assert_eq!(route.leader_except(None), Some(a));
         assert!(
-            route.wants_leader(None) && route.leader_for(Some("services.v1.core"), None) == Some(a)
+            route.leader_for(None, None).is_some()
+                && route.leader_for(Some("services.v1.core"), None) == Some(a)
         );
         assert_eq!(counter.0.load(Ordering::Relaxed), 1);
 
@@ -324,7 +335,8 @@ mod tests {
         route.set(Source::Cloud, None);
         assert_eq!(route.leader_except(None), None);
         assert!(
-            !route.wants_leader(None) && route.leader_for(Some("services.v1.core"), None).is_none()
+            route.leader_for(None, None).is_none()
+                && route.leader_for(Some("services.v1.core"), None).is_none()
         );
 
         // A feeder that ended is forgotten.

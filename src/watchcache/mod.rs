@@ -321,7 +321,9 @@ struct Inner {
     /// The feeder's first list waits for the pool's leader (see
     /// [`WatchCache::awaits_leader`]).
     awaits_leader: std::sync::atomic::AtomicBool,
-    /// When `synced` counts from (monotonic: a clock jump changes no age).
+    /// When `synced` counts from (monotonic: a clock jump changes no age): a day before
+    /// the cache was made, so that a follower's first list through a leader can note the
+    /// older instant its leader last heard the cloud (see [`SYNCED_BACK`]).
     born: Instant,
     /// When the feeder last heard the cloud's word on the resource (a list, an event, a
     /// bookmark), in ms since `born` plus one; 0: never (see [`WatchCache::synced_age`]).
@@ -333,6 +335,11 @@ struct Inner {
 /// Unusable answers in a row after which the cache's feed counts as failing: with the
 /// feeder's retry pause (the heartbeat interval), about three intervals.
 const FEEDER_FAILURES: u32 = 3;
+
+/// How long before a cache was made its last word from the cloud can be noted
+/// ([`WatchCache::note_synced`]): a follower's first list through a leader is as old as the
+/// leader's own cache, which may predate the follower's start.
+const SYNCED_BACK: Duration = Duration::from_secs(24 * 3600);
 
 /// The watch cache of one resource; clones share it.
 #[derive(Clone)]
@@ -376,7 +383,11 @@ impl WatchCache {
                 feeder_failures: std::sync::atomic::AtomicU32::new(0),
                 list_paused_until: Mutex::new(None),
                 awaits_leader: std::sync::atomic::AtomicBool::new(false),
-                born: Instant::now(),
+                // Where the monotonic clock cannot go that far back (a node just booted),
+                // the cache's own birth: an older instant then reads as that.
+                born: Instant::now()
+                    .checked_sub(SYNCED_BACK)
+                    .unwrap_or_else(Instant::now),
                 synced: std::sync::atomic::AtomicU64::new(0),
                 bookmarked: std::sync::atomic::AtomicBool::new(false),
             }),
