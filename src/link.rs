@@ -601,6 +601,11 @@ impl<R> Counted<R> {
     pub(crate) fn new(inner: R, link: Link, gzip: bool) -> Counted<R> {
         Counted { inner, link, gzip }
     }
+
+    /// The link its bytes are counted on (an inflater tells it the saving).
+    pub(crate) fn link(&self) -> &Link {
+        &self.link
+    }
 }
 
 impl<R: std::io::Read> std::io::Read for Counted<R> {

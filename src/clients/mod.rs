@@ -49,7 +49,8 @@ fn get_as_hub(upstream: &Upstream, path: &str, deadline: Deadline) -> Result<Ans
 
 /// A GET of `path` as the hub, asking for JSON, and for gzip unless it is a watch
 /// (`--upstream-gzip`; the apiserver never compresses a watch): the answer, whatever its
-/// status, its body plain ([`Answer::inflate`], bounded by what each reader takes).
+/// status, its body plain ([`Answer::inflate_for_hub`]: bounded as a whole, and by what each
+/// reader takes).
 fn send_get_as_hub(
     upstream: &Upstream,
     path: &str,
@@ -72,7 +73,7 @@ fn send_get_as_hub(
         identity: Identity::Hub,
         affinity: None,
     })?;
-    Ok(answer.inflate(None))
+    Ok(answer.inflate_for_hub())
 }
 
 /// The response filters' lookups (a Service, this Node, a NodePool) as the hub's own GETs.
@@ -171,10 +172,10 @@ fn read_object_events(
     )
 }
 
-/// Reads `answer`'s body to its end: each chunk as read (as the link carried it, gzip
-/// included) to `on_chunk`, each unit of `shape` to `on_unit`, whose first error ends the
-/// read. A gzip-encoded body is inflated on the way (the cache's own decoder). Ok(false)
-/// when `stop` fired first.
+/// Reads `answer`'s body to its end: each chunk as read (plain for an answer of
+/// [`send_get_as_hub`], which inflates it; else as the link carried it) to `on_chunk`, each
+/// unit of `shape` to `on_unit`, whose first error ends the read. A gzip-encoded body is
+/// inflated on the way (the cache's own decoder). Ok(false) when `stop` fired first.
 fn read_units(
     answer: &mut Answer,
     shape: BodyShape,

@@ -204,18 +204,21 @@ fn refill_one(
         "User-Agent".to_owned(),
         format!("{}/tinyhub-refill", req.component),
     )];
-    let mut answer = upstream.send(Outgoing {
-        method: "GET",
-        verb: req.verb,
-        path_and_query: &path,
-        headers: &headers,
-        accept: Some(accept),
-        encoding: crate::upstream::Encoding::Gzip,
-        body: None,
-        deadline: Deadline::Bounded(route::REQUEST_DEADLINE),
-        identity: Identity::Hub,
-        affinity: None,
-    })?;
+    let mut answer = upstream
+        .send(Outgoing {
+            method: "GET",
+            verb: req.verb,
+            path_and_query: &path,
+            headers: &headers,
+            accept: Some(accept),
+            encoding: crate::upstream::Encoding::Gzip,
+            body: None,
+            deadline: Deadline::Bounded(route::REQUEST_DEADLINE),
+            identity: Identity::Hub,
+            affinity: None,
+        })?
+        // Inflated here, where the link is told what gzip saved; the cache takes it plain.
+        .inflate(None);
     if answer.status != 200 || !answer.is_json() {
         return Err(ClientError::Status(answer.status));
     }

@@ -252,22 +252,20 @@ impl ApiClient {
         link.request(body.as_ref().map_or(0, |b| b.len() as u64));
         let response = self.send(method, path, body, timeout, method == "GET" && ask_gzip())?;
         let status = response.status().as_u16();
-        let gzip = response
-            .headers()
-            .get("content-encoding")
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+        let encoding = response.headers().get("content-encoding").cloned();
         let body = response
             .into_body()
             .with_config()
             .limit(BODY_LIMIT)
             .read_to_vec()
             .map_err(|e| ApiError::Transport(e.to_string()))?;
-        link.received(body.len() as u64, gzip);
-        let plain = inflate::read_bounded(&body, gzip, BODY_LIMIT)
-            .map_err(|e| ApiError::Transport(format!("the gzip answer does not inflate: {e}")))?;
-        if gzip {
-            link.inflated(body.len() as u64, plain.len() as u64);
-        }
+        let plain = inflate::plain_body(
+            &body,
+            encoding.as_ref().map(|v| v.as_bytes()),
+            BODY_LIMIT,
+            Some(&link),
+        )
+        .map_err(|e| ApiError::Transport(format!("the gzip answer does not inflate: {e}")))?;
         Ok((status, plain))
     }
 

@@ -232,18 +232,20 @@ fn get_cluster_info(agent: &Agent, server: &str, timeout: Duration) -> Result<Va
         .run(request)
         .map_err(|e| FetchError::Transport(e.to_string()))?;
     let status = response.status().as_u16();
-    let gzip = response
-        .headers()
-        .get("content-encoding")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+    let encoding = response.headers().get("content-encoding").cloned();
     let body = response
         .into_body()
         .with_config()
         .limit(1024 * 1024)
         .read_to_vec()
         .map_err(|e| FetchError::Transport(e.to_string()))?;
-    let body = crate::upstream::inflate::read_bounded(&body, gzip, 1024 * 1024)
-        .map_err(|e| FetchError::Transport(e.to_string()))?;
+    let body = crate::upstream::inflate::plain_body(
+        &body,
+        encoding.as_ref().map(|v| v.as_bytes()),
+        1024 * 1024,
+        None,
+    )
+    .map_err(|e| FetchError::Transport(e.to_string()))?;
     if status != 200 {
         return Err(FetchError::Status(status));
     }

@@ -36,8 +36,13 @@ impl Call<'_> {
         mut answer: Answer,
         request_body: Option<&[u8]>,
     ) -> Relayed<'c> {
-        // Filtered answers are decoded, so they are cached as the plain JSON the client gets.
+        // Filtered answers are decoded, so they are cached as the plain JSON the client gets;
+        // a gzip one is inflated here, where the link is told what gzip saved (the filters
+        // then read it plain, as the client and the cache get it).
         let filtering = self.filtering(&answer);
+        if filtering.is_some() {
+            answer = answer.inflate(None);
+        }
         let answer_target = self
             .route
             .cache

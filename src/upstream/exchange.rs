@@ -67,10 +67,7 @@ impl Upstream {
         }
         let response = result.map_err(|e| transport_error(base, e))?;
         let status = response.status().as_u16();
-        let gzip = response
-            .headers()
-            .get("content-encoding")
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+        let encoding = response.headers().get("content-encoding").cloned();
         let mut kept = Vec::new();
         // Read to the end (within the cap) so the connection goes back to the pool.
         let read = response
@@ -78,7 +75,6 @@ impl Upstream {
             .into_reader()
             .take(MAX_EXCHANGE_BODY)
             .read_to_end(&mut kept);
-        link.received(kept.len() as u64, gzip);
         // The answer broke off after its head, or its gzip does not inflate: the server's
         // failure, after the request went. At most as many inflated bytes as plain ones.
         let broke_off = |e: std::io::Error| UpstreamError::Transport {
@@ -90,11 +86,13 @@ impl Upstream {
             ),
             maybe_sent: true,
         };
-        read.map_err(broke_off)?;
-        let body = inflate::read_bounded(&kept, gzip, MAX_EXCHANGE_BODY).map_err(broke_off)?;
-        if gzip {
-            link.inflated(kept.len() as u64, body.len() as u64);
+        let encoding = encoding.as_ref().map(|v| v.as_bytes());
+        if let Err(e) = read {
+            link.received(kept.len() as u64, inflate::is_gzip(encoding));
+            return Err(broke_off(e));
         }
+        let body = inflate::plain_body(&kept, encoding, MAX_EXCHANGE_BODY, Some(&link))
+            .map_err(broke_off)?;
         Ok(Exchanged { status, body })
     }
 }

@@ -24,26 +24,39 @@ pub(crate) const MAX_INFLATING: usize = 16;
 /// The permits of the request path: [`MAX_INFLATING`] inflating streams for clients.
 pub(crate) static CLIENT_PERMITS: Permits = Permits::new(MAX_INFLATING);
 
+/// The most inflated bytes one of the hub's own reads takes (a list of its own readers:
+/// Services, ConfigMaps): a small gzip body from a hostile or broken cloud may inflate a
+/// thousandfold, and each object's own bound does not bound the list. Far above any list
+/// those readers make (a 100k-Service cluster's is about 100 MB).
+pub(crate) const MAX_HUB_READ: u64 = 256 * 1024 * 1024;
+
 /// Bytes read past a gzip stream's end, at most, so that its connection goes back to the pool
 /// (the chunked body's last chunk; a server's trailing bytes beyond this are not waited for).
 const DRAIN: u64 = 64 * 1024;
 
-/// The client's `Accept-Encoding` takes gzip: `gzip` or `*` with a q-value above 0
-/// (RFC 9110 §12.5.3), in any of its headers.
+/// The client's `Accept-Encoding` takes gzip (RFC 9110 §12.5.3): where `gzip` is listed, its
+/// q-value decides (above 0); else `*` with a q-value above 0; in any of its headers.
 pub(crate) fn accepts_gzip(headers: &[(String, String)]) -> bool {
-    headers
-        .iter()
-        .filter(|(name, _)| name.eq_ignore_ascii_case("accept-encoding"))
-        .flat_map(|(_, value)| value.split(','))
-        .any(|coding| {
-            let mut parts = coding.split(';');
-            let name = parts.next().unwrap_or("").trim();
-            let weighted = parts
-                .filter_map(|p| p.trim().split_once('='))
-                .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
-                .is_none_or(|(_, q)| q.trim().parse::<f32>().is_ok_and(|q| q > 0.0));
-            (name.eq_ignore_ascii_case("gzip") || name == "*") && weighted
-        })
+    let codings = || {
+        headers
+            .iter()
+            .filter(|(name, _)| name.eq_ignore_ascii_case("accept-encoding"))
+            .flat_map(|(_, value)| value.split(','))
+            .map(|coding| {
+                let mut parts = coding.split(';');
+                let name = parts.next().unwrap_or("").trim();
+                let weighted = parts
+                    .filter_map(|p| p.trim().split_once('='))
+                    .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
+                    .is_none_or(|(_, q)| q.trim().parse::<f32>().is_ok_and(|q| q > 0.0));
+                (name, weighted)
+            })
+    };
+    let mut gzip = codings().filter(|(name, _)| name.eq_ignore_ascii_case("gzip"));
+    match gzip.next() {
+        Some((_, weighted)) => weighted,
+        None => codings().any(|(name, weighted)| name == "*" && weighted),
+    }
 }
 
 /// A bound on the streams inflating at once.
@@ -92,18 +105,26 @@ impl Drop for Permit {
 pub(crate) struct Inflating<R: Read> {
     decoder: GzDecoder<BufReader<Tally<R>>>,
     plain: u64,
+    /// The most plain bytes read before the read fails ([`MAX_HUB_READ`] for the hub's own).
+    limit: u64,
     ended: bool,
     link: Option<Link>,
     _permit: Option<Permit>,
 }
 
 impl<R: Read> Inflating<R> {
-    /// `inner` (gzip) read inflated, holding `permit` (None: one of the hub's own readers)
-    /// until dropped; the sizes are told for `link`.
-    pub(crate) fn new(inner: R, link: Option<Link>, permit: Option<Permit>) -> Inflating<R> {
+    /// `inner` (gzip) read inflated, holding `permit` (None: not a client's stream) until
+    /// dropped; the sizes are told for `link`. Past `limit` plain bytes a read fails.
+    pub(crate) fn new(
+        inner: R,
+        link: Option<Link>,
+        permit: Option<Permit>,
+        limit: u64,
+    ) -> Inflating<R> {
         Inflating {
             decoder: GzDecoder::new(BufReader::new(Tally::new(inner))),
             plain: 0,
+            limit,
             ended: false,
             link,
             _permit: permit,
@@ -115,6 +136,12 @@ impl<R: Read> Read for Inflating<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.decoder.read(buf)?;
         self.plain += n as u64;
+        if self.plain > self.limit {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the gzip answer inflates past {} bytes", self.limit),
+            ));
+        }
         if n == 0 && !buf.is_empty() && !self.ended {
             self.ended = true;
             // The gzip stream ended: read the body's own end, so its connection is pooled.
@@ -128,9 +155,34 @@ impl<R: Read> Read for Inflating<R> {
     }
 }
 
-/// `body` (gzip when `gzip`) read whole, inflated, at most `limit` bytes of it kept: the
-/// hub's short exchanges, whose answers are read whole. A corrupt body is an error.
-pub(crate) fn read_bounded(body: &[u8], gzip: bool, limit: u64) -> io::Result<Vec<u8>> {
+/// The `Content-Encoding` header's value names gzip.
+pub(crate) fn is_gzip(content_encoding: Option<&[u8]>) -> bool {
+    content_encoding.is_some_and(|v| v.trim_ascii().eq_ignore_ascii_case(b"gzip"))
+}
+
+/// A whole answer's `body`, as it came with `content_encoding`, made plain, at most `limit`
+/// bytes of it kept: the hub's short exchanges, whose answers are read whole. Counted on
+/// `link` when given: the bytes received and, for gzip, what it saved. A gzip body that does
+/// not inflate is an error.
+pub(crate) fn plain_body(
+    body: &[u8],
+    content_encoding: Option<&[u8]>,
+    limit: u64,
+    link: Option<&Link>,
+) -> io::Result<Vec<u8>> {
+    let gzip = is_gzip(content_encoding);
+    if let Some(link) = link {
+        link.received(body.len() as u64, gzip);
+    }
+    let plain = read_bounded(body, gzip, limit)?;
+    if let Some(link) = link.filter(|_| gzip) {
+        link.inflated(body.len() as u64, plain.len() as u64);
+    }
+    Ok(plain)
+}
+
+/// `body` (gzip when `gzip`) read whole, inflated, at most `limit` bytes of it kept.
+fn read_bounded(body: &[u8], gzip: bool, limit: u64) -> io::Result<Vec<u8>> {
     if !gzip {
         return Ok(body[..body.len().min(limit as usize)].to_vec());
     }
@@ -180,7 +232,7 @@ mod tests {
         let mut body = gzip(&data);
         // A server's trailing bytes within the drain are read, so the connection can be pooled.
         body.extend_from_slice(b"trailing");
-        let mut inflating = Inflating::new(&body[..], None, None);
+        let mut inflating = Inflating::new(&body[..], None, None, u64::MAX);
         assert_eq!(read_all(&mut inflating).unwrap(), data);
         let tally = inflating.decoder.get_ref().get_ref();
         assert!(
@@ -199,10 +251,10 @@ mod tests {
         for b in &mut body[mid..mid + 64] {
             *b ^= 0x5a;
         }
-        let mut inflating = Inflating::new(&body[..], None, None);
+        let mut inflating = Inflating::new(&body[..], None, None, u64::MAX);
         assert!(read_all(&mut inflating).is_err());
         // Not gzip at all.
-        let mut inflating = Inflating::new(&b"{\"kind\":\"PodList\"}"[..], None, None);
+        let mut inflating = Inflating::new(&b"{\"kind\":\"PodList\"}"[..], None, None, u64::MAX);
         assert!(read_all(&mut inflating).is_err());
     }
 
@@ -211,7 +263,7 @@ mod tests {
         let data = plain();
         let body = gzip(&data);
         for cut in [body.len() / 2, body.len() - 4] {
-            let mut inflating = Inflating::new(&body[..cut], None, None);
+            let mut inflating = Inflating::new(&body[..cut], None, None, u64::MAX);
             let err = read_all(&mut inflating).unwrap_err();
             assert_eq!(
                 err.kind(),
@@ -238,7 +290,7 @@ mod tests {
     fn a_permit_inside_an_inflating_stream_is_given_back_with_it() {
         static PERMITS: Permits = Permits::new(1);
         let body = gzip(b"{}");
-        let inflating = Inflating::new(&body[..], None, PERMITS.take());
+        let inflating = Inflating::new(&body[..], None, PERMITS.take(), u64::MAX);
         assert!(PERMITS.take().is_none());
         drop(inflating);
         assert!(PERMITS.take().is_some());
@@ -251,6 +303,11 @@ mod tests {
         assert!(accepts_gzip(&h("deflate, GZIP;q=0.5")));
         assert!(accepts_gzip(&h("*")));
         assert!(!accepts_gzip(&h("gzip;q=0")));
+        // Listed, gzip's own q-value decides; `*` only covers what is not listed.
+        assert!(!accepts_gzip(&h("gzip;q=0, *")));
+        assert!(!accepts_gzip(&h("*, gzip;q=0")));
+        assert!(accepts_gzip(&h("gzip, *;q=0")));
+        assert!(!accepts_gzip(&h("*;q=0")));
         assert!(!accepts_gzip(&h("identity")));
         assert!(!accepts_gzip(&h("br, deflate")));
         assert!(!accepts_gzip(&[]));
@@ -264,5 +321,25 @@ mod tests {
         assert_eq!(read_bounded(&body, true, 100).unwrap(), &data[..100]);
         assert_eq!(read_bounded(b"plain", false, 3).unwrap(), b"pla");
         assert!(read_bounded(&body[..body.len() / 2], true, 1 << 30).is_err());
+        // By the header, as the hub's exchanges read it.
+        assert_eq!(
+            plain_body(&body, Some(b" GZIP"), 1 << 30, None).unwrap(),
+            data
+        );
+        assert_eq!(plain_body(&body, Some(b"br"), 5, None).unwrap(), &body[..5]);
+        assert_eq!(plain_body(&body, None, 5, None).unwrap(), &body[..5]);
+    }
+
+    #[test]
+    fn an_inflating_read_past_its_limit_fails_instead_of_growing() {
+        // A thousandfold: 1 MB of zeros is about 1 KB of gzip.
+        let body = gzip(&vec![0u8; 1 << 20]);
+        assert!(body.len() < 8 * 1024, "{}", body.len());
+        let mut inflating = Inflating::new(&body[..], None, None, 64 * 1024);
+        let err = read_all(&mut inflating).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(inflating.plain <= 64 * 1024 + 4096, "{}", inflating.plain);
+        let mut whole = Inflating::new(&body[..], None, None, 1 << 20);
+        assert_eq!(read_all(&mut whole).unwrap().len(), 1 << 20);
     }
 }

@@ -221,21 +221,36 @@ impl Answer {
     }
 
     /// The answer as its reader gets it plain: a gzip body is inflated as it is read (holding
-    /// `permit`, None for the hub's own readers), without its `Content-Encoding` and length,
-    /// so a relay streams it chunked; any other answer is returned as it is. A corrupt or cut
-    /// gzip body fails a read: the relay's client sees its answer cut.
-    pub(crate) fn inflate(mut self, permit: Option<Permit>) -> Answer {
+    /// `permit`, None for the hub's own readers and the filters' input), without its
+    /// `Content-Encoding` and length, so a relay streams it chunked; any other answer is
+    /// returned as it is. A corrupt or cut gzip body fails a read: the relay's client sees its
+    /// answer cut.
+    pub(crate) fn inflate(self, permit: Option<Permit>) -> Answer {
+        self.inflate_within(permit, u64::MAX)
+    }
+
+    /// As [`Answer::inflate`] for one of the hub's own readers: a read past
+    /// [`inflate::MAX_HUB_READ`] inflated bytes fails (a small gzip body may inflate a
+    /// thousandfold; its reader's bound per object does not bound the list).
+    pub(crate) fn inflate_for_hub(self) -> Answer {
+        self.inflate_within(None, inflate::MAX_HUB_READ)
+    }
+
+    /// As [`Answer::inflate`], a read past `limit` inflated bytes failing.
+    fn inflate_within(mut self, permit: Option<Permit>, limit: u64) -> Answer {
+        // Only a raw body has the header: an inflating one has lost it.
         if !self.is_gzip() {
             return self;
         }
-        let AnswerBody(Body::Raw { reader, link }) = self.body else {
-            // Inflating already: an answer is inflated at most once.
-            return self;
+        let AnswerBody(Body::Raw(reader)) = self.body else {
+            unreachable!("an inflating body has no Content-Encoding left")
         };
+        let link = reader.link().clone();
         self.body = AnswerBody(Body::Inflating(Box::new(inflate::Inflating::new(
             reader,
             Some(link),
             permit,
+            limit,
         ))));
         self.headers.retain(|(name, _)| {
             !(name.eq_ignore_ascii_case("content-encoding")
@@ -252,28 +267,21 @@ pub(crate) struct AnswerBody(Body);
 
 /// The body as the link carries it, or inflated ([`Answer::inflate`]).
 enum Body {
-    Raw {
-        reader: Counted<ureq::BodyReader<'static>>,
-        /// Kept for the inflater, which tells it the saving.
-        link: Link,
-    },
+    Raw(Counted<ureq::BodyReader<'static>>),
     Inflating(Box<inflate::Inflating<Counted<ureq::BodyReader<'static>>>>),
 }
 
 impl AnswerBody {
     /// The body of `reader`, counted on `link`.
     fn raw(reader: ureq::BodyReader<'static>, link: Link, gzip: bool) -> AnswerBody {
-        AnswerBody(Body::Raw {
-            reader: Counted::new(reader, link.clone(), gzip),
-            link,
-        })
+        AnswerBody(Body::Raw(Counted::new(reader, link, gzip)))
     }
 }
 
 impl Read for AnswerBody {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match &mut self.0 {
-            Body::Raw { reader, .. } => reader.read(buf),
+            Body::Raw(reader) => reader.read(buf),
             Body::Inflating(inflating) => inflating.read(buf),
         }
     }
