@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::client::{Client, DirectTls};
-use crate::pool::{Endpoint, POOL, PoolHubs, Reflectors, node, node_ip, settled_bytes};
+use crate::pool::{Endpoint, POOL, PoolHubs, Reflectors, node, pool_of, settled_bytes};
 use crate::report::{Report, Section, Table};
 use crate::stats::{count, size};
 use crate::support::Cloud;
@@ -317,21 +317,7 @@ fn populate(cloud: &Cloud, b: &Bench, nodes: usize, pool: bool) {
         }
     }
     if pool {
-        cloud.nodepool(POOL, &names.iter().map(String::as_str).collect::<Vec<_>>());
-        let name = format!("leader-hub-{POOL}");
-        cloud.create(
-            "configmaps",
-            json!({
-                "metadata": {"name": name, "namespace": "kube-system",
-                             "labels": {"openyurt.io/configmap-name": name}},
-                "data": {
-                    "leaders": format!("{}/{}", node(1), node_ip(1)),
-                    "enable-leader-election": "true",
-                    "interconnectivity": "true",
-                    "pool-scoped-metadata": "/v1/services,discovery.k8s.io/v1/endpointslices",
-                },
-            }),
-        );
+        pool_of(cloud, &names);
     }
 }
 

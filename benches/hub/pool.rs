@@ -101,6 +101,13 @@ fn pool_cloud(nodes: usize, services: usize, slices: usize) -> Cloud {
     for n in &names {
         cloud.node(n, Some(POOL), &[]);
     }
+    pool_of(&cloud, &names);
+    cloud
+}
+
+/// NodePool `pool-a` of `names`, and its leader ConfigMap naming edge-1, with Services and
+/// EndpointSlices pool-scoped.
+pub(crate) fn pool_of(cloud: &Cloud, names: &[String]) {
     cloud.nodepool(POOL, &names.iter().map(String::as_str).collect::<Vec<_>>());
     let name = format!("leader-hub-{POOL}");
     cloud.create(
@@ -116,7 +123,6 @@ fn pool_cloud(nodes: usize, services: usize, slices: usize) -> Cloud {
             },
         }),
     );
-    cloud
 }
 
 /// A pool of hubs on this machine: node `edge-<i>` listening on `127.0.0.<i + 1>`, all with

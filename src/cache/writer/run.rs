@@ -123,6 +123,42 @@ fn heard_by<'t>(unit: &Unit<'_>, target: &'t CacheTarget) -> Option<&'t Collecti
     }
 }
 
+/// What one batch of a session's units came to: whether a stored unit was the cloud's word
+/// on its kind (`heard`), and whether one spoiled the answer.
+struct Batch<'t> {
+    target: &'t CacheTarget,
+    heard: Option<&'t CollectionKey>,
+    failed: bool,
+}
+
+impl<'t> Batch<'t> {
+    fn new(target: &'t CacheTarget) -> Batch<'t> {
+        Batch {
+            target,
+            heard: None,
+            failed: false,
+        }
+    }
+
+    /// Applies one unit ([`apply_unit`]) and keeps what it came to.
+    fn apply(
+        &mut self,
+        store: &Store,
+        failures: &mut FailureLog,
+        list: &mut Option<ListState<'_>>,
+        not_objects: &mut u64,
+        unit: Unit<'_>,
+        found: &Located,
+    ) {
+        let hears = heard_by(&unit, self.target);
+        match apply_unit(store, failures, self.target, list, not_objects, unit, found) {
+            Applied::Stored => self.heard = self.heard.or(hears),
+            Applied::NotStored => {}
+            Applied::Spoiled => self.failed = true,
+        }
+    }
+}
+
 /// A session the writer is working on.
 struct Active<'s> {
     target: CacheTarget,
@@ -222,17 +258,15 @@ fn feed(w: &mut Writer<'_, '_>, active: &mut Active<'_>, data: &[u8]) {
     let Some(decoder) = active.decoder.as_mut() else {
         return;
     };
-    let (target, list) = (&active.target, &mut active.list);
-    let not_objects = &mut active.not_objects;
-    let (mut failed, mut heard) = (false, None);
+    let target = &active.target;
+    let mut batch = Batch::new(target);
+    let (list, not_objects) = (&mut active.list, &mut active.not_objects);
     let result = decoder.feed_located(data, &mut |unit, found| {
-        let hears = heard_by(&unit, target);
-        match apply_unit(store, failures, target, list, not_objects, unit, found) {
-            Applied::Stored => heard = heard.or(hears),
-            Applied::NotStored => {}
-            Applied::Spoiled => failed = true,
-        }
+        batch.apply(store, failures, list, not_objects, unit, found);
     });
+    let Batch {
+        mut failed, heard, ..
+    } = batch;
     if let Some(collection) = heard {
         note(synced, collection, &active.word, &mut active.noted);
     }
@@ -367,16 +401,12 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
     let mut ok = complete && !active.failed && !active.given_up();
     let (word, noted) = (&active.word, &mut active.noted);
     if ok && let Some(decoder) = active.decoder.as_mut() {
-        let (list, mut failed, mut heard) = (&mut active.list, false, None);
-        let not_objects = &mut active.not_objects;
+        let mut batch = Batch::new(target);
+        let (list, not_objects) = (&mut active.list, &mut active.not_objects);
         let finished = decoder.finish_located(&mut |unit, found| {
-            let hears = heard_by(&unit, target);
-            match apply_unit(store, failures, target, list, not_objects, unit, found) {
-                Applied::Stored => heard = heard.or(hears),
-                Applied::NotStored => {}
-                Applied::Spoiled => failed = true,
-            }
+            batch.apply(store, failures, list, not_objects, unit, found);
         });
+        let Batch { failed, heard, .. } = batch;
         if let Some(collection) = heard {
             note(synced, collection, word, noted);
         }
