@@ -54,7 +54,11 @@ impl UpstreamError {
     /// client certificate accepted): the peer listens, so to a leader hub's prober and
     /// feeders it is a refusal of this node, not an unreachable leader.
     pub(crate) fn is_tls_refusal(&self) -> bool {
-        let text = self.to_string().to_ascii_lowercase();
+        // Only a failed exchange: `NoCredentials` names certificates too, but nothing was sent.
+        let UpstreamError::Transport { detail, .. } = self else {
+            return false;
+        };
+        let text = detail.to_ascii_lowercase();
         ["certificate", "rustls", "alert", "handshake"]
             .iter()
             .any(|w| text.contains(w))

@@ -423,7 +423,7 @@ impl LinkStats {
     /// Counts `bytes` of a list or watch a pool cache served a local client (not a
     /// follower) from memory: bytes the cloud link did not carry.
     pub(crate) fn pool_served(&self, component: &str, resource: &str, verb: &str, bytes: u64) {
-        let component = totals_label(&component.trim().to_ascii_lowercase());
+        let component = totals_label(component.trim());
         self.row(&component, &totals_label(resource), verb_index(verb))
             .add(T_POOL_SAVED, bytes);
     }

@@ -313,6 +313,14 @@ fn upstream_gzip(req: &ApiRequest) -> bool {
         && !log
 }
 
+/// The JSON form of a metadata-only list: the one spelling of it, for [`metadata_accept`]
+/// and [`rebuild_list_accept`] (a macro, so `concat!` can build on it).
+macro_rules! metadata_list_form {
+    () => {
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+    };
+}
+
 /// The `Accept` the hub sends for a metadata-only client's read it caches or resumes: the
 /// JSON form of what it asked for, which it listed (client-go lists protobuf first), then
 /// plain JSON, which it listed too: a server that cannot convert answers whole objects, as
@@ -320,7 +328,7 @@ fn upstream_gzip(req: &ApiRequest) -> bool {
 /// keeps only `PartialObjectMetadata` in a metadata view.
 pub(crate) fn metadata_accept(list: bool) -> &'static str {
     if list {
-        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+        concat!(metadata_list_form!(), ",application/json")
     } else {
         "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
     }
@@ -331,9 +339,7 @@ pub(crate) fn metadata_accept(list: bool) -> &'static str {
 /// difference against a metadata view: a server that cannot convert ends the watch, 406).
 pub(crate) fn rebuild_list_accept(accept: Accept) -> &'static str {
     match accept {
-        Accept::Metadata { json: true, .. } => {
-            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
-        }
+        Accept::Metadata { json: true, .. } => metadata_list_form!(),
         _ => "application/json",
     }
 }

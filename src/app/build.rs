@@ -101,8 +101,7 @@ pub(super) fn build(config: &Config) -> Result<Parts, StartupError> {
         )
         .map_err(|e| StartupError::new(e.to_string()).context("cannot set up TLS to the cloud"))?,
     );
-    upstream.set_gzip(config.upstream_gzip);
-    crate::pki::csr_api::set_gzip(config.upstream_gzip);
+    crate::upstream::inflate::set_ask_gzip(config.upstream_gzip);
     Ok(Parts {
         signals,
         root_lock,

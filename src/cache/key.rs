@@ -37,6 +37,9 @@ impl View {
 /// resource: a full-view key of it is refused ([`CollectionKey::unsafe_field`]).
 pub(crate) const METADATA_DIR: &str = "partialobjectmetadatas.v1.meta.k8s.io";
 
+/// The kind of each object the metadata view holds (`meta.k8s.io/v1`).
+pub(crate) const METADATA_KIND: &str = "PartialObjectMetadata";
+
 /// One component's cache of one kind: the directory `<component>/<resource>.<version>.<group>`
 /// (the metadata view's `<component>/partialobjectmetadatas.v1.meta.k8s.io/<resource>.<version>.<group>`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -80,7 +80,7 @@ use std::cell::Cell;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -230,7 +230,7 @@ struct WatchSlot {
 impl WatchSlot {
     fn hold(&self, via: Via, cancel: Option<Cancel>) {
         self.touch();
-        *self.open.lock().unwrap_or_else(PoisonError::into_inner) = cancel.map(|c| (via, c));
+        *crate::lock(&self.open) = cancel.map(|c| (via, c));
     }
 
     /// The open watch brought bytes.
@@ -249,24 +249,21 @@ impl WatchSlot {
     /// The leader at `addr` turned this resource away.
     fn note_busy(&self, addr: SocketAddr, route: &PoolRoute) {
         let heard = route.leader_synced_at(addr, &self.resource);
-        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut busy = crate::lock(&self.busy);
         busy.retain(|b| b.0 != addr);
         busy.push((addr, heard));
     }
 
     /// The leader at `addr` served this node's request for the resource.
     fn clear_busy(&self, addr: SocketAddr) {
-        self.busy
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|b| b.0 != addr);
+        crate::lock(&self.busy).retain(|b| b.0 != addr);
     }
 
     /// The leader the route would move this watch to: the one to read from, other than one
     /// that turned the resource away and has not heard the cloud on it since.
     fn target(&self, route: &PoolRoute) -> Option<SocketAddr> {
         let avoid: Vec<SocketAddr> = {
-            let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut busy = crate::lock(&self.busy);
             // Ages are told in whole seconds: an instant more than 1 s later is news. A
             // leader that does not tell has no news to wait for: moved back at the round.
             busy.retain(|(addr, then)| {
@@ -283,16 +280,13 @@ impl WatchSlot {
     }
 
     fn release(&self) {
-        self.open
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        crate::lock(&self.open).take();
     }
 }
 
 impl Wake for WatchSlot {
     fn wake(&self, route: &PoolRoute) {
-        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut open = crate::lock(&self.open);
         // After each health round: a cache fed through a leader is as fresh as the leader
         // says its own is (its hub-made bookmarks are not the cloud's word).
         if let Some((Via::Leader(addr), _)) = open.as_ref()
@@ -676,7 +670,10 @@ impl Feeder {
                 match self.upstream.send_to_base(&base, outgoing) {
                     Ok(answer) => (answer, base),
                     Err(e) => {
-                        let refused = e.is_tls_refusal();
+                        // No certificate yet is no fault of the leader's: backed off as a
+                        // refusal, until the hub has its identity.
+                        let refused = e.is_tls_refusal()
+                            || matches!(e, crate::upstream::UpstreamError::NoCredentials(_));
                         self.leader_outcome.set(if refused {
                             LeaderOutcome::Refused
                         } else {

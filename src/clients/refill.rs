@@ -229,13 +229,12 @@ fn refill_one(
     // The filter stage, timed as the relay's is; what it gives goes to the cache only.
     let chain = route.filters;
     let filters = filters.filter(|_| !chain.is_empty());
-    let gzip = answer.is_gzip() && filters.is_none();
     let session = cache
-        .begin_paced(target, 200, gzip)
+        .begin_paced(target, 200, false)
         .ok_or(ClientError::QueueFull)?;
     let mut sink = match filters {
         Some(f) => {
-            let body = BodyFilter::new(shape, answer.is_gzip(), chain, &f.ctx, &*f.lookups);
+            let body = BodyFilter::new(shape, false, chain, &f.ctx, &*f.lookups);
             FilterStage::new(ToCache::new(session), body, StageTime::new(chain), false)
         }
         None => FilterStage::none(ToCache::new(session)),

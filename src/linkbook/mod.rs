@@ -358,7 +358,7 @@ impl Linkbook {
     /// written (the `linkbook` thread every interval, and the drain).
     pub(crate) fn save(&self) {
         let _writing = lock(&self.writing);
-        let (bytes, path) = {
+        let (bytes, path, at) = {
             let mut state = lock(&self.state);
             let (delta, live) = Linkbook::delta(&state.seen);
             // Not absorbed (no sane clock yet): `seen` stays, the delta is taken next time.
@@ -370,8 +370,9 @@ impl Linkbook {
                 return;
             };
             let mut book = state.book.clone();
-            book.written_at = Some(now_secs());
-            (file::encode(&book), path)
+            let at = now_secs();
+            book.written_at = Some(at);
+            (file::encode(&book), path, at)
         };
         match file::write(&path, &bytes) {
             Ok(()) => {
@@ -379,7 +380,7 @@ impl Linkbook {
                 self.written_bytes
                     .fetch_add(bytes.len() as u64, Ordering::Relaxed);
                 let mut state = lock(&self.state);
-                state.book.written_at = Some(now_secs());
+                state.book.written_at = Some(at);
                 state.dirty = false;
                 if self.failing.swap(false, Ordering::Relaxed) {
                     log::info!("the link totals are written to {} again", path.display());

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use serde_json::{Map, Value, json};
 
 use super::{Book, ByComponent, Key, date_of, month_name, month_of};
-use crate::link::{Totals, escape};
+use crate::link::{T_DOWN, T_GZIP_SAVED, T_POOL_SAVED, T_REQUESTS, T_UP, Totals, escape};
 use crate::logging::rfc3339;
 
 /// The JSON names of [`Totals`]' fields, in order.
@@ -22,25 +22,29 @@ const FIELDS: [&str; 6] = [
 
 /// The counters of `/metrics`: (name, index into [`Totals`], help).
 const SERIES: [(&str, usize, &str); 5] = [
-    ("requests", 0, "requests the hub sent on the cloud link"),
+    (
+        "requests",
+        T_REQUESTS,
+        "requests the hub sent on the cloud link",
+    ),
     (
         "sent_bytes",
-        1,
+        T_UP,
         "request body bytes the hub sent on the cloud link",
     ),
     (
         "received_bytes",
-        2,
+        T_DOWN,
         "response body bytes the cloud link carried to the hub (compressed when gzip)",
     ),
     (
         "gzip_saved_bytes",
-        4,
+        T_GZIP_SAVED,
         "bytes gzip saved the cloud link on answers the hub inflated itself (plain minus compressed)",
     ),
     (
         "pool_saved_bytes",
-        5,
+        T_POOL_SAVED,
         "bytes pool leaders and pool caches served instead of the cloud (plain bytes: an upper bound)",
     ),
 ];

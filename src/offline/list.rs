@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use super::{Answered, Offline, not_cached, qualified};
-use crate::cache::key::{CollectionKey, View, rv_newer};
+use crate::cache::key::{CollectionKey, METADATA_KIND, View, rv_newer};
 use crate::cache::object::ObjectHead;
 use crate::cache::store::{ObjectIter, Store, StoreError, StoredObject};
 use crate::overlay::{EndpointKind, Snapshot};
@@ -21,8 +21,6 @@ use crate::status::Status;
 
 /// The `apiVersion` of a metadata-only answer and of its objects.
 const METADATA_API_VERSION: &str = "meta.k8s.io/v1";
-/// The kind of a metadata-only answer's objects (its list's is this with `List`).
-const METADATA_KIND: &str = "PartialObjectMetadata";
 /// Bytes of list output gathered before a write (and of a held watch's pass).
 pub(super) const LIST_FLUSH: usize = 32 * 1024;
 /// Prefix of the continue tokens the hub issues offline.

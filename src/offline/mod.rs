@@ -376,7 +376,7 @@ impl Offline {
         let mut tick = |writer: &mut BodyWriter<'_>, recoveries: u64| {
             let cloud = CloudState {
                 recoveries,
-                usable: self.backends.any_healthy(),
+                ..self.cloud()
             };
             let snapshot = self.overlay.snapshot(cloud);
             !view.pass_due(&snapshot) || self.pass(writer, scope, &mut view, &snapshot)

@@ -12,7 +12,6 @@
 use std::fmt;
 use std::io::Read;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -27,7 +26,7 @@ use ureq::http;
 use ureq::tls::{Certificate, RootCerts, TlsConfig, TlsProvider};
 
 use super::error::{ApiError, CsrError, PkiError};
-use crate::link::LINK;
+use crate::link::{HUB_COMPONENT, LINK};
 use crate::request::Verb;
 use crate::upstream::HUB_USER_AGENT;
 use crate::upstream::inflate;
@@ -94,21 +93,6 @@ const WATCH_SPAN: Duration = Duration::from_secs(300);
 const REWATCH_PAUSE: Duration = Duration::from_secs(1);
 /// The CSR collection.
 const CSR_PATH: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
-
-/// `--upstream-gzip`, set once at start ([`set_gzip`]): the identity conversations' reads
-/// ask for gzip. (A process-wide switch: every `ApiClient` and discovery follow the flag
-/// without it being carried through each of their constructors.)
-static ASK_GZIP: AtomicBool = AtomicBool::new(true);
-
-/// Sets `--upstream-gzip` for the identity conversations' reads (at start, before any).
-pub(crate) fn set_gzip(on: bool) {
-    ASK_GZIP.store(on, Ordering::Relaxed);
-}
-
-/// The identity conversations' reads ask for gzip (`--upstream-gzip`).
-pub(super) fn ask_gzip() -> bool {
-    ASK_GZIP.load(Ordering::Relaxed)
-}
 
 /// ureq settings for the identity conversations (from `upstream.rs`: statuses are answers,
 /// no redirects, no proxy from the environment, small buffers).
@@ -248,9 +232,17 @@ impl ApiClient {
         body: Option<String>,
         timeout: Option<Duration>,
     ) -> Result<(u16, Vec<u8>), ApiError> {
-        let link = LINK.link(&self.server, verb.as_str(), "tinyhub", path, false);
-        link.request(body.as_ref().map_or(0, |b| b.len() as u64));
-        let response = self.send(method, path, body, timeout, method == "GET" && ask_gzip())?;
+        let link = LINK.link(&self.server, verb.as_str(), HUB_COMPONENT, path, false);
+        let sent = body.as_ref().map_or(0, |b| b.len() as u64);
+        let response = self.send(
+            method,
+            path,
+            body,
+            timeout,
+            method == "GET" && inflate::ask_gzip(),
+        )?;
+        // Counted once it went, as the hub's other exchanges are: a failed dial sent nothing.
+        link.request(sent);
         let status = response.status().as_u16();
         let encoding = response.headers().get("content-encoding").cloned();
         let body = response
@@ -260,7 +252,7 @@ impl ApiClient {
             .read_to_vec()
             .map_err(|e| ApiError::Transport(e.to_string()))?;
         let plain = inflate::plain_body(
-            &body,
+            body,
             encoding.as_ref().map(|v| v.as_bytes()),
             BODY_LIMIT,
             Some(&link),

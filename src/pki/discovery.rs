@@ -217,7 +217,7 @@ fn get_cluster_info(agent: &Agent, server: &str, timeout: Duration) -> Result<Va
         .method("GET")
         .uri(format!("{}{CLUSTER_INFO}", server.trim_end_matches('/')))
         .header("accept", "application/json");
-    if csr_api::ask_gzip() {
+    if crate::upstream::inflate::ask_gzip() {
         // Asked as every read of the hub's own is; inflated here, bounded as the plain body.
         request = request.header("accept-encoding", "gzip");
     }
@@ -240,7 +240,7 @@ fn get_cluster_info(agent: &Agent, server: &str, timeout: Duration) -> Result<Va
         .read_to_vec()
         .map_err(|e| FetchError::Transport(e.to_string()))?;
     let body = crate::upstream::inflate::plain_body(
-        &body,
+        body,
         encoding.as_ref().map(|v| v.as_bytes()),
         1024 * 1024,
         None,

@@ -305,7 +305,7 @@ impl Slot {
     /// until now.
     fn refuse(&self, why: &str) -> bool {
         let was = self.usable();
-        let mut refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut refused = crate::lock(&self.refused);
         let backoff = match *refused {
             None => {
                 log::warn!(
@@ -334,10 +334,7 @@ impl Slot {
     /// It refused this node and has not served it since: probed by a dial only, so that
     /// rounds spend no handshake on it (the feeders ask it again after their backoff).
     fn has_refused(&self) -> bool {
-        self.refused
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some()
+        crate::lock(&self.refused).is_some()
     }
 
     /// Whether its view of `resource` (a kind directory; None: any) is too old to read
@@ -354,7 +351,7 @@ impl Slot {
         if max.is_zero() {
             return None;
         }
-        let telling = self.telling.lock().unwrap_or_else(PoisonError::into_inner);
+        let telling = crate::lock(&self.telling);
         let Telling::Told(told) = &*telling else {
             return None;
         };
@@ -374,11 +371,7 @@ impl Slot {
     /// It answered its last probe and is not set aside for a refusal.
     fn usable(&self) -> bool {
         self.healthy.load(Ordering::Acquire)
-            && self
-                .refused
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .is_none_or(|(until, _)| Instant::now() >= until)
+            && crate::lock(&self.refused).is_none_or(|(until, _)| Instant::now() >= until)
     }
 }
 
@@ -400,16 +393,13 @@ pub(crate) struct LeaderHealth {
 fn round(slots: &[Slot], prober: &dyn Prober, max_staleness: Duration) -> bool {
     let mut changed = false;
     for slot in slots {
-        let silent = matches!(
-            *slot.telling.lock().unwrap_or_else(PoisonError::into_inner),
-            Telling::Silent
-        );
+        let silent = matches!(*crate::lock(&slot.telling), Telling::Silent);
         let ask = !silent && !slot.has_refused();
         let asked = Instant::now();
         let probe = prober.probe(slot.addr, ask);
         let up = probe != Probe::Unreachable;
         {
-            let mut telling = slot.telling.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut telling = crate::lock(&slot.telling);
             let silent = match probe {
                 Probe::Told(freshness) => {
                     *telling = Telling::Told(Told::new(asked, freshness));
@@ -439,10 +429,7 @@ fn round(slots: &[Slot], prober: &dyn Prober, max_staleness: Duration) -> bool {
             log::info!("leader hub {} ({}) is {state}", slot.leader.node, slot.addr);
         }
         let after = slot.staleness(max_staleness);
-        let before = std::mem::replace(
-            &mut *slot.judged.lock().unwrap_or_else(PoisonError::into_inner),
-            after.clone(),
-        );
+        let before = std::mem::replace(&mut *crate::lock(&slot.judged), after.clone());
         if before != after {
             changed = true;
             log_staleness(slot, before.as_ref(), after.as_ref(), max_staleness);
@@ -578,7 +565,7 @@ impl LeaderHealth {
     pub(crate) fn synced_at(&self, addr: SocketAddr, resource: &str) -> Option<Instant> {
         let slots = self.slots();
         let slot = slots.iter().find(|s| s.addr == addr)?;
-        let telling = slot.telling.lock().unwrap_or_else(PoisonError::into_inner);
+        let telling = crate::lock(&slot.telling);
         let Telling::Told(told) = &*telling else {
             return None;
         };
@@ -587,13 +574,9 @@ impl LeaderHealth {
 
     /// Whether the leader at `addr` tells how fresh it is (it answered the question).
     pub(crate) fn tells(&self, addr: SocketAddr) -> bool {
-        self.slots().iter().any(|s| {
-            s.addr == addr
-                && matches!(
-                    *s.telling.lock().unwrap_or_else(PoisonError::into_inner),
-                    Telling::Told(_)
-                )
-        })
+        self.slots()
+            .iter()
+            .any(|s| s.addr == addr && matches!(*crate::lock(&s.telling), Telling::Told(_)))
     }
 
     /// The leader at `addr` refused this node (`why`): set aside for a backoff (20 s, doubled
@@ -611,7 +594,7 @@ impl LeaderHealth {
     /// The leader at `addr` served this node: a refusal backoff starts afresh.
     pub(crate) fn served(&self, addr: SocketAddr) {
         for slot in self.slots().iter().filter(|s| s.addr == addr) {
-            let mut refused = slot.refused.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut refused = crate::lock(&slot.refused);
             if refused.is_some() {
                 log::info!(
                     "leader hub {} ({addr}) serves this node again",

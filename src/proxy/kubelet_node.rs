@@ -91,8 +91,9 @@ impl Call<'_> {
     /// answers (see the module's text).
     pub(super) fn forward_node(&mut self, mut ex: Exchange<'_>) {
         let write_by = self.write_by();
+        // kubelet asks for gzip, so the hub does too: the node is read plain, as the filters read.
         let mut answer = match self.send(&mut ex, None) {
-            Ok(answer) => answer,
+            Ok(answer) => answer.inflate(None),
             Err(failure) => return self.fall_back(ex, failure, Call::answer_node_locally),
         };
         let readable = answer.status == 200

@@ -91,7 +91,7 @@ impl Upstream {
             link.received(kept.len() as u64, inflate::is_gzip(encoding));
             return Err(broke_off(e));
         }
-        let body = inflate::plain_body(&kept, encoding, MAX_EXCHANGE_BODY, Some(&link))
+        let body = inflate::plain_body(kept, encoding, MAX_EXCHANGE_BODY, Some(&link))
             .map_err(broke_off)?;
         Ok(Exchanged { status, body })
     }

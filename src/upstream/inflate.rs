@@ -12,11 +12,26 @@
 //! broken off (the chunked answer cut, nothing committed).
 
 use std::io::{self, BufReader, Read};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use flate2::bufread::GzDecoder;
 
 use crate::link::{Link, Tally};
+
+/// `--upstream-gzip`, set once at start ([`set_ask_gzip`]): the hub asks the cloud for gzip
+/// where it decides (requests, its short exchanges, the identity's reads). One process-wide
+/// switch, so every client of the cloud follows the flag without carrying it.
+static ASK_GZIP: AtomicBool = AtomicBool::new(true);
+
+/// Sets `--upstream-gzip` (at start, before any request).
+pub(crate) fn set_ask_gzip(on: bool) {
+    ASK_GZIP.store(on, Ordering::Relaxed);
+}
+
+/// Whether the hub asks the cloud for gzip where it decides (`--upstream-gzip`).
+pub(crate) fn ask_gzip() -> bool {
+    ASK_GZIP.load(Ordering::Relaxed)
+}
 
 /// The most answers inflated at once for clients (about 0.8 MB of inflate state).
 pub(crate) const MAX_INFLATING: usize = 16;
@@ -165,7 +180,7 @@ pub(crate) fn is_gzip(content_encoding: Option<&[u8]>) -> bool {
 /// `link` when given: the bytes received and, for gzip, what it saved. A gzip body that does
 /// not inflate is an error.
 pub(crate) fn plain_body(
-    body: &[u8],
+    mut body: Vec<u8>,
     content_encoding: Option<&[u8]>,
     limit: u64,
     link: Option<&Link>,
@@ -174,23 +189,19 @@ pub(crate) fn plain_body(
     if let Some(link) = link {
         link.received(body.len() as u64, gzip);
     }
-    let plain = read_bounded(body, gzip, limit)?;
-    if let Some(link) = link.filter(|_| gzip) {
+    if !gzip {
+        // Plain: kept as it came, cut to the bound.
+        body.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        return Ok(body);
+    }
+    let mut plain = Vec::new();
+    flate2::read::GzDecoder::new(&body[..])
+        .take(limit)
+        .read_to_end(&mut plain)?;
+    if let Some(link) = link {
         link.inflated(body.len() as u64, plain.len() as u64);
     }
     Ok(plain)
-}
-
-/// `body` (gzip when `gzip`) read whole, inflated, at most `limit` bytes of it kept.
-fn read_bounded(body: &[u8], gzip: bool, limit: u64) -> io::Result<Vec<u8>> {
-    if !gzip {
-        return Ok(body[..body.len().min(limit as usize)].to_vec());
-    }
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(body)
-        .take(limit)
-        .read_to_end(&mut out)?;
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -317,17 +328,37 @@ mod tests {
     fn a_bounded_read_keeps_at_most_the_limit_of_inflated_bytes() {
         let data = plain();
         let body = gzip(&data);
-        assert_eq!(read_bounded(&body, true, 1 << 30).unwrap(), data);
-        assert_eq!(read_bounded(&body, true, 100).unwrap(), &data[..100]);
-        assert_eq!(read_bounded(b"plain", false, 3).unwrap(), b"pla");
-        assert!(read_bounded(&body[..body.len() / 2], true, 1 << 30).is_err());
-        // By the header, as the hub's exchanges read it.
         assert_eq!(
-            plain_body(&body, Some(b" GZIP"), 1 << 30, None).unwrap(),
+            plain_body(body.clone(), Some(b"gzip"), 1 << 30, None).unwrap(),
             data
         );
-        assert_eq!(plain_body(&body, Some(b"br"), 5, None).unwrap(), &body[..5]);
-        assert_eq!(plain_body(&body, None, 5, None).unwrap(), &body[..5]);
+        assert_eq!(
+            plain_body(body.clone(), Some(b"gzip"), 100, None).unwrap(),
+            &data[..100]
+        );
+        assert_eq!(
+            plain_body(b"plain".to_vec(), None, 3, None).unwrap(),
+            b"pla"
+        );
+        assert!(
+            plain_body(
+                body[..body.len() / 2].to_vec(),
+                Some(b"gzip"),
+                1 << 30,
+                None
+            )
+            .is_err()
+        );
+        // By the header, as the hub's exchanges read it.
+        assert_eq!(
+            plain_body(body.clone(), Some(b" GZIP"), 1 << 30, None).unwrap(),
+            data
+        );
+        assert_eq!(
+            plain_body(body.clone(), Some(b"br"), 5, None).unwrap(),
+            &body[..5]
+        );
+        assert_eq!(plain_body(body.clone(), None, 5, None).unwrap(), &body[..5]);
     }
 
     #[test]

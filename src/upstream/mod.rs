@@ -18,7 +18,6 @@
 //! hub dials itself with rustls: ureq keeps the socket behind a 101.
 
 use std::io::{self, Read};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, Weak};
 
 use ureq::unversioned::transport::ShutdownHandle;
@@ -216,8 +215,7 @@ impl Answer {
 
     /// The body is gzip-encoded.
     pub(crate) fn is_gzip(&self) -> bool {
-        self.header("content-encoding")
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("gzip"))
+        inflate::is_gzip(self.header("content-encoding").map(str::as_bytes))
     }
 
     /// The answer as its reader gets it plain: a gzip body is inflated as it is read (holding
@@ -356,8 +354,6 @@ pub(crate) struct Upstream {
     token: Option<TokenSource>,
     /// Idle connections each pooled agent keeps (see [`agent`]).
     pool: usize,
-    /// `--upstream-gzip`: [`Encoding::Gzip`] asks for gzip, and so do the hub's exchanges.
-    gzip: AtomicBool,
 }
 
 /// Why nothing can be sent before [`Upstream::set_tls`].
@@ -385,19 +381,12 @@ impl Upstream {
             agents: RwLock::new(agents),
             token: token.map(TokenSource::new),
             pool,
-            gzip: AtomicBool::new(true),
         })
     }
 
-    /// `--upstream-gzip`: false sends [`Encoding::Gzip`] requests as [`Encoding::AsClient`],
-    /// and the hub's short exchanges without `Accept-Encoding`.
-    pub(crate) fn set_gzip(&self, on: bool) {
-        self.gzip.store(on, Ordering::Relaxed);
-    }
-
-    /// Whether the hub asks for gzip where it decides (`--upstream-gzip`).
+    /// Whether the hub asks for gzip where it decides (`--upstream-gzip`, [`inflate::ask_gzip`]).
     pub(crate) fn gzip(&self) -> bool {
-        self.gzip.load(Ordering::Relaxed)
+        inflate::ask_gzip()
     }
 
     /// Replaces the TLS material (a rotated client certificate, a CA learnt by discovery):

@@ -246,11 +246,7 @@ fn answer(
     cancel: Option<Cancel>,
 ) -> Answer {
     let (parts, body) = response.into_parts();
-    let gzip = parts
-        .headers
-        .get("content-encoding")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("gzip"));
+    let gzip = super::inflate::is_gzip(parts.headers.get("content-encoding").map(|v| v.as_bytes()));
     let mut length = None;
     let headers = parts
         .headers

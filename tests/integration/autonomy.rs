@@ -75,6 +75,12 @@ fn cached(cache: &Path) -> Option<Value> {
 
 /// Each annotation form gives its condition; a change is one PUT with the hub's identity, a
 /// GET that changes nothing is none; the cache holds the cloud's node after the PUT.
+/// The cloud answers the next PUT of the node's status 500.
+fn refuse_the_next_write(cloud: &Cloud) {
+    let refusal = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":500}"#;
+    cloud.misanswer(STATUS_PATH, 1, 500, refusal);
+}
+
 /// Waits until the cache holds the cloud's node at its current resourceVersion, and checks
 /// that it has no Autonomy condition (the cloud refused the write); returns that version.
 fn cached_without_the_condition(cloud: &Cloud, cache: &Path) -> Value {
@@ -264,8 +270,7 @@ fn refused_writes_and_offline_answers_set_the_condition_in_the_answer_only() {
         json!({"node.beta.openyurt.io/autonomy": "true"}),
         json!({}),
     );
-    let refusal = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":500}"#;
-    cloud.misanswer(STATUS_PATH, 1, 500, refusal);
+    refuse_the_next_write(&cloud);
     let node = kubelet_get(&hub);
     assert_eq!(status(&node), "True", "{node}");
     assert_eq!(puts(&cloud), 1);
@@ -409,8 +414,7 @@ fn a_cloud_breaking_off_the_get_gives_the_cached_node_with_the_condition() {
         json!({}),
     );
     // The write refused: the cache keeps the cloud's node, without the condition.
-    let refusal = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":500}"#;
-    cloud.misanswer(STATUS_PATH, 1, 500, refusal);
+    refuse_the_next_write(&cloud);
     assert_eq!(status(&kubelet_get(&hub)), "True");
     let rv = cached_without_the_condition(&cloud, &spec.cache_dir);
     let puts_before = puts(&cloud);

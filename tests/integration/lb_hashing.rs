@@ -57,6 +57,17 @@ fn servers_of(seen: &[Vec<usize>], times: usize) -> Vec<usize> {
         .collect()
 }
 
+/// A hub over `clouds` (the first's CA and credentials) by consistent hashing; no response
+/// filters: their watches would be requests of the hub's own.
+fn hashing_hub(clouds: &[&Cloud], dir: &TempDir) -> Hub {
+    let servers: Vec<String> = clouds.iter().map(|c| c.url()).collect();
+    Hub::start(&HubSpec::for_cloud(clouds[0], dir.path()).with(&[
+        &format!("--server-addr={}", servers.join(",")),
+        "--lb-mode=consistent-hashing",
+        "--enable-resource-filter=false",
+    ]))
+}
+
 #[test]
 fn a_client_stays_on_its_server_and_only_a_stopped_servers_clients_move() {
     let first = Cloud::start();
@@ -64,14 +75,7 @@ fn a_client_stays_on_its_server_and_only_a_stopped_servers_clients_move() {
     let third = first.start_peer();
     let clouds = [&first, &second, &third];
     let dir = TempDir::new("lb-hashing");
-    let servers: Vec<String> = clouds.iter().map(|c| c.url()).collect();
-    // No response filters: their watches would be requests of the hub's own.
-    let spec = HubSpec::for_cloud(&first, dir.path()).with(&[
-        &format!("--server-addr={}", servers.join(",")),
-        "--lb-mode=consistent-hashing",
-        "--enable-resource-filter=false",
-    ]);
-    let hub = Hub::start(&spec);
+    let hub = hashing_hub(&clouds, &dir);
 
     let home = servers_of(&send_all(&hub, &clouds, 3), 3);
     for k in 0..clouds.len() {
@@ -120,13 +124,7 @@ fn a_resumed_watch_stays_on_its_server() {
         }),
     );
     let dir = TempDir::new("lb-hashing-watch");
-    let servers: Vec<String> = clouds.iter().map(|c| c.url()).collect();
-    let spec = HubSpec::for_cloud(&first, dir.path()).with(&[
-        &format!("--server-addr={}", servers.join(",")),
-        "--lb-mode=consistent-hashing",
-        "--enable-resource-filter=false",
-    ]);
-    let hub = Hub::start(&spec);
+    let hub = hashing_hub(&clouds, &dir);
     let pods = "fieldSelector=spec.nodeName%3Dedge-1";
     let list = get(&format!("{}/api/v1/pods?{pods}", hub.url()), KUBELET);
     assert_eq!(list.status, 200, "{}", list.text());

@@ -191,42 +191,52 @@ impl Store {
                 index_file(&mut index, &self.root, &name);
                 continue;
             }
-            let component = self.root.join(&name);
-            index_kinds(&mut index, &self.root, &component, &name, true);
+            for_each_kind_dir(&self.root.join(&name), &name, &mut |kind_rel, kind_dir| {
+                index_kind(&mut index, &self.root, kind_rel, kind_dir);
+            });
         }
     }
 }
 
-/// Indexes every object of the kind directories in `dir` (a component's, whose path below
-/// `root` is `rel`); in a component's, also those of its metadata views, one level down
-/// ([`METADATA_DIR`]).
-fn index_kinds(index: &mut ObjectIndex, root: &Path, dir: &Path, rel: &str, component: bool) {
-    let mut path = String::new();
-    // A kind directory's name has dots (`pods.v1.core`); `tokens` has none.
+/// Calls `f` with each kind directory of a component's directory `dir` (whose path below
+/// the root is `rel`): its path below the root and on disk; also those of its metadata views,
+/// one level down ([`METADATA_DIR`]). A kind directory's name has dots (`pods.v1.core`);
+/// `tokens` has none.
+pub(super) fn for_each_kind_dir(dir: &Path, rel: &str, f: &mut dyn FnMut(&str, &Path)) {
     for (kind, is_dir) in safe_entries(dir) {
         if !is_dir || !kind.contains('.') {
             continue;
         }
         let kind_dir = dir.join(&kind);
         let kind_rel = format!("{rel}/{kind}");
-        if component && kind == METADATA_DIR {
-            index_kinds(index, root, &kind_dir, &kind_rel, false);
+        if kind == METADATA_DIR {
+            for (inner, is_dir) in safe_entries(&kind_dir) {
+                if is_dir && inner.contains('.') {
+                    f(&format!("{kind_rel}/{inner}"), &kind_dir.join(&inner));
+                }
+            }
+        } else {
+            f(&kind_rel, &kind_dir);
+        }
+    }
+}
+
+/// Indexes every object of one kind directory (`kind_rel` below `root`, at `kind_dir`).
+fn index_kind(index: &mut ObjectIndex, root: &Path, kind_rel: &str, kind_dir: &Path) {
+    let mut path = String::new();
+    for (entry, is_dir) in safe_entries(kind_dir) {
+        path.clear();
+        path.extend([kind_rel, "/", entry.as_str()]);
+        if !is_dir {
+            index_file(index, root, &path);
             continue;
         }
-        for (entry, is_dir) in safe_entries(&kind_dir) {
-            path.clear();
-            path.extend([kind_rel.as_str(), "/", entry.as_str()]);
+        let namespace_len = path.len();
+        for (object, is_dir) in safe_entries(&kind_dir.join(&entry)) {
             if !is_dir {
+                path.truncate(namespace_len);
+                path.extend(["/", object.as_str()]);
                 index_file(index, root, &path);
-                continue;
-            }
-            let namespace_len = path.len();
-            for (object, is_dir) in safe_entries(&kind_dir.join(&entry)) {
-                if !is_dir {
-                    path.truncate(namespace_len);
-                    path.extend(["/", object.as_str()]);
-                    index_file(index, root, &path);
-                }
             }
         }
     }

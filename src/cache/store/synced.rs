@@ -7,9 +7,8 @@ use std::path::Path;
 use std::time::UNIX_EPOCH;
 
 use super::fs::read_object;
-use super::index::safe_entries;
+use super::index::{for_each_kind_dir, safe_entries};
 use super::{Store, StoreError};
-use crate::cache::key::METADATA_DIR;
 
 /// The file's name under the cache root.
 const SYNCED_FILE: &str = ".synced";
@@ -45,37 +44,20 @@ impl Store {
         let mut found = Vec::new();
         for component in subdirs(&self.root) {
             let below = self.root.join(&component);
-            for kind in subdirs(&below) {
-                if kind == METADATA_DIR {
-                    // The metadata views one level down (`CollectionKey::dir_name`).
-                    for inner in subdirs(&below.join(&kind)).filter(|k| is_kind(k)) {
-                        if let Some(modified) = newest(&below.join(&kind).join(&inner)) {
-                            let kind = format!("{kind}/{inner}");
-                            found.push(KindDir {
-                                component: component.clone(),
-                                kind,
-                                modified,
-                            });
-                        }
-                    }
-                } else if is_kind(&kind)
-                    && let Some(modified) = newest(&below.join(&kind))
-                {
+            for_each_kind_dir(&below, &component, &mut |kind_rel, kind_dir| {
+                if let Some(modified) = newest(kind_dir) {
+                    // `kind_rel` is `<component>/<kind dir>`: the kind is what follows.
+                    let kind = kind_rel[component.len() + 1..].to_owned();
                     found.push(KindDir {
                         component: component.clone(),
                         kind,
                         modified,
                     });
                 }
-            }
+            });
         }
         found
     }
-}
-
-/// A kind directory's name: `<resource>.<version>.<group>`, so it has a dot.
-fn is_kind(name: &str) -> bool {
-    name.contains('.')
 }
 
 /// The names of `dir`'s real directories that could be keys (no dot names, no symlinks).

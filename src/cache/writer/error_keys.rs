@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::cache::key::{CollectionKey, ObjectKey, TokenKey};
@@ -56,10 +56,7 @@ pub(crate) fn failing_keys() -> Option<Arc<str>> {
         return None;
     }
     // A poisoned lock still holds a whole `Option`: the summary is only ever replaced.
-    FAILING_MESSAGES
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone()
+    crate::lock(&FAILING_MESSAGES).clone()
 }
 
 /// Something the writer stores under a cache key: its key as YurtHub writes it,
@@ -287,9 +284,7 @@ impl ErrorKeys {
     /// sees the count sees the messages it counts).
     fn publish(&self) {
         let summary = (!self.keys.is_empty()).then(|| Arc::from(self.summary()));
-        *FAILING_MESSAGES
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = summary;
+        *crate::lock(&FAILING_MESSAGES) = summary;
         METRICS
             .error_keys_count
             .store(self.keys.len() as i64, Ordering::Release);

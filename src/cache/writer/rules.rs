@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 
 use super::failures::{FailureLog, count_put};
 use crate::cache::decode::{BodyShape, Located, Path};
-use crate::cache::key::{CollectionKey, ObjectKey, TokenKey, View};
+use crate::cache::key::{CollectionKey, METADATA_KIND, ObjectKey, TokenKey, View};
 use crate::cache::object::{
     EVENT_PATHS, HEAD_PATHS, ObjectHead, ObjectMeta, from_map, located_str, starts_object,
 };
@@ -161,9 +161,6 @@ fn head_of<'a>(
         None => ObjectHead::read(bytes),
     }
 }
-
-/// The kind of every object a metadata view holds.
-const METADATA_KIND: &str = "PartialObjectMetadata";
 
 /// Whether an object of `kind` (its own, or for a list item without one, its list's items')
 /// is in the form `collection` holds: a metadata view keeps only `PartialObjectMetadata`. A
