@@ -13,22 +13,22 @@ mod export;
 mod get;
 mod import;
 mod ls;
+mod render;
 mod repair;
 mod verify;
 
 use std::path::Path;
 use std::process::ExitCode;
 
-use crate::cache::store::view::{RootVerdict, judge_root};
+use crate::cache::key::METADATA_DIR;
+use crate::cache::store::view::{RootVerdict, judge_root, kinds_of};
 use crate::config::CacheArgs;
 use crate::config::cache_args::CacheCommand;
 use crate::dir_lock::{DirLock, Probe};
 
 /// Exit: done, or clean.
-#[allow(dead_code, reason = "the skeleton: used as the commands are built")]
 pub(crate) const DONE: u8 = 0;
 /// Exit: `verify` found problems, `get` found nothing or a refused file.
-#[allow(dead_code, reason = "the skeleton: used as the commands are built")]
 pub(crate) const FOUND: u8 = 1;
 /// Exit: a bad command line, or a directory that is not a cache.
 pub(crate) const USAGE: u8 = 2;
@@ -89,7 +89,6 @@ pub(crate) enum HubState {
 
 impl HubState {
     /// `stopped` or `running`, as `-o json` says it.
-    #[allow(dead_code, reason = "the skeleton: used as the commands are built")]
     pub(crate) fn as_str(&self) -> &'static str {
         match self {
             HubState::Stopped => "stopped",
@@ -141,6 +140,60 @@ pub(crate) fn hold_lock(root: &Path, command: &str) -> Result<DirLock, u8> {
         Err(e) => {
             eprintln!("tinyhub cache {command}: {e}");
             Err(IO_FAILED)
+        }
+    }
+}
+
+/// The kind directory a command's `resource` names in `component`'s cache: the directory's
+/// own name (`pods.v1.core`) or its plural (`pods`), in the metadata view with `--view=metadata`.
+/// Exit 1 when nothing matches, 2 when a plural names several (each listed).
+pub(crate) fn resolve_kind(
+    root: &Path,
+    component: &str,
+    resource: &str,
+    metadata_view: bool,
+) -> Result<String, u8> {
+    let in_view = |kind: &str| match kind.split_once('/') {
+        Some((METADATA_DIR, inner)) if metadata_view => Some(inner.to_owned()),
+        None if !metadata_view => Some(kind.to_owned()),
+        _ => None,
+    };
+    let kinds: Vec<String> = kinds_of(root, component)
+        .iter()
+        .filter_map(|k| in_view(k))
+        .collect();
+    let prefix = if metadata_view {
+        format!("{METADATA_DIR}/")
+    } else {
+        String::new()
+    };
+    if kinds.iter().any(|k| k == resource) {
+        return Ok(format!("{prefix}{resource}"));
+    }
+    let plural: Vec<&String> = kinds
+        .iter()
+        .filter(|k| k.split('.').next() == Some(resource))
+        .collect();
+    match plural[..] {
+        [one] => Ok(format!("{prefix}{one}")),
+        [] => {
+            eprintln!(
+                "tinyhub cache: {component} has no {resource} cached{}",
+                if metadata_view {
+                    " (metadata view)"
+                } else {
+                    ""
+                }
+            );
+            Err(FOUND)
+        }
+        _ => {
+            let names: Vec<&str> = plural.iter().map(|k| k.as_str()).collect();
+            eprintln!(
+                "tinyhub cache: {resource} names several kinds in {component}: {}; give one",
+                names.join(", ")
+            );
+            Err(USAGE)
         }
     }
 }

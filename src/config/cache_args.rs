@@ -78,20 +78,6 @@ pub(crate) enum CacheCommand {
     },
 }
 
-impl CacheCommand {
-    /// The subcommand's name, as typed.
-    pub(crate) fn name(&self) -> &'static str {
-        match self {
-            CacheCommand::Ls { .. } => "ls",
-            CacheCommand::Get { .. } => "get",
-            CacheCommand::Verify => "verify",
-            CacheCommand::Repair => "repair",
-            CacheCommand::Export { .. } => "export",
-            CacheCommand::Import { .. } => "import",
-        }
-    }
-}
-
 /// `-o`: how results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Output {

@@ -97,6 +97,7 @@
     dead_code,
     reason = "the hub's readers and the cache CLI call it; they land in the next commits"
 )]
+pub(crate) mod audit;
 pub(crate) mod check;
 mod error;
 mod error_keys;
@@ -105,6 +106,7 @@ mod grants;
 mod index;
 mod journal;
 mod list;
+pub(crate) mod quarantine;
 mod recent;
 #[allow(
     dead_code,

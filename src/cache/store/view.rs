@@ -1,30 +1,37 @@
 //! A cache directory seen from outside the hub (`tinyhub cache`): whether a directory is a
-//! cache at all, and what each entry of its root is.
+//! cache at all, what each entry of its root is, and read-only reads of what it holds (the
+//! collections with their counts and bytes, a collection's objects, one object as the hub
+//! would serve it, the records beside them).
 //!
 //! Nothing here locks, recovers, indexes or writes: a tool reads a running hub's cache
 //! through it without disturbing it, and a directory that is not a cache (a mistyped
-//! `--disk-cache-path=/etc`) is refused before anything else looks inside it.
+//! `--disk-cache-path=/etc`) is refused before anything else looks inside it. Every file is
+//! read bounded and judged by the store's own checks (`check.rs`).
 
 use std::fs;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use super::STAGING;
+use super::check::{Expect, FileRead, Refusal, check_object, read_bounded};
 use super::error::{StoreError, StoreOp, io_err};
 use super::error_keys::ERROR_KEYS_FILE;
+use super::fs::all_real_dirs;
 use super::grants::GRANTS_FILE;
 use super::index::{for_each_kind_dir, safe_entries};
 use super::journal::JOURNAL_PREFIX;
+use super::list::NameCursor;
+use super::relist::RELIST_FILE;
 use super::synced::SYNCED_FILE;
+use crate::cache::key::TokenKey;
+use crate::cache::object::ObjectHead;
 use crate::dir_lock::NOTE_FILE;
-use crate::names::Component;
+use crate::names::{Component, is_safe_segment};
 
 /// Where `tinyhub cache repair` (and import's `--replace`) moves what it takes out of the
 /// cache; the hub, `verify` and export never look inside.
 pub(crate) const QUARANTINE: &str = ".quarantine";
-
-/// The repair marks' record (`relist.rs`).
-pub(crate) const RELIST: &str = ".relist";
 
 /// YurtHub's own directory in a cache it wrote (`_internal/restmapper/…`): known, never
 /// served, never exported.
@@ -63,7 +70,7 @@ impl RootEntry {
             (STAGING, true) => RootEntry::Staging,
             (QUARANTINE, true) => RootEntry::Quarantine,
             (YURTHUB_INTERNAL, true) => RootEntry::YurtHubInternal,
-            (SYNCED_FILE | GRANTS_FILE | ERROR_KEYS_FILE | RELIST | NOTE_FILE, false) => {
+            (SYNCED_FILE | GRANTS_FILE | ERROR_KEYS_FILE | RELIST_FILE | NOTE_FILE, false) => {
                 RootEntry::Record
             }
             (name, false) if name.starts_with(JOURNAL_PREFIX) => RootEntry::Journal,
@@ -161,6 +168,278 @@ fn holds_kind_dir(dir: &Path, name: &str) -> bool {
         found |= kind.splitn(3, '.').filter(|p| !p.is_empty()).count() == 3;
     });
     found && safe_entries(dir).next().is_some()
+}
+
+/// One collection on disk, counted without reading a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CollectionSummary {
+    /// The component's directory name.
+    pub component: String,
+    /// The kind's path below it (`pods.v1.core`; the metadata view's
+    /// `partialobjectmetadatas.v1.meta.k8s.io/pods.v1.core`).
+    pub kind: String,
+    /// Namespace directories.
+    pub namespaces: usize,
+    /// Object files (regular files with names the store could have made).
+    pub objects: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// Every collection under `root`, sorted by (component, kind): one `stat` per object file.
+pub(crate) fn collections(root: &Path) -> Vec<CollectionSummary> {
+    let mut found = Vec::new();
+    let mut components: Vec<String> = safe_entries(root)
+        .filter_map(|(name, is_dir)| (is_dir && Component::new(&name).is_some()).then_some(name))
+        .collect();
+    components.sort_unstable();
+    for component in components {
+        for_each_kind_dir(
+            &root.join(&component),
+            &component,
+            &mut |kind_rel, kind_dir| {
+                let kind = kind_rel[component.len() + 1..].to_owned();
+                let mut summary = CollectionSummary {
+                    component: component.clone(),
+                    kind,
+                    namespaces: 0,
+                    objects: 0,
+                    bytes: 0,
+                };
+                let count = |dir: &Path, summary: &mut CollectionSummary| {
+                    for (name, is_dir) in safe_entries(dir) {
+                        if is_dir {
+                            continue;
+                        }
+                        if let Ok(meta) = fs::symlink_metadata(dir.join(name)) {
+                            summary.objects += 1;
+                            summary.bytes += meta.len();
+                        }
+                    }
+                };
+                count(kind_dir, &mut summary);
+                for (ns, is_dir) in safe_entries(kind_dir) {
+                    if is_dir {
+                        summary.namespaces += 1;
+                        count(&kind_dir.join(ns), &mut summary);
+                    }
+                }
+                found.push(summary);
+            },
+        );
+    }
+    found.sort_by(|a, b| (&a.component, &a.kind).cmp(&(&b.component, &b.kind)));
+    found
+}
+
+/// The kind directories of one component (paths below its directory, the metadata views'
+/// included), sorted; none when it has no directory.
+pub(crate) fn kinds_of(root: &Path, component: &str) -> Vec<String> {
+    if Component::new(component).is_none() {
+        return Vec::new();
+    }
+    let mut kinds = Vec::new();
+    for_each_kind_dir(&root.join(component), component, &mut |kind_rel, _| {
+        kinds.push(kind_rel[component.len() + 1..].to_owned());
+    });
+    kinds.sort_unstable();
+    kinds
+}
+
+/// One object file of a collection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ObjectRow {
+    /// Its namespace directory; `None` for cluster scope.
+    pub namespace: Option<String>,
+    /// The file's name.
+    pub name: String,
+    /// Its size.
+    pub bytes: u64,
+    /// Its `metadata.resourceVersion`, when it is served and has one.
+    pub resource_version: Option<String>,
+    /// Its modification time.
+    pub modified: Option<SystemTime>,
+    /// Why the hub would not serve it, if it would not.
+    pub refused: Option<Refusal>,
+}
+
+/// The objects of the collection `kind` (below `component`'s directory), in (namespace,
+/// name) order, limited to `namespace` when given: each file read bounded and judged as the
+/// hub judges it. `None` when the collection is not cached.
+pub(crate) fn objects(
+    root: &Path,
+    component: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> Result<Option<Vec<ObjectRow>>, StoreError> {
+    let Some(kind_dir) = kind_dir(root, component, kind)? else {
+        return Ok(None);
+    };
+    let mut cursor = NameCursor::open(kind_dir.clone(), namespace, None)?;
+    let mut rows = Vec::new();
+    while let Some(next) = cursor.next_name() {
+        let (ns, name) = next?;
+        let path = cursor.path_of(ns.as_deref(), &name);
+        let modified = fs::symlink_metadata(&path).and_then(|m| m.modified()).ok();
+        let expect = Expect::for_kind_dir(kind, ns.as_deref(), &name);
+        let (bytes, resource_version, refused) = match read_bounded(&path)? {
+            FileRead::Bytes(bytes) => {
+                let size = bytes.len() as u64;
+                match check_object(&bytes, &expect) {
+                    Ok(()) => {
+                        let rv = ObjectHead::parse(&bytes)
+                            .and_then(|h| h.metadata)
+                            .and_then(|m| m.resource_version)
+                            .map(|rv| rv.into_owned());
+                        (size, rv, None)
+                    }
+                    Err(refusal) => (size, None, Some(refusal)),
+                }
+            }
+            FileRead::TooLarge { size } => (size, None, Some(Refusal::TooLarge { size })),
+            // Vanished, or not a file: no object.
+            FileRead::Missing | FileRead::Symlink | FileRead::NotFile => continue,
+        };
+        rows.push(ObjectRow {
+            namespace: ns,
+            name,
+            bytes,
+            resource_version,
+            modified,
+            refused,
+        });
+    }
+    Ok(Some(rows))
+}
+
+/// What [`get`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Got {
+    /// The object's bytes, as the hub would serve them.
+    Object(Vec<u8>),
+    /// Nothing cached under that name.
+    Missing,
+    /// A file the hub would not serve; its path below the root and why.
+    Refused(String, Refusal),
+}
+
+/// The object `name` (in `namespace`) of the collection `kind` of `component`, judged as
+/// the hub judges it before it serves it.
+pub(crate) fn get(
+    root: &Path,
+    component: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Got, StoreError> {
+    if namespace.is_some_and(|ns| !is_safe_segment(ns)) || !is_safe_segment(name) {
+        return Ok(Got::Missing);
+    }
+    let Some(kind_dir) = kind_dir(root, component, kind)? else {
+        return Ok(Got::Missing);
+    };
+    let dir = match namespace {
+        Some(ns) => {
+            let dir = kind_dir.join(ns);
+            if !all_real_dirs(std::slice::from_ref(&dir))? {
+                return Ok(Got::Missing);
+            }
+            dir
+        }
+        None => kind_dir,
+    };
+    let rel = match namespace {
+        Some(ns) => format!("{component}/{kind}/{ns}/{name}"),
+        None => format!("{component}/{kind}/{name}"),
+    };
+    let bytes = match read_bounded(&dir.join(name))? {
+        FileRead::Bytes(bytes) => bytes,
+        FileRead::TooLarge { size } => return Ok(Got::Refused(rel, Refusal::TooLarge { size })),
+        FileRead::Missing | FileRead::Symlink | FileRead::NotFile => return Ok(Got::Missing),
+    };
+    match check_object(&bytes, &Expect::for_kind_dir(kind, namespace, name)) {
+        Ok(()) => Ok(Got::Object(bytes)),
+        Err(refusal) => Ok(Got::Refused(rel, refusal)),
+    }
+}
+
+/// The kind directory `kind` of `component` when it and every directory above it are real.
+fn kind_dir(root: &Path, component: &str, kind: &str) -> Result<Option<PathBuf>, StoreError> {
+    if Component::new(component).is_none() || !kind.split('/').all(is_safe_segment) {
+        return Ok(None);
+    }
+    let mut dirs = vec![root.join(component)];
+    let mut below = root.join(component);
+    for part in kind.split('/') {
+        below = below.join(part);
+        dirs.push(below.clone());
+    }
+    Ok(all_real_dirs(&dirs)?.then_some(below))
+}
+
+/// What the cache holds besides its collections, for `ls`'s footer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Extras {
+    /// Token answers per component (counts only: never their content).
+    pub tokens: Vec<(String, u64)>,
+    /// Non-resource documents.
+    pub documents: u64,
+    /// Files and bytes in the quarantine.
+    pub quarantine: (u64, u64),
+    /// The sync record's bytes, when there is one.
+    pub synced: Option<Vec<u8>>,
+}
+
+/// Counts what `ls` shows below its table.
+pub(crate) fn extras(root: &Path) -> Result<Extras, StoreError> {
+    let mut extras = Extras::default();
+    let mut names: Vec<(String, bool)> = safe_entries(root).collect();
+    names.sort_unstable();
+    for (name, is_dir) in names {
+        if !is_dir {
+            if is_document_name(&name) {
+                extras.documents += 1;
+            }
+            continue;
+        }
+        if Component::new(&name).is_none() {
+            continue;
+        }
+        let tokens = root.join(&name).join(TokenKey::DIR);
+        let (files, _) = tree_size(&tokens);
+        if files > 0 {
+            extras.tokens.push((name, files));
+        }
+    }
+    extras.quarantine = tree_size(&root.join(QUARANTINE));
+    extras.synced = match read_bounded(&root.join(SYNCED_FILE))? {
+        FileRead::Bytes(bytes) => Some(bytes),
+        _ => None,
+    };
+    Ok(extras)
+}
+
+/// Regular files and their bytes below `dir`, symlinks not followed; a missing one is empty.
+fn tree_size(dir: &Path) -> (u64, u64) {
+    let (mut files, mut bytes) = (0, 0);
+    let mut pending = vec![dir.to_owned()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = fs::symlink_metadata(entry.path()) else {
+                continue;
+            };
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else if meta.is_file() {
+                files += 1;
+                bytes += meta.len();
+            }
+        }
+    }
+    (files, bytes)
 }
 
 #[cfg(test)]
