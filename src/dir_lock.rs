@@ -110,7 +110,8 @@ impl DirLock {
     /// holds it, else [`Probe::Free`] with the lock, which the caller drops at once to stay
     /// out of a starting hub's way, or keeps for a run that writes (then `note`, when given,
     /// is written as the note, so a hub refused meanwhile names the tool). Nothing is
-    /// written without a note. A filesystem without locks counts as free, with a warning.
+    /// written without a note. On a filesystem without locks (NFS without lockd, CIFS) the
+    /// answer is [`Probe::NoLocks`]: whether a hub runs cannot be told.
     pub(crate) fn probe(dir: &Path, note: Option<&str>) -> Result<Probe, LockError> {
         let io_error = |source| LockError::Io {
             dir: dir.to_owned(),
@@ -129,10 +130,7 @@ impl DirLock {
                 });
             }
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOLCK | libc::EOPNOTSUPP)) => {
-                log::warn!(
-                    "cannot lock {}: {e}; a hub on this directory would not be seen",
-                    dir.display()
-                );
+                return Ok(Probe::NoLocks(DirLock { dir: file }));
             }
             Err(e) => return Err(io_error(e)),
         }
@@ -159,6 +157,9 @@ impl DirLock {
 pub(crate) enum Probe {
     /// No one held the lock; now this process does, until the value is dropped.
     Free(DirLock),
+    /// The filesystem does not lock (`ENOLCK`, `EOPNOTSUPP`): no one can be kept out, and
+    /// whether a hub runs cannot be told. The directory is held open all the same.
+    NoLocks(DirLock),
     /// Another process holds it.
     Held {
         /// What the holder wrote in its note; `None` when there is none (yet).

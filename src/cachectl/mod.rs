@@ -115,6 +115,14 @@ pub(crate) fn probe_hub(root: &Path) -> Result<HubState, u8> {
             Ok(HubState::Stopped)
         }
         Ok(Probe::Held { note }) => Ok(HubState::Running(note)),
+        Ok(Probe::NoLocks(lock)) => {
+            drop(lock);
+            eprintln!(
+                "tinyhub cache: {} cannot be locked (NFS, CIFS?): whether a hub runs cannot be told",
+                root.display()
+            );
+            Ok(HubState::Running(None))
+        }
         Err(e) => {
             eprintln!("tinyhub cache: {e}");
             Err(IO_FAILED)
@@ -124,10 +132,27 @@ pub(crate) fn probe_hub(root: &Path) -> Result<HubState, u8> {
 
 /// Takes the cache's lock for a command that writes (`repair`, `import`), writing the note
 /// `tinyhub cache <command> pid … on … since …`; exit 3 naming the holder when a hub runs.
-pub(crate) fn hold_lock(root: &Path, command: &str) -> Result<DirLock, u8> {
+/// On a filesystem that cannot lock, a running hub cannot be seen: exit 2 unless `force`.
+pub(crate) fn hold_lock(root: &Path, command: &str, force: bool) -> Result<DirLock, u8> {
     let note = crate::dir_lock::tool_note(&format!("tinyhub cache {command}"));
     match DirLock::probe(root, Some(&note)) {
         Ok(Probe::Free(lock)) => Ok(lock),
+        Ok(Probe::NoLocks(lock)) if force => {
+            eprintln!(
+                "tinyhub cache {command}: {} cannot be locked; going on as --force says: \
+                 make sure no hub runs on it",
+                root.display()
+            );
+            Ok(lock)
+        }
+        Ok(Probe::NoLocks(_)) => {
+            eprintln!(
+                "tinyhub cache {command}: {} cannot be locked (NFS, CIFS?), so a running hub \
+                 cannot be seen: stop it and give --force",
+                root.display()
+            );
+            Err(USAGE)
+        }
         Ok(Probe::Held { note }) => {
             eprintln!(
                 "tinyhub cache {command}: a hub runs on {} ({}): stop it first",

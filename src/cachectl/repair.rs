@@ -28,7 +28,7 @@ pub(crate) fn run(args: &CacheArgs) -> u8 {
     if let Some(code) = super::refuse_unless_cache(root) {
         return code;
     }
-    let _lock = match super::hold_lock(root, "repair") {
+    let _lock = match super::hold_lock(root, "repair", args.force) {
         Ok(lock) => lock,
         Err(code) => return code,
     };

@@ -300,14 +300,15 @@ impl Walk<'_> {
         self.mode_and_owner(&dir.rel, &dir.meta, true, None);
         for entry in self.entries(&dir.rel, None)? {
             let name = entry.name.as_str();
+            let is_dir = entry.meta.is_dir();
             if name.starts_with("tmp_") {
                 self.leftover_tmp(&entry, None);
-            } else if !entry.meta.is_dir() {
+            } else if !is_dir && !is_kind_dir_name(name) {
                 let detail = "a file directly in a component's directory";
                 self.foreign(&entry, detail, None);
-            } else if name == TokenKey::DIR {
+            } else if is_dir && name == TokenKey::DIR {
                 self.tokens(&entry)?;
-            } else if name == METADATA_DIR {
+            } else if is_dir && name == METADATA_DIR {
                 self.mode_and_owner(&entry.rel, &entry.meta, true, None);
                 for inner in self.entries(&entry.rel, None)? {
                     self.kind_entry(&dir.name, &inner, &format!("{METADATA_DIR}/{}", inner.name))?;
@@ -622,4 +623,209 @@ fn is_event_dir_name(name: &str) -> bool {
     rest.split_once('.').is_some_and(|(version, group)| {
         !version.is_empty() && matches!(group, "core" | "events.k8s.io")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::temp_dir::TempDir;
+    use std::collections::BTreeSet;
+
+    /// Makes `files` (path, content; `None` a directory) under a fresh root, every file 0600
+    /// and every directory 0700, and walks it.
+    fn walked(
+        files: &[(&str, Option<&str>)],
+        options: AuditOptions,
+    ) -> BTreeSet<(String, &'static str)> {
+        let dir = TempDir::new("audit");
+        let root = dir.0.clone();
+        for (rel, content) in files {
+            let path = root.join(rel);
+            match content {
+                Some(text) => {
+                    fs::create_dir_all(path.parent().unwrap()).unwrap();
+                    fs::write(&path, text).unwrap();
+                }
+                None => fs::create_dir_all(&path).unwrap(),
+            }
+        }
+        let mut pending = vec![root.clone()];
+        while let Some(d) = pending.pop() {
+            fs::set_permissions(&d, fs::Permissions::from_mode(0o700)).unwrap();
+            for entry in fs::read_dir(&d).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else {
+                    fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+                }
+            }
+        }
+        let mut found = BTreeSet::new();
+        walk(&root, options, &mut |p| {
+            found.insert((p.path, p.code.as_str()));
+        })
+        .unwrap();
+        found
+    }
+
+    fn pod(ns: &str, name: &str) -> String {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"{ns}"}}}}"#
+        )
+    }
+
+    fn codes(items: &[(&str, &'static str)]) -> BTreeSet<(String, &'static str)> {
+        items.iter().map(|(p, c)| ((*p).to_owned(), *c)).collect()
+    }
+
+    #[test]
+    fn what_the_hub_writes_is_clean() {
+        let web = pod("default", "web");
+        let token =
+            r#"{"kind":"TokenRequest","metadata":{"name":"builder","namespace":"default"}}"#;
+        let found = walked(
+            &[
+                (".staging", None),
+                (".synced", Some(r#"{"version":1,"kinds":[]}"#)),
+                (".tinyhub.lock", Some("pid 1 on x since y\n")),
+                ("version", Some(r#"{"major":"1"}"#)),
+                ("_apis_apps_v1", Some(r#"{"kind":"APIResourceList"}"#)),
+                ("kubelet/pods.v1.core/default/web", Some(&web)),
+                (
+                    "kubelet/nodes.v1.core/edge-1",
+                    Some(r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"edge-1"}}"#),
+                ),
+                ("kubelet/tokens/default/builder/0a1b2c", Some(token)),
+                (
+                    "coredns/partialobjectmetadatas.v1.meta.k8s.io/services.v1.core/default/dns",
+                    Some(
+                        r#"{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata","metadata":{"name":"dns","namespace":"default"}}"#,
+                    ),
+                ),
+                (
+                    "_internal/restmapper/cache-crd-restmapper.conf",
+                    Some("anything"),
+                ),
+                (".quarantine/20260101T000000Z/notes.txt", Some("anything")),
+            ],
+            AuditOptions::default(),
+        );
+        assert_eq!(found, BTreeSet::new());
+    }
+
+    #[test]
+    fn each_kind_of_stray_has_its_code() {
+        let web = pod("default", "web");
+        let huge = "x".repeat(usize::try_from(super::super::check::MAX_FILE).unwrap() + 1);
+        let found = walked(
+            &[
+                (".staging/r.3.0", Some("{}")),
+                (
+                    ".journal.1",
+                    Some("tinyhub-journal 1\ndelete\tkubelet/pods.v1.core/default/gone\nend\t1\n"),
+                ),
+                (".journal.2", Some("tinyhub-journal 1\n")),
+                (".synced", Some("{not json")),
+                (".other", Some("x")),
+                ("kubelet/pods.v1.core/default/tmp_web", Some(&web)),
+                ("kubelet/pods.v1.core/default/big", Some(&huge)),
+                ("kubelet/events.v1.core/default/e", Some("{}")),
+                ("kubelet/notakind/x", Some("{}")),
+                ("kubelet/stray.json", Some("{}")),
+                (
+                    "kubelet/secrets.v1.core",
+                    Some("a file where a kind directory belongs"),
+                ),
+                (
+                    "kubelet/configmaps.v1.core/default/cm",
+                    Some(
+                        r#"{"apiVersion":"apps/v1","metadata":{"name":"cm","namespace":"default"}}"#,
+                    ),
+                ),
+                (
+                    "kubelet/tokens/default/builder/0a1b",
+                    Some(r#"{"metadata":{"name":"other","namespace":"default"}}"#),
+                ),
+            ],
+            AuditOptions::default(),
+        );
+        assert_eq!(
+            found,
+            codes(&[
+                (".staging/r.3.0", "leftover"),
+                (".journal.1", "pending-journal"),
+                (".journal.2", "leftover"),
+                (".synced", "bad-record"),
+                (".other", "foreign"),
+                ("kubelet/pods.v1.core/default/tmp_web", "leftover"),
+                ("kubelet/pods.v1.core/default/big", "too-large"),
+                ("kubelet/events.v1.core", "leftover"),
+                ("kubelet/notakind", "foreign"),
+                ("kubelet/stray.json", "foreign"),
+                ("kubelet/secrets.v1.core", "not-a-dir"),
+                ("kubelet/configmaps.v1.core/default/cm", "names-other"),
+                ("kubelet/tokens/default/builder/0a1b", "names-other"),
+            ])
+        );
+    }
+
+    #[test]
+    fn beside_a_running_hub_its_work_in_progress_is_not_judged() {
+        let found = walked(
+            &[
+                (".staging/p.7", Some("{\"half")),
+                (".journal.9", Some("tinyhub-journal 1\n")),
+                ("notes.txt", Some("x")),
+            ],
+            AuditOptions { hub_running: true },
+        );
+        assert_eq!(found, codes(&[("notes.txt", "foreign")]));
+    }
+
+    #[test]
+    fn modes_are_judged_for_files_and_directories() {
+        let dir = TempDir::new("audit-modes");
+        let root = dir.0.clone();
+        let ns = root.join("kubelet/pods.v1.core/default");
+        fs::create_dir_all(&ns).unwrap();
+        fs::write(ns.join("web"), pod("default", "web")).unwrap();
+        for d in [
+            &root,
+            &root.join("kubelet"),
+            &root.join("kubelet/pods.v1.core"),
+        ] {
+            fs::set_permissions(d, fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        fs::set_permissions(&ns, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(ns.join("web"), fs::Permissions::from_mode(0o640)).unwrap();
+        let mut found = Vec::new();
+        walk(&root, AuditOptions::default(), &mut |p| found.push(p)).unwrap();
+        let said: Vec<(String, &str, bool, &str)> = found
+            .iter()
+            .map(|p| (p.path.clone(), p.code.as_str(), p.is_dir, p.detail.as_str()))
+            .collect();
+        assert_eq!(
+            said,
+            [
+                (
+                    "kubelet/pods.v1.core/default".to_owned(),
+                    "mode",
+                    true,
+                    "mode 0755, not 0700"
+                ),
+                (
+                    "kubelet/pods.v1.core/default/web".to_owned(),
+                    "mode",
+                    false,
+                    "mode 0640, not 0600"
+                ),
+            ]
+        );
+        assert!(
+            found
+                .iter()
+                .all(|p| p.collection == Some(("kubelet".into(), "pods.v1.core".into())))
+        );
+    }
 }
