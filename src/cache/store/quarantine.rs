@@ -268,6 +268,60 @@ mod tests {
     }
 
     #[test]
+    fn a_journal_a_crash_left_is_rolled_forward_as_recovery_would() {
+        use crate::cache::key::{CollectionKey, ObjectKey};
+        use crate::cache::store::audit::{AuditOptions, Code, walk};
+        use crate::cache::store::{CommitStep, Store, StoreOptions};
+        let dir = TempDir::new("roll-forward");
+        let root = dir.root();
+        let pods = CollectionKey::new("kubelet", "pods", "v1", "");
+        let pod = |ns: &str, name: &str, rv: u32| {
+            format!(
+                r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"{ns}","resourceVersion":"{rv}"}}}}"#
+            )
+        };
+        {
+            let options = StoreOptions {
+                crash_at: Some(CommitStep::JournalDurable),
+            };
+            let (store, _) = Store::open_with(&root, options).unwrap();
+            let old = ObjectKey {
+                collection: pods.clone(),
+                namespace: Some("a".into()),
+                name: "gone".into(),
+            };
+            store
+                .put(&old, pod("a", "gone", 1).as_bytes(), Some("1"))
+                .unwrap();
+            let mut replace = store.begin_replace(&pods, None).unwrap();
+            replace
+                .put(Some("c"), "new", pod("c", "new", 9).as_bytes(), Some("9"))
+                .unwrap();
+            assert!(replace.commit(&mut |_| true, Some("10")).is_err());
+        }
+        let mut journals = Vec::new();
+        walk(&root, AuditOptions::default(), &mut |p| {
+            if p.code == Code::PendingJournal {
+                journals.push(p.path);
+            }
+        })
+        .unwrap();
+        assert_eq!(journals.len(), 1);
+        roll_forward(&root, &journals[0]).unwrap();
+        let objects = root.join("kubelet/pods.v1.core");
+        assert_eq!(
+            fs::read_to_string(objects.join("c/new")).unwrap(),
+            pod("c", "new", 9)
+        );
+        assert!(!objects.join("a/gone").exists());
+        assert!(!root.join(&journals[0]).exists());
+        // Nothing is left to judge: the staged file went where the journal said.
+        let mut left = Vec::new();
+        walk(&root, AuditOptions::default(), &mut |p| left.push(p)).unwrap();
+        assert_eq!(left, []);
+    }
+
+    #[test]
     fn a_time_stamps_as_the_quarantine_names_it() {
         assert_eq!(
             stamp(UNIX_EPOCH + Duration::from_secs(86_400 + 3_661)),
