@@ -10,8 +10,9 @@
 //! vanishes while it looks is skipped. The quarantine is never looked into, and YurtHub's
 //! `_internal` is known and left alone.
 //!
-//! Not checked (yet): an object's `kind` against its kind directory's (apiVersion, name and
-//! namespace are).
+//! An object's `kind` is judged against its collection's, which is what more than half of
+//! its objects say (the kind directory names the plural, not the kind, and the cached
+//! discovery documents are not consulted): a lone object of another kind is not caught.
 
 use std::fs::{self, Metadata};
 use std::io;
@@ -162,6 +163,7 @@ pub(crate) fn walk(
         owner,
         checked: Checked::default(),
         found,
+        held: None,
     };
     walk.root()?;
     Ok(walk.checked)
@@ -174,6 +176,8 @@ struct Walk<'a> {
     owner: u32,
     checked: Checked,
     found: &'a mut dyn FnMut(Problem),
+    /// The problems of the collection being walked, until it ends.
+    held: Option<Vec<Problem>>,
 }
 
 /// An entry of a directory, with what `lstat` said; `None` when it vanished.
@@ -185,6 +189,15 @@ struct Entry {
 }
 
 impl Walk<'_> {
+    /// Says a problem, or keeps it while a collection is walked (its problems come out
+    /// sorted by path when it ends).
+    fn emit(&mut self, problem: Problem) {
+        match &mut self.held {
+            Some(held) => held.push(problem),
+            None => (self.found)(problem),
+        }
+    }
+
     fn problem(
         &mut self,
         rel: &str,
@@ -192,7 +205,7 @@ impl Walk<'_> {
         detail: impl Into<String>,
         at: Option<&Collection>,
     ) {
-        (self.found)(Problem {
+        self.emit(Problem {
             path: rel.to_owned(),
             code,
             detail: detail.into(),
@@ -350,8 +363,24 @@ impl Walk<'_> {
     }
 
     /// A kind directory: cluster-scoped objects, and namespace directories of objects.
+    /// Each object passes the store's check; then, among those that did, one whose `kind`
+    /// differs from the collection's (what most of its objects say) is another object too.
+    /// Its problems come out sorted by path when it ends.
     fn collection(&mut self, dir: &Entry, c: &Collection) -> Result<(), StoreError> {
+        self.held = Some(Vec::new());
+        let walked = self.collection_entries(dir, c);
+        let mut held = self.held.take().unwrap_or_default();
+        held.sort_by(|a, b| a.path.cmp(&b.path));
+        for problem in held {
+            (self.found)(problem);
+        }
+        walked
+    }
+
+    fn collection_entries(&mut self, dir: &Entry, c: &Collection) -> Result<(), StoreError> {
         self.mode_and_owner(&dir.rel, &dir.meta, true, Some(c));
+        // The objects that passed, with their kind: judged when every one is known.
+        let mut good: Vec<(Entry, Option<String>)> = Vec::new();
         for entry in self.entries(&dir.rel, Some(c))? {
             if entry.meta.is_dir() && self.plain_name(&entry, Some(c)) {
                 self.mode_and_owner(&entry.rel, &entry.meta, true, Some(c));
@@ -359,12 +388,22 @@ impl Walk<'_> {
                     if object.meta.is_dir() && self.plain_name(&object, Some(c)) {
                         let detail = "a directory where an object belongs";
                         self.problem(&object.rel, Code::NotAFile, detail, Some(c));
-                    } else {
-                        self.object(&object, c, Some(&entry.name));
+                    } else if let Some(kind) = self.object(&object, c, Some(&entry.name)) {
+                        good.push((object, kind));
                     }
                 }
-            } else {
-                self.object(&entry, c, None);
+            } else if let Some(kind) = self.object(&entry, c, None) {
+                good.push((entry, kind));
+            }
+        }
+        let majority = majority_kind(good.iter().filter_map(|(_, k)| k.as_deref()));
+        for (entry, kind) in &good {
+            match (kind.as_deref(), majority) {
+                (Some(kind), Some(wanted)) if kind != wanted => {
+                    let detail = format!("holds kind {kind:?}, not the collection's {wanted:?}");
+                    self.problem(&entry.rel, Code::NamesOther, detail, Some(c));
+                }
+                _ => self.mode_and_owner(&entry.rel, &entry.meta, false, Some(c)),
             }
         }
         Ok(())
@@ -393,17 +432,25 @@ impl Walk<'_> {
         self.problem(&entry.rel, Code::Leftover, detail, at);
     }
 
-    /// An object file named `entry.name` in `namespace`'s directory (or the kind's).
-    fn object(&mut self, entry: &Entry, c: &Collection, namespace: Option<&str>) {
+    /// An object file named `entry.name` in `namespace`'s directory (or the kind's): `Some`
+    /// with its `kind` (if it says one) when it passes the store's check.
+    fn object(
+        &mut self,
+        entry: &Entry,
+        c: &Collection,
+        namespace: Option<&str>,
+    ) -> Option<Option<String>> {
         if !self.plain_name(entry, Some(c)) {
-            return;
+            return None;
         }
         let expect = Expect::for_kind_dir(&c.kind, namespace, &entry.name);
-        if self.file(entry, Some(c), |bytes| {
-            check_object(bytes, &expect).map_err(said)
-        }) {
-            self.mode_and_owner(&entry.rel, &entry.meta, false, Some(c));
-        }
+        let mut kind = None;
+        let good = self.file(entry, Some(c), |bytes| {
+            check_object(bytes, &expect).map_err(said)?;
+            kind = ObjectHead::parse(bytes).and_then(|h| h.kind.map(|k| k.into_owned()));
+            Ok(())
+        });
+        good.then_some(kind)
     }
 
     /// Reads a file bounded and judges its bytes with `judge` (an error: a code and a
@@ -548,7 +595,7 @@ impl Walk<'_> {
         let mode = meta.permissions().mode() & 0o7777;
         let wanted = if is_dir { DIR_MODE } else { FILE_MODE };
         if mode != wanted {
-            (self.found)(Problem {
+            self.emit(Problem {
                 path: rel.to_owned(),
                 code: Code::Mode,
                 detail: format!("mode {mode:04o}, not {wanted:04o}"),
@@ -557,7 +604,7 @@ impl Walk<'_> {
             });
         }
         if meta.uid() != self.owner {
-            (self.found)(Problem {
+            self.emit(Problem {
                 path: rel.to_owned(),
                 code: Code::Owner,
                 detail: format!(
@@ -570,6 +617,23 @@ impl Walk<'_> {
             });
         }
     }
+}
+
+/// The kind more than half of `kinds` say; `None` when none does.
+fn majority_kind<'k>(kinds: impl Iterator<Item = &'k str>) -> Option<&'k str> {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    let mut total = 0;
+    for kind in kinds {
+        total += 1;
+        match counts.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((kind, 1)),
+        }
+    }
+    counts
+        .into_iter()
+        .find(|(_, n)| n * 2 > total)
+        .map(|(k, _)| k)
 }
 
 /// A refusal of the store's checks as a problem's code and detail.
@@ -747,6 +811,17 @@ mod tests {
                     "kubelet/tokens/default/builder/0a1b",
                     Some(r#"{"metadata":{"name":"other","namespace":"default"}}"#),
                 ),
+                ("kubelet/pods.v1.core/default/web", Some(&web)),
+                (
+                    "kubelet/pods.v1.core/default/db",
+                    Some(&pod("default", "db")),
+                ),
+                (
+                    "kubelet/pods.v1.core/default/settings",
+                    Some(
+                        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"settings","namespace":"default"}}"#,
+                    ),
+                ),
             ],
             AuditOptions::default(),
         );
@@ -766,6 +841,7 @@ mod tests {
                 ("kubelet/secrets.v1.core", "not-a-dir"),
                 ("kubelet/configmaps.v1.core/default/cm", "names-other"),
                 ("kubelet/tokens/default/builder/0a1b", "names-other"),
+                ("kubelet/pods.v1.core/default/settings", "names-other"),
             ])
         );
     }

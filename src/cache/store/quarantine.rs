@@ -130,7 +130,12 @@ impl Quarantine {
 /// `is_dir`, in place; never through a symlink (the walk reported those apart).
 pub(crate) fn fix_mode(root: &Path, rel: &str, is_dir: bool) -> Result<(), StoreError> {
     let path = entry_path(root, rel)?;
-    let meta = fs::symlink_metadata(&path).map_err(io_err(StoreOp::Stat, &path))?;
+    let meta = match fs::symlink_metadata(&path) {
+        Ok(meta) => meta,
+        // Moved away (quarantined) since the walk: nothing to set.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err(StoreOp::Stat, &path)(e)),
+    };
     if meta.file_type().is_symlink() || meta.is_dir() != is_dir {
         // Changed since the walk: the next verify says what it is now.
         return Ok(());
