@@ -39,6 +39,15 @@ pub(crate) fn run(args: &CacheArgs) -> u8 {
                 None => format!("{component}/{kind}/{name}"),
             };
             eprintln!("tinyhub cache get: {at}: not cached");
+            if args.namespace.is_none()
+                && let Ok(namespaces) = view::namespaces_holding(root, component, &kind, name)
+                && !namespaces.is_empty()
+            {
+                eprintln!(
+                    "tinyhub cache get: {name} is cached in namespace {}: give -n",
+                    namespaces.join(", ")
+                );
+            }
             return FOUND;
         }
         Ok(Got::Refused(path, refusal)) => {

@@ -1,5 +1,5 @@
-//! `tinyhub cache ls [component] [resource] [-n ns]`: what is cached. Without a resource,
-//! a row per collection (its namespaces, objects, bytes and the age of the cloud's last
+//! `tinyhub cache ls [component] [resource] [-n ns]`: what is cached (in one namespace with
+//! `-n`). Without a resource, a row per collection (its namespaces, objects, bytes and the age of the cloud's last
 //! word on it, from `.synced`) and a footer (totals, token answers per component, documents,
 //! the quarantine, pending relists); with one, a row per object.
 
@@ -59,7 +59,7 @@ pub(crate) fn run(args: &CacheArgs) -> u8 {
 /// The collection rows and the footer.
 fn collections(args: &CacheArgs, hub: &HubState, component: Option<&str>) -> Result<String, u8> {
     let root = &args.disk_cache_path;
-    let mut all = view::collections(root);
+    let mut all = view::collections(root, args.namespace.as_deref());
     all.retain(|c| component.is_none_or(|want| c.component == want));
     all.retain(|c| c.kind.contains('/') == args.metadata_view || !args.metadata_view);
     let extras = view::extras(root).map_err(|e| {

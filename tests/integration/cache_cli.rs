@@ -297,6 +297,24 @@ fn ls_get_verify_and_repair_a_cache_the_hub_made_then_the_hub_serves_it_offline(
         "{}",
         said(&text)
     );
+    let in_system = tool(
+        &cache,
+        &["ls", "kubelet", "-n", "kube-system", "-o", "json"],
+    );
+    let mut in_system: Value = serde_json::from_slice(&in_system.stdout).unwrap();
+    // The age is the clock's, a second apart between two runs at most: left out.
+    for c in in_system["collections"].as_array_mut().unwrap() {
+        c.as_object_mut().unwrap().remove("ageSeconds");
+    }
+    let proxy_bytes = std::fs::metadata(cache.join("kubelet/pods.v1.core/kube-system/proxy-1"))
+        .unwrap()
+        .len();
+    assert_eq!(
+        in_system["collections"],
+        json!([{"component": "kubelet", "resource": "pods.v1.core", "namespaces": 1,
+                "objects": 1, "bytes": proxy_bytes}]),
+        "{in_system:#}"
+    );
     let rows = tool(&cache, &["ls", "kubelet", "pods"]);
     let rows = stdout(&rows);
     let proxy = rows
@@ -361,6 +379,13 @@ fn ls_get_verify_and_repair_a_cache_the_hub_made_then_the_hub_serves_it_offline(
     assert_eq!(yaml_to_json(&docs[0]), secret);
     let missing = tool(&cache, &["get", "kubelet", "pods", "-n", "default", "nope"]);
     assert_eq!(code(&missing), 1, "{}", said(&missing));
+    let no_namespace = tool(&cache, &["get", "kubelet", "pods", "proxy-1"]);
+    assert_eq!(code(&no_namespace), 1, "{}", said(&no_namespace));
+    assert!(
+        stderr(&no_namespace).contains("proxy-1 is cached in namespace kube-system: give -n"),
+        "{}",
+        said(&no_namespace)
+    );
     // A plural that names two kinds is refused, listing them.
     std::fs::create_dir(cache.join("kubelet/pods.v1beta1.core")).unwrap();
     let ambiguous = tool(

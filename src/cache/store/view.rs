@@ -187,7 +187,9 @@ pub(crate) struct CollectionSummary {
 }
 
 /// Every collection under `root`, sorted by (component, kind): one `stat` per object file.
-pub(crate) fn collections(root: &Path) -> Vec<CollectionSummary> {
+/// With `namespace`, only what that namespace's directory holds, and only the collections
+/// that have one.
+pub(crate) fn collections(root: &Path, namespace: Option<&str>) -> Vec<CollectionSummary> {
     let mut found = Vec::new();
     let mut components: Vec<String> = safe_entries(root)
         .filter_map(|(name, is_dir)| (is_dir && Component::new(&name).is_some()).then_some(name))
@@ -217,14 +219,18 @@ pub(crate) fn collections(root: &Path) -> Vec<CollectionSummary> {
                         }
                     }
                 };
-                count(kind_dir, &mut summary);
+                if namespace.is_none() {
+                    count(kind_dir, &mut summary);
+                }
                 for (ns, is_dir) in safe_entries(kind_dir) {
-                    if is_dir {
+                    if is_dir && namespace.is_none_or(|want| want == ns) {
                         summary.namespaces += 1;
                         count(&kind_dir.join(ns), &mut summary);
                     }
                 }
-                found.push(summary);
+                if namespace.is_none() || summary.namespaces > 0 {
+                    found.push(summary);
+                }
             },
         );
     }
@@ -361,6 +367,30 @@ pub(crate) fn get(
         Ok(()) => Ok(Got::Object(bytes)),
         Err(refusal) => Ok(Got::Refused(rel, refusal)),
     }
+}
+
+/// The namespaces of the collection `kind` of `component` that hold a file named `name`,
+/// sorted: for a `get` without a namespace of an object that has one. No file is read.
+pub(crate) fn namespaces_holding(
+    root: &Path,
+    component: &str,
+    kind: &str,
+    name: &str,
+) -> Result<Vec<String>, StoreError> {
+    let Some(kind_dir) = kind_dir(root, component, kind)? else {
+        return Ok(Vec::new());
+    };
+    if !is_safe_segment(name) {
+        return Ok(Vec::new());
+    }
+    let mut found: Vec<String> = safe_entries(&kind_dir)
+        .filter(|(ns, is_dir)| {
+            *is_dir && fs::symlink_metadata(kind_dir.join(ns).join(name)).is_ok_and(|m| m.is_file())
+        })
+        .map(|(ns, _)| ns)
+        .collect();
+    found.sort_unstable();
+    Ok(found)
 }
 
 /// The kind directory `kind` of `component` when it and every directory above it are real.
