@@ -579,6 +579,52 @@ fn beside_a_running_hub_the_tool_reads_only_and_repair_is_refused() {
     drop(made.cloud);
 }
 
+#[test]
+fn a_hub_started_while_verify_runs_starts() {
+    let Made {
+        cloud,
+        mut hub,
+        dir: _dir,
+    } = made("cache-cli-start-during");
+    let cache = hub.spec.cache_dir.clone();
+    let spec = hub.spec.clone();
+    hub.kill9();
+    // Enough problem lines to fill the pipe: verify blocks writing them, mid-walk, until
+    // they are read.
+    let web1 = std::fs::read(cache.join("kubelet/pods.v1.core/default/web-1")).unwrap();
+    let long = "x".repeat(150);
+    for i in 0..1_000 {
+        let path = cache.join(format!("kubelet/pods.v1.core/default/tmp_{long}-{i}"));
+        std::fs::write(&path, &web1).unwrap();
+        chmod(&path, 0o600);
+    }
+    let mut verify = hub_command()
+        .args(["cache", "verify", "--node-name=edge-1"])
+        .arg(format!("--disk-cache-path={}", cache.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = verify.stderr.take().unwrap();
+    let mut first = [0u8; 12];
+    std::io::Read::read_exact(&mut err, &mut first).unwrap();
+    assert_eq!(&first, b"hub stopped\n");
+    // The hub starts (and is ready) while verify is still at work.
+    let hub = Hub::start(&spec);
+    assert_eq!(
+        verify.try_wait().unwrap(),
+        None,
+        "verify ended before the hub started"
+    );
+    let mut out = String::new();
+    std::io::Read::read_to_string(verify.stdout.as_mut().unwrap(), &mut out).unwrap();
+    assert_eq!(verify.wait().unwrap().code(), Some(1));
+    assert_eq!(out.lines().count(), 1_000, "{}", &out[..out.len().min(500)]);
+    let r = get(&format!("{}{NODE_PODS}", hub.url()), KUBELET);
+    assert_eq!(r.status, 200, "{}", r.text());
+    drop(cloud);
+}
+
 /// Every entry below `dir` with its mode and content (a symlink's target), sorted.
 fn tree(dir: &Path) -> Vec<(PathBuf, u32, Vec<u8>)> {
     let mut out = Vec::new();
