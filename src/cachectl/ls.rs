@@ -103,6 +103,7 @@ fn collections(args: &CacheArgs, hub: &HubState, component: Option<&str>) -> Res
                 "ageSeconds": age_of(c),
             })).collect::<Vec<Value>>(),
             "total": {"collections": all.len(), "objects": objects, "bytes": bytes},
+            "bound": args.cache_max_bytes,
             "tokens": extras.tokens.iter().map(|(c, n)| json!({"component": c, "answers": n})).collect::<Vec<Value>>(),
             "documents": extras.documents,
             "quarantine": {"files": extras.quarantine.0, "bytes": extras.quarantine.1},
@@ -138,6 +139,10 @@ fn collections(args: &CacheArgs, hub: &HubState, component: Option<&str>) -> Res
         "\n{} collections, {objects} objects, {bytes} bytes\n",
         all.len()
     ));
+    out.push_str(&match &args.cache_max_bytes {
+        Some(bound) => format!("bound: --cache-max-bytes={bound}\n"),
+        None => "bound: not given (pass the hub's --cache-max-bytes to see it here)\n".to_owned(),
+    });
     let tokens: Vec<String> = extras
         .tokens
         .iter()

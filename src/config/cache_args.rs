@@ -41,6 +41,8 @@ pub struct CacheArgs {
     pub(crate) node_name: String,
     /// `--v`: above 1, the tool's info lines on stderr too.
     pub(crate) verbosity: u8,
+    /// The hub's `--cache-max-bytes` as given, for `ls` to show beside the cache's size.
+    pub(crate) cache_max_bytes: Option<String>,
 }
 
 /// A subcommand with its positionals.
@@ -286,6 +288,7 @@ where
         root_dir: PathBuf::from(hub_value(&raw, "root-dir")),
         node_name: super::node_name_of(&raw)?,
         verbosity,
+        cache_max_bytes: raw.get("cache-max-bytes").map(str::to_owned),
     }))
 }
 
