@@ -73,7 +73,10 @@ fn repair(args: &CacheArgs) -> Result<u8, crate::cache::store::StoreError> {
     }
     let mut quarantine = Quarantine::new(root, now);
     // A record that does not read goes first: the marks are written over its name.
-    if let Some(at) = problems.iter().position(|p| p.path == RELIST_FILE) {
+    if let Some(at) = problems
+        .iter()
+        .position(|p| p.path == RELIST_FILE && p.code.action() == Action::Quarantine)
+    {
         let bad = problems.remove(at);
         quarantine.move_in(&bad.path)?;
         println!(

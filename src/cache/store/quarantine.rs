@@ -20,7 +20,6 @@ use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{DIR_MODE, FILE_MODE, make_dir, parent_of, sync_dir, write_new_file};
 use super::journal::{JournalOp, parse_op};
 use super::view::QUARANTINE;
-use crate::names::is_safe_segment;
 
 /// The name of the summary a repair leaves in its quarantine directory.
 pub(crate) const REPORT_FILE: &str = "REPAIR.json";
@@ -206,13 +205,16 @@ pub(crate) fn roll_forward(root: &Path, rel: &str) -> Result<(), StoreError> {
     sync_dir(root)
 }
 
-/// `rel` must be a path below the root made of safe segments (dot names allowed: the
-/// store's own, such as `.staging/p.3`), never `..`: nothing outside the root is touched.
+/// `rel` must be a relative path below the root: segments neither empty, `.` nor `..`, no
+/// NUL. The walk names what it found, so a foreign name (`a%b`, a control character) must
+/// still move; nothing outside the root is ever touched.
 fn check_rel(rel: &str) -> Result<(), StoreError> {
     let safe = !rel.is_empty()
-        && rel.split('/').all(|s| {
-            !s.is_empty() && s != "." && s != ".." && is_safe_segment(s.trim_start_matches('.'))
-        });
+        && !rel.starts_with('/')
+        && !rel.contains('\0')
+        && rel
+            .split('/')
+            .all(|s| !s.is_empty() && s != "." && s != "..");
     if safe {
         Ok(())
     } else {
@@ -270,6 +272,12 @@ mod tests {
         assert!(second.move_in("notes.txt").unwrap());
         assert_eq!(second.rel_dir().unwrap(), format!("{rel}-1"));
         assert!(second.move_in("../outside").is_err());
+        assert!(second.move_in("/etc/passwd").is_err());
+        assert!(second.move_in("kubelet/./x").is_err());
+        // A name the cache never writes still moves: it is what the walk found.
+        fs::write(root.join("kubelet/a%b\tc"), "z").unwrap();
+        assert!(second.move_in("kubelet/a%b\tc").unwrap());
+        assert!(root.join(format!("{rel}-1/kubelet/a%b\tc")).exists());
     }
 
     #[test]
