@@ -22,7 +22,8 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
             if i > 0 {
                 text.push_str("  ");
             }
-            let pad = widths[i].saturating_sub(cell.chars().count());
+            let width = widths.get(i).copied().unwrap_or(0);
+            let pad = width.saturating_sub(cell.chars().count());
             text.push_str(cell);
             text.extend(std::iter::repeat_n(' ', pad));
         }

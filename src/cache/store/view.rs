@@ -200,7 +200,7 @@ pub(crate) fn collections(root: &Path, namespace: Option<&str>) -> Vec<Collectio
             &root.join(&component),
             &component,
             &mut |kind_rel, kind_dir| {
-                let kind = kind_rel[component.len() + 1..].to_owned();
+                let kind = below_component(kind_rel, &component);
                 let mut summary = CollectionSummary {
                     component: component.clone(),
                     kind,
@@ -246,10 +246,20 @@ pub(crate) fn kinds_of(root: &Path, component: &str) -> Vec<String> {
     }
     let mut kinds = Vec::new();
     for_each_kind_dir(&root.join(component), component, &mut |kind_rel, _| {
-        kinds.push(kind_rel[component.len() + 1..].to_owned());
+        kinds.push(below_component(kind_rel, component));
     });
     kinds.sort_unstable();
     kinds
+}
+
+/// A kind directory's path below its component's, from its path below the root
+/// (`kubelet/pods.v1.core` → `pods.v1.core`), as `for_each_kind_dir` gives it.
+fn below_component(kind_rel: &str, component: &str) -> String {
+    kind_rel
+        .strip_prefix(component)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .unwrap_or(kind_rel)
+        .to_owned()
 }
 
 /// One object file of a collection.
