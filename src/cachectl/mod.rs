@@ -202,14 +202,19 @@ pub(crate) fn resolve_kind(
     match plural[..] {
         [one] => Ok(format!("{prefix}{one}")),
         [] => {
-            eprintln!(
-                "tinyhub cache: {component} has no {resource} cached{}",
-                if metadata_view {
-                    " (metadata view)"
-                } else {
-                    ""
-                }
-            );
+            // The other view may hold it: say so rather than only "nothing".
+            let other_view = kinds_of(root, component).iter().any(|k| {
+                let inner = k.rsplit('/').next().unwrap_or(k);
+                k.contains('/') != metadata_view
+                    && (inner == resource || inner.split('.').next() == Some(resource))
+            });
+            let hint = match (metadata_view, other_view) {
+                (true, true) => " in the metadata view (it is without --view=metadata)",
+                (true, false) => " in the metadata view",
+                (false, true) => " (its metadata view is: --view=metadata)",
+                (false, false) => "",
+            };
+            eprintln!("tinyhub cache: {component} has no {resource} cached{hint}");
             Err(FOUND)
         }
         _ => {

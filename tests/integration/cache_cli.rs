@@ -705,16 +705,21 @@ fn a_two_gigabyte_file_is_too_large_and_never_read() {
     huge.set_len(2 << 30).unwrap();
     drop(huge);
     chmod(&pods.join("huge"), 0o600);
-    // Under a 64 MiB address-space limit: reading the file whole would fail the tool.
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -v 65536 && exec \"$@\"")
-        .arg("sh")
-        .arg(hub_binary())
-        .args(["cache", "verify", "--node-name=edge-1"])
-        .arg(format!("--disk-cache-path={}", cache.display()))
-        .output()
-        .unwrap();
+    // Under a 64 MiB address-space limit: reading the file whole would fail the tool. An
+    // emulator reserves more than that for itself, so under one the limit is left out.
+    let out = if emulated() {
+        tool(&cache, &["verify"])
+    } else {
+        Command::new("sh")
+            .arg("-c")
+            .arg("ulimit -v 65536 && exec \"$@\"")
+            .arg("sh")
+            .arg(hub_binary())
+            .args(["cache", "verify", "--node-name=edge-1"])
+            .arg(format!("--disk-cache-path={}", cache.display()))
+            .output()
+            .unwrap()
+    };
     assert_eq!(code(&out), 1, "{}", said(&out));
     let text = stdout(&out);
     assert!(
