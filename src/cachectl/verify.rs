@@ -2,7 +2,8 @@
 //! `cache::store::audit`), one line per problem, `<path below the cache>: <code>: <detail>`;
 //! exit 0 when clean, 1 with problems, for fleet automation. With the hub running it is
 //! read-only as every read command is, and leaves the hub's work in progress (staging,
-//! journals) unjudged.
+//! journals) unjudged. `-o json` streams one document: `{"cache","hub","problems":[…],
+//! "checked":{"files","bytes"}}`, a problem a line.
 
 use serde_json::json;
 
@@ -25,25 +26,42 @@ pub(crate) fn run(args: &CacheArgs) -> u8 {
     let options = AuditOptions {
         hub_running: matches!(hub, HubState::Running(_)),
     };
-    let mut problems = Vec::new();
-    let checked = match audit::walk(root, options, &mut |p| {
-        if args.output == Output::Text {
+    // Streamed: each problem printed as the walk finds it (a collection's when it ends), so
+    // the tool holds one file and one directory's names, not the report.
+    let json = args.output == Output::Json;
+    if json {
+        let head = json!({"cache": root.display().to_string(), "hub": hub.as_str()}).to_string();
+        // `{"cache":…,"hub":…` then the problems, then what was checked.
+        println!("{},\"problems\":[", head.trim_end_matches('}'));
+    }
+    let mut problems = 0usize;
+    let walked = audit::walk(root, options, &mut |p| {
+        if json {
+            let comma = if problems > 0 { "," } else { "" };
+            println!("{comma}{}", problem_json(&p));
+        } else {
             println!("{}", line(&p));
         }
-        problems.push(p);
-    }) {
+        problems += 1;
+    });
+    let checked = match walked {
         Ok(checked) => checked,
         Err(e) => {
+            if json {
+                // The document stays whole: what was checked is unknown.
+                println!("],\"checked\":null}}");
+            }
             eprintln!("tinyhub cache verify: {e}");
             return IO_FAILED;
         }
     };
-    if args.output == Output::Json {
-        println!("{}", json_report(args, &hub, checked, &problems));
+    if json {
+        let checked = json!({"files": checked.files, "bytes": checked.bytes});
+        println!("],\"checked\":{checked}}}");
     } else {
-        eprintln!("{}", summary(checked, problems.len()));
+        eprintln!("{}", summary(checked, problems));
     }
-    if problems.is_empty() { DONE } else { FOUND }
+    if problems == 0 { DONE } else { FOUND }
 }
 
 /// One problem as `verify` prints it.
@@ -65,19 +83,12 @@ pub(crate) fn summary(checked: Checked, problems: usize) -> String {
     )
 }
 
-/// `-o json`: the cache, the hub's state, what was read and each problem with what repair
-/// would do about it.
-fn json_report(args: &CacheArgs, hub: &HubState, checked: Checked, problems: &[Problem]) -> String {
-    let doc = json!({
-        "cache": args.disk_cache_path.display().to_string(),
-        "hub": hub.as_str(),
-        "checked": {"files": checked.files, "bytes": checked.bytes},
-        "problems": problems.iter().map(|p| json!({
-            "path": p.path,
-            "code": p.code.as_str(),
-            "detail": p.detail,
-            "action": p.code.action().as_str(),
-        })).collect::<Vec<_>>(),
-    });
-    format!("{doc:#}")
+/// One problem in `-o json`, with what repair would do about it.
+fn problem_json(p: &Problem) -> serde_json::Value {
+    json!({
+        "path": p.path,
+        "code": p.code.as_str(),
+        "detail": p.detail,
+        "action": p.code.action().as_str(),
+    })
 }
