@@ -791,6 +791,8 @@ fn a_repair_killed_at_random_moments_is_finished_by_the_next_and_loses_no_byte()
         .unwrap_or(1);
     eprintln!("repair kills: seed {seed}, a whole repair {span} µs");
     let mut rng = seed;
+    // Rounds whose kill fell mid-repair: something quarantined, no report written yet.
+    let mut cut = 0;
     for round in 0..20 {
         rng = rng
             .wrapping_mul(6_364_136_223_846_793_005)
@@ -808,6 +810,10 @@ fn a_repair_killed_at_random_moments_is_finished_by_the_next_and_loses_no_byte()
         std::thread::sleep(delay);
         let _ = child.kill();
         let _ = child.wait();
+        let quarantined = files(&cache.join(".quarantine"));
+        if !quarantined.is_empty() && !quarantined.iter().any(|(p, _)| p.ends_with("REPAIR.json")) {
+            cut += 1;
+        }
         let rerun = tool(&cache, &["repair"]);
         assert_eq!(
             code(&rerun),
@@ -834,4 +840,8 @@ fn a_repair_killed_at_random_moments_is_finished_by_the_next_and_loses_no_byte()
         }
         std::fs::remove_dir_all(&cache).unwrap();
     }
+    assert!(
+        cut > 0,
+        "no kill fell in the middle of a repair (seed {seed})"
+    );
 }
