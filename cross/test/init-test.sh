@@ -484,6 +484,23 @@ check_shell() {
 		skip "upper-case hostname (unshare -u not permitted here)"
 	fi
 
+	# `service tinyhub cache …`: the tool with the config's paths and node name, its own
+	# arguments first, and no procd instance.
+	printf '#!/bin/sh\nfor a in "$@"; do printf "%%s|" "$a"; done > "$STUB_ARGS"\n' > "$work/prog"
+	chmod +x "$work/prog"
+	printf '%s\n' "config tinyhub 'main'
+	option node_name 'gw-01'
+	option disk_cache_path '/data/cache'" > "$work/uci/tinyhub"
+	: > "$work/log"
+	(cd "$work/cwd" && STUB_UCI_DIR=$work/uci STUB_LOG=$work/log STUB_PROG=$work/prog \
+		STUB_ARGS=$work/args $sh "$stub/rc.common" "$init" cache get kubelet pods -n 'kube system' web > "$work/out" 2> "$work/err")
+	want="cache|get|kubelet|pods|-n|kube system|web|--disk-cache-path=/data/cache|--root-dir=/etc/kubernetes/yurthub|--node-name=gw-01|"
+	if [ "$(cat "$work/args" 2>/dev/null)" = "$want" ] && ! grep -q '^procd_open_instance' "$work/log"; then
+		ok "cache passes its arguments and the config's paths to tinyhub cache"
+	else
+		bad "cache: got [$(cat "$work/args" 2>/dev/null)] $(cat "$work/err"), want [$want]"
+	fi
+
 	rm -rf "$work/root"
 	mkdir -p "$work/root/etc/init.d"
 	(cd "$work/cwd" && IPKG_INSTROOT=$work/root STUB_UCI_DIR=$work/uci STUB_LOG=$work/log \

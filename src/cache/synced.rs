@@ -291,6 +291,18 @@ impl Synced {
     }
 }
 
+/// The entries of a stored `.synced` record as (component, kind directory, Unix seconds);
+/// `None` when it does not read as a record of this version (`tinyhub cache ls`).
+pub(crate) fn parse_record(bytes: &[u8]) -> Option<Vec<(String, String, u64)>> {
+    let file = serde_json::from_slice::<File>(bytes).ok()?;
+    (file.version == VERSION).then(|| {
+        file.kinds
+            .into_iter()
+            .map(|e| (e.component, e.resource, e.at))
+            .collect()
+    })
+}
+
 /// The age of a sync at `at` when the clock says `now`; `None` when the clock is behind it.
 pub(crate) fn age_at(at: u64, now: u64) -> Option<u64> {
     now.checked_sub(at)

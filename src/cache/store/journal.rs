@@ -336,7 +336,7 @@ pub(super) struct Applied {
 
 /// One journal line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum JournalOp<'a> {
+pub(super) enum JournalOp<'a> {
     /// Make this directory (relative to the root) unless it exists.
     Mkdir(&'a str),
     /// Rename this staged file to this path (relative to the root).
@@ -347,7 +347,7 @@ enum JournalOp<'a> {
 
 /// Parses one operation line; `None` for anything else, including a path that is not
 /// made of safe segments (a journal can never reach outside the root either).
-fn parse_op(line: &str) -> Option<JournalOp<'_>> {
+pub(super) fn parse_op(line: &str) -> Option<JournalOp<'_>> {
     let mut fields = line.split('\t');
     let op = match (fields.next()?, fields.next(), fields.next()) {
         // Up to `<component>/<view>/<kind>/<namespace>` and its objects (a metadata view).
@@ -369,7 +369,7 @@ fn relative_path(path: &str, segments: std::ops::RangeInclusive<usize>) -> bool 
 
 /// Whether a journal is whole: magic line, valid operations with every `mkdir` first,
 /// and a final `end` line with the number of operations.
-fn journal_is_complete(path: &Path) -> Result<bool, StoreError> {
+pub(super) fn journal_is_complete(path: &Path) -> Result<bool, StoreError> {
     let file = open_no_follow(path).map_err(io_err(StoreOp::Read, path))?;
     let mut reader = BufReader::new(file);
     let mut line = String::new();

@@ -1,0 +1,344 @@
+//! The file work of `tinyhub cache repair`, run with the cache's lock held and no hub:
+//! moving what `verify` refuses into `<root>/.quarantine/<UTC time>/` (never deleting it),
+//! setting modes and owners in place, and rolling a complete journal forward as the hub's
+//! recovery would.
+//!
+//! Each step is one `rename`, `chmod` or `chown`, its directories fsynced, so a repair
+//! killed at any moment leaves every byte either in the cache or in the quarantine, and
+//! running it again finishes (the files not moved yet are still refused). Each run moves
+//! into a directory of its own (`<time>`, `<time>-1`, …), so nothing quarantined before is
+//! ever replaced. The hub, `verify` and export never look into `.quarantine`.
+
+use std::fs::{self, DirBuilder};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::STAGING;
+use super::error::{StoreError, StoreOp, io_err};
+use super::fs::{DIR_MODE, FILE_MODE, make_dir, parent_of, sync_dir, write_new_file};
+use super::journal::{JournalOp, parse_op};
+use super::view::QUARANTINE;
+
+/// The name of the summary a repair leaves in its quarantine directory.
+pub(crate) const REPORT_FILE: &str = "REPAIR.json";
+
+/// One repair's quarantine directory, made when the first file is moved.
+#[derive(Debug)]
+pub(crate) struct Quarantine {
+    root: PathBuf,
+    /// Its name below `.quarantine` (`20261206T153000Z`), fixed at the start.
+    stamp: String,
+    /// The directory, once made.
+    dir: Option<PathBuf>,
+}
+
+impl Quarantine {
+    /// A quarantine for a repair of the cache at `root` starting at `now`.
+    pub(crate) fn new(root: &Path, now: SystemTime) -> Quarantine {
+        Quarantine {
+            root: root.to_owned(),
+            stamp: stamp(now),
+            dir: None,
+        }
+    }
+
+    /// The directory below the root, as a repair reports it (`.quarantine/<time>`), once
+    /// something went into it.
+    pub(crate) fn rel_dir(&self) -> Option<String> {
+        let dir = self.dir.as_ref()?;
+        let name = dir.file_name()?.to_string_lossy();
+        Some(format!("{QUARANTINE}/{name}"))
+    }
+
+    /// Makes `.quarantine` and this run's directory in it: the stamp, or the stamp with
+    /// `-1`, `-2`, … when a run in the same second made it already (never shared).
+    fn dir(&mut self) -> Result<PathBuf, StoreError> {
+        if let Some(dir) = &self.dir {
+            return Ok(dir.clone());
+        }
+        let top = self.root.join(QUARANTINE);
+        if make_dir(&top)? {
+            sync_dir(&self.root)?;
+        }
+        for n in 0..1000 {
+            let name = match n {
+                0 => self.stamp.clone(),
+                n => format!("{}-{n}", self.stamp),
+            };
+            let dir = top.join(name);
+            match DirBuilder::new().mode(DIR_MODE).create(&dir) {
+                Ok(()) => {
+                    sync_dir(&top)?;
+                    self.dir = Some(dir.clone());
+                    return Ok(dir);
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io_err(StoreOp::CreateDir, &dir)(e)),
+            }
+        }
+        let e = io::Error::new(io::ErrorKind::AlreadyExists, "1000 repairs in one second");
+        Err(io_err(StoreOp::CreateDir, &top)(e))
+    }
+
+    /// Moves the entry at `rel` (below the root; a file, a symlink itself or a directory
+    /// with all it holds) to the same path below this run's directory, parents made 0700;
+    /// `false` when it is gone already. Both directories are fsynced: once this returns,
+    /// the move survives a crash.
+    pub(crate) fn move_in(&mut self, rel: &str) -> Result<bool, StoreError> {
+        check_rel(rel)?;
+        let from = self.root.join(rel);
+        if fs::symlink_metadata(&from).is_err() {
+            return Ok(false);
+        }
+        let dir = self.dir()?;
+        let to = dir.join(rel);
+        let mut made = Vec::new();
+        let mut parent = parent_of(&to).to_owned();
+        while parent != dir && !parent.is_dir() {
+            made.push(parent.clone());
+            parent = parent_of(&parent).to_owned();
+        }
+        for new in made.iter().rev() {
+            make_dir(new)?;
+            sync_dir(parent_of(new))?;
+        }
+        match fs::rename(&from, &to) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io_err(StoreOp::Rename, &to)(e)),
+        }
+        sync_dir(parent_of(&to))?;
+        sync_dir(parent_of(&from))?;
+        Ok(true)
+    }
+
+    /// Writes the repair's summary as `REPAIR.json` in this run's directory (made if
+    /// nothing was moved), 0600, flushed.
+    pub(crate) fn write_report(&mut self, bytes: &[u8]) -> Result<PathBuf, StoreError> {
+        let dir = self.dir()?;
+        let path = dir.join(REPORT_FILE);
+        write_new_file(&path, bytes, true)?;
+        sync_dir(&dir)?;
+        Ok(path)
+    }
+}
+
+/// Sets the entry at `rel` (below `root`; `.` for the root) to 0600, or 0700 when
+/// `is_dir`, in place; never through a symlink (the walk reported those apart).
+pub(crate) fn fix_mode(root: &Path, rel: &str, is_dir: bool) -> Result<(), StoreError> {
+    let path = entry_path(root, rel)?;
+    let meta = match fs::symlink_metadata(&path) {
+        Ok(meta) => meta,
+        // Moved away (quarantined) since the walk: nothing to set.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err(StoreOp::Stat, &path)(e)),
+    };
+    if meta.file_type().is_symlink() || meta.is_dir() != is_dir {
+        // Changed since the walk: the next verify says what it is now.
+        return Ok(());
+    }
+    let mode = if is_dir { DIR_MODE } else { FILE_MODE };
+    fs::set_permissions(&path, fs::Permissions::from_mode(mode))
+        .map_err(io_err(StoreOp::Write, &path))
+}
+
+/// Gives the entry at `rel` (below `root`) to the root's owner; never through a symlink.
+pub(crate) fn fix_owner(root: &Path, rel: &str) -> Result<(), StoreError> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = fs::symlink_metadata(root).map_err(io_err(StoreOp::Stat, root))?;
+    let path = entry_path(root, rel)?;
+    std::os::unix::fs::lchown(&path, Some(owner.uid()), Some(owner.gid()))
+        .map_err(io_err(StoreOp::Write, &path))
+}
+
+/// Applies the complete journal `rel` (a `.journal.<n>` in the root) as the hub's recovery
+/// does: its directories made, each staged file renamed into place (one gone was renamed
+/// before), each delete done (one gone was done before), the touched directories fsynced,
+/// the journal removed. Idempotent, so a run killed halfway is finished by the next.
+pub(crate) fn roll_forward(root: &Path, rel: &str) -> Result<(), StoreError> {
+    check_rel(rel)?;
+    let journal = root.join(rel);
+    let text = fs::read_to_string(&journal).map_err(io_err(StoreOp::Read, &journal))?;
+    let staging = root.join(STAGING);
+    let mut touched = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        if line.starts_with("end\t") {
+            break;
+        }
+        // The magic line, and nothing else: the caller checked the journal is complete.
+        let Some(op) = parse_op(line) else { continue };
+        match op {
+            JournalOp::Mkdir(dir) => {
+                let dir = root.join(dir);
+                if make_dir(&dir)? {
+                    touched.insert(parent_of(&dir).to_owned());
+                }
+            }
+            JournalOp::Rename(temp, to) => {
+                let (from, to) = (staging.join(temp), root.join(to));
+                match fs::rename(&from, &to) {
+                    Ok(()) => {
+                        touched.insert(parent_of(&to).to_owned());
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_err(StoreOp::Rename, &to)(e)),
+                }
+            }
+            JournalOp::Delete(path) => {
+                let path = root.join(path);
+                match fs::remove_file(&path) {
+                    Ok(()) => {
+                        touched.insert(parent_of(&path).to_owned());
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_err(StoreOp::Remove, &path)(e)),
+                }
+            }
+        }
+    }
+    for dir in &touched {
+        sync_dir(dir)?;
+    }
+    fs::remove_file(&journal).map_err(io_err(StoreOp::Remove, &journal))?;
+    sync_dir(root)
+}
+
+/// `rel` must be a relative path below the root: segments neither empty, `.` nor `..`, no
+/// NUL. The walk names what it found, so a foreign name (`a%b`, a control character) must
+/// still move; nothing outside the root is ever touched.
+fn check_rel(rel: &str) -> Result<(), StoreError> {
+    let safe = !rel.is_empty()
+        && !rel.starts_with('/')
+        && !rel.contains('\0')
+        && rel
+            .split('/')
+            .all(|s| !s.is_empty() && s != "." && s != "..");
+    if safe {
+        Ok(())
+    } else {
+        Err(StoreError::UnsafeKey {
+            field: "path",
+            value: rel.to_owned(),
+        })
+    }
+}
+
+/// The path of `rel` below `root`, `.` being the root.
+fn entry_path(root: &Path, rel: &str) -> Result<PathBuf, StoreError> {
+    if rel == "." {
+        return Ok(root.to_owned());
+    }
+    check_rel(rel)?;
+    Ok(root.join(rel))
+}
+
+/// `yyyymmddThhmmssZ`, UTC.
+fn stamp(now: SystemTime) -> String {
+    let secs = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let text = crate::logging::rfc3339(secs);
+    // `2026-12-06T15:30:00Z` → `20261206T153000Z`.
+    text.chars().filter(|c| !matches!(c, '-' | ':')).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::temp_dir::TempDir;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn a_moved_file_keeps_its_path_below_a_directory_of_its_own_run() {
+        let dir = TempDir::new("quarantine");
+        let root = dir.0.clone();
+        fs::create_dir_all(root.join("kubelet/pods.v1.core/default")).unwrap();
+        fs::write(root.join("kubelet/pods.v1.core/default/ghost"), "x").unwrap();
+        let at = UNIX_EPOCH + Duration::from_secs(1_796_571_000);
+        let mut first = Quarantine::new(&root, at);
+        assert!(first.move_in("kubelet/pods.v1.core/default/ghost").unwrap());
+        assert!(!first.move_in("kubelet/pods.v1.core/default/ghost").unwrap());
+        let rel = first.rel_dir().unwrap();
+        assert!(rel.starts_with(".quarantine/20261"), "{rel}");
+        assert_eq!(
+            fs::read(root.join(&rel).join("kubelet/pods.v1.core/default/ghost")).unwrap(),
+            b"x"
+        );
+        // A second run in the same second never shares the directory.
+        fs::write(root.join("notes.txt"), "y").unwrap();
+        let mut second = Quarantine::new(&root, at);
+        assert!(second.move_in("notes.txt").unwrap());
+        assert_eq!(second.rel_dir().unwrap(), format!("{rel}-1"));
+        assert!(second.move_in("../outside").is_err());
+        assert!(second.move_in("/etc/passwd").is_err());
+        assert!(second.move_in("kubelet/./x").is_err());
+        // A name the cache never writes still moves: it is what the walk found.
+        fs::write(root.join("kubelet/a%b\tc"), "z").unwrap();
+        assert!(second.move_in("kubelet/a%b\tc").unwrap());
+        assert!(root.join(format!("{rel}-1/kubelet/a%b\tc")).exists());
+    }
+
+    #[test]
+    fn a_journal_a_crash_left_is_rolled_forward_as_recovery_would() {
+        use crate::cache::key::{CollectionKey, ObjectKey};
+        use crate::cache::store::audit::{AuditOptions, Code, walk};
+        use crate::cache::store::{CommitStep, Store, StoreOptions};
+        let dir = TempDir::new("roll-forward");
+        let root = dir.root();
+        let pods = CollectionKey::new("kubelet", "pods", "v1", "");
+        let pod = |ns: &str, name: &str, rv: u32| {
+            format!(
+                r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"{ns}","resourceVersion":"{rv}"}}}}"#
+            )
+        };
+        {
+            let options = StoreOptions {
+                crash_at: Some(CommitStep::JournalDurable),
+            };
+            let (store, _) = Store::open_with(&root, options).unwrap();
+            let old = ObjectKey {
+                collection: pods.clone(),
+                namespace: Some("a".into()),
+                name: "gone".into(),
+            };
+            store
+                .put(&old, pod("a", "gone", 1).as_bytes(), Some("1"))
+                .unwrap();
+            let mut replace = store.begin_replace(&pods, None).unwrap();
+            replace
+                .put(Some("c"), "new", pod("c", "new", 9).as_bytes(), Some("9"))
+                .unwrap();
+            assert!(replace.commit(&mut |_| true, Some("10")).is_err());
+        }
+        let mut journals = Vec::new();
+        walk(&root, AuditOptions::default(), &mut |p| {
+            if p.code == Code::PendingJournal {
+                journals.push(p.path);
+            }
+        })
+        .unwrap();
+        assert_eq!(journals.len(), 1);
+        roll_forward(&root, &journals[0]).unwrap();
+        let objects = root.join("kubelet/pods.v1.core");
+        assert_eq!(
+            fs::read_to_string(objects.join("c/new")).unwrap(),
+            pod("c", "new", 9)
+        );
+        assert!(!objects.join("a/gone").exists());
+        assert!(!root.join(&journals[0]).exists());
+        // Nothing is left to judge: the staged file went where the journal said.
+        let mut left = Vec::new();
+        walk(&root, AuditOptions::default(), &mut |p| left.push(p)).unwrap();
+        assert_eq!(left, []);
+    }
+
+    #[test]
+    fn a_time_stamps_as_the_quarantine_names_it() {
+        assert_eq!(
+            stamp(UNIX_EPOCH + Duration::from_secs(86_400 + 3_661)),
+            "19700102T010101Z"
+        );
+    }
+}
