@@ -91,6 +91,7 @@
 //! the credentials' read grants, kept beside the cache; `synced.rs` when each kind last heard
 //! the cloud, kept beside the cache, and the kind directories' modification times.
 
+pub(crate) mod archive;
 mod error;
 mod error_keys;
 mod fs;
