@@ -105,6 +105,46 @@ impl DirLock {
         Ok(DirLock { dir: file })
     }
 
+    /// Tries the same lock without waiting, for a tool that must not disturb a running hub
+    /// (`tinyhub cache`): [`Probe::Held`] with the holder's note when a hub (or another tool)
+    /// holds it, else [`Probe::Free`] with the lock, which the caller drops at once to stay
+    /// out of a starting hub's way, or keeps for a run that writes (then `note`, when given,
+    /// is written as the note, so a hub refused meanwhile names the tool). Nothing is
+    /// written without a note. A filesystem without locks counts as free, with a warning.
+    pub(crate) fn probe(dir: &Path, note: Option<&str>) -> Result<Probe, LockError> {
+        let io_error = |source| LockError::Io {
+            dir: dir.to_owned(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(dir)
+            .map_err(io_error)?;
+        match try_lock(&file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Ok(Probe::Held {
+                    note: read_note(dir),
+                });
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOLCK | libc::EOPNOTSUPP)) => {
+                log::warn!(
+                    "cannot lock {}: {e}; a hub on this directory would not be seen",
+                    dir.display()
+                );
+            }
+            Err(e) => return Err(io_error(e)),
+        }
+        if let Some(text) = note {
+            let path = dir.join(NOTE_FILE);
+            if let Err(e) = write_note(&path, text) {
+                log::warn!("cannot write {}: {e}", path.display());
+            }
+        }
+        Ok(Probe::Free(DirLock { dir: file }))
+    }
+
     /// Whether `other` is the directory this lock holds (the same inode, whatever the path).
     pub(crate) fn holds(&self, other: &Path) -> bool {
         match (self.dir.metadata(), std::fs::metadata(other)) {
@@ -112,6 +152,24 @@ impl DirLock {
             _ => false,
         }
     }
+}
+
+/// What [`DirLock::probe`] found.
+#[derive(Debug)]
+pub(crate) enum Probe {
+    /// No one held the lock; now this process does, until the value is dropped.
+    Free(DirLock),
+    /// Another process holds it.
+    Held {
+        /// What the holder wrote in its note; `None` when there is none (yet).
+        note: Option<String>,
+    },
+}
+
+/// A note naming this process as `what` (`tinyhub cache repair`): `<what> pid <n> on <host>
+/// since <UTC time>`, the hub's own note with the tool's name in front.
+pub(crate) fn tool_note(what: &str) -> String {
+    format!("{what} {}", holder_note())
 }
 
 /// This process as the note tells it: `pid <n> on <host> since <UTC time>`.
@@ -220,6 +278,35 @@ mod tests {
         drop(first);
         let again = DirLock::acquire(&dir).unwrap();
         drop(again);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_probe_sees_the_holder_and_writes_nothing_unless_asked() {
+        let dir = temp_dir("probe");
+        let free = DirLock::probe(&dir, None).unwrap();
+        assert!(matches!(free, Probe::Free(_)));
+        assert!(
+            !dir.join(NOTE_FILE).exists(),
+            "a probe without a note wrote one"
+        );
+        drop(free);
+        let hub = DirLock::acquire(&dir).unwrap();
+        match DirLock::probe(&dir, Some("never written")).unwrap() {
+            Probe::Held { note: Some(note) } => {
+                assert!(
+                    note.starts_with(&format!("pid {} on ", std::process::id())),
+                    "{note}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        drop(hub);
+        let tool = DirLock::probe(&dir, Some(&tool_note("tinyhub cache repair"))).unwrap();
+        assert!(matches!(tool, Probe::Free(_)));
+        let refused = DirLock::acquire(&dir).unwrap_err().to_string();
+        assert!(refused.contains("tinyhub cache repair pid "), "{refused}");
+        drop(tool);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -13,6 +13,7 @@ pub mod alloc;
 pub mod app;
 mod atomic_file;
 mod cache;
+pub mod cachectl;
 #[cfg(test)]
 mod child_test;
 mod clients;

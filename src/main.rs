@@ -1,4 +1,5 @@
-//! The `tinyhub` binary: parse the command line, set up logging, run the hub.
+//! The `tinyhub` binary: parse the command line, set up logging, run the hub (or, for
+//! `tinyhub cache …`, the cache tool).
 
 use std::process::ExitCode;
 
@@ -8,6 +9,7 @@ static ALLOCATOR: tinyhub::alloc::Counting = tinyhub::alloc::Counting;
 fn main() -> ExitCode {
     let config = match tinyhub::config::from_args(std::env::args_os().skip(1)) {
         Ok(tinyhub::config::Command::Run(config)) => config,
+        Ok(tinyhub::config::Command::Cache(args)) => return tinyhub::cachectl::run(args),
         Ok(tinyhub::config::Command::Print(text)) => {
             print!("{text}");
             return ExitCode::SUCCESS;

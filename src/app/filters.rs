@@ -110,7 +110,7 @@ mod tests {
     fn config(args: &[&str]) -> crate::config::Config {
         match crate::config::from_args(args.iter().copied()) {
             Ok(crate::config::Command::Run(c)) => *c,
-            Ok(crate::config::Command::Print(text)) => panic!("printed {text}"),
+            Ok(other) => panic!("not a run: {other:?}"),
             Err(e) => panic!("{e}"),
         }
     }

@@ -4,6 +4,7 @@
 //! thread; a bad flag, an unreadable file or a server that is not `https://` comes back as one
 //! clear [`StartupError`] line.
 
+pub(crate) mod cache_args;
 pub(crate) mod flags;
 pub(crate) mod join;
 mod join_flags;
@@ -21,6 +22,7 @@ use crate::netif::{self, DummyInterface};
 use crate::pool::leader;
 use crate::pool::resources::PoolScope;
 use crate::tls::{self, TlsMaterial};
+pub use cache_args::CacheArgs;
 use join::{CaPin, JoinToken};
 pub(crate) use kubeconfig::Token;
 
@@ -31,6 +33,8 @@ pub enum Command {
     Run(Box<Config>),
     /// Print this text (help) and exit 0.
     Print(String),
+    /// `tinyhub cache …`: a command on the disk cache, no hub (`cachectl`).
+    Cache(CacheArgs),
 }
 
 /// A validated configuration.
@@ -236,6 +240,14 @@ where
     I: IntoIterator,
     I::Item: Into<OsString>,
 {
+    let mut args = args.into_iter().map(Into::into).peekable();
+    if args.peek().is_some_and(|first| first == "cache") {
+        args.next();
+        return match cache_args::parse(args)? {
+            cache_args::Parsed::Run(cache) => Ok(Command::Cache(cache)),
+            cache_args::Parsed::Help => Ok(Command::Print(cache_args::help_text())),
+        };
+    }
     let raw = flags::parse(args)?;
     if raw.get("help").is_some_and(|v| v != "false") {
         return Ok(Command::Print(flags::help_text()));
@@ -947,7 +959,7 @@ mod tests {
     fn run(args: &[&str]) -> Result<Config, String> {
         match from_args(args.iter().copied()) {
             Ok(Command::Run(c)) => Ok(*c),
-            Ok(Command::Print(_)) => Err("printed".into()),
+            Ok(other) => Err(format!("not a run: {other:?}")),
             Err(e) => Err(e.to_string()),
         }
     }

@@ -6,7 +6,7 @@ use super::fs::read_object;
 use super::{Store, StoreError};
 
 /// The file's name under the cache root.
-const ERROR_KEYS_FILE: &str = ".error-keys";
+pub(super) const ERROR_KEYS_FILE: &str = ".error-keys";
 
 impl Store {
     /// The stored list's bytes; `None` when there is none.

@@ -8,7 +8,7 @@ use super::fs::read_object;
 use super::{Store, StoreError};
 
 /// The file's name under the cache root.
-const GRANTS_FILE: &str = ".grants";
+pub(super) const GRANTS_FILE: &str = ".grants";
 
 impl Store {
     /// The stored grants' bytes; `None` when there are none.

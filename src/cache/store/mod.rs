@@ -118,6 +118,7 @@ mod synced;
 mod tests;
 mod tokens;
 mod tombstones;
+pub(crate) mod view;
 
 use std::borrow::Cow;
 use std::fs::{DirBuilder, File};

@@ -11,7 +11,7 @@ use super::index::{for_each_kind_dir, safe_entries};
 use super::{Store, StoreError};
 
 /// The file's name under the cache root.
-const SYNCED_FILE: &str = ".synced";
+pub(super) const SYNCED_FILE: &str = ".synced";
 
 /// A kind directory found on disk: its component, its path below the component's
 /// ([`crate::cache::key::CollectionKey::dir_name`]) and its newest modification time.

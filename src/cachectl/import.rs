@@ -1,0 +1,12 @@
+//! `tinyhub cache import`: not built yet (its own part of the work fills this file).
+
+use std::process::ExitCode;
+
+use crate::config::CacheArgs;
+
+/// Runs `import`; the exit status.
+pub(crate) fn run(args: &CacheArgs) -> ExitCode {
+    let _ = args;
+    eprintln!("tinyhub cache import: not built yet");
+    ExitCode::from(super::USAGE)
+}
