@@ -35,12 +35,13 @@ use flate2::bufread::GzDecoder;
 use flate2::write::GzEncoder;
 use serde_json::{Value, json};
 
+use super::check::{Expect, MAX_FILE, check_object};
+
 use crate::cache::key::METADATA_DIR;
-use crate::cache::object::ObjectHead;
 use crate::names::is_safe_segment;
 
 pub(crate) use export::{ExportError, ExportOptions, ExportReport, export};
-pub(crate) use import::{ImportError, ImportOptions, ImportReport};
+pub(crate) use import::{ImportOptions, ImportReport};
 
 /// The manifest's path in the archive.
 const MANIFEST_PATH: &str = "tinyhub-cache/MANIFEST.json";
@@ -126,14 +127,14 @@ impl Manifest {
     }
 }
 
-/// The largest file an archive may carry: the store's own bound on what it reads.
+/// The largest file an archive may carry: the largest the store reads.
 fn max_file() -> u64 {
-    // Until the store's object check lands: the writer's largest object and 64 KiB of slack.
-    crate::cache::writer::MAX_OBJECT_BYTES as u64 + 64 * 1024
+    MAX_FILE
 }
 
 /// Whether `bytes` may be the file at `rel` below the cache: a record or a document at the
-/// top, a token answer, or an object naming the path it is at. `Err` says why not.
+/// top, a token answer, or an object naming the path it is at (the store's own check, which
+/// the hub applies before serving). `Err` says why not, as `<code>: <detail>`.
 pub(crate) fn check_cache_file(rel: &str, bytes: &[u8]) -> Result<(), String> {
     let segments: Vec<&str> = rel.split('/').collect();
     let is_json = || {
@@ -145,9 +146,11 @@ pub(crate) fn check_cache_file(rel: &str, bytes: &[u8]) -> Result<(), String> {
         [record] if CACHE_RECORDS.contains(record) => is_json(),
         [document] if *document == "version" || document.starts_with('_') => is_json(),
         [_] => Err("foreign: not a cache document".to_owned()),
-        [_, "tokens", _, _, _] => ObjectHead::read(bytes)
-            .map(drop)
-            .map_err(|e| format!("not-object: {e}")),
+        // A TokenRequest answer: an object (its name is the service account's).
+        [_, "tokens", namespace, account, _] => {
+            check_object(bytes, &Expect::for_kind_dir("tokens", Some(namespace), account))
+                .map_err(|r| format!("{}: {r}", r.code()))
+        }
         [_, kind, rest @ ..] => {
             let (kind_rel, rest) = match rest {
                 [inner, rest @ ..] if *kind == METADATA_DIR => (format!("{kind}/{inner}"), rest),
@@ -161,29 +164,11 @@ pub(crate) fn check_cache_file(rel: &str, bytes: &[u8]) -> Result<(), String> {
             if !kind_rel.contains('.') {
                 return Err("foreign: not in a kind directory".to_owned());
             }
-            check_object(bytes, &kind_rel, namespace, name)
+            check_object(bytes, &Expect::for_kind_dir(&kind_rel, namespace, name))
+                .map_err(|r| format!("{}: {r}", r.code()))
         }
         _ => Err("foreign: not at an object's depth".to_owned()),
     }
-}
-
-/// The store's object check: the file names the object its path names.
-fn check_object(
-    bytes: &[u8],
-    _kind_rel: &str,
-    namespace: Option<&str>,
-    name: &str,
-) -> Result<(), String> {
-    let head = ObjectHead::read(bytes).map_err(|e| format!("not-object: {e}"))?;
-    let meta = head.metadata.unwrap_or_default();
-    if meta.name.as_deref() != Some(name) {
-        return Err(format!("names-other: metadata.name is {:?}", meta.name));
-    }
-    let found = meta.namespace.as_deref().filter(|ns| !ns.is_empty());
-    if found != namespace {
-        return Err(format!("names-other: metadata.namespace is {found:?}"));
-    }
-    Ok(())
 }
 
 /// Where an entry belongs.

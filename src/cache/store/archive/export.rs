@@ -8,12 +8,13 @@
 //! counts, and an import would refuse it.
 
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use super::super::fs::open_no_follow;
+use super::super::StoreError;
+use super::super::check::{self, FileRead};
 use super::super::index::{for_each_kind_dir, safe_entries};
-use super::{ArchivePath, ArchiveWriter, CACHE_RECORDS, Manifest, check_cache_file, max_file};
+use super::{ArchivePath, ArchiveWriter, CACHE_RECORDS, Manifest, check_cache_file};
 use crate::names::Component;
 
 /// What to export.
@@ -276,22 +277,13 @@ fn plan_root(root: &Path, files: &mut Vec<Planned>, report: &mut ExportReport) {
     }
 }
 
-/// A regular file's bytes, opened without following a symlink; `None` when it is not a
-/// regular file or is larger than the store's largest file (never read then).
+/// A regular file's bytes through the store's bounded read; `None` when it is not a regular
+/// file or is larger than the store's largest file (never read then).
 fn read_bounded(path: &Path) -> io::Result<Option<Vec<u8>>> {
-    let file = match open_no_follow(path) {
-        Ok(file) => file,
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let meta = file.metadata()?;
-    if !meta.is_file() || meta.len() > max_file() {
-        return Ok(None);
+    match check::read_bounded(path) {
+        Ok(FileRead::Bytes(bytes)) => Ok(Some(bytes)),
+        Ok(_) => Ok(None),
+        Err(StoreError::Io { source, .. }) => Err(source),
+        Err(e) => Err(io::Error::other(e.to_string())),
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    (&file).take(max_file() + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > max_file() {
-        return Ok(None);
-    }
-    Ok(Some(bytes))
 }

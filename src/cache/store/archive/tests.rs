@@ -9,6 +9,7 @@ use std::path::Path;
 
 use super::super::journal::CommitStep;
 use super::super::{Store, StoreError, StoreOptions};
+use super::import::ImportError;
 use super::*;
 use crate::cache::key::{CollectionKey, ObjectKey};
 use crate::cache::temp_dir::TempDir;
