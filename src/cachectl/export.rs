@@ -122,7 +122,10 @@ fn to_file(path: &Path, cache: &Path, opts: &ExportOptions<'_>) -> Result<Export
     if result.is_err()
         && let Err(e) = fs::remove_file(path)
     {
-        eprintln!("tinyhub cache export: cannot remove {}: {e}", path.display());
+        eprintln!(
+            "tinyhub cache export: cannot remove {}: {e}",
+            path.display()
+        );
     }
     result.map_err(Failure::Export)
 }

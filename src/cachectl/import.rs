@@ -53,7 +53,9 @@ fn import_from(args: &CacheArgs) -> u8 {
             eprintln!(
                 "tinyhub cache import: a hub runs on {} ({}): stop it first",
                 cache.display(),
-                holder.as_deref().unwrap_or("it has not written its .tinyhub.lock yet")
+                holder
+                    .as_deref()
+                    .unwrap_or("it has not written its .tinyhub.lock yet")
             );
             return super::HUB_RUNS;
         }

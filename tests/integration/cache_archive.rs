@@ -79,19 +79,24 @@ fn cached(dir: &Path, pods: &[&str]) -> (Cloud, HubSpec) {
                        "spec": {"audiences": ["api"], "expirationSeconds": 3600}});
     let reply = call(
         "POST",
-        &format!("{}/api/v1/namespaces/default/serviceaccounts/builder/token", hub.url()),
+        &format!(
+            "{}/api/v1/namespaces/default/serviceaccounts/builder/token",
+            hub.url()
+        ),
         KUBELET,
         &[("content-type", "application/json")],
         Some(&serde_json::to_vec(&token).unwrap()),
     );
     assert_eq!(reply.status, 201, "{}", reply.text());
     assert!(
-        hub.wait_cached(&["kubelet/secrets.v1.core/default/db-password"], Duration::from_secs(30))
-            && eventually(Duration::from_secs(30), || {
-                !files_under(&spec.cache_dir.join("kubelet/tokens")).is_empty()
-                    && !files_under(&spec.cache_dir.join("kube-proxy")).is_empty()
-                    && files_under(&spec.cache_dir.join("kubelet/pods.v1.core")).len() == pods.len()
-            }),
+        hub.wait_cached(
+            &["kubelet/secrets.v1.core/default/db-password"],
+            Duration::from_secs(30)
+        ) && eventually(Duration::from_secs(30), || {
+            !files_under(&spec.cache_dir.join("kubelet/tokens")).is_empty()
+                && !files_under(&spec.cache_dir.join("kube-proxy")).is_empty()
+                && files_under(&spec.cache_dir.join("kubelet/pods.v1.core")).len() == pods.len()
+        }),
         "{}",
         hub.logs()
     );
@@ -145,26 +150,43 @@ fn export_wipe_import_and_the_hub_serves_the_same_answers_offline() {
     assert!(stderr(&out).contains("hub stopped"), "{}", stderr(&out));
     let names = listing(&archive);
     assert_eq!(names[0], "tinyhub-cache/MANIFEST.json");
-    assert!(names.iter().any(|n| n.ends_with("secrets.v1.core/default/db-password")));
     assert!(
-        !names.iter().any(|n| n.contains("/tokens/") || n.ends_with(".grants") || n.starts_with("root/")),
+        names
+            .iter()
+            .any(|n| n.ends_with("secrets.v1.core/default/db-password"))
+    );
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains("/tokens/") || n.ends_with(".grants") || n.starts_with("root/")),
         "{names:?}"
     );
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&archive).unwrap().permissions());
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&archive).unwrap().permissions(),
+    );
     assert_eq!(mode & 0o777, 0o600);
 
     std::fs::remove_dir_all(&spec.cache_dir).unwrap();
     // Another node's archive is refused; the node's own is taken.
     let out = cache_cmd(&spec, "edge-2", &["import", archive.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("--allow-other-node"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--allow-other-node"),
+        "{}",
+        stderr(&out)
+    );
     let out = cache_cmd(&spec, "edge-1", &["import", archive.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("imported edge-1's cache"));
 
     let after = offline_answers(&spec);
     for ((status, body, age), (status0, body0, age0)) in after.iter().zip(&before) {
-        assert_eq!((status, body), (status0, body0), "{}", String::from_utf8_lossy(body));
+        assert_eq!(
+            (status, body),
+            (status0, body0),
+            "{}",
+            String::from_utf8_lossy(body)
+        );
         // The cloud's word is as old as it was, never "fresh at import".
         assert!(age.unwrap() >= age0.unwrap(), "{age:?} < {age0:?}");
     }
@@ -174,9 +196,17 @@ fn export_wipe_import_and_the_hub_serves_the_same_answers_offline() {
         cache_dir: dir.path().join("other"),
         ..spec.clone()
     };
-    let out = cache_cmd(&other, "edge-2", &["import", archive.to_str().unwrap(), "--allow-other-node"]);
+    let out = cache_cmd(
+        &other,
+        "edge-2",
+        &["import", archive.to_str().unwrap(), "--allow-other-node"],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("WARNING: the archive is node \"edge-1\"'s"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("WARNING: the archive is node \"edge-1\"'s"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -184,14 +214,22 @@ fn credentials_travel_only_when_asked_and_said_loudly() {
     let dir = TempDir::new("archive-creds");
     let (_cloud, spec) = cached(dir.path(), &["web-0"]);
     let archive = dir.path().join("creds.tar.gz");
-    let out = cache_cmd(&spec, "edge-1", &["export", archive.to_str().unwrap(), "--with-credentials"]);
+    let out = cache_cmd(
+        &spec,
+        "edge-1",
+        &["export", archive.to_str().unwrap(), "--with-credentials"],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("WARNING: the archive holds this node's private keys and tokens"),
         "{}",
         stderr(&out)
     );
-    assert!(listing(&archive).iter().any(|n| n.starts_with("cache/kubelet/tokens/default/builder/")));
+    assert!(
+        listing(&archive)
+            .iter()
+            .any(|n| n.starts_with("cache/kubelet/tokens/default/builder/"))
+    );
 
     // Without the flag, an import leaves them out and says so.
     let plain = HubSpec {
@@ -200,15 +238,27 @@ fn credentials_travel_only_when_asked_and_said_loudly() {
     };
     let out = cache_cmd(&plain, "edge-1", &["import", archive.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("--with-credentials installs them"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--with-credentials installs them"),
+        "{}",
+        stderr(&out)
+    );
     assert!(files_under(&plain.cache_dir.join("kubelet/tokens")).is_empty());
     let with = HubSpec {
         cache_dir: dir.path().join("with"),
         ..spec.clone()
     };
-    let out = cache_cmd(&with, "edge-1", &["import", archive.to_str().unwrap(), "--with-credentials"]);
+    let out = cache_cmd(
+        &with,
+        "edge-1",
+        &["import", archive.to_str().unwrap(), "--with-credentials"],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("WARNING: installed"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("WARNING: installed"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(files_under(&with.cache_dir.join("kubelet/tokens")).len(), 1);
 }
 
@@ -250,14 +300,22 @@ fn pax(key: &str, value: &str) -> Vec<u8> {
     while len != rest + len.to_string().len() {
         len = rest + len.to_string().len();
     }
-    entry("PaxHeaders/x", b'x', format!("{len} {key}={value}\n").as_bytes())
+    entry(
+        "PaxHeaders/x",
+        b'x',
+        format!("{len} {key}={value}\n").as_bytes(),
+    )
 }
 
 /// A gzip'd archive: a manifest for edge-1 saying `files` and `bytes`, then `entries`.
 fn archive(files: u64, bytes: u64, entries: &[Vec<u8>]) -> Vec<u8> {
     let manifest = json!({"format": 1, "nodeName": "edge-1", "createdAt": "2026-01-01T00:00:00Z",
                           "tinyhub": "0.1.0", "withCredentials": false, "files": files, "bytes": bytes});
-    let mut tar = entry("tinyhub-cache/MANIFEST.json", b'0', manifest.to_string().as_bytes());
+    let mut tar = entry(
+        "tinyhub-cache/MANIFEST.json",
+        b'0',
+        manifest.to_string().as_bytes(),
+    );
     for e in entries {
         tar.extend_from_slice(e);
     }
@@ -271,7 +329,9 @@ fn archive(files: u64, bytes: u64, entries: &[Vec<u8>]) -> Vec<u8> {
 /// left out (the import's open rewrites it).
 fn tree(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
     fn walk(dir: &Path, out: &mut BTreeMap<PathBuf, Option<Vec<u8>>>) {
-        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
         for entry in entries {
             let path = entry.unwrap().path();
             let meta = std::fs::symlink_metadata(&path).unwrap();
@@ -304,11 +364,31 @@ fn hostile_archives_are_refused_with_one_line_and_nothing_changes() {
     let in_pods = "cache/kubelet/pods.v1.core/default/x";
     let big = 9 * 1024 * 1024;
     let mut hostile: Vec<(String, Vec<u8>, &str)> = vec![
-        ("dot-dot".into(), archive(1, n, &[entry("cache/../x", b'0', pod)]), "\"..\""),
-        ("absolute".into(), archive(1, n, &[entry("/etc/x", b'0', pod)]), "absolute"),
-        ("symlink".into(), archive(1, n, &[entry(in_pods, b'2', b"")]), "symlink"),
-        ("hard link".into(), archive(1, n, &[entry(in_pods, b'1', b"")]), "hard link"),
-        ("device".into(), archive(1, n, &[entry(in_pods, b'3', b"")]), "device"),
+        (
+            "dot-dot".into(),
+            archive(1, n, &[entry("cache/../x", b'0', pod)]),
+            "\"..\"",
+        ),
+        (
+            "absolute".into(),
+            archive(1, n, &[entry("/etc/x", b'0', pod)]),
+            "absolute",
+        ),
+        (
+            "symlink".into(),
+            archive(1, n, &[entry(in_pods, b'2', b"")]),
+            "symlink",
+        ),
+        (
+            "hard link".into(),
+            archive(1, n, &[entry(in_pods, b'1', b"")]),
+            "hard link",
+        ),
+        (
+            "device".into(),
+            archive(1, n, &[entry(in_pods, b'3', b"")]),
+            "device",
+        ),
         (
             "over-size".into(),
             archive(1, big, &[entry(in_pods, b'0', &vec![b' '; big as usize])]),
@@ -316,7 +396,11 @@ fn hostile_archives_are_refused_with_one_line_and_nothing_changes() {
         ),
         (
             "pax linkpath".into(),
-            archive(1, n, &[[pax("linkpath", "/etc/passwd"), entry(in_pods, b'0', pod)].concat()]),
+            archive(
+                1,
+                n,
+                &[[pax("linkpath", "/etc/passwd"), entry(in_pods, b'0', pod)].concat()],
+            ),
             "linkpath",
         ),
         (
@@ -333,13 +417,21 @@ fn hostile_archives_are_refused_with_one_line_and_nothing_changes() {
     // Cut at 10 offsets spread over the good archive.
     for i in 1..=10 {
         let cut = good_bytes.len() * i / 11;
-        hostile.push((format!("cut at {cut}"), good_bytes[..cut].to_vec(), "damaged"));
+        hostile.push((
+            format!("cut at {cut}"),
+            good_bytes[..cut].to_vec(),
+            "damaged",
+        ));
     }
     let before = tree(dir.path());
     for (what, bytes, reason) in hostile {
         let path = dir.path().join("hostile.tar.gz");
         std::fs::write(&path, &bytes).unwrap();
-        let out = cache_cmd(&spec, "edge-1", &["import", path.to_str().unwrap(), "--replace"]);
+        let out = cache_cmd(
+            &spec,
+            "edge-1",
+            &["import", path.to_str().unwrap(), "--replace"],
+        );
         std::fs::remove_file(&path).unwrap();
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{what}: {err}");
@@ -380,18 +472,26 @@ fn an_import_killed_at_any_moment_leaves_the_cache_wholly_old_or_new() {
     let saved = dir.path().join("saved");
     copy_tree(&spec.cache_dir, &saved);
     let started = Instant::now();
-    let out = cache_cmd(&spec, "edge-1", &["import", archive.to_str().unwrap(), "--replace"]);
+    let out = cache_cmd(
+        &spec,
+        "edge-1",
+        &["import", archive.to_str().unwrap(), "--replace"],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let whole = started.elapsed();
     let (mut saw_old, mut saw_new) = (0, 0);
     for i in 0..20u32 {
         std::fs::remove_dir_all(&spec.cache_dir).unwrap();
         copy_tree(&saved, &spec.cache_dir);
-        let mut child = cache_command(&spec, "edge-1", &["import", archive.to_str().unwrap(), "--replace"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = cache_command(
+            &spec,
+            "edge-1",
+            &["import", archive.to_str().unwrap(), "--replace"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
         std::thread::sleep(whole * i / 16);
         let _ = child.kill();
         let _ = child.wait();
@@ -413,7 +513,12 @@ fn an_import_killed_at_any_moment_leaves_the_cache_wholly_old_or_new() {
 }
 
 fn copy_tree(from: &Path, to: &Path) {
-    let status = Command::new("cp").arg("-a").arg(from).arg(to).status().unwrap();
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
     assert!(status.success());
 }
 
@@ -439,7 +544,11 @@ fn full_disk_child() {
                                       "annotations": {"pad": pad}}});
         let body = serde_json::to_vec(&pod).unwrap();
         bytes += body.len() as u64;
-        entries.push(entry(&format!("cache/kubelet/pods.v1.core/default/big-{i}"), b'0', &body));
+        entries.push(entry(
+            &format!("cache/kubelet/pods.v1.core/default/big-{i}"),
+            b'0',
+            &body,
+        ));
     }
     let path = dir.path().join("big.tar.gz");
     std::fs::write(&path, archive(60, bytes, &entries)).unwrap();
@@ -455,7 +564,11 @@ fn full_disk_child() {
     let old: Value = json!({"metadata": {"name": "old", "namespace": "default"}});
     std::fs::write(pods.join("old"), old.to_string()).unwrap();
     let before = tree(&mount_point);
-    let out = cache_cmd(&spec, "edge-1", &["import", path.to_str().unwrap(), "--replace"]);
+    let out = cache_cmd(
+        &spec,
+        "edge-1",
+        &["import", path.to_str().unwrap(), "--replace"],
+    );
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     assert!(stderr(&out).contains("No space left"), "{}", stderr(&out));
     assert_eq!(tree(&mount_point), before);

@@ -56,7 +56,6 @@ const MAX_PAX: u64 = 4096;
 /// Zeros read after the end-of-archive blocks at most (a tar's record padding is 10 KiB).
 const MAX_TRAILING_ZEROS: u64 = 1 << 20;
 
-
 use super::journal::RECORD_FILES as CACHE_RECORDS;
 
 /// The archive's first entry: what it holds, said before any of it.
@@ -93,8 +92,7 @@ impl Manifest {
     }
 
     fn from_json(bytes: &[u8]) -> Result<Manifest, String> {
-        let doc: Value =
-            serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+        let doc: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
         let field = |name: &str| doc.get(name).ok_or_else(|| format!("no {name:?}"));
         let number = |name: &str| {
             field(name)?
@@ -147,10 +145,11 @@ pub(crate) fn check_cache_file(rel: &str, bytes: &[u8]) -> Result<(), String> {
         [document] if *document == "version" || document.starts_with('_') => is_json(),
         [_] => Err("foreign: not a cache document".to_owned()),
         // A TokenRequest answer: an object (its name is the service account's).
-        [_, "tokens", namespace, account, _] => {
-            check_object(bytes, &Expect::for_kind_dir("tokens", Some(namespace), account))
-                .map_err(|r| format!("{}: {r}", r.code()))
-        }
+        [_, "tokens", namespace, account, _] => check_object(
+            bytes,
+            &Expect::for_kind_dir("tokens", Some(namespace), account),
+        )
+        .map_err(|r| format!("{}: {r}", r.code())),
         [_, kind, rest @ ..] => {
             let (kind_rel, rest) = match rest {
                 [inner, rest @ ..] if *kind == METADATA_DIR => (format!("{kind}/{inner}"), rest),
@@ -228,7 +227,9 @@ impl ArchivePath {
         if path.split('/').any(|s| s == "..") {
             return Err("a path with \"..\"");
         }
-        let (prefix, rel) = path.split_once('/').ok_or("a path outside cache/ and root/")?;
+        let (prefix, rel) = path
+            .split_once('/')
+            .ok_or("a path outside cache/ and root/")?;
         let place = match prefix {
             "cache" => Place::Cache,
             "root" => Place::Root,
@@ -310,7 +311,12 @@ impl<W: Write> ArchiveWriter<W> {
             None => {
                 // A pax record carries the path; the ustar name is only a hint for old readers.
                 let record = pax_record("path", path);
-                let header = header(&format!("PaxHeaders/{}", short(path)), b'x', record.len(), self.mtime);
+                let header = header(
+                    &format!("PaxHeaders/{}", short(path)),
+                    b'x',
+                    record.len(),
+                    self.mtime,
+                );
                 self.out.write_all(&header)?;
                 self.write_body(record.as_bytes())?;
                 (String::new(), short(path).to_owned())
@@ -396,7 +402,13 @@ fn checksum(block: &[u8; BLOCK]) -> u64 {
     block
         .iter()
         .enumerate()
-        .map(|(i, &b)| if (148..156).contains(&i) { u64::from(b' ') } else { u64::from(b) })
+        .map(|(i, &b)| {
+            if (148..156).contains(&i) {
+                u64::from(b' ')
+            } else {
+                u64::from(b)
+            }
+        })
         .sum()
 }
 
@@ -481,7 +493,11 @@ impl<R: Read> ArchiveReader<R> {
     pub(crate) fn open(src: R, max_file: u64) -> Result<ArchiveReader<R>, ArchiveError> {
         let mut src = GzDecoder::new(BufReader::new(src));
         let manifest = match read_header(&mut src, MAX_MANIFEST)? {
-            Some(Raw { path, kind: b'0', body }) if path == MANIFEST_PATH => {
+            Some(Raw {
+                path,
+                kind: b'0',
+                body,
+            }) if path == MANIFEST_PATH => {
                 Manifest::from_json(&body).map_err(ArchiveError::Manifest)?
             }
             Some(raw) => {
@@ -617,7 +633,9 @@ fn read_header(src: &mut impl Read, max_file: u64) -> Result<Option<Raw>, Archiv
             let mut second = [0u8; BLOCK];
             src.read_exact(&mut second).map_err(damaged)?;
             if second.iter().any(|&b| b != 0) {
-                return Err(ArchiveError::Damaged("a zero block amid entries".to_owned()));
+                return Err(ArchiveError::Damaged(
+                    "a zero block amid entries".to_owned(),
+                ));
             }
             return Ok(None);
         }
@@ -629,7 +647,9 @@ fn read_header(src: &mut impl Read, max_file: u64) -> Result<Option<Raw>, Archiv
         let stored = parse_octal(&block[148..156])
             .ok_or_else(|| ArchiveError::Damaged("a header checksum is unreadable".to_owned()))?;
         if stored != checksum(&block) {
-            return Err(ArchiveError::Damaged("a header checksum is wrong".to_owned()));
+            return Err(ArchiveError::Damaged(
+                "a header checksum is wrong".to_owned(),
+            ));
         }
         let name = text(&block[..100]);
         let prefix = text(&block[345..500]);

@@ -149,7 +149,9 @@ fn plan_cache(
             continue;
         }
         if Component::new(&name).is_none() {
-            report.left_out.push(format!("{name}: not a component directory"));
+            report
+                .left_out
+                .push(format!("{name}: not a component directory"));
             continue;
         }
         dirs.push(ArchivePath::cache(name.clone()));
@@ -202,9 +204,9 @@ fn plan_file(
     let bytes = match read_bounded(&disk) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => {
-            report
-                .left_out
-                .push(format!("{rel}: not a regular file, or larger than the cache's largest"));
+            report.left_out.push(format!(
+                "{rel}: not a regular file, or larger than the cache's largest"
+            ));
             return;
         }
         Err(e) => {
@@ -239,7 +241,9 @@ fn plan_root(root: &Path, files: &mut Vec<Planned>, report: &mut ExportReport) {
                 len: bytes.len() as u64,
             });
         }
-        Ok(None) => report.left_out.push(format!("root/{rel}: not a regular file")),
+        Ok(None) => report
+            .left_out
+            .push(format!("root/{rel}: not a regular file")),
         Err(e) => report.left_out.push(format!("root/{rel}: {e}")),
     };
     for name in ["yurthub.conf", "bootstrap-hub.conf"] {
@@ -253,7 +257,10 @@ fn plan_root(root: &Path, files: &mut Vec<Planned>, report: &mut ExportReport) {
         .flatten()
         .filter_map(|entry| {
             let entry = entry.ok()?;
-            Some((entry.file_name().into_string().ok()?, entry.file_type().ok()?))
+            Some((
+                entry.file_name().into_string().ok()?,
+                entry.file_type().ok()?,
+            ))
         })
         .collect();
     names.sort_by(|a, b| a.0.cmp(&b.0));

@@ -240,7 +240,11 @@ impl Store {
                 staged.top.insert((first, deeper || is_dir));
             }
             let disk = stage.join(path.place_dir()).join(&path.rel);
-            let dir = if is_dir { disk.as_path() } else { parent_of(&disk) };
+            let dir = if is_dir {
+                disk.as_path()
+            } else {
+                parent_of(&disk)
+            };
             make_dirs(stage, dir, &mut made)?;
             let Some(mut bytes) = bytes else { continue };
             match path.place {
@@ -305,7 +309,8 @@ impl Store {
             self.checkpoint(CommitStep::JournalWritten)?;
             sync_filesystem(&self.root_dir).map_err(io_err(StoreOp::Sync, &self.root))?;
             self.checkpoint(CommitStep::Synced)?;
-            file.sync_all().map_err(io_err(StoreOp::Sync, &journal_temp))?;
+            file.sync_all()
+                .map_err(io_err(StoreOp::Sync, &journal_temp))?;
             drop(file);
             let visible = self.root.join(format!("{JOURNAL_PREFIX}{id}"));
             fs::rename(&journal_temp, &visible).map_err(io_err(StoreOp::Rename, &visible))?;

@@ -66,7 +66,8 @@ fn tar(files: u64, bytes: u64, entries: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-const POD: &[u8] = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-0","namespace":"default"}}"#;
+const POD: &[u8] =
+    br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-0","namespace":"default"}}"#;
 
 #[test]
 fn what_is_written_reads_back_entry_for_entry() {
@@ -78,7 +79,10 @@ fn what_is_written_reads_back_entry_for_entry() {
     let mid = ArchivePath::cache(format!("kubelet/pods.v1.core/default/{}", "b".repeat(120)));
     let files = [
         (ArchivePath::cache(".synced"), b"{}".to_vec()),
-        (ArchivePath::cache("kubelet/pods.v1.core/default/web-0"), POD.to_vec()),
+        (
+            ArchivePath::cache("kubelet/pods.v1.core/default/web-0"),
+            POD.to_vec(),
+        ),
         (mid, vec![b'x'; 1000]),
         (long, Vec::new()),
         (ArchivePath::root("pki/ca.crt"), b"pem".to_vec()),
@@ -102,21 +106,46 @@ fn what_is_written_reads_back_entry_for_entry() {
 fn an_archive_cut_anywhere_is_refused() {
     let mut writer = ArchiveWriter::new(Vec::new(), &manifest(2, 2 * POD.len() as u64)).unwrap();
     writer
-        .file(&ArchivePath::cache("kubelet/pods.v1.core/default/web-0"), POD)
+        .file(
+            &ArchivePath::cache("kubelet/pods.v1.core/default/web-0"),
+            POD,
+        )
         .unwrap();
     writer
-        .file(&ArchivePath::cache("kubelet/pods.v1.core/default/web-1"), POD)
+        .file(
+            &ArchivePath::cache("kubelet/pods.v1.core/default/web-1"),
+            POD,
+        )
         .unwrap();
     let archive = writer.finish().unwrap();
     assert!(read_all(&archive).is_ok());
     for cut in 0..archive.len() {
-        assert!(read_all(&archive[..cut]).is_err(), "cut at {cut} of {} read whole", archive.len());
+        assert!(
+            read_all(&archive[..cut]).is_err(),
+            "cut at {cut} of {} read whole",
+            archive.len()
+        );
     }
     // The tar cut after a whole entry, gzip'd whole: the end blocks or the counts tell.
-    let whole = tar(2, 2 * POD.len() as u64, &[raw("cache/kubelet/pods.v1.core/default/web-0", b'0', POD, &[])]);
+    let whole = tar(
+        2,
+        2 * POD.len() as u64,
+        &[raw(
+            "cache/kubelet/pods.v1.core/default/web-0",
+            b'0',
+            POD,
+            &[],
+        )],
+    );
     let cut = &whole[..whole.len() - 2 * BLOCK];
-    assert!(matches!(read_all(&gzip(cut)), Err(ArchiveError::Damaged(_))));
-    assert!(matches!(read_all(&gzip(&whole)), Err(ArchiveError::Counts { .. })));
+    assert!(matches!(
+        read_all(&gzip(cut)),
+        Err(ArchiveError::Damaged(_))
+    ));
+    assert!(matches!(
+        read_all(&gzip(&whole)),
+        Err(ArchiveError::Counts { .. })
+    ));
 }
 
 #[test]
@@ -130,16 +159,45 @@ fn hostile_entries_are_refused_each_with_its_reason() {
         ("hidden", file("cache/kubelet/.x/y"), "cannot hold"),
         ("too deep", file("cache/a/b.c/d/e/f/g"), "cannot hold"),
         ("root file", file("root/etc/shadow"), "cannot hold"),
-        ("symlink", raw("cache/kubelet/pods.v1.core/x", b'2', b"", &[]), "symlink"),
-        ("hard link", raw("cache/kubelet/pods.v1.core/x", b'1', b"", &[]), "hard link"),
-        ("char device", raw("cache/kubelet/pods.v1.core/x", b'3', b"", &[]), "device"),
-        ("block device", raw("cache/kubelet/pods.v1.core/x", b'4', b"", &[]), "device"),
-        ("fifo", raw("cache/kubelet/pods.v1.core/x", b'6', b"", &[]), "FIFO"),
-        ("gnu long name", raw("././@LongLink", b'L', b"x", &[]), "GNU"),
+        (
+            "symlink",
+            raw("cache/kubelet/pods.v1.core/x", b'2', b"", &[]),
+            "symlink",
+        ),
+        (
+            "hard link",
+            raw("cache/kubelet/pods.v1.core/x", b'1', b"", &[]),
+            "hard link",
+        ),
+        (
+            "char device",
+            raw("cache/kubelet/pods.v1.core/x", b'3', b"", &[]),
+            "device",
+        ),
+        (
+            "block device",
+            raw("cache/kubelet/pods.v1.core/x", b'4', b"", &[]),
+            "device",
+        ),
+        (
+            "fifo",
+            raw("cache/kubelet/pods.v1.core/x", b'6', b"", &[]),
+            "FIFO",
+        ),
+        (
+            "gnu long name",
+            raw("././@LongLink", b'L', b"x", &[]),
+            "GNU",
+        ),
         ("global pax", raw("g", b'g', b"", &[]), "global pax"),
         (
             "pax linkpath",
-            raw("cache/kubelet/pods.v1.core/x", b'0', b"{}", &[("linkpath", "/etc/passwd")]),
+            raw(
+                "cache/kubelet/pods.v1.core/x",
+                b'0',
+                b"{}",
+                &[("linkpath", "/etc/passwd")],
+            ),
             "linkpath",
         ),
         (
@@ -147,7 +205,11 @@ fn hostile_entries_are_refused_each_with_its_reason() {
             raw("cache/ok", b'0', b"{}", &[("path", "cache/../../etc/x")]),
             "\"..\"",
         ),
-        ("twice", [file("cache/version"), file("cache/version")].concat(), "twice"),
+        (
+            "twice",
+            [file("cache/version"), file("cache/version")].concat(),
+            "twice",
+        ),
         (
             "below a file",
             [file("cache/kubelet/x"), file("cache/kubelet/x/y")].concat(),
@@ -171,14 +233,20 @@ fn sizes_counts_and_framing_are_checked() {
     let mut block: [u8; BLOCK] = big.try_into().unwrap();
     set_checksum(&mut block);
     let e = read_all(&gzip(&tar(1, 1, &[block.to_vec()]))).unwrap_err();
-    assert!(e.to_string().contains("more than the cache's largest"), "{e}");
+    assert!(
+        e.to_string().contains("more than the cache's largest"),
+        "{e}"
+    );
 
     // A manifest lying about its counts, either way.
     let entry = raw("cache/version", b'0', b"{}", &[]);
     assert!(read_all(&gzip(&tar(1, 2, std::slice::from_ref(&entry)))).is_ok());
     for (files, bytes) in [(2, 4), (1, 3), (0, 0), (1, 1)] {
         let e = read_all(&gzip(&tar(files, bytes, std::slice::from_ref(&entry)))).unwrap_err();
-        assert!(matches!(e, ArchiveError::Counts { .. }), "{files} {bytes}: {e}");
+        assert!(
+            matches!(e, ArchiveError::Counts { .. }),
+            "{files} {bytes}: {e}"
+        );
     }
 
     // The manifest must come first.
@@ -190,16 +258,29 @@ fn sizes_counts_and_framing_are_checked() {
     // A damaged header checksum; data after the end; a second gzip member.
     let mut bad = tar(1, 2, std::slice::from_ref(&entry));
     bad[BLOCK * 2 + 10] ^= 1;
-    assert!(read_all(&gzip(&bad)).unwrap_err().to_string().contains("checksum"));
+    assert!(
+        read_all(&gzip(&bad))
+            .unwrap_err()
+            .to_string()
+            .contains("checksum")
+    );
     let mut trailing = tar(1, 2, std::slice::from_ref(&entry));
     trailing.extend_from_slice(&[0; BLOCK]);
     trailing.push(1);
     assert!(read_all(&gzip(&trailing)).is_err());
     let mut two = gzip(&tar(1, 2, std::slice::from_ref(&entry)));
     two.extend_from_slice(&gzip(b"more"));
-    assert!(read_all(&two).unwrap_err().to_string().contains("after the end"));
+    assert!(
+        read_all(&two)
+            .unwrap_err()
+            .to_string()
+            .contains("after the end")
+    );
     // Not gzip at all.
-    assert!(matches!(read_all(&tar(1, 2, &[entry])), Err(ArchiveError::Damaged(_))));
+    assert!(matches!(
+        read_all(&tar(1, 2, &[entry])),
+        Err(ArchiveError::Damaged(_))
+    ));
 }
 
 // Export and import against a store.
@@ -219,7 +300,9 @@ fn put_pod(store: &Store, ns: &str, name: &str, rv: u64) {
         namespace: Some(ns.to_owned()),
         name: name.to_owned(),
     };
-    store.put(&key, &pod(ns, name, rv), Some(&rv.to_string())).unwrap();
+    store
+        .put(&key, &pod(ns, name, rv), Some(&rv.to_string()))
+        .unwrap();
 }
 
 /// Every file and directory below `root` but the lock's note and `.staging`: path → bytes.
@@ -227,7 +310,12 @@ fn tree(root: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Option<Vec<u8>>>) {
         for entry in fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
-            let rel = path.strip_prefix(root).unwrap().to_str().unwrap().to_owned();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .to_owned();
             if rel == ".staging" || rel == crate::dir_lock::NOTE_FILE {
                 continue;
             }
@@ -275,7 +363,9 @@ fn source_cache(dir: &TempDir) -> std::path::PathBuf {
     let (store, _) = Store::open(&root).unwrap();
     put_pod(&store, "default", "web-0", 5);
     put_pod(&store, "kube-system", "dns-0", 6);
-    store.put_non_resource("version", br#"{"gitVersion":"v1.31.0"}"#).unwrap();
+    store
+        .put_non_resource("version", br#"{"gitVersion":"v1.31.0"}"#)
+        .unwrap();
     store
         .put_synced(br#"{"version":1,"kinds":[{"component":"kubelet","resource":"pods.v1.core","at":1765009999}]}"#)
         .unwrap();
@@ -284,7 +374,11 @@ fn source_cache(dir: &TempDir) -> std::path::PathBuf {
     fs::create_dir_all(root.join("kubelet/configmaps.v1.core")).unwrap();
     let tokens = root.join("kubelet/tokens/default/sa");
     fs::create_dir_all(&tokens).unwrap();
-    fs::write(tokens.join("abc"), br#"{"metadata":{"name":"sa","namespace":"default"}}"#).unwrap();
+    fs::write(
+        tokens.join("abc"),
+        br#"{"metadata":{"name":"sa","namespace":"default"}}"#,
+    )
+    .unwrap();
     root
 }
 
@@ -307,7 +401,11 @@ fn export_then_import_gives_the_same_cache_without_credentials_unless_asked() {
     // `.synced` is kept, clamped to the export's time.
     let synced = got.remove(".synced").unwrap().unwrap();
     want.remove(".synced");
-    assert!(String::from_utf8(synced).unwrap().contains(r#""at":1765000000"#));
+    assert!(
+        String::from_utf8(synced)
+            .unwrap()
+            .contains(r#""at":1765000000"#)
+    );
     assert_eq!(got, want);
 
     // With credentials: the token answer and `.grants` go too.
@@ -323,7 +421,10 @@ fn export_then_import_gives_the_same_cache_without_credentials_unless_asked() {
     opts.with_credentials = true;
     let imported = store.import(&archive[..], &opts).unwrap();
     assert_eq!(imported.credentials, 2);
-    assert_eq!(fs::read(target.join(".grants")).unwrap(), br#"{"key":"secret"}"#);
+    assert_eq!(
+        fs::read(target.join(".grants")).unwrap(),
+        br#"{"key":"secret"}"#
+    );
     assert!(target.join("kubelet/tokens/default/sa/abc").is_file());
 }
 
@@ -341,20 +442,31 @@ fn refusals_leave_the_cache_as_it_was() {
     let mut opts = import_opts(&dir.0);
     opts.node_name = "edge-2";
     let e = store.import(&archive[..], &opts).unwrap_err();
-    assert!(matches!(e, ImportError::OtherNode { .. }) && e.is_refusal(), "{e}");
-    let e = store.import(&archive[..], &import_opts(&dir.0)).unwrap_err();
+    assert!(
+        matches!(e, ImportError::OtherNode { .. }) && e.is_refusal(),
+        "{e}"
+    );
+    let e = store
+        .import(&archive[..], &import_opts(&dir.0))
+        .unwrap_err();
     assert!(matches!(e, ImportError::NotEmpty(_)), "{e}");
     let mut replace = import_opts(&dir.0);
     replace.replace = true;
-    let e = store.import(&archive[..archive.len() - 9], &replace).unwrap_err();
+    let e = store
+        .import(&archive[..archive.len() - 9], &replace)
+        .unwrap_err();
     assert!(e.is_refusal(), "{e}");
     // A file naming another object than its path.
     let ghost = raw("cache/kubelet/pods.v1.core/default/ghost", b'0', POD, &[]);
-    let e = store.import(&gzip(&tar(1, POD.len() as u64, &[ghost]))[..], &replace).unwrap_err();
+    let e = store
+        .import(&gzip(&tar(1, POD.len() as u64, &[ghost]))[..], &replace)
+        .unwrap_err();
     assert!(e.to_string().contains("names-other"), "{e}");
     // A file where a kind directory belongs.
     let flat = raw("cache/kubelet/pods.v1.core", b'0', b"{}", &[]);
-    let e = store.import(&gzip(&tar(1, 2, &[flat]))[..], &replace).unwrap_err();
+    let e = store
+        .import(&gzip(&tar(1, 2, &[flat]))[..], &replace)
+        .unwrap_err();
     assert!(e.to_string().contains("foreign"), "{e}");
     assert_eq!(tree(&target), before);
     assert_eq!(fs::read_dir(target.join(".staging")).unwrap().count(), 0);
@@ -362,7 +474,12 @@ fn refusals_leave_the_cache_as_it_was() {
     // --replace moves the old content into the quarantine, never deletes it.
     let imported = store.import(&archive[..], &replace).unwrap();
     let moved = imported.replaced_into.unwrap();
-    assert!(target.join(&moved).join("kubelet/pods.v1.core/default/old").is_file());
+    assert!(
+        target
+            .join(&moved)
+            .join("kubelet/pods.v1.core/default/old")
+            .is_file()
+    );
     assert!(!target.join("kubelet/pods.v1.core/default/old").exists());
     assert!(target.join("kubelet/pods.v1.core/default/web-0").is_file());
 }
@@ -396,14 +513,20 @@ fn a_crash_anywhere_in_an_import_leaves_the_cache_wholly_old_or_new() {
         let mut replace = import_opts(&dir.0);
         replace.replace = true;
         let e = store.import(&archive[..], &replace).unwrap_err();
-        assert!(matches!(e, ImportError::Store(StoreError::InjectedCrash)), "{step:?}: {e}");
+        assert!(
+            matches!(e, ImportError::Store(StoreError::InjectedCrash)),
+            "{step:?}: {e}"
+        );
         drop(store);
         // The next open recovers.
         drop(Store::open(&target).unwrap());
         let mut after = tree(&target);
         let has_new = target.join("kubelet/pods.v1.core/default/web-0").exists();
         if has_new {
-            assert!(!target.join("kubelet/pods.v1.core/default/old").exists(), "{step:?}");
+            assert!(
+                !target.join("kubelet/pods.v1.core/default/old").exists(),
+                "{step:?}"
+            );
             assert!(target.join("version").exists(), "{step:?}: {after:?}");
         } else {
             after.retain(|p, _| !p.starts_with(".quarantine"));
@@ -428,12 +551,26 @@ fn export_leaves_out_what_the_store_would_not_serve() {
     std::os::unix::fs::symlink("/etc/passwd", pods_dir.join("link")).unwrap();
     fs::write(source.join("notes.txt"), b"hello").unwrap();
     let (archive, report) = export_of(&source, false);
-    let mut left: Vec<&str> = report.left_out.iter().map(|l| l.split(':').next().unwrap()).collect();
+    let mut left: Vec<&str> = report
+        .left_out
+        .iter()
+        .map(|l| l.split(':').next().unwrap())
+        .collect();
     left.sort();
     assert_eq!(
         left,
-        ["kubelet/pods.v1.core/default/ghost-pod", "kubelet/pods.v1.core/default/torn", "notes.txt"]
+        [
+            "kubelet/pods.v1.core/default/ghost-pod",
+            "kubelet/pods.v1.core/default/torn",
+            "notes.txt"
+        ]
     );
     let (_, entries) = read_all(&archive).unwrap();
-    assert_eq!(entries.iter().filter(|e| matches!(e, Entry::File(..))).count(), 4);
+    assert_eq!(
+        entries
+            .iter()
+            .filter(|e| matches!(e, Entry::File(..)))
+            .count(),
+        4
+    );
 }
