@@ -213,6 +213,8 @@ fn export_wipe_import_and_the_hub_serves_the_same_answers_offline() {
 fn credentials_travel_only_when_asked_and_said_loudly() {
     let dir = TempDir::new("archive-creds");
     let (_cloud, spec) = cached(dir.path(), &["web-0"]);
+    // Beside a running hub: read-only, and said.
+    let hub = Hub::start(&spec);
     let archive = dir.path().join("creds.tar.gz");
     let out = cache_cmd(
         &spec,
@@ -220,11 +222,25 @@ fn credentials_travel_only_when_asked_and_said_loudly() {
         &["export", archive.to_str().unwrap(), "--with-credentials"],
     );
     assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("hub running ("), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("WARNING: the archive holds this node's private keys and tokens"),
         "{}",
         stderr(&out)
     );
+    // An import refuses while the hub runs, naming it.
+    let out = cache_cmd(
+        &spec,
+        "edge-1",
+        &["import", archive.to_str().unwrap(), "--replace"],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("a hub runs on") && stderr(&out).contains("(pid "),
+        "{}",
+        stderr(&out)
+    );
+    drop(hub);
     assert!(
         listing(&archive)
             .iter()

@@ -5,17 +5,22 @@
 //! passes the store's object check and lists what does not; the manifest then says how many
 //! files and bytes follow, and the second walk writes them. A file that changed size between
 //! the walks (a running hub wrote it) fails the export: the archive would lie about its
-//! counts, and an import would refuse it.
+//! counts, and an import would refuse it. A kind directory that changed while it was walked
+//! (a running hub applied a list) is walked again, up to 3 times.
 
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use super::super::StoreError;
 use super::super::check::{self, FileRead};
 use super::super::index::{for_each_kind_dir, safe_entries};
 use super::{ArchivePath, ArchiveWriter, CACHE_RECORDS, Manifest, check_cache_file};
 use crate::names::Component;
+
+/// Walks of one kind directory at most, while a running hub keeps changing it.
+const WALKS: usize = 3;
 
 /// What to export.
 #[derive(Debug, Clone)]
@@ -163,12 +168,42 @@ fn plan_cache(
         kinds.sort();
         for kind_rel in kinds {
             dirs.push(ArchivePath::cache(kind_rel.clone()));
-            plan_tree(cache, &kind_rel, 2, false, files, report);
+            plan_kind(cache, &kind_rel, files, report);
         }
         if opts.with_credentials {
             plan_tree(cache, &format!("{name}/tokens"), 3, true, files, report);
         }
     }
+}
+
+/// One kind's files, walked again (up to [`WALKS`] times in all) when its directories changed
+/// during the walk: a running hub's replacement renames into them, and a collection caught
+/// halfway would hold some objects of the list before and some of the one after.
+fn plan_kind(cache: &Path, kind_rel: &str, files: &mut Vec<Planned>, report: &mut ExportReport) {
+    let dir = cache.join(kind_rel);
+    for walk in 1..=WALKS {
+        let before = last_change(&dir);
+        let (planned, left_out) = (files.len(), report.left_out.len());
+        plan_tree(cache, kind_rel, 2, false, files, report);
+        if walk == WALKS || last_change(&dir) == before {
+            return;
+        }
+        files.truncate(planned);
+        report.left_out.truncate(left_out);
+    }
+}
+
+/// The newest modification time of `dir` and of the directories directly in it (its
+/// namespaces): every rename into or out of them moves it.
+fn last_change(dir: &Path) -> Option<SystemTime> {
+    let modified = |path: &Path| fs::symlink_metadata(path).and_then(|m| m.modified()).ok();
+    let own = modified(dir)?;
+    let inner = safe_entries(dir).filter(|(_, is_dir)| *is_dir);
+    Some(
+        inner
+            .filter_map(|(ns, _)| modified(&dir.join(ns)))
+            .fold(own, SystemTime::max),
+    )
 }
 
 /// Every file below `rel` (a directory below the cache) down to `depth` levels, in name order.

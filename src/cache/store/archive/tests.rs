@@ -574,3 +574,51 @@ fn export_leaves_out_what_the_store_would_not_serve() {
         4
     );
 }
+
+#[test]
+fn the_identity_files_travel_with_credentials_and_a_current_link_as_its_file() {
+    let dir = TempDir::new("archive-root");
+    let source = source_cache(&dir);
+    let root = dir.0.join("root");
+    fs::create_dir_all(root.join("pki")).unwrap();
+    fs::write(root.join("yurthub.conf"), b"kubeconfig").unwrap();
+    fs::write(root.join("pki/ca.crt"), b"ca").unwrap();
+    fs::write(root.join("pki/yurthub-2026-01-01-00-00-00.pem"), b"pair").unwrap();
+    std::os::unix::fs::symlink(
+        root.join("pki/yurthub-2026-01-01-00-00-00.pem"),
+        root.join("pki/yurthub-current.pem"),
+    )
+    .unwrap();
+    // Not the identity's: never exported.
+    fs::write(root.join("link-totals.json"), b"{}").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", root.join("pki/other.pem")).unwrap();
+    let opts = ExportOptions {
+        cache: &source,
+        root_dir: &root,
+        node_name: "edge-1",
+        with_credentials: true,
+        now: 1_765_000_000,
+    };
+    let (archive, report) = export(&opts, Vec::new()).unwrap();
+    assert_eq!(report.credentials, 2 + 4, "{report:?}");
+
+    let target = dir.0.join("target");
+    let new_root = dir.0.join("new-root");
+    let (store, _) = Store::open(&target).unwrap();
+    let mut opts = import_opts(&new_root);
+    opts.with_credentials = true;
+    store.import(&archive[..], &opts).unwrap();
+    let mut got = tree(&new_root);
+    got.retain(|path, _| !path.is_empty());
+    let want: BTreeMap<String, Option<Vec<u8>>> = [
+        ("pki", None),
+        ("pki/ca.crt", Some(&b"ca"[..])),
+        ("pki/yurthub-2026-01-01-00-00-00.pem", Some(b"pair")),
+        ("pki/yurthub-current.pem", Some(b"pair")),
+        ("yurthub.conf", Some(b"kubeconfig")),
+    ]
+    .into_iter()
+    .map(|(p, b)| (p.to_owned(), b.map(<[u8]>::to_vec)))
+    .collect();
+    assert_eq!(got, want);
+}
