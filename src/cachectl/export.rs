@@ -71,8 +71,11 @@ fn export_to(args: &CacheArgs) -> u8 {
     }
 }
 
+/// Why an export to a file did not happen: refused before it began (exit 2), or failed.
 enum Failure {
+    /// The file exists, or would be inside the cache.
     Refused(String),
+    /// The export itself failed.
     Export(ExportError),
 }
 

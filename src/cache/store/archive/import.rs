@@ -172,6 +172,9 @@ impl Store {
             .and_then(|staged| self.commit_import(&stage_rel, staged, opts));
         match &done {
             Err(ImportError::Store(StoreError::InjectedCrash)) => {}
+            // Past the commit point: the journal still names the staged entries, and the
+            // next open rolls it forward from them.
+            Err(_) if self.journal_pending() => {}
             // Staged files never reach the cache after a failure; removed now, or at the next
             // open if this fails too.
             _ => {
@@ -184,6 +187,16 @@ impl Store {
         report.node_name = manifest.node_name;
         report.created_at = manifest.created_at;
         Ok(report)
+    }
+
+    /// Whether a journal is in the root (an import's that failed after its commit point).
+    fn journal_pending(&self) -> bool {
+        fs::read_dir(&self.root).into_iter().flatten().any(|entry| {
+            entry
+                .ok()
+                .and_then(|e| e.file_name().into_string().ok())
+                .is_some_and(|name| name.starts_with(JOURNAL_PREFIX))
+        })
     }
 
     /// The component directories directly in the root.
