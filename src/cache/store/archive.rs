@@ -35,7 +35,7 @@ use flate2::bufread::GzDecoder;
 use flate2::write::GzEncoder;
 use serde_json::{Value, json};
 
-use super::check::{Expect, MAX_FILE, check_object};
+use super::check::{Expect, MAX_FILE, Refusal, check_object};
 
 use crate::cache::key::METADATA_DIR;
 use crate::names::is_safe_segment;
@@ -91,34 +91,36 @@ impl Manifest {
         bytes
     }
 
-    fn from_json(bytes: &[u8]) -> Result<Manifest, String> {
-        let doc: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
-        let field = |name: &str| doc.get(name).ok_or_else(|| format!("no {name:?}"));
+    fn from_json(bytes: &[u8]) -> Result<Manifest, ArchiveError> {
+        let bad = |why: String| ArchiveError::Manifest(why);
+        let doc: Value =
+            serde_json::from_slice(bytes).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let field = |name: &str| doc.get(name).ok_or_else(|| bad(format!("no {name:?}")));
         let number = |name: &str| {
             field(name)?
                 .as_u64()
-                .ok_or_else(|| format!("{name:?} is not a count"))
+                .ok_or_else(|| bad(format!("{name:?} is not a count")))
         };
         let text = |name: &str| {
             field(name)?
                 .as_str()
-                .ok_or_else(|| format!("{name:?} is not a string"))
+                .ok_or_else(|| bad(format!("{name:?} is not a string")))
         };
         let format = number("format")?;
         if format != FORMAT {
-            return Err(format!(
+            return Err(bad(format!(
                 "format {format}; this tinyhub reads format {FORMAT}"
-            ));
+            )));
         }
         let created = text("createdAt")?;
         Ok(Manifest {
             node_name: text("nodeName")?.to_owned(),
             created_at: crate::tokens::parse_rfc3339(created)
-                .ok_or_else(|| format!("createdAt {created:?} is not an RFC 3339 time"))?,
+                .ok_or_else(|| bad(format!("createdAt {created:?} is not an RFC 3339 time")))?,
             tinyhub: text("tinyhub")?.to_owned(),
             with_credentials: field("withCredentials")?
                 .as_bool()
-                .ok_or("\"withCredentials\" is not a boolean")?,
+                .ok_or_else(|| bad("\"withCredentials\" is not a boolean".to_owned()))?,
             files: number("files")?,
             bytes: number("bytes")?,
         })
@@ -130,26 +132,62 @@ fn max_file() -> u64 {
     MAX_FILE
 }
 
+/// Why a file may not be the one at its path below the cache: a code as `tinyhub cache
+/// verify` prints it (`foreign`, `not-object`, `names-other`, `too-large`) and the detail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FileRefusal {
+    /// The code.
+    pub code: &'static str,
+    /// What is wrong.
+    pub detail: String,
+}
+
+impl FileRefusal {
+    fn foreign(detail: &str) -> FileRefusal {
+        FileRefusal {
+            code: "foreign",
+            detail: detail.to_owned(),
+        }
+    }
+}
+
+impl From<Refusal> for FileRefusal {
+    fn from(r: Refusal) -> FileRefusal {
+        FileRefusal {
+            code: r.code(),
+            detail: r.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for FileRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.detail)
+    }
+}
+
 /// Whether `bytes` may be the file at `rel` below the cache: a record or a document at the
 /// top, a token answer, or an object naming the path it is at (the store's own check, which
-/// the hub applies before serving). `Err` says why not, as `<code>: <detail>`.
-pub(crate) fn check_cache_file(rel: &str, bytes: &[u8]) -> Result<(), String> {
+/// the hub applies before serving).
+pub(crate) fn check_cache_file(rel: &str, bytes: &[u8]) -> Result<(), FileRefusal> {
     let segments: Vec<&str> = rel.split('/').collect();
     let is_json = || {
         serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
             .map(drop)
-            .map_err(|e| format!("not-object: {e}"))
+            .map_err(|e| FileRefusal {
+                code: "not-object",
+                detail: format!("not JSON: {e}"),
+            })
     };
     match segments.as_slice() {
         [record] if CACHE_RECORDS.contains(record) => is_json(),
         [document] if *document == "version" || document.starts_with('_') => is_json(),
-        [_] => Err("foreign: not a cache document".to_owned()),
+        [_] => Err(FileRefusal::foreign("not a cache document")),
         // A TokenRequest answer: an object (its name is the service account's).
-        [_, "tokens", namespace, account, _] => check_object(
+        [_, "tokens", namespace, account, _] => Ok(check_object(
             bytes,
             &Expect::for_kind_dir("tokens", Some(namespace), account),
-        )
-        .map_err(|r| format!("{}: {r}", r.code())),
+        )?),
         [_, kind, rest @ ..] => {
             let (kind_rel, rest) = match rest {
                 [inner, rest @ ..] if *kind == METADATA_DIR => (format!("{kind}/{inner}"), rest),
@@ -158,15 +196,17 @@ pub(crate) fn check_cache_file(rel: &str, bytes: &[u8]) -> Result<(), String> {
             let (namespace, name) = match rest {
                 [name] => (None, *name),
                 [namespace, name] => (Some(*namespace), *name),
-                _ => return Err("foreign: not at an object's depth".to_owned()),
+                _ => return Err(FileRefusal::foreign("not at an object's depth")),
             };
             if !kind_rel.contains('.') {
-                return Err("foreign: not in a kind directory".to_owned());
+                return Err(FileRefusal::foreign("not in a kind directory"));
             }
-            check_object(bytes, &Expect::for_kind_dir(&kind_rel, namespace, name))
-                .map_err(|r| format!("{}: {r}", r.code()))
+            Ok(check_object(
+                bytes,
+                &Expect::for_kind_dir(&kind_rel, namespace, name),
+            )?)
         }
-        _ => Err("foreign: not at an object's depth".to_owned()),
+        _ => Err(FileRefusal::foreign("not at an object's depth")),
     }
 }
 
@@ -497,9 +537,7 @@ impl<R: Read> ArchiveReader<R> {
                 path,
                 kind: b'0',
                 body,
-            }) if path == MANIFEST_PATH => {
-                Manifest::from_json(&body).map_err(ArchiveError::Manifest)?
-            }
+            }) if path == MANIFEST_PATH => Manifest::from_json(&body)?,
             Some(raw) => {
                 return Err(ArchiveError::Manifest(format!(
                     "the first entry is {:?}, not {MANIFEST_PATH}",
@@ -674,7 +712,7 @@ fn read_header(src: &mut impl Read, max_file: u64) -> Result<Option<Raw>, Archiv
                     return Err(refuse("a pax record too large"));
                 }
                 let body = read_body(src, size)?;
-                let (p, s) = parse_pax(&body).map_err(|why| refuse(&why))?;
+                let (p, s) = parse_pax(&body).map_err(|why| refuse(&why.to_string()))?;
                 pax_path = p;
                 pax_size = s;
                 saw_pax = true;
@@ -724,31 +762,57 @@ fn read_body(src: &mut impl Read, size: u64) -> Result<Vec<u8>, ArchiveError> {
     Ok(body)
 }
 
+/// Why a pax record is refused.
+enum PaxRefusal {
+    /// It cannot be read.
+    Unreadable(&'static str),
+    /// It holds a key the reader does not take.
+    Key(String),
+}
+
+impl fmt::Display for PaxRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PaxRefusal::Unreadable(why) => f.write_str(why),
+            PaxRefusal::Key(key) => write!(f, "pax key {key:?} (only path and size are read)"),
+        }
+    }
+}
+
 /// The `path` and `size` of a pax record; any other key is refused.
-fn parse_pax(mut body: &[u8]) -> Result<(Option<String>, Option<u64>), String> {
+fn parse_pax(mut body: &[u8]) -> Result<(Option<String>, Option<u64>), PaxRefusal> {
     let mut path = None;
     let mut size = None;
     while !body.is_empty() {
         let space = body
             .iter()
             .position(|&b| b == b' ')
-            .ok_or("an unreadable pax record")?;
+            .ok_or(PaxRefusal::Unreadable("an unreadable pax record"))?;
         let len: usize = std::str::from_utf8(&body[..space])
             .ok()
             .and_then(|s| s.parse().ok())
             .filter(|&len| len > space + 1 && len <= body.len())
-            .ok_or("an unreadable pax record length")?;
+            .ok_or(PaxRefusal::Unreadable("an unreadable pax record length"))?;
         let record = &body[space + 1..len];
         body = &body[len..];
         let record = record
             .strip_suffix(b"\n")
-            .ok_or("a pax record without its newline")?;
-        let record = std::str::from_utf8(record).map_err(|_| "a pax record not in UTF-8")?;
-        let (key, value) = record.split_once('=').ok_or("a pax record without '='")?;
+            .ok_or(PaxRefusal::Unreadable("a pax record without its newline"))?;
+        let record = std::str::from_utf8(record)
+            .map_err(|_| PaxRefusal::Unreadable("a pax record not in UTF-8"))?;
+        let (key, value) = record
+            .split_once('=')
+            .ok_or(PaxRefusal::Unreadable("a pax record without '='"))?;
         match key {
             "path" => path = Some(value.to_owned()),
-            "size" => size = Some(value.parse().map_err(|_| "an unreadable pax size")?),
-            other => return Err(format!("pax key {other:?} (only path and size are read)")),
+            "size" => {
+                size = Some(
+                    value
+                        .parse()
+                        .map_err(|_| PaxRefusal::Unreadable("an unreadable pax size"))?,
+                )
+            }
+            other => return Err(PaxRefusal::Key(other.to_owned())),
         }
     }
     Ok((path, size))

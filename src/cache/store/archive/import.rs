@@ -262,7 +262,7 @@ impl Store {
             let Some(mut bytes) = bytes else { continue };
             match path.place {
                 Place::Cache => {
-                    check_cache_file(&path.rel, &bytes).map_err(|why| refuse(&why))?;
+                    check_cache_file(&path.rel, &bytes).map_err(|why| refuse(&why.to_string()))?;
                     if path.rel == ".synced" {
                         bytes = clamp_synced(&bytes, clamp);
                     }
