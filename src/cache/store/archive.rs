@@ -210,6 +210,29 @@ pub(crate) fn check_cache_file(rel: &str, bytes: &[u8]) -> Result<(), FileRefusa
     }
 }
 
+/// Whether the store could have made a directory at `rel` below the cache: a component, a
+/// kind (`<r>.<v>.<g>`, or one below the metadata view's), a namespace in one, or the token
+/// answers' `tokens/<namespace>/<service account>`.
+pub(crate) fn check_cache_dir(rel: &str) -> Result<(), FileRefusal> {
+    let is_kind = |kind: &str| kind.contains('.') && kind != METADATA_DIR;
+    let segments: Vec<&str> = rel.split('/').collect();
+    let fits = match segments.as_slice() {
+        [_] => true,
+        [_, "tokens", rest @ ..] => rest.len() <= 2,
+        [_, view] => *view == METADATA_DIR || is_kind(view),
+        [_, view, kind, rest @ ..] if *view == METADATA_DIR => is_kind(kind) && rest.len() <= 1,
+        [_, kind, _namespace] => is_kind(kind),
+        _ => false,
+    };
+    if fits {
+        Ok(())
+    } else {
+        Err(FileRefusal::foreign(
+            "a directory where the cache holds none (an object's place, or too deep)",
+        ))
+    }
+}
+
 /// Where an entry belongs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Place {

@@ -31,7 +31,10 @@ use super::super::error::{StoreError, StoreOp, io_err};
 use super::super::fs::{make_dir, parent_of, real_dir, sync_dir, sync_filesystem, write_new_file};
 use super::super::journal::{CommitStep, JOURNAL_PREFIX, JournalWriter, RECORD_FILES};
 use super::super::{STAGING, Store, next_id};
-use super::{ArchiveError, ArchivePath, ArchiveReader, Entry, Place, check_cache_file, max_file};
+use super::{
+    ArchiveError, ArchivePath, ArchiveReader, Entry, Place, check_cache_dir, check_cache_file,
+    max_file,
+};
 use crate::names::Component;
 
 /// How to import.
@@ -251,6 +254,9 @@ impl Store {
                     return Err(refuse("foreign: not a component directory"));
                 }
                 staged.top.insert((first, deeper || is_dir));
+            }
+            if is_dir && path.place == Place::Cache {
+                check_cache_dir(&path.rel).map_err(|why| refuse(&why.to_string()))?;
             }
             let disk = stage.join(path.place_dir()).join(&path.rel);
             let dir = if is_dir {

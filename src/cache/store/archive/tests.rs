@@ -468,6 +468,22 @@ fn refusals_leave_the_cache_as_it_was() {
         .import(&gzip(&tar(1, 2, &[flat]))[..], &replace)
         .unwrap_err();
     assert!(e.to_string().contains("foreign"), "{e}");
+    // A directory where an object belongs, or one no cache has.
+    let mut with_credentials = replace.clone();
+    with_credentials.with_credentials = true;
+    for dir in [
+        "cache/kubelet/pods.v1.core/default/web-0/",
+        "cache/kubelet/notakind/",
+        "cache/kubelet/tokens/default/sa/digest/",
+    ] {
+        let e = store
+            .import(
+                &gzip(&tar(0, 0, &[raw(dir, b'5', b"", &[])]))[..],
+                &with_credentials,
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("a directory where"), "{dir}: {e}");
+    }
     assert_eq!(tree(&target), before);
     assert_eq!(fs::read_dir(target.join(".staging")).unwrap().count(), 0);
 
