@@ -191,6 +191,28 @@ fn export_wipe_import_and_the_hub_serves_the_same_answers_offline() {
         assert!(age.unwrap() >= age0.unwrap(), "{age:?} < {age0:?}");
     }
 
+    // A directory that is no cache (a copy of /etc) is refused, nothing written in it.
+    let etc = HubSpec {
+        cache_dir: dir.path().join("etc"),
+        ..spec.clone()
+    };
+    std::fs::create_dir_all(&etc.cache_dir).unwrap();
+    std::fs::write(etc.cache_dir.join("passwd"), "root:x:0:0::/root:/bin/sh\n").unwrap();
+    std::fs::write(etc.cache_dir.join("hosts"), "127.0.0.1 localhost\n").unwrap();
+    let before_etc = tree(&etc.cache_dir);
+    let out = cache_cmd(
+        &etc,
+        "edge-1",
+        &["import", archive.to_str().unwrap(), "--replace"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is not a tinyhub or YurtHub cache"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(tree(&etc.cache_dir), before_etc);
+
     // --allow-other-node takes it, and says so.
     let other = HubSpec {
         cache_dir: dir.path().join("other"),
