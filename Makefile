@@ -66,11 +66,11 @@ lint:
 # Fuzzing needs nightly and cargo-fuzz; CI only replays the corpus (tests/fuzz_corpus.rs, part
 # of `make test`). One fuzzer process at a time: `make fuzz FUZZ_SECONDS=600 FUZZ_TARGETS=selectors`.
 FUZZ_SECONDS ?= 300
-FUZZ_TARGETS ?= request_head selectors body_decoder
+FUZZ_TARGETS ?= request_head selectors body_decoder archive
 FUZZ_CARGO ?= $(CARGO) +nightly
 FUZZ = $(CURDIR)/fuzz
 # Longest input: a request head or a selector pair is short, a response body is not.
-FUZZ_MAX_LEN = case $$t in body_decoder) echo 65536;; *) echo 4096;; esac
+FUZZ_MAX_LEN = case $$t in body_decoder|archive) echo 65536;; *) echo 4096;; esac
 
 fuzz:
 	@command -v cargo-fuzz >/dev/null 2>&1 || $(CARGO) install cargo-fuzz

@@ -516,3 +516,62 @@ fn nesting(json: &[u8]) -> usize {
     }
     deepest
 }
+
+/// An archive as `tinyhub cache import` reads it. Byte 0, bit 0 set: the rest is the gzip
+/// stream as given; clear: the rest is a tar, gzip'd here first, so the fuzzer reaches the tar
+/// reader. An archive read to its end has only paths the cache could hold and files within
+/// the bound, its counts are its manifest's, and written again it reads back the same.
+pub fn archive(data: &[u8]) {
+    use crate::cache::store::archive::{ArchiveReader, ArchiveWriter, Entry};
+    /// A small bound: the fuzzer's inputs are small, and the check is the same.
+    const MAX_FILE: u64 = 1 << 16;
+
+    let Some((&flags, rest)) = data.split_first() else {
+        return;
+    };
+    let zipped;
+    let input = if flags & 1 == 1 {
+        rest
+    } else {
+        let mut out = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        out.write_all(rest).expect("gzip into memory");
+        zipped = out.finish().expect("gzip into memory");
+        &zipped[..]
+    };
+    let read = |input: &[u8]| {
+        let mut reader = ArchiveReader::open(input, MAX_FILE)?;
+        let mut entries = Vec::new();
+        while let Some(entry) = reader.next_entry()? {
+            entries.push(entry);
+        }
+        Ok::<_, crate::cache::store::archive::ArchiveError>((reader.manifest().clone(), entries))
+    };
+    let Ok((manifest, entries)) = read(input) else {
+        return;
+    };
+    let (mut files, mut bytes) = (0u64, 0u64);
+    for entry in &entries {
+        let (Entry::Dir(path) | Entry::File(path, _)) = entry;
+        assert!(path.is_valid(), "{path}");
+        if let Entry::File(_, body) = entry {
+            assert!(body.len() as u64 <= MAX_FILE);
+            files += 1;
+            bytes += body.len() as u64;
+        }
+    }
+    assert_eq!((files, bytes), (manifest.files, manifest.bytes));
+
+    let mut writer = ArchiveWriter::new(Vec::new(), &manifest).expect("write into memory");
+    for entry in &entries {
+        match entry {
+            Entry::Dir(path) => writer.dir(path),
+            Entry::File(path, body) => writer.file(path, body),
+        }
+        .expect("write into memory");
+    }
+    let again = writer.finish().expect("write into memory");
+    match read(&again) {
+        Ok((_, reread)) => assert_eq!(reread, entries, "written again, read back otherwise"),
+        Err(e) => panic!("written again, refused: {e}"),
+    }
+}

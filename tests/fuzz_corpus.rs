@@ -55,3 +55,8 @@ fn selectors_corpus() {
 fn body_decoder_corpus() {
     replay("body_decoder", tinyhub::fuzzing::body_decoder);
 }
+
+#[test]
+fn archive_corpus() {
+    replay("archive", tinyhub::fuzzing::archive);
+}

@@ -10,6 +10,7 @@ mod support;
 
 mod autonomy;
 mod bodies;
+mod cache_archive;
 mod cache_cli;
 mod cache_dir;
 mod cache_write;

@@ -21,6 +21,19 @@
 //! idempotent: a directory that exists is kept, a rename whose source is gone was done
 //! before, a delete of a missing file is done.
 //!
+//! An import (`archive/import.rs`) journals whole top-level entries instead, with two more
+//! operations whose paths may start at `.staging/` or `.quarantine/`:
+//!
+//! ```text
+//! move ⇥ kubelet ⇥ .quarantine/20261206T101500Z-replaced/kubelet
+//! move ⇥ .staging/import.4/cache/kubelet ⇥ kubelet
+//! install ⇥ .staging/import.4/cache/.synced ⇥ .synced
+//! ```
+//!
+//! `move` renames a file or directory to a name that must be free: one whose target exists
+//! or whose source is gone was done before. `install` renames a file over its target: one
+//! whose source is gone was done before.
+//!
 //! # Recovery ([`Store::open`])
 //!
 //! Reads the root directory only for `.journal.*`: a complete journal (magic line, valid
@@ -72,6 +85,14 @@ pub(crate) enum CommitStep {
 
 /// First line of every journal.
 const JOURNAL_MAGIC: &str = "tinyhub-journal 1";
+
+/// The records the store keeps beside the cache, which an import installs and a
+/// replacing import moves aside: the only dot names a journal may move.
+pub(super) const RECORD_FILES: [&str; 4] = [".synced", ".relist", ".error-keys", ".grants"];
+
+/// Where an import stages and where a replacing one moves the old content.
+const STAGING_DIR: &str = ".staging";
+const QUARANTINE_DIR: &str = ".quarantine";
 
 /// What [`Store::open`] found and repaired.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -224,6 +245,11 @@ impl Store {
         op: JournalOp<'_>,
         touched: &mut BTreeSet<PathBuf>,
     ) -> Result<(), StoreError> {
+        if let JournalOp::Move(..) | JournalOp::Install(..) = op {
+            // Whole directories change: no entry can be trusted.
+            self.index().clear();
+            self.changed(None);
+        }
         if let JournalOp::Rename(_, rel) | JournalOp::Delete(rel) = op {
             let at = {
                 let mut index = self.index();
@@ -246,6 +272,19 @@ impl Store {
                     }
                     Err(e) => return Err(io_err(StoreOp::Rename, &to)(e)),
                 }
+                touched.insert(parent_of(&to).to_owned());
+                Ok(())
+            }
+            JournalOp::Move(from, to) | JournalOp::Install(from, to) => {
+                let from = self.root.join(from);
+                let to = self.root.join(to);
+                let overwrite = matches!(op, JournalOp::Install(..));
+                // Done before: the source is gone, or (a move) the target is taken.
+                if !exists_no_follow(&from) || (!overwrite && exists_no_follow(&to)) {
+                    return Ok(());
+                }
+                fs::rename(&from, &to).map_err(io_err(StoreOp::Rename, &to))?;
+                touched.insert(parent_of(&from).to_owned());
                 touched.insert(parent_of(&to).to_owned());
                 Ok(())
             }
@@ -343,6 +382,11 @@ pub(super) enum JournalOp<'a> {
     Rename(&'a str, &'a str),
     /// Remove this file (relative to the root).
     Delete(&'a str),
+    /// Move this file or directory to a free name (an import: from the staging directory
+    /// into the root, or from the root into the quarantine).
+    Move(&'a str, &'a str),
+    /// Rename this staged file over this top-level file (an import's records and documents).
+    Install(&'a str, &'a str),
 }
 
 /// Parses one operation line; `None` for anything else, including a path that is not
@@ -358,6 +402,15 @@ pub(super) fn parse_op(line: &str) -> Option<JournalOp<'_>> {
             JournalOp::Rename(temp, path)
         }
         ("delete", Some(path), None) if relative_path(path, 2..=5) => JournalOp::Delete(path),
+        ("move", Some(from), Some(to))
+            if (below(STAGING_DIR, from) && top_level(to))
+                || (top_level(from) && below(QUARANTINE_DIR, to)) =>
+        {
+            JournalOp::Move(from, to)
+        }
+        ("install", Some(from), Some(to)) if below(STAGING_DIR, from) && top_level(to) => {
+            JournalOp::Install(from, to)
+        }
         _ => return None,
     };
     fields.next().is_none().then_some(op)
@@ -365,6 +418,20 @@ pub(super) fn parse_op(line: &str) -> Option<JournalOp<'_>> {
 
 fn relative_path(path: &str, segments: std::ops::RangeInclusive<usize>) -> bool {
     segments.contains(&path.split('/').count()) && path.split('/').all(is_safe_segment)
+}
+
+/// One entry directly in the root that an import may move: a safe name or a record.
+fn top_level(path: &str) -> bool {
+    is_safe_segment(path) || RECORD_FILES.contains(&path)
+}
+
+/// A path 2 to 4 segments below `dir` (in the root), each safe or a record.
+fn below(dir: &str, path: &str) -> bool {
+    path.strip_prefix(dir)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .is_some_and(|rest| {
+            (2..=4).contains(&rest.split('/').count()) && rest.split('/').all(top_level)
+        })
 }
 
 /// Whether a journal is whole: magic line, valid operations with every `mkdir` first,

@@ -93,6 +93,7 @@
 //! `check.rs` what a file must be to be served (bounded, a regular file, the object its path
 //! names); `relist.rs` the `.relist` record of collections to relist whole.
 
+pub(crate) mod archive;
 #[allow(
     dead_code,
     reason = "the hub's readers and the cache CLI call it; they land in the next commits"

@@ -196,6 +196,12 @@ pub(crate) fn roll_forward(root: &Path, rel: &str) -> Result<(), StoreError> {
                     Err(e) => return Err(io_err(StoreOp::Remove, &path)(e)),
                 }
             }
+            // An import's whole-entry moves are the hub's recovery's to finish.
+            JournalOp::Move(..) | JournalOp::Install(..) => {
+                return Err(io_err(StoreOp::Rename, &journal)(io::Error::other(
+                    "an import's journal: start the hub once to finish it",
+                )));
+            }
         }
     }
     for dir in &touched {
