@@ -11,6 +11,7 @@ mod support;
 mod autonomy;
 mod bodies;
 mod cache_dir;
+mod cache_ghosts;
 mod cache_write;
 mod cli;
 mod cloud_filters;

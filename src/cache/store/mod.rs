@@ -93,10 +93,6 @@
 //! `check.rs` what a file must be to be served (bounded, a regular file, the object its path
 //! names); `relist.rs` the `.relist` record of collections to relist whole.
 
-#[allow(
-    dead_code,
-    reason = "the hub's readers and the cache CLI call it; they land in the next commits"
-)]
 pub(crate) mod check;
 mod error;
 mod error_keys;
@@ -285,21 +281,27 @@ impl Store {
         &self.root
     }
 
-    /// The stored bytes of one object; `None` if it is not cached.
+    /// The stored bytes of one object; `None` if it is not cached, or if its file holds
+    /// another object than the key names, or is over [`check::MAX_FILE`] (counted and
+    /// warned of, [`check::refused`]). A file that is no JSON object is handed out all the
+    /// same, counted: the caller answers it as damaged.
     pub(crate) fn get(&self, key: &ObjectKey) -> Result<Option<Vec<u8>>, StoreError> {
         check_key(key)?;
         let dirs = self.object_dirs(key);
         if !all_real_dirs(&dirs)? {
             return Ok(None);
         }
-        let bytes = read_object(&dirs[dirs.len() - 1].join(&key.name))?;
-        let mut index = self.index();
-        let at = index.key_hash(key);
-        match &bytes {
-            Some(bytes) => index.check_read(at, bytes),
-            None => index.forget(at),
+        let path = dirs[dirs.len() - 1].join(&key.name);
+        let bytes = read_object(&path)?;
+        {
+            let mut index = self.index();
+            let at = index.key_hash(key);
+            match &bytes {
+                Some(bytes) => index.check_read(at, bytes),
+                None => index.forget(at),
+            }
         }
-        Ok(bytes)
+        Ok(bytes.filter(|bytes| check::served(&path, bytes, &check::Expect::for_key(key))))
     }
 
     /// The stored resourceVersion of one object: the index's when it knows the object (no
@@ -374,7 +376,11 @@ impl Store {
             return Ok(None);
         };
         let cursor = NameCursor::open(kind_dir, namespace, after)?;
-        Ok(Some(ObjectIter { cursor }))
+        let api_version = check::Expect::for_collection(c);
+        Ok(Some(ObjectIter {
+            cursor,
+            api_version,
+        }))
     }
 
     /// Creates or updates one object.
