@@ -12,6 +12,7 @@ mod autonomy;
 mod bodies;
 mod cache_dir;
 mod cache_ghosts;
+mod cache_relist;
 mod cache_write;
 mod cli;
 mod cloud_filters;

@@ -102,10 +102,6 @@ mod index;
 mod journal;
 mod list;
 mod recent;
-#[allow(
-    dead_code,
-    reason = "the hub's marks and the cache CLI use it; they land in the next commits"
-)]
 pub(crate) mod relist;
 mod replace;
 mod synced;
@@ -119,7 +115,7 @@ use std::fs::{DirBuilder, File};
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use super::key::{CollectionKey, ObjectKey, rv_newer};
@@ -208,6 +204,11 @@ pub(crate) struct Store {
     index: Mutex<ObjectIndex>,
     /// Fault injection; the default in production.
     options: StoreOptions,
+    /// The collections to relist whole when next read online (`relist.rs`), as
+    /// `.relist` holds them.
+    relist: Mutex<relist::RelistMarks>,
+    /// Whether `relist` holds any: a watch's begin asks, and almost always none is.
+    relist_any: AtomicBool,
     /// Held while the store is open: no other process uses this root meanwhile.
     _lock: DirLock,
 }
@@ -244,6 +245,7 @@ impl Store {
         // Before recovery, which clears the staging directory a running hub writes to.
         let lock = DirLock::acquire(root).map_err(StoreError::Lock)?;
         let root_dir = File::open(root).map_err(io_err(StoreOp::Read, root))?;
+        let relist = Store::load_relist(root);
         let store = Store {
             root: root.to_owned(),
             staging: root.join(STAGING),
@@ -253,6 +255,8 @@ impl Store {
             tombstones: Mutex::new(Tombstones::default()),
             index: Mutex::new(ObjectIndex::default()),
             options,
+            relist_any: AtomicBool::new(!relist.is_empty()),
+            relist: Mutex::new(relist),
             _lock: lock,
         };
         let report = store.recover()?;
