@@ -12,6 +12,7 @@ use super::StoredObject;
 use super::check::{self, Expect};
 use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{read_object, real_dir};
+use super::index::Reading;
 use crate::names::is_safe_segment;
 
 /// The objects of one collection, read lazily; see [`Store::list`].
@@ -25,6 +26,8 @@ pub(crate) struct ObjectIter {
     /// The collection's `apiVersion`: a file is handed out only as the object its path
     /// names ([`check::served`]).
     pub(super) api_version: String,
+    /// Counted as a read in flight while it lives: the index build yields to it.
+    pub(super) _reading: Reading,
 }
 
 impl Iterator for ObjectIter {

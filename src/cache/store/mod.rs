@@ -116,7 +116,7 @@ use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::key::{CollectionKey, ObjectKey, rv_newer};
 use super::object::ObjectHead;
@@ -127,7 +127,7 @@ use fs::{
     DIR_MODE, all_real_dirs, make_dir, parent_of, read_object, remove_quietly, sync_dir,
     write_new_file,
 };
-use index::{Known, ObjectIndex, entry_with};
+use index::{Known, ObjectIndex, Reading, entry_with};
 use list::NameCursor;
 use recent::RecentChanges;
 use tombstones::Tombstones;
@@ -178,12 +178,18 @@ pub(crate) struct StoredObject {
     pub bytes: Vec<u8>,
 }
 
-/// How a store behaves beyond its root; production uses the default.
+/// How a store behaves beyond its root; production uses the default, but for the index.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct StoreOptions {
     /// Fault injection: stop every replacement's commit at this step, as a crash would,
     /// with [`StoreError::InjectedCrash`] and nothing cleaned up. `None` by default.
     pub crash_at: Option<CommitStep>,
+    /// Open without building the index: [`Store::start_index`] builds it in the background
+    /// (the hub). By default it is built before [`Store::open_with`] returns.
+    pub background_index: bool,
+    /// Fault injection: the index build sleeps this long between reading each file and
+    /// making its entry, so a test can change the store in between. `None` by default.
+    pub index_pause: Option<std::time::Duration>,
 }
 
 /// The cache directory. Cheap to share: `Send + Sync`, every method takes `&self`.
@@ -204,6 +210,8 @@ pub(crate) struct Store {
     index: Mutex<ObjectIndex>,
     /// Fault injection; the default in production.
     options: StoreOptions,
+    /// Gets and lists reading now: the index build yields to them (`index.rs`).
+    readers: Arc<AtomicUsize>,
     /// The collections to relist whole when next read online (`relist.rs`), as
     /// `.relist` holds them.
     relist: Mutex<relist::RelistMarks>,
@@ -219,6 +227,10 @@ impl Store {
     /// a file can be made, flushed and removed under it. A root that cannot be written (a
     /// read-only mount, no permission) fails here; a full one only says so in the log (what
     /// is cached still answers).
+    #[allow(
+        dead_code,
+        reason = "tests; the hub opens with the index in the background (`open_with`)"
+    )]
     pub(crate) fn open(root: &Path) -> Result<(Store, RecoveryReport), StoreError> {
         Store::open_with(root, StoreOptions::default())
     }
@@ -255,12 +267,15 @@ impl Store {
             tombstones: Mutex::new(Tombstones::default()),
             index: Mutex::new(ObjectIndex::default()),
             options,
+            readers: Arc::new(AtomicUsize::new(0)),
             relist_any: AtomicBool::new(!relist.is_empty()),
             relist: Mutex::new(relist),
             _lock: lock,
         };
         let report = store.recover()?;
-        store.build_index();
+        if !options.background_index {
+            store.build_index();
+        }
         match store.probe_write() {
             Err(e) if e.is_disk_full() => {
                 log::warn!("{e}: the cache is full; what it holds still answers")
@@ -291,6 +306,7 @@ impl Store {
     /// same, counted: the caller answers it as damaged.
     pub(crate) fn get(&self, key: &ObjectKey) -> Result<Option<Vec<u8>>, StoreError> {
         check_key(key)?;
+        let _reading = Reading::new(&self.readers);
         let dirs = self.object_dirs(key);
         if !all_real_dirs(&dirs)? {
             return Ok(None);
@@ -384,6 +400,7 @@ impl Store {
         Ok(Some(ObjectIter {
             cursor,
             api_version,
+            _reading: Reading::new(&self.readers),
         }))
     }
 
