@@ -13,7 +13,9 @@
 //! on clouds of its own, a node's usual watches through an outage of the cloud (issue 29),
 //! through a hub and directly; and, on clouds of its own, a node's day in miniature on the
 //! cloud link (issue 32): cloud bytes and requests direct, through a hub and through a pool,
-//! with and without clients asking for gzip, and the link totals' flash writes. Prints a table per case as it goes and writes
+//! with and without clients asking for gzip, and the link totals' flash writes; and, on clouds
+//! of its own, the hub's offline boot from a cold cache of 200 to 20,000 objects (issue 33).
+//! Prints a table per case as it goes and writes
 //! `BENCHMARKS.md` at the repository top with the machine, the date and every target of the
 //! issue, met or missed.
 //!
@@ -34,6 +36,8 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+#[path = "hub/boot.rs"]
+mod boot;
 #[path = "hub/client.rs"]
 mod client;
 #[path = "hub/footprint.rs"]
@@ -277,7 +281,7 @@ pub fn ensure_services(cloud: &Cloud, count: usize) {
 }
 
 /// Hub processes running now, killed by the watchdog if the run overstays.
-static HUBS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+pub static HUBS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 /// CPU time (USER_HZ ticks) used by the hubs that have exited, to tell the benchmark's own
 /// load from other work on the machine.
 static HUB_TICKS: AtomicU64 = AtomicU64::new(0);
@@ -343,9 +347,9 @@ struct Options {
 }
 
 /// The highest case number.
-const LAST_CASE: u8 = 12;
+const LAST_CASE: u8 = 14;
 
-const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,12 [--update]] \
+const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,14 [--update]] \
                      [-- --readme-only]\n\
                      --update: write the sections of the cases run into the existing report \
                      (BENCHMARKS.md, or the quick one), replacing theirs, keeping the rest\n\
@@ -628,6 +632,12 @@ fn run(scale: &Scale, only: Option<&[u8]>, update: bool) -> Result<(), Failure> 
             "case 12 (a node's day in miniature: the cloud link)",
             || link::link(&bench, &mut report),
         )?;
+        print_last(&report);
+    }
+
+    // Its own clouds and hubs, nothing shared with the cases above.
+    if wanted(14) {
+        case("case 14 (offline boot)", || boot::boot(&bench, &mut report))?;
         print_last(&report);
     }
 

@@ -122,6 +122,9 @@ pub(crate) fn handle(
                 if let Some(synced) = &readiness.synced {
                     synced::readyz_lines(synced, &mut out);
                 }
+                if let Some(store) = store {
+                    crate::cache::relist::readyz_lines(store, &mut out);
+                }
                 crate::watchcache::series::readyz_lines(&mut out);
                 out.push_str(if ready {
                     "readyz check passed\n"

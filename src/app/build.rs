@@ -7,7 +7,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::cache::store::Store;
+use crate::cache::store::{Store, StoreOptions};
 use crate::cache::synced::Synced;
 use crate::config::Config;
 use crate::dir_lock::DirLock;
@@ -209,7 +209,13 @@ fn open_cache(config: &Config) -> Result<Option<Arc<Store>>, StartupError> {
         return Ok(None);
     }
     let path = &config.disk_cache_path;
-    let (store, report) = Store::open(path).map_err(|e| {
+    // The index (what lets an unchanged put skip the disk) is built in the background: the
+    // first offline answer must not wait for a read of every cached file.
+    let options = StoreOptions {
+        background_index: true,
+        ..StoreOptions::default()
+    };
+    let (store, report) = Store::open_with(path, options).map_err(|e| {
         StartupError::new(e.to_string()).context(format!(
             "cannot use the cache directory {} (--disk-cache-path; edge mode answers from it while the cloud is unreachable)",
             path.display()
@@ -224,7 +230,9 @@ fn open_cache(config: &Config) -> Result<Option<Arc<Store>>, StartupError> {
             report.removed_temp_files
         );
     }
-    Ok(Some(Arc::new(store)))
+    let store = Arc::new(store);
+    store.start_index();
+    Ok(Some(store))
 }
 
 /// Creates `--root-dir` (0700, as the identity files want it) when missing and locks it

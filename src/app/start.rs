@@ -13,6 +13,7 @@ use super::listeners::{self, Https};
 use super::{Running, filters, pool};
 use crate::cache::agents::CacheAgents;
 use crate::cache::grants::Grants;
+use crate::cache::relist::Relist;
 use crate::cache::store::Store;
 use crate::cache::synced::Synced;
 use crate::cache::writer::{self, CacheTx, Refills, WriterOptions};
@@ -233,7 +234,9 @@ fn start_disk_cache(
     agents_watch::load_cached(store, agents, filter_reload);
     let (cache_tx, cache_rx) = writer::channel(WRITER_QUEUE, WRITER_BUDGET);
     let refills = Refills::new();
-    let cache_tx = cache_tx.with_refills(refills.sender());
+    let cache_tx = cache_tx
+        .with_refills(refills.sender())
+        .with_relist(Arc::new(Relist::new(Arc::clone(store))));
     {
         let (upstream, cache_tx, stop) = (Arc::clone(upstream), cache_tx.clone(), stop.clone());
         let filters = filters.cloned();

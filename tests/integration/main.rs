@@ -13,6 +13,8 @@ mod bodies;
 mod cache_archive;
 mod cache_cli;
 mod cache_dir;
+mod cache_ghosts;
+mod cache_relist;
 mod cache_write;
 mod cli;
 mod cloud_filters;

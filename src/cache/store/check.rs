@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::error::{StoreError, StoreOp, io_err};
-use crate::cache::key::{METADATA_DIR, ObjectKey, View};
+use crate::cache::key::{CollectionKey, METADATA_DIR, ObjectKey, View};
 use crate::cache::object::ObjectHead;
 use crate::metrics::{METRICS, RefusedFile};
 
@@ -59,6 +59,10 @@ impl<'a> Expect<'a> {
     /// `pods.v1.core` → `v1`, `deployments.v1.apps` → `apps/v1`,
     /// `partialobjectmetadatas.v1.meta.k8s.io/pods.v1.core` → `meta.k8s.io/v1`; anything
     /// else → no apiVersion to check.
+    #[allow(
+        dead_code,
+        reason = "for `tinyhub cache verify`, which walks kind directories, not keys"
+    )]
     pub(crate) fn for_kind_dir(
         kind_rel: &str,
         namespace: Option<&'a str>,
@@ -73,14 +77,18 @@ impl<'a> Expect<'a> {
 
     /// What the file of `key` must hold.
     pub(crate) fn for_key(key: &'a ObjectKey) -> Expect<'a> {
-        let api_version = match key.collection.view {
-            View::Full => Cow::Owned(key.collection.gvr.api_version()),
-            View::Metadata => Cow::Borrowed(METADATA_API_VERSION),
-        };
         Expect {
             namespace: key.namespace.as_deref(),
             name: &key.name,
-            api_version: Some(api_version),
+            api_version: Some(Cow::Owned(Expect::for_collection(&key.collection))),
+        }
+    }
+
+    /// The `apiVersion` every object of the collection `c` has, when it says one.
+    pub(crate) fn for_collection(c: &CollectionKey) -> String {
+        match c.view {
+            View::Full => c.gvr.api_version(),
+            View::Metadata => METADATA_API_VERSION.to_owned(),
         }
     }
 }
@@ -88,6 +96,10 @@ impl<'a> Expect<'a> {
 /// The `apiVersion` of a kind directory's objects, from its path below the component's
 /// directory; `None` when it is not `<resource>.<version>.<group>` (or the metadata view's
 /// directory above one).
+#[allow(
+    dead_code,
+    reason = "for `tinyhub cache verify`, which walks kind directories, not keys"
+)]
 pub(crate) fn api_version_of_kind_dir(kind_rel: &str) -> Option<String> {
     let mut parts = kind_rel.split('/');
     let first = parts.next()?;
@@ -269,6 +281,24 @@ pub(crate) fn read_bounded(path: &Path) -> Result<FileRead, StoreError> {
         });
     }
     Ok(FileRead::Bytes(bytes))
+}
+
+/// Whether the hub may serve `bytes`, read from `path`, as the object `expect` describes:
+/// a file naming another object is not served ([`refused`]: counted, warned of); one that
+/// is no object at all is served to its reader, which answers it as damaged (a get's 500, a
+/// list's skipped file, each with its own warning), and only counted here.
+pub(crate) fn served(path: &Path, bytes: &[u8], expect: &Expect<'_>) -> bool {
+    match check_object(bytes, expect) {
+        Ok(()) => true,
+        Err(Refusal::NotObject { .. }) => {
+            METRICS.refused_file(RefusedFile::NotObject);
+            true
+        }
+        Err(refusal) => {
+            refused(path, &refusal);
+            false
+        }
+    }
 }
 
 /// How long a refused path stays quiet after its warning.

@@ -2,10 +2,19 @@
 //! resourceVersion and a hash of its bytes, so that a put of an unchanged (or older) object
 //! is answered without a syscall.
 //!
-//! Built once at open, after recovery, by reading every object file; then an entry is
-//! made only by what the store writes, or finds identical to what it was asked to write
-//! (a stale put learns nothing), and dropped by every other change (delete, replacements,
-//! recovery). The hub owns the root (its
+//! Built once after recovery by reading every object file: at open, or (the hub) in the
+//! background by the `cache-index` thread, so that the first offline answer never waits for a
+//! read of the whole cache (20,000 files, 100 MB, several seconds on a router's flash). Then
+//! an entry is made only by what the store writes, or finds identical to what it was asked
+//! to write (a stale put learns nothing), and dropped by every other change (delete,
+//! replacements, recovery).
+//!
+//! While the background build runs, the store works as it does for an object the index
+//! does not know: a put reads the file, a version is read from it. The build adds an entry
+//! only for a path that nothing recorded or forgot since the build began ([`Building`]), and
+//! nothing at all once the index was cleared: what it read may be older than what the writer
+//! wrote or removed meanwhile, and an entry that is missing only costs the disk path. It
+//! yields to readers: before each file it waits (a little) while a get or a list is reading. The hub owns the root (its
 //! lock, `src/dir_lock.rs`), so nothing else changes the files. An entry that is missing
 //! only costs the disk path it replaces, so whenever a change cannot be followed exactly
 //! (a collection deleted whole, a journal applied) entries are dropped, not guessed.
@@ -22,11 +31,13 @@
 //! Size: 24 bytes an entry plus hashbrown's control byte, at a load of 7/8 or less (28.6
 //! to 57 bytes an object; 819,200 bytes of table for 20,000 objects).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::path::Path;
-use std::sync::{MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use super::fs::read_object;
 use super::{PutOutcome, Store, stored_rv};
@@ -39,6 +50,19 @@ pub(super) struct ObjectIndex {
     /// Keys both hashes; drawn per process, since nothing of the index outlives it.
     hasher: RandomState,
     entries: HashMap<u64, Entry, BuildHasherDefault<PassThrough>>,
+    /// While a build runs: what changed since it began.
+    building: Option<Building>,
+}
+
+/// What changed in the index since its build began: the build's reading of those paths may
+/// be older than the change.
+#[derive(Debug, Default)]
+pub(super) struct Building {
+    /// Path hashes recorded or forgotten since.
+    touched: HashSet<u64, BuildHasherDefault<PassThrough>>,
+    /// Everything was forgotten since (a collection deleted whole, a journal applied): the
+    /// build adds nothing more.
+    cleared: bool,
 }
 
 /// One stored file.
@@ -133,12 +157,51 @@ impl ObjectIndex {
 
     /// The file at `key` now holds what `entry` describes.
     pub(super) fn record(&mut self, key: u64, entry: Entry) {
+        self.touch(key);
         self.entries.insert(key, entry);
     }
 
     /// The file at `key` is gone, or no longer known.
     pub(super) fn forget(&mut self, key: u64) {
+        self.touch(key);
         self.entries.remove(&key);
+    }
+
+    /// Notes a change at `key` for a build that runs.
+    fn touch(&mut self, key: u64) {
+        if let Some(building) = &mut self.building {
+            building.touched.insert(key);
+        }
+    }
+
+    /// A build begins: from now on it adds entries only through [`ObjectIndex::built`].
+    pub(super) fn begin_build(&mut self) {
+        self.building = Some(Building::default());
+    }
+
+    /// The build read the file at `key` as `entry`: kept unless the path changed since the
+    /// build began, or the index was cleared (the build's reading may be the older one).
+    /// `true` when kept.
+    pub(super) fn built(&mut self, key: u64, entry: Entry) -> bool {
+        let Some(building) = &self.building else {
+            return false;
+        };
+        if building.cleared || building.touched.contains(&key) || self.entries.contains_key(&key) {
+            return false;
+        }
+        self.entries.insert(key, entry);
+        true
+    }
+
+    /// The build is over.
+    pub(super) fn end_build(&mut self) {
+        self.building = None;
+    }
+
+    /// Whether a build runs.
+    #[allow(dead_code, reason = "read through `Store::index_building`")]
+    pub(super) fn is_building(&self) -> bool {
+        self.building.is_some()
     }
 
     /// Drops an entry whose file was just read as `bytes` and does not match it.
@@ -148,13 +211,17 @@ impl ObjectIndex {
             log::warn!(
                 "cache: a stored file changed behind the hub's back; it is rewritten at the next answer"
             );
-            self.entries.remove(&key);
+            self.forget(key);
         }
     }
 
     /// Forgets everything (a whole collection went; the disk answers until puts refill it).
     pub(super) fn clear(&mut self) {
         self.entries.clear();
+        if let Some(building) = &mut self.building {
+            building.cleared = true;
+            building.touched.clear();
+        }
     }
 
     /// Entries held.
@@ -183,18 +250,108 @@ impl Store {
     }
 
     /// Builds the index from every object file and non-resource document under the root
-    /// (tokens are not indexed). Whatever cannot be read is left out: the disk answers for it.
+    /// (tokens are not indexed), alongside the writer ([`ObjectIndex::built`]): at open, or
+    /// on the `cache-index` thread ([`Store::start_index`]). Whatever cannot be read is left
+    /// out: the disk answers for it. Logs `cache index built: n objects in x s`.
     pub(super) fn build_index(&self) {
-        let mut index = self.index();
+        self.index().begin_build();
+        self.index_walk();
+    }
+
+    /// The build's walk, once [`ObjectIndex::begin_build`] noted where changes start to count.
+    fn index_walk(&self) {
+        let started = Instant::now();
+        let mut index_file = |rel: &str| {
+            self.yield_to_readers();
+            if let Ok(Some(bytes)) = read_object(&self.root.join(rel)) {
+                // Between the read and the entry: where a change made meanwhile would race.
+                if let Some(pause) = self.options.index_pause {
+                    std::thread::sleep(pause);
+                }
+                let mut index = self.index();
+                let entry = index.entry_of(&bytes);
+                let key = index.path_hash(rel);
+                index.built(key, entry);
+            }
+        };
         for (name, is_dir) in safe_entries(&self.root) {
             if !is_dir {
-                index_file(&mut index, &self.root, &name);
+                index_file(&name);
                 continue;
             }
             for_each_kind_dir(&self.root.join(&name), &name, &mut |kind_rel, kind_dir| {
-                index_kind(&mut index, &self.root, kind_rel, kind_dir);
+                for_each_object(kind_rel, kind_dir, &mut index_file);
             });
         }
+        let objects = {
+            let mut index = self.index();
+            index.end_build();
+            index.entries.len()
+        };
+        log::info!(
+            "cache index built: {objects} objects in {:.3} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+
+    /// Builds the index on a thread of its own (`cache-index`, a small stack), so that the
+    /// hub answers from the disk meanwhile; inline when no thread can be made. Only for a
+    /// store opened with [`StoreOptions::background_index`](super::StoreOptions).
+    pub(crate) fn start_index(self: &Arc<Store>) {
+        // Here, not on the thread: every change from now on counts against the build.
+        self.index().begin_build();
+        let store = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("cache-index".into())
+            .stack_size(256 * 1024)
+            .spawn(move || store.index_walk());
+        if let Err(e) = spawned {
+            log::warn!("cache: cannot start the cache-index thread ({e}); indexing now");
+            self.index_walk();
+        }
+    }
+
+    /// Whether the index is still being built.
+    #[allow(
+        dead_code,
+        reason = "tests; and the bound's census, which waits for the build's end"
+    )]
+    pub(crate) fn index_building(&self) -> bool {
+        self.index().is_building()
+    }
+
+    /// Waits a little while a get or a list reads: the first offline answers go before the
+    /// build's reads of the disk. At most [`YIELD_AT_MOST`] a file, so a reader that never
+    /// stops (a client listing in a loop) slows the build, never stops it.
+    fn yield_to_readers(&self) {
+        let mut waited = Duration::ZERO;
+        while self.readers.load(Ordering::Acquire) > 0 && waited < YIELD_AT_MOST {
+            std::thread::sleep(YIELD_STEP);
+            waited += YIELD_STEP;
+        }
+    }
+}
+
+/// The longest the build waits for readers before a file.
+const YIELD_AT_MOST: Duration = Duration::from_millis(20);
+/// How often it looks again.
+const YIELD_STEP: Duration = Duration::from_millis(1);
+
+/// Counts a store read in flight while it lives (`Store::get`, an `ObjectIter`), for the
+/// index build to yield to.
+#[derive(Debug)]
+pub(super) struct Reading(Arc<AtomicUsize>);
+
+impl Reading {
+    pub(super) fn new(readers: &Arc<AtomicUsize>) -> Reading {
+        readers.fetch_add(1, Ordering::AcqRel);
+        Reading(Arc::clone(readers))
+    }
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -221,14 +378,15 @@ pub(super) fn for_each_kind_dir(dir: &Path, rel: &str, f: &mut dyn FnMut(&str, &
     }
 }
 
-/// Indexes every object of one kind directory (`kind_rel` below `root`, at `kind_dir`).
-fn index_kind(index: &mut ObjectIndex, root: &Path, kind_rel: &str, kind_dir: &Path) {
+/// Calls `f` with the path below the root of every object file of one kind directory
+/// (`kind_rel` below the root, at `kind_dir`).
+fn for_each_object(kind_rel: &str, kind_dir: &Path, f: &mut dyn FnMut(&str)) {
     let mut path = String::new();
     for (entry, is_dir) in safe_entries(kind_dir) {
         path.clear();
         path.extend([kind_rel, "/", entry.as_str()]);
         if !is_dir {
-            index_file(index, root, &path);
+            f(&path);
             continue;
         }
         let namespace_len = path.len();
@@ -236,7 +394,7 @@ fn index_kind(index: &mut ObjectIndex, root: &Path, kind_rel: &str, kind_dir: &P
             if !is_dir {
                 path.truncate(namespace_len);
                 path.extend(["/", object.as_str()]);
-                index_file(index, root, &path);
+                f(&path);
             }
         }
     }
@@ -252,15 +410,6 @@ pub(super) fn safe_entries(dir: &Path) -> impl Iterator<Item = (String, bool)> {
         let is_dir = kind.is_dir();
         ((is_dir || kind.is_file()) && is_safe_segment(&name)).then_some((name, is_dir))
     })
-}
-
-/// Indexes the file at `rel` below `root`, if it can be read.
-fn index_file(index: &mut ObjectIndex, root: &Path, rel: &str) {
-    if let Ok(Some(bytes)) = read_object(&root.join(rel)) {
-        let entry = index.entry_of(&bytes);
-        let key = index.path_hash(rel);
-        index.record(key, entry);
-    }
 }
 
 /// The entry of `bytes` whose hash is `content`.

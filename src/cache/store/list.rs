@@ -1,6 +1,7 @@
 //! Reading a collection in (namespace, name) order, one namespace directory at a time:
 //! [`ObjectIter`] for readers, [`NameIter`] for names alone, the name cursor for a replacement's merge.
 
+use std::borrow::Cow;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -8,17 +9,25 @@ use std::path::{Path, PathBuf};
 #[cfg(doc)]
 use super::Store;
 use super::StoredObject;
+use super::check::{self, Expect};
 use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{read_object, real_dir};
+use super::index::Reading;
 use crate::names::is_safe_segment;
 
 /// The objects of one collection, read lazily; see [`Store::list`].
 ///
 /// A file that vanishes between listing its directory and reading it is skipped, and so
-/// are symlinks, dot-names and anything that is not a regular file.
+/// are symlinks, dot-names, anything that is not a regular file, a file over
+/// [`check::MAX_FILE`] and a file holding another object than its path names.
 #[derive(Debug)]
 pub(crate) struct ObjectIter {
     pub(super) cursor: NameCursor,
+    /// The collection's `apiVersion`: a file is handed out only as the object its path
+    /// names ([`check::served`]).
+    pub(super) api_version: String,
+    /// Counted as a read in flight while it lives: the index build yields to it.
+    pub(super) _reading: Reading,
 }
 
 impl Iterator for ObjectIter {
@@ -30,8 +39,17 @@ impl Iterator for ObjectIter {
                 Ok(found) => found,
                 Err(e) => return Some(Err(e)),
             };
-            match read_object(&self.cursor.path_of(namespace.as_deref(), &name)) {
+            let path = self.cursor.path_of(namespace.as_deref(), &name);
+            match read_object(&path) {
                 Ok(Some(bytes)) => {
+                    let expect = Expect {
+                        namespace: namespace.as_deref(),
+                        name: &name,
+                        api_version: Some(Cow::Borrowed(&self.api_version)),
+                    };
+                    if !check::served(&path, &bytes, &expect) {
+                        continue;
+                    }
                     return Some(Ok(StoredObject {
                         namespace,
                         name,

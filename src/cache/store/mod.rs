@@ -94,10 +94,6 @@
 //! names); `relist.rs` the `.relist` record of collections to relist whole.
 
 pub(crate) mod archive;
-#[allow(
-    dead_code,
-    reason = "the hub's readers and the cache CLI call it; they land in the next commits"
-)]
 pub(crate) mod audit;
 pub(crate) mod check;
 mod error;
@@ -109,10 +105,6 @@ mod journal;
 mod list;
 pub(crate) mod quarantine;
 mod recent;
-#[allow(
-    dead_code,
-    reason = "the hub's marks and the cache CLI use it; they land in the next commits"
-)]
 pub(crate) mod relist;
 mod replace;
 mod synced;
@@ -127,8 +119,8 @@ use std::fs::{DirBuilder, File};
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::key::{CollectionKey, ObjectKey, rv_newer};
 use super::object::ObjectHead;
@@ -139,7 +131,7 @@ use fs::{
     DIR_MODE, all_real_dirs, make_dir, parent_of, read_object, remove_quietly, sync_dir,
     write_new_file,
 };
-use index::{Known, ObjectIndex, entry_with};
+use index::{Known, ObjectIndex, Reading, entry_with};
 use list::NameCursor;
 use recent::RecentChanges;
 use tombstones::Tombstones;
@@ -190,12 +182,18 @@ pub(crate) struct StoredObject {
     pub bytes: Vec<u8>,
 }
 
-/// How a store behaves beyond its root; production uses the default.
+/// How a store behaves beyond its root; production uses the default, but for the index.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct StoreOptions {
     /// Fault injection: stop every replacement's commit at this step, as a crash would,
     /// with [`StoreError::InjectedCrash`] and nothing cleaned up. `None` by default.
     pub crash_at: Option<CommitStep>,
+    /// Open without building the index: [`Store::start_index`] builds it in the background
+    /// (the hub). By default it is built before [`Store::open_with`] returns.
+    pub background_index: bool,
+    /// Fault injection: the index build sleeps this long between reading each file and
+    /// making its entry, so a test can change the store in between. `None` by default.
+    pub index_pause: Option<std::time::Duration>,
 }
 
 /// The cache directory. Cheap to share: `Send + Sync`, every method takes `&self`.
@@ -216,6 +214,13 @@ pub(crate) struct Store {
     index: Mutex<ObjectIndex>,
     /// Fault injection; the default in production.
     options: StoreOptions,
+    /// Gets and lists reading now: the index build yields to them (`index.rs`).
+    readers: Arc<AtomicUsize>,
+    /// The collections to relist whole when next read online (`relist.rs`), as
+    /// `.relist` holds them.
+    relist: Mutex<relist::RelistMarks>,
+    /// Whether `relist` holds any: a watch's begin asks, and almost always none is.
+    relist_any: AtomicBool,
     /// Held while the store is open: no other process uses this root meanwhile.
     _lock: DirLock,
 }
@@ -226,6 +231,10 @@ impl Store {
     /// a file can be made, flushed and removed under it. A root that cannot be written (a
     /// read-only mount, no permission) fails here; a full one only says so in the log (what
     /// is cached still answers).
+    #[allow(
+        dead_code,
+        reason = "tests; the hub opens with the index in the background (`open_with`)"
+    )]
     pub(crate) fn open(root: &Path) -> Result<(Store, RecoveryReport), StoreError> {
         Store::open_with(root, StoreOptions::default())
     }
@@ -252,6 +261,7 @@ impl Store {
         // Before recovery, which clears the staging directory a running hub writes to.
         let lock = DirLock::acquire(root).map_err(StoreError::Lock)?;
         let root_dir = File::open(root).map_err(io_err(StoreOp::Read, root))?;
+        let relist = Store::load_relist(root);
         let store = Store {
             root: root.to_owned(),
             staging: root.join(STAGING),
@@ -261,10 +271,15 @@ impl Store {
             tombstones: Mutex::new(Tombstones::default()),
             index: Mutex::new(ObjectIndex::default()),
             options,
+            readers: Arc::new(AtomicUsize::new(0)),
+            relist_any: AtomicBool::new(!relist.is_empty()),
+            relist: Mutex::new(relist),
             _lock: lock,
         };
         let report = store.recover()?;
-        store.build_index();
+        if !options.background_index {
+            store.build_index();
+        }
         match store.probe_write() {
             Err(e) if e.is_disk_full() => {
                 log::warn!("{e}: the cache is full; what it holds still answers")
@@ -289,21 +304,28 @@ impl Store {
         &self.root
     }
 
-    /// The stored bytes of one object; `None` if it is not cached.
+    /// The stored bytes of one object; `None` if it is not cached, or if its file holds
+    /// another object than the key names, or is over [`check::MAX_FILE`] (counted and
+    /// warned of, [`check::refused`]). A file that is no JSON object is handed out all the
+    /// same, counted: the caller answers it as damaged.
     pub(crate) fn get(&self, key: &ObjectKey) -> Result<Option<Vec<u8>>, StoreError> {
         check_key(key)?;
+        let _reading = Reading::new(&self.readers);
         let dirs = self.object_dirs(key);
         if !all_real_dirs(&dirs)? {
             return Ok(None);
         }
-        let bytes = read_object(&dirs[dirs.len() - 1].join(&key.name))?;
-        let mut index = self.index();
-        let at = index.key_hash(key);
-        match &bytes {
-            Some(bytes) => index.check_read(at, bytes),
-            None => index.forget(at),
+        let path = dirs[dirs.len() - 1].join(&key.name);
+        let bytes = read_object(&path)?;
+        {
+            let mut index = self.index();
+            let at = index.key_hash(key);
+            match &bytes {
+                Some(bytes) => index.check_read(at, bytes),
+                None => index.forget(at),
+            }
         }
-        Ok(bytes)
+        Ok(bytes.filter(|bytes| check::served(&path, bytes, &check::Expect::for_key(key))))
     }
 
     /// The stored resourceVersion of one object: the index's when it knows the object (no
@@ -378,7 +400,12 @@ impl Store {
             return Ok(None);
         };
         let cursor = NameCursor::open(kind_dir, namespace, after)?;
-        Ok(Some(ObjectIter { cursor }))
+        let api_version = check::Expect::for_collection(c);
+        Ok(Some(ObjectIter {
+            cursor,
+            api_version,
+            _reading: Reading::new(&self.readers),
+        }))
     }
 
     /// Creates or updates one object.

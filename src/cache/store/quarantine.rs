@@ -302,6 +302,7 @@ mod tests {
         {
             let options = StoreOptions {
                 crash_at: Some(CommitStep::JournalDurable),
+                ..StoreOptions::default()
             };
             let (store, _) = Store::open_with(&root, options).unwrap();
             let old = ObjectKey {

@@ -14,6 +14,8 @@
 
 use std::io;
 use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -21,7 +23,8 @@ use serde::{Deserialize, Serialize};
 use super::check::{FileRead, read_bounded};
 use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{make_dir, remove_quietly, sync_dir, write_new_file};
-use super::{STAGING, next_id};
+use super::{STAGING, Store, next_id};
+use crate::cache::key::CollectionKey;
 use crate::logging::rfc3339;
 use crate::tokens::parse_rfc3339;
 
@@ -168,6 +171,7 @@ impl RelistMarks {
     }
 
     /// How many collections are marked.
+    #[allow(dead_code, reason = "for `tinyhub cache ls`'s footer")]
     pub(crate) fn len(&self) -> usize {
         self.marks.len()
     }
@@ -216,5 +220,76 @@ impl RelistMarks {
             return Err(io_err(StoreOp::Rename, &target)(e));
         }
         sync_dir(root)
+    }
+}
+
+impl Store {
+    /// The collections marked for a relist, loaded at open (an unreadable record is warned
+    /// of and read as none: the hub still starts, and the collections it named are relisted
+    /// when their clients list them, as before the record).
+    pub(super) fn load_relist(root: &Path) -> RelistMarks {
+        RelistMarks::load(root).unwrap_or_else(|e| {
+            log::warn!("{e}; no collection is marked for a relist");
+            RelistMarks::default()
+        })
+    }
+
+    /// Why `c` waits for a relist; `None` when it does not (one atomic load when no
+    /// collection does).
+    pub(crate) fn relist_reason(&self, c: &CollectionKey) -> Option<RelistReason> {
+        if !self.relist_any.load(Ordering::Acquire) {
+            return None;
+        }
+        self.relist_marks()
+            .contains(c.component.as_str(), &c.dir_name())
+    }
+
+    /// The marked collections, oldest first.
+    pub(crate) fn relist_pending(&self) -> Vec<RelistMark> {
+        if !self.relist_any.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        self.relist_marks().iter().cloned().collect()
+    }
+
+    /// Marks `c` for a relist and saves the record. The writer's (or the lock holder's) to
+    /// call: it writes the cache.
+    #[allow(
+        dead_code,
+        reason = "for the bound's eviction, which marks what it evicts"
+    )]
+    pub(crate) fn mark_relist(
+        &self,
+        c: &CollectionKey,
+        reason: RelistReason,
+    ) -> Result<(), StoreError> {
+        let mut marks = self.relist_marks();
+        marks.mark(
+            c.component.as_str(),
+            &c.dir_name(),
+            reason,
+            SystemTime::now(),
+        );
+        self.relist_any.store(true, Ordering::Release);
+        marks.save(&self.root)
+    }
+
+    /// Clears `c`'s mark, if it has one, and saves the record: a whole list of it was
+    /// committed. `true` when it had one. The writer's to call.
+    pub(crate) fn clear_relist(&self, c: &CollectionKey) -> Result<bool, StoreError> {
+        if !self.relist_any.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        let mut marks = self.relist_marks();
+        if !marks.clear(c.component.as_str(), &c.dir_name()) {
+            return Ok(false);
+        }
+        self.relist_any.store(!marks.is_empty(), Ordering::Release);
+        marks.save(&self.root)?;
+        Ok(true)
+    }
+
+    fn relist_marks(&self) -> MutexGuard<'_, RelistMarks> {
+        self.relist.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

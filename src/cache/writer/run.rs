@@ -444,7 +444,8 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
         return;
     };
     let list_rv = list.resource_version.as_deref();
-    let committed = if list.is_whole(*paged, active.not_objects) {
+    let whole = list.is_whole(*paged, active.not_objects);
+    let committed = if whole {
         // The cloud's whole answer for the scope replaces it, whatever the cache held.
         let mut in_scope = |bytes: &[u8]| -> bool {
             serde_json::from_slice::<serde_json::Value>(bytes)
@@ -458,6 +459,9 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
     match committed {
         Ok(report) => {
             note(synced, collection, word, noted);
+            if whole {
+                relisted(store, collection);
+            }
             if report.written > 0 {
                 failures.written_again();
             }
@@ -491,6 +495,25 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
             );
         }
         Err(e) => failures.error("commit list", target, &e),
+    }
+}
+
+/// A whole list of `collection` was committed: a relist mark on it (`cache/relist.rs`) is
+/// done with.
+fn relisted(store: &Store, collection: &CollectionKey) {
+    match store.clear_relist(collection) {
+        Ok(true) => log::info!(
+            "cache: {}/{} relisted whole; its relist mark is cleared",
+            collection.component,
+            collection.dir_name()
+        ),
+        Ok(false) => {}
+        // The mark stays: the collection is relisted once more, which costs one list.
+        Err(e) => log::warn!(
+            "{e}: the relist mark of {}/{} stays",
+            collection.component,
+            collection.dir_name()
+        ),
     }
 }
 

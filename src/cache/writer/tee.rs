@@ -11,6 +11,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::refills::{Refill, RefillTx};
 use crate::cache::grants::Grants;
 use crate::cache::key::CollectionKey;
+use crate::cache::relist::Relist;
 use crate::cache::synced::Word;
 use crate::cache::target::CacheTarget;
 use crate::metrics::{METRICS, Metrics};
@@ -210,6 +211,8 @@ pub(crate) struct CacheTx {
     next_id: Arc<AtomicU64>,
     /// Where responses dropped for a full queue are sent to be fetched again.
     refills: Option<RefillTx>,
+    /// The collections to relist when a watch of them begins (`cache/relist.rs`).
+    relist: Option<Arc<Relist>>,
 }
 
 /// The writer's side of the queue.
@@ -232,6 +235,7 @@ pub(crate) fn channel(messages: usize, budget: usize) -> (CacheTx, CacheRx) {
             queue: Arc::clone(&queue),
             next_id: Arc::new(AtomicU64::new(1)),
             refills: None,
+            relist: None,
         },
         CacheRx { rx, queue },
     )
@@ -248,8 +252,17 @@ impl CacheTx {
         self
     }
 
+    /// Hands a watch's refill to the refill thread at once when its collection is marked
+    /// for a relist (`cache/relist.rs`) from now on.
+    pub(crate) fn with_relist(mut self, relist: Arc<Relist>) -> CacheTx {
+        self.relist = Some(relist);
+        self
+    }
+
     /// Starts persisting a response, or None when the queue is full right now. `refill`
-    /// says how to fetch it again should the session be dropped for a full queue.
+    /// says how to fetch it again should the session be dropped for a full queue; for a
+    /// watch of a collection marked for a relist it is also handed over at once (at most
+    /// once per collection per [`REFILL_EVERY`](crate::cache::relist::REFILL_EVERY)).
     pub(crate) fn begin(
         &self,
         target: CacheTarget,
@@ -262,6 +275,25 @@ impl CacheTx {
             let since = tx.begun();
             Some(Refillable { tx, refill, since })
         });
+        if let (CacheTarget::Watch { collection }, Some(relist), Some(r), 200) =
+            (&target, &self.relist, &refill, status)
+            && let Some(reason) = relist.refill_due(collection, Instant::now())
+        {
+            // Its own place in the ledger, after the watch's: the watch's end, whole, must
+            // not count as the relist.
+            let handed = r.tx.dropped(r.refill.clone(), r.tx.begun());
+            log::info!(
+                "cache: {}/{} is marked for a relist ({}): {}",
+                collection.component,
+                collection.dir_name(),
+                reason.as_str(),
+                if handed {
+                    "its watch began, the refill lists it"
+                } else {
+                    "the refill queue is full; the next watch after 10 min lists it"
+                }
+            );
+        }
         self.start(target, status, gzip, Pace::NeverWait, refill, Word::Cloud)
     }
 

@@ -524,6 +524,7 @@ fn a_crash_anywhere_in_an_import_leaves_the_cache_wholly_old_or_new() {
         let old = tree(&target);
         let options = StoreOptions {
             crash_at: Some(step),
+            ..StoreOptions::default()
         };
         let (store, _) = Store::open_with(&target, options).unwrap();
         let mut replace = import_opts(&dir.0);

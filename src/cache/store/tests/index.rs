@@ -238,3 +238,100 @@ fn version_of_from_the_index_and_from_disk() {
     let bad = key(&pods(), Some("a"), "../web");
     assert!(store.version_of(&bad).is_err());
 }
+
+#[test]
+fn the_builds_reading_never_undoes_a_change_made_meanwhile() {
+    let mut index = ObjectIndex::default();
+    let [put, deleted, kept, after_clear] =
+        ["k/a/put", "k/a/deleted", "k/a/kept", "k/a/after-clear"].map(|p| index.path_hash(p));
+    let old = index.entry_of(&object(Some("a"), "x", 5, "old"));
+    let new = index.entry_of(&object(Some("a"), "x", 6, "new"));
+    index.record(deleted, old);
+    index.clear();
+    index.begin_build();
+    // The build read `put` and `deleted` as they were; the writer changed both before the
+    // build could add what it read.
+    index.record(put, new);
+    assert!(!index.built(put, old), "an older reading replaced a put");
+    index.forget(deleted);
+    assert!(!index.built(deleted, old), "a deleted object came back");
+    assert_eq!(index.rv_of(deleted), None);
+    assert!(index.built(kept, old));
+    assert!(!index.built(kept, new), "the first reading stands");
+    assert_eq!(index.rv_of(put), Some(6));
+    // A collection deleted whole: nothing the build read before counts.
+    index.clear();
+    assert!(!index.built(after_clear, old));
+    index.end_build();
+    assert_eq!(index.rv_of(put), None, "cleared");
+    assert_eq!(index.rv_of(deleted), None);
+    assert_eq!(index.rv_of(kept), None, "cleared");
+    assert_eq!(index.rv_of(after_clear), None);
+    assert!(!index.built(kept, old), "no build runs");
+}
+
+#[test]
+fn puts_and_deletes_during_a_background_build_leave_no_stale_entry() {
+    let dir = TempDir::new("index-background");
+    const N: usize = 120;
+    let name = |i: usize| format!("p{i:03}");
+    {
+        let store = open(&dir);
+        for i in 0..N {
+            put(&store, &pods(), Some("a"), &name(i), 5, "old");
+        }
+    }
+    let options = StoreOptions {
+        background_index: true,
+        index_pause: Some(Duration::from_millis(5)),
+        ..StoreOptions::default()
+    };
+    let store = std::sync::Arc::new(Store::open_with(&dir.root(), options).unwrap().0);
+    assert_eq!(store.index().len(), 0, "not built at open");
+    store.start_index();
+    assert!(store.index_building());
+    // The writer, meanwhile: new versions of some, deletions of others. Whether one falls
+    // between the build's read of that file and its entry is up to the timing; the test
+    // above makes each case happen.
+    let mut changed = 0;
+    for i in (0..N).step_by(3) {
+        if i % 2 == 0 {
+            put(&store, &pods(), Some("a"), &name(i), 6, "new");
+        } else {
+            assert!(
+                store
+                    .delete(&key(&pods(), Some("a"), &name(i)), None)
+                    .unwrap()
+            );
+        }
+        changed += 1;
+    }
+    assert!(
+        store.index_building(),
+        "the build ended before the changes did"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while store.index_building() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(!store.index_building());
+    // Every entry is the file as it is now; every file not changed meanwhile is indexed.
+    let index = store.index();
+    let mut indexed = 0;
+    for i in 0..N {
+        let k = key(&pods(), Some("a"), &name(i));
+        let on_disk = fs::read(dir.root().join("kubelet/pods.v1.core/a").join(name(i))).ok();
+        let entry = index.rv_of(index.key_hash(&k));
+        match (&on_disk, entry) {
+            (None, Some(rv)) => panic!("{}: deleted, but indexed at {rv}", name(i)),
+            (Some(bytes), Some(rv)) => {
+                let stored: u64 = stored_rv(bytes).unwrap().parse().unwrap();
+                assert_eq!(rv, stored, "{}", name(i));
+                indexed += 1;
+            }
+            (Some(_), None) => assert_eq!(i % 3, 0, "{}: left out of the index", name(i)),
+            (None, None) => {}
+        }
+    }
+    assert!(indexed >= N - changed, "{indexed} indexed");
+}

@@ -39,6 +39,7 @@ fn open(dir: &TempDir) -> Store {
 fn open_crashing_at(dir: &TempDir, step: CommitStep) -> Store {
     let options = StoreOptions {
         crash_at: Some(step),
+        ..StoreOptions::default()
     };
     Store::open_with(&dir.root(), options).unwrap().0
 }
