@@ -134,7 +134,7 @@ pub(crate) use journal::CommitStep;
 pub(crate) use journal::RecoveryReport;
 pub(crate) use list::{NameIter, ObjectIter};
 pub(crate) use replace::Replace;
-pub(crate) use usage::{Usage, Weight};
+pub(crate) use usage::Usage;
 use usage::{Bucket, file_len};
 #[cfg(test)]
 pub(crate) use replace::ReplaceReport;

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 use std::sync::{MutexGuard, PoisonError};
+use std::time::SystemTime;
 
 use super::{STAGING, Store, kind_dirs_below_root};
 use crate::cache::key::{CollectionKey, METADATA_DIR, TokenKey};
@@ -282,6 +283,34 @@ impl Store {
         let tokens = usage.tokens.entry(component.to_owned()).or_default();
         tokens.sub(before.bytes, before.files);
         tokens.add(after.bytes, after.files);
+    }
+}
+
+impl Store {
+    /// Every object file of `c` with its modification time and size, as (modified, bytes,
+    /// namespace, name), in name order: what the bound evicts objects by. Stats only.
+    pub(crate) fn object_times(
+        &self,
+        c: &CollectionKey,
+    ) -> Vec<(SystemTime, u64, Option<String>, String)> {
+        let Ok(Some(names)) = self.names(c, None) else {
+            return Vec::new();
+        };
+        let kind_dir = self.root.join(kind_dirs_below_root(c).1);
+        names
+            .filter_map(Result::ok)
+            .filter_map(|(namespace, name)| {
+                let path = match &namespace {
+                    Some(ns) => kind_dir.join(ns).join(&name),
+                    None => kind_dir.join(&name),
+                };
+                let meta = fs::symlink_metadata(path).ok()?;
+                let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                meta.file_type()
+                    .is_file()
+                    .then(|| (modified, meta.len(), namespace, name))
+            })
+            .collect()
     }
 }
 
