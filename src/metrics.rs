@@ -128,6 +128,8 @@ pub(crate) struct Metrics {
     pub cache_errors: AtomicU64,
     /// Writes that failed because the cache's file system was full (ENOSPC, EDQUOT).
     pub cache_disk_full: AtomicU64,
+    /// Stored files not served, by [`RefusedFile`] (its order).
+    pub cache_refused_files: [AtomicU64; 3],
     /// Messages waiting in the writer queue.
     pub cache_writer_queue_depth: AtomicI64,
     /// Microseconds the writer spent handling messages (its throughput is objects / this).
@@ -193,6 +195,42 @@ const OTHER_FOLLOWERS: &str = "(other)";
 /// link series (`crate::link`) share the figure.
 const MAX_SERIES: usize = crate::link::MAX_SERIES;
 
+/// Why a stored file was not served (`tinyhub_cache_refused_files_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RefusedFile {
+    /// Larger than any object the hub stores: never read.
+    Size,
+    /// Not a JSON object with a name.
+    NotObject,
+    /// An object other than its path names.
+    NamesOther,
+}
+
+impl RefusedFile {
+    /// Every reason, in the order of [`Metrics::cache_refused_files`].
+    const ALL: [RefusedFile; 3] = [
+        RefusedFile::Size,
+        RefusedFile::NotObject,
+        RefusedFile::NamesOther,
+    ];
+
+    /// The `reason` label.
+    fn label(self) -> &'static str {
+        match self {
+            RefusedFile::Size => "size",
+            RefusedFile::NotObject => "not_object",
+            RefusedFile::NamesOther => "names_other",
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts a stored file not served.
+    pub(crate) fn refused_file(&self, why: RefusedFile) {
+        self.cache_refused_files[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Series another module exports: appends its lines (`# HELP`, `# TYPE`, samples; see
 /// [`header`], [`summary`], [`escape`]) to the page at each scrape.
 pub(crate) type Source = Box<dyn Fn(&mut String) + Send + Sync>;
@@ -215,6 +253,7 @@ impl Metrics {
             cache_refills_coalesced: AtomicU64::new(0),
             cache_errors: AtomicU64::new(0),
             cache_disk_full: AtomicU64::new(0),
+            cache_refused_files: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
             cache_writer_queue_depth: AtomicI64::new(0),
             cache_writer_busy_micros: AtomicU64::new(0),
             offline_answers: AtomicU64::new(0),
@@ -553,6 +592,21 @@ impl Metrics {
             "cache writes that failed because the disk was full",
             &self.cache_disk_full,
         );
+        let name = "tinyhub_cache_refused_files_total";
+        header(
+            out,
+            name,
+            "counter",
+            "stored files not served: over the size bound, not an object, or naming another object than their path",
+        );
+        for (reason, n) in RefusedFile::ALL.iter().zip(&self.cache_refused_files) {
+            let _ = writeln!(
+                out,
+                "{name}{{reason=\"{}\"}} {}",
+                reason.label(),
+                n.load(Ordering::Relaxed)
+            );
+        }
         gauge(
             out,
             "tinyhub_cache_writer_queue_depth",

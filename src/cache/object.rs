@@ -28,6 +28,7 @@ pub(crate) const HEAD_PATHS: &[Path] = &[
     &["metadata", "continue"],
     &["spec"],
     &["spec", "nodeName"],
+    &["apiVersion"],
 ];
 
 /// A watch event's `type` and `object`, then [`HEAD_PATHS`] within its object (from index 2).
@@ -42,6 +43,7 @@ pub(crate) const EVENT_PATHS: &[Path] = &[
     &["object", "metadata", "continue"],
     &["object", "spec"],
     &["object", "spec", "nodeName"],
+    &["object", "apiVersion"],
 ];
 
 /// The string value at `span` of `unit` as serde reads an `Option<Cow<str>>`: `Some(None)`
@@ -90,6 +92,8 @@ fn located_map(unit: &[u8], span: Option<(usize, usize)>) -> Option<bool> {
 pub(crate) struct ObjectHead<'a> {
     /// `kind`.
     pub kind: Option<Cow<'a, str>>,
+    /// `apiVersion`: a stored file is served only under the kind directory it names.
+    pub api_version: Option<Cow<'a, str>>,
     /// `metadata`.
     pub metadata: Option<ObjectMeta<'a>>,
     /// `spec`, for `spec.nodeName`.
@@ -122,6 +126,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for ObjectHead<'a> {
         struct Fields<'a> {
             #[serde(borrow, default)]
             kind: Option<Cow<'a, str>>,
+            #[serde(borrow, default, rename = "apiVersion")]
+            api_version: Option<Cow<'a, str>>,
             #[serde(borrow, default)]
             metadata: Option<ObjectMeta<'a>>,
             #[serde(borrow, default)]
@@ -129,11 +135,13 @@ impl<'de: 'a, 'a> Deserialize<'de> for ObjectHead<'a> {
         }
         let Fields {
             kind,
+            api_version,
             metadata,
             spec,
         } = from_map(d)?;
         Ok(ObjectHead {
             kind,
+            api_version,
             metadata,
             spec,
         })
@@ -242,6 +250,7 @@ impl<'a> ObjectHead<'a> {
         };
         Some(ObjectHead {
             kind: str_at(0)?,
+            api_version: str_at(8)?,
             metadata,
             spec,
         })
@@ -265,7 +274,7 @@ pub(crate) fn starts_object(bytes: &[u8]) -> bool {
 
 /// What a head says, owned, to compare heads found two ways.
 #[cfg(any(test, feature = "fuzzing"))]
-pub(crate) fn head_fields(head: &ObjectHead<'_>) -> [Option<String>; 6] {
+pub(crate) fn head_fields(head: &ObjectHead<'_>) -> [Option<String>; 7] {
     let text = |s: &Option<Cow<'_, str>>| s.as_deref().map(str::to_owned);
     let meta = head.metadata.as_ref();
     [
@@ -275,6 +284,7 @@ pub(crate) fn head_fields(head: &ObjectHead<'_>) -> [Option<String>; 6] {
         meta.and_then(|m| text(&m.resource_version)),
         meta.and_then(|m| text(&m.continue_token)),
         head.spec.as_ref().and_then(|s| text(&s.node_name)),
+        text(&head.api_version),
     ]
 }
 
@@ -283,7 +293,7 @@ mod tests {
     use super::*;
     use crate::cache::decode::{BodyDecoder, BodyShape, Unit};
 
-    type Fields = [Option<String>; 6];
+    type Fields = [Option<String>; 7];
 
     /// Each list item and its head as located while decoding `body` in chunks of `chunk`
     /// bytes: `Some(fields)` located, `None` left to the parser.
@@ -334,7 +344,7 @@ mod tests {
             // The head after a long spec, with a `metadata` nested in spec and a `name` label.
             r#"{"spec":{"template":{"metadata":{"name":"inner","resourceVersion":"1"}},"nodeName":"n1"},"metadata":{"labels":{"name":"x"},"name":"a","namespace":"ns","resourceVersion":"7"},"kind":"Pod"}"#,
             // No resourceVersion; no metadata at all; null metadata and kind.
-            r#"{"metadata":{"name":"b"}}"#,
+            r#"{"metadata":{"name":"b"},"apiVersion":"apps/v1"}"#,
             r#"{"spec":{}}"#,
             r#"{"metadata":null,"kind":null,"spec":null}"#,
             // Escaped values are decoded.
@@ -356,6 +366,7 @@ mod tests {
             r#"{"metadata":{"name":7}}"#,
             r#"{"metadata":["j"]}"#,
             r#"{"kind":{},"metadata":{"name":"k"}}"#,
+            r#"{"apiVersion":1,"metadata":{"name":"m"}}"#,
             "{\"n\u{e9}\":1,\"metadata\":{\"name\":\"l\"}}",
         ]);
         assert!(located.iter().all(|&l| !l), "{located:?}");
@@ -364,7 +375,7 @@ mod tests {
     #[test]
     fn located_event_heads_are_the_parsed_heads() {
         let body = concat!(
-            r#"{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a","resourceVersion":"3"},"spec":{"nodeName":"n"}}}"#,
+            r#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"3"},"spec":{"nodeName":"n"}}}"#,
             "\n",
             r#"{"object":{"metadata":{"name":"b"}},"type":"DELETED"}"#,
             "\n",
@@ -387,8 +398,16 @@ mod tests {
             }
             decoder.finish_located(&mut sink).unwrap();
             let name = |n: &str| Some(n.to_owned());
-            let added = [name("Pod"), name("a"), None, name("3"), None, name("n")];
-            let deleted = [None, name("b"), None, None, None, None];
+            let added = [
+                name("Pod"),
+                name("a"),
+                None,
+                name("3"),
+                None,
+                name("n"),
+                name("v1"),
+            ];
+            let deleted = [None, name("b"), None, None, None, None, None];
             assert_eq!(
                 heads,
                 [("ADDED".to_owned(), added), ("DELETED".to_owned(), deleted)],

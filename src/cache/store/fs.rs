@@ -3,10 +3,11 @@
 //! directory fsync, `syncfs`). No cache layout here: paths come from the caller.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use super::check::{FileRead, Refusal, read_bounded, refused};
 use super::error::{StoreError, StoreOp, io_err};
 
 /// Mode of object files: the cache holds secrets.
@@ -72,33 +73,21 @@ pub(super) fn make_dir(dir: &Path) -> Result<bool, StoreError> {
 }
 
 /// Reads a stored file. `None` when it is missing, or is a symlink, a directory or
-/// anything but a regular file: never followed, never waited on.
+/// anything but a regular file: never followed, never waited on; `None` too for a file over
+/// [`MAX_FILE`], which is never read (counted and warned of, once per path per 10 min).
 pub(super) fn read_object(path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
-    let file = match open_no_follow(path) {
-        Ok(file) => file,
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-            ) =>
-        {
-            return Ok(None);
-        }
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+    match read_bounded(path)? {
+        FileRead::Bytes(bytes) => Ok(Some(bytes)),
+        FileRead::Symlink => {
             log::warn!("cache: not following symlink {}", path.display());
-            return Ok(None);
+            Ok(None)
         }
-        Err(e) => return Err(io_err(StoreOp::Read, path)(e)),
-    };
-    let meta = file.metadata().map_err(io_err(StoreOp::Stat, path))?;
-    if !meta.is_file() {
-        return Ok(None);
+        FileRead::TooLarge { size } => {
+            refused(path, &Refusal::TooLarge { size });
+            Ok(None)
+        }
+        FileRead::Missing | FileRead::NotFile => Ok(None),
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    (&file)
-        .read_to_end(&mut bytes)
-        .map_err(io_err(StoreOp::Read, path))?;
-    Ok(Some(bytes))
 }
 
 /// Opens for reading without following a final symlink, and without blocking on a FIFO.

@@ -89,8 +89,15 @@
 //! file primitives; `error.rs` [`StoreError`];
 //! `error_keys.rs` the list of keys whose write failed, kept beside the cache; `grants.rs`
 //! the credentials' read grants, kept beside the cache; `synced.rs` when each kind last heard
-//! the cloud, kept beside the cache, and the kind directories' modification times.
+//! the cloud, kept beside the cache, and the kind directories' modification times;
+//! `check.rs` what a file must be to be served (bounded, a regular file, the object its path
+//! names); `relist.rs` the `.relist` record of collections to relist whole.
 
+#[allow(
+    dead_code,
+    reason = "the hub's readers and the cache CLI call it; they land in the next commits"
+)]
+pub(crate) mod check;
 mod error;
 mod error_keys;
 mod fs;
@@ -99,6 +106,11 @@ mod index;
 mod journal;
 mod list;
 mod recent;
+#[allow(
+    dead_code,
+    reason = "the hub's marks and the cache CLI use it; they land in the next commits"
+)]
+pub(crate) mod relist;
 mod replace;
 mod synced;
 #[cfg(test)]

@@ -1,10 +1,12 @@
 //! The store's unit tests, by job, and the helpers they share: a store in a scratch
 //! directory, small objects as the apiserver sends them, snapshots of everything stored.
 
+mod check;
 mod index;
 mod lock;
 mod objects;
 mod recovery;
+mod relist;
 mod replace;
 mod tokens;
 mod views;
