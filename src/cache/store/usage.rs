@@ -19,7 +19,8 @@ use std::path::Path;
 use std::sync::{MutexGuard, PoisonError};
 use std::time::SystemTime;
 
-use super::{STAGING, Store, kind_dirs_below_root};
+use super::relist::{RelistMarks, RelistReason};
+use super::{STAGING, Store, StoreError, kind_dirs_below_root};
 use crate::cache::key::{CollectionKey, METADATA_DIR, TokenKey};
 
 /// Bytes and files of one bucket.
@@ -287,6 +288,19 @@ impl Store {
 }
 
 impl Store {
+    /// Marks `c` `evicted` in the `.relist` record, so its next online read relists it
+    /// whole (read, marked, written again: evictions are rare).
+    pub(crate) fn mark_evicted(&self, c: &CollectionKey) -> Result<(), StoreError> {
+        let mut marks = RelistMarks::load(&self.root)?;
+        marks.mark(
+            c.component.as_str(),
+            &c.dir_name(),
+            RelistReason::Evicted,
+            SystemTime::now(),
+        );
+        marks.save(&self.root)
+    }
+
     /// Every object file of `c` with its modification time and size, as (modified, bytes,
     /// namespace, name), in name order: what the bound evicts objects by. Stats only.
     pub(crate) fn object_times(

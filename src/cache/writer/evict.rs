@@ -13,7 +13,7 @@
 //!    gone), oldest modification first.
 //!
 //! A collection goes whole ([`Store::delete_collection`]: a rename away, so a reader sees it
-//! as it was or gone, never partial), and the writer abandons the answers still writing it
+//! as it was or gone, never partial) and is marked `evicted` in `.relist`, and the writer abandons the answers still writing it
 //! ([`Bound::take_evicted`]), so none writes part of it back; the next online list refills
 //! it. An object goes by `delete(key, None)`, which buries nothing. The collection being
 //! written is never evicted for its own write.
@@ -215,15 +215,18 @@ impl Bound {
             let Some(c) = key_of(component, dir) else {
                 continue;
             };
+            if rule_of(dir) == Rule::Members && c.component == Component::KUBELET {
+                // Objects go one by one, from the collection written too.
+                members.push(c);
+                continue;
+            }
             if Some(&c) == except {
                 continue;
             }
             if c.component != Component::KUBELET {
                 others.push((self.open.contains(&c), synced.last(&c).unwrap_or(0), c));
-            } else if c.view != View::Full || rule_of(dir) == Rule::None {
+            } else if rule_of(dir) == Rule::None {
                 old_kinds.push((synced.last(&c).unwrap_or(0), c));
-            } else if rule_of(dir) == Rule::Members {
-                members.push(c);
             }
         }
         others.sort();
@@ -321,6 +324,9 @@ impl Bound {
                 self.stats.evictions[tier].fetch_add(1, Ordering::Relaxed);
                 self.stats.evicted_bytes.fetch_add(bytes, Ordering::Relaxed);
                 self.evicted.push(c.clone());
+                if let Err(e) = store.mark_evicted(c) {
+                    log::warn!("cache: cannot mark {} for a relist: {e}", c.dir_name());
+                }
             }
             Ok(false) => {}
             Err(e) => log::warn!("cache: cannot evict {}: {e}", c.dir_name()),
@@ -491,4 +497,150 @@ fn render(stats: &BoundStats, store: &Store, out: &mut String) {
 /// are safe segments already: this only keeps a surprise from breaking the page).
 fn label(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+    use crate::cache::store::relist::{RelistMarks, RelistReason};
+    use crate::cache::temp_dir::TempDir;
+
+    fn key(component: &str, resource: &str, group: &str) -> CollectionKey {
+        CollectionKey {
+            component: Component::new(component).unwrap(),
+            gvr: crate::names::Gvr::new(group, "v1", resource),
+            view: View::Full,
+        }
+    }
+
+    fn put(store: &Store, c: &CollectionKey, ns: Option<&str>, name: &str, body: serde_json::Value) {
+        let mut object = body;
+        object["metadata"] = serde_json::json!({"name": name, "namespace": ns, "resourceVersion": "1"});
+        object["pad"] = serde_json::json!("x".repeat(800));
+        let key = ObjectKey {
+            collection: c.clone(),
+            namespace: ns.map(str::to_owned),
+            name: name.to_owned(),
+        };
+        store.put(&key, object.to_string().as_bytes(), Some("1")).unwrap();
+    }
+
+    /// One byte more than the room left: admitting this much evicts exactly one more victim.
+    fn one_more(store: &Store, max: u64) -> u64 {
+        max.saturating_sub(store.usage(true).total()) + 1
+    }
+
+    #[test]
+    fn eviction_goes_by_tier_and_never_takes_the_protected_set() {
+        let dir = TempDir::new("evict-order");
+        let (store, _) = Store::open(&dir.root()).unwrap();
+        let synced = Synced::default();
+        let pods = key("kubelet", "pods", "");
+        let secrets = key("kubelet", "secrets", "");
+        let services = key("kubelet", "services", "");
+        let nodes = key("kubelet", "nodes", "");
+        let leases = key("kubelet", "leases", "coordination.k8s.io");
+        let deployments = key("kubelet", "deployments", "apps");
+        let coredns = key("coredns", "services", "");
+        let proxy = key("kube-proxy", "endpointslices", "discovery.k8s.io");
+        let flannel = key("flanneld", "nodes", "");
+        let pod = serde_json::json!({"spec": {"nodeName": "edge-1",
+            "volumes": [{"name": "v", "secret": {"secretName": "mounted"}}]}});
+        put(&store, &pods, Some("app"), "web", pod);
+        for name in ["mounted", "junk-old", "junk-new"] {
+            put(&store, &secrets, Some("app"), name, serde_json::json!({}));
+        }
+        // Gone pods' Secrets go oldest first, whatever their names say.
+        let secret_file = |name: &str| dir.root().join("kubelet/secrets.v1.core/app").join(name);
+        for (name, age) in [("junk-old", 3000), ("junk-new", 1000)] {
+            let at = SystemTime::now() - Duration::from_secs(age);
+            std::fs::File::options()
+                .write(true)
+                .open(secret_file(name))
+                .and_then(|f| f.set_modified(at))
+                .unwrap();
+        }
+        put(&store, &services, Some("app"), "web", serde_json::json!({}));
+        put(&store, &nodes, None, "edge-1", serde_json::json!({}));
+        put(&store, &nodes, None, "edge-2", serde_json::json!({}));
+        put(&store, &leases, Some("kube-node-lease"), "edge-1", serde_json::json!({}));
+        put(&store, &deployments, Some("app"), "web", serde_json::json!({}));
+        put(&store, &coredns, Some("app"), "web", serde_json::json!({}));
+        put(&store, &proxy, Some("app"), "web-1", serde_json::json!({}));
+        put(&store, &flannel, None, "edge-1", serde_json::json!({}));
+        // Least recently synced first, but one being written goes after those that are not.
+        synced.note(&flannel, 10);
+        synced.note(&coredns, 50);
+        synced.note(&proxy, 100);
+
+        let max = store.usage(true).total();
+        let stats = Arc::new(BoundStats::new(max));
+        let mut bound = Bound::new("edge-1", Arc::clone(&stats)).unwrap();
+        bound.open.insert(flannel.clone());
+        assert!(bound.admit(&store, &synced, Write::Object(&pods), 0), "it fits");
+        assert!(bound.take_evicted().is_empty());
+
+        let gone_in_order = [&coredns, &proxy, &flannel, &deployments];
+        for (i, victim) in gone_in_order.iter().enumerate() {
+            let incoming = one_more(&store, max);
+            assert!(bound.admit(&store, &synced, Write::Object(&pods), incoming));
+            assert_eq!(bound.take_evicted(), [(*victim).clone()], "victim {i}");
+            for later in &gone_in_order[i + 1..] {
+                assert!(store.has_collection(later), "{later:?} evicted too early");
+            }
+        }
+        for victim in ["junk-old", "junk-new"] {
+            assert!(secret_file(victim).exists());
+            let incoming = one_more(&store, max);
+            assert!(bound.admit(&store, &synced, Write::Object(&secrets), incoming));
+            assert!(!secret_file(victim).exists(), "{victim} evicted");
+        }
+        let other_node = dir.root().join("kubelet/nodes.v1.core/edge-2");
+        assert!(other_node.exists());
+        let incoming = one_more(&store, max);
+        assert!(bound.admit(&store, &synced, Write::Object(&pods), incoming));
+        assert!(!other_node.exists(), "another node's, newer than the Secrets");
+        assert!(dir.root().join("kubelet/nodes.v1.core/edge-1").exists());
+
+        // Nothing left to evict: the protected set is written all the same, over the bound.
+        let incoming = one_more(&store, max) + 10_000;
+        assert!(bound.admit(&store, &synced, Write::Object(&pods), incoming));
+        assert!(bound.admit(&store, &synced, Write::Token(&Component::KUBELET), incoming));
+        assert!(bound.admit(&store, &synced, Write::Document, incoming));
+        for kept in [
+            "kubelet/pods.v1.core/app/web",
+            "kubelet/secrets.v1.core/app/mounted",
+            "kubelet/services.v1.core/app/web",
+            "kubelet/nodes.v1.core/edge-1",
+            "kubelet/leases.v1.coordination.k8s.io/kube-node-lease/edge-1",
+        ] {
+            assert!(dir.root().join(kept).exists(), "{kept} kept");
+        }
+        // A new kind is not created; an existing unprotected one is refused and evicted.
+        assert!(!bound.admit(&store, &synced, Write::Object(&proxy), incoming));
+        assert!(!store.has_collection(&proxy));
+        let refused = key("kube-proxy", "services", "");
+        put(&store, &refused, Some("app"), "web", serde_json::json!({}));
+        assert!(!bound.admit(&store, &synced, Write::Object(&refused), incoming));
+        assert!(!store.has_collection(&refused));
+        assert_eq!(bound.take_evicted(), [refused.clone()]);
+        assert!(!bound.admit(&store, &synced, Write::Token(&Component::new("coredns").unwrap()), incoming));
+
+        let count = |tier: usize| stats.evictions[tier].load(Ordering::Relaxed);
+        assert_eq!((count(0), count(1), count(2), count(3)), (3, 1, 3, 1));
+        let refusals = lock(&stats.refused).clone();
+        assert_eq!(refusals.len(), 3, "{refusals:?}");
+        let marks = RelistMarks::load(&dir.root()).unwrap();
+        for c in [&coredns, &proxy, &flannel, &deployments, &refused] {
+            assert_eq!(
+                marks.contains(c.component.as_str(), &c.dir_name()),
+                Some(RelistReason::Evicted),
+                "{c:?}"
+            );
+        }
+        assert_eq!(quantity(max), max.to_string());
+        assert_eq!(quantity(16 << 20), "16Mi");
+    }
 }
