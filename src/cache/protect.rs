@@ -18,14 +18,7 @@ use std::collections::HashSet;
 use serde_json::Value;
 
 /// The kinds of kubelet's that the set names members of, by kind directory.
-pub(crate) const MEMBER_KINDS: [&str; 6] = [
-    SECRETS,
-    CONFIGMAPS,
-    CLAIMS,
-    VOLUMES,
-    NODES,
-    LEASES,
-];
+pub(crate) const MEMBER_KINDS: [&str; 6] = [SECRETS, CONFIGMAPS, CLAIMS, VOLUMES, NODES, LEASES];
 
 const PODS: &str = "pods.v1.core";
 const SERVICES: &str = "services.v1.core";
@@ -72,7 +65,10 @@ pub(crate) struct Protected {
 impl Protected {
     /// The set named by `pods` (kubelet's cached pods; those bound to another node are
     /// skipped) on node `node`. Pods that do not parse as pods name nothing.
-    pub(crate) fn from_pods<'p>(node: &str, pods: impl IntoIterator<Item = &'p Value>) -> Protected {
+    pub(crate) fn from_pods<'p>(
+        node: &str,
+        pods: impl IntoIterator<Item = &'p Value>,
+    ) -> Protected {
         let mut set = Protected {
             node: node.to_owned(),
             ..Protected::default()
@@ -95,8 +91,7 @@ impl Protected {
     pub(crate) fn bind_volumes<'c>(&mut self, claims: impl IntoIterator<Item = &'c Value>) {
         for claim in claims {
             let meta = &claim["metadata"];
-            let (Some(ns), Some(name)) = (meta["namespace"].as_str(), meta["name"].as_str())
-            else {
+            let (Some(ns), Some(name)) = (meta["namespace"].as_str(), meta["name"].as_str()) else {
                 continue;
             };
             if self.claims.contains(&(ns.to_owned(), name.to_owned()))
@@ -164,7 +159,11 @@ impl Protected {
     fn add_volume(&mut self, ns: &str, pod: &str, volume: &Value) {
         add(&mut self.secrets, ns, &volume["secret"]["secretName"]);
         add(&mut self.configmaps, ns, &volume["configMap"]["name"]);
-        add(&mut self.claims, ns, &volume["persistentVolumeClaim"]["claimName"]);
+        add(
+            &mut self.claims,
+            ns,
+            &volume["persistentVolumeClaim"]["claimName"],
+        );
         // A generic ephemeral volume's claim is named `<pod>-<volume>`.
         if volume["ephemeral"].is_object()
             && let Some(name) = volume["name"].as_str()
@@ -175,9 +174,20 @@ impl Protected {
             add(&mut self.secrets, ns, &source["secret"]["name"]);
             add(&mut self.configmaps, ns, &source["configMap"]["name"]);
         }
-        add(&mut self.secrets, ns, &volume["csi"]["nodePublishSecretRef"]["name"]);
+        add(
+            &mut self.secrets,
+            ns,
+            &volume["csi"]["nodePublishSecretRef"]["name"],
+        );
         // The in-tree drivers that read a Secret of the pod's namespace to mount.
-        for driver in ["cephfs", "rbd", "iscsi", "flexVolume", "scaleIO", "storageos"] {
+        for driver in [
+            "cephfs",
+            "rbd",
+            "iscsi",
+            "flexVolume",
+            "scaleIO",
+            "storageos",
+        ] {
             add(&mut self.secrets, ns, &volume[driver]["secretRef"]["name"]);
         }
         add(&mut self.secrets, ns, &volume["azureFile"]["secretName"]);
@@ -256,7 +266,10 @@ mod tests {
             "debug-secret",
         ] {
             assert!(set.holds(SECRETS, Some("app"), secret), "{secret}");
-            assert!(!set.holds(SECRETS, Some("other"), secret), "{secret} elsewhere");
+            assert!(
+                !set.holds(SECRETS, Some("other"), secret),
+                "{secret} elsewhere"
+            );
         }
         for cm in ["vol-cm", "kube-root-ca.crt", "env-cm", "from-cm", "init-cm"] {
             assert!(set.holds(CONFIGMAPS, Some("app"), cm), "{cm}");
@@ -294,7 +307,10 @@ mod tests {
             json!("not a pod"),
             json!({"metadata": {"name": "no-namespace"}, "spec": {"volumes": [{"secret": {"secretName": "s"}}]}}),
             json!({"metadata": {"namespace": "app"}, "spec": {"volumes": "not a list", "containers": [{"env": 3}]}}),
-            pod("edge-1", json!({"volumes": [{"secret": {"secretName": ""}}, {"secret": {"secretName": 7}}]})),
+            pod(
+                "edge-1",
+                json!({"volumes": [{"secret": {"secretName": ""}}, {"secret": {"secretName": 7}}]}),
+            ),
         ];
         let set = Protected::from_pods("edge-1", [&other].into_iter().chain(&garbage));
         assert_eq!(set.counts(), (0, 0, 0, 0));

@@ -1279,7 +1279,12 @@ mod tests {
         let f = Fixture::new("cache-bound");
         let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
         let bound = |arg: &str| run(&["--kubeconfig", &kc, "--node-name=n", arg]);
-        assert_eq!(run(&["--kubeconfig", &kc, "--node-name=n"]).unwrap().cache_max_bytes, 0);
+        assert_eq!(
+            run(&["--kubeconfig", &kc, "--node-name=n"])
+                .unwrap()
+                .cache_max_bytes,
+            0
+        );
         for (arg, want) in [
             ("--cache-max-bytes=0", 0),
             ("--cache-max-bytes=16Mi", 16 << 20),
@@ -1300,7 +1305,10 @@ mod tests {
             ("--cache-max-bytes=99999999Ei", "not a byte count"),
         ] {
             let e = bound(arg).unwrap_err();
-            assert!(e.starts_with("--cache-max-bytes:") && e.contains(why), "{arg}: {e}");
+            assert!(
+                e.starts_with("--cache-max-bytes:") && e.contains(why),
+                "{arg}: {e}"
+            );
         }
     }
 

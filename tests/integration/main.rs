@@ -10,6 +10,7 @@ mod support;
 
 mod autonomy;
 mod bodies;
+mod cache_bound;
 mod cache_dir;
 mod cache_write;
 mod cli;

@@ -146,12 +146,12 @@ pub(crate) use journal::CommitStep;
 pub(crate) use journal::RecoveryReport;
 pub(crate) use list::{NameIter, ObjectIter};
 pub(crate) use replace::Replace;
-pub(crate) use usage::Usage;
-use usage::{Bucket, file_len};
 #[cfg(test)]
 pub(crate) use replace::ReplaceReport;
 #[cfg(test)]
 pub(crate) use tokens::{TOKEN_CAP, TOKEN_STALE};
+pub(crate) use usage::Usage;
+use usage::{Bucket, file_len};
 
 /// Where everything not yet visible is written.
 const STAGING: &str = ".staging";

@@ -759,8 +759,7 @@ impl Drop for Replace<'_> {
     /// Abandons an uncommitted (or failed) replacement: staged files go, nothing visible changes.
     fn drop(&mut self) {
         let staged = self.entries.iter().filter(|e| e.temp.is_some()).count() as u64;
-        self.store
-            .weigh_staging(false, self.staged_bytes, staged);
+        self.store.weigh_staging(false, self.staged_bytes, staged);
         if !self.armed {
             return;
         }

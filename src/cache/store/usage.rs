@@ -163,7 +163,9 @@ fn census(root: &Path) -> Usage {
             continue;
         }
         if kind.is_file() {
-            usage.documents.add(entry.metadata().map_or(0, |m| m.len()), 1);
+            usage
+                .documents
+                .add(entry.metadata().map_or(0, |m| m.len()), 1);
             continue;
         }
         if !kind.is_dir() {
@@ -371,15 +373,41 @@ mod tests {
                 "p".repeat(pad)
             )
         };
-        store.put(&key(&pods, Some("a"), "p1"), obj("p1", 1, 10).as_bytes(), Some("1")).unwrap();
-        store.put(&key(&pods, Some("a"), "p2"), obj("p2", 2, 100).as_bytes(), Some("2")).unwrap();
+        store
+            .put(
+                &key(&pods, Some("a"), "p1"),
+                obj("p1", 1, 10).as_bytes(),
+                Some("1"),
+            )
+            .unwrap();
+        store
+            .put(
+                &key(&pods, Some("a"), "p2"),
+                obj("p2", 2, 100).as_bytes(),
+                Some("2"),
+            )
+            .unwrap();
         // Replaced by a larger and a smaller version.
-        store.put(&key(&pods, Some("a"), "p1"), obj("p1", 3, 500).as_bytes(), Some("3")).unwrap();
-        store.put(&key(&pods, Some("a"), "p2"), obj("p2", 4, 1).as_bytes(), Some("4")).unwrap();
+        store
+            .put(
+                &key(&pods, Some("a"), "p1"),
+                obj("p1", 3, 500).as_bytes(),
+                Some("3"),
+            )
+            .unwrap();
+        store
+            .put(
+                &key(&pods, Some("a"), "p2"),
+                obj("p2", 4, 1).as_bytes(),
+                Some("4"),
+            )
+            .unwrap();
         let kept = exact(&store);
         assert_eq!(kept.of(&pods).files, 2);
         store.delete(&key(&pods, Some("a"), "p2"), None).unwrap();
-        store.put_non_resource("version", b"{\"major\":\"1\"}").unwrap();
+        store
+            .put_non_resource("version", b"{\"major\":\"1\"}")
+            .unwrap();
         exact(&store);
         let mut replace = store.begin_replace(&slices, None).unwrap();
         for i in 0..5 {
@@ -395,12 +423,16 @@ mod tests {
         assert_eq!(kept.staging, Weight::default());
         // A smaller whole list deletes the rest.
         let mut replace = store.begin_replace(&slices, None).unwrap();
-        replace.put(Some("a"), "s0", obj("s0", 30, 5).as_bytes(), None).unwrap();
+        replace
+            .put(Some("a"), "s0", obj("s0", 30, 5).as_bytes(), None)
+            .unwrap();
         replace.commit(&mut |_| true, Some("30")).unwrap();
         assert_eq!(exact(&store).of(&slices).files, 1);
         // An abandoned one leaves nothing staged.
         let mut replace = store.begin_replace(&slices, None).unwrap();
-        replace.put(Some("a"), "s9", obj("s9", 40, 5).as_bytes(), None).unwrap();
+        replace
+            .put(Some("a"), "s9", obj("s9", 40, 5).as_bytes(), None)
+            .unwrap();
         drop(replace);
         assert_eq!(exact(&store).staging, Weight::default());
         let token = TokenKey {
@@ -409,7 +441,9 @@ mod tests {
             name: "default".into(),
             digest: "d1".into(),
         };
-        store.put_token(&token, b"{\"status\":{\"token\":\"t\"}}").unwrap();
+        store
+            .put_token(&token, b"{\"status\":{\"token\":\"t\"}}")
+            .unwrap();
         assert_eq!(exact(&store).tokens["kubelet"].files, 1);
         assert!(store.delete_collection(&slices).unwrap());
         let kept = exact(&store);

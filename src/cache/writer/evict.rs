@@ -18,8 +18,11 @@
 //! it. An object goes by `delete(key, None)`, which buries nothing. The collection being
 //! written is never evicted for its own write.
 //!
+//! The hub's own collections (the `yurt-hub-cfg` ConfigMap, which says who is cached) are
+//! never evicted: a few hundred bytes the hub needs offline.
+//!
 //! When even that does not fit, the hub keeps answering: a write into the protected set
-//! (kubelet's protected kinds, its tokens, documents) goes through and the overshoot shows in
+//! (kubelet's protected kinds, its tokens, documents, the hub's own) goes through and the overshoot shows in
 //! `tinyhub_cache_over_bound_bytes`; a new kind is not created; a write into an existing
 //! unprotected kind is refused and that kind evicted, so it is never served half-updated.
 //! Each refusal is counted, with one error line per collection every 10 minutes.
@@ -62,7 +65,12 @@ pub(super) enum Write<'a> {
 }
 
 /// The eviction tiers, as `tinyhub_cache_evictions_total{tier}` names them.
-const TIERS: [&str; 4] = ["other-components", "kubelet-kinds", "kubelet-objects", "refused"];
+const TIERS: [&str; 4] = [
+    "other-components",
+    "kubelet-kinds",
+    "kubelet-objects",
+    "refused",
+];
 
 /// The bound's counters, rendered on the metrics page ([`export`]).
 #[derive(Debug, Default)]
@@ -178,10 +186,12 @@ impl Bound {
         }
         match write {
             Write::Document => true,
-            Write::Token(component) => *component == Component::KUBELET || {
-                self.refused(component.as_str(), "tokens");
-                false
-            },
+            Write::Token(component) => {
+                *component == Component::KUBELET || {
+                    self.refused(component.as_str(), "tokens");
+                    false
+                }
+            }
             Write::Object(c) if protected_kind(c) => true,
             Write::Object(c) => {
                 self.refused(c.component.as_str(), &c.dir_name());
@@ -220,7 +230,8 @@ impl Bound {
                 members.push(c);
                 continue;
             }
-            if Some(&c) == except {
+            // The hub's own (the `yurt-hub-cfg` ConfigMap: who is cached, offline too).
+            if Some(&c) == except || c.component == Component::TINYHUB {
                 continue;
             }
             if c.component != Component::KUBELET {
@@ -360,9 +371,12 @@ fn names_protection(c: &CollectionKey) -> bool {
 }
 
 /// Whether writes into `c` go through over the bound: kubelet's kinds that hold protected
-/// objects (the set's members are judged one by one only when evicting).
+/// objects (the set's members are judged one by one only when evicting), and the hub's own.
 fn protected_kind(c: &CollectionKey) -> bool {
-    c.component == Component::KUBELET && c.view == View::Full && rule_of(&c.dir_name()) != Rule::None
+    c.component == Component::TINYHUB
+        || (c.component == Component::KUBELET
+            && c.view == View::Full
+            && rule_of(&c.dir_name()) != Rule::None)
 }
 
 /// Kubelet's full-view collection of `group/version/resource`.
@@ -400,7 +414,8 @@ pub(crate) fn export(stats: Arc<BoundStats>, store: Arc<Store>) {
 }
 
 fn render(stats: &BoundStats, store: &Store, out: &mut String) {
-    let usage = store.usage(false);
+    // The records counted again: a few stats a scrape.
+    let usage = store.usage(true);
     header(
         out,
         "tinyhub_cache_bytes",
@@ -515,16 +530,25 @@ mod tests {
         }
     }
 
-    fn put(store: &Store, c: &CollectionKey, ns: Option<&str>, name: &str, body: serde_json::Value) {
+    fn put(
+        store: &Store,
+        c: &CollectionKey,
+        ns: Option<&str>,
+        name: &str,
+        body: serde_json::Value,
+    ) {
         let mut object = body;
-        object["metadata"] = serde_json::json!({"name": name, "namespace": ns, "resourceVersion": "1"});
+        object["metadata"] =
+            serde_json::json!({"name": name, "namespace": ns, "resourceVersion": "1"});
         object["pad"] = serde_json::json!("x".repeat(800));
         let key = ObjectKey {
             collection: c.clone(),
             namespace: ns.map(str::to_owned),
             name: name.to_owned(),
         };
-        store.put(&key, object.to_string().as_bytes(), Some("1")).unwrap();
+        store
+            .put(&key, object.to_string().as_bytes(), Some("1"))
+            .unwrap();
     }
 
     /// One byte more than the room left: admitting this much evicts exactly one more victim.
@@ -565,8 +589,20 @@ mod tests {
         put(&store, &services, Some("app"), "web", serde_json::json!({}));
         put(&store, &nodes, None, "edge-1", serde_json::json!({}));
         put(&store, &nodes, None, "edge-2", serde_json::json!({}));
-        put(&store, &leases, Some("kube-node-lease"), "edge-1", serde_json::json!({}));
-        put(&store, &deployments, Some("app"), "web", serde_json::json!({}));
+        put(
+            &store,
+            &leases,
+            Some("kube-node-lease"),
+            "edge-1",
+            serde_json::json!({}),
+        );
+        put(
+            &store,
+            &deployments,
+            Some("app"),
+            "web",
+            serde_json::json!({}),
+        );
         put(&store, &coredns, Some("app"), "web", serde_json::json!({}));
         put(&store, &proxy, Some("app"), "web-1", serde_json::json!({}));
         put(&store, &flannel, None, "edge-1", serde_json::json!({}));
@@ -579,7 +615,10 @@ mod tests {
         let stats = Arc::new(BoundStats::new(max));
         let mut bound = Bound::new("edge-1", Arc::clone(&stats)).unwrap();
         bound.open.insert(flannel.clone());
-        assert!(bound.admit(&store, &synced, Write::Object(&pods), 0), "it fits");
+        assert!(
+            bound.admit(&store, &synced, Write::Object(&pods), 0),
+            "it fits"
+        );
         assert!(bound.take_evicted().is_empty());
 
         let gone_in_order = [&coredns, &proxy, &flannel, &deployments];
@@ -601,7 +640,10 @@ mod tests {
         assert!(other_node.exists());
         let incoming = one_more(&store, max);
         assert!(bound.admit(&store, &synced, Write::Object(&pods), incoming));
-        assert!(!other_node.exists(), "another node's, newer than the Secrets");
+        assert!(
+            !other_node.exists(),
+            "another node's, newer than the Secrets"
+        );
         assert!(dir.root().join("kubelet/nodes.v1.core/edge-1").exists());
 
         // Nothing left to evict: the protected set is written all the same, over the bound.
@@ -626,7 +668,12 @@ mod tests {
         assert!(!bound.admit(&store, &synced, Write::Object(&refused), incoming));
         assert!(!store.has_collection(&refused));
         assert_eq!(bound.take_evicted(), [refused.clone()]);
-        assert!(!bound.admit(&store, &synced, Write::Token(&Component::new("coredns").unwrap()), incoming));
+        assert!(!bound.admit(
+            &store,
+            &synced,
+            Write::Token(&Component::new("coredns").unwrap()),
+            incoming
+        ));
 
         let count = |tier: usize| stats.evictions[tier].load(Ordering::Relaxed);
         assert_eq!((count(0), count(1), count(2), count(3)), (3, 1, 3, 1));

@@ -318,7 +318,12 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
             // (without it, a lease kind would have no age after a restart). Kubelet's lease
             // is protected: the bound only makes room for it.
             if let Some(bound) = w.bound.as_mut() {
-                bound.admit(w.store, w.synced, Write::Object(&collection), bytes.len() as u64);
+                bound.admit(
+                    w.store,
+                    w.synced,
+                    Write::Object(&collection),
+                    bytes.len() as u64,
+                );
             }
             if put_object(w.store, w.failures, &collection, None, &bytes, None, &mut 0) {
                 note(w.synced, &collection, &Word::Cloud, &mut None);
