@@ -324,7 +324,7 @@ impl Store {
                 let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
                 meta.file_type()
                     .is_file()
-                    .then(|| (modified, meta.len(), namespace, name))
+                    .then_some((modified, meta.len(), namespace, name))
             })
             .collect()
     }

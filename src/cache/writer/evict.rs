@@ -667,7 +667,7 @@ mod tests {
         put(&store, &refused, Some("app"), "web", serde_json::json!({}));
         assert!(!bound.admit(&store, &synced, Write::Object(&refused), incoming));
         assert!(!store.has_collection(&refused));
-        assert_eq!(bound.take_evicted(), [refused.clone()]);
+        assert_eq!(bound.take_evicted(), std::slice::from_ref(&refused));
         assert!(!bound.admit(
             &store,
             &synced,
