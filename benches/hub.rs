@@ -13,7 +13,9 @@
 //! on clouds of its own, a node's usual watches through an outage of the cloud (issue 29),
 //! through a hub and directly; and, on clouds of its own, a node's day in miniature on the
 //! cloud link (issue 32): cloud bytes and requests direct, through a hub and through a pool,
-//! with and without clients asking for gzip, and the link totals' flash writes. Prints a table per case as it goes and writes
+//! with and without clients asking for gzip, and the link totals' flash writes; and, on a
+//! cloud of its own, the flash a node's cache wears per hour, steady and in relist storms
+//! (issue 33). Prints a table per case as it goes and writes
 //! `BENCHMARKS.md` at the repository top with the machine, the date and every target of the
 //! issue, met or missed.
 //!
@@ -56,6 +58,8 @@ mod readme;
 mod report;
 #[path = "hub/stats.rs"]
 mod stats;
+#[path = "hub/wear.rs"]
+mod wear;
 
 use std::fmt;
 use std::ops::Deref;
@@ -142,6 +146,14 @@ pub struct Scale {
     pub link_changes: usize,
     /// Nodes of case 12's pool row.
     pub link_pool_nodes: usize,
+    /// Case 13's steady phase (one change a second).
+    pub wear_steady: Duration,
+    /// Case 13's storm phase, and how often a storm comes in it.
+    pub wear_storm: Duration,
+    /// See [`Scale::wear_storm`].
+    pub wear_storm_every: Duration,
+    /// Other Nodes of case 13's cloud, whose status changes.
+    pub wear_other_nodes: usize,
 }
 
 impl Scale {
@@ -182,6 +194,10 @@ impl Scale {
             link_pods: 50,
             link_changes: 1_000,
             link_pool_nodes: 10,
+            wear_steady: Duration::from_secs(600),
+            wear_storm: Duration::from_secs(600),
+            wear_storm_every: Duration::from_secs(300),
+            wear_other_nodes: 20,
         }
     }
 
@@ -222,6 +238,10 @@ impl Scale {
             link_pods: 5,
             link_changes: 30,
             link_pool_nodes: 3,
+            wear_steady: Duration::from_secs(10),
+            wear_storm: Duration::from_secs(6),
+            wear_storm_every: Duration::from_secs(5),
+            wear_other_nodes: 3,
         }
     }
 }
@@ -343,9 +363,9 @@ struct Options {
 }
 
 /// The highest case number.
-const LAST_CASE: u8 = 12;
+const LAST_CASE: u8 = 13;
 
-const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,12 [--update]] \
+const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,13 [--update]] \
                      [-- --readme-only]\n\
                      --update: write the sections of the cases run into the existing report \
                      (BENCHMARKS.md, or the quick one), replacing theirs, keeping the rest\n\
@@ -628,6 +648,11 @@ fn run(scale: &Scale, only: Option<&[u8]>, update: bool) -> Result<(), Failure> 
             "case 12 (a node's day in miniature: the cloud link)",
             || link::link(&bench, &mut report),
         )?;
+        print_last(&report);
+    }
+    // Its own cloud and hub, nothing shared with the cases above.
+    if wanted(13) {
+        case("case 13 (flash wear)", || wear::wear(&bench, &mut report))?;
         print_last(&report);
     }
 

@@ -520,6 +520,7 @@ impl Replace<'_> {
         self.checkpoint(CommitStep::JournalWritten)?;
         sync_filesystem(&store.root_dir).map_err(io_err(StoreOp::Sync, &store.root))?;
         self.checkpoint(CommitStep::Synced)?;
+        super::fs::synced();
         journal_file
             .sync_all()
             .map_err(io_err(StoreOp::Sync, journal_temp))?;
