@@ -155,7 +155,11 @@ pub fn wear(b: &Bench, report: &mut Report) -> Result<(), String> {
         ],
     );
     for (label, c) in [("steady, 1 change/s", steady), ("relist storms", storm)] {
-        let mean = if c.objects > 0.0 { c.bytes / c.objects } else { 0.0 };
+        let mean = if c.objects > 0.0 {
+            c.bytes / c.objects
+        } else {
+            0.0
+        };
         table.row(vec![
             label.to_owned(),
             count(c.objects as u64),

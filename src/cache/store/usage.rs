@@ -225,6 +225,16 @@ impl Store {
         usage.clone()
     }
 
+    /// Bytes under `<root>/.quarantine` (`tinyhub cache repair`'s): outside the bound, but
+    /// on the same flash.
+    pub(crate) fn quarantine_bytes(&self) -> u64 {
+        let mut bytes = 0u64;
+        walk(&self.root.join(".quarantine"), 16, &mut |len| {
+            bytes = bytes.saturating_add(len)
+        });
+        bytes
+    }
+
     /// The cache's bytes now, and whether they were counted (the census ran).
     pub(crate) fn usage_total(&self) -> (u64, bool) {
         let usage = self.usage_lock();

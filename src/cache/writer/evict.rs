@@ -146,6 +146,16 @@ impl Bound {
         }
         let first = !self.counted;
         self.counted = true;
+        if first {
+            let quarantined = store.quarantine_bytes();
+            if quarantined > self.max / 10 {
+                log::warn!(
+                    "cache: .quarantine holds {quarantined} bytes, more than a tenth of \
+                     --cache-max-bytes ({}), outside the bound: look at it and remove it",
+                    quantity(self.max)
+                );
+            }
+        }
         let due = self.settled.is_none_or(|at| at.elapsed() >= SETTLE_EVERY);
         if first || (total > self.max && due) {
             self.settled = Some(Instant::now());
