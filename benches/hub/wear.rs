@@ -193,8 +193,16 @@ pub fn wear(b: &Bench, report: &mut Report) -> Result<(), String> {
              each watch resumes into a 410 and lists again. \"Without the skip\" adds the \
              writes skipped because the same bytes were stored, at the mean object size; \
              \"flash ≈\" is `write_bytes` plus 4 KiB per fsync (a flush commits at least a \
-             page: an assumption, not a measurement). On this machine's filesystem, not a \
-             router's flash: the counts carry over, the bytes below the filesystem do not.",
+             page: an assumption, not a measurement). `write_bytes` counts what reached the \
+             block layer in whole pages: each object file is at least a page, and journals, \
+             directories, `.synced` and the link totals add theirs. A storm as the cloud \
+             makes it reaches this cache barely: the hub resumes its clients' watches itself \
+             (issue 29) and the pool caches list again on their own, so the cache still takes \
+             only the changes; a client that restarts and lists again adds its list, whose \
+             unchanged objects are skipped. The lease is written every 600 s while the hub \
+             renews it for kubelet; here no kubelet asks for its lease, so the hub renews only \
+             in its first 5 minutes. On this machine's filesystem, not a router's flash: the \
+             counts carry over, the bytes below the filesystem do not.",
             s.link_services,
             s.link_slices,
             s.link_pods,
