@@ -13,9 +13,10 @@
 //! on clouds of its own, a node's usual watches through an outage of the cloud (issue 29),
 //! through a hub and directly; and, on clouds of its own, a node's day in miniature on the
 //! cloud link (issue 32): cloud bytes and requests direct, through a hub and through a pool,
-//! with and without clients asking for gzip, and the link totals' flash writes; and, on clouds
-//! of its own, the hub's offline boot from a cold cache of 200 to 20,000 objects (issue 33).
-//! Prints a table per case as it goes and writes
+//! with and without clients asking for gzip, and the link totals' flash writes; on a
+//! cloud of its own, the flash a node's cache wears per hour, steady and in relist storms;
+//! and, on clouds of its own, the hub's offline boot from a cold cache of 200 to 20,000
+//! objects (issue 33). Prints a table per case as it goes and writes
 //! `BENCHMARKS.md` at the repository top with the machine, the date and every target of the
 //! issue, met or missed.
 //!
@@ -60,6 +61,8 @@ mod readme;
 mod report;
 #[path = "hub/stats.rs"]
 mod stats;
+#[path = "hub/wear.rs"]
+mod wear;
 
 use std::fmt;
 use std::ops::Deref;
@@ -146,6 +149,14 @@ pub struct Scale {
     pub link_changes: usize,
     /// Nodes of case 12's pool row.
     pub link_pool_nodes: usize,
+    /// Case 13's steady phase (one change a second).
+    pub wear_steady: Duration,
+    /// Case 13's storm phase, and how often a storm comes in it.
+    pub wear_storm: Duration,
+    /// See [`Scale::wear_storm`].
+    pub wear_storm_every: Duration,
+    /// Other Nodes of case 13's cloud, whose status changes.
+    pub wear_other_nodes: usize,
 }
 
 impl Scale {
@@ -186,6 +197,10 @@ impl Scale {
             link_pods: 50,
             link_changes: 1_000,
             link_pool_nodes: 10,
+            wear_steady: Duration::from_secs(600),
+            wear_storm: Duration::from_secs(600),
+            wear_storm_every: Duration::from_secs(300),
+            wear_other_nodes: 20,
         }
     }
 
@@ -226,6 +241,10 @@ impl Scale {
             link_pods: 5,
             link_changes: 30,
             link_pool_nodes: 3,
+            wear_steady: Duration::from_secs(10),
+            wear_storm: Duration::from_secs(6),
+            wear_storm_every: Duration::from_secs(5),
+            wear_other_nodes: 3,
         }
     }
 }
@@ -632,6 +651,11 @@ fn run(scale: &Scale, only: Option<&[u8]>, update: bool) -> Result<(), Failure> 
             "case 12 (a node's day in miniature: the cloud link)",
             || link::link(&bench, &mut report),
         )?;
+        print_last(&report);
+    }
+    // Its own cloud and hub, nothing shared with the cases above.
+    if wanted(13) {
+        case("case 13 (flash wear)", || wear::wear(&bench, &mut report))?;
         print_last(&report);
     }
 

@@ -128,6 +128,8 @@ pub(crate) struct Metrics {
     pub cache_errors: AtomicU64,
     /// Writes that failed because the cache's file system was full (ENOSPC, EDQUOT).
     pub cache_disk_full: AtomicU64,
+    /// Flushes to stable storage by the cache's store (fdatasync, fsync, syncfs).
+    pub cache_syncs: AtomicU64,
     /// Stored files not served, by [`RefusedFile`] (its order).
     pub cache_refused_files: [AtomicU64; 3],
     /// Messages waiting in the writer queue.
@@ -253,6 +255,7 @@ impl Metrics {
             cache_refills_coalesced: AtomicU64::new(0),
             cache_errors: AtomicU64::new(0),
             cache_disk_full: AtomicU64::new(0),
+            cache_syncs: AtomicU64::new(0),
             cache_refused_files: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
             cache_writer_queue_depth: AtomicI64::new(0),
             cache_writer_busy_micros: AtomicU64::new(0),
@@ -591,6 +594,12 @@ impl Metrics {
             "tinyhub_cache_disk_full_total",
             "cache writes that failed because the disk was full",
             &self.cache_disk_full,
+        );
+        counter(
+            out,
+            "tinyhub_cache_syncs_total",
+            "flushes to stable storage by the disk cache (fdatasync, fsync, syncfs): each writes at least a page of flash",
+            &self.cache_syncs,
         );
         let name = "tinyhub_cache_refused_files_total";
         header(

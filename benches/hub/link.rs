@@ -192,17 +192,7 @@ fn run(b: &Bench, setup: Setup, gzip: bool, label: &str) -> Result<Figures, Stri
     let start_node =
         |i: usize, clients: &mut Reflectors, pool: &Option<PoolHubs>| -> Result<(), String> {
             let n = node(i);
-            let pods: &'static str =
-                Box::leak(format!("/api/v1/namespaces/{n}/pods").into_boxed_str());
-            for (ua, path) in [
-                (KUBELET, pods),
-                (KUBE_PROXY, SERVICES),
-                (KUBE_PROXY, SLICES),
-                (COREDNS, SERVICES),
-                (COREDNS, SLICES),
-                (COREDNS, "/api/v1/namespaces"),
-                (FLANNELD, "/api/v1/nodes"),
-            ] {
+            for (ua, path) in node_clients(&n) {
                 let who = format!("{n} {}", ua.split('/').next().unwrap_or(ua));
                 clients.start(who, endpoint(i, &hubs, pool, ua), path)?;
             }
@@ -274,6 +264,22 @@ fn run(b: &Bench, setup: Setup, gzip: bool, label: &str) -> Result<Figures, Stri
     Ok(f)
 }
 
+/// The lists and watches of node `n`'s usual clients, as (User-Agent, path): kubelet its
+/// pods (its node's namespace stands for the `spec.nodeName` selector), kube-proxy Services
+/// and EndpointSlices, coredns those and Namespaces, flanneld Nodes. Case 13 reuses them.
+pub(crate) fn node_clients(n: &str) -> [(&'static str, &'static str); 7] {
+    let pods: &'static str = Box::leak(format!("/api/v1/namespaces/{n}/pods").into_boxed_str());
+    [
+        (KUBELET, pods),
+        (KUBE_PROXY, SERVICES),
+        (KUBE_PROXY, SLICES),
+        (COREDNS, SERVICES),
+        (COREDNS, SLICES),
+        (COREDNS, "/api/v1/namespaces"),
+        (FLANNELD, "/api/v1/nodes"),
+    ]
+}
+
 /// Stops `hubs` (SIGTERM, the drain writes the totals) and returns the largest file they
 /// wrote; None without hubs.
 fn drained_file_size(hubs: &[&Hub]) -> Option<u64> {
@@ -295,8 +301,8 @@ fn drained_file_size(hubs: &[&Hub]) -> Option<u64> {
 
 /// The cloud of a run: Services and slices, `nodes` nodes (in the pool, with its NodePool and
 /// leader ConfigMap), each with its pods, their ConfigMaps and Secrets, in a namespace named
-/// after the node.
-fn populate(cloud: &Cloud, b: &Bench, nodes: usize, pool: bool) {
+/// after the node. Case 13 reuses it.
+pub(crate) fn populate(cloud: &Cloud, b: &Bench, nodes: usize, pool: bool) {
     let s = b.scale;
     cloud.set_bookmark_interval(Some(Duration::from_secs(60)));
     cloud.populate_services(s.link_services);
@@ -326,7 +332,8 @@ fn named(namespace: &str, name: &str, key: &str) -> Value {
 }
 
 /// kubelet's gets of node `i`: its Node, each pod's ConfigMap and Secret; flanneld's Node.
-fn gets(
+/// Case 13 reuses it.
+pub(crate) fn gets(
     i: usize,
     cloud: &Cloud,
     tls: &DirectTls,

@@ -289,6 +289,15 @@ pub fn measured_block(benchmarks: &str) -> Result<String, String> {
         ));
     }
 
+    if let Ok(wear) = doc.table("13.", "Per hour") {
+        let phases = ["steady", "relist storms"];
+        let written = wear.cells(&phases, "bytes written")?;
+        let io = wear.cells(&phases, "write_bytes (/proc)")?;
+        rows.push((
+            "flash wear per hour (case 13), steady 1 change/s / relist storms: cache bytes written (write_bytes)".into(),
+            format!("{} ({}) / {} ({})", written[0], io[0], written[1], io[1]),
+        ));
+    }
     // Case 14 (issue 33), once a run has made it.
     if let Ok(boot) = doc.table("14.", "") {
         let largest = boot

@@ -10,7 +10,8 @@
 # with a clear message and no procd instance; the open-file limit follows
 # --max-requests-in-flight (with `-` or `_`), and the files the hub reads its identity from
 # at start (a kubeconfig's certificate files too) are reload triggers, and those it follows
-# by itself are not. Under CI=true a missing busybox is a failure. Exits non-zero when any
+# by itself are not; the cache bound defaults to a third of the cache's filesystem (a
+# stand-in df), at least 4 MiB, and '0' or a size passes as given. Under CI=true a missing busybox is a failure. Exits non-zero when any
 # check fails.
 set -u
 
@@ -66,7 +67,7 @@ host=$(tr 'A-Z' 'a-z' < /proc/sys/kernel/hostname)
 run() {
 	printf '%s\n' "$1" > "$work/uci/tinyhub"
 	: > "$work/log"
-	(cd "$work/cwd" && STUB_UCI_DIR=$work/uci STUB_LOG=$work/log \
+	(cd "$work/cwd" && STUB_UCI_DIR=$work/uci STUB_LOG=$work/log STUB_DF_KIB=${df_kib:-} \
 		$sh "$stub/rc.common" "$init" "${2:-start}" > "$work/out" 2> "$work/err")
 }
 
@@ -128,9 +129,9 @@ expect_token_file() {
 P="'/usr/bin/tinyhub' '--kubeconfig=$kc'"
 # The root dir of the join token cases: the init script writes the token there.
 R=$work/root-dir
-DR="'--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=$R'"
+DR="'--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=$R' '--cache-max-bytes=10000Ki'"
 # The defaults that follow the identity and server flags.
-D="'--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=/etc/kubernetes/yurthub'"
+D="'--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=/etc/kubernetes/yurthub' '--cache-max-bytes=10000Ki'"
 
 check_shell() {
 	echo "init-test: tinyhub.init under $sh"
@@ -143,6 +144,7 @@ check_shell() {
 	option node_name 'gw-01'
 	option disk_cache_path '/tmp/tinyhub-cache'
 	option root_dir '/mnt/data/yurthub'
+	option cache_max_bytes '16Mi'
 	list cache_agents 'edge-agent'
 	list cache_agents 'my-operator'
 	option bind_address '127.0.0.2'
@@ -160,7 +162,7 @@ check_shell() {
 	list interface 'wan'
 	list interface 'wwan'"
 	expect_cmd "every option maps to its flag, in order" \
-		"$P '--server-addr=https://10.0.0.1:6443,https://10.0.0.2:6443' '--node-name=gw-01' '--disk-cache-path=/tmp/tinyhub-cache' '--root-dir=/mnt/data/yurthub' '--cache-agents=edge-agent,my-operator' '--bind-address=127.0.0.2' '--proxy-port=10361' '--proxy-secure-port=10368' '--serve-port=10367' '--node-ip=192.0.2.50' '--working-mode=cloud' '--lb-mode=priority' '--enable-dummy-if=true' '--dummy-if-ip=169.254.9.9' '--dummy-if-name=pods0' '--v=4' '--nodepool-name=pool-a' '--heartbeat-interval-seconds=5'"
+		"$P '--server-addr=https://10.0.0.1:6443,https://10.0.0.2:6443' '--node-name=gw-01' '--disk-cache-path=/tmp/tinyhub-cache' '--root-dir=/mnt/data/yurthub' '--cache-max-bytes=16Mi' '--cache-agents=edge-agent,my-operator' '--bind-address=127.0.0.2' '--proxy-port=10361' '--proxy-secure-port=10368' '--serve-port=10367' '--node-ip=192.0.2.50' '--working-mode=cloud' '--lb-mode=priority' '--enable-dummy-if=true' '--dummy-if-ip=169.254.9.9' '--dummy-if-name=pods0' '--v=4' '--nodepool-name=pool-a' '--heartbeat-interval-seconds=5'"
 	expect_line "respawn with procd's defaults" "procd_set_param 'respawn'"
 	expect_line "stdout to syslog" "procd_set_param 'stdout' '1'"
 	expect_line "stderr to syslog" "procd_set_param 'stderr' '1'"
@@ -176,8 +178,32 @@ check_shell() {
 	option enabled '1'
 	option kubeconfig '$kc'"
 	expect_cmd "defaults: hostname, /etc/kubernetes/cache, root dir on flash, the rest left to the hub" \
-		"$P '--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=/etc/kubernetes/yurthub'"
+		"$P '--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=/etc/kubernetes/yurthub' '--cache-max-bytes=10000Ki'"
 	if grep -q 'interface_trigger' "$work/log"; then bad "no interface trigger unless listed"; else ok "no interface trigger unless listed"; fi
+	# The cache may not be made yet: df sizes the nearest directory that exists.
+	near=/etc/kubernetes/cache
+	while [ ! -d "$near" ]; do near=$(dirname -- "$near"); done
+	expect_line "the cache bound's default sizes the cache's filesystem" "df '-k' '--' '$near'"
+
+	run "config tinyhub 'main'
+	option enabled '1'
+	option kubeconfig '$kc'
+	option cache_max_bytes '0'"
+	expect_cmd "cache_max_bytes 0 turns the bound off" "$P $(printf '%s' "$D" | sed "s/10000Ki/0/")"
+
+	df_kib=6000
+	run "config tinyhub 'main'
+	option enabled '1'
+	option kubeconfig '$kc'"
+	expect_cmd "the automatic bound is at least 4 MiB" "$P $(printf '%s' "$D" | sed "s/10000Ki/4096Ki/")"
+
+	df_kib=unknown
+	run "config tinyhub 'main'
+	option enabled '1'
+	option kubeconfig '$kc'"
+	df_kib=""
+	expect_cmd "no bound when df says nothing usable" "$P $(printf '%s' "$D" | sed "s/ '--cache-max-bytes=10000Ki'//")"
+	if grep -qF "the cache is not bounded" "$work/err"; then ok "which is said"; else bad "which is said: $(cat "$work/err")"; fi
 
 	run "config tinyhub 'main'
 	option enabled 'yes'
@@ -386,7 +412,7 @@ check_shell() {
 	option kubelet_client_certificate '$work/absent-kubelet-client-current.pem'
 	option root_dir '/overlay/yurthub'"
 	expect_cmd "kubeletcertificate: its paths pass, an absent certificate is no refusal, token options unused" \
-		"'/usr/bin/tinyhub' '--bootstrap-mode=kubeletcertificate' '--kubelet-kubeconfig=$work/kubelet.conf' '--kubelet-ca-file=$work/ca.crt' '--kubelet-client-certificate=$work/absent-kubelet-client-current.pem' '--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=/overlay/yurthub'"
+		"'/usr/bin/tinyhub' '--bootstrap-mode=kubeletcertificate' '--kubelet-kubeconfig=$work/kubelet.conf' '--kubelet-ca-file=$work/ca.crt' '--kubelet-client-certificate=$work/absent-kubelet-client-current.pem' '--node-name=$host' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=/overlay/yurthub' '--cache-max-bytes=10000Ki'"
 	expect_line "kubeletcertificate: the configured kubelet kubeconfig and CA are the reload triggers" \
 		"procd_append_param 'file' '$work/kubelet.conf' '$work/ca.crt'"
 	if grep -q "^procd_append_param 'file' '$bf'" "$work/log"; then bad "kubeletcertificate: the bootstrap file is watched"; else ok "kubeletcertificate: the bootstrap file is not watched"; fi
@@ -479,7 +505,7 @@ check_shell() {
 			unshare -u $sh -c 'hostname GW-Test-01 && exec '"$sh"' "$0" "$@"' \
 			"$stub/rc.common" "$init" start > "$work/out" 2> "$work/err")
 		expect_cmd "an upper-case hostname becomes a lower-case node name" \
-			"$P '--node-name=gw-test-01' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=/etc/kubernetes/yurthub'"
+			"$P '--node-name=gw-test-01' '--disk-cache-path=/etc/kubernetes/cache' '--root-dir=/etc/kubernetes/yurthub' '--cache-max-bytes=10000Ki'"
 	else
 		skip "upper-case hostname (unshare -u not permitted here)"
 	fi

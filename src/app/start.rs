@@ -16,7 +16,7 @@ use crate::cache::grants::Grants;
 use crate::cache::relist::Relist;
 use crate::cache::store::Store;
 use crate::cache::synced::Synced;
-use crate::cache::writer::{self, CacheTx, Refills, WriterOptions};
+use crate::cache::writer::{self, BoundStats, CacheTx, Refills, WriterOptions};
 use crate::clients::{agents_watch, refill};
 use crate::config::{Config, HeartbeatMode};
 use crate::error::StartupError;
@@ -247,8 +247,11 @@ fn start_disk_cache(
     let writer = {
         let (store, synced) = (Arc::clone(store), Arc::clone(synced));
         let stop = Arc::clone(writer_stop);
+        let stats = Arc::new(BoundStats::new(config.cache_max_bytes));
+        writer::export_bound(Arc::clone(&stats), Arc::clone(&store));
         let options = WriterOptions {
             delay_per_message: config.cache_writer_delay,
+            bound: Some((stats, config.node_name.clone())),
         };
         spawn("cache-writer", move || {
             writer::run(&store, cache_rx, &stop, options, &synced)

@@ -14,6 +14,7 @@ pub(crate) mod decode;
 pub(crate) mod grants;
 pub(crate) mod key;
 pub(crate) mod object;
+pub(crate) mod protect;
 pub(crate) mod relist;
 pub(crate) mod store;
 pub(crate) mod synced;

@@ -114,7 +114,7 @@ static EXPORTED: Mutex<Option<Arc<Synced>>> = Mutex::new(None);
 
 /// The key of a `.synced` entry or a kind directory: `None` when it names no collection
 /// (then it is left out, as a file edited by hand may hold).
-fn key_of(component: &str, dir: &str) -> Option<CollectionKey> {
+pub(crate) fn key_of(component: &str, dir: &str) -> Option<CollectionKey> {
     let (view, kind) = match dir
         .strip_prefix(METADATA_DIR)
         .and_then(|rest| rest.strip_prefix('/'))

@@ -83,6 +83,8 @@ pub struct Config {
     pub(crate) pool_leader_max_staleness: Duration,
     /// Cache root.
     pub(crate) disk_cache_path: PathBuf,
+    /// `--cache-max-bytes`: the most bytes the cache's files may take (0: no bound).
+    pub(crate) cache_max_bytes: u64,
     /// Components cached besides the defaults (`*` = all).
     pub(crate) cache_agents: Vec<String>,
     /// How requests spread over the servers.
@@ -317,6 +319,7 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         pool_leader_max_staleness: parse_go_duration(f.get("pool-leader-max-staleness"))
             .map_err(|e| StartupError::flag("pool-leader-max-staleness", e))?,
         disk_cache_path: PathBuf::from(f.get("disk-cache-path")),
+        cache_max_bytes: f.bytes_bound("cache-max-bytes", MIN_CACHE_BOUND)?,
         cache_agents,
         lb_mode,
         heartbeat,
@@ -354,6 +357,34 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
 }
 
 /// The raw flags with their defaults, read as the types they hold; a bad value is a
+/// The smallest `--cache-max-bytes` taken (but 0, no bound): 1 MiB.
+const MIN_CACHE_BOUND: u64 = 1 << 20;
+
+/// A Kubernetes quantity as whole bytes: digits, then optionally a binary (`Ki` … `Ei`) or
+/// decimal (`k` … `E`) suffix; `None` for anything else (fractions, exponents, overflow).
+fn parse_quantity(text: &str) -> Option<u64> {
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, suffix) = text.split_at(digits);
+    let number: u64 = number.parse().ok()?;
+    let scale: u64 = match suffix {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "Pi" => 1 << 50,
+        "Ei" => 1 << 60,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        "P" => 1_000_000_000_000_000,
+        "E" => 1_000_000_000_000_000_000,
+        _ => return None,
+    };
+    number.checked_mul(scale)
+}
+
 /// [`StartupError`] naming its flag.
 struct Flags<'a> {
     raw: &'a flags::RawFlags,
@@ -382,6 +413,25 @@ impl Flags<'_> {
             return Err(StartupError::flag(
                 name,
                 format!("{value} is outside {min}..={max}"),
+            ));
+        }
+        Ok(value)
+    }
+
+    /// A byte count with Kubernetes quantity suffixes (`16Mi`, `64M`, `1048576`): 0, or at
+    /// least `min` (a smaller bound could not hold even a few objects).
+    fn bytes_bound(&self, name: &str, min: u64) -> Result<u64, StartupError> {
+        let text = self.get(name);
+        let value = parse_quantity(text).ok_or_else(|| {
+            StartupError::flag(
+                name,
+                format!("{text:?} is not a byte count (a whole number, optionally with Ki, Mi, Gi, Ti, k, M, G or T)"),
+            )
+        })?;
+        if value != 0 && value < min {
+            return Err(StartupError::flag(
+                name,
+                format!("{text} is below {min} bytes (1Mi); 0 means no bound"),
             ));
         }
         Ok(value)
@@ -1234,6 +1284,44 @@ mod tests {
         assert_eq!(c.ignored_flags, ["log-dir"]);
         let e = run(&["--kubeconfig", &kc, "--node-name=n", "--vmodule=relay"]).unwrap_err();
         assert!(e.starts_with("--vmodule: \"relay\": expect"), "{e}");
+    }
+
+    #[test]
+    fn the_cache_bound_takes_kubernetes_quantities() {
+        let f = Fixture::new("cache-bound");
+        let kc = f.kubeconfig("https://10.0.0.1:6443", "token: abc");
+        let bound = |arg: &str| run(&["--kubeconfig", &kc, "--node-name=n", arg]);
+        assert_eq!(
+            run(&["--kubeconfig", &kc, "--node-name=n"])
+                .unwrap()
+                .cache_max_bytes,
+            0
+        );
+        for (arg, want) in [
+            ("--cache-max-bytes=0", 0),
+            ("--cache-max-bytes=16Mi", 16 << 20),
+            ("--cache-max-bytes=64M", 64_000_000),
+            ("--cache-max-bytes=2Gi", 2 << 30),
+            ("--cache-max-bytes=1048576", 1 << 20),
+            ("--cache-max-bytes=1024Ki", 1 << 20),
+        ] {
+            assert_eq!(bound(arg).unwrap().cache_max_bytes, want, "{arg}");
+        }
+        for (arg, why) in [
+            ("--cache-max-bytes=1000Ki", "below"),
+            ("--cache-max-bytes=1", "below"),
+            ("--cache-max-bytes=16MB", "not a byte count"),
+            ("--cache-max-bytes=1.5Gi", "not a byte count"),
+            ("--cache-max-bytes=-1", "not a byte count"),
+            ("--cache-max-bytes=", "not a byte count"),
+            ("--cache-max-bytes=99999999Ei", "not a byte count"),
+        ] {
+            let e = bound(arg).unwrap_err();
+            assert!(
+                e.starts_with("--cache-max-bytes:") && e.contains(why),
+                "{arg}: {e}"
+            );
+        }
     }
 
     #[test]

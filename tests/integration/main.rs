@@ -12,6 +12,7 @@ mod autonomy;
 mod bodies;
 mod cache_archive;
 mod cache_cli;
+mod cache_bound;
 mod cache_dir;
 mod cache_ghosts;
 mod cache_relist;

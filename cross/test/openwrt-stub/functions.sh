@@ -83,3 +83,12 @@ config_list_foreach() {
 logger() {
 	stub_record logger "$@"
 }
+
+# Stand-in for df -k: a filesystem of $STUB_DF_KIB KiB (30000 unless set), with its name on a
+# line of its own as busybox prints a long one; the path is recorded.
+df() {
+	stub_record df "$@"
+	printf 'Filesystem           1K-blocks      Used Available Use%% Mounted on\n'
+	printf '/dev/mtdblock-with-a-long-name\n'
+	printf '%20s %9s %9s %9s %3s%% %s\n' "${STUB_DF_KIB:-30000}" 1000 20000 5 /overlay
+}

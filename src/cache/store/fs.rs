@@ -120,6 +120,7 @@ pub(super) fn write_new_file(path: &Path, bytes: &[u8], sync: bool) -> Result<()
         .map_err(io_err(StoreOp::Write, path))
         .and_then(|()| {
             if sync {
+                synced();
                 file.sync_data().map_err(io_err(StoreOp::Sync, path))
             } else {
                 Ok(())
@@ -139,8 +140,15 @@ pub(super) fn remove_quietly(path: &Path) {
     }
 }
 
+/// Counts one flush to stable storage (`tinyhub_cache_syncs_total`): each costs the flash at
+/// least a page, whatever the bytes.
+pub(super) fn synced() {
+    crate::metrics::Metrics::inc(&crate::metrics::METRICS.cache_syncs);
+}
+
 /// Makes a directory's entries durable.
 pub(super) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    synced();
     let synced = File::open(dir).and_then(|d| d.sync_all());
     match synced {
         Ok(()) => Ok(()),
@@ -156,6 +164,7 @@ pub(super) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 #[allow(unsafe_code, reason = "syncfs has no wrapper in std")]
 pub(super) fn sync_filesystem(dir: &File) -> io::Result<()> {
     use std::os::fd::AsRawFd;
+    synced();
     // SAFETY: syncfs takes a plain descriptor and touches no memory of ours; `dir` keeps
     // the descriptor open for the whole call.
     let rc = unsafe { libc::syncfs(dir.as_raw_fd()) };

@@ -288,6 +288,8 @@ impl Store {
             index.end_build();
             index.entries.len()
         };
+        // With the index build, on its thread: the bound waits for the census.
+        self.take_census();
         log::info!(
             "cache index built: {objects} objects in {:.3} s",
             started.elapsed().as_secs_f64()

@@ -112,6 +112,7 @@ mod synced;
 mod tests;
 mod tokens;
 mod tombstones;
+mod usage;
 pub(crate) mod view;
 
 use std::borrow::Cow;
@@ -145,6 +146,8 @@ pub(crate) use replace::Replace;
 pub(crate) use replace::ReplaceReport;
 #[cfg(test)]
 pub(crate) use tokens::{TOKEN_CAP, TOKEN_STALE};
+pub(crate) use usage::Usage;
+use usage::{Bucket, file_len};
 
 /// Where everything not yet visible is written.
 const STAGING: &str = ".staging";
@@ -212,6 +215,8 @@ pub(crate) struct Store {
     tombstones: Mutex<Tombstones>,
     /// What is stored, so an unchanged put touches no file (`index.rs`).
     index: Mutex<ObjectIndex>,
+    /// What the files weigh (`usage.rs`), for `--cache-max-bytes`.
+    usage: Mutex<Usage>,
     /// Fault injection; the default in production.
     options: StoreOptions,
     /// Gets and lists reading now: the index build yields to them (`index.rs`).
@@ -270,6 +275,7 @@ impl Store {
             recent: Mutex::new(RecentChanges::default()),
             tombstones: Mutex::new(Tombstones::default()),
             index: Mutex::new(ObjectIndex::default()),
+            usage: Mutex::new(Usage::default()),
             options,
             readers: Arc::new(AtomicUsize::new(0)),
             relist_any: AtomicBool::new(!relist.is_empty()),
@@ -450,22 +456,25 @@ impl Store {
                 return Ok(outcome);
             }
         }
-        self.write_indexed(at, content, &dirs, &target, bytes)?;
+        let bucket = Bucket::Collection(kind_dirs_below_root(&key.collection).1);
+        self.write_indexed(at, content, (&dirs, &target), bytes, &bucket)?;
         Ok(PutOutcome::Written {
             bytes: bytes.len() as u64,
         })
     }
 
     /// Writes `bytes`, hashing to `content`, to `target` (making `dirs` first) and keeps the index at `at` exact:
-    /// after a failure the file may be old or new, so the entry goes.
+    /// after a failure the file may be old or new, so the entry goes. The file it replaces
+    /// is weighed first, so `bucket`'s figures stay exact.
     fn write_indexed(
         &self,
         at: u64,
         content: u64,
-        dirs: &[PathBuf],
-        target: &Path,
+        (dirs, target): (&[PathBuf], &Path),
         bytes: &[u8],
+        bucket: &Bucket,
     ) -> Result<(), StoreError> {
+        let old = file_len(target);
         let written = dirs
             .iter()
             .try_for_each(|dir| self.ensure_dir(dir))
@@ -477,6 +486,7 @@ impl Store {
         }
         drop(index);
         if written.is_ok() {
+            self.weigh(bucket, old, Some(bytes.len() as u64));
             self.changed(Some(at));
         }
         written
@@ -510,7 +520,8 @@ impl Store {
             }
         }
         // A tombstone alone is a change too: a list staged meanwhile must heed it.
-        let removed = real && self.remove_indexed(at, &path)?;
+        let bucket = Bucket::Collection(kind_dirs_below_root(&key.collection).1);
+        let removed = real && self.remove_indexed(at, &path, &bucket)?;
         if removed || buried {
             self.changed(Some(at));
         }
@@ -520,12 +531,16 @@ impl Store {
         Ok(removed)
     }
 
-    /// Removes the object file at `path` (path hash `at`) and its index entry; `false` if
-    /// there was none.
-    fn remove_indexed(&self, at: u64, path: &Path) -> Result<bool, StoreError> {
+    /// Removes the object file at `path` (path hash `at`, weighed in `bucket`) and its index
+    /// entry; `false` if there was none.
+    fn remove_indexed(&self, at: u64, path: &Path, bucket: &Bucket) -> Result<bool, StoreError> {
         self.index().forget(at);
+        let old = file_len(path);
         match std::fs::remove_file(path) {
-            Ok(()) => Ok(true),
+            Ok(()) => {
+                self.weigh(bucket, old, None);
+                Ok(true)
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(io_err(StoreOp::Remove, path)(e)),
         }
@@ -561,6 +576,8 @@ impl Store {
         // Entries carry no collection: all go, and the disk answers until puts refill them.
         self.index().clear();
         std::fs::rename(&kind_dir, &trash).map_err(io_err(StoreOp::Rename, &trash))?;
+        // Out of sight at once; the staging directory holds it only until the removal below.
+        self.drop_row(c);
         self.changed(None);
         sync_dir(&parent_dir)?;
         if let Err(e) = std::fs::remove_dir_all(&trash) {
@@ -605,7 +622,7 @@ impl Store {
             self.index().record(at, entry_with(bytes, content));
             return Ok(PutOutcome::Identical);
         }
-        self.write_indexed(at, content, &[], &target, bytes)?;
+        self.write_indexed(at, content, (&[], &target), bytes, &Bucket::Document)?;
         Ok(PutOutcome::Written {
             bytes: bytes.len() as u64,
         })

@@ -121,6 +121,7 @@ impl Store {
             changes_at_begin: self.changes.load(Ordering::Relaxed),
             list_rv: None,
             armed: true,
+            staged_bytes: 0,
             collection_checked: false,
             namespace_checked: None,
         })
@@ -152,6 +153,8 @@ pub(crate) struct Replace<'s> {
     list_rv: Option<u64>,
     /// Whether dropping this must remove staged files.
     armed: bool,
+    /// Bytes written to `.staging` for it (`usage.rs`), released when it ends either way.
+    staged_bytes: u64,
     /// The component and kind directories were found to be real directories.
     collection_checked: bool,
     /// The last namespace directory found to be a real directory.
@@ -258,6 +261,8 @@ impl Replace<'_> {
             _ => {
                 let seq = self.entries.len();
                 write_new_file(&self.temp_path(seq), bytes, false)?;
+                self.staged_bytes += bytes.len() as u64;
+                self.store.weigh_staging(true, bytes.len() as u64, 1);
                 Some(seq)
             }
         };
@@ -331,6 +336,8 @@ impl Replace<'_> {
         list_rv: Option<&str>,
     ) -> Result<ReplaceReport, StoreError> {
         let result = self.run_commit(in_scope, list_rv);
+        // Renamed into place, deleted, or left staged: the kind directory says which.
+        self.store.recount(&self.collection);
         // Success renamed every staged file into place: nothing is left to remove.
         if result.is_ok() {
             self.armed = false;
@@ -513,6 +520,7 @@ impl Replace<'_> {
         self.checkpoint(CommitStep::JournalWritten)?;
         sync_filesystem(&store.root_dir).map_err(io_err(StoreOp::Sync, &store.root))?;
         self.checkpoint(CommitStep::Synced)?;
+        super::fs::synced();
         journal_file
             .sync_all()
             .map_err(io_err(StoreOp::Sync, journal_temp))?;
@@ -751,6 +759,8 @@ impl Replace<'_> {
 impl Drop for Replace<'_> {
     /// Abandons an uncommitted (or failed) replacement: staged files go, nothing visible changes.
     fn drop(&mut self) {
+        let staged = self.entries.iter().filter(|e| e.temp.is_some()).count() as u64;
+        self.store.weigh_staging(false, self.staged_bytes, staged);
         if !self.armed {
             return;
         }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use super::fs::{all_real_dirs, read_object, sync_dir};
+use super::usage::account_weight;
 use super::{PutOutcome, Store, StoreError, unsafe_key};
 use crate::cache::key::TokenKey;
 
@@ -36,8 +37,13 @@ impl Store {
         for dir in &dirs {
             self.ensure_dir(dir)?;
         }
-        self.write_file(&target, bytes)?;
-        self.prune_tokens(account, &key.digest);
+        let before = account_weight(account);
+        let written = self.write_file(&target, bytes);
+        if written.is_ok() {
+            self.prune_tokens(account, &key.digest);
+        }
+        self.weigh_tokens(key.component.as_str(), before, account_weight(account));
+        written?;
         Ok(PutOutcome::Written {
             bytes: bytes.len() as u64,
         })

@@ -15,6 +15,7 @@
 //! sessions tell the refill thread, and the ledger of answers that went whole since.
 
 mod error_keys;
+mod evict;
 mod failures;
 mod refills;
 mod rules;
@@ -24,6 +25,7 @@ mod tee;
 mod tests;
 
 pub(crate) use error_keys::failing_keys;
+pub(crate) use evict::{BoundStats, export as export_bound};
 pub(crate) use refills::{Dropped, Refill, RefillTx, Refills};
 pub(crate) use run::{WriterOptions, run};
 pub(crate) use tee::Session;

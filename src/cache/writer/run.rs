@@ -5,7 +5,7 @@
 //! notes when its kind last heard the cloud's word (`cache/synced.rs`), and writes that record
 //! at most every few minutes and at the drain.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -14,6 +14,7 @@ use crossbeam_channel::TryRecvError;
 
 use super::MAX_OBJECT_BYTES;
 use super::error_keys::{ErrorKeys, Keyed};
+use super::evict::{Bound, BoundStats, Write};
 use super::failures::{FailureLog, count_put};
 use super::rules::{
     ListState, list_item, list_member, located_paths, namespaced, put_object, put_token,
@@ -29,12 +30,15 @@ use crate::cache::synced::{Synced, Word};
 use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::metrics::{METRICS, Metrics};
 
-/// How the writer runs; production passes the default.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// How the writer runs; production passes the default but for the bound.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct WriterOptions {
     /// Sleep this long before each message, as a slow flash would: tests show with it that
     /// clients never wait for the writer. `None` in production (set only by a test-only flag).
     pub delay_per_message: Option<Duration>,
+    /// `--cache-max-bytes` and its counters, with the node's name (whose pods' needs are
+    /// protected); `None`: no bound.
+    pub bound: Option<(Arc<BoundStats>, String)>,
 }
 
 /// Runs the writer until every [`CacheTx`] is dropped, or until `stop` is set and the queue
@@ -49,10 +53,15 @@ pub(crate) fn run(
 ) {
     let mut sessions: HashMap<u64, Active<'_>> = HashMap::new();
     let mut failures = FailureLog::new(ErrorKeys::load(store));
+    let bound = options
+        .bound
+        .as_ref()
+        .and_then(|(stats, node)| Bound::new(node, Arc::clone(stats)));
     let mut w = Writer {
         store,
         failures: &mut failures,
         synced,
+        bound,
     };
     loop {
         // Nothing queued: sleep on the doorbell (see `tee::Doorbell`), unless stopping, when
@@ -76,7 +85,11 @@ pub(crate) fn run(
                 METRICS
                     .cache_writer_queue_depth
                     .fetch_sub(1, Ordering::Relaxed);
+                let opens = matches!(msg, CacheMsg::Begin { .. } | CacheMsg::End { .. });
                 handle(&mut w, &mut sessions, msg);
+                if let Some(bound) = w.bound.as_mut() {
+                    bounded(bound, &mut sessions, opens);
+                }
                 METRICS
                     .cache_writer_busy_micros
                     .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -88,6 +101,7 @@ pub(crate) fn run(
         w.failures.error_keys.persist(store, false);
         synced.persist(store, false);
         // Sessions whose connection gave up: drop their staged state.
+        let before = sessions.len();
         sessions.retain(|id, s| {
             let keep = !s.given_up();
             if !keep {
@@ -95,6 +109,11 @@ pub(crate) fn run(
             }
             keep
         });
+        if let Some(bound) = w.bound.as_mut() {
+            bound.settle(store, synced);
+            let dropped = sessions.len() != before;
+            bounded(bound, &mut sessions, dropped);
+        }
     }
     failures.error_keys.persist(store, true);
     synced.persist(store, true);
@@ -111,6 +130,56 @@ struct Writer<'w, 's> {
     store: &'s Store,
     failures: &'w mut FailureLog,
     synced: &'s Synced,
+    /// `--cache-max-bytes`, when set.
+    bound: Option<Bound>,
+}
+
+/// After a message: the answers still writing a collection the bound evicted are
+/// abandoned (none writes part of it back; the next whole list refills it), and when
+/// `opened` (a session began or ended) the bound learns which collections are being written.
+fn bounded(bound: &mut Bound, sessions: &mut HashMap<u64, Active<'_>>, opened: bool) {
+    let evicted = bound.take_evicted();
+    if !evicted.is_empty() {
+        for s in sessions.values_mut() {
+            if collection_of(&s.target).is_some_and(|c| evicted.contains(c)) {
+                s.failed = true;
+                // Its staged files go now, not at its end.
+                s.list = None;
+            }
+        }
+    }
+    if opened || !evicted.is_empty() {
+        bound.open = sessions
+            .values()
+            .filter(|s| !s.failed)
+            .filter_map(|s| collection_of(&s.target).cloned())
+            .collect::<HashSet<_>>();
+    }
+}
+
+/// The collection an answer writes into, if one.
+fn collection_of(target: &CacheTarget) -> Option<&CollectionKey> {
+    match target {
+        CacheTarget::Object { collection, .. }
+        | CacheTarget::List { collection, .. }
+        | CacheTarget::Watch { collection } => Some(collection),
+        CacheTarget::NonResource { .. } | CacheTarget::Token(_) => None,
+    }
+}
+
+/// What `unit` of `target`'s answer would write, for the bound: `None` for what writes
+/// nothing of its own (a list's members).
+fn write_of<'t>(unit: &Unit<'_>, target: &'t CacheTarget) -> Option<(Write<'t>, u64)> {
+    let len = match unit {
+        Unit::Object(bytes) | Unit::ListItem(bytes) | Unit::WatchEvent(bytes) => bytes.len(),
+        _ => return None,
+    } as u64;
+    let write = match target {
+        CacheTarget::NonResource { .. } => Write::Document,
+        CacheTarget::Token(token) => Write::Token(&token.component),
+        target => Write::Object(collection_of(target)?),
+    };
+    Some((write, len))
 }
 
 /// The collection a unit of `target`'s answer tells the cloud's word on, when applying it
@@ -125,18 +194,21 @@ fn heard_by<'t>(unit: &Unit<'_>, target: &'t CacheTarget) -> Option<&'t Collecti
 
 /// What one batch of a session's units came to: whether a stored unit was the cloud's word
 /// on its kind (`heard`), and whether one spoiled the answer.
-struct Batch<'t> {
+struct Batch<'t, 'b> {
     target: &'t CacheTarget,
     heard: Option<&'t CollectionKey>,
     failed: bool,
+    /// The bound each unit is admitted by, with the record it evicts by.
+    bound: Option<(&'b mut Bound, &'b Synced)>,
 }
 
-impl<'t> Batch<'t> {
-    fn new(target: &'t CacheTarget) -> Batch<'t> {
+impl<'t, 'b> Batch<'t, 'b> {
+    fn new(target: &'t CacheTarget, bound: Option<(&'b mut Bound, &'b Synced)>) -> Batch<'t, 'b> {
         Batch {
             target,
             heard: None,
             failed: false,
+            bound,
         }
     }
 
@@ -150,6 +222,14 @@ impl<'t> Batch<'t> {
         unit: Unit<'_>,
         found: &Located,
     ) {
+        if let Some((bound, synced)) = self.bound.as_mut()
+            && let Some((write, len)) = write_of(&unit, self.target)
+            && !bound.admit(store, synced, write, len)
+        {
+            // Not cached: a list or watch that cannot hold it whole is given up.
+            self.failed = true;
+            return;
+        }
         let hears = heard_by(&unit, self.target);
         match apply_unit(store, failures, self.target, list, not_objects, unit, found) {
             Applied::Stored => self.heard = self.heard.or(hears),
@@ -235,7 +315,16 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
         }
         CacheMsg::Put { collection, bytes } => {
             // The cloud's answer to the hub's own renewal: its word on the kind, as of now
-            // (without it, a lease kind would have no age after a restart).
+            // (without it, a lease kind would have no age after a restart). Kubelet's lease
+            // is protected: the bound only makes room for it.
+            if let Some(bound) = w.bound.as_mut() {
+                bound.admit(
+                    w.store,
+                    w.synced,
+                    Write::Object(&collection),
+                    bytes.len() as u64,
+                );
+            }
             if put_object(w.store, w.failures, &collection, None, &bytes, None, &mut 0) {
                 note(w.synced, &collection, &Word::Cloud, &mut None);
             }
@@ -259,7 +348,7 @@ fn feed(w: &mut Writer<'_, '_>, active: &mut Active<'_>, data: &[u8]) {
         return;
     };
     let target = &active.target;
-    let mut batch = Batch::new(target);
+    let mut batch = Batch::new(target, w.bound.as_mut().map(|b| (b, synced)));
     let (list, not_objects) = (&mut active.list, &mut active.not_objects);
     let result = decoder.feed_located(data, &mut |unit, found| {
         batch.apply(store, failures, list, not_objects, unit, found);
@@ -401,7 +490,7 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
     let mut ok = complete && !active.failed && !active.given_up();
     let (word, noted) = (&active.word, &mut active.noted);
     if ok && let Some(decoder) = active.decoder.as_mut() {
-        let mut batch = Batch::new(target);
+        let mut batch = Batch::new(target, w.bound.as_mut().map(|b| (b, synced)));
         let (list, not_objects) = (&mut active.list, &mut active.not_objects);
         let finished = decoder.finish_located(&mut |unit, found| {
             batch.apply(store, failures, list, not_objects, unit, found);

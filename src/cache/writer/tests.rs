@@ -415,6 +415,7 @@ fn a_delay_per_message_slows_the_writer_and_changes_nothing_else() {
     let delay = Duration::from_millis(20);
     let options = WriterOptions {
         delay_per_message: Some(delay),
+        ..WriterOptions::default()
     };
     let started = Instant::now();
     run(
@@ -568,6 +569,7 @@ fn barrier_is_answered_after_earlier_events_are_applied() {
             // Slow, as a slow flash would be: the events are still queued when sync begins.
             let options = WriterOptions {
                 delay_per_message: Some(Duration::from_millis(30)),
+                ..WriterOptions::default()
             };
             run(
                 &t.store,

@@ -254,6 +254,12 @@ pub(crate) const FLAGS: &[FlagSpec] = &[
         "the root of the on-disk cache; edge mode needs it writable and locks it (one hub per directory)",
     ),
     flag(
+        "cache-max-bytes",
+        Kind::Str,
+        "0",
+        "the most bytes the files under --disk-cache-path may take, with Kubernetes suffixes (16Mi, 64M); past it the hub evicts what no pod of this node needs, and stops caching new kinds when even that is not enough (0: no bound; at least 1Mi)",
+    ),
+    flag(
         "cache-agents",
         Kind::Strings,
         "",
@@ -779,6 +785,7 @@ mod tests {
             "multiplexer-port",
             "multiplexer-client-ca-file",
             "disk-cache-path",
+            "cache-max-bytes",
             "cache-agents",
             "lb-mode",
             "heartbeat-interval-seconds",
