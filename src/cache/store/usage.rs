@@ -19,7 +19,6 @@ use std::path::Path;
 use std::sync::{MutexGuard, PoisonError};
 use std::time::SystemTime;
 
-
 use super::{STAGING, Store, kind_dirs_below_root};
 use crate::cache::key::{CollectionKey, METADATA_DIR, TokenKey};
 
