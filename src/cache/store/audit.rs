@@ -23,6 +23,8 @@ use super::check::{Expect, FileRead, Refusal, check_object, read_bounded};
 use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{DIR_MODE, FILE_MODE};
 use super::journal::journal_is_complete;
+use super::relist::{RELIST_FILE, RelistMarks};
+use super::synced::{BadRecord, SYNCED_FILE, parse_synced};
 use super::view::RootEntry;
 use crate::cache::key::{METADATA_DIR, TokenKey};
 use crate::cache::object::ObjectHead;
@@ -554,7 +556,8 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// One of the store's records: it must read as JSON.
+    /// One of the store's records: `.relist` and `.synced` must read as their readers read
+    /// them (what verify passes, repair and the hub can load); the others as JSON.
     fn record(&mut self, entry: &Entry) {
         if entry.name == crate::dir_lock::NOTE_FILE {
             // The lock's note is free text.
@@ -562,10 +565,13 @@ impl Walk<'_> {
             self.mode_and_owner(&entry.rel, &entry.meta, false, None);
             return;
         }
-        let good = self.file(entry, None, |bytes| {
-            serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+        let bad = |e: BadRecord| (Code::BadRecord, e.0);
+        let good = self.file(entry, None, |bytes| match entry.name.as_str() {
+            RELIST_FILE => RelistMarks::parse(bytes).map(|_| ()).map_err(bad),
+            SYNCED_FILE => parse_synced(bytes).map(|_| ()).map_err(bad),
+            _ => serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
                 .map(|_| ())
-                .map_err(|e| (Code::BadRecord, format!("does not read as JSON: {e}")))
+                .map_err(|e| (Code::BadRecord, format!("does not read as JSON: {e}"))),
         });
         if good {
             self.mode_and_owner(&entry.rel, &entry.meta, false, None);
@@ -791,6 +797,8 @@ mod tests {
                 ),
                 (".journal.2", Some("tinyhub-journal 1\n")),
                 (".synced", Some("{not json")),
+                // JSON, but no relist record: what repair's load refuses.
+                (".relist", Some("{}")),
                 (".other", Some("x")),
                 ("kubelet/pods.v1.core/default/tmp_web", Some(&web)),
                 ("kubelet/pods.v1.core/default/big", Some(&huge)),
@@ -832,6 +840,7 @@ mod tests {
                 (".journal.1", "pending-journal"),
                 (".journal.2", "leftover"),
                 (".synced", "bad-record"),
+                (".relist", "bad-record"),
                 (".other", "foreign"),
                 ("kubelet/pods.v1.core/default/tmp_web", "leftover"),
                 ("kubelet/pods.v1.core/default/big", "too-large"),

@@ -107,7 +107,7 @@ pub(crate) mod quarantine;
 mod recent;
 pub(crate) mod relist;
 mod replace;
-mod synced;
+pub(crate) mod synced;
 #[cfg(test)]
 mod tests;
 mod tokens;

@@ -15,10 +15,9 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::STAGING;
 use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{DIR_MODE, FILE_MODE, make_dir, parent_of, sync_dir, write_new_file};
-use super::journal::{JournalOp, parse_op};
+use super::journal::{ApplyHooks, apply_journal, journal_is_complete, journal_seq};
 use super::view::QUARANTINE;
 
 /// The name of the summary a repair leaves in its quarantine directory.
@@ -114,6 +113,46 @@ impl Quarantine {
         Ok(true)
     }
 
+    /// Rolls the complete journals `rels` (root entries, `.journal.<n>`) forward in the
+    /// order they were committed, with the store's own applier, as the hub's recovery does
+    /// (an import's too), except that nothing is deleted: a file the journal deletes, and
+    /// then the applied journal itself, move into this run's directory. Idempotent: a run
+    /// killed halfway is finished by the next. Returns the journals in the order applied.
+    pub(crate) fn roll_forward(&mut self, rels: &[String]) -> Result<Vec<String>, StoreError> {
+        let mut ordered: Vec<(u64, &String)> = Vec::new();
+        for rel in rels {
+            check_rel(rel)?;
+            let Some(seq) = journal_seq(rel) else {
+                return Err(StoreError::UnsafeKey {
+                    field: "journal",
+                    value: rel.clone(),
+                });
+            };
+            ordered.push((seq, rel));
+        }
+        ordered.sort();
+        let root = self.root.clone();
+        let mut done = Vec::new();
+        for (_, rel) in ordered {
+            let journal = root.join(rel);
+            if !journal_is_complete(&journal)? {
+                // Not one to apply (it changed since the walk): verify says what it is.
+                continue;
+            }
+            let applied = apply_journal(&root, &journal, self, &mut |_| Ok(()))?;
+            if let Some(e) = applied.first_error {
+                // Kept: the next run tries again, and applying twice is harmless.
+                return Err(e);
+            }
+            for dir in &applied.touched {
+                sync_dir(dir)?;
+            }
+            self.move_in(rel)?;
+            done.push(rel.clone());
+        }
+        Ok(done)
+    }
+
     /// Writes the repair's summary as `REPAIR.json` in this run's directory (made if
     /// nothing was moved), 0600, flushed.
     pub(crate) fn write_report(&mut self, bytes: &[u8]) -> Result<PathBuf, StoreError> {
@@ -122,6 +161,16 @@ impl Quarantine {
         write_new_file(&path, bytes, true)?;
         sync_dir(&dir)?;
         Ok(path)
+    }
+}
+
+/// A journal applied by a repair: no index to tell (no hub runs), and a delete moves the
+/// file into the quarantine.
+impl ApplyHooks for Quarantine {
+    fn changing(&mut self, _rel: Option<&str>) {}
+
+    fn delete(&mut self, rel: &str) -> Result<bool, StoreError> {
+        self.move_in(rel)
     }
 }
 
@@ -151,64 +200,6 @@ pub(crate) fn fix_owner(root: &Path, rel: &str) -> Result<(), StoreError> {
     let path = entry_path(root, rel)?;
     std::os::unix::fs::lchown(&path, Some(owner.uid()), Some(owner.gid()))
         .map_err(io_err(StoreOp::Write, &path))
-}
-
-/// Applies the complete journal `rel` (a `.journal.<n>` in the root) as the hub's recovery
-/// does: its directories made, each staged file renamed into place (one gone was renamed
-/// before), each delete done (one gone was done before), the touched directories fsynced,
-/// the journal removed. Idempotent, so a run killed halfway is finished by the next.
-pub(crate) fn roll_forward(root: &Path, rel: &str) -> Result<(), StoreError> {
-    check_rel(rel)?;
-    let journal = root.join(rel);
-    let text = fs::read_to_string(&journal).map_err(io_err(StoreOp::Read, &journal))?;
-    let staging = root.join(STAGING);
-    let mut touched = std::collections::BTreeSet::new();
-    for line in text.lines() {
-        if line.starts_with("end\t") {
-            break;
-        }
-        // The magic line, and nothing else: the caller checked the journal is complete.
-        let Some(op) = parse_op(line) else { continue };
-        match op {
-            JournalOp::Mkdir(dir) => {
-                let dir = root.join(dir);
-                if make_dir(&dir)? {
-                    touched.insert(parent_of(&dir).to_owned());
-                }
-            }
-            JournalOp::Rename(temp, to) => {
-                let (from, to) = (staging.join(temp), root.join(to));
-                match fs::rename(&from, &to) {
-                    Ok(()) => {
-                        touched.insert(parent_of(&to).to_owned());
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(io_err(StoreOp::Rename, &to)(e)),
-                }
-            }
-            JournalOp::Delete(path) => {
-                let path = root.join(path);
-                match fs::remove_file(&path) {
-                    Ok(()) => {
-                        touched.insert(parent_of(&path).to_owned());
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(io_err(StoreOp::Remove, &path)(e)),
-                }
-            }
-            // An import's whole-entry moves are the hub's recovery's to finish.
-            JournalOp::Move(..) | JournalOp::Install(..) => {
-                return Err(io_err(StoreOp::Rename, &journal)(io::Error::other(
-                    "an import's journal: start the hub once to finish it",
-                )));
-            }
-        }
-    }
-    for dir in &touched {
-        sync_dir(dir)?;
-    }
-    fs::remove_file(&journal).map_err(io_err(StoreOp::Remove, &journal))?;
-    sync_dir(root)
 }
 
 /// `rel` must be a relative path below the root: segments neither empty, `.` nor `..`, no
@@ -327,7 +318,9 @@ mod tests {
         })
         .unwrap();
         assert_eq!(journals.len(), 1);
-        roll_forward(&root, &journals[0]).unwrap();
+        let journal = fs::read(root.join(&journals[0])).unwrap();
+        let mut quarantine = Quarantine::new(&root, UNIX_EPOCH + Duration::from_secs(1));
+        assert_eq!(quarantine.roll_forward(&journals).unwrap(), journals);
         let objects = root.join("kubelet/pods.v1.core");
         assert_eq!(
             fs::read_to_string(objects.join("c/new")).unwrap(),
@@ -335,10 +328,79 @@ mod tests {
         );
         assert!(!objects.join("a/gone").exists());
         assert!(!root.join(&journals[0]).exists());
+        // Nothing deleted: what the journal deleted, and the journal, are in the quarantine.
+        let kept = root.join(quarantine.rel_dir().unwrap());
+        assert_eq!(
+            fs::read_to_string(kept.join("kubelet/pods.v1.core/a/gone")).unwrap(),
+            pod("a", "gone", 1)
+        );
+        assert_eq!(fs::read(kept.join(&journals[0])).unwrap(), journal);
+        // Applied again (a run killed before the journal moved): nothing changes.
+        assert_eq!(quarantine.roll_forward(&[]).unwrap(), Vec::<String>::new());
         // Nothing is left to judge: the staged file went where the journal said.
         let mut left = Vec::new();
         walk(&root, AuditOptions::default(), &mut |p| left.push(p)).unwrap();
         assert_eq!(left, []);
+    }
+
+    #[test]
+    fn journals_roll_forward_in_the_order_committed_an_imports_too() {
+        let dir = TempDir::new("roll-order");
+        let root = dir.0.clone();
+        let stage = root.join(".staging/import.4/cache");
+        fs::create_dir_all(stage.join("coredns/services.v1.core/default")).unwrap();
+        fs::write(stage.join("coredns/services.v1.core/default/dns"), "dns").unwrap();
+        fs::write(stage.join("version"), "new").unwrap();
+        fs::write(root.join("version"), "old").unwrap();
+        fs::create_dir_all(root.join(".quarantine/x-replaced")).unwrap();
+        fs::create_dir_all(root.join(".staging")).unwrap();
+        fs::write(root.join(".staging/r.1.0"), "nine").unwrap();
+        fs::write(root.join(".staging/r.2.0"), "ten").unwrap();
+        fs::create_dir_all(root.join("kubelet/pods.v1.core/default")).unwrap();
+        // .journal.9 first, then .journal.10: the last word on `web` is ten's.
+        fs::write(
+            root.join(".journal.9"),
+            "tinyhub-journal 1\nrename\tr.1.0\tkubelet/pods.v1.core/default/web\nend\t1\n",
+        )
+        .unwrap();
+        fs::write(
+            root.join(".journal.10"),
+            "tinyhub-journal 1\nrename\tr.2.0\tkubelet/pods.v1.core/default/web\nend\t1\n",
+        )
+        .unwrap();
+        fs::write(
+            root.join(".journal.11"),
+            "tinyhub-journal 1\nmove\tversion\t.quarantine/x-replaced/version\n\
+             move\t.staging/import.4/cache/coredns\tcoredns\n\
+             install\t.staging/import.4/cache/version\tversion\nend\t3\n",
+        )
+        .unwrap();
+        let rels: Vec<String> = [".journal.10", ".journal.11", ".journal.9"]
+            .map(String::from)
+            .to_vec();
+        let mut quarantine = Quarantine::new(&root, UNIX_EPOCH);
+        assert_eq!(
+            quarantine.roll_forward(&rels).unwrap(),
+            [".journal.9", ".journal.10", ".journal.11"]
+        );
+        assert_eq!(
+            fs::read_to_string(root.join("kubelet/pods.v1.core/default/web")).unwrap(),
+            "ten"
+        );
+        assert_eq!(
+            fs::read_to_string(root.join("coredns/services.v1.core/default/dns")).unwrap(),
+            "dns"
+        );
+        assert_eq!(fs::read_to_string(root.join("version")).unwrap(), "new");
+        assert_eq!(
+            fs::read_to_string(root.join(".quarantine/x-replaced/version")).unwrap(),
+            "old"
+        );
+        let kept = root.join(quarantine.rel_dir().unwrap());
+        for rel in &rels {
+            assert!(!root.join(rel).exists());
+            assert!(kept.join(rel).exists(), "{rel} kept");
+        }
     }
 
     #[test]

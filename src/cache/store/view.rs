@@ -426,8 +426,6 @@ pub(crate) struct Extras {
     pub documents: u64,
     /// Files and bytes in the quarantine.
     pub quarantine: (u64, u64),
-    /// The sync record's bytes, when there is one.
-    pub synced: Option<Vec<u8>>,
 }
 
 /// Counts what `ls` shows below its table.
@@ -452,10 +450,6 @@ pub(crate) fn extras(root: &Path) -> Result<Extras, StoreError> {
         }
     }
     extras.quarantine = tree_size(&root.join(QUARANTINE));
-    extras.synced = match read_bounded(&root.join(SYNCED_FILE))? {
-        FileRead::Bytes(bytes) => Some(bytes),
-        _ => None,
-    };
     Ok(extras)
 }
 
