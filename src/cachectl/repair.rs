@@ -20,6 +20,7 @@ use super::{DONE, FOUND, IO_FAILED};
 use crate::cache::store::audit::{self, Action, AuditOptions, Code, Problem};
 use crate::cache::store::quarantine::{self, Quarantine};
 use crate::cache::store::relist::{RELIST_FILE, RelistMarks, RelistReason};
+use crate::cache::store::STAGING;
 use crate::config::CacheArgs;
 
 /// Runs `repair`; the exit code.
@@ -76,11 +77,11 @@ fn repair(args: &CacheArgs) -> Result<u8, crate::cache::store::StoreError> {
         println!("nothing to repair");
         return Ok(DONE);
     }
-    // A record that does not read goes first: the marks are written over its name.
-    if let Some(at) = problems
-        .iter()
-        .position(|p| p.path == RELIST_FILE && p.code.action() == Action::Quarantine)
-    {
+    // A record that does not read goes first: the marks are written over its name; and a
+    // staging directory that is none (a file, a symlink): the marks are staged in it.
+    while let Some(at) = problems.iter().position(|p| {
+        (p.path == RELIST_FILE || p.path == STAGING) && p.code.action() == Action::Quarantine
+    }) {
         let bad = problems.remove(at);
         quarantine.move_in(&bad.path)?;
         println!(

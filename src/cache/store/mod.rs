@@ -147,7 +147,7 @@ pub(crate) use replace::ReplaceReport;
 pub(crate) use tokens::{TOKEN_CAP, TOKEN_STALE};
 
 /// Where everything not yet visible is written.
-const STAGING: &str = ".staging";
+pub(crate) const STAGING: &str = ".staging";
 
 /// Source of unique temporary names within this process. `usize`, not `u64`: 64-bit
 /// atomics are missing on some 32-bit router CPUs.

@@ -31,6 +31,8 @@ pub(crate) struct Quarantine {
     stamp: String,
     /// The directory, once made.
     dir: Option<PathBuf>,
+    /// Whether `.quarantine` itself was no directory and went into it (see `displace`).
+    displaced: bool,
 }
 
 impl Quarantine {
@@ -40,6 +42,7 @@ impl Quarantine {
             root: root.to_owned(),
             stamp: stamp(now),
             dir: None,
+            displaced: false,
         }
     }
 
@@ -58,6 +61,9 @@ impl Quarantine {
             return Ok(dir.clone());
         }
         let top = self.root.join(QUARANTINE);
+        if fs::symlink_metadata(&top).is_ok_and(|m| !m.is_dir()) {
+            return self.displace(&top);
+        }
         if make_dir(&top)? {
             sync_dir(&self.root)?;
         }
@@ -81,12 +87,54 @@ impl Quarantine {
         Err(io_err(StoreOp::CreateDir, &top)(e))
     }
 
+    /// `.quarantine` is a file or a symlink, so nothing can be made in it: a quarantine is
+    /// made beside it under another name (`.quarantine.<time>.<n>`), the offender moved into
+    /// this run's directory there, and the new one renamed to `.quarantine`. Never through
+    /// the symlink. Killed midway, the new one is a foreign root entry the next repair moves
+    /// whole into its own quarantine: nothing is lost, and the next run gets on.
+    fn displace(&mut self, top: &Path) -> Result<PathBuf, StoreError> {
+        let mut fresh = None;
+        for n in 0..1000 {
+            let path = self.root.join(format!("{QUARANTINE}.{}.{n}", self.stamp));
+            match DirBuilder::new().mode(DIR_MODE).create(&path) {
+                Ok(()) => {
+                    fresh = Some(path);
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io_err(StoreOp::CreateDir, &path)(e)),
+            }
+        }
+        let Some(fresh) = fresh else {
+            let e = io::Error::new(io::ErrorKind::AlreadyExists, "1000 repairs in one second");
+            return Err(io_err(StoreOp::CreateDir, top)(e));
+        };
+        let run = fresh.join(&self.stamp);
+        make_dir(&run)?;
+        sync_dir(&fresh)?;
+        sync_dir(&self.root)?;
+        let kept = run.join(QUARANTINE);
+        fs::rename(top, &kept).map_err(io_err(StoreOp::Rename, &kept))?;
+        sync_dir(&run)?;
+        fs::rename(&fresh, top).map_err(io_err(StoreOp::Rename, top))?;
+        sync_dir(&self.root)?;
+        self.displaced = true;
+        let dir = top.join(&self.stamp);
+        self.dir = Some(dir.clone());
+        Ok(dir)
+    }
+
     /// Moves the entry at `rel` (below the root; a file, a symlink itself or a directory
     /// with all it holds) to the same path below this run's directory, parents made 0700;
     /// `false` when it is gone already. Both directories are fsynced: once this returns,
     /// the move survives a crash.
     pub(crate) fn move_in(&mut self, rel: &str) -> Result<bool, StoreError> {
         check_rel(rel)?;
+        if rel == QUARANTINE {
+            // Only a `.quarantine` that is no directory is ever moved: by `dir` itself.
+            self.dir()?;
+            return Ok(self.displaced);
+        }
         let from = self.root.join(rel);
         if fs::symlink_metadata(&from).is_err() {
             return Ok(false);
@@ -400,6 +448,41 @@ mod tests {
         for rel in &rels {
             assert!(!root.join(rel).exists());
             assert!(kept.join(rel).exists(), "{rel} kept");
+        }
+    }
+
+    #[test]
+    fn a_quarantine_that_is_a_file_or_a_symlink_is_moved_into_the_new_one() {
+        let dir = TempDir::new("quarantine-displaced");
+        let root = dir.0.join("cache");
+        let outside = dir.0.join("outside");
+        fs::create_dir_all(&outside).unwrap();
+        fs::create_dir_all(&root).unwrap();
+        let at = UNIX_EPOCH + Duration::from_secs(1_796_571_000);
+        for (n, offender) in ["a file", "a symlink"].into_iter().enumerate() {
+            let top = root.join(QUARANTINE);
+            if n == 0 {
+                fs::write(&top, "not a directory").unwrap();
+            } else {
+                std::os::unix::fs::symlink(&outside, &top).unwrap();
+            }
+            fs::write(root.join("notes.txt"), offender).unwrap();
+            let mut quarantine = Quarantine::new(&root, at + Duration::from_secs(n as u64));
+            assert!(quarantine.move_in(QUARANTINE).unwrap(), "{offender}");
+            assert!(quarantine.move_in("notes.txt").unwrap(), "{offender}");
+            let run = root.join(quarantine.rel_dir().unwrap());
+            assert!(fs::symlink_metadata(&top).unwrap().is_dir(), "{offender}");
+            let kept = fs::symlink_metadata(run.join(QUARANTINE)).unwrap();
+            assert_eq!(kept.file_type().is_symlink(), n == 1, "{offender}");
+            assert_eq!(fs::read_to_string(run.join("notes.txt")).unwrap(), offender);
+            assert_eq!(fs::read_dir(&outside).unwrap().count(), 0, "never followed");
+            // Only the cache and the new quarantine: nothing left beside them.
+            let names: Vec<String> = fs::read_dir(&root)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            assert_eq!(names, [QUARANTINE], "{offender}");
+            fs::remove_dir_all(&top).unwrap();
         }
     }
 
