@@ -19,7 +19,7 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use super::check::{Expect, FileRead, Refusal, check_object, read_bounded};
+use super::check::{Expect, FileRead, Judged, Refusal, check_object, read_judged};
 use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{DIR_MODE, FILE_MODE};
 use super::journal::journal_is_complete;
@@ -456,7 +456,8 @@ impl Walk<'_> {
     }
 
     /// Reads a file bounded and judges its bytes with `judge` (an error: a code and a
-    /// detail); `true` when it is a good file, whose mode is then judged.
+    /// detail), as the store reads ([`read_judged`]); `true` when it is a good file, whose
+    /// mode is then judged.
     fn file(
         &mut self,
         entry: &Entry,
@@ -465,39 +466,25 @@ impl Walk<'_> {
     ) -> bool {
         self.count(&entry.meta);
         let path = self.root.join(&entry.rel);
-        let read = match read_bounded(&path) {
-            Ok(read) => read,
-            Err(e) => {
-                // Unreadable (permission): said as what stops it being served.
-                self.problem(&entry.rel, Code::NotObject, format!("cannot read: {e}"), at);
-                return false;
+        let (code, detail) = match read_judged(&path, judge) {
+            Ok(Judged::Good(_)) => return true,
+            Ok(Judged::Absent(FileRead::Missing)) => return false,
+            Ok(Judged::Bad(said, _)) => said,
+            Ok(Judged::TooLarge { size }) => {
+                (Code::TooLarge, Refusal::TooLarge { size }.to_string())
             }
+            Ok(Judged::Absent(FileRead::Symlink)) => {
+                (Code::Symlink, "a symlink, never followed".to_owned())
+            }
+            Ok(Judged::Absent(_)) => (
+                Code::NotAFile,
+                "not a regular file (a directory, FIFO or device)".to_owned(),
+            ),
+            // Unreadable (permission): said as what stops it being served.
+            Err(e) => (Code::NotObject, format!("cannot read: {e}")),
         };
-        let bytes = match read {
-            FileRead::Bytes(bytes) => bytes,
-            FileRead::Missing => return false,
-            FileRead::Symlink => {
-                self.problem(&entry.rel, Code::Symlink, "a symlink, never followed", at);
-                return false;
-            }
-            FileRead::NotFile => {
-                let detail = "not a regular file (a directory, FIFO or device)";
-                self.problem(&entry.rel, Code::NotAFile, detail, at);
-                return false;
-            }
-            FileRead::TooLarge { size } => {
-                let detail = Refusal::TooLarge { size }.to_string();
-                self.problem(&entry.rel, Code::TooLarge, detail, at);
-                return false;
-            }
-        };
-        match judge(&bytes) {
-            Ok(()) => true,
-            Err((code, detail)) => {
-                self.problem(&entry.rel, code, detail, at);
-                false
-            }
-        }
+        self.problem(&entry.rel, code, detail, at);
+        false
     }
 
     /// `<component>/tokens/<namespace>/<service account>/<digest>`: each answer names its

@@ -316,16 +316,16 @@ impl Store {
             return Ok(None);
         }
         let path = dirs[dirs.len() - 1].join(&key.name);
-        let bytes = read_object(&path)?;
+        let read = check::read_checked(&path, &check::Expect::for_key(key))?;
         {
             let mut index = self.index();
             let at = index.key_hash(key);
-            match &bytes {
+            match read.bytes() {
                 Some(bytes) => index.check_read(at, bytes),
                 None => index.forget(at),
             }
         }
-        Ok(bytes.filter(|bytes| check::served(&path, bytes, &check::Expect::for_key(key))))
+        Ok(check::serve(&path, read))
     }
 
     /// The stored resourceVersion of one object: the index's when it knows the object (no

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::STAGING;
-use super::check::{Expect, FileRead, Refusal, check_object, read_bounded};
+use super::check::{Expect, Judged, Refusal, read_checked};
 use super::error::{StoreError, StoreOp, io_err};
 use super::error_keys::ERROR_KEYS_FILE;
 use super::fs::all_real_dirs;
@@ -298,23 +298,18 @@ pub(crate) fn objects(
         let path = cursor.path_of(ns.as_deref(), &name);
         let modified = fs::symlink_metadata(&path).and_then(|m| m.modified()).ok();
         let expect = Expect::for_kind_dir(kind, ns.as_deref(), &name);
-        let (bytes, resource_version, refused) = match read_bounded(&path)? {
-            FileRead::Bytes(bytes) => {
-                let size = bytes.len() as u64;
-                match check_object(&bytes, &expect) {
-                    Ok(()) => {
-                        let rv = ObjectHead::parse(&bytes)
-                            .and_then(|h| h.metadata)
-                            .and_then(|m| m.resource_version)
-                            .map(|rv| rv.into_owned());
-                        (size, rv, None)
-                    }
-                    Err(refusal) => (size, None, Some(refusal)),
-                }
+        let (bytes, resource_version, refused) = match read_checked(&path, &expect)? {
+            Judged::Good(bytes) => {
+                let rv = ObjectHead::parse(&bytes)
+                    .and_then(|h| h.metadata)
+                    .and_then(|m| m.resource_version)
+                    .map(|rv| rv.into_owned());
+                (bytes.len() as u64, rv, None)
             }
-            FileRead::TooLarge { size } => (size, None, Some(Refusal::TooLarge { size })),
+            Judged::Bad(refusal, bytes) => (bytes.len() as u64, None, Some(refusal)),
+            Judged::TooLarge { size } => (size, None, Some(Refusal::TooLarge { size })),
             // Vanished, or not a file: no object.
-            FileRead::Missing | FileRead::Symlink | FileRead::NotFile => continue,
+            Judged::Absent(_) => continue,
         };
         rows.push(ObjectRow {
             namespace: ns,
@@ -368,15 +363,13 @@ pub(crate) fn get(
         Some(ns) => format!("{component}/{kind}/{ns}/{name}"),
         None => format!("{component}/{kind}/{name}"),
     };
-    let bytes = match read_bounded(&dir.join(name))? {
-        FileRead::Bytes(bytes) => bytes,
-        FileRead::TooLarge { size } => return Ok(Got::Refused(rel, Refusal::TooLarge { size })),
-        FileRead::Missing | FileRead::Symlink | FileRead::NotFile => return Ok(Got::Missing),
-    };
-    match check_object(&bytes, &Expect::for_kind_dir(kind, namespace, name)) {
-        Ok(()) => Ok(Got::Object(bytes)),
-        Err(refusal) => Ok(Got::Refused(rel, refusal)),
-    }
+    let expect = Expect::for_kind_dir(kind, namespace, name);
+    Ok(match read_checked(&dir.join(name), &expect)? {
+        Judged::Good(bytes) => Got::Object(bytes),
+        Judged::Bad(refusal, _) => Got::Refused(rel, refusal),
+        Judged::TooLarge { size } => Got::Refused(rel, Refusal::TooLarge { size }),
+        Judged::Absent(_) => Got::Missing,
+    })
 }
 
 /// The namespaces of the collection `kind` of `component` that hold a file named `name`,
