@@ -183,10 +183,8 @@ pub(crate) fn resolve_kind(
         None if !metadata_view => Some(kind.to_owned()),
         _ => None,
     };
-    let kinds: Vec<String> = kinds_of(root, component)
-        .iter()
-        .filter_map(|k| in_view(k))
-        .collect();
+    let on_disk = kinds_of(root, component);
+    let kinds: Vec<String> = on_disk.iter().filter_map(|k| in_view(k)).collect();
     let prefix = if metadata_view {
         format!("{METADATA_DIR}/")
     } else {
@@ -203,7 +201,7 @@ pub(crate) fn resolve_kind(
         [one] => Ok(format!("{prefix}{one}")),
         [] => {
             // The other view may hold it: say so rather than only "nothing".
-            let other_view = kinds_of(root, component).iter().any(|k| {
+            let other_view = on_disk.iter().any(|k| {
                 let inner = k.rsplit('/').next().unwrap_or(k);
                 k.contains('/') != metadata_view
                     && (inner == resource || inner.split('.').next() == Some(resource))

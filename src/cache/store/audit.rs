@@ -22,10 +22,10 @@ use std::path::Path;
 use super::check::{Expect, FileRead, Judged, Refusal, check_object, read_judged};
 use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{DIR_MODE, FILE_MODE};
-use super::journal::journal_is_complete;
+use super::journal::{is_event_dir_name, journal_is_complete};
 use super::relist::{RELIST_FILE, RelistMarks};
 use super::synced::{BadRecord, SYNCED_FILE, parse_synced};
-use super::view::RootEntry;
+use super::view::{RootEntry, is_kind_dir_name};
 use crate::cache::key::{METADATA_DIR, TokenKey};
 use crate::cache::object::ObjectHead;
 
@@ -64,9 +64,9 @@ impl Code {
     /// The code as `verify` prints it.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
-            Code::TooLarge => "too-large",
-            Code::NotObject => "not-object",
-            Code::NamesOther => "names-other",
+            Code::TooLarge => Refusal::TOO_LARGE,
+            Code::NotObject => Refusal::NOT_OBJECT,
+            Code::NamesOther => Refusal::NAMES_OTHER,
             Code::Symlink => "symlink",
             Code::NotAFile => "not-a-file",
             Code::NotADir => "not-a-dir",
@@ -663,23 +663,6 @@ fn join(rel: &str, name: &str) -> String {
     } else {
         format!("{rel}/{name}")
     }
-}
-
-/// `<resource>.<version>.<group>`: three non-empty dot-separated parts (the group may
-/// hold more dots).
-fn is_kind_dir_name(name: &str) -> bool {
-    let mut parts = name.splitn(3, '.');
-    parts.by_ref().take(3).filter(|p| !p.is_empty()).count() == 3
-}
-
-/// `events.<version>.core` or `events.<version>.events.k8s.io`: what recovery removes.
-fn is_event_dir_name(name: &str) -> bool {
-    let Some(rest) = name.strip_prefix("events.") else {
-        return false;
-    };
-    rest.split_once('.').is_some_and(|(version, group)| {
-        !version.is_empty() && matches!(group, "core" | "events.k8s.io")
-    })
 }
 
 #[cfg(test)]

@@ -145,12 +145,19 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
+    /// [`Refusal::TooLarge`]'s code.
+    pub(crate) const TOO_LARGE: &'static str = "too-large";
+    /// [`Refusal::NotObject`]'s code.
+    pub(crate) const NOT_OBJECT: &'static str = "not-object";
+    /// [`Refusal::NamesOther`]'s code.
+    pub(crate) const NAMES_OTHER: &'static str = "names-other";
+
     /// The refusal's code, as `tinyhub cache verify` prints it.
     pub(crate) fn code(&self) -> &'static str {
         match self {
-            Refusal::TooLarge { .. } => "too-large",
-            Refusal::NotObject { .. } => "not-object",
-            Refusal::NamesOther { .. } => "names-other",
+            Refusal::TooLarge { .. } => Refusal::TOO_LARGE,
+            Refusal::NotObject { .. } => Refusal::NOT_OBJECT,
+            Refusal::NamesOther { .. } => Refusal::NAMES_OTHER,
         }
     }
 

@@ -400,8 +400,9 @@ impl Store {
     }
 }
 
-/// `events.<version>.core` or `events.<version>.events.k8s.io`: a kind directory of events.
-fn is_event_dir_name(name: &str) -> bool {
+/// `events.<version>.core` or `events.<version>.events.k8s.io`: a kind directory of events
+/// (what recovery removes, and `verify` calls a leftover).
+pub(super) fn is_event_dir_name(name: &str) -> bool {
     let Some(rest) = name.strip_prefix("events.") else {
         return false;
     };

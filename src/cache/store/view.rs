@@ -164,10 +164,16 @@ pub(crate) fn judge_root(root: &Path) -> Result<RootVerdict, StoreError> {
 fn holds_kind_dir(dir: &Path, name: &str) -> bool {
     let mut found = false;
     for_each_kind_dir(dir, name, &mut |kind_rel, _| {
-        let kind = kind_rel.rsplit('/').next().unwrap_or("");
-        found |= kind.splitn(3, '.').filter(|p| !p.is_empty()).count() == 3;
+        found |= is_kind_dir_name(kind_rel.rsplit('/').next().unwrap_or(""));
     });
-    found && safe_entries(dir).next().is_some()
+    found
+}
+
+/// `<resource>.<version>.<group>`: three non-empty dot-separated parts (the group may
+/// hold more dots).
+pub(super) fn is_kind_dir_name(name: &str) -> bool {
+    let mut parts = name.splitn(3, '.');
+    parts.by_ref().take(3).filter(|p| !p.is_empty()).count() == 3
 }
 
 /// One collection on disk, counted without reading a file.
