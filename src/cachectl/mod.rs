@@ -115,7 +115,7 @@ pub(crate) fn probe_hub(root: &Path) -> Result<HubState, u8> {
             Ok(HubState::Stopped)
         }
         Ok(Probe::Held { note }) => Ok(HubState::Running(note)),
-        Ok(Probe::NoLocks(lock)) => {
+        Ok(Probe::NoLocks(lock, _)) => {
             drop(lock);
             eprintln!(
                 "tinyhub cache: {} cannot be locked (NFS, CIFS?): whether a hub runs cannot be told",
@@ -137,7 +137,7 @@ pub(crate) fn hold_lock(root: &Path, command: &str, force: bool) -> Result<DirLo
     let note = crate::dir_lock::tool_note(&format!("tinyhub cache {command}"));
     match DirLock::probe(root, Some(&note)) {
         Ok(Probe::Free(lock)) => Ok(lock),
-        Ok(Probe::NoLocks(lock)) if force => {
+        Ok(Probe::NoLocks(lock, _)) if force => {
             eprintln!(
                 "tinyhub cache {command}: {} cannot be locked; going on as --force says: \
                  make sure no hub runs on it",
@@ -145,7 +145,7 @@ pub(crate) fn hold_lock(root: &Path, command: &str, force: bool) -> Result<DirLo
             );
             Ok(lock)
         }
-        Ok(Probe::NoLocks(_)) => {
+        Ok(Probe::NoLocks(..)) => {
             eprintln!(
                 "tinyhub cache {command}: {} cannot be locked (NFS, CIFS?), so a running hub \
                  cannot be seen: stop it and give --force",
