@@ -17,10 +17,10 @@ use serde_json::json;
 
 use super::verify::{line, summary};
 use super::{DONE, FOUND, IO_FAILED};
+use crate::cache::store::STAGING;
 use crate::cache::store::audit::{self, Action, AuditOptions, Code, Problem};
 use crate::cache::store::quarantine::{self, Quarantine};
 use crate::cache::store::relist::{RELIST_FILE, RelistMarks, RelistReason};
-use crate::cache::store::STAGING;
 use crate::config::CacheArgs;
 
 /// Runs `repair`; the exit code.

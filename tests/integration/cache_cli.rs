@@ -416,7 +416,10 @@ fn ls_get_verify_and_repair_a_cache_the_hub_made_then_the_hub_serves_it_offline(
     assert_eq!(code(&clean), 0, "{}", said(&clean));
     assert_eq!(stdout(&clean), "", "{}", said(&clean));
     // ls, get and verify wrote nothing: every byte and mode as the hub left them.
-    assert!(tree(&cache) == untouched, "ls, get or verify changed the cache");
+    assert!(
+        tree(&cache) == untouched,
+        "ls, get or verify changed the cache"
+    );
 
     // The planted problems: exactly those lines, in text and in JSON.
     let ghost = std::fs::read(cache.join("kubelet/pods.v1.core/default/web-1")).unwrap();
@@ -451,7 +454,10 @@ fn ls_get_verify_and_repair_a_cache_the_hub_made_then_the_hub_serves_it_offline(
     assert_eq!(from_json, wanted);
     let listed = tool(&cache, &["ls", "kubelet", "pods", "-n", "default"]);
     assert_eq!(code(&listed), 0, "{}", said(&listed));
-    let got = tool(&cache, &["get", "kubelet", "pods", "-n", "default", "web-2"]);
+    let got = tool(
+        &cache,
+        &["get", "kubelet", "pods", "-n", "default", "web-2"],
+    );
     assert_ne!(code(&got), 0, "a torn file is not served: {}", said(&got));
     assert!(
         tree(&cache) == planted,
@@ -1026,7 +1032,10 @@ fn a_relist_record_repair_cannot_load_is_bad_and_a_killed_runs_staged_copies_are
     assert_eq!(marks["version"], 1, "{marks}");
     assert_eq!(marks["collections"][0]["kind"], "pods.v1.core", "{marks}");
     for n in 0..4 {
-        assert!(q.join(format!(".staging/relist.{n}")).exists(), "relist.{n}");
+        assert!(
+            q.join(format!(".staging/relist.{n}")).exists(),
+            "relist.{n}"
+        );
     }
     let verify = tool(&cache, &["verify"]);
     assert_eq!(code(&verify), 0, "{}", said(&verify));
@@ -1049,10 +1058,17 @@ fn a_quarantine_or_staging_that_is_no_directory_does_not_stop_repair() {
 
     let repair = tool(&cache, &["repair"]);
     assert_eq!(code(&repair), 0, "{}", said(&repair));
-    assert!(std::fs::symlink_metadata(cache.join(".quarantine")).unwrap().is_dir());
+    assert!(
+        std::fs::symlink_metadata(cache.join(".quarantine"))
+            .unwrap()
+            .is_dir()
+    );
     let q = last_quarantine(&cache);
     assert_eq!(std::fs::read_link(q.join(".quarantine")).unwrap(), outside);
-    assert_eq!(std::fs::read(q.join(".staging")).unwrap(), b"not a directory");
+    assert_eq!(
+        std::fs::read(q.join(".staging")).unwrap(),
+        b"not a directory"
+    );
     assert_eq!(
         std::fs::read_dir(&outside).unwrap().count(),
         0,
