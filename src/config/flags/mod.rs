@@ -459,13 +459,15 @@ pub(crate) enum Given {
     Value(OsString),
 }
 
+/// What [`parse_with`]'s caller does with an argument: `Ok(None)` when it took it,
+/// `Ok(Some(given))` to leave it to the hub's flags.
+pub(crate) type OwnArgs<'a> =
+    dyn FnMut(&mut lexopt::Parser, Given) -> Result<Option<Given>, StartupError> + 'a;
+
 /// [`parse`], with each argument offered to `own` first (`tinyhub cache`'s positionals and
 /// its own flags): `Ok(None)` when `own` took it (and read its value from the parser),
 /// `Ok(Some(given))` to leave it to the hub's flags, read and checked as the hub does.
-pub(crate) fn parse_with<I>(
-    args: I,
-    own: &mut dyn FnMut(&mut lexopt::Parser, Given) -> Result<Option<Given>, StartupError>,
-) -> Result<RawFlags, StartupError>
+pub(crate) fn parse_with<I>(args: I, own: &mut OwnArgs<'_>) -> Result<RawFlags, StartupError>
 where
     I: IntoIterator,
     I::Item: Into<OsString>,
