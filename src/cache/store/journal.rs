@@ -48,7 +48,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use std::fs::{self, File};
-use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use super::error::{StoreError, StoreOp, io_err};
@@ -82,6 +82,10 @@ pub(crate) enum CommitStep {
     /// The journal is removed.
     JournalRemoved,
 }
+
+/// The longest journal line read: far more than an operation's two paths of at most five
+/// segments; a longer one is damage, never held whole in memory.
+const MAX_LINE: u64 = 64 * 1024;
 
 /// First line of every journal.
 const JOURNAL_MAGIC: &str = "tinyhub-journal 1";
@@ -252,7 +256,8 @@ pub(super) fn apply_journal(
     let mut dirs_made = false;
     loop {
         line.clear();
-        if reader
+        if (&mut reader)
+            .take(MAX_LINE)
             .read_line(&mut line)
             .map_err(io_err(StoreOp::Read, journal))?
             == 0
@@ -495,7 +500,8 @@ pub(super) fn journal_is_complete(path: &Path) -> Result<bool, StoreError> {
     let mut line = String::new();
     let mut read = |line: &mut String| -> Result<Option<bool>, StoreError> {
         line.clear();
-        match reader.read_line(line) {
+        // A line past the bound ends without its newline: damaged.
+        match (&mut reader).take(MAX_LINE).read_line(line) {
             Ok(0) => Ok(None),
             Ok(_) => Ok(Some(line.ends_with('\n'))),
             // Not UTF-8: damaged.
