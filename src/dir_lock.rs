@@ -70,39 +70,22 @@ impl DirLock {
     /// lockd) is let through, each with a warning: neither is a reason to stop a hub whose
     /// directory otherwise works.
     pub(crate) fn acquire(dir: &Path) -> Result<DirLock, LockError> {
-        let io_error = |source| LockError::Io {
-            dir: dir.to_owned(),
-            source,
-        };
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-            .open(dir)
-            .map_err(io_error)?;
-        match try_lock(&file) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                return Err(LockError::Held {
-                    dir: dir.to_owned(),
-                    holder: read_note(dir),
-                });
-            }
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOLCK | libc::EOPNOTSUPP)) => {
+        let note = holder_note();
+        match DirLock::probe(dir, Some(&note))? {
+            Probe::Free(lock) => Ok(lock),
+            Probe::Held { note } => Err(LockError::Held {
+                dir: dir.to_owned(),
+                holder: note,
+            }),
+            Probe::NoLocks(lock, e) => {
                 log::warn!(
                     "cannot lock {}: {e}; a second hub on this directory would not be refused",
                     dir.display()
                 );
+                lock.write_note(dir, &note);
+                Ok(lock)
             }
-            Err(e) => return Err(io_error(e)),
         }
-        let note = dir.join(NOTE_FILE);
-        if let Err(e) = write_note(&note, &holder_note()) {
-            log::warn!(
-                "cannot write {}: {e}; a hub refused on this directory will not be told who holds it",
-                note.display()
-            );
-        }
-        Ok(DirLock { dir: file })
     }
 
     /// Tries the same lock without waiting, for a tool that must not disturb a running hub
@@ -130,17 +113,27 @@ impl DirLock {
                 });
             }
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOLCK | libc::EOPNOTSUPP)) => {
-                return Ok(Probe::NoLocks(DirLock { dir: file }));
+                return Ok(Probe::NoLocks(DirLock { dir: file }, e));
             }
             Err(e) => return Err(io_error(e)),
         }
+        let lock = DirLock { dir: file };
         if let Some(text) = note {
-            let path = dir.join(NOTE_FILE);
-            if let Err(e) = write_note(&path, text) {
-                log::warn!("cannot write {}: {e}", path.display());
-            }
+            lock.write_note(dir, text);
         }
-        Ok(Probe::Free(DirLock { dir: file }))
+        Ok(Probe::Free(lock))
+    }
+
+    /// Writes `text` as the note in `dir` (this lock's): best-effort, a failure warned of
+    /// (a hub or tool refused meanwhile is then not told who holds it).
+    fn write_note(&self, dir: &Path, text: &str) {
+        let path = dir.join(NOTE_FILE);
+        if let Err(e) = write_note(&path, text) {
+            log::warn!(
+                "cannot write {}: {e}; one refused on this directory will not be told who holds it",
+                path.display()
+            );
+        }
     }
 
     /// Whether `other` is the directory this lock holds (the same inode, whatever the path).
@@ -158,8 +151,9 @@ pub(crate) enum Probe {
     /// No one held the lock; now this process does, until the value is dropped.
     Free(DirLock),
     /// The filesystem does not lock (`ENOLCK`, `EOPNOTSUPP`): no one can be kept out, and
-    /// whether a hub runs cannot be told. The directory is held open all the same.
-    NoLocks(DirLock),
+    /// whether a hub runs cannot be told. The directory is held open all the same; the
+    /// error is the lock's.
+    NoLocks(DirLock, io::Error),
     /// Another process holds it.
     Held {
         /// What the holder wrote in its note; `None` when there is none (yet).

@@ -23,10 +23,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use super::key::{CollectionKey, METADATA_DIR, View};
 use super::store::Store;
+use super::store::synced::{SyncedEntry, synced_bytes};
 use crate::lock;
 use crate::metrics::{escape, header};
 use crate::names::{Component, Gvr};
@@ -39,9 +38,6 @@ pub(crate) const PERSIST_EVERY: Duration = Duration::from_secs(300);
 /// and the metric under the page's series cap. A kind past it is not recorded, and its
 /// answers carry no age.
 const MAX_KINDS: usize = 256;
-
-/// The file's format version.
-const VERSION: u32 = 1;
 
 /// Where a cache session's bytes come from, and so as of when they are the cloud's word.
 #[derive(Clone)]
@@ -91,20 +87,6 @@ impl Default for Synced {
     }
 }
 
-/// `<cache>/.synced`.
-#[derive(Debug, Serialize, Deserialize)]
-struct File {
-    version: u32,
-    kinds: Vec<Entry>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Entry {
-    component: String,
-    resource: String,
-    at: u64,
-}
-
 /// Writes of `.synced` by this process.
 static WRITES: AtomicU64 = AtomicU64::new(0);
 /// Bytes of those writes.
@@ -152,36 +134,15 @@ impl Synced {
     /// truth. An unreadable file is warned of once and read as empty.
     pub(crate) fn load(store: &Store) -> Synced {
         let mut kinds = BTreeMap::new();
-        match store.synced() {
-            Ok(Some(bytes)) => match serde_json::from_slice::<File>(&bytes) {
-                Ok(file) if file.version == VERSION => {
-                    for e in file.kinds.into_iter().take(MAX_KINDS) {
-                        if let Some(key) = key_of(&e.component, &e.resource) {
-                            kinds.insert(key, e.at);
-                        }
-                    }
-                }
-                Ok(file) => log::warn!(
-                    "cache: .synced has version {}, not {VERSION}; the cache's ages are \
-                     unknown until each kind syncs",
-                    file.version
-                ),
-                Err(e) => log::warn!(
-                    "cache: .synced does not parse ({e}); the cache's ages are unknown until \
-                     each kind syncs"
-                ),
-            },
-            Ok(None) => {
-                for dir in store.kind_dirs_on_disk() {
-                    if kinds.len() >= MAX_KINDS {
-                        break;
-                    }
-                    if let Some(key) = key_of(&dir.component, &dir.kind) {
-                        kinds.entry(key).or_insert(dir.modified);
+        match store.stored_ages() {
+            Ok(entries) => {
+                for e in entries.into_iter().take(MAX_KINDS) {
+                    if let Some(key) = key_of(&e.component, &e.resource) {
+                        kinds.insert(key, e.at);
                     }
                 }
             }
-            Err(e) => log::warn!("cache: cannot read .synced: {e}"),
+            Err(e) => log::warn!("cache: {e}; the cache's ages are unknown until each kind syncs"),
         }
         // The first write, too, waits its turn: a hub stopped within minutes writes at its
         // drain, and one that crashes reads older ages, as the bound allows.
@@ -257,16 +218,13 @@ impl Synced {
         let bytes = {
             let kinds = lock(&self.kinds)
                 .iter()
-                .map(|(key, at)| Entry {
+                .map(|(key, at)| SyncedEntry {
                     component: key.component.as_str().to_owned(),
                     resource: key.dir_name(),
                     at: *at,
                 })
                 .collect();
-            serde_json::to_vec(&File {
-                version: VERSION,
-                kinds,
-            })
+            synced_bytes(kinds)
         };
         let result = match bytes {
             Ok(bytes) => store
@@ -289,18 +247,6 @@ impl Synced {
             }
         }
     }
-}
-
-/// The entries of a stored `.synced` record as (component, kind directory, Unix seconds);
-/// `None` when it does not read as a record of this version (`tinyhub cache ls`).
-pub(crate) fn parse_record(bytes: &[u8]) -> Option<Vec<(String, String, u64)>> {
-    let file = serde_json::from_slice::<File>(bytes).ok()?;
-    (file.version == VERSION).then(|| {
-        file.kinds
-            .into_iter()
-            .map(|e| (e.component, e.resource, e.at))
-            .collect()
-    })
 }
 
 /// The age of a sync at `at` when the clock says `now`; `None` when the clock is behind it.

@@ -1,6 +1,6 @@
 //! `tinyhub cache ls [component] [resource] [-n ns]`: what is cached (in one namespace with
 //! `-n`). Without a resource, a row per collection (its namespaces, objects, bytes and the age of the cloud's last
-//! word on it, from `.synced`) and a footer (totals, token answers per component, documents,
+//! word on it, as the hub reads it: `.synced`, or the kind directories' times without one) and a footer (totals, token answers per component, documents,
 //! the quarantine, pending relists); with one, a row per object.
 
 use std::time::UNIX_EPOCH;
@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 use super::render::{age, table};
 use super::{DONE, HubState, IO_FAILED, USAGE};
 use crate::cache::store::relist::RelistMarks;
+use crate::cache::store::synced::stored_ages;
 use crate::cache::store::view::{self, CollectionSummary, ObjectRow};
-use crate::cache::synced::parse_record;
+use crate::cache::synced::age_at;
 use crate::config::CacheArgs;
 use crate::config::cache_args::{CacheCommand, Output};
 
@@ -66,17 +67,18 @@ fn collections(args: &CacheArgs, hub: &HubState, component: Option<&str>) -> Res
         eprintln!("tinyhub cache ls: {e}");
         IO_FAILED
     })?;
-    let synced = extras
-        .synced
-        .as_deref()
-        .and_then(parse_record)
-        .unwrap_or_default();
+    // The ages the hub would answer with: from `.synced`, or without one the kind
+    // directories' times; none when the record does not read (said, not fatal).
+    let synced = stored_ages(root).unwrap_or_else(|e| {
+        eprintln!("tinyhub cache ls: {e}; ages unknown");
+        Vec::new()
+    });
     let now = crate::unix_secs();
     let age_of = |c: &CollectionSummary| {
         synced
             .iter()
-            .find(|(comp, kind, _)| *comp == c.component && *kind == c.kind)
-            .and_then(|(_, _, at)| now.checked_sub(*at))
+            .find(|e| e.component == c.component && e.resource == c.kind)
+            .and_then(|e| age_at(e.at, now))
     };
     // An unreadable record is said, not fatal: ls still shows what is there.
     let relist = RelistMarks::load(root).unwrap_or_else(|e| {

@@ -115,7 +115,7 @@ pub(crate) fn probe_hub(root: &Path) -> Result<HubState, u8> {
             Ok(HubState::Stopped)
         }
         Ok(Probe::Held { note }) => Ok(HubState::Running(note)),
-        Ok(Probe::NoLocks(lock)) => {
+        Ok(Probe::NoLocks(lock, _)) => {
             drop(lock);
             eprintln!(
                 "tinyhub cache: {} cannot be locked (NFS, CIFS?): whether a hub runs cannot be told",
@@ -137,7 +137,7 @@ pub(crate) fn hold_lock(root: &Path, command: &str, force: bool) -> Result<DirLo
     let note = crate::dir_lock::tool_note(&format!("tinyhub cache {command}"));
     match DirLock::probe(root, Some(&note)) {
         Ok(Probe::Free(lock)) => Ok(lock),
-        Ok(Probe::NoLocks(lock)) if force => {
+        Ok(Probe::NoLocks(lock, _)) if force => {
             eprintln!(
                 "tinyhub cache {command}: {} cannot be locked; going on as --force says: \
                  make sure no hub runs on it",
@@ -145,7 +145,7 @@ pub(crate) fn hold_lock(root: &Path, command: &str, force: bool) -> Result<DirLo
             );
             Ok(lock)
         }
-        Ok(Probe::NoLocks(_)) => {
+        Ok(Probe::NoLocks(..)) => {
             eprintln!(
                 "tinyhub cache {command}: {} cannot be locked (NFS, CIFS?), so a running hub \
                  cannot be seen: stop it and give --force",
@@ -183,10 +183,8 @@ pub(crate) fn resolve_kind(
         None if !metadata_view => Some(kind.to_owned()),
         _ => None,
     };
-    let kinds: Vec<String> = kinds_of(root, component)
-        .iter()
-        .filter_map(|k| in_view(k))
-        .collect();
+    let on_disk = kinds_of(root, component);
+    let kinds: Vec<String> = on_disk.iter().filter_map(|k| in_view(k)).collect();
     let prefix = if metadata_view {
         format!("{METADATA_DIR}/")
     } else {
@@ -203,7 +201,7 @@ pub(crate) fn resolve_kind(
         [one] => Ok(format!("{prefix}{one}")),
         [] => {
             // The other view may hold it: say so rather than only "nothing".
-            let other_view = kinds_of(root, component).iter().any(|k| {
+            let other_view = on_disk.iter().any(|k| {
                 let inner = k.rsplit('/').next().unwrap_or(k);
                 k.contains('/') != metadata_view
                     && (inner == resource || inner.split('.').next() == Some(resource))

@@ -17,6 +17,7 @@ use serde_json::json;
 
 use super::verify::{line, summary};
 use super::{DONE, FOUND, IO_FAILED};
+use crate::cache::store::STAGING;
 use crate::cache::store::audit::{self, Action, AuditOptions, Code, Problem};
 use crate::cache::store::quarantine::{self, Quarantine};
 use crate::cache::store::relist::{RELIST_FILE, RelistMarks, RelistReason};
@@ -54,16 +55,21 @@ fn repair(args: &CacheArgs) -> Result<u8, crate::cache::store::StoreError> {
     let now = SystemTime::now();
     let mut done: Vec<(Problem, &'static str)> = Vec::new();
     let mut problems = walk(args)?;
-    let journals: Vec<Problem> = problems
+    let mut quarantine = Quarantine::new(root, now);
+    let journals: Vec<String> = problems
         .iter()
         .filter(|p| p.code == Code::PendingJournal)
-        .cloned()
+        .map(|p| p.path.clone())
         .collect();
     if !journals.is_empty() {
-        for journal in journals {
-            quarantine::roll_forward(root, &journal.path)?;
-            println!("rolled forward {}", journal.path);
-            done.push((journal, "rolled forward"));
+        for rel in quarantine.roll_forward(&journals)? {
+            println!(
+                "rolled forward {rel} (kept in {}/ with what it deleted)",
+                quarantine.rel_dir().unwrap_or_default()
+            );
+            if let Some(p) = problems.iter().find(|p| p.path == rel) {
+                done.push((p.clone(), "rolled forward"));
+            }
         }
         problems = walk(args)?;
     }
@@ -71,12 +77,11 @@ fn repair(args: &CacheArgs) -> Result<u8, crate::cache::store::StoreError> {
         println!("nothing to repair");
         return Ok(DONE);
     }
-    let mut quarantine = Quarantine::new(root, now);
-    // A record that does not read goes first: the marks are written over its name.
-    if let Some(at) = problems
-        .iter()
-        .position(|p| p.path == RELIST_FILE && p.code.action() == Action::Quarantine)
-    {
+    // A record that does not read goes first: the marks are written over its name; and a
+    // staging directory that is none (a file, a symlink): the marks are staged in it.
+    while let Some(at) = problems.iter().position(|p| {
+        (p.path == RELIST_FILE || p.path == STAGING) && p.code.action() == Action::Quarantine
+    }) {
         let bad = problems.remove(at);
         quarantine.move_in(&bad.path)?;
         println!(

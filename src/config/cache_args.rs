@@ -11,7 +11,9 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use super::flags::{self, FLAGS, IGNORED_LOG_FLAGS, IGNORED_YURTHUB_FLAGS, Kind, TEST_FLAGS};
+use super::flags::{
+    self, FLAGS, Given, IGNORED_LOG_FLAGS, IGNORED_YURTHUB_FLAGS, Kind, TEST_FLAGS,
+};
 use crate::error::StartupError;
 
 /// One `tinyhub cache` command, validated.
@@ -161,98 +163,73 @@ where
     I: IntoIterator,
     I::Item: Into<OsString>,
 {
-    use lexopt::Arg;
-
-    let mut parser = lexopt::Parser::from_args(args);
     let mut positionals: Vec<String> = Vec::new();
-    let mut hub_args: Vec<OsString> = Vec::new();
     let mut namespace = None;
     let mut output = Output::Text;
     let mut metadata_view = false;
     let (mut with_credentials, mut allow_other_node, mut replace, mut force) =
         (false, false, false, false);
-    loop {
-        let arg = parser
-            .next()
-            .map_err(|e| StartupError::new(e.to_string()))?;
-        let Some(arg) = arg else { break };
-        let name = match arg {
-            Arg::Value(v) => {
-                positionals.push(text("argument", v)?);
-                continue;
+    // The tool's positionals and own flags; every other argument is the hub's, read by its
+    // own parser (`-h` and `-v` too).
+    let raw = flags::parse_with(args, &mut |parser, given| {
+        let name = match given {
+            Given::Value(v) => {
+                positionals.push(flags::os_to_string("argument", v)?);
+                return Ok(None);
             }
-            Arg::Short('h') => return Ok(Parsed::Help),
-            Arg::Short('n') => "namespace".to_owned(),
-            Arg::Short('o') => "output".to_owned(),
-            Arg::Short('v') => "v".to_owned(),
-            Arg::Short(c) => {
+            Given::Short('n') => "namespace",
+            Given::Short('o') => "output",
+            Given::Short(c) if c != 'h' && c != 'v' => {
                 return Err(StartupError::new(format!(
                     "unknown shorthand flag: '{c}' in -{c} (see tinyhub cache --help)"
                 )));
             }
-            Arg::Long(name) => name.replace('_', "-"),
+            Given::Long(name) => match OWN_FLAG_NAMES.iter().find(|own| **own == name) {
+                Some(own) => *own,
+                None if is_hub_flag(&name) => return Ok(Some(Given::Long(name))),
+                None => {
+                    return Err(StartupError::new(format!(
+                        "unknown flag: --{name} (see tinyhub cache --help)"
+                    )));
+                }
+            },
+            // `-h` and `-v`: the hub's.
+            hub => return Ok(Some(hub)),
         };
-        match name.as_str() {
-            "help" => return Ok(Parsed::Help),
-            "namespace" => namespace = Some(value(&mut parser, "namespace")?),
+        match name {
+            "namespace" => namespace = Some(value(parser, name)?),
             "output" => {
-                output = match value(&mut parser, "output")?.as_str() {
+                output = match value(parser, name)?.as_str() {
                     "text" => Output::Text,
                     "json" => Output::Json,
                     "yaml" => Output::Yaml,
                     other => {
                         return Err(StartupError::flag(
-                            "output",
+                            name,
                             format!("{other:?} is not text, json or yaml"),
                         ));
                     }
                 }
             }
             "view" => {
-                metadata_view = match value(&mut parser, "view")?.as_str() {
+                metadata_view = match value(parser, name)?.as_str() {
                     "full" => false,
                     "metadata" => true,
                     other => {
                         return Err(StartupError::flag(
-                            "view",
+                            name,
                             format!("{other:?} is not full or metadata"),
                         ));
                     }
                 }
             }
-            "with-credentials" => with_credentials = switch(&mut parser, "with-credentials")?,
-            "allow-other-node" => allow_other_node = switch(&mut parser, "allow-other-node")?,
-            "replace" => replace = switch(&mut parser, "replace")?,
-            "force" => force = switch(&mut parser, "force")?,
-            hub => {
-                // A hub flag: passed on, whole, to the hub's own parser below.
-                let takes_value =
-                    if let Some(spec) = FLAGS.iter().chain(TEST_FLAGS).find(|s| s.name == hub) {
-                        spec.kind != Kind::Bool
-                    } else if let Some(flag) = IGNORED_YURTHUB_FLAGS
-                        .iter()
-                        .chain(IGNORED_LOG_FLAGS)
-                        .find(|f| f.name == hub)
-                    {
-                        flag.takes_value
-                    } else {
-                        return Err(StartupError::new(format!(
-                            "unknown flag: --{hub} (see tinyhub cache --help)"
-                        )));
-                    };
-                let given = if takes_value {
-                    Some(value(&mut parser, hub)?)
-                } else {
-                    parser.optional_value().map(|v| text(hub, v)).transpose()?
-                };
-                hub_args.push(match given {
-                    Some(v) => format!("--{hub}={v}").into(),
-                    None => format!("--{hub}").into(),
-                });
-            }
+            "with-credentials" => with_credentials = switch(parser, name)?,
+            "allow-other-node" => allow_other_node = switch(parser, name)?,
+            "replace" => replace = switch(parser, name)?,
+            _ => force = switch(parser, name)?,
         }
-    }
-    let raw = flags::parse(hub_args)?;
+        Ok(None)
+    })?;
     if raw.get("help").is_some_and(|v| v != "false") {
         return Ok(Parsed::Help);
     }
@@ -383,12 +360,33 @@ fn command_of(positionals: &[String]) -> Result<CacheCommand, StartupError> {
     })
 }
 
+/// The tool's own long flags.
+const OWN_FLAG_NAMES: [&str; 7] = [
+    "namespace",
+    "output",
+    "view",
+    "with-credentials",
+    "allow-other-node",
+    "replace",
+    "force",
+];
+
+/// Whether `name` is one of the hub's flags (read by its parser), `--help` included.
+fn is_hub_flag(name: &str) -> bool {
+    name == "help"
+        || FLAGS.iter().chain(TEST_FLAGS).any(|s| s.name == name)
+        || IGNORED_YURTHUB_FLAGS
+            .iter()
+            .chain(IGNORED_LOG_FLAGS)
+            .any(|f| f.name == name)
+}
+
 /// The value of the flag `name`, which takes one.
 fn value(parser: &mut lexopt::Parser, name: &str) -> Result<String, StartupError> {
     let v = parser
         .value()
         .map_err(|_| StartupError::new(format!("flag needs an argument: --{name}")))?;
-    text(name, v)
+    flags::os_to_string(name, v)
 }
 
 /// A boolean flag: alone it is true, else its `=value` as pflag reads it.
@@ -396,17 +394,11 @@ fn switch(parser: &mut lexopt::Parser, name: &str) -> Result<bool, StartupError>
     match parser.optional_value() {
         None => Ok(true),
         Some(v) => {
-            let v = text(name, v)?;
+            let v = flags::os_to_string(name, v)?;
             flags::parse_bool(&v)
                 .ok_or_else(|| StartupError::flag(name, format!("{v:?} is not a boolean")))
         }
     }
-}
-
-fn text(name: &str, value: OsString) -> Result<String, StartupError> {
-    value
-        .into_string()
-        .map_err(|v| StartupError::flag(name, format!("value {v:?} is not valid UTF-8")))
 }
 
 #[cfg(test)]

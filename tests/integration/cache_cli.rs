@@ -193,6 +193,13 @@ fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
+/// The file beside `cache` (in the test's temp dir) the planted symlink points at, as a
+/// link to the host's `/etc/passwd` would.
+fn outside_of(cache: &Path) -> PathBuf {
+    let name = cache.file_name().unwrap().to_string_lossy();
+    cache.with_file_name(format!("{name}.outside"))
+}
+
 /// The problems of the design's list, planted in `cache`; what verify must say of them.
 fn plant(cache: &Path) -> BTreeSet<(String, String)> {
     let pods = cache.join("kubelet/pods.v1.core");
@@ -206,7 +213,10 @@ fn plant(cache: &Path) -> BTreeSet<(String, String)> {
     std::fs::write(cache.join("notes.txt"), b"operator notes\n").unwrap();
     chmod(&pods.join("kube-system/proxy-1"), 0o644);
     chmod(&settings, 0o755);
-    std::os::unix::fs::symlink("/etc/passwd", pods.join("default/passwd")).unwrap();
+    let outside = outside_of(cache);
+    std::fs::write(&outside, b"a file of the host's, outside the cache\n").unwrap();
+    chmod(&outside, 0o640);
+    std::os::unix::fs::symlink(&outside, pods.join("default/passwd")).unwrap();
     std::fs::create_dir(pods.join("default/web-3")).unwrap();
     std::fs::write(
         cache.join(".journal.5"),
@@ -253,6 +263,7 @@ fn ls_get_verify_and_repair_a_cache_the_hub_made_then_the_hub_serves_it_offline(
     // Stopped as its supervisor stops it: the drain writes the sync record ls reads ages from.
     signal(hub.pid(), "TERM");
     assert!(hub.wait_exit().success(), "{}", hub.logs());
+    let untouched = tree(&cache);
 
     // ls: each collection with its counts; the token answer counted, never shown.
     let ls = tool(&cache, &["ls", "-o", "json"]);
@@ -404,10 +415,16 @@ fn ls_get_verify_and_repair_a_cache_the_hub_made_then_the_hub_serves_it_offline(
     let clean = tool(&cache, &["verify"]);
     assert_eq!(code(&clean), 0, "{}", said(&clean));
     assert_eq!(stdout(&clean), "", "{}", said(&clean));
+    // ls, get and verify wrote nothing: every byte and mode as the hub left them.
+    assert!(
+        tree(&cache) == untouched,
+        "ls, get or verify changed the cache"
+    );
 
     // The planted problems: exactly those lines, in text and in JSON.
     let ghost = std::fs::read(cache.join("kubelet/pods.v1.core/default/web-1")).unwrap();
     let wanted = plant(&cache);
+    let planted = tree(&cache);
     let verify = tool(&cache, &["verify"]);
     assert_eq!(code(&verify), 1, "{}", said(&verify));
     assert_eq!(problems_of(&stdout(&verify)), wanted, "{}", said(&verify));
@@ -435,6 +452,17 @@ fn ls_get_verify_and_repair_a_cache_the_hub_made_then_the_hub_serves_it_offline(
         })
         .collect();
     assert_eq!(from_json, wanted);
+    let listed = tool(&cache, &["ls", "kubelet", "pods", "-n", "default"]);
+    assert_eq!(code(&listed), 0, "{}", said(&listed));
+    let got = tool(
+        &cache,
+        &["get", "kubelet", "pods", "-n", "default", "web-2"],
+    );
+    assert_ne!(code(&got), 0, "a torn file is not served: {}", said(&got));
+    assert!(
+        tree(&cache) == planted,
+        "ls, get or verify changed a cache with problems"
+    );
     // The hub refuses the ghost before any repair: it is not a second web-1.
     // (Left to the hub's own tests; here the tool and the hub agree after the repair.)
 
@@ -469,9 +497,19 @@ fn ls_get_verify_and_repair_a_cache_the_hub_made_then_the_hub_serves_it_offline(
         b"operator notes\n"
     );
     assert!(q.join("kubelet/pods.v1.core/default/web-3").is_dir());
+    let outside = outside_of(&cache);
     assert_eq!(
         std::fs::read_link(q.join("kubelet/pods.v1.core/default/passwd")).unwrap(),
-        PathBuf::from("/etc/passwd")
+        outside
+    );
+    // Moved as a link: what it points at is neither read, changed, nor moved.
+    assert_eq!(
+        std::fs::read(&outside).unwrap(),
+        b"a file of the host's, outside the cache\n"
+    );
+    assert_eq!(
+        std::fs::metadata(&outside).unwrap().permissions().mode() & 0o7777,
+        0o640
     );
     let summary = read_json(&q.join("REPAIR.json")).expect("REPAIR.json");
     assert_eq!(
@@ -749,6 +787,24 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// A replacement a crash cut once its journal `.journal.12` was durable, planted in `cache`:
+/// web-9 staged to be renamed in, ghost-0 (planted before) to go. web-9's bytes.
+fn plant_replacement(cache: &Path) -> Vec<u8> {
+    let web9 = serde_json::to_vec(&pod("default", "web-9", "edge-1")).unwrap();
+    std::fs::create_dir_all(cache.join(".staging")).unwrap();
+    std::fs::write(cache.join(".staging/r.7.0"), &web9).unwrap();
+    std::fs::write(
+        cache.join(".journal.12"),
+        "tinyhub-journal 1\nrename\tr.7.0\tkubelet/pods.v1.core/default/web-9\n\
+         delete\tkubelet/pods.v1.core/default/ghost-0\nend\t2\n",
+    )
+    .unwrap();
+    for f in [".staging/r.7.0", ".journal.12"] {
+        chmod(&cache.join(f), 0o600);
+    }
+    web9
+}
+
 /// Every regular file below `dir`, as (path below it, bytes).
 fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     files_under(dir)
@@ -776,6 +832,9 @@ fn a_repair_killed_at_random_moments_is_finished_by_the_next_and_loses_no_byte()
         std::fs::write(&path, &web1).unwrap();
         chmod(&path, 0o600);
     }
+    // A replacement a crash cut once its journal was durable: the next repair rolls it
+    // forward (web-9 in, ghost-0 out), killed or not.
+    let web9 = plant_replacement(&template);
     let original = files(&template);
     // How long a whole repair takes, to spread the kills over it.
     let probe = dir.path().join("probe");
@@ -825,8 +884,14 @@ fn a_repair_killed_at_random_moments_is_finished_by_the_next_and_loses_no_byte()
         assert_eq!(code(&verify), 0, "round {round}: {}", said(&verify));
         // Every original byte is in the cache or in a quarantine, under its own path.
         let now = files(&cache);
+        assert_eq!(
+            std::fs::read(cache.join("kubelet/pods.v1.core/default/web-9")).ok(),
+            Some(web9.clone()),
+            "round {round}: the journal was not rolled forward"
+        );
         for (rel, bytes) in &original {
-            if rel == ".relist" || rel == ".tinyhub.lock" {
+            // The staged object is where its journal put it (above).
+            if rel == ".relist" || rel == ".tinyhub.lock" || rel == ".staging/r.7.0" {
                 continue;
             }
             let kept = now.iter().any(|(p, b)| {
@@ -844,4 +909,172 @@ fn a_repair_killed_at_random_moments_is_finished_by_the_next_and_loses_no_byte()
         cut > 0,
         "no kill fell in the middle of a repair (seed {seed})"
     );
+}
+
+/// The made cache with its hub stopped (as its supervisor stops it).
+fn stopped(tag: &str) -> (Made, PathBuf) {
+    let mut made = made(tag);
+    signal(made.hub.pid(), "TERM");
+    assert!(made.hub.wait_exit().success(), "{}", made.hub.logs());
+    let cache = made.cache();
+    (made, cache)
+}
+
+/// The one directory a repair made in the quarantine (the newest when there are more).
+fn last_quarantine(cache: &Path) -> PathBuf {
+    let mut runs: Vec<PathBuf> = std::fs::read_dir(cache.join(".quarantine"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    runs.sort();
+    runs.pop().expect("a quarantine directory")
+}
+
+#[test]
+fn repair_finishes_journals_an_imports_too_and_deletes_nothing() {
+    let (_made, cache) = stopped("cache-cli-journals");
+    let pods = cache.join("kubelet/pods.v1.core");
+    let ghost = std::fs::read(pods.join("default/web-1")).unwrap();
+    std::fs::write(pods.join("default/ghost-0"), &ghost).unwrap();
+    chmod(&pods.join("default/ghost-0"), 0o600);
+    let web9 = plant_replacement(&cache);
+    // An import cut after its commit point: a component staged whole, moved in by `.journal.13`.
+    let dns = serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "dns", "namespace": "kube-system"}}))
+    .unwrap();
+    let staged = cache.join(".staging/import.3/cache/coredns/services.v1.core/kube-system");
+    std::fs::create_dir_all(&staged).unwrap();
+    std::fs::write(staged.join("dns"), &dns).unwrap();
+    chmod(&staged.join("dns"), 0o600);
+    let mut dir = staged.clone();
+    while dir != cache.join(".staging") {
+        chmod(&dir, 0o700);
+        dir = dir.parent().unwrap().to_owned();
+    }
+    std::fs::write(
+        cache.join(".journal.13"),
+        "tinyhub-journal 1\nmove\t.staging/import.3/cache/coredns\tcoredns\nend\t1\n",
+    )
+    .unwrap();
+    chmod(&cache.join(".journal.13"), 0o600);
+    let before = files(&cache);
+
+    let verify = tool(&cache, &["verify"]);
+    assert_eq!(code(&verify), 1, "{}", said(&verify));
+    let problems = problems_of(&stdout(&verify));
+    for wanted in [
+        (".journal.12", "pending-journal"),
+        (".journal.13", "pending-journal"),
+        ("kubelet/pods.v1.core/default/ghost-0", "names-other"),
+    ] {
+        assert!(
+            problems.contains(&(wanted.0.to_owned(), wanted.1.to_owned())),
+            "{wanted:?}: {}",
+            said(&verify)
+        );
+    }
+    let repair = tool(&cache, &["repair"]);
+    assert_eq!(code(&repair), 0, "{}", said(&repair));
+    assert_eq!(std::fs::read(pods.join("default/web-9")).unwrap(), web9);
+    assert_eq!(
+        std::fs::read(cache.join("coredns/services.v1.core/kube-system/dns")).unwrap(),
+        dns,
+        "the import's journal rolled forward: {}",
+        said(&repair)
+    );
+    assert!(!pods.join("default/ghost-0").exists());
+    // Nothing deleted: the file the journal deleted, and both journals, are in the quarantine.
+    let q = last_quarantine(&cache);
+    assert_eq!(
+        std::fs::read(q.join("kubelet/pods.v1.core/default/ghost-0")).unwrap(),
+        ghost
+    );
+    for journal in [".journal.12", ".journal.13"] {
+        let kept = std::fs::read(q.join(journal)).unwrap_or_default();
+        let was = before.iter().find(|(p, _)| p == journal).unwrap();
+        assert_eq!(kept, was.1, "{journal}");
+    }
+    let verify = tool(&cache, &["verify"]);
+    assert_eq!(code(&verify), 0, "{}", said(&verify));
+}
+
+#[test]
+fn a_relist_record_repair_cannot_load_is_bad_and_a_killed_runs_staged_copies_are_no_obstacle() {
+    let (_made, cache) = stopped("cache-cli-records");
+    // JSON, but no relist record: repair's own load refuses it.
+    std::fs::write(cache.join(".relist"), b"{}").unwrap();
+    chmod(&cache.join(".relist"), 0o600);
+    // What a repair killed while saving its marks leaves; a new run counts from 0 again.
+    std::fs::create_dir_all(cache.join(".staging")).unwrap();
+    for n in 0..4 {
+        let leftover = cache.join(format!(".staging/relist.{n}"));
+        std::fs::write(&leftover, br#"{"version":1,"collections":[]}"#).unwrap();
+        chmod(&leftover, 0o600);
+    }
+    // A torn object: its collection is marked, so the marks are saved.
+    let web2 = cache.join("kubelet/pods.v1.core/default/web-2");
+    let bytes = std::fs::read(&web2).unwrap();
+    std::fs::write(&web2, &bytes[..bytes.len() / 2]).unwrap();
+
+    let verify = tool(&cache, &["verify"]);
+    assert_eq!(code(&verify), 1, "{}", said(&verify));
+    let problems = problems_of(&stdout(&verify));
+    assert!(
+        problems.contains(&(".relist".to_owned(), "bad-record".to_owned())),
+        "{}",
+        said(&verify)
+    );
+    let repair = tool(&cache, &["repair"]);
+    assert_eq!(code(&repair), 0, "{}", said(&repair));
+    let q = last_quarantine(&cache);
+    assert_eq!(std::fs::read(q.join(".relist")).unwrap(), b"{}");
+    let marks = read_json(&cache.join(".relist")).expect(".relist");
+    assert_eq!(marks["version"], 1, "{marks}");
+    assert_eq!(marks["collections"][0]["kind"], "pods.v1.core", "{marks}");
+    for n in 0..4 {
+        assert!(
+            q.join(format!(".staging/relist.{n}")).exists(),
+            "relist.{n}"
+        );
+    }
+    let verify = tool(&cache, &["verify"]);
+    assert_eq!(code(&verify), 0, "{}", said(&verify));
+}
+
+#[test]
+fn a_quarantine_or_staging_that_is_no_directory_does_not_stop_repair() {
+    let (made, cache) = stopped("cache-cli-offenders");
+    let outside = made.dir.path().join("elsewhere");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, cache.join(".quarantine")).unwrap();
+    if cache.join(".staging").is_dir() {
+        std::fs::remove_dir(cache.join(".staging")).unwrap();
+    }
+    std::fs::write(cache.join(".staging"), b"not a directory").unwrap();
+    chmod(&cache.join(".staging"), 0o600);
+    let web2 = cache.join("kubelet/pods.v1.core/default/web-2");
+    let bytes = std::fs::read(&web2).unwrap();
+    std::fs::write(&web2, &bytes[..bytes.len() / 2]).unwrap();
+
+    let repair = tool(&cache, &["repair"]);
+    assert_eq!(code(&repair), 0, "{}", said(&repair));
+    assert!(
+        std::fs::symlink_metadata(cache.join(".quarantine"))
+            .unwrap()
+            .is_dir()
+    );
+    let q = last_quarantine(&cache);
+    assert_eq!(std::fs::read_link(q.join(".quarantine")).unwrap(), outside);
+    assert_eq!(
+        std::fs::read(q.join(".staging")).unwrap(),
+        b"not a directory"
+    );
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "nothing went through the symlink"
+    );
+    assert!(q.join("kubelet/pods.v1.core/default/web-2").exists());
+    let verify = tool(&cache, &["verify"]);
+    assert_eq!(code(&verify), 0, "{}", said(&verify));
 }

@@ -19,11 +19,13 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use super::check::{Expect, FileRead, Refusal, check_object, read_bounded};
+use super::check::{Expect, FileRead, Judged, Refusal, check_object, read_judged};
 use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{DIR_MODE, FILE_MODE};
-use super::journal::journal_is_complete;
-use super::view::RootEntry;
+use super::journal::{is_event_dir_name, journal_is_complete};
+use super::relist::{RELIST_FILE, RelistMarks};
+use super::synced::{BadRecord, SYNCED_FILE, parse_synced};
+use super::view::{RootEntry, is_kind_dir_name};
 use crate::cache::key::{METADATA_DIR, TokenKey};
 use crate::cache::object::ObjectHead;
 
@@ -62,9 +64,9 @@ impl Code {
     /// The code as `verify` prints it.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
-            Code::TooLarge => "too-large",
-            Code::NotObject => "not-object",
-            Code::NamesOther => "names-other",
+            Code::TooLarge => Refusal::TOO_LARGE,
+            Code::NotObject => Refusal::NOT_OBJECT,
+            Code::NamesOther => Refusal::NAMES_OTHER,
             Code::Symlink => "symlink",
             Code::NotAFile => "not-a-file",
             Code::NotADir => "not-a-dir",
@@ -454,7 +456,8 @@ impl Walk<'_> {
     }
 
     /// Reads a file bounded and judges its bytes with `judge` (an error: a code and a
-    /// detail); `true` when it is a good file, whose mode is then judged.
+    /// detail), as the store reads ([`read_judged`]); `true` when it is a good file, whose
+    /// mode is then judged.
     fn file(
         &mut self,
         entry: &Entry,
@@ -463,39 +466,25 @@ impl Walk<'_> {
     ) -> bool {
         self.count(&entry.meta);
         let path = self.root.join(&entry.rel);
-        let read = match read_bounded(&path) {
-            Ok(read) => read,
-            Err(e) => {
-                // Unreadable (permission): said as what stops it being served.
-                self.problem(&entry.rel, Code::NotObject, format!("cannot read: {e}"), at);
-                return false;
+        let (code, detail) = match read_judged(&path, judge) {
+            Ok(Judged::Good(_)) => return true,
+            Ok(Judged::Absent(FileRead::Missing)) => return false,
+            Ok(Judged::Bad(said, _)) => said,
+            Ok(Judged::TooLarge { size }) => {
+                (Code::TooLarge, Refusal::TooLarge { size }.to_string())
             }
+            Ok(Judged::Absent(FileRead::Symlink)) => {
+                (Code::Symlink, "a symlink, never followed".to_owned())
+            }
+            Ok(Judged::Absent(_)) => (
+                Code::NotAFile,
+                "not a regular file (a directory, FIFO or device)".to_owned(),
+            ),
+            // Unreadable (permission): said as what stops it being served.
+            Err(e) => (Code::NotObject, format!("cannot read: {e}")),
         };
-        let bytes = match read {
-            FileRead::Bytes(bytes) => bytes,
-            FileRead::Missing => return false,
-            FileRead::Symlink => {
-                self.problem(&entry.rel, Code::Symlink, "a symlink, never followed", at);
-                return false;
-            }
-            FileRead::NotFile => {
-                let detail = "not a regular file (a directory, FIFO or device)";
-                self.problem(&entry.rel, Code::NotAFile, detail, at);
-                return false;
-            }
-            FileRead::TooLarge { size } => {
-                let detail = Refusal::TooLarge { size }.to_string();
-                self.problem(&entry.rel, Code::TooLarge, detail, at);
-                return false;
-            }
-        };
-        match judge(&bytes) {
-            Ok(()) => true,
-            Err((code, detail)) => {
-                self.problem(&entry.rel, code, detail, at);
-                false
-            }
-        }
+        self.problem(&entry.rel, code, detail, at);
+        false
     }
 
     /// `<component>/tokens/<namespace>/<service account>/<digest>`: each answer names its
@@ -554,7 +543,8 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// One of the store's records: it must read as JSON.
+    /// One of the store's records: `.relist` and `.synced` must read as their readers read
+    /// them (what verify passes, repair and the hub can load); the others as JSON.
     fn record(&mut self, entry: &Entry) {
         if entry.name == crate::dir_lock::NOTE_FILE {
             // The lock's note is free text.
@@ -562,10 +552,13 @@ impl Walk<'_> {
             self.mode_and_owner(&entry.rel, &entry.meta, false, None);
             return;
         }
-        let good = self.file(entry, None, |bytes| {
-            serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+        let bad = |e: BadRecord| (Code::BadRecord, e.0);
+        let good = self.file(entry, None, |bytes| match entry.name.as_str() {
+            RELIST_FILE => RelistMarks::parse(bytes).map(|_| ()).map_err(bad),
+            SYNCED_FILE => parse_synced(bytes).map(|_| ()).map_err(bad),
+            _ => serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
                 .map(|_| ())
-                .map_err(|e| (Code::BadRecord, format!("does not read as JSON: {e}")))
+                .map_err(|e| (Code::BadRecord, format!("does not read as JSON: {e}"))),
         });
         if good {
             self.mode_and_owner(&entry.rel, &entry.meta, false, None);
@@ -672,23 +665,6 @@ fn join(rel: &str, name: &str) -> String {
     }
 }
 
-/// `<resource>.<version>.<group>`: three non-empty dot-separated parts (the group may
-/// hold more dots).
-fn is_kind_dir_name(name: &str) -> bool {
-    let mut parts = name.splitn(3, '.');
-    parts.by_ref().take(3).filter(|p| !p.is_empty()).count() == 3
-}
-
-/// `events.<version>.core` or `events.<version>.events.k8s.io`: what recovery removes.
-fn is_event_dir_name(name: &str) -> bool {
-    let Some(rest) = name.strip_prefix("events.") else {
-        return false;
-    };
-    rest.split_once('.').is_some_and(|(version, group)| {
-        !version.is_empty() && matches!(group, "core" | "events.k8s.io")
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -791,6 +767,8 @@ mod tests {
                 ),
                 (".journal.2", Some("tinyhub-journal 1\n")),
                 (".synced", Some("{not json")),
+                // JSON, but no relist record: what repair's load refuses.
+                (".relist", Some("{}")),
                 (".other", Some("x")),
                 ("kubelet/pods.v1.core/default/tmp_web", Some(&web)),
                 ("kubelet/pods.v1.core/default/big", Some(&huge)),
@@ -832,6 +810,7 @@ mod tests {
                 (".journal.1", "pending-journal"),
                 (".journal.2", "leftover"),
                 (".synced", "bad-record"),
+                (".relist", "bad-record"),
                 (".other", "foreign"),
                 ("kubelet/pods.v1.core/default/tmp_web", "leftover"),
                 ("kubelet/pods.v1.core/default/big", "too-large"),

@@ -145,12 +145,19 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
+    /// [`Refusal::TooLarge`]'s code.
+    pub(crate) const TOO_LARGE: &'static str = "too-large";
+    /// [`Refusal::NotObject`]'s code.
+    pub(crate) const NOT_OBJECT: &'static str = "not-object";
+    /// [`Refusal::NamesOther`]'s code.
+    pub(crate) const NAMES_OTHER: &'static str = "names-other";
+
     /// The refusal's code, as `tinyhub cache verify` prints it.
     pub(crate) fn code(&self) -> &'static str {
         match self {
-            Refusal::TooLarge { .. } => "too-large",
-            Refusal::NotObject { .. } => "not-object",
-            Refusal::NamesOther { .. } => "names-other",
+            Refusal::TooLarge { .. } => Refusal::TOO_LARGE,
+            Refusal::NotObject { .. } => Refusal::NOT_OBJECT,
+            Refusal::NamesOther { .. } => Refusal::NAMES_OTHER,
         }
     }
 
@@ -283,21 +290,83 @@ pub(crate) fn read_bounded(path: &Path) -> Result<FileRead, StoreError> {
     Ok(FileRead::Bytes(bytes))
 }
 
-/// Whether the hub may serve `bytes`, read from `path`, as the object `expect` describes:
-/// a file naming another object is not served ([`refused`]: counted, warned of); one that
+/// What [`read_judged`] found at a path.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Judged<E> {
+    /// A regular file the judge passed: its bytes.
+    Good(Vec<u8>),
+    /// A regular file the judge refused: why, and its bytes.
+    Bad(E, Vec<u8>),
+    /// A regular file over [`MAX_FILE`]: never read.
+    TooLarge {
+        /// Its size in bytes.
+        size: u64,
+    },
+    /// No regular file: [`FileRead::Missing`], [`FileRead::Symlink`] or
+    /// [`FileRead::NotFile`].
+    Absent(FileRead),
+}
+
+/// A stored object read and checked ([`read_checked`]).
+pub(crate) type Checked = Judged<Refusal>;
+
+impl<E> Judged<E> {
+    /// The bytes read, passed or not.
+    pub(crate) fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            Judged::Good(bytes) | Judged::Bad(_, bytes) => Some(bytes),
+            Judged::TooLarge { .. } | Judged::Absent(_) => None,
+        }
+    }
+}
+
+/// Reads the file at `path` bounded ([`read_bounded`]) and judges its bytes with `judge`:
+/// the one read-then-check of a stored file (the hub's reads, `tinyhub cache get`, `ls`
+/// and `verify`).
+pub(crate) fn read_judged<E>(
+    path: &Path,
+    judge: impl FnOnce(&[u8]) -> Result<(), E>,
+) -> Result<Judged<E>, StoreError> {
+    Ok(match read_bounded(path)? {
+        FileRead::Bytes(bytes) => match judge(&bytes) {
+            Ok(()) => Judged::Good(bytes),
+            Err(e) => Judged::Bad(e, bytes),
+        },
+        FileRead::TooLarge { size } => Judged::TooLarge { size },
+        absent => Judged::Absent(absent),
+    })
+}
+
+/// Reads the file at `path` as the object `expect` describes ([`check_object`]).
+pub(crate) fn read_checked(path: &Path, expect: &Expect<'_>) -> Result<Checked, StoreError> {
+    read_judged(path, |bytes| check_object(bytes, expect))
+}
+
+/// What the hub serves of a stored object read from `path`: the object; a file naming
+/// another object, or too large, is not served ([`refused`]: counted, warned of); one that
 /// is no object at all is served to its reader, which answers it as damaged (a get's 500, a
-/// list's skipped file, each with its own warning), and only counted here.
-pub(crate) fn served(path: &Path, bytes: &[u8], expect: &Expect<'_>) -> bool {
-    match check_object(bytes, expect) {
-        Ok(()) => true,
-        Err(Refusal::NotObject { .. }) => {
+/// list's skipped file, each with its own warning), and only counted here. A symlink is
+/// warned of, never followed.
+pub(crate) fn serve(path: &Path, read: Checked) -> Option<Vec<u8>> {
+    match read {
+        Judged::Good(bytes) => Some(bytes),
+        Judged::Bad(Refusal::NotObject { .. }, bytes) => {
             METRICS.refused_file(RefusedFile::NotObject);
-            true
+            Some(bytes)
         }
-        Err(refusal) => {
+        Judged::Bad(refusal, _) => {
             refused(path, &refusal);
-            false
+            None
         }
+        Judged::TooLarge { size } => {
+            refused(path, &Refusal::TooLarge { size });
+            None
+        }
+        Judged::Absent(FileRead::Symlink) => {
+            log::warn!("cache: not following symlink {}", path.display());
+            None
+        }
+        Judged::Absent(_) => None,
     }
 }
 

@@ -48,7 +48,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use std::fs::{self, File};
-use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use super::error::{StoreError, StoreOp, io_err};
@@ -83,6 +83,10 @@ pub(crate) enum CommitStep {
     JournalRemoved,
 }
 
+/// The longest journal line read: far more than an operation's two paths of at most five
+/// segments; a longer one is damage, never held whole in memory.
+const MAX_LINE: u64 = 64 * 1024;
+
 /// First line of every journal.
 const JOURNAL_MAGIC: &str = "tinyhub-journal 1";
 
@@ -116,9 +120,9 @@ impl Store {
         for entry in entries {
             let entry = entry.map_err(io_err(StoreOp::ReadDir, &self.root))?;
             let name = entry.file_name();
-            if let Some(seq) = name.to_str().and_then(|n| n.strip_prefix(JOURNAL_PREFIX)) {
+            if let Some(seq) = name.to_str().and_then(journal_seq) {
                 // Journals are applied in the order they were committed.
-                journals.push((seq.parse::<u64>().unwrap_or(u64::MAX), entry.path()));
+                journals.push((seq, entry.path()));
             }
         }
         journals.sort();
@@ -176,128 +180,173 @@ impl Store {
         Ok(report)
     }
 
-    /// Applies a complete journal. Directories come first; if one cannot be made, those
-    /// made so far are removed again and nothing else is done. A failed rename or
-    /// delete does not stop the others; the first such error is returned in [`Applied`].
+    /// Applies a complete journal as the hub does: [`apply_journal`] with the index told of
+    /// each change and each delete done.
     pub(super) fn apply_journal(
         &self,
         journal: &Path,
         checkpoint: &mut dyn FnMut(CommitStep) -> Result<(), StoreError>,
     ) -> Result<Applied, StoreError> {
-        let file = open_no_follow(journal).map_err(io_err(StoreOp::Read, journal))?;
-        let mut reader = BufReader::new(file);
-        let mut line = String::new();
-        let mut applied = Applied::default();
-        let mut created: Vec<PathBuf> = Vec::new();
-        let mut ops = 0;
-        let mut dirs_made = false;
-        loop {
-            line.clear();
-            if reader
-                .read_line(&mut line)
-                .map_err(io_err(StoreOp::Read, journal))?
-                == 0
-            {
-                break;
-            }
-            let text = line.strip_suffix('\n').unwrap_or(&line);
-            if text.starts_with("end\t") {
-                break;
-            }
-            // The magic line, and nothing else: the journal was checked before.
-            let Some(op) = parse_op(text) else { continue };
-            if let JournalOp::Mkdir(rel) = op {
-                let dir = self.root.join(rel);
-                match make_dir(&dir) {
-                    Ok(true) => {
-                        applied.touched.insert(parent_of(&dir).to_owned());
-                        created.push(dir);
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
-                        for dir in created.iter().rev() {
-                            let _ = fs::remove_dir(dir);
-                        }
-                        return Err(e);
-                    }
-                }
-                continue;
-            }
-            if !dirs_made {
-                dirs_made = true;
-                checkpoint(CommitStep::DirsMade)?;
-            }
-            if let Err(e) = self.apply_op(op, &mut applied.touched) {
-                log::warn!("cache: {e}");
-                applied.first_error.get_or_insert(e);
-            }
-            checkpoint(CommitStep::Applied(ops))?;
-            ops += 1;
-        }
-        Ok(applied)
+        apply_journal(&self.root, journal, &mut Live(self), checkpoint)
+    }
+}
+
+/// What applying a journal does beside its directories and renames. The hub's store forgets
+/// the index entries of what changes and removes what the journal deletes; a repair (no
+/// hub, no index) keeps what it deletes in its quarantine instead.
+pub(super) trait ApplyHooks {
+    /// `rel` (below the root) is about to change; `None`: whole top-level entries are.
+    fn changing(&mut self, rel: Option<&str>);
+    /// Takes the file `rel` (below the root) out of the cache; `false` when it was gone
+    /// already (done by an earlier run of the journal).
+    fn delete(&mut self, rel: &str) -> Result<bool, StoreError>;
+}
+
+/// The hub's own application: the index told, deletes done.
+struct Live<'s>(&'s Store);
+
+impl ApplyHooks for Live<'_> {
+    fn changing(&mut self, rel: Option<&str>) {
+        let Some(rel) = rel else {
+            // Whole directories change: no entry can be trusted.
+            self.0.index().clear();
+            self.0.changed(None);
+            return;
+        };
+        // The object's index entry goes whatever happens: the journal does not say what
+        // the staged file holds. The change is noted (`recent.rs`): a list staged
+        // meanwhile must compare with it.
+        let at = {
+            let mut index = self.0.index();
+            let at = index.path_hash(rel);
+            index.forget(at);
+            at
+        };
+        self.0.changed(Some(at));
     }
 
-    /// Applies one rename or delete, idempotently. The object's index entry goes whatever
-    /// happens: the journal does not say what the staged file holds. The change is noted
-    /// (`recent.rs`): a list staged meanwhile must compare with it.
-    fn apply_op(
-        &self,
-        op: JournalOp<'_>,
-        touched: &mut BTreeSet<PathBuf>,
-    ) -> Result<(), StoreError> {
-        if let JournalOp::Move(..) | JournalOp::Install(..) = op {
-            // Whole directories change: no entry can be trusted.
-            self.index().clear();
-            self.changed(None);
+    fn delete(&mut self, rel: &str) -> Result<bool, StoreError> {
+        let path = self.0.root.join(rel);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io_err(StoreOp::Remove, &path)(e)),
         }
-        if let JournalOp::Rename(_, rel) | JournalOp::Delete(rel) = op {
-            let at = {
-                let mut index = self.index();
-                let at = index.path_hash(rel);
-                index.forget(at);
-                at
-            };
-            self.changed(Some(at));
+    }
+}
+
+/// Applies the complete journal `journal` to the cache at `root`, in its order: the one
+/// applier of the hub's commits and recovery and of `tinyhub cache repair`. Directories come
+/// first; if one cannot be made, those made so far are removed again and nothing else is
+/// done. A failed rename or delete does not stop the others; the first such error is
+/// returned in [`Applied`]. Idempotent: a run cut short is finished by the next. The
+/// touched directories are the caller's to fsync, the journal the caller's to retire.
+pub(super) fn apply_journal(
+    root: &Path,
+    journal: &Path,
+    hooks: &mut dyn ApplyHooks,
+    checkpoint: &mut dyn FnMut(CommitStep) -> Result<(), StoreError>,
+) -> Result<Applied, StoreError> {
+    let file = open_no_follow(journal).map_err(io_err(StoreOp::Read, journal))?;
+    let mut reader = BufReader::new(file);
+    let mut line = String::new();
+    let mut applied = Applied::default();
+    let mut created: Vec<PathBuf> = Vec::new();
+    let mut ops = 0;
+    let mut dirs_made = false;
+    loop {
+        line.clear();
+        if (&mut reader)
+            .take(MAX_LINE)
+            .read_line(&mut line)
+            .map_err(io_err(StoreOp::Read, journal))?
+            == 0
+        {
+            break;
         }
-        match op {
-            JournalOp::Mkdir(_) => Ok(()),
-            JournalOp::Rename(temp, rel) => {
-                let from = self.staging.join(temp);
-                let to = self.root.join(rel);
-                match fs::rename(&from, &to) {
-                    Ok(()) => {}
-                    // The source is gone: renamed by an earlier run of this journal.
-                    Err(e) if e.kind() == io::ErrorKind::NotFound && !exists_no_follow(&from) => {
-                        return Ok(());
-                    }
-                    Err(e) => return Err(io_err(StoreOp::Rename, &to)(e)),
+        let text = line.strip_suffix('\n').unwrap_or(&line);
+        if text.starts_with("end\t") {
+            break;
+        }
+        // The magic line, and nothing else: the journal was checked before.
+        let Some(op) = parse_op(text) else { continue };
+        if let JournalOp::Mkdir(rel) = op {
+            let dir = root.join(rel);
+            match make_dir(&dir) {
+                Ok(true) => {
+                    applied.touched.insert(parent_of(&dir).to_owned());
+                    created.push(dir);
                 }
-                touched.insert(parent_of(&to).to_owned());
-                Ok(())
+                Ok(false) => {}
+                Err(e) => {
+                    for dir in created.iter().rev() {
+                        let _ = fs::remove_dir(dir);
+                    }
+                    return Err(e);
+                }
             }
-            JournalOp::Move(from, to) | JournalOp::Install(from, to) => {
-                let from = self.root.join(from);
-                let to = self.root.join(to);
-                let overwrite = matches!(op, JournalOp::Install(..));
-                // Done before: the source is gone, or (a move) the target is taken.
-                if !exists_no_follow(&from) || (!overwrite && exists_no_follow(&to)) {
+            continue;
+        }
+        if !dirs_made {
+            dirs_made = true;
+            checkpoint(CommitStep::DirsMade)?;
+        }
+        if let Err(e) = apply_op(root, op, hooks, &mut applied.touched) {
+            log::warn!("cache: {e}");
+            applied.first_error.get_or_insert(e);
+        }
+        checkpoint(CommitStep::Applied(ops))?;
+        ops += 1;
+    }
+    Ok(applied)
+}
+
+/// Applies one rename, delete, move or install, idempotently; `hooks` is told first.
+fn apply_op(
+    root: &Path,
+    op: JournalOp<'_>,
+    hooks: &mut dyn ApplyHooks,
+    touched: &mut BTreeSet<PathBuf>,
+) -> Result<(), StoreError> {
+    match op {
+        JournalOp::Move(..) | JournalOp::Install(..) => hooks.changing(None),
+        JournalOp::Rename(_, rel) | JournalOp::Delete(rel) => hooks.changing(Some(rel)),
+        JournalOp::Mkdir(_) => {}
+    }
+    match op {
+        JournalOp::Mkdir(_) => Ok(()),
+        JournalOp::Rename(temp, rel) => {
+            let from = root.join(STAGING_DIR).join(temp);
+            let to = root.join(rel);
+            match fs::rename(&from, &to) {
+                Ok(()) => {}
+                // The source is gone: renamed by an earlier run of this journal.
+                Err(e) if e.kind() == io::ErrorKind::NotFound && !exists_no_follow(&from) => {
                     return Ok(());
                 }
-                fs::rename(&from, &to).map_err(io_err(StoreOp::Rename, &to))?;
-                touched.insert(parent_of(&from).to_owned());
-                touched.insert(parent_of(&to).to_owned());
-                Ok(())
+                Err(e) => return Err(io_err(StoreOp::Rename, &to)(e)),
             }
-            JournalOp::Delete(rel) => {
-                let path = self.root.join(rel);
-                match fs::remove_file(&path) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-                    Err(e) => return Err(io_err(StoreOp::Remove, &path)(e)),
-                }
-                touched.insert(parent_of(&path).to_owned());
-                Ok(())
+            touched.insert(parent_of(&to).to_owned());
+            Ok(())
+        }
+        JournalOp::Move(from, to) | JournalOp::Install(from, to) => {
+            let from = root.join(from);
+            let to = root.join(to);
+            let overwrite = matches!(op, JournalOp::Install(..));
+            // Done before: the source is gone, or (a move) the target is taken.
+            if !exists_no_follow(&from) || (!overwrite && exists_no_follow(&to)) {
+                return Ok(());
             }
+            fs::rename(&from, &to).map_err(io_err(StoreOp::Rename, &to))?;
+            touched.insert(parent_of(&from).to_owned());
+            touched.insert(parent_of(&to).to_owned());
+            Ok(())
+        }
+        JournalOp::Delete(rel) => {
+            if hooks.delete(rel)? {
+                touched.insert(parent_of(&root.join(rel)).to_owned());
+            }
+            Ok(())
         }
     }
 }
@@ -356,14 +405,23 @@ impl Store {
     }
 }
 
-/// `events.<version>.core` or `events.<version>.events.k8s.io`: a kind directory of events.
-fn is_event_dir_name(name: &str) -> bool {
+/// `events.<version>.core` or `events.<version>.events.k8s.io`: a kind directory of events
+/// (what recovery removes, and `verify` calls a leftover).
+pub(super) fn is_event_dir_name(name: &str) -> bool {
     let Some(rest) = name.strip_prefix("events.") else {
         return false;
     };
     rest.split_once('.').is_some_and(|(version, group)| {
         !version.is_empty() && matches!(group, "core" | "events.k8s.io")
     })
+}
+
+/// The place of the journal `name` (a root entry) in the order of commits: `Some` for a
+/// `.journal.<n>`, `n` (`.journal.10` after `.journal.9`; a number that does not parse,
+/// last).
+pub(super) fn journal_seq(name: &str) -> Option<u64> {
+    let seq = name.strip_prefix(JOURNAL_PREFIX)?;
+    Some(seq.parse::<u64>().unwrap_or(u64::MAX))
 }
 
 /// What applying a journal touched, and the first rename or delete that failed.
@@ -375,7 +433,7 @@ pub(super) struct Applied {
 
 /// One journal line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum JournalOp<'a> {
+enum JournalOp<'a> {
     /// Make this directory (relative to the root) unless it exists.
     Mkdir(&'a str),
     /// Rename this staged file to this path (relative to the root).
@@ -391,7 +449,7 @@ pub(super) enum JournalOp<'a> {
 
 /// Parses one operation line; `None` for anything else, including a path that is not
 /// made of safe segments (a journal can never reach outside the root either).
-pub(super) fn parse_op(line: &str) -> Option<JournalOp<'_>> {
+fn parse_op(line: &str) -> Option<JournalOp<'_>> {
     let mut fields = line.split('\t');
     let op = match (fields.next()?, fields.next(), fields.next()) {
         // Up to `<component>/<view>/<kind>/<namespace>` and its objects (a metadata view).
@@ -442,7 +500,8 @@ pub(super) fn journal_is_complete(path: &Path) -> Result<bool, StoreError> {
     let mut line = String::new();
     let mut read = |line: &mut String| -> Result<Option<bool>, StoreError> {
         line.clear();
-        match reader.read_line(line) {
+        // A line past the bound ends without its newline: damaged.
+        match (&mut reader).take(MAX_LINE).read_line(line) {
             Ok(0) => Ok(None),
             Ok(_) => Ok(Some(line.ends_with('\n'))),
             // Not UTF-8: damaged.

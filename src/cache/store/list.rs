@@ -11,7 +11,7 @@ use super::Store;
 use super::StoredObject;
 use super::check::{self, Expect};
 use super::error::{StoreError, StoreOp, io_err};
-use super::fs::{read_object, real_dir};
+use super::fs::real_dir;
 use super::index::Reading;
 use crate::names::is_safe_segment;
 
@@ -24,7 +24,7 @@ use crate::names::is_safe_segment;
 pub(crate) struct ObjectIter {
     pub(super) cursor: NameCursor,
     /// The collection's `apiVersion`: a file is handed out only as the object its path
-    /// names ([`check::served`]).
+    /// names ([`check::serve`]).
     pub(super) api_version: String,
     /// Counted as a read in flight while it lives: the index build yields to it.
     pub(super) _reading: Reading,
@@ -40,23 +40,22 @@ impl Iterator for ObjectIter {
                 Err(e) => return Some(Err(e)),
             };
             let path = self.cursor.path_of(namespace.as_deref(), &name);
-            match read_object(&path) {
-                Ok(Some(bytes)) => {
-                    let expect = Expect {
-                        namespace: namespace.as_deref(),
-                        name: &name,
-                        api_version: Some(Cow::Borrowed(&self.api_version)),
-                    };
-                    if !check::served(&path, &bytes, &expect) {
+            let expect = Expect {
+                namespace: namespace.as_deref(),
+                name: &name,
+                api_version: Some(Cow::Borrowed(&self.api_version)),
+            };
+            match check::read_checked(&path, &expect) {
+                Ok(read) => {
+                    let Some(bytes) = check::serve(&path, read) else {
                         continue;
-                    }
+                    };
                     return Some(Ok(StoredObject {
                         namespace,
                         name,
                         bytes,
                     }));
                 }
-                Ok(None) => continue,
                 Err(e) => return Some(Err(e)),
             }
         }

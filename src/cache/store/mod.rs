@@ -107,7 +107,7 @@ pub(crate) mod quarantine;
 mod recent;
 pub(crate) mod relist;
 mod replace;
-mod synced;
+pub(crate) mod synced;
 #[cfg(test)]
 mod tests;
 mod tokens;
@@ -150,7 +150,7 @@ pub(crate) use usage::Usage;
 use usage::{Bucket, file_len};
 
 /// Where everything not yet visible is written.
-const STAGING: &str = ".staging";
+pub(crate) const STAGING: &str = ".staging";
 
 /// Source of unique temporary names within this process. `usize`, not `u64`: 64-bit
 /// atomics are missing on some 32-bit router CPUs.
@@ -322,16 +322,16 @@ impl Store {
             return Ok(None);
         }
         let path = dirs[dirs.len() - 1].join(&key.name);
-        let bytes = read_object(&path)?;
+        let read = check::read_checked(&path, &check::Expect::for_key(key))?;
         {
             let mut index = self.index();
             let at = index.key_hash(key);
-            match &bytes {
+            match read.bytes() {
                 Some(bytes) => index.check_read(at, bytes),
                 None => index.forget(at),
             }
         }
-        Ok(bytes.filter(|bytes| check::served(&path, bytes, &check::Expect::for_key(key))))
+        Ok(check::serve(&path, read))
     }
 
     /// The stored resourceVersion of one object: the index's when it knows the object (no

@@ -15,10 +15,9 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::STAGING;
 use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{DIR_MODE, FILE_MODE, make_dir, parent_of, sync_dir, write_new_file};
-use super::journal::{JournalOp, parse_op};
+use super::journal::{ApplyHooks, apply_journal, journal_is_complete, journal_seq};
 use super::view::QUARANTINE;
 
 /// The name of the summary a repair leaves in its quarantine directory.
@@ -32,6 +31,8 @@ pub(crate) struct Quarantine {
     stamp: String,
     /// The directory, once made.
     dir: Option<PathBuf>,
+    /// Whether `.quarantine` itself was no directory and went into it (see `displace`).
+    displaced: bool,
 }
 
 impl Quarantine {
@@ -41,6 +42,7 @@ impl Quarantine {
             root: root.to_owned(),
             stamp: stamp(now),
             dir: None,
+            displaced: false,
         }
     }
 
@@ -59,6 +61,9 @@ impl Quarantine {
             return Ok(dir.clone());
         }
         let top = self.root.join(QUARANTINE);
+        if fs::symlink_metadata(&top).is_ok_and(|m| !m.is_dir()) {
+            return self.displace(&top);
+        }
         if make_dir(&top)? {
             sync_dir(&self.root)?;
         }
@@ -82,12 +87,54 @@ impl Quarantine {
         Err(io_err(StoreOp::CreateDir, &top)(e))
     }
 
+    /// `.quarantine` is a file or a symlink, so nothing can be made in it: a quarantine is
+    /// made beside it under another name (`.quarantine.<time>.<n>`), the offender moved into
+    /// this run's directory there, and the new one renamed to `.quarantine`. Never through
+    /// the symlink. Killed midway, the new one is a foreign root entry the next repair moves
+    /// whole into its own quarantine: nothing is lost, and the next run gets on.
+    fn displace(&mut self, top: &Path) -> Result<PathBuf, StoreError> {
+        let mut fresh = None;
+        for n in 0..1000 {
+            let path = self.root.join(format!("{QUARANTINE}.{}.{n}", self.stamp));
+            match DirBuilder::new().mode(DIR_MODE).create(&path) {
+                Ok(()) => {
+                    fresh = Some(path);
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io_err(StoreOp::CreateDir, &path)(e)),
+            }
+        }
+        let Some(fresh) = fresh else {
+            let e = io::Error::new(io::ErrorKind::AlreadyExists, "1000 repairs in one second");
+            return Err(io_err(StoreOp::CreateDir, top)(e));
+        };
+        let run = fresh.join(&self.stamp);
+        make_dir(&run)?;
+        sync_dir(&fresh)?;
+        sync_dir(&self.root)?;
+        let kept = run.join(QUARANTINE);
+        fs::rename(top, &kept).map_err(io_err(StoreOp::Rename, &kept))?;
+        sync_dir(&run)?;
+        fs::rename(&fresh, top).map_err(io_err(StoreOp::Rename, top))?;
+        sync_dir(&self.root)?;
+        self.displaced = true;
+        let dir = top.join(&self.stamp);
+        self.dir = Some(dir.clone());
+        Ok(dir)
+    }
+
     /// Moves the entry at `rel` (below the root; a file, a symlink itself or a directory
     /// with all it holds) to the same path below this run's directory, parents made 0700;
     /// `false` when it is gone already. Both directories are fsynced: once this returns,
     /// the move survives a crash.
     pub(crate) fn move_in(&mut self, rel: &str) -> Result<bool, StoreError> {
         check_rel(rel)?;
+        if rel == QUARANTINE {
+            // Only a `.quarantine` that is no directory is ever moved: by `dir` itself.
+            self.dir()?;
+            return Ok(self.displaced);
+        }
         let from = self.root.join(rel);
         if fs::symlink_metadata(&from).is_err() {
             return Ok(false);
@@ -114,6 +161,46 @@ impl Quarantine {
         Ok(true)
     }
 
+    /// Rolls the complete journals `rels` (root entries, `.journal.<n>`) forward in the
+    /// order they were committed, with the store's own applier, as the hub's recovery does
+    /// (an import's too), except that nothing is deleted: a file the journal deletes, and
+    /// then the applied journal itself, move into this run's directory. Idempotent: a run
+    /// killed halfway is finished by the next. Returns the journals in the order applied.
+    pub(crate) fn roll_forward(&mut self, rels: &[String]) -> Result<Vec<String>, StoreError> {
+        let mut ordered: Vec<(u64, &String)> = Vec::new();
+        for rel in rels {
+            check_rel(rel)?;
+            let Some(seq) = journal_seq(rel) else {
+                return Err(StoreError::UnsafeKey {
+                    field: "journal",
+                    value: rel.clone(),
+                });
+            };
+            ordered.push((seq, rel));
+        }
+        ordered.sort();
+        let root = self.root.clone();
+        let mut done = Vec::new();
+        for (_, rel) in ordered {
+            let journal = root.join(rel);
+            if !journal_is_complete(&journal)? {
+                // Not one to apply (it changed since the walk): verify says what it is.
+                continue;
+            }
+            let applied = apply_journal(&root, &journal, self, &mut |_| Ok(()))?;
+            if let Some(e) = applied.first_error {
+                // Kept: the next run tries again, and applying twice is harmless.
+                return Err(e);
+            }
+            for dir in &applied.touched {
+                sync_dir(dir)?;
+            }
+            self.move_in(rel)?;
+            done.push(rel.clone());
+        }
+        Ok(done)
+    }
+
     /// Writes the repair's summary as `REPAIR.json` in this run's directory (made if
     /// nothing was moved), 0600, flushed.
     pub(crate) fn write_report(&mut self, bytes: &[u8]) -> Result<PathBuf, StoreError> {
@@ -122,6 +209,16 @@ impl Quarantine {
         write_new_file(&path, bytes, true)?;
         sync_dir(&dir)?;
         Ok(path)
+    }
+}
+
+/// A journal applied by a repair: no index to tell (no hub runs), and a delete moves the
+/// file into the quarantine.
+impl ApplyHooks for Quarantine {
+    fn changing(&mut self, _rel: Option<&str>) {}
+
+    fn delete(&mut self, rel: &str) -> Result<bool, StoreError> {
+        self.move_in(rel)
     }
 }
 
@@ -151,64 +248,6 @@ pub(crate) fn fix_owner(root: &Path, rel: &str) -> Result<(), StoreError> {
     let path = entry_path(root, rel)?;
     std::os::unix::fs::lchown(&path, Some(owner.uid()), Some(owner.gid()))
         .map_err(io_err(StoreOp::Write, &path))
-}
-
-/// Applies the complete journal `rel` (a `.journal.<n>` in the root) as the hub's recovery
-/// does: its directories made, each staged file renamed into place (one gone was renamed
-/// before), each delete done (one gone was done before), the touched directories fsynced,
-/// the journal removed. Idempotent, so a run killed halfway is finished by the next.
-pub(crate) fn roll_forward(root: &Path, rel: &str) -> Result<(), StoreError> {
-    check_rel(rel)?;
-    let journal = root.join(rel);
-    let text = fs::read_to_string(&journal).map_err(io_err(StoreOp::Read, &journal))?;
-    let staging = root.join(STAGING);
-    let mut touched = std::collections::BTreeSet::new();
-    for line in text.lines() {
-        if line.starts_with("end\t") {
-            break;
-        }
-        // The magic line, and nothing else: the caller checked the journal is complete.
-        let Some(op) = parse_op(line) else { continue };
-        match op {
-            JournalOp::Mkdir(dir) => {
-                let dir = root.join(dir);
-                if make_dir(&dir)? {
-                    touched.insert(parent_of(&dir).to_owned());
-                }
-            }
-            JournalOp::Rename(temp, to) => {
-                let (from, to) = (staging.join(temp), root.join(to));
-                match fs::rename(&from, &to) {
-                    Ok(()) => {
-                        touched.insert(parent_of(&to).to_owned());
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(io_err(StoreOp::Rename, &to)(e)),
-                }
-            }
-            JournalOp::Delete(path) => {
-                let path = root.join(path);
-                match fs::remove_file(&path) {
-                    Ok(()) => {
-                        touched.insert(parent_of(&path).to_owned());
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(io_err(StoreOp::Remove, &path)(e)),
-                }
-            }
-            // An import's whole-entry moves are the hub's recovery's to finish.
-            JournalOp::Move(..) | JournalOp::Install(..) => {
-                return Err(io_err(StoreOp::Rename, &journal)(io::Error::other(
-                    "an import's journal: start the hub once to finish it",
-                )));
-            }
-        }
-    }
-    for dir in &touched {
-        sync_dir(dir)?;
-    }
-    fs::remove_file(&journal).map_err(io_err(StoreOp::Remove, &journal))?;
-    sync_dir(root)
 }
 
 /// `rel` must be a relative path below the root: segments neither empty, `.` nor `..`, no
@@ -327,7 +366,9 @@ mod tests {
         })
         .unwrap();
         assert_eq!(journals.len(), 1);
-        roll_forward(&root, &journals[0]).unwrap();
+        let journal = fs::read(root.join(&journals[0])).unwrap();
+        let mut quarantine = Quarantine::new(&root, UNIX_EPOCH + Duration::from_secs(1));
+        assert_eq!(quarantine.roll_forward(&journals).unwrap(), journals);
         let objects = root.join("kubelet/pods.v1.core");
         assert_eq!(
             fs::read_to_string(objects.join("c/new")).unwrap(),
@@ -335,10 +376,114 @@ mod tests {
         );
         assert!(!objects.join("a/gone").exists());
         assert!(!root.join(&journals[0]).exists());
+        // Nothing deleted: what the journal deleted, and the journal, are in the quarantine.
+        let kept = root.join(quarantine.rel_dir().unwrap());
+        assert_eq!(
+            fs::read_to_string(kept.join("kubelet/pods.v1.core/a/gone")).unwrap(),
+            pod("a", "gone", 1)
+        );
+        assert_eq!(fs::read(kept.join(&journals[0])).unwrap(), journal);
+        // Applied again (a run killed before the journal moved): nothing changes.
+        assert_eq!(quarantine.roll_forward(&[]).unwrap(), Vec::<String>::new());
         // Nothing is left to judge: the staged file went where the journal said.
         let mut left = Vec::new();
         walk(&root, AuditOptions::default(), &mut |p| left.push(p)).unwrap();
         assert_eq!(left, []);
+    }
+
+    #[test]
+    fn journals_roll_forward_in_the_order_committed_an_imports_too() {
+        let dir = TempDir::new("roll-order");
+        let root = dir.0.clone();
+        let stage = root.join(".staging/import.4/cache");
+        fs::create_dir_all(stage.join("coredns/services.v1.core/default")).unwrap();
+        fs::write(stage.join("coredns/services.v1.core/default/dns"), "dns").unwrap();
+        fs::write(stage.join("version"), "new").unwrap();
+        fs::write(root.join("version"), "old").unwrap();
+        fs::create_dir_all(root.join(".quarantine/x-replaced")).unwrap();
+        fs::create_dir_all(root.join(".staging")).unwrap();
+        fs::write(root.join(".staging/r.1.0"), "nine").unwrap();
+        fs::write(root.join(".staging/r.2.0"), "ten").unwrap();
+        fs::create_dir_all(root.join("kubelet/pods.v1.core/default")).unwrap();
+        // .journal.9 first, then .journal.10: the last word on `web` is ten's.
+        fs::write(
+            root.join(".journal.9"),
+            "tinyhub-journal 1\nrename\tr.1.0\tkubelet/pods.v1.core/default/web\nend\t1\n",
+        )
+        .unwrap();
+        fs::write(
+            root.join(".journal.10"),
+            "tinyhub-journal 1\nrename\tr.2.0\tkubelet/pods.v1.core/default/web\nend\t1\n",
+        )
+        .unwrap();
+        fs::write(
+            root.join(".journal.11"),
+            "tinyhub-journal 1\nmove\tversion\t.quarantine/x-replaced/version\n\
+             move\t.staging/import.4/cache/coredns\tcoredns\n\
+             install\t.staging/import.4/cache/version\tversion\nend\t3\n",
+        )
+        .unwrap();
+        let rels: Vec<String> = [".journal.10", ".journal.11", ".journal.9"]
+            .map(String::from)
+            .to_vec();
+        let mut quarantine = Quarantine::new(&root, UNIX_EPOCH);
+        assert_eq!(
+            quarantine.roll_forward(&rels).unwrap(),
+            [".journal.9", ".journal.10", ".journal.11"]
+        );
+        assert_eq!(
+            fs::read_to_string(root.join("kubelet/pods.v1.core/default/web")).unwrap(),
+            "ten"
+        );
+        assert_eq!(
+            fs::read_to_string(root.join("coredns/services.v1.core/default/dns")).unwrap(),
+            "dns"
+        );
+        assert_eq!(fs::read_to_string(root.join("version")).unwrap(), "new");
+        assert_eq!(
+            fs::read_to_string(root.join(".quarantine/x-replaced/version")).unwrap(),
+            "old"
+        );
+        let kept = root.join(quarantine.rel_dir().unwrap());
+        for rel in &rels {
+            assert!(!root.join(rel).exists());
+            assert!(kept.join(rel).exists(), "{rel} kept");
+        }
+    }
+
+    #[test]
+    fn a_quarantine_that_is_a_file_or_a_symlink_is_moved_into_the_new_one() {
+        let dir = TempDir::new("quarantine-displaced");
+        let root = dir.0.join("cache");
+        let outside = dir.0.join("outside");
+        fs::create_dir_all(&outside).unwrap();
+        fs::create_dir_all(&root).unwrap();
+        let at = UNIX_EPOCH + Duration::from_secs(1_796_571_000);
+        for (n, offender) in ["a file", "a symlink"].into_iter().enumerate() {
+            let top = root.join(QUARANTINE);
+            if n == 0 {
+                fs::write(&top, "not a directory").unwrap();
+            } else {
+                std::os::unix::fs::symlink(&outside, &top).unwrap();
+            }
+            fs::write(root.join("notes.txt"), offender).unwrap();
+            let mut quarantine = Quarantine::new(&root, at + Duration::from_secs(n as u64));
+            assert!(quarantine.move_in(QUARANTINE).unwrap(), "{offender}");
+            assert!(quarantine.move_in("notes.txt").unwrap(), "{offender}");
+            let run = root.join(quarantine.rel_dir().unwrap());
+            assert!(fs::symlink_metadata(&top).unwrap().is_dir(), "{offender}");
+            let kept = fs::symlink_metadata(run.join(QUARANTINE)).unwrap();
+            assert_eq!(kept.file_type().is_symlink(), n == 1, "{offender}");
+            assert_eq!(fs::read_to_string(run.join("notes.txt")).unwrap(), offender);
+            assert_eq!(fs::read_dir(&outside).unwrap().count(), 0, "never followed");
+            // Only the cache and the new quarantine: nothing left beside them.
+            let names: Vec<String> = fs::read_dir(&root)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            assert_eq!(names, [QUARANTINE], "{offender}");
+            fs::remove_dir_all(&top).unwrap();
+        }
     }
 
     #[test]

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::check::{FileRead, read_bounded};
 use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{make_dir, remove_quietly, sync_dir, write_new_file};
+use super::synced::BadRecord;
 use super::{STAGING, Store, next_id};
 use crate::cache::key::CollectionKey;
 use crate::logging::rfc3339;
@@ -106,10 +107,16 @@ impl RelistMarks {
                 return Err(invalid(format!("{size} bytes, not a relist record")));
             }
         };
-        let record: Record = serde_json::from_slice(&bytes)
-            .map_err(|e| invalid(format!("not a relist record: {e}")))?;
+        RelistMarks::parse(&bytes).map_err(|e| invalid(e.0))
+    }
+
+    /// The record's bytes read: the one judge of them (the hub's open, repair's, and
+    /// `verify`). Why not, when they are not a version-1 record.
+    pub(crate) fn parse(bytes: &[u8]) -> Result<RelistMarks, BadRecord> {
+        let record: Record = serde_json::from_slice(bytes)
+            .map_err(|e| BadRecord(format!("not a relist record: {e}")))?;
         if record.version != VERSION {
-            return Err(invalid(format!(
+            return Err(BadRecord(format!(
                 "relist record version {} (this tinyhub reads {VERSION})",
                 record.version
             )));
@@ -117,7 +124,7 @@ impl RelistMarks {
         let mut marks = RelistMarks::default();
         for entry in record.collections {
             let secs = parse_rfc3339(&entry.at)
-                .ok_or_else(|| invalid(format!("not an RFC 3339 time: {:?}", entry.at)))?;
+                .ok_or_else(|| BadRecord(format!("not an RFC 3339 time: {:?}", entry.at)))?;
             let at = UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0));
             marks.mark(&entry.component, &entry.kind, entry.reason, at);
         }
@@ -212,8 +219,22 @@ impl RelistMarks {
     pub(crate) fn save(&self, root: &Path) -> Result<(), StoreError> {
         let staging = root.join(STAGING);
         make_dir(&staging)?;
-        let temp = staging.join(format!("relist.{}", next_id()));
-        write_new_file(&temp, &self.to_bytes(), true)?;
+        let bytes = self.to_bytes();
+        let mut tries = 0;
+        let temp = loop {
+            let temp = staging.join(format!("relist.{}", next_id()));
+            match write_new_file(&temp, &bytes, true) {
+                Ok(()) => break temp,
+                // A leftover of a killed run: a tool's counter starts again at 0 each run,
+                // and only the hub's open clears `.staging`. The next name is free.
+                Err(StoreError::Io { source, .. })
+                    if source.kind() == io::ErrorKind::AlreadyExists && tries < 1000 =>
+                {
+                    tries += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let target = root.join(RELIST_FILE);
         if let Err(e) = std::fs::rename(&temp, &target) {
             remove_quietly(&temp);

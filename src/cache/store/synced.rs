@@ -6,6 +6,8 @@
 use std::path::Path;
 use std::time::UNIX_EPOCH;
 
+use serde::{Deserialize, Serialize};
+
 use super::fs::read_object;
 use super::index::{for_each_kind_dir, safe_entries};
 use super::{Store, StoreError};
@@ -13,51 +15,122 @@ use super::{Store, StoreError};
 /// The file's name under the cache root.
 pub(super) const SYNCED_FILE: &str = ".synced";
 
+/// The record's format version.
+const VERSION: u32 = 1;
+
+/// The record, JSON: `{"version":1,"kinds":[{"component":"kubelet","resource":"pods.v1.core","at":1765033200}]}`.
+#[derive(Debug, Serialize, Deserialize)]
+struct Record {
+    version: u32,
+    kinds: Vec<SyncedEntry>,
+}
+
+/// One kind of the record: when the cloud's word on it was last heard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SyncedEntry {
+    /// The component's directory name.
+    pub component: String,
+    /// The kind's directory below it
+    /// ([`crate::cache::key::CollectionKey::dir_name`]).
+    pub resource: String,
+    /// Unix seconds.
+    pub at: u64,
+}
+
+/// A stored record that does not read: why, in a few words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BadRecord(pub(crate) String);
+
+impl std::fmt::Display for BadRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The entries of a stored `.synced` record: the one reader of its bytes (the hub at open,
+/// `tinyhub cache ls` and `verify`).
+pub(crate) fn parse_synced(bytes: &[u8]) -> Result<Vec<SyncedEntry>, BadRecord> {
+    let record: Record =
+        serde_json::from_slice(bytes).map_err(|e| BadRecord(format!("not a sync record: {e}")))?;
+    if record.version != VERSION {
+        return Err(BadRecord(format!(
+            "sync record version {} (this tinyhub reads {VERSION})",
+            record.version
+        )));
+    }
+    Ok(record.kinds)
+}
+
+/// A record's bytes.
+pub(crate) fn synced_bytes(kinds: Vec<SyncedEntry>) -> serde_json::Result<Vec<u8>> {
+    serde_json::to_vec(&Record {
+        version: VERSION,
+        kinds,
+    })
+}
+
 /// A kind directory found on disk: its component, its path below the component's
 /// ([`crate::cache::key::CollectionKey::dir_name`]) and its newest modification time.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KindDir {
-    /// The component's directory name.
-    pub component: String,
-    /// The kind's directory below it, e.g. `pods.v1.core`.
-    pub kind: String,
+struct KindDir {
+    component: String,
+    kind: String,
     /// Unix seconds of the newest modification of the directory or of one directly in it
     /// (a namespace directory): every object write renames into one of them.
-    pub modified: u64,
+    modified: u64,
 }
 
 impl Store {
-    /// The stored sync record's bytes; `None` when there is none.
-    pub(crate) fn synced(&self) -> Result<Option<Vec<u8>>, StoreError> {
-        read_object(&self.root.join(SYNCED_FILE))
-    }
-
     /// Replaces the stored sync record, crash-safely as any object (staged, synced, renamed).
     pub(crate) fn put_synced(&self, bytes: &[u8]) -> Result<(), StoreError> {
         self.write_file(&self.root.join(SYNCED_FILE), bytes)
     }
 
-    /// Every kind directory of every component, with its newest modification time: a few
-    /// `stat`s per kind (its namespaces), no object file read. Unreadable entries are left
-    /// out; token answers (`tokens`, a name without a dot) are no kind.
-    pub(crate) fn kind_dirs_on_disk(&self) -> Vec<KindDir> {
-        let mut found = Vec::new();
-        for component in subdirs(&self.root) {
-            let below = self.root.join(&component);
-            for_each_kind_dir(&below, &component, &mut |kind_rel, kind_dir| {
-                if let Some(modified) = newest(kind_dir) {
-                    // `kind_rel` is `<component>/<kind dir>`: the kind is what follows.
-                    let kind = kind_rel[component.len() + 1..].to_owned();
-                    found.push(KindDir {
-                        component: component.clone(),
-                        kind,
-                        modified,
-                    });
-                }
-            });
-        }
-        found
+    /// The ages the cache holds ([`stored_ages`]).
+    pub(crate) fn stored_ages(&self) -> Result<Vec<SyncedEntry>, BadRecord> {
+        stored_ages(&self.root)
     }
+}
+
+/// When each kind of the cache at `root` last heard the cloud's word, as the hub reads it at
+/// open (and `tinyhub cache ls`, with no hub): the `.synced` record's entries; with no record
+/// (none, or nothing the store would read), each kind directory's newest modification time. An
+/// error when the record does not read: the hub knows no age then.
+pub(crate) fn stored_ages(root: &Path) -> Result<Vec<SyncedEntry>, BadRecord> {
+    match read_object(&root.join(SYNCED_FILE)) {
+        Ok(Some(bytes)) => parse_synced(&bytes),
+        Ok(None) => Ok(kind_dirs_on_disk(root)
+            .into_iter()
+            .map(|d| SyncedEntry {
+                component: d.component,
+                resource: d.kind,
+                at: d.modified,
+            })
+            .collect()),
+        Err(e) => Err(BadRecord(e.to_string())),
+    }
+}
+
+/// Every kind directory of every component, with its newest modification time: a few
+/// `stat`s per kind (its namespaces), no object file read. Unreadable entries are left out;
+/// token answers (`tokens`, a name without a dot) are no kind.
+fn kind_dirs_on_disk(root: &Path) -> Vec<KindDir> {
+    let mut found = Vec::new();
+    for component in subdirs(root) {
+        let below = root.join(&component);
+        for_each_kind_dir(&below, &component, &mut |kind_rel, kind_dir| {
+            if let Some(modified) = newest(kind_dir) {
+                // `kind_rel` is `<component>/<kind dir>`: the kind is what follows.
+                let kind = kind_rel[component.len() + 1..].to_owned();
+                found.push(KindDir {
+                    component: component.clone(),
+                    kind,
+                    modified,
+                });
+            }
+        });
+    }
+    found
 }
 
 /// The names of `dir`'s real directories that could be keys (no dot names, no symlinks).

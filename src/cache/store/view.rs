@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::STAGING;
-use super::check::{Expect, FileRead, Refusal, check_object, read_bounded};
+use super::check::{Expect, Judged, Refusal, read_checked};
 use super::error::{StoreError, StoreOp, io_err};
 use super::error_keys::ERROR_KEYS_FILE;
 use super::fs::all_real_dirs;
@@ -164,10 +164,16 @@ pub(crate) fn judge_root(root: &Path) -> Result<RootVerdict, StoreError> {
 fn holds_kind_dir(dir: &Path, name: &str) -> bool {
     let mut found = false;
     for_each_kind_dir(dir, name, &mut |kind_rel, _| {
-        let kind = kind_rel.rsplit('/').next().unwrap_or("");
-        found |= kind.splitn(3, '.').filter(|p| !p.is_empty()).count() == 3;
+        found |= is_kind_dir_name(kind_rel.rsplit('/').next().unwrap_or(""));
     });
-    found && safe_entries(dir).next().is_some()
+    found
+}
+
+/// `<resource>.<version>.<group>`: three non-empty dot-separated parts (the group may
+/// hold more dots).
+pub(super) fn is_kind_dir_name(name: &str) -> bool {
+    let mut parts = name.splitn(3, '.');
+    parts.by_ref().take(3).filter(|p| !p.is_empty()).count() == 3
 }
 
 /// One collection on disk, counted without reading a file.
@@ -298,23 +304,18 @@ pub(crate) fn objects(
         let path = cursor.path_of(ns.as_deref(), &name);
         let modified = fs::symlink_metadata(&path).and_then(|m| m.modified()).ok();
         let expect = Expect::for_kind_dir(kind, ns.as_deref(), &name);
-        let (bytes, resource_version, refused) = match read_bounded(&path)? {
-            FileRead::Bytes(bytes) => {
-                let size = bytes.len() as u64;
-                match check_object(&bytes, &expect) {
-                    Ok(()) => {
-                        let rv = ObjectHead::parse(&bytes)
-                            .and_then(|h| h.metadata)
-                            .and_then(|m| m.resource_version)
-                            .map(|rv| rv.into_owned());
-                        (size, rv, None)
-                    }
-                    Err(refusal) => (size, None, Some(refusal)),
-                }
+        let (bytes, resource_version, refused) = match read_checked(&path, &expect)? {
+            Judged::Good(bytes) => {
+                let rv = ObjectHead::parse(&bytes)
+                    .and_then(|h| h.metadata)
+                    .and_then(|m| m.resource_version)
+                    .map(|rv| rv.into_owned());
+                (bytes.len() as u64, rv, None)
             }
-            FileRead::TooLarge { size } => (size, None, Some(Refusal::TooLarge { size })),
+            Judged::Bad(refusal, bytes) => (bytes.len() as u64, None, Some(refusal)),
+            Judged::TooLarge { size } => (size, None, Some(Refusal::TooLarge { size })),
             // Vanished, or not a file: no object.
-            FileRead::Missing | FileRead::Symlink | FileRead::NotFile => continue,
+            Judged::Absent(_) => continue,
         };
         rows.push(ObjectRow {
             namespace: ns,
@@ -368,15 +369,13 @@ pub(crate) fn get(
         Some(ns) => format!("{component}/{kind}/{ns}/{name}"),
         None => format!("{component}/{kind}/{name}"),
     };
-    let bytes = match read_bounded(&dir.join(name))? {
-        FileRead::Bytes(bytes) => bytes,
-        FileRead::TooLarge { size } => return Ok(Got::Refused(rel, Refusal::TooLarge { size })),
-        FileRead::Missing | FileRead::Symlink | FileRead::NotFile => return Ok(Got::Missing),
-    };
-    match check_object(&bytes, &Expect::for_kind_dir(kind, namespace, name)) {
-        Ok(()) => Ok(Got::Object(bytes)),
-        Err(refusal) => Ok(Got::Refused(rel, refusal)),
-    }
+    let expect = Expect::for_kind_dir(kind, namespace, name);
+    Ok(match read_checked(&dir.join(name), &expect)? {
+        Judged::Good(bytes) => Got::Object(bytes),
+        Judged::Bad(refusal, _) => Got::Refused(rel, refusal),
+        Judged::TooLarge { size } => Got::Refused(rel, Refusal::TooLarge { size }),
+        Judged::Absent(_) => Got::Missing,
+    })
 }
 
 /// The namespaces of the collection `kind` of `component` that hold a file named `name`,
@@ -426,8 +425,6 @@ pub(crate) struct Extras {
     pub documents: u64,
     /// Files and bytes in the quarantine.
     pub quarantine: (u64, u64),
-    /// The sync record's bytes, when there is one.
-    pub synced: Option<Vec<u8>>,
 }
 
 /// Counts what `ls` shows below its table.
@@ -452,10 +449,6 @@ pub(crate) fn extras(root: &Path) -> Result<Extras, StoreError> {
         }
     }
     extras.quarantine = tree_size(&root.join(QUARANTINE));
-    extras.synced = match read_bounded(&root.join(SYNCED_FILE))? {
-        FileRead::Bytes(bytes) => Some(bytes),
-        _ => None,
-    };
     Ok(extras)
 }
 

@@ -451,6 +451,33 @@ where
     I: IntoIterator,
     I::Item: Into<OsString>,
 {
+    parse_with(args, &mut |_, given| Ok(Some(given)))
+}
+
+/// One argument as given, offered to [`parse_with`]'s caller before the hub reads it.
+#[derive(Debug)]
+pub(crate) enum Given {
+    /// `--name` (`_` read as `-`); its value, if any, is still the parser's.
+    Long(String),
+    /// `-c`.
+    Short(char),
+    /// A positional argument.
+    Value(OsString),
+}
+
+/// What [`parse_with`]'s caller does with an argument: `Ok(None)` when it took it,
+/// `Ok(Some(given))` to leave it to the hub's flags.
+pub(crate) type OwnArgs<'a> =
+    dyn FnMut(&mut lexopt::Parser, Given) -> Result<Option<Given>, StartupError> + 'a;
+
+/// [`parse`], with each argument offered to `own` first (`tinyhub cache`'s positionals and
+/// its own flags): `Ok(None)` when `own` took it (and read its value from the parser),
+/// `Ok(Some(given))` to leave it to the hub's flags, read and checked as the hub does.
+pub(crate) fn parse_with<I>(args: I, own: &mut OwnArgs<'_>) -> Result<RawFlags, StartupError>
+where
+    I: IntoIterator,
+    I::Item: Into<OsString>,
+{
     use lexopt::Arg;
 
     let mut parser = lexopt::Parser::from_args(args);
@@ -462,27 +489,34 @@ where
             .next()
             .map_err(|e| StartupError::new(e.to_string()))?;
         let Some(arg) = arg else { break };
-        let name = match arg {
-            Arg::Long(name) => name.to_owned(),
+        let given = match arg {
+            // pflag's WordSepNormalizeFunc, as Kubernetes components register it:
+            // `--log_dir` is `--log-dir`.
+            Arg::Long(name) => Given::Long(name.replace('_', "-")),
+            Arg::Short(c) => Given::Short(c),
+            Arg::Value(v) => Given::Value(v),
+        };
+        let Some(given) = own(&mut parser, given)? else {
+            continue;
+        };
+        let name = match given {
+            Given::Long(name) => name,
             // Go's pflag also takes single-dash long names such as `-v=2`; lexopt splits a
             // short cluster, so only the forms manifests use are supported here.
-            Arg::Short('h') => "help".to_owned(),
-            Arg::Short('v') => "v".to_owned(),
-            Arg::Short(c) => {
+            Given::Short('h') => "help".to_owned(),
+            Given::Short('v') => "v".to_owned(),
+            Given::Short(c) => {
                 return Err(StartupError::new(format!(
                     "unknown shorthand flag: '{c}' in -{c}"
                 )));
             }
-            Arg::Value(v) => {
+            Given::Value(v) => {
                 return Err(StartupError::new(format!(
                     "unexpected argument {:?}: tinyhub takes only flags",
                     v.to_string_lossy()
                 )));
             }
         };
-        // pflag's WordSepNormalizeFunc, as Kubernetes components register it: `--log_dir`
-        // is `--log-dir`.
-        let name = name.replace('_', "-");
         if let Some(spec) = FLAGS.iter().chain(TEST_FLAGS).find(|s| s.name == name) {
             let value = if spec.kind == Kind::Bool {
                 match parser.optional_value() {
@@ -548,7 +582,8 @@ pub(crate) fn parse_bool(text: &str) -> Option<bool> {
     }
 }
 
-fn os_to_string(name: &str, value: OsString) -> Result<String, StartupError> {
+/// A flag's value as text; not UTF-8 is refused, naming the flag.
+pub(crate) fn os_to_string(name: &str, value: OsString) -> Result<String, StartupError> {
     value
         .into_string()
         .map_err(|v| StartupError::flag(name, format!("value {v:?} is not valid UTF-8")))
