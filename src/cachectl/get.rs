@@ -20,12 +20,8 @@ pub(crate) fn run(args: &CacheArgs) -> u8 {
         return USAGE;
     };
     let root = &args.disk_cache_path;
-    if let Some(code) = super::refuse_unless_cache(root) {
+    if let Err(code) = super::read_only_start(root) {
         return code;
-    }
-    match super::probe_hub(root) {
-        Ok(hub) => eprintln!("{}", hub.line()),
-        Err(code) => return code,
     }
     let kind = match super::resolve_kind(root, component, resource, args.metadata_view) {
         Ok(kind) => kind,

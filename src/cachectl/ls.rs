@@ -26,14 +26,10 @@ pub(crate) fn run(args: &CacheArgs) -> u8 {
         return USAGE;
     };
     let root = &args.disk_cache_path;
-    if let Some(code) = super::refuse_unless_cache(root) {
-        return code;
-    }
-    let hub = match super::probe_hub(root) {
+    let hub = match super::read_only_start(root) {
         Ok(hub) => hub,
         Err(code) => return code,
     };
-    eprintln!("{}", hub.line());
     let text = match (component, resource) {
         (Some(component), Some(resource)) => {
             let kind = match super::resolve_kind(root, component, resource, args.metadata_view) {

@@ -106,6 +106,17 @@ impl HubState {
     }
 }
 
+/// How every read-only command (`ls`, `get`, `verify`, `export`) starts: refused unless
+/// `root` is a cache, then the hub's state probed and said on stderr.
+pub(crate) fn read_only_start(root: &Path) -> Result<HubState, u8> {
+    if let Some(code) = refuse_unless_cache(root) {
+        return Err(code);
+    }
+    let hub = probe_hub(root)?;
+    eprintln!("{}", hub.line());
+    Ok(hub)
+}
+
 /// Probes the cache's lock and lets it go at once (a read-only command): never holds it,
 /// never writes the note.
 pub(crate) fn probe_hub(root: &Path) -> Result<HubState, u8> {

@@ -15,14 +15,10 @@ use crate::config::cache_args::Output;
 /// Runs `verify`; the exit code.
 pub(crate) fn run(args: &CacheArgs) -> u8 {
     let root = &args.disk_cache_path;
-    if let Some(code) = super::refuse_unless_cache(root) {
-        return code;
-    }
-    let hub = match super::probe_hub(root) {
+    let hub = match super::read_only_start(root) {
         Ok(hub) => hub,
         Err(code) => return code,
     };
-    eprintln!("{}", hub.line());
     let options = AuditOptions {
         hub_running: matches!(hub, HubState::Running(_)),
     };
