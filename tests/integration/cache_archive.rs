@@ -478,6 +478,22 @@ fn hostile_archives_are_refused_with_one_line_and_nothing_changes() {
         assert_eq!(tree(dir.path()), before, "{what} changed the tree");
         assert!(!Path::new("/etc/x").exists() && !dir.path().join("x").exists());
     }
+    // A good archive the hub's bound could not keep.
+    let out = cache_cmd(
+        &spec,
+        "edge-1",
+        &[
+            "import",
+            good.to_str().unwrap(),
+            "--replace",
+            "--cache-max-bytes=100",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--cache-max-bytes=100"), "{err}");
+    assert_eq!(tree(dir.path()), before, "the bounded import changed the tree");
 }
 
 #[test]

@@ -238,7 +238,7 @@ impl Store {
     /// is cached still answers).
     #[allow(
         dead_code,
-        reason = "tests; the hub opens with the index in the background (`open_with`)"
+        reason = "tests; the hub and `cache import` open with `open_with` (the hub builds the index in the background, an import needs none)"
     )]
     pub(crate) fn open(root: &Path) -> Result<(Store, RecoveryReport), StoreError> {
         Store::open_with(root, StoreOptions::default())

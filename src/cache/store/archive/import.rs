@@ -58,6 +58,8 @@ pub(crate) struct ImportOptions<'a> {
     pub root_dir: &'a Path,
     /// Unix seconds now.
     pub now: i64,
+    /// `--cache-max-bytes`: an archive whose files hold more bytes is refused (0: no bound).
+    pub max_bytes: u64,
 }
 
 /// What an import did.
@@ -102,6 +104,13 @@ pub(crate) enum ImportError {
     },
     /// The cache holds these components and `replace` was not given.
     NotEmpty(Vec<String>),
+    /// The archive's files hold more bytes than `--cache-max-bytes`.
+    TooLarge {
+        /// The manifest's bytes.
+        bytes: u64,
+        /// The bound.
+        bound: u64,
+    },
     /// The cache could not be written (a full disk, an I/O error); nothing changed unless
     /// the commit point was passed.
     Store(StoreError),
@@ -128,6 +137,10 @@ impl fmt::Display for ImportError {
                 f,
                 "the cache already holds {} (--replace moves it into .quarantine/ first)",
                 components.join(", ")
+            ),
+            ImportError::TooLarge { bytes, bound } => write!(
+                f,
+                "the archive's files hold {bytes} bytes, more than --cache-max-bytes={bound}"
             ),
             ImportError::Store(e) => write!(f, "{e}"),
         }
@@ -165,6 +178,12 @@ impl Store {
             return Err(ImportError::OtherNode {
                 archive: manifest.node_name,
                 node: opts.node_name.to_owned(),
+            });
+        }
+        if opts.max_bytes != 0 && manifest.bytes > opts.max_bytes {
+            return Err(ImportError::TooLarge {
+                bytes: manifest.bytes,
+                bound: opts.max_bytes,
             });
         }
         let components = self.top_level_components()?;

@@ -238,6 +238,17 @@ fn sizes_counts_and_framing_are_checked() {
         "{e}"
     );
 
+    // Directories are bounded by what the files can need, plus spare ones: an archive of
+    // nothing but directory entries is refused before it exhausts the inodes.
+    let dirs = |n: usize| -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| raw(&format!("cache/kubelet/d{i}/"), b'5', b"", &[]))
+            .collect()
+    };
+    assert!(read_all(&gzip(&tar(0, 0, &dirs(100)))).is_ok());
+    let e = read_all(&gzip(&tar(0, 0, &dirs(5000)))).unwrap_err();
+    assert!(e.to_string().contains("directories"), "{e}");
+
     // A manifest lying about its counts, either way.
     let entry = raw("cache/version", b'0', b"{}", &[]);
     assert!(read_all(&gzip(&tar(1, 2, std::slice::from_ref(&entry)))).is_ok());
@@ -353,6 +364,7 @@ fn import_opts(root_dir: &Path) -> ImportOptions<'_> {
         with_credentials: false,
         root_dir,
         now: 1_765_000_100,
+        max_bytes: 0,
     }
 }
 
@@ -452,6 +464,14 @@ fn refusals_leave_the_cache_as_it_was() {
     assert!(matches!(e, ImportError::NotEmpty(_)), "{e}");
     let mut replace = import_opts(&dir.0);
     replace.replace = true;
+    // More bytes than the bound.
+    let mut bounded = replace.clone();
+    bounded.max_bytes = 10;
+    let e = store.import(&archive[..], &bounded).unwrap_err();
+    assert!(
+        matches!(e, ImportError::TooLarge { bound: 10, .. }) && e.is_refusal(),
+        "{e}"
+    );
     let e = store
         .import(&archive[..archive.len() - 9], &replace)
         .unwrap_err();
