@@ -12,8 +12,10 @@
 //! While the background build runs, the store works as it does for an object the index
 //! does not know: a put reads the file, a version is read from it. The build adds an entry
 //! only for a path that nothing recorded or forgot since the build began ([`Building`]), and
-//! nothing at all once the index was cleared: what it read may be older than what the writer
-//! wrote or removed meanwhile, and an entry that is missing only costs the disk path. It
+//! nothing at all once the index was cleared (and then it stops reading): what it read may
+//! be older than what the writer wrote or removed meanwhile, and an entry that is missing
+//! only costs the disk path. Each file is hashed and parsed before the index's lock is
+//! taken, so the writer's puts never wait for that. It
 //! yields to readers: before each file it waits (a little) while a get or a list is reading. The hub owns the root (its
 //! lock, `src/dir_lock.rs`), so nothing else changes the files. An entry that is missing
 //! only costs the disk path it replaces, so whenever a change cannot be followed exactly
@@ -117,9 +119,7 @@ impl ObjectIndex {
     /// The hash of a path relative to the root (`kubelet/pods.v1.core/a/web`; a
     /// non-resource document's file name).
     pub(super) fn path_hash(&self, rel: &str) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        h.write(rel.as_bytes());
-        h.finish()
+        hash_with(&self.hasher, rel.as_bytes())
     }
 
     /// The entry that `bytes`, stored, would have.
@@ -129,9 +129,17 @@ impl ObjectIndex {
 
     /// The hash of a file's bytes.
     pub(super) fn content_hash(&self, bytes: &[u8]) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        h.write(bytes);
-        h.finish()
+        hash_with(&self.hasher, bytes)
+    }
+
+    /// The hashes' key, so a build can hash and parse a file without holding the index.
+    fn hasher(&self) -> RandomState {
+        self.hasher.clone()
+    }
+
+    /// Whether the running build was cleared (or none runs): it adds nothing more.
+    fn build_done(&self) -> bool {
+        self.building.as_ref().is_none_or(|b| b.cleared)
     }
 
     /// Judges a put of bytes hashing to `content` at `rv` as
@@ -169,7 +177,10 @@ impl ObjectIndex {
 
     /// Notes a change at `key` for a build that runs.
     fn touch(&mut self, key: u64) {
-        if let Some(building) = &mut self.building {
+        // A cleared build adds nothing: what it touched no longer matters.
+        if let Some(building) = &mut self.building
+            && !building.cleared
+        {
             building.touched.insert(key);
         }
     }
@@ -261,17 +272,26 @@ impl Store {
     /// The build's walk, once [`ObjectIndex::begin_build`] noted where changes start to count.
     fn index_walk(&self) {
         let started = Instant::now();
+        let hasher = self.index().hasher();
+        // Set once the index was cleared (a collection deleted whole, a 404 list at boot):
+        // the build would add nothing more, so it reads nothing more.
+        let mut done = false;
         let mut index_file = |rel: &str| {
+            if done {
+                return;
+            }
             self.yield_to_readers();
             if let Ok(Some(bytes)) = read_object(&self.root.join(rel)) {
+                // Hashed and parsed before the lock: the writer's puts wait on it.
+                let entry = entry_with(&bytes, hash_with(&hasher, &bytes));
+                let key = hash_with(&hasher, rel.as_bytes());
                 // Between the read and the entry: where a change made meanwhile would race.
                 if let Some(pause) = self.options.index_pause {
                     std::thread::sleep(pause);
                 }
                 let mut index = self.index();
-                let entry = index.entry_of(&bytes);
-                let key = index.path_hash(rel);
                 index.built(key, entry);
+                done = index.build_done();
             }
         };
         for (name, is_dir) in safe_entries(&self.root) {
@@ -412,6 +432,13 @@ pub(super) fn safe_entries(dir: &Path) -> impl Iterator<Item = (String, bool)> {
         let is_dir = kind.is_dir();
         ((is_dir || kind.is_file()) && is_safe_segment(&name)).then_some((name, is_dir))
     })
+}
+
+/// The hash of `bytes` under the index's key.
+fn hash_with(hasher: &RandomState, bytes: &[u8]) -> u64 {
+    let mut h = hasher.build_hasher();
+    h.write(bytes);
+    h.finish()
 }
 
 /// The entry of `bytes` whose hash is `content`.
