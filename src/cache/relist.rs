@@ -59,7 +59,10 @@ impl Relist {
     /// no refill of that scope was handed over within [`REFILL_EVERY`].
     pub(crate) fn refill_due(&self, c: &CollectionKey, scope: &str, now: Instant) -> Option<Due> {
         let reason = self.store.relist_reason(c)?;
-        let key = (format!("{}/{}", c.component, c.dir_name()), scope.to_owned());
+        let key = (
+            format!("{}/{}", c.component, c.dir_name()),
+            scope.to_owned(),
+        );
         let handed = crate::lock(&self.handed);
         if handed
             .get(&key)

@@ -14,10 +14,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use crate::cache::store::Store;
-use crate::cache::store::{StoreError, StoreOptions};
 use crate::cache::store::archive::{ImportOptions, ImportReport};
-use crate::config::{CacheArgs, parse_quantity};
+use crate::cache::store::{StoreError, StoreOptions};
 use crate::config::cache_args::CacheCommand;
+use crate::config::{CacheArgs, parse_quantity};
 use crate::dir_lock::LockError;
 
 /// Runs `import`; the exit status.

@@ -493,7 +493,11 @@ fn hostile_archives_are_refused_with_one_line_and_nothing_changes() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("--cache-max-bytes=100"), "{err}");
-    assert_eq!(tree(dir.path()), before, "the bounded import changed the tree");
+    assert_eq!(
+        tree(dir.path()),
+        before,
+        "the bounded import changed the tree"
+    );
 }
 
 #[test]

@@ -166,7 +166,11 @@ fn a_namespace_relisted_leaves_the_mark_for_the_others() {
         hub.logs()
     );
     hub.wait_cache_quiet();
-    assert!(marked(&cache), "a namespace's list cleared the mark: {}", hub.logs());
+    assert!(
+        marked(&cache),
+        "a namespace's list cleared the mark: {}",
+        hub.logs()
+    );
     assert!(!taken[1].exists());
     // The other namespace's watch has its own refill.
     watch_ns("app-1");

@@ -639,9 +639,7 @@ impl<R: Read> ArchiveReader<R> {
             )));
         }
         match raw.kind {
-            b'5' => {
-                Ok(Some(Entry::Dir(path)))
-            }
+            b'5' => Ok(Some(Entry::Dir(path))),
             _ => {
                 self.files += 1;
                 self.bytes += raw.body.len() as u64;

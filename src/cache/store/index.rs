@@ -41,6 +41,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::check::{Expect, check_object};
 use super::fs::read_object;
 use super::{PutOutcome, Store, stored_rv};
 use crate::cache::key::{METADATA_DIR, ObjectKey};
@@ -276,12 +277,16 @@ impl Store {
         // Set once the index was cleared (a collection deleted whole, a 404 list at boot):
         // the build would add nothing more, so it reads nothing more.
         let mut done = false;
-        let mut index_file = |rel: &str| {
+        let mut index_file = |rel: &str, expect: Option<&Expect<'_>>| {
             if done {
                 return;
             }
             self.yield_to_readers();
-            if let Ok(Some(bytes)) = read_object(&self.root.join(rel)) {
+            if let Ok(Some(bytes)) = read_object(&self.root.join(rel))
+                // A file the hub would not serve as its path's object (a ghost) is no entry:
+                // it must not decide a put or a version.
+                && expect.is_none_or(|expect| check_object(&bytes, expect).is_ok())
+            {
                 // Hashed and parsed before the lock: the writer's puts wait on it.
                 let entry = entry_with(&bytes, hash_with(&hasher, &bytes));
                 let key = hash_with(&hasher, rel.as_bytes());
@@ -296,7 +301,7 @@ impl Store {
         };
         for (name, is_dir) in safe_entries(&self.root) {
             if !is_dir {
-                index_file(&name);
+                index_file(&name, None);
                 continue;
             }
             for_each_kind_dir(&self.root.join(&name), &name, &mut |kind_rel, kind_dir| {
@@ -401,14 +406,16 @@ pub(super) fn for_each_kind_dir(dir: &Path, rel: &str, f: &mut dyn FnMut(&str, &
 }
 
 /// Calls `f` with the path below the root of every object file of one kind directory
-/// (`kind_rel` below the root, at `kind_dir`).
-fn for_each_object(kind_rel: &str, kind_dir: &Path, f: &mut dyn FnMut(&str)) {
+/// (`kind_rel` below the root, at `kind_dir`), and what the file must hold to be served.
+fn for_each_object(kind_rel: &str, kind_dir: &Path, f: &mut dyn FnMut(&str, Option<&Expect<'_>>)) {
+    // Below the component's directory, as `Expect` takes it.
+    let kind = kind_rel.split_once('/').map_or(kind_rel, |(_, kind)| kind);
     let mut path = String::new();
     for (entry, is_dir) in safe_entries(kind_dir) {
         path.clear();
         path.extend([kind_rel, "/", entry.as_str()]);
         if !is_dir {
-            f(&path);
+            f(&path, Some(&Expect::for_kind_dir(kind, None, &entry)));
             continue;
         }
         let namespace_len = path.len();
@@ -416,7 +423,10 @@ fn for_each_object(kind_rel: &str, kind_dir: &Path, f: &mut dyn FnMut(&str)) {
             if !is_dir {
                 path.truncate(namespace_len);
                 path.extend(["/", object.as_str()]);
-                f(&path);
+                f(
+                    &path,
+                    Some(&Expect::for_kind_dir(kind, Some(&entry), &object)),
+                );
             }
         }
     }

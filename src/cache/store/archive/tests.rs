@@ -545,9 +545,24 @@ fn two_replacing_imports_in_one_second_each_replace() {
     );
     let (one, two) = (one.replaced_into.unwrap(), two.replaced_into.unwrap());
     assert_ne!(one, two);
-    assert!(target.join(&one).join("kubelet/pods.v1.core/default/old").is_file());
-    assert!(target.join(&two).join("kubelet/pods.v1.core/default/web-0").is_file());
-    assert!(!target.join(&two).join("kubelet/pods.v1.core/default/web-1").exists());
+    assert!(
+        target
+            .join(&one)
+            .join("kubelet/pods.v1.core/default/old")
+            .is_file()
+    );
+    assert!(
+        target
+            .join(&two)
+            .join("kubelet/pods.v1.core/default/web-0")
+            .is_file()
+    );
+    assert!(
+        !target
+            .join(&two)
+            .join("kubelet/pods.v1.core/default/web-1")
+            .exists()
+    );
     assert_eq!(fs::read_dir(target.join(".staging")).unwrap().count(), 0);
 }
 

@@ -229,7 +229,11 @@ fn version_of_from_the_index_and_from_disk() {
     // A collection deleted whole clears the index: the file answers from then on.
     assert!(store.delete_collection(&nodes()).unwrap());
     assert_eq!(store.version_of(&web).unwrap(), Some(9));
-    fs::write(web_path(&dir), br#"{"metadata":{"name":"web"}}"#).unwrap();
+    fs::write(
+        web_path(&dir),
+        br#"{"metadata":{"name":"web","namespace":"a"}}"#,
+    )
+    .unwrap();
     assert_eq!(store.version_of(&web).unwrap(), Some(0));
     fs::remove_file(web_path(&dir)).unwrap();
     assert_eq!(store.version_of(&web).unwrap(), None);
