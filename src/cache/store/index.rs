@@ -124,6 +124,7 @@ impl ObjectIndex {
     }
 
     /// The entry that `bytes`, stored, would have.
+    #[cfg(test)]
     pub(super) fn entry_of(&self, bytes: &[u8]) -> Entry {
         entry_with(bytes, self.content_hash(bytes))
     }
