@@ -1,15 +1,20 @@
 //! The hub's side of the relist marks (`store/relist.rs` keeps them, in `<cache>/.relist`):
 //! a collection that `tinyhub cache repair` took files out of, or that the bound evicted,
-//! is known to be incomplete, so the first watch of it that begins online hands its refill
-//! (the list of the watch's scope, `clients/refill.rs`) to the refill thread at once, as a
-//! dropped session would. A whole list of the collection committed by the writer clears
-//! the mark, whoever asked for it (`writer/run.rs`). A list needs no help (it is the relist);
-//! a get stores its object as always. Until then the collection answers what remains, and
-//! readyz's verbose page says `[+]relist pending <component>/<kind> (<reason>)`.
+//! is known to be incomplete, so the first watch of each scope of it that begins online
+//! hands its refill (the list of the watch's scope, `clients/refill.rs`) to the refill
+//! thread at once, as a dropped session would. A whole list of all of the collection (no
+//! namespace, no selector) committed by the writer clears the mark, whoever asked for it
+//! (`writer/run.rs`); a list of a namespace or a selector does not, since the objects
+//! outside its scope may be what is missing, so the watch of another scope still has its
+//! own refill. A list needs no help (it is the relist); a get stores its object as always.
+//! Until then the collection answers what remains, and readyz's verbose page says
+//! `[+]relist pending <component>/<kind> (<reason>)`.
 //!
-//! The thrash guard: a collection's refill is handed over at most once per
-//! [`REFILL_EVERY`], so a collection that is evicted again as soon as it is listed (a bound
-//! too small) costs the cloud one list per 10 min, not one per watch.
+//! The thrash guard: a scope's refill is handed over at most once per [`REFILL_EVERY`], so
+//! a collection that is evicted again as soon as it is listed (a bound too small), or one
+//! only ever read in scopes, costs the cloud one list per scope per 10 min, not one per
+//! watch. A refill the refill thread's full queue refused is not counted: the next watch
+//! hands it again.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -23,13 +28,21 @@ use crate::cache::store::relist::RelistReason;
 /// The least time between two refills the marks hand over for one collection.
 pub(crate) const REFILL_EVERY: Duration = Duration::from_secs(600);
 
-/// The marks as the tee sees them: the store's, and when each collection's refill was last
+/// The marks as the tee sees them: the store's, and when each scope's refill was last
 /// handed over.
 pub(crate) struct Relist {
     store: Arc<Store>,
-    /// `<component>/<kind>` → when its refill was last handed over; entries older than
-    /// [`REFILL_EVERY`] are dropped as others come (at most as many as marks, 256).
-    handed: Mutex<HashMap<String, Instant>>,
+    /// `<component>/<kind>` and the scope → when its refill was last handed over; entries
+    /// older than [`REFILL_EVERY`] are dropped as others come.
+    handed: Mutex<HashMap<(String, String), Instant>>,
+}
+
+/// A refill due for a marked collection: hand it over, then [`Relist::handed`].
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Due {
+    /// Why the collection is marked.
+    pub reason: RelistReason,
+    key: (String, String),
 }
 
 impl Relist {
@@ -41,22 +54,30 @@ impl Relist {
         }
     }
 
-    /// Whether a watch of `c` beginning `now` should have its scope relisted at once: `c`
-    /// is marked, and no refill was handed over for it within [`REFILL_EVERY`]. `Some`
-    /// (the mark's reason) only once per that time; noted as handed over.
-    pub(crate) fn refill_due(&self, c: &CollectionKey, now: Instant) -> Option<RelistReason> {
+    /// Whether a watch of `c` in `scope` (its namespace and selectors, as the refill lists
+    /// them) beginning `now` should have that scope relisted at once: `c` is marked, and
+    /// no refill of that scope was handed over within [`REFILL_EVERY`].
+    pub(crate) fn refill_due(&self, c: &CollectionKey, scope: &str, now: Instant) -> Option<Due> {
         let reason = self.store.relist_reason(c)?;
-        let key = format!("{}/{}", c.component, c.dir_name());
-        let mut handed = crate::lock(&self.handed);
+        let key = (
+            format!("{}/{}", c.component, c.dir_name()),
+            scope.to_owned(),
+        );
+        let handed = crate::lock(&self.handed);
         if handed
             .get(&key)
             .is_some_and(|at| now.duration_since(*at) < REFILL_EVERY)
         {
             return None;
         }
+        Some(Due { reason, key })
+    }
+
+    /// The refill `due` said was handed over `now`: not again within [`REFILL_EVERY`].
+    pub(crate) fn handed(&self, due: Due, now: Instant) {
+        let mut handed = crate::lock(&self.handed);
         handed.retain(|_, at| now.duration_since(*at) < REFILL_EVERY);
-        handed.insert(key, now);
-        Some(reason)
+        handed.insert(due.key, now);
     }
 }
 
@@ -87,21 +108,32 @@ mod tests {
         let nodes = CollectionKey::new("kubelet", "nodes", "v1", "");
         let relist = Relist::new(Arc::clone(&store));
         let t0 = Instant::now();
-        assert_eq!(relist.refill_due(&pods, t0), None, "nothing marked");
+        let due = |c: &CollectionKey, scope: &str, now: Instant| {
+            let due = relist.refill_due(c, scope, now)?;
+            let reason = due.reason;
+            relist.handed(due, now);
+            Some(reason)
+        };
+        assert_eq!(due(&pods, "", t0), None, "nothing marked");
         store.mark_relist(&pods, RelistReason::Evicted).unwrap();
-        assert_eq!(relist.refill_due(&pods, t0), Some(RelistReason::Evicted));
-        assert_eq!(relist.refill_due(&nodes, t0), None);
+        // Not handed over (the refill queue was full): due again at once.
+        assert!(relist.refill_due(&pods, "", t0).is_some());
+        assert_eq!(due(&pods, "", t0), Some(RelistReason::Evicted));
+        assert_eq!(due(&nodes, "", t0), None);
         let soon = t0 + Duration::from_secs(1);
-        assert_eq!(relist.refill_due(&pods, soon), None, "the thrash guard");
+        assert_eq!(due(&pods, "", soon), None, "the thrash guard");
+        // Another scope of the collection has its own refill.
+        assert_eq!(due(&pods, "ns=b", soon), Some(RelistReason::Evicted));
+        assert_eq!(due(&pods, "ns=b", soon), None);
         let later = t0 + REFILL_EVERY;
-        assert_eq!(relist.refill_due(&pods, later), Some(RelistReason::Evicted));
+        assert_eq!(due(&pods, "", later), Some(RelistReason::Evicted));
         let mut lines = String::new();
         readyz_lines(&store, &mut lines);
         assert_eq!(lines, "[+]relist pending kubelet/pods.v1.core (evicted)\n");
         // A whole list committed clears it, on disk too.
         assert!(store.clear_relist(&pods).unwrap());
         assert!(!store.clear_relist(&pods).unwrap());
-        assert_eq!(relist.refill_due(&pods, later + REFILL_EVERY), None);
+        assert_eq!(due(&pods, "", later + REFILL_EVERY), None);
         drop(relist);
         drop(store);
         let store = Store::open(&dir.root()).unwrap().0;

@@ -14,10 +14,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use crate::cache::store::Store;
-use crate::cache::store::StoreError;
 use crate::cache::store::archive::{ImportOptions, ImportReport};
-use crate::config::CacheArgs;
+use crate::cache::store::{StoreError, StoreOptions};
 use crate::config::cache_args::CacheCommand;
+use crate::config::{CacheArgs, parse_quantity};
 use crate::dir_lock::LockError;
 
 /// Runs `import`; the exit status.
@@ -35,6 +35,18 @@ fn import_from(args: &CacheArgs) -> u8 {
     {
         return code;
     }
+    // The hub's bound: an archive it could not keep is refused before anything is read.
+    let max_bytes = match args.cache_max_bytes.as_deref().map(parse_quantity) {
+        None => 0,
+        Some(Some(bound)) => bound,
+        Some(None) => {
+            eprintln!(
+                "tinyhub cache import: --cache-max-bytes={:?} is not a byte count",
+                args.cache_max_bytes.as_deref().unwrap_or_default()
+            );
+            return super::USAGE;
+        }
+    };
     let src: Box<dyn io::Read> = if file.as_os_str() == "-" {
         Box::new(io::stdin().lock())
     } else {
@@ -46,8 +58,13 @@ fn import_from(args: &CacheArgs) -> u8 {
             }
         }
     };
-    // The lock, recovery of an interrupted import, and the write probe.
-    let store = match Store::open(cache) {
+    // The lock, recovery of an interrupted import, and the write probe; no index: an
+    // import reads no object back, and its journal drops every entry anyway.
+    let options = StoreOptions {
+        background_index: true,
+        ..StoreOptions::default()
+    };
+    let store = match Store::open_with(cache, options) {
         Ok((store, _)) => store,
         Err(StoreError::Lock(LockError::Held { holder, .. })) => {
             eprintln!(
@@ -71,6 +88,7 @@ fn import_from(args: &CacheArgs) -> u8 {
         with_credentials: args.with_credentials,
         root_dir: &args.root_dir,
         now: crate::unix_now(),
+        max_bytes,
     };
     match store.import(src, &opts) {
         Ok(report) => {

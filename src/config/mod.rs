@@ -362,7 +362,7 @@ const MIN_CACHE_BOUND: u64 = 1 << 20;
 
 /// A Kubernetes quantity as whole bytes: digits, then optionally a binary (`Ki` … `Ei`) or
 /// decimal (`k` … `E`) suffix; `None` for anything else (fractions, exponents, overflow).
-fn parse_quantity(text: &str) -> Option<u64> {
+pub(crate) fn parse_quantity(text: &str) -> Option<u64> {
     let digits = text.bytes().take_while(u8::is_ascii_digit).count();
     let (number, suffix) = text.split_at(digits);
     let number: u64 = number.parse().ok()?;

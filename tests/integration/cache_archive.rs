@@ -478,6 +478,26 @@ fn hostile_archives_are_refused_with_one_line_and_nothing_changes() {
         assert_eq!(tree(dir.path()), before, "{what} changed the tree");
         assert!(!Path::new("/etc/x").exists() && !dir.path().join("x").exists());
     }
+    // A good archive the hub's bound could not keep.
+    let out = cache_cmd(
+        &spec,
+        "edge-1",
+        &[
+            "import",
+            good.to_str().unwrap(),
+            "--replace",
+            "--cache-max-bytes=100",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--cache-max-bytes=100"), "{err}");
+    assert_eq!(
+        tree(dir.path()),
+        before,
+        "the bounded import changed the tree"
+    );
 }
 
 #[test]
@@ -517,8 +537,23 @@ fn an_import_killed_at_any_moment_leaves_the_cache_wholly_old_or_new() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let whole = started.elapsed();
-    let (mut saw_old, mut saw_new) = (0, 0);
-    for i in 0..20u32 {
+    // Kills spread over the import, then aimed between the latest that left it old and the
+    // earliest that left it new: where the journal is in the root (the commit point passed,
+    // the journal not removed yet), which the next start must roll forward.
+    let (mut saw_old, mut saw_new, mut mid) = (0, 0, 0);
+    let has_journal = |dir: &Path| {
+        std::fs::read_dir(dir).is_ok_and(|mut entries| {
+            entries
+                .any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with(".journal.")))
+        })
+    };
+    let mut round = 0u32;
+    while round < 20 || (mid == 0 && round < 60) {
+        // Timed kills first; then each kill is aimed: the root is watched, and the import
+        // killed the moment its journal shows.
+        let aimed = round >= 20;
+        let delay = whole * round.min(20) / 16;
+        round += 1;
         std::fs::remove_dir_all(&spec.cache_dir).unwrap();
         copy_tree(&saved, &spec.cache_dir);
         let mut child = cache_command(
@@ -530,9 +565,18 @@ fn an_import_killed_at_any_moment_leaves_the_cache_wholly_old_or_new() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-        std::thread::sleep(whole * i / 16);
+        if aimed {
+            let until = Instant::now() + whole * 4;
+            while !has_journal(&spec.cache_dir)
+                && Instant::now() < until
+                && child.try_wait().unwrap().is_none()
+            {}
+        } else {
+            std::thread::sleep(delay);
+        }
         let _ = child.kill();
         let _ = child.wait();
+        let journal = has_journal(&spec.cache_dir);
         // The next start recovers: kubelet's pods are all old or all new, never a mixture.
         let hub = Hub::start(&spec);
         let reply = get(&format!("{}/v1/healthz", hub.serve_url()), KUBELET);
@@ -540,14 +584,23 @@ fn an_import_killed_at_any_moment_leaves_the_cache_wholly_old_or_new() {
         drop(hub);
         let found = pods_of(&spec);
         if found == old {
+            assert!(!journal, "kill {round}: a journal, and the old cache");
             saw_old += 1;
         } else {
-            assert_eq!(found, new, "kill {i} after {:?}", whole * i / 16);
+            assert_eq!(found, new, "kill {round} (after {delay:?}, aimed: {aimed})");
             saw_new += 1;
+            mid += usize::from(journal);
         }
         assert!(files_under(&spec.cache_dir.join(".staging")).is_empty());
     }
-    eprintln!("a whole import took {whole:?}; after the kills: {saw_old} old, {saw_new} new");
+    eprintln!(
+        "a whole import took {whole:?}; after {round} kills: {saw_old} old, {saw_new} new, {mid} between the journal's rename and its removal"
+    );
+    assert!(saw_old > 0 && saw_new > 0, "{saw_old} old, {saw_new} new");
+    assert!(
+        mid > 0,
+        "no kill fell between the journal's rename and its removal"
+    );
 }
 
 fn copy_tree(from: &Path, to: &Path) {

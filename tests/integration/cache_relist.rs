@@ -18,6 +18,14 @@ fn pod_lists(cloud: &Cloud) -> usize {
     })
 }
 
+/// Whether `.relist` marks kubelet's pods.
+fn marked(cache: &std::path::Path) -> bool {
+    fs::read(cache.join(".relist"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|v| v["collections"] != json!([]))
+}
+
 fn readyz(hub: &Hub) -> String {
     get(&format!("{}/v1/readyz?verbose", hub.serve_url()), "curl/8").text()
 }
@@ -76,24 +84,99 @@ fn a_marked_collection_is_relisted_once_when_its_watch_begins() {
         "not relisted: {}",
         hub.logs()
     );
-    assert!(
-        eventually(Duration::from_secs(10), || {
-            fs::read(cache.join(".relist"))
-                .ok()
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                .is_some_and(|v| v["collections"] == json!([]))
-        }),
-        "{}",
-        hub.logs()
-    );
-    assert!(!readyz(&hub).contains("relist pending"), "{}", readyz(&hub));
+    hub.wait_cache_quiet();
     assert_eq!(pod_lists(&cloud), 1, "{:#?}", cloud.requests());
-    // Another watch begins: nothing is marked any more, nothing is listed.
+    // Another watch of the scope begins: its refill was handed over, nothing is listed.
     let (status, _again) = stream(&watch, KUBELET);
     assert_eq!(status, 200);
     hub.wait_cache_quiet();
     assert_eq!(pod_lists(&cloud), 1, "{:#?}", cloud.requests());
+    // A list of a selector says nothing of the pods outside it: the mark stays until a
+    // list of the whole collection.
+    assert!(marked(&cache), "{}", hub.logs());
+    let all = get(&format!("{}/api/v1/pods", hub.url()), KUBELET);
+    assert_eq!(all.status, 200);
+    assert!(
+        eventually(Duration::from_secs(10), || !marked(&cache)),
+        "{}",
+        hub.logs()
+    );
+    assert!(!readyz(&hub).contains("relist pending"), "{}", readyz(&hub));
     // And across a restart the record stays empty.
     let hub = hub.restart();
     assert!(!readyz(&hub).contains("relist pending"), "{}", readyz(&hub));
+}
+
+#[test]
+fn a_namespace_relisted_leaves_the_mark_for_the_others() {
+    let cloud = Cloud::start();
+    let rv = cloud.populate_pods(&PodFill {
+        count: 4,
+        namespaces: 2,
+        nodes: 1,
+        body_bytes: 500,
+        prefix: "app".into(),
+    });
+    let dir = TempDir::new("cache-relist-ns");
+    let spec = HubSpec::for_cloud(&cloud, dir.path());
+    let hub = Hub::start(&spec);
+    assert_eq!(get(&format!("{}{PODS}", hub.url()), KUBELET).status, 200);
+    hub.wait_cache_quiet();
+    drop(hub);
+    let cache = spec.cache_dir.clone();
+    // One pod taken out of each namespace, the collection marked.
+    let taken: Vec<std::path::PathBuf> = ["app-0", "app-1"]
+        .iter()
+        .map(|ns| {
+            let dir = cache.join("kubelet/pods.v1.core").join(ns);
+            let mut files: Vec<_> = fs::read_dir(&dir)
+                .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+                .map(|e| e.unwrap().path())
+                .collect();
+            files.sort();
+            let file = files.pop().expect("a pod in each namespace");
+            fs::remove_file(&file).unwrap();
+            file
+        })
+        .collect();
+    fs::write(
+        cache.join(".relist"),
+        json!({"version": 1, "collections": [
+            {"component": "kubelet", "kind": "pods.v1.core", "reason": "evicted",
+             "at": "2026-12-06T15:00:00Z"}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+
+    let hub = Hub::start(&spec);
+    let watch_ns = |ns: &str| {
+        let url = format!(
+            "{}/api/v1/namespaces/{ns}/pods?watch=true&resourceVersion={rv}",
+            hub.url()
+        );
+        let (status, _events) = stream(&url, KUBELET);
+        assert_eq!(status, 200);
+    };
+    // The first namespace's watch relists that namespace only: the mark stays.
+    watch_ns("app-0");
+    assert!(
+        eventually(Duration::from_secs(20), || taken[0].exists()),
+        "not relisted: {}",
+        hub.logs()
+    );
+    hub.wait_cache_quiet();
+    assert!(
+        marked(&cache),
+        "a namespace's list cleared the mark: {}",
+        hub.logs()
+    );
+    assert!(!taken[1].exists());
+    // The other namespace's watch has its own refill.
+    watch_ns("app-1");
+    assert!(
+        eventually(Duration::from_secs(20), || taken[1].exists()),
+        "the other namespace was not relisted: {}",
+        hub.logs()
+    );
 }

@@ -56,6 +56,15 @@ const MAX_PAX: u64 = 4096;
 /// Zeros read after the end-of-archive blocks at most (a tar's record padding is 10 KiB).
 const MAX_TRAILING_ZEROS: u64 = 1 << 20;
 
+/// Directories an archive may name per file the manifest counts: a cache path has at most
+/// five segments, so a file needs at most four directories above it.
+const DIRS_PER_FILE: u64 = 4;
+
+/// Directories beyond those the files need: empty collections and namespaces. Without a
+/// bound, an archive of nothing but directory entries would exhaust the inodes and the
+/// reader's memory.
+const SPARE_DIRS: u64 = 4096;
+
 use super::journal::RECORD_FILES as CACHE_RECORDS;
 
 /// The archive's first entry: what it holds, said before any of it.
@@ -615,11 +624,22 @@ impl<R: Read> ArchiveReader<R> {
             }
             self.dirs_seen.insert(above.clone());
         }
+        if raw.kind == b'5' {
+            self.dirs_seen.insert(path.clone());
+        }
+        let max_dirs = self
+            .manifest
+            .files
+            .saturating_mul(DIRS_PER_FILE)
+            .saturating_add(SPARE_DIRS);
+        if self.dirs_seen.len() as u64 > max_dirs {
+            return Err(refuse(&format!(
+                "more than {max_dirs} directories, more than {} files can need",
+                self.manifest.files
+            )));
+        }
         match raw.kind {
-            b'5' => {
-                self.dirs_seen.insert(path.clone());
-                Ok(Some(Entry::Dir(path)))
-            }
+            b'5' => Ok(Some(Entry::Dir(path))),
             _ => {
                 self.files += 1;
                 self.bytes += raw.body.len() as u64;

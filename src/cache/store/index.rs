@@ -12,8 +12,10 @@
 //! While the background build runs, the store works as it does for an object the index
 //! does not know: a put reads the file, a version is read from it. The build adds an entry
 //! only for a path that nothing recorded or forgot since the build began ([`Building`]), and
-//! nothing at all once the index was cleared: what it read may be older than what the writer
-//! wrote or removed meanwhile, and an entry that is missing only costs the disk path. It
+//! nothing at all once the index was cleared (and then it stops reading): what it read may
+//! be older than what the writer wrote or removed meanwhile, and an entry that is missing
+//! only costs the disk path. Each file is hashed and parsed before the index's lock is
+//! taken, so the writer's puts never wait for that. It
 //! yields to readers: before each file it waits (a little) while a get or a list is reading. The hub owns the root (its
 //! lock, `src/dir_lock.rs`), so nothing else changes the files. An entry that is missing
 //! only costs the disk path it replaces, so whenever a change cannot be followed exactly
@@ -39,6 +41,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::check::{Expect, check_object};
 use super::fs::read_object;
 use super::{PutOutcome, Store, stored_rv};
 use crate::cache::key::{METADATA_DIR, ObjectKey};
@@ -117,21 +120,28 @@ impl ObjectIndex {
     /// The hash of a path relative to the root (`kubelet/pods.v1.core/a/web`; a
     /// non-resource document's file name).
     pub(super) fn path_hash(&self, rel: &str) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        h.write(rel.as_bytes());
-        h.finish()
+        hash_with(&self.hasher, rel.as_bytes())
     }
 
     /// The entry that `bytes`, stored, would have.
+    #[cfg(test)]
     pub(super) fn entry_of(&self, bytes: &[u8]) -> Entry {
         entry_with(bytes, self.content_hash(bytes))
     }
 
     /// The hash of a file's bytes.
     pub(super) fn content_hash(&self, bytes: &[u8]) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        h.write(bytes);
-        h.finish()
+        hash_with(&self.hasher, bytes)
+    }
+
+    /// The hashes' key, so a build can hash and parse a file without holding the index.
+    fn hasher(&self) -> RandomState {
+        self.hasher.clone()
+    }
+
+    /// Whether the running build was cleared (or none runs): it adds nothing more.
+    fn build_done(&self) -> bool {
+        self.building.as_ref().is_none_or(|b| b.cleared)
     }
 
     /// Judges a put of bytes hashing to `content` at `rv` as
@@ -169,7 +179,10 @@ impl ObjectIndex {
 
     /// Notes a change at `key` for a build that runs.
     fn touch(&mut self, key: u64) {
-        if let Some(building) = &mut self.building {
+        // A cleared build adds nothing: what it touched no longer matters.
+        if let Some(building) = &mut self.building
+            && !building.cleared
+        {
             building.touched.insert(key);
         }
     }
@@ -261,22 +274,35 @@ impl Store {
     /// The build's walk, once [`ObjectIndex::begin_build`] noted where changes start to count.
     fn index_walk(&self) {
         let started = Instant::now();
-        let mut index_file = |rel: &str| {
+        let hasher = self.index().hasher();
+        // Set once the index was cleared (a collection deleted whole, a 404 list at boot):
+        // the build would add nothing more, so it reads nothing more.
+        let mut done = false;
+        let mut index_file = |rel: &str, expect: Option<&Expect<'_>>| {
+            if done {
+                return;
+            }
             self.yield_to_readers();
-            if let Ok(Some(bytes)) = read_object(&self.root.join(rel)) {
+            if let Ok(Some(bytes)) = read_object(&self.root.join(rel))
+                // A file the hub would not serve as its path's object (a ghost) is no entry:
+                // it must not decide a put or a version.
+                && expect.is_none_or(|expect| check_object(&bytes, expect).is_ok())
+            {
+                // Hashed and parsed before the lock: the writer's puts wait on it.
+                let entry = entry_with(&bytes, hash_with(&hasher, &bytes));
+                let key = hash_with(&hasher, rel.as_bytes());
                 // Between the read and the entry: where a change made meanwhile would race.
                 if let Some(pause) = self.options.index_pause {
                     std::thread::sleep(pause);
                 }
                 let mut index = self.index();
-                let entry = index.entry_of(&bytes);
-                let key = index.path_hash(rel);
                 index.built(key, entry);
+                done = index.build_done();
             }
         };
         for (name, is_dir) in safe_entries(&self.root) {
             if !is_dir {
-                index_file(&name);
+                index_file(&name, None);
                 continue;
             }
             for_each_kind_dir(&self.root.join(&name), &name, &mut |kind_rel, kind_dir| {
@@ -381,14 +407,16 @@ pub(super) fn for_each_kind_dir(dir: &Path, rel: &str, f: &mut dyn FnMut(&str, &
 }
 
 /// Calls `f` with the path below the root of every object file of one kind directory
-/// (`kind_rel` below the root, at `kind_dir`).
-fn for_each_object(kind_rel: &str, kind_dir: &Path, f: &mut dyn FnMut(&str)) {
+/// (`kind_rel` below the root, at `kind_dir`), and what the file must hold to be served.
+fn for_each_object(kind_rel: &str, kind_dir: &Path, f: &mut dyn FnMut(&str, Option<&Expect<'_>>)) {
+    // Below the component's directory, as `Expect` takes it.
+    let kind = kind_rel.split_once('/').map_or(kind_rel, |(_, kind)| kind);
     let mut path = String::new();
     for (entry, is_dir) in safe_entries(kind_dir) {
         path.clear();
         path.extend([kind_rel, "/", entry.as_str()]);
         if !is_dir {
-            f(&path);
+            f(&path, Some(&Expect::for_kind_dir(kind, None, &entry)));
             continue;
         }
         let namespace_len = path.len();
@@ -396,7 +424,10 @@ fn for_each_object(kind_rel: &str, kind_dir: &Path, f: &mut dyn FnMut(&str)) {
             if !is_dir {
                 path.truncate(namespace_len);
                 path.extend(["/", object.as_str()]);
-                f(&path);
+                f(
+                    &path,
+                    Some(&Expect::for_kind_dir(kind, Some(&entry), &object)),
+                );
             }
         }
     }
@@ -412,6 +443,13 @@ pub(super) fn safe_entries(dir: &Path) -> impl Iterator<Item = (String, bool)> {
         let is_dir = kind.is_dir();
         ((is_dir || kind.is_file()) && is_safe_segment(&name)).then_some((name, is_dir))
     })
+}
+
+/// The hash of `bytes` under the index's key.
+fn hash_with(hasher: &RandomState, bytes: &[u8]) -> u64 {
+    let mut h = hasher.build_hasher();
+    h.write(bytes);
+    h.finish()
 }
 
 /// The entry of `bytes` whose hash is `content`.

@@ -238,7 +238,7 @@ impl Store {
     /// is cached still answers).
     #[allow(
         dead_code,
-        reason = "tests; the hub opens with the index in the background (`open_with`)"
+        reason = "tests; the hub and `cache import` open with `open_with` (the hub builds the index in the background, an import needs none)"
     )]
     pub(crate) fn open(root: &Path) -> Result<(Store, RecoveryReport), StoreError> {
         Store::open_with(root, StoreOptions::default())
@@ -354,7 +354,7 @@ impl Store {
         if !all_real_dirs(&dirs)? {
             return Ok(None);
         }
-        let Some(bytes) = read_object(&dirs[dirs.len() - 1].join(&key.name))? else {
+        let Some(bytes) = read_own(&dirs[dirs.len() - 1].join(&key.name), key)? else {
             return Ok(None);
         };
         // Reached only when the index holds no entry: nothing to check the bytes against.
@@ -445,7 +445,7 @@ impl Store {
         let target = dirs[dirs.len() - 1].join(&key.name);
         if known == Known::Unknown {
             let existing = if all_real_dirs(&dirs)? {
-                read_object(&target)?
+                read_own(&target, key)?
             } else {
                 None
             };
@@ -509,7 +509,7 @@ impl Store {
         if let Some(rv) = rv {
             // Unreadable: not known to be newer, so the deletion goes ahead.
             if real
-                && let Ok(Some(stored)) = read_object(&path)
+                && let Ok(Some(stored)) = read_own(&path, key)
                 && stored_rv(&stored).is_some_and(|s| rv_newer(&s, rv))
             {
                 return Ok(false);
@@ -674,6 +674,15 @@ impl Store {
         }
         sync_dir(parent_of(target))
     }
+}
+
+/// The file at `path`, `key`'s, as a put, a delete or a version reads it: `None` when it is
+/// missing or fails the object check (a ghost naming another object, a leftover that is no
+/// object). What the hub would not serve as `key` decides nothing about it; a put replaces
+/// it. Not counted as refused: only what is served is.
+fn read_own(path: &Path, key: &ObjectKey) -> Result<Option<Vec<u8>>, StoreError> {
+    let bytes = read_object(path)?;
+    Ok(bytes.filter(|bytes| check::check_object(bytes, &check::Expect::for_key(key)).is_ok()))
 }
 
 /// `Some` outcome when a put must not write: same bytes, or a newer stored version. A

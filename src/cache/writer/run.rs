@@ -525,9 +525,9 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
     }
     let CacheTarget::List {
         collection,
+        namespace,
         selectors,
         paged,
-        ..
     } = target
     else {
         return;
@@ -548,7 +548,9 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
     match committed {
         Ok(report) => {
             note(synced, collection, word, noted);
-            if whole {
+            // Only a list of the whole collection says it is complete again: one of a
+            // namespace or a selector says nothing of the objects outside it.
+            if whole && namespace.is_none() && selectors.is_everything() {
                 relisted(store, collection);
             }
             if report.written > 0 {
@@ -587,8 +589,8 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
     }
 }
 
-/// A whole list of `collection` was committed: a relist mark on it (`cache/relist.rs`) is
-/// done with.
+/// A whole list of all of `collection` (no namespace, no selector) was committed: a relist
+/// mark on it (`cache/relist.rs`) is done with.
 fn relisted(store: &Store, collection: &CollectionKey) {
     match store.clear_relist(collection) {
         Ok(true) => log::info!(

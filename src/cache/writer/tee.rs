@@ -241,6 +241,20 @@ pub(crate) fn channel(messages: usize, budget: usize) -> (CacheTx, CacheRx) {
     )
 }
 
+/// The scope a watch's refill lists (its namespace and selectors, never its
+/// resourceVersion), as the relist marks' thrash guard tells scopes apart.
+fn scope_of(refill: &Refill) -> String {
+    let request = &refill.request;
+    let namespace = match &request.target {
+        crate::request::Target::Resource(path) => path.namespace.as_deref(),
+        crate::request::Target::NonResource(_) => None,
+    };
+    format!(
+        "{:?} {:?} {:?}",
+        namespace, request.query.label_selector, request.query.field_selector
+    )
+}
+
 /// Bytes a list or get session gathers before handing them to the writer: fewer, larger
 /// messages. Watch sessions send each read at once, so an event is on disk promptly.
 const COALESCE: usize = 32 * 1024;
@@ -277,7 +291,7 @@ impl CacheTx {
         });
         if let (CacheTarget::Watch { collection }, Some(relist), Some(r), 200) =
             (&target, &self.relist, &refill, status)
-            && let Some(reason) = relist.refill_due(collection, Instant::now())
+            && let Some(due) = relist.refill_due(collection, &scope_of(&r.refill), Instant::now())
         {
             // Its own place in the ledger, after the watch's: the watch's end, whole, must
             // not count as the relist.
@@ -286,13 +300,16 @@ impl CacheTx {
                 "cache: {}/{} is marked for a relist ({}): {}",
                 collection.component,
                 collection.dir_name(),
-                reason.as_str(),
+                due.reason.as_str(),
                 if handed {
-                    "its watch began, the refill lists it"
+                    "its watch began, the refill lists its scope"
                 } else {
-                    "the refill queue is full; the next watch after 10 min lists it"
+                    "the refill queue is full; the next watch lists it"
                 }
             );
+            if handed {
+                relist.handed(due, Instant::now());
+            }
         }
         self.start(target, status, gzip, Pace::NeverWait, refill, Word::Cloud)
     }

@@ -53,8 +53,10 @@ pub(crate) struct ExportReport {
 /// Why an export failed.
 #[derive(Debug)]
 pub(crate) enum ExportError {
-    /// Reading the cache or writing the archive failed.
+    /// Writing the archive failed.
     Io(io::Error),
+    /// Reading the cache failed (permission, I/O).
+    Store(StoreError),
     /// A file changed while the export ran (a running hub wrote it).
     Changed(String),
 }
@@ -63,6 +65,7 @@ impl std::fmt::Display for ExportError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ExportError::Io(e) => write!(f, "{e}"),
+            ExportError::Store(e) => write!(f, "{e}"),
             ExportError::Changed(path) => write!(
                 f,
                 "{path} changed while it was being exported (the hub is writing): run the export again"
@@ -105,10 +108,10 @@ pub(crate) fn export<W: Write>(
         writer.dir(dir).map_err(ExportError::Io)?;
     }
     for file in &files {
-        let bytes = match read_bounded(&file.disk) {
-            Ok(Some(bytes)) if bytes.len() as u64 == file.len => bytes,
+        let bytes = match check::read_bounded(&file.disk) {
+            Ok(FileRead::Bytes(bytes)) if bytes.len() as u64 == file.len => bytes,
             Ok(_) => return Err(ExportError::Changed(file.path.to_string())),
-            Err(e) => return Err(ExportError::Io(e)),
+            Err(e) => return Err(ExportError::Store(e)),
         };
         writer.file(&file.path, &bytes).map_err(ExportError::Io)?;
     }
@@ -236,12 +239,10 @@ fn plan_file(
     report: &mut ExportReport,
 ) {
     let disk = cache.join(rel);
-    let bytes = match read_bounded(&disk) {
-        Ok(Some(bytes)) => bytes,
-        Ok(None) => {
-            report.left_out.push(format!(
-                "{rel}: not a regular file, or larger than the cache's largest"
-            ));
+    let bytes = match check::read_bounded(&disk) {
+        Ok(FileRead::Bytes(bytes)) => bytes,
+        Ok(other) => {
+            report.left_out.push(format!("{rel}: {}", not_read(&other)));
             return;
         }
         Err(e) => {
@@ -267,8 +268,8 @@ fn plan_file(
 /// a `-current.pem` symlink goes as a file of its target's bytes (a pair copied in by hand
 /// is one the hub reads), other symlinks are left out.
 fn plan_root(root: &Path, files: &mut Vec<Planned>, report: &mut ExportReport) {
-    let mut plan = |rel: String, disk: PathBuf| match read_bounded(&disk) {
-        Ok(Some(bytes)) => {
+    let mut plan = |rel: String, disk: PathBuf| match check::read_bounded(&disk) {
+        Ok(FileRead::Bytes(bytes)) => {
             report.credentials += 1;
             files.push(Planned {
                 path: ArchivePath::root(rel),
@@ -276,9 +277,9 @@ fn plan_root(root: &Path, files: &mut Vec<Planned>, report: &mut ExportReport) {
                 len: bytes.len() as u64,
             });
         }
-        Ok(None) => report
+        Ok(other) => report
             .left_out
-            .push(format!("root/{rel}: not a regular file")),
+            .push(format!("root/{rel}: {}", not_read(&other))),
         Err(e) => report.left_out.push(format!("root/{rel}: {e}")),
     };
     for name in ["yurthub.conf", "bootstrap-hub.conf"] {
@@ -319,13 +320,15 @@ fn plan_root(root: &Path, files: &mut Vec<Planned>, report: &mut ExportReport) {
     }
 }
 
-/// A regular file's bytes through the store's bounded read; `None` when it is not a regular
-/// file or is larger than the store's largest file (never read then).
-fn read_bounded(path: &Path) -> io::Result<Option<Vec<u8>>> {
-    match check::read_bounded(path) {
-        Ok(FileRead::Bytes(bytes)) => Ok(Some(bytes)),
-        Ok(_) => Ok(None),
-        Err(StoreError::Io { source, .. }) => Err(source),
-        Err(e) => Err(io::Error::other(e.to_string())),
+/// Why the store's bounded read gave no bytes, as the left-out list says it.
+fn not_read(read: &FileRead) -> String {
+    match read {
+        FileRead::Bytes(_) => "read".to_owned(),
+        FileRead::Missing => "gone".to_owned(),
+        FileRead::Symlink => "a symlink, never followed".to_owned(),
+        FileRead::NotFile => "not a regular file".to_owned(),
+        FileRead::TooLarge { size } => {
+            format!("{size} bytes, larger than the cache's largest file")
+        }
     }
 }

@@ -8,13 +8,17 @@
 //!    names the path it is at). Credentials are skipped unless asked for. The archive's end
 //!    is checked (counts, gzip trailer) before anything is installed; any refusal or failure
 //!    (a full disk) removes what was staged, and the cache is as it was.
-//! 3. `syncfs`, then one journal (`journal.rs`): with `replace`, the current top-level
-//!    entries moved into `.quarantine/<UTC time>-replaced/` (never deleted), then each staged
-//!    top-level entry moved into the root. The journal's rename is the commit point: a crash
-//!    before it leaves the old cache (recovery clears `.staging`), after it the new one
-//!    (recovery rolls it forward).
-//! 4. The identity's files, with credentials, written under `--root-dir` one by one, each
-//!    atomically.
+//! 3. The identity's files, with credentials, written under `--root-dir` one by one, each
+//!    atomically, before the commit point: the next open clears `.staging`, so after the
+//!    commit point they could no longer be copied from it. A crash or a full disk here
+//!    leaves the old cache (and some identity files new); running the import again writes
+//!    them all again.
+//! 4. `syncfs`, then one journal (`journal.rs`): with `replace`, the current top-level
+//!    entries moved into a quarantine directory of this import's own (`.quarantine/<UTC
+//!    time>`, or `<time>-1`, … as a repair's; made fresh, so no `move` into it finds its
+//!    target taken), then each staged top-level entry moved into the root. The journal's
+//!    rename is the commit point: a crash before it leaves the old cache (recovery clears
+//!    `.staging`), after it the new one (recovery rolls it forward).
 //!
 //! `.synced` is kept, each time clamped to the export's time (and to now): ages then say how
 //! old the cloud's word is, never "fresh at import".
@@ -30,6 +34,7 @@ use serde_json::Value;
 use super::super::error::{StoreError, StoreOp, io_err};
 use super::super::fs::{make_dir, parent_of, real_dir, sync_dir, sync_filesystem, write_new_file};
 use super::super::journal::{CommitStep, JOURNAL_PREFIX, JournalWriter, RECORD_FILES};
+use super::super::quarantine::Quarantine;
 use super::super::{STAGING, Store, next_id};
 use super::{
     ArchiveError, ArchivePath, ArchiveReader, Entry, Place, check_cache_dir, check_cache_file,
@@ -53,6 +58,8 @@ pub(crate) struct ImportOptions<'a> {
     pub root_dir: &'a Path,
     /// Unix seconds now.
     pub now: i64,
+    /// `--cache-max-bytes`: an archive whose files hold more bytes is refused (0: no bound).
+    pub max_bytes: u64,
 }
 
 /// What an import did.
@@ -97,6 +104,13 @@ pub(crate) enum ImportError {
     },
     /// The cache holds these components and `replace` was not given.
     NotEmpty(Vec<String>),
+    /// The archive's files hold more bytes than `--cache-max-bytes`.
+    TooLarge {
+        /// The manifest's bytes.
+        bytes: u64,
+        /// The bound.
+        bound: u64,
+    },
     /// The cache could not be written (a full disk, an I/O error); nothing changed unless
     /// the commit point was passed.
     Store(StoreError),
@@ -123,6 +137,10 @@ impl fmt::Display for ImportError {
                 f,
                 "the cache already holds {} (--replace moves it into .quarantine/ first)",
                 components.join(", ")
+            ),
+            ImportError::TooLarge { bytes, bound } => write!(
+                f,
+                "the archive's files hold {bytes} bytes, more than --cache-max-bytes={bound}"
             ),
             ImportError::Store(e) => write!(f, "{e}"),
         }
@@ -160,6 +178,12 @@ impl Store {
             return Err(ImportError::OtherNode {
                 archive: manifest.node_name,
                 node: opts.node_name.to_owned(),
+            });
+        }
+        if opts.max_bytes != 0 && manifest.bytes > opts.max_bytes {
+            return Err(ImportError::TooLarge {
+                bytes: manifest.bytes,
+                bound: opts.max_bytes,
             });
         }
         let components = self.top_level_components()?;
@@ -306,13 +330,16 @@ impl Store {
         } else {
             Vec::new()
         };
-        let quarantine = format!(".quarantine/{}-replaced", stamp(opts.now));
+        let mut quarantine = String::new();
         if !replaced.is_empty() {
-            make_dir(&self.root.join(".quarantine"))?;
-            make_dir(&self.root.join(&quarantine))?;
-            sync_dir(&self.root)?;
+            quarantine = self.replace_into(&replaced, opts)?;
             report.replaced_into = Some(quarantine.clone());
             report.replaced = replaced.clone();
+        }
+        // Before the commit point: after it, the next open may clear the staged copies.
+        let stage = self.root.join(stage_rel).join("root");
+        for rel in &staged.root_files {
+            install_root_file(&stage.join(rel), &opts.root_dir.join(rel))?;
         }
         let id = next_id();
         let journal_temp = self.staging.join(format!("j.{id}"));
@@ -349,11 +376,34 @@ impl Store {
             sync_dir(&self.root)?;
             self.checkpoint(CommitStep::JournalRemoved)?;
         }
-        let stage = self.root.join(stage_rel).join("root");
-        for rel in &staged.root_files {
-            install_root_file(&stage.join(rel), &opts.root_dir.join(rel))?;
-        }
         Ok(report)
+    }
+
+    /// Makes this import's own quarantine directory, as a repair makes its own (never one
+    /// an earlier run made, even in the same second), with a summary of what goes into it;
+    /// returns it below the root (`.quarantine/<time>`).
+    fn replace_into(
+        &self,
+        replaced: &[String],
+        opts: &ImportOptions<'_>,
+    ) -> Result<String, StoreError> {
+        let now = std::time::UNIX_EPOCH
+            + std::time::Duration::from_secs(u64::try_from(opts.now).unwrap_or(0));
+        let mut quarantine = Quarantine::new(&self.root, now);
+        let summary = serde_json::json!({
+            "import": { "at": crate::logging::rfc3339(opts.now) },
+            "replaced": replaced,
+        });
+        // Serializing a `Value` of strings cannot fail.
+        let bytes = serde_json::to_vec_pretty(&summary).unwrap_or_default();
+        quarantine.write_report(&bytes)?;
+        let rel = quarantine.rel_dir().ok_or_else(|| {
+            // `write_report` made the directory: it has a name.
+            io_err(StoreOp::CreateDir, &self.root)(std::io::Error::other(
+                "the quarantine directory has no name",
+            ))
+        })?;
+        Ok(rel)
     }
 
     /// What a replacing import moves aside: every component directory, document and record
@@ -444,11 +494,6 @@ fn clamp_synced(bytes: &[u8], clamp: i64) -> Vec<u8> {
         }
     }
     serde_json::to_vec(&doc).unwrap_or_else(|_| bytes.to_vec())
-}
-
-/// `yyyymmddThhmmssZ`, the quarantine's folder names.
-fn stamp(now: i64) -> String {
-    crate::logging::rfc3339(now).replace(['-', ':'], "")
 }
 
 /// Copies a staged identity file to `--root-dir`, atomically, making `pki/` if needed.

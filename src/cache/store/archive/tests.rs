@@ -238,6 +238,17 @@ fn sizes_counts_and_framing_are_checked() {
         "{e}"
     );
 
+    // Directories are bounded by what the files can need, plus spare ones: an archive of
+    // nothing but directory entries is refused before it exhausts the inodes.
+    let dirs = |n: usize| -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| raw(&format!("cache/kubelet/d{i}/"), b'5', b"", &[]))
+            .collect()
+    };
+    assert!(read_all(&gzip(&tar(0, 0, &dirs(100)))).is_ok());
+    let e = read_all(&gzip(&tar(0, 0, &dirs(5000)))).unwrap_err();
+    assert!(e.to_string().contains("directories"), "{e}");
+
     // A manifest lying about its counts, either way.
     let entry = raw("cache/version", b'0', b"{}", &[]);
     assert!(read_all(&gzip(&tar(1, 2, std::slice::from_ref(&entry)))).is_ok());
@@ -353,6 +364,7 @@ fn import_opts(root_dir: &Path) -> ImportOptions<'_> {
         with_credentials: false,
         root_dir,
         now: 1_765_000_100,
+        max_bytes: 0,
     }
 }
 
@@ -452,6 +464,14 @@ fn refusals_leave_the_cache_as_it_was() {
     assert!(matches!(e, ImportError::NotEmpty(_)), "{e}");
     let mut replace = import_opts(&dir.0);
     replace.replace = true;
+    // More bytes than the bound.
+    let mut bounded = replace.clone();
+    bounded.max_bytes = 10;
+    let e = store.import(&archive[..], &bounded).unwrap_err();
+    assert!(
+        matches!(e, ImportError::TooLarge { bound: 10, .. }) && e.is_refusal(),
+        "{e}"
+    );
     let e = store
         .import(&archive[..archive.len() - 9], &replace)
         .unwrap_err();
@@ -501,10 +521,70 @@ fn refusals_leave_the_cache_as_it_was() {
 }
 
 #[test]
+fn two_replacing_imports_in_one_second_each_replace() {
+    let dir = TempDir::new("archive-twice");
+    let source = source_cache(&dir);
+    let (first, _) = export_of(&source, false);
+    let (store, _) = Store::open(&source).unwrap();
+    put_pod(&store, "default", "web-1", 7);
+    drop(store);
+    let (second, _) = export_of(&source, false);
+
+    let target = dir.0.join("target");
+    let (store, _) = Store::open(&target).unwrap();
+    put_pod(&store, "default", "old", 1);
+    let mut replace = import_opts(&dir.0);
+    replace.replace = true;
+    let one = store.import(&first[..], &replace).unwrap();
+    assert!(!target.join("kubelet/pods.v1.core/default/web-1").exists());
+    // The same second: the second import must not find its quarantine taken.
+    let two = store.import(&second[..], &replace).unwrap();
+    assert!(
+        target.join("kubelet/pods.v1.core/default/web-1").is_file(),
+        "the second import changed nothing: {two:?}"
+    );
+    let (one, two) = (one.replaced_into.unwrap(), two.replaced_into.unwrap());
+    assert_ne!(one, two);
+    assert!(
+        target
+            .join(&one)
+            .join("kubelet/pods.v1.core/default/old")
+            .is_file()
+    );
+    assert!(
+        target
+            .join(&two)
+            .join("kubelet/pods.v1.core/default/web-0")
+            .is_file()
+    );
+    assert!(
+        !target
+            .join(&two)
+            .join("kubelet/pods.v1.core/default/web-1")
+            .exists()
+    );
+    assert_eq!(fs::read_dir(target.join(".staging")).unwrap().count(), 0);
+}
+
+#[test]
 fn a_crash_anywhere_in_an_import_leaves_the_cache_wholly_old_or_new() {
     let dir = TempDir::new("archive-crash");
     let source = source_cache(&dir);
     let (archive, _) = export_of(&source, false);
+    // With credentials, the identity's files too: whenever the new cache is there, so are
+    // they.
+    let identity = dir.0.join("identity");
+    fs::create_dir_all(identity.join("pki")).unwrap();
+    fs::write(identity.join("yurthub.conf"), b"kubeconfig").unwrap();
+    fs::write(identity.join("pki/ca.crt"), b"ca").unwrap();
+    let with_identity = ExportOptions {
+        cache: &source,
+        root_dir: &identity,
+        node_name: "edge-1",
+        with_credentials: true,
+        now: 1_765_000_000,
+    };
+    let (credentials, _) = export(&with_identity, Vec::new()).unwrap();
     let mut steps = vec![
         CommitStep::Staged,
         CommitStep::JournalWritten,
@@ -516,8 +596,13 @@ fn a_crash_anywhere_in_an_import_leaves_the_cache_wholly_old_or_new() {
     ];
     // Four operations: the old kubelet aside; kubelet, `.synced` and `version` in.
     steps.extend((0..4).map(CommitStep::Applied));
-    for step in steps {
-        let target = dir.0.join(format!("target-{step:?}"));
+    let cases = steps
+        .iter()
+        .map(|step| (*step, false))
+        .chain(steps.iter().map(|step| (*step, true)));
+    for (step, with_credentials) in cases {
+        let target = dir.0.join(format!("target-{step:?}-{with_credentials}"));
+        let new_root = dir.0.join(format!("root-{step:?}-{with_credentials}"));
         let (store, _) = Store::open(&target).unwrap();
         put_pod(&store, "default", "old", 1);
         drop(store);
@@ -527,9 +612,15 @@ fn a_crash_anywhere_in_an_import_leaves_the_cache_wholly_old_or_new() {
             ..StoreOptions::default()
         };
         let (store, _) = Store::open_with(&target, options).unwrap();
-        let mut replace = import_opts(&dir.0);
+        let mut replace = import_opts(&new_root);
         replace.replace = true;
-        let e = store.import(&archive[..], &replace).unwrap_err();
+        replace.with_credentials = with_credentials;
+        let bytes = if with_credentials {
+            &credentials
+        } else {
+            &archive
+        };
+        let e = store.import(&bytes[..], &replace).unwrap_err();
         assert!(
             matches!(e, ImportError::Store(StoreError::InjectedCrash)),
             "{step:?}: {e}"
@@ -545,6 +636,15 @@ fn a_crash_anywhere_in_an_import_leaves_the_cache_wholly_old_or_new() {
                 "{step:?}"
             );
             assert!(target.join("version").exists(), "{step:?}: {after:?}");
+            if with_credentials {
+                assert!(target.join(".grants").is_file(), "{step:?}");
+                assert_eq!(
+                    fs::read(new_root.join("yurthub.conf")).ok().as_deref(),
+                    Some(&b"kubeconfig"[..]),
+                    "{step:?}: the new cache without its identity"
+                );
+                assert!(new_root.join("pki/ca.crt").is_file(), "{step:?}");
+            }
         } else {
             after.retain(|p, _| !p.starts_with(".quarantine"));
             assert_eq!(after, old, "{step:?}");

@@ -160,3 +160,43 @@ fn only_regular_files_within_the_bound_are_read() {
     let refusal = Refusal::TooLarge { size: 2 << 30 };
     assert_eq!(refusal.code(), "too-large");
 }
+
+#[test]
+fn a_ghost_file_decides_no_put_version_or_delete() {
+    // A file at `a/web` that names another object, with a newer resourceVersion than the
+    // real `web` that the cloud sends next.
+    let ghost = object(Some("a"), "other", 999, "ghost");
+    let web = key(&pods(), Some("a"), "web");
+    for background in [false, true] {
+        let dir = TempDir::new("check-ghost-put");
+        {
+            let store = open(&dir);
+            put(&store, &pods(), Some("a"), "keep", 1, "x");
+        }
+        let path = dir.root().join("kubelet/pods.v1.core/a/web");
+        fs::write(&path, &ghost).unwrap();
+        // Built at open (the index's path), or not at all (the disk's).
+        let options = StoreOptions {
+            background_index: background,
+            ..StoreOptions::default()
+        };
+        let (store, _) = Store::open_with(&dir.root(), options).unwrap();
+        assert_eq!(store.version_of(&web).unwrap(), None, "{background}");
+        // A DELETED at rv 6: the ghost's 999 does not make it "newer, kept".
+        fs::write(&path, &ghost).unwrap();
+        assert!(store.delete(&web, Some("6")).unwrap(), "{background}");
+        fs::write(&path, &ghost).unwrap();
+        assert_eq!(
+            put(&store, &pods(), Some("a"), "web", 7, "real"),
+            PutOutcome::Written {
+                bytes: object(Some("a"), "web", 7, "real").len() as u64
+            },
+            "{background}"
+        );
+        assert_eq!(store.version_of(&web).unwrap(), Some(7));
+        assert_eq!(
+            get(&store, &pods(), Some("a"), "web"),
+            Some(object(Some("a"), "web", 7, "real"))
+        );
+    }
+}

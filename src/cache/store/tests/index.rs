@@ -229,7 +229,11 @@ fn version_of_from_the_index_and_from_disk() {
     // A collection deleted whole clears the index: the file answers from then on.
     assert!(store.delete_collection(&nodes()).unwrap());
     assert_eq!(store.version_of(&web).unwrap(), Some(9));
-    fs::write(web_path(&dir), br#"{"metadata":{"name":"web"}}"#).unwrap();
+    fs::write(
+        web_path(&dir),
+        br#"{"metadata":{"name":"web","namespace":"a"}}"#,
+    )
+    .unwrap();
     assert_eq!(store.version_of(&web).unwrap(), Some(0));
     fs::remove_file(web_path(&dir)).unwrap();
     assert_eq!(store.version_of(&web).unwrap(), None);
@@ -334,4 +338,38 @@ fn puts_and_deletes_during_a_background_build_leave_no_stale_entry() {
         }
     }
     assert!(indexed >= N - changed, "{indexed} indexed");
+}
+
+#[test]
+fn a_build_cleared_meanwhile_stops_reading() {
+    let dir = TempDir::new("index-cleared");
+    const N: usize = 200;
+    {
+        let store = open(&dir);
+        for i in 0..N {
+            put(&store, &nodes(), None, &format!("n{i:03}"), 5, "old");
+        }
+        put(&store, &pods(), Some("a"), "web", 5, "old");
+    }
+    // 200 files at 10 ms each: two seconds of build, unless it stops.
+    let options = StoreOptions {
+        background_index: true,
+        index_pause: Some(Duration::from_millis(10)),
+        ..StoreOptions::default()
+    };
+    let store = std::sync::Arc::new(Store::open_with(&dir.root(), options).unwrap().0);
+    store.start_index();
+    // A 404 list at boot: a collection goes whole, the index is cleared; the nodes' files
+    // are still there to read, for a build that went on.
+    assert!(store.delete_collection(&pods()).unwrap());
+    let cleared = std::time::Instant::now();
+    while store.index_building() && cleared.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        cleared.elapsed() < Duration::from_millis(1000),
+        "the build read on for {:?} after it was cleared",
+        cleared.elapsed()
+    );
+    assert_eq!(store.index().len(), 0);
 }
