@@ -30,12 +30,8 @@ fn export_to(args: &CacheArgs) -> u8 {
         return super::USAGE;
     };
     let cache = &args.disk_cache_path;
-    if let Some(code) = super::refuse_unless_cache(cache) {
+    if let Err(code) = super::read_only_start(cache) {
         return code;
-    }
-    match super::probe_hub(cache) {
-        Ok(hub) => eprintln!("{}", hub.line()),
-        Err(code) => return code,
     }
     let opts = ExportOptions {
         cache,

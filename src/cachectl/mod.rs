@@ -119,7 +119,7 @@ pub(crate) fn read_only_start(root: &Path) -> Result<HubState, u8> {
 
 /// Probes the cache's lock and lets it go at once (a read-only command): never holds it,
 /// never writes the note.
-pub(crate) fn probe_hub(root: &Path) -> Result<HubState, u8> {
+fn probe_hub(root: &Path) -> Result<HubState, u8> {
     match DirLock::probe(root, None) {
         Ok(Probe::Free(lock)) => {
             drop(lock);

@@ -548,9 +548,11 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
     match committed {
         Ok(report) => {
             note(synced, collection, word, noted);
-            // Only a list of the whole collection says it is complete again: one of a
-            // namespace or a selector says nothing of the objects outside it.
-            if whole && namespace.is_none() && selectors.is_everything() {
+            // A list across namespaces says the collection is complete again: a component
+            // reads its collection through one such scope (kubelet's pods by
+            // `spec.nodeName`), so its selector is the collection's. A namespace's list
+            // says nothing of the other namespaces' objects.
+            if whole && namespace.is_none() {
                 relisted(store, collection);
             }
             if report.written > 0 {
@@ -589,8 +591,8 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
     }
 }
 
-/// A whole list of all of `collection` (no namespace, no selector) was committed: a relist
-/// mark on it (`cache/relist.rs`) is done with.
+/// A whole list of `collection` across namespaces was committed: a relist mark on it
+/// (`cache/relist.rs`) is done with.
 fn relisted(store: &Store, collection: &CollectionKey) {
     match store.clear_relist(collection) {
         Ok(true) => log::info!(
