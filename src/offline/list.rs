@@ -6,11 +6,9 @@
 //! reports them, after the selectors chose it by the cloud's object. The same iteration
 //! gives a held watch of those kinds its objects, one at a time (`Offline::watched_objects`).
 
-use std::borrow::Cow;
-
 use super::{Answered, Offline, not_cached, qualified};
 use crate::cache::key::{CollectionKey, METADATA_KIND, View, rv_newer};
-use crate::cache::object::ObjectHead;
+
 use crate::cache::store::{ObjectIter, Store, StoreError, StoredObject};
 use crate::overlay::{EndpointKind, Snapshot};
 use crate::request::{self, ApiRequest, DiscoveryForm, ResourcePath};
@@ -289,7 +287,7 @@ impl Iterator for Selected<'_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            let object = match self.iter.as_mut()?.next()? {
+            let mut object = match self.iter.as_mut()?.next()? {
                 Ok(object) => object,
                 Err(e) => {
                     self.skipped.unreadable(e);
@@ -299,7 +297,7 @@ impl Iterator for Selected<'_> {
             if self.name.is_some_and(|name| name != object.name) {
                 continue;
             }
-            let Some(head) = parse_head(&object.bytes, self.selectors) else {
+            let Some(head) = parse_head(&mut object, self.selectors) else {
                 self.skipped
                     .damaged(object.namespace.as_deref(), &object.name);
                 continue;
@@ -533,20 +531,21 @@ struct ListHead {
     resource_version: Option<String>,
 }
 
-/// Parses what the list needs; selectors need the whole object, plain lists only the head.
-fn parse_head(bytes: &[u8], selectors: &crate::selector::Selectors) -> Option<ListHead> {
+/// What the list needs of `object`; selectors need the whole object, plain lists only the
+/// head, which the store's check read already (`StoredObject::head`).
+fn parse_head(
+    object: &mut StoredObject,
+    selectors: &crate::selector::Selectors,
+) -> Option<ListHead> {
     if selectors.is_everything() {
-        let head = ObjectHead::parse(bytes)?;
+        let head = object.head.take()?;
         return Some(ListHead {
             selected: true,
-            kind: head.kind.map(Cow::into_owned),
-            resource_version: head
-                .metadata
-                .and_then(|m| m.resource_version)
-                .map(Cow::into_owned),
+            kind: head.kind,
+            resource_version: head.resource_version,
         });
     }
-    let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let value: serde_json::Value = serde_json::from_slice(&object.bytes).ok()?;
     if !value.is_object() {
         return None;
     }

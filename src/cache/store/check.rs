@@ -186,6 +186,15 @@ impl fmt::Display for Refusal {
 /// ([`ObjectHead`]): a JSON object, named `expect.name`, in `expect.namespace` (absent or
 /// empty for none), and of `expect.api_version` when both say one.
 pub(crate) fn check_object(bytes: &[u8], expect: &Expect<'_>) -> Result<(), Refusal> {
+    checked_head(bytes, expect).map(drop)
+}
+
+/// [`check_object`], handing back the head it read, so that a reader needing the head
+/// (an offline list: kind and resourceVersion) parses the file once.
+pub(crate) fn checked_head<'b>(
+    bytes: &'b [u8],
+    expect: &Expect<'_>,
+) -> Result<ObjectHead<'b>, Refusal> {
     if bytes.len() as u64 > MAX_FILE {
         return Err(Refusal::TooLarge {
             size: bytes.len() as u64,
@@ -225,7 +234,7 @@ pub(crate) fn check_object(bytes: &[u8], expect: &Expect<'_>) -> Result<(), Refu
             why: format!("holds apiVersion {found:?}, not {wanted:?}"),
         });
     }
-    Ok(())
+    Ok(head)
 }
 
 /// What [`read_bounded`] found at a path.

@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 
 #[cfg(doc)]
 use super::Store;
-use super::StoredObject;
 use super::check::{self, Expect};
 use super::error::{StoreError, StoreOp, io_err};
 use super::fs::real_dir;
 use super::index::Reading;
+use super::{StoredHead, StoredObject};
 use crate::names::is_safe_segment;
 
 /// The objects of one collection, read lazily; see [`Store::list`].
@@ -45,7 +45,20 @@ impl Iterator for ObjectIter {
                 name: &name,
                 api_version: Some(Cow::Borrowed(&self.api_version)),
             };
-            match check::read_checked(&path, &expect) {
+            // The check parses the head: what a list needs of it is kept, not parsed again.
+            let mut head = None;
+            let read = check::read_judged(&path, |bytes| {
+                let found = check::checked_head(bytes, &expect)?;
+                head = Some(StoredHead {
+                    kind: found.kind.map(Cow::into_owned),
+                    resource_version: found
+                        .metadata
+                        .and_then(|m| m.resource_version)
+                        .map(Cow::into_owned),
+                });
+                Ok(())
+            });
+            match read {
                 Ok(read) => {
                     let Some(bytes) = check::serve(&path, read) else {
                         continue;
@@ -54,6 +67,7 @@ impl Iterator for ObjectIter {
                         namespace,
                         name,
                         bytes,
+                        head,
                     }));
                 }
                 Err(e) => return Some(Err(e)),

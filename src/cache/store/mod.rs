@@ -183,6 +183,18 @@ pub(crate) struct StoredObject {
     pub name: String,
     /// The file's bytes, as stored (not necessarily valid JSON).
     pub bytes: Vec<u8>,
+    /// What the object check read of its head, so a list need not parse it again; `None`
+    /// when the file is no object (its reader answers it as damaged).
+    pub head: Option<StoredHead>,
+}
+
+/// The fields of a stored object's head an offline list answers with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct StoredHead {
+    /// `kind`.
+    pub kind: Option<String>,
+    /// `metadata.resourceVersion`.
+    pub resource_version: Option<String>,
 }
 
 /// How a store behaves beyond its root; production uses the default, but for the index.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::cache::store::StoredHead;
 use crate::names::Gvr;
 
 #[test]
@@ -64,17 +65,29 @@ fn skipped_files_make_one_warning_per_list() {
 
 #[test]
 fn list_heads_filter_by_selector() {
+    let stored = |bytes: &[u8], head: Option<StoredHead>| StoredObject {
+        namespace: None,
+        name: "a".into(),
+        bytes: bytes.to_vec(),
+        head,
+    };
     let pod = br#"{"kind":"Pod","metadata":{"name":"a","resourceVersion":"7","labels":{"app":"web"}},"spec":{"nodeName":"n1"}}"#;
+    let checked = Some(StoredHead {
+        kind: Some("Pod".into()),
+        resource_version: Some("7".into()),
+    });
     let web = crate::selector::Selectors::parse(Some("app=web"), Some("spec.nodeName=n1")).unwrap();
     let db = crate::selector::Selectors::parse(Some("app=db"), None).unwrap();
     let everything = crate::selector::Selectors::everything();
-    let head = parse_head(pod, &web).unwrap();
+    let head = parse_head(&mut stored(pod, None), &web).unwrap();
     assert!(head.selected);
     assert_eq!(head.resource_version.as_deref(), Some("7"));
-    assert!(!parse_head(pod, &db).unwrap().selected);
-    assert_eq!(
-        parse_head(pod, &everything).unwrap().kind.as_deref(),
-        Some("Pod")
-    );
-    assert!(parse_head(b"{not json", &everything).is_none());
+    assert!(!parse_head(&mut stored(pod, None), &db).unwrap().selected);
+    // A plain list takes the head the store's check read.
+    let plain = parse_head(&mut stored(pod, checked), &everything).unwrap();
+    assert_eq!(plain.kind.as_deref(), Some("Pod"));
+    assert_eq!(plain.resource_version.as_deref(), Some("7"));
+    // A file that is no object has no head: damaged, for either kind of list.
+    assert!(parse_head(&mut stored(b"{not json", None), &everything).is_none());
+    assert!(parse_head(&mut stored(b"{not json", None), &web).is_none());
 }

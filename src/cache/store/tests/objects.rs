@@ -176,6 +176,10 @@ fn list_is_sorted_resumable_and_scoped() {
         namespace: Some("b".into()),
         name: "web".into(),
         bytes: object(Some("b"), "web", 1, "web"),
+        head: Some(StoredHead {
+            kind: None,
+            resource_version: Some("1".into()),
+        }),
     };
     assert_eq!(first, expected);
     let node = store
