@@ -103,6 +103,18 @@ impl Protected {
         }
     }
 
+    /// Adds what `object`, one of kubelet's pods or claims about to be written, names: a pod
+    /// of this node its needs, a claim of the set its volume.
+    pub(crate) fn add_pending(&mut self, object: &Value) {
+        let node = self.node.clone();
+        let added = Protected::from_pods(&node, [object]);
+        self.secrets.extend(added.secrets);
+        self.configmaps.extend(added.configmaps);
+        self.claims.extend(added.claims);
+        self.volumes.extend(added.volumes);
+        self.bind_volumes([object]);
+    }
+
     /// Whether the set names any claim (then the bound reads the cached claims).
     pub(crate) fn has_claims(&self) -> bool {
         !self.claims.is_empty()

@@ -274,3 +274,57 @@ fn a_restart_with_a_lower_bound_shrinks_the_cache_at_once() {
     );
     kubelet_served(&hub, &paths);
 }
+
+#[test]
+fn an_evicted_collection_comes_back_only_by_a_whole_unscoped_list() {
+    let cloud = cloud(2000, 200);
+    let dir = TempDir::new("bound-refill");
+    let spec = HubSpec::for_cloud(&cloud, dir.path()).with(&["--cache-max-bytes=1Mi"]);
+    let hub = Hub::start(&spec);
+    let cache = hub.spec.cache_dir.clone();
+    assert_eq!(list(&hub, BULK, KUBE_PROXY), 200);
+    assert_eq!(list(&hub, BULK, COREDNS), 200);
+    assert!(!cache.join(PROXY_DIR).exists(), "{}", hub.logs());
+
+    // A GET, a watch's event and a namespace's list are answered, and cache nothing of the
+    // evicted collection: offline, a part of it would be served as the whole.
+    let one = format!("{}{BULK}/bulk-1", hub.url());
+    assert_eq!(get(&one, KUBE_PROXY).status, 200);
+    let watch = format!("{}{BULK}?watch=true&resourceVersion=0", hub.url());
+    let (status, body) = stream(&watch, KUBE_PROXY);
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    let mut changed = cloud.get("configmaps", "bulk", "bulk-2").unwrap();
+    changed["data"]["key"] = json!("changed");
+    cloud.update("configmaps", changed);
+    let seen = std::iter::from_fn(|| events.next_event())
+        .take(400)
+        .any(|e| e["object"]["data"]["key"] == "changed");
+    assert!(seen, "the watch saw the change\n{}", hub.logs());
+    assert_eq!(list(&hub, BULK, KUBE_PROXY), 200);
+    hub.wait_cache_quiet();
+    assert!(
+        !cache.join(PROXY_DIR).exists(),
+        "a part of an evicted collection was cached\n{}",
+        hub.logs()
+    );
+
+    // A list of every namespace refills it whole, and clears its mark.
+    assert_eq!(list(&hub, "/api/v1/configmaps", KUBE_PROXY), 200);
+    assert!(
+        cache.join(PROXY_DIR).join("bulk/bulk-199").exists(),
+        "{}",
+        hub.logs()
+    );
+    let relist = read_json(&cache.join(".relist")).unwrap_or(json!({}));
+    let marked = relist["collections"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|m| m["component"] == "kube-proxy" && m["kind"] == "configmaps.v1.core");
+    assert!(!marked, "{relist}");
+    cloud.stop();
+    assert!(hub.wait_healthy(&cloud, false, Duration::from_secs(20)));
+    let r = get(&format!("{}{BULK}", hub.url()), KUBE_PROXY);
+    assert_eq!(item_names(&r.json()).len(), 200, "{}", hub.logs());
+}

@@ -207,8 +207,9 @@ impl Store {
     }
 
     /// Counts every file under the root (sizes only): the figures [`Store::usage`] reports
-    /// from now on, kept by the write paths. Part of the index build at open.
-    pub(super) fn take_census(&self) {
+    /// from now on, kept by the write paths. At open when the index is built there; else the
+    /// writer's to call (the bound's `settle`), so no write races the walk.
+    pub(crate) fn take_census(&self) {
         let counted = census(&self.root);
         *self.usage_lock() = counted;
     }
@@ -279,8 +280,8 @@ impl Store {
         }
     }
 
-    /// `collection` is gone whole.
-    pub(super) fn drop_row(&self, collection: &CollectionKey) {
+    /// `collection` is gone whole (or was found not there).
+    pub(crate) fn drop_row(&self, collection: &CollectionKey) {
         let key = (
             collection.component.as_str().to_owned(),
             collection.dir_name(),
@@ -449,5 +450,74 @@ mod tests {
         drop(store);
         let (store, _) = Store::open(&dir.root()).unwrap();
         assert_eq!(store.usage(true).total(), kept.total());
+    }
+
+    /// In the hub the index is built on its own thread, beside the writer: the census is
+    /// not taken there (it would overwrite the writer's figures with a walk's older ones)
+    /// but by the writer once the build is over, and is exact.
+    #[test]
+    fn a_background_build_leaves_the_census_to_the_writer() {
+        let dir = TempDir::new("usage-background");
+        let pods = CollectionKey::new("kubelet", "pods", "v1", "");
+        let obj = |name: &str| {
+            format!(r#"{{"metadata":{{"name":"{name}","namespace":"a","resourceVersion":"1"}}}}"#)
+        };
+        {
+            let (store, _) = Store::open(&dir.root()).unwrap();
+            for i in 0..50 {
+                let name = format!("p{i}");
+                store
+                    .put(&key(&pods, Some("a"), &name), obj(&name).as_bytes(), None)
+                    .unwrap();
+            }
+        }
+        let options = super::super::StoreOptions {
+            background_index: true,
+            index_pause: Some(std::time::Duration::from_millis(1)),
+            ..Default::default()
+        };
+        let store = std::sync::Arc::new(Store::open_with(&dir.root(), options).unwrap().0);
+        store.start_index();
+        // The writer, meanwhile.
+        for i in 50..60 {
+            let name = format!("p{i}");
+            store
+                .put(&key(&pods, Some("a"), &name), obj(&name).as_bytes(), None)
+                .unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while store.index_building() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!store.index_building());
+        assert!(!store.usage_total().1, "the build's thread took the census");
+        store.take_census();
+        let kept = store.usage(true);
+        assert!(kept.counted);
+        assert_eq!(kept.of(&pods).files, 60);
+        assert_eq!(kept.total(), census(&dir.root()).total());
+    }
+
+    /// A collection deleted whole forgets its own index entries, not the others'.
+    #[test]
+    fn a_collection_deleted_whole_keeps_the_other_collections_index_entries() {
+        let dir = TempDir::new("usage-index");
+        let (store, _) = Store::open(&dir.root()).unwrap();
+        let pods = CollectionKey::new("kubelet", "pods", "v1", "");
+        let maps = CollectionKey::new("coredns", "configmaps", "v1", "");
+        for (c, n) in [(&pods, 3), (&maps, 5)] {
+            for i in 0..n {
+                let name = format!("o{i}");
+                let body = format!(
+                    r#"{{"metadata":{{"name":"{name}","namespace":"a","resourceVersion":"1"}}}}"#
+                );
+                store
+                    .put(&key(c, Some("a"), &name), body.as_bytes(), None)
+                    .unwrap();
+            }
+        }
+        assert_eq!(store.index().len(), 8);
+        assert!(store.delete_collection(&maps).unwrap());
+        assert_eq!(store.index().len(), 3, "kubelet's pods stay indexed");
     }
 }
