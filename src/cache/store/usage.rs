@@ -4,8 +4,9 @@
 //! `.staging` (a list being staged occupies flash too). `.quarantine` is left out: the
 //! operator's to empty.
 //!
-//! Counted once by a walk at open ([`Store::take_census`], sizes only, no file read) and
-//! kept exact from then on by the store's write paths: a put stats the file it replaces, a
+//! Counted once by a walk ([`Store::take_census`], sizes only, no file read: at open, or by
+//! the writer once the background index build is over, so that no write races the walk) and
+//! kept exact from then on by the store's write paths, with the total beside the rows: a put stats the file it replaces, a
 //! removal the file it removes, a collection deleted whole drops its row, a list committed
 //! recounts its kind directory (the journal's renames and deletions, one stat each), a token
 //! answer recounts its service account's directory. The records bucket is recounted when
@@ -69,6 +70,11 @@ pub(crate) struct Usage {
     pub records: Weight,
     /// Everything under `.staging`.
     pub staging: Weight,
+    /// [`Usage::total`], kept by every change through the store (the writer asks it at
+    /// each write: no sum over the rows then).
+    kept: u64,
+    /// A key reused to look a row up without allocating.
+    scratch: (String, String),
 }
 
 impl Usage {
@@ -93,11 +99,27 @@ impl Usage {
             Bucket::Document => &mut self.documents,
             Bucket::Collection(rel) => {
                 let (component, dir) = rel.split_once('/').unwrap_or((rel.as_str(), ""));
+                // The key spelled into a reused one: no allocation when the row exists, as
+                // it does for every object but a kind's first.
+                let (c, d) = &mut self.scratch;
+                c.clear();
+                c.push_str(component);
+                d.clear();
+                d.push_str(dir);
+                if !self.collections.contains_key(&self.scratch) {
+                    self.collections
+                        .insert(self.scratch.clone(), Weight::default());
+                }
                 self.collections
-                    .entry((component.to_owned(), dir.to_owned()))
-                    .or_default()
+                    .get_mut(&self.scratch)
+                    .unwrap_or(&mut self.documents)
             }
         }
+    }
+
+    /// `kept` after a bucket went from `before` bytes to `after`.
+    fn moved(&mut self, before: u64, after: u64) {
+        self.kept = self.kept.saturating_sub(before).saturating_add(after);
     }
 }
 
@@ -210,7 +232,8 @@ impl Store {
     /// from now on, kept by the write paths. At open when the index is built there; else the
     /// writer's to call (the bound's `settle`), so no write races the walk.
     pub(crate) fn take_census(&self) {
-        let counted = census(&self.root);
+        let mut counted = census(&self.root);
+        counted.kept = counted.total();
         *self.usage_lock() = counted;
     }
 
@@ -220,7 +243,8 @@ impl Store {
         let records = fresh_records.then(|| records_weight(&self.root));
         let mut usage = self.usage_lock();
         if let Some(records) = records {
-            usage.records = records;
+            let before = std::mem::replace(&mut usage.records, records).bytes;
+            usage.moved(before, records.bytes);
         }
         usage.clone()
     }
@@ -238,7 +262,7 @@ impl Store {
     /// The cache's bytes now, and whether they were counted (the census ran).
     pub(crate) fn usage_total(&self) -> (u64, bool) {
         let usage = self.usage_lock();
-        (usage.total(), usage.counted)
+        (usage.kept, usage.counted)
     }
 
     /// A file of `bucket` went from `old` bytes (`None`: there was none) to `new` (`None`:
@@ -246,22 +270,28 @@ impl Store {
     pub(super) fn weigh(&self, bucket: &Bucket, old: Option<u64>, new: Option<u64>) {
         let mut usage = self.usage_lock();
         let weight = usage.bucket(bucket);
+        let before = weight.bytes;
         if let Some(old) = old {
             weight.sub(old, 1);
         }
         if let Some(new) = new {
             weight.add(new, 1);
         }
+        let after = weight.bytes;
+        usage.moved(before, after);
     }
 
     /// `bytes` more (`staged`) or fewer (not) in `.staging`, in `files` files.
     pub(super) fn weigh_staging(&self, staged: bool, bytes: u64, files: u64) {
         let mut usage = self.usage_lock();
+        let before = usage.staging.bytes;
         if staged {
             usage.staging.add(bytes, files);
         } else {
             usage.staging.sub(bytes, files);
         }
+        let after = usage.staging.bytes;
+        usage.moved(before, after);
     }
 
     /// Counts `collection`'s kind directory again (after a list's journal was applied).
@@ -273,11 +303,12 @@ impl Store {
             collection.dir_name(),
         );
         let mut usage = self.usage_lock();
-        if weight == Weight::default() {
-            usage.collections.remove(&key);
+        let before = if weight == Weight::default() {
+            usage.collections.remove(&key)
         } else {
-            usage.collections.insert(key, weight);
-        }
+            usage.collections.insert(key, weight)
+        };
+        usage.moved(before.unwrap_or_default().bytes, weight.bytes);
     }
 
     /// `collection` is gone whole (or was found not there).
@@ -286,7 +317,10 @@ impl Store {
             collection.component.as_str().to_owned(),
             collection.dir_name(),
         );
-        self.usage_lock().collections.remove(&key);
+        let mut usage = self.usage_lock();
+        if let Some(before) = usage.collections.remove(&key) {
+            usage.moved(before.bytes, 0);
+        }
     }
 
     /// A component's token answers went from `before` to `after` in one service account's
@@ -294,8 +328,11 @@ impl Store {
     pub(super) fn weigh_tokens(&self, component: &str, before: Weight, after: Weight) {
         let mut usage = self.usage_lock();
         let tokens = usage.tokens.entry(component.to_owned()).or_default();
+        let was = tokens.bytes;
         tokens.sub(before.bytes, before.files);
         tokens.add(after.bytes, after.files);
+        let now = tokens.bytes;
+        usage.moved(was, now);
     }
 }
 
@@ -362,6 +399,7 @@ mod tests {
             assert_eq!(kept.documents, counted.documents);
             assert_eq!(kept.tokens, counted.tokens);
             assert_eq!(kept.total(), counted.total());
+            assert_eq!(store.usage_total().0, kept.total(), "the running total");
             kept
         };
         let obj = |name: &str, rv: u32, pad: usize| {

@@ -396,6 +396,12 @@ impl Bound {
                     &kubelet_kind("", "v1", "persistentvolumeclaims"),
                 ));
             }
+            if set.has_volumes() {
+                set.volume_secrets(&read_all(
+                    store,
+                    &kubelet_kind("", "v1", "persistentvolumes"),
+                ));
+            }
             set
         })
     }
