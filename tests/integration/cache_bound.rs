@@ -21,6 +21,8 @@ const NODE_PODS: &str = "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1";
 /// would be answered offline from the pool's watch caches, not the disk).
 const BULK: &str = "/api/v1/namespaces/bulk/configmaps";
 const PROXY_DIR: &str = "kube-proxy/configmaps.v1.core";
+/// The node's lease, which kubelet reads and renews.
+const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/edge-1";
 const COREDNS_DIR: &str = "coredns/configmaps.v1.core";
 
 /// Pod `app/web-<i>` on `node`, mounting Secret `secret-<i>` as a volume, ConfigMap
@@ -56,6 +58,12 @@ fn pad(n: usize) -> String {
 fn cloud(secret_bytes: usize, bulk: usize) -> Cloud {
     let cloud = Cloud::start();
     cloud.node("edge-1", None, &[]);
+    cloud.create(
+        "leases",
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": "edge-1", "namespace": "kube-node-lease"},
+               "spec": {"holderIdentity": "edge-1", "leaseDurationSeconds": 40}}),
+    );
     for i in 0..PODS {
         cloud.create("pods", pod(i, "edge-1"));
         cloud.create(
@@ -85,9 +93,14 @@ fn cloud(secret_bytes: usize, bulk: usize) -> Cloud {
     cloud
 }
 
-/// What kubelet reads of its pods: its pod list, each pod's Secret and ConfigMaps, its node.
+/// What kubelet reads of its pods: its pod list, each pod's Secret and ConfigMaps, its node
+/// and its lease.
 fn kubelet_reads(hub: &Hub) -> Vec<String> {
-    let mut paths = vec![NODE_PODS.to_owned(), "/api/v1/nodes/edge-1".to_owned()];
+    let mut paths = vec![
+        NODE_PODS.to_owned(),
+        "/api/v1/nodes/edge-1".to_owned(),
+        LEASE.to_owned(),
+    ];
     paths.push("/api/v1/namespaces/app/configmaps/kube-root-ca.crt".to_owned());
     for i in 0..PODS {
         paths.push(format!("/api/v1/namespaces/app/secrets/secret-{i}"));
@@ -180,14 +193,24 @@ fn the_bound_evicts_what_no_pod_needs_and_the_nodes_pods_are_served_offline() {
                 && m["reason"] == "evicted"),
         "{relist}"
     );
-    // The figures the hub keeps are the disk's.
-    let counted: f64 = get(&format!("{}/metrics", hub.serve_url()), "test")
-        .text()
-        .lines()
-        .filter(|l| l.starts_with("tinyhub_cache_bytes{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    assert_eq!(counted as u64, cache_bytes(&cache));
+    // The figures the hub keeps are the disk's: a record (`.synced`) written between the
+    // scrape and the walk changes both, so the walk is taken between two scrapes that agree.
+    let counted = || -> u64 {
+        get(&format!("{}/metrics", hub.serve_url()), "test")
+            .text()
+            .lines()
+            .filter(|l| l.starts_with("tinyhub_cache_bytes{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    let mut seen = (0, 0);
+    let exact = eventually(Duration::from_secs(10), || {
+        let before = counted();
+        let walked = cache_bytes(&cache);
+        seen = (before, walked);
+        before == walked && counted() == before
+    });
+    assert!(exact, "metrics {} bytes, the disk {}", seen.0, seen.1);
 
     // The cloud gone: kubelet's pods, what they mount and the node answer; kube-proxy's
     // evicted list is not cached.
