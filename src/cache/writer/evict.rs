@@ -3,7 +3,9 @@
 //!
 //! The writer is the store's only writer, so it alone keeps the bound: before each object,
 //! list item, watch event, document and token answer it asks [`Bound::admit`]. Over the
-//! bound, it evicts until the write fits:
+//! bound, it evicts until the write fits below a low-water mark (90 % of the bound: near the
+//! bound, each refill would otherwise evict another collection, which its own refill then
+//! evicts back):
 //! 1. collections of components other than kubelet, least recently synced first (the
 //!    `.synced` record: every online read is a sync; no record is oldest), those no open
 //!    answer is writing before those one is;
@@ -14,8 +16,10 @@
 //!
 //! A collection goes whole ([`Store::delete_collection`]: a rename away, so a reader sees it
 //! as it was or gone, never partial) and is marked `evicted` in `.relist`, and the writer abandons the answers still writing it
-//! ([`Bound::take_evicted`]), so none writes part of it back; the next online list refills
-//! it. An object goes by `delete(key, None)`, which buries nothing. The collection being
+//! ([`Bound::take_evicted`]), so none writes part of it back. While it is marked, every
+//! write into it is refused but an unscoped list's ([`Write::Refill`]), which commits only
+//! whole ([`Bound::may_commit`]): a get, a watch event, a namespace's list or a first page
+//! would make a part that offline lists serve as the whole. An object goes by `delete(key, None)`, which buries nothing. The collection being
 //! written is never evicted for its own write.
 //!
 //! The hub's own collections (the `yurt-hub-cfg` ConfigMap, which says who is cached) are
@@ -27,8 +31,13 @@
 //! unprotected kind is refused and that kind evicted, so it is never served half-updated.
 //! Each refusal is counted, with one error line per collection every 10 minutes.
 //!
-//! The bound waits for the census at open (`Store::usage_total`), then enforces it at once:
-//! a cache over a lowered bound shrinks at the start.
+//! The protected set is read from kubelet's cached pods (and claims, and volumes) when
+//! eviction first needs it, and read again at the admit after a write or a commit of pods or
+//! claims; the pod being admitted protects what it names in its own admit.
+//!
+//! The bound waits for the census (`Store::usage_total`), which the writer takes itself
+//! (`settle`) once the background index build is over, then enforces it at once: a cache
+//! over a lowered bound shrinks at the start.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
