@@ -226,8 +226,11 @@ fn version_of_from_the_index_and_from_disk() {
     fs::write(web_path(&dir), object(Some("a"), "web", 9, "web")).unwrap();
     assert_eq!(store.version_of(&web).unwrap(), Some(5));
 
-    // A collection deleted whole clears the index: the file answers from then on.
+    // A collection deleted whole forgets its own entries only: the pod's still answers.
     assert!(store.delete_collection(&nodes()).unwrap());
+    assert_eq!(store.version_of(&web).unwrap(), Some(5));
+    // A get reads the file, finds its entry wrong and drops it: the file answers from then on.
+    assert!(store.get(&web).unwrap().is_some());
     assert_eq!(store.version_of(&web).unwrap(), Some(9));
     fs::write(web_path(&dir), br#"{"metadata":{"name":"web"}}"#).unwrap();
     assert_eq!(store.version_of(&web).unwrap(), Some(0));
