@@ -8,7 +8,9 @@
 //! the writer once the background index build is over, so that no write races the walk) and
 //! kept exact from then on by the store's write paths, with the total beside the rows: a put stats the file it replaces, a
 //! removal the file it removes, a collection deleted whole drops its row, a list committed
-//! recounts its kind directory (the journal's renames and deletions, one stat each), a token
+//! weighs its journal's renames (one stat each, of the file replaced) and deletions (the
+//! sizes read to judge them), and recounts its kind directory only when the journal did not
+//! apply whole, a token
 //! answer recounts its service account's directory. The records bucket is recounted when
 //! the bound is judged ([`Store::usage`] with `fresh_records`): those files are written by
 //! their own modules at their own pace, a few hundred bytes each. A few hundred rows at most:
@@ -281,6 +283,17 @@ impl Store {
         usage.moved(before, after);
     }
 
+    /// Files of `bucket` went (`gone`) and came (`added`): a journal applied.
+    pub(super) fn weigh_rows(&self, bucket: &Bucket, gone: Weight, added: Weight) {
+        let mut usage = self.usage_lock();
+        let weight = usage.bucket(bucket);
+        let before = weight.bytes;
+        weight.sub(gone.bytes, gone.files);
+        weight.add(added.bytes, added.files);
+        let after = weight.bytes;
+        usage.moved(before, after);
+    }
+
     /// `bytes` more (`staged`) or fewer (not) in `.staging`, in `files` files.
     pub(super) fn weigh_staging(&self, staged: bool, bytes: u64, files: u64) {
         let mut usage = self.usage_lock();
@@ -462,6 +475,15 @@ mod tests {
             .put(Some("a"), "s0", obj("s0", 30, 5).as_bytes(), None)
             .unwrap();
         replace.commit(&mut |_| true, Some("30")).unwrap();
+        assert_eq!(exact(&store).of(&slices).files, 1);
+        // An answer naming one object twice: two renames onto one file.
+        let mut replace = store.begin_replace(&slices, None).unwrap();
+        for (rv, pad) in [(31, 5), (32, 300)] {
+            replace
+                .put(Some("a"), "s0", obj("s0", rv, pad).as_bytes(), None)
+                .unwrap();
+        }
+        replace.commit(&mut |_| true, Some("32")).unwrap();
         assert_eq!(exact(&store).of(&slices).files, 1);
         // An abandoned one leaves nothing staged.
         let mut replace = store.begin_replace(&slices, None).unwrap();
