@@ -23,7 +23,8 @@ use std::sync::{MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use super::{STAGING, Store, kind_dirs_below_root};
-use crate::cache::key::{CollectionKey, METADATA_DIR, TokenKey};
+use crate::cache::key::{CollectionKey, METADATA_DIR, ObjectKey, TokenKey};
+use crate::names::is_safe_segment;
 
 /// Bytes and files of one bucket.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -350,6 +351,22 @@ impl Store {
 }
 
 impl Store {
+    /// The size of `key`'s stored file; `None` when there is none (or the key is unsafe).
+    pub(crate) fn object_len(&self, key: &ObjectKey) -> Option<u64> {
+        if key.collection.unsafe_field().is_some()
+            || !key.namespace.as_deref().is_none_or(is_safe_segment)
+            || !is_safe_segment(&key.name)
+        {
+            return None;
+        }
+        let kind_dir = self.root.join(kind_dirs_below_root(&key.collection).1);
+        let dir = match &key.namespace {
+            Some(ns) => kind_dir.join(ns),
+            None => kind_dir,
+        };
+        file_len(&dir.join(&key.name))
+    }
+
     /// Every object file of `c` with its modification time and size, as (modified, bytes,
     /// namespace, name), in name order: what the bound evicts objects by. Stats only.
     pub(crate) fn object_times(
@@ -387,7 +404,6 @@ pub(super) fn account_weight(dir: &Path) -> Weight {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::key::ObjectKey;
     use crate::cache::temp_dir::TempDir;
 
     fn key(c: &CollectionKey, ns: Option<&str>, name: &str) -> ObjectKey {

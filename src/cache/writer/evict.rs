@@ -2,7 +2,9 @@
 //! the bound, evicting first by priority what no pod of this node needs offline.
 //!
 //! The writer is the store's only writer, so it alone keeps the bound: before each object,
-//! list item, watch event, document and token answer it asks [`Bound::admit`]. Over the
+//! list item, watch event, document and token answer it asks [`Bound::admit`], which near
+//! the bound charges an object only what it grows the cache by (an unchanged object of a
+//! relist replaces its file and adds nothing). Over the
 //! bound, it evicts until the write fits below a low-water mark (90 % of the bound: near the
 //! bound, each refill would otherwise evict another collection, which its own refill then
 //! evicts back):
@@ -248,6 +250,15 @@ impl Bound {
         if !counted || total.saturating_add(incoming) <= self.max {
             return true;
         }
+        // Near the bound, only growth counts: an unchanged object (a relist's) or a smaller
+        // version replaces its file and adds nothing. One parse and one stat, here only.
+        let incoming = match (c, object) {
+            (Some(c), Some(bytes)) => growth(store, c, bytes).unwrap_or(incoming),
+            _ => incoming,
+        };
+        if total.saturating_add(incoming) <= self.max {
+            return true;
+        }
         let pending = object.filter(|_| c.is_some_and(names_protection));
         let starved = self.starved.is_some_and(|at| at.elapsed() < STARVED_FOR);
         if !starved {
@@ -477,6 +488,32 @@ impl Bound {
             );
         }
     }
+}
+
+/// What `unit` (an object, a list item, a watch event of `c`) adds to the cache: its
+/// object's size less that of the stored file it replaces (a watch event's object measured
+/// alone, without the event around it); `None` when the unit does not parse.
+fn growth(store: &Store, c: &CollectionKey, unit: &[u8]) -> Option<u64> {
+    let parsed = serde_json::from_slice::<serde_json::Value>(unit).ok()?;
+    let (object, len) = match parsed.get("object") {
+        Some(object) if parsed.get("type").is_some() => {
+            (object, serde_json::to_vec(object).ok()?.len() as u64)
+        }
+        _ => (&parsed, unit.len() as u64),
+    };
+    let meta = &object["metadata"];
+    let Some(name) = meta["name"].as_str() else {
+        return Some(len);
+    };
+    let key = ObjectKey {
+        collection: c.clone(),
+        namespace: meta["namespace"]
+            .as_str()
+            .filter(|ns| !ns.is_empty())
+            .map(str::to_owned),
+        name: name.to_owned(),
+    };
+    Some(len.saturating_sub(store.object_len(&key).unwrap_or(0)))
 }
 
 /// Whether a write to `c` may change the protected set: kubelet's pods and claims.
@@ -970,5 +1007,49 @@ mod tests {
                 .join("kube-proxy/services.v1.core/app/small")
                 .exists()
         );
+    }
+
+    #[test]
+    fn near_the_bound_an_unchanged_object_charges_nothing() {
+        let dir = TempDir::new("evict-growth");
+        let (store, _) = Store::open(&dir.root()).unwrap();
+        let synced = Synced::default();
+        let proxy = key("kube-proxy", "services", "");
+        let coredns = key("coredns", "services", "");
+        put(&store, &coredns, Some("app"), "web", serde_json::json!({}));
+        put(&store, &proxy, Some("app"), "web", serde_json::json!({}));
+        let stored = std::fs::read(dir.root().join("kube-proxy/services.v1.core/app/web")).unwrap();
+        let max = store.usage(true).total();
+        let mut bound = Bound::new("edge-1", Arc::new(BoundStats::new(max))).unwrap();
+        // At the bound exactly: kube-proxy's relist of the same object evicts no one.
+        let len = stored.len() as u64;
+        assert!(bound.admit_unit(&store, &synced, Write::Object(&proxy), len, Some(&stored)));
+        let event = format!(
+            r#"{{"type":"MODIFIED","object":{}}}"#,
+            String::from_utf8_lossy(&stored)
+        );
+        let len = event.len() as u64;
+        assert!(bound.admit_unit(
+            &store,
+            &synced,
+            Write::Object(&proxy),
+            len,
+            Some(event.as_bytes())
+        ));
+        assert!(bound.take_evicted().is_empty());
+        assert!(store.has_collection(&coredns));
+        // A new object grows the cache: room is made.
+        let mut other: serde_json::Value = serde_json::from_slice(&stored).unwrap();
+        other["metadata"]["name"] = serde_json::json!("api");
+        let other = other.to_string();
+        let len = other.len() as u64;
+        assert!(bound.admit_unit(
+            &store,
+            &synced,
+            Write::Object(&proxy),
+            len,
+            Some(other.as_bytes())
+        ));
+        assert_eq!(bound.take_evicted(), [coredns]);
     }
 }
