@@ -193,6 +193,10 @@ impl Bound {
         let due = self.settled.is_none_or(|at| at.elapsed() >= SETTLE_EVERY);
         if first || (total > self.max && due) {
             self.settled = Some(Instant::now());
+            // A set built while kubelet's pods were being written lacks them.
+            if std::mem::take(&mut self.stale) {
+                self.protected = None;
+            }
             if store.usage(true).total() > self.max {
                 self.make_room(store, synced, None, 0, None);
             }
