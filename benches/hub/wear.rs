@@ -10,9 +10,11 @@
 //! another node's status, one of this node's pods and one of its ConfigMaps (kubelet does
 //! not watch ConfigMaps here: that change reaches no cache). **Worst case:** the same, with
 //! a relist storm every [`Scale::wear_storm_every`]: the cloud compacts its history and
-//! cuts every watch, so each resumes into a 410 and lists again.
+//! cuts every watch, so each resumes into a 410 and lists again, and every client lists
+//! again through the hub, as clients that restart do.
 //!
-//! **Reported, per hour** (each phase's counts over its length, scaled): objects and payload
+//! **Reported, per hour** (each phase's counts, the writer settled after it, over the
+//! phase's own length, the waits for the settling left out, scaled): objects and payload
 //! bytes the cache wrote, writes skipped because the same bytes were stored, what they
 //! would have written (skipped × the mean object size), the store's flushes
 //! (`tinyhub_cache_syncs_total`), the process's `write_bytes` from `/proc/<pid>/io` (what
@@ -30,7 +32,7 @@ use crate::pool::{Endpoint, Reflectors, node};
 use crate::report::{Report, Section, Table};
 use crate::stats::{count, size};
 use crate::support::Cloud;
-use crate::support::hub::{Hub, HubSpec, TempDir};
+use crate::support::hub::{Hub, HubSpec, TempDir, get};
 use crate::{Bench, Running};
 
 /// Time for every client to list and watch.
@@ -122,17 +124,15 @@ pub fn wear(b: &Bench, report: &mut Report) -> Result<(), String> {
 
     let mut change = Change::default();
     let start = Counts::of(hub)?;
-    let started = Instant::now();
-    change.run(&cloud, b, s.wear_steady, None)?;
+    let (_, length) = change.run(&cloud, b, s.wear_steady, None)?;
     hub.wait_cache_quiet();
     let steady_end = Counts::of(hub)?;
-    let steady = steady_end.per_hour(&start, started.elapsed());
+    let steady = steady_end.per_hour(&start, length);
 
-    let started = Instant::now();
-    let storms = change.run(&cloud, b, s.wear_storm, Some(s.wear_storm_every))?;
+    let (storms, length) = change.run(&cloud, b, s.wear_storm, Some((s.wear_storm_every, hub)))?;
     clients.wait_watching(WAIT)?;
     hub.wait_cache_quiet();
-    let storm = Counts::of(hub)?.per_hour(&steady_end, started.elapsed());
+    let storm = Counts::of(hub)?.per_hour(&steady_end, length);
     clients.stop();
     drop(hubs);
     cloud.stop();
@@ -190,7 +190,10 @@ pub fn wear(b: &Bench, report: &mut Report) -> Result<(), String> {
              round-robin over an EndpointSlice, a Service, another Node's status, one of the \
              node's pods and one of its ConfigMaps. Storms: the same for {} s with the \
              cloud's history compacted and every watch cut every {} s ({storms} storms), so \
-             each watch resumes into a 410 and lists again. \"Without the skip\" adds the \
+             each watch resumes into a 410 and lists again, and each client lists again \
+             through the hub (as a restarted one does). Per hour over each phase's own length \
+             (the wait for the writer to settle after it counts its writes, not its time). \
+             \"Without the skip\" adds the \
              writes skipped because the same bytes were stored, at the mean object size; \
              \"flash ≈\" is `write_bytes` plus 4 KiB per fsync (a flush commits at least a \
              page: an assumption, not a measurement). `write_bytes` counts what reached the \
@@ -224,25 +227,32 @@ struct Change {
 }
 
 impl Change {
-    /// Makes one change a second for `length`; with `storm_every`, a relist storm at each of
-    /// its ticks. Returns the storms made.
+    /// Makes one change a second for `length`; with `storms` (every, hub), a relist storm
+    /// at each of its ticks: the cloud's history compacted, every watch cut, and every node
+    /// client's list made again through the hub. Returns the storms made and the time taken.
     fn run(
         &mut self,
         cloud: &Cloud,
         b: &Bench,
         length: Duration,
-        storm_every: Option<Duration>,
-    ) -> Result<usize, String> {
+        storms_every: Option<(Duration, &Hub)>,
+    ) -> Result<(usize, Duration), String> {
         let started = Instant::now();
         let mut storms = 0;
         let mut tick = 0u32;
         while started.elapsed() < length {
-            if let Some(every) = storm_every
+            if let Some((every, hub)) = storms_every
                 && started.elapsed() >= every * storms as u32
             {
                 cloud.compact();
                 for kind in WATCHED {
                     cloud.cut_watches(kind);
+                }
+                for (ua, path) in node_clients(&node(1)) {
+                    let r = get(&format!("{}{path}", hub.url()), ua);
+                    if r.status != 200 {
+                        return Err(format!("a client's list {path} answered {}", r.status));
+                    }
                 }
                 storms += 1;
             }
@@ -251,7 +261,7 @@ impl Change {
             let next = started + Duration::from_secs(u64::from(tick));
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
         }
-        Ok(storms)
+        Ok((storms, started.elapsed()))
     }
 
     /// The next change of the round-robin.

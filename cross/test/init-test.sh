@@ -183,7 +183,7 @@ check_shell() {
 	# The cache may not be made yet: df sizes the nearest directory that exists.
 	near=/etc/kubernetes/cache
 	while [ ! -d "$near" ]; do near=$(dirname -- "$near"); done
-	expect_line "the cache bound's default sizes the cache's filesystem" "df '-k' '--' '$near'"
+	expect_line "the cache bound's default sizes the cache's filesystem" "df '-Pk' '--' '$near'"
 
 	run "config tinyhub 'main'
 	option enabled '1'

@@ -7,13 +7,17 @@
 //! `secretRef`s of CSI's `nodePublishSecretRef` and the in-tree drivers), `env[].valueFrom`,
 //! `envFrom` and `imagePullSecrets`, for containers, init containers and ephemeral
 //! containers alike — and the PersistentVolumes those claims are bound to
-//! ([`Protected::bind_volumes`], from the cached claims). Besides the set, whole kinds of
-//! kubelet's are kept ([`Rule::Whole`]): its pods, and its Services, which kubelet waits for
-//! before it starts a pod (the service environment variables); and single objects: its Node
-//! and its Lease (`kube-node-lease/<node>`). Token answers, documents and the dot records
+//! ([`Protected::bind_volumes`], from the cached claims), with the Secrets those volumes
+//! name (CSI's `nodePublishSecretRef` and `nodeStageSecretRef`, the in-tree drivers'
+//! `secretRef`s, each with its own namespace: [`Protected::volume_secrets`], from the cached
+//! volumes). Besides the set, whole kinds of kubelet's are kept ([`Rule::Whole`]): its pods;
+//! its Services, which kubelet waits for before it starts a pod (the service environment
+//! variables); its CSIDrivers, which it reads to mount a CSI volume, and its RuntimeClasses,
+//! which a pod's `runtimeClassName` needs to start (a few small cluster-scoped objects); and
+//! single objects: its Node and its Lease (`kube-node-lease/<node>`). Token answers, documents and the dot records
 //! are not collections, and the eviction never looks at them.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
@@ -28,13 +32,25 @@ const CLAIMS: &str = "persistentvolumeclaims.v1.core";
 const VOLUMES: &str = "persistentvolumes.v1.core";
 const NODES: &str = "nodes.v1.core";
 const LEASES: &str = "leases.v1.coordination.k8s.io";
+const CSI_DRIVERS: &str = "csidrivers.v1.storage.k8s.io";
+const RUNTIME_CLASSES: &str = "runtimeclasses.v1.node.k8s.io";
+/// The in-tree volume sources that read a Secret to mount, by its `secretRef`.
+const SECRET_REF_DRIVERS: [&str; 7] = [
+    "cephfs",
+    "rbd",
+    "iscsi",
+    "flexVolume",
+    "scaleIO",
+    "storageos",
+    "cinder",
+];
 /// Where node leases live.
 const LEASE_NAMESPACE: &str = "kube-node-lease";
 
 /// How the bound treats one of kubelet's kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Rule {
-    /// Kept whole: kubelet's pods, its Services.
+    /// Kept whole: kubelet's pods, its Services, CSIDrivers and RuntimeClasses.
     Whole,
     /// Only the set's members are kept; the others may go, oldest first.
     Members,
@@ -46,7 +62,7 @@ pub(crate) enum Rule {
 /// `partialobjectmetadatas.v1.meta.k8s.io/…` is never needed by kubelet).
 pub(crate) fn rule_of(kind: &str) -> Rule {
     match kind {
-        PODS | SERVICES => Rule::Whole,
+        PODS | SERVICES | CSI_DRIVERS | RUNTIME_CLASSES => Rule::Whole,
         kind if MEMBER_KINDS.contains(&kind) => Rule::Members,
         _ => Rule::None,
     }
@@ -59,7 +75,8 @@ pub(crate) struct Protected {
     secrets: HashSet<(String, String)>,
     configmaps: HashSet<(String, String)>,
     claims: HashSet<(String, String)>,
-    volumes: HashSet<String>,
+    /// Volumes, with the namespace of the claim bound to each (the pods').
+    volumes: HashMap<String, String>,
 }
 
 impl Protected {
@@ -98,9 +115,56 @@ impl Protected {
                 && let Some(volume) = claim["spec"]["volumeName"].as_str()
                 && !volume.is_empty()
             {
-                self.volumes.insert(volume.to_owned());
+                self.volumes.insert(volume.to_owned(), ns.to_owned());
             }
         }
+    }
+
+    /// Adds what `object`, one of kubelet's pods or claims about to be written, names: a pod
+    /// of this node its needs, a claim of the set its volume.
+    pub(crate) fn add_pending(&mut self, object: &Value) {
+        let node = self.node.clone();
+        let added = Protected::from_pods(&node, [object]);
+        self.secrets.extend(added.secrets);
+        self.configmaps.extend(added.configmaps);
+        self.claims.extend(added.claims);
+        self.volumes.extend(added.volumes);
+        self.bind_volumes([object]);
+    }
+
+    /// Adds the Secrets that the set's PersistentVolumes among `volumes` (cached
+    /// PersistentVolumes) need to be mounted: CSI's node publish and stage Secrets, the
+    /// in-tree drivers' `secretRef`s (in the namespace they name; the pod's, as kubelet reads
+    /// them, when they name none) and Azure File's `secretName` in `secretNamespace`.
+    pub(crate) fn volume_secrets<'v>(&mut self, volumes: impl IntoIterator<Item = &'v Value>) {
+        for volume in volumes {
+            let Some(name) = volume["metadata"]["name"].as_str() else {
+                continue;
+            };
+            let Some(pod_ns) = self.volumes.get(name).cloned() else {
+                continue;
+            };
+            let spec = &volume["spec"];
+            let mut secret = |reference: &Value, name_field: &str, ns_field: &str| {
+                let ns = reference[ns_field]
+                    .as_str()
+                    .filter(|ns| !ns.is_empty())
+                    .unwrap_or(&pod_ns);
+                add(&mut self.secrets, ns, &reference[name_field]);
+            };
+            for field in ["nodePublishSecretRef", "nodeStageSecretRef"] {
+                secret(&spec["csi"][field], "name", "namespace");
+            }
+            for driver in SECRET_REF_DRIVERS {
+                secret(&spec[driver]["secretRef"], "name", "namespace");
+            }
+            secret(&spec["azureFile"], "secretName", "secretNamespace");
+        }
+    }
+
+    /// Whether the set names any volume (then the bound reads the cached volumes).
+    pub(crate) fn has_volumes(&self) -> bool {
+        !self.volumes.is_empty()
     }
 
     /// Whether the set names any claim (then the bound reads the cached claims).
@@ -115,7 +179,7 @@ impl Protected {
             SECRETS => self.secrets.contains(&pair()),
             CONFIGMAPS => self.configmaps.contains(&pair()),
             CLAIMS => self.claims.contains(&pair()),
-            VOLUMES => namespace.is_none() && self.volumes.contains(name),
+            VOLUMES => namespace.is_none() && self.volumes.contains_key(name),
             NODES => namespace.is_none() && name == self.node,
             LEASES => namespace == Some(LEASE_NAMESPACE) && name == self.node,
             kind => rule_of(kind) == Rule::Whole,
@@ -180,14 +244,7 @@ impl Protected {
             &volume["csi"]["nodePublishSecretRef"]["name"],
         );
         // The in-tree drivers that read a Secret of the pod's namespace to mount.
-        for driver in [
-            "cephfs",
-            "rbd",
-            "iscsi",
-            "flexVolume",
-            "scaleIO",
-            "storageos",
-        ] {
+        for driver in SECRET_REF_DRIVERS {
             add(&mut self.secrets, ns, &volume[driver]["secretRef"]["name"]);
         }
         add(&mut self.secrets, ns, &volume["azureFile"]["secretName"]);
@@ -318,9 +375,48 @@ mod tests {
     }
 
     #[test]
+    fn a_bound_volumes_own_secrets_are_protected() {
+        let p = pod(
+            "edge-1",
+            json!({"volumes": [
+                {"name": "c", "persistentVolumeClaim": {"claimName": "data"}},
+                {"name": "o", "cinder": {"volumeID": "v", "secretRef": {"name": "cinder-secret"}}}
+            ]}),
+        );
+        let mut set = Protected::from_pods("edge-1", [&p]);
+        assert!(set.holds(SECRETS, Some("app"), "cinder-secret"));
+        assert!(!set.has_volumes());
+        set.bind_volumes([
+            &json!({"metadata": {"namespace": "app", "name": "data"}, "spec": {"volumeName": "pv-csi"}}),
+        ]);
+        assert!(set.has_volumes());
+        let csi = json!({"metadata": {"name": "pv-csi"}, "spec": {"csi": {
+            "driver": "x",
+            "nodePublishSecretRef": {"name": "publish", "namespace": "storage"},
+            "nodeStageSecretRef": {"name": "stage", "namespace": "storage"}
+        }, "cephfs": {"secretRef": {"name": "ceph"}},
+           "azureFile": {"secretName": "azure", "secretNamespace": "files"}}});
+        let other = json!({"metadata": {"name": "pv-other"}, "spec": {"csi": {
+            "nodePublishSecretRef": {"name": "not-ours", "namespace": "storage"}}}});
+        set.volume_secrets([&csi, &other]);
+        assert!(set.holds(SECRETS, Some("storage"), "publish"));
+        assert!(set.holds(SECRETS, Some("storage"), "stage"));
+        assert!(
+            set.holds(SECRETS, Some("app"), "ceph"),
+            "the pod's namespace"
+        );
+        assert!(set.holds(SECRETS, Some("files"), "azure"));
+        assert!(!set.holds(SECRETS, Some("storage"), "not-ours"));
+        assert!(!set.holds(SECRETS, Some("app"), "publish"));
+    }
+
+    #[test]
     fn kinds_have_rules() {
         assert_eq!(rule_of("pods.v1.core"), Rule::Whole);
         assert_eq!(rule_of("services.v1.core"), Rule::Whole);
+        // What kubelet reads to mount a CSI volume, and to start a pod of a runtime class.
+        assert_eq!(rule_of("csidrivers.v1.storage.k8s.io"), Rule::Whole);
+        assert_eq!(rule_of("runtimeclasses.v1.node.k8s.io"), Rule::Whole);
         for kind in MEMBER_KINDS {
             assert_eq!(rule_of(kind), Rule::Members, "{kind}");
         }

@@ -21,6 +21,8 @@ const NODE_PODS: &str = "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1";
 /// would be answered offline from the pool's watch caches, not the disk).
 const BULK: &str = "/api/v1/namespaces/bulk/configmaps";
 const PROXY_DIR: &str = "kube-proxy/configmaps.v1.core";
+/// The node's lease, which kubelet reads and renews.
+const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/edge-1";
 const COREDNS_DIR: &str = "coredns/configmaps.v1.core";
 
 /// Pod `app/web-<i>` on `node`, mounting Secret `secret-<i>` as a volume, ConfigMap
@@ -56,6 +58,12 @@ fn pad(n: usize) -> String {
 fn cloud(secret_bytes: usize, bulk: usize) -> Cloud {
     let cloud = Cloud::start();
     cloud.node("edge-1", None, &[]);
+    cloud.create(
+        "leases",
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": "edge-1", "namespace": "kube-node-lease"},
+               "spec": {"holderIdentity": "edge-1", "leaseDurationSeconds": 40}}),
+    );
     for i in 0..PODS {
         cloud.create("pods", pod(i, "edge-1"));
         cloud.create(
@@ -85,9 +93,14 @@ fn cloud(secret_bytes: usize, bulk: usize) -> Cloud {
     cloud
 }
 
-/// What kubelet reads of its pods: its pod list, each pod's Secret and ConfigMaps, its node.
+/// What kubelet reads of its pods: its pod list, each pod's Secret and ConfigMaps, its node
+/// and its lease.
 fn kubelet_reads(hub: &Hub) -> Vec<String> {
-    let mut paths = vec![NODE_PODS.to_owned(), "/api/v1/nodes/edge-1".to_owned()];
+    let mut paths = vec![
+        NODE_PODS.to_owned(),
+        "/api/v1/nodes/edge-1".to_owned(),
+        LEASE.to_owned(),
+    ];
     paths.push("/api/v1/namespaces/app/configmaps/kube-root-ca.crt".to_owned());
     for i in 0..PODS {
         paths.push(format!("/api/v1/namespaces/app/secrets/secret-{i}"));
@@ -180,14 +193,24 @@ fn the_bound_evicts_what_no_pod_needs_and_the_nodes_pods_are_served_offline() {
                 && m["reason"] == "evicted"),
         "{relist}"
     );
-    // The figures the hub keeps are the disk's.
-    let counted: f64 = get(&format!("{}/metrics", hub.serve_url()), "test")
-        .text()
-        .lines()
-        .filter(|l| l.starts_with("tinyhub_cache_bytes{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    assert_eq!(counted as u64, cache_bytes(&cache));
+    // The figures the hub keeps are the disk's: a record (`.synced`) written between the
+    // scrape and the walk changes both, so the walk is taken between two scrapes that agree.
+    let counted = || -> u64 {
+        get(&format!("{}/metrics", hub.serve_url()), "test")
+            .text()
+            .lines()
+            .filter(|l| l.starts_with("tinyhub_cache_bytes{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    let mut seen = (0, 0);
+    let exact = eventually(Duration::from_secs(10), || {
+        let before = counted();
+        let walked = cache_bytes(&cache);
+        seen = (before, walked);
+        before == walked && counted() == before
+    });
+    assert!(exact, "metrics {} bytes, the disk {}", seen.0, seen.1);
 
     // The cloud gone: kubelet's pods, what they mount and the node answer; kube-proxy's
     // evicted list is not cached.
@@ -273,4 +296,58 @@ fn a_restart_with_a_lower_bound_shrinks_the_cache_at_once() {
         hub.logs()
     );
     kubelet_served(&hub, &paths);
+}
+
+#[test]
+fn an_evicted_collection_comes_back_only_by_a_whole_unscoped_list() {
+    let cloud = cloud(2000, 200);
+    let dir = TempDir::new("bound-refill");
+    let spec = HubSpec::for_cloud(&cloud, dir.path()).with(&["--cache-max-bytes=1Mi"]);
+    let hub = Hub::start(&spec);
+    let cache = hub.spec.cache_dir.clone();
+    assert_eq!(list(&hub, BULK, KUBE_PROXY), 200);
+    assert_eq!(list(&hub, BULK, COREDNS), 200);
+    assert!(!cache.join(PROXY_DIR).exists(), "{}", hub.logs());
+
+    // A GET, a watch's event and a namespace's list are answered, and cache nothing of the
+    // evicted collection: offline, a part of it would be served as the whole.
+    let one = format!("{}{BULK}/bulk-1", hub.url());
+    assert_eq!(get(&one, KUBE_PROXY).status, 200);
+    let watch = format!("{}{BULK}?watch=true&resourceVersion=0", hub.url());
+    let (status, body) = stream(&watch, KUBE_PROXY);
+    assert_eq!(status, 200);
+    let mut events = Events::new(body);
+    let mut changed = cloud.get("configmaps", "bulk", "bulk-2").unwrap();
+    changed["data"]["key"] = json!("changed");
+    cloud.update("configmaps", changed);
+    let seen = std::iter::from_fn(|| events.next_event())
+        .take(400)
+        .any(|e| e["object"]["data"]["key"] == "changed");
+    assert!(seen, "the watch saw the change\n{}", hub.logs());
+    assert_eq!(list(&hub, BULK, KUBE_PROXY), 200);
+    hub.wait_cache_quiet();
+    assert!(
+        !cache.join(PROXY_DIR).exists(),
+        "a part of an evicted collection was cached\n{}",
+        hub.logs()
+    );
+
+    // A list of every namespace refills it whole, and clears its mark.
+    assert_eq!(list(&hub, "/api/v1/configmaps", KUBE_PROXY), 200);
+    assert!(
+        cache.join(PROXY_DIR).join("bulk/bulk-199").exists(),
+        "{}",
+        hub.logs()
+    );
+    let relist = read_json(&cache.join(".relist")).unwrap_or(json!({}));
+    let marked = relist["collections"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|m| m["component"] == "kube-proxy" && m["kind"] == "configmaps.v1.core");
+    assert!(!marked, "{relist}");
+    cloud.stop();
+    assert!(hub.wait_healthy(&cloud, false, Duration::from_secs(20)));
+    let r = get(&format!("{}{BULK}", hub.url()), KUBE_PROXY);
+    assert_eq!(item_names(&r.json()).len(), 200, "{}", hub.logs());
 }

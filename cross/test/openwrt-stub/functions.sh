@@ -85,9 +85,17 @@ logger() {
 }
 
 # Stand-in for df -k: a filesystem of $STUB_DF_KIB KiB (30000 unless set), with its name on a
-# line of its own as busybox prints a long one; the path is recorded.
+# line of its own as busybox prints a long one; with -P (-Pk), one line each as POSIX has
+# it, mounted on a path with a space in it; the path is recorded.
 df() {
 	stub_record df "$@"
+	case $1 in
+	-P*)
+		printf 'Filesystem           1024-blocks    Used Available Capacity Mounted on\n'
+		printf '%s %s %s %s %s%% %s\n' /dev/mtdblock-with-a-long-name "${STUB_DF_KIB:-30000}" 1000 20000 5 '/mnt/usb stick'
+		return
+		;;
+	esac
 	printf 'Filesystem           1K-blocks      Used Available Use%% Mounted on\n'
 	printf '/dev/mtdblock-with-a-long-name\n'
 	printf '%20s %9s %9s %9s %3s%% %s\n' "${STUB_DF_KIB:-30000}" 1000 20000 5 /overlay

@@ -269,13 +269,26 @@ impl Store {
     pub(super) fn build_index(&self) {
         self.index().begin_build();
         self.index_walk();
+        // At open, before any writer: the figures the bound starts from. (Built in the
+        // background, the writer takes the census itself once the build is over.)
+        self.take_census();
+    }
+
+    /// Forgets the entries of every object under one kind directory (`kind_rel` below the
+    /// root, at `kind_dir`), which is about to go whole: the other collections' stay.
+    pub(super) fn forget_kind(&self, kind_rel: &str, kind_dir: &Path) {
+        let mut index = self.index();
+        for_each_object(kind_rel, kind_dir, &mut |rel, _| {
+            let at = index.path_hash(rel);
+            index.forget(at);
+        });
     }
 
     /// The build's walk, once [`ObjectIndex::begin_build`] noted where changes start to count.
     fn index_walk(&self) {
         let started = Instant::now();
         let hasher = self.index().hasher();
-        // Set once the index was cleared (a collection deleted whole, a 404 list at boot):
+        // Set once the index was cleared (an import's journal moved whole directories):
         // the build would add nothing more, so it reads nothing more.
         let mut done = false;
         let mut index_file = |rel: &str, expect: Option<&Expect<'_>>| {
@@ -314,8 +327,6 @@ impl Store {
             index.end_build();
             index.entries.len()
         };
-        // With the index build, on its thread: the bound waits for the census.
-        self.take_census();
         log::info!(
             "cache index built: {objects} objects in {:.3} s",
             started.elapsed().as_secs_f64()
@@ -339,11 +350,7 @@ impl Store {
         }
     }
 
-    /// Whether the index is still being built.
-    #[allow(
-        dead_code,
-        reason = "tests; and the bound's census, which waits for the build's end"
-    )]
+    /// Whether the index is still being built (the bound's census waits for its end).
     pub(crate) fn index_building(&self) -> bool {
         self.index().is_building()
     }

@@ -585,8 +585,8 @@ impl Store {
             Err(e) => return Err(io_err(StoreOp::Stat, &kind_dir)(e)),
         }
         let trash = self.staging.join(format!("d.{}", next_id()));
-        // Entries carry no collection: all go, and the disk answers until puts refill them.
-        self.index().clear();
+        // Its entries go (the disk answers until puts refill them); the others' stay.
+        self.forget_kind(&kind_dirs_below_root(c).1, &kind_dir);
         std::fs::rename(&kind_dir, &trash).map_err(io_err(StoreOp::Rename, &trash))?;
         // Out of sight at once; the staging directory holds it only until the removal below.
         self.drop_row(c);

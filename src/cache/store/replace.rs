@@ -39,6 +39,7 @@ use super::index::{Known, entry_with};
 use super::journal::{CommitStep, JOURNAL_PREFIX, JournalWriter, RelPath};
 use super::list::NameCursor;
 use super::recent::Changed;
+use super::usage::{Bucket, Weight, file_len};
 use super::{
     PutOutcome, Store, check_collection, check_segment, kind_dirs_below_root, next_id, stored_rv,
     unchanged,
@@ -122,6 +123,8 @@ impl Store {
             list_rv: None,
             armed: true,
             staged_bytes: 0,
+            deleted: Weight::default(),
+            weighed: false,
             collection_checked: false,
             namespace_checked: None,
         })
@@ -155,6 +158,10 @@ pub(crate) struct Replace<'s> {
     armed: bool,
     /// Bytes written to `.staging` for it (`usage.rs`), released when it ends either way.
     staged_bytes: u64,
+    /// What the journal's deletes remove (`usage.rs`).
+    deleted: Weight,
+    /// The commit weighed what it renamed and deleted: no recount of the kind directory.
+    weighed: bool,
     /// The component and kind directories were found to be real directories.
     collection_checked: bool,
     /// The last namespace directory found to be a real directory.
@@ -180,6 +187,8 @@ struct Staged {
     name_len: usize,
     /// The staged file's sequence number; `None` when nothing was written.
     temp: Option<usize>,
+    /// The staged file's size.
+    bytes: u64,
     /// A stored copy existed when this was staged: if it is gone by the commit, a watch
     /// deleted it meanwhile, and the (older) list must not bring it back.
     existed: bool,
@@ -274,6 +283,7 @@ impl Replace<'_> {
             namespace_len: namespace.map_or(0, str::len),
             name_len: name.len(),
             temp,
+            bytes: bytes.len() as u64,
             existed,
             stale,
         });
@@ -336,8 +346,10 @@ impl Replace<'_> {
         list_rv: Option<&str>,
     ) -> Result<ReplaceReport, StoreError> {
         let result = self.run_commit(in_scope, list_rv);
-        // Renamed into place, deleted, or left staged: the kind directory says which.
-        self.store.recount(&self.collection);
+        if !self.weighed {
+            // Renamed into place, deleted, or left staged: the kind directory says which.
+            self.store.recount(&self.collection);
+        }
         // Success renamed every staged file into place: nothing is left to remove.
         if result.is_ok() {
             self.armed = false;
@@ -377,15 +389,52 @@ impl Replace<'_> {
             if let Some(ns) = &self.namespace {
                 store.ensure_dir(&kind.dir.join(ns))?;
             }
+            self.weighed = true;
             return Ok(self.report);
         };
         // Step 2: the commit point.
         let journal_path = self.make_durable(journal_file, &journal_temp)?;
+        let weights = self.journal_weights(&kind);
         // Step 3: applied, and gone.
         match self.apply(&journal_path)? {
             Some(e) => Err(e),
-            None => Ok(self.report),
+            None => {
+                // Applied whole: what it renamed and deleted is the change.
+                if let Some((gone, added)) = weights {
+                    let bucket = Bucket::Collection(kind.rel.clone());
+                    self.store.weigh_rows(&bucket, gone, added);
+                    self.weighed = true;
+                }
+                Ok(self.report)
+            }
         }
+    }
+
+    /// What the journal removes (the files its renames replace, its deletes) and adds (the
+    /// staged files): one stat per renamed object, none for the rest of the kind. `None`
+    /// when an answer named one object twice (two renames onto one file): the kind is
+    /// recounted then.
+    fn journal_weights(&self, kind: &KindDir) -> Option<(Weight, Weight)> {
+        let (mut gone, mut added) = (self.deleted, Weight::default());
+        let mut last = None;
+        for entry in self.entries.iter().filter(|e| e.temp.is_some()) {
+            let (ns, name) = entry.key(&self.keys);
+            if last == Some((ns, name)) {
+                return None;
+            }
+            last = Some((ns, name));
+            let dir = match ns {
+                "" => kind.dir.clone(),
+                ns => kind.dir.join(ns),
+            };
+            if let Some(old) = file_len(&dir.join(name)) {
+                gone.bytes += old;
+                gone.files += 1;
+            }
+            added.bytes += entry.bytes;
+            added.files += 1;
+        }
+        Some((gone, added))
     }
 
     /// The objects changed since staging began (none, cheaply, when nothing was counted).
@@ -493,6 +542,8 @@ impl Replace<'_> {
                     name: stored.1,
                 };
                 journal.line(format_args!("delete\t{target}"))?;
+                self.deleted.bytes += bytes.len() as u64;
+                self.deleted.files += 1;
                 // The list says the object was gone at its version: a replay of a version
                 // up to it (or up to the object's own, if lower) must not bring it back, nor
                 // a partial list older than this one.

@@ -4,10 +4,13 @@
 //! `.staging` (a list being staged occupies flash too). `.quarantine` is left out: the
 //! operator's to empty.
 //!
-//! Counted once by a walk at open ([`Store::take_census`], sizes only, no file read) and
-//! kept exact from then on by the store's write paths: a put stats the file it replaces, a
+//! Counted once by a walk ([`Store::take_census`], sizes only, no file read: at open, or by
+//! the writer once the background index build is over, so that no write races the walk) and
+//! kept exact from then on by the store's write paths, with the total beside the rows: a put stats the file it replaces, a
 //! removal the file it removes, a collection deleted whole drops its row, a list committed
-//! recounts its kind directory (the journal's renames and deletions, one stat each), a token
+//! weighs its journal's renames (one stat each, of the file replaced) and deletions (the
+//! sizes read to judge them), and recounts its kind directory only when the journal did not
+//! apply whole, a token
 //! answer recounts its service account's directory. The records bucket is recounted when
 //! the bound is judged ([`Store::usage`] with `fresh_records`): those files are written by
 //! their own modules at their own pace, a few hundred bytes each. A few hundred rows at most:
@@ -20,7 +23,8 @@ use std::sync::{MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use super::{STAGING, Store, kind_dirs_below_root};
-use crate::cache::key::{CollectionKey, METADATA_DIR, TokenKey};
+use crate::cache::key::{CollectionKey, METADATA_DIR, ObjectKey, TokenKey};
+use crate::names::is_safe_segment;
 
 /// Bytes and files of one bucket.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +73,11 @@ pub(crate) struct Usage {
     pub records: Weight,
     /// Everything under `.staging`.
     pub staging: Weight,
+    /// [`Usage::total`], kept by every change through the store (the writer asks it at
+    /// each write: no sum over the rows then).
+    kept: u64,
+    /// A key reused to look a row up without allocating.
+    scratch: (String, String),
 }
 
 impl Usage {
@@ -93,11 +102,27 @@ impl Usage {
             Bucket::Document => &mut self.documents,
             Bucket::Collection(rel) => {
                 let (component, dir) = rel.split_once('/').unwrap_or((rel.as_str(), ""));
+                // The key spelled into a reused one: no allocation when the row exists, as
+                // it does for every object but a kind's first.
+                let (c, d) = &mut self.scratch;
+                c.clear();
+                c.push_str(component);
+                d.clear();
+                d.push_str(dir);
+                if !self.collections.contains_key(&self.scratch) {
+                    self.collections
+                        .insert(self.scratch.clone(), Weight::default());
+                }
                 self.collections
-                    .entry((component.to_owned(), dir.to_owned()))
-                    .or_default()
+                    .get_mut(&self.scratch)
+                    .unwrap_or(&mut self.documents)
             }
         }
+    }
+
+    /// `kept` after a bucket went from `before` bytes to `after`.
+    fn moved(&mut self, before: u64, after: u64) {
+        self.kept = self.kept.saturating_sub(before).saturating_add(after);
     }
 }
 
@@ -207,9 +232,11 @@ impl Store {
     }
 
     /// Counts every file under the root (sizes only): the figures [`Store::usage`] reports
-    /// from now on, kept by the write paths. Part of the index build at open.
-    pub(super) fn take_census(&self) {
-        let counted = census(&self.root);
+    /// from now on, kept by the write paths. At open when the index is built there; else the
+    /// writer's to call (the bound's `settle`), so no write races the walk.
+    pub(crate) fn take_census(&self) {
+        let mut counted = census(&self.root);
+        counted.kept = counted.total();
         *self.usage_lock() = counted;
     }
 
@@ -219,7 +246,8 @@ impl Store {
         let records = fresh_records.then(|| records_weight(&self.root));
         let mut usage = self.usage_lock();
         if let Some(records) = records {
-            usage.records = records;
+            let before = std::mem::replace(&mut usage.records, records).bytes;
+            usage.moved(before, records.bytes);
         }
         usage.clone()
     }
@@ -237,7 +265,7 @@ impl Store {
     /// The cache's bytes now, and whether they were counted (the census ran).
     pub(crate) fn usage_total(&self) -> (u64, bool) {
         let usage = self.usage_lock();
-        (usage.total(), usage.counted)
+        (usage.kept, usage.counted)
     }
 
     /// A file of `bucket` went from `old` bytes (`None`: there was none) to `new` (`None`:
@@ -245,22 +273,39 @@ impl Store {
     pub(super) fn weigh(&self, bucket: &Bucket, old: Option<u64>, new: Option<u64>) {
         let mut usage = self.usage_lock();
         let weight = usage.bucket(bucket);
+        let before = weight.bytes;
         if let Some(old) = old {
             weight.sub(old, 1);
         }
         if let Some(new) = new {
             weight.add(new, 1);
         }
+        let after = weight.bytes;
+        usage.moved(before, after);
+    }
+
+    /// Files of `bucket` went (`gone`) and came (`added`): a journal applied.
+    pub(super) fn weigh_rows(&self, bucket: &Bucket, gone: Weight, added: Weight) {
+        let mut usage = self.usage_lock();
+        let weight = usage.bucket(bucket);
+        let before = weight.bytes;
+        weight.sub(gone.bytes, gone.files);
+        weight.add(added.bytes, added.files);
+        let after = weight.bytes;
+        usage.moved(before, after);
     }
 
     /// `bytes` more (`staged`) or fewer (not) in `.staging`, in `files` files.
     pub(super) fn weigh_staging(&self, staged: bool, bytes: u64, files: u64) {
         let mut usage = self.usage_lock();
+        let before = usage.staging.bytes;
         if staged {
             usage.staging.add(bytes, files);
         } else {
             usage.staging.sub(bytes, files);
         }
+        let after = usage.staging.bytes;
+        usage.moved(before, after);
     }
 
     /// Counts `collection`'s kind directory again (after a list's journal was applied).
@@ -272,20 +317,24 @@ impl Store {
             collection.dir_name(),
         );
         let mut usage = self.usage_lock();
-        if weight == Weight::default() {
-            usage.collections.remove(&key);
+        let before = if weight == Weight::default() {
+            usage.collections.remove(&key)
         } else {
-            usage.collections.insert(key, weight);
-        }
+            usage.collections.insert(key, weight)
+        };
+        usage.moved(before.unwrap_or_default().bytes, weight.bytes);
     }
 
-    /// `collection` is gone whole.
-    pub(super) fn drop_row(&self, collection: &CollectionKey) {
+    /// `collection` is gone whole (or was found not there).
+    pub(crate) fn drop_row(&self, collection: &CollectionKey) {
         let key = (
             collection.component.as_str().to_owned(),
             collection.dir_name(),
         );
-        self.usage_lock().collections.remove(&key);
+        let mut usage = self.usage_lock();
+        if let Some(before) = usage.collections.remove(&key) {
+            usage.moved(before.bytes, 0);
+        }
     }
 
     /// A component's token answers went from `before` to `after` in one service account's
@@ -293,12 +342,31 @@ impl Store {
     pub(super) fn weigh_tokens(&self, component: &str, before: Weight, after: Weight) {
         let mut usage = self.usage_lock();
         let tokens = usage.tokens.entry(component.to_owned()).or_default();
+        let was = tokens.bytes;
         tokens.sub(before.bytes, before.files);
         tokens.add(after.bytes, after.files);
+        let now = tokens.bytes;
+        usage.moved(was, now);
     }
 }
 
 impl Store {
+    /// The size of `key`'s stored file; `None` when there is none (or the key is unsafe).
+    pub(crate) fn object_len(&self, key: &ObjectKey) -> Option<u64> {
+        if key.collection.unsafe_field().is_some()
+            || !key.namespace.as_deref().is_none_or(is_safe_segment)
+            || !is_safe_segment(&key.name)
+        {
+            return None;
+        }
+        let kind_dir = self.root.join(kind_dirs_below_root(&key.collection).1);
+        let dir = match &key.namespace {
+            Some(ns) => kind_dir.join(ns),
+            None => kind_dir,
+        };
+        file_len(&dir.join(&key.name))
+    }
+
     /// Every object file of `c` with its modification time and size, as (modified, bytes,
     /// namespace, name), in name order: what the bound evicts objects by. Stats only.
     pub(crate) fn object_times(
@@ -336,7 +404,6 @@ pub(super) fn account_weight(dir: &Path) -> Weight {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::key::ObjectKey;
     use crate::cache::temp_dir::TempDir;
 
     fn key(c: &CollectionKey, ns: Option<&str>, name: &str) -> ObjectKey {
@@ -361,6 +428,7 @@ mod tests {
             assert_eq!(kept.documents, counted.documents);
             assert_eq!(kept.tokens, counted.tokens);
             assert_eq!(kept.total(), counted.total());
+            assert_eq!(store.usage_total().0, kept.total(), "the running total");
             kept
         };
         let obj = |name: &str, rv: u32, pad: usize| {
@@ -424,6 +492,15 @@ mod tests {
             .unwrap();
         replace.commit(&mut |_| true, Some("30")).unwrap();
         assert_eq!(exact(&store).of(&slices).files, 1);
+        // An answer naming one object twice: two renames onto one file.
+        let mut replace = store.begin_replace(&slices, None).unwrap();
+        for (rv, pad) in [(31, 5), (32, 300)] {
+            replace
+                .put(Some("a"), "s0", obj("s0", rv, pad).as_bytes(), None)
+                .unwrap();
+        }
+        replace.commit(&mut |_| true, Some("32")).unwrap();
+        assert_eq!(exact(&store).of(&slices).files, 1);
         // An abandoned one leaves nothing staged.
         let mut replace = store.begin_replace(&slices, None).unwrap();
         replace
@@ -449,5 +526,74 @@ mod tests {
         drop(store);
         let (store, _) = Store::open(&dir.root()).unwrap();
         assert_eq!(store.usage(true).total(), kept.total());
+    }
+
+    /// In the hub the index is built on its own thread, beside the writer: the census is
+    /// not taken there (it would overwrite the writer's figures with a walk's older ones)
+    /// but by the writer once the build is over, and is exact.
+    #[test]
+    fn a_background_build_leaves_the_census_to_the_writer() {
+        let dir = TempDir::new("usage-background");
+        let pods = CollectionKey::new("kubelet", "pods", "v1", "");
+        let obj = |name: &str| {
+            format!(r#"{{"metadata":{{"name":"{name}","namespace":"a","resourceVersion":"1"}}}}"#)
+        };
+        {
+            let (store, _) = Store::open(&dir.root()).unwrap();
+            for i in 0..50 {
+                let name = format!("p{i}");
+                store
+                    .put(&key(&pods, Some("a"), &name), obj(&name).as_bytes(), None)
+                    .unwrap();
+            }
+        }
+        let options = super::super::StoreOptions {
+            background_index: true,
+            index_pause: Some(std::time::Duration::from_millis(1)),
+            ..Default::default()
+        };
+        let store = std::sync::Arc::new(Store::open_with(&dir.root(), options).unwrap().0);
+        store.start_index();
+        // The writer, meanwhile.
+        for i in 50..60 {
+            let name = format!("p{i}");
+            store
+                .put(&key(&pods, Some("a"), &name), obj(&name).as_bytes(), None)
+                .unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while store.index_building() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!store.index_building());
+        assert!(!store.usage_total().1, "the build's thread took the census");
+        store.take_census();
+        let kept = store.usage(true);
+        assert!(kept.counted);
+        assert_eq!(kept.of(&pods).files, 60);
+        assert_eq!(kept.total(), census(&dir.root()).total());
+    }
+
+    /// A collection deleted whole forgets its own index entries, not the others'.
+    #[test]
+    fn a_collection_deleted_whole_keeps_the_other_collections_index_entries() {
+        let dir = TempDir::new("usage-index");
+        let (store, _) = Store::open(&dir.root()).unwrap();
+        let pods = CollectionKey::new("kubelet", "pods", "v1", "");
+        let maps = CollectionKey::new("coredns", "configmaps", "v1", "");
+        for (c, n) in [(&pods, 3), (&maps, 5)] {
+            for i in 0..n {
+                let name = format!("o{i}");
+                let body = format!(
+                    r#"{{"metadata":{{"name":"{name}","namespace":"a","resourceVersion":"1"}}}}"#
+                );
+                store
+                    .put(&key(c, Some("a"), &name), body.as_bytes(), None)
+                    .unwrap();
+            }
+        }
+        assert_eq!(store.index().len(), 8);
+        assert!(store.delete_collection(&maps).unwrap());
+        assert_eq!(store.index().len(), 3, "kubelet's pods stay indexed");
     }
 }

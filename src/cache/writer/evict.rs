@@ -2,8 +2,12 @@
 //! the bound, evicting first by priority what no pod of this node needs offline.
 //!
 //! The writer is the store's only writer, so it alone keeps the bound: before each object,
-//! list item, watch event, document and token answer it asks [`Bound::admit`]. Over the
-//! bound, it evicts until the write fits:
+//! list item, watch event, document and token answer it asks [`Bound::admit`], which near
+//! the bound charges an object only what it grows the cache by (an unchanged object of a
+//! relist replaces its file and adds nothing). Over the
+//! bound, it evicts until the write fits below a low-water mark (90 % of the bound: near the
+//! bound, each refill would otherwise evict another collection, which its own refill then
+//! evicts back):
 //! 1. collections of components other than kubelet, least recently synced first (the
 //!    `.synced` record: every online read is a sync; no record is oldest), those no open
 //!    answer is writing before those one is;
@@ -14,8 +18,10 @@
 //!
 //! A collection goes whole ([`Store::delete_collection`]: a rename away, so a reader sees it
 //! as it was or gone, never partial) and is marked `evicted` in `.relist`, and the writer abandons the answers still writing it
-//! ([`Bound::take_evicted`]), so none writes part of it back; the next online list refills
-//! it. An object goes by `delete(key, None)`, which buries nothing. The collection being
+//! ([`Bound::take_evicted`]), so none writes part of it back. While it is marked, every
+//! write into it is refused but a list's across namespaces ([`Write::Refill`]), which commits only
+//! whole ([`Bound::may_commit`]): a get, a watch event, a namespace's list or a first page
+//! would make a part that offline lists serve as the whole. An object goes by `delete(key, None)`, which buries nothing. The collection being
 //! written is never evicted for its own write.
 //!
 //! The hub's own collections (the `yurt-hub-cfg` ConfigMap, which says who is cached) are
@@ -27,8 +33,13 @@
 //! unprotected kind is refused and that kind evicted, so it is never served half-updated.
 //! Each refusal is counted, with one error line per collection every 10 minutes.
 //!
-//! The bound waits for the census at open (`Store::usage_total`), then enforces it at once:
-//! a cache over a lowered bound shrinks at the start.
+//! The protected set is read from kubelet's cached pods (and claims, and volumes) when
+//! eviction first needs it, and read again at the admit after a write or a commit of pods or
+//! claims; the pod being admitted protects what it names in its own admit.
+//!
+//! The bound waits for the census (`Store::usage_total`), which the writer takes itself
+//! (`settle`) once the background index build is over, then enforces it at once: a cache
+//! over a lowered bound shrinks at the start.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
@@ -50,6 +61,10 @@ const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(600);
 /// While over the bound with nothing written, the writer tries again this often (the
 /// records and `.staging` grow without a write it admits).
 const SETTLE_EVERY: Duration = Duration::from_secs(30);
+/// Once it must evict, the bound evicts down to this share of itself (per mille), not
+/// just to the write: near the bound, every refill would otherwise evict another
+/// collection, which a list every 10 minutes refills, and so on.
+const LOW_WATER_PER_MILLE: u64 = 900;
 /// After eviction found nothing more to take, writes are judged without looking again
 /// for this long: a protected set past the bound would otherwise rescan at every write.
 const STARVED_FOR: Duration = Duration::from_secs(10);
@@ -59,6 +74,10 @@ const STARVED_FOR: Duration = Duration::from_secs(10);
 pub(super) enum Write<'a> {
     /// An object (put, list item, watch event) of this collection.
     Object(&'a CollectionKey),
+    /// An item of a list of this collection across namespaces (a selector kept): the
+    /// only write that may refill a collection the bound evicted, since it commits only
+    /// whole ([`Bound::may_commit`]).
+    Refill(&'a CollectionKey),
     /// A TokenRequest answer of this component.
     Token(&'a Component),
     /// A non-resource document.
@@ -98,9 +117,14 @@ impl BoundStats {
 #[derive(Debug)]
 pub(crate) struct Bound {
     max: u64,
+    /// What eviction frees down to ([`LOW_WATER_PER_MILLE`] of `max`).
+    low: u64,
     node: String,
     /// The protected set, until kubelet's pods or claims change.
     protected: Option<Protected>,
+    /// The set was built while kubelet's pods or claims were being written: read again at
+    /// the next admit, once the write is on disk.
+    stale: bool,
     /// Collections an open answer is writing (the writer keeps it).
     pub(super) open: HashSet<CollectionKey>,
     /// Collections evicted since the writer last looked: it abandons their answers.
@@ -121,8 +145,11 @@ impl Bound {
     pub(crate) fn new(node: &str, stats: Arc<BoundStats>) -> Option<Bound> {
         (stats.max > 0).then(|| Bound {
             max: stats.max,
+            low: stats.max / 1000 * LOW_WATER_PER_MILLE
+                + stats.max % 1000 * LOW_WATER_PER_MILLE / 1000,
             node: node.to_owned(),
             protected: None,
+            stale: false,
             open: HashSet::new(),
             evicted: Vec::new(),
             logged: HashMap::new(),
@@ -141,9 +168,15 @@ impl Bound {
     /// Enforces the bound without a write: once when the census at open is first seen taken,
     /// then every [`SETTLE_EVERY`] while the cache is over it.
     pub(super) fn settle(&mut self, store: &Store, synced: &Synced) {
-        let (total, counted) = store.usage_total();
+        let (mut total, counted) = store.usage_total();
         if !counted {
-            return;
+            // Taken here, on the writer's thread, so no write changes a figure during the
+            // walk; after the index build, which reads the same files.
+            if store.index_building() {
+                return;
+            }
+            store.take_census();
+            total = store.usage_total().0;
         }
         let first = !self.counted;
         self.counted = true;
@@ -160,8 +193,12 @@ impl Bound {
         let due = self.settled.is_none_or(|at| at.elapsed() >= SETTLE_EVERY);
         if first || (total > self.max && due) {
             self.settled = Some(Instant::now());
+            // A set built while kubelet's pods were being written lacks them.
+            if std::mem::take(&mut self.stale) {
+                self.protected = None;
+            }
             if store.usage(true).total() > self.max {
-                self.make_room(store, synced, None, 0);
+                self.make_room(store, synced, None, 0, None);
             }
         }
     }
@@ -175,26 +212,69 @@ impl Bound {
         write: Write<'_>,
         incoming: u64,
     ) -> bool {
-        if let Write::Object(c) = write
-            && names_protection(c)
-        {
+        self.admit_unit(store, synced, write, incoming, None)
+    }
+
+    /// [`Bound::admit`], with the object itself when it is one of kubelet's pods (or
+    /// claims): what it names is protected in its own admit, before it is on disk.
+    pub(super) fn admit_unit(
+        &mut self,
+        store: &Store,
+        synced: &Synced,
+        write: Write<'_>,
+        incoming: u64,
+        object: Option<&[u8]>,
+    ) -> bool {
+        if std::mem::take(&mut self.stale) {
             self.protected = None;
+        }
+        let (c, refill) = match write {
+            Write::Object(c) => (Some(c), false),
+            Write::Refill(c) => (Some(c), true),
+            _ => (None, false),
+        };
+        if let Some(c) = c {
+            if names_protection(c) {
+                // The set built in this admit lacks this write: read again after it.
+                self.protected = None;
+                self.stale = true;
+            }
+            // An evicted collection comes back only by a whole list across namespaces: a GET, a watch
+            // or a namespace's list would make a part of it that offline lists serve as whole.
+            if !refill && store.relist_reason(c) == Some(RelistReason::Evicted) {
+                log::debug!(
+                    "cache: {}/{} was evicted; not cached until a list across namespaces refills it",
+                    c.component.as_str(),
+                    c.dir_name()
+                );
+                return false;
+            }
         }
         let (total, counted) = store.usage_total();
         if !counted || total.saturating_add(incoming) <= self.max {
             return true;
         }
-        let except = match write {
-            Write::Object(c) => Some(c),
-            _ => None,
+        // Near the bound, only growth counts: an unchanged object (a relist's) or a smaller
+        // version replaces its file and adds nothing. One parse and one stat, here only.
+        let incoming = match (c, object) {
+            (Some(c), Some(bytes)) => growth(store, c, bytes).unwrap_or(incoming),
+            _ => incoming,
         };
+        if total.saturating_add(incoming) <= self.max {
+            return true;
+        }
+        let pending = object.filter(|_| c.is_some_and(names_protection));
         let starved = self.starved.is_some_and(|at| at.elapsed() < STARVED_FOR);
         if !starved {
-            if self.make_room(store, synced, except, incoming) {
+            if self.make_room(store, synced, c, incoming, pending) {
                 return true;
             }
             self.starved = Some(Instant::now());
         }
+        let write = match write {
+            Write::Refill(c) => Write::Object(c),
+            write => write,
+        };
         match write {
             Write::Document => true,
             Write::Token(component) => {
@@ -203,8 +283,8 @@ impl Bound {
                     false
                 }
             }
-            Write::Object(c) if protected_kind(c) => true,
-            Write::Object(c) => {
+            Write::Object(c) | Write::Refill(c) if protected_kind(c) => true,
+            Write::Object(c) | Write::Refill(c) => {
                 self.refused(c.component.as_str(), &c.dir_name());
                 // Never served half-updated: what it holds goes too, until a list refills it.
                 if store.has_collection(c) {
@@ -215,17 +295,22 @@ impl Bound {
         }
     }
 
-    /// Evicts by the tiers until `incoming` more bytes fit (but never `except`); whether they do.
+    /// Evicts by the tiers (never `except`) until `incoming` more bytes fit below the low-water
+    /// mark; whether they fit within the bound.
     fn make_room(
         &mut self,
         store: &Store,
         synced: &Synced,
         except: Option<&CollectionKey>,
         incoming: u64,
+        pending: Option<&[u8]>,
     ) -> bool {
-        let max = self.max;
-        let fits = move |store: &Store| store.usage(true).total().saturating_add(incoming) <= max;
-        if fits(store) {
+        let (max, low) = (self.max, self.low);
+        // The records were counted again when the bound was judged (`settle`, `admit`'s
+        // caller); between victims only the kept figures move.
+        let after = move |store: &Store| store.usage_total().0.saturating_add(incoming);
+        let fits = move |store: &Store| after(store) <= low;
+        if store.usage(true).total().saturating_add(incoming) <= max {
             return true;
         }
         let usage = store.usage(false);
@@ -265,10 +350,10 @@ impl Bound {
             }
             self.evict_collection(store, synced, &c, 1);
         }
-        if fits(store) {
-            return true;
+        if !fits(store) {
+            self.evict_members(store, &members, pending, &fits);
         }
-        self.evict_members(store, &members, &fits)
+        after(store) <= max
     }
 
     /// Tier 3: objects of kubelet's member kinds that the protected set does not hold,
@@ -277,9 +362,19 @@ impl Bound {
         &mut self,
         store: &Store,
         members: &[CollectionKey],
+        pending: Option<&[u8]>,
         fits: &dyn Fn(&Store) -> bool,
     ) -> bool {
-        let protected = self.protected(store).clone();
+        let mut protected = self.protected(store).clone();
+        if let Some(Ok(unit)) = pending.map(serde_json::from_slice::<serde_json::Value>) {
+            // Kubelet's pod (or claim) being admitted: what it names stays too. A watch
+            // event carries it in `object`.
+            let object = match unit.get("object") {
+                Some(object) if unit.get("type").is_some() => object,
+                _ => &unit,
+            };
+            protected.add_pending(object);
+        }
         let mut victims = Vec::new();
         for c in members {
             let kind = c.dir_name();
@@ -325,6 +420,12 @@ impl Bound {
                     &kubelet_kind("", "v1", "persistentvolumeclaims"),
                 ));
             }
+            if set.has_volumes() {
+                set.volume_secrets(&read_all(
+                    store,
+                    &kubelet_kind("", "v1", "persistentvolumes"),
+                ));
+            }
             set
         })
     }
@@ -350,8 +451,23 @@ impl Bound {
                     log::warn!("cache: cannot mark {} for a relist: {e}", c.dir_name());
                 }
             }
-            Ok(false) => {}
+            // Not on disk: a row for it (if any) names nothing.
+            Ok(false) => store.drop_row(c),
             Err(e) => log::warn!("cache: cannot evict {}: {e}", c.dir_name()),
+        }
+    }
+
+    /// Whether a list answer of `c` may commit: not when `c` was evicted and the answer is
+    /// not a whole list across namespaces (`whole_across`), which alone makes it whole again.
+    pub(super) fn may_commit(&self, store: &Store, c: &CollectionKey, whole_across: bool) -> bool {
+        whole_across || store.relist_reason(c) != Some(RelistReason::Evicted)
+    }
+
+    /// A list of `c` was committed: when it holds kubelet's pods or claims, the protected
+    /// set is read again at the next admit.
+    pub(super) fn committed(&mut self, c: &CollectionKey) {
+        if names_protection(c) {
+            self.protected = None;
         }
     }
 
@@ -371,6 +487,32 @@ impl Bound {
             );
         }
     }
+}
+
+/// What `unit` (an object, a list item, a watch event of `c`) adds to the cache: its
+/// object's size less that of the stored file it replaces (a watch event's object measured
+/// alone, without the event around it); `None` when the unit does not parse.
+fn growth(store: &Store, c: &CollectionKey, unit: &[u8]) -> Option<u64> {
+    let parsed = serde_json::from_slice::<serde_json::Value>(unit).ok()?;
+    let (object, len) = match parsed.get("object") {
+        Some(object) if parsed.get("type").is_some() => {
+            (object, serde_json::to_vec(object).ok()?.len() as u64)
+        }
+        _ => (&parsed, unit.len() as u64),
+    };
+    let meta = &object["metadata"];
+    let Some(name) = meta["name"].as_str() else {
+        return Some(len);
+    };
+    let key = ObjectKey {
+        collection: c.clone(),
+        namespace: meta["namespace"]
+            .as_str()
+            .filter(|ns| !ns.is_empty())
+            .map(str::to_owned),
+        name: name.to_owned(),
+    };
+    Some(len.saturating_sub(store.object_len(&key).unwrap_or(0)))
 }
 
 /// Whether a write to `c` may change the protected set: kubelet's pods and claims.
@@ -625,6 +767,8 @@ mod tests {
         let max = store.usage(true).total();
         let stats = Arc::new(BoundStats::new(max));
         let mut bound = Bound::new("edge-1", Arc::clone(&stats)).unwrap();
+        // One victim per write, to see the order (the low-water mark has a test of its own).
+        bound.low = max;
         bound.open.insert(flannel.clone());
         assert!(
             bound.admit(&store, &synced, Write::Object(&pods), 0),
@@ -672,8 +816,11 @@ mod tests {
             assert!(dir.root().join(kept).exists(), "{kept} kept");
         }
         // A new kind is not created; an existing unprotected one is refused and evicted.
-        assert!(!bound.admit(&store, &synced, Write::Object(&proxy), incoming));
-        assert!(!store.has_collection(&proxy));
+        // (kube-proxy's evicted slices are refused by their relist mark, whatever the room.)
+        assert!(!bound.admit(&store, &synced, Write::Object(&proxy), 0));
+        let new_kind = key("kube-proxy", "endpoints", "");
+        assert!(!bound.admit(&store, &synced, Write::Object(&new_kind), incoming));
+        assert!(!store.has_collection(&new_kind));
         let refused = key("kube-proxy", "services", "");
         put(&store, &refused, Some("app"), "web", serde_json::json!({}));
         assert!(!bound.admit(&store, &synced, Write::Object(&refused), incoming));
@@ -700,5 +847,208 @@ mod tests {
         }
         assert_eq!(quantity(max), max.to_string());
         assert_eq!(quantity(16 << 20), "16Mi");
+    }
+
+    /// Sets `name`'s file (below the root) `age` seconds old.
+    fn age(dir: &TempDir, rel: &str, age: u64) {
+        let at = SystemTime::now() - Duration::from_secs(age);
+        std::fs::File::options()
+            .write(true)
+            .open(dir.root().join(rel))
+            .and_then(|f| f.set_modified(at))
+            .unwrap();
+    }
+
+    #[test]
+    fn a_pod_being_written_protects_what_it_names_in_its_own_admit_and_after() {
+        let dir = TempDir::new("evict-stale");
+        let (store, _) = Store::open(&dir.root()).unwrap();
+        let synced = Synced::default();
+        let pods = key("kubelet", "pods", "");
+        let secrets = key("kubelet", "secrets", "");
+        let mounts = |secret: &str| {
+            serde_json::json!({"spec": {"nodeName": "edge-1",
+                "volumes": [{"name": "v", "secret": {"secretName": secret}}]}})
+        };
+        put(&store, &pods, Some("app"), "old", mounts("old-secret"));
+        for (name, seconds) in [("new-secret", 3000), ("junk-1", 2000), ("junk-2", 1000)] {
+            put(&store, &secrets, Some("app"), name, serde_json::json!({}));
+            age(
+                &dir,
+                &format!("kubelet/secrets.v1.core/app/{name}"),
+                seconds,
+            );
+        }
+        put(
+            &store,
+            &secrets,
+            Some("app"),
+            "old-secret",
+            serde_json::json!({}),
+        );
+        let max = store.usage(true).total();
+        let mut bound = Bound::new("edge-1", Arc::new(BoundStats::new(max))).unwrap();
+        bound.low = max;
+        let gone = |name: &str| {
+            !dir.root()
+                .join("kubelet/secrets.v1.core/app")
+                .join(name)
+                .exists()
+        };
+
+        // A pod rescheduled here names the oldest Secret: its own admit keeps it.
+        let mut new_pod = mounts("new-secret");
+        new_pod["metadata"] = serde_json::json!({"name": "new", "namespace": "app"});
+        let event = serde_json::json!({"type": "ADDED", "object": new_pod}).to_string();
+        let incoming = one_more(&store, max);
+        assert!(bound.admit_unit(
+            &store,
+            &synced,
+            Write::Object(&pods),
+            incoming,
+            Some(event.as_bytes())
+        ));
+        assert!(
+            !gone("new-secret"),
+            "the new pod's Secret was evicted in its own admit"
+        );
+        assert!(gone("junk-1"));
+        put(&store, &pods, Some("app"), "new", mounts("new-secret"));
+
+        // The next write reads the set again: the pod is on disk now.
+        let incoming = one_more(&store, max);
+        assert!(bound.admit(&store, &synced, Write::Object(&secrets), incoming));
+        assert!(gone("junk-2"));
+        let incoming = one_more(&store, max);
+        assert!(bound.admit(&store, &synced, Write::Object(&secrets), incoming));
+        assert!(
+            !gone("new-secret"),
+            "a stale set evicted the new pod's Secret"
+        );
+        assert!(!gone("old-secret"));
+    }
+
+    #[test]
+    fn eviction_frees_down_to_the_low_water_mark_and_drops_a_row_for_a_gone_dir() {
+        let dir = TempDir::new("evict-low");
+        let (store, _) = Store::open(&dir.root()).unwrap();
+        let synced = Synced::default();
+        let pods = key("kubelet", "pods", "");
+        put(&store, &pods, Some("app"), "web", serde_json::json!({}));
+        let others: Vec<_> = (0..20)
+            .map(|i| key(&format!("agent-{i:02}"), "services", ""))
+            .collect();
+        for (i, c) in others.iter().enumerate() {
+            put(&store, c, Some("app"), "web", serde_json::json!({}));
+            synced.note(c, i as u64 + 1);
+        }
+        let max = store.usage(true).total();
+        let stats = Arc::new(BoundStats::new(max));
+        let mut bound = Bound::new("edge-1", Arc::clone(&stats)).unwrap();
+        let incoming = one_more(&store, max);
+        assert!(bound.admit(&store, &synced, Write::Object(&pods), incoming));
+        let after = store.usage(true).total() + incoming;
+        assert!(after <= max / 10 * 9 + max % 10, "{after} of {max}");
+        let evicted = bound.take_evicted();
+        assert!(evicted.len() >= 2, "{evicted:?}");
+        assert_eq!(evicted[..2], others[..2], "least recently synced first");
+        // Room is left: the next small writes evict nothing.
+        assert!(bound.admit(&store, &synced, Write::Object(&pods), 100));
+        assert!(bound.take_evicted().is_empty());
+
+        // A kind directory gone behind the figures: its row goes when eviction finds it gone.
+        let last = others.last().unwrap();
+        std::fs::remove_dir_all(dir.root().join("agent-19/services.v1.core")).unwrap();
+        assert!(store.usage(false).of(last).bytes > 0);
+        bound.evict_collection(&store, &synced, last, 0);
+        assert_eq!(store.usage(false).of(last), Default::default());
+    }
+
+    /// The writer with `max` bytes of bound over `send`'s sessions.
+    fn write_bounded(store: &Store, max: u64, send: impl FnOnce(&crate::cache::writer::CacheTx)) {
+        let (tx, rx) = crate::cache::writer::channel(64, 1 << 20);
+        send(&tx);
+        drop(tx);
+        let options = crate::cache::writer::WriterOptions {
+            bound: Some((Arc::new(BoundStats::new(max)), "edge-1".into())),
+            ..Default::default()
+        };
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        crate::cache::writer::run(store, rx, &stop, options, &Synced::default());
+    }
+
+    #[test]
+    fn a_watch_refused_over_the_bound_writes_nothing_more_of_its_collection() {
+        let dir = TempDir::new("evict-watch");
+        let (store, _) = Store::open(&dir.root()).unwrap();
+        let proxy = key("kube-proxy", "services", "");
+        put(&store, &proxy, Some("app"), "web", serde_json::json!({}));
+        let max = store.usage(true).total() + 2000;
+        let event = |name: &str, pad: usize| {
+            serde_json::json!({"type": "ADDED", "object": {"kind": "Service", "apiVersion": "v1",
+                "metadata": {"name": name, "namespace": "app", "resourceVersion": "5"},
+                "pad": "x".repeat(pad)}})
+            .to_string()
+        };
+        // Past the bound, then small enough to fit once the collection is gone: one chunk.
+        let body = format!("{}\n{}\n", event("big", 5000), event("small", 10));
+        write_bounded(&store, max, |tx| {
+            let target = crate::cache::target::CacheTarget::Watch {
+                collection: proxy.clone(),
+            };
+            let mut s = tx.begin(target, 200, false, None).unwrap();
+            assert!(s.chunk(body.as_bytes()));
+            s.finish(false);
+        });
+        assert!(!store.has_collection(&proxy), "refused and evicted");
+        assert!(
+            !dir.root()
+                .join("kube-proxy/services.v1.core/app/small")
+                .exists()
+        );
+    }
+
+    #[test]
+    fn near_the_bound_an_unchanged_object_charges_nothing() {
+        let dir = TempDir::new("evict-growth");
+        let (store, _) = Store::open(&dir.root()).unwrap();
+        let synced = Synced::default();
+        let proxy = key("kube-proxy", "services", "");
+        let coredns = key("coredns", "services", "");
+        put(&store, &coredns, Some("app"), "web", serde_json::json!({}));
+        put(&store, &proxy, Some("app"), "web", serde_json::json!({}));
+        let stored = std::fs::read(dir.root().join("kube-proxy/services.v1.core/app/web")).unwrap();
+        let max = store.usage(true).total();
+        let mut bound = Bound::new("edge-1", Arc::new(BoundStats::new(max))).unwrap();
+        // At the bound exactly: kube-proxy's relist of the same object evicts no one.
+        let len = stored.len() as u64;
+        assert!(bound.admit_unit(&store, &synced, Write::Object(&proxy), len, Some(&stored)));
+        let event = format!(
+            r#"{{"type":"MODIFIED","object":{}}}"#,
+            String::from_utf8_lossy(&stored)
+        );
+        let len = event.len() as u64;
+        assert!(bound.admit_unit(
+            &store,
+            &synced,
+            Write::Object(&proxy),
+            len,
+            Some(event.as_bytes())
+        ));
+        assert!(bound.take_evicted().is_empty());
+        assert!(store.has_collection(&coredns));
+        // A new object grows the cache: room is made.
+        let mut other: serde_json::Value = serde_json::from_slice(&stored).unwrap();
+        other["metadata"]["name"] = serde_json::json!("api");
+        let other = other.to_string();
+        let len = other.len() as u64;
+        assert!(bound.admit_unit(
+            &store,
+            &synced,
+            Write::Object(&proxy),
+            len,
+            Some(other.as_bytes())
+        ));
+        assert_eq!(bound.take_evicted(), [coredns]);
     }
 }

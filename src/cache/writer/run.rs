@@ -177,9 +177,33 @@ fn write_of<'t>(unit: &Unit<'_>, target: &'t CacheTarget) -> Option<(Write<'t>, 
     let write = match target {
         CacheTarget::NonResource { .. } => Write::Document,
         CacheTarget::Token(token) => Write::Token(&token.component),
+        CacheTarget::List { collection, .. } if refills(target) => Write::Refill(collection),
         target => Write::Object(collection_of(target)?),
     };
     Some((write, len))
+}
+
+/// The bytes of an object unit (what the bound reads a pending pod from).
+fn unit_bytes<'u>(unit: &Unit<'u>) -> Option<&'u [u8]> {
+    match unit {
+        Unit::Object(bytes) | Unit::ListItem(bytes) | Unit::WatchEvent(bytes) => Some(bytes),
+        _ => None,
+    }
+}
+
+/// Whether `target` may refill a collection the bound evicted: a list across namespaces,
+/// not a continued page; it commits only when whole. Its selector is kept: a component reads
+/// its collection through one such scope (kubelet's pods by `spec.nodeName`), as a relist
+/// mark is cleared by one (`relisted`).
+fn refills(target: &CacheTarget) -> bool {
+    matches!(
+        target,
+        CacheTarget::List {
+            namespace: None,
+            paged: false,
+            ..
+        }
+    )
 }
 
 /// The collection a unit of `target`'s answer tells the cloud's word on, when applying it
@@ -222,9 +246,14 @@ impl<'t, 'b> Batch<'t, 'b> {
         unit: Unit<'_>,
         found: &Located,
     ) {
+        // A unit refused (or spoiled) ends the batch: none after it may write part of what
+        // the refusal evicted back.
+        if self.failed {
+            return;
+        }
         if let Some((bound, synced)) = self.bound.as_mut()
             && let Some((write, len)) = write_of(&unit, self.target)
-            && !bound.admit(store, synced, write, len)
+            && !bound.admit_unit(store, synced, write, len, unit_bytes(&unit))
         {
             // Not cached: a list or watch that cannot hold it whole is given up.
             self.failed = true;
@@ -534,6 +563,13 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
     };
     let list_rv = list.resource_version.as_deref();
     let whole = list.is_whole(*paged, active.not_objects);
+    if let Some(bound) = w.bound.as_ref()
+        && !bound.may_commit(store, collection, whole && refills(target))
+    {
+        // The staged replacement is dropped: an evicted collection comes back whole or not at all.
+        Metrics::inc(&METRICS.cache_sessions_abandoned);
+        return;
+    }
     let committed = if whole {
         // The cloud's whole answer for the scope replaces it, whatever the cache held.
         let mut in_scope = |bytes: &[u8]| -> bool {
@@ -547,6 +583,9 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
     };
     match committed {
         Ok(report) => {
+            if let Some(bound) = w.bound.as_mut() {
+                bound.committed(collection);
+            }
             note(synced, collection, word, noted);
             // A list across namespaces says the collection is complete again: a component
             // reads its collection through one such scope (kubelet's pods by
