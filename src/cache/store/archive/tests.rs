@@ -8,6 +8,7 @@ use std::io::Write;
 use std::path::Path;
 
 use super::super::journal::CommitStep;
+use super::super::tests::snapshot;
 use super::super::{Store, StoreError, StoreOptions};
 use super::import::ImportError;
 use super::*;
@@ -316,35 +317,6 @@ fn put_pod(store: &Store, ns: &str, name: &str, rv: u64) {
         .unwrap();
 }
 
-/// Every file and directory below `root` but the lock's note and `.staging`: path → bytes.
-fn tree(root: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Option<Vec<u8>>>) {
-        for entry in fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            let rel = path
-                .strip_prefix(root)
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .to_owned();
-            if rel == ".staging" || rel == crate::dir_lock::NOTE_FILE {
-                continue;
-            }
-            if path.is_dir() {
-                out.insert(rel, None);
-                walk(root, &path, out);
-            } else {
-                out.insert(rel, Some(fs::read(&path).unwrap()));
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    if root.exists() {
-        walk(root, root, &mut out);
-    }
-    out
-}
-
 fn export_of(cache: &Path, with_credentials: bool) -> (Vec<u8>, ExportReport) {
     let opts = ExportOptions {
         cache,
@@ -407,9 +379,9 @@ fn export_then_import_gives_the_same_cache_without_credentials_unless_asked() {
     let imported = store.import(&archive[..], &import_opts(&dir.0)).unwrap();
     assert_eq!(imported.files, 4);
     drop(store);
-    let mut want = tree(&source);
+    let mut want = snapshot(&source);
     want.retain(|path, _| !path.starts_with("kubelet/tokens") && path != ".grants");
-    let mut got = tree(&target);
+    let mut got = snapshot(&target);
     // `.synced` is kept, clamped to the export's time.
     let synced = got.remove(".synced").unwrap().unwrap();
     want.remove(".synced");
@@ -448,7 +420,7 @@ fn refusals_leave_the_cache_as_it_was() {
     let target = dir.0.join("target");
     let (store, _) = Store::open(&target).unwrap();
     put_pod(&store, "default", "old", 1);
-    let before = tree(&target);
+    let before = snapshot(&target);
 
     // Another node's; a cache that holds a component; a damaged archive.
     let mut opts = import_opts(&dir.0);
@@ -504,7 +476,7 @@ fn refusals_leave_the_cache_as_it_was() {
             .unwrap_err();
         assert!(e.to_string().contains("a directory where"), "{dir}: {e}");
     }
-    assert_eq!(tree(&target), before);
+    assert_eq!(snapshot(&target), before);
     assert_eq!(fs::read_dir(target.join(".staging")).unwrap().count(), 0);
 
     // --replace moves the old content into the quarantine, never deletes it.
@@ -606,7 +578,7 @@ fn a_crash_anywhere_in_an_import_leaves_the_cache_wholly_old_or_new() {
         let (store, _) = Store::open(&target).unwrap();
         put_pod(&store, "default", "old", 1);
         drop(store);
-        let old = tree(&target);
+        let old = snapshot(&target);
         let options = StoreOptions {
             crash_at: Some(step),
             ..StoreOptions::default()
@@ -628,7 +600,7 @@ fn a_crash_anywhere_in_an_import_leaves_the_cache_wholly_old_or_new() {
         drop(store);
         // The next open recovers.
         drop(Store::open(&target).unwrap());
-        let mut after = tree(&target);
+        let mut after = snapshot(&target);
         let has_new = target.join("kubelet/pods.v1.core/default/web-0").exists();
         if has_new {
             assert!(
@@ -725,7 +697,7 @@ fn the_identity_files_travel_with_credentials_and_a_current_link_as_its_file() {
     let mut opts = import_opts(&new_root);
     opts.with_credentials = true;
     store.import(&archive[..], &opts).unwrap();
-    let mut got = tree(&new_root);
+    let mut got = snapshot(&new_root);
     got.retain(|path, _| !path.is_empty());
     let want: BTreeMap<String, Option<Vec<u8>>> = [
         ("pki", None),

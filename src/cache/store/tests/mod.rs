@@ -107,9 +107,9 @@ fn app_web(bytes: &[u8]) -> bool {
     contains(bytes, br#""app":"web""#)
 }
 
-/// Everything under the root but the staging directory: path → bytes (`None` for a
-/// directory).
-fn snapshot(root: &Path) -> Snapshot {
+/// Everything under the root but the staging directory and the lock's note: path → bytes
+/// (`None` for a directory); empty for a root that does not exist.
+pub(super) fn snapshot(root: &Path) -> Snapshot {
     fn walk(root: &Path, dir: &Path, out: &mut Snapshot) {
         for entry in fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
@@ -131,7 +131,9 @@ fn snapshot(root: &Path) -> Snapshot {
         }
     }
     let mut out = BTreeMap::new();
-    walk(root, root, &mut out);
+    if root.exists() {
+        walk(root, root, &mut out);
+    }
     out
 }
 
