@@ -356,7 +356,6 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
     })
 }
 
-/// The raw flags with their defaults, read as the types they hold; a bad value is a
 /// The smallest `--cache-max-bytes` taken (but 0, no bound): 1 MiB.
 const MIN_CACHE_BOUND: u64 = 1 << 20;
 
@@ -385,6 +384,7 @@ pub(crate) fn parse_quantity(text: &str) -> Option<u64> {
     number.checked_mul(scale)
 }
 
+/// The raw flags with their defaults, read as the types they hold; a bad value is a
 /// [`StartupError`] naming its flag.
 struct Flags<'a> {
     raw: &'a flags::RawFlags,
