@@ -152,7 +152,6 @@ pub(super) fn start(config: &Config, parts: Parts) -> Result<Running, StartupErr
         node_name: Arc::from(config.node_name.as_str()),
         rounds: Arc::default(),
         overlay,
-        upstream_gzip: config.upstream_gzip,
         tunnel: config.tunnel,
         autonomy_checks: std::sync::atomic::AtomicU32::new(0),
     });

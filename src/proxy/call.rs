@@ -260,7 +260,7 @@ impl<'h> Call<'h> {
     /// with one of the [`CLIENT_PERMITS`] to inflate it. With none left the request goes as
     /// the client asked: plain, as without the flag.
     fn encoding(&self, headers: &[(String, String)]) -> (Encoding, Option<Permit>) {
-        if !self.hub.upstream_gzip || !self.route.upstream_gzip {
+        if !crate::upstream::inflate::ask_gzip() || !self.route.upstream_gzip {
             return (Encoding::AsClient, None);
         }
         if accepts_gzip(headers) {

@@ -84,8 +84,6 @@ pub(crate) struct Hub {
     /// The endpoints overlay (issue 30), which the pool caches' answers to local clients
     /// apply (disabled in cloud mode and with `--offline-endpoints-overlay=false`).
     pub overlay: Arc<Overlay>,
-    /// `--upstream-gzip`: reads ask the cloud for gzip whoever asked (`Call::encoding`).
-    pub upstream_gzip: bool,
     /// The limits of tunnels (exec, attach, port-forward): the idle limit, the time the
     /// cloud has to answer an upgrade.
     pub tunnel: crate::tunnel::Limits,

@@ -37,7 +37,7 @@ impl Upstream {
             .uri(format!("{base}{path}"))
             .header("user-agent", HUB_USER_AGENT)
             .header("accept", "application/json");
-        if self.gzip() {
+        if inflate::ask_gzip() {
             // A Node with many images, a large Status: the link carries it compressed.
             builder = builder.header("accept-encoding", "gzip");
         }

@@ -384,11 +384,6 @@ impl Upstream {
         })
     }
 
-    /// Whether the hub asks for gzip where it decides (`--upstream-gzip`, [`inflate::ask_gzip`]).
-    pub(crate) fn gzip(&self) -> bool {
-        inflate::ask_gzip()
-    }
-
     /// Replaces the TLS material (a rotated client certificate, a CA learnt by discovery):
     /// new agents, swapped in at once, so the next request uses them. A request already
     /// sent, and an open stream (a watch), keeps its connection to its end. The old pooled

@@ -209,7 +209,7 @@ impl Upstream {
         let mut longest_line = req.method.len() + url.len() + 12;
         // The hub asks for gzip itself: the client's own wish does not go (it is honoured by
         // the relay, which inflates for a client that did not ask).
-        let gzip = req.encoding == Encoding::Gzip && self.gzip();
+        let gzip = req.encoding == Encoding::Gzip && super::inflate::ask_gzip();
         for (name, value) in forwarded_headers(req.headers, req.identity, req.accept.is_some()) {
             if gzip && name.eq_ignore_ascii_case("accept-encoding") {
                 continue;

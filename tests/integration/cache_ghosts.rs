@@ -116,12 +116,7 @@ impl Scene {
 
 /// The names of a list's items, sorted, duplicates kept.
 fn names(list: &Value) -> Vec<String> {
-    let mut names: Vec<String> = list["items"]
-        .as_array()
-        .unwrap_or_else(|| panic!("not a list: {list}"))
-        .iter()
-        .map(|item| item["metadata"]["name"].as_str().unwrap_or("").to_owned())
-        .collect();
+    let mut names = names_in_order(list);
     names.sort();
     names
 }

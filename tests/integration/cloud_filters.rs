@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::hub::{CloudClient, Events};
+use crate::support::hub::{CloudClient, Events, names_in_order};
 use crate::support::{
     APISERVER_ADDRESSES, APISERVER_PORT, Cloud, DISCARD_ANNOTATION, NODEPOOL_LABEL,
     NODEPORT_LISTEN_ANNOTATION, TOPOLOGY_ANNOTATION,
@@ -28,15 +28,6 @@ fn get_ok(c: &CloudClient, path: &str) -> Value {
     let r = c.get(path);
     assert_eq!(r.status, 200, "GET {path}: {}", r.text());
     r.json()
-}
-
-fn names(list: &Value) -> Vec<String> {
-    list["items"]
-        .as_array()
-        .unwrap_or_else(|| panic!("not a list: {list}"))
-        .iter()
-        .map(|i| i["metadata"]["name"].as_str().unwrap_or("").to_string())
-        .collect()
 }
 
 /// The next event of a watch, failing the test when the stream ends first.
@@ -73,7 +64,7 @@ fn endpointslices_read_as_v1_carry_node_names_and_as_v1beta1_topology() {
     );
     assert_eq!(v1["apiVersion"], "discovery.k8s.io/v1");
     assert_eq!(v1["kind"], "EndpointSliceList");
-    assert_eq!(names(&v1), [name]);
+    assert_eq!(names_in_order(&v1), [name]);
     let eps = &v1["items"][0]["endpoints"];
     assert_eq!(eps[0]["nodeName"], "edge-1");
     assert_eq!(eps[1]["nodeName"], "edge-2");
@@ -89,7 +80,7 @@ fn endpointslices_read_as_v1_carry_node_names_and_as_v1beta1_topology() {
         &format!("{SLICES_V1BETA1}/namespaces/shop/endpointslices?{selector}"),
     );
     assert_eq!(beta["apiVersion"], "discovery.k8s.io/v1beta1");
-    assert_eq!(names(&beta), [name]);
+    assert_eq!(names_in_order(&beta), [name]);
     let eps = &beta["items"][0]["endpoints"];
     assert_eq!(eps[0]["topology"], json!({HOSTNAME: "edge-1"}));
     assert_eq!(eps[1]["topology"][HOSTNAME], "edge-2");
@@ -306,14 +297,14 @@ fn nodepools_get_list_and_watch_by_name() {
 
     let all = get_ok(&c, NODEPOOLS);
     assert_eq!(all["kind"], "NodePoolList");
-    assert_eq!(names(&all), ["beijing", "hangzhou"]);
+    assert_eq!(names_in_order(&all), ["beijing", "hangzhou"]);
     // Custom resources carry their kind in lists.
     assert_eq!(all["items"][0]["kind"], "NodePool");
     let one = get_ok(
         &c,
         &format!("{NODEPOOLS}?fieldSelector=metadata.name%3Dhangzhou"),
     );
-    assert_eq!(names(&one), ["hangzhou"]);
+    assert_eq!(names_in_order(&one), ["hangzhou"]);
     let rv = one["metadata"]["resourceVersion"]
         .as_str()
         .expect("list rv")
@@ -444,12 +435,12 @@ fn nodes_carry_their_pool_label_and_are_ready() {
         &c,
         "/api/v1/nodes?labelSelector=apps.openyurt.io%2Fnodepool%3Dhangzhou",
     );
-    assert_eq!(names(&pooled), ["edge-1"]);
+    assert_eq!(names_in_order(&pooled), ["edge-1"]);
     let unpooled = get_ok(
         &c,
         "/api/v1/nodes?labelSelector=%21apps.openyurt.io%2Fnodepool",
     );
-    assert_eq!(names(&unpooled), ["cloud-1"]);
+    assert_eq!(names_in_order(&unpooled), ["cloud-1"]);
 }
 
 #[test]
@@ -560,7 +551,7 @@ fn a_pod_sets_the_in_cluster_variables_explicitly() {
     cloud.pod_with_service_env("ops", "operator", "edge-1", "api.example.com", "443");
     // kubelet's list of its pods.
     let list = get_ok(&c, "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1");
-    assert_eq!(names(&list), ["operator"]);
+    assert_eq!(names_in_order(&list), ["operator"]);
     let pod = &list["items"][0];
     assert_eq!(pod["status"]["phase"], "Running");
     let env = |section: &str, i: usize, var: &str| -> Value {
@@ -640,7 +631,7 @@ fn bulk_services_and_twenty_thousand_slices_list_and_page() {
              ?labelSelector=kubernetes.io%2Fservice-name%3Dsvc-000004"
         ),
     );
-    assert_eq!(names(&one), ["svc-000004-ab12c"]);
+    assert_eq!(names_in_order(&one), ["svc-000004-ab12c"]);
     assert_eq!(
         one["items"][0]["endpoints"][0]["topology"][HOSTNAME],
         "node-4"

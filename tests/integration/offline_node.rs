@@ -292,20 +292,6 @@ fn pod(ns: &str, name: &str, node: Option<&str>, app: &str) -> Value {
     pod
 }
 
-fn names(list: &Value) -> Vec<String> {
-    list["items"]
-        .as_array()
-        .unwrap_or_else(|| panic!("not a list: {list}"))
-        .iter()
-        .map(|p| {
-            p["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned()
-        })
-        .collect()
-}
-
 #[test]
 fn an_empty_offline_pod_list_for_kubelet_is_not_found() {
     let cloud = Cloud::start();
@@ -317,7 +303,7 @@ fn an_empty_offline_pod_list_for_kubelet_is_not_found() {
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
     let online = get(&format!("{}/api/v1/pods", hub.url()), KUBELET);
     assert_eq!(online.status, 200);
-    assert_eq!(names(&online.json()).len(), 3);
+    assert_eq!(names_in_order(&online.json()).len(), 3);
     assert!(hub.wait_cached(
         &[
             "kubelet/pods.v1.core/default/web-1",
@@ -334,7 +320,7 @@ fn an_empty_offline_pod_list_for_kubelet_is_not_found() {
 
     let mine = list("pods?fieldSelector=spec.nodeName%3Dedge-1");
     assert_eq!(mine.status, 200);
-    assert_eq!(names(&mine.json()), ["web-1", "web-2"]);
+    assert_eq!(names_in_order(&mine.json()), ["web-1", "web-2"]);
 
     // Nothing matches: kubelet must not conclude that the node has no pods.
     for query in [
@@ -352,7 +338,7 @@ fn an_empty_offline_pod_list_for_kubelet_is_not_found() {
 
     // A later page may be empty: only a whole answer with nothing is a 404.
     let first = list("pods?limit=1").json();
-    assert_eq!(names(&first), ["web-1"]);
+    assert_eq!(names_in_order(&first), ["web-1"]);
     let token = first["metadata"]["continue"]
         .as_str()
         .expect("a continue token");
@@ -360,7 +346,7 @@ fn an_empty_offline_pod_list_for_kubelet_is_not_found() {
         "pods?limit=1&labelSelector=app%3Dnone&continue={token}"
     ));
     assert_eq!(later.status, 200, "{}", later.text());
-    assert!(names(&later.json()).is_empty());
+    assert!(names_in_order(&later.json()).is_empty());
 }
 
 #[test]

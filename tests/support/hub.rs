@@ -594,6 +594,12 @@ fn exchange(
 
 /// The names of a list answer's items (a panic that shows the answer when it is no list).
 pub fn item_names(list: &serde_json::Value) -> BTreeSet<String> {
+    names_in_order(list).into_iter().collect()
+}
+
+/// The names of a list answer's items in the answer's order, repeats kept (a panic that
+/// shows the answer when it is no list).
+pub fn names_in_order(list: &serde_json::Value) -> Vec<String> {
     list["items"]
         .as_array()
         .unwrap_or_else(|| panic!("not a list: {list}"))

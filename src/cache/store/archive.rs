@@ -35,7 +35,7 @@ use flate2::bufread::GzDecoder;
 use flate2::write::GzEncoder;
 use serde_json::{Value, json};
 
-use super::check::{Expect, MAX_FILE, Refusal, check_object};
+use super::check::{Expect, Refusal, check_object};
 
 use crate::cache::key::METADATA_DIR;
 use crate::names::is_safe_segment;
@@ -134,11 +134,6 @@ impl Manifest {
             bytes: number("bytes")?,
         })
     }
-}
-
-/// The largest file an archive may carry: the largest the store reads.
-fn max_file() -> u64 {
-    MAX_FILE
 }
 
 /// Why a file may not be the one at its path below the cache: a code as `tinyhub cache

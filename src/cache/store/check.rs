@@ -59,10 +59,6 @@ impl<'a> Expect<'a> {
     /// `pods.v1.core` → `v1`, `deployments.v1.apps` → `apps/v1`,
     /// `partialobjectmetadatas.v1.meta.k8s.io/pods.v1.core` → `meta.k8s.io/v1`; anything
     /// else → no apiVersion to check.
-    #[allow(
-        dead_code,
-        reason = "for `tinyhub cache verify`, which walks kind directories, not keys"
-    )]
     pub(crate) fn for_kind_dir(
         kind_rel: &str,
         namespace: Option<&'a str>,
@@ -96,10 +92,6 @@ impl<'a> Expect<'a> {
 /// The `apiVersion` of a kind directory's objects, from its path below the component's
 /// directory; `None` when it is not `<resource>.<version>.<group>` (or the metadata view's
 /// directory above one).
-#[allow(
-    dead_code,
-    reason = "for `tinyhub cache verify`, which walks kind directories, not keys"
-)]
 pub(crate) fn api_version_of_kind_dir(kind_rel: &str) -> Option<String> {
     let mut parts = kind_rel.split('/');
     let first = parts.next()?;

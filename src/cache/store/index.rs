@@ -33,6 +33,7 @@
 //! Size: 24 bytes an entry plus hashbrown's control byte, at a load of 7/8 or less (28.6
 //! to 57 bytes an object; 819,200 bytes of table for 20,000 objects).
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
@@ -41,7 +42,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::check::{Expect, check_object};
+use super::check::{Expect, api_version_of_kind_dir, check_object};
 use super::fs::read_object;
 use super::{PutOutcome, Store, stored_rv};
 use crate::cache::key::{METADATA_DIR, ObjectKey};
@@ -212,7 +213,6 @@ impl ObjectIndex {
     }
 
     /// Whether a build runs.
-    #[allow(dead_code, reason = "read through `Store::index_building`")]
     pub(super) fn is_building(&self) -> bool {
         self.building.is_some()
     }
@@ -350,7 +350,7 @@ impl Store {
         }
     }
 
-    /// Whether the index is still being built (the bound's census waits for its end).
+    /// Whether the index is still being built (the writer takes the bound's census after it).
     pub(crate) fn index_building(&self) -> bool {
         self.index().is_building()
     }
@@ -416,14 +416,20 @@ pub(super) fn for_each_kind_dir(dir: &Path, rel: &str, f: &mut dyn FnMut(&str, &
 /// Calls `f` with the path below the root of every object file of one kind directory
 /// (`kind_rel` below the root, at `kind_dir`), and what the file must hold to be served.
 fn for_each_object(kind_rel: &str, kind_dir: &Path, f: &mut dyn FnMut(&str, Option<&Expect<'_>>)) {
-    // Below the component's directory, as `Expect` takes it.
+    // Below the component's directory, as `Expect` takes it; the same for every object.
     let kind = kind_rel.split_once('/').map_or(kind_rel, |(_, kind)| kind);
+    let api_version = api_version_of_kind_dir(kind);
     let mut path = String::new();
     for (entry, is_dir) in safe_entries(kind_dir) {
         path.clear();
         path.extend([kind_rel, "/", entry.as_str()]);
         if !is_dir {
-            f(&path, Some(&Expect::for_kind_dir(kind, None, &entry)));
+            let expect = Expect {
+                namespace: None,
+                name: &entry,
+                api_version: api_version.as_deref().map(Cow::Borrowed),
+            };
+            f(&path, Some(&expect));
             continue;
         }
         let namespace_len = path.len();
@@ -431,10 +437,12 @@ fn for_each_object(kind_rel: &str, kind_dir: &Path, f: &mut dyn FnMut(&str, Opti
             if !is_dir {
                 path.truncate(namespace_len);
                 path.extend(["/", object.as_str()]);
-                f(
-                    &path,
-                    Some(&Expect::for_kind_dir(kind, Some(&entry), &object)),
-                );
+                let expect = Expect {
+                    namespace: Some(&entry),
+                    name: &object,
+                    api_version: api_version.as_deref().map(Cow::Borrowed),
+                };
+                f(&path, Some(&expect));
             }
         }
     }

@@ -134,9 +134,12 @@ fn kind_dir_weight(dir: &Path) -> Weight {
     weight
 }
 
+/// How deep a walk of a tree outside the collections (the quarantine, tokens) goes.
+pub(super) const TREE_DEPTH: u32 = 16;
+
 /// Calls `f` with the size of each regular file under `dir`, `depth` directory levels down
 /// at most; links are not followed.
-fn walk(dir: &Path, depth: u32, f: &mut dyn FnMut(u64)) {
+pub(super) fn walk(dir: &Path, depth: u32, f: &mut dyn FnMut(u64)) {
     for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
         let Ok(kind) = entry.file_type() else {
             continue;
@@ -256,7 +259,7 @@ impl Store {
     /// on the same flash.
     pub(crate) fn quarantine_bytes(&self) -> u64 {
         let mut bytes = 0u64;
-        walk(&self.root.join(".quarantine"), 16, &mut |len| {
+        walk(&self.root.join(".quarantine"), TREE_DEPTH, &mut |len| {
             bytes = bytes.saturating_add(len)
         });
         bytes

@@ -24,6 +24,7 @@ use super::journal::JOURNAL_PREFIX;
 use super::list::NameCursor;
 use super::relist::RELIST_FILE;
 use super::synced::SYNCED_FILE;
+use super::usage::{TREE_DEPTH, walk};
 use crate::cache::key::TokenKey;
 use crate::cache::object::ObjectHead;
 use crate::dir_lock::NOTE_FILE;
@@ -455,23 +456,10 @@ pub(crate) fn extras(root: &Path) -> Result<Extras, StoreError> {
 /// Regular files and their bytes below `dir`, symlinks not followed; a missing one is empty.
 fn tree_size(dir: &Path) -> (u64, u64) {
     let (mut files, mut bytes) = (0, 0);
-    let mut pending = vec![dir.to_owned()];
-    while let Some(dir) = pending.pop() {
-        let Ok(entries) = fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let Ok(meta) = fs::symlink_metadata(entry.path()) else {
-                continue;
-            };
-            if meta.is_dir() {
-                pending.push(entry.path());
-            } else if meta.is_file() {
-                files += 1;
-                bytes += meta.len();
-            }
-        }
-    }
+    walk(dir, TREE_DEPTH, &mut |len| {
+        files += 1;
+        bytes += len;
+    });
     (files, bytes)
 }
 

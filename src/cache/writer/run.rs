@@ -170,10 +170,7 @@ fn collection_of(target: &CacheTarget) -> Option<&CollectionKey> {
 /// What `unit` of `target`'s answer would write, for the bound: `None` for what writes
 /// nothing of its own (a list's members).
 fn write_of<'t>(unit: &Unit<'_>, target: &'t CacheTarget) -> Option<(Write<'t>, u64)> {
-    let len = match unit {
-        Unit::Object(bytes) | Unit::ListItem(bytes) | Unit::WatchEvent(bytes) => bytes.len(),
-        _ => return None,
-    } as u64;
+    let len = unit_bytes(unit)?.len() as u64;
     let write = match target {
         CacheTarget::NonResource { .. } => Write::Document,
         CacheTarget::Token(token) => Write::Token(&token.component),

@@ -59,6 +59,21 @@ fn watch(tx: &CacheTx) -> Session {
 
 /// Runs the writer over everything `send` queues, until the senders are gone.
 fn write(store: &Store, budget: usize, send: impl FnOnce(&CacheTx)) {
+    write_noting(
+        store,
+        budget,
+        &crate::cache::synced::Synced::default(),
+        send,
+    );
+}
+
+/// [`write`], noting the cloud's word in `synced`.
+fn write_noting(
+    store: &Store,
+    budget: usize,
+    synced: &crate::cache::synced::Synced,
+    send: impl FnOnce(&CacheTx),
+) {
     let (tx, rx) = channel(64, budget);
     send(&tx);
     drop(tx);
@@ -67,7 +82,7 @@ fn write(store: &Store, budget: usize, send: impl FnOnce(&CacheTx)) {
         rx,
         &AtomicBool::new(false),
         WriterOptions::default(),
-        &crate::cache::synced::Synced::default(),
+        synced,
     );
 }
 
@@ -623,16 +638,7 @@ mod synced {
     use crate::cache::synced::{Synced, Word};
 
     fn run_with(store: &Store, synced: &Synced, send: impl FnOnce(&CacheTx)) {
-        let (tx, rx) = channel(64, 1 << 20);
-        send(&tx);
-        drop(tx);
-        run(
-            store,
-            rx,
-            &AtomicBool::new(false),
-            WriterOptions::default(),
-            synced,
-        );
+        write_noting(store, 1 << 20, synced, send);
     }
 
     const BOOKMARK: &str = r#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"12"}}}"#;

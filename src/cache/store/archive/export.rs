@@ -15,7 +15,9 @@ use std::time::SystemTime;
 
 use super::super::StoreError;
 use super::super::check::{self, FileRead};
+use super::super::grants::GRANTS_FILE;
 use super::super::index::{for_each_kind_dir, safe_entries};
+use super::super::view::YURTHUB_INTERNAL;
 use super::{ArchivePath, ArchiveWriter, CACHE_RECORDS, Manifest, check_cache_file};
 use crate::names::Component;
 
@@ -142,13 +144,13 @@ fn plan_cache(
     top.sort();
     for (name, is_dir) in top {
         if CACHE_RECORDS.contains(&name.as_str()) {
-            let credential = name == ".grants";
+            let credential = name == GRANTS_FILE;
             if !credential || opts.with_credentials {
                 plan_file(cache, &name, credential, files, report);
             }
             continue;
         }
-        if name.starts_with('.') || name == "_internal" {
+        if name.starts_with('.') || name == YURTHUB_INTERNAL {
             // The store's work in progress, the lock's note, the quarantine, YurtHub's own.
             continue;
         }

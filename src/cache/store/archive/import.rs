@@ -31,14 +31,16 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::super::check::MAX_FILE;
 use super::super::error::{StoreError, StoreOp, io_err};
 use super::super::fs::{make_dir, parent_of, real_dir, sync_dir, sync_filesystem, write_new_file};
+use super::super::grants::GRANTS_FILE;
 use super::super::journal::{CommitStep, JOURNAL_PREFIX, JournalWriter, RECORD_FILES};
 use super::super::quarantine::Quarantine;
+use super::super::synced::SYNCED_FILE;
 use super::super::{STAGING, Store, next_id};
 use super::{
     ArchiveError, ArchivePath, ArchiveReader, Entry, Place, check_cache_dir, check_cache_file,
-    max_file,
 };
 use crate::names::Component;
 
@@ -172,7 +174,7 @@ impl Store {
         src: impl Read,
         opts: &ImportOptions<'_>,
     ) -> Result<ImportReport, ImportError> {
-        let mut reader = ArchiveReader::open(src, max_file()).map_err(ImportError::Archive)?;
+        let mut reader = ArchiveReader::open(src, MAX_FILE).map_err(ImportError::Archive)?;
         let manifest = reader.manifest().clone();
         if manifest.node_name != opts.node_name && !opts.allow_other_node {
             return Err(ImportError::OtherNode {
@@ -293,7 +295,7 @@ impl Store {
             match path.place {
                 Place::Cache => {
                     check_cache_file(&path.rel, &bytes).map_err(|why| refuse(&why.to_string()))?;
-                    if path.rel == ".synced" {
+                    if path.rel == SYNCED_FILE {
                         bytes = clamp_synced(&bytes, clamp);
                     }
                 }
@@ -410,7 +412,7 @@ impl Store {
     /// in the root; the credentials' key (`.grants`) only when the archive brings its own.
     fn replaced_entries(&self, staged: &Staged) -> Result<Vec<String>, StoreError> {
         let entries = fs::read_dir(&self.root).map_err(io_err(StoreOp::ReadDir, &self.root))?;
-        let brings_grants = staged.top.contains(&(".grants".to_owned(), false));
+        let brings_grants = staged.top.contains(&(GRANTS_FILE.to_owned(), false));
         let mut found = Vec::new();
         for entry in entries {
             let entry = entry.map_err(io_err(StoreOp::ReadDir, &self.root))?;
@@ -420,7 +422,7 @@ impl Store {
             let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
             let moved = if is_dir {
                 Component::new(&name).is_some()
-            } else if name == ".grants" {
+            } else if name == GRANTS_FILE {
                 brings_grants
             } else {
                 RECORD_FILES.contains(&name.as_str())
@@ -461,7 +463,7 @@ fn is_credential(path: &ArchivePath) -> bool {
         Place::Cache => {
             let mut segments = path.segments();
             let first = segments.next();
-            first == Some(".grants") || segments.next() == Some("tokens")
+            first == Some(GRANTS_FILE) || segments.next() == Some("tokens")
         }
     }
 }

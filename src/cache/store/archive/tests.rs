@@ -7,6 +7,7 @@ use std::fs;
 use std::io::Write;
 use std::path::Path;
 
+use super::super::check::MAX_FILE;
 use super::super::journal::CommitStep;
 use super::super::tests::snapshot;
 use super::super::{Store, StoreError, StoreOptions};
@@ -28,7 +29,7 @@ fn manifest(files: u64, bytes: u64) -> Manifest {
 
 /// Reads every entry, or the first refusal.
 fn read_all(bytes: &[u8]) -> Result<(Manifest, Vec<Entry>), ArchiveError> {
-    let mut reader = ArchiveReader::open(bytes, max_file())?;
+    let mut reader = ArchiveReader::open(bytes, MAX_FILE)?;
     let mut entries = Vec::new();
     while let Some(entry) = reader.next_entry()? {
         entries.push(entry);
@@ -230,7 +231,7 @@ fn hostile_entries_are_refused_each_with_its_reason() {
 fn sizes_counts_and_framing_are_checked() {
     // A file past the store's largest is refused from its header, never read.
     let mut big = header("cache/kubelet/pods.v1.core/big", b'0', 0, 0).to_vec();
-    octal(&mut big[124..136], max_file() + 1);
+    octal(&mut big[124..136], MAX_FILE + 1);
     let mut block: [u8; BLOCK] = big.try_into().unwrap();
     set_checksum(&mut block);
     let e = read_all(&gzip(&tar(1, 1, &[block.to_vec()]))).unwrap_err();
