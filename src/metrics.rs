@@ -124,6 +124,8 @@ pub(crate) struct Metrics {
     pub cache_refills: AtomicU64,
     /// Dropped answers not fetched again: a later answer to the same request went whole.
     pub cache_refills_coalesced: AtomicU64,
+    /// Requests with a dropped answer waiting for their refill, or being refilled.
+    pub cache_refills_waiting: AtomicI64,
     /// Store or decode failures in the writer.
     pub cache_errors: AtomicU64,
     /// Writes that failed because the cache's file system was full (ENOSPC, EDQUOT).
@@ -253,6 +255,7 @@ impl Metrics {
             cache_sessions_committed: AtomicU64::new(0),
             cache_refills: AtomicU64::new(0),
             cache_refills_coalesced: AtomicU64::new(0),
+            cache_refills_waiting: AtomicI64::new(0),
             cache_errors: AtomicU64::new(0),
             cache_disk_full: AtomicU64::new(0),
             cache_syncs: AtomicU64::new(0),
@@ -653,6 +656,12 @@ impl Metrics {
             "tinyhub_cache_refills_coalesced_total",
             "dropped answers not fetched again: a later answer to the same request reached the writer whole",
             &self.cache_refills_coalesced,
+        );
+        gauge(
+            out,
+            "tinyhub_cache_refills_waiting",
+            "requests whose dropped answer waits for a quiet writer to be fetched again, or is being fetched",
+            self.cache_refills_waiting.load(Ordering::Relaxed).max(0),
         );
     }
 

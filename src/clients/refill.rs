@@ -7,12 +7,24 @@
 //! One request at a time, and a request is never fetched for an answer that a later one
 //! already brought: drops of one request wait as one ([`Schedule`]); one is let go when an
 //! answer to the same request that began after it reached the writer whole, a client's or a
-//! refill's (the writer queue's ledger, [`RefillTx`]); and a request is refilled again only
-//! [`SPACING`] after its last refill, so a client listing in a loop faster than the disk
-//! costs the cloud one list more every few seconds, not one more per list.
+//! refill's (the writer queue's ledger, [`RefillTx`]).
+//!
+//! A drop is weighed only once the writer is quiet (its queue empty for [`QUIET`]): a client
+//! listing in a loop faster than the disk keeps the queue full, and each of its lists that
+//! goes whole makes the drops before it needless, so while it lists the cloud is not asked
+//! again; when it stops, the writer drains, and only a drop no later list brought is
+//! fetched, once. Deciding at the drop instead raced the very next client list, which the
+//! ledger could not yet count, and doubled the cloud's lists under a steady load. A load that
+//! never lets the writer rest waits at most [`PATIENCE`] per drop, and a request is
+//! refilled again only [`SPACING`] after its last refill: the cache is then never more than
+//! that (and a refill) behind what such a client sees.
+//!
+//! The refill is sent as the node's own reads are (`Identity::Hub`, a bounded read): on the
+//! pooled connections the client lists use, never one of its own.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -32,16 +44,54 @@ use crate::route::{self, Deadline, Identity};
 use crate::stream::{self, BodyReads, FilterStage, Pumped, Stop, ToCache, pump};
 use crate::upstream::{Outgoing, Upstream};
 
-/// The least time between two refills of one request: the cache is then at most this much
-/// (and a refill) behind what a client listing in a loop sees.
+/// The least time between two refills of one request.
 const SPACING: Duration = Duration::from_secs(5);
+/// How long the writer's queue must have been seen empty before a drop is weighed: between
+/// the lists of a client listing back to back the queue of a writer that fell behind never
+/// empties, and a list in flight hands the writer a chunk at least every 32 KiB.
+const QUIET: Duration = Duration::from_millis(500);
+/// How often the queue is looked at while a drop waits for it to be quiet.
+const LOOK: Duration = Duration::from_millis(100);
+/// The longest a drop waits for a quiet writer: a load that keeps the queue full for good
+/// (a list larger than the queue, listed in a loop) still has the cache refilled this often.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Since when the writer's queue has been seen empty, from looks at its depth.
+#[derive(Debug, Default, Clone, Copy)]
+struct Quiet(Option<Instant>);
+
+impl Quiet {
+    /// The queue held `depth` messages at `now`.
+    fn look(&mut self, depth: i64, now: Instant) {
+        if depth > 0 {
+            self.0 = None;
+        } else if self.0.is_none() {
+            self.0 = Some(now);
+        }
+    }
+
+    /// Seen empty for at least [`QUIET`] by `now`.
+    fn quiet(&self, now: Instant) -> bool {
+        self.0
+            .is_some_and(|since| now.saturating_duration_since(since) >= QUIET)
+    }
+}
+
+/// A drop waiting for its refill.
+#[derive(Debug)]
+struct Waiting {
+    /// The request and its latest drop's `since`.
+    dropped: Dropped,
+    /// When its first drop (since its last refill) arrived: [`PATIENCE`] counts from it.
+    first: Instant,
+}
 
 /// The drops waiting for their refill, one per request, and when each request was last
 /// refilled.
 #[derive(Default)]
 struct Schedule {
-    /// In arrival order; `since` is the latest drop's.
-    waiting: Vec<Dropped>,
+    /// In arrival order.
+    waiting: Vec<Waiting>,
     last_refill: HashMap<Refill, Instant>,
 }
 
@@ -57,27 +107,46 @@ enum Next {
 }
 
 impl Schedule {
-    fn add(&mut self, dropped: Dropped) {
-        match self.waiting.iter_mut().find(|d| d.refill == dropped.refill) {
-            Some(d) => d.since = d.since.max(dropped.since),
-            None => self.waiting.push(dropped),
+    /// `dropped` arrived at `now`.
+    fn add(&mut self, dropped: Dropped, now: Instant) {
+        match self
+            .waiting
+            .iter_mut()
+            .find(|w| w.dropped.refill == dropped.refill)
+        {
+            Some(w) => w.dropped.since = w.dropped.since.max(dropped.since),
+            None => self.waiting.push(Waiting {
+                dropped,
+                first: now,
+            }),
         }
     }
 
-    /// The first waiting request whose last refill is [`SPACING`] behind `now`.
-    fn next(&mut self, now: Instant) -> Next {
-        let due = |d: &Dropped| {
-            self.last_refill
-                .get(&d.refill)
+    /// The first waiting request whose last refill is [`SPACING`] behind `now`, once the
+    /// writer is `quiet` or the drop waited [`PATIENCE`].
+    fn next(&mut self, now: Instant, quiet: bool) -> Next {
+        let due = |w: &Waiting| {
+            let spaced = self
+                .last_refill
+                .get(&w.dropped.refill)
                 .map_or(Duration::ZERO, |&at| {
                     (at + SPACING).saturating_duration_since(now)
-                })
+                });
+            let settled = if quiet {
+                Duration::ZERO
+            } else {
+                // Looked at again soon: the queue may be quiet by then.
+                (w.first + PATIENCE)
+                    .saturating_duration_since(now)
+                    .min(LOOK)
+            };
+            spaced.max(settled)
         };
         let mut soonest = None::<Duration>;
-        for (i, d) in self.waiting.iter().enumerate() {
-            let wait = due(d);
+        for (i, w) in self.waiting.iter().enumerate() {
+            let wait = due(w);
             if wait.is_zero() {
-                return Next::Refill(Box::new(self.waiting.remove(i)));
+                return Next::Refill(Box::new(self.waiting.remove(i).dropped));
             }
             soonest = Some(soonest.map_or(wait, |s| s.min(wait)));
         }
@@ -101,15 +170,32 @@ pub(crate) fn run(
     stop: Receiver<()>,
 ) {
     let mut schedule = Schedule::default();
+    let mut quiet = Quiet::default();
     loop {
         for dropped in refills.rx().try_iter() {
-            schedule.add(dropped);
+            // A drop says the queue was full a moment ago, whatever the last look saw.
+            quiet = Quiet::default();
+            schedule.add(dropped, Instant::now());
         }
-        let wait = match schedule.next(Instant::now()) {
+        let now = Instant::now();
+        quiet.look(
+            METRICS.cache_writer_queue_depth.load(Ordering::Relaxed),
+            now,
+        );
+        let next = schedule.next(now, quiet.quiet(now));
+        // One more while a refill runs: the gauge is 0 only once nothing is left to fetch.
+        let running = i64::from(matches!(next, Next::Refill(_)));
+        METRICS
+            .cache_refills_waiting
+            .store(schedule.waiting.len() as i64 + running, Ordering::Relaxed);
+        let wait = match next {
             Next::Refill(dropped) => {
                 let refill = dropped.refill.clone();
                 if refill_if_needed(&upstream, &cache, filters.as_ref(), refills.tx(), *dropped) {
                     schedule.refilled(refill, Instant::now());
+                    // Its answer went to the queue, unlooked at: the queue is quiet again
+                    // only once looked at.
+                    quiet = Quiet::default();
                 }
                 continue;
             }
@@ -119,7 +205,10 @@ pub(crate) fn run(
         crossbeam_channel::select! {
             recv(stop) -> _ => return,
             recv(refills.rx()) -> dropped => match dropped {
-                Ok(dropped) => schedule.add(dropped),
+                Ok(dropped) => {
+                    quiet = Quiet::default();
+                    schedule.add(dropped, Instant::now());
+                }
                 Err(_) => return,
             },
             default(wait) => {}
@@ -385,39 +474,89 @@ mod tests {
         let (pods, services) = (request("/api/v1/pods"), request("/api/v1/services"));
         let t0 = Instant::now();
         for since in [1, 3, 2] {
-            schedule.add(Dropped {
-                refill: pods.clone(),
-                since,
-            });
+            schedule.add(
+                Dropped {
+                    refill: pods.clone(),
+                    since,
+                },
+                t0,
+            );
         }
-        let Next::Refill(first) = schedule.next(t0) else {
-            panic!("a first drop is refilled at once");
+        let Next::Refill(first) = schedule.next(t0, true) else {
+            panic!("a first drop is refilled once the writer is quiet");
         };
         assert_eq!(
             (&first.refill, first.since),
             (&pods, 3),
             "the latest drop's"
         );
-        assert!(matches!(schedule.next(t0), Next::Idle));
+        assert!(matches!(schedule.next(t0, true), Next::Idle));
         schedule.refilled(pods.clone(), t0);
-        schedule.add(Dropped {
-            refill: pods.clone(),
-            since: 4,
-        });
-        schedule.add(Dropped {
-            refill: services.clone(),
-            since: 5,
-        });
+        schedule.add(
+            Dropped {
+                refill: pods.clone(),
+                since: 4,
+            },
+            t0,
+        );
+        schedule.add(
+            Dropped {
+                refill: services.clone(),
+                since: 5,
+            },
+            t0,
+        );
         // Another request does not wait for this one's spacing.
-        let Next::Refill(other) = schedule.next(t0) else {
+        let Next::Refill(other) = schedule.next(t0, true) else {
             panic!("services is due");
         };
         assert_eq!(other.refill, services);
-        match schedule.next(t0 + Duration::from_secs(1)) {
+        match schedule.next(t0 + Duration::from_secs(1), true) {
             Next::Wait(wait) => assert_eq!(wait, SPACING - Duration::from_secs(1)),
             next => panic!("pods waits its spacing: {next:?}"),
         }
-        assert!(matches!(schedule.next(t0 + SPACING), Next::Refill(d) if d.refill == pods));
+        assert!(matches!(schedule.next(t0 + SPACING, true), Next::Refill(d) if d.refill == pods));
+    }
+
+    #[test]
+    fn a_drop_waits_for_a_quiet_writer_or_its_patience() {
+        let mut schedule = Schedule::default();
+        let pods = request("/api/v1/pods");
+        let t0 = Instant::now();
+        schedule.add(
+            Dropped {
+                refill: pods.clone(),
+                since: 1,
+            },
+            t0,
+        );
+        // While the writer is busy (a client listing in a loop), it is looked at again soon.
+        assert!(matches!(schedule.next(t0, false), Next::Wait(w) if w == LOOK));
+        // A later drop of the same request does not push its patience back.
+        schedule.add(
+            Dropped {
+                refill: pods.clone(),
+                since: 2,
+            },
+            t0 + Duration::from_secs(20),
+        );
+        assert!(matches!(
+            schedule.next(t0 + PATIENCE - Duration::from_millis(50), false),
+            Next::Wait(w) if w == Duration::from_millis(50)
+        ));
+        assert!(
+            matches!(schedule.next(t0 + PATIENCE, false), Next::Refill(d) if d.since == 2),
+            "a writer that never rests still has it refilled"
+        );
+
+        // The queue is quiet only once seen empty for QUIET, every look in between empty.
+        let mut quiet = Quiet::default();
+        quiet.look(0, t0);
+        assert!(!quiet.quiet(t0 + QUIET - Duration::from_millis(1)));
+        quiet.look(3, t0 + Duration::from_millis(200));
+        quiet.look(0, t0 + Duration::from_millis(300));
+        assert!(!quiet.quiet(t0 + QUIET));
+        assert!(quiet.quiet(t0 + Duration::from_millis(300) + QUIET));
     }
 
     #[test]

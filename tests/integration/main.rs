@@ -54,6 +54,7 @@ mod pool_leader;
 mod pool_local;
 mod pool_serve;
 mod power_loss;
+mod refill_economy;
 mod request_refusals;
 mod serve_extras;
 mod start_limits;

@@ -854,7 +854,7 @@ impl Hub {
 }
 
 impl Hub {
-    /// Waits until the hub's cache writer is quiet: nothing queued, nothing in flight in
+    /// Waits until the hub's cache writer is quiet: nothing queued, no refill waiting, nothing in flight in
     /// `<cache>/.staging`, and neither its `tinyhub_cache_*` series nor the requests in
     /// flight changed over several samples in a row. A client can have its whole answer
     /// before the writer has stored it (the tee's copy and the writer's renames come after),
@@ -879,9 +879,14 @@ impl Hub {
                 .filter(|l| l.starts_with("tinyhub_cache_") || l.starts_with(IN_FLIGHT))
                 .map(str::to_owned)
                 .collect();
+            // A dropped answer waits for a quiet writer before it is fetched again (a hub
+            // without the series has none waiting).
             let idle = activity
                 .iter()
                 .any(|l| l == "tinyhub_cache_writer_queue_depth 0")
+                && !activity
+                    .iter()
+                    .any(|l| l.starts_with("tinyhub_cache_refills_waiting ") && !l.ends_with(" 0"))
                 && files_under(&staging).is_empty();
             if idle && last.as_ref() == Some(&activity) {
                 stable += 1;
