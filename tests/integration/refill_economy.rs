@@ -19,6 +19,30 @@ fn refill(q: &crate::support::RecordedRequest) -> bool {
     q.path == LIST && q.user_agent.ends_with("/tinyhub-refill")
 }
 
+/// One keep-alive client, as kubelet or wrk: lists `url` and reads the whole answer.
+fn lister(url: String) -> impl Fn() -> usize {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .build()
+        .into();
+    move || {
+        let answer = agent
+            .get(&url)
+            .header("user-agent", KUBELET)
+            .call()
+            .expect("list through the hub");
+        assert_eq!(answer.status().as_u16(), 200);
+        let mut body = Vec::new();
+        answer
+            .into_body()
+            .into_reader()
+            .read_to_end(&mut body)
+            .expect("the list's body");
+        body.len()
+    }
+}
+
 #[test]
 fn a_client_listing_faster_than_the_writer_costs_the_cloud_one_list_each() {
     let cloud = Cloud::start();
@@ -38,27 +62,7 @@ fn a_client_listing_faster_than_the_writer_costs_the_cloud_one_list_each() {
         HubSpec::for_cloud(&cloud, dir.path()).with(&["--test-only-cache-writer-delay-ms=10"]);
     let hub = Hub::start(&spec);
     let url = format!("{}{LIST}", hub.url());
-    // One keep-alive client, as kubelet or wrk.
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .proxy(None)
-        .build()
-        .into();
-    let list = || {
-        let answer = agent
-            .get(&url)
-            .header("user-agent", KUBELET)
-            .call()
-            .expect("list through the hub");
-        assert_eq!(answer.status().as_u16(), 200);
-        let mut body = Vec::new();
-        answer
-            .into_body()
-            .into_reader()
-            .read_to_end(&mut body)
-            .expect("the list's body");
-        body.len()
-    };
+    let list = lister(url.clone());
     // Warm: the hub's connections to the cloud made, the collection cached once.
     list();
     hub.wait_cache_quiet();
@@ -136,5 +140,69 @@ fn a_client_listing_faster_than_the_writer_costs_the_cloud_one_list_each() {
     assert_eq!(
         late["metadata"]["labels"]["seen"], "late",
         "the cache holds the list as the client last saw it"
+    );
+}
+
+#[test]
+fn a_list_larger_than_the_writers_queue_is_refilled_once_the_client_stops_over_a_pooled_connection()
+{
+    let cloud = Cloud::start();
+    cloud.set_gzip_threshold(usize::MAX);
+    // About 12 MB: every client session overflows the writer's 8 MiB queue and is dropped.
+    cloud.populate_pods(&PodFill {
+        count: 1_200,
+        nodes: 1,
+        namespaces: 1,
+        body_bytes: 10_000,
+        prefix: "big".into(),
+    });
+    let path = "/api/v1/namespaces/big-0/pods";
+    let dir = TempDir::new("refill-economy-big");
+    let spec =
+        HubSpec::for_cloud(&cloud, dir.path()).with(&["--test-only-cache-writer-delay-ms=10"]);
+    let hub = Hub::start(&spec);
+    let list = lister(format!("{}{path}", hub.url()));
+    // Warm: the hub's connections made; the first list's refill done.
+    list();
+    hub.wait_cache_quiet();
+    cloud.reset_requests();
+    let accepted = cloud.accepted_connections();
+    let refilled = hub.metric("tinyhub_cache_refills_total").unwrap_or(0.0);
+
+    let started = Instant::now();
+    let mut lists = 0usize;
+    while lists < 4 || started.elapsed() < Duration::from_secs(2) {
+        list();
+        lists += 1;
+    }
+    let is_refill = |q: &crate::support::RecordedRequest| {
+        q.path == path && q.user_agent.ends_with("/tinyhub-refill")
+    };
+    assert_eq!(
+        (cloud.count(|q| q.path == path), cloud.count(is_refill)),
+        (lists, 0),
+        "while the client keeps listing, the cloud serves its lists only"
+    );
+    // Stopped: the one list its sessions never brought is fetched once, when the writer is
+    // quiet, on a connection the hub already has.
+    hub.wait_cache_quiet();
+    assert_eq!(cloud.count(is_refill), 1, "{}", hub.logs());
+    assert_eq!(
+        hub.metric("tinyhub_cache_refills_total").unwrap_or(0.0),
+        refilled + 1.0
+    );
+    assert_eq!(
+        cloud.accepted_connections() - accepted,
+        0,
+        "the refill took a pooled connection"
+    );
+    cloud.stop();
+    assert!(hub.wait_healthy(&cloud, false, Duration::from_secs(15)));
+    let offline = get(&format!("{}{path}", hub.url()), KUBELET);
+    assert_eq!(offline.status, 200, "{}", offline.text());
+    assert_eq!(
+        offline.json()["items"].as_array().map(Vec::len),
+        Some(1_200),
+        "the cache holds the whole list"
     );
 }
