@@ -100,14 +100,15 @@ inside() {
 		exec sleep 86400
 	) &
 	holder=$!
+	# A background job of a script ignores Ctrl-C: ended here however the run ends.
+	trap 'kill "$holder" 2> /dev/null || true' EXIT
+	trap 'exit 130' INT TERM
 	while flock -n /etc/kubernetes/cache true; do sleep 0.1; done
 	# tests/integration/host_untouched.rs: the default directories are this run's, held.
 	export TINYHUB_TEST_DEFAULTS_HELD=1
 	status=0
 	run_checked "$cmd" "$scratch" \
 		"the private /var/lib/yurthub and /etc/kubernetes (locked by a stand-in hub)" || status=$?
-	kill "$holder"
-	wait "$holder" 2> /dev/null || true
 	return "$status"
 }
 
@@ -122,6 +123,7 @@ fi
 }
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/tinyhub-test-XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
+trap 'exit 130' INT TERM
 status=0
 if [ "$(id -u)" = 0 ] && why=$(unshare -m true 2>&1); then
 	echo "untouched: the tests run with TMPDIR=$scratch/tmp, in a mount namespace where /var/lib/yurthub and /etc/kubernetes/cache are private and held by a stand-in hub"
