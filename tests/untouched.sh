@@ -21,11 +21,22 @@ set -eu
 
 defaults="/var/lib/yurthub /etc/kubernetes"
 
-# Each default path's tree, one line an entry, or `<path> absent`. find's errors (a root-only
-# directory listed by another user) are part of the listing: the same before and after.
+# Whether this user may write at `path`, or where it would be made (its nearest existing
+# parent).
+writable() {
+	at=$1
+	while [ ! -e "$at" ] && [ "$at" != / ]; do at=$(dirname "$at"); done
+	[ -w "$at" ]
+}
+
+# Each default path's tree, one line an entry, or `<path> absent`. Only where this user may
+# write: a user's tests cannot change root's directories, and a hub running on them (a node's
+# own) would change them under the check.
 listing() {
 	for path in $defaults; do
-		if [ -e "$path" ] || [ -L "$path" ]; then
+		if ! writable "$path"; then
+			echo "$path not writable by this user: not listed"
+		elif [ -e "$path" ] || [ -L "$path" ]; then
 			find "$path" -printf '%p %y %m %s %T@\n' 2>&1 | sort
 		else
 			echo "$path absent"
@@ -92,7 +103,7 @@ inside() {
 	for held in /var/lib/yurthub /etc/kubernetes/cache; do
 		(umask 077 && echo "$note" > "$held/.tinyhub.lock")
 	done
-	# One process holding both locks (its open directories), ended below by its pid.
+	# One process holding both locks (its open directories), ended by the trap below.
 	(
 		exec 8< /var/lib/yurthub 9< /etc/kubernetes/cache
 		flock -x 8
@@ -134,7 +145,7 @@ else
 		echo "untouched: FAIL: cannot make a mount namespace ($why); TINYHUB_REQUIRE_NAMESPACES=1 requires one"
 		exit 1
 	fi
-	echo "untouched: the tests run with TMPDIR=$scratch/tmp; no private mount namespace ($why): the machine's $defaults are checked unchanged"
+	echo "untouched: the tests run with TMPDIR=$scratch/tmp; no private mount namespace ($why): the machine's $defaults are checked unchanged where this user may write"
 	run_checked "$1" "$scratch" "the machine's $defaults" || status=$?
 fi
 exit "$status"
