@@ -66,11 +66,11 @@ run_checked() {
 		diff "$scratch/before" "$scratch/after" | sed 's/^/  /' | head -50
 		touched=1
 	fi
-	if [ "$ran" != 0 ]; then
-		return "$ran"
-	fi
 	if [ "$touched" = 0 ]; then
 		echo "untouched: nothing left in TMPDIR; $where unchanged"
+	fi
+	if [ "$ran" != 0 ]; then
+		return "$ran"
 	fi
 	return "$touched"
 }
