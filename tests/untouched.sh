@@ -4,7 +4,8 @@
 # the run, naming what it touched:
 #
 # - TMPDIR is a fresh directory, and must be empty again at the end: a temp dir a test did
-#   not remove, or one a hub still wrote into after its test removed it, is a failure.
+#   not remove, or one a hub still wrote into after its test removed it, is a failure, and
+#   so is a process still running on a temp dir (a hub a test never stopped).
 # - The directories a hub uses by default (DESIGN.md: --root-dir /var/lib/yurthub,
 #   --disk-cache-path /etc/kubernetes/cache) must be as they were: their listing with types,
 #   modes, sizes and mtimes (or their absence), taken before and after, must be the same.
@@ -56,6 +57,17 @@ run_checked() {
 	TMPDIR=$scratch/tmp sh -c "$cmd" || ran=$?
 	listing > "$scratch/after"
 	touched=0
+	# A process still running on a test's temp dir (a hub a test never stopped): said, and
+	# ended, by its pid.
+	left=$(pgrep -f -- "$scratch/tmp/" || true)
+	if [ -n "$left" ]; then
+		echo "untouched: FAIL: processes the tests started still run:"
+		for pid in $left; do
+			echo "  $(ps -o args= -p "$pid" | cut -c1-200)"
+			kill -9 "$pid" 2> /dev/null || true
+		done
+		touched=1
+	fi
 	if [ -n "$(ls -A "$scratch/tmp")" ]; then
 		echo "untouched: FAIL: the tests left these in their TMPDIR (each test removes its own temp dir):"
 		find "$scratch/tmp" -mindepth 1 -maxdepth 2 | sed "s|^$scratch/tmp/|  |" | sort | head -50
