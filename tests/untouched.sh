@@ -6,7 +6,7 @@
 # - TMPDIR is a fresh directory, and must be empty again at the end: a temp dir a test did
 #   not remove, or one a hub still wrote into after its test removed it, is a failure, and
 #   so is a process still running on a temp dir (a hub a test never stopped).
-# - The directories a hub uses by default (DESIGN.md: --root-dir /var/lib/yurthub,
+# - The directories a hub uses by default (its flags: --root-dir /var/lib/yurthub,
 #   --disk-cache-path /etc/kubernetes/cache) must be as they were: their listing with types,
 #   modes, sizes and mtimes (or their absence), taken before and after, must be the same.
 # - Run as root where `unshare` works (CI), the command runs in a mount namespace of its own
