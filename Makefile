@@ -24,10 +24,13 @@ build:
 # fail), then the rest TEST_THREADS at a time: the integration tests mostly wait (the hub's
 # timeouts, the stand-in cloud's delays, hubs starting) and keep about half a core busy, so
 # one per core took 6 minutes on a 2-core machine; 8 at a time, 2.
+# tests/untouched.sh runs them with a TMPDIR of their own that must be empty at the end, and
+# checks that a hub's default paths (/var/lib/yurthub, /etc/kubernetes) are left as they were;
+# as root, in a mount namespace where those are private and held locked by a stand-in hub.
 TEST_THREADS ?= 8
 test: tools
-	$(CARGO) test --features fuzzing --lib
-	RUST_TEST_THREADS=$(TEST_THREADS) $(CARGO) test --features fuzzing --bins --examples --bench '*' --test '*'
+	sh tests/untouched.sh '$(CARGO) test --features fuzzing --lib && \
+		RUST_TEST_THREADS=$(TEST_THREADS) $(CARGO) test --features fuzzing --bins --examples --bench "*" --test "*"'
 
 # Quiet: cargo's compile lines would drown the demo's story (its errors still show).
 demo: tools
@@ -42,16 +45,10 @@ bench: build bench-tools x86_64-musl
 bench-quick: build bench-tools
 	$(CARGO) bench --bench hub -- --quick
 
-# Case 10's peer (nginx) and its system-call counter (strace), from Debian (command:package).
+# Case 10's peer (nginx) and its system-call counter (strace), from Debian (command:package;
+# tests/install-missing.sh installs only what is missing, never upgrades what is there).
 bench-tools:
-	@for pair in nginx:nginx strace:strace; do \
-		tool=$${pair%%:*}; package=$${pair#*:}; \
-		PATH="$$PATH:/usr/sbin" command -v $$tool >/dev/null 2>&1 || { \
-			echo "installing $$package"; \
-			SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-			$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$package; \
-		}; \
-	done
+	@sh tests/install-missing.sh nginx:nginx strace:strace
 
 # Measures nothing: the figures are BENCHMARKS.md's (tests/repo_docs.rs checks the block).
 readme:
@@ -88,26 +85,15 @@ fuzz-cmin:
 	done
 
 # kubectl: the Debian package `kubectl` where the machine's sources have it, else Debian
-# bookworm's `kubernetes-client` (an older kubectl, enough for the tests).
+# bookworm's `kubernetes-client` (an older kubectl, enough for the tests). openssl checks the
+# hub's CSRs and keys; python3 is a client of its HTTPS port; curl of a leader's multiplexer
+# port (tests/integration/pool_leader.rs); iproute2's `ip` checks the dummy interface the
+# netif tests make; util-linux's `unshare` and `setpriv` run tests/integration/dummy_if.rs's
+# hub in a network namespace, with and without CAP_NET_ADMIN, and `flock` holds a hub's
+# directories in tests/untouched.sh (command:package; tests/install-missing.sh installs only
+# what is missing, never upgrades what is there).
 tools:
-	@command -v kubectl >/dev/null 2>&1 || { \
-		echo "installing kubectl"; \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && \
-		{ $$SUDO apt-get install -y -qq kubectl || $$SUDO apt-get install -y -qq kubernetes-client; }; \
-	}
-	@# openssl checks the hub's CSRs and keys; python3 is a client of its HTTPS port; curl of a
-	@# leader's multiplexer port (tests/integration/pool_leader.rs); iproute2's
-	@# `ip` checks the dummy interface the netif tests make; util-linux's `unshare` and `setpriv`
-	@# run tests/integration/dummy_if.rs's hub in a network namespace, with and without
-	@# CAP_NET_ADMIN (command:package).
-	@for pair in openssl:openssl python3:python3 curl:curl ip:iproute2 unshare:util-linux setpriv:util-linux; do \
-		tool=$${pair%%:*}; package=$${pair#*:}; \
-		command -v $$tool >/dev/null 2>&1 || { \
-			echo "installing $$package"; \
-			SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-			$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$package; \
-		}; \
-	done
+	@sh tests/install-missing.sh 'kubectl:kubectl|kubernetes-client' openssl:openssl \
+		python3:python3 curl:curl ip:iproute2 unshare:util-linux setpriv:util-linux flock:util-linux
 
 include cross/cross.mk

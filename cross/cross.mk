@@ -5,7 +5,8 @@
 # the repo top. `make -f cross/cross.mk cross-help` lists the targets.
 #
 # It installs what it needs when missing: zig (PyPI `ziglang`, into .cross-venv/), nightly
-# rust-src, the aarch64 musl std, and Debian's qemu-user-static, file and binutils for tests.
+# rust-src, the aarch64 musl std, and Debian's qemu-user-static, file, binutils, busybox and
+# systemd for tests (only the package of a missing command: tests/install-missing.sh).
 # It does not touch host builds: the cross settings live in cross/cargo-config.toml, passed
 # with --config only here.
 
@@ -71,8 +72,6 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # the ELF attributes only.
 CROSS_QEMU_ARM_CPU ?= cortex-a9,neon=off
 
-CROSS_SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-
 .PHONY: armv7 aarch64 ipk ipk-test apk apk-test init-test systemd-test cross-test cross-help \
 	cross-zig cross-rust-src cross-aarch64-std cross-x86_64-std cross-test-tools x86_64-musl
 
@@ -116,15 +115,13 @@ cross-x86_64-std:
 
 # busybox: init-test runs the init script under OpenWrt's shell (ash). systemd: only for
 # systemd-analyze (systemd-test); the package does not make itself the init, and a Debian
-# machine booted with systemd has it already.
+# machine booted with systemd has it already. Only the package of a missing command is
+# installed, never one already there (tests/install-missing.sh: installing an installed
+# package upgrades it, as it once did the host's systemd).
 cross-test-tools:
-	@command -v qemu-arm-static >/dev/null && command -v qemu-aarch64-static >/dev/null && \
-	command -v file >/dev/null && command -v readelf >/dev/null && \
-	command -v busybox >/dev/null && command -v systemd-analyze >/dev/null || { \
-		echo "cross: installing qemu-user-static file binutils busybox systemd"; \
-		$(CROSS_SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(CROSS_SUDO) apt-get install -y -qq qemu-user-static file \
-			binutils busybox systemd; }
+	@sh tests/install-missing.sh qemu-arm-static:qemu-user-static \
+		qemu-aarch64-static:qemu-user-static file:file readelf:binutils busybox:busybox \
+		systemd-analyze:systemd
 
 # --- binaries -----------------------------------------------------------------------------
 
@@ -192,8 +189,9 @@ cross-test: armv7 aarch64 ipk apk cross-test-tools
 	sh $(CROSS_DIR)/test/feed-test.sh
 	sh $(CROSS_DIR)/test/init-test.sh
 	sh $(CROSS_DIR)/test/systemd-test.sh
-	QEMU_CPU='$(CROSS_QEMU_ARM_CPU)' CARGO_TARGET_DIR=$(CARGO_TARGET_DIR) CARGO='$(CARGO)' \
-		sh $(CROSS_DIR)/test/emulated-hub-test.sh $(CROSS_ARMV7_BIN)
+	@# Checked as `make test` is: nothing left behind, the default directories held (tests/untouched.sh).
+	sh tests/untouched.sh "QEMU_CPU='$(CROSS_QEMU_ARM_CPU)' CARGO_TARGET_DIR=$(CARGO_TARGET_DIR) \
+		CARGO='$(CARGO)' sh $(CROSS_DIR)/test/emulated-hub-test.sh $(CROSS_ARMV7_BIN)"
 
 ifeq ($(CROSS_STANDALONE),yes)
 .DEFAULT_GOAL := cross-help

@@ -317,8 +317,9 @@ fn a_port_in_use_is_a_clear_error() {
         &format!("--disk-cache-path={}", dir.path().join("cache").display()),
         &format!("--root-dir={}", dir.path().join("root").display()),
     ]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("cannot listen"), "{err}");
 }
 
 #[test]

@@ -16,12 +16,12 @@ const KUBE_PROXY: &str = "kube-proxy/v1.30.0 (linux/arm) kubernetes/abcdef0";
 const SECURE_PORT: u16 = 10268;
 const HOSTNAME: &str = "kubernetes.io/hostname";
 
-fn start_hub(cloud: &Cloud, tag: &str) -> (Hub, TempDir) {
+fn start_hub(cloud: &Cloud, tag: &str) -> (TempDir, Hub) {
     start_hub_with(cloud, tag, &[])
 }
 
 /// A hub whose filters inject 127.0.0.1 and [`SECURE_PORT`], with `args` besides.
-fn start_hub_with(cloud: &Cloud, tag: &str, args: &[&str]) -> (Hub, TempDir) {
+fn start_hub_with(cloud: &Cloud, tag: &str, args: &[&str]) -> (TempDir, Hub) {
     let dir = TempDir::new(tag);
     let spec = HubSpec::for_cloud(cloud, dir.path())
         .with(&[
@@ -29,7 +29,7 @@ fn start_hub_with(cloud: &Cloud, tag: &str, args: &[&str]) -> (Hub, TempDir) {
             &format!("--proxy-secure-port={SECURE_PORT}"),
         ])
         .with(args);
-    (Hub::start(&spec), dir)
+    (dir, Hub::start(&spec))
 }
 
 /// A watch of `path` through the hub as `agent` (10 s), open.
@@ -144,7 +144,7 @@ fn check_filtered_reads(hub: &Hub) {
 #[test]
 fn kubelet_and_kube_proxy_reads_are_filtered_online_and_offline() {
     let cloud = filtered_cloud();
-    let (hub, _dir) = start_hub(&cloud, "filters-reads");
+    let (_dir, hub) = start_hub(&cloud, "filters-reads");
     check_filtered_reads(&hub);
     assert!(
         hub.wait_cached(
@@ -172,7 +172,7 @@ fn kubelet_and_kube_proxy_reads_are_filtered_online_and_offline() {
 #[test]
 fn kubelet_services_watch_points_kubernetes_at_the_hub() {
     let cloud = Cloud::start();
-    let (hub, _dir) = start_hub(&cloud, "filters-ms-watch");
+    let (_dir, hub) = start_hub(&cloud, "filters-ms-watch");
     let mut events = watch(&hub, "/api/v1/services", KUBELET);
     let added = events.next_event().expect("an ADDED event");
     assert_eq!(added["type"], "ADDED");
@@ -195,7 +195,7 @@ fn kubelet_services_watch_points_kubernetes_at_the_hub() {
 #[test]
 fn kube_proxy_watch_sees_a_discarded_service_as_deleted() {
     let cloud = Cloud::start();
-    let (hub, _dir) = start_hub(&cloud, "filters-discard-watch");
+    let (_dir, hub) = start_hub(&cloud, "filters-discard-watch");
     let mut events = watch(&hub, "/api/v1/namespaces/shop/services", KUBE_PROXY);
     assert!(cloud.wait_for_watchers("services", 1, Duration::from_secs(5)));
     let lb = cloud.lb_service_discard("shop", "cloud-lb", Some("true"));
@@ -214,7 +214,7 @@ fn kube_proxy_watch_sees_a_discarded_service_as_deleted() {
 fn gzip_from_the_cloud_is_filtered_and_sent_plain() {
     let cloud = filtered_cloud();
     cloud.set_gzip_threshold(0);
-    let (hub, _dir) = start_hub(&cloud, "filters-gzip");
+    let (_dir, hub) = start_hub(&cloud, "filters-gzip");
     let reply = call(
         "GET",
         &format!("{}/api/v1/services", hub.url()),
@@ -243,7 +243,7 @@ fn gzip_from_the_cloud_is_filtered_and_sent_plain() {
 fn a_request_needing_no_filter_passes_byte_for_byte() {
     let cloud = Cloud::start();
     cloud.node("edge-1", Some("pool-a"), &[]);
-    let (hub, _dir) = start_hub(&cloud, "filters-none");
+    let (_dir, hub) = start_hub(&cloud, "filters-none");
     let direct = CloudClient::new(&cloud, "kubernetes-admin");
     // masterservice covers kubelet's lists and watches of services, not its gets.
     for path in [
@@ -264,7 +264,7 @@ fn a_large_list_is_filtered_as_it_streams_and_cached_filtered() {
     let cloud = Cloud::start();
     cloud.populate_services(1500);
     cloud.lb_service_discard("svc-3", "cloud-lb", Some("true"));
-    let (hub, _dir) = start_hub(&cloud, "filters-stream");
+    let (_dir, hub) = start_hub(&cloud, "filters-stream");
     let url = format!("{}/api/v1/services", hub.url());
     let check = |reply: Reply| {
         assert_eq!(reply.status, 200, "{}", reply.text());
@@ -309,7 +309,7 @@ fn a_large_list_is_filtered_as_it_streams_and_cached_filtered() {
 #[test]
 fn an_undecodable_answer_passes_unchanged_with_a_log_line() {
     let cloud = Cloud::start();
-    let (hub, _dir) = start_hub(&cloud, "filters-garbage");
+    let (_dir, hub) = start_hub(&cloud, "filters-garbage");
     let path = "/api/v1/namespaces/kube-system/configmaps/kube-proxy";
     let garbage = b"{\"kind\":\"ConfigMap\",\"data\":{\"config.conf\":\"kubeconfig: x\"";
     cloud.misanswer(path, 1, 200, garbage);
@@ -333,7 +333,7 @@ fn an_object_the_filters_cannot_read_goes_out_unfiltered_and_nothing_is_cached()
     // Since issue 16 an edge hub serves every client's list of Services from the node's
     // shared watch cache: a cloud's answer to one reaches a filtered client through the
     // relay in cloud mode only (where nothing is cached).
-    let (hub, _dir) = start_hub_with(&cloud, "filters-unreadable", &["--working-mode=cloud"]);
+    let (_dir, hub) = start_hub_with(&cloud, "filters-unreadable", &["--working-mode=cloud"]);
     let path = "/api/v1/namespaces/shop/services";
     // A lone surrogate escape: valid to the hub's scanner, refused by serde_json (in an item
     // masterservice must parse: it is named `kubernetes`).
@@ -369,7 +369,7 @@ fn servicetopology_filters_core_endpoints_and_v1beta1_slices_and_heeds_an_update
         Some(HOSTNAME),
         &[("10.244.1.5", "edge-1"), ("10.244.2.5", "edge-2")],
     );
-    let (hub, _dir) = start_hub(&cloud, "filters-topology-forms");
+    let (_dir, hub) = start_hub(&cloud, "filters-topology-forms");
     // Core Endpoints, which YurtHub leaves unfiltered (#2613); lists and watches only.
     let eps = get(
         &format!("{}/api/v1/namespaces/shop/endpoints", hub.url()),
@@ -436,7 +436,7 @@ fn yurt_hub_cfg_adds_a_component_to_a_filter_in_cloud_mode_too() {
 
 fn check_yurt_hub_cfg_reload(tag: &str, args: &[&str]) {
     let cloud = Cloud::start();
-    let (hub, _dir) = start_hub_with(&cloud, tag, args);
+    let (_dir, hub) = start_hub_with(&cloud, tag, args);
     let custom = "custom-agent/1.0";
     let url = format!("{}/api/v1/services", hub.url());
     let kubernetes_ip = |reply: Reply| {
@@ -469,7 +469,7 @@ fn a_watch_undecodable_from_its_start_passes_unchanged_and_one_broken_later_is_c
     // Cloud mode: an edge hub serves every client's watches of Services from the node's
     // shared watch cache since issue 16, so a cloud's broken watch reaches a filtered client
     // only in cloud mode (kubelet's, with masterservice).
-    let (hub, _dir) = start_hub_with(&cloud, "filters-bad-watch", &["--working-mode=cloud"]);
+    let (_dir, hub) = start_hub_with(&cloud, "filters-bad-watch", &["--working-mode=cloud"]);
     let url = format!(
         "{}/api/v1/namespaces/default/services?watch=true&timeoutSeconds=10",
         hub.url()
@@ -502,7 +502,7 @@ fn a_watch_undecodable_from_its_start_passes_unchanged_and_one_broken_later_is_c
 
 /// A hub for `cloud` with `--proxy-secure-port=0` plus `args`, once its HTTPS port is open
 /// (the filters inject the port it really bound); returns that port too.
-fn start_hub_https(cloud: &Cloud, tag: &str, args: &[&str]) -> (Hub, TempDir, u16) {
+fn start_hub_https(cloud: &Cloud, tag: &str, args: &[&str]) -> (TempDir, Hub, u16) {
     let dir = TempDir::new(tag);
     let spec = HubSpec::for_cloud(cloud, dir.path())
         .with(&["--bind-proxy-address=127.0.0.1"])
@@ -512,7 +512,7 @@ fn start_hub_https(cloud: &Cloud, tag: &str, args: &[&str]) -> (Hub, TempDir, u1
         .wait_https(Duration::from_secs(15))
         .unwrap_or_else(|| panic!("no HTTPS port: {}", hub.logs()));
     assert_ne!(https.port(), 0);
-    (hub, dir, https.port())
+    (dir, hub, https.port())
 }
 
 /// Lets the cache settle, stops the cloud and waits until the hub answers from the cache.
@@ -559,7 +559,7 @@ fn shop_services(hub: &Hub) -> Vec<String> {
 fn check_nodeport_isolation(tag: &str, args: &[&str], node_pool: &str) {
     let cloud = Cloud::start();
     cloud.node("edge-1", Some(node_pool), &[]);
-    let (hub, _dir, _) = start_hub_https(&cloud, tag, args);
+    let (_dir, hub, _) = start_hub_https(&cloud, tag, args);
     let mut events = watch(&hub, "/api/v1/namespaces/shop/services", KUBE_PROXY);
     assert!(cloud.wait_for_watchers("services", 1, Duration::from_secs(5)));
     let theirs = cloud.nodeport_service("shop", "theirs", Some("pool-b, -pool-a"), "NodePort");
@@ -609,7 +609,7 @@ fn kube_proxy_sends_kubernetes_traffic_to_the_bound_https_port_online_and_offlin
     let cloud = Cloud::start();
     cloud.kubernetes_service_fixtures();
     cloud.topology_service("shop", "web", None, &[("10.244.1.5", "edge-1")]);
-    let (hub, _dir, port) = start_hub_https(&cloud, "filters-fkst", &[]);
+    let (_dir, hub, port) = start_hub_https(&cloud, "filters-fkst", &[]);
     let check = || {
         let slices = get(
             &format!("{}/apis/discovery.k8s.io/v1/endpointslices", hub.url()),
@@ -643,7 +643,7 @@ fn kubelet_pods_point_explicit_service_env_at_the_hub_online_and_offline() {
     let cloud = Cloud::start();
     cloud.node("edge-1", Some("pool-a"), &[]);
     cloud.pod_with_service_env("shop", "operator", "edge-1", "api.example.com", "443");
-    let (hub, _dir, port) = start_hub_https(&cloud, "filters-senv", &[]);
+    let (_dir, hub, port) = start_hub_https(&cloud, "filters-senv", &[]);
     let env = |pod: &Value, field: &str, container: &str| -> Vec<(String, Value)> {
         pod["spec"][field]
             .as_array()
@@ -738,7 +738,7 @@ fn servicetopology_keeps_the_endpoints_of_this_nodes_pool_online_and_offline() {
             ("10.244.3.5", "edge-3"),
         ],
     );
-    let (hub, _dir, _) = start_hub_https(&cloud, "filters-pool-topology", &[]);
+    let (_dir, hub, _) = start_hub_https(&cloud, "filters-pool-topology", &[]);
     let url = format!(
         "{}/apis/discovery.k8s.io/v1/namespaces/shop/endpointslices",
         hub.url()
@@ -792,7 +792,7 @@ fn check_disabling(tag: &str, flag: &str, all: bool) {
     let want = direct
         .get("/api/v1/namespaces/default/services/kubernetes")
         .json();
-    let (hub, _dir, _) = start_hub_https(&cloud, tag, &[flag]);
+    let (_dir, hub, _) = start_hub_https(&cloud, tag, &[flag]);
     check_disabled(&hub, &want, all);
     if all {
         let path = "/api/v1/namespaces/kube-system/configmaps/kube-proxy";

@@ -33,7 +33,7 @@ fn rv(v: &Value) -> u64 {
 
 /// A cloud with Node `edge-1` and a hub (the tests' 1 s heartbeat, plus `flags`) that has
 /// created the node lease.
-fn renewing(flags: &[&str]) -> (Cloud, Hub, TempDir) {
+fn renewing(flags: &[&str]) -> (Cloud, TempDir, Hub) {
     let cloud = Cloud::start();
     cloud.node("edge-1", None, &[]);
     let dir = TempDir::new("heartbeat");
@@ -43,7 +43,7 @@ fn renewing(flags: &[&str]) -> (Cloud, Hub, TempDir) {
         "the hub never created the node lease\n{}",
         hub.logs()
     );
-    (cloud, hub, dir)
+    (cloud, dir, hub)
 }
 
 /// Lease writes the cloud took from the hub.
@@ -90,7 +90,7 @@ fn kubelet_put(hub: &Hub, lease: &Value) -> crate::support::hub::Reply {
 
 #[test]
 fn kubelet_lease_requests_never_reach_the_cloud_which_sees_a_renewal_every_interval() {
-    let (cloud, hub, _dir) = renewing(&[]);
+    let (cloud, _dir, hub) = renewing(&[]);
     let created = cloud.lease("edge-1").expect("created");
     let uid = cloud.node_uid("edge-1").expect("the node has a uid");
     assert_eq!(created["metadata"]["ownerReferences"][0]["kind"], "Node");
@@ -161,7 +161,7 @@ fn kubelet_lease_requests_never_reach_the_cloud_which_sees_a_renewal_every_inter
 
 #[test]
 fn a_silent_kubelet_stops_the_renewals_within_the_grace_period_and_kube_proxy_keeps_the_cloud() {
-    let (cloud, hub, _dir) = renewing(&["--kubelet-health-grace-period=3s"]);
+    let (cloud, _dir, hub) = renewing(&["--kubelet-health-grace-period=3s"]);
     let from = renewals(&cloud);
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(3) {
@@ -223,7 +223,7 @@ fn a_silent_kubelet_stops_the_renewals_within_the_grace_period_and_kube_proxy_ke
 
 #[test]
 fn a_conflict_on_the_renewal_is_read_again_and_renewed() {
-    let (cloud, hub, _dir) = renewing(&["--heartbeat-failed-retry=3"]);
+    let (cloud, _dir, hub) = renewing(&["--heartbeat-failed-retry=3"]);
     // Wait for a renewal after the create, so the next one starts from the hub's copy.
     assert!(eventually(Duration::from_secs(10), || renewals(&cloud) >= 2));
     cloud.conflict_leases(2);
@@ -315,7 +315,7 @@ fn offline_from_the_start_kubelet_creates_its_lease_in_protobuf_and_its_renewals
 
 #[test]
 fn after_an_offline_reboot_kubelet_gets_the_lease_kept_on_disk() {
-    let (cloud, hub, _dir) = renewing(&[]);
+    let (cloud, _dir, hub) = renewing(&[]);
     let file = lease_file(&hub);
     assert!(
         eventually(Duration::from_secs(10), || file.exists()),
@@ -344,7 +344,7 @@ fn after_an_offline_reboot_kubelet_gets_the_lease_kept_on_disk() {
 /// 10-minute and hourly figures are counted by `heartbeat::checker`'s unit test.
 #[test]
 fn renewals_write_the_lease_file_once_not_each_time() {
-    let (cloud, hub, _dir) = renewing(&[]);
+    let (cloud, _dir, hub) = renewing(&[]);
     let file = lease_file(&hub);
     assert!(eventually(Duration::from_secs(10), || file.exists()));
     // The store replaces a file by renaming a new one over it: a write is a new inode.
@@ -389,7 +389,7 @@ fn renewals_write_the_lease_file_once_not_each_time() {
 
 #[test]
 fn a_deleted_node_gets_no_new_lease_until_it_registers_again() {
-    let (cloud, hub, _dir) = renewing(&[]);
+    let (cloud, _dir, hub) = renewing(&[]);
     assert!(eventually(Duration::from_secs(10), || renewals(&cloud) >= 2));
     // The stand-in, like the garbage collector, removes the lease the Node owned.
     cloud.delete("nodes", "", "edge-1");
@@ -430,7 +430,7 @@ fn a_deleted_node_gets_no_new_lease_until_it_registers_again() {
 
 #[test]
 fn a_renewal_the_cloud_refuses_leaves_the_servers_to_readyz_and_says_why() {
-    let (cloud, hub, _dir) = renewing(&["--heartbeat-failed-retry=3"]);
+    let (cloud, _dir, hub) = renewing(&["--heartbeat-failed-retry=3"]);
     cloud.refuse_lease_writes(403, None);
     assert!(
         hub.wait_log(

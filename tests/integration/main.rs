@@ -34,6 +34,7 @@ mod filters;
 mod forward;
 mod freshness;
 mod heartbeat;
+mod host_untouched;
 mod hostile;
 mod identity;
 mod join_token_file;

@@ -27,7 +27,7 @@ const DEFAULT_HEARTBEAT: &[&str] = &[
 
 /// A cloud with kubelet's pods and node, and a hub (default heartbeat) whose kubelet cache is
 /// warm. The hub's start-up probe has just run when this returns; the next is ~10 s away.
-fn warm() -> (Cloud, Hub, TempDir) {
+fn warm() -> (Cloud, TempDir, Hub) {
     let cloud = Cloud::start();
     for name in ["web-1", "web-2"] {
         cloud.create(
@@ -59,7 +59,7 @@ fn warm() -> (Cloud, Hub, TempDir) {
         "cache not warm: {}",
         hub.logs()
     );
-    (cloud, hub, dir)
+    (cloud, dir, hub)
 }
 
 /// One kubelet watch of pods: how long it lasted and whether its stream ended cleanly.
@@ -91,7 +91,7 @@ fn time_until_unhealthy(hub: &Hub, cloud: &Cloud, limit: Duration) -> JoinHandle
 
 #[test]
 fn a_watch_is_held_its_full_timeout_when_the_cloud_dies_between_probes() {
-    let (cloud, hub, _dir) = warm();
+    let (cloud, _dir, hub) = warm();
     cloud.stop();
     let flag = time_until_unhealthy(&hub, &cloud, Duration::from_secs(30));
     let (held, clean) = watch(&hub.url(), 3);
@@ -180,7 +180,7 @@ impl Drop for DeadPort {
 
 #[test]
 fn a_dead_cloud_is_dialled_a_few_times_not_once_per_request() {
-    let (cloud, hub, _dir) = warm();
+    let (cloud, _dir, hub) = warm();
     cloud.stop();
     let dead = DeadPort::open(cloud.addr());
     // Like kubelet: a 3 s watch, watched again whenever it ends early, while the node's

@@ -17,13 +17,13 @@ const KUBELET: &str = "kubelet/v1.30.0 (linux/arm) kubernetes/abcdef0";
 const MULTIPLEXER: &str = "multiplexer-proxy-edge-1";
 const SECURE_PORT: u16 = 10268;
 
-fn start_hub(cloud: &Cloud, tag: &str) -> (Hub, TempDir) {
+fn start_hub(cloud: &Cloud, tag: &str) -> (TempDir, Hub) {
     let dir = TempDir::new(tag);
     let spec = HubSpec::for_cloud(cloud, dir.path()).with(&[
         "--bind-proxy-address=127.0.0.1",
         &format!("--proxy-secure-port={SECURE_PORT}"),
     ]);
-    (Hub::start(&spec), dir)
+    (dir, Hub::start(&spec))
 }
 
 /// A list through the hub as `ua`, waiting out the 429s of a warming cache (20 s).
@@ -59,7 +59,7 @@ fn local_components_share_one_list_and_one_watch_of_services() {
     let cloud = Cloud::start();
     cloud.create("services", service("shop", "web", "10.96.0.10"));
     cloud.create("services", service("shop", "db", "10.96.0.11"));
-    let (hub, _dir) = start_hub(&cloud, "pool-local-share");
+    let (_dir, hub) = start_hub(&cloud, "pool-local-share");
 
     let direct = cloud.list("services", None);
     let mut lists = Vec::new();
@@ -152,7 +152,7 @@ fn local_components_share_one_list_and_one_watch_of_services() {
 #[test]
 fn filters_apply_per_client_and_leave_the_shared_objects_unchanged() {
     let cloud = Cloud::start();
-    let (hub, _dir) = start_hub(&cloud, "pool-local-filters");
+    let (_dir, hub) = start_hub(&cloud, "pool-local-filters");
     let kubernetes = |ua: &str| {
         let list = list_when_warm(&hub, "/api/v1/services", ua);
         items(&list)
@@ -184,7 +184,7 @@ fn a_warming_cache_answers_429_and_serves_once_listed() {
         500,
         br#"{"kind":"Status","code":500}"#,
     );
-    let (hub, _dir) = start_hub(&cloud, "pool-local-warming");
+    let (_dir, hub) = start_hub(&cloud, "pool-local-warming");
     assert!(
         cloud
             .wait_for_request(
@@ -216,7 +216,7 @@ fn a_warming_cache_answers_429_and_serves_once_listed() {
 fn the_cloud_gone_before_the_first_list_falls_back_to_the_disk_cache() {
     let cloud = Cloud::start();
     cloud.stop();
-    let (hub, _dir) = start_hub(&cloud, "pool-local-offline");
+    let (_dir, hub) = start_hub(&cloud, "pool-local-offline");
     // Never filled, the cloud unreachable: the ordinary offline path answers (nothing
     // cached for this component: 404 from the disk cache, not a 429 that never ends).
     let reply = get(&format!("{}/api/v1/services", hub.url()), KUBE_PROXY);
@@ -238,7 +238,7 @@ fn the_feeder_lists_again_after_an_error_event_and_local_watches_carry_on() {
     // Until told otherwise, the feeder's watches of Services end at once with no event (it
     // resumes them every retry pause): what changes meanwhile only a relist can find.
     cloud.misanswer_watch("/api/v1/services", 1_000_000, &[]);
-    let (hub, _dir) = start_hub(&cloud, "pool-local-relist");
+    let (_dir, hub) = start_hub(&cloud, "pool-local-relist");
     let lists = |cloud: &Cloud| {
         cloud.count(|r| is_services(r) && r.user_agent == MULTIPLEXER && !is_watch(r))
     };
@@ -314,7 +314,7 @@ fn an_unreadable_services_list_leaves_the_cache_warming_and_an_unreadable_item_i
         200,
         b"{\"kind\":\"ServiceList\",\"items\":[{\"meta",
     );
-    let (hub, _dir) = start_hub(&cloud, "pool-local-garbage-list");
+    let (_dir, hub) = start_hub(&cloud, "pool-local-garbage-list");
     assert!(
         hub.wait_log(
             "list of /api/v1/services for the pool cache failed",
@@ -354,7 +354,7 @@ fn garbage_in_the_feeders_watch_lists_again_and_the_cache_keeps_serving() {
         1,
         &[b"{\"type\":\"ADDED\",\"object\":[1,2}\n"],
     );
-    let (hub, _dir) = start_hub(&cloud, "pool-local-garbage-watch");
+    let (_dir, hub) = start_hub(&cloud, "pool-local-garbage-watch");
     let lists = || cloud.count(|r| is_services(r) && r.user_agent == MULTIPLEXER && !is_watch(r));
     assert!(
         eventually(Duration::from_secs(30), || lists() >= 2),
@@ -371,7 +371,7 @@ fn garbage_in_the_feeders_watch_lists_again_and_the_cache_keeps_serving() {
 fn what_a_cache_agent_got_from_the_shared_cache_is_answered_offline_after_a_restart() {
     let cloud = Cloud::start();
     cloud.create("services", service("shop", "web", "10.96.0.10"));
-    let (hub, _dir) = start_hub(&cloud, "pool-local-restart");
+    let (_dir, hub) = start_hub(&cloud, "pool-local-restart");
     let online = list_when_warm(&hub, "/api/v1/services", KUBE_PROXY);
     assert!(
         hub.wait_cached(
@@ -399,7 +399,7 @@ fn what_a_cache_agent_got_from_the_shared_cache_is_answered_offline_after_a_rest
 #[test]
 fn a_local_watch_ends_when_its_client_hangs_up_and_at_its_timeout() {
     let cloud = Cloud::start();
-    let (hub, _dir) = start_hub(&cloud, "pool-local-hangup");
+    let (_dir, hub) = start_hub(&cloud, "pool-local-hangup");
     list_when_warm(&hub, "/api/v1/services", KUBE_PROXY);
     // Served from the node's watch cache: counted apart, as YurtHub counts its multiplexer's.
     let series = "node_yurthub_aggregated_in_flight_requests_collector{verb=\"watch\",resource=\"services\",subresources=\"\",client=\"kube-proxy\"}";
@@ -439,7 +439,7 @@ fn a_local_watch_ends_when_its_client_hangs_up_and_at_its_timeout() {
 fn offline_the_filled_cache_keeps_serving_and_the_feeder_resumes_its_watch_after() {
     let cloud = Cloud::start();
     cloud.create("services", service("shop", "web", "10.96.0.10"));
-    let (hub, _dir) = start_hub(&cloud, "pool-local-resume");
+    let (_dir, hub) = start_hub(&cloud, "pool-local-resume");
     // An application of the node's, which is no cache agent: nothing of its is on disk.
     let app = "edge-app/1.0";
     let online = list_when_warm(&hub, "/api/v1/services", app);
@@ -505,7 +505,7 @@ fn a_watch_cut_inside_an_event_is_resumed_not_relisted() {
         1,
         &[br#"{"type":"ADDED","object":{"kind":"Endpoint"#],
     );
-    let (hub, _dir) = start_hub(&cloud, "pool-local-cut");
+    let (_dir, hub) = start_hub(&cloud, "pool-local-cut");
     let watches = || cloud.count(|r| is_slices(r) && r.user_agent == MULTIPLEXER && is_watch(r));
     assert!(
         eventually(Duration::from_secs(15), || watches() >= 2),
@@ -531,7 +531,7 @@ fn an_object_the_cache_cannot_read_is_counted_and_skipped_without_a_relist() {
 "#
     );
     cloud.misanswer_watch(SLICES, 3, &[nameless.as_bytes()]);
-    let (hub, _dir) = start_hub(&cloud, "pool-local-unreadable");
+    let (_dir, hub) = start_hub(&cloud, "pool-local-unreadable");
     let watches = || cloud.count(|r| is_slices(r) && r.user_agent == MULTIPLEXER && is_watch(r));
     assert!(
         eventually(Duration::from_secs(20), || watches() >= 4),
@@ -567,7 +567,7 @@ fn the_feeder_lists_with_gzip_and_the_link_counts_the_compressed_bytes() {
         if !gzip {
             cloud.set_gzip_threshold(usize::MAX);
         }
-        let (hub, _dir) = start_hub(&cloud, "pool-local-gzip");
+        let (_dir, hub) = start_hub(&cloud, "pool-local-gzip");
         assert!(
             hub.wait_metric(
                 &cache_series("objects", "endpointslices"),
@@ -629,7 +629,7 @@ fn the_heap_holds_5000_endpointslices_at_the_bytes_the_cache_reports() {
         if count > 0 {
             cloud.populate_endpointslices(count, 50);
         }
-        let (hub, _dir) = start_hub(&cloud, "pool-local-heap");
+        let (_dir, hub) = start_hub(&cloud, "pool-local-heap");
         assert!(
             hub.wait_metric(
                 &cache_series("objects", "endpointslices"),
@@ -676,7 +676,7 @@ fn a_cache_whose_feed_fails_while_the_cloud_answers_is_forwarded_until_it_recove
     cloud.create("services", service("shop", "web", "10.96.0.10"));
     // The feeder's watches end at once, empty: it resumes them every retry pause.
     cloud.misanswer_watch("/api/v1/services", 1_000_000, &[]);
-    let (hub, _dir) = start_hub(&cloud, "pool-local-frozen");
+    let (_dir, hub) = start_hub(&cloud, "pool-local-frozen");
     let list = list_when_warm(&hub, "/api/v1/services", KUBE_PROXY);
     let rv = list["metadata"]["resourceVersion"].as_str().expect("rv");
     let url = format!(
@@ -727,7 +727,7 @@ fn a_list_larger_than_the_cache_takes_is_not_cached_and_its_kind_is_forwarded() 
     let cloud = Cloud::start();
     // About 17 MB of EndpointSlices, past the cache's 16 MiB.
     cloud.populate_endpointslices(18_000, 50);
-    let (hub, _dir) = start_hub(&cloud, "pool-local-too-large");
+    let (_dir, hub) = start_hub(&cloud, "pool-local-too-large");
     assert!(
         hub.wait_log("larger than the", Duration::from_secs(60)),
         "{}",
@@ -756,7 +756,7 @@ fn a_list_larger_than_the_cache_takes_is_not_cached_and_its_kind_is_forwarded() 
 fn a_watch_list_gets_the_state_and_the_initial_events_end_bookmark() {
     let cloud = Cloud::start();
     cloud.create("services", service("shop", "web", "10.96.0.10"));
-    let (hub, _dir) = start_hub(&cloud, "pool-local-watch-list");
+    let (_dir, hub) = start_hub(&cloud, "pool-local-watch-list");
     let list = list_when_warm(&hub, "/api/v1/namespaces/shop/services", KUBE_PROXY);
     let rv = list["metadata"]["resourceVersion"]
         .as_str()

@@ -39,14 +39,14 @@ fn rv_of(object: &Value) -> u64 {
 }
 
 /// A cloud with two of edge-1's pods and one elsewhere, and a hub in front of it.
-fn cloud_and_hub(tag: &str) -> (Cloud, Hub, TempDir) {
+fn cloud_and_hub(tag: &str) -> (Cloud, TempDir, Hub) {
     let cloud = Cloud::start();
     for (name, node) in [("web-1", "edge-1"), ("web-2", "edge-1"), ("db-1", "edge-2")] {
         cloud.create("pods", pod(name, node));
     }
     let dir = TempDir::new(tag);
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
-    (cloud, hub, dir)
+    (cloud, dir, hub)
 }
 
 /// kubelet as an informer: its pod list through the hub, then its watch from the list's
@@ -203,7 +203,7 @@ fn asked_rv(r: &RecordedRequest) -> Option<u64> {
 
 #[test]
 fn watches_keep_their_connection_across_an_outage_with_history() {
-    let (cloud, hub, _dir) = cloud_and_hub("watch-resume-outage");
+    let (cloud, _dir, hub) = cloud_and_hub("watch-resume-outage");
     // The apiserver bookmarks its watchers (about once a minute; here faster).
     cloud.set_bookmark_interval(Some(Duration::from_secs(2)));
     let mut watch = kubelet_pods(&hub);
@@ -348,7 +348,7 @@ fn watches_keep_their_connection_across_an_outage_with_history() {
 
 #[test]
 fn a_cut_watch_connection_is_resumed_without_the_client_noticing() {
-    let (cloud, hub, _dir) = cloud_and_hub("watch-resume-cut");
+    let (cloud, _dir, hub) = cloud_and_hub("watch-resume-cut");
     let mut watch = kubelet_pods(&hub);
     let list_rv = watch.last_rv;
     assert!(cloud.wait_for_watchers("pods", 1, Duration::from_secs(10)));

@@ -16,7 +16,11 @@ use std::time::{Duration, Instant};
 
 use super::{Auth, AuthMethod, Cloud};
 
-/// A directory removed when dropped.
+/// A directory removed when dropped, under `TMPDIR` (`make test` fails when anything is left
+/// there: tests/untouched.sh). Drop it after what writes into it: a hub still running when its
+/// directory goes writes it again (its lock note, a certificate, a cache file) and leaves that
+/// behind. Locals drop last declared first, so bind the directory before the hub
+/// (`let (_dir, hub) = ...`), and a struct lists the hub before the directory.
 pub struct TempDir(pub PathBuf);
 
 impl TempDir {
