@@ -152,7 +152,7 @@ fn main() {
         2,
         "Start tinyhub in front of it (kubectl is a cache agent too, for this demo)",
     );
-    let hub = common::start_hub(&cloud, dir.path());
+    let hub = Hub::start(&common::hub_spec(&cloud, dir.path()));
     println!(
         "   tinyhub proxy at {}, health and metrics at {}",
         hub.url(),

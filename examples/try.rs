@@ -16,6 +16,7 @@ mod common;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -82,7 +83,19 @@ fn main() {
     common::seed(&cloud);
     let mut ticks = 0u64;
     tick(&cloud, ticks);
-    let hub = common::start_hub(&cloud, &dir);
+    let mut spec = common::hub_spec(&cloud, &dir);
+    // Should this program be killed without a chance to end the hub (SIGKILL), the kernel
+    // ends it: setpriv (util-linux, `make tools`) sets the hub's parent-death signal.
+    if Command::new("setpriv")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        spec.prefix = vec!["setpriv".into(), "--pdeathsig=TERM".into()];
+    }
+    let hub = Hub::start(&spec);
     let admin = write_plain_kubeconfig(&dir, "admin.kubeconfig", &hub.url());
     let direct = cloud.write_kubeconfig(
         &dir,

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::support::hub::{Hub, HubSpec};
+use crate::support::hub::HubSpec;
 use crate::support::{Auth, Cloud, KubeconfigOptions};
 
 /// What [`seed`] creates, as the examples tell it.
@@ -39,11 +39,11 @@ pub fn seed(cloud: &Cloud) {
     cloud.create("configmaps", json!({"metadata": {"name": "settings", "namespace": "default"}, "data": {"greeting": "hello from the cloud"}}));
 }
 
-/// Starts the real `tinyhub` binary in front of `cloud` as node edge-1 (a client certificate
-/// in `dir/hub.kubeconfig`), its root in `dir/root` and its cache in `dir/cache`, kubectl a
-/// cache agent too; the test defaults of [`HubSpec::command`] hold: ports chosen by the
-/// system, health checks every second, no dummy interface.
-pub fn start_hub(cloud: &Cloud, dir: &Path) -> Hub {
+/// The real `tinyhub` binary in front of `cloud` as node edge-1 (a client certificate in
+/// `dir/hub.kubeconfig`), its root in `dir/root` and its cache in `dir/cache`, kubectl a cache
+/// agent too; the test defaults of [`HubSpec::command`] hold: ports chosen by the system,
+/// health checks every second, no dummy interface. `Hub::start` runs it.
+pub fn hub_spec(cloud: &Cloud, dir: &Path) -> HubSpec {
     let cert = cloud.issue_client("system:node:edge-1", &["system:nodes"]);
     let kubeconfig = cloud.write_kubeconfig(
         dir,
@@ -52,9 +52,8 @@ pub fn start_hub(cloud: &Cloud, dir: &Path) -> Hub {
             ..Auth::CertInline(cert).into()
         },
     );
-    let spec = HubSpec {
+    HubSpec {
         kubeconfig: Some(kubeconfig),
         ..HubSpec::bootstrap(dir, &["--cache-agents=kubectl"])
-    };
-    Hub::start(&spec)
+    }
 }
