@@ -3,6 +3,7 @@
 #   make build        release binary: target/release/tinyhub
 #   make test         the whole test suite (unit and integration, kubectl end-to-end)
 #   make demo         the main job on a bundled stand-in apiserver, step by step
+#   make try          the hub and that apiserver left running, to try by hand (Ctrl-C ends it)
 #   make bench        measure hub vs direct and write BENCHMARKS.md (`make bench-quick`: a smoke run)
 #   make readme       rewrite README.md's "Measured" block from BENCHMARKS.md (make bench does too)
 #   make lint         rustfmt, clippy and the floors check (tests/floors.rs), as CI runs them
@@ -13,7 +14,7 @@
 CARGO ?= cargo
 
 .DEFAULT_GOAL := build
-.PHONY: build test demo bench bench-quick bench-tools readme lint tools fuzz fuzz-cmin
+.PHONY: build test demo try bench bench-quick bench-tools readme lint tools fuzz fuzz-cmin
 
 build:
 	$(CARGO) build --release
@@ -32,11 +33,18 @@ test: tools
 	sh tests/untouched.sh '$(CARGO) test --features fuzzing --lib && \
 		RUST_TEST_THREADS=$(TEST_THREADS) $(CARGO) test --features fuzzing --bins --examples --bench "*" --test "*"'
 
-# Quiet: cargo's compile lines would drown the demo's story (its errors still show).
-demo: tools
-	@echo "building tinyhub and the demo (cargo build --release), a few minutes the first time..."
-	@$(CARGO) build --release -q --bin tinyhub --example demo
+# The demo and the try run target/release/tinyhub as `make build` built it: one build serves
+# all three. Each builds only its example (quiet: cargo's compile lines would drown the story;
+# errors still show); building the binary with it would compile it again with the features the
+# dev-dependencies add, and `make build` after that once more.
+demo: build tools
+	@echo "building the demo (cargo build --release --example demo), a few minutes the first time..."
 	@$(CARGO) run --release -q --example demo
+
+# Runs until Ctrl-C; its files in TRY_DIR (default ./try, git-ignored). examples/try.rs.
+try: build tools
+	@echo "building the try (cargo build --release --example try), a few minutes the first time..."
+	@$(CARGO) run --release -q --example try
 
 # The full run also measures the static x86_64 musl build (cross/cross.mk).
 bench: build bench-tools x86_64-musl

@@ -7,14 +7,15 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
-use support::hub::{
-    Events, Hub, HubSpec, KUBELET, TempDir, files_under, get, kubectl_command, stream,
-};
+use common::pod;
+use serde_json::Value;
+use support::hub::{Events, Hub, KUBELET, TempDir, files_under, get, kubectl_command, stream};
 use support::{Cloud, write_plain_kubeconfig};
 
 fn step(n: u32, text: &str) {
@@ -135,12 +136,6 @@ fn document(file: &str) -> String {
     }
 }
 
-fn pod(ns: &str, name: &str, node: &str, app: &str) -> Value {
-    json!({"metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
-           "spec": {"nodeName": node, "containers": [{"name": "main", "image": format!("{app}:1")}]},
-           "status": {"phase": "Running"}})
-}
-
 fn main() {
     let started = Instant::now();
     let dir = TempDir::new("demo");
@@ -150,30 +145,14 @@ fn main() {
         "Start a stand-in cloud apiserver (TLS, client-certificate auth) and seed it",
     );
     let cloud = Cloud::start();
-    cloud.create(
-        "nodes",
-        json!({"metadata": {"name": "edge-1", "labels": {"node-role.kubernetes.io/edge": ""}}}),
-    );
-    for (ns, name, node, app) in [
-        ("default", "web-1", "edge-1", "web"),
-        ("default", "web-2", "edge-1", "web"),
-        ("kube-system", "kube-proxy-edge-1", "edge-1", "kube-proxy"),
-        ("default", "web-3", "edge-2", "web"),
-        ("default", "db-1", "cloud-1", "db"),
-    ] {
-        cloud.create("pods", pod(ns, name, node, app));
-    }
-    cloud.create("configmaps", json!({"metadata": {"name": "settings", "namespace": "default"}, "data": {"greeting": "hello from the cloud"}}));
-    println!(
-        "   cloud at {} with node edge-1, 5 pods (3 on edge-1) and configmap default/settings",
-        cloud.url()
-    );
+    common::seed(&cloud);
+    println!("   cloud at {} with {}", cloud.url(), common::SEEDED);
 
     step(
         2,
         "Start tinyhub in front of it (kubectl is a cache agent too, for this demo)",
     );
-    let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()).with(&["--cache-agents=kubectl"]));
+    let hub = Hub::start(&common::hub_spec(&cloud, dir.path()));
     println!(
         "   tinyhub proxy at {}, health and metrics at {}",
         hub.url(),

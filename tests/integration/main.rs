@@ -60,6 +60,7 @@ mod request_refusals;
 mod serve_extras;
 mod start_limits;
 mod trust;
+mod try_by_hand;
 mod tunnel;
 mod watch_list_options;
 mod watch_resume;
