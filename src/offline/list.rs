@@ -6,7 +6,7 @@
 //! reports them, after the selectors chose it by the cloud's object. The same iteration
 //! gives a held watch of those kinds its objects, one at a time (`Offline::watched_objects`).
 
-use super::{Answered, Offline, not_cached, qualified};
+use super::{Answered, Offline, not_cached, not_listed, qualified};
 use crate::cache::key::{CollectionKey, METADATA_KIND, View, rv_newer};
 
 use crate::cache::store::{ObjectIter, Store, StoreError, StoredObject};
@@ -36,7 +36,9 @@ enum WhenEmpty {
 
 impl Offline {
     /// A list from the cache: the collection's files in name order, filtered by the
-    /// request's selectors and paged by `limit`/`continue`, streamed without holding them all.
+    /// request's selectors and paged by `limit`/`continue`, streamed without holding them all
+    /// — only for a scope the component listed whole (`cache/synced.rs`), else the 404 of a
+    /// list not cached.
     pub(super) fn list<'c>(
         &self,
         ex: Exchange<'c>,
@@ -45,6 +47,17 @@ impl Offline {
         collection: &CollectionKey,
         route: &Route,
     ) -> Answered<'c> {
+        let namespace = path.namespace.as_deref();
+        if self.store.has_collection(collection)
+            && !self.synced.covers(collection, namespace, &route.selectors)
+        {
+            log::debug!(
+                "offline: {}/{} was never listed whole in this scope; not answered",
+                collection.component,
+                collection.dir_name()
+            );
+            return Err((ex, not_listed(req, path)));
+        }
         let snapshot = self.endpoints_snapshot(path, collection);
         let list = CachedList {
             req,

@@ -295,12 +295,30 @@ impl Offline {
                     Status::internal(format!("the cached copy of {} is damaged", key.name)),
                 ))
             }
-            Ok(None) => Err((
-                ex,
-                Status::not_found(&path.gvr.group, &path.gvr.resource, &key.name),
-            )),
+            Ok(None) => Err((ex, self.not_in_cache(path, collection, &key.name))),
             Err(e) => Err((ex, e.status())),
         }
+    }
+
+    /// The 404 of a get the cache cannot answer (YurtHub's status): the apiserver's message
+    /// when a whole list without selectors holding the object was cached without it (it did
+    /// not exist as of that list), else one that says it was never cached for the component
+    /// — not that the cloud deleted it.
+    fn not_in_cache(&self, path: &ResourcePath, collection: &CollectionKey, name: &str) -> Status {
+        let mut status = Status::not_found(&path.gvr.group, &path.gvr.resource, name);
+        let component = &collection.component;
+        status.message = if self.synced.absent_as_listed(collection, path.namespace.as_deref()) {
+            format!(
+                "{} (as of {component}'s last whole list of them; the cloud apiserver is unreachable)",
+                status.message
+            )
+        } else {
+            format!(
+                "{}: it was never cached for {component}, and the cloud apiserver is unreachable",
+                status.message
+            )
+        };
+        status
     }
 
     fn watch<'c>(
@@ -602,6 +620,22 @@ type Answered<'c> = Result<u16, (Exchange<'c>, Status)>;
 fn send_json<'c>(ex: Exchange<'c>, status: u16, body: &[u8], age: Option<&str>) -> Answered<'c> {
     let _ = ex.send(status, &json_head(age), body);
     Ok(status)
+}
+
+/// 404 for a list of a scope the component never listed whole (`cache/synced.rs`): its
+/// cached objects may be a few it got by name, never known to be all there are.
+fn not_listed(req: &ApiRequest, path: &ResourcePath) -> Status {
+    let scope = match &path.namespace {
+        Some(ns) => format!("namespace {ns:?} or all namespaces"),
+        None => "all namespaces".to_owned(),
+    };
+    Status::not_found_message(format!(
+        "{} is not cached for {}: offline, a list is answered only for a scope {} listed \
+         whole while the cloud apiserver was reachable ({scope}; no selectors, or these)",
+        qualified(path),
+        req.component,
+        req.component
+    ))
 }
 
 /// 404 for a collection the component never read.
