@@ -48,6 +48,7 @@ mod offline;
 mod offline_grants;
 mod offline_hold;
 mod offline_node;
+mod offline_scope;
 mod ota;
 mod pool_fresh;
 mod pool_leader;
