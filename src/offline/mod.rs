@@ -53,7 +53,7 @@ use crate::health::Backends;
 use crate::names;
 use crate::overlay::{CloudState, EndpointKind, Overlay, Snapshot, WatchView};
 use crate::request::{self, ApiRequest, DiscoveryForm, ResourcePath, Target};
-use crate::route::{Local, Route, document_file};
+use crate::route::{Local, NoCacheReason, Route, document_file};
 use crate::selector::Selectors;
 use crate::server::{BodyWriter, Exchange, Length};
 use crate::status::Status;
@@ -163,13 +163,7 @@ impl Offline {
             }
             (Local::Echo, Some(path), _) => self.echo_event(ex, path),
             (Local::Token, Some(path), _) => self.token(ex, req, path),
-            _ => Err((
-                ex,
-                Status::service_unavailable(format!(
-                    "the cloud apiserver is unreachable and the cache cannot answer this request (component {:?})",
-                    req.component
-                )),
-            )),
+            _ => Err((ex, unanswerable(req, route))),
         };
         match result {
             Ok(status) => status,
@@ -302,22 +296,18 @@ impl Offline {
 
     /// The 404 of a get the cache cannot answer (YurtHub's status): the apiserver's message
     /// when a whole list without selectors holding the object was cached without it (it did
-    /// not exist as of that list), else one that says it was never cached for the component
-    /// — not that the cloud deleted it.
+    /// not exist as of that list: what the apiserver said then), else one that says it was
+    /// never cached for the component — not that the cloud deleted it.
     fn not_in_cache(&self, path: &ResourcePath, collection: &CollectionKey, name: &str) -> Status {
         let mut status = Status::not_found(&path.gvr.group, &path.gvr.resource, name);
         let component = &collection.component;
-        status.message = if self.synced.absent_as_listed(collection, path.namespace.as_deref()) {
-            format!(
-                "{} (as of {component}'s last whole list of them; the cloud apiserver is unreachable)",
-                status.message
-            )
-        } else {
-            format!(
+        // Known gone: the apiserver's own words, which were true as of that list.
+        if !self.synced.absent_as_listed(collection, path.namespace.as_deref()) {
+            status.message = format!(
                 "{}: it was never cached for {component}, and the cloud apiserver is unreachable",
                 status.message
-            )
-        };
+            );
+        }
         status
     }
 
@@ -620,6 +610,22 @@ type Answered<'c> = Result<u16, (Exchange<'c>, Status)>;
 fn send_json<'c>(ex: Exchange<'c>, status: u16, body: &[u8], age: Option<&str>) -> Answered<'c> {
     let _ = ex.send(status, &json_head(age), body);
     Ok(status)
+}
+
+/// The 503 of a request the cache has no answer for; one of a component that is not a
+/// cache agent says how to make it one (issue 35).
+fn unanswerable(req: &ApiRequest, route: &Route) -> Status {
+    let hint = match (&route.cache, req.component.valid()) {
+        (Err(NoCacheReason::NotAgent), Some(component)) => format!(
+            ": {component} is not a cache agent, so nothing of it was cached \
+             (--cache-agents={component} makes the hub cache it)"
+        ),
+        _ => String::new(),
+    };
+    Status::service_unavailable(format!(
+        "the cloud apiserver is unreachable and the cache cannot answer this request (component {:?}){hint}",
+        req.component
+    ))
 }
 
 /// 404 for a list of a scope the component never listed whole (`cache/synced.rs`): its
