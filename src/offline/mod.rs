@@ -624,7 +624,7 @@ fn unanswerable(req: &ApiRequest, route: &Route) -> Status {
     };
     Status::service_unavailable(format!(
         "the cloud apiserver is unreachable and the cache cannot answer this request (component {:?}){hint}",
-        req.component
+        req.component.as_str()
     ))
 }
 

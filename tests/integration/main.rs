@@ -42,6 +42,7 @@ mod lb_hashing;
 mod link_metrics;
 mod link_totals;
 mod list_scope;
+mod messages;
 mod metadata_only;
 mod metrics_parity;
 mod offline;
