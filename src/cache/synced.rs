@@ -305,7 +305,11 @@ impl Synced {
     /// Whether an object of `collection` in `namespace` that the cache lacks is known not
     /// to exist as of the last list: a whole list without selectors of a scope holding it
     /// was committed.
-    pub(crate) fn absent_as_listed(&self, collection: &CollectionKey, namespace: Option<&str>) -> bool {
+    pub(crate) fn absent_as_listed(
+        &self,
+        collection: &CollectionKey,
+        namespace: Option<&str>,
+    ) -> bool {
         match lock(&self.kinds).get(collection) {
             Some(Kind {
                 lists: Some(lists), ..

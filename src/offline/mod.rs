@@ -302,7 +302,10 @@ impl Offline {
         let mut status = Status::not_found(&path.gvr.group, &path.gvr.resource, name);
         let component = &collection.component;
         // Known gone: the apiserver's own words, which were true as of that list.
-        if !self.synced.absent_as_listed(collection, path.namespace.as_deref()) {
+        if !self
+            .synced
+            .absent_as_listed(collection, path.namespace.as_deref())
+        {
             status.message = format!(
                 "{}: it was never cached for {component}, and the cloud apiserver is unreachable",
                 status.message

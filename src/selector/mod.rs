@@ -395,7 +395,11 @@ impl Selectors {
             .requirements
             .iter()
             .all(|r| self.label.requirements.contains(r))
-            && wider.field.terms.iter().all(|t| self.field.terms.contains(t))
+            && wider
+                .field
+                .terms
+                .iter()
+                .all(|t| self.field.terms.contains(t))
     }
 }
 
@@ -1276,7 +1280,10 @@ mod tests {
     fn selectors_print_as_they_parse_and_narrow_by_their_requirements() {
         for (label, field) in [
             ("", ""),
-            ("app=web,!gone,tier,env in (a,b),x notin (c),w>3,v<2,k!=z", ""),
+            (
+                "app=web,!gone,tier,env in (a,b),x notin (c),w>3,v<2,k!=z",
+                "",
+            ),
             ("", "spec.nodeName=edge-1,status.phase!=Failed"),
             ("app", r"metadata.name=a\,b\=c\\d"),
         ] {
@@ -1291,8 +1298,14 @@ mod tests {
         let sel = |l: &str, f: &str| Selectors::parse(Some(l), Some(f)).unwrap();
         let node = sel("", "spec.nodeName=edge-1");
         assert!(sel("", "").narrows(&Selectors::everything()));
-        assert!(node.narrows(&Selectors::everything()), "a whole list holds every selection");
-        assert!(!Selectors::everything().narrows(&node), "a selection never holds it all");
+        assert!(
+            node.narrows(&Selectors::everything()),
+            "a whole list holds every selection"
+        );
+        assert!(
+            !Selectors::everything().narrows(&node),
+            "a selection never holds it all"
+        );
         assert!(sel("app=web", "spec.nodeName=edge-1").narrows(&node));
         assert!(!sel("app=web", "").narrows(&node));
         assert!(!sel("", "spec.nodeName=edge-2").narrows(&node));

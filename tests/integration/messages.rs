@@ -17,7 +17,10 @@ use crate::support::hub::*;
 fn refused(dir: &TempDir, args: &[&str]) -> String {
     let out: Output = hub_command()
         .arg(format!("--root-dir={}", dir.path().join("root").display()))
-        .arg(format!("--disk-cache-path={}", dir.path().join("cache").display()))
+        .arg(format!(
+            "--disk-cache-path={}",
+            dir.path().join("cache").display()
+        ))
         .arg("--node-name=edge-1")
         .args(args)
         .env_remove("COLUMNS")
@@ -50,14 +53,20 @@ fn a_number_out_of_range_says_the_range_it_takes() {
     let cloud = Cloud::start();
     let dir = TempDir::new("messages-range");
     let spec = HubSpec::for_cloud(&cloud, dir.path());
-    let kubeconfig = format!("--kubeconfig={}", spec.kubeconfig.as_ref().unwrap().display());
+    let kubeconfig = format!(
+        "--kubeconfig={}",
+        spec.kubeconfig.as_ref().unwrap().display()
+    );
     let err = refused(&dir, &[&kubeconfig, "--heartbeat-interval-seconds=-1"]);
     assert!(
         err.contains("-1 is outside the range it takes: a whole number from 1 to 3600"),
         "{err}"
     );
     let err = refused(&dir, &[&kubeconfig, "--proxy-port=abc"]);
-    assert!(err.contains("\"abc\" is not a number: it takes a whole number from 0 to 65535"), "{err}");
+    assert!(
+        err.contains("\"abc\" is not a number: it takes a whole number from 0 to 65535"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -101,7 +110,10 @@ fn offline_hub(tag: &str) -> (Cloud, Hub, TempDir, String) {
     );
     let dir = TempDir::new(tag);
     let hub = Hub::start(&HubSpec::for_cloud(&cloud, dir.path()));
-    let url = format!("{}/api/v1/namespaces/default/configmaps/settings", hub.url());
+    let url = format!(
+        "{}/api/v1/namespaces/default/configmaps/settings",
+        hub.url()
+    );
     assert_eq!(get(&url, "kubelet/v1.30").status, 200);
     assert!(hub.wait_cached(
         &["kubelet/configmaps.v1.core/default/settings"],
@@ -171,7 +183,11 @@ fn a_client_hanging_up_a_watch_is_not_the_cloud_breaking_off() {
         "{}",
         hub.logs()
     );
-    assert!(!hub.logs().contains("the cloud's answer broke off"), "{}", hub.logs());
+    assert!(
+        !hub.logs().contains("the cloud's answer broke off"),
+        "{}",
+        hub.logs()
+    );
 }
 
 #[test]

@@ -149,24 +149,40 @@ fn check_offline_answers(hub: &Hub) {
 
     // Lists are answered only within what kubelet listed whole: its pods, by node, and the
     // nodes; all pods never were (the cloud has one on edge-2).
-    for path in ["/api/v1/pods", "/api/v1/namespaces/default/pods?labelSelector=app%3Dweb"] {
+    for path in [
+        "/api/v1/pods",
+        "/api/v1/namespaces/default/pods?labelSelector=app%3Dweb",
+    ] {
         let refused = get(&url(path), KUBELET);
         assert_eq!(refused.status, 404, "{path}: {}", refused.text());
-        assert!(refused.text().contains("is not cached for kubelet"), "{}", refused.text());
+        assert!(
+            refused.text().contains("is not cached for kubelet"),
+            "{}",
+            refused.text()
+        );
     }
 
     let cases: &[(&str, &[&str])] = &[
-        ("/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1", &["web-1", "web-2", "db-1", "proxy-1"]),
+        (
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
+            &["web-1", "web-2", "db-1", "proxy-1"],
+        ),
         (
             "/api/v1/namespaces/default/pods?fieldSelector=spec.nodeName%3Dedge-1",
             &["web-1", "web-2", "db-1"],
         ),
-        ("/api/v1/namespaces/kube-system/pods?fieldSelector=spec.nodeName%3Dedge-1", &["proxy-1"]),
+        (
+            "/api/v1/namespaces/kube-system/pods?fieldSelector=spec.nodeName%3Dedge-1",
+            &["proxy-1"],
+        ),
         (
             "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1,metadata.namespace%21%3Dnone",
             &["web-1", "web-2", "db-1", "proxy-1"],
         ),
-        ("/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=app%3Dweb", &["web-1", "web-2"]),
+        (
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=app%3Dweb",
+            &["web-1", "web-2"],
+        ),
         (
             "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=app+in+(web,db)",
             &["web-1", "web-2", "db-1"],
@@ -175,8 +191,14 @@ fn check_offline_answers(hub: &Hub) {
             "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=app%20notin%20(web)",
             &["db-1", "proxy-1"],
         ),
-        ("/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=env", &["web-2", "db-1"]),
-        ("/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=!env", &["web-1", "proxy-1"]),
+        (
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=env",
+            &["web-2", "db-1"],
+        ),
+        (
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=!env",
+            &["web-1", "proxy-1"],
+        ),
         (
             "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=app%3D%3Dweb,env!%3Dprod",
             &["web-1"],
@@ -219,7 +241,11 @@ fn check_offline_answers(hub: &Hub) {
     }
 
     // metadata.resourceVersion is the highest of the items.
-    let list = get(&url("/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1"), KUBELET).json();
+    let list = get(
+        &url("/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1"),
+        KUBELET,
+    )
+    .json();
     let highest = list["items"]
         .as_array()
         .unwrap()
@@ -246,7 +272,9 @@ fn check_offline_answers(hub: &Hub) {
         seen.extend(item_names(&page));
         match page["metadata"]["continue"].as_str() {
             Some(token) if !token.is_empty() => {
-                next = url(&format!("/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&limit=3&continue={token}"))
+                next = url(&format!(
+                    "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&limit=3&continue={token}"
+                ))
             }
             _ => break,
         }
@@ -256,7 +284,9 @@ fn check_offline_answers(hub: &Hub) {
         (2, set(&["web-1", "web-2", "db-1", "proxy-1"]))
     );
     let foreign = get(
-        &url("/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&limit=3&continue=eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"),
+        &url(
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&limit=3&continue=eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ",
+        ),
         KUBELET,
     );
     assert_eq!(foreign.status, 410);

@@ -101,7 +101,16 @@ fn offline_kubectl_never_lists_what_it_only_fetched_by_name() {
     // The namespace it listed whole answers, with and without selectors.
     let system = k.ok(&["get", "pods", "-n", "kube-system", "-o", "name"]);
     assert_eq!(system.trim(), "pod/dns-1\npod/dns-2", "{system}");
-    let selected = k.ok(&["get", "pods", "-n", "kube-system", "-l", "app=dns-1", "-o", "name"]);
+    let selected = k.ok(&[
+        "get",
+        "pods",
+        "-n",
+        "kube-system",
+        "-l",
+        "app=dns-1",
+        "-o",
+        "name",
+    ]);
     assert_eq!(selected.trim(), "pod/dns-1");
     // The pod it got by name still answers.
     k.ok(&["get", "pod", "web-1", "-n", "default", "-o", "name"]);
@@ -147,7 +156,10 @@ fn offline_lists_answer_only_scopes_a_selector_list_covers() {
         "Accept",
         "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json",
     )];
-    assert_eq!(call("GET", &by_name, "kube-proxy/v1.30", &meta_get, None).status, 200);
+    assert_eq!(
+        call("GET", &by_name, "kube-proxy/v1.30", &meta_get, None).status,
+        200
+    );
     assert!(hub.wait_cached(
         &[
             "kube-proxy/pods.v1.core/other/c",
@@ -171,7 +183,11 @@ fn offline_lists_answer_only_scopes_a_selector_list_covers() {
     for url in [base.clone(), format!("{base}?labelSelector=app%3Da")] {
         let refused = get(&url, "kube-proxy/v1.30");
         assert_eq!(refused.status, 404, "{url}: {}", refused.text());
-        assert!(refused.text().contains("not cached for kube-proxy"), "{}", refused.text());
+        assert!(
+            refused.text().contains("not cached for kube-proxy"),
+            "{}",
+            refused.text()
+        );
     }
     let listed_meta = call("GET", &base, "kube-proxy/v1.30", &meta, None);
     assert_eq!(listed_meta.status, 404, "{}", listed_meta.text());

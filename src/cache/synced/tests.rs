@@ -214,7 +214,10 @@ fn only_a_scope_listed_whole_covers_an_offline_list() {
     assert!(synced.covers(&pods(), None, &node));
     assert!(synced.covers(&pods(), Some("kube-system"), &node));
     assert!(synced.covers(&pods(), None, &sel("app=web", "spec.nodeName=edge-1")));
-    assert!(!synced.covers(&pods(), None, &all), "a selection is not all pods");
+    assert!(
+        !synced.covers(&pods(), None, &all),
+        "a selection is not all pods"
+    );
     assert!(!synced.covers(&pods(), None, &sel("app=web", "")));
     assert!(
         !synced.absent_as_listed(&pods(), None),
@@ -265,7 +268,10 @@ fn scopes_are_bounded_and_kept_across_a_restart_and_an_old_record_covers_all() {
     let scope = sel("", r"metadata.name=a\,b");
     assert!(again.covers(&services(), Some("ns"), &scope));
     assert!(!again.covers(&services(), Some("other"), &scope));
-    assert!(!again.covers(&services(), None, &sel("app=a0", "")), "the oldest went");
+    assert!(
+        !again.covers(&services(), None, &sel("app=a0", "")),
+        "the oldest went"
+    );
     assert!(again.covers(&services(), None, &sel("app=a9", "")));
     assert_eq!(
         lock(&again.kinds)[&services()].lists.as_ref().map(Vec::len),
@@ -283,8 +289,7 @@ fn scopes_are_bounded_and_kept_across_a_restart_and_an_old_record_covers_all() {
     assert!(!old.covers(&pods(), None, &sel("", "")));
     let mut written = String::new();
     old.persist(&store, true);
-    std::io::Read::read_to_string(&mut std::fs::File::open(&file).unwrap(), &mut written)
-        .unwrap();
+    std::io::Read::read_to_string(&mut std::fs::File::open(&file).unwrap(), &mut written).unwrap();
     assert!(
         written.contains(r#""lists":[{"field":"spec.nodeName=edge-1"}]"#),
         "{written}"

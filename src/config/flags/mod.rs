@@ -565,7 +565,9 @@ where
                 Some(near) => format!("did you mean --{near}? (see --help)"),
                 None => "see --help".to_owned(),
             };
-            return Err(StartupError::new(format!("unknown flag: --{name} ({hint})")));
+            return Err(StartupError::new(format!(
+                "unknown flag: --{name} ({hint})"
+            )));
         }
     }
     for (i, (name, _)) in given_ignored.iter().enumerate() {

@@ -172,8 +172,13 @@ mod tests {
             .position(|l| l.starts_with("      --cache-agents strings"))
             .unwrap();
         assert_eq!(lines[at], "      --cache-agents strings", "{wrapped}");
-        assert!(lines[at + 1].starts_with("          extra components"), "{wrapped}");
-        assert!(lines[at + 2].starts_with("          ") && !lines[at + 2].starts_with("           "));
+        assert!(
+            lines[at + 1].starts_with("          extra components"),
+            "{wrapped}"
+        );
+        assert!(
+            lines[at + 2].starts_with("          ") && !lines[at + 2].starts_with("           ")
+        );
         let wide = wrap(&help, 200);
         let line = wide
             .lines()
@@ -194,7 +199,11 @@ mod tests {
             "  --x\n      one two\n      three four"
         );
         let long = format!("  --y  {}", "z".repeat(30));
-        assert_eq!(wrap(&long, 30), long, "one word longer than the room stays whole");
+        assert_eq!(
+            wrap(&long, 30),
+            long,
+            "one word longer than the room stays whole"
+        );
         assert_eq!(
             wrap("      --name: why it is so and so", 30),
             "      --name: why it is so and\n          so"
@@ -204,7 +213,13 @@ mod tests {
 
     #[test]
     fn a_close_name_is_suggested_and_a_far_one_is_not() {
-        let names = ["proxy-port", "proxy-secure-port", "lb-mode", "working-mode", "v"];
+        let names = [
+            "proxy-port",
+            "proxy-secure-port",
+            "lb-mode",
+            "working-mode",
+            "v",
+        ];
         assert_eq!(did_you_mean("proxy-prot", names), Some("proxy-port"));
         assert_eq!(did_you_mean("proxyport", names), Some("proxy-port"));
         assert_eq!(did_you_mean("lb-mod", names), Some("lb-mode"));
