@@ -18,7 +18,8 @@
 //! cache never looks fresh.
 //!
 //! Listed whole (issue 35): each kind's record also keeps the scopes it was listed whole in
-//! — a list the writer committed whole ([`ListState::is_whole`]: not a page, every item read),
+//! — a list the writer committed whole (`writer/rules.rs`, `ListState::is_whole`: not a page,
+//! every item read),
 //! its namespace (none: all of them) and its selectors — because an offline list may only be
 //! answered from a collection that holds all of its scope: a get, a watch event or one page
 //! caches objects, never the knowledge that there are no others (kubectl once answered
@@ -33,8 +34,6 @@
 //! from it ([`Synced::not_whole`]) all of them. A record written before scopes were kept
 //! (an entry without `lists`, or no `.synced` at all) covers every list of its kinds, as
 //! before, until the kind is next listed whole: an upgrade during an outage keeps answering.
-//!
-//! [`ListState::is_whole`]: crate::cache::writer
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -1,6 +1,7 @@
 //! Offline lists: the cached collection, filtered by the request's label and field
-//! selectors, streamed object by object (an offline list of thousands of pods never sits
-//! whole in memory), with the hub's own continue tokens for `limit`. Kubelet's pod list that
+//! selectors, for a scope the component listed whole (`cache/synced.rs`), streamed object by
+//! object (an offline list of thousands of pods never sits whole in memory), with the hub's
+//! own continue tokens for `limit`. Kubelet's pod list that
 //! finds nothing is a 404, never an empty list. EndpointSlices and Endpoints go out through
 //! the endpoints overlay (issue 30): each item rewritten to this node's pods as kubelet
 //! reports them, after the selectors chose it by the cloud's object. The same iteration

@@ -1,6 +1,9 @@
 //! Offline answers: what the hub says from its disk cache while the cloud is unreachable
-//! (README.md's offline table). Gets return the cached object, lists the cached collection filtered
-//! by the request's label and field selectors (which YurtHub ignores), watches are held open
+//! (README.md's offline table). Gets return the cached object (a 404 that says whether the
+//! object was never cached for the component or is gone as of its last whole list), lists the
+//! cached collection filtered by the request's label and field selectors (which YurtHub
+//! ignores) — only for a scope the component listed whole (`cache/synced.rs`: a get caches
+//! one object, never that there are no others) — watches are held open
 //! without events, a create, update, patch or delete is a 503 and nothing is stored (unlike
 //! YurtHub: nothing a client sends is kept as the cloud's truth), and everything else gets a
 //! `Status`. Two answers keep a rebooted node's pods: the node's TokenRequest gets the cached
