@@ -26,7 +26,9 @@
 //! `get pods -A` offline with the one pod it had fetched by name). A scope covers a list when
 //! it is across all namespaces or the same one, and every selector requirement of the scope
 //! is one of the list's ([`Selectors::narrows`]: a list without selectors covers any, one made
-//! with `spec.nodeName=edge-1` covers that selector and narrower ones). At most
+//! with `spec.nodeName=edge-1` covers that selector and narrower ones). A list of one object
+//! by name (`metadata.name=<name>`, kubelet's way to read each ConfigMap and Secret) is not
+//! recorded: offline it is answered when that object is cached (`offline/list.rs`). At most
 //! [`MAX_LISTS`] scopes a kind, a scope that covers another replacing it; a scope not known
 //! before makes the record's next write due at once, so that the first list of a kind is on
 //! disk before an outage (a restart's relists add nothing new, so they write nothing). A kind
@@ -262,6 +264,11 @@ impl Synced {
             namespace: namespace.map(str::to_owned),
             selectors: selectors.clone(),
         };
+        // A list of one object by name says no more than the object (`Offline::list` answers
+        // it when the object is cached): kubelet's many such lists would push out the rest.
+        if selectors.field.object_name().is_some() {
+            return;
+        }
         let stored = scope.stored();
         if stored.label.len() + stored.field.len() > MAX_LIST_TEXT {
             return;

@@ -8,7 +8,7 @@
 //! gives a held watch of those kinds its objects, one at a time (`Offline::watched_objects`).
 
 use super::{Answered, Offline, not_cached, not_listed, qualified};
-use crate::cache::key::{CollectionKey, METADATA_KIND, View, rv_newer};
+use crate::cache::key::{CollectionKey, METADATA_KIND, ObjectKey, View, rv_newer};
 
 use crate::cache::store::{ObjectIter, Store, StoreError, StoredObject};
 use crate::overlay::{EndpointKind, Snapshot};
@@ -51,6 +51,7 @@ impl Offline {
         let namespace = path.namespace.as_deref();
         if self.store.has_collection(collection)
             && !self.synced.covers(collection, namespace, &route.selectors)
+            && !self.holds_named(collection, namespace, &route.selectors)
         {
             log::debug!(
                 "offline: {}/{} was never listed whole in this scope; not answered",
@@ -70,6 +71,27 @@ impl Offline {
             age: self.age(collection),
         };
         list.stream(&self.store, ex)
+    }
+
+    /// Whether a list of one object by name (`fieldSelector=metadata.name=<name>`, kubelet's
+    /// list of each ConfigMap and Secret its pods use) finds that object cached in its
+    /// namespace: then the list holds at most it, as the cloud last said it (its other
+    /// selectors still filter it). One not cached is not known to be gone.
+    fn holds_named(
+        &self,
+        collection: &CollectionKey,
+        namespace: Option<&str>,
+        selectors: &Selectors,
+    ) -> bool {
+        let Some(name) = selectors.field.object_name() else {
+            return false;
+        };
+        let key = ObjectKey {
+            collection: collection.clone(),
+            namespace: namespace.map(str::to_owned),
+            name: name.to_owned(),
+        };
+        matches!(self.store.get(&key), Ok(Some(_)))
     }
 
     /// The stored objects a watch of `path` lists now (its namespace and name, and

@@ -321,6 +321,15 @@ impl FieldSelector {
             .all(|t| field_equals(object, &t.path, &t.value) == t.equal)
     }
 
+    /// The name a `metadata.name=<name>` term asks for: a list of at most that one object
+    /// (kubelet reads each ConfigMap and Secret of its pods so).
+    pub(crate) fn object_name(&self) -> Option<&str> {
+        self.terms
+            .iter()
+            .find(|t| t.equal && t.path == "metadata.name")
+            .map(|t| t.value.as_str())
+    }
+
     /// The field paths the terms name, in order (with repeats), for a caller that accepts
     /// only the field labels its resource declares.
     pub(crate) fn paths(&self) -> impl Iterator<Item = &str> {
@@ -1310,5 +1319,10 @@ mod tests {
         assert!(!sel("app=web", "").narrows(&node));
         assert!(!sel("", "spec.nodeName=edge-2").narrows(&node));
         assert!(!sel("", "spec.nodeName!=edge-1").narrows(&node));
+        assert_eq!(
+            sel("", "a=b,metadata.name=x").field.object_name(),
+            Some("x")
+        );
+        assert_eq!(sel("", "metadata.name!=x").field.object_name(), None);
     }
 }

@@ -189,6 +189,20 @@ fn offline_lists_answer_only_scopes_a_selector_list_covers() {
             refused.text()
         );
     }
+    // A list of one object by name (kubelet's way with ConfigMaps and Secrets): answered
+    // when that object is cached, by a get as here; not when it is not.
+    let ns = format!("{}/api/v1/namespaces/other/pods", hub.url());
+    let named = get(
+        &format!("{ns}?fieldSelector=metadata.name%3Dc"),
+        "kube-proxy/v1.30",
+    );
+    assert_eq!(named.status, 200, "{}", named.text());
+    assert_eq!(item_names(&named.json()).len(), 1);
+    let unknown = get(
+        &format!("{ns}?fieldSelector=metadata.name%3Dzz"),
+        "kube-proxy/v1.30",
+    );
+    assert_eq!(unknown.status, 404, "{}", unknown.text());
     let listed_meta = call("GET", &base, "kube-proxy/v1.30", &meta, None);
     assert_eq!(listed_meta.status, 404, "{}", listed_meta.text());
     assert!(listed_meta.text().contains("not cached for kube-proxy"));

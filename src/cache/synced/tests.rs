@@ -240,6 +240,15 @@ fn only_a_scope_listed_whole_covers_an_offline_list() {
         Some(1)
     );
 
+    // A list of one object by name is not recorded (the object answers for it).
+    synced.not_whole(&pods());
+    synced.listed_whole(&pods(), Some("default"), &sel("", "metadata.name=a"));
+    assert_eq!(
+        lock(&synced.kinds)[&pods()].lists.as_ref().map(Vec::len),
+        Some(0)
+    );
+    synced.listed_whole(&pods(), None, &all);
+
     // An object evicted: no list is whole any more. A kind forgotten: nothing.
     synced.not_whole(&pods());
     assert!(!synced.covers(&pods(), Some("default"), &all));
@@ -257,7 +266,7 @@ fn scopes_are_bounded_and_kept_across_a_restart_and_an_old_record_covers_all() {
     for n in 0..MAX_LISTS + 2 {
         synced.listed_whole(&services(), None, &sel(&format!("app=a{n}"), ""));
     }
-    synced.listed_whole(&services(), Some("ns"), &sel("", r"metadata.name=a\,b"));
+    synced.listed_whole(&services(), Some("ns"), &sel("", r"spec.nodeName=a\,b"));
     // A new scope is written at the next turn, not 5 minutes later.
     synced.persist(&store, false);
     let file = dir.root().join(".synced");
@@ -265,7 +274,7 @@ fn scopes_are_bounded_and_kept_across_a_restart_and_an_old_record_covers_all() {
     drop(store);
     let store = open(&dir);
     let again = Synced::load(&store);
-    let scope = sel("", r"metadata.name=a\,b");
+    let scope = sel("", r"spec.nodeName=a\,b");
     assert!(again.covers(&services(), Some("ns"), &scope));
     assert!(!again.covers(&services(), Some("other"), &scope));
     assert!(
