@@ -138,8 +138,12 @@ pub(crate) struct Metrics {
     pub cache_writer_queue_depth: AtomicI64,
     /// Microseconds the writer spent handling messages (its throughput is objects / this).
     pub cache_writer_busy_micros: AtomicU64,
-    /// Requests answered from the cache because the cloud was unreachable.
+    /// Requests answered from the cache because the cloud was unreachable: the cache had
+    /// the answer (a status below 400).
     pub offline_answers: AtomicU64,
+    /// Requests the cache could not answer while the cloud was unreachable (a write's 503,
+    /// a component not cached, a scope never listed whole, a credential's 403).
+    pub offline_refusals: AtomicU64,
     /// Requests refused with 429 at the concurrency cap.
     pub rejected_requests: AtomicU64,
     /// Connections closed before their request arrived, to make room at the connection cap.
@@ -263,6 +267,7 @@ impl Metrics {
             cache_writer_queue_depth: AtomicI64::new(0),
             cache_writer_busy_micros: AtomicU64::new(0),
             offline_answers: AtomicU64::new(0),
+            offline_refusals: AtomicU64::new(0),
             rejected_requests: AtomicU64::new(0),
             evicted_connections: AtomicU64::new(0),
             upstream_errors: AtomicU64::new(0),
@@ -671,8 +676,14 @@ impl Metrics {
         counter(
             out,
             "tinyhub_offline_answers_total",
-            "requests answered from the cache while the cloud was unreachable",
+            "requests answered from the cache while the cloud was unreachable (status below 400; refusals are tinyhub_offline_refusals_total)",
             &self.offline_answers,
+        );
+        counter(
+            out,
+            "tinyhub_offline_refusals_total",
+            "requests the cache could not answer while the cloud was unreachable (status 400 or above: writes, components not cached, scopes never listed whole)",
+            &self.offline_refusals,
         );
         counter(
             out,

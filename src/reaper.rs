@@ -113,6 +113,14 @@ impl Reaper {
     }
 }
 
+impl Watched {
+    /// Whether the reaper ended this stream (its client was gone, or a leg went stale): then
+    /// the cloud side's read failed because the hub cut it, not because the cloud broke off.
+    pub(crate) fn reaped(&self) -> bool {
+        !self.reaper.lock().iter().any(|e| e.id == self.id)
+    }
+}
+
 impl Drop for Watched {
     fn drop(&mut self) {
         self.reaper.lock().retain(|e| e.id != self.id);

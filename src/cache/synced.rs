@@ -16,6 +16,26 @@
 //! A session's word ([`Word`]) is the cloud's, as of now, unless it was relayed from a pool
 //! cache: then it is as old as that cache's own last sync, so a disk copy of a stale pool
 //! cache never looks fresh.
+//!
+//! Listed whole (issue 35): each kind's record also keeps the scopes it was listed whole in
+//! — a list the writer committed whole (`writer/rules.rs`, `ListState::is_whole`: not a page,
+//! every item read),
+//! its namespace (none: all of them) and its selectors — because an offline list may only be
+//! answered from a collection that holds all of its scope: a get, a watch event or one page
+//! caches objects, never the knowledge that there are no others (kubectl once answered
+//! `get pods -A` offline with the one pod it had fetched by name). A scope covers a list when
+//! it is across all namespaces or the same one, and every selector requirement of the scope
+//! is one of the list's ([`Selectors::narrows`]: a list without selectors covers any, one made
+//! with `spec.nodeName=edge-1` covers that selector and narrower ones). A list of one object
+//! by name (`metadata.name=<name>`, kubelet's way to read each ConfigMap and Secret) is not
+//! recorded: offline it is answered when that object is cached (`offline/list.rs`). At most
+//! [`MAX_LISTS`] scopes a kind, a scope that covers another replacing it; a scope not known
+//! before makes the record's next write due at once, so that the first list of a kind is on
+//! disk before an outage (a restart's relists add nothing new, so they write nothing). A kind
+//! forgotten (the cloud's 404 for its list, eviction) loses its scopes, and an object evicted
+//! from it ([`Synced::not_whole`]) all of them. A record written before scopes were kept
+//! (an entry without `lists`, or no `.synced` at all) covers every list of its kinds, as
+//! before, until the kind is next listed whole: an upgrade during an outage keeps answering.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -25,10 +45,11 @@ use std::time::{Duration, Instant};
 
 use super::key::{CollectionKey, METADATA_DIR, View};
 use super::store::Store;
-use super::store::synced::{SyncedEntry, synced_bytes};
+use super::store::synced::{ListedScope, SyncedEntry, synced_bytes};
 use crate::lock;
 use crate::metrics::{escape, header};
 use crate::names::{Component, Gvr};
+use crate::selector::Selectors;
 
 /// How often at most the record is written while it changes: ≤ 13 writes an hour, the
 /// drain's included.
@@ -38,6 +59,58 @@ pub(crate) const PERSIST_EVERY: Duration = Duration::from_secs(300);
 /// and the metric under the page's series cap. A kind past it is not recorded, and its
 /// answers carry no age.
 const MAX_KINDS: usize = 256;
+
+/// Scopes listed whole kept per kind: a component lists a kind through one or two scopes
+/// (kubelet's pods by `spec.nodeName`, kube-proxy's Services by its labels); past it the
+/// oldest goes.
+pub(crate) const MAX_LISTS: usize = 8;
+
+/// Longest selector text (label and field together) a scope keeps; a list with longer
+/// selectors is not recorded (and so not answered offline).
+const MAX_LIST_TEXT: usize = 1024;
+
+/// One kind's record.
+#[derive(Debug, Clone)]
+struct Kind {
+    /// When the cloud's word was last heard, Unix seconds.
+    at: u64,
+    /// The scopes it was listed whole in; `None`: unknown (a record from before they were
+    /// kept), which covers every list.
+    lists: Option<Vec<Listed>>,
+}
+
+/// A scope a kind was listed whole in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Listed {
+    /// None: across all namespaces (or a cluster-scoped kind).
+    namespace: Option<String>,
+    selectors: Selectors,
+}
+
+impl Listed {
+    /// A whole list of `self` holds every object of a list of `namespace` with `selectors`.
+    fn covers(&self, namespace: Option<&str>, selectors: &Selectors) -> bool {
+        (self.namespace.is_none() || self.namespace.as_deref() == namespace)
+            && selectors.narrows(&self.selectors)
+    }
+
+    fn stored(&self) -> ListedScope {
+        ListedScope {
+            namespace: self.namespace.clone(),
+            label: self.selectors.label.to_string(),
+            field: self.selectors.field.to_string(),
+        }
+    }
+
+    /// A stored scope; None when its selectors no longer parse (then it covers nothing).
+    fn of(stored: &ListedScope) -> Option<Listed> {
+        let selectors = Selectors::parse(Some(&stored.label), Some(&stored.field)).ok()?;
+        Some(Listed {
+            namespace: stored.namespace.clone(),
+            selectors,
+        })
+    }
+}
 
 /// Where a cache session's bytes come from, and so as of when they are the cloud's word.
 #[derive(Clone)]
@@ -72,7 +145,7 @@ impl std::fmt::Debug for Word {
 /// and persists, request threads and the serve port read.
 #[derive(Debug)]
 pub(crate) struct Synced {
-    kinds: Mutex<BTreeMap<CollectionKey, u64>>,
+    kinds: Mutex<BTreeMap<CollectionKey, Kind>>,
     /// Changed since the last write: read without the lock on each writer turn.
     unsaved: AtomicBool,
     /// The writer's clock for [`Synced::persist`]: seconds are counted from it.
@@ -118,7 +191,7 @@ pub(crate) fn key_of(component: &str, dir: &str) -> Option<CollectionKey> {
 
 impl Synced {
     /// A record of `kinds`, its first write due `first_write` from now.
-    fn with(kinds: BTreeMap<CollectionKey, u64>, first_write: Duration) -> Synced {
+    fn with(kinds: BTreeMap<CollectionKey, Kind>, first_write: Duration) -> Synced {
         Synced {
             kinds: Mutex::new(kinds),
             unsaved: AtomicBool::new(false),
@@ -138,7 +211,10 @@ impl Synced {
             Ok(entries) => {
                 for e in entries.into_iter().take(MAX_KINDS) {
                     if let Some(key) = key_of(&e.component, &e.resource) {
-                        kinds.insert(key, e.at);
+                        let lists = e
+                            .lists
+                            .map(|lists| lists.iter().filter_map(Listed::of).collect());
+                        kinds.insert(key, Kind { at: e.at, lists });
                     }
                 }
             }
@@ -161,14 +237,102 @@ impl Synced {
         let mut kinds = lock(&self.kinds);
         let full = kinds.len() >= MAX_KINDS;
         let changed = match kinds.get_mut(collection) {
-            Some(last) => std::mem::replace(last, at) != at,
+            Some(kind) => std::mem::replace(&mut kind.at, at) != at,
             None if full => false,
             None => {
-                kinds.insert(collection.clone(), at);
+                let lists = Some(Vec::new());
+                kinds.insert(collection.clone(), Kind { at, lists });
                 true
             }
         };
         if changed {
+            self.unsaved.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// `collection` was listed whole in `namespace` (none: all) with `selectors`, and the
+    /// list committed (after [`Synced::note`], which records the kind). A scope already
+    /// covered changes nothing; a new one replaces those it covers and is written at the
+    /// writer's next turn.
+    pub(crate) fn listed_whole(
+        &self,
+        collection: &CollectionKey,
+        namespace: Option<&str>,
+        selectors: &Selectors,
+    ) {
+        let scope = Listed {
+            namespace: namespace.map(str::to_owned),
+            selectors: selectors.clone(),
+        };
+        // A list of one object by name says no more than the object (`Offline::list` answers
+        // it when the object is cached): kubelet's many such lists would push out the rest.
+        if selectors.field.object_name().is_some() {
+            return;
+        }
+        let stored = scope.stored();
+        if stored.label.len() + stored.field.len() > MAX_LIST_TEXT {
+            return;
+        }
+        let mut kinds = lock(&self.kinds);
+        let Some(kind) = kinds.get_mut(collection) else {
+            return;
+        };
+        let lists = kind.lists.get_or_insert_with(Vec::new);
+        if lists.iter().any(|l| l.covers(namespace, selectors)) {
+            return;
+        }
+        lists.retain(|l| !scope.covers(l.namespace.as_deref(), &l.selectors));
+        if lists.len() >= MAX_LISTS {
+            lists.remove(0);
+        }
+        lists.push(scope);
+        self.unsaved.store(true, Ordering::Relaxed);
+        self.due.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether an offline list of `collection` in `namespace` (none: all) with `selectors`
+    /// may be answered: a whole list of a scope covering it was committed (or the record is
+    /// from before scopes were kept).
+    pub(crate) fn covers(
+        &self,
+        collection: &CollectionKey,
+        namespace: Option<&str>,
+        selectors: &Selectors,
+    ) -> bool {
+        match lock(&self.kinds).get(collection) {
+            None => false,
+            Some(Kind { lists: None, .. }) => true,
+            Some(Kind {
+                lists: Some(lists), ..
+            }) => lists.iter().any(|l| l.covers(namespace, selectors)),
+        }
+    }
+
+    /// Whether an object of `collection` in `namespace` that the cache lacks is known not
+    /// to exist as of the last list: a whole list without selectors of a scope holding it
+    /// was committed.
+    pub(crate) fn absent_as_listed(
+        &self,
+        collection: &CollectionKey,
+        namespace: Option<&str>,
+    ) -> bool {
+        match lock(&self.kinds).get(collection) {
+            Some(Kind {
+                lists: Some(lists), ..
+            }) => lists
+                .iter()
+                .any(|l| l.covers(namespace, &Selectors::everything())),
+            _ => false,
+        }
+    }
+
+    /// An object of `collection` left the cache without the cloud's word (evicted): no list
+    /// of it is whole any more until it is listed again.
+    pub(crate) fn not_whole(&self, collection: &CollectionKey) {
+        if let Some(kind) = lock(&self.kinds).get_mut(collection)
+            && kind.lists.as_ref().is_none_or(|l| !l.is_empty())
+        {
+            kind.lists = Some(Vec::new());
             self.unsaved.store(true, Ordering::Relaxed);
         }
     }
@@ -182,7 +346,7 @@ impl Synced {
 
     /// When the cloud's word on `collection` was last heard (Unix seconds).
     pub(crate) fn last(&self, collection: &CollectionKey) -> Option<u64> {
-        lock(&self.kinds).get(collection).copied()
+        lock(&self.kinds).get(collection).map(|kind| kind.at)
     }
 
     /// How old the cache of `collection` is, in whole seconds: `None` with no record, or
@@ -195,7 +359,7 @@ impl Synced {
     pub(crate) fn entries(&self) -> Vec<(String, String, u64)> {
         let mut entries: Vec<_> = lock(&self.kinds)
             .iter()
-            .map(|(key, at)| (key.component.as_str().to_owned(), key.dir_name(), *at))
+            .map(|(key, kind)| (key.component.as_str().to_owned(), key.dir_name(), kind.at))
             .collect();
         entries.sort();
         entries
@@ -218,10 +382,14 @@ impl Synced {
         let bytes = {
             let kinds = lock(&self.kinds)
                 .iter()
-                .map(|(key, at)| SyncedEntry {
+                .map(|(key, kind)| SyncedEntry {
                     component: key.component.as_str().to_owned(),
                     resource: key.dir_name(),
-                    at: *at,
+                    at: kind.at,
+                    lists: kind
+                        .lists
+                        .as_ref()
+                        .map(|lists| lists.iter().map(Listed::stored).collect()),
                 })
                 .collect();
             synced_bytes(kinds)

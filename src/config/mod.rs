@@ -247,12 +247,19 @@ where
         args.next();
         return match cache_args::parse(args)? {
             cache_args::Parsed::Run(cache) => Ok(Command::Cache(cache)),
-            cache_args::Parsed::Help => Ok(Command::Print(cache_args::help_text())),
+            cache_args::Parsed::Help => Ok(Command::Print(flags::wrap(
+                &cache_args::help_text(),
+                flags::help_width(),
+            ))),
         };
     }
     let raw = flags::parse(args)?;
     if raw.get("help").is_some_and(|v| v != "false") {
-        return Ok(Command::Print(flags::help_text()));
+        // Fitted to the terminal, or 80 columns (issue 35: lines ran to 400).
+        return Ok(Command::Print(flags::wrap(
+            &flags::help_text(),
+            flags::help_width(),
+        )));
     }
     if raw.get("version").is_some_and(|v| v != "false") {
         return Ok(Command::Print(version_text()));
@@ -262,8 +269,11 @@ where
 
 fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
     let f = Flags { raw };
-    let (identity, kubeconfig_server) = identity_of(&f)?;
-    let servers = servers_of(&f, kubeconfig_server)?;
+    // Its error waits until every other flag's value is judged (the `identity` field, last
+    // below): a bad value (`--proxy-port=abc`) is what to report, not the missing
+    // credentials it would hide behind.
+    let credentials = identity_of(&f);
+    let kubeconfig_server;
     let node_name = node_name_of(raw)?;
     let (bind, proxy_addr, proxy_secure_addr, serve_addr) = addresses(&f)?;
     let lb_mode = lb_mode_of(&f)?;
@@ -296,9 +306,8 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
         }
     }
 
+    // (A struct expression evaluates its fields in the order written.)
     Ok(Config {
-        servers,
-        identity,
         root_dir,
         hub_cert_organizations,
         node_ip,
@@ -353,6 +362,12 @@ fn validate(raw: &flags::RawFlags) -> Result<Config, StartupError> {
             answer: Duration::from_secs(f.int("test-only-tunnel-answer-seconds", 1, 3600)?),
         },
         link_write_interval: Duration::from_secs(f.int("test-only-link-write-seconds", 1, 3600)?),
+        identity: {
+            let (identity, server) = credentials?;
+            kubeconfig_server = server;
+            identity
+        },
+        servers: servers_of(&f, kubeconfig_server)?,
     })
 }
 
@@ -403,19 +418,22 @@ impl Flags<'_> {
         })
     }
 
-    /// A whole number within `min..=max`.
+    /// A whole number within `min..=max`; a refusal says what the flag takes.
     fn int(&self, name: &str, min: u64, max: u64) -> Result<u64, StartupError> {
         let text = self.get(name);
-        let value: u64 = text
-            .parse()
-            .map_err(|_| StartupError::flag(name, format!("{text:?} is not a number")))?;
-        if !(min..=max).contains(&value) {
-            return Err(StartupError::flag(
+        let wanted = format!("a whole number from {min} to {max}");
+        // Read wider than the flag takes, so that `-1` is out of range, not "no number".
+        let Ok(value) = text.parse::<i128>() else {
+            let why = format!("{text:?} is not a number: it takes {wanted}");
+            return Err(StartupError::flag(name, why));
+        };
+        match u64::try_from(value) {
+            Ok(value) if (min..=max).contains(&value) => Ok(value),
+            _ => Err(StartupError::flag(
                 name,
-                format!("{value} is outside {min}..={max}"),
-            ));
+                format!("{value} is outside the range it takes: {wanted}"),
+            )),
         }
-        Ok(value)
     }
 
     /// A byte count with Kubernetes quantity suffixes (`16Mi`, `64M`, `1048576`): 0, or at

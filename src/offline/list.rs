@@ -1,13 +1,14 @@
 //! Offline lists: the cached collection, filtered by the request's label and field
-//! selectors, streamed object by object (an offline list of thousands of pods never sits
-//! whole in memory), with the hub's own continue tokens for `limit`. Kubelet's pod list that
+//! selectors, for a scope the component listed whole (`cache/synced.rs`), streamed object by
+//! object (an offline list of thousands of pods never sits whole in memory), with the hub's
+//! own continue tokens for `limit`. Kubelet's pod list that
 //! finds nothing is a 404, never an empty list. EndpointSlices and Endpoints go out through
 //! the endpoints overlay (issue 30): each item rewritten to this node's pods as kubelet
 //! reports them, after the selectors chose it by the cloud's object. The same iteration
 //! gives a held watch of those kinds its objects, one at a time (`Offline::watched_objects`).
 
-use super::{Answered, Offline, not_cached, qualified};
-use crate::cache::key::{CollectionKey, METADATA_KIND, View, rv_newer};
+use super::{Answered, Offline, not_cached, not_listed, qualified};
+use crate::cache::key::{CollectionKey, METADATA_KIND, ObjectKey, View, rv_newer};
 
 use crate::cache::store::{ObjectIter, Store, StoreError, StoredObject};
 use crate::overlay::{EndpointKind, Snapshot};
@@ -36,7 +37,9 @@ enum WhenEmpty {
 
 impl Offline {
     /// A list from the cache: the collection's files in name order, filtered by the
-    /// request's selectors and paged by `limit`/`continue`, streamed without holding them all.
+    /// request's selectors and paged by `limit`/`continue`, streamed without holding them all
+    /// — only for a scope the component listed whole (`cache/synced.rs`), else the 404 of a
+    /// list not cached.
     pub(super) fn list<'c>(
         &self,
         ex: Exchange<'c>,
@@ -45,6 +48,18 @@ impl Offline {
         collection: &CollectionKey,
         route: &Route,
     ) -> Answered<'c> {
+        let namespace = path.namespace.as_deref();
+        if self.store.has_collection(collection)
+            && !self.synced.covers(collection, namespace, &route.selectors)
+            && !self.holds_named(collection, namespace, &route.selectors)
+        {
+            log::debug!(
+                "offline: {}/{} was never listed whole in this scope; not answered",
+                collection.component,
+                collection.dir_name()
+            );
+            return Err((ex, not_listed(req, path)));
+        }
         let snapshot = self.endpoints_snapshot(path, collection);
         let list = CachedList {
             req,
@@ -56,6 +71,27 @@ impl Offline {
             age: self.age(collection),
         };
         list.stream(&self.store, ex)
+    }
+
+    /// Whether a list of one object by name (`fieldSelector=metadata.name=<name>`, kubelet's
+    /// list of each ConfigMap and Secret its pods use) finds that object cached in its
+    /// namespace: then the list holds at most it, as the cloud last said it (its other
+    /// selectors still filter it). One not cached is not known to be gone.
+    fn holds_named(
+        &self,
+        collection: &CollectionKey,
+        namespace: Option<&str>,
+        selectors: &Selectors,
+    ) -> bool {
+        let Some(name) = selectors.field.object_name() else {
+            return false;
+        };
+        let key = ObjectKey {
+            collection: collection.clone(),
+            namespace: namespace.map(str::to_owned),
+            name: name.to_owned(),
+        };
+        matches!(self.store.get(&key), Ok(Some(_)))
     }
 
     /// The stored objects a watch of `path` lists now (its namespace and name, and

@@ -1,6 +1,9 @@
 //! Offline answers: what the hub says from its disk cache while the cloud is unreachable
-//! (README.md's offline table). Gets return the cached object, lists the cached collection filtered
-//! by the request's label and field selectors (which YurtHub ignores), watches are held open
+//! (README.md's offline table). Gets return the cached object (a 404 that says whether the
+//! object was never cached for the component or is gone as of its last whole list), lists the
+//! cached collection filtered by the request's label and field selectors (which YurtHub
+//! ignores) — only for a scope the component listed whole (`cache/synced.rs`: a get caches
+//! one object, never that there are no others) — watches are held open
 //! without events, a create, update, patch or delete is a 503 and nothing is stored (unlike
 //! YurtHub: nothing a client sends is kept as the cloud's truth), and everything else gets a
 //! `Status`. Two answers keep a rebooted node's pods: the node's TokenRequest gets the cached
@@ -53,7 +56,7 @@ use crate::health::Backends;
 use crate::names;
 use crate::overlay::{CloudState, EndpointKind, Overlay, Snapshot, WatchView};
 use crate::request::{self, ApiRequest, DiscoveryForm, ResourcePath, Target};
-use crate::route::{Local, Route, document_file};
+use crate::route::{Local, NoCacheReason, Route, document_file};
 use crate::selector::Selectors;
 use crate::server::{BodyWriter, Exchange, Length};
 use crate::status::Status;
@@ -163,13 +166,7 @@ impl Offline {
             }
             (Local::Echo, Some(path), _) => self.echo_event(ex, path),
             (Local::Token, Some(path), _) => self.token(ex, req, path),
-            _ => Err((
-                ex,
-                Status::service_unavailable(format!(
-                    "the cloud apiserver is unreachable and the cache cannot answer this request (component {:?})",
-                    req.component
-                )),
-            )),
+            _ => Err((ex, unanswerable(req, route))),
         };
         match result {
             Ok(status) => status,
@@ -295,12 +292,29 @@ impl Offline {
                     Status::internal(format!("the cached copy of {} is damaged", key.name)),
                 ))
             }
-            Ok(None) => Err((
-                ex,
-                Status::not_found(&path.gvr.group, &path.gvr.resource, &key.name),
-            )),
+            Ok(None) => Err((ex, self.not_in_cache(path, collection, &key.name))),
             Err(e) => Err((ex, e.status())),
         }
+    }
+
+    /// The 404 of a get the cache cannot answer (YurtHub's status): the apiserver's message
+    /// when a whole list without selectors holding the object was cached without it (it did
+    /// not exist as of that list: what the apiserver said then), else one that says it was
+    /// never cached for the component — not that the cloud deleted it.
+    fn not_in_cache(&self, path: &ResourcePath, collection: &CollectionKey, name: &str) -> Status {
+        let mut status = Status::not_found(&path.gvr.group, &path.gvr.resource, name);
+        let component = &collection.component;
+        // Known gone: the apiserver's own words, which were true as of that list.
+        if !self
+            .synced
+            .absent_as_listed(collection, path.namespace.as_deref())
+        {
+            status.message = format!(
+                "{}: it was never cached for {component}, and the cloud apiserver is unreachable",
+                status.message
+            );
+        }
+        status
     }
 
     fn watch<'c>(
@@ -602,6 +616,38 @@ type Answered<'c> = Result<u16, (Exchange<'c>, Status)>;
 fn send_json<'c>(ex: Exchange<'c>, status: u16, body: &[u8], age: Option<&str>) -> Answered<'c> {
     let _ = ex.send(status, &json_head(age), body);
     Ok(status)
+}
+
+/// The 503 of a request the cache has no answer for; one of a component that is not a
+/// cache agent says how to make it one (issue 35).
+fn unanswerable(req: &ApiRequest, route: &Route) -> Status {
+    let hint = match (&route.cache, req.component.valid()) {
+        (Err(NoCacheReason::NotAgent), Some(component)) => format!(
+            ": {component} is not a cache agent, so nothing of it was cached \
+             (--cache-agents={component} makes the hub cache it)"
+        ),
+        _ => String::new(),
+    };
+    Status::service_unavailable(format!(
+        "the cloud apiserver is unreachable and the cache cannot answer this request (component {:?}){hint}",
+        req.component.as_str()
+    ))
+}
+
+/// 404 for a list of a scope the component never listed whole (`cache/synced.rs`): its
+/// cached objects may be a few it got by name, never known to be all there are.
+fn not_listed(req: &ApiRequest, path: &ResourcePath) -> Status {
+    let scope = match &path.namespace {
+        Some(ns) => format!("namespace {ns:?} or all namespaces"),
+        None => "all namespaces".to_owned(),
+    };
+    Status::not_found_message(format!(
+        "{} is not cached for {}: offline, a list is answered only for a scope {} listed \
+         whole while the cloud apiserver was reachable ({scope}; no selectors, or these)",
+        qualified(path),
+        req.component,
+        req.component
+    ))
 }
 
 /// 404 for a collection the component never read.

@@ -136,6 +136,17 @@ pub(crate) fn start(
                 .iter()
                 .flat_map(|c| csr::pem("CERTIFICATE", c.as_ref()).into_bytes())
                 .collect();
+            // `pki/ca.crt` as the other modes write it, so that HTTPS clients of the hub
+            // verify it with the same file whatever the mode (issue 35); rewritten only when
+            // the kubeconfig's CA changed. Not fatal: the hub works without it.
+            if root.read_ca().as_deref() != Some(ca.as_slice())
+                && let Err(e) = root.write_ca(&ca)
+            {
+                log::warn!(
+                    "cannot write {}: {e}; HTTPS clients must take the CA from the kubeconfig",
+                    root.ca_file().display()
+                );
+            }
             let (servers, client, token) =
                 (Arc::clone(&servers), tls.client.clone(), token.clone());
             Arc::new(move || {

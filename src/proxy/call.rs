@@ -297,8 +297,16 @@ impl<'h> Call<'h> {
     pub(super) fn answer_locally(&mut self, ex: Exchange<'_>) {
         let status = match (&self.hub.offline, &self.req) {
             (Some(offline), Some(req)) => {
-                METRICS.offline_answers.fetch_add(1, Ordering::Relaxed);
-                offline.answer(ex, req, &self.route)
+                let status = offline.answer(ex, req, &self.route);
+                // Answers the cache had, apart from its refusals (issue 35: 503s were counted
+                // as answers).
+                let counter = if status < 400 {
+                    &METRICS.offline_answers
+                } else {
+                    &METRICS.offline_refusals
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                status
             }
             _ => {
                 let status = Status::service_unavailable("the cloud apiserver is unreachable");

@@ -90,7 +90,7 @@ impl Call<'_> {
         }
 
         let headers = std::mem::take(&mut answer.headers);
-        let (writer, _watched) = match self.start_stream(ex, &headers, &mut answer) {
+        let (writer, watched) = match self.start_stream(ex, &headers, &mut answer) {
             Ok(started) => started,
             Err(e) => return Relayed::ClientGone(e),
         };
@@ -100,7 +100,7 @@ impl Call<'_> {
         let mut sink = Tee::new(ToClient::new(writer), session, &note);
         let mut reads = BodyReads::new(stream::BUFFER_START);
         let pumped = pump(&mut answer.body, &mut reads, &mut traffic.1, &mut sink);
-        relayed(pumped, cache_status)
+        relayed(pumped, cache_status, watched.as_ref())
     }
 }
 
@@ -286,7 +286,7 @@ impl Call<'_> {
                 Err(e) => return Relayed::ClientGone(e),
             };
             let pumped = pass_rest(writer, &body, &mut answer, &mut traffic);
-            return relayed(pumped, NOT_CACHED);
+            return relayed(pumped, NOT_CACHED, None);
         }
         let mut stage = StageTime::new(chain);
         let outcome = stage.time(|| {
@@ -339,7 +339,7 @@ impl Call<'_> {
         let chain = self.route.filters;
         let mut traffic = Traffic(self.in_flight.as_ref(), 0);
         answer.headers = Vec::new();
-        let (writer, _watched) = match self.start_stream(ex, &headers, &mut answer) {
+        let (writer, watched) = match self.start_stream(ex, &headers, &mut answer) {
             Ok(started) => started,
             Err(e) => return Relayed::ClientGone(e),
         };
@@ -360,7 +360,7 @@ impl Call<'_> {
         } else {
             cache_status
         };
-        relayed(pumped, status)
+        relayed(pumped, status, watched.as_ref())
     }
 }
 
@@ -387,10 +387,14 @@ fn done<'c>(sent: io::Result<()>, status: CacheStatus) -> Relayed<'c> {
     }
 }
 
-/// What the relay did, once a stream is pumped.
-fn relayed<'c>(pumped: Pumped, status: CacheStatus) -> Relayed<'c> {
+/// What the relay did, once a stream is pumped; `watched`: the reaper's guard of a stream
+/// it watches over.
+fn relayed<'c>(pumped: Pumped, status: CacheStatus, watched: Option<&Watched>) -> Relayed<'c> {
     match pumped {
         Pumped::Whole => Relayed::Done(status),
+        // The reaper cut the cloud's side because the client hung up: the read failed for
+        // that, not because the cloud broke off (issue 35).
+        Pumped::BrokeOff(e) if watched.is_some_and(Watched::reaped) => Relayed::ClientGone(e),
         // The client was told its answer is incomplete and nothing partial is committed (a
         // list is dropped, a watch keeps whole events).
         Pumped::BrokeOff(e) => {

@@ -321,6 +321,15 @@ impl FieldSelector {
             .all(|t| field_equals(object, &t.path, &t.value) == t.equal)
     }
 
+    /// The name a `metadata.name=<name>` term asks for: a list of at most that one object
+    /// (kubelet reads each ConfigMap and Secret of its pods so).
+    pub(crate) fn object_name(&self) -> Option<&str> {
+        self.terms
+            .iter()
+            .find(|t| t.equal && t.path == "metadata.name")
+            .map(|t| t.value.as_str())
+    }
+
     /// The field paths the terms name, in order (with repeats), for a caller that accepts
     /// only the field labels its resource declares.
     pub(crate) fn paths(&self) -> impl Iterator<Item = &str> {
@@ -382,6 +391,69 @@ impl Selectors {
     /// Whether the object satisfies both selectors.
     pub(crate) fn matches(&self, object: &Value) -> bool {
         self.label.matches(object) && self.field.matches(object)
+    }
+
+    /// Whether every object these selectors match is also matched by `wider`: each of
+    /// `wider`'s requirements and terms is one of these (both are conjunctions). Judged by
+    /// their text, so it may say no where sets would say yes (`a in (x)` against `a=x`),
+    /// never yes where they would say no: an offline list is answered from a whole list of
+    /// `wider` only when this holds (`cache/synced.rs`).
+    pub(crate) fn narrows(&self, wider: &Selectors) -> bool {
+        wider
+            .label
+            .requirements
+            .iter()
+            .all(|r| self.label.requirements.contains(r))
+            && wider
+                .field
+                .terms
+                .iter()
+                .all(|t| self.field.terms.contains(t))
+    }
+}
+
+/// `labelSelector` text that parses back to the same selector (`key`, `!key`, `key=v`,
+/// `key!=v`, `key in (a,b)`, `key notin (a,b)`, `key>n`, `key<n`, joined by commas).
+impl fmt::Display for LabelSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.requirements.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            let key = &r.key;
+            match &r.op {
+                LabelOp::Exists => write!(f, "{key}")?,
+                LabelOp::DoesNotExist => write!(f, "!{key}")?,
+                LabelOp::Equals(v) => write!(f, "{key}={v}")?,
+                LabelOp::NotEquals(v) => write!(f, "{key}!={v}")?,
+                LabelOp::In(set) => write!(f, "{key} in ({})", set.join(","))?,
+                LabelOp::NotIn(set) => write!(f, "{key} notin ({})", set.join(","))?,
+                LabelOp::GreaterThan(n) => write!(f, "{key}>{n}")?,
+                LabelOp::LessThan(n) => write!(f, "{key}<{n}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `fieldSelector` text that parses back to the same selector (values escaped as
+/// `fields.EscapeValue` escapes them).
+impl fmt::Display for FieldSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, t) in self.terms.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(&t.path)?;
+            f.write_str(if t.equal { "=" } else { "!=" })?;
+            for c in t.value.chars() {
+                if matches!(c, '\\' | ',' | '=') {
+                    f.write_str("\\")?;
+                }
+                write!(f, "{c}")?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1211,5 +1283,46 @@ mod tests {
         let float = Number::from_f64(-1.7976931348623157e308).unwrap();
         assert!(number_text_is(&float, &float.to_string()));
         assert!(!number_text_is(&Number::from(1), &"1".repeat(41)));
+    }
+
+    #[test]
+    fn selectors_print_as_they_parse_and_narrow_by_their_requirements() {
+        for (label, field) in [
+            ("", ""),
+            (
+                "app=web,!gone,tier,env in (a,b),x notin (c),w>3,v<2,k!=z",
+                "",
+            ),
+            ("", "spec.nodeName=edge-1,status.phase!=Failed"),
+            ("app", r"metadata.name=a\,b\=c\\d"),
+        ] {
+            let s = Selectors::parse(Some(label), Some(field)).unwrap();
+            let (l, f) = (s.label.to_string(), s.field.to_string());
+            assert_eq!(
+                Selectors::parse(Some(&l), Some(&f)).unwrap(),
+                s,
+                "{label:?} {field:?} printed as {l:?} {f:?}"
+            );
+        }
+        let sel = |l: &str, f: &str| Selectors::parse(Some(l), Some(f)).unwrap();
+        let node = sel("", "spec.nodeName=edge-1");
+        assert!(sel("", "").narrows(&Selectors::everything()));
+        assert!(
+            node.narrows(&Selectors::everything()),
+            "a whole list holds every selection"
+        );
+        assert!(
+            !Selectors::everything().narrows(&node),
+            "a selection never holds it all"
+        );
+        assert!(sel("app=web", "spec.nodeName=edge-1").narrows(&node));
+        assert!(!sel("app=web", "").narrows(&node));
+        assert!(!sel("", "spec.nodeName=edge-2").narrows(&node));
+        assert!(!sel("", "spec.nodeName!=edge-1").narrows(&node));
+        assert_eq!(
+            sel("", "a=b,metadata.name=x").field.object_name(),
+            Some("x")
+        );
+        assert_eq!(sel("", "metadata.name!=x").field.object_name(), None);
     }
 }

@@ -197,7 +197,7 @@ fn a_yurthub_temporary_leftover_is_not_served() {
         ["app-000000", "app-000001", "app-000002", "web"]
     );
     assert_eq!(
-        names(&scene.list("/api/v1/namespaces/default/pods")),
+        names(&scene.list("/api/v1/namespaces/default/pods?fieldSelector=spec.nodeName%3Dnode-0")),
         ["web"]
     );
     assert_eq!(

@@ -47,7 +47,12 @@ type FlagValues = Vec<(String, String)>;
 /// The flags `--help` lists, as (name, default or ""), and the accepted-but-unimplemented
 /// ones, as (name, the value honoured: "always", a value, or "").
 fn help_flags() -> (FlagValues, FlagValues) {
-    let out = run(&["--help"]);
+    // Wide enough that no line is wrapped: one flag a line, its default on it.
+    let out = hub_command()
+        .arg("--help")
+        .env("COLUMNS", "1000")
+        .output()
+        .expect("run tinyhub");
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout).into_owned();
     let (implemented, ignored) = help

@@ -88,7 +88,11 @@ fn cross_online_then_offline_with_memory_report() {
 
     cloud.stop();
     assert!(hub.wait_healthy(&cloud, false, Duration::from_secs(30)));
-    let offline = get(&url("/api/v1/pods?labelSelector=i+in+(3,4)"), KUBELET).json();
+    let offline = get(
+        &url("/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=i+in+(3,4)"),
+        KUBELET,
+    )
+    .json();
     let names: Vec<&str> = offline["items"]
         .as_array()
         .unwrap()

@@ -198,7 +198,10 @@ fn a_metadata_informer_is_cached_apart_and_answered_offline_in_its_form() {
     );
     let full_get = get(&url("/api/v1/namespaces/default/pods/web-1"), CONTROLLER);
     assert_eq!(full_get.status, 404, "{}", full_get.text());
-    let full_list = get(&url("/api/v1/pods"), CONTROLLER);
+    // Listed whole in kube-system only: all namespaces never were (issue 35).
+    let all = get(&url("/api/v1/pods"), CONTROLLER);
+    assert_eq!(all.status, 404, "{}", all.text());
+    let full_list = get(&url("/api/v1/namespaces/kube-system/pods"), CONTROLLER);
     assert_eq!(full_list.status, 200);
     assert_eq!(item_names(&full_list.json()), names(&["proxy-1"]));
     assert_eq!(

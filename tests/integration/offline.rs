@@ -81,6 +81,7 @@ fn warm() -> Warm {
         "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
         "/api/v1/nodes",
         "/api/v1/namespaces/default/configmaps/settings",
+        "/api/v1/namespaces/default/configmaps",
         "/version",
         "/api/v1",
         "/api",
@@ -140,44 +141,78 @@ fn check_offline_answers(hub: &Hub) {
     let missing = get(&url("/api/v1/namespaces/default/pods/nope"), KUBELET);
     assert_eq!(missing.status, 404);
     assert_eq!(missing.json()["reason"], "NotFound");
-    assert_eq!(missing.json()["message"], "pods \"nope\" not found");
+    // Kubelet listed its pods by node, which says nothing of a pod elsewhere (issue 35).
+    assert_eq!(
+        missing.json()["message"],
+        "pods \"nope\" not found: it was never cached for kubelet, and the cloud apiserver is unreachable"
+    );
+
+    // Lists are answered only within what kubelet listed whole: its pods, by node, and the
+    // nodes; all pods never were (the cloud has one on edge-2).
+    for path in [
+        "/api/v1/pods",
+        "/api/v1/namespaces/default/pods?labelSelector=app%3Dweb",
+    ] {
+        let refused = get(&url(path), KUBELET);
+        assert_eq!(refused.status, 404, "{path}: {}", refused.text());
+        assert!(
+            refused.text().contains("is not cached for kubelet"),
+            "{}",
+            refused.text()
+        );
+    }
 
     let cases: &[(&str, &[&str])] = &[
-        ("/api/v1/pods", &["web-1", "web-2", "db-1", "proxy-1"]),
-        (
-            "/api/v1/namespaces/default/pods",
-            &["web-1", "web-2", "db-1"],
-        ),
-        ("/api/v1/namespaces/kube-system/pods", &["proxy-1"]),
         (
             "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
             &["web-1", "web-2", "db-1", "proxy-1"],
         ),
-        ("/api/v1/pods?labelSelector=app%3Dweb", &["web-1", "web-2"]),
         (
-            "/api/v1/pods?labelSelector=app+in+(web,db)",
+            "/api/v1/namespaces/default/pods?fieldSelector=spec.nodeName%3Dedge-1",
             &["web-1", "web-2", "db-1"],
         ),
         (
-            "/api/v1/pods?labelSelector=app%20notin%20(web)",
-            &["db-1", "proxy-1"],
-        ),
-        ("/api/v1/pods?labelSelector=env", &["web-2", "db-1"]),
-        ("/api/v1/pods?labelSelector=!env", &["web-1", "proxy-1"]),
-        (
-            "/api/v1/pods?labelSelector=app%3D%3Dweb,env!%3Dprod",
-            &["web-1"],
-        ),
-        (
-            "/api/v1/pods?fieldSelector=status.phase!%3DRunning",
-            &["db-1"],
-        ),
-        (
-            "/api/v1/pods?fieldSelector=metadata.name%3Dproxy-1",
+            "/api/v1/namespaces/kube-system/pods?fieldSelector=spec.nodeName%3Dedge-1",
             &["proxy-1"],
         ),
         (
-            "/api/v1/pods?fieldSelector=metadata.namespace%3Ddefault,status.phase%3DRunning&labelSelector=tier%3Dfront",
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1,metadata.namespace%21%3Dnone",
+            &["web-1", "web-2", "db-1", "proxy-1"],
+        ),
+        (
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=app%3Dweb",
+            &["web-1", "web-2"],
+        ),
+        (
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=app+in+(web,db)",
+            &["web-1", "web-2", "db-1"],
+        ),
+        (
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=app%20notin%20(web)",
+            &["db-1", "proxy-1"],
+        ),
+        (
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=env",
+            &["web-2", "db-1"],
+        ),
+        (
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=!env",
+            &["web-1", "proxy-1"],
+        ),
+        (
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=app%3D%3Dweb,env!%3Dprod",
+            &["web-1"],
+        ),
+        (
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1,status.phase!%3DRunning",
+            &["db-1"],
+        ),
+        (
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1,metadata.name%3Dproxy-1",
+            &["proxy-1"],
+        ),
+        (
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1,metadata.namespace%3Ddefault,status.phase%3DRunning&labelSelector=tier%3Dfront",
             &["web-1", "web-2"],
         ),
         (
@@ -206,7 +241,11 @@ fn check_offline_answers(hub: &Hub) {
     }
 
     // metadata.resourceVersion is the highest of the items.
-    let list = get(&url("/api/v1/pods"), KUBELET).json();
+    let list = get(
+        &url("/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1"),
+        KUBELET,
+    )
+    .json();
     let highest = list["items"]
         .as_array()
         .unwrap()
@@ -224,7 +263,7 @@ fn check_offline_answers(hub: &Hub) {
 
     // limit and continue walk the whole list; a token the hub did not issue is 410.
     let mut seen = BTreeSet::new();
-    let mut next = url("/api/v1/pods?limit=3");
+    let mut next = url("/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&limit=3");
     let mut pages = 0;
     loop {
         let page = get(&next, KUBELET).json();
@@ -233,7 +272,9 @@ fn check_offline_answers(hub: &Hub) {
         seen.extend(item_names(&page));
         match page["metadata"]["continue"].as_str() {
             Some(token) if !token.is_empty() => {
-                next = url(&format!("/api/v1/pods?limit=3&continue={token}"))
+                next = url(&format!(
+                    "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&limit=3&continue={token}"
+                ))
             }
             _ => break,
         }
@@ -243,7 +284,9 @@ fn check_offline_answers(hub: &Hub) {
         (2, set(&["web-1", "web-2", "db-1", "proxy-1"]))
     );
     let foreign = get(
-        &url("/api/v1/pods?limit=3&continue=eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"),
+        &url(
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&limit=3&continue=eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ",
+        ),
         KUBELET,
     );
     assert_eq!(foreign.status, 410);
@@ -574,20 +617,20 @@ fn a_corrupted_cache_file_is_reported_not_served_then_repaired() {
     // Lists: the damaged files are left out, with one warning per answer naming them.
     let lists = [
         (
-            "/api/v1/namespaces/default/pods",
+            "/api/v1/namespaces/default/pods?fieldSelector=spec.nodeName%3Dedge-1",
             "pods",
             &["db-1"][..],
             &["default/web-1", "default/web-2"][..],
         ),
         (
-            "/api/v1/pods",
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1",
             "pods",
             &["db-1"],
             &["default/web-1", "default/web-2", "kube-system/proxy-1"],
         ),
         // With a selector, objects are read whole: the same files are skipped.
         (
-            "/api/v1/pods?labelSelector=app%21%3Dproxy",
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=app%21%3Dproxy",
             "pods",
             &["db-1"],
             &["default/web-1", "default/web-2", "kube-system/proxy-1"],

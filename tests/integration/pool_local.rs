@@ -384,6 +384,11 @@ fn what_a_cache_agent_got_from_the_shared_cache_is_answered_offline_after_a_rest
         "{}",
         hub.logs()
     );
+    // The scope it listed whole is on disk (`.synced`) before the kill, as the files are.
+    let synced = hub.spec.cache_dir.join(".synced");
+    assert!(eventually(Duration::from_secs(10), || {
+        std::fs::read_to_string(&synced).is_ok_and(|s| s.contains("services.v1.core"))
+    }));
     cloud.stop();
     let hub = hub.restart();
     let offline = get(&format!("{}/api/v1/services", hub.url()), KUBE_PROXY);

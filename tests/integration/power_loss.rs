@@ -304,12 +304,15 @@ fn walk(root: &Path, rel: &str, files: &mut Vec<String>, dot_names: &mut Vec<Str
 
 /// What the store leaves for start-up recovery (see src/cache/store/journal.rs): anything in the
 /// staging directory `.staging` (staged objects, journals being written, collections being
-/// deleted), complete journals `.journal.<n>` in the root, and any other dot-name. After
+/// deleted), complete journals `.journal.<n>` in the root, and any other dot-name but the
+/// `.synced` record. After
 /// recovery there is none of it, though the (empty) staging directory stays.
 fn leftovers(root: &Path) -> Vec<String> {
     let (mut files, mut dots) = (Vec::new(), Vec::new());
     walk(root, "", &mut files, &mut dots);
-    dots.retain(|d| d != ".staging");
+    // `.synced` is a record the writer keeps (written at once when a kind is first listed
+    // whole), not a temporary file.
+    dots.retain(|d| d != ".staging" && d != ".synced");
     dots.extend(files.into_iter().filter(|f| f.starts_with(".staging/")));
     dots
 }

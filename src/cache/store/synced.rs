@@ -18,7 +18,9 @@ pub(super) const SYNCED_FILE: &str = ".synced";
 /// The record's format version.
 const VERSION: u32 = 1;
 
-/// The record, JSON: `{"version":1,"kinds":[{"component":"kubelet","resource":"pods.v1.core","at":1765033200}]}`.
+/// The record, JSON: `{"version":1,"kinds":[{"component":"kubelet","resource":"pods.v1.core","at":1765033200,"lists":[{"field":"spec.nodeName=edge-1"}]}]}`.
+/// `lists` came later than the rest: an entry without it was written before the hub recorded
+/// what was listed whole (a tinyhub that does not know it reads past it).
 #[derive(Debug, Serialize, Deserialize)]
 struct Record {
     version: u32,
@@ -35,6 +37,25 @@ pub(crate) struct SyncedEntry {
     pub resource: String,
     /// Unix seconds.
     pub at: u64,
+    /// The scopes the kind was listed whole in (`cache/synced.rs`, "Listed whole"); `None`
+    /// in a record written before they were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lists: Option<Vec<ListedScope>>,
+}
+
+/// One scope a kind was listed whole in, as stored: a namespace (none: all of them, or a
+/// cluster-scoped kind) and the selectors' texts (empty: none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ListedScope {
+    /// The list's namespace; none: across all namespaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// `labelSelector`, printed from the parsed selector.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub label: String,
+    /// `fieldSelector`, printed from the parsed selector.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub field: String,
 }
 
 /// A stored record that does not read: why, in a few words.
@@ -105,6 +126,7 @@ pub(crate) fn stored_ages(root: &Path) -> Result<Vec<SyncedEntry>, BadRecord> {
                 component: d.component,
                 resource: d.kind,
                 at: d.modified,
+                lists: None,
             })
             .collect()),
         Err(e) => Err(BadRecord(e.to_string())),

@@ -192,3 +192,115 @@ fn the_readyz_lines_name_component_and_kind() {
         "[+]synced kubelet/pods.v1.core age unknown (clock behind the last sync)\n"
     );
 }
+
+fn sel(label: &str, field: &str) -> crate::selector::Selectors {
+    crate::selector::Selectors::parse(Some(label), Some(field)).unwrap()
+}
+
+#[test]
+fn only_a_scope_listed_whole_covers_an_offline_list() {
+    let synced = Synced::default();
+    let all = sel("", "");
+    assert!(!synced.covers(&pods(), None, &all), "no record: nothing");
+    // A get (or a watch event, or a page) notes the kind: no list is whole.
+    synced.note(&pods(), 10);
+    assert!(!synced.covers(&pods(), None, &all));
+    assert!(!synced.covers(&pods(), Some("default"), &all));
+    assert!(!synced.absent_as_listed(&pods(), Some("default")));
+
+    // kubelet's list: its own selector and narrower ones, every namespace.
+    let node = sel("", "spec.nodeName=edge-1");
+    synced.listed_whole(&pods(), None, &node);
+    assert!(synced.covers(&pods(), None, &node));
+    assert!(synced.covers(&pods(), Some("kube-system"), &node));
+    assert!(synced.covers(&pods(), None, &sel("app=web", "spec.nodeName=edge-1")));
+    assert!(
+        !synced.covers(&pods(), None, &all),
+        "a selection is not all pods"
+    );
+    assert!(!synced.covers(&pods(), None, &sel("app=web", "")));
+    assert!(
+        !synced.absent_as_listed(&pods(), None),
+        "a selection says nothing of objects outside it"
+    );
+
+    // One namespace, whole: that namespace only.
+    synced.listed_whole(&pods(), Some("default"), &all);
+    assert!(synced.covers(&pods(), Some("default"), &sel("app=web", "")));
+    assert!(!synced.covers(&pods(), Some("other"), &all));
+    assert!(!synced.covers(&pods(), None, &all));
+    assert!(synced.absent_as_listed(&pods(), Some("default")));
+    assert!(!synced.absent_as_listed(&pods(), Some("other")));
+
+    // Across namespaces without selectors: everything, and it replaces what it covers.
+    synced.listed_whole(&pods(), None, &all);
+    assert!(synced.covers(&pods(), Some("other"), &sel("a", "")));
+    assert_eq!(
+        lock(&synced.kinds)[&pods()].lists.as_ref().map(Vec::len),
+        Some(1)
+    );
+
+    // A list of one object by name is not recorded (the object answers for it).
+    synced.not_whole(&pods());
+    synced.listed_whole(&pods(), Some("default"), &sel("", "metadata.name=a"));
+    assert_eq!(
+        lock(&synced.kinds)[&pods()].lists.as_ref().map(Vec::len),
+        Some(0)
+    );
+    synced.listed_whole(&pods(), None, &all);
+
+    // An object evicted: no list is whole any more. A kind forgotten: nothing.
+    synced.not_whole(&pods());
+    assert!(!synced.covers(&pods(), Some("default"), &all));
+    synced.listed_whole(&pods(), None, &all);
+    synced.forget(&pods());
+    assert!(!synced.covers(&pods(), None, &all));
+}
+
+#[test]
+fn scopes_are_bounded_and_kept_across_a_restart_and_an_old_record_covers_all() {
+    let dir = TempDir::new("synced-lists");
+    let store = open(&dir);
+    let synced = Synced::load(&store);
+    synced.note(&services(), 1_000);
+    for n in 0..MAX_LISTS + 2 {
+        synced.listed_whole(&services(), None, &sel(&format!("app=a{n}"), ""));
+    }
+    synced.listed_whole(&services(), Some("ns"), &sel("", r"spec.nodeName=a\,b"));
+    // A new scope is written at the next turn, not 5 minutes later.
+    synced.persist(&store, false);
+    let file = dir.root().join(".synced");
+    assert!(file.exists(), "a new scope is written at once");
+    drop(store);
+    let store = open(&dir);
+    let again = Synced::load(&store);
+    let scope = sel("", r"spec.nodeName=a\,b");
+    assert!(again.covers(&services(), Some("ns"), &scope));
+    assert!(!again.covers(&services(), Some("other"), &scope));
+    assert!(
+        !again.covers(&services(), None, &sel("app=a0", "")),
+        "the oldest went"
+    );
+    assert!(again.covers(&services(), None, &sel("app=a9", "")));
+    assert_eq!(
+        lock(&again.kinds)[&services()].lists.as_ref().map(Vec::len),
+        Some(MAX_LISTS)
+    );
+
+    // A record written before scopes were kept answers its kinds' lists as before, until
+    // the kind is listed whole.
+    let bytes =
+        br#"{"version":1,"kinds":[{"component":"kubelet","resource":"pods.v1.core","at":5}]}"#;
+    std::fs::write(&file, bytes).unwrap();
+    let old = Synced::load(&store);
+    assert!(old.covers(&pods(), None, &sel("", "")));
+    old.listed_whole(&pods(), None, &sel("", "spec.nodeName=edge-1"));
+    assert!(!old.covers(&pods(), None, &sel("", "")));
+    let mut written = String::new();
+    old.persist(&store, true);
+    std::io::Read::read_to_string(&mut std::fs::File::open(&file).unwrap(), &mut written).unwrap();
+    assert!(
+        written.contains(r#""lists":[{"field":"spec.nodeName=edge-1"}]"#),
+        "{written}"
+    );
+}

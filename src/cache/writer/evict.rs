@@ -351,7 +351,7 @@ impl Bound {
             self.evict_collection(store, synced, &c, 1);
         }
         if !fits(store) {
-            self.evict_members(store, &members, pending, &fits);
+            self.evict_members(store, synced, &members, pending, &fits);
         }
         after(store) <= max
     }
@@ -361,6 +361,7 @@ impl Bound {
     fn evict_members(
         &mut self,
         store: &Store,
+        synced: &Synced,
         members: &[CollectionKey],
         pending: Option<&[u8]>,
         fits: &dyn Fn(&Store) -> bool,
@@ -396,6 +397,8 @@ impl Bound {
             };
             match store.delete(&key, None) {
                 Ok(true) => {
+                    // Its lists are no longer whole: offline, they are not answered.
+                    synced.not_whole(&key.collection);
                     self.stats.evictions[2].fetch_add(1, Ordering::Relaxed);
                     self.stats.evicted_bytes.fetch_add(bytes, Ordering::Relaxed);
                     Metrics::inc(&METRICS.cache_objects_deleted);

@@ -584,6 +584,10 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
                 bound.committed(collection);
             }
             note(synced, collection, word, noted);
+            // What an offline list of this scope may be answered from (`cache/synced.rs`).
+            if whole {
+                synced.listed_whole(collection, namespace.as_deref(), selectors);
+            }
             // A list across namespaces says the collection is complete again: a component
             // reads its collection through one such scope (kubelet's pods by
             // `spec.nodeName`), so its selector is the collection's. A namespace's list

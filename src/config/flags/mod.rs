@@ -12,8 +12,10 @@ use std::ffi::OsString;
 use crate::error::StartupError;
 
 mod ignored;
+mod wrap;
 
 pub(crate) use ignored::{Honoured, IGNORED_LOG_FLAGS, IGNORED_YURTHUB_FLAGS};
+pub(crate) use wrap::{help_width, wrap};
 
 /// The kind of value a flag takes, as the help text names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -558,8 +560,13 @@ where
             };
             given_ignored.push((flag.name, honoured));
         } else {
+            let names = FLAGS.iter().map(|s| s.name);
+            let hint = match wrap::did_you_mean(&name, names) {
+                Some(near) => format!("did you mean --{near}? (see --help)"),
+                None => "see --help".to_owned(),
+            };
             return Err(StartupError::new(format!(
-                "unknown flag: --{name} (see --help)"
+                "unknown flag: --{name} ({hint})"
             )));
         }
     }
@@ -592,8 +599,8 @@ pub(crate) fn os_to_string(name: &str, value: OsString) -> Result<String, Startu
 /// The `--help` text, pflag style.
 pub(crate) fn help_text() -> String {
     let mut out = String::from(
-        "tinyhub: a node-local Kubernetes API proxy that caches what node components read and\n\
-         answers from that cache while the cloud is unreachable.\n\nUsage:\n  tinyhub [flags]\n\nFlags:\n",
+        "tinyhub: a node-local Kubernetes API proxy that caches what node components read\n\
+         and answers from that cache while the cloud is unreachable.\n\nUsage:\n  tinyhub [flags]\n\nFlags:\n",
     );
     let column = FLAGS
         .iter()
@@ -793,6 +800,11 @@ mod tests {
     #[test]
     fn bad_command_lines() {
         assert!(parse_err(&["--no-such-flag"]).contains("unknown flag: --no-such-flag"));
+        assert!(!parse_err(&["--no-such-flag"]).contains("did you mean"));
+        assert!(
+            parse_err(&["--proxy-prot=1"])
+                .contains("unknown flag: --proxy-prot (did you mean --proxy-port? (see --help))")
+        );
         assert!(parse_err(&["--node-name"]).contains("needs an argument"));
         assert!(parse_err(&["stray"]).contains("takes only flags"));
         assert!(parse_err(&["-x"]).contains("unknown shorthand"));
