@@ -458,7 +458,7 @@ mod tests {
         let tx = refills.sender();
         let pods = request("/api/v1/pods");
         let (earlier, dropped, later) = (tx.begun(), tx.begun(), tx.begun());
-        assert!(tx.dropped(pods.clone(), dropped));
+        assert!(tx.dropped(pods.clone(), dropped, false));
         tx.whole(&pods, earlier);
         assert!(
             !tx.brought(&pods, dropped),
@@ -480,12 +480,16 @@ mod tests {
         // Not followed yet: nothing is counted (a session then costs an atomic load).
         let before = tx.open(&pods, false);
         let dropped = tx.open(&pods, false);
-        assert!(tx.dropped(pods.clone(), dropped));
+        assert!(tx.dropped(pods.clone(), dropped, false));
         // The dropped session answers its client still; the one begun before the drop was
         // not counted.
         assert_eq!(tx.idle_since(&pods), None);
         tx.ended(&pods, before);
-        assert_eq!(tx.idle_since(&pods), None, "the dropped one is still in flight");
+        assert_eq!(
+            tx.idle_since(&pods),
+            None,
+            "the dropped one is still in flight"
+        );
         tx.ended(&pods, dropped);
         let idle = tx.idle_since(&pods).expect("none in flight");
         // The client's next list, and another client's; a watch never counts.
@@ -499,6 +503,10 @@ mod tests {
         tx.ended(&pods, other);
         tx.ended(&pods, watch);
         assert!(tx.idle_since(&pods).is_some_and(|at| at >= idle));
+        // A dropped watch is not in flight for its refill: it brings no list.
+        let watch = tx.open(&services, true);
+        assert!(tx.dropped(services.clone(), watch, true));
+        assert!(tx.idle_since(&services).is_some());
         // Another request's answers are not this one's.
         let unrelated = tx.open(&services, false);
         assert!(tx.idle_since(&pods).is_some());

@@ -142,10 +142,12 @@ impl RefillTx {
     }
 
     /// The answer to `refill` of the session begun at `since` was dropped for a full queue:
-    /// fetch it again. It stays in flight until [`RefillTx::ended`]: its client is still
-    /// being answered, and asks again only after. False when the refill queue is full.
-    pub(crate) fn dropped(&self, refill: Refill, since: u64) -> bool {
-        self.ledger.follow(&refill, Some(since));
+    /// fetch it again. A list or get (not `streaming`) stays in flight until
+    /// [`RefillTx::ended`]: its client is still being answered, and asks again only after.
+    /// False when the refill queue is full.
+    pub(crate) fn dropped(&self, refill: Refill, since: u64, streaming: bool) -> bool {
+        self.ledger
+            .follow(&refill, Some(since).filter(|_| !streaming));
         self.send(Dropped {
             refill,
             since,

@@ -607,7 +607,7 @@ impl Session {
             // still being answered, and asks again only after.
             let refilled = self.refill.as_mut().is_some_and(|r| {
                 if !r.handed {
-                    r.handed = r.tx.dropped(r.refill.clone(), r.since);
+                    r.handed = r.tx.dropped(r.refill.clone(), r.since, self.streaming);
                 }
                 r.handed
             });
