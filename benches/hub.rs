@@ -11,8 +11,8 @@
 //! memory of the pool's leader hub; and beside nginx with and without `proxy_cache` (issue
 //! 18, issue 34's targets): CPU of gets and of lists at 1 and 4 clients, connections, the
 //! cloud's lists per client list under a list flood, system calls per request, and the
-//! memory of watches (the static musl build's too; `TINYHUB_BENCH_PEER_HUB` runs that case's
-//! hubs through another command, e.g. the armv7 binary under `qemu-arm-static`); and,
+//! memory of watches (the static musl build's too; its hubs may be the armv7 binary under
+//! `qemu-arm-static`, as the tests run it: `TINYHUB_TEST_BIN` and `TINYHUB_TEST_RUNNER`); and,
 //! on clouds of its own, a node's usual watches through an outage of the cloud (issue 29),
 //! through a hub and directly; and, on clouds of its own, a node's day in miniature on the
 //! cloud link (issue 32): cloud bytes and requests direct, through a hub and through a pool,

@@ -124,7 +124,8 @@ pub(crate) struct Metrics {
     pub cache_refills: AtomicU64,
     /// Dropped answers not fetched again: a later answer to the same request went whole.
     pub cache_refills_coalesced: AtomicU64,
-    /// Requests with a dropped answer waiting for their refill, or being refilled.
+    /// Requests with a dropped answer waiting for their refill (the cloud reachable), or
+    /// being refilled.
     pub cache_refills_waiting: AtomicI64,
     /// Store or decode failures in the writer.
     pub cache_errors: AtomicU64,
@@ -665,7 +666,7 @@ impl Metrics {
         gauge(
             out,
             "tinyhub_cache_refills_waiting",
-            "requests whose dropped answer waits for a quiet writer to be fetched again, or is being fetched",
+            "requests whose dropped answer waits to be fetched again while the cloud is reachable, or is being fetched",
             self.cache_refills_waiting.load(Ordering::Relaxed).max(0),
         );
     }

@@ -9,15 +9,20 @@
 //! answer to the same request that began after it reached the writer whole, a client's or a
 //! refill's (the writer queue's ledger, [`RefillTx`]).
 //!
-//! A drop is weighed only once the writer is quiet (its queue empty for [`QUIET`]): a client
-//! listing in a loop faster than the disk keeps the queue full, and each of its lists that
-//! goes whole makes the drops before it needless, so while it lists the cloud is not asked
-//! again; when it stops, the writer drains, and only a drop no later list brought is
-//! fetched, once. Deciding at the drop instead raced the very next client list, which the
-//! ledger could not yet count, and doubled the cloud's lists under a steady load. A load that
-//! never lets the writer rest waits at most [`PATIENCE`] per drop, and a request is
+//! A drop for a full queue waits while a list or get of the same request is in flight (the
+//! dropped one's client is still being answered, or another client's answer is on its way:
+//! each may bring the list whole) and [`LINGER`] after the last of them ended: a client
+//! listing in a loop asks again within it. So a client listing faster than the disk has its
+//! lists fetched once: each of its lists that goes whole makes the drops before it needless,
+//! and when it stops, only a drop no later list brought is fetched, once. Another request's
+//! load holds nothing back. A request listed back to back for good (never a moment without
+//! an answer in flight) still has its drop refilled after [`PATIENCE`], and a request is
 //! refilled again only [`SPACING`] after its last refill: the cache is then never more than
-//! that (and a refill) behind what such a client sees.
+//! that (and a refill) behind what such a client sees. A relist's hand-off
+//! (`cache/relist.rs`) is no overload: it goes at once.
+//!
+//! While no cloud server is healthy a due drop keeps waiting (with its patience spent, it
+//! goes as soon as one is back): a link that flaps loses no list.
 //!
 //! The refill is sent as the node's own reads are (`Identity::Hub`, a bounded read): on the
 //! pooled connections the client lists use, never one of its own.
@@ -46,36 +51,14 @@ use crate::upstream::{Outgoing, Upstream};
 
 /// The least time between two refills of one request.
 const SPACING: Duration = Duration::from_secs(5);
-/// How long the writer's queue must have been seen empty before a drop is weighed: between
-/// the lists of a client listing back to back the queue of a writer that fell behind never
-/// empties, and a list in flight hands the writer a chunk at least every 32 KiB.
-const QUIET: Duration = Duration::from_millis(500);
-/// How often the queue is looked at while a drop waits for it to be quiet.
+/// How long a drop still waits once no answer to its request is in flight: a client listing
+/// in a loop sends its next list (which begins its session once the cloud answers) within it.
+const LINGER: Duration = Duration::from_millis(500);
+/// How often a drop waiting for answers in flight, or for a healthy cloud, is looked at again.
 const LOOK: Duration = Duration::from_millis(100);
-/// The longest a drop waits for a quiet writer: a load that keeps the queue full for good
-/// (a list larger than the queue, listed in a loop) still has the cache refilled this often.
+/// The longest a drop waits for the answers in flight: a request listed back to back for
+/// good still has its cache refilled this often.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-/// Since when the writer's queue has been seen empty, from looks at its depth.
-#[derive(Debug, Default, Clone, Copy)]
-struct Quiet(Option<Instant>);
-
-impl Quiet {
-    /// The queue held `depth` messages at `now`.
-    fn look(&mut self, depth: i64, now: Instant) {
-        if depth > 0 {
-            self.0 = None;
-        } else if self.0.is_none() {
-            self.0 = Some(now);
-        }
-    }
-
-    /// Seen empty for at least [`QUIET`] by `now`.
-    fn quiet(&self, now: Instant) -> bool {
-        self.0
-            .is_some_and(|since| now.saturating_duration_since(since) >= QUIET)
-    }
-}
 
 /// A drop waiting for its refill.
 #[derive(Debug)]
@@ -95,11 +78,22 @@ struct Schedule {
     last_refill: HashMap<Refill, Instant>,
 }
 
+/// What the ledger says of a waiting drop's request.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    /// An answer begun after the drop reached the writer whole.
+    brought: bool,
+    /// Since when none of its lists and gets is in flight (None: one is).
+    idle_since: Option<Instant>,
+}
+
 /// What the refill thread does next.
 #[derive(Debug)]
 enum Next {
     /// Refill this now (boxed: a drop is the largest by far, and rare).
     Refill(Box<Dropped>),
+    /// Let this go: a later answer brought it.
+    LetGo(Box<Dropped>),
     /// Nothing is due before this long.
     Wait(Duration),
     /// Nothing waits.
@@ -114,7 +108,10 @@ impl Schedule {
             .iter_mut()
             .find(|w| w.dropped.refill == dropped.refill)
         {
-            Some(w) => w.dropped.since = w.dropped.since.max(dropped.since),
+            Some(w) => {
+                w.dropped.since = w.dropped.since.max(dropped.since);
+                w.dropped.relist |= dropped.relist;
+            }
             None => self.waiting.push(Waiting {
                 dropped,
                 first: now,
@@ -122,31 +119,38 @@ impl Schedule {
         }
     }
 
-    /// The first waiting request whose last refill is [`SPACING`] behind `now`, once the
-    /// writer is `quiet` or the drop waited [`PATIENCE`].
-    fn next(&mut self, now: Instant, quiet: bool) -> Next {
-        let due = |w: &Waiting| {
+    /// The first waiting request a later answer brought, or whose last refill is
+    /// [`SPACING`] behind `now` and which is settled (nothing of it in flight for
+    /// [`LINGER`], a relist, or its [`PATIENCE`] spent) while the cloud is `healthy`.
+    /// `seen` reads the ledger.
+    fn next(&mut self, now: Instant, healthy: bool, seen: impl Fn(&Dropped) -> Seen) -> Next {
+        let mut soonest = None::<Duration>;
+        for (i, w) in self.waiting.iter().enumerate() {
+            let seen = seen(&w.dropped);
+            if seen.brought {
+                return Next::LetGo(Box::new(self.waiting.remove(i).dropped));
+            }
             let spaced = self
                 .last_refill
                 .get(&w.dropped.refill)
                 .map_or(Duration::ZERO, |&at| {
                     (at + SPACING).saturating_duration_since(now)
                 });
-            let settled = if quiet {
-                Duration::ZERO
-            } else {
-                // Looked at again soon: the queue may be quiet by then.
-                (w.first + PATIENCE)
-                    .saturating_duration_since(now)
-                    .min(LOOK)
+            let settled = match seen.idle_since {
+                _ if w.dropped.relist => Duration::ZERO,
+                Some(at) => (at + LINGER).saturating_duration_since(now),
+                // Looked at again soon: it may have ended by then.
+                None => LOOK,
             };
-            spaced.max(settled)
-        };
-        let mut soonest = None::<Duration>;
-        for (i, w) in self.waiting.iter().enumerate() {
-            let wait = due(w);
+            let patience = (w.first + PATIENCE).saturating_duration_since(now);
+            let wait = spaced.max(settled.min(patience));
             if wait.is_zero() {
-                return Next::Refill(Box::new(self.waiting.remove(i).dropped));
+                if healthy {
+                    return Next::Refill(Box::new(self.waiting.remove(i).dropped));
+                }
+                // Kept, its `first` too: refilled as soon as the cloud is back.
+                soonest = Some(soonest.map_or(LOOK, |s| s.min(LOOK)));
+                continue;
             }
             soonest = Some(soonest.map_or(wait, |s| s.min(wait)));
         }
@@ -170,33 +174,39 @@ pub(crate) fn run(
     stop: Receiver<()>,
 ) {
     let mut schedule = Schedule::default();
-    let mut quiet = Quiet::default();
+    let tx = refills.tx();
     loop {
         for dropped in refills.rx().try_iter() {
-            // A drop says the queue was full a moment ago, whatever the last look saw.
-            quiet = Quiet::default();
             schedule.add(dropped, Instant::now());
         }
-        let now = Instant::now();
-        quiet.look(
-            METRICS.cache_writer_queue_depth.load(Ordering::Relaxed),
-            now,
+        let healthy = upstream.backends().any_healthy();
+        let next = schedule.next(Instant::now(), healthy, |d| Seen {
+            brought: tx.brought(&d.refill, d.since),
+            idle_since: tx.idle_since(&d.refill),
+        });
+        // The drops still in the queue, those waiting (while the cloud is reachable: nothing
+        // comes of them before it is back) and one more while a refill runs: 0 only once
+        // nothing is left to fetch.
+        let running = usize::from(matches!(next, Next::Refill(_)));
+        let waiting = if healthy { schedule.waiting.len() } else { 0 };
+        METRICS.cache_refills_waiting.store(
+            (refills.rx().len() + waiting + running) as i64,
+            Ordering::Relaxed,
         );
-        let next = schedule.next(now, quiet.quiet(now));
-        // One more while a refill runs: the gauge is 0 only once nothing is left to fetch.
-        let running = i64::from(matches!(next, Next::Refill(_)));
-        METRICS
-            .cache_refills_waiting
-            .store(schedule.waiting.len() as i64 + running, Ordering::Relaxed);
         let wait = match next {
             Next::Refill(dropped) => {
                 let refill = dropped.refill.clone();
-                if refill_if_needed(&upstream, &cache, filters.as_ref(), refills.tx(), *dropped) {
-                    schedule.refilled(refill, Instant::now());
-                    // Its answer went to the queue, unlooked at: the queue is quiet again
-                    // only once looked at.
-                    quiet = Quiet::default();
-                }
+                refill_now(&upstream, &cache, filters.as_ref(), tx, *dropped);
+                schedule.refilled(refill, Instant::now());
+                continue;
+            }
+            Next::LetGo(dropped) => {
+                Metrics::inc(&METRICS.cache_refills_coalesced);
+                log::debug!(
+                    "cache: not refilling {} for {}: a later answer brought it",
+                    dropped.refill.sent_as,
+                    dropped.refill.request.component
+                );
                 continue;
             }
             Next::Wait(wait) => wait,
@@ -205,10 +215,7 @@ pub(crate) fn run(
         crossbeam_channel::select! {
             recv(stop) -> _ => return,
             recv(refills.rx()) -> dropped => match dropped {
-                Ok(dropped) => {
-                    quiet = Quiet::default();
-                    schedule.add(dropped, Instant::now());
-                }
+                Ok(dropped) => schedule.add(dropped, Instant::now()),
                 Err(_) => return,
             },
             default(wait) => {}
@@ -216,33 +223,15 @@ pub(crate) fn run(
     }
 }
 
-/// Refills `dropped` unless an answer that began after it reached the writer whole, or the
-/// cloud is unreachable; true when it asked the cloud.
-fn refill_if_needed(
+/// Refills `dropped`: the cloud is asked again, and a whole answer noted in the ledger.
+fn refill_now(
     upstream: &Upstream,
     cache: &CacheTx,
     filters: Option<&Filters>,
     tx: &RefillTx,
     dropped: Dropped,
-) -> bool {
-    let Dropped { refill, since } = dropped;
-    if tx.brought(&refill, since) {
-        Metrics::inc(&METRICS.cache_refills_coalesced);
-        log::debug!(
-            "cache: not refilling {} for {}: a later answer brought it",
-            refill.sent_as,
-            refill.request.component
-        );
-        return false;
-    }
-    if !upstream.backends().any_healthy() {
-        log::info!(
-            "cache: not refilling {} for {}: the cloud is unreachable",
-            refill.sent_as,
-            refill.request.component
-        );
-        return false;
-    }
+) {
+    let refill = dropped.refill;
     let begun = tx.begun();
     match refill_one(upstream, cache, filters, &refill) {
         Ok(()) => {
@@ -260,7 +249,6 @@ fn refill_if_needed(
             refill.request.component
         ),
     }
-    true
 }
 
 /// Reads the request again and feeds its answer to the writer, through the response filters
@@ -448,13 +436,29 @@ mod tests {
         path_and_query(&list_of_watch(&req)).unwrap()
     }
 
+    fn drop_of(refill: &Refill, since: u64) -> Dropped {
+        Dropped {
+            refill: refill.clone(),
+            since,
+            relist: false,
+        }
+    }
+
+    /// What the ledger says when nothing was brought and nothing is in flight since `at`.
+    fn idle(at: Instant) -> impl Fn(&Dropped) -> Seen {
+        move |_| Seen {
+            brought: false,
+            idle_since: Some(at),
+        }
+    }
+
     #[test]
     fn a_drop_is_let_go_once_a_later_answer_went_whole_and_not_for_an_earlier_one() {
         let refills = Refills::new();
         let tx = refills.sender();
         let pods = request("/api/v1/pods");
         let (earlier, dropped, later) = (tx.begun(), tx.begun(), tx.begun());
-        assert!(tx.dropped(pods.clone(), dropped));
+        assert!(tx.dropped(pods.clone(), dropped, false));
         tx.whole(&pods, earlier);
         assert!(
             !tx.brought(&pods, dropped),
@@ -469,94 +473,156 @@ mod tests {
     }
 
     #[test]
+    fn the_ledger_knows_which_answers_to_a_followed_request_are_in_flight() {
+        let refills = Refills::new();
+        let tx = refills.sender();
+        let (pods, services) = (request("/api/v1/pods"), request("/api/v1/services"));
+        // Not followed yet: nothing is counted (a session then costs an atomic load).
+        let before = tx.open(&pods, false);
+        let dropped = tx.open(&pods, false);
+        assert!(tx.dropped(pods.clone(), dropped, false));
+        // The dropped session answers its client still; the one begun before the drop was
+        // not counted.
+        assert_eq!(tx.idle_since(&pods), None);
+        tx.ended(&pods, before);
+        assert_eq!(
+            tx.idle_since(&pods),
+            None,
+            "the dropped one is still in flight"
+        );
+        tx.ended(&pods, dropped);
+        let idle = tx.idle_since(&pods).expect("none in flight");
+        // The client's next list, and another client's; a watch never counts.
+        let next = tx.open(&pods, false);
+        let other = tx.open(&pods, false);
+        let watch = tx.open(&pods, true);
+        assert_eq!(tx.idle_since(&pods), None);
+        tx.whole(&pods, next);
+        assert!(tx.brought(&pods, dropped));
+        assert_eq!(tx.idle_since(&pods), None, "another is still in flight");
+        tx.ended(&pods, other);
+        tx.ended(&pods, watch);
+        assert!(tx.idle_since(&pods).is_some_and(|at| at >= idle));
+        // A dropped watch is not in flight for its refill: it brings no list.
+        let watch = tx.open(&services, true);
+        assert!(tx.dropped(services.clone(), watch, true));
+        assert!(tx.idle_since(&services).is_some());
+        // Another request's answers are not this one's.
+        let unrelated = tx.open(&services, false);
+        assert!(tx.idle_since(&pods).is_some());
+        tx.ended(&services, unrelated);
+        // A relist hand-off opens nothing, and only answers begun after it bring it.
+        assert!(tx.relist(services.clone()));
+        assert!(tx.idle_since(&services).is_some());
+        let handed = refills.rx().try_iter().last().expect("handed over");
+        assert!(handed.relist && !tx.brought(&services, handed.since));
+    }
+
+    #[test]
     fn drops_of_one_request_wait_as_one_and_a_refill_again_waits_its_spacing() {
         let mut schedule = Schedule::default();
         let (pods, services) = (request("/api/v1/pods"), request("/api/v1/services"));
         let t0 = Instant::now();
+        let settled = idle(t0 - LINGER);
         for since in [1, 3, 2] {
-            schedule.add(
-                Dropped {
-                    refill: pods.clone(),
-                    since,
-                },
-                t0,
-            );
+            schedule.add(drop_of(&pods, since), t0);
         }
-        let Next::Refill(first) = schedule.next(t0, true) else {
-            panic!("a first drop is refilled once the writer is quiet");
+        let Next::Refill(first) = schedule.next(t0, true, &settled) else {
+            panic!("a first drop is refilled once nothing of it is in flight");
         };
         assert_eq!(
             (&first.refill, first.since),
             (&pods, 3),
             "the latest drop's"
         );
-        assert!(matches!(schedule.next(t0, true), Next::Idle));
+        assert!(matches!(schedule.next(t0, true, &settled), Next::Idle));
         schedule.refilled(pods.clone(), t0);
-        schedule.add(
-            Dropped {
-                refill: pods.clone(),
-                since: 4,
-            },
-            t0,
-        );
-        schedule.add(
-            Dropped {
-                refill: services.clone(),
-                since: 5,
-            },
-            t0,
-        );
+        schedule.add(drop_of(&pods, 4), t0);
+        schedule.add(drop_of(&services, 5), t0);
         // Another request does not wait for this one's spacing.
-        let Next::Refill(other) = schedule.next(t0, true) else {
+        let Next::Refill(other) = schedule.next(t0, true, &settled) else {
             panic!("services is due");
         };
         assert_eq!(other.refill, services);
-        match schedule.next(t0 + Duration::from_secs(1), true) {
+        match schedule.next(t0 + Duration::from_secs(1), true, &settled) {
             Next::Wait(wait) => assert_eq!(wait, SPACING - Duration::from_secs(1)),
             next => panic!("pods waits its spacing: {next:?}"),
         }
-        assert!(matches!(schedule.next(t0 + SPACING, true), Next::Refill(d) if d.refill == pods));
+        assert!(
+            matches!(schedule.next(t0 + SPACING, true, &settled), Next::Refill(d) if d.refill == pods)
+        );
     }
 
     #[test]
-    fn a_drop_waits_for_a_quiet_writer_or_its_patience() {
+    fn a_drop_waits_for_the_answers_in_flight_or_its_patience_and_a_relist_does_not() {
         let mut schedule = Schedule::default();
-        let pods = request("/api/v1/pods");
+        let (pods, services) = (request("/api/v1/pods"), request("/api/v1/services"));
         let t0 = Instant::now();
-        schedule.add(
-            Dropped {
-                refill: pods.clone(),
-                since: 1,
-            },
-            t0,
-        );
-        // While the writer is busy (a client listing in a loop), it is looked at again soon.
-        assert!(matches!(schedule.next(t0, false), Next::Wait(w) if w == LOOK));
-        // A later drop of the same request does not push its patience back.
-        schedule.add(
-            Dropped {
-                refill: pods.clone(),
-                since: 2,
-            },
-            t0 + Duration::from_secs(20),
-        );
+        schedule.add(drop_of(&pods, 1), t0);
+        let busy = |_: &Dropped| Seen {
+            brought: false,
+            idle_since: None,
+        };
+        // While a list of it is in flight (a client listing in a loop), looked at again soon.
+        assert!(matches!(schedule.next(t0, true, busy), Next::Wait(w) if w == LOOK));
+        // Its last answer ended: it waits LINGER for the client's next list.
+        let ended = t0 + Duration::from_millis(300);
         assert!(matches!(
-            schedule.next(t0 + PATIENCE - Duration::from_millis(50), false),
+            schedule.next(ended + Duration::from_millis(100), true, idle(ended)),
+            Next::Wait(w) if w == LINGER - Duration::from_millis(100)
+        ));
+        // A later list went whole: let go, never fetched.
+        let brought = |_: &Dropped| Seen {
+            brought: true,
+            idle_since: None,
+        };
+        assert!(matches!(schedule.next(ended, true, brought), Next::LetGo(d) if d.since == 1));
+        assert!(matches!(schedule.next(ended, true, busy), Next::Idle));
+
+        // A later drop of the same request does not push its patience back.
+        schedule.add(drop_of(&pods, 2), t0);
+        schedule.add(drop_of(&pods, 3), t0 + Duration::from_secs(20));
+        assert!(matches!(
+            schedule.next(t0 + PATIENCE - Duration::from_millis(50), true, busy),
             Next::Wait(w) if w == Duration::from_millis(50)
         ));
         assert!(
-            matches!(schedule.next(t0 + PATIENCE, false), Next::Refill(d) if d.since == 2),
-            "a writer that never rests still has it refilled"
+            matches!(schedule.next(t0 + PATIENCE, true, busy), Next::Refill(d) if d.since == 3),
+            "a request listed back to back for good still has it refilled"
         );
 
-        // The queue is quiet only once seen empty for QUIET, every look in between empty.
-        let mut quiet = Quiet::default();
-        quiet.look(0, t0);
-        assert!(!quiet.quiet(t0 + QUIET - Duration::from_millis(1)));
-        quiet.look(3, t0 + Duration::from_millis(200));
-        quiet.look(0, t0 + Duration::from_millis(300));
-        assert!(!quiet.quiet(t0 + QUIET));
-        assert!(quiet.quiet(t0 + Duration::from_millis(300) + QUIET));
+        // A relist's hand-off goes at once, whatever is in flight.
+        schedule.add(
+            Dropped {
+                refill: services.clone(),
+                since: 4,
+                relist: true,
+            },
+            t0,
+        );
+        assert!(matches!(schedule.next(t0, true, busy), Next::Refill(d) if d.refill == services));
+    }
+
+    #[test]
+    fn a_due_drop_waits_for_a_healthy_cloud_with_its_patience_kept() {
+        let mut schedule = Schedule::default();
+        let pods = request("/api/v1/pods");
+        let t0 = Instant::now();
+        schedule.add(drop_of(&pods, 1), t0);
+        let later = t0 + PATIENCE + Duration::from_secs(60);
+        // The link is down when it is due: it keeps waiting, looked at again soon.
+        assert!(matches!(
+            schedule.next(t0 + LINGER, false, idle(t0)),
+            Next::Wait(w) if w == LOOK
+        ));
+        assert_eq!(schedule.waiting.len(), 1);
+        // Back, with answers in flight again: its patience is spent, it goes at once.
+        let busy = |_: &Dropped| Seen {
+            brought: false,
+            idle_since: None,
+        };
+        assert!(matches!(schedule.next(later, false, busy), Next::Wait(w) if w == LOOK));
+        assert!(matches!(schedule.next(later, true, busy), Next::Refill(d) if d.refill == pods));
     }
 
     #[test]

@@ -883,8 +883,8 @@ impl Hub {
                 .filter(|l| l.starts_with("tinyhub_cache_") || l.starts_with(IN_FLIGHT))
                 .map(str::to_owned)
                 .collect();
-            // A dropped answer waits for a quiet writer before it is fetched again (a hub
-            // without the series has none waiting).
+            // A dropped answer waits for the answers to its request in flight before it is
+            // fetched again (a hub without the series has none waiting).
             let idle = activity
                 .iter()
                 .any(|l| l == "tinyhub_cache_writer_queue_depth 0")

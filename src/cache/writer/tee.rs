@@ -284,10 +284,17 @@ impl CacheTx {
         gzip: bool,
         refill: Option<Refill>,
     ) -> Option<Session> {
+        let streaming = matches!(target, CacheTarget::Watch { .. });
         let refill = refill.and_then(|refill| {
             let tx = self.refills.clone()?;
-            let since = tx.begun();
-            Some(Refillable { tx, refill, since })
+            // In flight, for the ledger, until the session ends (its `Drop` at the latest).
+            let since = tx.open(&refill, streaming);
+            Some(Refillable {
+                tx,
+                refill,
+                since,
+                handed: false,
+            })
         });
         if let (CacheTarget::Watch { collection }, Some(relist), Some(r), 200) =
             (&target, &self.relist, &refill, status)
@@ -295,7 +302,7 @@ impl CacheTx {
         {
             // Its own place in the ledger, after the watch's: the watch's end, whole, must
             // not count as the relist.
-            let handed = r.tx.dropped(r.refill.clone(), r.tx.begun());
+            let handed = r.tx.relist(r.refill.clone());
             log::info!(
                 "cache: {}/{} is marked for a relist ({}): {}",
                 collection.component,
@@ -423,8 +430,10 @@ struct Start {
 struct Refillable {
     tx: RefillTx,
     refill: Refill,
-    /// When the session began ([`RefillTx::begun`]).
+    /// When the session began ([`RefillTx::open`]).
     since: u64,
+    /// Handed to the refill thread already (dropped for a full queue).
+    handed: bool,
 }
 
 impl Session {
@@ -582,6 +591,7 @@ impl Session {
             // Whole in the queue: a drop of the same request begun before is made needless.
             r.tx.whole(&r.refill, r.since);
         }
+        // Otherwise the session's end is told by its `Drop`, right after.
     }
 
     fn abandon(&mut self) {
@@ -593,10 +603,14 @@ impl Session {
         if first {
             Metrics::inc(&METRICS.cache_sessions_abandoned);
             // The answer is still wanted on disk: have it fetched again at the disk's pace.
-            let refilled = self
-                .refill
-                .take()
-                .is_some_and(|r| r.tx.dropped(r.refill, r.since));
+            // The session stays in flight for the ledger until its `Drop`: the client is
+            // still being answered, and asks again only after.
+            let refilled = self.refill.as_mut().is_some_and(|r| {
+                if !r.handed {
+                    r.handed = r.tx.dropped(r.refill.clone(), r.since, self.streaming);
+                }
+                r.handed
+            });
             log::debug!(
                 "cache session {} abandoned: the writer queue is full{}",
                 self.id,
@@ -612,6 +626,10 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        // Not whole (that took it): the answer's end, for the ledger of refills.
+        if let Some(r) = self.refill.take() {
+            r.tx.ended(&r.refill, r.since);
+        }
         if self.done {
             return;
         }
