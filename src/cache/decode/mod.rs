@@ -253,6 +253,7 @@ enum Capture {
     Event,
 }
 
+#[inline(always)]
 fn is_space(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
 }
@@ -264,16 +265,18 @@ fn is_space(b: u8) -> bool {
 /// byte of a list): for each byte the word tests "equals `"`", "equals `\\`" and "below
 /// 0x20" at once. A test can also flag a byte above one that truly matched (a borrow carries
 /// upwards), never one below it, so the lowest flag is always the first match.
-#[inline]
+#[inline(always)]
 fn string_run_end(bytes: &[u8], mut i: usize) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
-    // A byte is flagged when it is zero in `x` (or, for the last test, below 0x20 in `w`).
-    let zero = |x: u64| x.wrapping_sub(ONES) & !x;
+    const QUOTES: u64 = ONES * b'"' as u64;
+    const BACKSLASHES: u64 = ONES * b'\\' as u64;
     while let Some(word) = bytes.get(i..).and_then(<[u8]>::first_chunk::<8>) {
         let w = u64::from_le_bytes(*word);
-        let hits = (zero(w ^ (ONES * u64::from(b'"')))
-            | zero(w ^ (ONES * u64::from(b'\\')))
+        // A byte is flagged when it is zero in `q` or `b`, or below 0x20 in `w`.
+        let (q, b) = (w ^ QUOTES, w ^ BACKSLASHES);
+        let hits = ((q.wrapping_sub(ONES) & !q)
+            | (b.wrapping_sub(ONES) & !b)
             | (w.wrapping_sub(ONES * 0x20) & !w))
             & HIGH;
         if hits != 0 {
@@ -288,7 +291,7 @@ fn string_run_end(bytes: &[u8], mut i: usize) -> usize {
 }
 
 /// Where the run of bytes from `bytes[i]` for which `keep` holds ends.
-#[inline]
+#[inline(always)]
 fn run_end(bytes: &[u8], mut i: usize, keep: impl Fn(u8) -> bool) -> usize {
     while i < bytes.len() && keep(bytes[i]) {
         i += 1;
@@ -441,7 +444,7 @@ impl JsonStream {
     }
 
     /// Fails once the capture, counted up to (not including) chunk index `at`, is too long.
-    #[inline]
+    #[inline(always)]
     fn check_size(&self, at: usize) -> Result<(), DecodeError> {
         if self.capture.is_some() && self.buf.len() + (at - self.from) > self.max_unit {
             return Err(DecodeError::UnitTooLarge {
@@ -494,6 +497,12 @@ impl JsonStream {
                     return Ok(end);
                 }
                 match b {
+                    // The colon nearly always follows at once: taken here (it cannot fail).
+                    b'"' if name && bytes.get(i + 1) == Some(&b':') => {
+                        self.end_name(i + 1, bytes)?;
+                        self.state = State::Value;
+                        return Ok(i + 2);
+                    }
                     b'"' if name => self.end_name(i + 1, bytes)?,
                     b'"' => self.end_value(i + 1, bytes, sink)?,
                     b'\\' => self.state = State::Escape { name },
@@ -582,18 +591,17 @@ impl JsonStream {
     ) -> Result<usize, DecodeError> {
         let b = bytes[i];
         match self.state {
+            // A string's content is taken at once from here (it cannot fail or end a unit
+            // before its closing quote, which the next step reads).
+            State::Top | State::Value if b == b'"' => {
+                self.start_value(b, i)?;
+                return Ok(string_run_end(bytes, i + 1));
+            }
             State::Top | State::Value => self.start_value(b, i)?,
             State::ArrayStart if b == b']' => self.close(false, i + 1, bytes, sink)?,
             State::ArrayStart => self.start_value(b, i)?,
             State::ObjectStart | State::Name => match b {
-                b'"' => {
-                    if self.shape == BodyShape::List && self.depth == 1 {
-                        self.begin(Capture::Name, i);
-                    } else if self.unit_depth().is_some() {
-                        self.locator.name_from = self.unit_pos(i);
-                    }
-                    self.state = State::Str { name: true };
-                }
+                b'"' => return Ok(self.start_name(bytes, i)),
                 b'}' if self.state == State::ObjectStart => self.close(true, i + 1, bytes, sink)?,
                 _ => return Err(self.syntax(i, "expected a member name")),
             },
@@ -606,6 +614,10 @@ impl JsonStream {
             State::AfterValue => {
                 let in_object = self.innermost_is_object();
                 match b {
+                    // A name nearly always follows at once: begun here (it cannot fail).
+                    b',' if in_object && bytes.get(i + 1) == Some(&b'"') => {
+                        return Ok(self.start_name(bytes, i + 1));
+                    }
                     b',' if in_object => self.state = State::Name,
                     b',' => self.state = State::Value,
                     b'}' | b']' => {
@@ -627,13 +639,26 @@ impl JsonStream {
         Ok(i + 1)
     }
 
+    /// A member name opens with the quote at `bytes[i]`: returns where its content ends
+    /// (or the chunk does), taken at once.
     #[inline]
+    fn start_name(&mut self, bytes: &[u8], i: usize) -> usize {
+        if self.shape == BodyShape::List && self.depth == 1 {
+            self.begin(Capture::Name, i);
+        } else if self.unit_depth().is_some() {
+            self.locator.name_from = self.unit_pos(i);
+        }
+        self.state = State::Str { name: true };
+        string_run_end(bytes, i + 1)
+    }
+
+    #[inline(always)]
     fn innermost_is_object(&self) -> bool {
         let level = self.depth - 1;
         self.objects[level / 64] & (1 << (level % 64)) != 0
     }
 
-    #[inline]
+    #[inline(always)]
     fn begin(&mut self, what: Capture, at: usize) {
         self.capture = Some((what, self.depth));
         self.from = at;
@@ -780,7 +805,7 @@ impl JsonStream {
 
     /// The depth of the current value in the unit being captured (its root is 0), when
     /// there is one and paths to locate.
-    #[inline]
+    #[inline(always)]
     fn unit_depth(&self) -> Option<usize> {
         if self.locator.paths.is_empty() {
             return None;
@@ -792,7 +817,7 @@ impl JsonStream {
     }
 
     /// The position in the unit being captured of chunk index `at`.
-    #[inline]
+    #[inline(always)]
     fn unit_pos(&self, at: usize) -> usize {
         self.buf.len() + at - self.from
     }
