@@ -290,6 +290,202 @@ fn string_run_end(bytes: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// What [`scan_container`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scanned {
+    /// A valid container, ending just before this index.
+    Whole(usize),
+    /// Not valid JSON (or too deep) at this index.
+    Invalid(usize),
+    /// The chunk ended inside it; the containers open there are noted.
+    Cut,
+}
+
+/// Where a container ends; which part of the grammar comes next inside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// A value, or `]` (just after `[`).
+    FirstItem,
+    /// A value.
+    Value,
+    /// A member name, or `}` (just after `{`).
+    FirstName,
+    /// A member name.
+    Name,
+    /// `:`.
+    Colon,
+    /// `,` or the closing bracket.
+    After,
+}
+
+/// Validates the container opening at `bytes[i]` as the steps of [`JsonStream`] would, but
+/// with nothing to capture or locate: a tight loop over its tokens, taking strings, numbers,
+/// literals and spaces in runs. At most `room` containers may open (the depth limit). On
+/// [`Scanned::Cut`], `open_at_end` holds where the containers open at the chunk's end begin.
+fn scan_container(bytes: &[u8], i: usize, room: usize, open_at_end: &mut Vec<usize>) -> Scanned {
+    // Per open container (innermost last): where it begins and whether it is an object.
+    let mut open: [(usize, bool); 32] = [(0, false); 32];
+    let mut depth = 0;
+    let mut next = Next::Value;
+    let mut k = i;
+    let cut = |open: &[(usize, bool)], open_at_end: &mut Vec<usize>| {
+        open_at_end.clear();
+        open_at_end.extend(open.iter().map(|&(at, _)| at));
+        Scanned::Cut
+    };
+    loop {
+        k = run_end(bytes, k, is_space);
+        let Some(&b) = bytes.get(k) else {
+            return cut(&open[..depth], open_at_end);
+        };
+        match next {
+            Next::FirstItem | Next::Value => match b {
+                b'{' | b'[' => {
+                    // Deeper than the local stack holds: left to the steps.
+                    if depth == room || depth == open.len() {
+                        return Scanned::Invalid(k);
+                    }
+                    open[depth] = (k, b == b'{');
+                    depth += 1;
+                    next = if b == b'{' {
+                        Next::FirstName
+                    } else {
+                        Next::FirstItem
+                    };
+                    k += 1;
+                    continue;
+                }
+                b']' if next == Next::FirstItem => {}
+                b'"' => {
+                    match scan_string(bytes, k + 1) {
+                        Scanned::Whole(end) => k = end,
+                        Scanned::Cut => return cut(&open[..depth], open_at_end),
+                        invalid => return invalid,
+                    }
+                    next = Next::After;
+                    continue;
+                }
+                b'-' | b'0'..=b'9' => {
+                    let mut num = if b == b'-' {
+                        Num::Minus
+                    } else if b == b'0' {
+                        Num::Zero
+                    } else {
+                        Num::Int
+                    };
+                    k += 1;
+                    loop {
+                        k = match num {
+                            Num::Int | Num::Frac | Num::ExpInt => {
+                                run_end(bytes, k, |c| c.is_ascii_digit())
+                            }
+                            _ => k,
+                        };
+                        let Some(&c) = bytes.get(k) else {
+                            return cut(&open[..depth], open_at_end);
+                        };
+                        match num.step(c) {
+                            Some(n) => {
+                                num = n;
+                                k += 1;
+                            }
+                            None if num.can_end() => break,
+                            None => return Scanned::Invalid(k),
+                        }
+                    }
+                    next = Next::After;
+                    continue;
+                }
+                b't' | b'f' | b'n' => {
+                    let word: &[u8] = match b {
+                        b't' => b"true",
+                        b'f' => b"false",
+                        _ => b"null",
+                    };
+                    let have = &bytes[k..bytes.len().min(k + word.len())];
+                    if !word.starts_with(have) {
+                        return Scanned::Invalid(k);
+                    }
+                    if have.len() < word.len() {
+                        return cut(&open[..depth], open_at_end);
+                    }
+                    k += word.len();
+                    next = Next::After;
+                    continue;
+                }
+                _ => return Scanned::Invalid(k),
+            },
+            Next::FirstName | Next::Name => match b {
+                b'"' => {
+                    match scan_string(bytes, k + 1) {
+                        Scanned::Whole(end) => k = end,
+                        Scanned::Cut => return cut(&open[..depth], open_at_end),
+                        invalid => return invalid,
+                    }
+                    next = Next::Colon;
+                    continue;
+                }
+                b'}' if next == Next::FirstName => {}
+                _ => return Scanned::Invalid(k),
+            },
+            Next::Colon if b == b':' => {
+                next = Next::Value;
+                k += 1;
+                continue;
+            }
+            Next::Colon => return Scanned::Invalid(k),
+            Next::After => {
+                let object = open[depth - 1].1;
+                match b {
+                    b',' => {
+                        next = if object { Next::Name } else { Next::Value };
+                        k += 1;
+                        continue;
+                    }
+                    b'}' if object => {}
+                    b']' if !object => {}
+                    _ => return Scanned::Invalid(k),
+                }
+            }
+        }
+        // `bytes[k]` closes the innermost container.
+        depth -= 1;
+        k += 1;
+        if depth == 0 {
+            return Scanned::Whole(k);
+        }
+        next = Next::After;
+    }
+}
+
+/// A string's content from `bytes[k]` (after its opening quote), as the steps check it:
+/// where it ends (after its closing quote), or where it is invalid, or cut.
+fn scan_string(bytes: &[u8], mut k: usize) -> Scanned {
+    loop {
+        k = string_run_end(bytes, k);
+        match bytes.get(k) {
+            None => return Scanned::Cut,
+            Some(b'"') => return Scanned::Whole(k + 1),
+            Some(b'\\') => match bytes.get(k + 1) {
+                None => return Scanned::Cut,
+                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => k += 2,
+                Some(b'u') => {
+                    for h in k + 2..k + 6 {
+                        match bytes.get(h) {
+                            None => return Scanned::Cut,
+                            Some(c) if c.is_ascii_hexdigit() => {}
+                            Some(_) => return Scanned::Invalid(h),
+                        }
+                    }
+                    k += 6;
+                }
+                Some(_) => return Scanned::Invalid(k + 1),
+            },
+            Some(_) => return Scanned::Invalid(k),
+        }
+    }
+}
+
 /// Where the run of bytes from `bytes[i]` for which `keep` holds ends.
 #[inline(always)]
 fn run_end(bytes: &[u8], mut i: usize, keep: impl Fn(u8) -> bool) -> usize {
@@ -324,6 +520,11 @@ pub(crate) struct JsonStream {
     finished: bool,
     /// What it locates in units; no paths, nothing located.
     locator: Locator,
+    /// Containers of the current chunk not to take at once ([`JsonStream::take_container`]):
+    /// those starting before this index (one held an error there)...
+    no_take_before: usize,
+    /// ...and those starting at these indices, ascending: open at the chunk's end.
+    open_at_end: Vec<usize>,
 }
 
 impl fmt::Debug for JsonStream {
@@ -358,6 +559,8 @@ impl JsonStream {
             failed: None,
             finished: false,
             locator: Locator::default(),
+            no_take_before: 0,
+            open_at_end: Vec::new(),
         }
     }
 
@@ -461,6 +664,8 @@ impl JsonStream {
         sink: &mut dyn FnMut(Unit<'_>, &Located),
     ) -> Result<(), DecodeError> {
         self.from = 0;
+        self.no_take_before = 0;
+        self.open_at_end.clear();
         let mut i = 0;
         while i < bytes.len() {
             self.check_size(i)?;
@@ -590,6 +795,12 @@ impl JsonStream {
         sink: &mut dyn FnMut(Unit<'_>, &Located),
     ) -> Result<usize, DecodeError> {
         let b = bytes[i];
+        if matches!(b, b'{' | b'[')
+            && matches!(self.state, State::Value | State::ArrayStart)
+            && let Some(end) = self.take_container(bytes, i)
+        {
+            return Ok(end);
+        }
         match self.state {
             // A string's content is taken at once from here (it cannot fail or end a unit
             // before its closing quote, which the next step reads).
@@ -637,6 +848,43 @@ impl JsonStream {
             | State::Literal(_) => unreachable!("structural is called only between values"),
         }
         Ok(i + 1)
+    }
+
+    /// The container opening at `bytes[i]` taken whole at once, when nothing in it matters
+    /// but its validity: it lies inside the unit being captured (it neither is one nor ends
+    /// one), on no path being located, whole in this chunk, valid and not too deep. Returns
+    /// where it ends; `None` leaves it to the steps, which then find exactly what the byte
+    /// by byte scan finds (the error, the chunk's end).
+    ///
+    /// Issue 34: most of a pod is such containers (its spec, status and managed fields), and
+    /// a step per token cost about 30 instructions a byte of a list of real pods.
+    fn take_container(&mut self, bytes: &[u8], i: usize) -> Option<usize> {
+        let inside = self.capture.is_some_and(|(_, d)| d < self.depth);
+        if !inside || i < self.no_take_before || self.open_at_end.binary_search(&i).is_ok() {
+            return None;
+        }
+        let unit_depth = self.unit_depth();
+        let located = unit_depth.is_some_and(|d| d < MAX_PATH_DEPTH);
+        if located && self.locator.pending.is_some() {
+            return None;
+        }
+        match scan_container(bytes, i, MAX_DEPTH - self.depth, &mut self.open_at_end) {
+            Scanned::Whole(end) => {
+                // What the steps would leave: nothing located at this depth, nothing pending.
+                self.locator.pending = None;
+                if let Some(d) = unit_depth.filter(|_| located) {
+                    self.locator.values[d] = None;
+                    self.locator.objects[d] = None;
+                }
+                self.state = State::AfterValue;
+                Some(end)
+            }
+            Scanned::Invalid(at) => {
+                self.no_take_before = at;
+                None
+            }
+            Scanned::Cut => None,
+        }
     }
 
     /// A member name opens with the quote at `bytes[i]`: returns where its content ends
@@ -1226,6 +1474,9 @@ mod tests {
         ];
         for (body, offset, what) in cases {
             check(BodyShape::Object, &body, &[], syntax(offset, what));
+            // The same one level down, in a container taken at once when it is valid.
+            let nested = format!(r#"{{"o":{body}}}"#);
+            check(BodyShape::Object, &nested, &[], syntax(offset + 5, what));
         }
         // Cut inside each kind of run: truncated, whatever the cut.
         for body in [
@@ -1235,6 +1486,8 @@ mod tests {
             format!("{{\"a\":1{}", " ".repeat(20)),
         ] {
             check(BodyShape::Object, &body, &[], Err(DecodeError::Truncated));
+            let nested = format!(r#"{{"o":[{body}"#);
+            check(BodyShape::Object, &nested, &[], Err(DecodeError::Truncated));
         }
     }
 
@@ -1256,6 +1509,66 @@ mod tests {
                 let fits = max >= 6 + inner.len();
                 assert_eq!(whole.1.is_ok(), fits, "{body} at {max}: {whole:?}");
             }
+        }
+    }
+
+    /// Decodes `body` as a list locating `paths`, fed in `chunks`: each unit with what was
+    /// located in it.
+    fn located_chunks<'a>(
+        paths: &'static [Path],
+        chunks: impl IntoIterator<Item = &'a [u8]>,
+    ) -> (Vec<(Owned, Located)>, Result<(), DecodeError>) {
+        let mut units = Vec::new();
+        let mut stream = JsonStream::new(BodyShape::List, 1 << 20).locating(paths);
+        let mut sink = |u: Unit<'_>, found: &Located| units.push((own(u), *found));
+        let mut result = Ok(());
+        for chunk in chunks {
+            result = stream.feed_located(chunk, &mut sink);
+            if result.is_err() {
+                break;
+            }
+        }
+        (units, result.and_then(|()| stream.finish()))
+    }
+
+    #[test]
+    fn containers_taken_at_once_locate_the_same_whole_and_in_pieces() {
+        // Paths beside, inside and after containers nothing is located in (taken at once):
+        // the spans must be those the steps find, also one byte at a time.
+        const PATHS: &[Path] = &[
+            &["metadata", "name"],
+            &["metadata", "resourceVersion"],
+            &["spec", "nodeName"],
+            &["kind"],
+        ];
+        let pod = |i: usize| {
+            format!(
+                r#"{{"metadata":{{"labels":{{"a":{{"b":[1,{{"c":"}}"}}]}}}},"name":"p{i}","managedFields":[{{"f:x":{{".":{{}}}}}}],"resourceVersion":"{i}"}},"spec":{{"volumes":[[],{{}},[null,true]],"nodeName":"n{i}","x":{{"nodeName":"not this"}}}},"status":{{"kind":"not this"}},"kind":"Pod"}}"#
+            )
+        };
+        let body = format!(r#"{{"kind":"PodList","items":[{},{}]}}"#, pod(1), pod(22));
+        let whole = located_chunks(PATHS, [body.as_bytes()]);
+        assert_eq!(whole.1, Ok(()));
+        assert_eq!(whole.0.len(), 3);
+        for (unit, found) in &whole.0[1..] {
+            let Owned::Item(text) = unit else {
+                panic!("{unit:?} is not an item");
+            };
+            let at = |q: usize| {
+                let (start, stop) = found.span(q).unwrap().unwrap();
+                &text[start..stop]
+            };
+            assert!(
+                at(0).starts_with("\"p") && at(2).starts_with("\"n"),
+                "{text}"
+            );
+            assert_eq!(at(3), "\"Pod\"");
+            let (name, rv) = (at(0), at(1));
+            assert_eq!(&name[2..name.len() - 1], &rv[1..rv.len() - 1]);
+        }
+        assert_eq!(located_chunks(PATHS, body.as_bytes().chunks(1)), whole);
+        for size in [2, 7, 33] {
+            assert_eq!(located_chunks(PATHS, body.as_bytes().chunks(size)), whole);
         }
     }
 
