@@ -241,6 +241,12 @@ pub fn body_decoder(data: &[u8]) {
     }
     // Plain JSON: units and errors (offsets included) must not depend on the chunks at all.
     assert_eq!(whole, chunked, "decoding depends on the chunks");
+    // Fed one byte at a time, the decoder never takes a run of string, number, literal or
+    // space bytes at once (issue 34): the runs must not change what it finds either.
+    if body.len() <= 4096 {
+        let singles = decode(shape, false, max_unit, body.chunks(1));
+        assert_eq!(whole, singles, "decoding depends on the runs taken at once");
+    }
     check_against_serde(shape, max_unit, body, &whole);
     // The same body compressed decodes to the same units and verdict. Optional: compressing
     // costs more than the rest, and most inputs need not pay for it.

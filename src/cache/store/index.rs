@@ -469,7 +469,13 @@ fn hash_with(hasher: &RandomState, bytes: &[u8]) -> u64 {
 
 /// The entry of `bytes` whose hash is `content`.
 pub(super) fn entry_with(bytes: &[u8], content: u64) -> Entry {
-    let rv = stored_rv(bytes).and_then(|rv| rv.parse().ok()).unwrap_or(0);
+    entry_of(stored_rv(bytes).as_deref(), content)
+}
+
+/// The entry of bytes whose hash is `content` and whose `metadata.resourceVersion` the
+/// caller read already as `rv`: [`entry_with`] without parsing them again.
+pub(super) fn entry_of(rv: Option<&str>, content: u64) -> Entry {
+    let rv = rv.and_then(|rv| rv.parse().ok()).unwrap_or(0);
     Entry { rv, content }
 }
 

@@ -35,7 +35,7 @@ use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{
     all_real_dirs, read_object, real_dir, remove_quietly, sync_dir, sync_filesystem, write_new_file,
 };
-use super::index::{Known, entry_with};
+use super::index::{Known, entry_of};
 use super::journal::{CommitStep, JOURNAL_PREFIX, JournalWriter, RelPath};
 use super::list::NameCursor;
 use super::recent::Changed;
@@ -221,6 +221,7 @@ impl Replace<'_> {
     /// visible). Identical objects are not written. An object older than the stored one, or
     /// buried by a tombstone, is staged all the same and answered [`PutOutcome::Stale`]:
     /// whether the answer is whole, and so wins over it, is known only at the commit.
+    /// `rv` is `bytes`' own `metadata.resourceVersion` (the caller read their head).
     pub(crate) fn put(
         &mut self,
         namespace: Option<&str>,
@@ -255,7 +256,9 @@ impl Replace<'_> {
                 let existing = self.read_stored(namespace, name)?;
                 let outcome = unchanged(existing.as_deref(), bytes, rv);
                 if outcome == Some(PutOutcome::Identical) {
-                    self.store.index().record(at, entry_with(bytes, content));
+                    // The stored bytes are these: their version is `rv`, not parsed again
+                    // (a whole object's parse cost more than the rest of the put).
+                    self.store.index().record(at, entry_of(rv, content));
                 }
                 (existing.is_some(), outcome)
             }

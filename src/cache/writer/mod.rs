@@ -17,6 +17,8 @@
 mod error_keys;
 mod evict;
 mod failures;
+#[cfg(test)]
+mod list_cost;
 mod refills;
 mod rules;
 mod run;
