@@ -101,8 +101,8 @@ pub fn few_arenas() {
 }
 
 /// What [`trim_stack`] keeps below the caller's frame: the frames of the calls it makes
-/// before its system call returns (its own, the libc wrapper's), with room to spare.
-const TRIM_MARGIN: usize = 16 * 1024;
+/// before its system call returns (its own and the libc wrapper's, well under a page).
+const TRIM_MARGIN: usize = 4 * 1024;
 
 thread_local! {
     /// The lowest address of this thread's stack (0: not asked yet; 1: unknown).
