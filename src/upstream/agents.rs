@@ -156,11 +156,11 @@ fn agent(
     if let Some((generation, _)) = pooled {
         let connector =
             ().chain(Recording::default())
-                .chain(SharedTls(Arc::clone(rustls)))
+                .chain(SharedTls::new(rustls, false))
                 .chain(Retirable(Arc::clone(generation)));
         Agent::with_parts(config, connector, resolver)
     } else {
-        let connector = ().chain(Recording::default()).chain(SharedTls(Arc::clone(rustls)));
+        let connector = ().chain(Recording::default()).chain(SharedTls::new(rustls, true));
         Agent::with_parts(config, connector, resolver)
     }
 }

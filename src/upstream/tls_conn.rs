@@ -48,7 +48,22 @@ impl<T: RawSocket, H> RawSocket for Hooked<T, H> {
 }
 
 /// The connector that wraps an `https` connection in TLS with a shared configuration.
-pub(super) struct SharedTls(pub(super) Arc<rustls::ClientConfig>);
+pub(super) struct SharedTls {
+    config: Arc<rustls::ClientConfig>,
+    /// Each connection carries one stream (a watch), which may wait for hours between
+    /// events: its buffers are let go while it waits (see [`TlsSocket::await_input`]).
+    streams: bool,
+}
+
+impl SharedTls {
+    /// TLS with `config`; `streams` for an agent whose connections each carry one stream.
+    pub(super) fn new(config: &Arc<rustls::ClientConfig>, streams: bool) -> SharedTls {
+        SharedTls {
+            config: Arc::clone(config),
+            streams,
+        }
+    }
+}
 
 impl fmt::Debug for SharedTls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -70,7 +85,9 @@ impl<In: RawSocket + Transport> Connector<In> for SharedTls {
         if !details.needs_tls() || inner.is_tls() {
             return Ok(Some(Either::A(inner)));
         }
-        Ok(Some(Either::B(handshake(&self.0, details, inner)?)))
+        let mut tls = handshake(&self.config, details, inner)?;
+        tls.lean = self.streams;
+        Ok(Some(Either::B(tls)))
     }
 }
 
@@ -95,14 +112,16 @@ fn handshake<T: RawSocket + Transport>(
     };
     let mut raw = inner.socket().raw();
     conn.complete_io(&mut Timed::new(&mut raw, details.timeout, since))?;
-    let buffers = LazyBuffers::new(
+    let sizes = (
         details.config.input_buffer_size(),
         details.config.output_buffer_size(),
     );
     Ok(TlsSocket {
         inner,
         conn,
-        buffers,
+        buffers: LazyBuffers::new(sizes.0, sizes.1),
+        sizes,
+        lean: false,
     })
 }
 
@@ -112,6 +131,10 @@ pub(super) struct TlsSocket<T> {
     inner: T,
     conn: ClientConnection,
     buffers: LazyBuffers,
+    /// The sizes of `buffers` (in, out), allocated on first use.
+    sizes: (usize, usize),
+    /// Let the buffers go while waiting for the server with nothing unread in them.
+    lean: bool,
 }
 
 impl<T: fmt::Debug> fmt::Debug for TlsSocket<T> {
@@ -132,6 +155,7 @@ impl<T: RawSocket + Transport> Transport for TlsSocket<T> {
             inner,
             conn,
             buffers,
+            ..
         } = self;
         let mut raw = inner.socket().raw();
         let mut io = Timed::new(&mut raw, timeout, Instant::now());
@@ -139,14 +163,30 @@ impl<T: RawSocket + Transport> Transport for TlsSocket<T> {
         Ok(())
     }
 
+    /// On a stream's connection ([`SharedTls::new`]), with nothing unread in the buffers,
+    /// they are dropped (12 KiB) before waiting: the wait is for the next event of a watch,
+    /// maybe hours away, and what arrives goes first into rustls's own buffer. They are
+    /// made again, zeroed, once there is something to read into them.
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
         let TlsSocket {
             inner,
             conn,
             buffers,
+            sizes,
+            lean,
         } = self;
         let mut raw = inner.socket().raw();
         let mut io = Timed::new(&mut raw, timeout, Instant::now());
+        if *lean && buffers.input().is_empty() {
+            *buffers = LazyBuffers::new(sizes.0, sizes.1);
+            // What `rustls::Stream::read` waits for before it reads: some plaintext, or the
+            // end of the connection.
+            while conn.wants_read() {
+                if conn.complete_io(&mut io)?.0 == 0 {
+                    break;
+                }
+            }
+        }
         let amount = rustls::Stream::new(conn, &mut io).read(buffers.input_append_buf())?;
         buffers.input_appended(amount);
         Ok(amount > 0)
