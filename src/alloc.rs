@@ -83,6 +83,7 @@ unsafe impl GlobalAlloc for Counting {
 /// that finds the others busy). Every arena keeps its own free memory: with a thread per
 /// connection, 100 watches after a burst of events held 41 MiB with the default and 32 MiB
 /// with one arena. Two keep most of that and leave the request threads a second lock.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 const MALLOC_ARENAS: i32 = 2;
 
 /// Caps glibc's malloc arenas at [`MALLOC_ARENAS`], unless `MALLOC_ARENA_MAX` in the

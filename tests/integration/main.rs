@@ -59,6 +59,7 @@ mod serve_extras;
 mod start_limits;
 mod trust;
 mod tunnel;
+mod watch_footprint;
 mod watch_list_options;
 mod watch_resume;
 mod watch_resume_faults;
