@@ -254,7 +254,7 @@ impl Transport for Socket {
             write_timeout,
         } = self;
         let mut raw = Raw {
-            stream: &**stream,
+            stream,
             read_timeout,
             write_timeout,
         };
@@ -269,7 +269,7 @@ impl Transport for Socket {
             write_timeout,
         } = self;
         let mut raw = Raw {
-            stream: &**stream,
+            stream,
             read_timeout,
             write_timeout,
         };
