@@ -7,6 +7,7 @@ use std::process::ExitCode;
 static ALLOCATOR: tinyhub::alloc::Counting = tinyhub::alloc::Counting;
 
 fn main() -> ExitCode {
+    tinyhub::alloc::few_arenas();
     let config = match tinyhub::config::from_args(std::env::args_os().skip(1)) {
         Ok(tinyhub::config::Command::Run(config)) => config,
         Ok(tinyhub::config::Command::Cache(args)) => return tinyhub::cachectl::run(args),

@@ -63,6 +63,13 @@ impl ClientIdentity {
 #[derive(Debug)]
 pub(crate) struct ClientKeyError(ureq::Error);
 
+impl ClientKeyError {
+    /// rustls cannot take the client certificate and key for a configuration.
+    pub(crate) fn rustls(e: rustls::Error) -> ClientKeyError {
+        ClientKeyError(ureq::Error::Rustls(e))
+    }
+}
+
 impl fmt::Display for ClientKeyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "client key: {}", self.0)

@@ -285,6 +285,8 @@ impl Hub {
 
     /// Decides what the hub does with the request on `ex` (no I/O but what the plan's parts
     /// read: the heartbeat's intercept, the pool caches' readiness, the cloud's health).
+    /// Never inlined: its frame is gone before the answer, which may wait for hours.
+    #[inline(never)]
     fn plan(&self, ex: &Exchange<'_>) -> Plan<'_> {
         let mut req = match request::classify(ex.method(), ex.url(), ex.headers()) {
             Ok(req) => req,
@@ -373,6 +375,31 @@ impl Hub {
             None
         };
         match plan {
+            Plan::Forward(req, route) => self.forward(req, route, ex, started),
+            plan => self.carry_out_other(plan, ex, started),
+        }
+    }
+
+    /// Carries out a [`Plan::Forward`]. Never inlined, nor is [`Hub::carry_out_other`]: a
+    /// forwarded watch waits for hours below this frame, and a thread's stack holds what
+    /// every frame above the wait reserved (the other plans' locals, 11 KiB, when they
+    /// shared one frame).
+    #[inline(never)]
+    fn forward(&self, req: ApiRequest, route: Route, ex: Exchange<'_>, started: Instant) {
+        let offline = fallback::offline(self.mode, &route.local, self.cloud.as_ref());
+        Call::run(self, req, route, Counted::Proxied, started, |call| {
+            if offline {
+                call.answer_locally(ex);
+            } else {
+                call.forward(ex);
+            }
+        });
+    }
+
+    /// Carries out any plan but [`Plan::Forward`].
+    #[inline(never)]
+    fn carry_out_other(&self, plan: Plan<'_>, ex: Exchange<'_>, started: Instant) {
+        match plan {
             Plan::Unreadable(status) => {
                 let _ = ex.send_status(&status);
             }
@@ -417,16 +444,7 @@ impl Hub {
                     });
                 });
             }
-            Plan::Forward(req, route) => {
-                let offline = fallback::offline(self.mode, &route.local, self.cloud.as_ref());
-                Call::run(self, req, route, Counted::Proxied, started, |call| {
-                    if offline {
-                        call.answer_locally(ex);
-                    } else {
-                        call.forward(ex);
-                    }
-                });
-            }
+            Plan::Forward(req, route) => self.forward(req, route, ex, started),
             Plan::KubeletNode(req, route) => {
                 let offline = fallback::offline(self.mode, &route.local, self.cloud.as_ref());
                 Call::run(self, req, route, Counted::Proxied, started, |call| {

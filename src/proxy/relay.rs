@@ -203,6 +203,7 @@ impl Call<'_> {
     /// whole and sent with its new length; a larger list or a watch is filtered as it streams,
     /// chunked. An answer that cannot be decoded passes unchanged, with one log line, and is not
     /// cached.
+    #[inline(never)]
     fn relay_filtered<'c>(
         &self,
         ex: Exchange<'c>,

@@ -49,7 +49,7 @@ pub(super) struct Conn {
     pub(super) io_timeout: Duration,
     /// The socket's send timeout as last set (`None`: not set yet).
     pub(super) send_timeout: Option<Duration>,
-    /// The socket's read timeout as last set by [`Conn::arm_read`] (`None`: unknown).
+    /// The socket's read timeout as last set (`None`: unknown).
     pub(super) read_timeout: Option<Duration>,
 }
 
@@ -205,8 +205,14 @@ pub(super) fn serve_connection(
             IDLE_TIMEOUT
         };
         first = false;
-        let _ = conn.stream.set_read_timeout(Some(wait));
-        conn.read_timeout = None;
+        // Set only when it changes: a keep-alive connection's requests all wait the same,
+        // and a small get costs a few system calls in all (one was this, every request).
+        if conn.read_timeout != Some(wait) {
+            conn.read_timeout = match conn.stream.set_read_timeout(Some(wait)) {
+                Ok(()) => Some(wait),
+                Err(_) => None,
+            };
+        }
         match conn.fill_buf() {
             Ok([]) | Err(_) => return,
             Ok(_) => {}

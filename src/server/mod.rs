@@ -193,8 +193,8 @@ fn accept_loop(
                     // meanwhile as it would a silent plain connection.
                     Some(config) => {
                         let time = limits.io_timeout.min(connection::HEAD_TIMEOUT);
-                        match TlsStream::accept(stream, config, time) {
-                            Ok(stream) => Box::new(stream),
+                        match accept_tls(stream, config, time) {
+                            Ok(stream) => stream,
                             Err(e) => {
                                 log::debug!("TLS handshake with {peer} failed: {e}");
                                 return;
@@ -218,6 +218,18 @@ fn accept_loop(
             }
         }
     }
+}
+
+/// The TLS handshake of a new connection, boxed. Never inlined: the connection's whole life
+/// runs below the frame that calls it, and a watch may last hours; the handshake's state is
+/// in its own frame, gone before the first request.
+#[inline(never)]
+fn accept_tls(
+    stream: TcpStream,
+    config: Arc<rustls::ServerConfig>,
+    time: Duration,
+) -> io::Result<Box<dyn ClientStream>> {
+    Ok(Box::new(TlsStream::accept(stream, config, time)?))
 }
 
 pub(super) fn too_busy(limit: usize, what: &str) -> Status {

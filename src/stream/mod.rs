@@ -173,6 +173,9 @@ pub(crate) fn pump(
     traffic: &mut u64,
     sink: &mut impl Sink,
 ) -> Pumped {
+    // A stream may wait for its next chunk for hours (a watch): the stack pages its thread
+    // touched before (the connection's TLS handshake) are given back first.
+    crate::alloc::trim_stack();
     let stopped = loop {
         match reads.next(source, traffic) {
             Ok(Some(chunk)) => {
@@ -194,12 +197,16 @@ pub(crate) fn pump(
     Pumped::Stopped(stopped)
 }
 
-/// The reads of one stream's source. The buffer starts at the size given and grows to
-/// [`BUFFER`] once a read fills it.
+/// The reads of one stream's source. The buffer starts at the size given, grows to
+/// [`BUFFER`] once a read fills it, and shrinks back to [`BUFFER_START`] after a read of
+/// less than that: a watch's burst has ended, and the watch may now wait for hours holding
+/// its buffer (a list's reads seldom come that short before its end).
 pub(crate) struct BodyReads {
     buf: Vec<u8>,
     /// The last read filled the buffer.
     filled: bool,
+    /// The last read was shorter than [`BUFFER_START`].
+    short: bool,
 }
 
 impl BodyReads {
@@ -208,6 +215,7 @@ impl BodyReads {
         BodyReads {
             buf: vec![0u8; start],
             filled: false,
+            short: false,
         }
     }
 
@@ -215,6 +223,9 @@ impl BodyReads {
     fn next(&mut self, source: &mut impl Read, traffic: &mut u64) -> io::Result<Option<&[u8]>> {
         if self.filled && self.buf.len() < BUFFER {
             self.buf.resize(BUFFER, 0);
+        } else if self.short && self.buf.len() > BUFFER_START {
+            self.buf.truncate(BUFFER_START);
+            self.buf.shrink_to_fit();
         }
         loop {
             match source.read(&mut self.buf) {
@@ -222,6 +233,7 @@ impl BodyReads {
                 Ok(n) => {
                     *traffic += n as u64;
                     self.filled = n == self.buf.len();
+                    self.short = n < BUFFER_START;
                     return Ok(Some(&self.buf[..n]));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

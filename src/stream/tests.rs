@@ -275,3 +275,46 @@ fn a_tee_sends_each_write_where_its_mode_says() {
     assert_eq!(stored("e"), None, "for the session only, but client-only");
     assert!(stored("f").is_some(), "for the session only");
 }
+
+/// A source that answers each read with the next of its pieces (as much as fits).
+struct Pieces(std::collections::VecDeque<Vec<u8>>);
+
+impl Read for Pieces {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let Some(mut piece) = self.0.pop_front() else {
+            return Ok(0);
+        };
+        let n = piece.len().min(out.len());
+        out[..n].copy_from_slice(&piece[..n]);
+        if n < piece.len() {
+            self.0.push_front(piece.split_off(n));
+        }
+        Ok(n)
+    }
+}
+
+#[test]
+fn a_streams_buffer_grows_for_a_burst_and_shrinks_back_when_it_ends() {
+    let burst = vec![b'x'; 3 * BUFFER];
+    let mut source = Pieces([burst, b"{}\n".to_vec(), b"{}\n".to_vec()].into());
+    let mut reads = BodyReads::new(BUFFER_START);
+    let mut traffic = 0;
+    let mut sizes = Vec::new();
+    while let Some(chunk) = reads.next(&mut source, &mut traffic).unwrap() {
+        sizes.push(chunk.len());
+        if sizes.len() == 2 {
+            assert_eq!(reads.buf.len(), BUFFER, "grown once a read filled it");
+        }
+    }
+    assert_eq!(traffic, 3 * BUFFER as u64 + 6);
+    assert_eq!(
+        sizes[..2],
+        [BUFFER_START, BUFFER],
+        "4 KiB, then 16 KiB reads"
+    );
+    assert_eq!(
+        reads.buf.capacity(),
+        BUFFER_START,
+        "a short read ends the burst: the buffer a waiting watch holds is small again"
+    );
+}

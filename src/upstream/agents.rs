@@ -9,10 +9,11 @@ use ureq::config::AutoHeaderValue;
 use ureq::http;
 use ureq::tls::{Certificate, ClientCert, RootCerts, TlsConfig, TlsProvider};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{Connector, NextTimeout, RustlsConnector};
+use ureq::unversioned::transport::{Connector, NextTimeout};
 
 use super::conn::{Recording, host_and_port};
 use super::retire::{Generation, Retirable};
+use super::tls_conn::SharedTls;
 use crate::http1;
 use crate::tls::{ClientIdentity, ClientKeyError, TlsMaterial};
 
@@ -51,15 +52,20 @@ impl Agents {
         let hub_tls = tls_config(&roots, client_cert);
         let client_tls = tls_config(&roots, None);
         let pooled = Arc::new(Generation::default());
+        // One rustls configuration per identity, its session cache shared by every
+        // connection and tunnel (`tls_conn.rs`).
+        let hub_rustls =
+            tunnel_config(&tls.roots, tls.client.as_ref()).map_err(ClientKeyError::rustls)?;
+        let client_rustls = tunnel_config(&tls.roots, None).map_err(ClientKeyError::rustls)?;
         Ok(Agents {
-            hub: agent(hub_tls.clone(), Some((&pooled, pool))),
-            client: agent(client_tls.clone(), Some((&pooled, pool))),
-            hub_stream: agent(hub_tls, None),
-            client_stream: agent(client_tls, None),
+            hub: agent(hub_tls.clone(), &hub_rustls, Some((&pooled, pool))),
+            client: agent(client_tls.clone(), &client_rustls, Some((&pooled, pool))),
+            hub_stream: agent(hub_tls, &hub_rustls, None),
+            client_stream: agent(client_tls, &client_rustls, None),
             pooled,
             roots: tls.roots.clone(),
-            tunnel_hub: tunnel_config(&tls.roots, tls.client.as_ref()),
-            tunnel_client: tunnel_config(&tls.roots, None),
+            tunnel_hub: Ok(hub_rustls),
+            tunnel_client: Ok(client_rustls),
         })
     }
 }
@@ -119,7 +125,11 @@ pub(super) const LARGE_OUTPUT_BUFFER: usize = http1::MAX_HEAD + 16 * 1024;
 /// the cloud's CPU). The pool holds only connections a burst made, so sizing it to the
 /// concurrency bound costs nothing until the concurrency is seen, and an idle one is kept as
 /// long as kube-apiserver keeps it (see [`IDLE_AGE`]).
-fn agent(tls: TlsConfig, pooled: Option<(&Arc<Generation>, usize)>) -> Agent {
+fn agent(
+    tls: TlsConfig,
+    rustls: &Arc<rustls::ClientConfig>,
+    pooled: Option<(&Arc<Generation>, usize)>,
+) -> Agent {
     let idle = pooled.map_or(0, |(_, idle)| idle.max(1));
     let config = Agent::config_builder()
         // A proxy passes every status through with its body.
@@ -146,11 +156,11 @@ fn agent(tls: TlsConfig, pooled: Option<(&Arc<Generation>, usize)>) -> Agent {
     if let Some((generation, _)) = pooled {
         let connector =
             ().chain(Recording::default())
-                .chain(RustlsConnector::default())
+                .chain(SharedTls::new(rustls, false))
                 .chain(Retirable(Arc::clone(generation)));
         Agent::with_parts(config, connector, resolver)
     } else {
-        let connector = ().chain(Recording::default()).chain(RustlsConnector::default());
+        let connector = ().chain(Recording::default()).chain(SharedTls::new(rustls, true));
         Agent::with_parts(config, connector, resolver)
     }
 }

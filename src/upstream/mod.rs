@@ -13,7 +13,7 @@
 //! client's body, a stream's cancel handle), `exchange.rs` the hub's own short exchanges and the
 //! health probe, `agents.rs` the ureq agents over one set of TLS material, `conn.rs` each
 //! connection's bookkeeping (its socket noted, counted open), `retire.rs` the pooled
-//! connections a TLS swap closes, `socket.rs` the TCP transport, `token.rs` the bearer token,
+//! connections a TLS swap closes, `socket.rs` the TCP transport, `tls_conn.rs` the TLS layer over it (one rustls configuration per identity), `token.rs` the bearer token,
 //! `tunnel.rs` the cloud's side of a tunnel (exec, attach, port-forward), on a connection the
 //! hub dials itself with rustls: ureq keeps the socket behind a 101.
 
@@ -36,6 +36,7 @@ pub(crate) mod inflate;
 mod retire;
 mod send;
 mod socket;
+mod tls_conn;
 mod token;
 mod tunnel;
 

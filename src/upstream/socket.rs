@@ -127,12 +127,33 @@ enum Direction {
 }
 
 impl Socket {
+    /// The socket's own reads and writes, bypassing its buffers: the TLS layer above
+    /// (`tls_conn.rs`) reads and writes records here, so the buffers of this layer are
+    /// never allocated on a TLS connection.
+    pub(super) fn raw(&mut self) -> Raw<'_> {
+        Raw {
+            stream: &self.stream,
+            read_timeout: &mut self.read_timeout,
+            write_timeout: &mut self.write_timeout,
+        }
+    }
+}
+
+/// A [`Socket`]'s reads and writes without its buffers, each within a ureq timeout.
+pub(super) struct Raw<'s> {
+    stream: &'s TcpStream,
+    /// The socket's timeouts as set now (the [`Socket`]'s own fields).
+    read_timeout: &'s mut Option<Duration>,
+    write_timeout: &'s mut Option<Duration>,
+}
+
+impl Raw<'_> {
     /// Makes the socket's timeout for `direction` fit `wanted`, with a system call only when
     /// the one set does not (see [`fits`]).
     fn time_out(&mut self, direction: Direction, wanted: Option<Duration>) -> io::Result<()> {
         let set = match direction {
-            Direction::Read => &mut self.read_timeout,
-            Direction::Write => &mut self.write_timeout,
+            Direction::Read => &mut *self.read_timeout,
+            Direction::Write => &mut *self.write_timeout,
         };
         if fits(*set, wanted) {
             return Ok(());
@@ -146,6 +167,50 @@ impl Socket {
         }
         *set = value;
         Ok(())
+    }
+
+    /// Writes all of `data` within `timeout`.
+    pub(super) fn write_all(
+        &mut self,
+        data: &[u8],
+        timeout: NextTimeout,
+    ) -> Result<(), ureq::Error> {
+        let timeout = timeout.for_write();
+        let wanted = remaining(timeout)?;
+        self.time_out(Direction::Write, wanted)?;
+        self.stream
+            .write_all(data)
+            .map_err(|e| io_error(e, timeout.reason))
+    }
+
+    /// One read into `buf` within `timeout`; 0 when the server closed.
+    pub(super) fn read(
+        &mut self,
+        buf: &mut [u8],
+        timeout: NextTimeout,
+    ) -> Result<usize, ureq::Error> {
+        let timeout = timeout.for_read();
+        let wanted = remaining(timeout)?;
+        self.time_out(Direction::Read, wanted)?;
+        let started = Instant::now();
+        loop {
+            match self.stream.read(buf) {
+                Ok(n) => return Ok(n),
+                // Linux does not restart a socket read that has a timeout when a signal
+                // lands: go on with what is left of the time.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    let Some(wanted) = wanted else {
+                        return Err(ureq::Error::Io(e));
+                    };
+                    let left = wanted.saturating_sub(started.elapsed());
+                    if left.is_zero() {
+                        return Err(ureq::Error::Timeout(timeout.reason));
+                    }
+                    self.time_out(Direction::Read, Some(left))?;
+                }
+                Err(e) => return Err(io_error(e, timeout.reason)),
+            }
+        }
     }
 }
 
@@ -182,40 +247,34 @@ impl Transport for Socket {
     }
 
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        let timeout = timeout.for_write();
-        let wanted = remaining(timeout)?;
-        self.time_out(Direction::Write, wanted)?;
-        let output = &self.buffers.output()[..amount];
-        (&*self.stream)
-            .write_all(output)
-            .map_err(|e| io_error(e, timeout.reason))
+        let Socket {
+            stream,
+            buffers,
+            read_timeout,
+            write_timeout,
+        } = self;
+        let mut raw = Raw {
+            stream,
+            read_timeout,
+            write_timeout,
+        };
+        raw.write_all(&buffers.output()[..amount], timeout)
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        let timeout = timeout.for_read();
-        let wanted = remaining(timeout)?;
-        self.time_out(Direction::Read, wanted)?;
-        let started = Instant::now();
-        let amount = loop {
-            let input = self.buffers.input_append_buf();
-            match (&*self.stream).read(input) {
-                Ok(n) => break n,
-                // Linux does not restart a socket read that has a timeout when a signal
-                // lands: go on with what is left of the time.
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                    let Some(wanted) = wanted else {
-                        return Err(ureq::Error::Io(e));
-                    };
-                    let left = wanted.saturating_sub(started.elapsed());
-                    if left.is_zero() {
-                        return Err(ureq::Error::Timeout(timeout.reason));
-                    }
-                    self.time_out(Direction::Read, Some(left))?;
-                }
-                Err(e) => return Err(io_error(e, timeout.reason)),
-            }
+        let Socket {
+            stream,
+            buffers,
+            read_timeout,
+            write_timeout,
+        } = self;
+        let mut raw = Raw {
+            stream,
+            read_timeout,
+            write_timeout,
         };
-        self.buffers.input_appended(amount);
+        let amount = raw.read(buffers.input_append_buf(), timeout)?;
+        buffers.input_appended(amount);
         Ok(amount > 0)
     }
 

@@ -64,6 +64,7 @@ mod start_limits;
 mod trust;
 mod try_by_hand;
 mod tunnel;
+mod watch_footprint;
 mod watch_list_options;
 mod watch_resume;
 mod watch_resume_faults;

@@ -136,6 +136,10 @@ impl Call<'_> {
     /// The relay of a resumable watch (issue 29): the client's stream outlives its upstream
     /// legs. The client gets the first leg's headers (streamed), then whole events of every
     /// leg, filtered and teed into the cache as any watch.
+    ///
+    /// Never inlined, nor are the relay's other branches: a watch waits for hours in this
+    /// frame, and its thread's stack holds what every frame above it reserved.
+    #[inline(never)]
     pub(super) fn relay_resumable<'c>(
         &self,
         ex: Exchange<'c>,
