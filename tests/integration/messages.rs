@@ -102,7 +102,8 @@ fn help_fits_80_columns_off_a_terminal() {
 }
 
 /// A hub whose kubelet cached one ConfigMap, with its cloud gone; and the ConfigMap's URL.
-fn offline_hub(tag: &str) -> (Cloud, Hub, TempDir, String) {
+/// The directory comes first, so it is dropped last: the hub stops before it is removed.
+fn offline_hub(tag: &str) -> (TempDir, Cloud, Hub, String) {
     let cloud = Cloud::start();
     cloud.create(
         "configmaps",
@@ -121,12 +122,12 @@ fn offline_hub(tag: &str) -> (Cloud, Hub, TempDir, String) {
     ));
     cloud.stop();
     assert!(hub.wait_healthy(&cloud, false, Duration::from_secs(15)));
-    (cloud, hub, dir, url)
+    (dir, cloud, hub, url)
 }
 
 #[test]
 fn offline_refusals_are_counted_apart_from_answers() {
-    let (_cloud, hub, _dir, url) = offline_hub("messages-refusals");
+    let (_dir, _cloud, hub, url) = offline_hub("messages-refusals");
     assert_eq!(get(&url, "kubelet/v1.30").status, 200);
     assert_eq!(get(&url, "curl/8.5").status, 503);
     let write = call(
@@ -143,7 +144,7 @@ fn offline_refusals_are_counted_apart_from_answers() {
 
 #[test]
 fn offline_a_component_not_cached_is_told_how_to_be_cached() {
-    let (_cloud, _hub, _dir, url) = offline_hub("messages-hint");
+    let (_dir, _cloud, _hub, url) = offline_hub("messages-hint");
     let stranger = get(&url, "curl/8.5");
     assert_eq!(stranger.status, 503);
     let message = stranger.json()["message"].as_str().unwrap_or("").to_owned();

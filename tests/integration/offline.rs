@@ -19,7 +19,8 @@ fn pod(ns: &str, name: &str, node: &str, labels: Value, phase: &str) -> Value {
     })
 }
 
-/// A cloud with pods, configmaps and nodes, a hub, and a warm kubelet cache.
+/// A cloud with pods, configmaps and nodes, a hub, and a warm kubelet cache. Taken apart
+/// `_dir` first, so it is dropped last: the hub stops before its directory is removed.
 struct Warm {
     cloud: Cloud,
     hub: Hub,
@@ -388,7 +389,7 @@ fn check_offline_answers(hub: &Hub) {
 
 #[test]
 fn answers_from_the_cache_with_the_cloud_stopped_and_after_a_restart() {
-    let Warm { cloud, hub, _dir } = warm();
+    let Warm { _dir, cloud, hub } = warm();
     cloud.stop();
     // Before the health checker notices, a failed connection falls back to the cache too.
     let early = get(
@@ -407,7 +408,7 @@ fn answers_from_the_cache_with_the_cloud_stopped_and_after_a_restart() {
 
 #[test]
 fn answers_from_the_cache_with_the_cloud_blackholed() {
-    let Warm { cloud, hub, _dir } = warm();
+    let Warm { _dir, cloud, hub } = warm();
     cloud.set_blackhole(true);
     wait_offline(&hub, &cloud);
     check_offline_answers(&hub);
@@ -415,7 +416,7 @@ fn answers_from_the_cache_with_the_cloud_blackholed() {
 
 #[test]
 fn a_held_watch_ends_when_the_cloud_comes_back() {
-    let Warm { cloud, hub, _dir } = warm();
+    let Warm { _dir, cloud, hub } = warm();
     cloud.stop();
     wait_offline(&hub, &cloud);
     let (status, body) = stream(
@@ -454,7 +455,7 @@ fn a_held_watch_ends_when_the_cloud_comes_back() {
 
 #[test]
 fn a_client_hanging_up_frees_its_held_watch() {
-    let Warm { cloud, hub, _dir } = warm();
+    let Warm { _dir, cloud, hub } = warm();
     cloud.stop();
     wait_offline(&hub, &cloud);
     let before = threads(hub.pid());
@@ -478,7 +479,7 @@ fn a_client_hanging_up_frees_its_held_watch() {
 
 #[test]
 fn hostile_requests_get_400_and_never_read_outside_the_cache() {
-    let Warm { cloud, hub, _dir } = warm();
+    let Warm { _dir, cloud, hub } = warm();
     // Something a path traversal from the cache root could reach.
     let outside = hub.spec.cache_dir.parent().unwrap().join("secret");
     std::fs::write(
@@ -578,7 +579,7 @@ fn skip_warnings(hub: &Hub, resource: &str) -> Vec<String> {
 
 #[test]
 fn a_corrupted_cache_file_is_reported_not_served_then_repaired() {
-    let Warm { cloud, hub, _dir } = warm();
+    let Warm { _dir, cloud, hub } = warm();
     let cache = hub.spec.cache_dir.clone();
     let file = |rel: &str| cache.join(rel);
     let web1 = file("kubelet/pods.v1.core/default/web-1");
@@ -796,7 +797,7 @@ fn an_offline_list_of_5000_pods_streams_from_disk() {
 
 #[test]
 fn cloud_mode_never_answers_from_a_cache() {
-    let Warm { cloud, hub, _dir } = warm();
+    let Warm { _dir, cloud, hub } = warm();
     let spec = hub.spec.clone().with(&["--working-mode=cloud"]);
     drop(hub);
     let hub = Hub::start(&spec);
@@ -811,7 +812,7 @@ fn cloud_mode_never_answers_from_a_cache() {
 #[test]
 fn bytes_sent_behind_a_held_watch_do_not_make_it_spin() {
     use std::io::Write;
-    let Warm { cloud, hub, _dir } = warm();
+    let Warm { _dir, cloud, hub } = warm();
     cloud.stop();
     wait_offline(&hub, &cloud);
     let mut s = std::net::TcpStream::connect(hub.proxy).unwrap();
