@@ -58,7 +58,7 @@ fn a_relayed_word_is_as_old_as_its_source() {
 }
 
 #[test]
-fn kinds_past_the_cap_are_not_recorded() {
+fn kinds_past_the_cap_push_out_the_least_recent() {
     let synced = Synced::default();
     for n in 0..MAX_KINDS + 5 {
         synced.note(&CollectionKey::new("c", &format!("r{n}"), "v1", "g"), 1);
@@ -210,7 +210,7 @@ fn only_a_scope_listed_whole_covers_an_offline_list() {
 
     // kubelet's list: its own selector and narrower ones, every namespace.
     let node = sel("", "spec.nodeName=edge-1");
-    synced.listed_whole(&pods(), None, &node);
+    synced.listed_whole(&pods(), None, &node, 1, Some("7"));
     assert!(synced.covers(&pods(), None, &node));
     assert!(synced.covers(&pods(), Some("kube-system"), &node));
     assert!(synced.covers(&pods(), None, &sel("app=web", "spec.nodeName=edge-1")));
@@ -225,7 +225,7 @@ fn only_a_scope_listed_whole_covers_an_offline_list() {
     );
 
     // One namespace, whole: that namespace only.
-    synced.listed_whole(&pods(), Some("default"), &all);
+    synced.listed_whole(&pods(), Some("default"), &all, 1, Some("7"));
     assert!(synced.covers(&pods(), Some("default"), &sel("app=web", "")));
     assert!(!synced.covers(&pods(), Some("other"), &all));
     assert!(!synced.covers(&pods(), None, &all));
@@ -233,7 +233,7 @@ fn only_a_scope_listed_whole_covers_an_offline_list() {
     assert!(!synced.absent_as_listed(&pods(), Some("other")));
 
     // Across namespaces without selectors: everything, and it replaces what it covers.
-    synced.listed_whole(&pods(), None, &all);
+    synced.listed_whole(&pods(), None, &all, 1, Some("7"));
     assert!(synced.covers(&pods(), Some("other"), &sel("a", "")));
     assert_eq!(
         lock(&synced.kinds)[&pods()].lists.as_ref().map(Vec::len),
@@ -242,17 +242,23 @@ fn only_a_scope_listed_whole_covers_an_offline_list() {
 
     // A list of one object by name is not recorded (the object answers for it).
     synced.not_whole(&pods());
-    synced.listed_whole(&pods(), Some("default"), &sel("", "metadata.name=a"));
+    synced.listed_whole(
+        &pods(),
+        Some("default"),
+        &sel("", "metadata.name=a"),
+        1,
+        Some("7"),
+    );
     assert_eq!(
         lock(&synced.kinds)[&pods()].lists.as_ref().map(Vec::len),
         Some(0)
     );
-    synced.listed_whole(&pods(), None, &all);
+    synced.listed_whole(&pods(), None, &all, 1, Some("7"));
 
     // An object evicted: no list is whole any more. A kind forgotten: nothing.
     synced.not_whole(&pods());
     assert!(!synced.covers(&pods(), Some("default"), &all));
-    synced.listed_whole(&pods(), None, &all);
+    synced.listed_whole(&pods(), None, &all, 1, Some("7"));
     synced.forget(&pods());
     assert!(!synced.covers(&pods(), None, &all));
 }
@@ -264,9 +270,21 @@ fn scopes_are_bounded_and_kept_across_a_restart_and_an_old_record_covers_all() {
     let synced = Synced::load(&store);
     synced.note(&services(), 1_000);
     for n in 0..MAX_LISTS + 2 {
-        synced.listed_whole(&services(), None, &sel(&format!("app=a{n}"), ""));
+        synced.listed_whole(
+            &services(),
+            None,
+            &sel(&format!("app=a{n}"), ""),
+            1,
+            Some("7"),
+        );
     }
-    synced.listed_whole(&services(), Some("ns"), &sel("", r"spec.nodeName=a\,b"));
+    synced.listed_whole(
+        &services(),
+        Some("ns"),
+        &sel("", r"spec.nodeName=a\,b"),
+        1,
+        Some("7"),
+    );
     // A new scope is written at the next turn, not 5 minutes later.
     synced.persist(&store, false);
     let file = dir.root().join(".synced");
@@ -294,7 +312,13 @@ fn scopes_are_bounded_and_kept_across_a_restart_and_an_old_record_covers_all() {
     std::fs::write(&file, bytes).unwrap();
     let old = Synced::load(&store);
     assert!(old.covers(&pods(), None, &sel("", "")));
-    old.listed_whole(&pods(), None, &sel("", "spec.nodeName=edge-1"));
+    old.listed_whole(
+        &pods(),
+        None,
+        &sel("", "spec.nodeName=edge-1"),
+        1,
+        Some("7"),
+    );
     assert!(!old.covers(&pods(), None, &sel("", "")));
     let mut written = String::new();
     old.persist(&store, true);
