@@ -303,7 +303,9 @@ impl Synced {
                         .min_by_key(|(key, kind)| (key.component == Component::KUBELET, kind.at))
                         .map(|(key, _)| key.clone())
                 {
+                    // What it claimed leaves the disk at once too.
                     kinds.remove(&victim);
+                    self.due.store(0, Ordering::Relaxed);
                 }
                 let kind = Kind {
                     at,
