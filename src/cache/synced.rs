@@ -232,7 +232,9 @@ impl Synced {
     /// cache written before it), each kind directory's newest modification time. A kind
     /// missing from an existing file has no age: the directory was written after its last
     /// record (a write after a sync is no sync), so its time could read younger than the
-    /// truth. An unreadable file is warned of once and read as empty.
+    /// truth. An unreadable file (bad JSON, too large, a symlink, not a file) is warned of
+    /// once and read as empty: it proves no list whole. Past [`MAX_KINDS`] entries, kubelet's
+    /// and then the most recent are kept, as [`Synced::note`] would have kept them.
     pub(crate) fn load(store: &Store) -> Synced {
         let mut found = Vec::new();
         match store.stored_ages() {

@@ -20,7 +20,9 @@ const VERSION: u32 = 1;
 
 /// The record, JSON: `{"version":1,"kinds":[{"component":"kubelet","resource":"pods.v1.core","at":1765033200,"lists":[{"field":"spec.nodeName=edge-1"}]}]}`.
 /// `lists` came later than the rest: an entry without it was written before the hub recorded
-/// what was listed whole (a tinyhub that does not know it reads past it).
+/// what was listed whole (a tinyhub that does not know it reads past it), and so did
+/// `absent` (`[{"namespace":"default","name":"opt","rv":"42"}]`: names a list by name found
+/// absent).
 #[derive(Debug, Serialize, Deserialize)]
 struct Record {
     version: u32,
