@@ -28,14 +28,32 @@
 //! is one of the list's ([`Selectors::narrows`]: a list without selectors covers any, one made
 //! with `spec.nodeName=edge-1` covers that selector and narrower ones). A list of one object
 //! by name (`metadata.name=<name>`, kubelet's way to read each ConfigMap and Secret) is not
-//! recorded: offline it is answered when that object is cached (`offline/list.rs`). At most
-//! [`MAX_LISTS`] scopes a kind, a scope that covers another replacing it; a scope not known
-//! before makes the record's next write due at once, so that the first list of a kind is on
-//! disk before an outage (a restart's relists add nothing new, so they write nothing). A kind
-//! forgotten (the cloud's 404 for its list, eviction) loses its scopes, and an object evicted
-//! from it ([`Synced::not_whole`]) all of them. A record written before scopes were kept
-//! (an entry without `lists`, or no `.synced` at all) covers every list of its kinds, as
-//! before, until the kind is next listed whole: an upgrade during an outage keeps answering.
+//! recorded as a scope: offline it is answered when that object is cached (`offline/list.rs`).
+//! At most [`MAX_LISTS`] scopes a kind, a scope that covers another replacing it. A kind's
+//! first scope (or one across all namespaces without selectors) makes the record's next
+//! write due at once, so that the first list of a kind is on disk before an outage; later
+//! ones wait the usual [`PERSIST_EVERY`] (a client cycling selectors costs no write a list,
+//! and a restart's relists add nothing new, so they write nothing). Whatever narrows what
+//! is claimed is written at once: a kind forgotten (the cloud's 404 for its list) loses its
+//! scopes, an object evicted from it ([`Synced::not_whole`]) all of them.
+//!
+//! Known absent: a whole list of one name that found nothing (kubelet's list of an
+//! `optional: true` ConfigMap or Secret that does not exist) records that name, its
+//! namespace and the list's resourceVersion, at most [`MAX_ABSENT`] a kind, apart from the
+//! scopes so that they never push one out. Offline the same list is answered empty, as the
+//! cloud did and YurtHub does (a 404 would keep kubelet from ever starting such a pod); a
+//! name never listed so keeps its 404. The object cached since (it answers first), a later
+//! list of it that found it, or a whole list without selectors holding it supersede the
+//! absence; an eviction drops every absence of the kind with its scopes.
+//!
+//! From before scopes were kept: an entry without `lists`, or a cache with no `.synced` at all
+//! (written by a tinyhub that predates the file), covers every list of its kinds as before,
+//! so that an upgrade during an outage keeps answering; the first word from the cloud on
+//! such a kind after the load ([`Synced::note`]) turns it into "nothing proved whole yet".
+//! A `.synced` that exists but does not read (bad JSON, too large, a symlink, not a file) is
+//! damaged, not old: it proves nothing and nothing is answered from it. (A new cache that
+//! crashed before its first record reads as an old one until it hears the cloud; a kind's
+//! first scope is written at once, which keeps that window short.)
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -45,7 +63,7 @@ use std::time::{Duration, Instant};
 
 use super::key::{CollectionKey, METADATA_DIR, View};
 use super::store::Store;
-use super::store::synced::{ListedScope, SyncedEntry, synced_bytes};
+use super::store::synced::{AbsentName, ListedScope, SyncedEntry, synced_bytes};
 use crate::lock;
 use crate::metrics::{escape, header};
 use crate::names::{Component, Gvr};
@@ -56,8 +74,8 @@ use crate::selector::Selectors;
 pub(crate) const PERSIST_EVERY: Duration = Duration::from_secs(300);
 
 /// Kinds recorded at most (components × kinds; a node has a few dozen): the file stays small
-/// and the metric under the page's series cap. A kind past it is not recorded, and its
-/// answers carry no age.
+/// and the metric under the page's series cap. A new kind past it pushes out the one heard
+/// least recently, never one of kubelet's while another's is there.
 const MAX_KINDS: usize = 256;
 
 /// Scopes listed whole kept per kind: a component lists a kind through one or two scopes
@@ -65,9 +83,17 @@ const MAX_KINDS: usize = 256;
 /// oldest goes.
 pub(crate) const MAX_LISTS: usize = 8;
 
-/// Longest selector text (label and field together) a scope keeps; a list with longer
-/// selectors is not recorded (and so not answered offline).
+/// Longest scope a kind keeps, as its record writes it (JSON, escapes counted); a list with
+/// longer selectors is not recorded (and so not answered offline). With [`MAX_KINDS`],
+/// [`MAX_LISTS`] and [`MAX_ABSENT`] it bounds the record well under the largest file the
+/// store reads (a record it could not read would prove nothing).
 const MAX_LIST_TEXT: usize = 1024;
+
+/// Names known absent kept per kind (see "Known absent"); past it the oldest goes.
+pub(crate) const MAX_ABSENT: usize = 32;
+
+/// Longest resourceVersion an absence keeps (the apiserver's are decimal numbers).
+const MAX_RV: usize = 64;
 
 /// One kind's record.
 #[derive(Debug, Clone)]
@@ -77,6 +103,8 @@ struct Kind {
     /// The scopes it was listed whole in; `None`: unknown (a record from before they were
     /// kept), which covers every list.
     lists: Option<Vec<Listed>>,
+    /// Names a whole list by name found absent, oldest first.
+    absent: Vec<AbsentName>,
 }
 
 /// A scope a kind was listed whole in.
@@ -204,22 +232,45 @@ impl Synced {
     /// cache written before it), each kind directory's newest modification time. A kind
     /// missing from an existing file has no age: the directory was written after its last
     /// record (a write after a sync is no sync), so its time could read younger than the
-    /// truth. An unreadable file is warned of once and read as empty.
+    /// truth. An unreadable file (bad JSON, too large, a symlink, not a file) is warned of
+    /// once and read as empty: it proves no list whole. Past [`MAX_KINDS`] entries, kubelet's
+    /// and then the most recent are kept, as [`Synced::note`] would have kept them.
     pub(crate) fn load(store: &Store) -> Synced {
-        let mut kinds = BTreeMap::new();
+        let mut found = Vec::new();
         match store.stored_ages() {
             Ok(entries) => {
-                for e in entries.into_iter().take(MAX_KINDS) {
+                for e in entries {
                     if let Some(key) = key_of(&e.component, &e.resource) {
                         let lists = e
                             .lists
                             .map(|lists| lists.iter().filter_map(Listed::of).collect());
-                        kinds.insert(key, Kind { at: e.at, lists });
+                        let mut absent = e.absent;
+                        absent.truncate(MAX_ABSENT);
+                        found.push((
+                            key,
+                            Kind {
+                                at: e.at,
+                                lists,
+                                absent,
+                            },
+                        ));
                     }
                 }
             }
-            Err(e) => log::warn!("cache: {e}; the cache's ages are unknown until each kind syncs"),
+            Err(e) => log::warn!(
+                "cache: {e}; the cache's ages are unknown until each kind syncs, and no list \
+                 is answered offline until listed again"
+            ),
         }
+        // Past the cap (a file edited by hand, or a bigger cap before): the ones a new kind
+        // would push out last are kept.
+        if found.len() > MAX_KINDS {
+            found.sort_by_key(|(key, kind)| {
+                (key.component != Component::KUBELET, u64::MAX - kind.at)
+            });
+            found.truncate(MAX_KINDS);
+        }
+        let kinds = found.into_iter().collect();
         // The first write, too, waits its turn: a hub stopped within minutes writes at its
         // drain, and one that crashes reads older ages, as the bound allows.
         Synced::with(kinds, PERSIST_EVERY)
@@ -232,16 +283,38 @@ impl Synced {
     }
 
     /// The cloud's word on `collection` was heard at `at` (Unix seconds): the writer thread,
-    /// as it applies an answer. No allocation unless the kind is new.
+    /// as it applies an answer. No allocation unless the kind is new. An entry from before
+    /// scopes were kept now proves nothing whole (the hub hears the cloud: its lists will
+    /// say), written at once; a new kind past [`MAX_KINDS`] pushes out the one heard least
+    /// recently, kubelet's last.
     pub(crate) fn note(&self, collection: &CollectionKey, at: u64) {
         let mut kinds = lock(&self.kinds);
-        let full = kinds.len() >= MAX_KINDS;
         let changed = match kinds.get_mut(collection) {
-            Some(kind) => std::mem::replace(&mut kind.at, at) != at,
-            None if full => false,
+            Some(kind) => {
+                let old = kind.lists.is_none();
+                if old {
+                    kind.lists = Some(Vec::new());
+                    self.due.store(0, Ordering::Relaxed);
+                }
+                std::mem::replace(&mut kind.at, at) != at || old
+            }
             None => {
-                let lists = Some(Vec::new());
-                kinds.insert(collection.clone(), Kind { at, lists });
+                if kinds.len() >= MAX_KINDS
+                    && let Some(victim) = kinds
+                        .iter()
+                        .min_by_key(|(key, kind)| (key.component == Component::KUBELET, kind.at))
+                        .map(|(key, _)| key.clone())
+                {
+                    // What it claimed leaves the disk at once too.
+                    kinds.remove(&victim);
+                    self.due.store(0, Ordering::Relaxed);
+                }
+                let kind = Kind {
+                    at,
+                    lists: Some(Vec::new()),
+                    absent: Vec::new(),
+                };
+                kinds.insert(collection.clone(), kind);
                 true
             }
         };
@@ -251,43 +324,144 @@ impl Synced {
     }
 
     /// `collection` was listed whole in `namespace` (none: all) with `selectors`, and the
-    /// list committed (after [`Synced::note`], which records the kind). A scope already
-    /// covered changes nothing; a new one replaces those it covers and is written at the
-    /// writer's next turn.
+    /// list committed with `items` objects at `resource_version` (after [`Synced::note`],
+    /// which records the kind). A scope already covered changes nothing; a new one replaces
+    /// those it covers, written at once when it is the kind's first (or covers all of it),
+    /// else at the usual cadence. A list of one name records only whether that name was
+    /// found ("Known absent").
     pub(crate) fn listed_whole(
         &self,
         collection: &CollectionKey,
         namespace: Option<&str>,
         selectors: &Selectors,
+        items: usize,
+        resource_version: Option<&str>,
     ) {
+        // A list of one object by name says no more than the object (`Offline::list` answers
+        // it when the object is cached): kubelet's many such lists would push out the rest.
+        if let Some(name) = selectors.field.object_name() {
+            self.listed_name(
+                collection,
+                namespace,
+                selectors,
+                name,
+                items,
+                resource_version,
+            );
+            return;
+        }
         let scope = Listed {
             namespace: namespace.map(str::to_owned),
             selectors: selectors.clone(),
         };
-        // A list of one object by name says no more than the object (`Offline::list` answers
-        // it when the object is cached): kubelet's many such lists would push out the rest.
-        if selectors.field.object_name().is_some() {
-            return;
-        }
-        let stored = scope.stored();
-        if stored.label.len() + stored.field.len() > MAX_LIST_TEXT {
+        // Bounded as written, escapes and all, so the record always reads back.
+        let fits = serde_json::to_vec(&scope.stored()).is_ok_and(|b| b.len() <= MAX_LIST_TEXT);
+        if !fits {
             return;
         }
         let mut kinds = lock(&self.kinds);
         let Some(kind) = kinds.get_mut(collection) else {
             return;
         };
+        let everything = selectors.is_everything();
+        // The absences it holds are superseded: the list answers for them.
+        let before = kind.absent.len();
+        kind.absent.retain(|a| {
+            !(everything && (namespace.is_none() || a.namespace.as_deref() == namespace))
+        });
+        let dropped = kind.absent.len() != before;
         let lists = kind.lists.get_or_insert_with(Vec::new);
         if lists.iter().any(|l| l.covers(namespace, selectors)) {
+            if dropped {
+                self.unsaved.store(true, Ordering::Relaxed);
+            }
             return;
         }
+        let first = lists.is_empty();
         lists.retain(|l| !scope.covers(l.namespace.as_deref(), &l.selectors));
         if lists.len() >= MAX_LISTS {
             lists.remove(0);
         }
         lists.push(scope);
         self.unsaved.store(true, Ordering::Relaxed);
-        self.due.store(0, Ordering::Relaxed);
+        if first || (everything && namespace.is_none()) {
+            self.due.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A whole list of `collection` by one `name` committed with `items` objects: recorded
+    /// absent when it found none and asked for nothing but the name (another selector could
+    /// have left out an object that exists); found, it is absent no more.
+    fn listed_name(
+        &self,
+        collection: &CollectionKey,
+        namespace: Option<&str>,
+        selectors: &Selectors,
+        name: &str,
+        items: usize,
+        resource_version: Option<&str>,
+    ) {
+        let only_name = selectors.label.is_everything() && selectors.field.paths().count() == 1;
+        let rv = resource_version.unwrap_or_default();
+        let mut kinds = lock(&self.kinds);
+        let Some(kind) = kinds.get_mut(collection) else {
+            return;
+        };
+        let at = kind
+            .absent
+            .iter()
+            .position(|a| a.namespace.as_deref() == namespace && a.name == name);
+        if items > 0 || !only_name || rv.len() > MAX_RV || rv.chars().any(|c| !c.is_ascii_graphic())
+        {
+            // Found (or not provably absent): an absence it had is superseded.
+            if let Some(at) = at {
+                kind.absent.remove(at);
+                self.unsaved.store(true, Ordering::Relaxed);
+                self.due.store(0, Ordering::Relaxed);
+            }
+            return;
+        }
+        let first = kind.absent.is_empty();
+        let absent = AbsentName {
+            namespace: namespace.map(str::to_owned),
+            name: name.to_owned(),
+            rv: rv.to_owned(),
+        };
+        match at {
+            Some(at) if kind.absent[at] == absent => return,
+            Some(at) => {
+                kind.absent.remove(at);
+            }
+            None if kind.absent.len() >= MAX_ABSENT => {
+                kind.absent.remove(0);
+            }
+            None => {}
+        }
+        kind.absent.push(absent);
+        self.unsaved.store(true, Ordering::Relaxed);
+        if first {
+            self.due.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The resourceVersion of the list that found the one name an offline list of
+    /// `collection` in `namespace` with `selectors` asks for absent (empty: it had none);
+    /// `None` when that name is not known absent. The caller answers first from the object
+    /// when it is cached.
+    pub(crate) fn known_absent(
+        &self,
+        collection: &CollectionKey,
+        namespace: Option<&str>,
+        selectors: &Selectors,
+    ) -> Option<String> {
+        let name = selectors.field.object_name()?;
+        let kinds = lock(&self.kinds);
+        kinds
+            .get(collection)?
+            .absent
+            .iter()
+            .find(|a| a.namespace.as_deref() == namespace && a.name == name)
+            .map(|a| a.rv.clone())
     }
 
     /// Whether an offline list of `collection` in `namespace` (none: all) with `selectors`
@@ -327,20 +501,26 @@ impl Synced {
     }
 
     /// An object of `collection` left the cache without the cloud's word (evicted): no list
-    /// of it is whole any more until it is listed again.
+    /// of it is whole any more until it is listed again, and no name of it is known absent
+    /// (the object evicted may be one cached since). Written at once: the disk must never
+    /// claim more than memory.
     pub(crate) fn not_whole(&self, collection: &CollectionKey) {
         if let Some(kind) = lock(&self.kinds).get_mut(collection)
-            && kind.lists.as_ref().is_none_or(|l| !l.is_empty())
+            && (kind.lists.as_ref().is_none_or(|l| !l.is_empty()) || !kind.absent.is_empty())
         {
             kind.lists = Some(Vec::new());
+            kind.absent.clear();
             self.unsaved.store(true, Ordering::Relaxed);
+            self.due.store(0, Ordering::Relaxed);
         }
     }
 
-    /// `collection` is no longer cached (the cloud answered 404 to its list).
+    /// `collection` is no longer cached (the cloud answered 404 to its list): written at
+    /// once, as any narrowing.
     pub(crate) fn forget(&self, collection: &CollectionKey) {
         if lock(&self.kinds).remove(collection).is_some() {
             self.unsaved.store(true, Ordering::Relaxed);
+            self.due.store(0, Ordering::Relaxed);
         }
     }
 
@@ -390,6 +570,7 @@ impl Synced {
                         .lists
                         .as_ref()
                         .map(|lists| lists.iter().map(Listed::stored).collect()),
+                    absent: kind.absent.clone(),
                 })
                 .collect();
             synced_bytes(kinds)

@@ -7,7 +7,7 @@
 //! reports them, after the selectors chose it by the cloud's object. The same iteration
 //! gives a held watch of those kinds its objects, one at a time (`Offline::watched_objects`).
 
-use super::{Answered, Offline, not_cached, not_listed, qualified};
+use super::{Answered, Offline, not_cached, not_listed, qualified, send_json};
 use crate::cache::key::{CollectionKey, METADATA_KIND, ObjectKey, View, rv_newer};
 
 use crate::cache::store::{ObjectIter, Store, StoreError, StoredObject};
@@ -49,16 +49,25 @@ impl Offline {
         route: &Route,
     ) -> Answered<'c> {
         let namespace = path.namespace.as_deref();
-        if self.store.has_collection(collection)
-            && !self.synced.covers(collection, namespace, &route.selectors)
+        if !self.synced.covers(collection, namespace, &route.selectors)
             && !self.holds_named(collection, namespace, &route.selectors)
         {
-            log::debug!(
-                "offline: {}/{} was never listed whole in this scope; not answered",
-                collection.component,
-                collection.dir_name()
-            );
-            return Err((ex, not_listed(req, path)));
+            // A name its list found absent: empty, as the cloud said (kubelet starts a pod
+            // whose optional ConfigMap or Secret does not exist only after such an answer).
+            if let Some(rv) = self
+                .synced
+                .known_absent(collection, namespace, &route.selectors)
+            {
+                return self.absent_list(ex, path, collection, &rv);
+            }
+            if self.store.has_collection(collection) {
+                log::debug!(
+                    "offline: {}/{} was never listed whole in this scope; not answered",
+                    collection.component,
+                    collection.dir_name()
+                );
+                return Err((ex, not_listed(req, path)));
+            }
         }
         let snapshot = self.endpoints_snapshot(path, collection);
         let list = CachedList {
@@ -91,7 +100,35 @@ impl Offline {
             namespace: namespace.map(str::to_owned),
             name: name.to_owned(),
         };
-        matches!(self.store.get(&key), Ok(Some(_)))
+        // Whether it is stored, without reading it (the list reads it next).
+        matches!(self.store.version_of(&key), Ok(Some(_)))
+    }
+
+    /// The empty list of a name its last list by name found absent (`cache/synced.rs`,
+    /// "Known absent"), with that list's resourceVersion.
+    fn absent_list<'c>(
+        &self,
+        ex: Exchange<'c>,
+        path: &ResourcePath,
+        collection: &CollectionKey,
+        rv: &str,
+    ) -> Answered<'c> {
+        let (api_version, kind) = match collection.view {
+            View::Full => (
+                path.gvr.api_version(),
+                kind_from_discovery(&self.store, path),
+            ),
+            View::Metadata => (
+                METADATA_API_VERSION.to_owned(),
+                Some(METADATA_KIND.to_owned()),
+            ),
+        };
+        let mut buf = Vec::with_capacity(256);
+        buf.extend_from_slice(b"{\"apiVersion\":");
+        push_json_str(&mut buf, &api_version);
+        buf.extend_from_slice(b",\"items\":[");
+        close_list(&mut buf, kind, Some(rv).filter(|rv| !rv.is_empty()), None);
+        send_json(ex, 200, &buf, self.age(collection).as_deref())
     }
 
     /// The stored objects a watch of `path` lists now (its namespace and name, and

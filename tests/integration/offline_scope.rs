@@ -207,3 +207,52 @@ fn offline_lists_answer_only_scopes_a_selector_list_covers() {
     assert_eq!(listed_meta.status, 404, "{}", listed_meta.text());
     assert!(listed_meta.text().contains("not cached for kube-proxy"));
 }
+
+/// kubelet's list of an `optional: true` ConfigMap that does not exist: answered empty
+/// offline, after a reboot too, as the cloud answered it (a 404 would keep kubelet from ever
+/// starting the pod); a name it never listed is still not known.
+#[test]
+fn offline_a_missing_name_listed_empty_stays_empty_across_a_restart() {
+    let cloud = Cloud::start();
+    cloud.create(
+        "configmaps",
+        json!({"metadata": {"name": "present", "namespace": "default"}, "data": {"a": "1"}}),
+    );
+    let dir = TempDir::new("offline-scope-absent");
+    let spec = HubSpec::for_cloud(&cloud, dir.path());
+    let hub = Hub::start(&spec);
+    let ns = format!("{}/api/v1/namespaces/default/configmaps", hub.url());
+    let missing = format!("{ns}?fieldSelector=metadata.name%3Dmissing");
+    let online = get(&missing, KUBELET);
+    assert_eq!(online.status, 200, "{}", online.text());
+    let online = online.json();
+    assert_eq!(item_names(&online).len(), 0, "{online}");
+    let rv = online["metadata"]["resourceVersion"].clone();
+    assert!(rv.is_string(), "{online}");
+    // The record holds it before the power goes (it is written at once).
+    let record = spec.cache_dir.join(".synced");
+    assert!(
+        eventually(Duration::from_secs(10), || std::fs::read_to_string(&record)
+            .is_ok_and(|text| text.contains(r#""name":"missing""#))),
+        "{}",
+        hub.logs()
+    );
+    cloud.stop();
+    let hub = hub.restart();
+    assert!(hub.wait_healthy(&cloud, false, Duration::from_secs(15)));
+
+    // The restarted hub listens on other ports.
+    let ns = format!("{}/api/v1/namespaces/default/configmaps", hub.url());
+    let missing = format!("{ns}?fieldSelector=metadata.name%3Dmissing");
+    let offline = get(&missing, KUBELET);
+    assert_eq!(offline.status, 200, "{}", offline.text());
+    let offline = offline.json();
+    assert_eq!(item_names(&offline).len(), 0, "{offline}");
+    assert_eq!(offline["metadata"]["resourceVersion"], rv, "{offline}");
+    // A name never listed: not known to be absent.
+    let never = get(
+        &format!("{ns}?fieldSelector=metadata.name%3Dnever"),
+        KUBELET,
+    );
+    assert_eq!(never.status, 404, "{}", never.text());
+}

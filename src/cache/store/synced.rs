@@ -8,7 +8,7 @@ use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Serialize};
 
-use super::fs::read_object;
+use super::check::{FileRead, read_bounded};
 use super::index::{for_each_kind_dir, safe_entries};
 use super::{Store, StoreError};
 
@@ -20,7 +20,9 @@ const VERSION: u32 = 1;
 
 /// The record, JSON: `{"version":1,"kinds":[{"component":"kubelet","resource":"pods.v1.core","at":1765033200,"lists":[{"field":"spec.nodeName=edge-1"}]}]}`.
 /// `lists` came later than the rest: an entry without it was written before the hub recorded
-/// what was listed whole (a tinyhub that does not know it reads past it).
+/// what was listed whole (a tinyhub that does not know it reads past it), and so did
+/// `absent` (`[{"namespace":"default","name":"opt","rv":"42"}]`: names a list by name found
+/// absent).
 #[derive(Debug, Serialize, Deserialize)]
 struct Record {
     version: u32,
@@ -41,6 +43,25 @@ pub(crate) struct SyncedEntry {
     /// in a record written before they were recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lists: Option<Vec<ListedScope>>,
+    /// The names a list of one object by name found absent (`cache/synced.rs`, "Known
+    /// absent"); empty in a record written before they were recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absent: Vec<AbsentName>,
+}
+
+/// One name a whole list of it by name (`fieldSelector=metadata.name=<name>`) found absent:
+/// its namespace (none: all of them, or a cluster-scoped kind), the name and that list's
+/// resourceVersion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct AbsentName {
+    /// The list's namespace; none: across all namespaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The name listed.
+    pub name: String,
+    /// The list's resourceVersion (empty: it had none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub rv: String,
 }
 
 /// One scope a kind was listed whole in, as stored: a namespace (none: all of them, or a
@@ -115,18 +136,31 @@ impl Store {
 
 /// When each kind of the cache at `root` last heard the cloud's word, as the hub reads it at
 /// open (and `tinyhub cache ls`, with no hub): the `.synced` record's entries; with no record
-/// (none, or nothing the store would read), each kind directory's newest modification time. An
-/// error when the record does not read: the hub knows no age then.
+/// at all (a cache written before it), each kind directory's newest modification time. An
+/// error when the record does not read — bad JSON, but also a record too large, a symlink or
+/// anything but a regular file: a damaged record is no record, never the licence of a
+/// missing one (whose kinds cover every list, `cache/synced.rs`).
 pub(crate) fn stored_ages(root: &Path) -> Result<Vec<SyncedEntry>, BadRecord> {
-    match read_object(&root.join(SYNCED_FILE)) {
-        Ok(Some(bytes)) => parse_synced(&bytes),
-        Ok(None) => Ok(kind_dirs_on_disk(root)
+    let path = root.join(SYNCED_FILE);
+    match read_bounded(&path) {
+        Ok(FileRead::Bytes(bytes)) => parse_synced(&bytes),
+        Ok(FileRead::Symlink) => Err(BadRecord(format!("{} is a symlink", path.display()))),
+        Ok(FileRead::NotFile) => Err(BadRecord(format!(
+            "{} is not a regular file",
+            path.display()
+        ))),
+        Ok(FileRead::TooLarge { size }) => Err(BadRecord(format!(
+            "{} is {size} bytes, over the bound: not read",
+            path.display()
+        ))),
+        Ok(FileRead::Missing) => Ok(kind_dirs_on_disk(root)
             .into_iter()
             .map(|d| SyncedEntry {
                 component: d.component,
                 resource: d.kind,
                 at: d.modified,
                 lists: None,
+                absent: Vec::new(),
             })
             .collect()),
         Err(e) => Err(BadRecord(e.to_string())),

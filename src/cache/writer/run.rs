@@ -586,7 +586,10 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
             note(synced, collection, word, noted);
             // What an offline list of this scope may be answered from (`cache/synced.rs`).
             if whole {
-                synced.listed_whole(collection, namespace.as_deref(), selectors);
+                // Every object of the answer was written, already so, stale or deleted meanwhile.
+                let items =
+                    report.written + report.identical + report.stale + report.deleted_meanwhile;
+                synced.listed_whole(collection, namespace.as_deref(), selectors, items, list_rv);
             }
             // A list across namespaces says the collection is complete again: a component
             // reads its collection through one such scope (kubelet's pods by
