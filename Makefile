@@ -35,8 +35,8 @@ test: tools
 
 # The demo and the try run target/release/tinyhub as `make build` built it: one build serves
 # all three. Each builds only its example (quiet: cargo's compile lines would drown the story;
-# errors still show), against the library `make build` compiled: the dev-dependencies change no
-# feature of the library's dependencies (Cargo.toml, rcgen), so nothing of it compiles again.
+# errors still show); building the binary with it would compile it again with the features the
+# dev-dependencies add, and `make build` after that once more.
 demo: build tools
 	@echo "building the demo (cargo build --release --example demo), a few minutes the first time..."
 	@$(CARGO) run --release -q --example demo
