@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::hub::Hub;
+use support::hub::{Hub, signal};
 use support::{Auth, Cloud, KubeconfigOptions, rfc3339, unix_now, write_plain_kubeconfig};
 
 /// How often the `tick` configmap changes.
@@ -45,8 +45,9 @@ extern "C" fn on_signal(signal: libc::c_int) {
     flag.store(true, Ordering::SeqCst);
 }
 
-/// The files a previous run left in the folder (it may be the user's own folder, so only
-/// these are removed): the hub's cache and root, the kubeconfigs and the log.
+/// The files a run leaves in the folder (it may be the user's own folder, so only these are
+/// ever removed, and only where [`MARK`] says a try wrote them): the hub's cache and root, the
+/// kubeconfigs and the log.
 const OURS: &[&str] = &[
     "cache",
     "root",
@@ -56,16 +57,23 @@ const OURS: &[&str] = &[
     "hub.log",
 ];
 
+/// The file a try writes first in its folder: its mark that the files of [`OURS`] there are a
+/// try's, and its lock (held while it runs) that keeps a second try out.
+const MARK: &str = ".tinyhub-try";
+
+/// How long a hub has to end on SIGTERM before it is killed.
+const GRACE: Duration = Duration::from_secs(3);
+
 fn main() {
     let dir = PathBuf::from(std::env::var_os("TRY_DIR").unwrap_or_else(|| "try".into()));
-    if let Err(e) = fs::create_dir_all(&dir) {
-        eprintln!("cannot make {}: {e}", dir.display());
-        std::process::exit(1);
-    }
-    for name in OURS {
-        let path = dir.join(name);
-        let _ = fs::remove_dir_all(&path).or_else(|_| fs::remove_file(&path));
-    }
+    // Held until the process ends: another try on this folder is refused.
+    let _mark = match claim(&dir) {
+        Ok(mark) => mark,
+        Err(e) => {
+            eprintln!("make try: {e}");
+            std::process::exit(1);
+        }
+    };
     for signal in [
         libc::SIGINT,
         libc::SIGTERM,
@@ -95,14 +103,13 @@ fn main() {
     {
         spec.prefix = vec!["setpriv".into(), "--pdeathsig=TERM".into()];
     }
-    let hub = Hub::start(&spec);
+    let mut hub = Hub::start(&spec);
     let admin = write_plain_kubeconfig(&dir, "admin.kubeconfig", &hub.url());
+    let cluster_admin =
+        Auth::CertInline(cloud.issue_client("kubernetes-admin", &["system:masters"]));
     let direct = cloud.write_kubeconfig(
         &dir,
-        KubeconfigOptions {
-            name: "cloud.kubeconfig".into(),
-            ..Auth::CertInline(cloud.issue_client("kubernetes-admin", &["system:masters"])).into()
-        },
+        KubeconfigOptions::from(cluster_admin).named("cloud.kubeconfig"),
     );
     let me = std::process::id();
     let kubectl = format!("kubectl --kubeconfig={}", admin.display());
@@ -159,15 +166,24 @@ fn main() {
             next_tick += TICK_EVERY;
         }
         log.copy(&hub);
-        if exited(hub.pid()) {
+        if hub.exited() {
             say("the hub exited; its log is in hub.log");
             break;
         }
         std::thread::sleep(POLL);
     }
     say("stopping the hub and the cloud");
+    // As a service manager stops it: SIGTERM, a moment to end, then SIGKILL (the drop).
+    if !hub.exited() {
+        signal(hub.pid(), "TERM");
+        let deadline = Instant::now() + GRACE;
+        while !hub.exited() && Instant::now() < deadline {
+            std::thread::sleep(POLL);
+        }
+    }
     log.copy(&hub);
-    // Dropping the hub kills it and waits for it; dropping the cloud closes its ports.
+    // Dropping the hub kills it if it still runs and waits for it; dropping the cloud closes
+    // its ports.
     drop(hub);
     drop(cloud);
     println!(
@@ -198,20 +214,73 @@ fn say(what: &str) {
     let _ = std::io::stdout().flush();
 }
 
-/// Whether process `pid` has ended (gone, or a zombie not yet waited for).
-fn exited(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        Err(_) => true,
+/// Makes `dir` a try's folder and locks it: refused while another try runs there, or when
+/// the files of [`OURS`] are there without a try's mark (someone else's). A previous try's
+/// files are removed, and only when no hub holds its root any more.
+fn claim(dir: &Path) -> Result<fs::File, String> {
+    fs::create_dir_all(dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+    let mark_path = dir.join(MARK);
+    let marked = mark_path.exists();
+    if !marked {
+        let theirs: Vec<&str> = OURS
+            .iter()
+            .copied()
+            .filter(|name| dir.join(name).symlink_metadata().is_ok())
+            .collect();
+        if !theirs.is_empty() {
+            return Err(format!(
+                "{} holds {} but no {MARK}: not a try's folder, left alone; \
+                 give another one (TRY_DIR=...)",
+                dir.display(),
+                theirs.join(", ")
+            ));
+        }
     }
+    let mark = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&mark_path)
+        .map_err(|e| format!("cannot write {}: {e}", mark_path.display()))?;
+    if !try_lock(&mark) {
+        return Err(format!(
+            "another try runs in {} (it holds {MARK}); end it first, or give another folder \
+             (TRY_DIR=...)",
+            dir.display()
+        ));
+    }
+    // A hub left running by a try that was killed outright still holds its root's lock
+    // (src/dir_lock.rs: flock on the directory): its files stay.
+    let root = dir.join("root");
+    if let Ok(open) = fs::File::open(&root)
+        && !try_lock(&open)
+    {
+        return Err(format!(
+            "a hub still runs on {} (it holds the lock of the folder); end it first",
+            root.display()
+        ));
+    }
+    if marked {
+        for name in OURS {
+            let path = dir.join(name);
+            let _ = fs::remove_dir_all(&path).or_else(|_| fs::remove_file(&path));
+        }
+    }
+    Ok(mark)
+}
+
+/// Takes an exclusive `flock` on `file` without waiting; false when another holds it. A
+/// filesystem that does not lock counts as free (nothing could be kept out anyway).
+fn try_lock(file: &fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this function borrows; no memory is passed.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    rc == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock
 }
 
 /// The hub's log (kept in memory by [`Hub`]) copied to a file as it grows.
 struct Log {
     file: Option<fs::File>,
+    /// Lines copied so far.
     lines: usize,
 }
 
@@ -223,18 +292,14 @@ impl Log {
         Log { file, lines: 0 }
     }
 
-    /// Appends the lines logged since the last copy.
+    /// Appends the lines logged since the last copy (only those are read from the hub: the
+    /// cost of a copy does not grow with the hours).
     fn copy(&mut self, hub: &Hub) {
         let Some(file) = &mut self.file else { return };
-        let all = hub.logs();
-        if all.is_empty() {
-            return;
-        }
-        let mut new = 0;
-        for line in all.split('\n').skip(self.lines) {
+        let (new, total) = hub.logs_since(self.lines);
+        for line in new {
             let _ = writeln!(file, "{line}");
-            new += 1;
         }
-        self.lines += new;
+        self.lines = total;
     }
 }

@@ -4,7 +4,9 @@
 # install of an installed package upgrades it, and a test run must not upgrade the machine
 # (once, a missing busybox had the host's systemd upgraded with it). A command missing while
 # its package is installed (a package that no longer ships it) is said and left to the test
-# that needs it. `command:pkg1|pkg2`: the first of them the machine's sources have.
+# that needs it. `command:pkg1|pkg2`: the first of them the machine's sources have. Installing
+# a missing package may ask for newer versions of packages already installed (its
+# dependencies): apt-get's plan is read first, and such an install is refused, naming them.
 # /usr/sbin and /sbin count as on PATH (nginx, ip). Used by `make tools`, `make bench-tools`
 # and cross/cross.mk's cross-test-tools.
 set -eu
@@ -41,6 +43,15 @@ for choices in $wanted; do
 	done
 	[ -z "$done_" ] || continue
 	for package in $(echo "$choices" | tr '|' ' '); do
+		# The plan (-s: nothing done). `Inst name [installed-version] (new ...)`: an upgrade.
+		plan=$(apt-get install -s --no-upgrade "$package" 2> /dev/null) || continue
+		upgrades=$(echo "$plan" | awk '/^Inst [^ ]+ \[/ { print $2 " " $3 }' | tr -d '[]')
+		if [ -n "$upgrades" ]; then
+			echo "install-missing: installing $package would upgrade what is installed; nothing installed:"
+			echo "$upgrades" | sed 's/^/  /'
+			echo "install $package yourself (apt-get install $package) if those upgrades are wanted"
+			exit 1
+		fi
 		# --no-upgrade: never upgrade it should it be installed after all.
 		if DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-upgrade "$package"; then
 			done_=yes

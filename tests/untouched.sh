@@ -59,7 +59,14 @@ run_checked() {
 	touched=0
 	# A process still running on a test's temp dir (a hub a test never stopped): said, and
 	# ended, by its pid.
-	left=$(pgrep -f -- "$scratch/tmp/" || true)
+	# The path matched as a plain string (pgrep -f would read it as a pattern).
+	left=$(
+		for cmdline in /proc/[0-9]*/cmdline; do
+			tr '\0' ' ' < "$cmdline" 2> /dev/null | grep -qF -- "$scratch/tmp/" || continue
+			pid=${cmdline#/proc/}
+			echo "${pid%/cmdline}"
+		done
+	)
 	if [ -n "$left" ]; then
 		echo "untouched: FAIL: processes the tests started still run:"
 		for pid in $left; do
@@ -87,6 +94,13 @@ run_checked() {
 	return "$touched"
 }
 
+# The mounts below `dir` (not `dir` itself) whose own parents are not below it too, one a line:
+# bound with --rbind, each brings those below it.
+submounts() {
+	findmnt -rn -o TARGET | awk -v d="$1/" 'index($0, d) == 1' | sort |
+		awk 'top == "" || index($0, top "/") != 1 { print; top = $0 }'
+}
+
 # In the new mount namespace: the default paths become directories of this run, held by a
 # stand-in hub, then the command runs checked.
 inside() {
@@ -102,9 +116,26 @@ inside() {
 			layer=$scratch/layer$parent
 			mkdir -p "$layer"
 			mount -t tmpfs tinyhub-test "$layer"
-			mkdir "$layer/upper" "$layer/work"
+			mkdir "$layer/upper" "$layer/work" "$layer/kept"
+			# The mounts inside the parent (a container's /etc/hosts, /etc/resolv.conf) would
+			# show the overlay's lower files: kept aside here, bound back over it below.
+			subs=$(submounts "$parent")
+			n=0
+			for sub in $subs; do
+				n=$((n + 1))
+				if [ -d "$sub" ]; then mkdir "$layer/kept/$n"; else : > "$layer/kept/$n"; fi
+				mount --rbind "$sub" "$layer/kept/$n"
+			done
 			mount -t overlay overlay \
 				-o "lowerdir=$parent,upperdir=$layer/upper,workdir=$layer/work" "$parent"
+			n=0
+			for sub in $subs; do
+				n=$((n + 1))
+				if [ -d "$layer/kept/$n" ]; then mkdir -p "$sub"; elif [ ! -e "$sub" ]; then
+					mkdir -p "$(dirname "$sub")" && : > "$sub"
+				fi
+				mount --rbind "$layer/kept/$n" "$sub"
+			done
 			mkdir "$path"
 		fi
 		mount --bind "$private" "$path"
@@ -126,7 +157,13 @@ inside() {
 	# A background job of a script ignores Ctrl-C: ended here however the run ends.
 	trap 'kill "$holder" 2> /dev/null || true' EXIT
 	trap 'exit 130' INT TERM
-	while flock -n /etc/kubernetes/cache true; do sleep 0.1; done
+	while flock -n /etc/kubernetes/cache true; do
+		kill -0 "$holder" 2> /dev/null || {
+			echo "untouched: FAIL: the stand-in hub ended before it held the locks"
+			return 1
+		}
+		sleep 0.1
+	done
 	# tests/integration/host_untouched.rs: the default directories are this run's, held.
 	export TINYHUB_TEST_DEFAULTS_HELD=1
 	status=0
@@ -148,7 +185,9 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/tinyhub-test-XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 trap 'exit 130' INT TERM
 status=0
-if [ "$(id -u)" = 0 ] && why=$(unshare -m true 2>&1); then
+# The check makes a mount too: a machine may allow the namespace and refuse mounts in it.
+if [ "$(id -u)" = 0 ] && why=$(unshare -m --propagation private \
+	sh -c 'd=$(mktemp -d) && mount -t tmpfs tinyhub-test "$d" && umount "$d"; s=$?; rmdir "$d"; exit $s' 2>&1); then
 	echo "untouched: the tests run with TMPDIR=$scratch/tmp, in a mount namespace where /var/lib/yurthub and /etc/kubernetes/cache are private and held by a stand-in hub"
 	unshare -m --propagation private sh "$0" --inside "$1" "$scratch" || status=$?
 else

@@ -44,16 +44,11 @@ pub fn seed(cloud: &Cloud) {
 /// agent too; the test defaults of [`HubSpec::command`] hold: ports chosen by the system,
 /// health checks every second, no dummy interface. `Hub::start` runs it.
 pub fn hub_spec(cloud: &Cloud, dir: &Path) -> HubSpec {
-    let cert = cloud.issue_client("system:node:edge-1", &["system:nodes"]);
-    let kubeconfig = cloud.write_kubeconfig(
+    let node = Auth::CertInline(cloud.issue_client("system:node:edge-1", &["system:nodes"]));
+    HubSpec::with_auth(
+        cloud,
         dir,
-        KubeconfigOptions {
-            name: "hub.kubeconfig".into(),
-            ..Auth::CertInline(cert).into()
-        },
-    );
-    HubSpec {
-        kubeconfig: Some(kubeconfig),
-        ..HubSpec::bootstrap(dir, &["--cache-agents=kubectl"])
-    }
+        KubeconfigOptions::from(node).named("hub.kubeconfig"),
+    )
+    .with(&["--cache-agents=kubectl"])
 }

@@ -125,3 +125,54 @@ fn under_make_test_a_hubs_default_directories_are_held_by_another_hub() {
         );
     }
 }
+
+/// Where the check makes a default directory in an overlay of its parent (`/etc` with no
+/// `/etc/kubernetes`), the mounts inside that parent stay as they were under it: a
+/// container's `/etc/hosts`, `/etc/resolv.conf` and `/etc/hostname` are bind mounts, and the
+/// overlay alone would show the files under them. Here `/etc/hostname` is such a mount (in a
+/// mount namespace of this test), read by the command the check runs.
+#[test]
+fn the_mounts_inside_an_overlaid_parent_stay_under_the_check() {
+    let etc_hostname = std::path::Path::new("/etc/hostname");
+    if !crate::support::namespace::is_root()
+        || std::path::Path::new("/etc/kubernetes").exists()
+        || !etc_hostname.is_file()
+    {
+        eprintln!(
+            "SKIPPED: needs root, an /etc/hostname and no /etc/kubernetes (then the check \
+             overlays /etc; under make test it exists)"
+        );
+        return;
+    }
+    let dir = TempDir::new("submount");
+    let stand_in = dir.path().join("hostname");
+    std::fs::write(&stand_in, "tinyhub-bound-hostname\n").expect("write");
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount --bind "$1" /etc/hostname && exec sh "$2" 'cat /etc/hostname'"#)
+        .arg("sh")
+        .arg(&stand_in)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/untouched.sh"))
+        .output()
+        .expect("run unshare");
+    if !out.status.success() && said(&out).starts_with("unshare:") {
+        assert!(
+            std::env::var_os(REQUIRE_NAMESPACES).is_none_or(|v| v != "1"),
+            "{}",
+            said(&out)
+        );
+        eprintln!("SKIPPED: no mount namespace: {}", said(&out));
+        return;
+    }
+    assert!(out.status.success(), "{}", said(&out));
+    assert!(
+        said(&out).contains("private /var/lib/yurthub"),
+        "the check ran in its namespace: {}",
+        said(&out)
+    );
+    assert!(
+        said(&out).contains("tinyhub-bound-hostname"),
+        "the bind mount on /etc/hostname is lost under the overlay of /etc: {}",
+        said(&out)
+    );
+}

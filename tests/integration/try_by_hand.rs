@@ -10,7 +10,7 @@ use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::hub::{TempDir, eventually, kubectl_command, signal};
+use crate::support::hub::{TempDir, eventually, kubectl_command, pid_running, signal};
 
 /// The try example, built for this test's profile and features into this test's target dir
 /// (fresh after `make test`, which builds `--examples`; built here when run alone).
@@ -64,6 +64,32 @@ fn try_binary() -> PathBuf {
     profile.join("examples").join("try")
 }
 
+/// The try example's command with `TRY_DIR=folder`.
+fn try_command(folder: &Path) -> Command {
+    let mut cmd = Command::new(try_binary());
+    cmd.env("TRY_DIR", folder);
+    cmd
+}
+
+/// Runs a try on `folder` that is expected to refuse at once: whether it ended (with failure)
+/// within 60 s, and what it said. One still running then (it did not refuse) is killed.
+fn refused_try(folder: &Path) -> (bool, String) {
+    let mut child = try_command(folder)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start a try");
+    let ended = eventually(Duration::from_secs(60), || {
+        child.try_wait().is_ok_and(|s| s.is_some())
+    });
+    if !ended {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("the try's output");
+    (ended && !out.status.success(), text(&out))
+}
+
 /// The try process; dropping it (a failed assertion) ends it and its hub.
 struct Try {
     child: Child,
@@ -74,8 +100,7 @@ struct Try {
 
 impl Try {
     fn start(dir: &Path) -> Try {
-        let mut child = Command::new(try_binary())
-            .env("TRY_DIR", dir.join("try"))
+        let mut child = try_command(&dir.join("try"))
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -140,18 +165,10 @@ impl Drop for Try {
             let _ = self.child.wait();
         }
         // Killed at once, the try could not end its hub.
-        if let Some(pid) = self.hub_pid.filter(|&pid| running(pid)) {
+        if let Some(pid) = self.hub_pid.filter(|&pid| pid_running(pid)) {
             signal(pid, "KILL");
         }
     }
-}
-
-/// Whether `pid` is a live process (not gone, not a zombie).
-fn running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-    })
 }
 
 /// Runs a printed command line as a person pasting it would, kubectl's home in `home`.
@@ -187,7 +204,16 @@ fn make_try_is_driven_by_its_printed_commands_and_ends_on_ctrl_c() {
         .and_then(|pid| pid.parse().ok())
         .unwrap_or_else(|| panic!("no hub pid in:\n{banner}"));
     run.hub_pid = Some(hub_pid);
-    assert!(running(hub_pid), "the hub runs:\n{banner}");
+    assert!(pid_running(hub_pid), "the hub runs:\n{banner}");
+
+    // A second try on the same folder is refused, and the first hub's files stay.
+    let (refused, said) = refused_try(&folder);
+    assert!(refused && said.contains("another try runs in"), "{said}");
+    assert!(folder.join("root").exists() && folder.join("hub.kubeconfig").exists());
+    assert!(
+        pid_running(hub_pid),
+        "the hub runs after a second try was refused"
+    );
 
     // kubectl through the hub, exactly as printed: the five pods, read from the cloud.
     let through = run.command("kubectl through the hub:");
@@ -246,7 +272,7 @@ fn make_try_is_driven_by_its_printed_commands_and_ends_on_ctrl_c() {
     std::thread::sleep(Duration::from_secs(4));
     assert_eq!(count(), (true, last.clone()), "the cached tick, offline");
     assert!(
-        running(hub_pid),
+        pid_running(hub_pid),
         "the hub runs while the cloud is cut:\n{}",
         run.output()
     );
@@ -275,7 +301,7 @@ fn make_try_is_driven_by_its_printed_commands_and_ends_on_ctrl_c() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status}:\n{}", run.output());
-    assert!(!running(hub_pid), "the hub outlived the try");
+    assert!(!pid_running(hub_pid), "the hub outlived the try");
     assert!(run.output().contains("stopped"), "{}", run.output());
     for name in [
         "admin.kubeconfig",
@@ -293,4 +319,24 @@ fn make_try_is_driven_by_its_printed_commands_and_ends_on_ctrl_c() {
             .exists(),
         "the hub cached kubectl's reads in the folder"
     );
+}
+
+/// A folder that holds a `cache` or `root` no try made (say `TRY_DIR=$HOME`) is refused and
+/// left as it was; a try's own folder is cleared at the next try.
+#[test]
+fn make_try_leaves_a_folder_it_did_not_make_alone() {
+    let dir = TempDir::new("try-theirs");
+    let folder = dir.path().join("home");
+    std::fs::create_dir_all(folder.join("cache")).expect("mkdir");
+    std::fs::write(folder.join("cache/keep"), "mine").expect("write");
+    std::fs::create_dir_all(folder.join("root")).expect("mkdir");
+    let (refused, said) = refused_try(&folder);
+    assert!(refused && said.contains("not a try's folder"), "{said}");
+    assert_eq!(
+        std::fs::read_to_string(folder.join("cache/keep"))
+            .ok()
+            .as_deref(),
+        Some("mine")
+    );
+    assert!(folder.join("root").is_dir());
 }

@@ -14,7 +14,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{Auth, AuthMethod, Cloud};
+use super::{Auth, AuthMethod, Cloud, KubeconfigOptions};
 
 /// A directory removed when dropped, under `TMPDIR` (`make test` fails when anything is left
 /// there: tests/untouched.sh). Drop it after what writes into it: a hub still running when its
@@ -87,8 +87,9 @@ impl HubSpec {
         HubSpec::with_auth(cloud, dir, Auth::CertInline(cert))
     }
 
-    /// A hub for `cloud` with a kubeconfig carrying `auth`, caching under `dir/cache`.
-    pub fn with_auth(cloud: &Cloud, dir: &Path, auth: Auth) -> HubSpec {
+    /// A hub for `cloud` with a kubeconfig carrying `auth` (an [`Auth`], or
+    /// [`KubeconfigOptions`] to name the file too), caching under `dir/cache`.
+    pub fn with_auth(cloud: &Cloud, dir: &Path, auth: impl Into<KubeconfigOptions>) -> HubSpec {
         HubSpec {
             kubeconfig: Some(cloud.write_kubeconfig(dir, auth)),
             ..HubSpec::bootstrap(dir, &[])
@@ -375,6 +376,13 @@ impl Hub {
         self.logs.lock().unwrap().join("\n")
     }
 
+    /// The lines of the hub's log after the first `n`, and the count so far (the `n` of the
+    /// next call): a reader that follows the log for hours copies only what is new.
+    pub fn logs_since(&self, n: usize) -> (Vec<String>, usize) {
+        let lines = self.logs.lock().unwrap();
+        (lines.get(n..).unwrap_or_default().to_vec(), lines.len())
+    }
+
     /// Waits for a log line containing `needle`.
     pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
         self.wait_log_line(|l| l.contains(needle), timeout)
@@ -445,6 +453,16 @@ impl Hub {
         }
     }
 
+    /// Whether the process has exited (reaped here; the hub's kill on drop then does
+    /// nothing).
+    pub fn exited(&mut self) -> bool {
+        match &mut self.child {
+            // An error of waitpid: no child left to wait for, so none running.
+            Some(child) => !matches!(child.try_wait(), Ok(None)),
+            None => true,
+        }
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
@@ -485,6 +503,16 @@ impl Drop for Hub {
             eprintln!("--- hub log ---\n{}\n--- end of hub log ---", self.logs());
         }
     }
+}
+
+/// Whether process `pid` (not necessarily a child of this one) is live: there, and not a
+/// zombie waiting for its parent.
+pub fn pid_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the parenthesised command name (which may hold ')').
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
 }
 
 /// Sends a signal with kill(1).

@@ -53,6 +53,16 @@ pub struct KubeconfigOptions {
     pub server: Option<String>,
 }
 
+impl KubeconfigOptions {
+    /// These options with the file named `name` (and the files beside it prefixed so).
+    pub fn named(self, name: &str) -> KubeconfigOptions {
+        KubeconfigOptions {
+            name: name.to_owned(),
+            ..self
+        }
+    }
+}
+
 impl From<Auth> for KubeconfigOptions {
     fn from(auth: Auth) -> Self {
         KubeconfigOptions {

@@ -65,8 +65,10 @@ pub fn mount(args: &[&str]) {
 
 /// Puts `source` at `target` in this (private) mount namespace. A `target` that does not
 /// exist is made in an overlay of its parent whose changes live in `scratch` (a directory
-/// of its own for each call), so the machine's `/etc` or `/var/lib` never changes. The
-/// mounts go when the value is dropped, so the directories they cover can be removed.
+/// of its own for each call), so the machine's `/etc` or `/var/lib` never changes; the mounts
+/// inside the parent (a container's `/etc/hosts`, `/etc/resolv.conf`) are bound back over
+/// the overlay, which would show the files under them. The mounts go when the value is
+/// dropped, so the directories they cover can be removed. tests/untouched.sh does the same.
 pub fn bind_over(source: &Path, target: &Path, scratch: &Path) -> Mounts {
     let mut mounts = Mounts(Vec::new());
     if !target.exists() {
@@ -80,9 +82,31 @@ pub fn bind_over(source: &Path, target: &Path, scratch: &Path) -> Mounts {
             &scratch.display().to_string(),
         ]);
         mounts.0.push(scratch.to_owned());
-        let (upper, work) = (scratch.join("upper"), scratch.join("work"));
+        let (upper, work, kept) = (
+            scratch.join("upper"),
+            scratch.join("work"),
+            scratch.join("kept"),
+        );
         std::fs::create_dir(&upper).unwrap();
         std::fs::create_dir(&work).unwrap();
+        std::fs::create_dir(&kept).unwrap();
+        // Each mount inside the parent, kept aside (with those below it) before the overlay
+        // covers it.
+        let subs = submounts(parent);
+        for (n, sub) in subs.iter().enumerate() {
+            let aside = kept.join(n.to_string());
+            if sub.is_dir() {
+                std::fs::create_dir(&aside).unwrap();
+            } else {
+                std::fs::write(&aside, "").unwrap();
+            }
+            mount(&[
+                "--rbind",
+                &sub.display().to_string(),
+                &aside.display().to_string(),
+            ]);
+            mounts.0.push(aside);
+        }
         let options = format!(
             "lowerdir={},upperdir={},workdir={}",
             parent.display(),
@@ -98,6 +122,22 @@ pub fn bind_over(source: &Path, target: &Path, scratch: &Path) -> Mounts {
             &parent.display().to_string(),
         ]);
         mounts.0.push(parent.to_owned());
+        for (n, sub) in subs.iter().enumerate() {
+            let aside = kept.join(n.to_string());
+            // The overlay shows what lay under the mount, if anything: made where missing.
+            if aside.is_dir() {
+                std::fs::create_dir_all(sub).unwrap();
+            } else if !sub.exists() {
+                std::fs::create_dir_all(sub.parent().expect("below the parent")).unwrap();
+                std::fs::write(sub, "").unwrap();
+            }
+            mount(&[
+                "--rbind",
+                &aside.display().to_string(),
+                &sub.display().to_string(),
+            ]);
+            mounts.0.push(sub.clone());
+        }
         std::fs::create_dir(target).unwrap();
     }
     mount(&[
@@ -107,6 +147,28 @@ pub fn bind_over(source: &Path, target: &Path, scratch: &Path) -> Mounts {
     ]);
     mounts.0.push(target.to_owned());
     mounts
+}
+
+/// The mount points below `dir` (not `dir` itself) none of whose parents below `dir` is one
+/// too, as findmnt lists them: each bound with `--rbind` brings those below it.
+fn submounts(dir: &Path) -> Vec<PathBuf> {
+    let listed = run_tool("findmnt", &["-rn", "-o", "TARGET"])
+        .unwrap_or_else(|e| panic!("{e} (util-linux's `findmnt`)"));
+    let mut points: Vec<PathBuf> = listed
+        .lines()
+        // findmnt -r writes a space as \x20.
+        .map(|l| PathBuf::from(l.replace("\\x20", " ")))
+        .filter(|p| p != dir && p.starts_with(dir))
+        .collect();
+    points.sort();
+    points.dedup();
+    let mut tops: Vec<PathBuf> = Vec::new();
+    for point in points {
+        if !tops.iter().any(|top| point.starts_with(top)) {
+            tops.push(point);
+        }
+    }
+    tops
 }
 
 /// Mount points, unmounted in reverse order when dropped.
