@@ -251,6 +251,7 @@ fn start_disk_cache(
         let options = WriterOptions {
             delay_per_message: config.cache_writer_delay,
             bound: Some((stats, config.node_name.clone())),
+            linger: None,
         };
         spawn("cache-writer", move || {
             writer::run(&store, cache_rx, &stop, options, &synced)

@@ -22,6 +22,7 @@ use super::rules::{
 };
 #[cfg(doc)]
 use super::tee::CacheTx;
+use super::tee::LINGER;
 use super::tee::{CacheMsg, CacheRx};
 use crate::cache::decode::{BodyDecoder, BodyShape, Located, Unit};
 use crate::cache::key::{CollectionKey, ObjectKey};
@@ -39,6 +40,9 @@ pub(crate) struct WriterOptions {
     /// `--cache-max-bytes` and its counters, with the node's name (whose pods' needs are
     /// protected); `None`: no bound.
     pub bound: Option<(Arc<BoundStats>, String)>,
+    /// How long the writer lingers for more answers before it sleeps; `None`: [`LINGER`]
+    /// (tests lengthen it to see batching on a slow disk).
+    pub linger: Option<Duration>,
 }
 
 /// Runs the writer until every [`CacheTx`] is dropped, or until `stop` is set and the queue
@@ -63,18 +67,26 @@ pub(crate) fn run(
         synced,
         bound,
     };
+    // Whether the writer has lingered since it last handled a message.
+    let mut lingered = true;
     loop {
-        // Nothing queued: sleep on the doorbell (see `tee::Doorbell`), unless stopping, when
-        // the queue is only drained.
+        // Nothing queued: linger once for more (a batch rides one wake-up), then sleep on
+        // the doorbell (see `tee::Doorbell`), unless stopping, when the queue is only drained.
         let mut msg = rx.rx.try_recv();
         if matches!(msg, Err(TryRecvError::Empty)) && !stop.load(Ordering::Acquire) {
-            rx.queue
-                .doorbell
-                .wait(Duration::from_millis(500), || !rx.rx.is_empty());
+            if lingered {
+                rx.queue
+                    .doorbell
+                    .wait(Duration::from_millis(500), || !rx.rx.is_empty());
+            } else {
+                rx.queue.doorbell.linger(options.linger.unwrap_or(LINGER));
+                lingered = true;
+            }
             msg = rx.rx.try_recv();
         }
         match msg {
             Ok(msg) => {
+                lingered = false;
                 if let Some(delay) = options.delay_per_message {
                     std::thread::sleep(delay);
                 }

@@ -745,3 +745,60 @@ mod synced {
         assert!(synced.last(&lease).is_some(), "the lease put");
     }
 }
+
+/// Small answers coming faster than the writer's linger ring its doorbell a few times, not
+/// once each, and every one is stored.
+#[test]
+fn small_answers_under_load_ride_few_wake_ups_and_none_is_lost() {
+    let t = TempStore::new("batch");
+    let (tx, rx) = channel(64, 1 << 20);
+    let queue = std::sync::Arc::clone(&rx.queue);
+    let configmaps = CollectionKey::new("kubelet", "configmaps", "v1", "");
+    const ANSWERS: usize = 20;
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            run(
+                &t.store,
+                rx,
+                &AtomicBool::new(false),
+                // Longer than production's, so that a slow disk's write still fits in it.
+                WriterOptions {
+                    linger: Some(Duration::from_millis(500)),
+                    ..WriterOptions::default()
+                },
+                &crate::cache::synced::Synced::default(),
+            )
+        });
+        for i in 0..ANSWERS {
+            let name = format!("cm{i}");
+            let target = CacheTarget::Object {
+                collection: configmaps.clone(),
+                namespace: Some("ns".into()),
+                name: Some(name.clone()),
+            };
+            let body = format!(
+                r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{}"}}}}"#,
+                i + 1
+            );
+            let mut s = tx.begin(target, 200, false, None).unwrap();
+            assert!(s.chunk_owned(body.into_bytes()));
+            s.finish(true);
+            // A client's next answer: well within the linger, slower than the writer.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        drop(tx);
+        writer.join().unwrap();
+    });
+    let rings = queue.doorbell.rings.load(Ordering::Relaxed);
+    assert!(
+        rings <= (ANSWERS / 4) as u64,
+        "{rings} wake-ups for {ANSWERS} answers"
+    );
+    for i in 0..ANSWERS {
+        assert!(
+            t.read(&format!("kubelet/configmaps.v1.core/ns/cm{i}"))
+                .is_some(),
+            "cm{i} stored"
+        );
+    }
+}
