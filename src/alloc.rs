@@ -122,7 +122,11 @@ pub fn trim_stack() {
     let sp = std::hint::black_box(&here) as *const u8 as usize;
     let low = STACK_LOW.with(|c| {
         if c.get() == 0 {
-            c.set(if main_thread() { 1 } else { stack_low().unwrap_or(1) });
+            c.set(if main_thread() {
+                1
+            } else {
+                stack_low().unwrap_or(1)
+            });
         }
         c.get()
     });

@@ -106,10 +106,7 @@ pub(super) const LARGE_OUTPUT_BUFFER: usize = http1::MAX_HEAD + 16 * 1024;
 /// the cloud's CPU). The pool holds only connections a burst made, so sizing it to the
 /// concurrency bound costs nothing until the concurrency is seen, and an idle one is kept as
 /// long as kube-apiserver keeps it (see [`IDLE_AGE`]).
-fn agent(
-    rustls: &Arc<rustls::ClientConfig>,
-    pooled: Option<(&Arc<Generation>, usize)>,
-) -> Agent {
+fn agent(rustls: &Arc<rustls::ClientConfig>, pooled: Option<(&Arc<Generation>, usize)>) -> Agent {
     let idle = pooled.map_or(0, |(_, idle)| idle.max(1));
     let config = Agent::config_builder()
         // A proxy passes every status through with its body.
