@@ -3,7 +3,8 @@
 //! read buffers a burst grew, its cloud connection's buffers): none of that may cost an
 //! event. Many watches through one hub get every event of a burst of large objects, then,
 //! after waiting with their buffers let go, every later event, an object nested as deep as
-//! an event can be parsed whole, which is also cached whole. (Memory is measured by `make bench`, not here.)
+//! an event can be parsed whole included, which is also cached whole. (Memory is measured
+//! by `make bench`, not here.)
 
 use std::time::Duration;
 
