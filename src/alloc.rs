@@ -115,14 +115,18 @@ thread_local! {
 /// [`TRIM_MARGIN`]): what deeper calls touched before stays resident otherwise, however
 /// long the thread then waits. The pages come back zeroed when next used, so a long wait
 /// (a stream's reads) holds only what its own calls touch. One system call; for threads
-/// whose stack this process made (not the main thread's, which grows on demand).
+/// whose stack this process made: on the main thread it does nothing (see [`stack_low`]).
 #[inline(never)]
 pub fn trim_stack() {
     let here = 0u8;
     let sp = std::hint::black_box(&here) as *const u8 as usize;
     let low = STACK_LOW.with(|c| {
         if c.get() == 0 {
-            c.set(stack_low().unwrap_or(1));
+            c.set(if main_thread() {
+                1
+            } else {
+                stack_low().unwrap_or(1)
+            });
         }
         c.get()
     });
@@ -149,7 +153,18 @@ pub fn trim_stack() {
     }
 }
 
-/// The lowest address of the calling thread's stack mapping.
+/// Whether the caller is the process's main thread. Its stack grows on demand, and what
+/// glibc reports as its bounds is made up from the stack's size limit at start, not the
+/// mapping: the range below the caller could then hold another mapping, which
+/// `MADV_DONTNEED` would zero. A raw system call: musl's `gettid` wrapper is recent.
+#[allow(unsafe_code)]
+fn main_thread() -> bool {
+    // SAFETY: gettid and getpid take no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) == libc::c_long::from(libc::getpid()) }
+}
+
+/// The lowest address of the calling thread's stack mapping (not to be asked on the main
+/// thread, see [`main_thread`]).
 #[allow(unsafe_code)]
 fn stack_low() -> Option<usize> {
     let mut attr = std::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();

@@ -7,7 +7,6 @@ use std::time::Duration;
 use ureq::Agent;
 use ureq::config::AutoHeaderValue;
 use ureq::http;
-use ureq::tls::{Certificate, ClientCert, RootCerts, TlsConfig, TlsProvider};
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{Connector, NextTimeout};
 
@@ -29,43 +28,32 @@ pub(super) struct Agents {
     pub(super) pooled: Arc<Generation>,
     /// The cluster CA these agents trust (a leader verifies its followers with it).
     pub(super) roots: Vec<rustls::pki_types::CertificateDer<'static>>,
-    /// rustls configurations over the same material for tunnels, which the hub dials
-    /// itself (`tunnel.rs`): with the hub's client certificate, and without.
-    pub(super) tunnel_hub: Result<Arc<rustls::ClientConfig>, rustls::Error>,
-    pub(super) tunnel_client: Result<Arc<rustls::ClientConfig>, rustls::Error>,
+    /// The agents' rustls configurations, which the tunnels the hub dials itself
+    /// (`tunnel.rs`) share: with the hub's client certificate, and without.
+    pub(super) tunnel_hub: Arc<rustls::ClientConfig>,
+    pub(super) tunnel_client: Arc<rustls::ClientConfig>,
 }
 
 impl Agents {
     /// Agents trusting `tls.roots`, the hub's ones presenting `tls.client` when there is one,
     /// each pooled one keeping up to `pool` idle connections.
     pub(super) fn new(tls: &TlsMaterial, pool: usize) -> Result<Agents, ClientKeyError> {
-        let roots: Vec<Certificate<'static>> = tls
-            .roots
-            .iter()
-            .map(|c| Certificate::from_der(c.as_ref()).to_owned())
-            .collect();
-        let client_cert = tls
-            .client
-            .as_ref()
-            .map(ClientIdentity::ureq_cert)
-            .transpose()?;
-        let hub_tls = tls_config(&roots, client_cert);
-        let client_tls = tls_config(&roots, None);
         let pooled = Arc::new(Generation::default());
         // One rustls configuration per identity, its session cache shared by every
-        // connection and tunnel (`tls_conn.rs`).
+        // connection and tunnel (`tls_conn.rs`); a client key rustls cannot take is refused
+        // here, before any agent exists.
         let hub_rustls =
             tunnel_config(&tls.roots, tls.client.as_ref()).map_err(ClientKeyError::rustls)?;
         let client_rustls = tunnel_config(&tls.roots, None).map_err(ClientKeyError::rustls)?;
         Ok(Agents {
-            hub: agent(hub_tls.clone(), &hub_rustls, Some((&pooled, pool))),
-            client: agent(client_tls.clone(), &client_rustls, Some((&pooled, pool))),
-            hub_stream: agent(hub_tls, &hub_rustls, None),
-            client_stream: agent(client_tls, &client_rustls, None),
+            hub: agent(&hub_rustls, Some((&pooled, pool))),
+            client: agent(&client_rustls, Some((&pooled, pool))),
+            hub_stream: agent(&hub_rustls, None),
+            client_stream: agent(&client_rustls, None),
             pooled,
             roots: tls.roots.clone(),
-            tunnel_hub: Ok(hub_rustls),
-            tunnel_client: Ok(client_rustls),
+            tunnel_hub: hub_rustls,
+            tunnel_client: client_rustls,
         })
     }
 }
@@ -99,14 +87,6 @@ pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// on a connection the server is closing. ureq's default is 15 s.
 const IDLE_AGE: Duration = Duration::from_secs(85);
 
-fn tls_config(roots: &[Certificate<'static>], client_cert: Option<ClientCert>) -> TlsConfig {
-    TlsConfig::builder()
-        .provider(TlsProvider::Rustls)
-        .root_certs(RootCerts::new_with_certs(roots))
-        .client_cert(client_cert)
-        .build()
-}
-
 /// ureq's 128 KiB default input and output buffers, at its TCP and again at its TLS layer,
 /// would make each open watch cost half a megabyte. A response head must fit the input
 /// buffer (an apiserver's is well under 1 KiB), a request head the output buffer; bodies
@@ -117,19 +97,16 @@ pub(super) const OUTPUT_BUFFER: usize = 4 * 1024;
 /// largest head a client may send, with room for the hub's own headers.
 pub(super) const LARGE_OUTPUT_BUFFER: usize = http1::MAX_HEAD + 16 * 1024;
 
-/// An agent over `tls`: pooled, with its connections in the generation `pooled` and up to
-/// `idle` of them kept, or one connection per request (streams, see [`Recording`]).
+/// An agent over the rustls configuration `rustls`: pooled, with its connections in the
+/// generation `pooled` and up to `idle` of them kept, or one connection per request
+/// (streams, see [`Recording`]).
 ///
 /// A pool smaller than the requests in flight at once turns every burst into handshakes: with
 /// 4 kept and 16 clients, 134 of every 1,000 gets opened a new TLS connection (each ~0.4 ms of
 /// the cloud's CPU). The pool holds only connections a burst made, so sizing it to the
 /// concurrency bound costs nothing until the concurrency is seen, and an idle one is kept as
 /// long as kube-apiserver keeps it (see [`IDLE_AGE`]).
-fn agent(
-    tls: TlsConfig,
-    rustls: &Arc<rustls::ClientConfig>,
-    pooled: Option<(&Arc<Generation>, usize)>,
-) -> Agent {
+fn agent(rustls: &Arc<rustls::ClientConfig>, pooled: Option<(&Arc<Generation>, usize)>) -> Agent {
     let idle = pooled.map_or(0, |(_, idle)| idle.max(1));
     let config = Agent::config_builder()
         // A proxy passes every status through with its body.
@@ -140,7 +117,6 @@ fn agent(
         .user_agent(AutoHeaderValue::None)
         .accept(AutoHeaderValue::None)
         .accept_encoding(AutoHeaderValue::None)
-        .tls_config(tls)
         .input_buffer_size(INPUT_BUFFER)
         .output_buffer_size(OUTPUT_BUFFER)
         .max_response_header_size(http1::response::MAX_RESPONSE_HEAD)

@@ -131,11 +131,24 @@ impl Socket {
     /// (`tls_conn.rs`) reads and writes records here, so the buffers of this layer are
     /// never allocated on a TLS connection.
     pub(super) fn raw(&mut self) -> Raw<'_> {
-        Raw {
-            stream: &self.stream,
-            read_timeout: &mut self.read_timeout,
-            write_timeout: &mut self.write_timeout,
-        }
+        self.split().0
+    }
+
+    /// The socket's reads and writes, and its buffers beside them (a plain TCP connection's,
+    /// where ureq reads and writes).
+    fn split(&mut self) -> (Raw<'_>, &mut LazyBuffers) {
+        let Socket {
+            stream,
+            buffers,
+            read_timeout,
+            write_timeout,
+        } = self;
+        let raw = Raw {
+            stream,
+            read_timeout,
+            write_timeout,
+        };
+        (raw, buffers)
     }
 }
 
@@ -247,32 +260,12 @@ impl Transport for Socket {
     }
 
     fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
-        let Socket {
-            stream,
-            buffers,
-            read_timeout,
-            write_timeout,
-        } = self;
-        let mut raw = Raw {
-            stream,
-            read_timeout,
-            write_timeout,
-        };
+        let (mut raw, buffers) = self.split();
         raw.write_all(&buffers.output()[..amount], timeout)
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
-        let Socket {
-            stream,
-            buffers,
-            read_timeout,
-            write_timeout,
-        } = self;
-        let mut raw = Raw {
-            stream,
-            read_timeout,
-            write_timeout,
-        };
+        let (mut raw, buffers) = self.split();
         let amount = raw.read(buffers.input_append_buf(), timeout)?;
         buffers.input_appended(amount);
         Ok(amount > 0)

@@ -163,10 +163,12 @@ impl<T: RawSocket + Transport> Transport for TlsSocket<T> {
         Ok(())
     }
 
-    /// On a stream's connection ([`SharedTls::new`]), with nothing unread in the buffers,
-    /// they are dropped (12 KiB) before waiting: the wait is for the next event of a watch,
-    /// maybe hours away, and what arrives goes first into rustls's own buffer. They are
-    /// made again, zeroed, once there is something to read into them.
+    /// On a stream's connection ([`SharedTls::new`]), with nothing unread in the buffers and
+    /// nothing decrypted waiting in rustls, they are dropped (12 KiB) before waiting: the
+    /// wait is for the next event of a watch, maybe hours away, and what arrives goes first
+    /// into rustls's own buffer. They are made again, zeroed, once there is something to
+    /// read into them. Through a burst rustls mostly holds plaintext already, and the
+    /// buffers stay: at most one drop per record read from the socket.
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
         let TlsSocket {
             inner,
@@ -177,12 +179,14 @@ impl<T: RawSocket + Transport> Transport for TlsSocket<T> {
         } = self;
         let mut raw = inner.socket().raw();
         let mut io = Timed::new(&mut raw, timeout, Instant::now());
-        if *lean && buffers.input().is_empty() {
+        if *lean && buffers.input().is_empty() && conn.wants_read() {
             *buffers = LazyBuffers::new(sizes.0, sizes.1);
             // What `rustls::Stream::read` waits for before it reads: some plaintext, or the
-            // end of the connection.
+            // end of the connection. A round that only wrote (`complete_io` flushes pending
+            // output first, e.g. a key update's reply) read nothing: wait again.
             while conn.wants_read() {
-                if conn.complete_io(&mut io)?.0 == 0 {
+                let (read, wrote) = conn.complete_io(&mut io)?;
+                if read == 0 && wrote == 0 {
                     break;
                 }
             }

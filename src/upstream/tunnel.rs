@@ -250,9 +250,6 @@ impl Upstream {
             Identity::Hub => &agents.tunnel_hub,
             Identity::Client | Identity::Anonymous => &agents.tunnel_client,
         };
-        let config = config
-            .as_ref()
-            .map_err(|e| UpstreamError::Request(format!("the TLS configuration: {e}")))?;
         let write = !matches!(req.method, "GET" | "HEAD");
         // Keyed as a request would be, so a client's tunnels go where its requests go.
         let key = affinity_key(req.headers, req.target);

@@ -2,8 +2,9 @@
 //! does not use while it waits (the stack pages its thread touched in the TLS handshake, the
 //! read buffers a burst grew, its cloud connection's buffers): none of that may cost an
 //! event. Many watches through one hub get every event of a burst of large objects, then,
-//! after waiting with their buffers let go, every later event, a deeply nested object
-//! included, which is also cached whole. (Memory is measured by `make bench`, not here.)
+//! after waiting with their buffers let go, every later event, an object nested as deep as
+//! an event can be parsed whole included, which is also cached whole. (Memory is measured
+//! by `make bench`, not here.)
 
 use std::time::Duration;
 
@@ -14,6 +15,19 @@ use crate::support::hub::*;
 
 /// Open watches at once.
 const WATCHES: usize = 12;
+
+/// serde_json's recursion limit: the deepest parse on a watch's thread, where the stack is
+/// trimmed, is serde's (an event's head parsed whole when it cannot be located:
+/// `stream/events.rs`; the cache's decoder, to 256, does not recurse), and so is this
+/// test's own reading of the events.
+const SERDE_LIMIT: usize = 128;
+
+/// The containers around an event's `nested` value: the event, its object.
+const ENVELOPE: usize = 2;
+
+/// As deep as a watch event can nest and still be parsed whole: serde refuses a
+/// container at the limit's depth.
+const DEEPEST: usize = SERDE_LIMIT - 1 - ENVELOPE;
 
 /// A value nested `depth` objects deep.
 fn nested(depth: usize) -> Value {
@@ -79,9 +93,13 @@ fn idle_watches_get_every_event_after_a_burst_and_a_wait_a_deep_object_too() {
         .status,
         200
     );
+    // The margin shown: one level deeper would not parse.
+    let event = |depth| json!({"type": "ADDED", "object": {"nested": nested(depth)}});
+    assert!(serde_json::from_str::<Value>(&event(DEEPEST).to_string()).is_ok());
+    assert!(serde_json::from_str::<Value>(&event(DEEPEST + 1).to_string()).is_err());
     cloud.create(
         "configmaps",
-        json!({"metadata": {"name": "deep", "namespace": "fp"}, "data": {"k": "v"}, "nested": nested(100)}),
+        json!({"metadata": {"name": "deep", "namespace": "fp"}, "data": {"k": "v"}, "nested": nested(DEEPEST)}),
     );
     cloud.create(
         "configmaps",
@@ -90,7 +108,7 @@ fn idle_watches_get_every_event_after_a_burst_and_a_wait_a_deep_object_too() {
     for events in &mut watches {
         let deep = events.next_event().expect("the deep object's event");
         assert_eq!(deep["object"]["metadata"]["name"], "deep");
-        assert_eq!(depth_of(&deep["object"]["nested"]), 100);
+        assert_eq!(depth_of(&deep["object"]["nested"]), DEEPEST);
         let small = events.next_event().expect("the next event");
         assert_eq!(small["object"]["metadata"]["name"], "small");
     }
@@ -103,7 +121,7 @@ fn idle_watches_get_every_event_after_a_burst_and_a_wait_a_deep_object_too() {
         Duration::from_secs(10)
     ));
     let stored = eventually(Duration::from_secs(10), || {
-        read_json(&cached).is_some_and(|o| depth_of(&o["nested"]) == 100)
+        read_json(&cached).is_some_and(|o| depth_of(&o["nested"]) == DEEPEST)
     });
     assert!(
         stored,
