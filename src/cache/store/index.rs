@@ -469,12 +469,12 @@ fn hash_with(hasher: &RandomState, bytes: &[u8]) -> u64 {
 
 /// The entry of `bytes` whose hash is `content`.
 pub(super) fn entry_with(bytes: &[u8], content: u64) -> Entry {
-    entry_of(stored_rv(bytes).as_deref(), content)
+    entry_at_rv(stored_rv(bytes).as_deref(), content)
 }
 
 /// The entry of bytes whose hash is `content` and whose `metadata.resourceVersion` the
 /// caller read already as `rv`: [`entry_with`] without parsing them again.
-pub(super) fn entry_of(rv: Option<&str>, content: u64) -> Entry {
+pub(super) fn entry_at_rv(rv: Option<&str>, content: u64) -> Entry {
     let rv = rv.and_then(|rv| rv.parse().ok()).unwrap_or(0);
     Entry { rv, content }
 }

@@ -35,7 +35,7 @@ use super::error::{StoreError, StoreOp, io_err};
 use super::fs::{
     all_real_dirs, read_object, real_dir, remove_quietly, sync_dir, sync_filesystem, write_new_file,
 };
-use super::index::{Known, entry_of};
+use super::index::{Known, entry_at_rv};
 use super::journal::{CommitStep, JOURNAL_PREFIX, JournalWriter, RelPath};
 use super::list::NameCursor;
 use super::recent::Changed;
@@ -258,7 +258,7 @@ impl Replace<'_> {
                 if outcome == Some(PutOutcome::Identical) {
                     // The stored bytes are these: their version is `rv`, not parsed again
                     // (a whole object's parse cost more than the rest of the put).
-                    self.store.index().record(at, entry_of(rv, content));
+                    self.store.index().record(at, entry_at_rv(rv, content));
                 }
                 (existing.is_some(), outcome)
             }

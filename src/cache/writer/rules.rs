@@ -477,6 +477,9 @@ pub(super) fn list_item(
             );
             return false;
         };
+        // An item may carry its `apiVersion` all the same: named twice, the file could
+        // not be read back (a head refuses a repeated member) and would never be served.
+        let api_version = head.api_version.is_none().then_some(api_version.as_str());
         owned = with_type_meta(bytes, kind, api_version);
         &owned
     } else {
@@ -500,14 +503,18 @@ pub(super) fn list_item(
     }
 }
 
-/// `{...}` with `"kind":..,"apiVersion":..` inserted at the front.
-fn with_type_meta(object: &[u8], kind: &str, api_version: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(object.len() + kind.len() + api_version.len() + 32);
+/// `{...}` with `"kind":..` and, when given (the item lacks its own), `"apiVersion":..`
+/// inserted at the front.
+fn with_type_meta(object: &[u8], kind: &str, api_version: Option<&str>) -> Vec<u8> {
+    let extra = kind.len() + api_version.map_or(0, str::len) + 32;
+    let mut out = Vec::with_capacity(object.len() + extra);
     out.extend_from_slice(b"{\"kind\":");
     // Kinds and versions are plain identifiers; serde_json escapes anything odd.
     out.extend_from_slice(&serde_json::to_vec(kind).unwrap_or_default());
-    out.extend_from_slice(b",\"apiVersion\":");
-    out.extend_from_slice(&serde_json::to_vec(api_version).unwrap_or_default());
+    if let Some(api_version) = api_version {
+        out.extend_from_slice(b",\"apiVersion\":");
+        out.extend_from_slice(&serde_json::to_vec(api_version).unwrap_or_default());
+    }
     let start = object
         .iter()
         .position(|&b| b == b'{')

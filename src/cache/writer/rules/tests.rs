@@ -10,15 +10,76 @@ fn key_of(collection: &CollectionKey, json: &str) -> Option<(ObjectKey, Option<S
 
 #[test]
 fn type_meta_goes_in_front() {
-    let out = with_type_meta(br#"{"metadata":{"name":"a"}}"#, "Pod", "v1");
+    let out = with_type_meta(br#"{"metadata":{"name":"a"}}"#, "Pod", Some("v1"));
     assert_eq!(
         out,
         br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a"}}"#
     );
-    let out = with_type_meta(b" { } ", "Pod", "v1");
+    let out = with_type_meta(b" { } ", "Pod", Some("v1"));
     assert_eq!(out, br#"{"kind":"Pod","apiVersion":"v1" } "#);
     let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(v["kind"], "Pod");
+    let out = with_type_meta(br#"{"apiVersion":"v1"}"#, "Pod", None);
+    assert_eq!(out, br#"{"kind":"Pod","apiVersion":"v1"}"#);
+}
+
+/// An item with its own `apiVersion` but no `kind` is stored as one object with each named
+/// once, which the store serves; it was stored with `apiVersion` twice, never served.
+#[test]
+fn an_item_with_an_api_version_and_no_kind_is_stored_once_and_served() {
+    use std::sync::atomic::AtomicBool;
+
+    use crate::cache::synced::Synced;
+    use crate::cache::target::CacheTarget;
+    use crate::cache::temp_dir::TempDir;
+    use crate::cache::writer::{WriterOptions, channel, run};
+    use crate::selector::Selectors;
+
+    let dir = TempDir::new("rules-api-version");
+    let (store, _) = Store::open(&dir.root()).unwrap();
+    let pods = CollectionKey::new("kubelet", "pods", "v1", "");
+    let body = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[
+        {"apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"5"},"spec":{"nodeName":"n1"}},
+        {"metadata":{"name":"b","namespace":"ns","resourceVersion":"6"},"spec":{"nodeName":"n1"}}]}"#;
+    // Whole, and cut where the item's head is found by a parse rather than located.
+    for chunk in [body.len(), 3] {
+        let (tx, rx) = channel(64, 1 << 20);
+        let target = CacheTarget::List {
+            collection: pods.clone(),
+            namespace: None,
+            selectors: Selectors::everything(),
+            paged: false,
+        };
+        let mut session = tx.begin(target, 200, false, None).unwrap();
+        for piece in body.as_bytes().chunks(chunk) {
+            assert!(session.chunk(piece));
+        }
+        session.finish(true);
+        drop(tx);
+        let options = WriterOptions::default();
+        run(
+            &store,
+            rx,
+            &AtomicBool::new(false),
+            options,
+            &Synced::default(),
+        );
+        for name in ["a", "b"] {
+            let key = ObjectKey {
+                collection: pods.clone(),
+                namespace: Some("ns".to_owned()),
+                name: name.to_owned(),
+            };
+            let served = store.get(&key).unwrap().expect("served");
+            let head = ObjectHead::read(&served).unwrap();
+            assert_eq!(
+                (head.kind.as_deref(), head.api_version.as_deref()),
+                (Some("Pod"), Some("v1")),
+                "{}",
+                String::from_utf8_lossy(&served)
+            );
+        }
+    }
 }
 
 #[test]
