@@ -53,9 +53,11 @@ use crate::upstream::{Outgoing, Upstream};
 const SPACING: Duration = Duration::from_secs(5);
 /// How long a drop still waits once no answer to its request is in flight: a client listing
 /// in a loop sends its next list (which begins its session once the cloud answers) within it.
-/// Seconds, not milliseconds: on a loaded 2-core gateway that gap (the client reading the last
-/// byte, the cloud's first) was seen past 500 ms, and a refill two seconds later costs nothing.
-const LINGER: Duration = Duration::from_secs(2);
+/// Seconds, not milliseconds, and longer than a loaded gateway's list: a session refused at
+/// its start or abandoned mid-answer for a full queue counts as ended at once, not when its
+/// client is answered, so a 12 MB list that took 5 s on a loaded 2-core machine left the ledger
+/// idle for as long. A refill ten seconds later costs nothing.
+const LINGER: Duration = Duration::from_secs(10);
 /// How often a drop waiting for answers in flight, or for a healthy cloud, is looked at again.
 const LOOK: Duration = Duration::from_millis(100);
 /// The longest a drop waits for the answers in flight: a request listed back to back for

@@ -1,46 +1,14 @@
 //! Real clients nobody here wrote: `kubectl` through the hub, online against the stand-in
 //! cloud and offline from the hub's cache (`--cache-agents=kubectl`).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
 
+use crate::support::Cloud;
 use crate::support::hub::*;
-use crate::support::{Cloud, write_plain_kubeconfig};
-
-struct Kubectl {
-    kubeconfig: PathBuf,
-    cache: PathBuf,
-}
-
-impl Kubectl {
-    fn new(dir: &Path, hub: &Hub) -> Kubectl {
-        Kubectl {
-            kubeconfig: write_plain_kubeconfig(dir, "kubectl.kubeconfig", &hub.url()),
-            cache: dir.join("kubectl-cache"),
-        }
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        kubectl_command(&self.kubeconfig, &self.cache, self.cache.parent().unwrap())
-            .args(args)
-            .output()
-            .expect("kubectl is installed (Debian package kubectl; .ci/run installs it)")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            String::from_utf8_lossy(&out.stdout)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
+use crate::support::kubectl::Kubectl;
 
 /// The client's minor version (the dispatcher kubectl reports the version it runs).
 fn minor_version() -> u32 {

@@ -2,54 +2,13 @@
 //! component listed whole while the cloud was reachable, and a get of an object it never
 //! cached says so, apart from one its last whole list shows gone.
 
-use std::path::{Path, PathBuf};
-use std::process::Output;
 use std::time::Duration;
 
 use serde_json::json;
 
+use crate::support::Cloud;
 use crate::support::hub::*;
-use crate::support::{Cloud, write_plain_kubeconfig};
-
-/// kubectl through the hub, as in `kubectl.rs`.
-struct Kubectl {
-    kubeconfig: PathBuf,
-    cache: PathBuf,
-}
-
-impl Kubectl {
-    fn new(dir: &Path, hub: &Hub) -> Kubectl {
-        Kubectl {
-            kubeconfig: write_plain_kubeconfig(dir, "kubectl.kubeconfig", &hub.url()),
-            cache: dir.join("kubectl-cache"),
-        }
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        kubectl_command(&self.kubeconfig, &self.cache, self.cache.parent().unwrap())
-            .args(args)
-            .output()
-            .expect("kubectl is installed (Debian package kubectl; .ci/run installs it)")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Runs a command that must fail; its stderr.
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(!out.status.success(), "kubectl {args:?} answered: {stdout}");
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    }
-}
+use crate::support::kubectl::Kubectl;
 
 fn pod(cloud: &Cloud, namespace: &str, name: &str) {
     cloud.create(

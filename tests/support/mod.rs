@@ -13,6 +13,7 @@ pub mod feed;
 pub mod https;
 pub mod hub;
 mod kubeconfig;
+pub mod kubectl;
 pub mod kubelet;
 pub mod mount;
 pub mod namespace;
