@@ -315,9 +315,10 @@ pub fn writer_and_memory(b: &Bench, dir: &Path, report: &mut Report) -> Result<(
     let second = cache_list(&hub, list_path, scale.edge_rate)?;
     let relisted = &second.work;
 
-    // Offline list of a quarter of the pods (one namespace), the cloud stopped.
+    // Offline list of a quarter of the pods (one namespace), the cloud stopped: within the
+    // scope the hub listed whole (all namespaces, `fill=big`), as offline lists must be.
     let offline_pods = pods / 4;
-    let offline_path = "/api/v1/namespaces/big-0/pods";
+    let offline_path = "/api/v1/namespaces/big-0/pods?labelSelector=fill%3Dbig";
     let outage = Outage(cloud);
     cloud.stop();
     wait_health(&hub, cloud, false, HEALTH_CHANGE)?;
