@@ -225,8 +225,8 @@ fn main() {
     kubelet_reads(&hub);
     read_through(
         &hub,
-        "with a label selector (offline too)",
-        "/api/v1/pods?labelSelector=app%3Dweb",
+        "its pods with a label selector",
+        "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&labelSelector=app%3Dweb",
     );
     kubectl(&kubeconfig, &kubectl_cache, &["get", "pods", "-A"]);
     kubectl(
