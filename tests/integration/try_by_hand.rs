@@ -1,7 +1,8 @@
 //! `make try` (examples/try.rs) driven as its banner tells a person to: kubectl through the
 //! hub with the kubeconfig it wrote, the printed command that cuts the cloud, kubectl again
 //! (answered from the hub's cache), the command that brings the cloud back, then Ctrl-C
-//! (SIGINT), after which neither it nor the hub runs. Its folder is this test's temp dir.
+//! (SIGINT), after which neither it nor the hub runs. Its folder is this test's temp dir. And
+//! `make demo` (examples/demo.rs), run to its end.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -12,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use crate::support::hub::{TempDir, eventually, kubectl_command, pid_running, signal};
 
-/// The try example, built for this test's profile and features into this test's target dir
+/// The example `name`, built for this test's profile and features into this test's target dir
 /// (fresh after `make test`, which builds `--examples`; built here when run alone).
-fn try_binary() -> PathBuf {
+fn example_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the path of this test");
     // target/<profile>/deps/integration-… → target/<profile>
     let profile = exe
@@ -23,7 +24,7 @@ fn try_binary() -> PathBuf {
         .expect("target/<profile>/deps/<test>");
     let mut build = Command::new(env!("CARGO"));
     build
-        .args(["build", "--quiet", "--example", "try"])
+        .args(["build", "--quiet", "--example", name])
         .arg(format!(
             "--target-dir={}",
             profile.parent().expect("target/<profile>").display()
@@ -58,15 +59,15 @@ fn try_binary() -> PathBuf {
     let out = build.output().expect("cargo runs");
     assert!(
         out.status.success(),
-        "cargo build --example try failed:\n{}",
+        "cargo build --example {name} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    profile.join("examples").join("try")
+    profile.join("examples").join(name)
 }
 
 /// The try example's command with `TRY_DIR=folder`.
 fn try_command(folder: &Path) -> Command {
-    let mut cmd = Command::new(try_binary());
+    let mut cmd = Command::new(example_binary("try"));
     cmd.env("TRY_DIR", folder);
     cmd
 }
@@ -339,4 +340,23 @@ fn make_try_leaves_a_folder_it_did_not_make_alone() {
         Some("mine")
     );
     assert!(folder.join("root").is_dir());
+}
+
+/// `make demo` runs its story to the end: reads online, the cloud cut, the same reads from the
+/// cache, the cloud back (the demo asserts each step itself and stops at the first that fails).
+#[test]
+fn make_demo_runs_to_its_end() {
+    let out = Command::new(example_binary("demo"))
+        .output()
+        .expect("run the demo example");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("the hub served the same reads online and offline"),
+        "{stdout}"
+    );
 }
