@@ -6,7 +6,8 @@
 # its package is installed (a package that no longer ships it) is said and left to the test
 # that needs it. `command:pkg1|pkg2`: the first of them the machine's sources have. Installing
 # a missing package may ask for newer versions of packages already installed (its
-# dependencies): apt-get's plan is read first, and such an install is refused, naming them.
+# dependencies): apt-get's plan is read first, and such an install is refused, naming them,
+# unless TINYHUB_INSTALL_UPGRADES=1 (.ci/run: a fresh machine made for the run).
 # /usr/sbin and /sbin count as on PATH (nginx, ip). Used by `make tools`, `make bench-tools`
 # and cross/cross.mk's cross-test-tools.
 set -eu
@@ -46,7 +47,10 @@ for choices in $wanted; do
 		# The plan (-s: nothing done). `Inst name [installed-version] (new ...)`: an upgrade.
 		plan=$(apt-get install -s --no-upgrade "$package" 2> /dev/null) || continue
 		upgrades=$(echo "$plan" | awk '/^Inst [^ ]+ \[/ { print $2 " " $3 }' | tr -d '[]')
-		if [ -n "$upgrades" ]; then
+		if [ -n "$upgrades" ] && [ "${TINYHUB_INSTALL_UPGRADES:-}" = 1 ]; then
+			echo "install-missing: installing $package upgrades (TINYHUB_INSTALL_UPGRADES=1, a machine made for the run):"
+			echo "$upgrades" | sed 's/^/  /'
+		elif [ -n "$upgrades" ]; then
 			echo "install-missing: installing $package would upgrade what is installed; nothing installed:"
 			echo "$upgrades" | sed 's/^/  /'
 			echo "install $package yourself (apt-get install $package) if those upgrades are wanted"
