@@ -115,10 +115,8 @@ fn the_record_is_written_when_due_and_at_the_drain_and_read_back() {
     assert!(text.contains(r#""resource":"pods.v1.core""#), "{text}");
 }
 
-#[test]
-fn only_a_cache_without_the_file_takes_directory_times() {
-    let dir = TempDir::new("synced-mtime");
-    let store = open(&dir);
+/// Stores the pod `ns/a` (a kind directory that exists, for the record's fallbacks).
+fn put_pod_a(store: &Store) {
     let key = crate::cache::key::ObjectKey {
         collection: pods(),
         namespace: Some("ns".to_owned()),
@@ -127,6 +125,13 @@ fn only_a_cache_without_the_file_takes_directory_times() {
     store
         .put(&key, br#"{"metadata":{"name":"a","namespace":"ns"}}"#, None)
         .unwrap();
+}
+
+#[test]
+fn only_a_cache_without_the_file_takes_directory_times() {
+    let dir = TempDir::new("synced-mtime");
+    let store = open(&dir);
+    put_pod_a(&store);
     // Token answers have no kind directory: no entry.
     std::fs::create_dir_all(dir.root().join("kubelet/tokens/ns")).unwrap();
     let now = crate::unix_secs();
@@ -478,14 +483,7 @@ fn an_entry_from_before_scopes_proves_nothing_once_the_cloud_is_heard() {
 fn a_record_that_exists_but_does_not_read_proves_nothing() {
     let dir = TempDir::new("synced-damaged");
     let store = open(&dir);
-    let key = crate::cache::key::ObjectKey {
-        collection: pods(),
-        namespace: Some("ns".to_owned()),
-        name: "a".to_owned(),
-    };
-    store
-        .put(&key, br#"{"metadata":{"name":"a","namespace":"ns"}}"#, None)
-        .unwrap();
+    put_pod_a(&store);
     let file = dir.root().join(".synced");
     // No file at all: a cache from before it, which answers as before.
     assert!(Synced::load(&store).covers(&pods(), None, &sel("", "")));
