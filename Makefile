@@ -5,6 +5,7 @@
 #   make demo         the main job on a bundled stand-in apiserver, step by step
 #   make try          the hub and that apiserver left running, to try by hand (Ctrl-C ends it)
 #   make bench        measure hub vs direct and write BENCHMARKS.md (`make bench-quick`: a smoke run)
+#   make bench-armv7  case 10's relative figures of the armv7 binary under qemu (prints them)
 #   make readme       rewrite README.md's "Measured" block from BENCHMARKS.md (make bench does too)
 #   make lint         rustfmt, clippy and the floors check (tests/floors.rs), as CI runs them
 #   make fuzz         each cargo-fuzz target for FUZZ_SECONDS (nightly; see fuzz/README.md)
@@ -14,7 +15,7 @@
 CARGO ?= cargo
 
 .DEFAULT_GOAL := build
-.PHONY: build test demo try bench bench-quick bench-tools readme lint tools fuzz fuzz-cmin
+.PHONY: build test demo try bench bench-quick bench-armv7 bench-tools readme lint tools fuzz fuzz-cmin
 
 build:
 	$(CARGO) build --release
@@ -52,6 +53,15 @@ bench: build bench-tools x86_64-musl
 
 bench-quick: build bench-tools
 	$(CARGO) bench --bench hub -- --quick
+
+# Case 10 with both hubs the armv7 binary under qemu, as cross-test runs it (cross/cross.mk's
+# CPU): only the figures emulation leaves meaningful, as section "10a" (benches/hub/peer.rs).
+# Prints them; BENCH_ARMV7_ARGS=--update also writes that section into BENCHMARKS.md.
+BENCH_ARMV7_ARGS ?=
+bench-armv7: armv7
+	@sh tests/install-missing.sh qemu-arm-static:qemu-user-static
+	TINYHUB_TEST_BIN='$(abspath $(CROSS_ARMV7_BIN))' TINYHUB_TEST_RUNNER=qemu-arm-static \
+		QEMU_CPU='$(CROSS_QEMU_ARM_CPU)' $(CARGO) bench --bench hub -- --cases=10 $(BENCH_ARMV7_ARGS)
 
 # Case 10's peer (nginx) and its system-call counter (strace), from Debian (command:package;
 # tests/install-missing.sh installs only what is missing, never upgrades what is there).

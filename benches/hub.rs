@@ -514,7 +514,10 @@ fn run(scale: &Scale, only: Option<&[u8]>, update: bool) -> Result<(), Failure> 
 
     let (bin, version) = case("setup", || {
         let bin = hub_binary();
-        let out = std::process::Command::new(&bin)
+        // Under TINYHUB_TEST_RUNNER (the armv7 binary under qemu) the runner starts it too:
+        // this machine need not run foreign binaries by itself (binfmt_misc).
+        let out = support::hub::runner_command(&bin)
+            .unwrap_or_else(|| std::process::Command::new(&bin))
             .arg("--version")
             .output()
             .map_err(|e| format!("running {} --version: {e}", bin.display()))?;
