@@ -468,6 +468,9 @@ pub fn peer(b: &Bench, dir: &Path, report: &mut Report) -> Result<(), String> {
     }
 
     let (n_rounds, window) = (scale.rounds.max(2), scale.window);
+    // Emulated, a list takes about a second: longer windows for a dozen lists per hub.
+    let slow = if emulated() { 3 } else { 1 };
+    let list_window = window * slow;
     let settle_edge = || edge.wait_cache_quiet();
     let one = rounds(b, &proxies, 1, (get_path, n_rounds, window), &settle_edge)?;
     let many = rounds(
@@ -492,7 +495,7 @@ pub fn peer(b: &Bench, dir: &Path, report: &mut Report) -> Result<(), String> {
             b,
             &proxies,
             clients,
-            (list_path, n_rounds, window),
+            (list_path, n_rounds, list_window),
             &settle_edge,
         )?;
         // `rounds` stops recording; refills may still come.
@@ -511,7 +514,7 @@ pub fn peer(b: &Bench, dir: &Path, report: &mut Report) -> Result<(), String> {
     let flood_window = if scale.quick {
         Duration::from_millis(500)
     } else {
-        Duration::from_secs(5)
+        Duration::from_secs(5) * slow
     };
     let floods = LIST_CLIENTS
         .iter()
@@ -539,7 +542,7 @@ pub fn peer(b: &Bench, dir: &Path, report: &mut Report) -> Result<(), String> {
         relative_section(
             &figures,
             (get_path, list_path),
-            (n_rounds, window),
+            (n_rounds, window, list_window, flood_window),
             scale,
             report,
         );
@@ -812,7 +815,7 @@ const RELATIVE_TITLE: &str = "10a. Peer case on the armv7 binary under qemu: rel
 fn relative_section(
     f: &Relative,
     (get_path, list_path): (&str, &str),
-    (n_rounds, window): (usize, Duration),
+    (n_rounds, window, list_window, flood_window): (usize, Duration, Duration, Duration),
     scale: &crate::Scale,
     report: &mut Report,
 ) {
@@ -823,9 +826,10 @@ fn relative_section(
         RELATIVE_TITLE,
         &format!(
             "Case 10's two hubs, both the binary `{}` ({}) run as `{} <binary>` with QEMU_CPU \
-             `{qemu_cpu}`, on this machine: {n_rounds} round(s) of {window:?} each, the two in \
-             turn, the same keep-alive client and workloads as case 10 (`GET {get_path}` with 1 \
-             and {CONNS} client threads; the list of {} pods of about {} bytes, `GET \
+             `{qemu_cpu}`, on this machine: {n_rounds} round(s) of {window:?} each \
+             ({list_window:?} for the lists, {flood_window:?} for the floods), the two in turn, \
+             the same keep-alive client and workloads as case 10 (`GET {get_path}` with 1 and \
+             {CONNS} client threads; the list of {} pods of about {} bytes, `GET \
              {list_path}`, with 1 and 4). nginx is not run: an emulated hub's CPU beside a \
              native nginx's means nothing. What emulation leaves meaningful: the ratio of the \
              two hubs' CPU (the same binary under the same translation; qemu slows the guest's \
@@ -834,7 +838,8 @@ fn relative_section(
              and the hub's own heap accounting (`tinyhub_heap_bytes`, the guest's allocations, \
              32-bit). What it does not: the µs and rates themselves (emulated, shown only for \
              the ratios), and RSS (the qemu process's: the guest's pages plus qemu's own code, \
-             translation cache and per-thread state). `make bench-armv7` runs it.",
+             translation cache and per-thread state; the guest's own share of it is shown apart). \
+             `make bench-armv7` runs it.",
             bin.display(),
             binary_version(&bin),
             runner.trim(),
@@ -910,8 +915,10 @@ fn relative_section(
     let mut memory = Table::new(
         &format!(
             "The edge hub's memory under emulation, on a cloud of its own (idle, and with \
-             {WATCHES} kubelet watches open; per watch: the difference over {WATCHES}). The heap \
-             is the guest's own; RSS is the qemu process's: {}",
+             {WATCHES} kubelet watches open; per watch: the difference over {WATCHES}). The \
+             heap is the hub's own accounting; the guest's RSS, its resident pages with the \
+             watches open, is near what an ARM device would hold; the qemu process's adds the \
+             emulator's own: {}",
             match runner_floor(&bin) {
                 Some(floor) => format!(
                     "the emulator alone, running the binary's `--version`, peaks at {} \
@@ -924,13 +931,23 @@ fn relative_section(
         &["", "idle", "watches open", "per watch"],
     );
     memory.row(vec![
-        "heap (`tinyhub_heap_bytes`): meaningful".into(),
+        "heap (`tinyhub_heap_bytes`)".into(),
         heap(m.heap_idle),
         heap(m.heap_watches),
         per_watch_heap,
     ]);
+    let guest = |g: Option<u64>| g.map_or("n/a".into(), size);
     memory.row(vec![
-        "RSS of the qemu process (VmRSS idle, VmHWM with watches): qemu's included".into(),
+        "the guest's RSS (its 4 GiB of `/proc/<pid>/smaps`)".into(),
+        guest(m.guest_idle),
+        guest(m.guest_watches),
+        match (m.guest_idle, m.guest_watches) {
+            (Some(a), Some(b)) => kib(b.saturating_sub(a) as f64 / WATCHES as f64),
+            _ => "n/a".into(),
+        },
+    ]);
+    memory.row(vec![
+        "the qemu process's RSS (VmRSS; VmHWM with watches)".into(),
         size(m.idle),
         size(m.watches),
         kib(m.watches.saturating_sub(m.idle) as f64 / WATCHES as f64),
@@ -1144,6 +1161,49 @@ struct Memory {
     heap_idle: Option<f64>,
     /// The same with the watches open.
     heap_watches: Option<f64>,
+    /// Under emulation, the guest's resident pages ([`guest_rss`]), idle.
+    guest_idle: Option<u64>,
+    /// The same with the watches open.
+    guest_watches: Option<u64>,
+}
+
+/// Under qemu-user, the resident bytes of the guest's address space: the mappings in the 4 GiB
+/// above the process's lowest one. A 32-bit guest's memory is one reserved 4 GiB block of the
+/// qemu process, placed below qemu's own mappings (its binary, heap, translation buffer and
+/// threads' stacks, all higher up), so this is the guest's own share of VmRSS: its binary,
+/// heap and thread stacks, as an ARM device would hold them. None when not emulated or
+/// `/proc/<pid>/smaps` cannot be read.
+fn guest_rss(pid: u32) -> Option<u64> {
+    if !emulated() {
+        return None;
+    }
+    let smaps = fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    let mut lowest = None;
+    let mut start = 0u64;
+    let mut kib = 0u64;
+    for line in smaps.lines() {
+        // A mapping's header: "start-end perms offset dev inode [path]", in hex.
+        let head = line
+            .split_whitespace()
+            .next()
+            .and_then(|r| r.split_once('-'));
+        if let Some((a, _)) = head
+            && let Ok(a) = u64::from_str_radix(a, 16)
+        {
+            start = a;
+            lowest = Some(lowest.map_or(a, |l: u64| l.min(a)));
+        } else if let Some(rest) = line.strip_prefix("Rss:")
+            && lowest.is_some_and(|l| start - l < 1 << 32)
+        {
+            kib += rest
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()?;
+        }
+    }
+    Some(kib * 1024)
 }
 
 /// [`Memory`] of the hub `bin` (under `TINYHUB_TEST_RUNNER` if set), on a cloud of its own:
@@ -1162,6 +1222,7 @@ fn memory_of(bin: &Path, dir: &Path) -> Result<Memory, String> {
     std::thread::sleep(Duration::from_secs(3));
     let idle = proc_status(hub.pid(), "VmRSS:") * 1024;
     let heap_idle = crate::client::metrics(&hub)?.find("tinyhub_heap_bytes");
+    let guest_idle = guest_rss(hub.pid());
     let watchers = cloud.watchers("configmaps");
     let path = format!(
         "/api/v1/namespaces/mem-peer/configmaps?watch=1&resourceVersion={}",
@@ -1182,11 +1243,14 @@ fn memory_of(bin: &Path, dir: &Path) -> Result<Memory, String> {
     std::thread::sleep(Duration::from_secs(1));
     let watches = proc_status(hub.pid(), "VmHWM:") * 1024;
     let heap_watches = crate::client::metrics(&hub)?.find("tinyhub_heap_bytes");
+    let guest_watches = guest_rss(hub.pid());
     drop(streams);
     Ok(Memory {
         idle,
         watches,
         heap_idle,
         heap_watches,
+        guest_idle,
+        guest_watches,
     })
 }
