@@ -186,6 +186,9 @@ fn read_units(
     let mut units = BodyDecoder::new(shape, answer.is_gzip(), MAX_OBJECT_BYTES);
     let mut buf = vec![0u8; 8192];
     let mut failed = None;
+    // The request went deep (the TLS handshake, the client key's signature); a watch's body
+    // is then read for as long as it lasts, far higher up: give those pages back.
+    crate::alloc::trim_stack();
     loop {
         if !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
             return Ok(false);

@@ -196,6 +196,9 @@ impl LeaseChecker {
                 select.recv(wake);
             }
             let wait = next_tick.saturating_duration_since(Instant::now());
+            // A round went deep (a request, at times a TLS handshake); the wait is shallow and
+            // most of the thread's life: the pages below it go back (one system call a round).
+            crate::alloc::trim_stack();
             match select.select_timeout(wait) {
                 // The tick is due: the loop's top runs it.
                 Err(_) => {}

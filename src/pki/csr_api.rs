@@ -177,8 +177,11 @@ pub(super) fn interruptible<T: Send + 'static>(
     }
 }
 
-/// Sleeps `pause`, or less when `stop` fires (then true).
+/// Sleeps `pause`, or less when `stop` fires (then true). The stack pages the work before
+/// it touched (a TLS handshake, a key's signature) are given back first: the renewals' threads
+/// spend nearly all their life here, for hours.
 pub(super) fn pause(stop: &Receiver<()>, pause: Duration) -> bool {
+    crate::alloc::trim_stack();
     !matches!(
         stop.recv_timeout(pause),
         Err(crossbeam_channel::RecvTimeoutError::Timeout)

@@ -61,8 +61,11 @@ pub(super) enum WaitEnd {
     Stopped,
 }
 
-/// Waits up to `d` (at most [`MAX_SLEEP`]), for `wake` or for `stop` to close.
+/// Waits up to `d` (at most [`MAX_SLEEP`]), for `wake` or for `stop` to close. The stack
+/// pages the attempt before went through (a TLS handshake, a key made and signed) go back
+/// first: a renewal loop spends nearly all its life here.
 pub(super) fn wait(d: Duration, wake: &Receiver<()>, stop: &Receiver<()>) -> WaitEnd {
+    crate::alloc::trim_stack();
     select! {
         recv(stop) -> _ => WaitEnd::Stopped,
         recv(wake) -> msg => match msg {
