@@ -139,6 +139,9 @@ impl Call<'_> {
     ///
     /// Never inlined, nor are the relay's other branches: a watch waits for hours in this
     /// frame, and its thread's stack holds what every frame above it reserved.
+    ///
+    /// The watch's parts are made in a frame of their own ([`Call::watch_of`]): this frame,
+    /// above every wait, holds the finished watch only, not the values it was built from.
     #[inline(never)]
     pub(super) fn relay_resumable<'c>(
         &self,
@@ -149,21 +152,7 @@ impl Call<'_> {
         filters: Option<&Filters>,
         watch: Resumable<'_>,
     ) -> Relayed<'c> {
-        let Resumable { req, path, mode } = watch;
-        let raw_query = ex.url().split_once('?').map_or("", |(_, q)| q).to_owned();
-        let affinity = ex.url().to_owned();
-        let headers = leg::leg_headers(ex.headers());
-        let deadline = req
-            .query
-            .timeout_seconds
-            .filter(|&s| s > 0)
-            .map(|s| Instant::now() + Duration::from_secs(s));
-        let answer_headers = std::mem::take(&mut answer.headers);
-        let writer = match ex.start(answer.status, &answer_headers, Length::Streamed) {
-            Ok(writer) => writer,
-            Err(e) => return Relayed::ClientGone(e),
-        };
-        drop(answer_headers);
+        let Resumable { req, path, .. } = watch;
         let resource = leg::resource_label(path);
         let component = req.component.as_str();
         // Set at each resume; the stage's count of the catch-up logs it.
@@ -183,7 +172,65 @@ impl Call<'_> {
             let (Uncached::Unreadable(e) | Uncached::Undecodable(e)) = why;
             log::info!("{e}; the watch is not cached resource=\"{resource}\"");
         };
-        let tee = Tee::new(ToClient::new(writer), session, &uncached);
+        let parts = Parts {
+            session,
+            filters,
+            resumed: &resumed,
+            resource: &resource,
+            note: &note,
+            uncached: &uncached,
+        };
+        let mut watch = match self.watch_of(ex, &mut answer, parts, watch) {
+            Ok(watch) => watch,
+            Err(e) => return Relayed::ClientGone(e),
+        };
+        let ended = watch.run(answer);
+        let status = if watch.chain.inner_mut().inner().uncached() {
+            CacheStatus::Bypass(NoCacheReason::Answer)
+        } else {
+            cache_status
+        };
+        match ended {
+            Ok(()) => Relayed::Done(status),
+            Err(e) => Relayed::ClientGone(e),
+        }
+    }
+
+    /// The client's answer started (the first leg's headers) and the watch that relays it,
+    /// made of `parts`. Never inlined: the values the chain is built from stay in this
+    /// frame, gone before the watch waits.
+    #[inline(never)]
+    fn watch_of<'a, 'f, 'n, 'c>(
+        &'a self,
+        ex: Exchange<'c>,
+        answer: &mut Answer,
+        parts: Parts<'f, 'n>,
+        watch: Resumable<'a>,
+    ) -> io::Result<Watch<'a, 'f, 'n, 'c>>
+    where
+        'n: 'a,
+    {
+        let Parts {
+            session,
+            filters,
+            resumed,
+            resource,
+            note,
+            uncached,
+        } = parts;
+        let Resumable { req, path, mode } = watch;
+        let raw_query = ex.url().split_once('?').map_or("", |(_, q)| q).to_owned();
+        let affinity = ex.url().to_owned();
+        let headers = leg::leg_headers(ex.headers());
+        let deadline = req
+            .query
+            .timeout_seconds
+            .filter(|&s| s > 0)
+            .map(|s| Instant::now() + Duration::from_secs(s));
+        let answer_headers = std::mem::take(&mut answer.headers);
+        let writer = ex.start(answer.status, &answer_headers, Length::Streamed)?;
+        drop(answer_headers);
+        let tee = Tee::new(ToClient::new(writer), session, uncached);
         let chain_of = self.route.filters;
         let stage = match filters {
             Some(f) => {
@@ -197,18 +244,18 @@ impl Call<'_> {
             stage,
             req.query.allow_watch_bookmarks,
             Progress::from_query(&req.query),
-            &note,
+            note,
         );
         let scope = leg::list_target(path, &raw_query);
-        let mut watch = Watch {
+        Ok(Watch {
             hub: self.hub,
             req,
             path,
             route: &self.route,
             mode,
             chain,
-            resumed: &resumed,
-            resource: &resource,
+            resumed,
+            resource,
             raw_query,
             affinity,
             scope,
@@ -218,18 +265,20 @@ impl Call<'_> {
             bookmarked: Arc::new(AtomicBool::new(false)),
             traffic: 0,
             in_flight: self.in_flight.as_ref(),
-        };
-        let ended = watch.run(answer);
-        let status = if watch.chain.inner_mut().inner().uncached() {
-            CacheStatus::Bypass(NoCacheReason::Answer)
-        } else {
-            cache_status
-        };
-        match ended {
-            Ok(()) => Relayed::Done(status),
-            Err(e) => Relayed::ClientGone(e),
-        }
+        })
     }
+}
+
+/// What [`Call::watch_of`] makes a watch of, besides the call and the first leg.
+struct Parts<'f, 'n> {
+    session: Option<Session>,
+    filters: Option<&'f Filters>,
+    resumed: &'n RefCell<Option<(Duration, String)>>,
+    resource: &'n str,
+    /// Logs a resume once its leg delivered (the chain's count of the catch-up).
+    note: &'n dyn Fn(u64),
+    /// Logs why the watch is not cached.
+    uncached: &'n dyn Fn(&Uncached, bool),
 }
 
 /// One client's resumable watch: its chain, what later legs are made of, and its time.
@@ -439,6 +488,7 @@ impl Watch<'_, '_, '_, '_> {
     /// and never before `backoff` has passed (a failed resume). Looks at the client, its
     /// deadline and the hub's shutdown every tick; sends a bookmark every
     /// `HELD_BOOKMARK_EVERY` when the client asked for them.
+    #[inline(never)]
     fn hold(&mut self, backoff: Option<Duration>) -> Held {
         let mut until = Instant::now() + backoff.unwrap_or_default();
         let mut had_to_wait = false;
@@ -484,6 +534,7 @@ impl Watch<'_, '_, '_, '_> {
 
     /// One resume request from the last delivered resourceVersion, through the cloud client
     /// (failover, health reports, link counts as for any request).
+    #[inline(never)]
     fn resume(&mut self) -> Step {
         let left = self
             .deadline
@@ -546,6 +597,7 @@ impl Watch<'_, '_, '_, '_> {
     /// against its component's cache, which holds exactly what the client was sent once the
     /// writer applied it (the barrier) and the cache session was never dropped. Anyone
     /// else's watch ends cleanly, with one line saying why.
+    #[inline(never)]
     fn rebuild(&mut self, held_since: Instant) -> Rebuilt {
         let why = match self.mode {
             Resume::ResumeOnly => match self.route.cache {
@@ -652,6 +704,7 @@ impl Watch<'_, '_, '_, '_> {
 
     /// A bookmark at the last delivered resourceVersion, when the client asked for them and
     /// the kind of its objects is known.
+    #[inline(never)]
     fn held_bookmark(&mut self) -> io::Result<()> {
         let progress = self.chain.progress();
         if !self.req.query.allow_watch_bookmarks
