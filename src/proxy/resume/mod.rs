@@ -56,7 +56,7 @@ use crate::route::{
     Deadline, Identity, NoCacheReason, Resume, Route, WATCH_DEFAULT, WATCH_MARGIN,
     rebuild_list_accept,
 };
-use crate::server::{Exchange, Length};
+use crate::server::{BodyWriter, Exchange, Length};
 use crate::stream::{
     self, BodyReads, ClientEnd, EventCut, FilterStage, LegEnd, Progress, Pumped, Stop, Tee,
     ToClient, Uncached, pump,
@@ -173,6 +173,9 @@ impl Call<'_> {
             log::info!("{e}; the watch is not cached resource=\"{resource}\"");
         };
         let parts = Parts {
+            raw_query: ex.url().split_once('?').map_or("", |(_, q)| q).to_owned(),
+            affinity: ex.url().to_owned(),
+            headers: leg::leg_headers(ex.headers()),
             session,
             filters,
             resumed: &resumed,
@@ -180,10 +183,12 @@ impl Call<'_> {
             note: &note,
             uncached: &uncached,
         };
-        let mut watch = match self.watch_of(ex, &mut answer, parts, watch) {
-            Ok(watch) => watch,
+        let writer = match start(ex, &mut answer) {
+            Ok(writer) => writer,
             Err(e) => return Relayed::ClientGone(e),
         };
+        // Made straight into this frame's one copy of it (no `Result` around it to move out).
+        let mut watch = self.watch_of(writer, parts, watch);
         let ended = watch.run(answer);
         let status = if watch.chain.inner_mut().inner().uncached() {
             CacheStatus::Bypass(NoCacheReason::Answer)
@@ -196,21 +201,22 @@ impl Call<'_> {
         }
     }
 
-    /// The client's answer started (the first leg's headers) and the watch that relays it,
-    /// made of `parts`. Never inlined: the values the chain is built from stay in this
-    /// frame, gone before the watch waits.
+    /// The watch that relays to `writer`, made of `parts`. Never inlined: the values the
+    /// chain is built from stay in this frame, gone before the watch waits.
     #[inline(never)]
     fn watch_of<'a, 'f, 'n, 'c>(
         &'a self,
-        ex: Exchange<'c>,
-        answer: &mut Answer,
+        writer: BodyWriter<'c>,
         parts: Parts<'f, 'n>,
         watch: Resumable<'a>,
-    ) -> io::Result<Watch<'a, 'f, 'n, 'c>>
+    ) -> Watch<'a, 'f, 'n, 'c>
     where
         'n: 'a,
     {
         let Parts {
+            raw_query,
+            affinity,
+            headers,
             session,
             filters,
             resumed,
@@ -219,17 +225,11 @@ impl Call<'_> {
             uncached,
         } = parts;
         let Resumable { req, path, mode } = watch;
-        let raw_query = ex.url().split_once('?').map_or("", |(_, q)| q).to_owned();
-        let affinity = ex.url().to_owned();
-        let headers = leg::leg_headers(ex.headers());
         let deadline = req
             .query
             .timeout_seconds
             .filter(|&s| s > 0)
             .map(|s| Instant::now() + Duration::from_secs(s));
-        let answer_headers = std::mem::take(&mut answer.headers);
-        let writer = ex.start(answer.status, &answer_headers, Length::Streamed)?;
-        drop(answer_headers);
         let tee = Tee::new(ToClient::new(writer), session, uncached);
         let chain_of = self.route.filters;
         let stage = match filters {
@@ -247,7 +247,7 @@ impl Call<'_> {
             note,
         );
         let scope = leg::list_target(path, &raw_query);
-        Ok(Watch {
+        Watch {
             hub: self.hub,
             req,
             path,
@@ -265,12 +265,25 @@ impl Call<'_> {
             bookmarked: Arc::new(AtomicBool::new(false)),
             traffic: 0,
             in_flight: self.in_flight.as_ref(),
-        })
+        }
     }
+}
+
+/// The client's answer started with the first leg's status and headers (streamed). Never
+/// inlined: what starting an answer takes (the rest of the request's body drained) stays out
+/// of the frame a watch waits below.
+#[inline(never)]
+fn start<'c>(ex: Exchange<'c>, answer: &mut Answer) -> io::Result<BodyWriter<'c>> {
+    let headers = std::mem::take(&mut answer.headers);
+    ex.start(answer.status, &headers, Length::Streamed)
 }
 
 /// What [`Call::watch_of`] makes a watch of, besides the call and the first leg.
 struct Parts<'f, 'n> {
+    /// The client's query, its original target, its headers for later legs (`Watch`'s).
+    raw_query: String,
+    affinity: String,
+    headers: Vec<(String, String)>,
     session: Option<Session>,
     filters: Option<&'f Filters>,
     resumed: &'n RefCell<Option<(Duration, String)>>,
