@@ -30,6 +30,10 @@ const SMALL_BODY: u64 = 64 * 1024;
 impl Call<'_> {
     /// Streams the cloud's answer to the client, teeing it into the cache. `request_body` is
     /// the copy of a TokenRequest's body, which names the cache key of its answer.
+    ///
+    /// Never inlined, and each kind of answer relayed in a frame of its own: a watch waits
+    /// for hours below this frame, which holds only what picks the kind.
+    #[inline(never)]
     pub(super) fn relay<'c>(
         &self,
         ex: Exchange<'c>,
@@ -52,7 +56,6 @@ impl Call<'_> {
             .map(|t| keyed(t, request_body));
         let gzip = answer.is_gzip() && filtering.is_none();
         let (session, cache_status) = self.cache_session(&ex, answer_target, answer.status, gzip);
-        let mut traffic = Traffic(self.in_flight.as_ref(), 0);
 
         // HEAD, 204 and 304 carry no body, whatever their Content-Length says.
         // (Never cached: routes do not cache HEAD, `wants_cache` refuses these statuses.)
@@ -74,7 +77,19 @@ impl Call<'_> {
         if let Some((filters, shape)) = filtering {
             return self.relay_filtered(ex, answer, session, cache_status, filters, shape);
         }
+        self.relay_plain(ex, answer, session, cache_status)
+    }
 
+    /// The relay of an answer passed unchanged: a small one read whole, any other streamed.
+    #[inline(never)]
+    fn relay_plain<'c>(
+        &self,
+        ex: Exchange<'c>,
+        mut answer: Answer,
+        session: Option<Session>,
+        cache_status: CacheStatus,
+    ) -> Relayed<'c> {
+        let mut traffic = Traffic(self.in_flight.as_ref(), 0);
         if let Some(length) = answer.length.filter(|&l| l <= SMALL_BODY) {
             let body = match read_small(&mut answer.body, Some(length), length, &mut traffic.1) {
                 Ok(body) => body,

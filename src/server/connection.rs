@@ -27,6 +27,8 @@ const READ_BUFFER: usize = 4 * 1024;
 pub(super) struct Conn {
     /// Boxed once per connection: every exchange sees the same type whatever the stream.
     pub(super) stream: Box<dyn ClientStream>,
+    /// The read buffer, [`READ_BUFFER`] bytes; empty until a read needs it, and while a
+    /// streamed answer is written ([`Conn::release_buffer`]).
     pub(super) buf: Box<[u8]>,
     pub(super) pos: usize,
     pub(super) len: usize,
@@ -129,6 +131,16 @@ impl Conn {
         Ok(())
     }
 
+    /// Lets the read buffer go while nothing unread is in it: a streamed answer may last
+    /// hours (a watch) and reads nothing more of the request (a client's hang-up is seen
+    /// without it: [`Exchange::client_gone`]). The next read makes it again.
+    pub(super) fn release_buffer(&mut self) {
+        if self.pos == self.len {
+            (self.pos, self.len) = (0, 0);
+            self.buf = Box::default();
+        }
+    }
+
     /// Writes `data` within one write timeout (see [`Conn::send`]).
     pub(super) fn send_all(&mut self, data: &[u8]) -> io::Result<()> {
         self.send(&mut [io::IoSlice::new(data)])
@@ -137,7 +149,7 @@ impl Conn {
 
 impl Read for Conn {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        if self.pos == self.len && out.len() >= self.buf.len() {
+        if self.pos == self.len && out.len() >= READ_BUFFER {
             // Large reads bypass the buffer.
             self.arm_read()?;
             return self.stream.read(out);
@@ -154,6 +166,9 @@ impl BufRead for Conn {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         if self.pos == self.len {
             self.arm_read()?;
+            if self.buf.is_empty() {
+                self.buf = vec![0u8; READ_BUFFER].into_boxed_slice();
+            }
             self.len = self.stream.read(&mut self.buf)?;
             self.pos = 0;
         }
@@ -167,6 +182,8 @@ impl BufRead for Conn {
 
 /// Serves the requests of one connection until it closes, breaks, or stays silent too long.
 /// `tracked` is the connection as the accept thread sees it (marked waiting or busy here).
+/// Never inlined: the thread's start, below which a watch waits, keeps only its own frame.
+#[inline(never)]
 pub(super) fn serve_connection(
     stream: Box<dyn ClientStream>,
     (peer, port): (SocketAddr, Port),
@@ -177,7 +194,7 @@ pub(super) fn serve_connection(
 ) {
     let mut conn = Conn {
         stream,
-        buf: vec![0u8; READ_BUFFER].into_boxed_slice(),
+        buf: Box::default(),
         pos: 0,
         len: 0,
         peer,
@@ -217,35 +234,8 @@ pub(super) fn serve_connection(
             Ok([]) | Err(_) => return,
             Ok(_) => {}
         }
-        conn.deadline = Some(Instant::now() + HEAD_TIMEOUT);
-        let head = http1::read_head(&mut conn);
-        conn.deadline = None;
-        if !tracked.busy() {
+        let Some((head, framing)) = read_request(&mut conn, tracked) else {
             return;
-        }
-        let head = match head {
-            Ok(head) => head,
-            Err(e) => {
-                if let Some(status) = Status::for_head(&e) {
-                    log::debug!("bad request from {peer}: {e}");
-                    let _ = answer_and_close(&mut conn, &status);
-                }
-                return;
-            }
-        };
-        let framing = match head.framing() {
-            Ok(http1::Framing::Length(n)) if n > MAX_BODY => {
-                let _ = answer_and_close(&mut conn, &body_too_large());
-                return;
-            }
-            Ok(framing) => framing,
-            Err(e) => {
-                // Framing refusals are all malformed heads: always answered (400).
-                if let Some(status) = Status::for_head(&e) {
-                    let _ = answer_and_close(&mut conn, &status);
-                }
-                return;
-            }
         };
         let keep_alive = head.keep_alive() && !shutdown.load(Ordering::Acquire);
         conn.response_complete = false;
@@ -255,7 +245,7 @@ pub(super) fn serve_connection(
         let continue_pending = framing != http1::Framing::None && head.expects_continue();
         let exchange = Exchange {
             conn: &mut conn,
-            head: Box::new(head),
+            head,
             body: BodyState::new(framing),
             keep_alive,
             continue_pending,
@@ -286,6 +276,47 @@ pub(super) fn serve_connection(
         if !keep_alive || conn.broken {
             let _ = conn.stream.close();
             return;
+        }
+    }
+}
+
+/// The next request's head, read within [`HEAD_TIMEOUT`], and its body's framing; None when
+/// the connection is to close (evicted meanwhile, or the head refused: answered here).
+/// Never inlined: the head's parsing and refusals stay out of the frame a watch's whole
+/// life runs below.
+#[inline(never)]
+fn read_request(
+    conn: &mut Conn,
+    tracked: &Tracked,
+) -> Option<(Box<http1::RequestHead>, http1::Framing)> {
+    conn.deadline = Some(Instant::now() + HEAD_TIMEOUT);
+    let head = http1::read_head(conn);
+    conn.deadline = None;
+    if !tracked.busy() {
+        return None;
+    }
+    let head = match head {
+        Ok(head) => Box::new(head),
+        Err(e) => {
+            if let Some(status) = Status::for_head(&e) {
+                log::debug!("bad request from {}: {e}", conn.peer);
+                let _ = answer_and_close(conn, &status);
+            }
+            return None;
+        }
+    };
+    match head.framing() {
+        Ok(http1::Framing::Length(n)) if n > MAX_BODY => {
+            let _ = answer_and_close(conn, &body_too_large());
+            None
+        }
+        Ok(framing) => Some((head, framing)),
+        Err(e) => {
+            // Framing refusals are all malformed heads: always answered (400).
+            if let Some(status) = Status::for_head(&e) {
+                let _ = answer_and_close(conn, &status);
+            }
+            None
         }
     }
 }

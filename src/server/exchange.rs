@@ -223,6 +223,9 @@ impl<'c> Exchange<'c> {
         response::write_head(&mut head, status, headers, length, framing, close);
         let conn = self.conn;
         conn.response_started = true;
+        if length.is_none() {
+            conn.release_buffer();
+        }
         let mut writer = BodyWriter {
             conn,
             framing: if no_body {

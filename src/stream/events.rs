@@ -348,7 +348,9 @@ impl<'n, S: Sink> EventCut<'n, S> {
 
     /// A new leg begins: a fresh scanner, the last leg's end forgotten. `hub_leg`: a resume
     /// the hub made (its ERRORs are the outage's from its first event); false only for the
-    /// client's own first leg.
+    /// client's own first leg. Never inlined, as [`EventCut::end`] and the sink's methods:
+    /// a resumable watch waits in the frame that calls them, and a fresh decoder is large.
+    #[inline(never)]
     pub(crate) fn new_leg(&mut self, hub_leg: bool) {
         self.decoder = leg_decoder();
         self.leg_end = None;
@@ -407,6 +409,7 @@ impl<'n, S: Sink> EventCut<'n, S> {
 
     /// Ends the client's answer for real: cleanly (`finish` of the stages inside: the
     /// terminal chunk, the cache session whole) or not (`abort`: a client gone).
+    #[inline(never)]
     pub(crate) fn end(&mut self, clean: bool) -> Result<(), Stop> {
         self.close_catch_up();
         if clean {
@@ -519,6 +522,7 @@ fn leg_end_of(e: &DecodeError) -> LegEnd {
 }
 
 impl<S: Sink> Sink for EventCut<'_, S> {
+    #[inline(never)]
     fn write(&mut self, data: &[u8]) -> Result<(), Stop> {
         if self.leg_end.is_some() {
             return Err(Stop::EndOfLeg);
@@ -536,6 +540,7 @@ impl<S: Sink> Sink for EventCut<'_, S> {
     }
 
     /// The leg ended: whole (between events) or inside one. The stages inside stay open.
+    #[inline(never)]
     fn finish(&mut self) -> Result<(), Stop> {
         if self.leg_end.is_some() {
             return Ok(());

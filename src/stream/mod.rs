@@ -16,8 +16,8 @@
 //!
 //! - [`pump`] and [`BodyReads`]: one read buffer per stream, 4 KiB at first (a watch's events
 //!   are small, and a thousand watches may be open) and 16 KiB, a TLS record's worth, once a
-//!   read fills it (a big list: 1,000 pods are 5 MB); every byte counted for the traffic
-//!   metric. A read that fails mid-body is the source breaking off: every sink is aborted.
+//!   read fills it (a big list: 1,000 pods are 5 MB), none while a stream waits between
+//!   bursts; every byte counted for the traffic metric. A read that fails mid-body is the source breaking off: every sink is aborted.
 //! - [`FilterStage`] (`filter.rs`): the response filters (`filters::body::BodyFilter`) between
 //!   the source and the rest, so the client and the cache get the same filtered bytes. Its
 //!   output buffer is reused from chunk to chunk. A body it cannot decode passes unchanged
@@ -197,44 +197,65 @@ pub(crate) fn pump(
     Pumped::Stopped(stopped)
 }
 
-/// The reads of one stream's source. The buffer starts at the size given, grows to
-/// [`BUFFER`] once a read fills it, and shrinks back to [`BUFFER_START`] after a read of
-/// less than that: a watch's burst has ended, and the watch may now wait for hours holding
-/// its buffer (a list's reads seldom come that short before its end).
+/// The reads of one stream's source. Between bursts it holds no buffer: the wait for the
+/// next bytes (for hours, on a watch) is a read of [`IDLE_READ`] bytes into the reads
+/// themselves, and the buffer is made again for the reads that follow. It starts at the size
+/// given, grows to [`BUFFER`] once a read fills it, and is let go after a read of less than
+/// [`BUFFER_START`]: a watch's burst has ended (a list's reads seldom come that short before
+/// its end).
 pub(crate) struct BodyReads {
     buf: Vec<u8>,
+    /// The size the buffer is made at.
+    start: usize,
+    /// What an idle read got.
+    first: [u8; IDLE_READ],
     /// The last read filled the buffer.
     filled: bool,
-    /// The last read was shorter than [`BUFFER_START`].
+    /// The last read was shorter than [`BUFFER_START`] (or none was made yet at that size):
+    /// the next one waits without a buffer.
     short: bool,
 }
 
+/// The read a stream waits in between bursts: the start of an event at most.
+const IDLE_READ: usize = 64;
+
 impl BodyReads {
-    /// Reads through a buffer of `start` bytes at first.
+    /// Reads through a buffer of `start` bytes at first; at [`BUFFER_START`] or less, the
+    /// first read waits without one (a watch may see nothing for hours).
     pub(crate) fn new(start: usize) -> BodyReads {
+        let idle = start <= BUFFER_START;
         BodyReads {
-            buf: vec![0u8; start],
+            buf: if idle { Vec::new() } else { vec![0u8; start] },
+            start,
+            first: [0u8; IDLE_READ],
             filled: false,
-            short: false,
+            short: idle,
         }
     }
 
     /// The next chunk of `source` (None at its end); its length is added to `traffic`.
     fn next(&mut self, source: &mut impl Read, traffic: &mut u64) -> io::Result<Option<&[u8]>> {
-        if self.filled && self.buf.len() < BUFFER {
+        let idle = self.short;
+        if idle {
+            self.buf = Vec::new();
+        } else if self.buf.is_empty() {
+            self.buf = vec![0u8; self.start];
+        } else if self.filled && self.buf.len() < BUFFER {
             self.buf.resize(BUFFER, 0);
-        } else if self.short && self.buf.len() > BUFFER_START {
-            self.buf.truncate(BUFFER_START);
-            self.buf.shrink_to_fit();
         }
+        let into = if idle {
+            &mut self.first[..]
+        } else {
+            &mut self.buf[..]
+        };
         loop {
-            match source.read(&mut self.buf) {
+            match source.read(into) {
                 Ok(0) => return Ok(None),
                 Ok(n) => {
                     *traffic += n as u64;
-                    self.filled = n == self.buf.len();
-                    self.short = n < BUFFER_START;
-                    return Ok(Some(&self.buf[..n]));
+                    self.filled = !idle && n == into.len();
+                    self.short = !idle && n < BUFFER_START;
+                    return Ok(Some(&into[..n]));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),

@@ -56,7 +56,7 @@ use crate::route::{
     Deadline, Identity, NoCacheReason, Resume, Route, WATCH_DEFAULT, WATCH_MARGIN,
     rebuild_list_accept,
 };
-use crate::server::{Exchange, Length};
+use crate::server::{BodyWriter, Exchange, Length};
 use crate::stream::{
     self, BodyReads, ClientEnd, EventCut, FilterStage, LegEnd, Progress, Pumped, Stop, Tee,
     ToClient, Uncached, pump,
@@ -139,6 +139,9 @@ impl Call<'_> {
     ///
     /// Never inlined, nor are the relay's other branches: a watch waits for hours in this
     /// frame, and its thread's stack holds what every frame above it reserved.
+    ///
+    /// The watch's parts are made in a frame of their own ([`Call::watch_of`]): this frame,
+    /// above every wait, holds the finished watch only, not the values it was built from.
     #[inline(never)]
     pub(super) fn relay_resumable<'c>(
         &self,
@@ -149,21 +152,7 @@ impl Call<'_> {
         filters: Option<&Filters>,
         watch: Resumable<'_>,
     ) -> Relayed<'c> {
-        let Resumable { req, path, mode } = watch;
-        let raw_query = ex.url().split_once('?').map_or("", |(_, q)| q).to_owned();
-        let affinity = ex.url().to_owned();
-        let headers = leg::leg_headers(ex.headers());
-        let deadline = req
-            .query
-            .timeout_seconds
-            .filter(|&s| s > 0)
-            .map(|s| Instant::now() + Duration::from_secs(s));
-        let answer_headers = std::mem::take(&mut answer.headers);
-        let writer = match ex.start(answer.status, &answer_headers, Length::Streamed) {
-            Ok(writer) => writer,
-            Err(e) => return Relayed::ClientGone(e),
-        };
-        drop(answer_headers);
+        let Resumable { req, path, .. } = watch;
         let resource = leg::resource_label(path);
         let component = req.component.as_str();
         // Set at each resume; the stage's count of the catch-up logs it.
@@ -183,7 +172,65 @@ impl Call<'_> {
             let (Uncached::Unreadable(e) | Uncached::Undecodable(e)) = why;
             log::info!("{e}; the watch is not cached resource=\"{resource}\"");
         };
-        let tee = Tee::new(ToClient::new(writer), session, &uncached);
+        let parts = Parts {
+            raw_query: ex.url().split_once('?').map_or("", |(_, q)| q).to_owned(),
+            affinity: ex.url().to_owned(),
+            headers: leg::leg_headers(ex.headers()),
+            session,
+            filters,
+            resumed: &resumed,
+            resource: &resource,
+            note: &note,
+            uncached: &uncached,
+        };
+        let writer = match start(ex, &mut answer) {
+            Ok(writer) => writer,
+            Err(e) => return Relayed::ClientGone(e),
+        };
+        // Made straight into this frame's one copy of it (no `Result` around it to move out).
+        let mut watch = self.watch_of(writer, parts, watch);
+        let ended = watch.run(answer);
+        let status = if watch.chain.inner_mut().inner().uncached() {
+            CacheStatus::Bypass(NoCacheReason::Answer)
+        } else {
+            cache_status
+        };
+        match ended {
+            Ok(()) => Relayed::Done(status),
+            Err(e) => Relayed::ClientGone(e),
+        }
+    }
+
+    /// The watch that relays to `writer`, made of `parts`. Never inlined: the values the
+    /// chain is built from stay in this frame, gone before the watch waits.
+    #[inline(never)]
+    fn watch_of<'a, 'f, 'n, 'c>(
+        &'a self,
+        writer: BodyWriter<'c>,
+        parts: Parts<'f, 'n>,
+        watch: Resumable<'a>,
+    ) -> Watch<'a, 'f, 'n, 'c>
+    where
+        'n: 'a,
+    {
+        let Parts {
+            raw_query,
+            affinity,
+            headers,
+            session,
+            filters,
+            resumed,
+            resource,
+            note,
+            uncached,
+        } = parts;
+        let Resumable { req, path, mode } = watch;
+        let deadline = req
+            .query
+            .timeout_seconds
+            .filter(|&s| s > 0)
+            .map(|s| Instant::now() + Duration::from_secs(s));
+        let tee = Tee::new(ToClient::new(writer), session, uncached);
         let chain_of = self.route.filters;
         let stage = match filters {
             Some(f) => {
@@ -197,18 +244,18 @@ impl Call<'_> {
             stage,
             req.query.allow_watch_bookmarks,
             Progress::from_query(&req.query),
-            &note,
+            note,
         );
         let scope = leg::list_target(path, &raw_query);
-        let mut watch = Watch {
+        Watch {
             hub: self.hub,
             req,
             path,
             route: &self.route,
             mode,
             chain,
-            resumed: &resumed,
-            resource: &resource,
+            resumed,
+            resource,
             raw_query,
             affinity,
             scope,
@@ -218,18 +265,33 @@ impl Call<'_> {
             bookmarked: Arc::new(AtomicBool::new(false)),
             traffic: 0,
             in_flight: self.in_flight.as_ref(),
-        };
-        let ended = watch.run(answer);
-        let status = if watch.chain.inner_mut().inner().uncached() {
-            CacheStatus::Bypass(NoCacheReason::Answer)
-        } else {
-            cache_status
-        };
-        match ended {
-            Ok(()) => Relayed::Done(status),
-            Err(e) => Relayed::ClientGone(e),
         }
     }
+}
+
+/// The client's answer started with the first leg's status and headers (streamed). Never
+/// inlined: what starting an answer takes (the rest of the request's body drained) stays out
+/// of the frame a watch waits below.
+#[inline(never)]
+fn start<'c>(ex: Exchange<'c>, answer: &mut Answer) -> io::Result<BodyWriter<'c>> {
+    let headers = std::mem::take(&mut answer.headers);
+    ex.start(answer.status, &headers, Length::Streamed)
+}
+
+/// What [`Call::watch_of`] makes a watch of, besides the call and the first leg.
+struct Parts<'f, 'n> {
+    /// The client's query, its original target, its headers for later legs (`Watch`'s).
+    raw_query: String,
+    affinity: String,
+    headers: Vec<(String, String)>,
+    session: Option<Session>,
+    filters: Option<&'f Filters>,
+    resumed: &'n RefCell<Option<(Duration, String)>>,
+    resource: &'n str,
+    /// Logs a resume once its leg delivered (the chain's count of the catch-up).
+    note: &'n dyn Fn(u64),
+    /// Logs why the watch is not cached.
+    uncached: &'n dyn Fn(&Uncached, bool),
 }
 
 /// One client's resumable watch: its chain, what later legs are made of, and its time.
@@ -439,6 +501,7 @@ impl Watch<'_, '_, '_, '_> {
     /// and never before `backoff` has passed (a failed resume). Looks at the client, its
     /// deadline and the hub's shutdown every tick; sends a bookmark every
     /// `HELD_BOOKMARK_EVERY` when the client asked for them.
+    #[inline(never)]
     fn hold(&mut self, backoff: Option<Duration>) -> Held {
         let mut until = Instant::now() + backoff.unwrap_or_default();
         let mut had_to_wait = false;
@@ -484,6 +547,7 @@ impl Watch<'_, '_, '_, '_> {
 
     /// One resume request from the last delivered resourceVersion, through the cloud client
     /// (failover, health reports, link counts as for any request).
+    #[inline(never)]
     fn resume(&mut self) -> Step {
         let left = self
             .deadline
@@ -546,6 +610,7 @@ impl Watch<'_, '_, '_, '_> {
     /// against its component's cache, which holds exactly what the client was sent once the
     /// writer applied it (the barrier) and the cache session was never dropped. Anyone
     /// else's watch ends cleanly, with one line saying why.
+    #[inline(never)]
     fn rebuild(&mut self, held_since: Instant) -> Rebuilt {
         let why = match self.mode {
             Resume::ResumeOnly => match self.route.cache {
@@ -652,6 +717,7 @@ impl Watch<'_, '_, '_, '_> {
 
     /// A bookmark at the last delivered resourceVersion, when the client asked for them and
     /// the kind of its objects is known.
+    #[inline(never)]
     fn held_bookmark(&mut self) -> io::Result<()> {
         let progress = self.chain.progress();
         if !self.req.query.allow_watch_bookmarks
