@@ -33,6 +33,7 @@ mod filter_metrics;
 mod filters;
 mod forward;
 mod freshness;
+mod get_cost;
 mod heartbeat;
 mod host_untouched;
 mod hostile;

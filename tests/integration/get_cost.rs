@@ -1,0 +1,116 @@
+//! Issue 34 item 3: a driver for counting the hub's instructions per small get (the peer
+//! bench's `GET /api/v1/namespaces/default/configmaps/peer-small` as kubelet, one keep-alive
+//! client), ignored in the suite. Run it under callgrind:
+//!
+//! `TINYHUB_GET_COST_CALLGRIND=/tmp/out TINYHUB_TEST_BIN=<release build with symbols> cargo
+//! test --test integration get_cost -- --ignored --nocapture`
+//!
+//! The hub runs under `valgrind --tool=callgrind`; its counters are zeroed after the warm-up
+//! gets and dumped after the counted ones (`callgrind_control`), once per mode, to
+//! `<out>.cloud.<n>` and `<out>.edge.<n>`. `TINYHUB_GET_COST_GETS` sets the counted gets
+//! (default 500). Without `TINYHUB_GET_COST_CALLGRIND` it only drives the gets.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::Cloud;
+use crate::support::hub::*;
+
+const PATH: &str = "/api/v1/namespaces/default/configmaps/peer-small";
+
+/// One GET over the kept-alive `conn`; returns the status.
+fn get_once(conn: &mut BufReader<TcpStream>, host: &str) -> u16 {
+    let req = format!("GET {PATH} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: {KUBELET}\r\nAccept: application/json\r\n\r\n");
+    conn.get_mut().write_all(req.as_bytes()).expect("send");
+    let mut line = String::new();
+    conn.read_line(&mut line).expect("status line");
+    let status = line.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status");
+    let mut len = 0usize;
+    loop {
+        line.clear();
+        conn.read_line(&mut line).expect("header");
+        if line == "\r\n" {
+            break;
+        }
+        if let Some((n, v)) = line.split_once(':')
+            && n.eq_ignore_ascii_case("content-length")
+        {
+            len = v.trim().parse().expect("length");
+        }
+    }
+    let mut body = vec![0; len];
+    conn.read_exact(&mut body).expect("body");
+    status
+}
+
+fn callgrind(what: &str, pid: u32) {
+    let ok = Command::new("callgrind_control")
+        .arg(what)
+        .arg(pid.to_string())
+        .status()
+        .expect("callgrind_control")
+        .success();
+    assert!(ok, "callgrind_control {what}");
+}
+
+fn drive(mode: &str) {
+    let out = std::env::var("TINYHUB_GET_COST_CALLGRIND").ok();
+    let gets: usize = std::env::var("TINYHUB_GET_COST_GETS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(500);
+    let cloud = Cloud::start();
+    cloud.create(
+        "configmaps",
+        json!({"metadata": {"name": "peer-small", "namespace": "default"},
+               "data": {"greeting": "hello from the cloud", "mode": "edge", "replicas": "3"}}),
+    );
+    let dir = TempDir::new("get-cost");
+    let mut spec = HubSpec::for_cloud(&cloud, dir.path()).with(&["--v=0"]);
+    if mode == "cloud" {
+        spec = spec.with(&["--working-mode=cloud"]);
+    }
+    if let Some(out) = &out {
+        spec.prefix = vec![
+            "valgrind".into(),
+            "--tool=callgrind".into(),
+            format!("--callgrind-out-file={out}.{mode}.%p"),
+        ];
+    }
+    let hub = Hub::start(&spec);
+    let host = hub.url().trim_start_matches("http://").to_owned();
+    let mut conn = BufReader::new(TcpStream::connect(&host).expect("connect"));
+    conn.get_ref()
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .expect("timeout");
+    for _ in 0..50 {
+        assert_eq!(get_once(&mut conn, &host), 200);
+    }
+    if out.is_some() {
+        callgrind("-z", hub.pid());
+    }
+    for _ in 0..gets {
+        assert_eq!(get_once(&mut conn, &host), 200);
+    }
+    if out.is_some() {
+        callgrind("-d", hub.pid());
+    }
+    drop(conn);
+    drop(hub);
+}
+
+#[test]
+#[ignore = "a measuring driver, run by hand under callgrind"]
+fn get_cost_cloud() {
+    drive("cloud");
+}
+
+#[test]
+#[ignore = "a measuring driver, run by hand under callgrind"]
+fn get_cost_edge() {
+    drive("edge");
+}
