@@ -22,29 +22,74 @@ use crate::support::hub::*;
 
 const PATH: &str = "/api/v1/namespaces/default/configmaps/peer-small";
 
-/// One GET over the kept-alive `conn`; returns the status.
-fn get_once(conn: &mut BufReader<TcpStream>, host: &str) -> u16 {
-    let req = format!("GET {PATH} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: {KUBELET}\r\nAccept: application/json\r\n\r\n");
-    conn.get_mut().write_all(req.as_bytes()).expect("send");
-    let mut line = String::new();
-    conn.read_line(&mut line).expect("status line");
-    let status = line.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status");
-    let mut len = 0usize;
-    loop {
-        line.clear();
-        conn.read_line(&mut line).expect("header");
-        if line == "\r\n" {
-            break;
-        }
-        if let Some((n, v)) = line.split_once(':')
-            && n.eq_ignore_ascii_case("content-length")
-        {
-            len = v.trim().parse().expect("length");
+/// A kept-alive client connection to the hub, made again when the hub closes it.
+struct Conn {
+    host: String,
+    conn: Option<BufReader<TcpStream>>,
+    /// Connections made after the first.
+    reconnects: usize,
+}
+
+impl Conn {
+    fn new(host: String) -> Conn {
+        Conn {
+            host,
+            conn: None,
+            reconnects: 0,
         }
     }
-    let mut body = vec![0; len];
-    conn.read_exact(&mut body).expect("body");
-    status
+
+    /// One GET; returns the status. Retried once on a fresh connection when the kept-alive
+    /// one was closed.
+    fn get(&mut self) -> u16 {
+        match self.try_get() {
+            Ok(status) => status,
+            Err(e) => {
+                eprintln!("reconnecting after: {e}");
+                self.conn = None;
+                self.reconnects += 1;
+                self.try_get().expect("a get on a fresh connection")
+            }
+        }
+    }
+
+    fn try_get(&mut self) -> std::io::Result<u16> {
+        let conn = match &mut self.conn {
+            Some(conn) => conn,
+            None => {
+                let sock = TcpStream::connect(&self.host)?;
+                sock.set_read_timeout(Some(Duration::from_secs(120)))?;
+                self.conn.insert(BufReader::new(sock))
+            }
+        };
+        let req = format!(
+            "GET {PATH} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {KUBELET}\r\nAccept: application/json\r\n\r\n",
+            self.host
+        );
+        conn.get_mut().write_all(req.as_bytes())?;
+        let mut line = String::new();
+        conn.read_line(&mut line)?;
+        let status = line.split(' ').nth(1).and_then(|s| s.parse().ok());
+        let status = status.ok_or_else(|| std::io::Error::other(format!("status line {line:?}")))?;
+        let mut len = 0usize;
+        loop {
+            line.clear();
+            if conn.read_line(&mut line)? == 0 {
+                return Err(std::io::Error::other("closed in the head"));
+            }
+            if line == "\r\n" {
+                break;
+            }
+            if let Some((n, v)) = line.split_once(':')
+                && n.eq_ignore_ascii_case("content-length")
+            {
+                len = v.trim().parse().map_err(std::io::Error::other)?;
+            }
+        }
+        let mut body = vec![0; len];
+        conn.read_exact(&mut body)?;
+        Ok(status)
+    }
 }
 
 fn callgrind(what: &str, pid: u32) {
@@ -82,20 +127,18 @@ fn drive(mode: &str) {
         ];
     }
     let hub = Hub::start(&spec);
-    let host = hub.url().trim_start_matches("http://").to_owned();
-    let mut conn = BufReader::new(TcpStream::connect(&host).expect("connect"));
-    conn.get_ref()
-        .set_read_timeout(Some(Duration::from_secs(120)))
-        .expect("timeout");
+    let mut conn = Conn::new(hub.url().trim_start_matches("http://").to_owned());
     for _ in 0..50 {
-        assert_eq!(get_once(&mut conn, &host), 200);
+        assert_eq!(conn.get(), 200);
     }
     if out.is_some() {
         callgrind("-z", hub.pid());
     }
+    conn.reconnects = 0;
     for _ in 0..gets {
-        assert_eq!(get_once(&mut conn, &host), 200);
+        assert_eq!(conn.get(), 200);
     }
+    eprintln!("{mode}: {gets} gets, {} new connections", conn.reconnects);
     if out.is_some() {
         callgrind("-d", hub.pid());
     }
