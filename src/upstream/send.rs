@@ -127,7 +127,8 @@ impl Upstream {
             !cloud,
         );
         let url = format!("{server}{}", req.path_and_query);
-        let (builder, longest_line) = self.request_head(req, &url, cloud);
+        let request_error = |e: http::Error| UpstreamError::Request(e.to_string());
+        let (head, longest_line) = self.request_head(req, &url, cloud).map_err(request_error)?;
         // A stream gets a connection of its own, which can be shut down from another thread
         // when its client goes away; short exchanges share pooled connections.
         let streaming = matches!(req.deadline, Deadline::Stream(_));
@@ -143,13 +144,10 @@ impl Upstream {
         if streaming {
             LAST_CONNECTION.with(|last| last.borrow_mut().take());
         }
-        let request_error = |e: http::Error| UpstreamError::Request(e.to_string());
         let result = match req.body.as_mut() {
             Some(body) => {
                 let mut reader = NotingBody::new(&mut body.reader, body.length);
-                let request = builder
-                    .body(SendBody::from_reader(&mut reader))
-                    .map_err(request_error)?;
+                let request = head.map(|()| SendBody::from_reader(&mut reader));
                 let result = agent.run(configure(agent, request, req.deadline, output_buffer));
                 if on_the_link(&result) {
                     link.request(reader.sent);
@@ -175,7 +173,7 @@ impl Upstream {
                 }
             }
             None => {
-                let request = builder.body(()).map_err(request_error)?;
+                let request = head;
                 let result = agent.run(configure(agent, request, req.deadline, output_buffer));
                 if on_the_link(&result) {
                     link.request(0);
@@ -202,8 +200,16 @@ impl Upstream {
         req: &Outgoing<'_>,
         url: &str,
         cloud: bool,
-    ) -> (http::request::Builder, usize) {
-        let mut builder = http::Request::builder().method(req.method).uri(url);
+    ) -> Result<(http::Request<()>, usize), http::Error> {
+        // Set in place: a builder moves the whole request through each of its calls.
+        let mut head = http::Request::new(());
+        *head.method_mut() = http::Method::from_bytes(req.method.as_bytes())?;
+        *head.uri_mut() = http::Uri::try_from(url)?;
+        let headers = head.headers_mut();
+        let mut add = |name: &str, value: http::HeaderValue| -> Result<(), http::Error> {
+            headers.try_append(http::HeaderName::from_bytes(name.as_bytes())?, value)?;
+            Ok(())
+        };
         // ureq writes the request head a line at a time through its output buffer: the
         // longest line must fit (the request line, with room for the version).
         let mut longest_line = req.method.len() + url.len() + 12;
@@ -215,25 +221,28 @@ impl Upstream {
                 continue;
             }
             longest_line = longest_line.max(name.len() + value.len() + 4);
-            builder = builder.header(name, value);
+            add(name, http::HeaderValue::from_str(value)?)?;
         }
         if let Some(accept) = req.accept {
-            builder = builder.header("accept", accept);
+            add("accept", http::HeaderValue::from_str(accept)?)?;
         }
         if gzip {
-            builder = builder.header("accept-encoding", "gzip");
+            add("accept-encoding", http::HeaderValue::from_static("gzip"))?;
         }
         if req.identity == Identity::Hub
             && cloud
             && let Some(token) = self.token.as_ref().and_then(TokenSource::current)
         {
             longest_line = longest_line.max(token.len() + 24);
-            builder = builder.header("authorization", format!("Bearer {token}"));
+            add(
+                "authorization",
+                http::HeaderValue::from_str(&format!("Bearer {token}"))?,
+            )?;
         }
         if let Some(length) = req.body.as_ref().and_then(|b| b.length) {
-            builder = builder.header("content-length", length);
+            add("content-length", http::HeaderValue::from(length))?;
         }
-        (builder, longest_line)
+        Ok((head, longest_line))
     }
 }
 
