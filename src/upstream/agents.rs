@@ -124,8 +124,17 @@ fn agent(rustls: &Arc<rustls::ClientConfig>, pooled: Option<(&Arc<Generation>, u
         .max_idle_connections_per_host(idle)
         .max_idle_connections(idle)
         .max_idle_age(IDLE_AGE)
-        .timeout_connect(Some(CONNECT_TIMEOUT))
-        .build();
+        .timeout_connect(Some(CONNECT_TIMEOUT));
+    // A pooled agent's own timeouts are those of most requests (`send::configure`), which
+    // then need no configuration of their own; a stream's are always its own.
+    let config = if pooled.is_some() {
+        config
+            .timeout_global(Some(crate::route::REQUEST_DEADLINE))
+            .timeout_per_read(Some(super::send::READ_TIMEOUT))
+    } else {
+        config
+    }
+    .build();
     let resolver = LiteralFirst(DefaultResolver::default());
     // Every connection's socket is noted (see [`Recording`]): a stream's for its cancel
     // handle, a pooled one's for its generation to close it when idle.

@@ -320,7 +320,7 @@ impl Read for NotingBody<'_, '_> {
 }
 
 /// Time allowed between two reads of a bounded answer.
-const READ_TIMEOUT: Duration = Duration::from_secs(60);
+pub(super) const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn configure<S: ureq::AsSendBody>(
     agent: &Agent,
@@ -328,6 +328,10 @@ fn configure<S: ureq::AsSendBody>(
     deadline: Deadline,
     output_buffer: Option<usize>,
 ) -> http::Request<S> {
+    // The pooled agents' own timeouts (`agents.rs`): nothing to configure, nothing copied.
+    if deadline == Deadline::Bounded(crate::route::REQUEST_DEADLINE) && output_buffer.is_none() {
+        return request;
+    }
     let mut builder = agent.configure_request(request);
     if let Some(size) = output_buffer {
         builder = builder.output_buffer_size(size);
