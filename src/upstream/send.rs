@@ -257,21 +257,20 @@ fn answer(
     let (parts, body) = response.into_parts();
     let gzip = super::inflate::is_gzip(parts.headers.get("content-encoding").map(|v| v.as_bytes()));
     let mut length = None;
-    let headers = parts
-        .headers
-        .iter()
-        .filter_map(|(name, value)| {
-            if name.as_str() == "content-length" {
-                length = value.to_str().ok().and_then(|v| v.trim().parse().ok());
-            }
-            (!is_hop_by_hop(name.as_str())).then(|| {
-                (
-                    name.as_str().to_owned(),
-                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
-                )
-            })
-        })
-        .collect();
+    let mut headers = Vec::with_capacity(parts.headers.len());
+    for (name, value) in &parts.headers {
+        if name.as_str() == "content-length" {
+            length = value.to_str().ok().and_then(|v| v.trim().parse().ok());
+        }
+        if !is_hop_by_hop(name.as_str()) {
+            // Visible ASCII, nearly always: taken as it is; other bytes as UTF-8, lossily.
+            let value = match value.to_str() {
+                Ok(text) => text.to_owned(),
+                Err(_) => String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            };
+            headers.push((name.as_str().to_owned(), value));
+        }
+    }
     Answer {
         status: parts.status.as_u16(),
         headers,
