@@ -162,7 +162,7 @@ impl Resolver for LiteralFirst {
         config: &ureq::config::Config,
         timeout: NextTimeout,
     ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        match literal_addr(uri) {
+        match cached_literal_addr(uri) {
             Some(addr) => {
                 let mut out = self.0.empty();
                 out.push(addr);
@@ -171,6 +171,33 @@ impl Resolver for LiteralFirst {
             None => self.0.resolve(uri, config, timeout),
         }
     }
+}
+
+thread_local! {
+    /// The last URI authority this thread resolved, whether it was an IP literal, and the
+    /// address: ureq resolves on every request, pooled connection or not, and a thread
+    /// (one client connection) asks for the same server again and again.
+    static LAST_LITERAL: std::cell::RefCell<Option<(String, bool, Option<std::net::SocketAddr>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// [`literal_addr`], remembered per thread for the last authority and scheme asked.
+fn cached_literal_addr(uri: &http::Uri) -> Option<std::net::SocketAddr> {
+    let authority = uri.authority().map_or("", |a| a.as_str());
+    // The scheme only matters for its default port: http's or any other's.
+    let http = uri.scheme_str() == Some("http");
+    LAST_LITERAL.with(|last| {
+        let mut last = last.borrow_mut();
+        if let Some((a, h, addr)) = last.as_ref()
+            && a == authority
+            && *h == http
+        {
+            return *addr;
+        }
+        let addr = literal_addr(uri);
+        *last = Some((authority.to_owned(), http, addr));
+        addr
+    })
 }
 
 /// The address of a URI whose host is an IP literal, with the scheme's port when it names
@@ -202,5 +229,18 @@ mod tests {
             None,
             "names go to the resolver"
         );
+    }
+
+    #[test]
+    fn a_remembered_literal_is_the_one_of_the_same_authority_and_scheme() {
+        let addr = |uri: &str| cached_literal_addr(&uri.parse().unwrap()).map(|a| a.to_string());
+        for _ in 0..2 {
+            assert_eq!(addr("https://10.0.0.1/a").as_deref(), Some("10.0.0.1:443"));
+            assert_eq!(addr("http://10.0.0.1/b").as_deref(), Some("10.0.0.1:80"));
+            assert_eq!(addr("https://10.0.0.1:6443/").as_deref(), Some("10.0.0.1:6443"));
+            assert_eq!(addr("https://apiserver.local/"), None);
+            assert_eq!(addr("https://apiserver.local/x"), None);
+            assert_eq!(addr("https://10.0.0.2/").as_deref(), Some("10.0.0.2:443"));
+        }
     }
 }
