@@ -193,9 +193,21 @@ fn a_request_confined_away_from_a_filters_only_object_skips_that_filter() {
     let kubelet = "kubelet/v1.28.2 (linux/arm) kubernetes/abc";
     let kube_proxy = "kube-proxy/v1.28.2";
     // inclusterconfig changes kube-system/kube-proxy only.
-    check(kubelet, "/api/v1/namespaces/default/configmaps/peer-small", &[]);
-    check(kubelet, "/api/v1/namespaces/kube-system/configmaps/other", &[]);
-    check(kubelet, "/api/v1/namespaces/default/configmaps/kube-proxy", &[]);
+    check(
+        kubelet,
+        "/api/v1/namespaces/default/configmaps/peer-small",
+        &[],
+    );
+    check(
+        kubelet,
+        "/api/v1/namespaces/kube-system/configmaps/other",
+        &[],
+    );
+    check(
+        kubelet,
+        "/api/v1/namespaces/default/configmaps/kube-proxy",
+        &[],
+    );
     check(kubelet, "/api/v1/namespaces/default/configmaps", &[]);
     check(
         kubelet,
@@ -214,7 +226,11 @@ fn a_request_confined_away_from_a_filters_only_object_skips_that_filter() {
     );
     check(kubelet, "/api/v1/configmaps", &["inclusterconfig"]);
     // masterservice and forwardkubesvctraffic change default/kubernetes only.
-    check(kubelet, "/api/v1/namespaces/default/services", &["masterservice"]);
+    check(
+        kubelet,
+        "/api/v1/namespaces/default/services",
+        &["masterservice"],
+    );
     check(kubelet, "/api/v1/namespaces/kube-system/services", &[]);
     check(
         kube_proxy,

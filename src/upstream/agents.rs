@@ -237,7 +237,10 @@ mod tests {
         for _ in 0..2 {
             assert_eq!(addr("https://10.0.0.1/a").as_deref(), Some("10.0.0.1:443"));
             assert_eq!(addr("http://10.0.0.1/b").as_deref(), Some("10.0.0.1:80"));
-            assert_eq!(addr("https://10.0.0.1:6443/").as_deref(), Some("10.0.0.1:6443"));
+            assert_eq!(
+                addr("https://10.0.0.1:6443/").as_deref(),
+                Some("10.0.0.1:6443")
+            );
             assert_eq!(addr("https://apiserver.local/"), None);
             assert_eq!(addr("https://apiserver.local/x"), None);
             assert_eq!(addr("https://10.0.0.2/").as_deref(), Some("10.0.0.2:443"));

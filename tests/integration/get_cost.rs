@@ -70,7 +70,8 @@ impl Conn {
         let mut line = String::new();
         conn.read_line(&mut line)?;
         let status = line.split(' ').nth(1).and_then(|s| s.parse().ok());
-        let status = status.ok_or_else(|| std::io::Error::other(format!("status line {line:?}")))?;
+        let status =
+            status.ok_or_else(|| std::io::Error::other(format!("status line {line:?}")))?;
         let mut len = 0usize;
         loop {
             line.clear();
