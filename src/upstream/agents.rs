@@ -93,6 +93,9 @@ const IDLE_AGE: Duration = Duration::from_secs(85);
 /// stream through in pieces.
 const INPUT_BUFFER: usize = 8 * 1024;
 pub(super) const OUTPUT_BUFFER: usize = 4 * 1024;
+
+/// Time allowed between two reads of a bounded answer.
+pub(super) const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// Output buffer for a request with a header line longer than [`OUTPUT_BUFFER`]: the
 /// largest head a client may send, with room for the hub's own headers.
 pub(super) const LARGE_OUTPUT_BUFFER: usize = http1::MAX_HEAD + 16 * 1024;
@@ -130,7 +133,7 @@ fn agent(rustls: &Arc<rustls::ClientConfig>, pooled: Option<(&Arc<Generation>, u
     let config = if pooled.is_some() {
         config
             .timeout_global(Some(crate::route::REQUEST_DEADLINE))
-            .timeout_per_read(Some(super::send::READ_TIMEOUT))
+            .timeout_per_read(Some(READ_TIMEOUT))
     } else {
         config
     }

@@ -4,12 +4,11 @@
 //! the client's body streamed and its failure told apart from the cloud's, a stream's
 //! connection kept apart with its cancel handle), and ureq's errors become [`UpstreamError`]s.
 use std::io::{self, Read};
-use std::time::Duration;
 
 use ureq::http;
 use ureq::{Agent, SendBody};
 
-use super::agents::{Agents, LARGE_OUTPUT_BUFFER, OUTPUT_BUFFER};
+use super::agents::{Agents, LARGE_OUTPUT_BUFFER, OUTPUT_BUFFER, READ_TIMEOUT};
 use super::conn::LAST_CONNECTION;
 use super::token::TokenSource;
 use super::{
@@ -317,9 +316,6 @@ impl Read for NotingBody<'_, '_> {
         result
     }
 }
-
-/// Time allowed between two reads of a bounded answer.
-pub(super) const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn configure<S: ureq::AsSendBody>(
     agent: &Agent,
