@@ -30,6 +30,7 @@ mod exec;
 mod fairness;
 mod faults;
 mod filter_metrics;
+mod filter_skip;
 mod filters;
 mod forward;
 mod freshness;
