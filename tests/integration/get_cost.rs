@@ -8,7 +8,8 @@
 //! The hub runs under `valgrind --tool=callgrind`; its counters are zeroed after the warm-up
 //! gets and dumped after the counted ones (`callgrind_control`), once per mode, to
 //! `<out>.cloud.<n>` and `<out>.edge.<n>`. `TINYHUB_GET_COST_GETS` sets the counted gets
-//! (default 500). Without `TINYHUB_GET_COST_CALLGRIND` it only drives the gets.
+//! (default 500), `TINYHUB_GET_COST_V` the hub's `--v` (default 0, as the bench). Without
+//! `TINYHUB_GET_COST_CALLGRIND` it only drives the gets.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -116,7 +117,13 @@ fn drive(mode: &str) {
                "data": {"greeting": "hello from the cloud", "mode": "edge", "replicas": "3"}}),
     );
     let dir = TempDir::new("get-cost");
-    let mut spec = HubSpec::for_cloud(&cloud, dir.path()).with(&["--v=0"]);
+    // The bench's verbosity, unless `TINYHUB_GET_COST_V` asks another (the request's log
+    // line shows from 2).
+    let v = format!(
+        "--v={}",
+        std::env::var("TINYHUB_GET_COST_V").unwrap_or_else(|_| "0".into())
+    );
+    let mut spec = HubSpec::for_cloud(&cloud, dir.path()).with(&[v.as_str()]);
     if mode == "cloud" {
         spec = spec.with(&["--working-mode=cloud"]);
     }
