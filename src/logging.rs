@@ -11,6 +11,7 @@
 //! leaves the header out, `--add-dir-header` names the file with its directory. Times are
 //! UTC (no time-zone database on a router; procd's syslog adds local time anyway).
 
+use std::fmt::Write as _;
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -219,12 +220,34 @@ pub fn init(options: &LogOptions) {
             } else {
                 path.rsplit('/').next().unwrap_or(path)
             };
-            writeln!(
-                buf,
-                "{letter}{month:02}{day:02} {hour:02}:{min:02}:{sec:02}.{micros:06} {pid:>7} {file}:{}] {}",
-                record.line().unwrap_or(0),
-                record.args()
-            )
+            // Formatted into this thread's line first, then handed on whole: the logger's
+            // buffer costs a borrow and a check per piece, and a line has some forty pieces.
+            LINE.with(|line| {
+                let Ok(mut line) = line.try_borrow_mut() else {
+                    // A line logged while formatting another: straight to the buffer.
+                    return writeln!(
+                        buf,
+                        "{letter}{month:02}{day:02} {hour:02}:{min:02}:{sec:02}.{micros:06} {pid:>7} {file}:{}] {}",
+                        record.line().unwrap_or(0),
+                        record.args()
+                    );
+                };
+                line.clear();
+                // Writing to a String fails only if a Display impl does; the line then
+                // goes as far as it got, as it would have to the buffer.
+                let _ = writeln!(
+                    line,
+                    "{letter}{month:02}{day:02} {hour:02}:{min:02}:{sec:02}.{micros:06} {pid:>7} {file}:{}] {}",
+                    record.line().unwrap_or(0),
+                    record.args()
+                );
+                let written = buf.write_all(line.as_bytes());
+                // A rare huge line does not keep its room for the thread's life.
+                if line.capacity() > MAX_KEPT_LINE {
+                    *line = String::new();
+                }
+                written
+            })
         })
         .target(env_logger::Target::Stderr)
         .build();
@@ -238,6 +261,14 @@ pub fn init(options: &LogOptions) {
         log::set_max_level(max);
     }
 }
+
+thread_local! {
+    /// The line being formatted on this thread (see [`init`]).
+    static LINE: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Room a thread's line keeps between lines.
+const MAX_KEPT_LINE: usize = 4096;
 
 /// The log level a klog verbosity stands for.
 pub(crate) fn level_for(verbosity: u8) -> log::LevelFilter {

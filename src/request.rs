@@ -225,7 +225,12 @@ impl ComponentName {
     /// (`kubelet` of `kubelet/v1.30.0 (linux/arm64) kubernetes/abc`).
     fn of_user_agent(value: &str) -> ComponentName {
         let first = value.split('/').next().unwrap_or("").trim();
-        ComponentName::new(&first.to_ascii_lowercase())
+        // Most agents name themselves in lower case already: no copy to lower it.
+        if first.bytes().any(|b| b.is_ascii_uppercase()) {
+            ComponentName::new(&first.to_ascii_lowercase())
+        } else {
+            ComponentName::new(first)
+        }
     }
 
     /// The name as read from the client (lower-cased), valid or not.
@@ -491,7 +496,7 @@ fn segments(raw_path: &str) -> Result<Vec<Cow<'_, str>>, RequestError> {
                 segment: true,
                 text: raw.to_string(),
             })?;
-            if seg.contains(['/', '\0']) {
+            if seg.bytes().any(|b| b == b'/' || b == 0) {
                 return Err(RequestError::SlashOrNul(raw.to_string()));
             }
             Ok(seg)
@@ -506,20 +511,20 @@ fn resource_path(
     version: &str,
     rest: &[Cow<'_, str>],
 ) -> Result<ResourcePath, RequestError> {
-    let mut rest: Vec<&str> = rest.iter().map(|s| s.as_ref()).collect();
+    let mut rest = rest;
     // Legacy prefixes: `/api/v1/watch/...` and `/api/v1/proxy/...` (decoded, as the
     // apiserver reads them); the verb notes them.
-    let legacy_prefix = match rest.first() {
-        Some(&"watch") if rest.len() > 1 => Some(LegacyPrefix::Watch),
-        Some(&"proxy") if rest.len() > 1 => Some(LegacyPrefix::Proxy),
+    let legacy_prefix = match rest.first().map(|s| s.as_ref()) {
+        Some("watch") if rest.len() > 1 => Some(LegacyPrefix::Watch),
+        Some("proxy") if rest.len() > 1 => Some(LegacyPrefix::Proxy),
         _ => None,
     };
     if legacy_prefix.is_some() {
-        rest.remove(0);
+        rest = &rest[1..];
     }
     let mut namespace = None;
-    if rest.first() == Some(&"namespaces") && rest.len() > 1 {
-        let ns = rest[1];
+    if rest.first().map(|s| s.as_ref()) == Some("namespaces") && rest.len() > 1 {
+        let ns: &str = &rest[1];
         if !is_dns_label(ns) {
             return Err(RequestError::Invalid {
                 part: "namespace",
@@ -527,12 +532,12 @@ fn resource_path(
             });
         }
         // `/namespaces/{ns}` alone (or with status/finalize) is the Namespace object itself.
-        if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
+        if rest.len() > 2 && !matches!(rest[2].as_ref(), "status" | "finalize") {
             namespace = Some(ns.to_owned());
-            rest.drain(..2);
+            rest = &rest[2..];
         }
     }
-    let resource = rest.first().copied().unwrap_or("");
+    let resource = rest.first().map_or("", |s| s.as_ref());
     if !is_resource_name(resource) {
         return Err(RequestError::Invalid {
             part: "resource",
@@ -540,7 +545,7 @@ fn resource_path(
         });
     }
     let name = match rest.get(1) {
-        Some(n) if is_object_name(n) => Some((*n).to_owned()),
+        Some(n) if is_object_name(n) => Some(n.to_string()),
         Some(n) => {
             return Err(RequestError::Invalid {
                 part: "object name",
@@ -550,7 +555,7 @@ fn resource_path(
         None => None,
     };
     let subresource = match rest.get(2) {
-        Some(s) if is_resource_name(s) => Some((*s).to_owned()),
+        Some(s) if is_resource_name(s) => Some(s.to_string()),
         Some(s) => {
             return Err(RequestError::Invalid {
                 part: "subresource",
@@ -575,6 +580,10 @@ fn resource_path(
 
 /// At most the first 64 characters of `s`, for messages that quote client input.
 pub(crate) fn truncate(s: &str) -> &str {
+    // 64 bytes or fewer are 64 characters or fewer: most paths, with no walk over them.
+    if s.len() <= 64 {
+        return s;
+    }
     match s.char_indices().nth(64) {
         Some((i, _)) => &s[..i],
         None => s,

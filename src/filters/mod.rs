@@ -112,6 +112,21 @@ impl FilterName {
         )
     }
 
+    /// The one object (namespace, name) this filter may change, when it changes no other:
+    /// inclusterconfig changes only `kube-system/kube-proxy`, masterservice and
+    /// forwardkubesvctraffic only `default/kubernetes` (each filter's first check). A request
+    /// confined to another namespace or naming another object gets an answer the filter
+    /// leaves as it is, so the answer need not pass the filter stage at all.
+    fn only_object(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            FilterName::InClusterConfig => Some(("kube-system", "kube-proxy")),
+            FilterName::MasterService | FilterName::ForwardKubeSvcTraffic => {
+                Some(("default", "kubernetes"))
+            }
+            _ => None,
+        }
+    }
+
     /// The default table (§2.1, `filters.go:36-85`).
     fn defaults(self) -> Defaults {
         const LIST_WATCH: &[&str] = &["list", "watch"];
@@ -187,6 +202,23 @@ impl Chain {
         FilterName::ALL
             .into_iter()
             .filter(move |f| self.contains(*f))
+    }
+
+    /// The chain without the filters that cannot change an answer confined to `namespace`
+    /// (a namespaced request) and to the object `name` (a get, or a subresource of it):
+    /// those whose only object ([`FilterName::only_object`]) lies outside. A kubelet's get of
+    /// any ConfigMap but kube-proxy's, say, then skips the filter stage (no parse, no copy).
+    pub(crate) fn within(self, namespace: Option<&str>, name: Option<&str>) -> Chain {
+        let mut kept = Chain::EMPTY;
+        for filter in self.iter() {
+            let outside = filter.only_object().is_some_and(|(ns, n)| {
+                namespace.is_some_and(|want| want != ns) || name.is_some_and(|want| want != n)
+            });
+            if !outside {
+                kept = kept.with(filter);
+            }
+        }
+        kept
     }
 
     /// Whether a filter of the chain may change or drop the object whose JSON is `raw`, by
@@ -347,17 +379,19 @@ impl FilterConfig {
     /// `PATCH pods/<name>/status` gets serviceenvupdater). Other subresources (`log`, `exec`,
     /// `eviction`, ...) answer with something other than the resource's object, which
     /// YurtHub's filters fail to decode and pass unchanged: they get no chain here, so the
-    /// relay never buffers a log stream for nothing.
+    /// relay never buffers a log stream for nothing. A filter that changes one object only is
+    /// left out when the request's namespace or name rules that object out ([`Chain::within`]).
     pub(crate) fn chain_for_request(&self, request: &ApiRequest) -> Chain {
         match request.resource() {
             Some(r)
                 if matches!(r.subresource.as_deref(), None | Some("status")) && !r.extra_path =>
             {
-                self.chain_for(
+                let chain = self.chain_for(
                     request.component.as_str(),
                     request.verb.as_str(),
                     &r.gvr.resource,
-                )
+                );
+                chain.within(r.namespace.as_deref(), r.name.as_deref())
             }
             _ => Chain::EMPTY,
         }

@@ -183,6 +183,79 @@ fn classified_requests_map_to_the_table() {
 }
 
 #[test]
+fn a_request_confined_away_from_a_filters_only_object_skips_that_filter() {
+    let c = defaults();
+    let check = |ua: &str, url: &str, want: &[&str]| {
+        let headers = [("User-Agent".to_owned(), ua.to_owned())];
+        let req = crate::request::classify("GET", url, &headers).expect("valid request");
+        assert_eq!(names(c.chain_for_request(&req)), want, "{ua} {url}");
+    };
+    let kubelet = "kubelet/v1.28.2 (linux/arm) kubernetes/abc";
+    let kube_proxy = "kube-proxy/v1.28.2";
+    // inclusterconfig changes kube-system/kube-proxy only.
+    check(
+        kubelet,
+        "/api/v1/namespaces/default/configmaps/peer-small",
+        &[],
+    );
+    check(
+        kubelet,
+        "/api/v1/namespaces/kube-system/configmaps/other",
+        &[],
+    );
+    check(
+        kubelet,
+        "/api/v1/namespaces/default/configmaps/kube-proxy",
+        &[],
+    );
+    check(kubelet, "/api/v1/namespaces/default/configmaps", &[]);
+    check(
+        kubelet,
+        "/api/v1/namespaces/kube-system/configmaps",
+        &["inclusterconfig"],
+    );
+    check(
+        kubelet,
+        "/api/v1/namespaces/kube-system/configmaps?watch=1&fieldSelector=metadata.name%3Dkube-proxy",
+        &["inclusterconfig"],
+    );
+    check(
+        kubelet,
+        "/api/v1/namespaces/kube-%73ystem/configmaps/kube-proxy",
+        &["inclusterconfig"],
+    );
+    check(kubelet, "/api/v1/configmaps", &["inclusterconfig"]);
+    // masterservice and forwardkubesvctraffic change default/kubernetes only.
+    check(
+        kubelet,
+        "/api/v1/namespaces/default/services",
+        &["masterservice"],
+    );
+    check(kubelet, "/api/v1/namespaces/kube-system/services", &[]);
+    check(
+        kube_proxy,
+        "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
+        &["servicetopology", "forwardkubesvctraffic"],
+    );
+    check(
+        kube_proxy,
+        "/apis/discovery.k8s.io/v1/namespaces/apps/endpointslices",
+        &["servicetopology"],
+    );
+    // The others may change any object of their kind.
+    check(
+        kubelet,
+        "/api/v1/namespaces/apps/pods/p",
+        &["serviceenvupdater"],
+    );
+    check(
+        kube_proxy,
+        "/api/v1/namespaces/apps/services?watch=1",
+        &["discardcloudservice", "nodeportisolation"],
+    );
+}
+
+#[test]
 fn the_hub_and_the_multiplexer_are_never_filtered() {
     let c = FilterConfig::with_config_data(
         Switches::new(true, &[], false),

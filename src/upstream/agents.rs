@@ -93,6 +93,9 @@ const IDLE_AGE: Duration = Duration::from_secs(85);
 /// stream through in pieces.
 const INPUT_BUFFER: usize = 8 * 1024;
 pub(super) const OUTPUT_BUFFER: usize = 4 * 1024;
+
+/// Time allowed between two reads of a bounded answer.
+pub(super) const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// Output buffer for a request with a header line longer than [`OUTPUT_BUFFER`]: the
 /// largest head a client may send, with room for the hub's own headers.
 pub(super) const LARGE_OUTPUT_BUFFER: usize = http1::MAX_HEAD + 16 * 1024;
@@ -124,8 +127,17 @@ fn agent(rustls: &Arc<rustls::ClientConfig>, pooled: Option<(&Arc<Generation>, u
         .max_idle_connections_per_host(idle)
         .max_idle_connections(idle)
         .max_idle_age(IDLE_AGE)
-        .timeout_connect(Some(CONNECT_TIMEOUT))
-        .build();
+        .timeout_connect(Some(CONNECT_TIMEOUT));
+    // A pooled agent's own timeouts are those of most requests (`send::configure`), which
+    // then need no configuration of their own; a stream's are always its own.
+    let config = if pooled.is_some() {
+        config
+            .timeout_global(Some(crate::route::REQUEST_DEADLINE))
+            .timeout_per_read(Some(READ_TIMEOUT))
+    } else {
+        config
+    }
+    .build();
     let resolver = LiteralFirst(DefaultResolver::default());
     // Every connection's socket is noted (see [`Recording`]): a stream's for its cancel
     // handle, a pooled one's for its generation to close it when idle.
@@ -153,7 +165,7 @@ impl Resolver for LiteralFirst {
         config: &ureq::config::Config,
         timeout: NextTimeout,
     ) -> Result<ResolvedSocketAddrs, ureq::Error> {
-        match literal_addr(uri) {
+        match cached_literal_addr(uri) {
             Some(addr) => {
                 let mut out = self.0.empty();
                 out.push(addr);
@@ -162,6 +174,33 @@ impl Resolver for LiteralFirst {
             None => self.0.resolve(uri, config, timeout),
         }
     }
+}
+
+thread_local! {
+    /// The last URI authority this thread resolved, whether it was an IP literal, and the
+    /// address: ureq resolves on every request, pooled connection or not, and a thread
+    /// (one client connection) asks for the same server again and again.
+    static LAST_LITERAL: std::cell::RefCell<Option<(String, bool, Option<std::net::SocketAddr>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// [`literal_addr`], remembered per thread for the last authority and scheme asked.
+fn cached_literal_addr(uri: &http::Uri) -> Option<std::net::SocketAddr> {
+    let authority = uri.authority().map_or("", |a| a.as_str());
+    // The scheme only matters for its default port: http's or any other's.
+    let http = uri.scheme_str() == Some("http");
+    LAST_LITERAL.with(|last| {
+        let mut last = last.borrow_mut();
+        if let Some((a, h, addr)) = last.as_ref()
+            && a == authority
+            && *h == http
+        {
+            return *addr;
+        }
+        let addr = literal_addr(uri);
+        *last = Some((authority.to_owned(), http, addr));
+        addr
+    })
 }
 
 /// The address of a URI whose host is an IP literal, with the scheme's port when it names
@@ -193,5 +232,21 @@ mod tests {
             None,
             "names go to the resolver"
         );
+    }
+
+    #[test]
+    fn a_remembered_literal_is_the_one_of_the_same_authority_and_scheme() {
+        let addr = |uri: &str| cached_literal_addr(&uri.parse().unwrap()).map(|a| a.to_string());
+        for _ in 0..2 {
+            assert_eq!(addr("https://10.0.0.1/a").as_deref(), Some("10.0.0.1:443"));
+            assert_eq!(addr("http://10.0.0.1/b").as_deref(), Some("10.0.0.1:80"));
+            assert_eq!(
+                addr("https://10.0.0.1:6443/").as_deref(),
+                Some("10.0.0.1:6443")
+            );
+            assert_eq!(addr("https://apiserver.local/"), None);
+            assert_eq!(addr("https://apiserver.local/x"), None);
+            assert_eq!(addr("https://10.0.0.2/").as_deref(), Some("10.0.0.2:443"));
+        }
     }
 }

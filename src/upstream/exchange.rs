@@ -58,6 +58,8 @@ impl Upstream {
             .hub
             .configure_request(request)
             .timeout_global(Some(timeout))
+            // Bounded by the whole exchange's time alone, not the pooled agent's read timeout.
+            .timeout_per_read(None)
             // A 4xx or 5xx is an answer here, not an error.
             .http_status_as_error(false)
             .build();

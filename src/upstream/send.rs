@@ -4,12 +4,11 @@
 //! the client's body streamed and its failure told apart from the cloud's, a stream's
 //! connection kept apart with its cancel handle), and ureq's errors become [`UpstreamError`]s.
 use std::io::{self, Read};
-use std::time::Duration;
 
 use ureq::http;
 use ureq::{Agent, SendBody};
 
-use super::agents::{Agents, LARGE_OUTPUT_BUFFER, OUTPUT_BUFFER};
+use super::agents::{Agents, LARGE_OUTPUT_BUFFER, OUTPUT_BUFFER, READ_TIMEOUT};
 use super::conn::LAST_CONNECTION;
 use super::token::TokenSource;
 use super::{
@@ -127,7 +126,8 @@ impl Upstream {
             !cloud,
         );
         let url = format!("{server}{}", req.path_and_query);
-        let (builder, longest_line) = self.request_head(req, &url, cloud);
+        let request_error = |e: http::Error| UpstreamError::Request(e.to_string());
+        let (head, longest_line) = self.request_head(req, &url, cloud).map_err(request_error)?;
         // A stream gets a connection of its own, which can be shut down from another thread
         // when its client goes away; short exchanges share pooled connections.
         let streaming = matches!(req.deadline, Deadline::Stream(_));
@@ -143,13 +143,10 @@ impl Upstream {
         if streaming {
             LAST_CONNECTION.with(|last| last.borrow_mut().take());
         }
-        let request_error = |e: http::Error| UpstreamError::Request(e.to_string());
         let result = match req.body.as_mut() {
             Some(body) => {
                 let mut reader = NotingBody::new(&mut body.reader, body.length);
-                let request = builder
-                    .body(SendBody::from_reader(&mut reader))
-                    .map_err(request_error)?;
+                let request = head.map(|()| SendBody::from_reader(&mut reader));
                 let result = agent.run(configure(agent, request, req.deadline, output_buffer));
                 if on_the_link(&result) {
                     link.request(reader.sent);
@@ -175,7 +172,7 @@ impl Upstream {
                 }
             }
             None => {
-                let request = builder.body(()).map_err(request_error)?;
+                let request = head;
                 let result = agent.run(configure(agent, request, req.deadline, output_buffer));
                 if on_the_link(&result) {
                     link.request(0);
@@ -202,8 +199,16 @@ impl Upstream {
         req: &Outgoing<'_>,
         url: &str,
         cloud: bool,
-    ) -> (http::request::Builder, usize) {
-        let mut builder = http::Request::builder().method(req.method).uri(url);
+    ) -> Result<(http::Request<()>, usize), http::Error> {
+        // Set in place: a builder moves the whole request through each of its calls.
+        let mut head = http::Request::new(());
+        *head.method_mut() = http::Method::from_bytes(req.method.as_bytes())?;
+        *head.uri_mut() = http::Uri::try_from(url)?;
+        let headers = head.headers_mut();
+        let mut add = |name: &str, value: http::HeaderValue| -> Result<(), http::Error> {
+            headers.try_append(http::HeaderName::from_bytes(name.as_bytes())?, value)?;
+            Ok(())
+        };
         // ureq writes the request head a line at a time through its output buffer: the
         // longest line must fit (the request line, with room for the version).
         let mut longest_line = req.method.len() + url.len() + 12;
@@ -215,25 +220,28 @@ impl Upstream {
                 continue;
             }
             longest_line = longest_line.max(name.len() + value.len() + 4);
-            builder = builder.header(name, value);
+            add(name, http::HeaderValue::from_str(value)?)?;
         }
         if let Some(accept) = req.accept {
-            builder = builder.header("accept", accept);
+            add("accept", http::HeaderValue::from_str(accept)?)?;
         }
         if gzip {
-            builder = builder.header("accept-encoding", "gzip");
+            add("accept-encoding", http::HeaderValue::from_static("gzip"))?;
         }
         if req.identity == Identity::Hub
             && cloud
             && let Some(token) = self.token.as_ref().and_then(TokenSource::current)
         {
             longest_line = longest_line.max(token.len() + 24);
-            builder = builder.header("authorization", format!("Bearer {token}"));
+            add(
+                "authorization",
+                http::HeaderValue::from_str(&format!("Bearer {token}"))?,
+            )?;
         }
         if let Some(length) = req.body.as_ref().and_then(|b| b.length) {
-            builder = builder.header("content-length", length);
+            add("content-length", http::HeaderValue::from(length))?;
         }
-        (builder, longest_line)
+        Ok((head, longest_line))
     }
 }
 
@@ -248,21 +256,20 @@ fn answer(
     let (parts, body) = response.into_parts();
     let gzip = super::inflate::is_gzip(parts.headers.get("content-encoding").map(|v| v.as_bytes()));
     let mut length = None;
-    let headers = parts
-        .headers
-        .iter()
-        .filter_map(|(name, value)| {
-            if name.as_str() == "content-length" {
-                length = value.to_str().ok().and_then(|v| v.trim().parse().ok());
-            }
-            (!is_hop_by_hop(name.as_str())).then(|| {
-                (
-                    name.as_str().to_owned(),
-                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
-                )
-            })
-        })
-        .collect();
+    let mut headers = Vec::with_capacity(parts.headers.len());
+    for (name, value) in &parts.headers {
+        if name.as_str() == "content-length" {
+            length = value.to_str().ok().and_then(|v| v.trim().parse().ok());
+        }
+        if !is_hop_by_hop(name.as_str()) {
+            // Visible ASCII, nearly always: taken as it is; other bytes as UTF-8, lossily.
+            let value = match value.to_str() {
+                Ok(text) => text.to_owned(),
+                Err(_) => String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            };
+            headers.push((name.as_str().to_owned(), value));
+        }
+    }
     Answer {
         status: parts.status.as_u16(),
         headers,
@@ -310,15 +317,16 @@ impl Read for NotingBody<'_, '_> {
     }
 }
 
-/// Time allowed between two reads of a bounded answer.
-const READ_TIMEOUT: Duration = Duration::from_secs(60);
-
 fn configure<S: ureq::AsSendBody>(
     agent: &Agent,
     request: http::Request<S>,
     deadline: Deadline,
     output_buffer: Option<usize>,
 ) -> http::Request<S> {
+    // The pooled agents' own timeouts (`agents.rs`): nothing to configure, nothing copied.
+    if deadline == Deadline::Bounded(crate::route::REQUEST_DEADLINE) && output_buffer.is_none() {
+        return request;
+    }
     let mut builder = agent.configure_request(request);
     if let Some(size) = output_buffer {
         builder = builder.output_buffer_size(size);

@@ -1,0 +1,167 @@
+//! Issue 34 item 3: a driver for counting the hub's instructions per small get (the peer
+//! bench's `GET /api/v1/namespaces/default/configmaps/peer-small` as kubelet, one keep-alive
+//! client), ignored in the suite. Run it under callgrind:
+//!
+//! `TINYHUB_GET_COST_CALLGRIND=/tmp/out TINYHUB_TEST_BIN=<release build with symbols> cargo
+//! test --test integration get_cost -- --ignored --nocapture`
+//!
+//! The hub runs under `valgrind --tool=callgrind`; its counters are zeroed after the warm-up
+//! gets and dumped after the counted ones (`callgrind_control`), once per mode, to
+//! `<out>.cloud.<n>` and `<out>.edge.<n>`. `TINYHUB_GET_COST_GETS` sets the counted gets
+//! (default 500), `TINYHUB_GET_COST_V` the hub's `--v` (default 0, as the bench). Without
+//! `TINYHUB_GET_COST_CALLGRIND` it only drives the gets.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::Cloud;
+use crate::support::hub::*;
+
+const PATH: &str = "/api/v1/namespaces/default/configmaps/peer-small";
+
+/// A kept-alive client connection to the hub, made again when the hub closes it.
+struct Conn {
+    host: String,
+    conn: Option<BufReader<TcpStream>>,
+    /// Connections made after the first.
+    reconnects: usize,
+}
+
+impl Conn {
+    fn new(host: String) -> Conn {
+        Conn {
+            host,
+            conn: None,
+            reconnects: 0,
+        }
+    }
+
+    /// One GET; returns the status. Retried once on a fresh connection when the kept-alive
+    /// one was closed.
+    fn get(&mut self) -> u16 {
+        match self.try_get() {
+            Ok(status) => status,
+            Err(e) => {
+                eprintln!("reconnecting after: {e}");
+                self.conn = None;
+                self.reconnects += 1;
+                self.try_get().expect("a get on a fresh connection")
+            }
+        }
+    }
+
+    fn try_get(&mut self) -> std::io::Result<u16> {
+        let conn = match &mut self.conn {
+            Some(conn) => conn,
+            None => {
+                let sock = TcpStream::connect(&self.host)?;
+                sock.set_read_timeout(Some(Duration::from_secs(120)))?;
+                self.conn.insert(BufReader::new(sock))
+            }
+        };
+        let req = format!(
+            "GET {PATH} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {KUBELET}\r\nAccept: application/json\r\n\r\n",
+            self.host
+        );
+        conn.get_mut().write_all(req.as_bytes())?;
+        let mut line = String::new();
+        conn.read_line(&mut line)?;
+        let status = line.split(' ').nth(1).and_then(|s| s.parse().ok());
+        let status =
+            status.ok_or_else(|| std::io::Error::other(format!("status line {line:?}")))?;
+        let mut len = 0usize;
+        loop {
+            line.clear();
+            if conn.read_line(&mut line)? == 0 {
+                return Err(std::io::Error::other("closed in the head"));
+            }
+            if line == "\r\n" {
+                break;
+            }
+            if let Some((n, v)) = line.split_once(':')
+                && n.eq_ignore_ascii_case("content-length")
+            {
+                len = v.trim().parse().map_err(std::io::Error::other)?;
+            }
+        }
+        let mut body = vec![0; len];
+        conn.read_exact(&mut body)?;
+        Ok(status)
+    }
+}
+
+fn callgrind(what: &str, pid: u32) {
+    let ok = Command::new("callgrind_control")
+        .arg(what)
+        .arg(pid.to_string())
+        .status()
+        .expect("callgrind_control")
+        .success();
+    assert!(ok, "callgrind_control {what}");
+}
+
+fn drive(mode: &str) {
+    let out = std::env::var("TINYHUB_GET_COST_CALLGRIND").ok();
+    let gets: usize = std::env::var("TINYHUB_GET_COST_GETS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(500);
+    let cloud = Cloud::start();
+    cloud.create(
+        "configmaps",
+        json!({"metadata": {"name": "peer-small", "namespace": "default"},
+               "data": {"greeting": "hello from the cloud", "mode": "edge", "replicas": "3"}}),
+    );
+    let dir = TempDir::new("get-cost");
+    // The bench's verbosity, unless `TINYHUB_GET_COST_V` asks another (the request's log
+    // line shows from 2).
+    let v = format!(
+        "--v={}",
+        std::env::var("TINYHUB_GET_COST_V").unwrap_or_else(|_| "0".into())
+    );
+    let mut spec = HubSpec::for_cloud(&cloud, dir.path()).with(&[v.as_str()]);
+    if mode == "cloud" {
+        spec = spec.with(&["--working-mode=cloud"]);
+    }
+    if let Some(out) = &out {
+        spec.prefix = vec![
+            "valgrind".into(),
+            "--tool=callgrind".into(),
+            format!("--callgrind-out-file={out}.{mode}.%p"),
+        ];
+    }
+    let hub = Hub::start(&spec);
+    let mut conn = Conn::new(hub.url().trim_start_matches("http://").to_owned());
+    for _ in 0..50 {
+        assert_eq!(conn.get(), 200);
+    }
+    if out.is_some() {
+        callgrind("-z", hub.pid());
+    }
+    conn.reconnects = 0;
+    for _ in 0..gets {
+        assert_eq!(conn.get(), 200);
+    }
+    eprintln!("{mode}: {gets} gets, {} new connections", conn.reconnects);
+    if out.is_some() {
+        callgrind("-d", hub.pid());
+    }
+    drop(conn);
+    drop(hub);
+}
+
+#[test]
+#[ignore = "a measuring driver, run by hand under callgrind"]
+fn get_cost_cloud() {
+    drive("cloud");
+}
+
+#[test]
+#[ignore = "a measuring driver, run by hand under callgrind"]
+fn get_cost_edge() {
+    drive("edge");
+}
