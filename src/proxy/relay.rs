@@ -51,7 +51,15 @@ impl Call<'_> {
             .and_then(|t| wants_cache(t, &answer))
             .map(|t| keyed(t, request_body));
         let gzip = answer.is_gzip() && filtering.is_none();
-        let (session, cache_status) = self.cache_session(&ex, answer_target, answer.status, gzip);
+        let (mut session, cache_status) =
+            self.cache_session(&ex, answer_target, answer.status, gzip);
+        if filtering.is_none()
+            && let Some(s) = session.as_mut()
+        {
+            // The cloud's bytes as sent: a list of them may be proven unchanged by its
+            // resourceVersion (`cache/writer/unchanged.rs`); a filter's output may not.
+            s.unaltered();
+        }
         let mut traffic = Traffic(self.in_flight.as_ref(), 0);
 
         // HEAD, 204 and 304 carry no body, whatever their Content-Length says.

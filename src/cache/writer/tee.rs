@@ -32,6 +32,11 @@ pub(crate) enum CacheMsg {
         word: Word,
         /// Set by the connection thread when it gives the session up.
         abandoned: Arc<AtomicBool>,
+        /// For a list of the cloud's own bytes ([`Session::unaltered`]): set by the writer
+        /// once it needs no more of the body (the list is proven unchanged,
+        /// `unchanged.rs`), and the session then stops copying it. `None`: the writer reads
+        /// it all.
+        enough: Option<Arc<AtomicBool>>,
     },
     /// The next bytes of that response's body.
     Chunk {
@@ -59,6 +64,8 @@ pub(crate) enum CacheMsg {
         gzip: bool,
         /// As of when the body is the cloud's word (`cache/synced.rs`).
         word: Word,
+        /// The body is the cloud's bytes as it sent them ([`Session::unaltered`]).
+        plain: bool,
         /// The whole body.
         body: Vec<u8>,
     },
@@ -432,8 +439,10 @@ impl CacheTx {
                 status,
                 gzip,
                 word,
+                plain: false,
             }),
             abandoned: None,
+            enough: None,
             done: false,
             streaming,
             pending: Vec::new(),
@@ -480,6 +489,8 @@ pub(crate) struct Session {
     unsent: Option<Start>,
     /// Set once the writer has the session (`Begin` sent).
     abandoned: Option<Arc<AtomicBool>>,
+    /// Set by the writer when it needs no more of the body (`CacheMsg::Begin`'s `enough`).
+    enough: Option<Arc<AtomicBool>>,
     done: bool,
     streaming: bool,
     pending: Vec<u8>,
@@ -493,6 +504,8 @@ struct Start {
     status: u16,
     gzip: bool,
     word: Word,
+    /// [`Session::unaltered`].
+    plain: bool,
 }
 
 /// How a session's answer is fetched again should it be dropped.
@@ -506,10 +519,32 @@ struct Refillable {
 }
 
 impl Session {
+    /// Says that the body is the cloud's answer byte for byte (no filter rewrote it, the hub
+    /// made none of it): a list of it may then be proven unchanged by its resourceVersion
+    /// alone (`unchanged.rs`), and the session stops copying what the writer will not read.
+    /// Called before the first chunk; later it changes nothing.
+    pub(crate) fn unaltered(&mut self) {
+        if let Some(start) = self.unsent.as_mut() {
+            start.plain = true;
+        }
+    }
+
+    /// Whether the writer said it needs no more of the body: what follows is not copied.
+    fn enough(&self) -> bool {
+        self.enough
+            .as_ref()
+            .is_some_and(|e| e.load(Ordering::Relaxed))
+    }
+
     /// Copies `data` to the writer; false once the session is abandoned (queue full).
     pub(crate) fn chunk(&mut self, data: &[u8]) -> bool {
         if self.done {
             return false;
+        }
+        if self.enough() {
+            // Proven unchanged: the rest is not read. Only the end still goes.
+            self.pending = Vec::new();
+            return true;
         }
         if self.streaming {
             return self.send_data(data.to_vec());
@@ -530,6 +565,10 @@ impl Session {
         if self.done {
             return false;
         }
+        if self.enough() {
+            self.pending = Vec::new();
+            return true;
+        }
         if self.pending.is_empty() {
             // Held for `finish`, which sends it with the start as one message.
             if self.unsent.is_some() && !self.streaming && data.len() < COALESCE {
@@ -548,12 +587,17 @@ impl Session {
             status,
             gzip,
             word,
+            plain,
         }) = self.unsent.take()
         else {
             return true;
         };
         let abandoned = Arc::new(AtomicBool::new(false));
         self.abandoned = Some(Arc::clone(&abandoned));
+        // Only a list can be proven unchanged (and only by the cloud's own bytes).
+        let enough = (plain && matches!(target, CacheTarget::List { .. }))
+            .then(|| Arc::new(AtomicBool::new(false)));
+        self.enough = enough.clone();
         let msg = CacheMsg::Begin {
             id: self.id,
             target,
@@ -561,6 +605,7 @@ impl Session {
             gzip,
             word,
             abandoned,
+            enough,
         };
         self.queue.send(&self.tx, msg, self.pace)
     }
@@ -595,7 +640,7 @@ impl Session {
         {
             return false;
         }
-        if !self.pending.is_empty() {
+        if !self.pending.is_empty() && !self.enough() {
             let data = std::mem::take(&mut self.pending);
             if !self.send_data(data) {
                 return false;
@@ -629,6 +674,7 @@ impl Session {
                 status,
                 gzip,
                 word,
+                plain,
             }) => {
                 let body = std::mem::take(&mut self.pending);
                 let msg = CacheMsg::Whole {
@@ -636,12 +682,13 @@ impl Session {
                     status,
                     gzip,
                     word,
+                    plain,
                     body,
                 };
                 self.queue.send(&self.tx, msg, self.pace)
             }
             None => {
-                if complete && !self.pending.is_empty() {
+                if complete && !self.pending.is_empty() && !self.enough() {
                     let data = std::mem::take(&mut self.pending);
                     if !self.send_data(data) {
                         return;
@@ -735,6 +782,7 @@ mod tests {
             status: 200,
             gzip: false,
             word: Word::Cloud,
+            plain: false,
             body: b"{}".to_vec(),
         }
     }
