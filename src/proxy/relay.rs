@@ -53,12 +53,14 @@ impl Call<'_> {
         let gzip = answer.is_gzip() && filtering.is_none();
         let (mut session, cache_status) =
             self.cache_session(&ex, answer_target, answer.status, gzip);
-        if filtering.is_none()
-            && let Some(s) = session.as_mut()
-        {
-            // The cloud's bytes as sent: a list of them may be proven unchanged by its
-            // resourceVersion (`cache/writer/unchanged.rs`); a filter's output may not.
-            s.unaltered();
+        // The cloud's bytes as sent, or rewritten by filters that read nothing else: a list
+        // of them may be proven unchanged by its resourceVersion (`cache/writer/unchanged.rs`).
+        let form = match &filtering {
+            None => Some(0),
+            Some((filters, _)) => self.route.filters.reproducible_form(&filters.ctx),
+        };
+        if let (Some(form), Some(s)) = (form, session.as_mut()) {
+            s.reproducible(form);
         }
         let mut traffic = Traffic(self.in_flight.as_ref(), 0);
 

@@ -237,8 +237,9 @@ struct Batch<'t, 'b> {
     failed: bool,
     /// The bound each unit is admitted by, with the record it evicts by.
     bound: Option<(&'b mut Bound, &'b Synced)>,
-    /// The memos a list of the cloud's own bytes may be proven unchanged by, until it is.
-    memos: Option<&'b Memos>,
+    /// The memos a list of a known form may be proven unchanged by (with that form), until
+    /// it is.
+    memos: Option<(&'b Memos, u64)>,
     /// The list was proven unchanged: the units after its `metadata` are not applied.
     proven: Option<Proven>,
 }
@@ -291,8 +292,8 @@ impl<'t, 'b> Batch<'t, 'b> {
             Applied::NotStored => {}
             Applied::Spoiled => self.failed = true,
         }
-        if metadata && let (Some(memos), Some(list)) = (self.memos, list.as_ref()) {
-            self.proven = proven(store, memos, self.target, list);
+        if metadata && let (Some((memos, form)), Some(list)) = (self.memos, list.as_ref()) {
+            self.proven = proven(store, memos, self.target, form, list);
         }
     }
 }
@@ -303,12 +304,13 @@ fn proven(
     store: &Store,
     memos: &Memos,
     target: &CacheTarget,
+    form: u64,
     list: &ListState<'_>,
 ) -> Option<Proven> {
     if list.items_seen || !list.is_list || list.continue_token {
         return None;
     }
-    memos.proves(store, target, list.resource_version.as_deref()?)
+    memos.proves(store, target, form, list.resource_version.as_deref()?)
 }
 
 /// A session the writer is working on.
@@ -326,8 +328,9 @@ struct Active<'s> {
     not_objects: u64,
     /// The last time noted for it: a watch's events within one second note once.
     noted: Option<u64>,
-    /// The body is the cloud's bytes as it sent them: a list may be proven unchanged.
-    plain: bool,
+    /// What the body is a function of (`Session::reproducible`): with one, a list may be
+    /// proven unchanged.
+    form: Option<u64>,
     /// Told when the rest of the body is not needed (the tee stops copying it).
     enough: Option<Arc<AtomicBool>>,
     /// The list was proven unchanged at its `metadata` (`unchanged.rs`): the rest of the
@@ -353,6 +356,7 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
             gzip,
             word,
             abandoned,
+            form,
             enough,
         } => {
             let head = Head {
@@ -360,7 +364,7 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
                 status,
                 gzip,
                 word,
-                plain: enough.is_some(),
+                form,
             };
             if let Some(mut active) = begin(w, head, Some(abandoned)) {
                 active.enough = enough;
@@ -377,7 +381,7 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
             status,
             gzip,
             word,
-            plain,
+            form,
             body,
         } => {
             let head = Head {
@@ -385,7 +389,7 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
                 status,
                 gzip,
                 word,
-                plain,
+                form,
             };
             if let Some(mut active) = begin(w, head, None) {
                 feed(w, &mut active, &body);
@@ -433,9 +437,7 @@ fn feed(w: &mut Writer<'_, '_>, active: &mut Active<'_>, data: &[u8]) {
     };
     let target = &active.target;
     let mut batch = Batch::new(target, w.bound.as_mut().map(|b| (b, synced)));
-    if active.plain {
-        batch.memos = Some(&w.memos);
-    }
+    batch.memos = active.form.map(|form| (&w.memos, form));
     let (list, not_objects) = (&mut active.list, &mut active.not_objects);
     let result = decoder.feed_located(data, &mut |unit, found| {
         batch.apply(store, failures, list, not_objects, unit, found);
@@ -482,8 +484,8 @@ struct Head {
     status: u16,
     gzip: bool,
     word: Word,
-    /// The body is the cloud's bytes as it sent them.
-    plain: bool,
+    /// What the body is a function of (`Session::reproducible`); `None`: unknown.
+    form: Option<u64>,
 }
 
 fn begin<'s>(
@@ -497,7 +499,7 @@ fn begin<'s>(
         status,
         gzip,
         word,
-        plain,
+        form,
     } = head;
     let shape = match (&target, status) {
         (CacheTarget::List { collection, .. }, 404) => {
@@ -590,7 +592,7 @@ fn begin<'s>(
         failed: false,
         not_objects: 0,
         noted: None,
-        plain,
+        form,
         enough: None,
         proven: None,
     })
@@ -681,16 +683,19 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
                     report.written + report.identical + report.stale + report.deleted_meanwhile;
                 synced.listed_whole(collection, namespace.as_deref(), selectors, items, list_rv);
             }
-            // The scope holds exactly the list when every object went in as listed and
-            // nothing newer stayed beside it: a repeat at its resourceVersion is then proven
-            // unchanged (`unchanged.rs`).
+            // The scope holds exactly the list, and the store's index knows each of its
+            // objects as stored, when every object was found already so and nothing else was
+            // in scope: a repeat at its resourceVersion is then proven unchanged
+            // (`unchanged.rs`).
             let exact = whole
-                && active.plain
+                && report.written == 0
+                && report.deleted == 0
                 && report.stale == 0
                 && report.deleted_meanwhile == 0
                 && report.kept_newer == 0;
             let items = report.written + report.identical;
-            w.memos.committed(store, target, list_rv, items, exact);
+            let form = active.form.filter(|_| exact);
+            w.memos.committed(store, target, list_rv, items, form);
             // A list across namespaces says the collection is complete again: a component
             // reads its collection through one such scope (kubelet's pods by
             // `spec.nodeName`), so its selector is the collection's. A namespace's list

@@ -32,10 +32,11 @@ pub(crate) enum CacheMsg {
         word: Word,
         /// Set by the connection thread when it gives the session up.
         abandoned: Arc<AtomicBool>,
-        /// For a list of the cloud's own bytes ([`Session::unaltered`]): set by the writer
-        /// once it needs no more of the body (the list is proven unchanged,
-        /// `unchanged.rs`), and the session then stops copying it. `None`: the writer reads
-        /// it all.
+        /// What the body is a function of ([`Session::reproducible`]); `None`: unknown.
+        form: Option<u64>,
+        /// For a list of a known `form`: set by the writer once it needs no more of the body
+        /// (the list is proven unchanged, `unchanged.rs`), and the session then stops
+        /// copying it. `None`: the writer reads it all.
         enough: Option<Arc<AtomicBool>>,
     },
     /// The next bytes of that response's body.
@@ -64,8 +65,8 @@ pub(crate) enum CacheMsg {
         gzip: bool,
         /// As of when the body is the cloud's word (`cache/synced.rs`).
         word: Word,
-        /// The body is the cloud's bytes as it sent them ([`Session::unaltered`]).
-        plain: bool,
+        /// What the body is a function of ([`Session::reproducible`]); `None`: unknown.
+        form: Option<u64>,
         /// The whole body.
         body: Vec<u8>,
     },
@@ -439,7 +440,7 @@ impl CacheTx {
                 status,
                 gzip,
                 word,
-                plain: false,
+                form: None,
             }),
             abandoned: None,
             enough: None,
@@ -504,8 +505,8 @@ struct Start {
     status: u16,
     gzip: bool,
     word: Word,
-    /// [`Session::unaltered`].
-    plain: bool,
+    /// [`Session::reproducible`].
+    form: Option<u64>,
 }
 
 /// How a session's answer is fetched again should it be dropped.
@@ -519,13 +520,16 @@ struct Refillable {
 }
 
 impl Session {
-    /// Says that the body is the cloud's answer byte for byte (no filter rewrote it, the hub
-    /// made none of it): a list of it may then be proven unchanged by its resourceVersion
-    /// alone (`unchanged.rs`), and the session stops copying what the writer will not read.
-    /// Called before the first chunk; later it changes nothing.
-    pub(crate) fn unaltered(&mut self) {
+    /// Says what the body is a function of: the cloud's answer alone, as sent (`form` 0),
+    /// or rewritten by filters that read nothing but the object and fixed settings (`form`
+    /// names the rewrite, [`Chain::reproducible_form`](crate::filters::Chain::reproducible_form)).
+    /// Two such answers of one list at one resourceVersion with one form are the same, so a
+    /// list may be proven unchanged by its resourceVersion (`unchanged.rs`), and the session
+    /// then stops copying what the writer will not read. Called before the first chunk;
+    /// later it changes nothing.
+    pub(crate) fn reproducible(&mut self, form: u64) {
         if let Some(start) = self.unsent.as_mut() {
-            start.plain = true;
+            start.form = Some(form);
         }
     }
 
@@ -587,15 +591,15 @@ impl Session {
             status,
             gzip,
             word,
-            plain,
+            form,
         }) = self.unsent.take()
         else {
             return true;
         };
         let abandoned = Arc::new(AtomicBool::new(false));
         self.abandoned = Some(Arc::clone(&abandoned));
-        // Only a list can be proven unchanged (and only by the cloud's own bytes).
-        let enough = (plain && matches!(target, CacheTarget::List { .. }))
+        // Only a list can be proven unchanged (and only one of a known form).
+        let enough = (form.is_some() && matches!(target, CacheTarget::List { .. }))
             .then(|| Arc::new(AtomicBool::new(false)));
         self.enough = enough.clone();
         let msg = CacheMsg::Begin {
@@ -605,6 +609,7 @@ impl Session {
             gzip,
             word,
             abandoned,
+            form,
             enough,
         };
         self.queue.send(&self.tx, msg, self.pace)
@@ -674,7 +679,7 @@ impl Session {
                 status,
                 gzip,
                 word,
-                plain,
+                form,
             }) => {
                 let body = std::mem::take(&mut self.pending);
                 let msg = CacheMsg::Whole {
@@ -682,7 +687,7 @@ impl Session {
                     status,
                     gzip,
                     word,
-                    plain,
+                    form,
                     body,
                 };
                 self.queue.send(&self.tx, msg, self.pace)
@@ -782,7 +787,7 @@ mod tests {
             status: 200,
             gzip: false,
             word: Word::Cloud,
-            plain: false,
+            form: None,
             body: b"{}".to_vec(),
         }
     }

@@ -7,11 +7,16 @@
 //! stops copying), and at its end does the bookkeeping of a committed list and nothing else.
 //!
 //! What is remembered, per scope and in memory only: the list's resourceVersion, how many
-//! objects it held, and the collection's generation right after its commit. A memo is made
-//! only by a whole commit of the cloud's own bytes (no filter rewrote them: a filter's
-//! inputs change without the list's resourceVersion) that wrote or kept every object as
-//! listed (none older than a change made while it was staged, none deleted meanwhile, no
-//! newer object kept beside it): then the scope holds exactly the list. Anything else, and
+//! objects it held, what its body was a function of (its form: the cloud's bytes as sent,
+//! or a rewrite by filters that read nothing but the object and fixed settings; a filter that
+//! reads the cloud, or an answer the hub made, has none) and the collection's generation
+//! right after its commit. A memo is made only by a whole commit of a known form that found
+//! every object already stored as listed and nothing else in scope (it wrote and deleted
+//! nothing, kept nothing newer beside it): then the scope holds exactly the list, and the
+//! store's index knows each of its objects as stored, so that a reader finding one of those
+//! files damaged or gone drops its entry and moves the generation (as without memos, where
+//! the next list would then write it again). A list that changed the cache is so proven
+//! only from its next repeat on. Anything else, and
 //! any doubt (items before `metadata`, a `continue` token, a kind that is not a list), goes
 //! the whole way, which is always right, only slower.
 
@@ -32,6 +37,8 @@ struct Memo {
     namespace: Option<String>,
     selectors: Selectors,
     list_rv: String,
+    /// What its body was a function of (`Session::reproducible`).
+    form: u64,
     /// Objects it held, as the commit counted them.
     items: usize,
     generation: Generation,
@@ -69,12 +76,14 @@ fn scope(target: &CacheTarget) -> Option<(&CollectionKey, Option<&str>, &Selecto
 }
 
 impl Memos {
-    /// Whether an answer for `target` at `list_rv` is proven unchanged: the same scope was
-    /// committed whole at that resourceVersion and its collection has not changed since.
+    /// Whether an answer for `target` of `form` at `list_rv` is proven unchanged: the same
+    /// scope was committed whole in that form at that resourceVersion, and its collection
+    /// has not changed since.
     pub(super) fn proves(
         &self,
         store: &Store,
         target: &CacheTarget,
+        form: u64,
         list_rv: &str,
     ) -> Option<Proven> {
         let (collection, namespace, selectors) = scope(target)?;
@@ -84,29 +93,30 @@ impl Memos {
             .iter()
             .find(|m| m.namespace.as_deref() == namespace && m.selectors == *selectors)?;
         let generation = store.generation(collection);
-        (memo.list_rv == list_rv && memo.generation == generation).then(|| Proven {
+        let same = memo.list_rv == list_rv && memo.form == form;
+        (same && memo.generation == generation).then(|| Proven {
             list_rv: memo.list_rv.clone(),
             items: memo.items,
             generation,
         })
     }
 
-    /// A list for `target` was committed: remembered when `exact` (a whole answer of the
-    /// cloud's own bytes that left the scope holding exactly its `items` objects, at
-    /// `list_rv`), else whatever was remembered of the scope is forgotten.
+    /// A list for `target` was committed: remembered with its `form` when it has one (a
+    /// whole answer of a known form that left the scope holding exactly its `items`
+    /// objects, at `list_rv`), else whatever was remembered of the scope is forgotten.
     pub(super) fn committed(
         &mut self,
         store: &Store,
         target: &CacheTarget,
         list_rv: Option<&str>,
         items: usize,
-        exact: bool,
+        form: Option<u64>,
     ) {
         let Some((collection, namespace, selectors)) = scope(target) else {
             return;
         };
         let same = |m: &Memo| m.namespace.as_deref() == namespace && m.selectors == *selectors;
-        let (Some(list_rv), true) = (list_rv, exact) else {
+        let (Some(list_rv), Some(form)) = (list_rv, form) else {
             if let Some(memos) = self.by_collection.get_mut(collection) {
                 memos.retain(|m| !same(m));
             }
@@ -124,6 +134,7 @@ impl Memos {
             namespace: namespace.map(str::to_owned),
             selectors: selectors.clone(),
             list_rv: list_rv.to_owned(),
+            form,
             items,
             generation: store.generation(collection),
         });

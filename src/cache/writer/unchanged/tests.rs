@@ -63,12 +63,20 @@ fn pods_list(list_rv: u64, changed: Option<usize>) -> Vec<u8> {
 fn send(tx: &CacheTx, target: CacheTarget, body: &[u8], plain: bool, complete: bool) {
     let mut s = tx.begin(target, 200, false, None).unwrap();
     if plain {
-        s.unaltered();
+        s.reproducible(0);
     }
     for read in body.chunks(16 * 1024) {
         assert!(s.chunk(read));
     }
     s.finish(complete);
+}
+
+/// The list at resourceVersion 100, twice: the first fills the cache, the second finds
+/// every object stored as listed, which a repeat is proven by (the index knows them all).
+fn fill(tx: &CacheTx) {
+    for _ in 0..2 {
+        send(tx, everything(), &pods_list(100, None), true, true);
+    }
 }
 
 /// Runs one writer over what `queue` sends: the memos live as long as it.
@@ -122,7 +130,7 @@ fn the_same_list_again_is_proven_unchanged_and_not_read_past_its_metadata() {
     let c = case("unchanged-same");
     let at = unchanged_count();
     write(&c.store, &c.synced, |tx| {
-        send(tx, everything(), &pods_list(100, None), true, true);
+        fill(tx);
         send(tx, everything(), &pods_list(100, Some(3)), true, true);
     });
     assert_eq!(unchanged_count() - at, 1, "the repeat is counted unchanged");
@@ -130,10 +138,37 @@ fn the_same_list_again_is_proven_unchanged_and_not_read_past_its_metadata() {
     assert!(c.synced.covers(&pods(), None, &Selectors::everything()));
     // A new resourceVersion is read, and what it changed is stored.
     write(&c.store, &c.synced, |tx| {
-        send(tx, everything(), &pods_list(100, None), true, true);
+        fill(tx);
         send(tx, everything(), &pods_list(101, Some(3)), true, true);
     });
     assert_eq!(stored_rv(&c.store, 3), Some(900));
+}
+
+#[test]
+fn a_list_that_changed_the_cache_proves_a_repeat_only_once_it_is_found_stored() {
+    let _one = COUNTING.lock().unwrap_or_else(PoisonError::into_inner);
+    let c = case("unchanged-first");
+    let at = unchanged_count();
+    write(&c.store, &c.synced, |tx| {
+        send(tx, everything(), &pods_list(100, None), true, true);
+        send(tx, everything(), &pods_list(100, Some(3)), true, true);
+        send(tx, everything(), &pods_list(100, Some(4)), true, true);
+    });
+    // The second changed pod 3 (read: the first had written every pod), so the third is
+    // read too: it puts pod 3 back and changes pod 4.
+    assert_eq!(stored_rv(&c.store, 3), Some(13));
+    assert_eq!(stored_rv(&c.store, 4), Some(900), "the third is read");
+    assert_eq!(unchanged_count(), at);
+    write(&c.store, &c.synced, |tx| {
+        fill(tx);
+        send(tx, everything(), &pods_list(100, Some(5)), true, true);
+    });
+    assert_eq!(
+        stored_rv(&c.store, 5),
+        Some(15),
+        "found stored: the repeat is proven"
+    );
+    assert_eq!(unchanged_count() - at, 1);
 }
 
 #[test]
@@ -142,7 +177,7 @@ fn another_scope_at_the_same_resource_version_is_read() {
     let c = case("unchanged-scope");
     let at = unchanged_count();
     write(&c.store, &c.synced, |tx| {
-        send(tx, everything(), &pods_list(100, None), true, true);
+        fill(tx);
         send(
             tx,
             target(Some("peer-0"), None),
@@ -157,7 +192,7 @@ fn another_scope_at_the_same_resource_version_is_read() {
         "a namespace's list is read"
     );
     write(&c.store, &c.synced, |tx| {
-        send(tx, everything(), &pods_list(100, None), true, true);
+        fill(tx);
         send(
             tx,
             target(None, Some("fill=peer")),
@@ -184,7 +219,7 @@ fn a_change_to_the_collection_between_the_lists_makes_the_repeat_read_whole() {
         padded_pod(5, 200, 1000)
     );
     write(&c.store, &c.synced, |tx| {
-        send(tx, everything(), &pods_list(100, None), true, true);
+        fill(tx);
         let mut w = tx
             .begin(CacheTarget::Watch { collection: pods() }, 200, false, None)
             .unwrap();
@@ -202,7 +237,7 @@ fn a_change_to_the_collection_between_the_lists_makes_the_repeat_read_whole() {
         .root()
         .join("kubelet/pods.v1.core/peer-0/peer-000007");
     write(&c.store, &c.synced, |tx| {
-        send(tx, everything(), &pods_list(100, None), true, true);
+        fill(tx);
     });
     std::fs::write(&file, b"{}").unwrap();
     let key = ObjectKey {
@@ -212,7 +247,7 @@ fn a_change_to_the_collection_between_the_lists_makes_the_repeat_read_whole() {
     };
     let _ = c.store.get(&key);
     write(&c.store, &c.synced, |tx| {
-        send(tx, everything(), &pods_list(100, None), true, true);
+        fill(tx);
     });
     assert_eq!(
         stored_rv(&c.store, 7),
@@ -229,7 +264,7 @@ fn a_proven_list_broken_off_changes_nothing_and_is_not_counted() {
     let at = unchanged_count();
     let committed = METRICS.cache_sessions_committed.load(Ordering::Relaxed);
     write(&c.store, &c.synced, |tx| {
-        send(tx, everything(), &pods_list(100, None), true, true);
+        fill(tx);
         send(tx, everything(), &pods_list(100, Some(3)), true, false);
         // The memo stands: the next repeat is proven.
         send(tx, everything(), &pods_list(100, Some(4)), true, true);
@@ -245,7 +280,8 @@ fn no_proof_without_the_clouds_own_bytes_or_with_items_before_metadata() {
     let _one = COUNTING.lock().unwrap_or_else(PoisonError::into_inner);
     let c = case("unchanged-never");
     let at = unchanged_count();
-    // A filtered answer (not `unaltered`) neither proves nor is proven.
+    // An answer of no known form (a filter that reads the cloud) neither proves nor is
+    // proven.
     write(&c.store, &c.synced, |tx| {
         send(tx, everything(), &pods_list(100, None), false, true);
         send(tx, everything(), &pods_list(100, Some(3)), true, true);
@@ -256,10 +292,19 @@ fn no_proof_without_the_clouds_own_bytes_or_with_items_before_metadata() {
         "a filtered list makes no memo"
     );
     write(&c.store, &c.synced, |tx| {
-        send(tx, everything(), &pods_list(100, None), true, true);
+        fill(tx);
         send(tx, everything(), &pods_list(100, Some(4)), false, true);
     });
     assert_eq!(stored_rv(&c.store, 4), Some(900), "a filtered list is read");
+    // Another form (another filter chain, another address pods are pointed at): read.
+    write(&c.store, &c.synced, |tx| {
+        fill(tx);
+        let mut s = tx.begin(everything(), 200, false, None).unwrap();
+        s.reproducible(7);
+        assert!(s.chunk(&pods_list(100, Some(6))));
+        s.finish(true);
+    });
+    assert_eq!(stored_rv(&c.store, 6), Some(900), "another form is read");
     // `metadata` after the items: read whole.
     let late = |changed| {
         let body = String::from_utf8(pods_list(100, changed)).unwrap();
@@ -273,7 +318,9 @@ fn no_proof_without_the_clouds_own_bytes_or_with_items_before_metadata() {
     };
     assert!(serde_json::from_str::<serde_json::Value>(&late(None)).is_ok());
     write(&c.store, &c.synced, |tx| {
-        send(tx, everything(), late(None).as_bytes(), true, true);
+        for _ in 0..2 {
+            send(tx, everything(), late(None).as_bytes(), true, true);
+        }
         send(tx, everything(), late(Some(5)).as_bytes(), true, true);
     });
     assert_eq!(
@@ -290,7 +337,7 @@ fn a_session_told_enough_stops_copying_but_still_ends() {
     let (tx, rx) = channel(64, 1 << 30);
     let body = pods_list(100, None);
     let mut s = tx.begin(everything(), 200, false, None).unwrap();
-    s.unaltered();
+    s.reproducible(0);
     // The first 32 KiB go (with the session's begin).
     assert!(s.chunk(&body[..40 * 1024]));
     let Ok(CacheMsg::Begin {
@@ -311,7 +358,7 @@ fn a_session_told_enough_stops_copying_but_still_ends() {
         Ok(CacheMsg::End { complete: true, .. })
     ));
     assert!(rx.rx.try_recv().is_err(), "nothing else was copied");
-    // Without `unaltered`, no flag: the writer reads every byte.
+    // Of no known form, no flag: the writer reads every byte.
     let mut s = tx.begin(everything(), 200, false, None).unwrap();
     assert!(s.chunk(&body[..40 * 1024]));
     assert!(matches!(
