@@ -437,7 +437,10 @@ fn feed(w: &mut Writer<'_, '_>, active: &mut Active<'_>, data: &[u8]) {
     };
     let target = &active.target;
     let mut batch = Batch::new(target, w.bound.as_mut().map(|b| (b, synced)));
-    batch.memos = active.form.map(|form| (&w.memos, form));
+    // Only a streamed list is proven (`unchanged.rs`): one read whole is small, and read.
+    if active.enough.is_some() {
+        batch.memos = active.form.map(|form| (&w.memos, form));
+    }
     let (list, not_objects) = (&mut active.list, &mut active.not_objects);
     let result = decoder.feed_located(data, &mut |unit, found| {
         batch.apply(store, failures, list, not_objects, unit, found);
@@ -799,7 +802,7 @@ fn end_unchanged(w: &mut Writer<'_, '_>, active: &mut Active<'_>, proven: Proven
         .cache_writes_skipped_identical
         .fetch_add(proven.items as u64, Ordering::Relaxed);
     log::debug!(
-        "cache: list {} unchanged at resourceVersion {}: identical={} (not read past its metadata)",
+        "cache: list {} committed unchanged at resourceVersion {}: identical={} (not read past its metadata)",
         target.error_key(),
         proven.list_rv,
         proven.items

@@ -1,6 +1,8 @@
 //! Lists proven unchanged (issue 34): an answer to the same list (collection, namespace and
 //! selectors, never a page) at the same list `metadata.resourceVersion` is the same snapshot
-//! of the cloud, so when the writer committed such a list whole, and its collection has not
+//! of the cloud (Kubernetes' guarantee; the hub believes it for a streamed list, of 32 KiB or
+//! more: one that reaches the writer whole is small and always read, so a cloud answering
+//! one scope twice at one resourceVersion with other objects is followed there), so when the writer committed such a list whole, and its collection has not
 //! changed since (the store's generation, `store/generation.rs`), committing it again would
 //! change nothing. The writer then reads the new answer only up to its `metadata` (the
 //! apiserver writes it before `items`), tells the session it needs no more of it (the tee

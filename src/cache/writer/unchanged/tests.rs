@@ -366,3 +366,36 @@ fn a_session_told_enough_stops_copying_but_still_ends() {
         Ok(CacheMsg::Begin { enough: None, .. })
     ));
 }
+
+/// A list that reaches the writer whole (under 32 KiB) is always read: small, and so a cloud
+/// answering one scope at one resourceVersion with other objects is followed.
+#[test]
+fn a_small_list_read_whole_is_always_read() {
+    let _one = COUNTING.lock().unwrap_or_else(PoisonError::into_inner);
+    let c = case("unchanged-small");
+    let at = unchanged_count();
+    let small = |changed| {
+        let items: Vec<String> = (0..3)
+            .map(|i| {
+                padded_pod(
+                    i,
+                    if Some(i) == changed {
+                        900
+                    } else {
+                        10 + i as u64
+                    },
+                    5400,
+                )
+            })
+            .collect();
+        pod_list(&items, 100).into_bytes()
+    };
+    write(&c.store, &c.synced, |tx| {
+        for _ in 0..2 {
+            send(tx, everything(), &small(None), true, true);
+        }
+        send(tx, everything(), &small(Some(1)), true, true);
+    });
+    assert_eq!(stored_rv(&c.store, 1), Some(900));
+    assert_eq!(unchanged_count(), at);
+}
