@@ -120,6 +120,9 @@ pub(crate) struct Metrics {
     pub cache_sessions_abandoned: AtomicU64,
     /// Cache sessions committed.
     pub cache_sessions_committed: AtomicU64,
+    /// List answers proven unchanged by their resourceVersion, not read past their
+    /// `metadata` (issue 34; counted in `cache_sessions_committed` too).
+    pub cache_lists_unchanged: AtomicU64,
     /// Dropped answers fetched again and committed by the refill thread.
     pub cache_refills: AtomicU64,
     /// Dropped answers not fetched again: a later answer to the same request went whole.
@@ -258,6 +261,7 @@ impl Metrics {
             cache_objects_deleted: AtomicU64::new(0),
             cache_sessions_abandoned: AtomicU64::new(0),
             cache_sessions_committed: AtomicU64::new(0),
+            cache_lists_unchanged: AtomicU64::new(0),
             cache_refills: AtomicU64::new(0),
             cache_refills_coalesced: AtomicU64::new(0),
             cache_refills_waiting: AtomicI64::new(0),
@@ -585,6 +589,12 @@ impl Metrics {
             "tinyhub_cache_sessions_committed_total",
             "responses whose objects were persisted",
             &self.cache_sessions_committed,
+        );
+        counter(
+            out,
+            "tinyhub_cache_lists_unchanged_total",
+            "list answers proven unchanged by their resourceVersion (committed, not read past their metadata)",
+            &self.cache_lists_unchanged,
         );
         counter(
             out,

@@ -221,6 +221,32 @@ impl Chain {
         kept
     }
 
+    /// What an answer this chain filtered is a function of, when it is one of the object
+    /// alone and `ctx` (no filter of the chain reads the cloud): a value that differs
+    /// whenever the rewrite could (another chain, another address or port pods are pointed
+    /// at; a 64-bit hash, odd, so never 0, the value of the cloud's bytes unfiltered). Two
+    /// answers of one list at one resourceVersion rewritten with the same value are the same
+    /// (`cache/writer/unchanged.rs`). `None` when a filter reads the cloud (servicetopology,
+    /// nodeportisolation): what it reads changes without the list's resourceVersion.
+    pub(crate) fn reproducible_form(self, ctx: &FilterContext) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        if self.contains(FilterName::ServiceTopology)
+            || self.contains(FilterName::NodePortIsolation)
+        {
+            return None;
+        }
+        let mut hasher = std::hash::DefaultHasher::new();
+        (
+            self.0,
+            ctx.host,
+            ctx.secure_port.get(),
+            &ctx.node_name,
+            &ctx.pool_name,
+        )
+            .hash(&mut hasher);
+        Some(hasher.finish() | 1)
+    }
+
     /// Whether a filter of the chain may change or drop the object whose JSON is `raw`, by
     /// the needles of [`FilterName::needles`]. When not, the object counts as seen (unchanged)
     /// by each filter of the chain.

@@ -55,7 +55,17 @@ impl Call<'_> {
             .and_then(|t| wants_cache(t, &answer))
             .map(|t| keyed(t, request_body));
         let gzip = answer.is_gzip() && filtering.is_none();
-        let (session, cache_status) = self.cache_session(&ex, answer_target, answer.status, gzip);
+        let (mut session, cache_status) =
+            self.cache_session(&ex, answer_target, answer.status, gzip);
+        // The cloud's bytes as sent, or rewritten by filters that read nothing else: a list
+        // of them may be proven unchanged by its resourceVersion (`cache/writer/unchanged.rs`).
+        let form = match &filtering {
+            None => Some(0),
+            Some((filters, _)) => self.route.filters.reproducible_form(&filters.ctx),
+        };
+        if let (Some(form), Some(s)) = (form, session.as_mut()) {
+            s.reproducible(form);
+        }
 
         // HEAD, 204 and 304 carry no body, whatever their Content-Length says.
         // (Never cached: routes do not cache HEAD, `wants_cache` refuses these statuses.)

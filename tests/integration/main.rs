@@ -45,6 +45,7 @@ mod lb_hashing;
 mod link_metrics;
 mod link_totals;
 mod list_scope;
+mod list_unchanged;
 mod messages;
 mod metadata_only;
 mod metrics_parity;

@@ -172,10 +172,10 @@ impl ObjectIndex {
         self.entries.insert(key, entry);
     }
 
-    /// The file at `key` is gone, or no longer known.
-    pub(super) fn forget(&mut self, key: u64) {
+    /// The file at `key` is gone, or no longer known; `true` when an entry was dropped.
+    pub(super) fn forget(&mut self, key: u64) -> bool {
         self.touch(key);
-        self.entries.remove(&key);
+        self.entries.remove(&key).is_some()
     }
 
     /// Notes a change at `key` for a build that runs.
@@ -217,15 +217,18 @@ impl ObjectIndex {
         self.building.is_some()
     }
 
-    /// Drops an entry whose file was just read as `bytes` and does not match it.
-    pub(super) fn check_read(&mut self, key: u64, bytes: &[u8]) {
+    /// Drops an entry whose file was just read as `bytes` and does not match it; `true`
+    /// when it did.
+    pub(super) fn check_read(&mut self, key: u64, bytes: &[u8]) -> bool {
         let content = self.content_hash(bytes);
-        if self.entries.get(&key).is_some_and(|e| e.content != content) {
+        let differs = self.entries.get(&key).is_some_and(|e| e.content != content);
+        if differs {
             log::warn!(
                 "cache: a stored file changed behind the hub's back; it is rewritten at the next answer"
             );
             self.forget(key);
         }
+        differs
     }
 
     /// Forgets everything (a whole collection went; the disk answers until puts refill it).

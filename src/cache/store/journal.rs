@@ -211,6 +211,7 @@ impl ApplyHooks for Live<'_> {
             // Whole directories change: no entry can be trusted.
             self.0.index().clear();
             self.0.changed(None);
+            self.0.moved_all();
             return;
         };
         // The object's index entry goes whatever happens: the journal does not say what

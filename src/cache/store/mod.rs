@@ -99,6 +99,7 @@ pub(crate) mod check;
 mod error;
 mod error_keys;
 mod fs;
+mod generation;
 mod grants;
 mod index;
 mod journal;
@@ -138,6 +139,7 @@ use recent::RecentChanges;
 use tombstones::Tombstones;
 
 pub(crate) use error::{StoreError, StoreOp};
+pub(crate) use generation::Generation;
 pub(crate) use journal::CommitStep;
 pub(crate) use journal::RecoveryReport;
 pub(crate) use list::{NameIter, ObjectIter};
@@ -223,6 +225,8 @@ pub(crate) struct Store {
     changes: AtomicUsize,
     /// Which objects those changes touched, lately (`recent.rs`).
     recent: Mutex<RecentChanges>,
+    /// How often each collection changed (`generation.rs`).
+    generations: Mutex<generation::Generations>,
     /// Recently removed objects. Locked only by the one writer thread: never contended.
     tombstones: Mutex<Tombstones>,
     /// What is stored, so an unchanged put touches no file (`index.rs`).
@@ -285,6 +289,7 @@ impl Store {
             root_dir,
             changes: AtomicUsize::new(0),
             recent: Mutex::new(RecentChanges::default()),
+            generations: Mutex::new(generation::Generations::default()),
             tombstones: Mutex::new(Tombstones::default()),
             index: Mutex::new(ObjectIndex::default()),
             usage: Mutex::new(Usage::default()),
@@ -335,13 +340,17 @@ impl Store {
         }
         let path = dirs[dirs.len() - 1].join(&key.name);
         let read = check::read_checked(&path, &check::Expect::for_key(key))?;
-        {
+        let forgot = {
             let mut index = self.index();
             let at = index.key_hash(key);
             match read.bytes() {
                 Some(bytes) => index.check_read(at, bytes),
                 None => index.forget(at),
             }
+        };
+        if forgot {
+            // What the index believed of the collection was wrong: no proof stands.
+            self.moved_collection(&key.collection);
         }
         Ok(check::serve(&path, read))
     }
@@ -487,6 +496,10 @@ impl Store {
         bucket: &Bucket,
     ) -> Result<(), StoreError> {
         let old = file_len(target);
+        if let Bucket::Collection(kind) = bucket {
+            // Written or failed (then the file may be old or new): it changed.
+            self.moved(kind);
+        }
         let written = dirs
             .iter()
             .try_for_each(|dir| self.ensure_dir(dir))
@@ -494,7 +507,9 @@ impl Store {
         let mut index = self.index();
         match &written {
             Ok(()) => index.record(at, entry_with(bytes, content)),
-            Err(_) => index.forget(at),
+            Err(_) => {
+                index.forget(at);
+            }
         }
         drop(index);
         if written.is_ok() {
@@ -532,6 +547,7 @@ impl Store {
             }
         }
         // A tombstone alone is a change too: a list staged meanwhile must heed it.
+        self.moved_collection(&key.collection);
         let bucket = Bucket::Collection(kind_dirs_below_root(&key.collection).1);
         let removed = real && self.remove_indexed(at, &path, &bucket)?;
         if removed || buried {
@@ -585,6 +601,7 @@ impl Store {
             Err(e) => return Err(io_err(StoreOp::Stat, &kind_dir)(e)),
         }
         let trash = self.staging.join(format!("d.{}", next_id()));
+        self.moved_collection(c);
         // Its entries go (the disk answers until puts refill them); the others' stay.
         self.forget_kind(&kind_dirs_below_root(c).1, &kind_dir);
         std::fs::rename(&kind_dir, &trash).map_err(io_err(StoreOp::Rename, &trash))?;
@@ -605,10 +622,11 @@ impl Store {
         let bytes = read_object(&self.root.join(name))?;
         let mut index = self.index();
         let at = index.path_hash(name);
-        match &bytes {
+        // A document is no collection's: what the index forgets moves no generation.
+        let _ = match &bytes {
             Some(bytes) => index.check_read(at, bytes),
             None => index.forget(at),
-        }
+        };
         Ok(bytes)
     }
 

@@ -284,6 +284,8 @@ impl Store {
         c: &CollectionKey,
         reason: RelistReason,
     ) -> Result<(), StoreError> {
+        // Marked as not to be trusted whole: no proof of an earlier list stands.
+        self.moved_collection(c);
         let mut marks = self.relist_marks();
         marks.mark(
             c.component.as_str(),

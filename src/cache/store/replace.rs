@@ -395,6 +395,8 @@ impl Replace<'_> {
             self.weighed = true;
             return Ok(self.report);
         };
+        // From here the collection's files change (or may, should a step fail).
+        self.store.moved(&kind.rel);
         // Step 2: the commit point.
         let journal_path = self.make_durable(journal_file, &journal_temp)?;
         let weights = self.journal_weights(&kind);

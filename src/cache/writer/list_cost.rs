@@ -9,8 +9,14 @@
 //!
 //! and print what they did, so that a count can be divided by the bytes it covers. Each
 //! also checks what the writer left, so the driver cannot silently measure nothing.
+//!
+//! A list proven unchanged (`unchanged.rs`) needs the memo of an earlier one, which lives as
+//! long as the writer's run: `list_cost_unchanged_*` measure a run over a list found stored
+//! and its repeat (pass 6) beside a run over the first alone (pass 7); the repeat costs the
+//! difference. `list_cost_tee` measures the connection thread's copy of a list into its
+//! session, whole (pass 8) and once the writer said it needs no more (pass 9).
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::*;
 use crate::cache::key::CollectionKey;
@@ -75,18 +81,32 @@ pub(super) fn pod_list(items: &[String], rv: u64) -> String {
 /// `PASS` tells the passes apart in a profile (each is its own function).
 #[inline(never)]
 fn list_cost_pass<const PASS: u8>(store: &Store, body: &[u8]) {
-    let (tx, rx) = channel(4096, 1 << 30);
-    let target = CacheTarget::List {
+    list_cost_lists::<PASS>(store, &[body]);
+}
+
+/// The list target the passes send.
+fn everything() -> CacheTarget {
+    CacheTarget::List {
         collection: pods(),
         namespace: None,
         selectors: Selectors::everything(),
         paged: false,
-    };
-    let mut session = tx.begin(target, 200, false, None).unwrap();
-    for read in body.chunks(16 * 1024) {
-        assert!(session.chunk(read));
     }
-    session.finish(true);
+}
+
+/// Queues each of `bodies` as one list answer of the cloud's own bytes, in reads of 16 KiB,
+/// then runs one writer over them all (its memos live as long as that run).
+#[inline(never)]
+fn list_cost_lists<const PASS: u8>(store: &Store, bodies: &[&[u8]]) {
+    let (tx, rx) = channel(4096, 1 << 30);
+    for body in bodies {
+        let mut session = tx.begin(everything(), 200, false, None).unwrap();
+        session.reproducible(0);
+        for read in body.chunks(16 * 1024) {
+            assert!(session.chunk(read));
+        }
+        session.finish(true);
+    }
     drop(tx);
     let (stop, synced) = (AtomicBool::new(false), Synced::default());
     list_cost_writer::<PASS>(store, rx, &stop, &synced);
@@ -99,6 +119,9 @@ fn list_cost_writer<const PASS: u8>(
     stop: &AtomicBool,
     synced: &Synced,
 ) {
+    // Each pass its own code, so that a profile tells them apart (identical instances of a
+    // generic are merged into one otherwise).
+    std::hint::black_box(PASS);
     run(store, rx, stop, WriterOptions::default(), synced);
 }
 
@@ -168,6 +191,86 @@ fn list_cost_real_pods() {
 #[ignore = "the driver of an instruction count (module doc)"]
 fn list_cost_padded_pods() {
     three_lists("cost-padded", &|i, rv| padded_pod(i, rv, 5400));
+}
+
+/// A list found stored and its repeat in one run (pass 6), then the first alone (pass 7).
+fn unchanged_lists(tag: &str, pod: &dyn Fn(usize, u64) -> String) {
+    let dir = TempDir::new(tag);
+    let (store, _) = Store::open(&dir.root()).unwrap();
+    let items: Vec<String> = (0..1000).map(|i| pod(i, 100 + i as u64)).collect();
+    let list = pod_list(&items, 2000);
+    // Filled, then found stored (the index knows every object): what a memo is made from.
+    list_cost_pass::<1>(&store, list.as_bytes());
+    list_cost_pass::<2>(&store, list.as_bytes());
+    let unchanged = || METRICS.cache_lists_unchanged.load(Ordering::Relaxed);
+    let at = unchanged();
+    list_cost_lists::<6>(&store, &[list.as_bytes(), list.as_bytes()]);
+    let proven = unchanged() - at;
+    list_cost_lists::<7>(&store, &[list.as_bytes()]);
+    println!(
+        "list_cost {tag}: pass 6 = 2 lists of {} bytes (the second proven unchanged: {proven}),          pass 7 = 1 list",
+        list.len()
+    );
+    assert!(proven >= 1, "the repeat was not proven unchanged");
+}
+
+#[test]
+#[ignore = "the driver of an instruction count (module doc)"]
+fn list_cost_unchanged_real_pods() {
+    unchanged_lists("cost-unchanged-real", &real_pod);
+}
+
+#[test]
+#[ignore = "the driver of an instruction count (module doc)"]
+fn list_cost_unchanged_padded_pods() {
+    unchanged_lists("cost-unchanged-padded", &|i, rv| padded_pod(i, rv, 5400));
+}
+
+/// The connection thread's side: `body` copied into a session in reads of 16 KiB, the
+/// writer's flag `enough` set after the first read (as when the list is proven unchanged).
+#[inline(never)]
+fn list_cost_send<const PASS: u8>(body: &[u8], enough: bool) -> usize {
+    let (tx, rx) = channel(4096, 1 << 30);
+    let mut session = tx.begin(everything(), 200, false, None).unwrap();
+    session.reproducible(0);
+    let (mut flag, mut queued) = (None, 0);
+    for read in body.chunks(16 * 1024) {
+        assert!(session.chunk(read));
+        if enough && flag.is_none() {
+            while let Ok(msg) = rx.rx.try_recv() {
+                queued += msg.payload_len();
+                if let tee::CacheMsg::Begin {
+                    enough: Some(e), ..
+                } = msg
+                {
+                    e.store(true, Ordering::Relaxed);
+                    flag = Some(e);
+                }
+            }
+        }
+    }
+    session.finish(true);
+    while let Ok(msg) = rx.rx.try_recv() {
+        queued += msg.payload_len();
+    }
+    queued
+}
+
+#[test]
+#[ignore = "the driver of an instruction count (module doc)"]
+fn list_cost_tee() {
+    let items: Vec<String> = (0..1000)
+        .map(|i| padded_pod(i, 100 + i as u64, 5400))
+        .collect();
+    let list = pod_list(&items, 2000);
+    let whole = list_cost_send::<8>(list.as_bytes(), false);
+    let cut = list_cost_send::<9>(list.as_bytes(), true);
+    println!(
+        "list_cost tee: a list of {} bytes; copied to the writer whole {whole}, once proven {cut}",
+        list.len()
+    );
+    assert_eq!(whole, list.len());
+    assert!(cut < 64 * 1024, "{cut}");
 }
 
 #[test]

@@ -12,7 +12,9 @@
 //! loop and what each answer does to the store; `failures.rs` the failure log; `rules.rs` the Kubernetes
 //! rules for objects (what is stored and under which key, watch events, list items, tokens);
 //! `error_keys.rs` the keys whose write failed, until they are stored; `refills.rs` what dropped
-//! sessions tell the refill thread, and the ledger of answers that went whole since.
+//! sessions tell the refill thread, and the ledger of answers that went whole since;
+//! `unchanged.rs` the memos of whole lists that prove a repeat unchanged (read only up to
+//! its `metadata`).
 
 mod error_keys;
 mod evict;
@@ -25,6 +27,7 @@ mod run;
 mod tee;
 #[cfg(test)]
 mod tests;
+mod unchanged;
 
 pub(crate) use error_keys::failing_keys;
 pub(crate) use evict::{BoundStats, export as export_bound};

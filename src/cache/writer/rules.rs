@@ -34,6 +34,8 @@ pub(super) struct ListState<'s> {
     pub(super) namespaced: bool,
     /// Items refused for having no namespace.
     pub(super) no_namespace: u64,
+    /// An item came: a `metadata` after it proves nothing (`unchanged.rs`).
+    pub(super) items_seen: bool,
 }
 
 impl ListState<'_> {

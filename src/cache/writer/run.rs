@@ -24,6 +24,7 @@ use super::rules::{
 use super::tee::CacheTx;
 use super::tee::LINGER;
 use super::tee::{CacheMsg, CacheRx};
+use super::unchanged::{Memos, Proven};
 use crate::cache::decode::{BodyDecoder, BodyShape, Located, Unit};
 use crate::cache::key::{CollectionKey, ObjectKey};
 use crate::cache::store::Store;
@@ -66,6 +67,7 @@ pub(crate) fn run(
         failures: &mut failures,
         synced,
         bound,
+        memos: Memos::default(),
     };
     // Whether the writer has lingered since it last handled a message.
     let mut lingered = true;
@@ -144,6 +146,8 @@ struct Writer<'w, 's> {
     synced: &'s Synced,
     /// `--cache-max-bytes`, when set.
     bound: Option<Bound>,
+    /// The whole lists committed, which prove a repeat unchanged (`unchanged.rs`).
+    memos: Memos,
 }
 
 /// After a message: the answers still writing a collection the bound evicted are
@@ -233,6 +237,11 @@ struct Batch<'t, 'b> {
     failed: bool,
     /// The bound each unit is admitted by, with the record it evicts by.
     bound: Option<(&'b mut Bound, &'b Synced)>,
+    /// The memos a list of a known form may be proven unchanged by (with that form), until
+    /// it is.
+    memos: Option<(&'b Memos, u64)>,
+    /// The list was proven unchanged: the units after its `metadata` are not applied.
+    proven: Option<Proven>,
 }
 
 impl<'t, 'b> Batch<'t, 'b> {
@@ -242,6 +251,8 @@ impl<'t, 'b> Batch<'t, 'b> {
             heard: None,
             failed: false,
             bound,
+            memos: None,
+            proven: None,
         }
     }
 
@@ -256,8 +267,8 @@ impl<'t, 'b> Batch<'t, 'b> {
         found: &Located,
     ) {
         // A unit refused (or spoiled) ends the batch: none after it may write part of what
-        // the refusal evicted back.
-        if self.failed {
+        // the refusal evicted back. A list proven unchanged needs nothing more.
+        if self.failed || self.proven.is_some() {
             return;
         }
         if let Some((bound, synced)) = self.bound.as_mut()
@@ -269,12 +280,37 @@ impl<'t, 'b> Batch<'t, 'b> {
             return;
         }
         let hears = heard_by(&unit, self.target);
+        let metadata = matches!(
+            unit,
+            Unit::ListMember {
+                key: "metadata",
+                ..
+            }
+        );
         match apply_unit(store, failures, self.target, list, not_objects, unit, found) {
             Applied::Stored => self.heard = self.heard.or(hears),
             Applied::NotStored => {}
             Applied::Spoiled => self.failed = true,
         }
+        if metadata && let (Some((memos, form)), Some(list)) = (self.memos, list.as_ref()) {
+            self.proven = proven(store, memos, self.target, form, list);
+        }
     }
+}
+
+/// Whether a list whose `metadata` was just noted is proven unchanged (`unchanged.rs`):
+/// only before any item, for an answer that says it is a list and whole so far.
+fn proven(
+    store: &Store,
+    memos: &Memos,
+    target: &CacheTarget,
+    form: u64,
+    list: &ListState<'_>,
+) -> Option<Proven> {
+    if list.items_seen || !list.is_list || list.continue_token {
+        return None;
+    }
+    memos.proves(store, target, form, list.resource_version.as_deref()?)
 }
 
 /// A session the writer is working on.
@@ -292,6 +328,14 @@ struct Active<'s> {
     not_objects: u64,
     /// The last time noted for it: a watch's events within one second note once.
     noted: Option<u64>,
+    /// What the body is a function of (`Session::reproducible`): with one, a list may be
+    /// proven unchanged.
+    form: Option<u64>,
+    /// Told when the rest of the body is not needed (the tee stops copying it).
+    enough: Option<Arc<AtomicBool>>,
+    /// The list was proven unchanged at its `metadata` (`unchanged.rs`): the rest of the
+    /// body is not decoded, and its end only does a committed list's bookkeeping.
+    proven: Option<Proven>,
 }
 
 impl Active<'_> {
@@ -312,14 +356,18 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
             gzip,
             word,
             abandoned,
+            form,
+            enough,
         } => {
             let head = Head {
                 target,
                 status,
                 gzip,
                 word,
+                form,
             };
-            if let Some(active) = begin(w, head, Some(abandoned)) {
+            if let Some(mut active) = begin(w, head, Some(abandoned)) {
+                active.enough = enough;
                 sessions.insert(id, active);
             }
         }
@@ -333,6 +381,7 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
             status,
             gzip,
             word,
+            form,
             body,
         } => {
             let head = Head {
@@ -340,6 +389,7 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
                 status,
                 gzip,
                 word,
+                form,
             };
             if let Some(mut active) = begin(w, head, None) {
                 feed(w, &mut active, &body);
@@ -387,15 +437,38 @@ fn feed(w: &mut Writer<'_, '_>, active: &mut Active<'_>, data: &[u8]) {
     };
     let target = &active.target;
     let mut batch = Batch::new(target, w.bound.as_mut().map(|b| (b, synced)));
+    // Only a streamed list is proven (`unchanged.rs`): one read whole is small, and read.
+    if active.enough.is_some() {
+        batch.memos = active.form.map(|form| (&w.memos, form));
+    }
     let (list, not_objects) = (&mut active.list, &mut active.not_objects);
     let result = decoder.feed_located(data, &mut |unit, found| {
         batch.apply(store, failures, list, not_objects, unit, found);
     });
     let Batch {
-        mut failed, heard, ..
+        mut failed,
+        heard,
+        proven,
+        ..
     } = batch;
     if let Some(collection) = heard {
         note(synced, collection, &active.word, &mut active.noted);
+    }
+    if let Some(proven) = proven {
+        // Nothing of it is staged (no item came before `metadata`): dropped, the decoder
+        // too, and the connection thread stops copying the rest.
+        log::trace!(
+            "cache: list {} unchanged at resourceVersion {}: the rest is not read",
+            target.error_key(),
+            proven.list_rv
+        );
+        active.list = None;
+        active.decoder = None;
+        active.proven = Some(proven);
+        if let Some(enough) = &active.enough {
+            enough.store(true, Ordering::Relaxed);
+        }
+        return;
     }
     if let Err(e) = result {
         log::warn!(
@@ -414,6 +487,8 @@ struct Head {
     status: u16,
     gzip: bool,
     word: Word,
+    /// What the body is a function of (`Session::reproducible`); `None`: unknown.
+    form: Option<u64>,
 }
 
 fn begin<'s>(
@@ -427,6 +502,7 @@ fn begin<'s>(
         status,
         gzip,
         word,
+        form,
     } = head;
     let shape = match (&target, status) {
         (CacheTarget::List { collection, .. }, 404) => {
@@ -499,6 +575,7 @@ fn begin<'s>(
                 resource_version: None,
                 continue_token: false,
                 is_list: false,
+                items_seen: false,
             }),
             Err(e) => {
                 failures.error("begin list", &target, &e);
@@ -518,6 +595,9 @@ fn begin<'s>(
         failed: false,
         not_objects: 0,
         noted: None,
+        form,
+        enough: None,
+        proven: None,
     })
 }
 
@@ -526,6 +606,9 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
     let failures = &mut *w.failures;
     let target = &active.target;
     let mut ok = complete && !active.failed && !active.given_up();
+    if let Some(proven) = active.proven.take() {
+        return end_unchanged(w, &mut active, proven, ok);
+    }
     let (word, noted) = (&active.word, &mut active.noted);
     if ok && let Some(decoder) = active.decoder.as_mut() {
         let mut batch = Batch::new(target, w.bound.as_mut().map(|b| (b, synced)));
@@ -603,6 +686,19 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
                     report.written + report.identical + report.stale + report.deleted_meanwhile;
                 synced.listed_whole(collection, namespace.as_deref(), selectors, items, list_rv);
             }
+            // The scope holds exactly the list, and the store's index knows each of its
+            // objects as stored, when every object was found already so and nothing else was
+            // in scope: a repeat at its resourceVersion is then proven unchanged
+            // (`unchanged.rs`).
+            let exact = whole
+                && report.written == 0
+                && report.deleted == 0
+                && report.stale == 0
+                && report.deleted_meanwhile == 0
+                && report.kept_newer == 0;
+            let items = report.written + report.identical;
+            let form = active.form.filter(|_| exact);
+            w.memos.committed(store, target, list_rv, items, form);
             // A list across namespaces says the collection is complete again: a component
             // reads its collection through one such scope (kubelet's pods by
             // `spec.nodeName`), so its selector is the collection's. A namespace's list
@@ -644,6 +740,73 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
         }
         Err(e) => failures.error("commit list", target, &e),
     }
+}
+
+/// The end of a list proven unchanged at its `metadata`: whole (`ok`), the bookkeeping a
+/// committed list does when its commit changes nothing (the sync noted, the scope listed
+/// whole, a relist mark cleared, the counters), and nothing else; broken off, what a broken
+/// list does (nothing stored, counted abandoned). Should the collection have changed while
+/// the answer streamed (a watch event, a get), it is neither: what changed it is newer than
+/// the memo, and only a whole commit could weigh the list against it.
+fn end_unchanged(w: &mut Writer<'_, '_>, active: &mut Active<'_>, proven: Proven, ok: bool) {
+    let (store, synced) = (w.store, w.synced);
+    let target = &active.target;
+    let CacheTarget::List {
+        collection,
+        namespace,
+        selectors,
+        ..
+    } = target
+    else {
+        return;
+    };
+    if !ok {
+        log::info!(
+            "cache: list answer for {} incomplete, cache left unchanged",
+            target.error_key()
+        );
+        Metrics::inc(&METRICS.cache_sessions_abandoned);
+        return;
+    }
+    if store.generation(collection) != proven.generation {
+        log::debug!(
+            "cache: list {} at resourceVersion {} was unchanged, but its collection changed              while it streamed; not committed",
+            target.error_key(),
+            proven.list_rv
+        );
+        return;
+    }
+    if let Some(bound) = w.bound.as_ref()
+        && !bound.may_commit(store, collection, refills(target))
+    {
+        Metrics::inc(&METRICS.cache_sessions_abandoned);
+        return;
+    }
+    // Nothing was written: the bound's protected set stands (`Bound::committed` not told).
+    note(synced, collection, &active.word, &mut active.noted);
+    let list_rv = Some(proven.list_rv.as_str());
+    synced.listed_whole(
+        collection,
+        namespace.as_deref(),
+        selectors,
+        proven.items,
+        list_rv,
+    );
+    if namespace.is_none() {
+        relisted(store, collection);
+    }
+    w.failures.stored(target);
+    Metrics::inc(&METRICS.cache_sessions_committed);
+    Metrics::inc(&METRICS.cache_lists_unchanged);
+    METRICS
+        .cache_writes_skipped_identical
+        .fetch_add(proven.items as u64, Ordering::Relaxed);
+    log::debug!(
+        "cache: list {} committed unchanged at resourceVersion {}: identical={} (not read past its metadata)",
+        target.error_key(),
+        proven.list_rv,
+        proven.items
+    );
 }
 
 /// A whole list of `collection` across namespaces was committed: a relist mark on it
@@ -738,10 +901,13 @@ fn apply_unit(
             Applied::Stored
         }
         (Unit::ListItem(bytes), CacheTarget::List { collection, .. }) => match list.as_mut() {
-            Some(list) => match list_item(failures, collection, list, bytes, found, not_objects) {
-                true => Applied::Stored,
-                false => Applied::Spoiled,
-            },
+            Some(list) => {
+                list.items_seen = true;
+                match list_item(failures, collection, list, bytes, found, not_objects) {
+                    true => Applied::Stored,
+                    false => Applied::Spoiled,
+                }
+            }
             None => Applied::Spoiled,
         },
         (Unit::WatchEvent(bytes), CacheTarget::Watch { collection }) => stored(watch_event(

@@ -32,6 +32,12 @@ pub(crate) enum CacheMsg {
         word: Word,
         /// Set by the connection thread when it gives the session up.
         abandoned: Arc<AtomicBool>,
+        /// What the body is a function of ([`Session::reproducible`]); `None`: unknown.
+        form: Option<u64>,
+        /// For a list of a known `form`: set by the writer once it needs no more of the body
+        /// (the list is proven unchanged, `unchanged.rs`), and the session then stops
+        /// copying it. `None`: the writer reads it all.
+        enough: Option<Arc<AtomicBool>>,
     },
     /// The next bytes of that response's body.
     Chunk {
@@ -59,6 +65,8 @@ pub(crate) enum CacheMsg {
         gzip: bool,
         /// As of when the body is the cloud's word (`cache/synced.rs`).
         word: Word,
+        /// What the body is a function of ([`Session::reproducible`]); `None`: unknown.
+        form: Option<u64>,
         /// The whole body.
         body: Vec<u8>,
     },
@@ -432,8 +440,10 @@ impl CacheTx {
                 status,
                 gzip,
                 word,
+                form: None,
             }),
             abandoned: None,
+            enough: None,
             done: false,
             streaming,
             pending: Vec::new(),
@@ -480,6 +490,8 @@ pub(crate) struct Session {
     unsent: Option<Start>,
     /// Set once the writer has the session (`Begin` sent).
     abandoned: Option<Arc<AtomicBool>>,
+    /// Set by the writer when it needs no more of the body (`CacheMsg::Begin`'s `enough`).
+    enough: Option<Arc<AtomicBool>>,
     done: bool,
     streaming: bool,
     pending: Vec<u8>,
@@ -493,6 +505,8 @@ struct Start {
     status: u16,
     gzip: bool,
     word: Word,
+    /// [`Session::reproducible`].
+    form: Option<u64>,
 }
 
 /// How a session's answer is fetched again should it be dropped.
@@ -506,10 +520,35 @@ struct Refillable {
 }
 
 impl Session {
+    /// Says what the body is a function of: the cloud's answer alone, as sent (`form` 0),
+    /// or rewritten by filters that read nothing but the object and fixed settings (`form`
+    /// names the rewrite, [`Chain::reproducible_form`](crate::filters::Chain::reproducible_form)).
+    /// Two such answers of one list at one resourceVersion with one form are the same, so a
+    /// list may be proven unchanged by its resourceVersion (`unchanged.rs`), and the session
+    /// then stops copying what the writer will not read. Called before the first chunk;
+    /// later it changes nothing.
+    pub(crate) fn reproducible(&mut self, form: u64) {
+        if let Some(start) = self.unsent.as_mut() {
+            start.form = Some(form);
+        }
+    }
+
+    /// Whether the writer said it needs no more of the body: what follows is not copied.
+    fn enough(&self) -> bool {
+        self.enough
+            .as_ref()
+            .is_some_and(|e| e.load(Ordering::Relaxed))
+    }
+
     /// Copies `data` to the writer; false once the session is abandoned (queue full).
     pub(crate) fn chunk(&mut self, data: &[u8]) -> bool {
         if self.done {
             return false;
+        }
+        if self.enough() {
+            // Proven unchanged: the rest is not read. Only the end still goes.
+            self.pending = Vec::new();
+            return true;
         }
         if self.streaming {
             return self.send_data(data.to_vec());
@@ -530,6 +569,10 @@ impl Session {
         if self.done {
             return false;
         }
+        if self.enough() {
+            self.pending = Vec::new();
+            return true;
+        }
         if self.pending.is_empty() {
             // Held for `finish`, which sends it with the start as one message.
             if self.unsent.is_some() && !self.streaming && data.len() < COALESCE {
@@ -548,12 +591,17 @@ impl Session {
             status,
             gzip,
             word,
+            form,
         }) = self.unsent.take()
         else {
             return true;
         };
         let abandoned = Arc::new(AtomicBool::new(false));
         self.abandoned = Some(Arc::clone(&abandoned));
+        // Only a list can be proven unchanged (and only one of a known form).
+        let enough = (form.is_some() && matches!(target, CacheTarget::List { .. }))
+            .then(|| Arc::new(AtomicBool::new(false)));
+        self.enough = enough.clone();
         let msg = CacheMsg::Begin {
             id: self.id,
             target,
@@ -561,6 +609,8 @@ impl Session {
             gzip,
             word,
             abandoned,
+            form,
+            enough,
         };
         self.queue.send(&self.tx, msg, self.pace)
     }
@@ -595,7 +645,7 @@ impl Session {
         {
             return false;
         }
-        if !self.pending.is_empty() {
+        if !self.pending.is_empty() && !self.enough() {
             let data = std::mem::take(&mut self.pending);
             if !self.send_data(data) {
                 return false;
@@ -629,6 +679,7 @@ impl Session {
                 status,
                 gzip,
                 word,
+                form,
             }) => {
                 let body = std::mem::take(&mut self.pending);
                 let msg = CacheMsg::Whole {
@@ -636,12 +687,13 @@ impl Session {
                     status,
                     gzip,
                     word,
+                    form,
                     body,
                 };
                 self.queue.send(&self.tx, msg, self.pace)
             }
             None => {
-                if complete && !self.pending.is_empty() {
+                if complete && !self.pending.is_empty() && !self.enough() {
                     let data = std::mem::take(&mut self.pending);
                     if !self.send_data(data) {
                         return;
@@ -735,6 +787,7 @@ mod tests {
             status: 200,
             gzip: false,
             word: Word::Cloud,
+            form: None,
             body: b"{}".to_vec(),
         }
     }
