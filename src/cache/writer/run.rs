@@ -360,7 +360,7 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
             enough,
         } => {
             let head = Head {
-                target,
+                target: *target,
                 status,
                 gzip,
                 word,
@@ -385,7 +385,7 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
             body,
         } => {
             let head = Head {
-                target,
+                target: *target,
                 status,
                 gzip,
                 word,
