@@ -1,12 +1,16 @@
-//! Lists proven unchanged (issue 34): an answer to the same list (collection, namespace and
+//! Lists proven unchanged (issue 34). An answer to the same list (collection, namespace and
 //! selectors, never a page) at the same list `metadata.resourceVersion` is the same snapshot
-//! of the cloud (Kubernetes' guarantee; the hub believes it for a streamed list, of 32 KiB or
-//! more: one that reaches the writer whole is small and always read, so a cloud answering
-//! one scope twice at one resourceVersion with other objects is followed there), so when the writer committed such a list whole, and its collection has not
-//! changed since (the store's generation, `store/generation.rs`), committing it again would
-//! change nothing. The writer then reads the new answer only up to its `metadata` (the
-//! apiserver writes it before `items`), tells the session it needs no more of it (the tee
-//! stops copying), and at its end does the bookkeeping of a committed list and nothing else.
+//! of the cloud: Kubernetes guarantees it. So when the writer committed such a list whole and
+//! its collection has not changed since (the store's generation, `store/generation.rs`),
+//! committing it again would change nothing. The writer then reads the new answer only up to
+//! its `metadata` (the apiserver writes it before `items`), tells the session it needs no more
+//! of it (the tee stops copying), and at its end does the bookkeeping of a committed list and
+//! nothing else.
+//!
+//! Only a streamed list (32 KiB or more) is taken on the guarantee. One that reaches the
+//! writer whole is small and always read: reading it costs about what the proof does, and a
+//! cloud that answers one scope twice at one resourceVersion with other objects (a query
+//! misread on the way) is then followed there.
 //!
 //! What is remembered, per scope and in memory only: the list's resourceVersion, how many
 //! objects it held, what its body was a function of (its form: the cloud's bytes as sent,
@@ -18,9 +22,9 @@
 //! store's index knows each of its objects as stored, so that a reader finding one of those
 //! files damaged or gone drops its entry and moves the generation (as without memos, where
 //! the next list would then write it again). A list that changed the cache is so proven
-//! only from its next repeat on. Anything else, and
-//! any doubt (items before `metadata`, a `continue` token, a kind that is not a list), goes
-//! the whole way, which is always right, only slower.
+//! only from its next repeat on. Anything else, and any doubt (items before `metadata`, a
+//! `continue` token, a kind that is not a list), goes the whole way, which is always right,
+//! only slower.
 
 use std::collections::HashMap;
 
@@ -118,6 +122,8 @@ impl Memos {
             return;
         };
         let same = |m: &Memo| m.namespace.as_deref() == namespace && m.selectors == *selectors;
+        // An answer without a resourceVersion names no snapshot: it proves nothing.
+        let list_rv = list_rv.filter(|rv| !rv.is_empty());
         let (Some(list_rv), Some(form)) = (list_rv, form) else {
             if let Some(memos) = self.by_collection.get_mut(collection) {
                 memos.retain(|m| !same(m));

@@ -399,3 +399,31 @@ fn a_small_list_read_whole_is_always_read() {
     assert_eq!(stored_rv(&c.store, 1), Some(900));
     assert_eq!(unchanged_count(), at);
 }
+
+#[test]
+fn a_list_without_a_resource_version_proves_nothing() {
+    let _one = COUNTING.lock().unwrap_or_else(PoisonError::into_inner);
+    let c = case("unchanged-no-rv");
+    let without = |changed| {
+        let body = String::from_utf8(pods_list(100, changed)).unwrap();
+        assert!(
+            body.contains(r#""resourceVersion":"100""#),
+            "{}",
+            &body[..200]
+        );
+        body.replacen(r#""resourceVersion":"100""#, r#""resourceVersion":"""#, 1)
+    };
+    let at = unchanged_count();
+    write(&c.store, &c.synced, |tx| {
+        for _ in 0..2 {
+            send(tx, everything(), without(None).as_bytes(), true, true);
+        }
+        send(tx, everything(), without(Some(3)).as_bytes(), true, true);
+    });
+    assert_eq!(unchanged_count() - at, 0);
+    assert_eq!(
+        stored_rv(&c.store, 3),
+        Some(900),
+        "the changed list was read"
+    );
+}
