@@ -220,27 +220,28 @@ pub fn init(options: &LogOptions) {
             } else {
                 path.rsplit('/').next().unwrap_or(path)
             };
+            // The klog line, written to `$out`.
+            macro_rules! glog_line {
+                ($out:expr) => {
+                    writeln!(
+                        $out,
+                        "{letter}{month:02}{day:02} {hour:02}:{min:02}:{sec:02}.{micros:06} {pid:>7} {file}:{}] {}",
+                        record.line().unwrap_or(0),
+                        record.args()
+                    )
+                };
+            }
             // Formatted into this thread's line first, then handed on whole: the logger's
             // buffer costs a borrow and a check per piece, and a line has some forty pieces.
             LINE.with(|line| {
                 let Ok(mut line) = line.try_borrow_mut() else {
                     // A line logged while formatting another: straight to the buffer.
-                    return writeln!(
-                        buf,
-                        "{letter}{month:02}{day:02} {hour:02}:{min:02}:{sec:02}.{micros:06} {pid:>7} {file}:{}] {}",
-                        record.line().unwrap_or(0),
-                        record.args()
-                    );
+                    return glog_line!(buf);
                 };
                 line.clear();
                 // Writing to a String fails only if a Display impl does; the line then
                 // goes as far as it got, as it would have to the buffer.
-                let _ = writeln!(
-                    line,
-                    "{letter}{month:02}{day:02} {hour:02}:{min:02}:{sec:02}.{micros:06} {pid:>7} {file}:{}] {}",
-                    record.line().unwrap_or(0),
-                    record.args()
-                );
+                let _ = glog_line!(line);
                 let written = buf.write_all(line.as_bytes());
                 // A rare huge line does not keep its room for the thread's life.
                 if line.capacity() > MAX_KEPT_LINE {

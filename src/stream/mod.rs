@@ -17,7 +17,8 @@
 //! - [`pump`] and [`BodyReads`]: one read buffer per stream, 4 KiB at first (a watch's events
 //!   are small, and a thousand watches may be open) and 16 KiB, a TLS record's worth, once a
 //!   read fills it (a big list: 1,000 pods are 5 MB), none while a stream waits between
-//!   bursts; every byte counted for the traffic metric. A read that fails mid-body is the source breaking off: every sink is aborted.
+//!   bursts; every byte counted for the traffic metric. A read that fails mid-body is the
+//!   source breaking off: every sink is aborted.
 //! - [`FilterStage`] (`filter.rs`): the response filters (`filters::body::BodyFilter`) between
 //!   the source and the rest, so the client and the cache get the same filtered bytes. Its
 //!   output buffer is reused from chunk to chunk. A body it cannot decode passes unchanged

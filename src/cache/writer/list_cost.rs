@@ -208,7 +208,8 @@ fn unchanged_lists(tag: &str, pod: &dyn Fn(usize, u64) -> String) {
     let proven = unchanged() - at;
     list_cost_lists::<7>(&store, &[list.as_bytes()]);
     println!(
-        "list_cost {tag}: pass 6 = 2 lists of {} bytes (the second proven unchanged: {proven}),          pass 7 = 1 list",
+        "list_cost {tag}: pass 6 = 2 lists of {} bytes (the second proven unchanged: {proven}), \
+         pass 7 = 1 list",
         list.len()
     );
     assert!(proven >= 1, "the repeat was not proven unchanged");

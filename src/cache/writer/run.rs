@@ -770,7 +770,8 @@ fn end_unchanged(w: &mut Writer<'_, '_>, active: &mut Active<'_>, proven: Proven
     }
     if store.generation(collection) != proven.generation {
         log::debug!(
-            "cache: list {} at resourceVersion {} was unchanged, but its collection changed              while it streamed; not committed",
+            "cache: list {} at resourceVersion {} was unchanged, but its collection changed \
+             while it streamed; not committed",
             target.error_key(),
             proven.list_rv
         );
