@@ -85,7 +85,8 @@ fn a_missed_target_is_shown_missed_and_a_met_one_met() {
     let row = benchmarks[row_start..].lines().next().unwrap_or("");
     // Cells of a table line: "" before the first bar, then the columns (target, goal,
     // measured, result, section).
-    let cells = |line: &str| -> Vec<String> { line.split('|').map(|c| c.trim().to_owned()).collect() };
+    let cells =
+        |line: &str| -> Vec<String> { line.split('|').map(|c| c.trim().to_owned()).collect() };
     let with = |r: &str| {
         let mut new_row = cells(row);
         new_row[4] = r.to_owned();
@@ -115,7 +116,11 @@ fn a_missed_target_is_shown_missed_and_a_met_one_met() {
     );
     let met = with("met");
     assert_eq!(watch_result(&met), "met");
-    assert!(!summary(&met).contains("Watch delivery"), "{}", summary(&met));
+    assert!(
+        !summary(&met).contains("Watch delivery"),
+        "{}",
+        summary(&met)
+    );
 }
 
 /// The cells of the targets rows of BENCHMARKS.md's text `doc`, past the header and rule.
@@ -139,7 +144,11 @@ fn target_rows(doc: &str) -> Vec<Vec<String>> {
 /// BENCHMARKS.md's text without its targets section.
 fn without_targets(doc: &str) -> String {
     let at = doc.find("## Targets").expect("a targets section");
-    let end = at + 3 + doc[at + 3..].find("\n## ").expect("a section after the targets");
+    let end = at
+        + 3
+        + doc[at + 3..]
+            .find("\n## ")
+            .expect("a section after the targets");
     format!("{}{}", &doc[..at], &doc[end..])
 }
 
@@ -156,14 +165,29 @@ fn a_partial_run_replaces_the_target_rows_of_its_sections_only() {
     let of = |rows: &[Vec<String>], n: &str| -> Vec<Vec<String>> {
         rows.iter().filter(|r| r[4] == n).cloned().collect()
     };
-    assert!(!of(&old, "10").is_empty(), "BENCHMARKS.md has case 10's targets");
+    assert!(
+        !of(&old, "10").is_empty(),
+        "BENCHMARKS.md has case 10's targets"
+    );
     let renamed = "Edge-mode CPU per small get vs cloud mode (issue 18)";
     assert!(old.iter().any(|r| r[0] == renamed), "{old:?}");
     let kept_name = "Cloud-mode CPU per small get, 1 client (issue 18)";
     let note = "10, partial run of 2026-12-07 00:01 UTC";
     let new = vec![
-        row("List CPU, 1 client (new)", "≤ 1×", "5 µs vs 9 µs (0.56×)", "met", note),
-        row(kept_name, "≤ 1.2× nginx", "99 µs vs 78 µs (1.27×)", "**missed**", note),
+        row(
+            "List CPU, 1 client (new)",
+            "≤ 1×",
+            "5 µs vs 9 µs (0.56×)",
+            "met",
+            note,
+        ),
+        row(
+            kept_name,
+            "≤ 1.2× nginx",
+            "99 µs vs 78 µs (1.27×)",
+            "**missed**",
+            note,
+        ),
     ];
     let merged = report::merge_targets(&doc, &["10".into()], new.clone()).expect("merged");
     let rows = target_rows(&merged);
@@ -174,7 +198,10 @@ fn a_partial_run_replaces_the_target_rows_of_its_sections_only() {
     assert!(!rows.iter().any(|r| r[0] == renamed), "{rows:?}");
     assert_eq!(of(&rows, note), new);
     assert!(of(&rows, "10").is_empty(), "{rows:?}");
-    let first_10 = old.iter().position(|r| r[4] == "10").expect("a case 10 row");
+    let first_10 = old
+        .iter()
+        .position(|r| r[4] == "10")
+        .expect("a case 10 row");
     assert_eq!(rows[first_10..first_10 + 2], new[..]);
     let rest: Vec<Vec<String>> = rows.iter().filter(|r| r[4] != note).cloned().collect();
     assert_eq!(rest, others);
@@ -195,7 +222,10 @@ fn a_partial_run_replaces_the_target_rows_of_its_sections_only() {
         )),
         "{summary}"
     );
-    assert!(summary.contains(kept_name) && !summary.contains(renamed), "{summary}");
+    assert!(
+        summary.contains(kept_name) && !summary.contains(renamed),
+        "{summary}"
+    );
     assert!(!summary.contains("List CPU, 1 client (new)"), "{summary}");
     assert!(
         block.contains(&format!("| 5 µs vs 9 µs (0.56×) | met | {note} |")),
@@ -262,7 +292,9 @@ fn update_writes_a_partial_runs_section_and_targets_and_the_block_says_so() {
     let fresh = &fresh[..fresh.find("\n## 9.").expect("case 9 after case 10")];
     assert!(fresh.contains("Fresh.\n"), "{fresh}");
     assert!(
-        fresh.contains(&format!("- a fresh note\n\n_From a partial run (`--cases`); Date: {date}; ")),
+        fresh.contains(&format!(
+            "- a fresh note\n\n_From a partial run (`--cases`); Date: {date}; "
+        )),
         "{fresh}"
     );
     let rows = target_rows(&updated);
@@ -306,16 +338,24 @@ fn a_target_belongs_to_the_section_its_case_made() {
     r.sections.push(report::Section::new("8. Heartbeat", ""));
     record(&mut r, "case 8 (heartbeat)", "eight");
     record(&mut r, "case 10 (peer: tinyhub beside nginx)", "ten");
-    r.sections.push(report::Section::new("10a. Peer case on armv7", ""));
+    r.sections
+        .push(report::Section::new("10a. Peer case on armv7", ""));
     // Case 2's name has other numbers after its own ("1,000").
     record(&mut r, "case 2 (list of 1,000 pods)", "two");
-    r.sections.push(report::Section::new("2. List of 1,000 pods", ""));
+    r.sections
+        .push(report::Section::new("2. List of 1,000 pods", ""));
     let sections: Vec<(String, String)> = r
         .targets
         .iter()
         .map(|t| (t.what.clone(), r.section_of(t)))
         .collect();
-    let want = [("one", "1"), ("five", "5"), ("eight", "8"), ("ten", "10a"), ("two", "2")];
+    let want = [
+        ("one", "1"),
+        ("five", "5"),
+        ("eight", "8"),
+        ("ten", "10a"),
+        ("two", "2"),
+    ];
     assert_eq!(
         sections,
         want.map(|(a, b)| (a.to_owned(), b.to_owned())).to_vec()

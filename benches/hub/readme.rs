@@ -1,6 +1,8 @@
 //! README.md's "Measured" block, generated from BENCHMARKS.md: a few headline figures read
 //! out of the benchmark's own tables, and every target of the issue with its result, missed
-//! ones marked missed. `make bench` rewrites the block after writing BENCHMARKS.md;
+//! ones marked missed; its run line names each section it draws on that a partial run
+//! (`--update`) wrote, with that run's date and machine. `make bench` rewrites the block
+//! after writing BENCHMARKS.md;
 //! `make readme` (`cargo bench --bench hub -- --readme-only`) rewrites it from the file as it
 //! is; tests/repo_docs.rs fails when README.md differs from what this module makes of it.
 //!

@@ -1,6 +1,8 @@
 //! The benchmark's output: tables printed as each case finishes, the targets of issue 6 with
 //! their measured values, and the Markdown file (`BENCHMARKS.md`, or
 //! `target/BENCHMARKS-quick.md` for `--quick`) with the date, the machine and the build.
+//! A partial run (`--cases`, `--update`) rewrites its own sections in that file and its own
+//! rows of the targets table (each row names the section that measured it), marked as its.
 //!
 //! It holds figures as text already formatted by the cases; it measures nothing.
 
@@ -351,7 +353,9 @@ pub fn merge_targets(doc: &str, run: &[String], rows: Vec<Vec<String>>) -> Resul
     for line in lines.iter().take(end).skip(first + 2) {
         let old = cells(line);
         let label = old.get(what).map_or("", String::as_str);
-        let of = section.and_then(|i| old.get(i)).map_or("", |c| row_section(c));
+        let of = section
+            .and_then(|i| old.get(i))
+            .map_or("", |c| row_section(c));
         if ours.contains(&label) || (!of.is_empty() && run.iter().any(|n| n == of)) {
             at.get_or_insert(kept.len());
             continue;
