@@ -26,7 +26,8 @@
 //! `--quick` (CI, `make bench-quick`) runs every case small, in seconds, and writes
 //! `target/BENCHMARKS-quick.md`; its figures mean nothing, only that the program runs.
 //! `--cases=9` runs some cases only and writes nothing, unless `--update`: their sections
-//! then replace theirs in the existing file, each marked as from a partial run.
+//! then replace theirs in the existing file, each marked as from a partial run, and their
+//! targets the rows of those sections in its targets table, each marked with the run's date.
 //! After BENCHMARKS.md, the "Measured" block of README.md is rewritten from it
 //! (`hub/readme.rs`); `--readme-only` (`make readme`) does only that, measuring nothing.
 //! Under `cargo test` (no `--bench` argument) it does nothing.
@@ -374,7 +375,8 @@ const LAST_CASE: u8 = 14;
 const USAGE: &str = "usage: cargo bench --bench hub [-- --quick] [-- --cases=1,2,...,14 [--update]] \
                      [-- --readme-only]\n\
                      --update: write the sections of the cases run into the existing report \
-                     (BENCHMARKS.md, or the quick one), replacing theirs, keeping the rest\n\
+                     (BENCHMARKS.md, or the quick one), replacing theirs and their rows of the \
+                     targets table, keeping the rest\n\
                      --readme-only: measure nothing, rewrite README.md's measured block from \
                      BENCHMARKS.md";
 

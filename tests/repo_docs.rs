@@ -10,8 +10,16 @@
 #[allow(dead_code)]
 #[path = "../benches/hub/readme.rs"]
 mod readme;
+#[allow(dead_code)]
+#[path = "../benches/hub/report.rs"]
+mod report;
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The benchmark's running case (benches/hub.rs sets it), which `report` reads when a target is
+/// recorded; only the test of that sets it here.
+static CASE: Mutex<&'static str> = Mutex::new("");
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -75,28 +83,283 @@ fn a_missed_target_is_shown_missed_and_a_met_one_met() {
         .find("| Watch delivery: added latency")
         .expect("BENCHMARKS.md's targets have the watch delivery row");
     let row = benchmarks[row_start..].lines().next().unwrap_or("");
-    let plain = row.trim_end_matches('|').trim_end();
-    let result = plain.rsplit('|').next().unwrap_or("").trim();
+    // Cells of a table line: "" before the first bar, then the columns (target, goal,
+    // measured, result, section).
+    let cells =
+        |line: &str| -> Vec<String> { line.split('|').map(|c| c.trim().to_owned()).collect() };
     let with = |r: &str| {
-        let new_row = format!("{} {r} |", plain[..plain.len() - result.len()].trim_end());
-        readme::measured_block(&edited(&benchmarks, row, &new_row)).expect("a block")
+        let mut new_row = cells(row);
+        new_row[4] = r.to_owned();
+        let new_row = new_row.join(" | ");
+        readme::measured_block(&edited(&benchmarks, row, new_row.trim())).expect("a block")
     };
-    let watch_line = |block: &str| -> String {
-        block
+    let watch_result = |block: &str| -> String {
+        let line = block
             .lines()
             .find(|l| l.starts_with("| Watch delivery: added latency"))
-            .expect("the block lists the watch delivery target")
+            .expect("the block lists the watch delivery target");
+        cells(line)[4].clone()
+    };
+    let summary = |block: &str| -> String {
+        block
+            .lines()
+            .find(|l| l.starts_with("The targets set for the hub"))
+            .expect("the block sums the targets up")
             .to_owned()
     };
     let missed = with("**missed**");
-    let line = watch_line(&missed);
-    assert!(line.ends_with("| **missed** |"), "{line}");
+    assert_eq!(watch_result(&missed), "**missed**");
+    let line = summary(&missed);
     assert!(
-        missed.contains("**missed**: ") && missed.contains("Watch delivery: added latency"),
-        "the summary names the missed target:\n{missed}"
+        line.contains("**missed**: ") && line.contains("Watch delivery: added latency"),
+        "the summary names the missed target: {line}"
     );
-    let line = watch_line(&with("met"));
-    assert!(line.ends_with("| met |"), "{line}");
+    let met = with("met");
+    assert_eq!(watch_result(&met), "met");
+    assert!(
+        !summary(&met).contains("Watch delivery"),
+        "{}",
+        summary(&met)
+    );
+}
+
+/// The cells of the targets rows of BENCHMARKS.md's text `doc`, past the header and rule.
+fn target_rows(doc: &str) -> Vec<Vec<String>> {
+    let at = doc.find("## Targets").expect("a targets section");
+    doc[at..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|l| {
+            l.trim()
+                .trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+/// BENCHMARKS.md's text without its targets section.
+fn without_targets(doc: &str) -> String {
+    let at = doc.find("## Targets").expect("a targets section");
+    let end = at
+        + 3
+        + doc[at + 3..]
+            .find("\n## ")
+            .expect("a section after the targets");
+    format!("{}{}", &doc[..at], &doc[end..])
+}
+
+fn row(what: &str, goal: &str, measured: &str, result: &str, section: &str) -> Vec<String> {
+    [what, goal, measured, result, section]
+        .map(String::from)
+        .to_vec()
+}
+
+#[test]
+fn a_partial_run_replaces_the_target_rows_of_its_sections_only() {
+    let doc = read("BENCHMARKS.md");
+    let old = target_rows(&doc);
+    let of = |rows: &[Vec<String>], n: &str| -> Vec<Vec<String>> {
+        rows.iter().filter(|r| r[4] == n).cloned().collect()
+    };
+    assert!(
+        !of(&old, "10").is_empty(),
+        "BENCHMARKS.md has case 10's targets"
+    );
+    let renamed = "Edge-mode CPU per small get vs cloud mode (issue 18)";
+    assert!(old.iter().any(|r| r[0] == renamed), "{old:?}");
+    let kept_name = "Cloud-mode CPU per small get, 1 client (issue 18)";
+    let note = "10, partial run of 2026-12-07 00:01 UTC";
+    let new = vec![
+        row(
+            "List CPU, 1 client (new)",
+            "≤ 1×",
+            "5 µs vs 9 µs (0.56×)",
+            "met",
+            note,
+        ),
+        row(
+            kept_name,
+            "≤ 1.2× nginx",
+            "99 µs vs 78 µs (1.27×)",
+            "**missed**",
+            note,
+        ),
+    ];
+    let merged = report::merge_targets(&doc, &["10".into()], new.clone()).expect("merged");
+    let rows = target_rows(&merged);
+
+    // Case 10's old rows gone, renamed ones too; the run's rows in their place; the other
+    // sections' rows as they were, in order.
+    let others: Vec<Vec<String>> = old.iter().filter(|r| r[4] != "10").cloned().collect();
+    assert!(!rows.iter().any(|r| r[0] == renamed), "{rows:?}");
+    assert_eq!(of(&rows, note), new);
+    assert!(of(&rows, "10").is_empty(), "{rows:?}");
+    let first_10 = old
+        .iter()
+        .position(|r| r[4] == "10")
+        .expect("a case 10 row");
+    assert_eq!(rows[first_10..first_10 + 2], new[..]);
+    let rest: Vec<Vec<String>> = rows.iter().filter(|r| r[4] != note).cloned().collect();
+    assert_eq!(rest, others);
+    // Nothing else in the document changed.
+    assert_eq!(without_targets(&merged), without_targets(&doc));
+
+    // The README's summary counts the rows as they are now.
+    let block = readme::measured_block(&merged).expect("a block");
+    let met = others.iter().filter(|r| r[3] == "met").count() + 1;
+    let summary = block
+        .lines()
+        .find(|l| l.starts_with("The targets set for the hub"))
+        .expect("a summary");
+    assert!(
+        summary.starts_with(&format!(
+            "The targets set for the hub: {met} of {} met; **missed**: ",
+            others.len() + 2
+        )),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(kept_name) && !summary.contains(renamed),
+        "{summary}"
+    );
+    assert!(!summary.contains("List CPU, 1 client (new)"), "{summary}");
+    assert!(
+        block.contains(&format!("| 5 µs vs 9 µs (0.56×) | met | {note} |")),
+        "{block}"
+    );
+}
+
+#[test]
+fn a_targets_table_without_sections_gets_the_column() {
+    let doc = "# t\n\n## Targets (issue 6)\n\n| target | goal | measured | result |\n\
+               |---|---:|---:|---:|\n| a | ≤ 1 | 2 | **missed** |\n| b | ≤ 1 | 0 | met |\n\n\
+               ## 1. A\n\ntext\n";
+    let merged = report::merge_targets(
+        doc,
+        &["1".into()],
+        vec![row("b", "≤ 1", "3", "**missed**", "1, partial run of D")],
+    )
+    .expect("merged");
+    assert_eq!(
+        target_rows(&merged),
+        vec![
+            row("a", "≤ 1", "2", "**missed**", ""),
+            row("b", "≤ 1", "3", "**missed**", "1, partial run of D"),
+        ]
+    );
+    assert!(merged.ends_with("\n## 1. A\n\ntext\n"), "{merged}");
+}
+
+#[test]
+fn update_writes_a_partial_runs_section_and_targets_and_the_block_says_so() {
+    let dir = std::env::temp_dir().join(format!("repo-docs-update-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let path = dir.join("BENCHMARKS.md");
+    let doc = read("BENCHMARKS.md");
+    std::fs::write(&path, &doc).expect("a copy");
+
+    let date = "2026-12-07 00:02 UTC";
+    let mut run = report::Report {
+        preamble: vec![
+            ("Date".into(), date.into()),
+            ("Machine".into(), "nproc 2, Test CPU".into()),
+            ("Commit".into(), "`abc1234 test`".into()),
+            ("Mode".into(), "full".into()),
+        ],
+        ..Default::default()
+    };
+    // Case 10's old section, with one figure changed, stands in for a fresh one.
+    let at = doc.find("## 10. ").expect("case 10");
+    let body = &doc[at..at + doc[at..].find("\n## 9.").expect("case 9 after case 10")];
+    let (heading, rest) = body.split_once('\n').expect("a heading line");
+    let mut section = report::Section::new(
+        heading.trim_start_matches("## "),
+        &format!("Fresh.\n\n{}", rest.trim()),
+    );
+    section.notes.push("a fresh note".into());
+    run.sections.push(section);
+    run.target("Fresh target (issue 34)", "≤ 1", "0.5".into(), true);
+    run.targets[0].section = "10".into();
+    run.update(&path).expect("updated");
+    let updated = std::fs::read_to_string(&path).expect("the copy");
+    std::fs::remove_dir_all(&dir).expect("the temp dir removed");
+
+    let fresh = &updated[updated.find("## 10. ").expect("case 10")..];
+    let fresh = &fresh[..fresh.find("\n## 9.").expect("case 9 after case 10")];
+    assert!(fresh.contains("Fresh.\n"), "{fresh}");
+    assert!(
+        fresh.contains(&format!(
+            "- a fresh note\n\n_From a partial run (`--cases`); Date: {date}; "
+        )),
+        "{fresh}"
+    );
+    let rows = target_rows(&updated);
+    let note = format!("10, partial run of {date}");
+    assert_eq!(rows.iter().filter(|r| r[4] == note).count(), 1, "{rows:?}");
+    assert!(!rows.iter().any(|r| r[4] == "10"), "{rows:?}");
+    assert_eq!(
+        rows.len(),
+        target_rows(&doc).iter().filter(|r| r[4] != "10").count() + 1
+    );
+
+    let block = readme::measured_block(&updated).expect("a block");
+    let run_line = block
+        .lines()
+        .find(|l| l.starts_with("From [BENCHMARKS.md]"))
+        .expect("a run line");
+    assert!(
+        run_line.contains(&format!(
+            "; section 10 and its targets from a partial run of {date} on nproc 2, Test CPU"
+        )),
+        "{run_line}"
+    );
+    assert!(run_line.contains("run of 2026-12-03"), "{run_line}");
+}
+
+#[test]
+fn a_target_belongs_to_the_section_its_case_made() {
+    let mut r = report::Report::default();
+    let record = |r: &mut report::Report, case: &'static str, what: &str| {
+        *CASE.lock().unwrap_or_else(|p| p.into_inner()) = case;
+        r.target(what, "≤ 1", "1".into(), true);
+    };
+    // Case 1 records before it pushes its section.
+    record(&mut r, "case 1 (small get)", "one");
+    r.sections.push(report::Section::new("1. Small get", ""));
+    // Cases 4 and 5 push both, then record the memory targets.
+    r.sections.push(report::Section::new("4. Cache writer", ""));
+    r.sections.push(report::Section::new("5. Memory", ""));
+    record(&mut r, "cases 4 and 5 (cache writer, memory)", "five");
+    // Case 8 pushes, then records; case 10 on an emulated hub records, then pushes 10a.
+    r.sections.push(report::Section::new("8. Heartbeat", ""));
+    record(&mut r, "case 8 (heartbeat)", "eight");
+    record(&mut r, "case 10 (peer: tinyhub beside nginx)", "ten");
+    r.sections
+        .push(report::Section::new("10a. Peer case on armv7", ""));
+    // Case 2's name has other numbers after its own ("1,000").
+    record(&mut r, "case 2 (list of 1,000 pods)", "two");
+    r.sections
+        .push(report::Section::new("2. List of 1,000 pods", ""));
+    let sections: Vec<(String, String)> = r
+        .targets
+        .iter()
+        .map(|t| (t.what.clone(), r.section_of(t)))
+        .collect();
+    let want = [
+        ("one", "1"),
+        ("five", "5"),
+        ("eight", "8"),
+        ("ten", "10a"),
+        ("two", "2"),
+    ];
+    assert_eq!(
+        sections,
+        want.map(|(a, b)| (a.to_owned(), b.to_owned())).to_vec()
+    );
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! README.md's "Measured" block, generated from BENCHMARKS.md: a few headline figures read
 //! out of the benchmark's own tables, and every target of the issue with its result, missed
-//! ones marked missed. `make bench` rewrites the block after writing BENCHMARKS.md;
+//! ones marked missed; its run line names each section it draws on that a partial run
+//! (`--update`) wrote, with that run's date and machine. `make bench` rewrites the block
+//! after writing BENCHMARKS.md;
 //! `make readme` (`cargo bench --bench hub -- --readme-only`) rewrites it from the file as it
 //! is; tests/repo_docs.rs fails when README.md differs from what this module makes of it.
 //!
@@ -18,6 +20,9 @@ pub const END: &str = "<!-- end of measured: `make readme` regenerates it -->";
 /// How to regenerate the block, for error messages.
 pub const REGENERATE: &str =
     "`make readme` (`cargo bench --bench hub -- --readme-only`), or `make bench`";
+
+/// How the line that ends a section written by a partial run (`--update`) starts.
+pub const PARTIAL_LINE: &str = "_From a partial run (`--cases`); ";
 
 /// A Markdown table of BENCHMARKS.md: the paragraph above it, its header and its rows.
 struct Table<'a> {
@@ -119,6 +124,46 @@ impl<'a> Benchmarks<'a> {
             .find(|(t, _)| t.starts_with(title))
             .map(|(_, body)| *body)
             .ok_or_else(|| format!("no section \"## {title}…\" in BENCHMARKS.md"))
+    }
+
+    /// "; section 13 from a partial run of <date> on <machine>; ..." for each section of
+    /// `used` (numbers) that a partial run (`--update`) wrote, in the document's order, with
+    /// "and its targets" where `targets` has rows of it, and the machine where it is not the
+    /// full run's; "" when every one is the full run's.
+    fn partial_runs(&self, used: &[String], targets: &Table<'_>) -> Result<String, String> {
+        let full_machine = self.preamble("Machine")?;
+        let section = targets.header.iter().position(|h| *h == "section");
+        let mut out = String::new();
+        for (title, body) in &self.sections {
+            let n = title.split_once(". ").map_or("", |(n, _)| n);
+            if n.is_empty() || !used.iter().any(|u| u == n) {
+                continue;
+            }
+            let Some(line) = body.lines().find(|l| l.starts_with(PARTIAL_LINE)) else {
+                continue;
+            };
+            let field = |key: &str| {
+                line.split("; ")
+                    .find_map(|f| f.strip_prefix(key))
+                    .map(|v| v.trim_end_matches("._"))
+                    .ok_or_else(|| format!("section {n}'s partial-run line has no {key:?}"))
+            };
+            let (date, machine) = (field("Date: ")?, field("Machine: ")?);
+            let with_targets = section.is_some_and(|i| {
+                targets.rows.iter().any(|r| {
+                    r.get(i)
+                        .is_some_and(|c| c.split(',').next().unwrap_or("").trim() == n)
+                })
+            });
+            out.push_str(&format!(
+                "; section {n}{} from a partial run of {date}",
+                if with_targets { " and its targets" } else { "" }
+            ));
+            if machine != full_machine {
+                out.push_str(&format!(" on {machine}"));
+            }
+        }
+        Ok(out)
     }
 
     /// The table of section `title` whose caption starts with `caption` ("" for the first).
@@ -321,16 +366,37 @@ pub fn measured_block(benchmarks: &str) -> Result<String, String> {
         ));
     }
 
+    // Sections 6, 1, 2, 3, 5, 8, 9 and 10 always give figures above; 13 and 14 when there.
+    let mut used: Vec<String> = ["1", "2", "3", "5", "6", "8", "9", "10"]
+        .map(String::from)
+        .to_vec();
+    used.extend(
+        ["13", "14"]
+            .into_iter()
+            .filter(|n| doc.table(&format!("{n}."), "").is_ok())
+            .map(String::from),
+    );
+
     let targets = doc.table("Targets", "")?;
+    let column = |name: &str| {
+        targets
+            .header
+            .iter()
+            .position(|h| *h == name)
+            .ok_or_else(|| format!("no column {name:?} in BENCHMARKS.md's targets"))
+    };
+    let [goal, measured, result] = ["goal", "measured", "result"].map(column);
+    let (goal, measured, result) = (goal?, measured?, result?);
+    // Absent from a table written before targets said their section.
+    let section = column("section").ok();
     let mut met = 0;
     let mut missed = Vec::new();
     let mut target_rows = String::new();
     for row in &targets.rows {
-        let what = row.first().copied().unwrap_or("");
-        let goal = targets.cell(what, "goal")?;
-        let measured = targets.cell(what, "measured")?;
-        let result = targets.cell(what, "result")?;
-        match result {
+        let cell = |i: usize| row.get(i).copied().unwrap_or("");
+        let what = cell(0);
+        let from = section.map_or("", cell);
+        match cell(result) {
             "met" => met += 1,
             "**missed**" => missed.push(what),
             other => {
@@ -339,7 +405,16 @@ pub fn measured_block(benchmarks: &str) -> Result<String, String> {
                 ));
             }
         }
-        target_rows.push_str(&format!("| {what} | {goal} | {measured} | {result} |\n"));
+        target_rows.push_str(&format!(
+            "| {what} | {} | {} | {} | {from} |\n",
+            cell(goal),
+            cell(measured),
+            cell(result)
+        ));
+        let n = from.split(',').next().unwrap_or("").trim();
+        if !n.is_empty() && !used.iter().any(|u| u == n) {
+            used.push(n.to_owned());
+        }
     }
 
     let mut out = String::new();
@@ -347,9 +422,10 @@ pub fn measured_block(benchmarks: &str) -> Result<String, String> {
     out.push('\n');
     out.push_str(&format!(
         "\nFrom [BENCHMARKS.md](BENCHMARKS.md) (`make bench`: hub and direct measured side by \
-         side in the same run, the stand-in cloud in the same process; run of {}, {}):\n\n",
+         side in the same run, the stand-in cloud in the same process; run of {}, {}{}):\n\n",
         doc.preamble("Date")?,
-        doc.preamble("Machine")?
+        doc.preamble("Machine")?,
+        doc.partial_runs(&used, &targets)?
     ));
     out.push_str("| figure | value |\n|---|---|\n");
     for (what, value) in &rows {
@@ -364,7 +440,7 @@ pub fn measured_block(benchmarks: &str) -> Result<String, String> {
     } else {
         out.push_str(&format!("; **missed**: {}.\n\n", missed.join("; ")));
     }
-    out.push_str("| target | goal | measured | result |\n|---|---|---|---|\n");
+    out.push_str("| target | goal | measured | result | section |\n|---|---|---|---|---|\n");
     out.push_str(&target_rows);
     out.push('\n');
     out.push_str(END);

@@ -1,6 +1,8 @@
 //! The benchmark's output: tables printed as each case finishes, the targets of issue 6 with
 //! their measured values, and the Markdown file (`BENCHMARKS.md`, or
 //! `target/BENCHMARKS-quick.md` for `--quick`) with the date, the machine and the build.
+//! A partial run (`--cases`, `--update`) rewrites its own sections in that file and its own
+//! rows of the targets table (each row names the section that measured it), marked as its.
 //!
 //! It holds figures as text already formatted by the cases; it measures nothing.
 
@@ -134,6 +136,12 @@ pub struct Target {
     pub measured: String,
     /// Met or missed.
     pub met: bool,
+    /// The number of the section that measured it ("10", "10a"), or "" until
+    /// [`Report::section_of`] works it out.
+    pub section: String,
+    /// The numbers of the case running when it was recorded ("4", "5" of "cases 4 and 5
+    /// (...)"), and how many sections the report had then.
+    recorded_in: (Vec<String>, usize),
 }
 
 /// Everything the run produced.
@@ -150,26 +158,66 @@ pub struct Report {
 }
 
 impl Report {
-    /// Adds a target.
+    /// Adds a target of the case running now (hub.rs's `CASE`): a partial run's `--update`
+    /// replaces the rows of the sections it ran, so each row says its section.
     pub fn target(&mut self, what: &str, goal: &str, measured: String, met: bool) {
+        // A poisoned lock still holds the name (a panicking case is reported by its name).
+        let case = match crate::CASE.lock() {
+            Ok(name) => name.to_string(),
+            Err(poisoned) => poisoned.into_inner().to_string(),
+        };
         self.targets.push(Target {
             what: what.to_owned(),
             goal: goal.to_owned(),
             measured,
             met,
+            section: String::new(),
+            recorded_in: (case_numbers(&case), self.sections.len()),
         });
+    }
+
+    /// The section number of `target`: its own when set, else the section of the case that
+    /// recorded it pushed next after it (cases 1 to 3, 10, 12 record before pushing), else
+    /// the one pushed last before it (cases 5, 8, 11, 14 record after). A section belongs to
+    /// the case whose number starts it ("10a" to case 10).
+    pub fn section_of(&self, target: &Target) -> String {
+        if !target.section.is_empty() {
+            return target.section.clone();
+        }
+        let (case, at) = &target.recorded_in;
+        let of_case = |i: usize| {
+            let n = number(&self.sections.get(i)?.title);
+            let digits = n.trim_end_matches(|c: char| !c.is_ascii_digit());
+            case.iter().any(|c| c == digits).then(|| n.to_owned())
+        };
+        of_case(*at)
+            .or_else(|| at.checked_sub(1).and_then(of_case))
+            .or_else(|| (case.len() == 1).then(|| case[0].clone()))
+            .unwrap_or_default()
+    }
+
+    /// The targets as table rows (target, goal, measured, result, section), each section cell
+    /// followed by `note` (", partial run of ..." for `--update`).
+    fn target_rows(&self, note: &str) -> Vec<Vec<String>> {
+        self.targets
+            .iter()
+            .map(|g| {
+                vec![
+                    g.what.clone(),
+                    g.goal.clone(),
+                    g.measured.clone(),
+                    if g.met { "met" } else { "**missed**" }.into(),
+                    format!("{}{note}", self.section_of(g)),
+                ]
+            })
+            .collect()
     }
 
     /// The targets as a table.
     pub fn targets_table(&self) -> Table {
-        let mut t = Table::new("", &["target", "goal", "measured", "result"]);
-        for g in &self.targets {
-            t.row(vec![
-                g.what.clone(),
-                g.goal.clone(),
-                g.measured.clone(),
-                if g.met { "met" } else { "**missed**" }.into(),
-            ]);
+        let mut t = Table::new("", &TARGET_COLUMNS);
+        for row in self.target_rows("") {
+            t.row(row);
         }
         t
     }
@@ -210,7 +258,9 @@ impl Report {
     /// section of the same number ("9." of "## 9. ..."), or goes before "How measured" when
     /// the document has none; the rest stays as the last full run wrote it. Each section
     /// says it came from a partial run, with this run's date, machine and commit (the
-    /// document's preamble is the full run's).
+    /// document's preamble is the full run's). The targets table likewise: this run's
+    /// targets replace the rows of the sections it ran (rows it no longer reports go), each
+    /// marked with this run's date; other sections' rows stay.
     pub fn update(&self, path: &Path) -> Result<(), String> {
         let old = std::fs::read_to_string(path)
             .map_err(|e| format!("reading {} to update it: {e}", path.display()))?;
@@ -227,15 +277,126 @@ impl Report {
                 let mut text = s.markdown();
                 let _ = writeln!(
                     text,
-                    "_From a partial run (`--cases`); {}._\n",
+                    "{}{}._\n",
+                    crate::readme::PARTIAL_LINE,
                     provenance.join("; ")
                 );
                 (number(&s.title).to_owned(), text)
             })
             .collect();
-        std::fs::write(path, merge_sections(&old, &sections))
-            .map_err(|e| format!("writing {}: {e}", path.display()))
+        let run: Vec<String> = sections.iter().map(|(n, _)| n.clone()).collect();
+        let date = self
+            .preamble
+            .iter()
+            .find(|(k, _)| k == "Date")
+            .map_or("", |(_, v)| v.as_str());
+        let rows = self.target_rows(&format!("{PARTIAL}{date}"));
+        let merged = merge_targets(&merge_sections(&old, &sections), &run, rows)?;
+        std::fs::write(path, merged).map_err(|e| format!("writing {}: {e}", path.display()))
     }
+}
+
+/// The columns of the targets table.
+pub const TARGET_COLUMNS: [&str; 5] = ["target", "goal", "measured", "result", "section"];
+
+/// What follows the section number in the section cell of a target row from a partial run,
+/// before that run's date.
+pub const PARTIAL: &str = ", partial run of ";
+
+/// The numbers a case's name starts with: "4", "5" of "cases 4 and 5 (cache writer, memory)".
+fn case_numbers(name: &str) -> Vec<String> {
+    let head = name.split('(').next().unwrap_or("");
+    head.split(|c: char| !c.is_ascii_digit())
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The section number of a targets row's section cell: "10" of "10, partial run of ...".
+fn row_section(cell: &str) -> &str {
+    cell.split(',').next().unwrap_or("").trim()
+}
+
+/// `doc` with the rows of its "## Targets" table that belong to a section in `run`, or share
+/// the name of one of `rows`, replaced by `rows` (cells as [`TARGET_COLUMNS`]): where the
+/// first replaced row stood, or at the end. A table without a section column (as written
+/// before there was one) gets one, its old rows' cells blank.
+pub fn merge_targets(doc: &str, run: &[String], rows: Vec<Vec<String>>) -> Result<String, String> {
+    let mut chunks = chunks(doc);
+    let chunk = chunks
+        .iter_mut()
+        .find(|c| c.starts_with("## Targets"))
+        .ok_or("the document has no \"## Targets\" section to update")?;
+    let cells = |line: &str| -> Vec<String> {
+        let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
+        inner.split('|').map(|c| c.trim().to_owned()).collect()
+    };
+    let lines: Vec<&str> = chunk.split_inclusive('\n').collect();
+    let first = lines
+        .iter()
+        .position(|l| l.starts_with('|'))
+        .ok_or("the \"## Targets\" section has no table")?;
+    let end = lines[first..]
+        .iter()
+        .position(|l| !l.starts_with('|'))
+        .map_or(lines.len(), |n| first + n);
+    let header = cells(lines[first]);
+    let column = |name: &str| header.iter().position(|h| h == name);
+    let (what, section) = (column("target").unwrap_or(0), column("section"));
+    let ours: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r.first().map(String::as_str))
+        .collect();
+    let mut kept: Vec<Vec<String>> = Vec::new();
+    let mut at = None;
+    // Past the header and the rule under it.
+    for line in lines.iter().take(end).skip(first + 2) {
+        let old = cells(line);
+        let label = old.get(what).map_or("", String::as_str);
+        let of = section
+            .and_then(|i| old.get(i))
+            .map_or("", |c| row_section(c));
+        if ours.contains(&label) || (!of.is_empty() && run.iter().any(|n| n == of)) {
+            at.get_or_insert(kept.len());
+            continue;
+        }
+        // Old cells in the order of the columns now.
+        let by_name = |name: &str| {
+            column(name)
+                .and_then(|i| old.get(i))
+                .cloned()
+                .unwrap_or_default()
+        };
+        kept.push(TARGET_COLUMNS.iter().map(|c| by_name(c)).collect());
+    }
+    let at = at.unwrap_or(kept.len());
+    kept.splice(at..at, rows);
+    let mut table = Table::new("", &TARGET_COLUMNS);
+    for row in kept {
+        table.row(row);
+    }
+    *chunk = format!(
+        "{}{}{}",
+        lines[..first].concat(),
+        table.markdown(),
+        lines[end..].concat()
+    );
+    Ok(chunks.concat())
+}
+
+/// The document as chunks, each from a `## ` heading to the next (the first: the title and
+/// preamble).
+fn chunks(doc: &str) -> Vec<String> {
+    let mut chunks: Vec<String> = Vec::new();
+    for line in doc.split_inclusive('\n') {
+        if line.starts_with("## ") || chunks.is_empty() {
+            chunks.push(String::new());
+        }
+        if let Some(c) = chunks.last_mut() {
+            c.push_str(line);
+        }
+    }
+    chunks
 }
 
 /// The number of a section title: "9" of "9. A pool"; "" when it has none.
@@ -246,17 +407,7 @@ fn number(title: &str) -> &str {
 /// `doc` with each of `sections` (number, Markdown from its `## ` heading on) in place of
 /// the section of that number, or before "## How measured" (at the end without one).
 fn merge_sections(doc: &str, sections: &[(String, String)]) -> String {
-    // The document as chunks, each from a `## ` heading to the next (the first: the title
-    // and preamble).
-    let mut chunks: Vec<String> = Vec::new();
-    for line in doc.split_inclusive('\n') {
-        if line.starts_with("## ") || chunks.is_empty() {
-            chunks.push(String::new());
-        }
-        if let Some(c) = chunks.last_mut() {
-            c.push_str(line);
-        }
-    }
+    let mut chunks = chunks(doc);
     let heading_number = |chunk: &str| -> String {
         chunk
             .strip_prefix("## ")
