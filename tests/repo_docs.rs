@@ -626,3 +626,10 @@ fn the_citation_scan_finds_what_is_missing_and_only_that() {
         "{missing:?}"
     );
 }
+
+#[test]
+fn the_build_line_names_the_dependencies_own_opt_level() {
+    let line = report::release_profile(&repo().join("Cargo.toml"));
+    assert!(line.starts_with("release (opt-level=\"z\""), "{line}");
+    assert!(line.ends_with("dependencies: opt-level=\"s\")"), "{line}");
+}

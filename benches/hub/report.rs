@@ -480,20 +480,27 @@ pub fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// The `[profile.release]` settings from the manifest, on one line.
+/// The `[profile.release]` settings from the manifest, on one line, with the dependencies'
+/// own (`[profile.release.package."*"]`) when it has them.
 pub fn release_profile(manifest: &Path) -> String {
     let Ok(text) = std::fs::read_to_string(manifest) else {
         return "release".into();
     };
-    let settings: Vec<String> = text
-        .lines()
-        .skip_while(|l| l.trim() != "[profile.release]")
-        .skip(1)
-        .take_while(|l| !l.trim_start().starts_with('['))
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|l| l.replace(' ', ""))
-        .collect();
+    let table = |name: &str| -> Vec<String> {
+        text.lines()
+            .skip_while(|l| l.trim() != name)
+            .skip(1)
+            .take_while(|l| !l.trim_start().starts_with('['))
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(|l| l.replace(' ', ""))
+            .collect()
+    };
+    let mut settings = table("[profile.release]");
+    let deps = table("[profile.release.package.\"*\"]");
+    if !deps.is_empty() {
+        settings.push(format!("dependencies: {}", deps.join(", ")));
+    }
     if settings.is_empty() {
         "release".into()
     } else {
