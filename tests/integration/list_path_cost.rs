@@ -10,8 +10,9 @@
 //! thread and the cache writer show apart); its counters are zeroed after the warm-up lists
 //! (the cache filled, then proven unchanged) and dumped after the counted ones and the cache
 //! gone quiet (the writer's catch-up counted with them), once per mode, to
-//! `<out>.cloud.<pid>-<thread>` and `<out>.edge.<pid>-<thread>`. `TINYHUB_LIST_COST_LISTS`
-//! sets the counted lists (default 10). Without `TINYHUB_LIST_COST_CALLGRIND` it only drives
+//! `<out>.cloud.<pid>.1-<thread>` and `<out>.edge.<pid>.1-<thread>`, and the instructions
+//! per list of each busy thread are printed. `TINYHUB_LIST_COST_LISTS` sets the counted lists
+//! (default 10). Without `TINYHUB_LIST_COST_CALLGRIND` it only drives
 //! the lists, and checks each answer is the whole list.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -89,6 +90,42 @@ fn callgrind(what: &str, pid: u32) {
     assert!(ok, "callgrind_control {what}");
 }
 
+/// Prints the instructions per list of each thread that ran more than a million in the
+/// dump `<prefix>.1-<thread>` (the connection thread, the cache writer, ...).
+fn per_thread(prefix: &str, lists: usize) {
+    let path = std::path::Path::new(prefix);
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let start = format!("{}.1-", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut threads: Vec<(String, u64)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let file = e.file_name().to_string_lossy().into_owned();
+            let thread = file.strip_prefix(&start)?.to_owned();
+            let text = std::fs::read_to_string(e.path()).ok()?;
+            let total = text
+                .lines()
+                .find_map(|l| l.strip_prefix("summary: "))?
+                .trim()
+                .parse()
+                .ok()?;
+            Some((thread, total))
+        })
+        .filter(|(_, total)| *total > 1_000_000)
+        .collect();
+    threads.sort();
+    for (thread, total) in threads {
+        eprintln!(
+            "thread {thread}: {} instructions per list",
+            total / lists.max(1) as u64
+        );
+    }
+}
+
 fn drive(mode: &str) {
     let out = std::env::var("TINYHUB_LIST_COST_CALLGRIND").ok();
     let lists: usize = std::env::var("TINYHUB_LIST_COST_LISTS")
@@ -157,8 +194,9 @@ fn drive(mode: &str) {
     }
     hub.wait_cache_quiet();
     eprintln!("{mode}: {lists} lists of {size} bytes");
-    if out.is_some() {
+    if let Some(out) = &out {
         callgrind("-d", hub.pid());
+        per_thread(&format!("{out}.{mode}.{}", hub.pid()), lists);
     }
     drop(conn);
     drop(hub);
