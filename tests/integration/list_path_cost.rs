@@ -13,7 +13,8 @@
 //! `<out>.cloud.<pid>.1-<thread>` and `<out>.edge.<pid>.1-<thread>`, and the instructions
 //! per list of each busy thread are printed. `TINYHUB_LIST_COST_LISTS` sets the counted lists
 //! (default 10). Without `TINYHUB_LIST_COST_CALLGRIND` it only drives
-//! the lists, and checks each answer is the whole list.
+//! the lists (checking each answer is the whole list) and prints the hub's CPU time per list
+//! from /proc (noisy where the machine is shared; 200 lists or more for a figure).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -189,11 +190,15 @@ fn drive(mode: &str) {
     if out.is_some() {
         callgrind("-z", hub.pid());
     }
+    let ticks = || cpu_ticks(&hub.pid().to_string()).unwrap_or(0);
+    let t0 = ticks();
     for _ in 0..lists {
         one(&mut conn);
     }
     hub.wait_cache_quiet();
-    eprintln!("{mode}: {lists} lists of {size} bytes");
+    // The hub's user + system time (1/100 s ticks), its cache's quiet wait included.
+    let ms = (ticks() - t0) as f64 * 10.0 / lists.max(1) as f64;
+    eprintln!("{mode}: {lists} lists of {size} bytes, {ms:.1} ms of CPU per list");
     if let Some(out) = &out {
         callgrind("-d", hub.pid());
         per_thread(&format!("{out}.{mode}.{}", hub.pid()), lists);
