@@ -44,6 +44,7 @@ mod kubectl;
 mod lb_hashing;
 mod link_metrics;
 mod link_totals;
+mod list_path_cost;
 mod list_scope;
 mod list_unchanged;
 mod messages;
