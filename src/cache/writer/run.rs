@@ -637,18 +637,14 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
     };
     if !ok {
         // Dropping the replacement removes what it staged: the cached list stays as it was.
-        log::info!(
-            "cache: list answer for {} incomplete, cache left unchanged",
-            target.error_key()
-        );
-        Metrics::inc(&METRICS.cache_sessions_abandoned);
+        list_incomplete(target);
         return;
     }
     let CacheTarget::List {
         collection,
-        namespace,
         selectors,
         paged,
+        ..
     } = target
     else {
         return;
@@ -679,13 +675,6 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
                 bound.committed(collection);
             }
             note(synced, collection, word, noted);
-            // What an offline list of this scope may be answered from (`cache/synced.rs`).
-            if whole {
-                // Every object of the answer was written, already so, stale or deleted meanwhile.
-                let items =
-                    report.written + report.identical + report.stale + report.deleted_meanwhile;
-                synced.listed_whole(collection, namespace.as_deref(), selectors, items, list_rv);
-            }
             // The scope holds exactly the list, and the store's index knows each of its
             // objects as stored, when every object was found already so and nothing else was
             // in scope: a repeat at its resourceVersion is then proven unchanged
@@ -699,12 +688,11 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
             let items = report.written + report.identical;
             let form = active.form.filter(|_| exact);
             w.memos.committed(store, target, list_rv, items, form);
-            // A list across namespaces says the collection is complete again: a component
-            // reads its collection through one such scope (kubelet's pods by
-            // `spec.nodeName`), so its selector is the collection's. A namespace's list
-            // says nothing of the other namespaces' objects.
-            if whole && namespace.is_none() {
-                relisted(store, collection);
+            if whole {
+                // Every object of the answer was written, already so, stale or deleted meanwhile.
+                let items =
+                    report.written + report.identical + report.stale + report.deleted_meanwhile;
+                listed_whole(store, synced, target, items, list_rv);
             }
             if report.written > 0 {
                 failures.written_again();
@@ -751,21 +739,11 @@ fn end(w: &mut Writer<'_, '_>, mut active: Active<'_>, complete: bool) {
 fn end_unchanged(w: &mut Writer<'_, '_>, active: &mut Active<'_>, proven: Proven, ok: bool) {
     let (store, synced) = (w.store, w.synced);
     let target = &active.target;
-    let CacheTarget::List {
-        collection,
-        namespace,
-        selectors,
-        ..
-    } = target
-    else {
+    let CacheTarget::List { collection, .. } = target else {
         return;
     };
     if !ok {
-        log::info!(
-            "cache: list answer for {} incomplete, cache left unchanged",
-            target.error_key()
-        );
-        Metrics::inc(&METRICS.cache_sessions_abandoned);
+        list_incomplete(target);
         return;
     }
     if store.generation(collection) != proven.generation {
@@ -785,17 +763,13 @@ fn end_unchanged(w: &mut Writer<'_, '_>, active: &mut Active<'_>, proven: Proven
     }
     // Nothing was written: the bound's protected set stands (`Bound::committed` not told).
     note(synced, collection, &active.word, &mut active.noted);
-    let list_rv = Some(proven.list_rv.as_str());
-    synced.listed_whole(
-        collection,
-        namespace.as_deref(),
-        selectors,
+    listed_whole(
+        store,
+        synced,
+        target,
         proven.items,
-        list_rv,
+        Some(proven.list_rv.as_str()),
     );
-    if namespace.is_none() {
-        relisted(store, collection);
-    }
     w.failures.stored(target);
     Metrics::inc(&METRICS.cache_sessions_committed);
     Metrics::inc(&METRICS.cache_lists_unchanged);
@@ -808,6 +782,42 @@ fn end_unchanged(w: &mut Writer<'_, '_>, active: &mut Active<'_>, proven: Proven
         proven.list_rv,
         proven.items
     );
+}
+
+/// A list for `target` broke off or failed: nothing of it is stored.
+fn list_incomplete(target: &CacheTarget) {
+    log::info!(
+        "cache: list answer for {} incomplete, cache left unchanged",
+        target.error_key()
+    );
+    Metrics::inc(&METRICS.cache_sessions_abandoned);
+}
+
+/// A whole list for `target` of `items` objects at `list_rv` stands in the cache: what an
+/// offline list of its scope may be answered from (`cache/synced.rs`), and, across
+/// namespaces, the collection complete again. A component reads its collection through one
+/// such scope (kubelet's pods by `spec.nodeName`), so its selector is the collection's; a
+/// namespace's list says nothing of the other namespaces' objects.
+fn listed_whole(
+    store: &Store,
+    synced: &Synced,
+    target: &CacheTarget,
+    items: usize,
+    list_rv: Option<&str>,
+) {
+    let CacheTarget::List {
+        collection,
+        namespace,
+        selectors,
+        ..
+    } = target
+    else {
+        return;
+    };
+    synced.listed_whole(collection, namespace.as_deref(), selectors, items, list_rv);
+    if namespace.is_none() {
+        relisted(store, collection);
+    }
 }
 
 /// A whole list of `collection` across namespaces was committed: a relist mark on it
