@@ -94,7 +94,8 @@ impl Conn {
     }
 }
 
-fn callgrind(what: &str, pid: u32) {
+/// Tells the callgrind of the hub `pid` to `what` (zero, dump); shared with `list_path_cost`.
+pub(crate) fn callgrind(what: &str, pid: u32) {
     let ok = Command::new("callgrind_control")
         .arg(what)
         .arg(pid.to_string())

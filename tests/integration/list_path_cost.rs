@@ -18,9 +18,9 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 use std::time::Duration;
 
+use super::get_cost::callgrind;
 use crate::support::hub::*;
 use crate::support::{Cloud, PodFill};
 
@@ -79,16 +79,6 @@ fn list(conn: &mut BufReader<TcpStream>, host: &str) -> std::io::Result<(u16, Ve
         conn.read_exact(&mut body)?;
     }
     Ok((status, body))
-}
-
-fn callgrind(what: &str, pid: u32) {
-    let ok = Command::new("callgrind_control")
-        .arg(what)
-        .arg(pid.to_string())
-        .status()
-        .expect("callgrind_control")
-        .success();
-    assert!(ok, "callgrind_control {what}");
 }
 
 /// Prints the instructions per list of each thread that ran more than a million in the
