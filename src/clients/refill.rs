@@ -320,7 +320,7 @@ fn refill_one(
         }
         None => FilterStage::none(ToCache::new(session)),
     };
-    let mut reads = BodyReads::new(stream::BUFFER);
+    let mut reads = BodyReads::bulk();
     match pump(&mut answer.body, &mut reads, &mut 0, &mut sink) {
         Pumped::Whole => Ok(()),
         Pumped::BrokeOff(e) => Err(ClientError::Read(e)),

@@ -123,7 +123,7 @@ impl Call<'_> {
         // Nothing here finds an answer not for the cache: the note is never called.
         let note = |_: &Uncached, _: bool| {};
         let mut sink = Tee::new(ToClient::new(writer), session, &note);
-        let mut reads = BodyReads::new(stream::BUFFER_START);
+        let mut reads = BodyReads::for_stream(watched.is_some());
         let pumped = pump(&mut answer.body, &mut reads, &mut traffic.1, &mut sink);
         relayed(pumped, cache_status, watched.as_ref())
     }
@@ -379,7 +379,7 @@ impl Call<'_> {
         // Raw bytes until the first output: a body undecodable from its start passes as it
         // came. (Not for gzip: its header is already gone, the raw bytes would not read.)
         let mut sink = FilterStage::new(tee, filter, StageTime::new(chain), !gzip);
-        let mut reads = BodyReads::new(stream::BUFFER_START);
+        let mut reads = BodyReads::for_stream(watched.is_some());
         let pumped = pump(&mut answer.body, &mut reads, &mut traffic.1, &mut sink);
         let status = if sink.inner().uncached() {
             NOT_CACHED
@@ -482,7 +482,7 @@ fn pass_rest(
     if let Err(stop) = client.write(prefix) {
         return Pumped::Stopped(stop);
     }
-    let mut reads = BodyReads::new(stream::BUFFER);
+    let mut reads = BodyReads::bulk();
     pump(&mut answer.body, &mut reads, &mut traffic.1, &mut client)
 }
 

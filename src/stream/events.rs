@@ -728,7 +728,7 @@ mod tests {
         let mut cut = EventCut::new(Client::default(), false, start("4"), &no_note);
         let pumped = pump(
             &mut Breaks(broken),
-            &mut BodyReads::new(BUFFER_START),
+            &mut BodyReads::watch(),
             &mut 0,
             &mut cut,
         );
@@ -742,12 +742,7 @@ mod tests {
 
         // The same cut at a clean end of the source (EOF inside an event).
         let mut cut = EventCut::new(Client::default(), false, start("4"), &no_note);
-        let pumped = pump(
-            &mut &broken[..],
-            &mut BodyReads::new(BUFFER_START),
-            &mut 0,
-            &mut cut,
-        );
+        let pumped = pump(&mut &broken[..], &mut BodyReads::watch(), &mut 0, &mut cut);
         assert!(matches!(pumped, Pumped::Whole));
         assert_eq!(cut.leg_end(), Some(LegEnd::BrokeOff));
         assert_eq!(cut.inner_mut().events().len(), 1);
@@ -792,7 +787,7 @@ mod tests {
         let body = ev("ADDED", 5) + &error(410) + &ev("ADDED", 6);
         let pumped = pump(
             &mut body.as_bytes(),
-            &mut BodyReads::new(BUFFER_START),
+            &mut BodyReads::watch(),
             &mut 0,
             &mut cut,
         );

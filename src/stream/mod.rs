@@ -14,11 +14,11 @@
 //!
 //! The layers, from the outside in:
 //!
-//! - [`pump`] and [`BodyReads`]: one read buffer per stream, 4 KiB at first (a watch's events
-//!   are small, and a thousand watches may be open) and 16 KiB, a TLS record's worth, once a
-//!   read fills it (a big list: 1,000 pods are 5 MB), none while a stream waits between
-//!   bursts; every byte counted for the traffic metric. A read that fails mid-body is the
-//!   source breaking off: every sink is aborted.
+//! - [`pump`] and [`BodyReads`]: one read buffer per stream, 16 KiB (a TLS record's worth) for
+//!   an answer with an end (a big list: 1,000 pods are 5 MB); for a watch 4 KiB at first (its
+//!   events are small, and a thousand watches may be open), 16 KiB once a read fills it, none
+//!   while it waits between bursts; every byte counted for the traffic metric. A read that
+//!   fails mid-body is the source breaking off: every sink is aborted.
 //! - [`FilterStage`] (`filter.rs`): the response filters (`filters::body::BodyFilter`) between
 //!   the source and the rest, so the client and the cache get the same filtered bytes. Its
 //!   output buffer is reused from chunk to chunk. A body it cannot decode passes unchanged
@@ -198,12 +198,17 @@ pub(crate) fn pump(
     Pumped::Stopped(stopped)
 }
 
-/// The reads of one stream's source. Between bursts it holds no buffer: the wait for the
-/// next bytes (for hours, on a watch) is a read of [`IDLE_READ`] bytes into the reads
-/// themselves, and the buffer is made again for the reads that follow. It starts at the size
-/// given, grows to [`BUFFER`] once a read fills it, and is let go after a read of less than
-/// [`BUFFER_START`]: a watch's burst has ended (a list's reads seldom come that short before
-/// its end).
+/// The reads of one stream's source, in one of two ways:
+///
+/// - a watch's ([`BodyReads::watch`]) holds no buffer between bursts: the wait for the next
+///   bytes (for hours) is a read of [`IDLE_READ`] bytes into the reads themselves, and the
+///   buffer is made again for the reads that follow, at [`BUFFER_START`], grown to [`BUFFER`]
+///   once a read fills it, and let go after a read of less than [`BUFFER_START`] (a burst's
+///   end).
+/// - an answer's with an end ([`BodyReads::bulk`]: a list, a get, a refill) keeps one buffer
+///   of [`BUFFER`] from its first read to its end. Short reads are common there (the rest of
+///   a TLS record; a cloud writing small records): letting the buffer go at each made a
+///   5 MB list's reads alternate 64 and 4,032 bytes, twice the hub's CPU per list.
 pub(crate) struct BodyReads {
     buf: Vec<u8>,
     /// The size the buffer is made at.
@@ -213,24 +218,46 @@ pub(crate) struct BodyReads {
     /// The last read filled the buffer.
     filled: bool,
     /// The last read was shorter than [`BUFFER_START`] (or none was made yet at that size):
-    /// the next one waits without a buffer.
+    /// the next one waits without a buffer. Never for bulk reads.
     short: bool,
+    /// A watch's reads: a short read lets the buffer go.
+    watch: bool,
 }
 
 /// The read a stream waits in between bursts: the start of an event at most.
 const IDLE_READ: usize = 64;
 
 impl BodyReads {
-    /// Reads through a buffer of `start` bytes at first; at [`BUFFER_START`] or less, the
-    /// first read waits without one (a watch may see nothing for hours).
-    pub(crate) fn new(start: usize) -> BodyReads {
-        let idle = start <= BUFFER_START;
+    /// A watch's reads: the first waits without a buffer (a watch may see nothing for hours).
+    pub(crate) fn watch() -> BodyReads {
         BodyReads {
-            buf: if idle { Vec::new() } else { vec![0u8; start] },
-            start,
+            buf: Vec::new(),
+            start: BUFFER_START,
             first: [0u8; IDLE_READ],
             filled: false,
-            short: idle,
+            short: true,
+            watch: true,
+        }
+    }
+
+    /// The reads of an answer with an end: one buffer of [`BUFFER`], made at the first read.
+    pub(crate) fn bulk() -> BodyReads {
+        BodyReads {
+            buf: Vec::new(),
+            start: BUFFER,
+            first: [0u8; IDLE_READ],
+            filled: false,
+            short: false,
+            watch: false,
+        }
+    }
+
+    /// A watch's reads when `watch`, else an answer's with an end.
+    pub(crate) fn for_stream(watch: bool) -> BodyReads {
+        if watch {
+            BodyReads::watch()
+        } else {
+            BodyReads::bulk()
         }
     }
 
@@ -255,7 +282,7 @@ impl BodyReads {
                 Ok(n) => {
                     *traffic += n as u64;
                     self.filled = !idle && n == into.len();
-                    self.short = !idle && n < BUFFER_START;
+                    self.short = self.watch && !idle && n < BUFFER_START;
                     return Ok(Some(&into[..n]));
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -63,7 +63,7 @@ fn reads_start_small_and_grow_once_a_read_fills_the_buffer() {
     let mut traffic = 0;
     let pumped = pump(
         &mut &body[..],
-        &mut BodyReads::new(BUFFER_START),
+        &mut BodyReads::watch(),
         &mut traffic,
         &mut sink,
     );
@@ -81,7 +81,7 @@ fn a_source_that_breaks_off_aborts_the_sinks_and_finishes_nothing() {
     let mut traffic = 0;
     let pumped = pump(
         &mut Breaks(b"{\"items\":["),
-        &mut BodyReads::new(BUFFER_START),
+        &mut BodyReads::watch(),
         &mut traffic,
         &mut sink,
     );
@@ -97,12 +97,7 @@ fn filtered(body: &[u8], hold_raw: bool) -> (Pumped, Record) {
     let chain = Chain::EMPTY.with(FilterName::MasterService);
     let filter = BodyFilter::new(BodyShape::List, false, chain, &ctx, &lookups);
     let mut stage = FilterStage::new(Record::default(), filter, StageTime::new(chain), hold_raw);
-    let pumped = pump(
-        &mut &body[..],
-        &mut BodyReads::new(BUFFER_START),
-        &mut 0,
-        &mut stage,
-    );
+    let pumped = pump(&mut &body[..], &mut BodyReads::watch(), &mut 0, &mut stage);
     let end = std::mem::take(stage.inner_mut());
     (pumped, end)
 }
@@ -298,7 +293,7 @@ impl Read for Pieces {
 fn a_streams_buffer_grows_for_a_burst_and_shrinks_back_when_it_ends() {
     let burst = vec![b'x'; 3 * BUFFER];
     let mut source = Pieces([burst, b"{}\n".to_vec(), b"{}\n".to_vec()].into());
-    let mut reads = BodyReads::new(BUFFER_START);
+    let mut reads = BodyReads::watch();
     let mut traffic = 0;
     let mut sizes = Vec::new();
     let mut held = Vec::new();
@@ -323,4 +318,26 @@ fn a_streams_buffer_grows_for_a_burst_and_shrinks_back_when_it_ends() {
         [BUFFER, 0],
         "a short read ends the burst: a waiting watch holds no buffer"
     );
+}
+
+#[test]
+fn an_answer_with_an_end_keeps_its_buffer_through_short_reads() {
+    // A cloud writing 4 KiB TLS records: every read ends at a record's end, short of the
+    // buffer. A watch's reads take them as bursts' ends (a wait without a buffer after
+    // each); a list's must not, or its 5 MB come in pieces of 64 and 4,032 bytes.
+    let record = 4 * 1024;
+    let pieces = || Pieces(std::iter::repeat_n(vec![b'x'; record], 8).collect());
+    let sizes = |mut reads: BodyReads| {
+        let (mut source, mut traffic, mut sizes) = (pieces(), 0, Vec::new());
+        while let Some(chunk) = reads.next(&mut source, &mut traffic).unwrap() {
+            sizes.push(chunk.len());
+        }
+        assert_eq!(traffic, 8 * record as u64);
+        (sizes, reads.buf.capacity())
+    };
+    let (bulk, held) = sizes(BodyReads::bulk());
+    assert_eq!(bulk, vec![record; 8], "one read a record, each whole");
+    assert_eq!(held, BUFFER, "one buffer to the end");
+    let (watch, _) = sizes(BodyReads::watch());
+    assert_eq!(watch[..4], [64, record - 64, 64, record - 64]);
 }

@@ -479,7 +479,7 @@ impl Watch<'_, '_, '_, '_> {
             inner: &mut answer.body,
             clock: &clock,
         };
-        let mut reads = BodyReads::new(stream::BUFFER_START);
+        let mut reads = BodyReads::watch();
         match pump(&mut body, &mut reads, &mut self.traffic, &mut self.chain) {
             Pumped::Stopped(Stop::Gone(e)) => Err(e),
             // A stage inside cut the stream (the filters could not read it): it ends, as a
