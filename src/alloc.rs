@@ -102,9 +102,11 @@ pub fn few_arenas() {
     }
 }
 
-/// What [`trim_stack`] keeps below the caller's frame: the frames of the calls it makes
-/// before its system call returns (its own and the libc wrapper's, well under a page).
-const TRIM_MARGIN: usize = 4 * 1024;
+/// What [`trim_stack`] keeps below its own frame: the libc wrapper's frame while the system
+/// call runs (a few words). Whole pages are given back: a margin of a page kept one page
+/// more than needed on most calls (the page below the caller's, which the wait that follows
+/// seldom reaches: 4 KiB of every idle watch).
+const TRIM_MARGIN: usize = 512;
 
 thread_local! {
     /// The lowest address of this thread's stack (0: not asked yet; 1: unknown).

@@ -148,6 +148,11 @@ impl<R: Read> Inflating<R> {
 }
 
 impl<R: Read> Read for Inflating<R> {
+    /// Never inlined: its frame is over 8 KiB (the drain's copy buffer, the inflater's
+    /// state), and inlined into `AnswerBody::read` it was made (its pages touched) on every
+    /// read of a plain body too: a watch's read, which then waits for hours, kept two more
+    /// stack pages resident.
+    #[inline(never)]
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.decoder.read(buf)?;
         self.plain += n as u64;

@@ -70,6 +70,7 @@ mod try_by_hand;
 mod tunnel;
 mod watch_footprint;
 mod watch_list_options;
+mod watch_memory;
 mod watch_resume;
 mod watch_resume_faults;
 mod watch_resume_history;
