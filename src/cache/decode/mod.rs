@@ -312,13 +312,13 @@ fn short_run_end(bytes: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// [`string_run_end`] past its first word: three more words as it tests them, then the first
-/// `"` or `\\` found by memchr (SIMD where the machine has it) and the first control character
-/// before it, 32 bytes a test.
+/// [`string_run_end`] past its first word: three more words as it tests them, then
+/// [`far_run_end`].
 ///
 /// Issue 34: the word by word search of a whole run cost about 3 instructions a byte at the
 /// release build's opt-level, most of a list of pods with long strings (annotations,
-/// certificates, config blobs); memchr's call costs more than a few words, hence those first.
+/// certificates, config blobs); memchr's call costs more than a few words, hence those first
+/// (and in a function of their own, which saves few registers).
 #[inline(never)]
 fn long_run_end(bytes: &[u8], mut i: usize) -> usize {
     for _ in 0..3 {
@@ -330,6 +330,13 @@ fn long_run_end(bytes: &[u8], mut i: usize) -> usize {
             hits => return i + (hits.trailing_zeros() / 8) as usize,
         }
     }
+    far_run_end(bytes, i)
+}
+
+/// [`string_run_end`] from `bytes[i]` on a long run: the first `"` or `\\` found by memchr
+/// (SIMD where the machine has it), and the first control character before it.
+#[inline(never)]
+fn far_run_end(bytes: &[u8], i: usize) -> usize {
     let Some(rest) = bytes.get(i..) else {
         return i;
     };
@@ -337,31 +344,35 @@ fn long_run_end(bytes: &[u8], mut i: usize) -> usize {
     i + first_control(&rest[..end]).unwrap_or(end)
 }
 
-/// The index of the first byte below 0x20 in `run`: blocks of 32 bytes with none are passed
-/// over at a test each ([`control_flags`] flags none in them), then the first found byte by
-/// byte.
+/// The index of the first byte below 0x20 in `run`: blocks of 64 bytes with none are passed
+/// over at a test each ([`control_flags`] flags none in them), then words, then bytes.
 fn first_control(run: &[u8]) -> Option<usize> {
     /// Word `at` of `block` (a constant index: one load, no bounds check).
     #[inline(always)]
-    fn word(block: &[u8; 32], at: usize) -> u64 {
+    fn word(block: &[u8; 64], at: usize) -> u64 {
         let mut w = [0; 8];
         w.copy_from_slice(&block[at..at + 8]);
         u64::from_le_bytes(w)
     }
-    let (blocks, _) = run.as_chunks::<32>();
-    let clean = blocks
+    let (blocks, _) = run.as_chunks::<64>();
+    let clean_blocks = blocks
         .iter()
         .take_while(|block| {
-            let flags = control_flags(word(block, 0))
-                | control_flags(word(block, 8))
-                | control_flags(word(block, 16))
-                | control_flags(word(block, 24));
+            // Spelled out: the release build's opt-level does not unroll a loop.
+            let w = |at| control_flags(word(block, at));
+            let flags = w(0) | w(8) | w(16) | w(24) | w(32) | w(40) | w(48) | w(56);
             flags & HIGH == 0
         })
-        .count()
-        * 32;
-    let from = run.get(clean..)?;
-    from.iter().position(|&b| b < 0x20).map(|at| clean + at)
+        .count();
+    let from = clean_blocks * 64;
+    let (words, _) = run.get(from..)?.as_chunks::<8>();
+    let clean_words = words
+        .iter()
+        .take_while(|w| control_flags(u64::from_le_bytes(**w)) & HIGH == 0)
+        .count();
+    let from = from + clean_words * 8;
+    let at = run.get(from..)?.iter().position(|&b| b < 0x20)?;
+    Some(from + at)
 }
 
 /// What [`scan_container`] found.
