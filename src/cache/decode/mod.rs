@@ -13,8 +13,8 @@
 //! ```
 //!
 //! The scan takes a step per token, not per byte (issue 34: about 40 instructions a byte of
-//! a list of real pods before): string content is searched a word at a time, runs of digits,
-//! literals and spaces are taken at once, and a container inside a unit with nothing in it
+//! a list of real pods before): string content is searched a word at a time (past a few
+//! words, by memchr: [`long_run_end`]), runs of digits, literals and spaces are taken at once, and a container inside a unit with nothing in it
 //! to locate is validated by a loop of its own ([`scan_container`]) and taken whole. Anything
 //! unusual there (an error, the chunk's end) is left to the steps, so units, errors and their
 //! offsets never depend on how the body was cut.
@@ -265,36 +265,114 @@ fn is_space(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
 }
 
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// The bytes of `w` (little-endian) that end a run of string content flagged by their high
+/// bit: those that equal `"` or `\\` or lie below 0x20. A test can also flag a byte above one
+/// that truly matched (a borrow carries upwards), never one below it, so the lowest flag is
+/// always the first match, and a word with no match has no flag.
+#[inline(always)]
+fn stop_flags(w: u64) -> u64 {
+    const QUOTES: u64 = ONES * b'"' as u64;
+    const BACKSLASHES: u64 = ONES * b'\\' as u64;
+    let (q, b) = (w ^ QUOTES, w ^ BACKSLASHES);
+    ((q.wrapping_sub(ONES) & !q) | (b.wrapping_sub(ONES) & !b) | control_flags(w)) & HIGH
+}
+
+/// The bytes of `w` below 0x20 flagged by their high bit (the lowest flag is the first such
+/// byte, as in [`stop_flags`]); other high bits may be set too: mask with `HIGH`.
+#[inline(always)]
+fn control_flags(w: u64) -> u64 {
+    w.wrapping_sub(ONES * 0x20) & !w
+}
+
 /// Where the run of plain string content starting at `bytes[i]` ends: the index of the first
 /// `"`, `\\` or control character at or after `i`, or `bytes.len()`.
 ///
-/// Eight bytes at a time (issue 34: the byte-by-byte search cost about 4 instructions a
-/// byte of a list): for each byte the word tests "equals `"`", "equals `\\`" and "below
-/// 0x20" at once. A test can also flag a byte above one that truly matched (a borrow carries
-/// upwards), never one below it, so the lowest flag is always the first match.
+/// The first word is tested here, 8 bytes at once ([`stop_flags`]; issue 34: the byte by
+/// byte search cost about 4 instructions a byte of a list). Most member names and many
+/// values end in it; a longer run goes on in [`long_run_end`].
 #[inline(always)]
-fn string_run_end(bytes: &[u8], mut i: usize) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    const QUOTES: u64 = ONES * b'"' as u64;
-    const BACKSLASHES: u64 = ONES * b'\\' as u64;
-    while let Some(word) = bytes.get(i..).and_then(<[u8]>::first_chunk::<8>) {
-        let w = u64::from_le_bytes(*word);
-        // A byte is flagged when it is zero in `q` or `b`, or below 0x20 in `w`.
-        let (q, b) = (w ^ QUOTES, w ^ BACKSLASHES);
-        let hits = ((q.wrapping_sub(ONES) & !q)
-            | (b.wrapping_sub(ONES) & !b)
-            | (w.wrapping_sub(ONES * 0x20) & !w))
-            & HIGH;
-        if hits != 0 {
-            return i + (hits.trailing_zeros() / 8) as usize;
-        }
-        i += 8;
+fn string_run_end(bytes: &[u8], i: usize) -> usize {
+    match bytes.get(i..).and_then(<[u8]>::first_chunk::<8>) {
+        Some(word) => match stop_flags(u64::from_le_bytes(*word)) {
+            0 => long_run_end(bytes, i + 8),
+            hits => i + (hits.trailing_zeros() / 8) as usize,
+        },
+        None => short_run_end(bytes, i),
     }
+}
+
+/// [`string_run_end`] byte by byte, for the last bytes of a chunk.
+fn short_run_end(bytes: &[u8], mut i: usize) -> usize {
     while i < bytes.len() && !matches!(bytes[i], b'"' | b'\\' | 0..=0x1f) {
         i += 1;
     }
     i
+}
+
+/// [`string_run_end`] past its first word: three more words as it tests them, then
+/// [`far_run_end`].
+///
+/// Issue 34: the word by word search of a whole run cost about 3 instructions a byte at the
+/// release build's opt-level, most of a list of pods with long strings (annotations,
+/// certificates, config blobs); memchr's call costs more than a few words, hence those first
+/// (and in a function of their own, which saves few registers).
+#[inline(never)]
+fn long_run_end(bytes: &[u8], mut i: usize) -> usize {
+    for _ in 0..3 {
+        let Some(word) = bytes.get(i..).and_then(<[u8]>::first_chunk::<8>) else {
+            return short_run_end(bytes, i);
+        };
+        match stop_flags(u64::from_le_bytes(*word)) {
+            0 => i += 8,
+            hits => return i + (hits.trailing_zeros() / 8) as usize,
+        }
+    }
+    far_run_end(bytes, i)
+}
+
+/// [`string_run_end`] from `bytes[i]` on a long run: the first `"` or `\\` found by memchr
+/// (SIMD where the machine has it), and the first control character before it.
+#[inline(never)]
+fn far_run_end(bytes: &[u8], i: usize) -> usize {
+    let Some(rest) = bytes.get(i..) else {
+        return i;
+    };
+    let end = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
+    i + first_control(&rest[..end]).unwrap_or(end)
+}
+
+/// The index of the first byte below 0x20 in `run`: blocks of 64 bytes with none are passed
+/// over at a test each ([`control_flags`] flags none in them), then words, then bytes.
+fn first_control(run: &[u8]) -> Option<usize> {
+    /// Word `at` of `block` (a constant index: one load, no bounds check).
+    #[inline(always)]
+    fn word(block: &[u8; 64], at: usize) -> u64 {
+        let mut w = [0; 8];
+        w.copy_from_slice(&block[at..at + 8]);
+        u64::from_le_bytes(w)
+    }
+    let (blocks, _) = run.as_chunks::<64>();
+    let clean_blocks = blocks
+        .iter()
+        .take_while(|block| {
+            // Spelled out: the release build's opt-level does not unroll a loop.
+            let w = |at| control_flags(word(block, at));
+            let flags = w(0) | w(8) | w(16) | w(24) | w(32) | w(40) | w(48) | w(56);
+            flags & HIGH == 0
+        })
+        .count();
+    let from = clean_blocks * 64;
+    let (words, _) = run.get(from..)?.as_chunks::<8>();
+    let clean_words = words
+        .iter()
+        .take_while(|w| control_flags(u64::from_le_bytes(**w)) & HIGH == 0)
+        .count();
+    let from = from + clean_words * 8;
+    let at = run.get(from..)?.iter().position(|&b| b < 0x20)?;
+    Some(from + at)
 }
 
 /// What [`scan_container`] found.
@@ -341,10 +419,17 @@ fn scan_container(bytes: &[u8], i: usize, room: usize, open_at_end: &mut Vec<usi
         Scanned::Cut
     };
     loop {
-        k = run_end(bytes, k, is_space);
-        let Some(&b) = bytes.get(k) else {
+        let Some(mut b) = bytes.get(k).copied() else {
             return cut(&open[..depth], open_at_end);
         };
+        // Spaces are at most 0x20: one test passes the apiserver's compact JSON.
+        if b <= b' ' {
+            k = run_end(bytes, k, is_space);
+            let Some(&next_byte) = bytes.get(k) else {
+                return cut(&open[..depth], open_at_end);
+            };
+            b = next_byte;
+        }
         match next {
             Next::FirstItem | Next::Value => match b {
                 b'{' | b'[' => {
@@ -467,6 +552,7 @@ fn scan_container(bytes: &[u8], i: usize, room: usize, open_at_end: &mut Vec<usi
 
 /// A string's content from `bytes[k]` (after its opening quote), as the steps check it:
 /// where it ends (after its closing quote), or where it is invalid, or cut.
+#[inline(always)]
 fn scan_string(bytes: &[u8], mut k: usize) -> Scanned {
     loop {
         k = string_run_end(bytes, k);
@@ -1367,13 +1453,14 @@ mod tests {
 
     #[test]
     fn string_runs_end_at_the_first_quote_backslash_or_control_character() {
-        // Each stop, at each place in and across the 8-byte words, after plain bytes that
-        // come close to a stop in the word tests (0x20, 0x21, 0x5b, 0x7f, 0x80, 0xa0, 0xff).
+        // Each stop, at each place in and across the 8-byte first word and the 32-byte blocks
+        // past it, after plain bytes that come close to a stop in the word tests (0x20, 0x21,
+        // 0x5b, 0x7f, 0x80, 0xa0, 0xff).
         let plain = [b'a', 0x20, 0x21, 0x5b, 0x5d, 0x7f, 0x80, 0xa0, 0xdc, 0xff];
         for stop in [b'"', b'\\', 0x00, 0x0a, 0x1f] {
-            for at in 0..20 {
+            for at in 0..90 {
                 for &filler in &plain {
-                    let mut bytes = vec![filler; 24];
+                    let mut bytes = vec![filler; 100];
                     bytes[at] = stop;
                     for from in 0..=at {
                         assert_eq!(
@@ -1405,7 +1492,7 @@ mod tests {
             0xff,
         ];
         for _ in 0..5000 {
-            let len = rng.below(40);
+            let len = rng.below(160);
             let bytes: Vec<u8> = (0..len)
                 .map(|_| match rng.below(4) {
                     0 => pool[rng.below(pool.len())],
