@@ -46,7 +46,7 @@ use crate::request::{
 };
 use crate::requester::Requester;
 use crate::route::{self, Deadline, Identity};
-use crate::stream::{self, BodyReads, FilterStage, Pumped, Stop, ToCache, pump};
+use crate::stream::{BodyReads, FilterStage, Pumped, Stop, ToCache, pump};
 use crate::upstream::{Outgoing, Upstream};
 
 /// The least time between two refills of one request.

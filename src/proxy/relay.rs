@@ -18,9 +18,7 @@ use crate::metrics::InFlight;
 use crate::reaper::Watched;
 use crate::route::{self, Identity, NoCacheReason};
 use crate::server::{BodyWriter, Exchange, Length};
-use crate::stream::{
-    self, BodyReads, FilterStage, Pumped, Sink, Stop, Tee, ToClient, Uncached, pump,
-};
+use crate::stream::{BodyReads, FilterStage, Pumped, Sink, Stop, Tee, ToClient, Uncached, pump};
 use crate::upstream::{Answer, UpstreamError};
 
 /// Bodies up to this size with a known length are received whole before the client gets

@@ -58,8 +58,8 @@ use crate::route::{
 };
 use crate::server::{BodyWriter, Exchange, Length};
 use crate::stream::{
-    self, BodyReads, ClientEnd, EventCut, FilterStage, LegEnd, Progress, Pumped, Stop, Tee,
-    ToClient, Uncached, pump,
+    BodyReads, ClientEnd, EventCut, FilterStage, LegEnd, Progress, Pumped, Stop, Tee, ToClient,
+    Uncached, pump,
 };
 use crate::upstream::Answer;
 
