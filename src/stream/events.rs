@@ -591,7 +591,7 @@ mod tests {
     use std::io;
 
     use super::*;
-    use crate::stream::{BUFFER_START, BodyReads, Pumped, pump};
+    use crate::stream::{BodyReads, Pumped, pump};
 
     /// An end that records what reached it, and can refuse writes (a client gone).
     #[derive(Default)]
