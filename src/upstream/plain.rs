@@ -119,22 +119,9 @@ impl Plain {
         loop {
             let idle = {
                 let mut list = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-                let max_age = self.max_age;
-                // Aged ones go (dropped outside the lock, below, with `aged`).
-                let aged: Vec<Idle> = {
-                    let mut kept = Vec::with_capacity(list.len());
-                    let mut aged = Vec::new();
-                    for i in list.drain(..) {
-                        if i.since.elapsed() < max_age {
-                            kept.push(i);
-                        } else {
-                            aged.push(i);
-                        }
-                    }
-                    *list = kept;
-                    aged
-                };
-                drop(aged);
+                // Aged ones go first (a close each, rare: after a quiet spell).
+                let now = Instant::now();
+                list.retain(|i| now.duration_since(i.since) < self.max_age);
                 let at = list.iter().rposition(|i| &*i.base == base)?;
                 list.remove(at)
             };
@@ -456,7 +443,7 @@ impl Head {
         ] {
             bytes.extend_from_slice(part.as_bytes());
         }
-        if !valid_value(method) || !valid_value(target) || method.contains(' ') {
+        if !is_token(method) || !valid_value(target) || target.contains(' ') {
             return Err(UpstreamError::Request(
                 "a request line with control characters".into(),
             ));
@@ -464,9 +451,10 @@ impl Head {
         Ok(Head { bytes })
     }
 
-    /// Adds `name: value`; a name or value with a line break or a NUL is refused.
+    /// Adds `name: value`; a name that is not a token, or a value with a line break or a
+    /// NUL, is refused.
     pub(super) fn add(&mut self, name: &str, value: &str) -> Result<(), UpstreamError> {
-        if !valid_value(value) || !valid_value(name) || name.contains([':', ' ']) {
+        if !is_token(name) || !valid_value(value) {
             return Err(UpstreamError::Request(format!(
                 "an invalid header {name:?}"
             )));
@@ -486,7 +474,52 @@ impl Head {
 
 /// No line break and no NUL: nothing that could end a header or the head early (the
 /// client's own headers were parsed by httparse, which refuses every control character but
-/// a tab; this guards the head whatever its source).
+/// a tab; this guards the head whatever its source). A loop, not memchr: values are short.
 fn valid_value(s: &str) -> bool {
-    memchr::memchr3(b'\r', b'\n', 0, s.as_bytes()).is_none()
+    s.bytes().all(|b| b != b'\r' && b != b'\n' && b != 0)
+}
+
+/// A method or header name: visible ASCII without a colon (a superset of RFC 9110's token
+/// that still cannot break the head).
+fn is_token(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b > b' ' && b < 0x7f && b != b':')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(base: &str, target: &str) -> String {
+        let mut head = Head::new("GET", base, target).unwrap();
+        head.add("Accept", "application/json").unwrap();
+        String::from_utf8(head.finish()).unwrap()
+    }
+
+    #[test]
+    fn a_head_names_its_host_as_ureq_did_and_keeps_the_servers_path_prefix() {
+        assert_eq!(
+            head("https://10.0.0.1:6443", "/api?x=1"),
+            "GET /api?x=1 HTTP/1.1\r\nhost: 10.0.0.1:6443\r\nAccept: application/json\r\n\r\n"
+        );
+        // The scheme's own port is left out.
+        assert!(head("https://apiserver:443", "/api").contains("\r\nhost: apiserver\r\n"));
+        assert!(head("http://[::1]:80", "/api").contains("\r\nhost: [::1]\r\n"));
+        assert!(head("http://[::1]:8080", "/api").contains("\r\nhost: [::1]:8080\r\n"));
+        assert!(
+            head("https://lb/k8s", "/api").starts_with("GET /k8s/api HTTP/1.1\r\nhost: lb\r\n")
+        );
+    }
+
+    #[test]
+    fn nothing_that_could_break_the_head_is_written() {
+        let mut head = Head::new("GET", "https://a", "/").unwrap();
+        assert!(head.add("X-A", "b\r\nX-Injected: 1").is_err());
+        assert!(head.add("X-A", "b\nc").is_err());
+        assert!(head.add("X-A: b", "c").is_err());
+        assert!(head.add("", "c").is_err());
+        assert!(head.add("X-A", "tab\tand obs-text \u{e9}").is_ok());
+        assert!(Head::new("GET", "https://a", "/a b").is_err());
+        assert!(Head::new("G T", "https://a", "/").is_err());
+        assert!(Head::new("GET", "ftp://a", "/").is_err());
+    }
 }
