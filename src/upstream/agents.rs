@@ -25,7 +25,7 @@ pub(super) struct Agents {
     /// For streams: a connection each, never reused, so each can be cancelled.
     pub(super) hub_stream: Agent,
     pub(super) client_stream: Agent,
-    /// The connections of the two pooled agents, for [`Upstream::set_tls`] to retire.
+    /// The connections of the two pools, for [`Upstream::set_tls`] to retire.
     pub(super) pooled: Arc<Generation>,
     /// The cluster CA these agents trust (a leader verifies its followers with it).
     pub(super) roots: Vec<rustls::pki_types::CertificateDer<'static>>,

@@ -386,7 +386,7 @@ pub(crate) struct Upstream {
     /// answer's head; see [`Upstream::set_tls`] for what happens to the old connections.
     agents: RwLock<Option<Arc<Agents>>>,
     token: Option<TokenSource>,
-    /// Idle connections each pooled agent keeps (see [`agent`]).
+    /// Idle connections each pool keeps (see `agents::plain`).
     pool: usize,
 }
 
@@ -399,7 +399,7 @@ impl Upstream {
     /// first certificate) every send fails with [`UpstreamError::NoCredentials`] until
     /// [`Upstream::set_tls`]. `pool` is the most requests the hub has in flight at once
     /// (`--max-requests-in-flight`): as many connections may be wanted again at once, so as
-    /// many are kept idle (see [`agent`]).
+    /// many are kept idle (see `agents::plain`).
     pub(crate) fn new(
         backends: Arc<Backends>,
         tls: Option<&TlsMaterial>,
@@ -430,8 +430,8 @@ impl Upstream {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .replace(agents);
-        // Outside the lock: closing connections makes system calls. ureq's pool closes its
-        // idle connections only when its agent goes, and a request waiting for its answer
+        // Outside the lock: closing connections makes system calls. A pool closes its idle
+        // connections only when its agents go, and a request waiting for its answer
         // may hold the old agents for minutes: the generation closes them now.
         if let Some(old) = old {
             old.pooled.retire();

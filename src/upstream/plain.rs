@@ -23,7 +23,6 @@ use ureq::unversioned::transport::time::{Duration as UreqDuration, Instant as Ur
 use ureq::unversioned::transport::{ConnectionDetails, NextTimeout, Transport};
 
 use super::UpstreamError;
-use super::send::transport_error;
 use crate::http1::response::{AnswerFraming, ResponseHead, read_response_head};
 use crate::http1::{BodyState, Framing};
 
@@ -483,6 +482,39 @@ fn valid_value(s: &str) -> bool {
 /// that still cannot break the head).
 fn is_token(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b > b' ' && b < 0x7f && b != b':')
+}
+
+/// The request went on the link: it was answered, or failed after connecting (it may have
+/// been sent whole or in part). A failure to connect sent nothing.
+pub(super) fn on_the_link<T>(result: &Result<T, ureq::Error>) -> bool {
+    match result {
+        Ok(_) => true,
+        Err(e) => !never_connected(e),
+    }
+}
+
+/// The failure came before a connection existed: the request cannot have been delivered.
+fn never_connected(error: &ureq::Error) -> bool {
+    matches!(
+        error,
+        ureq::Error::ConnectionFailed
+            | ureq::Error::HostNotFound
+            | ureq::Error::Timeout(ureq::Timeout::Connect | ureq::Timeout::Resolve)
+    ) || matches!(error, ureq::Error::Io(e) if matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::NotConnected))
+}
+
+/// The [`UpstreamError`] of a request to `server` that ureq could not complete.
+pub(super) fn transport_error(server: &str, error: ureq::Error) -> UpstreamError {
+    let timeout = matches!(error, ureq::Error::Timeout(_))
+        || matches!(&error, ureq::Error::Io(e) if e.kind() == io::ErrorKind::TimedOut);
+    // Failures before a connection exists cannot have delivered the request.
+    let before_connecting = never_connected(&error);
+    UpstreamError::Transport {
+        server: server.to_owned(),
+        detail: error.to_string(),
+        timeout,
+        maybe_sent: !before_connecting,
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use ureq::{Agent, SendBody};
 
 use super::agents::{Agents, LARGE_OUTPUT_BUFFER, OUTPUT_BUFFER, READ_TIMEOUT};
 use super::conn::LAST_CONNECTION;
-use super::plain::{Head, Limits, PlainBody};
+use super::plain::{Head, Limits, PlainBody, on_the_link, transport_error};
 use super::token::TokenSource;
 use super::{
     Answer, AnswerBody, Cancel, Encoding, LEADER_BACKEND, Outgoing, Upstream, UpstreamError, Wire,
@@ -407,39 +407,6 @@ fn configure<S: ureq::AsSendBody>(
         .timeout_global(Some(total))
         .timeout_recv_response(Some(READ_TIMEOUT))
         .build()
-}
-
-/// The request went on the link: it was answered, or failed after connecting (it may have
-/// been sent whole or in part). A failure to connect sent nothing.
-pub(super) fn on_the_link<T>(result: &Result<T, ureq::Error>) -> bool {
-    match result {
-        Ok(_) => true,
-        Err(e) => !never_connected(e),
-    }
-}
-
-/// The failure came before a connection existed: the request cannot have been delivered.
-fn never_connected(error: &ureq::Error) -> bool {
-    matches!(
-        error,
-        ureq::Error::ConnectionFailed
-            | ureq::Error::HostNotFound
-            | ureq::Error::Timeout(ureq::Timeout::Connect | ureq::Timeout::Resolve)
-    ) || matches!(error, ureq::Error::Io(e) if matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::NotConnected))
-}
-
-/// The [`UpstreamError`] of a request to `server` that ureq could not complete.
-pub(super) fn transport_error(server: &str, error: ureq::Error) -> UpstreamError {
-    let timeout = matches!(error, ureq::Error::Timeout(_))
-        || matches!(&error, ureq::Error::Io(e) if e.kind() == io::ErrorKind::TimedOut);
-    // Failures before a connection exists cannot have delivered the request.
-    let before_connecting = never_connected(&error);
-    UpstreamError::Transport {
-        server: server.to_owned(),
-        detail: error.to_string(),
-        timeout,
-        maybe_sent: !before_connecting,
-    }
 }
 
 #[cfg(test)]
