@@ -132,14 +132,14 @@ impl Plain {
     }
 
     /// A connection to `base`: an idle one, or a new one within the connect timeout (and
-    /// what is left of `limits`); whether it was pooled.
+    /// what is left of `limits`).
     fn connection(
         &self,
         base: &Arc<str>,
         limits: &Limits,
-    ) -> Result<(Box<dyn Transport>, bool), UpstreamError> {
+    ) -> Result<Box<dyn Transport>, UpstreamError> {
         if let Some(transport) = self.take(base) {
-            return Ok((transport, true));
+            return Ok(transport);
         }
         let error = |e| transport_error(base, e);
         let uri: http::Uri = base.parse().map_err(|e: http::uri::InvalidUri| {
@@ -168,7 +168,7 @@ impl Plain {
         if details.needs_tls() && !transport.is_tls() {
             return Err(error(ureq::Error::TlsRequired));
         }
-        Ok((transport, false))
+        Ok(transport)
     }
 
     /// Sends `head` (a whole request head, see [`Head`]) and `body` to `base` and reads the
@@ -183,7 +183,7 @@ impl Plain {
         limits: Limits,
         sent: &mut dyn FnMut(u64),
     ) -> Result<(ResponseHead, PlainBody), UpstreamError> {
-        let (mut transport, _pooled) = self.connection(base, &limits)?;
+        let mut transport = self.connection(base, &limits)?;
         let t = &mut *transport;
         let cloud = |e: ureq::Error| transport_error(base, e);
         // On the link from here: the request may be delivered, whole or in part.
