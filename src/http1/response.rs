@@ -201,11 +201,11 @@ pub(crate) fn read_response_head(input: &mut dyn BufRead) -> io::Result<Response
     }
 }
 
-/// One response head, interim or final.
+/// One response head, interim or final. A head that came whole in one read (nearly always)
+/// is parsed where it lies in `input`'s buffer; else it is gathered first.
 fn read_one_head(input: &mut dyn BufRead) -> io::Result<ResponseHead> {
-    let malformed = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
-    let mut head = Vec::with_capacity(512);
-    // Byte by byte out of the buffer, up to the blank line: what follows stays in `input`.
+    let too_large = || malformed("the response head is too large");
+    let mut head = Vec::new();
     loop {
         let available = input.fill_buf()?;
         if available.is_empty() {
@@ -214,27 +214,65 @@ fn read_one_head(input: &mut dyn BufRead) -> io::Result<ResponseHead> {
                 "the connection closed before a whole response head",
             ));
         }
-        let mut used = 0;
-        let mut done = false;
-        for &b in available {
-            used += 1;
-            head.push(b);
-            if head.ends_with(b"\r\n\r\n") || head.ends_with(b"\n\n") {
-                done = true;
-                break;
+        if head.is_empty()
+            && let Some(end) = head_end(available, 0)
+        {
+            if end > MAX_RESPONSE_HEAD {
+                return Err(too_large());
+            }
+            let parsed = parse_head(&available[..end]);
+            input.consume(end);
+            return parsed;
+        }
+        // Up to the blank line, which may span two reads: what follows stays in `input`.
+        let before = head.len();
+        let take = available.len().min(MAX_RESPONSE_HEAD + 1 - before);
+        head.extend_from_slice(&available[..take]);
+        match head_end(&head, before.saturating_sub(3)) {
+            Some(end) => {
+                input.consume(end - before);
+                if end > MAX_RESPONSE_HEAD {
+                    return Err(too_large());
+                }
+                head.truncate(end);
+                return parse_head(&head);
+            }
+            None => {
+                input.consume(take);
+                if head.len() > MAX_RESPONSE_HEAD {
+                    return Err(too_large());
+                }
             }
         }
-        input.consume(used);
-        if head.len() > MAX_RESPONSE_HEAD {
-            return Err(malformed("the response head is too large"));
-        }
-        if done {
-            break;
-        }
     }
+}
+
+fn malformed(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_owned())
+}
+
+/// The length of the head at the start of `buf` through its blank line (`\r\n\r\n`, or a
+/// bare `\n\n`), looking for it from `from`.
+fn head_end(buf: &[u8], from: usize) -> Option<usize> {
+    let mut at = from;
+    while let Some(i) = memchr::memchr(b'\n', &buf[at..]) {
+        let i = at + i;
+        if buf.get(i + 1) == Some(&b'\n') {
+            return Some(i + 2);
+        }
+        if i >= 1 && buf[i - 1] == b'\r' && buf.get(i + 1..i + 3) == Some(b"\r\n") {
+            return Some(i + 3);
+        }
+        at = i + 1;
+    }
+    None
+}
+
+/// A whole response head (through its blank line) parsed.
+fn parse_head(head: &[u8]) -> io::Result<ResponseHead> {
     let mut headers = [httparse::EMPTY_HEADER; super::MAX_HEADERS];
     let mut response = httparse::Response::new(&mut headers);
-    match response.parse(&head) {
+    match response.parse(head) {
         Ok(httparse::Status::Complete(_)) => {}
         Ok(httparse::Status::Partial) => return Err(malformed("a partial response head")),
         Err(e) => return Err(malformed(&format!("a malformed response head: {e}"))),

@@ -8,23 +8,24 @@ use ureq::Agent;
 use ureq::config::AutoHeaderValue;
 use ureq::http;
 use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
-use ureq::unversioned::transport::{Connector, NextTimeout};
+use ureq::unversioned::transport::{ConnectionDetails, Connector, NextTimeout, Transport};
 
 use super::conn::{Recording, host_and_port};
+use super::plain::Plain;
 use super::retire::{Generation, Retirable};
 use super::tls_conn::SharedTls;
 use crate::http1;
 use crate::tls::{ClientIdentity, ClientKeyError, TlsMaterial};
 
-/// ureq agents over one set of TLS material: with and without the hub's client certificate,
-/// pooled for short exchanges and unpooled for streams.
+/// The connections over one set of TLS material, with and without the hub's client
+/// certificate: pooled for bounded exchanges (`plain.rs`), ureq agents for streams.
 pub(super) struct Agents {
-    pub(super) hub: Agent,
-    pub(super) client: Agent,
+    pub(super) hub: Plain,
+    pub(super) client: Plain,
     /// For streams: a connection each, never reused, so each can be cancelled.
     pub(super) hub_stream: Agent,
     pub(super) client_stream: Agent,
-    /// The connections of the two pooled agents, for [`Upstream::set_tls`] to retire.
+    /// The connections of the two pools, for [`Upstream::set_tls`] to retire.
     pub(super) pooled: Arc<Generation>,
     /// The cluster CA these agents trust (a leader verifies its followers with it).
     pub(super) roots: Vec<rustls::pki_types::CertificateDer<'static>>,
@@ -46,10 +47,10 @@ impl Agents {
             tunnel_config(&tls.roots, tls.client.as_ref()).map_err(ClientKeyError::rustls)?;
         let client_rustls = tunnel_config(&tls.roots, None).map_err(ClientKeyError::rustls)?;
         Ok(Agents {
-            hub: agent(&hub_rustls, Some((&pooled, pool))),
-            client: agent(&client_rustls, Some((&pooled, pool))),
-            hub_stream: agent(&hub_rustls, None),
-            client_stream: agent(&client_rustls, None),
+            hub: plain(&hub_rustls, &pooled, pool),
+            client: plain(&client_rustls, &pooled, pool),
+            hub_stream: stream_agent(&hub_rustls),
+            client_stream: stream_agent(&client_rustls),
             pooled,
             roots: tls.roots.clone(),
             tunnel_hub: hub_rustls,
@@ -100,18 +101,10 @@ pub(super) const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// largest head a client may send, with room for the hub's own headers.
 pub(super) const LARGE_OUTPUT_BUFFER: usize = http1::MAX_HEAD + 16 * 1024;
 
-/// An agent over the rustls configuration `rustls`: pooled, with its connections in the
-/// generation `pooled` and up to `idle` of them kept, or one connection per request
-/// (streams, see [`Recording`]).
-///
-/// A pool smaller than the requests in flight at once turns every burst into handshakes: with
-/// 4 kept and 16 clients, 134 of every 1,000 gets opened a new TLS connection (each ~0.4 ms of
-/// the cloud's CPU). The pool holds only connections a burst made, so sizing it to the
-/// concurrency bound costs nothing until the concurrency is seen, and an idle one is kept as
-/// long as kube-apiserver keeps it (see [`IDLE_AGE`]).
-fn agent(rustls: &Arc<rustls::ClientConfig>, pooled: Option<(&Arc<Generation>, usize)>) -> Agent {
-    let idle = pooled.map_or(0, |(_, idle)| idle.max(1));
-    let config = Agent::config_builder()
+/// The configuration of every connection: ureq's for a stream's request, the connector
+/// chain's for a pooled one (buffer sizes, no-delay).
+fn config() -> ureq::config::Config {
+    Agent::config_builder()
         // A proxy passes every status through with its body.
         .http_status_as_error(false)
         .max_redirects(0)
@@ -123,34 +116,53 @@ fn agent(rustls: &Arc<rustls::ClientConfig>, pooled: Option<(&Arc<Generation>, u
         .input_buffer_size(INPUT_BUFFER)
         .output_buffer_size(OUTPUT_BUFFER)
         .max_response_header_size(http1::response::MAX_RESPONSE_HEAD)
-        // Per host as many as in all: the bound is on requests, whatever their backend.
-        .max_idle_connections_per_host(idle)
-        .max_idle_connections(idle)
-        .max_idle_age(IDLE_AGE)
-        .timeout_connect(Some(CONNECT_TIMEOUT));
-    // A pooled agent's own timeouts are those of most requests (`send::configure`), which
-    // then need no configuration of their own; a stream's are always its own.
-    let config = if pooled.is_some() {
-        config
-            .timeout_global(Some(crate::route::REQUEST_DEADLINE))
-            .timeout_per_read(Some(READ_TIMEOUT))
-    } else {
-        config
-    }
-    .build();
-    let resolver = LiteralFirst(DefaultResolver::default());
-    // Every connection's socket is noted (see [`Recording`]): a stream's for its cancel
-    // handle, a pooled one's for its generation to close it when idle.
-    if let Some((generation, _)) = pooled {
-        let connector =
-            ().chain(Recording::default())
-                .chain(SharedTls::new(rustls, false))
-                .chain(Retirable(Arc::clone(generation)));
-        Agent::with_parts(config, connector, resolver)
-    } else {
-        let connector = ().chain(Recording::default()).chain(SharedTls::new(rustls, true));
-        Agent::with_parts(config, connector, resolver)
-    }
+        // One connection per stream: none kept.
+        .max_idle_connections_per_host(0)
+        .max_idle_connections(0)
+        .timeout_connect(Some(CONNECT_TIMEOUT))
+        .build()
+}
+
+/// A ureq agent over the rustls configuration `rustls` for streams: one connection per
+/// request, never reused, its socket noted (see [`Recording`]) for its cancel handle.
+fn stream_agent(rustls: &Arc<rustls::ClientConfig>) -> Agent {
+    let connector = ().chain(Recording::default()).chain(SharedTls::new(rustls, true));
+    Agent::with_parts(
+        config(),
+        connector,
+        LiteralFirst(DefaultResolver::default()),
+    )
+}
+
+/// The pooled connections over the rustls configuration `rustls`, in the generation
+/// `generation`, up to `idle` of them kept idle.
+///
+/// A pool smaller than the requests in flight at once turns every burst into handshakes: with
+/// 4 kept and 16 clients, 134 of every 1,000 gets opened a new TLS connection (each ~0.4 ms of
+/// the cloud's CPU). The pool holds only connections a burst made, so sizing it to the
+/// concurrency bound costs nothing until the concurrency is seen, and an idle one is kept as
+/// long as kube-apiserver keeps it (see [`IDLE_AGE`]).
+fn plain(rustls: &Arc<rustls::ClientConfig>, generation: &Arc<Generation>, idle: usize) -> Plain {
+    // Every connection's socket is noted (see [`Recording`]) for its generation to close it
+    // when idle.
+    let chain =
+        ().chain(Recording::default())
+            .chain(SharedTls::new(rustls, false))
+            .chain(Retirable(Arc::clone(generation)));
+    let connect = Box::new(move |details: &ConnectionDetails| {
+        chain
+            .connect(details, None)?
+            .map(|t| Box::new(t) as Box<dyn Transport>)
+            .ok_or(ureq::Error::ConnectionFailed)
+    });
+    Plain::new(
+        connect,
+        config(),
+        Box::new(LiteralFirst(DefaultResolver::default())),
+        idle.max(1),
+        IDLE_AGE,
+        CONNECT_TIMEOUT,
+    )
 }
 
 /// Resolves IP literals (what `--server-addr` usually holds) directly: ureq's own resolver

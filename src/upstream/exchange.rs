@@ -1,12 +1,11 @@
 //! The hub's own short exchanges with one server, whatever its health (the health probe's and
 //! the lease heartbeat's requests, on the hub's credentials), and the health probe made of them.
 use std::io::Read;
+use std::sync::Arc;
 use std::time::Duration;
 
-use ureq::http;
-
 use super::inflate;
-use super::send::{on_the_link, transport_error};
+use super::plain::{Head, Limits};
 use super::token::TokenSource;
 use super::{Exchanged, HUB_USER_AGENT, MAX_EXCHANGE_BODY, Upstream, UpstreamError};
 use crate::health::{Probe, ProbeError};
@@ -31,52 +30,37 @@ impl Upstream {
         // No material yet: the server cannot be reached as the hub.
         let agents = self.current()?;
         let link = LINK.link(base, verb.as_str(), link::HUB_COMPONENT, path, false);
-        let sent = body.as_ref().map_or(0, |(_, b)| b.len() as u64);
-        let mut builder = http::Request::builder()
-            .method(method)
-            .uri(format!("{base}{path}"))
-            .header("user-agent", HUB_USER_AGENT)
-            .header("accept", "application/json");
+        let mut head = Head::new(method, base, path)?;
+        head.add("user-agent", HUB_USER_AGENT)?;
+        head.add("accept", "application/json")?;
         if inflate::ask_gzip() {
             // A Node with many images, a large Status: the link carries it compressed.
-            builder = builder.header("accept-encoding", "gzip");
+            head.add("accept-encoding", "gzip")?;
         }
-        let body = match body {
-            Some((content_type, bytes)) => {
-                builder = builder.header("content-type", content_type);
-                Some(bytes)
-            }
-            None => None,
-        };
+        if let Some((content_type, bytes)) = &body {
+            head.add("content-type", content_type)?;
+            head.add("content-length", &bytes.len().to_string())?;
+        }
         if let Some(token) = self.token.as_ref().and_then(TokenSource::current) {
-            builder = builder.header("authorization", format!("Bearer {token}"));
+            head.add("authorization", &format!("Bearer {token}"))?;
         }
-        let request = builder
-            .body(body.unwrap_or_default())
-            .map_err(|e| UpstreamError::Request(e.to_string()))?;
-        let request = agents
-            .hub
-            .configure_request(request)
-            .timeout_global(Some(timeout))
-            // Bounded by the whole exchange's time alone, not the pooled agent's read timeout.
-            .timeout_per_read(None)
-            // A 4xx or 5xx is an answer here, not an error.
-            .http_status_as_error(false)
-            .build();
-        let result = agents.hub.run(request);
-        if on_the_link(&result) {
-            link.request(sent);
-        }
-        let response = result.map_err(|e| transport_error(base, e))?;
-        let status = response.status().as_u16();
-        let encoding = response.headers().get("content-encoding").cloned();
+        let mut bytes = body.as_ref().map_or(&[][..], |(_, b)| b.as_slice());
+        let (answer, body) = agents.hub.exchange(
+            &Arc::from(base),
+            &head.finish(),
+            method == "HEAD",
+            body.is_some()
+                .then_some((&mut bytes as &mut dyn Read, false)),
+            // Bounded by the whole exchange's time alone, not a read's.
+            Limits::new(timeout, None),
+            &mut |sent| link.request(sent),
+        )?;
+        // A 4xx or 5xx is an answer here, not an error.
+        let status = answer.status;
+        let encoding = answer.header("content-encoding").map(str::to_owned);
         let mut kept = Vec::new();
         // Read to the end (within the cap) so the connection goes back to the pool.
-        let read = response
-            .into_body()
-            .into_reader()
-            .take(MAX_EXCHANGE_BODY)
-            .read_to_end(&mut kept);
+        let read = body.take(MAX_EXCHANGE_BODY).read_to_end(&mut kept);
         // The answer broke off after its head, or its gzip does not inflate: the server's
         // failure, after the request went. At most as many inflated bytes as plain ones.
         let broke_off = |e: std::io::Error| UpstreamError::Transport {

@@ -10,8 +10,10 @@
 //! This file holds what the rest of the hub sees (the [`Cloud`] trait, [`Upstream`] and its TLS
 //! swap, the request and answer types, [`UpstreamError`]); the work is in files by job:
 //! `send.rs` the request path (failover across backends, one exchange with one server, the
-//! client's body, a stream's cancel handle), `exchange.rs` the hub's own short exchanges and the
-//! health probe, `agents.rs` the ureq agents over one set of TLS material, `conn.rs` each
+//! client's body, a stream's cancel handle), `plain.rs` a bounded exchange on a pooled
+//! connection (every request but a stream's), `exchange.rs` the hub's own short exchanges and
+//! the health probe, `agents.rs` the pooled connections and the streams' ureq agents over one
+//! set of TLS material, `conn.rs` each
 //! connection's bookkeeping (its socket noted, counted open), `retire.rs` the pooled
 //! connections a TLS swap closes, `socket.rs` the TCP transport, `tls_conn.rs` the TLS layer over it (one rustls configuration per identity), `token.rs` the bearer token,
 //! `tunnel.rs` the cloud's side of a tunnel (exec, attach, port-forward), on a connection the
@@ -33,6 +35,7 @@ mod agents;
 mod conn;
 mod exchange;
 pub(crate) mod inflate;
+mod plain;
 mod retire;
 mod send;
 mod socket;
@@ -280,13 +283,29 @@ pub(crate) struct AnswerBody(Body);
 
 /// The body as the link carries it, or inflated ([`Answer::inflate`]).
 enum Body {
-    Raw(Counted<ureq::BodyReader<'static>>),
-    Inflating(Box<inflate::Inflating<Counted<ureq::BodyReader<'static>>>>),
+    Raw(Counted<Wire>),
+    Inflating(Box<inflate::Inflating<Counted<Wire>>>),
+}
+
+/// A body as it comes off its connection: a stream's through ureq, a bounded exchange's on a
+/// pooled connection (`plain.rs`).
+pub(crate) enum Wire {
+    Stream(ureq::BodyReader<'static>),
+    Pooled(plain::PlainBody),
+}
+
+impl Read for Wire {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Wire::Stream(reader) => reader.read(buf),
+            Wire::Pooled(body) => body.read(buf),
+        }
+    }
 }
 
 impl AnswerBody {
     /// The body of `reader`, counted on `link`.
-    fn raw(reader: ureq::BodyReader<'static>, link: Link, gzip: bool) -> AnswerBody {
+    fn raw(reader: Wire, link: Link, gzip: bool) -> AnswerBody {
         AnswerBody(Body::Raw(Counted::new(reader, link, gzip)))
     }
 }
@@ -367,7 +386,7 @@ pub(crate) struct Upstream {
     /// answer's head; see [`Upstream::set_tls`] for what happens to the old connections.
     agents: RwLock<Option<Arc<Agents>>>,
     token: Option<TokenSource>,
-    /// Idle connections each pooled agent keeps (see [`agent`]).
+    /// Idle connections each pool keeps (see `agents::plain`).
     pool: usize,
 }
 
@@ -380,7 +399,7 @@ impl Upstream {
     /// first certificate) every send fails with [`UpstreamError::NoCredentials`] until
     /// [`Upstream::set_tls`]. `pool` is the most requests the hub has in flight at once
     /// (`--max-requests-in-flight`): as many connections may be wanted again at once, so as
-    /// many are kept idle (see [`agent`]).
+    /// many are kept idle (see `agents::plain`).
     pub(crate) fn new(
         backends: Arc<Backends>,
         tls: Option<&TlsMaterial>,
@@ -411,8 +430,8 @@ impl Upstream {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .replace(agents);
-        // Outside the lock: closing connections makes system calls. ureq's pool closes its
-        // idle connections only when its agent goes, and a request waiting for its answer
+        // Outside the lock: closing connections makes system calls. A pool closes its idle
+        // connections only when its agents go, and a request waiting for its answer
         // may hold the old agents for minutes: the generation closes them now.
         if let Some(old) = old {
             old.pooled.retire();

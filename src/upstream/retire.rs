@@ -63,7 +63,7 @@ impl PooledConn {
     }
 }
 
-/// The last link of a pooled agent's connector chain: wraps each connection into its
+/// The last link of the pooled connections' connector chain: wraps each connection into its
 /// generation.
 #[derive(Debug)]
 pub(super) struct Retirable(pub(super) Arc<Generation>);
@@ -99,8 +99,8 @@ impl<In: Transport> Connector<In> for Retirable {
 /// A pooled connection.
 pub(super) type RetirableTransport<T> = Hooked<T, Retiring>;
 
-/// A pooled connection's place in its generation. ureq 3.5 asks whether it is open at two
-/// moments only (pool.rs): when its answer ended, before putting it back in the pool (it
+/// A pooled connection's place in its generation. Its pool (`plain.rs`) asks whether it is
+/// open at two moments only: when its answer ended, before putting it back in the pool (it
 /// becomes idle), and when a request takes it from the pool (it becomes busy again, unless a
 /// swap closed it first). A swap closes only an idle one, so never one a request has just
 /// taken. Only the taking asks the socket: a connection whose answer has just been read whole

@@ -4,17 +4,20 @@
 //! the client's body streamed and its failure told apart from the cloud's, a stream's
 //! connection kept apart with its cancel handle), and ureq's errors become [`UpstreamError`]s.
 use std::io::{self, Read};
+use std::sync::Arc;
 
 use ureq::http;
 use ureq::{Agent, SendBody};
 
 use super::agents::{Agents, LARGE_OUTPUT_BUFFER, OUTPUT_BUFFER, READ_TIMEOUT};
 use super::conn::LAST_CONNECTION;
+use super::plain::{Head, Limits, PlainBody, on_the_link, transport_error};
 use super::token::TokenSource;
 use super::{
-    Answer, AnswerBody, Cancel, Encoding, LEADER_BACKEND, Outgoing, Upstream, UpstreamError,
+    Answer, AnswerBody, Cancel, Encoding, LEADER_BACKEND, Outgoing, Upstream, UpstreamError, Wire,
     forwarded_headers, is_hop_by_hop,
 };
+use crate::http1::response::ResponseHead;
 use crate::link::{self, LINK, Link};
 use crate::metrics::{METRICS, Metrics};
 use crate::route::{Deadline, Identity};
@@ -125,29 +128,69 @@ impl Upstream {
             req.path_and_query,
             !cloud,
         );
+        // A stream gets a connection of its own, which can be shut down from another thread
+        // when its client goes away (ureq's); bounded exchanges share pooled connections.
+        let total = match req.deadline {
+            Deadline::Bounded(total) => total,
+            Deadline::Stream(total) => {
+                return self.send_stream(agents, server, backend, req, cloud, link, total);
+            }
+        };
+        let plain = match req.identity {
+            Identity::Hub => &agents.hub,
+            Identity::Client | Identity::Anonymous => &agents.client,
+        };
+        let mut head = Head::new(req.method, server, req.path_and_query)?;
+        self.head_fields(req, cloud, |name, value| head.add(name, value))?;
+        let chunked = req.body.as_ref().is_some_and(|b| b.length.is_none());
+        if chunked {
+            head.add("transfer-encoding", "chunked")?;
+        }
+        let head = head.finish();
+        let base: Arc<str> = Arc::from(server);
+        let body = req
+            .body
+            .as_mut()
+            .map(|b| (&mut *b.reader as &mut dyn Read, chunked));
+        let (head, body) = plain.exchange(
+            &base,
+            &head,
+            req.method == "HEAD",
+            body,
+            Limits::new(total, Some(READ_TIMEOUT)),
+            &mut |sent| link.request(sent),
+        )?;
+        Ok(plain_answer(head, body, link, backend))
+    }
+
+    /// [`Upstream::send_via`] for a stream (a watch): ureq's, on a connection of its own,
+    /// with its cancel handle.
+    #[allow(clippy::too_many_arguments)]
+    fn send_stream(
+        &self,
+        agents: &Agents,
+        server: &str,
+        backend: usize,
+        req: &mut Outgoing<'_>,
+        cloud: bool,
+        link: Link,
+        total: std::time::Duration,
+    ) -> Result<Answer, UpstreamError> {
         let url = format!("{server}{}", req.path_and_query);
         let request_error = |e: http::Error| UpstreamError::Request(e.to_string());
         let (head, longest_line) = self.request_head(req, &url, cloud).map_err(request_error)?;
-        // A stream gets a connection of its own, which can be shut down from another thread
-        // when its client goes away; short exchanges share pooled connections.
-        let streaming = matches!(req.deadline, Deadline::Stream(_));
-        let agent = match (streaming, req.identity) {
-            (true, Identity::Hub) => &agents.hub_stream,
-            (true, Identity::Client | Identity::Anonymous) => &agents.client_stream,
-            (false, Identity::Hub) => &agents.hub,
-            (false, Identity::Client | Identity::Anonymous) => &agents.client,
+        let agent = match req.identity {
+            Identity::Hub => &agents.hub_stream,
+            Identity::Client | Identity::Anonymous => &agents.client_stream,
         };
-        // A line too long for the small buffer gets a large one for this request; ureq then
-        // gives it a connection of its own, never pooled, so the buffer goes with it.
+        // A line too long for the small buffer gets a large one for this request.
         let output_buffer = (longest_line > OUTPUT_BUFFER).then_some(LARGE_OUTPUT_BUFFER);
-        if streaming {
-            LAST_CONNECTION.with(|last| last.borrow_mut().take());
-        }
+        LAST_CONNECTION.with(|last| last.borrow_mut().take());
         let result = match req.body.as_mut() {
             Some(body) => {
                 let mut reader = NotingBody::new(&mut body.reader, body.length);
                 let request = head.map(|()| SendBody::from_reader(&mut reader));
-                let result = agent.run(configure(agent, request, req.deadline, output_buffer));
+                let result = agent.run(configure(agent, request, total, output_buffer));
                 if on_the_link(&result) {
                     link.request(reader.sent);
                 }
@@ -172,8 +215,7 @@ impl Upstream {
                 }
             }
             None => {
-                let request = head;
-                let result = agent.run(configure(agent, request, req.deadline, output_buffer));
+                let result = agent.run(configure(agent, head, total, output_buffer));
                 if on_the_link(&result) {
                     link.request(0);
                 }
@@ -181,19 +223,57 @@ impl Upstream {
             }
         };
         let response = result.map_err(|e| transport_error(server, e))?;
-        let cancel = if streaming {
-            LAST_CONNECTION
-                .with(|last| last.borrow_mut().take())
-                .map(Cancel)
-        } else {
-            None
-        };
+        let cancel = LAST_CONNECTION
+            .with(|last| last.borrow_mut().take())
+            .map(Cancel);
         Ok(answer(response, link, backend, cancel))
     }
-    /// The request head for `req` to `url`, and its longest line: the client's headers but
-    /// the hop-by-hop ones (and those its `Connection` names), `accept` when the hub sets
-    /// it, `accept-encoding: gzip` (alone) for [`Encoding::Gzip`], `authorization` only the
-    /// client's own, or the hub's bearer token (for [`Identity::Hub`]) when `cloud`.
+
+    /// The fields of the request head for `req`, each given to `add`, and the longest line
+    /// of the head: the client's headers but the hop-by-hop ones (and those its `Connection`
+    /// names), `accept` when the hub sets it, `accept-encoding: gzip` (alone) for
+    /// [`Encoding::Gzip`], `authorization` only the client's own, or the hub's bearer token
+    /// (for [`Identity::Hub`]) when `cloud`, and the body's `content-length` when known.
+    fn head_fields<E>(
+        &self,
+        req: &Outgoing<'_>,
+        cloud: bool,
+        mut add: impl FnMut(&str, &str) -> Result<(), E>,
+    ) -> Result<usize, E> {
+        // ureq writes the request head a line at a time through its output buffer: the
+        // longest line must fit (the request line, with room for the version).
+        let mut longest_line = 0;
+        // The hub asks for gzip itself: the client's own wish does not go (it is honoured by
+        // the relay, which inflates for a client that did not ask).
+        let gzip = req.encoding == Encoding::Gzip && super::inflate::ask_gzip();
+        for (name, value) in forwarded_headers(req.headers, req.identity, req.accept.is_some()) {
+            if gzip && name.eq_ignore_ascii_case("accept-encoding") {
+                continue;
+            }
+            longest_line = longest_line.max(name.len() + value.len() + 4);
+            add(name, value)?;
+        }
+        if let Some(accept) = req.accept {
+            add("accept", accept)?;
+        }
+        if gzip {
+            add("accept-encoding", "gzip")?;
+        }
+        if req.identity == Identity::Hub
+            && cloud
+            && let Some(token) = self.token.as_ref().and_then(TokenSource::current)
+        {
+            longest_line = longest_line.max(token.len() + 24);
+            add("authorization", &format!("Bearer {token}"))?;
+        }
+        if let Some(length) = req.body.as_ref().and_then(|b| b.length) {
+            add("content-length", &length.to_string())?;
+        }
+        Ok(longest_line)
+    }
+
+    /// The request head for `req` to `url` as ureq takes it ([`Upstream::head_fields`]),
+    /// and its longest line.
     fn request_head(
         &self,
         req: &Outgoing<'_>,
@@ -205,43 +285,37 @@ impl Upstream {
         *head.method_mut() = http::Method::from_bytes(req.method.as_bytes())?;
         *head.uri_mut() = http::Uri::try_from(url)?;
         let headers = head.headers_mut();
-        let mut add = |name: &str, value: http::HeaderValue| -> Result<(), http::Error> {
-            headers.try_append(http::HeaderName::from_bytes(name.as_bytes())?, value)?;
-            Ok(())
-        };
-        // ureq writes the request head a line at a time through its output buffer: the
-        // longest line must fit (the request line, with room for the version).
-        let mut longest_line = req.method.len() + url.len() + 12;
-        // The hub asks for gzip itself: the client's own wish does not go (it is honoured by
-        // the relay, which inflates for a client that did not ask).
-        let gzip = req.encoding == Encoding::Gzip && super::inflate::ask_gzip();
-        for (name, value) in forwarded_headers(req.headers, req.identity, req.accept.is_some()) {
-            if gzip && name.eq_ignore_ascii_case("accept-encoding") {
-                continue;
-            }
-            longest_line = longest_line.max(name.len() + value.len() + 4);
-            add(name, http::HeaderValue::from_str(value)?)?;
-        }
-        if let Some(accept) = req.accept {
-            add("accept", http::HeaderValue::from_str(accept)?)?;
-        }
-        if gzip {
-            add("accept-encoding", http::HeaderValue::from_static("gzip"))?;
-        }
-        if req.identity == Identity::Hub
-            && cloud
-            && let Some(token) = self.token.as_ref().and_then(TokenSource::current)
-        {
-            longest_line = longest_line.max(token.len() + 24);
-            add(
-                "authorization",
-                http::HeaderValue::from_str(&format!("Bearer {token}"))?,
+        let longest_line = self.head_fields(req, cloud, |name, value| {
+            headers.try_append(
+                http::HeaderName::from_bytes(name.as_bytes())?,
+                http::HeaderValue::from_str(value)?,
             )?;
-        }
-        if let Some(length) = req.body.as_ref().and_then(|b| b.length) {
-            add("content-length", http::HeaderValue::from(length))?;
-        }
-        Ok((head, longest_line))
+            Ok::<(), http::Error>(())
+        })?;
+        Ok((head, longest_line.max(req.method.len() + url.len() + 12)))
+    }
+}
+
+/// The cloud's answer on a pooled connection as the hub hands it on: status, the headers
+/// but the hop-by-hop ones, the length it announced, the body counted on `link`.
+fn plain_answer(head: ResponseHead, body: PlainBody, link: Link, backend: usize) -> Answer {
+    let ResponseHead {
+        status,
+        mut headers,
+    } = head;
+    let gzip = super::inflate::is_gzip(
+        crate::http1::find_header(&headers, "content-encoding").map(str::as_bytes),
+    );
+    let length =
+        crate::http1::find_header(&headers, "content-length").and_then(|v| v.trim().parse().ok());
+    headers.retain(|(name, _)| !is_hop_by_hop(name));
+    Answer {
+        status,
+        headers,
+        length,
+        body: AnswerBody::raw(Wire::Pooled(body), link, gzip),
+        backend,
+        cancel: None,
     }
 }
 
@@ -274,7 +348,7 @@ fn answer(
         status: parts.status.as_u16(),
         headers,
         length,
-        body: AnswerBody::raw(body.into_reader(), link, gzip),
+        body: AnswerBody::raw(Wire::Stream(body.into_reader()), link, gzip),
         backend,
         cancel,
     }
@@ -317,64 +391,22 @@ impl Read for NotingBody<'_, '_> {
     }
 }
 
+/// A stream's request with its own timeouts: a watch may be silent for minutes; only the
+/// stream's own lifetime (`total`) bounds it, and its answer's head [`READ_TIMEOUT`].
 fn configure<S: ureq::AsSendBody>(
     agent: &Agent,
     request: http::Request<S>,
-    deadline: Deadline,
+    total: std::time::Duration,
     output_buffer: Option<usize>,
 ) -> http::Request<S> {
-    // The pooled agents' own timeouts (`agents.rs`): nothing to configure, nothing copied.
-    if deadline == Deadline::Bounded(crate::route::REQUEST_DEADLINE) && output_buffer.is_none() {
-        return request;
-    }
     let mut builder = agent.configure_request(request);
     if let Some(size) = output_buffer {
         builder = builder.output_buffer_size(size);
     }
-    match deadline {
-        Deadline::Bounded(total) => builder
-            .timeout_global(Some(total))
-            .timeout_per_read(Some(READ_TIMEOUT))
-            .build(),
-        // A watch may be silent for minutes; only the stream's own lifetime bounds it.
-        Deadline::Stream(total) => builder
-            .timeout_global(Some(total))
-            .timeout_recv_response(Some(READ_TIMEOUT))
-            .build(),
-    }
-}
-
-/// The request went on the link: it was answered, or failed after connecting (it may have
-/// been sent whole or in part). A failure to connect sent nothing.
-pub(super) fn on_the_link<T>(result: &Result<T, ureq::Error>) -> bool {
-    match result {
-        Ok(_) => true,
-        Err(e) => !never_connected(e),
-    }
-}
-
-/// The failure came before a connection existed: the request cannot have been delivered.
-fn never_connected(error: &ureq::Error) -> bool {
-    matches!(
-        error,
-        ureq::Error::ConnectionFailed
-            | ureq::Error::HostNotFound
-            | ureq::Error::Timeout(ureq::Timeout::Connect | ureq::Timeout::Resolve)
-    ) || matches!(error, ureq::Error::Io(e) if matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::NotConnected))
-}
-
-/// The [`UpstreamError`] of a request to `server` that ureq could not complete.
-pub(super) fn transport_error(server: &str, error: ureq::Error) -> UpstreamError {
-    let timeout = matches!(error, ureq::Error::Timeout(_))
-        || matches!(&error, ureq::Error::Io(e) if e.kind() == io::ErrorKind::TimedOut);
-    // Failures before a connection exists cannot have delivered the request.
-    let before_connecting = never_connected(&error);
-    UpstreamError::Transport {
-        server: server.to_owned(),
-        detail: error.to_string(),
-        timeout,
-        maybe_sent: !before_connecting,
-    }
+    builder
+        .timeout_global(Some(total))
+        .timeout_recv_response(Some(READ_TIMEOUT))
+        .build()
 }
 
 #[cfg(test)]

@@ -494,3 +494,113 @@ fn a_probe_is_judged_by_the_origin_of_its_failure() {
     assert_eq!(text, e.without_server().to_string());
     assert!(!text.contains(&refused), "{text}");
 }
+
+/// A plain HTTP server on loopback that answers each request with its body as it came on the
+/// wire (its chunked framing too) and then closes the connection without saying so; the
+/// connections it took, and those it closed, are counted.
+fn echo_and_close_server() -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let taken = Arc::new(AtomicUsize::new(0));
+    let closed = Arc::new(AtomicUsize::new(0));
+    let (counted, closing) = (Arc::clone(&taken), Arc::clone(&closed));
+    thread::spawn(move || {
+        for sock in listener.incoming().flatten() {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let mut reader = BufReader::new(sock.try_clone().unwrap());
+            let mut sock = sock;
+            let (mut chunked, mut length) = (false, 0usize);
+            let mut line = String::new();
+            loop {
+                line.clear();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                chunked |= lower == "transfer-encoding: chunked\r\n";
+                if let Some(n) = lower.strip_prefix("content-length: ") {
+                    length = n.trim().parse().unwrap();
+                }
+            }
+            let mut wire = Vec::new();
+            if chunked {
+                while !wire.ends_with(b"\r\n0\r\n\r\n") && !wire.starts_with(b"0\r\n\r\n") {
+                    let mut byte = [0u8];
+                    reader.read_exact(&mut byte).unwrap();
+                    wire.push(byte[0]);
+                }
+            } else {
+                wire.resize(length, 0);
+                reader.read_exact(&mut wire).unwrap();
+            }
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", wire.len());
+            let _ = sock.write_all(head.as_bytes());
+            let _ = sock.write_all(&wire);
+            drop((sock, reader));
+            closing.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    (base, taken, closed)
+}
+
+#[test]
+fn a_body_goes_chunked_or_by_length_and_a_connection_the_server_closed_is_not_used_again() {
+    let ca = TestCa::new();
+    let (base, taken, closed) = echo_and_close_server();
+    let backends = Arc::new(Backends::new(vec![base], LbMode::RoundRobin));
+    let (tls, _) = material(&ca, "hub");
+    let upstream = Upstream::new(backends, Some(&tls), None, 4).unwrap();
+    // Larger than a connection's output buffer: several chunks.
+    let sent: Vec<u8> = (0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    for (round, length) in [None, Some(sent.len() as u64), None]
+        .into_iter()
+        .enumerate()
+    {
+        let mut reader: &[u8] = &sent;
+        let mut req = get(
+            "/api/v1/namespaces/default/configmaps",
+            Deadline::Bounded(Duration::from_secs(10)),
+        );
+        req.method = "POST";
+        req.body = Some(BodySource {
+            reader: &mut reader,
+            length,
+        });
+        let answer = upstream
+            .send(req)
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(answer.status, 200);
+        let mut wire = Vec::new();
+        let mut body = answer.body;
+        body.read_to_end(&mut wire).unwrap();
+        let got = match length {
+            Some(_) => wire,
+            None => {
+                // The chunked framing decodes to the body, strictly.
+                let mut state = crate::http1::BodyState::new(crate::http1::Framing::Chunked);
+                let mut input = &wire[..];
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let n = state.read_limited(&mut input, &mut buf, u64::MAX).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                }
+                assert!(
+                    input.is_empty(),
+                    "round {round}: bytes after the last chunk"
+                );
+                got
+            }
+        };
+        assert_eq!(got, sent, "round {round}");
+        // Each answer's connection was closed by the server: the next request takes a new one.
+        assert_eq!(taken.load(Ordering::SeqCst), round + 1);
+        let until = Instant::now() + Duration::from_secs(10);
+        while closed.load(Ordering::SeqCst) <= round && Instant::now() < until {
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+}

@@ -185,3 +185,25 @@ fn interim_answers_before_the_final_head_are_passed_over() {
     let mut input: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 403 Forbidden\r\n\r\n";
     assert_eq!(read_response_head(&mut input).unwrap().status, 403);
 }
+
+#[test]
+fn a_head_read_in_pieces_of_any_size_ends_at_its_blank_line() {
+    for wire in [
+        &b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nX-A: b\r\n\r\nbody"[..],
+        &b"HTTP/1.1 200 OK\nContent-Length: 4\nX-A: b\n\nbody"[..],
+    ] {
+        for size in 1..=wire.len() {
+            let mut input = std::io::BufReader::with_capacity(size, wire);
+            let head = read_response_head(&mut input).unwrap();
+            assert_eq!(
+                (head.status, head.headers.len()),
+                (200, 2),
+                "pieces of {size}"
+            );
+            assert_eq!(head.header("x-a"), Some("b"));
+            let mut rest = Vec::new();
+            std::io::Read::read_to_end(&mut input, &mut rest).unwrap();
+            assert_eq!(rest, b"body", "pieces of {size}");
+        }
+    }
+}
