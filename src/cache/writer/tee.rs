@@ -88,11 +88,17 @@ pub(crate) enum CacheMsg {
     Barrier(Sender<()>),
 }
 
-/// The byte budget shared by senders and the writer: body bytes waiting in the channel are
-/// bounded whatever the chunk sizes are.
+/// The bounds shared by senders and the writer: messages waiting in the channel, and their
+/// body bytes whatever the chunk sizes are.
+///
+/// The channel itself is crossbeam's unbounded one, bounded here: a bounded channel makes
+/// and writes all its slots at once (1,024 of 72 bytes: 80 KiB resident from the start, on a
+/// hub that is idle most of its life), the unbounded one a block of 31 as messages come.
 pub(super) struct Queue {
     pub(super) queued_bytes: AtomicUsize,
     budget: usize,
+    /// The most messages waiting.
+    messages: usize,
     /// What the writer waits on when the channel is empty.
     pub(super) doorbell: Doorbell,
 }
@@ -205,6 +211,28 @@ enum Pace {
 const PACED_PATIENCE: Duration = Duration::from_secs(120);
 
 impl Queue {
+    /// Whether `tx` holds as many messages as the queue takes.
+    fn full(&self, tx: &Sender<CacheMsg>) -> bool {
+        tx.len() >= self.messages
+    }
+
+    /// Waits until `room` (polled: only a paced sender or a barrier waits, and only when the
+    /// writer is that far behind), up to `patience`; at once with None.
+    fn wait_for(room: impl Fn() -> bool, patience: Option<Duration>) -> bool {
+        let mut deadline = None;
+        while !room() {
+            let Some(patience) = patience else {
+                return false;
+            };
+            let now = std::time::Instant::now();
+            if now >= *deadline.get_or_insert(now + patience) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        true
+    }
+
     /// Queues `msg` on `tx`. With [`Pace::NeverWait`] it gives up at once when the channel
     /// or the byte budget is full; with [`Pace::Wait`] it waits for room, up to a bound.
     fn send(&self, tx: &Sender<CacheMsg>, msg: CacheMsg, pace: Pace) -> bool {
@@ -213,23 +241,18 @@ impl Queue {
             CacheMsg::Whole { .. } | CacheMsg::Put { .. } => Kind::Small,
             _ => Kind::Other,
         };
-        let mut deadline = None;
-        // Senders race, so the budget can be overshot by one chunk per sender: still bounded.
-        while self.queued_bytes.load(Ordering::Relaxed) + len > self.budget {
-            if pace == Pace::NeverWait {
-                return false;
-            }
-            let now = std::time::Instant::now();
-            if now >= *deadline.get_or_insert(now + PACED_PATIENCE) {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(5));
+        let patience = (pace == Pace::Wait).then_some(PACED_PATIENCE);
+        // Senders race, so either bound can be overshot by one message per sender: still
+        // bounded.
+        let room =
+            || self.queued_bytes.load(Ordering::Relaxed) + len <= self.budget && !self.full(tx);
+        if !Queue::wait_for(room, patience) {
+            return false;
         }
         self.queued_bytes.fetch_add(len, Ordering::Relaxed);
-        let sent = match pace {
-            Pace::NeverWait => tx.try_send(msg).is_ok(),
-            Pace::Wait => tx.send_timeout(msg, PACED_PATIENCE).is_ok(),
-        };
+        // Never fails while a receiver lives (the channel is unbounded); false once the
+        // writer is gone.
+        let sent = tx.send(msg).is_ok();
         if sent {
             METRICS
                 .cache_writer_queue_depth
@@ -246,7 +269,7 @@ impl Queue {
     /// enough to do, and senders must not find it full).
     fn urgent(&self, tx: &Sender<CacheMsg>, kind: &Kind) -> bool {
         *kind == Kind::Other
-            || tx.capacity().is_some_and(|cap| tx.len() * 2 >= cap)
+            || tx.len() * 2 >= self.messages
             || self.queued_bytes.load(Ordering::Relaxed) * 2 >= self.budget
     }
 }
@@ -256,7 +279,7 @@ impl Queue {
     /// (the byte budget does not apply: it adds none).
     fn send_within(&self, tx: &Sender<CacheMsg>, msg: CacheMsg, wait: Duration) -> bool {
         debug_assert_eq!(msg.payload_len(), 0);
-        let sent = tx.send_timeout(msg, wait).is_ok();
+        let sent = Queue::wait_for(|| !self.full(tx), Some(wait)) && tx.send(msg).is_ok();
         if sent {
             METRICS
                 .cache_writer_queue_depth
@@ -302,10 +325,11 @@ pub(crate) struct CacheRx {
 
 /// Creates the queue: at most `messages` messages holding at most `budget` body bytes.
 pub(crate) fn channel(messages: usize, budget: usize) -> (CacheTx, CacheRx) {
-    let (tx, rx) = crossbeam_channel::bounded(messages);
+    let (tx, rx) = crossbeam_channel::unbounded();
     let queue = Arc::new(Queue {
         queued_bytes: AtomicUsize::new(0),
         budget,
+        messages,
         doorbell: Doorbell::default(),
     });
     (
@@ -458,7 +482,7 @@ impl CacheTx {
         let begun = if streaming {
             session.send_begin()
         } else {
-            pace == Pace::Wait || !self.tx.is_full()
+            pace == Pace::Wait || !self.queue.full(&self.tx)
         };
         if !begun {
             session.abandon();
@@ -830,6 +854,35 @@ mod tests {
     }
 
     #[test]
+    fn the_queue_takes_as_many_messages_as_it_is_made_for_and_a_paced_sender_waits_for_room() {
+        let (tx, rx) = channel(2, 1 << 20);
+        let queue = &rx.queue;
+        assert!(queue.send(&tx.tx, whole("a"), Pace::NeverWait));
+        assert!(queue.send(&tx.tx, whole("b"), Pace::NeverWait));
+        assert!(
+            !queue.send(&tx.tx, whole("c"), Pace::NeverWait),
+            "a client's answer is not queued past the bound"
+        );
+        assert!(
+            !queue.send_within(
+                &tx.tx,
+                CacheMsg::Barrier(crossbeam_channel::bounded(1).0),
+                Duration::from_millis(20)
+            ),
+            "a barrier waits for room, then gives up"
+        );
+        // A paced sender (the refill thread) waits until the writer takes one.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                rx.rx.recv().expect("a message");
+            });
+            assert!(queue.send(&tx.tx, whole("d"), Pace::Wait));
+        });
+        assert_eq!(rx.rx.len(), 2);
+    }
+
+    #[test]
     fn an_urgent_send_just_before_a_linger_cuts_it_short() {
         let (tx, rx) = channel(8, 1 << 20);
         let chunk = CacheMsg::Chunk {
@@ -848,9 +901,8 @@ mod tests {
 mod size_tests {
     use super::CacheMsg;
 
-    /// The writer's queue allocates and writes every slot when it is made: a message's size
-    /// times the queue's length is resident at idle (1024 × 240 bytes before the targets were
-    /// boxed).
+    /// The writer's queue holds blocks of 31 messages while they wait (it held 1,024 slots
+    /// from the start, 240 bytes each before the targets were boxed).
     #[test]
     fn a_queued_message_is_small() {
         let size = std::mem::size_of::<CacheMsg>();
