@@ -16,6 +16,7 @@ use super::MAX_OBJECT_BYTES;
 use super::error_keys::{ErrorKeys, Keyed};
 use super::evict::{Bound, BoundStats, Write};
 use super::failures::{FailureLog, count_put};
+use super::identical;
 use super::rules::{
     ListState, list_item, list_member, located_paths, namespaced, put_object, put_token,
     watch_event,
@@ -140,14 +141,14 @@ pub(crate) fn run(
 }
 
 /// What the writer thread works with.
-struct Writer<'w, 's> {
-    store: &'s Store,
-    failures: &'w mut FailureLog,
-    synced: &'s Synced,
+pub(super) struct Writer<'w, 's> {
+    pub(super) store: &'s Store,
+    pub(super) failures: &'w mut FailureLog,
+    pub(super) synced: &'s Synced,
     /// `--cache-max-bytes`, when set.
-    bound: Option<Bound>,
+    pub(super) bound: Option<Bound>,
     /// The whole lists committed, which prove a repeat unchanged (`unchanged.rs`).
-    memos: Memos,
+    pub(super) memos: Memos,
 }
 
 /// After a message: the answers still writing a collection the bound evicted are
@@ -384,6 +385,10 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
             form,
             body,
         } => {
+            // A get's answer stored exactly so already: nothing to decode (`identical.rs`).
+            if identical::handled(w, &target, status, gzip, &word, &body) {
+                return;
+            }
             let head = Head {
                 target: *target,
                 status,
@@ -841,7 +846,12 @@ fn relisted(store: &Store, collection: &CollectionKey) {
 
 /// The cloud's word on `collection` was heard, as of when `word` says; `noted` is the last
 /// time noted for the session, which a same second does not take the record's lock for.
-fn note(synced: &Synced, collection: &CollectionKey, word: &Word, noted: &mut Option<u64>) {
+pub(super) fn note(
+    synced: &Synced,
+    collection: &CollectionKey,
+    word: &Word,
+    noted: &mut Option<u64>,
+) {
     if let Some(at) = word.at(crate::unix_secs())
         && *noted != Some(at)
     {

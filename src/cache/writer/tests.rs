@@ -555,6 +555,34 @@ fn a_committed_list_clears_the_failed_keys_of_its_objects() {
     assert!(persisted_error_keys(&t).is_empty());
 }
 
+/// Gets of one object: a repeat stored exactly so already changes nothing (`identical.rs`),
+/// a changed answer is written at once, even at the same resourceVersion, and each tells the
+/// kind's sync.
+#[test]
+fn a_repeated_get_changes_nothing_and_a_changed_one_is_written_at_once() {
+    let t = TempStore::new("repeated-get");
+    let synced = crate::cache::synced::Synced::default();
+    let object = r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"5"},"spec":{"nodeName":"n1"}}"#;
+    let target = || CacheTarget::Object {
+        collection: pods(),
+        namespace: Some("ns".into()),
+        name: Some("a".into()),
+    };
+    let changed = object.replace("n1", "n2");
+    write_noting(&t.store, 1 << 20, &synced, |tx| {
+        send(tx, target(), object);
+        send(tx, target(), &format!("{object}\n"));
+    });
+    let path = t.dir.root().join("kubelet/pods.v1.core/ns/a");
+    assert_eq!(std::fs::read(&path).unwrap(), object.as_bytes());
+    write_noting(&t.store, 1 << 20, &synced, |tx| {
+        send(tx, target(), object);
+        send(tx, target(), &changed);
+    });
+    assert_eq!(std::fs::read(&path).unwrap(), changed.as_bytes());
+    assert!(synced.last(&pods()).is_some());
+}
+
 /// A kind the cloud no longer has (a list answered 404) takes its failed keys with it.
 #[test]
 fn a_pruned_collection_takes_its_failed_keys_with_it() {
