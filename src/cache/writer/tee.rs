@@ -400,6 +400,42 @@ impl CacheTx {
         self.start(target, status, gzip, Pace::NeverWait, refill, Word::Cloud)
     }
 
+    /// [`CacheTx::begin`] for a small answer read whole, whose refill is made only if it is
+    /// wanted (`make`, from the request's path and query as sent, `sent_as`): when the
+    /// session is dropped for a full queue, or when the ledger follows requests (then now,
+    /// as `begin` would). Most small gets are never dropped, and their refill (a copy of
+    /// the classified request and the target) was made and freed for nothing. Finish it
+    /// with [`Session::finish_refilling`].
+    pub(crate) fn begin_deferred(
+        &self,
+        target: CacheTarget,
+        status: u16,
+        gzip: bool,
+        sent_as: &str,
+        make: impl FnOnce(String) -> Option<Refill>,
+    ) -> Option<Session> {
+        let Some(tx) = self.refills.as_ref().filter(|tx| !tx.following()) else {
+            return self.begin(target, status, gzip, make(sent_as.to_owned()));
+        };
+        let since = tx.begun();
+        let Some(mut session) =
+            self.start(target, status, gzip, Pace::NeverWait, None, Word::Cloud)
+        else {
+            // Dropped at its start (the queue is full): fetched again, as `begin`'s would be.
+            if let Some(refill) = make(sent_as.to_owned()) {
+                tx.dropped(refill.clone(), since, false);
+                tx.ended(&refill, since);
+            }
+            return None;
+        };
+        session.deferred = Some(Deferred {
+            tx: tx.clone(),
+            since,
+            sent_as: sent_as.to_owned(),
+        });
+        Some(session)
+    }
+
     /// [`CacheTx::begin`] for an answer relayed from a pool cache rather than the cloud:
     /// `word` says as of when it is the cloud's (that cache's own last sync). Never refilled:
     /// the pool cache answers it again.
@@ -451,6 +487,7 @@ impl CacheTx {
             pending: Vec::new(),
             pace,
             refill,
+            deferred: None,
         };
         // A watch's events go to disk as they come: its writer session starts now. Any other
         // answer starts with its first chunk, or goes whole in one message when it is small.
@@ -502,6 +539,16 @@ pub(crate) struct Session {
     pending: Vec<u8>,
     pace: Pace,
     refill: Option<Refillable>,
+    /// A refill not made yet ([`CacheTx::begin_deferred`]).
+    deferred: Option<Deferred>,
+}
+
+/// What a deferred refill is made with: the refill queue, the session's order
+/// ([`RefillTx::begun`]) and the request's path and query as sent.
+struct Deferred {
+    tx: RefillTx,
+    since: u64,
+    sent_as: String,
 }
 
 /// What a `Begin` says, held until it is sent.
@@ -671,7 +718,19 @@ impl Session {
     }
 
     /// The body is over: whole (`complete`) or broken off.
-    pub(crate) fn finish(mut self, complete: bool) {
+    pub(crate) fn finish(self, complete: bool) {
+        self.finish_refilling(complete, |_| None);
+    }
+
+    /// [`Session::finish`] for a session begun by [`CacheTx::begin_deferred`]: `make` makes
+    /// its refill (from the path and query as sent) when it is wanted after all: the answer
+    /// was dropped for a full queue, or the ledger now follows requests and must hear it
+    /// went whole.
+    pub(crate) fn finish_refilling(
+        mut self,
+        complete: bool,
+        make: impl FnOnce(String) -> Option<Refill>,
+    ) {
         if self.done {
             return;
         }
@@ -711,6 +770,19 @@ impl Session {
                 self.queue.send(&self.tx, msg, self.pace)
             }
         };
+        if let Some(d) = self.deferred.take()
+            && (!sent || d.tx.following())
+            && let Some(refill) = make(d.sent_as)
+        {
+            // Wanted after all: the session goes on as one begun with it, not counted in
+            // flight by the ledger (it followed no request when it began).
+            self.refill = Some(Refillable {
+                tx: d.tx,
+                refill,
+                since: d.since,
+                handed: false,
+            });
+        }
         if !sent {
             self.abandon();
         } else if complete && let Some(r) = self.refill.take() {

@@ -195,6 +195,64 @@ fn a_whole_answer_dropped_for_a_full_queue_is_fetched_again() {
     );
 }
 
+/// A small answer begun with its refill deferred makes it only when it is wanted: dropped
+/// for a full queue (at its end or at its start), it is fetched again as any; gone whole, it
+/// was never made.
+#[test]
+fn a_deferred_refill_is_made_only_for_a_dropped_answer() {
+    let refills = Refills::new();
+    let request = Refill {
+        request: Box::new(crate::request::on_behalf_of("kubelet", "GET", "/api/v1/pods").unwrap()),
+        target: list_target(),
+        sent_as: "/api/v1/pods".into(),
+    };
+    let made = std::cell::Cell::new(0);
+    let make = |sent_as: String| {
+        made.set(made.get() + 1);
+        assert_eq!(sent_as, "/api/v1/pods");
+        Some(request.clone())
+    };
+    // Room for it: never made.
+    let (tx, _rx) = channel(8, 1 << 20);
+    let tx = tx.with_refills(refills.sender());
+    let mut s = tx
+        .begin_deferred(list_target(), 200, false, "/api/v1/pods", make)
+        .unwrap();
+    assert!(s.chunk_owned(LIST.as_bytes().to_vec()));
+    s.finish_refilling(true, make);
+    assert_eq!(made.get(), 0);
+    assert!(refills.rx().try_recv().is_err());
+    // Over the 16-byte budget: made and handed over.
+    let (tx, _rx) = channel(8, 16);
+    let tx = tx.with_refills(refills.sender());
+    let mut s = tx
+        .begin_deferred(list_target(), 200, false, "/api/v1/pods", make)
+        .unwrap();
+    assert!(s.chunk_owned(LIST.as_bytes().to_vec()));
+    s.finish_refilling(true, make);
+    assert_eq!(made.get(), 1);
+    let dropped = refills.rx().try_recv().expect("a refill");
+    assert_eq!(dropped.refill, request);
+    // Not even begun (the queue holds as many messages as it can): handed over too.
+    let (tx, _rx) = channel(1, 1 << 20);
+    let tx = tx.with_refills(refills.sender());
+    assert!(tx.put(pods(), b"{}".to_vec()));
+    assert!(
+        tx.begin_deferred(list_target(), 200, false, "/api/v1/pods", make)
+            .is_none()
+    );
+    assert_eq!(
+        refills.rx().try_recv().map(|d| d.refill).ok(),
+        Some(request.clone())
+    );
+    // The ledger now follows the request: a session is begun with its refill, as `begin`'s.
+    let (tx, _rx) = channel(8, 1 << 20);
+    let tx = tx.with_refills(refills.sender());
+    let s = tx.begin_deferred(list_target(), 200, false, "/api/v1/pods", make);
+    assert_eq!(made.get(), 3);
+    drop(s);
+}
+
 #[test]
 fn watch_events_apply_one_by_one_and_a_torn_last_event_does_not() {
     let t = TempStore::new("watch");
