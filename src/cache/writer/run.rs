@@ -141,14 +141,14 @@ pub(crate) fn run(
 }
 
 /// What the writer thread works with.
-pub(super) struct Writer<'w, 's> {
-    pub(super) store: &'s Store,
-    pub(super) failures: &'w mut FailureLog,
-    pub(super) synced: &'s Synced,
+struct Writer<'w, 's> {
+    store: &'s Store,
+    failures: &'w mut FailureLog,
+    synced: &'s Synced,
     /// `--cache-max-bytes`, when set.
-    pub(super) bound: Option<Bound>,
+    bound: Option<Bound>,
     /// The whole lists committed, which prove a repeat unchanged (`unchanged.rs`).
-    pub(super) memos: Memos,
+    memos: Memos,
 }
 
 /// After a message: the answers still writing a collection the bound evicted are
@@ -386,8 +386,14 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
             body,
         } => {
             // A get's answer stored exactly so already: nothing to decode (`identical.rs`).
-            if identical::handled(w, &target, status, gzip, &word, &body) {
-                return;
+            if let Some((collection, object)) = identical::stored_already(
+                w.store,
+                &w.failures.error_keys,
+                &target,
+                (status, gzip),
+                &body,
+            ) {
+                return stored_again(w, collection, object, &word);
             }
             let head = Head {
                 target: *target,
@@ -484,6 +490,26 @@ fn feed(w: &mut Writer<'_, '_>, active: &mut Active<'_>, data: &[u8]) {
         failed = true;
     }
     active.failed |= failed;
+}
+
+/// A get's answer stored exactly so already (`identical.rs`): what the whole path would do
+/// with it, without decoding it. The bound admits it (or not: then nothing more, as there),
+/// the kind hears the cloud's word, the counters say an identical write was skipped.
+fn stored_again(w: &mut Writer<'_, '_>, collection: &CollectionKey, object: &[u8], word: &Word) {
+    if let Some(bound) = w.bound.as_mut()
+        && !bound.admit_unit(
+            w.store,
+            w.synced,
+            Write::Object(collection),
+            object.len() as u64,
+            Some(object),
+        )
+    {
+        return;
+    }
+    Metrics::inc(&METRICS.cache_writes_skipped_identical);
+    Metrics::inc(&METRICS.cache_sessions_committed);
+    note(w.synced, collection, word, &mut None);
 }
 
 /// What a session's `Begin` (or `Whole`) says of its answer.
