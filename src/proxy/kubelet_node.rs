@@ -344,7 +344,7 @@ impl Call<'_> {
             .as_ref()
             .ok()
             .and_then(|routed| route::target_for_answer(routed, Some("application/json")));
-        let (session, cache_status) = self.cache_session(&ex, target, 200, false);
+        let (session, cache_status) = self.cache_session(&ex, target, 200, false, false);
         let sent = ex.send(200, headers, &body);
         // kubelet has its answer; the node moves to the writer without a copy.
         if let Some(mut session) = session {

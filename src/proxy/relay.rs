@@ -53,8 +53,12 @@ impl Call<'_> {
             .and_then(|t| wants_cache(t, &answer))
             .map(|t| keyed(t, request_body));
         let gzip = answer.is_gzip() && filtering.is_none();
+        // Read whole and finished by `relay_plain`, which makes its refill only if wanted.
+        let small = filtering.is_none()
+            && self.route.resume.is_none()
+            && answer.length.is_some_and(|l| l <= SMALL_BODY);
         let (mut session, cache_status) =
-            self.cache_session(&ex, answer_target, answer.status, gzip);
+            self.cache_session(&ex, answer_target, answer.status, gzip, small);
         // The cloud's bytes as sent, or rewritten by filters that read nothing else: a list
         // of them may be proven unchanged by its resourceVersion (`cache/writer/unchanged.rs`).
         let form = match &filtering {
@@ -107,7 +111,7 @@ impl Call<'_> {
             // The client has its answer; the body moves to the writer without a copy.
             if let Some(mut s) = session {
                 s.chunk_owned(body);
-                s.finish(true);
+                s.finish_refilling(true, |sent_as| self.refill(sent_as));
             }
             return done(sent, cache_status);
         }
@@ -130,16 +134,18 @@ impl Call<'_> {
 impl Call<'_> {
     /// The cache writer's session for an answer of `status` to `ex`'s request, to be kept as
     /// `target` (None: the answer is not for the cache), and where the cache stands for the
-    /// log line.
+    /// log line. A `small` answer is read whole and finished with
+    /// [`Session::finish_refilling`] and [`Call::refill`]: its refill is made only if wanted.
     pub(super) fn cache_session(
         &self,
         ex: &Exchange<'_>,
         target: Option<CacheTarget>,
         status: u16,
         gzip: bool,
+        small: bool,
     ) -> (Option<Session>, CacheStatus) {
-        let (routed, cache) = match (&self.route.cache, &self.hub.cache) {
-            (Ok(routed), Some(cache)) => (routed, cache),
+        let cache = match (&self.route.cache, &self.hub.cache) {
+            (Ok(_), Some(cache)) => cache,
             (Ok(_), None) => return (None, CacheStatus::Bypass(NoCacheReason::CacheUnavailable)),
             (Err(reason), _) => return (None, CacheStatus::Bypass(*reason)),
         };
@@ -149,22 +155,38 @@ impl Call<'_> {
         // Should the disk fall behind, the hub reads the answer again itself: reads only, and
         // only on its own credentials, which the client's did not replace. (A refill filters
         // like the relay: it computes the same chain.)
-        let refill = self
-            .req
-            .as_ref()
-            .filter(|_| self.route.identity == Identity::Hub && ex.method() == "GET")
-            .map(|req| Refill {
-                request: Box::new(req.clone()),
-                target: routed.clone(),
-                sent_as: ex.url().to_owned(),
-            });
-        let session = cache.begin(target, status, gzip, refill);
+        let refillable =
+            self.req.is_some() && self.route.identity == Identity::Hub && ex.method() == "GET";
+        let session = if refillable && small {
+            cache.begin_deferred(target, status, gzip, ex.url(), |sent_as| {
+                self.refill(sent_as)
+            })
+        } else {
+            let refill = refillable
+                .then(|| self.refill(ex.url().to_owned()))
+                .flatten();
+            cache.begin(target, status, gzip, refill)
+        };
         let cache_status = if session.is_some() {
             CacheStatus::Stored
         } else {
             CacheStatus::Dropped
         };
         (session, cache_status)
+    }
+
+    /// How this request's answer is fetched again should its cache session be dropped (its
+    /// path and query as sent: `sent_as`); `None` for a request not classified or not cached.
+    /// (Only for a read on the hub's own credentials: [`Call::cache_session`] judges that.)
+    fn refill(&self, sent_as: String) -> Option<Refill> {
+        let (Some(req), Ok(target)) = (self.req.as_ref(), self.route.cache.as_ref()) else {
+            return None;
+        };
+        Some(Refill {
+            request: Box::new(req.clone()),
+            target: target.clone(),
+            sent_as,
+        })
     }
 
     /// Starts a streamed answer to the client with `headers`. A watch may stay open for hours:

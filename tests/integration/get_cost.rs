@@ -9,7 +9,9 @@
 //! gets and dumped after the counted ones (`callgrind_control`), once per mode, to
 //! `<out>.cloud.<n>` and `<out>.edge.<n>`. `TINYHUB_GET_COST_GETS` sets the counted gets
 //! (default 500), `TINYHUB_GET_COST_V` the hub's `--v` (default 0, as the bench). Without
-//! `TINYHUB_GET_COST_CALLGRIND` it only drives the gets.
+//! `TINYHUB_GET_COST_CALLGRIND` it only drives the gets. `TINYHUB_GET_COST_STRACE=/tmp/out`
+//! (without callgrind) attaches `strace -f -c` to the hub for the counted gets: its syscalls,
+//! summed to `<out>.cloud` and `<out>.edge`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -143,6 +145,16 @@ fn drive(mode: &str) {
     if out.is_some() {
         callgrind("-z", hub.pid());
     }
+    // Attached after the warm-up, stopped before the hub: the counted gets' syscalls only.
+    let strace = std::env::var("TINYHUB_GET_COST_STRACE").ok().map(|out| {
+        let child = Command::new("strace")
+            .args(["-f", "-c", "-o", &format!("{out}.{mode}"), "-p"])
+            .arg(hub.pid().to_string())
+            .spawn()
+            .expect("strace");
+        std::thread::sleep(Duration::from_secs(2));
+        child
+    });
     conn.reconnects = 0;
     for _ in 0..gets {
         assert_eq!(conn.get(), 200);
@@ -150,6 +162,10 @@ fn drive(mode: &str) {
     eprintln!("{mode}: {gets} gets, {} new connections", conn.reconnects);
     if out.is_some() {
         callgrind("-d", hub.pid());
+    }
+    if let Some(mut strace) = strace {
+        signal(strace.id(), "INT");
+        strace.wait().expect("strace's summary");
     }
     drop(conn);
     drop(hub);

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use super::check::{Expect, api_version_of_kind_dir, check_object};
 use super::fs::read_object;
 use super::{PutOutcome, Store, stored_rv};
-use crate::cache::key::{METADATA_DIR, ObjectKey};
+use crate::cache::key::{CollectionKey, METADATA_DIR, ObjectKey};
 use crate::names::is_safe_segment;
 
 /// The index: path hash → [`Entry`].
@@ -97,7 +97,16 @@ impl ObjectIndex {
     /// (the view's directory before the kind's, [`View::dir`](crate::cache::key::View::dir)),
     /// the same as [`ObjectIndex::path_hash`] of its path below the root.
     pub(super) fn key_hash(&self, key: &ObjectKey) -> u64 {
-        let c = &key.collection;
+        self.key_hash_of(&key.collection, key.namespace.as_deref(), &key.name)
+    }
+
+    /// [`ObjectIndex::key_hash`] of the object `name` in `namespace` of `c`, from its parts.
+    pub(super) fn key_hash_of(
+        &self,
+        c: &CollectionKey,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> u64 {
         let [resource, version, group] = c.gvr.dir_name_parts();
         let mut h = self.hasher.build_hasher();
         // `write`, never `write_str`: the pieces must hash as their concatenation does.
@@ -110,11 +119,11 @@ impl ObjectIndex {
         for part in [resource, ".", version, ".", group, "/"] {
             h.write(part.as_bytes());
         }
-        if let Some(ns) = &key.namespace {
+        if let Some(ns) = namespace {
             h.write(ns.as_bytes());
             h.write(b"/");
         }
-        h.write(key.name.as_bytes());
+        h.write(name.as_bytes());
         h.finish()
     }
 

@@ -484,6 +484,25 @@ impl Store {
         })
     }
 
+    /// Whether the object `name` (in `namespace`) of `collection` is stored as exactly
+    /// `bytes`, as the index knows it: then [`Store::put`] of them would answer
+    /// [`PutOutcome::Identical`] (or `Stale`) and write nothing. Two hashes and one lock, no
+    /// syscall and no allocation. `false` when the index does not know the object (only a
+    /// put can tell) or it differs. (An unsafe collection, namespace or name is never stored,
+    /// so the index knows none: it answers `false` as for any unknown path.)
+    pub(crate) fn holds_exactly(
+        &self,
+        collection: &CollectionKey,
+        namespace: Option<&str>,
+        name: &str,
+        bytes: &[u8],
+    ) -> bool {
+        let index = self.index();
+        let at = index.key_hash_of(collection, namespace, name);
+        let content = index.content_hash(bytes);
+        index.judge(at, content, None) == Known::Unchanged(PutOutcome::Identical)
+    }
+
     /// Writes `bytes`, hashing to `content`, to `target` (making `dirs` first) and keeps the index at `at` exact:
     /// after a failure the file may be old or new, so the entry goes. The file it replaces
     /// is weighed first, so `bucket`'s figures stay exact.

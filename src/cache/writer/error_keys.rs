@@ -205,6 +205,11 @@ impl ErrorKeys {
         }
     }
 
+    /// No key is waiting to be stored again.
+    pub(super) fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
     /// `key` holds what it should now (stored, already current, or removed).
     pub(super) fn stored(&mut self, key: &dyn Keyed) {
         // The usual case, without building the key.

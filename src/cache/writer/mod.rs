@@ -13,12 +13,14 @@
 //! rules for objects (what is stored and under which key, watch events, list items, tokens);
 //! `error_keys.rs` the keys whose write failed, until they are stored; `refills.rs` what dropped
 //! sessions tell the refill thread, and the ledger of answers that went whole since;
+//! `identical.rs` a get's answer stored exactly so already;
 //! `unchanged.rs` the memos of whole lists that prove a repeat unchanged (read only up to
 //! its `metadata`).
 
 mod error_keys;
 mod evict;
 mod failures;
+mod identical;
 #[cfg(test)]
 mod list_cost;
 mod refills;

@@ -112,6 +112,12 @@ pub(crate) struct RefillTx {
 }
 
 impl RefillTx {
+    /// Whether the ledger follows any request (one had a drop): until then a session's
+    /// refill is needed only if it is dropped itself.
+    pub(crate) fn following(&self) -> bool {
+        self.ledger.any.load(Ordering::Acquire)
+    }
+
     /// The order of a session beginning now, among all sessions that may be refilled.
     pub(crate) fn begun(&self) -> u64 {
         self.ledger.next.fetch_add(1, Ordering::Relaxed) + 1

@@ -16,6 +16,7 @@ use super::MAX_OBJECT_BYTES;
 use super::error_keys::{ErrorKeys, Keyed};
 use super::evict::{Bound, BoundStats, Write};
 use super::failures::{FailureLog, count_put};
+use super::identical;
 use super::rules::{
     ListState, list_item, list_member, located_paths, namespaced, put_object, put_token,
     watch_event,
@@ -384,6 +385,16 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
             form,
             body,
         } => {
+            // A get's answer stored exactly so already: nothing to decode (`identical.rs`).
+            if let Some((collection, object)) = identical::stored_already(
+                w.store,
+                &w.failures.error_keys,
+                &target,
+                (status, gzip),
+                &body,
+            ) {
+                return stored_again(w, collection, object, &word);
+            }
             let head = Head {
                 target: *target,
                 status,
@@ -479,6 +490,26 @@ fn feed(w: &mut Writer<'_, '_>, active: &mut Active<'_>, data: &[u8]) {
         failed = true;
     }
     active.failed |= failed;
+}
+
+/// A get's answer stored exactly so already (`identical.rs`): what the whole path would do
+/// with it, without decoding it. The bound admits it (or not: then nothing more, as there),
+/// the kind hears the cloud's word, the counters say an identical write was skipped.
+fn stored_again(w: &mut Writer<'_, '_>, collection: &CollectionKey, object: &[u8], word: &Word) {
+    if let Some(bound) = w.bound.as_mut()
+        && !bound.admit_unit(
+            w.store,
+            w.synced,
+            Write::Object(collection),
+            object.len() as u64,
+            Some(object),
+        )
+    {
+        return;
+    }
+    Metrics::inc(&METRICS.cache_writes_skipped_identical);
+    Metrics::inc(&METRICS.cache_sessions_committed);
+    note(w.synced, collection, word, &mut None);
 }
 
 /// What a session's `Begin` (or `Whole`) says of its answer.
@@ -841,7 +872,12 @@ fn relisted(store: &Store, collection: &CollectionKey) {
 
 /// The cloud's word on `collection` was heard, as of when `word` says; `noted` is the last
 /// time noted for the session, which a same second does not take the record's lock for.
-fn note(synced: &Synced, collection: &CollectionKey, word: &Word, noted: &mut Option<u64>) {
+pub(super) fn note(
+    synced: &Synced,
+    collection: &CollectionKey,
+    word: &Word,
+    noted: &mut Option<u64>,
+) {
     if let Some(at) = word.at(crate::unix_secs())
         && *noted != Some(at)
     {

@@ -392,12 +392,12 @@ impl CacheTx {
             let tx = self.refills.clone()?;
             // In flight, for the ledger, until the session ends (its `Drop` at the latest).
             let since = tx.open(&refill, streaming);
-            Some(Refillable {
+            Some(Box::new(Refillable {
                 tx,
                 refill,
                 since,
                 handed: false,
-            })
+            }))
         });
         if let (CacheTarget::Watch { collection }, Some(relist), Some(r), 200) =
             (&target, &self.relist, &refill, status)
@@ -422,6 +422,42 @@ impl CacheTx {
             }
         }
         self.start(target, status, gzip, Pace::NeverWait, refill, Word::Cloud)
+    }
+
+    /// [`CacheTx::begin`] for a small answer read whole, whose refill is made only if it is
+    /// wanted (`make`, from the request's path and query as sent, `sent_as`): when the
+    /// session is dropped for a full queue, or when the ledger follows requests (then now,
+    /// as `begin` would). Most small gets are never dropped, and their refill (a copy of
+    /// the classified request and the target) was made and freed for nothing. Finish it
+    /// with [`Session::finish_refilling`].
+    pub(crate) fn begin_deferred(
+        &self,
+        target: CacheTarget,
+        status: u16,
+        gzip: bool,
+        sent_as: &str,
+        make: impl FnOnce(String) -> Option<Refill>,
+    ) -> Option<Session> {
+        let Some(tx) = self.refills.as_ref().filter(|tx| !tx.following()) else {
+            return self.begin(target, status, gzip, make(sent_as.to_owned()));
+        };
+        let since = tx.begun();
+        let Some(mut session) =
+            self.start(target, status, gzip, Pace::NeverWait, None, Word::Cloud)
+        else {
+            // Dropped at its start (the queue is full): fetched again, as `begin`'s would be.
+            if let Some(refill) = make(sent_as.to_owned()) {
+                tx.dropped(refill.clone(), since, false);
+                tx.ended(&refill, since);
+            }
+            return None;
+        };
+        session.deferred = Some(Deferred {
+            tx: tx.clone(),
+            since,
+            sent_as: sent_as.to_owned(),
+        });
+        Some(session)
     }
 
     /// [`CacheTx::begin`] for an answer relayed from a pool cache rather than the cloud:
@@ -453,7 +489,7 @@ impl CacheTx {
         status: u16,
         gzip: bool,
         pace: Pace,
-        refill: Option<Refillable>,
+        refill: Option<Box<Refillable>>,
         word: Word,
     ) -> Option<Session> {
         let streaming = matches!(target, CacheTarget::Watch { .. });
@@ -462,7 +498,7 @@ impl CacheTx {
             tx: self.tx.clone(),
             queue: Arc::clone(&self.queue),
             unsent: Some(Start {
-                target,
+                target: Box::new(target),
                 status,
                 gzip,
                 word,
@@ -475,6 +511,7 @@ impl CacheTx {
             pending: Vec::new(),
             pace,
             refill,
+            deferred: None,
         };
         // A watch's events go to disk as they come: its writer session starts now. Any other
         // answer starts with its first chunk, or goes whole in one message when it is small.
@@ -525,12 +562,25 @@ pub(crate) struct Session {
     streaming: bool,
     pending: Vec<u8>,
     pace: Pace,
-    refill: Option<Refillable>,
+    /// Boxed, as the start's target: a session is moved by value from its start to its
+    /// relay, and most have none.
+    refill: Option<Box<Refillable>>,
+    /// A refill not made yet ([`CacheTx::begin_deferred`]).
+    deferred: Option<Deferred>,
+}
+
+/// What a deferred refill is made with: the refill queue, the session's order
+/// ([`RefillTx::begun`]) and the request's path and query as sent.
+struct Deferred {
+    tx: RefillTx,
+    since: u64,
+    sent_as: String,
 }
 
 /// What a `Begin` says, held until it is sent.
 struct Start {
-    target: CacheTarget,
+    /// Boxed here already, as the message carries it.
+    target: Box<CacheTarget>,
     status: u16,
     gzip: bool,
     word: Word,
@@ -628,12 +678,12 @@ impl Session {
         let abandoned = Arc::new(AtomicBool::new(false));
         self.abandoned = Some(Arc::clone(&abandoned));
         // Only a list can be proven unchanged (and only one of a known form).
-        let enough = (form.is_some() && matches!(target, CacheTarget::List { .. }))
+        let enough = (form.is_some() && matches!(*target, CacheTarget::List { .. }))
             .then(|| Arc::new(AtomicBool::new(false)));
         self.enough = enough.clone();
         let msg = CacheMsg::Begin {
             id: self.id,
-            target: Box::new(target),
+            target,
             status,
             gzip,
             word,
@@ -695,7 +745,19 @@ impl Session {
     }
 
     /// The body is over: whole (`complete`) or broken off.
-    pub(crate) fn finish(mut self, complete: bool) {
+    pub(crate) fn finish(self, complete: bool) {
+        self.finish_refilling(complete, |_| None);
+    }
+
+    /// [`Session::finish`] for a session begun by [`CacheTx::begin_deferred`]: `make` makes
+    /// its refill (from the path and query as sent) when it is wanted after all: the answer
+    /// was dropped for a full queue, or the ledger now follows requests and must hear it
+    /// went whole.
+    pub(crate) fn finish_refilling(
+        mut self,
+        complete: bool,
+        make: impl FnOnce(String) -> Option<Refill>,
+    ) {
         if self.done {
             return;
         }
@@ -712,7 +774,7 @@ impl Session {
             }) => {
                 let body = std::mem::take(&mut self.pending);
                 let msg = CacheMsg::Whole {
-                    target: Box::new(target),
+                    target,
                     status,
                     gzip,
                     word,
@@ -735,6 +797,19 @@ impl Session {
                 self.queue.send(&self.tx, msg, self.pace)
             }
         };
+        if let Some(d) = self.deferred.take()
+            && (!sent || d.tx.following())
+            && let Some(refill) = make(d.sent_as)
+        {
+            // Wanted after all: the session goes on as one begun with it, not counted in
+            // flight by the ledger (it followed no request when it began).
+            self.refill = Some(Box::new(Refillable {
+                tx: d.tx,
+                refill,
+                since: d.since,
+                handed: false,
+            }));
+        }
         if !sent {
             self.abandon();
         } else if complete && let Some(r) = self.refill.take() {
@@ -907,5 +982,13 @@ mod size_tests {
     fn a_queued_message_is_small() {
         let size = std::mem::size_of::<CacheMsg>();
         assert!(size <= 80, "CacheMsg is {size} bytes");
+    }
+
+    /// A session is moved by value from its start to the relay that finishes it, once per
+    /// cached answer: its start's target and its refill are boxed (616 bytes before).
+    #[test]
+    fn a_session_is_small() {
+        let size = std::mem::size_of::<super::Session>();
+        assert!(size <= 256, "Session is {size} bytes");
     }
 }

@@ -195,6 +195,64 @@ fn a_whole_answer_dropped_for_a_full_queue_is_fetched_again() {
     );
 }
 
+/// A small answer begun with its refill deferred makes it only when it is wanted: dropped
+/// for a full queue (at its end or at its start), it is fetched again as any; gone whole, it
+/// was never made.
+#[test]
+fn a_deferred_refill_is_made_only_for_a_dropped_answer() {
+    let refills = Refills::new();
+    let request = Refill {
+        request: Box::new(crate::request::on_behalf_of("kubelet", "GET", "/api/v1/pods").unwrap()),
+        target: list_target(),
+        sent_as: "/api/v1/pods".into(),
+    };
+    let made = std::cell::Cell::new(0);
+    let make = |sent_as: String| {
+        made.set(made.get() + 1);
+        assert_eq!(sent_as, "/api/v1/pods");
+        Some(request.clone())
+    };
+    // Room for it: never made.
+    let (tx, _rx) = channel(8, 1 << 20);
+    let tx = tx.with_refills(refills.sender());
+    let mut s = tx
+        .begin_deferred(list_target(), 200, false, "/api/v1/pods", make)
+        .unwrap();
+    assert!(s.chunk_owned(LIST.as_bytes().to_vec()));
+    s.finish_refilling(true, make);
+    assert_eq!(made.get(), 0);
+    assert!(refills.rx().try_recv().is_err());
+    // Over the 16-byte budget: made and handed over.
+    let (tx, _rx) = channel(8, 16);
+    let tx = tx.with_refills(refills.sender());
+    let mut s = tx
+        .begin_deferred(list_target(), 200, false, "/api/v1/pods", make)
+        .unwrap();
+    assert!(s.chunk_owned(LIST.as_bytes().to_vec()));
+    s.finish_refilling(true, make);
+    assert_eq!(made.get(), 1);
+    let dropped = refills.rx().try_recv().expect("a refill");
+    assert_eq!(dropped.refill, request);
+    // Not even begun (the queue holds as many messages as it can): handed over too.
+    let (tx, _rx) = channel(1, 1 << 20);
+    let tx = tx.with_refills(refills.sender());
+    assert!(tx.put(pods(), b"{}".to_vec()));
+    assert!(
+        tx.begin_deferred(list_target(), 200, false, "/api/v1/pods", make)
+            .is_none()
+    );
+    assert_eq!(
+        refills.rx().try_recv().map(|d| d.refill).ok(),
+        Some(request.clone())
+    );
+    // The ledger now follows the request: a session is begun with its refill, as `begin`'s.
+    let (tx, _rx) = channel(8, 1 << 20);
+    let tx = tx.with_refills(refills.sender());
+    let s = tx.begin_deferred(list_target(), 200, false, "/api/v1/pods", make);
+    assert_eq!(made.get(), 3);
+    drop(s);
+}
+
 #[test]
 fn watch_events_apply_one_by_one_and_a_torn_last_event_does_not() {
     let t = TempStore::new("watch");
@@ -553,6 +611,34 @@ fn a_committed_list_clears_the_failed_keys_of_its_objects() {
     let stored = stored_rv_of(&t, "kubelet/pods.v1.core/ns/a");
     assert_eq!(stored.as_deref(), Some("5"));
     assert!(persisted_error_keys(&t).is_empty());
+}
+
+/// Gets of one object: a repeat stored exactly so already changes nothing (`identical.rs`),
+/// a changed answer is written at once, even at the same resourceVersion, and each tells the
+/// kind's sync.
+#[test]
+fn a_repeated_get_changes_nothing_and_a_changed_one_is_written_at_once() {
+    let t = TempStore::new("repeated-get");
+    let synced = crate::cache::synced::Synced::default();
+    let object = r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"5"},"spec":{"nodeName":"n1"}}"#;
+    let target = || CacheTarget::Object {
+        collection: pods(),
+        namespace: Some("ns".into()),
+        name: Some("a".into()),
+    };
+    let changed = object.replace("n1", "n2");
+    write_noting(&t.store, 1 << 20, &synced, |tx| {
+        send(tx, target(), object);
+        send(tx, target(), &format!("{object}\n"));
+    });
+    let path = t.dir.root().join("kubelet/pods.v1.core/ns/a");
+    assert_eq!(std::fs::read(&path).unwrap(), object.as_bytes());
+    write_noting(&t.store, 1 << 20, &synced, |tx| {
+        send(tx, target(), object);
+        send(tx, target(), &changed);
+    });
+    assert_eq!(std::fs::read(&path).unwrap(), changed.as_bytes());
+    assert!(synced.last(&pods()).is_some());
 }
 
 /// A kind the cloud no longer has (a list answered 404) takes its failed keys with it.
