@@ -212,24 +212,22 @@ fn a_deferred_refill_is_made_only_for_a_dropped_answer() {
         assert_eq!(sent_as, "/api/v1/pods");
         Some(request.clone())
     };
+    // A list answered whole through a queue with `budget` bytes.
+    let answer_through = |budget: usize| {
+        let (tx, _rx) = channel(8, budget);
+        let tx = tx.with_refills(refills.sender());
+        let mut s = tx
+            .begin_deferred(list_target(), 200, false, "/api/v1/pods", make)
+            .unwrap();
+        assert!(s.chunk_owned(LIST.as_bytes().to_vec()));
+        s.finish_refilling(true, make);
+    };
     // Room for it: never made.
-    let (tx, _rx) = channel(8, 1 << 20);
-    let tx = tx.with_refills(refills.sender());
-    let mut s = tx
-        .begin_deferred(list_target(), 200, false, "/api/v1/pods", make)
-        .unwrap();
-    assert!(s.chunk_owned(LIST.as_bytes().to_vec()));
-    s.finish_refilling(true, make);
+    answer_through(1 << 20);
     assert_eq!(made.get(), 0);
     assert!(refills.rx().try_recv().is_err());
     // Over the 16-byte budget: made and handed over.
-    let (tx, _rx) = channel(8, 16);
-    let tx = tx.with_refills(refills.sender());
-    let mut s = tx
-        .begin_deferred(list_target(), 200, false, "/api/v1/pods", make)
-        .unwrap();
-    assert!(s.chunk_owned(LIST.as_bytes().to_vec()));
-    s.finish_refilling(true, make);
+    answer_through(16);
     assert_eq!(made.get(), 1);
     let dropped = refills.rx().try_recv().expect("a refill");
     assert_eq!(dropped.refill, request);
