@@ -403,6 +403,13 @@ fn the_connection_cap_answers_429_instead_of_spawning() {
     let (b, _wb) = stream(&watch, "kubectl/v1.30.0");
     assert_eq!((a, b), (200, 200));
     assert!(cloud.wait_for_watchers("configmaps", 2, Duration::from_secs(10)));
+    // The HTTPS listener's thread starts once the serving certificate is issued, after the
+    // hub says it is ready: counted before, not as a refusal's.
+    assert!(
+        hub.wait_https(Duration::from_secs(10)).is_some(),
+        "{}",
+        hub.logs()
+    );
     let threads_before = threads(hub.pid());
     let mut refused = 0;
     for _ in 0..20 {
