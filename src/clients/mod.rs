@@ -30,6 +30,7 @@ use crate::cache::decode::{BodyDecoder, BodyShape, DecodeError, Unit};
 use crate::cache::writer::MAX_OBJECT_BYTES;
 use crate::filters::lookups::{FetchError, FetchObject, LOOKUP_DEADLINE, MAX_OBJECT};
 use crate::route::{self, Deadline, Identity, NoCacheReason};
+use crate::stream::BodyReads;
 use crate::upstream::{Answer, Encoding, Outgoing, Upstream, UpstreamError};
 
 /// The User-Agent of the hub's own requests: component `tinyhub`, never filtered.
@@ -184,7 +185,14 @@ fn read_units(
     on_unit: &mut dyn FnMut(Unit<'_>) -> Result<(), ClientError>,
 ) -> Result<bool, ClientError> {
     let mut units = BodyDecoder::new(shape, answer.is_gzip(), MAX_OBJECT_BYTES);
-    let mut buf = vec![0u8; 8192];
+    // A watch waits for hours between events: its reads hold no buffer while it waits, as a
+    // relayed watch's (`stream::BodyReads`).
+    let mut reads = if shape == BodyShape::WatchStream {
+        BodyReads::watch()
+    } else {
+        BodyReads::bulk_of(8192)
+    };
+    let mut traffic = 0;
     let mut failed = None;
     // The request went deep (the TLS handshake, the client key's signature); a watch's body
     // is then read for as long as it lasts, far higher up: give those pages back.
@@ -193,12 +201,11 @@ fn read_units(
         if !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
             return Ok(false);
         }
-        let n = answer.body.read(&mut buf)?;
-        if n == 0 {
+        let Some(chunk) = reads.next(&mut answer.body, &mut traffic)? else {
             break;
-        }
-        on_chunk(&buf[..n]);
-        units.feed(&buf[..n], &mut |unit| {
+        };
+        on_chunk(chunk);
+        units.feed(chunk, &mut |unit| {
             if failed.is_none() {
                 failed = on_unit(unit).err();
             }

@@ -242,9 +242,15 @@ impl BodyReads {
 
     /// The reads of an answer with an end: one buffer of [`BUFFER`], made at the first read.
     pub(crate) fn bulk() -> BodyReads {
+        BodyReads::bulk_of(BUFFER)
+    }
+
+    /// The reads of an answer with an end: one buffer of `size` bytes, made at the first read
+    /// (grown to [`BUFFER`] once a read fills it, as a watch's).
+    pub(crate) fn bulk_of(size: usize) -> BodyReads {
         BodyReads {
             buf: Vec::new(),
-            start: BUFFER,
+            start: size,
             first: [0u8; IDLE_READ],
             filled: false,
             short: false,
@@ -262,7 +268,11 @@ impl BodyReads {
     }
 
     /// The next chunk of `source` (None at its end); its length is added to `traffic`.
-    fn next(&mut self, source: &mut impl Read, traffic: &mut u64) -> io::Result<Option<&[u8]>> {
+    pub(crate) fn next(
+        &mut self,
+        source: &mut impl Read,
+        traffic: &mut u64,
+    ) -> io::Result<Option<&[u8]>> {
         let idle = self.short;
         if idle {
             self.buf = Vec::new();

