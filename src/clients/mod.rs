@@ -187,11 +187,7 @@ fn read_units(
     let mut units = BodyDecoder::new(shape, answer.is_gzip(), MAX_OBJECT_BYTES);
     // A watch waits for hours between events: its reads hold no buffer while it waits, as a
     // relayed watch's (`stream::BodyReads`).
-    let mut reads = if shape == BodyShape::WatchStream {
-        BodyReads::watch()
-    } else {
-        BodyReads::bulk_of(8192)
-    };
+    let mut reads = BodyReads::for_stream(shape == BodyShape::WatchStream);
     let mut traffic = 0;
     let mut failed = None;
     // The request went deep (the TLS handshake, the client key's signature); a watch's body

@@ -242,15 +242,9 @@ impl BodyReads {
 
     /// The reads of an answer with an end: one buffer of [`BUFFER`], made at the first read.
     pub(crate) fn bulk() -> BodyReads {
-        BodyReads::bulk_of(BUFFER)
-    }
-
-    /// The reads of an answer with an end: one buffer of `size` bytes, made at the first read
-    /// (grown to [`BUFFER`] once a read fills it, as a watch's).
-    pub(crate) fn bulk_of(size: usize) -> BodyReads {
         BodyReads {
             buf: Vec::new(),
-            start: size,
+            start: BUFFER,
             first: [0u8; IDLE_READ],
             filled: false,
             short: false,
