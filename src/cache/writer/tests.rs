@@ -161,6 +161,14 @@ fn a_small_answer_read_whole_is_one_message_and_is_stored() {
     assert!(t.read("kubelet/pods.v1.core/ns/a").is_some());
 }
 
+/// A queue of one message, already holding it, whose drops go to `refills`.
+fn full_queue(refills: &Refills) -> (CacheTx, tee::CacheRx) {
+    let (tx, rx) = channel(1, 1 << 20);
+    let tx = tx.with_refills(refills.sender());
+    assert!(tx.put(pods(), b"{}".to_vec()));
+    (tx, rx)
+}
+
 #[test]
 fn a_whole_answer_dropped_for_a_full_queue_is_fetched_again() {
     let refills = Refills::new();
@@ -182,9 +190,7 @@ fn a_whole_answer_dropped_for_a_full_queue_is_fetched_again() {
     let dropped = refills.rx().try_recv().expect("a refill");
     assert_eq!(dropped.refill, request);
     // A client's session is not even begun while the queue holds as many messages as it can.
-    let (tx, _rx) = channel(1, 1 << 20);
-    let tx = tx.with_refills(refills.sender());
-    assert!(tx.put(pods(), b"{}".to_vec()));
+    let (tx, _rx) = full_queue(&refills);
     assert!(
         tx.begin(list_target(), 200, false, Some(request.clone()))
             .is_none()
@@ -232,9 +238,7 @@ fn a_deferred_refill_is_made_only_for_a_dropped_answer() {
     let dropped = refills.rx().try_recv().expect("a refill");
     assert_eq!(dropped.refill, request);
     // Not even begun (the queue holds as many messages as it can): handed over too.
-    let (tx, _rx) = channel(1, 1 << 20);
-    let tx = tx.with_refills(refills.sender());
-    assert!(tx.put(pods(), b"{}".to_vec()));
+    let (tx, _rx) = full_queue(&refills);
     assert!(
         tx.begin_deferred(list_target(), 200, false, "/api/v1/pods", make)
             .is_none()
