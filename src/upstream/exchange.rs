@@ -1,7 +1,6 @@
 //! The hub's own short exchanges with one server, whatever its health (the health probe's and
 //! the lease heartbeat's requests, on the hub's credentials), and the health probe made of them.
 use std::io::Read;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::inflate;
@@ -46,7 +45,7 @@ impl Upstream {
         }
         let mut bytes = body.as_ref().map_or(&[][..], |(_, b)| b.as_slice());
         let (answer, body) = agents.hub.exchange(
-            &Arc::from(base),
+            base,
             &head.finish(),
             method == "HEAD",
             body.is_some()

@@ -112,34 +112,42 @@ impl Plain {
         }
     }
 
-    /// An open idle connection to `base`, if any (one the server closed meanwhile, or that
-    /// a TLS swap retired, is dropped).
-    fn take(&self, base: &str) -> Option<Box<dyn Transport>> {
+    /// An open idle connection to `base`, if any, with the pool's name of its server (one
+    /// the server closed meanwhile, or that a TLS swap retired, is dropped).
+    fn take(&self, base: &str) -> Option<(Box<dyn Transport>, Arc<str>)> {
         loop {
-            let idle = {
+            let (idle, aged) = {
                 let mut list = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-                // Aged ones go first (a close each, rare: after a quiet spell).
+                // Aged ones go first (rare: after a quiet spell), closed outside the lock.
                 let now = Instant::now();
-                list.retain(|i| now.duration_since(i.since) < self.max_age);
-                let at = list.iter().rposition(|i| &*i.base == base)?;
-                list.remove(at)
+                let aged: Vec<Idle> = list
+                    .extract_if(.., |i| now.duration_since(i.since) >= self.max_age)
+                    .collect();
+                let at = list.iter().rposition(|i| &*i.base == base);
+                (at.map(|at| list.remove(at)), aged)
             };
-            let mut transport = idle.transport;
+            drop(aged);
+            let Idle {
+                base,
+                mut transport,
+                ..
+            } = idle?;
             if transport.is_open() {
-                return Some(transport);
+                return Some((transport, base));
             }
         }
     }
 
     /// A connection to `base`: an idle one, or a new one within the connect timeout (and
-    /// what is left of `limits`).
+    /// what is left of `limits`); with the name of its server it goes back to the pool under
+    /// (made once per connection, not per request).
     fn connection(
         &self,
-        base: &Arc<str>,
+        base: &str,
         limits: &Limits,
-    ) -> Result<Box<dyn Transport>, UpstreamError> {
-        if let Some(transport) = self.take(base) {
-            return Ok(transport);
+    ) -> Result<(Box<dyn Transport>, Arc<str>), UpstreamError> {
+        if let Some(pooled) = self.take(base) {
+            return Ok(pooled);
         }
         let error = |e| transport_error(base, e);
         let uri: http::Uri = base.parse().map_err(|e: http::uri::InvalidUri| {
@@ -168,7 +176,7 @@ impl Plain {
         if details.needs_tls() && !transport.is_tls() {
             return Err(error(ureq::Error::TlsRequired));
         }
-        Ok(transport)
+        Ok((transport, Arc::from(base)))
     }
 
     /// Sends `head` (a whole request head, see [`Head`]) and `body` to `base` and reads the
@@ -176,14 +184,14 @@ impl Plain {
     /// the bytes of the body sent once the request went on the link (a connection was had).
     pub(super) fn exchange(
         &self,
-        base: &Arc<str>,
+        base: &str,
         head: &[u8],
         bodiless_answer: bool,
         body: Option<(&mut dyn Read, bool)>,
         limits: Limits,
         sent: &mut dyn FnMut(u64),
     ) -> Result<(ResponseHead, PlainBody), UpstreamError> {
-        let mut transport = self.connection(base, &limits)?;
+        let (mut transport, server) = self.connection(base, &limits)?;
         let t = &mut *transport;
         let cloud = |e: ureq::Error| transport_error(base, e);
         // On the link from here: the request may be delivered, whole or in part.
@@ -221,7 +229,7 @@ impl Plain {
             transport: Some(transport),
             state: framing.map(BodyState::new),
             limits,
-            home: reusable.then(|| (Arc::downgrade(&self.idle), Arc::clone(base), self.max_idle)),
+            home: reusable.then(|| (Arc::downgrade(&self.idle), server, self.max_idle)),
         };
         if body.state == Some(BodyState::Done) {
             body.finish();

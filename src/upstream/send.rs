@@ -4,7 +4,6 @@
 //! the client's body streamed and its failure told apart from the cloud's, a stream's
 //! connection kept apart with its cancel handle), and ureq's errors become [`UpstreamError`]s.
 use std::io::{self, Read};
-use std::sync::Arc;
 
 use ureq::http;
 use ureq::{Agent, SendBody};
@@ -147,13 +146,12 @@ impl Upstream {
             head.add("transfer-encoding", "chunked")?;
         }
         let head = head.finish();
-        let base: Arc<str> = Arc::from(server);
         let body = req
             .body
             .as_mut()
             .map(|b| (&mut *b.reader as &mut dyn Read, chunked));
         let (head, body) = plain.exchange(
-            &base,
+            server,
             &head,
             req.method == "HEAD",
             body,

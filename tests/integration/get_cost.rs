@@ -70,29 +70,7 @@ impl Conn {
             self.host
         );
         conn.get_mut().write_all(req.as_bytes())?;
-        let mut line = String::new();
-        conn.read_line(&mut line)?;
-        let status = line.split(' ').nth(1).and_then(|s| s.parse().ok());
-        let status =
-            status.ok_or_else(|| std::io::Error::other(format!("status line {line:?}")))?;
-        let mut len = 0usize;
-        loop {
-            line.clear();
-            if conn.read_line(&mut line)? == 0 {
-                return Err(std::io::Error::other("closed in the head"));
-            }
-            if line == "\r\n" {
-                break;
-            }
-            if let Some((n, v)) = line.split_once(':')
-                && n.eq_ignore_ascii_case("content-length")
-            {
-                len = v.trim().parse().map_err(std::io::Error::other)?;
-            }
-        }
-        let mut body = vec![0; len];
-        conn.read_exact(&mut body)?;
-        Ok(status)
+        read_answer(conn).map(|(status, _)| status)
     }
 }
 
@@ -181,4 +159,54 @@ fn get_cost_cloud() {
 #[ignore = "a measuring driver, run by hand under callgrind"]
 fn get_cost_edge() {
     drive("edge");
+}
+
+/// Reads one answer from a kept-alive connection: its status and its body (by its length,
+/// or chunked, without trailers).
+pub(super) fn read_answer(conn: &mut BufReader<TcpStream>) -> std::io::Result<(u16, Vec<u8>)> {
+    let mut line = String::new();
+    conn.read_line(&mut line)?;
+    let status = line.split(' ').nth(1).and_then(|s| s.parse().ok());
+    let status = status.ok_or_else(|| std::io::Error::other(format!("status line {line:?}")))?;
+    let (mut len, mut chunked) = (None, false);
+    loop {
+        line.clear();
+        if conn.read_line(&mut line)? == 0 {
+            return Err(std::io::Error::other("closed in the head"));
+        }
+        if line == "\r\n" {
+            break;
+        }
+        if let Some((n, v)) = line.split_once(':') {
+            if n.eq_ignore_ascii_case("content-length") {
+                len = Some(v.trim().parse::<usize>().map_err(std::io::Error::other)?);
+            } else if n.eq_ignore_ascii_case("transfer-encoding") {
+                chunked = v.trim().eq_ignore_ascii_case("chunked");
+            }
+        }
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            line.clear();
+            conn.read_line(&mut line)?;
+            let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
+                .map_err(std::io::Error::other)?;
+            if size == 0 {
+                // No trailers: the empty line ends the body.
+                line.clear();
+                conn.read_line(&mut line)?;
+                break;
+            }
+            let start = body.len();
+            body.resize(start + size, 0);
+            conn.read_exact(&mut body[start..])?;
+            let mut crlf = [0; 2];
+            conn.read_exact(&mut crlf)?;
+        }
+    } else {
+        body.resize(len.unwrap_or(0), 0);
+        conn.read_exact(&mut body)?;
+    }
+    Ok((status, body))
 }

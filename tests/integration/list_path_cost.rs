@@ -16,11 +16,11 @@
 //! the lists (checking each answer is the whole list) and prints the hub's CPU time per list
 //! from /proc (noisy where the machine is shared; 200 lists or more for a figure).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use super::get_cost::callgrind;
+use super::get_cost::{callgrind, read_answer};
 use crate::support::hub::*;
 use crate::support::{Cloud, PodFill};
 
@@ -34,51 +34,7 @@ fn list(conn: &mut BufReader<TcpStream>, host: &str) -> std::io::Result<(u16, Ve
         "GET {PATH} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: {KUBELET}\r\nAccept: */*\r\n\r\n"
     );
     conn.get_mut().write_all(req.as_bytes())?;
-    let mut line = String::new();
-    conn.read_line(&mut line)?;
-    let status = line.split(' ').nth(1).and_then(|s| s.parse().ok());
-    let status = status.ok_or_else(|| std::io::Error::other(format!("status line {line:?}")))?;
-    let (mut len, mut chunked) = (None, false);
-    loop {
-        line.clear();
-        if conn.read_line(&mut line)? == 0 {
-            return Err(std::io::Error::other("closed in the head"));
-        }
-        if line == "\r\n" {
-            break;
-        }
-        if let Some((n, v)) = line.split_once(':') {
-            if n.eq_ignore_ascii_case("content-length") {
-                len = Some(v.trim().parse::<usize>().map_err(std::io::Error::other)?);
-            } else if n.eq_ignore_ascii_case("transfer-encoding") {
-                chunked = v.trim().eq_ignore_ascii_case("chunked");
-            }
-        }
-    }
-    let mut body = Vec::new();
-    if chunked {
-        loop {
-            line.clear();
-            conn.read_line(&mut line)?;
-            let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
-                .map_err(std::io::Error::other)?;
-            if size == 0 {
-                // No trailers: the empty line ends the body.
-                line.clear();
-                conn.read_line(&mut line)?;
-                break;
-            }
-            let start = body.len();
-            body.resize(start + size, 0);
-            conn.read_exact(&mut body[start..])?;
-            let mut crlf = [0; 2];
-            conn.read_exact(&mut crlf)?;
-        }
-    } else {
-        body.resize(len.unwrap_or(0), 0);
-        conn.read_exact(&mut body)?;
-    }
-    Ok((status, body))
+    read_answer(conn)
 }
 
 /// Prints the instructions per list of each thread that ran more than a million in the

@@ -874,12 +874,7 @@ fn relisted(store: &Store, collection: &CollectionKey) {
 
 /// The cloud's word on `collection` was heard, as of when `word` says; `noted` is the last
 /// time noted for the session, which a same second does not take the record's lock for.
-pub(super) fn note(
-    synced: &Synced,
-    collection: &CollectionKey,
-    word: &Word,
-    noted: &mut Option<u64>,
-) {
+fn note(synced: &Synced, collection: &CollectionKey, word: &Word, noted: &mut Option<u64>) {
     if let Some(at) = word.at(crate::unix_secs())
         && *noted != Some(at)
     {
