@@ -221,8 +221,10 @@ pub fn body_decoder(data: &[u8]) {
     let gzip = mode & 4 != 0;
     let max_unit = if mode & 8 != 0 { 64 } else { 1 << 20 };
 
-    let whole = decode(shape, gzip, max_unit, [body]);
-    let chunked = decode(shape, gzip, max_unit, chunks(body, *seed));
+    let whole = decode(shape, gzip, max_unit, false, [body]);
+    // Chunked, a list also halts after its `metadata` and resumes (the filter stage's check
+    // of its memos): neither may change what is found.
+    let chunked = decode(shape, gzip, max_unit, true, chunks(body, *seed));
     for piece in &whole.units {
         check_unit(piece, max_unit);
     }
@@ -244,7 +246,7 @@ pub fn body_decoder(data: &[u8]) {
     // Fed one byte at a time, the decoder never takes a run of string, number, literal or
     // space bytes at once (issue 34): the runs must not change what it finds either.
     if body.len() <= 4096 {
-        let singles = decode(shape, false, max_unit, body.chunks(1));
+        let singles = decode(shape, false, max_unit, false, body.chunks(1));
         assert_eq!(whole, singles, "decoding depends on the runs taken at once");
     }
     check_against_serde(shape, max_unit, body, &whole);
@@ -254,7 +256,7 @@ pub fn body_decoder(data: &[u8]) {
         return;
     }
     let compressed = compress(body);
-    let inflated = decode(shape, true, max_unit, chunks(&compressed, *seed));
+    let inflated = decode(shape, true, max_unit, true, chunks(&compressed, *seed));
     assert_eq!(whole, inflated, "gzip changes the decoding");
 }
 
@@ -285,6 +287,7 @@ fn decode<'a>(
     shape: BodyShape,
     gzip: bool,
     max_unit: usize,
+    halt: bool,
     chunks: impl IntoIterator<Item = &'a [u8]>,
 ) -> Decoded {
     let mut units = Vec::new();
@@ -293,6 +296,9 @@ fn decode<'a>(
         BodyShape::Object | BodyShape::List => HEAD_PATHS,
     };
     let mut decoder = BodyDecoder::new(shape, gzip, max_unit).locating(paths);
+    if halt {
+        decoder = decoder.halt_after_member("metadata");
+    }
     let mut sink = |unit: Unit<'_>, found: &Located| {
         check_located(unit, found);
         units.push(match unit {
@@ -305,6 +311,9 @@ fn decode<'a>(
     let mut result = Ok(());
     for chunk in chunks {
         result = decoder.feed_located(chunk, &mut sink);
+        if result.is_ok() && decoder.halted() {
+            result = decoder.resume(&mut sink);
+        }
         if result.is_err() {
             break;
         }

@@ -67,6 +67,7 @@ pub(super) fn response_filters(
         config: Arc::clone(&live),
         ctx: filter_context(config, host),
         lookups: Arc::new(lookups),
+        memos: Default::default(),
     };
     // (A dummy interface that could not be made has said so in its own line.)
     if config.dummy_if.is_none() && filters.ctx.host.is_loopback() {

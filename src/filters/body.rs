@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::cache::decode::{BodyDecoder, BodyShape, DecodeError, Unit};
 use crate::cache::writer::MAX_OBJECT_BYTES;
+use crate::filters::list_memo::Recall;
 use crate::filters::{self, Chain, FilterContext, Lookups, Outcome};
 
 /// Where the output of a list stands.
@@ -40,12 +41,29 @@ struct Rewriter<'f> {
     unreadable: Option<String>,
     /// `unreadable` was taken: later ones are not reported again.
     unreadable_taken: bool,
+    /// A list's check against the memos of lists left unchanged (`filters/list_memo.rs`).
+    check: Option<ListCheck<'f>>,
+}
+
+/// A list checked against, and recorded in, the memos of lists left unchanged.
+struct ListCheck<'f> {
+    recall: Recall<'f>,
+    /// `metadata.resourceVersion`, when `metadata` came before the items.
+    list_rv: Option<String>,
+    /// Items so far.
+    items: usize,
+    /// A filter changed or dropped an item: the list is not remembered.
+    changed: bool,
+    /// The memos hold this list: its items, which the rest then passes unscanned.
+    proven: Option<usize>,
 }
 
 /// A body being filtered.
 pub(crate) struct BodyFilter<'f> {
     decoder: BodyDecoder,
     rewriter: Rewriter<'f>,
+    /// A list proven unchanged by the memos: the rest passes unscanned.
+    passing: bool,
 }
 
 impl<'f> BodyFilter<'f> {
@@ -59,6 +77,7 @@ impl<'f> BodyFilter<'f> {
     ) -> Self {
         BodyFilter {
             decoder: BodyDecoder::new(shape, gzip, MAX_OBJECT_BYTES),
+            passing: false,
             rewriter: Rewriter {
                 shape,
                 chain,
@@ -68,14 +87,57 @@ impl<'f> BodyFilter<'f> {
                 list_api_version: None,
                 unreadable: None,
                 unreadable_taken: false,
+                check: None,
             },
         }
     }
 
+    /// Checks a list against the memos of lists its filters left unchanged, and records it
+    /// there when they leave it unchanged (`filters/list_memo.rs`).
+    pub(crate) fn recalling(mut self, recall: Recall<'f>) -> Self {
+        if self.rewriter.shape == BodyShape::List {
+            self.decoder = self.decoder.halt_after_member("metadata");
+            self.rewriter.check = Some(ListCheck {
+                recall,
+                list_rv: None,
+                items: 0,
+                changed: false,
+                proven: None,
+            });
+        }
+        self
+    }
+
     /// Consumes the next chunk as received, appending the filtered output it completes to `out`.
     pub(crate) fn feed(&mut self, raw: &[u8], out: &mut Vec<u8>) -> Result<(), DecodeError> {
+        if self.passing {
+            return self.decoder.feed_plain(raw, out);
+        }
         let rewriter = &mut self.rewriter;
-        self.decoder.feed(raw, &mut |unit| rewriter.unit(unit, out))
+        self.decoder
+            .feed(raw, &mut |unit| rewriter.unit(unit, out))?;
+        if !self.decoder.halted() {
+            return Ok(());
+        }
+        // Halted after `metadata`: the memos decide whether the rest is read.
+        match self.rewriter.check.as_ref().and_then(|c| c.proven) {
+            Some(items) => {
+                self.rewriter.chain.count_unchanged(items as u64);
+                self.decoder.pass_rest(out);
+                self.passing = true;
+                Ok(())
+            }
+            None => {
+                let rewriter = &mut self.rewriter;
+                self.decoder.resume(&mut |unit, _| rewriter.unit(unit, out))
+            }
+        }
+    }
+
+    /// Whether what comes now passes as received: the rest of a plain list proven unchanged
+    /// (the caller may then send it on itself rather than through [`BodyFilter::feed`]).
+    pub(crate) fn passes_raw(&self) -> bool {
+        self.passing && !self.decoder.is_gzip()
     }
 
     /// Whether a unit went out unfiltered because serde could not read it (the scanner took
@@ -88,6 +150,9 @@ impl<'f> BodyFilter<'f> {
 
     /// Declares the end of the body, appending the rest of the output to `out`.
     pub(crate) fn finish(&mut self, out: &mut Vec<u8>) -> Result<(), DecodeError> {
+        if self.passing {
+            return self.decoder.finish_plain(out);
+        }
         let rewriter = &mut self.rewriter;
         self.decoder.finish(&mut |unit| rewriter.unit(unit, out))?;
         if rewriter.shape == BodyShape::List {
@@ -98,6 +163,7 @@ impl<'f> BodyFilter<'f> {
                 ListState::AfterItems => {}
             }
             out.push(b'}');
+            rewriter.remember();
         }
         Ok(())
     }
@@ -201,6 +267,12 @@ impl Rewriter<'_> {
     }
 
     fn member(&mut self, key: &str, value: &[u8], out: &mut Vec<u8>) {
+        if key == "metadata"
+            && matches!(self.list, ListState::Empty | ListState::Members)
+            && let Some(check) = self.check.as_mut()
+        {
+            check.metadata(value);
+        }
         match self.list {
             ListState::Empty => out.push(b'{'),
             ListState::Items(_) => {
@@ -235,6 +307,10 @@ impl Rewriter<'_> {
             ),
             None => Outcome::Unchanged,
         };
+        if let Some(check) = self.check.as_mut() {
+            check.items += 1;
+            check.changed |= !matches!(outcome, Outcome::Unchanged);
+        }
         if outcome == Outcome::Dropped {
             return;
         }
@@ -275,6 +351,46 @@ impl Rewriter<'_> {
     }
 }
 
+impl Rewriter<'_> {
+    /// A list read whole: remembered when its filters changed none of its items and every
+    /// one was read (`filters/list_memo.rs`).
+    fn remember(&self) {
+        let Some(check) = &self.check else {
+            return;
+        };
+        let read = self.unreadable.is_none() && !self.unreadable_taken;
+        if let (Some(list_rv), false, true, None) =
+            (&check.list_rv, check.changed, read, check.proven)
+        {
+            let recall = &check.recall;
+            recall
+                .memos
+                .remember(&recall.scope, recall.form, list_rv, check.items);
+        }
+    }
+}
+
+impl ListCheck<'_> {
+    /// The list's `metadata` (before its items): its resourceVersion, and whether the memos
+    /// hold the list at it.
+    fn metadata(&mut self, value: &[u8]) {
+        #[derive(serde::Deserialize)]
+        struct Meta<'a> {
+            #[serde(rename = "resourceVersion", borrow)]
+            resource_version: Option<std::borrow::Cow<'a, str>>,
+        }
+        let Ok(Meta {
+            resource_version: Some(rv),
+        }) = serde_json::from_slice::<Meta>(value)
+        else {
+            return;
+        };
+        let recall = &self.recall;
+        self.proven = recall.memos.unchanged(&recall.scope, recall.form, &rv);
+        self.list_rv = Some(rv.into_owned());
+    }
+}
+
 /// `obj` serialized; the original bytes should it fail (it cannot: a Value has string keys).
 fn write_value(out: &mut Vec<u8>, obj: &Value, raw: &[u8]) {
     let start = out.len();
@@ -308,6 +424,7 @@ mod tests {
 
     use super::*;
     use crate::filters::FilterName;
+    use crate::filters::list_memo::ListMemos;
     use crate::filters::testing::{FakeLookups, ctx};
 
     fn services_list() -> Vec<u8> {
@@ -401,6 +518,124 @@ mod tests {
             .filter_map(|i| i["metadata"]["name"].as_str())
             .collect();
         assert_eq!(names, ["b"]);
+    }
+
+    /// A ServiceList at list resourceVersion `rv`: a Service no filter touches, and with
+    /// `kubernetes` the one masterservice rewrites.
+    fn services_at(rv: &str, kubernetes: bool) -> Vec<u8> {
+        let mut items = vec![json!({"metadata": {"namespace": "default", "name": "web"},
+            "spec": {"clusterIP": "10.96.0.5"}})];
+        if kubernetes {
+            items.push(
+                json!({"metadata": {"namespace": "default", "name": "kubernetes"},
+                "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443}]}}),
+            );
+        }
+        // In the apiserver's order, `metadata` before `items` (json! would sort the keys).
+        format!(
+            r#"{{"kind":"ServiceList","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}"}},"items":{}}}"#,
+            Value::from(items)
+        )
+        .into_bytes()
+    }
+
+    fn gzipped(body: &[u8]) -> Vec<u8> {
+        let mut gz = GzEncoder::new(Vec::new(), Compression::default());
+        gz.write_all(body).expect("in memory");
+        gz.finish().expect("in memory")
+    }
+
+    /// `body` filtered by masterservice in chunks of `cut`, checked against and recorded in
+    /// `memos` as the request `/api/v1/services`.
+    fn recalled(memos: &ListMemos, body: &[u8], gzip: bool, cut: usize) -> Vec<u8> {
+        let lookups = FakeLookups::default();
+        let ctx = ctx();
+        let recall = Recall::new(memos, "application/json", "/api/v1/services", 3);
+        let chain = chain(&[FilterName::MasterService]);
+        let mut filter =
+            BodyFilter::new(BodyShape::List, gzip, chain, &ctx, &lookups).recalling(recall);
+        let mut out = Vec::new();
+        for piece in body.chunks(cut.max(1)) {
+            filter.feed(piece, &mut out).expect("valid body");
+        }
+        filter.finish(&mut out).expect("valid body");
+        out
+    }
+
+    fn cluster_ip(list: &[u8], name: &str) -> String {
+        let list: Value = serde_json::from_slice(list).expect("output is JSON");
+        let items = list["items"].as_array().expect("items");
+        let item = items.iter().find(|i| i["metadata"]["name"] == name);
+        item.expect("the Service")["spec"]["clusterIP"]
+            .as_str()
+            .expect("clusterIP")
+            .to_owned()
+    }
+
+    #[test]
+    fn a_list_its_filters_left_unchanged_passes_its_repeat_unscanned() {
+        let memos = ListMemos::default();
+        let first = services_at("7", false);
+        assert_eq!(recalled(&memos, &first, false, first.len()), first);
+        assert_eq!(
+            memos.unchanged("application/json\n/api/v1/services", 3, "7"),
+            Some(1)
+        );
+        // At one resourceVersion the cloud answers one snapshot: the repeat is not scanned.
+        // A cloud breaking that guarantee shows it: its rewritable Service passes as it came.
+        let repeat = services_at("7", true);
+        let compressed = gzipped(&repeat);
+        for cut in [1, 2, 7, 40, 64, repeat.len()] {
+            assert_eq!(recalled(&memos, &repeat, false, cut), repeat, "cut {cut}");
+            assert_eq!(
+                recalled(&memos, &compressed, true, cut),
+                repeat,
+                "gzip cut {cut}"
+            );
+        }
+        // Another resourceVersion is filtered; a list a filter changed is not remembered.
+        let newer = services_at("8", true);
+        for _ in 0..2 {
+            let out = recalled(&memos, &newer, false, 64);
+            assert_eq!(cluster_ip(&out, "kubernetes"), "169.254.2.1");
+            assert_eq!(cluster_ip(&out, "web"), "10.96.0.5");
+        }
+    }
+
+    #[test]
+    fn a_halt_finding_no_memo_changes_no_output_at_any_chunk_size() {
+        let body = services_at("9", true);
+        let compressed = gzipped(&body);
+        let c = chain(&[FilterName::MasterService]);
+        let plain = run_chunks(&body, BodyShape::List, false, c, body.len());
+        assert_eq!(cluster_ip(&plain, "kubernetes"), "169.254.2.1");
+        for cut in 1..body.len().min(90) {
+            let memos = ListMemos::default();
+            assert_eq!(recalled(&memos, &body, false, cut), plain, "cut {cut}");
+            let memos = ListMemos::default();
+            assert_eq!(
+                recalled(&memos, &compressed, true, cut),
+                plain,
+                "gzip cut {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_spaced_out_list_passes_its_repeat_as_the_same_json() {
+        let memos = ListMemos::default();
+        let compact = String::from_utf8(services_at("7", false)).expect("UTF-8");
+        let pretty = compact
+            .replace(',', ",\n  ")
+            .replace(':', ": ")
+            .into_bytes();
+        let value: Value = serde_json::from_slice(&pretty).expect("JSON");
+        let first = recalled(&memos, &pretty, false, 16);
+        let repeat = recalled(&memos, &pretty, false, 16);
+        assert_ne!(first, repeat, "the repeat keeps the cloud's spacing");
+        let parsed = |b: &[u8]| serde_json::from_slice::<Value>(b).expect("output is JSON");
+        assert_eq!(parsed(&first), value);
+        assert_eq!(parsed(&repeat), value);
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub(crate) mod body;
 mod discardcloudservice;
 mod forwardkubesvctraffic;
 mod inclusterconfig;
+pub(crate) mod list_memo;
 pub(crate) mod lookups;
 mod masterservice;
 mod nodeportisolation;
@@ -258,12 +259,17 @@ impl Chain {
         {
             return true;
         }
+        self.count_unchanged(1);
+        false
+    }
+
+    /// Counts `objects` as seen (unchanged) by each filter of the chain.
+    pub(crate) fn count_unchanged(self, objects: u64) {
         for filter in self.iter() {
             FILTER_STATS.per_filter[filter.index()]
                 .seen
-                .fetch_add(1, Ordering::Relaxed);
+                .fetch_add(objects, Ordering::Relaxed);
         }
-        false
     }
 }
 
@@ -479,6 +485,8 @@ pub(crate) struct Filters {
     pub ctx: FilterContext,
     /// What the filters look up in the cloud.
     pub lookups: Arc<dyn Lookups + Send + Sync>,
+    /// Lists the filters left unchanged, by request (`filters/list_memo.rs`), shared by clones.
+    pub memos: Arc<list_memo::ListMemos>,
 }
 
 impl Filters {

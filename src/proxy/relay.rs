@@ -14,6 +14,7 @@ use crate::cache::target::{CacheTarget, TokenTarget};
 use crate::cache::writer::{MAX_OBJECT_BYTES, Refill, Session};
 use crate::filters::Filters;
 use crate::filters::body::{self, BodyFilter, Filtered, StageTime};
+use crate::filters::list_memo::Recall;
 use crate::metrics::InFlight;
 use crate::reaper::Watched;
 use crate::route::{self, Identity, NoCacheReason};
@@ -385,6 +386,14 @@ impl Call<'_> {
         let chain = self.route.filters;
         let mut traffic = Traffic(self.in_flight.as_ref(), 0);
         answer.headers = Vec::new();
+        // A list's repeat at one resourceVersion may pass unscanned (`filters/list_memo.rs`).
+        let recall = (shape == BodyShape::List)
+            .then(|| chain.reproducible_form(&filters.ctx))
+            .flatten()
+            .map(|form| {
+                let accept = ex.header("accept").unwrap_or_default();
+                Recall::new(&filters.memos, accept, ex.url(), form)
+            });
         let (writer, watched) = match self.start_stream(ex, &headers, &mut answer) {
             Ok(started) => started,
             Err(e) => return Relayed::ClientGone(e),
@@ -395,7 +404,10 @@ impl Call<'_> {
             Uncached::Undecodable(e) => log_undecodable(e, &path),
         };
         let tee = Tee::new(ToClient::new(writer), session, &note);
-        let filter = BodyFilter::new(shape, gzip, chain, &filters.ctx, &*filters.lookups);
+        let mut filter = BodyFilter::new(shape, gzip, chain, &filters.ctx, &*filters.lookups);
+        if let Some(recall) = recall {
+            filter = filter.recalling(recall);
+        }
         // Raw bytes until the first output: a body undecodable from its start passes as it
         // came. (Not for gzip: its header is already gone, the raw bytes would not read.)
         let mut sink = FilterStage::new(tee, filter, StageTime::new(chain), !gzip);

@@ -106,6 +106,11 @@ impl<S: Sink> Sink for FilterStage<'_, S> {
         let Some((filter, time)) = self.stage.as_mut() else {
             return self.inner.write(data);
         };
+        // The rest of a list proven unchanged: sent on as it came, without a copy.
+        if filter.passes_raw() {
+            self.send_out()?;
+            return self.inner.write(data);
+        }
         if let Some(raw) = self.held.as_mut() {
             raw.extend_from_slice(data);
             if raw.len() > HOLD_RAW {

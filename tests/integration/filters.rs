@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::Cloud;
 use crate::support::hub::*;
+use crate::support::{Cloud, PodFill};
 
 const KUBE_PROXY: &str = "kube-proxy/v1.30.0 (linux/arm) kubernetes/abcdef0";
 /// The HTTPS proxy port masterservice writes (the hub need not manage to bind it).
@@ -817,4 +817,60 @@ fn disabled_masterservice_leaves_kubernetes_alone_online_and_offline() {
 #[test]
 fn disabling_every_filter_leaves_answers_unchanged_online_and_offline() {
     check_disabling("filters-disable-all", "--disabled-resource-filters=*", true);
+}
+
+/// Env var `name` of pod `name`'s first container in a pod list.
+fn pod_env(list: &Value, ns: &str, pod: &str, var: &str) -> Option<String> {
+    let env = item(list, ns, pod)?["spec"]["containers"][0]["env"].as_array()?;
+    let found = env.iter().find(|v| v["name"] == var)?;
+    Some(found["value"].as_str()?.to_owned())
+}
+
+#[test]
+fn kubelets_repeated_pod_list_is_filtered_again_once_the_cloud_changes() {
+    // Issue 34: a list its filters left unchanged passes its repeat at one resourceVersion
+    // unscanned (filters/list_memo.rs). A change in the cloud moves the resourceVersion: the
+    // next list is filtered again, and one a filter changed is filtered every time.
+    let cloud = Cloud::start();
+    cloud.populate_pods(&PodFill {
+        count: 120,
+        namespaces: 1,
+        nodes: 1,
+        body_bytes: 1_000,
+        prefix: "memo".into(),
+    });
+    let (_dir, hub) = start_hub(&cloud, "filters-memo");
+    let url = format!("{}/api/v1/namespaces/memo-0/pods", hub.url());
+    let list = || {
+        let reply = get(&url, KUBELET);
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert!(reply.body.len() > 64 * 1024, "a list that streams");
+        reply.json()
+    };
+    let first = list();
+    assert_eq!(first["items"].as_array().map(Vec::len), Some(120));
+    assert_eq!(list(), first, "the repeat at one resourceVersion");
+
+    let mut pod = cloud.get("pods", "memo-0", "memo-000007").expect("the pod");
+    pod["spec"]["containers"][0]["env"] = json!([
+        {"name": "KUBERNETES_SERVICE_HOST", "value": "api.example.com"},
+        {"name": "POD_INDEX", "value": "7"}
+    ]);
+    cloud.update("pods", pod);
+    for round in 0..2 {
+        let changed = list();
+        assert_ne!(
+            changed["metadata"]["resourceVersion"], first["metadata"]["resourceVersion"],
+            "round {round}"
+        );
+        let host = pod_env(&changed, "memo-0", "memo-000007", "KUBERNETES_SERVICE_HOST");
+        assert!(
+            host.as_deref().is_some_and(|h| h != "api.example.com"),
+            "round {round}: {host:?} points at the hub"
+        );
+        assert_eq!(
+            pod_env(&changed, "memo-0", "memo-000008", "POD_INDEX").as_deref(),
+            Some("8")
+        );
+    }
 }

@@ -15,6 +15,9 @@ pub(crate) struct BodyDecoder {
     gzip: Option<GzDecoder<Vec<u8>>>,
     failed: Option<DecodeError>,
     finished: bool,
+    /// After the JSON halted ([`BodyDecoder::halt_after_member`]): the plain bytes not scanned,
+    /// until [`BodyDecoder::resume`] or [`BodyDecoder::pass_rest`].
+    rest: Option<Vec<u8>>,
 }
 
 impl fmt::Debug for BodyDecoder {
@@ -36,7 +39,81 @@ impl BodyDecoder {
             gzip: gzip.then(|| GzDecoder::new(Vec::new())),
             failed: None,
             finished: false,
+            rest: None,
         }
+    }
+
+    /// Makes the JSON halt once after a list's member `name` ([`JsonStream::halt_after_member`]).
+    pub(crate) fn halt_after_member(mut self, name: &'static str) -> Self {
+        self.json = self.json.halt_after_member(name);
+        self
+    }
+
+    /// Whether the JSON halted: what it did not scan is held until [`BodyDecoder::resume`]
+    /// or [`BodyDecoder::pass_rest`] (a feed meanwhile adds to it, unscanned).
+    pub(crate) fn halted(&self) -> bool {
+        self.rest.is_some()
+    }
+
+    /// Scans what the halt held, and what follows, as if it had not halted.
+    pub(crate) fn resume(
+        &mut self,
+        sink: &mut dyn FnMut(Unit<'_>, &Located),
+    ) -> Result<(), DecodeError> {
+        let Some(rest) = self.rest.take() else {
+            return Ok(());
+        };
+        let result = self.json.feed_located(&rest, sink);
+        result.inspect_err(|err| self.failed = Some(err.clone()))
+    }
+
+    /// Hands what the halt held to `out` unscanned: from now on the body is only inflated
+    /// ([`BodyDecoder::feed_plain`], [`BodyDecoder::finish_plain`]).
+    pub(crate) fn pass_rest(&mut self, out: &mut Vec<u8>) {
+        if let Some(rest) = self.rest.take() {
+            out.extend_from_slice(&rest);
+        }
+    }
+
+    /// Whether the body is gzip: when not, its plain bytes are the ones received.
+    pub(crate) fn is_gzip(&self) -> bool {
+        self.gzip.is_some()
+    }
+
+    /// The next chunk of a body passed unscanned: its plain bytes appended to `out`.
+    pub(crate) fn feed_plain(&mut self, raw: &[u8], out: &mut Vec<u8>) -> Result<(), DecodeError> {
+        if let Some(err) = &self.failed {
+            return Err(err.clone());
+        }
+        let result = match &mut self.gzip {
+            None => {
+                out.extend_from_slice(raw);
+                Ok(())
+            }
+            Some(_) if self.finished => Err(after_end(self.json.offset)),
+            Some(gzip) => inflate(gzip, raw, &mut |plain| {
+                out.extend_from_slice(plain);
+                Ok(())
+            }),
+        };
+        result.inspect_err(|err| self.failed = Some(err.clone()))
+    }
+
+    /// The end of a body passed unscanned: checks that its gzip stream (if any) ended cleanly,
+    /// appending its last plain bytes to `out`. The JSON is not checked: nothing scanned it.
+    pub(crate) fn finish_plain(&mut self, out: &mut Vec<u8>) -> Result<(), DecodeError> {
+        if let Some(err) = &self.failed {
+            return Err(err.clone());
+        }
+        let mut result = Ok(());
+        if !self.finished {
+            result = finish_gzip(&mut self.gzip, &mut |plain| {
+                out.extend_from_slice(plain);
+                Ok(())
+            });
+        }
+        self.finished = true;
+        result.inspect_err(|err| self.failed = Some(err.clone()))
     }
 
     /// Locates the values at `paths` in every unit: see [`JsonStream::locating`].
@@ -63,14 +140,28 @@ impl BodyDecoder {
         if let Some(err) = &self.failed {
             return Err(err.clone());
         }
-        let result = match &mut self.gzip {
-            None => self.json.feed_located(raw, sink),
+        let Self {
+            json, gzip, rest, ..
+        } = self;
+        // Where plain bytes go: scanned, or held unscanned once the JSON halted.
+        let mut scan = |plain: &[u8]| match rest {
+            Some(held) => {
+                held.extend_from_slice(plain);
+                Ok(())
+            }
+            None => {
+                let result = json.feed_located(plain, sink);
+                if let Some(at) = json.take_halt() {
+                    *rest = Some(plain[at..].to_vec());
+                }
+                result
+            }
+        };
+        let result = match gzip {
+            None => scan(raw),
             // Writing to the gzip decoder after `try_finish` may panic: refuse instead.
-            Some(_) if self.finished => Err(DecodeError::Syntax {
-                offset: self.json.offset,
-                what: "data after the end of the body",
-            }),
-            Some(gzip) => inflate(gzip, &mut self.json, raw, sink),
+            Some(_) if self.finished => Err(after_end(json.offset)),
+            Some(gzip) => inflate(gzip, raw, &mut scan),
         };
         result.inspect_err(|err| self.failed = Some(err.clone()))
     }
@@ -89,31 +180,69 @@ impl BodyDecoder {
         if let Some(err) = &self.failed {
             return Err(err.clone());
         }
-        let mut result = Ok(());
-        match &mut self.gzip {
-            // `try_finish` twice would be harmless, but there is nothing left to inflate.
-            Some(gzip) if !self.finished => {
-                result = match gzip.try_finish() {
-                    Ok(()) => drain(gzip, &mut self.json, sink),
-                    Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => {
-                        Err(DecodeError::Truncated)
-                    }
-                    Err(err) => Err(DecodeError::Gzip(err.to_string())),
-                };
-            }
-            _ => {}
+        let BodyDecoder {
+            json,
+            gzip,
+            rest,
+            finished,
+            ..
+        } = self;
+        // A halt not resolved by the end: what it held is scanned now.
+        let mut result = match rest.take() {
+            Some(held) => json.feed_located(&held, sink),
+            None => Ok(()),
+        };
+        if result.is_ok() && !*finished {
+            result = finish_gzip(gzip, &mut |plain| scan_through(json, plain, sink));
         }
-        self.finished = true;
-        result = result.and_then(|()| self.json.finish());
+        *finished = true;
+        result = result.and_then(|()| json.finish());
         result.inspect_err(|err| self.failed = Some(err.clone()))
     }
 }
 
+/// Scans `plain` whole: a halt in it is resumed at once (the body's end leaves no choice).
+fn scan_through(
+    json: &mut JsonStream,
+    plain: &[u8],
+    sink: &mut dyn FnMut(Unit<'_>, &Located),
+) -> Result<(), DecodeError> {
+    json.feed_located(plain, sink)?;
+    match json.take_halt() {
+        Some(at) => json.feed_located(&plain[at..], sink),
+        None => Ok(()),
+    }
+}
+
+/// "data after the end of the body", at `offset`.
+fn after_end(offset: u64) -> DecodeError {
+    DecodeError::Syntax {
+        offset,
+        what: "data after the end of the body",
+    }
+}
+
+/// Ends the gzip stream, if any, handing its last plain bytes to `put` (`try_finish` twice
+/// would be harmless, but there is nothing left to inflate: callers do it once).
+fn finish_gzip(
+    gzip: &mut Option<GzDecoder<Vec<u8>>>,
+    put: &mut dyn FnMut(&[u8]) -> Result<(), DecodeError>,
+) -> Result<(), DecodeError> {
+    let Some(gzip) = gzip else {
+        return Ok(());
+    };
+    match gzip.try_finish() {
+        Ok(()) => drain(gzip, put),
+        Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => Err(DecodeError::Truncated),
+        Err(err) => Err(DecodeError::Gzip(err.to_string())),
+    }
+}
+
+/// Inflates `raw` into `gzip`, handing each piece of plain bytes to `put` as it comes.
 fn inflate(
     gzip: &mut GzDecoder<Vec<u8>>,
-    json: &mut JsonStream,
     mut raw: &[u8],
-    sink: &mut dyn FnMut(Unit<'_>, &Located),
+    put: &mut dyn FnMut(&[u8]) -> Result<(), DecodeError>,
 ) -> Result<(), DecodeError> {
     let gzip_error = |err: std::io::Error| DecodeError::Gzip(err.to_string());
     while !raw.is_empty() {
@@ -126,23 +255,23 @@ fn inflate(
             ));
         }
         raw = &raw[n..];
-        drain(gzip, json, sink)?;
+        drain(gzip, put)?;
     }
     // Hand out what this chunk inflated now: a watch event must not wait for the next chunk.
     gzip.flush().map_err(gzip_error)?;
-    drain(gzip, json, sink)
+    drain(gzip, put)
 }
 
+/// Hands what `gzip` inflated so far to `put`.
 fn drain(
     gzip: &mut GzDecoder<Vec<u8>>,
-    json: &mut JsonStream,
-    sink: &mut dyn FnMut(Unit<'_>, &Located),
+    put: &mut dyn FnMut(&[u8]) -> Result<(), DecodeError>,
 ) -> Result<(), DecodeError> {
     let out = gzip.get_mut();
     if out.is_empty() {
         return Ok(());
     }
-    let result = json.feed_located(out, sink);
+    let result = put(out);
     out.clear();
     result
 }

@@ -618,6 +618,21 @@ pub(crate) struct JsonStream {
     no_take_before: usize,
     /// ...and those starting at these indices, ascending: open at the chunk's end.
     open_at_end: Vec<usize>,
+    /// A list's one halt after a top-level member ([`JsonStream::halt_after_member`]).
+    halt: Halt,
+}
+
+/// Where a list's halt after one of its members stands ([`JsonStream::halt_after_member`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Halt {
+    /// None asked, or it is over: the run goes to the chunk's end.
+    Off,
+    /// To halt after the member of this name, if it comes before the items.
+    Armed(&'static str),
+    /// The member was handed out: the run stops after this step.
+    Due,
+    /// The run stopped with the chunk consumed up to this index, until taken.
+    At(usize),
 }
 
 impl fmt::Debug for JsonStream {
@@ -654,6 +669,30 @@ impl JsonStream {
             locator: Locator::default(),
             no_take_before: 0,
             open_at_end: Vec::new(),
+            halt: Halt::Off,
+        }
+    }
+
+    /// Makes the scan of a list stop once, right after handing out its top-level member
+    /// `name` when that comes before the items and is an object (a list's `metadata`): the
+    /// feed then returns with the rest of its chunk unconsumed ([`JsonStream::take_halt`]), so
+    /// the caller may pass the rest on unscanned or feed it on as if nothing happened.
+    pub(crate) fn halt_after_member(mut self, name: &'static str) -> Self {
+        if self.shape == BodyShape::List {
+            self.halt = Halt::Armed(name);
+        }
+        self
+    }
+
+    /// After a feed that halted: the index of its chunk the scan stopped at (what follows
+    /// is unconsumed). Once.
+    pub(crate) fn take_halt(&mut self) -> Option<usize> {
+        match self.halt {
+            Halt::At(at) => {
+                self.halt = Halt::Off;
+                Some(at)
+            }
+            _ => None,
         }
     }
 
@@ -699,8 +738,8 @@ impl JsonStream {
             }));
         }
         match self.run(bytes, sink) {
-            Ok(()) => {
-                self.offset += bytes.len() as u64;
+            Ok(consumed) => {
+                self.offset += consumed as u64;
                 Ok(())
             }
             Err(err) => Err(self.fail(err)),
@@ -750,32 +789,54 @@ impl JsonStream {
         Ok(())
     }
 
-    /// The scanner over one chunk: each state's step returns where the next begins.
+    /// The scanner over one chunk: each state's step returns where the next begins. Returns
+    /// how much of the chunk it consumed: all of it, unless it halted.
     fn run(
         &mut self,
         bytes: &[u8],
         sink: &mut dyn FnMut(Unit<'_>, &Located),
-    ) -> Result<(), DecodeError> {
+    ) -> Result<usize, DecodeError> {
         self.from = 0;
         self.no_take_before = 0;
         self.open_at_end.clear();
         let mut i = 0;
+        // An armed halt is watched for by a loop of its own: the items' loop stays as it was.
+        while i < bytes.len() && matches!(self.halt, Halt::Armed(_) | Halt::Due) {
+            self.check_size(i)?;
+            i = self.step(bytes, i, sink)?;
+            if self.halt == Halt::Due {
+                // The member's capture was released with it: nothing of the chunk is held.
+                self.halt = Halt::At(i);
+                return Ok(i);
+            }
+        }
         while i < bytes.len() {
             self.check_size(i)?;
-            i = match self.state {
-                State::Str { .. } | State::Escape { .. } | State::Hex { .. } => {
-                    self.in_string(bytes, i, sink)?
-                }
-                State::Number(_) | State::Literal(_) => self.in_scalar(bytes, i, sink)?,
-                _ if is_space(bytes[i]) => run_end(bytes, i + 1, is_space),
-                _ => self.structural(bytes, i, sink)?,
-            };
+            i = self.step(bytes, i, sink)?;
         }
         self.check_size(bytes.len())?;
         if self.capture.is_some() {
             self.buf.extend_from_slice(&bytes[self.from..]);
         }
-        Ok(())
+        Ok(bytes.len())
+    }
+
+    /// One step at `bytes[i]`: returns where the next begins.
+    #[inline(always)]
+    fn step(
+        &mut self,
+        bytes: &[u8],
+        i: usize,
+        sink: &mut dyn FnMut(Unit<'_>, &Located),
+    ) -> Result<usize, DecodeError> {
+        Ok(match self.state {
+            State::Str { .. } | State::Escape { .. } | State::Hex { .. } => {
+                self.in_string(bytes, i, sink)?
+            }
+            State::Number(_) | State::Literal(_) => self.in_scalar(bytes, i, sink)?,
+            _ if is_space(bytes[i]) => run_end(bytes, i + 1, is_space),
+            _ => self.structural(bytes, i, sink)?,
+        })
     }
 
     /// One step inside a string (a member name or a value), at `bytes[i]`.
@@ -1015,7 +1076,13 @@ impl JsonStream {
                 (BodyShape::Object, 0) => self.begin(Capture::Object, at),
                 (BodyShape::WatchStream, 0) => self.begin(Capture::Event, at),
                 (BodyShape::List, 1) if self.name == "items" => match b {
-                    b'[' => self.in_items = true,
+                    b'[' => {
+                        self.in_items = true;
+                        // Items before the member: no halt (nothing would come of it).
+                        if let Halt::Armed(_) = self.halt {
+                            self.halt = Halt::Off;
+                        }
+                    }
                     b'n' => {}
                     _ => return Err(self.syntax(at, "`items` is neither an array nor null")),
                 },
@@ -1096,8 +1163,19 @@ impl JsonStream {
                 // Names end in `end_name`, never here.
                 Capture::Event | Capture::Name => Unit::WatchEvent(value),
             };
+            // An object member ends at its closing brace, which this step consumed last: the
+            // halt leaves nothing of it half read.
+            let halt = match (what, self.halt) {
+                (Capture::Member, Halt::Armed(name)) => {
+                    name == self.name && value.first() == Some(&b'{')
+                }
+                _ => false,
+            };
             sink(unit, &self.locator.found);
             self.release();
+            if halt {
+                self.halt = Halt::Due;
+            }
         }
         if self.shape == BodyShape::List && self.depth == 1 {
             // Whatever ended at depth 1 was a member's value, the items array included.
