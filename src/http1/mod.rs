@@ -244,7 +244,7 @@ fn parse_header_line(line: &mut Vec<u8>) -> Result<(String, String), HeadError> 
         Ok(httparse::Status::Complete((_, [header]))) => Ok((
             header.name.to_owned(),
             // Values may carry obs-text; kept as UTF-8 where they are, lossily elsewhere.
-            String::from_utf8_lossy(header.value).into_owned(),
+            lossy_string(header.value),
         )),
         Err(httparse::Error::HeaderValue) => {
             Err(HeadError::Malformed("control character in a header value"))
@@ -361,7 +361,7 @@ fn read_line(input: &mut dyn BufRead, out: &mut Vec<u8>, limit: usize) -> Result
         if available.is_empty() {
             return Err(LineError::Eof);
         }
-        let (take, done) = match available.iter().position(|&b| b == b'\n') {
+        let (take, done) = match memchr::memchr(b'\n', available) {
             Some(i) => (i + 1, true),
             None => (available.len(), false),
         };
@@ -378,8 +378,24 @@ fn read_line(input: &mut dyn BufRead, out: &mut Vec<u8>, limit: usize) -> Result
 }
 
 fn trim_crlf(line: &[u8]) -> &[u8] {
-    let line = line.strip_suffix(b"\n").unwrap_or(line);
-    line.strip_suffix(b"\r").unwrap_or(line)
+    // Compared a byte at a time: `strip_suffix` is a call to memcmp per suffix.
+    let line = match line {
+        [rest @ .., b'\n'] => rest,
+        _ => line,
+    };
+    match line {
+        [rest @ .., b'\r'] => rest,
+        _ => line,
+    }
+}
+
+/// `bytes` as a String: a copy when they are UTF-8 (checked a word at a time), else lossily
+/// (`from_utf8_lossy` walks them a byte at a time even when they are ASCII).
+pub(crate) fn lossy_string(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! upgrade, which the hub reads itself (ureq keeps the socket behind a 101).
 
 use std::io::{self, BufRead, Write as _};
+use std::mem::MaybeUninit;
 
 /// The interim answer to `Expect: 100-continue`, sent before the body is read.
 pub(crate) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
@@ -58,7 +59,10 @@ pub(crate) fn write_head<N: AsRef<str>, V: AsRef<str>>(
     let _ = write!(out, "HTTP/1.1 {status} {}\r\n", reason_phrase(status));
     for (name, value) in headers {
         let (name, value) = (name.as_ref(), value.as_ref());
-        if value.contains(['\r', '\n']) || name.contains(['\r', '\n', ':']) {
+        // Byte loops, not `contains([..])` with a char array: that decodes and compares a
+        // character at a time, and these run over every header of every answer.
+        let breaks = |b: u8| b == b'\r' || b == b'\n';
+        if value.bytes().any(breaks) || name.bytes().any(|b| breaks(b) || b == b':') {
             continue; // never let a header split the response
         }
         out.extend_from_slice(name.as_bytes());
@@ -270,9 +274,16 @@ fn head_end(buf: &[u8], from: usize) -> Option<usize> {
 
 /// A whole response head (through its blank line) parsed.
 fn parse_head(head: &[u8]) -> io::Result<ResponseHead> {
-    let mut headers = [httparse::EMPTY_HEADER; super::MAX_HEADERS];
-    let mut response = httparse::Response::new(&mut headers);
-    match response.parse(head) {
+    // Left uninitialised: httparse writes the ones it fills (zeroing all of them was a
+    // kilo-instruction per answer).
+    let mut headers = [MaybeUninit::<httparse::Header<'_>>::uninit(); super::MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut response,
+        head,
+        &mut headers,
+    );
+    match parsed {
         Ok(httparse::Status::Complete(_)) => {}
         Ok(httparse::Status::Partial) => return Err(malformed("a partial response head")),
         Err(e) => return Err(malformed(&format!("a malformed response head: {e}"))),
@@ -281,12 +292,7 @@ fn parse_head(head: &[u8]) -> io::Result<ResponseHead> {
     let headers = response
         .headers
         .iter()
-        .map(|h| {
-            (
-                h.name.to_owned(),
-                String::from_utf8_lossy(h.value).into_owned(),
-            )
-        })
+        .map(|h| (h.name.to_owned(), super::lossy_string(h.value)))
         .collect();
     Ok(ResponseHead { status, headers })
 }
