@@ -662,7 +662,9 @@ impl<W: std::io::Write> std::io::Write for Tally<W> {
 pub(crate) fn component_of(headers: &[(String, String)]) -> &str {
     headers
         .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case("user-agent"))
+        .find(|(name, _)| {
+            name.len() == "user-agent".len() && name.eq_ignore_ascii_case("user-agent")
+        })
         .map_or("", |(_, value)| {
             value.split('/').next().unwrap_or("").trim()
         })

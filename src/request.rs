@@ -729,7 +729,8 @@ pub(crate) fn escape(text: &str, safe: &[u8], out: &mut String) {
 /// Decodes `%XX` escapes, and `+` as a space when `plus_is_space` (a query: Go's
 /// `url.QueryUnescape`; a path keeps its `+`); borrowed when there is nothing to decode.
 fn unescape(s: &str, plus_is_space: bool) -> Result<Cow<'_, str>, Unescape> {
-    if !(s.contains('%') || (plus_is_space && s.contains('+'))) {
+    // One pass over the bytes: `contains` with a char is a searcher set up per call.
+    if !s.bytes().any(|b| b == b'%' || (plus_is_space && b == b'+')) {
         return Ok(Cow::Borrowed(s));
     }
     let bytes = s.as_bytes();

@@ -258,7 +258,8 @@ fn parse_header_line(line: &mut Vec<u8>) -> Result<(String, String), HeadError> 
 pub(crate) fn find_header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
     headers
         .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        // The length first, inline: most names are ruled out without a call.
+        .find(|(n, _)| n.len() == name.len() && n.eq_ignore_ascii_case(name))
         .map(|(_, v)| v.as_str())
 }
 

@@ -78,7 +78,10 @@ pub(crate) fn is_hop_by_hop(name: &str) -> bool {
     if name.len() >= 32 || LENGTHS & (1 << name.len()) == 0 {
         return false;
     }
-    HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
+    // The length compared here, before the call: most names pass the mask for one of the
+    // twelve at most.
+    HOP.iter()
+        .any(|h| h.len() == name.len() && name.eq_ignore_ascii_case(h))
 }
 
 /// Of a 101's headers, those that frame an HTTP body, which a switched connection has
@@ -178,7 +181,9 @@ impl Outgoing<'_> {
 fn affinity_key(headers: &[(String, String)], target: &str) -> u64 {
     let user_agent = headers
         .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case("user-agent"))
+        .find(|(name, _)| {
+            name.len() == "user-agent".len() && name.eq_ignore_ascii_case("user-agent")
+        })
         .map_or(HUB_USER_AGENT, |(_, value)| value.as_str());
     crate::health::affinity_key(user_agent, target)
 }
