@@ -62,15 +62,17 @@ pub(crate) fn write_head<N: AsRef<str>, V: AsRef<str>>(
     out.extend_from_slice(b"\r\n");
     for (name, value) in headers {
         let (name, value) = (name.as_ref(), value.as_ref());
-        // Byte loops, not `contains([..])` with a char array: that decodes and compares a
+        // memchr, not `contains([..])` with a char array: that decodes and compares a
         // character at a time, and these run over every header of every answer.
-        let breaks = |b: u8| b == b'\r' || b == b'\n';
-        if value.bytes().any(breaks) || name.bytes().any(|b| breaks(b) || b == b':') {
+        let (name, value) = (name.as_bytes(), value.as_bytes());
+        if memchr::memchr2(b'\r', b'\n', value).is_some()
+            || memchr::memchr3(b'\r', b'\n', b':', name).is_some()
+        {
             continue; // never let a header split the response
         }
-        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(name);
         out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     }
     match (length, framing) {
