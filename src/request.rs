@@ -488,20 +488,20 @@ fn segments(raw_path: &str) -> Result<Vec<Cow<'_, str>>, RequestError> {
     if trimmed.is_empty() {
         return Ok(Vec::new());
     }
-    trimmed
-        .trim_end_matches('/')
-        .split('/')
-        .map(|raw| {
-            let seg = unescape(raw, false).map_err(|_| RequestError::BadEscape {
-                segment: true,
-                text: raw.to_string(),
-            })?;
-            if seg.bytes().any(|b| b == b'/' || b == 0) {
-                return Err(RequestError::SlashOrNul(raw.to_string()));
-            }
-            Ok(seg)
-        })
-        .collect()
+    // Room for a namespaced object's subresource (`api/v1/namespaces/ns/pods/name/status`)
+    // from the start: a collected Vec grows from four.
+    let mut out = Vec::with_capacity(8);
+    for raw in trimmed.trim_end_matches('/').split('/') {
+        let seg = unescape(raw, false).map_err(|_| RequestError::BadEscape {
+            segment: true,
+            text: raw.to_string(),
+        })?;
+        if memchr::memchr2(b'/', 0, seg.as_bytes()).is_some() {
+            return Err(RequestError::SlashOrNul(raw.to_string()));
+        }
+        out.push(seg);
+    }
+    Ok(out)
 }
 
 /// The resource path after `/api/<version>` or `/apis/<group>/<version>` (both checked):
