@@ -363,15 +363,15 @@ pub(crate) fn classify(
     let mut upgrade = false;
     let mut authorization: Option<&str> = None;
     for (name, value) in headers {
-        if name.eq_ignore_ascii_case("user-agent") {
+        if crate::eq_ignore_ascii_case(name, "user-agent") {
             component = ComponentName::of_user_agent(value);
-        } else if name.eq_ignore_ascii_case("accept") {
+        } else if crate::eq_ignore_ascii_case(name, "accept") {
             accept_header = Some(value);
-        } else if name.eq_ignore_ascii_case("connection") {
+        } else if crate::eq_ignore_ascii_case(name, "connection") {
             upgrade |= value
                 .split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
-        } else if name.eq_ignore_ascii_case("authorization") {
+                .any(|t| crate::eq_ignore_ascii_case(t.trim(), "upgrade"));
+        } else if crate::eq_ignore_ascii_case(name, "authorization") {
             authorization = Some(value);
         }
     }
