@@ -34,7 +34,11 @@ impl Upstream {
     pub(crate) fn send(&self, mut req: Outgoing<'_>) -> Result<Answer, UpstreamError> {
         let agents = self.current()?;
         let write = !matches!(req.method, "GET" | "HEAD");
-        let key = req.affinity_key();
+        let key = if self.backends.hashes() {
+            req.affinity_key()
+        } else {
+            0
+        };
         let first = self
             .backends
             .pick(None, write, key)
