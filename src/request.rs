@@ -492,7 +492,7 @@ fn segments(raw_path: &str) -> Result<Vec<Cow<'_, str>>, RequestError> {
     // Room for a namespaced object's subresource (`api/v1/namespaces/ns/pods/name/status`)
     // from the start: a collected Vec grows from four.
     let mut out = Vec::with_capacity(8);
-    for raw in trimmed.trim_end_matches('/').split('/') {
+    for raw in crate::split_ascii(trimmed.trim_end_matches('/'), b'/') {
         let seg = unescape(raw, false).map_err(|_| RequestError::BadEscape {
             segment: true,
             text: raw.to_string(),

@@ -139,7 +139,7 @@ pub(crate) fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadErro
         if text[0] == b' ' || text[0] == b'\t' {
             return Err(HeadError::Malformed("folded header"));
         }
-        let tab = text.contains(&b'\t');
+        let tab = memchr::memchr(b'\t', text).is_some();
         let header = parse_header_line(&mut line)?;
         // httparse drops tabs around a value, as RFC 9110 allows; nginx takes them as part
         // of it and answers 501 (issue 28). A proxy that reads the framing otherwise than a

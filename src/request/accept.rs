@@ -242,10 +242,13 @@ pub(super) fn classify_accept(header: Option<&str>) -> Accept {
         return Accept::Json;
     };
     // The forms most clients send, known without parsing ranges.
-    if header.eq_ignore_ascii_case("application/json") {
+    if crate::eq_ignore_ascii_case(header, "application/json") {
         return Accept::Json;
     }
-    if header.eq_ignore_ascii_case("application/vnd.kubernetes.protobuf,application/json") {
+    if crate::eq_ignore_ascii_case(
+        header,
+        "application/vnd.kubernetes.protobuf,application/json",
+    ) {
         return Accept::JsonOrProtobuf;
     }
     let mut plain_json = false;
