@@ -150,6 +150,12 @@ impl Backends {
         }
     }
 
+    /// Whether [`Backends::pick`] reads its key: consistent hashing over more than one
+    /// backend (the key costs a hash of the User-Agent and target per request).
+    pub(crate) fn hashes(&self) -> bool {
+        self.lb == LbMode::ConsistentHashing && self.list.len() > 1
+    }
+
     /// True when at least one backend is usable: the hub is online.
     pub(crate) fn any_healthy(&self) -> bool {
         self.list.iter().any(Backend::usable)

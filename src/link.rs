@@ -662,9 +662,12 @@ impl<W: std::io::Write> std::io::Write for Tally<W> {
 pub(crate) fn component_of(headers: &[(String, String)]) -> &str {
     headers
         .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case("user-agent"))
+        .find(|(name, _)| {
+            name.len() == "user-agent".len() && name.eq_ignore_ascii_case("user-agent")
+        })
         .map_or("", |(_, value)| {
-            value.split('/').next().unwrap_or("").trim()
+            // memchr: `split('/')` sets up a searcher for one cut.
+            value[..memchr::memchr(b'/', value.as_bytes()).unwrap_or(value.len())].trim()
         })
 }
 
@@ -682,7 +685,7 @@ pub(crate) fn resource_of(path_and_query: &str) -> &str {
 /// The resource of a path (without its query); `None` for a non-resource path or a
 /// discovery document.
 fn locate(path: &str) -> Option<&str> {
-    let mut segments = path.split('/').filter(|s| !s.is_empty());
+    let mut segments = crate::split_ascii(path, b'/').filter(|s| !s.is_empty());
     let skip = match segments.next() {
         Some("api") => 1,
         Some("apis") => 2,

@@ -48,11 +48,16 @@ impl<L: Ord> InFlightSeries<L> {
     {
         self.total.fetch_add(1, Ordering::Relaxed);
         let mut map = lock(&self.series);
+        // A series met before (nearly every request) is counted without cloning its labels
+        // for the map's entry (allocations, freed at once).
+        if let Some(n) = map.get_mut(&labels) {
+            *n += 1;
+            return Some(labels);
+        }
         // Labels come from clients (User-Agent): cap the number of series so a client that
         // invents a new agent per request cannot grow the hub's memory without bound.
-        let known = map.len() < MAX_SERIES || map.contains_key(&labels);
-        known.then(|| {
-            *map.entry(labels.clone()).or_insert(0) += 1;
+        (map.len() < MAX_SERIES).then(|| {
+            map.insert(labels.clone(), 1);
             labels
         })
     }

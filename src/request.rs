@@ -224,7 +224,8 @@ impl ComponentName {
     /// The component of a `User-Agent` value: up to the first `/`, trimmed, lower-cased
     /// (`kubelet` of `kubelet/v1.30.0 (linux/arm64) kubernetes/abc`).
     fn of_user_agent(value: &str) -> ComponentName {
-        let first = value.split('/').next().unwrap_or("").trim();
+        // memchr: `split('/')` sets up a searcher for one cut.
+        let first = value[..memchr::memchr(b'/', value.as_bytes()).unwrap_or(value.len())].trim();
         // Most agents name themselves in lower case already: no copy to lower it.
         if first.bytes().any(|b| b.is_ascii_uppercase()) {
             ComponentName::new(&first.to_ascii_lowercase())
@@ -363,15 +364,15 @@ pub(crate) fn classify(
     let mut upgrade = false;
     let mut authorization: Option<&str> = None;
     for (name, value) in headers {
-        if name.eq_ignore_ascii_case("user-agent") {
+        if crate::eq_ignore_ascii_case(name, "user-agent") {
             component = ComponentName::of_user_agent(value);
-        } else if name.eq_ignore_ascii_case("accept") {
+        } else if crate::eq_ignore_ascii_case(name, "accept") {
             accept_header = Some(value);
-        } else if name.eq_ignore_ascii_case("connection") {
+        } else if crate::eq_ignore_ascii_case(name, "connection") {
             upgrade |= value
                 .split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
-        } else if name.eq_ignore_ascii_case("authorization") {
+                .any(|t| crate::eq_ignore_ascii_case(t.trim(), "upgrade"));
+        } else if crate::eq_ignore_ascii_case(name, "authorization") {
             authorization = Some(value);
         }
     }
@@ -488,20 +489,20 @@ fn segments(raw_path: &str) -> Result<Vec<Cow<'_, str>>, RequestError> {
     if trimmed.is_empty() {
         return Ok(Vec::new());
     }
-    trimmed
-        .trim_end_matches('/')
-        .split('/')
-        .map(|raw| {
-            let seg = unescape(raw, false).map_err(|_| RequestError::BadEscape {
-                segment: true,
-                text: raw.to_string(),
-            })?;
-            if seg.bytes().any(|b| b == b'/' || b == 0) {
-                return Err(RequestError::SlashOrNul(raw.to_string()));
-            }
-            Ok(seg)
-        })
-        .collect()
+    // Room for a namespaced object's subresource (`api/v1/namespaces/ns/pods/name/status`)
+    // from the start: a collected Vec grows from four.
+    let mut out = Vec::with_capacity(8);
+    for raw in crate::split_ascii(trimmed.trim_end_matches('/'), b'/') {
+        let seg = unescape(raw, false).map_err(|_| RequestError::BadEscape {
+            segment: true,
+            text: raw.to_string(),
+        })?;
+        if memchr::memchr2(b'/', 0, seg.as_bytes()).is_some() {
+            return Err(RequestError::SlashOrNul(raw.to_string()));
+        }
+        out.push(seg);
+    }
+    Ok(out)
 }
 
 /// The resource path after `/api/<version>` or `/apis/<group>/<version>` (both checked):
@@ -729,7 +730,14 @@ pub(crate) fn escape(text: &str, safe: &[u8], out: &mut String) {
 /// Decodes `%XX` escapes, and `+` as a space when `plus_is_space` (a query: Go's
 /// `url.QueryUnescape`; a path keeps its `+`); borrowed when there is nothing to decode.
 fn unescape(s: &str, plus_is_space: bool) -> Result<Cow<'_, str>, Unescape> {
-    if !(s.contains('%') || (plus_is_space && s.contains('+'))) {
+    // memchr, not `contains` with a char (a searcher set up per call) nor a byte loop (at
+    // opt-level z, slower still): this runs on the path and on each of its segments.
+    let special = if plus_is_space {
+        memchr::memchr2(b'%', b'+', s.as_bytes())
+    } else {
+        memchr::memchr(b'%', s.as_bytes())
+    };
+    if special.is_none() {
         return Ok(Cow::Borrowed(s));
     }
     let bytes = s.as_bytes();

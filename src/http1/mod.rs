@@ -139,19 +139,19 @@ pub(crate) fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadErro
         if text[0] == b' ' || text[0] == b'\t' {
             return Err(HeadError::Malformed("folded header"));
         }
-        let tab = text.contains(&b'\t');
+        let tab = memchr::memchr(b'\t', text).is_some();
         let header = parse_header_line(&mut line)?;
         // httparse drops tabs around a value, as RFC 9110 allows; nginx takes them as part
         // of it and answers 501 (issue 28). A proxy that reads the framing otherwise than a
         // server beside it is how requests get smuggled, so the stricter reading wins.
-        if tab && header.0.eq_ignore_ascii_case("transfer-encoding") {
+        if tab && crate::eq_ignore_ascii_case(&header.0, "transfer-encoding") {
             return Err(HeadError::NotImplemented(TE_NOT_CHUNKED));
         }
         headers.push(header);
     }
     match headers
         .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
+        .filter(|(n, _)| crate::eq_ignore_ascii_case(n, "host"))
         .count()
     {
         0 if minor_version == 1 => return Err(HeadError::Malformed("HTTP/1.1 without Host")),
@@ -244,7 +244,7 @@ fn parse_header_line(line: &mut Vec<u8>) -> Result<(String, String), HeadError> 
         Ok(httparse::Status::Complete((_, [header]))) => Ok((
             header.name.to_owned(),
             // Values may carry obs-text; kept as UTF-8 where they are, lossily elsewhere.
-            String::from_utf8_lossy(header.value).into_owned(),
+            lossy_string(header.value),
         )),
         Err(httparse::Error::HeaderValue) => {
             Err(HeadError::Malformed("control character in a header value"))
@@ -258,7 +258,8 @@ fn parse_header_line(line: &mut Vec<u8>) -> Result<(String, String), HeadError> 
 pub(crate) fn find_header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
     headers
         .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        // The length first, inline: most names are ruled out without a call.
+        .find(|(n, _)| n.len() == name.len() && crate::eq_ignore_ascii_case(n, name))
         .map(|(_, v)| v.as_str())
 }
 
@@ -266,9 +267,9 @@ pub(crate) fn find_header<'h>(headers: &'h [(String, String)], name: &str) -> Op
 pub(crate) fn has_token(headers: &[(String, String)], name: &str, token: &str) -> bool {
     headers
         .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .filter(|(n, _)| crate::eq_ignore_ascii_case(n, name))
         .flat_map(|(_, v)| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case(token))
+        .any(|t| crate::eq_ignore_ascii_case(t.trim(), token))
 }
 
 impl RequestHead {
@@ -289,7 +290,7 @@ impl RequestHead {
         let values = |name: &'static str| {
             self.headers
                 .iter()
-                .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+                .filter(move |(n, _)| crate::eq_ignore_ascii_case(n, name))
                 .map(|(_, v)| v.trim())
         };
         let mut te = values("transfer-encoding");
@@ -307,7 +308,7 @@ impl RequestHead {
             (Some(_), None) if te.next().is_some() => {
                 return Err(HeadError::Malformed("duplicate Transfer-Encoding"));
             }
-            (Some(coding), None) if coding.eq_ignore_ascii_case("chunked") => {
+            (Some(coding), None) if crate::eq_ignore_ascii_case(coding, "chunked") => {
                 return Ok(Framing::Chunked);
             }
             (Some(_), None) => return Err(HeadError::NotImplemented(TE_NOT_CHUNKED)),
@@ -361,7 +362,7 @@ fn read_line(input: &mut dyn BufRead, out: &mut Vec<u8>, limit: usize) -> Result
         if available.is_empty() {
             return Err(LineError::Eof);
         }
-        let (take, done) = match available.iter().position(|&b| b == b'\n') {
+        let (take, done) = match memchr::memchr(b'\n', available) {
             Some(i) => (i + 1, true),
             None => (available.len(), false),
         };
@@ -378,8 +379,24 @@ fn read_line(input: &mut dyn BufRead, out: &mut Vec<u8>, limit: usize) -> Result
 }
 
 fn trim_crlf(line: &[u8]) -> &[u8] {
-    let line = line.strip_suffix(b"\n").unwrap_or(line);
-    line.strip_suffix(b"\r").unwrap_or(line)
+    // Compared a byte at a time: `strip_suffix` is a call to memcmp per suffix.
+    let line = match line {
+        [rest @ .., b'\n'] => rest,
+        _ => line,
+    };
+    match line {
+        [rest @ .., b'\r'] => rest,
+        _ => line,
+    }
+}
+
+/// `bytes` as a String: a copy when they are UTF-8 (checked a word at a time), else lossily
+/// (`from_utf8_lossy` walks them a byte at a time even when they are ASCII).
+pub(crate) fn lossy_string(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! upgrade, which the hub reads itself (ureq keeps the socket behind a 101).
 
 use std::io::{self, BufRead, Write as _};
+use std::mem::MaybeUninit;
 
 /// The interim answer to `Expect: 100-continue`, sent before the body is read.
 pub(crate) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
@@ -54,21 +55,31 @@ pub(crate) fn write_head<N: AsRef<str>, V: AsRef<str>>(
     framing: ResponseFraming,
     close: bool,
 ) {
-    // Writing into a Vec cannot fail.
-    let _ = write!(out, "HTTP/1.1 {status} {}\r\n", reason_phrase(status));
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_decimal(out, status.into());
+    out.push(b' ');
+    out.extend_from_slice(reason_phrase(status).as_bytes());
+    out.extend_from_slice(b"\r\n");
     for (name, value) in headers {
         let (name, value) = (name.as_ref(), value.as_ref());
-        if value.contains(['\r', '\n']) || name.contains(['\r', '\n', ':']) {
+        // memchr, not `contains([..])` with a char array: that decodes and compares a
+        // character at a time, and these run over every header of every answer.
+        let (name, value) = (name.as_bytes(), value.as_bytes());
+        if memchr::memchr2(b'\r', b'\n', value).is_some()
+            || memchr::memchr3(b'\r', b'\n', b':', name).is_some()
+        {
             continue; // never let a header split the response
         }
-        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(name);
         out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     }
     match (length, framing) {
         (Some(n), _) => {
-            let _ = write!(out, "Content-Length: {n}\r\n");
+            out.extend_from_slice(b"Content-Length: ");
+            push_decimal(out, n);
+            out.extend_from_slice(b"\r\n");
         }
         (None, ResponseFraming::Chunked) => {
             out.extend_from_slice(b"Transfer-Encoding: chunked\r\n")
@@ -79,6 +90,22 @@ pub(crate) fn write_head<N: AsRef<str>, V: AsRef<str>>(
         out.extend_from_slice(b"Connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `n` in decimal: `write!` takes the formatting machinery, a few hundred
+/// instructions a number, and every answer's head has two.
+fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// The size line of a chunk of `len` bytes, written into `buf`.
@@ -159,7 +186,7 @@ impl ResponseHead {
         }
         if let Some(te) = self.header("transfer-encoding") {
             let last = te.rsplit(',').next().unwrap_or("").trim();
-            return Ok(if last.eq_ignore_ascii_case("chunked") {
+            return Ok(if crate::eq_ignore_ascii_case(last, "chunked") {
                 AnswerFraming::Chunked
             } else {
                 AnswerFraming::Close
@@ -168,7 +195,7 @@ impl ResponseHead {
         let mut lengths = self
             .headers
             .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+            .filter(|(n, _)| crate::eq_ignore_ascii_case(n, "content-length"))
             .map(|(_, v)| {
                 // Digits only (RFC 9110 §8.6): `parse` would take a sign as well.
                 let v = v.trim();
@@ -270,9 +297,16 @@ fn head_end(buf: &[u8], from: usize) -> Option<usize> {
 
 /// A whole response head (through its blank line) parsed.
 fn parse_head(head: &[u8]) -> io::Result<ResponseHead> {
-    let mut headers = [httparse::EMPTY_HEADER; super::MAX_HEADERS];
-    let mut response = httparse::Response::new(&mut headers);
-    match response.parse(head) {
+    // Left uninitialised: httparse writes the ones it fills (zeroing all of them was a
+    // kilo-instruction per answer).
+    let mut headers = [MaybeUninit::<httparse::Header<'_>>::uninit(); super::MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut response,
+        head,
+        &mut headers,
+    );
+    match parsed {
         Ok(httparse::Status::Complete(_)) => {}
         Ok(httparse::Status::Partial) => return Err(malformed("a partial response head")),
         Err(e) => return Err(malformed(&format!("a malformed response head: {e}"))),
@@ -281,12 +315,7 @@ fn parse_head(head: &[u8]) -> io::Result<ResponseHead> {
     let headers = response
         .headers
         .iter()
-        .map(|h| {
-            (
-                h.name.to_owned(),
-                String::from_utf8_lossy(h.value).into_owned(),
-            )
-        })
+        .map(|h| (h.name.to_owned(), super::lossy_string(h.value)))
         .collect();
     Ok(ResponseHead { status, headers })
 }

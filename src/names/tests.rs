@@ -48,5 +48,9 @@ fn safe_segments() {
     check("a\tb", false);
     check("a\u{7f}b", false);
     check("a\u{85}b", false);
+    check("\u{80}", false);
+    check("a\u{9f}", false);
+    check("a\u{a0}b", true);
+    check("\u{c0}\u{7ff}", true);
     check("ü", true);
 }

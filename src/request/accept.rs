@@ -241,6 +241,16 @@ pub(super) fn classify_accept(header: Option<&str>) -> Accept {
     let Some(header) = header.filter(|h| !h.trim().is_empty()) else {
         return Accept::Json;
     };
+    // The forms most clients send, known without parsing ranges.
+    if crate::eq_ignore_ascii_case(header, "application/json") {
+        return Accept::Json;
+    }
+    if crate::eq_ignore_ascii_case(
+        header,
+        "application/vnd.kubernetes.protobuf,application/json",
+    ) {
+        return Accept::JsonOrProtobuf;
+    }
     let mut plain_json = false;
     let mut protobuf = false;
     let mut discovery = false;
@@ -295,6 +305,26 @@ pub(super) fn classify_accept(header: Option<&str>) -> Accept {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_common_forms_read_as_their_ranges_do() {
+        // Known without parsing; a space in front takes the general reading.
+        for (header, want) in [
+            ("application/json", Accept::Json),
+            ("APPLICATION/JSON", Accept::Json),
+            (
+                "application/vnd.kubernetes.protobuf,application/json",
+                Accept::JsonOrProtobuf,
+            ),
+        ] {
+            assert_eq!(classify_accept(Some(header)), want, "{header:?}");
+            assert_eq!(
+                classify_accept(Some(&format!(" {header}"))),
+                want,
+                "{header:?}"
+            );
+        }
+    }
 
     #[test]
     fn metadata_only_clients_are_told_apart() {

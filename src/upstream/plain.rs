@@ -481,9 +481,10 @@ impl Head {
 
 /// No line break and no NUL: nothing that could end a header or the head early (the
 /// client's own headers were parsed by httparse, which refuses every control character but
-/// a tab; this guards the head whatever its source). A loop, not memchr: values are short.
+/// a tab; this guards the head whatever its source). memchr, not a byte loop: at opt-level
+/// z the loop took twice the instructions, even on short values.
 fn valid_value(s: &str) -> bool {
-    s.bytes().all(|b| b != b'\r' && b != b'\n' && b != 0)
+    memchr::memchr3(b'\r', b'\n', 0, s.as_bytes()).is_none()
 }
 
 /// A method or header name: visible ASCII without a colon (a superset of RFC 9110's token

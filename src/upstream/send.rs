@@ -34,7 +34,11 @@ impl Upstream {
     pub(crate) fn send(&self, mut req: Outgoing<'_>) -> Result<Answer, UpstreamError> {
         let agents = self.current()?;
         let write = !matches!(req.method, "GET" | "HEAD");
-        let key = req.affinity_key();
+        let key = if self.backends.hashes() {
+            req.affinity_key()
+        } else {
+            0
+        };
         let first = self
             .backends
             .pick(None, write, key)
@@ -245,7 +249,7 @@ impl Upstream {
         // the relay, which inflates for a client that did not ask).
         let gzip = req.encoding == Encoding::Gzip && super::inflate::ask_gzip();
         for (name, value) in forwarded_headers(req.headers, req.identity, req.accept.is_some()) {
-            if gzip && name.eq_ignore_ascii_case("accept-encoding") {
+            if gzip && crate::eq_ignore_ascii_case(name, "accept-encoding") {
                 continue;
             }
             longest_line = longest_line.max(name.len() + value.len() + 4);

@@ -252,7 +252,11 @@ impl Upstream {
         };
         let write = !matches!(req.method, "GET" | "HEAD");
         // Keyed as a request would be, so a client's tunnels go where its requests go.
-        let key = affinity_key(req.headers, req.target);
+        let key = if self.backends.hashes() {
+            affinity_key(req.headers, req.target)
+        } else {
+            0
+        };
         let mut backend = self
             .backends
             .pick(None, write, key)
