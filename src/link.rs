@@ -685,7 +685,7 @@ pub(crate) fn resource_of(path_and_query: &str) -> &str {
 /// The resource of a path (without its query); `None` for a non-resource path or a
 /// discovery document.
 fn locate(path: &str) -> Option<&str> {
-    let mut segments = crate::split_ascii(path, b'/').filter(|s| !s.is_empty());
+    let mut segments = crate::ascii::split_ascii(path, b'/').filter(|s| !s.is_empty());
     let skip = match segments.next() {
         Some("api") => 1,
         Some("apis") => 2,

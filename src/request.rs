@@ -364,15 +364,15 @@ pub(crate) fn classify(
     let mut upgrade = false;
     let mut authorization: Option<&str> = None;
     for (name, value) in headers {
-        if crate::eq_ignore_ascii_case(name, "user-agent") {
+        if crate::ascii::eq_ignore_ascii_case(name, "user-agent") {
             component = ComponentName::of_user_agent(value);
-        } else if crate::eq_ignore_ascii_case(name, "accept") {
+        } else if crate::ascii::eq_ignore_ascii_case(name, "accept") {
             accept_header = Some(value);
-        } else if crate::eq_ignore_ascii_case(name, "connection") {
+        } else if crate::ascii::eq_ignore_ascii_case(name, "connection") {
             upgrade |= value
                 .split(',')
-                .any(|t| crate::eq_ignore_ascii_case(t.trim(), "upgrade"));
-        } else if crate::eq_ignore_ascii_case(name, "authorization") {
+                .any(|t| crate::ascii::eq_ignore_ascii_case(t.trim(), "upgrade"));
+        } else if crate::ascii::eq_ignore_ascii_case(name, "authorization") {
             authorization = Some(value);
         }
     }
@@ -492,7 +492,7 @@ fn segments(raw_path: &str) -> Result<Vec<Cow<'_, str>>, RequestError> {
     // Room for a namespaced object's subresource (`api/v1/namespaces/ns/pods/name/status`)
     // from the start: a collected Vec grows from four.
     let mut out = Vec::with_capacity(8);
-    for raw in crate::split_ascii(trimmed.trim_end_matches('/'), b'/') {
+    for raw in crate::ascii::split_ascii(trimmed.trim_end_matches('/'), b'/') {
         let seg = unescape(raw, false).map_err(|_| RequestError::BadEscape {
             segment: true,
             text: raw.to_string(),

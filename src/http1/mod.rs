@@ -144,14 +144,14 @@ pub(crate) fn read_head(input: &mut dyn BufRead) -> Result<RequestHead, HeadErro
         // httparse drops tabs around a value, as RFC 9110 allows; nginx takes them as part
         // of it and answers 501 (issue 28). A proxy that reads the framing otherwise than a
         // server beside it is how requests get smuggled, so the stricter reading wins.
-        if tab && crate::eq_ignore_ascii_case(&header.0, "transfer-encoding") {
+        if tab && crate::ascii::eq_ignore_ascii_case(&header.0, "transfer-encoding") {
             return Err(HeadError::NotImplemented(TE_NOT_CHUNKED));
         }
         headers.push(header);
     }
     match headers
         .iter()
-        .filter(|(n, _)| crate::eq_ignore_ascii_case(n, "host"))
+        .filter(|(n, _)| crate::ascii::eq_ignore_ascii_case(n, "host"))
         .count()
     {
         0 if minor_version == 1 => return Err(HeadError::Malformed("HTTP/1.1 without Host")),
@@ -259,7 +259,7 @@ pub(crate) fn find_header<'h>(headers: &'h [(String, String)], name: &str) -> Op
     headers
         .iter()
         // The length first, inline: most names are ruled out without a call.
-        .find(|(n, _)| n.len() == name.len() && crate::eq_ignore_ascii_case(n, name))
+        .find(|(n, _)| n.len() == name.len() && crate::ascii::eq_ignore_ascii_case(n, name))
         .map(|(_, v)| v.as_str())
 }
 
@@ -267,9 +267,9 @@ pub(crate) fn find_header<'h>(headers: &'h [(String, String)], name: &str) -> Op
 pub(crate) fn has_token(headers: &[(String, String)], name: &str, token: &str) -> bool {
     headers
         .iter()
-        .filter(|(n, _)| crate::eq_ignore_ascii_case(n, name))
+        .filter(|(n, _)| crate::ascii::eq_ignore_ascii_case(n, name))
         .flat_map(|(_, v)| v.split(','))
-        .any(|t| crate::eq_ignore_ascii_case(t.trim(), token))
+        .any(|t| crate::ascii::eq_ignore_ascii_case(t.trim(), token))
 }
 
 impl RequestHead {
@@ -290,7 +290,7 @@ impl RequestHead {
         let values = |name: &'static str| {
             self.headers
                 .iter()
-                .filter(move |(n, _)| crate::eq_ignore_ascii_case(n, name))
+                .filter(move |(n, _)| crate::ascii::eq_ignore_ascii_case(n, name))
                 .map(|(_, v)| v.trim())
         };
         let mut te = values("transfer-encoding");
@@ -308,7 +308,7 @@ impl RequestHead {
             (Some(_), None) if te.next().is_some() => {
                 return Err(HeadError::Malformed("duplicate Transfer-Encoding"));
             }
-            (Some(coding), None) if crate::eq_ignore_ascii_case(coding, "chunked") => {
+            (Some(coding), None) if crate::ascii::eq_ignore_ascii_case(coding, "chunked") => {
                 return Ok(Framing::Chunked);
             }
             (Some(_), None) => return Err(HeadError::NotImplemented(TE_NOT_CHUNKED)),

@@ -186,7 +186,7 @@ impl ResponseHead {
         }
         if let Some(te) = self.header("transfer-encoding") {
             let last = te.rsplit(',').next().unwrap_or("").trim();
-            return Ok(if crate::eq_ignore_ascii_case(last, "chunked") {
+            return Ok(if crate::ascii::eq_ignore_ascii_case(last, "chunked") {
                 AnswerFraming::Chunked
             } else {
                 AnswerFraming::Close
@@ -195,7 +195,7 @@ impl ResponseHead {
         let mut lengths = self
             .headers
             .iter()
-            .filter(|(n, _)| crate::eq_ignore_ascii_case(n, "content-length"))
+            .filter(|(n, _)| crate::ascii::eq_ignore_ascii_case(n, "content-length"))
             .map(|(_, v)| {
                 // Digits only (RFC 9110 §8.6): `parse` would take a sign as well.
                 let v = v.trim();

@@ -242,10 +242,10 @@ pub(super) fn classify_accept(header: Option<&str>) -> Accept {
         return Accept::Json;
     };
     // The forms most clients send, known without parsing ranges.
-    if crate::eq_ignore_ascii_case(header, "application/json") {
+    if crate::ascii::eq_ignore_ascii_case(header, "application/json") {
         return Accept::Json;
     }
-    if crate::eq_ignore_ascii_case(
+    if crate::ascii::eq_ignore_ascii_case(
         header,
         "application/vnd.kubernetes.protobuf,application/json",
     ) {

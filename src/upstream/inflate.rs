@@ -55,19 +55,19 @@ pub(crate) fn accepts_gzip(headers: &[(String, String)]) -> bool {
     let codings = || {
         headers
             .iter()
-            .filter(|(name, _)| crate::eq_ignore_ascii_case(name, "accept-encoding"))
+            .filter(|(name, _)| crate::ascii::eq_ignore_ascii_case(name, "accept-encoding"))
             .flat_map(|(_, value)| value.split(','))
             .map(|coding| {
                 let mut parts = coding.split(';');
                 let name = parts.next().unwrap_or("").trim();
                 let weighted = parts
                     .filter_map(|p| p.trim().split_once('='))
-                    .find(|(k, _)| crate::eq_ignore_ascii_case(k.trim(), "q"))
+                    .find(|(k, _)| crate::ascii::eq_ignore_ascii_case(k.trim(), "q"))
                     .is_none_or(|(_, q)| q.trim().parse::<f32>().is_ok_and(|q| q > 0.0));
                 (name, weighted)
             })
     };
-    let mut gzip = codings().filter(|(name, _)| crate::eq_ignore_ascii_case(name, "gzip"));
+    let mut gzip = codings().filter(|(name, _)| crate::ascii::eq_ignore_ascii_case(name, "gzip"));
     match gzip.next() {
         Some((_, weighted)) => weighted,
         None => codings().any(|(name, weighted)| name == "*" && weighted),

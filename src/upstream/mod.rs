@@ -81,7 +81,7 @@ pub(crate) fn is_hop_by_hop(name: &str) -> bool {
     // The length compared here, before the call: most names pass the mask for one of the
     // twelve at most.
     HOP.iter()
-        .any(|h| h.len() == name.len() && crate::eq_ignore_ascii_case(name, h))
+        .any(|h| h.len() == name.len() && crate::ascii::eq_ignore_ascii_case(name, h))
 }
 
 /// Of a 101's headers, those that frame an HTTP body, which a switched connection has
@@ -90,7 +90,7 @@ pub(crate) fn is_hop_by_hop(name: &str) -> bool {
 pub(crate) fn is_framing_header(name: &str) -> bool {
     ["content-length", "transfer-encoding", "keep-alive"]
         .iter()
-        .any(|h| crate::eq_ignore_ascii_case(name, h))
+        .any(|h| crate::ascii::eq_ignore_ascii_case(name, h))
 }
 
 /// The client's headers the cloud gets, the one trust rule for every request the hub
@@ -107,7 +107,7 @@ pub(crate) fn forwarded_headers(
     // Most clients send no `Connection` header: then nothing is collected.
     let connection_tokens: Vec<&str> = headers
         .iter()
-        .filter(|(n, _)| crate::eq_ignore_ascii_case(n, "connection"))
+        .filter(|(n, _)| crate::ascii::eq_ignore_ascii_case(n, "connection"))
         .flat_map(|(_, v)| v.split(','))
         .map(str::trim)
         .collect();
@@ -117,10 +117,10 @@ pub(crate) fn forwarded_headers(
             !(is_hop_by_hop(name)
                 || connection_tokens
                     .iter()
-                    .any(|t| crate::eq_ignore_ascii_case(t, name))
-                || (skip_accept && crate::eq_ignore_ascii_case(name, "accept"))
+                    .any(|t| crate::ascii::eq_ignore_ascii_case(t, name))
+                || (skip_accept && crate::ascii::eq_ignore_ascii_case(name, "accept"))
                 || (identity != Identity::Client
-                    && crate::eq_ignore_ascii_case(name, "authorization")))
+                    && crate::ascii::eq_ignore_ascii_case(name, "authorization")))
         })
         .map(|(n, v)| (n.as_str(), v.as_str()))
 }
@@ -183,7 +183,8 @@ fn affinity_key(headers: &[(String, String)], target: &str) -> u64 {
     let user_agent = headers
         .iter()
         .find(|(name, _)| {
-            name.len() == "user-agent".len() && crate::eq_ignore_ascii_case(name, "user-agent")
+            name.len() == "user-agent".len()
+                && crate::ascii::eq_ignore_ascii_case(name, "user-agent")
         })
         .map_or(HUB_USER_AGENT, |(_, value)| value.as_str());
     crate::health::affinity_key(user_agent, target)
@@ -275,8 +276,8 @@ impl Answer {
             limit,
         ))));
         self.headers.retain(|(name, _)| {
-            !(crate::eq_ignore_ascii_case(name, "content-encoding")
-                || crate::eq_ignore_ascii_case(name, "content-length"))
+            !(crate::ascii::eq_ignore_ascii_case(name, "content-encoding")
+                || crate::ascii::eq_ignore_ascii_case(name, "content-length"))
         });
         self.length = None;
         self

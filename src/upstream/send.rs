@@ -249,7 +249,7 @@ impl Upstream {
         // the relay, which inflates for a client that did not ask).
         let gzip = req.encoding == Encoding::Gzip && super::inflate::ask_gzip();
         for (name, value) in forwarded_headers(req.headers, req.identity, req.accept.is_some()) {
-            if gzip && crate::eq_ignore_ascii_case(name, "accept-encoding") {
+            if gzip && crate::ascii::eq_ignore_ascii_case(name, "accept-encoding") {
                 continue;
             }
             longest_line = longest_line.max(name.len() + value.len() + 4);
