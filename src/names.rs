@@ -65,9 +65,17 @@ pub(crate) fn is_safe_segment(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= MAX_SEGMENT_BYTES
         && !s.starts_with('.')
-        && !s
-            .chars()
-            .any(|c| matches!(c, '/' | '\\' | '%') || c.is_control())
+        && !has_unsafe_byte(s.as_bytes())
+}
+
+/// Whether UTF-8 `bytes` hold `/`, `\`, `%` or a control character (`char::is_control`:
+/// U+0000–U+001F, U+007F, and U+0080–U+009F, which UTF-8 writes as `C2 80`–`C2 9F`). Read
+/// by bytes rather than decoded chars: every cached answer's key is checked (issue 34).
+fn has_unsafe_byte(bytes: &[u8]) -> bool {
+    bytes.iter().enumerate().any(|(i, &b)| {
+        matches!(b, b'/' | b'\\' | b'%' | 0..=0x1f | 0x7f)
+            || (b == 0xc2 && matches!(bytes.get(i + 1), Some(0x80..=0x9f)))
+    })
 }
 
 /// An object name as the apiserver accepts it in a path, and safe as a file name: the
