@@ -88,7 +88,7 @@ fn check_request(head: &RequestHead, req: &ApiRequest) {
     let Ok(route) = route::route(req, true, WorkingMode::Edge) else {
         return;
     };
-    match &route.cache {
+    match route.cache.as_deref() {
         Ok(CacheTarget::NonResource { file }) => assert!(is_safe_segment(file), "{file:?}"),
         Ok(target) => {
             let collection = target

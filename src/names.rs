@@ -68,13 +68,13 @@ pub(crate) fn is_safe_segment(s: &str) -> bool {
         && !has_unsafe_byte(s.as_bytes())
 }
 
-/// A `/`, `\`, `%` or control character in UTF-8 `bytes`, read a byte at a time (decoding
-/// characters cost twice as much on every request path): the C0 controls and DEL are single
-/// bytes, the C1 controls (U+0080 to U+009F) are `C2 80` to `C2 9F`.
+/// Whether UTF-8 `bytes` hold `/`, `\`, `%` or a control character (`char::is_control`:
+/// U+0000–U+001F, U+007F, and U+0080–U+009F, which UTF-8 writes as `C2 80`–`C2 9F`). Read
+/// by bytes rather than decoded chars: every cached answer's key is checked (issue 34).
 fn has_unsafe_byte(bytes: &[u8]) -> bool {
     bytes.iter().enumerate().any(|(i, &b)| {
         matches!(b, b'/' | b'\\' | b'%' | 0..=0x1f | 0x7f)
-            || (b == 0xc2 && bytes.get(i + 1).is_some_and(|&next| next <= 0x9f))
+            || (b == 0xc2 && matches!(bytes.get(i + 1), Some(0x80..=0x9f)))
     })
 }
 

@@ -6,6 +6,7 @@
 //! `cache/target.rs`), so routing imports nothing from `upstream` or `proxy`.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::decode::BodyShape;
@@ -151,8 +152,9 @@ impl Local {
 /// The decisions for one request.
 #[derive(Debug, Clone)]
 pub(crate) struct Route {
-    /// What to cache, or why not.
-    pub cache: Result<CacheTarget, NoCacheReason>,
+    /// What to cache, or why not (shared: the relay's cache session carries it to the
+    /// writer without a copy, issue 34).
+    pub cache: Result<Arc<CacheTarget>, NoCacheReason>,
     /// How to answer offline.
     pub local: Local,
     /// The `Accept` to send upstream instead of the client's.
@@ -195,7 +197,7 @@ impl Route {
     /// updates), computed once here: the cache target's, else its own.
     pub(crate) fn collection(&self) -> Option<&CollectionKey> {
         self.cache
-            .as_ref()
+            .as_deref()
             .ok()
             .and_then(CacheTarget::collection)
             .or(self.local_collection.as_ref())
@@ -264,7 +266,7 @@ pub(crate) fn route(req: &ApiRequest, is_agent: bool, mode: WorkingMode) -> Resu
     // resumption and the local answer alike.
     let view = view_of(req);
     let selectable = metadata_selectable(&selectors);
-    let cache = cache_target(req, is_agent, mode, &selectors, view, selectable);
+    let cache = cache_target(req, is_agent, mode, &selectors, view, selectable).map(Arc::new);
     let resume = resume(req, mode, &cache);
     // A cached or resumable answer is read by the hub: JSON, when the client takes it (a
     // metadata-only client's own JSON form: the hub reads no protobuf).
@@ -380,7 +382,7 @@ fn metadata_selectable(selectors: &Selectors) -> bool {
 fn resume(
     req: &ApiRequest,
     mode: WorkingMode,
-    cache: &Result<CacheTarget, NoCacheReason>,
+    cache: &Result<Arc<CacheTarget>, NoCacheReason>,
 ) -> Option<Resume> {
     let Target::Resource(path) = &req.target else {
         return None;
@@ -656,16 +658,16 @@ pub(crate) fn document_file(file: &str, form: DiscoveryForm) -> Option<Cow<'_, s
 /// form the cloud answered in ([`document_file`]); None when the document has no such
 /// form (an aggregated `/version`, a Table, protobuf).
 pub(crate) fn target_for_answer(
-    target: &CacheTarget,
+    target: &Arc<CacheTarget>,
     content_type: Option<&str>,
-) -> Option<CacheTarget> {
-    match target {
+) -> Option<Arc<CacheTarget>> {
+    match &**target {
         CacheTarget::NonResource { file } => {
             let form = DiscoveryForm::of_content_type(content_type?)?;
             let file = document_file(file, form)?.into_owned();
-            Some(CacheTarget::NonResource { file })
+            Some(Arc::new(CacheTarget::NonResource { file }))
         }
-        target => Some(target.clone()),
+        _ => Some(Arc::clone(target)),
     }
 }
 
@@ -734,7 +736,7 @@ mod tests {
         );
         let route = edge(&r);
         assert_eq!(route.upstream_accept, Some("application/json"));
-        match route.cache.unwrap() {
+        match Arc::unwrap_or_clone(route.cache.unwrap()) {
             CacheTarget::List {
                 collection,
                 namespace,
@@ -918,7 +920,7 @@ mod tests {
         ] {
             let r = req(method, url, KUBELET, None);
             assert!(
-                matches!(edge(&r).cache, Ok(CacheTarget::Object { .. })),
+                matches!(edge(&r).cache.as_deref(), Ok(CacheTarget::Object { .. })),
                 "{method} {url}"
             );
         }
@@ -1008,7 +1010,9 @@ mod tests {
         let v2 = DiscoveryForm::V2.content_type();
         let beta = DiscoveryForm::V2Beta1.content_type();
         let file_of =
-            |target: &CacheTarget, content_type| match target_for_answer(target, content_type) {
+            |target: &Arc<CacheTarget>, content_type| match target_for_answer(target, content_type)
+                .map(Arc::unwrap_or_clone)
+            {
                 Some(CacheTarget::NonResource { file }) => Some(file),
                 other => {
                     assert!(other.is_none(), "{other:?}");
@@ -1061,7 +1065,7 @@ mod tests {
             .cache
             .unwrap();
         assert!(matches!(
-            target_for_answer(&list, None),
+            target_for_answer(&list, None).as_deref(),
             Some(CacheTarget::List { .. })
         ));
     }
@@ -1109,7 +1113,7 @@ mod tests {
             Some(list_accept),
         ));
         assert!(
-            matches!(list.cache, Ok(CacheTarget::List { .. })),
+            matches!(list.cache.as_deref(), Ok(CacheTarget::List { .. })),
             "{list:?}"
         );
         assert_eq!(metadata_view(&list), meta_pods);
@@ -1129,7 +1133,7 @@ mod tests {
             Some(get_accept),
         ));
         assert!(
-            matches!(one.cache, Ok(CacheTarget::Object { .. })),
+            matches!(one.cache.as_deref(), Ok(CacheTarget::Object { .. })),
             "{one:?}"
         );
         assert_eq!(metadata_view(&one), meta_pods);
@@ -1142,7 +1146,7 @@ mod tests {
         // A watch is cached, and rebuilt after a 410 from a list in the metadata form.
         let watch = edge(&req("GET", "/api/v1/pods?watch=1", ua, Some(get_accept)));
         assert!(
-            matches!(watch.cache, Ok(CacheTarget::Watch { .. })),
+            matches!(watch.cache.as_deref(), Ok(CacheTarget::Watch { .. })),
             "{watch:?}"
         );
         assert_eq!(metadata_view(&watch), meta_pods);
@@ -1390,7 +1394,10 @@ mod tests {
             KUBELET,
             None,
         );
-        assert!(matches!(edge(&r).cache, Ok(CacheTarget::Object { .. })));
+        assert!(matches!(
+            edge(&r).cache.as_deref(),
+            Ok(CacheTarget::Object { .. })
+        ));
         assert_eq!(edge(&r).local, Local::WriteRefused);
     }
 
@@ -1404,7 +1411,7 @@ mod tests {
             Some("application/vnd.kubernetes.protobuf, */*"),
         );
         let route = edge(&r);
-        match route.cache.unwrap() {
+        match Arc::unwrap_or_clone(route.cache.unwrap()) {
             CacheTarget::Token(t) => assert_eq!(
                 t,
                 TokenTarget {
@@ -1426,7 +1433,7 @@ mod tests {
         ] {
             let r = req(method, url, KUBELET, None);
             assert!(
-                !matches!(edge(&r).cache, Ok(CacheTarget::Token(_))),
+                !matches!(edge(&r).cache.as_deref(), Ok(CacheTarget::Token(_))),
                 "{method} {url}"
             );
             assert_ne!(edge(&r).local, Local::Token, "{method} {url}");
@@ -1545,7 +1552,7 @@ mod tests {
             None,
         );
         assert!(matches!(
-            edge(&r).cache,
+            edge(&r).cache.as_deref(),
             Ok(CacheTarget::List { paged: false, .. })
         ));
         assert_paged("/api/v1/pods?limit=500&continue=abc");
@@ -1557,7 +1564,10 @@ mod tests {
     fn assert_paged(url: &str) {
         let r = req("GET", url, KUBELET, None);
         assert!(
-            matches!(edge(&r).cache, Ok(CacheTarget::List { paged: true, .. })),
+            matches!(
+                edge(&r).cache.as_deref(),
+                Ok(CacheTarget::List { paged: true, .. })
+            ),
             "{url}"
         );
     }
@@ -1575,7 +1585,8 @@ mod tests {
             KUBELET,
             None,
         );
-        let Ok(CacheTarget::List { selectors, .. }) = edge(&r).cache else {
+        let Ok(CacheTarget::List { selectors, .. }) = edge(&r).cache.map(Arc::unwrap_or_clone)
+        else {
             panic!("a cached list");
         };
         let pod = serde_json::json!({"metadata": {"name": "p"}, "spec": {"nodeName": "edge-1"}});

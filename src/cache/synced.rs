@@ -549,8 +549,14 @@ impl Synced {
     /// write, or when `drain` (the writer's last turn) whatever the time. The writer thread
     /// only. A failed write is warned of and tried again at the next turn due.
     pub(crate) fn persist(&self, store: &Store, drain: bool) {
+        self.persist_at(store, drain, Instant::now());
+    }
+
+    /// [`Synced::persist`] with the time read by the caller (`now`, not before this record
+    /// was made): the writer reads the clock once for many turns.
+    pub(crate) fn persist_at(&self, store: &Store, drain: bool, now: Instant) {
         // Most turns: two atomic loads, no lock.
-        let elapsed = self.born.elapsed().as_secs();
+        let elapsed = now.saturating_duration_since(self.born).as_secs();
         if !self.unsaved.load(Ordering::Relaxed)
             || !(drain || elapsed >= self.due.load(Ordering::Relaxed))
         {

@@ -91,7 +91,11 @@ fn cache_target(path: &str) -> Option<CacheTarget> {
     let headers = [("User-Agent".to_owned(), super::user_agent())];
     let mut req = request::classify("GET", path, &headers).ok()?;
     req.requester = Requester::hub();
-    route::route(&req, true, WorkingMode::Edge).ok()?.cache.ok()
+    route::route(&req, true, WorkingMode::Edge)
+        .ok()?
+        .cache
+        .ok()
+        .map(std::sync::Arc::unwrap_or_clone)
 }
 
 /// Lists the ConfigMap, applies it, caches the answer; returns the list's resourceVersion.

@@ -272,7 +272,11 @@ fn refill_one(
         .with_filters(chain, req.accept);
     let target = match refill.request.verb {
         // A watch's events were cached as such: its list is cached as the list of that scope.
-        Verb::Watch => route.cache.clone().map_err(ClientError::NotCacheable)?,
+        Verb::Watch => route
+            .cache
+            .as_deref()
+            .cloned()
+            .map_err(|e| ClientError::NotCacheable(*e))?,
         Verb::List | Verb::Get => refill.target.clone(),
         verb => return Err(ClientError::Refused(format!("not a read: {verb:?}"))),
     };
@@ -303,6 +307,7 @@ fn refill_one(
     if answer.status != 200 || !answer.is_json() {
         return Err(ClientError::Status(answer.status));
     }
+    let target = std::sync::Arc::new(target);
     let target = route::target_for_answer(&target, answer.header("content-type")).ok_or(
         ClientError::Answer("the answer is in a form the cache does not keep"),
     )?;
@@ -429,7 +434,7 @@ mod tests {
             .unwrap();
         Refill {
             request: Box::new(request),
-            target,
+            target: Arc::unwrap_or_clone(target),
             sent_as: path.to_owned(),
         }
     }

@@ -53,4 +53,13 @@ fn safe_segments() {
     check("a\u{a0}b", true);
     check("\u{c0}\u{7ff}", true);
     check("ü", true);
+    // Read by bytes, it is the rule on chars: every char of the first planes (and some
+    // beyond) inside a name.
+    for c in (0..0x3000)
+        .chain([0xfeff, 0x1_0000, 0x10_ffff])
+        .filter_map(char::from_u32)
+    {
+        let expected = !(matches!(c, '/' | '\\' | '%') || c.is_control());
+        check(&format!("a{c}b"), expected);
+    }
 }

@@ -159,7 +159,8 @@ impl<'h> Call<'h> {
     /// before the client got anything.
     pub(super) fn forward(&mut self, mut ex: Exchange<'_>) {
         // A TokenRequest answer is kept under what was asked, which only its body says.
-        let mut request_copy = matches!(self.route.cache, Ok(CacheTarget::Token(_))).then(Vec::new);
+        let mut request_copy =
+            matches!(self.route.cache.as_deref(), Ok(CacheTarget::Token(_))).then(Vec::new);
         let answer = match self.send(&mut ex, request_copy.as_mut()) {
             Ok(answer) => answer,
             Err(failure) => return self.fall_back(ex, failure, Call::answer_locally),

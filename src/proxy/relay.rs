@@ -6,6 +6,7 @@
 //! route has filters, the tee when the answer is cached, the client.
 
 use std::io::{self, Read};
+use std::sync::Arc;
 
 use super::CacheStatus;
 use super::call::{Call, Relayed};
@@ -140,7 +141,7 @@ impl Call<'_> {
     pub(super) fn cache_session(
         &self,
         ex: &Exchange<'_>,
-        target: Option<CacheTarget>,
+        target: Option<Arc<CacheTarget>>,
         status: u16,
         gzip: bool,
         small: bool,
@@ -185,7 +186,7 @@ impl Call<'_> {
         };
         Some(Refill {
             request: Box::new(req.clone()),
-            target: target.clone(),
+            target: CacheTarget::clone(target),
             sent_as,
         })
     }
@@ -527,16 +528,16 @@ fn uncommitted(session: Option<Session>) {
 
 /// The cache target with what only the request body tells: a TokenRequest's digest (none
 /// when the body is not a readable TokenRequest, and then nothing is kept).
-fn keyed(target: CacheTarget, request_body: Option<&[u8]>) -> CacheTarget {
-    match target {
-        CacheTarget::Token(token) => CacheTarget::Token(TokenTarget {
+fn keyed(target: Arc<CacheTarget>, request_body: Option<&[u8]>) -> Arc<CacheTarget> {
+    match &*target {
+        CacheTarget::Token(token) => Arc::new(CacheTarget::Token(TokenTarget {
             digest: request_body
                 .filter(|b| b.len() <= crate::tokens::MAX_REQUEST_BYTES)
                 .and_then(crate::tokens::TokenSpec::parse)
                 .map(|spec| spec.digest()),
-            ..token
-        }),
-        other => other,
+            ..token.clone()
+        })),
+        _ => target,
     }
 }
 
@@ -554,12 +555,12 @@ impl Drop for Traffic<'_> {
 
 /// What an answer is cached as, when its status is worth a cache session (a discovery
 /// document goes to the file of the form the cloud answered in).
-fn wants_cache(target: &CacheTarget, answer: &Answer) -> Option<CacheTarget> {
+fn wants_cache(target: &Arc<CacheTarget>, answer: &Answer) -> Option<Arc<CacheTarget>> {
     let worth = match answer.status {
         200 | 201 => answer.is_json(),
         // A 404 for a list prunes the kind; for a get it removes the object.
         404 => matches!(
-            target,
+            **target,
             CacheTarget::List { .. } | CacheTarget::Object { name: Some(_), .. }
         ),
         _ => false,

@@ -11,7 +11,10 @@
 //! (default 500), `TINYHUB_GET_COST_V` the hub's `--v` (default 0, as the bench). Without
 //! `TINYHUB_GET_COST_CALLGRIND` it only drives the gets. `TINYHUB_GET_COST_STRACE=/tmp/out`
 //! (without callgrind) attaches `strace -f -c` to the hub for the counted gets: its syscalls,
-//! summed to `<out>.cloud` and `<out>.edge`.
+//! summed to `<out>.cloud` and `<out>.edge`. Every run prints the hub process's CPU per
+//! counted get (from `/proc`, 10 ms ticks: count enough gets): with `TINYHUB_TEST_BIN` the
+//! armv7 binary and `TINYHUB_TEST_RUNNER=qemu-arm-static`, the edge/cloud ratio the peer
+//! bench's section 10a measures, without its rounds.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -109,9 +112,17 @@ fn drive(mode: &str) {
         spec = spec.with(&["--working-mode=cloud"]);
     }
     if let Some(out) = &out {
+        // Under callgrind (and qemu: the armv7 binary's host instructions, with
+        // `TINYHUB_TEST_RUNNER`) a health probe may take seconds: the cloud must not look down.
+        spec = spec.with(&[
+            "--heartbeat-timeout-seconds=30",
+            "--heartbeat-failed-retry=10",
+        ]);
         spec.prefix = vec![
             "valgrind".into(),
             "--tool=callgrind".into(),
+            // qemu's translated code is written to memory and run.
+            "--smc-check=all-non-file".into(),
             format!("--callgrind-out-file={out}.{mode}.%p"),
         ];
     }
@@ -134,10 +145,19 @@ fn drive(mode: &str) {
         child
     });
     conn.reconnects = 0;
+    let pid = hub.pid().to_string();
+    let ticks = || cpu_ticks(&pid).unwrap_or(0);
+    let t0 = ticks();
     for _ in 0..gets {
         assert_eq!(conn.get(), 200);
     }
-    eprintln!("{mode}: {gets} gets, {} new connections", conn.reconnects);
+    // The writer's last batch handled (it lingers 2 ms), within the count.
+    std::thread::sleep(Duration::from_millis(100));
+    let cpu_us = (ticks() - t0) as f64 * 10_000.0 / gets as f64;
+    eprintln!(
+        "{mode}: {gets} gets, {} new connections, {cpu_us:.1} µs of the hub's CPU per get",
+        conn.reconnects
+    );
     if out.is_some() {
         callgrind("-d", hub.pid());
     }

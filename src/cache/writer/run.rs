@@ -8,7 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::TryRecvError;
 
@@ -69,14 +69,22 @@ pub(crate) fn run(
         synced,
         bound,
         memos: Memos::default(),
+        clock: Clock::read(),
     };
     // Whether the writer has lingered since it last handled a message.
     let mut lingered = true;
+    // Whether messages were handled since the chores (`chores`) last ran.
+    let mut chores_due = false;
     loop {
         // Nothing queued: linger once for more (a batch rides one wake-up), then sleep on
         // the doorbell (see `tee::Doorbell`), unless stopping, when the queue is only drained.
         let mut msg = rx.rx.try_recv();
         if matches!(msg, Err(TryRecvError::Empty)) && !stop.load(Ordering::Acquire) {
+            if chores_due {
+                // Busy until now; the chores see what the batch did.
+                w.clock.tick();
+                chores(&mut w, &mut sessions);
+            }
             if lingered {
                 rx.queue
                     .doorbell
@@ -85,15 +93,16 @@ pub(crate) fn run(
                 rx.queue.doorbell.linger(options.linger.unwrap_or(LINGER));
                 lingered = true;
             }
+            // The time waited is not work.
+            w.clock = Clock::read();
             msg = rx.rx.try_recv();
         }
-        match msg {
+        let quick = match msg {
             Ok(msg) => {
                 lingered = false;
                 if let Some(delay) = options.delay_per_message {
                     std::thread::sleep(delay);
                 }
-                let started = std::time::Instant::now();
                 rx.queue
                     .queued_bytes
                     .fetch_sub(msg.payload_len(), Ordering::Relaxed);
@@ -101,34 +110,31 @@ pub(crate) fn run(
                     .cache_writer_queue_depth
                     .fetch_sub(1, Ordering::Relaxed);
                 let opens = matches!(msg, CacheMsg::Begin { .. } | CacheMsg::End { .. });
-                handle(&mut w, &mut sessions, msg);
+                let quick = handle(&mut w, &mut sessions, msg);
                 if let Some(bound) = w.bound.as_mut() {
                     bounded(bound, &mut sessions, opens);
                 }
-                METRICS
-                    .cache_writer_busy_micros
-                    .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                quick
             }
             Err(TryRecvError::Empty) if stop.load(Ordering::Acquire) => break,
-            Err(TryRecvError::Empty) => {}
-            Err(TryRecvError::Disconnected) => break,
-        }
-        w.failures.error_keys.persist(store, false);
-        synced.persist(store, false);
-        // Sessions whose connection gave up: drop their staged state.
-        let before = sessions.len();
-        sessions.retain(|id, s| {
-            let keep = !s.given_up();
-            if !keep {
-                log::debug!("cache session {id} dropped: abandoned");
+            Err(TryRecvError::Empty) => {
+                // Woken with nothing to do (the wait's timeout): the chores only, on the
+                // reading just taken; no work to count as busy.
+                chores(&mut w, &mut sessions);
+                chores_due = false;
+                continue;
             }
-            keep
-        });
-        if let Some(bound) = w.bound.as_mut() {
-            bound.settle(store, synced);
-            let dropped = sessions.len() != before;
-            bounded(bound, &mut sessions, dropped);
+            Err(TryRecvError::Disconnected) => break,
+        };
+        // A quick message leaves the clocks and the chores to a later turn (`Clock`; not with
+        // the test-only delay, which makes every message slow).
+        if quick && options.delay_per_message.is_none() && w.clock.reuse() {
+            chores_due = true;
+            continue;
         }
+        w.clock.tick();
+        chores(&mut w, &mut sessions);
+        chores_due = false;
     }
     failures.error_keys.persist(store, true);
     synced.persist(store, true);
@@ -136,6 +142,82 @@ pub(crate) fn run(
         log::info!(
             "cache writer stopping with {} unfinished responses, not committed",
             sessions.len()
+        );
+    }
+}
+
+/// What the writer does between messages: the records it keeps written (error keys,
+/// `.synced`) when due, the sessions whose connection gave up dropped, the bound settled. Run
+/// after each message but quick ones ([`Clock`]), and before the writer waits.
+fn chores(w: &mut Writer<'_, '_>, sessions: &mut HashMap<u64, Active<'_>>) {
+    let (store, synced) = (w.store, w.synced);
+    w.failures.error_keys.persist(store, false);
+    synced.persist_at(store, false, w.clock.at);
+    // Sessions whose connection gave up: drop their staged state.
+    let before = sessions.len();
+    sessions.retain(|id, s| {
+        let keep = !s.given_up();
+        if !keep {
+            log::debug!("cache session {id} dropped: abandoned");
+        }
+        keep
+    });
+    if let Some(bound) = w.bound.as_mut() {
+        bound.settle(store, synced);
+        let dropped = sessions.len() != before;
+        bounded(bound, sessions, dropped);
+    }
+}
+
+/// The writer's reading of the clocks (issue 34), taken after each message that did work of
+/// its own, but only once for a run of quick ones: small answers found stored already
+/// (`identical.rs`), which take a few microseconds and no system call. Where no vDSO serves
+/// the clocks (an armv7 guest under qemu-user; ARM boards whose timer it cannot read) each
+/// reading is a system call, and the four a message (its busy time twice, the Unix second
+/// of the cloud's word, the `.synced` schedule) were most of the edge hub's extra system
+/// calls per small get. The busy time is counted from reading to reading, the waits between
+/// batches left out.
+struct Clock {
+    /// The last reading.
+    at: Instant,
+    /// The wall clock in Unix seconds, read with the first quick message after `at`: when
+    /// a quick answer heard the cloud's word.
+    unix: Option<u64>,
+    /// Quick messages handled since.
+    quick: u32,
+}
+
+/// The most quick messages handled on one reading: at a few microseconds each it is a few
+/// milliseconds old at most, where the cloud's word is noted to the second.
+const QUICK_PER_READING: u32 = 32;
+
+impl Clock {
+    fn read() -> Clock {
+        Clock {
+            at: Instant::now(),
+            unix: None,
+            quick: 0,
+        }
+    }
+
+    /// The Unix seconds of this reading.
+    fn unix(&mut self) -> u64 {
+        *self.unix.get_or_insert_with(crate::unix_secs)
+    }
+
+    /// After a quick message: whether the reading may serve the next message too.
+    fn reuse(&mut self) -> bool {
+        self.quick += 1;
+        self.quick < QUICK_PER_READING
+    }
+
+    /// Reads the clocks again, counting the time since the last reading as busy.
+    fn tick(&mut self) {
+        let then = self.at;
+        *self = Clock::read();
+        METRICS.cache_writer_busy_micros.fetch_add(
+            self.at.saturating_duration_since(then).as_micros() as u64,
+            Ordering::Relaxed,
         );
     }
 }
@@ -149,6 +231,8 @@ struct Writer<'w, 's> {
     bound: Option<Bound>,
     /// The whole lists committed, which prove a repeat unchanged (`unchanged.rs`).
     memos: Memos,
+    /// The clocks as last read.
+    clock: Clock,
 }
 
 /// After a message: the answers still writing a collection the bound evicted are
@@ -350,7 +434,13 @@ impl Active<'_> {
     }
 }
 
-fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, msg: CacheMsg) {
+/// Handles one message; true when it was a quick one ([`Clock`]): a small answer found
+/// stored already.
+fn handle<'s>(
+    w: &mut Writer<'_, 's>,
+    sessions: &mut HashMap<u64, Active<'s>>,
+    msg: CacheMsg,
+) -> bool {
     match msg {
         CacheMsg::Begin {
             id,
@@ -363,7 +453,7 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
             enough,
         } => {
             let head = Head {
-                target: *target,
+                target: Arc::unwrap_or_clone(target),
                 status,
                 gzip,
                 word,
@@ -395,10 +485,11 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
                 (status, gzip),
                 &body,
             ) {
-                return stored_again(w, collection, object, &word);
+                stored_again(w, collection, object, &word);
+                return true;
             }
             let head = Head {
-                target: *target,
+                target: Arc::unwrap_or_clone(target),
                 status,
                 gzip,
                 word,
@@ -436,6 +527,7 @@ fn handle<'s>(w: &mut Writer<'_, 's>, sessions: &mut HashMap<u64, Active<'s>>, m
             let _ = ack.try_send(());
         }
     }
+    false
 }
 
 /// Decodes the next bytes of `active`'s body and applies each unit to the store.
@@ -511,7 +603,10 @@ fn stored_again(w: &mut Writer<'_, '_>, collection: &CollectionKey, object: &[u8
     }
     Metrics::inc(&METRICS.cache_writes_skipped_identical);
     Metrics::inc(&METRICS.cache_sessions_committed);
-    note(w.synced, collection, word, &mut None);
+    // The writer's last reading of the clock (`Clock`), at most a few milliseconds before
+    // this message was handled: a second earlier at worst says the cache is older than it
+    // is, never younger.
+    note_at(w.synced, collection, word, &mut None, w.clock.unix());
 }
 
 /// What a session's `Begin` (or `Whole`) says of its answer.
@@ -875,7 +970,18 @@ fn relisted(store: &Store, collection: &CollectionKey) {
 /// The cloud's word on `collection` was heard, as of when `word` says; `noted` is the last
 /// time noted for the session, which a same second does not take the record's lock for.
 fn note(synced: &Synced, collection: &CollectionKey, word: &Word, noted: &mut Option<u64>) {
-    if let Some(at) = word.at(crate::unix_secs())
+    note_at(synced, collection, word, noted, crate::unix_secs());
+}
+
+/// [`note`] with the Unix seconds `now` read by the caller.
+fn note_at(
+    synced: &Synced,
+    collection: &CollectionKey,
+    word: &Word,
+    noted: &mut Option<u64>,
+    now: u64,
+) {
+    if let Some(at) = word.at(now)
         && *noted != Some(at)
     {
         synced.note(collection, at);

@@ -22,9 +22,10 @@ pub(crate) enum CacheMsg {
     Begin {
         /// Session id.
         id: u64,
-        /// What to persist (boxed: the queue's slots are all allocated and written when it
-        /// is made, so each byte of a message costs the queue's length in resident memory).
-        target: Box<CacheTarget>,
+        /// What to persist (behind a pointer: the queue's slots are all allocated and written
+        /// when it is made, so each byte of a message costs the queue's length in resident
+        /// memory; shared: the route's own, not a copy of it).
+        target: Arc<CacheTarget>,
         /// HTTP status of the answer.
         status: u16,
         /// The body is gzip-encoded.
@@ -58,9 +59,10 @@ pub(crate) enum CacheMsg {
     /// say. A small answer read whole is handed over once (three messages cost the writer
     /// three wake-ups, and the connection thread three sends).
     Whole {
-        /// What to persist (boxed: the queue's slots are all allocated and written when it
-        /// is made, so each byte of a message costs the queue's length in resident memory).
-        target: Box<CacheTarget>,
+        /// What to persist (behind a pointer: the queue's slots are all allocated and written
+        /// when it is made, so each byte of a message costs the queue's length in resident
+        /// memory; shared: the route's own, not a copy of it).
+        target: Arc<CacheTarget>,
         /// HTTP status of the answer.
         status: u16,
         /// The body is gzip-encoded.
@@ -382,12 +384,13 @@ impl CacheTx {
     /// once per collection per [`REFILL_EVERY`](crate::cache::relist::REFILL_EVERY)).
     pub(crate) fn begin(
         &self,
-        target: CacheTarget,
+        target: impl Into<Arc<CacheTarget>>,
         status: u16,
         gzip: bool,
         refill: Option<Refill>,
     ) -> Option<Session> {
-        let streaming = matches!(target, CacheTarget::Watch { .. });
+        let target = target.into();
+        let streaming = matches!(*target, CacheTarget::Watch { .. });
         let refill = refill.and_then(|refill| {
             let tx = self.refills.clone()?;
             // In flight, for the ledger, until the session ends (its `Drop` at the latest).
@@ -400,7 +403,7 @@ impl CacheTx {
             }))
         });
         if let (CacheTarget::Watch { collection }, Some(relist), Some(r), 200) =
-            (&target, &self.relist, &refill, status)
+            (&*target, &self.relist, &refill, status)
             && let Some(due) = relist.refill_due(collection, &scope_of(&r.refill), Instant::now())
         {
             // Its own place in the ledger, after the watch's: the watch's end, whole, must
@@ -432,7 +435,7 @@ impl CacheTx {
     /// with [`Session::finish_refilling`].
     pub(crate) fn begin_deferred(
         &self,
-        target: CacheTarget,
+        target: Arc<CacheTarget>,
         status: u16,
         gzip: bool,
         sent_as: &str,
@@ -465,40 +468,40 @@ impl CacheTx {
     /// the pool cache answers it again.
     pub(crate) fn begin_relayed(
         &self,
-        target: CacheTarget,
+        target: impl Into<Arc<CacheTarget>>,
         status: u16,
         gzip: bool,
         word: Word,
     ) -> Option<Session> {
-        self.start(target, status, gzip, Pace::NeverWait, None, word)
+        self.start(target.into(), status, gzip, Pace::NeverWait, None, word)
     }
 
     /// Starts persisting a response that no client waits for: every send waits for room.
     pub(crate) fn begin_paced(
         &self,
-        target: CacheTarget,
+        target: impl Into<Arc<CacheTarget>>,
         status: u16,
         gzip: bool,
     ) -> Option<Session> {
-        self.start(target, status, gzip, Pace::Wait, None, Word::Cloud)
+        self.start(target.into(), status, gzip, Pace::Wait, None, Word::Cloud)
     }
 
     fn start(
         &self,
-        target: CacheTarget,
+        target: Arc<CacheTarget>,
         status: u16,
         gzip: bool,
         pace: Pace,
         refill: Option<Box<Refillable>>,
         word: Word,
     ) -> Option<Session> {
-        let streaming = matches!(target, CacheTarget::Watch { .. });
+        let streaming = matches!(*target, CacheTarget::Watch { .. });
         let mut session = Session {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             tx: self.tx.clone(),
             queue: Arc::clone(&self.queue),
             unsent: Some(Start {
-                target: Box::new(target),
+                target,
                 status,
                 gzip,
                 word,
@@ -579,8 +582,8 @@ struct Deferred {
 
 /// What a `Begin` says, held until it is sent.
 struct Start {
-    /// Boxed here already, as the message carries it.
-    target: Box<CacheTarget>,
+    /// As the message carries it.
+    target: Arc<CacheTarget>,
     status: u16,
     gzip: bool,
     word: Word,
@@ -883,7 +886,7 @@ mod tests {
 
     fn whole(name: &str) -> CacheMsg {
         CacheMsg::Whole {
-            target: Box::new(CacheTarget::Object {
+            target: Arc::new(CacheTarget::Object {
                 collection: CollectionKey::new("kubelet", "configmaps", "v1", ""),
                 namespace: Some("ns".into()),
                 name: Some(name.into()),

@@ -1,6 +1,7 @@
 //! The writer end to end: sessions sent through the channel, the writer run over them, the
 //! files it leaves.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -223,7 +224,7 @@ fn a_deferred_refill_is_made_only_for_a_dropped_answer() {
         let (tx, _rx) = channel(8, budget);
         let tx = tx.with_refills(refills.sender());
         let mut s = tx
-            .begin_deferred(list_target(), 200, false, "/api/v1/pods", make)
+            .begin_deferred(Arc::new(list_target()), 200, false, "/api/v1/pods", make)
             .unwrap();
         assert!(s.chunk_owned(LIST.as_bytes().to_vec()));
         s.finish_refilling(true, make);
@@ -240,7 +241,7 @@ fn a_deferred_refill_is_made_only_for_a_dropped_answer() {
     // Not even begun (the queue holds as many messages as it can): handed over too.
     let (tx, _rx) = full_queue(&refills);
     assert!(
-        tx.begin_deferred(list_target(), 200, false, "/api/v1/pods", make)
+        tx.begin_deferred(Arc::new(list_target()), 200, false, "/api/v1/pods", make)
             .is_none()
     );
     assert_eq!(
@@ -250,7 +251,7 @@ fn a_deferred_refill_is_made_only_for_a_dropped_answer() {
     // The ledger now follows the request: a session is begun with its refill, as `begin`'s.
     let (tx, _rx) = channel(8, 1 << 20);
     let tx = tx.with_refills(refills.sender());
-    let s = tx.begin_deferred(list_target(), 200, false, "/api/v1/pods", make);
+    let s = tx.begin_deferred(Arc::new(list_target()), 200, false, "/api/v1/pods", make);
     assert_eq!(made.get(), 3);
     drop(s);
 }
@@ -774,6 +775,42 @@ mod synced {
             tx.begin(object, 404, false, None).unwrap().finish(true);
         });
         assert!(synced.last(&pods()).is_some(), "a 404 of an object");
+    }
+
+    /// Gets answered as stored already (`identical.rs`) are handled on one reading of the
+    /// clocks for many (`run.rs`'s `Clock`): each still tells the cloud's word, as of now.
+    #[test]
+    fn gets_answered_as_stored_already_are_the_clouds_word_as_of_now() {
+        let t = TempStore::new("synced-stored-already");
+        let configmaps = CollectionKey::new("kubelet", "configmaps", "v1", "");
+        let get = || CacheTarget::Object {
+            collection: configmaps.clone(),
+            namespace: Some("ns".into()),
+            name: Some("cm".into()),
+        };
+        let body = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm","namespace":"ns","resourceVersion":"3"}}"#;
+        let send = |tx: &CacheTx, n: usize| {
+            for _ in 0..n {
+                let mut s = tx.begin(get(), 200, false, None).unwrap();
+                assert!(s.chunk_owned(body.as_bytes().to_vec()));
+                s.finish(true);
+            }
+        };
+        // Stored by the first answer, the whole way.
+        run_with(&t.store, &Synced::default(), |tx| send(tx, 1));
+        let (synced, now) = (Synced::default(), crate::unix_secs());
+        // More than one reading of the clocks serves (`QUICK_PER_READING`), fewer than the
+        // queue takes (the writer runs once all are sent).
+        run_with(&t.store, &synced, |tx| send(tx, 40));
+        assert!(
+            synced.last(&configmaps).is_some_and(|at| at >= now),
+            "{:?} noted, {now} before the gets",
+            synced.last(&configmaps)
+        );
+        assert_eq!(
+            t.read("kubelet/configmaps.v1.core/ns/cm"),
+            serde_json::from_str(body).ok()
+        );
     }
 
     #[test]

@@ -168,6 +168,21 @@ fn an_object_key_hashes_as_its_path_below_the_root() {
     ] {
         assert_eq!(index.key_hash(&k), index.path_hash(rel), "{rel}");
     }
+    // The metadata view's directory first; and a path too long to be joined on the stack
+    // (hashed piece by piece) hashes as its path all the same.
+    let dir = crate::cache::key::METADATA_DIR;
+    let deployments = format!("kubelet/{dir}/deployments.v1.apps/a/web");
+    let long = ("n".repeat(200), "w".repeat(253));
+    let long_rel = format!("kubelet/pods.v1.core/{}/{}", long.0, long.1);
+    for (k, rel) in [
+        (
+            key(&apps.metadata(), Some("a"), "web"),
+            deployments.as_str(),
+        ),
+        (key(&pods(), Some(&long.0), &long.1), long_rel.as_str()),
+    ] {
+        assert_eq!(index.key_hash(&k), index.path_hash(rel), "{rel}");
+    }
     assert_ne!(
         index.key_hash(&key(&pods(), Some("a"), "web")),
         index.key_hash(&key(&pods(), Some("aw"), "eb"))
