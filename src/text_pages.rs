@@ -33,7 +33,7 @@ pub(crate) struct Mapping {
 /// Drops the executable's read-only pages from the process's page tables; the bytes that were
 /// resident in the mappings dropped. Errors: `/proc/self/smaps` unreadable, `madvise` refused.
 #[allow(unsafe_code, reason = "std has no madvise")]
-// Its own symbol: cross/idle-text.sh's profile of the idle hub starts at its call.
+// Its own symbol: cross/idle-text.py's profile of the idle hub starts at its call.
 #[inline(never)]
 pub(crate) fn release() -> io::Result<usize> {
     let exe = std::fs::read_link("/proc/self/exe")?;
