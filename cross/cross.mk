@@ -73,13 +73,15 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 CROSS_QEMU_ARM_CPU ?= cortex-a9,neon=off
 
 .PHONY: armv7 aarch64 ipk ipk-test apk apk-test init-test systemd-test cross-test cross-help \
-	cross-zig cross-rust-src cross-aarch64-std cross-x86_64-std cross-test-tools x86_64-musl
+	cross-zig cross-rust-src cross-aarch64-std cross-x86_64-std cross-test-tools x86_64-musl \
+	idle-text
 
 cross-help:
 	@echo "cross targets (run from the repo top):"
 	@echo "  armv7       static $(CROSS_ARMV7) binary -> $(CROSS_ARMV7_BIN)"
 	@echo "  aarch64     static $(CROSS_AARCH64) binary -> $(CROSS_AARCH64_BIN)"
 	@echo "  x86_64-musl static $(CROSS_X86_64) binary -> $(CROSS_X86_64_BIN) (make bench measures it)"
+	@echo "  idle-text   regenerate $(CROSS_DIR)/idle-text.ld from a profile of the idle hub (valgrind)"
 	@echo "  ipk         OpenWrt packages -> $(CROSS_ARMV7_IPK) and $(CROSS_AARCH64_IPK)"
 	@echo "  ipk-test    unpack the packages and check them; check the feed Makefile"
 	@echo "  apk         OpenWrt 25.x packages -> $(CROSS_ARMV7_APK) and $(CROSS_AARCH64_APK)"
@@ -142,6 +144,19 @@ x86_64-musl: cross-zig cross-x86_64-std
 	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR) $(CARGO) build --release \
 		--config $(CROSS_DIR)/cargo-config.toml --target $(CROSS_X86_64)
 	@ls -l $(CROSS_X86_64_BIN)
+
+# The musl builds link the functions an idle hub runs first in their text (build.rs passes
+# cross/idle-text.ld; cross/idle-text.py says why). This rewrites that file from a callgrind
+# profile of an unstripped x86_64 musl build idling under tests/integration/watch_memory.rs's
+# driver: after changes to what the idle hub runs. About 10 minutes; needs valgrind and
+# binutils. A stale file is harmless: it places less of what runs.
+CROSS_IDLE_TEXT_DIR ?= $(CARGO_TARGET_DIR)/idle-text
+idle-text: cross-zig cross-x86_64-std
+	CARGO_TARGET_DIR=$(CROSS_IDLE_TEXT_DIR) CARGO_PROFILE_RELEASE_STRIP=false $(CARGO) build --release \
+		--config $(CROSS_DIR)/cargo-config.toml --target $(CROSS_X86_64)
+	@sh tests/install-missing.sh valgrind:valgrind objcopy:binutils
+	IDLE_TEXT_DIR=$(CROSS_IDLE_TEXT_DIR) python3 $(CROSS_DIR)/idle-text.py \
+		$(CROSS_IDLE_TEXT_DIR)/$(CROSS_X86_64)/release/tinyhub $(CROSS_DIR)/idle-text.ld
 
 # --- OpenWrt packages ---------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ mod server;
 mod signals;
 mod status;
 mod stream;
+mod text_pages;
 mod thread_dump;
 mod tls;
 mod tokens;
