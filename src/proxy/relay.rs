@@ -392,8 +392,9 @@ impl Call<'_> {
             .then(|| chain.reproducible_form(&filters.ctx))
             .flatten()
             .map(|form| {
-                let accept = ex.header("accept").unwrap_or_default();
-                Recall::new(&filters.memos, accept, ex.url(), form)
+                // The Accept the cloud got: the route's when it sets one.
+                let accept = self.route.upstream_accept.or_else(|| ex.header("accept"));
+                Recall::new(&filters.memos, accept.unwrap_or_default(), ex.url(), form)
             });
         let (writer, watched) = match self.start_stream(ex, &headers, &mut answer) {
             Ok(started) => started,
