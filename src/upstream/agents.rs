@@ -15,6 +15,7 @@ use super::plain::Plain;
 use super::retire::{Generation, Retirable};
 use super::tls_conn::SharedTls;
 use crate::http1;
+use crate::route::Identity;
 use crate::tls::{ClientIdentity, ClientKeyError, TlsMaterial};
 
 /// The connections over one set of TLS material, with and without the hub's client
@@ -35,7 +36,34 @@ pub(super) struct Agents {
     pub(super) tunnel_client: Arc<rustls::ClientConfig>,
 }
 
+/// One identity's share of the [`Agents`] ([`Agents::of`]).
+pub(super) struct Side<'a> {
+    /// Bounded exchanges' pooled connections.
+    pub(super) pooled: &'a Plain,
+    /// Streams' agent.
+    pub(super) stream: &'a Agent,
+    /// The tunnels' rustls configuration.
+    pub(super) tunnel: &'a Arc<rustls::ClientConfig>,
+}
+
 impl Agents {
+    /// What the requests of `identity` go through: with the hub's client certificate, or
+    /// without.
+    pub(super) fn of(&self, identity: Identity) -> Side<'_> {
+        match identity {
+            Identity::Hub => Side {
+                pooled: &self.hub,
+                stream: &self.hub_stream,
+                tunnel: &self.tunnel_hub,
+            },
+            Identity::Client | Identity::Anonymous => Side {
+                pooled: &self.client,
+                stream: &self.client_stream,
+                tunnel: &self.tunnel_client,
+            },
+        }
+    }
+
     /// Agents trusting `tls.roots`, the hub's ones presenting `tls.client` when there is one,
     /// each pooled one keeping up to `pool` idle connections.
     pub(super) fn new(tls: &TlsMaterial, pool: usize) -> Result<Agents, ClientKeyError> {

@@ -139,10 +139,7 @@ impl Upstream {
                 return self.send_stream(agents, server, backend, req, cloud, link, total);
             }
         };
-        let plain = match req.identity {
-            Identity::Hub => &agents.hub,
-            Identity::Client | Identity::Anonymous => &agents.client,
-        };
+        let plain = agents.of(req.identity).pooled;
         let mut head = Head::new(req.method, server, req.path_and_query)?;
         self.head_fields(req, cloud, |name, value| head.add(name, value))?;
         let chunked = req.body.as_ref().is_some_and(|b| b.length.is_none());
@@ -181,10 +178,7 @@ impl Upstream {
         let url = format!("{server}{}", req.path_and_query);
         let request_error = |e: http::Error| UpstreamError::Request(e.to_string());
         let (head, longest_line) = self.request_head(req, &url, cloud).map_err(request_error)?;
-        let agent = match req.identity {
-            Identity::Hub => &agents.hub_stream,
-            Identity::Client | Identity::Anonymous => &agents.client_stream,
-        };
+        let agent = agents.of(req.identity).stream;
         // A line too long for the small buffer gets a large one for this request.
         let output_buffer = (longest_line > OUTPUT_BUFFER).then_some(LARGE_OUTPUT_BUFFER);
         LAST_CONNECTION.with(|last| last.borrow_mut().take());

@@ -246,10 +246,7 @@ impl Upstream {
     /// it came on.
     pub(crate) fn open_tunnel(&self, req: &TunnelRequest<'_>) -> Result<Opened, UpstreamError> {
         let agents = self.current()?;
-        let config = match req.identity {
-            Identity::Hub => &agents.tunnel_hub,
-            Identity::Client | Identity::Anonymous => &agents.tunnel_client,
-        };
+        let config = agents.of(req.identity).tunnel;
         let write = !matches!(req.method, "GET" | "HEAD");
         // Keyed as a request would be, so a client's tunnels go where its requests go.
         let key = if self.backends.hashes() {
