@@ -26,6 +26,15 @@ pub(crate) fn split_ascii(s: &str, sep: u8) -> impl Iterator<Item = &str> {
     })
 }
 
+/// The product of a `User-Agent` value: up to its first `/`, trimmed (`kubelet` of
+/// `kubelet/v1.30.0 (linux/arm64) kubernetes/abc`).
+pub(crate) fn user_agent_product(user_agent: &str) -> &str {
+    split_ascii(user_agent, b'/')
+        .next()
+        .unwrap_or_default()
+        .trim()
+}
+
 /// `a.eq_ignore_ascii_case(b)`, eight bytes at a time: header names and tokens are compared
 /// dozens of times per request, and std's byte loop, built into the hub at opt-level z,
 /// took about twenty instructions a byte.

@@ -663,12 +663,10 @@ pub(crate) fn component_of(headers: &[(String, String)]) -> &str {
     headers
         .iter()
         .find(|(name, _)| {
-            name.len() == "user-agent".len() && name.eq_ignore_ascii_case("user-agent")
+            name.len() == "user-agent".len()
+                && crate::ascii::eq_ignore_ascii_case(name, "user-agent")
         })
-        .map_or("", |(_, value)| {
-            // memchr: `split('/')` sets up a searcher for one cut.
-            value[..memchr::memchr(b'/', value.as_bytes()).unwrap_or(value.len())].trim()
-        })
+        .map_or("", |(_, value)| crate::ascii::user_agent_product(value))
 }
 
 /// The resource label of a path (with or without its query): the plural after
@@ -807,7 +805,7 @@ mod tests {
     }
 
     #[test]
-    fn the_component_is_the_first_word_of_the_user_agent() {
+    fn the_component_is_the_user_agent_product_of_the_user_agent() {
         let ua = |v: &str| vec![("User-Agent".to_owned(), v.to_owned())];
         assert_eq!(
             component_of(&ua("kube-proxy/v1.30.0 (linux/arm) kubernetes/abcdef0")),

@@ -224,8 +224,7 @@ impl ComponentName {
     /// The component of a `User-Agent` value: up to the first `/`, trimmed, lower-cased
     /// (`kubelet` of `kubelet/v1.30.0 (linux/arm64) kubernetes/abc`).
     fn of_user_agent(value: &str) -> ComponentName {
-        // memchr: `split('/')` sets up a searcher for one cut.
-        let first = value[..memchr::memchr(b'/', value.as_bytes()).unwrap_or(value.len())].trim();
+        let first = crate::ascii::user_agent_product(value);
         // Most agents name themselves in lower case already: no copy to lower it.
         if first.bytes().any(|b| b.is_ascii_uppercase()) {
             ComponentName::new(&first.to_ascii_lowercase())

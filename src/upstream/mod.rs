@@ -180,13 +180,7 @@ impl Outgoing<'_> {
 /// The consistent-hashing key of a request with `headers` for `target`: its User-Agent (the
 /// hub's own when it has none) and the target.
 fn affinity_key(headers: &[(String, String)], target: &str) -> u64 {
-    let user_agent = headers
-        .iter()
-        .find(|(name, _)| {
-            name.len() == "user-agent".len()
-                && crate::ascii::eq_ignore_ascii_case(name, "user-agent")
-        })
-        .map_or(HUB_USER_AGENT, |(_, value)| value.as_str());
+    let user_agent = http1::find_header(headers, "user-agent").unwrap_or(HUB_USER_AGENT);
     crate::health::affinity_key(user_agent, target)
 }
 
