@@ -85,7 +85,13 @@ impl<In: RawSocket + Transport> Connector<In> for SharedTls {
         if !details.needs_tls() || inner.is_tls() {
             return Ok(Some(Either::A(inner)));
         }
-        let mut tls = handshake(&self.config, details, inner)?;
+        let mut tls = if self.streams {
+            // The stream's thread then waits for hours: what the handshake leaves in a
+            // thread's malloc cache (8.5 KiB) goes with a thread of its own.
+            crate::alloc::apart("tls-handshake", || handshake(&self.config, details, inner))?
+        } else {
+            handshake(&self.config, details, inner)?
+        };
         tls.lean = self.streams;
         Ok(Some(Either::B(tls)))
     }
