@@ -16,10 +16,14 @@
 //! bookkeeping needs the key), an index that does not know the object or knows other bytes.
 //! A changed object is therefore never skipped: its bytes hash otherwise.
 
+use std::sync::Arc;
+
 use super::error_keys::ErrorKeys;
 use crate::cache::key::CollectionKey;
 use crate::cache::store::Store;
+use crate::cache::synced::Synced;
 use crate::cache::target::CacheTarget;
+use crate::metrics::{METRICS, Metrics};
 
 /// The collection and the object of a whole answer of `status` to `target` when `store`
 /// holds exactly it under the name asked for; `None` when it does not, or not provably (the
@@ -32,6 +36,19 @@ pub(super) fn stored_already<'a>(
     (status, gzip): (u16, bool),
     body: &'a [u8],
 ) -> Option<(&'a CollectionKey, &'a [u8])> {
+    if !error_keys.is_empty() {
+        return None;
+    }
+    held_exactly(store, target, (status, gzip), body)
+}
+
+/// [`stored_already`] but for the failed keys, which its caller judged.
+fn held_exactly<'a>(
+    store: &Store,
+    target: &'a CacheTarget,
+    (status, gzip): (u16, bool),
+    body: &'a [u8],
+) -> Option<(&'a CollectionKey, &'a [u8])> {
     let CacheTarget::Object {
         collection,
         namespace,
@@ -40,13 +57,60 @@ pub(super) fn stored_already<'a>(
     else {
         return None;
     };
-    if gzip || !matches!(status, 200 | 201) || !error_keys.is_empty() {
+    if gzip || !matches!(status, 200 | 201) {
         return None;
     }
     let object = one_object(body)?;
     store
         .holds_exactly(collection, namespace.as_deref(), name, object)
         .then_some((collection, object))
+}
+
+/// The connection thread's side of [`stored_already`] (issue 34): a small get's answer the
+/// store holds exactly so is not handed to the writer at all. No session, no message, no
+/// wake-up of the writer: of all the writer would do with it (`run.rs`, `stored_again`)
+/// only the counters and the kind hearing the cloud's word remain, done here. Nothing is
+/// written: the writer stays the only code that writes the cache.
+///
+/// Taken only while the writer says it may be ([`Direct::allow`]): no failed keys (their
+/// bookkeeping needs the whole path) and no bound (whose admission is the writer's). Messages
+/// still queued may change the object before the writer reaches them; the answer then counts
+/// as heard before them, as an answer relayed a moment earlier would have: it is the cloud's
+/// own, and it was proven identical to what the store held when it was relayed.
+pub(crate) struct Direct {
+    store: Arc<Store>,
+    synced: Arc<Synced>,
+}
+
+impl Direct {
+    /// Proves answers against `store`, telling `synced` when their kinds heard the cloud.
+    pub(crate) fn new(store: Arc<Store>, synced: Arc<Synced>) -> Direct {
+        Direct { store, synced }
+    }
+
+    /// Whether the writer lets connection threads take answers stored already themselves:
+    /// with no failed keys and no bound.
+    pub(super) fn allow(error_keys: &ErrorKeys, bounded: bool) -> bool {
+        error_keys.is_empty() && !bounded
+    }
+
+    /// Whether the whole answer `body` of `status` to `target` is stored exactly so already,
+    /// and was accounted for (the counters, the cloud's word on its kind as of now): then it
+    /// needs no cache session.
+    pub(super) fn took(
+        &self,
+        target: &CacheTarget,
+        (status, gzip): (u16, bool),
+        body: &[u8],
+    ) -> bool {
+        let Some((collection, _)) = held_exactly(&self.store, target, (status, gzip), body) else {
+            return false;
+        };
+        Metrics::inc(&METRICS.cache_writes_skipped_identical);
+        Metrics::inc(&METRICS.cache_sessions_committed);
+        self.synced.note(collection, crate::unix_secs());
+        true
+    }
 }
 
 /// The body's one JSON object, as the decoder hands it on (from its `{` to its `}`), when it
