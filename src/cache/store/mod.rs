@@ -504,8 +504,29 @@ impl Store {
         name: &str,
         bytes: &[u8],
     ) -> bool {
-        let at = index::key_hash_with(&self.index_key, collection, namespace, name);
-        let content = index::hash_with(&self.index_key, bytes);
+        let at = self.object_hash(collection, namespace, name);
+        self.holds_hashed(at, self.content_hash(bytes))
+    }
+
+    /// The index's hash of the path of the object `name` (in `namespace`) of `collection`,
+    /// taken without its lock.
+    pub(crate) fn object_hash(
+        &self,
+        collection: &CollectionKey,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> u64 {
+        index::key_hash_with(&self.index_key, collection, namespace, name)
+    }
+
+    /// The index's hash of a file's `bytes`, taken without its lock.
+    pub(crate) fn content_hash(&self, bytes: &[u8]) -> u64 {
+        index::hash_with(&self.index_key, bytes)
+    }
+
+    /// [`Store::holds_exactly`] of the object at path hash `at`, for bytes of hash `content`
+    /// ([`Store::object_hash`], [`Store::content_hash`]).
+    pub(crate) fn holds_hashed(&self, at: u64, content: u64) -> bool {
         self.index().judge(at, content, None) == Known::Unchanged(PutOutcome::Identical)
     }
 
