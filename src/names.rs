@@ -70,12 +70,22 @@ pub(crate) fn is_safe_segment(s: &str) -> bool {
 
 /// Whether UTF-8 `bytes` hold `/`, `\`, `%` or a control character (`char::is_control`:
 /// U+0000–U+001F, U+007F, and U+0080–U+009F, which UTF-8 writes as `C2 80`–`C2 9F`). Read
-/// by bytes rather than decoded chars: every cached answer's key is checked (issue 34).
+/// by bytes rather than decoded chars: every cached answer's key is checked (issue 34), and
+/// every request's object name: one plain loop, cheaper than an iterator chain in the
+/// size-optimized release build.
 fn has_unsafe_byte(bytes: &[u8]) -> bool {
-    bytes.iter().enumerate().any(|(i, &b)| {
-        matches!(b, b'/' | b'\\' | b'%' | 0..=0x1f | 0x7f)
-            || (b == 0xc2 && matches!(bytes.get(i + 1), Some(0x80..=0x9f)))
-    })
+    // Whether the byte before was C2, which starts a C1 control with 80–9F.
+    let mut after_c2 = false;
+    for &b in bytes {
+        if b < 0x20
+            || matches!(b, b'/' | b'\\' | b'%' | 0x7f)
+            || (after_c2 && matches!(b, 0x80..=0x9f))
+        {
+            return true;
+        }
+        after_c2 = b == 0xc2;
+    }
+    false
 }
 
 /// An object name as the apiserver accepts it in a path, and safe as a file name: the

@@ -16,7 +16,7 @@ use crate::cache::grants::Grants;
 use crate::cache::relist::Relist;
 use crate::cache::store::Store;
 use crate::cache::synced::Synced;
-use crate::cache::writer::{self, BoundStats, CacheTx, Refills, WriterOptions};
+use crate::cache::writer::{self, BoundStats, CacheTx, Direct, Refills, WriterOptions};
 use crate::clients::{agents_watch, refill};
 use crate::config::{Config, HeartbeatMode};
 use crate::error::StartupError;
@@ -235,7 +235,8 @@ fn start_disk_cache(
     let refills = Refills::new();
     let cache_tx = cache_tx
         .with_refills(refills.sender())
-        .with_relist(Arc::new(Relist::new(Arc::clone(store))));
+        .with_relist(Arc::new(Relist::new(Arc::clone(store))))
+        .with_direct(Direct::new(Arc::clone(store), Arc::clone(synced)));
     {
         let (upstream, cache_tx, stop) = (Arc::clone(upstream), cache_tx.clone(), stop.clone());
         let filters = filters.cloned();

@@ -55,10 +55,16 @@ impl Call<'_> {
             .and_then(|t| wants_cache(t, &answer))
             .map(|t| keyed(t, request_body));
         let gzip = answer.is_gzip() && filtering.is_none();
-        // Read whole and finished by `relay_plain`, which makes its refill only if wanted.
+        // Read whole and finished by `relay_small`, which makes its refill only if wanted.
         let small = filtering.is_none()
             && self.route.resume.is_none()
             && answer.length.is_some_and(|l| l <= SMALL_BODY);
+        // HEAD, 204 and 304 carry no body, whatever their Content-Length says.
+        // (Never cached: routes do not cache HEAD, `wants_cache` refuses these statuses.)
+        let bodiless = ex.method() == "HEAD" || matches!(answer.status, 100..=199 | 204 | 304);
+        if small && !bodiless {
+            return self.relay_small(ex, answer, answer_target, gzip);
+        }
         let (mut session, cache_status) =
             self.cache_session(&ex, answer_target, answer.status, gzip, small);
         // The cloud's bytes as sent, or rewritten by filters that read nothing else: a list
@@ -71,9 +77,7 @@ impl Call<'_> {
             s.reproducible(form);
         }
 
-        // HEAD, 204 and 304 carry no body, whatever their Content-Length says.
-        // (Never cached: routes do not cache HEAD, `wants_cache` refuses these statuses.)
-        if ex.method() == "HEAD" || matches!(answer.status, 100..=199 | 204 | 304) {
+        if bodiless {
             let length = Length::Known(answer.length.unwrap_or(0));
             return done(
                 ex.start(answer.status, &answer.headers, length)
@@ -94,6 +98,63 @@ impl Call<'_> {
         self.relay_plain(ex, answer, session, cache_status)
     }
 
+    /// The relay of a small answer of known length passed unchanged, read whole: its cache
+    /// session (for `target`, when it is for the cache) is begun once it is read, and only if
+    /// the store does not hold it exactly so already (`cache/writer/identical.rs`): most of a
+    /// node's gets read back what did not change, and those need no session, no message to
+    /// the writer and no wake-up of it.
+    #[inline(never)]
+    fn relay_small<'c>(
+        &self,
+        ex: Exchange<'c>,
+        mut answer: Answer,
+        target: Option<Arc<CacheTarget>>,
+        gzip: bool,
+    ) -> Relayed<'c> {
+        let mut traffic = Traffic(self.in_flight.as_ref(), 0);
+        let length = answer.length.unwrap_or(0);
+        let read = read_small(&mut answer.body, Some(length), length, &mut traffic.1);
+        let stored = read.as_ref().is_ok_and(|body| {
+            let cache = self.route.cache.as_ref().ok().and(self.hub.cache.as_ref());
+            cache
+                .zip(target.as_deref())
+                .is_some_and(|(cache, t)| cache.stored_already(t, answer.status, gzip, body))
+        });
+        if stored && let Ok(body) = &read {
+            let sent = ex.send(answer.status, &answer.headers, body);
+            return done(sent, CacheStatus::Stored);
+        }
+        let (mut session, cache_status) =
+            self.cache_session(&ex, target, answer.status, gzip, true);
+        // The cloud's bytes as sent (`Session::reproducible`).
+        if let Some(s) = session.as_mut() {
+            s.reproducible(0);
+        }
+        self.send_small(ex, &answer, read, session, cache_status)
+    }
+
+    /// Sends a small answer `read` whole to the client, then hands it to `session`.
+    fn send_small<'c>(
+        &self,
+        ex: Exchange<'c>,
+        answer: &Answer,
+        read: io::Result<Vec<u8>>,
+        session: Option<Session>,
+        cache_status: CacheStatus,
+    ) -> Relayed<'c> {
+        let body = match read {
+            Ok(body) => body,
+            Err(e) => return self.broke_off(ex, answer, e, session),
+        };
+        let sent = ex.send(answer.status, &answer.headers, &body);
+        // The client has its answer; the body moves to the writer without a copy.
+        if let Some(mut s) = session {
+            s.chunk_owned(body);
+            s.finish_refilling(true, |sent_as| self.refill(sent_as));
+        }
+        done(sent, cache_status)
+    }
+
     /// The relay of an answer passed unchanged: a small one read whole, any other streamed.
     #[inline(never)]
     fn relay_plain<'c>(
@@ -105,17 +166,8 @@ impl Call<'_> {
     ) -> Relayed<'c> {
         let mut traffic = Traffic(self.in_flight.as_ref(), 0);
         if let Some(length) = answer.length.filter(|&l| l <= SMALL_BODY) {
-            let body = match read_small(&mut answer.body, Some(length), length, &mut traffic.1) {
-                Ok(body) => body,
-                Err(e) => return self.broke_off(ex, &answer, e, session),
-            };
-            let sent = ex.send(answer.status, &answer.headers, &body);
-            // The client has its answer; the body moves to the writer without a copy.
-            if let Some(mut s) = session {
-                s.chunk_owned(body);
-                s.finish_refilling(true, |sent_as| self.refill(sent_as));
-            }
-            return done(sent, cache_status);
+            let read = read_small(&mut answer.body, Some(length), length, &mut traffic.1);
+            return self.send_small(ex, &answer, read, session, cache_status);
         }
 
         let headers = std::mem::take(&mut answer.headers);
@@ -566,7 +618,12 @@ fn wants_cache(target: &Arc<CacheTarget>, answer: &Answer) -> Option<Arc<CacheTa
         ),
         _ => false,
     };
+    // Only a discovery document's file depends on the form: the header is read for it alone.
+    let discovery = matches!(**target, CacheTarget::NonResource { .. });
     worth
-        .then(|| route::target_for_answer(target, answer.header("content-type")))
+        .then(|| {
+            let content_type = discovery.then(|| answer.header("content-type")).flatten();
+            route::target_for_answer(target, content_type)
+        })
         .flatten()
 }

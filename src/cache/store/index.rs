@@ -107,47 +107,10 @@ impl ObjectIndex {
         namespace: Option<&str>,
         name: &str,
     ) -> u64 {
-        let [resource, version, group] = c.gvr.dir_name_parts();
-        let (view, view_end) = c.view.dir().map_or(("", ""), |dir| (dir, "/"));
-        let (ns, ns_end) = namespace.map_or(("", ""), |ns| (ns, "/"));
-        let parts = [
-            c.component.as_str(),
-            "/",
-            view,
-            view_end,
-            resource,
-            ".",
-            version,
-            ".",
-            group,
-            "/",
-            ns,
-            ns_end,
-            name,
-        ];
-        let mut h = self.hasher.build_hasher();
-        // The path's pieces hash as their concatenation does (`write`, never `write_str`):
-        // one `write` of the path joined on the stack where it fits (a small get's writer
-        // turn hashes one: issue 34), each piece apart otherwise. SipHash's `write` costs
-        // about as much per call as per 8 bytes: 13 short pieces cost it four times one path.
-        let mut joined = [0u8; 256];
-        let mut len = 0;
-        for part in parts {
-            let Some(to) = joined.get_mut(len..len + part.len()) else {
-                len = usize::MAX;
-                break;
-            };
-            to.copy_from_slice(part.as_bytes());
-            len += part.len();
-        }
-        match joined.get(..len) {
-            Some(path) => h.write(path),
-            None => parts.iter().for_each(|part| h.write(part.as_bytes())),
-        }
-        h.finish()
+        key_hash_with(&self.hasher, c, namespace, name)
     }
 
-    /// The hash of a path relative to the root (`kubelet/pods.v1.core/a/web`; a
+    /// The path hash of a path relative to the root (`kubelet/pods.v1.core/a/web`; a
     /// non-resource document's file name).
     pub(super) fn path_hash(&self, rel: &str) -> u64 {
         hash_with(&self.hasher, rel.as_bytes())
@@ -164,8 +127,9 @@ impl ObjectIndex {
         hash_with(&self.hasher, bytes)
     }
 
-    /// The hashes' key, so a build can hash and parse a file without holding the index.
-    fn hasher(&self) -> RandomState {
+    /// The hashes' key, so a build (and [`Store::holds_exactly`]) can hash without holding
+    /// the index.
+    pub(super) fn hasher(&self) -> RandomState {
         self.hasher.clone()
     }
 
@@ -492,8 +456,57 @@ pub(super) fn safe_entries(dir: &Path) -> impl Iterator<Item = (String, bool)> {
     })
 }
 
+/// [`ObjectIndex::key_hash_of`] with the index's key `hasher`.
+pub(super) fn key_hash_with(
+    hasher: &RandomState,
+    c: &CollectionKey,
+    namespace: Option<&str>,
+    name: &str,
+) -> u64 {
+    let [resource, version, group] = c.gvr.dir_name_parts();
+    let (view, view_end) = c.view.dir().map_or(("", ""), |dir| (dir, "/"));
+    let (ns, ns_end) = namespace.map_or(("", ""), |ns| (ns, "/"));
+    let parts = [
+        c.component.as_str(),
+        "/",
+        view,
+        view_end,
+        resource,
+        ".",
+        version,
+        ".",
+        group,
+        "/",
+        ns,
+        ns_end,
+        name,
+    ];
+    let mut h = hasher.build_hasher();
+    // The path's pieces hash as their concatenation does (`write`, never `write_str`):
+    // one `write` of the path joined on the stack where it fits (each small get's proof
+    // hashes one: issue 34), each piece apart otherwise. SipHash's `write` costs
+    // about as much per call as per 8 bytes: 13 short pieces cost it four times one path.
+    let mut joined = [0u8; 256];
+    let mut len = 0;
+    // By reference, and without the empty pieces (a view, a namespace, the core group):
+    // fewer copies, and no by-value iterator of the array.
+    for part in parts.iter().filter(|part| !part.is_empty()) {
+        let Some(to) = joined.get_mut(len..len + part.len()) else {
+            len = usize::MAX;
+            break;
+        };
+        to.copy_from_slice(part.as_bytes());
+        len += part.len();
+    }
+    match joined.get(..len) {
+        Some(path) => h.write(path),
+        None => parts.iter().for_each(|part| h.write(part.as_bytes())),
+    }
+    h.finish()
+}
+
 /// The hash of `bytes` under the index's key.
-fn hash_with(hasher: &RandomState, bytes: &[u8]) -> u64 {
+pub(super) fn hash_with(hasher: &RandomState, bytes: &[u8]) -> u64 {
     let mut h = hasher.build_hasher();
     h.write(bytes);
     h.finish()

@@ -118,6 +118,7 @@ pub(crate) mod view;
 
 use std::borrow::Cow;
 use std::fs::{DirBuilder, File};
+use std::hash::RandomState;
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -231,6 +232,8 @@ pub(crate) struct Store {
     tombstones: Mutex<Tombstones>,
     /// What is stored, so an unchanged put touches no file (`index.rs`).
     index: Mutex<ObjectIndex>,
+    /// The index's hash key, never changed: what hashes without its lock.
+    index_key: RandomState,
     /// What the files weigh (`usage.rs`), for `--cache-max-bytes`.
     usage: Mutex<Usage>,
     /// Fault injection; the default in production.
@@ -283,6 +286,7 @@ impl Store {
         let lock = DirLock::acquire(root).map_err(StoreError::Lock)?;
         let root_dir = File::open(root).map_err(io_err(StoreOp::Read, root))?;
         let relist = Store::load_relist(root);
+        let index = ObjectIndex::default();
         let store = Store {
             root: root.to_owned(),
             staging: root.join(STAGING),
@@ -291,7 +295,8 @@ impl Store {
             recent: Mutex::new(RecentChanges::default()),
             generations: Mutex::new(generation::Generations::default()),
             tombstones: Mutex::new(Tombstones::default()),
-            index: Mutex::new(ObjectIndex::default()),
+            index_key: index.hasher(),
+            index: Mutex::new(index),
             usage: Mutex::new(Usage::default()),
             options,
             readers: Arc::new(AtomicUsize::new(0)),
@@ -487,7 +492,9 @@ impl Store {
     /// Whether the object `name` (in `namespace`) of `collection` is stored as exactly
     /// `bytes`, as the index knows it: then [`Store::put`] of them would answer
     /// [`PutOutcome::Identical`] (or `Stale`) and write nothing. Two hashes and one lock, no
-    /// syscall and no allocation. `false` when the index does not know the object (only a
+    /// syscall and no allocation; hashed before the lock is taken (connection threads ask
+    /// this for their gets' answers: issue 34), so neither the writer nor another
+    /// connection waits for them. `false` when the index does not know the object (only a
     /// put can tell) or it differs. (An unsafe collection, namespace or name is never stored,
     /// so the index knows none: it answers `false` as for any unknown path.)
     pub(crate) fn holds_exactly(
@@ -497,10 +504,30 @@ impl Store {
         name: &str,
         bytes: &[u8],
     ) -> bool {
-        let index = self.index();
-        let at = index.key_hash_of(collection, namespace, name);
-        let content = index.content_hash(bytes);
-        index.judge(at, content, None) == Known::Unchanged(PutOutcome::Identical)
+        let at = self.object_hash(collection, namespace, name);
+        self.holds_hashed(at, self.content_hash(bytes))
+    }
+
+    /// The index's hash of the path of the object `name` (in `namespace`) of `collection`,
+    /// taken without its lock.
+    pub(crate) fn object_hash(
+        &self,
+        collection: &CollectionKey,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> u64 {
+        index::key_hash_with(&self.index_key, collection, namespace, name)
+    }
+
+    /// The index's hash of a file's `bytes`, taken without its lock.
+    pub(crate) fn content_hash(&self, bytes: &[u8]) -> u64 {
+        index::hash_with(&self.index_key, bytes)
+    }
+
+    /// [`Store::holds_exactly`] of the object at path hash `at`, for bytes of hash `content`
+    /// ([`Store::object_hash`], [`Store::content_hash`]).
+    pub(crate) fn holds_hashed(&self, at: u64, content: u64) -> bool {
+        self.index().judge(at, content, None) == Known::Unchanged(PutOutcome::Identical)
     }
 
     /// Writes `bytes`, hashing to `content`, to `target` (making `dirs` first) and keeps the index at `at` exact:

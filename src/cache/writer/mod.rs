@@ -13,7 +13,8 @@
 //! rules for objects (what is stored and under which key, watch events, list items, tokens);
 //! `error_keys.rs` the keys whose write failed, until they are stored; `refills.rs` what dropped
 //! sessions tell the refill thread, and the ledger of answers that went whole since;
-//! `identical.rs` a get's answer stored exactly so already;
+//! `identical.rs` a get's answer stored exactly so already (proven by the connection thread
+//! itself when the writer allows it: no message at all);
 //! `unchanged.rs` the memos of whole lists that prove a repeat unchanged (read only up to
 //! its `metadata`).
 
@@ -33,6 +34,7 @@ mod unchanged;
 
 pub(crate) use error_keys::failing_keys;
 pub(crate) use evict::{BoundStats, export as export_bound};
+pub(crate) use identical::Direct;
 pub(crate) use refills::{Dropped, Refill, RefillTx, Refills};
 pub(crate) use run::{WriterOptions, run};
 pub(crate) use tee::Session;

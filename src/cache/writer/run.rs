@@ -16,7 +16,7 @@ use super::MAX_OBJECT_BYTES;
 use super::error_keys::{ErrorKeys, Keyed};
 use super::evict::{Bound, BoundStats, Write};
 use super::failures::{FailureLog, count_put};
-use super::identical;
+use super::identical::{self, Direct};
 use super::rules::{
     ListState, list_item, list_member, located_paths, namespaced, put_object, put_token,
     watch_event,
@@ -71,6 +71,11 @@ pub(crate) fn run(
         memos: Memos::default(),
         clock: Clock::read(),
     };
+    let allow_direct = |w: &Writer<'_, '_>| {
+        let allowed = Direct::allow(&w.failures.error_keys, w.bound.is_some());
+        rx.queue.direct.store(allowed, Ordering::Release);
+    };
+    allow_direct(&w);
     // Whether the writer has lingered since it last handled a message.
     let mut lingered = true;
     // Whether messages were handled since the chores (`chores`) last ran.
@@ -111,6 +116,7 @@ pub(crate) fn run(
                     .fetch_sub(1, Ordering::Relaxed);
                 let opens = matches!(msg, CacheMsg::Begin { .. } | CacheMsg::End { .. });
                 let quick = handle(&mut w, &mut sessions, msg);
+                allow_direct(&w);
                 if let Some(bound) = w.bound.as_mut() {
                     bounded(bound, &mut sessions, opens);
                 }
@@ -136,6 +142,7 @@ pub(crate) fn run(
         chores(&mut w, &mut sessions);
         chores_due = false;
     }
+    rx.queue.direct.store(false, Ordering::Release);
     failures.error_keys.persist(store, true);
     synced.persist(store, true);
     if !sessions.is_empty() {

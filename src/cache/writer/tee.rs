@@ -1,6 +1,7 @@
 //! The tee's side of the cache: connection threads copy response bodies into a bounded
 //! channel ([`CacheTx`], [`Session`]) and never wait for the disk; the refill thread sends
-//! at the disk's pace. Nothing here decodes or touches the store.
+//! at the disk's pace. Nothing here decodes or touches the store (a small get's answer stored
+//! already is proven by `identical.rs`, [`CacheTx::stored_already`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use super::identical::Direct;
 use super::refills::{Refill, RefillTx};
 use crate::cache::grants::Grants;
 use crate::cache::key::CollectionKey;
@@ -103,6 +105,9 @@ pub(super) struct Queue {
     messages: usize,
     /// What the writer waits on when the channel is empty.
     pub(super) doorbell: Doorbell,
+    /// Set by the writer while connection threads may take answers stored already
+    /// themselves ([`Direct::allow`]); false until it starts.
+    pub(super) direct: AtomicBool,
 }
 
 /// Wakes the writer when a message arrives while it waits. The writer blocks here rather than
@@ -317,6 +322,8 @@ pub(crate) struct CacheTx {
     refills: Option<RefillTx>,
     /// The collections to relist when a watch of them begins (`cache/relist.rs`).
     relist: Option<Arc<Relist>>,
+    /// Proves small gets' answers stored already without the writer (`identical.rs`).
+    direct: Option<Arc<Direct>>,
 }
 
 /// The writer's side of the queue.
@@ -333,6 +340,7 @@ pub(crate) fn channel(messages: usize, budget: usize) -> (CacheTx, CacheRx) {
         budget,
         messages,
         doorbell: Doorbell::default(),
+        direct: AtomicBool::new(false),
     });
     (
         CacheTx {
@@ -341,6 +349,7 @@ pub(crate) fn channel(messages: usize, budget: usize) -> (CacheTx, CacheRx) {
             next_id: Arc::new(AtomicU64::new(1)),
             refills: None,
             relist: None,
+            direct: None,
         },
         CacheRx { rx, queue },
     )
@@ -376,6 +385,32 @@ impl CacheTx {
     pub(crate) fn with_relist(mut self, relist: Arc<Relist>) -> CacheTx {
         self.relist = Some(relist);
         self
+    }
+
+    /// Proves small gets' answers stored already with `direct` from now on, without the
+    /// writer ([`CacheTx::stored_already`]).
+    pub(crate) fn with_direct(mut self, direct: Direct) -> CacheTx {
+        self.direct = Some(Arc::new(direct));
+        self
+    }
+
+    /// Whether the whole answer `body` of `status` to `target` (a small get's, read whole) is
+    /// stored exactly so already and was accounted for here (`identical.rs`): then it needs
+    /// no session, and the writer never sees it. Only while the writer allows it, and while
+    /// no refill ledger must hear of the answer (it follows none).
+    pub(crate) fn stored_already(
+        &self,
+        target: &CacheTarget,
+        status: u16,
+        gzip: bool,
+        body: &[u8],
+    ) -> bool {
+        let Some(direct) = &self.direct else {
+            return false;
+        };
+        self.queue.direct.load(Ordering::Acquire)
+            && self.refills.as_ref().is_none_or(|tx| !tx.following())
+            && direct.took(target, (status, gzip), body)
     }
 
     /// Starts persisting a response, or None when the queue is full right now. `refill`

@@ -927,3 +927,70 @@ fn small_answers_under_load_ride_few_wake_ups_and_none_is_lost() {
         );
     }
 }
+
+/// A get's answer stored exactly so already is taken by the connection thread itself
+/// (`identical.rs`, `Direct`): no session and no message, the kind still hears the cloud's
+/// word. Anything else, and anything while a key's write has failed, goes to the writer.
+#[test]
+fn a_get_stored_already_needs_no_writer_unless_a_write_failed() {
+    use crate::cache::synced::Synced;
+    let dir = TempDir::new("writer-direct");
+    let store = Arc::new(Store::open(&dir.root()).unwrap().0);
+    let configmaps = CollectionKey::new("kubelet", "configmaps", "v1", "");
+    let get = |name: &str| CacheTarget::Object {
+        collection: configmaps.clone(),
+        namespace: Some("ns".into()),
+        name: Some(name.into()),
+    };
+    let body = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm","namespace":"ns","resourceVersion":"3"}}"#;
+    write(&store, 1 << 20, |tx| send(tx, get("cm"), body));
+
+    // Runs a writer with direct answers over `check`, which gets its sender once the writer
+    // has handled a first message (and so said whether it allows them).
+    let with_writer = |check: &dyn Fn(&CacheTx, &Synced)| {
+        let synced = Arc::new(Synced::default());
+        let (tx, rx) = channel(64, 1 << 20);
+        let tx = tx.with_direct(Direct::new(Arc::clone(&store), Arc::clone(&synced)));
+        assert!(
+            !tx.stored_already(&get("cm"), 200, false, body.as_bytes()),
+            "not before the writer allows it"
+        );
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| run(&store, rx, &stop, WriterOptions::default(), &synced));
+            let mut first = tx.begin(watch_target(), 200, false, None).unwrap();
+            assert!(first.sync(Duration::from_secs(60)), "the writer runs");
+            check(&tx, &synced);
+            first.finish(true);
+            stop.store(true, Ordering::Release);
+            drop(tx);
+        });
+    };
+    with_writer(&|tx, synced| {
+        let taken = |target: &CacheTarget, status, gzip, body: &str| {
+            tx.stored_already(target, status, gzip, body.as_bytes())
+        };
+        assert!(taken(&get("cm"), 200, false, &format!("{body}\n")));
+        assert!(synced.last(&configmaps).is_some(), "the cloud's word");
+        let changed = body.replace(r#""3""#, r#""4""#);
+        assert!(!taken(&get("cm"), 200, false, &changed), "a change");
+        assert!(!taken(&get("other"), 200, false, body), "another name");
+        assert!(!taken(&get("cm"), 200, true, body), "gzip");
+        assert!(!taken(&get("cm"), 404, false, body), "another status");
+    });
+    assert_eq!(
+        std::fs::read(dir.root().join("kubelet/configmaps.v1.core/ns/cm")).unwrap(),
+        body.as_bytes()
+    );
+
+    // A key whose write failed: only the whole path clears it, so every answer takes it.
+    let blocker = dir.root().join("kubelet/pods.v1.core/ns");
+    std::fs::create_dir_all(blocker.parent().unwrap()).unwrap();
+    std::fs::write(&blocker, b"in the way").unwrap();
+    write(&store, 1 << 20, |tx| {
+        send(tx, watch_target(), &event("ADDED", 5))
+    });
+    with_writer(&|tx, _| {
+        assert!(!tx.stored_already(&get("cm"), 200, false, body.as_bytes()));
+    });
+}
