@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::cache::decode::{BodyDecoder, BodyShape, DecodeError, Unit};
+use crate::cache::object::ObjectMeta;
 use crate::cache::writer::MAX_OBJECT_BYTES;
 use crate::filters::list_memo::Recall;
 use crate::filters::{self, Chain, FilterContext, Lookups, Outcome};
@@ -374,14 +375,11 @@ impl ListCheck<'_> {
     /// The list's `metadata` (before its items): its resourceVersion, and whether the memos
     /// hold the list at it.
     fn metadata(&mut self, value: &[u8]) {
-        #[derive(serde::Deserialize)]
-        struct Meta<'a> {
-            #[serde(rename = "resourceVersion", borrow)]
-            resource_version: Option<std::borrow::Cow<'a, str>>,
-        }
-        let Ok(Meta {
+        // Read as the cache writer reads a list's `metadata` (`cache/writer/rules.rs`).
+        let Ok(ObjectMeta {
             resource_version: Some(rv),
-        }) = serde_json::from_slice::<Meta>(value)
+            ..
+        }) = serde_json::from_slice::<ObjectMeta<'_>>(value)
         else {
             return;
         };

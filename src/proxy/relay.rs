@@ -65,8 +65,9 @@ impl Call<'_> {
         if small && !bodiless {
             return self.relay_small(ex, answer, answer_target, gzip);
         }
+        // Not small from here on (a bodiless answer is never cached).
         let (mut session, cache_status) =
-            self.cache_session(&ex, answer_target, answer.status, gzip, small);
+            self.cache_session(&ex, answer_target, answer.status, gzip, false);
         // The cloud's bytes as sent, or rewritten by filters that read nothing else: a list
         // of them may be proven unchanged by its resourceVersion (`cache/writer/unchanged.rs`).
         let form = match &filtering {

@@ -169,19 +169,17 @@ pub(crate) enum Encoding {
     Gzip,
 }
 
-impl Outgoing<'_> {
-    /// The consistent-hashing key: the client's User-Agent (the hub's own when it sent
-    /// none) and its original target.
-    pub(crate) fn affinity_key(&self) -> u64 {
-        affinity_key(self.headers, self.affinity.unwrap_or(self.path_and_query))
+impl Upstream {
+    /// The consistent-hashing key of a request with `headers` for `target` (its original
+    /// target): its User-Agent (the hub's own when it has none) and the target. 0 when no
+    /// pick reads it ([`Backends::hashes`]): the key costs a hash per request.
+    fn pick_key(&self, headers: &[(String, String)], target: &str) -> u64 {
+        if !self.backends.hashes() {
+            return 0;
+        }
+        let user_agent = http1::find_header(headers, "user-agent").unwrap_or(HUB_USER_AGENT);
+        crate::health::affinity_key(user_agent, target)
     }
-}
-
-/// The consistent-hashing key of a request with `headers` for `target`: its User-Agent (the
-/// hub's own when it has none) and the target.
-fn affinity_key(headers: &[(String, String)], target: &str) -> u64 {
-    let user_agent = http1::find_header(headers, "user-agent").unwrap_or(HUB_USER_AGENT);
-    crate::health::affinity_key(user_agent, target)
 }
 
 /// The cloud's answer: status and headers now, the body as it arrives.

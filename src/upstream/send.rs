@@ -34,11 +34,7 @@ impl Upstream {
     pub(crate) fn send(&self, mut req: Outgoing<'_>) -> Result<Answer, UpstreamError> {
         let agents = self.current()?;
         let write = !matches!(req.method, "GET" | "HEAD");
-        let key = if self.backends.hashes() {
-            req.affinity_key()
-        } else {
-            0
-        };
+        let key = self.pick_key(req.headers, req.affinity.unwrap_or(req.path_and_query));
         let first = self
             .backends
             .pick(None, write, key)

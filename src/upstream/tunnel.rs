@@ -21,7 +21,7 @@ use rustls::pki_types::ServerName;
 use super::agents::CONNECT_TIMEOUT;
 use super::conn::{conn_server, host_and_port};
 use super::token::TokenSource;
-use super::{Upstream, UpstreamError, affinity_key, forwarded_headers};
+use super::{Upstream, UpstreamError, forwarded_headers};
 use crate::http1::response::{AnswerFraming, ResponseHead, read_response_head};
 use crate::http1::{BodyState, Framing};
 use crate::link::{self, LINK, Link};
@@ -249,11 +249,7 @@ impl Upstream {
         let config = agents.of(req.identity).tunnel;
         let write = !matches!(req.method, "GET" | "HEAD");
         // Keyed as a request would be, so a client's tunnels go where its requests go.
-        let key = if self.backends.hashes() {
-            affinity_key(req.headers, req.target)
-        } else {
-            0
-        };
+        let key = self.pick_key(req.headers, req.target);
         let mut backend = self
             .backends
             .pick(None, write, key)

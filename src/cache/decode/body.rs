@@ -82,37 +82,41 @@ impl BodyDecoder {
 
     /// The next chunk of a body passed unscanned: its plain bytes appended to `out`.
     pub(crate) fn feed_plain(&mut self, raw: &[u8], out: &mut Vec<u8>) -> Result<(), DecodeError> {
-        if let Some(err) = &self.failed {
-            return Err(err.clone());
-        }
-        let result = match &mut self.gzip {
-            None => {
-                out.extend_from_slice(raw);
-                Ok(())
-            }
-            Some(_) if self.finished => Err(after_end(self.json.offset)),
-            Some(gzip) => inflate(gzip, raw, &mut |plain| {
+        self.guarded(|d| {
+            let offset = d.json.offset;
+            plain_of(&mut d.gzip, d.finished, offset, raw, &mut |plain| {
                 out.extend_from_slice(plain);
                 Ok(())
-            }),
-        };
-        result.inspect_err(|err| self.failed = Some(err.clone()))
+            })
+        })
     }
 
     /// The end of a body passed unscanned: checks that its gzip stream (if any) ended cleanly,
     /// appending its last plain bytes to `out`. The JSON is not checked: nothing scanned it.
     pub(crate) fn finish_plain(&mut self, out: &mut Vec<u8>) -> Result<(), DecodeError> {
+        self.guarded(|d| {
+            let mut result = Ok(());
+            if !d.finished {
+                result = finish_gzip(&mut d.gzip, &mut |plain| {
+                    out.extend_from_slice(plain);
+                    Ok(())
+                });
+            }
+            d.finished = true;
+            result
+        })
+    }
+
+    /// Runs `step` on the body unless it failed before (then its error again), and keeps the
+    /// error `step` meets: a body that failed stays failed.
+    fn guarded(
+        &mut self,
+        step: impl FnOnce(&mut Self) -> Result<(), DecodeError>,
+    ) -> Result<(), DecodeError> {
         if let Some(err) = &self.failed {
             return Err(err.clone());
         }
-        let mut result = Ok(());
-        if !self.finished {
-            result = finish_gzip(&mut self.gzip, &mut |plain| {
-                out.extend_from_slice(plain);
-                Ok(())
-            });
-        }
-        self.finished = true;
+        let result = step(self);
         result.inspect_err(|err| self.failed = Some(err.clone()))
     }
 
@@ -137,33 +141,31 @@ impl BodyDecoder {
         raw: &[u8],
         sink: &mut dyn FnMut(Unit<'_>, &Located),
     ) -> Result<(), DecodeError> {
-        if let Some(err) = &self.failed {
-            return Err(err.clone());
-        }
-        let Self {
-            json, gzip, rest, ..
-        } = self;
-        // Where plain bytes go: scanned, or held unscanned once the JSON halted.
-        let mut scan = |plain: &[u8]| match rest {
-            Some(held) => {
-                held.extend_from_slice(plain);
-                Ok(())
-            }
-            None => {
-                let result = json.feed_located(plain, sink);
-                if let Some(at) = json.take_halt() {
-                    *rest = Some(plain[at..].to_vec());
+        self.guarded(|d| {
+            let Self {
+                json,
+                gzip,
+                rest,
+                finished,
+                ..
+            } = d;
+            let offset = json.offset;
+            // Where plain bytes go: scanned, or held unscanned once the JSON halted.
+            let mut scan = |plain: &[u8]| match rest {
+                Some(held) => {
+                    held.extend_from_slice(plain);
+                    Ok(())
                 }
-                result
-            }
-        };
-        let result = match gzip {
-            None => scan(raw),
-            // Writing to the gzip decoder after `try_finish` may panic: refuse instead.
-            Some(_) if self.finished => Err(after_end(json.offset)),
-            Some(gzip) => inflate(gzip, raw, &mut scan),
-        };
-        result.inspect_err(|err| self.failed = Some(err.clone()))
+                None => {
+                    let result = json.feed_located(plain, sink);
+                    if let Some(at) = json.take_halt() {
+                        *rest = Some(plain[at..].to_vec());
+                    }
+                    result
+                }
+            };
+            plain_of(gzip, *finished, offset, raw, &mut scan)
+        })
     }
 
     /// Declares the end of the body: checks that the gzip stream (if any) and the JSON both
@@ -177,27 +179,25 @@ impl BodyDecoder {
         &mut self,
         sink: &mut dyn FnMut(Unit<'_>, &Located),
     ) -> Result<(), DecodeError> {
-        if let Some(err) = &self.failed {
-            return Err(err.clone());
-        }
-        let BodyDecoder {
-            json,
-            gzip,
-            rest,
-            finished,
-            ..
-        } = self;
-        // A halt not resolved by the end: what it held is scanned now.
-        let mut result = match rest.take() {
-            Some(held) => json.feed_located(&held, sink),
-            None => Ok(()),
-        };
-        if result.is_ok() && !*finished {
-            result = finish_gzip(gzip, &mut |plain| scan_through(json, plain, sink));
-        }
-        *finished = true;
-        result = result.and_then(|()| json.finish());
-        result.inspect_err(|err| self.failed = Some(err.clone()))
+        self.guarded(|d| {
+            let BodyDecoder {
+                json,
+                gzip,
+                rest,
+                finished,
+                ..
+            } = d;
+            // A halt not resolved by the end: what it held is scanned now.
+            let mut result = match rest.take() {
+                Some(held) => json.feed_located(&held, sink),
+                None => Ok(()),
+            };
+            if result.is_ok() && !*finished {
+                result = finish_gzip(gzip, &mut |plain| scan_through(json, plain, sink));
+            }
+            *finished = true;
+            result.and_then(|()| json.finish())
+        })
     }
 }
 
@@ -211,6 +211,23 @@ fn scan_through(
     match json.take_halt() {
         Some(at) => json.feed_located(&plain[at..], sink),
         None => Ok(()),
+    }
+}
+
+/// Hands the plain bytes of `raw` to `put`: as they came, or inflated by `gzip`. Refused
+/// after the gzip stream's end (`finished`): writing to the decoder after `try_finish` may
+/// panic. `offset`: the JSON's, for the error.
+fn plain_of(
+    gzip: &mut Option<GzDecoder<Vec<u8>>>,
+    finished: bool,
+    offset: u64,
+    raw: &[u8],
+    put: &mut dyn FnMut(&[u8]) -> Result<(), DecodeError>,
+) -> Result<(), DecodeError> {
+    match gzip {
+        None => put(raw),
+        Some(_) if finished => Err(after_end(offset)),
+        Some(gzip) => inflate(gzip, raw, put),
     }
 }
 

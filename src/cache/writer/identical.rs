@@ -239,13 +239,25 @@ impl Direct {
             }
         };
         drop(proven);
-        Metrics::inc(&METRICS.cache_writes_skipped_identical);
-        Metrics::inc(&METRICS.cache_sessions_committed);
         // Once a second per object: the record keeps seconds.
-        if !noted {
-            self.synced.note(collection, now);
-        }
+        count_stored_already(&self.synced, collection, (!noted).then_some(now));
         true
+    }
+}
+
+/// What an answer stored already comes to, by the writer or a connection thread, besides the
+/// bound's admission (the writer's alone): the counters say an identical write was skipped
+/// and a session committed, and its kind heard the cloud's word at `heard` (`None`: not
+/// noted this time).
+pub(super) fn count_stored_already(
+    synced: &Synced,
+    collection: &CollectionKey,
+    heard: Option<u64>,
+) {
+    Metrics::inc(&METRICS.cache_writes_skipped_identical);
+    Metrics::inc(&METRICS.cache_sessions_committed);
+    if let Some(at) = heard {
+        synced.note(collection, at);
     }
 }
 

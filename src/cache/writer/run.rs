@@ -608,12 +608,11 @@ fn stored_again(w: &mut Writer<'_, '_>, collection: &CollectionKey, object: &[u8
     {
         return;
     }
-    Metrics::inc(&METRICS.cache_writes_skipped_identical);
-    Metrics::inc(&METRICS.cache_sessions_committed);
     // The writer's last reading of the clock (`Clock`), at most a few milliseconds before
     // this message was handled: a second earlier at worst says the cache is older than it
     // is, never younger.
-    note_at(w.synced, collection, word, &mut None, w.clock.unix());
+    let heard = word.at(w.clock.unix());
+    identical::count_stored_already(w.synced, collection, heard);
 }
 
 /// What a session's `Begin` (or `Whole`) says of its answer.
@@ -977,18 +976,7 @@ fn relisted(store: &Store, collection: &CollectionKey) {
 /// The cloud's word on `collection` was heard, as of when `word` says; `noted` is the last
 /// time noted for the session, which a same second does not take the record's lock for.
 fn note(synced: &Synced, collection: &CollectionKey, word: &Word, noted: &mut Option<u64>) {
-    note_at(synced, collection, word, noted, crate::unix_secs());
-}
-
-/// [`note`] with the Unix seconds `now` read by the caller.
-fn note_at(
-    synced: &Synced,
-    collection: &CollectionKey,
-    word: &Word,
-    noted: &mut Option<u64>,
-    now: u64,
-) {
-    if let Some(at) = word.at(now)
+    if let Some(at) = word.at(crate::unix_secs())
         && *noted != Some(at)
     {
         synced.note(collection, at);
