@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::client::{Client, WatchStream, disk_usage, metrics, wait_health};
 use crate::report::{Report, Section, Table};
 use crate::stats::{self, Pool, Rate, Samples, dur, ratio};
-use crate::support::hub::Hub;
+use crate::support::hub::{Hub, eventually};
 use crate::support::{Cloud, PodFill};
 use crate::{Bench, Scale};
 
@@ -394,9 +394,17 @@ pub fn list(b: &Bench, hub: &Hub, report: &mut Report) -> Result<(), String> {
         h.get(path).map_err(|e| format!("offline: {e}"))?;
         lo.push(t.elapsed());
     }
-    let answered = metrics(hub)?.get("tinyhub_offline_answers_total")
-        - m3.get("tinyhub_offline_answers_total");
-    if answered < scale.list_samples as f64 {
+    // The hub counts an offline answer once it is sent, a moment after the client has read
+    // it: the last one's count may trail the last get.
+    let wanted = scale.list_samples as f64;
+    let mut answered = 0.0;
+    eventually(Duration::from_secs(5), || {
+        answered = metrics(hub).map_or(answered, |m| {
+            m.get("tinyhub_offline_answers_total") - m3.get("tinyhub_offline_answers_total")
+        });
+        answered >= wanted
+    });
+    if answered < wanted {
         return Err(format!(
             "only {answered} of the {} offline lists were answered from the cache",
             scale.list_samples
